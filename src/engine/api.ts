@@ -1,0 +1,147 @@
+/**
+ * The engine's public contract. Everything above the engine (ops, worker, CLI, bridge) codes
+ * against these types only.
+ *
+ * Conventions (TransformerLens):
+ *  - Hook names are TransformerLens's: `hook_embed`, `hook_pos_embed`, `blocks.{l}.hook_resid_pre`,
+ *    `blocks.{l}.ln1.hook_scale`, `blocks.{l}.attn.hook_q|hook_k|hook_v` [B,T,H(or Hkv),Dh],
+ *    `blocks.{l}.attn.hook_attn_scores|hook_pattern` [B,H,Tq,Tk], `blocks.{l}.attn.hook_z` [B,T,H,Dh],
+ *    `blocks.{l}.attn.hook_result` [B,T,H,D] (only in the 'result' graph variant),
+ *    `blocks.{l}.hook_attn_out`, `blocks.{l}.hook_resid_mid`, `blocks.{l}.ln2.hook_scale`,
+ *    `blocks.{l}.mlp.hook_pre|hook_post` [B,T,d_mlp], `blocks.{l}.hook_mlp_out`,
+ *    `blocks.{l}.hook_resid_post`, `ln_final.hook_scale` [B,T,1], `logits` [B,T,V].
+ *  - Values are those of the unprocessed Hugging Face model (no weight folding or centring).
+ *  - A hook's returned value is the value AFTER any intervention at that hook (TL semantics).
+ *  - `hook_scale` is the norm's divisor: sqrt(var + eps) for LayerNorm, sqrt(mean(x²) + eps) for RMSNorm.
+ *  - Parameters are available under TransformerLens parameter names via `model.param()`, in TL
+ *    shapes, unprocessed: `embed.W_E` [V,D], `pos_embed.W_pos` [nCtx,D], `blocks.{l}.ln1.w|b`,
+ *    `blocks.{l}.attn.W_Q|W_K|W_V` [H(or Hkv),D,Dh], `b_Q|b_K|b_V` [H(or Hkv),Dh], `W_O` [H,Dh,D],
+ *    `b_O` [D], `blocks.{l}.ln2.w|b`, `blocks.{l}.mlp.W_in|W_gate` [D,M], `b_in` [M], `W_out` [M,D],
+ *    `b_out` [D], `ln_final.w|b` [D], `unembed.W_U` [D,V], `unembed.b_U` [V]. Norm weights are the
+ *    *effective* multipliers (Gemma's stored w + 1 is returned as w + 1).
+ */
+import type { Tensor } from './tensor';
+import type { ModelSpec } from './spec';
+import type { ModelRef, FileProgress } from './source/types';
+
+export type Backend = 'webgpu' | 'wasm' | 'node';
+
+export interface ModelInfo {
+  /** Hub id, URL or folder the model came from; 'default' resolves to the bundled model id 'stories260K' */
+  id: string;
+  revision: string;
+  source: ModelRef['kind'] | 'bundled';
+  /** config.json model_type, e.g. 'llama' */
+  architecture: string;
+  n_layers: number;
+  n_heads: number;
+  n_kv_heads: number;
+  d_model: number;
+  d_head: number;
+  d_mlp: number;
+  d_vocab: number;
+  n_ctx: number;
+  n_params: number;
+  /** dtype of the stored weights (F32/F16/BF16); computation is float32 */
+  dtype: string;
+  backend: Backend;
+  norm: 'layernorm' | 'rmsnorm';
+}
+
+/**
+ * An intervention is plain data. It edits one hook site as x' = x * mul + add, restricted to
+ * a head (axis of H), a neuron (last axis of d_mlp hooks), positions and batch rows.
+ *  - zero:  x' = 0
+ *  - scale: x' = alpha * x
+ *  - add:   x' = x + alpha * value        (value: vector over the site's last axis, e.g. d_model)
+ *  - set:   x' = value                     (value broadcast over positions)
+ *  - mean:  x' = value, where value defaults to the mean of the clean activation over the prompt's
+ *           positions (computed by the engine with one extra clean run when value is omitted)
+ *  - patch: x' = source[pos]               (source: the activation tensor of the same hook from
+ *           another run, dims [T, ...site dims without batch] or [1, T, ...])
+ */
+export type InterventionOp = 'zero' | 'scale' | 'add' | 'set' | 'mean' | 'patch';
+
+export interface Intervention {
+  hook: string;
+  op: InterventionOp;
+  /** restrict to one head (hooks with a head axis: hook_q/k/v/z/result, hook_pattern/attn_scores) */
+  head?: number;
+  /** restrict to one index of the last axis (mlp.hook_pre/hook_post neurons, or a resid dimension) */
+  neuron?: number;
+  /** token positions (0-based, BOS included); default all */
+  positions?: 'all' | number[];
+  /** scale factor (scale) or strength (add); default 1 */
+  alpha?: number;
+  /** vector for add/set/mean (length = size of the site's last axis, or of the head's slice) */
+  value?: number[] | Float32Array;
+  /** patch source */
+  source?: Tensor;
+  /** batch rows this applies to (when running several variants at once); default every row */
+  batch?: number[];
+}
+
+export interface KVCache {
+  /** per layer: keys and values [B, Hkv, P, Dh] */
+  keys: Tensor[];
+  values: Tensor[];
+  /** number of cached positions P */
+  length: number;
+}
+
+export interface RunOptions {
+  /** hook names to return, or 'all' */
+  hooks?: string[] | 'all';
+  interventions?: Intervention[];
+  /** run this many copies of the tokens at once (variants differ by their interventions' `batch`) */
+  batch?: number;
+  /** use the graph variant with per-head `hook_result` outputs */
+  withResult?: boolean;
+  /** continue from a KV cache (positions continue from past.length); returns `present` */
+  past?: KVCache;
+  /** return a KV cache for the tokens run (use for generation) */
+  returnCache?: boolean;
+  signal?: AbortSignal;
+}
+
+export interface RunResult {
+  /** [B, T, V] */
+  logits: Tensor;
+  hooks: Record<string, Tensor>;
+  present?: KVCache;
+}
+
+export interface TokenizeOptions {
+  /** prepend the BOS token as TransformerLens does (default true) */
+  prependBos?: boolean;
+}
+
+export interface LoadedModel {
+  readonly info: ModelInfo;
+  readonly spec: ModelSpec;
+  /** token ids of text (BOS prepended by default) */
+  tokenize(text: string, opts?: TokenizeOptions): number[];
+  decode(ids: number[]): string;
+  /** the text of each token as the tokenizer's vocabulary shows it, decoded for display */
+  tokenStrings(ids: number[]): string[];
+  /** id of a single-token string, or undefined when text is not exactly one token */
+  tokenId(text: string): number | undefined;
+  readonly bosTokenId: number | undefined;
+  readonly eosTokenId: number | undefined;
+  /** every hook name this model offers, in forward order */
+  hookNames(opts?: { withResult?: boolean }): string[];
+  /** shape of a hook for B, T (Tk = total key length) */
+  hookShape(hook: string, B: number, T: number, Tk?: number): number[];
+  /** a parameter under its TransformerLens name (see above), as float32 */
+  param(name: string): Tensor;
+  run(tokens: number[] | number[][], opts?: RunOptions): Promise<RunResult>;
+  dispose(): Promise<void>;
+}
+
+export interface LoadOptions {
+  backend?: Backend | 'auto';
+  signal?: AbortSignal;
+  onProgress?: (p: FileProgress) => void;
+  /** refuse models above this many parameters (default 2e9) */
+  maxParams?: number;
+}

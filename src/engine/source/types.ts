@@ -1,0 +1,72 @@
+/**
+ * Where model files come from and where their bytes are kept.
+ *
+ * A ModelSource knows how to fetch one named file of a model (Hub id, base URL, local folder,
+ * the bundled model). A ByteCache keeps bytes between sessions (IndexedDB in the browser, a
+ * directory in Node). `loadModelFiles` (files.ts) combines the two: it fetches config, tokenizer
+ * and safetensors (single or sharded), reports progress and honours an AbortSignal.
+ */
+
+export interface ModelRef {
+  /** 'hub' = {endpoint}/{id}/resolve/{revision}/{file}; 'url' = {base}/{file}; 'folder' = a local directory (Node). */
+  kind: 'hub' | 'url' | 'folder';
+  /** Hub id (owner/name), base URL, or folder path. */
+  id: string;
+  /** Git revision for the Hub (default 'main'); '' for url/folder. */
+  revision: string;
+  /** Hub endpoint, e.g. https://huggingface.co (hub only). */
+  endpoint?: string;
+}
+
+export interface FileProgress {
+  file: string;
+  /** bytes received so far, including bytes resumed from a partial cache entry */
+  loaded: number;
+  /** total bytes when known (Content-Length / Content-Range), else null */
+  total: number | null;
+  /** true when the bytes came from the cache with no request */
+  cached?: boolean;
+  done?: boolean;
+}
+
+export interface FetchOptions {
+  signal?: AbortSignal;
+  onProgress?: (p: FileProgress) => void;
+  /** when true a missing file (404) resolves to null instead of throwing FILE_NOT_FOUND */
+  optional?: boolean;
+}
+
+export interface ModelSource {
+  readonly ref: ModelRef;
+  /** Fetch one file. Throws LoupeError (FILE_NOT_FOUND, HTTP_ERROR, NETWORK_ERROR, ABORTED). */
+  fetchFile(file: string, opts?: FetchOptions): Promise<Uint8Array | null>;
+  /** Local path of a file when the source is a folder (Node), so the runtime can hand ORT a path. */
+  localPath?(file: string): string | undefined;
+}
+
+export interface CacheKey {
+  endpoint: string;
+  id: string;
+  revision: string;
+  file: string;
+}
+
+export interface CacheEntryInfo extends CacheKey {
+  size: number;
+  complete: boolean;
+  storedAt: number;
+}
+
+export interface ByteCache {
+  /** complete bytes or undefined */
+  get(key: CacheKey): Promise<Uint8Array | undefined>;
+  put(key: CacheKey, bytes: Uint8Array): Promise<void>;
+  /** bytes of an interrupted download (to resume with a Range request) */
+  getPartial(key: CacheKey): Promise<{ bytes: Uint8Array; etag?: string; total?: number } | undefined>;
+  putPartial(key: CacheKey, bytes: Uint8Array, meta: { etag?: string; total?: number }): Promise<void>;
+  list(): Promise<CacheEntryInfo[]>;
+  /** delete every file of a model (endpoint+id+revision), or one file when key.file is given */
+  delete(key: Omit<CacheKey, 'file'> & { file?: string }): Promise<void>;
+  /** Local path of a cached complete file, when the cache is a directory (Node). */
+  localPath?(key: CacheKey): string | undefined;
+}

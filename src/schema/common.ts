@@ -1,0 +1,59 @@
+/**
+ * Fields shared by every document. Every operation's output schema extends `documentBase`.
+ * Bump SCHEMA_VERSION on any breaking change of a document's fields.
+ */
+import { z } from 'zod';
+import type { LoadedModel } from '../engine/api';
+
+export const SCHEMA_VERSION = '1.0.0';
+
+export const modelBlock = z.object({
+  id: z.string(),
+  revision: z.string(),
+  architecture: z.string(),
+  n_layers: z.number().int(),
+  n_heads: z.number().int(),
+  n_kv_heads: z.number().int(),
+  d_model: z.number().int(),
+  d_head: z.number().int(),
+  d_mlp: z.number().int(),
+  d_vocab: z.number().int(),
+  n_ctx: z.number().int(),
+  n_params: z.number().int(),
+  backend: z.string(),
+  dtype: z.string(),
+});
+export type ModelBlock = z.infer<typeof modelBlock>;
+
+export const tokenEntry = z.object({ id: z.number().int(), text: z.string() });
+
+export function documentBase<Op extends string>(operation: Op) {
+  return z.object({
+    schema_version: z.literal(SCHEMA_VERSION),
+    operation: z.literal(operation),
+    model: modelBlock,
+    prompt: z.string(),
+    tokens: z.array(tokenEntry),
+  });
+}
+
+export function modelBlockOf(model: LoadedModel): ModelBlock {
+  const i = model.info;
+  return {
+    id: i.id, revision: i.revision, architecture: i.architecture, n_layers: i.n_layers, n_heads: i.n_heads,
+    n_kv_heads: i.n_kv_heads, d_model: i.d_model, d_head: i.d_head, d_mlp: i.d_mlp, d_vocab: i.d_vocab,
+    n_ctx: i.n_ctx, n_params: i.n_params, backend: i.backend, dtype: i.dtype,
+  };
+}
+
+/** The common head of a document: call at the top of every operation. */
+export function documentHead<Op extends string>(operation: Op, model: LoadedModel, prompt: string, ids: number[]) {
+  const texts = model.tokenStrings(ids);
+  return {
+    schema_version: SCHEMA_VERSION as typeof SCHEMA_VERSION,
+    operation,
+    model: modelBlockOf(model),
+    prompt,
+    tokens: ids.map((id, i) => ({ id, text: texts[i] })),
+  };
+}
