@@ -27,6 +27,21 @@ export interface FileProgress {
   /** true when the bytes came from the cache with no request */
   cached?: boolean;
   done?: boolean;
+  /** true when a resume was refused (the server sent the whole file again): `loaded` restarts from 0 */
+  restarted?: boolean;
+  /** aggregate over every file of the model load (set by loadModelFiles) */
+  overall?: OverallProgress;
+}
+
+/** Aggregate progress of a model load. `total` grows as files are discovered (shards after the
+ * index); `loaded` is monotone (unless a file restarted) and equals `total` when the load is done. */
+export interface OverallProgress {
+  loaded: number;
+  /** sum of the known sizes of the files met so far (a file of unknown size counts its loaded bytes) */
+  total: number;
+  /** files met so far / finished */
+  files: number;
+  filesDone: number;
 }
 
 export interface FetchOptions {
@@ -34,6 +49,12 @@ export interface FetchOptions {
   onProgress?: (p: FileProgress) => void;
   /** when true a missing file (404) resolves to null instead of throwing FILE_NOT_FOUND */
   optional?: boolean;
+  /** byte cache: complete entries are returned with no request, partial ones are resumed with Range */
+  cache?: ByteCache;
+  /** only look in the cache: resolve to null (no request) when the file is not cached complete */
+  cacheOnly?: boolean;
+  /** retries after a network failure or 5xx, each resuming where the last stopped (default 2) */
+  retries?: number;
 }
 
 export interface ModelSource {

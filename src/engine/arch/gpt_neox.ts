@@ -1,0 +1,41 @@
+/** GPT-NeoX / Pythia: rotary (possibly partial), LayerNorm, fused per-head qkv, optional parallel residual. */
+import type { ModelSpec, LayerSpec } from '../spec';
+import { type AdapterInput, num, need, linear, norm, activation, ropeScaling } from './common';
+
+export function gptNeox(input: AdapterInput): ModelSpec {
+  const { config: c, tensors: t } = input;
+  const D = num(c, ['hidden_size']);
+  const L = num(c, ['num_hidden_layers']);
+  const H = num(c, ['num_attention_heads']);
+  const V = num(c, ['vocab_size']);
+  const M = num(c, ['intermediate_size']);
+  const eps = num(c, ['layer_norm_eps'], 1e-5);
+  const Dh = D / H;
+  const rotaryPct = num(c, ['rotary_pct', 'partial_rotary_factor'], 1);
+  const act = activation(c.hidden_act, 'gelu');
+  const parallel = c.use_parallel_residual !== false;
+  const layers: LayerSpec[] = [];
+  for (let l = 0; l < L; l++) {
+    const pre = `gpt_neox.layers.${l}`;
+    layers.push({
+      ln1: norm(t, `${pre}.input_layernorm`, D, 'layernorm', eps),
+      ln2: norm(t, `${pre}.post_attention_layernorm`, D, 'layernorm', eps),
+      attn: {
+        qkv: { kind: 'neox_fused', qkv: linear(t, `${pre}.attention.query_key_value`, 3 * D, D) },
+        o: linear(t, `${pre}.attention.dense`, D, D),
+        scale: 1 / Math.sqrt(Dh), softcap: null, slidingWindow: null,
+      },
+      mlp: { kind: 'plain', up: linear(t, `${pre}.mlp.dense_h_to_4h`, M, D), down: linear(t, `${pre}.mlp.dense_4h_to_h`, D, M), act },
+      parallel,
+    });
+  }
+  const embed = need(t, 'gpt_neox.embed_in.weight', [V, D]);
+  return {
+    family: 'gpt_neox', modelType: c.model_type, nLayers: L, dModel: D, nHeads: H, nKvHeads: H, dHead: Dh, dMlp: M, dVocab: V,
+    nCtx: num(c, ['max_position_embeddings'], 2048), norm: 'layernorm', embed: { w: embed, scale: 1 },
+    rotary: { theta: num(c, ['rotary_emb_base', 'rope_theta'], 10000), dim: Math.floor(Dh * rotaryPct), scaling: ropeScaling(c) },
+    layers, lnFinal: norm(t, 'gpt_neox.final_layer_norm', D, 'layernorm', eps),
+    unembed: { w: c.tie_word_embeddings && !t.has('embed_out.weight') ? embed : need(t, 'embed_out.weight', [V, D]) }, finalSoftcap: null,
+    bosTokenId: c.bos_token_id, eosTokenId: c.eos_token_id,
+  };
+}

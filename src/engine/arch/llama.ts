@@ -1,0 +1,105 @@
+/**
+ * Llama (also Mistral, SmolLM): RMSNorm, rotary (rotate_half), grouped-query attention, SwiGLU.
+ * `llamaLike` is the shared decoder that qwen2/qwen3/gemma/gemma2 adapt with their own options.
+ */
+import type { ModelSpec, LayerSpec, NormSpec } from '../spec';
+import { type AdapterInput, type Config, num, need, linear, norm, activation, ropeScaling } from './common';
+
+export interface LlamaLikeOptions {
+  family: string;
+  /** Gemma: norms multiply by (1 + w) */
+  normOffset?: 0 | 1;
+  /** Gemma: embeddings scaled by sqrt(d_model) */
+  embedScale?: boolean;
+  /** Qwen2: q/k/v biases (read from the file when present anyway) */
+  qkNorm?: boolean;
+  /** Gemma2: sandwich norms, soft-capping, query_pre_attn_scalar, sliding window on some layers */
+  gemma2?: boolean;
+  defaultAct?: string;
+  /** which config key holds the activation */
+  actKeys?: string[];
+  defaultTied?: boolean;
+}
+
+function slidingLayers(c: Config, L: number, opts: LlamaLikeOptions): (number | null)[] {
+  const w = typeof c.sliding_window === 'number' ? c.sliding_window : null;
+  if (Array.isArray(c.layer_types)) return c.layer_types.map((k: string) => (k === 'sliding_attention' ? w : null));
+  if (opts.gemma2) return Array.from({ length: L }, (_, l) => (l % 2 === 0 ? w : null)); // HF Gemma2: even layers slide
+  if (c.use_sliding_window && w !== null) {
+    const from = typeof c.max_window_layers === 'number' ? c.max_window_layers : 0;
+    return Array.from({ length: L }, (_, l) => (l >= from ? w : null));
+  }
+  if (c.model_type === 'mistral' && w !== null) return Array.from({ length: L }, () => w);
+  return Array.from({ length: L }, () => null);
+}
+
+export function llamaLike(input: AdapterInput, opts: LlamaLikeOptions): ModelSpec {
+  const { config: c, tensors: t } = input;
+  const D = num(c, ['hidden_size']);
+  const L = num(c, ['num_hidden_layers']);
+  const H = num(c, ['num_attention_heads']);
+  const Hkv = num(c, ['num_key_value_heads'], H);
+  const V = num(c, ['vocab_size']);
+  const M = num(c, ['intermediate_size']);
+  const Dh = typeof c.head_dim === 'number' ? c.head_dim : D / H;
+  const eps = num(c, ['rms_norm_eps'], 1e-6);
+  const off = opts.normOffset ?? 0;
+  let actName: string | undefined;
+  for (const k of opts.actKeys ?? ['hidden_act']) if (typeof c[k] === 'string') { actName = c[k]; break; }
+  const act = activation(actName, opts.defaultAct ?? 'silu');
+  const rms = (prefix: string, d = D): NormSpec => norm(t, prefix, d, 'rmsnorm', eps, off);
+  const slide = slidingLayers(c, L, opts);
+  const scale = opts.gemma2 && typeof c.query_pre_attn_scalar === 'number' ? c.query_pre_attn_scalar ** -0.5 : 1 / Math.sqrt(Dh);
+  const softcap = opts.gemma2 && typeof c.attn_logit_softcapping === 'number' ? c.attn_logit_softcapping : null;
+  const layers: LayerSpec[] = [];
+  for (let l = 0; l < L; l++) {
+    const p = `model.layers.${l}`;
+    const layer: LayerSpec = {
+      ln1: rms(`${p}.input_layernorm`),
+      ln2: rms(opts.gemma2 ? `${p}.pre_feedforward_layernorm` : `${p}.post_attention_layernorm`),
+      attn: {
+        qkv: {
+          kind: 'separate',
+          q: linear(t, `${p}.self_attn.q_proj`, H * Dh, D),
+          k: linear(t, `${p}.self_attn.k_proj`, Hkv * Dh, D),
+          v: linear(t, `${p}.self_attn.v_proj`, Hkv * Dh, D),
+        },
+        o: linear(t, `${p}.self_attn.o_proj`, D, H * Dh),
+        qNorm: opts.qkNorm ? rms(`${p}.self_attn.q_norm`, Dh) : undefined,
+        kNorm: opts.qkNorm ? rms(`${p}.self_attn.k_norm`, Dh) : undefined,
+        scale, softcap, slidingWindow: slide[l],
+      },
+      mlp: {
+        kind: 'gated',
+        gate: linear(t, `${p}.mlp.gate_proj`, M, D),
+        up: linear(t, `${p}.mlp.up_proj`, M, D),
+        down: linear(t, `${p}.mlp.down_proj`, D, M),
+        act,
+      },
+      parallel: false,
+    };
+    if (opts.gemma2) {
+      layer.postAttnNorm = rms(`${p}.post_attention_layernorm`);
+      layer.postMlpNorm = rms(`${p}.post_feedforward_layernorm`);
+    }
+    layers.push(layer);
+  }
+  const embed = need(t, 'model.embed_tokens.weight', [V, D]);
+  const tied = c.tie_word_embeddings ?? opts.defaultTied ?? false;
+  return {
+    family: opts.family, modelType: c.model_type, nLayers: L, dModel: D, nHeads: H, nKvHeads: Hkv, dHead: Dh, dMlp: M, dVocab: V,
+    nCtx: num(c, ['max_position_embeddings'], 2048), norm: 'rmsnorm',
+    // HF Gemma casts sqrt(hidden_size) to the model dtype; in float32 that is Math.fround.
+    embed: { w: embed, scale: opts.embedScale ? Math.fround(Math.sqrt(D)) : 1 },
+    rotary: { theta: num(c, ['rope_theta'], 10000), dim: Math.floor(Dh * (c.partial_rotary_factor ?? 1)), scaling: ropeScaling(c) },
+    layers, lnFinal: rms('model.norm'),
+    // Tied models use the embedding even when a copy of lm_head is stored (as HF's tie_weights does).
+    unembed: { w: tied ? embed : need(t, 'lm_head.weight', [V, D]) },
+    finalSoftcap: opts.gemma2 && typeof c.final_logit_softcapping === 'number' ? c.final_logit_softcapping : null,
+    bosTokenId: c.bos_token_id, eosTokenId: Array.isArray(c.eos_token_id) ? c.eos_token_id[0] : c.eos_token_id,
+  };
+}
+
+export function llama(input: AdapterInput): ModelSpec {
+  return llamaLike(input, { family: 'llama' });
+}

@@ -1,0 +1,242 @@
+/**
+ * The transformer as an ONNX graph, written out by hand so that every TransformerLens hook is a
+ * graph output and every hook site takes an intervention x' = x * mul + add (see hooks.ts).
+ *
+ * Read it top to bottom like nanoGPT's model file: embed → blocks (ln1 → attention → [post-norm]
+ * → resid_mid → ln2 → MLP → [post-norm] → resid_post) → ln_final → unembed.
+ *
+ * Graph inputs (fed by runtime/feeds.ts):
+ *   input_ids     int64 [B, T]
+ *   position_ids  int64 [T]          learned positional embeddings only
+ *   rope_cos/sin  float [T, rd]      rotary models (tables computed on the CPU, any scaling)
+ *   attn_mask     float [T, Tk]      0 / -inf causal mask (key positions = past + current)
+ *   attn_mask_local float [T, Tk]    sliding-window layers, when the model has any
+ *   past.{l}.key/value float [B, Hkv, P, Dh]   KV cache (P may be 0)
+ *   {hook}::mul / {hook}::add        per hook site, broadcastable to the hook's shape
+ * Outputs: logits [B, T, V], every hook by its TL name, present.{l}.key/value [B, Hkv, Tk, Dh].
+ */
+import { OnnxGraph } from './onnx-builder';
+import { allHookNames, hookInfo, mulInput, addInput } from './hooks';
+import type { ModelSpec, LinearRef, NormSpec, Activation, LayerSpec } from '../spec';
+import type { TensorEntry } from '../safetensors-types';
+
+export interface GraphPlan {
+  /** expose hooks as outputs and hook sites as inputs (false = the plain logits-only graph) */
+  hooks: boolean;
+  /** also compute per-head hook_result [B,T,H,D] (costly; a separate variant) */
+  withResult: boolean;
+}
+
+export interface BuiltGraph {
+  bytes: Uint8Array;
+  inputNames: string[];
+  outputNames: string[];
+  /** hook sites that take mul/add inputs */
+  sites: string[];
+}
+
+export function buildModelGraph(spec: ModelSpec, tensors: Map<string, TensorEntry>, plan: GraphPlan, location: (file: string) => string = (f) => f): BuiltGraph {
+  const g = new OnnxGraph(location);
+  const { dModel: D, nHeads: H, nKvHeads: Hkv, dHead: Dh } = spec;
+  const sites: string[] = [];
+  const hookSet = new Set(plan.hooks ? allHookNames(spec, plan.withResult) : []);
+
+  const W = (name: string) => {
+    const e = tensors.get(name);
+    if (!e) throw new Error(`graph: tensor ${name} not in weight index`);
+    return g.weight(e);
+  };
+  const c = (v: number) => g.constF([v], []);
+
+  /** Output a hook and apply its intervention; returns the (possibly edited) value to use downstream. */
+  const hook = (x: string, name: string): string => {
+    if (!hookSet.has(name)) return x;
+    let y = x;
+    if (hookInfo(name).site) {
+      sites.push(name);
+      y = g.o('Add', [g.o('Mul', [x, g.input(mulInput(name), 'float')]), g.input(addInput(name), 'float')]);
+    }
+    g.identity(y, name);
+    g.output(name);
+    return name;
+  };
+
+  // ---- inputs
+  const ids = g.input('input_ids', 'int64', ['B', 'T']);
+  const bt = g.o('Shape', [ids]); // [B, T]
+  const shapeCache = new Map<number, string>();
+  const btN = (n: number) => {
+    if (!shapeCache.has(n)) shapeCache.set(n, g.o('Concat', [bt, g.constI([n])], { axis: 0 }));
+    return shapeCache.get(n)!;
+  };
+
+  const linear = (x: string, ref: LinearRef, inDim: number, outDim: number): string => {
+    const x2 = g.o('Reshape', [x, g.constI([-1, inDim])]);
+    const args = [x2, W(ref.w)];
+    if (ref.b) args.push(W(ref.b));
+    const y2 = g.o('Gemm', args, ref.layout === 'out_in' ? { transB: 1 } : {});
+    return g.o('Reshape', [y2, btN(outDim)]);
+  };
+
+  const normWeight = (n: NormSpec) => (n.weightOffset ? g.o('Add', [W(n.w), c(1)]) : W(n.w));
+
+  /** LayerNorm / RMSNorm, decomposed so that hook_scale is a real intermediate (and intervenable). */
+  const norm = (x: string, n: NormSpec, scaleHook?: string): string => {
+    let xc = x;
+    let sq: string;
+    if (n.kind === 'layernorm') {
+      xc = g.o('Sub', [x, g.o('ReduceMean', [x], { axes: [-1], keepdims: 1 })]);
+      sq = g.o('ReduceMean', [g.o('Mul', [xc, xc])], { axes: [-1], keepdims: 1 });
+    } else {
+      sq = g.o('ReduceMean', [g.o('Mul', [x, x])], { axes: [-1], keepdims: 1 });
+    }
+    let scale = g.o('Sqrt', [g.o('Add', [sq, c(n.eps)])]);
+    if (scaleHook) scale = hook(scale, scaleHook);
+    let y = g.o('Mul', [g.o('Div', [xc, scale]), normWeight(n)]);
+    if (n.b) y = g.o('Add', [y, W(n.b)]);
+    return y;
+  };
+
+  const act = (x: string, a: Activation): string => {
+    switch (a) {
+      case 'relu': return g.o('Relu', [x]);
+      case 'silu': return g.o('Mul', [x, g.o('Sigmoid', [x])]);
+      case 'gelu': // exact (erf) GELU
+        return g.o('Mul', [g.o('Mul', [x, c(0.5)]), g.o('Add', [c(1), g.o('Erf', [g.o('Div', [x, c(Math.SQRT2)])])])]);
+      default: { // gelu_new / gelu_pytorch_tanh / gelu_fast: the tanh approximation
+        const x3 = g.o('Mul', [g.o('Mul', [x, x]), x]);
+        const inner = g.o('Mul', [g.o('Add', [x, g.o('Mul', [x3, c(0.044715)])]), c(Math.sqrt(2 / Math.PI))]);
+        return g.o('Mul', [g.o('Mul', [x, c(0.5)]), g.o('Add', [c(1), g.o('Tanh', [inner])])]);
+      }
+    }
+  };
+
+  // rotary: HF rotate_half convention over the first rd dims of each head
+  let cos = '', sin = '';
+  const rd = spec.rotary?.dim ?? 0;
+  if (spec.rotary) {
+    cos = g.o('Unsqueeze', [g.input('rope_cos', 'float', ['T', rd]), g.constI([1])]); // [T,1,rd]
+    sin = g.o('Unsqueeze', [g.input('rope_sin', 'float', ['T', rd]), g.constI([1])]);
+  }
+  const rope = (x: string, heads: number): string => {
+    if (!spec.rotary) return x;
+    const sl = (t: string, a: number, b: number) => g.o('Slice', [t, g.constI([a]), g.constI([b]), g.constI([3])]);
+    const xr = rd === Dh ? x : sl(x, 0, rd);
+    const x1 = sl(xr, 0, rd / 2);
+    const x2 = sl(xr, rd / 2, rd);
+    const rot = g.o('Concat', [g.o('Neg', [x2]), x1], { axis: 3 });
+    const out = g.o('Add', [g.o('Mul', [xr, cos]), g.o('Mul', [rot, sin])]);
+    void heads;
+    return rd === Dh ? out : g.o('Concat', [out, sl(x, rd, Dh)], { axis: 3 });
+  };
+
+  const mask = g.input('attn_mask', 'float', ['T', 'Tk']);
+  const maskLocal = spec.layers.some((l) => l.attn.slidingWindow !== null) ? g.input('attn_mask_local', 'float', ['T', 'Tk']) : '';
+
+  // ---- embeddings
+  let x = g.o('Gather', [W(spec.embed.w), ids], { axis: 0 });
+  if (spec.embed.scale !== 1) x = g.o('Mul', [x, c(spec.embed.scale)]);
+  x = hook(x, 'hook_embed');
+  if (spec.posEmbed) {
+    const pos = g.o('Gather', [W(spec.posEmbed.w), g.input('position_ids', 'int64', ['T'])], { axis: 0 }); // [T, D]
+    const posB = hook(g.o('Expand', [pos, g.o('Shape', [x])]), 'hook_pos_embed');
+    x = g.o('Add', [x, posB]);
+  }
+
+  const splitHeads = (qkv: string, layout: number[], axis: number): string[] => {
+    const r = g.o('Reshape', [qkv, g.constI(layout)]);
+    const parts = g.op('Split', [r, g.constI([1, 1, 1])], { axis }, 3);
+    return parts.map((p) => g.o('Squeeze', [p, g.constI([axis])]));
+  };
+
+  const attention = (l: number, layer: LayerSpec, xn: string): string => {
+    const b = `blocks.${l}.attn`;
+    const a = layer.attn;
+    let q: string, k: string, v: string;
+    if (a.qkv.kind === 'separate') {
+      q = g.o('Reshape', [linear(xn, a.qkv.q, D, H * Dh), g.constI([0, 0, H, Dh])]);
+      k = g.o('Reshape', [linear(xn, a.qkv.k, D, Hkv * Dh), g.constI([0, 0, Hkv, Dh])]);
+      v = g.o('Reshape', [linear(xn, a.qkv.v, D, Hkv * Dh), g.constI([0, 0, Hkv, Dh])]);
+    } else if (a.qkv.kind === 'gpt2_fused') {
+      [q, k, v] = splitHeads(linear(xn, a.qkv.qkv, D, 3 * D), [0, 0, 3, H, Dh], 2);
+    } else {
+      [q, k, v] = splitHeads(linear(xn, a.qkv.qkv, D, 3 * D), [0, 0, H, 3, Dh], 3);
+    }
+    if (a.qNorm) q = norm(q, a.qNorm);
+    if (a.kNorm) k = norm(k, a.kNorm);
+    q = hook(rope(q, H), `${b}.hook_q`);
+    k = hook(rope(k, Hkv), `${b}.hook_k`);
+    v = hook(v, `${b}.hook_v`);
+
+    // KV cache: keys/values of earlier positions come in, all keys/values go out
+    const kAll = g.o('Concat', [g.input(`past.${l}.key`, 'float', ['B', Hkv, 'P', Dh]), g.o('Transpose', [k], { perm: [0, 2, 1, 3] })], { axis: 2 });
+    const vAll = g.o('Concat', [g.input(`past.${l}.value`, 'float', ['B', Hkv, 'P', Dh]), g.o('Transpose', [v], { perm: [0, 2, 1, 3] })], { axis: 2 });
+    g.identity(kAll, `present.${l}.key`); g.output(`present.${l}.key`);
+    g.identity(vAll, `present.${l}.value`); g.output(`present.${l}.value`);
+
+    // grouped-query attention: each kv head serves H/Hkv query heads (heads 2k, 2k+1 share kv head k for rep 2)
+    const rep = H / Hkv;
+    const repeat = (t: string) => rep === 1 ? t : g.o('Reshape', [g.o('Expand', [g.o('Unsqueeze', [t, g.constI([2])]), g.constI([1, 1, rep, 1, 1])]), g.constI([0, H, -1, Dh])]);
+    const kH = repeat(kAll);
+    const vH = repeat(vAll);
+
+    let scores = g.o('Mul', [g.o('MatMul', [g.o('Transpose', [q], { perm: [0, 2, 1, 3] }), g.o('Transpose', [kH], { perm: [0, 1, 3, 2] })]), c(a.scale)]);
+    if (a.softcap !== null) scores = g.o('Mul', [g.o('Tanh', [g.o('Div', [scores, c(a.softcap)])]), c(a.softcap)]);
+    scores = hook(g.o('Add', [scores, a.slidingWindow !== null ? maskLocal : mask]), `${b}.hook_attn_scores`);
+    const pattern = hook(g.o('Softmax', [scores], { axis: -1 }), `${b}.hook_pattern`);
+    const zT = g.o('MatMul', [pattern, vH]); // [B,H,T,Dh]
+    const z = hook(g.o('Transpose', [zT], { perm: [0, 2, 1, 3] }), `${b}.hook_z`);
+    if (plan.withResult && plan.hooks) {
+      // W_O per head [H, Dh, D]; result_h = z_h · W_O[h]
+      const wo = a.o.layout === 'out_in'
+        ? g.o('Transpose', [g.o('Reshape', [W(a.o.w), g.constI([D, H, Dh])])], { perm: [1, 2, 0] })
+        : g.o('Reshape', [W(a.o.w), g.constI([H, Dh, D])]);
+      const zh = g.o('Transpose', [z], { perm: [0, 2, 1, 3] });
+      hook(g.o('Transpose', [g.o('MatMul', [zh, wo])], { perm: [0, 2, 1, 3] }), `${b}.hook_result`);
+    }
+    let out = linear(g.o('Reshape', [z, g.constI([0, 0, H * Dh])]), a.o, H * Dh, D);
+    if (layer.postAttnNorm) out = norm(out, layer.postAttnNorm, `blocks.${l}.ln1_post.hook_scale`);
+    return hook(out, `blocks.${l}.hook_attn_out`);
+  };
+
+  const mlp = (l: number, layer: LayerSpec, xn: string): string => {
+    const b = `blocks.${l}.mlp`;
+    const m = layer.mlp;
+    const M = spec.dMlp;
+    let post: string;
+    if (m.kind === 'gated') {
+      const pre = hook(linear(xn, m.gate!, D, M), `${b}.hook_pre`);
+      const lin = hook(linear(xn, m.up, D, M), `${b}.hook_pre_linear`);
+      post = hook(g.o('Mul', [act(pre, m.act), lin]), `${b}.hook_post`);
+    } else {
+      const pre = hook(linear(xn, m.up, D, M), `${b}.hook_pre`);
+      post = hook(act(pre, m.act), `${b}.hook_post`);
+    }
+    let out = linear(post, m.down, M, D);
+    if (layer.postMlpNorm) out = norm(out, layer.postMlpNorm, `blocks.${l}.ln2_post.hook_scale`);
+    return hook(out, `blocks.${l}.hook_mlp_out`);
+  };
+
+  // ---- blocks
+  for (let l = 0; l < spec.nLayers; l++) {
+    const layer = spec.layers[l];
+    const resid = hook(x, `blocks.${l}.hook_resid_pre`);
+    const attnOut = attention(l, layer, norm(resid, layer.ln1, `blocks.${l}.ln1.hook_scale`));
+    if (layer.parallel) {
+      const mlpOut = mlp(l, layer, norm(resid, layer.ln2, `blocks.${l}.ln2.hook_scale`));
+      x = hook(g.o('Add', [g.o('Add', [resid, attnOut]), mlpOut]), `blocks.${l}.hook_resid_post`);
+    } else {
+      const mid = hook(g.o('Add', [resid, attnOut]), `blocks.${l}.hook_resid_mid`);
+      const mlpOut = mlp(l, layer, norm(mid, layer.ln2, `blocks.${l}.ln2.hook_scale`));
+      x = hook(g.o('Add', [mid, mlpOut]), `blocks.${l}.hook_resid_post`);
+    }
+  }
+
+  // ---- unembed
+  let logits = linear(norm(x, spec.lnFinal, 'ln_final.hook_scale'), { w: spec.unembed.w, b: spec.unembed.b, layout: 'out_in' }, D, spec.dVocab);
+  if (spec.finalSoftcap !== null) logits = g.o('Mul', [g.o('Tanh', [g.o('Div', [logits, c(spec.finalSoftcap)])]), c(spec.finalSoftcap)]);
+  g.identity(logits, 'logits');
+  g.output('logits');
+
+  return { bytes: g.encode(), inputNames: g.inputNames(), outputNames: g.outputNames(), sites };
+}

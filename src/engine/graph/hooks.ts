@@ -1,0 +1,68 @@
+/**
+ * Hook points: which TransformerLens hooks a model has, their shapes, and which accept interventions.
+ * Shapes are batch-first; T is the number of query positions in this run, Tk the number of key
+ * positions (past + T).
+ */
+import type { ModelSpec } from '../spec';
+
+export interface HookInfo {
+  name: string;
+  /** axis that indexes heads, if any */
+  headAxis?: number;
+  /** axis that indexes (query) positions */
+  posAxis: number;
+  /** accepts x' = x * mul + add */
+  site: boolean;
+}
+
+export function layerHooks(spec: ModelSpec, l: number, withResult: boolean): string[] {
+  const b = `blocks.${l}`;
+  const layer = spec.layers[l];
+  const names = [`${b}.hook_resid_pre`, `${b}.ln1.hook_scale`, `${b}.attn.hook_q`, `${b}.attn.hook_k`, `${b}.attn.hook_v`,
+    `${b}.attn.hook_attn_scores`, `${b}.attn.hook_pattern`, `${b}.attn.hook_z`];
+  if (withResult) names.push(`${b}.attn.hook_result`);
+  if (layer.postAttnNorm) names.push(`${b}.ln1_post.hook_scale`);
+  names.push(`${b}.hook_attn_out`);
+  if (!layer.parallel) names.push(`${b}.hook_resid_mid`);
+  names.push(`${b}.ln2.hook_scale`, `${b}.mlp.hook_pre`);
+  if (layer.mlp.kind === 'gated') names.push(`${b}.mlp.hook_pre_linear`);
+  names.push(`${b}.mlp.hook_post`);
+  if (layer.postMlpNorm) names.push(`${b}.ln2_post.hook_scale`);
+  names.push(`${b}.hook_mlp_out`, `${b}.hook_resid_post`);
+  return names;
+}
+
+export function allHookNames(spec: ModelSpec, withResult = false): string[] {
+  const names = ['hook_embed'];
+  if (spec.posEmbed) names.push('hook_pos_embed');
+  for (let l = 0; l < spec.nLayers; l++) names.push(...layerHooks(spec, l, withResult));
+  names.push('ln_final.hook_scale');
+  return names;
+}
+
+export function hookInfo(name: string): HookInfo {
+  const leaf = name.slice(name.lastIndexOf('.') + 1);
+  if (leaf === 'hook_attn_scores') return { name, headAxis: 1, posAxis: 2, site: false }; // masked with -inf: x*0 would be NaN
+  if (leaf === 'hook_pattern') return { name, headAxis: 1, posAxis: 2, site: true };
+  if (['hook_q', 'hook_k', 'hook_v', 'hook_z', 'hook_result'].includes(leaf)) return { name, headAxis: 2, posAxis: 1, site: true };
+  return { name, posAxis: 1, site: true };
+}
+
+export function hookShape(spec: ModelSpec, name: string, B: number, T: number, Tk = T): number[] {
+  const leaf = name.slice(name.lastIndexOf('.') + 1);
+  const { dModel: D, nHeads: H, nKvHeads: Hkv, dHead: Dh, dMlp: M } = spec;
+  switch (leaf) {
+    case 'hook_scale': return [B, T, 1];
+    case 'hook_q': case 'hook_z': return [B, T, H, Dh];
+    case 'hook_k': case 'hook_v': return [B, T, Hkv, Dh];
+    case 'hook_attn_scores': case 'hook_pattern': return [B, H, T, Tk];
+    case 'hook_result': return [B, T, H, D];
+    case 'hook_pre': case 'hook_pre_linear': case 'hook_post': return [B, T, M];
+    case 'logits': return [B, T, spec.dVocab];
+    default: return [B, T, D];
+  }
+}
+
+/** ONNX input names carrying an intervention for a hook site */
+export const mulInput = (hook: string) => `${hook}::mul`;
+export const addInput = (hook: string) => `${hook}::add`;

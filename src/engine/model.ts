@@ -1,0 +1,261 @@
+/**
+ * LoadedModel: a model description + tokenizer + onnxruntime sessions behind the engine API
+ * (api.ts). Graph variants are built on demand and kept: the hooked graph (every hook an output,
+ * every site an input, KV cache in/out) and, when asked, the variant with per-head hook_result.
+ */
+import type { LoadedModel, ModelInfo, RunOptions, RunResult, KVCache, Intervention } from './api';
+import { LoupeError, throwIfAborted } from './errors';
+import type { ModelSpec } from './spec';
+import type { Tensor } from './tensor';
+import { numel } from './tensor';
+import type { WeightSet } from './safetensors-types';
+import { describeModel } from './arch';
+import { buildModelGraph, type BuiltGraph } from './graph/build-model';
+import { allHookNames, hookInfo, hookShape as shapeOfHook, mulInput, addInput } from './graph/hooks';
+import { ropeTables } from './runtime/rope';
+import { attentionMask } from './runtime/masks';
+import { compileInterventions } from './runtime/interventions';
+import type { EngineSession, OrtTensorLike, SessionFactory } from './runtime/session';
+import { ModelTokenizer } from './tokenizer';
+import { readParam, specTensorNames, type ReadTensor } from './params';
+
+export interface ModelParts {
+  config: Record<string, any>;
+  tokenizerJson: Record<string, unknown>;
+  tokenizerConfig: Record<string, unknown> | null;
+  weights: WeightSet;
+  readTensor: ReadTensor;
+  id: string;
+  revision: string;
+  source: ModelInfo['source'];
+  maxParams?: number;
+}
+
+const DEFAULT_MAX_PARAMS = 2e9;
+
+export async function createModel(parts: ModelParts, factory: SessionFactory): Promise<LoadedModel> {
+  const spec = describeModel({ config: parts.config, tensors: parts.weights.tensors });
+  const tokenizer = new ModelTokenizer(parts.tokenizerJson, parts.tokenizerConfig, parts.config);
+  let nParams = 0;
+  const dtypes = new Set<string>();
+  for (const name of specTensorNames(spec)) {
+    const e = parts.weights.tensors.get(name)!;
+    nParams += numel(e.shape);
+    dtypes.add(e.dtype);
+  }
+  const maxParams = parts.maxParams ?? DEFAULT_MAX_PARAMS;
+  if (nParams > maxParams) {
+    throw new LoupeError('TOO_LARGE', `The model has ${(nParams / 1e9).toFixed(2)}B parameters; the limit here is ${(maxParams / 1e9).toFixed(2)}B.`, 'Pick a smaller model (the WASM heap is 32-bit; fp32 models past ~0.5B need WebGPU).');
+  }
+  const info: ModelInfo = {
+    id: parts.id, revision: parts.revision, source: parts.source, architecture: spec.modelType,
+    n_layers: spec.nLayers, n_heads: spec.nHeads, n_kv_heads: spec.nKvHeads, d_model: spec.dModel, d_head: spec.dHead,
+    d_mlp: spec.dMlp, d_vocab: spec.dVocab, n_ctx: spec.nCtx, n_params: nParams, dtype: [...dtypes].join('+'),
+    backend: factory.backend, norm: spec.norm,
+  };
+  const model = new EngineModel(spec, info, tokenizer, parts, factory);
+  await model.warm();
+  return model;
+}
+
+class EngineModel implements LoadedModel {
+  private sessions = new Map<string, Promise<{ session: EngineSession; graph: BuiltGraph }>>();
+  private params = new Map<string, Tensor>();
+  private readonly hookSets: Record<'base' | 'result', Set<string>>;
+  private readonly window: number | null;
+  private queue: Promise<unknown> = Promise.resolve();
+
+  constructor(
+    readonly spec: ModelSpec,
+    readonly info: ModelInfo,
+    private readonly tokenizer: ModelTokenizer,
+    private readonly parts: ModelParts,
+    private readonly factory: SessionFactory,
+  ) {
+    this.hookSets = { base: new Set(allHookNames(spec, false)), result: new Set(allHookNames(spec, true)) };
+    this.window = spec.layers.find((l) => l.attn.slidingWindow !== null)?.attn.slidingWindow ?? null;
+  }
+
+  get bosTokenId() { return this.tokenizer.bosTokenId; }
+  get eosTokenId() { return this.tokenizer.eosTokenId ?? this.spec.eosTokenId; }
+
+  /** build the base session at load time so the first run is not also the slow one */
+  async warm(): Promise<void> {
+    await this.session('base');
+  }
+
+  tokenize(text: string, opts: { prependBos?: boolean } = {}): number[] {
+    return this.tokenizer.encode(text, opts.prependBos ?? true);
+  }
+  decode(ids: number[]): string { return this.tokenizer.decode(ids); }
+  tokenStrings(ids: number[]): string[] { return this.tokenizer.tokenStrings(ids); }
+  tokenId(text: string): number | undefined { return this.tokenizer.tokenId(text); }
+
+  hookNames(opts: { withResult?: boolean } = {}): string[] {
+    return allHookNames(this.spec, opts.withResult ?? false);
+  }
+
+  hookShape(hook: string, B: number, T: number, Tk = T): number[] {
+    if (hook !== 'logits' && !this.hookSets.result.has(hook)) return [];
+    return shapeOfHook(this.spec, hook, B, T, Tk);
+  }
+
+  param(name: string): Tensor {
+    let p = this.params.get(name);
+    if (!p) {
+      p = readParam(this.spec, this.parts.readTensor, name);
+      this.params.set(name, p);
+    }
+    return p;
+  }
+
+  private session(kind: 'base' | 'result') {
+    let s = this.sessions.get(kind);
+    if (!s) {
+      s = (async () => {
+        const graph = buildModelGraph(this.spec, this.parts.weights.tensors, { hooks: true, withResult: kind === 'result' });
+        return { graph, session: await this.factory.create(graph, this.parts.weights) };
+      })();
+      s.catch(() => this.sessions.delete(kind));
+      this.sessions.set(kind, s);
+    }
+    return s;
+  }
+
+  /** ORT sessions are not re-entrant on every backend: runs go one at a time, in order. */
+  run(tokens: number[] | number[][], opts: RunOptions = {}): Promise<RunResult> {
+    const next = this.queue.then(() => this.runNow(tokens, opts));
+    this.queue = next.catch(() => undefined);
+    return next;
+  }
+
+  private async runNow(tokens: number[] | number[][], opts: RunOptions): Promise<RunResult> {
+    throwIfAborted(opts.signal);
+    const rows = this.validateTokens(tokens, opts);
+    const B = rows.length;
+    const T = rows[0].length;
+    const P = opts.past?.length ?? 0;
+    const Tk = P + T;
+    const wantHooks = opts.hooks === 'all' ? [...(opts.withResult ? this.hookSets.result : this.hookSets.base)] : opts.hooks ?? [];
+    const withResult = opts.withResult || wantHooks.some((h) => h.endsWith('.hook_result'));
+    const kind = withResult ? 'result' : 'base';
+    const hookSet = this.hookSets[kind];
+    for (const h of wantHooks) {
+      if (!hookSet.has(h)) throw new LoupeError('UNKNOWN_HOOK', `'${h}' is not a hook of this model.`, `Hooks look like blocks.0.hook_resid_pre, blocks.0.attn.hook_pattern; call hookNames() for the full list.`);
+    }
+    const interventions = opts.interventions ?? [];
+    const means = await this.meansFor(interventions, rows[0], opts);
+    const compiled = compileInterventions(interventions, {
+      shapeOf: (h) => (hookSet.has(h) ? shapeOfHook(this.spec, h, B, T, Tk) : []),
+      isSite: (h) => hookSet.has(h) && hookInfo(h).site,
+      means,
+    });
+
+    const { session, graph } = await this.session(kind);
+    const ort = this.factory.ort;
+    const f32 = (data: Float32Array, dims: number[]) => new ort.Tensor('float32', data, dims);
+    const feeds: Record<string, OrtTensorLike> = {};
+    const ids = new BigInt64Array(B * T);
+    rows.forEach((r, b) => r.forEach((id, t) => { ids[b * T + t] = BigInt(id); }));
+    feeds.input_ids = new ort.Tensor('int64', ids, [B, T]);
+    const positions = Array.from({ length: T }, (_, t) => P + t);
+    if (graph.inputNames.includes('position_ids')) feeds.position_ids = new ort.Tensor('int64', BigInt64Array.from(positions.map(BigInt)), [T]);
+    if (this.spec.rotary) {
+      const { cos, sin } = ropeTables(this.spec.rotary, positions);
+      feeds.rope_cos = f32(cos, [T, this.spec.rotary.dim]);
+      feeds.rope_sin = f32(sin, [T, this.spec.rotary.dim]);
+    }
+    feeds.attn_mask = f32(attentionMask(T, P, null), [T, Tk]);
+    if (graph.inputNames.includes('attn_mask_local')) feeds.attn_mask_local = f32(attentionMask(T, P, this.window), [T, Tk]);
+    const { nKvHeads: Hkv, dHead: Dh } = this.spec;
+    for (let l = 0; l < this.spec.nLayers; l++) {
+      const k = opts.past?.keys[l] ?? { dims: [B, Hkv, 0, Dh], data: new Float32Array(0) };
+      const v = opts.past?.values[l] ?? { dims: [B, Hkv, 0, Dh], data: new Float32Array(0) };
+      if (k.dims[0] !== B) throw new LoupeError('BAD_INPUT', `KV cache batch ${k.dims[0]} does not match batch ${B}.`);
+      feeds[`past.${l}.key`] = f32(k.data, k.dims);
+      feeds[`past.${l}.value`] = f32(v.data, v.dims);
+    }
+    const one = new Float32Array([1]);
+    const zero = new Float32Array([0]);
+    for (const site of graph.sites) {
+      const c = compiled.get(site);
+      feeds[mulInput(site)] = c ? f32(c.mul, c.dims) : f32(one, [1]);
+      feeds[addInput(site)] = c ? f32(c.add, c.dims) : f32(zero, [1]);
+    }
+    const fetches = ['logits', ...wantHooks];
+    if (opts.returnCache) for (let l = 0; l < this.spec.nLayers; l++) fetches.push(`present.${l}.key`, `present.${l}.value`);
+
+    let out: Record<string, OrtTensorLike>;
+    try {
+      out = await session.run(feeds, fetches);
+    } catch (e) {
+      throw new LoupeError('RUNTIME_ERROR', `onnxruntime failed: ${(e as Error).message}`, 'This may be out of memory; try a shorter prompt or a smaller batch.');
+    }
+    throwIfAborted(opts.signal);
+    const toTensor = (t: OrtTensorLike): Tensor => ({ dims: [...t.dims], data: t.data as Float32Array });
+    const hooks: Record<string, Tensor> = {};
+    for (const h of wantHooks) hooks[h] = toTensor(out[h]);
+    const result: RunResult = { logits: toTensor(out.logits), hooks };
+    if (opts.returnCache) {
+      const cache: KVCache = { keys: [], values: [], length: Tk };
+      for (let l = 0; l < this.spec.nLayers; l++) {
+        cache.keys.push(toTensor(out[`present.${l}.key`]));
+        cache.values.push(toTensor(out[`present.${l}.value`]));
+      }
+      result.present = cache;
+    }
+    return result;
+  }
+
+  private validateTokens(tokens: number[] | number[][], opts: RunOptions): number[][] {
+    let rows: number[][] = Array.isArray(tokens[0]) ? (tokens as number[][]) : [tokens as number[]];
+    if (opts.batch !== undefined) {
+      if (!Number.isInteger(opts.batch) || opts.batch < 1) throw new LoupeError('BAD_INPUT', `batch must be a positive integer (got ${opts.batch}).`);
+      if (rows.length === 1) rows = Array.from({ length: opts.batch }, () => rows[0]);
+      else if (rows.length !== opts.batch) throw new LoupeError('BAD_INPUT', `batch ${opts.batch} does not match ${rows.length} token rows.`);
+    }
+    const T = rows[0]?.length ?? 0;
+    if (T === 0) throw new LoupeError('EMPTY_PROMPT', 'There are no tokens to run.', 'Type a prompt (or keep BOS prepended).');
+    if (rows.some((r) => r.length !== T)) throw new LoupeError('BAD_INPUT', 'All token rows of a batch must have the same length.');
+    const P = opts.past?.length ?? 0;
+    if (P + T > this.spec.nCtx) {
+      throw new LoupeError('PROMPT_TOO_LONG', `${P + T} tokens exceed this model's context of ${this.spec.nCtx}.`, `Shorten the prompt to at most ${this.spec.nCtx - P} tokens.`, { tokens: P + T, n_ctx: this.spec.nCtx });
+    }
+    const V = this.spec.dVocab;
+    for (const r of rows) for (const id of r) {
+      if (!Number.isInteger(id) || id < 0 || id >= V) throw new LoupeError('BAD_TOKEN_ID', `Token id ${id} is outside the vocabulary (0..${V - 1}).`);
+    }
+    return rows;
+  }
+
+  /** 'mean' interventions without a value use the clean activation's mean over this prompt's positions. */
+  private async meansFor(list: Intervention[], row: number[], opts: RunOptions): Promise<Map<string, Tensor> | undefined> {
+    const need = [...new Set(list.filter((i) => i.op === 'mean' && !i.value).map((i) => i.hook))];
+    if (need.length === 0) return undefined;
+    for (const h of need) if (!this.hookSets.result.has(h)) throw new LoupeError('UNKNOWN_HOOK', `'${h}' is not a hook of this model.`);
+    const clean = await this.runNow(row, { hooks: need, past: undefined, signal: opts.signal, withResult: need.some((h) => h.endsWith('hook_result')) });
+    const means = new Map<string, Tensor>();
+    for (const h of need) {
+      const t = clean.hooks[h];
+      const info = hookInfo(h);
+      const dims = t.dims;
+      const T = dims[info.posAxis];
+      const restAxes = dims.map((_, a) => a).filter((a) => a !== 0 && a !== info.posAxis);
+      const restSize = restAxes.reduce((s, a) => s * dims[a], 1);
+      const acc = new Float64Array(restSize);
+      const strides = dims.map((_, a) => dims.slice(a + 1).reduce((s, d) => s * d, 1));
+      for (let i = 0; i < t.data.length; i++) {
+        let rest = 0;
+        for (const ax of restAxes) rest = rest * dims[ax] + (Math.floor(i / strides[ax]) % dims[ax]);
+        acc[rest] += t.data[i];
+      }
+      means.set(h, { dims: [restSize], data: Float32Array.from(acc, (v) => v / T) });
+    }
+    return means;
+  }
+
+  async dispose(): Promise<void> {
+    for (const s of this.sessions.values()) await (await s).session.release().catch(() => undefined);
+    this.sessions.clear();
+  }
+}

@@ -1,0 +1,126 @@
+/**
+ * Parameters under TransformerLens names and shapes, read from the stored (unprocessed) weights.
+ * Layout conversions live here and only here: Linear [out,in], Conv1D [in,out], GPT-2's fused
+ * q|k|v columns, GPT-NeoX's per-head [H,3,Dh] rows.
+ */
+import { LoupeError } from './errors';
+import type { ModelSpec, LinearRef, NormSpec } from './spec';
+import type { Tensor } from './tensor';
+
+export type ReadTensor = (name: string) => Float32Array;
+
+/** element (out o, in i) of a linear map stored in either layout */
+function at(ref: LinearRef, w: Float32Array, nIn: number, nOut: number) {
+  return ref.layout === 'out_in' ? (o: number, i: number) => w[o * nIn + i] : (o: number, i: number) => w[i * nOut + o];
+}
+
+export function readParam(spec: ModelSpec, read: ReadTensor, name: string): Tensor {
+  const { dModel: D, nHeads: H, nKvHeads: Hkv, dHead: Dh, dMlp: M, dVocab: V } = spec;
+  const unknown = () => new LoupeError('BAD_INPUT', `Unknown parameter '${name}'.`, 'Use TransformerLens names, e.g. blocks.0.attn.W_O, unembed.W_U, ln_final.w.');
+  const normW = (n: NormSpec): Tensor => {
+    const w = Float32Array.from(read(n.w));
+    if (n.weightOffset) for (let i = 0; i < w.length; i++) w[i] += 1;
+    return { dims: [w.length], data: w };
+  };
+  const normB = (n: NormSpec): Tensor => ({ dims: [D], data: n.b ? Float32Array.from(read(n.b)) : new Float32Array(D) });
+
+  if (name === 'embed.W_E') return { dims: [V, D], data: Float32Array.from(read(spec.embed.w)) };
+  if (name === 'pos_embed.W_pos') {
+    if (!spec.posEmbed) throw unknown();
+    const w = read(spec.posEmbed.w);
+    return { dims: [w.length / D, D], data: Float32Array.from(w) };
+  }
+  if (name === 'ln_final.w') return normW(spec.lnFinal);
+  if (name === 'ln_final.b') return normB(spec.lnFinal);
+  if (name === 'unembed.W_U') {
+    const w = read(spec.unembed.w); // [V, D]
+    const out = new Float32Array(D * V);
+    for (let v = 0; v < V; v++) for (let d = 0; d < D; d++) out[d * V + v] = w[v * D + d];
+    return { dims: [D, V], data: out };
+  }
+  if (name === 'unembed.b_U') return { dims: [V], data: spec.unembed.b ? Float32Array.from(read(spec.unembed.b)) : new Float32Array(V) };
+
+  const m = /^blocks\.(\d+)\.(.+)$/.exec(name);
+  if (!m) throw unknown();
+  const l = Number(m[1]);
+  const layer = spec.layers[l];
+  if (!layer) throw unknown();
+  const key = m[2];
+  const a = layer.attn;
+
+  // q/k/v: which rows/cols of which stored tensor hold head h, dim k
+  const qkvWeight = (which: 0 | 1 | 2): Tensor => {
+    const heads = which === 0 ? H : Hkv;
+    const out = new Float32Array(heads * D * Dh);
+    if (a.qkv.kind === 'separate') {
+      const ref = [a.qkv.q, a.qkv.k, a.qkv.v][which];
+      const get = at(ref, read(ref.w), D, heads * Dh);
+      for (let h = 0; h < heads; h++) for (let d = 0; d < D; d++) for (let k = 0; k < Dh; k++) out[(h * D + d) * Dh + k] = get(h * Dh + k, d);
+    } else {
+      const ref = a.qkv.qkv;
+      const get = at(ref, read(ref.w), D, 3 * D);
+      const row = a.qkv.kind === 'gpt2_fused' ? (h: number, k: number) => which * D + h * Dh + k : (h: number, k: number) => (h * 3 + which) * Dh + k;
+      for (let h = 0; h < heads; h++) for (let d = 0; d < D; d++) for (let k = 0; k < Dh; k++) out[(h * D + d) * Dh + k] = get(row(h, k), d);
+    }
+    return { dims: [heads, D, Dh], data: out };
+  };
+  const qkvBias = (which: 0 | 1 | 2): Tensor => {
+    const heads = which === 0 ? H : Hkv;
+    const out = new Float32Array(heads * Dh);
+    if (a.qkv.kind === 'separate') {
+      const ref = [a.qkv.q, a.qkv.k, a.qkv.v][which];
+      if (ref.b) out.set(read(ref.b));
+    } else if (a.qkv.qkv.b) {
+      const b = read(a.qkv.qkv.b);
+      for (let h = 0; h < heads; h++) for (let k = 0; k < Dh; k++) out[h * Dh + k] = b[a.qkv.kind === 'gpt2_fused' ? which * D + h * Dh + k : (h * 3 + which) * Dh + k];
+    }
+    return { dims: [heads, Dh], data: out };
+  };
+  const linearInOut = (ref: LinearRef, nIn: number, nOut: number): Tensor => {
+    const get = at(ref, read(ref.w), nIn, nOut);
+    const out = new Float32Array(nIn * nOut);
+    for (let i = 0; i < nIn; i++) for (let o = 0; o < nOut; o++) out[i * nOut + o] = get(o, i);
+    return { dims: [nIn, nOut], data: out };
+  };
+  const bias = (ref: LinearRef | undefined, n: number): Tensor => ({ dims: [n], data: ref?.b ? Float32Array.from(read(ref.b)) : new Float32Array(n) });
+
+  switch (key) {
+    case 'ln1.w': return normW(layer.ln1);
+    case 'ln1.b': return normB(layer.ln1);
+    case 'ln2.w': return normW(layer.ln2);
+    case 'ln2.b': return normB(layer.ln2);
+    case 'ln1_post.w': if (layer.postAttnNorm) return normW(layer.postAttnNorm); break;
+    case 'ln2_post.w': if (layer.postMlpNorm) return normW(layer.postMlpNorm); break;
+    case 'attn.W_Q': return qkvWeight(0);
+    case 'attn.W_K': return qkvWeight(1);
+    case 'attn.W_V': return qkvWeight(2);
+    case 'attn.b_Q': return qkvBias(0);
+    case 'attn.b_K': return qkvBias(1);
+    case 'attn.b_V': return qkvBias(2);
+    case 'attn.W_O': {
+      const t = linearInOut(a.o, H * Dh, D); // [H*Dh, D] = [H, Dh, D]
+      return { dims: [H, Dh, D], data: t.data };
+    }
+    case 'attn.b_O': return bias(a.o, D);
+    case 'mlp.W_in': return linearInOut(layer.mlp.up, D, M);
+    case 'mlp.b_in': return bias(layer.mlp.up, M);
+    case 'mlp.W_gate': if (layer.mlp.gate) return linearInOut(layer.mlp.gate, D, M); break;
+    case 'mlp.W_out': return linearInOut(layer.mlp.down, M, D);
+    case 'mlp.b_out': return bias(layer.mlp.down, D);
+  }
+  throw unknown();
+}
+
+/** Every stored tensor a spec uses (each counted once: tied embeddings are one tensor). */
+export function specTensorNames(spec: ModelSpec): Set<string> {
+  const names = new Set<string>();
+  const walk = (o: any) => {
+    if (!o || typeof o !== 'object') return;
+    for (const [k, v] of Object.entries(o)) {
+      if ((k === 'w' || k === 'b') && typeof v === 'string') names.add(v);
+      else walk(v);
+    }
+  };
+  walk(spec);
+  return names;
+}

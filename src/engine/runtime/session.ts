@@ -1,0 +1,68 @@
+/**
+ * The seam between the engine and an onnxruntime build. The engine hands a built graph to a
+ * SessionFactory and gets back a session that runs feeds → outputs. The browser factory uses
+ * onnxruntime-web with the weights as `externalData` buffers; the Node factory (src/node/) loads
+ * the graph from a file next to the weight files so ORT reads them from disk.
+ */
+import type { Backend } from '../api';
+import type { BuiltGraph } from '../graph/build-model';
+import type { WeightSet } from '../safetensors-types';
+
+export interface OrtTensorLike {
+  dims: readonly number[];
+  data: unknown;
+  dispose?: () => void;
+}
+
+/** The parts of an onnxruntime module (web, node, or web-in-node) the engine uses. */
+export interface OrtModule {
+  InferenceSession: { create(model: any, options?: any): Promise<any> };
+  Tensor: new (type: any, data: any, dims: readonly number[]) => OrtTensorLike;
+  env?: any;
+}
+
+export interface EngineSession {
+  run(feeds: Record<string, OrtTensorLike>, fetches: string[]): Promise<Record<string, OrtTensorLike>>;
+  release(): Promise<void>;
+}
+
+export interface SessionFactory {
+  backend: Backend;
+  ort: OrtModule;
+  create(graph: BuiltGraph, weights: WeightSet): Promise<EngineSession>;
+}
+
+function wrap(session: any): EngineSession {
+  return {
+    run: (feeds, fetches) => session.run(feeds, fetches),
+    release: async () => { await session.release?.(); },
+  };
+}
+
+/**
+ * onnxruntime-web (browser worker, or WASM in Node): weights go in as external data buffers,
+ * one per weight file, under the same names the graph's `location` fields use.
+ */
+export function webSessionFactory(ort: OrtModule, backend: 'webgpu' | 'wasm', readFile?: (file: string) => Uint8Array): SessionFactory {
+  return {
+    backend,
+    ort,
+    async create(graph, weights) {
+      const files = new Set<string>();
+      for (const e of weights.tensors.values()) files.add(e.file);
+      const externalData = [...files].map((path) => {
+        const data = weights.files.get(path) ?? readFile?.(path);
+        if (!data) throw new Error(`weight file ${path} has no bytes in memory`);
+        return { path, data };
+      });
+      const session = await ort.InferenceSession.create(graph.bytes, {
+        executionProviders: [backend],
+        externalData,
+        graphOptimizationLevel: 'all',
+      });
+      return wrap(session);
+    },
+  };
+}
+
+export { wrap as wrapOrtSession };

@@ -1,0 +1,297 @@
+/**
+ * Fetching one model file over HTTP with streaming progress, an AbortSignal, a byte cache and
+ * resume. Shared by HubSource and UrlSource, which only say how a file name becomes a URL, which
+ * cache key it has and which headers go with it.
+ *
+ * fetchFile(file, { cache, signal, onProgress, optional, cacheOnly, retries }):
+ *  1. a complete cache entry is returned with no request (progress: one `cached` event);
+ *  2. a partial entry is resumed with `Range: bytes=N-` (+ `If-Range: <etag>` when the etag is
+ *     strong); a 206 whose Content-Range starts at N is appended, a 200 restarts from zero;
+ *  3. on a network failure / cut connection / 5xx it retries (default 2 times, resuming from the
+ *     bytes already received); when it gives up, or on abort, the bytes received are saved as a
+ *     partial cache entry so the next call resumes.
+ * Errors: 404 -> FILE_NOT_FOUND (MODEL_NOT_FOUND when the Hub says the repository does not exist),
+ * 401/403 -> HTTP_ERROR with a token hint, other statuses -> HTTP_ERROR, network -> NETWORK_ERROR,
+ * abort -> ABORTED.
+ */
+import { LoupeError } from '../errors';
+import type { ByteCache, CacheKey, FetchOptions, FileProgress, ModelRef, ModelSource } from './types';
+
+export interface HttpSourceOptions {
+  /** fetch implementation (default globalThis.fetch) */
+  fetch?: typeof fetch;
+  /** default retries after a failure (default 2) */
+  retries?: number;
+  /** first retry delay in ms, doubled each time (default 300) */
+  retryDelayMs?: number;
+}
+
+/** A growable byte buffer; preallocated when the total size is known so nothing is copied twice. */
+class ByteBuffer {
+  private buf: Uint8Array;
+  length = 0;
+  constructor(capacity: number) { this.buf = new Uint8Array(Math.max(capacity, 0)); }
+  reserve(n: number): void {
+    if (n <= this.buf.byteLength) return;
+    const next = new Uint8Array(Math.max(n, this.buf.byteLength * 2, 1 << 16));
+    next.set(this.buf.subarray(0, this.length));
+    this.buf = next;
+  }
+  append(chunk: Uint8Array): void {
+    this.reserve(this.length + chunk.byteLength);
+    this.buf.set(chunk, this.length);
+    this.length += chunk.byteLength;
+  }
+  reset(capacity: number): void { this.buf = new Uint8Array(Math.max(capacity, 0)); this.length = 0; }
+  /** the bytes received; the exact-size buffer itself when it is full (no copy) */
+  bytes(): Uint8Array {
+    return this.length === this.buf.byteLength ? this.buf : this.buf.slice(0, this.length);
+  }
+}
+
+function isAbort(e: unknown, signal?: AbortSignal): boolean {
+  return !!signal?.aborted || (!!e && typeof e === 'object' && (e as Error).name === 'AbortError');
+}
+
+function abortableSleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(new LoupeError('ABORTED', 'The operation was cancelled.'));
+    const t = setTimeout(() => { signal?.removeEventListener('abort', onAbort); resolve(); }, ms);
+    const onAbort = () => { clearTimeout(t); reject(new LoupeError('ABORTED', 'The operation was cancelled.')); };
+    signal?.addEventListener('abort', onAbort, { once: true });
+  });
+}
+
+/** `bytes a-b/total` -> {start, total}; total null for `*`. */
+function parseContentRange(v: string | null): { start: number; total: number | null } | undefined {
+  const m = v && /^bytes\s+(\d+)-(\d+)\/(\d+|\*)$/i.exec(v.trim());
+  if (!m) return undefined;
+  return { start: Number(m[1]), total: m[3] === '*' ? null : Number(m[3]) };
+}
+
+/** Failures worth another try: the connection, not the request, was the problem. */
+class Retryable extends Error {
+  constructor(readonly error: LoupeError,
+    /** the partial bytes were dropped: start over once, without spending a retry */
+    readonly restart = false) { super(error.message); }
+}
+
+/** What is known about the download in progress; kept across attempts and saved with a partial. */
+interface DownloadState {
+  buf: ByteBuffer;
+  /** validator of the version whose bytes are in buf */
+  etag?: string;
+  /** full size of that version when known */
+  total: number | null;
+}
+
+export abstract class HttpSource implements ModelSource {
+  abstract readonly ref: ModelRef;
+  /** absolute URL of a file */
+  abstract url(file: string): string;
+  /** cache key of a file */
+  abstract cacheKey(file: string): CacheKey;
+  /** headers for a request to `url` (auth goes only where it belongs) */
+  protected headersFor(_url: string): Record<string, string> { return {}; }
+
+  protected readonly fetchImpl: typeof fetch;
+  protected readonly defaultRetries: number;
+  protected readonly retryDelayMs: number;
+
+  constructor(opts: HttpSourceOptions = {}) {
+    this.fetchImpl = opts.fetch ?? ((...args: Parameters<typeof fetch>) => globalThis.fetch(...args));
+    this.defaultRetries = opts.retries ?? 2;
+    this.retryDelayMs = opts.retryDelayMs ?? 300;
+  }
+
+  /** Hint for 401/403; the Hub overrides it to talk about tokens and gated models. */
+  protected authHint(_file: string, _res: Response): string {
+    return 'The server refused access to this file; check that the URL is public or that you are allowed to read it.';
+  }
+
+  /** Map a 404 to an error; the Hub says whether the repository or only the file is missing. */
+  protected notFound(file: string, url: string, _res: Response): LoupeError {
+    return new LoupeError('FILE_NOT_FOUND', `${file} not found at ${url} (HTTP 404).`, undefined, { file, url, status: 404 });
+  }
+
+  async fetchFile(file: string, opts: FetchOptions = {}): Promise<Uint8Array | null> {
+    const { cache, signal, onProgress } = opts;
+    const key = this.cacheKey(file);
+    const url = this.url(file);
+    const report = (p: Omit<FileProgress, 'file'>) => onProgress?.({ file, ...p });
+
+    if (signal?.aborted) throw new LoupeError('ABORTED', 'The operation was cancelled.');
+    if (cache) {
+      const hit = await cache.get(key);
+      if (hit) {
+        report({ loaded: hit.byteLength, total: hit.byteLength, cached: true, done: true });
+        return hit;
+      }
+    }
+    if (opts.cacheOnly) return null;
+
+    const partial = cache ? await cache.getPartial(key) : undefined;
+    const state: DownloadState = { buf: new ByteBuffer(partial?.total ?? partial?.bytes.byteLength ?? 0), total: null };
+    if (partial && partial.bytes.byteLength > 0) {
+      state.buf.append(partial.bytes);
+      state.etag = partial.etag;
+      state.total = partial.total ?? null;
+    }
+    let retriesLeft = opts.retries ?? this.defaultRetries;
+    let delay = this.retryDelayMs;
+    let restarted = false;
+
+    const savePartial = async () => {
+      if (!cache || state.buf.length === 0) return;
+      const meta = { ...(state.etag ? { etag: state.etag } : {}), ...(state.total != null ? { total: state.total } : {}) };
+      try { await cache.putPartial(key, state.buf.bytes(), meta); } catch { /* the cache is best effort */ }
+    };
+
+    for (;;) {
+      try {
+        const found = await this.attempt(file, url, state, signal, report, opts.optional);
+        if (!found) return null;
+        const bytes = state.buf.bytes();
+        if (cache) {
+          try { await cache.put(key, bytes); } catch { /* a full cache must not fail the load */ }
+        }
+        report({ loaded: bytes.byteLength, total: bytes.byteLength, done: true });
+        return bytes;
+      } catch (e) {
+        if (e instanceof Retryable) {
+          if (e.restart && !restarted) { restarted = true; continue; }
+          if (retriesLeft > 0) {
+            retriesLeft--;
+            try { await abortableSleep(delay, signal); } catch (abortErr) { await savePartial(); throw abortErr; }
+            delay *= 2;
+            continue;
+          }
+          await savePartial();
+          throw e.error;
+        }
+        if (isAbort(e, signal)) {
+          await savePartial();
+          throw new LoupeError('ABORTED', `Download of ${file} was cancelled after ${state.buf.length} bytes.`, cache ? 'Load again to resume where it stopped.' : undefined, { file, loaded: state.buf.length });
+        }
+        throw e;
+      }
+    }
+  }
+
+  /** Forget the partial bytes (they belong to another version, or the server refused the range). */
+  private restart(state: DownloadState, report: (p: Omit<FileProgress, 'file'>) => void, total: number | null): void {
+    const had = state.buf.length > 0;
+    state.buf.reset(total ?? 0);
+    state.etag = undefined;
+    state.total = total;
+    if (had) report({ loaded: 0, total, restarted: true });
+  }
+
+  /**
+   * One request, appending to state.buf (resuming from its length when > 0) and updating
+   * state.etag/total as soon as the response says. Returns false for an optional 404; throws
+   * Retryable for failures worth another try.
+   */
+  private async attempt(
+    file: string, url: string, state: DownloadState, signal: AbortSignal | undefined,
+    report: (p: Omit<FileProgress, 'file'>) => void, optional?: boolean,
+  ): Promise<boolean> {
+    const { buf } = state;
+    const headers: Record<string, string> = { ...this.headersFor(url) };
+    const resumeFrom = buf.length;
+    if (resumeFrom > 0) {
+      headers.Range = `bytes=${resumeFrom}-`;
+      // If-Range needs a strong validator; with a weak or no etag the Content-Range total guards us.
+      if (state.etag && !state.etag.startsWith('W/')) headers['If-Range'] = state.etag;
+    }
+    let res: Response;
+    try {
+      res = await this.fetchImpl(url, { headers, signal });
+    } catch (e) {
+      if (isAbort(e, signal)) throw e;
+      throw new Retryable(new LoupeError('NETWORK_ERROR', `Could not reach ${url} (${e instanceof Error ? e.message : String(e)}).`, 'Check the network connection and the endpoint, then try again; finished bytes are kept.', { file, url }));
+    }
+    const drop = () => res.body?.cancel().catch(() => {});
+
+    if (res.status === 404) {
+      await drop();
+      if (optional) return false;
+      throw this.notFound(file, url, res);
+    }
+    if (res.status === 401 || res.status === 403) {
+      await drop();
+      const nf = this.notFound(file, url, res);
+      if (nf.code === 'MODEL_NOT_FOUND') throw nf;
+      throw new LoupeError('HTTP_ERROR', `Access to ${file} was refused (HTTP ${res.status}) at ${url}.`, this.authHint(file, res), { file, url, status: res.status });
+    }
+    if (res.status === 416 && resumeFrom > 0) {
+      // Our partial bytes do not fit the file any more: start over.
+      await drop();
+      this.restart(state, report, null);
+      throw new Retryable(new LoupeError('HTTP_ERROR', `Resuming ${file} was refused (HTTP 416).`, undefined, { file, url, status: 416 }), true);
+    }
+    if (res.status >= 500) {
+      await drop();
+      throw new Retryable(new LoupeError('HTTP_ERROR', `Server error ${res.status} for ${url}.`, 'The server had a problem; try again later.', { file, url, status: res.status }));
+    }
+    if (res.status !== 200 && res.status !== 206) {
+      await drop();
+      throw new LoupeError('HTTP_ERROR', `Unexpected HTTP ${res.status} for ${url}.`, undefined, { file, url, status: res.status });
+    }
+
+    const etag = res.headers.get('etag') ?? undefined;
+    const encoded = (res.headers.get('content-encoding') ?? 'identity').toLowerCase() !== 'identity';
+    const cl = res.headers.get('content-length');
+    const contentLength = !encoded && cl != null && /^\d+$/.test(cl) ? Number(cl) : null;
+
+    if (res.status === 206 && resumeFrom > 0) {
+      const cr = parseContentRange(res.headers.get('content-range'));
+      const sameFile = !!cr && cr.start === resumeFrom
+        && (state.total == null || cr.total == null || cr.total === state.total)
+        && (!state.etag || !etag || etag === state.etag);
+      if (!sameFile) {
+        // A range we did not ask for, or of another version of the file: drop everything.
+        await drop();
+        this.restart(state, report, null);
+        throw new Retryable(new LoupeError('HTTP_ERROR', `Server answered an unusable range for ${file}.`, undefined, { file, url }), true);
+      }
+      state.total = cr!.total ?? (contentLength != null ? resumeFrom + contentLength : null);
+      state.etag = etag ?? state.etag;
+    } else if (res.status === 206) {
+      await drop();
+      throw new LoupeError('HTTP_ERROR', `Server sent a partial response (206) for ${url} that was not asked for.`, undefined, { file, url, status: 206 });
+    } else {
+      // 200: the whole file (also the answer to a Range whose If-Range no longer matches).
+      this.restart(state, report, contentLength);
+      state.etag = etag;
+    }
+    const total = state.total;
+    if (total != null) buf.reserve(total);
+    report({ loaded: buf.length, total });
+
+    if (!res.body) {
+      throw new Retryable(new LoupeError('NETWORK_ERROR', `Empty response body for ${url}.`, undefined, { file, url }));
+    }
+    const reader = res.body.getReader();
+    try {
+      for (;;) {
+        const { done, value } = await reader.read();
+        if (done) break;
+        if (total != null && buf.length + value.byteLength > total) {
+          throw new LoupeError('HTTP_ERROR', `${url} sent more bytes than its declared size ${total}.`, undefined, { file, url });
+        }
+        buf.append(value);
+        report({ loaded: buf.length, total });
+      }
+    } catch (e) {
+      reader.cancel().catch(() => {});
+      if (e instanceof LoupeError) throw e;
+      if (isAbort(e, signal)) throw e;
+      throw new Retryable(new LoupeError('NETWORK_ERROR', `Connection lost while downloading ${file} (${buf.length}${total != null ? ` of ${total}` : ''} bytes received).`, 'Try again: the download resumes where it stopped.', { file, url, loaded: buf.length, total }));
+    }
+    if (total != null && buf.length < total) {
+      throw new Retryable(new LoupeError('NETWORK_ERROR', `Connection closed early while downloading ${file} (${buf.length} of ${total} bytes).`, 'Try again: the download resumes where it stopped.', { file, url, loaded: buf.length, total }));
+    }
+    return true;
+  }
+}

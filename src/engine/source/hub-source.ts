@@ -1,0 +1,87 @@
+/**
+ * A model on the Hugging Face Hub (or any server with its layout):
+ *   {endpoint}/{id}/resolve/{revision}/{file}
+ *
+ *   new HubSource('owner/name', { revision: 'main', endpoint: 'https://huggingface.co', token })
+ *
+ * The access token is sent as `Authorization: Bearer` only to requests whose origin is the
+ * endpoint's origin; redirects to other origins (the Hub's CDN) lose it, as fetch strips
+ * Authorization on cross-origin redirects. The Hub's `X-Error-Code` header tells a missing
+ * repository (MODEL_NOT_FOUND) from a missing file (FILE_NOT_FOUND) and a gated one.
+ */
+import { LoupeError } from '../errors';
+import { HttpSource, type HttpSourceOptions } from './http-source';
+import type { CacheKey, ModelRef } from './types';
+
+export const DEFAULT_HUB_ENDPOINT = 'https://huggingface.co';
+
+export interface HubSourceOptions extends HttpSourceOptions {
+  revision?: string;
+  endpoint?: string;
+  /** Hugging Face access token (gated or private models) */
+  token?: string;
+}
+
+/** Percent-encode each path segment of a file name (files may live in sub-folders). */
+export function encodePath(file: string): string {
+  return file.split('/').map(encodeURIComponent).join('/');
+}
+
+export class HubSource extends HttpSource {
+  readonly ref: ModelRef;
+  private readonly endpoint: string;
+  private readonly origin: string;
+  private readonly token?: string;
+
+  constructor(id: string, opts: HubSourceOptions = {}) {
+    super(opts);
+    const endpoint = (opts.endpoint ?? DEFAULT_HUB_ENDPOINT).replace(/\/+$/, '');
+    let origin: string;
+    try { origin = new URL(endpoint).origin; } catch {
+      throw new LoupeError('BAD_INPUT', `Hub endpoint "${endpoint}" is not a URL.`, 'Use e.g. https://huggingface.co');
+    }
+    this.endpoint = endpoint;
+    this.origin = origin;
+    this.token = opts.token || undefined;
+    this.ref = { kind: 'hub', id, revision: opts.revision || 'main', endpoint };
+  }
+
+  url(file: string): string {
+    return `${this.endpoint}/${encodePath(this.ref.id)}/resolve/${encodeURIComponent(this.ref.revision)}/${encodePath(file)}`;
+  }
+
+  cacheKey(file: string): CacheKey {
+    return { endpoint: this.endpoint, id: this.ref.id, revision: this.ref.revision, file };
+  }
+
+  protected override headersFor(url: string): Record<string, string> {
+    if (!this.token) return {};
+    let origin: string;
+    try { origin = new URL(url).origin; } catch { return {}; }
+    return origin === this.origin ? { Authorization: `Bearer ${this.token}` } : {};
+  }
+
+  protected override authHint(_file: string, res: Response): string {
+    const code = res.headers.get('x-error-code');
+    if (code === 'GatedRepo') {
+      return `${this.ref.id} is gated: accept its license on the model page, then give Loupe a Hugging Face access token with read access.`;
+    }
+    return this.token
+      ? 'The token was refused: check that it is valid and has read access to this model (gated models also need their license accepted).'
+      : 'This model may be private or gated: give Loupe a Hugging Face access token (and accept the license on the model page).';
+  }
+
+  protected override notFound(file: string, url: string, res: Response): LoupeError {
+    const code = res.headers.get('x-error-code');
+    if (code === 'RepositoryNotFound') {
+      return new LoupeError('MODEL_NOT_FOUND', `No model "${this.ref.id}" at ${this.endpoint}.`, this.token
+        ? 'Check the id (owner/name); if the model is private, check that the token can read it.'
+        : 'Check the id (owner/name); if the model is private or gated, give Loupe an access token.', { id: this.ref.id, file, url, status: res.status });
+    }
+    if (code === 'RevisionNotFound') {
+      return new LoupeError('MODEL_NOT_FOUND', `Model "${this.ref.id}" has no revision "${this.ref.revision}".`, 'Check the revision after @ (a branch, tag or commit).', { id: this.ref.id, revision: this.ref.revision, file, url, status: res.status });
+    }
+    return new LoupeError('FILE_NOT_FOUND', `${file} not found in ${this.ref.id}@${this.ref.revision} (HTTP ${res.status}).`, undefined,
+      { file, url, status: res.status, ...(code === 'EntryNotFound' ? { entryNotFound: true } : {}) });
+  }
+}

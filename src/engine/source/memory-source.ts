@@ -1,0 +1,33 @@
+/**
+ * A model held in memory: file name -> bytes, text or Blob. For tests that generate models, and
+ * for a folder the user picks in the page (<input webkitdirectory> / File System Access gives Files).
+ *
+ *   new MemorySource({ 'config.json': JSON.stringify(cfg), 'tokenizer.json': tok, 'model.safetensors': bytes }, 'my-model')
+ */
+import { LoupeError } from '../errors';
+import type { FetchOptions, ModelRef, ModelSource } from './types';
+
+export type MemoryFile = Uint8Array | string | Blob;
+
+export class MemorySource implements ModelSource {
+  readonly ref: ModelRef;
+  private readonly files: Map<string, MemoryFile>;
+
+  constructor(files: Map<string, MemoryFile> | Record<string, MemoryFile>, name = 'memory') {
+    this.files = files instanceof Map ? files : new Map(Object.entries(files));
+    // 'url' is the closest kind: bytes that came from somewhere other than the Hub or a folder.
+    this.ref = { kind: 'url', id: `memory:${name}`, revision: '' };
+  }
+
+  async fetchFile(file: string, opts: FetchOptions = {}): Promise<Uint8Array | null> {
+    if (opts.signal?.aborted) throw new LoupeError('ABORTED', 'The operation was cancelled.');
+    const f = this.files.get(file);
+    if (f === undefined) {
+      if (opts.optional) return null;
+      throw new LoupeError('FILE_NOT_FOUND', `${file} is not among the model's files.`, undefined, { file, modelExists: true });
+    }
+    const bytes = typeof f === 'string' ? new TextEncoder().encode(f) : f instanceof Uint8Array ? f : new Uint8Array(await f.arrayBuffer());
+    opts.onProgress?.({ file, loaded: bytes.byteLength, total: bytes.byteLength, done: true });
+    return bytes;
+  }
+}

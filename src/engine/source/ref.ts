@@ -1,0 +1,61 @@
+/**
+ * What a user typed as a model -> where to load it from. Pure: no fs, no network.
+ *
+ *   resolveModelRef('default')                 -> { kind: 'bundled', id: 'stories260K' }
+ *   resolveModelRef('owner/name@rev')          -> { kind: 'hub', id: 'owner/name', revision: 'rev', endpoint }
+ *   resolveModelRef('https://huggingface.co/owner/name/tree/rev') -> the same Hub model
+ *   resolveModelRef('https://host/dir/')       -> { kind: 'url', id: 'https://host/dir/' }
+ *   resolveModelRef('./models/x')              -> { kind: 'folder', id: './models/x' }
+ *
+ * A bare 'name' or 'owner/name' could also be a relative folder: Node passes `isFolder` (an fs
+ * check) and a folder that exists wins; the browser passes nothing and gets the Hub.
+ */
+import { LoupeError } from '../errors';
+import { DEFAULT_HUB_ENDPOINT } from './hub-source';
+import type { ModelRef } from './types';
+
+export const BUNDLED_MODEL_ID = 'stories260K';
+/** where the bundled model lives, relative to the page's base URL (and to the project's public/) */
+export const BUNDLED_MODEL_PATH = 'models/stories260K/';
+
+export type ResolvedModelRef = ModelRef | { kind: 'bundled'; id: string; revision: '' };
+
+export interface ResolveOptions {
+  /** Hub endpoint for Hub ids (default https://huggingface.co) */
+  endpoint?: string;
+  /** Node: does this path name an existing directory? */
+  isFolder?: (path: string) => boolean;
+}
+
+const HUB_PART = '[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9_])?';
+const HUB_ID = new RegExp(`^(${HUB_PART}(?:/${HUB_PART})?)(?:@([^\\s@]+))?$`);
+
+export function resolveModelRef(spec: string, opts: ResolveOptions = {}): ResolvedModelRef {
+  const s = spec.trim();
+  const endpoint = (opts.endpoint ?? DEFAULT_HUB_ENDPOINT).replace(/\/+$/, '');
+  if (s === '' || s === 'default' || s === BUNDLED_MODEL_ID) return { kind: 'bundled', id: BUNDLED_MODEL_ID, revision: '' };
+
+  if (/^https?:\/\//i.test(s)) {
+    // A model page URL on the Hub itself is taken as the Hub id it names.
+    const hub = new URL(endpoint);
+    let u: URL;
+    try { u = new URL(s); } catch { throw badSpec(spec); }
+    if (u.origin === hub.origin) {
+      const m = /^\/([^/]+\/[^/]+)(?:\/(?:tree|resolve|blob)\/([^/]+))?\/?$/.exec(u.pathname);
+      if (m && HUB_ID.test(m[1])) return { kind: 'hub', id: m[1], revision: m[2] ? decodeURIComponent(m[2]) : 'main', endpoint };
+    }
+    return { kind: 'url', id: s.endsWith('/') ? s : `${s}/`, revision: '' };
+  }
+  if (/^file:\/\//i.test(s)) return { kind: 'folder', id: decodeURIComponent(new URL(s).pathname), revision: '' };
+  if (/^(\/|\.\.?([/\\]|$)|~([/\\]|$)|[A-Za-z]:[/\\])/.test(s) || s.includes('\\')) return { kind: 'folder', id: s, revision: '' };
+  if (opts.isFolder?.(s)) return { kind: 'folder', id: s, revision: '' };
+
+  const m = HUB_ID.exec(s);
+  if (m && !m[1].includes('..')) return { kind: 'hub', id: m[1], revision: m[2] ?? 'main', endpoint };
+  throw badSpec(spec);
+}
+
+function badSpec(spec: string): LoupeError {
+  return new LoupeError('BAD_INPUT', `"${spec}" is not a model Loupe can load.`,
+    "Use 'default' (the bundled stories260K), a Hub id like 'owner/name' or 'owner/name@revision', an http(s) URL of a folder holding config.json, or (CLI) a local folder path.");
+}

@@ -1,0 +1,134 @@
+/**
+ * ByteCache in a directory (Node): `<root>/<endpoint>/<id>/<revision>/<file>`, each component
+ * percent-encoded so no key can leave the root. Root: the constructor argument, else
+ * $LOUPE_CACHE_DIR, else ~/.cache/loupe.
+ *
+ * Complete files are written to a temporary name and renamed, so a file that exists is whole.
+ * An interrupted download is `<file>.partial` plus `<file>.partial.json` ({etag, total}).
+ * `localPath(key)` gives the complete file's path, so ORT can read weights straight from disk.
+ */
+import { closeSync, existsSync, openSync, promises as fsp, statSync, writeSync } from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import type { ByteCache, CacheEntryInfo, CacheKey } from '../engine/source/types';
+
+const PARTIAL = '.partial';
+const META = '.partial.json';
+
+export function defaultCacheDir(): string {
+  return process.env.LOUPE_CACHE_DIR || path.join(os.homedir(), '.cache', 'loupe');
+}
+
+/** '.' and '..' are legal in keys but not as directory names: encode them too. ('' -> '', the
+ * caller maps an empty revision to '@', which encodeURIComponent never produces.) */
+function enc(s: string): string {
+  const e = encodeURIComponent(s);
+  return e === '.' ? '%2E' : e === '..' ? '%2E%2E' : e;
+}
+const dec = decodeURIComponent;
+
+export class DirCache implements ByteCache {
+  readonly root: string;
+
+  constructor(root: string = defaultCacheDir()) {
+    this.root = path.resolve(root);
+  }
+
+  private modelDir(k: Omit<CacheKey, 'file'>): string {
+    return path.join(this.root, enc(k.endpoint), enc(k.id), enc(k.revision) || '@');
+  }
+  private filePath(k: CacheKey): string {
+    return path.join(this.modelDir(k), enc(k.file));
+  }
+
+  async get(key: CacheKey): Promise<Uint8Array | undefined> {
+    try {
+      const b = await fsp.readFile(this.filePath(key));
+      return new Uint8Array(b.buffer, b.byteOffset, b.byteLength);
+    } catch { return undefined; }
+  }
+
+  /** whether a complete entry exists, without reading it */
+  has(key: CacheKey): boolean {
+    return existsSync(this.filePath(key));
+  }
+
+  localPath(key: CacheKey): string | undefined {
+    const p = this.filePath(key);
+    return existsSync(p) ? p : undefined;
+  }
+
+  async put(key: CacheKey, bytes: Uint8Array): Promise<void> {
+    const p = this.filePath(key);
+    await fsp.mkdir(path.dirname(p), { recursive: true });
+    const tmp = `${p}.tmp-${process.pid}-${Math.random().toString(36).slice(2)}`;
+    await fsp.writeFile(tmp, bytes);
+    await fsp.rename(tmp, p);
+    await this.dropPartial(key);
+  }
+
+  async getPartial(key: CacheKey): Promise<{ bytes: Uint8Array; etag?: string; total?: number } | undefined> {
+    const p = this.filePath(key);
+    try {
+      const [b, m] = await Promise.all([fsp.readFile(p + PARTIAL), fsp.readFile(p + META, 'utf8')]);
+      const meta = JSON.parse(m) as { etag?: string; total?: number; size?: number };
+      // The meta is written after the bytes: a size that disagrees means a torn write.
+      if (meta.size !== undefined && meta.size !== b.byteLength) return undefined;
+      return { bytes: new Uint8Array(b.buffer, b.byteOffset, b.byteLength), ...(meta.etag ? { etag: meta.etag } : {}), ...(meta.total != null ? { total: meta.total } : {}) };
+    } catch { return undefined; }
+  }
+
+  async putPartial(key: CacheKey, bytes: Uint8Array, meta: { etag?: string; total?: number }): Promise<void> {
+    const p = this.filePath(key);
+    await fsp.mkdir(path.dirname(p), { recursive: true });
+    await fsp.writeFile(p + PARTIAL, bytes);
+    await fsp.writeFile(p + META, JSON.stringify({ ...meta, size: bytes.byteLength }));
+  }
+
+  /**
+   * Append to a partial entry (streaming downloads): writes `chunk` at `offset` of `<file>.partial`.
+   * Sync on purpose: it is called from a download loop, one chunk at a time.
+   */
+  appendPartialSync(key: CacheKey, offset: number, chunk: Uint8Array): void {
+    const p = this.filePath(key) + PARTIAL;
+    const fd = openSync(p, offset === 0 ? 'w' : 'r+');
+    try { writeSync(fd, chunk, 0, chunk.byteLength, offset); } finally { closeSync(fd); }
+  }
+
+  private async dropPartial(key: CacheKey): Promise<void> {
+    const p = this.filePath(key);
+    await Promise.all([fsp.rm(p + PARTIAL, { force: true }), fsp.rm(p + META, { force: true })]);
+  }
+
+  async list(): Promise<CacheEntryInfo[]> {
+    const out: CacheEntryInfo[] = [];
+    const dirs = async (p: string) => {
+      try { return (await fsp.readdir(p, { withFileTypes: true })).filter((d) => d.isDirectory()).map((d) => d.name); } catch { return []; }
+    };
+    for (const e of await dirs(this.root)) {
+      for (const i of await dirs(path.join(this.root, e))) {
+        for (const r of await dirs(path.join(this.root, e, i))) {
+          const dir = path.join(this.root, e, i, r);
+          for (const d of await fsp.readdir(dir, { withFileTypes: true })) {
+            if (!d.isFile() || d.name.endsWith(META) || d.name.includes('.tmp-')) continue;
+            const partial = d.name.endsWith(PARTIAL);
+            const name = partial ? d.name.slice(0, -PARTIAL.length) : d.name;
+            const st = statSync(path.join(dir, d.name));
+            out.push({ endpoint: dec(e), id: dec(i), revision: r === '@' ? '' : dec(r), file: dec(name), size: st.size, complete: !partial, storedAt: st.mtimeMs });
+          }
+        }
+      }
+    }
+    return out.sort((a, b) => (a.endpoint + a.id + a.revision + a.file).localeCompare(b.endpoint + b.id + b.revision + b.file));
+  }
+
+  async delete(key: Omit<CacheKey, 'file'> & { file?: string }): Promise<void> {
+    if (key.file !== undefined) {
+      const k = key as CacheKey;
+      await fsp.rm(this.filePath(k), { force: true });
+      await this.dropPartial(k);
+      return;
+    }
+    await fsp.rm(this.modelDir(key), { recursive: true, force: true });
+  }
+}

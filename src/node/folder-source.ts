@@ -1,0 +1,62 @@
+/**
+ * A model in a local folder (Node only): config.json, tokenizer.json, model.safetensors, ...
+ *
+ *   const src = new FolderSource('/path/to/model');
+ *   src.localPath('model.safetensors')  // absolute path, for ORT external data and header-only reads
+ *
+ * A missing folder is MODEL_NOT_FOUND; a missing file FILE_NOT_FOUND (details.modelExists = true,
+ * so loadModelFiles reports a missing config.json as MISSING_CONFIG).
+ */
+import { promises as fsp, statSync } from 'node:fs';
+import * as path from 'node:path';
+import { LoupeError } from '../engine/errors';
+import type { FetchOptions, ModelRef, ModelSource } from '../engine/source/types';
+
+export class FolderSource implements ModelSource {
+  readonly ref: ModelRef;
+  readonly dir: string;
+
+  constructor(dir: string) {
+    this.dir = path.resolve(dir.startsWith('~') ? path.join(process.env.HOME ?? '', dir.slice(1)) : dir);
+    this.ref = { kind: 'folder', id: this.dir, revision: '' };
+  }
+
+  /** absolute path of a file inside the folder (no escaping it with ..) */
+  localPath(file: string): string {
+    const p = path.resolve(this.dir, file);
+    if (p !== this.dir && !p.startsWith(this.dir + path.sep)) {
+      throw new LoupeError('BAD_INPUT', `File name ${JSON.stringify(file)} leaves the model folder.`);
+    }
+    return p;
+  }
+
+  /** throws MODEL_NOT_FOUND unless the folder exists */
+  checkFolder(): void {
+    let ok = false;
+    try { ok = statSync(this.dir).isDirectory(); } catch { ok = false; }
+    if (!ok) {
+      throw new LoupeError('MODEL_NOT_FOUND', `No model folder at ${this.dir}.`, 'Give the path of a folder holding config.json, tokenizer.json and the safetensors weights, or a Hub id like owner/name.', { path: this.dir });
+    }
+  }
+
+  async fetchFile(file: string, opts: FetchOptions = {}): Promise<Uint8Array | null> {
+    if (opts.signal?.aborted) throw new LoupeError('ABORTED', 'The operation was cancelled.');
+    this.checkFolder();
+    const p = this.localPath(file);
+    let bytes: Buffer;
+    try {
+      bytes = await fsp.readFile(p, { signal: opts.signal });
+    } catch (e) {
+      const code = (e as NodeJS.ErrnoException).code;
+      if ((e as Error).name === 'AbortError') throw new LoupeError('ABORTED', 'The operation was cancelled.');
+      if (code === 'ENOENT') {
+        if (opts.optional) return null;
+        throw new LoupeError('FILE_NOT_FOUND', `${file} not found in ${this.dir}.`, undefined, { file, path: p, modelExists: true });
+      }
+      throw new LoupeError('FILE_NOT_FOUND', `Cannot read ${p} (${(e as Error).message}).`, undefined, { file, path: p, modelExists: true });
+    }
+    const out = new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+    opts.onProgress?.({ file, loaded: out.byteLength, total: out.byteLength, done: true });
+    return out;
+  }
+}

@@ -1,0 +1,157 @@
+/**
+ * Node model loading that keeps weights on disk.
+ *
+ *   const files = await loadModelFilesNode('default' | 'owner/name@rev' | 'https://…/' | './folder' | aModelSource,
+ *                                          { cache?, endpoint?, token?, signal?, onProgress? });
+ *   files.weights.paths   file -> absolute path (folder, or the DirCache for Hub/URL models)
+ *   files.weights.files   empty for those files: only the headers (8 + N bytes) were read
+ *   readTensorF32(files.weights, name)   reads just that tensor's byte range from disk
+ *
+ * Folder sources and complete DirCache entries are never read whole. A download goes through
+ * the cache (default: a DirCache at $LOUPE_CACHE_DIR or ~/.cache/loupe; `cache: false` keeps
+ * everything in memory) and is then used from its cached path.
+ */
+import { closeSync, existsSync, fstatSync, openSync, readSync, statSync } from 'node:fs';
+import * as path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { LoupeError } from '../engine/errors';
+import { parseSafetensors, parseSafetensorsHeader, safetensorsHeaderLength, type ReadableWeightSet, type SafetensorsHeader } from '../engine/safetensors';
+import { loadModelFilesWith, type LoadFilesOptions, type ModelFiles, type WeightReader } from '../engine/source/files';
+import { HttpSource } from '../engine/source/http-source';
+import { HubSource } from '../engine/source/hub-source';
+import { BUNDLED_MODEL_ID, BUNDLED_MODEL_PATH, resolveModelRef, type ResolvedModelRef } from '../engine/source/ref';
+import type { ByteCache, ModelSource } from '../engine/source/types';
+import { UrlSource } from '../engine/source/url-source';
+import { DirCache } from './dir-cache';
+import { FolderSource } from './folder-source';
+
+export interface NodeLoadOptions extends Omit<LoadFilesOptions, 'cache'> {
+  /** byte cache for Hub/URL models (default: a DirCache); false: none, weights stay in memory */
+  cache?: ByteCache | false;
+  /** Hub endpoint (default $HF_ENDPOINT or https://huggingface.co) */
+  endpoint?: string;
+  /** Hub access token (default $HF_TOKEN) */
+  token?: string;
+}
+
+/** Read and validate only the header of a safetensors file on disk. */
+export function readSafetensorsHeaderFromDisk(filePath: string, fileName: string): SafetensorsHeader {
+  const fd = openSync(filePath, 'r');
+  try {
+    const size = fstatSync(fd).size;
+    const first = Buffer.alloc(8);
+    const got = readSync(fd, first, 0, Math.min(8, size), 0);
+    const n = safetensorsHeaderLength(first.subarray(0, got), fileName, size);
+    const head = Buffer.alloc(8 + n);
+    let off = 0;
+    while (off < head.byteLength) {
+      const r = readSync(fd, head, off, head.byteLength - off, off);
+      if (r === 0) break;
+      off += r;
+    }
+    return parseSafetensorsHeader(new Uint8Array(head.buffer, head.byteOffset, off), fileName, size);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/** Read `length` bytes at `offset` of a file (a tensor's data). */
+export function readFileRange(filePath: string, offset: number, length: number): Uint8Array {
+  const fd = openSync(filePath, 'r');
+  try {
+    const out = new Uint8Array(length);
+    let done = 0;
+    while (done < length) {
+      const r = readSync(fd, out, done, length - done, offset + done);
+      if (r === 0) break;
+      done += r;
+    }
+    return done === length ? out : out.subarray(0, done);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/** The bundled stories260K folder: $LOUPE_BUNDLED_MODEL, else public/models/stories260K near this file or the cwd. */
+export function bundledModelDir(): string {
+  const here = path.dirname(fileURLToPath(import.meta.url));
+  const candidates = [
+    process.env.LOUPE_BUNDLED_MODEL,
+    path.resolve(here, '../../public', BUNDLED_MODEL_PATH),
+    path.resolve(here, '../public', BUNDLED_MODEL_PATH),
+    path.resolve(here, 'public', BUNDLED_MODEL_PATH),
+    path.resolve(process.cwd(), 'public', BUNDLED_MODEL_PATH),
+  ].filter((p): p is string => !!p);
+  for (const c of candidates) if (existsSync(path.join(c, 'config.json'))) return c;
+  throw new LoupeError('MODEL_NOT_FOUND', `The bundled model ${BUNDLED_MODEL_ID} was not found (looked in ${candidates.join(', ')}).`, 'Set LOUPE_BUNDLED_MODEL to its folder.');
+}
+
+function isDir(p: string): boolean {
+  try { return statSync(p).isDirectory(); } catch { return false; }
+}
+
+/** A model spec string (or an already resolved ref) -> a ModelSource, in Node. */
+export function sourceFromSpec(spec: string | ResolvedModelRef, opts: { endpoint?: string; token?: string } = {}): ModelSource {
+  const endpoint = opts.endpoint ?? process.env.HF_ENDPOINT ?? undefined;
+  const ref = typeof spec === 'string' ? resolveModelRef(spec, { endpoint, isFolder: isDir }) : spec;
+  switch (ref.kind) {
+    case 'bundled': return new FolderSource(bundledModelDir());
+    case 'folder': return new FolderSource(ref.id);
+    case 'url': return new UrlSource(ref.id);
+    case 'hub': return new HubSource(ref.id, { revision: ref.revision, endpoint: ref.endpoint ?? endpoint, token: opts.token ?? process.env.HF_TOKEN });
+  }
+}
+
+/**
+ * Weight reader that keeps files on disk: folder files and complete DirCache entries are
+ * validated from their header alone; anything else is downloaded (through the cache) first.
+ */
+export function diskWeightReader(source: ModelSource, cache: ByteCache | undefined): WeightReader {
+  const localOf = (file: string): string | undefined => {
+    if (source instanceof FolderSource) {
+      const p = source.localPath(file);
+      return existsSync(p) ? p : undefined;
+    }
+    if (source instanceof HttpSource && cache?.localPath) return cache.localPath(source.cacheKey(file));
+    return source.localPath?.(file);
+  };
+  return {
+    createWeightSet() {
+      const ws: ReadableWeightSet = { files: new Map(), paths: new Map(), tensors: new Map(), metadata: {} };
+      ws.readRange = (file, offset, length) => {
+        const p = ws.paths.get(file);
+        if (!p) throw new LoupeError('INTERNAL', `No local path for ${file}.`);
+        return readFileRange(p, offset, length);
+      };
+      return ws;
+    },
+    async read(file, opts) {
+      if (opts.signal?.aborted) throw new LoupeError('ABORTED', 'The operation was cancelled.');
+      if (source instanceof FolderSource) source.checkFolder();
+      let p = localOf(file);
+      if (!p) {
+        if (source instanceof FolderSource) {
+          if (opts.optional) return null;
+          throw new LoupeError('FILE_NOT_FOUND', `${file} not found in ${source.dir}.`, undefined, { file, modelExists: true });
+        }
+        const bytes = await source.fetchFile(file, { ...opts, cache: opts.cache ?? cache });
+        if (!bytes) return null;
+        p = localOf(file);
+        // Validate from memory; keep only the path when the cache now holds the file.
+        const header = parseSafetensors(bytes, file);
+        return p ? { header, path: p } : { header, bytes };
+      }
+      const header = readSafetensorsHeaderFromDisk(p, file);
+      const size = statSync(p).size;
+      opts.onProgress?.({ file, loaded: size, total: size, cached: true, done: true });
+      return { header, path: p };
+    },
+  };
+}
+
+/** Load a model's files in Node; weights stay on disk where they can. */
+export async function loadModelFilesNode(spec: string | ResolvedModelRef | ModelSource, opts: NodeLoadOptions = {}): Promise<ModelFiles> {
+  const source = typeof spec === 'object' && 'fetchFile' in spec ? spec : sourceFromSpec(spec, opts);
+  const cache = source instanceof FolderSource ? undefined : opts.cache === false ? undefined : opts.cache ?? new DirCache();
+  return loadModelFilesWith(source, diskWeightReader(source, cache), { ...opts, cache });
+}

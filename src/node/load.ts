@@ -1,0 +1,72 @@
+/**
+ * Load a model in Node: 'default' (the bundled stories260K), a folder, a Hub id or a URL.
+ * backend 'node' = onnxruntime-node (default); 'wasm' = onnxruntime-web's WASM build in Node,
+ * selectable so the two runtimes can be compared on the same graph.
+ */
+import { readFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import type { LoadedModel, LoadOptions } from '../engine/api';
+import { LoupeError } from '../engine/errors';
+import { createModel } from '../engine/model';
+import { readTensorF32, type ReadableWeightSet } from '../engine/safetensors';
+import { webSessionFactory, type OrtModule, type SessionFactory } from '../engine/runtime/session';
+import { loadModelFilesNode, sourceFromSpec, type NodeLoadOptions } from './load-files-node';
+import { nodeSessionFactory } from './session-node';
+import { FolderSource } from './folder-source';
+
+export interface NodeModelOptions extends Omit<LoadOptions, 'backend'>, Pick<NodeLoadOptions, 'cache' | 'endpoint' | 'token'> {
+  backend?: 'node' | 'wasm';
+  /** intra-op threads for onnxruntime-node (default: ORT's choice) */
+  threads?: number;
+}
+
+const require = createRequire(import.meta.url);
+
+export async function nodeFactory(backend: 'node' | 'wasm', threads?: number): Promise<SessionFactory> {
+  if (backend === 'node') {
+    let ort: OrtModule;
+    try {
+      ort = require('onnxruntime-node');
+    } catch (e) {
+      throw new LoupeError('BACKEND_UNAVAILABLE', `onnxruntime-node could not be loaded: ${(e as Error).message}`, "Use --backend wasm, or reinstall with 'npm ci'.");
+    }
+    return nodeSessionFactory(ort, threads);
+  }
+  const ort = (await import('onnxruntime-web')) as unknown as OrtModule;
+  // One thread: no worker_threads inside ORT-web in Node; comparable with the page's single-thread WASM.
+  ort.env.wasm.numThreads = 1;
+  return webSessionFactory(ort, 'wasm');
+}
+
+export async function loadModelNode(spec: string, opts: NodeModelOptions = {}): Promise<LoadedModel> {
+  const backend = opts.backend ?? 'node';
+  const source = sourceFromSpec(spec, opts);
+  const files = await loadModelFilesNode(source, opts);
+  const weights = files.weights as ReadableWeightSet;
+  const factory = await nodeFactory(backend, opts.threads);
+  const wasmFactory = backend === 'wasm' ? withFileBytes(factory, weights) : factory;
+  const ref = files.ref;
+  const isBundled = spec === 'default' || spec === '' || spec === 'stories260K';
+  return createModel({
+    config: files.config as Record<string, any>,
+    tokenizerJson: files.tokenizerJson,
+    tokenizerConfig: files.tokenizerConfig,
+    weights,
+    readTensor: (name) => readTensorF32(weights, name),
+    id: isBundled ? 'stories260K' : source instanceof FolderSource ? spec : ref.id,
+    revision: ref.revision ?? '',
+    source: isBundled ? 'bundled' : ref.kind,
+    maxParams: opts.maxParams,
+  }, wasmFactory);
+}
+
+/** ORT-web takes weights as buffers: read path-only weight files from disk for it. */
+function withFileBytes(factory: SessionFactory, weights: ReadableWeightSet): SessionFactory {
+  return {
+    ...factory,
+    create: (graph, ws) => {
+      for (const [file, p] of weights.paths) if (!ws.files.has(file)) ws.files.set(file, new Uint8Array(readFileSync(p)));
+      return factory.create(graph, ws);
+    },
+  };
+}

@@ -1,0 +1,502 @@
+// Random-weight test models in the exact Hugging Face on-disk layout (config.json field names,
+// safetensors tensor names and layouts, tokenizer.json, tokenizer_config.json) for every family
+// Loupe supports. Shares no code with src/.
+
+import { mkdtempSync, mkdirSync, writeFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { encodeSafetensors, roundToDtype, type StDtype } from './safetensors-io';
+import { makeTokenizer, type TokenizerSpec, type GeneratedTokenizer } from './tokenizer-gen';
+import type { Family } from './forward64';
+
+export type { Family } from './forward64';
+
+export interface RandomModelOptions {
+  seed?: number;
+  dModel?: number;
+  nLayers?: number;
+  nHeads?: number;
+  /** GQA / MQA: fewer key-value heads (llama, qwen2, qwen3, gemma, gemma2) */
+  nKvHeads?: number;
+  /** explicit head_dim (llama, qwen3, gemma, gemma2); default d_model / n_heads */
+  headDim?: number;
+  dMlp?: number;
+  vocabSize?: number;
+  /** n_positions (gpt2) / max_position_embeddings */
+  maxPositions?: number;
+  tied?: boolean;
+  /** write tie_word_embeddings into config.json (default true); false leaves the family default */
+  writeTieField?: boolean;
+  /** attention_bias (llama, qwen3, gemma, gemma2, gpt_neox; qwen2 always has q/k/v bias) */
+  attentionBias?: boolean;
+  /** mlp_bias (llama) */
+  mlpBias?: boolean;
+  /** gpt_neox rotary_pct */
+  rotaryPct?: number;
+  /** gpt_neox use_parallel_residual */
+  parallelResidual?: boolean;
+  ropeTheta?: number;
+  ropeScaling?: Record<string, unknown> | null;
+  /** activation_function (gpt2) / hidden_act (others; gemma also hidden_activation) */
+  activation?: string;
+  attnSoftcap?: number | null;
+  finalSoftcap?: number | null;
+  slidingWindow?: number | null;
+  queryPreAttnScalar?: number;
+  /** gemma2: write the newer `layer_types` list (else HF's default: even layers slide) */
+  writeLayerTypes?: boolean;
+  /** qwen2: a (small) sliding_window with use_sliding_window false, which HF ignores */
+  qwen2InactiveSlidingWindow?: number;
+  dtype?: 'F32' | 'F16' | 'BF16';
+  /** write model-0000k-of-0000n.safetensors shards + model.safetensors.index.json instead of one file */
+  shards?: number;
+  /** output directory (default: a fresh temp dir) */
+  dir?: string;
+}
+
+export interface GeneratedTensor {
+  dims: number[];
+  /** values exactly as stored (rounded to the file dtype) */
+  data: Float32Array;
+}
+
+export interface RandomModel {
+  dir: string;
+  family: Family;
+  config: Record<string, any>;
+  tensors: Record<string, GeneratedTensor>;
+  dtype: StDtype;
+  tokenizer: GeneratedTokenizer;
+  bosId: number;
+  /** delete the directory */
+  cleanup(): void;
+}
+
+// ---------------------------------------------------------------- seeded RNG
+
+export function mulberry32(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+export function gaussian(rand: () => number): () => number {
+  return () => {
+    let u = 0;
+    while (u === 0) u = rand();
+    const v = rand();
+    return Math.sqrt(-2 * Math.log(u)) * Math.cos(2 * Math.PI * v);
+  };
+}
+
+/** Deterministic random token ids in [lo, hi). */
+export function randomTokens(n: number, hi: number, seed = 1, lo = 0): number[] {
+  const r = mulberry32(seed);
+  return Array.from({ length: n }, () => lo + Math.floor(r() * (hi - lo)));
+}
+
+// ---------------------------------------------------------------- family defaults
+
+const TOKENIZERS: Record<Family, Omit<TokenizerSpec, 'modelMaxLength'> & { kindSmall?: 'char' }> = {
+  gpt2: { kind: 'bytelevel', specials: ['<|endoftext|>'], bos: '<|endoftext|>', eos: '<|endoftext|>', unk: '<|endoftext|>', addBos: false, tokenizerClass: 'GPT2Tokenizer' },
+  gpt_neox: { kind: 'bytelevel', specials: ['<|endoftext|>', '<|padding|>'], bos: '<|endoftext|>', eos: '<|endoftext|>', unk: '<|endoftext|>', addBos: false, tokenizerClass: 'GPTNeoXTokenizer' },
+  qwen2: { kind: 'bytelevel', specials: ['<|endoftext|>', '<|im_start|>', '<|im_end|>'], bos: '<|endoftext|>', eos: '<|endoftext|>', pad: '<|endoftext|>', addBos: false, tokenizerClass: 'Qwen2Tokenizer' },
+  qwen3: { kind: 'bytelevel', specials: ['<|endoftext|>', '<|im_start|>', '<|im_end|>'], bos: '<|endoftext|>', eos: '<|im_end|>', pad: '<|endoftext|>', addBos: false, tokenizerClass: 'Qwen2Tokenizer' },
+  llama: { kind: 'char', specials: ['<unk>', '<s>', '</s>'], bos: '<s>', eos: '</s>', unk: '<unk>', addBos: true, tokenizerClass: 'LlamaTokenizer' },
+  gemma: { kind: 'char', specials: ['<pad>', '<eos>', '<bos>', '<unk>'], bos: '<bos>', eos: '<eos>', unk: '<unk>', pad: '<pad>', addBos: true, tokenizerClass: 'GemmaTokenizer' },
+  gemma2: { kind: 'char', specials: ['<pad>', '<eos>', '<bos>', '<unk>'], bos: '<bos>', eos: '<eos>', unk: '<unk>', pad: '<pad>', addBos: true, tokenizerClass: 'GemmaTokenizer' },
+};
+
+// ---------------------------------------------------------------- the generator
+
+export function makeRandomModel(family: Family, options: RandomModelOptions = {}): RandomModel {
+  const o = options;
+  const rand = mulberry32(o.seed ?? 1234);
+  const randn = gaussian(rand);
+  const dtype: StDtype = o.dtype ?? 'F32';
+  const D = o.dModel ?? 48;
+  const L = o.nLayers ?? 2;
+  const H = o.nHeads ?? 4;
+  const Hkv = o.nKvHeads ?? H;
+  const Dh = o.headDim ?? D / H;
+  const V = o.vocabSize ?? (family === 'llama' || family === 'gemma' || family === 'gemma2' ? 96 : 300);
+  const P = o.maxPositions ?? 64;
+  if (!Number.isInteger(Dh)) throw new Error('makeRandomModel: head dim must be an integer');
+  if (H % Hkv !== 0) throw new Error('makeRandomModel: n_heads must be a multiple of n_kv_heads');
+  if ((family === 'gpt2' || family === 'gpt_neox') && (Hkv !== H || (o.headDim && o.headDim !== D / H)))
+    throw new Error(`makeRandomModel: ${family} has neither GQA nor an explicit head_dim`);
+
+  const gated = !(family === 'gpt2' || family === 'gpt_neox');
+  const M = o.dMlp ?? (gated ? Math.round((8 * D) / 3 / 8) * 8 : 4 * D);
+  const gemma = family === 'gemma' || family === 'gemma2';
+  const tied = o.tied ?? (family === 'gpt_neox' ? false : family === 'gemma' || family === 'gemma2' || family === 'gpt2' ? true : false);
+  if (gemma && !tied) throw new Error('makeRandomModel: Gemma models always tie their embeddings');
+
+  const tensors: Record<string, GeneratedTensor> = {};
+  const put = (name: string, dims: number[], gen: () => number) => {
+    const n = dims.reduce((a, b) => a * b, 1);
+    const raw = new Float64Array(n);
+    for (let i = 0; i < n; i++) raw[i] = gen();
+    tensors[name] = { dims, data: roundToDtype(raw, dtype) as Float32Array };
+  };
+  const normal = (std: number, mean = 0) => () => mean + std * randn();
+  const W = (name: string, dims: number[], fanIn: number) => put(name, dims, normal(1 / Math.sqrt(fanIn)));
+  const bias = (name: string, n: number) => put(name, [n], normal(0.2));
+  const normW = (name: string, n: number) => put(name, [n], gemma ? normal(0.2) : normal(0.2, 1));
+  const unembedStd = 2.5 / Math.sqrt(D);
+
+  // tokenizer first (it fixes the special-token ids)
+  const tspec = TOKENIZERS[family];
+  const kind = tspec.kind === 'bytelevel' && V < 256 + tspec.specials.length ? 'char' : tspec.kind;
+  const specials = kind === 'char' && tspec.kind === 'bytelevel' ? ['<unk>', ...tspec.specials] : tspec.specials;
+  const tok = makeTokenizer({ ...tspec, kind, specials, unk: kind === 'char' ? (tspec.unk && specials.includes(tspec.unk) ? tspec.unk : '<unk>') : tspec.unk, modelMaxLength: P }, V);
+  const bosId = tok.specialIds[tspec.bos];
+  const eosId = tok.specialIds[tspec.eos];
+
+  let config: Record<string, any>;
+  const torchDtype = dtype === 'F32' ? 'float32' : dtype === 'F16' ? 'float16' : 'bfloat16';
+
+  if (family === 'gpt2') {
+    put('transformer.wte.weight', [V, D], normal(0.5));
+    put('transformer.wpe.weight', [P, D], normal(0.3));
+    for (let l = 0; l < L; l++) {
+      const p = `transformer.h.${l}`;
+      normW(`${p}.ln_1.weight`, D); bias(`${p}.ln_1.bias`, D);
+      W(`${p}.attn.c_attn.weight`, [D, 3 * D], D); bias(`${p}.attn.c_attn.bias`, 3 * D);
+      W(`${p}.attn.c_proj.weight`, [D, D], D); bias(`${p}.attn.c_proj.bias`, D);
+      normW(`${p}.ln_2.weight`, D); bias(`${p}.ln_2.bias`, D);
+      W(`${p}.mlp.c_fc.weight`, [D, M], D); bias(`${p}.mlp.c_fc.bias`, M);
+      W(`${p}.mlp.c_proj.weight`, [M, D], M); bias(`${p}.mlp.c_proj.bias`, D);
+    }
+    normW('transformer.ln_f.weight', D); bias('transformer.ln_f.bias', D);
+    if (!tied) put('lm_head.weight', [V, D], normal(unembedStd));
+    config = {
+      architectures: ['GPT2LMHeadModel'],
+      model_type: 'gpt2',
+      vocab_size: V,
+      n_positions: P,
+      n_ctx: P,
+      n_embd: D,
+      n_layer: L,
+      n_head: H,
+      n_inner: M === 4 * D ? null : M,
+      activation_function: o.activation ?? 'gelu_new',
+      layer_norm_epsilon: 1e-5,
+      resid_pdrop: 0.0,
+      embd_pdrop: 0.0,
+      attn_pdrop: 0.0,
+      initializer_range: 0.02,
+      scale_attn_weights: true,
+      scale_attn_by_inverse_layer_idx: false,
+      reorder_and_upcast_attn: false,
+      tie_word_embeddings: tied,
+      use_cache: true,
+      bos_token_id: bosId,
+      eos_token_id: eosId,
+    };
+  } else if (family === 'gpt_neox') {
+    const attnBias = o.attentionBias ?? true;
+    put('gpt_neox.embed_in.weight', [V, D], normal(0.5));
+    for (let l = 0; l < L; l++) {
+      const p = `gpt_neox.layers.${l}`;
+      normW(`${p}.input_layernorm.weight`, D); bias(`${p}.input_layernorm.bias`, D);
+      normW(`${p}.post_attention_layernorm.weight`, D); bias(`${p}.post_attention_layernorm.bias`, D);
+      // rows: per head h, [q(Dh) | k(Dh) | v(Dh)]  (the [H, 3, Dh] layout)
+      W(`${p}.attention.query_key_value.weight`, [3 * D, D], D);
+      if (attnBias) bias(`${p}.attention.query_key_value.bias`, 3 * D);
+      W(`${p}.attention.dense.weight`, [D, D], D);
+      if (attnBias) bias(`${p}.attention.dense.bias`, D);
+      W(`${p}.mlp.dense_h_to_4h.weight`, [M, D], D); bias(`${p}.mlp.dense_h_to_4h.bias`, M);
+      W(`${p}.mlp.dense_4h_to_h.weight`, [D, M], M); bias(`${p}.mlp.dense_4h_to_h.bias`, D);
+    }
+    normW('gpt_neox.final_layer_norm.weight', D); bias('gpt_neox.final_layer_norm.bias', D);
+    if (!tied) put('embed_out.weight', [V, D], normal(unembedStd));
+    config = {
+      architectures: ['GPTNeoXForCausalLM'],
+      model_type: 'gpt_neox',
+      vocab_size: V,
+      hidden_size: D,
+      num_hidden_layers: L,
+      num_attention_heads: H,
+      intermediate_size: M,
+      hidden_act: o.activation ?? 'gelu',
+      rotary_pct: o.rotaryPct ?? 0.25,
+      rotary_emb_base: o.ropeTheta ?? 10000,
+      max_position_embeddings: P,
+      initializer_range: 0.02,
+      layer_norm_eps: 1e-5,
+      use_cache: true,
+      use_parallel_residual: o.parallelResidual ?? true,
+      attention_bias: attnBias,
+      attention_dropout: 0.0,
+      hidden_dropout: 0.0,
+      tie_word_embeddings: tied,
+      bos_token_id: bosId,
+      eos_token_id: eosId,
+    };
+    if (o.rotaryPct !== undefined && Math.floor(Dh * o.rotaryPct) % 2 !== 0) throw new Error('makeRandomModel: rotary dims must be even');
+  } else {
+    // llama, qwen2, qwen3, gemma, gemma2
+    const qkvBias = family === 'qwen2' ? true : !!o.attentionBias;
+    const oBias = family === 'qwen2' ? false : !!o.attentionBias;
+    const mlpBias = family === 'llama' && !!o.mlpBias;
+    if (o.mlpBias && family !== 'llama') throw new Error('makeRandomModel: mlp_bias exists only for llama');
+    put('model.embed_tokens.weight', [V, D], normal(gemma ? 1.5 / Math.sqrt(D) : 0.5));
+    for (let l = 0; l < L; l++) {
+      const p = `model.layers.${l}`;
+      const a = `${p}.self_attn`;
+      normW(`${p}.input_layernorm.weight`, D);
+      W(`${a}.q_proj.weight`, [H * Dh, D], D);
+      if (qkvBias) bias(`${a}.q_proj.bias`, H * Dh);
+      W(`${a}.k_proj.weight`, [Hkv * Dh, D], D);
+      if (qkvBias) bias(`${a}.k_proj.bias`, Hkv * Dh);
+      W(`${a}.v_proj.weight`, [Hkv * Dh, D], D);
+      if (qkvBias) bias(`${a}.v_proj.bias`, Hkv * Dh);
+      W(`${a}.o_proj.weight`, [D, H * Dh], H * Dh);
+      if (oBias) bias(`${a}.o_proj.bias`, D);
+      if (family === 'qwen3') {
+        put(`${a}.q_norm.weight`, [Dh], normal(0.2, 1));
+        put(`${a}.k_norm.weight`, [Dh], normal(0.2, 1));
+      }
+      normW(`${p}.post_attention_layernorm.weight`, D);
+      if (family === 'gemma2') {
+        normW(`${p}.pre_feedforward_layernorm.weight`, D);
+        normW(`${p}.post_feedforward_layernorm.weight`, D);
+      }
+      W(`${p}.mlp.gate_proj.weight`, [M, D], D);
+      if (mlpBias) bias(`${p}.mlp.gate_proj.bias`, M);
+      W(`${p}.mlp.up_proj.weight`, [M, D], D);
+      if (mlpBias) bias(`${p}.mlp.up_proj.bias`, M);
+      W(`${p}.mlp.down_proj.weight`, [D, M], M);
+      if (mlpBias) bias(`${p}.mlp.down_proj.bias`, D);
+    }
+    normW('model.norm.weight', D);
+    if (!tied) put('lm_head.weight', [V, D], normal(unembedStd));
+
+    const arch = { llama: 'LlamaForCausalLM', qwen2: 'Qwen2ForCausalLM', qwen3: 'Qwen3ForCausalLM', gemma: 'GemmaForCausalLM', gemma2: 'Gemma2ForCausalLM' }[family];
+    config = {
+      architectures: [arch],
+      model_type: family,
+      vocab_size: V,
+      hidden_size: D,
+      intermediate_size: M,
+      num_hidden_layers: L,
+      num_attention_heads: H,
+      num_key_value_heads: Hkv,
+    };
+    if (o.headDim !== undefined || gemma || family === 'qwen3') config.head_dim = Dh;
+    if (gemma) {
+      const act = o.activation ?? 'gelu_pytorch_tanh';
+      config.hidden_act = act;
+      config.hidden_activation = act;
+    } else config.hidden_act = o.activation ?? 'silu';
+    config.max_position_embeddings = P;
+    config.initializer_range = 0.02;
+    config.rms_norm_eps = 1e-6;
+    config.rope_theta = o.ropeTheta ?? (family === 'qwen2' || family === 'qwen3' ? 1000000.0 : 10000.0);
+    if (family === 'llama') config.rope_scaling = o.ropeScaling ?? null;
+    else if (o.ropeScaling) config.rope_scaling = o.ropeScaling;
+    if (family !== 'qwen2') config.attention_bias = !!o.attentionBias;
+    if (family === 'llama') config.mlp_bias = mlpBias;
+    config.attention_dropout = 0.0;
+    if (family === 'qwen2') {
+      config.use_sliding_window = false;
+      config.sliding_window = o.qwen2InactiveSlidingWindow ?? P;
+      config.max_window_layers = L;
+    }
+    if (family === 'qwen3') {
+      config.use_sliding_window = false;
+      config.sliding_window = null;
+      config.max_window_layers = L;
+    }
+    if (family === 'gemma2') {
+      config.query_pre_attn_scalar = o.queryPreAttnScalar ?? Dh;
+      config.attn_logit_softcapping = o.attnSoftcap === undefined ? 50.0 : o.attnSoftcap;
+      config.final_logit_softcapping = o.finalSoftcap === undefined ? 30.0 : o.finalSoftcap;
+      config.sliding_window = o.slidingWindow === undefined ? 4096 : o.slidingWindow;
+      config.cache_implementation = 'hybrid';
+      if (o.writeLayerTypes) config.layer_types = Array.from({ length: L }, (_, l) => (l % 2 === 0 ? 'sliding_attention' : 'full_attention'));
+    }
+    if (o.writeTieField !== false) config.tie_word_embeddings = tied;
+    config.use_cache = true;
+    config.bos_token_id = bosId;
+    config.eos_token_id = eosId;
+    if (tok.specialIds[tspec.pad ?? ''] !== undefined) config.pad_token_id = tok.specialIds[tspec.pad!];
+  }
+  config.torch_dtype = torchDtype;
+  config.transformers_version = '4.46.0';
+
+  // ---- write the folder
+  const dir = o.dir ?? mkdtempSync(join(tmpdir(), `loupe-ref-${family}-`));
+  mkdirSync(dir, { recursive: true });
+  writeFileSync(join(dir, 'config.json'), JSON.stringify(config, null, 2));
+  const st: Record<string, { dims: number[]; data: Float32Array }> = {};
+  for (const [k, t] of Object.entries(tensors)) st[k] = t;
+  const nShards = o.shards ?? 1;
+  if (nShards <= 1) writeFileSync(join(dir, 'model.safetensors'), encodeSafetensors(st, dtype));
+  else {
+    // split in insertion order into shards of roughly equal size (HF's save_pretrained splits by size)
+    const names = Object.keys(st);
+    if (names.length < nShards) throw new Error('makeRandomModel: more shards than tensors');
+    const total = names.reduce((a, k) => a + st[k].data.length, 0);
+    const pad = (n: number) => String(n).padStart(5, '0');
+    const files = Array.from({ length: nShards }, (_, i) => `model-${pad(i + 1)}-of-${pad(nShards)}.safetensors`);
+    const parts: (typeof st)[] = files.map(() => ({}));
+    const weightMap: Record<string, string> = {};
+    let cum = 0;
+    let prev = 0;
+    names.forEach((n, i) => {
+      // by size, one shard at a time (no shard skipped), never leaving a later shard empty
+      const bySize = Math.min(nShards - 1, Math.floor((cum / total) * nShards));
+      let shard = Math.max(prev, Math.min(prev + 1, bySize));
+      shard = Math.max(shard, nShards - (names.length - i));
+      prev = shard;
+      parts[shard][n] = st[n];
+      weightMap[n] = files[shard];
+      cum += st[n].data.length;
+    });
+    parts.forEach((part, i) => writeFileSync(join(dir, files[i]), encodeSafetensors(part, dtype)));
+    const bytesPer = dtype === 'F32' ? 4 : 2;
+    writeFileSync(join(dir, 'model.safetensors.index.json'), JSON.stringify({ metadata: { total_size: total * bytesPer }, weight_map: weightMap }, null, 2));
+  }
+  writeFileSync(join(dir, 'tokenizer.json'), JSON.stringify(tok.tokenizerJson, null, 2));
+  writeFileSync(join(dir, 'tokenizer_config.json'), JSON.stringify(tok.tokenizerConfig, null, 2));
+  writeFileSync(join(dir, 'special_tokens_map.json'), JSON.stringify(tok.specialTokensMap, null, 2));
+  writeFileSync(join(dir, 'generation_config.json'), JSON.stringify({ bos_token_id: bosId, eos_token_id: eosId, transformers_version: '4.46.0' }, null, 2));
+
+  return {
+    dir, family, config, tensors, dtype, tokenizer: tok, bosId,
+    cleanup: () => rmSync(dir, { recursive: true, force: true }),
+  };
+}
+
+// ---------------------------------------------------------------- preset cases
+
+export interface FamilyCase {
+  name: string;
+  family: Family;
+  options: RandomModelOptions;
+  /** what this case exercises */
+  features: string[];
+  /** a good test length (long enough for the sliding window to bite) */
+  seqLen: number;
+}
+
+export const ALL_FAMILY_CASES: FamilyCase[] = [
+  {
+    name: 'gpt2-tied',
+    family: 'gpt2',
+    options: { seed: 11, dModel: 48, nLayers: 2, nHeads: 4, vocabSize: 300, maxPositions: 32 },
+    features: ['learned positions', 'Conv1D fused c_attn', 'biases', 'gelu_new', 'tied embeddings', 'LayerNorm'],
+    seqLen: 12,
+  },
+  {
+    name: 'gpt2-untied-erf-f16',
+    family: 'gpt2',
+    options: { seed: 12, dModel: 32, nLayers: 3, nHeads: 2, dMlp: 96, vocabSize: 290, tied: false, activation: 'gelu', dtype: 'F16' },
+    features: ['untied lm_head', 'gelu (erf)', 'n_inner', 'F16 weights', '3 layers'],
+    seqLen: 10,
+  },
+  {
+    name: 'neox-parallel-rot25',
+    family: 'gpt_neox',
+    options: { seed: 21, dModel: 64, nLayers: 2, nHeads: 4, vocabSize: 280, rotaryPct: 0.25, parallelResidual: true },
+    features: ['partial rotary 0.25', 'parallel residual', 'qkv [H,3,Dh] layout', 'biases', 'embed_out (untied)', 'gelu (erf)'],
+    seqLen: 12,
+  },
+  {
+    name: 'neox-sequential-rot50',
+    family: 'gpt_neox',
+    options: { seed: 22, dModel: 32, nLayers: 3, nHeads: 4, vocabSize: 270, rotaryPct: 0.5, parallelResidual: false, ropeTheta: 1000 },
+    features: ['partial rotary 0.5', 'sequential residual', 'rotary_emb_base'],
+    seqLen: 12,
+  },
+  {
+    name: 'llama-gqa-tied',
+    family: 'llama',
+    options: { seed: 31, dModel: 32, nLayers: 2, nHeads: 4, nKvHeads: 2, dMlp: 80, vocabSize: 64, tied: true },
+    features: ['GQA 4/2', 'RMSNorm', 'SwiGLU', 'tied embeddings', 'char tokenizer (vocab 64)'],
+    seqLen: 12,
+  },
+  {
+    name: 'llama3-rope-untied-bias',
+    family: 'llama',
+    options: {
+      seed: 32, dModel: 48, nLayers: 2, nHeads: 4, nKvHeads: 2, headDim: 8, dMlp: 96, vocabSize: 96, tied: false,
+      attentionBias: true, mlpBias: true,
+      ropeScaling: { rope_type: 'llama3', factor: 8.0, low_freq_factor: 1.0, high_freq_factor: 4.0, original_max_position_embeddings: 64 },
+    },
+    features: ['rope_scaling llama3 (all three frequency bands)', 'explicit head_dim 8 ≠ 48/4', 'untied lm_head', 'attention_bias', 'mlp_bias', 'GQA'],
+    seqLen: 14,
+  },
+  {
+    name: 'llama-mha-bf16',
+    family: 'llama',
+    options: { seed: 33, dModel: 32, nLayers: 2, nHeads: 4, dMlp: 64, vocabSize: 64, ropeTheta: 500, dtype: 'BF16', tied: true },
+    features: ['BF16 weights', 'MHA (n_kv = n_heads)', 'rope_theta 500'],
+    seqLen: 10,
+  },
+  {
+    name: 'qwen2-qkv-bias',
+    family: 'qwen2',
+    options: { seed: 41, dModel: 48, nLayers: 2, nHeads: 6, nKvHeads: 2, dMlp: 112, vocabSize: 300, tied: false, qwen2InactiveSlidingWindow: 4 },
+    features: ['q/k/v bias, no o bias', 'GQA 6/2', 'untied lm_head', 'rope_theta 1e6', 'sliding_window 4 present but use_sliding_window false (must be ignored)'],
+    seqLen: 12,
+  },
+  {
+    name: 'qwen3-qk-norm',
+    family: 'qwen3',
+    options: { seed: 51, dModel: 32, nLayers: 2, nHeads: 4, nKvHeads: 2, headDim: 16, dMlp: 64, vocabSize: 280, tied: true },
+    features: ['q_norm / k_norm before rotary', 'explicit head_dim 16 ≠ 32/4', 'GQA', 'tied embeddings'],
+    seqLen: 12,
+  },
+  {
+    name: 'gemma-mqa',
+    family: 'gemma',
+    options: { seed: 61, dModel: 32, nLayers: 2, nHeads: 4, nKvHeads: 1, headDim: 16, dMlp: 64, vocabSize: 96, writeTieField: false },
+    features: ['embedding × sqrt(D)', 'RMSNorm (1 + w)', 'GeGLU (gelu tanh)', 'MQA', 'head_dim 16 ≠ 32/4', 'tied by default (no tie field)'],
+    seqLen: 12,
+  },
+  {
+    name: 'gemma2-softcap-window',
+    family: 'gemma2',
+    options: {
+      seed: 71, dModel: 32, nLayers: 3, nHeads: 4, nKvHeads: 2, headDim: 16, dMlp: 64, vocabSize: 128,
+      attnSoftcap: 3.0, finalSoftcap: 5.0, slidingWindow: 4, queryPreAttnScalar: 24, writeTieField: false,
+    },
+    features: ['attention soft-cap 3', 'final logit soft-cap 5', 'sliding window 4 on layers 0, 2 (HF default rule)', 'query_pre_attn_scalar 24 ≠ head_dim', 'sandwich norms', 'GQA'],
+    seqLen: 12,
+  },
+  {
+    name: 'gemma2-layer-types',
+    family: 'gemma2',
+    options: {
+      seed: 72, dModel: 48, nLayers: 2, nHeads: 4, headDim: 12, dMlp: 96, vocabSize: 100,
+      slidingWindow: 3, writeLayerTypes: true, tied: true,
+    },
+    features: ['layer_types list', 'sliding window 3 on layer 0', 'realistic soft-caps 50 / 30', 'MHA'],
+    seqLen: 10,
+  },
+];
+
+export function makeCaseModel(c: FamilyCase, extra: RandomModelOptions = {}): RandomModel {
+  return makeRandomModel(c.family, { ...c.options, ...extra });
+}
+
+/** Deterministic tokens for a case: BOS then random ids (never a special token). */
+export function caseTokens(model: RandomModel, T: number, seed = 7): number[] {
+  const V = model.config.vocab_size as number;
+  const specials = new Set(Object.values(model.tokenizer.specialIds));
+  const r = mulberry32(seed);
+  const out = [model.bosId];
+  while (out.length < T) {
+    const t = Math.floor(r() * V);
+    if (!specials.has(t)) out.push(t);
+  }
+  return out;
+}
