@@ -23,6 +23,9 @@
 import type { Tensor } from './tensor';
 import type { ModelSpec } from './spec';
 import type { ModelRef, FileProgress } from './source/types';
+import type { SaeFiles, SaeInfo } from './sae';
+
+export type { SaeFiles, SaeInfo } from './sae';
 
 export type Backend = 'webgpu' | 'wasm' | 'node';
 
@@ -101,6 +104,12 @@ export interface RunOptions {
   past?: KVCache;
   /** return a KV cache for the tokens run (use for generation) */
   returnCache?: boolean;
+  /**
+   * run with this attached SAE spliced in at its hook: adds the hooks `{hook}.hook_sae_acts_post`
+   * [B,T,d_sae] (an intervention site: edit features with `neuron` = feature index),
+   * `{hook}.hook_sae_recons` and `{hook}.hook_sae_error` (shaped like the hook)
+   */
+  sae?: string;
   signal?: AbortSignal;
 }
 
@@ -135,6 +144,12 @@ export interface LoadedModel {
   /** a parameter under its TransformerLens name (see above), as float32 */
   param(name: string): Tensor;
   run(tokens: number[] | number[][], opts?: RunOptions): Promise<RunResult>;
+  /** attach an SAE (SAELens layout) under an id; validates d_in and hook against this model (SAE_MISMATCH) */
+  attachSae(files: SaeFiles, id: string): SaeInfo;
+  /** SAEs attached so far */
+  saes(): SaeInfo[];
+  /** an attached SAE's weights as float32: W_enc [d_in,d_sae], b_enc, W_dec [d_sae,d_in], b_dec, threshold */
+  saeWeight(id: string, name: 'W_enc' | 'b_enc' | 'W_dec' | 'b_dec' | 'threshold'): Tensor;
   dispose(): Promise<void>;
 }
 

@@ -18,6 +18,8 @@ import { compileInterventions } from './runtime/interventions';
 import type { EngineSession, OrtTensorLike, SessionFactory } from './runtime/session';
 import { ModelTokenizer } from './tokenizer';
 import { readParam, specTensorNames, type ReadTensor } from './params';
+import { prepareSae, withSaeWeights, type SaeFiles, type SaeGraphSpec, type SaeInfo } from './sae';
+import { readTensorF32 } from './safetensors';
 
 export interface ModelParts {
   config: Record<string, any>;
@@ -60,6 +62,7 @@ export async function createModel(parts: ModelParts, factory: SessionFactory): P
 
 class EngineModel implements LoadedModel {
   private sessions = new Map<string, Promise<{ session: EngineSession; graph: BuiltGraph }>>();
+  private attached = new Map<string, { spec: SaeGraphSpec; weights: WeightSet }>();
   private params = new Map<string, Tensor>();
   private readonly hookSets: Record<'base' | 'result', Set<string>>;
   private readonly window: number | null;
@@ -109,15 +112,47 @@ class EngineModel implements LoadedModel {
     return p;
   }
 
-  private session(kind: 'base' | 'result') {
-    let s = this.sessions.get(kind);
+  attachSae(files: SaeFiles, id: string): SaeInfo {
+    if (this.attached.has(id)) throw new LoupeError('BAD_INPUT', `An SAE is already attached as '${id}'.`);
+    const hookDim = (hook: string) => {
+      if (!this.hookSets.base.has(hook) || !hookInfo(hook).site) return undefined;
+      const dims = shapeOfHook(this.spec, hook, 1, 1);
+      return hook.endsWith('hook_pattern') ? undefined : dims.slice(2).reduce((a, b) => a * b, 1);
+    };
+    const { spec, fileName } = prepareSae(files, id, this.attached.size, hookDim);
+    this.attached.set(id, { spec, weights: withSaeWeights(this.parts.weights, spec, fileName, files.bytes) });
+    return spec.info;
+  }
+
+  saes(): SaeInfo[] {
+    return [...this.attached.values()].map((a) => a.spec.info);
+  }
+
+  saeWeight(id: string, name: 'W_enc' | 'b_enc' | 'W_dec' | 'b_dec' | 'threshold'): Tensor {
+    const a = this.sae(id);
+    const e = a.spec[name];
+    if (!e) throw new LoupeError('BAD_INPUT', `SAE '${id}' has no ${name}.`);
+    return { dims: [...e.shape], data: readTensorF32(a.weights, e.name) };
+  }
+
+  private sae(id: string) {
+    const a = this.attached.get(id);
+    if (!a) throw new LoupeError('BAD_INPUT', `No SAE is attached as '${id}'.`, `Attached: ${[...this.attached.keys()].join(', ') || 'none'}. Load one first.`);
+    return a;
+  }
+
+  private session(kind: 'base' | 'result', saeId?: string) {
+    const key = saeId ? `${kind}|sae:${saeId}` : kind;
+    let s = this.sessions.get(key);
     if (!s) {
       s = (async () => {
-        const graph = buildModelGraph(this.spec, this.parts.weights.tensors, { hooks: true, withResult: kind === 'result' });
-        return { graph, session: await this.factory.create(graph, this.parts.weights) };
+        const sae = saeId ? this.sae(saeId) : undefined;
+        const weights = sae?.weights ?? this.parts.weights;
+        const graph = buildModelGraph(this.spec, weights.tensors, { hooks: true, withResult: kind === 'result', sae: sae?.spec });
+        return { graph, session: await this.factory.create(graph, weights) };
       })();
-      s.catch(() => this.sessions.delete(kind));
-      this.sessions.set(kind, s);
+      s.catch(() => this.sessions.delete(key));
+      this.sessions.set(key, s);
     }
     return s;
   }
@@ -139,19 +174,22 @@ class EngineModel implements LoadedModel {
     const wantHooks = opts.hooks === 'all' ? [...(opts.withResult ? this.hookSets.result : this.hookSets.base)] : opts.hooks ?? [];
     const withResult = opts.withResult || wantHooks.some((h) => h.endsWith('.hook_result'));
     const kind = withResult ? 'result' : 'base';
-    const hookSet = this.hookSets[kind];
+    const sae = opts.sae ? this.sae(opts.sae).spec.info : undefined;
+    const hookSet = sae ? new Set([...this.hookSets[kind], ...['acts_post', 'recons', 'error'].map((k) => `${sae.hook}.hook_sae_${k}`)]) : this.hookSets[kind];
+    const shapeOf = (h: string, b: number, t: number, tk: number) =>
+      sae && h.startsWith(`${sae.hook}.hook_sae_`) ? (h.endsWith('acts_post') ? [b, t, sae.d_sae] : shapeOfHook(this.spec, sae.hook, b, t, tk)) : shapeOfHook(this.spec, h, b, t, tk);
     for (const h of wantHooks) {
       if (!hookSet.has(h)) throw new LoupeError('UNKNOWN_HOOK', `'${h}' is not a hook of this model.`, `Hooks look like blocks.0.hook_resid_pre, blocks.0.attn.hook_pattern; call hookNames() for the full list.`);
     }
     const interventions = opts.interventions ?? [];
     const means = await this.meansFor(interventions, rows[0], opts);
     const compiled = compileInterventions(interventions, {
-      shapeOf: (h) => (hookSet.has(h) ? shapeOfHook(this.spec, h, B, T, Tk) : []),
+      shapeOf: (h) => (hookSet.has(h) ? shapeOf(h, B, T, Tk) : []),
       isSite: (h) => hookSet.has(h) && hookInfo(h).site,
       means,
     });
 
-    const { session, graph } = await this.session(kind);
+    const { session, graph } = await this.session(kind, opts.sae);
     const ort = this.factory.ort;
     const f32 = (data: Float32Array, dims: number[]) => new ort.Tensor('float32', data, dims);
     const feeds: Record<string, OrtTensorLike> = {};

@@ -5,6 +5,16 @@
  */
 import type { z } from 'zod';
 import type { LoadedModel } from '../engine/api';
+import type { SaeFiles } from '../engine/sae';
+import type { FileProgress } from '../engine/source/types';
+
+/** Where an SAE lives: a Hub repo (or URL / folder, as for models) and its folder inside it. */
+export interface SaeRef {
+  /** 'owner/name[@revision]', an http(s) URL, or (Node) a folder */
+  source: string;
+  /** the SAE's folder inside the source ('' = its root), e.g. 'blocks.8.hook_resid_pre' */
+  path: string;
+}
 
 export interface Progress {
   /** what is being done, e.g. 'ablating heads' */
@@ -18,6 +28,11 @@ export interface OpContext {
   signal?: AbortSignal;
   /** in-memory store for handles (captures, probes) that outlive one call */
   store?: HandleStore;
+  /**
+   * fetch an SAE's files through this surface's source and cache (Node: folder/Hub + directory
+   * cache; page: Hub/URL + IndexedDB), with download progress
+   */
+  loadSae?: (ref: SaeRef, opts: { signal?: AbortSignal; onProgress?: (p: FileProgress) => void }) => Promise<SaeFiles>;
 }
 
 export interface HandleStore {

@@ -19,12 +19,15 @@ import { OnnxGraph } from './onnx-builder';
 import { allHookNames, hookInfo, mulInput, addInput } from './hooks';
 import type { ModelSpec, LinearRef, NormSpec, Activation, LayerSpec } from '../spec';
 import type { TensorEntry } from '../safetensors-types';
+import type { SaeGraphSpec } from '../sae';
 
 export interface GraphPlan {
   /** expose hooks as outputs and hook sites as inputs (false = the plain logits-only graph) */
   hooks: boolean;
   /** also compute per-head hook_result [B,T,H,D] (costly; a separate variant) */
   withResult: boolean;
+  /** splice a sparse autoencoder in at its hook (see sae.ts) */
+  sae?: SaeGraphSpec;
 }
 
 export interface BuiltGraph {
@@ -40,6 +43,7 @@ export function buildModelGraph(spec: ModelSpec, tensors: Map<string, TensorEntr
   const { dModel: D, nHeads: H, nKvHeads: Hkv, dHead: Dh } = spec;
   const sites: string[] = [];
   const hookSet = new Set(plan.hooks ? allHookNames(spec, plan.withResult) : []);
+  if (plan.sae) hookSet.add(`${plan.sae.info.hook}.hook_sae_acts_post`);
 
   const W = (name: string) => {
     const e = tensors.get(name);
@@ -58,8 +62,32 @@ export function buildModelGraph(spec: ModelSpec, tensors: Map<string, TensorEntr
     }
     g.identity(y, name);
     g.output(name);
-    return name;
+    return plan.sae && plan.sae.info.hook === name ? saeSplice(name, plan.sae) : name;
   };
+
+  /** The SAE at its hook: features as a site, reconstruction error kept, so x' = x unless features are edited. */
+  function saeSplice(x: string, s: SaeGraphSpec): string {
+    const { d_in: dIn, d_sae: S } = s.info;
+    const x3 = g.o('Reshape', [x, btN(dIn)]); // z-SAEs read hook_z flattened over heads
+    const xin = s.info.apply_b_dec_to_input ? g.o('Sub', [x3, g.weight(s.b_dec)]) : x3;
+    const pre = g.o('Reshape', [g.o('Gemm', [g.o('Reshape', [xin, g.constI([-1, dIn])]), g.weight(s.W_enc), g.weight(s.b_enc)]), btN(S)]);
+    let acts = g.o('Relu', [pre]);
+    if (s.info.activation === 'jumprelu') acts = g.o('Mul', [acts, g.o('Cast', [g.o('Greater', [pre, g.weight(s.threshold!)])], { to: 1 })]);
+    if (s.info.activation === 'topk') {
+      const k = s.info.k!;
+      const [vals] = g.op('TopK', [pre, g.constI([k])], { axis: -1 }, 2);
+      const kth = g.o('Slice', [vals, g.constI([k - 1]), g.constI([k]), g.constI([-1])]);
+      acts = g.o('Mul', [acts, g.o('Cast', [g.o('GreaterOrEqual', [pre, kth])], { to: 1 })]);
+    }
+    const edited = hook(acts, `${s.info.hook}.hook_sae_acts_post`);
+    const decode = (a: string) => g.o('Reshape', [g.o('Gemm', [g.o('Reshape', [a, g.constI([-1, S])]), g.weight(s.W_dec), g.weight(s.b_dec)]), btN(dIn)]);
+    const recons = decode(acts);
+    const error = g.o('Sub', [x3, recons]);
+    g.identity(recons, `${s.info.hook}.hook_sae_recons`); g.output(`${s.info.hook}.hook_sae_recons`);
+    g.identity(error, `${s.info.hook}.hook_sae_error`); g.output(`${s.info.hook}.hook_sae_error`);
+    // x + (decode(acts') − decode(acts)) rather than decode(acts') + error: exactly x when no feature is edited
+    return g.o('Reshape', [g.o('Add', [x3, g.o('Sub', [decode(edited), recons])]), g.o('Shape', [x])]);
+  }
 
   // ---- inputs
   const ids = g.input('input_ids', 'int64', ['B', 'T']);

@@ -42,6 +42,7 @@ export function allHookNames(spec: ModelSpec, withResult = false): string[] {
 
 export function hookInfo(name: string): HookInfo {
   const leaf = name.slice(name.lastIndexOf('.') + 1);
+  if (leaf === 'hook_sae_recons' || leaf === 'hook_sae_error') return { name, posAxis: 1, site: false };
   if (leaf === 'hook_attn_scores') return { name, headAxis: 1, posAxis: 2, site: false }; // masked with -inf: x*0 would be NaN
   if (leaf === 'hook_pattern') return { name, headAxis: 1, posAxis: 2, site: true };
   if (['hook_q', 'hook_k', 'hook_v', 'hook_z', 'hook_result'].includes(leaf)) return { name, headAxis: 2, posAxis: 1, site: true };

@@ -20,7 +20,7 @@
 import { LoupeError } from '../errors';
 import { addHeader, parseSafetensors, type SafetensorsHeader } from '../safetensors';
 import type { WeightSet } from '../safetensors-types';
-import type { ByteCache, FetchOptions, FileProgress, ModelRef, ModelSource, OverallProgress } from './types';
+import type { ByteCache, CacheKey, FetchOptions, FileProgress, ModelRef, ModelSource, OverallProgress } from './types';
 
 export interface LoadFilesOptions {
   cache?: ByteCache;
@@ -70,9 +70,24 @@ export function memoryWeightReader(source: ModelSource): WeightReader {
     async read(file, opts) {
       const bytes = await source.fetchFile(file, opts);
       if (!bytes) return null;
-      return { header: parseSafetensors(bytes, file), bytes };
+      return { header: await forgetIfCorrupt(source, opts.cache, file, () => parseSafetensors(bytes, file)), bytes };
     },
   };
+}
+
+/**
+ * Run a validation; when it rejects a file that sits in the cache, delete the cache entry so the
+ * next load downloads it again instead of failing on the same bytes forever.
+ */
+export async function forgetIfCorrupt<T>(source: ModelSource, cache: ByteCache | undefined, file: string, validate: () => T): Promise<T> {
+  try {
+    return validate();
+  } catch (e) {
+    if (cache && e instanceof LoupeError && e.code.startsWith('SAFETENSORS_') && 'cacheKey' in source) {
+      await cache.delete((source as unknown as { cacheKey(f: string): CacheKey }).cacheKey(file)).catch(() => {});
+    }
+    throw e;
+  }
 }
 
 export async function loadModelFiles(source: ModelSource, opts: LoadFilesOptions = {}): Promise<ModelFiles> {
@@ -130,14 +145,20 @@ export function validateIndex(json: Record<string, unknown>): { weight_map: Reco
   return { weight_map: wm as Record<string, string>, ...(metadata ? { metadata } : {}), shards: shards.sort() };
 }
 
-/** Run async jobs with at most `limit` in flight; the first failure aborts the rest. */
-async function pool<T>(items: T[], limit: number, job: (item: T) => Promise<void>): Promise<void> {
+/**
+ * Run async jobs with at most `limit` in flight. The first failure aborts `stop` (so the other
+ * downloads end promptly, keeping their partial bytes) and is rethrown once all jobs settled:
+ * nothing keeps running after the load has failed.
+ */
+async function pool<T>(items: T[], limit: number, stop: AbortController, job: (item: T) => Promise<void>): Promise<void> {
   let next = 0;
   let failed: unknown;
   const worker = async () => {
     while (next < items.length && failed === undefined) {
       const item = items[next++];
-      try { await job(item); } catch (e) { if (failed === undefined) failed = e; }
+      try { await job(item); } catch (e) {
+        if (failed === undefined) { failed = e; stop.abort(); }
+      }
     }
   };
   await Promise.all(Array.from({ length: Math.max(1, Math.min(limit, items.length)) }, worker));
@@ -200,20 +221,7 @@ export async function loadModelFilesWith(source: ModelSource, reader: WeightRead
   }
 
   const index = validateIndex(parseJson(indexBytes, WEIGHTS_INDEX, 'BAD_INDEX'));
-  const results = new Map<string, WeightFileResult>();
-  await pool(index.shards, opts.concurrency ?? 2, async (shard) => {
-    let r: WeightFileResult | null;
-    try {
-      r = await reader.read(shard, { ...base, optional: true });
-    } catch (e) {
-      if (e instanceof LoupeError && e.code === 'FILE_NOT_FOUND') r = null; else throw e;
-    }
-    if (!r) {
-      const tensor = Object.entries(index.weight_map).find(([, s]) => s === shard)![0];
-      throw new LoupeError('BAD_INDEX', `${WEIGHTS_INDEX} lists tensor "${tensor}" in shard ${shard}, which does not exist.`, 'The index and the shards disagree; check the model repository.', { file: shard, tensor });
-    }
-    results.set(shard, r);
-  });
+  const results = await readShards(index, reader, base, opts);
   for (const shard of index.shards) put(shard, results.get(shard)!);
   for (const [tensor, shard] of Object.entries(index.weight_map)) {
     const t = weights.tensors.get(tensor);
@@ -225,4 +233,33 @@ export async function loadModelFilesWith(source: ModelSource, reader: WeightRead
     ref, config, tokenizerJson, tokenizerConfig, generationConfig, weights, weightFiles: index.shards,
     index: { weight_map: index.weight_map, ...(index.metadata ? { metadata: index.metadata } : {}) },
   };
+}
+
+/** Read every shard (a few at once); a missing shard is a BAD_INDEX naming a tensor it should hold. */
+async function readShards(
+  index: { weight_map: Record<string, string>; shards: string[] }, reader: WeightReader, base: FetchOptions, opts: LoadFilesOptions,
+): Promise<Map<string, WeightFileResult>> {
+  const results = new Map<string, WeightFileResult>();
+  const stop = new AbortController();
+  const onAbort = () => stop.abort();
+  opts.signal?.addEventListener('abort', onAbort, { once: true });
+  if (opts.signal?.aborted) stop.abort();
+  try {
+    await pool(index.shards, opts.concurrency ?? 2, stop, async (shard) => {
+      let r: WeightFileResult | null;
+      try {
+        r = await reader.read(shard, { ...base, signal: stop.signal, optional: true });
+      } catch (e) {
+        if (e instanceof LoupeError && e.code === 'FILE_NOT_FOUND') r = null; else throw e;
+      }
+      if (!r) {
+        const tensor = Object.entries(index.weight_map).find(([, s]) => s === shard)![0];
+        throw new LoupeError('BAD_INDEX', `${WEIGHTS_INDEX} lists tensor "${tensor}" in shard ${shard}, which does not exist.`, 'The index and the shards disagree; check the model repository.', { file: shard, tensor });
+      }
+      results.set(shard, r);
+    });
+  } finally {
+    opts.signal?.removeEventListener('abort', onAbort);
+  }
+  return results;
 }

@@ -10,6 +10,8 @@
  *  3. on a network failure / cut connection / 5xx it retries (default 2 times, resuming from the
  *     bytes already received); when it gives up, or on abort, the bytes received are saved as a
  *     partial cache entry so the next call resumes.
+ * downloadToCache(file, { cache, ... }) does the same into a cache that streams to storage
+ * (ByteCache.openSink: DirCache), so a multi-GB shard never sits in memory.
  * Errors: 404 -> FILE_NOT_FOUND (MODEL_NOT_FOUND when the Hub says the repository does not exist),
  * 401/403 -> HTTP_ERROR with a token hint, other statuses -> HTTP_ERROR, network -> NETWORK_ERROR,
  * abort -> ABORTED.
@@ -76,13 +78,23 @@ class Retryable extends Error {
     readonly restart = false) { super(error.message); }
 }
 
+/** Where downloaded bytes go: memory (ByteBuffer) or a cache's sink (disk). */
+interface Sink {
+  readonly length: number;
+  append(chunk: Uint8Array): void;
+  reset(capacity: number): void;
+  reserve?(n: number): void;
+}
+
 /** What is known about the download in progress; kept across attempts and saved with a partial. */
 interface DownloadState {
-  buf: ByteBuffer;
+  buf: Sink;
   /** validator of the version whose bytes are in buf */
   etag?: string;
   /** full size of that version when known */
   total: number | null;
+  /** called when etag/total change (a disk sink records them for resuming) */
+  onMeta?: () => void;
 }
 
 export abstract class HttpSource implements ModelSource {
@@ -115,63 +127,100 @@ export abstract class HttpSource implements ModelSource {
   }
 
   async fetchFile(file: string, opts: FetchOptions = {}): Promise<Uint8Array | null> {
-    const { cache, signal, onProgress } = opts;
+    const { cache, signal } = opts;
     const key = this.cacheKey(file);
-    const url = this.url(file);
-    const report = (p: Omit<FileProgress, 'file'>) => onProgress?.({ file, ...p });
-
     if (signal?.aborted) throw new LoupeError('ABORTED', 'The operation was cancelled.');
     if (cache) {
       const hit = await cache.get(key);
       if (hit) {
-        report({ loaded: hit.byteLength, total: hit.byteLength, cached: true, done: true });
+        opts.onProgress?.({ file, loaded: hit.byteLength, total: hit.byteLength, cached: true, done: true });
         return hit;
       }
     }
     if (opts.cacheOnly) return null;
 
     const partial = cache ? await cache.getPartial(key) : undefined;
-    const state: DownloadState = { buf: new ByteBuffer(partial?.total ?? partial?.bytes.byteLength ?? 0), total: null };
+    const buf = new ByteBuffer(partial?.total ?? partial?.bytes.byteLength ?? 0);
+    const state: DownloadState = { buf, total: null };
     if (partial && partial.bytes.byteLength > 0) {
-      state.buf.append(partial.bytes);
+      buf.append(partial.bytes);
       state.etag = partial.etag;
       state.total = partial.total ?? null;
     }
+    const save = async () => {
+      if (!cache || buf.length === 0) return;
+      const meta = { ...(state.etag ? { etag: state.etag } : {}), ...(state.total != null ? { total: state.total } : {}) };
+      try { await cache.putPartial(key, buf.bytes(), meta); } catch { /* the cache is best effort */ }
+    };
+    if (!(await this.download(file, state, opts, save))) return null;
+    const bytes = buf.bytes();
+    if (cache) {
+      try { await cache.put(key, bytes); } catch { /* a full cache must not fail the load */ }
+    }
+    opts.onProgress?.({ file, loaded: bytes.byteLength, total: bytes.byteLength, done: true });
+    return bytes;
+  }
+
+  /**
+   * Download a file into a cache that can stream to storage (ByteCache.openSink, e.g. DirCache)
+   * without holding it in memory; resumes a partial entry. Resolves to false for an optional
+   * file that does not exist (or, with cacheOnly, one not cached), true when the file is cached
+   * complete. Same errors, progress and retries as fetchFile.
+   */
+  async downloadToCache(file: string, opts: FetchOptions & { cache: ByteCache }): Promise<boolean> {
+    const { cache, signal } = opts;
+    const key = this.cacheKey(file);
+    if (!cache.openSink) throw new LoupeError('INTERNAL', 'downloadToCache needs a cache with openSink (DirCache).');
+    if (signal?.aborted) throw new LoupeError('ABORTED', 'The operation was cancelled.');
+    const have = cache.localPath?.(key);
+    if (have) return true;
+    if (opts.cacheOnly) return false;
+    const sink = await cache.openSink(key);
+    const state: DownloadState = {
+      buf: { get length() { return sink.length; }, append: (c) => sink.append(c), reset: () => sink.reset() },
+      etag: sink.etag,
+      total: sink.total ?? null,
+      onMeta: () => sink.setMeta({ etag: state.etag, ...(state.total != null ? { total: state.total } : {}) }),
+    };
+    let found: boolean;
+    try {
+      found = await this.download(file, state, opts, () => sink.suspend());
+    } catch (e) {
+      await sink.suspend().catch(() => {});
+      throw e;
+    }
+    if (!found) { await sink.suspend(); return false; }
+    await sink.commit();
+    opts.onProgress?.({ file, loaded: sink.length, total: sink.length, done: true });
+    return true;
+  }
+
+  /** The retry loop around attempt(): resumes after failures, saves the partial when giving up. */
+  private async download(file: string, state: DownloadState, opts: FetchOptions, save: () => Promise<void>): Promise<boolean> {
+    const { signal, onProgress } = opts;
+    const url = this.url(file);
+    const report = (p: Omit<FileProgress, 'file'>) => onProgress?.({ file, ...p });
     let retriesLeft = opts.retries ?? this.defaultRetries;
     let delay = this.retryDelayMs;
     let restarted = false;
-
-    const savePartial = async () => {
-      if (!cache || state.buf.length === 0) return;
-      const meta = { ...(state.etag ? { etag: state.etag } : {}), ...(state.total != null ? { total: state.total } : {}) };
-      try { await cache.putPartial(key, state.buf.bytes(), meta); } catch { /* the cache is best effort */ }
-    };
-
     for (;;) {
       try {
-        const found = await this.attempt(file, url, state, signal, report, opts.optional);
-        if (!found) return null;
-        const bytes = state.buf.bytes();
-        if (cache) {
-          try { await cache.put(key, bytes); } catch { /* a full cache must not fail the load */ }
-        }
-        report({ loaded: bytes.byteLength, total: bytes.byteLength, done: true });
-        return bytes;
+        return await this.attempt(file, url, state, signal, report, opts.optional);
       } catch (e) {
         if (e instanceof Retryable) {
           if (e.restart && !restarted) { restarted = true; continue; }
           if (retriesLeft > 0) {
             retriesLeft--;
-            try { await abortableSleep(delay, signal); } catch (abortErr) { await savePartial(); throw abortErr; }
+            try { await abortableSleep(delay, signal); } catch (abortErr) { await save(); throw abortErr; }
             delay *= 2;
             continue;
           }
-          await savePartial();
+          await save();
           throw e.error;
         }
         if (isAbort(e, signal)) {
-          await savePartial();
-          throw new LoupeError('ABORTED', `Download of ${file} was cancelled after ${state.buf.length} bytes.`, cache ? 'Load again to resume where it stopped.' : undefined, { file, loaded: state.buf.length });
+          await save();
+          throw new LoupeError('ABORTED', `Download of ${file} was cancelled after ${state.buf.length} bytes.`, opts.cache ? 'Load again to resume where it stopped.' : undefined, { file, loaded: state.buf.length });
         }
         throw e;
       }
@@ -184,6 +233,7 @@ export abstract class HttpSource implements ModelSource {
     state.buf.reset(total ?? 0);
     state.etag = undefined;
     state.total = total;
+    state.onMeta?.();
     if (had) report({ loaded: 0, total, restarted: true });
   }
 
@@ -257,6 +307,7 @@ export abstract class HttpSource implements ModelSource {
       }
       state.total = cr!.total ?? (contentLength != null ? resumeFrom + contentLength : null);
       state.etag = etag ?? state.etag;
+      state.onMeta?.();
     } else if (res.status === 206) {
       await drop();
       throw new LoupeError('HTTP_ERROR', `Server sent a partial response (206) for ${url} that was not asked for.`, undefined, { file, url, status: 206 });
@@ -264,9 +315,10 @@ export abstract class HttpSource implements ModelSource {
       // 200: the whole file (also the answer to a Range whose If-Range no longer matches).
       this.restart(state, report, contentLength);
       state.etag = etag;
+      state.onMeta?.();
     }
     const total = state.total;
-    if (total != null) buf.reserve(total);
+    if (total != null) buf.reserve?.(total);
     report({ loaded: buf.length, total });
 
     if (!res.body) {

@@ -90,4 +90,27 @@ export interface ByteCache {
   delete(key: Omit<CacheKey, 'file'> & { file?: string }): Promise<void>;
   /** Local path of a cached complete file, when the cache is a directory (Node). */
   localPath?(key: CacheKey): string | undefined;
+  /**
+   * Write a download straight into the cache, chunk by chunk, instead of holding it in memory
+   * (DirCache). The sink starts at the partial entry's bytes, if any.
+   */
+  openSink?(key: CacheKey): Promise<CacheSink>;
+}
+
+/** A download being written into a cache (see ByteCache.openSink). */
+export interface CacheSink {
+  /** bytes stored so far (a partial entry's length when resuming) */
+  readonly length: number;
+  /** validator and size of the version being written, as stored with the partial entry */
+  readonly etag?: string;
+  readonly total?: number;
+  append(chunk: Uint8Array): void;
+  /** forget the stored bytes (the server sent a different version or refused the range) */
+  reset(): void;
+  /** remember which version these bytes belong to (kept for the next resume) */
+  setMeta(meta: { etag?: string; total?: number }): void;
+  /** stop, keeping the bytes as a partial entry */
+  suspend(): Promise<void>;
+  /** the file is whole: make it the complete entry */
+  commit(): Promise<void>;
 }
