@@ -9,9 +9,8 @@ import { createModel } from './model';
 import { readTensorF32 } from './safetensors';
 import { webSessionFactory, type OrtModule } from './runtime/session';
 import { loadModelFiles } from './source/files';
-import { HubSource } from './source/hub-source';
-import { UrlSource } from './source/url-source';
-import { BUNDLED_MODEL_ID, BUNDLED_MODEL_PATH, resolveModelRef } from './source/ref';
+import { createSource } from './source/create-source';
+import { BUNDLED_MODEL_ID, resolveModelRef } from './source/ref';
 import type { ByteCache, ModelSource } from './source/types';
 
 export type { LoadedModel, LoadOptions, Backend } from './api';
@@ -38,15 +37,9 @@ export async function detectBackend(): Promise<'webgpu' | 'wasm'> {
   }
 }
 
+/** What a user typed as a model (id, URL, 'default') → a source; the bundled model is relative to the page. */
 export function sourceFor(spec: string, opts: { baseUrl?: string; endpoint?: string; token?: string } = {}): ModelSource {
-  const ref = resolveModelRef(spec, { endpoint: opts.endpoint });
-  const base = opts.baseUrl ?? (globalThis as any).location?.href ?? 'http://127.0.0.1/';
-  switch (ref.kind) {
-    case 'bundled': return new UrlSource(new URL(BUNDLED_MODEL_PATH, base).href);
-    case 'hub': return new HubSource(ref.id, { revision: ref.revision, endpoint: ref.endpoint, token: opts.token });
-    case 'url': return new UrlSource(ref.id);
-    case 'folder': throw new LoupeError('BAD_INPUT', `"${spec}" looks like a local folder; the page can load Hub ids and URLs only.`, 'Serve the folder over http(s), or use the CLI for local folders.');
-  }
+  return createSource(resolveModelRef(spec, { endpoint: opts.endpoint }), opts);
 }
 
 export async function loadModel(spec: string | ModelSource, opts: BrowserLoadOptions): Promise<LoadedModel> {

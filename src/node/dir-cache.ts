@@ -7,10 +7,10 @@
  * An interrupted download is `<file>.partial` plus `<file>.partial.json` ({etag, total}).
  * `localPath(key)` gives the complete file's path, so ORT can read weights straight from disk.
  */
-import { closeSync, existsSync, openSync, promises as fsp, statSync, writeSync } from 'node:fs';
+import { closeSync, existsSync, ftruncateSync, openSync, promises as fsp, statSync, writeFileSync, writeSync } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import type { ByteCache, CacheEntryInfo, CacheKey } from '../engine/source/types';
+import type { ByteCache, CacheEntryInfo, CacheKey, CacheSink } from '../engine/source/types';
 
 const PARTIAL = '.partial';
 const META = '.partial.json';
@@ -86,13 +86,48 @@ export class DirCache implements ByteCache {
   }
 
   /**
-   * Append to a partial entry (streaming downloads): writes `chunk` at `offset` of `<file>.partial`.
-   * Sync on purpose: it is called from a download loop, one chunk at a time.
+   * Stream a download into `<file>.partial` (resuming its bytes when the meta says which version
+   * they are); commit() renames it into place. Writes are synchronous, one chunk at a time, so
+   * the partial file's length is always exactly the bytes received.
    */
-  appendPartialSync(key: CacheKey, offset: number, chunk: Uint8Array): void {
-    const p = this.filePath(key) + PARTIAL;
-    const fd = openSync(p, offset === 0 ? 'w' : 'r+');
-    try { writeSync(fd, chunk, 0, chunk.byteLength, offset); } finally { closeSync(fd); }
+  async openSink(key: CacheKey): Promise<CacheSink> {
+    const p = this.filePath(key);
+    const part = p + PARTIAL;
+    await fsp.mkdir(path.dirname(p), { recursive: true });
+    let meta: { etag?: string; total?: number } = {};
+    let length = 0;
+    try {
+      meta = JSON.parse(await fsp.readFile(p + META, 'utf8'));
+      length = statSync(part).size;
+    } catch { meta = {}; length = 0; }
+    // Without its meta a partial file's version is unknown: start over.
+    const fd = openSync(part, length > 0 ? 'r+' : 'w');
+    if (length === 0) ftruncateSync(fd, 0);
+    let open = true;
+    const close = () => { if (open) { closeSync(fd); open = false; } };
+    const writeMeta = () => writeFileSync(p + META, JSON.stringify({ ...meta }));
+    return {
+      get length() { return length; },
+      get etag() { return meta.etag; },
+      get total() { return meta.total; },
+      append(chunk) {
+        let off = 0;
+        while (off < chunk.byteLength) off += writeSync(fd, chunk, off, chunk.byteLength - off, length + off);
+        length += chunk.byteLength;
+      },
+      reset() { ftruncateSync(fd, 0); length = 0; },
+      setMeta(m) { meta = { ...(m.etag ? { etag: m.etag } : {}), ...(m.total != null ? { total: m.total } : {}) }; writeMeta(); },
+      async suspend() {
+        close();
+        if (length === 0) { await fsp.rm(part, { force: true }); await fsp.rm(p + META, { force: true }); return; }
+        writeMeta();
+      },
+      async commit() {
+        close();
+        await fsp.rename(part, p);
+        await fsp.rm(p + META, { force: true });
+      },
+    };
   }
 
   private async dropPartial(key: CacheKey): Promise<void> {

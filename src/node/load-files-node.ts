@@ -7,16 +7,17 @@
  *   files.weights.files   empty for those files: only the headers (8 + N bytes) were read
  *   readTensorF32(files.weights, name)   reads just that tensor's byte range from disk
  *
- * Folder sources and complete DirCache entries are never read whole. A download goes through
- * the cache (default: a DirCache at $LOUPE_CACHE_DIR or ~/.cache/loupe; `cache: false` keeps
- * everything in memory) and is then used from its cached path.
+ * Folder sources and complete DirCache entries are never read whole. Hub/URL weight files are
+ * streamed into the cache (default: a DirCache at $LOUPE_CACHE_DIR or ~/.cache/loupe) and used
+ * from there, so they never sit in memory either; an interrupted download resumes from its
+ * `.partial` file. `cache: false` keeps everything in memory.
  */
 import { closeSync, existsSync, fstatSync, openSync, readSync, statSync } from 'node:fs';
 import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { LoupeError } from '../engine/errors';
 import { parseSafetensors, parseSafetensorsHeader, safetensorsHeaderLength, type ReadableWeightSet, type SafetensorsHeader } from '../engine/safetensors';
-import { loadModelFilesWith, type LoadFilesOptions, type ModelFiles, type WeightReader } from '../engine/source/files';
+import { forgetIfCorrupt, loadModelFilesWith, type LoadFilesOptions, type ModelFiles, type WeightReader } from '../engine/source/files';
 import { HttpSource } from '../engine/source/http-source';
 import { HubSource } from '../engine/source/hub-source';
 import { BUNDLED_MODEL_ID, BUNDLED_MODEL_PATH, resolveModelRef, type ResolvedModelRef } from '../engine/source/ref';
@@ -134,14 +135,24 @@ export function diskWeightReader(source: ModelSource, cache: ByteCache | undefin
           if (opts.optional) return null;
           throw new LoupeError('FILE_NOT_FOUND', `${file} not found in ${source.dir}.`, undefined, { file, modelExists: true });
         }
-        const bytes = await source.fetchFile(file, { ...opts, cache: opts.cache ?? cache });
+        const c = opts.cache ?? cache;
+        if (source instanceof HttpSource && c?.openSink) {
+          // Stream into the cache on disk; the weights never sit in memory.
+          if (!(await source.downloadToCache(file, { ...opts, cache: c }))) return null;
+          p = localOf(file);
+          if (!p) throw new LoupeError('INTERNAL', `${file} was downloaded but is not in the cache.`);
+          const path_ = p;
+          return { header: await forgetIfCorrupt(source, c, file, () => readSafetensorsHeaderFromDisk(path_, file)), path: p };
+        }
+        const bytes = await source.fetchFile(file, { ...opts, cache: c });
         if (!bytes) return null;
         p = localOf(file);
         // Validate from memory; keep only the path when the cache now holds the file.
-        const header = parseSafetensors(bytes, file);
+        const header = await forgetIfCorrupt(source, c, file, () => parseSafetensors(bytes, file));
         return p ? { header, path: p } : { header, bytes };
       }
-      const header = readSafetensorsHeaderFromDisk(p, file);
+      const cached = p;
+      const header = await forgetIfCorrupt(source, source instanceof FolderSource ? undefined : cache, file, () => readSafetensorsHeaderFromDisk(cached, file));
       const size = statSync(p).size;
       opts.onProgress?.({ file, loaded: size, total: size, cached: true, done: true });
       return { header, path: p };

@@ -148,7 +148,8 @@ export abstract class HttpSource implements ModelSource {
       state.total = partial.total ?? null;
     }
     const save = async () => {
-      if (!cache || buf.length === 0) return;
+      // Resume only what has a definite size (a body of unknown, maybe compressed, length restarts).
+      if (!cache || buf.length === 0 || state.total == null) return;
       const meta = { ...(state.etag ? { etag: state.etag } : {}), ...(state.total != null ? { total: state.total } : {}) };
       try { await cache.putPartial(key, buf.bytes(), meta); } catch { /* the cache is best effort */ }
     };
@@ -317,7 +318,7 @@ export abstract class HttpSource implements ModelSource {
       state.etag = etag;
       state.onMeta?.();
     }
-    const total = state.total;
+    let total = state.total;
     if (total != null) buf.reserve?.(total);
     report({ loaded: buf.length, total });
 
@@ -330,7 +331,13 @@ export abstract class HttpSource implements ModelSource {
         const { done, value } = await reader.read();
         if (done) break;
         if (total != null && buf.length + value.byteLength > total) {
-          throw new LoupeError('HTTP_ERROR', `${url} sent more bytes than its declared size ${total}.`, undefined, { file, url });
+          if (res.status === 206) {
+            throw new LoupeError('HTTP_ERROR', `${url} sent more bytes than its declared size ${total}.`, undefined, { file, url });
+          }
+          // A compressed body whose Content-Encoding a cross-origin response hides: the
+          // Content-Length was the compressed size. The size is unknown after all.
+          total = state.total = null;
+          state.onMeta?.();
         }
         buf.append(value);
         report({ loaded: buf.length, total });
