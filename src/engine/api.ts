@@ -144,6 +144,11 @@ export interface LoadedModel {
   /** a parameter under its TransformerLens name (see above), as float32 */
   param(name: string): Tensor;
   run(tokens: number[] | number[][], opts?: RunOptions): Promise<RunResult>;
+  /**
+   * The logit lens on the backend: residual vectors [N, d_model] → ln_final with each vector's own
+   * statistics → unembedding (+ b_U) → final soft-cap, giving logits [N, d_vocab].
+   */
+  unembed(resid: Tensor, signal?: AbortSignal): Promise<Tensor>;
   /** attach an SAE (SAELens layout) under an id; validates d_in and hook against this model (SAE_MISMATCH) */
   attachSae(files: SaeFiles, id: string): SaeInfo;
   /** SAEs attached so far */

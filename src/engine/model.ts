@@ -10,7 +10,7 @@ import type { Tensor } from './tensor';
 import { numel } from './tensor';
 import type { WeightSet } from './safetensors-types';
 import { describeModel } from './arch';
-import { buildModelGraph, type BuiltGraph } from './graph/build-model';
+import { buildModelGraph, buildLensGraph, type BuiltGraph } from './graph/build-model';
 import { allHookNames, hookInfo, hookShape as shapeOfHook, mulInput, addInput } from './graph/hooks';
 import { ropeTables } from './runtime/rope';
 import { attentionMask } from './runtime/masks';
@@ -141,14 +141,29 @@ class EngineModel implements LoadedModel {
     return a;
   }
 
-  private session(kind: 'base' | 'result', saeId?: string) {
+  /** Final norm (each row's own statistics) + unembedding + soft-cap of residual vectors [N, D] → [N, V]. */
+  unembed(resid: Tensor, signal?: AbortSignal): Promise<Tensor> {
+    const next = this.queue.then(async () => {
+      throwIfAborted(signal);
+      const D = this.spec.dModel;
+      if (resid.dims.length !== 2 || resid.dims[1] !== D) throw new LoupeError('BAD_INPUT', `unembed needs residual vectors [N, ${D}], got [${resid.dims}].`);
+      const { session } = await this.session('lens');
+      const out = await session.run({ resid: new this.factory.ort.Tensor('float32', resid.data, resid.dims) }, ['logits']);
+      return { dims: [...out.logits.dims], data: out.logits.data as Float32Array };
+    });
+    this.queue = next.catch(() => undefined);
+    return next;
+  }
+
+  private session(kind: 'base' | 'result' | 'lens', saeId?: string) {
     const key = saeId ? `${kind}|sae:${saeId}` : kind;
     let s = this.sessions.get(key);
     if (!s) {
       s = (async () => {
         const sae = saeId ? this.sae(saeId) : undefined;
         const weights = sae?.weights ?? this.parts.weights;
-        const graph = buildModelGraph(this.spec, weights.tensors, { hooks: true, withResult: kind === 'result', sae: sae?.spec });
+        const graph = kind === 'lens' ? buildLensGraph(this.spec, weights.tensors)
+          : buildModelGraph(this.spec, weights.tensors, { hooks: true, withResult: kind === 'result', sae: sae?.spec });
         return { graph, session: await this.factory.create(graph, weights) };
       })();
       s.catch(() => this.sessions.delete(key));

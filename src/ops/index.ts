@@ -12,9 +12,20 @@ import * as activations from './activations';
 import * as attention from './attention';
 import * as logit_lens from './logit_lens';
 import * as generate from './generate';
+import * as steer from './steer';
+import * as sweep from './sweep';
+import * as causality from './causality';
+import * as capture from './capture';
+import * as probe from './probe';
+import * as sae_features from './sae_features';
+import * as sae_steer from './sae_steer';
+import * as feature from './feature';
 
 export const operations: Record<string, Operation> = {
   // --- operations (one line each: name: module.operation) ---
+  sae_features: sae_features.operation,
+  sae_steer: sae_steer.operation,
+  feature: feature.operation,
   ablate: ablate.operation,
   circuit: circuit.operation,
   patch: patch.operation,
@@ -24,6 +35,11 @@ export const operations: Record<string, Operation> = {
   attention: attention.operation,
   logit_lens: logit_lens.operation,
   generate: generate.operation,
+  steer: steer.operation,
+  sweep: sweep.operation,
+  causality: causality.operation,
+  capture: capture.operation,
+  probe: probe.operation,
 };
 
 export function getOperation(name: string): Operation | undefined {

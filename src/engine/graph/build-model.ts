@@ -106,24 +106,7 @@ export function buildModelGraph(spec: ModelSpec, tensors: Map<string, TensorEntr
     return g.o('Reshape', [y2, btN(outDim)]);
   };
 
-  const normWeight = (n: NormSpec) => (n.weightOffset ? g.o('Add', [W(n.w), c(1)]) : W(n.w));
-
-  /** LayerNorm / RMSNorm, decomposed so that hook_scale is a real intermediate (and intervenable). */
-  const norm = (x: string, n: NormSpec, scaleHook?: string): string => {
-    let xc = x;
-    let sq: string;
-    if (n.kind === 'layernorm') {
-      xc = g.o('Sub', [x, g.o('ReduceMean', [x], { axes: [-1], keepdims: 1 })]);
-      sq = g.o('ReduceMean', [g.o('Mul', [xc, xc])], { axes: [-1], keepdims: 1 });
-    } else {
-      sq = g.o('ReduceMean', [g.o('Mul', [x, x])], { axes: [-1], keepdims: 1 });
-    }
-    let scale = g.o('Sqrt', [g.o('Add', [sq, c(n.eps)])]);
-    if (scaleHook) scale = hook(scale, scaleHook);
-    let y = g.o('Mul', [g.o('Div', [xc, scale]), normWeight(n)]);
-    if (n.b) y = g.o('Add', [y, W(n.b)]);
-    return y;
-  };
+  const norm = (x: string, n: NormSpec, scaleHook?: string): string => normalize(g, W, x, n, scaleHook ? (v) => hook(v, scaleHook) : undefined);
 
   const act = (x: string, a: Activation): string => {
     switch (a) {
@@ -267,4 +250,47 @@ export function buildModelGraph(spec: ModelSpec, tensors: Map<string, TensorEntr
   g.output('logits');
 
   return { bytes: g.encode(), inputNames: g.inputNames(), outputNames: g.outputNames(), sites };
+}
+
+/**
+ * LayerNorm / RMSNorm, decomposed so that hook_scale is a real intermediate (and intervenable):
+ * y = ((x − mean x) / scale) ⊙ w + b with scale = sqrt(var + eps) (RMSNorm: x / sqrt(mean x² + eps) ⊙ w).
+ */
+function normalize(g: OnnxGraph, W: (name: string) => string, x: string, n: NormSpec, onScale?: (scale: string) => string): string {
+  const c = (v: number) => g.constF([v], []);
+  let xc = x;
+  let sq: string;
+  if (n.kind === 'layernorm') {
+    xc = g.o('Sub', [x, g.o('ReduceMean', [x], { axes: [-1], keepdims: 1 })]);
+    sq = g.o('ReduceMean', [g.o('Mul', [xc, xc])], { axes: [-1], keepdims: 1 });
+  } else {
+    sq = g.o('ReduceMean', [g.o('Mul', [x, x])], { axes: [-1], keepdims: 1 });
+  }
+  let scale = g.o('Sqrt', [g.o('Add', [sq, c(n.eps)])]);
+  if (onScale) scale = onScale(scale);
+  const w = n.weightOffset ? g.o('Add', [W(n.w), c(1)]) : W(n.w);
+  let y = g.o('Mul', [g.o('Div', [xc, scale]), w]);
+  if (n.b) y = g.o('Add', [y, W(n.b)]);
+  return y;
+}
+
+/**
+ * The logit lens as a graph: residual vectors [N, D] → final norm with each vector's OWN
+ * statistics → unembedding → final soft-cap. Lets the lens run on the backend (WebGPU/WASM/CPU)
+ * instead of an N·D·V loop in JS.
+ */
+export function buildLensGraph(spec: ModelSpec, tensors: Map<string, TensorEntry>, location: (file: string) => string = (f) => f): BuiltGraph {
+  const g = new OnnxGraph(location);
+  const W = (name: string) => g.weight(tensors.get(name)!);
+  const x = g.input('resid', 'float', ['N', spec.dModel]);
+  const args = [normalize(g, W, x, spec.lnFinal), W(spec.unembed.w)];
+  if (spec.unembed.b) args.push(W(spec.unembed.b));
+  let logits = g.o('Gemm', args, { transB: 1 });
+  if (spec.finalSoftcap !== null) {
+    const cap = g.constF([spec.finalSoftcap], []);
+    logits = g.o('Mul', [g.o('Tanh', [g.o('Div', [logits, cap])]), cap]);
+  }
+  g.identity(logits, 'logits');
+  g.output('logits');
+  return { bytes: g.encode(), inputNames: g.inputNames(), outputNames: g.outputNames(), sites: [] };
 }

@@ -66,6 +66,7 @@ export function makeSaeLoaders(plan: (source: string) => SaePlan): SaeLoaders {
     }
     throw e;
   };
+  const missing = new Set<string>();
   return {
     async loadSae(ref, opts = {}) {
       const { source, cache } = planFor(ref);
@@ -77,8 +78,14 @@ export function makeSaeLoaders(plan: (source: string) => SaePlan): SaeLoaders {
     },
     async loadSaeFile(ref, file, opts = {}) {
       const { source, cache } = planFor(ref);
+      const key = `${ref.source}\u0000${joinPath(ref.path, file)}`;
+      // caches keep files, not their absence: remember an optional file found missing, so that
+      // loading the same SAE for another model in this session asks the server nothing
+      if (opts.optional && missing.has(key)) return null;
       try {
-        return await source.fetchFile(joinPath(ref.path, file), { signal: opts.signal, onProgress: opts.onProgress, cache, optional: opts.optional });
+        const bytes = await source.fetchFile(joinPath(ref.path, file), { signal: opts.signal, onProgress: opts.onProgress, cache, optional: opts.optional });
+        if (!bytes && opts.optional) missing.add(key);
+        return bytes;
       } catch (e) {
         return reword(ref, e);
       }

@@ -1,0 +1,115 @@
+/**
+ * `loupe doctor`: what this machine offers Loupe — runtime, backends, threads — and whether the
+ * two Node backends agree on the bundled model (the same check the engine's tests make), plus
+ * where the weight cache lives and how big it is. Exit 1 when a check fails.
+ */
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { existsSync, promises as fsp, readFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import type { Io } from './main';
+import { loadModel } from './main';
+import { defaultCacheDir } from '../node/dir-cache';
+import { toLoupeError } from '../engine/errors';
+
+/** logits of the two Node backends must agree this closely on the bundled model */
+export const AGREEMENT_TOLERANCE = 1e-4;
+const PROMPT = 'Once upon a time';
+
+async function dirSize(dir: string): Promise<{ bytes: number; files: number }> {
+  let bytes = 0, files = 0;
+  let entries;
+  try { entries = await fsp.readdir(dir, { withFileTypes: true }); } catch { return { bytes, files }; }
+  for (const e of entries) {
+    const p = path.join(dir, e.name);
+    if (e.isDirectory()) { const s = await dirSize(p); bytes += s.bytes; files += s.files; }
+    else if (e.isFile()) { bytes += (await fsp.stat(p)).size; files++; }
+  }
+  return { bytes, files };
+}
+
+/** a package's version from its package.json, found by walking up from its entry point
+ * (some packages, e.g. onnxruntime-web, do not export ./package.json) */
+function packageVersion(name: string): string | null {
+  try {
+    const req = createRequire(import.meta.url);
+    let dir = path.dirname(req.resolve(name));
+    for (let i = 0; i < 8; i++) {
+      const f = path.join(dir, 'package.json');
+      if (existsSync(f)) {
+        const pkg = JSON.parse(readFileSync(f, 'utf8')) as { name?: string; version?: string };
+        if (pkg.name === name) return pkg.version ?? null;
+      }
+      dir = path.dirname(dir);
+    }
+    return null;
+  } catch {
+    return null;
+  }
+}
+
+async function tryBackend(name: 'onnxruntime-node' | 'onnxruntime-web'): Promise<{ available: boolean; version: string | null; error?: string }> {
+  try {
+    await import(name);
+    return { available: true, version: packageVersion(name) };
+  } catch (e) {
+    return { available: false, version: packageVersion(name), error: (e as Error).message };
+  }
+}
+
+export async function doctor(argv: string[], io: Io): Promise<number> {
+  const json = argv.includes('--json');
+  const say = (s: string) => { if (!argv.includes('--quiet')) io.stderr(s + '\n'); };
+  const report: Record<string, any> = {
+    runtime: { node: process.version, platform: `${process.platform}-${process.arch}`, v8: process.versions.v8 },
+    threads: { available: typeof os.availableParallelism === 'function' ? os.availableParallelism() : os.cpus().length },
+    backends: {
+      node: await tryBackend('onnxruntime-node'),
+      wasm: await tryBackend('onnxruntime-web'),
+    },
+  };
+
+  // the agreement check: same prompt, both backends, max |Δ| over every logit
+  say('doctor: running the bundled model on both backends …');
+  const agreement: Record<string, any> = { model: 'default', prompt: PROMPT, tolerance: AGREEMENT_TOLERANCE };
+  try {
+    const logits: Float32Array[] = [];
+    for (const backend of ['node', 'wasm'] as const) {
+      const m = await loadModel('default', backend);
+      try {
+        const ids = m.tokenize(PROMPT);
+        logits.push((await m.run(ids)).logits.data);
+        agreement.tokens = ids.length;
+      } finally {
+        await m.dispose().catch(() => undefined);
+      }
+    }
+    let d = 0;
+    for (let i = 0; i < logits[0].length; i++) d = Math.max(d, Math.abs(logits[0][i] - logits[1][i]));
+    agreement.max_abs_logit_diff = d;
+    agreement.ok = logits[0].length === logits[1].length && d <= AGREEMENT_TOLERANCE;
+  } catch (e) {
+    agreement.ok = false;
+    agreement.error = toLoupeError(e).toJSON().error;
+  }
+  report.agreement = agreement;
+
+  const dir = defaultCacheDir();
+  const size = await dirSize(dir);
+  report.cache = { location: dir, env: 'LOUPE_CACHE_DIR', bytes: size.bytes, files: size.files };
+  report.ok = report.backends.node.available && report.backends.wasm.available && agreement.ok;
+
+  if (json) io.stdout(JSON.stringify({ doctor: report }) + '\n');
+  else {
+    const b = (x: any) => (x.available ? `available (${x.version})` : `unavailable: ${x.error}`);
+    io.stdout([
+      `runtime     Node ${report.runtime.node} on ${report.runtime.platform}`,
+      `threads     ${report.threads.available}`,
+      `backend     node: ${b(report.backends.node)}`,
+      `backend     wasm: ${b(report.backends.wasm)}`,
+      `agreement   ${agreement.ok ? 'ok' : 'FAILED'}: ${agreement.error ? agreement.error.message : `max |Δ logit| node vs wasm = ${agreement.max_abs_logit_diff.toExponential(2)} over ${agreement.tokens} tokens (tolerance ${AGREEMENT_TOLERANCE})`}`,
+      `cache       ${dir} (${(size.bytes / 1e6).toFixed(1)} MB in ${size.files} files; set LOUPE_CACHE_DIR to move it)`,
+    ].join('\n') + '\n');
+  }
+  return report.ok ? 0 : 1;
+}

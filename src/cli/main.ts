@@ -1,0 +1,178 @@
+/**
+ * `loupe` — the command-line surface. Thin: it parses flags into an operation's input (generic,
+ * from the input schema), loads the model, calls the same `operation.run` as every other
+ * surface, and prints the document (--json) or a table.
+ *
+ * Exit codes: 0 ok · 1 runtime error · 2 usage error · 3 unsupported model.
+ */
+import { operations, getOperation } from '../ops/index';
+import type { Operation } from '../ops/types';
+import type { LoadedModel } from '../engine/api';
+import { LoupeError, toLoupeError, type ErrorDocument } from '../engine/errors';
+import { operationSchemas, schemasOf, allSchemas } from '../schema/json-schema';
+import { CLI_FLAGS, UsageError, flagsToInput, isBooleanField, properties, splitArgs, kebab } from './args';
+import { render } from './format';
+import { operationHelp, mainHelp } from './help';
+
+export interface Io {
+  stdout: (s: string) => void;
+  stderr: (s: string) => void;
+}
+
+const defaultIo: Io = {
+  stdout: (s) => process.stdout.write(s),
+  stderr: (s) => process.stderr.write(s),
+};
+
+export const EXIT = { ok: 0, runtime: 1, usage: 2, unsupported: 3 } as const;
+
+const UNSUPPORTED = new Set(['UNSUPPORTED_ARCHITECTURE', 'UNSUPPORTED_CONFIG']);
+
+function errorDoc(e: LoupeError): ErrorDocument {
+  return e.toJSON();
+}
+
+/** print an error the way the flags ask, and return its exit code */
+function fail(io: Io, json: boolean, e: unknown): number {
+  if (e instanceof UsageError) {
+    if (json) io.stdout(JSON.stringify({ error: { code: 'BAD_INPUT', message: e.message, ...(e.hint ? { hint: e.hint } : {}) } }) + '\n');
+    io.stderr(`loupe: ${e.message}\n${e.hint ? e.hint + '\n' : ''}Run 'loupe --help' for usage.\n`);
+    return EXIT.usage;
+  }
+  const le = toLoupeError(e);
+  if (json) io.stdout(JSON.stringify(errorDoc(le)) + '\n');
+  io.stderr(`loupe: error ${le.code}: ${le.message}\n${le.hint ? `hint: ${le.hint}\n` : ''}`);
+  if (le.code === 'INTERNAL' && e instanceof Error && e.stack && process.env.LOUPE_DEBUG) io.stderr(e.stack + '\n');
+  return UNSUPPORTED.has(le.code) ? EXIT.unsupported : EXIT.runtime;
+}
+
+/** progress lines on stderr: overwrite in place on a terminal, one line per stage step otherwise */
+function progressPrinter(io: Io, quiet: boolean) {
+  const tty = !!process.stderr.isTTY;
+  let last = '';
+  return (msg: string) => {
+    if (quiet || msg === last) return;
+    last = msg;
+    io.stderr(tty ? `\r\x1b[2K${msg}` : `${msg}\n`);
+  };
+}
+
+export async function loadModel(spec: string, backend: string | undefined, onProgress?: (s: string) => void): Promise<LoadedModel> {
+  if (backend !== undefined && backend !== 'node' && backend !== 'wasm') {
+    throw new UsageError(`--backend must be node or wasm (got '${backend}').`);
+  }
+  const { loadModelNode } = await import('../node/load');
+  let lastPct = -1;
+  return loadModelNode(spec, {
+    backend: backend as 'node' | 'wasm' | undefined,
+    onProgress: (p: any) => {
+      const o = p?.overall;
+      if (!o || !o.total) return;
+      const pct = Math.floor((100 * o.loaded) / o.total);
+      if (pct !== lastPct && (pct % 10 === 0 || pct === 100)) { lastPct = pct; onProgress?.(`loading ${spec}: ${pct}%`); }
+    },
+  } as any);
+}
+
+async function runOperation(op: Operation, argv: string[], io: Io): Promise<number> {
+  const schema = operationSchemas(op).input;
+  const props = properties(schema);
+  const isBool = (name: string) => (name in CLI_FLAGS ? CLI_FLAGS[name].boolean : isBooleanField(schema, props[name.replace(/-/g, '_')]));
+  let json = argv.includes('--json');
+  try {
+    const { positionals, flags } = splitArgs(argv, isBool);
+    json = flags.get('json') === true;
+    if (flags.get('help') === true) { io.stdout(operationHelp(op) + '\n'); return EXIT.ok; }
+    const quiet = flags.get('quiet') === true;
+    const hasPrompt = 'prompt' in props;
+    const extra = flags.get('input');
+    let fromJson: Record<string, unknown> = {};
+    if (typeof extra === 'string') {
+      try { fromJson = JSON.parse(extra); } catch (e) { throw new UsageError(`--input is not valid JSON: ${(e as Error).message}`); }
+      if (!fromJson || typeof fromJson !== 'object' || Array.isArray(fromJson)) throw new UsageError('--input must be a JSON object.');
+    }
+    const [modelSpec, prompt, ...rest] = positionals;
+    if (!modelSpec) throw new UsageError(`Missing MODEL: loupe ${op.name} MODEL${hasPrompt ? ' PROMPT' : ''} [options]`, "MODEL is 'default' (the bundled stories260K), a Hub id or a folder.");
+    if (rest.length || (!hasPrompt && prompt !== undefined)) throw new UsageError(`Unexpected argument ${JSON.stringify(rest[0] ?? prompt)}.`, 'Quote a prompt that contains spaces.');
+    const promptRequired = ((schema.required as string[] | undefined) ?? []).includes('prompt');
+    if (promptRequired && prompt === undefined && !('prompt' in fromJson)) throw new UsageError(`Missing PROMPT: loupe ${op.name} MODEL PROMPT [options]`);
+    const input: Record<string, unknown> = { ...(hasPrompt && prompt !== undefined ? { prompt } : {}), ...flagsToInput(schema, flags), ...fromJson };
+    // a malformed input is a usage error, caught before the model is loaded
+    const check = op.input.safeParse(input);
+    if (!check.success) {
+      const issues = check.error.issues.map((i) => `${i.path.length ? '--' + kebab(i.path.map(String).join('.')) : 'input'}: ${i.message}`);
+      throw new UsageError(`Invalid options: ${issues.join('; ')}`, `See 'loupe ${op.name} --help'.`);
+    }
+    const backend = flags.get('backend');
+    const say = progressPrinter(io, quiet);
+    const model = await loadModel(modelSpec, typeof backend === 'string' ? backend : undefined, say);
+    // Ctrl-C cancels the operation between engine runs (it then fails with ABORTED, exit 1)
+    const ac = new AbortController();
+    const onSigint = () => ac.abort();
+    process.once('SIGINT', onSigint);
+    try {
+      const doc = await op.run(model, input, {
+        signal: ac.signal,
+        onProgress: (p) => say(`${op.name}: ${p.stage} ${p.done}/${p.total}`),
+      });
+      if (!quiet && process.stderr.isTTY) io.stderr('\r\x1b[2K');
+      io.stdout(json ? JSON.stringify(doc) + '\n' : render(doc, { color: !!process.stdout.isTTY && !process.env.NO_COLOR }) + '\n');
+      return EXIT.ok;
+    } finally {
+      process.off('SIGINT', onSigint);
+      await model.dispose().catch(() => undefined);
+    }
+  } catch (e) {
+    return fail(io, json, e);
+  }
+}
+
+async function schemaCommand(argv: string[], io: Io): Promise<number> {
+  const names = argv.filter((a) => !a.startsWith('-'));
+  try {
+    if (names.length > 1) throw new UsageError('loupe schema takes at most one operation name.');
+    const out = names.length ? schemasOf(names[0]) : allSchemas();
+    io.stdout(JSON.stringify(out, null, 2) + '\n');
+    return EXIT.ok;
+  } catch (e) {
+    if (e instanceof LoupeError && e.code === 'UNKNOWN_OPERATION') return fail(io, argv.includes('--json'), new UsageError(e.message, e.hint));
+    return fail(io, argv.includes('--json'), e);
+  }
+}
+
+async function mcpCommand(argv: string[], io: Io): Promise<number> {
+  // loaded lazily: the bridge is its own module and the rest of the CLI must work without it
+  const path = new URL('../bridge/main.ts', import.meta.url).href;
+  let mod: { runMcp?: (argv: string[]) => Promise<number | void> };
+  try {
+    mod = await import(path);
+  } catch (e) {
+    return fail(io, argv.includes('--json'), new LoupeError('INTERNAL', `The MCP bridge could not be loaded: ${(e as Error).message}`, 'This build of Loupe has no MCP bridge (src/bridge/main.ts).'));
+  }
+  if (typeof mod.runMcp !== 'function') return fail(io, false, new LoupeError('INTERNAL', 'src/bridge/main.ts does not export runMcp(argv).'));
+  const code = await mod.runMcp(argv);
+  // runMcp may report through process.exitCode instead of returning a code
+  return typeof code === 'number' ? code : typeof process.exitCode === 'number' ? process.exitCode : EXIT.ok;
+}
+
+export async function main(argv: string[], io: Io = defaultIo): Promise<number> {
+  const [cmd, ...rest] = argv;
+  if (cmd === undefined) { io.stderr(mainHelp() + '\n'); return EXIT.usage; }
+  if (cmd === '--help' || cmd === '-h' || cmd === 'help') {
+    if (cmd === 'help' && rest[0] && getOperation(rest[0])) { io.stdout(operationHelp(getOperation(rest[0])!) + '\n'); return EXIT.ok; }
+    io.stdout(mainHelp() + '\n');
+    return EXIT.ok;
+  }
+  if (cmd === '--version') { io.stdout('loupe 0.1.0\n'); return EXIT.ok; }
+  if (cmd === 'schema') return schemaCommand(rest, io);
+  if (cmd === 'doctor') {
+    const { doctor } = await import('./doctor');
+    return doctor(rest, io);
+  }
+  if (cmd === 'mcp') return mcpCommand(rest, io);
+  const op = getOperation(cmd);
+  if (!op) {
+    return fail(io, argv.includes('--json'), new UsageError(`Unknown command '${cmd}'.`, `Commands: ${Object.keys(operations).join(', ')}, doctor, schema, mcp. Run 'loupe --help'.`));
+  }
+  return runOperation(op, rest, io);
+}

@@ -1,0 +1,124 @@
+/**
+ * activations (NeuronScope's activation summary): summary statistics of each layer's residual
+ * stream, attention and MLP outputs, MLP activations and attention patterns, from one forward
+ * pass — small enough to show for every layer at once, with a norm per position for the views.
+ */
+import { z } from 'zod';
+import type { Operation } from './types';
+import type { Tensor } from '../engine/tensor';
+import { documentBase, documentHead } from '../schema/common';
+import { LoupeError, throwIfAborted } from '../engine/errors';
+import { parseInput, finite } from './lib/caps';
+import { promptFields, promptIds } from './lib/tokens';
+
+export const SITES = ['resid_pre', 'resid_mid', 'resid_post', 'attn_out', 'mlp_out', 'mlp_post', 'pattern'] as const;
+export type Site = (typeof SITES)[number];
+
+/** site → hook name in layer l */
+export function siteHook(site: Site, l: number): string {
+  switch (site) {
+    case 'mlp_post': return `blocks.${l}.mlp.hook_post`;
+    case 'pattern': return `blocks.${l}.attn.hook_pattern`;
+    default: return `blocks.${l}.hook_${site}`;
+  }
+}
+
+export const activationsInput = z.object({
+  ...promptFields,
+  sites: z.array(z.enum(SITES)).min(1).default([...SITES]).describe('Which sites to summarise in every layer.'),
+  layers: z.array(z.number().int().min(0)).optional().describe('Layers to include (default all).'),
+});
+export type ActivationsInput = z.input<typeof activationsInput>;
+
+const siteStats = z.object({
+  site: z.enum(SITES),
+  hook: z.string(),
+  shape: z.array(z.number().int()).describe('Shape of the hook for this prompt, batch first.'),
+  mean: z.number(),
+  std: z.number().describe('Population standard deviation over every element.'),
+  min: z.number(),
+  max: z.number(),
+  argmax: z.object({
+    position: z.number().int().describe('Token position of the largest element (the query position for patterns).'),
+    index: z.array(z.number().int()).describe('Index of that element within the position (e.g. [d] for the residual stream, [head, key] for patterns).'),
+  }),
+  norm_per_position: z.array(z.number()).describe('L2 norm of everything at each position (for patterns: each query row over all heads).'),
+});
+
+export const activationsOutput = documentBase('activations').extend({
+  layers: z.array(z.object({ layer: z.number().int(), sites: z.array(siteStats) })),
+  missing_sites: z.array(z.enum(SITES)).describe('Requested sites this architecture does not have (e.g. resid_mid for a parallel-residual model).'),
+  method: z.string(),
+});
+export type ActivationsDocument = z.infer<typeof activationsOutput>;
+
+/** statistics of a [1, ...] hook whose position axis is `posAxis` (1, or 2 for [B,H,Tq,Tk] patterns) */
+export function summarize(t: Tensor, posAxis: number) {
+  const dims = t.dims;
+  const T = dims[posAxis];
+  const n = t.data.length;
+  let s = 0, mn = Infinity, mx = -Infinity, arg = 0;
+  for (let i = 0; i < n; i++) {
+    const v = t.data[i];
+    s += v;
+    if (v < mn) mn = v;
+    if (v > mx) { mx = v; arg = i; }
+  }
+  const mean = s / n;
+  let ss = 0;
+  for (let i = 0; i < n; i++) { const d = t.data[i] - mean; ss += d * d; }
+  // strides of the row-major layout: position p of axis posAxis
+  const strides = dims.map((_, k) => dims.slice(k + 1).reduce((a, b) => a * b, 1));
+  const multi = dims.map((d, k) => Math.floor(arg / strides[k]) % d);
+  const norms = new Float64Array(T);
+  for (let i = 0; i < n; i++) {
+    const p = Math.floor(i / strides[posAxis]) % T;
+    norms[p] += t.data[i] * t.data[i];
+  }
+  return {
+    shape: [...dims],
+    mean: finite(mean),
+    std: finite(Math.sqrt(ss / n)),
+    min: finite(mn),
+    max: finite(mx),
+    // drop the batch axis and the position axis from the element index
+    argmax: { position: multi[posAxis], index: multi.filter((_, k) => k !== 0 && k !== posAxis) },
+    norm_per_position: Array.from(norms, (x) => finite(Math.sqrt(x))),
+  };
+}
+
+export const operation: Operation<ActivationsInput, ActivationsDocument> = {
+  name: 'activations',
+  description:
+    'Per layer, summary statistics (shape, mean, std, min, max, argmax position, L2 norm per position) of resid_pre, resid_mid, resid_post, attn_out, mlp_out, mlp_post (MLP activations) and the attention pattern, from one forward pass. Values are those of the unprocessed model (no weight folding).',
+  input: activationsInput,
+  output: activationsOutput,
+  async run(model, rawInput, ctx) {
+    const input = parseInput(activationsInput, rawInput);
+    const L = model.info.n_layers;
+    const layers = [...new Set(input.layers ?? Array.from({ length: L }, (_, l) => l))].sort((a, b) => a - b);
+    for (const l of layers) if (l >= L) throw new LoupeError('BAD_INPUT', `layer ${l} does not exist (the model has ${L} layers).`, `Use layers 0 … ${L - 1}.`);
+    const ids = promptIds(model, input.prompt, { prependBos: input.prepend_bos });
+    const available = new Set(model.hookNames());
+    const sites = [...new Set(input.sites)];
+    const missing = sites.filter((s) => !available.has(siteHook(s, 0)));
+    const present = sites.filter((s) => !missing.includes(s));
+    const hooks = layers.flatMap((l) => present.map((s) => siteHook(s, l)));
+
+    ctx.onProgress?.({ stage: 'forward pass', done: 0, total: 1 });
+    throwIfAborted(ctx.signal);
+    const run = await model.run(ids, { hooks, signal: ctx.signal });
+    throwIfAborted(ctx.signal);
+    ctx.onProgress?.({ stage: 'forward pass', done: 1, total: 1 });
+
+    return {
+      ...documentHead('activations', model, input.prompt, ids),
+      layers: layers.map((l) => ({
+        layer: l,
+        sites: present.map((site) => ({ site, hook: siteHook(site, l), ...summarize(run.hooks[siteHook(site, l)], site === 'pattern' ? 2 : 1) })),
+      })),
+      missing_sites: missing,
+      method: 'Statistics over every element of the hook for this prompt (batch 1, float64 accumulation); std is the population standard deviation; argmax is the first largest element. Patterns are post-softmax attention probabilities [B, H, Tq, Tk].',
+    };
+  },
+};

@@ -1,0 +1,461 @@
+/**
+ * Ablation specs → engine interventions, and batched runs of many ablation variants.
+ *
+ * A target is one thing to knock out: a head (its `attn.hook_z` slice), an MLP neuron (its
+ * `mlp.hook_post` index), a component of a layer (resid_pre/mid/post, attn_out, mlp_out,
+ * mlp_post) or a whole layer (attn_out and mlp_out together, so resid_post = resid_pre under
+ * zero ablation). A method says what replaces it:
+ *  - zero      x' = 0
+ *  - mean      x' = the mean of the clean activation over the prompt's positions (BOS included),
+ *              or over every position of a supplied set of prompts
+ *  - resample  x' = the activation of the same site in another prompt at the same position
+ *              (a given prompt, or random tokens drawn from a seed)
+ * at all or chosen positions. Mean and resample are compiled to the engine's `patch` op with a
+ * source tensor of the full site shape, so the engine selects the head/neuron slice itself and
+ * no convention about the length of a `value` vector is needed.
+ *
+ * `runVariants` packs many variants (each a list of interventions) into as few engine runs as
+ * the batch cap allows: each intervention carries `batch: [row]` for its variant's row.
+ */
+import { z } from 'zod';
+import type { Intervention, LoadedModel, RunResult } from '../../engine/api';
+import type { Tensor } from '../../engine/tensor';
+import { LoupeError, throwIfAborted } from '../../engine/errors';
+import type { OpContext } from '../types';
+import { CAPS, checkTokenCount, finite } from './caps';
+import { promptFields, promptIds, resolveToken, tokenText } from './tokens';
+import { argmax, klDivergence, logSoftmax, rng } from './math';
+
+// ------------------------------------------------------------------ caps local to these operations
+
+/** variants (distinct ablations/patches) one operation may run; a patch scan of a 12-layer model at 128 tokens is ~4.7k */
+export const MAX_VARIANTS = 20_000;
+/** prompts a mean over a prompt set may use */
+export const MAX_MEAN_PROMPTS = 64;
+
+export function checkVariants(n: number, what: string, hint: string): void {
+  if (n > MAX_VARIANTS) throw new LoupeError('TOO_LARGE', `${what} needs ${n} ablation variants, more than the cap of ${MAX_VARIANTS}.`, hint);
+}
+
+// ------------------------------------------------------------------ input pieces shared by the four operations
+
+export const COMPONENTS = ['resid_pre', 'resid_mid', 'resid_post', 'attn_out', 'mlp_out', 'mlp_post', 'layer'] as const;
+export type Component = (typeof COMPONENTS)[number];
+export const METHODS = ['zero', 'mean', 'resample'] as const;
+export type AblationMethod = (typeof METHODS)[number];
+
+/** prompt fields plus raw token ids (random byte sequences are not valid text) */
+export const promptOrIdsFields = {
+  ...promptFields,
+  prompt: z.string().default('').describe('The text to run. BOS is prepended (TransformerLens prepend_bos) unless prepend_bos is false. May be omitted when token_ids is given.'),
+  token_ids: z.array(z.number().int().min(0)).min(1).optional().describe('Run exactly these token ids instead of tokenizing prompt (no BOS is added): for sequences that are not valid text, e.g. random bytes.'),
+};
+
+export const positionsField = z
+  .union([z.literal('all'), z.array(z.number().int().min(0)).min(1)])
+  .default('all')
+  .describe('Token positions to ablate (0-based, BOS included), or "all".');
+
+/** ids of the prompt (or the given token ids), checked against the vocabulary and the caps */
+export function inputIds(model: LoadedModel, input: { prompt: string; prepend_bos: boolean; token_ids?: number[] }, field = 'token_ids'): { ids: number[]; prompt: string } {
+  if (input.token_ids) {
+    const V = model.info.d_vocab;
+    const bad = input.token_ids.find((t) => t >= V);
+    if (bad !== undefined) throw new LoupeError('BAD_TOKEN_ID', `${field}: token id ${bad} is outside the vocabulary (d_vocab = ${V}).`, `Use ids between 0 and ${V - 1}.`);
+    checkTokenCount(model, input.token_ids.length);
+    return { ids: input.token_ids.slice(), prompt: input.prompt || model.decode(input.token_ids) };
+  }
+  return { ids: promptIds(model, input.prompt, { prependBos: input.prepend_bos }), prompt: input.prompt };
+}
+
+export function checkPositions(positions: 'all' | number[], T: number, field = 'positions'): void {
+  if (positions === 'all') return;
+  for (const p of positions) {
+    if (p >= T) throw new LoupeError('BAD_INPUT', `${field}: position ${p} is outside the prompt (${T} tokens).`, `Use positions 0 … ${T - 1}.`);
+  }
+  if (new Set(positions).size !== positions.length) throw new LoupeError('BAD_INPUT', `${field} lists a position twice.`, 'List each position once.');
+}
+
+// ------------------------------------------------------------------ targets
+
+export interface AblationTarget {
+  layer: number;
+  component?: Component;
+  head?: number;
+  neuron?: number;
+}
+
+export const targetSchema = z.object({
+  layer: z.number().int().min(0),
+  component: z.enum(COMPONENTS).optional(),
+  head: z.number().int().min(0).optional(),
+  neuron: z.number().int().min(0).optional(),
+});
+
+/** one edited site: a hook, optionally restricted to a head or a neuron */
+export interface Site {
+  hook: string;
+  head?: number;
+  neuron?: number;
+}
+
+export function targetLabel(t: AblationTarget): string {
+  if (t.head !== undefined) return `L${t.layer}H${t.head}`;
+  if (t.neuron !== undefined) return `L${t.layer}N${t.neuron}`;
+  return `L${t.layer}.${t.component ?? 'layer'}`;
+}
+
+/** the identifying fields of an entry: {layer, head} | {layer, neuron} | {layer, component} */
+export function targetFields(t: AblationTarget): { layer: number; head?: number; neuron?: number; component?: Component } {
+  if (t.head !== undefined) return { layer: t.layer, head: t.head };
+  if (t.neuron !== undefined) return { layer: t.layer, neuron: t.neuron };
+  return { layer: t.layer, component: t.component ?? 'layer' };
+}
+
+/** the sites a target edits; validates ranges and that the hooks exist in this model */
+export function targetSites(model: LoadedModel, t: AblationTarget): Site[] {
+  const { n_layers: L, n_heads: H, d_mlp: M } = model.info;
+  const given = [t.component !== undefined, t.head !== undefined, t.neuron !== undefined].filter(Boolean).length;
+  if (given > 1) throw new LoupeError('BAD_INPUT', `${targetLabel(t)}: give at most one of component, head, neuron.`, 'Ablate a head, a neuron or a component; list several targets to ablate several things.');
+  if (t.layer >= L) throw new LoupeError('BAD_INPUT', `layer ${t.layer} is out of range: the model has ${L} layers.`, `Use a layer between 0 and ${L - 1}.`);
+  const b = `blocks.${t.layer}`;
+  let sites: Site[];
+  if (t.head !== undefined) {
+    if (t.head >= H) throw new LoupeError('BAD_INPUT', `head ${t.head} is out of range: the model has ${H} heads per layer.`, `Use a head between 0 and ${H - 1}.`);
+    sites = [{ hook: `${b}.attn.hook_z`, head: t.head }];
+  } else if (t.neuron !== undefined) {
+    if (t.neuron >= M) throw new LoupeError('BAD_INPUT', `neuron ${t.neuron} is out of range: the MLP has ${M} neurons.`, `Use a neuron between 0 and ${M - 1}.`);
+    sites = [{ hook: `${b}.mlp.hook_post`, neuron: t.neuron }];
+  } else {
+    const c = t.component ?? 'layer';
+    const hookOf: Record<Exclude<Component, 'layer'>, string> = {
+      resid_pre: `${b}.hook_resid_pre`, resid_mid: `${b}.hook_resid_mid`, resid_post: `${b}.hook_resid_post`,
+      attn_out: `${b}.hook_attn_out`, mlp_out: `${b}.hook_mlp_out`, mlp_post: `${b}.mlp.hook_post`,
+    };
+    sites = c === 'layer' ? [{ hook: hookOf.attn_out }, { hook: hookOf.mlp_out }] : [{ hook: hookOf[c] }];
+  }
+  const known = new Set(model.hookNames());
+  for (const s of sites) {
+    if (!known.has(s.hook)) throw new LoupeError('UNKNOWN_HOOK', `This model has no hook '${s.hook}' (${model.info.architecture}).`, 'Parallel-residual models (GPT-NeoX) have no resid_mid; choose another component.');
+  }
+  return sites;
+}
+
+// ------------------------------------------------------------------ the ablator: sources for mean / resample
+
+export interface AblationConfig {
+  method: AblationMethod;
+  positions: 'all' | number[];
+  /** mean over these prompts' positions instead of the clean prompt's */
+  meanPrompts?: number[][];
+  /** resample source tokens (already T long); built by resampleTokens() */
+  resampleIds?: number[];
+  /** how the resample tokens were obtained, for the document */
+  resampleFrom?: string;
+}
+
+/** a JSON record of one intervention, as the document lists it (sources described, not embedded) */
+export interface InterventionRecord {
+  hook: string;
+  op: AblationMethod;
+  head?: number;
+  neuron?: number;
+  positions: 'all' | number[];
+  from?: string;
+}
+
+export const interventionRecordSchema = z.object({
+  hook: z.string(),
+  op: z.enum(METHODS),
+  head: z.number().int().optional(),
+  neuron: z.number().int().optional(),
+  positions: z.union([z.literal('all'), z.array(z.number().int())]),
+  from: z.string().optional(),
+});
+
+/**
+ * Resample source tokens, T long: the given ids (the first T; an error when shorter) or random
+ * tokens from a seeded generator (position 0 kept when it is BOS; BOS/EOS never drawn).
+ */
+export function resampleTokens(model: LoadedModel, ids: number[], seed: number, given?: number[]): { ids: number[]; from: string } {
+  const T = ids.length;
+  if (given) {
+    if (given.length < T) {
+      throw new LoupeError('BAD_INPUT', `The resample prompt has ${given.length} tokens, fewer than the prompt's ${T}.`, 'Resampling takes the activation at the same position from the other prompt: give one at least as long (extra tokens are ignored).');
+    }
+    return { ids: given.slice(0, T), from: `resample prompt (its first ${T} tokens)` };
+  }
+  const u = rng(seed);
+  const V = model.info.d_vocab;
+  const special = new Set([model.bosTokenId, model.eosTokenId].filter((x): x is number => x !== undefined));
+  const out: number[] = [];
+  for (let t = 0; t < T; t++) {
+    if (t === 0 && special.has(ids[0])) { out.push(ids[0]); continue; }
+    let tok: number;
+    do tok = Math.floor(u() * V); while (special.has(tok));
+    out.push(tok);
+  }
+  return { ids: out, from: `random tokens (uniform over the vocabulary without BOS/EOS, seed ${seed}${special.has(ids[0]) ? ', BOS kept at position 0' : ''})` };
+}
+
+/** the hook's value of batch row 0 as a [1, T, ...] source with `fill(t)` giving each position's slice */
+function sourceTensor(dims: number[], inner: number, fill: (t: number, out: Float32Array, off: number) => void): Tensor {
+  const T = dims[1];
+  const data = new Float32Array(T * inner);
+  for (let t = 0; t < T; t++) fill(t, data, t * inner);
+  return { dims: [1, ...dims.slice(1)], data };
+}
+
+export class Ablator {
+  private constructor(
+    readonly model: LoadedModel,
+    readonly ids: number[],
+    readonly cfg: AblationConfig,
+    /** hook → the [1, T, ...] tensor its mean/resample patches copy from */
+    private readonly sources: Map<string, Tensor>,
+  ) {}
+
+  /**
+   * Run the clean prompt once (fetching `extraHooks` and whatever mean ablation needs), plus the
+   * mean-prompt or resample runs, and return the ablator with the clean run.
+   * `hooks` are the hooks the targets will edit (from targetSites).
+   */
+  static async prepare(model: LoadedModel, ids: number[], hooks: string[], cfg: AblationConfig, ctx: OpContext, extraHooks: string[] = []): Promise<{ ablator: Ablator; clean: RunResult }> {
+    checkPositions(cfg.positions, ids.length);
+    const siteHooks = [...new Set(hooks)];
+    const needClean = cfg.method === 'mean' && !cfg.meanPrompts;
+    const cleanHooks = [...new Set([...extraHooks, ...(needClean ? siteHooks : [])])];
+    throwIfAborted(ctx.signal);
+    const clean = await model.run(ids, { hooks: cleanHooks, signal: ctx.signal });
+    throwIfAborted(ctx.signal);
+    const T = ids.length;
+    const sources = new Map<string, Tensor>();
+    if (cfg.method === 'mean') {
+      const prompts = cfg.meanPrompts ?? [];
+      if (prompts.length > MAX_MEAN_PROMPTS) throw new LoupeError('TOO_LARGE', `${prompts.length} mean prompts exceed the cap of ${MAX_MEAN_PROMPTS}.`, `Use at most ${MAX_MEAN_PROMPTS} prompts for the mean.`);
+      // float64 sums over every position of every prompt, per hook
+      const sums = new Map<string, { dims: number[]; inner: number; sum: Float64Array; n: number }>();
+      const accumulate = (run: RunResult) => {
+        for (const h of siteHooks) {
+          const t = run.hooks[h];
+          if (!t) throw new LoupeError('INTERNAL', `The engine did not return hook '${h}'.`, 'This is a bug in Loupe; please report it.');
+          const Tr = t.dims[1];
+          const inner = t.data.length / (t.dims[0] * Tr);
+          let s = sums.get(h);
+          if (!s) sums.set(h, (s = { dims: t.dims, inner, sum: new Float64Array(inner), n: 0 }));
+          for (let p = 0; p < Tr; p++) for (let i = 0; i < inner; i++) s.sum[i] += t.data[p * inner + i];
+          s.n += Tr;
+        }
+      };
+      if (needClean) accumulate(clean);
+      for (let i = 0; i < prompts.length; i++) {
+        throwIfAborted(ctx.signal);
+        ctx.onProgress?.({ stage: 'mean activations', done: i, total: prompts.length });
+        accumulate(await model.run(prompts[i], { hooks: siteHooks, signal: ctx.signal }));
+      }
+      for (const [h, s] of sums) {
+        const m = Float32Array.from(s.sum, (x) => x / s.n);
+        sources.set(h, sourceTensor([1, T, ...s.dims.slice(2)], s.inner, (_t, out, off) => out.set(m, off)));
+      }
+    } else if (cfg.method === 'resample') {
+      if (!cfg.resampleIds) throw new LoupeError('INTERNAL', 'resample ablation without source tokens.', 'This is a bug in Loupe; please report it.');
+      const run = await model.run(cfg.resampleIds, { hooks: siteHooks, signal: ctx.signal });
+      throwIfAborted(ctx.signal);
+      for (const h of siteHooks) {
+        const t = run.hooks[h];
+        if (!t) throw new LoupeError('INTERNAL', `The engine did not return hook '${h}'.`, 'This is a bug in Loupe; please report it.');
+        sources.set(h, { dims: t.dims, data: t.data });
+      }
+    }
+    return { ablator: new Ablator(model, ids, cfg, sources), clean };
+  }
+
+  /** engine interventions that ablate all `targets` together (one variant, no batch rows yet) */
+  interventions(targets: AblationTarget[]): Intervention[] {
+    const out: Intervention[] = [];
+    for (const t of targets) {
+      for (const s of targetSites(this.model, t)) {
+        const base = { hook: s.hook, positions: this.cfg.positions, ...(s.head !== undefined ? { head: s.head } : {}), ...(s.neuron !== undefined ? { neuron: s.neuron } : {}) };
+        if (this.cfg.method === 'zero') out.push({ ...base, op: 'zero' });
+        else out.push({ ...base, op: 'patch', source: this.sources.get(s.hook)! });
+      }
+    }
+    return out;
+  }
+
+  /** what replaced the ablated values, in words */
+  sourceDescription(): string | undefined {
+    if (this.cfg.method === 'mean') return this.cfg.meanPrompts ? `mean over all positions of ${this.cfg.meanPrompts.length} supplied prompts` : 'mean over the prompt\'s positions (BOS included)';
+    if (this.cfg.method === 'resample') return `same position of ${this.cfg.resampleFrom ?? 'another prompt'}`;
+    return undefined;
+  }
+
+  records(targets: AblationTarget[]): InterventionRecord[] {
+    const from = this.sourceDescription();
+    const out: InterventionRecord[] = [];
+    for (const t of targets) {
+      for (const s of targetSites(this.model, t)) {
+        out.push({ hook: s.hook, op: this.cfg.method, ...(s.head !== undefined ? { head: s.head } : {}), ...(s.neuron !== undefined ? { neuron: s.neuron } : {}), positions: this.cfg.positions, ...(from ? { from } : {}) });
+      }
+    }
+    return out;
+  }
+}
+
+// ------------------------------------------------------------------ batched runs
+
+export interface RunVariantsOptions {
+  /** rows per engine run (default CAPS.maxBatch) */
+  maxBatch?: number;
+  /** position whose logits are returned (default the last) */
+  position?: number;
+  /** progress stage name */
+  stage?: string;
+  ctx: OpContext;
+}
+
+/**
+ * Run every variant (a list of interventions; [] = clean) on the same tokens, packed into
+ * batches of at most maxBatch rows, and return each variant's logits at one position.
+ * Cancellation is checked between engine runs (and the signal is passed into each run).
+ */
+export async function runVariants(model: LoadedModel, ids: number[], variants: Intervention[][], opts: RunVariantsOptions): Promise<Float32Array[]> {
+  const maxBatch = Math.max(1, Math.min(opts.maxBatch ?? CAPS.maxBatch, CAPS.maxBatch));
+  const T = ids.length;
+  const pos = opts.position ?? T - 1;
+  const stage = opts.stage ?? 'ablations';
+  const out: Float32Array[] = [];
+  const { ctx } = opts;
+  throwIfAborted(ctx.signal);
+  ctx.onProgress?.({ stage, done: 0, total: variants.length });
+  for (let start = 0; start < variants.length; start += maxBatch) {
+    throwIfAborted(ctx.signal);
+    const chunk = variants.slice(start, start + maxBatch);
+    const B = chunk.length;
+    const interventions: Intervention[] = [];
+    chunk.forEach((v, row) => { for (const iv of v) interventions.push({ ...iv, batch: [row] }); });
+    const res = await model.run(ids, { hooks: [], interventions, batch: B, signal: ctx.signal });
+    const V = res.logits.dims[2];
+    for (let row = 0; row < B; row++) {
+      const off = (row * T + pos) * V;
+      out.push(res.logits.data.slice(off, off + V));
+    }
+    ctx.onProgress?.({ stage, done: Math.min(start + B, variants.length), total: variants.length });
+  }
+  throwIfAborted(ctx.signal);
+  return out;
+}
+
+// ------------------------------------------------------------------ effects on the output
+
+/** logits at one position of a run (row 0) */
+export function logitsAt(run: RunResult, pos: number): Float32Array {
+  const [, T, V] = run.logits.dims;
+  if (pos >= T) throw new LoupeError('INTERNAL', `position ${pos} outside the run (${T}).`);
+  return run.logits.data.slice(pos * V, (pos + 1) * V);
+}
+
+export interface TokenStats {
+  logit: number;
+  logprob: number;
+  prob: number;
+}
+
+export function tokenStats(logits: ArrayLike<number>, tokenId: number, lp = logSoftmax(logits)): TokenStats {
+  return { logit: finite(logits[tokenId]), logprob: finite(lp[tokenId]), prob: finite(Math.exp(lp[tokenId])) };
+}
+
+/** what an ablation (or patch) did to the target token, and what the model predicts instead */
+export interface Effect {
+  logit_delta: number;
+  logprob_delta: number;
+  prob_delta: number;
+  ablated_logit: number;
+  ablated_logprob: number;
+  ablated_prob: number;
+  new_predicted_token: string;
+  new_predicted_token_id: number;
+  new_predicted_prob: number;
+  /** KL(clean ‖ ablated) of the next-token distributions, nats */
+  kl: number;
+}
+
+export const effectFields = {
+  logit_delta: z.number().describe('ablated − clean logit of the target token'),
+  logprob_delta: z.number().describe('ablated − clean log-probability of the target token (nats)'),
+  prob_delta: z.number().describe('ablated − clean probability of the target token'),
+  ablated_logit: z.number(),
+  ablated_logprob: z.number(),
+  ablated_prob: z.number(),
+  new_predicted_token: z.string().describe('the top token after ablation'),
+  new_predicted_token_id: z.number().int(),
+  new_predicted_prob: z.number(),
+  kl: z.number().describe('KL(clean ‖ ablated) of the next-token distributions at the position (nats)'),
+};
+export const effectSchema = z.object(effectFields);
+
+/** compares ablated logits to clean ones for a target token; clean log-probs may be passed in to save work */
+export class EffectMeter {
+  readonly cleanLp: Float64Array;
+  readonly clean: TokenStats;
+  constructor(readonly model: LoadedModel, readonly cleanLogits: Float32Array, readonly tokenId: number) {
+    this.cleanLp = logSoftmax(cleanLogits);
+    this.clean = tokenStats(cleanLogits, tokenId, this.cleanLp);
+  }
+
+  effect(ablated: Float32Array): Effect {
+    const lp = logSoftmax(ablated);
+    const a = tokenStats(ablated, this.tokenId, lp);
+    const top = argmax(ablated);
+    return {
+      logit_delta: finite(a.logit - this.clean.logit),
+      logprob_delta: finite(a.logprob - this.clean.logprob),
+      prob_delta: finite(a.prob - this.clean.prob),
+      ablated_logit: a.logit,
+      ablated_logprob: a.logprob,
+      ablated_prob: a.prob,
+      new_predicted_token: tokenText(this.model, top),
+      new_predicted_token_id: top,
+      new_predicted_prob: finite(Math.exp(lp[top])),
+      kl: finite(Math.max(0, klDivergence(this.cleanLp, lp))),
+    };
+  }
+}
+
+/** a given answer token resolved early (before any run), so a bad token fails at once */
+export function resolveAnswer(model: LoadedModel, answer: string | undefined, field = 'answer'): number | undefined {
+  return answer !== undefined ? resolveToken(model, answer, field) : undefined;
+}
+
+/** the target token: a given answer id or the clean prediction */
+export function answerToken(model: LoadedModel, cleanLogits: Float32Array, answerId?: number): { token: string; token_id: number; source: 'clean_prediction' | 'answer' } {
+  const id = answerId ?? argmax(cleanLogits);
+  return { token: tokenText(model, id), token_id: id, source: answerId !== undefined ? 'answer' : 'clean_prediction' };
+}
+
+export const answerSchema = z.object({
+  token: z.string(),
+  token_id: z.number().int(),
+  source: z.enum(['clean_prediction', 'answer']).describe('the clean prediction unless answer was given'),
+});
+
+export const cleanSchema = z.object({
+  predicted_token: z.string(),
+  predicted_token_id: z.number().int(),
+  predicted_prob: z.number(),
+  answer_logit: z.number(),
+  answer_logprob: z.number(),
+  answer_prob: z.number(),
+});
+
+export function cleanBlock(model: LoadedModel, meter: EffectMeter): z.infer<typeof cleanSchema> {
+  const top = argmax(meter.cleanLogits);
+  return {
+    predicted_token: tokenText(model, top),
+    predicted_token_id: top,
+    predicted_prob: finite(Math.exp(meter.cleanLp[top])),
+    answer_logit: meter.clean.logit,
+    answer_logprob: meter.clean.logprob,
+    answer_prob: meter.clean.prob,
+  };
+}

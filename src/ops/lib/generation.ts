@@ -1,0 +1,189 @@
+/**
+ * The generation loop shared by `generate`, `steer` and `sweep`: greedy or seeded sampling, with a
+ * KV cache (one prompt pass, then one engine run per new token that feeds only that token and the
+ * cache), optionally carrying interventions, and optionally several variants at once through the
+ * engine's batch dimension (row r is steered by the interventions whose `batch` includes r).
+ *
+ * Interventions during generation (the contract of this module):
+ *  - the prompt pass applies every intervention exactly as given (positions are absolute, BOS = 0);
+ *  - each later step applies an intervention to the new token iff its positions are 'all' (or
+ *    omitted) or list that token's absolute position; `patch` and a `mean` without a value refer
+ *    to prompt activations and apply to the prompt pass only.
+ *  - `useCache: false` re-runs the whole sequence each step with the interventions unchanged: the
+ *    same semantics, used to prove the cached loop right and to measure its speed-up.
+ */
+import type { Intervention, KVCache, LoadedModel } from '../../engine/api';
+import { LoupeError, throwIfAborted } from '../../engine/errors';
+import { argmax, rng } from './math';
+import { checkBatch, checkNewTokens, checkTokenCount } from './caps';
+
+export interface SamplingOptions {
+  /** 0 (default) = greedy */
+  temperature?: number;
+  /** keep only the k most likely tokens before sampling (0/undefined = all) */
+  topK?: number;
+  /** nucleus sampling: keep the smallest set whose probability reaches p (1/undefined = all) */
+  topP?: number;
+  /** seed of the sampler; each batch row uses its own generator with this same seed */
+  seed?: number;
+}
+
+export interface GenerateOptions extends SamplingOptions {
+  maxNewTokens: number;
+  interventions?: Intervention[];
+  /** stop a row when it emits the EOS token (default true); the EOS id is kept in `ids` */
+  stopAtEos?: boolean;
+  signal?: AbortSignal;
+  /** called for every generated token of every row */
+  onToken?: (t: { step: number; row: number; id: number }) => void;
+  /** default true; false re-runs the full sequence every step (reference / benchmark path) */
+  useCache?: boolean;
+}
+
+export interface GenerateResult {
+  /** generated token ids only (the prompt excluded) */
+  ids: number[];
+  /** the text these tokens add to the prompt */
+  text: string;
+  stop_reason: 'eos' | 'max_new_tokens';
+}
+
+export interface BatchGenerateResult {
+  rows: GenerateResult[];
+  /** logits at the final prompt position of each row, from the prompt pass (with interventions) */
+  promptLogits: Float32Array[];
+  /** engine runs made (1 prompt pass + steps) */
+  runs: number;
+}
+
+/** The text generated tokens add to a prompt (decoding the whole sequence keeps word-initial spaces right). */
+export function continuationText(model: LoadedModel, prompt: number[], generated: number[]): string {
+  if (generated.length === 0) return '';
+  const full = model.decode([...prompt, ...generated]);
+  const pre = model.decode(prompt);
+  return full.startsWith(pre) ? full.slice(pre.length) : model.decode(generated);
+}
+
+/** Pick the next token from one row of logits. */
+export function pickToken(logits: ArrayLike<number>, offset: number, V: number, s: SamplingOptions, u: () => number): number {
+  const temperature = s.temperature ?? 0;
+  if (!(temperature > 0)) return argmax(logits, offset, V);
+  let idx = Array.from({ length: V }, (_, i) => i);
+  idx.sort((a, b) => logits[offset + b] - logits[offset + a] || a - b);
+  if (s.topK && s.topK > 0 && s.topK < V) idx = idx.slice(0, s.topK);
+  const m = logits[offset + idx[0]] / temperature;
+  let probs = idx.map((i) => Math.exp(logits[offset + i] / temperature - m));
+  let z = probs.reduce((a, b) => a + b, 0);
+  if (s.topP !== undefined && s.topP < 1) {
+    let c = 0;
+    let k = 0;
+    while (k < probs.length) { c += probs[k] / z; k++; if (c >= s.topP) break; }
+    idx = idx.slice(0, k);
+    probs = probs.slice(0, k);
+    z = probs.reduce((a, b) => a + b, 0);
+  }
+  let r = u() * z;
+  for (let k = 0; k < idx.length; k++) {
+    r -= probs[k];
+    if (r <= 0) return idx[k];
+  }
+  return idx[idx.length - 1];
+}
+
+/** which interventions act on the single new token at absolute position `pos` (see the module note) */
+function stepInterventions(ivs: Intervention[], pos: number): Intervention[] {
+  const out: Intervention[] = [];
+  for (const iv of ivs) {
+    if (iv.op === 'patch' || (iv.op === 'mean' && iv.value === undefined)) continue;
+    const p = iv.positions;
+    if (p === undefined || p === 'all' || p.includes(pos)) out.push({ ...iv, positions: 'all' });
+  }
+  return out;
+}
+
+/**
+ * Generate for `rows` variants of the same prompt at once. Rows differ only by the interventions
+ * addressed to them through `batch`. Each row samples with its own generator seeded identically,
+ * so two rows with identical logits produce identical tokens.
+ */
+export async function generateBatch(model: LoadedModel, ids: number[], rows: number, opts: GenerateOptions): Promise<BatchGenerateResult> {
+  const maxNew = opts.maxNewTokens;
+  checkNewTokens(maxNew);
+  checkBatch(rows);
+  checkTokenCount(model, ids.length, maxNew);
+  const ivs = opts.interventions ?? [];
+  const useCache = opts.useCache ?? true;
+  if (!useCache && ivs.some((iv) => iv.op === 'patch')) {
+    throw new LoupeError('BAD_INTERVENTION', 'patch interventions cannot be used with full re-run generation.', 'Use the KV-cached loop (the default).');
+  }
+  const stopAtEos = opts.stopAtEos ?? true;
+  const eos = model.eosTokenId;
+  const V = model.info.d_vocab;
+  const gens = Array.from({ length: rows }, () => rng(opts.seed ?? 0));
+  const out: number[][] = Array.from({ length: rows }, () => []);
+  const done: boolean[] = new Array(rows).fill(false);
+  const stop: GenerateResult['stop_reason'][] = new Array(rows).fill('max_new_tokens');
+  let runs = 0;
+
+  throwIfAborted(opts.signal);
+  const first = await model.run(ids, {
+    interventions: ivs, batch: rows > 1 ? rows : undefined, returnCache: useCache && maxNew > 1, signal: opts.signal,
+  });
+  runs++;
+  const T = ids.length;
+  const promptLogits: Float32Array[] = [];
+  for (let r = 0; r < rows; r++) promptLogits.push(first.logits.data.slice((r * T + T - 1) * V, (r * T + T) * V));
+
+  let past: KVCache | undefined = first.present;
+  let logits = first.logits.data;
+  let rowStride = T * V; // where row r's last-position logits start: r * rowStride + lastOffset
+  let lastOffset = (T - 1) * V;
+  for (let step = 0; step < maxNew; step++) {
+    const next: number[] = [];
+    for (let r = 0; r < rows; r++) {
+      if (done[r]) { next.push(out[r][out[r].length - 1]); continue; }
+      const id = pickToken(logits, r * rowStride + lastOffset, V, opts, gens[r]);
+      out[r].push(id);
+      next.push(id);
+      opts.onToken?.({ step, row: r, id });
+      if (stopAtEos && eos !== undefined && id === eos) { done[r] = true; stop[r] = 'eos'; }
+    }
+    if (step === maxNew - 1 || done.every(Boolean)) break;
+    throwIfAborted(opts.signal);
+    const pos = T + step; // absolute position of the token fed now
+    if (useCache) {
+      const res = await model.run(rows > 1 ? next.map((t) => [t]) : [next[0]], {
+        interventions: stepInterventions(ivs, pos), past, returnCache: step < maxNew - 2, signal: opts.signal,
+      });
+      past = res.present;
+      logits = res.logits.data;
+      rowStride = V;
+      lastOffset = 0;
+    } else {
+      const seqs = out.map((o) => [...ids, ...o]);
+      // rows that stopped early are padded with their last token so every row has the same length
+      const len = T + step + 1;
+      for (const s of seqs) while (s.length < len) s.push(s[s.length - 1]);
+      const res = await model.run(rows > 1 ? seqs : seqs[0], { interventions: ivs, signal: opts.signal });
+      logits = res.logits.data;
+      rowStride = len * V;
+      lastOffset = (len - 1) * V;
+    }
+    runs++;
+  }
+  return {
+    rows: out.map((o, r) => ({ ids: o, text: continuationText(model, ids, o), stop_reason: stop[r] })),
+    promptLogits,
+    runs,
+  };
+}
+
+/** Generate one continuation. `ids` are the prompt's token ids (BOS included when wanted). */
+export async function generateTokens(model: LoadedModel, ids: number[], opts: GenerateOptions): Promise<GenerateResult> {
+  if (opts.maxNewTokens === 0) {
+    checkTokenCount(model, ids.length);
+    return { ids: [], text: '', stop_reason: 'max_new_tokens' };
+  }
+  const r = await generateBatch(model, ids, 1, opts);
+  return r.rows[0];
+}

@@ -1,0 +1,78 @@
+/**
+ * Text → token ids for operations, with the checks every operation needs before it runs:
+ * an empty prompt, a prompt longer than the context, and answer/target strings that must be
+ * exactly one token.
+ */
+import { z } from 'zod';
+import { LoupeError } from '../../engine/errors';
+import type { LoadedModel } from '../../engine/api';
+import { checkTokenCount } from './caps';
+
+/** input fields shared by every prompt-taking operation (spread into an op's input schema) */
+export const promptFields = {
+  prompt: z.string().describe('The text to run. BOS is prepended (TransformerLens prepend_bos) unless prepend_bos is false.'),
+  prepend_bos: z.boolean().default(true).describe('Prepend the model\'s BOS token, as TransformerLens does by default.'),
+};
+
+export interface PromptIdsOptions {
+  prependBos?: boolean;
+  /** tokens that will still be appended (generation), counted against the context */
+  extra?: number;
+}
+
+/** Tokenize a prompt and check it: EMPTY_PROMPT, PROMPT_TOO_LONG. */
+export function promptIds(model: LoadedModel, prompt: string, opts: PromptIdsOptions = {}): number[] {
+  const prependBos = opts.prependBos ?? true;
+  if (prompt.length === 0) {
+    throw new LoupeError('EMPTY_PROMPT', 'The prompt is empty.', 'Give at least one character of text.');
+  }
+  const ids = model.tokenize(prompt, { prependBos });
+  const content = prependBos && model.bosTokenId !== undefined && ids[0] === model.bosTokenId ? ids.length - 1 : ids.length;
+  if (content <= 0) {
+    throw new LoupeError('EMPTY_PROMPT', `The prompt ${JSON.stringify(prompt)} tokenizes to no tokens.`, 'Give text that the tokenizer does not drop entirely.');
+  }
+  checkTokenCount(model, ids.length, opts.extra ?? 0);
+  return ids;
+}
+
+/** how a text tokenizes, for hints: ["▁lo", "ve"] */
+export function describeTokenization(model: LoadedModel, text: string): string {
+  const ids = model.tokenize(text, { prependBos: false });
+  const strs = model.tokenStrings(ids);
+  return `[${ids.map((id, i) => `${JSON.stringify(strs[i])} (#${id})`).join(', ')}]`;
+}
+
+/**
+ * Resolve a token given as text to one id. Accepts '#123' (an id), the exact text of a token,
+ * or the text without/with its leading space (' love' and 'love' both find the word-initial
+ * token when only one of them is a single token; the exact spelling wins when both are).
+ * UNKNOWN_TOKEN when none is a single token, with how the text tokenizes.
+ */
+export function resolveToken(model: LoadedModel, text: string, field = 'token'): number {
+  const m = /^#(\d+)$/.exec(text.trim());
+  if (m) {
+    const id = Number(m[1]);
+    if (id >= model.info.d_vocab) {
+      throw new LoupeError('UNKNOWN_TOKEN', `${field}: token id ${id} is outside the vocabulary (d_vocab = ${model.info.d_vocab}).`, `Use an id between 0 and ${model.info.d_vocab - 1}.`);
+    }
+    return id;
+  }
+  if (text.length === 0) throw new LoupeError('UNKNOWN_TOKEN', `${field} is empty.`, 'Give the text of one token, e.g. " love", or an id as "#123".');
+  const candidates = [text];
+  if (text.startsWith(' ')) candidates.push(text.slice(1));
+  else candidates.push(' ' + text);
+  for (const c of candidates) {
+    const id = model.tokenId(c);
+    if (id !== undefined) return id;
+  }
+  throw new LoupeError(
+    'UNKNOWN_TOKEN',
+    `${field} ${JSON.stringify(text)} is not a single token of this model.`,
+    `It tokenizes as ${describeTokenization(model, text)}; give one token's text (e.g. the first piece) or its id as "#ID".`,
+  );
+}
+
+/** the display text of one id */
+export function tokenText(model: LoadedModel, id: number): string {
+  return model.tokenStrings([id])[0];
+}

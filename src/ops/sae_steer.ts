@@ -1,0 +1,296 @@
+/**
+ * `sae_steer` (Neuronpedia's feature steering, done locally): edit one SAE feature and generate,
+ * base and steered side by side, or sweep the edit's strength.
+ *
+ * The edit is made on the feature's activation, at `{hook}.hook_sae_acts_post` inside the graph:
+ *  - add    acts'_f = acts_f + α     → the stream moves by exactly α·W_dec[f]
+ *  - clamp  acts'_f = v              → the stream moves by (v − acts_f)·W_dec[f]
+ * and the SAE's reconstruction error is kept (x' = x̂' + error), so an unedited run is the model
+ * itself (src/engine/sae.ts). With positions "all" every generated token is edited too.
+ * Generation is the shared KV-cached loop (lib/generation.ts) with every row in one batch: row 0
+ * unedited (base), then one row per α (or clamp value).
+ *
+ * Metrics are steer's (see steer.ts): target/control log-prob changes at the final prompt
+ * position, normalized_effect, relative_change, KL(base ‖ steered); the sweep mode gives one
+ * curve per metric and its trend, as sweep.ts.
+ */
+import { z } from 'zod';
+import type { Intervention, LoadedModel } from '../engine/api';
+import { LoupeError, throwIfAborted } from '../engine/errors';
+import { documentBase, documentHead } from '../schema/common';
+import type { Operation } from './types';
+import { finite, parseInput } from './lib/caps';
+import { promptFields, promptIds, resolveToken } from './lib/tokens';
+import { logSoftmax } from './lib/math';
+import { generateBatch } from './lib/generation';
+import { directLogitScores } from './lib/directions';
+import { describe as describeFeature } from './lib/feature-descriptions';
+import {
+  checkSteerTokens, METRIC_DEFINITIONS, metricDefinitionsSchema, rowsPerRun, samplingFields, samplingSchema, steeringMetrics, tokenRef, tokenRefs,
+} from './steer';
+import { MAX_SWEEP_ALPHAS, trend } from './sweep';
+import {
+  actsHook, checkFeature, descriptionsBlockSchema, descriptionsField, ensureSae, featureField, loadDescriptions, residualMap, saeBlock,
+  saeBlockSchema, saeRefFields, withSaeRuns, type AttachedSae, type SaeOpContext,
+} from './lib/sae';
+
+const DEFAULT_TARGETS = 5;
+const DEFAULT_CONTROLS = 5;
+const CONTROL_POOL = 50;
+
+const input = z.object({
+  ...promptFields,
+  ...saeRefFields,
+  feature: featureField,
+  edit: z.enum(['add', 'clamp']).default('add').describe('add: acts_f += α (the stream moves by α·W_dec[f]); clamp: acts_f = α (Neuronpedia-style clamping). The SAE error term is kept either way.'),
+  alpha: z.number().optional().describe('the strength (add) or clamp value; give this or alphas'),
+  alphas: z.array(z.number()).min(1).optional().describe(`sweep mode: several strengths (add) or clamp values, one curve per metric (at most ${MAX_SWEEP_ALPHAS})`),
+  positions: z.union([z.literal('all'), z.array(z.number().int().min(0)).min(1).max(4096)]).default('all')
+    .describe('positions whose feature is edited (0-based, BOS included); "all" also edits every generated token'),
+  targets: z.array(z.string()).min(1).max(64).optional()
+    .describe(`tokens the feature should promote (default: the ${DEFAULT_TARGETS} tokens with the largest direct logit effect of W_dec[f])`),
+  controls: z.array(z.string()).min(1).max(64).optional()
+    .describe(`unrelated tokens used to normalise (default: of the ${CONTROL_POOL} most likely base tokens, the ${DEFAULT_CONTROLS} least affected by W_dec[f])`),
+  descriptions: descriptionsField,
+  ...samplingFields,
+});
+export type SaeSteerInput = z.input<typeof input>;
+
+const generation = z.object({
+  generated_token_ids: z.array(z.number().int()),
+  generated_text: z.string(),
+  stop_reason: z.enum(['eos', 'max_new_tokens']),
+});
+
+const tokenDelta = tokenRef.extend({
+  base_logprob: z.number(),
+  steered_logprob: z.number().nullable().describe('null in sweep mode (see sweep.curves)'),
+  delta: z.number().nullable(),
+});
+
+const interventionRecord = z.object({
+  hook: z.string(),
+  op: z.enum(['add', 'set']),
+  neuron: z.number().int().describe('the feature index'),
+  positions: z.union([z.literal('all'), z.array(z.number().int())]),
+  value: z.array(z.number()),
+  alpha: z.number().optional(),
+  sae: z.object({ source: z.string(), path: z.string() }),
+});
+
+const curve = z.array(z.number());
+const trendEnum = z.enum(['increasing', 'decreasing', 'flat', 'not_monotone']);
+
+const output = documentBase('sae_steer').extend({
+  sae: saeBlockSchema,
+  descriptions: descriptionsBlockSchema,
+  feature: z.object({
+    index: z.number().int(),
+    description: z.string().nullable(),
+    decoder_norm: z.number().describe('‖W_dec[f]‖ in the hook\'s space'),
+    residual_norm: z.number().nullable().describe('‖W_dec[f] mapped into the residual stream‖ (null when the hook has no linear map)'),
+  }),
+  edit: z.enum(['add', 'clamp']),
+  hook: z.string().describe('the edited site: {sae hook}.hook_sae_acts_post'),
+  positions: z.union([z.literal('all'), z.array(z.number().int())]),
+  mode: z.enum(['single', 'sweep']),
+  alpha: z.number().nullable().describe('single mode: the strength or clamp value'),
+  interventions: z.array(interventionRecord).describe('the edit as data (one per α): re-running with it reproduces this document'),
+  sampling: samplingSchema,
+  base: generation,
+  steered: generation.nullable().describe('single mode'),
+  targets: z.array(tokenDelta),
+  controls: z.array(tokenDelta),
+  targets_rule: z.string(),
+  controls_rule: z.string(),
+  target_logprob_delta: z.number().nullable(),
+  control_logprob_delta: z.number().nullable(),
+  normalized_effect: z.number().nullable(),
+  relative_change: z.number().nullable(),
+  kl_from_base: z.number().nullable(),
+  sweep: z.object({
+    alphas: z.array(z.number()),
+    curves: z.object({
+      target_logprob_delta: curve, control_logprob_delta: curve, normalized_effect: curve, relative_change: curve, kl_from_base: curve,
+    }).describe('one value per α, in the order of alphas'),
+    monotone: z.object({ target_logprob_delta: trendEnum, control_logprob_delta: trendEnum, normalized_effect: trendEnum, rule: z.string() }),
+    generations: z.array(generation.extend({ alpha: z.number() })),
+  }).nullable().describe('sweep mode'),
+  metric_definitions: metricDefinitionsSchema,
+  method: z.string(),
+  engine_runs: z.number().int(),
+});
+export type SaeSteerDocument = z.infer<typeof output>;
+
+function featureIntervention(sae: AttachedSae, edit: 'add' | 'clamp', feature: number, v: number, positions: 'all' | number[], batch?: number[]): Intervention {
+  const base = { hook: actsHook(sae), neuron: feature, positions, ...(batch ? { batch } : {}) };
+  return edit === 'add' ? { ...base, op: 'add', value: [1], alpha: v } : { ...base, op: 'set', value: [v] };
+}
+
+async function run(model: LoadedModel, raw: SaeSteerInput, ctx: SaeOpContext): Promise<SaeSteerDocument> {
+  const inp = parseInput(input, raw);
+  checkSteerTokens(inp.max_new_tokens);
+  if ((inp.alpha === undefined) === (inp.alphas === undefined)) {
+    throw new LoupeError('BAD_INPUT', inp.alpha === undefined ? 'Give alpha (one edit) or alphas (a sweep).' : 'Give alpha or alphas, not both.', 'alpha = one strength (add) or clamp value; alphas = a list of them for a sweep.');
+  }
+  const values = inp.alphas ?? [inp.alpha!];
+  if (values.length > MAX_SWEEP_ALPHAS) throw new LoupeError('TOO_LARGE', `${values.length} values exceed the sweep cap of ${MAX_SWEEP_ALPHAS}.`, `Give at most ${MAX_SWEEP_ALPHAS} values.`);
+  const ids = promptIds(model, inp.prompt, { prependBos: inp.prepend_bos, extra: inp.max_new_tokens });
+  const T = ids.length;
+  if (inp.positions !== 'all') {
+    const bad = inp.positions.filter((p) => p >= T);
+    if (bad.length) throw new LoupeError('BAD_INPUT', `positions ${bad.join(', ')} are outside the prompt (${T} tokens, BOS included).`, `Use positions 0–${T - 1}, or "all".`);
+  }
+  const givenTargets = inp.targets?.map((t) => resolveToken(model, t, 'targets'));
+  const givenControls = inp.controls?.map((t) => resolveToken(model, t, 'controls'));
+
+  ctx.onProgress?.({ stage: 'loading SAE', done: 0, total: 1 });
+  const sae = await ensureSae(model, { source: inp.sae_source, path: inp.sae_path }, ctx);
+  checkFeature(sae, inp.feature);
+  const desc = await loadDescriptions(sae, inp.descriptions, ctx);
+  throwIfAborted(ctx.signal);
+
+  // ---- the feature's decoder row and its direct logit effect (for default targets/controls)
+  const f = inp.feature;
+  const dIn = sae.info.d_in;
+  const row = sae.weight('W_dec').data.subarray(f * dIn, (f + 1) * dIn);
+  const map = residualMap(model, sae.info.hook);
+  const resid = map.kind !== null ? map.push(row) : null;
+  const scores = resid ? directLogitScores(model, resid) : null;
+  const V = model.info.d_vocab;
+  let targets: number[];
+  let targetsRule: string;
+  if (givenTargets) {
+    targets = givenTargets;
+    targetsRule = 'given';
+  } else {
+    if (!scores) throw new LoupeError('BAD_INPUT', `The feature has no direct logit effect to choose targets from: ${(map as { reason: string }).reason}.`, 'Give targets (the tokens the feature should promote).');
+    targets = Array.from({ length: V }, (_, i) => i).sort((a, b) => scores[b] - scores[a] || a - b).slice(0, DEFAULT_TARGETS);
+    targetsRule = `the ${DEFAULT_TARGETS} tokens with the largest direct logit effect of W_dec[f] (mapped into the residual stream, ⊙ the final norm's weight, · W_U) — chosen from the feature itself`;
+  }
+
+  // ---- one batched, KV-cached generation per chunk of rows: row 0 unedited, then one row per value
+  const variants: (number | null)[] = [null, ...values];
+  const steering = withSaeRuns(model, sae.id);
+  const per = rowsPerRun(model, T);
+  const promptLogits: Float32Array[] = [];
+  const rows: { ids: number[]; text: string; stop_reason: 'eos' | 'max_new_tokens' }[] = [];
+  let runs = 0;
+  let produced = 0;
+  const totalTokens = variants.length * inp.max_new_tokens;
+  for (let s = 0; s < variants.length; s += per) {
+    throwIfAborted(ctx.signal);
+    const chunk = variants.slice(s, s + per);
+    const many = chunk.length > 1;
+    const ivs = chunk.flatMap((v, r) => (v === null ? [] : [featureIntervention(sae, inp.edit, f, v, inp.positions, many ? [r] : undefined)]));
+    const gen = await generateBatch(steering, ids, chunk.length, {
+      maxNewTokens: inp.max_new_tokens, temperature: inp.temperature, topK: inp.top_k, topP: inp.top_p, seed: inp.seed,
+      stopAtEos: inp.stop_at_eos, interventions: ivs, signal: ctx.signal,
+      onToken: () => ctx.onProgress?.({ stage: 'generating', done: ++produced, total: totalTokens }),
+    });
+    runs += gen.runs;
+    promptLogits.push(...gen.promptLogits);
+    rows.push(...gen.rows);
+  }
+
+  const baseLp = logSoftmax(promptLogits[0], 0, V);
+  let controls: number[];
+  let controlsRule: string;
+  if (givenControls) {
+    controls = givenControls;
+    controlsRule = 'given';
+  } else {
+    const exclude = new Set([...targets, model.bosTokenId, model.eosTokenId]);
+    const pool = Array.from({ length: V }, (_, i) => i).filter((i) => !exclude.has(i)).sort((a, b) => baseLp[b] - baseLp[a] || a - b).slice(0, CONTROL_POOL);
+    if (scores) {
+      controls = pool.sort((a, b) => Math.abs(scores[a]) - Math.abs(scores[b]) || a - b).slice(0, DEFAULT_CONTROLS);
+      controlsRule = `of the ${CONTROL_POOL} most likely base tokens (targets, BOS, EOS excluded), the ${DEFAULT_CONTROLS} with the smallest |direct logit effect of W_dec[f]|`;
+    } else {
+      controls = pool.slice(0, DEFAULT_CONTROLS);
+      controlsRule = `the ${DEFAULT_CONTROLS} most likely base tokens (targets, BOS, EOS excluded): the feature has no direct logit effect to rank them by`;
+    }
+  }
+
+  const metrics = values.map((_, i) => steeringMetrics(baseLp, logSoftmax(promptLogits[i + 1], 0, V), targets, controls));
+  const single = inp.alphas === undefined;
+  const m0 = single ? metrics[0] : null;
+  const deltas = (list: number[]) => tokenRefs(model, list).map((r) => ({
+    ...r,
+    base_logprob: finite(baseLp[r.token_id]),
+    steered_logprob: m0 ? finite(m0.steeredLogprobs[r.token_id]) : null,
+    delta: m0 ? finite(m0.steeredLogprobs[r.token_id] - baseLp[r.token_id]) : null,
+  }));
+  const g = (r: (typeof rows)[number]) => ({ generated_token_ids: r.ids, generated_text: r.text, stop_reason: r.stop_reason });
+  const curves = {
+    target_logprob_delta: metrics.map((m) => finite(m.target_logprob_delta)),
+    control_logprob_delta: metrics.map((m) => finite(m.control_logprob_delta)),
+    normalized_effect: metrics.map((m) => finite(m.normalized_effect)),
+    relative_change: metrics.map((m) => finite(m.relative_change)),
+    kl_from_base: metrics.map((m) => finite(m.kl_from_base)),
+  };
+  let decoderNorm = 0;
+  for (let i = 0; i < dIn; i++) decoderNorm += row[i] * row[i];
+  const what = inp.edit === 'add' ? 'acts_f += α, so the stream at the hook moves by exactly α·W_dec[f]' : 'acts_f = α (clamp), so the stream at the hook moves by (α − acts_f)·W_dec[f]';
+
+  return output.parse({
+    ...documentHead('sae_steer', model, inp.prompt, ids),
+    sae: saeBlock(sae),
+    descriptions: desc.block,
+    feature: {
+      index: f,
+      description: describeFeature(desc.set, f),
+      decoder_norm: finite(Math.sqrt(decoderNorm)),
+      residual_norm: resid ? finite(Math.sqrt(resid.reduce((a, v) => a + v * v, 0))) : null,
+    },
+    edit: inp.edit,
+    hook: actsHook(sae),
+    positions: inp.positions,
+    mode: single ? 'single' : 'sweep',
+    alpha: single ? inp.alpha! : null,
+    interventions: values.map((v) => ({
+      hook: actsHook(sae), op: inp.edit === 'add' ? 'add' as const : 'set' as const, neuron: f, positions: inp.positions,
+      value: inp.edit === 'add' ? [1] : [v], ...(inp.edit === 'add' ? { alpha: v } : {}), sae: { source: inp.sae_source, path: inp.sae_path },
+    })),
+    sampling: { max_new_tokens: inp.max_new_tokens, temperature: inp.temperature, top_k: inp.top_k, top_p: inp.top_p, seed: inp.seed, stop_at_eos: inp.stop_at_eos },
+    base: g(rows[0]),
+    steered: single ? g(rows[1]) : null,
+    targets: deltas(targets),
+    controls: deltas(controls),
+    targets_rule: targetsRule,
+    controls_rule: controlsRule,
+    target_logprob_delta: m0 ? finite(m0.target_logprob_delta) : null,
+    control_logprob_delta: m0 ? finite(m0.control_logprob_delta) : null,
+    normalized_effect: m0 ? finite(m0.normalized_effect) : null,
+    relative_change: m0 ? finite(m0.relative_change) : null,
+    kl_from_base: m0 ? finite(m0.kl_from_base) : null,
+    sweep: single ? null : {
+      alphas: values,
+      curves,
+      monotone: {
+        target_logprob_delta: trend(values, curves.target_logprob_delta),
+        control_logprob_delta: trend(values, curves.control_logprob_delta),
+        normalized_effect: trend(values, curves.normalized_effect),
+        rule: 'over α sorted ascending: increasing = no step down by more than tol and last > first + tol; decreasing mirrored; flat = no step beyond tol; tol = 1e-6·max(1, max|y|)',
+      },
+      generations: values.map((a, i) => ({ alpha: a, ...g(rows[i + 1]) })),
+    },
+    metric_definitions: METRIC_DEFINITIONS,
+    method:
+      `Feature ${f} of the SAE at ${sae.info.hook} is edited at ${actsHook(sae)} (${what}); the SAE's error term is kept, so an unedited row is the model itself. ` +
+      `Positions: ${inp.positions === 'all' ? 'every prompt position and every generated token' : `prompt positions ${inp.positions.join(', ')}`}. ` +
+      `One KV-cached generation with all rows batched (row 0 unedited = base${single ? ', row 1 edited' : ', one row per α'}); metrics at the final prompt position from the same prompt pass.`,
+    engine_runs: runs,
+  });
+}
+
+export const operation: Operation<SaeSteerInput, SaeSteerDocument> = {
+  name: 'sae_steer',
+  description:
+    'Steer with one SAE feature (SAELens layout, from sae_source/sae_path): add α to its activation (the residual stream moves by α·W_dec[f]) or clamp it to a value, at all or chosen positions (with "all", every generated token too), keeping the SAE error term; generate base and steered side by side (greedy or seeded sampling, KV-cached, batched). ' +
+    'Reports target and control tokens\' log-prob changes at the final prompt position, normalized_effect, relative_change and KL(base ‖ steered), as steer does. With alphas (a list of strengths or clamp values) it is a sweep: one curve per metric, its trend, and the text at each value. ' +
+    `Caps: ${MAX_SWEEP_ALPHAS} values, 256 new tokens.`,
+  input: input as unknown as z.ZodType<SaeSteerInput>,
+  output,
+  long: true,
+  run,
+};

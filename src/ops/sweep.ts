@@ -1,0 +1,182 @@
+/**
+ * `sweep`: `steer` over a list of α, one document with one curve per metric and the generated text
+ * at each α — what the page's α-sweep chart draws. All α rows share one batched, KV-cached
+ * generation (split only when the batch cap or the logits' memory requires it), and the metric
+ * curves come from that same batched prompt pass.
+ *
+ * α defaults to multiples of the layer's mean residual norm (mean over the prompt's non-BOS
+ * positions of ‖blocks.{layer}.hook_resid_pre‖), so that with a unit direction α = 1 × norm is an
+ * edit as large as the residual stream itself.
+ */
+import { z } from 'zod';
+import type { LoadedModel } from '../engine/api';
+import { LoupeError, throwIfAborted } from '../engine/errors';
+import { documentBase, documentHead } from '../schema/common';
+import type { Operation, OpContext } from './types';
+import { finite, parseInput } from './lib/caps';
+import { logSoftmax } from './lib/math';
+import { directionBlock, directionBlockSchema } from './lib/directions';
+import { generateBatch } from './lib/generation';
+import {
+  checkSteerTokens, interventionRecord, METRIC_DEFINITIONS, metricDefinitionsSchema, prepareSteering, rowsPerRun, samplingFields,
+  samplingSchema, steeringFields, steeringMetrics, steerIntervention, tokenRef, tokenRefs,
+} from './steer';
+
+/** most α values one sweep may evaluate */
+export const MAX_SWEEP_ALPHAS = 32;
+export const DEFAULT_MULTIPLES = [-1, -0.5, -0.25, 0, 0.25, 0.5, 1];
+
+export type Trend = 'increasing' | 'decreasing' | 'flat' | 'not_monotone';
+
+/**
+ * Trend of ys (in the order of increasing xs): 'increasing' when no step goes down by more than
+ * tol and the last value exceeds the first by more than tol; 'decreasing' mirrored; 'flat' when no
+ * step moves more than tol. tol = 1e-6 · max(1, max |y|) absorbs float32 noise only.
+ */
+export function trend(xs: number[], ys: number[]): Trend {
+  const order = xs.map((_, i) => i).sort((a, b) => xs[a] - xs[b]);
+  const y = order.map((i) => ys[i]);
+  const tol = 1e-6 * Math.max(1, ...y.map(Math.abs));
+  let up = true;
+  let down = true;
+  let flat = true;
+  for (let i = 1; i < y.length; i++) {
+    const d = y[i] - y[i - 1];
+    if (d < -tol) up = false;
+    if (d > tol) down = false;
+    if (Math.abs(d) > tol) flat = false;
+  }
+  if (flat) return 'flat';
+  if (up && y[y.length - 1] - y[0] > tol) return 'increasing';
+  if (down && y[0] - y[y.length - 1] > tol) return 'decreasing';
+  return 'not_monotone';
+}
+
+const input = z.object({
+  ...steeringFields,
+  alphas: z.array(z.number()).min(1).optional().describe('absolute α values (overrides multiples)'),
+  multiples: z.array(z.number()).min(1).default(DEFAULT_MULTIPLES).describe('α = multiple × resid_norm (used when alphas is absent)'),
+  ...samplingFields,
+});
+export type SweepInput = z.input<typeof input>;
+
+const curve = z.array(z.number());
+const output = documentBase('sweep').extend({
+  layer: z.number().int(),
+  hook: z.string(),
+  positions: z.union([z.literal('all'), z.array(z.number().int())]),
+  direction: directionBlockSchema,
+  resid_norm: z.number().describe('mean ‖resid_pre‖ at the layer over the prompt\'s non-BOS positions'),
+  alpha_source: z.enum(['alphas', 'multiples']),
+  multiples: z.array(z.number()).nullable().describe('α / resid_norm when α came from multiples'),
+  alphas: z.array(z.number()),
+  curves: z.object({
+    target_logprob_delta: curve,
+    control_logprob_delta: curve,
+    normalized_effect: curve,
+    relative_change: curve,
+    kl_from_base: curve,
+  }).describe('one value per α, in the order of `alphas`'),
+  monotone: z.object({
+    target_logprob_delta: z.enum(['increasing', 'decreasing', 'flat', 'not_monotone']),
+    control_logprob_delta: z.enum(['increasing', 'decreasing', 'flat', 'not_monotone']),
+    normalized_effect: z.enum(['increasing', 'decreasing', 'flat', 'not_monotone']),
+    rule: z.string(),
+  }),
+  generations: z.array(z.object({
+    alpha: z.number(), generated_token_ids: z.array(z.number().int()), generated_text: z.string(),
+    stop_reason: z.enum(['eos', 'max_new_tokens']),
+  })),
+  targets: z.array(tokenRef),
+  controls: z.array(tokenRef),
+  targets_rule: z.string(),
+  controls_rule: z.string(),
+  interventions: z.array(interventionRecord).describe('the edit as data, once per α'),
+  sampling: samplingSchema,
+  metric_definitions: metricDefinitionsSchema,
+  engine_runs: z.number().int(),
+});
+export type SweepDocument = z.infer<typeof output>;
+
+async function run(model: LoadedModel, raw: SweepInput, ctx: OpContext): Promise<SweepDocument> {
+  const inp = parseInput(input, raw);
+  checkSteerTokens(inp.max_new_tokens);
+  const n = inp.alphas?.length ?? inp.multiples.length;
+  if (n > MAX_SWEEP_ALPHAS) {
+    throw new LoupeError('TOO_LARGE', `${n} α values exceed the sweep cap of ${MAX_SWEEP_ALPHAS}.`, `Give at most ${MAX_SWEEP_ALPHAS} values.`);
+  }
+  ctx.onProgress?.({ stage: 'base run', done: 0, total: n });
+  const setup = await prepareSteering(model, inp, ctx, inp.max_new_tokens);
+  const { ids, hook, dir, targets, controls } = setup;
+  const alphas = inp.alphas ?? inp.multiples.map((m) => m * setup.residNorm);
+  const V = model.info.d_vocab;
+  const per = rowsPerRun(model, ids.length);
+  const curves = { target_logprob_delta: [] as number[], control_logprob_delta: [] as number[], normalized_effect: [] as number[], relative_change: [] as number[], kl_from_base: [] as number[] };
+  const generations: SweepDocument['generations'] = [];
+  let runs = 1;
+  for (let s = 0; s < alphas.length; s += per) {
+    throwIfAborted(ctx.signal);
+    const chunk = alphas.slice(s, s + per);
+    const ivs = chunk.map((a, r) => steerIntervention(hook, dir.vector, a, inp.positions, chunk.length > 1 ? [r] : undefined));
+    const gen = await generateBatch(model, ids, chunk.length, {
+      maxNewTokens: inp.max_new_tokens, temperature: inp.temperature, topK: inp.top_k, topP: inp.top_p, seed: inp.seed,
+      stopAtEos: inp.stop_at_eos, interventions: ivs, signal: ctx.signal,
+      onToken: ({ step, row }) => {
+        if (row === 0) ctx.onProgress?.({ stage: `generating (α ${s + 1}–${s + chunk.length} of ${alphas.length})`, done: step + 1, total: inp.max_new_tokens });
+      },
+    });
+    runs += gen.runs;
+    chunk.forEach((a, r) => {
+      const m = steeringMetrics(setup.baseLogprobs, logSoftmax(gen.promptLogits[r], 0, V), targets, controls);
+      curves.target_logprob_delta.push(finite(m.target_logprob_delta));
+      curves.control_logprob_delta.push(finite(m.control_logprob_delta));
+      curves.normalized_effect.push(finite(m.normalized_effect));
+      curves.relative_change.push(finite(m.relative_change));
+      curves.kl_from_base.push(finite(m.kl_from_base));
+      const g = gen.rows[r];
+      generations.push({ alpha: a, generated_token_ids: g.ids, generated_text: g.text, stop_reason: g.stop_reason });
+    });
+    ctx.onProgress?.({ stage: 'sweeping α', done: Math.min(s + per, alphas.length), total: alphas.length });
+  }
+  return output.parse({
+    ...documentHead('sweep', model, inp.prompt, ids),
+    layer: inp.layer,
+    hook,
+    positions: inp.positions,
+    direction: directionBlock(dir),
+    resid_norm: finite(setup.residNorm),
+    alpha_source: inp.alphas ? 'alphas' : 'multiples',
+    multiples: inp.alphas ? null : inp.multiples,
+    alphas,
+    curves,
+    monotone: {
+      target_logprob_delta: trend(alphas, curves.target_logprob_delta),
+      control_logprob_delta: trend(alphas, curves.control_logprob_delta),
+      normalized_effect: trend(alphas, curves.normalized_effect),
+      rule: 'over α sorted ascending: increasing = no step down by more than tol and last > first + tol; decreasing mirrored; flat = no step beyond tol; tol = 1e-6·max(1, max|y|)',
+    },
+    generations,
+    targets: tokenRefs(model, targets),
+    controls: tokenRefs(model, controls),
+    targets_rule: setup.targetsRule,
+    controls_rule: setup.controlsRule,
+    interventions: alphas.map((a) => ({ hook, op: 'add' as const, positions: inp.positions, alpha: a, direction: dir.spec, normalize: inp.normalize })),
+    sampling: { max_new_tokens: inp.max_new_tokens, temperature: inp.temperature, top_k: inp.top_k, top_p: inp.top_p, seed: inp.seed, stop_at_eos: inp.stop_at_eos },
+    metric_definitions: METRIC_DEFINITIONS,
+    engine_runs: runs,
+  });
+}
+
+export const sweep: Operation<SweepInput, SweepDocument> = {
+  name: 'sweep',
+  description:
+    'Steering over a list of α at blocks.{layer}.hook_resid_pre: one curve per metric (target and control log-prob deltas at the final prompt position, normalized_effect = target Δ − control Δ, relative_change, KL(base ‖ steered)), the trend of each curve, and the generated text at each α. ' +
+    `α defaults to ${JSON.stringify(DEFAULT_MULTIPLES)} × the layer's mean residual norm (d unit-normalised). All α values run as rows of one batched, KV-cached generation. Caps: ${MAX_SWEEP_ALPHAS} α values, 256 new tokens.`,
+  input: input as unknown as z.ZodType<SweepInput>,
+  output,
+  long: true,
+  run,
+};
+
+/** the registry's name for this module's operation */
+export const operation = sweep;

@@ -1,0 +1,132 @@
+/**
+ * trace (NeuronScope's trace): what the model predicts at a position and which heads and MLP
+ * neurons write it there directly — direct logit attribution with every term of the exact
+ * decomposition listed (lib/dla.ts holds the maths).
+ */
+import { z } from 'zod';
+import type { Operation } from './types';
+import { documentBase, documentHead } from '../schema/common';
+import { LoupeError, throwIfAborted } from '../engine/errors';
+import { parseInput, checkTopK, finite } from './lib/caps';
+import { promptFields, promptIds, resolveToken, tokenText } from './lib/tokens';
+import { CONVENTIONS, decomposeLogit, describeMethod, dlaHookNames, type DlaTarget } from './lib/dla';
+import { softmax, topK } from './lib/math';
+
+export const traceInput = z.object({
+  ...promptFields,
+  convention: z.enum(CONVENTIONS).default('transformer_lens').describe('transformer_lens (centred unembedding, folded value biases; sums to the centred logit) or raw (no processing; sums to the logit).'),
+  answer: z.string().optional().describe('Attribute this token instead of the prediction: its text (" love", "love") or id ("#123").'),
+  counterfactual: z.string().optional().describe('With answer: attribute the logit difference answer − counterfactual (IOI style).'),
+  top_k: z.number().int().min(1).default(10).describe('Length of top_predictions, top_heads and the neuron lists; ≥ n_layers × n_heads lists every head.'),
+  position: z.number().int().min(0).optional().describe('Sequence position to trace (0-based, BOS included); default the last.'),
+});
+export type TraceInput = z.input<typeof traceInput>;
+
+const prediction = z.object({ token: z.string(), token_id: z.number().int(), logit: z.number(), prob: z.number() });
+const neuron = z.object({ layer: z.number().int(), neuron: z.number().int(), activation: z.number(), logit_attribution: z.number() });
+
+export const traceOutput = documentBase('trace').extend({
+  convention: z.enum(CONVENTIONS),
+  position: z.number().int(),
+  predicted_token: z.string(),
+  predicted_token_id: z.number().int(),
+  top_predictions: z.array(prediction),
+  target: z.object({
+    kind: z.enum(['logit', 'centered_logit', 'logit_difference']),
+    token: z.string(),
+    token_id: z.number().int(),
+    counterfactual_token: z.string().optional(),
+    counterfactual_token_id: z.number().int().optional(),
+  }).describe('What is attributed: the predicted token unless answer was given.'),
+  top_heads: z.array(z.object({ layer: z.number().int(), head: z.number().int(), logit_attribution: z.number() })).describe('Heads ranked by |logit_attribution|.'),
+  head_attribution: z.array(z.array(z.number())).describe('[n_layers][n_heads] per-head direct logit attribution.'),
+  top_neurons: z.array(neuron).describe('MLP neurons ranked by |logit_attribution| (their own direct effect through W_out).'),
+  top_neurons_by_activation: z.array(neuron).describe('MLP neurons ranked by |activation| (mlp.hook_post) at the position.'),
+  decomposition: z.object({
+    terms: z.array(z.object({ name: z.string(), value: z.number() })),
+    sum: z.number(),
+    target: z.number().describe('The value the terms sum to, read from the model\'s own logits (pre-soft-cap).'),
+  }),
+  checks: z.object({
+    sum_minus_target: z.number(),
+    residual_reconstruction_max_abs: z.number().describe('max |Σ components − final resid_post| (float32 rounding only, when hooks are consistent)'),
+    attention_reconstruction_max_abs: z.number().describe('max over layers |Σ_h z_h W_O[h] + b_O − hook_attn_out|'),
+  }),
+  method: z.string(),
+});
+export type TraceDocument = z.infer<typeof traceOutput>;
+
+function byAbs<T>(xs: T[], key: (x: T) => number, k: number): T[] {
+  return [...xs].sort((a, b) => Math.abs(key(b)) - Math.abs(key(a))).slice(0, k);
+}
+
+export const operation: Operation<TraceInput, TraceDocument> = {
+  name: 'trace',
+  description:
+    'Predicted token at a position (default last) and its direct logit attribution (DLA): per attention head (z_h·W_O[h]), per MLP neuron, and the exact decomposition into named terms (embed, pos_embed, L{l}H{h}, L{l}.attn.b_O, L{l}.mlp, ln_final.b, unembed.b_U) whose sum equals the logit (raw), the centred logit (transformer_lens, default) or, with answer + counterfactual, the logit difference. Units: logits. Cost: one forward pass.',
+  input: traceInput,
+  output: traceOutput,
+  async run(model, rawInput, ctx) {
+    const input = parseInput(traceInput, rawInput);
+    const { n_layers: L, n_heads: H } = model.info;
+    checkTopK(input.top_k);
+    if (input.counterfactual !== undefined && input.answer === undefined) {
+      throw new LoupeError('BAD_INPUT', 'counterfactual needs answer.', 'Give answer too: the difference attributed is answer − counterfactual.');
+    }
+    const ids = promptIds(model, input.prompt, { prependBos: input.prepend_bos });
+    const pos = input.position ?? ids.length - 1;
+    if (pos >= ids.length) throw new LoupeError('BAD_INPUT', `position ${pos} is outside the prompt (${ids.length} tokens).`, `Use 0 … ${ids.length - 1}.`);
+    const answerId = input.answer !== undefined ? resolveToken(model, input.answer, 'answer') : undefined;
+    const cfId = input.counterfactual !== undefined ? resolveToken(model, input.counterfactual, 'counterfactual') : undefined;
+
+    ctx.onProgress?.({ stage: 'forward pass', done: 0, total: 2 });
+    throwIfAborted(ctx.signal);
+    const run = await model.run(ids, { hooks: dlaHookNames(model), signal: ctx.signal });
+    throwIfAborted(ctx.signal);
+    ctx.onProgress?.({ stage: 'attribution', done: 1, total: 2 });
+
+    const V = run.logits.dims[2];
+    const row = run.logits.data.subarray(pos * V, (pos + 1) * V);
+    const probs = softmax(row);
+    const top = topK(row, input.top_k);
+    const predictedId = top[0];
+    const target: DlaTarget = { tokenId: answerId ?? predictedId, counterfactualId: cfId };
+    const dla = decomposeLogit(model, run, target, { convention: input.convention, position: pos });
+
+    const headList: { layer: number; head: number; logit_attribution: number }[] = [];
+    for (let l = 0; l < L; l++) for (let h = 0; h < H; h++) headList.push({ layer: l, head: h, logit_attribution: finite(dla.heads[l][h]) });
+    const neurons: z.infer<typeof neuron>[] = [];
+    for (let l = 0; l < L; l++) {
+      const a = dla.neuronAttribution[l];
+      const act = dla.neuronActivation[l];
+      for (let n = 0; n < a.length; n++) neurons.push({ layer: l, neuron: n, activation: finite(act[n]), logit_attribution: finite(a[n]) });
+    }
+    ctx.onProgress?.({ stage: 'attribution', done: 2, total: 2 });
+
+    return {
+      ...documentHead('trace', model, input.prompt, ids),
+      convention: input.convention,
+      position: pos,
+      predicted_token: tokenText(model, predictedId),
+      predicted_token_id: predictedId,
+      top_predictions: top.map((t) => ({ token: tokenText(model, t), token_id: t, logit: finite(row[t]), prob: finite(probs[t]) })),
+      target: {
+        kind: dla.targetKind,
+        token: tokenText(model, target.tokenId),
+        token_id: target.tokenId,
+        ...(cfId !== undefined ? { counterfactual_token: tokenText(model, cfId), counterfactual_token_id: cfId } : {}),
+      },
+      top_heads: byAbs(headList, (x) => x.logit_attribution, input.top_k),
+      head_attribution: dla.heads.map((r) => r.map(finite)),
+      top_neurons: byAbs(neurons, (x) => x.logit_attribution, input.top_k),
+      top_neurons_by_activation: byAbs(neurons, (x) => x.activation, input.top_k),
+      decomposition: { terms: dla.terms.map((t) => ({ name: t.name, value: finite(t.value) })), sum: finite(dla.sum), target: finite(dla.target) },
+      checks: {
+        sum_minus_target: finite(dla.sum - dla.target),
+        residual_reconstruction_max_abs: finite(dla.checks.residual_reconstruction_max_abs),
+        attention_reconstruction_max_abs: finite(dla.checks.attention_reconstruction_max_abs),
+      },
+      method: describeMethod(model, input.convention, dla.targetKind),
+    };
+  },
+};
