@@ -111,9 +111,13 @@ async function runOperation(op: Operation, argv: string[], io: Io): Promise<numb
     const onSigint = () => ac.abort();
     process.once('SIGINT', onSigint);
     try {
+      // SAE loaders touch nothing until an SAE operation asks for one
+      const sae = (await import('../node/load-sae')).createNodeSaeLoaders();
       const doc = await op.run(model, input, {
         signal: ac.signal,
         onProgress: (p) => say(`${op.name}: ${p.stage} ${p.done}/${p.total}`),
+        loadSae: sae.loadSae,
+        loadSaeFile: sae.loadSaeFile,
       });
       if (!quiet && process.stderr.isTTY) io.stderr('\r\x1b[2K');
       io.stdout(json ? JSON.stringify(doc) + '\n' : render(doc, { color: !!process.stdout.isTTY && !process.env.NO_COLOR }) + '\n');

@@ -21,7 +21,7 @@ import { promptFields, promptIds } from './lib/tokens';
 import { directLogitScores } from './lib/directions';
 import { describe as describeFeature } from './lib/feature-descriptions';
 import {
-  actsHook, checkFeature, descriptionsBlockSchema, descriptionsField, ensureSae, featureField, loadDescriptions, residualMap, saeBlock,
+  actsHook, checkActsSize, checkFeature, descriptionsBlockSchema, descriptionsField, ensureSae, featureField, loadDescriptions, residualMap, saeBlock,
   saeBlockSchema, saeRefFields, type SaeOpContext,
 } from './lib/sae';
 
@@ -90,6 +90,7 @@ async function run(model: LoadedModel, raw: FeatureInput, ctx: SaeOpContext): Pr
   const sae = await ensureSae(model, { source: inp.sae_source, path: inp.sae_path }, ctx);
   const f = inp.feature;
   checkFeature(sae, f);
+  idsList.forEach((ids, i) => checkActsSize(sae, ids.length, i === 0 ? 'The prompt' : `prompts[${i - 1}]`));
   const desc = await loadDescriptions(sae, inp.descriptions, ctx);
   throwIfAborted(ctx.signal);
 

@@ -23,23 +23,23 @@ import * as feature from './feature';
 
 export const operations: Record<string, Operation> = {
   // --- operations (one line each: name: module.operation) ---
-  sae_features: sae_features.operation,
-  sae_steer: sae_steer.operation,
-  feature: feature.operation,
-  ablate: ablate.operation,
-  circuit: circuit.operation,
-  patch: patch.operation,
-  layer_ablation: layer_ablation.operation,
   trace: trace.operation,
   activations: activations.operation,
   attention: attention.operation,
   logit_lens: logit_lens.operation,
   generate: generate.operation,
+  ablate: ablate.operation,
+  circuit: circuit.operation,
+  patch: patch.operation,
+  layer_ablation: layer_ablation.operation,
   steer: steer.operation,
   sweep: sweep.operation,
   causality: causality.operation,
   capture: capture.operation,
   probe: probe.operation,
+  sae_features: sae_features.operation,
+  sae_steer: sae_steer.operation,
+  feature: feature.operation,
 };
 
 export function getOperation(name: string): Operation | undefined {

@@ -30,7 +30,7 @@ import { argmax } from './lib/math';
 import { readoutDirection } from './lib/dla';
 import { describe as describeFeature } from './lib/feature-descriptions';
 import {
-  actsHook, descriptionsBlockSchema, descriptionsField, ensureSae, loadDescriptions, residualMap, saeBlock, saeBlockSchema,
+  actsHook, checkActsSize, descriptionsBlockSchema, descriptionsField, ensureSae, loadDescriptions, residualMap, saeBlock, saeBlockSchema,
   saeRefFields, type SaeOpContext,
 } from './lib/sae';
 
@@ -127,6 +127,7 @@ async function run(model: LoadedModel, raw: SaeFeaturesInput, ctx: SaeOpContext)
   }
   ctx.onProgress?.({ stage: 'loading SAE', done: 0, total: 1 });
   const sae = await ensureSae(model, { source: inp.sae_source, path: inp.sae_path }, ctx);
+  checkActsSize(sae, T);
   const desc = await loadDescriptions(sae, inp.descriptions, ctx);
   throwIfAborted(ctx.signal);
 

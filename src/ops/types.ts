@@ -33,6 +33,8 @@ export interface OpContext {
    * cache; page: Hub/URL + IndexedDB), with download progress
    */
   loadSae?: (ref: SaeRef, opts: { signal?: AbortSignal; onProgress?: (p: FileProgress) => void }) => Promise<SaeFiles>;
+  /** fetch one more file beside an SAE (e.g. explanations.json); null when optional and absent */
+  loadSaeFile?: (ref: SaeRef, file: string, opts: { signal?: AbortSignal; optional?: boolean }) => Promise<Uint8Array | null>;
 }
 
 export interface HandleStore {

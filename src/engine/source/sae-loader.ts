@@ -44,13 +44,32 @@ export interface SaePlan {
 
 const SOURCE_HINT = "sae_source is a Hub repository ('owner/name' or 'owner/name@revision'), an http(s) URL of a folder, or (CLI) a local folder; sae_path is the SAE's folder inside it, e.g. 'blocks.8.hook_resid_pre'.";
 
+/** SAEs above this many weight bytes are refused before their weights are fetched (32-bit WASM heaps, memory) */
+export const DEFAULT_MAX_SAE_BYTES = 2 * 1024 ** 3;
+
+const DTYPE_BYTES: Record<string, number> = { float32: 4, float16: 2, bfloat16: 2, float64: 8 };
+
+/** TOO_LARGE when cfg.json's sizes put the weights above maxBytes; malformed cfgs are left to the validation after loading */
+function checkSaeSize(cfgBytes: Uint8Array, maxBytes: number): void {
+  let cfg: Record<string, unknown>;
+  try { cfg = JSON.parse(new TextDecoder().decode(cfgBytes)); } catch { return; }
+  const dIn = cfg.d_in, dSae = cfg.d_sae;
+  if (typeof dIn !== 'number' || typeof dSae !== 'number') return;
+  const per = DTYPE_BYTES[String(cfg.dtype ?? 'float32').replace(/^torch\./, '')] ?? 4;
+  const bytes = (2 * dIn * dSae + 2 * dSae + dIn) * per;
+  if (bytes > maxBytes) {
+    const gib = (b: number) => `${(b / 1024 ** 3).toFixed(2)} GiB`;
+    throw new LoupeError('TOO_LARGE', `The SAE's weights take about ${gib(bytes)} (d_in ${dIn} × d_sae ${dSae}), more than the limit of ${gib(maxBytes)}.`, 'Pick an SAE with fewer features (the limit protects this surface\'s memory; a surface may raise it with maxBytes).');
+  }
+}
+
 function joinPath(dir: string, file: string): string {
   const d = dir.replace(/^\/+|\/+$/g, '');
   return d ? `${d}/${file}` : file;
 }
 
 /** Loaders over any source factory: the browser's (below) and Node's share all the logic. */
-export function makeSaeLoaders(plan: (source: string) => SaePlan): SaeLoaders {
+export function makeSaeLoaders(plan: (source: string) => SaePlan, maxBytes = DEFAULT_MAX_SAE_BYTES): SaeLoaders {
   const planFor = (ref: SaeSourceRef): SaePlan => {
     if (typeof ref?.source !== 'string' || ref.source.trim() === '') {
       throw new LoupeError('BAD_INPUT', 'No SAE source was given.', SOURCE_HINT);
@@ -70,8 +89,14 @@ export function makeSaeLoaders(plan: (source: string) => SaePlan): SaeLoaders {
   return {
     async loadSae(ref, opts = {}) {
       const { source, cache } = planFor(ref);
+      const fetchOpts = { signal: opts.signal, onProgress: opts.onProgress, cache };
       try {
-        return await loadSaeFiles(source, ref.path, { signal: opts.signal, onProgress: opts.onProgress, cache });
+        // cfg.json first, to refuse an SAE too large for this surface before downloading it
+        const cfgFile = joinPath(ref.path, 'cfg.json');
+        const cfgBytes = await source.fetchFile(cfgFile, { ...fetchOpts, optional: true });
+        if (cfgBytes) checkSaeSize(cfgBytes, maxBytes);
+        const once: ModelSource = { ref: source.ref, fetchFile: (f, o) => (f === cfgFile ? Promise.resolve(cfgBytes) : source.fetchFile(f, o)) };
+        return await loadSaeFiles(once, ref.path, fetchOpts);
       } catch (e) {
         return reword(ref, e);
       }
@@ -96,6 +121,8 @@ export function makeSaeLoaders(plan: (source: string) => SaePlan): SaeLoaders {
 export interface BrowserSaeLoaderOptions {
   /** byte cache for Hub/URL files (the worker passes its IdbCache) */
   cache?: ByteCache;
+  /** refuse SAEs whose weights exceed this (default 2 GiB) */
+  maxBytes?: number;
   /** Hub endpoint (default https://huggingface.co) */
   endpoint?: string;
   token?: string;
@@ -113,5 +140,5 @@ export function createSaeLoaders(opts: BrowserSaeLoaderOptions = {}): SaeLoaders
       throw new LoupeError('BAD_INPUT', `The page cannot read the local folder ${ref.id}.`, 'In the page, give the SAE as a Hub repository or an http(s) URL; the CLI reads folders.');
     }
     return { source: createSource(ref, { endpoint: opts.endpoint, token: opts.token, fetch: opts.fetch }), cache: opts.cache };
-  });
+  }, opts.maxBytes);
 }

@@ -22,9 +22,8 @@ import { checkDescriptions, parseDescriptions, type DescriptionSet } from './fea
  * ctx plus the optional file loader of the SAE loaders (src/engine/source/sae-loader.ts,
  * src/node/load-sae.ts): reads explanations files next to the SAE or at a URL/path.
  */
-export type SaeOpContext = OpContext & {
-  loadSaeFile?: (ref: SaeRef, file: string, opts: { signal?: AbortSignal; optional?: boolean }) => Promise<Uint8Array | null>;
-};
+/** kept as an alias: OpContext now carries loadSae and loadSaeFile itself */
+export type SaeOpContext = OpContext;
 
 // ------------------------------------------------------------------ input fields
 
@@ -126,6 +125,17 @@ export function checkFeature(sae: AttachedSae, feature: number, field = 'feature
   }
 }
 
+/** feature activations one run may return (T × d_sae floats; 2^26 = 256 MiB) */
+export const MAX_SAE_ACTS = 2 ** 26;
+
+/** refuse a run whose [T, d_sae] activations would not fit, before running it */
+export function checkActsSize(sae: AttachedSae, T: number, what = 'The prompt'): void {
+  if (T * sae.info.d_sae > MAX_SAE_ACTS) {
+    const maxT = Math.floor(MAX_SAE_ACTS / sae.info.d_sae);
+    throw new LoupeError('TOO_LARGE', `${what} has ${T} tokens; with ${sae.info.d_sae} features that is ${(T * sae.info.d_sae).toLocaleString('en-US')} activations, more than the cap of ${MAX_SAE_ACTS.toLocaleString('en-US')}.`, `Shorten it to at most ${maxT} tokens.`);
+  }
+}
+
 /** the hook of the SAE's feature activations, an intervention site (neuron = feature index) */
 export const actsHook = (sae: AttachedSae) => `${sae.info.hook}.hook_sae_acts_post`;
 
@@ -219,7 +229,15 @@ export async function loadDescriptions(sae: AttachedSae, given: unknown, ctx: Sa
       }
       const { ref, file } = splitFileSpec(given);
       ctx.onProgress?.({ stage: 'reading descriptions', done: 0, total: 1 });
-      const bytes = await ctx.loadSaeFile(ref, file, { signal: ctx.signal });
+      let bytes: Uint8Array | null;
+      try {
+        bytes = await ctx.loadSaeFile(ref, file, { signal: ctx.signal });
+      } catch (e) {
+        if (e instanceof LoupeError && (e.code === 'FILE_NOT_FOUND' || e.code === 'MODEL_NOT_FOUND')) {
+          throw new LoupeError(e.code, `descriptions: ${e.message}`, 'Check the URL or path of the explanations file, or leave descriptions out to use the one next to the SAE (if any).', e.details);
+        }
+        throw e;
+      }
       const set = parseDescriptions(bytes!, given);
       check(set, given);
       return { set, block: block(set, given, null) };
