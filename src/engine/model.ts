@@ -35,6 +35,20 @@ export interface ModelParts {
 
 const DEFAULT_MAX_PARAMS = 2e9;
 
+/** Resolve after pending tasks (not just microtasks) have run: setImmediate in Node, a MessageChannel hop elsewhere. */
+function yieldToEventLoop(): Promise<void> {
+  const g = globalThis as any;
+  if (typeof g.setImmediate === 'function') return new Promise((r) => g.setImmediate(r));
+  if (typeof g.MessageChannel === 'function') {
+    return new Promise((r) => {
+      const ch = new g.MessageChannel();
+      ch.port1.onmessage = () => { ch.port1.close(); r(); };
+      ch.port2.postMessage(0);
+    });
+  }
+  return new Promise((r) => setTimeout(r, 0));
+}
+
 export async function createModel(parts: ModelParts, factory: SessionFactory): Promise<LoadedModel> {
   const spec = describeModel({ config: parts.config, tensors: parts.weights.tensors });
   const tokenizer = new ModelTokenizer(parts.tokenizerJson, parts.tokenizerConfig, parts.config);
@@ -180,6 +194,8 @@ class EngineModel implements LoadedModel {
   }
 
   private async runNow(tokens: number[] | number[][], opts: RunOptions): Promise<RunResult> {
+    // WASM runs block their thread: give queued messages (a cancel, a heartbeat) a turn between runs
+    await yieldToEventLoop();
     throwIfAborted(opts.signal);
     const rows = this.validateTokens(tokens, opts);
     const B = rows.length;

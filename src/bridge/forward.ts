@@ -1,0 +1,176 @@
+/**
+ * A forwarding client: how a second `loupe mcp` uses a hub that another companion already runs
+ * on the port. It authenticates like a page (token as subprotocol, the hub's own Origin, a
+ * loopback Host) and sends the same `call` messages a hub sends a page; the hub runs them on
+ * its paired page and streams progress and the result back.
+ */
+import http from 'node:http';
+import WebSocket from 'ws';
+import { LoupeError } from '../engine/errors';
+import { randomHex } from './handles';
+import type { CallOptions, ExecResult } from './page-session';
+import {
+  AGENT_PATH, HUB_PROBE_PATH, HUB_STATUS_TOOL, PROTOCOL_VERSION, SUBPROTOCOL,
+  parseMessage, tokenProtocol, type AgentInfo, type HubToAgent,
+} from './protocol';
+
+/** Is a Loupe hub listening on this port? (An unauthenticated GET that carries no secret.) */
+export function probeHub(port: number, timeoutMs = 1500): Promise<{ pid: number; protocol: number; version: string } | undefined> {
+  return new Promise((resolve) => {
+    const req = http.get({ host: '127.0.0.1', port, path: HUB_PROBE_PATH, headers: { Host: `127.0.0.1:${port}` }, timeout: timeoutMs }, (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (c) => (body += c.length + body.length < 4096 ? c : ''));
+      res.on('end', () => {
+        try {
+          const j = JSON.parse(body);
+          resolve(res.statusCode === 200 && j?.service === 'loupe-hub' ? j : undefined);
+        } catch {
+          resolve(undefined);
+        }
+      });
+    });
+    req.on('timeout', () => req.destroy());
+    req.on('error', () => resolve(undefined));
+  });
+}
+
+interface Pending {
+  resolve(r: ExecResult): void;
+  reject(e: LoupeError): void;
+  onProgress?: CallOptions['onProgress'];
+  cleanup(): void;
+}
+
+export class ForwardClient {
+  private pending = new Map<string, Pending>();
+  private closed = false;
+  private beat: ReturnType<typeof setInterval>;
+  private lastHeard = Date.now();
+  onClose?: () => void;
+
+  private constructor(private ws: WebSocket, readonly port: number, heartbeatMs: number) {
+    ws.on('message', (d) => this.onMessage(d.toString()));
+    ws.on('close', () => this.shutdown());
+    ws.on('error', () => this.shutdown());
+    this.beat = setInterval(() => {
+      if (Date.now() - this.lastHeard > heartbeatMs * 3) return ws.terminate();
+      this.send({ type: 'ping', t: Date.now() });
+    }, heartbeatMs);
+    this.beat.unref?.();
+  }
+
+  static connect(port: number, token: string, agent: AgentInfo, opts: { heartbeatMs?: number; timeoutMs?: number } = {}): Promise<ForwardClient> {
+    return new Promise((resolve, reject) => {
+      const ws = new WebSocket(`ws://127.0.0.1:${port}${AGENT_PATH}`, [SUBPROTOCOL, tokenProtocol(token)], {
+        origin: `http://127.0.0.1:${port}`,
+        maxPayload: 256 * 1024 * 1024,
+        handshakeTimeout: opts.timeoutMs ?? 3000,
+      });
+      const fail = (e: Error) => reject(new LoupeError('NO_PAGE', `Could not attach to the Loupe hub on port ${port}: ${e.message}`));
+      ws.once('error', fail);
+      ws.once('unexpected-response', (_req, res) => {
+        fail(new Error(`the hub refused (HTTP ${res.statusCode}); its token file may be stale`));
+        ws.terminate();
+      });
+      ws.once('open', () => {
+        ws.send(JSON.stringify({ type: 'attach', protocol: PROTOCOL_VERSION, agent }));
+        ws.once('message', (d) => {
+          ws.off('error', fail);
+          const m = parseMessage(d.toString());
+          if (m?.type !== 'welcome') {
+            ws.close();
+            return reject(new LoupeError('NO_PAGE', `The Loupe hub on port ${port} did not accept this companion${m?.type === 'bye' ? `: ${m.reason}` : ''}.`));
+          }
+          resolve(new ForwardClient(ws, port, opts.heartbeatMs ?? 5000));
+        });
+      });
+    });
+  }
+
+  /** Tell the hub who this companion serves (the MCP client's name arrives after attaching). */
+  setAgent(agent: AgentInfo): void {
+    this.send({ type: 'attach', protocol: PROTOCOL_VERSION, agent });
+  }
+
+  get alive(): boolean {
+    return !this.closed;
+  }
+
+  status(): Promise<Record<string, unknown>> {
+    return this.call(HUB_STATUS_TOOL, {}, { deadline: Date.now() + 5000 }).then((r) => r.document as Record<string, unknown>);
+  }
+
+  call(tool: string, args: Record<string, unknown>, o: CallOptions): Promise<ExecResult> {
+    if (this.closed) return Promise.reject(hubGone());
+    const id = 'f' + randomHex(8);
+    return new Promise((resolve, reject) => {
+      // The hub enforces the deadline; this local timer is the backstop if the hub goes silent.
+      const timer = setTimeout(() => this.settle(id, undefined, new LoupeError('DEADLINE_EXCEEDED', `${tool} did not finish within its deadline.`)), Math.max(0, o.deadline - Date.now()) + 2000);
+      const onAbort = () => {
+        this.send({ type: 'cancel', id });
+        this.settle(id, undefined, new LoupeError('CANCELLED', 'The call was cancelled by the client.'));
+      };
+      o.signal?.addEventListener('abort', onAbort, { once: true });
+      this.pending.set(id, {
+        resolve, reject, onProgress: o.onProgress,
+        cleanup: () => {
+          clearTimeout(timer);
+          o.signal?.removeEventListener('abort', onAbort);
+        },
+      });
+      this.send({ type: 'call', id, tool, args, deadline: o.deadline });
+    });
+  }
+
+  close(): void {
+    this.ws.close();
+    this.shutdown();
+  }
+
+  private send(m: object): void {
+    if (this.ws.readyState === WebSocket.OPEN) this.ws.send(JSON.stringify(m));
+  }
+
+  private settle(id: string, r: ExecResult | undefined, e?: LoupeError): void {
+    const p = this.pending.get(id);
+    if (!p) return;
+    this.pending.delete(id);
+    p.cleanup();
+    if (e) p.reject(e);
+    else p.resolve(r!);
+  }
+
+  private onMessage(text: string): void {
+    this.lastHeard = Date.now();
+    const m = parseMessage(text) as HubToAgent | undefined;
+    if (!m) return;
+    switch (m.type) {
+      case 'ping':
+        return this.send({ type: 'pong', t: m.t });
+      case 'welcome':
+        return; // the answer to a repeated attach (setAgent)
+      case 'progress':
+        return this.pending.get(m.id)?.onProgress?.({ done: m.done, total: m.total, stage: m.stage });
+      case 'result':
+        return this.settle(m.id, { document: m.document, link: m.link, instance_id: m.instance_id, model: m.model });
+      case 'error':
+        return this.settle(m.id, undefined, new LoupeError(m.error.code as LoupeError['code'], m.error.message, m.error.hint));
+      default:
+        return;
+    }
+  }
+
+  private shutdown(): void {
+    if (this.closed) return;
+    this.closed = true;
+    clearInterval(this.beat);
+    for (const id of [...this.pending.keys()]) this.settle(id, undefined, hubGone());
+    this.onClose?.();
+  }
+}
+
+function hubGone(): LoupeError {
+  return new LoupeError('PAGE_GONE', 'The Loupe hub this companion was sharing went away (its companion exited).',
+    'Call loupe_status: this companion takes the hub over and prints a new pairing URL; the page must be paired again.');
+}

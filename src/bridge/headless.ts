@@ -1,0 +1,150 @@
+/**
+ * Headless mode: the same tools, run by the engine in this process (onnxruntime-node) with the
+ * same operation modules the page's worker runs — so the documents are the same.
+ *
+ * Runs are serialised (one engine run at a time, as in the page's worker). A cancelled or
+ * timed-out call is answered at once; its run stops at the next engine run boundary and only
+ * then lets the next queued call start.
+ */
+import { LoupeError, toLoupeError } from '../engine/errors';
+import type { LoadedModel } from '../engine/api';
+import { getOperation } from '../ops/index';
+import type { Operation, Progress } from '../ops/types';
+import type { Executor } from './executor';
+import { assertHandlesCurrent, instanceHandleStore, newInstanceId } from './handles';
+import type { CallOptions, ExecResult } from './page-session';
+import type { AgentInfo } from './protocol';
+import { loadModelInput } from './tools';
+import { parse } from './validate';
+
+export interface HeadlessOptions {
+  backend?: 'node' | 'wasm';
+  /** model to load on first use (default 'default', the bundled stories260K) */
+  model?: string;
+  log?: (msg: string) => void;
+  /** operation lookup (defaults to the registry) */
+  lookup?: (name: string) => Operation | undefined;
+}
+
+type LoadFn = (spec: string, opts: { backend?: 'node' | 'wasm'; onProgress?: (p: { file: string; loaded: number; total: number | null }) => void; signal?: AbortSignal }) => Promise<LoadedModel>;
+
+export class HeadlessExecutor implements Executor {
+  readonly mode = 'headless' as const;
+  readonly instanceId = newInstanceId();
+  private store = instanceHandleStore(this.instanceId);
+  private model?: LoadedModel;
+  private queue: Promise<unknown> = Promise.resolve();
+  private lookup: (name: string) => Operation | undefined;
+
+  constructor(private o: HeadlessOptions = {}) {
+    this.lookup = o.lookup ?? getOperation;
+  }
+
+  setAgent(_agent: AgentInfo): void {
+    /* no page log to show it in */
+  }
+
+  async status(): Promise<Record<string, unknown>> {
+    return {
+      instance_id: this.instanceId,
+      backend: this.o.backend ?? 'node',
+      model: this.model ? { ...this.model.info } : null,
+      model_on_first_use: this.model ? undefined : this.o.model ?? 'default',
+    };
+  }
+
+  async currentInstance(): Promise<string | undefined> {
+    return this.instanceId;
+  }
+
+  execute(tool: string, args: Record<string, unknown>, o: CallOptions): Promise<ExecResult> {
+    try {
+      assertHandlesCurrent(args, this.instanceId);
+    } catch (e) {
+      return Promise.reject(e);
+    }
+    const ctl = new AbortController();
+    const run = this.queue.then(() => {
+      if (ctl.signal.aborted) throw new LoupeError('CANCELLED', 'The call was cancelled before it started.');
+      return this.runTool(tool, args, { signal: ctl.signal, onProgress: o.onProgress });
+    });
+    this.queue = run.catch(() => undefined); // the next call waits for this run to really stop
+    // Say when a cancelled run has really stopped: "cancelled" is only true once the engine is free.
+    let abortedAt = 0;
+    ctl.signal.addEventListener('abort', () => (abortedAt = Date.now()), { once: true });
+    run.then(
+      () => abortedAt && this.o.log?.(`${tool}: finished before the cancellation took effect`),
+      () => abortedAt && this.o.log?.(`${tool}: stopped ${Date.now() - abortedAt} ms after cancellation`),
+    );
+    return new Promise<ExecResult>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        ctl.abort();
+        reject(new LoupeError('DEADLINE_EXCEEDED', `${tool} did not finish within its deadline.`, 'Use smaller inputs, or for long operations pass as_job: true.'));
+      }, Math.max(0, o.deadline - Date.now()));
+      const onAbort = () => {
+        ctl.abort();
+        reject(new LoupeError('CANCELLED', 'The call was cancelled by the client.'));
+      };
+      if (o.signal?.aborted) onAbort();
+      o.signal?.addEventListener('abort', onAbort, { once: true });
+      run.then(resolve, (e) => reject(toLoupeError(e))).finally(() => {
+        clearTimeout(timer);
+        o.signal?.removeEventListener('abort', onAbort);
+      });
+    });
+  }
+
+  async close(): Promise<void> {
+    const m = this.model;
+    this.model = undefined;
+    await m?.dispose().catch(() => undefined);
+  }
+
+  // ---------------------------------------------------------------------------------------
+
+  private async runTool(tool: string, args: Record<string, unknown>, ctx: { signal: AbortSignal; onProgress?: (p: Progress) => void }): Promise<ExecResult> {
+    if (tool === 'load_model') {
+      const input = parse(loadModelInput, args);
+      if (input.backend && input.backend !== 'node' && input.backend !== 'wasm' && input.backend !== 'auto') {
+        throw new LoupeError('BACKEND_UNAVAILABLE', `Backend ${input.backend} is not available headless.`, "Use 'node' (default) or 'wasm'.");
+      }
+      if (input.revision) {
+        throw new LoupeError('BAD_INPUT', 'Headless load_model takes the revision in the model spec, not as a separate field.', 'Pass model: "owner/name@revision" or omit revision.');
+      }
+      const t0 = Date.now();
+      await this.loadModel(input.model, input.backend === 'wasm' ? 'wasm' : this.o.backend, ctx);
+      return { document: { loaded: true, model: { ...this.model!.info }, load_ms: Date.now() - t0 }, instance_id: this.instanceId };
+    }
+    if (tool === 'list_models') {
+      const loaded = this.model ? { ...this.model.info } : null;
+      const models = [{ id: 'default', source: 'bundled', loaded: loaded?.source === 'bundled' }];
+      if (loaded && loaded.source !== 'bundled') models.push({ id: loaded.id, source: String(loaded.source), loaded: true });
+      return { document: { loaded, models }, instance_id: this.instanceId };
+    }
+    const op = this.lookup(tool);
+    if (!op) throw new LoupeError('UNKNOWN_OPERATION', `Unknown operation ${tool}.`);
+    const input = parse(op.input, args);
+    const model = await this.ensureModel(ctx);
+    const document = await op.run(model, input, { onProgress: ctx.onProgress, signal: ctx.signal, store: this.store });
+    return { document, instance_id: this.instanceId, model: { ...model.info } };
+  }
+
+  private async ensureModel(ctx: { signal: AbortSignal; onProgress?: (p: Progress) => void }): Promise<LoadedModel> {
+    if (!this.model) await this.loadModel(this.o.model ?? 'default', this.o.backend, ctx);
+    return this.model!;
+  }
+
+  private async loadModel(spec: string, backend: 'node' | 'wasm' | undefined, ctx: { signal: AbortSignal; onProgress?: (p: Progress) => void }): Promise<void> {
+    // Imported on first use: tools/list and loupe_status must answer without loading onnxruntime.
+    const { loadModelNode } = (await import('../node/load')) as { loadModelNode: LoadFn };
+    this.o.log?.(`loading model ${spec} (${backend ?? 'node'})`);
+    const next = await loadModelNode(spec, {
+      backend,
+      signal: ctx.signal,
+      onProgress: (p) => ctx.onProgress?.({ stage: `loading ${p.file}`, done: p.loaded, total: p.total ?? p.loaded }),
+    });
+    const old = this.model;
+    this.model = next;
+    await old?.dispose().catch(() => undefined);
+  }
+}

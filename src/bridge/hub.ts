@@ -1,0 +1,284 @@
+/**
+ * The hub: one HTTP server on 127.0.0.1:<port> that serves the built workbench and two
+ * WebSocket endpoints — `/ws/page` for the paired page (the executor) and `/ws/agent` for other
+ * `loupe mcp` processes that share this hub. Every upgrade passes guard.ts before it happens.
+ *
+ * Calls go to the most recently paired page. A page that reloads (same tab, new instance)
+ * replaces its old session at once, failing the old session's pending calls.
+ */
+import http from 'node:http';
+import type { AddressInfo, Socket } from 'node:net';
+import type { Duplex } from 'node:stream';
+import { WebSocketServer, type WebSocket } from 'ws';
+import { LoupeError, toLoupeError } from '../engine/errors';
+import { createStaticHandler, ISOLATION_HEADERS } from '../node/static-server';
+import { checkHost, checkUpgrade } from './guard';
+import { assertHandlesCurrent } from './handles';
+import { PageSession, type CallOptions, type ExecResult } from './page-session';
+import {
+  CLOSE_POLICY, HUB_PROBE_PATH, HUB_STATUS_TOOL, PROTOCOL_VERSION, SUBPROTOCOL,
+  parseMessage, type AgentInfo, type HubToAgent, type WireModel,
+} from './protocol';
+
+export interface HubOptions {
+  /** 0 = any free port (tests) */
+  port: number;
+  token: string;
+  /** the built page; a placeholder explains how to build it when missing */
+  distDir: string;
+  version: string;
+  heartbeatMs?: number;
+  missedBeats?: number;
+  /** how long a call waits for a page to pair before failing with NO_PAGE */
+  noPageWaitMs?: number;
+  /** a page must say hello this soon after connecting */
+  helloTimeoutMs?: number;
+  log?: (msg: string) => void;
+}
+
+export interface HubStatus {
+  mode: 'page';
+  hub_url: string;
+  pairing_url: string;
+  protocol_version: number;
+  page: null | { tab_id: string; instance_id: string; connected_since: string; model: WireModel; pending_calls: number };
+  other_pages: number;
+  agents: AgentInfo[];
+}
+
+const NOT_BUILT = `<!doctype html><meta charset="utf-8"><title>Loupe</title>
+<p>The Loupe workbench has not been built. Run <code>npm run build</code> in the Loupe folder, then reload this page (keep the <code>#pair=…</code> part of the address).</p>`;
+
+export class Hub {
+  readonly server: http.Server;
+  readonly port: number;
+  readonly token: string;
+  private pages: PageSession[] = [];
+  private agents = new Map<WebSocket, AgentInfo>();
+  private localAgent: AgentInfo | undefined;
+  private waiters = new Set<() => void>();
+  private wss: WebSocketServer;
+  private log: (msg: string) => void;
+
+  private constructor(server: http.Server, wss: WebSocketServer, private opts: Required<Omit<HubOptions, 'log'>> & Pick<HubOptions, 'log'>) {
+    this.server = server;
+    this.wss = wss;
+    this.port = (server.address() as AddressInfo).port;
+    this.token = opts.token;
+    this.log = opts.log ?? (() => {});
+  }
+
+  /** Listen on 127.0.0.1 only. Rejects with the listen error (EADDRINUSE when taken). */
+  static async start(o: HubOptions): Promise<Hub> {
+    const opts = {
+      heartbeatMs: 5000, missedBeats: 3, noPageWaitMs: 5000, helloTimeoutMs: 5000, ...o,
+    };
+    const server = http.createServer();
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(opts.port, '127.0.0.1', () => {
+        server.off('error', reject);
+        resolve();
+      });
+    });
+    const wss = new WebSocketServer({
+      noServer: true,
+      maxPayload: 256 * 1024 * 1024, // documents (activations of a long prompt) can be tens of MB
+      handleProtocols: (offered) => (offered.has(SUBPROTOCOL) ? SUBPROTOCOL : false),
+    });
+    const hub = new Hub(server, wss, opts);
+    hub.mount();
+    return hub;
+  }
+
+  get origin(): string {
+    return `http://127.0.0.1:${this.port}`;
+  }
+
+  get pairingUrl(): string {
+    return `${this.origin}/#pair=${this.token}`;
+  }
+
+  /** The page calls go to: the most recently paired live one. */
+  get activePage(): PageSession | undefined {
+    return this.pages[this.pages.length - 1];
+  }
+
+  setLocalAgent(a: AgentInfo | undefined): void {
+    this.localAgent = a;
+    this.broadcastAgents();
+  }
+
+  status(): HubStatus {
+    const p = this.activePage;
+    return {
+      mode: 'page',
+      hub_url: this.origin + '/',
+      pairing_url: this.pairingUrl,
+      protocol_version: PROTOCOL_VERSION,
+      page: p ? { tab_id: p.tabId, instance_id: p.instanceId, connected_since: new Date(p.connectedAt).toISOString(), model: p.model, pending_calls: p.pendingCount } : null,
+      other_pages: Math.max(0, this.pages.length - 1),
+      agents: this.agentList(),
+    };
+  }
+
+  /** Wait up to ms for a paired page; undefined when none came. */
+  async waitForPage(ms: number, signal?: AbortSignal): Promise<PageSession | undefined> {
+    if (this.activePage) return this.activePage;
+    if (ms <= 0) return undefined;
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(t);
+        this.waiters.delete(done);
+        signal?.removeEventListener('abort', done);
+        resolve(this.activePage);
+      };
+      const t = setTimeout(done, ms);
+      this.waiters.add(done);
+      signal?.addEventListener('abort', done, { once: true });
+    });
+  }
+
+  /**
+   * Run a tool on the active page. Fails with NO_PAGE (after noPageWaitMs), HANDLE_EXPIRED
+   * (a handle from another page instance in args), or whatever PageSession.call fails with.
+   */
+  async execute(tool: string, args: Record<string, unknown>, o: CallOptions): Promise<ExecResult> {
+    const page = await this.waitForPage(this.opts.noPageWaitMs, o.signal);
+    if (o.signal?.aborted) throw new LoupeError('CANCELLED', 'The call was cancelled by the client.');
+    if (!page) {
+      throw new LoupeError('NO_PAGE', `No Loupe page is connected to the hub. Open ${this.pairingUrl} in a browser (Chrome or Edge) to pair it, then call again.`,
+        `Ask the user to open ${this.pairingUrl} — or, if a Loupe tab is already open, to press Connect in its Agent panel. Tip: start the companion with --headless to run without a browser.`);
+    }
+    assertHandlesCurrent(args, page.instanceId);
+    return page.call(tool, args, { ...o, agent: o.agent ?? this.localAgent });
+  }
+
+  async close(): Promise<void> {
+    for (const p of [...this.pages]) p.close('the Loupe companion stopped');
+    for (const ws of this.agents.keys()) ws.close(CLOSE_POLICY, 'hub stopping');
+    for (const w of [...this.waiters]) w();
+    this.wss.close();
+    await new Promise<void>((resolve) => {
+      this.server.closeAllConnections?.();
+      this.server.close(() => resolve());
+    });
+  }
+
+  // ---------------------------------------------------------------------------------------
+
+  private mount(): void {
+    const serveStatic = createStaticHandler({ root: this.opts.distDir, allowedHosts: [`127.0.0.1:${this.port}`, `localhost:${this.port}`], notBuiltHtml: NOT_BUILT });
+    this.server.on('request', (req, res) => {
+      const host = checkHost(req.headers, this.port);
+      if (!host.ok) {
+        res.writeHead(403, { ...ISOLATION_HEADERS, 'Content-Type': 'text/plain' });
+        return void res.end('Forbidden: unexpected Host header.\n');
+      }
+      if ((req.url ?? '').split('?')[0] === HUB_PROBE_PATH) {
+        // Tells a second companion that this port is a Loupe hub. Carries no secret.
+        res.writeHead(200, { ...ISOLATION_HEADERS, 'Content-Type': 'application/json', 'Cache-Control': 'no-store' });
+        return void res.end(JSON.stringify({ service: 'loupe-hub', protocol: PROTOCOL_VERSION, version: this.opts.version, pid: process.pid }));
+      }
+      serveStatic(req, res).catch(() => res.destroy());
+    });
+    this.server.on('upgrade', (req: http.IncomingMessage, socket: Duplex, head: Buffer) => {
+      const v = checkUpgrade(req.url, req.headers, { port: this.port, token: this.token });
+      if (!v.ok) {
+        this.log(`refused a WebSocket upgrade from ${(socket as Socket).remoteAddress ?? '?'}: ${v.reason}`);
+        const text = http.STATUS_CODES[v.status] ?? 'Forbidden';
+        socket.end(`HTTP/1.1 ${v.status} ${text}\r\nConnection: close\r\nContent-Type: text/plain\r\nContent-Length: ${v.reason.length + 1}\r\n\r\n${v.reason}\n`);
+        return;
+      }
+      this.wss.handleUpgrade(req, socket, head, (ws) => (v.kind === 'page' ? this.acceptPage(ws) : this.acceptAgent(ws)));
+    });
+  }
+
+  private acceptPage(ws: WebSocket): void {
+    const helloTimer = setTimeout(() => ws.close(CLOSE_POLICY, 'no hello'), this.opts.helloTimeoutMs);
+    ws.once('message', (data) => {
+      clearTimeout(helloTimer);
+      const m = parseMessage(data.toString());
+      if (!m || m.type !== 'hello') return ws.close(CLOSE_POLICY, 'expected hello');
+      if (m.protocol !== PROTOCOL_VERSION) {
+        ws.send(JSON.stringify({ type: 'bye', reason: `protocol ${m.protocol} is not supported; this companion speaks ${PROTOCOL_VERSION}. Update Loupe or reload the page.` }));
+        return ws.close(CLOSE_POLICY, 'protocol mismatch');
+      }
+      // A reload of the same tab: the old page instance is gone now, even if its socket has not
+      // closed yet. Failing its calls here is what makes "reload mid-call" fail within a second.
+      for (const old of this.pages.filter((p) => p.tabId === m.tab_id)) old.close('the page was reloaded');
+      const session = new PageSession(ws, m, {
+        heartbeatMs: this.opts.heartbeatMs,
+        missedBeats: this.opts.missedBeats,
+        log: this.log,
+        onGone: (s) => {
+          this.pages = this.pages.filter((p) => p !== s);
+          this.log(`page ${s.tabId}/${s.instanceId} disconnected`);
+        },
+      });
+      this.pages.push(session);
+      this.log(`page ${m.tab_id}/${m.instance_id} paired`);
+      session.send({ type: 'welcome', protocol: PROTOCOL_VERSION, hub: { version: this.opts.version, port: this.port }, agents: this.agentList() });
+      for (const w of [...this.waiters]) w();
+    });
+  }
+
+  private acceptAgent(ws: WebSocket): void {
+    const calls = new Map<string, AbortController>();
+    let lastHeard = Date.now();
+    const send = (m: HubToAgent) => ws.readyState === ws.OPEN && ws.send(JSON.stringify(m));
+    const beat = setInterval(() => {
+      if (Date.now() - lastHeard > this.opts.heartbeatMs * this.opts.missedBeats) return ws.terminate();
+      send({ type: 'ping', t: Date.now() });
+    }, this.opts.heartbeatMs);
+    beat.unref?.();
+    ws.on('close', () => {
+      clearInterval(beat);
+      for (const c of calls.values()) c.abort();
+      this.agents.delete(ws);
+      this.broadcastAgents();
+    });
+    ws.on('message', (data) => {
+      lastHeard = Date.now();
+      const m = parseMessage(data.toString());
+      if (!m) return;
+      if (m.type === 'ping') return send({ type: 'pong', t: m.t });
+      if (m.type === 'attach') {
+        if (m.protocol !== PROTOCOL_VERSION) {
+          send({ type: 'bye', reason: `protocol ${m.protocol} is not supported; the hub speaks ${PROTOCOL_VERSION}` });
+          return ws.close(CLOSE_POLICY, 'protocol mismatch');
+        }
+        this.agents.set(ws, { name: String(m.agent.name).slice(0, 100), ...(m.agent.version ? { version: String(m.agent.version).slice(0, 50) } : {}) });
+        send({ type: 'welcome', protocol: PROTOCOL_VERSION, hub: { version: this.opts.version, port: this.port }, agents: this.agentList() });
+        return this.broadcastAgents();
+      }
+      if (!this.agents.has(ws)) return ws.close(CLOSE_POLICY, 'expected attach');
+      if (m.type === 'cancel') return calls.get(m.id)?.abort();
+      if (m.type !== 'call' || calls.has(m.id)) return;
+      if (m.tool === HUB_STATUS_TOOL) return send({ type: 'result', id: m.id, document: this.status() });
+      const ctl = new AbortController();
+      calls.set(m.id, ctl);
+      this.execute(m.tool, m.args, {
+        deadline: m.deadline,
+        agent: this.agents.get(ws),
+        signal: ctl.signal,
+        onProgress: (p) => send({ type: 'progress', id: m.id, ...p }),
+      }).then(
+        (r) => send({ type: 'result', id: m.id, document: r.document, ...(r.link ? { link: r.link } : {}), ...(r.instance_id ? { instance_id: r.instance_id } : {}), ...(r.model ? { model: r.model } : {}) }),
+        (e) => {
+          const err = toLoupeError(e);
+          send({ type: 'error', id: m.id, error: { code: err.code, message: err.message, ...(err.hint ? { hint: err.hint } : {}) } });
+        },
+      ).finally(() => calls.delete(m.id));
+    });
+  }
+
+  private agentList(): AgentInfo[] {
+    return [...(this.localAgent ? [this.localAgent] : []), ...this.agents.values()];
+  }
+
+  private broadcastAgents(): void {
+    const agents = this.agentList();
+    for (const p of this.pages) p.send({ type: 'agents', agents });
+  }
+}

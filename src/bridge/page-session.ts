@@ -1,0 +1,182 @@
+/**
+ * The hub's side of one paired page: sends calls, relays progress, and guarantees that every
+ * call ends — with the page's result or error, or with PAGE_GONE when the socket closes or the
+ * page stops answering heartbeats, DEADLINE_EXCEEDED at the call's hard deadline, or CANCELLED
+ * when the caller's signal aborts. In the last two cases the page is told to `cancel`.
+ */
+import type WebSocket from 'ws';
+import { LoupeError } from '../engine/errors';
+import type { Progress } from '../ops/types';
+import { CLOSE_POLICY, type AgentInfo, type HelloMsg, type HubToPage, type WireModel, parseMessage } from './protocol';
+import { randomHex } from './handles';
+
+export interface ExecResult {
+  document: unknown;
+  link?: string;
+  /** the page (or process) instance that produced it; handles in the document belong to it */
+  instance_id?: string;
+  /** the model it ran on (ModelInfo, plus the page's share `ref`), for the result's link */
+  model?: WireModel;
+}
+
+export interface CallOptions {
+  /** epoch ms */
+  deadline: number;
+  agent?: AgentInfo;
+  onProgress?: (p: Progress) => void;
+  signal?: AbortSignal;
+}
+
+interface Pending {
+  tool: string;
+  resolve(r: ExecResult): void;
+  reject(e: LoupeError): void;
+  onProgress?: (p: Progress) => void;
+  cleanup(): void;
+}
+
+export interface PageSessionOptions {
+  heartbeatMs: number;
+  /** drop the page after this many heartbeat intervals without hearing from it */
+  missedBeats: number;
+  onGone(session: PageSession): void;
+  onModel?(session: PageSession): void;
+  log?(msg: string): void;
+}
+
+export class PageSession {
+  readonly tabId: string;
+  readonly instanceId: string;
+  readonly connectedAt = Date.now();
+  model: WireModel;
+  private pending = new Map<string, Pending>();
+  private lastHeard = Date.now();
+  private beat: ReturnType<typeof setInterval>;
+  private gone = false;
+
+  constructor(private ws: WebSocket, hello: HelloMsg, private opts: PageSessionOptions) {
+    this.tabId = hello.tab_id;
+    this.instanceId = hello.instance_id;
+    this.model = hello.model;
+    ws.on('message', (data, isBinary) => this.onMessage(isBinary ? '' : data.toString()));
+    ws.on('close', () => this.end('PAGE_GONE', 'The Loupe page closed or reloaded while the call was running.'));
+    ws.on('error', () => this.end('PAGE_GONE', 'The connection to the Loupe page failed.'));
+    // App-level heartbeats, not WebSocket pings: the browser's network stack answers protocol
+    // pings even when the page's JavaScript is hung; only the page itself can answer these.
+    this.beat = setInterval(() => {
+      if (Date.now() - this.lastHeard > opts.heartbeatMs * opts.missedBeats) {
+        opts.log?.(`page ${this.tabId}/${this.instanceId} missed ${opts.missedBeats} heartbeats; dropping it`);
+        this.end('PAGE_GONE', 'The Loupe page stopped answering (it may be frozen or its tab suspended).');
+        ws.terminate();
+        return;
+      }
+      this.send({ type: 'ping', t: Date.now() });
+    }, opts.heartbeatMs);
+    this.beat.unref?.();
+  }
+
+  get alive(): boolean {
+    return !this.gone;
+  }
+
+  get pendingCount(): number {
+    return this.pending.size;
+  }
+
+  send(msg: HubToPage): void {
+    if (!this.gone && this.ws.readyState === this.ws.OPEN) this.ws.send(JSON.stringify(msg));
+  }
+
+  call(tool: string, args: Record<string, unknown>, o: CallOptions): Promise<ExecResult> {
+    if (this.gone) return Promise.reject(new LoupeError('PAGE_GONE', 'The Loupe page is no longer connected.'));
+    if (o.signal?.aborted) return Promise.reject(cancelled());
+    const id = 'c' + randomHex(8);
+    return new Promise<ExecResult>((resolve, reject) => {
+      const remaining = Math.max(0, o.deadline - Date.now());
+      const timer = setTimeout(() => {
+        this.send({ type: 'cancel', id, reason: 'deadline' });
+        this.settle(id, undefined, new LoupeError('DEADLINE_EXCEEDED', `${tool} did not finish within its deadline (${Math.round(remaining / 1000)} s).`,
+          'Use smaller inputs, or for long operations pass as_job: true and poll job_status.'));
+      }, remaining);
+      const onAbort = () => {
+        this.send({ type: 'cancel', id, reason: 'client' });
+        this.settle(id, undefined, cancelled());
+      };
+      o.signal?.addEventListener('abort', onAbort, { once: true });
+      this.pending.set(id, {
+        tool,
+        resolve,
+        reject,
+        onProgress: o.onProgress,
+        cleanup: () => {
+          clearTimeout(timer);
+          o.signal?.removeEventListener('abort', onAbort);
+        },
+      });
+      this.send({ type: 'call', id, tool, args, deadline: o.deadline, ...(o.agent ? { agent: o.agent } : {}) });
+    });
+  }
+
+  /** Fail every pending call at once and stop; used on close, heartbeat loss and replacement. */
+  end(code: 'PAGE_GONE', message: string): void {
+    if (this.gone) return;
+    this.gone = true;
+    clearInterval(this.beat);
+    const err = new LoupeError(code, message, 'Open the pairing URL (see loupe_status) or reload the Loupe tab, then call again.');
+    for (const id of [...this.pending.keys()]) this.settle(id, undefined, err);
+    this.opts.onGone(this);
+  }
+
+  close(reason: string): void {
+    this.send({ type: 'bye', reason });
+    this.end('PAGE_GONE', `The Loupe page was disconnected: ${reason}.`);
+    this.ws.close(CLOSE_POLICY, reason.slice(0, 120));
+  }
+
+  private settle(id: string, result: ExecResult | undefined, error?: LoupeError): void {
+    const p = this.pending.get(id);
+    if (!p) return;
+    this.pending.delete(id);
+    p.cleanup();
+    if (error) p.reject(error);
+    else p.resolve(result!);
+  }
+
+  private onMessage(text: string): void {
+    this.lastHeard = Date.now();
+    const m = parseMessage(text);
+    if (!m) {
+      this.opts.log?.(`page ${this.tabId}: ignoring a malformed message`);
+      return;
+    }
+    switch (m.type) {
+      case 'ping':
+        return this.send({ type: 'pong', t: m.t });
+      case 'pong':
+        return;
+      case 'model':
+        this.model = m.model;
+        this.opts.onModel?.(this);
+        return;
+      case 'progress': {
+        const p = this.pending.get(m.id);
+        try {
+          p?.onProgress?.({ done: m.done, total: m.total, stage: m.stage });
+        } catch {
+          /* a progress consumer's failure must not fail the call */
+        }
+        return;
+      }
+      case 'result':
+        return this.settle(m.id, { document: m.document, link: m.link, instance_id: this.instanceId, model: this.model });
+      case 'error':
+        return this.settle(m.id, undefined, new LoupeError(m.error.code as LoupeError['code'], m.error.message, m.error.hint));
+      default:
+        this.opts.log?.(`page ${this.tabId}: unexpected ${m.type} message`);
+    }
+  }
+}
+
+function cancelled(): LoupeError {
+  return new LoupeError('CANCELLED', 'The call was cancelled by the client.');
+}

@@ -1,0 +1,194 @@
+/**
+ * The app protocol between the hub (inside `loupe mcp`) and its peers, as JSON text frames over a
+ * loopback WebSocket. Two kinds of peer speak it:
+ *  - the page (`/ws/page`): an executor. It says `hello`, then receives `call`s and answers with
+ *    `progress`, then one `result` or `error`; the hub may `cancel` a call.
+ *  - a forwarding companion (`/ws/agent`): a second `loupe mcp` sharing this hub. It says
+ *    `attach`, then sends `call`s and receives `progress` / `result` / `error`, and may `cancel`.
+ * Both sides send `ping` and answer `pong` (heartbeats).
+ *
+ * This module is imported by the page too (src/ui/bridge-client.ts), so it stays plain
+ * TypeScript with no Node or zod dependency; `parseMessage` does the structural checks by hand.
+ */
+
+export const PROTOCOL_VERSION = 1;
+/** WebSocket subprotocol the hub selects; the token travels as a second offered subprotocol so
+ * that it never appears in a URL (URLs end up in logs and history). */
+export const SUBPROTOCOL = 'loupe.v1';
+export const TOKEN_PROTOCOL_PREFIX = 'loupe.token.';
+export const PAGE_PATH = '/ws/page';
+export const AGENT_PATH = '/ws/agent';
+/** Unauthenticated probe that tells a second companion "a Loupe hub listens here" (no secrets). */
+export const HUB_PROBE_PATH = '/.well-known/loupe-hub';
+/** Close code the hub uses when it drops a peer on purpose (replaced, heartbeat lost, bad message). */
+export const CLOSE_POLICY = 4000;
+
+export interface WireError {
+  code: string;
+  message: string;
+  hint?: string;
+}
+
+/**
+ * What the page reports about its loaded model: ModelInfo from src/engine/api.ts, plus `ref`
+ * ({kind: 'bundled'|'hub'|'url', id, revision, endpoint?}, never a token) so that the companion
+ * can make share links; or null when no model is loaded.
+ */
+export type WireModel = Record<string, unknown> | null;
+
+export interface AgentInfo {
+  name: string;
+  version?: string;
+}
+
+// ---- page → hub ----
+export interface HelloMsg {
+  type: 'hello';
+  protocol: number;
+  /** stable for the life of the browser tab (sessionStorage) */
+  tab_id: string;
+  /** new on every page load; handles minted by the page carry it */
+  instance_id: string;
+  model: WireModel;
+  app?: { name: string; version?: string };
+}
+/** the user loaded another model in the page */
+export interface ModelMsg {
+  type: 'model';
+  model: WireModel;
+}
+export interface ProgressMsg {
+  type: 'progress';
+  id: string;
+  done: number;
+  total: number;
+  stage: string;
+}
+export interface ResultMsg {
+  type: 'result';
+  id: string;
+  document: unknown;
+  /** shareable link to this result, when the page can make one */
+  link?: string;
+  /** the page instance that produced it (filled by the hub for agents) */
+  instance_id?: string;
+  /** the page's model when it answered (filled by the hub for agents; used to make the link) */
+  model?: WireModel;
+}
+export interface ErrorMsg {
+  type: 'error';
+  id: string;
+  error: WireError;
+}
+export interface PingMsg {
+  type: 'ping';
+  t: number;
+}
+export interface PongMsg {
+  type: 'pong';
+  t: number;
+}
+
+// ---- hub → page / agent ----
+export interface WelcomeMsg {
+  type: 'welcome';
+  protocol: number;
+  hub: { version: string; port: number };
+  agents: AgentInfo[];
+}
+export interface CallMsg {
+  type: 'call';
+  id: string;
+  tool: string;
+  args: Record<string, unknown>;
+  /** hard deadline, epoch milliseconds (hub and page share a clock: both are on this machine) */
+  deadline: number;
+  /** which agent asked, for the page's live log */
+  agent?: AgentInfo;
+}
+export interface CancelMsg {
+  type: 'cancel';
+  id: string;
+  reason?: string;
+}
+export interface AgentsMsg {
+  type: 'agents';
+  agents: AgentInfo[];
+}
+export interface ByeMsg {
+  type: 'bye';
+  reason: string;
+}
+
+// ---- agent → hub ----
+/** first message of a forwarding companion; sent again when its MCP client's name is known */
+export interface AttachMsg {
+  type: 'attach';
+  protocol: number;
+  agent: AgentInfo;
+}
+
+export type PageToHub = HelloMsg | ModelMsg | ProgressMsg | ResultMsg | ErrorMsg | PingMsg | PongMsg;
+export type HubToPage = WelcomeMsg | CallMsg | CancelMsg | AgentsMsg | ByeMsg | PingMsg | PongMsg;
+export type AgentToHub = AttachMsg | CallMsg | CancelMsg | PingMsg | PongMsg;
+export type HubToAgent = WelcomeMsg | ProgressMsg | ResultMsg | ErrorMsg | ByeMsg | PingMsg | PongMsg;
+export type AnyMsg = PageToHub | HubToPage | AgentToHub | HubToAgent;
+
+const isStr = (v: unknown): v is string => typeof v === 'string';
+const isNum = (v: unknown): v is number => typeof v === 'number' && Number.isFinite(v);
+const isObj = (v: unknown): v is Record<string, unknown> => !!v && typeof v === 'object' && !Array.isArray(v);
+/** ids are short opaque tokens; bounding them keeps a hostile peer from growing our maps' keys */
+const isId = (v: unknown): v is string => isStr(v) && v.length > 0 && v.length <= 128;
+
+/**
+ * Parse one text frame. Returns undefined for anything malformed (the caller drops the peer or
+ * ignores the frame); never throws.
+ */
+export function parseMessage(text: string): AnyMsg | undefined {
+  let m: unknown;
+  try {
+    m = JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+  if (!isObj(m) || !isStr(m.type)) return undefined;
+  switch (m.type) {
+    case 'hello':
+      return isNum(m.protocol) && isId(m.tab_id) && isId(m.instance_id) && (m.model === null || isObj(m.model))
+        ? (m as unknown as HelloMsg) : undefined;
+    case 'model':
+      return m.model === null || isObj(m.model) ? (m as unknown as ModelMsg) : undefined;
+    case 'progress':
+      return isId(m.id) && isNum(m.done) && isNum(m.total) && isStr(m.stage) ? (m as unknown as ProgressMsg) : undefined;
+    case 'result':
+      return isId(m.id) && 'document' in m && (m.link === undefined || isStr(m.link)) ? (m as unknown as ResultMsg) : undefined;
+    case 'error':
+      return isId(m.id) && isObj(m.error) && isStr(m.error.code) && isStr(m.error.message)
+        ? (m as unknown as ErrorMsg) : undefined;
+    case 'ping':
+    case 'pong':
+      return isNum(m.t) ? (m as unknown as PingMsg | PongMsg) : undefined;
+    case 'welcome':
+      return isNum(m.protocol) && isObj(m.hub) && Array.isArray(m.agents) ? (m as unknown as WelcomeMsg) : undefined;
+    case 'call':
+      return isId(m.id) && isStr(m.tool) && isObj(m.args) && isNum(m.deadline) ? (m as unknown as CallMsg) : undefined;
+    case 'cancel':
+      return isId(m.id) ? (m as unknown as CancelMsg) : undefined;
+    case 'agents':
+      return Array.isArray(m.agents) ? (m as unknown as AgentsMsg) : undefined;
+    case 'bye':
+      return isStr(m.reason) ? (m as unknown as ByeMsg) : undefined;
+    case 'attach':
+      return isNum(m.protocol) && isObj(m.agent) && isStr(m.agent.name) ? (m as unknown as AttachMsg) : undefined;
+    default:
+      return undefined;
+  }
+}
+
+/** The token offered as a subprotocol: `loupe.token.<64 hex>`. */
+export function tokenProtocol(token: string): string {
+  return TOKEN_PROTOCOL_PREFIX + token;
+}
+
+/** Tools the hub answers itself for forwarding companions (never sent to the page). */
+export const HUB_STATUS_TOOL = '$status';

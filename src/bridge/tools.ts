@@ -1,0 +1,172 @@
+/**
+ * The MCP tool list: the bridge's own tools (loupe_status, load_model, list_models, job_*) and
+ * one tool per registered operation, whose inputSchema/outputSchema are the operation's zod
+ * schemas converted to JSON Schema draft-07 — the same conversion the SDK's McpServer applies,
+ * so every client that works with SDK servers can read them.
+ */
+import { z } from 'zod';
+import type { Operation } from '../ops/types';
+
+export type JsonSchema = Record<string, unknown> & { type: 'object' };
+
+export interface ToolDef {
+  name: string;
+  title?: string;
+  description: string;
+  inputSchema: JsonSchema;
+  outputSchema?: JsonSchema;
+  annotations?: { title?: string; readOnlyHint?: boolean; destructiveHint?: boolean; idempotentHint?: boolean; openWorldHint?: boolean };
+}
+
+/** zod → JSON Schema with a root of type "object", as MCP requires for tool schemas. */
+export function toObjectSchema(schema: z.ZodType, io: 'input' | 'output'): JsonSchema {
+  const js = z.toJSONSchema(schema, { target: 'draft-7', io, unrepresentable: 'any' }) as Record<string, unknown>;
+  delete js.$schema;
+  if (js.type !== 'object') js.type = 'object'; // e.g. a root union of objects: anyOf stays as the constraint
+  return js as JsonSchema;
+}
+
+// ---- the bridge's own tools ----
+
+export const loadModelInput = z.object({
+  model: z.string().min(1).describe("What to load: 'default' (the bundled stories260K, no download), a Hugging Face Hub id such as 'openai-community/gpt2', a URL of a folder holding config.json, tokenizer.json and *.safetensors, or (headless only) a local folder path."),
+  revision: z.string().optional().describe("Hub revision (branch, tag or commit); default 'main'."),
+  backend: z.enum(['auto', 'webgpu', 'wasm', 'node']).optional().describe("Runtime: in the page 'auto' (WebGPU if available, else WASM), 'webgpu' or 'wasm'; headless 'node' (default) or 'wasm'."),
+});
+export type LoadModelInput = z.infer<typeof loadModelInput>;
+
+const modelInfoLoose = z.looseObject({
+  id: z.string(), revision: z.string().optional(), architecture: z.string().optional(), n_layers: z.number().optional(),
+  n_heads: z.number().optional(), d_model: z.number().optional(), n_params: z.number().optional(), backend: z.string().optional(), dtype: z.string().optional(),
+});
+/** What load_model returns (page and headless alike). */
+export const loadModelOutput = z.looseObject({
+  loaded: z.literal(true),
+  model: modelInfoLoose,
+  load_ms: z.number().optional(),
+});
+/** What list_models returns (page and headless alike). */
+export const listModelsOutput = z.looseObject({
+  loaded: modelInfoLoose.nullable().describe('the model operations run on now, or null'),
+  models: z.array(z.looseObject({
+    id: z.string(),
+    revision: z.string().optional(),
+    source: z.string().describe("'bundled', 'cached' (bytes kept by this browser or machine), 'folder' or 'hub'"),
+    size_bytes: z.number().optional(),
+    loaded: z.boolean().optional(),
+  })),
+});
+
+export const jobIdInput = z.object({ job_id: z.string().describe('The job_id a long operation returned when called with as_job: true.') });
+export const jobResultInput = jobIdInput.extend({
+  wait_s: z.number().min(0).max(50).optional().describe('Wait up to this many seconds for the job to finish before answering (default 0).'),
+});
+
+export const jobHandle = z.object({
+  job_id: z.string(),
+  tool: z.string(),
+  status: z.enum(['running', 'succeeded', 'failed', 'cancelled']),
+  progress: z.object({ stage: z.string(), done: z.number(), total: z.number() }).nullable(),
+  created_at: z.string(),
+  finished_at: z.string().nullable(),
+  expires_at: z.string().describe('after this the job_id is forgotten (and a running job is stopped)'),
+  error: z.object({ code: z.string(), message: z.string(), hint: z.string().optional() }).nullable(),
+  hint: z.string(),
+});
+export type JobHandle = z.infer<typeof jobHandle>;
+
+const statusOutput = z.looseObject({
+  mode: z.enum(['page', 'headless']),
+  version: z.string(),
+});
+
+const LONG_NOTE = ' Long-running: pass as_job: true to get a job_id at once, then poll job_status and fetch the document with job_result.';
+const SURFACE_NOTE = ' Runs on the model currently loaded in the paired Loupe page (or in this process with --headless); see loupe_status, change it with load_model.';
+
+export function bridgeTools(mode: 'page' | 'headless'): ToolDef[] {
+  const where = mode === 'headless' ? 'in this process (headless mode, onnxruntime-node)' : "in the user's paired Loupe browser tab";
+  return [
+    {
+      name: 'loupe_status',
+      title: 'Loupe status',
+      description: `Where Loupe runs tools (${where}), whether a page is paired and which model it has loaded, the pairing URL to give the user when no page is connected, and the running jobs. Cheap; call it first.`,
+      inputSchema: toObjectSchema(z.object({}), 'input'),
+      outputSchema: toObjectSchema(statusOutput, 'output'),
+      annotations: { readOnlyHint: true, openWorldHint: false },
+    },
+    {
+      name: 'load_model',
+      title: 'Load a model',
+      description: `Load a transformer language model (config.json + tokenizer.json + safetensors; Llama, GPT-2, Mistral, Qwen, Gemma … families) ${where}; every operation tool then runs on it. Downloads from the Hugging Face Hub on first use (can take minutes for 100M+ parameters; progress notifications report bytes), then loads from the cache. Returns the model's dimensions (n_layers, n_heads, d_model, …).`,
+      inputSchema: toObjectSchema(loadModelInput, 'input'),
+      outputSchema: toObjectSchema(loadModelOutput, 'output'),
+      annotations: { readOnlyHint: false, idempotentHint: true, openWorldHint: true },
+    },
+    {
+      name: 'list_models',
+      title: 'List models',
+      description: `The model loaded now and the models available without a download (bundled, or cached ${mode === 'headless' ? 'on this machine' : 'in this browser'}), with sizes in bytes. Cheap.`,
+      inputSchema: toObjectSchema(z.object({}), 'input'),
+      outputSchema: toObjectSchema(listModelsOutput, 'output'),
+      annotations: { readOnlyHint: true, openWorldHint: false },
+    },
+    {
+      name: 'job_status',
+      title: 'Job status',
+      description: 'Status of a job started with as_job: true: running / succeeded / failed / cancelled, its latest progress (stage, done, total) and when its id expires. Cheap; poll every few seconds.',
+      inputSchema: toObjectSchema(jobIdInput, 'input'),
+      outputSchema: toObjectSchema(jobHandle, 'output'),
+      annotations: { readOnlyHint: true, openWorldHint: false },
+    },
+    {
+      name: 'job_result',
+      title: 'Job result',
+      description: "The finished job's document — exactly what the operation returns when called directly. While the job is still running it returns the job's status instead (status: 'running'); a failed or cancelled job returns its error. Results are kept until expires_at.",
+      inputSchema: toObjectSchema(jobResultInput, 'input'),
+      annotations: { readOnlyHint: true, openWorldHint: false },
+    },
+    {
+      name: 'job_cancel',
+      title: 'Cancel a job',
+      description: 'Stop a running job (the page or process stops within one forward pass) and return its status.',
+      inputSchema: toObjectSchema(jobIdInput, 'input'),
+      outputSchema: toObjectSchema(jobHandle, 'output'),
+      annotations: { readOnlyHint: false, idempotentHint: true, openWorldHint: false },
+    },
+  ];
+}
+
+export const BRIDGE_TOOL_NAMES = ['loupe_status', 'load_model', 'list_models', 'job_status', 'job_result', 'job_cancel'] as const;
+
+/** One tool per operation: its description, its input (+ as_job for long ones), its output. */
+export function operationTool(op: Operation): ToolDef {
+  const input = toObjectSchema(op.input, 'input');
+  const output = toObjectSchema(op.output, 'output');
+  if (op.long) {
+    input.properties = {
+      ...(input.properties as Record<string, unknown> | undefined),
+      as_job: { type: 'boolean', description: 'Return a job_id at once instead of waiting; poll job_status, then job_result.' },
+    };
+  }
+  let outputSchema: JsonSchema = output;
+  if (op.long) {
+    // The call returns either the document or, with as_job, a job handle.
+    const { definitions, ...doc } = output as Record<string, unknown>;
+    outputSchema = {
+      type: 'object',
+      anyOf: [doc, toObjectSchema(jobHandle, 'output')],
+      ...(definitions ? { definitions } : {}),
+    };
+  }
+  return {
+    name: op.name,
+    description: op.description + (op.long ? LONG_NOTE : '') + SURFACE_NOTE,
+    inputSchema: input,
+    outputSchema,
+    annotations: { readOnlyHint: true, openWorldHint: false },
+  };
+}
+
+export function listTools(mode: 'page' | 'headless', ops: Record<string, Operation>): ToolDef[] {
+  return [...bridgeTools(mode), ...Object.values(ops).map(operationTool)];
+}

@@ -1,0 +1,160 @@
+/**
+ * A small static file server for the built workbench (`dist/`).
+ *
+ * Every response carries the cross-origin isolation headers (COOP same-origin + COEP
+ * require-corp) because threaded WASM needs SharedArrayBuffer, which browsers only grant to
+ * isolated pages. It listens on 127.0.0.1 only. The bridge hub mounts `createStaticHandler`
+ * next to its WebSocket endpoint; `npm start` can use `startStaticServer` directly.
+ */
+import { createReadStream, promises as fs } from 'node:fs';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import path from 'node:path';
+
+export const ISOLATION_HEADERS: Readonly<Record<string, string>> = {
+  'Cross-Origin-Opener-Policy': 'same-origin',
+  'Cross-Origin-Embedder-Policy': 'require-corp',
+  'Cross-Origin-Resource-Policy': 'same-origin',
+  'X-Content-Type-Options': 'nosniff',
+  'Referrer-Policy': 'no-referrer',
+};
+
+const TYPES: Record<string, string> = {
+  '.html': 'text/html; charset=utf-8',
+  '.js': 'text/javascript; charset=utf-8',
+  '.mjs': 'text/javascript; charset=utf-8',
+  '.css': 'text/css; charset=utf-8',
+  '.json': 'application/json; charset=utf-8',
+  '.map': 'application/json; charset=utf-8',
+  '.wasm': 'application/wasm',
+  '.svg': 'image/svg+xml',
+  '.png': 'image/png',
+  '.ico': 'image/x-icon',
+  '.txt': 'text/plain; charset=utf-8',
+  '.webmanifest': 'application/manifest+json',
+  '.woff2': 'font/woff2',
+  '.model': 'application/octet-stream',
+  '.safetensors': 'application/octet-stream',
+  '.onnx': 'application/octet-stream',
+  '.bin': 'application/octet-stream',
+};
+
+export interface StaticOptions {
+  /** folder to serve (the built page) */
+  root: string;
+  /** serve index.html for extension-less paths the folder lacks (a single-page app's routes) */
+  spaFallback?: boolean;
+  /** when given, a request whose Host header is not in this list gets 403 (DNS-rebinding defence) */
+  allowedHosts?: string[];
+  /** body served with 503 when root has no index.html (e.g. the page was never built) */
+  notBuiltHtml?: string;
+}
+
+export type Handler = (req: http.IncomingMessage, res: http.ServerResponse) => Promise<void>;
+
+function send(res: http.ServerResponse, status: number, body: string, type = 'text/plain; charset=utf-8'): void {
+  res.writeHead(status, { ...ISOLATION_HEADERS, 'Content-Type': type, 'Cache-Control': 'no-store' });
+  res.end(body);
+}
+
+/**
+ * Map a URL path to a file strictly inside root, or undefined. Decoding happens once, and both
+ * `..` segments and NUL bytes are refused before any filesystem call.
+ */
+export function resolveInside(root: string, urlPath: string): string | undefined {
+  let p: string;
+  try {
+    p = decodeURIComponent(urlPath.split('?')[0].split('#')[0]);
+  } catch {
+    return undefined;
+  }
+  if (p.includes('\0') || p.includes('\\')) return undefined;
+  if (p.split('/').some((seg) => seg === '..')) return undefined;
+  const abs = path.resolve(root, '.' + path.posix.normalize('/' + p));
+  const rootAbs = path.resolve(root);
+  return abs === rootAbs || abs.startsWith(rootAbs + path.sep) ? abs : undefined;
+}
+
+async function fileAt(p: string): Promise<{ path: string; size: number } | undefined> {
+  try {
+    const st = await fs.stat(p);
+    if (st.isFile()) return { path: p, size: st.size };
+    if (st.isDirectory()) return fileAt(path.join(p, 'index.html'));
+  } catch {
+    /* not there */
+  }
+  return undefined;
+}
+
+export function createStaticHandler(opts: StaticOptions): Handler {
+  const root = path.resolve(opts.root);
+  const allowed = opts.allowedHosts?.map((h) => h.toLowerCase());
+  return async (req, res) => {
+    if (allowed && !allowed.includes((req.headers.host ?? '').toLowerCase())) return send(res, 403, 'Forbidden: unexpected Host header.\n');
+    if (req.method !== 'GET' && req.method !== 'HEAD') {
+      res.setHeader('Allow', 'GET, HEAD');
+      return send(res, 405, 'Method not allowed.\n');
+    }
+    const target = resolveInside(root, req.url ?? '/');
+    if (!target) return send(res, 400, 'Bad path.\n');
+    let file = await fileAt(target);
+    if (!file && opts.spaFallback !== false && path.extname(target) === '') file = await fileAt(path.join(root, 'index.html'));
+    if (!file) {
+      if (opts.notBuiltHtml && !(await fileAt(path.join(root, 'index.html')))) return send(res, 503, opts.notBuiltHtml, TYPES['.html']);
+      return send(res, 404, 'Not found.\n');
+    }
+    const ext = path.extname(file.path).toLowerCase();
+    // Vite puts content-hashed files under assets/: cache them for good; everything else revalidates.
+    const immutable = file.path.includes(`${path.sep}assets${path.sep}`);
+    res.writeHead(200, {
+      ...ISOLATION_HEADERS,
+      'Content-Type': TYPES[ext] ?? 'application/octet-stream',
+      'Content-Length': String(file.size),
+      'Cache-Control': immutable ? 'public, max-age=31536000, immutable' : 'no-cache',
+    });
+    if (req.method === 'HEAD') return void res.end();
+    await new Promise<void>((resolve) => {
+      const s = createReadStream(file!.path);
+      s.on('error', () => {
+        res.destroy();
+        resolve();
+      });
+      s.on('end', resolve);
+      s.pipe(res);
+    });
+  };
+}
+
+export interface StaticServer {
+  server: http.Server;
+  port: number;
+  url: string;
+  close(): Promise<void>;
+}
+
+/** Serve `root` on 127.0.0.1:port (0 = any free port). Never binds another interface. */
+export async function startStaticServer(opts: StaticOptions & { port?: number }): Promise<StaticServer> {
+  const port = opts.port ?? 0;
+  let handler: Handler | undefined;
+  const server = http.createServer((req, res) => {
+    handler!(req, res).catch(() => res.destroy());
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, '127.0.0.1', () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  const bound = (server.address() as AddressInfo).port;
+  handler = createStaticHandler({ allowedHosts: [`127.0.0.1:${bound}`, `localhost:${bound}`], ...opts });
+  return {
+    server,
+    port: bound,
+    url: `http://127.0.0.1:${bound}/`,
+    close: () => new Promise<void>((resolve) => {
+      server.closeAllConnections?.();
+      server.close(() => resolve());
+    }),
+  };
+}
