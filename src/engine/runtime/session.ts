@@ -40,6 +40,38 @@ function wrap(session: any): EngineSession {
 }
 
 /**
+ * onnxruntime-web 1.30 (JSEP): releasing a WASM session while a WebGPU session of the same runtime
+ * is alive drops that WebGPU session's GPU data ("[Gather] … no GPU data for input"; reproduced
+ * in Chromium: load on WASM, load on WebGPU, release the WASM one, run). So WASM releases wait
+ * until no WebGPU session is alive. Per runtime module, since each module has its own state.
+ */
+const liveGpu = new WeakMap<object, { count: number; deferred: (() => Promise<void>)[] }>();
+
+function trackedWeb(ort: OrtModule, backend: 'webgpu' | 'wasm', session: any): EngineSession {
+  let state = liveGpu.get(ort);
+  if (!state) liveGpu.set(ort, (state = { count: 0, deferred: [] }));
+  const st = state;
+  if (backend === 'webgpu') st.count++;
+  let released = false;
+  return {
+    run: (feeds, fetches) => session.run(feeds, fetches),
+    release: async () => {
+      if (released) return;
+      released = true;
+      if (backend === 'wasm' && st.count > 0) {
+        st.deferred.push(() => session.release());
+        return;
+      }
+      await session.release();
+      if (backend === 'webgpu' && --st.count === 0) {
+        const pending = st.deferred.splice(0);
+        for (const r of pending) await r().catch(() => undefined);
+      }
+    },
+  };
+}
+
+/**
  * onnxruntime-web (browser worker, or WASM in Node): weights go in as external data buffers,
  * one per weight file, under the same names the graph's `location` fields use.
  */
@@ -60,7 +92,7 @@ export function webSessionFactory(ort: OrtModule, backend: 'webgpu' | 'wasm', re
         externalData,
         graphOptimizationLevel: 'all',
       });
-      return wrap(session);
+      return trackedWeb(ort, backend, session);
     },
   };
 }

@@ -1,0 +1,166 @@
+/**
+ * `npm run bench`: the engine on a GPT-2-small-shaped model with random weights.
+ *
+ *  1. speed: plain graph (logits only) vs hooked graph fetching no hooks vs fetching every hook,
+ *     T = 16 and 128, batch 1, onnxruntime-node vs onnxruntime-web WASM in Node; session creation.
+ *  2. memory: peak RSS of load + one all-hooks run at T = 128, per backend, vs the weight bytes.
+ *  3. operations: the measurements listed in bench/extensions.ts (circuit, generation, …).
+ *
+ * Every measurement runs in its own fresh child process (bench/child.ts), so configurations do
+ * not pollute each other's memory or JIT state. Prints markdown tables and writes the same numbers
+ * to bench/results/latest.json.
+ *
+ * Options (for working on the bench itself; the full run is the default):
+ *   --quick           1 warm-up + 2 timed runs, no extensions (numbers NOT comparable to targets)
+ *   --only=speed,memory,extensions
+ */
+import { fork } from 'node:child_process';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { MemoryArgs, MemoryResult, SpeedArgs, SpeedResult, ExtensionArgs } from './child';
+import { extensions, type ExtResult } from './extensions';
+import { packageVersion } from './lib';
+import { ensureBenchModel, GPT2_SMALL } from './model-gen';
+import { render, summarizeTargets, type BenchResults } from './report';
+
+const HERE = path.dirname(fileURLToPath(import.meta.url));
+const CHILD = path.join(HERE, 'child.ts');
+const CHILD_TIMEOUT_MS = 300_000;
+
+const args = process.argv.slice(2);
+const quick = args.includes('--quick');
+const only = new Set((args.find((a) => a.startsWith('--only='))?.slice(7) ?? 'speed,memory,extensions').split(','));
+
+const log = (m: string) => process.stderr.write(`${m}\n`);
+
+/** run one task in a fresh child process (same tsx loader as this one) and return its result */
+function inChild<T>(task: string, taskArgs: unknown): Promise<T> {
+  return new Promise((resolve, reject) => {
+    const child = fork(CHILD, [task, JSON.stringify(taskArgs)], { execArgv: process.execArgv, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+    let settled = false;
+    const timer = setTimeout(() => {
+      if (settled) return;
+      settled = true;
+      child.kill('SIGKILL');
+      reject(new Error(`${task} did not finish within ${CHILD_TIMEOUT_MS / 1000} s`));
+    }, CHILD_TIMEOUT_MS);
+    child.on('message', (m: any) => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      if (m.ok) resolve(m.result as T);
+      else reject(new Error(m.error));
+    });
+    child.on('exit', (code, signal) => {
+      clearTimeout(timer);
+      if (settled) return;
+      settled = true;
+      reject(new Error(`${task} exited with ${code ?? signal} before reporting`));
+    });
+  });
+}
+
+async function main() {
+  const t0 = performance.now();
+  const cores = os.availableParallelism();
+  const nodeThreads = cores;
+  const load0 = os.loadavg();
+  log(`Loupe engine bench${quick ? ' (--quick: NOT for comparison with the targets)' : ''} — ${cores} cores, load average ${load0.map((x) => x.toFixed(2)).join(' ')}`);
+  const model = ensureBenchModel(GPT2_SMALL, log);
+  log(`model: ${model.dir} (${(model.nParams / 1e6).toFixed(1)}M params, ${(model.weightBytes / 2 ** 20).toFixed(1)} MiB of F32 weights${model.generated ? `, generated in ${(model.generateMs / 1000).toFixed(1)} s` : ', cached'})`);
+
+  const warmup = quick ? 1 : 3;
+  // at least 5 timed runs; more at T=16 where a run is short and the spread on a shared machine large
+  const reps: Record<string, number> = quick ? { 16: 2, 128: 2 } : { 16: 9, 128: 5 };
+  const Ts = [16, 128];
+  const results: BenchResults = {
+    schema: 'loupe-bench/1',
+    date: new Date().toISOString(),
+    quick,
+    machine: {
+      cores,
+      cpu: os.cpus()[0]?.model ?? 'unknown',
+      total_memory_bytes: os.totalmem(),
+      platform: `${os.platform()} ${os.release()} ${os.arch()}`,
+      node: process.version,
+      onnxruntime_node: packageVersion('onnxruntime-node'),
+      onnxruntime_web: packageVersion('onnxruntime-web'),
+      load_average_start: load0,
+      load_average_end: [],
+    },
+    model: { dir: model.dir, shape: model.shape, n_params: model.nParams, weight_bytes: model.weightBytes, dtype: 'F32' },
+    method: {
+      warmup_runs: warmup,
+      timed_runs: reps,
+      statistic: 'median wall-clock ms (min and median process CPU ms kept too); plain / hooked-none / hooked-all interleaved run by run, order rotated each round; node: an untimed settle run of the same configuration before each timed run',
+      node_threads: nodeThreads,
+      wasm_threads: 1,
+    },
+    speed: {},
+    memory: [],
+    extensions: {},
+    total_s: 0,
+  };
+
+  if (only.has('speed')) {
+    for (const backend of ['node', 'wasm'] as const) {
+      log(`speed: ${backend} …`);
+      const a: SpeedArgs = { dir: model.dir, backend, threads: backend === 'node' ? nodeThreads : 1, Ts, warmup, reps };
+      try {
+        results.speed[backend] = await inChild<SpeedResult>('speed', a);
+      } catch (e) {
+        results.speed[backend] = { error: (e as Error).message };
+        log(`  failed: ${(e as Error).message}`);
+      }
+    }
+  }
+
+  if (only.has('memory')) {
+    const configs: { backend: 'node' | 'wasm'; graph: 'hooked' | 'plain' }[] = [
+      { backend: 'node', graph: 'hooked' }, { backend: 'wasm', graph: 'hooked' },
+      { backend: 'node', graph: 'plain' }, { backend: 'wasm', graph: 'plain' },
+    ];
+    for (const c of configs) {
+      log(`memory: ${c.backend}, ${c.graph} graph …`);
+      const a: MemoryArgs = { dir: model.dir, backend: c.backend, threads: c.backend === 'node' ? nodeThreads : 1, T: 128, graph: c.graph };
+      try {
+        results.memory.push(await inChild<MemoryResult>('memory', a));
+      } catch (e) {
+        results.memory.push({ backend: c.backend, graph: c.graph, T: 128, error: (e as Error).message });
+        log(`  failed: ${(e as Error).message}`);
+      }
+    }
+  }
+
+  if (only.has('extensions') && !quick) {
+    for (const ext of extensions) {
+      log(`operations: ${ext.name} …`);
+      const a: ExtensionArgs = { dir: model.dir, name: ext.name, threads: nodeThreads, weightBytes: model.weightBytes };
+      try {
+        const r = await inChild<ExtResult | { skipped: string }>('extension', a);
+        results.extensions[ext.name] = { title: ext.title, ...r };
+        if ('skipped' in r) log(`  skipped: ${r.skipped}`);
+      } catch (e) {
+        results.extensions[ext.name] = { title: ext.title, error: (e as Error).message };
+        log(`  failed: ${(e as Error).message}`);
+      }
+    }
+  }
+
+  results.machine.load_average_end = os.loadavg();
+  results.total_s = Math.round((performance.now() - t0) / 100) / 10;
+  results.summary = summarizeTargets(results);
+  const text = render(results);
+  process.stdout.write(text);
+  const outDir = path.join(HERE, 'results');
+  mkdirSync(outDir, { recursive: true });
+  writeFileSync(path.join(outDir, 'latest.json'), JSON.stringify(results, null, 2) + '\n');
+  log(`wrote ${path.relative(process.cwd(), path.join(outDir, 'latest.json'))} (${results.total_s} s in all)`);
+}
+
+main().catch((e) => {
+  console.error(e);
+  process.exit(1);
+});

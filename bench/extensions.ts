@@ -1,0 +1,218 @@
+/**
+ * ============================== BENCH EXTENSION POINT ==============================
+ * Measurements of operations (src/ops/) on the bench's GPT-2-small-shaped model. Each entry of
+ * `extensions` runs in its own fresh child process (onnxruntime-node, the bench's thread count)
+ * after the engine measurements, and its rows are printed in the "Operations" table and stored
+ * under `extensions.<name>` in bench/results/latest.json.
+ *
+ * To add one: write a `BenchExtension` (name, title, run) below and append it to `extensions`.
+ * `run` gets the model folder and a loader; it returns table rows (metric, value, optional target
+ * and pass/fail) plus any JSON worth keeping. Import the operation dynamically inside `run` and
+ * throw `new SkipExtension(reason)` when it is not there, so the bench still runs without it.
+ * ===================================================================================
+ */
+import type { LoadedModel } from '../src/engine/api';
+import { cpuNow, median, now, timeInterleaved } from './lib';
+import { randomIds } from './model-gen';
+
+export interface ExtContext {
+  modelDir: string;
+  threads: number;
+  /** bytes of the model's weights */
+  weightBytes: number;
+  log(message: string): void;
+  /** loadModelNode(modelDir, { backend: 'node', threads }) */
+  loadModel(): Promise<LoadedModel>;
+}
+
+export interface ExtRow {
+  metric: string;
+  value: string;
+  target?: string;
+  /** whether the target is met (omit when there is no target) */
+  ok?: boolean;
+}
+
+export interface ExtResult {
+  rows: ExtRow[];
+  json: Record<string, unknown>;
+}
+
+export interface BenchExtension {
+  /** key in the JSON results */
+  name: string;
+  title: string;
+  run(ctx: ExtContext): Promise<ExtResult>;
+}
+
+/** thrown by an extension whose operation is not (yet) in the project */
+export class SkipExtension extends Error {}
+
+const fmt = (x: number, d = 1) => x.toFixed(d);
+
+// ------------------------------------------------------------------ circuit over every head
+
+const CIRCUIT_T = 16;
+const CIRCUIT_TARGET = 0.3;
+
+/**
+ * `circuit` with every head a candidate (top_k_heads = n_layers × n_heads, no neurons) on a
+ * 16-token prompt of random ids. Cost of one single ablation = the wall time of the op's
+ * 'single ablations' phase (from its progress events) / the number of singles, compared with one
+ * unbatched forward of the same prompt on the same (hooked) graph, fetching no hooks.
+ * One cold run of the op first (ORT sizes its arena for the batch), then CIRCUIT_ROUNDS rounds of
+ * {5 forwards, one circuit}: each round gives a ratio from times taken side by side (the machine
+ * may be shared); the reported ratio is the median over rounds.
+ */
+const CIRCUIT_ROUNDS = 3;
+
+export const circuitAllHeads: BenchExtension = {
+  name: 'circuit',
+  title: 'circuit over all heads (per-ablation cost / one unbatched forward)',
+  async run(ctx) {
+    let ops: typeof import('../src/ops/index');
+    try {
+      ops = await import('../src/ops/index');
+    } catch (e) {
+      throw new SkipExtension(`src/ops/index.ts could not be imported: ${(e as Error).message}`);
+    }
+    const op = ops.getOperation('circuit');
+    if (!op) throw new SkipExtension('no circuit operation is registered in src/ops/index.ts');
+    const maxBatch = (await import('../src/ops/lib/caps')).CAPS.maxBatch;
+    const model = await ctx.loadModel();
+    const { n_layers: L, n_heads: H, d_vocab: V } = model.info;
+    const ids = randomIds(CIRCUIT_T, V, 4242);
+    const forward = () => model.run(ids, { hooks: [] });
+
+    const once = async () => {
+      const stages: Record<string, { start: number; end: number; cpuStart: number; cpuEnd: number; total: number }> = {};
+      const t0 = now();
+      const doc = await op.run(model, { token_ids: ids, top_k_heads: L * H, top_k_neurons: 0 }, {
+        onProgress: (p) => {
+          const t = now();
+          const c = cpuNow();
+          const s = (stages[p.stage] ??= { start: t, end: t, cpuStart: c, cpuEnd: c, total: p.total });
+          s.end = t;
+          s.cpuEnd = c;
+          s.total = p.total;
+        },
+      });
+      const totalMs = now() - t0;
+      const single = stages['single ablations'];
+      if (!single) throw new Error(`circuit reported no 'single ablations' stage (stages: ${Object.keys(stages).join(', ')})`);
+      return { doc: doc as { n_engine_runs: number; n_variants: number }, totalMs, singleMs: single.end - single.start, singleCpuMs: single.cpuEnd - single.cpuStart, nSingles: single.total, stages };
+    };
+    for (let i = 0; i < 3; i++) await forward();
+    const cold = await once();
+    ctx.log(`cold run: ${fmt(cold.totalMs)} ms in all, single phase ${fmt(cold.singleMs)} ms`);
+    const rounds: { forward_ms: number; single_phase_ms: number; per_ablation_ms: number; ratio: number; forward_cpu_ms: number; single_phase_cpu_ms: number; ratio_cpu: number; op_total_ms: number; stage_ms: Record<string, number> }[] = [];
+    const fwdSamples: number[] = [];
+    for (let r = 0; r < CIRCUIT_ROUNDS; r++) {
+      const f = (await timeInterleaved([{ name: 'fwd', fn: forward }], 0, 5)).fwd;
+      fwdSamples.push(...f.samples_ms);
+      const c = await once();
+      const per = c.singleMs / c.nSingles;
+      rounds.push({
+        forward_ms: f.median_ms, single_phase_ms: c.singleMs, per_ablation_ms: per, ratio: per / f.median_ms,
+        forward_cpu_ms: f.cpu_median_ms, single_phase_cpu_ms: c.singleCpuMs, ratio_cpu: c.singleCpuMs / c.nSingles / f.cpu_median_ms, op_total_ms: c.totalMs,
+        stage_ms: Object.fromEntries(Object.entries(c.stages).map(([k, v]) => [k, Math.round(v.end - v.start)])),
+      });
+      ctx.log(`round ${r + 1}: forward ${fmt(f.median_ms)} ms, single phase ${fmt(c.singleMs)} ms / ${c.nSingles} = ${fmt(per, 2)} ms → ${fmt(per / f.median_ms, 3)} of a forward`);
+    }
+    const nSingles = cold.nSingles;
+    const ratio = median(rounds.map((r) => r.ratio));
+    const ratioCpu = median(rounds.map((r) => r.ratio_cpu));
+    const ratioBest = Math.min(...rounds.map((r) => r.single_phase_ms)) / nSingles / Math.min(...fwdSamples);
+    const fwdMed = median(fwdSamples);
+    const singleMed = median(rounds.map((r) => r.single_phase_ms));
+    await model.dispose();
+    return {
+      rows: [
+        { metric: `one unbatched forward, T=${CIRCUIT_T} (hooked graph, no hooks fetched)`, value: `${fmt(fwdMed)} ms` },
+        { metric: `single-ablation phase, ${nSingles} heads in ${Math.ceil(nSingles / maxBatch)} batched runs of ≤ ${maxBatch}`, value: `${fmt(singleMed)} ms (${fmt(singleMed / nSingles, 1)} ms per ablation)` },
+        { metric: 'whole operation (median of rounds; cold run)', value: `${fmt(median(rounds.map((r) => r.op_total_ms)))} ms; ${fmt(cold.totalMs)} ms` },
+        { metric: `**per-ablation cost / one forward** (median of ${CIRCUIT_ROUNDS} rounds)`, value: `**${fmt(ratio, 3)}** (rounds: ${rounds.map((r) => fmt(r.ratio, 3)).join(', ')})`, target: `≤ ${CIRCUIT_TARGET}`, ok: ratio <= CIRCUIT_TARGET },
+        { metric: 'per-ablation cost / one forward, fastest single phase and fastest forward (secondary)', value: fmt(ratioBest, 3) },
+        { metric: 'per-ablation cost / one forward, process CPU time (secondary)', value: fmt(ratioCpu, 3) },
+      ],
+      json: {
+        T: CIRCUIT_T,
+        n_singles: nSingles,
+        n_variants: cold.doc.n_variants,
+        n_engine_runs: cold.doc.n_engine_runs,
+        forward_median_ms: fwdMed,
+        single_phase_median_ms: singleMed,
+        per_ablation_over_forward: ratio,
+        per_ablation_over_forward_cpu: ratioCpu,
+        per_ablation_over_forward_fastest: ratioBest,
+        rounds,
+        cold: { op_total_ms: cold.totalMs, single_phase_ms: cold.singleMs, stage_ms: Object.fromEntries(Object.entries(cold.stages).map(([k, v]) => [k, Math.round(v.end - v.start)])) },
+        target: CIRCUIT_TARGET,
+        meets_target: ratio <= CIRCUIT_TARGET,
+      },
+    };
+  },
+};
+
+// ------------------------------------------------------------------ generation with / without KV cache
+
+const GEN_PROMPT = 16;
+const GEN_NEW = 32;
+
+/**
+ * Greedy generation of 32 new tokens from a 16-token prompt of random ids, with the KV cache
+ * (one prompt pass, then one run per token) and without it (the whole sequence re-run each step),
+ * through the shared loop in src/ops/lib/generation.ts. Tokens/s = new tokens / wall time
+ * (prompt pass included). A short warm-up each way, then the median of 3, interleaved.
+ */
+export const generationKv: BenchExtension = {
+  name: 'generation',
+  title: 'generation: KV-cached vs re-run tokens/s',
+  async run(ctx) {
+    let gen: typeof import('../src/ops/lib/generation');
+    try {
+      gen = await import('../src/ops/lib/generation');
+    } catch (e) {
+      throw new SkipExtension(`src/ops/lib/generation.ts could not be imported: ${(e as Error).message}`);
+    }
+    if (typeof gen.generateTokens !== 'function') throw new SkipExtension('src/ops/lib/generation.ts has no generateTokens');
+    const model = await ctx.loadModel();
+    const ids = randomIds(GEN_PROMPT, model.info.d_vocab, 777);
+    const outs: Record<string, number[]> = {};
+    const go = (useCache: boolean) => async () => {
+      const r = await gen.generateTokens(model, ids, { maxNewTokens: GEN_NEW, useCache, stopAtEos: false });
+      outs[String(useCache)] = r.ids;
+    };
+    // warm-up: a short generation each way (ORT plans memory per input shape; the re-run path sees many)
+    await gen.generateTokens(model, ids, { maxNewTokens: 4, useCache: true, stopAtEos: false });
+    await gen.generateTokens(model, ids, { maxNewTokens: 4, useCache: false, stopAtEos: false });
+    const t = await timeInterleaved([{ name: 'cached', fn: go(true) }, { name: 'rerun', fn: go(false) }], 0, 3);
+    const tps = (x: { median_ms: number }) => GEN_NEW / (x.median_ms / 1000);
+    const same = JSON.stringify(outs.true) === JSON.stringify(outs.false);
+    const speedup = tps(t.cached) / tps(t.rerun);
+    ctx.log(`cached ${fmt(tps(t.cached))} tok/s, re-run ${fmt(tps(t.rerun))} tok/s (×${fmt(speedup, 2)}), same tokens: ${same}`);
+    await model.dispose();
+    return {
+      rows: [
+        { metric: `KV-cached generation, ${GEN_NEW} tokens from a ${GEN_PROMPT}-token prompt`, value: `${fmt(tps(t.cached))} tok/s (${fmt(t.cached.median_ms)} ms)` },
+        { metric: 're-run generation (whole sequence every step)', value: `${fmt(tps(t.rerun))} tok/s (${fmt(t.rerun.median_ms)} ms)` },
+        { metric: 'speed-up of the KV cache (wall; by process CPU time)', value: `×${fmt(speedup, 2)}; ×${fmt(t.rerun.cpu_median_ms / t.cached.cpu_median_ms, 2)}` },
+        { metric: 'cached and re-run token ids identical', value: same ? 'yes' : 'NO', target: 'yes', ok: same },
+      ],
+      json: {
+        prompt_tokens: GEN_PROMPT,
+        new_tokens: GEN_NEW,
+        cached: t.cached,
+        rerun: t.rerun,
+        cached_tokens_per_s: tps(t.cached),
+        rerun_tokens_per_s: tps(t.rerun),
+        speedup,
+        identical_ids: same,
+      },
+    };
+  },
+};
+
+/** The list the bench runs, in order. Append new measurements here. */
+export const extensions: BenchExtension[] = [circuitAllHeads, generationKv];
+

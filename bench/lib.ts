@@ -1,0 +1,187 @@
+/**
+ * Helpers the bench's child processes share: timing, memory readings, and a session over the
+ * plain (logits-only) graph — the engine's API only exposes the hooked graph, so the bench builds
+ * the plain one itself with the engine's own graph builder and session factory.
+ */
+import { readFileSync } from 'node:fs';
+import * as path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { describeModel } from '../src/engine/arch';
+import { buildModelGraph, type BuiltGraph } from '../src/engine/graph/build-model';
+import type { EngineSession, OrtTensorLike, SessionFactory } from '../src/engine/runtime/session';
+import { attentionMask } from '../src/engine/runtime/masks';
+import type { ModelSpec } from '../src/engine/spec';
+import type { WeightSet } from '../src/engine/safetensors-types';
+import { loadModelFilesNode } from '../src/node/load-files-node';
+import { nodeFactory } from '../src/node/load';
+
+export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+
+// ------------------------------------------------------------------ timing
+
+export function now(): number {
+  return performance.now();
+}
+
+export function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  const n = s.length;
+  if (n === 0) return NaN;
+  return n % 2 ? s[(n - 1) / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+}
+
+export interface Timed {
+  median_ms: number;
+  min_ms: number;
+  max_ms: number;
+  samples_ms: number[];
+  /**
+   * median process CPU time (user + system, every thread) per run. Secondary: less sensitive than
+   * wall time to other processes on a shared machine, but it also counts ORT's pool threads spinning.
+   */
+  cpu_median_ms: number;
+  cpu_samples_ms: number[];
+}
+
+const r2 = (x: number) => Math.round(x * 100) / 100;
+
+export function summarize(samples: number[], cpu: number[] = []): Timed {
+  return {
+    median_ms: r2(median(samples)), min_ms: r2(Math.min(...samples)), max_ms: r2(Math.max(...samples)), samples_ms: samples.map(r2),
+    cpu_median_ms: r2(median(cpu)), cpu_samples_ms: cpu.map(r2),
+  };
+}
+
+/** process CPU time so far, ms */
+export function cpuNow(): number {
+  const c = process.cpuUsage();
+  return (c.user + c.system) / 1000;
+}
+
+/**
+ * Time several configurations interleaved (warm-up rounds, then timed rounds; each round runs
+ * every configuration once, starting one further along the list each round), so that load from other processes on a shared machine falls on all
+ * configurations alike instead of on whichever ran during the busy spell.
+ * `settle` runs each configuration once, untimed, right before each of its timed runs.
+ */
+export async function timeInterleaved(configs: { name: string; fn: () => Promise<unknown> }[], warmup: number, reps: number, opts: { settle?: boolean } = {}): Promise<Record<string, Timed>> {
+  for (let w = 0; w < warmup; w++) for (const c of configs) await c.fn();
+  const wall: Record<string, number[]> = Object.fromEntries(configs.map((c) => [c.name, []]));
+  const cpu: Record<string, number[]> = Object.fromEntries(configs.map((c) => [c.name, []]));
+  for (let r = 0; r < reps; r++) {
+    // rotate the order each round so that no configuration always runs right after the same other one
+    for (let k = 0; k < configs.length; k++) {
+      const c = configs[(k + r) % configs.length];
+      // settle: one untimed run of the same configuration first, so the timed run does not pay for
+      // the switch from the previous one (ORT-node gives each session its own intra-op thread pool,
+      // and the previous session's threads may still be spinning on the shared cores)
+      if (opts.settle) await c.fn();
+      const c0 = cpuNow();
+      const t0 = now();
+      await c.fn();
+      wall[c.name].push(now() - t0);
+      cpu[c.name].push(cpuNow() - c0);
+    }
+  }
+  return Object.fromEntries(configs.map((c) => [c.name, summarize(wall[c.name], cpu[c.name])]));
+}
+
+// ------------------------------------------------------------------ memory
+
+export interface MemReading {
+  /** process.resourceUsage().maxRSS, bytes */
+  max_rss: number;
+  /** /proc/self/status VmHWM (peak resident), bytes; null off Linux */
+  vm_hwm: number | null;
+  /** current VmRSS and its anonymous / file-backed parts, bytes */
+  vm_rss: number | null;
+  rss_anon: number | null;
+  rss_file: number | null;
+}
+
+export function readMem(): MemReading {
+  const kb = (k: string, text: string) => {
+    const m = new RegExp(`^${k}:\\s+(\\d+) kB`, 'm').exec(text);
+    return m ? Number(m[1]) * 1024 : null;
+  };
+  let status = '';
+  try { status = readFileSync('/proc/self/status', 'utf8'); } catch { /* not Linux */ }
+  return {
+    max_rss: process.resourceUsage().maxRSS * 1024,
+    vm_hwm: kb('VmHWM', status),
+    vm_rss: kb('VmRSS', status),
+    rss_anon: kb('RssAnon', status),
+    rss_file: kb('RssFile', status),
+  };
+}
+
+// ------------------------------------------------------------------ versions
+
+export function packageVersion(name: string): string {
+  try {
+    return JSON.parse(readFileSync(path.join(ROOT, 'node_modules', name, 'package.json'), 'utf8')).version;
+  } catch {
+    return 'unknown';
+  }
+}
+
+// ------------------------------------------------------------------ the plain graph
+
+export interface PlainSession {
+  spec: ModelSpec;
+  tensors: WeightSet['tensors'];
+  graph: BuiltGraph;
+  session: EngineSession;
+  factory: SessionFactory;
+  buildMs: number;
+  createMs: number;
+  /** one forward of these token ids (batch 1), fetching only the logits */
+  run(ids: number[]): Promise<Record<string, OrtTensorLike>>;
+  release(): Promise<void>;
+}
+
+/**
+ * A session over the plain graph (`hooks: false`: no hook outputs, no intervention inputs), created
+ * through the same factory `loadModelNode` uses for this backend. For WASM the weight file's bytes
+ * are read into memory as `loadModelNode` does (ORT-web takes external data as buffers).
+ */
+export async function plainSession(dir: string, backend: 'node' | 'wasm', threads?: number): Promise<PlainSession> {
+  const files = await loadModelFilesNode(dir);
+  const weights = files.weights as WeightSet;
+  const spec = describeModel({ config: files.config as Record<string, any>, tensors: weights.tensors });
+  const factory = await nodeFactory(backend, threads);
+  const t0 = now();
+  const graph = buildModelGraph(spec, weights.tensors, { hooks: false, withResult: false });
+  const buildMs = now() - t0;
+  if (backend === 'wasm') {
+    for (const [file, p] of weights.paths) {
+      if (weights.files.has(file)) continue;
+      const b = readFileSync(p);
+      weights.files.set(file, new Uint8Array(b.buffer, b.byteOffset, b.byteLength)); // a view, not a copy
+    }
+  }
+  const t1 = now();
+  const session = await factory.create(graph, weights);
+  const createMs = now() - t1 + buildMs;
+  if (backend === 'wasm') weights.files.clear(); // ORT-web has copied them into its heap
+  const ort = factory.ort;
+  const { nLayers, nKvHeads, dHead } = spec;
+  const emptyKv = new Float32Array(0);
+  return {
+    spec, tensors: weights.tensors, graph, session, factory, buildMs, createMs,
+    async run(ids) {
+      const T = ids.length;
+      const feeds: Record<string, OrtTensorLike> = {};
+      feeds.input_ids = new ort.Tensor('int64', BigInt64Array.from(ids.map(BigInt)), [1, T]);
+      if (graph.inputNames.includes('position_ids')) feeds.position_ids = new ort.Tensor('int64', BigInt64Array.from(ids.map((_, t) => BigInt(t))), [T]);
+      feeds.attn_mask = new ort.Tensor('float32', attentionMask(T, 0, null), [T, T]);
+      for (let l = 0; l < nLayers; l++) {
+        feeds[`past.${l}.key`] = new ort.Tensor('float32', emptyKv, [1, nKvHeads, 0, dHead]);
+        feeds[`past.${l}.value`] = new ort.Tensor('float32', emptyKv, [1, nKvHeads, 0, dHead]);
+      }
+      for (const name of graph.inputNames) if (!(name in feeds)) throw new Error(`plain graph: no feed for input ${name}`);
+      return session.run(feeds, ['logits']);
+    },
+    release: () => session.release(),
+  };
+}

@@ -1,0 +1,179 @@
+/** The bench's results document and its markdown rendering. */
+import type { MemoryResult, SpeedResult } from './child';
+import type { ExtResult } from './extensions';
+import type { BenchShape } from './model-gen';
+
+export const TARGETS = {
+  /** all-hooks run / plain forward */
+  hooksOverPlain: 1.15,
+  /** peak RSS / weight bytes */
+  peakOverWeights: 1.6,
+};
+
+type Failed = { error: string };
+
+export interface BenchResults {
+  schema: 'loupe-bench/1';
+  date: string;
+  quick: boolean;
+  machine: {
+    cores: number;
+    cpu: string;
+    total_memory_bytes: number;
+    platform: string;
+    node: string;
+    onnxruntime_node: string;
+    onnxruntime_web: string;
+    load_average_start: number[];
+    load_average_end: number[];
+  };
+  model: { dir: string; shape: BenchShape; n_params: number; weight_bytes: number; dtype: string };
+  method: { warmup_runs: number; timed_runs: Record<string, number>; statistic: string; node_threads: number; wasm_threads: number };
+  speed: Partial<Record<'node' | 'wasm', SpeedResult | Failed>>;
+  memory: (MemoryResult | (Failed & { backend: string; graph: string; T: number }))[];
+  extensions: Record<string, { title: string } & (ExtResult | { skipped: string } | Failed)>;
+  total_s: number;
+  /** the target ratios in one place (filled by summarize()) */
+  summary?: Record<string, unknown>;
+}
+
+/** target ratios and whether each is met, for the JSON */
+export function summarizeTargets(r: BenchResults): Record<string, unknown> {
+  const sum: Record<string, unknown> = {};
+  for (const b of ['node', 'wasm'] as const) {
+    const s = r.speed[b];
+    if (!s || isErr(s)) continue;
+    for (const [T, x] of Object.entries(s.runs)) {
+      const q = x.hooked_all.median_ms / x.plain.median_ms;
+      sum[`all_hooks_over_plain.${b}.T${T}`] = { value: q, cpu: x.hooked_all.cpu_median_ms / x.plain.cpu_median_ms, fastest: x.hooked_all.min_ms / x.plain.min_ms, target: TARGETS.hooksOverPlain, met: q <= TARGETS.hooksOverPlain };
+    }
+  }
+  for (const m of r.memory) {
+    if (isErr(m) || m.graph !== 'hooked') continue;
+    const q = m.peak_rss / r.model.weight_bytes;
+    sum[`peak_rss_over_weights.${m.backend}`] = { value: q, target: TARGETS.peakOverWeights, met: q <= TARGETS.peakOverWeights };
+  }
+  const c = r.extensions.circuit;
+  if (c && 'json' in c) sum['circuit_per_ablation_over_forward'] = { value: c.json.per_ablation_over_forward, target: c.json.target, met: c.json.meets_target };
+  return sum;
+}
+
+const isErr = (x: unknown): x is Failed => !!x && typeof x === 'object' && 'error' in x;
+const ms = (x: number) => (x >= 100 ? x.toFixed(0) : x.toFixed(1));
+const ratio = (x: number) => x.toFixed(2);
+const mib = (b: number) => `${(b / 2 ** 20).toFixed(0)} MiB`;
+const mark = (ok: boolean) => (ok ? '✅' : '❌ missed');
+
+function table(head: string[], rows: string[][]): string {
+  const line = (cells: string[]) => `| ${cells.join(' | ')} |`;
+  return [line(head), line(head.map(() => '---')), ...rows.map(line)].join('\n') + '\n';
+}
+
+export function render(r: BenchResults): string {
+  const out: string[] = [];
+  const m = r.machine;
+  out.push(`## Loupe engine bench${r.quick ? ' (--quick run: too few repetitions to judge the targets)' : ''}\n`);
+  out.push(
+    `GPT-2-small-shaped model, random F32 weights: ${r.model.shape.nLayers} layers, d_model ${r.model.shape.dModel}, ${r.model.shape.nHeads} heads, ` +
+      `d_mlp ${r.model.shape.dMlp}, vocab ${r.model.shape.vocab}, n_positions ${r.model.shape.nPositions} — ${(r.model.n_params / 1e6).toFixed(1)}M parameters, ` +
+      `${mib(r.model.weight_bytes)} (${r.model.weight_bytes} bytes) of weights.\n`,
+  );
+  out.push(
+    `Machine: ${m.cores} cores (${m.cpu}), ${mib(m.total_memory_bytes)} RAM, ${m.platform}; Node ${m.node}; onnxruntime-node ${m.onnxruntime_node}, onnxruntime-web ${m.onnxruntime_web}. ` +
+      `Load average at start ${m.load_average_start.map((x) => x.toFixed(2)).join(' / ')}, at end ${m.load_average_end.map((x) => x.toFixed(2)).join(' / ')} (1/5/15 min; > ${m.cores} means other processes competed for the cores).\n`,
+  );
+
+  // ---- speed
+  const node = r.speed.node;
+  const wasm = r.speed.wasm;
+  if (node || wasm) {
+    const nodeOk = node && !isErr(node) ? node : undefined;
+    const wasmOk = wasm && !isErr(wasm) ? wasm : undefined;
+    const nHooks = (nodeOk ?? wasmOk)?.n_hook_outputs ?? 0;
+    const nIn = (nodeOk ?? wasmOk)?.n_intervention_inputs ?? 0;
+    const runsText = Object.entries(r.method.timed_runs).map(([T, n]) => `${n} at T=${T}`).join(', ');
+    out.push(`### Forward, batch 1 (median wall-clock ms of the timed runs — ${runsText} — after ${r.method.warmup_runs} warm-up runs)\n`);
+    out.push(
+      `plain = the \`hooks: false\` graph (logits only); hooked = the engine's graph (${nHooks} hook outputs incl. logits, ${nIn} intervention inputs fed identity scalars) run through \`model.run\`, ` +
+        `fetching no hooks (\`hooks: []\`) or every hook (\`hooks: 'all'\`). The three are interleaved run by run (order rotated each round); ` +
+        `for onnxruntime-node each timed run comes right after an untimed run of the same configuration, because ORT-node gives each session its own thread pool ` +
+        `and switching sessions on shared cores otherwise penalises whichever runs second. ` +
+        `Secondary rows: the same ratio from the fastest run of each (contention only ever adds time) and from the median process CPU time.\n`,
+    );
+    const nodeHead = `onnxruntime-node (${r.method.node_threads} threads)`;
+    const wasmHead = `onnxruntime-web WASM in Node (${r.method.wasm_threads} thread)`;
+    const rows: string[][] = [];
+    const Ts = Object.keys((nodeOk ?? wasmOk)?.runs ?? {});
+    for (const T of Ts) {
+      const n = nodeOk?.runs[T];
+      const w = wasmOk?.runs[T];
+      const cell = (x: { median_ms: number } | undefined) => (x ? ms(x.median_ms) : '—');
+      const both = (a?: { median_ms: number }, b?: { median_ms: number }) => (a && b ? ratio(b.median_ms / a.median_ms) : '—');
+      rows.push([`T=${T}`, 'plain forward', cell(n?.plain), cell(w?.plain), both(n?.plain, w?.plain)]);
+      rows.push([`T=${T}`, 'hooked, no hooks fetched', cell(n?.hooked_none), cell(w?.hooked_none), both(n?.hooked_none, w?.hooked_none)]);
+      rows.push([`T=${T}`, `hooked, all ${nHooks} hooks fetched`, cell(n?.hooked_all), cell(w?.hooked_all), both(n?.hooked_all, w?.hooked_all)]);
+      const rr = (x?: { plain: { median_ms: number }; hooked_none: { median_ms: number }; hooked_all: { median_ms: number } }, k: 'hooked_none' | 'hooked_all' = 'hooked_all') => {
+        if (!x) return '—';
+        const q = x[k].median_ms / x.plain.median_ms;
+        return k === 'hooked_all' ? `**${ratio(q)}** ${mark(q <= TARGETS.hooksOverPlain)}` : ratio(q);
+      };
+      rows.push([`T=${T}`, 'ratio no hooks / plain', rr(n, 'hooked_none'), rr(w, 'hooked_none'), '']);
+      rows.push([`T=${T}`, `**ratio all hooks / plain** (target ≤ ${TARGETS.hooksOverPlain})`, rr(n), rr(w), '']);
+      type Pair = { plain: { cpu_median_ms: number; min_ms: number }; hooked_all: { cpu_median_ms: number; min_ms: number } };
+      const best = (x?: Pair) => (x ? ratio(x.hooked_all.min_ms / x.plain.min_ms) : '—');
+      const cpu = (x?: Pair) => (x ? ratio(x.hooked_all.cpu_median_ms / x.plain.cpu_median_ms) : '—');
+      rows.push([`T=${T}`, 'ratio all hooks / plain, fastest runs (secondary)', best(n), best(w), '']);
+      rows.push([`T=${T}`, 'ratio all hooks / plain, process CPU time (secondary)', cpu(n), cpu(w), '']);
+    }
+    out.push(table(['T', 'configuration', nodeHead, wasmHead, 'wasm / node'], rows));
+    for (const [name, s] of [['node', node], ['wasm', wasm]] as const) if (s && isErr(s)) out.push(`\n${name}: FAILED — ${s.error.split('\n')[0]}\n`);
+    const diffs = [nodeOk, wasmOk].filter(Boolean).map((s) => `${s!.backend}: ${Object.entries(s!.logits_max_abs_diff).map(([T, d]) => `T=${T} ${d.toExponential(1)}`).join(', ')}`);
+    if (diffs.length) out.push(`Check: max |Δ logits| plain vs hooked graph — ${diffs.join('; ')}.\n`);
+
+    out.push(`### Session creation (ms)\n`);
+    const srows: string[][] = [];
+    for (const s of [nodeOk, wasmOk]) {
+      if (!s) continue;
+      const head = s.backend === 'node' ? nodeHead : wasmHead;
+      srows.push([head, ms(s.session.runtime_init_ms), `${ms(s.session.plain_ms)} (graph build ${ms(s.session.plain_graph_build_ms)}, ${s.session.plain_graph_kb.toFixed(0)} KB)`, `${ms(s.session.hooked_load_ms)} (graph build ${ms(s.session.hooked_graph_build_ms)}, ${s.session.hooked_graph_kb.toFixed(0)} KB)`]);
+    }
+    out.push(table(['backend', 'runtime init (bundled tiny model, first)', 'plain graph: build + create session', 'hooked: `loadModelNode` (headers, tokenizer, graph build, session)'], srows));
+  }
+
+  // ---- memory
+  if (r.memory.length) {
+    const W = r.model.weight_bytes;
+    out.push(`### Peak memory (fresh process per row: load, then one run at T=128)\n`);
+    out.push(`Weight bytes: ${W} (${mib(W)}). Peak = the process's peak resident set (max of \`resourceUsage().maxRSS\` and VmHWM), including Node itself (the baseline column).\n`);
+    const rows: string[][] = [];
+    for (const x of r.memory) {
+      const head = `${x.backend === 'node' ? 'onnxruntime-node' : 'onnxruntime-web WASM'}, ${x.graph === 'hooked' ? 'hooked graph, all hooks fetched' : 'plain graph (diagnostic)'}`;
+      if (isErr(x)) { rows.push([head, 'FAILED', x.error.split('\n')[0], '', '', '']); continue; }
+      const q = x.peak_rss / W;
+      rows.push([
+        head,
+        mib(x.baseline.vm_rss ?? x.baseline.max_rss),
+        `${mib(x.after_load.vm_rss ?? 0)} (anon ${mib(x.after_load.rss_anon ?? 0)}, file ${mib(x.after_load.rss_file ?? 0)})`,
+        mib(x.output_bytes),
+        mib(x.peak_rss),
+        x.graph === 'hooked' ? `**${ratio(q)}** ${mark(q <= TARGETS.peakOverWeights)}` : ratio(q),
+      ]);
+    }
+    out.push(table(['configuration', 'baseline RSS', 'RSS after load', 'outputs returned', 'peak RSS', `peak / weight bytes (target ≤ ${TARGETS.peakOverWeights})`], rows));
+  }
+
+  // ---- extensions
+  const exts = Object.entries(r.extensions);
+  if (exts.length) {
+    out.push(`### Operations (onnxruntime-node, ${r.method.node_threads} threads; bench/extensions.ts)\n`);
+    const rows: string[][] = [];
+    for (const [name, e] of exts) {
+      if ('skipped' in e) { rows.push([e.title, `skipped: ${e.skipped}`, '', '']); continue; }
+      if (isErr(e)) { rows.push([e.title, `FAILED: ${e.error.split('\n')[0]}`, '', '']); continue; }
+      for (const row of e.rows) rows.push([`${name}: ${row.metric}`, row.value, row.target ?? '', row.ok === undefined ? '' : mark(row.ok)]);
+    }
+    out.push(table(['measurement', 'value', 'target', ''], rows));
+  }
+  out.push(`Total bench time: ${r.total_s} s.\n`);
+  return out.join('\n');
+}

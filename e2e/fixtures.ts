@@ -1,0 +1,74 @@
+/**
+ * Servers and helpers shared by the e2e specs. The page server and the Hub stand-in live for the
+ * whole worker (one process, specs run one after another), so IndexedDB stays on one origin.
+ */
+import { test as base, expect, type Page } from '@playwright/test';
+import { serveWorkbench } from '../src/node/serve';
+import { startHubServer, type HubServer } from '../tests/helpers/hub-server';
+import type { StaticServer } from '../src/node/static-server';
+
+export const SHARED_MODELS = process.env.LOUPE_SHARED_MODELS ?? '../shared/models';
+export const PROMPT = 'Once upon a time, there was a little';
+
+interface WorkerFixtures {
+  site: StaticServer;
+  hub: HubServer;
+}
+
+export const test = base.extend<object, WorkerFixtures>({
+  site: [async ({}, use) => {
+    const s = await serveWorkbench(0);
+    await use(s);
+    await s.close();
+  }, { scope: 'worker' }],
+  hub: [async ({}, use) => {
+    const h = await startHubServer();
+    await use(h);
+    await h.close();
+  }, { scope: 'worker' }],
+});
+export { expect };
+
+/** Console errors and page errors, kept so a test can assert there were none. */
+export function watchErrors(page: Page): string[] {
+  const errors: string[] = [];
+  page.on('pageerror', (e) => errors.push(`pageerror: ${e.message}`));
+  page.on('console', (m) => { if (m.type() === 'error') errors.push(`console: ${m.text()}`); });
+  return errors;
+}
+
+/** Open the page and wait until a model is ready (the bundled one unless the URL says otherwise). */
+export async function openReady(page: Page, url: string): Promise<void> {
+  await page.goto(url);
+  await waitModelReady(page);
+}
+
+export async function waitModelReady(page: Page, timeout = 90_000): Promise<void> {
+  await page.waitForFunction(() => {
+    const a = (globalThis as any).__loupe;
+    return a && a.modelStatus === 'ready' && a.ops.length > 0;
+  }, null, { timeout });
+}
+
+/** Select an operation tab, optionally fill the example, run, wait for its result view. */
+export async function runOp(page: Page, op: string, opts: { example?: boolean; timeout?: number } = {}): Promise<number> {
+  await page.getByTestId(`tab-${op}`).click();
+  if (opts.example) await page.getByTestId('fill-example').click();
+  const t0 = Date.now();
+  await page.getByTestId('run').click();
+  await expect(page.getByTestId('job')).toHaveCount(0, { timeout: opts.timeout ?? 120_000 });
+  const err = page.getByTestId('job-error');
+  if (await err.count()) throw new Error(`${op} failed in the page: ${(await err.textContent())?.trim()}`);
+  await expect(page.locator(`[data-testid=result][data-op=${op}]`)).toBeVisible();
+  return Date.now() - t0;
+}
+
+export async function shot(page: Page, name: string): Promise<void> {
+  await page.mouse.move(0, 0);
+  await page.screenshot({ path: `artifacts/screenshots/${name}.png` });
+}
+
+/** The document the page holds for an operation. */
+export function pageDoc(page: Page, op: string): Promise<any> {
+  return page.evaluate((o) => (globalThis as any).__loupe.results[o]?.doc, op);
+}

@@ -1,0 +1,169 @@
+/**
+ * A labelled heatmap (layer × head, layer × position, query × key …). Every cell is a <rect
+ * class="cell"> carrying data-row, data-col and data-value, so tests and exports read the exact
+ * numbers drawn. Hover shows the numbers, click (or arrow keys + Enter) selects a cell.
+ */
+import { select, scaleBand, max as d3max, min as d3min } from 'd3';
+import { palette, divergingColor, sequentialColor, textOn } from './palette';
+import { showTooltip, hideTooltip } from './tooltip';
+import { fmt } from './format';
+
+export interface HeatmapOptions {
+  values: number[][];
+  rowLabels: string[];
+  colLabels: string[];
+  rowTitle?: string;
+  colTitle?: string;
+  kind: 'diverging' | 'sequential';
+  /** sequential: [min, max] (default data range); diverging: ± this max (default max |v|) */
+  domain?: [number, number];
+  cellText?: (r: number, c: number) => string | null;
+  tooltip: (r: number, c: number, v: number) => string[];
+  selected?: [number, number] | null;
+  onSelect?: (r: number, c: number) => void;
+  /** preferred cell size in px */
+  cell?: { w: number; h: number };
+  maxWidth?: number;
+  legendLabel?: string;
+  /** accessible name */
+  label: string;
+}
+
+const CHAR_W = 6.6;
+
+export function drawHeatmap(svgEl: SVGSVGElement, o: HeatmapOptions): void {
+  const p = palette();
+  const rows = o.values.length;
+  const cols = rows ? o.values[0].length : 0;
+  const flat = o.values.flat().filter((v) => Number.isFinite(v));
+  let color: (v: number) => string;
+  let lo: number;
+  let hi: number;
+  if (o.kind === 'diverging') {
+    const m = o.domain ? Math.max(Math.abs(o.domain[0]), Math.abs(o.domain[1])) : (d3max(flat, (v) => Math.abs(v)) ?? 1) || 1;
+    lo = -m; hi = m;
+    color = (v) => (Number.isFinite(v) ? divergingColor(Math.max(-1, Math.min(1, v / m))) : p.grid);
+  } else {
+    lo = o.domain?.[0] ?? d3min(flat) ?? 0;
+    hi = o.domain?.[1] ?? d3max(flat) ?? 1;
+    const span = hi - lo || 1;
+    color = (v) => (Number.isFinite(v) ? sequentialColor(Math.max(0, Math.min(1, (v - lo) / span))) : p.grid);
+  }
+
+  const longestRow = Math.max(...o.rowLabels.map((l) => l.length), 1);
+  const longestCol = Math.max(...o.colLabels.map((l) => l.length), 1);
+  const rotate = longestCol > 3 && cols > 4;
+  const margin = {
+    left: 12 + longestRow * CHAR_W + (o.rowTitle ? 18 : 0),
+    top: 8,
+    right: 72,
+    bottom: (rotate ? Math.min(longestCol, 14) * CHAR_W * 0.75 + 14 : 20) + (o.colTitle ? 18 : 0),
+  };
+  const maxW = o.maxWidth ?? 900;
+  const want = o.cell ?? { w: 34, h: 24 };
+  const cw = Math.max(6, Math.min(want.w, (maxW - margin.left - margin.right) / Math.max(cols, 1)));
+  const ch = Math.max(6, Math.min(want.h, cw * 1.2));
+  const width = margin.left + cw * cols + margin.right;
+  const height = margin.top + ch * rows + margin.bottom;
+
+  const svg = select(svgEl);
+  svg.selectAll('*').remove();
+  svg.attr('width', width).attr('height', height).attr('viewBox', `0 0 ${width} ${height}`)
+    .attr('role', 'img').attr('aria-label', o.label).attr('tabindex', 0)
+    .attr('font-family', p.font).attr('font-size', 11).style('background', p.bg);
+
+  const x = scaleBand<number>().domain([...Array(cols).keys()]).range([margin.left, margin.left + cw * cols]);
+  const y = scaleBand<number>().domain([...Array(rows).keys()]).range([margin.top, margin.top + ch * rows]);
+
+  const g = svg.append('g').attr('class', 'cells');
+  let sel = o.selected ?? null;
+  const cells: { r: number; c: number; v: number }[] = [];
+  for (let r = 0; r < rows; r++) for (let c = 0; c < cols; c++) cells.push({ r, c, v: o.values[r][c] });
+
+  const rects = g.selectAll('rect').data(cells).join('rect')
+    .attr('class', 'cell')
+    .attr('x', (d) => x(d.c)!).attr('y', (d) => y(d.r)!)
+    .attr('width', Math.max(1, cw - 1)).attr('height', Math.max(1, ch - 1))
+    .attr('fill', (d) => color(d.v))
+    .attr('data-row', (d) => d.r).attr('data-col', (d) => d.c).attr('data-value', (d) => String(d.v))
+    .style('cursor', o.onSelect ? 'pointer' : 'default')
+    .on('mousemove', (ev: MouseEvent, d) => showTooltip(ev, o.tooltip(d.r, d.c, d.v)))
+    .on('mouseleave', hideTooltip)
+    .on('click', (_ev, d) => { sel = [d.r, d.c]; mark(); o.onSelect?.(d.r, d.c); });
+
+  if (o.cellText && cw >= 18 && ch >= 12) {
+    g.selectAll('text').data(cells).join('text')
+      .attr('x', (d) => x(d.c)! + cw / 2 - 0.5).attr('y', (d) => y(d.r)! + ch / 2 + 3.5)
+      .attr('text-anchor', 'middle').attr('pointer-events', 'none')
+      .attr('font-size', Math.min(11, ch * 0.55))
+      .attr('fill', (d) => textOn(color(d.v)))
+      .text((d) => {
+        const t = o.cellText!(d.r, d.c) ?? '';
+        const maxChars = Math.floor(cw / 6);
+        return t.length > maxChars ? `${t.slice(0, Math.max(1, maxChars - 1))}…` : t;
+      });
+  }
+
+  const outline = svg.append('rect').attr('class', 'selection').attr('fill', 'none')
+    .attr('stroke', p.fg).attr('stroke-width', 2).attr('pointer-events', 'none');
+  const mark = () => {
+    if (!sel) { outline.attr('display', 'none'); return; }
+    outline.attr('display', null).attr('x', x(sel[1])! - 0.5).attr('y', y(sel[0])! - 0.5)
+      .attr('width', cw).attr('height', ch);
+    rects.attr('aria-selected', (d) => (sel && d.r === sel[0] && d.c === sel[1] ? 'true' : null));
+  };
+  mark();
+
+  // keyboard: arrows move the selection, Enter/Space re-announces it
+  svgEl.onkeydown = (ev: KeyboardEvent) => {
+    const d: Record<string, [number, number]> = { ArrowUp: [-1, 0], ArrowDown: [1, 0], ArrowLeft: [0, -1], ArrowRight: [0, 1] };
+    if (!(ev.key in d) && ev.key !== 'Enter' && ev.key !== ' ') return;
+    ev.preventDefault();
+    const [r0, c0] = sel ?? [0, 0];
+    const [dr, dc] = d[ev.key] ?? [0, 0];
+    const r = Math.max(0, Math.min(rows - 1, r0 + dr));
+    const c = Math.max(0, Math.min(cols - 1, c0 + dc));
+    sel = [r, c];
+    mark();
+    o.onSelect?.(r, c);
+  };
+
+  // axes: row labels left, column labels below
+  svg.append('g').selectAll('text').data(o.rowLabels).join('text')
+    .attr('x', margin.left - 6).attr('y', (_d, i) => y(i)! + ch / 2 + 3.5)
+    .attr('text-anchor', 'end').attr('fill', p.fg).text((d) => d);
+  const colG = svg.append('g').selectAll('text').data(o.colLabels).join('text')
+    .attr('fill', p.fg).text((d) => (d.length > 14 ? `${d.slice(0, 13)}…` : d));
+  if (rotate) {
+    colG.attr('text-anchor', 'end')
+      .attr('transform', (_d, i) => `translate(${x(i)! + cw / 2 + 3},${margin.top + ch * rows + 8}) rotate(-45)`);
+  } else {
+    colG.attr('text-anchor', 'middle').attr('x', (_d, i) => x(i)! + cw / 2).attr('y', margin.top + ch * rows + 14);
+  }
+  if (o.rowTitle) {
+    svg.append('text').attr('transform', `translate(12,${margin.top + (ch * rows) / 2}) rotate(-90)`)
+      .attr('text-anchor', 'middle').attr('fill', p.muted).text(o.rowTitle);
+  }
+  if (o.colTitle) {
+    svg.append('text').attr('x', margin.left + (cw * cols) / 2).attr('y', height - 4)
+      .attr('text-anchor', 'middle').attr('fill', p.muted).text(o.colTitle);
+  }
+
+  // legend: a vertical colour bar with its end values (and 0 for diverging scales)
+  const lx = margin.left + cw * cols + 16;
+  const lh = Math.max(40, Math.min(160, ch * rows));
+  const steps = 32;
+  const lg = svg.append('g').attr('class', 'legend');
+  for (let i = 0; i < steps; i++) {
+    const v = hi - ((hi - lo) * (i + 0.5)) / steps;
+    lg.append('rect').attr('x', lx).attr('y', margin.top + (lh * i) / steps).attr('width', 10).attr('height', lh / steps + 0.5).attr('fill', color(v));
+  }
+  const tick = (v: number, yy: number) => lg.append('text').attr('x', lx + 14).attr('y', yy).attr('fill', p.fg).attr('font-size', 10).text(fmt(v, 2));
+  tick(hi, margin.top + 8);
+  tick(lo, margin.top + lh);
+  if (o.kind === 'diverging') tick(0, margin.top + lh / 2 + 3);
+  if (o.legendLabel) {
+    lg.append('text').attr('transform', `translate(${lx + 62},${margin.top + lh / 2}) rotate(90)`)
+      .attr('text-anchor', 'middle').attr('fill', p.muted).attr('font-size', 10).text(o.legendLabel);
+  }
+}

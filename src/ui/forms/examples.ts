@@ -1,0 +1,36 @@
+/**
+ * "Fill example" presets: working parameters for the operations whose inputs are hard to guess
+ * (directions, paired prompts, labelled sets). Written for the bundled stories260K (whose 512-token
+ * vocabulary has " happy", " big", " little" as single tokens); on other models they are a template.
+ */
+export interface Example {
+  prompt?: string;
+  params: Record<string, unknown>;
+  note: string;
+}
+
+const story = 'Once upon a time, there was a little';
+
+export const EXAMPLES: Record<string, Example> = {
+  ablate: { prompt: story, params: { layer: '0', head: '0', method: 'zero' }, note: 'zero-ablate head L0H0' },
+  circuit: { prompt: story, params: { top_k_heads: '8', top_k_neurons: '5' }, note: 'rank 8 heads and 5 neurons, ablate singly and in groups' },
+  patch: { prompt: story, params: { corrupted_prompt: 'Once upon a time, there was a big' }, note: 'clean “little” vs corrupted “big” (same token count)' },
+  steer: { prompt: story, params: { layer: '2', direction: 'tokens: happy - big', alpha: '4', max_new_tokens: '16' }, note: 'push the residual stream at layer 2 toward “happy”, away from “big”' },
+  sweep: { prompt: story, params: { layer: '2', direction: 'tokens: happy - big', max_new_tokens: '12' }, note: 'the same direction over α = multiples of the residual norm' },
+  causality: { prompt: story, params: { layer: '2', direction: 'tokens: happy - big', n_random: '32' }, note: 'compare the direction with 32 random directions of equal norm' },
+  capture: {
+    params: {
+      prompts: JSON.stringify([
+        { text: 'Lily was very happy', label: 1 }, { text: 'Tim was so happy and', label: 1 },
+        { text: 'The big dog was happy', label: 1 }, { text: 'She was happy to play', label: 1 },
+        { text: 'Mom was happy with', label: 1 }, { text: 'They were happy and', label: 1 },
+        { text: 'Lily saw a big tree', label: 0 }, { text: 'Tim had a big ball', label: 0 },
+        { text: 'The dog was big and', label: 0 }, { text: 'She saw a big box', label: 0 },
+        { text: 'Mom had a big car', label: 0 }, { text: 'They saw a big bird', label: 0 },
+      ]),
+    },
+    note: '12 labelled prompts (1 = “happy”, 0 = “big”); then run Probe on the capture',
+  },
+  layer_ablation: { prompt: story, params: {}, note: 'ablate every layer\'s attention and MLP in turn' },
+  generate: { prompt: story, params: { max_new_tokens: '24' }, note: 'greedy continuation' },
+};

@@ -1,0 +1,63 @@
+/**
+ * Vite config for the workbench page.
+ *
+ * - The model runs in a module Web Worker (workers/engine.worker.ts), so workers are built as ES modules.
+ * - onnxruntime-web's .wasm/.mjs runtime files are copied into `dist/ort/` and the worker points
+ *   `ort.env.wasm.wasmPaths` there: the runtime always comes from our own origin, never a CDN.
+ * - The dev/preview servers send COOP/COEP so the page is cross-origin isolated (threaded WASM).
+ */
+import { defineConfig, type Plugin } from 'vite';
+import { svelte } from '@sveltejs/vite-plugin-svelte';
+import { readdirSync, readFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+
+const ORT_DIST = 'node_modules/onnxruntime-web/dist';
+/** the JSEP runtime (WebGPU + WASM) that ort.min.mjs loads; the other builds are never used */
+const ORT_FILES = readdirSync(ORT_DIST).filter((f) => /^ort-wasm-simd-threaded\.jsep\.(mjs|wasm)$/.test(f));
+
+export const isolationHeaders = {
+  'Cross-Origin-Opener-Policy': 'same-origin',
+  'Cross-Origin-Embedder-Policy': 'require-corp',
+  'Cross-Origin-Resource-Policy': 'same-origin',
+};
+
+/** Emit onnxruntime-web's runtime into /ort/ of the build, and serve it there in dev. */
+function ortRuntime(): Plugin {
+  return {
+    name: 'loupe-ort-runtime',
+    generateBundle() {
+      for (const f of ORT_FILES) {
+        this.emitFile({ type: 'asset', fileName: `ort/${f}`, source: readFileSync(join(ORT_DIST, f)) });
+      }
+    },
+    configureServer(server) {
+      server.middlewares.use((req, res, next) => {
+        const m = req.url?.match(/^\/ort\/([^?]+)/);
+        if (!m || !ORT_FILES.includes(m[1])) return next();
+        res.setHeader('Content-Type', m[1].endsWith('.wasm') ? 'application/wasm' : 'text/javascript');
+        res.end(readFileSync(join(ORT_DIST, m[1])));
+      });
+    },
+  };
+}
+
+export default defineConfig({
+  plugins: [svelte(), ortRuntime()],
+  resolve: {
+    // The non-bundled build of onnxruntime-web (what its "onnxruntime-web-use-extern-wasm" export
+    // condition selects): it imports the runtime glue from env.wasm.wasmPaths (our /ort/) instead of
+    // embedding it and making Vite emit a second 28 MB copy of the .wasm.
+    alias: [{ find: /^onnxruntime-web$/, replacement: resolve(ORT_DIST, 'ort.min.mjs') }],
+  },
+  publicDir: 'public',
+  worker: { format: 'es' },
+  build: {
+    outDir: 'dist',
+    target: 'es2022',
+    // the 28 MB wasm is an asset loaded by the worker on demand; don't warn about it
+    chunkSizeWarningLimit: 1500,
+    reportCompressedSize: true,
+  },
+  server: { host: '127.0.0.1', port: 5178, headers: isolationHeaders },
+  preview: { host: '127.0.0.1', port: 5178, headers: isolationHeaders },
+});

@@ -1,0 +1,134 @@
+/**
+ * The one place the worker touches the engine's loading API: turn a LoadRequest into a model
+ * source + cache, resolve the 'auto' backend, point onnxruntime-web at our own copy of its
+ * runtime, and list/delete the IndexedDB weight cache.
+ */
+import * as ort from 'onnxruntime-web';
+import { loadModel } from '../src/engine/index';
+import { LoupeError } from '../src/engine/errors';
+import type { Backend, LoadedModel } from '../src/engine/api';
+import type { ModelSource, FileProgress } from '../src/engine/source/types';
+import { HubSource } from '../src/engine/source/hub-source';
+import { UrlSource } from '../src/engine/source/url-source';
+import { resolveModelRef, BUNDLED_MODEL_ID } from '../src/engine/source/ref';
+import { IdbCache } from '../src/engine/source/idb-cache';
+import { gpuInfo } from './doctor';
+import type { BackendChoice, CachedModel, LoadRequest, LoadedModelSummary } from './protocol';
+
+const BASE = new URL(import.meta.env.BASE_URL, self.location.href);
+
+// The runtime (.mjs glue + .wasm) is copied into the build under /ort/ (vite.config.ts): never a CDN.
+ort.env.wasm.wasmPaths = new URL('ort/', BASE).href;
+
+export function wasmThreads(): number | null {
+  const n = ort.env.wasm.numThreads;
+  return typeof n === 'number' ? n : null;
+}
+
+let cache: IdbCache | null = null;
+function idb(): IdbCache {
+  cache ??= new IdbCache();
+  return cache;
+}
+
+/**
+ * 'auto' = WebGPU when a hardware adapter exists, else WASM. A *fallback* (software) adapter such
+ * as SwiftShader is ~20× slower than WASM (DESIGN.md), so auto does not pick it; choosing
+ * 'webgpu' explicitly still uses it.
+ */
+export async function resolveBackend(choice: BackendChoice): Promise<{ backend: Backend; reason: string }> {
+  if (choice === 'wasm') return { backend: 'wasm', reason: 'chosen' };
+  const gpu = await gpuInfo();
+  if (choice === 'webgpu') {
+    if (!gpu.available) throw new LoupeError('BACKEND_UNAVAILABLE', `WebGPU is not available here: ${gpu.reason}`, "Choose the 'wasm' backend (or 'auto').");
+    return { backend: 'webgpu', reason: 'chosen' };
+  }
+  if (!gpu.available) return { backend: 'wasm', reason: `auto: no WebGPU (${gpu.reason})` };
+  if (gpu.isFallbackAdapter) return { backend: 'wasm', reason: 'auto: the only WebGPU adapter is a software fallback, slower than WASM' };
+  return { backend: 'webgpu', reason: 'auto: WebGPU adapter found' };
+}
+
+interface SourcePlan {
+  /** 'default' (the bundled model, resolved by the engine against the page's base URL) or a source */
+  source: ModelSource | 'default';
+  ref: LoadedModelSummary['ref'];
+  /** the bundled model is served by our own origin: caching it in IndexedDB would only double it */
+  useCache: boolean;
+}
+
+export function planSource(req: LoadRequest['model']): SourcePlan {
+  const r = typeof req === 'string' ? resolveModelRef(req) : req;
+  switch (r.kind) {
+    case 'bundled':
+      return {
+        source: 'default',
+        ref: { kind: 'bundled', id: BUNDLED_MODEL_ID, revision: '' },
+        useCache: false,
+      };
+    case 'hub': {
+      const token = 'token' in r ? r.token : undefined;
+      const src = new HubSource(r.id, { revision: r.revision || 'main', endpoint: r.endpoint, token });
+      return { source: src, ref: { kind: 'hub', id: src.ref.id, revision: src.ref.revision, endpoint: src.ref.endpoint }, useCache: true };
+    }
+    case 'url': {
+      const src = new UrlSource(r.id);
+      return { source: src, ref: { kind: 'url', id: src.ref.id, revision: '' }, useCache: true };
+    }
+    default:
+      throw new LoupeError('BAD_INPUT', `The page cannot load a ${(r as { kind: string }).kind} model.`, 'Use the bundled model, a Hub id or an http(s) URL.');
+  }
+}
+
+export interface OpenOptions {
+  signal: AbortSignal;
+  onProgress: (p: FileProgress) => void;
+  /** force a backend (the agreement check loads the same model on the other one) */
+  backend?: Backend;
+}
+
+export async function openModel(req: LoadRequest, opts: OpenOptions): Promise<{ model: LoadedModel; summary: LoadedModelSummary }> {
+  const t0 = performance.now();
+  const plan = planSource(req.model);
+  const { backend, reason } = opts.backend ? { backend: opts.backend, reason: 'forced' } : await resolveBackend(req.backend);
+  const files = new Map<string, FileProgress>();
+  const model = await loadModel(plan.source, {
+    ort,
+    baseUrl: BASE.href,
+    backend,
+    signal: opts.signal,
+    cache: plan.useCache ? idb() : undefined,
+    onProgress: (p) => {
+      files.set(p.file, p);
+      opts.onProgress(p);
+    },
+  });
+  let downloadedBytes = 0;
+  const cachedFiles: string[] = [];
+  for (const p of files.values()) {
+    if (p.cached) cachedFiles.push(p.file);
+    else downloadedBytes += p.loaded;
+  }
+  return {
+    model,
+    summary: { info: model.info, ref: plan.ref, downloadedBytes, cachedFiles, loadMs: performance.now() - t0, backendReason: reason },
+  };
+}
+
+export async function listCachedModels(): Promise<CachedModel[]> {
+  const entries = await idb().list();
+  const byModel = new Map<string, CachedModel>();
+  for (const e of entries) {
+    const k = JSON.stringify([e.endpoint, e.id, e.revision]);
+    const m = byModel.get(k) ?? { endpoint: e.endpoint, id: e.id, revision: e.revision, files: 0, bytes: 0, complete: true, storedAt: 0 };
+    m.files++;
+    m.bytes += e.size;
+    m.complete &&= e.complete;
+    m.storedAt = Math.max(m.storedAt, e.storedAt);
+    byModel.set(k, m);
+  }
+  return [...byModel.values()].sort((a, b) => b.storedAt - a.storedAt);
+}
+
+export async function deleteCachedModel(key: { endpoint: string; id: string; revision: string }): Promise<void> {
+  await idb().delete(key);
+}

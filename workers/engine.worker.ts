@@ -1,0 +1,169 @@
+/**
+ * The model worker: holds one loaded model and runs the same operation modules as the CLI and the
+ * bridge, so the page never blocks on a forward pass. Exposed to the page with comlink; the
+ * contract is workers/protocol.ts.
+ *
+ * Every method catches and rethrows errors as LoupeError JSON, because comlink would otherwise
+ * reduce an Error to {name, message} and lose the code and hint.
+ */
+import * as Comlink from 'comlink';
+import { z } from 'zod';
+import { LoupeError, toLoupeError } from '../src/engine/errors';
+import type { LoadedModel } from '../src/engine/api';
+import { operations, getOperation } from '../src/ops/index';
+import { JobTable, throttle, fileDone, stepDone } from './jobs';
+import { instanceHandleStore, newInstanceId } from '../src/bridge/handles';
+import { gpuInfo, storageInfo, jsHeapBytes } from './doctor';
+import { openModel, listCachedModels, deleteCachedModel, wasmThreads } from './engine-adapter';
+import { compareBackends } from './agreement';
+import type {
+  EngineWorkerApi, LoadRequest, LoadedModelSummary, OperationInfo, FileProgressFn, ProgressFn, MemoryInfo,
+} from './protocol';
+
+let model: LoadedModel | null = null;
+let modelReq: LoadRequest | null = null;
+const jobs = new JobTable();
+// Handles (captures, probes) carry the page instance's id so the agent bridge can tell stale ones
+// (see src/bridge/handles.ts); the page sends its id with configure() right after start.
+let instanceId = newInstanceId();
+let store = instanceHandleStore(instanceId);
+
+/** Run fn; anything thrown leaves as LoupeError JSON. */
+async function guarded<T>(fn: () => Promise<T>): Promise<T> {
+  try {
+    return await fn();
+  } catch (e) {
+    throw toLoupeError(e).toJSON();
+  }
+}
+
+function requireModel(): LoadedModel {
+  if (!model) throw new LoupeError('NO_MODEL', 'No model is loaded.', 'Load a model first (the bundled stories260K loads instantly).');
+  return model;
+}
+
+function memory(): MemoryInfo {
+  return { weightBytes: model ? model.info.n_params * 4 : null, jsHeapBytes: jsHeapBytes() };
+}
+
+let opInfos: OperationInfo[] | null = null;
+
+const api: EngineWorkerApi = {
+  async ping() {
+    return 'pong';
+  },
+
+  async configure(opts: { instanceId: string }) {
+    instanceId = opts.instanceId;
+    store = instanceHandleStore(instanceId);
+  },
+
+  listOperations() {
+    return guarded(async () => {
+      opInfos ??= Object.values(operations).map((op) => {
+        let inputSchema: Record<string, unknown>;
+        try {
+          inputSchema = z.toJSONSchema(op.input, { io: 'input', unrepresentable: 'any' }) as Record<string, unknown>;
+        } catch {
+          inputSchema = { type: 'object' };
+        }
+        return { name: op.name, description: op.description, long: !!op.long, inputSchema };
+      });
+      return opInfos;
+    });
+  },
+
+  loadModel(jobId: string, req: LoadRequest, onProgress: FileProgressFn) {
+    return guarded(async (): Promise<LoadedModelSummary> => {
+      const signal = jobs.start(jobId);
+      try {
+        const opened = await openModel(req, { signal, onProgress: throttle(onProgress, 80, fileDone) });
+        // swap only once the new model is ready, so a failed load leaves the old one usable
+        const old = model;
+        model = opened.model;
+        modelReq = req;
+        // handles describe activations of the old model: drop them
+        store = instanceHandleStore(instanceId);
+        if (old && old !== model) void old.dispose().catch(() => {});
+        return opened.summary;
+      } finally {
+        jobs.end(jobId);
+      }
+    });
+  },
+
+  runOperation(jobId: string, name: string, input: unknown, onProgress: ProgressFn) {
+    return guarded(async () => {
+      const op = getOperation(name);
+      if (!op) {
+        throw new LoupeError('UNKNOWN_OPERATION', `No operation named "${name}".`, `Known: ${Object.keys(operations).join(', ')}.`);
+      }
+      const m = requireModel();
+      const parsed = op.input.safeParse(input);
+      if (!parsed.success) {
+        const issues = parsed.error.issues.map((i) => `${i.path.join('.') || '(input)'}: ${i.message}`);
+        throw new LoupeError('BAD_INPUT', `Invalid input for ${name}: ${issues.join('; ')}`, 'Fix the highlighted parameters and run again.', { issues: parsed.error.issues });
+      }
+      const signal = jobs.start(jobId);
+      try {
+        return await op.run(m, parsed.data, { signal, onProgress: throttle(onProgress, 50, stepDone), store });
+      } finally {
+        jobs.end(jobId);
+      }
+    });
+  },
+
+  async cancel(jobId: string) {
+    return jobs.cancel(jobId);
+  },
+
+  listCache() {
+    return guarded(() => listCachedModels());
+  },
+
+  deleteCache(key) {
+    return guarded(() => deleteCachedModel(key));
+  },
+
+  storage() {
+    return guarded(() => storageInfo());
+  },
+
+  memory() {
+    return guarded(async () => memory());
+  },
+
+  doctor() {
+    return guarded(async () => ({
+      crossOriginIsolated: self.crossOriginIsolated === true,
+      hardwareConcurrency: navigator.hardwareConcurrency ?? 1,
+      wasmThreads: wasmThreads(),
+      userAgent: navigator.userAgent,
+      gpu: await gpuInfo(),
+      backend: model?.info.backend ?? null,
+      model: model ? model.info.id : null,
+      storage: await storageInfo(),
+      memory: memory(),
+    }));
+  },
+
+  agreement(jobId: string, prompt: string, onProgress: ProgressFn) {
+    return guarded(async () => {
+      const m = requireModel();
+      const signal = jobs.start(jobId);
+      try {
+        return await compareBackends(m, modelReq!, prompt, { signal, onProgress: throttle(onProgress, 50, stepDone) });
+      } finally {
+        jobs.end(jobId);
+      }
+    });
+  },
+
+  async crashForTest() {
+    setTimeout(() => {
+      throw new Error('simulated worker crash (test hook)');
+    }, 0);
+  },
+};
+
+Comlink.expose(api);

@@ -1,0 +1,132 @@
+/**
+ * The contract between the page and the model worker (workers/engine.worker.ts), spoken through
+ * comlink. Only plain data crosses: errors cross as LoupeError JSON ({error:{code,message,hint}}),
+ * callbacks are comlink proxies.
+ */
+import type { ModelInfo } from '../src/engine/api';
+import type { FileProgress } from '../src/engine/source/types';
+import type { Progress } from '../src/ops/types';
+
+export type BackendChoice = 'auto' | 'webgpu' | 'wasm';
+
+/** What the page asks the worker to load. A string is what a person types ('default', 'owner/name@rev', a URL). */
+export type ModelRequest =
+  | string
+  | { kind: 'bundled' }
+  | { kind: 'hub'; id: string; revision?: string; endpoint?: string; token?: string }
+  | { kind: 'url'; id: string };
+
+export interface LoadRequest {
+  model: ModelRequest;
+  backend: BackendChoice;
+}
+
+export interface LoadedModelSummary {
+  info: ModelInfo;
+  /** how the page should name this model in links and the recent list (never carries a token) */
+  ref: { kind: 'bundled' | 'hub' | 'url'; id: string; revision: string; endpoint?: string };
+  /** bytes of weights fetched over the network in this load (0 when everything came from a cache) */
+  downloadedBytes: number;
+  /** files that came from the IndexedDB cache */
+  cachedFiles: string[];
+  loadMs: number;
+  /** why 'auto' picked the backend it did */
+  backendReason: string;
+}
+
+export interface OperationInfo {
+  name: string;
+  description: string;
+  long: boolean;
+  /** the input schema as JSON Schema (zod → JSON Schema, input side: defaulted fields optional) */
+  inputSchema: Record<string, unknown>;
+}
+
+export interface CachedModel {
+  endpoint: string;
+  id: string;
+  revision: string;
+  files: number;
+  bytes: number;
+  complete: boolean;
+  storedAt: number;
+}
+
+export interface StorageInfo {
+  usage: number | null;
+  quota: number | null;
+  persisted: boolean | null;
+}
+
+export interface GpuInfo {
+  available: boolean;
+  reason?: string;
+  vendor?: string;
+  architecture?: string;
+  device?: string;
+  description?: string;
+  isFallbackAdapter?: boolean;
+  features?: string[];
+  limits?: Record<string, number>;
+}
+
+export interface DoctorInfo {
+  crossOriginIsolated: boolean;
+  hardwareConcurrency: number;
+  wasmThreads: number | null;
+  userAgent: string;
+  gpu: GpuInfo;
+  backend: string | null;
+  model: string | null;
+  storage: StorageInfo;
+  memory: MemoryInfo;
+}
+
+export interface MemoryInfo {
+  /** bytes of model weights held (float32) */
+  weightBytes: number | null;
+  /** JS heap of the worker where the browser exposes it (Chromium) */
+  jsHeapBytes: number | null;
+}
+
+export interface AgreementResult {
+  prompt: string;
+  model: string;
+  tokens: number;
+  backends: [string, string];
+  /** max |Δ| of final-position probabilities */
+  maxProbDiff: number;
+  /** max |Δ| of logits over every position */
+  maxLogitDiff: number;
+  /** max |Δ| over every hook value, and the hook where it occurred */
+  maxHookDiff: number;
+  worstHook: string | null;
+  hooksCompared: number;
+  top1Match: boolean;
+  top1: [number, number];
+  ms: [number, number];
+  /** agreement within 1e-4 on logits and hooks, and the same top-1 */
+  pass: boolean;
+}
+
+export type ProgressFn = (p: Progress) => void;
+export type FileProgressFn = (p: FileProgress) => void;
+
+export interface EngineWorkerApi {
+  ping(): Promise<'pong'>;
+  /** the page instance id that handles are minted with (src/bridge/handles.ts) */
+  configure(opts: { instanceId: string }): Promise<void>;
+  listOperations(): Promise<OperationInfo[]>;
+  loadModel(jobId: string, req: LoadRequest, onProgress: FileProgressFn): Promise<LoadedModelSummary>;
+  runOperation(jobId: string, name: string, input: unknown, onProgress: ProgressFn): Promise<unknown>;
+  /** abort a job (load or operation); returns whether it was running */
+  cancel(jobId: string): Promise<boolean>;
+  listCache(): Promise<CachedModel[]>;
+  deleteCache(key: { endpoint: string; id: string; revision: string }): Promise<void>;
+  storage(): Promise<StorageInfo>;
+  doctor(): Promise<DoctorInfo>;
+  agreement(jobId: string, prompt: string, onProgress: ProgressFn): Promise<AgreementResult>;
+  memory(): Promise<MemoryInfo>;
+  /** test hook: throw an uncaught error inside the worker so the page's crash recovery can be checked */
+  crashForTest(): Promise<void>;
+}
