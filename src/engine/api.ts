@@ -98,6 +98,11 @@ export interface RunOptions {
   interventions?: Intervention[];
   /** run this many copies of the tokens at once (variants differ by their interventions' `batch`) */
   batch?: number;
+  /**
+   * positions (of this run's tokens) whose logits to compute; default all. Scans that read only
+   * the final position pass [T-1]: the unembedding is then done for one position, not T.
+   */
+  logitPositions?: number[];
   /** use the graph variant with per-head `hook_result` outputs */
   withResult?: boolean;
   /** continue from a KV cache (positions continue from past.length); returns `present` */
@@ -114,7 +119,7 @@ export interface RunOptions {
 }
 
 export interface RunResult {
-  /** [B, T, V] */
+  /** [B, T, V], or [B, P, V] for the `logitPositions` asked for */
   logits: Tensor;
   hooks: Record<string, Tensor>;
   present?: KVCache;

@@ -228,6 +228,10 @@ class EngineModel implements LoadedModel {
     rows.forEach((r, b) => r.forEach((id, t) => { ids[b * T + t] = BigInt(id); }));
     feeds.input_ids = new ort.Tensor('int64', ids, [B, T]);
     const positions = Array.from({ length: T }, (_, t) => P + t);
+    const logitPos = opts.logitPositions ?? Array.from({ length: T }, (_, t) => t);
+    for (const p of logitPos) if (!Number.isInteger(p) || p < 0 || p >= T) throw new LoupeError('BAD_INPUT', `logit position ${p} is outside this run's ${T} positions.`);
+    if (logitPos.length === 0) throw new LoupeError('BAD_INPUT', 'logitPositions is empty.');
+    feeds.logit_positions = new ort.Tensor('int64', BigInt64Array.from(logitPos.map(BigInt)), [logitPos.length]);
     if (graph.inputNames.includes('position_ids')) feeds.position_ids = new ort.Tensor('int64', BigInt64Array.from(positions.map(BigInt)), [T]);
     if (this.spec.rotary) {
       const { cos, sin } = ropeTables(this.spec.rotary, positions);

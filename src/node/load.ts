@@ -60,13 +60,18 @@ export async function loadModelNode(spec: string, opts: NodeModelOptions = {}): 
   }, wasmFactory);
 }
 
-/** ORT-web takes weights as buffers: read path-only weight files from disk for it. */
+/**
+ * ORT-web takes weights as buffers: read path-only weight files from disk for the session's
+ * creation only (a Buffer is already a Uint8Array: no copy), and let them go afterwards — ORT
+ * has copied them into its heap, and parameters are read from disk by range.
+ */
 function withFileBytes(factory: SessionFactory, weights: ReadableWeightSet): SessionFactory {
   return {
     ...factory,
     create: (graph, ws) => {
-      for (const [file, p] of weights.paths) if (!ws.files.has(file)) ws.files.set(file, new Uint8Array(readFileSync(p)));
-      return factory.create(graph, ws);
+      const files = new Map(ws.files);
+      for (const [file, p] of weights.paths) if (!files.has(file)) files.set(file, readFileSync(p));
+      return factory.create(graph, { ...ws, files });
     },
   };
 }

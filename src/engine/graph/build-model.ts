@@ -12,8 +12,9 @@
  *   attn_mask     float [T, Tk]      0 / -inf causal mask (key positions = past + current)
  *   attn_mask_local float [T, Tk]    sliding-window layers, when the model has any
  *   past.{l}.key/value float [B, Hkv, P, Dh]   KV cache (P may be 0)
+ *   logit_positions int64 [P']       positions whose logits are computed (all, or e.g. just the last)
  *   {hook}::mul / {hook}::add        per hook site, broadcastable to the hook's shape
- * Outputs: logits [B, T, V], every hook by its TL name, present.{l}.key/value [B, Hkv, Tk, Dh].
+ * Outputs: logits [B, P', V], every hook by its TL name, present.{l}.key/value [B, Hkv, Tk, Dh].
  */
 import { OnnxGraph } from './onnx-builder';
 import { allHookNames, hookInfo, mulInput, addInput } from './hooks';
@@ -60,7 +61,7 @@ export function buildModelGraph(spec: ModelSpec, tensors: Map<string, TensorEntr
       sites.push(name);
       y = g.o('Add', [g.o('Mul', [x, g.input(mulInput(name), 'float')]), g.input(addInput(name), 'float')]);
     }
-    g.identity(y, name);
+    g.rename(y, name);
     g.output(name);
     return plan.sae && plan.sae.info.hook === name ? saeSplice(name, plan.sae) : name;
   };
@@ -84,7 +85,7 @@ export function buildModelGraph(spec: ModelSpec, tensors: Map<string, TensorEntr
     const recons = decode(acts);
     const error = g.o('Sub', [x3, recons]);
     g.identity(recons, `${s.info.hook}.hook_sae_recons`); g.output(`${s.info.hook}.hook_sae_recons`);
-    g.identity(error, `${s.info.hook}.hook_sae_error`); g.output(`${s.info.hook}.hook_sae_error`);
+    g.rename(error, `${s.info.hook}.hook_sae_error`); g.output(`${s.info.hook}.hook_sae_error`);
     // x + (decode(acts') − decode(acts)) rather than decode(acts') + error: exactly x when no feature is edited
     return g.o('Reshape', [g.o('Add', [x3, g.o('Sub', [decode(edited), recons])]), g.o('Shape', [x])]);
   }
@@ -180,10 +181,10 @@ export function buildModelGraph(spec: ModelSpec, tensors: Map<string, TensorEntr
     v = hook(v, `${b}.hook_v`);
 
     // KV cache: keys/values of earlier positions come in, all keys/values go out
-    const kAll = g.o('Concat', [g.input(`past.${l}.key`, 'float', ['B', Hkv, 'P', Dh]), g.o('Transpose', [k], { perm: [0, 2, 1, 3] })], { axis: 2 });
-    const vAll = g.o('Concat', [g.input(`past.${l}.value`, 'float', ['B', Hkv, 'P', Dh]), g.o('Transpose', [v], { perm: [0, 2, 1, 3] })], { axis: 2 });
-    g.identity(kAll, `present.${l}.key`); g.output(`present.${l}.key`);
-    g.identity(vAll, `present.${l}.value`); g.output(`present.${l}.value`);
+    let kAll = g.o('Concat', [g.input(`past.${l}.key`, 'float', ['B', Hkv, 'P', Dh]), g.o('Transpose', [k], { perm: [0, 2, 1, 3] })], { axis: 2 });
+    let vAll = g.o('Concat', [g.input(`past.${l}.value`, 'float', ['B', Hkv, 'P', Dh]), g.o('Transpose', [v], { perm: [0, 2, 1, 3] })], { axis: 2 });
+    kAll = g.rename(kAll, `present.${l}.key`); g.output(kAll);
+    vAll = g.rename(vAll, `present.${l}.value`); g.output(vAll);
 
     // grouped-query attention: each kv head serves H/Hkv query heads (heads 2k, 2k+1 share kv head k for rep 2)
     const rep = H / Hkv;
@@ -243,10 +244,15 @@ export function buildModelGraph(spec: ModelSpec, tensors: Map<string, TensorEntr
     }
   }
 
-  // ---- unembed
-  let logits = linear(norm(x, spec.lnFinal, 'ln_final.hook_scale'), { w: spec.unembed.w, b: spec.unembed.b, layout: 'out_in' }, D, spec.dVocab);
+  // ---- unembed, only at the positions asked for (the unembedding is the largest matmul per token)
+  const xf = norm(x, spec.lnFinal, 'ln_final.hook_scale');
+  const xp = g.o('Gather', [xf, g.input('logit_positions', 'int64', ['P'])], { axis: 1 }); // [B, P, D]
+  const uArgs = [g.o('Reshape', [xp, g.constI([-1, D])]), W(spec.unembed.w)];
+  if (spec.unembed.b) uArgs.push(W(spec.unembed.b));
+  const bpV = g.o('Concat', [g.o('Shape', [xp], { start: 0, end: 2 }), g.constI([spec.dVocab])], { axis: 0 });
+  let logits = g.o('Reshape', [g.o('Gemm', uArgs, { transB: 1 }), bpV]);
   if (spec.finalSoftcap !== null) logits = g.o('Mul', [g.o('Tanh', [g.o('Div', [logits, c(spec.finalSoftcap)])]), c(spec.finalSoftcap)]);
-  g.identity(logits, 'logits');
+  g.rename(logits, 'logits');
   g.output('logits');
 
   return { bytes: g.encode(), inputNames: g.inputNames(), outputNames: g.outputNames(), sites };

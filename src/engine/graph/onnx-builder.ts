@@ -38,7 +38,20 @@ export class OnnxGraph {
     return this.op(type, inputs, attrs, 1, hint)[0];
   }
 
-  /** Rename a value to a fixed name (used for hook outputs and present keys). */
+  /**
+   * Give a computed value a fixed name (hook outputs, present keys) by renaming its producer's
+   * output in place: no Identity node, so ORT returns the tensor itself rather than a copy.
+   * Graph inputs and initializers cannot be renamed; those get an Identity.
+   */
+  rename(x: string, name: string): string {
+    const producer = this.nodes.find((n) => n.output.includes(x));
+    if (!producer) return this.identity(x, name);
+    producer.output = producer.output.map((o: string) => (o === x ? name : o));
+    for (const n of this.nodes) n.input = n.input.map((i: string) => (i === x ? name : i));
+    return name;
+  }
+
+  /** A copy of a value under a fixed name. */
   identity(x: string, name: string): string {
     this.nodes.push(onnx.NodeProto.create({ opType: 'Identity', input: [x], output: [name], name: this.fresh('n') }));
     return name;

@@ -334,12 +334,10 @@ export async function runVariants(model: LoadedModel, ids: number[], variants: I
     const B = chunk.length;
     const interventions: Intervention[] = [];
     chunk.forEach((v, row) => { for (const iv of v) interventions.push({ ...iv, batch: [row] }); });
-    const res = await model.run(ids, { hooks: [], interventions, batch: B, signal: ctx.signal });
+    // only the position read is unembedded (logits come back [B, 1, V])
+    const res = await model.run(ids, { hooks: [], interventions, batch: B, logitPositions: [pos], signal: ctx.signal });
     const V = res.logits.dims[2];
-    for (let row = 0; row < B; row++) {
-      const off = (row * T + pos) * V;
-      out.push(res.logits.data.slice(off, off + V));
-    }
+    for (let row = 0; row < B; row++) out.push(res.logits.data.slice(row * V, (row + 1) * V));
     ctx.onProgress?.({ stage, done: Math.min(start + B, variants.length), total: variants.length });
   }
   throwIfAborted(ctx.signal);

@@ -126,18 +126,19 @@ export async function generateBatch(model: LoadedModel, ids: number[], rows: num
   let runs = 0;
 
   throwIfAborted(opts.signal);
+  const T = ids.length;
+  // generation reads only the last position's logits: unembed just that one
   const first = await model.run(ids, {
-    interventions: ivs, batch: rows > 1 ? rows : undefined, returnCache: useCache && maxNew > 1, signal: opts.signal,
+    interventions: ivs, batch: rows > 1 ? rows : undefined, returnCache: useCache && maxNew > 1, logitPositions: [T - 1], signal: opts.signal,
   });
   runs++;
-  const T = ids.length;
   const promptLogits: Float32Array[] = [];
-  for (let r = 0; r < rows; r++) promptLogits.push(first.logits.data.slice((r * T + T - 1) * V, (r * T + T) * V));
+  for (let r = 0; r < rows; r++) promptLogits.push(first.logits.data.slice(r * V, (r + 1) * V));
 
   let past: KVCache | undefined = first.present;
   let logits = first.logits.data;
-  let rowStride = T * V; // where row r's last-position logits start: r * rowStride + lastOffset
-  let lastOffset = (T - 1) * V;
+  let rowStride = V; // row r's last-position logits start at r * rowStride + lastOffset
+  let lastOffset = 0;
   for (let step = 0; step < maxNew; step++) {
     const next: number[] = [];
     for (let r = 0; r < rows; r++) {
@@ -164,10 +165,8 @@ export async function generateBatch(model: LoadedModel, ids: number[], rows: num
       // rows that stopped early are padded with their last token so every row has the same length
       const len = T + step + 1;
       for (const s of seqs) while (s.length < len) s.push(s[s.length - 1]);
-      const res = await model.run(rows > 1 ? seqs : seqs[0], { interventions: ivs, signal: opts.signal });
+      const res = await model.run(rows > 1 ? seqs : seqs[0], { interventions: ivs, logitPositions: [len - 1], signal: opts.signal });
       logits = res.logits.data;
-      rowStride = len * V;
-      lastOffset = (len - 1) * V;
     }
     runs++;
   }
