@@ -175,6 +175,8 @@ export async function plainSession(dir: string, backend: 'node' | 'wasm', thread
       feeds.input_ids = new ort.Tensor('int64', BigInt64Array.from(ids.map(BigInt)), [1, T]);
       if (graph.inputNames.includes('position_ids')) feeds.position_ids = new ort.Tensor('int64', BigInt64Array.from(ids.map((_, t) => BigInt(t))), [T]);
       feeds.attn_mask = new ort.Tensor('float32', attentionMask(T, 0, null), [T, T]);
+      // every position's logits, as model.run returns by default
+      feeds.logit_positions = new ort.Tensor('int64', BigInt64Array.from(ids.map((_, t) => BigInt(t))), [T]);
       for (let l = 0; l < nLayers; l++) {
         feeds[`past.${l}.key`] = new ort.Tensor('float32', emptyKv, [1, nKvHeads, 0, dHead]);
         feeds[`past.${l}.value`] = new ort.Tensor('float32', emptyKv, [1, nKvHeads, 0, dHead]);
