@@ -3,6 +3,7 @@
  * (the shared loop in lib/generation.ts), so a document re-runs to the same tokens.
  */
 import { z } from 'zod';
+import { generationBlock } from '../schema/generation';
 import type { Operation } from './types';
 import { documentBase, documentHead } from '../schema/common';
 import { LoupeError } from '../engine/errors';
@@ -21,11 +22,8 @@ export const generateInput = z.object({
 });
 export type GenerateInput = z.input<typeof generateInput>;
 
-export const generateOutput = documentBase('generate').extend({
-  generated_token_ids: z.array(z.number().int()),
-  generated_text: z.string().describe('The text the new tokens add to the prompt.'),
+export const generateOutput = documentBase('generate').extend(generationBlock.shape).extend({
   generated_tokens: z.array(z.object({ id: z.number().int(), text: z.string() })),
-  stop_reason: z.enum(['eos', 'max_new_tokens']),
   sampling: z.object({
     method: z.enum(['greedy', 'sample']),
     temperature: z.number(),

@@ -15,6 +15,7 @@
  * curve per metric and its trend, as sweep.ts.
  */
 import { z } from 'zod';
+import { generationBlock } from '../schema/generation';
 import type { Intervention, LoadedModel } from '../engine/api';
 import { LoupeError, throwIfAborted } from '../engine/errors';
 import { documentBase, documentHead } from '../schema/common';
@@ -56,12 +57,6 @@ const input = z.object({
 });
 export type SaeSteerInput = z.input<typeof input>;
 
-const generation = z.object({
-  generated_token_ids: z.array(z.number().int()),
-  generated_text: z.string(),
-  stop_reason: z.enum(['eos', 'max_new_tokens']),
-});
-
 const tokenDelta = tokenRef.extend({
   base_logprob: z.number(),
   steered_logprob: z.number().nullable().describe('null in sweep mode (see sweep.curves)'),
@@ -97,8 +92,8 @@ const output = documentBase('sae_steer').extend({
   alpha: z.number().nullable().describe('single mode: the strength or clamp value'),
   interventions: z.array(interventionRecord).describe('the edit as data (one per α): re-running with it reproduces this document'),
   sampling: samplingSchema,
-  base: generation,
-  steered: generation.nullable().describe('single mode'),
+  base: generationBlock,
+  steered: generationBlock.nullable().describe('single mode'),
   targets: z.array(tokenDelta),
   controls: z.array(tokenDelta),
   targets_rule: z.string(),
@@ -114,7 +109,7 @@ const output = documentBase('sae_steer').extend({
       target_logprob_delta: curve, control_logprob_delta: curve, normalized_effect: curve, relative_change: curve, kl_from_base: curve,
     }).describe('one value per α, in the order of alphas'),
     monotone: z.object({ target_logprob_delta: trendEnum, control_logprob_delta: trendEnum, normalized_effect: trendEnum, rule: z.string() }),
-    generations: z.array(generation.extend({ alpha: z.number() })),
+    generations: z.array(generationBlock.extend({ alpha: z.number() })),
   }).nullable().describe('sweep mode'),
   metric_definitions: metricDefinitionsSchema,
   method: z.string(),

@@ -18,6 +18,7 @@
  *   kl_from_base          = KL(p_base ‖ p_steered)
  */
 import { z } from 'zod';
+import { generationBlock } from '../schema/generation';
 import type { Intervention, LoadedModel } from '../engine/api';
 import { LoupeError, throwIfAborted } from '../engine/errors';
 import { documentBase, documentHead } from '../schema/common';
@@ -266,12 +267,6 @@ const input = z.object({
 });
 export type SteerInput = z.input<typeof input>;
 
-const generation = z.object({
-  generated_token_ids: z.array(z.number().int()),
-  generated_text: z.string(),
-  stop_reason: z.enum(['eos', 'max_new_tokens']),
-});
-
 const tokenDelta = tokenRef.extend({ base_logprob: z.number(), steered_logprob: z.number(), delta: z.number() });
 
 export const samplingSchema = z.object({ max_new_tokens: z.number().int(), temperature: z.number(), top_k: z.number().int(), top_p: z.number(), seed: z.number().int(), stop_at_eos: z.boolean() });
@@ -289,8 +284,8 @@ const output = documentBase('steer').extend({
   direction: directionBlockSchema,
   interventions: z.array(interventionRecord).describe('the edit as data: re-running with it reproduces this document'),
   sampling: samplingSchema,
-  base: generation,
-  steered: generation,
+  base: generationBlock,
+  steered: generationBlock,
   resid_norm: z.number().describe('mean ‖resid_pre‖ at the layer over the prompt\'s positions (BOS excluded), for scale'),
   targets: z.array(tokenDelta),
   controls: z.array(tokenDelta),

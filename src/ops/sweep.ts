@@ -9,6 +9,7 @@
  * edit as large as the residual stream itself.
  */
 import { z } from 'zod';
+import { generationBlock } from '../schema/generation';
 import type { LoadedModel } from '../engine/api';
 import { LoupeError, throwIfAborted } from '../engine/errors';
 import { documentBase, documentHead } from '../schema/common';
@@ -83,10 +84,7 @@ const output = documentBase('sweep').extend({
     normalized_effect: z.enum(['increasing', 'decreasing', 'flat', 'not_monotone']),
     rule: z.string(),
   }),
-  generations: z.array(z.object({
-    alpha: z.number(), generated_token_ids: z.array(z.number().int()), generated_text: z.string(),
-    stop_reason: z.enum(['eos', 'max_new_tokens']),
-  })),
+  generations: z.array(generationBlock.extend({ alpha: z.number() })),
   targets: z.array(tokenRef),
   controls: z.array(tokenRef),
   targets_rule: z.string(),
