@@ -145,3 +145,26 @@ describe('unsupported architectures', () => {
     }
   });
 });
+
+describe('GPT-2 checkpoints without the transformer. prefix (as openai-community/gpt2 stores them)', () => {
+  it('load and give the same logits as the prefixed original', async () => {
+    const { decodeSafetensors, encodeSafetensors } = await import('./reference');
+    const dir = mkdtempSync(path.join(tmpdir(), 'loupe-gpt2-noprefix-'));
+    try {
+      const { tensors } = decodeSafetensors(readFileSync(path.join(INDUCTION, 'model.safetensors')));
+      const renamed: Record<string, { dims: number[]; data: ArrayLike<number> }> = {};
+      for (const [name, t] of Object.entries(tensors)) renamed[name.replace(/^transformer\./, '')] = { dims: t.dims, data: t.data };
+      expect(Object.keys(renamed).some((n) => n.startsWith('transformer.'))).toBe(false);
+      writeFileSync(path.join(dir, 'model.safetensors'), encodeSafetensors(renamed));
+      for (const f of ['config.json', 'tokenizer.json', 'tokenizer_config.json']) copyFileSync(path.join(INDUCTION, f), path.join(dir, f));
+      const a = await loadModelNode(INDUCTION);
+      const b = await loadModelNode(dir);
+      const ids = a.tokenize('abcabc');
+      expect(maxDiff((await a.run(ids)).logits.data, (await b.run(ids)).logits.data)).toBe(0);
+      await a.dispose();
+      await b.dispose();
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
