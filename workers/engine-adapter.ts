@@ -11,7 +11,10 @@ import type { ModelSource, FileProgress } from '../src/engine/source/types';
 import { HubSource } from '../src/engine/source/hub-source';
 import { UrlSource } from '../src/engine/source/url-source';
 import { resolveModelRef, BUNDLED_MODEL_ID } from '../src/engine/source/ref';
+import { createSource } from '../src/engine/source/create-source';
+import type { CacheKey } from '../src/engine/source/types';
 import { IdbCache } from '../src/engine/source/idb-cache';
+import { createSaeLoaders, type SaeLoaders } from '../src/engine/source/sae-loader';
 import { gpuInfo } from './doctor';
 import type { BackendChoice, CachedModel, LoadRequest, LoadedModelSummary } from './protocol';
 
@@ -29,6 +32,49 @@ let cache: IdbCache | null = null;
 function idb(): IdbCache {
   cache ??= new IdbCache();
   return cache;
+}
+
+let sae: { key: string; loaders: SaeLoaders } | null = null;
+
+/**
+ * SAE loaders over the same IndexedDB cache as the models. A Hub id given as sae_source resolves
+ * against the endpoint of the model loaded now (a mirror the user chose) with its token; the
+ * loaders are kept while that stays the same, so their memory of absent optional files
+ * (explanations.json) spares the server repeated 404s.
+ */
+export function saeLoadersFor(req: LoadRequest | null): SaeLoaders {
+  const m = req?.model;
+  const hub = m && typeof m === 'object' && m.kind === 'hub' ? m : null;
+  const endpoint = hub?.endpoint || undefined;
+  const token = hub?.token || undefined;
+  const key = JSON.stringify([endpoint ?? '', token ?? '']);
+  if (sae?.key !== key) sae = { key, loaders: createSaeLoaders({ cache: idb(), endpoint, token }) };
+  return sae.loaders;
+}
+
+/**
+ * Would loading this SAE download anything? False when its cfg.json and weights are complete in
+ * this browser's cache — and when the ref cannot name a download at all (a folder, a bad id: the
+ * operation reports that itself). A shared link re-runs on its own only when the SAE's weights
+ * need no download (a missing optional explanations.json may still be asked for: a few bytes).
+ */
+export async function saeNeedsDownload(ref: { source: string; path: string }, req: LoadRequest | null): Promise<boolean> {
+  const m = req?.model;
+  const hub = m && typeof m === 'object' && m.kind === 'hub' ? m : null;
+  let keyOf: (file: string) => CacheKey;
+  try {
+    const r = resolveModelRef(ref.source, { endpoint: hub?.endpoint || undefined });
+    if (r.kind !== 'hub' && r.kind !== 'url') return false;
+    const src = createSource(r, { endpoint: hub?.endpoint || undefined }) as unknown as { cacheKey?: (file: string) => CacheKey };
+    if (typeof src.cacheKey !== 'function') return false;
+    keyOf = src.cacheKey.bind(src);
+  } catch {
+    return false;
+  }
+  const dir = ref.path.replace(/^\/+|\/+$/g, '');
+  const same = (a: CacheKey, b: CacheKey) => a.endpoint === b.endpoint && a.id === b.id && a.revision === b.revision && a.file === b.file;
+  const entries = (await idb().list()).filter((e) => e.complete);
+  return !['cfg.json', 'sae_weights.safetensors'].every((f) => entries.some((e) => same(e, keyOf(dir ? `${dir}/${f}` : f))));
 }
 
 /**

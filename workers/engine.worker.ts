@@ -14,7 +14,7 @@ import { operations, getOperation } from '../src/ops/index';
 import { JobTable, throttle, fileDone, stepDone } from './jobs';
 import { instanceHandleStore, newInstanceId } from '../src/bridge/handles';
 import { gpuInfo, storageInfo, jsHeapBytes } from './doctor';
-import { openModel, listCachedModels, deleteCachedModel, wasmThreads } from './engine-adapter';
+import { openModel, listCachedModels, deleteCachedModel, wasmThreads, saeLoadersFor, saeNeedsDownload } from './engine-adapter';
 import { compareBackends } from './agreement';
 import type {
   EngineWorkerApi, LoadRequest, LoadedModelSummary, OperationInfo, FileProgressFn, ProgressFn, MemoryInfo,
@@ -106,7 +106,9 @@ const api: EngineWorkerApi = {
       }
       const signal = jobs.start(jobId);
       try {
-        return await op.run(m, parsed.data, { signal, onProgress: throttle(onProgress, 50, stepDone), store });
+        const sae = saeLoadersFor(modelReq);
+        // SAE download progress arrives through onProgress too (ops/lib/sae.ts turns file bytes into steps)
+        return await op.run(m, parsed.data, { signal, onProgress: throttle(onProgress, 50, stepDone), store, loadSae: sae.loadSae, loadSaeFile: sae.loadSaeFile });
       } finally {
         jobs.end(jobId);
       }
@@ -119,6 +121,10 @@ const api: EngineWorkerApi = {
 
   listCache() {
     return guarded(() => listCachedModels());
+  },
+
+  saeNeedsDownload(ref) {
+    return guarded(() => saeNeedsDownload(ref, modelReq));
   },
 
   deleteCache(key) {

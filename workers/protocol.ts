@@ -122,6 +122,8 @@ export interface EngineWorkerApi {
   /** abort a job (load or operation); returns whether it was running */
   cancel(jobId: string): Promise<boolean>;
   listCache(): Promise<CachedModel[]>;
+  /** whether loading this SAE would fetch anything (false when it is complete in the IndexedDB cache) */
+  saeNeedsDownload(ref: { source: string; path: string }): Promise<boolean>;
   deleteCache(key: { endpoint: string; id: string; revision: string }): Promise<void>;
   storage(): Promise<StorageInfo>;
   doctor(): Promise<DoctorInfo>;

@@ -10,6 +10,7 @@ import { LoupeError, toLoupeError } from '../engine/errors';
 import type { LoadedModel } from '../engine/api';
 import { getOperation } from '../ops/index';
 import type { Operation, Progress } from '../ops/types';
+import type { SaeLoaders } from '../engine/source/sae-loader';
 import type { Executor } from './executor';
 import { assertHandlesCurrent, instanceHandleStore, newInstanceId } from './handles';
 import type { CallOptions, ExecResult } from './page-session';
@@ -35,6 +36,8 @@ export class HeadlessExecutor implements Executor {
   private model?: LoadedModel;
   private queue: Promise<unknown> = Promise.resolve();
   private lookup: (name: string) => Operation | undefined;
+  /** one set of SAE loaders per executor (its directory cache, and its memory of absent optional files) */
+  private sae?: Promise<SaeLoaders>;
 
   constructor(private o: HeadlessOptions = {}) {
     this.lookup = o.lookup ?? getOperation;
@@ -125,8 +128,17 @@ export class HeadlessExecutor implements Executor {
     if (!op) throw new LoupeError('UNKNOWN_OPERATION', `Unknown operation ${tool}.`);
     const input = parse(op.input, args);
     const model = await this.ensureModel(ctx);
-    const document = await op.run(model, input, { onProgress: ctx.onProgress, signal: ctx.signal, store: this.store });
+    const sae = await this.saeLoaders();
+    const document = await op.run(model, input, {
+      onProgress: ctx.onProgress, signal: ctx.signal, store: this.store, loadSae: sae.loadSae, loadSaeFile: sae.loadSaeFile,
+    });
     return { document, instance_id: this.instanceId, model: { ...model.info } };
+  }
+
+  /** Imported on first use, like the model loader: tools/list must not pull in the Node loaders. */
+  private saeLoaders(): Promise<SaeLoaders> {
+    this.sae ??= import('../node/load-sae').then((m) => m.createNodeSaeLoaders());
+    return this.sae;
   }
 
   private async ensureModel(ctx: { signal: AbortSignal; onProgress?: (p: Progress) => void }): Promise<LoadedModel> {

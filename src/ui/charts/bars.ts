@@ -34,7 +34,9 @@ export function drawBars(svgEl: SVGSVGElement, o: BarsOptions): void {
   const height = margin.top + bh * n + margin.bottom;
   const lo = Math.min(0, d3min(o.items, (d) => d.value) ?? 0);
   const hi = Math.max(0, d3max(o.items, (d) => d.value) ?? 0);
-  const x = scaleLinear().domain([lo, hi === lo ? lo + 1 : hi]).nice().range([margin.left, width - margin.right]);
+  // a negative bar's value is written left of its end: keep room for it clear of the labels
+  const valueRoom = lo < 0 ? 44 : 0;
+  const x = scaleLinear().domain([lo, hi === lo ? lo + 1 : hi]).nice().range([margin.left + valueRoom, width - margin.right]);
   const y = scaleBand<number>().domain([...Array(n).keys()]).range([margin.top, margin.top + bh * n]).padding(0.18);
 
   const svg = select(svgEl);

@@ -7,7 +7,27 @@ export interface Example {
   prompt?: string;
   params: Record<string, unknown>;
   note: string;
+  /** said on the page after filling, when the example cannot run as it is */
+  caveat?: string;
 }
+
+/** the operations that read an SAE: their sae_source/sae_path carry over from one form to another */
+export const SAE_OPS = ['sae_features', 'feature', 'sae_steer'];
+const SAE_FIELDS = ['sae_source', 'sae_path', 'descriptions'];
+
+/** The SAE last given in another SAE operation's form (empty when none). */
+export function carriedSae(params: Record<string, Record<string, unknown> | undefined>, op: string): Record<string, unknown> {
+  if (!SAE_OPS.includes(op)) return {};
+  for (const other of SAE_OPS) {
+    const p = params[other];
+    if (other === op || !p || typeof p.sae_source !== 'string' || !p.sae_source.trim()) continue;
+    return Object.fromEntries(SAE_FIELDS.filter((k) => p[k] !== undefined).map((k) => [k, p[k]]));
+  }
+  return {};
+}
+
+// stories260K has no published SAE, so these presets fill everything but the SAE itself
+const NO_SAE = 'stories260K has no published SAE: set sae_source to your own SAE for this model in SAELens layout (cfg.json + sae_weights.safetensors) — a Hub repo, or an http(s) folder that sends CORS headers — and sae_path to its folder.';
 
 const story = 'Once upon a time, there was a little';
 
@@ -33,4 +53,15 @@ export const EXAMPLES: Record<string, Example> = {
   },
   layer_ablation: { prompt: story, params: {}, note: 'ablate every layer\'s attention and MLP in turn' },
   generate: { prompt: story, params: { max_new_tokens: '24' }, note: 'greedy continuation' },
+  sae_features: { prompt: story, params: { top_k: '8' }, note: 'top 8 features per token (keeps the SAE you set)', caveat: NO_SAE },
+  feature: {
+    prompt: story,
+    params: { feature: '0', prompts: 'Lily was very happy\nThe big dog ran to the park\nTim had a red ball', top_k: '10' },
+    note: 'feature 0 over three more prompts (pick a feature from SAE features; keeps the SAE you set)', caveat: NO_SAE,
+  },
+  sae_steer: {
+    prompt: story,
+    params: { feature: '0', edit: 'add', alpha: '', alphas: '-8, -4, 0, 4, 8', max_new_tokens: '12' },
+    note: 'sweep feature 0 over α = −8 … 8 (pick a feature from SAE features; keeps the SAE you set)', caveat: NO_SAE,
+  },
 };

@@ -55,17 +55,18 @@ export interface ResultEntry {
 
 export interface SharedLink {
   state: ShareState;
-  status: 'waiting-model' | 'running' | 'matched' | 'differs' | 'rerun' | 'failed';
+  status: 'waiting-model' | 'waiting-sae' | 'running' | 'matched' | 'differs' | 'rerun' | 'failed';
   compare?: CompareResult;
   error?: ErrorInfo;
 }
 
-export const OP_ORDER = ['trace', 'activations', 'attention', 'logit_lens', 'ablate', 'circuit', 'layer_ablation', 'patch', 'steer', 'sweep', 'causality', 'capture', 'probe', 'generate'];
+export const OP_ORDER = ['trace', 'activations', 'attention', 'logit_lens', 'ablate', 'circuit', 'layer_ablation', 'patch', 'steer', 'sweep', 'causality', 'capture', 'probe', 'generate', 'sae_features', 'feature', 'sae_steer'];
 
 export const OP_TITLES: Record<string, string> = {
   trace: 'Trace', activations: 'Activations', attention: 'Attention', logit_lens: 'Logit lens', ablate: 'Ablate',
   circuit: 'Circuit', layer_ablation: 'Layer ablation', patch: 'Patch', steer: 'Steer', sweep: 'α-sweep',
   causality: 'Causality', capture: 'Capture', probe: 'Probe', generate: 'Generate',
+  sae_features: 'SAE features', feature: 'Feature card', sae_steer: 'SAE steer',
 };
 
 /** a tab title for any operation, including ones added after this page was written */
@@ -365,6 +366,8 @@ export class AppState {
       const { doc, ms } = await this.execute(op, input, { who: 'page' });
       this.results = { ...this.results, [op]: { op, input, doc, model: this.modelRef, ms, fromLink: false } };
       if (op === this.op && opts.scroll !== false) this.resultSeq++;
+      // an SAE download lands in the same IndexedDB cache as the models: list it there
+      if (typeof input.sae_source === 'string') void this.refreshCache();
       // a capture's handle is what the probe needs next
       if (op === 'capture' && typeof (doc as { handle?: unknown }).handle === 'string') {
         this.params.probe = { ...(this.params.probe ?? {}), capture: (doc as { handle: string }).handle };
@@ -480,9 +483,28 @@ export class AppState {
     void this.rerunShared();
   }
 
-  private async rerunShared(): Promise<void> {
+  /** the SAE a shared operation reads, if any */
+  sharedSae(): { source: string; path: string } | null {
+    const inp = this.shared?.state.input;
+    return inp && typeof inp.sae_source === 'string' ? { source: inp.sae_source, path: typeof inp.sae_path === 'string' ? inp.sae_path : '' } : null;
+  }
+
+  /** After a click: download the link's SAE and re-run. */
+  async confirmSharedSae(): Promise<void> {
+    await this.rerunShared({ saeConfirmed: true });
+  }
+
+  private async rerunShared(opts: { saeConfirmed?: boolean } = {}): Promise<void> {
     const sh = this.shared;
     if (!sh) return;
+    // as with models, a link downloads an SAE only after a click, unless this browser has it already
+    const sae = this.sharedSae();
+    if (sae && !opts.saeConfirmed) {
+      let needs = true;
+      try { needs = await this.client.call((api) => api.saeNeedsDownload(sae)); } catch { /* ask */ }
+      if (!this.shared) return;
+      if (needs) { this.shared.status = 'waiting-sae'; return; }
+    }
     sh.status = 'running';
     const embedded = sh.state.result;
     // no scrolling: the banner saying whether the re-run matched stays in view

@@ -21,6 +21,9 @@ const views: Record<string, Loader> = {
   causality: () => import('./CausalityView.svelte'),
   capture: () => import('./CaptureView.svelte'),
   probe: () => import('./ProbeView.svelte'),
+  sae_features: () => import('./SaeFeaturesView.svelte'),
+  feature: () => import('./FeatureView.svelte'),
+  sae_steer: () => import('./SaeSteerView.svelte'),
 };
 
 /** operations without a dedicated view show their document as JSON */

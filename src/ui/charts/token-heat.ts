@@ -1,0 +1,131 @@
+/**
+ * Text with a heat per token (a feature's activation over prompts): one block per prompt, its
+ * tokens laid out like text and wrapped at the chart's width, each token's background coloured
+ * by its value from zero (the page background) to `max`. Drawn in SVG rather than HTML so that it
+ * exports as SVG/PNG like every other chart. Every token is a <rect class="tok-cell"> with
+ * data-row, data-col and data-value; hover shows the numbers, click or arrow keys select.
+ */
+import { select, interpolateOranges } from 'd3';
+import { palette, textOn } from './palette';
+import { showTooltip, hideTooltip } from './tooltip';
+import { fmt } from './format';
+
+export interface TokenHeatRow {
+  /** the block's heading, e.g. 'prompt 0 · max 3.2 at 5' */
+  label: string;
+  tokens: string[];
+  values: number[];
+}
+
+export interface TokenHeatOptions {
+  rows: TokenHeatRow[];
+  /** the value drawn at full colour (values above are clipped); ≤ 0 draws everything blank */
+  max: number;
+  label: string;
+  valueTitle: string;
+  width?: number;
+  tooltip?: (r: number, c: number, v: number) => string[];
+  selected?: [number, number] | null;
+  onSelect?: (r: number, c: number) => void;
+}
+
+const CHAR_W = 7.2;
+const TOK_H = 20;
+const GAP = 3;
+
+/** the colour of a value: zero stays the background so inactive tokens read as plain text */
+export function heatColor(v: number, max: number, bg: string): string {
+  if (!(max > 0) || !(v > 0)) return bg;
+  return interpolateOranges(0.12 + 0.78 * Math.min(1, v / max));
+}
+
+export function drawTokenHeat(svgEl: SVGSVGElement, o: TokenHeatOptions): void {
+  const p = palette();
+  const width = o.width ?? 760;
+  const pad = 8;
+  type Cell = { r: number; c: number; v: number; text: string; x: number; y: number; w: number };
+  const cells: Cell[] = [];
+  const heads: { text: string; y: number }[] = [];
+  let y = pad;
+  o.rows.forEach((row, r) => {
+    heads.push({ text: row.label, y: y + 11 });
+    y += 18;
+    let x = pad;
+    row.tokens.forEach((text, c) => {
+      const w = Math.max(14, Math.min(width - 2 * pad, text.length * CHAR_W + 8));
+      if (x + w > width - pad && x > pad) { x = pad; y += TOK_H + GAP; }
+      cells.push({ r, c, v: row.values[c], text, x, y, w });
+      x += w + GAP;
+    });
+    y += TOK_H + 12;
+  });
+  const height = Math.max(y + 22, 60);
+
+  const svg = select(svgEl);
+  svg.selectAll('*').remove();
+  svg.attr('width', width).attr('height', height).attr('viewBox', `0 0 ${width} ${height}`)
+    .attr('role', 'img').attr('aria-label', o.label).attr('tabindex', 0)
+    .attr('font-family', p.font).attr('font-size', 11.5).style('background', p.bg);
+
+  svg.append('g').selectAll('text').data(heads).join('text')
+    .attr('x', pad).attr('y', (d) => d.y).attr('fill', p.muted).attr('font-size', 10.5).text((d) => d.text);
+
+  let sel = o.selected ?? null;
+  const g = svg.append('g').selectAll('g').data(cells).join('g');
+  const rects = g.append('rect').attr('class', 'tok-cell')
+    .attr('x', (d) => d.x).attr('y', (d) => d.y).attr('width', (d) => d.w).attr('height', TOK_H).attr('rx', 3)
+    .attr('fill', (d) => heatColor(d.v, o.max, p.bg)).attr('stroke', p.grid).attr('stroke-width', 0.6)
+    .attr('data-row', (d) => d.r).attr('data-col', (d) => d.c).attr('data-value', (d) => String(d.v))
+    .style('cursor', o.onSelect ? 'pointer' : 'default')
+    .on('mousemove', (ev: MouseEvent, d) => showTooltip(ev, o.tooltip?.(d.r, d.c, d.v) ?? [d.text, `${o.valueTitle}: ${fmt(d.v, 5)}`]))
+    .on('mouseleave', hideTooltip)
+    .on('click', (_ev, d) => { sel = [d.r, d.c]; mark(); o.onSelect?.(d.r, d.c); });
+  g.append('text').attr('x', (d) => d.x + d.w / 2).attr('y', (d) => d.y + TOK_H / 2 + 4).attr('text-anchor', 'middle')
+    .attr('pointer-events', 'none').attr('xml:space', 'preserve')
+    .attr('fill', (d) => (d.v > 0 && o.max > 0 ? textOn(heatColor(d.v, o.max, p.bg)) : p.fg))
+    .text((d) => {
+      const maxChars = Math.floor((d.w - 6) / CHAR_W);
+      return d.text.length > maxChars ? `${d.text.slice(0, Math.max(1, maxChars - 1))}…` : d.text;
+    });
+
+  const outline = svg.append('rect').attr('class', 'selection').attr('fill', 'none').attr('rx', 3)
+    .attr('stroke', p.fg).attr('stroke-width', 2).attr('pointer-events', 'none');
+  const mark = () => {
+    const c = sel && cells.find((d) => d.r === sel![0] && d.c === sel![1]);
+    if (!c) { outline.attr('display', 'none'); return; }
+    outline.attr('display', null).attr('x', c.x - 1).attr('y', c.y - 1).attr('width', c.w + 2).attr('height', TOK_H + 2);
+    rects.attr('aria-selected', (d) => (d === c ? 'true' : null));
+  };
+  mark();
+
+  // keyboard: ←/→ move through the tokens (across prompts), ↑/↓ jump a prompt
+  svgEl.onkeydown = (ev: KeyboardEvent) => {
+    if (!['ArrowLeft', 'ArrowRight', 'ArrowUp', 'ArrowDown'].includes(ev.key) || !cells.length) return;
+    ev.preventDefault();
+    let i = sel ? cells.findIndex((d) => d.r === sel![0] && d.c === sel![1]) : -1;
+    if (i < 0) i = 0;
+    else if (ev.key === 'ArrowRight') i = Math.min(cells.length - 1, i + 1);
+    else if (ev.key === 'ArrowLeft') i = Math.max(0, i - 1);
+    else {
+      const r = Math.max(0, Math.min(o.rows.length - 1, cells[i].r + (ev.key === 'ArrowDown' ? 1 : -1)));
+      i = Math.max(0, cells.findIndex((d) => d.r === r));
+    }
+    sel = [cells[i].r, cells[i].c];
+    mark();
+    o.onSelect?.(sel[0], sel[1]);
+  };
+
+  // legend: zero … max
+  const lw = 120;
+  const maxLabel = `${fmt(o.max, 3)} ${o.valueTitle}`;
+  const lx = width - pad - lw - 8 - maxLabel.length * 6.4;
+  const ly = height - 14;
+  const lg = svg.append('g').attr('class', 'legend');
+  const steps = 24;
+  for (let i = 0; i < steps; i++) {
+    lg.append('rect').attr('x', lx + (lw * i) / steps).attr('y', ly - 8).attr('width', lw / steps + 0.5).attr('height', 8)
+      .attr('fill', i === 0 ? p.bg : heatColor(((i + 0.5) / steps) * o.max, o.max, p.bg)).attr('stroke', i === 0 ? p.grid : 'none');
+  }
+  lg.append('text').attr('x', lx - 4).attr('y', ly).attr('text-anchor', 'end').attr('fill', p.muted).attr('font-size', 10).text('0');
+  lg.append('text').attr('x', lx + lw + 4).attr('y', ly).attr('fill', p.muted).attr('font-size', 10).text(maxLabel);
+}
