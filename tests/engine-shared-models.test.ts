@@ -14,7 +14,6 @@ import type { LoadedModel } from '../src/engine/api';
 import { LoupeError } from '../src/engine/errors';
 
 const SHARED = path.resolve(__dirname, '../../shared');
-const STORIES = path.join(SHARED, 'models/stories260K');
 const INDUCTION = path.join(SHARED, 'models/induction-gpt2');
 const ref = JSON.parse(readFileSync(path.join(SHARED, 'references/stories260K-run-c.json'), 'utf8'));
 

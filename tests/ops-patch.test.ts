@@ -5,7 +5,7 @@ import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import { loadModelNode } from '../src/node/load';
 import type { LoadedModel } from '../src/engine/api';
 import { LoupeError } from '../src/engine/errors';
-import { operation as patch, patchOutput, type PatchDocument, type PatchInput } from '../src/ops/patch';
+import { operation as patch, patchOutput, type PatchDocument } from '../src/ops/patch';
 import { loadModelDir, type RefModel } from './reference/forward64';
 import { refRun, countingModel, byteRng, meanOf, INDUCTION_DIR, STORIES_DIR, type RefEdit } from './ops-ablate-reference';
 import { schemaErrors, viaJson } from './schema-helpers';

@@ -238,12 +238,8 @@ function describe(model: RefModel): Arch {
 function buildArch(model: RefModel): Arch {
   const c = model.config;
   const family = c.model_type as Family;
-  const { get, opt } = tensorGetter(model);
+  const { get } = tensorGetter(model);
   const vec = (name: string, n: number) => f64(get(name, [n]));
-  const optVec = (name: string, n: number) => {
-    const t = opt(name, [n]);
-    return t ? f64(t) : null;
-  };
 
   if (family === 'gpt2') {
     const D = c.n_embd, H = c.n_head, Dh = D / H, M = c.n_inner ?? 4 * D, V = c.vocab_size, P = c.n_positions;

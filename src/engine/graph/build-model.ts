@@ -130,7 +130,7 @@ export function buildModelGraph(spec: ModelSpec, tensors: Map<string, TensorEntr
     cos = g.o('Unsqueeze', [g.input('rope_cos', 'float', ['T', rd]), g.constI([1])]); // [T,1,rd]
     sin = g.o('Unsqueeze', [g.input('rope_sin', 'float', ['T', rd]), g.constI([1])]);
   }
-  const rope = (x: string, heads: number): string => {
+  const rope = (x: string): string => {
     if (!spec.rotary) return x;
     const sl = (t: string, a: number, b: number) => g.o('Slice', [t, g.constI([a]), g.constI([b]), g.constI([3])]);
     const xr = rd === Dh ? x : sl(x, 0, rd);
@@ -138,7 +138,6 @@ export function buildModelGraph(spec: ModelSpec, tensors: Map<string, TensorEntr
     const x2 = sl(xr, rd / 2, rd);
     const rot = g.o('Concat', [g.o('Neg', [x2]), x1], { axis: 3 });
     const out = g.o('Add', [g.o('Mul', [xr, cos]), g.o('Mul', [rot, sin])]);
-    void heads;
     return rd === Dh ? out : g.o('Concat', [out, sl(x, rd, Dh)], { axis: 3 });
   };
 
@@ -176,8 +175,8 @@ export function buildModelGraph(spec: ModelSpec, tensors: Map<string, TensorEntr
     }
     if (a.qNorm) q = norm(q, a.qNorm);
     if (a.kNorm) k = norm(k, a.kNorm);
-    q = hook(rope(q, H), `${b}.hook_q`);
-    k = hook(rope(k, Hkv), `${b}.hook_k`);
+    q = hook(rope(q), `${b}.hook_q`);
+    k = hook(rope(k), `${b}.hook_k`);
     v = hook(v, `${b}.hook_v`);
 
     // KV cache: keys/values of earlier positions come in, all keys/values go out
