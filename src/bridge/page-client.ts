@@ -235,7 +235,8 @@ export function connectBridge(o: BridgeOptions): BridgeConnection {
     const entry: BridgeLogEntry = { id: m.id, tool: m.tool, args: m.args, agent: m.agent, state: 'running', startedAt: Date.now() };
     running.set(m.id, { ctl, entry });
     log(entry);
-    const deadlineTimer = setTimeout(() => ctl.abort(), Math.max(0, m.deadline - Date.now()));
+    let pastDeadline = false;
+    const deadlineTimer = setTimeout(() => { pastDeadline = true; ctl.abort(); }, Math.max(0, m.deadline - Date.now()));
     let lastSent = 0;
     let pending: ReturnType<typeof setTimeout> | undefined;
     let latest: Progress | undefined;
@@ -270,7 +271,9 @@ export function connectBridge(o: BridgeOptions): BridgeConnection {
       Object.assign(entry, { state: 'done', endedAt: Date.now(), document, link });
     } catch (e) {
       if (pending) clearTimeout(pending);
-      const err = ctl.signal.aborted ? { code: 'CANCELLED', message: 'The call was cancelled.' } : wireError(e);
+      // our own deadline timer can fire before the hub's (timers skew on a busy machine): say which it was
+      const err = pastDeadline ? { code: 'DEADLINE_EXCEEDED', message: `${m.tool} did not finish within its deadline.` }
+        : ctl.signal.aborted ? { code: 'CANCELLED', message: 'The call was cancelled.' } : wireError(e);
       send({ type: 'error', id: m.id, error: err });
       Object.assign(entry, { state: ctl.signal.aborted ? 'cancelled' : 'error', endedAt: Date.now(), error: err });
     } finally {
