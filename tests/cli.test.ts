@@ -13,9 +13,10 @@ import type { LoadedModel } from '../src/engine/api';
 import { operations, getOperation } from '../src/ops/index';
 import { allSchemas, schemasOf } from '../src/schema/json-schema';
 import { schemaErrors, viaJson } from './schema-helpers';
+import { SHARED } from './helpers/shared';
 
 const BIN = resolve(__dirname, '../bin/loupe.mjs');
-const INDUCTION = '/work/shared/models/induction-gpt2';
+const INDUCTION = SHARED + '/models/induction-gpt2';
 
 interface Result { code: number; stdout: string; stderr: string }
 

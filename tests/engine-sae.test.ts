@@ -12,9 +12,10 @@ import { loadSaeFiles } from '../src/engine/sae';
 import type { LoadedModel } from '../src/engine/api';
 import { makeRandomSae, saeEncode64, saeDecode64, type RandomSae } from './helpers/random-sae';
 import { loadModelDir, referenceForward, maxAbsDiff } from './reference';
+import { SHARED } from './helpers/shared';
 
-const INDUCTION = path.resolve(__dirname, '../../shared/models/induction-gpt2');
-const STORIES = path.resolve(__dirname, '../../shared/models/stories260K');
+const INDUCTION = path.join(SHARED, 'models/induction-gpt2');
+const STORIES = path.join(SHARED, 'models/stories260K');
 
 async function attach(model: LoadedModel, sae: RandomSae, id: string) {
   return model.attachSae(await loadSaeFiles(new FolderSource(sae.dir), ''), id);

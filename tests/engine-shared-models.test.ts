@@ -12,8 +12,8 @@ import * as path from 'node:path';
 import { loadModelNode } from '../src/node/load';
 import type { LoadedModel } from '../src/engine/api';
 import { LoupeError } from '../src/engine/errors';
+import { SHARED } from './helpers/shared';
 
-const SHARED = path.resolve(__dirname, '../../shared');
 const INDUCTION = path.join(SHARED, 'models/induction-gpt2');
 const ref = JSON.parse(readFileSync(path.join(SHARED, 'references/stories260K-run-c.json'), 'utf8'));
 

@@ -12,13 +12,14 @@ import { loadModelNode } from '../src/node/load';
 import type { Intervention, LoadedModel } from '../src/engine/api';
 import { generateBatch, generateTokens, pickToken } from '../src/ops/lib/generation';
 import { rng } from '../src/ops/lib/math';
+import { SHARED } from './helpers/shared';
 
-const REF = JSON.parse(readFileSync('/work/shared/references/stories260K-run-c.json', 'utf8')) as {
+const REF = JSON.parse(readFileSync(SHARED + '/references/stories260K-run-c.json', 'utf8')) as {
   prompt: string; prompt_ids: number[]; greedy_next_64_ids: number[];
 };
 
 let model: LoadedModel;
-beforeAll(async () => { model = await loadModelNode('/work/shared/models/stories260K'); });
+beforeAll(async () => { model = await loadModelNode(SHARED + '/models/stories260K'); });
 afterAll(async () => { await model?.dispose(); });
 
 /** a fixed steering edit at layer 2: α · e_0 (a residual basis vector) everywhere */
@@ -138,7 +139,7 @@ describe('generation loop', () => {
 
 describe('generation loop on GPT-2 (learned positions, LayerNorm): induction-gpt2', () => {
   let g: LoadedModel;
-  beforeAll(async () => { g = await loadModelNode('/work/shared/models/induction-gpt2'); });
+  beforeAll(async () => { g = await loadModelNode(SHARED + '/models/induction-gpt2'); });
   afterAll(async () => { await g?.dispose(); });
 
   it('KV-cached equals full re-runs, and the model continues a repeated sequence', async () => {

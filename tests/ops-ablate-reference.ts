@@ -2,7 +2,7 @@
 // on the float64 reference forward (tests/reference/forward64.ts), never with the engine.
 import { referenceForward, lastLogits, type RefModel, type HookValue } from './reference/forward64';
 import type { LoadedModel } from '../src/engine/api';
-import { fileURLToPath } from 'node:url';
+import { SHARED } from './helpers/shared';
 
 /** one edited site of the reference: zero (no source) or copy from `source` (full [1,T,...] values) */
 export interface RefEdit {
@@ -125,5 +125,5 @@ export const median = (xs: number[]) => { const s = [...xs].sort((a, b) => a - b
 export const meanOf = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
 
 // the shared models sit beside the checkout (../shared/models), as DESIGN.md says
-export const INDUCTION_DIR = fileURLToPath(new URL('../../shared/models/induction-gpt2', import.meta.url));
-export const STORIES_DIR = fileURLToPath(new URL('../../shared/models/stories260K', import.meta.url));
+export const INDUCTION_DIR = SHARED + '/models/induction-gpt2';
+export const STORIES_DIR = SHARED + '/models/stories260K';

@@ -13,8 +13,9 @@ import type { LoadedModel, RunOptions } from '../src/engine/api';
 import { causality, decideVerdict } from '../src/ops/causality';
 import { loadModelDir, referenceForward, lastLogits, argmax, type RefModel } from './reference';
 import { schemaErrors, viaJson } from './schema-helpers';
+import { SHARED } from './helpers/shared';
 
-const DIR = '/work/shared/models/stories260K';
+const DIR = SHARED + '/models/stories260K';
 
 let model: LoadedModel;
 let ref: RefModel;

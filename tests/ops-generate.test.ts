@@ -11,9 +11,10 @@ import { operation as generate, type GenerateDocument } from '../src/ops/generat
 import { generateTokens } from '../src/ops/lib/generation';
 import { ALL_FAMILY_CASES, makeCaseModel, loadModelDir, greedyGenerate64 } from './reference';
 import { schemaErrors, viaJson } from './schema-helpers';
+import { SHARED } from './helpers/shared';
 
-const INDUCTION = '/work/shared/models/induction-gpt2';
-const runC = JSON.parse(readFileSync('/work/shared/references/stories260K-run-c.json', 'utf8'));
+const INDUCTION = SHARED + '/models/induction-gpt2';
+const runC = JSON.parse(readFileSync(SHARED + '/references/stories260K-run-c.json', 'utf8'));
 const ctx = {};
 
 async function gen(model: LoadedModel, input: Record<string, unknown>): Promise<GenerateDocument> {

@@ -24,6 +24,7 @@ import { MemoryHandleStore } from '../src/ops/lib/handle-store';
 import { accuracy, auroc, fitLogistic, stratifiedSplit } from '../src/ops/lib/probe-math';
 import { rng, gaussian } from '../src/ops/lib/math';
 import { schemaErrors, viaJson } from './schema-helpers';
+import { SHARED } from './helpers/shared';
 
 const names = ['Lily', 'Tim', 'Timmy', 'Sue', 'Ben', 'Anna', 'Max', 'Mia', 'Sam', 'Tom', 'Jack', 'Lucy'];
 const endings = ['went to the park', 'said hello to mom', 'ran home', 'played all day', 'saw a bird'];
@@ -36,7 +37,7 @@ let model: LoadedModel;
 let store: MemoryHandleStore;
 let captureHandle: string;
 beforeAll(async () => {
-  model = await loadModelNode('/work/shared/models/stories260K');
+  model = await loadModelNode(SHARED + '/models/stories260K');
   store = new MemoryHandleStore();
   const doc = await capture.run(model, { prompts: PROMPTS, hooks: ['blocks.0.hook_resid_pre', 'blocks.4.hook_resid_pre'] }, { store });
   captureHandle = doc.handle;

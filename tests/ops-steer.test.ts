@@ -15,8 +15,9 @@ import { generateTokens } from '../src/ops/lib/generation';
 import { steer, type SteerDocument } from '../src/ops/steer';
 import { loadModelDir, referenceForward, lastLogits, argmax, type RefModel } from './reference';
 import { schemaErrors, viaJson } from './schema-helpers';
+import { SHARED } from './helpers/shared';
 
-const DIR = '/work/shared/models/stories260K';
+const DIR = SHARED + '/models/stories260K';
 const TOL = 1e-4;
 const PROMPT = 'Once upon a time, there was a';
 
@@ -223,7 +224,7 @@ describe('steer', () => {
 });
 
 describe('steer on a LayerNorm model (induction-gpt2)', () => {
-  const GDIR = '/work/shared/models/induction-gpt2';
+  const GDIR = SHARED + '/models/induction-gpt2';
   let g: LoadedModel;
   let gref: RefModel;
   beforeAll(async () => {

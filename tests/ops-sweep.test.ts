@@ -15,8 +15,9 @@ import { generateTokens } from '../src/ops/lib/generation';
 import { sweep, trend } from '../src/ops/sweep';
 import { loadModelDir, referenceForward, lastLogits, type RefModel } from './reference';
 import { schemaErrors, viaJson } from './schema-helpers';
+import { SHARED } from './helpers/shared';
 
-const DIR = '/work/shared/models/stories260K';
+const DIR = SHARED + '/models/stories260K';
 const PROMPT = 'Once upon a time, there was a';
 
 let model: LoadedModel;

@@ -12,10 +12,11 @@ import { operation as trace, type TraceDocument } from '../src/ops/trace';
 import { ALL_FAMILY_CASES, makeCaseModel, caseTokens, loadModelDir, referenceForward, type RandomModel, type RefModel } from './reference';
 import { refReadout, refTerms, foldRun, type Convention } from './ops-trace-ref';
 import { schemaErrors, viaJson } from './schema-helpers';
+import { SHARED } from './helpers/shared';
 
-const STORIES = '/work/shared/models/stories260K';
-const INDUCTION = '/work/shared/models/induction-gpt2';
-const runC = JSON.parse(readFileSync('/work/shared/references/stories260K-run-c.json', 'utf8'));
+const STORIES = SHARED + '/models/stories260K';
+const INDUCTION = SHARED + '/models/induction-gpt2';
+const runC = JSON.parse(readFileSync(SHARED + '/references/stories260K-run-c.json', 'utf8'));
 const TOL = 1e-4;
 const ctx = {};
 

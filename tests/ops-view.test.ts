@@ -12,9 +12,10 @@ import { operation as logitLens, type LogitLensDocument } from '../src/ops/logit
 import { ALL_FAMILY_CASES, makeCaseModel, loadModelDir, referenceForward, mulberry32, type RandomModel, type RefModel, type ForwardResult } from './reference';
 import { refReadout, refLens } from './ops-trace-ref';
 import { schemaErrors, viaJson } from './schema-helpers';
+import { SHARED } from './helpers/shared';
 
-const STORIES = '/work/shared/models/stories260K';
-const INDUCTION = '/work/shared/models/induction-gpt2';
+const STORIES = SHARED + '/models/stories260K';
+const INDUCTION = SHARED + '/models/induction-gpt2';
 const ctx = {};
 
 async function run<T>(op: { name: string; run: (m: LoadedModel, i: any, c: any) => Promise<T>; output: any }, model: LoadedModel, input: Record<string, unknown>): Promise<T> {

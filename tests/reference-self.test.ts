@@ -29,8 +29,9 @@ import {
   type RefModel,
   type RefTensor,
 } from './reference';
+import { SHARED } from './helpers/shared';
 
-const SHARED = '/work/shared';
+
 const STORIES = join(SHARED, 'models/stories260K');
 const INDUCTION = join(SHARED, 'models/induction-gpt2');
 const RUNC = join(SHARED, 'references/stories260K-run-c.json');

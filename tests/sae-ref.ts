@@ -4,9 +4,10 @@
  */
 import { referenceForward, type RefModel } from './reference';
 import { saeEncode64, saeDecode64, type RandomSae } from './helpers/random-sae';
+import { SHARED } from './helpers/shared';
 
-export const INDUCTION = '/work/shared/models/induction-gpt2';
-export const STORIES = '/work/shared/models/stories260K';
+export const INDUCTION = SHARED + '/models/induction-gpt2';
+export const STORIES = SHARED + '/models/stories260K';
 
 const isGpt2 = (m: RefModel) => m.config.model_type === 'gpt2';
 

@@ -18,8 +18,9 @@ import { DirCache } from '../src/node/dir-cache';
 import { loadModelFilesNode, readFileRange } from '../src/node/load-files-node';
 import { startHubServer, type HubServer } from './helpers/hub-server';
 import { f32Bytes, rawSafetensors, readSafetensorsSimple, shardModel, writeSafetensors } from './helpers/safetensors-writer';
+import { SHARED } from './helpers/shared';
 
-const GPT2 = '/work/shared/models/induction-gpt2';
+const GPT2 = SHARED + '/models/induction-gpt2';
 const tmp = mkdtempSync(path.join(tmpdir(), 'loupe-hub-'));
 const sharded = path.join(tmp, 'sharded');
 let shards: string[] = [];

@@ -7,8 +7,9 @@ import { LoupeError } from '../src/engine/errors';
 import { readTensorF32 } from '../src/engine/safetensors';
 import { loadModelFilesNode, readFileRange } from '../src/node/load-files-node';
 import { readSafetensorsSimple, shardModel } from './helpers/safetensors-writer';
+import { SHARED } from './helpers/shared';
 
-const GPT2 = '/work/shared/models/induction-gpt2';
+const GPT2 = SHARED + '/models/induction-gpt2';
 const tmp = mkdtempSync(path.join(tmpdir(), 'loupe-node-'));
 afterAll(() => rmSync(tmp, { recursive: true, force: true }));
 

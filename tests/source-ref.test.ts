@@ -12,6 +12,7 @@ import { UrlSource } from '../src/engine/source/url-source';
 import { sourceFromSpec } from '../src/node/load-files-node';
 import { FolderSource } from '../src/node/folder-source';
 import { f32Bytes, writeSafetensors } from './helpers/safetensors-writer';
+import { SHARED } from './helpers/shared';
 
 const HF = 'https://huggingface.co';
 
@@ -69,12 +70,12 @@ describe('sources', () => {
     expect(() => createSource(resolveModelRef('./x'))).toThrowError(/CLI/);
     const n = sourceFromSpec('default');
     expect(n).toBeInstanceOf(FolderSource);
-    expect(sourceFromSpec('/work/shared/models/induction-gpt2')).toBeInstanceOf(FolderSource);
+    expect(sourceFromSpec(SHARED + '/models/induction-gpt2')).toBeInstanceOf(FolderSource);
     expect(sourceFromSpec('owner/name', { endpoint: 'http://127.0.0.1:1' }).ref).toMatchObject({ kind: 'hub', endpoint: 'http://127.0.0.1:1' });
   });
 
   it('MemorySource loads generated models through loadModelFiles', async () => {
-    const gpt2 = '/work/shared/models/induction-gpt2';
+    const gpt2 = SHARED + '/models/induction-gpt2';
     const src = new MemorySource({
       'config.json': readFileSync(`${gpt2}/config.json`, 'utf8'),
       'tokenizer.json': readFileSync(`${gpt2}/tokenizer.json`, 'utf8'),
