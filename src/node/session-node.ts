@@ -5,17 +5,38 @@
  * external data outside the model's directory (symlinks included), so each weight file is
  * hard-linked into a temporary directory (copied when it lives on another filesystem).
  */
-import { copyFileSync, linkSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { copyFileSync, linkSync, mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import { wrapOrtSession, type OrtModule, type SessionFactory } from '../engine/runtime/session';
+import type { WeightSet } from '../engine/safetensors-types';
+import { defaultCacheDir } from './dir-cache';
+
+/**
+ * Where to assemble the graph: on the same filesystem as the weights, so they can be hard-linked.
+ * The system temp dir first, then Loupe's cache dir (Hub downloads live there; /tmp is often a
+ * tmpfs, where a copy would also cost RAM). A copy is the last resort.
+ */
+function graphDir(weights: WeightSet): string {
+  const first = [...weights.paths.values()][0];
+  const device = (p: string) => { try { return statSync(p).dev; } catch { return undefined; } };
+  const want = first ? device(first) : undefined;
+  const candidates = [tmpdir(), path.join(defaultCacheDir(), 'graphs')];
+  for (const base of candidates) {
+    try {
+      mkdirSync(base, { recursive: true });
+      if (want === undefined || device(base) === want) return mkdtempSync(path.join(base, 'loupe-graph-'));
+    } catch { /* not writable: try the next */ }
+  }
+  return mkdtempSync(path.join(tmpdir(), 'loupe-graph-'));
+}
 
 export function nodeSessionFactory(ort: OrtModule, threads?: number): SessionFactory {
   return {
     backend: 'node',
     ort,
     async create(graph, weights) {
-      const dir = mkdtempSync(path.join(tmpdir(), 'loupe-graph-'));
+      const dir = graphDir(weights);
       try {
         const files = new Set<string>();
         for (const e of weights.tensors.values()) files.add(e.file);
