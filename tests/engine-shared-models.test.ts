@@ -123,6 +123,24 @@ describe('induction-gpt2: attention scores from hook_pattern vs the README', () 
     await expect(model.run([])).rejects.toMatchObject({ code: 'EMPTY_PROMPT' });
   });
 
+  it('a lean run (only its sites and hooks in the graph) gives the full graph\'s numbers', async () => {
+    const ids = model.tokenize('abcdefabcdef');
+    const ivs = [
+      { hook: 'blocks.1.attn.hook_z', op: 'zero' as const, head: 2, batch: [1] },
+      { hook: 'blocks.0.hook_mlp_out', op: 'zero' as const, batch: [2] },
+    ];
+    const opts = { batch: 3, interventions: ivs, hooks: ['blocks.1.hook_resid_post'], logitPositions: [ids.length - 1] };
+    const full = await model.run(ids, opts);
+    const lean = await model.run(ids, { ...opts, lean: true });
+    expect(lean.logits.dims).toEqual([3, 1, 257]);
+    expect(maxDiff(full.logits.data, lean.logits.data)).toBeLessThan(1e-5);
+    expect(maxDiff(full.hooks['blocks.1.hook_resid_post'].data, lean.hooks['blocks.1.hook_resid_post'].data)).toBeLessThan(1e-5);
+    // the rows differ from each other, so the edits really happened in the lean graph
+    expect(maxDiff(lean.logits.data.subarray(0, 257), lean.logits.data.subarray(257, 514))).toBeGreaterThan(1e-3);
+    // hook names are still checked against the model
+    await expect(model.run(ids, { lean: true, hooks: ['blocks.5.hook_resid_post'] })).rejects.toMatchObject({ code: 'UNKNOWN_HOOK' });
+  });
+
   it('tokenizes bytes and prepends <|endoftext|> as BOS', () => {
     expect(model.tokenize('ab')).toEqual([256, 97, 98]);
     expect(model.tokenize('ab', { prependBos: false })).toEqual([97, 98]);

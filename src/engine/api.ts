@@ -103,6 +103,12 @@ export interface RunOptions {
    * the final position pass [T-1]: the unembedding is then done for one position, not T.
    */
   logitPositions?: number[];
+  /**
+   * run on a lean graph variant that has only this run's intervention sites and requested hooks
+   * (built once per such set and kept; at most two): for large batched scans, where every other
+   * hook's output buffers would cost memory and time. Same numbers as the full graph.
+   */
+  lean?: boolean;
   /** use the graph variant with per-head `hook_result` outputs */
   withResult?: boolean;
   /** continue from a KV cache (positions continue from past.length); returns `present` */

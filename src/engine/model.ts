@@ -169,15 +169,24 @@ class EngineModel implements LoadedModel {
     return next;
   }
 
-  private session(kind: 'base' | 'result' | 'lens', saeId?: string) {
-    const key = saeId ? `${kind}|sae:${saeId}` : kind;
+  private session(kind: 'base' | 'result' | 'lens', saeId?: string, lean?: { sites: string[]; outputs: string[] }) {
+    const key = lean ? `lean:${JSON.stringify(lean)}` : saeId ? `${kind}|sae:${saeId}` : kind;
     let s = this.sessions.get(key);
+    if (!s && lean) {
+      // lean variants each hold the weights again: keep at most two, dropping the oldest
+      const leanKeys = [...this.sessions.keys()].filter((k) => k.startsWith('lean:'));
+      for (const old of leanKeys.slice(0, Math.max(0, leanKeys.length - 1))) {
+        const gone = this.sessions.get(old)!;
+        this.sessions.delete(old);
+        void gone.then((x) => x.session.release()).catch(() => undefined);
+      }
+    }
     if (!s) {
       s = (async () => {
         const sae = saeId ? this.sae(saeId) : undefined;
         const weights = sae?.weights ?? this.parts.weights;
         const graph = kind === 'lens' ? buildLensGraph(this.spec, weights.tensors)
-          : buildModelGraph(this.spec, weights.tensors, { hooks: true, withResult: kind === 'result', sae: sae?.spec });
+          : buildModelGraph(this.spec, weights.tensors, { hooks: true, withResult: kind === 'result', sae: sae?.spec, lean });
         return { graph, session: await this.factory.create(graph, weights) };
       })();
       s.catch(() => this.sessions.delete(key));
@@ -220,7 +229,10 @@ class EngineModel implements LoadedModel {
       means,
     });
 
-    const { session, graph } = await this.session(kind, opts.sae);
+    const lean = opts.lean && !opts.sae && !withResult
+      ? { sites: [...new Set(interventions.map((i) => i.hook))].sort(), outputs: [...new Set(wantHooks)].sort() }
+      : undefined;
+    const { session, graph } = await this.session(kind, opts.sae, lean);
     const ort = this.factory.ort;
     const f32 = (data: Float32Array, dims: number[]) => new ort.Tensor('float32', data, dims);
     const feeds: Record<string, OrtTensorLike> = {};

@@ -335,7 +335,7 @@ export async function runVariants(model: LoadedModel, ids: number[], variants: I
     const interventions: Intervention[] = [];
     chunk.forEach((v, row) => { for (const iv of v) interventions.push({ ...iv, batch: [row] }); });
     // only the position read is unembedded (logits come back [B, 1, V])
-    const res = await model.run(ids, { hooks: [], interventions, batch: B, logitPositions: [pos], signal: ctx.signal });
+    const res = await model.run(ids, { hooks: [], interventions, batch: B, logitPositions: [pos], lean: true, signal: ctx.signal });
     const V = res.logits.dims[2];
     for (let row = 0; row < B; row++) out.push(res.logits.data.slice(row * V, (row + 1) * V));
     ctx.onProgress?.({ stage, done: Math.min(start + B, variants.length), total: variants.length });
