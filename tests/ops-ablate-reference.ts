@@ -1,6 +1,7 @@
 // Test-side helpers for the ablation / circuit / patch / layer_ablation tests: the same edits done
 // on the float64 reference forward (tests/reference/forward64.ts), never with the engine.
-import { referenceForward, lastLogits, type RefModel, type HookValue } from './reference/forward64';
+import { referenceForward, lastLogits, logSoftmax64, type RefModel, type HookValue } from './reference/forward64';
+import { mulberry32 } from './reference/random-models';
 import type { LoadedModel } from '../src/engine/api';
 import { SHARED } from './helpers/shared';
 
@@ -55,16 +56,6 @@ export function meanSource(values: HookValue[], T: number): Float64Array {
   return out;
 }
 
-export function logSoftmax64(l: ArrayLike<number>): Float64Array {
-  let mx = -Infinity;
-  for (let i = 0; i < l.length; i++) mx = Math.max(mx, l[i]);
-  let s = 0;
-  for (let i = 0; i < l.length; i++) s += Math.exp(l[i] - mx);
-  const out = new Float64Array(l.length);
-  for (let i = 0; i < l.length; i++) out[i] = l[i] - mx - Math.log(s);
-  return out;
-}
-
 export function argmax64(l: ArrayLike<number>): number {
   let b = 0;
   for (let i = 1; i < l.length; i++) if (l[i] > l[b]) b = i;
@@ -105,16 +96,17 @@ export function countingModel(model: LoadedModel): { model: LoadedModel; runs: (
   return { model: proxy, runs: () => n };
 }
 
-/** seeded random byte strings R (mulberry32, as src/ops/lib/math rng, re-written here) */
-export function byteRng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
+/** seeded uniform generator for random byte strings (the reference's mulberry32) */
+export const byteRng = mulberry32;
+
+/** n DISTINCT random bytes: a repeated byte inside R would make "the token after its earlier occurrence" ambiguous */
+export function distinctBytes(u: () => number, n: number): number[] {
+  const R: number[] = [];
+  while (R.length < n) {
+    const b = Math.floor(u() * 256);
+    if (!R.includes(b)) R.push(b);
+  }
+  return R;
 }
 
 export function randomBytes(u: () => number, n: number): number[] {

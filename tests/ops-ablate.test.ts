@@ -1,16 +1,16 @@
 // ablate: every delta equals the float64 reference forward with the same edit (within 1e-4),
 // on induction-gpt2 (LayerNorm, learned positions) and stories260K (RMSNorm, rotary, GQA);
 // batched variants equal one-at-a-time runs; caps and bad input fail before any engine run.
-import { describe, it, expect, beforeAll, afterAll } from 'vitest';
-import { loadModelNode } from '../src/node/load';
+import { describe, it, expect, afterAll } from 'vitest';
 import type { LoadedModel } from '../src/engine/api';
 import { LoupeError } from '../src/engine/errors';
 import { operation as ablate, ablateOutput, type AblateDocument, type AblateInput } from '../src/ops/ablate';
 import { Ablator, resampleTokens, runVariants } from '../src/ops/lib/ablation';
 import { resolveToken } from '../src/ops/lib/tokens';
-import { loadModelDir, type RefModel, type HookValue } from './reference/forward64';
-import { refRun, refEffect, refSites, meanSource, countingModel, INDUCTION_DIR, STORIES_DIR, type RefEdit } from './ops-ablate-reference';
+import { type RefModel, type HookValue } from './reference/forward64';
+import { refRun, refEffect, refSites, meanSource, countingModel, type RefEdit } from './ops-ablate-reference';
 import { schemaErrors, viaJson } from './schema-helpers';
+import { useSharedModels } from './helpers/shared-models';
 
 const TOL = 1e-4;
 
@@ -28,20 +28,8 @@ interface Case {
   resamplePrompt: string;
 }
 
-let gpt2: LoadedModel;
-let stories: LoadedModel;
-let gpt2Ref: RefModel;
-let storiesRef: RefModel;
-
-beforeAll(async () => {
-  [gpt2, stories] = await Promise.all([loadModelNode(INDUCTION_DIR), loadModelNode('default')]);
-  gpt2Ref = loadModelDir(INDUCTION_DIR);
-  storiesRef = loadModelDir(STORIES_DIR);
-});
-afterAll(async () => {
-  await gpt2?.dispose();
-  await stories?.dispose();
-});
+let gpt2: LoadedModel, stories: LoadedModel, gpt2Ref: RefModel, storiesRef: RefModel;
+useSharedModels((m) => ({ gpt2, stories, gpt2Ref, storiesRef } = m));
 
 // a repeated byte sequence (not valid text: given as ids) for induction-gpt2
 const R = [201, 17, 99, 140, 3, 250, 77, 64, 180, 33, 129, 8];

@@ -11,7 +11,7 @@ import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import { loadModelNode } from '../src/node/load';
 import type { LoadedModel, RunOptions } from '../src/engine/api';
 import { causality, decideVerdict } from '../src/ops/causality';
-import { loadModelDir, referenceForward, lastLogits, argmax, type RefModel } from './reference';
+import { loadModelDir, referenceForward, lastLogits, argmax, type RefModel, logSoftmax64 } from './reference';
 import { schemaErrors, viaJson } from './schema-helpers';
 import { SHARED } from './helpers/shared';
 
@@ -24,14 +24,6 @@ beforeAll(async () => {
   ref = loadModelDir(DIR);
 });
 afterAll(async () => { await model?.dispose(); });
-
-function logSoftmax64(x: Float64Array): Float64Array {
-  let m = -Infinity;
-  for (const v of x) m = Math.max(m, v);
-  let s = 0;
-  for (const v of x) s += Math.exp(v - m);
-  return x.map((v) => v - (m + Math.log(s)));
-}
 
 /** the reference's own prediction (not the engine's) */
 function predicted(prompt: string): number {

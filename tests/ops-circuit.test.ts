@@ -2,32 +2,20 @@
 // induction-gpt2 with repeated random byte sequences it surfaces the redundant induction heads of
 // layer 1 (each alone moves log p of the correct token by little, all four together by a lot)
 // and the previous-token heads of layer 0.
-import { describe, it, expect, beforeAll, afterAll } from 'vitest';
-import { loadModelNode } from '../src/node/load';
+import { describe, it, expect, beforeAll } from 'vitest';
 import type { LoadedModel } from '../src/engine/api';
 import { LoupeError } from '../src/engine/errors';
 import { operation as circuit, circuitOutput, type CircuitDocument, type CircuitInput } from '../src/ops/circuit';
 import { operation as ablate } from '../src/ops/ablate';
-import { loadModelDir, type RefModel } from './reference/forward64';
-import { refRun, refEffect, refSites, countingModel, byteRng, median, meanOf, INDUCTION_DIR, STORIES_DIR } from './ops-ablate-reference';
+import type { RefModel } from './reference/forward64';
+import { refRun, refEffect, refSites, countingModel, byteRng, median, meanOf, distinctBytes } from './ops-ablate-reference';
 import { schemaErrors, viaJson } from './schema-helpers';
+import { useSharedModels } from './helpers/shared-models';
 
 const TOL = 1e-4;
 
-let gpt2: LoadedModel;
-let stories: LoadedModel;
-let gpt2Ref: RefModel;
-let storiesRef: RefModel;
-
-beforeAll(async () => {
-  [gpt2, stories] = await Promise.all([loadModelNode(INDUCTION_DIR), loadModelNode('default')]);
-  gpt2Ref = loadModelDir(INDUCTION_DIR);
-  storiesRef = loadModelDir(STORIES_DIR);
-});
-afterAll(async () => {
-  await gpt2?.dispose();
-  await stories?.dispose();
-});
+let gpt2: LoadedModel, stories: LoadedModel, gpt2Ref: RefModel, storiesRef: RefModel;
+useSharedModels((m) => ({ gpt2, stories, gpt2Ref, storiesRef } = m));
 
 type Member = { layer: number; head?: number; neuron?: number };
 
@@ -65,11 +53,7 @@ describe('circuit on induction-gpt2: redundant induction heads', () => {
   // final token (R[29]) at its earlier occurrence. 12 sequences, fixed seed.
   const N = 12;
   const u = byteRng(11);
-  const seqs = Array.from({ length: N }, () => {
-    const R: number[] = [];
-    while (R.length < 30) { const b = Math.floor(u() * 256); if (!R.includes(b)) R.push(b); }
-    return R;
-  });
+  const seqs = Array.from({ length: N }, () => distinctBytes(u, 30));
   const docs: CircuitDocument[] = [];
   const l0pair: number[] = [];
 

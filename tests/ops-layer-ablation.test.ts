@@ -1,31 +1,19 @@
 // layer_ablation: every per-layer damage number equals the float64 reference (within 1e-4), and
 // on induction-gpt2 with repeated random byte sequences layer-1 attention (the induction heads)
 // is the most damaging component to remove, as the circuit and patching tests say.
-import { describe, it, expect, beforeAll, afterAll } from 'vitest';
-import { loadModelNode } from '../src/node/load';
+import { describe, it, expect, beforeAll } from 'vitest';
 import type { LoadedModel } from '../src/engine/api';
 import { LoupeError } from '../src/engine/errors';
 import { operation as layerAblation, layerAblationOutput, type LayerAblationDocument } from '../src/ops/layer_ablation';
-import { loadModelDir, type RefModel } from './reference/forward64';
-import { refRun, refEffect, meanSource, countingModel, byteRng, meanOf, INDUCTION_DIR, STORIES_DIR } from './ops-ablate-reference';
+import type { RefModel } from './reference/forward64';
+import { refRun, refEffect, meanSource, countingModel, byteRng, meanOf, distinctBytes } from './ops-ablate-reference';
 import { schemaErrors, viaJson } from './schema-helpers';
+import { useSharedModels } from './helpers/shared-models';
 
 const TOL = 1e-4;
 
-let gpt2: LoadedModel;
-let stories: LoadedModel;
-let gpt2Ref: RefModel;
-let storiesRef: RefModel;
-
-beforeAll(async () => {
-  [gpt2, stories] = await Promise.all([loadModelNode(INDUCTION_DIR), loadModelNode('default')]);
-  gpt2Ref = loadModelDir(INDUCTION_DIR);
-  storiesRef = loadModelDir(STORIES_DIR);
-});
-afterAll(async () => {
-  await gpt2?.dispose();
-  await stories?.dispose();
-});
+let gpt2: LoadedModel, stories: LoadedModel, gpt2Ref: RefModel, storiesRef: RefModel;
+useSharedModels((m) => ({ gpt2, stories, gpt2Ref, storiesRef } = m));
 
 function checkAgainstReference(doc: LayerAblationDocument, ref: RefModel, method: 'zero' | 'mean'): number {
   const ids = doc.tokens.map((t) => t.id);
@@ -53,7 +41,7 @@ describe('layer_ablation on induction-gpt2', () => {
   // [256] + R + R, R = 30 distinct random bytes, target R[0]; 12 sequences, fixed seed
   const N = 12;
   const u = byteRng(21);
-  const seqs = Array.from({ length: N }, () => { const R: number[] = []; while (R.length < 30) { const b = Math.floor(u() * 256); if (!R.includes(b)) R.push(b); } return R; });
+  const seqs = Array.from({ length: N }, () => distinctBytes(u, 30));
   const docs: LayerAblationDocument[] = [];
   beforeAll(async () => {
     for (const R of seqs) docs.push(await layerAblation.run(gpt2, { token_ids: [256, ...R, ...R], answer: `#${R[0]}` }, {}));

@@ -1,31 +1,19 @@
 // patch: heatmap cells equal the float64 reference doing the same patch (within 1e-4), and on
 // induction-gpt2 the picture agrees with the circuit: layer-1 attention at the last position
 // carries the answer; patching the layer-1 heads' outputs restores most of the metric.
-import { describe, it, expect, beforeAll, afterAll } from 'vitest';
-import { loadModelNode } from '../src/node/load';
+import { describe, it, expect, beforeAll } from 'vitest';
 import type { LoadedModel } from '../src/engine/api';
 import { LoupeError } from '../src/engine/errors';
 import { operation as patch, patchOutput, type PatchDocument } from '../src/ops/patch';
-import { loadModelDir, type RefModel } from './reference/forward64';
-import { refRun, countingModel, byteRng, meanOf, INDUCTION_DIR, STORIES_DIR, type RefEdit } from './ops-ablate-reference';
+import type { RefModel } from './reference/forward64';
+import { refRun, countingModel, byteRng, meanOf, type RefEdit, distinctBytes } from './ops-ablate-reference';
 import { schemaErrors, viaJson } from './schema-helpers';
+import { useSharedModels } from './helpers/shared-models';
 
 const TOL = 1e-4;
 
-let gpt2: LoadedModel;
-let stories: LoadedModel;
-let gpt2Ref: RefModel;
-let storiesRef: RefModel;
-
-beforeAll(async () => {
-  [gpt2, stories] = await Promise.all([loadModelNode(INDUCTION_DIR), loadModelNode('default')]);
-  gpt2Ref = loadModelDir(INDUCTION_DIR);
-  storiesRef = loadModelDir(STORIES_DIR);
-});
-afterAll(async () => {
-  await gpt2?.dispose();
-  await stories?.dispose();
-});
+let gpt2: LoadedModel, stories: LoadedModel, gpt2Ref: RefModel, storiesRef: RefModel;
+useSharedModels((m) => ({ gpt2, stories, gpt2Ref, storiesRef } = m));
 
 /**
  * The reference's normalised metric for patching cells (hook, positions, head) from the clean run
@@ -82,8 +70,7 @@ describe('patch on induction-gpt2: clean [256]+R+R, corrupted [256]+R\'+R (first
   // induction heads find "what came next" (R[0]); R, R' = 30 distinct random bytes each
   const N = 4;
   const u = byteRng(5);
-  const distinct = () => { const R: number[] = []; while (R.length < 30) { const b = Math.floor(u() * 256); if (!R.includes(b)) R.push(b); } return R; };
-  const pairs = Array.from({ length: N }, () => ({ R: distinct(), R2: distinct() }));
+  const pairs = Array.from({ length: N }, () => ({ R: distinctBytes(u, 30), R2: distinctBytes(u, 30) }));
   const docs: PatchDocument[] = [];
   const T = 61;
 

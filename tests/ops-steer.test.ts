@@ -13,7 +13,7 @@ import { loadModelNode } from '../src/node/load';
 import type { LoadedModel, RunOptions } from '../src/engine/api';
 import { generateTokens } from '../src/ops/lib/generation';
 import { steer, type SteerDocument } from '../src/ops/steer';
-import { loadModelDir, referenceForward, lastLogits, argmax, type RefModel } from './reference';
+import { loadModelDir, referenceForward, lastLogits, argmax, type RefModel, logSoftmax64 } from './reference';
 import { schemaErrors, viaJson } from './schema-helpers';
 import { SHARED } from './helpers/shared';
 
@@ -30,15 +30,6 @@ beforeAll(async () => {
 afterAll(async () => { await model?.dispose(); });
 
 // ---------------------------------------------------------------- float64 oracle helpers (no src/ math)
-
-function logSoftmax64(x: Float64Array): Float64Array {
-  let m = -Infinity;
-  for (const v of x) m = Math.max(m, v);
-  let s = 0;
-  for (const v of x) s += Math.exp(v - m);
-  const lse = m + Math.log(s);
-  return x.map((v) => v - lse);
-}
 
 /** unembedding column of token a, read from lm_head.weight [V, D] */
 function wuCol(a: number): Float64Array {

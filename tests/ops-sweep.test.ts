@@ -13,7 +13,7 @@ import { loadModelNode } from '../src/node/load';
 import type { LoadedModel, RunOptions } from '../src/engine/api';
 import { generateTokens } from '../src/ops/lib/generation';
 import { sweep, trend } from '../src/ops/sweep';
-import { loadModelDir, referenceForward, lastLogits, type RefModel } from './reference';
+import { loadModelDir, referenceForward, lastLogits, type RefModel, logSoftmax64 } from './reference';
 import { schemaErrors, viaJson } from './schema-helpers';
 import { SHARED } from './helpers/shared';
 
@@ -27,14 +27,6 @@ beforeAll(async () => {
   ref = loadModelDir(DIR);
 });
 afterAll(async () => { await model?.dispose(); });
-
-function logSoftmax64(x: Float64Array): Float64Array {
-  let m = -Infinity;
-  for (const v of x) m = Math.max(m, v);
-  let s = 0;
-  for (const v of x) s += Math.exp(v - m);
-  return x.map((v) => v - (m + Math.log(s)));
-}
 
 describe('sweep', () => {
   it('unembedding direction: monotone curves that equal the float64 reference; text moves toward the target', async () => {

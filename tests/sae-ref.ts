@@ -62,15 +62,6 @@ export function argmax64(a: ArrayLike<number>, start = 0, n = a.length - start):
   return b;
 }
 
-export function logSoftmax64(x: ArrayLike<number>, start: number, n: number): Float64Array {
-  let mx = -Infinity;
-  for (let i = 0; i < n; i++) mx = Math.max(mx, x[start + i]);
-  let s = 0;
-  for (let i = 0; i < n; i++) s += Math.exp(x[start + i] - mx);
-  const lse = mx + Math.log(s);
-  return Float64Array.from({ length: n }, (_, i) => x[start + i] - lse);
-}
-
 /** the float64 forward's hook value, the SAE's float64 encoding of it per position, and the logits */
 export function saeReference(m: RefModel, sae: RandomSae, tokens: number[]) {
   const hook = sae.cfg.hook_name as string;

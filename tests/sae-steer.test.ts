@@ -18,7 +18,8 @@ import { operations } from '../src/ops/index';
 import type { SaeSteerDocument } from '../src/ops/sae_steer';
 import { makeRandomSae, type RandomSae } from './helpers/random-sae';
 import { loadModelDir, type RefModel } from './reference';
-import { INDUCTION, STORIES, argmax64, logSoftmax64, steeredForward } from './sae-ref';
+import { INDUCTION, STORIES, argmax64, steeredForward } from './sae-ref';
+import { logSoftmax64 } from './reference';
 import { schemaErrors, viaJson } from './schema-helpers';
 
 const loaders = createNodeSaeLoaders({ cache: false });

@@ -660,6 +660,16 @@ export function lastLogits(res: ForwardResult): Float64Array {
   return res.logits.data.slice((T - 1) * V, T * V);
 }
 
+/** log-softmax in float64 of n values of x starting at `start` (default: all of x) */
+export function logSoftmax64(x: ArrayLike<number>, start = 0, n = x.length - start): Float64Array {
+  let mx = -Infinity;
+  for (let i = 0; i < n; i++) mx = Math.max(mx, x[start + i]);
+  let s = 0;
+  for (let i = 0; i < n; i++) s += Math.exp(x[start + i] - mx);
+  const lse = mx + Math.log(s);
+  return Float64Array.from({ length: n }, (_, i) => x[start + i] - lse);
+}
+
 export function argmax(a: ArrayLike<number>): number {
   let best = 0;
   for (let i = 1; i < a.length; i++) if (a[i] > a[best]) best = i;

@@ -8,6 +8,7 @@ export {
   loadModelDir,
   hookNames,
   lastLogits,
+  logSoftmax64,
   argmax,
   erf,
   SUPPORTED_FAMILIES,
