@@ -50,7 +50,15 @@ export class ForwardClient {
   onClose?: () => void;
 
   private constructor(private ws: WebSocket, readonly port: number, heartbeatMs: number) {
-    ws.on('message', (d) => this.onMessage(d.toString()));
+    ws.on('message', (d, isBinary) => {
+      try {
+        this.onMessage(isBinary ? '' : d.toString());
+      } catch {
+        // Catch-all: a hub message that breaks its handler ends this link (calls fail PAGE_GONE), not the process.
+        ws.terminate();
+        this.shutdown();
+      }
+    });
     ws.on('close', () => this.shutdown());
     ws.on('error', () => this.shutdown());
     this.beat = setInterval(() => {

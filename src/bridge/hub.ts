@@ -49,6 +49,24 @@ export interface HubStatus {
 const NOT_BUILT = `<!doctype html><meta charset="utf-8"><title>Loupe</title>
 <p>The Loupe workbench has not been built. Run <code>npm run build</code> in the Loupe folder, then reload this page (keep the <code>#pair=…</code> part of the address).</p>`;
 
+/**
+ * Run a peer's message handler so that nothing it throws can escape into the event loop (an
+ * uncaught exception would end the companion and every agent's session with it): log, then let
+ * `drop` disconnect the peer that sent it.
+ */
+export function guarded(log: (msg: string) => void, what: string, fn: () => void, drop?: () => void): void {
+  try {
+    fn();
+  } catch (e) {
+    log(`dropped a peer after ${what} failed: ${(e as Error)?.message ?? String(e)}`);
+    try {
+      drop?.();
+    } catch {
+      /* already gone */
+    }
+  }
+}
+
 export class Hub {
   readonly server: http.Server;
   readonly port: number;
@@ -169,7 +187,7 @@ export class Hub {
 
   private mount(): void {
     const serveStatic = createStaticHandler({ root: this.opts.distDir, allowedHosts: [`127.0.0.1:${this.port}`, `localhost:${this.port}`], notBuiltHtml: NOT_BUILT });
-    this.server.on('request', (req, res) => {
+    this.server.on('request', (req, res) => guarded(this.log, 'an HTTP request', () => {
       const host = checkHost(req.headers, this.port);
       if (!host.ok) {
         res.writeHead(403, { ...ISOLATION_HEADERS, 'Content-Type': 'text/plain' });
@@ -181,24 +199,37 @@ export class Hub {
         return void res.end(JSON.stringify({ service: 'loupe-hub', protocol: PROTOCOL_VERSION, version: this.opts.version, pid: process.pid }));
       }
       serveStatic(req, res).catch(() => res.destroy());
-    });
+    }, () => res.destroy()));
     this.server.on('upgrade', (req: http.IncomingMessage, socket: Duplex, head: Buffer) => {
-      const v = checkUpgrade(req.url, req.headers, { port: this.port, token: this.token });
-      if (!v.ok) {
-        this.log(`refused a WebSocket upgrade from ${(socket as Socket).remoteAddress ?? '?'}: ${v.reason}`);
-        const text = http.STATUS_CODES[v.status] ?? 'Forbidden';
-        socket.end(`HTTP/1.1 ${v.status} ${text}\r\nConnection: close\r\nContent-Type: text/plain\r\nContent-Length: ${v.reason.length + 1}\r\n\r\n${v.reason}\n`);
-        return;
+      // A refused or reset client must not raise an unhandled 'error' on the raw socket.
+      socket.on('error', () => socket.destroy());
+      try {
+        const v = checkUpgrade(req.url, req.headers, { port: this.port, token: this.token });
+        if (!v.ok) {
+          this.log(`refused a WebSocket upgrade from ${(socket as Socket).remoteAddress ?? '?'}: ${v.reason}`);
+          const text = http.STATUS_CODES[v.status] ?? 'Forbidden';
+          const body = Buffer.from(`${v.reason}\n`, 'utf8');
+          socket.end(`HTTP/1.1 ${v.status} ${text}\r\nConnection: close\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: ${body.length}\r\n\r\n${body.toString('utf8')}`);
+          return;
+        }
+        this.wss.handleUpgrade(req, socket, head, (ws) => guarded(this.log, 'accepting a peer', () => (v.kind === 'page' ? this.acceptPage(ws) : this.acceptAgent(ws))));
+      } catch (e) {
+        // Catch-all: no request, however malformed, may end the companion.
+        this.log(`dropped a WebSocket upgrade that failed: ${(e as Error).message}`);
+        socket.destroy();
       }
-      this.wss.handleUpgrade(req, socket, head, (ws) => (v.kind === 'page' ? this.acceptPage(ws) : this.acceptAgent(ws)));
     });
+    this.server.on('clientError', (_e, socket) => socket.destroy());
   }
 
   private acceptPage(ws: WebSocket): void {
+    // Before the PageSession takes over: a bad frame (ws reports it as 'error') only drops this peer.
+    ws.on('error', () => ws.terminate());
     const helloTimer = setTimeout(() => ws.close(CLOSE_POLICY, 'no hello'), this.opts.helloTimeoutMs);
-    ws.once('message', (data) => {
+    ws.once('close', () => clearTimeout(helloTimer));
+    ws.once('message', (data, isBinary) => guarded(this.log, 'a page hello', () => {
       clearTimeout(helloTimer);
-      const m = parseMessage(data.toString());
+      const m = isBinary ? undefined : parseMessage(data.toString());
       if (!m || m.type !== 'hello') return ws.close(CLOSE_POLICY, 'expected hello');
       if (m.protocol !== PROTOCOL_VERSION) {
         ws.send(JSON.stringify({ type: 'bye', reason: `protocol ${m.protocol} is not supported; this companion speaks ${PROTOCOL_VERSION}. Update Loupe or reload the page.` }));
@@ -220,7 +251,7 @@ export class Hub {
       this.log(`page ${m.tab_id}/${m.instance_id} paired`);
       session.send({ type: 'welcome', protocol: PROTOCOL_VERSION, hub: { version: this.opts.version, port: this.port }, agents: this.agentList() });
       for (const w of [...this.waiters]) w();
-    });
+    }, () => ws.terminate()));
   }
 
   private acceptAgent(ws: WebSocket): void {
@@ -232,15 +263,16 @@ export class Hub {
       send({ type: 'ping', t: Date.now() });
     }, this.opts.heartbeatMs);
     beat.unref?.();
+    ws.on('error', () => ws.terminate());
     ws.on('close', () => {
       clearInterval(beat);
       for (const c of calls.values()) c.abort();
       this.agents.delete(ws);
       this.broadcastAgents();
     });
-    ws.on('message', (data) => {
+    ws.on('message', (data, isBinary) => guarded(this.log, 'an agent message', () => {
       lastHeard = Date.now();
-      const m = parseMessage(data.toString());
+      const m = isBinary ? undefined : parseMessage(data.toString());
       if (!m) return;
       if (m.type === 'ping') return send({ type: 'pong', t: m.t });
       if (m.type === 'attach') {
@@ -270,7 +302,7 @@ export class Hub {
           send({ type: 'error', id: m.id, error: { code: err.code, message: err.message, ...(err.hint ? { hint: err.hint } : {}) } });
         },
       ).finally(() => calls.delete(m.id));
-    });
+    }, () => ws.terminate()));
   }
 
   private agentList(): AgentInfo[] {

@@ -58,7 +58,16 @@ export class PageSession {
     this.tabId = hello.tab_id;
     this.instanceId = hello.instance_id;
     this.model = hello.model;
-    ws.on('message', (data, isBinary) => this.onMessage(isBinary ? '' : data.toString()));
+    ws.on('message', (data, isBinary) => {
+      try {
+        this.onMessage(isBinary ? '' : data.toString());
+      } catch (e) {
+        // Catch-all: a message that breaks its handler drops this page, never the companion.
+        opts.log?.(`page ${this.tabId}: dropped after a message failed: ${(e as Error)?.message ?? String(e)}`);
+        this.end('PAGE_GONE', 'The Loupe page sent a message the companion could not handle.');
+        ws.terminate();
+      }
+    });
     ws.on('close', () => this.end('PAGE_GONE', 'The Loupe page closed or reloaded while the call was running.'));
     ws.on('error', () => this.end('PAGE_GONE', 'The connection to the Loupe page failed.'));
     // App-level heartbeats, not WebSocket pings: the browser's network stack answers protocol

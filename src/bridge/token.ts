@@ -23,10 +23,17 @@ export function isTokenShaped(s: unknown): s is string {
   return typeof s === 'string' && /^[0-9a-f]{64}$/.test(s);
 }
 
-/** Constant-time comparison, so response timing does not leak how much of a guess was right. */
-export function tokensEqual(a: string | undefined, b: string): boolean {
-  if (typeof a !== 'string' || a.length !== b.length) return false;
-  return timingSafeEqual(Buffer.from(a), Buffer.from(b));
+/**
+ * Constant-time comparison, so response timing does not leak how much of a guess was right.
+ * The candidate comes from a request header (any bytes a local process sends), so its shape is
+ * checked first and the comparison is over bytes: `timingSafeEqual` throws on buffers of
+ * different byte lengths, and a string of the right character length can have more bytes.
+ */
+export function tokensEqual(a: unknown, b: string): boolean {
+  if (!isTokenShaped(a) || !isTokenShaped(b)) return false;
+  const x = Buffer.from(a, 'latin1');
+  const y = Buffer.from(b, 'latin1');
+  return x.length === y.length && timingSafeEqual(x, y);
 }
 
 /** Per-user config directory: $LOUPE_CONFIG_DIR, else the platform's convention. */

@@ -11,6 +11,7 @@ import type { Io } from './main';
 import { loadModel } from './main';
 import { defaultCacheDir } from '../node/dir-cache';
 import { toLoupeError } from '../engine/errors';
+import { requireOrtNode } from '../node/ort-node';
 
 /** logits of the two Node backends must agree this closely on the bundled model */
 export const AGREEMENT_TOLERANCE = 1e-4;
@@ -50,7 +51,8 @@ function packageVersion(name: string): string | null {
 
 async function tryBackend(name: 'onnxruntime-node' | 'onnxruntime-web'): Promise<{ available: boolean; version: string | null; error?: string }> {
   try {
-    await import(name);
+    if (name === 'onnxruntime-node') requireOrtNode();
+    else await import(name);
     return { available: true, version: packageVersion(name) };
   } catch (e) {
     return { available: false, version: packageVersion(name), error: (e as Error).message };

@@ -4,7 +4,6 @@
  * selectable so the two runtimes can be compared on the same graph.
  */
 import { readFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
 import type { LoadedModel, LoadOptions } from '../engine/api';
 import { LoupeError } from '../engine/errors';
 import { createModel } from '../engine/model';
@@ -13,6 +12,7 @@ import { webSessionFactory, type OrtModule, type SessionFactory } from '../engin
 import { loadModelFilesNode, sourceFromSpec, type NodeLoadOptions } from './load-files-node';
 import { nodeSessionFactory } from './session-node';
 import { FolderSource } from './folder-source';
+import { requireOrtNode } from './ort-node';
 
 export interface NodeModelOptions extends Omit<LoadOptions, 'backend'>, Pick<NodeLoadOptions, 'cache' | 'endpoint' | 'token'> {
   backend?: 'node' | 'wasm';
@@ -20,13 +20,11 @@ export interface NodeModelOptions extends Omit<LoadOptions, 'backend'>, Pick<Nod
   threads?: number;
 }
 
-const require = createRequire(import.meta.url);
-
 export async function nodeFactory(backend: 'node' | 'wasm', threads?: number): Promise<SessionFactory> {
   if (backend === 'node') {
     let ort: OrtModule;
     try {
-      ort = require('onnxruntime-node');
+      ort = requireOrtNode<OrtModule>();
     } catch (e) {
       throw new LoupeError('BACKEND_UNAVAILABLE', `onnxruntime-node could not be loaded: ${(e as Error).message}`, "Use --backend wasm, or reinstall with 'npm ci'.");
     }

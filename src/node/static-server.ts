@@ -75,11 +75,18 @@ export function resolveInside(root: string, urlPath: string): string | undefined
   return abs === rootAbs || abs.startsWith(rootAbs + path.sep) ? abs : undefined;
 }
 
-async function fileAt(p: string): Promise<{ path: string; size: number } | undefined> {
+/**
+ * The file to serve for `p`, or undefined. `p` is already lexically inside root; the file's real
+ * path (every symlink resolved) must be inside root's real path too, so a link in the folder
+ * (`dist/leak.txt -> /etc/passwd`) is refused rather than followed.
+ */
+async function fileAt(p: string, realRoot: string): Promise<{ path: string; size: number } | undefined> {
   try {
-    const st = await fs.stat(p);
-    if (st.isFile()) return { path: p, size: st.size };
-    if (st.isDirectory()) return fileAt(path.join(p, 'index.html'));
+    const real = await fs.realpath(p);
+    if (real !== realRoot && !real.startsWith(realRoot + path.sep)) return undefined;
+    const st = await fs.stat(real);
+    if (st.isFile()) return { path: real, size: st.size };
+    if (st.isDirectory()) return fileAt(path.join(real, 'index.html'), realRoot);
   } catch {
     /* not there */
   }
@@ -97,10 +104,12 @@ export function createStaticHandler(opts: StaticOptions): Handler {
     }
     const target = resolveInside(root, req.url ?? '/');
     if (!target) return send(res, 400, 'Bad path.\n');
-    let file = await fileAt(target);
-    if (!file && opts.spaFallback !== false && path.extname(target) === '') file = await fileAt(path.join(root, 'index.html'));
+    // Resolved per request: the folder may be built (or rebuilt) after the server started.
+    const realRoot = await fs.realpath(root).catch(() => root);
+    let file = await fileAt(target, realRoot);
+    if (!file && opts.spaFallback !== false && path.extname(target) === '') file = await fileAt(path.join(root, 'index.html'), realRoot);
     if (!file) {
-      if (opts.notBuiltHtml && !(await fileAt(path.join(root, 'index.html')))) return send(res, 503, opts.notBuiltHtml, TYPES['.html']);
+      if (opts.notBuiltHtml && !(await fileAt(path.join(root, 'index.html'), realRoot))) return send(res, 503, opts.notBuiltHtml, TYPES['.html']);
       return send(res, 404, 'Not found.\n');
     }
     const ext = path.extname(file.path).toLowerCase();
