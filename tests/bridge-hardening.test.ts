@@ -8,10 +8,10 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Hub } from '../src/bridge/hub';
-import { AGENT_PATH, PAGE_PATH, SUBPROTOCOL, TOKEN_PROTOCOL_PREFIX, tokenProtocol } from '../src/bridge/protocol';
+import { AGENT_PATH, PAGE_PATH, SUBPROTOCOL, TOKEN_PROTOCOL_PREFIX, sanitizeWireModel, tokenProtocol } from '../src/bridge/protocol';
 import { tokensEqual } from '../src/bridge/token';
 import { startStaticServer } from '../src/node/static-server';
-import { startTestHub, tryUpgrade } from './bridge-fake-page';
+import { FakePage, startTestHub, tryUpgrade, until } from './bridge-fake-page';
 import { frame, rawRequest, textFrame, upgradeHead } from './helpers/raw-ws';
 
 const get = (port: number, p: string) => new Promise<{ status: number; body: string }>((resolve, reject) => {
@@ -113,6 +113,38 @@ describe('4. static server and symlinks', () => {
       expect(res.body).not.toContain('secret');
     } finally {
       await h.close();
+    }
+  });
+});
+
+describe('5. what a paired page may report', () => {
+  it('the model a page reports is whitelisted and bounded before loupe_status echoes it', async () => {
+    const info = { id: 'owner/name', revision: 'main', source: 'hub', architecture: 'llama', dtype: 'F32', backend: 'wasm', norm: 'rmsnorm', n_layers: 2, n_heads: 4, n_kv_heads: 4, d_model: 64, d_head: 16, d_mlp: 128, d_vocab: 512, n_ctx: 256, n_params: 1000 };
+    const ref = { kind: 'hub', id: 'owner/name', revision: 'main', endpoint: 'https://huggingface.co' };
+    const page = await FakePage.connect(hub.port, { token: hub.token, model: { ...info, ref, junk: 'x'.repeat(1_000_000) } });
+    try {
+      await until(() => hub.activePage?.tabId === page.tabId, 3000, 'pairing');
+      expect(JSON.stringify(hub.status()).length).toBeLessThan(10_000);
+      expect(hub.status().page?.model).toEqual({ ...info, ref });
+      // a `model` message: 20 MB of extra fields, oversized strings, nested objects, wrong types
+      page.send({ type: 'model', model: { ...info, id: 'y'.repeat(20_000_000), ref: { ...ref, nested: { deep: 'z'.repeat(1000) } }, n_layers: 'two', extra: Array(1000).fill({ a: 1 }) } });
+      await until(() => hub.status().page?.model?.n_layers === undefined, 5000, 'the model message');
+      const st = hub.status();
+      expect(JSON.stringify(st).length).toBeLessThan(10_000);
+      expect(st.page?.model).toEqual({ ...Object.fromEntries(Object.entries(info).filter(([k]) => k !== 'id' && k !== 'n_layers')), ref });
+    } finally {
+      await page.close();
+    }
+  });
+
+  it('every field of a real ModelInfo survives the whitelist', async () => {
+    const { loadModelNode } = await import('../src/node/load');
+    const m = await loadModelNode('default');
+    try {
+      const wire = { ...m.info, ref: { kind: 'bundled', id: 'stories260K', revision: '' } };
+      expect(sanitizeWireModel(wire)).toEqual(wire);
+    } finally {
+      await m.dispose();
     }
   });
 });

@@ -11,6 +11,8 @@
  * TypeScript with no Node or zod dependency; `parseMessage` does the structural checks by hand.
  */
 
+import type { ModelInfo } from '../engine/api';
+
 export const PROTOCOL_VERSION = 1;
 /** WebSocket subprotocol the hub selects; the token travels as a second offered subprotocol so
  * that it never appears in a URL (URLs end up in logs and history). */
@@ -35,6 +37,38 @@ export interface WireError {
  * can make share links; or null when no model is loaded.
  */
 export type WireModel = Record<string, unknown> | null;
+
+/**
+ * What a page may report about its model, field by field: the hub echoes it in every
+ * `loupe_status` and result, so a page (or anything holding the token) must not be able to make
+ * those huge or smuggle other data through them. Typed against ModelInfo so that a new field
+ * fails to compile until it is listed here.
+ */
+const MODEL_FIELDS: Record<keyof ModelInfo, 'string' | 'number'> = {
+  id: 'string', revision: 'string', source: 'string', architecture: 'string', dtype: 'string', backend: 'string', norm: 'string',
+  n_layers: 'number', n_heads: 'number', n_kv_heads: 'number', d_model: 'number', d_head: 'number', d_mlp: 'number', d_vocab: 'number', n_ctx: 'number', n_params: 'number',
+};
+const REF_FIELDS = ['kind', 'id', 'revision', 'endpoint'] as const;
+/** longest string kept in a reported model (ids are Hub ids or URLs) */
+export const WIRE_STRING_MAX = 512;
+
+const shortStr = (v: unknown): v is string => typeof v === 'string' && v.length <= WIRE_STRING_MAX;
+
+/** The whitelisted, bounded copy of a reported model; null for anything that is not an object. */
+export function sanitizeWireModel(m: unknown): WireModel {
+  if (!isObj(m)) return null;
+  const out: Record<string, unknown> = {};
+  for (const [k, kind] of Object.entries(MODEL_FIELDS)) {
+    const v = m[k];
+    if (kind === 'string' ? shortStr(v) : isNum(v)) out[k] = v;
+  }
+  if (isObj(m.ref)) {
+    const ref: Record<string, string> = {};
+    for (const k of REF_FIELDS) if (shortStr(m.ref[k])) ref[k] = m.ref[k] as string;
+    out.ref = ref;
+  }
+  return out;
+}
 
 export interface AgentInfo {
   name: string;
@@ -155,16 +189,20 @@ export function parseMessage(text: string): AnyMsg | undefined {
   switch (m.type) {
     case 'hello':
       return isNum(m.protocol) && isId(m.tab_id) && isId(m.instance_id) && (m.model === null || isObj(m.model))
-        ? (m as unknown as HelloMsg) : undefined;
+        ? ({ ...m, model: sanitizeWireModel(m.model) } as unknown as HelloMsg) : undefined;
     case 'model':
-      return m.model === null || isObj(m.model) ? (m as unknown as ModelMsg) : undefined;
+      return m.model === null || isObj(m.model) ? ({ type: 'model', model: sanitizeWireModel(m.model) } as ModelMsg) : undefined;
     case 'progress':
-      return isId(m.id) && isNum(m.done) && isNum(m.total) && isStr(m.stage) ? (m as unknown as ProgressMsg) : undefined;
+      return isId(m.id) && isNum(m.done) && isNum(m.total) && isStr(m.stage)
+        ? ({ type: 'progress', id: m.id, done: m.done, total: m.total, stage: m.stage.slice(0, 200) } as ProgressMsg) : undefined;
     case 'result':
       return isId(m.id) && 'document' in m && (m.link === undefined || isStr(m.link)) ? (m as unknown as ResultMsg) : undefined;
     case 'error':
       return isId(m.id) && isObj(m.error) && isStr(m.error.code) && isStr(m.error.message)
-        ? (m as unknown as ErrorMsg) : undefined;
+        ? ({
+          type: 'error', id: m.id,
+          error: { code: m.error.code.slice(0, 64), message: m.error.message.slice(0, 4000), ...(isStr(m.error.hint) ? { hint: m.error.hint.slice(0, 4000) } : {}) },
+        } as ErrorMsg) : undefined;
     case 'ping':
     case 'pong':
       return isNum(m.t) ? (m as unknown as PingMsg | PongMsg) : undefined;
