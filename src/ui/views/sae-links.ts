@@ -11,13 +11,12 @@ interface SaeDoc {
 }
 
 export function openSaeOp(op: 'feature' | 'sae_steer', from: SaeDoc, feature: number): void {
-  const raw: Record<string, unknown> = { ...(app.params[op] ?? {}), sae_source: from.sae.source, sae_path: from.sae.path, feature: String(feature) };
+  const raw: Record<string, unknown> = { sae_source: from.sae.source, sae_path: from.sae.path, feature: String(feature) };
   // descriptions the person gave (inline JSON or a URL) go along; the ones found next to the SAE are found again
   const given = app.results[from.operation]?.input?.descriptions;
   if (given !== undefined) raw.descriptions = typeof given === 'string' ? given : JSON.stringify(given);
-  app.params[op] = raw;
-  app.op = op;
-  app.saveInputs();
+  app.forms.fill({ [op]: raw });
+  app.forms.select(op);
   document.getElementById(`tab-${op}`)?.focus();
 }
 

@@ -1,0 +1,76 @@
+/**
+ * What the user is setting up: the prompt, the selected operation, each operation's form values
+ * (raw, as typed) and their validation errors, and the operations the worker offers. The inputs
+ * persist in this browser (prefs) so a reload keeps them.
+ */
+import { prefs } from './prefs';
+import { fieldsOf, buildInput, rawFromInput, type Field } from '../forms/schema-form';
+import { opOrder, type Fills } from '../views/registry';
+import type { OperationInfo } from '../../../workers/protocol';
+import type { ErrorInfo } from './errors';
+
+export class FormStore {
+  prompt = $state('Once upon a time, there was a little');
+  op = $state('trace');
+  params = $state<Record<string, Record<string, unknown>>>({});
+  errors = $state<Record<string, string>>({});
+  ops = $state.raw<OperationInfo[]>([]);
+  opsError = $state<ErrorInfo | null>(null);
+
+  constructor() {
+    const last = prefs.lastInputs();
+    if (last.prompt) this.prompt = last.prompt;
+    if (last.op) this.op = last.op;
+    if (last.params) this.params = last.params;
+  }
+
+  /** the worker's operations, in the manifest's tab order */
+  setOps(ops: OperationInfo[]): void {
+    this.ops = [...ops].sort((a, b) => opOrder(a.name) - opOrder(b.name));
+    if (!this.ops.some((o) => o.name === this.op) && this.ops.length) this.op = this.ops[0].name;
+    this.opsError = null;
+  }
+
+  get opInfo(): OperationInfo | undefined {
+    return this.ops.find((o) => o.name === this.op);
+  }
+
+  fieldsFor(op: string): Field[] {
+    const info = this.ops.find((o) => o.name === op);
+    return info ? fieldsOf(info.inputSchema) : [];
+  }
+
+  select(op: string): void {
+    this.op = op;
+    this.save();
+  }
+
+  save(): void {
+    prefs.setLastInputs({ prompt: this.prompt, op: this.op, params: $state.snapshot(this.params) });
+  }
+
+  /** Build the input for an operation from its form and the prompt box. */
+  inputFor(op: string): { input: Record<string, unknown>; errors: Record<string, string> } {
+    return buildInput(this.fieldsFor(op), $state.snapshot(this.params[op] ?? {}), this.prompt);
+  }
+
+  setParam(op: string, name: string, value: unknown): void {
+    this.params[op] ??= {};
+    this.params[op][name] = value;
+    // the error this field had is about the old value
+    if (op === this.op && this.errors[name]) delete this.errors[name];
+    this.save();
+  }
+
+  /** merge values into other operations' forms (what follows a run, a click in a view) */
+  fill(fills: Fills): void {
+    for (const [op, values] of Object.entries(fills)) this.params[op] = { ...(this.params[op] ?? {}), ...values };
+    this.save();
+  }
+
+  /** set an operation's form from a full input (a share link, a session entry) */
+  fillFromInput(op: string, input: Record<string, unknown>): void {
+    const fields = this.fieldsFor(op);
+    if (fields.length) this.params[op] = rawFromInput(fields, input);
+  }
+}

@@ -1,0 +1,182 @@
+/**
+ * The model in the worker: what is loaded, what is loading (per-file progress), what this browser
+ * has cached, recently used models and the worker's memory. Loads queue behind running jobs: the
+ * worker must not swap a model under one.
+ */
+import * as Comlink from 'comlink';
+import type { FileProgress } from '../../engine/source/types';
+import type { ShareModel } from '../../share/codec';
+import type { EngineClient, Job } from '../engine/client';
+import { prefs, DEFAULT_ENDPOINT, type RecentModel } from './prefs';
+import { errInfo, type ErrorInfo } from './errors';
+import type { BackendChoice, CachedModel, LoadedModelSummary, MemoryInfo, ModelRequest, StorageInfo } from '../../../workers/protocol';
+
+/** what the page can ask to load (a token is added from prefs for Hub models, never stored here) */
+export type ModelChoice = { kind: 'bundled' } | { kind: 'hub'; id: string; revision: string; endpoint: string } | { kind: 'url'; id: string };
+
+export interface FileRow {
+  file: string;
+  loaded: number;
+  total: number | null;
+  cached: boolean;
+  done: boolean;
+  t0: number;
+  /** bytes per second over this file's transfer so far */
+  speed: number;
+}
+
+export function sameModel(a: ShareModel | null | undefined, b: ShareModel | null | undefined): boolean {
+  if (!a || !b) return false;
+  return a.kind === b.kind && a.id === b.id && (a.kind === 'bundled' || a.revision === b.revision) && (a.endpoint ?? '') === (b.endpoint ?? '');
+}
+
+export function choiceOf(m: ShareModel): ModelChoice {
+  if (m.kind === 'bundled') return { kind: 'bundled' };
+  if (m.kind === 'url') return { kind: 'url', id: m.id };
+  return { kind: 'hub', id: m.id, revision: m.revision || 'main', endpoint: m.endpoint ?? DEFAULT_ENDPOINT };
+}
+
+interface Deps {
+  client: EngineClient;
+  exclusive: <T>(fn: () => Promise<T>) => Promise<T>;
+  backend: () => BackendChoice;
+  notify: (kind: 'info' | 'warn' | 'error', text: string, ms?: number) => void;
+  onLoaded: () => void;
+}
+
+export class ModelStore {
+  model = $state.raw<LoadedModelSummary | null>(null);
+  status = $state<'idle' | 'loading' | 'ready' | 'error'>('idle');
+  error = $state<ErrorInfo | null>(null);
+  loading = $state.raw<ModelChoice | null>(null);
+  /** 'files' while bytes arrive, 'starting' once they are all here and the runtime builds its session */
+  phase = $state<'files' | 'starting' | null>(null);
+  files = $state<FileRow[]>([]);
+  recent = $state.raw<RecentModel[]>(prefs.recent());
+  cache = $state.raw<CachedModel[]>([]);
+  storage = $state.raw<StorageInfo | null>(null);
+  memory = $state.raw<MemoryInfo | null>(null);
+  private loadJob: Job<LoadedModelSummary> | null = null;
+  private current: ModelChoice | null = null;
+
+  constructor(private readonly d: Deps) {}
+
+  get ref(): ShareModel | null {
+    return this.model ? { ...this.model.ref } : null;
+  }
+
+  /** Load a model in the worker (after any running job). Resolves false if it failed or was replaced. */
+  async load(choice: ModelChoice, opts: { quiet?: boolean } = {}): Promise<boolean> {
+    this.loadJob?.cancel();
+    this.loading = choice;
+    this.status = 'loading';
+    return this.d.exclusive(() => this.doLoad(choice, opts));
+  }
+
+  /** load the current model again (after a backend change or a worker restart) */
+  reload(opts: { quiet?: boolean } = {}): void {
+    if (this.current) void this.load(this.current, opts);
+  }
+
+  private async doLoad(choice: ModelChoice, opts: { quiet?: boolean; retried?: boolean }): Promise<boolean> {
+    const restarts = this.d.client.restarts;
+    this.loading = choice;
+    this.status = 'loading';
+    this.error = null;
+    this.files = [];
+    this.phase = 'files';
+    const onProgress = (p: FileProgress) => this.onFileProgress(p);
+    const req = { model: this.requestOf(choice), backend: this.d.backend() };
+    const job = this.d.client.job('load', (id, api) => api.loadModel(id, req, Comlink.proxy(onProgress)));
+    this.loadJob = job;
+    try {
+      const summary = await job.promise;
+      if (this.loadJob !== job) return false;
+      this.model = summary;
+      this.current = choice;
+      this.status = 'ready';
+      this.recent = prefs.addRecent(summary.ref);
+      if (!opts.quiet) this.d.notify('info', `Loaded ${summary.info.id} on ${summary.info.backend} in ${(summary.loadMs / 1000).toFixed(1)} s${summary.downloadedBytes === 0 && summary.cachedFiles.length ? ' (from this browser\'s cache)' : ''}.`, 4000);
+      void this.refreshMemory();
+      void this.refreshCache();
+      this.d.onLoaded();
+      return true;
+    } catch (e) {
+      if (this.loadJob !== job) return false;
+      const err = errInfo(e);
+      // the worker was replaced under this load (a cancelled load that would not stop is killed
+      // that way): the load itself did nothing wrong, so it runs once more on the fresh worker
+      if (err.code !== 'CANCELLED' && this.d.client.restarts !== restarts && !opts.retried) return this.doLoad(choice, { ...opts, retried: true });
+      // a failed or cancelled load leaves the previous model in place (the worker only swaps on success)
+      this.error = err.code === 'CANCELLED' ? null : err;
+      this.status = this.model ? 'ready' : err.code === 'CANCELLED' ? 'idle' : 'error';
+      return false;
+    } finally {
+      if (this.loadJob === job) {
+        this.loadJob = null;
+        this.loading = null;
+        this.phase = null;
+      }
+    }
+  }
+
+  private requestOf(c: ModelChoice): ModelRequest {
+    if (c.kind !== 'hub') return c;
+    const token = prefs.token(c.endpoint);
+    return { ...c, ...(token ? { token } : {}) };
+  }
+
+  cancelLoad(): void {
+    this.loadJob?.cancel();
+  }
+
+  private onFileProgress(p: FileProgress): void {
+    const now = performance.now();
+    const row = this.files.find((r) => r.file === p.file);
+    if (!row) {
+      this.files.push({ file: p.file, loaded: p.loaded, total: p.total, cached: !!p.cached, done: !!p.done, t0: now, speed: 0 });
+    } else {
+      row.loaded = p.loaded;
+      row.total = p.total;
+      row.cached = !!p.cached;
+      row.done = !!p.done;
+      const dt = (now - row.t0) / 1000;
+      row.speed = dt > 0.05 ? p.loaded / dt : 0;
+    }
+    if (this.files.length && this.files.every((f) => f.done)) this.phase = 'starting';
+  }
+
+  async refreshCache(): Promise<void> {
+    try {
+      const [cache, storage] = await Promise.all([
+        this.d.client.call((api) => api.listCache()),
+        this.d.client.call((api) => api.storage()),
+      ]);
+      this.cache = cache;
+      this.storage = storage;
+    } catch (e) {
+      this.d.notify('warn', `Could not read the model cache: ${errInfo(e).message}`);
+    }
+  }
+
+  async deleteCached(m: CachedModel): Promise<void> {
+    try {
+      await this.d.client.call((api) => api.deleteCache({ endpoint: m.endpoint, id: m.id, revision: m.revision }));
+      this.d.notify('info', `Deleted ${m.id} from this browser's cache.`, 4000);
+    } catch (e) {
+      this.d.notify('error', errInfo(e).message);
+    }
+    await this.refreshCache();
+  }
+
+  async refreshMemory(): Promise<void> {
+    try {
+      this.memory = await this.d.client.call((api) => api.memory());
+    } catch { /* status only */ }
+  }
+
+  /** is this model complete in this browser's cache? */
+  isCached(c: ModelChoice): boolean {
+    return c.kind === 'hub' && this.cache.some((m) => m.id === c.id && m.revision === c.revision && m.endpoint === c.endpoint && m.complete);
+  }
+}

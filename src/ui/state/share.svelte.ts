@@ -1,0 +1,144 @@
+/**
+ * Share links: making one from a result, and opening one — show the link's result at once, load
+ * its model (only after a click unless this browser has it), re-run and compare.
+ */
+import { decodeShare, parseFragment, shareUrl, type ShareState } from '../../share/codec';
+import { compareDocuments, type CompareResult } from '../../share/compare';
+import { choiceOf, sameModel, type ModelChoice, type ModelStore } from './models.svelte';
+import type { ResultStore } from './results.svelte';
+import type { FormStore } from './forms.svelte';
+import type { EngineClient } from '../engine/client';
+import { errInfo, type ErrorInfo } from './errors';
+
+export interface SharedLink {
+  state: ShareState;
+  status: 'waiting-model' | 'waiting-sae' | 'running' | 'matched' | 'differs' | 'rerun' | 'failed';
+  compare?: CompareResult;
+  error?: ErrorInfo;
+}
+
+interface Deps {
+  client: EngineClient;
+  models: ModelStore;
+  results: ResultStore;
+  forms: FormStore;
+  notify: (kind: 'info' | 'warn' | 'error', text: string, ms?: number) => void;
+  /** run an operation as the page does; resolves the document, or null with the error */
+  run: (op: string, input: Record<string, unknown>) => Promise<{ doc: any } | { error: ErrorInfo }>;
+}
+
+export class ShareStore {
+  shared = $state<SharedLink | null>(null);
+  lastLink = $state<{ url: string; embedded: boolean; op: string } | null>(null);
+
+  constructor(private readonly d: Deps) {}
+
+  /** Read a link in the page's URL: show its result, fill its form; returns the model it needs (null: none). */
+  open(): ModelChoice | null {
+    const s = parseFragment(location.hash).get('s');
+    if (!s) return null;
+    try {
+      const state = decodeShare(s);
+      this.shared = { state, status: 'running' };
+      this.d.forms.op = state.op;
+      if (typeof state.input.prompt === 'string') this.d.forms.prompt = state.input.prompt;
+      if (state.result !== undefined) this.d.results.set({ op: state.op, input: state.input, doc: state.result, model: state.model, ms: null, fromLink: true });
+      return choiceOf(state.model);
+    } catch (e) {
+      this.d.notify('error', errInfo(e).message, 0);
+      return null;
+    }
+  }
+
+  /** the operations are known: put the link's input in its form */
+  fillForm(): void {
+    if (this.shared) this.d.forms.fillFromInput(this.shared.state.op, this.shared.state.input);
+  }
+
+  make(op: string): { url: string; embedded: boolean } | null {
+    const r = this.d.results.byOp[op];
+    if (!r || !r.model) return null;
+    const link = shareUrl(location.href, { v: 1, model: r.model, op, input: r.input, result: r.doc });
+    this.lastLink = { ...link, op };
+    return link;
+  }
+
+  async copy(op: string): Promise<void> {
+    const link = this.make(op);
+    if (!link) return;
+    try {
+      await navigator.clipboard.writeText(link.url);
+      this.d.notify('info', `Link copied${link.embedded ? ' (with the result embedded)' : ' (the result is too large to embed; the link re-runs it)'}.`, 4000);
+    } catch {
+      this.d.notify('info', 'The clipboard is not available here: copy the link from the box below the result.', 6000);
+    }
+  }
+
+  /** Load the link's model (after a click when it was not cached) and re-run; also the retry after a failure. */
+  async loadModel(): Promise<void> {
+    const sh = this.shared;
+    if (!sh) return;
+    if (sameModel(this.d.models.ref, sh.state.model)) { await this.rerun(); return; }
+    sh.status = 'running';
+    sh.error = undefined;
+    const ok = await this.d.models.load(choiceOf(sh.state.model));
+    if (!ok && this.shared && this.shared.status === 'running') {
+      this.shared.status = 'failed';
+      this.shared.error = this.d.models.error ?? { code: 'CANCELLED', message: 'The model did not load.' };
+    }
+  }
+
+  /** a model finished loading: if it is the link's, re-run */
+  modelLoaded(): void {
+    const sh = this.shared;
+    if (!sh || !['running', 'waiting-model'].includes(sh.status)) return;
+    if (!sameModel(this.d.models.ref, sh.state.model)) return;
+    void this.rerun();
+  }
+
+  /** the SAE a shared operation reads, if any */
+  sae(): { source: string; path: string } | null {
+    const inp = this.shared?.state.input;
+    return inp && typeof inp.sae_source === 'string' ? { source: inp.sae_source, path: typeof inp.sae_path === 'string' ? inp.sae_path : '' } : null;
+  }
+
+  /** After a click: download the link's SAE and re-run. */
+  async confirmSae(): Promise<void> {
+    await this.rerun({ saeConfirmed: true });
+  }
+
+  private async rerun(opts: { saeConfirmed?: boolean } = {}): Promise<void> {
+    const sh = this.shared;
+    if (!sh) return;
+    // as with models, a link downloads an SAE only after a click, unless this browser has it already
+    const sae = this.sae();
+    if (sae && !opts.saeConfirmed) {
+      let needs = true;
+      try { needs = await this.d.client.call((api) => api.saeNeedsDownload(sae)); } catch { /* ask */ }
+      if (!this.shared) return;
+      if (needs) { this.shared.status = 'waiting-sae'; return; }
+    }
+    sh.status = 'running';
+    sh.error = undefined;
+    const embedded = sh.state.result;
+    const r = await this.d.run(sh.state.op, sh.state.input);
+    if (!this.shared) return;
+    if ('error' in r) {
+      this.shared.status = 'failed';
+      this.shared.error = r.error;
+      return;
+    }
+    if (embedded === undefined) {
+      this.shared.status = 'rerun';
+      return;
+    }
+    const cmp = compareDocuments(embedded, r.doc, 1e-4);
+    this.shared.compare = cmp;
+    this.shared.status = cmp.match ? 'matched' : 'differs';
+  }
+
+  dismiss(): void {
+    this.shared = null;
+    history.replaceState(null, '', location.pathname + location.search);
+  }
+}
