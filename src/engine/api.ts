@@ -121,6 +121,15 @@ export interface RunOptions {
    * `{hook}.hook_sae_recons` and `{hook}.hook_sae_error` (shaped like the hook)
    */
   sae?: string;
+  /**
+   * also run the backward pass (reverse mode, in the same graph): `seed` is ∂M/∂logits, shaped
+   * like the logits returned ([B, P, V] for the `logitPositions` asked for), so any metric linear
+   * in the logits is one seed (logit[A] − logit[B] at the last position: +1 at A, −1 at B).
+   * Returns ∂M/∂hook for each of `hooks` in `grads`, each shaped like the hook. The value a
+   * gradient is taken at is the hook's value after interventions. Not with `past`, `returnCache`,
+   * `withResult` or `lean`; `hook_result` has no gradient (use hook_z).
+   */
+  grad?: { hooks: string[]; seed: Tensor };
   signal?: AbortSignal;
 }
 
@@ -129,6 +138,8 @@ export interface RunResult {
   logits: Tensor;
   hooks: Record<string, Tensor>;
   present?: KVCache;
+  /** ∂M/∂hook for `grad.hooks`, shaped like the hooks */
+  grads?: Record<string, Tensor>;
 }
 
 export interface TokenizeOptions {

@@ -20,6 +20,11 @@ import { ModelTokenizer } from './tokenizer';
 import { readParam, specTensorNames, type ReadTensor } from './params';
 import { prepareSae, withSaeWeights, type SaeFiles, type SaeGraphSpec, type SaeInfo } from './sae';
 import { readTensorF32 } from './safetensors';
+import { GRAD_SEED } from './graph/backward-model';
+import { gradName } from './graph/backward';
+
+/** number of positions whose logits a run computes */
+const logitPosCount = (opts: RunOptions, T: number) => opts.logitPositions?.length ?? T;
 
 export interface ModelParts {
   config: Record<string, any>;
@@ -169,12 +174,13 @@ class EngineModel implements LoadedModel {
     return next;
   }
 
-  private session(kind: 'base' | 'result' | 'lens', saeId?: string, lean?: { sites: string[]; outputs: string[] }) {
-    const key = lean ? `lean:${JSON.stringify(lean)}` : saeId ? `${kind}|sae:${saeId}` : kind;
+  private session(kind: 'base' | 'result' | 'lens', saeId?: string, lean?: { sites: string[]; outputs: string[] }, grad?: string[]) {
+    const key = lean ? `lean:${JSON.stringify(lean)}` : grad ? `grad:${saeId ?? ''}:${grad.join(',')}` : saeId ? `${kind}|sae:${saeId}` : kind;
     let s = this.sessions.get(key);
-    if (!s && lean) {
-      // lean variants each hold the weights again: keep at most two, dropping the oldest
-      const leanKeys = [...this.sessions.keys()].filter((k) => k.startsWith('lean:'));
+    if (!s && (lean || grad)) {
+      // lean and gradient variants each hold the weights again: keep at most two of a kind, dropping the oldest
+      const prefix = lean ? 'lean:' : 'grad:';
+      const leanKeys = [...this.sessions.keys()].filter((k) => k.startsWith(prefix));
       for (const old of leanKeys.slice(0, Math.max(0, leanKeys.length - 1))) {
         const gone = this.sessions.get(old)!;
         this.sessions.delete(old);
@@ -186,7 +192,7 @@ class EngineModel implements LoadedModel {
         const sae = saeId ? this.sae(saeId) : undefined;
         const weights = sae?.weights ?? this.parts.weights;
         const graph = kind === 'lens' ? buildLensGraph(this.spec, weights.tensors)
-          : buildModelGraph(this.spec, weights.tensors, { hooks: true, withResult: kind === 'result', sae: sae?.spec, lean });
+          : buildModelGraph(this.spec, weights.tensors, { hooks: true, withResult: kind === 'result', sae: sae?.spec, lean, grad: grad && { hooks: grad } });
         return { graph, session: await this.factory.create(graph, weights) };
       })();
       s.catch(() => this.sessions.delete(key));
@@ -229,10 +235,11 @@ class EngineModel implements LoadedModel {
       means,
     });
 
-    const lean = opts.lean && !opts.sae && !withResult
+    const gradHooks = opts.grad ? this.checkGrad(opts, hookSet, B, logitPosCount(opts, T)) : undefined;
+    const lean = opts.lean && !opts.sae && !withResult && !gradHooks
       ? { sites: [...new Set(interventions.map((i) => i.hook))].sort(), outputs: [...new Set(wantHooks)].sort() }
       : undefined;
-    const { session, graph } = await this.session(kind, opts.sae, lean);
+    const { session, graph } = await this.session(kind, opts.sae, lean, gradHooks);
     const ort = this.factory.ort;
     const f32 = (data: Float32Array, dims: number[]) => new ort.Tensor('float32', data, dims);
     const feeds: Record<string, OrtTensorLike> = {};
@@ -267,7 +274,8 @@ class EngineModel implements LoadedModel {
       feeds[mulInput(site)] = c ? f32(c.mul, c.dims) : f32(one, [1]);
       feeds[addInput(site)] = c ? f32(c.add, c.dims) : f32(zero, [1]);
     }
-    const fetches = ['logits', ...wantHooks];
+    if (gradHooks) feeds[GRAD_SEED] = f32(opts.grad!.seed.data, opts.grad!.seed.dims);
+    const fetches = ['logits', ...wantHooks, ...(gradHooks ?? []).map(gradName)];
     if (opts.returnCache) for (let l = 0; l < this.spec.nLayers; l++) fetches.push(`present.${l}.key`, `present.${l}.value`);
 
     let out: Record<string, OrtTensorLike>;
@@ -281,6 +289,7 @@ class EngineModel implements LoadedModel {
     const hooks: Record<string, Tensor> = {};
     for (const h of wantHooks) hooks[h] = toTensor(out[h]);
     const result: RunResult = { logits: toTensor(out.logits), hooks };
+    if (gradHooks) result.grads = Object.fromEntries(opts.grad!.hooks.map((h) => [h, toTensor(out[gradName(h)])]));
     if (opts.returnCache) {
       const cache: KVCache = { keys: [], values: [], length: Tk };
       for (let l = 0; l < this.spec.nLayers; l++) {
@@ -290,6 +299,23 @@ class EngineModel implements LoadedModel {
       result.present = cache;
     }
     return result;
+  }
+
+  /** Validate a gradient request; returns the hooks in a canonical order (one graph variant per set). */
+  private checkGrad(opts: RunOptions, hookSet: Set<string>, B: number, P: number): string[] {
+    const g = opts.grad!;
+    if (opts.past || opts.returnCache || opts.withResult) throw new LoupeError('BAD_INPUT', 'Gradients are computed without a KV cache and without hook_result.', 'Run the full prompt without past/returnCache/withResult.');
+    if (!Array.isArray(g.hooks) || g.hooks.length === 0) throw new LoupeError('BAD_INPUT', 'grad.hooks is empty.', 'Name at least one hook, e.g. blocks.0.hook_resid_pre.');
+    for (const h of g.hooks) {
+      if (!hookSet.has(h)) throw new LoupeError('UNKNOWN_HOOK', `'${h}' is not a hook of this model.`, 'Call hookNames() for the full list.');
+      if (h.endsWith('.hook_result') || h.endsWith('.hook_sae_recons') || h.endsWith('.hook_sae_error')) throw new LoupeError('BAD_INPUT', `'${h}' is computed beside the graph, not on the path to the logits, so it has no gradient here.`, h.endsWith('hook_result') ? 'Use attn.hook_z (the per-head input of W_O).' : 'Use the SAE hook itself or hook_sae_acts_post.');
+    }
+    const V = this.spec.dVocab;
+    const want = [B, P, V];
+    if (g.seed.dims.length !== 3 || g.seed.dims.some((d, i) => d !== want[i]) || g.seed.data.length !== B * P * V) {
+      throw new LoupeError('BAD_INPUT', `grad.seed must have the logits' shape [${want}], got [${g.seed.dims}].`);
+    }
+    return [...new Set(g.hooks)].sort();
   }
 
   private validateTokens(tokens: number[] | number[][], opts: RunOptions): number[][] {

@@ -107,6 +107,26 @@ export class OnnxGraph {
     this.outputs.push(valueInfo(name, elemType));
   }
 
+  /** The nodes so far, in the order they were added (a topological order); for graph transforms (backward.ts). */
+  nodeList(): readonly { opType: string; input: string[]; output: string[]; attribute: any[] }[] {
+    return this.nodes;
+  }
+
+  /** Dims and (for int64 constants) values of an initializer, or undefined when the name is not one. */
+  initializerInfo(name: string): { dims: number[]; ints?: number[] } | undefined {
+    const t = this.initializers.find((i) => i.name === name);
+    if (!t) return undefined;
+    return { dims: t.dims.map(Number), ints: t.dataType === DT.INT64 ? t.int64Data.map(Number) : undefined };
+  }
+
+  /** Declared dims of a graph input (symbolic dims as strings), or undefined when the name is not an input. */
+  inputDims(name: string): (number | string)[] | undefined {
+    const i = this.inputs.find((x) => x.name === name);
+    if (!i) return undefined;
+    const dims = i.type?.tensorType?.shape?.dim ?? [];
+    return dims.map((d: any) => (d.dimParam ? d.dimParam : Number(d.dimValue)));
+  }
+
   inputNames(): string[] {
     return this.inputs.map((i) => i.name);
   }

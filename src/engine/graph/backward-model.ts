@@ -1,0 +1,27 @@
+/**
+ * The backward pass of the model graph (build-model.ts): which seed, which sizes the shape
+ * evaluations use, and which hooks get gradients. The transform itself is backward.ts.
+ */
+import type { OnnxGraph } from './onnx-builder';
+import type { ModelSpec } from '../spec';
+import { addBackward } from './backward';
+
+/** The seed input: ∂M/∂logits, shaped like the logits [B, P', V]. */
+export const GRAD_SEED = 'logits::grad';
+
+export function addModelBackward(g: OnnxGraph, spec: ModelSpec, hooks: string[]): string[] {
+  g.input(GRAD_SEED, 'float', ['B', 'P', spec.dVocab]);
+  // two evaluations with different sizes tell static dims from dynamic ones; gradient runs have no KV cache
+  const symbols: [Record<string, number>, Record<string, number>] = [{ B: 2, T: 3, Tk: 3, P: 1 }, { B: 3, T: 5, Tk: 5, P: 2 }];
+  return addBackward(g, {
+    output: 'logits',
+    seed: GRAD_SEED,
+    wrt: hooks,
+    symbols,
+    inputDims: (name, declared, ev) => {
+      if (name.startsWith('past.')) return [symbols[ev].B, declared[1] as number, 0, declared[3] as number];
+      if (name.endsWith('::mul') || name.endsWith('::add')) return [1]; // interventions broadcast into the hook's shape
+      return undefined;
+    },
+  });
+}
