@@ -10,7 +10,7 @@ import { LoupeError, throwIfAborted } from '../engine/errors';
 import { parseInput, checkTopK, finite } from './lib/caps';
 import { promptFields, promptIds, resolveToken, tokenText } from './lib/tokens';
 import { CONVENTIONS, decomposeLogit, describeMethod, dlaHookNames, type DlaTarget } from './lib/dla';
-import { softmax, topK } from './lib/math';
+import { softmax, topIndices, topK } from './lib/math';
 
 export const traceInput = z.object({
   ...promptFields,
@@ -56,9 +56,6 @@ export const traceOutput = documentBase('trace').extend({
 });
 export type TraceDocument = z.infer<typeof traceOutput>;
 
-function byAbs<T>(xs: T[], key: (x: T) => number, k: number): T[] {
-  return [...xs].sort((a, b) => Math.abs(key(b)) - Math.abs(key(a))).slice(0, k);
-}
 
 export const operation: Operation<TraceInput, TraceDocument> = {
   name: 'trace',
@@ -81,26 +78,28 @@ export const operation: Operation<TraceInput, TraceDocument> = {
 
     ctx.onProgress?.({ stage: 'forward pass', done: 0, total: 2 });
     throwIfAborted(ctx.signal);
-    const run = await model.run(ids, { hooks: dlaHookNames(model), signal: ctx.signal });
+    // logits at the traced position only: the unembedding of the other positions would cost as much as a tenth of the forward
+    const run = await model.run(ids, { hooks: dlaHookNames(model), logitPositions: [pos], signal: ctx.signal });
     throwIfAborted(ctx.signal);
     ctx.onProgress?.({ stage: 'attribution', done: 1, total: 2 });
 
     const V = run.logits.dims[2];
-    const row = run.logits.data.subarray(pos * V, (pos + 1) * V);
+    const row = run.logits.data.subarray(0, V);
     const probs = softmax(row);
     const top = topK(row, input.top_k);
     const predictedId = top[0];
     const target: DlaTarget = { tokenId: answerId ?? predictedId, counterfactualId: cfId };
-    const dla = decomposeLogit(model, run, target, { convention: input.convention, position: pos });
+    const dla = decomposeLogit(model, run, target, { convention: input.convention, position: pos, logitIndex: 0 });
 
-    const headList: { layer: number; head: number; logit_attribution: number }[] = [];
-    for (let l = 0; l < L; l++) for (let h = 0; h < H; h++) headList.push({ layer: l, head: h, logit_attribution: finite(dla.heads[l][h]) });
-    const neurons: z.infer<typeof neuron>[] = [];
-    for (let l = 0; l < L; l++) {
-      const a = dla.neuronAttribution[l];
-      const act = dla.neuronActivation[l];
-      for (let n = 0; n < a.length; n++) neurons.push({ layer: l, neuron: n, activation: finite(act[n]), logit_attribution: finite(a[n]) });
-    }
+    const headAt = (i: number) => dla.heads[Math.floor(i / H)][i % H];
+    const topHeads = topIndices(L * H, (i) => Math.abs(headAt(i)), input.top_k).map((i) => ({ layer: Math.floor(i / H), head: i % H, logit_attribution: finite(headAt(i)) }));
+    const M = model.info.d_mlp;
+    const neuronAt = (i: number): z.infer<typeof neuron> => {
+      const l = Math.floor(i / M), n = i % M;
+      return { layer: l, neuron: n, activation: finite(dla.neuronActivation[l][n]), logit_attribution: finite(dla.neuronAttribution[l][n]) };
+    };
+    const topNeurons = topIndices(L * M, (i) => Math.abs(dla.neuronAttribution[Math.floor(i / M)][i % M]), input.top_k).map(neuronAt);
+    const topActive = topIndices(L * M, (i) => Math.abs(dla.neuronActivation[Math.floor(i / M)][i % M]), input.top_k).map(neuronAt);
     ctx.onProgress?.({ stage: 'attribution', done: 2, total: 2 });
 
     return {
@@ -116,10 +115,10 @@ export const operation: Operation<TraceInput, TraceDocument> = {
         token_id: target.tokenId,
         ...(cfId !== undefined ? { counterfactual_token: tokenText(model, cfId), counterfactual_token_id: cfId } : {}),
       },
-      top_heads: byAbs(headList, (x) => x.logit_attribution, input.top_k),
+      top_heads: topHeads,
       head_attribution: dla.heads.map((r) => r.map(finite)),
-      top_neurons: byAbs(neurons, (x) => x.logit_attribution, input.top_k),
-      top_neurons_by_activation: byAbs(neurons, (x) => x.activation, input.top_k),
+      top_neurons: topNeurons,
+      top_neurons_by_activation: topActive,
       decomposition: { terms: dla.terms.map((t) => ({ name: t.name, value: finite(t.value) })), sum: finite(dla.sum), target: finite(dla.target) },
       checks: {
         sum_minus_target: finite(dla.sum - dla.target),

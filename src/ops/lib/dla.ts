@@ -25,6 +25,11 @@
  * scale is frozen, so head and neuron terms are (r ⊙ w_post / s_post) · e with s_post recomputed
  * from the layer's summed output; the decomposition is exact for the PRE-soft-cap logit (the
  * soft-cap is a monotone non-linearity applied after the sum), which is what `target` reports.
+ *
+ * Cost: everything that does not depend on the target (the vocabulary mean of W_U, the folded
+ * value biases b_V'[h]·W_O[h]) is computed once per model and kept (`constantsOf`). A call then
+ * reads each W_O and W_out row once (one dot product with the readout per row: a head's term is
+ * z_h · (W_O[h] e), a neuron's post[n] · (W_out[n] · e)) and never copies a weight.
  */
 import type { LoadedModel, RunResult } from '../../engine/api';
 import type { Tensor } from '../../engine/tensor';
@@ -33,54 +38,137 @@ import { LoupeError } from '../../engine/errors';
 export type Convention = 'transformer_lens' | 'raw';
 export const CONVENTIONS = ['transformer_lens', 'raw'] as const;
 
-// ------------------------------------------------------------------ parameters (cached per model)
+// ------------------------------------------------------------------ per-model constants
 
-const paramCache = new WeakMap<LoadedModel, Map<string, Tensor | null>>();
-
-/** a parameter by TL name, or null when the model has none (e.g. biases of Llama) */
-export function optionalParam(model: LoadedModel, name: string): Tensor | null {
-  let m = paramCache.get(model);
-  if (!m) paramCache.set(model, (m = new Map()));
-  if (!m.has(name)) {
-    let t: Tensor | null = null;
-    try {
-      t = model.param(name);
-    } catch {
-      t = null;
-    }
-    m.set(name, t);
-  }
-  return m.get(name)!;
+interface LayerConstants {
+  /** [H·Dh, D] */
+  WO: Float32Array;
+  bO: Float32Array;
+  /** [M, D] */
+  Wout: Float32Array;
+  bOut: Float32Array;
+  /** Gemma 2 post-norm weights, when the layer has them */
+  postAttnW: Float32Array | null;
+  postMlpW: Float32Array | null;
+  /** transformer_lens fold: b_V'[h]·W_O[h] per head [H, D] and their sum over heads [D] (computed on first use) */
+  fold?: { moved: Float64Array; sum: Float64Array };
 }
 
-export function requiredParam(model: LoadedModel, name: string): Tensor {
-  const t = optionalParam(model, name);
-  if (!t) throw new LoupeError('MISSING_TENSOR', `The model has no parameter '${name}', which direct logit attribution needs.`, 'This architecture cannot be decomposed by Loupe yet; please report it.');
-  return t;
+interface DlaConstants {
+  /** W_U [D, V], the model's own cached parameter (shared with every other op) */
+  WU: Float32Array;
+  bU: Float32Array;
+  lnfW: Float32Array;
+  lnfB: Float32Array;
+  /** mean over the vocabulary of W_U's columns and of b_U (center_unembed); computed on first use */
+  unembedMean?: { wu: Float64Array; bu: number };
+  layers: LayerConstants[];
 }
 
-const meanCache = new WeakMap<LoadedModel, { wuMean: Float64Array; buMean: number }>();
+/** constants per model: the model's parameters (model.param caches them) and what DLA derives from them once */
+const constants = new WeakMap<LoadedModel, DlaConstants>();
 
-/** mean over the vocabulary of W_U's columns, and of b_U (center_unembed) */
-function unembedMeans(model: LoadedModel): { wuMean: Float64Array; buMean: number } {
-  let c = meanCache.get(model);
+function constantsOf(model: LoadedModel): DlaConstants {
+  let c = constants.get(model);
   if (!c) {
-    const WU = requiredParam(model, 'unembed.W_U');
-    const [D, V] = WU.dims;
-    const wuMean = new Float64Array(D);
+    const p = (name: string) => model.param(name).data;
+    c = {
+      WU: p('unembed.W_U'), bU: p('unembed.b_U'), lnfW: p('ln_final.w'), lnfB: p('ln_final.b'),
+      layers: model.spec.layers.map((s, l) => ({
+        WO: p(`blocks.${l}.attn.W_O`), bO: p(`blocks.${l}.attn.b_O`),
+        Wout: p(`blocks.${l}.mlp.W_out`), bOut: p(`blocks.${l}.mlp.b_out`),
+        postAttnW: s.postAttnNorm ? postNormWeight(model, 'attn', l) : null,
+        postMlpW: s.postMlpNorm ? postNormWeight(model, 'mlp', l) : null,
+      })),
+    };
+    constants.set(model, c);
+  }
+  return c;
+}
+
+function postNormWeight(model: LoadedModel, which: 'attn' | 'mlp', l: number): Float32Array {
+  const ns = which === 'attn' ? model.spec.layers[l].postAttnNorm! : model.spec.layers[l].postMlpNorm!;
+  if (ns.kind !== 'rmsnorm') throw new LoupeError('UNSUPPORTED_ARCHITECTURE', `Direct logit attribution does not support a ${ns.kind} post-norm.`);
+  return model.param(which === 'attn' ? `blocks.${l}.ln1_post.w` : `blocks.${l}.ln2_post.w`).data;
+}
+
+function unembedMean(model: LoadedModel, c: DlaConstants): { wu: Float64Array; bu: number } {
+  if (!c.unembedMean) {
+    const { d_model: D, d_vocab: V } = model.info;
+    const wu = new Float64Array(D);
     for (let d = 0; d < D; d++) {
       let s = 0;
       const o = d * V;
-      for (let v = 0; v < V; v++) s += WU.data[o + v];
-      wuMean[d] = s / V;
+      for (let v = 0; v < V; v++) s += c.WU[o + v];
+      wu[d] = s / V;
     }
-    const bU = optionalParam(model, 'unembed.b_U');
-    let buMean = 0;
-    if (bU) { for (let v = 0; v < V; v++) buMean += bU.data[v]; buMean /= V; }
-    c = { wuMean, buMean };
-    meanCache.set(model, c);
+    let bu = 0;
+    for (let v = 0; v < V; v++) bu += c.bU[v];
+    c.unembedMean = { wu, bu: bu / V };
   }
-  return c;
+  return c.unembedMean;
+}
+
+/**
+ * b_V'[h]·W_O[h] for every query head, b_V'[h] = b_V[kv(h)] + b_ln1 · W_V[kv(h)] (GQA: kv(h) =
+ * h / (H/Hkv)); absent biases are zeros (model.param), and W_V is read only when b_ln1 is not zero.
+ */
+function foldOf(model: LoadedModel, c: DlaConstants, l: number): { moved: Float64Array; sum: Float64Array } {
+  const lc = c.layers[l];
+  if (!lc.fold) {
+    const { n_heads: H, n_kv_heads: Hkv, d_head: Dh, d_model: D } = model.info;
+    const bV = model.param(`blocks.${l}.attn.b_V`).data; // [Hkv, Dh]
+    const bLn = model.param(`blocks.${l}.ln1.b`).data; // [D], zeros for RMSNorm
+    const bVp = Float64Array.from(bV);
+    if (bLn.some((x) => x !== 0)) {
+      const WV = model.param(`blocks.${l}.attn.W_V`).data; // [Hkv, D, Dh]
+      for (let kv = 0; kv < Hkv; kv++) {
+        for (let d = 0; d < D; d++) {
+          const bd = bLn[d];
+          if (bd === 0) continue;
+          const o = (kv * D + d) * Dh;
+          for (let i = 0; i < Dh; i++) bVp[kv * Dh + i] += bd * WV[o + i];
+        }
+      }
+    }
+    const group = H / Hkv;
+    const moved = new Float64Array(H * D);
+    const sum = new Float64Array(D);
+    for (let h = 0; h < H; h++) {
+      const kv = Math.floor(h / group);
+      for (let i = 0; i < Dh; i++) axpy(moved, h * D, bVp[kv * Dh + i], lc.WO, (h * Dh + i) * D, D);
+      for (let d = 0; d < D; d++) sum[d] += moved[h * D + d];
+    }
+    lc.fold = { moved, sum };
+  }
+  return lc.fold;
+}
+
+// ------------------------------------------------------------------ kernels (monomorphic: float32 weights, float64 vectors)
+
+/** Σ_i w[wo + i] · e[i] */
+function dotRow(w: Float32Array, wo: number, e: Float64Array, n: number): number {
+  let s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  let i = 0;
+  for (; i + 3 < n; i += 4) {
+    s0 += w[wo + i] * e[i];
+    s1 += w[wo + i + 1] * e[i + 1];
+    s2 += w[wo + i + 2] * e[i + 2];
+    s3 += w[wo + i + 3] * e[i + 3];
+  }
+  for (; i < n; i++) s0 += w[wo + i] * e[i];
+  return (s0 + s1) + (s2 + s3);
+}
+
+/** y[yo + i] += a · w[wo + i] */
+function axpy(y: Float64Array, yo: number, a: number, w: Float32Array, wo: number, n: number): void {
+  for (let i = 0; i < n; i++) y[yo + i] += a * w[wo + i];
+}
+
+function dotF(a: ArrayLike<number>, b: Float64Array, n: number): number {
+  let s = 0;
+  for (let i = 0; i < n; i++) s += a[i] * b[i];
+  return s;
 }
 
 // ------------------------------------------------------------------ the target and its readout
@@ -96,23 +184,20 @@ export interface DlaTarget {
  * and the unembedding-bias term. u = W_U[:,t] (raw) or W_U[:,t] − mean_v W_U[:,v] (TL); for a
  * difference, u_a − u_c (centring cancels).
  */
-export function unembedColumn(model: LoadedModel, target: DlaTarget, convention: Convention): { u: Float64Array; biasTerm: number } {
-  const WU = requiredParam(model, 'unembed.W_U');
-  const [D, V] = WU.dims;
-  const bU = optionalParam(model, 'unembed.b_U');
+function unembedColumn(model: LoadedModel, c: DlaConstants, target: DlaTarget, convention: Convention): { u: Float64Array; biasTerm: number } {
+  const { d_model: D, d_vocab: V } = model.info;
   const u = new Float64Array(D);
-  const col = (t: number, sign: number) => {
-    for (let d = 0; d < D; d++) u[d] += sign * WU.data[d * V + t];
-  };
-  col(target.tokenId, 1);
-  let biasTerm = bU ? bU.data[target.tokenId] : 0;
+  const t = target.tokenId;
+  for (let d = 0; d < D; d++) u[d] = c.WU[d * V + t];
+  let biasTerm = c.bU[t];
   if (target.counterfactualId !== undefined) {
-    col(target.counterfactualId, -1);
-    if (bU) biasTerm -= bU.data[target.counterfactualId];
+    const cf = target.counterfactualId;
+    for (let d = 0; d < D; d++) u[d] -= c.WU[d * V + cf];
+    biasTerm -= c.bU[cf];
   } else if (convention === 'transformer_lens') {
-    const { wuMean, buMean } = unembedMeans(model);
-    for (let d = 0; d < D; d++) u[d] -= wuMean[d];
-    biasTerm -= buMean;
+    const m = unembedMean(model, c);
+    for (let d = 0; d < D; d++) u[d] -= m.wu[d];
+    biasTerm -= m.bu;
   }
   return { u, biasTerm };
 }
@@ -134,12 +219,11 @@ export interface Readout {
  * centred component ((c − mean c)/s) · (w ⊙ u).
  */
 export function readoutDirection(model: LoadedModel, target: DlaTarget, convention: Convention, scale: number): Readout {
-  const { u, biasTerm } = unembedColumn(model, target, convention);
-  const w = requiredParam(model, 'ln_final.w');
-  const b = optionalParam(model, 'ln_final.b');
+  const c = constantsOf(model);
+  const { u, biasTerm } = unembedColumn(model, c, target, convention);
   const D = u.length;
   const e = new Float64Array(D);
-  for (let d = 0; d < D; d++) e[d] = w.data[d] * u[d];
+  for (let d = 0; d < D; d++) e[d] = c.lnfW[d] * u[d];
   if (model.info.norm === 'layernorm') {
     let m = 0;
     for (let d = 0; d < D; d++) m += e[d];
@@ -147,22 +231,16 @@ export function readoutDirection(model: LoadedModel, target: DlaTarget, conventi
     for (let d = 0; d < D; d++) e[d] -= m;
   }
   for (let d = 0; d < D; d++) e[d] /= scale;
-  let lnBiasTerm = 0;
-  if (b) for (let d = 0; d < D; d++) lnBiasTerm += b.data[d] * u[d];
-  return { e, lnBiasTerm, unembedBiasTerm: biasTerm, scale };
+  return { e, lnBiasTerm: dotF(c.lnfB, u, D), unembedBiasTerm: biasTerm, scale };
 }
 
 // ------------------------------------------------------------------ hooks
-
-export function hasPosEmbed(model: LoadedModel): boolean {
-  return model.hookNames().includes('hook_pos_embed');
-}
 
 /** the hooks `decomposeLogit` reads */
 export function dlaHookNames(model: LoadedModel): string[] {
   const L = model.info.n_layers;
   const names = ['blocks.0.hook_resid_pre', `blocks.${L - 1}.hook_resid_post`, 'ln_final.hook_scale'];
-  if (hasPosEmbed(model)) names.push('hook_pos_embed');
+  if (model.spec.posEmbed) names.push('hook_pos_embed');
   for (let l = 0; l < L; l++) {
     names.push(`blocks.${l}.attn.hook_z`, `blocks.${l}.hook_attn_out`, `blocks.${l}.hook_mlp_out`, `blocks.${l}.mlp.hook_post`);
   }
@@ -183,67 +261,17 @@ function slice(t: Tensor, row: number, pos: number): Float32Array {
   return t.data.subarray(off, off + inner);
 }
 
-function dotF(a: ArrayLike<number>, b: ArrayLike<number>, n: number, ao = 0, bo = 0): number {
-  let s = 0;
-  for (let i = 0; i < n; i++) s += a[ao + i] * b[bo + i];
-  return s;
-}
-
-// ------------------------------------------------------------------ per-layer linear maps
-
-/** Gemma 2's post-norm as a frozen linear map g = w_post / s_post, from the layer's summed output x */
-function postNormGain(model: LoadedModel, which: 'attn' | 'mlp', layer: number, x: Float64Array): Float64Array | null {
-  const spec = model.spec.layers[layer];
-  const ns = which === 'attn' ? spec.postAttnNorm : spec.postMlpNorm;
-  if (!ns) return null;
-  if (ns.kind !== 'rmsnorm') throw new LoupeError('UNSUPPORTED_ARCHITECTURE', `Direct logit attribution does not support a ${ns.kind} post-norm.`);
-  const name = which === 'attn' ? `blocks.${layer}.ln1_post.w` : `blocks.${layer}.ln2_post.w`;
-  const w = requiredParam(model, name);
+/** Gemma 2's post-norm as a frozen linear map: e ⊙ w_post / s_post, s_post from the layer's summed output x */
+function postNormReadout(model: LoadedModel, which: 'attn' | 'mlp', layer: number, w: Float32Array, x: Float64Array, e: Float64Array): { eL: Float64Array; gain: Float64Array } {
+  const ns = which === 'attn' ? model.spec.layers[layer].postAttnNorm! : model.spec.layers[layer].postMlpNorm!;
   const D = x.length;
   let ms = 0;
   for (let d = 0; d < D; d++) ms += x[d] * x[d];
   const s = Math.sqrt(ms / D + ns.eps);
-  const g = new Float64Array(D);
-  for (let d = 0; d < D; d++) g[d] = w.data[d] / s;
-  return g;
-}
-
-/**
- * b_V'[h] = b_V[kv(h)] + b_ln1 · W_V[kv(h)] for every query head (GQA: kv(h) = h / (H/Hkv)), or
- * null when the model has neither value nor ln1 bias (nothing to fold).
- */
-const foldCache = new WeakMap<LoadedModel, Map<number, Float64Array[] | null>>();
-
-export function foldedValueBias(model: LoadedModel, layer: number): Float64Array[] | null {
-  let m = foldCache.get(model);
-  if (!m) foldCache.set(model, (m = new Map()));
-  if (!m.has(layer)) m.set(layer, computeFoldedValueBias(model, layer));
-  return m.get(layer)!;
-}
-
-function computeFoldedValueBias(model: LoadedModel, layer: number): Float64Array[] | null {
-  const { n_heads: H, n_kv_heads: Hkv, d_head: Dh, d_model: D } = model.info;
-  const bV = optionalParam(model, `blocks.${layer}.attn.b_V`);
-  const bLn = model.info.norm === 'layernorm' ? optionalParam(model, `blocks.${layer}.ln1.b`) : null;
-  if (!bV && !bLn) return null;
-  const WV = bLn ? requiredParam(model, `blocks.${layer}.attn.W_V`) : null; // [Hkv, D, Dh]
-  const group = H / Hkv;
-  const out: Float64Array[] = [];
-  for (let h = 0; h < H; h++) {
-    const kv = Math.floor(h / group);
-    const v = new Float64Array(Dh);
-    if (bV) for (let i = 0; i < Dh; i++) v[i] = bV.data[kv * Dh + i];
-    if (bLn && WV) {
-      for (let d = 0; d < D; d++) {
-        const bd = bLn.data[d];
-        if (bd === 0) continue;
-        const o = (kv * D + d) * Dh;
-        for (let i = 0; i < Dh; i++) v[i] += bd * WV.data[o + i];
-      }
-    }
-    out.push(v);
-  }
-  return out;
+  const gain = new Float64Array(D);
+  const eL = new Float64Array(D);
+  for (let d = 0; d < D; d++) { gain[d] = w[d] / s; eL[d] = e[d] * gain[d]; }
+  return { eL, gain };
 }
 
 // ------------------------------------------------------------------ the decomposition
@@ -266,7 +294,7 @@ export interface DlaResult {
   heads: number[][];
   /** per layer: neuron attributions and activations at the position, [n_layers][d_mlp] */
   neuronAttribution: Float64Array[];
-  neuronActivation: Float64Array[];
+  neuronActivation: Float32Array[];
   /** max |Σ components − resid_post| and max over layers |Σ_h head outputs + bias − attn_out|: how exactly hooks and parameters agree */
   checks: { residual_reconstruction_max_abs: number; attention_reconstruction_max_abs: number };
   finalSoftcap: number | null;
@@ -286,6 +314,11 @@ export interface DecomposeOptions {
   position?: number;
   /** batch row of the run (default 0) */
   row?: number;
+  /**
+   * index of the position's row in run.logits (default: the position itself, i.e. a run with
+   * every position's logits; 0 for a run with logitPositions: [position])
+   */
+  logitIndex?: number;
 }
 
 /**
@@ -294,110 +327,84 @@ export interface DecomposeOptions {
  */
 export function decomposeLogit(model: LoadedModel, run: RunResult, target: DlaTarget, opts: DecomposeOptions): DlaResult {
   const { n_layers: L, n_heads: H, d_head: Dh, d_model: D, d_mlp: M } = model.info;
+  const c = constantsOf(model);
   const row = opts.row ?? 0;
   const residPre0 = hook(run, 'blocks.0.hook_resid_pre');
   const T = residPre0.dims[1];
   const pos = opts.position ?? T - 1;
   const convention = opts.convention;
+  const tl = convention === 'transformer_lens';
   const scale = slice(hook(run, 'ln_final.hook_scale'), row, pos)[0];
   const ro = readoutDirection(model, target, convention, scale);
   const e = ro.e;
 
   const terms: DlaTerm[] = [];
   const resid = new Float64Array(D); // Σ of the residual components, to check against resid_post
-  const add = (c: ArrayLike<number>) => { for (let d = 0; d < D; d++) resid[d] += c[d]; };
+  const add = (v: Float32Array) => { for (let d = 0; d < D; d++) resid[d] += v[d]; };
 
   // embeddings: resid_pre0 = embed (+ pos_embed); taking embed as the difference keeps any
   // embedding scale (Gemma's √d) inside the term whatever hook_embed's convention is
   const r0 = slice(residPre0, row, pos);
   add(r0);
-  if (hasPosEmbed(model)) {
-    const pe = slice(hook(run, 'hook_pos_embed'), row, pos);
-    terms.push({ name: 'embed', value: dotF(r0, e, D) - dotF(pe, e, D) });
-    terms.push({ name: 'pos_embed', value: dotF(pe, e, D) });
+  if (model.spec.posEmbed) {
+    const pe = dotF(slice(hook(run, 'hook_pos_embed'), row, pos), e, D);
+    terms.push({ name: 'embed', value: dotF(r0, e, D) - pe });
+    terms.push({ name: 'pos_embed', value: pe });
   } else {
     terms.push({ name: 'embed', value: dotF(r0, e, D) });
   }
 
   const heads: number[][] = [];
   const neuronAttribution: Float64Array[] = [];
-  const neuronActivation: Float64Array[] = [];
+  const neuronActivation: Float32Array[] = [];
   let attnErr = 0;
+  const x = new Float64Array(D);
+  const HD = H * Dh;
   for (let l = 0; l < L; l++) {
-    // ---- attention: r_h = z_h · W_O[h]
-    const z = slice(hook(run, `blocks.${l}.attn.hook_z`), row, pos); // [H, Dh]
-    const WO = requiredParam(model, `blocks.${l}.attn.W_O`); // [H, Dh, D]
-    const bO = optionalParam(model, `blocks.${l}.attn.b_O`);
-    const r: Float64Array[] = [];
-    const x = new Float64Array(D); // pre-post-norm attention output Σ_h r_h + b_O
-    for (let h = 0; h < H; h++) {
-      const rh = new Float64Array(D);
-      for (let i = 0; i < Dh; i++) {
-        const zi = z[h * Dh + i];
-        const o = (h * Dh + i) * D;
-        for (let d = 0; d < D; d++) rh[d] += zi * WO.data[o + d];
-      }
-      r.push(rh);
-      for (let d = 0; d < D; d++) x[d] += rh[d];
-    }
-    const bias = new Float64Array(D);
-    if (bO) for (let d = 0; d < D; d++) bias[d] = bO.data[d];
-    for (let d = 0; d < D; d++) x[d] += bias[d];
-    if (convention === 'transformer_lens') {
-      const bv = foldedValueBias(model, l);
-      if (bv) {
-        for (let h = 0; h < H; h++) {
-          const moved = new Float64Array(D);
-          for (let i = 0; i < Dh; i++) {
-            const o = (h * Dh + i) * D;
-            for (let d = 0; d < D; d++) moved[d] += bv[h][i] * WO.data[o + d];
-          }
-          for (let d = 0; d < D; d++) { r[h][d] -= moved[d]; bias[d] += moved[d]; }
-        }
-      }
-    }
-    const g = postNormGain(model, 'attn', l, x);
-    const eL = g ? e.map((v, d) => v * g[d]) : e;
+    const lc = c.layers[l];
+    // ---- attention: head h's term is z_h · (W_O[h] eL) (minus its folded value bias in TL); the
+    // same pass over W_O sums x = Σ_h z_h W_O[h] + b_O for the reconstruction check (and Gemma's post-norm)
+    const z = slice(hook(run, `blocks.${l}.attn.hook_z`), row, pos); // [H·Dh]
+    x.fill(0);
+    for (let i = 0; i < HD; i++) axpy(x, 0, z[i], lc.WO, i * D, D);
+    for (let d = 0; d < D; d++) x[d] += lc.bO[d];
+    const post = lc.postAttnW ? postNormReadout(model, 'attn', l, lc.postAttnW, x, e) : null;
+    const eL = post ? post.eL : e;
+    const fold = tl ? foldOf(model, c, l) : null;
     const headRow: number[] = [];
     for (let h = 0; h < H; h++) {
-      const v = dotF(r[h], eL, D);
+      let v = 0;
+      for (let i = h * Dh; i < (h + 1) * Dh; i++) if (z[i] !== 0) v += z[i] * dotRow(lc.WO, i * D, eL, D);
+      if (fold) v -= dotRow64(fold.moved, h * D, eL, D);
       headRow.push(v);
       terms.push({ name: `L${l}H${h}`, value: v });
     }
     heads.push(headRow);
-    terms.push({ name: `L${l}.attn.b_O`, value: dotF(bias, eL, D) });
+    let biasTerm = dotF(lc.bO, eL, D);
+    if (fold) biasTerm += dotRow64(fold.sum, 0, eL, D);
+    terms.push({ name: `L${l}.attn.b_O`, value: biasTerm });
     const attnOut = slice(hook(run, `blocks.${l}.hook_attn_out`), row, pos);
-    for (let d = 0; d < D; d++) attnErr = Math.max(attnErr, Math.abs(x[d] * (g ? g[d] : 1) - attnOut[d]));
+    for (let d = 0; d < D; d++) attnErr = Math.max(attnErr, Math.abs(x[d] * (post ? post.gain[d] : 1) - attnOut[d]));
     add(attnOut);
 
-    // ---- MLP: the whole output from its hook; neurons from hook_post · W_out
+    // ---- MLP: the whole output from its hook; neuron n's term is post[n] · (W_out[n] · eM)
     const mlpOut = slice(hook(run, `blocks.${l}.hook_mlp_out`), row, pos);
     terms.push({ name: `L${l}.mlp`, value: dotF(mlpOut, e, D) });
     add(mlpOut);
-    const post = slice(hook(run, `blocks.${l}.mlp.hook_post`), row, pos); // [M]
-    const Wout = requiredParam(model, `blocks.${l}.mlp.W_out`); // [M, D]
+    const act = slice(hook(run, `blocks.${l}.mlp.hook_post`), row, pos); // [M]
     let eM = e;
-    if (model.spec.layers[l].postMlpNorm) {
-      const xm = new Float64Array(D);
-      const bOut = optionalParam(model, `blocks.${l}.mlp.b_out`);
-      for (let n = 0; n < M; n++) { const a = post[n]; if (a !== 0) for (let d = 0; d < D; d++) xm[d] += a * Wout.data[n * D + d]; }
-      if (bOut) for (let d = 0; d < D; d++) xm[d] += bOut.data[d];
-      const gm = postNormGain(model, 'mlp', l, xm)!;
-      eM = e.map((v, d) => v * gm[d]);
+    if (lc.postMlpW) {
+      const xm = Float64Array.from(lc.bOut);
+      for (let n = 0; n < M; n++) if (act[n] !== 0) axpy(xm, 0, act[n], lc.Wout, n * D, D);
+      eM = postNormReadout(model, 'mlp', l, lc.postMlpW, xm, e).eL;
     }
     const na = new Float64Array(M);
-    const act = new Float64Array(M);
-    for (let n = 0; n < M; n++) {
-      act[n] = post[n];
-      na[n] = post[n] * dotF(Wout.data, eM, D, n * D, 0);
-    }
+    for (let n = 0; n < M; n++) if (act[n] !== 0) na[n] = act[n] * dotRow(lc.Wout, n * D, eM, D);
     neuronAttribution.push(na);
-    neuronActivation.push(act);
+    neuronActivation.push(act.slice());
   }
 
-  const lnB = optionalParam(model, 'ln_final.b');
-  if (lnB) terms.push({ name: 'ln_final.b', value: ro.lnBiasTerm });
-  else terms.push({ name: 'ln_final.b', value: 0 });
+  terms.push({ name: 'ln_final.b', value: ro.lnBiasTerm });
   terms.push({ name: 'unembed.b_U', value: ro.unembedBiasTerm });
 
   let sum = 0;
@@ -411,14 +418,14 @@ export function decomposeLogit(model: LoadedModel, run: RunResult, target: DlaTa
   const cap = model.spec.finalSoftcap ?? null;
   const logits = run.logits;
   const V = logits.dims[2];
-  const lo = (row * logits.dims[1] + pos) * V;
+  const lo = (row * logits.dims[1] + (opts.logitIndex ?? pos)) * V;
   const pre = (t: number) => unsoftcap(logits.data[lo + t], cap);
   let targetValue: number;
   let targetKind: DlaResult['targetKind'];
   if (target.counterfactualId !== undefined) {
     targetValue = pre(target.tokenId) - pre(target.counterfactualId);
     targetKind = 'logit_difference';
-  } else if (convention === 'transformer_lens') {
+  } else if (tl) {
     let m = 0;
     for (let v = 0; v < V; v++) m += pre(v);
     targetValue = pre(target.tokenId) - m / V;
@@ -435,6 +442,12 @@ export function decomposeLogit(model: LoadedModel, run: RunResult, target: DlaTa
   };
 }
 
+/** Σ_i a[ao + i] · e[i] for a float64 vector a */
+function dotRow64(a: Float64Array, ao: number, e: Float64Array, n: number): number {
+  let s = 0;
+  for (let i = 0; i < n; i++) s += a[ao + i] * e[i];
+  return s;
+}
 /** a sentence for documents saying exactly what the numbers are */
 export function describeMethod(model: LoadedModel, convention: Convention, kind: DlaResult['targetKind']): string {
   const ln = model.info.norm === 'layernorm';

@@ -31,10 +31,35 @@ export function argmax(x: ArrayLike<number>, start = 0, n = x.length - start): n
 }
 
 /** indices of the k largest values (descending) */
+/** indices (relative to start) of the k largest values, largest first, ties lower index first */
 export function topK(x: ArrayLike<number>, k: number, start = 0, n = x.length - start): number[] {
-  const idx = Array.from({ length: n }, (_, i) => i);
-  idx.sort((a, b) => x[start + b] - x[start + a]);
-  return idx.slice(0, Math.min(k, n));
+  return topIndices(n, (i) => x[start + i], k);
+}
+
+/**
+ * The indices i < n of the k largest score(i), largest first, ties lower index first (as a stable
+ * sort). Small k (the usual top-10 of a vocabulary or of every neuron): one pass keeping the best
+ * k in order, instead of sorting all n.
+ */
+export function topIndices(n: number, score: (i: number) => number, k: number): number[] {
+  if (k <= 0) return [];
+  if (k > 64) {
+    const s = Float64Array.from({ length: n }, (_, i) => score(i));
+    const idx = Array.from({ length: n }, (_, i) => i);
+    idx.sort((a, b) => s[b] - s[a]);
+    return idx.slice(0, Math.min(k, n));
+  }
+  const top: number[] = [];
+  const val: number[] = [];
+  for (let i = 0; i < n; i++) {
+    const v = score(i);
+    if (top.length === k && !(v > val[k - 1])) continue;
+    let j = top.length === k ? k - 1 : top.length;
+    while (j > 0 && v > val[j - 1]) { top[j] = top[j - 1]; val[j] = val[j - 1]; j--; }
+    top[j] = i;
+    val[j] = v;
+  }
+  return top;
 }
 
 /** KL(p || q) from two log-prob rows */
