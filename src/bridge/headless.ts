@@ -17,6 +17,7 @@ import type { CallOptions, ExecResult } from './page-session';
 import type { AgentInfo } from './protocol';
 import { loadModelInput } from './tools';
 import { parse } from './validate';
+import { NO_LOCAL, type LocalAccess } from '../node/local-access';
 
 export interface HeadlessOptions {
   backend?: 'node' | 'wasm';
@@ -25,9 +26,12 @@ export interface HeadlessOptions {
   log?: (msg: string) => void;
   /** operation lookup (defaults to the registry) */
   lookup?: (name: string) => Operation | undefined;
+  /** local folders tool calls may read (load_model, sae_source, descriptions): none unless the
+   * user started the companion with --allow-local DIR. `model` above is the user's own and may be any. */
+  local?: LocalAccess;
 }
 
-type LoadFn = (spec: string, opts: { backend?: 'node' | 'wasm'; onProgress?: (p: { file: string; loaded: number; total: number | null }) => void; signal?: AbortSignal }) => Promise<LoadedModel>;
+type LoadFn = (spec: string, opts: { backend?: 'node' | 'wasm'; local?: LocalAccess; onProgress?: (p: { file: string; loaded: number; total: number | null }) => void; signal?: AbortSignal }) => Promise<LoadedModel>;
 
 export class HeadlessExecutor implements Executor {
   readonly mode = 'headless' as const;
@@ -115,7 +119,7 @@ export class HeadlessExecutor implements Executor {
         throw new LoupeError('BAD_INPUT', 'Headless load_model takes the revision in the model spec, not as a separate field.', 'Pass model: "owner/name@revision" or omit revision.');
       }
       const t0 = Date.now();
-      await this.loadModel(input.model, input.backend === 'wasm' ? 'wasm' : this.o.backend, ctx);
+      await this.loadModel(input.model, input.backend === 'wasm' ? 'wasm' : this.o.backend, ctx, this.local);
       return { document: { loaded: true, model: { ...this.model!.info }, load_ms: Date.now() - t0 }, instance_id: this.instanceId };
     }
     if (tool === 'list_models') {
@@ -137,21 +141,26 @@ export class HeadlessExecutor implements Executor {
 
   /** Imported on first use, like the model loader: tools/list must not pull in the Node loaders. */
   private saeLoaders(): Promise<SaeLoaders> {
-    this.sae ??= import('../node/load-sae').then((m) => m.createNodeSaeLoaders());
+    this.sae ??= import('../node/load-sae').then((m) => m.createNodeSaeLoaders({ local: this.local }));
     return this.sae;
   }
 
   private async ensureModel(ctx: { signal: AbortSignal; onProgress?: (p: Progress) => void }): Promise<LoadedModel> {
-    if (!this.model) await this.loadModel(this.o.model ?? 'default', this.o.backend, ctx);
+    if (!this.model) await this.loadModel(this.o.model ?? 'default', this.o.backend, ctx, 'any');
     return this.model!;
   }
 
-  private async loadModel(spec: string, backend: 'node' | 'wasm' | undefined, ctx: { signal: AbortSignal; onProgress?: (p: Progress) => void }): Promise<void> {
+  private get local(): LocalAccess {
+    return this.o.local ?? NO_LOCAL;
+  }
+
+  private async loadModel(spec: string, backend: 'node' | 'wasm' | undefined, ctx: { signal: AbortSignal; onProgress?: (p: Progress) => void }, local: LocalAccess): Promise<void> {
     // Imported on first use: tools/list and loupe_status must answer without loading onnxruntime.
     const { loadModelNode } = (await import('../node/load')) as { loadModelNode: LoadFn };
     this.o.log?.(`loading model ${spec} (${backend ?? 'node'})`);
     const next = await loadModelNode(spec, {
       backend,
+      local,
       signal: ctx.signal,
       onProgress: (p) => ctx.onProgress?.({ stage: `loading ${p.file}`, done: p.loaded, total: p.total ?? p.loaded }),
     });

@@ -15,6 +15,7 @@ import { JobManager } from './jobs';
 import { createMcpServer } from './mcp-server';
 import { PageExecutor } from './page-executor';
 import type { ExecResult } from './page-session';
+import { allowLocal, type LocalAccess } from '../node/local-access';
 
 export const DEFAULT_PORT = 5178;
 
@@ -30,6 +31,9 @@ Options:
                       companion on the same port shares the first one's hub
   --model SPEC        headless: model to load on first use (default: the bundled stories260K)
   --backend node|wasm headless: runtime (default node)
+  --allow-local DIR   headless: let tool calls read local folders inside DIR (models,
+                      sae_source, descriptions); repeatable. Without it MCP clients can
+                      name no local path at all
   --dist DIR          folder of the built workbench to serve (default: <loupe>/dist)
   --page-wait S       seconds a call waits for a page to pair before failing (default 5)
   --deadline S        hard limit of one call in seconds (default 600)
@@ -45,6 +49,7 @@ export interface McpArgs {
   model?: string;
   backend?: 'node' | 'wasm';
   dist?: string;
+  allowLocal: string[];
   pageWaitS: number;
   deadlineS: number;
   jobDeadlineS: number;
@@ -57,7 +62,7 @@ export class UsageError extends Error {}
 
 export function parseMcpArgs(argv: string[]): McpArgs {
   const a: McpArgs = {
-    headless: false, port: envPort(), pageWaitS: 5, deadlineS: 600, jobDeadlineS: 3600, jobTtlS: 1800, heartbeatS: 5, help: false,
+    headless: false, port: envPort(), allowLocal: [], pageWaitS: 5, deadlineS: 600, jobDeadlineS: 3600, jobTtlS: 1800, heartbeatS: 5, help: false,
   };
   const args = argv[0] === 'mcp' ? argv.slice(1) : argv;
   const num = (flag: string, v: string | undefined, min: number, max: number): number => {
@@ -79,6 +84,12 @@ export function parseMcpArgs(argv: string[]): McpArgs {
         break;
       }
       case '--dist': a.dist = value(); if (!a.dist) throw new UsageError('--dist needs a folder'); break;
+      case '--allow-local': {
+        const d = value();
+        if (!d) throw new UsageError('--allow-local needs a folder');
+        a.allowLocal.push(d);
+        break;
+      }
       case '--page-wait': a.pageWaitS = num(flag, value(), 0, 600); break;
       case '--deadline': a.deadlineS = num(flag, value(), 1, 86400); break;
       case '--job-deadline': a.jobDeadlineS = num(flag, value(), 1, 7 * 86400); break;
@@ -88,6 +99,7 @@ export function parseMcpArgs(argv: string[]): McpArgs {
       default: throw new UsageError(`unknown option ${args[i]}`);
     }
   }
+  if (a.allowLocal.length && !a.headless) throw new UsageError('--allow-local applies to --headless only (the page reads no local files)');
   return a;
 }
 
@@ -151,7 +163,15 @@ export async function runMcp(argv: string[]): Promise<number> {
   const version = packageVersion(root);
   let executor: Executor;
   if (a.headless) {
-    executor = new HeadlessExecutor({ backend: a.backend, model: a.model, log });
+    let local: LocalAccess;
+    try {
+      local = allowLocal(a.allowLocal);
+    } catch (e) {
+      process.stderr.write(`loupe mcp: --allow-local: ${(e as Error).message}\n`);
+      return (process.exitCode = 2);
+    }
+    executor = new HeadlessExecutor({ backend: a.backend, model: a.model, log, local });
+    if (a.allowLocal.length) log(`tool calls may read local folders inside: ${(local as { roots: string[] }).roots.join(', ')}`);
     log(`headless: tools run in this process (${a.backend ?? 'node'} backend)`);
   } else {
     const pe = new PageExecutor({

@@ -29,7 +29,7 @@ export function toObjectSchema(schema: z.ZodType, io: 'input' | 'output'): JsonS
 // ---- the bridge's own tools ----
 
 export const loadModelInput = z.object({
-  model: z.string().min(1).describe("What to load: 'default' (the bundled stories260K, no download), a Hugging Face Hub id such as 'openai-community/gpt2', a URL of a folder holding config.json, tokenizer.json and *.safetensors, or (headless only) a local folder path."),
+  model: z.string().min(1).describe("What to load: 'default' (the bundled stories260K, no download), a Hugging Face Hub id such as 'openai-community/gpt2', a URL of a folder holding config.json, tokenizer.json and *.safetensors, or (headless, inside a folder the companion allows with --allow-local) a local folder path."),
   revision: z.string().optional().describe("Hub revision (branch, tag or commit); default 'main'."),
   backend: z.enum(['auto', 'webgpu', 'wasm', 'node']).optional().describe("Runtime: in the page 'auto' (WebGPU if available, else WASM), 'webgpu' or 'wasm'; headless 'node' (default) or 'wasm'."),
 });

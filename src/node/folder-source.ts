@@ -11,14 +11,21 @@ import { promises as fsp, statSync } from 'node:fs';
 import * as path from 'node:path';
 import { LoupeError } from '../engine/errors';
 import type { FetchOptions, ModelRef, ModelSource } from '../engine/source/types';
+import { checkLocalPath, type LocalAccess } from './local-access';
 
 export class FolderSource implements ModelSource {
   readonly ref: ModelRef;
   readonly dir: string;
 
-  constructor(dir: string) {
+  /**
+   * @param access which folders the caller may read ('any' for the CLI's own user); checked here,
+   *   before the folder is touched, and again for every file (a symlink inside may point out)
+   * @param spec the caller's words for the folder, for the refusal message
+   */
+  constructor(dir: string, private access: LocalAccess = 'any', spec = dir) {
     this.dir = path.resolve(dir.startsWith('~') ? path.join(process.env.HOME ?? '', dir.slice(1)) : dir);
     this.ref = { kind: 'folder', id: this.dir, revision: '' };
+    checkLocalPath(this.dir, access, spec);
   }
 
   /** absolute path of a file inside the folder (no escaping it with ..) */
@@ -27,6 +34,7 @@ export class FolderSource implements ModelSource {
     if (p !== this.dir && !p.startsWith(this.dir + path.sep)) {
       throw new LoupeError('BAD_INPUT', `File name ${JSON.stringify(file)} leaves the model folder.`);
     }
+    checkLocalPath(p, this.access, p);
     return p;
   }
 

@@ -25,6 +25,7 @@ import type { ByteCache, ModelSource } from '../engine/source/types';
 import { UrlSource } from '../engine/source/url-source';
 import { DirCache } from './dir-cache';
 import { FolderSource } from './folder-source';
+import type { LocalAccess } from './local-access';
 
 export interface NodeLoadOptions extends Omit<LoadFilesOptions, 'cache'> {
   /** byte cache for Hub/URL models (default: a DirCache); false: none, weights stay in memory */
@@ -92,12 +93,15 @@ function isDir(p: string): boolean {
 }
 
 /** A model spec string (or an already resolved ref) -> a ModelSource, in Node. */
-export function sourceFromSpec(spec: string | ResolvedModelRef, opts: { endpoint?: string; token?: string } = {}): ModelSource {
+export function sourceFromSpec(spec: string | ResolvedModelRef, opts: { endpoint?: string; token?: string; local?: LocalAccess } = {}): ModelSource {
   const endpoint = opts.endpoint ?? process.env.HF_ENDPOINT ?? undefined;
-  const ref = typeof spec === 'string' ? resolveModelRef(spec, { endpoint, isFolder: isDir }) : spec;
+  const local = opts.local ?? 'any';
+  // Only a caller allowed any folder may have a bare 'owner/name' probed on disk: for the others
+  // that probe alone would tell them whether the folder exists.
+  const ref = typeof spec === 'string' ? resolveModelRef(spec, { endpoint, isFolder: local === 'any' ? isDir : undefined }) : spec;
   switch (ref.kind) {
     case 'bundled': return new FolderSource(bundledModelDir());
-    case 'folder': return new FolderSource(ref.id);
+    case 'folder': return new FolderSource(ref.id, local, typeof spec === 'string' ? spec : ref.id);
     case 'url': return new UrlSource(ref.id);
     case 'hub': return new HubSource(ref.id, { revision: ref.revision, endpoint: ref.endpoint ?? endpoint, token: opts.token ?? process.env.HF_TOKEN });
   }

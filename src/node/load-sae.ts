@@ -15,6 +15,7 @@ import { BUNDLED_MODEL_ID } from '../engine/source/ref';
 import { DirCache } from './dir-cache';
 import { FolderSource } from './folder-source';
 import { sourceFromSpec } from './load-files-node';
+import type { LocalAccess } from './local-access';
 
 export interface NodeSaeLoaderOptions {
   /** byte cache for Hub/URL SAEs (default: a DirCache at the default location); false = none */
@@ -25,6 +26,8 @@ export interface NodeSaeLoaderOptions {
   token?: string;
   /** refuse SAEs whose weights exceed this many bytes (default 2 GiB, checked from cfg.json before the weights are fetched) */
   maxBytes?: number;
+  /** local folders the caller may read (default 'any': the CLI's user; MCP callers get only --allow-local folders) */
+  local?: LocalAccess;
 }
 
 export function createNodeSaeLoaders(opts: NodeSaeLoaderOptions = {}): SaeLoaders {
@@ -35,7 +38,7 @@ export function createNodeSaeLoaders(opts: NodeSaeLoaderOptions = {}): SaeLoader
     if (spec === 'default' || spec === BUNDLED_MODEL_ID) {
       throw new LoupeError('BAD_INPUT', `${JSON.stringify(spec)} names the bundled model, not an SAE.`, "Give the SAE's Hub repository, URL or folder as sae_source.");
     }
-    const source = sourceFromSpec(spec, { endpoint: opts.endpoint, token: opts.token });
+    const source = sourceFromSpec(spec, { endpoint: opts.endpoint, token: opts.token, local: opts.local });
     return { source, cache: source instanceof FolderSource ? undefined : cacheFor() };
   }, opts.maxBytes);
 }

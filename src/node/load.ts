@@ -13,11 +13,14 @@ import { loadModelFilesNode, sourceFromSpec, type NodeLoadOptions } from './load
 import { nodeSessionFactory } from './session-node';
 import { FolderSource } from './folder-source';
 import { requireOrtNode } from './ort-node';
+import type { LocalAccess } from './local-access';
 
 export interface NodeModelOptions extends Omit<LoadOptions, 'backend'>, Pick<NodeLoadOptions, 'cache' | 'endpoint' | 'token'> {
   backend?: 'node' | 'wasm';
   /** intra-op threads for onnxruntime-node (default: ORT's choice) */
   threads?: number;
+  /** local folders the caller may load from (default 'any': the CLI's user; see local-access.ts) */
+  local?: LocalAccess;
 }
 
 export async function nodeFactory(backend: 'node' | 'wasm', threads?: number): Promise<SessionFactory> {

@@ -28,7 +28,7 @@ export type SaeOpContext = OpContext;
 // ------------------------------------------------------------------ input fields
 
 export const saeRefFields = {
-  sae_source: z.string().min(1).describe("Where the SAE lives: a Hub repository 'owner/name' or 'owner/name@revision', an http(s) URL of a folder, or (CLI) a local folder."),
+  sae_source: z.string().min(1).describe("Where the SAE lives: a Hub repository 'owner/name' or 'owner/name@revision', an http(s) URL of a folder, or a local folder (CLI; over MCP only inside a folder the companion allows with --allow-local)."),
   sae_path: z.string().default('').describe("The SAE's folder inside sae_source, holding cfg.json and sae_weights.safetensors (SAELens layout), e.g. 'blocks.8.hook_resid_pre'; '' = the root."),
 };
 
@@ -37,7 +37,7 @@ export const EXPLANATIONS_FILE = 'explanations.json';
 export const descriptionsField = z
   .union([z.string(), z.array(z.record(z.string(), z.unknown())), z.record(z.string(), z.unknown())])
   .optional()
-  .describe(`Auto-interp feature descriptions in Neuronpedia's export layout (records with "index" and "description"; a JSON array, {"explanations": [...]}, or JSON Lines, optionally gzipped): a URL, a path (CLI), or the JSON itself. Default: ${EXPLANATIONS_FILE} next to the SAE's cfg.json when it exists. Features without a description get null.`);
+  .describe(`Auto-interp feature descriptions in Neuronpedia's export layout (records with "index" and "description"; a JSON array, {"explanations": [...]}, or JSON Lines, optionally gzipped): a URL, a path (CLI; over MCP only inside a folder the companion allows with --allow-local), or the JSON itself. Default: ${EXPLANATIONS_FILE} next to the SAE's cfg.json when it exists. Features without a description get null.`);
 
 export const featureField = z.number().int().min(0).describe('feature index (0 … d_sae − 1)');
 
