@@ -6,7 +6,7 @@ import { describe, it, expect } from 'vitest';
 import { z } from 'zod';
 import { splitArgs, flagsToInput, coerce, isBooleanField, properties, UsageError, CLI_FLAGS } from '../src/cli/args';
 import { getOperation } from '../src/ops/index';
-import { schemasOf } from '../src/schema/json-schema';
+import { schemasOf } from '../src/ops/schemas';
 
 const schema = z.object({
   prompt: z.string(),

@@ -11,7 +11,7 @@ import { join, resolve } from 'node:path';
 import { loadModelNode } from '../src/node/load';
 import type { LoadedModel } from '../src/engine/api';
 import { operations, getOperation } from '../src/ops/index';
-import { allSchemas, schemasOf } from '../src/schema/json-schema';
+import { allSchemas, schemasOf } from '../src/ops/schemas';
 import { schemaErrors, viaJson } from './schema-helpers';
 import { SHARED } from './helpers/shared';
 

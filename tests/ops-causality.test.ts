@@ -10,7 +10,7 @@
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import { loadModelNode } from '../src/node/load';
 import type { LoadedModel, RunOptions } from '../src/engine/api';
-import { causality, decideVerdict } from '../src/ops/causality';
+import { operation as causality, decideVerdict } from '../src/ops/causality';
 import { loadModelDir, referenceForward, lastLogits, argmax, type RefModel, logSoftmax64 } from './reference';
 import { schemaErrors, viaJson } from './schema-helpers';
 import { SHARED } from './helpers/shared';

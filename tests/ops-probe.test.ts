@@ -17,9 +17,9 @@
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import { loadModelNode } from '../src/node/load';
 import type { LoadedModel, RunOptions } from '../src/engine/api';
-import { capture } from '../src/ops/capture';
-import { probe } from '../src/ops/probe';
-import { steer } from '../src/ops/steer';
+import { operation as capture } from '../src/ops/capture';
+import { operation as probe } from '../src/ops/probe';
+import { operation as steer } from '../src/ops/steer';
 import { MemoryHandleStore } from '../src/ops/lib/handle-store';
 import { accuracy, auroc, fitLogistic, stratifiedSplit } from '../src/ops/lib/probe-math';
 import { rng, gaussian } from '../src/ops/lib/math';

@@ -12,7 +12,7 @@ import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import { loadModelNode } from '../src/node/load';
 import type { LoadedModel, RunOptions } from '../src/engine/api';
 import { generateTokens } from '../src/ops/lib/generation';
-import { steer, type SteerDocument } from '../src/ops/steer';
+import { operation as steer, type SteerDocument } from '../src/ops/steer';
 import { loadModelDir, referenceForward, lastLogits, argmax, type RefModel, logSoftmax64 } from './reference';
 import { schemaErrors, viaJson } from './schema-helpers';
 import { SHARED } from './helpers/shared';

@@ -1,10 +1,10 @@
 /**
- * Validate documents against the PUBLISHED JSON Schemas (src/schema/json-schema.ts), with an
+ * Validate documents against the PUBLISHED JSON Schemas (src/ops/schemas.ts), with an
  * independent validator (ajv, draft 2020-12) — not with the zod schemas they were made from.
  * ajv comes with @modelcontextprotocol/sdk (not a direct dependency).
  */
 import Ajv2020 from 'ajv/dist/2020';
-import { schemasOf } from '../src/schema/json-schema';
+import { schemasOf } from '../src/ops/schemas';
 
 const ajv = new Ajv2020({ strict: false, allErrors: true });
 const cache = new Map<string, ReturnType<typeof ajv.compile>>();

@@ -6,7 +6,7 @@
 import { describe, it, expect } from 'vitest';
 import Ajv2020 from 'ajv/dist/2020';
 import { operations } from '../src/ops/index';
-import { allSchemas, schemasOf } from '../src/schema/json-schema';
+import { allSchemas, schemasOf } from '../src/ops/schemas';
 import { SCHEMA_VERSION } from '../src/schema/common';
 import { schemaErrors } from './schema-helpers';
 

@@ -7,10 +7,10 @@
  * reduce an Error to {name, message} and lose the code and hint.
  */
 import * as Comlink from 'comlink';
-import { z } from 'zod';
 import { LoupeError, toLoupeError } from '../src/engine/errors';
 import type { LoadedModel } from '../src/engine/api';
-import { operations, getOperation } from '../src/ops/index';
+import { operations, parseOperationInput, requireOperation } from '../src/ops/index';
+import { operationSchemas } from '../src/ops/schemas';
 import { JobTable, throttle, fileDone, stepDone } from './jobs';
 import { instanceHandleStore, newInstanceId } from '../src/bridge/handles';
 import { gpuInfo, storageInfo, jsHeapBytes } from './doctor';
@@ -60,15 +60,7 @@ const api: EngineWorkerApi = {
 
   listOperations() {
     return guarded(async () => {
-      opInfos ??= Object.values(operations).map((op) => {
-        let inputSchema: Record<string, unknown>;
-        try {
-          inputSchema = z.toJSONSchema(op.input, { io: 'input', unrepresentable: 'any' }) as Record<string, unknown>;
-        } catch {
-          inputSchema = { type: 'object' };
-        }
-        return { name: op.name, description: op.description, long: !!op.long, inputSchema };
-      });
+      opInfos ??= Object.values(operations).map((op) => ({ name: op.name, description: op.description, long: !!op.long, inputSchema: operationSchemas(op).input }));
       return opInfos;
     });
   },
@@ -94,21 +86,14 @@ const api: EngineWorkerApi = {
 
   runOperation(jobId: string, name: string, input: unknown, onProgress: ProgressFn) {
     return guarded(async () => {
-      const op = getOperation(name);
-      if (!op) {
-        throw new LoupeError('UNKNOWN_OPERATION', `No operation named "${name}".`, `Known: ${Object.keys(operations).join(', ')}.`);
-      }
+      const op = requireOperation(name);
       const m = requireModel();
-      const parsed = op.input.safeParse(input);
-      if (!parsed.success) {
-        const issues = parsed.error.issues.map((i) => `${i.path.join('.') || '(input)'}: ${i.message}`);
-        throw new LoupeError('BAD_INPUT', `Invalid input for ${name}: ${issues.join('; ')}`, 'Fix the highlighted parameters and run again.', { issues: parsed.error.issues });
-      }
+      const parsed = parseOperationInput(op, input);
       const signal = jobs.start(jobId);
       try {
         const sae = saeLoadersFor(modelReq);
         // SAE download progress arrives through onProgress too (ops/lib/sae.ts turns file bytes into steps)
-        return await op.run(m, parsed.data, { signal, onProgress: throttle(onProgress, 50, stepDone), store, loadSae: sae.loadSae, loadSaeFile: sae.loadSaeFile });
+        return await op.run(m, parsed, { signal, onProgress: throttle(onProgress, 50, stepDone), store, loadSae: sae.loadSae, loadSaeFile: sae.loadSaeFile });
       } finally {
         jobs.end(jobId);
       }

@@ -8,7 +8,8 @@
  */
 import { LoupeError, toLoupeError } from '../engine/errors';
 import type { LoadedModel } from '../engine/api';
-import { getOperation } from '../ops/index';
+import { getOperation, parseOperationInput, unknownOperation } from '../ops/index';
+import { parseInput } from '../ops/types';
 import type { Operation, Progress } from '../ops/types';
 import type { SaeLoaders } from '../engine/source/sae-loader';
 import type { Executor } from './executor';
@@ -16,7 +17,6 @@ import { assertHandlesCurrent, instanceHandleStore, newInstanceId } from './hand
 import type { CallOptions, ExecResult } from './page-session';
 import type { AgentInfo } from './protocol';
 import { loadModelInput } from './tools';
-import { parse } from './validate';
 import { NO_LOCAL, type LocalAccess } from '../node/local-access';
 
 export interface HeadlessOptions {
@@ -111,7 +111,7 @@ export class HeadlessExecutor implements Executor {
 
   private async runTool(tool: string, args: Record<string, unknown>, ctx: { signal: AbortSignal; onProgress?: (p: Progress) => void }): Promise<ExecResult> {
     if (tool === 'load_model') {
-      const input = parse(loadModelInput, args);
+      const input = parseInput(loadModelInput, args, 'arguments');
       if (input.backend && input.backend !== 'node' && input.backend !== 'wasm' && input.backend !== 'auto') {
         throw new LoupeError('BACKEND_UNAVAILABLE', `Backend ${input.backend} is not available headless.`, "Use 'node' (default) or 'wasm'.");
       }
@@ -129,8 +129,8 @@ export class HeadlessExecutor implements Executor {
       return { document: { loaded, models }, instance_id: this.instanceId };
     }
     const op = this.lookup(tool);
-    if (!op) throw new LoupeError('UNKNOWN_OPERATION', `Unknown operation ${tool}.`);
-    const input = parse(op.input, args);
+    if (!op) throw unknownOperation(tool);
+    const input = parseOperationInput(op, args);
     const model = await this.ensureModel(ctx);
     const sae = await this.saeLoaders();
     const document = await op.run(model, input, {

@@ -21,7 +21,7 @@ import type { ExecResult } from './page-session';
 import { resultLink, shareModelOf } from './link';
 import { progressMapper } from './progress';
 import { errorResult, okResult, TraceResources, TRACE_URI_PREFIX, TRACE_URI_TEMPLATE } from './results';
-import { parse } from './validate';
+import { parseInput, parseOperationInput } from '../ops/types';
 import { jobIdInput, jobResultInput, listModelsOutput, listTools, loadModelInput, loadModelOutput } from './tools';
 
 export interface McpServerOptions {
@@ -89,18 +89,18 @@ export function createMcpServer(o: McpServerOptions): { server: Server; jobs: Jo
         case 'loupe_status':
           return okResult({ mode: executor.mode, version: o.version, ...(await executor.status()), jobs: jobs.list().filter((j) => j.status === 'running') });
         case 'job_status':
-          return okResult(jobs.status(parse(jobIdInput, args).job_id));
+          return okResult(jobs.status(parseInput(jobIdInput, args, 'arguments').job_id));
         case 'job_cancel':
-          return okResult(jobs.cancel(parse(jobIdInput, args).job_id));
+          return okResult(jobs.cancel(parseInput(jobIdInput, args, 'arguments').job_id));
         case 'job_result': {
-          const a = parse(jobResultInput, args);
+          const a = parseInput(jobResultInput, args, 'arguments');
           const res = await jobs.result(a.job_id, (a.wait_s ?? 0) * 1000, extra.signal);
           if (!res.done) return okResult(res.status);
           return okResult(res.value.document, { link: res.value.link, resourceUri: (res.value as { uri?: string }).uri });
         }
         case 'load_model':
         case 'list_models': {
-          if (name === 'load_model') parse(loadModelInput, args);
+          if (name === 'load_model') parseInput(loadModelInput, args, 'arguments');
           const { r } = await runTool(name, args, { signal: extra.signal, deadline: Date.now() + callDeadlineMs, onProgress });
           return okResult(r.document, { link: r.link });
         }
@@ -110,7 +110,7 @@ export function createMcpServer(o: McpServerOptions): { server: Server; jobs: Jo
       if (asJob !== undefined && asJob !== false && !(op.long && asJob === true)) {
         throw new LoupeError('BAD_INPUT', op.long ? 'as_job must be true or false.' : `${name} is quick and does not run as a job.`, op.long ? undefined : 'Call it without as_job.');
       }
-      parse(op.input, opArgs); // agent-fixable input errors before anything reaches the page
+      parseOperationInput(op, opArgs); // agent-fixable input errors before anything reaches the page
       if (asJob === true) {
         const handle = jobs.start(name, async (j) => {
           const { r, uri } = await runTool(name, opArgs, { signal: j.signal, deadline: j.deadline, onProgress: j.onProgress });

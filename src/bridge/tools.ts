@@ -6,6 +6,7 @@
  */
 import { z } from 'zod';
 import type { Operation } from '../ops/types';
+import { toJsonSchema } from '../ops/schemas';
 
 export type JsonSchema = Record<string, unknown> & { type: 'object' };
 
@@ -20,7 +21,7 @@ export interface ToolDef {
 
 /** zod → JSON Schema with a root of type "object", as MCP requires for tool schemas. */
 export function toObjectSchema(schema: z.ZodType, io: 'input' | 'output'): JsonSchema {
-  const js = z.toJSONSchema(schema, { target: 'draft-7', io, unrepresentable: 'any' }) as Record<string, unknown>;
+  const js = toJsonSchema(schema, io, 'draft-7');
   delete js.$schema;
   if (js.type !== 'object') js.type = 'object'; // e.g. a root union of objects: anyOf stays as the constraint
   return js as JsonSchema;

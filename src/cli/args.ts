@@ -7,7 +7,7 @@
  *   --heads '[{"layer":1,"head":2}]'       (objects and arrays of objects as JSON)
  *   --input '{"top_k": 3}'                 (any fields, merged over the flags)
  */
-import type { JsonSchema } from '../schema/json-schema';
+import type { JsonSchema } from '../ops/schemas';
 
 /** a mistake in how the command was written: exit code 2 */
 export class UsageError extends Error {

@@ -1,7 +1,7 @@
 /** Help text, generated from the registry and the operations' input schemas. */
 import { operations } from '../ops/index';
 import type { Operation } from '../ops/types';
-import { operationSchemas, type JsonSchema } from '../schema/json-schema';
+import { operationSchemas, type JsonSchema } from '../ops/schemas';
 import { CLI_FLAGS, kebab, properties } from './args';
 
 function firstSentence(s: string): string {

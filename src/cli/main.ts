@@ -5,12 +5,12 @@
  *
  * Exit codes: 0 ok · 1 runtime error · 2 usage error · 3 unsupported model.
  */
-import { operations, getOperation } from '../ops/index';
-import type { Operation } from '../ops/types';
+import { operations, getOperation, parseOperationInput } from '../ops/index';
+import type { AnyOperation } from '../ops/types';
 import type { LoadedModel } from '../engine/api';
 import { LoupeError, toLoupeError, type ErrorDocument } from '../engine/errors';
-import { operationSchemas, schemasOf, allSchemas } from '../schema/json-schema';
-import { CLI_FLAGS, UsageError, flagsToInput, isBooleanField, properties, splitArgs, kebab } from './args';
+import { operationSchemas, schemasOf, allSchemas } from '../ops/schemas';
+import { CLI_FLAGS, UsageError, flagsToInput, isBooleanField, properties, splitArgs } from './args';
 import { render } from './format';
 import { operationHelp, mainHelp } from './help';
 
@@ -74,7 +74,7 @@ export async function loadModel(spec: string, backend: string | undefined, onPro
   } as any);
 }
 
-async function runOperation(op: Operation, argv: string[], io: Io): Promise<number> {
+async function runOperation(op: AnyOperation, argv: string[], io: Io): Promise<number> {
   const schema = operationSchemas(op).input;
   const props = properties(schema);
   const isBool = (name: string) => (name in CLI_FLAGS ? CLI_FLAGS[name].boolean : isBooleanField(schema, props[name.replace(/-/g, '_')]));
@@ -98,10 +98,11 @@ async function runOperation(op: Operation, argv: string[], io: Io): Promise<numb
     if (promptRequired && prompt === undefined && !('prompt' in fromJson)) throw new UsageError(`Missing PROMPT: loupe ${op.name} MODEL PROMPT [options]`);
     const input: Record<string, unknown> = { ...(hasPrompt && prompt !== undefined ? { prompt } : {}), ...flagsToInput(schema, flags), ...fromJson };
     // a malformed input is a usage error, caught before the model is loaded
-    const check = op.input.safeParse(input);
-    if (!check.success) {
-      const issues = check.error.issues.map((i) => `${i.path.length ? '--' + kebab(i.path.map(String).join('.')) : 'input'}: ${i.message}`);
-      throw new UsageError(`Invalid options: ${issues.join('; ')}`, `See 'loupe ${op.name} --help'.`);
+    try {
+      parseOperationInput(op, input);
+    } catch (e) {
+      if (e instanceof LoupeError && e.code === 'BAD_INPUT') throw new UsageError(e.message, `See 'loupe ${op.name} --help'.`);
+      throw e;
     }
     const backend = flags.get('backend');
     const say = progressPrinter(io, quiet);

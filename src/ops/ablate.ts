@@ -6,10 +6,9 @@
  * several, all of them together too.
  */
 import { z } from 'zod';
-import type { Operation } from './types';
+import { defineOperation } from './types';
 import { documentBase, documentHead } from '../schema/common';
 import { LoupeError } from '../engine/errors';
-import { parseInput } from './lib/caps';
 import { promptIds } from './lib/tokens';
 import {
   Ablator, COMPONENTS, METHODS, EffectMeter, answerSchema, answerToken, cleanBlock, cleanSchema, effectFields,
@@ -71,66 +70,64 @@ function collectTargets(input: z.output<typeof ablateInput>): AblationTarget[] {
   return targets;
 }
 
-export const operation: Operation<AblateInput, AblateDocument> = {
+export const operation = defineOperation({
   name: 'ablate',
   description:
     'Ablate a head (attn.hook_z slice), an MLP neuron (mlp.hook_post), a component (resid_pre/mid/post, attn_out, mlp_out, mlp_post) or a whole layer (attn_out + mlp_out) by zero, mean or resample ablation at all or chosen positions, and report the change of the clean prediction\'s logit, log-probability (nats) and probability at the last position, the KL(clean ‖ ablated), and the new prediction. Several targets: each singly and all together. Cost: one clean run plus one batched run (plus one run per mean prompt / the resample prompt).',
   input: ablateInput,
   output: ablateOutput,
-  async run(model, rawInput, ctx) {
-    const input = parseInput(ablateInput, rawInput);
-    const { ids, prompt } = inputIds(model, input);
-    const targets = collectTargets(input);
-    // validate every target and collect its hooks before any run
-    const hooks = targets.flatMap((t) => targetSites(model, t).map((s) => s.hook));
-    const variantsCount = targets.length + (targets.length > 1 ? 1 : 0);
-    checkVariants(variantsCount, 'This ablation', 'List fewer targets.');
-    if (input.mean_prompts && input.method !== 'mean') throw new LoupeError('BAD_INPUT', 'mean_prompts is only used with method "mean".', 'Set method to "mean" or drop mean_prompts.');
-    if (input.resample_prompt !== undefined && input.method !== 'resample') throw new LoupeError('BAD_INPUT', 'resample_prompt is only used with method "resample".', 'Set method to "resample" or drop resample_prompt.');
+}).implement(async (model, input, ctx) => {
+  const { ids, prompt } = inputIds(model, input);
+  const targets = collectTargets(input);
+  // validate every target and collect its hooks before any run
+  const hooks = targets.flatMap((t) => targetSites(model, t).map((s) => s.hook));
+  const variantsCount = targets.length + (targets.length > 1 ? 1 : 0);
+  checkVariants(variantsCount, 'This ablation', 'List fewer targets.');
+  if (input.mean_prompts && input.method !== 'mean') throw new LoupeError('BAD_INPUT', 'mean_prompts is only used with method "mean".', 'Set method to "mean" or drop mean_prompts.');
+  if (input.resample_prompt !== undefined && input.method !== 'resample') throw new LoupeError('BAD_INPUT', 'resample_prompt is only used with method "resample".', 'Set method to "resample" or drop resample_prompt.');
 
-    const answerId = resolveAnswer(model, input.answer);
-    const meanPrompts = input.method === 'mean' && input.mean_prompts ? input.mean_prompts.map((p) => promptIds(model, p, { prependBos: input.prepend_bos })) : undefined;
-    let resampleIds: number[] | undefined;
-    let resampleFrom: string | undefined;
-    if (input.method === 'resample') {
-      const given = input.resample_prompt !== undefined ? promptIds(model, input.resample_prompt, { prependBos: input.prepend_bos }) : undefined;
-      const r = resampleTokens(model, ids, input.seed, given);
-      resampleIds = r.ids;
-      resampleFrom = r.from;
-    }
+  const answerId = resolveAnswer(model, input.answer);
+  const meanPrompts = input.method === 'mean' && input.mean_prompts ? input.mean_prompts.map((p) => promptIds(model, p, { prependBos: input.prepend_bos })) : undefined;
+  let resampleIds: number[] | undefined;
+  let resampleFrom: string | undefined;
+  if (input.method === 'resample') {
+    const given = input.resample_prompt !== undefined ? promptIds(model, input.resample_prompt, { prependBos: input.prepend_bos }) : undefined;
+    const r = resampleTokens(model, ids, input.seed, given);
+    resampleIds = r.ids;
+    resampleFrom = r.from;
+  }
 
-    const { ablator, clean } = await Ablator.prepare(model, ids, hooks, { method: input.method, positions: input.positions, meanPrompts, resampleIds, resampleFrom }, ctx);
-    const cleanLogits = logitsAt(clean, ids.length - 1);
-    const answer = answerToken(model, cleanLogits, answerId);
-    const meter = new EffectMeter(model, cleanLogits, answer.token_id);
+  const { ablator, clean } = await Ablator.prepare(model, ids, hooks, { method: input.method, positions: input.positions, meanPrompts, resampleIds, resampleFrom }, ctx);
+  const cleanLogits = logitsAt(clean, ids.length - 1);
+  const answer = answerToken(model, cleanLogits, answerId);
+  const meter = new EffectMeter(model, cleanLogits, answer.token_id);
 
-    const variants = targets.map((t) => ablator.interventions([t]));
-    if (targets.length > 1) variants.push(ablator.interventions(targets));
-    const logits = await runVariants(model, ids, variants, { ctx, stage: 'ablating' });
-    const effects: Effect[] = logits.map((l) => meter.effect(l));
+  const variants = targets.map((t) => ablator.interventions([t]));
+  if (targets.length > 1) variants.push(ablator.interventions(targets));
+  const logits = await runVariants(model, ids, variants, { ctx, stage: 'ablating' });
+  const effects: Effect[] = logits.map((l) => meter.effect(l));
 
-    const entries = targets.map((t, i) => ({ ...targetFields(t), label: targetLabel(t), ...effects[i] }));
-    const combined = targets.length > 1 ? effects[targets.length] : null;
-    const single = targets.length === 1 ? effects[0] : undefined;
-    const from = ablator.sourceDescription();
-    const what = input.method === 'zero' ? 'set to zero' : input.method === 'mean' ? `replaced by the ${from}` : `replaced by the activation at the ${from}`;
-    const method =
-      `Each target's site (heads: attn.hook_z of that head; neurons: mlp.hook_post of that neuron; components: their hook; a whole layer: hook_attn_out and hook_mlp_out) ${what} at ${input.positions === 'all' ? 'every position' : `positions ${input.positions.join(', ')}`}, ` +
-      `${targets.length > 1 ? 'each target singly and all together, ' : ''}in one batched forward; effects read at the last position on the ${answer.source === 'answer' ? 'given answer token' : 'clean prediction'}. No weights were changed; downstream layers recompute normally (total effect, not direct effect).`;
+  const entries = targets.map((t, i) => ({ ...targetFields(t), label: targetLabel(t), ...effects[i] }));
+  const combined = targets.length > 1 ? effects[targets.length] : null;
+  const single = targets.length === 1 ? effects[0] : undefined;
+  const from = ablator.sourceDescription();
+  const what = input.method === 'zero' ? 'set to zero' : input.method === 'mean' ? `replaced by the ${from}` : `replaced by the activation at the ${from}`;
+  const method =
+    `Each target's site (heads: attn.hook_z of that head; neurons: mlp.hook_post of that neuron; components: their hook; a whole layer: hook_attn_out and hook_mlp_out) ${what} at ${input.positions === 'all' ? 'every position' : `positions ${input.positions.join(', ')}`}, ` +
+    `${targets.length > 1 ? 'each target singly and all together, ' : ''}in one batched forward; effects read at the last position on the ${answer.source === 'answer' ? 'given answer token' : 'clean prediction'}. No weights were changed; downstream layers recompute normally (total effect, not direct effect).`;
 
-    return {
-      ...documentHead('ablate', model, prompt, ids),
-      ablation: input.method,
-      method,
-      positions: input.positions,
-      interventions: ablator.records(targets),
-      answer,
-      clean: cleanBlock(model, meter),
-      entries,
-      combined,
-      ...(single
-        ? { logit_delta: single.logit_delta, logprob_delta: single.logprob_delta, prob_delta: single.prob_delta, new_predicted_token: single.new_predicted_token, new_predicted_token_id: single.new_predicted_token_id }
-        : {}),
-    };
-  },
-};
+  return {
+    ...documentHead('ablate', model, prompt, ids),
+    ablation: input.method,
+    method,
+    positions: input.positions,
+    interventions: ablator.records(targets),
+    answer,
+    clean: cleanBlock(model, meter),
+    entries,
+    combined,
+    ...(single
+      ? { logit_delta: single.logit_delta, logprob_delta: single.logprob_delta, prob_delta: single.prob_delta, new_predicted_token: single.new_predicted_token, new_predicted_token_id: single.new_predicted_token_id }
+      : {}),
+  };
+});

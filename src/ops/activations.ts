@@ -4,11 +4,11 @@
  * pass — small enough to show for every layer at once, with a norm per position for the views.
  */
 import { z } from 'zod';
-import type { Operation } from './types';
+import { defineOperation } from './types';
 import type { Tensor } from '../engine/tensor';
 import { documentBase, documentHead } from '../schema/common';
 import { LoupeError, throwIfAborted } from '../engine/errors';
-import { parseInput, finite } from './lib/caps';
+import { finite } from './lib/caps';
 import { promptFields, promptIds } from './lib/tokens';
 
 export const SITES = ['resid_pre', 'resid_mid', 'resid_post', 'attn_out', 'mlp_out', 'mlp_post', 'pattern'] as const;
@@ -87,38 +87,36 @@ export function summarize(t: Tensor, posAxis: number) {
   };
 }
 
-export const operation: Operation<ActivationsInput, ActivationsDocument> = {
+export const operation = defineOperation({
   name: 'activations',
   description:
     'Per layer, summary statistics (shape, mean, std, min, max, argmax position, L2 norm per position) of resid_pre, resid_mid, resid_post, attn_out, mlp_out, mlp_post (MLP activations) and the attention pattern, from one forward pass. Values are those of the unprocessed model (no weight folding).',
   input: activationsInput,
   output: activationsOutput,
-  async run(model, rawInput, ctx) {
-    const input = parseInput(activationsInput, rawInput);
-    const L = model.info.n_layers;
-    const layers = [...new Set(input.layers ?? Array.from({ length: L }, (_, l) => l))].sort((a, b) => a - b);
-    for (const l of layers) if (l >= L) throw new LoupeError('BAD_INPUT', `layer ${l} does not exist (the model has ${L} layers).`, `Use layers 0 … ${L - 1}.`);
-    const ids = promptIds(model, input.prompt, { prependBos: input.prepend_bos });
-    const available = new Set(model.hookNames());
-    const sites = [...new Set(input.sites)];
-    const missing = sites.filter((s) => !available.has(siteHook(s, 0)));
-    const present = sites.filter((s) => !missing.includes(s));
-    const hooks = layers.flatMap((l) => present.map((s) => siteHook(s, l)));
+}).implement(async (model, input, ctx) => {
+  const L = model.info.n_layers;
+  const layers = [...new Set(input.layers ?? Array.from({ length: L }, (_, l) => l))].sort((a, b) => a - b);
+  for (const l of layers) if (l >= L) throw new LoupeError('BAD_INPUT', `layer ${l} does not exist (the model has ${L} layers).`, `Use layers 0 … ${L - 1}.`);
+  const ids = promptIds(model, input.prompt, { prependBos: input.prepend_bos });
+  const available = new Set(model.hookNames());
+  const sites = [...new Set(input.sites)];
+  const missing = sites.filter((s) => !available.has(siteHook(s, 0)));
+  const present = sites.filter((s) => !missing.includes(s));
+  const hooks = layers.flatMap((l) => present.map((s) => siteHook(s, l)));
 
-    ctx.onProgress?.({ stage: 'forward pass', done: 0, total: 1 });
-    throwIfAborted(ctx.signal);
-    const run = await model.run(ids, { hooks, signal: ctx.signal });
-    throwIfAborted(ctx.signal);
-    ctx.onProgress?.({ stage: 'forward pass', done: 1, total: 1 });
+  ctx.onProgress?.({ stage: 'forward pass', done: 0, total: 1 });
+  throwIfAborted(ctx.signal);
+  const run = await model.run(ids, { hooks, signal: ctx.signal });
+  throwIfAborted(ctx.signal);
+  ctx.onProgress?.({ stage: 'forward pass', done: 1, total: 1 });
 
-    return {
-      ...documentHead('activations', model, input.prompt, ids),
-      layers: layers.map((l) => ({
-        layer: l,
-        sites: present.map((site) => ({ site, hook: siteHook(site, l), ...summarize(run.hooks[siteHook(site, l)], site === 'pattern' ? 2 : 1) })),
-      })),
-      missing_sites: missing,
-      method: 'Statistics over every element of the hook for this prompt (batch 1, float64 accumulation); std is the population standard deviation; argmax is the first largest element. Patterns are post-softmax attention probabilities [B, H, Tq, Tk].',
-    };
-  },
-};
+  return {
+    ...documentHead('activations', model, input.prompt, ids),
+    layers: layers.map((l) => ({
+      layer: l,
+      sites: present.map((site) => ({ site, hook: siteHook(site, l), ...summarize(run.hooks[siteHook(site, l)], site === 'pattern' ? 2 : 1) })),
+    })),
+    missing_sites: missing,
+    method: 'Statistics over every element of the hook for this prompt (batch 1, float64 accumulation); std is the population standard deviation; argmax is the first largest element. Patterns are post-softmax attention probabilities [B, H, Tq, Tk].',
+  };
+});

@@ -3,10 +3,10 @@
  * with each destination's entropy and most-attended source.
  */
 import { z } from 'zod';
-import type { Operation } from './types';
+import { defineOperation } from './types';
 import { documentBase, documentHead } from '../schema/common';
 import { LoupeError, throwIfAborted } from '../engine/errors';
-import { parseInput, checkDocumentSize, finite } from './lib/caps';
+import { checkDocumentSize, finite } from './lib/caps';
 import { promptFields, promptIds } from './lib/tokens';
 
 export const attentionInput = z.object({
@@ -28,61 +28,59 @@ export const attentionOutput = documentBase('attention').extend({
 });
 export type AttentionDocument = z.infer<typeof attentionOutput>;
 
-export const operation: Operation<AttentionInput, AttentionDocument> = {
+export const operation = defineOperation({
   name: 'attention',
   description:
     'Attention patterns (blocks.{l}.attn.hook_pattern, post-softmax probabilities) of chosen heads or all heads as [Tq][Tk] arrays, with the entropy (nats) and top source position of each destination. One forward pass.',
   input: attentionInput,
   output: attentionOutput,
-  async run(model, rawInput, ctx) {
-    const input = parseInput(attentionInput, rawInput);
-    const { n_layers: L, n_heads: H } = model.info;
-    let sel: { layer: number; head: number }[];
-    if (input.heads) sel = input.heads;
-    else sel = (input.layers ?? Array.from({ length: L }, (_, l) => l)).flatMap((layer) => Array.from({ length: H }, (_, head) => ({ layer, head })));
-    for (const s of sel) {
-      if (s.layer >= L || s.head >= H) throw new LoupeError('BAD_INPUT', `L${s.layer}H${s.head} does not exist (the model has ${L} layers × ${H} heads).`, `Use layer 0 … ${L - 1} and head 0 … ${H - 1}.`);
-    }
-    // one entry per head, in (layer, head) order
-    const seen = new Set<string>();
-    sel = sel.filter((s) => !seen.has(`${s.layer}.${s.head}`) && !!seen.add(`${s.layer}.${s.head}`)).sort((a, b) => a.layer - b.layer || a.head - b.head);
-    const ids = promptIds(model, input.prompt, { prependBos: input.prepend_bos });
-    const T = ids.length;
-    checkDocumentSize(sel.length * T * T, `${sel.length} head patterns over ${T} tokens`, 'Choose fewer heads (heads: [{layer, head}]) or a shorter prompt.');
-    const layers = [...new Set(sel.map((s) => s.layer))];
+}).implement(async (model, input, ctx) => {
+  const { n_layers: L, n_heads: H } = model.info;
+  let sel: { layer: number; head: number }[];
+  if (input.heads) sel = input.heads;
+  else sel = (input.layers ?? Array.from({ length: L }, (_, l) => l)).flatMap((layer) => Array.from({ length: H }, (_, head) => ({ layer, head })));
+  for (const s of sel) {
+    if (s.layer >= L || s.head >= H) throw new LoupeError('BAD_INPUT', `L${s.layer}H${s.head} does not exist (the model has ${L} layers × ${H} heads).`, `Use layer 0 … ${L - 1} and head 0 … ${H - 1}.`);
+  }
+  // one entry per head, in (layer, head) order
+  const seen = new Set<string>();
+  sel = sel.filter((s) => !seen.has(`${s.layer}.${s.head}`) && !!seen.add(`${s.layer}.${s.head}`)).sort((a, b) => a.layer - b.layer || a.head - b.head);
+  const ids = promptIds(model, input.prompt, { prependBos: input.prepend_bos });
+  const T = ids.length;
+  checkDocumentSize(sel.length * T * T, `${sel.length} head patterns over ${T} tokens`, 'Choose fewer heads (heads: [{layer, head}]) or a shorter prompt.');
+  const layers = [...new Set(sel.map((s) => s.layer))];
 
-    ctx.onProgress?.({ stage: 'forward pass', done: 0, total: 1 });
-    throwIfAborted(ctx.signal);
-    const run = await model.run(ids, { hooks: layers.map((l) => `blocks.${l}.attn.hook_pattern`), signal: ctx.signal });
-    throwIfAborted(ctx.signal);
-    ctx.onProgress?.({ stage: 'forward pass', done: 1, total: 1 });
+  ctx.onProgress?.({ stage: 'forward pass', done: 0, total: 1 });
+  throwIfAborted(ctx.signal);
+  const run = await model.run(ids, { hooks: layers.map((l) => `blocks.${l}.attn.hook_pattern`), signal: ctx.signal });
+  throwIfAborted(ctx.signal);
+  ctx.onProgress?.({ stage: 'forward pass', done: 1, total: 1 });
 
-    const heads = sel.map(({ layer, head }) => {
-      const p = run.hooks[`blocks.${layer}.attn.hook_pattern`]; // [1, H, T, T]
-      const pattern: number[][] = [];
-      const entropy: number[] = [];
-      const top: { position: number; weight: number }[] = [];
-      for (let q = 0; q < T; q++) {
-        const off = (head * T + q) * T;
-        const rowVals: number[] = [];
-        let ent = 0, best = 0, bw = -Infinity;
-        for (let k = 0; k < T; k++) {
-          const v = p.data[off + k];
-          rowVals.push(finite(v));
-          if (v > 0) ent -= v * Math.log(v);
-          if (v > bw) { bw = v; best = k; }
-        }
-        pattern.push(rowVals);
-        entropy.push(finite(ent));
-        top.push({ position: best, weight: finite(bw) });
+  const heads = sel.map(({ layer, head }) => {
+    const p = run.hooks[`blocks.${layer}.attn.hook_pattern`]; // [1, H, T, T]
+    const pattern: number[][] = [];
+    const entropy: number[] = [];
+    const top: { position: number; weight: number }[] = [];
+    for (let q = 0; q < T; q++) {
+      const off = (head * T + q) * T;
+      const rowVals: number[] = [];
+      let ent = 0, best = 0, bw = -Infinity;
+      for (let k = 0; k < T; k++) {
+        const v = p.data[off + k];
+        rowVals.push(finite(v));
+        if (v > 0) ent -= v * Math.log(v);
+        if (v > bw) { bw = v; best = k; }
       }
-      return { layer, head, pattern, entropy, top_source: top };
-    });
+      pattern.push(rowVals);
+      entropy.push(finite(ent));
+      top.push({ position: best, weight: finite(bw) });
+    }
+    return { layer, head, pattern, entropy, top_source: top };
+  });
 
-    return {
-      ...documentHead('attention', model, input.prompt, ids),
-      heads,
-      method: 'Patterns are the engine\'s hook_pattern (softmax over causal-masked, scaled scores; GQA heads share keys but have their own patterns). Entropy uses natural logs; top_source is the first position with the largest weight.',
-    };
-  },
-};
+  return {
+    ...documentHead('attention', model, input.prompt, ids),
+    heads,
+    method: 'Patterns are the engine\'s hook_pattern (softmax over causal-masked, scaled scores; GQA heads share keys but have their own patterns). Entropy uses natural logs; top_source is the first position with the largest weight.',
+  };
+});

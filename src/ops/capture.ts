@@ -9,117 +9,11 @@ import { z } from 'zod';
 import type { LoadedModel } from '../engine/api';
 import { LoupeError, throwIfAborted } from '../engine/errors';
 import { documentBase, documentHead } from '../schema/common';
-import type { Operation, OpContext } from './types';
-import { CAPS, parseInput } from './lib/caps';
+import { defineOperation } from './types';
+import { CAPS } from './lib/caps';
 import { promptIds } from './lib/tokens';
+import { checkCaptureHooks, collectActivations, labelSchema, MAX_CAPTURE_BYTES, MAX_CAPTURE_HOOKS, MAX_CAPTURE_PROMPTS, type CaptureHandleValue, type Label } from './lib/collect';
 import { storeLimit, storeOf } from './lib/handle-store';
-
-/** most prompts one capture may hold */
-export const MAX_CAPTURE_PROMPTS = 1024;
-/** most hooks one capture may read */
-export const MAX_CAPTURE_HOOKS = 16;
-/** bytes one capture may keep, whatever the store allows */
-export const MAX_CAPTURE_BYTES = 128 * 1024 * 1024;
-
-export type CapturePosition = 'last' | 'mean' | number;
-
-const labelSchema = z.union([z.number(), z.string(), z.boolean()]);
-export type Label = z.infer<typeof labelSchema>;
-
-/** what the store keeps under kind 'capture' */
-export interface CaptureHandleValue {
-  model_id: string;
-  hooks: string[];
-  position: CapturePosition;
-  prepend_bos: boolean;
-  prompts: string[];
-  labels: (Label | null)[];
-  /** values per prompt for each hook */
-  dims: Record<string, number>;
-  /** [n_prompts × dims[hook]] row-major */
-  data: Record<string, Float32Array>;
-}
-
-export interface CollectOptions {
-  position: CapturePosition;
-  prependBos: boolean;
-  signal?: AbortSignal;
-  onProgress?: (done: number, total: number) => void;
-}
-
-export interface Collected {
-  dims: Record<string, number>;
-  data: Record<string, Float32Array>;
-  nTokens: number[];
-  ids: number[][];
-}
-
-/** Check hooks exist and have a position axis; returns whether the 'result' graph variant is needed. */
-export function checkCaptureHooks(model: LoadedModel, hooks: string[]): { withResult: boolean; dims: Record<string, number> } {
-  const plain = new Set(model.hookNames());
-  const withRes = new Set(model.hookNames({ withResult: true }));
-  let withResult = false;
-  const dims: Record<string, number> = {};
-  for (const h of hooks) {
-    if (!withRes.has(h)) throw new LoupeError('UNKNOWN_HOOK', `No hook named ${JSON.stringify(h)} in this model.`, 'Use TransformerLens names such as blocks.2.hook_resid_pre; `loupe activations` lists them.');
-    if (/hook_(pattern|attn_scores)$/.test(h)) throw new LoupeError('BAD_INPUT', `${h} has no single position axis to capture.`, 'Capture hook_z, hook_resid_*, hook_*_out or mlp hooks instead.');
-    if (!plain.has(h)) withResult = true;
-    const shape = model.hookShape(h, 1, 2);
-    dims[h] = shape.slice(2).reduce((a, b) => a * b, 1);
-  }
-  return { withResult, dims };
-}
-
-/** Run prompts and reduce each hook to one vector per prompt. */
-export async function collectActivations(model: LoadedModel, prompts: string[], hooks: string[], opts: CollectOptions): Promise<Collected> {
-  const { withResult, dims } = checkCaptureHooks(model, hooks);
-  const ids = prompts.map((p) => promptIds(model, p, { prependBos: opts.prependBos }));
-  // resolve positions before any run, so a bad index fails at once
-  const pos = ids.map((t, i) => {
-    if (typeof opts.position !== 'number') return -1;
-    const p = opts.position < 0 ? t.length + opts.position : opts.position;
-    if (p < 0 || p >= t.length) throw new LoupeError('BAD_INPUT', `position ${opts.position} is outside prompt ${i} (${t.length} tokens).`, 'Use a position inside every prompt, or "last".');
-    return p;
-  });
-  const data: Record<string, Float32Array> = {};
-  for (const h of hooks) data[h] = new Float32Array(prompts.length * dims[h]);
-  // group by length: rows of one engine run must have equal length
-  const groups = new Map<number, number[]>();
-  ids.forEach((t, i) => {
-    const g = groups.get(t.length) ?? [];
-    g.push(i);
-    groups.set(t.length, g);
-  });
-  const chunks: number[][] = [];
-  for (const g of groups.values()) for (let s = 0; s < g.length; s += CAPS.maxBatch) chunks.push(g.slice(s, s + CAPS.maxBatch));
-  let done = 0;
-  for (const chunk of chunks) {
-    throwIfAborted(opts.signal);
-    const T = ids[chunk[0]].length;
-    const res = await model.run(chunk.length === 1 ? ids[chunk[0]] : chunk.map((i) => ids[i]), { hooks, withResult, signal: opts.signal });
-    for (const h of hooks) {
-      const n = dims[h];
-      const src = res.hooks[h].data;
-      const dst = data[h];
-      chunk.forEach((pi, r) => {
-        const base = r * T * n;
-        const out = pi * n;
-        if (opts.position === 'mean') {
-          // BOS carries no information about the prompt and often a huge norm: leave it out
-          const skipBos = opts.prependBos && T > 1 && model.bosTokenId !== undefined && ids[pi][0] === model.bosTokenId;
-          const t0 = skipBos ? 1 : 0;
-          for (let t = t0; t < T; t++) for (let j = 0; j < n; j++) dst[out + j] += src[base + t * n + j] / (T - t0);
-        } else {
-          const t = opts.position === 'last' ? T - 1 : pos[pi];
-          for (let j = 0; j < n; j++) dst[out + j] = src[base + t * n + j];
-        }
-      });
-    }
-    done += chunk.length;
-    opts.onProgress?.(done, prompts.length);
-  }
-  return { dims, data, nTokens: ids.map((t) => t.length), ids };
-}
 
 const promptItem = z.union([
   z.string(),
@@ -147,8 +41,16 @@ const output = documentBase('capture').extend({
 });
 export type CaptureDocument = z.infer<typeof output>;
 
-async function run(model: LoadedModel, raw: CaptureInput, ctx: OpContext): Promise<CaptureDocument> {
-  const inp = parseInput(input, raw);
+
+export const operation = defineOperation({
+  name: 'capture',
+  description:
+    'Capture activations for a labelled set of prompts: one vector per prompt per hook (final position by default, a chosen position, or the mean over non-BOS positions), kept in memory under a handle that `probe` trains on. Returns the handle, per-hook dimension and mean norm, and label counts. Prompts of equal length are batched. Caps: ' +
+    `${MAX_CAPTURE_PROMPTS} prompts, ${MAX_CAPTURE_HOOKS} hooks, ${MAX_CAPTURE_BYTES / 1048576} MiB.`,
+  input,
+  output,
+  long: true,
+}).implement(async (model, inp, ctx) => {
   const store = storeOf(ctx);
   const items = inp.prompts.map((p) => (typeof p === 'string' ? { text: p, label: undefined } : p));
   if (items.length > MAX_CAPTURE_PROMPTS) {
@@ -181,7 +83,7 @@ async function run(model: LoadedModel, raw: CaptureInput, ctx: OpContext): Promi
     e.count++;
     counts.set(k, e);
   }
-  return output.parse({
+  return {
     ...documentHead('capture', model, texts[0], firstIds),
     handle,
     hooks: hooks.map((h) => {
@@ -200,19 +102,6 @@ async function run(model: LoadedModel, raw: CaptureInput, ctx: OpContext): Promi
     prompts: texts.map((t, i) => ({ index: i, text: t, label: labels[i], n_tokens: col.nTokens[i] })),
     bytes,
     note: '`prompt` and `tokens` show the first prompt. One vector per prompt per hook is kept under `handle` in this session\'s memory; it expires after a period of disuse or when memory is needed.',
-  });
-}
+  };
+});
 
-export const capture: Operation<CaptureInput, CaptureDocument> = {
-  name: 'capture',
-  description:
-    'Capture activations for a labelled set of prompts: one vector per prompt per hook (final position by default, a chosen position, or the mean over non-BOS positions), kept in memory under a handle that `probe` trains on. Returns the handle, per-hook dimension and mean norm, and label counts. Prompts of equal length are batched. Caps: ' +
-    `${MAX_CAPTURE_PROMPTS} prompts, ${MAX_CAPTURE_HOOKS} hooks, ${MAX_CAPTURE_BYTES / 1048576} MiB.`,
-  input: input as unknown as z.ZodType<CaptureInput>,
-  output,
-  long: true,
-  run,
-};
-
-/** the registry's name for this module's operation */
-export const operation = capture;

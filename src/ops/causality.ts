@@ -18,15 +18,15 @@ import { z } from 'zod';
 import type { LoadedModel } from '../engine/api';
 import { LoupeError } from '../engine/errors';
 import { documentBase, documentHead } from '../schema/common';
-import type { Operation, OpContext } from './types';
-import { finite, parseInput } from './lib/caps';
+import { defineOperation } from './types';
+import { finite } from './lib/caps';
 import { rng } from './lib/math';
 import { directionBlock, directionBlockSchema, parseDirectionSpec, randomVector, vecNorm } from './lib/directions';
 import {
   evaluateVariants, interventionRecord, rowsPerRun, METRIC_DEFINITIONS, metricDefinitionsSchema, prepareSteering, steeringFields, steeringMetrics,
   tokenRef, tokenRefs, type Variant,
-} from './steer';
-import { DEFAULT_MULTIPLES, MAX_SWEEP_ALPHAS, trend } from './sweep';
+  DEFAULT_MULTIPLES, MAX_SWEEP_ALPHAS, trend,
+} from './lib/steering';
 
 /** most random directions one call may evaluate */
 export const MAX_RANDOM_DIRECTIONS = 512;
@@ -102,8 +102,16 @@ export function decideVerdict(p: { n: number; percentile: number; monotone: bool
   return { verdict: 'not_distinguishable', reason: `percentile ${pc} < 80` };
 }
 
-async function run(model: LoadedModel, raw: CausalityInput, ctx: OpContext): Promise<CausalityDocument> {
-  const inp = parseInput(input, raw);
+
+export const operation = defineOperation({
+  name: 'causality',
+  description:
+    'Causality test for a steering direction at blocks.{layer}.hook_resid_pre (openinterp protocol): the control-normalised effect of α·d on target tokens (target log-prob Δ − control log-prob Δ at the final prompt position) against N seeded random directions of equal norm (percentile, z-score), plus a monotonicity check over an α-sweep; verdict causal / weak / not_distinguishable / undetermined from the rule stated in `verdict_rule`, with the deciding numbers. ' +
+    `Non-token directions need explicit targets. All variants run as rows of batched engine runs. Caps: ${MAX_RANDOM_DIRECTIONS} random directions, ${MAX_SWEEP_ALPHAS} sweep values.`,
+  input,
+  output,
+  long: true,
+}).implement(async (model, inp, ctx) => {
   // caps and the targets requirement before any engine run
   if (inp.n_random > MAX_RANDOM_DIRECTIONS) {
     throw new LoupeError('TOO_LARGE', `n_random = ${inp.n_random} exceeds the cap of ${MAX_RANDOM_DIRECTIONS}.`, `Use at most ${MAX_RANDOM_DIRECTIONS} random directions.`);
@@ -150,7 +158,7 @@ async function run(model: LoadedModel, raw: CausalityInput, ctx: OpContext): Pro
   const { verdict, reason } = decideVerdict({ n, percentile, monotone: tr === 'increasing', finite: allFinite, degenerate });
   const safe = (x: number) => (Number.isFinite(x) ? x : 0);
 
-  return output.parse({
+  return {
     ...documentHead('causality', model, inp.prompt, ids),
     layer: inp.layer,
     hook,
@@ -180,19 +188,6 @@ async function run(model: LoadedModel, raw: CausalityInput, ctx: OpContext): Pro
     metric_definitions: METRIC_DEFINITIONS,
     // the base run plus evaluateVariants' batched runs (a mean_diff direction's own runs not counted)
     engine_runs: 1 + Math.ceil(variants.length / rowsPerRun(model, ids.length)),
-  });
-}
+  };
+});
 
-export const causality: Operation<CausalityInput, CausalityDocument> = {
-  name: 'causality',
-  description:
-    'Causality test for a steering direction at blocks.{layer}.hook_resid_pre (openinterp protocol): the control-normalised effect of α·d on target tokens (target log-prob Δ − control log-prob Δ at the final prompt position) against N seeded random directions of equal norm (percentile, z-score), plus a monotonicity check over an α-sweep; verdict causal / weak / not_distinguishable / undetermined from the rule stated in `verdict_rule`, with the deciding numbers. ' +
-    `Non-token directions need explicit targets. All variants run as rows of batched engine runs. Caps: ${MAX_RANDOM_DIRECTIONS} random directions, ${MAX_SWEEP_ALPHAS} sweep values.`,
-  input: input as unknown as z.ZodType<CausalityInput>,
-  output,
-  long: true,
-  run,
-};
-
-/** the registry's name for this module's operation */
-export const operation = causality;

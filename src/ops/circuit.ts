@@ -10,10 +10,10 @@
  *     duplicated induction heads) show up instead of being called unimportant.
  */
 import { z } from 'zod';
-import type { Operation } from './types';
+import { defineOperation } from './types';
 import { documentBase, documentHead } from '../schema/common';
 import { LoupeError } from '../engine/errors';
-import { CAPS, finite, parseInput } from './lib/caps';
+import { CAPS, finite } from './lib/caps';
 import { CONVENTIONS, decomposeLogit, dlaHookNames } from './lib/dla';
 import {
   Ablator, EffectMeter, answerSchema, answerToken, cleanBlock, cleanSchema, effectFields, inputIds, logitsAt,
@@ -77,119 +77,117 @@ function pairsOf<T>(xs: T[]): [T, T][] {
   return out;
 }
 
-export const operation: Operation<CircuitInput, CircuitDocument> = {
+export const operation = defineOperation({
   name: 'circuit',
   description:
     'Find which heads and MLP neurons matter for the prediction at the last position: rank candidates by direct logit attribution, ablate each singly (batched) and report its causal effect (logit and log-prob change of the target, KL), then ablate groups (top heads pairwise, each layer\'s candidate heads, all candidate heads, all candidate neurons) to expose redundancy (small singly, large together). Cost: one clean run plus two batched scans (singles, then groups).',
   input: circuitInput,
   output: circuitOutput,
   long: true,
-  async run(model, rawInput, ctx) {
-    const input = parseInput(circuitInput, rawInput);
-    const { ids, prompt } = inputIds(model, input);
-    const answerId = resolveAnswer(model, input.answer);
-    const { n_layers: L, n_heads: H, d_mlp: M } = model.info;
-    const kHeads = Math.min(input.top_k_heads, L * H);
-    const kNeurons = Math.min(input.top_k_neurons, L * M);
-    const pairK = Math.min(input.pair_k, kHeads);
-    if (kHeads + kNeurons === 0) throw new LoupeError('BAD_INPUT', 'No candidates: top_k_heads and top_k_neurons are both 0.', 'Ask for at least one head or neuron.');
-    // worst case: singles + 2·C(pair_k, 2) pairs + one group per layer + all heads + all neurons
-    const maxVariants = kHeads + kNeurons + pairK * (pairK - 1) + L + 2;
-    checkVariants(maxVariants, 'This circuit search', 'Lower top_k_heads, top_k_neurons or pair_k.');
+}).implement(async (model, input, ctx) => {
+  const { ids, prompt } = inputIds(model, input);
+  const answerId = resolveAnswer(model, input.answer);
+  const { n_layers: L, n_heads: H, d_mlp: M } = model.info;
+  const kHeads = Math.min(input.top_k_heads, L * H);
+  const kNeurons = Math.min(input.top_k_neurons, L * M);
+  const pairK = Math.min(input.pair_k, kHeads);
+  if (kHeads + kNeurons === 0) throw new LoupeError('BAD_INPUT', 'No candidates: top_k_heads and top_k_neurons are both 0.', 'Ask for at least one head or neuron.');
+  // worst case: singles + 2·C(pair_k, 2) pairs + one group per layer + all heads + all neurons
+  const maxVariants = kHeads + kNeurons + pairK * (pairK - 1) + L + 2;
+  checkVariants(maxVariants, 'This circuit search', 'Lower top_k_heads, top_k_neurons or pair_k.');
 
-    // every hook_z and hook_post: DLA reads them, and mean ablation averages them
-    const siteHooks: string[] = [];
-    for (let l = 0; l < L; l++) siteHooks.push(`blocks.${l}.attn.hook_z`, `blocks.${l}.mlp.hook_post`);
-    ctx.onProgress?.({ stage: 'clean run and attribution', done: 0, total: 1 });
-    const { ablator, clean } = await Ablator.prepare(model, ids, siteHooks, { method: input.ablation, positions: 'all' }, ctx, dlaHookNames(model));
-    const cleanLogits = logitsAt(clean, ids.length - 1);
-    const answer = answerToken(model, cleanLogits, answerId);
-    const meter = new EffectMeter(model, cleanLogits, answer.token_id);
-    const dla = decomposeLogit(model, clean, { tokenId: answer.token_id }, { convention: input.convention });
-    ctx.onProgress?.({ stage: 'clean run and attribution', done: 1, total: 1 });
+  // every hook_z and hook_post: DLA reads them, and mean ablation averages them
+  const siteHooks: string[] = [];
+  for (let l = 0; l < L; l++) siteHooks.push(`blocks.${l}.attn.hook_z`, `blocks.${l}.mlp.hook_post`);
+  ctx.onProgress?.({ stage: 'clean run and attribution', done: 0, total: 1 });
+  const { ablator, clean } = await Ablator.prepare(model, ids, siteHooks, { method: input.ablation, positions: 'all' }, ctx, dlaHookNames(model));
+  const cleanLogits = logitsAt(clean, ids.length - 1);
+  const answer = answerToken(model, cleanLogits, answerId);
+  const meter = new EffectMeter(model, cleanLogits, answer.token_id);
+  const dla = decomposeLogit(model, clean, { tokenId: answer.token_id }, { convention: input.convention });
+  ctx.onProgress?.({ stage: 'clean run and attribution', done: 1, total: 1 });
 
-    // ---- candidates by |attribution|
-    const allHeads: { layer: number; head: number; attribution: number }[] = [];
-    for (let l = 0; l < L; l++) for (let h = 0; h < H; h++) allHeads.push({ layer: l, head: h, attribution: dla.heads[l][h] });
-    const heads = byAbsDesc(allHeads, (x) => x.attribution).slice(0, kHeads);
-    const allNeurons: { layer: number; neuron: number; attribution: number; activation: number }[] = [];
-    if (kNeurons > 0) {
-      for (let l = 0; l < L; l++) for (let n = 0; n < M; n++) allNeurons.push({ layer: l, neuron: n, attribution: dla.neuronAttribution[l][n], activation: dla.neuronActivation[l][n] });
-    }
-    const neurons = byAbsDesc(allNeurons, (x) => x.attribution).slice(0, kNeurons);
+  // ---- candidates by |attribution|
+  const allHeads: { layer: number; head: number; attribution: number }[] = [];
+  for (let l = 0; l < L; l++) for (let h = 0; h < H; h++) allHeads.push({ layer: l, head: h, attribution: dla.heads[l][h] });
+  const heads = byAbsDesc(allHeads, (x) => x.attribution).slice(0, kHeads);
+  const allNeurons: { layer: number; neuron: number; attribution: number; activation: number }[] = [];
+  if (kNeurons > 0) {
+    for (let l = 0; l < L; l++) for (let n = 0; n < M; n++) allNeurons.push({ layer: l, neuron: n, attribution: dla.neuronAttribution[l][n], activation: dla.neuronActivation[l][n] });
+  }
+  const neurons = byAbsDesc(allNeurons, (x) => x.attribution).slice(0, kNeurons);
 
-    // ---- singles, one batched scan
-    const singleTargets: AblationTarget[] = [...heads.map((h) => ({ layer: h.layer, head: h.head })), ...neurons.map((n) => ({ layer: n.layer, neuron: n.neuron }))];
-    const singleLogits = await runVariants(model, ids, singleTargets.map((t) => ablator.interventions([t])), { ctx, stage: 'single ablations' });
-    const singles = new Map<string, Effect>();
-    singleTargets.forEach((t, i) => singles.set(targetLabel(t), meter.effect(singleLogits[i])));
-    const headRows = heads.map((h) => ({ layer: h.layer, head: h.head, label: `L${h.layer}H${h.head}`, attribution: finite(h.attribution), ...singles.get(`L${h.layer}H${h.head}`)! }));
-    const neuronRows = neurons.map((n) => ({ layer: n.layer, neuron: n.neuron, label: `L${n.layer}N${n.neuron}`, activation: finite(n.activation), attribution: finite(n.attribution), ...singles.get(`L${n.layer}N${n.neuron}`)! }));
+  // ---- singles, one batched scan
+  const singleTargets: AblationTarget[] = [...heads.map((h) => ({ layer: h.layer, head: h.head })), ...neurons.map((n) => ({ layer: n.layer, neuron: n.neuron }))];
+  const singleLogits = await runVariants(model, ids, singleTargets.map((t) => ablator.interventions([t])), { ctx, stage: 'single ablations' });
+  const singles = new Map<string, Effect>();
+  singleTargets.forEach((t, i) => singles.set(targetLabel(t), meter.effect(singleLogits[i])));
+  const headRows = heads.map((h) => ({ layer: h.layer, head: h.head, label: `L${h.layer}H${h.head}`, attribution: finite(h.attribution), ...singles.get(`L${h.layer}H${h.head}`)! }));
+  const neuronRows = neurons.map((n) => ({ layer: n.layer, neuron: n.neuron, label: `L${n.layer}N${n.neuron}`, activation: finite(n.activation), attribution: finite(n.attribution), ...singles.get(`L${n.layer}N${n.neuron}`)! }));
 
-    // ---- groups
-    type Group = { kind: 'pair' | 'layer_heads' | 'all_heads' | 'all_neurons'; label: string; members: Member[] };
-    const groups: Group[] = [];
-    const seen = new Set<string>();
-    const labelOf = (ms: Member[]) => ms.map((m) => targetLabel(m)).join('+');
-    const addGroup = (kind: Group['kind'], members: Member[], label?: string) => {
-      const key = members.map((m) => targetLabel(m)).sort().join('+');
-      if (members.length < 2 || seen.has(key)) return;
-      seen.add(key);
-      groups.push({ kind, label: label ?? labelOf(members), members });
-    };
-    const headMember = (h: { layer: number; head: number }): Member => ({ layer: h.layer, head: h.head });
-    const topByAttr = headRows.slice(0, pairK);
-    const topByEffect = byAbsDesc(headRows, (x) => x.logprob_delta).slice(0, pairK);
-    for (const [a, b] of [...pairsOf(topByAttr), ...pairsOf(topByEffect)]) addGroup('pair', [headMember(a), headMember(b)]);
-    for (let l = 0; l < L; l++) {
-      const inLayer = headRows.filter((h) => h.layer === l).map(headMember);
-      addGroup('layer_heads', inLayer, `L${l} candidate heads (${inLayer.length})`);
-    }
-    addGroup('all_heads', headRows.map(headMember), `all ${headRows.length} candidate heads`);
-    addGroup('all_neurons', neuronRows.map((n) => ({ layer: n.layer, neuron: n.neuron })), `all ${neuronRows.length} candidate neurons`);
-    const groupLogits = groups.length
-      ? await runVariants(model, ids, groups.map((g) => ablator.interventions(g.members)), { ctx, stage: 'group ablations' })
-      : [];
-    const groupRows = groups.map((g, i) => {
-      const e = meter.effect(groupLogits[i]);
-      const singleDeltas = g.members.map((m) => singles.get(targetLabel(m))!.logprob_delta);
-      const sum = singleDeltas.reduce((a, b) => a + b, 0);
-      const sumAbs = singleDeltas.reduce((a, b) => a + Math.abs(b), 0);
-      const maxAbs = Math.max(...singleDeltas.map(Math.abs));
-      const redundant = Math.abs(e.logprob_delta) >= REDUNDANT_MIN_NATS && Math.abs(e.logprob_delta) >= REDUNDANT_RATIO * sumAbs;
-      return { ...g, ...e, sum_of_singles_logprob_delta: finite(sum), max_single_abs_logprob_delta: finite(maxAbs), interaction_logprob_delta: finite(e.logprob_delta - sum), redundant };
-    });
+  // ---- groups
+  type Group = { kind: 'pair' | 'layer_heads' | 'all_heads' | 'all_neurons'; label: string; members: Member[] };
+  const groups: Group[] = [];
+  const seen = new Set<string>();
+  const labelOf = (ms: Member[]) => ms.map((m) => targetLabel(m)).join('+');
+  const addGroup = (kind: Group['kind'], members: Member[], label?: string) => {
+    const key = members.map((m) => targetLabel(m)).sort().join('+');
+    if (members.length < 2 || seen.has(key)) return;
+    seen.add(key);
+    groups.push({ kind, label: label ?? labelOf(members), members });
+  };
+  const headMember = (h: { layer: number; head: number }): Member => ({ layer: h.layer, head: h.head });
+  const topByAttr = headRows.slice(0, pairK);
+  const topByEffect = byAbsDesc(headRows, (x) => x.logprob_delta).slice(0, pairK);
+  for (const [a, b] of [...pairsOf(topByAttr), ...pairsOf(topByEffect)]) addGroup('pair', [headMember(a), headMember(b)]);
+  for (let l = 0; l < L; l++) {
+    const inLayer = headRows.filter((h) => h.layer === l).map(headMember);
+    addGroup('layer_heads', inLayer, `L${l} candidate heads (${inLayer.length})`);
+  }
+  addGroup('all_heads', headRows.map(headMember), `all ${headRows.length} candidate heads`);
+  addGroup('all_neurons', neuronRows.map((n) => ({ layer: n.layer, neuron: n.neuron })), `all ${neuronRows.length} candidate neurons`);
+  const groupLogits = groups.length
+    ? await runVariants(model, ids, groups.map((g) => ablator.interventions(g.members)), { ctx, stage: 'group ablations' })
+    : [];
+  const groupRows = groups.map((g, i) => {
+    const e = meter.effect(groupLogits[i]);
+    const singleDeltas = g.members.map((m) => singles.get(targetLabel(m))!.logprob_delta);
+    const sum = singleDeltas.reduce((a, b) => a + b, 0);
+    const sumAbs = singleDeltas.reduce((a, b) => a + Math.abs(b), 0);
+    const maxAbs = Math.max(...singleDeltas.map(Math.abs));
+    const redundant = Math.abs(e.logprob_delta) >= REDUNDANT_MIN_NATS && Math.abs(e.logprob_delta) >= REDUNDANT_RATIO * sumAbs;
+    return { ...g, ...e, sum_of_singles_logprob_delta: finite(sum), max_single_abs_logprob_delta: finite(maxAbs), interaction_logprob_delta: finite(e.logprob_delta - sum), redundant };
+  });
 
-    // ---- findings (from the numbers above, by the stated rule)
-    const findings: string[] = [];
-    const f2 = (x: number) => x.toFixed(2);
-    for (const g of groupRows.filter((x) => x.redundant)) {
-      findings.push(`Redundant: ${g.label} together change log p(${JSON.stringify(answer.token)}) by ${f2(g.logprob_delta)} nats, while singly the largest change is ${f2(g.max_single_abs_logprob_delta)} (sum of singles ${f2(g.sum_of_singles_logprob_delta)}).`);
-    }
-    const strongest = byAbsDesc([...headRows, ...neuronRows], (x) => x.logprob_delta).slice(0, 3);
-    for (const s of strongest) findings.push(`Single ${s.label}: attribution ${f2(s.attribution)}, ablation changes log p by ${f2(s.logprob_delta)} nats (logit ${f2(s.logit_delta)}).`);
-    if (!groupRows.some((g) => g.redundant)) findings.push('No tested group was redundant by the rule (group ≥ 0.5 nats and ≥ 2 × the sum of its singles).');
+  // ---- findings (from the numbers above, by the stated rule)
+  const findings: string[] = [];
+  const f2 = (x: number) => x.toFixed(2);
+  for (const g of groupRows.filter((x) => x.redundant)) {
+    findings.push(`Redundant: ${g.label} together change log p(${JSON.stringify(answer.token)}) by ${f2(g.logprob_delta)} nats, while singly the largest change is ${f2(g.max_single_abs_logprob_delta)} (sum of singles ${f2(g.sum_of_singles_logprob_delta)}).`);
+  }
+  const strongest = byAbsDesc([...headRows, ...neuronRows], (x) => x.logprob_delta).slice(0, 3);
+  for (const s of strongest) findings.push(`Single ${s.label}: attribution ${f2(s.attribution)}, ablation changes log p by ${f2(s.logprob_delta)} nats (logit ${f2(s.logit_delta)}).`);
+  if (!groupRows.some((g) => g.redundant)) findings.push('No tested group was redundant by the rule (group ≥ 0.5 nats and ≥ 2 × the sum of its singles).');
 
-    const nVariants = singleTargets.length + groups.length;
-    const runs = 1 + Math.ceil(singleTargets.length / CAPS.maxBatch) + Math.ceil(groups.length / CAPS.maxBatch);
-    const how = input.ablation === 'zero' ? 'zero-ablation' : 'mean-ablation (clean activation averaged over the prompt\'s positions)';
-    return {
-      ...documentHead('circuit', model, prompt, ids),
-      method:
-        `Candidates: the top ${heads.length} heads and top ${neurons.length} MLP neurons by |direct logit attribution| (${input.convention} convention) to ${JSON.stringify(answer.token)} at the last position. ` +
-        `Causal effect: ${how} of attn.hook_z per head and of mlp.hook_post per neuron, at every position, all downstream layers recomputed (total effect), each candidate singly in batched runs; then groups: pairs among the top ${pairK} heads by |attribution| and the top ${pairK} by |single effect|, each layer's candidate heads together, all candidate heads, all candidate neurons. ` +
-        `A group is flagged redundant when |Δ log p| ≥ ${REDUNDANT_MIN_NATS} nats and ≥ ${REDUNDANT_RATIO} × Σ|single Δ log p|. ` +
-        'Not done: path patching, attention-pattern or Q/K/V-level ablation, gradient (attribution) patching, heads or neurons outside the candidate lists, groups other than those listed.',
-      ablation: input.ablation,
-      convention: input.convention,
-      answer,
-      clean: cleanBlock(model, meter),
-      heads: headRows,
-      neurons: neuronRows,
-      groups: groupRows,
-      findings,
-      n_variants: nVariants,
-      n_engine_runs: runs,
-    };
-  },
-};
+  const nVariants = singleTargets.length + groups.length;
+  const runs = 1 + Math.ceil(singleTargets.length / CAPS.maxBatch) + Math.ceil(groups.length / CAPS.maxBatch);
+  const how = input.ablation === 'zero' ? 'zero-ablation' : 'mean-ablation (clean activation averaged over the prompt\'s positions)';
+  return {
+    ...documentHead('circuit', model, prompt, ids),
+    method:
+      `Candidates: the top ${heads.length} heads and top ${neurons.length} MLP neurons by |direct logit attribution| (${input.convention} convention) to ${JSON.stringify(answer.token)} at the last position. ` +
+      `Causal effect: ${how} of attn.hook_z per head and of mlp.hook_post per neuron, at every position, all downstream layers recomputed (total effect), each candidate singly in batched runs; then groups: pairs among the top ${pairK} heads by |attribution| and the top ${pairK} by |single effect|, each layer's candidate heads together, all candidate heads, all candidate neurons. ` +
+      `A group is flagged redundant when |Δ log p| ≥ ${REDUNDANT_MIN_NATS} nats and ≥ ${REDUNDANT_RATIO} × Σ|single Δ log p|. ` +
+      'Not done: path patching, attention-pattern or Q/K/V-level ablation, gradient (attribution) patching, heads or neurons outside the candidate lists, groups other than those listed.',
+    ablation: input.ablation,
+    convention: input.convention,
+    answer,
+    clean: cleanBlock(model, meter),
+    heads: headRows,
+    neurons: neuronRows,
+    groups: groupRows,
+    findings,
+    n_variants: nVariants,
+    n_engine_runs: runs,
+  };
+});

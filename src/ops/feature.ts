@@ -15,8 +15,8 @@ import { z } from 'zod';
 import type { LoadedModel } from '../engine/api';
 import { LoupeError, throwIfAborted } from '../engine/errors';
 import { documentBase, documentHead, tokenEntry } from '../schema/common';
-import type { Operation } from './types';
-import { checkTopK, finite, parseInput } from './lib/caps';
+import { defineOperation } from './types';
+import { checkTopK, finite } from './lib/caps';
 import { promptFields, promptIds } from './lib/tokens';
 import { directLogitScores } from './lib/directions';
 import { describe as describeFeature } from './lib/feature-descriptions';
@@ -74,8 +74,14 @@ const output = documentBase('feature').extend({
 });
 export type FeatureDocument = z.infer<typeof output>;
 
-async function run(model: LoadedModel, raw: FeatureInput, ctx: SaeOpContext): Promise<FeatureDocument> {
-  const inp = parseInput(input, raw);
+
+export const operation = defineOperation({
+  name: 'feature',
+  description:
+    'One SAE feature (SAELens layout, from sae_source/sae_path): the tokens its decoder direction promotes and suppresses through the unembedding (W_dec[f] mapped into the residual stream, ⊙ the final norm\'s weight, · W_U; no norm scale, per unit activation), its auto-interp description (null when none is available), and its activation at every token of prompt and of up to 64 more prompts, with the maximum per prompt. Cost: one forward pass per prompt.',
+  input,
+  output,
+}).implement(async (model, inp, ctx) => {
   checkTopK(inp.top_k);
   const texts = [inp.prompt, ...inp.prompts];
   const idsList = texts.map((p, i) => {
@@ -135,7 +141,7 @@ async function run(model: LoadedModel, raw: FeatureInput, ctx: SaeOpContext): Pr
   let decoderNorm = 0;
   for (let i = 0; i < dIn; i++) decoderNorm += row[i] * row[i];
   const threshold = sae.info.activation === 'jumprelu' ? finite(sae.weight('threshold').data[f]) : null;
-  return output.parse({
+  return {
     ...documentHead('feature', model, inp.prompt, idsList[0]),
     sae: saeBlock(sae),
     descriptions: desc.block,
@@ -157,14 +163,5 @@ async function run(model: LoadedModel, raw: FeatureInput, ctx: SaeOpContext): Pr
     activations,
     max_activation: activations[best].max,
     max_activation_prompt: best,
-  });
-}
-
-export const operation: Operation<FeatureInput, FeatureDocument> = {
-  name: 'feature',
-  description:
-    'One SAE feature (SAELens layout, from sae_source/sae_path): the tokens its decoder direction promotes and suppresses through the unembedding (W_dec[f] mapped into the residual stream, ⊙ the final norm\'s weight, · W_U; no norm scale, per unit activation), its auto-interp description (null when none is available), and its activation at every token of prompt and of up to 64 more prompts, with the maximum per prompt. Cost: one forward pass per prompt.',
-  input: input as unknown as z.ZodType<FeatureInput>,
-  output,
-  run,
-};
+  };
+});

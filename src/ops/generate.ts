@@ -4,10 +4,10 @@
  */
 import { z } from 'zod';
 import { generationBlock } from '../schema/generation';
-import type { Operation } from './types';
+import { defineOperation } from './types';
 import { documentBase, documentHead } from '../schema/common';
 import { LoupeError } from '../engine/errors';
-import { parseInput, checkNewTokens } from './lib/caps';
+import { checkNewTokens } from './lib/caps';
 import { promptFields, promptIds } from './lib/tokens';
 import { generateTokens } from './lib/generation';
 
@@ -35,50 +35,48 @@ export const generateOutput = documentBase('generate').extend(generationBlock.sh
 });
 export type GenerateDocument = z.infer<typeof generateOutput>;
 
-export const operation: Operation<GenerateInput, GenerateDocument> = {
+export const operation = defineOperation({
   name: 'generate',
   description:
     'Continue the prompt: greedy (temperature 0, default) or seeded sampling (temperature, top_k, top_p, seed), stopping at EOS or max_new_tokens. Uses a KV cache (one prompt pass, then one engine run per token). Returns generated_token_ids and generated_text.',
   input: generateInput,
   output: generateOutput,
   long: true,
-  async run(model, rawInput, ctx) {
-    const input = parseInput(generateInput, rawInput);
-    checkNewTokens(input.max_new_tokens);
-    if (input.temperature === 0 && (input.top_k !== undefined || input.top_p !== undefined)) {
-      throw new LoupeError('BAD_INPUT', 'top_k / top_p only apply when sampling (temperature > 0).', 'Set temperature > 0, or drop top_k / top_p for greedy decoding.');
-    }
-    const ids = promptIds(model, input.prompt, { prependBos: input.prepend_bos, extra: input.max_new_tokens });
-    const total = input.max_new_tokens;
-    ctx.onProgress?.({ stage: 'generating', done: 0, total });
-    const res = await generateTokens(model, ids, {
-      maxNewTokens: input.max_new_tokens,
+}).implement(async (model, input, ctx) => {
+  checkNewTokens(input.max_new_tokens);
+  if (input.temperature === 0 && (input.top_k !== undefined || input.top_p !== undefined)) {
+    throw new LoupeError('BAD_INPUT', 'top_k / top_p only apply when sampling (temperature > 0).', 'Set temperature > 0, or drop top_k / top_p for greedy decoding.');
+  }
+  const ids = promptIds(model, input.prompt, { prependBos: input.prepend_bos, extra: input.max_new_tokens });
+  const total = input.max_new_tokens;
+  ctx.onProgress?.({ stage: 'generating', done: 0, total });
+  const res = await generateTokens(model, ids, {
+    maxNewTokens: input.max_new_tokens,
+    temperature: input.temperature,
+    topK: input.top_k,
+    topP: input.top_p,
+    seed: input.seed,
+    stopAtEos: input.stop_at_eos,
+    signal: ctx.signal,
+    onToken: ({ step }) => ctx.onProgress?.({ stage: 'generating', done: step + 1, total }),
+  });
+  const texts = model.tokenStrings(res.ids);
+  const sample = input.temperature > 0;
+  return {
+    ...documentHead('generate', model, input.prompt, ids),
+    generated_token_ids: res.ids,
+    generated_text: res.text,
+    generated_tokens: res.ids.map((id, i) => ({ id, text: texts[i] })),
+    stop_reason: res.stop_reason,
+    sampling: {
+      method: sample ? 'sample' : 'greedy',
       temperature: input.temperature,
-      topK: input.top_k,
-      topP: input.top_p,
+      top_k: input.top_k ?? null,
+      top_p: input.top_p ?? null,
       seed: input.seed,
-      stopAtEos: input.stop_at_eos,
-      signal: ctx.signal,
-      onToken: ({ step }) => ctx.onProgress?.({ stage: 'generating', done: step + 1, total }),
-    });
-    const texts = model.tokenStrings(res.ids);
-    const sample = input.temperature > 0;
-    return {
-      ...documentHead('generate', model, input.prompt, ids),
-      generated_token_ids: res.ids,
-      generated_text: res.text,
-      generated_tokens: res.ids.map((id, i) => ({ id, text: texts[i] })),
-      stop_reason: res.stop_reason,
-      sampling: {
-        method: sample ? 'sample' : 'greedy',
-        temperature: input.temperature,
-        top_k: input.top_k ?? null,
-        top_p: input.top_p ?? null,
-        seed: input.seed,
-      },
-      method: sample
-        ? 'Seeded sampling from softmax(logits / temperature) after top_k / top_p filtering (mulberry32 generator), with a KV cache.'
-        : 'Greedy decoding (argmax of the logits at each step), with a KV cache.',
-    };
-  },
-};
+    },
+    method: sample
+      ? 'Seeded sampling from softmax(logits / temperature) after top_k / top_p filtering (mulberry32 generator), with a KV cache.'
+      : 'Greedy decoding (argmax of the logits at each step), with a KV cache.',
+  };
+});

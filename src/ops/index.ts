@@ -1,8 +1,12 @@
 /**
  * The registry of operations: every surface (CLI, worker, MCP bridge, headless server) looks
- * operations up here by name. Each engineer adds their operations below the marker.
+ * operations up here by name. Adding an operation is one line below (see CONTRIBUTING.md).
+ * Beside it, the concerns every surface shares: `requireOperation` (one UNKNOWN_OPERATION),
+ * `parseOperationInput` (./types: one BAD_INPUT) and `operationSchemas` (./schemas: one zod →
+ * JSON Schema path).
  */
-import type { Operation } from './types';
+import { LoupeError } from '../engine/errors';
+import type { AnyOperation } from './types';
 import * as ablate from './ablate';
 import * as circuit from './circuit';
 import * as patch from './patch';
@@ -21,8 +25,8 @@ import * as sae_features from './sae_features';
 import * as sae_steer from './sae_steer';
 import * as feature from './feature';
 
-export const operations: Record<string, Operation> = {
-  // --- operations (one line each: name: module.operation) ---
+export const operations: Record<string, AnyOperation> = {
+  // one line per operation: name: module.operation
   trace: trace.operation,
   activations: activations.operation,
   attention: attention.operation,
@@ -42,6 +46,20 @@ export const operations: Record<string, Operation> = {
   feature: feature.operation,
 };
 
-export function getOperation(name: string): Operation | undefined {
+export function getOperation(name: string): AnyOperation | undefined {
   return Object.prototype.hasOwnProperty.call(operations, name) ? operations[name] : undefined;
 }
+
+/** the operation named `name`, or UNKNOWN_OPERATION listing the ones there are */
+export function requireOperation(name: string): AnyOperation {
+  const op = getOperation(name);
+  if (!op) throw unknownOperation(name);
+  return op;
+}
+
+/** the one UNKNOWN_OPERATION error (`known`: the names a surface offers, the registry's by default) */
+export function unknownOperation(name: string, known: string[] = Object.keys(operations)): LoupeError {
+  return new LoupeError('UNKNOWN_OPERATION', `No operation named ${JSON.stringify(name)}.`, `Operations: ${known.join(', ')}.`);
+}
+
+export { parseOperationInput } from './types';

@@ -5,9 +5,8 @@
  * All 2 × n_layers variants go through the engine's batch dimension.
  */
 import { z } from 'zod';
-import type { Operation } from './types';
+import { defineOperation } from './types';
 import { documentBase, documentHead } from '../schema/common';
-import { parseInput } from './lib/caps';
 import {
   Ablator, EffectMeter, answerSchema, answerToken, cleanBlock, cleanSchema, effectFields, inputIds, logitsAt,
   promptOrIdsFields, resolveAnswer, runVariants, targetSites, checkVariants, type AblationTarget,
@@ -41,47 +40,45 @@ export const layerAblationOutput = documentBase('layer_ablation').extend({
 });
 export type LayerAblationDocument = z.infer<typeof layerAblationOutput>;
 
-export const operation: Operation<LayerAblationInput, LayerAblationDocument> = {
+export const operation = defineOperation({
   name: 'layer_ablation',
   description:
     'Ablate each layer\'s attention output and MLP output in turn (zero or mean over positions), one at a time, and report at the last position the change of the clean prediction\'s log-probability (nats), logit and probability, KL(clean ‖ ablated), and the new top token. Cost: one clean run plus 2·n_layers variants in batched runs.',
   input: layerAblationInput,
   output: layerAblationOutput,
   long: true,
-  async run(model, rawInput, ctx) {
-    const input = parseInput(layerAblationInput, rawInput);
-    const { ids, prompt } = inputIds(model, input);
-    const answerId = resolveAnswer(model, input.answer);
-    const L = model.info.n_layers;
-    const targets: AblationTarget[] = [];
-    for (let l = 0; l < L; l++) for (const c of PARTS) targets.push({ layer: l, component: c });
-    checkVariants(targets.length, 'Layer ablation', 'Use a model with fewer layers.');
-    const hooks = targets.flatMap((t) => targetSites(model, t).map((s) => s.hook));
+}).implement(async (model, input, ctx) => {
+  const { ids, prompt } = inputIds(model, input);
+  const answerId = resolveAnswer(model, input.answer);
+  const L = model.info.n_layers;
+  const targets: AblationTarget[] = [];
+  for (let l = 0; l < L; l++) for (const c of PARTS) targets.push({ layer: l, component: c });
+  checkVariants(targets.length, 'Layer ablation', 'Use a model with fewer layers.');
+  const hooks = targets.flatMap((t) => targetSites(model, t).map((s) => s.hook));
 
-    const { ablator, clean } = await Ablator.prepare(model, ids, hooks, { method: input.method, positions: 'all' }, ctx);
-    const cleanLogits = logitsAt(clean, ids.length - 1);
-    const answer = answerToken(model, cleanLogits, answerId);
-    const meter = new EffectMeter(model, cleanLogits, answer.token_id);
-    const logits = await runVariants(model, ids, targets.map((t) => ablator.interventions([t])), { ctx, stage: 'ablating layers' });
-    const entries = targets.map((t, i) => ({ layer: t.layer, component: t.component as (typeof PARTS)[number], label: `L${t.layer}.${t.component}`, ...meter.effect(logits[i]) }));
-    const layers = [];
-    for (let l = 0; l < L; l++) {
-      const a = entries[2 * l];
-      const m = entries[2 * l + 1];
-      layers.push({ layer: l, attn_logprob_delta: a.logprob_delta, attn_kl: a.kl, mlp_logprob_delta: m.logprob_delta, mlp_kl: m.kl });
-    }
-    const worst = entries.reduce((a, b) => (b.logprob_delta < a.logprob_delta ? b : a));
-    return {
-      ...documentHead('layer_ablation', model, prompt, ids),
-      ablation: input.method,
-      method:
-        `Each layer's hook_attn_out, then its hook_mlp_out, ${input.method === 'zero' ? 'set to zero' : 'replaced by its mean over the prompt\'s positions (BOS included)'} at every position, one component per variant (the other components and layers untouched; downstream layers recompute), all variants batched. ` +
-        `Damage is read at the last position: logprob_delta of the ${answer.source === 'answer' ? 'given answer token' : 'clean prediction'} and KL(clean ‖ ablated) over the vocabulary. Per-head or per-neuron effects are not measured here (see circuit / ablate).`,
-      answer,
-      clean: cleanBlock(model, meter),
-      entries,
-      layers,
-      most_damaging: { layer: worst.layer, component: worst.component, logprob_delta: worst.logprob_delta, kl: worst.kl },
-    };
-  },
-};
+  const { ablator, clean } = await Ablator.prepare(model, ids, hooks, { method: input.method, positions: 'all' }, ctx);
+  const cleanLogits = logitsAt(clean, ids.length - 1);
+  const answer = answerToken(model, cleanLogits, answerId);
+  const meter = new EffectMeter(model, cleanLogits, answer.token_id);
+  const logits = await runVariants(model, ids, targets.map((t) => ablator.interventions([t])), { ctx, stage: 'ablating layers' });
+  const entries = targets.map((t, i) => ({ layer: t.layer, component: t.component as (typeof PARTS)[number], label: `L${t.layer}.${t.component}`, ...meter.effect(logits[i]) }));
+  const layers = [];
+  for (let l = 0; l < L; l++) {
+    const a = entries[2 * l];
+    const m = entries[2 * l + 1];
+    layers.push({ layer: l, attn_logprob_delta: a.logprob_delta, attn_kl: a.kl, mlp_logprob_delta: m.logprob_delta, mlp_kl: m.kl });
+  }
+  const worst = entries.reduce((a, b) => (b.logprob_delta < a.logprob_delta ? b : a));
+  return {
+    ...documentHead('layer_ablation', model, prompt, ids),
+    ablation: input.method,
+    method:
+      `Each layer's hook_attn_out, then its hook_mlp_out, ${input.method === 'zero' ? 'set to zero' : 'replaced by its mean over the prompt\'s positions (BOS included)'} at every position, one component per variant (the other components and layers untouched; downstream layers recompute), all variants batched. ` +
+      `Damage is read at the last position: logprob_delta of the ${answer.source === 'answer' ? 'given answer token' : 'clean prediction'} and KL(clean ‖ ablated) over the vocabulary. Per-head or per-neuron effects are not measured here (see circuit / ablate).`,
+    answer,
+    clean: cleanBlock(model, meter),
+    entries,
+    layers,
+    most_damaging: { layer: worst.layer, component: worst.component, logprob_delta: worst.logprob_delta, kl: worst.kl },
+  };
+});

@@ -5,10 +5,10 @@
  * tokens and the probability and rank of the model's final prediction.
  */
 import { z } from 'zod';
-import type { Operation } from './types';
+import { defineOperation } from './types';
 import { documentBase, documentHead } from '../schema/common';
 import { LoupeError, throwIfAborted } from '../engine/errors';
-import { parseInput, checkTopK, checkDocumentSize, finite } from './lib/caps';
+import { checkTopK, checkDocumentSize, finite } from './lib/caps';
 import { promptFields, promptIds } from './lib/tokens';
 import { argmax, logSoftmax, topK } from './lib/math';
 
@@ -38,69 +38,67 @@ export const logitLensOutput = documentBase('logit_lens').extend({
 });
 export type LogitLensDocument = z.infer<typeof logitLensOutput>;
 
-export const operation: Operation<LogitLensInput, LogitLensDocument> = {
+export const operation = defineOperation({
   name: 'logit_lens',
   description:
     'Logit lens: for the input of every layer (blocks.{l}.hook_resid_pre) and the final resid_post, at each position, apply the final norm with the stream\'s own statistics, the unembedding and any final soft-cap; report the top-k tokens (prob) and the probability and rank of the model\'s final prediction. One forward pass plus one batched unembedding of (n_layers+1)·T residual vectors on the same backend.',
   input: logitLensInput,
   output: logitLensOutput,
-  async run(model, rawInput, ctx) {
-    const input = parseInput(logitLensInput, rawInput);
-    checkTopK(input.top_k);
-    const { n_layers: L, d_model: D, d_vocab: V } = model.info;
-    const ids = promptIds(model, input.prompt, { prependBos: input.prepend_bos });
-    const T = ids.length;
-    const positions = input.positions === 'all' ? Array.from({ length: T }, (_, p) => p) : [...new Set(input.positions)].sort((a, b) => a - b);
-    for (const p of positions) if (p >= T) throw new LoupeError('BAD_INPUT', `position ${p} is outside the prompt (${T} tokens).`, `Use positions 0 … ${T - 1}.`);
-    checkDocumentSize((L + 1) * positions.length * (input.top_k * 4 + 3), 'The logit lens', 'Use a smaller top_k or fewer positions.');
+}).implement(async (model, input, ctx) => {
+  checkTopK(input.top_k);
+  const { n_layers: L, d_model: D, d_vocab: V } = model.info;
+  const ids = promptIds(model, input.prompt, { prependBos: input.prepend_bos });
+  const T = ids.length;
+  const positions = input.positions === 'all' ? Array.from({ length: T }, (_, p) => p) : [...new Set(input.positions)].sort((a, b) => a - b);
+  for (const p of positions) if (p >= T) throw new LoupeError('BAD_INPUT', `position ${p} is outside the prompt (${T} tokens).`, `Use positions 0 … ${T - 1}.`);
+  checkDocumentSize((L + 1) * positions.length * (input.top_k * 4 + 3), 'The logit lens', 'Use a smaller top_k or fewer positions.');
 
-    const hooks = [...Array.from({ length: L }, (_, l) => `blocks.${l}.hook_resid_pre`), `blocks.${L - 1}.hook_resid_post`];
-    ctx.onProgress?.({ stage: 'forward pass', done: 0, total: L + 2 });
+  const hooks = [...Array.from({ length: L }, (_, l) => `blocks.${l}.hook_resid_pre`), `blocks.${L - 1}.hook_resid_post`];
+  ctx.onProgress?.({ stage: 'forward pass', done: 0, total: L + 2 });
+  throwIfAborted(ctx.signal);
+  const run = await model.run(ids, { hooks, signal: ctx.signal });
+  const text = (id: number) => model.tokenStrings([id])[0];
+
+  // the final prediction at each position, from the model's own logits
+  const finals = positions.map((p) => {
+    const lp = logSoftmax(run.logits.data, p * V, V);
+    const id = argmax(run.logits.data, p * V, V);
+    return { position: p, token: text(id), token_id: id, prob: finite(Math.exp(lp[id])) };
+  });
+
+  // every (layer, position) stream in one batch through ln_final + W_U on the backend
+  const P = positions.length;
+  const streams = new Float32Array((L + 1) * P * D);
+  hooks.forEach((hook, l) => positions.forEach((p, i) => streams.set(run.hooks[hook].data.subarray(p * D, (p + 1) * D), (l * P + i) * D)));
+  const lens = await model.unembed({ dims: [(L + 1) * P, D], data: streams }, ctx.signal);
+  ctx.onProgress?.({ stage: 'projecting layers', done: 1, total: L + 2 });
+
+  const layers: LogitLensDocument['layers'] = [];
+  for (let l = 0; l <= L; l++) {
     throwIfAborted(ctx.signal);
-    const run = await model.run(ids, { hooks, signal: ctx.signal });
-    const text = (id: number) => model.tokenStrings([id])[0];
-
-    // the final prediction at each position, from the model's own logits
-    const finals = positions.map((p) => {
-      const lp = logSoftmax(run.logits.data, p * V, V);
-      const id = argmax(run.logits.data, p * V, V);
-      return { position: p, token: text(id), token_id: id, prob: finite(Math.exp(lp[id])) };
+    const hook = hooks[l];
+    const rows = positions.map((p, i) => {
+      const logits = lens.data.subarray((l * P + i) * V, (l * P + i + 1) * V);
+      const lp = logSoftmax(logits);
+      const ft = finals[i].token_id;
+      let rank = 1;
+      for (let v = 0; v < V; v++) if (logits[v] > logits[ft]) rank++;
+      return {
+        position: p,
+        top: topK(logits, input.top_k).map((id) => ({ token: text(id), token_id: id, logit: finite(logits[id]), prob: finite(Math.exp(lp[id])) })),
+        final_token_prob: finite(Math.exp(lp[ft])),
+        final_token_rank: rank,
+      };
     });
+    layers.push({ layer: l, hook, positions: rows });
+    ctx.onProgress?.({ stage: 'projecting layers', done: l + 2, total: L + 2 });
+  }
 
-    // every (layer, position) stream in one batch through ln_final + W_U on the backend
-    const P = positions.length;
-    const streams = new Float32Array((L + 1) * P * D);
-    hooks.forEach((hook, l) => positions.forEach((p, i) => streams.set(run.hooks[hook].data.subarray(p * D, (p + 1) * D), (l * P + i) * D)));
-    const lens = await model.unembed({ dims: [(L + 1) * P, D], data: streams }, ctx.signal);
-    ctx.onProgress?.({ stage: 'projecting layers', done: 1, total: L + 2 });
-
-    const layers: LogitLensDocument['layers'] = [];
-    for (let l = 0; l <= L; l++) {
-      throwIfAborted(ctx.signal);
-      const hook = hooks[l];
-      const rows = positions.map((p, i) => {
-        const logits = lens.data.subarray((l * P + i) * V, (l * P + i + 1) * V);
-        const lp = logSoftmax(logits);
-        const ft = finals[i].token_id;
-        let rank = 1;
-        for (let v = 0; v < V; v++) if (logits[v] > logits[ft]) rank++;
-        return {
-          position: p,
-          top: topK(logits, input.top_k).map((id) => ({ token: text(id), token_id: id, logit: finite(logits[id]), prob: finite(Math.exp(lp[id])) })),
-          final_token_prob: finite(Math.exp(lp[ft])),
-          final_token_rank: rank,
-        };
-      });
-      layers.push({ layer: l, hook, positions: rows });
-      ctx.onProgress?.({ stage: 'projecting layers', done: l + 2, total: L + 2 });
-    }
-
-    return {
-      ...documentHead('logit_lens', model, input.prompt, ids),
-      positions,
-      final_predictions: finals,
-      layers,
-      method: `Each stream x is read as ${model.info.norm === 'layernorm' ? 'LayerNorm((x − mean x) / sqrt(var x + eps)) ⊙ w + b' : 'RMSNorm x / sqrt(mean x² + eps) ⊙ w'} with ln_final's weights and x's own statistics, then · W_U + b_U${model.spec.finalSoftcap ? `, then the final soft-cap ${model.spec.finalSoftcap}·tanh(·/${model.spec.finalSoftcap})` : ''}; probabilities are its softmax. No tuned lens. Layer n_layers (the final resid_post) reproduces the model's own output.`,
-    };
-  },
-};
+  return {
+    ...documentHead('logit_lens', model, input.prompt, ids),
+    positions,
+    final_predictions: finals,
+    layers,
+    method: `Each stream x is read as ${model.info.norm === 'layernorm' ? 'LayerNorm((x − mean x) / sqrt(var x + eps)) ⊙ w + b' : 'RMSNorm x / sqrt(mean x² + eps) ⊙ w'} with ln_final's weights and x's own statistics, then · W_U + b_U${model.spec.finalSoftcap ? `, then the final soft-cap ${model.spec.finalSoftcap}·tanh(·/${model.spec.finalSoftcap})` : ''}; probabilities are its softmax. No tuned lens. Layer n_layers (the final resid_post) reproduces the model's own output.`,
+  };
+});

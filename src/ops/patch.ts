@@ -11,10 +11,10 @@
  */
 import { z } from 'zod';
 import type { Intervention } from '../engine/api';
-import type { Operation } from './types';
+import { defineOperation } from './types';
 import { documentBase, documentHead, tokenEntry } from '../schema/common';
 import { LoupeError } from '../engine/errors';
-import { CAPS, checkDocumentSize, finite, parseInput } from './lib/caps';
+import { CAPS, checkDocumentSize, finite } from './lib/caps';
 import { tokenText } from './lib/tokens';
 import { argmax } from './lib/math';
 import { checkVariants, inputIds, logitsAt, promptOrIdsFields, resolveAnswer, runVariants } from './lib/ablation';
@@ -64,104 +64,102 @@ interface Cell {
   iv: Intervention;
 }
 
-export const operation: Operation<PatchInput, PatchDocument> = {
+export const operation = defineOperation({
   name: 'patch',
   description:
     'Activation patching (TransformerLens patching module, denoising): clean and corrupted prompts of equal token length; patch the clean activation into the corrupted run at resid_pre, attn_out and mlp_out per layer × position, and each head\'s output (hook_z) per layer × head at all positions. Metric at the last position: normalised logit difference (answer − counterfactual; 0 = corrupted, 1 = clean). Returns the heatmaps as arrays and both baselines. Cost: 2 runs + (3·n_layers·T + n_layers·n_heads + 2·n_layers) variants in batched runs.',
   input: patchInput,
   output: patchOutput,
   long: true,
-  async run(model, rawInput, ctx) {
-    const input = parseInput(patchInput, rawInput);
-    const clean = inputIds(model, input);
-    const corrupted = inputIds(model, { prompt: input.corrupted_prompt, prepend_bos: input.prepend_bos, token_ids: input.corrupted_token_ids }, 'corrupted_token_ids');
-    const T = clean.ids.length;
-    if (corrupted.ids.length !== T) {
-      throw new LoupeError('BAD_INPUT', `The clean prompt has ${T} tokens and the corrupted prompt ${corrupted.ids.length}; patching needs equal token lengths.`, 'Change the corrupted prompt so it tokenizes to the same number of tokens (e.g. swap one word for a word that is also one token).');
-    }
-    const answerId = resolveAnswer(model, input.answer);
-    const cfId = resolveAnswer(model, input.counterfactual, 'counterfactual');
-    const { n_layers: L, n_heads: H } = model.info;
-    const scans = new Set<Scan>(input.scans);
-    const nVariants = (scans.has('resid_pre') ? L * T : 0) + (scans.has('attn_out') ? L * T + L : 0) + (scans.has('mlp_out') ? L * T + L : 0) + (scans.has('head_out') ? L * H : 0);
-    checkVariants(nVariants, 'This patching scan', 'Use a shorter prompt or fewer scans.');
-    checkDocumentSize(nVariants, 'This patching scan', 'Use a shorter prompt or fewer scans.');
+}).implement(async (model, input, ctx) => {
+  const clean = inputIds(model, input);
+  const corrupted = inputIds(model, { prompt: input.corrupted_prompt, prepend_bos: input.prepend_bos, token_ids: input.corrupted_token_ids }, 'corrupted_token_ids');
+  const T = clean.ids.length;
+  if (corrupted.ids.length !== T) {
+    throw new LoupeError('BAD_INPUT', `The clean prompt has ${T} tokens and the corrupted prompt ${corrupted.ids.length}; patching needs equal token lengths.`, 'Change the corrupted prompt so it tokenizes to the same number of tokens (e.g. swap one word for a word that is also one token).');
+  }
+  const answerId = resolveAnswer(model, input.answer);
+  const cfId = resolveAnswer(model, input.counterfactual, 'counterfactual');
+  const { n_layers: L, n_heads: H } = model.info;
+  const scans = new Set<Scan>(input.scans);
+  const nVariants = (scans.has('resid_pre') ? L * T : 0) + (scans.has('attn_out') ? L * T + L : 0) + (scans.has('mlp_out') ? L * T + L : 0) + (scans.has('head_out') ? L * H : 0);
+  checkVariants(nVariants, 'This patching scan', 'Use a shorter prompt or fewer scans.');
+  checkDocumentSize(nVariants, 'This patching scan', 'Use a shorter prompt or fewer scans.');
 
-    const hooks: string[] = [];
-    for (let l = 0; l < L; l++) {
-      if (scans.has('resid_pre')) hooks.push(`blocks.${l}.hook_resid_pre`);
-      if (scans.has('attn_out')) hooks.push(`blocks.${l}.hook_attn_out`);
-      if (scans.has('mlp_out')) hooks.push(`blocks.${l}.hook_mlp_out`);
-      if (scans.has('head_out')) hooks.push(`blocks.${l}.attn.hook_z`);
-    }
-    ctx.onProgress?.({ stage: 'clean and corrupted runs', done: 0, total: 2 });
-    const cleanRun = await model.run(clean.ids, { hooks, signal: ctx.signal });
-    const corrRun = await model.run(corrupted.ids, { hooks: [], signal: ctx.signal });
-    ctx.onProgress?.({ stage: 'clean and corrupted runs', done: 2, total: 2 });
-    const cleanLogits = logitsAt(cleanRun, T - 1);
-    const corrLogits = logitsAt(corrRun, T - 1);
-    const a = answerId ?? argmax(cleanLogits);
-    const c = cfId ?? argmax(corrLogits);
-    if (a === c) {
-      throw new LoupeError('BAD_INPUT', `The answer and the counterfactual are the same token (${JSON.stringify(tokenText(model, a))}), so the logit difference is always 0.`, 'Give answer and counterfactual explicitly (e.g. the clean and the corrupted correct tokens), or a corrupted prompt whose prediction differs.');
-    }
-    const ld = (l: ArrayLike<number>) => l[a] - l[c];
-    const ldClean = ld(cleanLogits);
-    const ldCorr = ld(corrLogits);
-    const denom = ldClean - ldCorr;
-    if (!(Math.abs(denom) > 1e-6)) {
-      throw new LoupeError('BAD_INPUT', `The clean and corrupted logit differences are equal (${ldClean.toFixed(6)}), so the normalised metric is undefined.`, 'Choose a corrupted prompt (or answer/counterfactual) that changes the logit difference.');
-    }
+  const hooks: string[] = [];
+  for (let l = 0; l < L; l++) {
+    if (scans.has('resid_pre')) hooks.push(`blocks.${l}.hook_resid_pre`);
+    if (scans.has('attn_out')) hooks.push(`blocks.${l}.hook_attn_out`);
+    if (scans.has('mlp_out')) hooks.push(`blocks.${l}.hook_mlp_out`);
+    if (scans.has('head_out')) hooks.push(`blocks.${l}.attn.hook_z`);
+  }
+  ctx.onProgress?.({ stage: 'clean and corrupted runs', done: 0, total: 2 });
+  const cleanRun = await model.run(clean.ids, { hooks, signal: ctx.signal });
+  const corrRun = await model.run(corrupted.ids, { hooks: [], signal: ctx.signal });
+  ctx.onProgress?.({ stage: 'clean and corrupted runs', done: 2, total: 2 });
+  const cleanLogits = logitsAt(cleanRun, T - 1);
+  const corrLogits = logitsAt(corrRun, T - 1);
+  const a = answerId ?? argmax(cleanLogits);
+  const c = cfId ?? argmax(corrLogits);
+  if (a === c) {
+    throw new LoupeError('BAD_INPUT', `The answer and the counterfactual are the same token (${JSON.stringify(tokenText(model, a))}), so the logit difference is always 0.`, 'Give answer and counterfactual explicitly (e.g. the clean and the corrupted correct tokens), or a corrupted prompt whose prediction differs.');
+  }
+  const ld = (l: ArrayLike<number>) => l[a] - l[c];
+  const ldClean = ld(cleanLogits);
+  const ldCorr = ld(corrLogits);
+  const denom = ldClean - ldCorr;
+  if (!(Math.abs(denom) > 1e-6)) {
+    throw new LoupeError('BAD_INPUT', `The clean and corrupted logit differences are equal (${ldClean.toFixed(6)}), so the normalised metric is undefined.`, 'Choose a corrupted prompt (or answer/counterfactual) that changes the logit difference.');
+  }
 
-    const cells: Cell[] = [];
-    const src = (h: string) => cleanRun.hooks[h];
-    for (let l = 0; l < L; l++) {
-      for (const s of ['resid_pre', 'attn_out', 'mlp_out'] as const) {
-        if (!scans.has(s)) continue;
-        const hook = `blocks.${l}.hook_${s}`;
-        for (let p = 0; p < T; p++) cells.push({ scan: s, layer: l, index: p, iv: { hook, op: 'patch', positions: [p], source: src(hook) } });
-        if (s !== 'resid_pre') cells.push({ scan: s === 'attn_out' ? 'attn_all' : 'mlp_all', layer: l, index: -1, iv: { hook, op: 'patch', positions: 'all', source: src(hook) } });
-      }
-      if (scans.has('head_out')) {
-        const hook = `blocks.${l}.attn.hook_z`;
-        for (let h = 0; h < H; h++) cells.push({ scan: 'head_out', layer: l, index: h, iv: { hook, op: 'patch', head: h, positions: 'all', source: src(hook) } });
-      }
+  const cells: Cell[] = [];
+  const src = (h: string) => cleanRun.hooks[h];
+  for (let l = 0; l < L; l++) {
+    for (const s of ['resid_pre', 'attn_out', 'mlp_out'] as const) {
+      if (!scans.has(s)) continue;
+      const hook = `blocks.${l}.hook_${s}`;
+      for (let p = 0; p < T; p++) cells.push({ scan: s, layer: l, index: p, iv: { hook, op: 'patch', positions: [p], source: src(hook) } });
+      if (s !== 'resid_pre') cells.push({ scan: s === 'attn_out' ? 'attn_all' : 'mlp_all', layer: l, index: -1, iv: { hook, op: 'patch', positions: 'all', source: src(hook) } });
     }
-    const logits = await runVariants(model, corrupted.ids, cells.map((x) => [x.iv]), { ctx, stage: 'patching' });
+    if (scans.has('head_out')) {
+      const hook = `blocks.${l}.attn.hook_z`;
+      for (let h = 0; h < H; h++) cells.push({ scan: 'head_out', layer: l, index: h, iv: { hook, op: 'patch', head: h, positions: 'all', source: src(hook) } });
+    }
+  }
+  const logits = await runVariants(model, corrupted.ids, cells.map((x) => [x.iv]), { ctx, stage: 'patching' });
 
-    const gridOf = (n: number) => Array.from({ length: L }, () => new Array<number>(n).fill(0));
-    const out = {
-      resid_pre: scans.has('resid_pre') ? gridOf(T) : null,
-      attn_out: scans.has('attn_out') ? gridOf(T) : null,
-      mlp_out: scans.has('mlp_out') ? gridOf(T) : null,
-      head_out: scans.has('head_out') ? gridOf(H) : null,
-      attn_out_all_pos: scans.has('attn_out') ? new Array<number>(L).fill(0) : null,
-      mlp_out_all_pos: scans.has('mlp_out') ? new Array<number>(L).fill(0) : null,
-    };
-    cells.forEach((cell, i) => {
-      const m = finite((ld(logits[i]) - ldCorr) / denom);
-      if (cell.scan === 'attn_all') out.attn_out_all_pos![cell.layer] = m;
-      else if (cell.scan === 'mlp_all') out.mlp_out_all_pos![cell.layer] = m;
-      else out[cell.scan]![cell.layer][cell.index] = m;
-    });
-    const maxBatchRuns = Math.ceil(cells.length / CAPS.maxBatch);
-    const corrTexts = model.tokenStrings(corrupted.ids);
-    return {
-      ...documentHead('patch', model, clean.prompt, clean.ids),
-      method:
-        'Denoising activation patching: the corrupted prompt is run with ONE activation replaced by the clean run\'s value at the same site — a residual stream (hook_resid_pre), attention output (hook_attn_out) or MLP output (hook_mlp_out) of one layer at one position; one head\'s hook_z at every position; or a whole attn_out / mlp_out at every position — and everything downstream recomputed. ' +
-        'Metric at the last position: (LD − LD_corrupted) / (LD_clean − LD_corrupted), LD = logit[answer] − logit[counterfactual]. No path patching, no noising (corrupted → clean) direction, no attribution patching (gradients).',
-      metric: 'normalised_logit_difference',
-      corrupted_prompt: corrupted.prompt,
-      corrupted_tokens: corrupted.ids.map((id, i) => ({ id, text: corrTexts[i] })),
-      differing_positions: clean.ids.flatMap((id, i) => (id !== corrupted.ids[i] ? [i] : [])),
-      answer: { token: tokenText(model, a), token_id: a, source: answerId !== undefined ? 'answer' : 'clean_prediction' },
-      counterfactual: { token: tokenText(model, c), token_id: c, source: cfId !== undefined ? 'counterfactual' : 'corrupted_prediction' },
-      clean_logit_diff: finite(ldClean),
-      corrupted_logit_diff: finite(ldCorr),
-      ...out,
-      n_variants: cells.length,
-      n_engine_runs: 2 + maxBatchRuns,
-    };
-  },
-};
+  const gridOf = (n: number) => Array.from({ length: L }, () => new Array<number>(n).fill(0));
+  const out = {
+    resid_pre: scans.has('resid_pre') ? gridOf(T) : null,
+    attn_out: scans.has('attn_out') ? gridOf(T) : null,
+    mlp_out: scans.has('mlp_out') ? gridOf(T) : null,
+    head_out: scans.has('head_out') ? gridOf(H) : null,
+    attn_out_all_pos: scans.has('attn_out') ? new Array<number>(L).fill(0) : null,
+    mlp_out_all_pos: scans.has('mlp_out') ? new Array<number>(L).fill(0) : null,
+  };
+  cells.forEach((cell, i) => {
+    const m = finite((ld(logits[i]) - ldCorr) / denom);
+    if (cell.scan === 'attn_all') out.attn_out_all_pos![cell.layer] = m;
+    else if (cell.scan === 'mlp_all') out.mlp_out_all_pos![cell.layer] = m;
+    else out[cell.scan]![cell.layer][cell.index] = m;
+  });
+  const maxBatchRuns = Math.ceil(cells.length / CAPS.maxBatch);
+  const corrTexts = model.tokenStrings(corrupted.ids);
+  return {
+    ...documentHead('patch', model, clean.prompt, clean.ids),
+    method:
+      'Denoising activation patching: the corrupted prompt is run with ONE activation replaced by the clean run\'s value at the same site — a residual stream (hook_resid_pre), attention output (hook_attn_out) or MLP output (hook_mlp_out) of one layer at one position; one head\'s hook_z at every position; or a whole attn_out / mlp_out at every position — and everything downstream recomputed. ' +
+      'Metric at the last position: (LD − LD_corrupted) / (LD_clean − LD_corrupted), LD = logit[answer] − logit[counterfactual]. No path patching, no noising (corrupted → clean) direction, no attribution patching (gradients).',
+    metric: 'normalised_logit_difference',
+    corrupted_prompt: corrupted.prompt,
+    corrupted_tokens: corrupted.ids.map((id, i) => ({ id, text: corrTexts[i] })),
+    differing_positions: clean.ids.flatMap((id, i) => (id !== corrupted.ids[i] ? [i] : [])),
+    answer: { token: tokenText(model, a), token_id: a, source: answerId !== undefined ? 'answer' : 'clean_prediction' },
+    counterfactual: { token: tokenText(model, c), token_id: c, source: cfId !== undefined ? 'counterfactual' : 'corrupted_prediction' },
+    clean_logit_diff: finite(ldClean),
+    corrupted_logit_diff: finite(ldCorr),
+    ...out,
+    n_variants: cells.length,
+    n_engine_runs: 2 + maxBatchRuns,
+  };
+});

@@ -9,12 +9,11 @@ import { z } from 'zod';
 import type { LoadedModel } from '../engine/api';
 import { LoupeError, throwIfAborted } from '../engine/errors';
 import { documentBase, documentHead } from '../schema/common';
-import type { Operation, OpContext } from './types';
-import { parseInput } from './lib/caps';
+import { defineOperation } from './types';
 import { promptIds } from './lib/tokens';
 import { storeOf } from './lib/handle-store';
 import { accuracy, auroc, featureStats, fitLogistic, shuffled, stratifiedSplit } from './lib/probe-math';
-import type { CaptureHandleValue, Label } from './capture';
+import type { CaptureHandleValue, Label } from './lib/collect';
 import type { ProbeHandleValue } from './lib/directions';
 
 const labelSchema = z.union([z.number(), z.string(), z.boolean()]);
@@ -112,8 +111,14 @@ function train(X: Float32Array, d: number, y: number[], rows: number[], l2: numb
 const sig = (z: number) => 1 / (1 + Math.exp(-z));
 const orNull = (x: number) => (Number.isFinite(x) ? x : null);
 
-async function run(model: LoadedModel, raw: ProbeInput, ctx: OpContext): Promise<ProbeDocument> {
-  const inp = parseInput(input, raw);
+
+export const operation = defineOperation({
+  name: 'probe',
+  description:
+    'Train a logistic-regression probe (L2, deterministic Newton fit, standardised features) on a `capture` handle with a seeded stratified held-out split; report held-out AUROC and accuracy, a shuffled-label control fitted the same way, per-sample scores (P(positive)), and the probe direction in the raw activation basis. Returns a probe handle: `steer` accepts direction "probe:<handle>". No engine runs.',
+  input,
+  output,
+}).implement(async (model, inp, ctx) => {
   const store = storeOf(ctx);
   const cap = store.get<CaptureHandleValue>('capture', inp.capture);
   if (cap.model_id !== model.info.id) {
@@ -158,7 +163,7 @@ async function run(model: LoadedModel, raw: ProbeInput, ctx: OpContext): Promise
   let norm = 0;
   for (let j = 0; j < d; j++) norm += main.w[j] ** 2;
 
-  return output.parse({
+  return {
     ...documentHead('probe', model, cap.prompts[0], firstIds),
     handle,
     capture: inp.capture,
@@ -190,17 +195,6 @@ async function run(model: LoadedModel, raw: ProbeInput, ctx: OpContext): Promise
       `features standardised with the training mean and s.d.; a stratified split holds out ${split.test.length} samples (test_fraction ${inp.test_fraction}, seed ${inp.seed}). ` +
       `AUROC and accuracy are on the held-out samples. Weights are mapped back to the raw activation basis, so the direction can be added to ${hook}'s stream.` +
       (inp.shuffle_labels ? ' Labels were permuted before training (negative control).' : ''),
-  });
-}
+  };
+});
 
-export const probe: Operation<ProbeInput, ProbeDocument> = {
-  name: 'probe',
-  description:
-    'Train a logistic-regression probe (L2, deterministic Newton fit, standardised features) on a `capture` handle with a seeded stratified held-out split; report held-out AUROC and accuracy, a shuffled-label control fitted the same way, per-sample scores (P(positive)), and the probe direction in the raw activation basis. Returns a probe handle: `steer` accepts direction "probe:<handle>". No engine runs.',
-  input: input as unknown as z.ZodType<ProbeInput>,
-  output,
-  run,
-};
-
-/** the registry's name for this module's operation */
-export const operation = probe;

@@ -23,8 +23,8 @@ import { z } from 'zod';
 import type { LoadedModel } from '../engine/api';
 import { LoupeError, throwIfAborted } from '../engine/errors';
 import { documentBase, documentHead } from '../schema/common';
-import type { Operation } from './types';
-import { checkTopK, finite, parseInput } from './lib/caps';
+import { defineOperation } from './types';
+import { checkTopK, finite } from './lib/caps';
 import { promptFields, promptIds, tokenText } from './lib/tokens';
 import { argmax } from './lib/math';
 import { readoutDirection } from './lib/dla';
@@ -117,8 +117,15 @@ function overall(x: Float32Array, rc: Float32Array, d: number, from: number, T: 
   return { positions: n, mse: finite(err / (n * d)), fvu: fvu === null ? null : finite(fvu), explained_variance: fvu === null ? null : finite(1 - fvu), mean };
 }
 
-async function run(model: LoadedModel, raw: SaeFeaturesInput, ctx: SaeOpContext): Promise<SaeFeaturesDocument> {
-  const inp = parseInput(input, raw);
+
+export const operation = defineOperation({
+  name: 'sae_features',
+  description:
+    'Decompose the activation at a sparse autoencoder\'s hook into SAE features (SAELens layout, loaded from sae_source/sae_path: Hub repo, URL or folder): per position (or one position) the top_k active features with activation and auto-interp description (null when none is available; never invented), L0, the reconstruction error (MSE and fraction of variance unexplained, SAELens definitions) per position and overall, and for the final position each feature\'s direct logit attribution to the predicted token (activation × W_dec[f] through the final norm with its frozen scale and W_U[:, predicted]). ' +
+    'The SAE must match the model (d_in and hook), else SAE_MISMATCH. Cost: loading the SAE once per model, then one forward pass.',
+  input,
+  output,
+}).implement(async (model, inp, ctx) => {
   checkTopK(inp.top_k);
   const ids = promptIds(model, inp.prompt, { prependBos: inp.prepend_bos });
   const T = ids.length;
@@ -222,7 +229,7 @@ async function run(model: LoadedModel, raw: SaeFeaturesInput, ctx: SaeOpContext)
     `e = ${norm} / s, s = the clean run's ln_final.hook_scale at position ${last}, frozen; p = the predicted token (argmax of the logits). Final-norm bias and unembedding bias are not attributed to features. ` +
     `Reconstruction: ${DEFINITIONS.fvu}.`;
 
-  return output.parse({
+  return {
     ...documentHead('sae_features', model, inp.prompt, ids),
     sae: saeBlock(sae),
     descriptions: desc.block,
@@ -237,15 +244,5 @@ async function run(model: LoadedModel, raw: SaeFeaturesInput, ctx: SaeOpContext)
     prediction: { position: last, token: tokenText(model, predicted), token_id: predicted, logit: finite(res.logits.data[last * V + predicted]) },
     logit_attribution: attribution,
     method,
-  });
-}
-
-export const operation: Operation<SaeFeaturesInput, SaeFeaturesDocument> = {
-  name: 'sae_features',
-  description:
-    'Decompose the activation at a sparse autoencoder\'s hook into SAE features (SAELens layout, loaded from sae_source/sae_path: Hub repo, URL or folder): per position (or one position) the top_k active features with activation and auto-interp description (null when none is available; never invented), L0, the reconstruction error (MSE and fraction of variance unexplained, SAELens definitions) per position and overall, and for the final position each feature\'s direct logit attribution to the predicted token (activation × W_dec[f] through the final norm with its frozen scale and W_U[:, predicted]). ' +
-    'The SAE must match the model (d_in and hook), else SAE_MISMATCH. Cost: loading the SAE once per model, then one forward pass.',
-  input: input as unknown as z.ZodType<SaeFeaturesInput>,
-  output,
-  run,
-};
+  };
+});

@@ -19,8 +19,8 @@ import { generationBlock } from '../schema/generation';
 import type { Intervention, LoadedModel } from '../engine/api';
 import { LoupeError, throwIfAborted } from '../engine/errors';
 import { documentBase, documentHead } from '../schema/common';
-import type { Operation } from './types';
-import { finite, parseInput } from './lib/caps';
+import { defineOperation } from './types';
+import { finite } from './lib/caps';
 import { promptFields, promptIds, resolveToken } from './lib/tokens';
 import { logSoftmax } from './lib/math';
 import { generateBatch } from './lib/generation';
@@ -28,8 +28,8 @@ import { directLogitScores } from './lib/directions';
 import { describe as describeFeature } from './lib/feature-descriptions';
 import {
   checkSteerTokens, METRIC_DEFINITIONS, metricDefinitionsSchema, rowsPerRun, samplingFields, samplingSchema, steeringMetrics, tokenRef, tokenRefs,
-} from './steer';
-import { MAX_SWEEP_ALPHAS, trend } from './sweep';
+  MAX_SWEEP_ALPHAS, trend,
+} from './lib/steering';
 import {
   actsHook, checkFeature, descriptionsBlockSchema, descriptionsField, ensureSae, featureField, loadDescriptions, residualMap, saeBlock,
   saeBlockSchema, saeRefFields, withSaeRuns, type AttachedSae, type SaeOpContext,
@@ -122,8 +122,17 @@ function featureIntervention(sae: AttachedSae, edit: 'add' | 'clamp', feature: n
   return edit === 'add' ? { ...base, op: 'add', value: [1], alpha: v } : { ...base, op: 'set', value: [v] };
 }
 
-async function run(model: LoadedModel, raw: SaeSteerInput, ctx: SaeOpContext): Promise<SaeSteerDocument> {
-  const inp = parseInput(input, raw);
+
+export const operation = defineOperation({
+  name: 'sae_steer',
+  description:
+    'Steer with one SAE feature (SAELens layout, from sae_source/sae_path): add α to its activation (the residual stream moves by α·W_dec[f]) or clamp it to a value, at all or chosen positions (with "all", every generated token too), keeping the SAE error term; generate base and steered side by side (greedy or seeded sampling, KV-cached, batched). ' +
+    'Reports target and control tokens\' log-prob changes at the final prompt position, normalized_effect, relative_change and KL(base ‖ steered), as steer does. With alphas (a list of strengths or clamp values) it is a sweep: one curve per metric, its trend, and the text at each value. ' +
+    `Caps: ${MAX_SWEEP_ALPHAS} values, 256 new tokens.`,
+  input,
+  output,
+  long: true,
+}).implement(async (model, inp, ctx) => {
   checkSteerTokens(inp.max_new_tokens);
   if ((inp.alpha === undefined) === (inp.alphas === undefined)) {
     throw new LoupeError('BAD_INPUT', inp.alpha === undefined ? 'Give alpha (one edit) or alphas (a sweep).' : 'Give alpha or alphas, not both.', 'alpha = one strength (add) or clamp value; alphas = a list of them for a sweep.');
@@ -227,7 +236,7 @@ async function run(model: LoadedModel, raw: SaeSteerInput, ctx: SaeOpContext): P
   for (let i = 0; i < dIn; i++) decoderNorm += row[i] * row[i];
   const what = inp.edit === 'add' ? 'acts_f += α, so the stream at the hook moves by exactly α·W_dec[f]' : 'acts_f = α (clamp), so the stream at the hook moves by (α − acts_f)·W_dec[f]';
 
-  return output.parse({
+  return {
     ...documentHead('sae_steer', model, inp.prompt, ids),
     sae: saeBlock(sae),
     descriptions: desc.block,
@@ -275,17 +284,5 @@ async function run(model: LoadedModel, raw: SaeSteerInput, ctx: SaeOpContext): P
       `Positions: ${inp.positions === 'all' ? 'every prompt position and every generated token' : `prompt positions ${inp.positions.join(', ')}`}. ` +
       `One KV-cached generation with all rows batched (row 0 unedited = base${single ? ', row 1 edited' : ', one row per α'}); metrics at the final prompt position from the same prompt pass.`,
     engine_runs: runs,
-  });
-}
-
-export const operation: Operation<SaeSteerInput, SaeSteerDocument> = {
-  name: 'sae_steer',
-  description:
-    'Steer with one SAE feature (SAELens layout, from sae_source/sae_path): add α to its activation (the residual stream moves by α·W_dec[f]) or clamp it to a value, at all or chosen positions (with "all", every generated token too), keeping the SAE error term; generate base and steered side by side (greedy or seeded sampling, KV-cached, batched). ' +
-    'Reports target and control tokens\' log-prob changes at the final prompt position, normalized_effect, relative_change and KL(base ‖ steered), as steer does. With alphas (a list of strengths or clamp values) it is a sweep: one curve per metric, its trend, and the text at each value. ' +
-    `Caps: ${MAX_SWEEP_ALPHAS} values, 256 new tokens.`,
-  input: input as unknown as z.ZodType<SaeSteerInput>,
-  output,
-  long: true,
-  run,
-};
+  };
+});

@@ -13,45 +13,16 @@ import { generationBlock } from '../schema/generation';
 import type { LoadedModel } from '../engine/api';
 import { LoupeError, throwIfAborted } from '../engine/errors';
 import { documentBase, documentHead } from '../schema/common';
-import type { Operation, OpContext } from './types';
-import { finite, parseInput } from './lib/caps';
+import { defineOperation } from './types';
+import { finite } from './lib/caps';
 import { logSoftmax } from './lib/math';
 import { directionBlock, directionBlockSchema } from './lib/directions';
 import { generateBatch } from './lib/generation';
 import {
   checkSteerTokens, interventionRecord, METRIC_DEFINITIONS, metricDefinitionsSchema, prepareSteering, rowsPerRun, samplingFields,
   samplingSchema, steeringFields, steeringMetrics, steerIntervention, tokenRef, tokenRefs,
-} from './steer';
-
-/** most α values one sweep may evaluate */
-export const MAX_SWEEP_ALPHAS = 32;
-export const DEFAULT_MULTIPLES = [-1, -0.5, -0.25, 0, 0.25, 0.5, 1];
-
-export type Trend = 'increasing' | 'decreasing' | 'flat' | 'not_monotone';
-
-/**
- * Trend of ys (in the order of increasing xs): 'increasing' when no step goes down by more than
- * tol and the last value exceeds the first by more than tol; 'decreasing' mirrored; 'flat' when no
- * step moves more than tol. tol = 1e-6 · max(1, max |y|) absorbs float32 noise only.
- */
-export function trend(xs: number[], ys: number[]): Trend {
-  const order = xs.map((_, i) => i).sort((a, b) => xs[a] - xs[b]);
-  const y = order.map((i) => ys[i]);
-  const tol = 1e-6 * Math.max(1, ...y.map(Math.abs));
-  let up = true;
-  let down = true;
-  let flat = true;
-  for (let i = 1; i < y.length; i++) {
-    const d = y[i] - y[i - 1];
-    if (d < -tol) up = false;
-    if (d > tol) down = false;
-    if (Math.abs(d) > tol) flat = false;
-  }
-  if (flat) return 'flat';
-  if (up && y[y.length - 1] - y[0] > tol) return 'increasing';
-  if (down && y[0] - y[y.length - 1] > tol) return 'decreasing';
-  return 'not_monotone';
-}
+  MAX_SWEEP_ALPHAS, DEFAULT_MULTIPLES, trend,
+} from './lib/steering';
 
 const input = z.object({
   ...steeringFields,
@@ -96,8 +67,16 @@ const output = documentBase('sweep').extend({
 });
 export type SweepDocument = z.infer<typeof output>;
 
-async function run(model: LoadedModel, raw: SweepInput, ctx: OpContext): Promise<SweepDocument> {
-  const inp = parseInput(input, raw);
+
+export const operation = defineOperation({
+  name: 'sweep',
+  description:
+    'Steering over a list of α at blocks.{layer}.hook_resid_pre: one curve per metric (target and control log-prob deltas at the final prompt position, normalized_effect = target Δ − control Δ, relative_change, KL(base ‖ steered)), the trend of each curve, and the generated text at each α. ' +
+    `α defaults to ${JSON.stringify(DEFAULT_MULTIPLES)} × the layer's mean residual norm (d unit-normalised). All α values run as rows of one batched, KV-cached generation. Caps: ${MAX_SWEEP_ALPHAS} α values, 256 new tokens.`,
+  input,
+  output,
+  long: true,
+}).implement(async (model, inp, ctx) => {
   checkSteerTokens(inp.max_new_tokens);
   const n = inp.alphas?.length ?? inp.multiples.length;
   if (n > MAX_SWEEP_ALPHAS) {
@@ -136,7 +115,7 @@ async function run(model: LoadedModel, raw: SweepInput, ctx: OpContext): Promise
     });
     ctx.onProgress?.({ stage: 'sweeping α', done: Math.min(s + per, alphas.length), total: alphas.length });
   }
-  return output.parse({
+  return {
     ...documentHead('sweep', model, inp.prompt, ids),
     layer: inp.layer,
     hook,
@@ -162,19 +141,6 @@ async function run(model: LoadedModel, raw: SweepInput, ctx: OpContext): Promise
     sampling: { max_new_tokens: inp.max_new_tokens, temperature: inp.temperature, top_k: inp.top_k, top_p: inp.top_p, seed: inp.seed, stop_at_eos: inp.stop_at_eos },
     metric_definitions: METRIC_DEFINITIONS,
     engine_runs: runs,
-  });
-}
+  };
+});
 
-export const sweep: Operation<SweepInput, SweepDocument> = {
-  name: 'sweep',
-  description:
-    'Steering over a list of α at blocks.{layer}.hook_resid_pre: one curve per metric (target and control log-prob deltas at the final prompt position, normalized_effect = target Δ − control Δ, relative_change, KL(base ‖ steered)), the trend of each curve, and the generated text at each α. ' +
-    `α defaults to ${JSON.stringify(DEFAULT_MULTIPLES)} × the layer's mean residual norm (d unit-normalised). All α values run as rows of one batched, KV-cached generation. Caps: ${MAX_SWEEP_ALPHAS} α values, 256 new tokens.`,
-  input: input as unknown as z.ZodType<SweepInput>,
-  output,
-  long: true,
-  run,
-};
-
-/** the registry's name for this module's operation */
-export const operation = sweep;

@@ -4,10 +4,10 @@
  * decomposition listed (lib/dla.ts holds the maths).
  */
 import { z } from 'zod';
-import type { Operation } from './types';
+import { defineOperation } from './types';
 import { documentBase, documentHead } from '../schema/common';
 import { LoupeError, throwIfAborted } from '../engine/errors';
-import { parseInput, checkTopK, finite } from './lib/caps';
+import { checkTopK, finite } from './lib/caps';
 import { promptFields, promptIds, resolveToken, tokenText } from './lib/tokens';
 import { CONVENTIONS, decomposeLogit, describeMethod, dlaHookNames, type DlaTarget } from './lib/dla';
 import { softmax, topIndices, topK } from './lib/math';
@@ -56,76 +56,73 @@ export const traceOutput = documentBase('trace').extend({
 });
 export type TraceDocument = z.infer<typeof traceOutput>;
 
-
-export const operation: Operation<TraceInput, TraceDocument> = {
+export const operation = defineOperation({
   name: 'trace',
   description:
     'Predicted token at a position (default last) and its direct logit attribution (DLA): per attention head (z_h·W_O[h]), per MLP neuron, and the exact decomposition into named terms (embed, pos_embed, L{l}H{h}, L{l}.attn.b_O, L{l}.mlp, ln_final.b, unembed.b_U) whose sum equals the logit (raw), the centred logit (transformer_lens, default) or, with answer + counterfactual, the logit difference. Units: logits. Cost: one forward pass.',
   input: traceInput,
   output: traceOutput,
-  async run(model, rawInput, ctx) {
-    const input = parseInput(traceInput, rawInput);
-    const { n_layers: L, n_heads: H } = model.info;
-    checkTopK(input.top_k);
-    if (input.counterfactual !== undefined && input.answer === undefined) {
-      throw new LoupeError('BAD_INPUT', 'counterfactual needs answer.', 'Give answer too: the difference attributed is answer − counterfactual.');
-    }
-    const ids = promptIds(model, input.prompt, { prependBos: input.prepend_bos });
-    const pos = input.position ?? ids.length - 1;
-    if (pos >= ids.length) throw new LoupeError('BAD_INPUT', `position ${pos} is outside the prompt (${ids.length} tokens).`, `Use 0 … ${ids.length - 1}.`);
-    const answerId = input.answer !== undefined ? resolveToken(model, input.answer, 'answer') : undefined;
-    const cfId = input.counterfactual !== undefined ? resolveToken(model, input.counterfactual, 'counterfactual') : undefined;
+}).implement(async (model, input, ctx) => {
+  const { n_layers: L, n_heads: H } = model.info;
+  checkTopK(input.top_k);
+  if (input.counterfactual !== undefined && input.answer === undefined) {
+    throw new LoupeError('BAD_INPUT', 'counterfactual needs answer.', 'Give answer too: the difference attributed is answer − counterfactual.');
+  }
+  const ids = promptIds(model, input.prompt, { prependBos: input.prepend_bos });
+  const pos = input.position ?? ids.length - 1;
+  if (pos >= ids.length) throw new LoupeError('BAD_INPUT', `position ${pos} is outside the prompt (${ids.length} tokens).`, `Use 0 … ${ids.length - 1}.`);
+  const answerId = input.answer !== undefined ? resolveToken(model, input.answer, 'answer') : undefined;
+  const cfId = input.counterfactual !== undefined ? resolveToken(model, input.counterfactual, 'counterfactual') : undefined;
 
-    ctx.onProgress?.({ stage: 'forward pass', done: 0, total: 2 });
-    throwIfAborted(ctx.signal);
-    // logits at the traced position only: the unembedding of the other positions would cost as much as a tenth of the forward
-    const run = await model.run(ids, { hooks: dlaHookNames(model), logitPositions: [pos], signal: ctx.signal });
-    throwIfAborted(ctx.signal);
-    ctx.onProgress?.({ stage: 'attribution', done: 1, total: 2 });
+  ctx.onProgress?.({ stage: 'forward pass', done: 0, total: 2 });
+  throwIfAborted(ctx.signal);
+  // logits at the traced position only: the unembedding of the other positions would cost as much as a tenth of the forward
+  const run = await model.run(ids, { hooks: dlaHookNames(model), logitPositions: [pos], signal: ctx.signal });
+  throwIfAborted(ctx.signal);
+  ctx.onProgress?.({ stage: 'attribution', done: 1, total: 2 });
 
-    const V = run.logits.dims[2];
-    const row = run.logits.data.subarray(0, V);
-    const probs = softmax(row);
-    const top = topK(row, input.top_k);
-    const predictedId = top[0];
-    const target: DlaTarget = { tokenId: answerId ?? predictedId, counterfactualId: cfId };
-    const dla = decomposeLogit(model, run, target, { convention: input.convention, position: pos, logitIndex: 0 });
+  const V = run.logits.dims[2];
+  const row = run.logits.data.subarray(0, V);
+  const probs = softmax(row);
+  const top = topK(row, input.top_k);
+  const predictedId = top[0];
+  const target: DlaTarget = { tokenId: answerId ?? predictedId, counterfactualId: cfId };
+  const dla = decomposeLogit(model, run, target, { convention: input.convention, position: pos, logitIndex: 0 });
 
-    const headAt = (i: number) => dla.heads[Math.floor(i / H)][i % H];
-    const topHeads = topIndices(L * H, (i) => Math.abs(headAt(i)), input.top_k).map((i) => ({ layer: Math.floor(i / H), head: i % H, logit_attribution: finite(headAt(i)) }));
-    const M = model.info.d_mlp;
-    const neuronAt = (i: number): z.infer<typeof neuron> => {
-      const l = Math.floor(i / M), n = i % M;
-      return { layer: l, neuron: n, activation: finite(dla.neuronActivation[l][n]), logit_attribution: finite(dla.neuronAttribution[l][n]) };
-    };
-    const topNeurons = topIndices(L * M, (i) => Math.abs(dla.neuronAttribution[Math.floor(i / M)][i % M]), input.top_k).map(neuronAt);
-    const topActive = topIndices(L * M, (i) => Math.abs(dla.neuronActivation[Math.floor(i / M)][i % M]), input.top_k).map(neuronAt);
-    ctx.onProgress?.({ stage: 'attribution', done: 2, total: 2 });
+  const headAt = (i: number) => dla.heads[Math.floor(i / H)][i % H];
+  const topHeads = topIndices(L * H, (i) => Math.abs(headAt(i)), input.top_k).map((i) => ({ layer: Math.floor(i / H), head: i % H, logit_attribution: finite(headAt(i)) }));
+  const M = model.info.d_mlp;
+  const neuronAt = (i: number): z.infer<typeof neuron> => {
+    const l = Math.floor(i / M), n = i % M;
+    return { layer: l, neuron: n, activation: finite(dla.neuronActivation[l][n]), logit_attribution: finite(dla.neuronAttribution[l][n]) };
+  };
+  const topNeurons = topIndices(L * M, (i) => Math.abs(dla.neuronAttribution[Math.floor(i / M)][i % M]), input.top_k).map(neuronAt);
+  const topActive = topIndices(L * M, (i) => Math.abs(dla.neuronActivation[Math.floor(i / M)][i % M]), input.top_k).map(neuronAt);
+  ctx.onProgress?.({ stage: 'attribution', done: 2, total: 2 });
 
-    return {
-      ...documentHead('trace', model, input.prompt, ids),
-      convention: input.convention,
-      position: pos,
-      predicted_token: tokenText(model, predictedId),
-      predicted_token_id: predictedId,
-      top_predictions: top.map((t) => ({ token: tokenText(model, t), token_id: t, logit: finite(row[t]), prob: finite(probs[t]) })),
-      target: {
-        kind: dla.targetKind,
-        token: tokenText(model, target.tokenId),
-        token_id: target.tokenId,
-        ...(cfId !== undefined ? { counterfactual_token: tokenText(model, cfId), counterfactual_token_id: cfId } : {}),
-      },
-      top_heads: topHeads,
-      head_attribution: dla.heads.map((r) => r.map(finite)),
-      top_neurons: topNeurons,
-      top_neurons_by_activation: topActive,
-      decomposition: { terms: dla.terms.map((t) => ({ name: t.name, value: finite(t.value) })), sum: finite(dla.sum), target: finite(dla.target) },
-      checks: {
-        sum_minus_target: finite(dla.sum - dla.target),
-        residual_reconstruction_max_abs: finite(dla.checks.residual_reconstruction_max_abs),
-        attention_reconstruction_max_abs: finite(dla.checks.attention_reconstruction_max_abs),
-      },
-      method: describeMethod(model, input.convention, dla.targetKind),
-    };
-  },
-};
+  return {
+    ...documentHead('trace', model, input.prompt, ids),
+    convention: input.convention,
+    position: pos,
+    predicted_token: tokenText(model, predictedId),
+    predicted_token_id: predictedId,
+    top_predictions: top.map((t) => ({ token: tokenText(model, t), token_id: t, logit: finite(row[t]), prob: finite(probs[t]) })),
+    target: {
+      kind: dla.targetKind,
+      token: tokenText(model, target.tokenId),
+      token_id: target.tokenId,
+      ...(cfId !== undefined ? { counterfactual_token: tokenText(model, cfId), counterfactual_token_id: cfId } : {}),
+    },
+    top_heads: topHeads,
+    head_attribution: dla.heads.map((r) => r.map(finite)),
+    top_neurons: topNeurons,
+    top_neurons_by_activation: topActive,
+    decomposition: { terms: dla.terms.map((t) => ({ name: t.name, value: finite(t.value) })), sum: finite(dla.sum), target: finite(dla.target) },
+    checks: {
+      sum_minus_target: finite(dla.sum - dla.target),
+      residual_reconstruction_max_abs: finite(dla.checks.residual_reconstruction_max_abs),
+      attention_reconstruction_max_abs: finite(dla.checks.attention_reconstruction_max_abs),
+    },
+    method: describeMethod(model, input.convention, dla.targetKind),
+  };
+});

@@ -1,9 +1,12 @@
 /**
- * One operation = one module exporting an `Operation`: an input schema, an output schema and a
- * function (model, input, ctx) → document. The CLI, the worker (page), the MCP bridge and the
- * headless server all call `operation.run` and return its document unchanged.
+ * One operation = one module exporting `operation = defineOperation({...})`: an input schema, an
+ * output schema and a function (model, parsed input, ctx) → document. The CLI, the worker (page),
+ * the MCP bridge and the headless server all call `operation.run` and return its document
+ * unchanged; `run` parses the raw input (BAD_INPUT on failure) and checks the document against the
+ * output schema, so no surface and no operation does either by hand.
  */
 import type { z } from 'zod';
+import { LoupeError } from '../engine/errors';
 import type { LoadedModel } from '../engine/api';
 import type { SaeFiles } from '../engine/sae';
 import type { FileProgress } from '../engine/source/types';
@@ -42,13 +45,91 @@ export interface HandleStore {
   get<T>(kind: string, id: string): T;
 }
 
-export interface Operation<I = any, O = any> {
+/** What an operation module declares: its name, description and schemas. */
+export interface OperationSpec<In extends z.ZodType, Out extends z.ZodType> {
   name: string;
   /** written for a model (agent) reading it: what it computes, units, conventions, cost */
   description: string;
-  input: z.ZodType<I>;
-  output: z.ZodType<O>;
+  input: In;
+  output: Out;
   /** long operations (sweeps, scans) that surfaces may run as jobs */
   long?: boolean;
-  run(model: LoadedModel, input: I, ctx: OpContext): Promise<O>;
+}
+
+/** An operation's body: input already parsed by `input` (defaults applied); its result is checked against `output`. */
+export type OperationBody<In extends z.ZodType, Out extends z.ZodType> =
+  (model: LoadedModel, input: z.output<In>, ctx: OpContext) => Promise<z.input<Out>>;
+
+/** What every surface sees: raw input in, validated document out. */
+export interface Operation<In extends z.ZodType = z.ZodType, Out extends z.ZodType = z.ZodType> {
+  name: string;
+  description: string;
+  input: In;
+  output: Out;
+  long?: boolean;
+  run(model: LoadedModel, input: z.input<In>, ctx?: OpContext): Promise<z.output<Out>>;
+}
+
+/**
+ * The registry's view of an operation whose schemas it does not know statically (looked up by a
+ * name from a command line, a message or a tool call): raw input in, its document out.
+ */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+export type AnyOperation = Operation<any, any>;
+
+/** an operation's document type */
+export type DocumentOf<O extends Operation> = z.output<O['output']>;
+/** what a caller may send an operation (fields with defaults optional) */
+export type InputOf<O extends Operation> = z.input<O['input']>;
+
+/**
+ * Zod parse → BAD_INPUT listing every offending field (path: message), which is what a person or
+ * an agent needs to fix the call. The one BAD_INPUT format for operation input and for the
+ * bridge's own tools alike.
+ */
+export function parseInput<S extends z.ZodType>(schema: S, raw: unknown, what = 'input'): z.output<S> {
+  const r = schema.safeParse(raw ?? {});
+  if (r.success) return r.data as z.output<S>;
+  const issues = r.error.issues.map((i) => `${i.path.length ? i.path.map(String).join('.') : `(${what})`}: ${i.message}`);
+  throw new LoupeError('BAD_INPUT', `Invalid ${what}: ${issues.join('; ')}`,
+    'Check the input schema (`loupe <op> --help`, `loupe schema <op>`, or the tool\'s inputSchema).',
+    { issues: r.error.issues.slice(0, 20).map((i) => ({ path: i.path.map(String), message: i.message })) });
+}
+
+/** An operation's raw input → its parsed input, with the one BAD_INPUT format. */
+export function parseOperationInput<In extends z.ZodType>(op: Pick<Operation<In>, 'name' | 'input'>, raw: unknown): z.output<In> {
+  return parseInput(op.input, raw, `input for ${op.name}`);
+}
+
+/**
+ * The one operation template:
+ *
+ *   export const operation = defineOperation({ name, description, input, output }).implement(
+ *     async (model, input, ctx) => ({ ...document }));
+ *
+ * The body is typed from the schemas (parsed input in, the output schema's input type out); the
+ * returned operation parses raw input first (BAD_INPUT) and checks the document against `output`
+ * (INTERNAL: a document that breaks its own schema is a bug). Two steps, so that the schemas fix
+ * the body's types before TypeScript checks it (a one-object form widens the document's literals).
+ */
+export function defineOperation<In extends z.ZodType, Out extends z.ZodType>(spec: OperationSpec<In, Out>) {
+  return {
+    implement(body: OperationBody<In, Out>): Operation<In, Out> {
+      return {
+        name: spec.name,
+        description: spec.description,
+        input: spec.input,
+        output: spec.output,
+        ...(spec.long ? { long: true } : {}),
+        async run(model, raw, ctx = {}) {
+          const input = parseInput(spec.input, raw, `input for ${spec.name}`);
+          const doc = await body(model, input, ctx);
+          const checked = spec.output.safeParse(doc);
+          if (checked.success) return checked.data as z.output<Out>;
+          const issues = checked.error.issues.slice(0, 3).map((i) => `${i.path.map(String).join('.')}: ${i.message}`);
+          throw new LoupeError('INTERNAL', `The ${spec.name} document does not match its schema: ${issues.join('; ')}.`, 'This is a bug in Loupe; please report it with the input that caused it.');
+        },
+      };
+    },
+  };
 }

@@ -3,7 +3,6 @@
  * page (or would exhaust the 32-bit WASM heap) fails at once with a clear, fixable error.
  * One place so the CLI, the page and the MCP tools all refuse the same things.
  */
-import type { z } from 'zod';
 import { LoupeError } from '../../engine/errors';
 import type { LoadedModel } from '../../engine/api';
 
@@ -19,17 +18,6 @@ export const CAPS = {
   /** numbers one document may carry in its large arrays (patterns, lens tables) */
   maxDocumentNumbers: 4_000_000,
 } as const;
-
-/**
- * Validate raw input with an operation's zod schema. Failures become BAD_INPUT listing every
- * offending field (path: message), which is what a person or an agent needs to fix the call.
- */
-export function parseInput<S extends z.ZodType>(schema: S, raw: unknown): z.output<S> {
-  const r = schema.safeParse(raw ?? {});
-  if (r.success) return r.data as z.output<S>;
-  const issues = r.error.issues.map((i) => `${i.path.length ? i.path.join('.') : '(input)'}: ${i.message}`);
-  throw new LoupeError('BAD_INPUT', `Invalid input: ${issues.join('; ')}`, 'Check the operation\'s input schema (`loupe <op> --help` or `loupe schema <op>`).', { issues: r.error.issues.map((i) => ({ path: i.path.map(String), message: i.message })) });
-}
 
 /** prompt length against the model's context and the global cap; `extra` = tokens still to come */
 export function checkTokenCount(model: LoadedModel, n: number, extra = 0): void {

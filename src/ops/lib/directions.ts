@@ -23,7 +23,7 @@ import { LoupeError, throwIfAborted } from '../../engine/errors';
 import type { HandleStore } from '../types';
 import { gaussian, rng } from './math';
 import { resolveToken } from './tokens';
-import { collectActivations } from '../capture';
+import { collectActivations } from './collect';
 
 const tokenList = z.union([z.string(), z.array(z.string()).min(1).max(64)]);
 

@@ -1,0 +1,295 @@
+/**
+ * The steering machinery `steer`, `sweep`, `sae_steer` and `causality` share: input fields, the
+ * setup (tokens, direction, targets, controls, base run), the metric definitions, batched
+ * evaluation of many (direction, α) variants in as few engine runs as the batch cap allows, and
+ * the trend of a metric curve.
+ *
+ * Metrics (at the final prompt position, natural-log probabilities):
+ *   target_logprob_delta  = mean over targets  of log p_steered(t) − log p_base(t)
+ *   control_logprob_delta = mean over controls of log p_steered(c) − log p_base(c)
+ *   normalized_effect     = target_logprob_delta − control_logprob_delta
+ *     (control-normalised: an edit that merely sharpens or flattens the distribution moves the
+ *      controls too, and is subtracted out)
+ *   relative_change       = exp(normalized_effect) − 1
+ *     (the targets' probability ratio relative to the controls' ratio, minus one; geometric means)
+ *   kl_from_base          = KL(p_base ‖ p_steered)
+ */
+import { z } from 'zod';
+import type { Intervention, LoadedModel } from '../../engine/api';
+import { LoupeError, throwIfAborted } from '../../engine/errors';
+import type { OpContext } from '../types';
+import { CAPS, checkNewTokens } from './caps';
+import { promptFields, promptIds, resolveToken } from './tokens';
+import { klDivergence, logSoftmax } from './math';
+import { storeOf } from './handle-store';
+import { directionSpec, directLogitScores, resolveDirection, unembedColumnsMean, type ResolvedDirection } from './directions';
+
+// ------------------------------------------------------------------ shared input fields
+
+export const positionsField = z.union([z.literal('all'), z.array(z.number().int().min(0)).min(1).max(4096)]).default('all')
+  .describe('positions that receive α·d ("all" also steers every generated token); 0-based, BOS included');
+
+export const steeringFields = {
+  ...promptFields,
+  layer: z.number().int().min(0).describe('the edit is added to blocks.{layer}.hook_resid_pre'),
+  direction: directionSpec,
+  normalize: z.boolean().default(true).describe('scale d to unit norm so α is in residual-stream units (the raw norm is reported)'),
+  positions: positionsField,
+  targets: z.array(z.string()).min(1).max(64).optional()
+    .describe('tokens the direction should promote (default: the direction\'s positive tokens; for other directions, the 5 tokens with the largest direct logit effect)'),
+  controls: z.array(z.string()).min(1).max(64).optional()
+    .describe('unrelated tokens used to normalise (default: of the 50 most likely base tokens, the 5 whose unembedding is least aligned with the targets\'; never chosen from d)'),
+};
+
+export const METRIC_DEFINITIONS = {
+  position: 'final prompt position; natural-log probabilities',
+  target_logprob_delta: 'mean over targets of log p_steered(t) − log p_base(t)',
+  control_logprob_delta: 'mean over controls of log p_steered(c) − log p_base(c)',
+  normalized_effect: 'target_logprob_delta − control_logprob_delta',
+  relative_change: 'exp(normalized_effect) − 1: the targets\' probability ratio relative to the controls\' ratio, minus one',
+  kl_from_base: 'KL(p_base ‖ p_steered) in nats',
+};
+export const metricDefinitionsSchema = z.object({
+  position: z.string(), target_logprob_delta: z.string(), control_logprob_delta: z.string(),
+  normalized_effect: z.string(), relative_change: z.string(), kl_from_base: z.string(),
+});
+
+export const tokenRef = z.object({ token: z.string(), token_id: z.number().int() });
+
+// ------------------------------------------------------------------ setup
+
+export interface SteeringSetupInput {
+  prompt: string;
+  prepend_bos: boolean;
+  layer: number;
+  direction: z.infer<typeof directionSpec>;
+  normalize: boolean;
+  positions: 'all' | number[];
+  targets?: string[];
+  controls?: string[];
+}
+
+export interface SteeringSetup {
+  ids: number[];
+  hook: string;
+  dir: ResolvedDirection;
+  targets: number[];
+  controls: number[];
+  targetsRule: string;
+  controlsRule: string;
+  /** targets chosen from the direction itself (biases any comparison with other directions) */
+  targetsFromDirection: boolean;
+  baseLogprobs: Float64Array;
+  /** mean over positions (BOS excluded) of ‖resid_pre‖ at the layer, from the base run */
+  residNorm: number;
+}
+
+const DEFAULT_TARGETS = 5;
+const DEFAULT_CONTROLS = 5;
+const CONTROL_POOL = 50;
+
+export async function prepareSteering(model: LoadedModel, inp: SteeringSetupInput, ctx: OpContext, extraTokens = 0): Promise<SteeringSetup> {
+  const L = model.info.n_layers;
+  if (inp.layer >= L) throw new LoupeError('BAD_INPUT', `layer ${inp.layer} does not exist; the model has ${L} layers (0–${L - 1}).`);
+  const ids = promptIds(model, inp.prompt, { prependBos: inp.prepend_bos, extra: extraTokens });
+  if (inp.positions !== 'all') {
+    const bad = inp.positions.filter((p) => p >= ids.length);
+    if (bad.length) throw new LoupeError('BAD_INPUT', `positions ${bad.join(', ')} are outside the prompt (${ids.length} tokens, BOS included).`, `Use positions 0–${ids.length - 1}, or "all".`);
+  }
+  // resolve token strings before any engine run so a typo fails at once
+  const givenTargets = inp.targets?.map((t) => resolveToken(model, t, 'targets'));
+  const givenControls = inp.controls?.map((t) => resolveToken(model, t, 'controls'));
+  const hook = `blocks.${inp.layer}.hook_resid_pre`;
+  const dir = await resolveDirection(model, inp.direction, {
+    layer: inp.layer, normalize: inp.normalize, prependBos: inp.prepend_bos, store: storeOf(ctx), signal: ctx.signal,
+    onProgress: (done, total) => ctx.onProgress?.({ stage: 'reading direction prompts', done, total }),
+  });
+  throwIfAborted(ctx.signal);
+  const base = await model.run(ids, { hooks: [hook], signal: ctx.signal });
+  const V = model.info.d_vocab;
+  const T = ids.length;
+  const baseLogprobs = logSoftmax(base.logits.data, (T - 1) * V, V);
+  const D = model.info.d_model;
+  const r = base.hooks[hook].data;
+  const t0 = inp.prepend_bos && T > 1 && model.bosTokenId !== undefined && ids[0] === model.bosTokenId ? 1 : 0;
+  let residNorm = 0;
+  for (let t = t0; t < T; t++) {
+    let s = 0;
+    for (let j = 0; j < D; j++) s += r[t * D + j] ** 2;
+    residNorm += Math.sqrt(s) / (T - t0);
+  }
+
+  let targets: number[];
+  let targetsRule: string;
+  let targetsFromDirection = false;
+  if (givenTargets) {
+    targets = givenTargets;
+    targetsRule = 'given';
+  } else if (dir.positive_ids.length) {
+    targets = dir.positive_ids;
+    targetsRule = 'the direction\'s positive tokens';
+  } else {
+    const s = directLogitScores(model, dir.vector);
+    targets = Array.from({ length: V }, (_, i) => i).sort((a, b) => s[b] - s[a]).slice(0, DEFAULT_TARGETS);
+    targetsRule = `the ${DEFAULT_TARGETS} tokens with the largest direct logit effect (w_lnf ⊙ d)·W_U[:, t] — chosen from d itself, so comparisons with other directions favour d`;
+    targetsFromDirection = true;
+  }
+  let controls: number[];
+  let controlsRule: string;
+  if (givenControls) {
+    controls = givenControls;
+    controlsRule = 'given';
+  } else {
+    // Controls depend on the targets only, never on d: causality compares d with random directions
+    // on the same controls, and controls picked from d would make d's effect non-exchangeable.
+    const exclude = new Set([...targets, ...dir.negative_ids, model.bosTokenId, model.eosTokenId]);
+    const pool = Array.from({ length: V }, (_, i) => i).filter((i) => !exclude.has(i))
+      .sort((a, b) => baseLogprobs[b] - baseLogprobs[a]).slice(0, CONTROL_POOL);
+    const cos = unembedCosines(model, targets, pool);
+    controls = pool.map((id, k) => ({ id, c: Math.abs(cos[k]) })).sort((a, b) => a.c - b.c || a.id - b.id).slice(0, DEFAULT_CONTROLS).map((x) => x.id);
+    controlsRule = `of the ${CONTROL_POOL} most likely base tokens (targets, negatives, BOS, EOS excluded), the ${DEFAULT_CONTROLS} whose unembedding W_U[:, c] is least aligned (smallest |cosine|) with the targets' mean unembedding; independent of d`;
+  }
+  return { ids, hook, dir, targets, controls, targetsRule, controlsRule, targetsFromDirection, baseLogprobs, residNorm };
+}
+
+/** cosine between each candidate's unembedding column and the targets' mean column */
+function unembedCosines(model: LoadedModel, targets: number[], candidates: number[]): number[] {
+  const t = unembedColumnsMean(model, targets);
+  const W = model.param('unembed.W_U');
+  const [D, V] = W.dims;
+  let tn = 0;
+  for (let j = 0; j < D; j++) tn += t[j] * t[j];
+  return candidates.map((c) => {
+    let dotp = 0;
+    let cn = 0;
+    for (let j = 0; j < D; j++) { const w = W.data[j * V + c]; dotp += w * t[j]; cn += w * w; }
+    return dotp / Math.sqrt(Math.max(tn * cn, 1e-30));
+  });
+}
+
+// ------------------------------------------------------------------ metrics
+
+export interface SteeringMetrics {
+  target_logprob_delta: number;
+  control_logprob_delta: number;
+  normalized_effect: number;
+  relative_change: number;
+  kl_from_base: number;
+  steeredLogprobs: Float64Array;
+}
+
+export function steeringMetrics(base: Float64Array, steered: Float64Array, targets: number[], controls: number[]): SteeringMetrics {
+  const meanDelta = (ids: number[]) => ids.reduce((a, t) => a + (steered[t] - base[t]), 0) / ids.length;
+  const td = meanDelta(targets);
+  const cd = meanDelta(controls);
+  return {
+    target_logprob_delta: td,
+    control_logprob_delta: cd,
+    normalized_effect: td - cd,
+    relative_change: Math.expm1(td - cd),
+    kl_from_base: Math.max(0, klDivergence(base, steered)),
+    steeredLogprobs: steered,
+  };
+}
+
+export interface Variant {
+  vector: ArrayLike<number>;
+  alpha: number;
+}
+
+export function steerIntervention(hook: string, vector: ArrayLike<number>, alpha: number, positions: 'all' | number[], batch?: number[]): Intervention {
+  return { hook, op: 'add', alpha, value: Float32Array.from(vector), positions, ...(batch ? { batch } : {}) };
+}
+
+/** rows per engine run: the batch cap, and at most ~64 MiB of logits per run */
+export function rowsPerRun(model: LoadedModel, T: number): number {
+  const perRow = T * model.info.d_vocab * 4;
+  return Math.max(1, Math.min(CAPS.maxBatch, Math.floor((64 * 1024 * 1024) / perRow)));
+}
+
+/**
+ * Final-position log-probs of many steered variants, batched: each row carries one variant's
+ * edit (its intervention addresses that row through `batch`). Checks the signal between runs.
+ */
+export async function evaluateVariants(
+  model: LoadedModel, ids: number[], hook: string, positions: 'all' | number[], variants: Variant[],
+  ctx: OpContext, stage: string,
+): Promise<Float64Array[]> {
+  const T = ids.length;
+  const V = model.info.d_vocab;
+  const per = rowsPerRun(model, T);
+  const out: Float64Array[] = [];
+  for (let s = 0; s < variants.length; s += per) {
+    throwIfAborted(ctx.signal);
+    const chunk = variants.slice(s, s + per);
+    const ivs = chunk.map((v, r) => steerIntervention(hook, v.vector, v.alpha, positions, chunk.length > 1 ? [r] : undefined));
+    const res = await model.run(ids, { interventions: ivs, batch: chunk.length > 1 ? chunk.length : undefined, signal: ctx.signal });
+    for (let r = 0; r < chunk.length; r++) out.push(logSoftmax(res.logits.data, (r * T + T - 1) * V, V));
+    ctx.onProgress?.({ stage, done: Math.min(s + per, variants.length), total: variants.length });
+  }
+  return out;
+}
+
+export function tokenRefs(model: LoadedModel, ids: number[]) {
+  const s = model.tokenStrings(ids);
+  return ids.map((id, i) => ({ token: s[i], token_id: id }));
+}
+
+// ------------------------------------------------------------------ sampling
+
+/** generated tokens one steer/sweep call may ask for (per row) */
+export const MAX_STEER_NEW_TOKENS = 256;
+
+export const samplingFields = {
+  max_new_tokens: z.number().int().min(0).default(20),
+  temperature: z.number().min(0).default(0).describe('0 = greedy'),
+  top_k: z.number().int().min(0).default(0).describe('0 = no top-k filter'),
+  top_p: z.number().gt(0).max(1).default(1),
+  seed: z.number().int().default(0).describe('sampling seed (each row samples with its own generator seeded with this)'),
+  stop_at_eos: z.boolean().default(true),
+};
+
+export function checkSteerTokens(n: number): void {
+  checkNewTokens(n);
+  if (n > MAX_STEER_NEW_TOKENS) throw new LoupeError('TOO_LARGE', `max_new_tokens = ${n} exceeds the steering cap of ${MAX_STEER_NEW_TOKENS}.`, `Ask for at most ${MAX_STEER_NEW_TOKENS} tokens.`);
+}
+
+export const samplingSchema = z.object({ max_new_tokens: z.number().int(), temperature: z.number(), top_k: z.number().int(), top_p: z.number(), seed: z.number().int(), stop_at_eos: z.boolean() });
+
+export const interventionRecord = z.object({
+  hook: z.string(), op: z.literal('add'), positions: z.union([z.literal('all'), z.array(z.number().int())]),
+  alpha: z.number(), direction: z.unknown(), normalize: z.boolean(),
+});
+
+// ------------------------------------------------------------------ sweeps
+
+/** most α values one sweep may evaluate */
+export const MAX_SWEEP_ALPHAS = 32;
+export const DEFAULT_MULTIPLES = [-1, -0.5, -0.25, 0, 0.25, 0.5, 1];
+
+export type Trend = 'increasing' | 'decreasing' | 'flat' | 'not_monotone';
+
+/**
+ * Trend of ys (in the order of increasing xs): 'increasing' when no step goes down by more than
+ * tol and the last value exceeds the first by more than tol; 'decreasing' mirrored; 'flat' when no
+ * step moves more than tol. tol = 1e-6 · max(1, max |y|) absorbs float32 noise only.
+ */
+export function trend(xs: number[], ys: number[]): Trend {
+  const order = xs.map((_, i) => i).sort((a, b) => xs[a] - xs[b]);
+  const y = order.map((i) => ys[i]);
+  const tol = 1e-6 * Math.max(1, ...y.map(Math.abs));
+  let up = true;
+  let down = true;
+  let flat = true;
+  for (let i = 1; i < y.length; i++) {
+    const d = y[i] - y[i - 1];
+    if (d < -tol) up = false;
+    if (d > tol) down = false;
+    if (Math.abs(d) > tol) flat = false;
+  }
+  if (flat) return 'flat';
+  if (up && y[y.length - 1] - y[0] > tol) return 'increasing';
+  if (down && y[0] - y[y.length - 1] > tol) return 'decreasing';
+  return 'not_monotone';
+}
+
