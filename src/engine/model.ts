@@ -11,16 +11,14 @@ import { numel } from './tensor';
 import type { WeightSet } from './safetensors-types';
 import { describeModel } from './arch';
 import { buildModelGraph, buildLensGraph, type BuiltGraph } from './graph/build-model';
-import { allHookNames, hookInfo, hookShape as shapeOfHook, mulInput, addInput } from './graph/hooks';
-import { ropeTables } from './runtime/rope';
-import { attentionMask } from './runtime/masks';
+import { allHookNames, hookInfo, hookShape as shapeOfHook } from './graph/hooks';
 import { compileInterventions } from './runtime/interventions';
+import { buildFeeds } from './runtime/feeds';
 import type { EngineSession, OrtTensorLike, SessionFactory } from './runtime/session';
 import { ModelTokenizer } from './tokenizer';
 import { readParam, specTensorNames, type ReadTensor } from './params';
 import { prepareSae, withSaeWeights, type SaeFiles, type SaeGraphSpec, type SaeInfo } from './sae';
 import { readTensorF32 } from './safetensors';
-import { GRAD_SEED } from './graph/backward-model';
 import { gradName } from './graph/backward';
 
 /** number of positions whose logits a run computes */
@@ -84,7 +82,6 @@ class EngineModel implements LoadedModel {
   private attached = new Map<string, { spec: SaeGraphSpec; weights: WeightSet }>();
   private params = new Map<string, Tensor>();
   private readonly hookSets: Record<'base' | 'result', Set<string>>;
-  private readonly window: number | null;
   private queue: Promise<unknown> = Promise.resolve();
 
   constructor(
@@ -95,7 +92,6 @@ class EngineModel implements LoadedModel {
     private readonly factory: SessionFactory,
   ) {
     this.hookSets = { base: new Set(allHookNames(spec, false)), result: new Set(allHookNames(spec, true)) };
-    this.window = spec.layers.find((l) => l.attn.slidingWindow !== null)?.attn.slidingWindow ?? null;
   }
 
   get bosTokenId() { return this.tokenizer.bosTokenId; }
@@ -215,68 +211,23 @@ class EngineModel implements LoadedModel {
     const rows = this.validateTokens(tokens, opts);
     const B = rows.length;
     const T = rows[0].length;
-    const P = opts.past?.length ?? 0;
-    const Tk = P + T;
-    const wantHooks = opts.hooks === 'all' ? [...(opts.withResult ? this.hookSets.result : this.hookSets.base)] : opts.hooks ?? [];
-    const withResult = opts.withResult || wantHooks.some((h) => h.endsWith('.hook_result'));
-    const kind = withResult ? 'result' : 'base';
-    const sae = opts.sae ? this.sae(opts.sae).spec.info : undefined;
-    const hookSet = sae ? new Set([...this.hookSets[kind], ...['acts_post', 'recons', 'error'].map((k) => `${sae.hook}.hook_sae_${k}`)]) : this.hookSets[kind];
-    const shapeOf = (h: string, b: number, t: number, tk: number) =>
-      sae && h.startsWith(`${sae.hook}.hook_sae_`) ? (h.endsWith('acts_post') ? [b, t, sae.d_sae] : shapeOfHook(this.spec, sae.hook, b, t, tk)) : shapeOfHook(this.spec, h, b, t, tk);
-    for (const h of wantHooks) {
-      if (!hookSet.has(h)) throw new LoupeError('UNKNOWN_HOOK', `'${h}' is not a hook of this model.`, `Hooks look like blocks.0.hook_resid_pre, blocks.0.attn.hook_pattern; call hookNames() for the full list.`);
-    }
+    const Tk = (opts.past?.length ?? 0) + T;
+    const { kind, wanted, hookSet, shapeOf } = this.hooksFor(opts);
     const interventions = opts.interventions ?? [];
-    const means = await this.meansFor(interventions, rows[0], opts);
-    const compiled = compileInterventions(interventions, {
+    const sites = compileInterventions(interventions, {
       shapeOf: (h) => (hookSet.has(h) ? shapeOf(h, B, T, Tk) : []),
       isSite: (h) => hookSet.has(h) && hookInfo(h).site,
-      means,
+      means: await this.meansFor(interventions, rows[0], opts),
     });
 
     const gradHooks = opts.grad ? this.checkGrad(opts, hookSet, B, logitPosCount(opts, T)) : undefined;
-    const lean = opts.lean && !opts.sae && !withResult && !gradHooks
-      ? { sites: [...new Set(interventions.map((i) => i.hook))].sort(), outputs: [...new Set(wantHooks)].sort() }
+    const lean = opts.lean && !opts.sae && kind === 'base' && !gradHooks
+      ? { sites: [...new Set(interventions.map((i) => i.hook))].sort(), outputs: [...new Set(wanted)].sort() }
       : undefined;
     const { session, graph } = await this.session(kind, opts.sae, lean, gradHooks);
-    const ort = this.factory.ort;
-    const f32 = (data: Float32Array, dims: number[]) => new ort.Tensor('float32', data, dims);
-    const feeds: Record<string, OrtTensorLike> = {};
-    const ids = new BigInt64Array(B * T);
-    rows.forEach((r, b) => r.forEach((id, t) => { ids[b * T + t] = BigInt(id); }));
-    feeds.input_ids = new ort.Tensor('int64', ids, [B, T]);
-    const positions = Array.from({ length: T }, (_, t) => P + t);
-    const logitPos = opts.logitPositions ?? Array.from({ length: T }, (_, t) => t);
-    for (const p of logitPos) if (!Number.isInteger(p) || p < 0 || p >= T) throw new LoupeError('BAD_INPUT', `logit position ${p} is outside this run's ${T} positions.`);
-    if (logitPos.length === 0) throw new LoupeError('BAD_INPUT', 'logitPositions is empty.');
-    feeds.logit_positions = new ort.Tensor('int64', BigInt64Array.from(logitPos.map(BigInt)), [logitPos.length]);
-    if (graph.inputNames.includes('position_ids')) feeds.position_ids = new ort.Tensor('int64', BigInt64Array.from(positions.map(BigInt)), [T]);
-    if (this.spec.rotary) {
-      const { cos, sin } = ropeTables(this.spec.rotary, positions);
-      feeds.rope_cos = f32(cos, [T, this.spec.rotary.dim]);
-      feeds.rope_sin = f32(sin, [T, this.spec.rotary.dim]);
-    }
-    feeds.attn_mask = f32(attentionMask(T, P, null), [T, Tk]);
-    if (graph.inputNames.includes('attn_mask_local')) feeds.attn_mask_local = f32(attentionMask(T, P, this.window), [T, Tk]);
-    const { nKvHeads: Hkv, dHead: Dh } = this.spec;
-    for (let l = 0; l < this.spec.nLayers; l++) {
-      const k = opts.past?.keys[l] ?? { dims: [B, Hkv, 0, Dh], data: new Float32Array(0) };
-      const v = opts.past?.values[l] ?? { dims: [B, Hkv, 0, Dh], data: new Float32Array(0) };
-      if (k.dims[0] !== B) throw new LoupeError('BAD_INPUT', `KV cache batch ${k.dims[0]} does not match batch ${B}.`);
-      feeds[`past.${l}.key`] = f32(k.data, k.dims);
-      feeds[`past.${l}.value`] = f32(v.data, v.dims);
-    }
-    const one = new Float32Array([1]);
-    const zero = new Float32Array([0]);
-    for (const site of graph.sites) {
-      const c = compiled.get(site);
-      feeds[mulInput(site)] = c ? f32(c.mul, c.dims) : f32(one, [1]);
-      feeds[addInput(site)] = c ? f32(c.add, c.dims) : f32(zero, [1]);
-    }
-    if (gradHooks) feeds[GRAD_SEED] = f32(opts.grad!.seed.data, opts.grad!.seed.dims);
-    const fetches = ['logits', ...wantHooks, ...(gradHooks ?? []).map(gradName)];
-    if (opts.returnCache) for (let l = 0; l < this.spec.nLayers; l++) fetches.push(`present.${l}.key`, `present.${l}.value`);
+    const feeds = buildFeeds(this.factory.ort, this.spec, graph, { rows, past: opts.past, logitPositions: opts.logitPositions, sites, gradSeed: opts.grad?.seed });
+    const presentNames = opts.returnCache ? Array.from({ length: this.spec.nLayers }, (_, l) => [`present.${l}.key`, `present.${l}.value`]).flat() : [];
+    const fetches = ['logits', ...wanted, ...(gradHooks ?? []).map(gradName), ...presentNames];
 
     let out: Record<string, OrtTensorLike>;
     try {
@@ -286,9 +237,7 @@ class EngineModel implements LoadedModel {
     }
     throwIfAborted(opts.signal);
     const toTensor = (t: OrtTensorLike): Tensor => ({ dims: [...t.dims], data: t.data as Float32Array });
-    const hooks: Record<string, Tensor> = {};
-    for (const h of wantHooks) hooks[h] = toTensor(out[h]);
-    const result: RunResult = { logits: toTensor(out.logits), hooks };
+    const result: RunResult = { logits: toTensor(out.logits), hooks: Object.fromEntries(wanted.map((h) => [h, toTensor(out[h])])) };
     if (gradHooks) result.grads = Object.fromEntries(opts.grad!.hooks.map((h) => [h, toTensor(out[gradName(h)])]));
     if (opts.returnCache) {
       const cache: KVCache = { keys: [], values: [], length: Tk };
@@ -299,6 +248,23 @@ class EngineModel implements LoadedModel {
       result.present = cache;
     }
     return result;
+  }
+
+  /**
+   * Which graph variant a run needs ('result' when any hook_result is asked for), the hooks it
+   * returns, the hooks that exist in that variant (plus the attached SAE's), and their shapes.
+   */
+  private hooksFor(opts: RunOptions) {
+    const wanted = opts.hooks === 'all' ? [...(opts.withResult ? this.hookSets.result : this.hookSets.base)] : opts.hooks ?? [];
+    const kind: 'base' | 'result' = opts.withResult || wanted.some((h) => h.endsWith('.hook_result')) ? 'result' : 'base';
+    const sae = opts.sae ? this.sae(opts.sae).spec.info : undefined;
+    const hookSet = sae ? new Set([...this.hookSets[kind], ...['acts_post', 'recons', 'error'].map((k) => `${sae.hook}.hook_sae_${k}`)]) : this.hookSets[kind];
+    const shapeOf = (h: string, b: number, t: number, tk: number) =>
+      sae && h.startsWith(`${sae.hook}.hook_sae_`) ? (h.endsWith('acts_post') ? [b, t, sae.d_sae] : shapeOfHook(this.spec, sae.hook, b, t, tk)) : shapeOfHook(this.spec, h, b, t, tk);
+    for (const h of wanted) {
+      if (!hookSet.has(h)) throw new LoupeError('UNKNOWN_HOOK', `'${h}' is not a hook of this model.`, `Hooks look like blocks.0.hook_resid_pre, blocks.0.attn.hook_pattern; call hookNames() for the full list.`);
+    }
+    return { kind, wanted, hookSet, shapeOf };
   }
 
   /** Validate a gradient request; returns the hooks in a canonical order (one graph variant per set). */

@@ -11,10 +11,16 @@ export interface LlamaLikeOptions {
   normOffset?: 0 | 1;
   /** Gemma: embeddings scaled by sqrt(d_model) */
   embedScale?: boolean;
-  /** Qwen2: q/k/v biases (read from the file when present anyway) */
+  /** Qwen3: an RMSNorm over each head's queries and keys (q_norm, k_norm) before rotary */
   qkNorm?: boolean;
-  /** Gemma2: sandwich norms, soft-capping, query_pre_attn_scalar, sliding window on some layers */
-  gemma2?: boolean;
+  /** Gemma2: sandwich norms, i.e. a norm after attention and after the MLP as well as before each */
+  sandwichNorms?: boolean;
+  /** Gemma2: tanh soft-capping of attention scores and of the final logits (attn_/final_logit_softcapping) */
+  softcap?: boolean;
+  /** Gemma2: queries scaled by query_pre_attn_scalar^-1/2 instead of d_head^-1/2 */
+  queryPreAttnScalar?: boolean;
+  /** Gemma2: without config.layer_types, even layers use sliding-window attention and odd layers global */
+  alternatingSlidingWindow?: boolean;
   defaultAct?: string;
   /** which config key holds the activation */
   actKeys?: string[];
@@ -24,7 +30,7 @@ export interface LlamaLikeOptions {
 function slidingLayers(c: Config, L: number, opts: LlamaLikeOptions): (number | null)[] {
   const w = typeof c.sliding_window === 'number' ? c.sliding_window : null;
   if (Array.isArray(c.layer_types)) return c.layer_types.map((k: string) => (k === 'sliding_attention' ? w : null));
-  if (opts.gemma2) return Array.from({ length: L }, (_, l) => (l % 2 === 0 ? w : null)); // HF Gemma2: even layers slide
+  if (opts.alternatingSlidingWindow) return Array.from({ length: L }, (_, l) => (l % 2 === 0 ? w : null)); // HF Gemma2: even layers slide
   if (c.use_sliding_window && w !== null) {
     const from = typeof c.max_window_layers === 'number' ? c.max_window_layers : 0;
     return Array.from({ length: L }, (_, l) => (l >= from ? w : null));
@@ -49,14 +55,14 @@ export function llamaLike(input: AdapterInput, opts: LlamaLikeOptions): ModelSpe
   const act = activation(actName, opts.defaultAct ?? 'silu');
   const rms = (prefix: string, d = D): NormSpec => norm(t, prefix, d, 'rmsnorm', eps, off);
   const slide = slidingLayers(c, L, opts);
-  const scale = opts.gemma2 && typeof c.query_pre_attn_scalar === 'number' ? c.query_pre_attn_scalar ** -0.5 : 1 / Math.sqrt(Dh);
-  const softcap = opts.gemma2 && typeof c.attn_logit_softcapping === 'number' ? c.attn_logit_softcapping : null;
+  const scale = opts.queryPreAttnScalar && typeof c.query_pre_attn_scalar === 'number' ? c.query_pre_attn_scalar ** -0.5 : 1 / Math.sqrt(Dh);
+  const softcap = opts.softcap && typeof c.attn_logit_softcapping === 'number' ? c.attn_logit_softcapping : null;
   const layers: LayerSpec[] = [];
   for (let l = 0; l < L; l++) {
     const p = `model.layers.${l}`;
     const layer: LayerSpec = {
       ln1: rms(`${p}.input_layernorm`),
-      ln2: rms(opts.gemma2 ? `${p}.pre_feedforward_layernorm` : `${p}.post_attention_layernorm`),
+      ln2: rms(opts.sandwichNorms ? `${p}.pre_feedforward_layernorm` : `${p}.post_attention_layernorm`),
       attn: {
         qkv: {
           kind: 'separate',
@@ -78,7 +84,7 @@ export function llamaLike(input: AdapterInput, opts: LlamaLikeOptions): ModelSpe
       },
       parallel: false,
     };
-    if (opts.gemma2) {
+    if (opts.sandwichNorms) {
       layer.postAttnNorm = rms(`${p}.post_attention_layernorm`);
       layer.postMlpNorm = rms(`${p}.post_feedforward_layernorm`);
     }
@@ -95,7 +101,7 @@ export function llamaLike(input: AdapterInput, opts: LlamaLikeOptions): ModelSpe
     layers, lnFinal: rms('model.norm'),
     // Tied models use the embedding even when a copy of lm_head is stored (as HF's tie_weights does).
     unembed: { w: tied ? embed : need(t, 'lm_head.weight', [V, D]) },
-    finalSoftcap: opts.gemma2 && typeof c.final_logit_softcapping === 'number' ? c.final_logit_softcapping : null,
+    finalSoftcap: opts.softcap && typeof c.final_logit_softcapping === 'number' ? c.final_logit_softcapping : null,
     bosTokenId: c.bos_token_id, eosTokenId: Array.isArray(c.eos_token_id) ? c.eos_token_id[0] : c.eos_token_id,
   };
 }

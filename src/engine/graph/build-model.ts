@@ -2,8 +2,13 @@
  * The transformer as an ONNX graph, written out by hand so that every TransformerLens hook is a
  * graph output and every hook site takes an intervention x' = x * mul + add (see hooks.ts).
  *
- * Read it top to bottom like nanoGPT's model file: embed → blocks (ln1 → attention → [post-norm]
- * → resid_mid → ln2 → MLP → [post-norm] → resid_post) → ln_final → unembed.
+ * It reads top to bottom like nanoGPT's model file: the small pieces first (soft-cap, activation,
+ * norm), then the builder's hook sites and SAE splice, linear layers, rotary, attention, MLP, one
+ * block, and last the whole model: embed → blocks (ln1 → attention → [post-norm] → resid_mid →
+ * ln2 → MLP → [post-norm] → resid_post) → ln_final → unembed → [soft-cap].
+ *
+ * Weights stay in their stored layout (the graph points at the file's bytes); the einops-style
+ * comments at each matmul say which layout that is, e.g. `b t i, o i -> b t o` for a torch Linear.
  *
  * Graph inputs (fed by runtime/feeds.ts):
  *   input_ids     int64 [B, T]
@@ -48,225 +53,27 @@ export interface BuiltGraph {
   sites: string[];
 }
 
-export function buildModelGraph(spec: ModelSpec, tensors: Map<string, TensorEntry>, plan: GraphPlan, location: (file: string) => string = (f) => f): BuiltGraph {
-  const g = new OnnxGraph(location);
-  const { dModel: D, nHeads: H, nKvHeads: Hkv, dHead: Dh } = spec;
-  const sites: string[] = [];
-  const lean = plan.lean ? { sites: new Set(plan.lean.sites), outputs: new Set(plan.lean.outputs) } : undefined;
-  const hookSet = new Set(!plan.hooks ? [] : lean ? [...lean.sites, ...lean.outputs] : allHookNames(spec, plan.withResult));
-  if (plan.sae) hookSet.add(`${plan.sae.info.hook}.hook_sae_acts_post`);
+// ------------------------------------------------------------------ small pieces
 
-  const W = (name: string) => {
-    const e = tensors.get(name);
-    if (!e) throw new Error(`graph: tensor ${name} not in weight index`);
-    return g.weight(e);
-  };
+/** Gemma 2's soft-cap: cap · tanh(x / cap), on attention scores and on the final logits. */
+function softcap(g: OnnxGraph, x: string, cap: number): string {
+  const k = g.constF([cap], []);
+  return g.o('Mul', [g.o('Tanh', [g.o('Div', [x, k])]), k]);
+}
+
+function activation(g: OnnxGraph, x: string, a: Activation): string {
   const c = (v: number) => g.constF([v], []);
-
-  /** Output a hook and apply its intervention; returns the (possibly edited) value to use downstream. */
-  const hook = (x: string, name: string): string => {
-    if (!hookSet.has(name)) return x;
-    let y = x;
-    if (hookInfo(name).site && (!lean || lean.sites.has(name))) {
-      sites.push(name);
-      y = g.o('Add', [g.o('Mul', [x, g.input(mulInput(name), 'float')]), g.input(addInput(name), 'float')]);
-    }
-    if (lean && !lean.outputs.has(name)) return y;
-    g.rename(y, name);
-    g.output(name);
-    return plan.sae && plan.sae.info.hook === name ? saeSplice(name, plan.sae) : name;
-  };
-
-  /** The SAE at its hook: features as a site, reconstruction error kept, so x' = x unless features are edited. */
-  function saeSplice(x: string, s: SaeGraphSpec): string {
-    const { d_in: dIn, d_sae: S } = s.info;
-    const x3 = g.o('Reshape', [x, btN(dIn)]); // z-SAEs read hook_z flattened over heads
-    const xin = s.info.apply_b_dec_to_input ? g.o('Sub', [x3, g.weight(s.b_dec)]) : x3;
-    const pre = g.o('Reshape', [g.o('Gemm', [g.o('Reshape', [xin, g.constI([-1, dIn])]), g.weight(s.W_enc), g.weight(s.b_enc)]), btN(S)]);
-    let acts = g.o('Relu', [pre]);
-    if (s.info.activation === 'jumprelu') acts = g.o('Mul', [acts, g.o('Cast', [g.o('Greater', [pre, g.weight(s.threshold!)])], { to: 1 })]);
-    if (s.info.activation === 'topk') {
-      const k = s.info.k!;
-      const [vals] = g.op('TopK', [pre, g.constI([k])], { axis: -1 }, 2);
-      const kth = g.o('Slice', [vals, g.constI([k - 1]), g.constI([k]), g.constI([-1])]);
-      acts = g.o('Mul', [acts, g.o('Cast', [g.o('GreaterOrEqual', [pre, kth])], { to: 1 })]);
-    }
-    const edited = hook(acts, `${s.info.hook}.hook_sae_acts_post`);
-    const decode = (a: string) => g.o('Reshape', [g.o('Gemm', [g.o('Reshape', [a, g.constI([-1, S])]), g.weight(s.W_dec), g.weight(s.b_dec)]), btN(dIn)]);
-    const recons = decode(acts);
-    const error = g.o('Sub', [x3, recons]);
-    g.identity(recons, `${s.info.hook}.hook_sae_recons`); g.output(`${s.info.hook}.hook_sae_recons`);
-    g.rename(error, `${s.info.hook}.hook_sae_error`); g.output(`${s.info.hook}.hook_sae_error`);
-    // x + (decode(acts') − decode(acts)) rather than decode(acts') + error: exactly x when no feature is edited
-    return g.o('Reshape', [g.o('Add', [x3, g.o('Sub', [decode(edited), recons])]), g.o('Shape', [x])]);
-  }
-
-  // ---- inputs
-  const ids = g.input('input_ids', 'int64', ['B', 'T']);
-  const bt = g.o('Shape', [ids]); // [B, T]
-  const shapeCache = new Map<number, string>();
-  const btN = (n: number) => {
-    if (!shapeCache.has(n)) shapeCache.set(n, g.o('Concat', [bt, g.constI([n])], { axis: 0 }));
-    return shapeCache.get(n)!;
-  };
-
-  const linear = (x: string, ref: LinearRef, inDim: number, outDim: number): string => {
-    const x2 = g.o('Reshape', [x, g.constI([-1, inDim])]);
-    const args = [x2, W(ref.w)];
-    if (ref.b) args.push(W(ref.b));
-    const y2 = g.o('Gemm', args, ref.layout === 'out_in' ? { transB: 1 } : {});
-    return g.o('Reshape', [y2, btN(outDim)]);
-  };
-
-  const norm = (x: string, n: NormSpec, scaleHook?: string): string => normalize(g, W, x, n, scaleHook ? (v) => hook(v, scaleHook) : undefined);
-
-  const act = (x: string, a: Activation): string => {
-    switch (a) {
-      case 'relu': return g.o('Relu', [x]);
-      case 'silu': return g.o('Mul', [x, g.o('Sigmoid', [x])]);
-      case 'gelu': // exact (erf) GELU
-        return g.o('Mul', [g.o('Mul', [x, c(0.5)]), g.o('Add', [c(1), g.o('Erf', [g.o('Div', [x, c(Math.SQRT2)])])])]);
-      default: { // gelu_new / gelu_pytorch_tanh / gelu_fast: the tanh approximation
-        const x3 = g.o('Mul', [g.o('Mul', [x, x]), x]);
-        const inner = g.o('Mul', [g.o('Add', [x, g.o('Mul', [x3, c(0.044715)])]), c(Math.sqrt(2 / Math.PI))]);
-        return g.o('Mul', [g.o('Mul', [x, c(0.5)]), g.o('Add', [c(1), g.o('Tanh', [inner])])]);
-      }
-    }
-  };
-
-  // rotary: HF rotate_half convention over the first rd dims of each head
-  let cos = '', sin = '';
-  const rd = spec.rotary?.dim ?? 0;
-  if (spec.rotary) {
-    cos = g.o('Unsqueeze', [g.input('rope_cos', 'float', ['T', rd]), g.constI([1])]); // [T,1,rd]
-    sin = g.o('Unsqueeze', [g.input('rope_sin', 'float', ['T', rd]), g.constI([1])]);
-  }
-  const rope = (x: string): string => {
-    if (!spec.rotary) return x;
-    const sl = (t: string, a: number, b: number) => g.o('Slice', [t, g.constI([a]), g.constI([b]), g.constI([3])]);
-    const xr = rd === Dh ? x : sl(x, 0, rd);
-    const x1 = sl(xr, 0, rd / 2);
-    const x2 = sl(xr, rd / 2, rd);
-    const rot = g.o('Concat', [g.o('Neg', [x2]), x1], { axis: 3 });
-    const out = g.o('Add', [g.o('Mul', [xr, cos]), g.o('Mul', [rot, sin])]);
-    return rd === Dh ? out : g.o('Concat', [out, sl(x, rd, Dh)], { axis: 3 });
-  };
-
-  const mask = g.input('attn_mask', 'float', ['T', 'Tk']);
-  const maskLocal = spec.layers.some((l) => l.attn.slidingWindow !== null) ? g.input('attn_mask_local', 'float', ['T', 'Tk']) : '';
-
-  // ---- embeddings
-  let x = g.o('Gather', [W(spec.embed.w), ids], { axis: 0 });
-  if (spec.embed.scale !== 1) x = g.o('Mul', [x, c(spec.embed.scale)]);
-  x = hook(x, 'hook_embed');
-  if (spec.posEmbed) {
-    const pos = g.o('Gather', [W(spec.posEmbed.w), g.input('position_ids', 'int64', ['T'])], { axis: 0 }); // [T, D]
-    const posB = hook(g.o('Expand', [pos, g.o('Shape', [x])]), 'hook_pos_embed');
-    x = g.o('Add', [x, posB]);
-  }
-
-  const splitHeads = (qkv: string, layout: number[], axis: number): string[] => {
-    const r = g.o('Reshape', [qkv, g.constI(layout)]);
-    const parts = g.op('Split', [r, g.constI([1, 1, 1])], { axis }, 3);
-    return parts.map((p) => g.o('Squeeze', [p, g.constI([axis])]));
-  };
-
-  const attention = (l: number, layer: LayerSpec, xn: string): string => {
-    const b = `blocks.${l}.attn`;
-    const a = layer.attn;
-    let q: string, k: string, v: string;
-    if (a.qkv.kind === 'separate') {
-      q = g.o('Reshape', [linear(xn, a.qkv.q, D, H * Dh), g.constI([0, 0, H, Dh])]);
-      k = g.o('Reshape', [linear(xn, a.qkv.k, D, Hkv * Dh), g.constI([0, 0, Hkv, Dh])]);
-      v = g.o('Reshape', [linear(xn, a.qkv.v, D, Hkv * Dh), g.constI([0, 0, Hkv, Dh])]);
-    } else if (a.qkv.kind === 'gpt2_fused') {
-      [q, k, v] = splitHeads(linear(xn, a.qkv.qkv, D, 3 * D), [0, 0, 3, H, Dh], 2);
-    } else {
-      [q, k, v] = splitHeads(linear(xn, a.qkv.qkv, D, 3 * D), [0, 0, H, 3, Dh], 3);
-    }
-    if (a.qNorm) q = norm(q, a.qNorm);
-    if (a.kNorm) k = norm(k, a.kNorm);
-    q = hook(rope(q), `${b}.hook_q`);
-    k = hook(rope(k), `${b}.hook_k`);
-    v = hook(v, `${b}.hook_v`);
-
-    // KV cache: keys/values of earlier positions come in, all keys/values go out
-    let kAll = g.o('Concat', [g.input(`past.${l}.key`, 'float', ['B', Hkv, 'P', Dh]), g.o('Transpose', [k], { perm: [0, 2, 1, 3] })], { axis: 2 });
-    let vAll = g.o('Concat', [g.input(`past.${l}.value`, 'float', ['B', Hkv, 'P', Dh]), g.o('Transpose', [v], { perm: [0, 2, 1, 3] })], { axis: 2 });
-    kAll = g.rename(kAll, `present.${l}.key`); g.output(kAll);
-    vAll = g.rename(vAll, `present.${l}.value`); g.output(vAll);
-
-    // grouped-query attention: each kv head serves H/Hkv query heads (heads 2k, 2k+1 share kv head k for rep 2)
-    const rep = H / Hkv;
-    const repeat = (t: string) => rep === 1 ? t : g.o('Reshape', [g.o('Expand', [g.o('Unsqueeze', [t, g.constI([2])]), g.constI([1, 1, rep, 1, 1])]), g.constI([0, H, -1, Dh])]);
-    const kH = repeat(kAll);
-    const vH = repeat(vAll);
-
-    let scores = g.o('Mul', [g.o('MatMul', [g.o('Transpose', [q], { perm: [0, 2, 1, 3] }), g.o('Transpose', [kH], { perm: [0, 1, 3, 2] })]), c(a.scale)]);
-    if (a.softcap !== null) scores = g.o('Mul', [g.o('Tanh', [g.o('Div', [scores, c(a.softcap)])]), c(a.softcap)]);
-    scores = hook(g.o('Add', [scores, a.slidingWindow !== null ? maskLocal : mask]), `${b}.hook_attn_scores`);
-    const pattern = hook(g.o('Softmax', [scores], { axis: -1 }), `${b}.hook_pattern`);
-    const zT = g.o('MatMul', [pattern, vH]); // [B,H,T,Dh]
-    const z = hook(g.o('Transpose', [zT], { perm: [0, 2, 1, 3] }), `${b}.hook_z`);
-    if (plan.withResult && plan.hooks) {
-      // W_O per head [H, Dh, D]; result_h = z_h · W_O[h]
-      const wo = a.o.layout === 'out_in'
-        ? g.o('Transpose', [g.o('Reshape', [W(a.o.w), g.constI([D, H, Dh])])], { perm: [1, 2, 0] })
-        : g.o('Reshape', [W(a.o.w), g.constI([H, Dh, D])]);
-      const zh = g.o('Transpose', [z], { perm: [0, 2, 1, 3] });
-      hook(g.o('Transpose', [g.o('MatMul', [zh, wo])], { perm: [0, 2, 1, 3] }), `${b}.hook_result`);
-    }
-    let out = linear(g.o('Reshape', [z, g.constI([0, 0, H * Dh])]), a.o, H * Dh, D);
-    if (layer.postAttnNorm) out = norm(out, layer.postAttnNorm, `blocks.${l}.ln1_post.hook_scale`);
-    return hook(out, `blocks.${l}.hook_attn_out`);
-  };
-
-  const mlp = (l: number, layer: LayerSpec, xn: string): string => {
-    const b = `blocks.${l}.mlp`;
-    const m = layer.mlp;
-    const M = spec.dMlp;
-    let post: string;
-    if (m.kind === 'gated') {
-      const pre = hook(linear(xn, m.gate!, D, M), `${b}.hook_pre`);
-      const lin = hook(linear(xn, m.up, D, M), `${b}.hook_pre_linear`);
-      post = hook(g.o('Mul', [act(pre, m.act), lin]), `${b}.hook_post`);
-    } else {
-      const pre = hook(linear(xn, m.up, D, M), `${b}.hook_pre`);
-      post = hook(act(pre, m.act), `${b}.hook_post`);
-    }
-    let out = linear(post, m.down, M, D);
-    if (layer.postMlpNorm) out = norm(out, layer.postMlpNorm, `blocks.${l}.ln2_post.hook_scale`);
-    return hook(out, `blocks.${l}.hook_mlp_out`);
-  };
-
-  // ---- blocks
-  for (let l = 0; l < spec.nLayers; l++) {
-    const layer = spec.layers[l];
-    const resid = hook(x, `blocks.${l}.hook_resid_pre`);
-    const attnOut = attention(l, layer, norm(resid, layer.ln1, `blocks.${l}.ln1.hook_scale`));
-    if (layer.parallel) {
-      const mlpOut = mlp(l, layer, norm(resid, layer.ln2, `blocks.${l}.ln2.hook_scale`));
-      x = hook(g.o('Add', [g.o('Add', [resid, attnOut]), mlpOut]), `blocks.${l}.hook_resid_post`);
-    } else {
-      const mid = hook(g.o('Add', [resid, attnOut]), `blocks.${l}.hook_resid_mid`);
-      const mlpOut = mlp(l, layer, norm(mid, layer.ln2, `blocks.${l}.ln2.hook_scale`));
-      x = hook(g.o('Add', [mid, mlpOut]), `blocks.${l}.hook_resid_post`);
+  switch (a) {
+    case 'relu': return g.o('Relu', [x]);
+    case 'silu': return g.o('Mul', [x, g.o('Sigmoid', [x])]);
+    case 'gelu': // exact (erf) GELU
+      return g.o('Mul', [g.o('Mul', [x, c(0.5)]), g.o('Add', [c(1), g.o('Erf', [g.o('Div', [x, c(Math.SQRT2)])])])]);
+    default: { // gelu_new / gelu_pytorch_tanh / gelu_fast: the tanh approximation
+      const x3 = g.o('Mul', [g.o('Mul', [x, x]), x]);
+      const inner = g.o('Mul', [g.o('Add', [x, g.o('Mul', [x3, c(0.044715)])]), c(Math.sqrt(2 / Math.PI))]);
+      return g.o('Mul', [g.o('Mul', [x, c(0.5)]), g.o('Add', [c(1), g.o('Tanh', [inner])])]);
     }
   }
-
-  // ---- unembed, only at the positions asked for (the unembedding is the largest matmul per token)
-  const xf = norm(x, spec.lnFinal, 'ln_final.hook_scale');
-  const xp = g.o('Gather', [xf, g.input('logit_positions', 'int64', ['P'])], { axis: 1 }); // [B, P, D]
-  const uArgs = [g.o('Reshape', [xp, g.constI([-1, D])]), W(spec.unembed.w)];
-  if (spec.unembed.b) uArgs.push(W(spec.unembed.b));
-  const bpV = g.o('Concat', [g.o('Shape', [xp], { start: 0, end: 2 }), g.constI([spec.dVocab])], { axis: 0 });
-  let logits = g.o('Reshape', [g.o('Gemm', uArgs, { transB: 1 }), bpV]);
-  if (spec.finalSoftcap !== null) logits = g.o('Mul', [g.o('Tanh', [g.o('Div', [logits, c(spec.finalSoftcap)])]), c(spec.finalSoftcap)]);
-  g.rename(logits, 'logits');
-  g.output('logits');
-  if (plan.grad) addModelBackward(g, spec, plan.grad.hooks);
-
-  return { bytes: g.encode(), inputNames: g.inputNames(), outputNames: g.outputNames(), sites };
 }
 
 /**
@@ -285,10 +92,283 @@ function normalize(g: OnnxGraph, W: (name: string) => string, x: string, n: Norm
   }
   let scale = g.o('Sqrt', [g.o('Add', [sq, c(n.eps)])]);
   if (onScale) scale = onScale(scale);
-  const w = n.weightOffset ? g.o('Add', [W(n.w), c(1)]) : W(n.w);
+  const w = n.weightOffset ? g.o('Add', [W(n.w), c(1)]) : W(n.w); // Gemma stores w − 1
   let y = g.o('Mul', [g.o('Div', [xc, scale]), w]);
   if (n.b) y = g.o('Add', [y, W(n.b)]);
   return y;
+}
+
+/** `b t i → b t o` through a stored weight: torch Linear [o, i] (`b t i, o i -> b t o`) or GPT-2 Conv1D [i, o] (`b t i, i o -> b t o`). */
+function linearOf(g: OnnxGraph, W: (name: string) => string, btN: (n: number) => string, x: string, ref: LinearRef, inDim: number, outDim: number): string {
+  const x2 = g.o('Reshape', [x, g.constI([-1, inDim])]);
+  const args = [x2, W(ref.w)];
+  if (ref.b) args.push(W(ref.b));
+  const y2 = g.o('Gemm', args, ref.layout === 'out_in' ? { transB: 1 } : {});
+  return g.o('Reshape', [y2, btN(outDim)]);
+}
+
+// ------------------------------------------------------------------ the model
+
+class ModelGraph {
+  readonly g: OnnxGraph;
+  /** hook sites that take mul/add inputs, in graph order */
+  readonly sites: string[] = [];
+  private readonly hookSet: Set<string>;
+  private readonly lean?: { sites: Set<string>; outputs: Set<string> };
+  private readonly D: number;
+  private readonly H: number;
+  private readonly Hkv: number;
+  private readonly Dh: number;
+  /** [B, T] of input_ids, set first in build() */
+  private bt = '';
+  private readonly shapeCache = new Map<number, string>();
+  /** rotary tables [T, 1, rd] (rotary models) */
+  private cos = '';
+  private sin = '';
+  /** additive masks [T, Tk]: causal, and causal within the window for sliding-window layers */
+  private mask = '';
+  private maskLocal = '';
+
+  constructor(private readonly spec: ModelSpec, private readonly tensors: Map<string, TensorEntry>, private readonly plan: GraphPlan, location: (file: string) => string) {
+    this.g = new OnnxGraph(location);
+    ({ dModel: this.D, nHeads: this.H, nKvHeads: this.Hkv, dHead: this.Dh } = spec);
+    this.lean = plan.lean ? { sites: new Set(plan.lean.sites), outputs: new Set(plan.lean.outputs) } : undefined;
+    this.hookSet = new Set(!plan.hooks ? [] : this.lean ? [...this.lean.sites, ...this.lean.outputs] : allHookNames(spec, plan.withResult));
+    if (plan.sae) this.hookSet.add(`${plan.sae.info.hook}.hook_sae_acts_post`);
+  }
+
+  // ---- helpers
+
+  private W = (name: string): string => {
+    const e = this.tensors.get(name);
+    if (!e) throw new Error(`graph: tensor ${name} not in weight index`);
+    return this.g.weight(e);
+  };
+
+  private c(v: number): string {
+    return this.g.constF([v], []);
+  }
+
+  /** the shape [B, T, n] (built once per n) */
+  private btN = (n: number): string => {
+    if (!this.shapeCache.has(n)) this.shapeCache.set(n, this.g.o('Concat', [this.bt, this.g.constI([n])], { axis: 0 }));
+    return this.shapeCache.get(n)!;
+  };
+
+  private linear(x: string, ref: LinearRef, inDim: number, outDim: number): string {
+    return linearOf(this.g, this.W, this.btN, x, ref, inDim, outDim);
+  }
+
+  private norm(x: string, n: NormSpec, scaleHook?: string): string {
+    return normalize(this.g, this.W, x, n, scaleHook ? (v) => this.hook(v, scaleHook) : undefined);
+  }
+
+  // ---- hook sites
+
+  /** Output a hook and apply its intervention; returns the (possibly edited) value to use downstream. */
+  private hook(x: string, name: string): string {
+    const { g, lean, plan } = this;
+    if (!this.hookSet.has(name)) return x;
+    let y = x;
+    if (hookInfo(name).site && (!lean || lean.sites.has(name))) {
+      this.sites.push(name);
+      y = g.o('Add', [g.o('Mul', [x, g.input(mulInput(name), 'float')]), g.input(addInput(name), 'float')]);
+    }
+    if (lean && !lean.outputs.has(name)) return y;
+    g.rename(y, name);
+    g.output(name);
+    return plan.sae && plan.sae.info.hook === name ? this.saeSplice(name, plan.sae) : name;
+  }
+
+  /** The SAE at its hook: features as a site, reconstruction error kept, so x' = x unless features are edited. */
+  private saeSplice(x: string, s: SaeGraphSpec): string {
+    const { g, btN } = this;
+    const { d_in: dIn, d_sae: S } = s.info;
+    const x3 = g.o('Reshape', [x, btN(dIn)]); // z-SAEs read hook_z flattened over heads
+    const xin = s.info.apply_b_dec_to_input ? g.o('Sub', [x3, g.weight(s.b_dec)]) : x3;
+    // W_enc [d_in, d_sae]: `n i, i s -> n s`
+    const pre = g.o('Reshape', [g.o('Gemm', [g.o('Reshape', [xin, g.constI([-1, dIn])]), g.weight(s.W_enc), g.weight(s.b_enc)]), btN(S)]);
+    let acts = g.o('Relu', [pre]);
+    if (s.info.activation === 'jumprelu') acts = g.o('Mul', [acts, g.o('Cast', [g.o('Greater', [pre, g.weight(s.threshold!)])], { to: 1 })]);
+    if (s.info.activation === 'topk') {
+      const k = s.info.k!;
+      const [vals] = g.op('TopK', [pre, g.constI([k])], { axis: -1 }, 2);
+      const kth = g.o('Slice', [vals, g.constI([k - 1]), g.constI([k]), g.constI([-1])]);
+      acts = g.o('Mul', [acts, g.o('Cast', [g.o('GreaterOrEqual', [pre, kth])], { to: 1 })]);
+    }
+    const edited = this.hook(acts, `${s.info.hook}.hook_sae_acts_post`);
+    // W_dec [d_sae, d_in]: `n s, s i -> n i`
+    const decode = (a: string) => g.o('Reshape', [g.o('Gemm', [g.o('Reshape', [a, g.constI([-1, S])]), g.weight(s.W_dec), g.weight(s.b_dec)]), btN(dIn)]);
+    const recons = decode(acts);
+    const error = g.o('Sub', [x3, recons]);
+    g.identity(recons, `${s.info.hook}.hook_sae_recons`); g.output(`${s.info.hook}.hook_sae_recons`);
+    g.rename(error, `${s.info.hook}.hook_sae_error`); g.output(`${s.info.hook}.hook_sae_error`);
+    // x + (decode(acts') − decode(acts)) rather than decode(acts') + error: exactly x when no feature is edited
+    return g.o('Reshape', [g.o('Add', [x3, g.o('Sub', [decode(edited), recons])]), g.o('Shape', [x])]);
+  }
+
+  // ---- attention
+
+  /** rotary, HF rotate_half convention over the first rd dims of each head: x·cos + rotate_half(x)·sin */
+  private rope(x: string): string {
+    const { g, spec, Dh } = this;
+    if (!spec.rotary) return x;
+    const rd = spec.rotary.dim;
+    const sl = (t: string, a: number, b: number) => g.o('Slice', [t, g.constI([a]), g.constI([b]), g.constI([3])]);
+    const xr = rd === Dh ? x : sl(x, 0, rd);
+    const x1 = sl(xr, 0, rd / 2);
+    const x2 = sl(xr, rd / 2, rd);
+    const rot = g.o('Concat', [g.o('Neg', [x2]), x1], { axis: 3 });
+    const out = g.o('Add', [g.o('Mul', [xr, this.cos]), g.o('Mul', [rot, this.sin])]);
+    return rd === Dh ? out : g.o('Concat', [out, sl(x, rd, Dh)], { axis: 3 });
+  }
+
+  /** a fused projection [B, T, 3·H·Dh] → q, k, v [B, T, H, Dh], split along the `three` axis of `layout` */
+  private splitHeads(qkv: string, layout: number[], axis: number): string[] {
+    const { g } = this;
+    const r = g.o('Reshape', [qkv, g.constI(layout)]);
+    const parts = g.op('Split', [r, g.constI([1, 1, 1])], { axis }, 3);
+    return parts.map((p) => g.o('Squeeze', [p, g.constI([axis])]));
+  }
+
+  private attention(l: number, layer: LayerSpec, xn: string): string {
+    const { g, D, H, Hkv, Dh } = this;
+    const b = `blocks.${l}.attn`;
+    const a = layer.attn;
+    let q: string, k: string, v: string;
+    if (a.qkv.kind === 'separate') {
+      q = g.o('Reshape', [this.linear(xn, a.qkv.q, D, H * Dh), g.constI([0, 0, H, Dh])]); // `b t (h dh) -> b t h dh`
+      k = g.o('Reshape', [this.linear(xn, a.qkv.k, D, Hkv * Dh), g.constI([0, 0, Hkv, Dh])]);
+      v = g.o('Reshape', [this.linear(xn, a.qkv.v, D, Hkv * Dh), g.constI([0, 0, Hkv, Dh])]);
+    } else if (a.qkv.kind === 'gpt2_fused') {
+      // c_attn Conv1D [D, 3D], columns `(three h dh)`
+      [q, k, v] = this.splitHeads(this.linear(xn, a.qkv.qkv, D, 3 * D), [0, 0, 3, H, Dh], 2);
+    } else {
+      // NeoX query_key_value Linear [3D, D], rows `(h three dh)`
+      [q, k, v] = this.splitHeads(this.linear(xn, a.qkv.qkv, D, 3 * D), [0, 0, H, 3, Dh], 3);
+    }
+    if (a.qNorm) q = this.norm(q, a.qNorm);
+    if (a.kNorm) k = this.norm(k, a.kNorm);
+    q = this.hook(this.rope(q), `${b}.hook_q`);
+    k = this.hook(this.rope(k), `${b}.hook_k`);
+    v = this.hook(v, `${b}.hook_v`);
+
+    // KV cache: keys/values of earlier positions come in, all keys/values go out (`b t hkv dh -> b hkv t dh`)
+    let kAll = g.o('Concat', [g.input(`past.${l}.key`, 'float', ['B', Hkv, 'P', Dh]), g.o('Transpose', [k], { perm: [0, 2, 1, 3] })], { axis: 2 });
+    let vAll = g.o('Concat', [g.input(`past.${l}.value`, 'float', ['B', Hkv, 'P', Dh]), g.o('Transpose', [v], { perm: [0, 2, 1, 3] })], { axis: 2 });
+    kAll = g.rename(kAll, `present.${l}.key`); g.output(kAll);
+    vAll = g.rename(vAll, `present.${l}.value`); g.output(vAll);
+
+    // grouped-query attention: each kv head serves H/Hkv query heads, `b hkv tk dh -> b (hkv rep) tk dh`
+    // (heads 2k, 2k+1 share kv head k for rep 2)
+    const rep = H / Hkv;
+    const repeat = (t: string) => rep === 1 ? t : g.o('Reshape', [g.o('Expand', [g.o('Unsqueeze', [t, g.constI([2])]), g.constI([1, 1, rep, 1, 1])]), g.constI([0, H, -1, Dh])]);
+    const kH = repeat(kAll);
+    const vH = repeat(vAll);
+
+    // scores `b h t dh, b h tk dh -> b h t tk`
+    let scores = g.o('Mul', [g.o('MatMul', [g.o('Transpose', [q], { perm: [0, 2, 1, 3] }), g.o('Transpose', [kH], { perm: [0, 1, 3, 2] })]), this.c(a.scale)]);
+    if (a.softcap !== null) scores = softcap(g, scores, a.softcap);
+    scores = this.hook(g.o('Add', [scores, a.slidingWindow !== null ? this.maskLocal : this.mask]), `${b}.hook_attn_scores`);
+    const pattern = this.hook(g.o('Softmax', [scores], { axis: -1 }), `${b}.hook_pattern`);
+    const zT = g.o('MatMul', [pattern, vH]); // `b h t tk, b h tk dh -> b h t dh`
+    const z = this.hook(g.o('Transpose', [zT], { perm: [0, 2, 1, 3] }), `${b}.hook_z`);
+    if (this.plan.withResult && this.plan.hooks) {
+      // W_O per head [H, Dh, D]: out_in `d (h dh) -> h dh d`, in_out `(h dh) d -> h dh d`; result_h = z_h · W_O[h]
+      const wo = a.o.layout === 'out_in'
+        ? g.o('Transpose', [g.o('Reshape', [this.W(a.o.w), g.constI([D, H, Dh])])], { perm: [1, 2, 0] })
+        : g.o('Reshape', [this.W(a.o.w), g.constI([H, Dh, D])]);
+      const zh = g.o('Transpose', [z], { perm: [0, 2, 1, 3] });
+      this.hook(g.o('Transpose', [g.o('MatMul', [zh, wo])], { perm: [0, 2, 1, 3] }), `${b}.hook_result`);
+    }
+    let out = this.linear(g.o('Reshape', [z, g.constI([0, 0, H * Dh])]), a.o, H * Dh, D);
+    if (layer.postAttnNorm) out = this.norm(out, layer.postAttnNorm, `blocks.${l}.ln1_post.hook_scale`);
+    return this.hook(out, `blocks.${l}.hook_attn_out`);
+  }
+
+  // ---- MLP
+
+  private mlp(l: number, layer: LayerSpec, xn: string): string {
+    const { g, D } = this;
+    const b = `blocks.${l}.mlp`;
+    const m = layer.mlp;
+    const M = this.spec.dMlp;
+    let post: string;
+    if (m.kind === 'gated') {
+      const pre = this.hook(this.linear(xn, m.gate!, D, M), `${b}.hook_pre`);
+      const lin = this.hook(this.linear(xn, m.up, D, M), `${b}.hook_pre_linear`);
+      post = this.hook(g.o('Mul', [activation(g, pre, m.act), lin]), `${b}.hook_post`);
+    } else {
+      const pre = this.hook(this.linear(xn, m.up, D, M), `${b}.hook_pre`);
+      post = this.hook(activation(g, pre, m.act), `${b}.hook_post`);
+    }
+    let out = this.linear(post, m.down, M, D);
+    if (layer.postMlpNorm) out = this.norm(out, layer.postMlpNorm, `blocks.${l}.ln2_post.hook_scale`);
+    return this.hook(out, `blocks.${l}.hook_mlp_out`);
+  }
+
+  // ---- one block
+
+  private block(l: number, x: string): string {
+    const { g } = this;
+    const layer = this.spec.layers[l];
+    const resid = this.hook(x, `blocks.${l}.hook_resid_pre`);
+    const attnOut = this.attention(l, layer, this.norm(resid, layer.ln1, `blocks.${l}.ln1.hook_scale`));
+    if (layer.parallel) {
+      const mlpOut = this.mlp(l, layer, this.norm(resid, layer.ln2, `blocks.${l}.ln2.hook_scale`));
+      return this.hook(g.o('Add', [g.o('Add', [resid, attnOut]), mlpOut]), `blocks.${l}.hook_resid_post`);
+    }
+    const mid = this.hook(g.o('Add', [resid, attnOut]), `blocks.${l}.hook_resid_mid`);
+    const mlpOut = this.mlp(l, layer, this.norm(mid, layer.ln2, `blocks.${l}.ln2.hook_scale`));
+    return this.hook(g.o('Add', [mid, mlpOut]), `blocks.${l}.hook_resid_post`);
+  }
+
+  // ---- the whole model
+
+  build(): BuiltGraph {
+    const { g, spec, D } = this;
+    // inputs
+    const ids = g.input('input_ids', 'int64', ['B', 'T']);
+    this.bt = g.o('Shape', [ids]);
+    if (spec.rotary) {
+      const rd = spec.rotary.dim;
+      this.cos = g.o('Unsqueeze', [g.input('rope_cos', 'float', ['T', rd]), g.constI([1])]); // `t rd -> t 1 rd`
+      this.sin = g.o('Unsqueeze', [g.input('rope_sin', 'float', ['T', rd]), g.constI([1])]);
+    }
+    this.mask = g.input('attn_mask', 'float', ['T', 'Tk']);
+    if (spec.layers.some((l) => l.attn.slidingWindow !== null)) this.maskLocal = g.input('attn_mask_local', 'float', ['T', 'Tk']);
+
+    // embeddings: W_E [V, D] gathered by token, W_pos [n_ctx, D] by position
+    let x = g.o('Gather', [this.W(spec.embed.w), ids], { axis: 0 });
+    if (spec.embed.scale !== 1) x = g.o('Mul', [x, this.c(spec.embed.scale)]);
+    x = this.hook(x, 'hook_embed');
+    if (spec.posEmbed) {
+      const pos = g.o('Gather', [this.W(spec.posEmbed.w), g.input('position_ids', 'int64', ['T'])], { axis: 0 }); // [T, D]
+      const posB = this.hook(g.o('Expand', [pos, g.o('Shape', [x])]), 'hook_pos_embed');
+      x = g.o('Add', [x, posB]);
+    }
+
+    for (let l = 0; l < spec.nLayers; l++) x = this.block(l, x);
+
+    // unembed, only at the positions asked for (the unembedding is the largest matmul per token):
+    // W_U [V, D] (lm_head or the tied embedding), `b p d, v d -> b p v`
+    const xf = this.norm(x, spec.lnFinal, 'ln_final.hook_scale');
+    const xp = g.o('Gather', [xf, g.input('logit_positions', 'int64', ['P'])], { axis: 1 }); // [B, P, D]
+    const uArgs = [g.o('Reshape', [xp, g.constI([-1, D])]), this.W(spec.unembed.w)];
+    if (spec.unembed.b) uArgs.push(this.W(spec.unembed.b));
+    const bpV = g.o('Concat', [g.o('Shape', [xp], { start: 0, end: 2 }), g.constI([spec.dVocab])], { axis: 0 });
+    let logits = g.o('Reshape', [g.o('Gemm', uArgs, { transB: 1 }), bpV]);
+    if (spec.finalSoftcap !== null) logits = softcap(g, logits, spec.finalSoftcap);
+    g.rename(logits, 'logits');
+    g.output('logits');
+    if (this.plan.grad) addModelBackward(g, spec, this.plan.grad.hooks);
+
+    return { bytes: g.encode(), inputNames: g.inputNames(), outputNames: g.outputNames(), sites: this.sites };
+  }
+}
+
+export function buildModelGraph(spec: ModelSpec, tensors: Map<string, TensorEntry>, plan: GraphPlan, location: (file: string) => string = (f) => f): BuiltGraph {
+  return new ModelGraph(spec, tensors, plan, location).build();
 }
 
 /**
@@ -302,11 +382,8 @@ export function buildLensGraph(spec: ModelSpec, tensors: Map<string, TensorEntry
   const x = g.input('resid', 'float', ['N', spec.dModel]);
   const args = [normalize(g, W, x, spec.lnFinal), W(spec.unembed.w)];
   if (spec.unembed.b) args.push(W(spec.unembed.b));
-  let logits = g.o('Gemm', args, { transB: 1 });
-  if (spec.finalSoftcap !== null) {
-    const cap = g.constF([spec.finalSoftcap], []);
-    logits = g.o('Mul', [g.o('Tanh', [g.o('Div', [logits, cap])]), cap]);
-  }
+  let logits = g.o('Gemm', args, { transB: 1 }); // `n d, v d -> n v`
+  if (spec.finalSoftcap !== null) logits = softcap(g, logits, spec.finalSoftcap);
   g.identity(logits, 'logits');
   g.output('logits');
   return { bytes: g.encode(), inputNames: g.inputNames(), outputNames: g.outputNames(), sites: [] };

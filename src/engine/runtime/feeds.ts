@@ -1,0 +1,85 @@
+/**
+ * The feeds of one run: a value for every input build-model.ts declares (see its header for the
+ * names and shapes), from the token rows, the KV cache, the logit positions, the compiled
+ * interventions and, for gradient variants, the seed ∂M/∂logits.
+ */
+import { LoupeError } from '../errors';
+import type { KVCache } from '../api';
+import type { ModelSpec } from '../spec';
+import type { Tensor } from '../tensor';
+import type { BuiltGraph } from '../graph/build-model';
+import { mulInput, addInput } from '../graph/hooks';
+import { GRAD_SEED } from '../graph/backward-model';
+import { ropeTables } from './rope';
+import { attentionMask } from './masks';
+import type { SiteFeed } from './interventions';
+import type { OrtModule, OrtTensorLike } from './session';
+
+export interface FeedRequest {
+  /** token rows, all of length T */
+  rows: number[][];
+  /** keys/values of the P positions before these (none: P = 0) */
+  past?: KVCache;
+  /** positions whose logits the run computes (default: all T) */
+  logitPositions?: number[];
+  /** x' = x * mul + add per hook site; sites not in the map get mul = 1, add = 0 */
+  sites: Map<string, SiteFeed>;
+  /** ∂M/∂logits [B, P', V], for graphs with a backward pass */
+  gradSeed?: Tensor;
+}
+
+/** the sliding-window size of the model's local-attention layers (null: every layer is global) */
+export function slidingWindowOf(spec: ModelSpec): number | null {
+  return spec.layers.find((l) => l.attn.slidingWindow !== null)?.attn.slidingWindow ?? null;
+}
+
+export function buildFeeds(ort: OrtModule, spec: ModelSpec, graph: BuiltGraph, req: FeedRequest): Record<string, OrtTensorLike> {
+  const { rows, past } = req;
+  const B = rows.length;
+  const T = rows[0].length;
+  const P = past?.length ?? 0;
+  const Tk = P + T;
+  const f32 = (data: Float32Array, dims: number[]) => new ort.Tensor('float32', data, dims);
+  const i64 = (values: number[], dims: number[]) => new ort.Tensor('int64', BigInt64Array.from(values, BigInt), dims);
+  const feeds: Record<string, OrtTensorLike> = {};
+
+  feeds.input_ids = i64(rows.flat(), [B, T]);
+
+  const logitPos = req.logitPositions ?? Array.from({ length: T }, (_, t) => t);
+  for (const p of logitPos) if (!Number.isInteger(p) || p < 0 || p >= T) throw new LoupeError('BAD_INPUT', `logit position ${p} is outside this run's ${T} positions.`);
+  if (logitPos.length === 0) throw new LoupeError('BAD_INPUT', 'logitPositions is empty.');
+  feeds.logit_positions = i64(logitPos, [logitPos.length]);
+
+  // absolute positions: a run continuing a KV cache starts at P
+  const positions = Array.from({ length: T }, (_, t) => P + t);
+  if (graph.inputNames.includes('position_ids')) feeds.position_ids = i64(positions, [T]);
+  if (spec.rotary) {
+    const { cos, sin } = ropeTables(spec.rotary, positions);
+    feeds.rope_cos = f32(cos, [T, spec.rotary.dim]);
+    feeds.rope_sin = f32(sin, [T, spec.rotary.dim]);
+  }
+
+  feeds.attn_mask = f32(attentionMask(T, P, null), [T, Tk]);
+  if (graph.inputNames.includes('attn_mask_local')) feeds.attn_mask_local = f32(attentionMask(T, P, slidingWindowOf(spec)), [T, Tk]);
+
+  const { nKvHeads: Hkv, dHead: Dh } = spec;
+  const empty: Tensor = { dims: [B, Hkv, 0, Dh], data: new Float32Array(0) };
+  for (let l = 0; l < spec.nLayers; l++) {
+    const k = past?.keys[l] ?? empty;
+    const v = past?.values[l] ?? empty;
+    if (k.dims[0] !== B) throw new LoupeError('BAD_INPUT', `KV cache batch ${k.dims[0]} does not match batch ${B}.`);
+    feeds[`past.${l}.key`] = f32(k.data, k.dims);
+    feeds[`past.${l}.value`] = f32(v.data, v.dims);
+  }
+
+  const one = new Float32Array([1]);
+  const zero = new Float32Array([0]);
+  for (const site of graph.sites) {
+    const c = req.sites.get(site);
+    feeds[mulInput(site)] = c ? f32(c.mul, c.dims) : f32(one, [1]);
+    feeds[addInput(site)] = c ? f32(c.add, c.dims) : f32(zero, [1]);
+  }
+
+  if (req.gradSeed) feeds[GRAD_SEED] = f32(req.gradSeed.data, req.gradSeed.dims);
+  return feeds;
+}
