@@ -24,6 +24,8 @@ import * as probe from './probe';
 import * as sae_features from './sae_features';
 import * as sae_steer from './sae_steer';
 import * as feature from './feature';
+import * as attribution_patching from './attribution_patching';
+import * as integrated_gradients from './integrated_gradients';
 
 export const operations: Record<string, AnyOperation> = {
   // one line per operation: name: module.operation
@@ -44,6 +46,8 @@ export const operations: Record<string, AnyOperation> = {
   sae_features: sae_features.operation,
   sae_steer: sae_steer.operation,
   feature: feature.operation,
+  attribution_patching: attribution_patching.operation,
+  integrated_gradients: integrated_gradients.operation,
 };
 
 export function getOperation(name: string): AnyOperation | undefined {
