@@ -5,6 +5,7 @@
  * Then the same documents from the CLI (--json), the operation called directly and headless MCP.
  */
 import { execFile } from 'node:child_process';
+import { realpathSync } from 'node:fs';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
@@ -19,7 +20,8 @@ import type { PatchDocument } from '../src/ops/patch';
 import { loadModelDir, referenceForward, mulberry32, type RefModel } from './reference';
 import { SHARED } from './helpers/shared';
 
-const INDUCTION = path.join(SHARED, 'models/induction-gpt2');
+// the real path: the companion's --allow-local check compares resolved folders
+const INDUCTION = realpathSync(path.join(SHARED, 'models/induction-gpt2'));
 const ROOT = path.resolve(__dirname, '..');
 const BIN = path.join(ROOT, 'bin', 'loupe.mjs');
 
@@ -145,11 +147,11 @@ describe('integrated_gradients on induction-gpt2', () => {
 describe('the same documents from the CLI, the operation and headless MCP', () => {
   let client: Client;
   beforeAll(async () => {
-    const transport = new StdioClientTransport({ command: process.execPath, args: [BIN, 'mcp', '--headless'], cwd: ROOT, env: process.env as Record<string, string>, stderr: 'pipe' });
+    const transport = new StdioClientTransport({ command: process.execPath, args: [BIN, 'mcp', '--headless', '--allow-local', path.dirname(INDUCTION)], cwd: ROOT, env: process.env as Record<string, string>, stderr: 'pipe' });
     client = new Client({ name: 'gradients-test', version: '1' });
     await client.connect(transport);
     const loaded = await client.callTool({ name: 'load_model', arguments: { model: INDUCTION } });
-    expect(loaded.isError).toBeFalsy();
+    expect(loaded.isError, JSON.stringify(loaded.content)).toBeFalsy();
   }, 60_000);
   afterAll(async () => { await client?.close(); });
 
