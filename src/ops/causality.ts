@@ -1,55 +1,115 @@
 /**
- * `causality` (after openinterp's causality protocol): is a direction's effect on the next token
- * special, or would any direction of the same norm do as much?
+ * `causality` (after openinterp's causality protocol): does a direction d move the target tokens
+ * because of what it encodes, or is its effect an artefact? Three checks, each with its numbers,
+ * then one verdict from the rule in `VERDICT_RULE`.
  *
- *  1. effect = normalized_effect of adding α·d at blocks.{layer}.hook_resid_pre (target log-prob
- *     change minus control log-prob change at the final prompt position; see steer.ts);
- *  2. the same effect for N random Gaussian directions scaled to d's norm (seeded), measured on
- *     the same targets and controls → the percentile of d's effect among them;
- *  3. d's effect over an α-sweep (multiples of α) → is it monotone increasing?
- *  4. a verdict from the rule below, with the numbers that decided it, in the document.
+ *  1. Random baseline. The edit α·d at blocks.{layer}.hook_resid_pre against N seeded random
+ *     directions of the same norm, on the RAW effect (target log-prob Δ at the final prompt
+ *     position) and on the CONTROL-NORMALISED effect (target Δ − control Δ): percentile and
+ *     z-score of d for both.
+ *  2. Control-token normalisation. A direction that only sharpens or flattens the distribution
+ *     (entropy, temperature, residual norm) moves the target and the tokens of similar
+ *     probability together: raw significant, normalised not → epiphenomenal-softmax. The default
+ *     controls are therefore probability-matched (tokens whose base log-prob is nearest the
+ *     targets'), not merely likely tokens: a temperature change moves a token by an amount that
+ *     depends on its logit, so only controls of similar logit cancel it.
+ *  3. Template control. The same edit on control prompts that share the prompt's template but
+ *     not its concept (`control_prompts`; or the prompt with the `concept_tokens` replaced; or, by
+ *     default, the prompt with every word replaced, keeping its punctuation, spacing and repetition
+ *     structure). edit_ratio = mean effect on the control prompts / effect on the concept prompt.
+ *     An additive edit moves its targets on any prompt (that is what steering is), so edit_ratio
+ *     alone is ≈ 1 — or above, when the concept prompt already makes the target likely — for a
+ *     direction that carries the concept as much as for one that carries the format. What makes
+ *     the effect the template's is that the target does not need the concept: concept_gain = the
+ *     target's base log-prob on the concept prompt − its mean on the control prompts. Both must
+ *     hold: edit_ratio ≥ 0.5 and concept_gain < ln 2 (the concept does not even double the
+ *     target's probability).
+ *  4. Structural rigidity over the α-sweep: the normalised effect per α, the log-prob of the base
+ *     continuation (greedy, unsteered) under each edit, and the repetition of a greedy
+ *     continuation generated under each edit; the α range around 0 where the continuation has not
+ *     collapsed and the dose-response does not fall.
  *
- * Every variant (d, the random directions, the sweep) is one row of a batched engine run.
- *
+ * Every variant of one prompt runs as a row of a batched engine run.
  * Targets must be independent of d: when d is not a token direction, the caller names them (a
  * target picked as "the tokens d promotes most" would make d look special by construction).
  */
 import { z } from 'zod';
-import type { LoadedModel } from '../engine/api';
-import { LoupeError } from '../engine/errors';
+import type { Intervention, LoadedModel } from '../engine/api';
+import { LoupeError, throwIfAborted } from '../engine/errors';
 import { documentBase, documentHead } from '../schema/common';
-import { defineOperation } from './types';
-import { finite } from './lib/caps';
-import { rng } from './lib/math';
-import { directionBlock, directionBlockSchema, parseDirectionSpec, randomVector, vecNorm } from './lib/directions';
+import { defineOperation, type OpContext } from './types';
+import { CAPS, finite } from './lib/caps';
+import { logSoftmax, rng } from './lib/math';
+import { promptIds } from './lib/tokens';
+import { generateBatch } from './lib/generation';
+import { directionBlock, directionBlockSchema, parseDirectionSpec, randomVector, unembedColumnsMean, vecNorm } from './lib/directions';
 import {
   evaluateVariants, interventionRecord, rowsPerRun, METRIC_DEFINITIONS, metricDefinitionsSchema, prepareSteering, steeringFields, steeringMetrics,
-  tokenRef, tokenRefs, type Variant,
-  DEFAULT_MULTIPLES, MAX_SWEEP_ALPHAS, trend,
+  steerIntervention, tokenRef, tokenRefs, type Variant, DEFAULT_MULTIPLES, MAX_SWEEP_ALPHAS, trend,
 } from './lib/steering';
 
 /** most random directions one call may evaluate */
 export const MAX_RANDOM_DIRECTIONS = 512;
 /** fewer random directions than this cannot resolve the 95th percentile */
 export const MIN_RANDOM_FOR_VERDICT = 20;
+/** most control prompts of the template check */
+export const MAX_CONTROL_PROMPTS = 16;
+/** percentile at or above which an effect counts as significant against the random baseline */
+export const SIGNIFICANT = 95;
+/** percentile at or above which a normalised effect counts as weak evidence */
+export const WEAK = 80;
+/** edit_ratio at or above which the control prompts respond like the concept prompt */
+export const TEMPLATE_RATIO = 0.5;
+/** concept_gain (nats) below which the target does not need the concept: ln 2, less than a doubling */
+export const CONCEPT_GAIN = Math.LN2;
+/** a continuation whose tokens repeat more than this much more than the unsteered one has collapsed */
+export const REPETITION_RISE = 0.5;
+
+const VERDICTS = ['causal', 'weak-causal', 'epiphenomenal-softmax', 'epiphenomenal-template', 'not_distinguishable', 'undetermined'] as const;
+export type Verdict = (typeof VERDICTS)[number];
 
 export const VERDICT_RULE =
-  `undetermined: fewer than ${MIN_RANDOM_FOR_VERDICT} random directions, a non-finite effect, or all random effects equal (degenerate). ` +
-  'causal: percentile ≥ 95 AND normalized_effect over the α-sweep is increasing. ' +
-  'weak: percentile ≥ 80 but not causal (80 ≤ percentile < 95, or percentile ≥ 95 without a monotone rise). ' +
-  'not_distinguishable: percentile < 80. ' +
-  'percentile = 100 × (#random effects below d\'s effect + ½ #equal) / N. ' +
-  'Monotonicity alone never counts: effects are smooth in α, so about half of all random directions rise monotonically on any fixed target.';
+  `Significant = percentile ≥ ${SIGNIFICANT} among the random directions (percentile = 100 × (#random below + ½ #equal) / N). In order: ` +
+  `(1) undetermined: fewer than ${MIN_RANDOM_FOR_VERDICT} random directions, a non-finite effect, all random effects equal, or no control prompt. ` +
+  `(2) epiphenomenal-softmax: exactly one of the raw and the control-normalised effect is significant — the target moves only as the whole distribution moves (raw yes, normalised no), or its lead over the controls comes from the controls moving (normalised yes, raw no). ` +
+  `(3) epiphenomenal-template: both significant, edit_ratio ≥ ${TEMPLATE_RATIO} (the same edit moves the target on control prompts of the same template at least half as much as on the concept prompt) and concept_gain < ln 2 = ${CONCEPT_GAIN.toFixed(3)} nats (the control prompts, without the concept, make the target about as likely: the effect is on a format token, not a concept's). ` +
+  '(4) causal: both significant and structural rigidity holds — the tested α lies in the α range around 0 where the continuation has not collapsed and the normalised effect never falls, and the normalised effect increases over that range. ' +
+  `(5) weak-causal: both significant but rigidity fails, or the normalised percentile is in [${WEAK}, ${SIGNIFICANT}). ` +
+  `(6) not_distinguishable: otherwise (normalised percentile < ${WEAK}). ` +
+  `Collapse at an α: the base continuation's mean log-prob per token under the edit is below −ln(d_vocab) (worse than a uniform guess), or the repetition (1 − distinct/generated tokens) of the continuation generated under the edit exceeds the unsteered one's by more than ${REPETITION_RISE}. ` +
+  'Why a sixth name, not_distinguishable: the five protocol names describe a direction with an effect (or a failed run); a direction whose effect random directions match is neither undetermined (the protocol did decide) nor weak-causal (there is no evidence).';
 
 const input = z.object({
   ...steeringFields,
+  controls: steeringFields.controls.describe('unrelated tokens used to normalise (default: of the 20 tokens whose base log-prob is nearest the targets\' mean, the 5 whose unembedding is least aligned with the targets\'; never chosen from d)'),
   alpha: z.number().optional().describe('α of the comparison (default: alpha_multiple × resid_norm)'),
   alpha_multiple: z.number().default(1).describe('α = alpha_multiple × the layer\'s mean residual norm when alpha is absent'),
   n_random: z.number().int().min(1).default(64).describe('random directions of equal norm to compare against'),
-  seed: z.number().int().default(0).describe('seed of the random directions'),
-  sweep_multiples: z.array(z.number()).min(2).default(DEFAULT_MULTIPLES).describe('the monotonicity sweep: α × each multiple'),
+  seed: z.number().int().default(0).describe('seed of the random directions and of derived control prompts'),
+  sweep_multiples: z.array(z.number()).min(2).default(DEFAULT_MULTIPLES).describe('the rigidity sweep: α × each multiple (0 is added when missing)'),
+  control_prompts: z.array(z.string().min(1)).min(1).max(MAX_CONTROL_PROMPTS).optional()
+    .describe('template control: prompts of the same template without the concept (default: derived from the prompt, see concept_tokens)'),
+  concept_tokens: z.array(z.string().min(1)).min(1).max(16).optional()
+    .describe('substrings of the prompt that carry the concept; control prompts replace their words with random words (default without them: every word of the prompt is replaced, keeping punctuation, spacing and repetition)'),
+  n_control_prompts: z.number().int().min(1).max(MAX_CONTROL_PROMPTS).default(4).describe('derived control prompts'),
+  rigidity_tokens: z.number().int().min(1).max(64).default(12).describe('length of the base continuation and of each steered continuation in the rigidity check'),
 });
 export type CausalityInput = z.input<typeof input>;
+
+const stats = z.object({
+  effects: z.array(z.number()).describe('each random direction\'s effect at α'),
+  mean: z.number(), sd: z.number(), max: z.number(),
+  value: z.number().describe('d\'s effect'),
+  percentile: z.number().describe('percent of random directions whose effect is below d\'s (ties count half)'),
+  z_score: z.number().nullable(),
+  significant: z.boolean(),
+});
+const promptEffect = z.object({
+  prompt: z.string(),
+  n_tokens: z.number().int(),
+  edit_effect: z.number().describe('normalised effect of adding α·d'),
+  target_logprob: z.number().describe('mean over targets of the unsteered log-prob at the final position'),
+});
 
 const output = documentBase('causality').extend({
   layer: z.number().int(),
@@ -63,51 +123,288 @@ const output = documentBase('causality').extend({
   targets_rule: z.string(),
   controls_rule: z.string(),
   effect: z.object({ target_logprob_delta: z.number(), control_logprob_delta: z.number(), normalized_effect: z.number(), kl_from_base: z.number() }),
-  random: z.object({
+  random_baseline: z.object({
     n: z.number().int(),
     seed: z.number().int(),
     norm: z.number().describe('norm of every random direction (equal to the applied norm of d)'),
-    effects: z.array(z.number()).describe('normalized_effect of each random direction at α'),
-    mean: z.number(),
-    sd: z.number(),
-    max: z.number(),
+    raw: stats.describe('raw effect: target_logprob_delta'),
+    normalized: stats.describe('control-normalised effect: normalized_effect'),
   }),
-  percentile: z.number().describe('percent of random directions whose effect is below d\'s (ties count half)'),
-  z_score: z.number().nullable(),
-  sweep: z.object({
+  control_normalization: z.object({
+    targets: z.array(tokenRef.extend({ base_logprob: z.number(), delta: z.number() })),
+    controls: z.array(tokenRef.extend({ base_logprob: z.number(), delta: z.number() })),
+    target_logprob_delta: z.number(),
+    control_logprob_delta: z.number(),
+    normalized_effect: z.number(),
+    raw_significant: z.boolean(),
+    normalized_significant: z.boolean(),
+    softmax_epiphenomenon: z.boolean().describe('exactly one of the raw and the normalised effect is significant'),
+    reason: z.string(),
+  }),
+  template_control: z.object({
+    source: z.enum(['given', 'concept_tokens', 'neutral']),
+    concept_tokens: z.array(z.string()),
+    concept: promptEffect,
+    prompts: z.array(promptEffect),
+    edit_ratio: z.number().nullable().describe('mean edit_effect on control prompts / edit_effect on the concept prompt; null when the concept prompt\'s effect is 0'),
+    concept_gain: z.number().describe('target base log-prob on the concept prompt − its mean on the control prompts (nats)'),
+    concept_gain_threshold: z.number(),
+    threshold: z.number(),
+    template_epiphenomenon: z.boolean(),
+    reason: z.string(),
+  }),
+  structural_rigidity: z.object({
     multiples: z.array(z.number()),
     alphas: z.array(z.number()),
     normalized_effect: z.array(z.number()),
     target_logprob_delta: z.array(z.number()),
-    trend: z.enum(['increasing', 'decreasing', 'flat', 'not_monotone']),
-    monotone: z.boolean().describe('trend is increasing'),
+    base_text_logprob: z.array(z.number()).describe('mean log-prob per token of the base (unsteered, greedy) continuation under each edit'),
+    repetition: z.array(z.number()).describe('1 − distinct/generated tokens of the greedy continuation generated under each edit'),
+    collapsed: z.array(z.boolean()),
+    base_continuation: z.object({ token_ids: z.array(z.number().int()), text: z.string() }),
+    steered_continuations: z.array(z.string()),
+    collapse_logprob: z.number().describe('−ln(d_vocab): the uniform guess'),
+    alpha_range: z.tuple([z.number(), z.number()]).nullable().describe('α range around 0 where no collapse and the normalised effect never falls'),
+    trend: z.enum(['increasing', 'decreasing', 'flat', 'not_monotone']).describe('trend of the normalised effect over alpha_range'),
+    alpha_in_range: z.boolean(),
+    holds: z.boolean(),
+    reason: z.string(),
   }),
-  verdict: z.enum(['causal', 'weak', 'not_distinguishable', 'undetermined']),
+  verdict: z.enum(VERDICTS),
   verdict_reason: z.string(),
   verdict_rule: z.string(),
+  deciding: z.object({
+    raw_percentile: z.number(), normalized_percentile: z.number(), edit_ratio: z.number().nullable(), concept_gain: z.number(), rigidity_holds: z.boolean(),
+  }).describe('the numbers the rule read'),
   interventions: z.array(interventionRecord),
   metric_definitions: metricDefinitionsSchema,
   engine_runs: z.number().int(),
 });
 export type CausalityDocument = z.infer<typeof output>;
 
-export function decideVerdict(p: { n: number; percentile: number; monotone: boolean; finite: boolean; degenerate: boolean }): { verdict: CausalityDocument['verdict']; reason: string } {
+export interface VerdictInputs {
+  n: number;
+  finite: boolean;
+  degenerate: boolean;
+  controlPrompts: number;
+  rawPercentile: number;
+  normalizedPercentile: number;
+  editRatio: number | null;
+  conceptGain: number;
+  rigidityHolds: boolean;
+}
+
+/** the rule of VERDICT_RULE, from its numbers */
+export function decideVerdict(p: VerdictInputs): { verdict: Verdict; reason: string } {
   if (p.n < MIN_RANDOM_FOR_VERDICT) return { verdict: 'undetermined', reason: `only ${p.n} random directions (need ≥ ${MIN_RANDOM_FOR_VERDICT})` };
   if (!p.finite) return { verdict: 'undetermined', reason: 'an effect was not finite' };
   if (p.degenerate) return { verdict: 'undetermined', reason: 'every random direction had the same effect' };
-  const pc = p.percentile.toFixed(1);
-  if (p.percentile >= 95 && p.monotone) return { verdict: 'causal', reason: `percentile ${pc} ≥ 95 and the α-sweep rises monotonically` };
-  if (p.percentile >= 95) return { verdict: 'weak', reason: `percentile ${pc} ≥ 95 but the α-sweep does not rise monotonically` };
-  if (p.percentile >= 80) return { verdict: 'weak', reason: `percentile ${pc} is in [80, 95)` };
-  return { verdict: 'not_distinguishable', reason: `percentile ${pc} < 80` };
+  if (p.controlPrompts < 1) return { verdict: 'undetermined', reason: 'no control prompt for the template check' };
+  const r = p.rawPercentile;
+  const n = p.normalizedPercentile;
+  const rs = r >= SIGNIFICANT;
+  const ns = n >= SIGNIFICANT;
+  const pc = (x: number) => x.toFixed(1);
+  if (rs && !ns) return { verdict: 'epiphenomenal-softmax', reason: `raw effect significant (percentile ${pc(r)} ≥ ${SIGNIFICANT}) but the control-normalised effect is not (${pc(n)}): the controls move with the target` };
+  if (ns && !rs) return { verdict: 'epiphenomenal-softmax', reason: `control-normalised effect significant (percentile ${pc(n)}) but the raw effect is not (${pc(r)} < ${SIGNIFICANT}): the lead over the controls comes from the controls moving` };
+  if (rs && ns) {
+    const er = p.editRatio === null ? 'n/a' : p.editRatio.toFixed(2);
+    if (p.editRatio !== null && p.editRatio >= TEMPLATE_RATIO && p.conceptGain < CONCEPT_GAIN) {
+      return { verdict: 'epiphenomenal-template', reason: `raw and normalised effects significant (${pc(r)}, ${pc(n)}), but the edit moves the target on control prompts of the same template ${er} × as much (≥ ${TEMPLATE_RATIO}) and the concept raises the target's base log-prob by only ${p.conceptGain.toFixed(2)} nats (< ln 2)` };
+    }
+    const tmpl = `template control passed (edit ratio ${er}, concept gain ${p.conceptGain.toFixed(2)} nats)`;
+    if (p.rigidityHolds) return { verdict: 'causal', reason: `raw and normalised percentiles ${pc(r)}, ${pc(n)} ≥ ${SIGNIFICANT}, ${tmpl}, and the dose-response is monotone over a stable α range that contains α` };
+    return { verdict: 'weak-causal', reason: `raw and normalised percentiles ${pc(r)}, ${pc(n)} ≥ ${SIGNIFICANT} and ${tmpl}, but structural rigidity fails` };
+  }
+  if (n >= WEAK) return { verdict: 'weak-causal', reason: `normalised percentile ${pc(n)} is in [${WEAK}, ${SIGNIFICANT})` };
+  return { verdict: 'not_distinguishable', reason: `normalised percentile ${pc(n)} < ${WEAK}: random directions of equal norm do as much` };
 }
 
+function statsOf(value: number, effects: number[]): z.infer<typeof stats> {
+  const n = effects.length;
+  const below = effects.filter((r) => r < value).length;
+  const equal = effects.filter((r) => r === value).length;
+  const percentile = (100 * (below + 0.5 * equal)) / n;
+  const mean = effects.reduce((a, b) => a + b, 0) / n;
+  const sd = Math.sqrt(effects.reduce((a, b) => a + (b - mean) ** 2, 0) / Math.max(1, n - 1));
+  const safe = (x: number) => (Number.isFinite(x) ? x : 0);
+  return {
+    effects: effects.map(safe), mean: safe(mean), sd: safe(sd), max: safe(Math.max(...effects)), value: safe(value),
+    percentile, z_score: sd > 0 && Number.isFinite(value) ? (value - mean) / sd : null, significant: percentile >= SIGNIFICANT,
+  };
+}
+
+// ------------------------------------------------------------------ controls and control prompts
+
+const CONTROL_POOL = 20;
+const N_CONTROLS = 5;
+
+/** probability-matched controls (see the module note), least aligned with the targets' unembedding */
+function matchedControls(model: LoadedModel, base: Float64Array, targets: number[], exclude: number[]): number[] {
+  const V = model.info.d_vocab;
+  const skip = new Set([...targets, ...exclude]);
+  const mean = targets.reduce((a, t) => a + base[t], 0) / targets.length;
+  const pool = Array.from({ length: V }, (_, i) => i).filter((i) => !skip.has(i) && Number.isFinite(base[i]))
+    .sort((a, b) => Math.abs(base[a] - mean) - Math.abs(base[b] - mean) || a - b).slice(0, CONTROL_POOL);
+  const t = unembedColumnsMean(model, targets);
+  const W = model.param('unembed.W_U');
+  const D = W.dims[0];
+  const tn = vecNorm(t);
+  const cos = (c: number) => {
+    let d = 0;
+    let n = 0;
+    for (let j = 0; j < D; j++) { const w = W.data[j * V + c]; d += w * t[j]; n += w * w; }
+    return Math.abs(d) / Math.max(Math.sqrt(n) * tn, 1e-30);
+  };
+  return pool.map((id) => ({ id, c: cos(id) })).sort((a, b) => a.c - b.c || a.id - b.id).slice(0, N_CONTROLS).map((x) => x.id);
+}
+
+/** tokens that are one run of letters: the material of replacement words */
+function letterTokens(model: LoadedModel): number[] {
+  const V = model.info.d_vocab;
+  const s = model.tokenStrings(Array.from({ length: V }, (_, i) => i));
+  return s.map((t, i) => (/^[A-Za-z]+$/.test(t) ? i : -1)).filter((i) => i >= 0);
+}
+
+/**
+ * Control prompts of the same template: each word (run of letters) of the concept spans — or of
+ * the whole prompt — is replaced by as many random letter tokens as it has tokens; the same word
+ * gets the same replacement within one prompt, so repetition (the template's structure) is kept.
+ */
+export function deriveControlPrompts(model: LoadedModel, prompt: string, concepts: string[] | undefined, n: number, seed: number): string[] {
+  const pool = letterTokens(model);
+  if (!pool.length) throw new LoupeError('BAD_INPUT', 'The tokenizer has no letter tokens to build control prompts from.', 'Give control_prompts.');
+  for (const c of concepts ?? []) {
+    if (!prompt.includes(c)) throw new LoupeError('BAD_INPUT', `concept_tokens: ${JSON.stringify(c)} does not occur in the prompt.`, 'Mark substrings of the prompt (e.g. a word with its leading space).');
+  }
+  const u = rng(seed + 7919);
+  const out: string[] = [];
+  for (let k = 0; k < n; k++) {
+    const map = new Map<string, string>();
+    const word = (w: string) => {
+      if (!map.has(w)) {
+        const len = Math.max(1, model.tokenize(w, { prependBos: false }).length);
+        let r = '';
+        for (let i = 0; i < len; i++) r += model.decode([pool[Math.floor(u() * pool.length)]]);
+        map.set(w, r);
+      }
+      return map.get(w)!;
+    };
+    const words = (s: string) => s.replace(/[A-Za-z]+/g, word);
+    let p = prompt;
+    if (concepts?.length) for (const c of concepts) p = p.split(c).join(words(c));
+    else p = words(prompt);
+    out.push(p);
+  }
+  return out;
+}
+
+// ------------------------------------------------------------------ the operation
+
+
+function clean(e: z.infer<typeof promptEffect>): z.infer<typeof promptEffect> {
+  const s = (x: number) => (Number.isFinite(x) ? x : 0);
+  return { ...e, edit_effect: s(e.edit_effect), target_logprob: s(e.target_logprob) };
+}
+
+/** One prompt of the template check: one run of two rows — row 0 unsteered, row 1 with α·d added. */
+async function templateEffects(
+  model: LoadedModel, ids: number[], hook: string, positions: 'all' | number[], vector: ArrayLike<number>,
+  alpha: number, targets: number[], controls: number[], ctx: OpContext,
+): Promise<{ edit_effect: number; target_logprob: number }> {
+  const T = ids.length;
+  const V = model.info.d_vocab;
+  const iv = steerIntervention(hook, vector, alpha, positions, [1]);
+  const res = await model.run(ids, { interventions: [iv], batch: 2, logitPositions: [T - 1], signal: ctx.signal });
+  const baseLp = logSoftmax(res.logits.data, 0, V);
+  const edit = steeringMetrics(baseLp, logSoftmax(res.logits.data, V, V), targets, controls);
+  return { edit_effect: edit.normalized_effect, target_logprob: targets.reduce((a, t) => a + baseLp[t], 0) / targets.length };
+}
+
+/**
+ * The rigidity sweep: every α is a row. One batched run over prompt + base continuation gives the
+ * normalised effect at the final prompt position and the base continuation's log-prob under the
+ * edit; one batched greedy generation under the edits gives the repetition.
+ */
+async function rigidity(
+  model: LoadedModel, ids: number[], hook: string, positions: 'all' | number[], vector: ArrayLike<number>, alphasIn: number[], alpha: number,
+  k: number, baseLp: Float64Array, targets: number[], controls: number[], ctx: OpContext,
+) {
+  const V = model.info.d_vocab;
+  const T = ids.length;
+  const alphas = [...alphasIn].sort((a, b) => a - b);
+  let runs = 0;
+  ctx.onProgress?.({ stage: 'rigidity: base continuation', done: 0, total: alphas.length });
+  const baseGen = await generateBatch(model, ids, 1, { maxNewTokens: k, stopAtEos: false, signal: ctx.signal });
+  runs += baseGen.runs;
+  const cont = baseGen.rows[0].ids;
+  const full = [...ids, ...cont];
+  const L = full.length;
+  const per = Math.min(rowsPerRun(model, L), CAPS.maxBatch);
+  const normalized: number[] = [];
+  const targetDelta: number[] = [];
+  const textLp: number[] = [];
+  const repetition: number[] = [];
+  const steeredText: string[] = [];
+  const distinct = (xs: number[]) => (xs.length ? 1 - new Set(xs).size / xs.length : 0);
+  for (let s = 0; s < alphas.length; s += per) {
+    throwIfAborted(ctx.signal);
+    const chunk = alphas.slice(s, s + per);
+    const ivs = chunk.map((a, r) => steerIntervention(hook, vector, a, positions, chunk.length > 1 ? [r] : undefined));
+    const res = await model.run(full, { interventions: ivs, batch: chunk.length > 1 ? chunk.length : undefined, logitPositions: Array.from({ length: k + 1 }, (_, j) => T - 1 + j).filter((p) => p < L), signal: ctx.signal });
+    runs++;
+    const P = Math.min(k + 1, L - T + 1);
+    for (let r = 0; r < chunk.length; r++) {
+      const first = logSoftmax(res.logits.data, (r * P) * V, V);
+      const m = steeringMetrics(baseLp, first, targets, controls);
+      normalized.push(m.normalized_effect);
+      targetDelta.push(m.target_logprob_delta);
+      let lp = 0;
+      for (let j = 0; j < cont.length; j++) lp += logSoftmax(res.logits.data, (r * P + j) * V, V)[cont[j]];
+      textLp.push(cont.length ? lp / cont.length : 0);
+    }
+    const gen = await generateBatch(model, ids, chunk.length, { maxNewTokens: k, stopAtEos: false, interventions: ivs, signal: ctx.signal });
+    runs += gen.runs;
+    for (const row of gen.rows) { repetition.push(distinct(row.ids)); steeredText.push(row.text); }
+    ctx.onProgress?.({ stage: 'rigidity sweep', done: Math.min(s + per, alphas.length), total: alphas.length });
+  }
+  const baseRep = distinct(cont);
+  const floor = -Math.log(V);
+  const collapsed = alphas.map((_, i) => textLp[i] < floor || repetition[i] - baseRep > REPETITION_RISE);
+  // grow the range from α = 0 while no collapse and the normalised effect does not fall
+  const tol = (i: number, j: number) => 1e-6 * Math.max(1, Math.abs(normalized[i]), Math.abs(normalized[j]));
+  const z = alphas.indexOf(0);
+  let lo = z;
+  let hi = z;
+  if (!collapsed[z]) {
+    while (lo > 0 && !collapsed[lo - 1] && normalized[lo] - normalized[lo - 1] >= -tol(lo, lo - 1)) lo--;
+    while (hi < alphas.length - 1 && !collapsed[hi + 1] && normalized[hi + 1] - normalized[hi] >= -tol(hi, hi + 1)) hi++;
+  }
+  const range: [number, number] | null = collapsed[z] ? null : [alphas[lo], alphas[hi]];
+  const tr = range ? trend(alphas.slice(lo, hi + 1), normalized.slice(lo, hi + 1)) : 'flat';
+  const alphaInRange = range !== null && alpha >= range[0] && alpha <= range[1];
+  const holds = alphaInRange && tr === 'increasing';
+  const firstCollapse = alphas.findIndex((_, i) => collapsed[i]);
+  const reason = !range ? 'the continuation collapses even without the edit'
+    : !alphaInRange ? `α = ${alpha.toPrecision(3)} is outside the stable range [${range[0].toPrecision(3)}, ${range[1].toPrecision(3)}]${firstCollapse >= 0 ? ` (first collapse at α = ${alphas[firstCollapse].toPrecision(3)})` : ' (the normalised effect falls before it)'}`
+    : tr !== 'increasing' ? `the normalised effect is ${tr} over the stable range [${range[0].toPrecision(3)}, ${range[1].toPrecision(3)}]`
+    : `the normalised effect increases over [${range[0].toPrecision(3)}, ${range[1].toPrecision(3)}] with no collapse, and α = ${alpha.toPrecision(3)} lies inside`;
+  return {
+    alphas, normalized_effect: normalized, target_logprob_delta: targetDelta, base_text_logprob: textLp, repetition, collapsed,
+    base_continuation: { token_ids: cont, text: baseGen.rows[0].text }, steered_continuations: steeredText,
+    range, trend: tr, alphaInRange, holds, reason, runs,
+  };
+}
 
 export const operation = defineOperation({
   name: 'causality',
   description:
-    'Causality test for a steering direction at blocks.{layer}.hook_resid_pre (openinterp protocol): the control-normalised effect of α·d on target tokens (target log-prob Δ − control log-prob Δ at the final prompt position) against N seeded random directions of equal norm (percentile, z-score), plus a monotonicity check over an α-sweep; verdict causal / weak / not_distinguishable / undetermined from the rule stated in `verdict_rule`, with the deciding numbers. ' +
-    `Non-token directions need explicit targets. All variants run as rows of batched engine runs. Caps: ${MAX_RANDOM_DIRECTIONS} random directions, ${MAX_SWEEP_ALPHAS} sweep values.`,
+    'Causality protocol (after openinterp) for a steering direction d at blocks.{layer}.hook_resid_pre, in three checks with their numbers: ' +
+    '(1) random baseline — d\'s raw effect (target log-prob Δ at the final prompt position) and control-normalised effect (target Δ − control Δ, probability-matched controls) against N seeded random directions of equal norm: percentiles and z-scores; ' +
+    '(2) template control — the same direction on control prompts of the same template without the concept (given, derived by replacing concept_tokens, or neutral): the ratio of the edit\'s effects and how much the concept raises the target\'s base log-prob; ' +
+    '(3) structural rigidity — over an α-sweep, the normalised effect, the base continuation\'s log-prob and the repetition of a steered continuation, and the α range where the continuation holds and the dose-response is monotone. ' +
+    'Verdict: causal / weak-causal / epiphenomenal-softmax / epiphenomenal-template / not_distinguishable / undetermined, by the rule in `verdict_rule`, with the deciding numbers in `deciding`. ' +
+    `Non-token directions need explicit targets. Caps: ${MAX_RANDOM_DIRECTIONS} random directions, ${MAX_SWEEP_ALPHAS} sweep values, ${MAX_CONTROL_PROMPTS} control prompts.`,
   input,
   output,
   long: true,
@@ -116,18 +413,36 @@ export const operation = defineOperation({
   if (inp.n_random > MAX_RANDOM_DIRECTIONS) {
     throw new LoupeError('TOO_LARGE', `n_random = ${inp.n_random} exceeds the cap of ${MAX_RANDOM_DIRECTIONS}.`, `Use at most ${MAX_RANDOM_DIRECTIONS} random directions.`);
   }
-  if (inp.sweep_multiples.length > MAX_SWEEP_ALPHAS) {
-    throw new LoupeError('TOO_LARGE', `${inp.sweep_multiples.length} sweep values exceed the cap of ${MAX_SWEEP_ALPHAS}.`);
+  const multiples = inp.sweep_multiples.includes(0) ? inp.sweep_multiples : [...inp.sweep_multiples, 0];
+  if (multiples.length > MAX_SWEEP_ALPHAS) {
+    throw new LoupeError('TOO_LARGE', `${multiples.length} sweep values exceed the cap of ${MAX_SWEEP_ALPHAS}.`);
   }
   if (parseDirectionSpec(inp.direction).kind !== 'tokens' && !inp.targets) {
     throw new LoupeError('BAD_INPUT', 'causality needs `targets` for a direction that is not made of tokens.',
       'Name the tokens the direction should promote (e.g. ["#432"] or [" happy"]); targets chosen from the direction itself would make it look special by construction.');
   }
+  const controlPrompts = inp.control_prompts ?? deriveControlPrompts(model, inp.prompt, inp.concept_tokens, inp.n_control_prompts, inp.seed);
+  const controlIds = controlPrompts.map((p) => promptIds(model, p, { prependBos: inp.prepend_bos }));
+  if (inp.positions !== 'all') {
+    const bad = controlIds.findIndex((c) => (inp.positions as number[]).some((p) => p >= c.length));
+    if (bad >= 0) throw new LoupeError('BAD_INPUT', `control prompt ${bad} (${controlIds[bad].length} tokens) is shorter than the edited positions.`, 'Use positions "all", or control prompts at least as long.');
+  }
+  let runs = 0;
   ctx.onProgress?.({ stage: 'base run', done: 0, total: 1 });
-  const setup = await prepareSteering(model, inp, ctx);
-  const { ids, hook, dir, targets, controls } = setup;
+  const setup = await prepareSteering(model, inp, ctx, inp.rigidity_tokens);
+  runs++;
+  const { ids, hook, dir } = setup;
+  const targets = setup.targets;
+  const given = !!inp.controls;
+  const controls = given ? setup.controls
+    : matchedControls(model, setup.baseLogprobs, targets, [...dir.negative_ids, ...[model.bosTokenId, model.eosTokenId].filter((x): x is number => x !== undefined)]);
+  const controlsRule = given ? 'given'
+    : `of the ${CONTROL_POOL} tokens whose base log-prob is nearest the targets' mean (targets, negatives, BOS, EOS excluded), the ${N_CONTROLS} whose unembedding W_U[:, c] is least aligned (smallest |cosine|) with the targets' mean unembedding; probability-matched so that a change of temperature moves them as it moves the targets; independent of d`;
   const alpha = inp.alpha ?? inp.alpha_multiple * setup.residNorm;
   const norm = vecNorm(dir.vector);
+  const V = model.info.d_vocab;
+
+  // 1–2. d and the random directions at α, final position
   const seeds = rng(inp.seed);
   const randoms: Variant[] = [];
   for (let i = 0; i < inp.n_random; i++) {
@@ -136,27 +451,49 @@ export const operation = defineOperation({
     for (let j = 0; j < v.length; j++) v[j] *= s;
     randoms.push({ vector: v, alpha });
   }
-  const sweepAlphas = inp.sweep_multiples.map((m) => m * alpha);
-  const variants: Variant[] = [{ vector: dir.vector, alpha }, ...randoms, ...sweepAlphas.map((a) => ({ vector: dir.vector, alpha: a }))];
+  const variants: Variant[] = [{ vector: dir.vector, alpha }, ...randoms];
   const lps = await evaluateVariants(model, ids, hook, inp.positions, variants, ctx, 'measuring directions');
-  const metric = (i: number) => steeringMetrics(setup.baseLogprobs, lps[i], targets, controls);
-  const main = metric(0);
-  const randomEffects = randoms.map((_, i) => metric(1 + i).normalized_effect);
-  const sweepMetrics = sweepAlphas.map((_, i) => metric(1 + randoms.length + i));
+  runs += Math.ceil(variants.length / rowsPerRun(model, ids.length));
+  const metric = (lp: Float64Array) => steeringMetrics(setup.baseLogprobs, lp, targets, controls);
+  const main = metric(lps[0]);
+  const rm = lps.slice(1).map(metric);
+  const rawStats = statsOf(main.target_logprob_delta, rm.map((m) => m.target_logprob_delta));
+  const nrm = statsOf(main.normalized_effect, rm.map((m) => m.normalized_effect));
+  const softmax = rawStats.significant !== nrm.significant;
 
-  const e = main.normalized_effect;
-  const n = randomEffects.length;
-  const below = randomEffects.filter((r) => r < e).length;
-  const equal = randomEffects.filter((r) => r === e).length;
-  const percentile = (100 * (below + 0.5 * equal)) / n;
-  const mean = randomEffects.reduce((a, b) => a + b, 0) / n;
-  const sd = Math.sqrt(randomEffects.reduce((a, b) => a + (b - mean) ** 2, 0) / Math.max(1, n - 1));
-  const sweepEffects = sweepMetrics.map((m) => m.normalized_effect);
-  const tr = trend(sweepAlphas, sweepEffects);
-  const allFinite = [e, ...randomEffects, ...sweepEffects].every(Number.isFinite);
-  const degenerate = randomEffects.every((r) => r === randomEffects[0]);
-  const { verdict, reason } = decideVerdict({ n, percentile, monotone: tr === 'increasing', finite: allFinite, degenerate });
+  // 3. template control
+  const prompts = [inp.prompt, ...controlPrompts];
+  const allIds = [ids, ...controlIds];
+  const effects: z.infer<typeof promptEffect>[] = [];
+  for (let k = 0; k < prompts.length; k++) {
+    throwIfAborted(ctx.signal);
+    const pe = await templateEffects(model, allIds[k], hook, inp.positions, dir.vector, alpha, targets, controls, ctx);
+    runs++;
+    effects.push({ prompt: prompts[k], n_tokens: allIds[k].length, ...pe });
+    ctx.onProgress?.({ stage: 'template control', done: k + 1, total: prompts.length });
+  }
+  const [concept, ...others] = effects;
+  const meanOf = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / Math.max(xs.length, 1);
+  const editRatio = Math.abs(concept.edit_effect) > 1e-9 ? meanOf(others.map((o) => o.edit_effect)) / concept.edit_effect : null;
+  const safeRatio = editRatio !== null && Number.isFinite(editRatio) ? editRatio : null;
+  const conceptGain = concept.target_logprob - meanOf(others.map((o) => o.target_logprob));
+  const template = editRatio !== null && editRatio >= TEMPLATE_RATIO && conceptGain < CONCEPT_GAIN;
+
+  // 4. structural rigidity
+  const rig = await rigidity(model, ids, hook, inp.positions, dir.vector, multiples.map((m) => m * alpha), alpha, inp.rigidity_tokens, setup.baseLogprobs, targets, controls, ctx);
+  runs += rig.runs;
+
+  const allFinite = [main.normalized_effect, main.target_logprob_delta, ...rm.map((m) => m.normalized_effect), ...rm.map((m) => m.target_logprob_delta), ...rig.normalized_effect].every(Number.isFinite);
+  const degenerate = rm.every((m) => m.normalized_effect === rm[0].normalized_effect);
+  const { verdict, reason } = decideVerdict({
+    n: randoms.length, finite: allFinite, degenerate, controlPrompts: others.length,
+    rawPercentile: rawStats.percentile, normalizedPercentile: nrm.percentile, editRatio: safeRatio, conceptGain, rigidityHolds: rig.holds,
+  });
   const safe = (x: number) => (Number.isFinite(x) ? x : 0);
+  const deltas = (list: number[]) => tokenRefs(model, list).map((r) => ({
+    ...r, base_logprob: finite(setup.baseLogprobs[r.token_id]), delta: safe(lps[0][r.token_id] - setup.baseLogprobs[r.token_id]),
+  }));
+  const pc = (x: number) => x.toFixed(1);
 
   return {
     ...documentHead('causality', model, inp.prompt, ids),
@@ -169,25 +506,60 @@ export const operation = defineOperation({
     targets: tokenRefs(model, targets),
     controls: tokenRefs(model, controls),
     targets_rule: setup.targetsRule,
-    controls_rule: setup.controlsRule,
+    controls_rule: controlsRule,
     effect: {
       target_logprob_delta: safe(main.target_logprob_delta), control_logprob_delta: safe(main.control_logprob_delta),
-      normalized_effect: safe(e), kl_from_base: safe(main.kl_from_base),
+      normalized_effect: safe(main.normalized_effect), kl_from_base: safe(main.kl_from_base),
     },
-    random: { n, seed: inp.seed, norm, effects: randomEffects.map(safe), mean: safe(mean), sd: safe(sd), max: safe(Math.max(...randomEffects)) },
-    percentile,
-    z_score: sd > 0 && Number.isFinite(e) ? (e - mean) / sd : null,
-    sweep: {
-      multiples: inp.sweep_multiples, alphas: sweepAlphas, normalized_effect: sweepEffects.map(safe),
-      target_logprob_delta: sweepMetrics.map((m) => safe(m.target_logprob_delta)), trend: tr, monotone: tr === 'increasing',
+    random_baseline: { n: randoms.length, seed: inp.seed, norm, raw: rawStats, normalized: nrm },
+    control_normalization: {
+      targets: deltas(targets),
+      controls: deltas(controls),
+      target_logprob_delta: safe(main.target_logprob_delta),
+      control_logprob_delta: safe(main.control_logprob_delta),
+      normalized_effect: safe(main.normalized_effect),
+      raw_significant: rawStats.significant,
+      normalized_significant: nrm.significant,
+      softmax_epiphenomenon: softmax,
+      reason: softmax
+        ? `raw percentile ${pc(rawStats.percentile)} and normalised percentile ${pc(nrm.percentile)} disagree about significance (≥ ${SIGNIFICANT})`
+        : `raw percentile ${pc(rawStats.percentile)} and normalised percentile ${pc(nrm.percentile)} agree (${rawStats.significant ? 'both' : 'neither'} ≥ ${SIGNIFICANT})`,
+    },
+    template_control: {
+      source: inp.control_prompts ? 'given' : inp.concept_tokens ? 'concept_tokens' : 'neutral',
+      concept_tokens: inp.concept_tokens ?? [],
+      concept: clean(concept),
+      prompts: others.map(clean),
+      edit_ratio: safeRatio,
+      concept_gain: finite(conceptGain),
+      concept_gain_threshold: CONCEPT_GAIN,
+      threshold: TEMPLATE_RATIO,
+      template_epiphenomenon: template,
+      reason: `edit effect ${concept.edit_effect.toFixed(3)} nats on the concept prompt, mean ${meanOf(others.map((o) => o.edit_effect)).toFixed(3)} on ${others.length} control prompts (ratio ${safeRatio === null ? 'n/a' : safeRatio.toFixed(2)}); target base log-prob ${concept.target_logprob.toFixed(2)} with the concept, mean ${meanOf(others.map((o) => o.target_logprob)).toFixed(2)} without (gain ${conceptGain.toFixed(2)} nats) → ${template ? 'the effect is the template\'s' : 'not a template effect'}`,
+    },
+    structural_rigidity: {
+      multiples,
+      alphas: rig.alphas,
+      normalized_effect: rig.normalized_effect.map(safe),
+      target_logprob_delta: rig.target_logprob_delta.map(safe),
+      base_text_logprob: rig.base_text_logprob.map(safe),
+      repetition: rig.repetition,
+      collapsed: rig.collapsed,
+      base_continuation: rig.base_continuation,
+      steered_continuations: rig.steered_continuations,
+      collapse_logprob: -Math.log(V),
+      alpha_range: rig.range,
+      trend: rig.trend,
+      alpha_in_range: rig.alphaInRange,
+      holds: rig.holds,
+      reason: rig.reason,
     },
     verdict,
     verdict_reason: reason,
     verdict_rule: VERDICT_RULE,
+    deciding: { raw_percentile: rawStats.percentile, normalized_percentile: nrm.percentile, edit_ratio: safeRatio, concept_gain: finite(conceptGain), rigidity_holds: rig.holds },
     interventions: [{ hook, op: 'add', positions: inp.positions, alpha, direction: dir.spec, normalize: inp.normalize }],
     metric_definitions: METRIC_DEFINITIONS,
-    // the base run plus evaluateVariants' batched runs (a mean_diff direction's own runs not counted)
-    engine_runs: 1 + Math.ceil(variants.length / rowsPerRun(model, ids.length)),
+    engine_runs: runs,
   };
 });
-
