@@ -384,9 +384,11 @@ async function rigidity(
   const tr = range ? trend(alphas.slice(lo, hi + 1), normalized.slice(lo, hi + 1)) : 'flat';
   const alphaInRange = range !== null && alpha >= range[0] && alpha <= range[1];
   const holds = alphaInRange && tr === 'increasing';
-  const firstCollapse = alphas.findIndex((_, i) => collapsed[i]);
+  // what ends the range on the tested α's side: a collapse, or a fall of the normalised effect
+  const edge = alpha > (range?.[1] ?? 0) ? hi + 1 : lo - 1;
+  const why = edge >= 0 && edge < alphas.length ? (collapsed[edge] ? `the continuation collapses at α = ${alphas[edge].toPrecision(3)}` : `the normalised effect falls at α = ${alphas[edge].toPrecision(3)}`) : 'the sweep ends';
   const reason = !range ? 'the continuation collapses even without the edit'
-    : !alphaInRange ? `α = ${alpha.toPrecision(3)} is outside the stable range [${range[0].toPrecision(3)}, ${range[1].toPrecision(3)}]${firstCollapse >= 0 ? ` (first collapse at α = ${alphas[firstCollapse].toPrecision(3)})` : ' (the normalised effect falls before it)'}`
+    : !alphaInRange ? `α = ${alpha.toPrecision(3)} is outside the stable range [${range[0].toPrecision(3)}, ${range[1].toPrecision(3)}]: ${why}`
     : tr !== 'increasing' ? `the normalised effect is ${tr} over the stable range [${range[0].toPrecision(3)}, ${range[1].toPrecision(3)}]`
     : `the normalised effect increases over [${range[0].toPrecision(3)}, ${range[1].toPrecision(3)}] with no collapse, and α = ${alpha.toPrecision(3)} lies inside`;
   return {
