@@ -2,16 +2,24 @@
  * Issue 9's numbered problems, each with the input that broke the companion or leaked a file
  * before its fix. (The randomised hostile-input suite is tests/hostile-bridge.test.ts.)
  */
-import { mkdirSync, mkdtempSync, symlinkSync, writeFileSync } from 'node:fs';
+import { spawn } from 'node:child_process';
+import fs, { chmodSync, existsSync, mkdirSync, mkdtempSync, renameSync, symlinkSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import WebSocket, { WebSocketServer } from 'ws';
+import { ForwardClient, probeHub } from '../src/bridge/forward';
+import { PageExecutor } from '../src/bridge/page-executor';
 import type { Hub } from '../src/bridge/hub';
-import { AGENT_PATH, PAGE_PATH, SUBPROTOCOL, TOKEN_PROTOCOL_PREFIX, sanitizeWireModel, tokenProtocol } from '../src/bridge/protocol';
-import { tokensEqual } from '../src/bridge/token';
+import { AGENT_PATH, CHALLENGE_PROTOCOL_PREFIX, PAGE_PATH, SUBPROTOCOL, TOKEN_PROTOCOL_PREFIX, sanitizeWireModel, tokenProtocol } from '../src/bridge/protocol';
+import { newToken, readHubRecord, tokenFilePath, tokensEqual, writeHubRecord } from '../src/bridge/token';
 import { startStaticServer } from '../src/node/static-server';
-import { FakePage, startTestHub, tryUpgrade, until } from './bridge-fake-page';
+import { FakePage, startTestHub, tmpDist, tryUpgrade, until } from './bridge-fake-page';
+
+const ROOT = path.resolve(__dirname, '..');
+const TSX = path.join(ROOT, 'node_modules', '.bin', 'tsx');
 import { frame, rawRequest, textFrame, upgradeHead } from './helpers/raw-ws';
 
 const get = (port: number, p: string) => new Promise<{ status: number; body: string }>((resolve, reject) => {
@@ -146,5 +154,161 @@ describe('5. what a paired page may report', () => {
     } finally {
       await m.dispose();
     }
+  });
+});
+
+describe('6. config folder, token file, hub authentication, stale records', () => {
+  const freePort = () => new Promise<number>((resolve) => {
+    const s = net.createServer().listen(0, '127.0.0.1', () => {
+      const p = (s.address() as net.AddressInfo).port;
+      s.close(() => resolve(p));
+    });
+  });
+  const quietLog = () => undefined;
+
+  it('a config folder open to others (0777), a link, or a file is refused with CONFIG_UNSAFE, before the hub listens', async () => {
+    if (process.platform === 'win32') return;
+    const base = mkdtempSync(path.join(os.tmpdir(), 'loupe-cfg-'));
+    const open = path.join(base, 'open');
+    mkdirSync(open, { mode: 0o777 });
+    chmodSync(open, 0o777);
+    const rec = { port: 6001, pid: process.pid, token: newToken(), started_at: '' };
+    await expect(writeHubRecord(rec, open)).rejects.toMatchObject({ code: 'CONFIG_UNSAFE' });
+    const link = path.join(base, 'link');
+    const real = path.join(base, 'real');
+    mkdirSync(real, { mode: 0o700 });
+    symlinkSync(real, link);
+    await expect(writeHubRecord(rec, link)).rejects.toMatchObject({ code: 'CONFIG_UNSAFE' });
+    // a record in a folder that later became 0777 is refused too
+    const ok = path.join(base, 'ok');
+    await writeHubRecord(rec, ok);
+    expect((await readHubRecord(6001, ok))?.token).toBe(rec.token);
+    chmodSync(ok, 0o770);
+    await expect(readHubRecord(6001, ok)).rejects.toMatchObject({ code: 'CONFIG_UNSAFE' });
+    // the companion: a structured refusal, and nothing listening on the port
+    const port = await freePort();
+    const pe = new PageExecutor({ port, distDir: tmpDist(), version: 'test', log: quietLog, configDir: open });
+    await expect(pe.started()).rejects.toMatchObject({ code: 'CONFIG_UNSAFE', hint: expect.stringContaining('chmod 700') });
+    await pe.close();
+    expect(await probeHub(port, 500)).toBeUndefined();
+  });
+
+  it('readHubRecord checks the file it reads: a planted file swapped in after the first check is never accepted', async () => {
+    if (process.platform === 'win32') return;
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'loupe-cfg-'));
+    const mine = newToken();
+    const planted = newToken();
+    const file = await writeHubRecord({ port: 6002, pid: process.pid, token: mine, started_at: '' }, dir);
+    const plantedFile = path.join(dir, 'planted');
+    writeFileSync(plantedFile, JSON.stringify({ port: 6002, pid: 1, token: planted, started_at: '' }), { mode: 0o666 });
+    chmodSync(plantedFile, 0o666);
+    // Swap right after the first filesystem call that names the record (the old code's lstat).
+    let swapped = false;
+    const spies = (['lstat', 'stat', 'open', 'readFile'] as const).map((name) => {
+      const orig = fs.promises[name] as (...a: unknown[]) => Promise<unknown>;
+      return vi.spyOn(fs.promises, name).mockImplementation((async (...a: unknown[]) => {
+        const r = await orig.apply(fs.promises, a);
+        if (!swapped && a[0] === file) {
+          swapped = true;
+          renameSync(plantedFile, file);
+        }
+        return r;
+      }) as never);
+    });
+    try {
+      const got = await readHubRecord(6002, dir).catch((e) => e);
+      expect(swapped).toBe(true);
+      expect(got?.token).not.toBe(planted);
+    } finally {
+      for (const s of spies) s.mockRestore();
+    }
+  });
+
+  it('a forwarding companion never sends the token to a program squatting on the port, and attaches to the real hub by challenge–response', async () => {
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'loupe-cfg-'));
+    // an impostor: answers the probe like a hub, accepts any upgrade, records everything it sees
+    const seen: string[] = [];
+    const squat = http.createServer((req, res) => {
+      seen.push(JSON.stringify(req.headers));
+      res.writeHead(200, { 'Content-Type': 'application/json' });
+      res.end(JSON.stringify({ service: 'loupe-hub', protocol: 1, version: 'x', pid: 1 }));
+    });
+    const wss = new WebSocketServer({ noServer: true, handleProtocols: (p) => [...p][0] });
+    squat.on('upgrade', (req, socket, head) => {
+      seen.push(JSON.stringify(req.headers));
+      wss.handleUpgrade(req, socket, head, (ws) => {
+        ws.on('message', (d) => seen.push(d.toString()));
+        ws.send(JSON.stringify({ type: 'challenge', proof: 'a'.repeat(64), nonce: 'b'.repeat(64) }));
+      });
+    });
+    await new Promise<void>((r) => squat.listen(0, '127.0.0.1', () => r()));
+    const port = (squat.address() as net.AddressInfo).port;
+    const token = newToken();
+    await writeHubRecord({ port, pid: process.pid, token, started_at: '' }, dir); // a stale record
+    try {
+      await expect(ForwardClient.connect(port, token, { name: 'test' }, { timeoutMs: 1000 })).rejects.toMatchObject({ code: 'NO_PAGE', message: expect.stringMatching(/could not prove/) });
+      expect(seen.length).toBeGreaterThan(0);
+      expect(seen.join('\n')).not.toContain(token);
+    } finally {
+      wss.close();
+      await new Promise<void>((r) => squat.close(() => r()));
+    }
+    // the real hub passes, and a peer that cannot prove the token gets nothing but the challenge
+    const fwd = await ForwardClient.connect(hub.port, hub.token, { name: 'test' });
+    expect(fwd.alive).toBe(true);
+    expect((await fwd.status()).protocol_version).toBe(1);
+    fwd.close();
+    for (const first of [{ type: 'attach', protocol: 1, agent: { name: 'x' }, proof: 'c'.repeat(64) }, { type: 'call', id: 'a', tool: '$status', args: {}, deadline: Date.now() + 5000 }, { type: 'attach', protocol: 1, agent: { name: 'x' } }]) {
+      const ws = new WebSocket(`ws://127.0.0.1:${hub.port}${AGENT_PATH}`, [SUBPROTOCOL, CHALLENGE_PROTOCOL_PREFIX + 'd'.repeat(64)], { origin: `http://127.0.0.1:${hub.port}` });
+      const got: string[] = [];
+      ws.on('message', (d) => got.push(d.toString()));
+      const closed = new Promise<number>((r) => ws.on('close', (code) => r(code)));
+      await new Promise((r) => ws.once('open', r));
+      ws.send(JSON.stringify(first));
+      expect(await closed).toBe(4000);
+      expect(got.map((g) => JSON.parse(g).type)).toEqual(['challenge']);
+    }
+  });
+
+  it('the hub record is removed when the companion crashes, and a record left by a killed one is cleared by the next', async () => {
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'loupe-cfg-'));
+    const script = (port: number, crash: boolean) => `(async () => {
+const { PageExecutor } = await import(${JSON.stringify(path.join(ROOT, 'src/bridge/page-executor.ts'))});
+const pe = new PageExecutor({ port: ${port}, distDir: ${JSON.stringify(tmpDist())}, version: 't', log: () => {}, configDir: ${JSON.stringify(dir)} });
+await pe.started();
+console.log('ready');
+${crash ? "setTimeout(() => { throw new Error('simulated crash'); }, 50);" : 'setInterval(() => {}, 1000);'}
+})();`;
+    const runChild = async (port: number, crash: boolean) => {
+      // node itself (not the tsx wrapper) so that SIGKILL reaches the process that wrote the record
+      const file = path.join(dir, `child-${port}.mts`);
+      writeFileSync(file, script(port, crash));
+      const child = spawn(process.execPath, ['--import', 'tsx', file], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+      let out = '';
+      child.stdout.on('data', (d) => (out += d));
+      await until(() => out.includes('ready'), 60_000, 'the child companion');
+      expect(existsSync(tokenFilePath(port, dir))).toBe(true);
+      return child;
+    };
+    const p1 = await freePort();
+    const crashed = await runChild(p1, true);
+    const code = await new Promise<number | null>((r) => crashed.once('exit', (c) => r(c)));
+    expect(code).not.toBe(0);
+    expect(existsSync(tokenFilePath(p1, dir))).toBe(false);
+
+    const p2 = await freePort();
+    const killed = await runChild(p2, false);
+    await new Promise<void>((r) => { killed.once('exit', () => r()); killed.kill('SIGKILL'); });
+    expect(existsSync(tokenFilePath(p2, dir))).toBe(true); // SIGKILL runs no handler
+    const p3 = await freePort();
+    const next = new PageExecutor({ port: p3, distDir: tmpDist(), version: 't', log: quietLog, configDir: dir });
+    try {
+      await next.started();
+      expect(existsSync(tokenFilePath(p2, dir))).toBe(false);
+      expect(existsSync(tokenFilePath(p3, dir))).toBe(true);
+    } finally {
+      await next.close();
+    }
+    expect(existsSync(tokenFilePath(p3, dir))).toBe(false);
   });
 });

@@ -1,18 +1,20 @@
 /**
  * A forwarding client: how a second `loupe mcp` uses a hub that another companion already runs
- * on the port. It authenticates like a page (token as subprotocol, the hub's own Origin, a
- * loopback Host) and sends the same `call` messages a hub sends a page; the hub runs them on
+ * on the port. It authenticates by challenge–response over the token (never sending it), with
+ * the hub's own Origin and a loopback Host, and sends the same `call` messages a hub sends a page; the hub runs them on
  * its paired page and streams progress and the result back.
  */
+import { randomBytes } from 'node:crypto';
 import http from 'node:http';
 import WebSocket from 'ws';
 import { LoupeError } from '../engine/errors';
 import { randomHex } from './handles';
 import type { CallOptions, ExecResult } from './page-session';
 import {
-  AGENT_PATH, HUB_PROBE_PATH, HUB_STATUS_TOOL, PROTOCOL_VERSION, SUBPROTOCOL,
-  parseMessage, tokenProtocol, type AgentInfo, type HubToAgent,
+  AGENT_PATH, CHALLENGE_PROTOCOL_PREFIX, HUB_PROBE_PATH, HUB_STATUS_TOOL, PROTOCOL_VERSION, SUBPROTOCOL,
+  parseMessage, type AgentInfo, type HubToAgent,
 } from './protocol';
+import { agentProof, hubProof, proofsEqual } from './token';
 
 /** Is a Loupe hub listening on this port? (An unauthenticated GET that carries no secret.) */
 export function probeHub(port: number, timeoutMs = 1500): Promise<{ pid: number; protocol: number; version: string } | undefined> {
@@ -68,29 +70,46 @@ export class ForwardClient {
     this.beat.unref?.();
   }
 
+  /**
+   * Attach to the hub on `port` whose token (from its file) is `token`. The token is never sent:
+   * the hub must first prove it holds it (challenge–response, protocol.ts), so a program that
+   * took the port after the hub died gets nothing from a stale token file.
+   */
   static connect(port: number, token: string, agent: AgentInfo, opts: { heartbeatMs?: number; timeoutMs?: number } = {}): Promise<ForwardClient> {
     return new Promise((resolve, reject) => {
-      const ws = new WebSocket(`ws://127.0.0.1:${port}${AGENT_PATH}`, [SUBPROTOCOL, tokenProtocol(token)], {
+      const nonce = randomBytes(32).toString('hex');
+      const ws = new WebSocket(`ws://127.0.0.1:${port}${AGENT_PATH}`, [SUBPROTOCOL, CHALLENGE_PROTOCOL_PREFIX + nonce], {
         origin: `http://127.0.0.1:${port}`,
         maxPayload: 256 * 1024 * 1024,
         handshakeTimeout: opts.timeoutMs ?? 3000,
       });
-      const fail = (e: Error) => reject(new LoupeError('NO_PAGE', `Could not attach to the Loupe hub on port ${port}: ${e.message}`));
-      ws.once('error', fail);
-      ws.once('unexpected-response', (_req, res) => {
-        fail(new Error(`the hub refused (HTTP ${res.statusCode}); its token file may be stale`));
+      let settled = false;
+      const fail = (e: Error) => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(timer);
         ws.terminate();
-      });
+        reject(new LoupeError('NO_PAGE', `Could not attach to the Loupe hub on port ${port}: ${e.message}`));
+      };
+      const timer = setTimeout(() => fail(new Error('it did not answer in time')), (opts.timeoutMs ?? 3000) * 2);
+      ws.on('error', fail);
+      ws.once('unexpected-response', (_req, res) => fail(new Error(`the hub refused (HTTP ${res.statusCode}); its token file may be stale`)));
       ws.once('open', () => {
-        ws.send(JSON.stringify({ type: 'attach', protocol: PROTOCOL_VERSION, agent }));
         ws.once('message', (d) => {
-          ws.off('error', fail);
-          const m = parseMessage(d.toString());
-          if (m?.type !== 'welcome') {
-            ws.close();
-            return reject(new LoupeError('NO_PAGE', `The Loupe hub on port ${port} did not accept this companion${m?.type === 'bye' ? `: ${m.reason}` : ''}.`));
+          const c = parseMessage(d.toString());
+          if (c?.type !== 'challenge' || !proofsEqual(c.proof, hubProof(token, nonce))) {
+            return fail(new Error('the program on that port could not prove it holds the token in the hub file (not the hub that wrote it); nothing was sent to it'));
           }
-          resolve(new ForwardClient(ws, port, opts.heartbeatMs ?? 5000));
+          ws.send(JSON.stringify({ type: 'attach', protocol: PROTOCOL_VERSION, agent, proof: agentProof(token, c.nonce) }));
+          ws.once('message', (d2) => {
+            const m = parseMessage(d2.toString());
+            if (m?.type !== 'welcome') return fail(new Error(`it did not accept this companion${m?.type === 'bye' ? `: ${m.reason}` : ''}`));
+            if (settled) return;
+            settled = true;
+            clearTimeout(timer);
+            ws.off('error', fail);
+            resolve(new ForwardClient(ws, port, opts.heartbeatMs ?? 5000));
+          });
         });
       });
     });

@@ -11,11 +11,14 @@
  *  - The token, offered as the subprotocol `loupe.token.<hex>` next to `loupe.v1`, must equal
  *    the hub's (constant-time). It proves the peer was given the pairing URL (or can read the
  *    0600 token file), which non-browser local processes that forge Origin cannot otherwise show.
+ *    On /ws/agent a forwarding companion offers `loupe.challenge.<nonce>` instead; it is then
+ *    upgraded but must prove the token over the hub's nonce before anything else (hub.ts).
  */
-import { AGENT_PATH, PAGE_PATH, SUBPROTOCOL, TOKEN_PROTOCOL_PREFIX } from './protocol';
+import { AGENT_PATH, CHALLENGE_PROTOCOL_PREFIX, PAGE_PATH, SUBPROTOCOL, TOKEN_PROTOCOL_PREFIX, isHex64 } from './protocol';
 import { tokensEqual } from './token';
 
-export type Verdict = { ok: true; kind: 'page' | 'agent' } | { ok: false; status: number; reason: string };
+/** `challenge`: an agent that offered a challenge nonce instead of the token (it must then prove the token over the hub's nonce) */
+export type Verdict = { ok: true; kind: 'page' | 'agent'; challenge?: string } | { ok: false; status: number; reason: string };
 
 type Headers = Record<string, string | string[] | undefined>;
 
@@ -54,6 +57,12 @@ export function checkUpgrade(url: string | undefined, headers: Headers, opts: { 
   const protocols = offeredProtocols(headers);
   if (!protocols.includes(SUBPROTOCOL)) return { ok: false, status: 400, reason: `subprotocol ${SUBPROTOCOL} not offered` };
   const offered = protocols.filter((p) => p.startsWith(TOKEN_PROTOCOL_PREFIX));
+  const challenges = protocols.filter((p) => p.startsWith(CHALLENGE_PROTOCOL_PREFIX));
+  if (kind === 'agent' && offered.length === 0 && challenges.length > 0) {
+    const nonce = challenges[0].slice(CHALLENGE_PROTOCOL_PREFIX.length);
+    if (challenges.length > 1 || !isHex64(nonce)) return { ok: false, status: 400, reason: 'malformed challenge' };
+    return { ok: true, kind, challenge: nonce };
+  }
   if (offered.length === 0) return { ok: false, status: 401, reason: 'missing pairing token' };
   if (offered.length > 1 || !tokensEqual(offered[0].slice(TOKEN_PROTOCOL_PREFIX.length), opts.token)) {
     return { ok: false, status: 401, reason: 'wrong pairing token' };

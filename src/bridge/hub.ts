@@ -6,6 +6,7 @@
  * Calls go to the most recently paired page. A page that reloads (same tab, new instance)
  * replaces its old session at once, failing the old session's pending calls.
  */
+import { randomBytes } from 'node:crypto';
 import http from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
@@ -14,6 +15,7 @@ import { LoupeError, toLoupeError } from '../engine/errors';
 import { createStaticHandler, ISOLATION_HEADERS } from '../node/static-server';
 import { checkHost, checkUpgrade } from './guard';
 import { assertHandlesCurrent } from './handles';
+import { agentProof, hubProof, proofsEqual } from './token';
 import { PageSession, type CallOptions, type ExecResult } from './page-session';
 import {
   CLOSE_POLICY, HUB_PROBE_PATH, HUB_STATUS_TOOL, PROTOCOL_VERSION, SUBPROTOCOL,
@@ -212,7 +214,7 @@ export class Hub {
           socket.end(`HTTP/1.1 ${v.status} ${text}\r\nConnection: close\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: ${body.length}\r\n\r\n${body.toString('utf8')}`);
           return;
         }
-        this.wss.handleUpgrade(req, socket, head, (ws) => guarded(this.log, 'accepting a peer', () => (v.kind === 'page' ? this.acceptPage(ws) : this.acceptAgent(ws))));
+        this.wss.handleUpgrade(req, socket, head, (ws) => guarded(this.log, 'accepting a peer', () => (v.kind === 'page' ? this.acceptPage(ws) : this.acceptAgent(ws, v.challenge))));
       } catch (e) {
         // Catch-all: no request, however malformed, may end the companion.
         this.log(`dropped a WebSocket upgrade that failed: ${(e as Error).message}`);
@@ -254,10 +256,21 @@ export class Hub {
     }, () => ws.terminate()));
   }
 
-  private acceptAgent(ws: WebSocket): void {
+  /**
+   * @param challenge the nonce of a companion that did not send the token: prove the token over
+   *   it, and accept nothing from the peer until its `attach` proves the token over ours
+   */
+  private acceptAgent(ws: WebSocket, challenge?: string): void {
     const calls = new Map<string, AbortController>();
     let lastHeard = Date.now();
     const send = (m: HubToAgent) => ws.readyState === ws.OPEN && ws.send(JSON.stringify(m));
+    let ourNonce: string | undefined;
+    if (challenge) {
+      ourNonce = randomBytes(32).toString('hex');
+      send({ type: 'challenge', proof: hubProof(this.token, challenge), nonce: ourNonce });
+      const authTimer = setTimeout(() => ourNonce && ws.close(CLOSE_POLICY, 'no proof'), this.opts.helloTimeoutMs);
+      ws.once('close', () => clearTimeout(authTimer));
+    }
     const beat = setInterval(() => {
       if (Date.now() - lastHeard > this.opts.heartbeatMs * this.opts.missedBeats) return ws.terminate();
       send({ type: 'ping', t: Date.now() });
@@ -273,6 +286,11 @@ export class Hub {
     ws.on('message', (data, isBinary) => guarded(this.log, 'an agent message', () => {
       lastHeard = Date.now();
       const m = isBinary ? undefined : parseMessage(data.toString());
+      if (ourNonce) {
+        // Unauthenticated: the first message must be an attach that proves the token.
+        if (m?.type !== 'attach' || !proofsEqual(m.proof, agentProof(this.token, ourNonce))) return ws.close(CLOSE_POLICY, 'authentication failed');
+        ourNonce = undefined;
+      }
       if (!m) return;
       if (m.type === 'ping') return send({ type: 'pong', t: m.t });
       if (m.type === 'attach') {

@@ -10,7 +10,7 @@ import { ForwardClient, probeHub } from './forward';
 import { Hub, type HubOptions } from './hub';
 import type { CallOptions, ExecResult } from './page-session';
 import type { AgentInfo } from './protocol';
-import { newToken, readHubRecord, removeHubRecord, writeHubRecord } from './token';
+import { ensureConfigDir, newToken, readHubRecord, removeHubRecord, removeHubRecordSync, removeStaleHubRecords, writeHubRecord } from './token';
 
 export interface PageExecutorOptions extends Omit<HubOptions, 'token'> {
   log: (msg: string) => void;
@@ -27,6 +27,7 @@ export class PageExecutor implements Executor {
   private ready: Promise<void>;
   private agent: AgentInfo = { name: 'unknown agent' };
   private closed = false;
+  private onExit?: () => void;
 
   constructor(private o: PageExecutorOptions) {
     this.ready = this.establish();
@@ -80,6 +81,7 @@ export class PageExecutor implements Executor {
   async close(): Promise<void> {
     this.closed = true;
     this.fwd?.close();
+    if (this.onExit) process.off('exit', this.onExit);
     if (this.hub) {
       await removeHubRecord(this.hub.port, this.hub.token, this.o.configDir);
       await this.hub.close();
@@ -96,12 +98,29 @@ export class PageExecutor implements Executor {
 
   private async establish(): Promise<void> {
     this.fwd = undefined;
+    if (this.o.port !== 0) {
+      // Refuse an unsafe config folder before listening (CONFIG_UNSAFE), and clear the records
+      // of companions that died without removing theirs (SIGKILL, power loss).
+      await ensureConfigDir(this.o.configDir);
+      const stale = await removeStaleHubRecords(this.o.configDir);
+      if (stale.length) this.o.log(`removed stale hub records of exited companions: ${stale.join(', ')}`);
+    }
     for (let attempt = 0; ; attempt++) {
       try {
         const token = newToken();
         const hub = await Hub.start({ ...this.o, token });
         hub.setLocalAgent(this.agent);
-        if (this.o.port !== 0) await writeHubRecord({ port: hub.port, pid: process.pid, token, started_at: new Date().toISOString() }, this.o.configDir);
+        if (this.o.port !== 0) {
+          try {
+            await writeHubRecord({ port: hub.port, pid: process.pid, token, started_at: new Date().toISOString() }, this.o.configDir);
+          } catch (e) {
+            await hub.close();
+            throw e;
+          }
+          // Remove the record however this process ends, a crash included ('exit' runs then too).
+          this.onExit = () => removeHubRecordSync(hub.port, token, this.o.configDir);
+          process.once('exit', this.onExit);
+        }
         this.hub = hub;
         this.o.log(`Loupe hub on ${hub.origin}/ — to pair the page, open:\n  ${hub.pairingUrl}`);
         return;

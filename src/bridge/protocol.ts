@@ -18,6 +18,14 @@ export const PROTOCOL_VERSION = 1;
  * that it never appears in a URL (URLs end up in logs and history). */
 export const SUBPROTOCOL = 'loupe.v1';
 export const TOKEN_PROTOCOL_PREFIX = 'loupe.token.';
+/**
+ * A forwarding companion offers `loupe.challenge.<64 hex nonce>` instead of the token: the hub
+ * must first prove it holds the token (`challenge` message: an HMAC of the nonce keyed by the
+ * token), then the companion proves the same to the hub (`attach` with an HMAC of the hub's
+ * nonce). The token itself never crosses the socket, so a program squatting on the port learns
+ * nothing from a companion that finds a stale token file. (src/bridge/token.ts computes them.)
+ */
+export const CHALLENGE_PROTOCOL_PREFIX = 'loupe.challenge.';
 export const PAGE_PATH = '/ws/page';
 export const AGENT_PATH = '/ws/agent';
 /** Unauthenticated probe that tells a second companion "a Loupe hub listens here" (no secrets). */
@@ -160,12 +168,23 @@ export interface AttachMsg {
   type: 'attach';
   protocol: number;
   agent: AgentInfo;
+  /** on a challenge connection, the companion's proof over the hub's `challenge.nonce` */
+  proof?: string;
+}
+
+// ---- hub → agent, first message on a challenge connection ----
+export interface ChallengeMsg {
+  type: 'challenge';
+  /** the hub's proof over the nonce the companion offered */
+  proof: string;
+  /** the nonce the companion must prove the token over in its `attach` */
+  nonce: string;
 }
 
 export type PageToHub = HelloMsg | ModelMsg | ProgressMsg | ResultMsg | ErrorMsg | PingMsg | PongMsg;
 export type HubToPage = WelcomeMsg | CallMsg | CancelMsg | AgentsMsg | ByeMsg | PingMsg | PongMsg;
 export type AgentToHub = AttachMsg | CallMsg | CancelMsg | PingMsg | PongMsg;
-export type HubToAgent = WelcomeMsg | ProgressMsg | ResultMsg | ErrorMsg | ByeMsg | PingMsg | PongMsg;
+export type HubToAgent = ChallengeMsg | WelcomeMsg | ProgressMsg | ResultMsg | ErrorMsg | ByeMsg | PingMsg | PongMsg;
 export type AnyMsg = PageToHub | HubToPage | AgentToHub | HubToAgent;
 
 const isStr = (v: unknown): v is string => typeof v === 'string';
@@ -173,6 +192,7 @@ const isNum = (v: unknown): v is number => typeof v === 'number' && Number.isFin
 const isObj = (v: unknown): v is Record<string, unknown> => !!v && typeof v === 'object' && !Array.isArray(v);
 /** ids are short opaque tokens; bounding them keeps a hostile peer from growing our maps' keys */
 const isId = (v: unknown): v is string => isStr(v) && v.length > 0 && v.length <= 128;
+export const isHex64 = (v: unknown): v is string => isStr(v) && /^[0-9a-f]{64}$/.test(v);
 
 /**
  * Parse one text frame. Returns undefined for anything malformed (the caller drops the peer or
@@ -217,7 +237,9 @@ export function parseMessage(text: string): AnyMsg | undefined {
     case 'bye':
       return isStr(m.reason) ? (m as unknown as ByeMsg) : undefined;
     case 'attach':
-      return isNum(m.protocol) && isObj(m.agent) && isStr(m.agent.name) ? (m as unknown as AttachMsg) : undefined;
+      return isNum(m.protocol) && isObj(m.agent) && isStr(m.agent.name) && (m.proof === undefined || isHex64(m.proof)) ? (m as unknown as AttachMsg) : undefined;
+    case 'challenge':
+      return isHex64(m.proof) && isHex64(m.nonce) ? (m as unknown as ChallengeMsg) : undefined;
     default:
       return undefined;
   }

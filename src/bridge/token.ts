@@ -10,8 +10,9 @@
  * hub for it over HTTP would hand it to any local process (or DNS-rebound web page) that asks.
  * The file is removed when the hub stops.
  */
-import { randomBytes, timingSafeEqual } from 'node:crypto';
-import { promises as fs, constants as fsc } from 'node:fs';
+import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
+import { promises as fs, constants as fsc, readFileSync, unlinkSync } from 'node:fs';
+import { LoupeError } from '../engine/errors';
 import os from 'node:os';
 import path from 'node:path';
 
@@ -36,6 +37,20 @@ export function tokensEqual(a: unknown, b: string): boolean {
   return x.length === y.length && timingSafeEqual(x, y);
 }
 
+/**
+ * The two proofs of a forwarding connection (protocol.ts, CHALLENGE_PROTOCOL_PREFIX): an
+ * HMAC-SHA256 keyed by the token over a nonce the other side chose, with a different label for
+ * each direction so that one side's proof can never be replayed as the other's.
+ */
+export function hubProof(token: string, nonce: string): string {
+  return createHmac('sha256', token).update(`loupe hub proof v1\n${nonce}`).digest('hex');
+}
+export function agentProof(token: string, nonce: string): string {
+  return createHmac('sha256', token).update(`loupe agent proof v1\n${nonce}`).digest('hex');
+}
+/** Constant-time comparison of two proofs (any input; false unless both are 64 hex digits and equal). */
+export const proofsEqual = tokensEqual;
+
 /** Per-user config directory: $LOUPE_CONFIG_DIR, else the platform's convention. */
 export function configDir(): string {
   if (process.env.LOUPE_CONFIG_DIR) return process.env.LOUPE_CONFIG_DIR;
@@ -55,44 +70,73 @@ export interface HubRecord {
   started_at: string;
 }
 
+/**
+ * Create the config directory 0700 if missing, and refuse one that is not a real directory of
+ * this user with no access for others: anyone who can write there could replace the token file
+ * (and make a forwarding companion talk to their server), anyone who can read it has the token.
+ */
+export async function ensureConfigDir(dir = configDir()): Promise<void> {
+  await fs.mkdir(dir, { recursive: true, mode: 0o700 });
+  await checkConfigDir(dir);
+}
+
+/** LoupeError CONFIG_UNSAFE unless `dir` is a directory (not a link), owned by this user, mode 0700 or stricter. */
+export async function checkConfigDir(dir = configDir()): Promise<void> {
+  if (process.platform === 'win32') return; // ACLs, not modes: the per-user profile folder is private already
+  const st = await fs.lstat(dir);
+  const hint = `Run: chmod 700 ${JSON.stringify(dir)} (it must be a folder of your own, not a link), or point LOUPE_CONFIG_DIR at a private folder.`;
+  if (!st.isDirectory()) throw new LoupeError('CONFIG_UNSAFE', `The Loupe config folder ${dir} is not a folder (a link or a file).`, hint);
+  if (typeof process.getuid === 'function' && st.uid !== process.getuid()) throw new LoupeError('CONFIG_UNSAFE', `The Loupe config folder ${dir} belongs to another user.`, hint);
+  if ((st.mode & 0o077) !== 0) throw new LoupeError('CONFIG_UNSAFE', `The Loupe config folder ${dir} is open to other users (mode ${(st.mode & 0o777).toString(8)}).`, hint);
+}
+
 /** Write the record atomically with mode 0600 (the temp file is created 0600, then renamed). */
 export async function writeHubRecord(rec: HubRecord, dir = configDir()): Promise<string> {
-  await fs.mkdir(dir, { recursive: true, mode: 0o700 });
+  await ensureConfigDir(dir);
   const file = tokenFilePath(rec.port, dir);
   const tmp = `${file}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`;
-  const fh = await fs.open(tmp, fsc.O_WRONLY | fsc.O_CREAT | fsc.O_EXCL, 0o600);
+  const fh = await fs.open(tmp, fsc.O_WRONLY | fsc.O_CREAT | fsc.O_EXCL | (fsc.O_NOFOLLOW ?? 0), 0o600);
   try {
     await fh.writeFile(JSON.stringify(rec));
+    await fh.chmod(0o600); // in case a umask or ACL widened it
   } finally {
     await fh.close();
   }
-  await fs.chmod(tmp, 0o600); // in case a umask or ACL widened it
   await fs.rename(tmp, file);
   return file;
 }
 
 /**
  * Read the record for a port, refusing a file another user owns or others can read or write
- * (someone could plant a token to make us forward an agent's calls to their server).
+ * (someone could plant a token to make us forward an agent's calls to their server), and a
+ * config folder others can reach. The file is opened once (not following a link) and checked
+ * with fstat on that descriptor, so what is checked is what is read.
  */
 export async function readHubRecord(port: number, dir = configDir()): Promise<HubRecord | undefined> {
   const file = tokenFilePath(port, dir);
-  let st;
+  let fh: fs.FileHandle;
   try {
-    st = await fs.lstat(file);
+    fh = await fs.open(file, fsc.O_RDONLY | (fsc.O_NOFOLLOW ?? 0) | (fsc.O_NONBLOCK ?? 0));
   } catch {
-    return undefined;
-  }
-  if (!st.isFile()) return undefined;
-  if (process.platform !== 'win32') {
-    if ((st.mode & 0o077) !== 0) throw new Error(`${file} is readable or writable by other users (mode ${(st.mode & 0o777).toString(8)}); delete it and restart loupe mcp.`);
-    if (typeof process.getuid === 'function' && st.uid !== process.getuid()) throw new Error(`${file} belongs to another user; delete it and restart loupe mcp.`);
+    return undefined; // absent, or a symlink (ELOOP): not a record we wrote
   }
   try {
-    const rec = JSON.parse(await fs.readFile(file, 'utf8')) as HubRecord;
-    return rec.port === port && isTokenShaped(rec.token) ? rec : undefined;
-  } catch {
-    return undefined;
+    await checkConfigDir(dir);
+    const st = await fh.stat();
+    if (!st.isFile() || st.size > 4096) return undefined;
+    if (process.platform !== 'win32') {
+      if ((st.mode & 0o077) !== 0) throw new LoupeError('CONFIG_UNSAFE', `${file} is readable or writable by other users (mode ${(st.mode & 0o777).toString(8)}).`, 'Delete it and restart loupe mcp.');
+      if (typeof process.getuid === 'function' && st.uid !== process.getuid()) throw new LoupeError('CONFIG_UNSAFE', `${file} belongs to another user.`, 'Delete it and restart loupe mcp.');
+    }
+    let rec: HubRecord;
+    try {
+      rec = JSON.parse(await fh.readFile('utf8')) as HubRecord;
+    } catch {
+      return undefined;
+    }
+    return rec && rec.port === port && isTokenShaped(rec.token) ? rec : undefined;
+  } finally {
+    await fh.close();
   }
 }
 
@@ -104,4 +148,53 @@ export async function removeHubRecord(port: number, token: string, dir = configD
   } catch {
     /* nothing to clean up */
   }
+}
+
+/** Synchronous removal for a process that is exiting (an 'exit' handler cannot wait). */
+export function removeHubRecordSync(port: number, token: string, dir = configDir()): void {
+  const file = tokenFilePath(port, dir);
+  try {
+    const rec = JSON.parse(readFileSync(file, 'utf8')) as HubRecord;
+    if (tokensEqual(rec.token, token)) unlinkSync(file);
+  } catch {
+    /* nothing to clean up */
+  }
+}
+
+function pidAlive(pid: unknown): boolean {
+  if (!Number.isInteger(pid) || (pid as number) <= 0) return false;
+  try {
+    process.kill(pid as number, 0);
+    return true;
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === 'EPERM'; // alive, another user's
+  }
+}
+
+/**
+ * Remove hub records whose process is gone (a companion killed with SIGKILL, or a crash the
+ * exit handler did not see). Returns the files removed. Records of live processes stay.
+ */
+export async function removeStaleHubRecords(dir = configDir()): Promise<string[]> {
+  let names: string[];
+  try {
+    names = await fs.readdir(dir);
+  } catch {
+    return [];
+  }
+  const removed: string[] = [];
+  for (const name of names) {
+    const m = /^hub-(\d+)\.json$/.exec(name);
+    if (!m) continue;
+    try {
+      const rec = await readHubRecord(Number(m[1]), dir);
+      if (rec && !pidAlive(rec.pid)) {
+        await fs.unlink(path.join(dir, name));
+        removed.push(name);
+      }
+    } catch {
+      /* unreadable or refused: leave it for the user (the refusal says what to do) */
+    }
+  }
+  return removed;
 }

@@ -16,7 +16,7 @@ export type ErrorCode =
   | 'SAE_MISMATCH' | 'PROMPT_TOO_LONG' | 'EMPTY_PROMPT' | 'BAD_TOKEN_ID' | 'TOO_LARGE' | 'BACKEND_UNAVAILABLE' | 'RUNTIME_ERROR' | 'UNSUPPORTED_OP'
   // operations / surfaces
   | 'BAD_INPUT' | 'UNKNOWN_OPERATION' | 'UNKNOWN_TOKEN' | 'HANDLE_EXPIRED' | 'NO_MODEL' | 'NO_PAGE'
-  | 'PAGE_GONE' | 'DEADLINE_EXCEEDED' | 'CANCELLED' | 'LOCAL_PATH_REFUSED' | 'INTERNAL';
+  | 'PAGE_GONE' | 'DEADLINE_EXCEEDED' | 'CANCELLED' | 'LOCAL_PATH_REFUSED' | 'CONFIG_UNSAFE' | 'INTERNAL';
 
 export interface ErrorDocument {
   error: { code: ErrorCode; message: string; hint?: string; details?: unknown };
