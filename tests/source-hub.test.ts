@@ -47,6 +47,16 @@ afterAll(async () => {
   rmSync(tmp, { recursive: true, force: true });
 });
 
+/** 8 + N: the bytes of a safetensors file's length prefix and JSON header */
+function headerBytes(file: string): number {
+  return 8 + Number(readFileSync(file).readBigUInt64LE(0));
+}
+
+/** the two Range requests with which the preflight reads a weight file's header before downloading */
+function headerRanges(file: string): string[] {
+  return ['bytes=0-7', `bytes=8-${headerBytes(file) - 1}`];
+}
+
 async function failure(p: Promise<unknown>): Promise<LoupeError> {
   try { await p; } catch (e) { expect(e, String(e)).toBeInstanceOf(LoupeError); return e as LoupeError; }
   throw new Error('expected a LoupeError');
@@ -95,8 +105,12 @@ describe('Hub layout: sharded model', () => {
     expect(f.index!.weight_map['transformer.wte.weight']).toMatch(/^model-0000\d-of-00003\.safetensors$/);
     expectSameTensors(f.weights);
     checkProgress(events, sizes);
-    // each file fetched once, plus one 404 for the absent model.safetensors
-    for (const file of Object.keys(sizes)) expect(hub.stats('test/sharded', file)).toMatchObject({ requests: 1, bytes: sizes[file] });
+    // each file fetched once (a shard: its header first, then the rest), plus one 404 for the absent model.safetensors
+    for (const file of Object.keys(sizes)) {
+      const shard = shards.includes(file);
+      const ranges = shard ? [...headerRanges(path.join(sharded, file)), `bytes=${headerBytes(path.join(sharded, file))}-`] : [''];
+      expect(hub.stats('test/sharded', file), file).toMatchObject({ requests: ranges.length, ranges, bytes: sizes[file] });
+    }
     expect(hub.stats('test/sharded', 'model.safetensors').statuses).toEqual([404]);
     expect(hub.totalBytes()).toBe(Object.values(sizes).reduce((a, b) => a + b, 0));
     console.log(`sharded load: ${events.length} progress events, ${hub.log.length} requests, ${hub.totalBytes()} bytes`);
@@ -119,8 +133,10 @@ describe.each<[string, () => ByteCache]>([
     const victim = shards[1];
     const cutAt = 50_000;
     hub.resetCounters();
+    const H = headerBytes(path.join(sharded, victim));
     hub.throttle('test/sharded', victim, { chunkSize: 10_000, chunkDelayMs: 0 });
-    hub.fault('test/sharded', victim, { stallAfter: cutAt });
+    // the download resumes after the preflight's header bytes: stall it when cutAt bytes are in
+    hub.fault('test/sharded', victim, { stallAfter: cutAt - H, skip: 2 });
     const ctl = new AbortController();
     const err = await failure(loadModelFiles(src, {
       cache, signal: ctl.signal, concurrency: 1,
@@ -138,8 +154,9 @@ describe.each<[string, () => ByteCache]>([
     const f = await loadModelFiles(src, { cache, onProgress: (p) => events.push(p) });
     expectSameTensors(f.weights);
     const st = hub.stats('test/sharded', victim);
-    expect(st.ranges).toEqual(['', `bytes=${cutAt}-`]);
-    expect(st.statuses).toEqual([200, 206]);
+    // first try: header, then the rest until the abort; second: the header comes from the partial entry, the rest resumes at cutAt
+    expect(st.ranges).toEqual([...headerRanges(path.join(sharded, victim)), `bytes=${H}-`, `bytes=${cutAt}-`]);
+    expect(st.statuses).toEqual([206, 206, 206, 206]);
     expect(st.bytes).toBe(sizes[victim]); // cutAt + the rest, nothing twice
     const total = Object.values(sizes).reduce((a, b) => a + b, 0);
     expect(hub.totalBytes()).toBe(total);
@@ -157,24 +174,27 @@ describe.each<[string, () => ByteCache]>([
     const cache = makeCache();
     const src = new HubSource('test/single', { endpoint: hub.url, retryDelayMs: 1 });
     const size = statSync(path.join(GPT2, 'model.safetensors')).size;
+    const head = headerRanges(path.join(GPT2, 'model.safetensors'));
+    const H = headerBytes(path.join(GPT2, 'model.safetensors'));
     hub.resetCounters();
-    hub.fault('test/single', 'model.safetensors', { cutAfter: 100_000 });
+    hub.fault('test/single', 'model.safetensors', { cutAfter: 100_000, skip: 2 });
     const f = await loadModelFiles(src, { cache });
     expectSameTensors(f.weights);
     let st = hub.stats('test/single', 'model.safetensors');
-    expect(st.ranges).toEqual(['', 'bytes=100000-']);
+    expect(st.ranges).toEqual([...head, `bytes=${H}-`, `bytes=${H + 100_000}-`]);
     expect(st.bytes).toBe(size);
 
     await cache.delete({ endpoint: hub.url, id: 'test/single', revision: 'main' });
     hub.resetCounters();
-    hub.fault('test/single', 'model.safetensors', { cutAfter: 200_000 });
+    hub.fault('test/single', 'model.safetensors', { cutAfter: 200_000, skip: 2 });
     const err = await failure(loadModelFiles(src, { cache, retries: 0 }));
     expect(err.code).toBe('NETWORK_ERROR');
     expect(err.hint).toMatch(/resume/);
     const g = await loadModelFiles(src, { cache, retries: 0 });
     expectSameTensors(g.weights);
     st = hub.stats('test/single', 'model.safetensors');
-    expect(st.ranges).toEqual(['', 'bytes=200000-']);
+    // the second call reads the header from the partial entry: no request for it
+    expect(st.ranges).toEqual([...head, `bytes=${H}-`, `bytes=${H + 200_000}-`]);
     expect(st.bytes).toBe(size);
   });
 });
@@ -237,8 +257,9 @@ describe('tokens', () => {
     const hubReqs = hub.log.filter((r) => r.id === 'test/redirected');
     expect(hubReqs.length).toBeGreaterThanOrEqual(5);
     expect(hubReqs.every((r) => r.authorization === 'Bearer hf_secret')).toBe(true);
-    expect(other.log.length).toBe(1);
-    expect(other.log[0].authorization).toBe('');
+    // the CDN origin gets the header's two Range requests and the rest of the file, never the token
+    expect(other.log.map((r) => r.range)).toEqual([...headerRanges(path.join(GPT2, 'model.safetensors')), `bytes=${headerBytes(path.join(GPT2, 'model.safetensors'))}-`]);
+    expect(other.log.every((r) => r.authorization === '')).toBe(true);
     // and no token without one
     hub.resetCounters();
     await loadModelFiles(new HubSource('test/single', { endpoint: hub.url }));
@@ -281,8 +302,9 @@ describe('Node loader streams downloads to disk', () => {
     const victim = shards[0];
     const cutAt = 60_000;
     hub.resetCounters();
+    const H = headerBytes(path.join(sharded, victim));
     hub.throttle('test/sharded', victim, { chunkSize: 10_000, chunkDelayMs: 0 });
-    hub.fault('test/sharded', victim, { stallAfter: cutAt });
+    hub.fault('test/sharded', victim, { stallAfter: cutAt - H, skip: 2 });
     const ctl = new AbortController();
     const err = await failure(loadModelFilesNode('test/sharded', {
       endpoint: hub.url, cache, signal: ctl.signal, concurrency: 1,
@@ -296,7 +318,7 @@ describe('Node loader streams downloads to disk', () => {
     expect(f.weights.files.size).toBe(0);
     expectSameTensors(f.weights);
     const st = hub.stats('test/sharded', victim);
-    expect(st.ranges).toEqual(['', `bytes=${cutAt}-`]);
+    expect(st.ranges).toEqual([...headerRanges(path.join(sharded, victim)), `bytes=${H}-`, `bytes=${cutAt}-`]);
     expect(st.bytes).toBe(sizes[victim]);
     expect(hub.totalBytes()).toBe(Object.values(sizes).reduce((a, b) => a + b, 0));
     checkProgress(events, sizes);

@@ -3,7 +3,9 @@
  * from the input schema), loads the model, calls the same `operation.run` as every other
  * surface, and prints the document (--json) or a table.
  *
- * Exit codes: 0 ok · 1 runtime error · 2 usage error · 3 unsupported model.
+ * Exit codes: 0 ok · 1 runtime error · 2 usage error (also a malformed model id, before any
+ * request) · 3 unsupported model: an architecture Loupe has no adapter for, or one too large
+ * for the backend's memory (both found before any weight byte is downloaded).
  */
 import { operations, getOperation, parseOperationInput } from '../ops/index';
 import type { AnyOperation } from '../ops/types';
@@ -32,8 +34,8 @@ function errorDoc(e: LoupeError): ErrorDocument {
   return e.toJSON();
 }
 
-/** print an error the way the flags ask, and return its exit code */
-function fail(io: Io, json: boolean, e: unknown): number {
+/** print an error the way the flags ask, and return its exit code (`code` overrides the one its kind gets) */
+function fail(io: Io, json: boolean, e: unknown, code?: number): number {
   if (e instanceof UsageError) {
     if (json) io.stdout(JSON.stringify({ error: { code: 'BAD_INPUT', message: e.message, ...(e.hint ? { hint: e.hint } : {}) } }) + '\n');
     io.stderr(`loupe: ${e.message}\n${e.hint ? e.hint + '\n' : ''}Run 'loupe --help' for usage.\n`);
@@ -43,7 +45,7 @@ function fail(io: Io, json: boolean, e: unknown): number {
   if (json) io.stdout(JSON.stringify(errorDoc(le)) + '\n');
   io.stderr(`loupe: error ${le.code}: ${le.message}\n${le.hint ? `hint: ${le.hint}\n` : ''}`);
   if (le.code === 'INTERNAL' && e instanceof Error && e.stack && process.env.LOUPE_DEBUG) io.stderr(e.stack + '\n');
-  return UNSUPPORTED.has(le.code) ? EXIT.unsupported : EXIT.runtime;
+  return code ?? (UNSUPPORTED.has(le.code) ? EXIT.unsupported : EXIT.runtime);
 }
 
 /** progress lines on stderr: overwrite in place on a terminal, one line per stage step otherwise */
@@ -62,6 +64,12 @@ export async function loadModel(spec: string, backend: string | undefined, onPro
     throw new UsageError(`--backend must be node or wasm (got '${backend}').`);
   }
   const { loadModelNode } = await import('../node/load');
+  const { sourceFromSpec } = await import('../node/load-files-node');
+  // A model id that could never exist is a usage error, found before any request.
+  try { sourceFromSpec(spec); } catch (e) {
+    if (e instanceof LoupeError && e.code === 'BAD_INPUT') throw new UsageError(e.message, e.hint);
+    throw e;
+  }
   let lastPct = -1;
   return loadModelNode(spec, {
     backend: backend as 'node' | 'wasm' | undefined,
@@ -106,7 +114,14 @@ async function runOperation(op: AnyOperation, argv: string[], io: Io): Promise<n
     }
     const backend = flags.get('backend');
     const say = progressPrinter(io, quiet);
-    const model = await loadModel(modelSpec, typeof backend === 'string' ? backend : undefined, say);
+    let model: LoadedModel;
+    try {
+      model = await loadModel(modelSpec, typeof backend === 'string' ? backend : undefined, say);
+    } catch (e) {
+      // a model too large for the backend is refused like an unsupported one (an operation's own TOO_LARGE caps stay exit 1)
+      if (e instanceof LoupeError && e.code === 'TOO_LARGE') return fail(io, json, e, EXIT.unsupported);
+      throw e;
+    }
     // Ctrl-C cancels the operation between engine runs (it then fails with ABORTED, exit 1)
     const ac = new AbortController();
     const onSigint = () => ac.abort();

@@ -184,6 +184,6 @@ export interface LoadOptions {
   backend?: Backend | 'auto';
   signal?: AbortSignal;
   onProgress?: (p: FileProgress) => void;
-  /** refuse models above this many parameters (default 2e9) */
-  maxParams?: number;
+  /** memory the model must fit (budget.ts): host RAM, GPU memory; the WASM heap's 4 GiB always applies */
+  memory?: { hostBytes?: number; gpuBytes?: number };
 }

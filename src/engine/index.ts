@@ -9,6 +9,7 @@ import { createModel } from './model';
 import { readTensorF32 } from './safetensors';
 import { webSessionFactory, type OrtModule } from './runtime/session';
 import { loadModelFiles } from './source/files';
+import { judgeModel, type ModelPlan } from './source/preflight';
 import { createSource } from './source/create-source';
 import { BUNDLED_MODEL_ID, resolveModelRef } from './source/ref';
 import type { ByteCache, ModelSource } from './source/types';
@@ -24,6 +25,8 @@ export interface BrowserLoadOptions extends LoadOptions {
   baseUrl?: string;
   endpoint?: string;
   token?: string;
+  /** asked after the plan is judged and before the download (the page asks a person above 1 GB); throw to stop */
+  confirm?: (plan: ModelPlan) => void | Promise<void>;
 }
 
 /** WebGPU when the browser gives us an adapter, else WASM (transformers.js-style capability check). */
@@ -45,9 +48,16 @@ export function sourceFor(spec: string, opts: { baseUrl?: string; endpoint?: str
 export async function loadModel(spec: string | ModelSource, opts: BrowserLoadOptions): Promise<LoadedModel> {
   const source = typeof spec === 'string' ? sourceFor(spec, opts) : spec;
   const bundled = typeof spec === 'string' && resolveModelRef(spec).kind === 'bundled';
-  const files = await loadModelFiles(source, { cache: bundled ? undefined : opts.cache, signal: opts.signal, onProgress: opts.onProgress });
   const wanted: Backend = opts.backend && opts.backend !== 'auto' ? opts.backend : await detectBackend();
   if (wanted === 'node') throw new LoupeError('BACKEND_UNAVAILABLE', "The 'node' backend exists only in Node.", 'Use webgpu or wasm in the browser.');
+  const files = await loadModelFiles(source, {
+    cache: bundled ? undefined : opts.cache, signal: opts.signal, onProgress: opts.onProgress,
+    // architecture, tensors and memory judged from the headers, before any weight byte
+    judge: async (plan) => {
+      judgeModel(plan, wanted, 'f32', opts.memory, { backends: ['wasm', 'webgpu'], precisions: ['f32'] });
+      await opts.confirm?.(plan);
+    },
+  });
   const parts = {
     config: files.config as Record<string, any>,
     tokenizerJson: files.tokenizerJson,
@@ -57,7 +67,7 @@ export async function loadModel(spec: string | ModelSource, opts: BrowserLoadOpt
     id: bundled ? BUNDLED_MODEL_ID : files.ref.id,
     revision: files.ref.revision ?? '',
     source: bundled ? ('bundled' as const) : files.ref.kind,
-    maxParams: opts.maxParams,
+    memory: opts.memory,
   };
   try {
     return await createModel(parts, webSessionFactory(opts.ort, wanted));

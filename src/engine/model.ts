@@ -7,7 +7,6 @@ import type { LoadedModel, ModelInfo, RunOptions, RunResult, KVCache, Interventi
 import { LoupeError, throwIfAborted } from './errors';
 import type { ModelSpec } from './spec';
 import type { Tensor } from './tensor';
-import { numel } from './tensor';
 import type { WeightSet } from './safetensors-types';
 import { describeModel } from './arch';
 import { buildModelGraph, buildLensGraph, type BuiltGraph } from './graph/build-model';
@@ -23,6 +22,7 @@ import { gradName } from './graph/backward';
 
 /** number of positions whose logits a run computes */
 const logitPosCount = (opts: RunOptions, T: number) => opts.logitPositions?.length ?? T;
+import { checkBudget, weightStats, type BudgetLimits } from './budget';
 
 export interface ModelParts {
   config: Record<string, any>;
@@ -33,10 +33,9 @@ export interface ModelParts {
   id: string;
   revision: string;
   source: ModelInfo['source'];
-  maxParams?: number;
+  /** the memory budget the model must fit on its backend (see budget.ts) */
+  memory?: BudgetLimits;
 }
-
-const DEFAULT_MAX_PARAMS = 2e9;
 
 /** Resolve after pending tasks (not just microtasks) have run: setImmediate in Node, a MessageChannel hop elsewhere. */
 function yieldToEventLoop(): Promise<void> {
@@ -55,17 +54,13 @@ function yieldToEventLoop(): Promise<void> {
 export async function createModel(parts: ModelParts, factory: SessionFactory): Promise<LoadedModel> {
   const spec = describeModel({ config: parts.config, tensors: parts.weights.tensors });
   const tokenizer = new ModelTokenizer(parts.tokenizerJson, parts.tokenizerConfig, parts.config);
-  let nParams = 0;
-  const dtypes = new Set<string>();
-  for (const name of specTensorNames(spec)) {
-    const e = parts.weights.tensors.get(name)!;
-    nParams += numel(e.shape);
-    dtypes.add(e.dtype);
-  }
-  const maxParams = parts.maxParams ?? DEFAULT_MAX_PARAMS;
-  if (nParams > maxParams) {
-    throw new LoupeError('TOO_LARGE', `The model has ${(nParams / 1e9).toFixed(2)}B parameters; the limit here is ${(maxParams / 1e9).toFixed(2)}B.`, 'Pick a smaller model (the WASM heap is 32-bit; fp32 models past ~0.5B need WebGPU).');
-  }
+  const used = [...specTensorNames(spec)].map((name) => parts.weights.tensors.get(name)!);
+  const stats = weightStats(used);
+  const nParams = stats.nParams;
+  const dtypes = new Set<string>(used.map((e) => e.dtype));
+  // Loaders judge this before downloading (source/preflight.ts); a source that could not read
+  // headers first (or a caller with its own files) is judged here, before any session exists.
+  checkBudget(stats, factory.backend, 'f32', parts.memory ?? {});
   const info: ModelInfo = {
     id: parts.id, revision: parts.revision, source: parts.source, architecture: spec.modelType,
     n_layers: spec.nLayers, n_heads: spec.nHeads, n_kv_heads: spec.nKvHeads, d_model: spec.dModel, d_head: spec.dHead,

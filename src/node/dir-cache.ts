@@ -10,10 +10,12 @@
 import { closeSync, existsSync, ftruncateSync, openSync, promises as fsp, statSync, writeFileSync, writeSync } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import type { ByteCache, CacheEntryInfo, CacheKey, CacheSink } from '../engine/source/types';
+import type { ByteCache, CacheEntryInfo, CacheKey, CacheSink, RangeRead } from '../engine/source/types';
 
 const PARTIAL = '.partial';
 const META = '.partial.json';
+/** an empty marker: the file does not exist upstream (an optional file's 404, remembered) */
+const MISSING = '.missing';
 
 export function defaultCacheDir(): string {
   return process.env.LOUPE_CACHE_DIR || path.join(os.homedir(), '.cache', 'loupe');
@@ -56,6 +58,47 @@ export class DirCache implements ByteCache {
   localPath(key: CacheKey): string | undefined {
     const p = this.filePath(key);
     return existsSync(p) ? p : undefined;
+  }
+
+  /**
+   * A positioned read of a complete file, or of a `.partial` one of known total that already
+   * holds the range; the rest of the file is never read.
+   */
+  async readRange(key: CacheKey, offset: number, length: number): Promise<RangeRead | undefined> {
+    const p = this.filePath(key);
+    let fh: fsp.FileHandle;
+    let total: number | undefined;
+    try { fh = await fsp.open(p, 'r'); } catch {
+      try {
+        total = (JSON.parse(await fsp.readFile(p + META, 'utf8')) as { total?: number }).total;
+        if (total == null) return undefined;
+        fh = await fsp.open(p + PARTIAL, 'r');
+      } catch { return undefined; }
+    }
+    try {
+      const have = (await fh.stat()).size;
+      if (total != null && offset + length > have) return undefined;
+      const out = new Uint8Array(Math.max(0, Math.min(length, have - offset)));
+      let got = 0;
+      while (got < out.byteLength) {
+        const { bytesRead } = await fh.read(out, got, out.byteLength - got, offset + got);
+        if (bytesRead === 0) break;
+        got += bytesRead;
+      }
+      return { bytes: out.subarray(0, got), size: total ?? have, stored: have };
+    } finally {
+      await fh.close();
+    }
+  }
+
+  async putMissing(key: CacheKey): Promise<void> {
+    const p = this.filePath(key);
+    await fsp.mkdir(path.dirname(p), { recursive: true });
+    await fsp.writeFile(p + MISSING, '');
+  }
+
+  async isMissing(key: CacheKey): Promise<boolean> {
+    return existsSync(this.filePath(key) + MISSING);
   }
 
   async put(key: CacheKey, bytes: Uint8Array): Promise<void> {
@@ -126,13 +169,14 @@ export class DirCache implements ByteCache {
         close();
         await fsp.rename(part, p);
         await fsp.rm(p + META, { force: true });
+        await fsp.rm(p + MISSING, { force: true });
       },
     };
   }
 
   private async dropPartial(key: CacheKey): Promise<void> {
     const p = this.filePath(key);
-    await Promise.all([fsp.rm(p + PARTIAL, { force: true }), fsp.rm(p + META, { force: true })]);
+    await Promise.all([fsp.rm(p + PARTIAL, { force: true }), fsp.rm(p + META, { force: true }), fsp.rm(p + MISSING, { force: true })]);
   }
 
   async list(): Promise<CacheEntryInfo[]> {
@@ -145,7 +189,7 @@ export class DirCache implements ByteCache {
         for (const r of await dirs(path.join(this.root, e, i))) {
           const dir = path.join(this.root, e, i, r);
           for (const d of await fsp.readdir(dir, { withFileTypes: true })) {
-            if (!d.isFile() || d.name.endsWith(META) || d.name.includes('.tmp-')) continue;
+            if (!d.isFile() || d.name.endsWith(META) || d.name.endsWith(MISSING) || d.name.includes('.tmp-')) continue;
             const partial = d.name.endsWith(PARTIAL);
             const name = partial ? d.name.slice(0, -PARTIAL.length) : d.name;
             const st = statSync(path.join(dir, d.name));

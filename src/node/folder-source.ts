@@ -10,7 +10,7 @@
 import { promises as fsp, statSync } from 'node:fs';
 import * as path from 'node:path';
 import { LoupeError } from '../engine/errors';
-import type { FetchOptions, ModelRef, ModelSource } from '../engine/source/types';
+import type { FetchOptions, ModelRef, ModelSource, RangeRead } from '../engine/source/types';
 import { checkLocalPath, type LocalAccess } from './local-access';
 
 export class FolderSource implements ModelSource {
@@ -66,5 +66,33 @@ export class FolderSource implements ModelSource {
     const out = new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength);
     opts.onProgress?.({ file, loaded: out.byteLength, total: out.byteLength, done: true });
     return out;
+  }
+
+  /** A positioned read: the rest of the file is never touched (headers of multi-GB shards). */
+  async readRange(file: string, offset: number, length: number, opts: FetchOptions = {}): Promise<RangeRead | null> {
+    if (opts.signal?.aborted) throw new LoupeError('ABORTED', 'The operation was cancelled.');
+    this.checkFolder();
+    const p = this.localPath(file);
+    let fh: fsp.FileHandle;
+    try { fh = await fsp.open(p, 'r'); } catch (e) {
+      if ((e as NodeJS.ErrnoException).code === 'ENOENT') {
+        if (opts.optional) return null;
+        throw new LoupeError('FILE_NOT_FOUND', `${file} not found in ${this.dir}.`, undefined, { file, path: p, modelExists: true });
+      }
+      throw new LoupeError('FILE_NOT_FOUND', `Cannot read ${p} (${(e as Error).message}).`, undefined, { file, path: p, modelExists: true });
+    }
+    try {
+      const size = (await fh.stat()).size;
+      const out = new Uint8Array(Math.max(0, Math.min(length, size - offset)));
+      let got = 0;
+      while (got < out.byteLength) {
+        const { bytesRead } = await fh.read(out, got, out.byteLength - got, offset + got);
+        if (bytesRead === 0) break;
+        got += bytesRead;
+      }
+      return { bytes: out.subarray(0, got), size, cached: true };
+    } finally {
+      await fh.close();
+    }
   }
 }

@@ -4,11 +4,13 @@
  * selectable so the two runtimes can be compared on the same graph.
  */
 import { readFileSync } from 'node:fs';
+import { totalmem } from 'node:os';
 import type { LoadedModel, LoadOptions } from '../engine/api';
 import { LoupeError } from '../engine/errors';
 import { createModel } from '../engine/model';
 import { readTensorF32, type ReadableWeightSet } from '../engine/safetensors';
 import { webSessionFactory, type OrtModule, type SessionFactory } from '../engine/runtime/session';
+import { judgeModel } from '../engine/source/preflight';
 import { loadModelFilesNode, sourceFromSpec, type NodeLoadOptions } from './load-files-node';
 import { nodeSessionFactory } from './session-node';
 import { FolderSource } from './folder-source';
@@ -42,7 +44,9 @@ export async function nodeFactory(backend: 'node' | 'wasm', threads?: number): P
 export async function loadModelNode(spec: string, opts: NodeModelOptions = {}): Promise<LoadedModel> {
   const backend = opts.backend ?? 'node';
   const source = sourceFromSpec(spec, opts);
-  const files = await loadModelFilesNode(source, opts);
+  const memory = { hostBytes: totalmem(), ...opts.memory };
+  // architecture, tensors and memory judged from the headers, before any weight byte
+  const files = await loadModelFilesNode(source, { ...opts, judge: (plan) => { judgeModel(plan, backend, 'f32', memory, { backends: ['node', 'wasm'], precisions: ['f32'] }); } });
   const weights = files.weights as ReadableWeightSet;
   const factory = await nodeFactory(backend, opts.threads);
   const wasmFactory = backend === 'wasm' ? withFileBytes(factory, weights) : factory;
@@ -57,7 +61,7 @@ export async function loadModelNode(spec: string, opts: NodeModelOptions = {}): 
     id: isBundled ? 'stories260K' : source instanceof FolderSource ? spec : ref.id,
     revision: ref.revision ?? '',
     source: isBundled ? 'bundled' : ref.kind,
-    maxParams: opts.maxParams,
+    memory,
   }, wasmFactory);
 }
 

@@ -15,7 +15,7 @@
  * and CORS (Access-Control-Allow-Origin *, exposed headers, preflight, Cross-Origin-Resource-Policy:
  * cross-origin, so cross-origin-isolated pages can fetch from it).
  *
- * Faults (each applies to the next `times` responses of a file, default 1):
+ * Faults (each applies to the next `times` responses of a file, default 1, after `skip` untouched ones):
  *   cutAfter: N   send N body bytes, then destroy the socket
  *   stallAfter: N send N body bytes, then hold the connection open without sending more
  *   delayMs: ms   wait before answering
@@ -34,6 +34,8 @@ export interface FaultSpec {
   delayMs?: number;
   status?: number;
   times?: number;
+  /** let this many responses of the file through untouched first (e.g. the two header range reads of a preflight) */
+  skip?: number;
 }
 
 export interface FileStats {
@@ -196,7 +198,8 @@ export async function startHubServer(): Promise<HubServer> {
       return done(401, { 'X-Error-Code': 'GatedRepo' }, 'gated');
     }
     const fq = faults.get(`${id}/${file}`);
-    const fault = fq && fq.length ? fq[0] : undefined;
+    let fault = fq && fq.length ? fq[0] : undefined;
+    if (fault?.skip) { fault.skip--; fault = undefined; }
     if (fault) {
       fault.times = (fault.times ?? 1) - 1;
       if (fault.times <= 0) fq!.shift();

@@ -17,7 +17,7 @@
  * abort -> ABORTED.
  */
 import { LoupeError } from '../errors';
-import type { ByteCache, CacheKey, FetchOptions, FileProgress, ModelRef, ModelSource } from './types';
+import type { ByteCache, CacheKey, FetchOptions, FileProgress, ModelRef, ModelSource, RangeRead } from './types';
 
 export interface HttpSourceOptions {
   /** fetch implementation (default globalThis.fetch) */
@@ -137,9 +137,12 @@ export abstract class HttpSource implements ModelSource {
         return hit;
       }
     }
+    if (opts.optional && cache?.isMissing && await cache.isMissing(key).catch(() => false)) return null;
     if (opts.cacheOnly) return null;
 
-    const partial = cache ? await cache.getPartial(key) : undefined;
+    const stored = cache ? await cache.getPartial(key) : undefined;
+    // The preflight's header bytes are the file's start: resume after them instead of fetching them again.
+    const partial = stored && stored.bytes.byteLength > 0 ? stored : opts.head;
     const buf = new ByteBuffer(partial?.total ?? partial?.bytes.byteLength ?? 0);
     const state: DownloadState = { buf, total: null };
     if (partial && partial.bytes.byteLength > 0) {
@@ -153,7 +156,7 @@ export abstract class HttpSource implements ModelSource {
       const meta = { ...(state.etag ? { etag: state.etag } : {}), ...(state.total != null ? { total: state.total } : {}) };
       try { await cache.putPartial(key, buf.bytes(), meta); } catch { /* the cache is best effort */ }
     };
-    if (!(await this.download(file, state, opts, save))) return null;
+    if (!(await this.download(file, state, opts, save))) { await this.rememberMissing(file, cache); return null; }
     const bytes = buf.bytes();
     if (cache) {
       try { await cache.put(key, bytes); } catch { /* a full cache must not fail the load */ }
@@ -175,8 +178,13 @@ export abstract class HttpSource implements ModelSource {
     if (signal?.aborted) throw new LoupeError('ABORTED', 'The operation was cancelled.');
     const have = cache.localPath?.(key);
     if (have) return true;
+    if (opts.optional && cache.isMissing && await cache.isMissing(key).catch(() => false)) return false;
     if (opts.cacheOnly) return false;
     const sink = await cache.openSink(key);
+    if (sink.length === 0 && opts.head && opts.head.bytes.byteLength > 0) {
+      sink.setMeta({ ...(opts.head.etag ? { etag: opts.head.etag } : {}), total: opts.head.total });
+      sink.append(opts.head.bytes);
+    }
     const state: DownloadState = {
       buf: { get length() { return sink.length; }, append: (c) => sink.append(c), reset: () => sink.reset() },
       etag: sink.etag,
@@ -190,10 +198,138 @@ export abstract class HttpSource implements ModelSource {
       await sink.suspend().catch(() => {});
       throw e;
     }
-    if (!found) { await sink.suspend(); return false; }
+    if (!found) { await sink.suspend(); await this.rememberMissing(file, cache); return false; }
     await sink.commit();
     opts.onProgress?.({ file, loaded: sink.length, total: sink.length, done: true });
     return true;
+  }
+
+  /**
+   * One GET with the source's headers. Records the Hub's X-Repo-Commit (the commit the revision
+   * resolved to); maps refusals (401/403) to an error naming the token. Network failures are
+   * Retryable; 404 is left to the caller (optional files).
+   */
+  private async request(file: string, url: string, headers: Record<string, string>, signal?: AbortSignal): Promise<Response> {
+    let res: Response;
+    try {
+      res = await this.fetchImpl(url, { headers, signal });
+    } catch (e) {
+      if (isAbort(e, signal)) throw e;
+      throw new Retryable(new LoupeError('NETWORK_ERROR', `Could not reach ${url} (${e instanceof Error ? e.message : String(e)}).`, 'Check the network connection and the endpoint, then try again; finished bytes are kept.', { file, url }));
+    }
+    const commit = res.headers.get('x-repo-commit');
+    if (commit && /^[0-9a-f]{40}$/i.test(commit)) this.noteCommit(commit.toLowerCase());
+    if (res.status === 401 || res.status === 403) {
+      res.body?.cancel().catch(() => {});
+      const nf = this.notFound(file, url, res);
+      if (nf.code === 'MODEL_NOT_FOUND') throw nf;
+      throw new LoupeError('HTTP_ERROR', `Access to ${file} was refused (HTTP ${res.status}) at ${url}.`, this.authHint(file, res), { file, url, status: res.status });
+    }
+    return res;
+  }
+
+  /** The Hub overrides this to remember the commit its revision resolved to. */
+  protected noteCommit(_commit: string): void {}
+
+  /**
+   * `length` bytes at `offset` (a safetensors header) with a Range request, or from a complete
+   * cache entry with no request. Through redirects too: fetch keeps Range on a cross-origin
+   * redirect (and drops Authorization). A server that ignores Range is read only up to what was
+   * asked and then cut off. size is null when neither Content-Range nor Content-Length says it.
+   */
+  async readRange(file: string, offset: number, length: number, opts: FetchOptions = {}): Promise<RangeRead | null> {
+    const { cache, signal } = opts;
+    const key = this.cacheKey(file);
+    if (signal?.aborted) throw new LoupeError('ABORTED', 'The operation was cancelled.');
+    const hit = cache?.readRange ? await cache.readRange(key, offset, length).catch(() => undefined) : undefined;
+    if (hit) return { ...hit, cached: true, stored: hit.stored ?? hit.size ?? undefined };
+    if (opts.optional && cache?.isMissing && await cache.isMissing(key).catch(() => false)) return null;
+    if (opts.cacheOnly) return null;
+    const url = this.url(file);
+    let retriesLeft = opts.retries ?? this.defaultRetries;
+    let delay = this.retryDelayMs;
+    for (;;) {
+      try {
+        return await this.rangeAttempt(file, url, offset, length, opts);
+      } catch (e) {
+        if (e instanceof Retryable) {
+          if (retriesLeft-- > 0) { await abortableSleep(delay, signal); delay *= 2; continue; }
+          throw e.error;
+        }
+        if (isAbort(e, signal)) throw new LoupeError('ABORTED', 'The operation was cancelled.');
+        throw e;
+      }
+    }
+  }
+
+  private async rangeAttempt(file: string, url: string, offset: number, length: number, opts: FetchOptions): Promise<RangeRead | null> {
+    const res = await this.request(file, url, { ...this.headersFor(url), Range: `bytes=${offset}-${offset + length - 1}` }, opts.signal);
+    const drop = () => res.body?.cancel().catch(() => {});
+    if (res.status === 404) {
+      await drop();
+      if (!opts.optional) throw this.notFound(file, url, res);
+      await this.rememberMissing(file, opts.cache);
+      return null;
+    }
+    if (res.status === 416) {
+      // the file is shorter than offset: nothing to read, but its size is in Content-Range
+      await drop();
+      const m = /\/(\d+)\s*$/.exec(res.headers.get('content-range') ?? '');
+      return { bytes: new Uint8Array(0), size: m ? Number(m[1]) : offset };
+    }
+    if (res.status >= 500) {
+      await drop();
+      throw new Retryable(new LoupeError('HTTP_ERROR', `Server error ${res.status} for ${url}.`, 'The server had a problem; try again later.', { file, url, status: res.status }));
+    }
+    if (res.status !== 200 && res.status !== 206) {
+      await drop();
+      throw new LoupeError('HTTP_ERROR', `Unexpected HTTP ${res.status} for ${url}.`, undefined, { file, url, status: res.status });
+    }
+    let size: number | null;
+    let skip = 0;
+    if (res.status === 206) {
+      const cr = parseContentRange(res.headers.get('content-range'));
+      if (!cr || cr.start !== offset) {
+        await drop();
+        throw new LoupeError('HTTP_ERROR', `Server answered a range other than bytes ${offset}- for ${file}.`, undefined, { file, url });
+      }
+      size = cr.total;
+    } else {
+      const encoded = (res.headers.get('content-encoding') ?? 'identity').toLowerCase() !== 'identity';
+      const cl = res.headers.get('content-length');
+      size = !encoded && cl != null && /^\d+$/.test(cl) ? Number(cl) : null;
+      skip = offset;
+    }
+    const out = new Uint8Array(length);
+    let got = 0, seen = 0;
+    if (res.body) {
+      const reader = res.body.getReader();
+      try {
+        while (got < length) {
+          const { done, value } = await reader.read();
+          if (done) break;
+          const from = Math.max(0, skip - seen);
+          seen += value.byteLength;
+          if (from >= value.byteLength) continue;
+          const piece = value.subarray(from, from + (length - got));
+          out.set(piece, got);
+          got += piece.byteLength;
+        }
+      } catch (e) {
+        if (isAbort(e, opts.signal)) throw e;
+        throw new Retryable(new LoupeError('NETWORK_ERROR', `Connection lost while reading ${file}.`, 'Try again.', { file, url }));
+      } finally {
+        // a 200 (Range ignored) would go on with the whole file: stop it here
+        reader.cancel().catch(() => {});
+      }
+    }
+    const etag = res.headers.get('etag') ?? undefined;
+    return { bytes: out.subarray(0, got), size, ...(etag && res.status === 206 ? { etag } : {}) };
+  }
+
+  /** Remember an optional file's 404 in the cache, so a cached load does not ask again. */
+  private async rememberMissing(file: string, cache?: ByteCache): Promise<void> {
+    if (cache?.putMissing) await cache.putMissing(this.cacheKey(file)).catch(() => {});
   }
 
   /** The retry loop around attempt(): resumes after failures, saves the partial when giving up. */
@@ -255,25 +391,12 @@ export abstract class HttpSource implements ModelSource {
       // If-Range needs a strong validator; with a weak or no etag the Content-Range total guards us.
       if (state.etag && !state.etag.startsWith('W/')) headers['If-Range'] = state.etag;
     }
-    let res: Response;
-    try {
-      res = await this.fetchImpl(url, { headers, signal });
-    } catch (e) {
-      if (isAbort(e, signal)) throw e;
-      throw new Retryable(new LoupeError('NETWORK_ERROR', `Could not reach ${url} (${e instanceof Error ? e.message : String(e)}).`, 'Check the network connection and the endpoint, then try again; finished bytes are kept.', { file, url }));
-    }
+    const res = await this.request(file, url, headers, signal);
     const drop = () => res.body?.cancel().catch(() => {});
-
     if (res.status === 404) {
       await drop();
       if (optional) return false;
       throw this.notFound(file, url, res);
-    }
-    if (res.status === 401 || res.status === 403) {
-      await drop();
-      const nf = this.notFound(file, url, res);
-      if (nf.code === 'MODEL_NOT_FOUND') throw nf;
-      throw new LoupeError('HTTP_ERROR', `Access to ${file} was refused (HTTP ${res.status}) at ${url}.`, this.authHint(file, res), { file, url, status: res.status });
     }
     if (res.status === 416 && resumeFrom > 0) {
       // Our partial bytes do not fit the file any more: start over.

@@ -22,6 +22,23 @@ export interface HubSourceOptions extends HttpSourceOptions {
   token?: string;
 }
 
+/** One part of a Hub id (the Hub's own rule: letters, digits, '-', '_', '.', not starting or ending with '.' or '-'). */
+const HUB_PART = '[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9_])?';
+/** `name` or `owner/name`, at most 96 characters a part, no '..' */
+export const HUB_ID_PATTERN = `${HUB_PART}(?:/${HUB_PART})?`;
+const HUB_ID_RE = new RegExp(`^${HUB_ID_PATTERN}$`);
+
+export function isValidHubId(id: string): boolean {
+  return HUB_ID_RE.test(id) && !id.includes('..') && id.split('/').every((p) => p.length <= 96);
+}
+
+/** BAD_INPUT (a usage error, before any request) for an id the Hub could never have. */
+export function checkHubId(id: string): void {
+  if (!isValidHubId(id)) {
+    throw new LoupeError('BAD_INPUT', `"${id}" is not a valid Hub model id.`, "A Hub id is 'owner/name' (or 'name'): letters, digits, '-', '_' and '.', e.g. 'openai-community/gpt2'. Add '@revision' for a branch, tag or commit.", { id });
+  }
+}
+
 /** Percent-encode each path segment of a file name (files may live in sub-folders). */
 export function encodePath(file: string): string {
   return file.split('/').map(encodeURIComponent).join('/');
@@ -39,6 +56,10 @@ export class HubSource extends HttpSource {
     let origin: string;
     try { origin = new URL(endpoint).origin; } catch {
       throw new LoupeError('BAD_INPUT', `Hub endpoint "${endpoint}" is not a URL.`, 'Use e.g. https://huggingface.co');
+    }
+    checkHubId(id);
+    if (opts.revision !== undefined && (opts.revision === '' || /[\s]/.test(opts.revision))) {
+      throw new LoupeError('BAD_INPUT', `"${opts.revision}" is not a valid revision.`, 'Give a branch, tag or commit hash (default main).', { revision: opts.revision });
     }
     this.endpoint = endpoint;
     this.origin = origin;

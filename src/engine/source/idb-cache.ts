@@ -11,7 +11,7 @@
  * entry that exists always has all its chunks. A file has at most one entry, complete or partial.
  */
 import { openDB, type DBSchema, type IDBPDatabase } from 'idb';
-import type { ByteCache, CacheEntryInfo, CacheKey } from './types';
+import type { ByteCache, CacheEntryInfo, CacheKey, RangeRead } from './types';
 
 export const CHUNK_BYTES = 32 * 1024 * 1024;
 
@@ -19,8 +19,12 @@ interface EntryRecord extends CacheEntryInfo {
   key: string;
   model: string;
   chunks: number;
+  /** size of every chunk but the last (absent in entries written before it was recorded) */
+  chunkBytes?: number;
   etag?: string;
   total?: number;
+  /** a remembered miss: the file does not exist (an optional file's 404); no chunks */
+  missing?: boolean;
 }
 
 interface CacheSchema extends DBSchema {
@@ -69,7 +73,7 @@ export class IdbCache implements ByteCache {
     const k = fileKey(key);
     const tx = db.transaction(['entries', 'chunks'], 'readonly');
     const rec = await tx.objectStore('entries').get(k);
-    if (!rec || rec.complete !== complete) { await tx.done; return undefined; }
+    if (!rec || rec.missing || rec.complete !== complete) { await tx.done; return undefined; }
     const chunks = await tx.objectStore('chunks').getAll(chunkRange(k));
     await tx.done;
     const out = new Uint8Array(rec.size);
@@ -95,7 +99,7 @@ export class IdbCache implements ByteCache {
     }
     const rec: EntryRecord = {
       key: k, model: modelKey(key), endpoint: key.endpoint, id: key.id, revision: key.revision, file: key.file,
-      size: bytes.byteLength, complete, storedAt: Date.now(), chunks: n,
+      size: bytes.byteLength, complete, storedAt: Date.now(), chunks: n, chunkBytes: this.chunkBytes,
       ...(meta.etag ? { etag: meta.etag } : {}), ...(meta.total != null ? { total: meta.total } : {}),
     };
     await tx.objectStore('entries').put(rec);
@@ -120,9 +124,53 @@ export class IdbCache implements ByteCache {
     await this.write(key, bytes, false, meta);
   }
 
+  async readRange(key: CacheKey, offset: number, length: number): Promise<RangeRead | undefined> {
+    const db = await this.db();
+    const k = fileKey(key);
+    const tx = db.transaction(['entries', 'chunks'], 'readonly');
+    const rec = await tx.objectStore('entries').get(k);
+    // A partial entry answers when it holds the bytes and knows the file's size (a header read on resume).
+    const size = rec?.complete ? rec.size : rec?.total;
+    if (!rec || rec.missing || size == null || (!rec.complete && offset + length > rec.size)) { await tx.done; return undefined; }
+    const end = Math.min(offset + length, rec.size);
+    const out = new Uint8Array(Math.max(0, end - offset));
+    if (out.byteLength > 0) {
+      // Old entries do not say their chunk size: that of the first chunk is everyone's but the last's.
+      const cb = rec.chunkBytes ?? (await tx.objectStore('chunks').get([k, 0]))?.byteLength;
+      if (!cb) { await tx.done; return undefined; }
+      const first = Math.floor(offset / cb), last = Math.floor((end - 1) / cb);
+      const chunks = await tx.objectStore('chunks').getAll(IDBKeyRange.bound([k, first], [k, last]));
+      if (chunks.length !== last - first + 1) { await tx.done; return undefined; }
+      for (let i = 0; i < chunks.length; i++) {
+        const at = (first + i) * cb;
+        const from = Math.max(offset, at), to = Math.min(end, at + chunks[i].byteLength);
+        if (to > from) out.set(chunks[i].subarray(from - at, to - at), from - offset);
+      }
+    }
+    await tx.done;
+    return { bytes: out, size, stored: rec.size };
+  }
+
+  async putMissing(key: CacheKey): Promise<void> {
+    const db = await this.db();
+    const k = fileKey(key);
+    const tx = db.transaction(['entries', 'chunks'], 'readwrite');
+    await tx.objectStore('chunks').delete(chunkRange(k));
+    await tx.objectStore('entries').put({
+      key: k, model: modelKey(key), endpoint: key.endpoint, id: key.id, revision: key.revision, file: key.file,
+      size: 0, complete: false, storedAt: Date.now(), chunks: 0, missing: true,
+    });
+    await tx.done;
+  }
+
+  async isMissing(key: CacheKey): Promise<boolean> {
+    const db = await this.db();
+    return !!(await db.get('entries', fileKey(key)))?.missing;
+  }
+
   async list(): Promise<CacheEntryInfo[]> {
     const db = await this.db();
-    const recs = await db.getAll('entries');
+    const recs = (await db.getAll('entries')).filter((r) => !r.missing);
     return recs.map(({ endpoint, id, revision, file, size, complete, storedAt }) => ({ endpoint, id, revision, file, size, complete, storedAt }));
   }
 

@@ -5,7 +5,7 @@
  *   new MemorySource({ 'config.json': JSON.stringify(cfg), 'tokenizer.json': tok, 'model.safetensors': bytes }, 'my-model')
  */
 import { LoupeError } from '../errors';
-import type { FetchOptions, ModelRef, ModelSource } from './types';
+import type { FetchOptions, ModelRef, ModelSource, RangeRead } from './types';
 
 export type MemoryFile = Uint8Array | string | Blob;
 
@@ -29,5 +29,17 @@ export class MemorySource implements ModelSource {
     const bytes = typeof f === 'string' ? new TextEncoder().encode(f) : f instanceof Uint8Array ? f : new Uint8Array(await f.arrayBuffer());
     opts.onProgress?.({ file, loaded: bytes.byteLength, total: bytes.byteLength, done: true });
     return bytes;
+  }
+
+  async readRange(file: string, offset: number, length: number, opts: FetchOptions = {}): Promise<RangeRead | null> {
+    if (opts.signal?.aborted) throw new LoupeError('ABORTED', 'The operation was cancelled.');
+    const f = this.files.get(file);
+    if (f === undefined) {
+      if (opts.optional) return null;
+      throw new LoupeError('FILE_NOT_FOUND', `${file} is not among the model's files.`, undefined, { file, modelExists: true });
+    }
+    if (f instanceof Blob) return { bytes: new Uint8Array(await f.slice(offset, offset + length).arrayBuffer()), size: f.size, cached: true };
+    const bytes = typeof f === 'string' ? new TextEncoder().encode(f) : f;
+    return { bytes: bytes.subarray(offset, offset + length), size: bytes.byteLength, cached: true };
   }
 }

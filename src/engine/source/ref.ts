@@ -11,7 +11,7 @@
  * check) and a folder that exists wins; the browser passes nothing and gets the Hub.
  */
 import { LoupeError } from '../errors';
-import { DEFAULT_HUB_ENDPOINT } from './hub-source';
+import { DEFAULT_HUB_ENDPOINT, HUB_ID_PATTERN, isValidHubId } from './hub-source';
 import type { ModelRef } from './types';
 
 export const BUNDLED_MODEL_ID = 'stories260K';
@@ -27,8 +27,7 @@ export interface ResolveOptions {
   isFolder?: (path: string) => boolean;
 }
 
-const HUB_PART = '[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9_])?';
-const HUB_ID = new RegExp(`^(${HUB_PART}(?:/${HUB_PART})?)(?:@([^\\s@]+))?$`);
+const HUB_ID = new RegExp(`^(${HUB_ID_PATTERN})(?:@([^\\s@]+))?$`);
 
 export function resolveModelRef(spec: string, opts: ResolveOptions = {}): ResolvedModelRef {
   const s = spec.trim();
@@ -51,7 +50,7 @@ export function resolveModelRef(spec: string, opts: ResolveOptions = {}): Resolv
   if (opts.isFolder?.(s)) return { kind: 'folder', id: s, revision: '' };
 
   const m = HUB_ID.exec(s);
-  if (m && !m[1].includes('..')) return { kind: 'hub', id: m[1], revision: m[2] ?? 'main', endpoint };
+  if (m && isValidHubId(m[1])) return { kind: 'hub', id: m[1], revision: m[2] ?? 'main', endpoint };
   throw badSpec(spec);
 }
 

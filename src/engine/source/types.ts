@@ -55,6 +55,19 @@ export interface FetchOptions {
   cacheOnly?: boolean;
   /** retries after a network failure or 5xx, each resuming where the last stopped (default 2) */
   retries?: number;
+  /**
+   * The file's first bytes, already read (the preflight's safetensors header): a download with
+   * nothing cached resumes after them (Range + If-Range on the etag) instead of fetching them again.
+   */
+  head?: FileHead;
+}
+
+export interface FileHead {
+  bytes: Uint8Array;
+  /** the file's validator when the bytes were read (a changed file then answers 200 and restarts) */
+  etag?: string;
+  /** the file's full size */
+  total: number;
 }
 
 export interface ModelSource {
@@ -63,6 +76,24 @@ export interface ModelSource {
   fetchFile(file: string, opts?: FetchOptions): Promise<Uint8Array | null>;
   /** Local path of a file when the source is a folder (Node), so the runtime can hand ORT a path. */
   localPath?(file: string): string | undefined;
+  /**
+   * `length` bytes at `offset` of a file and the file's full size, without reading the rest
+   * (an HTTP Range request, a positioned read, or a complete cache entry's chunks). Used to read
+   * safetensors headers before deciding to download. Null for an optional file that is missing.
+   */
+  readRange?(file: string, offset: number, length: number, opts?: FetchOptions): Promise<RangeRead | null>;
+}
+
+export interface RangeRead {
+  bytes: Uint8Array;
+  /** size of the whole file; null when the server did not say */
+  size: number | null;
+  /** true when the bytes came from the cache with no request */
+  cached?: boolean;
+  /** the file's validator (206 answers only) */
+  etag?: string;
+  /** bytes of the file already in the cache (the size when complete, less for a partial entry) */
+  stored?: number;
 }
 
 export interface CacheKey {
@@ -88,6 +119,14 @@ export interface ByteCache {
   list(): Promise<CacheEntryInfo[]>;
   /** delete every file of a model (endpoint+id+revision), or one file when key.file is given */
   delete(key: Omit<CacheKey, 'file'> & { file?: string }): Promise<void>;
+  /**
+   * `length` bytes at `offset` of an entry, reading only the chunks that hold them: from a
+   * complete entry, or from a partial one of known total that already holds those bytes.
+   */
+  readRange?(key: CacheKey, offset: number, length: number): Promise<RangeRead | undefined>;
+  /** Remember that a file does not exist (an optional file's 404), so a cached load asks no more. */
+  putMissing?(key: CacheKey): Promise<void>;
+  isMissing?(key: CacheKey): Promise<boolean>;
   /** Local path of a cached complete file, when the cache is a directory (Node). */
   localPath?(key: CacheKey): string | undefined;
   /**
