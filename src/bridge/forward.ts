@@ -9,6 +9,7 @@ import http from 'node:http';
 import WebSocket from 'ws';
 import { LoupeError } from '../engine/errors';
 import { randomHex } from './handles';
+import { startHeartbeat, type Heartbeat } from './heartbeat';
 import type { CallOptions, ExecResult } from './page-session';
 import {
   AGENT_PATH, CHALLENGE_PROTOCOL_PREFIX, HUB_PROBE_PATH, HUB_STATUS_TOOL, PROTOCOL_VERSION, SUBPROTOCOL,
@@ -47,8 +48,7 @@ interface Pending {
 export class ForwardClient {
   private pending = new Map<string, Pending>();
   private closed = false;
-  private beat: ReturnType<typeof setInterval>;
-  private lastHeard = Date.now();
+  private beat: Heartbeat;
   onClose?: () => void;
 
   private constructor(private ws: WebSocket, readonly port: number, heartbeatMs: number) {
@@ -63,11 +63,7 @@ export class ForwardClient {
     });
     ws.on('close', () => this.shutdown());
     ws.on('error', () => this.shutdown());
-    this.beat = setInterval(() => {
-      if (Date.now() - this.lastHeard > heartbeatMs * 3) return ws.terminate();
-      this.send({ type: 'ping', t: Date.now() });
-    }, heartbeatMs);
-    this.beat.unref?.();
+    this.beat = startHeartbeat({ intervalMs: heartbeatMs, silenceMs: heartbeatMs * 3, ping: () => this.send({ type: 'ping', t: Date.now() }), onSilent: () => ws.terminate() });
   }
 
   /**
@@ -169,7 +165,7 @@ export class ForwardClient {
   }
 
   private onMessage(text: string): void {
-    this.lastHeard = Date.now();
+    this.beat.heard();
     const m = parseMessage(text) as HubToAgent | undefined;
     if (!m) return;
     switch (m.type) {
@@ -191,7 +187,7 @@ export class ForwardClient {
   private shutdown(): void {
     if (this.closed) return;
     this.closed = true;
-    clearInterval(this.beat);
+    this.beat.stop();
     for (const id of [...this.pending.keys()]) this.settle(id, undefined, hubGone());
     this.onClose?.();
   }

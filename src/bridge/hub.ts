@@ -14,6 +14,7 @@ import { WebSocketServer, type WebSocket } from 'ws';
 import { LoupeError, toLoupeError } from '../engine/errors';
 import { createStaticHandler, ISOLATION_HEADERS } from '../node/static-server';
 import { checkHost, checkUpgrade } from './guard';
+import { startHeartbeat } from './heartbeat';
 import { assertHandlesCurrent } from './handles';
 import { agentProof, hubProof, proofsEqual } from './token';
 import { PageSession, type CallOptions, type ExecResult } from './page-session';
@@ -262,7 +263,6 @@ export class Hub {
    */
   private acceptAgent(ws: WebSocket, challenge?: string): void {
     const calls = new Map<string, AbortController>();
-    let lastHeard = Date.now();
     const send = (m: HubToAgent) => ws.readyState === ws.OPEN && ws.send(JSON.stringify(m));
     let ourNonce: string | undefined;
     if (challenge) {
@@ -271,20 +271,19 @@ export class Hub {
       const authTimer = setTimeout(() => ourNonce && ws.close(CLOSE_POLICY, 'no proof'), this.opts.helloTimeoutMs);
       ws.once('close', () => clearTimeout(authTimer));
     }
-    const beat = setInterval(() => {
-      if (Date.now() - lastHeard > this.opts.heartbeatMs * this.opts.missedBeats) return ws.terminate();
-      send({ type: 'ping', t: Date.now() });
-    }, this.opts.heartbeatMs);
-    beat.unref?.();
+    const beat = startHeartbeat({
+      intervalMs: this.opts.heartbeatMs, silenceMs: this.opts.heartbeatMs * this.opts.missedBeats,
+      ping: () => send({ type: 'ping', t: Date.now() }), onSilent: () => ws.terminate(),
+    });
     ws.on('error', () => ws.terminate());
     ws.on('close', () => {
-      clearInterval(beat);
+      beat.stop();
       for (const c of calls.values()) c.abort();
       this.agents.delete(ws);
       this.broadcastAgents();
     });
     ws.on('message', (data, isBinary) => guarded(this.log, 'an agent message', () => {
-      lastHeard = Date.now();
+      beat.heard();
       const m = isBinary ? undefined : parseMessage(data.toString());
       if (ourNonce) {
         // Unauthenticated: the first message must be an attach that proves the token.

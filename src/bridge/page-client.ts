@@ -13,6 +13,7 @@
  */
 import { toLoupeError } from '../engine/errors';
 import { newInstanceId } from './handles';
+import { startHeartbeat } from './heartbeat';
 import type { Progress } from '../ops/types';
 import {
   PAGE_PATH, PROTOCOL_VERSION, SUBPROTOCOL, parseMessage, tokenProtocol,
@@ -160,8 +161,6 @@ export function connectBridge(o: BridgeOptions): BridgeConnection {
   let stopped = false;
   let failures = 0;
   let retryTimer: ReturnType<typeof setTimeout> | undefined;
-  let silenceTimer: ReturnType<typeof setInterval> | undefined;
-  let lastHeard = Date.now();
 
   const setStatus = (s: Partial<BridgeStatus>) => {
     status = { ...status, ...s };
@@ -179,12 +178,12 @@ export function connectBridge(o: BridgeOptions): BridgeConnection {
     const sock = new WS(url, [SUBPROTOCOL, tokenProtocol(o.token)]);
     ws = sock;
     sock.onopen = () => {
-      lastHeard = Date.now();
+      silence.heard();
       send({ type: 'hello', protocol: PROTOCOL_VERSION, tab_id: tab, instance_id: instanceId, model: o.getModel?.() ?? null, app: { name: 'loupe-page' } });
     };
     sock.onmessage = (ev: MessageEvent) => {
       if (ws !== sock) return;
-      lastHeard = Date.now();
+      silence.heard();
       const m = parseMessage(typeof ev.data === 'string' ? ev.data : String(ev.data));
       if (!m) return;
       switch (m.type) {
@@ -284,9 +283,10 @@ export function connectBridge(o: BridgeOptions): BridgeConnection {
   }
 
   // The hub pings every few seconds; silence means it is gone (or this tab was frozen).
-  silenceTimer = setInterval(() => {
-    if (ws && ws.readyState === WS.OPEN && Date.now() - lastHeard > silenceMs) ws.close();
-  }, Math.max(250, Math.min(5000, silenceMs / 4)));
+  const silence = startHeartbeat({
+    intervalMs: Math.max(250, Math.min(5000, silenceMs / 4)), silenceMs,
+    onSilent: () => { if (ws && ws.readyState === WS.OPEN) ws.close(); },
+  });
 
   open();
 
@@ -298,7 +298,7 @@ export function connectBridge(o: BridgeOptions): BridgeConnection {
     disconnect() {
       stopped = true;
       clearTimeout(retryTimer);
-      clearInterval(silenceTimer);
+      silence.stop();
       for (const r of running.values()) r.ctl.abort();
       const s = ws;
       ws = undefined;

@@ -9,6 +9,7 @@ import { LoupeError } from '../engine/errors';
 import type { Progress } from '../ops/types';
 import { CLOSE_POLICY, type AgentInfo, type HelloMsg, type HubToPage, type WireModel, parseMessage } from './protocol';
 import { randomHex } from './handles';
+import { startHeartbeat, type Heartbeat } from './heartbeat';
 
 export interface ExecResult {
   document: unknown;
@@ -50,8 +51,7 @@ export class PageSession {
   readonly connectedAt = Date.now();
   model: WireModel;
   private pending = new Map<string, Pending>();
-  private lastHeard = Date.now();
-  private beat: ReturnType<typeof setInterval>;
+  private beat: Heartbeat;
   private gone = false;
 
   constructor(private ws: WebSocket, hello: HelloMsg, private opts: PageSessionOptions) {
@@ -70,18 +70,15 @@ export class PageSession {
     });
     ws.on('close', () => this.end('PAGE_GONE', 'The Loupe page closed or reloaded while the call was running.'));
     ws.on('error', () => this.end('PAGE_GONE', 'The connection to the Loupe page failed.'));
-    // App-level heartbeats, not WebSocket pings: the browser's network stack answers protocol
-    // pings even when the page's JavaScript is hung; only the page itself can answer these.
-    this.beat = setInterval(() => {
-      if (Date.now() - this.lastHeard > opts.heartbeatMs * opts.missedBeats) {
+    this.beat = startHeartbeat({
+      intervalMs: opts.heartbeatMs, silenceMs: opts.heartbeatMs * opts.missedBeats,
+      ping: () => this.send({ type: 'ping', t: Date.now() }),
+      onSilent: () => {
         opts.log?.(`page ${this.tabId}/${this.instanceId} missed ${opts.missedBeats} heartbeats; dropping it`);
         this.end('PAGE_GONE', 'The Loupe page stopped answering (it may be frozen or its tab suspended).');
         ws.terminate();
-        return;
-      }
-      this.send({ type: 'ping', t: Date.now() });
-    }, opts.heartbeatMs);
-    this.beat.unref?.();
+      },
+    });
   }
 
   get alive(): boolean {
@@ -130,7 +127,7 @@ export class PageSession {
   end(code: 'PAGE_GONE', message: string): void {
     if (this.gone) return;
     this.gone = true;
-    clearInterval(this.beat);
+    this.beat.stop();
     const err = new LoupeError(code, message, 'Open the pairing URL (see loupe_status) or reload the Loupe tab, then call again.');
     for (const id of [...this.pending.keys()]) this.settle(id, undefined, err);
     this.opts.onGone(this);
@@ -152,7 +149,7 @@ export class PageSession {
   }
 
   private onMessage(text: string): void {
-    this.lastHeard = Date.now();
+    this.beat.heard();
     const m = parseMessage(text);
     if (!m) {
       this.opts.log?.(`page ${this.tabId}: ignoring a malformed message`);
