@@ -9,10 +9,10 @@
  */
 import { z } from 'zod';
 import type { Intervention } from '../engine/api';
-import type { Operation } from './types';
+import { defineOperation } from './types';
 import { documentBase, documentHead } from '../schema/common';
 import { LoupeError, throwIfAborted } from '../engine/errors';
-import { CAPS, finite, parseInput } from './lib/caps';
+import { CAPS, finite } from './lib/caps';
 import { argmax } from './lib/math';
 import { inputIds, promptOrIdsFields, resolveAnswer } from './lib/ablation';
 import { metricOf, metricSeed, metricTokens, tokenRef } from './lib/gradients';
@@ -45,71 +45,69 @@ export const integratedGradientsOutput = documentBase('integrated_gradients').ex
 });
 export type IntegratedGradientsDocument = z.infer<typeof integratedGradientsOutput>;
 
-export const operation: Operation<IntegratedGradientsInput, IntegratedGradientsDocument> = {
+export const operation = defineOperation({
   name: 'integrated_gradients',
   description:
     'Integrated gradients to each input position: attribution of M = logit[answer] − logit[counterfactual] at the last position (raw logits; logit[answer] alone without a counterfactual) to each position of blocks.0.hook_resid_pre (after token and positional embeddings), zero baseline, right Riemann sum with `steps` steps (α_k = k/n), each step one batch row of a forward + backward run. Returns per-position attributions and a completeness check (Σ attributions vs M(input) − M(baseline)). Cost: one row of forward + backward per step, plus the baseline row.',
   input: integratedGradientsInput,
   output: integratedGradientsOutput,
   long: true,
-  async run(model, rawInput, ctx) {
-    const input = parseInput(integratedGradientsInput, rawInput);
-    const { ids, prompt } = inputIds(model, input);
-    const T = ids.length;
-    const { d_model: D, d_vocab: V } = model.info;
-    const answerId = resolveAnswer(model, input.answer);
-    const cfId = resolveAnswer(model, input.counterfactual, 'counterfactual') ?? null;
-    const n = input.steps;
+}).implement(async (model, input, ctx) => {
+  const { ids, prompt } = inputIds(model, input);
+  const T = ids.length;
+  const { d_model: D, d_vocab: V } = model.info;
+  const answerId = resolveAnswer(model, input.answer);
+  const cfId = resolveAnswer(model, input.counterfactual, 'counterfactual') ?? null;
+  const n = input.steps;
 
-    // the input x and the prediction (for a default answer)
-    const base = await model.run(ids, { hooks: [HOOK], logitPositions: [T - 1], signal: ctx.signal });
-    const x = base.hooks[HOOK].data; // [1, T, D]
-    const a = answerId ?? argmax(base.logits.data);
-    if (cfId === a) throw new LoupeError('BAD_INPUT', `The answer and the counterfactual are the same token (${JSON.stringify(tokenText(model, a))}), so the metric is always 0.`, 'Give a different counterfactual, or none.');
+  // the input x and the prediction (for a default answer)
+  const base = await model.run(ids, { hooks: [HOOK], logitPositions: [T - 1], signal: ctx.signal });
+  const x = base.hooks[HOOK].data; // [1, T, D]
+  const a = answerId ?? argmax(base.logits.data);
+  if (cfId === a) throw new LoupeError('BAD_INPUT', `The answer and the counterfactual are the same token (${JSON.stringify(tokenText(model, a))}), so the metric is always 0.`, 'Give a different counterfactual, or none.');
 
-    // rows α_0 = 0 (baseline), α_1 … α_n; batched forward + backward
-    const alphas = Array.from({ length: n + 1 }, (_, k) => k / n);
-    const meanGrad = new Float64Array(T * D);
-    let mInput = NaN, mBaseline = NaN;
-    let runs = 1;
-    ctx.onProgress?.({ stage: 'integrated gradients steps', done: 0, total: alphas.length });
-    for (let start = 0; start < alphas.length; start += CAPS.maxBatch) {
-      throwIfAborted(ctx.signal);
-      const chunk = alphas.slice(start, start + CAPS.maxBatch);
-      const B = chunk.length;
-      const interventions: Intervention[] = chunk.map((alpha, row) => ({ hook: HOOK, op: 'scale', alpha, batch: [row] }));
-      const res = await model.run(ids, { batch: B, interventions, logitPositions: [T - 1], grad: { hooks: [HOOK], seed: metricSeed(V, B, a, cfId) }, signal: ctx.signal });
-      runs++;
-      const g = res.grads![HOOK].data; // [B, T, D]
-      chunk.forEach((alpha, row) => {
-        const k = start + row;
-        if (k === 0) mBaseline = metricOf(res.logits.data, a, cfId, row * V);
-        if (k === n) mInput = metricOf(res.logits.data, a, cfId, row * V);
-        if (k === 0) return; // the right sum uses k = 1..n
-        for (let i = 0; i < T * D; i++) meanGrad[i] += g[row * T * D + i] / n;
-      });
-      ctx.onProgress?.({ stage: 'integrated gradients steps', done: Math.min(start + B, alphas.length), total: alphas.length });
-    }
-    const texts = model.tokenStrings(ids);
-    const attributions = Array.from({ length: T }, (_, p) => {
-      let s = 0;
-      for (let d = 0; d < D; d++) s += x[p * D + d] * meanGrad[p * D + d];
-      return { position: p, token: texts[p], attribution: finite(s) };
+  // rows α_0 = 0 (baseline), α_1 … α_n; batched forward + backward
+  const alphas = Array.from({ length: n + 1 }, (_, k) => k / n);
+  const meanGrad = new Float64Array(T * D);
+  let mInput = NaN, mBaseline = NaN;
+  let runs = 1;
+  ctx.onProgress?.({ stage: 'integrated gradients steps', done: 0, total: alphas.length });
+  for (let start = 0; start < alphas.length; start += CAPS.maxBatch) {
+    throwIfAborted(ctx.signal);
+    const chunk = alphas.slice(start, start + CAPS.maxBatch);
+    const B = chunk.length;
+    const interventions: Intervention[] = chunk.map((alpha, row) => ({ hook: HOOK, op: 'scale', alpha, batch: [row] }));
+    const res = await model.run(ids, { batch: B, interventions, logitPositions: [T - 1], grad: { hooks: [HOOK], seed: metricSeed(V, B, a, cfId) }, signal: ctx.signal });
+    runs++;
+    const g = res.grads![HOOK].data; // [B, T, D]
+    chunk.forEach((alpha, row) => {
+      const k = start + row;
+      if (k === 0) mBaseline = metricOf(res.logits.data, a, cfId, row * V);
+      if (k === n) mInput = metricOf(res.logits.data, a, cfId, row * V);
+      if (k === 0) return; // the right sum uses k = 1..n
+      for (let i = 0; i < T * D; i++) meanGrad[i] += g[row * T * D + i] / n;
     });
-    const sum = attributions.reduce((s, r) => s + r.attribution, 0);
-    return {
-      ...documentHead('integrated_gradients', model, prompt, ids),
-      method:
-        `Integrated gradients with a zero baseline at ${HOOK} (token + positional embeddings), right Riemann sum over α_k = k/${n}, k = 1..${n}: a[pos] = Σ_d x[pos,d] · mean_k ∂M/∂x(α_k·x)[pos,d]; ` +
-        'gradients from the engine\'s reverse-mode backward graph (float32), the steps as batch rows. M = logit[answer] − logit[counterfactual] at the last position, raw logits (logit[answer] alone without a counterfactual). ' +
-        'The baseline scales every position, BOS included. In pre-norm models each block reads LN(α·x), which barely depends on α until α·|x| nears √eps, so the blocks\' share of M changes abruptly near α = 0 while the residual stream\'s direct share changes smoothly: the zero baseline is rough, and a coarse Riemann sum misses that jump. Read the completeness error before the attributions.',
-      answer: { ...tokenRef(model, a), source: answerId !== undefined ? 'answer' as const : 'clean_prediction' as const },
-      counterfactual: cfId !== null ? tokenRef(model, cfId) : null,
-      hook: HOOK,
-      steps: n,
-      attributions,
-      completeness: { sum: finite(sum), metric_input: finite(mInput), metric_baseline: finite(mBaseline), error: finite(sum - (mInput - mBaseline)) },
-      n_engine_runs: runs,
-    };
-  },
-};
+    ctx.onProgress?.({ stage: 'integrated gradients steps', done: Math.min(start + B, alphas.length), total: alphas.length });
+  }
+  const texts = model.tokenStrings(ids);
+  const attributions = Array.from({ length: T }, (_, p) => {
+    let s = 0;
+    for (let d = 0; d < D; d++) s += x[p * D + d] * meanGrad[p * D + d];
+    return { position: p, token: texts[p], attribution: finite(s) };
+  });
+  const sum = attributions.reduce((s, r) => s + r.attribution, 0);
+  return {
+    ...documentHead('integrated_gradients', model, prompt, ids),
+    method:
+      `Integrated gradients with a zero baseline at ${HOOK} (token + positional embeddings), right Riemann sum over α_k = k/${n}, k = 1..${n}: a[pos] = Σ_d x[pos,d] · mean_k ∂M/∂x(α_k·x)[pos,d]; ` +
+      'gradients from the engine\'s reverse-mode backward graph (float32), the steps as batch rows. M = logit[answer] − logit[counterfactual] at the last position, raw logits (logit[answer] alone without a counterfactual). ' +
+      'The baseline scales every position, BOS included. In pre-norm models each block reads LN(α·x), which barely depends on α until α·|x| nears √eps, so the blocks\' share of M changes abruptly near α = 0 while the residual stream\'s direct share changes smoothly: the zero baseline is rough, and a coarse Riemann sum misses that jump. Read the completeness error before the attributions.',
+    answer: { ...tokenRef(model, a), source: answerId !== undefined ? 'answer' as const : 'clean_prediction' as const },
+    counterfactual: cfId !== null ? tokenRef(model, cfId) : null,
+    hook: HOOK,
+    steps: n,
+    attributions,
+    completeness: { sum: finite(sum), metric_input: finite(mInput), metric_baseline: finite(mBaseline), error: finite(sum - (mInput - mBaseline)) },
+    n_engine_runs: runs,
+  };
+});
