@@ -73,6 +73,10 @@ export const operation = defineOperation({
   long: true,
 }).implement(async (model, input, ctx) => {
   const clean = inputIds(model, input);
+  // the shared tokenizer check would say "The prompt is empty": name the field that is
+  if (!input.corrupted_prompt && !input.corrupted_token_ids) {
+    throw new LoupeError('EMPTY_PROMPT', 'corrupted_prompt is empty.', 'Give the corrupted prompt: the clean prompt with one token changed, of the same token length (or corrupted_token_ids).');
+  }
   const corrupted = inputIds(model, { prompt: input.corrupted_prompt, prepend_bos: input.prepend_bos, token_ids: input.corrupted_token_ids }, 'corrupted_token_ids');
   const T = clean.ids.length;
   if (corrupted.ids.length !== T) {

@@ -53,10 +53,12 @@ export function drawHeatmap(svgEl: SVGSVGElement, o: HeatmapOptions): void {
   const longestRow = Math.max(...o.rowLabels.map((l) => l.length), 1);
   const longestCol = Math.max(...o.colLabels.map((l) => l.length), 1);
   const rotate = longestCol > 3 && cols > 4;
+  // the colour bar (16 px gap, 10 px bar), its tick values and its rotated title fit inside
+  const tickW = Math.max(fmt(lo, 2).length, fmt(hi, 2).length, 1) * 6.2;
   const margin = {
     left: 12 + longestRow * CHAR_W + (o.rowTitle ? 18 : 0),
     top: 8,
-    right: 72,
+    right: 16 + 10 + 4 + tickW + (o.legendLabel ? 18 : 4),
     bottom: (rotate ? Math.min(longestCol, 14) * CHAR_W * 0.75 + 14 : 20) + (o.colTitle ? 18 : 0),
   };
   const maxW = o.maxWidth ?? 900;
@@ -163,7 +165,7 @@ export function drawHeatmap(svgEl: SVGSVGElement, o: HeatmapOptions): void {
   tick(lo, margin.top + lh);
   if (o.kind === 'diverging') tick(0, margin.top + lh / 2 + 3);
   if (o.legendLabel) {
-    lg.append('text').attr('transform', `translate(${lx + 62},${margin.top + lh / 2}) rotate(90)`)
+    lg.append('text').attr('transform', `translate(${lx + 14 + tickW + 6},${margin.top + lh / 2}) rotate(90)`)
       .attr('text-anchor', 'middle').attr('fill', p.muted).attr('font-size', 10).text(o.legendLabel);
   }
 }

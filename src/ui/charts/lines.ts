@@ -1,6 +1,6 @@
 /** Curves of metrics against a parameter (α-sweeps), with an optional marked x (the shown α). */
 import { select, scaleLinear, extent, line } from 'd3';
-import { palette } from './palette';
+import { palette, seriesColor, METRIC_COLORS } from './palette';
 import { showTooltip, hideTooltip } from './tooltip';
 import { fmt } from './format';
 
@@ -26,8 +26,6 @@ export interface LinesOptions {
   /** x is a count (layers): integer ticks only */
   xIntegers?: boolean;
 }
-
-const COLORS = ['#c0392b', '#2166ac', '#2e8b57', '#8e44ad', '#d35400', '#7f8c8d'];
 
 export function drawLines(svgEl: SVGSVGElement, o: LinesOptions): void {
   const p = palette();
@@ -69,7 +67,7 @@ export function drawLines(svgEl: SVGSVGElement, o: LinesOptions): void {
   }
 
   o.series.forEach((s, si) => {
-    const c = s.color ?? COLORS[si % COLORS.length];
+    const c = s.color ?? METRIC_COLORS[s.name] ?? seriesColor(si);
     const pts = s.points.filter((d) => Number.isFinite(d.y));
     svg.append('path').attr('class', 'series-line').attr('data-series', s.name)
       .attr('d', line<{ x: number; y: number }>().x((d) => x(d.x)).y((d) => y(d.y))(pts) ?? '')

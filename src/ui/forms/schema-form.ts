@@ -21,6 +21,8 @@ export interface Field {
   max?: number;
   /** 'prompt' is edited in the page's prompt box, not in the form */
   fromPromptBox?: boolean;
+  /** for JSON fields: a value of the right shape, written as JSON (the format hint) */
+  example?: string;
 }
 
 type Json = Record<string, any>;
@@ -67,6 +69,36 @@ function kindOf(name: string, s: Json): Pick<Field, 'kind' | 'options' | 'min' |
   }
 }
 
+/**
+ * A small value of a schema's shape, for the format hint of JSON fields: arrays of one item,
+ * objects with their required properties plus the first optional integer one (a target's
+ * `head`), numbers at their minimum.
+ */
+export function exampleOf(raw: Json, depth = 0): unknown {
+  if (depth > 4) return null;
+  const alts = (raw.anyOf ?? raw.oneOf) as Json[] | undefined;
+  if (alts) {
+    const pick = alts.find((a) => a.type === 'array' || a.type === 'object') ?? alts.find((a) => a.type !== 'null') ?? {};
+    return exampleOf(pick, depth + 1);
+  }
+  if (raw.const !== undefined) return raw.const;
+  if (Array.isArray(raw.enum)) return raw.enum[0];
+  switch (raw.type) {
+    case 'array': return [exampleOf(raw.items ?? {}, depth + 1)];
+    case 'object': {
+      const props = (raw.properties ?? {}) as Record<string, Json>;
+      const req = new Set<string>((raw.required ?? []) as string[]);
+      const extra = Object.keys(props).find((k) => !req.has(k) && nonNull(props[k]).type === 'integer');
+      const keys = Object.keys(props).filter((k) => req.has(k) || k === extra);
+      return Object.fromEntries(keys.map((k) => [k, exampleOf(props[k], depth + 1)]));
+    }
+    case 'integer': case 'number': return typeof raw.minimum === 'number' && Math.abs(raw.minimum) < BIG ? raw.minimum : 0;
+    case 'boolean': return false;
+    case 'string': return '…';
+    default: return null;
+  }
+}
+
 export function labelOf(name: string): string {
   return name.replace(/_/g, ' ');
 }
@@ -85,6 +117,10 @@ export function fieldsOf(schema: Json): Field[] {
       fromPromptBox: name === 'prompt',
       ...kindOf(name, s),
     };
+  }).map((f) => {
+    if (f.kind !== 'json' && f.kind !== 'string_or_json') return f;
+    const ex = exampleOf(nonNull(props[f.name]));
+    return ex === null || ex === undefined ? f : { ...f, example: JSON.stringify(ex) };
   });
 }
 
@@ -192,7 +228,7 @@ export function rawFromInput(fields: Field[], input: Record<string, unknown>): R
 
 /** Placeholder text that shows the default the operation will use. */
 export function placeholderOf(f: Field): string {
-  if (f.default === undefined) return f.required ? 'required' : 'optional';
+  if (f.default === undefined) return f.example ? `e.g. ${f.example}` : f.required ? 'required' : 'optional';
   if (Array.isArray(f.default)) return f.default.join(f.kind === 'lines' ? ' / ' : ', ');
   return typeof f.default === 'object' ? JSON.stringify(f.default) : String(f.default);
 }

@@ -59,6 +59,8 @@ export class AppState {
       },
     });
     this.doctor = new DoctorStore(this.client, this.jobs, notify);
+    // an error about inputs that have since been edited is stale (a running job's error is not yet shown)
+    this.forms.onEdit = () => { if (!this.jobs.busy) this.jobError = null; };
   }
 
   // ---------- the slice the agent bridge and the e2e suite read ----------

@@ -22,7 +22,8 @@ export class DoctorStore {
   /** why the agreement check cannot run now (null: it can) */
   agreementBlocked(hasModel: boolean): string | null {
     if (!hasModel) return 'Load a model first.';
-    if (this.info && !this.info.gpu.available) return `It needs WebGPU, which this browser does not offer (${this.info.gpu.reason}).`;
+    if (!this.info) return 'Checking what this browser offers…';
+    if (!this.info.gpu.available) return `It needs WebGPU, which this browser does not offer (${this.info.gpu.reason}).`;
     if (this.jobs.busy) return 'Wait for the running job.';
     return null;
   }

@@ -15,6 +15,8 @@ export class FormStore {
   params = $state<Record<string, Record<string, unknown>>>({});
   errors = $state<Record<string, string>>({});
   ops = $state.raw<OperationInfo[]>([]);
+  /** called when the person edits an input (the page drops an error about the old input) */
+  onEdit: () => void = () => {};
   opsError = $state<ErrorInfo | null>(null);
 
   constructor() {
@@ -59,7 +61,13 @@ export class FormStore {
     this.params[op][name] = value;
     // the error this field had is about the old value
     if (op === this.op && this.errors[name]) delete this.errors[name];
+    this.edited();
+  }
+
+  /** an input changed: keep it, and let errors about the old one go */
+  edited(): void {
     this.save();
+    this.onEdit();
   }
 
   /** merge values into other operations' forms (what follows a run, a click in a view) */

@@ -18,8 +18,9 @@ export interface JobState {
   done: number;
   total: number;
   startedAt: number;
-  /** when the current stage began (progress within a stage is paced from it) */
+  /** when the current stage began, and when its step count last moved (the bar paces itself from them) */
   stageAt: number;
+  stepAt: number;
 }
 
 type Start<T> = (id: string, api: Remote<EngineWorkerApi>, onProgress: ((p: Progress) => void) & Comlink.ProxyMarked) => Promise<T>;
@@ -56,7 +57,9 @@ export class JobStore {
     const onProgress = (p: Progress) => {
       const j = this.job;
       if (j && j.id === job.id) {
-        if (p.stage !== j.stage) j.stageAt = Date.now();
+        const now = Date.now();
+        if (p.stage !== j.stage) j.stageAt = now;
+        if (p.stage !== j.stage || p.done !== j.done) j.stepAt = now;
         j.stage = p.stage; j.done = p.done; j.total = p.total;
       }
       opts.onProgress?.(p);
@@ -66,7 +69,7 @@ export class JobStore {
     opts.signal?.addEventListener('abort', onAbort, { once: true });
     this.current = job as Job<unknown>;
     const now = Date.now();
-    this.job = { id: job.id, kind, op: label, stage: 'starting', done: 0, total: 0, startedAt: now, stageAt: now };
+    this.job = { id: job.id, kind, op: label, stage: 'starting', done: 0, total: 0, startedAt: now, stageAt: now, stepAt: now };
     try {
       return await job.promise;
     } finally {

@@ -6,7 +6,14 @@ export class PrefStore {
   theme = $state<Theme>(prefs.theme());
   backend = $state<BackendChoice>(prefs.backend());
 
+  constructor() {
+    applyTheme(this.theme);
+  }
+
   setTheme(t: Theme): void {
+    // the attribute changes before the state does: charts redrawn because the theme changed
+    // read their colours from the new theme's CSS variables
+    applyTheme(t);
     this.theme = t;
     prefs.setTheme(t);
   }
@@ -15,4 +22,8 @@ export class PrefStore {
     this.backend = b;
     prefs.setBackend(b);
   }
+}
+
+function applyTheme(t: Theme): void {
+  if (typeof document !== 'undefined') document.documentElement.dataset.theme = t;
 }
