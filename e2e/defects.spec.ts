@@ -161,6 +161,13 @@ test('4. attention and circuit fit their card at 1024 wide with a long token', a
   try {
     await page.getByTestId('prompt').fill('<|endoftext|>Once upon a time, there was a little');
     await runOp(page, 'attention');
+    // stories260K splits <|endoftext|> into pieces: give the drawn document GPT-2's single long token
+    await page.evaluate(() => {
+      const a = (globalThis as any).__loupe;
+      const r = a.results.attention;
+      a.results = { ...a.results, attention: { ...r, doc: { ...r.doc, tokens: r.doc.tokens.map((t: any, i: number) => (i % 3 === 1 ? { ...t, text: '<|endoftext|>' } : t)) } } };
+    });
+    await expect(page.locator('[data-testid=attention-view] .tok').nth(1)).toHaveText('<|endoftext|>');
     await page.locator('[data-testid=attention-view] .tok').first().hover();
     expect(await overflows(page)).toEqual([]);
     await shot(page, 'attention-1024-long-token');
@@ -184,6 +191,8 @@ test('9. token chips stay readable on dark attention colours', async () => {
 
 test('5. every activations series has its own colour', async () => {
   await runOp(page, 'activations');
+  // the view loads lazily: wait for its curves
+  await expect.poll(() => page.locator('[data-testid=activations-chart] path.series-line').count()).toBeGreaterThan(6);
   const strokes = await page.$$eval('[data-testid=activations-chart] path.series-line', (ps) => ps.map((p) => `${p.getAttribute('data-series')}=${p.getAttribute('stroke')}`));
   expect(strokes.length).toBeGreaterThan(6);
   const colours = strokes.map((s) => s.split('=')[1]);
@@ -193,8 +202,10 @@ test('5. every activations series has its own colour', async () => {
 test('10. sweep and causality draw the same quantity in the same colour', async () => {
   await page.getByTestId('prompt').fill(PROMPT);
   await runOp(page, 'sweep', { example: true });
+  await expect(page.locator('[data-testid=sweep-chart] path.series-line').first()).toBeAttached();
   const sweep = await page.$$eval('[data-testid=sweep-metrics] path.series-line, [data-testid=sweep-chart] path.series-line', (ps) => Object.fromEntries(ps.map((p) => [p.getAttribute('data-series'), p.getAttribute('stroke')])));
   await runOp(page, 'causality', { example: true });
+  await expect(page.locator('[data-testid=causality-view] path.series-line').first()).toBeAttached();
   const caus = await page.$$eval('[data-testid=causality-view] path.series-line', (ps) => Object.fromEntries(ps.map((p) => [p.getAttribute('data-series'), p.getAttribute('stroke')])));
   const shared = Object.keys(caus).filter((k) => k in sweep);
   expect(shared.length).toBeGreaterThan(0);
