@@ -16,7 +16,8 @@ import type { CacheKey } from '../src/engine/source/types';
 import { IdbCache } from '../src/engine/source/idb-cache';
 import { createSaeLoaders, type SaeLoaders } from '../src/engine/source/sae-loader';
 import { gpuInfo } from './doctor';
-import type { BackendChoice, CachedModel, LoadRequest, LoadedModelSummary } from './protocol';
+import { CONFIRM_DOWNLOAD_BYTES, type BackendChoice, type CachedModel, type LoadPreview, type LoadRequest, type LoadedModelSummary, type PreviewFn } from './protocol';
+import type { ModelPlan, ModelJudgement } from '../src/engine/source/preflight';
 
 const BASE = new URL(import.meta.env.BASE_URL, self.location.href);
 
@@ -130,6 +131,24 @@ export interface OpenOptions {
   onProgress: (p: FileProgress) => void;
   /** force a backend (the agreement check loads the same model on the other one) */
   backend?: Backend;
+  /** sees the judged plan before any weight byte; false stops the load (CANCELLED) */
+  onPreview?: PreviewFn;
+}
+
+/** The page's view of a judged plan (protocol.ts LoadPreview). */
+export function previewOf(plan: ModelPlan, j: ModelJudgement | null, backend: 'wasm' | 'webgpu', id: string): LoadPreview {
+  const dtypes = Object.keys(j?.stats.byDtype ?? plan.stats?.byDtype ?? {});
+  return {
+    id, revision: plan.ref.revision, ...(plan.commit ? { commit: plan.commit } : {}),
+    architecture: plan.architecture,
+    n_params: j?.stats.nParams ?? plan.stats?.nParams ?? 0,
+    dtype: dtypes.join('+'),
+    weightBytes: plan.weightBytes,
+    downloadBytes: plan.downloadBytes,
+    backend,
+    needs: (j?.estimates ?? []).filter((e) => e.backend !== 'node').map((e) => ({ backend: e.backend as 'wasm' | 'webgpu', precision: e.precision, bytes: e.peakBytes, fits: e.fits })),
+    confirm: plan.downloadBytes > CONFIRM_DOWNLOAD_BYTES,
+  };
 }
 
 export async function openModel(req: LoadRequest, opts: OpenOptions): Promise<{ model: LoadedModel; summary: LoadedModelSummary }> {
@@ -143,6 +162,10 @@ export async function openModel(req: LoadRequest, opts: OpenOptions): Promise<{ 
     backend,
     signal: opts.signal,
     cache: plan.useCache ? idb() : undefined,
+    confirm: opts.onPreview && backend !== 'node' ? async (p, j) => {
+      const ok = await opts.onPreview!(previewOf(p, j, backend, plan.ref.id));
+      if (!ok) throw new LoupeError('CANCELLED', 'The download was declined.', 'Load a smaller model, or accept the download to go on.');
+    } : undefined,
     onProgress: (p) => {
       files.set(p.file, p);
       opts.onProgress(p);

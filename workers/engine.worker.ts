@@ -17,7 +17,7 @@ import { gpuInfo, storageInfo, jsHeapBytes } from './doctor';
 import { openModel, listCachedModels, deleteCachedModel, wasmThreads, saeLoadersFor, saeNeedsDownload } from './engine-adapter';
 import { compareBackends } from './agreement';
 import type {
-  EngineWorkerApi, LoadRequest, LoadedModelSummary, OperationInfo, FileProgressFn, ProgressFn, MemoryInfo,
+  EngineWorkerApi, LoadRequest, LoadedModelSummary, OperationInfo, FileProgressFn, ProgressFn, MemoryInfo, PreviewFn
 } from './protocol';
 
 let model: LoadedModel | null = null;
@@ -65,11 +65,11 @@ const api: EngineWorkerApi = {
     });
   },
 
-  loadModel(jobId: string, req: LoadRequest, onProgress: FileProgressFn) {
+  loadModel(jobId: string, req: LoadRequest, onProgress: FileProgressFn, onPreview?: PreviewFn) {
     return guarded(async (): Promise<LoadedModelSummary> => {
       const signal = jobs.start(jobId);
       try {
-        const opened = await openModel(req, { signal, onProgress: throttle(onProgress, 80, fileDone) });
+        const opened = await openModel(req, { signal, onProgress: throttle(onProgress, 80, fileDone), onPreview });
         // swap only once the new model is ready, so a failed load leaves the old one usable
         const old = model;
         model = opened.model;

@@ -34,6 +34,38 @@ export interface LoadedModelSummary {
   backendReason: string;
 }
 
+/**
+ * What a load will cost, judged from config.json and the safetensors headers before any weight
+ * byte is downloaded (src/engine/source/preflight.ts). The page shows it and, above
+ * CONFIRM_DOWNLOAD_BYTES, waits for a click.
+ */
+export interface LoadPreview {
+  id: string;
+  revision: string;
+  /** the commit the Hub resolved the revision to, when known */
+  commit?: string;
+  architecture: string;
+  n_params: number;
+  /** stored dtypes, e.g. 'F16' */
+  dtype: string;
+  /** size of the weight files */
+  weightBytes: number;
+  /** weight bytes not yet in this browser's cache */
+  downloadBytes: number;
+  /** the backend the load will run on */
+  backend: 'wasm' | 'webgpu';
+  /** estimated peak memory per browser backend at the precision that will run */
+  needs: { backend: 'wasm' | 'webgpu'; precision: string; bytes: number; fits: boolean }[];
+  /** the download waits for a person's click */
+  confirm: boolean;
+}
+
+/** Downloads above this wait for a click (issue 11: "asks for a click above 1 GB"). */
+export const CONFIRM_DOWNLOAD_BYTES = 1e9;
+
+/** The page's answer to a preview: true to download, false to stop the load. */
+export type PreviewFn = (p: LoadPreview) => Promise<boolean>;
+
 export interface OperationInfo {
   name: string;
   description: string;
@@ -117,7 +149,8 @@ export interface EngineWorkerApi {
   /** the page instance id that handles are minted with (src/bridge/handles.ts) */
   configure(opts: { instanceId: string }): Promise<void>;
   listOperations(): Promise<OperationInfo[]>;
-  loadModel(jobId: string, req: LoadRequest, onProgress: FileProgressFn): Promise<LoadedModelSummary>;
+  /** onPreview (optional) sees the judged plan before any weight byte and may stop the load */
+  loadModel(jobId: string, req: LoadRequest, onProgress: FileProgressFn, onPreview?: PreviewFn): Promise<LoadedModelSummary>;
   runOperation(jobId: string, name: string, input: unknown, onProgress: ProgressFn): Promise<unknown>;
   /** abort a job (load or operation); returns whether it was running */
   cancel(jobId: string): Promise<boolean>;

@@ -9,7 +9,7 @@ import { createModel } from './model';
 import { readTensorF32 } from './safetensors';
 import { webSessionFactory, type OrtModule } from './runtime/session';
 import { loadModelFiles } from './source/files';
-import { judgeModel, type ModelPlan } from './source/preflight';
+import { judgeModel, type ModelJudgement, type ModelPlan } from './source/preflight';
 import { createSource } from './source/create-source';
 import { BUNDLED_MODEL_ID, resolveModelRef } from './source/ref';
 import type { ByteCache, ModelSource } from './source/types';
@@ -26,7 +26,7 @@ export interface BrowserLoadOptions extends LoadOptions {
   endpoint?: string;
   token?: string;
   /** asked after the plan is judged and before the download (the page asks a person above 1 GB); throw to stop */
-  confirm?: (plan: ModelPlan) => void | Promise<void>;
+  confirm?: (plan: ModelPlan, judgement: ModelJudgement | null) => void | Promise<void>;
 }
 
 /** WebGPU when the browser gives us an adapter, else WASM (transformers.js-style capability check). */
@@ -54,8 +54,8 @@ export async function loadModel(spec: string | ModelSource, opts: BrowserLoadOpt
     cache: bundled ? undefined : opts.cache, signal: opts.signal, onProgress: opts.onProgress,
     // architecture, tensors and memory judged from the headers, before any weight byte
     judge: async (plan) => {
-      judgeModel(plan, wanted, 'f32', opts.memory, { backends: ['wasm', 'webgpu'], precisions: ['f32'] });
-      await opts.confirm?.(plan);
+      const j = judgeModel(plan, wanted, 'f32', opts.memory, { backends: ['wasm', 'webgpu'], precisions: ['f32'] });
+      await opts.confirm?.(plan, j);
     },
   });
   const parts = {

@@ -9,7 +9,7 @@ import type { ShareModel } from '../../share/codec';
 import type { EngineClient, Job } from '../engine/client';
 import { prefs, DEFAULT_ENDPOINT, type RecentModel } from './prefs';
 import { errInfo, type ErrorInfo } from './errors';
-import type { BackendChoice, CachedModel, LoadedModelSummary, MemoryInfo, ModelRequest, StorageInfo } from '../../../workers/protocol';
+import type { BackendChoice, CachedModel, LoadPreview, LoadedModelSummary, MemoryInfo, ModelRequest, StorageInfo } from '../../../workers/protocol';
 
 /** what the page can ask to load (a token is added from prefs for Hub models, never stored here) */
 export type ModelChoice = { kind: 'bundled' } | { kind: 'hub'; id: string; revision: string; endpoint: string } | { kind: 'url'; id: string };
@@ -56,6 +56,9 @@ export class ModelStore {
   cache = $state.raw<CachedModel[]>([]);
   storage = $state.raw<StorageInfo | null>(null);
   memory = $state.raw<MemoryInfo | null>(null);
+  /** the judged plan of the load in progress (before any weight byte); `waiting` while it asks for a click */
+  preview = $state.raw<(LoadPreview & { waiting: boolean }) | null>(null);
+  private answer: ((ok: boolean) => void) | null = null;
   private loadJob: Job<LoadedModelSummary> | null = null;
   private current: ModelChoice | null = null;
 
@@ -85,9 +88,16 @@ export class ModelStore {
     this.error = null;
     this.files = [];
     this.phase = 'files';
+    this.preview = null;
     const onProgress = (p: FileProgress) => this.onFileProgress(p);
+    // A big download waits for a click (answerPreview); anything smaller goes on at once.
+    const onPreview = (p: LoadPreview) => new Promise<boolean>((resolve) => {
+      this.preview = { ...p, waiting: p.confirm };
+      if (!p.confirm) return resolve(true);
+      this.answer = (ok) => { this.answer = null; if (this.preview) this.preview = { ...this.preview, waiting: false }; resolve(ok); };
+    });
     const req = { model: this.requestOf(choice), backend: this.d.backend() };
-    const job = this.d.client.job('load', (id, api) => api.loadModel(id, req, Comlink.proxy(onProgress)));
+    const job = this.d.client.job('load', (id, api) => api.loadModel(id, req, Comlink.proxy(onProgress), Comlink.proxy(onPreview)));
     this.loadJob = job;
     try {
       const summary = await job.promise;
@@ -127,7 +137,13 @@ export class ModelStore {
   }
 
   cancelLoad(): void {
+    this.answer?.(false);
     this.loadJob?.cancel();
+  }
+
+  /** the person's answer to a preview that waits for a click: download, or stop the load */
+  answerPreview(ok: boolean): void {
+    this.answer?.(ok);
   }
 
   private onFileProgress(p: FileProgress): void {

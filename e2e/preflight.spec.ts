@@ -1,0 +1,107 @@
+/**
+ * Judge before download, in the page: a load from the Hub stand-in first shows what it will cost
+ * ("downloads X, needs about Y on WASM / WebGPU"), waits for a click above 1 GB, and refuses a
+ * model too large for the backend — each before a tensor byte is served. Big models are sparse
+ * files (valid header, then a hole) in a temporary folder, deleted afterwards.
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { BrowserContext, Page } from '@playwright/test';
+import { test, expect, openReady, waitModelReady, shot, watchErrors, SHARED_MODELS } from './fixtures';
+import { writeSparseGpt2 } from '../tests/helpers/sparse-model';
+
+test.describe.configure({ mode: 'serial' });
+
+const SMALL = 'preflight/induction-gpt2';
+const MEDIUM = 'preflight/gpt2-medium'; // 355M F32 parameters: 1.4 GB, asks for a click
+const XL = 'preflight/gpt2-xl'; // 1.56B F32 parameters: 6.2 GB, over the 4 GiB WASM heap
+const tmp = mkdtempSync(join(tmpdir(), 'loupe-e2e-preflight-'));
+let context: BrowserContext;
+let page: Page;
+let errors: string[];
+let medium: ReturnType<typeof writeSparseGpt2>;
+let xl: ReturnType<typeof writeSparseGpt2>;
+
+test.beforeAll(async ({ browser, hub }) => {
+  const tok = join(SHARED_MODELS, 'induction-gpt2');
+  medium = writeSparseGpt2(tmp, 'gpt2-medium', { nLayer: 24, nEmbd: 1024, nHead: 16 }, 'F32', tok);
+  xl = writeSparseGpt2(tmp, 'gpt2-xl', { nLayer: 48, nEmbd: 1600, nHead: 25 }, 'F32', tok);
+  hub.addRepo(SMALL, tok);
+  hub.addRepo(MEDIUM, medium.dir);
+  hub.addRepo(XL, xl.dir);
+  context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
+  page = await context.newPage();
+  errors = watchErrors(page);
+});
+test.afterAll(async () => {
+  await context?.close();
+  rmSync(tmp, { recursive: true, force: true });
+});
+
+async function loadFromHub(p: Page, endpoint: string, id: string): Promise<void> {
+  await p.getByRole('tab', { name: 'Hub' }).click();
+  if (!(await p.getByTestId('hub-endpoint').isVisible())) await p.getByRole('button', { name: /show endpoint/i }).click();
+  await p.getByTestId('hub-endpoint').fill(endpoint);
+  await p.getByTestId('hub-endpoint').dispatchEvent('change');
+  await p.getByTestId('hub-id').fill(id);
+  await p.getByTestId('load-hub').click();
+}
+
+/** bytes served for a weight file, and whether each request stayed inside its header */
+function weightTraffic(hub: { log: { id?: string; file?: string; range: string; bytes: number }[] }, id: string, headerBytes: number) {
+  const reqs = hub.log.filter((r) => r.id === id && r.file === 'model.safetensors');
+  return { bytes: reqs.reduce((a, r) => a + r.bytes, 0), insideHeader: reqs.every((r) => { const m = /^bytes=\d+-(\d+)$/.exec(r.range); return !!m && Number(m[1]) < headerBytes; }) };
+}
+
+test('a small model shows what it costs while it loads, with no click', async ({ site, hub }) => {
+  await openReady(page, site.url);
+  hub.throttle(SMALL, 'model.safetensors', { chunkSize: 16 * 1024, chunkDelayMs: 80 });
+  await loadFromHub(page, hub.url, SMALL);
+  const needs = page.getByTestId('load-needs');
+  await expect(needs).toContainText(/downloads .*MB, needs about .* on (WASM|WebGPU) \/ .* on (WASM|WebGPU)/);
+  await expect(page.getByTestId('confirm-download')).toHaveCount(0);
+  await waitModelReady(page);
+  await expect(page.getByTestId('status-model')).toContainText(SMALL);
+});
+
+test('above 1 GB the download waits for a click; "Not now" stops it before a tensor byte', async ({ hub }) => {
+  hub.resetCounters();
+  await loadFromHub(page, hub.url, MEDIUM);
+  const confirm = page.getByTestId('confirm-download');
+  await expect(confirm).toBeVisible();
+  await expect(confirm).toHaveText(/Download 1\.4 GB/);
+  await expect(page.getByTestId('load-needs')).toContainText('downloads 1.4 GB');
+  await expect(page.getByTestId('load-preview')).toContainText('355M params');
+  for (const theme of ['light', 'dark']) {
+    const current = await page.evaluate(() => document.documentElement.dataset.theme);
+    if (current !== theme) await page.getByRole('button', { name: /Switch to .* theme/ }).click();
+    for (const w of [1280, 1024]) {
+      await page.setViewportSize({ width: w, height: 800 });
+      await shot(page, `preflight-confirm-${theme}-${w}`);
+    }
+  }
+  await page.setViewportSize({ width: 1280, height: 800 });
+  expect(weightTraffic(hub, MEDIUM, medium.headerBytes)).toEqual({ bytes: medium.headerBytes, insideHeader: true });
+  await page.getByRole('button', { name: 'Not now' }).click();
+  await expect(confirm).toHaveCount(0);
+  await expect(page.getByTestId('model-error')).toHaveCount(0);
+  // the previous model is still loaded and usable
+  await expect(page.getByTestId('status-model')).toContainText(SMALL);
+  expect(weightTraffic(hub, MEDIUM, medium.headerBytes).bytes).toBe(medium.headerBytes);
+});
+
+test('a model too large for the backend is refused from its header, with a hint', async ({ hub }) => {
+  await page.getByLabel('Backend').selectOption('wasm').catch(() => page.locator('#backend').selectOption('wasm'));
+  await waitModelReady(page);
+  hub.resetCounters();
+  await loadFromHub(page, hub.url, XL);
+  const err = page.getByTestId('model-error');
+  await expect(err).toContainText('TOO_LARGE');
+  await expect(err).toContainText(/1\.56B parameters/);
+  await expect(err).toContainText(/WebAssembly heap/);
+  expect(weightTraffic(hub, XL, xl.headerBytes)).toEqual({ bytes: xl.headerBytes, insideHeader: true });
+  await shot(page, 'preflight-too-large-1280');
+  await expect(page.getByTestId('status-model')).toContainText(SMALL);
+  expect(errors.filter((e) => !/TOO_LARGE|Failed to load resource/.test(e))).toEqual([]);
+});
