@@ -145,6 +145,7 @@ export function previewOf(plan: ModelPlan, j: ModelJudgement | null, backend: 'w
     dtype: dtypes.join('+'),
     weightBytes: plan.weightBytes,
     downloadBytes: plan.downloadBytes,
+    cachedBytes: plan.cachedBytes,
     backend,
     needs: (j?.estimates ?? []).filter((e) => e.backend !== 'node').map((e) => ({ backend: e.backend as 'wasm' | 'webgpu', precision: e.precision, bytes: e.peakBytes, fits: e.fits })),
     confirm: plan.downloadBytes > CONFIRM_DOWNLOAD_BYTES,

@@ -52,6 +52,8 @@ export interface LoadPreview {
   weightBytes: number;
   /** weight bytes not yet in this browser's cache */
   downloadBytes: number;
+  /** weight bytes already in this browser's cache before the load */
+  cachedBytes: number;
   /** the backend the load will run on */
   backend: 'wasm' | 'webgpu';
   /** estimated peak memory per browser backend at the precision that will run */

@@ -64,6 +64,8 @@ export interface ModelPlan {
   weightBytes: number;
   /** weight bytes not yet complete in the cache: what the load will download */
   downloadBytes: number;
+  /** weight bytes that were already in the cache before this plan (complete or partial entries) */
+  cachedBytes: number;
 }
 
 function describe(ref: ModelRef): string {
@@ -252,12 +254,13 @@ export async function planModel(source: ModelSource, opts: PlanOptions = {}, tra
 
   const headers = new Map<string, SafetensorsHeader>();
   const heads = new Map<string, FileHead>();
-  let weightBytes = 0, downloadBytes = 0;
+  let weightBytes = 0, downloadBytes = 0, cachedBytes = 0;
   const note = (file: string, r: HeaderRead) => {
     headers.set(file, r.header);
     if (r.head) heads.set(file, r.head);
     weightBytes += r.size;
     downloadBytes += r.size - (r.cached ? r.stored : r.head?.bytes.byteLength ?? 0);
+    if (r.cached) cachedBytes += r.stored;
   };
   const ranged = source.readRange ? (source as ModelSource & Required<Pick<ModelSource, 'readRange'>>) : null;
 
@@ -319,7 +322,7 @@ export async function planModel(source: ModelSource, opts: PlanOptions = {}, tra
   const commit = (source as { commit?: string }).commit;
   const plan: ModelPlan = {
     ref, ...(commit ? { commit } : {}), config, tokenizerJson, tokenizerConfig, generationConfig,
-    architecture: String(config.model_type), weightFiles, index, headers, heads, tensors, stats, weightBytes, downloadBytes,
+    architecture: String(config.model_type), weightFiles, index, headers, heads, tensors, stats, weightBytes, downloadBytes, cachedBytes,
   };
   if (opts.signal?.aborted) throw new LoupeError('ABORTED', 'The operation was cancelled.');
   await opts.judge?.(plan);
