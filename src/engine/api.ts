@@ -24,8 +24,10 @@ import type { Tensor } from './tensor';
 import type { ModelSpec } from './spec';
 import type { ModelRef, FileProgress } from './source/types';
 import type { SaeFiles, SaeInfo } from './sae';
+import type { WeightProducts, WeightProductsInput } from './graph/readout-graph';
 
 export type { SaeFiles, SaeInfo } from './sae';
+export type { WeightProducts, WeightProductsInput } from './graph/readout-graph';
 
 export type Backend = 'webgpu' | 'wasm' | 'node';
 
@@ -171,6 +173,11 @@ export interface LoadedModel {
    * statistics → unembedding (+ b_U) → final soft-cap, giving logits [N, d_vocab].
    */
   unembed(resid: Tensor, signal?: AbortSignal): Promise<Tensor>;
+  /**
+   * Products with the stored W_O, W_out and W_U on the backend, for attribution after a forward
+   * (graph/readout-graph.ts lists them): one pass over each weight, no copy of it in JavaScript.
+   */
+  weightProducts(input: WeightProductsInput, signal?: AbortSignal): Promise<WeightProducts>;
   /** attach an SAE (SAELens layout) under an id; validates d_in and hook against this model (SAE_MISMATCH) */
   attachSae(files: SaeFiles, id: string): SaeInfo;
   /** SAEs attached so far */

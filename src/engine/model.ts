@@ -10,6 +10,7 @@ import type { Tensor } from './tensor';
 import type { WeightSet } from './safetensors-types';
 import { describeModel } from './arch';
 import { buildModelGraph, buildLensGraph, type BuiltGraph } from './graph/build-model';
+import { buildReadoutGraph, readoutFeeds, readoutResult, READOUT_OUTPUTS, type WeightProducts, type WeightProductsInput } from './graph/readout-graph';
 import { allHookNames, hookInfo, hookShape as shapeOfHook } from './graph/hooks';
 import { compileInterventions } from './runtime/interventions';
 import { buildFeeds } from './runtime/feeds';
@@ -165,7 +166,18 @@ class EngineModel implements LoadedModel {
     return next;
   }
 
-  private session(kind: 'base' | 'result' | 'lens', saeId?: string, lean?: { sites: string[]; outputs: string[] }, grad?: string[]) {
+  weightProducts(input: WeightProductsInput, signal?: AbortSignal): Promise<WeightProducts> {
+    const next = this.queue.then(async () => {
+      throwIfAborted(signal);
+      const feeds = readoutFeeds(this.spec, input, (type, data, dims) => new this.factory.ort.Tensor(type, data, dims));
+      const { session } = await this.session('readout');
+      return readoutResult(await session.run(feeds, READOUT_OUTPUTS));
+    });
+    this.queue = next.catch(() => undefined);
+    return next;
+  }
+
+  private session(kind: 'base' | 'result' | 'lens' | 'readout', saeId?: string, lean?: { sites: string[]; outputs: string[] }, grad?: string[]) {
     const key = lean ? `lean:${JSON.stringify(lean)}` : grad ? `grad:${saeId ?? ''}:${grad.join(',')}` : saeId ? `${kind}|sae:${saeId}` : kind;
     let s = this.sessions.get(key);
     if (!s && (lean || grad)) {
@@ -183,6 +195,7 @@ class EngineModel implements LoadedModel {
         const sae = saeId ? this.sae(saeId) : undefined;
         const weights = sae?.weights ?? this.parts.weights;
         const graph = kind === 'lens' ? buildLensGraph(this.spec, weights.tensors)
+          : kind === 'readout' ? buildReadoutGraph(this.spec, weights.tensors)
           : buildModelGraph(this.spec, weights.tensors, { hooks: true, withResult: kind === 'result', sae: sae?.spec, lean, grad: grad && { hooks: grad } });
         return { graph, session: await this.factory.create(graph, weights) };
       })();

@@ -104,7 +104,7 @@ export const operation = defineOperation({
   const cleanLogits = logitsAt(clean, ids.length - 1);
   const answer = answerToken(model, cleanLogits, answerId);
   const meter = new EffectMeter(model, cleanLogits, answer.token_id);
-  const dla = decomposeLogit(model, clean, { tokenId: answer.token_id }, { convention: input.convention });
+  const dla = await decomposeLogit(model, clean, { tokenId: answer.token_id }, { convention: input.convention, signal: ctx.signal });
   ctx.onProgress?.({ stage: 'clean run and attribution', done: 1, total: 1 });
 
   // ---- candidates by |attribution|

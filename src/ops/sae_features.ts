@@ -160,7 +160,7 @@ export const operation = defineOperation({
   const map = residualMap(model, hook);
   let eHook: Float64Array | null = null;
   if (map.kind !== null) {
-    const { e } = readoutDirection(model, { tokenId: predicted }, 'raw', scale);
+    const { e } = await readoutDirection(model, { tokenId: predicted }, 'raw', scale, ctx.signal);
     eHook = map.pull(e);
   }
   const W_dec = eHook ? sae.weight('W_dec').data : null;

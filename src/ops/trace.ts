@@ -87,7 +87,7 @@ export const operation = defineOperation({
   const top = topK(row, input.top_k);
   const predictedId = top[0];
   const target: DlaTarget = { tokenId: answerId ?? predictedId, counterfactualId: cfId };
-  const dla = decomposeLogit(model, run, target, { convention: input.convention, position: pos, logitIndex: 0 });
+  const dla = await decomposeLogit(model, run, target, { convention: input.convention, position: pos, logitIndex: 0, signal: ctx.signal });
 
   const headAt = (i: number) => dla.heads[Math.floor(i / H)][i % H];
   const topHeads = topIndices(L * H, (i) => Math.abs(headAt(i)), input.top_k).map((i) => ({ layer: Math.floor(i / H), head: i % H, logit_attribution: finite(headAt(i)) }));

@@ -26,10 +26,12 @@
  * from the layer's summed output; the decomposition is exact for the PRE-soft-cap logit (the
  * soft-cap is a monotone non-linearity applied after the sum), which is what `target` reports.
  *
- * Cost: everything that does not depend on the target (the vocabulary mean of W_U, the folded
- * value biases b_V'[h]·W_O[h]) is computed once per model and kept (`constantsOf`). A call then
- * reads each W_O and W_out row once (one dot product with the readout per row: a head's term is
- * z_h · (W_O[h] e), a neuron's post[n] · (W_out[n] · e)) and never copies a weight.
+ * Cost: the matrix products with the weights (W_O and W_out rows dotted with the readout, z·W_O for
+ * the reconstruction check, columns and the vocabulary mean of W_U) run on the backend through
+ * `model.weightProducts`, in the layout the weights are stored in; what does not depend on the
+ * target (the vocabulary mean, the folded value biases b_V') is computed once per model and kept.
+ * JavaScript then does O(d_model) work per head and O(1) per neuron: a head's term is
+ * z_h · (W_O[h] e), a neuron's post[n] · (W_out[n] · e).
  */
 import type { LoadedModel, RunResult } from '../../engine/api';
 import type { Tensor } from '../../engine/tensor';
@@ -41,22 +43,16 @@ export const CONVENTIONS = ['transformer_lens', 'raw'] as const;
 // ------------------------------------------------------------------ per-model constants
 
 interface LayerConstants {
-  /** [H·Dh, D] */
-  WO: Float32Array;
   bO: Float32Array;
-  /** [M, D] */
-  Wout: Float32Array;
   bOut: Float32Array;
   /** Gemma 2 post-norm weights, when the layer has them */
   postAttnW: Float32Array | null;
   postMlpW: Float32Array | null;
-  /** transformer_lens fold: b_V'[h]·W_O[h] per head [H, D] and their sum over heads [D] (computed on first use) */
-  fold?: { moved: Float64Array; sum: Float64Array };
+  /** transformer_lens fold: b_V'[h] per query head [H·Dh] (computed on first use) */
+  bVp?: Float64Array;
 }
 
 interface DlaConstants {
-  /** W_U [D, V], the model's own cached parameter (shared with every other op) */
-  WU: Float32Array;
   bU: Float32Array;
   lnfW: Float32Array;
   lnfB: Float32Array;
@@ -65,7 +61,7 @@ interface DlaConstants {
   layers: LayerConstants[];
 }
 
-/** constants per model: the model's parameters (model.param caches them) and what DLA derives from them once */
+/** per model: its small parameters (model.param keeps them) and what DLA derives from the weights once */
 const constants = new WeakMap<LoadedModel, DlaConstants>();
 
 function constantsOf(model: LoadedModel): DlaConstants {
@@ -73,10 +69,9 @@ function constantsOf(model: LoadedModel): DlaConstants {
   if (!c) {
     const p = (name: string) => model.param(name).data;
     c = {
-      WU: p('unembed.W_U'), bU: p('unembed.b_U'), lnfW: p('ln_final.w'), lnfB: p('ln_final.b'),
+      bU: p('unembed.b_U'), lnfW: p('ln_final.w'), lnfB: p('ln_final.b'),
       layers: model.spec.layers.map((s, l) => ({
-        WO: p(`blocks.${l}.attn.W_O`), bO: p(`blocks.${l}.attn.b_O`),
-        Wout: p(`blocks.${l}.mlp.W_out`), bOut: p(`blocks.${l}.mlp.b_out`),
+        bO: p(`blocks.${l}.attn.b_O`), bOut: p(`blocks.${l}.mlp.b_out`),
         postAttnW: s.postAttnNorm ? postNormWeight(model, 'attn', l) : null,
         postMlpW: s.postMlpNorm ? postNormWeight(model, 'mlp', l) : null,
       })),
@@ -92,34 +87,17 @@ function postNormWeight(model: LoadedModel, which: 'attn' | 'mlp', l: number): F
   return model.param(which === 'attn' ? `blocks.${l}.ln1_post.w` : `blocks.${l}.ln2_post.w`).data;
 }
 
-function unembedMean(model: LoadedModel, c: DlaConstants): { wu: Float64Array; bu: number } {
-  if (!c.unembedMean) {
-    const { d_model: D, d_vocab: V } = model.info;
-    const wu = new Float64Array(D);
-    for (let d = 0; d < D; d++) {
-      let s = 0;
-      const o = d * V;
-      for (let v = 0; v < V; v++) s += c.WU[o + v];
-      wu[d] = s / V;
-    }
-    let bu = 0;
-    for (let v = 0; v < V; v++) bu += c.bU[v];
-    c.unembedMean = { wu, bu: bu / V };
-  }
-  return c.unembedMean;
-}
-
 /**
- * b_V'[h]·W_O[h] for every query head, b_V'[h] = b_V[kv(h)] + b_ln1 · W_V[kv(h)] (GQA: kv(h) =
- * h / (H/Hkv)); absent biases are zeros (model.param), and W_V is read only when b_ln1 is not zero.
+ * b_V'[h] = b_V[kv(h)] + b_ln1 · W_V[kv(h)] for every query head (GQA: kv(h) = h / (H/Hkv));
+ * absent biases are zeros (model.param), and W_V is read only when b_ln1 is not all zero.
  */
-function foldOf(model: LoadedModel, c: DlaConstants, l: number): { moved: Float64Array; sum: Float64Array } {
+function foldedValueBias(model: LoadedModel, c: DlaConstants, l: number): Float64Array {
   const lc = c.layers[l];
-  if (!lc.fold) {
+  if (!lc.bVp) {
     const { n_heads: H, n_kv_heads: Hkv, d_head: Dh, d_model: D } = model.info;
     const bV = model.param(`blocks.${l}.attn.b_V`).data; // [Hkv, Dh]
     const bLn = model.param(`blocks.${l}.ln1.b`).data; // [D], zeros for RMSNorm
-    const bVp = Float64Array.from(bV);
+    const kvBias = Float64Array.from(bV);
     if (bLn.some((x) => x !== 0)) {
       const WV = model.param(`blocks.${l}.attn.W_V`).data; // [Hkv, D, Dh]
       for (let kv = 0; kv < Hkv; kv++) {
@@ -127,47 +105,20 @@ function foldOf(model: LoadedModel, c: DlaConstants, l: number): { moved: Float6
           const bd = bLn[d];
           if (bd === 0) continue;
           const o = (kv * D + d) * Dh;
-          for (let i = 0; i < Dh; i++) bVp[kv * Dh + i] += bd * WV[o + i];
+          for (let i = 0; i < Dh; i++) kvBias[kv * Dh + i] += bd * WV[o + i];
         }
       }
     }
     const group = H / Hkv;
-    const moved = new Float64Array(H * D);
-    const sum = new Float64Array(D);
-    for (let h = 0; h < H; h++) {
-      const kv = Math.floor(h / group);
-      for (let i = 0; i < Dh; i++) axpy(moved, h * D, bVp[kv * Dh + i], lc.WO, (h * Dh + i) * D, D);
-      for (let d = 0; d < D; d++) sum[d] += moved[h * D + d];
-    }
-    lc.fold = { moved, sum };
+    lc.bVp = new Float64Array(H * Dh);
+    for (let h = 0; h < H; h++) lc.bVp.set(kvBias.subarray(Math.floor(h / group) * Dh, (Math.floor(h / group) + 1) * Dh), h * Dh);
   }
-  return lc.fold;
+  return lc.bVp;
 }
 
-// ------------------------------------------------------------------ kernels (monomorphic: float32 weights, float64 vectors)
-
-/** Σ_i w[wo + i] · e[i] */
-function dotRow(w: Float32Array, wo: number, e: Float64Array, n: number): number {
-  let s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-  let i = 0;
-  for (; i + 3 < n; i += 4) {
-    s0 += w[wo + i] * e[i];
-    s1 += w[wo + i + 1] * e[i + 1];
-    s2 += w[wo + i + 2] * e[i + 2];
-    s3 += w[wo + i + 3] * e[i + 3];
-  }
-  for (; i < n; i++) s0 += w[wo + i] * e[i];
-  return (s0 + s1) + (s2 + s3);
-}
-
-/** y[yo + i] += a · w[wo + i] */
-function axpy(y: Float64Array, yo: number, a: number, w: Float32Array, wo: number, n: number): void {
-  for (let i = 0; i < n; i++) y[yo + i] += a * w[wo + i];
-}
-
-function dotF(a: ArrayLike<number>, b: Float64Array, n: number): number {
+function dotF(a: ArrayLike<number>, b: ArrayLike<number>, n: number, ao = 0): number {
   let s = 0;
-  for (let i = 0; i < n; i++) s += a[i] * b[i];
+  for (let i = 0; i < n; i++) s += a[ao + i] * b[i];
   return s;
 }
 
@@ -184,20 +135,26 @@ export interface DlaTarget {
  * and the unembedding-bias term. u = W_U[:,t] (raw) or W_U[:,t] − mean_v W_U[:,v] (TL); for a
  * difference, u_a − u_c (centring cancels).
  */
-function unembedColumn(model: LoadedModel, c: DlaConstants, target: DlaTarget, convention: Convention): { u: Float64Array; biasTerm: number } {
+async function unembedColumn(model: LoadedModel, c: DlaConstants, target: DlaTarget, convention: Convention, signal?: AbortSignal): Promise<{ u: Float64Array; biasTerm: number }> {
   const { d_model: D, d_vocab: V } = model.info;
-  const u = new Float64Array(D);
-  const t = target.tokenId;
-  for (let d = 0; d < D; d++) u[d] = c.WU[d * V + t];
-  let biasTerm = c.bU[t];
-  if (target.counterfactualId !== undefined) {
-    const cf = target.counterfactualId;
-    for (let d = 0; d < D; d++) u[d] -= c.WU[d * V + cf];
+  const cf = target.counterfactualId;
+  const centre = cf === undefined && convention === 'transformer_lens';
+  const ids = cf === undefined ? [target.tokenId] : [target.tokenId, cf];
+  const p = await model.weightProducts({ unembedIds: ids, unembedSum: centre && !c.unembedMean }, signal);
+  const rows = p.unembedRows.data;
+  const u = Float64Array.from(rows.subarray(0, D));
+  let biasTerm = c.bU[target.tokenId];
+  if (cf !== undefined) {
+    for (let d = 0; d < D; d++) u[d] -= rows[D + d];
     biasTerm -= c.bU[cf];
-  } else if (convention === 'transformer_lens') {
-    const m = unembedMean(model, c);
-    for (let d = 0; d < D; d++) u[d] -= m.wu[d];
-    biasTerm -= m.bu;
+  } else if (centre) {
+    if (!c.unembedMean) {
+      let bu = 0;
+      for (let v = 0; v < V; v++) bu += c.bU[v];
+      c.unembedMean = { wu: Float64Array.from(p.unembedSum.data, (x) => x / V), bu: bu / V };
+    }
+    for (let d = 0; d < D; d++) u[d] -= c.unembedMean.wu[d];
+    biasTerm -= c.unembedMean.bu;
   }
   return { u, biasTerm };
 }
@@ -218,9 +175,9 @@ export interface Readout {
  * RMSNorm e = (w ⊙ u) / s; LayerNorm e = (w ⊙ u − mean(w ⊙ u)) / s, which equals projecting the
  * centred component ((c − mean c)/s) · (w ⊙ u).
  */
-export function readoutDirection(model: LoadedModel, target: DlaTarget, convention: Convention, scale: number): Readout {
+export async function readoutDirection(model: LoadedModel, target: DlaTarget, convention: Convention, scale: number, signal?: AbortSignal): Promise<Readout> {
   const c = constantsOf(model);
-  const { u, biasTerm } = unembedColumn(model, c, target, convention);
+  const { u, biasTerm } = await unembedColumn(model, c, target, convention, signal);
   const D = u.length;
   const e = new Float64Array(D);
   for (let d = 0; d < D; d++) e[d] = c.lnfW[d] * u[d];
@@ -314,6 +271,7 @@ export interface DecomposeOptions {
   position?: number;
   /** batch row of the run (default 0) */
   row?: number;
+  signal?: AbortSignal;
   /**
    * index of the position's row in run.logits (default: the position itself, i.e. a run with
    * every position's logits; 0 for a run with logitPositions: [position])
@@ -323,10 +281,11 @@ export interface DecomposeOptions {
 
 /**
  * Decompose the target at one position from a run that returned `dlaHookNames(model)`.
- * All arithmetic in float64 on the engine's float32 values.
+ * Float64 arithmetic on the engine's float32 values, except the weight products (float32 on the backend).
  */
-export function decomposeLogit(model: LoadedModel, run: RunResult, target: DlaTarget, opts: DecomposeOptions): DlaResult {
+export async function decomposeLogit(model: LoadedModel, run: RunResult, target: DlaTarget, opts: DecomposeOptions): Promise<DlaResult> {
   const { n_layers: L, n_heads: H, d_head: Dh, d_model: D, d_mlp: M } = model.info;
+  const HD = H * Dh;
   const c = constantsOf(model);
   const row = opts.row ?? 0;
   const residPre0 = hook(run, 'blocks.0.hook_resid_pre');
@@ -335,7 +294,7 @@ export function decomposeLogit(model: LoadedModel, run: RunResult, target: DlaTa
   const convention = opts.convention;
   const tl = convention === 'transformer_lens';
   const scale = slice(hook(run, 'ln_final.hook_scale'), row, pos)[0];
-  const ro = readoutDirection(model, target, convention, scale);
+  const ro = await readoutDirection(model, target, convention, scale, opts.signal);
   const e = ro.e;
 
   const terms: DlaTerm[] = [];
@@ -354,54 +313,73 @@ export function decomposeLogit(model: LoadedModel, run: RunResult, target: DlaTa
     terms.push({ name: 'embed', value: dotF(r0, e, D) });
   }
 
+  // the layers' vectors at the position, and the weight products: first Σ_h z_h W_O[h] per layer
+  // (the reconstruction check; with the MLP's, Gemma 2's post-norm scales), then each layer's
+  // readout (e, or e through the layer's frozen post-norm) against every row of W_O and W_out
+  const z = new Float32Array(L * HD);
+  const act: Float32Array[] = [];
+  for (let l = 0; l < L; l++) {
+    z.set(slice(hook(run, `blocks.${l}.attn.hook_z`), row, pos), l * HD);
+    act.push(slice(hook(run, `blocks.${l}.mlp.hook_post`), row, pos)); // [M]
+  }
+  const postNorms = c.layers.some((lc) => lc.postMlpW);
+  const sums = await model.weightProducts({
+    z: { dims: [L, 1, HD], data: z },
+    post: postNorms ? { dims: [L, 1, M], data: concat(act, M) } : undefined,
+  }, opts.signal);
+  const eAttn = new Float32Array(L * D);
+  const eMlp = new Float32Array(L * D);
+  const xs: Float64Array[] = [];
+  const gains: (Float64Array | null)[] = [];
+  for (let l = 0; l < L; l++) {
+    const lc = c.layers[l];
+    const x = Float64Array.from(sums.attnX.data.subarray(l * D, (l + 1) * D), (v, d) => v + lc.bO[d]);
+    xs.push(x);
+    const pa = lc.postAttnW ? postNormReadout(model, 'attn', l, lc.postAttnW, x, e) : null;
+    gains.push(pa ? pa.gain : null);
+    eAttn.set(pa ? pa.eL : e, l * D);
+    if (lc.postMlpW) {
+      const xm = Float64Array.from(sums.mlpX.data.subarray(l * D, (l + 1) * D), (v, d) => v + lc.bOut[d]);
+      eMlp.set(postNormReadout(model, 'mlp', l, lc.postMlpW, xm, e).eL, l * D);
+    } else eMlp.set(e, l * D);
+  }
+  const dirs = await model.weightProducts({ attnDirs: { dims: [L, 1, D], data: eAttn }, mlpDirs: { dims: [L, 1, D], data: eMlp } }, opts.signal);
+
   const heads: number[][] = [];
   const neuronAttribution: Float64Array[] = [];
   const neuronActivation: Float32Array[] = [];
   let attnErr = 0;
-  const x = new Float64Array(D);
-  const HD = H * Dh;
   for (let l = 0; l < L; l++) {
     const lc = c.layers[l];
-    // ---- attention: head h's term is z_h · (W_O[h] eL) (minus its folded value bias in TL); the
-    // same pass over W_O sums x = Σ_h z_h W_O[h] + b_O for the reconstruction check (and Gemma's post-norm)
-    const z = slice(hook(run, `blocks.${l}.attn.hook_z`), row, pos); // [H·Dh]
-    x.fill(0);
-    for (let i = 0; i < HD; i++) axpy(x, 0, z[i], lc.WO, i * D, D);
-    for (let d = 0; d < D; d++) x[d] += lc.bO[d];
-    const post = lc.postAttnW ? postNormReadout(model, 'attn', l, lc.postAttnW, x, e) : null;
-    const eL = post ? post.eL : e;
-    const fold = tl ? foldOf(model, c, l) : null;
+    const eL = eAttn.subarray(l * D, (l + 1) * D);
+    // ---- attention: head h's term z_h · (W_O[h] eL); in TL minus b_V'[h] · (W_O[h] eL), which moves into the bias term
+    const woe = dirs.attnDir.data.subarray(l * HD, (l + 1) * HD);
+    const bVp = tl ? foldedValueBias(model, c, l) : null;
     const headRow: number[] = [];
+    let moved = 0;
     for (let h = 0; h < H; h++) {
-      let v = 0;
-      for (let i = h * Dh; i < (h + 1) * Dh; i++) if (z[i] !== 0) v += z[i] * dotRow(lc.WO, i * D, eL, D);
-      if (fold) v -= dotRow64(fold.moved, h * D, eL, D);
+      let v = dotF(z, woe.subarray(h * Dh, (h + 1) * Dh), Dh, l * HD + h * Dh);
+      if (bVp) { const m = dotF(bVp, woe.subarray(h * Dh, (h + 1) * Dh), Dh, h * Dh); v -= m; moved += m; }
       headRow.push(v);
       terms.push({ name: `L${l}H${h}`, value: v });
     }
     heads.push(headRow);
-    let biasTerm = dotF(lc.bO, eL, D);
-    if (fold) biasTerm += dotRow64(fold.sum, 0, eL, D);
-    terms.push({ name: `L${l}.attn.b_O`, value: biasTerm });
+    terms.push({ name: `L${l}.attn.b_O`, value: dotF(lc.bO, eL, D) + moved });
     const attnOut = slice(hook(run, `blocks.${l}.hook_attn_out`), row, pos);
-    for (let d = 0; d < D; d++) attnErr = Math.max(attnErr, Math.abs(x[d] * (post ? post.gain[d] : 1) - attnOut[d]));
+    const x = xs[l], g = gains[l];
+    for (let d = 0; d < D; d++) attnErr = Math.max(attnErr, Math.abs(x[d] * (g ? g[d] : 1) - attnOut[d]));
     add(attnOut);
 
-    // ---- MLP: the whole output from its hook; neuron n's term is post[n] · (W_out[n] · eM)
+    // ---- MLP: the whole output from its hook; neuron n's term post[n] · (W_out[n] · eM)
     const mlpOut = slice(hook(run, `blocks.${l}.hook_mlp_out`), row, pos);
     terms.push({ name: `L${l}.mlp`, value: dotF(mlpOut, e, D) });
     add(mlpOut);
-    const act = slice(hook(run, `blocks.${l}.mlp.hook_post`), row, pos); // [M]
-    let eM = e;
-    if (lc.postMlpW) {
-      const xm = Float64Array.from(lc.bOut);
-      for (let n = 0; n < M; n++) if (act[n] !== 0) axpy(xm, 0, act[n], lc.Wout, n * D, D);
-      eM = postNormReadout(model, 'mlp', l, lc.postMlpW, xm, e).eL;
-    }
+    const woutE = dirs.mlpDir.data.subarray(l * M, (l + 1) * M);
+    const a = act[l];
     const na = new Float64Array(M);
-    for (let n = 0; n < M; n++) if (act[n] !== 0) na[n] = act[n] * dotRow(lc.Wout, n * D, eM, D);
+    for (let n = 0; n < M; n++) na[n] = a[n] * woutE[n];
     neuronAttribution.push(na);
-    neuronActivation.push(act.slice());
+    neuronActivation.push(a.slice());
   }
 
   terms.push({ name: 'ln_final.b', value: ro.lnBiasTerm });
@@ -442,12 +420,12 @@ export function decomposeLogit(model: LoadedModel, run: RunResult, target: DlaTa
   };
 }
 
-/** Σ_i a[ao + i] · e[i] for a float64 vector a */
-function dotRow64(a: Float64Array, ao: number, e: Float64Array, n: number): number {
-  let s = 0;
-  for (let i = 0; i < n; i++) s += a[ao + i] * e[i];
-  return s;
+function concat(parts: Float32Array[], n: number): Float32Array {
+  const out = new Float32Array(parts.length * n);
+  parts.forEach((p, i) => out.set(p, i * n));
+  return out;
 }
+
 /** a sentence for documents saying exactly what the numbers are */
 export function describeMethod(model: LoadedModel, convention: Convention, kind: DlaResult['targetKind']): string {
   const ln = model.info.norm === 'layernorm';

@@ -1,0 +1,114 @@
+/**
+ * The weight-products graph: the matrix products with the stored weights that direct logit
+ * attribution needs once the forward has run, on the backend instead of in JavaScript (each one
+ * is a pass over a weight matrix; in ORT they run multi-threaded and vectorised, with the weights
+ * in the layout they are stored in, never copied or transposed). Inputs with a zero-length axis
+ * cost nothing, so one graph serves every combination:
+ *
+ *   z          float [L, N, H·Dh]  → attn_x    [L, N, D]     z_l · W_O_l        (N = 0 or 1)
+ *   post       float [L, P, M]     → mlp_x     [L, P, D]     post_l · W_out_l   (P = 0 or 1)
+ *   attn_dirs  float [L, K, D]     → attn_dir  [L, K, H·Dh]  rows of W_O_l · e  (K directions per layer)
+ *   mlp_dirs   float [L, K, D]     → mlp_dir   [L, K, M]     rows of W_out_l · e
+ *   unembed_ids int64 [I]          → unembed_rows [I, D]    W_U[:, t] for each id
+ *   sum_ids    int64 [J]           → unembed_sum  [D]       Σ_j W_U[:, ids_j] (all V ids: the vocabulary mean × V)
+ *
+ * (W_O, W_out, W_U in TransformerLens orientation: [H·Dh, D], [M, D], [D, V].)
+ */
+import { OnnxGraph } from './onnx-builder';
+import type { BuiltGraph } from './build-model';
+import type { LinearRef, ModelSpec } from '../spec';
+import type { TensorEntry } from '../safetensors-types';
+import type { Tensor } from '../tensor';
+import type { OrtTensorLike } from '../runtime/session';
+import { LoupeError } from '../errors';
+
+export function buildReadoutGraph(spec: ModelSpec, tensors: Map<string, TensorEntry>, location: (file: string) => string = (f) => f): BuiltGraph {
+  const g = new OnnxGraph(location);
+  const W = (name: string) => {
+    const e = tensors.get(name);
+    if (!e) throw new Error(`graph: tensor ${name} not in weight index`);
+    return g.weight(e);
+  };
+  const { nLayers: L, dModel: D, nHeads: H, dHead: Dh, dMlp: M } = spec;
+  const z = g.input('z', 'float', [L, 'N', H * Dh]);
+  const post = g.input('post', 'float', [L, 'P', M]);
+  const attnDirs = g.input('attn_dirs', 'float', [L, 'K', D]);
+  const mlpDirs = g.input('mlp_dirs', 'float', [L, 'K', D]);
+  const layerOf = (x: string, l: number) => g.o('Gather', [x, g.constI([l], [])], { axis: 0 });
+  /** x [N, in] → x · W [N, out] (W the TL-orientation [in, out] map) */
+  const forward = (x: string, ref: LinearRef) => g.o('Gemm', [x, W(ref.w)], ref.layout === 'out_in' ? { transB: 1 } : {});
+  /** d [K, out] → d · Wᵀ [K, in]: the rows of W dotted with each direction */
+  const backward = (d: string, ref: LinearRef) => g.o('Gemm', [d, W(ref.w)], ref.layout === 'out_in' ? {} : { transB: 1 });
+  const stack = (parts: string[], name: string) => {
+    g.rename(g.o('Concat', parts.map((p) => g.o('Unsqueeze', [p, g.constI([0])])), { axis: 0 }), name);
+    g.output(name);
+  };
+  stack(spec.layers.map((s, l) => forward(layerOf(z, l), s.attn.o)), 'attn_x');
+  stack(spec.layers.map((s, l) => forward(layerOf(post, l), s.mlp.down)), 'mlp_x');
+  stack(spec.layers.map((s, l) => backward(layerOf(attnDirs, l), s.attn.o)), 'attn_dir');
+  stack(spec.layers.map((s, l) => backward(layerOf(mlpDirs, l), s.mlp.down)), 'mlp_dir');
+  // the unembedding is stored [V, D] (the lens graph multiplies by its transpose)
+  const WU = W(spec.unembed.w);
+  g.rename(g.o('Gather', [WU, g.input('unembed_ids', 'int64', ['I'])], { axis: 0 }), 'unembed_rows');
+  g.output('unembed_rows');
+  g.rename(g.o('ReduceSum', [g.o('Gather', [WU, g.input('sum_ids', 'int64', ['J'])], { axis: 0 }), g.constI([0])], { keepdims: 0 }), 'unembed_sum');
+  g.output('unembed_sum');
+  return { bytes: g.encode(), inputNames: g.inputNames(), outputNames: g.outputNames(), sites: [] };
+}
+
+/** What LoadedModel.weightProducts takes; an absent input is fed with a zero-length axis (no work). */
+export interface WeightProductsInput {
+  /** [L, N, H·Dh] → attnX [L, N, D] = z_l · W_O_l */
+  z?: Tensor;
+  /** [L, N, d_mlp] → mlpX [L, N, D] = post_l · W_out_l */
+  post?: Tensor;
+  /** [L, K, D] → attnDir [L, K, H·Dh] = W_O_l · e for each direction e */
+  attnDirs?: Tensor;
+  /** [L, K, D] → mlpDir [L, K, d_mlp] = W_out_l · e */
+  mlpDirs?: Tensor;
+  /** token ids → unembedRows [I, D]: the columns W_U[:, id] */
+  unembedIds?: number[];
+  /** true → unembedSum [D] = Σ_v W_U[:, v] (zeros when false) */
+  unembedSum?: boolean;
+}
+
+export interface WeightProducts {
+  attnX: Tensor;
+  mlpX: Tensor;
+  attnDir: Tensor;
+  mlpDir: Tensor;
+  unembedRows: Tensor;
+  unembedSum: Tensor;
+}
+
+export const READOUT_OUTPUTS = ['attn_x', 'mlp_x', 'attn_dir', 'mlp_dir', 'unembed_rows', 'unembed_sum'];
+
+type MakeTensor = (type: 'float32' | 'int64', data: Float32Array | BigInt64Array, dims: number[]) => OrtTensorLike;
+
+/** the readout graph's feeds for an input (validated: a wrong shape is BAD_INPUT, not an ORT error) */
+export function readoutFeeds(spec: ModelSpec, input: WeightProductsInput, tensor: MakeTensor): Record<string, OrtTensorLike> {
+  const { nLayers: L, dModel: D, nHeads: H, dHead: Dh, dMlp: M, dVocab: V } = spec;
+  const f = (name: string, t: Tensor | undefined, inner: number) => {
+    if (!t) return tensor('float32', new Float32Array(0), [L, 0, inner]);
+    if (t.dims.length !== 3 || t.dims[0] !== L || t.dims[2] !== inner || t.data.length !== L * t.dims[1] * inner) {
+      throw new LoupeError('BAD_INPUT', `weightProducts: ${name} must be [${L}, n, ${inner}], got [${t.dims}].`);
+    }
+    return tensor('float32', t.data, t.dims);
+  };
+  const ids = input.unembedIds ?? [];
+  for (const id of ids) if (!Number.isInteger(id) || id < 0 || id >= V) throw new LoupeError('BAD_TOKEN_ID', `Token id ${id} is outside the vocabulary (0..${V - 1}).`);
+  const all = input.unembedSum ? BigInt64Array.from({ length: V }, (_, v) => BigInt(v)) : new BigInt64Array(0);
+  return {
+    z: f('z', input.z, H * Dh),
+    post: f('post', input.post, M),
+    attn_dirs: f('attnDirs', input.attnDirs, D),
+    mlp_dirs: f('mlpDirs', input.mlpDirs, D),
+    unembed_ids: tensor('int64', BigInt64Array.from(ids.map(BigInt)), [ids.length]),
+    sum_ids: tensor('int64', all, [all.length]),
+  };
+}
+
+export function readoutResult(out: Record<string, OrtTensorLike>): WeightProducts {
+  const t = (name: string): Tensor => ({ dims: [...out[name].dims], data: out[name].data as Float32Array });
+  return { attnX: t('attn_x'), mlpX: t('mlp_x'), attnDir: t('attn_dir'), mlpDir: t('mlp_dir'), unembedRows: t('unembed_rows'), unembedSum: t('unembed_sum') };
+}
