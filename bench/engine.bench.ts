@@ -4,7 +4,9 @@
  *  1. speed: plain graph (logits only) vs hooked graph fetching no hooks vs fetching every hook,
  *     T = 16 and 128, batch 1, onnxruntime-node vs onnxruntime-web WASM in Node; session creation.
  *  2. memory: peak RSS of load + one all-hooks run at T = 128, per backend, vs the weight bytes.
- *  3. operations: the measurements listed in bench/extensions.ts (circuit, generation, …).
+ *  2b. torch: bench/torch_anchor.py (when python3 has torch), the same shape in PyTorch with every
+ *     hook kept, 1 and 2 threads; the report prints Loupe / PyTorch beside the forward table.
+ *  3. operations: the measurements listed in bench/extensions.ts (per-operation cost, circuit, generation, …).
  *
  * Every measurement runs in its own fresh child process (bench/child.ts), so configurations do
  * not pollute each other's memory or JIT state. Prints markdown tables and writes the same numbers
@@ -12,9 +14,10 @@
  *
  * Options (for working on the bench itself; the full run is the default):
  *   --quick           1 warm-up + 2 timed runs, no extensions (numbers NOT comparable to targets)
- *   --only=speed,memory,extensions
+ *   --only=speed,torch,memory,extensions
+ *   --ext=ops,circuit  only these extensions (names as in bench/extensions.ts)
  */
-import { fork } from 'node:child_process';
+import { fork, spawnSync } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
@@ -31,12 +34,13 @@ const CHILD_TIMEOUT_MS = 300_000;
 
 const args = process.argv.slice(2);
 const quick = args.includes('--quick');
-const only = new Set((args.find((a) => a.startsWith('--only='))?.slice(7) ?? 'speed,memory,extensions').split(','));
+const extOnly = args.find((a) => a.startsWith('--ext='))?.slice(6).split(',');
+const only = new Set((args.find((a) => a.startsWith('--only='))?.slice(7) ?? 'speed,torch,memory,extensions').split(','));
 
 const log = (m: string) => process.stderr.write(`${m}\n`);
 
 /** run one task in a fresh child process (same tsx loader as this one) and return its result */
-function inChild<T>(task: string, taskArgs: unknown): Promise<T> {
+function inChild<T>(task: string, taskArgs: unknown, timeoutMs = CHILD_TIMEOUT_MS): Promise<T> {
   return new Promise((resolve, reject) => {
     const child = fork(CHILD, [task, JSON.stringify(taskArgs)], { execArgv: process.execArgv, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
     let settled = false;
@@ -44,8 +48,8 @@ function inChild<T>(task: string, taskArgs: unknown): Promise<T> {
       if (settled) return;
       settled = true;
       child.kill('SIGKILL');
-      reject(new Error(`${task} did not finish within ${CHILD_TIMEOUT_MS / 1000} s`));
-    }, CHILD_TIMEOUT_MS);
+      reject(new Error(`${task} did not finish within ${timeoutMs / 1000} s`));
+    }, timeoutMs);
     child.on('message', (m: any) => {
       if (settled) return;
       settled = true;
@@ -117,6 +121,12 @@ async function main() {
     }
   }
 
+  if (only.has('torch')) {
+    log('torch anchor (bench/torch_anchor.py) …');
+    results.torch = torchAnchor(quick);
+    if ('skipped' in results.torch) log(`  skipped: ${results.torch.skipped}`);
+  }
+
   if (only.has('memory')) {
     const configs: { backend: 'node' | 'wasm'; graph: 'hooked' | 'plain' }[] = [
       { backend: 'node', graph: 'hooked' }, { backend: 'wasm', graph: 'hooked' },
@@ -135,11 +145,11 @@ async function main() {
   }
 
   if (only.has('extensions') && !quick) {
-    for (const ext of extensions) {
+    for (const ext of extensions.filter((e) => !extOnly || extOnly.includes(e.name))) {
       log(`operations: ${ext.name} …`);
       const a: ExtensionArgs = { dir: model.dir, name: ext.name, threads: nodeThreads, weightBytes: model.weightBytes };
       try {
-        const r = await inChild<ExtResult | { skipped: string }>('extension', a);
+        const r = await inChild<ExtResult | { skipped: string }>('extension', a, ext.timeoutMs);
         results.extensions[ext.name] = { title: ext.title, ...r };
         if ('skipped' in r) log(`  skipped: ${r.skipped}`);
       } catch (e) {
@@ -158,6 +168,20 @@ async function main() {
   mkdirSync(outDir, { recursive: true });
   writeFileSync(path.join(outDir, 'latest.json'), JSON.stringify(results, null, 2) + '\n');
   log(`wrote ${path.relative(process.cwd(), path.join(outDir, 'latest.json'))} (${results.total_s} s in all)`);
+}
+
+/** bench/torch_anchor.py under the first python3 that has torch (Debian's python3-torch lives in /usr/bin/python3) */
+function torchAnchor(quickRun: boolean): NonNullable<BenchResults['torch']> {
+  const script = path.join(HERE, 'torch_anchor.py');
+  const tried: string[] = [];
+  for (const py of ['/usr/bin/python3', 'python3']) {
+    const r = spawnSync(py, [script, ...(quickRun ? ['--reps', '2', '--warmup', '1'] : [])], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'], timeout: 900_000 });
+    if (r.status === 0) {
+      try { return { python: py, ...JSON.parse(r.stdout) }; } catch (e) { return { error: `${py}: unreadable output: ${(e as Error).message}` }; }
+    }
+    tried.push(`${py}: ${r.error ? r.error.message : r.status === 3 ? 'no torch' : `exit ${r.status ?? r.signal}`}`);
+  }
+  return { skipped: `no python3 with torch (${tried.join('; ')}); apt-get install python3-torch libopenblas0-pthread` };
 }
 
 main().catch((e) => {

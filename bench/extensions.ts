@@ -42,6 +42,8 @@ export interface BenchExtension {
   /** key in the JSON results */
   name: string;
   title: string;
+  /** the child's time limit (default 300 s) */
+  timeoutMs?: number;
   run(ctx: ExtContext): Promise<ExtResult>;
 }
 
@@ -213,6 +215,46 @@ export const generationKv: BenchExtension = {
   },
 };
 
+// ------------------------------------------------------------------ every operation against its forwards
+
+const OPS_ROUNDS = 3;
+
+/**
+ * Each operation's time / the time of the forward passes it needs (bench/ops-cost.ts), on
+ * onnxruntime-node and on WASM in Node (1 thread), at T≈16 (every case) and T≈128 (the
+ * single-forward operations).
+ */
+export const opsCost: BenchExtension = {
+  name: 'ops',
+  title: 'operations: time / time of the forward passes they need',
+  timeoutMs: 1_200_000,
+  async run(ctx) {
+    const { measureOps, benchPrompt, OP_CASES } = await import('./ops-cost');
+    const { loadModelNode } = await import('../src/node/load');
+    const rows: ExtRow[] = [];
+    const json: Record<string, unknown> = {};
+    for (const backend of ['node', 'wasm'] as const) {
+      const model = backend === 'node' ? await ctx.loadModel() : await loadModelNode(ctx.modelDir, { backend: 'wasm', threads: 1 });
+      const all = [];
+      for (const n of [16, 128]) {
+        const cases = n === 16 ? OP_CASES : OP_CASES.filter((c) => c.target !== undefined);
+        const r = await measureOps(model, benchPrompt(model, n), cases, OPS_ROUNDS, (m) => ctx.log(`[${backend}] ${m}`));
+        all.push(...r);
+        for (const x of r) {
+          rows.push({
+            metric: `${backend}: ${x.label}, T=${x.T} (${x.why})`,
+            value: `**${fmt(x.ratio, 2)}** (${fmt(x.op_ms)} ms vs ${x.forwards} × ${fmt(x.forward_ms)} ms; cold ${fmt(x.cold_ms, 0)} ms)`,
+            ...(x.target !== undefined ? { target: `≤ ${x.target}`, ok: x.ratio <= x.target } : {}),
+          });
+        }
+      }
+      json[backend] = all;
+      await model.dispose();
+    }
+    return { rows, json: { rounds: OPS_ROUNDS, forward: 'model.run(ids, { hooks: [], logitPositions: [T-1] })', ...json } };
+  },
+};
+
 /** The list the bench runs, in order. Append new measurements here. */
-export const extensions: BenchExtension[] = [circuitAllHeads, generationKv];
+export const extensions: BenchExtension[] = [opsCost, circuitAllHeads, generationKv];
 

@@ -8,7 +8,12 @@ export const TARGETS = {
   hooksOverPlain: 1.15,
   /** peak RSS / weight bytes */
   peakOverWeights: 1.6,
+  /** Loupe onnxruntime-node, all hooks / PyTorch CPU, all hooks (best thread count of each) */
+  nodeOverTorch: 0.5,
 };
+
+export interface TorchRun { median_ms: number; min_ms: number; samples_ms: number[] }
+export type TorchAnchor = { python: string; torch: string; blas: string; n_hooks: number; runs: Record<string, Record<string, TorchRun>> } | { skipped: string } | Failed;
 
 type Failed = { error: string };
 
@@ -32,6 +37,8 @@ export interface BenchResults {
   speed: Partial<Record<'node' | 'wasm', SpeedResult | Failed>>;
   memory: (MemoryResult | (Failed & { backend: string; graph: string; T: number }))[];
   extensions: Record<string, { title: string } & (ExtResult | { skipped: string } | Failed)>;
+  /** bench/torch_anchor.py's numbers */
+  torch?: TorchAnchor;
   total_s: number;
   /** the target ratios in one place (filled by summarize()) */
   summary?: Record<string, unknown>;
@@ -53,6 +60,10 @@ export function summarizeTargets(r: BenchResults): Record<string, unknown> {
     const q = m.peak_rss / r.model.weight_bytes;
     sum[`peak_rss_over_weights.${m.backend}`] = { value: q, target: TARGETS.peakOverWeights, met: q <= TARGETS.peakOverWeights };
   }
+  for (const [T, q] of Object.entries(torchRatios(r))) {
+    if (q.node !== undefined) sum[`node_all_hooks_over_torch.T${T}`] = { value: q.node, target: TARGETS.nodeOverTorch, met: q.node <= TARGETS.nodeOverTorch };
+    if (q.wasm !== undefined) sum[`wasm_all_hooks_over_torch.T${T}`] = { value: q.wasm };
+  }
   const c = r.extensions.circuit;
   if (c && 'json' in c) sum['circuit_per_ablation_over_forward'] = { value: c.json.per_ablation_over_forward, target: c.json.target, met: c.json.meets_target };
   return sum;
@@ -63,6 +74,23 @@ const ms = (x: number) => (x >= 100 ? x.toFixed(0) : x.toFixed(1));
 const ratio = (x: number) => x.toFixed(2);
 const mib = (b: number) => `${(b / 2 ** 20).toFixed(0)} MiB`;
 const mark = (ok: boolean) => (ok ? '✅' : '❌ missed');
+
+/** per T: PyTorch's best thread count, and Loupe's all-hooks run (node, wasm) over it */
+function torchRatios(r: BenchResults): Record<string, { torchMs: number; torchThreads: string; node?: number; wasm?: number }> {
+  const out: Record<string, { torchMs: number; torchThreads: string; node?: number; wasm?: number }> = {};
+  const t = r.torch;
+  if (!t || !('runs' in t)) return out;
+  for (const [threads, byT] of Object.entries(t.runs)) {
+    for (const [T, x] of Object.entries(byT)) if (!out[T] || x.median_ms < out[T].torchMs) out[T] = { torchMs: x.median_ms, torchThreads: threads };
+  }
+  for (const [T, o] of Object.entries(out)) {
+    for (const b of ['node', 'wasm'] as const) {
+      const s = r.speed[b];
+      if (s && !isErr(s) && s.runs[T]) o[b] = s.runs[T].hooked_all.median_ms / o.torchMs;
+    }
+  }
+  return out;
+}
 
 function table(head: string[], rows: string[][]): string {
   const line = (cells: string[]) => `| ${cells.join(' | ')} |`;
@@ -138,6 +166,26 @@ export function render(r: BenchResults): string {
       srows.push([head, ms(s.session.runtime_init_ms), `${ms(s.session.plain_ms)} (graph build ${ms(s.session.plain_graph_build_ms)}, ${s.session.plain_graph_kb.toFixed(0)} KB)`, `${ms(s.session.hooked_load_ms)} (graph build ${ms(s.session.hooked_graph_build_ms)}, ${s.session.hooked_graph_kb.toFixed(0)} KB)`]);
     }
     out.push(table(['backend', 'runtime init (bundled tiny model, first)', 'plain graph: build + create session', 'hooked: `loadModelNode` (headers, tokenizer, graph build, session)'], srows));
+  }
+
+  // ---- PyTorch anchor
+  if (r.torch) {
+    out.push(`### PyTorch anchor (bench/torch_anchor.py: same shape, every hook kept as run_with_cache does, batch 1)\n`);
+    const t = r.torch;
+    if ('skipped' in t) out.push(`Skipped: ${t.skipped}\n`);
+    else if (isErr(t)) out.push(`FAILED: ${t.error.split('\n')[0]}\n`);
+    else {
+      out.push(`torch ${t.torch} (${t.python}), ${t.n_hooks} hooks kept. Loupe columns: the all-hooks runs of the forward table above (same bench run).\n`);
+      const q = torchRatios(r);
+      const rows: string[][] = [];
+      for (const [T, o] of Object.entries(q)) {
+        const per = Object.entries(t.runs).map(([th, byT]) => `${th} thr ${byT[T] ? ms(byT[T].median_ms) : '—'}`).join(', ');
+        rows.push([`T=${T}`, `${per} → best ${ms(o.torchMs)} (${o.torchThreads} thr)`,
+          o.node !== undefined ? `**${ratio(o.node)}** ${mark(o.node <= TARGETS.nodeOverTorch)}` : '—',
+          o.wasm !== undefined ? ratio(o.wasm) : '—']);
+      }
+      out.push(table(['T', 'PyTorch CPU, all hooks (median ms)', `Loupe node all hooks / PyTorch (target ≤ ${TARGETS.nodeOverTorch})`, `Loupe WASM-in-Node (${r.method.wasm_threads} thread) all hooks / PyTorch`], rows));
+    }
   }
 
   // ---- memory

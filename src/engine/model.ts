@@ -169,9 +169,9 @@ class EngineModel implements LoadedModel {
   weightProducts(input: WeightProductsInput, signal?: AbortSignal): Promise<WeightProducts> {
     const next = this.queue.then(async () => {
       throwIfAborted(signal);
-      const feeds = readoutFeeds(this.spec, input, (type, data, dims) => new this.factory.ort.Tensor(type, data, dims));
+      const feeds = readoutFeeds(this.spec, input, (type, data, dims) => new this.factory.ort.Tensor(type, data, dims), this.info.backend === 'webgpu');
       const { session } = await this.session('readout');
-      return readoutResult(await session.run(feeds, READOUT_OUTPUTS));
+      return readoutResult(await session.run(feeds, READOUT_OUTPUTS), input);
     });
     this.queue = next.catch(() => undefined);
     return next;

@@ -85,19 +85,24 @@ export const READOUT_OUTPUTS = ['attn_x', 'mlp_x', 'attn_dir', 'mlp_dir', 'unemb
 
 type MakeTensor = (type: 'float32' | 'int64', data: Float32Array | BigInt64Array, dims: number[]) => OrtTensorLike;
 
-/** the readout graph's feeds for an input (validated: a wrong shape is BAD_INPUT, not an ORT error) */
-export function readoutFeeds(spec: ModelSpec, input: WeightProductsInput, tensor: MakeTensor): Record<string, OrtTensorLike> {
+/**
+ * The readout graph's feeds for an input (validated: a wrong shape is BAD_INPUT, not an ORT error).
+ * `noEmpty`: onnxruntime-web's WebGPU Gemm refuses zero-length inputs, so there an absent input is
+ * one row of zeros (a wasted product) and `readoutResult` drops what it gave.
+ */
+export function readoutFeeds(spec: ModelSpec, input: WeightProductsInput, tensor: MakeTensor, noEmpty = false): Record<string, OrtTensorLike> {
   const { nLayers: L, dModel: D, nHeads: H, dHead: Dh, dMlp: M, dVocab: V } = spec;
   const f = (name: string, t: Tensor | undefined, inner: number) => {
-    if (!t) return tensor('float32', new Float32Array(0), [L, 0, inner]);
+    if (!t) return noEmpty ? tensor('float32', new Float32Array(L * inner), [L, 1, inner]) : tensor('float32', new Float32Array(0), [L, 0, inner]);
     if (t.dims.length !== 3 || t.dims[0] !== L || t.dims[2] !== inner || t.data.length !== L * t.dims[1] * inner) {
       throw new LoupeError('BAD_INPUT', `weightProducts: ${name} must be [${L}, n, ${inner}], got [${t.dims}].`);
     }
     return tensor('float32', t.data, t.dims);
   };
-  const ids = input.unembedIds ?? [];
-  for (const id of ids) if (!Number.isInteger(id) || id < 0 || id >= V) throw new LoupeError('BAD_TOKEN_ID', `Token id ${id} is outside the vocabulary (0..${V - 1}).`);
-  const all = input.unembedSum ? BigInt64Array.from({ length: V }, (_, v) => BigInt(v)) : new BigInt64Array(0);
+  const given = input.unembedIds ?? [];
+  for (const id of given) if (!Number.isInteger(id) || id < 0 || id >= V) throw new LoupeError('BAD_TOKEN_ID', `Token id ${id} is outside the vocabulary (0..${V - 1}).`);
+  const ids = given.length === 0 && noEmpty ? [0] : given;
+  const all = input.unembedSum ? BigInt64Array.from({ length: V }, (_, v) => BigInt(v)) : new BigInt64Array(noEmpty ? 1 : 0);
   return {
     z: f('z', input.z, H * Dh),
     post: f('post', input.post, M),
@@ -108,7 +113,15 @@ export function readoutFeeds(spec: ModelSpec, input: WeightProductsInput, tensor
   };
 }
 
-export function readoutResult(out: Record<string, OrtTensorLike>): WeightProducts {
-  const t = (name: string): Tensor => ({ dims: [...out[name].dims], data: out[name].data as Float32Array });
-  return { attnX: t('attn_x'), mlpX: t('mlp_x'), attnDir: t('attn_dir'), mlpDir: t('mlp_dir'), unembedRows: t('unembed_rows'), unembedSum: t('unembed_sum') };
+/** the products asked for (with `noEmpty`, what the zero rows gave is dropped: empty, or zeros for unembedSum) */
+export function readoutResult(out: Record<string, OrtTensorLike>, input: WeightProductsInput): WeightProducts {
+  const t = (name: string, given: boolean): Tensor => {
+    const dims = [...out[name].dims];
+    if (given) return { dims, data: out[name].data as Float32Array };
+    return name === 'unembed_sum' ? { dims, data: new Float32Array(dims[0]) } : { dims: dims.map((d, i) => (i === dims.length - 2 ? 0 : d)), data: new Float32Array(0) };
+  };
+  return {
+    attnX: t('attn_x', !!input.z), mlpX: t('mlp_x', !!input.post), attnDir: t('attn_dir', !!input.attnDirs), mlpDir: t('mlp_dir', !!input.mlpDirs),
+    unembedRows: t('unembed_rows', (input.unembedIds ?? []).length > 0), unembedSum: t('unembed_sum', !!input.unembedSum),
+  };
 }
