@@ -7,10 +7,10 @@ import { defineOperation } from './types';
 import { documentBase, documentHead } from '../schema/common';
 import { LoupeError, throwIfAborted } from '../engine/errors';
 import { checkDocumentSize, finite } from './lib/caps';
-import { promptFields, promptIds } from './lib/tokens';
+import { inputIds, promptOrIdsFields } from './lib/ablation';
 
 export const attentionInput = z.object({
-  ...promptFields,
+  ...promptOrIdsFields,
   heads: z.array(z.object({ layer: z.number().int().min(0), head: z.number().int().min(0) })).optional().describe('Heads to return, e.g. [{"layer":1,"head":2}]; default every head (of `layers` when given).'),
   layers: z.array(z.number().int().min(0)).optional().describe('Return every head of these layers (ignored when heads is given).'),
 });
@@ -45,7 +45,7 @@ export const operation = defineOperation({
   // one entry per head, in (layer, head) order
   const seen = new Set<string>();
   sel = sel.filter((s) => !seen.has(`${s.layer}.${s.head}`) && !!seen.add(`${s.layer}.${s.head}`)).sort((a, b) => a.layer - b.layer || a.head - b.head);
-  const ids = promptIds(model, input.prompt, { prependBos: input.prepend_bos });
+  const { ids, prompt } = inputIds(model, input);
   const T = ids.length;
   checkDocumentSize(sel.length * T * T, `${sel.length} head patterns over ${T} tokens`, 'Choose fewer heads (heads: [{layer, head}]) or a shorter prompt.');
   const layers = [...new Set(sel.map((s) => s.layer))];
@@ -79,7 +79,7 @@ export const operation = defineOperation({
   });
 
   return {
-    ...documentHead('attention', model, input.prompt, ids),
+    ...documentHead('attention', model, prompt, ids),
     heads,
     method: 'Patterns are the engine\'s hook_pattern (softmax over causal-masked, scaled scores; GQA heads share keys but have their own patterns). Entropy uses natural logs; top_source is the first position with the largest weight.',
   };

@@ -6,7 +6,7 @@
  * data-row, data-col and data-value; hover shows the numbers, click or arrow keys select.
  */
 import { select, interpolateOranges } from 'd3';
-import { palette, textOn } from './palette';
+import { palette, textOn, divergingColor } from './palette';
 import { showTooltip, hideTooltip } from './tooltip';
 import { fmt } from './format';
 
@@ -21,6 +21,8 @@ export interface TokenHeatOptions {
   rows: TokenHeatRow[];
   /** the value drawn at full colour (values above are clipped); ≤ 0 draws everything blank */
   max: number;
+  /** signed values (attributions): negative blue, zero the background, positive red, ±max at full colour */
+  signed?: boolean;
   label: string;
   valueTitle: string;
   width?: number;
@@ -39,8 +41,16 @@ export function heatColor(v: number, max: number, bg: string): string {
   return interpolateOranges(0.12 + 0.78 * Math.min(1, v / max));
 }
 
+/** a signed value's colour: the diverging palette, zero the background */
+export function signedColor(v: number, max: number, bg: string): string {
+  if (!(max > 0) || v === 0 || !Number.isFinite(v)) return bg;
+  return divergingColor(Math.max(-1, Math.min(1, v / max)));
+}
+
 export function drawTokenHeat(svgEl: SVGSVGElement, o: TokenHeatOptions): void {
   const p = palette();
+  const fill = (v: number) => (o.signed ? signedColor(v, o.max, p.bg) : heatColor(v, o.max, p.bg));
+  const coloured = (v: number) => o.max > 0 && (o.signed ? v !== 0 : v > 0);
   const width = o.width ?? 760;
   const pad = 8;
   type Cell = { r: number; c: number; v: number; text: string; x: number; y: number; w: number };
@@ -74,7 +84,7 @@ export function drawTokenHeat(svgEl: SVGSVGElement, o: TokenHeatOptions): void {
   const g = svg.append('g').selectAll('g').data(cells).join('g');
   const rects = g.append('rect').attr('class', 'tok-cell')
     .attr('x', (d) => d.x).attr('y', (d) => d.y).attr('width', (d) => d.w).attr('height', TOK_H).attr('rx', 3)
-    .attr('fill', (d) => heatColor(d.v, o.max, p.bg)).attr('stroke', p.grid).attr('stroke-width', 0.6)
+    .attr('fill', (d) => fill(d.v)).attr('stroke', p.grid).attr('stroke-width', 0.6)
     .attr('data-row', (d) => d.r).attr('data-col', (d) => d.c).attr('data-value', (d) => String(d.v))
     .style('cursor', o.onSelect ? 'pointer' : 'default')
     .on('mousemove', (ev: MouseEvent, d) => showTooltip(ev, o.tooltip?.(d.r, d.c, d.v) ?? [d.text, `${o.valueTitle}: ${fmt(d.v, 5)}`]))
@@ -82,7 +92,7 @@ export function drawTokenHeat(svgEl: SVGSVGElement, o: TokenHeatOptions): void {
     .on('click', (_ev, d) => { sel = [d.r, d.c]; mark(); o.onSelect?.(d.r, d.c); });
   g.append('text').attr('x', (d) => d.x + d.w / 2).attr('y', (d) => d.y + TOK_H / 2 + 4).attr('text-anchor', 'middle')
     .attr('pointer-events', 'none').attr('xml:space', 'preserve')
-    .attr('fill', (d) => (d.v > 0 && o.max > 0 ? textOn(heatColor(d.v, o.max, p.bg)) : p.fg))
+    .attr('fill', (d) => (coloured(d.v) ? textOn(fill(d.v)) : p.fg))
     .text((d) => {
       const maxChars = Math.floor((d.w - 6) / CHAR_W);
       return d.text.length > maxChars ? `${d.text.slice(0, Math.max(1, maxChars - 1))}…` : d.text;
@@ -115,7 +125,21 @@ export function drawTokenHeat(svgEl: SVGSVGElement, o: TokenHeatOptions): void {
     o.onSelect?.(sel[0], sel[1]);
   };
 
-  // legend: zero … max
+  // legend: zero … max (signed: −max … +max)
+  if (o.signed) {
+    const lw = 160;
+    const lx = width - pad - lw - 8 - 9 * 6.4;
+    const ly = height - 14;
+    const lg = svg.append('g').attr('class', 'legend');
+    const steps = 32;
+    for (let i = 0; i < steps; i++) {
+      const v = (((i + 0.5) / steps) * 2 - 1) * o.max;
+      lg.append('rect').attr('x', lx + (lw * i) / steps).attr('y', ly - 8).attr('width', lw / steps + 0.5).attr('height', 8).attr('fill', fill(v));
+    }
+    lg.append('text').attr('x', lx - 4).attr('y', ly).attr('text-anchor', 'end').attr('fill', p.muted).attr('font-size', 10).text(`−${fmt(o.max, 3)}`);
+    lg.append('text').attr('x', lx + lw + 4).attr('y', ly).attr('fill', p.muted).attr('font-size', 10).text(`+${fmt(o.max, 3)} ${o.valueTitle}`);
+    return;
+  }
   const lw = 120;
   const maxLabel = `${fmt(o.max, 3)} ${o.valueTitle}`;
   const lx = width - pad - lw - 8 - maxLabel.length * 6.4;
