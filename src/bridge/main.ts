@@ -16,6 +16,7 @@ import { createMcpServer } from './mcp-server';
 import { PageExecutor } from './page-executor';
 import type { ExecResult } from './page-session';
 import { allowLocal, type LocalAccess } from '../node/local-access';
+import { guardStdin, TRANSPORT_BUFFER_BYTES } from './stdio-lines';
 
 export const DEFAULT_PORT = 5178;
 
@@ -195,7 +196,8 @@ export async function runMcp(argv: string[]): Promise<number> {
   const port = executor instanceof PageExecutor ? executor.port : a.port;
   const pageUrl = () => `http://127.0.0.1:${port}/`;
   const mcp = createMcpServer({ executor, operations, version, callDeadlineMs: a.deadlineS * 1000, jobs, pageUrl, log });
-  const transport = new StdioServerTransport();
+  // The SDK's transport reads the guarded stream: no line a client writes can stop it (stdio-lines.ts).
+  const transport = new StdioServerTransport(guardStdin(process.stdin, process.stdout, { log }), process.stdout, { maxBufferSize: TRANSPORT_BUFFER_BYTES });
 
   await new Promise<void>((resolve) => {
     let done = false;

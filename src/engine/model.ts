@@ -25,6 +25,9 @@ import { gradName } from './graph/backward';
 const logitPosCount = (opts: RunOptions, T: number) => opts.logitPositions?.length ?? T;
 import { checkBudget, weightStats, type BudgetLimits } from './budget';
 
+/** a bound on the characters one token covers, far above any real vocabulary's longest token */
+const MAX_CHARS_PER_TOKEN = 1024;
+
 export interface ModelParts {
   config: Record<string, any>;
   tokenizerJson: Record<string, unknown>;
@@ -99,6 +102,11 @@ class EngineModel implements LoadedModel {
   }
 
   tokenize(text: string, opts: { prependBos?: boolean } = {}): number[] {
+    // No vocabulary has tokens near 1024 characters, so such a text cannot fit the context; refuse
+    // it before tokenizing (a 12 MB prompt took the tokenizer minutes and held the engine queue).
+    if (text.length > this.spec.nCtx * MAX_CHARS_PER_TOKEN) {
+      throw new LoupeError('PROMPT_TOO_LONG', `The text has ${text.length} characters: more than this model's context of ${this.spec.nCtx} tokens can hold.`, `Shorten it to a few characters per token, at most ${this.spec.nCtx} tokens.`, { chars: text.length, n_ctx: this.spec.nCtx });
+    }
     return this.tokenizer.encode(text, opts.prependBos ?? true);
   }
   decode(ids: number[]): string { return this.tokenizer.decode(ids); }
