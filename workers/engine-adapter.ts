@@ -161,6 +161,7 @@ export async function openModel(req: LoadRequest, opts: OpenOptions): Promise<{ 
     ort,
     baseUrl: BASE.href,
     backend,
+    weights: req.weights,
     signal: opts.signal,
     cache: plan.useCache ? idb() : undefined,
     confirm: opts.onPreview && backend !== 'node' ? async (p, j) => {

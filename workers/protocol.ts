@@ -6,6 +6,7 @@
 import type { ModelInfo } from '../src/engine/api';
 import type { FileProgress } from '../src/engine/source/types';
 import type { Progress } from '../src/ops/types';
+import type { WeightsMode } from '../src/engine/precision';
 
 export type BackendChoice = 'auto' | 'webgpu' | 'wasm';
 
@@ -19,6 +20,8 @@ export type ModelRequest =
 export interface LoadRequest {
   model: ModelRequest;
   backend: BackendChoice;
+  /** weight precision (src/engine/precision.ts); default auto */
+  weights?: WeightsMode;
 }
 
 export interface LoadedModelSummary {

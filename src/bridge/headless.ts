@@ -12,6 +12,7 @@ import { getOperation, parseOperationInput, unknownOperation } from '../ops/inde
 import { parseInput } from '../ops/types';
 import type { Operation, Progress } from '../ops/types';
 import type { SaeLoaders } from '../engine/source/sae-loader';
+import type { WeightsMode } from '../engine/precision';
 import type { Executor } from './executor';
 import { assertHandlesCurrent, instanceHandleStore, newInstanceId } from './handles';
 import type { CallOptions, ExecResult } from './page-session';
@@ -31,7 +32,7 @@ export interface HeadlessOptions {
   local?: LocalAccess;
 }
 
-type LoadFn = (spec: string, opts: { backend?: 'node' | 'wasm'; local?: LocalAccess; onProgress?: (p: { file: string; loaded: number; total: number | null }) => void; signal?: AbortSignal }) => Promise<LoadedModel>;
+type LoadFn = (spec: string, opts: { backend?: 'node' | 'wasm'; weights?: WeightsMode; local?: LocalAccess; onProgress?: (p: { file: string; loaded: number; total: number | null }) => void; signal?: AbortSignal }) => Promise<LoadedModel>;
 
 export class HeadlessExecutor implements Executor {
   readonly mode = 'headless' as const;
@@ -119,7 +120,7 @@ export class HeadlessExecutor implements Executor {
         throw new LoupeError('BAD_INPUT', 'Headless load_model takes the revision in the model spec, not as a separate field.', 'Pass model: "owner/name@revision" or omit revision.');
       }
       const t0 = Date.now();
-      await this.loadModel(input.model, input.backend === 'wasm' ? 'wasm' : this.o.backend, ctx, this.local);
+      await this.loadModel(input.model, input.backend === 'wasm' ? 'wasm' : this.o.backend, ctx, this.local, input.weights);
       return { document: { loaded: true, model: { ...this.model!.info }, load_ms: Date.now() - t0 }, instance_id: this.instanceId };
     }
     if (tool === 'list_models') {
@@ -154,13 +155,14 @@ export class HeadlessExecutor implements Executor {
     return this.o.local ?? NO_LOCAL;
   }
 
-  private async loadModel(spec: string, backend: 'node' | 'wasm' | undefined, ctx: { signal: AbortSignal; onProgress?: (p: Progress) => void }, local: LocalAccess): Promise<void> {
+  private async loadModel(spec: string, backend: 'node' | 'wasm' | undefined, ctx: { signal: AbortSignal; onProgress?: (p: Progress) => void }, local: LocalAccess, weights?: WeightsMode): Promise<void> {
     // Imported on first use: tools/list and loupe_status must answer without loading onnxruntime.
     const { loadModelNode } = (await import('../node/load')) as { loadModelNode: LoadFn };
     this.o.log?.(`loading model ${spec} (${backend ?? 'node'})`);
     const next = await loadModelNode(spec, {
       backend,
       local,
+      weights,
       signal: ctx.signal,
       onProgress: (p) => ctx.onProgress?.({ stage: `loading ${p.file}`, done: p.loaded, total: p.total ?? p.loaded }),
     });

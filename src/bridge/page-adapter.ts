@@ -28,6 +28,7 @@ export interface BridgeApp {
   modelError: { code: string; message: string; hint?: string } | null;
   loadFiles: { file: string; loaded: number; total: number | null }[];
   backend: string;
+  weights?: string;
   cache: { id: string; revision: string; bytes: number; complete: boolean }[];
   results: Record<string, unknown>;
   readonly modelRef: ShareModel | null;
@@ -101,6 +102,8 @@ async function loadModel(app: BridgeApp, args: Record<string, unknown>, ctx: Exe
   if (backend === 'node') throw new LoupeError('BACKEND_UNAVAILABLE', "The page has no 'node' backend.", "Use 'auto', 'webgpu' or 'wasm' in the page, or run the companion with --headless.");
   const choice = app.choiceOf(shareModelFor(spec, args.revision as string | undefined));
   if (backend && backend !== app.backend) app.backend = backend;
+  const weights = args.weights as string | undefined;
+  if (weights && weights !== app.weights) app.weights = weights;
   // the page's loader reports per-file progress into loadFiles; relay its sum
   const timer = setInterval(() => {
     const files = app.loadFiles;

@@ -33,12 +33,13 @@ export const loadModelInput = z.object({
   model: z.string().min(1).describe("What to load: 'default' (the bundled stories260K, no download), a Hugging Face Hub id such as 'openai-community/gpt2', a URL of a folder holding config.json, tokenizer.json and *.safetensors, or (headless, inside a folder the companion allows with --allow-local) a local folder path."),
   revision: z.string().optional().describe("Hub revision (branch, tag or commit); default 'main'."),
   backend: z.enum(['auto', 'webgpu', 'wasm', 'node']).optional().describe("Runtime: in the page 'auto' (WebGPU if available, else WASM), 'webgpu' or 'wasm'; headless 'node' (default) or 'wasm'."),
+  weights: z.enum(['auto', 'f32', 'stored']).optional().describe("Weight precision: 'auto' (default: float32 when it fits the backend, else stored), 'f32' (widen every weight at load), 'stored' (keep F16/BF16 weights 16-bit, widened at use). The model info and every document name the precision that ran."),
 });
 export type LoadModelInput = z.infer<typeof loadModelInput>;
 
 const modelInfoLoose = z.looseObject({
   id: z.string(), revision: z.string().optional(), architecture: z.string().optional(), n_layers: z.number().optional(),
-  n_heads: z.number().optional(), d_model: z.number().optional(), n_params: z.number().optional(), backend: z.string().optional(), dtype: z.string().optional(),
+  n_heads: z.number().optional(), d_model: z.number().optional(), n_params: z.number().optional(), backend: z.string().optional(), dtype: z.string().optional(), weights: z.string().optional(),
 });
 /** What load_model returns (page and headless alike). */
 export const loadModelOutput = z.looseObject({

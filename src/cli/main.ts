@@ -13,6 +13,7 @@ import type { LoadedModel } from '../engine/api';
 import { LoupeError, toLoupeError, type ErrorDocument } from '../engine/errors';
 import { operationSchemas, schemasOf, allSchemas } from '../ops/schemas';
 import { CLI_FLAGS, UsageError, flagsToInput, isBooleanField, properties, splitArgs } from './args';
+import { WEIGHTS_MODES, type WeightsMode } from '../engine/precision';
 import { render } from './format';
 import { operationHelp, mainHelp } from './help';
 
@@ -59,9 +60,12 @@ function progressPrinter(io: Io, quiet: boolean) {
   };
 }
 
-export async function loadModel(spec: string, backend: string | undefined, onProgress?: (s: string) => void): Promise<LoadedModel> {
+export async function loadModel(spec: string, backend: string | undefined, onProgress?: (s: string) => void, weights?: string): Promise<LoadedModel> {
   if (backend !== undefined && backend !== 'node' && backend !== 'wasm') {
     throw new UsageError(`--backend must be node or wasm (got '${backend}').`);
+  }
+  if (weights !== undefined && !(WEIGHTS_MODES as readonly string[]).includes(weights)) {
+    throw new UsageError(`--weights must be ${WEIGHTS_MODES.join(', ')} (got '${weights}').`);
   }
   const { loadModelNode } = await import('../node/load');
   const { sourceFromSpec } = await import('../node/load-files-node');
@@ -73,6 +77,7 @@ export async function loadModel(spec: string, backend: string | undefined, onPro
   let lastPct = -1;
   return loadModelNode(spec, {
     backend: backend as 'node' | 'wasm' | undefined,
+    weights: weights as WeightsMode | undefined,
     onProgress: (p: any) => {
       const o = p?.overall;
       if (!o || !o.total) return;
@@ -114,9 +119,10 @@ async function runOperation(op: AnyOperation, argv: string[], io: Io): Promise<n
     }
     const backend = flags.get('backend');
     const say = progressPrinter(io, quiet);
+    const weights = flags.get('weights');
     let model: LoadedModel;
     try {
-      model = await loadModel(modelSpec, typeof backend === 'string' ? backend : undefined, say);
+      model = await loadModel(modelSpec, typeof backend === 'string' ? backend : undefined, say, typeof weights === 'string' ? weights : undefined);
     } catch (e) {
       // a model too large for the backend is refused like an unsupported one (an operation's own TOO_LARGE caps stay exit 1)
       if (e instanceof LoupeError && e.code === 'TOO_LARGE') return fail(io, json, e, EXIT.unsupported);

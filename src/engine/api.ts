@@ -25,6 +25,7 @@ import type { ModelSpec } from './spec';
 import type { ModelRef, FileProgress } from './source/types';
 import type { SaeFiles, SaeInfo } from './sae';
 import type { WeightProducts, WeightProductsInput } from './graph/readout-graph';
+import type { WeightPrecision, WeightsMode } from './precision';
 
 export type { SaeFiles, SaeInfo } from './sae';
 export type { WeightProducts, WeightProductsInput } from './graph/readout-graph';
@@ -51,6 +52,10 @@ export interface ModelInfo {
   dtype: string;
   backend: Backend;
   norm: 'layernorm' | 'rmsnorm';
+  /** how the weights are held (precision.ts): f32 = widened at load, stored = 16-bit, widened at use */
+  weights: WeightPrecision;
+  /** why that precision (asked for, or what `auto` weighed) */
+  weights_reason: string;
 }
 
 /**
@@ -193,4 +198,6 @@ export interface LoadOptions {
   onProgress?: (p: FileProgress) => void;
   /** memory the model must fit (budget.ts): host RAM, GPU memory; the WASM heap's 4 GiB always applies */
   memory?: { hostBytes?: number; gpuBytes?: number };
+  /** weight precision: auto (default), f32 or stored (see precision.ts) */
+  weights?: WeightsMode;
 }

@@ -6,6 +6,7 @@
 import type { Backend, LoadedModel, LoadOptions } from './api';
 import { LoupeError } from './errors';
 import { createModel } from './model';
+import { choosePrecision, parseWeightsMode, OFFERED_PRECISIONS } from './precision';
 import { readTensorF32 } from './safetensors';
 import { webSessionFactory, type OrtModule } from './runtime/session';
 import { loadModelFiles } from './source/files';
@@ -54,7 +55,8 @@ export async function loadModel(spec: string | ModelSource, opts: BrowserLoadOpt
     cache: bundled ? undefined : opts.cache, signal: opts.signal, onProgress: opts.onProgress,
     // architecture, tensors and memory judged from the headers, before any weight byte
     judge: async (plan) => {
-      const j = judgeModel(plan, wanted, 'f32', opts.memory, { backends: ['wasm', 'webgpu'], precisions: ['f32'] });
+      const precision = plan.stats ? choosePrecision(parseWeightsMode(opts.weights), plan.stats, wanted, opts.memory).precision : 'f32';
+      const j = judgeModel(plan, wanted, precision, opts.memory, { backends: ['wasm', 'webgpu'], precisions: OFFERED_PRECISIONS });
       await opts.confirm?.(plan, j);
     },
   });
@@ -68,6 +70,7 @@ export async function loadModel(spec: string | ModelSource, opts: BrowserLoadOpt
     revision: files.ref.revision ?? '',
     source: bundled ? ('bundled' as const) : files.ref.kind,
     memory: opts.memory,
+    weightsMode: opts.weights,
   };
   try {
     return await createModel(parts, webSessionFactory(opts.ort, wanted));

@@ -24,6 +24,7 @@ import { gradName } from './graph/backward';
 /** number of positions whose logits a run computes */
 const logitPosCount = (opts: RunOptions, T: number) => opts.logitPositions?.length ?? T;
 import { checkBudget, weightStats, type BudgetLimits } from './budget';
+import { choosePrecision, parseWeightsMode, type WeightsMode } from './precision';
 
 /** a bound on the characters one token covers, far above any real vocabulary's longest token */
 const MAX_CHARS_PER_TOKEN = 1024;
@@ -39,6 +40,8 @@ export interface ModelParts {
   source: ModelInfo['source'];
   /** the memory budget the model must fit on its backend (see budget.ts) */
   memory?: BudgetLimits;
+  /** weight precision asked for (precision.ts); default auto */
+  weightsMode?: WeightsMode;
 }
 
 /** Resolve after pending tasks (not just microtasks) have run: setImmediate in Node, a MessageChannel hop elsewhere. */
@@ -64,12 +67,13 @@ export async function createModel(parts: ModelParts, factory: SessionFactory): P
   const dtypes = new Set<string>(used.map((e) => e.dtype));
   // Loaders judge this before downloading (source/preflight.ts); a source that could not read
   // headers first (or a caller with its own files) is judged here, before any session exists.
-  checkBudget(stats, factory.backend, 'f32', parts.memory ?? {});
+  const choice = choosePrecision(parseWeightsMode(parts.weightsMode), stats, factory.backend, parts.memory ?? {});
+  checkBudget(stats, factory.backend, choice.precision, parts.memory ?? {});
   const info: ModelInfo = {
     id: parts.id, revision: parts.revision, source: parts.source, architecture: spec.modelType,
     n_layers: spec.nLayers, n_heads: spec.nHeads, n_kv_heads: spec.nKvHeads, d_model: spec.dModel, d_head: spec.dHead,
     d_mlp: spec.dMlp, d_vocab: spec.dVocab, n_ctx: spec.nCtx, n_params: nParams, dtype: [...dtypes].join('+'),
-    backend: factory.backend, norm: spec.norm,
+    backend: factory.backend, norm: spec.norm, weights: choice.precision, weights_reason: choice.reason,
   };
   const model = new EngineModel(spec, info, tokenizer, parts, factory);
   await model.warm();
@@ -202,9 +206,10 @@ class EngineModel implements LoadedModel {
       s = (async () => {
         const sae = saeId ? this.sae(saeId) : undefined;
         const weights = sae?.weights ?? this.parts.weights;
-        const graph = kind === 'lens' ? buildLensGraph(this.spec, weights.tensors)
-          : kind === 'readout' ? buildReadoutGraph(this.spec, weights.tensors)
-          : buildModelGraph(this.spec, weights.tensors, { hooks: true, withResult: kind === 'result', sae: sae?.spec, lean, grad: grad && { hooks: grad } });
+        const precision = this.info.weights;
+        const graph = kind === 'lens' ? buildLensGraph(this.spec, weights.tensors, undefined, precision)
+          : kind === 'readout' ? buildReadoutGraph(this.spec, weights.tensors, undefined, precision)
+          : buildModelGraph(this.spec, weights.tensors, { hooks: true, withResult: kind === 'result', sae: sae?.spec, lean, grad: grad && { hooks: grad }, weights: precision });
         return { graph, session: await this.factory.create(graph, weights) };
       })();
       s.catch(() => this.sessions.delete(key));

@@ -8,6 +8,7 @@ import { totalmem } from 'node:os';
 import type { LoadedModel, LoadOptions } from '../engine/api';
 import { LoupeError } from '../engine/errors';
 import { createModel } from '../engine/model';
+import { choosePrecision, parseWeightsMode, OFFERED_PRECISIONS } from '../engine/precision';
 import { readTensorF32, type ReadableWeightSet } from '../engine/safetensors';
 import { webSessionFactory, type OrtModule, type SessionFactory } from '../engine/runtime/session';
 import { judgeModel } from '../engine/source/preflight';
@@ -46,7 +47,14 @@ export async function loadModelNode(spec: string, opts: NodeModelOptions = {}): 
   const source = sourceFromSpec(spec, opts);
   const memory = { hostBytes: totalmem(), ...opts.memory };
   // architecture, tensors and memory judged from the headers, before any weight byte
-  const files = await loadModelFilesNode(source, { ...opts, judge: (plan) => { judgeModel(plan, backend, 'f32', memory, { backends: ['node', 'wasm'], precisions: ['f32'] }); } });
+  const mode = parseWeightsMode(opts.weights);
+  const files = await loadModelFilesNode(source, {
+    ...opts,
+    judge: (plan) => {
+      const precision = plan.stats ? choosePrecision(mode, plan.stats, backend, memory).precision : 'f32';
+      judgeModel(plan, backend, precision, memory, { backends: ['node', 'wasm'], precisions: OFFERED_PRECISIONS });
+    },
+  });
   const weights = files.weights as ReadableWeightSet;
   const factory = await nodeFactory(backend, opts.threads);
   const wasmFactory = backend === 'wasm' ? withFileBytes(factory, weights) : factory;
@@ -62,6 +70,7 @@ export async function loadModelNode(spec: string, opts: NodeModelOptions = {}): 
     revision: ref.revision ?? '',
     source: isBundled ? 'bundled' : ref.kind,
     memory,
+    weightsMode: opts.weights,
   }, wasmFactory);
 }
 

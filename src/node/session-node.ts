@@ -10,6 +10,7 @@ import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import { wrapOrtSession, type OrtModule, type SessionFactory } from '../engine/runtime/session';
 import type { WeightSet } from '../engine/safetensors-types';
+import { precisionSessionOptions } from '../engine/precision';
 import { defaultCacheDir } from './dir-cache';
 
 /**
@@ -54,6 +55,7 @@ export function nodeSessionFactory(ort: OrtModule, threads?: number): SessionFac
         const session = await ort.InferenceSession.create(modelPath, {
           executionProviders: ['cpu'],
           graphOptimizationLevel: 'all',
+          ...precisionSessionOptions(graph.precision),
           ...(threads ? { intraOpNumThreads: threads } : {}),
         });
         return wrapOrtSession(session);

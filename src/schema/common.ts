@@ -22,6 +22,8 @@ export const modelBlock = z.object({
   n_params: z.number().int(),
   backend: z.string(),
   dtype: z.string(),
+  /** weight precision that ran: f32 (widened at load) or stored (16-bit, widened at use); absent in documents from before it was recorded */
+  weights: z.string().optional(),
 });
 export type ModelBlock = z.infer<typeof modelBlock>;
 
@@ -42,7 +44,7 @@ export function modelBlockOf(model: LoadedModel): ModelBlock {
   return {
     id: i.id, revision: i.revision, architecture: i.architecture, n_layers: i.n_layers, n_heads: i.n_heads,
     n_kv_heads: i.n_kv_heads, d_model: i.d_model, d_head: i.d_head, d_mlp: i.d_mlp, d_vocab: i.d_vocab,
-    n_ctx: i.n_ctx, n_params: i.n_params, backend: i.backend, dtype: i.dtype,
+    n_ctx: i.n_ctx, n_params: i.n_params, backend: i.backend, dtype: i.dtype, weights: i.weights,
   };
 }
 

@@ -27,6 +27,7 @@ import { addModelBackward } from './backward-model';
 import type { ModelSpec, LinearRef, NormSpec, Activation, LayerSpec } from '../spec';
 import type { TensorEntry } from '../safetensors-types';
 import type { SaeGraphSpec } from '../sae';
+import type { WeightPrecision } from '../precision';
 
 export interface GraphPlan {
   /** expose hooks as outputs and hook sites as inputs (false = the plain logits-only graph) */
@@ -43,6 +44,8 @@ export interface GraphPlan {
   lean?: { sites: string[]; outputs: string[] };
   /** append the backward pass (backward.ts): input `logits::grad` seeds ∂M/∂logits, outputs `grad:{hook}` */
   grad?: { hooks: string[] };
+  /** how weights are held (precision.ts); default f32 */
+  weights?: WeightPrecision;
 }
 
 export interface BuiltGraph {
@@ -51,6 +54,8 @@ export interface BuiltGraph {
   outputNames: string[];
   /** hook sites that take mul/add inputs */
   sites: string[];
+  /** how the graph holds its weights (session options depend on it) */
+  precision: WeightPrecision;
 }
 
 // ------------------------------------------------------------------ small pieces
@@ -99,9 +104,9 @@ function normalize(g: OnnxGraph, W: (name: string) => string, x: string, n: Norm
 }
 
 /** `b t i → b t o` through a stored weight: torch Linear [o, i] (`b t i, o i -> b t o`) or GPT-2 Conv1D [i, o] (`b t i, i o -> b t o`). */
-function linearOf(g: OnnxGraph, W: (name: string) => string, btN: (n: number) => string, x: string, ref: LinearRef, inDim: number, outDim: number): string {
+function linearOf(g: OnnxGraph, W: (name: string, after?: string) => string, btN: (n: number) => string, x: string, ref: LinearRef, inDim: number, outDim: number): string {
   const x2 = g.o('Reshape', [x, g.constI([-1, inDim])]);
-  const args = [x2, W(ref.w)];
+  const args = [x2, W(ref.w, x2)];
   if (ref.b) args.push(W(ref.b));
   const y2 = g.o('Gemm', args, ref.layout === 'out_in' ? { transB: 1 } : {});
   return g.o('Reshape', [y2, btN(outDim)]);
@@ -130,7 +135,7 @@ class ModelGraph {
   private maskLocal = '';
 
   constructor(private readonly spec: ModelSpec, private readonly tensors: Map<string, TensorEntry>, private readonly plan: GraphPlan, location: (file: string) => string) {
-    this.g = new OnnxGraph(location);
+    this.g = new OnnxGraph(location, plan.weights ?? 'f32');
     ({ dModel: this.D, nHeads: this.H, nKvHeads: this.Hkv, dHead: this.Dh } = spec);
     this.lean = plan.lean ? { sites: new Set(plan.lean.sites), outputs: new Set(plan.lean.outputs) } : undefined;
     this.hookSet = new Set(!plan.hooks ? [] : this.lean ? [...this.lean.sites, ...this.lean.outputs] : allHookNames(spec, plan.withResult));
@@ -139,11 +144,14 @@ class ModelGraph {
 
   // ---- helpers
 
-  private W = (name: string): string => {
+  /** a weight as float32; `after`: the activation it multiplies (orders the widening of stored weights, see OnnxGraph.weight) */
+  private W = (name: string, after?: string): string => this.g.weight(this.entry(name), after);
+
+  private entry(name: string): TensorEntry {
     const e = this.tensors.get(name);
     if (!e) throw new Error(`graph: tensor ${name} not in weight index`);
-    return this.g.weight(e);
-  };
+    return e;
+  }
 
   private c(v: number): string {
     return this.g.constF([v], []);
@@ -276,8 +284,8 @@ class ModelGraph {
     if (this.plan.withResult && this.plan.hooks) {
       // W_O per head [H, Dh, D]: out_in `d (h dh) -> h dh d`, in_out `(h dh) d -> h dh d`; result_h = z_h · W_O[h]
       const wo = a.o.layout === 'out_in'
-        ? g.o('Transpose', [g.o('Reshape', [this.W(a.o.w), g.constI([D, H, Dh])])], { perm: [1, 2, 0] })
-        : g.o('Reshape', [this.W(a.o.w), g.constI([H, Dh, D])]);
+        ? g.o('Transpose', [g.o('Reshape', [this.W(a.o.w, z), g.constI([D, H, Dh])])], { perm: [1, 2, 0] })
+        : g.o('Reshape', [this.W(a.o.w, z), g.constI([H, Dh, D])]);
       const zh = g.o('Transpose', [z], { perm: [0, 2, 1, 3] });
       this.hook(g.o('Transpose', [g.o('MatMul', [zh, wo])], { perm: [0, 2, 1, 3] }), `${b}.hook_result`);
     }
@@ -339,11 +347,11 @@ class ModelGraph {
     if (spec.layers.some((l) => l.attn.slidingWindow !== null)) this.maskLocal = g.input('attn_mask_local', 'float', ['T', 'Tk']);
 
     // embeddings: W_E [V, D] gathered by token, W_pos [n_ctx, D] by position
-    let x = g.o('Gather', [this.W(spec.embed.w), ids], { axis: 0 });
+    let x = g.gatherRows(this.entry(spec.embed.w), ids);
     if (spec.embed.scale !== 1) x = g.o('Mul', [x, this.c(spec.embed.scale)]);
     x = this.hook(x, 'hook_embed');
     if (spec.posEmbed) {
-      const pos = g.o('Gather', [this.W(spec.posEmbed.w), g.input('position_ids', 'int64', ['T'])], { axis: 0 }); // [T, D]
+      const pos = g.gatherRows(this.entry(spec.posEmbed.w), g.input('position_ids', 'int64', ['T'])); // [T, D]
       const posB = this.hook(g.o('Expand', [pos, g.o('Shape', [x])]), 'hook_pos_embed');
       x = g.o('Add', [x, posB]);
     }
@@ -354,7 +362,8 @@ class ModelGraph {
     // W_U [V, D] (lm_head or the tied embedding), `b p d, v d -> b p v`
     const xf = this.norm(x, spec.lnFinal, 'ln_final.hook_scale');
     const xp = g.o('Gather', [xf, g.input('logit_positions', 'int64', ['P'])], { axis: 1 }); // [B, P, D]
-    const uArgs = [g.o('Reshape', [xp, g.constI([-1, D])]), this.W(spec.unembed.w)];
+    const xu = g.o('Reshape', [xp, g.constI([-1, D])]);
+    const uArgs = [xu, this.W(spec.unembed.w, xu)];
     if (spec.unembed.b) uArgs.push(this.W(spec.unembed.b));
     const bpV = g.o('Concat', [g.o('Shape', [xp], { start: 0, end: 2 }), g.constI([spec.dVocab])], { axis: 0 });
     let logits = g.o('Reshape', [g.o('Gemm', uArgs, { transB: 1 }), bpV]);
@@ -363,7 +372,7 @@ class ModelGraph {
     g.output('logits');
     if (this.plan.grad) addModelBackward(g, spec, this.plan.grad.hooks);
 
-    return { bytes: g.encode(), inputNames: g.inputNames(), outputNames: g.outputNames(), sites: this.sites };
+    return { bytes: g.encode(), inputNames: g.inputNames(), outputNames: g.outputNames(), sites: this.sites, precision: this.plan.weights ?? 'f32' };
   }
 }
 
@@ -376,15 +385,16 @@ export function buildModelGraph(spec: ModelSpec, tensors: Map<string, TensorEntr
  * statistics → unembedding → final soft-cap. Lets the lens run on the backend (WebGPU/WASM/CPU)
  * instead of an N·D·V loop in JS.
  */
-export function buildLensGraph(spec: ModelSpec, tensors: Map<string, TensorEntry>, location: (file: string) => string = (f) => f): BuiltGraph {
-  const g = new OnnxGraph(location);
-  const W = (name: string) => g.weight(tensors.get(name)!);
+export function buildLensGraph(spec: ModelSpec, tensors: Map<string, TensorEntry>, location: (file: string) => string = (f) => f, precision: WeightPrecision = 'f32'): BuiltGraph {
+  const g = new OnnxGraph(location, precision);
+  const W = (name: string, after?: string) => g.weight(tensors.get(name)!, after);
   const x = g.input('resid', 'float', ['N', spec.dModel]);
-  const args = [normalize(g, W, x, spec.lnFinal), W(spec.unembed.w)];
+  const xn = normalize(g, W, x, spec.lnFinal);
+  const args = [xn, W(spec.unembed.w, xn)];
   if (spec.unembed.b) args.push(W(spec.unembed.b));
   let logits = g.o('Gemm', args, { transB: 1 }); // `n d, v d -> n v`
   if (spec.finalSoftcap !== null) logits = softcap(g, logits, spec.finalSoftcap);
   g.identity(logits, 'logits');
   g.output('logits');
-  return { bytes: g.encode(), inputNames: g.inputNames(), outputNames: g.outputNames(), sites: [] };
+  return { bytes: g.encode(), inputNames: g.inputNames(), outputNames: g.outputNames(), sites: [], precision };
 }

@@ -5,6 +5,7 @@
  */
 import onnxProto from 'onnx-proto';
 import type { TensorEntry } from '../safetensors-types';
+import type { WeightPrecision } from '../precision';
 
 const { onnx } = onnxProto as any;
 const DT = { FLOAT: 1, INT64: 7, FLOAT16: 10, BFLOAT16: 16 } as const;
@@ -20,7 +21,10 @@ export class OnnxGraph {
   private consts = new Map<string, string>();
   private weights = new Map<string, string>();
 
-  constructor(private readonly weightFileName: (file: string) => string) {}
+  /** 16-bit weights kept 16-bit ('stored'): also declared as graph inputs, see weight() */
+  private readonly overridable: any[] = [];
+
+  constructor(private readonly weightFileName: (file: string) => string, private readonly precision: WeightPrecision = 'f32') {}
 
   private fresh(hint: string): string {
     return `${hint}_${this.counter++}`;
@@ -78,13 +82,55 @@ export class OnnxGraph {
     return name;
   }
 
-  /** A weight read by ORT straight from the safetensors bytes; half types are cast to float32 in-graph. */
-  weight(e: TensorEntry): string {
-    const hit = this.weights.get(e.name);
+  /**
+   * A weight as float32, read by ORT straight from the safetensors bytes; half types are cast in-graph.
+   * 'f32': one Cast that ORT folds into a float32 initializer at session creation.
+   * 'stored': the weight is a graph input too, so the Cast runs at each use (see rawWeight). `after`
+   * (the activation the weight multiplies) then orders the Cast: without a data dependency every
+   * Cast is ready when the run starts and onnxruntime widened all weights at once (measured: peak
+   * RSS above that of f32 weights); with it only the weights of the op being computed are float32.
+   */
+  weight(e: TensorEntry, after?: string): string {
+    const ordered = this.precision === 'stored' && e.dtype !== 'F32' && after !== undefined;
+    const key = ordered ? `${e.name}|${after}` : e.name;
+    const hit = this.weights.get(key);
     if (hit) return hit;
+    let raw = this.rawWeight(e);
+    if (ordered) raw = this.o('Reshape', [raw, this.o('Add', [this.constI(e.shape), this.zeroAfter(after)])], {}, 'wdep');
+    const out = e.dtype === 'F32' ? raw : this.o('Cast', [raw], { to: DT.FLOAT }, 'cast');
+    this.weights.set(key, out);
+    return out;
+  }
+
+  /** int64 [0] computed from x's shape: adding it to a constant shape makes a Reshape wait for x (a Reshape is a view, no copy). */
+  private zeroAfter(x: string): string {
+    let z = this.zeros.get(x);
+    if (!z) {
+      z = this.o('Mul', [this.o('Slice', [this.o('Shape', [x]), this.constI([0]), this.constI([1])]), this.constI([0])]);
+      this.zeros.set(x, z);
+    }
+    return z;
+  }
+  private readonly zeros = new Map<string, string>();
+
+  /** Rows of a weight table (embeddings), as float32: in 'stored' only the gathered rows are widened. */
+  gatherRows(e: TensorEntry, indices: string): string {
+    if (this.precision !== 'stored' || e.dtype === 'F32') return this.o('Gather', [this.weight(e), indices], { axis: 0 });
+    return this.o('Cast', [this.o('Gather', [this.rawWeight(e), indices], { axis: 0 })], { to: DT.FLOAT }, 'cast');
+  }
+
+  /**
+   * The initializer of a weight in its stored dtype. In 'stored' precision a 16-bit weight is also
+   * declared as a graph input (an "overridable initializer", never fed): onnxruntime does not treat
+   * those as constants, so neither constant folding nor the CPU provider's float16 handling (which
+   * otherwise rewrites Cast(float16 initializer) into a float32 initializer even with constant
+   * folding disabled — checked in the optimized model) turns it into a float32 copy.
+   */
+  private rawWeight(e: TensorEntry): string {
+    const name = `w:${e.name}`;
+    if (this.raw.has(name)) return name;
     const dataType = e.dtype === 'F32' ? DT.FLOAT : e.dtype === 'F16' ? DT.FLOAT16 : e.dtype === 'BF16' ? DT.BFLOAT16 : -1;
     if (dataType < 0) throw new Error(`weight ${e.name}: dtype ${e.dtype} cannot be used as a float weight`);
-    const name = `w:${e.name}`;
     this.initializers.push(onnx.TensorProto.create({
       name, dims: e.shape, dataType, dataLocation: 1,
       externalData: [
@@ -93,10 +139,13 @@ export class OnnxGraph {
         { key: 'length', value: String(e.byteLength) },
       ],
     }));
-    const out = dataType === DT.FLOAT ? name : this.o('Cast', [name], { to: DT.FLOAT }, 'cast');
-    this.weights.set(e.name, out);
-    return out;
+    if (this.precision === 'stored' && dataType !== DT.FLOAT) {
+      this.overridable.push(onnx.ValueInfoProto.create({ name, type: { tensorType: { elemType: dataType, shape: { dim: e.shape.map((d) => ({ dimValue: d })) } } } }));
+    }
+    this.raw.add(name);
+    return name;
   }
+  private readonly raw = new Set<string>();
 
   input(name: string, elemType: 'float' | 'int64', dims?: (number | string)[]): string {
     this.inputs.push(valueInfo(name, elemType, dims));
@@ -137,7 +186,7 @@ export class OnnxGraph {
 
   /** Serialise to ONNX bytes (opset 17, IR 8). */
   encode(): Uint8Array {
-    const graph = onnx.GraphProto.create({ name: 'loupe', node: this.nodes, initializer: this.initializers, input: this.inputs, output: this.outputs });
+    const graph = onnx.GraphProto.create({ name: 'loupe', node: this.nodes, initializer: this.initializers, input: [...this.inputs, ...this.overridable], output: this.outputs });
     const model = onnx.ModelProto.create({ irVersion: 8, producerName: 'loupe', opsetImport: [{ domain: '', version: 17 }], graph });
     return onnx.ModelProto.encode(model).finish();
   }

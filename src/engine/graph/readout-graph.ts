@@ -21,14 +21,17 @@ import type { TensorEntry } from '../safetensors-types';
 import type { Tensor } from '../tensor';
 import type { OrtTensorLike } from '../runtime/session';
 import { LoupeError } from '../errors';
+import type { WeightPrecision } from '../precision';
 
-export function buildReadoutGraph(spec: ModelSpec, tensors: Map<string, TensorEntry>, location: (file: string) => string = (f) => f): BuiltGraph {
-  const g = new OnnxGraph(location);
-  const W = (name: string) => {
+export function buildReadoutGraph(spec: ModelSpec, tensors: Map<string, TensorEntry>, location: (file: string) => string = (f) => f, precision: WeightPrecision = 'f32'): BuiltGraph {
+  const g = new OnnxGraph(location, precision);
+  const entry = (name: string) => {
     const e = tensors.get(name);
     if (!e) throw new Error(`graph: tensor ${name} not in weight index`);
-    return g.weight(e);
+    return e;
   };
+  /** `after`: the input the weight multiplies (orders the widening of stored weights, see OnnxGraph.weight) */
+  const W = (name: string, after?: string) => g.weight(entry(name), after);
   const { nLayers: L, dModel: D, nHeads: H, dHead: Dh, dMlp: M } = spec;
   const z = g.input('z', 'float', [L, 'N', H * Dh]);
   const post = g.input('post', 'float', [L, 'P', M]);
@@ -36,9 +39,9 @@ export function buildReadoutGraph(spec: ModelSpec, tensors: Map<string, TensorEn
   const mlpDirs = g.input('mlp_dirs', 'float', [L, 'K', D]);
   const layerOf = (x: string, l: number) => g.o('Gather', [x, g.constI([l], [])], { axis: 0 });
   /** x [N, in] → x · W [N, out] (W the TL-orientation [in, out] map) */
-  const forward = (x: string, ref: LinearRef) => g.o('Gemm', [x, W(ref.w)], ref.layout === 'out_in' ? { transB: 1 } : {});
+  const forward = (x: string, ref: LinearRef) => g.o('Gemm', [x, W(ref.w, x)], ref.layout === 'out_in' ? { transB: 1 } : {});
   /** d [K, out] → d · Wᵀ [K, in]: the rows of W dotted with each direction */
-  const backward = (d: string, ref: LinearRef) => g.o('Gemm', [d, W(ref.w)], ref.layout === 'out_in' ? {} : { transB: 1 });
+  const backward = (d: string, ref: LinearRef) => g.o('Gemm', [d, W(ref.w, d)], ref.layout === 'out_in' ? {} : { transB: 1 });
   const stack = (parts: string[], name: string) => {
     g.rename(g.o('Concat', parts.map((p) => g.o('Unsqueeze', [p, g.constI([0])])), { axis: 0 }), name);
     g.output(name);
@@ -48,12 +51,12 @@ export function buildReadoutGraph(spec: ModelSpec, tensors: Map<string, TensorEn
   stack(spec.layers.map((s, l) => backward(layerOf(attnDirs, l), s.attn.o)), 'attn_dir');
   stack(spec.layers.map((s, l) => backward(layerOf(mlpDirs, l), s.mlp.down)), 'mlp_dir');
   // the unembedding is stored [V, D] (the lens graph multiplies by its transpose)
-  const WU = W(spec.unembed.w);
-  g.rename(g.o('Gather', [WU, g.input('unembed_ids', 'int64', ['I'])], { axis: 0 }), 'unembed_rows');
+  const WU = entry(spec.unembed.w);
+  g.rename(g.gatherRows(WU, g.input('unembed_ids', 'int64', ['I'])), 'unembed_rows');
   g.output('unembed_rows');
-  g.rename(g.o('ReduceSum', [g.o('Gather', [WU, g.input('sum_ids', 'int64', ['J'])], { axis: 0 }), g.constI([0])], { keepdims: 0 }), 'unembed_sum');
+  g.rename(g.o('ReduceSum', [g.gatherRows(WU, g.input('sum_ids', 'int64', ['J'])), g.constI([0])], { keepdims: 0 }), 'unembed_sum');
   g.output('unembed_sum');
-  return { bytes: g.encode(), inputNames: g.inputNames(), outputNames: g.outputNames(), sites: [] };
+  return { bytes: g.encode(), inputNames: g.inputNames(), outputNames: g.outputNames(), sites: [], precision };
 }
 
 /** What LoadedModel.weightProducts takes; an absent input is fed with a zero-length axis (no work). */

@@ -7,6 +7,7 @@
 import type { Backend } from '../api';
 import type { BuiltGraph } from '../graph/build-model';
 import type { WeightSet } from '../safetensors-types';
+import { precisionSessionOptions } from '../precision';
 
 export interface OrtTensorLike {
   dims: readonly number[];
@@ -91,6 +92,7 @@ export function webSessionFactory(ort: OrtModule, backend: 'webgpu' | 'wasm', re
         executionProviders: [backend],
         externalData,
         graphOptimizationLevel: 'all',
+        ...precisionSessionOptions(graph.precision),
       });
       return trackedWeb(ort, backend, session);
     },

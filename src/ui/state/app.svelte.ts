@@ -8,6 +8,7 @@
 import { LoupeError } from '../../engine/errors';
 import type { Progress } from '../../ops/types';
 import { EngineClient } from '../engine/client';
+import type { WeightsMode } from '../../engine/precision';
 import { newInstanceId } from '../../bridge/handles';
 import { manifestOf, opTitle } from '../views/registry';
 import { errInfo, type ErrorInfo } from './errors';
@@ -48,7 +49,7 @@ export class AppState {
     this.jobs = new JobStore(this.client);
     this.models = new ModelStore({
       client: this.client, notify, exclusive: (fn) => this.jobs.exclusive(fn),
-      backend: () => this.prefs.backend, onLoaded: () => this.share.modelLoaded(),
+      backend: () => this.prefs.backend, weights: () => this.prefs.weights, onLoaded: () => this.share.modelLoaded(),
     });
     this.share = new ShareStore({
       client: this.client, models: this.models, results: this.resultStore, forms: this.forms, notify,
@@ -74,6 +75,9 @@ export class AppState {
   get backend(): BackendChoice { return this.prefs.backend; }
   /** the bridge sets the backend for its next load (no reload here: it loads next) */
   set backend(b: BackendChoice) { this.prefs.setBackend(b); }
+  get weights(): WeightsMode { return this.prefs.weights; }
+  /** the bridge sets the weight precision for its next load, like the backend */
+  set weights(w: WeightsMode) { this.prefs.setWeights(w); }
   get results(): Record<string, ResultEntry> { return this.resultStore.byOp; }
   set results(v: Record<string, ResultEntry>) { this.resultStore.byOp = v; }
   get ops() { return this.forms.ops; }
@@ -113,6 +117,11 @@ export class AppState {
 
   setBackend(b: BackendChoice): void {
     this.prefs.setBackend(b);
+    this.models.reload();
+  }
+
+  setWeights(w: WeightsMode): void {
+    this.prefs.setWeights(w);
     this.models.reload();
   }
 

@@ -4,6 +4,7 @@
  * worker must not swap a model under one.
  */
 import * as Comlink from 'comlink';
+import type { WeightsMode } from '../../engine/precision';
 import type { FileProgress } from '../../engine/source/types';
 import type { ShareModel } from '../../share/codec';
 import type { EngineClient, Job } from '../engine/client';
@@ -40,6 +41,7 @@ interface Deps {
   client: EngineClient;
   exclusive: <T>(fn: () => Promise<T>) => Promise<T>;
   backend: () => BackendChoice;
+  weights: () => WeightsMode;
   notify: (kind: 'info' | 'warn' | 'error', text: string, ms?: number) => void;
   onLoaded: () => void;
 }
@@ -96,7 +98,7 @@ export class ModelStore {
       if (!p.confirm) return resolve(true);
       this.answer = (ok) => { this.answer = null; if (this.preview) this.preview = { ...this.preview, waiting: false }; resolve(ok); };
     });
-    const req = { model: this.requestOf(choice), backend: this.d.backend() };
+    const req = { model: this.requestOf(choice), backend: this.d.backend(), weights: this.d.weights() };
     const job = this.d.client.job('load', (id, api) => api.loadModel(id, req, Comlink.proxy(onProgress), Comlink.proxy(onPreview)));
     this.loadJob = job;
     try {

@@ -1,10 +1,12 @@
-/** The page's preferences as reactive state (persisted by prefs.ts): theme and backend. */
+/** The page's preferences as reactive state (persisted by prefs.ts): theme, backend and weight precision. */
 import { prefs, type Theme } from './prefs';
 import type { BackendChoice } from '../../../workers/protocol';
+import type { WeightsMode } from '../../engine/precision';
 
 export class PrefStore {
   theme = $state<Theme>(prefs.theme());
   backend = $state<BackendChoice>(prefs.backend());
+  weights = $state<WeightsMode>(prefs.weights());
 
   constructor() {
     applyTheme(this.theme);
@@ -21,6 +23,11 @@ export class PrefStore {
   setBackend(b: BackendChoice): void {
     this.backend = b;
     prefs.setBackend(b);
+  }
+
+  setWeights(w: WeightsMode): void {
+    this.weights = w;
+    prefs.setWeights(w);
   }
 }
 

@@ -4,6 +4,7 @@
  * ever sent to that endpoint — a share link naming another endpoint never receives it.
  */
 import type { BackendChoice } from '../../../workers/protocol';
+import type { WeightsMode } from '../../engine/precision';
 
 const P = 'loupe.';
 
@@ -46,6 +47,8 @@ export const prefs = {
   setTheme: (t: Theme) => write('theme', t),
   backend: (): BackendChoice => read<BackendChoice>('backend', 'auto'),
   setBackend: (b: BackendChoice) => write('backend', b),
+  weights: (): WeightsMode => read<WeightsMode>('weights', 'auto'),
+  setWeights: (w: WeightsMode) => write('weights', w),
   endpoint: (): string => read('endpoint', DEFAULT_ENDPOINT),
   setEndpoint: (e: string) => write('endpoint', e),
   recent: (): RecentModel[] => read<RecentModel[]>('recent', []),

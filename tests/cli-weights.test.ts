@@ -1,0 +1,42 @@
+/**
+ * `--weights` on the CLI: the document records the precision that ran; a bad value is a usage
+ * error (exit 2) before anything loads.
+ */
+import { describe, it, expect, beforeAll, afterAll } from 'vitest';
+import { execFile } from 'node:child_process';
+import { tmpdir } from 'node:os';
+import { resolve } from 'node:path';
+import { ALL_FAMILY_CASES, makeCaseModel, type RandomModel } from './reference';
+
+const BIN = resolve(__dirname, '../bin/loupe.mjs');
+
+function loupe(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  return new Promise((res) => {
+    execFile(process.execPath, [BIN, ...args], { cwd: tmpdir(), maxBuffer: 64 << 20, env: { ...process.env, NO_COLOR: '1' } }, (err, stdout, stderr) => {
+      res({ code: err ? (typeof (err as any).code === 'number' ? (err as any).code : 1) : 0, stdout, stderr });
+    });
+  });
+}
+
+describe('loupe --weights', () => {
+  let rm: RandomModel;
+  beforeAll(() => { rm = makeCaseModel(ALL_FAMILY_CASES.find((c) => c.name === 'gpt2-tied')!, { dtype: 'F16' }); });
+  afterAll(() => rm?.cleanup());
+
+  it.each(['stored', 'f32'])('--weights %s: the document names it', async (w) => {
+    const r = await loupe(['trace', rm.dir, 'hello world', '--weights', w, '--json', '--quiet']);
+    expect(r.code, r.stderr).toBe(0);
+    const doc = JSON.parse(r.stdout);
+    expect(doc.model.weights).toBe(w);
+    expect(doc.model.dtype).toBe('F16');
+  });
+
+  it('auto on onnxruntime-node picks f32 for a small F16 model; a bad value exits 2', async () => {
+    const r = await loupe(['trace', rm.dir, 'hello', '--json', '--quiet']);
+    expect(r.code, r.stderr).toBe(0);
+    expect(JSON.parse(r.stdout).model.weights).toBe('f32');
+    const bad = await loupe(['trace', rm.dir, 'hello', '--weights', 'fp8', '--json']);
+    expect(bad.code).toBe(2);
+    expect(bad.stdout).toMatch(/--weights must be/);
+  });
+});
