@@ -43,7 +43,7 @@ function requireModel(): LoadedModel {
 }
 
 function memory(): MemoryInfo {
-  return { weightBytes: model ? model.info.n_params * 4 : null, jsHeapBytes: jsHeapBytes() };
+  return { weightBytes: model ? model.info.weight_bytes : null, jsHeapBytes: jsHeapBytes() };
 }
 
 let opInfos: OperationInfo[] | null = null;

@@ -56,6 +56,8 @@ export interface ModelInfo {
   weights: WeightPrecision;
   /** why that precision (asked for, or what `auto` weighed) */
   weights_reason: string;
+  /** bytes of the weights as the session holds them (float32: 4 per parameter; stored: as in the files) */
+  weight_bytes: number;
 }
 
 /**

@@ -74,6 +74,7 @@ export async function createModel(parts: ModelParts, factory: SessionFactory): P
     n_layers: spec.nLayers, n_heads: spec.nHeads, n_kv_heads: spec.nKvHeads, d_model: spec.dModel, d_head: spec.dHead,
     d_mlp: spec.dMlp, d_vocab: spec.dVocab, n_ctx: spec.nCtx, n_params: nParams, dtype: [...dtypes].join('+'),
     backend: factory.backend, norm: spec.norm, weights: choice.precision, weights_reason: choice.reason,
+    weight_bytes: choice.precision === 'f32' ? 4 * nParams : storedBytes,
   };
   const model = new EngineModel(spec, info, tokenizer, parts, factory);
   await model.warm();

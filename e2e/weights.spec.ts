@@ -1,0 +1,63 @@
+/**
+ * The weight precision control: an F16 model from a loopback Hub mimic loaded with weights
+ * "stored" runs with 16-bit weights in the page's worker, says so next to the control, and its
+ * trace document records it — with the same numbers as the CLI on the same model and precision.
+ */
+import { execFileSync } from 'node:child_process';
+import type { BrowserContext, Page } from '@playwright/test';
+import { test, expect, openReady, waitModelReady, runOp, shot, watchErrors, pageDoc, PROMPT } from './fixtures';
+import { ALL_FAMILY_CASES, makeCaseModel, type RandomModel } from '../tests/reference';
+
+test.describe.configure({ mode: 'serial' });
+
+const REPO = 'loupe-test/gpt2-f16';
+let context: BrowserContext;
+let page: Page;
+let rm: RandomModel;
+
+test.beforeAll(async ({ browser, hub }) => {
+  rm = makeCaseModel(ALL_FAMILY_CASES.find((c) => c.name === 'gpt2-tied')!, { dtype: 'F16' });
+  hub.addRepo(REPO, rm.dir);
+  context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
+  page = await context.newPage();
+  watchErrors(page);
+});
+test.afterAll(async () => {
+  await context.close();
+  rm?.cleanup();
+});
+
+test('weights "stored": the page runs 16-bit weights, shows it, and the document records it', async ({ site, hub }) => {
+  await openReady(page, site.url);
+  await page.locator('#weights').selectOption('stored');
+  await waitModelReady(page);
+  await page.getByRole('tab', { name: 'Hub' }).click();
+  if (!(await page.getByTestId('hub-endpoint').isVisible())) await page.getByRole('button', { name: /show endpoint/i }).click();
+  await page.getByTestId('hub-endpoint').fill(hub.url);
+  await page.getByTestId('hub-endpoint').dispatchEvent('change');
+  await page.getByTestId('hub-id').fill(REPO);
+  await page.getByTestId('load-hub').click();
+  await expect(page.getByTestId('status-model')).toContainText(REPO, { timeout: 90_000 });
+  await waitModelReady(page);
+  await expect(page.getByTestId('weights-used')).toHaveText('using stored');
+  await page.getByTestId('prompt').fill(PROMPT);
+  await page.getByTestId('tab-trace').click();
+  await runOp(page, 'trace');
+  const doc = await pageDoc(page, 'trace');
+  expect(doc.model.weights).toBe('stored');
+  expect(doc.model.dtype).toBe('F16');
+  const cli = JSON.parse(execFileSync(process.execPath, ['bin/loupe.mjs', 'trace', rm.dir, PROMPT, '--json', '--weights', 'stored'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }));
+  expect(cli.model.weights).toBe('stored');
+  let d = 0;
+  for (let r = 0; r < cli.head_attribution.length; r++) for (let c = 0; c < cli.head_attribution[r].length; c++) d = Math.max(d, Math.abs(cli.head_attribution[r][c] - doc.head_attribution[r][c]));
+  expect(d).toBeLessThan(1e-4);
+  await expect(page.getByTestId('status-dtype')).toHaveText('dtype: F16 · stored');
+  await page.locator('#weights').scrollIntoViewIfNeeded();
+  await shot(page, 'model-weights-stored');
+  await page.setViewportSize({ width: 1024, height: 800 });
+  await shot(page, 'model-weights-stored-1024');
+  await page.getByRole('button', { name: /dark/i }).click();
+  await shot(page, 'model-weights-stored-1024-dark');
+  await page.setViewportSize({ width: 1280, height: 800 });
+  await shot(page, 'model-weights-stored-dark');
+});
