@@ -23,8 +23,8 @@ import { gradName } from './graph/backward';
 
 /** number of positions whose logits a run computes */
 const logitPosCount = (opts: RunOptions, T: number) => opts.logitPositions?.length ?? T;
-import { checkBudget, weightStats, type BudgetLimits } from './budget';
-import { choosePrecision, parseWeightsMode, type WeightsMode } from './precision';
+import { checkBudget, weightBytesAt, weightStats, type BudgetLimits } from './budget';
+import { choosePrecision, parseWeightsMode, OFFERED_PRECISIONS, type WeightsMode } from './precision';
 
 /** a bound on the characters one token covers, far above any real vocabulary's longest token */
 const MAX_CHARS_PER_TOKEN = 1024;
@@ -68,13 +68,13 @@ export async function createModel(parts: ModelParts, factory: SessionFactory): P
   // Loaders judge this before downloading (source/preflight.ts); a source that could not read
   // headers first (or a caller with its own files) is judged here, before any session exists.
   const choice = choosePrecision(parseWeightsMode(parts.weightsMode), stats, factory.backend, parts.memory ?? {});
-  checkBudget(stats, factory.backend, choice.precision, parts.memory ?? {});
+  checkBudget(stats, factory.backend, choice.precision, parts.memory ?? {}, { precisions: OFFERED_PRECISIONS });
   const info: ModelInfo = {
     id: parts.id, revision: parts.revision, source: parts.source, architecture: spec.modelType,
     n_layers: spec.nLayers, n_heads: spec.nHeads, n_kv_heads: spec.nKvHeads, d_model: spec.dModel, d_head: spec.dHead,
     d_mlp: spec.dMlp, d_vocab: spec.dVocab, n_ctx: spec.nCtx, n_params: nParams, dtype: [...dtypes].join('+'),
     backend: factory.backend, norm: spec.norm, weights: choice.precision, weights_reason: choice.reason,
-    weight_bytes: choice.precision === 'f32' ? 4 * nParams : storedBytes,
+    weight_bytes: weightBytesAt(stats, choice.precision),
   };
   const model = new EngineModel(spec, info, tokenizer, parts, factory);
   await model.warm();
