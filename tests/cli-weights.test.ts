@@ -23,12 +23,19 @@ describe('loupe --weights', () => {
   beforeAll(() => { rm = makeCaseModel(ALL_FAMILY_CASES.find((c) => c.name === 'gpt2-tied')!, { dtype: 'F16' }); });
   afterAll(() => rm?.cleanup());
 
-  it.each(['stored', 'f32'])('--weights %s: the document names it', async (w) => {
-    const r = await loupe(['trace', rm.dir, 'hello world', '--weights', w, '--json', '--quiet']);
-    expect(r.code, r.stderr).toBe(0);
-    const doc = JSON.parse(r.stdout);
-    expect(doc.model.weights).toBe(w);
-    expect(doc.model.dtype).toBe('F16');
+  it('--weights stored / f32: the document names the precision; the trace (DLA included) is the same', async () => {
+    const docs: Record<string, any> = {};
+    for (const w of ['stored', 'f32']) {
+      const r = await loupe(['trace', rm.dir, 'hello world', '--weights', w, '--json', '--quiet']);
+      expect(r.code, r.stderr).toBe(0);
+      docs[w] = JSON.parse(r.stdout);
+      expect(docs[w].model.weights).toBe(w);
+      expect(docs[w].model.dtype).toBe('F16');
+    }
+    const a = docs.stored.head_attribution.flat(), b = docs.f32.head_attribution.flat();
+    expect(a.length).toBeGreaterThan(0);
+    expect(Math.max(...a.map((x: number, i: number) => Math.abs(x - b[i])))).toBeLessThan(1e-4);
+    expect(docs.stored.predicted_token).toBe(docs.f32.predicted_token);
   });
 
   it('auto on onnxruntime-node picks f32 for a small F16 model; a bad value exits 2', async () => {
