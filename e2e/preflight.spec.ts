@@ -10,6 +10,7 @@ import { join } from 'node:path';
 import type { BrowserContext, Page } from '@playwright/test';
 import { test, expect, openReady, waitModelReady, shot, watchErrors, SHARED_MODELS } from './fixtures';
 import { writeSparseGpt2 } from '../tests/helpers/sparse-model';
+import { startHubServer } from '../tests/helpers/hub-server';
 
 test.describe.configure({ mode: 'serial' });
 
@@ -104,4 +105,36 @@ test('a model too large for the backend is refused from its header, with a hint'
   await shot(page, 'preflight-too-large-1280');
   await expect(page.getByTestId('status-model')).toContainText(SMALL);
   expect(errors.filter((e) => !/TOO_LARGE|Failed to load resource/.test(e))).toEqual([]);
+});
+
+test('weights behind a 302 to a CDN origin load in the page: CORS, Range across the redirect, no token there, the Hub\'s commit recorded', async ({ site, hub }) => {
+  if (page.url() === 'about:blank') await openReady(page, site.url);
+  const cdn = await startHubServer();
+  try {
+    const REPO = 'preflight/lfs';
+    const tok = join(SHARED_MODELS, 'induction-gpt2');
+    hub.addRepo(REPO, tok, { token: 'hf_page' });
+    cdn.addRepo('cdn/lfs', tok);
+    hub.redirect(REPO, 'model.safetensors', `${cdn.url}/cdn/lfs/resolve/main/model.safetensors`);
+    await page.getByRole('tab', { name: 'Hub' }).click();
+    if (!(await page.getByTestId('hub-endpoint').isVisible())) await page.getByRole('button', { name: /show endpoint/i }).click();
+    await page.getByTestId('hub-endpoint').fill(hub.url);
+    await page.getByTestId('hub-endpoint').dispatchEvent('change');
+    // the token field follows the endpoint: fill it after
+    await page.locator('#hub-token').fill('hf_page');
+    await page.getByTestId('hub-id').fill(REPO);
+    await page.getByTestId('load-hub').click();
+    await waitModelReady(page);
+    await expect(page.getByTestId('status-model')).toContainText(REPO);
+    const ranges = cdn.log.filter((r) => r.method === 'GET').map((r) => r.range);
+    expect(ranges[0]).toBe('bytes=0-7');
+    expect(ranges[ranges.length - 1]).toMatch(/^bytes=\d+-$/);
+    expect(cdn.log.every((r) => r.authorization === '')).toBe(true);
+    expect(hub.log.filter((r) => r.id === REPO && r.method === 'GET').every((r) => r.authorization === 'Bearer hf_page')).toBe(true);
+    const commit = await page.evaluate(() => (globalThis as any).__loupe.model?.info.commit);
+    expect(commit).toBe(hub.commitOf(REPO));
+    await page.locator('#hub-token').fill('');
+  } finally {
+    await cdn.close();
+  }
 });

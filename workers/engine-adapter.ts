@@ -181,7 +181,7 @@ export async function openModel(req: LoadRequest, opts: OpenOptions): Promise<{ 
   }
   return {
     model,
-    summary: { info: model.info, ref: plan.ref, downloadedBytes, cachedFiles, loadMs: performance.now() - t0, backendReason: reason },
+    summary: { info: model.info, ref: { ...plan.ref, ...(model.info.commit ? { commit: model.info.commit } : {}) }, downloadedBytes, cachedFiles, loadMs: performance.now() - t0, backendReason: reason },
   };
 }
 

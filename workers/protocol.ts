@@ -27,7 +27,7 @@ export interface LoadRequest {
 export interface LoadedModelSummary {
   info: ModelInfo;
   /** how the page should name this model in links and the recent list (never carries a token) */
-  ref: { kind: 'bundled' | 'hub' | 'url'; id: string; revision: string; endpoint?: string };
+  ref: { kind: 'bundled' | 'hub' | 'url'; id: string; revision: string; commit?: string; endpoint?: string };
   /** bytes of weights fetched over the network in this load (0 when everything came from a cache) */
   downloadedBytes: number;
   /** files that came from the IndexedDB cache */

@@ -53,10 +53,10 @@ export type WireModel = Record<string, unknown> | null;
  * fails to compile until it is listed here.
  */
 const MODEL_FIELDS: Record<keyof ModelInfo, 'string' | 'number'> = {
-  id: 'string', revision: 'string', source: 'string', architecture: 'string', dtype: 'string', backend: 'string', norm: 'string', weights: 'string', weights_reason: 'string', weight_bytes: 'number',
+  id: 'string', revision: 'string', commit: 'string', source: 'string', architecture: 'string', dtype: 'string', backend: 'string', norm: 'string', weights: 'string', weights_reason: 'string', weight_bytes: 'number',
   n_layers: 'number', n_heads: 'number', n_kv_heads: 'number', d_model: 'number', d_head: 'number', d_mlp: 'number', d_vocab: 'number', n_ctx: 'number', n_params: 'number',
 };
-const REF_FIELDS = ['kind', 'id', 'revision', 'endpoint'] as const;
+const REF_FIELDS = ['kind', 'id', 'revision', 'commit', 'endpoint'] as const;
 /** longest string kept in a reported model (ids are Hub ids or URLs) */
 export const WIRE_STRING_MAX = 512;
 

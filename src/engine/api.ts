@@ -36,6 +36,8 @@ export interface ModelInfo {
   /** Hub id, URL or folder the model came from; 'default' resolves to the bundled model id 'stories260K' */
   id: string;
   revision: string;
+  /** the commit the Hub resolved `revision` to when the weights were fetched (X-Repo-Commit); absent off the Hub */
+  commit?: string;
   source: ModelRef['kind'] | 'bundled';
   /** config.json model_type, e.g. 'llama' */
   architecture: string;

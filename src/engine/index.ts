@@ -68,6 +68,7 @@ export async function loadModel(spec: string | ModelSource, opts: BrowserLoadOpt
     readTensor: (name: string) => readTensorF32(files.weights, name),
     id: bundled ? BUNDLED_MODEL_ID : files.ref.id,
     revision: files.ref.revision ?? '',
+    ...(files.commit ? { commit: files.commit } : {}),
     source: bundled ? ('bundled' as const) : files.ref.kind,
     memory: opts.memory,
     weightsMode: opts.weights,

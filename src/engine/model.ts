@@ -38,6 +38,8 @@ export interface ModelParts {
   id: string;
   revision: string;
   source: ModelInfo['source'];
+  /** the Hub commit the weights came from */
+  commit?: string;
   /** the memory budget the model must fit on its backend (see budget.ts) */
   memory?: BudgetLimits;
   /** weight precision asked for (precision.ts); default auto */
@@ -70,7 +72,7 @@ export async function createModel(parts: ModelParts, factory: SessionFactory): P
   const choice = choosePrecision(parseWeightsMode(parts.weightsMode), stats, factory.backend, parts.memory ?? {});
   checkBudget(stats, factory.backend, choice.precision, parts.memory ?? {}, { precisions: OFFERED_PRECISIONS });
   const info: ModelInfo = {
-    id: parts.id, revision: parts.revision, source: parts.source, architecture: spec.modelType,
+    id: parts.id, revision: parts.revision, ...(parts.commit ? { commit: parts.commit } : {}), source: parts.source, architecture: spec.modelType,
     n_layers: spec.nLayers, n_heads: spec.nHeads, n_kv_heads: spec.nKvHeads, d_model: spec.dModel, d_head: spec.dHead,
     d_mlp: spec.dMlp, d_vocab: spec.dVocab, n_ctx: spec.nCtx, n_params: nParams, dtype: [...dtypes].join('+'),
     backend: factory.backend, norm: spec.norm, weights: choice.precision, weights_reason: choice.reason,

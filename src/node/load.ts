@@ -68,6 +68,7 @@ export async function loadModelNode(spec: string, opts: NodeModelOptions = {}): 
     readTensor: (name) => readTensorF32(weights, name),
     id: isBundled ? 'stories260K' : source instanceof FolderSource ? spec : ref.id,
     revision: ref.revision ?? '',
+    ...(files.commit ? { commit: files.commit } : {}),
     source: isBundled ? 'bundled' : ref.kind,
     memory,
     weightsMode: opts.weights,

@@ -10,6 +10,8 @@ export const SCHEMA_VERSION = '1.0.0';
 export const modelBlock = z.object({
   id: z.string(),
   revision: z.string(),
+  /** the Hub commit the weights came from (X-Repo-Commit), so a document names the exact bytes after a branch moves */
+  commit: z.string().optional(),
   architecture: z.string(),
   n_layers: z.number().int(),
   n_heads: z.number().int(),
@@ -42,7 +44,7 @@ export function documentBase<Op extends string>(operation: Op) {
 export function modelBlockOf(model: LoadedModel): ModelBlock {
   const i = model.info;
   return {
-    id: i.id, revision: i.revision, architecture: i.architecture, n_layers: i.n_layers, n_heads: i.n_heads,
+    id: i.id, revision: i.revision, ...(i.commit ? { commit: i.commit } : {}), architecture: i.architecture, n_layers: i.n_layers, n_heads: i.n_heads,
     n_kv_heads: i.n_kv_heads, d_model: i.d_model, d_head: i.d_head, d_mlp: i.d_mlp, d_vocab: i.d_vocab,
     n_ctx: i.n_ctx, n_params: i.n_params, backend: i.backend, dtype: i.dtype, weights: i.weights,
   };

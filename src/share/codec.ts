@@ -21,6 +21,8 @@ export interface ShareModel {
   kind: 'bundled' | 'hub' | 'url';
   id: string;
   revision: string;
+  /** the commit `revision` resolved to when the result was made: a link re-runs these weights even after the branch moves */
+  commit?: string;
   /** Hub endpoint when it is not the public Hub (e.g. a mirror) */
   endpoint?: string;
 }
@@ -46,6 +48,7 @@ function deflate(json: string): string {
 function clean(state: ShareState): ShareState {
   const m = state.model;
   const model: ShareModel = { kind: m.kind, id: m.id, revision: m.revision };
+  if (typeof m.commit === 'string' && /^[0-9a-f]{40}$/.test(m.commit)) model.commit = m.commit;
   if (m.endpoint) model.endpoint = m.endpoint;
   const out: ShareState = { v: SHARE_VERSION, model, op: state.op, input: state.input };
   if (state.result !== undefined) out.result = state.result;

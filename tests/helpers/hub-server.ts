@@ -67,6 +67,10 @@ export interface HubServer {
   /** origin, e.g. http://127.0.0.1:41234 (use as the HubSource endpoint) */
   readonly url: string;
   readonly port: number;
+  /** the commit `revision` of repo `id` resolves to now (sent as X-Repo-Commit; /resolve/<commit>/ serves that snapshot) */
+  commitOf(id: string, revision?: string): string;
+  /** move a branch: `revision` now serves `dir` under a new commit; the old commit still serves the old files */
+  moveRevision(id: string, dir: string, revision?: string): string;
   /** serve the files of a local folder as repo `id` at `revision` (default 'main') */
   addRepo(id: string, dir: string | null, opts?: { revision?: string; token?: string }): void;
   /** an in-memory file in repo `id` (created if needed), overriding the folder's */
@@ -87,6 +91,8 @@ export interface HubServer {
 }
 
 interface Repo {
+  /** the commit this snapshot is (40 hex digits) */
+  commit: string;
   dir: string | null;
   token?: string;
   files: Map<string, Uint8Array>;
@@ -119,12 +125,16 @@ export async function startHubServer(): Promise<HubServer> {
     if (!s) { s = { requests: 0, bytes: 0, ranges: [], auth: [], statuses: [] }; stats.set(k, s); }
     return s;
   };
-  const repoOf = (id: string, revision = 'main'): Repo => {
-    const k = `${id}@${revision}`;
-    let r = repos.get(k);
-    if (!r) { r = { dir: null, files: new Map(), hidden: new Set(), redirects: new Map() }; repos.set(k, r); }
+  const commits = new Map<string, Repo>(); // key: `${id}@${commit}`
+  let commitSeq = 0;
+  const newRepo = (id: string, revision: string, dir: string | null, token?: string): Repo => {
+    const commit = createHash('sha1').update(`${id}@${revision}#${commitSeq++}`).digest('hex');
+    const r: Repo = { commit, dir, token, files: new Map(), hidden: new Set(), redirects: new Map() };
+    repos.set(`${id}@${revision}`, r);
+    commits.set(`${id}@${commit}`, r);
     return r;
   };
+  const repoOf = (id: string, revision = 'main'): Repo => repos.get(`${id}@${revision}`) ?? newRepo(id, revision, null);
   const etagOf = (bytes: Uint8Array): string => {
     let e = etags.get(bytes);
     if (!e) { e = `"${createHash('sha256').update(bytes).digest('hex')}"`; etags.set(bytes, e); }
@@ -189,7 +199,7 @@ export async function startHubServer(): Promise<HubServer> {
     st.auth.push(entry.authorization);
     const done = (status: number, headers: Record<string, string> = {}, body?: string) => { st.statuses.push(status); finish(status, headers, body); };
 
-    const repo = repos.get(`${id}@${revision}`);
+    const repo = repos.get(`${id}@${revision}`) ?? commits.get(`${id}@${revision}`);
     if (!repo) {
       const anyRev = [...repos.keys()].some((k) => k.startsWith(`${id}@`));
       return done(404, { 'X-Error-Code': anyRev ? 'RevisionNotFound' : 'RepositoryNotFound' }, 'not found');
@@ -207,11 +217,12 @@ export async function startHubServer(): Promise<HubServer> {
       if (fault.status) return done(fault.status, {}, '');
     }
     const loc = repo.redirects.get(file);
-    if (loc) return done(302, { Location: loc });
+    // the Hub answers LFS files with a 302 to its CDN, carrying the commit on the redirect itself
+    if (loc) return done(302, { Location: loc, 'X-Repo-Commit': repo.commit });
     const bytes = await openRepoFile(repo, file);
     if (!bytes) return done(404, { 'X-Error-Code': 'EntryNotFound' }, 'not found');
     try {
-      await send(req, res, entry, st, bytes, fault, pacing.get(`${id}/${file}`), done);
+      await send(req, res, entry, st, bytes, fault, pacing.get(`${id}/${file}`), done, repo.commit);
     } finally {
       await bytes.close();
     }
@@ -221,6 +232,7 @@ export async function startHubServer(): Promise<HubServer> {
     req: http.IncomingMessage, res: http.ServerResponse, entry: RequestLog, st: FileStats, bytes: Body,
     fault: FaultSpec | undefined, pace: { chunkSize: number; chunkDelayMs: number } | undefined,
     done: (status: number, headers?: Record<string, string>, body?: string) => void,
+    commit = '0'.repeat(40),
   ): Promise<void> {
     const size = bytes.size;
     const etag = bytes.etag;
@@ -239,7 +251,7 @@ export async function startHubServer(): Promise<HubServer> {
       'Content-Length': String(end - start + 1),
       ETag: etag,
       'Accept-Ranges': 'bytes',
-      'X-Repo-Commit': '0'.repeat(40),
+      'X-Repo-Commit': commit,
     };
     if (status === 206) headers['Content-Range'] = `bytes ${start}-${end}/${size}`;
     st.statuses.push(status);
@@ -279,6 +291,10 @@ export async function startHubServer(): Promise<HubServer> {
     url: `http://127.0.0.1:${port}`,
     port,
     log,
+    commitOf: (id, revision = 'main') => repoOf(id, revision).commit,
+    moveRevision(id, dir, revision = 'main') {
+      return newRepo(id, revision, dir, repos.get(`${id}@${revision}`)?.token).commit;
+    },
     addRepo(id, dir, opts = {}) {
       const r = repoOf(id, opts.revision);
       r.dir = dir;

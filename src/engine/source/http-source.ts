@@ -218,7 +218,7 @@ export abstract class HttpSource implements ModelSource {
       throw new Retryable(new LoupeError('NETWORK_ERROR', `Could not reach ${url} (${e instanceof Error ? e.message : String(e)}).`, 'Check the network connection and the endpoint, then try again; finished bytes are kept.', { file, url }));
     }
     const commit = res.headers.get('x-repo-commit');
-    if (commit && /^[0-9a-f]{40}$/i.test(commit)) this.noteCommit(commit.toLowerCase());
+    if (commit && /^[0-9a-f]{40}$/i.test(commit)) this.noteCommit(commit.toLowerCase(), res.url || url);
     if (res.status === 401 || res.status === 403) {
       res.body?.cancel().catch(() => {});
       const nf = this.notFound(file, url, res);
@@ -228,8 +228,8 @@ export abstract class HttpSource implements ModelSource {
     return res;
   }
 
-  /** The Hub overrides this to remember the commit its revision resolved to. */
-  protected noteCommit(_commit: string): void {}
+  /** The Hub overrides this to remember the commit its revision resolved to (`from`: the answering URL). */
+  protected noteCommit(_commit: string, _from: string): void {}
 
   /**
    * `length` bytes at `offset` (a safetensors header) with a Range request, or from a complete

@@ -11,7 +11,11 @@
  */
 import { LoupeError } from '../errors';
 import { HttpSource, type HttpSourceOptions } from './http-source';
-import type { CacheKey, ModelRef } from './types';
+import type { ByteCache, CacheKey, ModelRef } from './types';
+
+/** where a cache keeps the commit a revision resolved to, beside the model's files */
+export const COMMIT_FILE = '.loupe/commit';
+const COMMIT_RE = /^[0-9a-f]{40}$/;
 
 export const DEFAULT_HUB_ENDPOINT = 'https://huggingface.co';
 
@@ -49,6 +53,7 @@ export class HubSource extends HttpSource {
   private readonly endpoint: string;
   private readonly origin: string;
   private readonly token?: string;
+  private resolved?: string;
 
   constructor(id: string, opts: HubSourceOptions = {}) {
     super(opts);
@@ -67,8 +72,44 @@ export class HubSource extends HttpSource {
     this.ref = { kind: 'hub', id, revision: opts.revision || 'main', endpoint };
   }
 
+  /**
+   * The commit the revision resolved to (the Hub's X-Repo-Commit), once a response said so or
+   * the cache remembered it. From then on every file is fetched at that commit, so one load
+   * never mixes files of two commits even if the branch moves meanwhile.
+   */
+  get commit(): string | undefined {
+    return this.resolved ?? (COMMIT_RE.test(this.ref.revision) ? this.ref.revision : undefined);
+  }
+
+  protected override noteCommit(commit: string, from: string): void {
+    // only the Hub's own answers count (a CDN behind a redirect speaks for nothing)
+    let origin = '';
+    try { origin = new URL(from).origin; } catch { /* keep '' */ }
+    if (origin === this.origin) this.resolved ??= commit;
+  }
+
+  /**
+   * Keep the commit beside the cached files (after a download) or take it from there (a load
+   * that made no request), so documents name the commit of the bytes they ran on.
+   */
+  async syncCommit(cache?: ByteCache): Promise<void> {
+    if (!cache || COMMIT_RE.test(this.ref.revision)) return;
+    const key = this.cacheKey(COMMIT_FILE);
+    try {
+      if (this.resolved) {
+        const have = await cache.get(key);
+        if (!have || new TextDecoder().decode(have) !== this.resolved) await cache.put(key, new TextEncoder().encode(this.resolved));
+      } else {
+        const have = await cache.get(key);
+        const c = have ? new TextDecoder().decode(have) : '';
+        if (COMMIT_RE.test(c)) this.resolved = c;
+      }
+    } catch { /* the cache is best effort */ }
+  }
+
   url(file: string): string {
-    return `${this.endpoint}/${encodePath(this.ref.id)}/resolve/${encodeURIComponent(this.ref.revision)}/${encodePath(file)}`;
+    const rev = this.resolved ?? this.ref.revision;
+    return `${this.endpoint}/${encodePath(this.ref.id)}/resolve/${encodeURIComponent(rev)}/${encodePath(file)}`;
   }
 
   cacheKey(file: string): CacheKey {
@@ -85,11 +126,11 @@ export class HubSource extends HttpSource {
   protected override authHint(_file: string, res: Response): string {
     const code = res.headers.get('x-error-code');
     if (code === 'GatedRepo') {
-      return `${this.ref.id} is gated: accept its license on the model page, then give Loupe a Hugging Face access token with read access.`;
+      return `${this.ref.id} is gated: accept its license on the model page, then give Loupe a Hugging Face access token with read access (CLI and MCP companion: HF_TOKEN; page: the Access token field)${this.token ? ' — the token given was refused' : ''}.`;
     }
     return this.token
-      ? 'The token was refused: check that it is valid and has read access to this model (gated models also need their license accepted).'
-      : 'This model may be private or gated: give Loupe a Hugging Face access token (and accept the license on the model page).';
+      ? 'The Hugging Face access token was refused: check that it is valid and has read access to this model (gated models also need their license accepted on the model page).'
+      : 'This model may be private or gated: give Loupe a Hugging Face access token with read access (CLI and MCP companion: the HF_TOKEN environment variable; page: the Access token field), and accept the license on the model page.';
   }
 
   protected override notFound(file: string, url: string, res: Response): LoupeError {

@@ -241,6 +241,8 @@ export async function planModel(source: ModelSource, opts: PlanOptions = {}, tra
   }
   const config = parseJson(configBytes!, 'config.json', 'BAD_CONFIG');
   adapterFor(config);
+  // the commit this revision resolved to: from config.json's answer, or remembered by the cache
+  await (source as { syncCommit?: (c?: ByteCache) => Promise<void> }).syncCommit?.(opts.cache);
 
   const tokBytes = await source.fetchFile('tokenizer.json', { ...base, optional: true });
   if (!tokBytes) {

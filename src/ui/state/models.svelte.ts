@@ -28,13 +28,16 @@ export interface FileRow {
 
 export function sameModel(a: ShareModel | null | undefined, b: ShareModel | null | undefined): boolean {
   if (!a || !b) return false;
-  return a.kind === b.kind && a.id === b.id && (a.kind === 'bundled' || a.revision === b.revision) && (a.endpoint ?? '') === (b.endpoint ?? '');
+  // two known commits decide (a link's branch may have moved since); else the revisions
+  const sameRev = a.commit && b.commit ? a.commit === b.commit : a.revision === b.revision;
+  return a.kind === b.kind && a.id === b.id && (a.kind === 'bundled' || sameRev) && (a.endpoint ?? '') === (b.endpoint ?? '');
 }
 
 export function choiceOf(m: ShareModel): ModelChoice {
   if (m.kind === 'bundled') return { kind: 'bundled' };
   if (m.kind === 'url') return { kind: 'url', id: m.id };
-  return { kind: 'hub', id: m.id, revision: m.revision || 'main', endpoint: m.endpoint ?? DEFAULT_ENDPOINT };
+  // a link that names a commit loads that commit: the same weights even after the branch moved
+  return { kind: 'hub', id: m.id, revision: m.commit || m.revision || 'main', endpoint: m.endpoint ?? DEFAULT_ENDPOINT };
 }
 
 interface Deps {
