@@ -1,5 +1,6 @@
 /** What the browser offers the engine: WebGPU adapter and limits, storage. Runs in the worker. */
 import type { GpuInfo, StorageInfo } from './protocol';
+import { env } from '../src/engine/env';
 
 /** limits worth showing: the ones that bound model size and kernel shapes */
 const LIMIT_KEYS = [
@@ -8,27 +9,13 @@ const LIMIT_KEYS = [
   'maxStorageBuffersPerShaderStage',
 ];
 
-interface GpuAdapterLike {
-  info?: { vendor?: string; architecture?: string; device?: string; description?: string; isFallbackAdapter?: boolean };
-  isFallbackAdapter?: boolean;
-  features: Iterable<string>;
-  limits: Record<string, number>;
-}
-
 let adapterPromise: Promise<GpuInfo> | null = null;
 
-/** Ask for an adapter once per worker; requestAdapter can be slow on software adapters. */
+/** The adapter env.webgpu() found (asked for once per worker), described for the doctor panel. */
 export function gpuInfo(): Promise<GpuInfo> {
   adapterPromise ??= (async (): Promise<GpuInfo> => {
-    const gpu = (navigator as Navigator & { gpu?: { requestAdapter(): Promise<GpuAdapterLike | null> } }).gpu;
-    if (!gpu) return { available: false, reason: 'navigator.gpu is missing: this browser (or this context) has no WebGPU.' };
-    let adapter: GpuAdapterLike | null;
-    try {
-      adapter = await gpu.requestAdapter();
-    } catch (e) {
-      return { available: false, reason: `requestAdapter failed: ${(e as Error).message}` };
-    }
-    if (!adapter) return { available: false, reason: 'WebGPU exists but no adapter was offered (blocklisted or disabled GPU).' };
+    const { adapter, reason } = await env.webgpu();
+    if (!adapter) return { available: false, reason: reason ?? 'no WebGPU adapter' };
     const info = adapter.info ?? {};
     const limits: Record<string, number> = {};
     for (const k of LIMIT_KEYS) if (typeof adapter.limits[k] === 'number') limits[k] = adapter.limits[k];

@@ -8,6 +8,7 @@
  */
 import * as Comlink from 'comlink';
 import { LoupeError, toLoupeError } from '../src/engine/errors';
+import { env } from '../src/engine/env';
 import type { LoadedModel } from '../src/engine/api';
 import { operations, parseOperationInput, requireOperation } from '../src/ops/index';
 import { operationSchemas } from '../src/ops/schemas';
@@ -126,8 +127,8 @@ const api: EngineWorkerApi = {
 
   doctor() {
     return guarded(async () => ({
-      crossOriginIsolated: self.crossOriginIsolated === true,
-      hardwareConcurrency: navigator.hardwareConcurrency ?? 1,
+      crossOriginIsolated: env.isolated,
+      hardwareConcurrency: env.threads,
       wasmThreads: wasmThreads(),
       userAgent: navigator.userAgent,
       gpu: await gpuInfo(),

@@ -5,6 +5,7 @@
  */
 import type { Backend, LoadedModel, LoadOptions } from './api';
 import { LoupeError } from './errors';
+import { env } from './env';
 import { createModel } from './model';
 import { choosePrecision, parseWeightsMode, OFFERED_PRECISIONS } from './precision';
 import { readTensorF32 } from './safetensors';
@@ -32,13 +33,7 @@ export interface BrowserLoadOptions extends LoadOptions {
 
 /** WebGPU when the browser gives us an adapter, else WASM (transformers.js-style capability check). */
 export async function detectBackend(): Promise<'webgpu' | 'wasm'> {
-  const gpu = (globalThis as any).navigator?.gpu;
-  if (!gpu) return 'wasm';
-  try {
-    return (await gpu.requestAdapter()) ? 'webgpu' : 'wasm';
-  } catch {
-    return 'wasm';
-  }
+  return (await env.webgpu()).adapter ? 'webgpu' : 'wasm';
 }
 
 /** What a user typed as a model (id, URL, 'default') → a source; the bundled model is relative to the page. */

@@ -16,6 +16,7 @@ import { closeSync, existsSync, fstatSync, openSync, readSync, statSync } from '
 import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { LoupeError } from '../engine/errors';
+import { env } from '../engine/env';
 import { parseSafetensors, parseSafetensorsHeader, safetensorsHeaderLength, type ReadableWeightSet, type SafetensorsHeader } from '../engine/safetensors';
 import { forgetIfCorrupt, loadModelFilesWith, type LoadFilesOptions, type ModelFiles, type WeightReader } from '../engine/source/files';
 import { HttpSource } from '../engine/source/http-source';
@@ -94,7 +95,7 @@ function isDir(p: string): boolean {
 
 /** A model spec string (or an already resolved ref) -> a ModelSource, in Node. */
 export function sourceFromSpec(spec: string | ResolvedModelRef, opts: { endpoint?: string; token?: string; local?: LocalAccess } = {}): ModelSource {
-  const endpoint = opts.endpoint ?? process.env.HF_ENDPOINT ?? undefined;
+  const endpoint = opts.endpoint ?? env.endpoint;
   const local = opts.local ?? 'any';
   // Only a caller allowed any folder may have a bare 'owner/name' probed on disk: for the others
   // that probe alone would tell them whether the folder exists.
@@ -103,7 +104,7 @@ export function sourceFromSpec(spec: string | ResolvedModelRef, opts: { endpoint
     case 'bundled': return new FolderSource(bundledModelDir());
     case 'folder': return new FolderSource(ref.id, local, typeof spec === 'string' ? spec : ref.id);
     case 'url': return new UrlSource(ref.id);
-    case 'hub': return new HubSource(ref.id, { revision: ref.revision, endpoint: ref.endpoint ?? endpoint, token: opts.token ?? process.env.HF_TOKEN });
+    case 'hub': return new HubSource(ref.id, { revision: ref.revision, endpoint: ref.endpoint ?? endpoint, token: opts.token ?? env.token });
   }
 }
 

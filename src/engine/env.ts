@@ -1,0 +1,61 @@
+/**
+ * What this runtime offers, probed once and read from here by everything else (after
+ * transformers.js's `env`): WebGPU, cross-origin isolation (threaded WASM needs it), CPU threads,
+ * and the Hub endpoint and token from $HF_ENDPOINT / $HF_TOKEN (Node; a page passes its own).
+ * Each value is computed on first use and kept.
+ */
+
+export interface WebGpuProbe {
+  /** the adapter, or null with the reason there is none */
+  adapter: GpuAdapterLike | null;
+  reason?: string;
+}
+
+export interface GpuAdapterLike {
+  info?: { vendor?: string; architecture?: string; device?: string; description?: string; isFallbackAdapter?: boolean };
+  isFallbackAdapter?: boolean;
+  features: Iterable<string>;
+  limits: Record<string, number>;
+}
+
+type Nav = { gpu?: { requestAdapter(): Promise<GpuAdapterLike | null> }; hardwareConcurrency?: number };
+const nav = (): Nav | undefined => (globalThis as { navigator?: Nav }).navigator;
+const processEnv = (): Record<string, string | undefined> =>
+  (globalThis as { process?: { env?: Record<string, string | undefined> } }).process?.env ?? {};
+
+function once<T>(probe: () => T): () => T {
+  let done = false;
+  let value: T;
+  return () => {
+    if (!done) { value = probe(); done = true; }
+    return value;
+  };
+}
+
+const probeWebGpu = once(async (): Promise<WebGpuProbe> => {
+  const gpu = nav()?.gpu;
+  if (!gpu) return { adapter: null, reason: 'navigator.gpu is missing: this browser (or this context) has no WebGPU.' };
+  try {
+    const adapter = await gpu.requestAdapter();
+    return adapter ? { adapter } : { adapter: null, reason: 'WebGPU exists but no adapter was offered (blocklisted or disabled GPU).' };
+  } catch (e) {
+    return { adapter: null, reason: `requestAdapter failed: ${(e as Error).message}` };
+  }
+});
+const probeIsolated = once(() => (globalThis as { crossOriginIsolated?: boolean }).crossOriginIsolated === true);
+const probeThreads = once(() => nav()?.hardwareConcurrency ?? 1);
+const probeEndpoint = once(() => processEnv().HF_ENDPOINT || undefined);
+const probeToken = once(() => processEnv().HF_TOKEN || undefined);
+
+export const env = {
+  /** the WebGPU adapter (asked for once: requestAdapter is slow on software adapters) */
+  webgpu: probeWebGpu,
+  /** cross-origin isolated: SharedArrayBuffer, hence multi-threaded WASM */
+  get isolated(): boolean { return probeIsolated(); },
+  /** logical CPUs (navigator.hardwareConcurrency; 1 when unknown) */
+  get threads(): number { return probeThreads(); },
+  /** Hub endpoint from $HF_ENDPOINT (undefined: the default https://huggingface.co) */
+  get endpoint(): string | undefined { return probeEndpoint(); },
+  /** Hub access token from $HF_TOKEN */
+  get token(): string | undefined { return probeToken(); },
+};
