@@ -52,9 +52,10 @@ export type WireModel = Record<string, unknown> | null;
  * those huge or smuggle other data through them. Typed against ModelInfo so that a new field
  * fails to compile until it is listed here.
  */
-const MODEL_FIELDS: Record<keyof ModelInfo, 'string' | 'number'> = {
+const MODEL_FIELDS: Record<keyof ModelInfo, 'string' | 'number' | 'number|null' | 'boolean'> = {
   id: 'string', revision: 'string', commit: 'string', source: 'string', architecture: 'string', dtype: 'string', backend: 'string', norm: 'string', weights: 'string', weights_reason: 'string', weight_bytes: 'number',
   n_layers: 'number', n_heads: 'number', n_kv_heads: 'number', d_model: 'number', d_head: 'number', d_mlp: 'number', d_vocab: 'number', n_ctx: 'number', n_params: 'number',
+  norm_eps: 'number', final_softcap: 'number|null', post_norms: 'boolean',
 };
 const REF_FIELDS = ['kind', 'id', 'revision', 'commit', 'endpoint'] as const;
 /** longest string kept in a reported model (ids are Hub ids or URLs) */
@@ -68,7 +69,8 @@ export function sanitizeWireModel(m: unknown): WireModel {
   const out: Record<string, unknown> = {};
   for (const [k, kind] of Object.entries(MODEL_FIELDS)) {
     const v = m[k];
-    if (kind === 'string' ? shortStr(v) : isNum(v)) out[k] = v;
+    const ok = kind === 'string' ? shortStr(v) : kind === 'number' ? isNum(v) : kind === 'number|null' ? v === null || isNum(v) : typeof v === 'boolean';
+    if (ok) out[k] = v;
   }
   if (isObj(m.ref)) {
     const ref: Record<string, string> = {};

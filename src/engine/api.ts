@@ -17,8 +17,14 @@
  *    shapes, unprocessed: `embed.W_E` [V,D], `pos_embed.W_pos` [nCtx,D], `blocks.{l}.ln1.w|b`,
  *    `blocks.{l}.attn.W_Q|W_K|W_V` [H(or Hkv),D,Dh], `b_Q|b_K|b_V` [H(or Hkv),Dh], `W_O` [H,Dh,D],
  *    `b_O` [D], `blocks.{l}.ln2.w|b`, `blocks.{l}.mlp.W_in|W_gate` [D,M], `b_in` [M], `W_out` [M,D],
- *    `b_out` [D], `ln_final.w|b` [D], `unembed.W_U` [D,V], `unembed.b_U` [V]. Norm weights are the
- *    *effective* multipliers (Gemma's stored w + 1 is returned as w + 1).
+ *    `b_out` [D], `ln_final.w|b` [D], `unembed.W_U` [D,V], `unembed.b_U` [V], and with post-norms
+ *    `blocks.{l}.ln1_post.w|ln2_post.w` [D]. Norm weights are the *effective* multipliers (Gemma's
+ *    stored w + 1 is returned as w + 1).
+ *  - `param(name)` answers every name above that the architecture has; a bias the checkpoint
+ *    does not store (Llama's b_Q, RMSNorm's b) reads as zeros, so that code can always add it.
+ *    `hasParam(name)` says whether the name is backed by a stored tensor: false for those zero
+ *    biases and for names this architecture lacks (W_gate on GPT-2, W_pos on rotary models),
+ *    which `param` rejects with BAD_INPUT.
  */
 import type { Tensor } from './tensor';
 import type { ModelSpec } from './spec';
@@ -60,6 +66,16 @@ export interface ModelInfo {
   weights_reason: string;
   /** bytes of the weights as the session holds them (float32: 4 per parameter; stored: as in the files) */
   weight_bytes: number;
+  /** the norms' epsilon: scale = sqrt(var + eps) (LayerNorm) or sqrt(mean x² + eps) (RMSNorm) */
+  norm_eps: number;
+  /**
+   * Gemma 2's sandwich norms: each block's attention and MLP outputs pass through their own norm
+   * (weights `blocks.{l}.ln1_post.w` / `ln2_post.w`, scale hooks `blocks.{l}.ln1_post.hook_scale` /
+   * `ln2_post.hook_scale`) before they are added to the residual stream
+   */
+  post_norms: boolean;
+  /** logits = cap · tanh(logits / cap) after the unembedding (Gemma 2); null = none */
+  final_softcap: number | null;
 }
 
 /**
@@ -76,23 +92,47 @@ export interface ModelInfo {
  */
 export type InterventionOp = 'zero' | 'scale' | 'add' | 'set' | 'mean' | 'patch';
 
-export interface Intervention {
+/** Where and how an intervention edits: the fields the engine's form and a document's record share. */
+export interface InterventionSite {
   hook: string;
   op: InterventionOp;
   /** restrict to one head (hooks with a head axis: hook_q/k/v/z/result, hook_pattern/attn_scores) */
   head?: number;
-  /** restrict to one index of the last axis (mlp.hook_pre/hook_post neurons, or a resid dimension) */
+  /** restrict to one index of the last axis (mlp.hook_pre/hook_post neurons, SAE features, or a resid dimension) */
   neuron?: number;
   /** token positions (0-based, BOS included); default all */
   positions?: 'all' | number[];
   /** scale factor (scale) or strength (add); default 1 */
   alpha?: number;
+}
+
+/** An intervention as the engine runs it. */
+export interface Intervention extends InterventionSite {
   /** vector for add/set/mean (length = size of the site's last axis, or of the head's slice) */
   value?: number[] | Float32Array;
   /** patch source */
   source?: Tensor;
   /** batch rows this applies to (when running several variants at once); default every row */
   batch?: number[];
+}
+
+/**
+ * An intervention as a document lists it (pyvene-style: plain, JSON-serialisable data): the
+ * site and op, with a value listed when it is a few numbers and otherwise described by what made
+ * it, so that a document says exactly what was edited and re-running its input reproduces it.
+ * The schema documents validate it with is schema/common.ts `interventionRecord`.
+ */
+export interface InterventionRecord extends InterventionSite {
+  /** the value, when it is a few numbers (an SAE feature's value, a unit vector's scale) */
+  value?: number[];
+  /** a steering direction: the spec it was made from (token pair, prompt sets, probe, numbers) */
+  direction?: unknown;
+  /** the direction was scaled to unit norm before α */
+  normalize?: boolean;
+  /** where a mean or patched value came from, in words ("the clean prompt", "mean over …") */
+  from?: string;
+  /** the SAE spliced in at the hook, whose features `neuron` indexes */
+  sae?: { source: string; path: string };
 }
 
 export interface KVCache {
@@ -174,8 +214,10 @@ export interface LoadedModel {
   hookNames(opts?: { withResult?: boolean }): string[];
   /** shape of a hook for B, T (Tk = total key length) */
   hookShape(hook: string, B: number, T: number, Tk?: number): number[];
-  /** a parameter under its TransformerLens name (see above), as float32 */
+  /** a parameter under its TransformerLens name (see above), as float32; absent biases read as zeros */
   param(name: string): Tensor;
+  /** whether `name` is a parameter this checkpoint stores (false for zero-filled biases and unknown names) */
+  hasParam(name: string): boolean;
   run(tokens: number[] | number[][], opts?: RunOptions): Promise<RunResult>;
   /**
    * The logit lens on the backend: residual vectors [N, d_model] → ln_final with each vector's own

@@ -16,7 +16,7 @@ import { compileInterventions } from './runtime/interventions';
 import { buildFeeds } from './runtime/feeds';
 import type { EngineSession, OrtTensorLike, SessionFactory } from './runtime/session';
 import { ModelTokenizer } from './tokenizer';
-import { readParam, specTensorNames, type ReadTensor } from './params';
+import { readParam, specTensorNames, storedParam, type ReadTensor } from './params';
 import { prepareSae, withSaeWeights, type SaeFiles, type SaeGraphSpec, type SaeInfo } from './sae';
 import { readTensorF32 } from './safetensors';
 import { gradName } from './graph/backward';
@@ -75,8 +75,9 @@ export async function createModel(parts: ModelParts, factory: SessionFactory): P
     id: parts.id, revision: parts.revision, ...(parts.commit ? { commit: parts.commit } : {}), source: parts.source, architecture: spec.modelType,
     n_layers: spec.nLayers, n_heads: spec.nHeads, n_kv_heads: spec.nKvHeads, d_model: spec.dModel, d_head: spec.dHead,
     d_mlp: spec.dMlp, d_vocab: spec.dVocab, n_ctx: spec.nCtx, n_params: nParams, dtype: [...dtypes].join('+'),
-    backend: factory.backend, norm: spec.norm, weights: choice.precision, weights_reason: choice.reason,
-    weight_bytes: weightBytesAt(stats, choice.precision),
+    backend: factory.backend, norm: spec.norm, norm_eps: spec.lnFinal.eps,
+    post_norms: spec.layers.some((l) => l.postAttnNorm || l.postMlpNorm), final_softcap: spec.finalSoftcap,
+    weights: choice.precision, weights_reason: choice.reason, weight_bytes: weightBytesAt(stats, choice.precision),
   };
   const model = new EngineModel(spec, info, tokenizer, parts, factory);
   await model.warm();
@@ -136,6 +137,10 @@ class EngineModel implements LoadedModel {
       this.params.set(name, p);
     }
     return p;
+  }
+
+  hasParam(name: string): boolean {
+    return storedParam(this.spec, name);
   }
 
   attachSae(files: SaeFiles, id: string): SaeInfo {

@@ -124,3 +124,31 @@ export function specTensorNames(spec: ModelSpec): Set<string> {
   walk(spec);
   return names;
 }
+
+/**
+ * Whether a parameter name is backed by a stored tensor (LoadedModel.hasParam): false for biases
+ * the checkpoint lacks (readParam reads them as zeros) and for names this architecture has not.
+ */
+export function storedParam(spec: ModelSpec, name: string): boolean {
+  const top: Record<string, string | undefined> = {
+    'embed.W_E': spec.embed.w, 'pos_embed.W_pos': spec.posEmbed?.w,
+    'ln_final.w': spec.lnFinal.w, 'ln_final.b': spec.lnFinal.b,
+    'unembed.W_U': spec.unembed.w, 'unembed.b_U': spec.unembed.b,
+  };
+  if (name in top) return top[name] !== undefined;
+  const m = /^blocks\.(\d+)\.(.+)$/.exec(name);
+  const layer = m ? spec.layers[Number(m[1])] : undefined;
+  if (!m || !layer) return false;
+  const { qkv, o } = layer.attn;
+  const qkvRef = (i: 0 | 1 | 2): LinearRef => (qkv.kind === 'separate' ? [qkv.q, qkv.k, qkv.v][i] : qkv.qkv);
+  const inLayer: Record<string, string | undefined> = {
+    'ln1.w': layer.ln1.w, 'ln1.b': layer.ln1.b, 'ln2.w': layer.ln2.w, 'ln2.b': layer.ln2.b,
+    'ln1_post.w': layer.postAttnNorm?.w, 'ln2_post.w': layer.postMlpNorm?.w,
+    'attn.W_Q': qkvRef(0).w, 'attn.W_K': qkvRef(1).w, 'attn.W_V': qkvRef(2).w,
+    'attn.b_Q': qkvRef(0).b, 'attn.b_K': qkvRef(1).b, 'attn.b_V': qkvRef(2).b,
+    'attn.W_O': o.w, 'attn.b_O': o.b,
+    'mlp.W_in': layer.mlp.up.w, 'mlp.b_in': layer.mlp.up.b, 'mlp.W_gate': layer.mlp.gate?.w,
+    'mlp.W_out': layer.mlp.down.w, 'mlp.b_out': layer.mlp.down.b,
+  };
+  return inLayer[m[2]] !== undefined;
+}

@@ -7,12 +7,12 @@
  */
 import { z } from 'zod';
 import { defineOperation } from './types';
-import { documentBase, documentHead } from '../schema/common';
+import { documentBase, documentHead, interventionList } from '../schema/common';
 import { LoupeError } from '../engine/errors';
 import { promptIds } from './lib/tokens';
 import {
   Ablator, COMPONENTS, METHODS, EffectMeter, answerSchema, answerToken, cleanBlock, cleanSchema, effectFields,
-  inputIds, interventionRecordSchema, logitsAt, positionsField, promptOrIdsFields, resampleTokens, resolveAnswer, runVariants,
+  inputIds, logitsAt, positionsField, promptOrIdsFields, resampleTokens, resolveAnswer, runVariants,
   targetFields, targetLabel, targetSchema, targetSites, checkVariants, type AblationTarget, type Effect,
 } from './lib/ablation';
 
@@ -45,7 +45,7 @@ export const ablateOutput = documentBase('ablate').extend({
   ablation: z.enum(METHODS).describe('the ablation method (input method)'),
   method: z.string().describe('exactly what was done'),
   positions: z.union([z.literal('all'), z.array(z.number().int())]),
-  interventions: z.array(interventionRecordSchema).describe('every site edited when all targets are ablated together'),
+  interventions: interventionList.describe('every site edited when all targets are ablated together'),
   answer: answerSchema,
   clean: cleanSchema,
   entries: z.array(entrySchema).describe('one per target, each ablated singly'),

@@ -14,7 +14,7 @@ import { z } from 'zod';
 import type { Intervention } from '../engine/api';
 import type { Tensor } from '../engine/tensor';
 import { defineOperation } from './types';
-import { documentBase, documentHead, tokenEntry } from '../schema/common';
+import { documentBase, documentHead, tokenEntry, interventionList } from '../schema/common';
 import { LoupeError, throwIfAborted } from '../engine/errors';
 import { checkTopK, finite } from './lib/caps';
 import { argmax } from './lib/math';
@@ -62,6 +62,7 @@ export const attributionPatchingOutput = documentBase('attribution_patching').ex
       sites: z.number().nullable(),
     }),
   }).nullable(),
+  interventions: interventionList.describe('the validation block\'s real patches, one per variant (none without validation)'),
   n_engine_runs: z.number().int(),
 });
 export type AttributionPatchingDocument = z.infer<typeof attributionPatchingOutput>;
@@ -131,6 +132,7 @@ export const operation = defineOperation({
   const neurons = input.neurons ? byMagnitude(neuronAll).slice(0, input.top_k) : null;
 
   let validation: AttributionPatchingDocument['validation'] = null;
+  let patched: Intervention[] = [];
   let runs = 2;
   if (input.validate > 0) {
     const topHeads = byMagnitude(heads).slice(0, input.validate);
@@ -140,6 +142,7 @@ export const operation = defineOperation({
       ...topHeads.map((x): Intervention[] => [{ hook: `blocks.${x.layer}.attn.hook_z`, op: 'patch', head: x.head, positions: 'all', source: cleanRun.hooks[`blocks.${x.layer}.attn.hook_z`] }]),
       ...topSites.map((x): Intervention[] => [{ hook: x.hook, op: 'patch', positions: [x.position], source: cleanRun.hooks[x.hook] }]),
     ];
+    patched = variants.flat();
     const logits = await runVariants(model, corrupted.ids, variants, { ctx, stage: 'validating top estimates' });
     runs += Math.ceil(variants.length / 64);
     const base = metricOf(logits[0], a, cfId); // the corrupted run in the same batch
@@ -172,6 +175,7 @@ export const operation = defineOperation({
     sites,
     neurons,
     validation,
+    interventions: patched.map(({ hook, op, head, positions }) => ({ hook, op, ...(head !== undefined ? { head } : {}), positions, from: 'the clean prompt\'s run' })),
     n_engine_runs: runs,
   };
 });

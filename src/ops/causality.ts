@@ -36,7 +36,7 @@
 import { z } from 'zod';
 import type { Intervention, LoadedModel } from '../engine/api';
 import { LoupeError, throwIfAborted } from '../engine/errors';
-import { documentBase, documentHead } from '../schema/common';
+import { documentBase, documentHead, interventionRecord } from '../schema/common';
 import { defineOperation, type OpContext } from './types';
 import { CAPS, finite } from './lib/caps';
 import { logSoftmax, rng } from './lib/math';
@@ -44,7 +44,7 @@ import { promptIds } from './lib/tokens';
 import { generateBatch } from './lib/generation';
 import { directionBlock, directionBlockSchema, parseDirectionSpec, randomVector, unembedColumnsMean, vecNorm } from './lib/directions';
 import {
-  evaluateVariants, interventionRecord, rowsPerRun, METRIC_DEFINITIONS, metricDefinitionsSchema, prepareSteering, steeringFields, steeringMetrics,
+  evaluateVariants, rowsPerRun, METRIC_DEFINITIONS, metricDefinitionsSchema, prepareSteering, steeringFields, steeringMetrics,
   steerIntervention, tokenRef, tokenRefs, type Variant, DEFAULT_MULTIPLES, MAX_SWEEP_ALPHAS, trend,
 } from './lib/steering';
 

@@ -11,7 +11,7 @@
  */
 import { z } from 'zod';
 import { defineOperation } from './types';
-import { documentBase, documentHead } from '../schema/common';
+import { documentBase, documentHead, interventionList } from '../schema/common';
 import { LoupeError } from '../engine/errors';
 import { CAPS, finite } from './lib/caps';
 import { CONVENTIONS, decomposeLogit, dlaHookNames } from './lib/dla';
@@ -60,6 +60,7 @@ export const circuitOutput = documentBase('circuit').extend({
     redundant: z.boolean().describe(`|group| ≥ ${REDUNDANT_MIN_NATS} nats and ≥ ${REDUNDANT_RATIO} × Σ|single|`),
   })),
   findings: z.array(z.string()).describe('plain-language summary of the redundant groups and the strongest singles'),
+  interventions: interventionList.describe('every site ablated: each candidate alone, and the groups above (sets of these)'),
   n_variants: z.number().int(),
   n_engine_runs: z.number().int(),
 });
@@ -187,6 +188,7 @@ export const operation = defineOperation({
     neurons: neuronRows,
     groups: groupRows,
     findings,
+    interventions: ablator.records(singleTargets),
     n_variants: nVariants,
     n_engine_runs: runs,
   };

@@ -10,7 +10,7 @@
 import { z } from 'zod';
 import type { Intervention } from '../engine/api';
 import { defineOperation } from './types';
-import { documentBase, documentHead } from '../schema/common';
+import { documentBase, documentHead, interventionList } from '../schema/common';
 import { LoupeError, throwIfAborted } from '../engine/errors';
 import { CAPS, finite } from './lib/caps';
 import { argmax } from './lib/math';
@@ -41,6 +41,7 @@ export const integratedGradientsOutput = documentBase('integrated_gradients').ex
     metric_baseline: z.number().describe('M with hook_resid_pre of layer 0 set to zero (α = 0)'),
     error: z.number().describe('sum − (metric_input − metric_baseline): the Riemann sum\'s error (more steps shrink it)'),
   }),
+  interventions: interventionList.describe('one scaling per step (batch row): x → α_k·x at the hook'),
   n_engine_runs: z.number().int(),
 });
 export type IntegratedGradientsDocument = z.infer<typeof integratedGradientsOutput>;
@@ -108,6 +109,7 @@ export const operation = defineOperation({
     steps: n,
     attributions,
     completeness: { sum: finite(sum), metric_input: finite(mInput), metric_baseline: finite(mBaseline), error: finite(sum - (mInput - mBaseline)) },
+    interventions: alphas.map((alpha) => ({ hook: HOOK, op: 'scale' as const, alpha })),
     n_engine_runs: runs,
   };
 });

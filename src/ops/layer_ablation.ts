@@ -6,7 +6,7 @@
  */
 import { z } from 'zod';
 import { defineOperation } from './types';
-import { documentBase, documentHead } from '../schema/common';
+import { documentBase, documentHead, interventionList } from '../schema/common';
 import {
   Ablator, EffectMeter, answerSchema, answerToken, cleanBlock, cleanSchema, effectFields, inputIds, logitsAt,
   promptOrIdsFields, resolveAnswer, runVariants, targetSites, checkVariants, type AblationTarget,
@@ -37,6 +37,7 @@ export const layerAblationOutput = documentBase('layer_ablation').extend({
   })).describe('the same numbers as a per-layer table'),
   most_damaging: z.object({ layer: z.number().int(), component: z.enum(PARTS), logprob_delta: z.number(), kl: z.number() })
     .describe('the entry with the most negative logprob_delta'),
+  interventions: interventionList.describe('one ablation per entry, in the same order'),
 });
 export type LayerAblationDocument = z.infer<typeof layerAblationOutput>;
 
@@ -80,5 +81,6 @@ export const operation = defineOperation({
     entries,
     layers,
     most_damaging: { layer: worst.layer, component: worst.component, logprob_delta: worst.logprob_delta, kl: worst.kl },
+    interventions: ablator.records(targets),
   };
 });

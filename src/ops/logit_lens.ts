@@ -99,6 +99,6 @@ export const operation = defineOperation({
     positions,
     final_predictions: finals,
     layers,
-    method: `Each stream x is read as ${model.info.norm === 'layernorm' ? 'LayerNorm((x − mean x) / sqrt(var x + eps)) ⊙ w + b' : 'RMSNorm x / sqrt(mean x² + eps) ⊙ w'} with ln_final's weights and x's own statistics, then · W_U + b_U${model.spec.finalSoftcap ? `, then the final soft-cap ${model.spec.finalSoftcap}·tanh(·/${model.spec.finalSoftcap})` : ''}; probabilities are its softmax. No tuned lens. Layer n_layers (the final resid_post) reproduces the model's own output.`,
+    method: `Each stream x is read as ${model.info.norm === 'layernorm' ? 'LayerNorm((x − mean x) / sqrt(var x + eps)) ⊙ w + b' : 'RMSNorm x / sqrt(mean x² + eps) ⊙ w'} with ln_final's weights and x's own statistics, then · W_U + b_U${model.info.final_softcap ? `, then the final soft-cap ${model.info.final_softcap}·tanh(·/${model.info.final_softcap})` : ''}; probabilities are its softmax. No tuned lens. Layer n_layers (the final resid_post) reproduces the model's own output.`,
   };
 });

@@ -12,7 +12,7 @@
 import { z } from 'zod';
 import type { Intervention } from '../engine/api';
 import { defineOperation } from './types';
-import { documentBase, documentHead, tokenEntry } from '../schema/common';
+import { documentBase, documentHead, tokenEntry, interventionList } from '../schema/common';
 import { LoupeError } from '../engine/errors';
 import { CAPS, checkDocumentSize, finite } from './lib/caps';
 import { tokenText } from './lib/tokens';
@@ -52,6 +52,7 @@ export const patchOutput = documentBase('patch').extend({
   head_out: grid.nullable().describe('[layer][head] metric after patching clean attn.hook_z of one head at every position'),
   attn_out_all_pos: z.array(z.number()).nullable().describe('[layer] hook_attn_out patched at every position (= all heads of the layer)'),
   mlp_out_all_pos: z.array(z.number()).nullable().describe('[layer] hook_mlp_out patched at every position'),
+  interventions: interventionList.describe('one patch per variant, in the order of the scans (each variant ran with exactly one of these)'),
   n_variants: z.number().int(),
   n_engine_runs: z.number().int(),
 });
@@ -163,6 +164,7 @@ export const operation = defineOperation({
     clean_logit_diff: finite(ldClean),
     corrupted_logit_diff: finite(ldCorr),
     ...out,
+    interventions: cells.map(({ iv: { hook, op, head, positions } }) => ({ hook, op, ...(head !== undefined ? { head } : {}), positions, from: 'the clean prompt\'s run' })),
     n_variants: cells.length,
     n_engine_runs: 2 + maxBatchRuns,
   };

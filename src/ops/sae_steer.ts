@@ -18,7 +18,7 @@ import { z } from 'zod';
 import { generationBlock } from '../schema/generation';
 import type { Intervention, LoadedModel } from '../engine/api';
 import { LoupeError, throwIfAborted } from '../engine/errors';
-import { documentBase, documentHead } from '../schema/common';
+import { documentBase, documentHead, interventionRecord } from '../schema/common';
 import { defineOperation } from './types';
 import { finite } from './lib/caps';
 import { promptFields, promptIds, resolveToken } from './lib/tokens';
@@ -63,15 +63,6 @@ const tokenDelta = tokenRef.extend({
   delta: z.number().nullable(),
 });
 
-const interventionRecord = z.object({
-  hook: z.string(),
-  op: z.enum(['add', 'set']),
-  neuron: z.number().int().describe('the feature index'),
-  positions: z.union([z.literal('all'), z.array(z.number().int())]),
-  value: z.array(z.number()),
-  alpha: z.number().optional(),
-  sae: z.object({ source: z.string(), path: z.string() }),
-});
 
 const curve = z.array(z.number());
 const trendEnum = z.enum(['increasing', 'decreasing', 'flat', 'not_monotone']);

@@ -12,14 +12,14 @@ import { z } from 'zod';
 import { generationBlock } from '../schema/generation';
 import type { LoadedModel } from '../engine/api';
 import { LoupeError, throwIfAborted } from '../engine/errors';
-import { documentBase, documentHead } from '../schema/common';
+import { documentBase, documentHead, interventionRecord } from '../schema/common';
 import { defineOperation } from './types';
 import { finite } from './lib/caps';
 import { logSoftmax } from './lib/math';
 import { directionBlock, directionBlockSchema } from './lib/directions';
 import { generateBatch } from './lib/generation';
 import {
-  checkSteerTokens, interventionRecord, METRIC_DEFINITIONS, metricDefinitionsSchema, prepareSteering, rowsPerRun, samplingFields,
+  checkSteerTokens, METRIC_DEFINITIONS, metricDefinitionsSchema, prepareSteering, rowsPerRun, samplingFields,
   samplingSchema, steeringFields, steeringMetrics, steerIntervention, tokenRef, tokenRefs,
   MAX_SWEEP_ALPHAS, DEFAULT_MULTIPLES, trend,
 } from './lib/steering';

@@ -3,7 +3,7 @@
  * Bump SCHEMA_VERSION on any breaking change of a document's fields.
  */
 import { z } from 'zod';
-import type { LoadedModel } from '../engine/api';
+import type { InterventionRecord, LoadedModel } from '../engine/api';
 
 export const SCHEMA_VERSION = '1.0.0';
 
@@ -28,6 +28,25 @@ export const modelBlock = z.object({
   weights: z.string().optional(),
 });
 export type ModelBlock = z.infer<typeof modelBlock>;
+
+const positions = z.union([z.literal('all'), z.array(z.number().int())]);
+
+/** one intervention a document lists (engine/api.ts InterventionRecord): every intervening operation uses this */
+export const interventionRecord = z.object({
+  hook: z.string(),
+  op: z.enum(['zero', 'scale', 'add', 'set', 'mean', 'patch']),
+  head: z.number().int().optional(),
+  neuron: z.number().int().optional(),
+  positions: positions.optional(),
+  alpha: z.number().optional(),
+  value: z.array(z.number()).optional(),
+  direction: z.unknown().optional(),
+  normalize: z.boolean().optional(),
+  from: z.string().optional(),
+  sae: z.object({ source: z.string(), path: z.string() }).optional(),
+}) satisfies z.ZodType<InterventionRecord>;
+
+export const interventionList = z.array(interventionRecord).describe('the interventions run, as data (engine/api.ts InterventionRecord)');
 
 export const tokenEntry = z.object({ id: z.number().int(), text: z.string() });
 

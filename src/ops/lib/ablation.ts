@@ -18,7 +18,7 @@
  * the batch cap allows: each intervention carries `batch: [row]` for its variant's row.
  */
 import { z } from 'zod';
-import type { Intervention, LoadedModel, RunResult } from '../../engine/api';
+import type { Intervention, InterventionRecord, LoadedModel, RunResult } from '../../engine/api';
 import type { Tensor } from '../../engine/tensor';
 import { LoupeError, throwIfAborted } from '../../engine/errors';
 import type { OpContext } from '../types';
@@ -154,25 +154,6 @@ export interface AblationConfig {
   resampleFrom?: string;
 }
 
-/** a JSON record of one intervention, as the document lists it (sources described, not embedded) */
-export interface InterventionRecord {
-  hook: string;
-  op: AblationMethod;
-  head?: number;
-  neuron?: number;
-  positions: 'all' | number[];
-  from?: string;
-}
-
-export const interventionRecordSchema = z.object({
-  hook: z.string(),
-  op: z.enum(METHODS),
-  head: z.number().int().optional(),
-  neuron: z.number().int().optional(),
-  positions: z.union([z.literal('all'), z.array(z.number().int())]),
-  from: z.string().optional(),
-});
-
 /**
  * Resample source tokens, T long: the given ids (the first T; an error when shorter) or random
  * tokens from a seeded generator (position 0 kept when it is BOS; BOS/EOS never drawn).
@@ -295,7 +276,8 @@ export class Ablator {
     const out: InterventionRecord[] = [];
     for (const t of targets) {
       for (const s of targetSites(this.model, t)) {
-        out.push({ hook: s.hook, op: this.cfg.method, ...(s.head !== undefined ? { head: s.head } : {}), ...(s.neuron !== undefined ? { neuron: s.neuron } : {}), positions: this.cfg.positions, ...(from ? { from } : {}) });
+        // resampling is a patch from the other prompt's run
+        out.push({ hook: s.hook, op: this.cfg.method === 'resample' ? 'patch' : this.cfg.method, ...(s.head !== undefined ? { head: s.head } : {}), ...(s.neuron !== undefined ? { neuron: s.neuron } : {}), positions: this.cfg.positions, ...(from ? { from } : {}) });
       }
     }
     return out;

@@ -301,7 +301,7 @@ export function residualMap(model: LoadedModel, hook: string): ResidualMapResult
   let m = /^blocks\.(\d+)\.attn\.hook_z$/.exec(hook);
   if (m) {
     const l = Number(m[1]);
-    if (model.spec.layers[l]?.postAttnNorm) return { kind: null, reason: `layer ${l}'s attention output passes through a post-norm, which is not linear` };
+    if (model.info.post_norms) return { kind: null, reason: `layer ${l}'s attention output passes through a post-norm, which is not linear` };
     const WO = model.param(`blocks.${l}.attn.W_O`); // [H, Dh, D]
     const HD = WO.dims[0] * WO.dims[1];
     return {
@@ -322,7 +322,7 @@ export function residualMap(model: LoadedModel, hook: string): ResidualMapResult
   m = /^blocks\.(\d+)\.mlp\.hook_post$/.exec(hook);
   if (m) {
     const l = Number(m[1]);
-    if (model.spec.layers[l]?.postMlpNorm) return { kind: null, reason: `layer ${l}'s MLP output passes through a post-norm, which is not linear` };
+    if (model.info.post_norms) return { kind: null, reason: `layer ${l}'s MLP output passes through a post-norm, which is not linear` };
     const W = model.param(`blocks.${l}.mlp.W_out`); // [M, D]
     const M = W.dims[0];
     return {

@@ -256,10 +256,6 @@ export function checkSteerTokens(n: number): void {
 
 export const samplingSchema = z.object({ max_new_tokens: z.number().int(), temperature: z.number(), top_k: z.number().int(), top_p: z.number(), seed: z.number().int(), stop_at_eos: z.boolean() });
 
-export const interventionRecord = z.object({
-  hook: z.string(), op: z.literal('add'), positions: z.union([z.literal('all'), z.array(z.number().int())]),
-  alpha: z.number(), direction: z.unknown(), normalize: z.boolean(),
-});
 
 // ------------------------------------------------------------------ sweeps
 
