@@ -40,6 +40,12 @@ export const directionObject = z.discriminatedUnion('kind', [
     hook: z.string().optional().describe('hook to read (default: the steering layer\'s blocks.{layer}.hook_resid_pre)'),
     reduce: z.enum(['last', 'mean']).default('last').describe('final position, or mean over positions (BOS excluded)'),
   }),
+  z.object({
+    kind: z.literal('head'),
+    layer: z.number().int().min(0),
+    head: z.number().int().min(0),
+    prompt: z.string().min(1).describe('the prompt whose final position gives the head\'s output'),
+  }).describe('a head\'s output: blocks.{layer}.attn.hook_result[final position, head] on the prompt (what the head writes into the residual stream)'),
   z.object({ kind: z.literal('probe'), handle: z.string() }),
   z.object({ kind: z.literal('vector'), values: z.array(z.number()).min(1) }),
   z.object({ kind: z.literal('random'), seed: z.number().int() }),
@@ -47,7 +53,7 @@ export const directionObject = z.discriminatedUnion('kind', [
 
 export const directionSpec = z.union([z.string(), directionObject]).describe(
   'Steering direction: {kind:"tokens",positive," love",negative:" hate"} | {kind:"mean_diff",positive:[...],negative:[...]} | ' +
-  '{kind:"probe",handle} | {kind:"vector",values:[...]} | {kind:"random",seed}; or a string "probe:<handle>", "random:<seed>", "tokens: love - hate".',
+  '{kind:"head",layer,head,prompt} | {kind:"probe",handle} | {kind:"vector",values:[...]} | {kind:"random",seed}; or a string "probe:<handle>", "random:<seed>", "tokens: love - hate".',
 );
 export type DirectionSpec = z.infer<typeof directionSpec>;
 export type DirectionObject = z.infer<typeof directionObject>;
@@ -179,6 +185,16 @@ export async function resolveDirection(model: LoadedModel, specIn: DirectionSpec
       description = `mean(${hook} | ${nPos} positive prompts) − mean(${hook} | ${spec.negative.length} negative prompts), ${spec.reduce === 'mean' ? 'mean over positions' : 'final position'}`;
       break;
     }
+    case 'head': {
+      const { n_layers: L, n_heads: H } = model.info;
+      if (spec.layer >= L || spec.head >= H) throw new LoupeError('BAD_INPUT', `direction: L${spec.layer}H${spec.head} is not a head of this model (${L} layers × ${H} heads).`, `Use layer 0 … ${L - 1} and head 0 … ${H - 1}.`);
+      hook = `blocks.${spec.layer}.attn.hook_result`;
+      const act = await collectActivations(model, [spec.prompt], [hook], { position: 'last', prependBos: opts.prependBos ?? true, signal: opts.signal, onProgress: opts.onProgress });
+      // hook_result is [H, d_model] per position, head-major
+      vector = Float64Array.from(act.data[hook].subarray(spec.head * D, (spec.head + 1) * D));
+      description = `output of L${spec.layer}H${spec.head} (hook_result at the final position of ${JSON.stringify(spec.prompt)})`;
+      break;
+    }
     case 'probe': {
       const p = opts.store.get<ProbeHandleValue>('probe', spec.handle);
       if (p.model_id !== model.info.id) throw new LoupeError('BAD_INPUT', `Probe ${spec.handle} was trained on ${p.model_id}, not ${model.info.id}.`, 'Capture and train the probe with the loaded model.');
@@ -248,7 +264,7 @@ export function directionBlock(d: ResolvedDirection) {
 }
 
 export const directionBlockSchema = z.object({
-  kind: z.enum(['tokens', 'mean_diff', 'probe', 'vector', 'random']),
+  kind: z.enum(['tokens', 'mean_diff', 'head', 'probe', 'vector', 'random']),
   spec: directionObject,
   description: z.string(),
   raw_norm: z.number().describe('‖d‖ before normalisation'),

@@ -25,6 +25,8 @@ export interface HeatmapOptions {
   cell?: { w: number; h: number };
   maxWidth?: number;
   legendLabel?: string;
+  /** the token position a cell stands for (data-pos: hovering it highlights that token in every view) */
+  posOf?: (r: number, c: number) => number | null;
   /** accessible name */
   label: string;
 }
@@ -88,6 +90,7 @@ export function drawHeatmap(svgEl: SVGSVGElement, o: HeatmapOptions): void {
     .attr('width', Math.max(1, cw - 1)).attr('height', Math.max(1, ch - 1))
     .attr('fill', (d) => color(d.v))
     .attr('data-row', (d) => d.r).attr('data-col', (d) => d.c).attr('data-value', (d) => String(d.v))
+    .attr('data-pos', (d) => { const q = o.posOf?.(d.r, d.c); return q === null || q === undefined ? null : String(q); })
     .style('cursor', o.onSelect ? 'pointer' : 'default')
     .on('mousemove', (ev: MouseEvent, d) => showTooltip(ev, o.tooltip(d.r, d.c, d.v)))
     .on('mouseleave', hideTooltip)

@@ -20,6 +20,7 @@ import { ResultStore, type ResultEntry } from './results.svelte';
 import { ModelStore, choiceOf, type ModelChoice } from './models.svelte';
 import { ShareStore } from './share.svelte';
 import { DoctorStore } from './doctor.svelte';
+import { LinkStore } from './links.svelte';
 import type { BackendChoice } from '../../../workers/protocol';
 
 export type { ErrorInfo, ResultEntry, ModelChoice };
@@ -36,6 +37,7 @@ export class AppState {
   readonly models: ModelStore;
   readonly share: ShareStore;
   readonly doctor: DoctorStore;
+  readonly links: LinkStore;
   /** the last page run's error (form validation included), shown under the form */
   jobError = $state<ErrorInfo | null>(null);
   workerRestarts = $state(0);
@@ -60,6 +62,7 @@ export class AppState {
       },
     });
     this.doctor = new DoctorStore(this.client, this.jobs, notify);
+    this.links = new LinkStore(this.forms, notify);
     // an error about inputs that have since been edited is stale (a running job's error is not yet shown)
     this.forms.onEdit = () => { if (!this.jobs.busy) this.jobError = null; };
   }
