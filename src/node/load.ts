@@ -3,7 +3,6 @@
  * backend 'node' = onnxruntime-node (default); 'wasm' = onnxruntime-web's WASM build in Node,
  * selectable so the two runtimes can be compared on the same graph.
  */
-import { readFileSync } from 'node:fs';
 import { totalmem } from 'node:os';
 import type { LoadedModel, LoadOptions } from '../engine/api';
 import { LoupeError } from '../engine/errors';
@@ -57,7 +56,6 @@ export async function loadModelNode(spec: string, opts: NodeModelOptions = {}): 
   });
   const weights = files.weights as ReadableWeightSet;
   const factory = await nodeFactory(backend, opts.threads);
-  const wasmFactory = backend === 'wasm' ? withFileBytes(factory, weights) : factory;
   const ref = files.ref;
   const isBundled = spec === 'default' || spec === '' || spec === 'stories260K';
   return createModel({
@@ -72,21 +70,5 @@ export async function loadModelNode(spec: string, opts: NodeModelOptions = {}): 
     source: isBundled ? 'bundled' : ref.kind,
     memory,
     weightsMode: opts.weights,
-  }, wasmFactory);
-}
-
-/**
- * ORT-web takes weights as buffers: read path-only weight files from disk for the session's
- * creation only (a Buffer is already a Uint8Array: no copy), and let them go afterwards — ORT
- * has copied them into its heap, and parameters are read from disk by range.
- */
-function withFileBytes(factory: SessionFactory, weights: ReadableWeightSet): SessionFactory {
-  return {
-    ...factory,
-    create: (graph, ws) => {
-      const files = new Map(ws.files);
-      for (const [file, p] of weights.paths) if (!files.has(file)) files.set(file, readFileSync(p));
-      return factory.create(graph, { ...ws, files });
-    },
-  };
+  }, factory);
 }

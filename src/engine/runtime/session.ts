@@ -8,6 +8,8 @@ import type { Backend } from '../api';
 import type { BuiltGraph } from '../graph/build-model';
 import type { WeightSet } from '../safetensors-types';
 import { precisionSessionOptions } from '../precision';
+import { pieceGraph } from './pieces';
+import type { ReadableWeightSet } from '../safetensors';
 
 export interface OrtTensorLike {
   dims: readonly number[];
@@ -73,22 +75,23 @@ function trackedWeb(ort: OrtModule, backend: 'webgpu' | 'wasm', session: any): E
 }
 
 /**
- * onnxruntime-web (browser worker, or WASM in Node): weights go in as external data buffers,
- * one per weight file, under the same names the graph's `location` fields use.
+ * onnxruntime-web (browser worker, or WASM in Node): weights go in as external data buffers in
+ * pieces under 2 GiB (pieces.ts), views of the files in memory or, when a file is only on disk
+ * (Node), read by range — never a whole file at once.
  */
-export function webSessionFactory(ort: OrtModule, backend: 'webgpu' | 'wasm', readFile?: (file: string) => Uint8Array): SessionFactory {
+export function webSessionFactory(ort: OrtModule, backend: 'webgpu' | 'wasm'): SessionFactory {
   return {
     backend,
     ort,
     async create(graph, weights) {
-      const files = new Set<string>();
-      for (const e of weights.tensors.values()) files.add(e.file);
-      const externalData = [...files].map((path) => {
-        const data = weights.files.get(path) ?? readFile?.(path);
-        if (!data) throw new Error(`weight file ${path} has no bytes in memory`);
-        return { path, data };
+      const { graphBytes, pieces } = pieceGraph(graph.bytes);
+      const externalData = pieces.map((p) => {
+        const bytes = weights.files.get(p.file);
+        const data = bytes ? bytes.subarray(p.start, p.end) : (weights as ReadableWeightSet).readRange?.(p.file, p.start, p.end - p.start);
+        if (!data) throw new Error(`weight file ${p.file} has no bytes in memory`);
+        return { path: p.path, data };
       });
-      const session = await ort.InferenceSession.create(graph.bytes, {
+      const session = await ort.InferenceSession.create(graphBytes, {
         executionProviders: [backend],
         externalData,
         graphOptimizationLevel: 'all',
