@@ -16,7 +16,7 @@ import type { Hub } from '../src/bridge/hub';
 import { AGENT_PATH, CHALLENGE_PROTOCOL_PREFIX, PAGE_PATH, SUBPROTOCOL, TOKEN_PROTOCOL_PREFIX, sanitizeWireModel, tokenProtocol } from '../src/bridge/protocol';
 import { newToken, readHubRecord, tokenFilePath, tokensEqual, writeHubRecord } from '../src/bridge/token';
 import { startStaticServer } from '../src/node/static-server';
-import { FakePage, startTestHub, tmpDist, tryUpgrade, until } from './bridge-fake-page';
+import { FakePage, sleep, startTestHub, tmpDist, tryUpgrade, until } from './bridge-fake-page';
 
 const ROOT = path.resolve(__dirname, '..');
 const TSX = path.join(ROOT, 'node_modules', '.bin', 'tsx');
@@ -270,6 +270,23 @@ describe('6. config folder, token file, hub authentication, stale records', () =
     }
   });
 
+  it('peers upgraded on a challenge (no token yet) are few at a time and have a smaller frame limit', async () => {
+    const challenge = (n: number) => ({ ...good, 'Sec-WebSocket-Protocol': `${SUBPROTOCOL}, ${CHALLENGE_PROTOCOL_PREFIX}${n.toString(16).padStart(64, '0')}` });
+    const held: Awaited<ReturnType<typeof rawRequest>>[] = [];
+    for (let i = 0; i < 4; i++) held.push(await rawRequest(hub.port, upgradeHead(AGENT_PATH, challenge(i))));
+    expect(held.map((h) => h.status)).toEqual([101, 101, 101, 101]);
+    expect((await rawRequest(hub.port, upgradeHead(AGENT_PATH, challenge(9)))).status).toBe(503);
+    // a frame over 64 MiB, announced by its header, closes the unauthenticated peer at once
+    const closed = new Promise<void>((r) => held[0].socket!.once('close', () => r()));
+    held[0].socket!.write(frame(0x1, Buffer.alloc(0), { declaredLength: 65 * 1024 * 1024 }));
+    await closed;
+    for (const h of held) h.socket!.destroy();
+    await sleep(300); // the hub sees the sockets close and frees their slots
+    const fwd = await ForwardClient.connect(hub.port, hub.token, { name: 'after' });
+    expect(fwd.alive).toBe(true);
+    fwd.close();
+  });
+
   it('the hub record is removed when the companion crashes, and a record left by a killed one is cleared by the next', async () => {
     const dir = mkdtempSync(path.join(os.tmpdir(), 'loupe-cfg-'));
     const script = (port: number, crash: boolean) => `(async () => {
@@ -277,27 +294,34 @@ const { PageExecutor } = await import(${JSON.stringify(path.join(ROOT, 'src/brid
 const pe = new PageExecutor({ port: ${port}, distDir: ${JSON.stringify(tmpDist())}, version: 't', log: () => {}, configDir: ${JSON.stringify(dir)} });
 await pe.started();
 console.log('ready');
-${crash ? "setTimeout(() => { throw new Error('simulated crash'); }, 50);" : 'setInterval(() => {}, 1000);'}
+${crash ? "process.stdin.once('data', () => { throw new Error('simulated crash'); });" : 'setInterval(() => {}, 1000);'}
 })();`;
-    const runChild = async (port: number, crash: boolean) => {
-      // node itself (not the tsx wrapper) so that SIGKILL reaches the process that wrote the record
-      const file = path.join(dir, `child-${port}.mts`);
-      writeFileSync(file, script(port, crash));
-      const child = spawn(process.execPath, ['--import', 'tsx', file], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
-      let out = '';
-      child.stdout.on('data', (d) => (out += d));
-      await until(() => out.includes('ready'), 60_000, 'the child companion');
-      expect(existsSync(tokenFilePath(port, dir))).toBe(true);
-      return child;
+    /** A companion child on a free port that owns its hub (retried when another test's process took the port first). */
+    const runChild = async (crash: boolean) => {
+      for (let attempt = 0; ; attempt++) {
+        const port = await freePort();
+        // node itself (not the tsx wrapper) so that SIGKILL reaches the process that wrote the record
+        const file = path.join(dir, `child-${port}.mts`);
+        writeFileSync(file, script(port, crash));
+        const child = spawn(process.execPath, ['--import', 'tsx', file], { cwd: ROOT, stdio: ['pipe', 'pipe', 'pipe'] });
+        let out = '';
+        child.stdout.on('data', (d) => (out += d));
+        await until(() => out.includes('ready'), 60_000, 'the child companion');
+        if (existsSync(tokenFilePath(port, dir)) || attempt >= 3) {
+          expect(existsSync(tokenFilePath(port, dir))).toBe(true);
+          return { child, port };
+        }
+        await new Promise<void>((r) => { child.once('exit', () => r()); child.kill('SIGKILL'); });
+      }
     };
-    const p1 = await freePort();
-    const crashed = await runChild(p1, true);
-    const code = await new Promise<number | null>((r) => crashed.once('exit', (c) => r(c)));
+    const { child: crashed, port: p1 } = await runChild(true);
+    const exited = new Promise<number | null>((r) => crashed.once('exit', (c) => r(c)));
+    crashed.stdin!.write('crash now\n'); // an uncaught exception in the child
+    const code = await exited;
     expect(code).not.toBe(0);
     expect(existsSync(tokenFilePath(p1, dir))).toBe(false);
 
-    const p2 = await freePort();
-    const killed = await runChild(p2, false);
+    const { child: killed, port: p2 } = await runChild(false);
     await new Promise<void>((r) => { killed.once('exit', () => r()); killed.kill('SIGKILL'); });
     expect(existsSync(tokenFilePath(p2, dir))).toBe(true); // SIGKILL runs no handler
     const p3 = await freePort();

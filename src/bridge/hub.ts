@@ -17,6 +17,10 @@ import { checkHost, checkUpgrade } from './guard';
 import { startHeartbeat } from './heartbeat';
 import { assertHandlesCurrent } from './handles';
 import { agentProof, hubProof, proofsEqual } from './token';
+import { MAX_LINE_BYTES } from './stdio-lines';
+
+/** challenge peers that may wait for their proof at one time (each holds at most one frame in memory) */
+const MAX_UNAUTHENTICATED = 4;
 import { PageSession, type CallOptions, type ExecResult } from './page-session';
 import {
   CLOSE_POLICY, HUB_PROBE_PATH, HUB_STATUS_TOOL, PROTOCOL_VERSION, SUBPROTOCOL,
@@ -79,6 +83,13 @@ export class Hub {
   private localAgent: AgentInfo | undefined;
   private waiters = new Set<() => void>();
   private wss: WebSocketServer;
+  /**
+   * Peers that offered a challenge are upgraded before they have shown the token, so they get a
+   * smaller frame limit (a forwarded call's arguments come from one MCP line, at most 64 MiB:
+   * stdio-lines.ts) and only a few may wait unauthenticated at a time.
+   */
+  private challengeWss = new WebSocketServer({ noServer: true, maxPayload: MAX_LINE_BYTES, handleProtocols: (offered) => (offered.has(SUBPROTOCOL) ? SUBPROTOCOL : false) });
+  private unauthenticated = 0;
   private log: (msg: string) => void;
 
   private constructor(server: http.Server, wss: WebSocketServer, private opts: Required<Omit<HubOptions, 'log'>> & Pick<HubOptions, 'log'>) {
@@ -180,6 +191,7 @@ export class Hub {
     for (const ws of this.agents.keys()) ws.close(CLOSE_POLICY, 'hub stopping');
     for (const w of [...this.waiters]) w();
     this.wss.close();
+    this.challengeWss.close();
     await new Promise<void>((resolve) => {
       this.server.closeAllConnections?.();
       this.server.close(() => resolve());
@@ -215,7 +227,22 @@ export class Hub {
           socket.end(`HTTP/1.1 ${v.status} ${text}\r\nConnection: close\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: ${body.length}\r\n\r\n${body.toString('utf8')}`);
           return;
         }
-        this.wss.handleUpgrade(req, socket, head, (ws) => guarded(this.log, 'accepting a peer', () => (v.kind === 'page' ? this.acceptPage(ws) : this.acceptAgent(ws, v.challenge))));
+        if (v.challenge) {
+          if (this.unauthenticated >= MAX_UNAUTHENTICATED) {
+            socket.end('HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 0\r\n\r\n');
+            return;
+          }
+          this.unauthenticated += 1;
+          let counted = true;
+          const release = () => {
+            if (counted) this.unauthenticated -= 1;
+            counted = false;
+          };
+          socket.once('close', release);
+          this.challengeWss.handleUpgrade(req, socket, head, (ws) => guarded(this.log, 'accepting a peer', () => this.acceptAgent(ws, v.challenge, release)));
+          return;
+        }
+        this.wss.handleUpgrade(req, socket, head, (ws) => guarded(this.log, 'accepting a peer', () => (v.kind === 'page' ? this.acceptPage(ws) : this.acceptAgent(ws))));
       } catch (e) {
         // Catch-all: no request, however malformed, may end the companion.
         this.log(`dropped a WebSocket upgrade that failed: ${(e as Error).message}`);
@@ -261,7 +288,7 @@ export class Hub {
    * @param challenge the nonce of a companion that did not send the token: prove the token over
    *   it, and accept nothing from the peer until its `attach` proves the token over ours
    */
-  private acceptAgent(ws: WebSocket, challenge?: string): void {
+  private acceptAgent(ws: WebSocket, challenge?: string, authenticated?: () => void): void {
     const calls = new Map<string, AbortController>();
     const send = (m: HubToAgent) => ws.readyState === ws.OPEN && ws.send(JSON.stringify(m));
     let ourNonce: string | undefined;
@@ -289,6 +316,7 @@ export class Hub {
         // Unauthenticated: the first message must be an attach that proves the token.
         if (m?.type !== 'attach' || !proofsEqual(m.proof, agentProof(this.token, ourNonce))) return ws.close(CLOSE_POLICY, 'authentication failed');
         ourNonce = undefined;
+        authenticated?.();
       }
       if (!m) return;
       if (m.type === 'ping') return send({ type: 'pong', t: m.t });
