@@ -9,9 +9,9 @@ import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import { mkdtempSync, linkSync, writeFileSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
-import { createRequire } from 'node:module';
 import onnxProto from 'onnx-proto';
 import { loadModelNode } from '../src/node/load';
+import { requireOrtNode } from '../src/node/ort-node';
 import type { LoadedModel } from '../src/engine/api';
 import { buildModelGraph } from '../src/engine/graph/build-model';
 import { describeModel } from '../src/engine/arch';
@@ -22,7 +22,6 @@ import { ALL_FAMILY_CASES, makeCaseModel, caseTokens, referenceForward, compareH
 
 const TOL = 1e-4;
 const { onnx } = onnxProto as any;
-const require = createRequire(import.meta.url);
 
 // families whose graphs differ where weights enter: learned positions + tied unembedding (gpt2),
 // GQA + SwiGLU (llama), parallel residual + fused qkv (neox), embedding scale + 1+w norms + soft-caps (gemma2)
@@ -110,7 +109,7 @@ describe('stored weights stay 16-bit inside onnxruntime', () => {
     const d = mkdtempSync(path.join(dir, precision));
     linkSync(path.join(rm.dir, 'model.safetensors'), path.join(d, 'model.safetensors'));
     writeFileSync(path.join(d, 'model.onnx'), graph.bytes);
-    const ort = require('onnxruntime-node');
+    const ort = requireOrtNode<any>();
     const out = path.join(d, 'optimized.onnx');
     const session = await ort.InferenceSession.create(path.join(d, 'model.onnx'), { executionProviders: ['cpu'], graphOptimizationLevel: 'all', optimizedModelFilePath: out, logSeverityLevel: 3 });
     await session.release();
