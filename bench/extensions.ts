@@ -255,6 +255,76 @@ export const opsCost: BenchExtension = {
   },
 };
 
+// ------------------------------------------------------------------ cached load vs bytes in memory
+
+const LOAD_ROUNDS = 3;
+
+/**
+ * Issue 14 item 5: a load from the cache (a loopback Hub stand-in already downloaded into a
+ * DirCache) against creating the model from bytes already in memory (MemorySource: the files
+ * read beforehand; only createModel is timed). WASM in Node, the runtime the page uses. The
+ * cached load must make zero requests. One cold download first, then LOAD_ROUNDS rounds of
+ * {cached, in memory}; medians.
+ */
+export const cachedLoad: BenchExtension = {
+  name: 'cached_load',
+  title: 'loads: cached load / model from bytes in memory (WASM)',
+  async run(ctx) {
+    const { mkdtempSync, readFileSync, readdirSync, rmSync, statSync } = await import('node:fs');
+    const { tmpdir } = await import('node:os');
+    const path = await import('node:path');
+    const { startHubServer } = await import('../tests/helpers/hub-server');
+    const { loadModelNode, nodeFactory } = await import('../src/node/load');
+    const { DirCache } = await import('../src/node/dir-cache');
+    const { MemorySource } = await import('../src/engine/source/memory-source');
+    const { loadModelFiles } = await import('../src/engine/source/files');
+    const { createModel } = await import('../src/engine/model');
+    const { readTensorF32 } = await import('../src/engine/safetensors');
+    const hub = await startHubServer();
+    const cacheDir = mkdtempSync(path.join(tmpdir(), 'loupe-bench-cache-'));
+    try {
+      hub.addRepo('bench/model', ctx.modelDir);
+      const cache = new DirCache(cacheDir);
+      const load = () => loadModelNode('bench/model', { endpoint: hub.url, cache, backend: 'wasm', threads: 1 });
+      let t = now();
+      await (await load()).dispose();
+      const coldMs = now() - t;
+      const factory = await nodeFactory('wasm', 1);
+      const names = readdirSync(ctx.modelDir).filter((f) => statSync(path.join(ctx.modelDir, f)).isFile());
+      const cached: number[] = [], memory: number[] = [], requests: number[] = [];
+      for (let r = 0; r < LOAD_ROUNDS; r++) {
+        hub.resetCounters();
+        t = now();
+        const m = await load();
+        cached.push(now() - t);
+        requests.push(hub.log.length);
+        await m.dispose();
+        const files = Object.fromEntries(names.map((f) => [f, new Uint8Array(readFileSync(path.join(ctx.modelDir, f)))]));
+        const mf = await loadModelFiles(new MemorySource(files, 'bench'));
+        t = now();
+        const mm = await createModel({
+          config: mf.config as Record<string, any>, tokenizerJson: mf.tokenizerJson, tokenizerConfig: mf.tokenizerConfig,
+          weights: mf.weights, readTensor: (n) => readTensorF32(mf.weights, n), id: 'bench', revision: '', source: 'url',
+        }, factory);
+        memory.push(now() - t);
+        await mm.dispose();
+      }
+      const c = median(cached), mem = median(memory), ratio = c / mem;
+      return {
+        rows: [
+          { metric: 'cold load from the loopback Hub (download + session)', value: `${fmt(coldMs, 0)} ms` },
+          { metric: 'cached load (DirCache), requests made', value: `${Math.max(...requests)}`, target: '0', ok: Math.max(...requests) === 0 },
+          { metric: 'cached load / model from bytes in memory', value: `**${fmt(ratio, 2)}** (${fmt(c, 0)} ms vs ${fmt(mem, 0)} ms)`, target: '≤ 1.5', ok: ratio <= 1.5 },
+        ],
+        json: { rounds: LOAD_ROUNDS, cold_ms: coldMs, cached_ms: cached, memory_ms: memory, requests, ratio },
+      };
+    } finally {
+      await hub.close();
+      rmSync(cacheDir, { recursive: true, force: true });
+    }
+  },
+};
+
 /** The list the bench runs, in order. Append new measurements here. */
-export const extensions: BenchExtension[] = [opsCost, circuitAllHeads, generationKv];
+export const extensions: BenchExtension[] = [opsCost, circuitAllHeads, generationKv, cachedLoad];
 

@@ -55,6 +55,10 @@ export class DirCache implements ByteCache {
     return existsSync(this.filePath(key));
   }
 
+  async hasComplete(key: CacheKey): Promise<boolean> {
+    return this.has(key);
+  }
+
   localPath(key: CacheKey): string | undefined {
     const p = this.filePath(key);
     return existsSync(p) ? p : undefined;

@@ -22,6 +22,7 @@ import type { WeightStats } from '../budget';
 import {
   childAbort, checkIndexAgainst, forgetIfCorrupt, missingShard, planModel, pool, ProgressTracker, type ModelPlan, type PlanOptions,
 } from './preflight';
+import { HttpSource } from './http-source';
 import type { FetchOptions, ModelRef, ModelSource } from './types';
 
 export { forgetIfCorrupt, validateIndex, SINGLE_WEIGHTS, WEIGHTS_INDEX } from './preflight';
@@ -67,6 +68,18 @@ export interface WeightReader {
 export function memoryWeightReader(source: ModelSource): WeightReader {
   return {
     async read(file, opts) {
+      // A cache that streams (IndexedDB, a directory) takes the download chunk by chunk, so it is
+      // never held twice (download buffer + cache copy); the bytes are read back once, whole.
+      if (opts.cache?.openSink && source instanceof HttpSource) {
+        const cache = opts.cache;
+        const key = source.cacheKey(file);
+        const wasCached = !!(await cache.hasComplete?.(key));
+        if (!(await source.downloadToCache(file, { ...opts, cache }))) return null;
+        const bytes = await cache.get(key);
+        if (!bytes) throw new LoupeError('INTERNAL', `${file} was downloaded but is not in the cache.`, 'Load the model again.', { file });
+        if (wasCached) opts.onProgress?.({ file, loaded: bytes.byteLength, total: bytes.byteLength, cached: true, done: true });
+        return { header: await forgetIfCorrupt(source, cache, file, () => parseSafetensors(bytes, file)), bytes };
+      }
       const bytes = await source.fetchFile(file, opts);
       if (!bytes) return null;
       return { header: await forgetIfCorrupt(source, opts.cache, file, () => parseSafetensors(bytes, file)), bytes };

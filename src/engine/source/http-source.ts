@@ -176,8 +176,7 @@ export abstract class HttpSource implements ModelSource {
     const key = this.cacheKey(file);
     if (!cache.openSink) throw new LoupeError('INTERNAL', 'downloadToCache needs a cache with openSink (DirCache).');
     if (signal?.aborted) throw new LoupeError('ABORTED', 'The operation was cancelled.');
-    const have = cache.localPath?.(key);
-    if (have) return true;
+    if (cache.localPath?.(key) || await cache.hasComplete?.(key)) return true;
     if (opts.optional && cache.isMissing && await cache.isMissing(key).catch(() => false)) return false;
     if (opts.cacheOnly) return false;
     const sink = await cache.openSink(key);

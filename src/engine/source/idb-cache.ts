@@ -11,7 +11,7 @@
  * entry that exists always has all its chunks. A file has at most one entry, complete or partial.
  */
 import { openDB, type DBSchema, type IDBPDatabase } from 'idb';
-import type { ByteCache, CacheEntryInfo, CacheKey, RangeRead } from './types';
+import type { ByteCache, CacheEntryInfo, CacheKey, CacheSink, RangeRead } from './types';
 
 export const CHUNK_BYTES = 32 * 1024 * 1024;
 
@@ -149,6 +149,102 @@ export class IdbCache implements ByteCache {
     }
     await tx.done;
     return { bytes: out, size, stored: rec.size };
+  }
+
+  /** whether a complete entry exists (reads its small record only) */
+  async hasComplete(key: CacheKey): Promise<boolean> {
+    const rec = await (await this.db()).get('entries', fileKey(key));
+    return !!rec && rec.complete && !rec.missing;
+  }
+
+  /**
+   * Stream a download into IndexedDB chunk by chunk: each full chunk is written with the partial
+   * entry's record in one transaction, so an interrupted download (a closed tab included) resumes
+   * from its last whole chunk, and the file is never one buffer in memory. A partial entry written
+   * with the same chunk size is resumed (its last, unfinished chunk read back); commit() marks
+   * the entry complete.
+   */
+  async openSink(key: CacheKey): Promise<CacheSink> {
+    const db = await this.db();
+    const k = fileKey(key);
+    const cb = this.chunkBytes;
+    const rec = await db.get('entries', k);
+    let meta: { etag?: string; total?: number } = {};
+    let length = 0;
+    let pending = new Uint8Array(0);
+    if (rec && !rec.complete && !rec.missing && rec.size > 0 && (rec.chunkBytes === cb || rec.chunks <= 1)) {
+      meta = { ...(rec.etag ? { etag: rec.etag } : {}), ...(rec.total != null ? { total: rec.total } : {}) };
+      length = rec.size;
+      const tail = length % cb;
+      if (tail > 0) {
+        const last = await db.get('chunks', [k, Math.floor(length / cb)]);
+        if (!last || last.byteLength !== tail) { length -= tail; } else pending = last.slice();
+      }
+    } else if (rec) {
+      await this.delete(key);
+    }
+    const buf = new Uint8Array(cb);
+    buf.set(pending);
+    let fill = pending.byteLength;
+    let written = length - fill; // bytes in whole chunks already stored
+    let chain: Promise<void> = Promise.resolve();
+    let failed: unknown;
+    const record = (size: number, complete: boolean, chunks: number): EntryRecord => ({
+      key: k, model: modelKey(key), endpoint: key.endpoint, id: key.id, revision: key.revision, file: key.file,
+      size, complete, storedAt: Date.now(), chunks, chunkBytes: cb,
+      ...(meta.etag ? { etag: meta.etag } : {}), ...(meta.total != null ? { total: meta.total } : {}),
+    });
+    const queue = (fn: () => Promise<void>) => { chain = chain.then(fn).catch((e) => { failed ??= e; }); };
+    /** write chunk `n` (`bytes`) and the record saying `size` bytes are stored, in one transaction */
+    const writeChunk = (n: number, bytes: Uint8Array | null, size: number, complete: boolean) => queue(async () => {
+      const tx = db.transaction(['entries', 'chunks'], 'readwrite');
+      if (bytes) await tx.objectStore('chunks').put(bytes, [k, n]);
+      await tx.objectStore('entries').put(record(size, complete, bytes ? n + 1 : n));
+      await tx.done;
+    });
+    const flushTail = (complete: boolean) => {
+      const n = Math.floor(written / cb);
+      writeChunk(n, fill > 0 ? buf.slice(0, fill) : null, written + fill, complete);
+    };
+    const done = async () => { await chain; if (failed) throw failed; };
+    return {
+      get length() { return length; },
+      get etag() { return meta.etag; },
+      get total() { return meta.total; },
+      append(chunk) {
+        let off = 0;
+        while (off < chunk.byteLength) {
+          const take = Math.min(cb - fill, chunk.byteLength - off);
+          buf.set(chunk.subarray(off, off + take), fill);
+          fill += take; off += take; length += take;
+          if (fill === cb) {
+            writeChunk(Math.floor(written / cb), buf.slice(), written + cb, false);
+            written += cb;
+            fill = 0;
+          }
+        }
+      },
+      reset() {
+        length = 0; fill = 0; written = 0;
+        queue(async () => {
+          const tx = db.transaction(['entries', 'chunks'], 'readwrite');
+          await tx.objectStore('chunks').delete(chunkRange(k));
+          await tx.objectStore('entries').delete(k);
+          await tx.done;
+        });
+      },
+      setMeta(m) {
+        meta = { ...(m.etag ? { etag: m.etag } : {}), ...(m.total != null ? { total: m.total } : {}) };
+      },
+      async suspend() {
+        if (length > 0) flushTail(false);
+        await done();
+      },
+      async commit() {
+        flushTail(true);
+        await done();
+      },
+    };
   }
 
   async putMissing(key: CacheKey): Promise<void> {

@@ -124,6 +124,8 @@ export interface ByteCache {
    * complete entry, or from a partial one of known total that already holds those bytes.
    */
   readRange?(key: CacheKey, offset: number, length: number): Promise<RangeRead | undefined>;
+  /** whether a complete entry exists, without reading its bytes */
+  hasComplete?(key: CacheKey): Promise<boolean>;
   /** Remember that a file does not exist (an optional file's 404), so a cached load asks no more. */
   putMissing?(key: CacheKey): Promise<void>;
   isMissing?(key: CacheKey): Promise<boolean>;
