@@ -110,7 +110,9 @@ export class ModelStore {
       this.model = summary;
       this.current = choice;
       this.status = 'ready';
-      this.recent = prefs.addRecent(summary.ref);
+      // the recent list reopens the branch a person chose (and its cache), not the commit it resolved to
+      const { commit: _commit, ...recentRef } = summary.ref;
+      this.recent = prefs.addRecent(recentRef);
       if (!opts.quiet) this.d.notify('info', `Loaded ${summary.info.id} on ${summary.info.backend} in ${(summary.loadMs / 1000).toFixed(1)} s${summary.downloadedBytes === 0 && summary.cachedFiles.length ? ' (from this browser\'s cache)' : ''}.`, 4000);
       void this.refreshMemory();
       void this.refreshCache();
