@@ -8,6 +8,7 @@ import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } 
 import os from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { Companion } from './helpers/hostile';
 
 const ROOT = path.resolve(__dirname, '..');
 const TSX = path.join(ROOT, 'node_modules', '.bin', 'tsx');
@@ -51,6 +52,23 @@ console.log('ran');
     expect(run.status, run.stderr).toBe(0);
     expect(JSON.parse(run.stdout).prediction ?? JSON.parse(run.stdout)).toBeTruthy();
     expect(run.files).toEqual([]);
+  });
+
+  it('a headless MCP companion that runs a tool writes no telemetry files', async () => {
+    const home = mkdtempSync(path.join(os.tmpdir(), 'loupe-home-'));
+    const env: NodeJS.ProcessEnv = { ...process.env, HOME: home, XDG_CACHE_HOME: path.join(home, '.cache'), LOUPE_CACHE_DIR: path.join(home, 'loupe-cache') };
+    delete env.ORT_DISABLE_TELEMETRY;
+    const c = new Companion(['--headless'], env);
+    try {
+      await c.initialize();
+      const r = await c.callRaw('trace', '{"prompt":"Once upon a time"}', 120_000);
+      expect(r === 'timeout' ? r : (r.result as { structuredContent?: { operation?: string } }).structuredContent?.operation).toBe('trace');
+      await c.close();
+      expect(filesUnder(path.join(home, '.cache', 'Microsoft'))).toEqual([]);
+    } finally {
+      await c.close();
+      rmSync(home, { recursive: true, force: true });
+    }
   });
 
   it('nothing in src/, bench/ or tests/ loads onnxruntime-node except src/node/ort-node.ts', () => {
