@@ -17,7 +17,8 @@ test.describe.configure({ mode: 'serial' });
 const SMALL = 'preflight/induction-gpt2';
 const MEDIUM = 'preflight/gpt2-medium'; // 355M F32 parameters: 1.4 GB, asks for a click
 const XL = 'preflight/gpt2-xl'; // 1.56B F32 parameters: 6.2 GB, over the 4 GiB WASM heap
-const tmp = mkdtempSync(join(tmpdir(), 'loupe-e2e-preflight-'));
+/** made in beforeAll (not at import: the runner imports specs in more than one process) */
+let tmp = '';
 let context: BrowserContext;
 let page: Page;
 let errors: string[];
@@ -25,6 +26,7 @@ let medium: ReturnType<typeof writeSparseGpt2>;
 let xl: ReturnType<typeof writeSparseGpt2>;
 
 test.beforeAll(async ({ browser, hub }) => {
+  tmp = mkdtempSync(join(tmpdir(), 'loupe-e2e-preflight-'));
   const tok = join(SHARED_MODELS, 'induction-gpt2');
   medium = writeSparseGpt2(tmp, 'gpt2-medium', { nLayer: 24, nEmbd: 1024, nHead: 16 }, 'F32', tok);
   xl = writeSparseGpt2(tmp, 'gpt2-xl', { nLayer: 48, nEmbd: 1600, nHead: 25 }, 'F32', tok);
@@ -37,7 +39,7 @@ test.beforeAll(async ({ browser, hub }) => {
 });
 test.afterAll(async () => {
   await context?.close();
-  rmSync(tmp, { recursive: true, force: true });
+  if (tmp) rmSync(tmp, { recursive: true, force: true });
 });
 
 async function loadFromHub(p: Page, endpoint: string, id: string): Promise<void> {
