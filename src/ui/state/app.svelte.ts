@@ -21,6 +21,7 @@ import { ModelStore, choiceOf, type ModelChoice } from './models.svelte';
 import { ShareStore } from './share.svelte';
 import { DoctorStore } from './doctor.svelte';
 import { LinkStore } from './links.svelte';
+import { SessionStore, type SessionEntry } from './session.svelte';
 import type { BackendChoice } from '../../../workers/protocol';
 
 export type { ErrorInfo, ResultEntry, ModelChoice };
@@ -38,6 +39,7 @@ export class AppState {
   readonly share: ShareStore;
   readonly doctor: DoctorStore;
   readonly links: LinkStore;
+  readonly session = new SessionStore();
   /** the last page run's error (form validation included), shown under the form */
   jobError = $state<ErrorInfo | null>(null);
   workerRestarts = $state(0);
@@ -63,6 +65,7 @@ export class AppState {
     });
     this.doctor = new DoctorStore(this.client, this.jobs, notify);
     this.links = new LinkStore(this.forms, notify);
+    this.resultStore.onNew = (e) => void this.session.record(e);
     // an error about inputs that have since been edited is stale (a running job's error is not yet shown)
     this.forms.onEdit = () => { if (!this.jobs.busy) this.jobError = null; };
   }
@@ -82,7 +85,7 @@ export class AppState {
   /** the bridge sets the weight precision for its next load, like the backend */
   set weights(w: WeightsMode) { this.prefs.setWeights(w); }
   get results(): Record<string, ResultEntry> { return this.resultStore.byOp; }
-  set results(v: Record<string, ResultEntry>) { this.resultStore.byOp = v; }
+  set results(v: Record<string, ResultEntry>) { this.resultStore.replace(v); }
   get ops() { return this.forms.ops; }
   get op() { return this.forms.op; }
   get busy() { return this.jobs.busy; }
@@ -98,6 +101,9 @@ export class AppState {
   async init(): Promise<void> {
     const linkModel = this.share.open();
     void this.loadOps();
+    // a reload loses nothing: the newest result of each operation comes back from the session
+    await this.session.load();
+    for (const [op, e] of Object.entries(this.session.latestByOp())) if (!this.resultStore.byOp[op]) this.resultStore.set(e, { restored: true });
     await this.models.refreshCache();
     // a link's model loads by itself only if it is already in this browser's cache; downloading a
     // model because a link said so waits for a click, and meanwhile no other model is loaded (the
@@ -183,6 +189,14 @@ export class AppState {
       void this.models.refreshMemory();
       return { doc, ms: performance.now() - t0 };
     });
+  }
+
+  /** show a session entry as the current result of its operation, with its inputs in the form */
+  showEntry(e: SessionEntry): void {
+    this.resultStore.set(e, { restored: true });
+    this.forms.select(e.op);
+    this.forms.fillFromInput(e.op, e.input);
+    if (typeof e.input.prompt === 'string') this.forms.prompt = e.input.prompt;
   }
 
   runAgreement(): Promise<void> {

@@ -16,7 +16,18 @@ export class ResultStore {
   /** bumped when a run from this page produces a result (the result panel scrolls to it) */
   seq = $state(0);
 
-  set(entry: ResultEntry): void {
+  /** a new result (not one restored from the session): the session records it */
+  onNew: (entry: ResultEntry) => void = () => {};
+
+  set(entry: ResultEntry, opts: { restored?: boolean } = {}): void {
     this.byOp = { ...this.byOp, [entry.op]: entry };
+    if (!opts.restored && !entry.fromLink) this.onNew(entry);
+  }
+
+  /** replace the whole map (the agent bridge writes it so): entries that changed are new */
+  replace(next: Record<string, ResultEntry>): void {
+    const prev = this.byOp;
+    this.byOp = next;
+    for (const [op, e] of Object.entries(next)) if (e !== prev[op] && !e.fromLink) this.onNew(e);
   }
 }

@@ -1,0 +1,110 @@
+/**
+ * Compare, pins, history and session files (issue 13): results go to the session (IndexedDB) and
+ * come back after a reload; two results side by side with Δ = B − A (trace DLA, attention of
+ * both); pins survive Clear; a session exported as one file imports into a fresh browser.
+ */
+import { readFileSync } from 'node:fs';
+import type { BrowserContext, Page } from '@playwright/test';
+import { test, expect, openReady, runOp, shot, pageDoc, watchErrors } from './fixtures';
+
+test.describe.configure({ mode: 'serial' });
+
+let context: BrowserContext;
+let page: Page;
+let errors: string[];
+const P1 = 'Once upon a time, there was a little';
+const P2 = 'Lily went to the park with her dog';
+
+test.beforeAll(async ({ browser, site }) => {
+  context = await browser.newContext({ viewport: { width: 1280, height: 800 }, acceptDownloads: true });
+  page = await context.newPage();
+  errors = watchErrors(page);
+  await openReady(page, site.url);
+});
+test.afterAll(async () => {
+  await context.close();
+});
+
+const entries = () => page.getByTestId('session-entry');
+
+test('two traces side by side with their Δ', async () => {
+  await page.getByTestId('prompt').fill(P1);
+  await runOp(page, 'trace');
+  const a = await pageDoc(page, 'trace');
+  await page.getByTestId('prompt').fill(P2);
+  await runOp(page, 'trace');
+  const b = await pageDoc(page, 'trace');
+  await expect(entries()).toHaveCount(2);
+  // newest first: the second entry is A (P1), the first B (P2)
+  await entries().nth(1).getByTestId('session-a').click();
+  await entries().nth(0).getByTestId('session-b').click();
+  const cmp = page.getByTestId('compare');
+  await expect(cmp).toHaveAttribute('data-op', 'trace');
+  const L = a.head_attribution.length, H = a.head_attribution[0].length;
+  await expect(cmp.locator('[data-testid=compare-delta] rect.cell')).toHaveCount(L * H);
+  const cell = cmp.locator('[data-testid=compare-delta] rect.cell[data-row="1"][data-col="2"]');
+  expect(Number(await cell.getAttribute('data-value'))).toBeCloseTo(b.head_attribution[1][2] - a.head_attribution[1][2], 6);
+  expect(Number(await cmp.locator('[data-testid=compare-a] rect.cell[data-row="1"][data-col="2"]').getAttribute('data-value'))).toBe(a.head_attribution[1][2]);
+  await shot(page, 'compare-trace');
+});
+
+test('two attention results: both patterns', async () => {
+  await page.getByTestId('prompt').fill(P1);
+  await runOp(page, 'attention');
+  await page.getByTestId('prompt').fill(P2);
+  await runOp(page, 'attention');
+  const att = page.locator('[data-testid=session-entry][data-op=attention]');
+  await att.nth(1).getByTestId('session-a').click();
+  await att.nth(0).getByTestId('session-b').click();
+  const cmp = page.getByTestId('compare');
+  await expect(cmp).toHaveAttribute('data-op', 'attention');
+  await expect(cmp.locator('[data-testid=compare-a] rect.cell').first()).toBeAttached();
+  await expect(cmp.locator('[data-testid=compare-b] rect.cell').first()).toBeAttached();
+  await shot(page, 'compare-attention');
+  await cmp.getByRole('button', { name: 'Close the comparison' }).click();
+});
+
+test('pins and history survive a reload', async () => {
+  const n = await entries().count();
+  await entries().last().getByTestId('session-pin').click();
+  await expect(entries().first()).toHaveAttribute('data-pinned', 'true');
+  await page.reload();
+  await expect(entries()).toHaveCount(n, { timeout: 60_000 });
+  await expect(entries().first()).toHaveAttribute('data-pinned', 'true');
+  // the newest result of the selected operation is back without running anything
+  await page.getByTestId('tab-trace').click();
+  await expect(page.locator('[data-testid=result][data-op=trace] [data-testid=trace-heatmap] rect.cell').first()).toBeAttached();
+  await expect(page.getByTestId('job')).toHaveCount(0);
+  expect(errors).toEqual([]);
+});
+
+test('a session exported as one file imports into a fresh browser', async ({ browser, site }) => {
+  const n = await entries().count();
+  const [dl] = await Promise.all([page.waitForEvent('download'), page.getByTestId('session-export').click()]);
+  const path = await dl.path();
+  const file = JSON.parse(readFileSync(path!, 'utf8'));
+  expect(file.format).toBe('loupe-session');
+  expect(file.entries.length).toBe(n);
+  const fresh = await browser.newContext({ viewport: { width: 1280, height: 800 } });
+  try {
+    const p2 = await fresh.newPage();
+    const errs = watchErrors(p2);
+    await openReady(p2, site.url);
+    await expect(p2.getByTestId('session-entry')).toHaveCount(0);
+    await p2.getByTestId('session-import').setInputFiles(path!);
+    await expect(p2.getByTestId('session-entry')).toHaveCount(n);
+    await expect(p2.getByTestId('session-import-msg')).toContainText(`Imported ${n}`);
+    await p2.locator('[data-testid=session-entry][data-op=trace]').first().getByRole('button').first().click();
+    await expect(p2.locator('[data-testid=result][data-op=trace] [data-testid=trace-heatmap] rect.cell').first()).toBeAttached();
+    // a file that is not a session says so
+    await p2.getByTestId('session-import').setInputFiles({ name: 'x.json', mimeType: 'application/json', buffer: Buffer.from('{"a":1}') });
+    await expect(p2.getByTestId('session-import-msg')).toContainText('not a Loupe session file');
+    expect(errs).toEqual([]);
+  } finally {
+    await fresh.close();
+  }
+  // Clear forgets everything but the pinned entry
+  await page.getByRole('button', { name: 'Clear' }).click();
+  await expect(entries()).toHaveCount(1);
+  await expect(entries().first()).toHaveAttribute('data-pinned', 'true');
+});
