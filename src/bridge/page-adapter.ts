@@ -53,7 +53,7 @@ function shareModelFor(spec: string, revision: string | undefined): ShareModel {
   const at = spec.lastIndexOf('@');
   const [id, rev] = at > 0 ? [spec.slice(0, at), spec.slice(at + 1)] : [spec, undefined];
   if (!/^[\w.-]+(\/[\w.-]+)?$/.test(id)) {
-    throw new LoupeError('BAD_INPUT', `The page cannot load ${JSON.stringify(spec)}.`, "Give 'default', a Hub id like 'owner/name' (optionally @revision), or an http(s) URL of a model folder. Local folders work only headless.");
+    throw new LoupeError('BAD_INPUT', `The page cannot load ${JSON.stringify(spec)}.`, "Give 'default', a Hub id like 'owner/name' (optionally @revision), or an http(s) URL of a model folder. Local folders work only headless, inside a folder the companion was started with (--allow-local DIR).");
   }
   return { kind: 'hub', id, revision: revision ?? rev ?? 'main' };
 }
