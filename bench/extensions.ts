@@ -14,6 +14,7 @@
 import type { LoadedModel } from '../src/engine/api';
 import { cpuNow, median, now, timeInterleaved } from './lib';
 import { randomIds } from './model-gen';
+import { gradientCosts } from './gradients';
 
 export interface ExtContext {
   modelDir: string;
@@ -326,5 +327,5 @@ export const cachedLoad: BenchExtension = {
 };
 
 /** The list the bench runs, in order. Append new measurements here. */
-export const extensions: BenchExtension[] = [opsCost, circuitAllHeads, generationKv, cachedLoad];
+export const extensions: BenchExtension[] = [opsCost, circuitAllHeads, generationKv, cachedLoad, gradientCosts];
 

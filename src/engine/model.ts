@@ -198,11 +198,11 @@ class EngineModel implements LoadedModel {
   }
 
   private session(kind: 'base' | 'result' | 'lens' | 'readout', saeId?: string, lean?: { sites: string[]; outputs: string[] }, grad?: string[]) {
-    const key = lean ? `lean:${JSON.stringify(lean)}` : grad ? `grad:${saeId ?? ''}:${grad.join(',')}` : saeId ? `${kind}|sae:${saeId}` : kind;
+    const key = grad ? `grad:${saeId ?? ''}:${JSON.stringify(lean ?? null)}:${grad.join(',')}` : lean ? `lean:${JSON.stringify(lean)}` : saeId ? `${kind}|sae:${saeId}` : kind;
     let s = this.sessions.get(key);
     if (!s && (lean || grad)) {
       // lean and gradient variants each hold the weights again: keep at most two of a kind, dropping the oldest
-      const prefix = lean ? 'lean:' : 'grad:';
+      const prefix = grad ? 'grad:' : 'lean:';
       const leanKeys = [...this.sessions.keys()].filter((k) => k.startsWith(prefix));
       for (const old of leanKeys.slice(0, Math.max(0, leanKeys.length - 1))) {
         const gone = this.sessions.get(old)!;
@@ -250,8 +250,10 @@ class EngineModel implements LoadedModel {
     });
 
     const gradHooks = opts.grad ? this.checkGrad(opts, hookSet, B, logitPosCount(opts, T)) : undefined;
-    const lean = opts.lean && !opts.sae && kind === 'base' && !gradHooks
-      ? { sites: [...new Set(interventions.map((i) => i.hook))].sort(), outputs: [...new Set(wanted)].sort() }
+    // gradient runs always take a lean forward (only their intervention sites; outputs = the hooks
+    // fetched or differentiated): every other site's edit would be computed, and differentiated, for nothing
+    const lean = (opts.lean || gradHooks) && !opts.sae && kind === 'base'
+      ? { sites: [...new Set(interventions.map((i) => i.hook))].sort(), outputs: [...new Set([...wanted, ...(gradHooks ?? [])])].sort() }
       : undefined;
     const { session, graph } = await this.session(kind, opts.sae, lean, gradHooks);
     const feeds = buildFeeds(this.factory.ort, this.spec, graph, { rows, past: opts.past, logitPositions: opts.logitPositions, sites, gradSeed: opts.grad?.seed });

@@ -118,6 +118,8 @@ class ModelGraph {
   readonly g: OnnxGraph;
   /** hook sites that take mul/add inputs, in graph order */
   readonly sites: string[] = [];
+  /** tensors that already carry a hook's name */
+  private readonly named = new Set<string>();
   private readonly hookSet: Set<string>;
   private readonly lean?: { sites: Set<string>; outputs: Set<string> };
   private readonly D: number;
@@ -183,7 +185,11 @@ class ModelGraph {
       y = g.o('Add', [g.o('Mul', [x, g.input(mulInput(name), 'float')]), g.input(addInput(name), 'float')]);
     }
     if (lean && !lean.outputs.has(name)) return y;
-    g.rename(y, name);
+    // two hooks on one tensor with no site between them (a lean resid_post → next resid_pre): the
+    // second is a copy, since renaming the tensor again would take the first hook's name away
+    if (this.named.has(y)) g.identity(y, name);
+    else g.rename(y, name);
+    this.named.add(name);
     g.output(name);
     return plan.sae && plan.sae.info.hook === name ? this.saeSplice(name, plan.sae) : name;
   }
