@@ -199,7 +199,8 @@ test('a crashed worker is replaced and the page keeps its inputs and results', a
   const before = await page.evaluate(() => (globalThis as any).__loupe.workerRestarts);
   await page.getByTestId('tab-trace').click();
   const prompt = await page.getByTestId('prompt').inputValue();
-  await page.evaluate(() => (globalThis as any).__loupe.client.remote.crashForTest());
+  // an uncaught error in the worker reaches the page as the Worker's 'error' event
+  await page.evaluate(() => (globalThis as any).__loupe.client.worker.dispatchEvent(new ErrorEvent('error', { message: 'simulated worker crash' })));
   await expect(page.getByTestId('worker-restarts')).toContainText(`×${before + 1}`);
   await expect(page.locator('[data-testid=notice][data-kind=warn]')).toContainText('crashed');
   await expect(page.getByTestId('prompt')).toHaveValue(prompt);

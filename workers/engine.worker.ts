@@ -150,12 +150,6 @@ const api: EngineWorkerApi = {
       }
     });
   },
-
-  async crashForTest() {
-    setTimeout(() => {
-      throw new Error('simulated worker crash (test hook)');
-    }, 0);
-  },
 };
 
 Comlink.expose(api);

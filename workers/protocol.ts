@@ -167,6 +167,4 @@ export interface EngineWorkerApi {
   doctor(): Promise<DoctorInfo>;
   agreement(jobId: string, prompt: string, onProgress: ProgressFn): Promise<AgreementResult>;
   memory(): Promise<MemoryInfo>;
-  /** test hook: throw an uncaught error inside the worker so the page's crash recovery can be checked */
-  crashForTest(): Promise<void>;
 }

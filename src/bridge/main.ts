@@ -9,6 +9,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
 import { operations } from '../ops/index';
+import { packageRoot, packageVersion } from '../node/package';
 import type { Executor } from './executor';
 import { HeadlessExecutor } from './headless';
 import { JobManager } from './jobs';
@@ -107,31 +108,6 @@ export function parseMcpArgs(argv: string[]): McpArgs {
 function envPort(): number {
   const p = Number(process.env.LOUPE_PORT);
   return Number.isInteger(p) && p >= 0 && p <= 65535 && process.env.LOUPE_PORT ? p : DEFAULT_PORT;
-}
-
-/** The Loupe package folder (holds package.json and dist/), found from this file. */
-export function packageRoot(): string {
-  let dir = path.dirname(fileURLToPath(import.meta.url));
-  for (let i = 0; i < 8; i++) {
-    const pj = path.join(dir, 'package.json');
-    if (existsSync(pj)) {
-      try {
-        if (JSON.parse(readFileSync(pj, 'utf8')).name === 'loupe') return dir;
-      } catch {
-        /* keep looking */
-      }
-    }
-    dir = path.dirname(dir);
-  }
-  return process.cwd();
-}
-
-function packageVersion(root: string): string {
-  try {
-    return String(JSON.parse(readFileSync(path.join(root, 'package.json'), 'utf8')).version);
-  } catch {
-    return '0.0.0';
-  }
 }
 
 /**

@@ -7,8 +7,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { existsSync, promises as fsp, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import type { Io } from './main';
-import { loadModel } from './main';
+import { loadModel, type Io } from './load-model';
 import { defaultCacheDir } from '../node/dir-cache';
 import { toLoupeError } from '../engine/errors';
 import { requireOrtNode } from '../node/ort-node';
@@ -52,7 +51,7 @@ function packageVersion(name: string): string | null {
 async function tryBackend(name: 'onnxruntime-node' | 'onnxruntime-web'): Promise<{ available: boolean; version: string | null; error?: string }> {
   try {
     if (name === 'onnxruntime-node') requireOrtNode();
-    else await import(name);
+    else await import('onnxruntime-web');
     return { available: true, version: packageVersion(name) };
   } catch (e) {
     return { available: false, version: packageVersion(name), error: (e as Error).message };

@@ -13,14 +13,12 @@ import type { LoadedModel } from '../engine/api';
 import { LoupeError, toLoupeError, type ErrorDocument } from '../engine/errors';
 import { operationSchemas, schemasOf, allSchemas } from '../ops/schemas';
 import { CLI_FLAGS, UsageError, flagsToInput, isBooleanField, properties, splitArgs } from './args';
-import { WEIGHTS_MODES, type WeightsMode } from '../engine/precision';
 import { render } from './format';
 import { operationHelp, mainHelp } from './help';
+import { loadModel, type Io } from './load-model';
+import { packageVersion } from '../node/package';
 
-export interface Io {
-  stdout: (s: string) => void;
-  stderr: (s: string) => void;
-}
+export type { Io } from './load-model';
 
 const defaultIo: Io = {
   stdout: (s) => process.stdout.write(s),
@@ -60,32 +58,6 @@ function progressPrinter(io: Io, quiet: boolean) {
   };
 }
 
-export async function loadModel(spec: string, backend: string | undefined, onProgress?: (s: string) => void, weights?: string): Promise<LoadedModel> {
-  if (backend !== undefined && backend !== 'node' && backend !== 'wasm') {
-    throw new UsageError(`--backend must be node or wasm (got '${backend}').`);
-  }
-  if (weights !== undefined && !(WEIGHTS_MODES as readonly string[]).includes(weights)) {
-    throw new UsageError(`--weights must be ${WEIGHTS_MODES.join(', ')} (got '${weights}').`);
-  }
-  const { loadModelNode } = await import('../node/load');
-  const { sourceFromSpec } = await import('../node/load-files-node');
-  // A model id that could never exist is a usage error, found before any request.
-  try { sourceFromSpec(spec); } catch (e) {
-    if (e instanceof LoupeError && e.code === 'BAD_INPUT') throw new UsageError(e.message, e.hint);
-    throw e;
-  }
-  let lastPct = -1;
-  return loadModelNode(spec, {
-    backend: backend as 'node' | 'wasm' | undefined,
-    weights: weights as WeightsMode | undefined,
-    onProgress: (p: any) => {
-      const o = p?.overall;
-      if (!o || !o.total) return;
-      const pct = Math.floor((100 * o.loaded) / o.total);
-      if (pct !== lastPct && (pct % 10 === 0 || pct === 100)) { lastPct = pct; onProgress?.(`loading ${spec}: ${pct}%`); }
-    },
-  } as any);
-}
 
 async function runOperation(op: AnyOperation, argv: string[], io: Io): Promise<number> {
   const schema = operationSchemas(op).input;
@@ -167,16 +139,9 @@ async function schemaCommand(argv: string[], io: Io): Promise<number> {
 }
 
 async function mcpCommand(argv: string[], io: Io): Promise<number> {
-  // loaded lazily: the bridge is its own module and the rest of the CLI must work without it
-  const path = new URL('../bridge/main.ts', import.meta.url).href;
-  let mod: { runMcp?: (argv: string[]) => Promise<number | void> };
-  try {
-    mod = await import(path);
-  } catch (e) {
-    return fail(io, argv.includes('--json'), new LoupeError('INTERNAL', `The MCP bridge could not be loaded: ${(e as Error).message}`, 'This build of Loupe has no MCP bridge (src/bridge/main.ts).'));
-  }
-  if (typeof mod.runMcp !== 'function') return fail(io, false, new LoupeError('INTERNAL', 'src/bridge/main.ts does not export runMcp(argv).'));
-  const code = await mod.runMcp(argv);
+  // imported on use: `loupe trace …` need not load the MCP SDK and the hub
+  const { runMcp } = await import('../bridge/main');
+  const code = await runMcp(argv);
   // runMcp may report through process.exitCode instead of returning a code
   return typeof code === 'number' ? code : typeof process.exitCode === 'number' ? process.exitCode : EXIT.ok;
 }
@@ -189,7 +154,7 @@ export async function main(argv: string[], io: Io = defaultIo): Promise<number> 
     io.stdout(mainHelp() + '\n');
     return EXIT.ok;
   }
-  if (cmd === '--version') { io.stdout('loupe 0.1.0\n'); return EXIT.ok; }
+  if (cmd === '--version') { io.stdout(`loupe ${packageVersion()}\n`); return EXIT.ok; }
   if (cmd === 'schema') return schemaCommand(rest, io);
   if (cmd === 'doctor') {
     const { doctor } = await import('./doctor');

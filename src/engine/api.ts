@@ -30,11 +30,9 @@ import type { Tensor } from './tensor';
 import type { ModelSpec } from './spec';
 import type { ModelRef, FileProgress } from './source/types';
 import type { SaeFiles, SaeInfo } from './sae';
-import type { WeightProducts, WeightProductsInput } from './graph/readout-graph';
 import type { WeightPrecision, WeightsMode } from './precision';
 
 export type { SaeFiles, SaeInfo } from './sae';
-export type { WeightProducts, WeightProductsInput } from './graph/readout-graph';
 
 export type Backend = 'webgpu' | 'wasm' | 'node';
 
@@ -133,6 +131,31 @@ export interface InterventionRecord extends InterventionSite {
   from?: string;
   /** the SAE spliced in at the hook, whose features `neuron` indexes */
   sae?: { source: string; path: string };
+}
+
+/** What LoadedModel.weightProducts takes; an absent input is fed with a zero-length axis (no work). */
+export interface WeightProductsInput {
+  /** [L, N, H·Dh] → attnX [L, N, D] = z_l · W_O_l */
+  z?: Tensor;
+  /** [L, N, d_mlp] → mlpX [L, N, D] = post_l · W_out_l */
+  post?: Tensor;
+  /** [L, K, D] → attnDir [L, K, H·Dh] = W_O_l · e for each direction e */
+  attnDirs?: Tensor;
+  /** [L, K, D] → mlpDir [L, K, d_mlp] = W_out_l · e */
+  mlpDirs?: Tensor;
+  /** token ids → unembedRows [I, D]: the columns W_U[:, id] */
+  unembedIds?: number[];
+  /** true → unembedSum [D] = Σ_v W_U[:, v] (zeros when false) */
+  unembedSum?: boolean;
+}
+
+export interface WeightProducts {
+  attnX: Tensor;
+  mlpX: Tensor;
+  attnDir: Tensor;
+  mlpDir: Tensor;
+  unembedRows: Tensor;
+  unembedSum: Tensor;
 }
 
 export interface KVCache {

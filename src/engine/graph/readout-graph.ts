@@ -19,6 +19,9 @@ import type { BuiltGraph } from './build-model';
 import type { LinearRef, ModelSpec } from '../spec';
 import type { TensorEntry } from '../safetensors-types';
 import type { Tensor } from '../tensor';
+import type { WeightProducts, WeightProductsInput } from '../api';
+
+export type { WeightProducts, WeightProductsInput } from '../api';
 import type { OrtTensorLike } from '../runtime/session';
 import { LoupeError } from '../errors';
 import type { WeightPrecision } from '../precision';
@@ -57,31 +60,6 @@ export function buildReadoutGraph(spec: ModelSpec, tensors: Map<string, TensorEn
   g.rename(g.o('ReduceSum', [g.gatherRows(WU, g.input('sum_ids', 'int64', ['J'])), g.constI([0])], { keepdims: 0 }), 'unembed_sum');
   g.output('unembed_sum');
   return { bytes: g.encode(), inputNames: g.inputNames(), outputNames: g.outputNames(), sites: [], precision };
-}
-
-/** What LoadedModel.weightProducts takes; an absent input is fed with a zero-length axis (no work). */
-export interface WeightProductsInput {
-  /** [L, N, H·Dh] → attnX [L, N, D] = z_l · W_O_l */
-  z?: Tensor;
-  /** [L, N, d_mlp] → mlpX [L, N, D] = post_l · W_out_l */
-  post?: Tensor;
-  /** [L, K, D] → attnDir [L, K, H·Dh] = W_O_l · e for each direction e */
-  attnDirs?: Tensor;
-  /** [L, K, D] → mlpDir [L, K, d_mlp] = W_out_l · e */
-  mlpDirs?: Tensor;
-  /** token ids → unembedRows [I, D]: the columns W_U[:, id] */
-  unembedIds?: number[];
-  /** true → unembedSum [D] = Σ_v W_U[:, v] (zeros when false) */
-  unembedSum?: boolean;
-}
-
-export interface WeightProducts {
-  attnX: Tensor;
-  mlpX: Tensor;
-  attnDir: Tensor;
-  mlpDir: Tensor;
-  unembedRows: Tensor;
-  unembedSum: Tensor;
 }
 
 export const READOUT_OUTPUTS = ['attn_x', 'mlp_x', 'attn_dir', 'mlp_dir', 'unembed_rows', 'unembed_sum'];

@@ -1,0 +1,37 @@
+/** The CLI's model loading (shared by the operation commands and `loupe doctor`) and its output streams. */
+import type { LoadedModel } from '../engine/api';
+import { LoupeError } from '../engine/errors';
+import { WEIGHTS_MODES, type WeightsMode } from '../engine/precision';
+import { UsageError } from './args';
+
+export interface Io {
+  stdout: (s: string) => void;
+  stderr: (s: string) => void;
+}
+
+export async function loadModel(spec: string, backend: string | undefined, onProgress?: (s: string) => void, weights?: string): Promise<LoadedModel> {
+  if (backend !== undefined && backend !== 'node' && backend !== 'wasm') {
+    throw new UsageError(`--backend must be node or wasm (got '${backend}').`);
+  }
+  if (weights !== undefined && !(WEIGHTS_MODES as readonly string[]).includes(weights)) {
+    throw new UsageError(`--weights must be ${WEIGHTS_MODES.join(', ')} (got '${weights}').`);
+  }
+  const { loadModelNode } = await import('../node/load');
+  const { sourceFromSpec } = await import('../node/load-files-node');
+  // A model id that could never exist is a usage error, found before any request.
+  try { sourceFromSpec(spec); } catch (e) {
+    if (e instanceof LoupeError && e.code === 'BAD_INPUT') throw new UsageError(e.message, e.hint);
+    throw e;
+  }
+  let lastPct = -1;
+  return loadModelNode(spec, {
+    backend: backend as 'node' | 'wasm' | undefined,
+    weights: weights as WeightsMode | undefined,
+    onProgress: (p: any) => {
+      const o = p?.overall;
+      if (!o || !o.total) return;
+      const pct = Math.floor((100 * o.loaded) / o.total);
+      if (pct !== lastPct && (pct % 10 === 0 || pct === 100)) { lastPct = pct; onProgress?.(`loading ${spec}: ${pct}%`); }
+    },
+  } as any);
+}
