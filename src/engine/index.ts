@@ -6,14 +6,13 @@
 import type { Backend, LoadedModel, LoadOptions } from './api';
 import { LoupeError } from './errors';
 import { env } from './env';
-import { createModel } from './model';
+import { createModel, modelPartsFrom } from './model';
 import { choosePrecision, parseWeightsMode, OFFERED_PRECISIONS } from './precision';
-import { readTensorF32 } from './safetensors';
 import { webSessionFactory, type OrtModule } from './runtime/session';
 import { loadModelFiles } from './source/files';
 import { judgeModel, type ModelJudgement, type ModelPlan } from './source/preflight';
 import { createSource } from './source/create-source';
-import { BUNDLED_MODEL_ID, resolveModelRef } from './source/ref';
+import { isBundledSpec, resolveModelRef } from './source/ref';
 import type { ByteCache, ModelSource } from './source/types';
 
 export type { LoadedModel, LoadOptions, Backend } from './api';
@@ -43,7 +42,7 @@ export function sourceFor(spec: string, opts: { baseUrl?: string; endpoint?: str
 
 export async function loadModel(spec: string | ModelSource, opts: BrowserLoadOptions): Promise<LoadedModel> {
   const source = typeof spec === 'string' ? sourceFor(spec, opts) : spec;
-  const bundled = typeof spec === 'string' && resolveModelRef(spec).kind === 'bundled';
+  const bundled = typeof spec === 'string' && isBundledSpec(spec);
   const wanted: Backend = opts.backend && opts.backend !== 'auto' ? opts.backend : await detectBackend();
   if (wanted === 'node') throw new LoupeError('BACKEND_UNAVAILABLE', "The 'node' backend exists only in Node.", 'Use webgpu or wasm in the browser.');
   const files = await loadModelFiles(source, {
@@ -55,19 +54,8 @@ export async function loadModel(spec: string | ModelSource, opts: BrowserLoadOpt
       await opts.confirm?.(plan, j);
     },
   });
-  const parts = {
-    config: files.config as Record<string, any>,
-    tokenizerJson: files.tokenizerJson,
-    tokenizerConfig: files.tokenizerConfig,
-    weights: files.weights,
-    readTensor: (name: string) => readTensorF32(files.weights, name),
-    id: bundled ? BUNDLED_MODEL_ID : files.ref.id,
-    revision: files.ref.revision ?? '',
-    ...(files.commit ? { commit: files.commit } : {}),
-    source: bundled ? ('bundled' as const) : files.ref.kind,
-    memory: opts.memory,
-    weightsMode: opts.weights,
-  };
+  const parts = modelPartsFrom(files, { bundled, memory: opts.memory, weightsMode: opts.weights });
+
   try {
     return await createModel(parts, webSessionFactory(opts.ort, wanted));
   } catch (e) {

@@ -18,7 +18,9 @@ import type { EngineSession, OrtTensorLike, SessionFactory } from './runtime/ses
 import { ModelTokenizer } from './tokenizer';
 import { readParam, specTensorNames, storedParam, type ReadTensor } from './params';
 import { prepareSae, withSaeWeights, type SaeFiles, type SaeGraphSpec, type SaeInfo } from './sae';
-import { readTensorF32 } from './safetensors';
+import { readTensorF32, type ReadableWeightSet } from './safetensors';
+import type { ModelFiles } from './source/files';
+import { BUNDLED_MODEL_ID } from './source/ref';
 import { gradName } from './graph/backward';
 
 /** number of positions whose logits a run computes */
@@ -58,6 +60,28 @@ function yieldToEventLoop(): Promise<void> {
     });
   }
   return new Promise((r) => setTimeout(r, 0));
+}
+
+/**
+ * Loaded files → the parts createModel takes, in the browser and in Node alike. The one place
+ * that names a loaded model: the bundled one by its id, a folder by what the caller typed (`id`),
+ * anything else by its ref.
+ */
+export function modelPartsFrom(files: ModelFiles, o: { bundled: boolean; id?: string; memory?: BudgetLimits; weightsMode?: WeightsMode }): ModelParts {
+  const weights = files.weights as ReadableWeightSet;
+  return {
+    config: files.config as Record<string, any>,
+    tokenizerJson: files.tokenizerJson,
+    tokenizerConfig: files.tokenizerConfig,
+    weights,
+    readTensor: (name) => readTensorF32(weights, name),
+    id: o.bundled ? BUNDLED_MODEL_ID : o.id ?? files.ref.id,
+    revision: files.ref.revision ?? '',
+    ...(files.commit ? { commit: files.commit } : {}),
+    source: o.bundled ? 'bundled' : files.ref.kind,
+    memory: o.memory,
+    weightsMode: o.weightsMode,
+  };
 }
 
 export async function createModel(parts: ModelParts, factory: SessionFactory): Promise<LoadedModel> {

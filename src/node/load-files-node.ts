@@ -20,10 +20,9 @@ import { env } from '../engine/env';
 import { parseSafetensors, parseSafetensorsHeader, safetensorsHeaderLength, type ReadableWeightSet, type SafetensorsHeader } from '../engine/safetensors';
 import { forgetIfCorrupt, loadModelFilesWith, type LoadFilesOptions, type ModelFiles, type WeightReader } from '../engine/source/files';
 import { HttpSource } from '../engine/source/http-source';
-import { HubSource } from '../engine/source/hub-source';
 import { BUNDLED_MODEL_ID, BUNDLED_MODEL_PATH, resolveModelRef, type ResolvedModelRef } from '../engine/source/ref';
 import type { ByteCache, ModelSource } from '../engine/source/types';
-import { UrlSource } from '../engine/source/url-source';
+import { createSource } from '../engine/source/create-source';
 import { DirCache } from './dir-cache';
 import { FolderSource } from './folder-source';
 import type { LocalAccess } from './local-access';
@@ -100,12 +99,15 @@ export function sourceFromSpec(spec: string | ResolvedModelRef, opts: { endpoint
   // Only a caller allowed any folder may have a bare 'owner/name' probed on disk: for the others
   // that probe alone would tell them whether the folder exists.
   const ref = typeof spec === 'string' ? resolveModelRef(spec, { endpoint, isFolder: local === 'any' ? isDir : undefined }) : spec;
-  switch (ref.kind) {
-    case 'bundled': return new FolderSource(bundledModelDir());
-    case 'folder': return new FolderSource(ref.id, local, typeof spec === 'string' ? spec : ref.id);
-    case 'url': return new UrlSource(ref.id);
-    case 'hub': return new HubSource(ref.id, { revision: ref.revision, endpoint: ref.endpoint ?? endpoint, token: opts.token ?? env.token });
-  }
+  return createSource(ref, {
+    // the ref's own endpoint (a Hub page URL's) first, then the caller's or $HF_ENDPOINT
+    endpoint: ref.kind === 'hub' ? ref.endpoint ?? endpoint : endpoint,
+    token: opts.token ?? env.token,
+    local: {
+      bundled: () => new FolderSource(bundledModelDir()),
+      folder: (r) => new FolderSource(r.id, local, typeof spec === 'string' ? spec : r.id),
+    },
+  });
 }
 
 /**

@@ -6,9 +6,9 @@
 import { totalmem } from 'node:os';
 import type { LoadedModel, LoadOptions } from '../engine/api';
 import { LoupeError } from '../engine/errors';
-import { createModel } from '../engine/model';
+import { createModel, modelPartsFrom } from '../engine/model';
+import { isBundledSpec } from '../engine/source/ref';
 import { choosePrecision, parseWeightsMode, OFFERED_PRECISIONS } from '../engine/precision';
-import { readTensorF32, type ReadableWeightSet } from '../engine/safetensors';
 import { webSessionFactory, type OrtModule, type SessionFactory } from '../engine/runtime/session';
 import { judgeModel } from '../engine/source/preflight';
 import { loadModelFilesNode, sourceFromSpec, type NodeLoadOptions } from './load-files-node';
@@ -54,21 +54,9 @@ export async function loadModelNode(spec: string, opts: NodeModelOptions = {}): 
       judgeModel(plan, backend, precision, memory, { backends: ['node', 'wasm'], precisions: OFFERED_PRECISIONS });
     },
   });
-  const weights = files.weights as ReadableWeightSet;
   const factory = await nodeFactory(backend, opts.threads);
-  const ref = files.ref;
-  const isBundled = spec === 'default' || spec === '' || spec === 'stories260K';
-  return createModel({
-    config: files.config as Record<string, any>,
-    tokenizerJson: files.tokenizerJson,
-    tokenizerConfig: files.tokenizerConfig,
-    weights,
-    readTensor: (name) => readTensorF32(weights, name),
-    id: isBundled ? 'stories260K' : source instanceof FolderSource ? spec : ref.id,
-    revision: ref.revision ?? '',
-    ...(files.commit ? { commit: files.commit } : {}),
-    source: isBundled ? 'bundled' : ref.kind,
-    memory,
-    weightsMode: opts.weights,
-  }, factory);
+  const bundled = isBundledSpec(spec);
+  // a folder is named as the caller typed it
+  const parts = modelPartsFrom(files, { bundled, id: source instanceof FolderSource && !bundled ? spec : undefined, memory, weightsMode: opts.weights });
+  return createModel(parts, factory);
 }

@@ -29,10 +29,16 @@ export interface ResolveOptions {
 
 const HUB_ID = new RegExp(`^(${HUB_ID_PATTERN})(?:@([^\\s@]+))?$`);
 
+/** 'default', '' or the bundled model's id: the model that ships with Loupe */
+export function isBundledSpec(spec: string): boolean {
+  const s = spec.trim();
+  return s === '' || s === 'default' || s === BUNDLED_MODEL_ID;
+}
+
 export function resolveModelRef(spec: string, opts: ResolveOptions = {}): ResolvedModelRef {
   const s = spec.trim();
   const endpoint = (opts.endpoint ?? DEFAULT_HUB_ENDPOINT).replace(/\/+$/, '');
-  if (s === '' || s === 'default' || s === BUNDLED_MODEL_ID) return { kind: 'bundled', id: BUNDLED_MODEL_ID, revision: '' };
+  if (isBundledSpec(s)) return { kind: 'bundled', id: BUNDLED_MODEL_ID, revision: '' };
 
   if (/^https?:\/\//i.test(s)) {
     // A model page URL on the Hub itself is taken as the Hub id it names.
