@@ -64,6 +64,23 @@ test('two attention results: both patterns', async () => {
   await cmp.getByRole('button', { name: 'Close the comparison' }).click();
 });
 
+test('two logit lenses of one prompt: Δ is zero in every cell', async () => {
+  await page.getByTestId('prompt').fill(P1);
+  await runOp(page, 'logit_lens');
+  const lens = await pageDoc(page, 'logit_lens');
+  await runOp(page, 'logit_lens');
+  const ll = page.locator('[data-testid=session-entry][data-op=logit_lens]');
+  await ll.nth(1).getByTestId('session-a').click();
+  await ll.nth(0).getByTestId('session-b').click();
+  const cmp = page.getByTestId('compare');
+  await expect(cmp).toHaveAttribute('data-op', 'logit_lens');
+  const cells = cmp.locator('[data-testid=compare-delta] rect.cell');
+  await expect(cells).toHaveCount(lens.layers.length * lens.positions.length);
+  const values = await cells.evaluateAll((els) => els.map((e) => Number(e.getAttribute('data-value'))));
+  expect(values.every((v) => v === 0)).toBe(true);
+  await cmp.getByRole('button', { name: 'Close the comparison' }).click();
+});
+
 test('pins and history survive a reload', async () => {
   const n = await entries().count();
   await entries().last().getByTestId('session-pin').click();
