@@ -109,7 +109,7 @@ function bytesToUnicode(): string[] {
   return table;
 }
 
-function tokenizerFiles(s: BenchShape): { tokenizer: Record<string, unknown>; tokenizerConfig: Record<string, unknown> } {
+export function tokenizerFiles(s: BenchShape): { tokenizer: Record<string, unknown>; tokenizerConfig: Record<string, unknown> } {
   const eos = '<|endoftext|>';
   const table = bytesToUnicode();
   const vocab: Record<string, number> = {};

@@ -1,0 +1,171 @@
+/**
+ * `npm run bench:scale [shape …] [--backends node,wasm] [--weights stored,f32] [--runs cold,again] [--keep]`
+ *
+ * Random-weight F16 models in the Hugging Face layout (config.json, one model.safetensors,
+ * tokenizer.json) at real shapes, generated under $TMPDIR/loupe-scale and deleted afterwards
+ * unless --keep. Per shape, backend and weight precision, in a fresh Node process each:
+ *   ready_ms      loadModelNode → session ready (cold: first process on freshly written files;
+ *                 again: a second process, the files in the OS page cache)
+ *   trace_ms      the first `trace` operation (forward + DLA) on a 16-token prompt
+ *   peak / weights  the process's peak RSS (VmHWM) over the bytes the session holds the weights in
+ *                   (ModelInfo.weight_bytes), Node's own ~90 MB included
+ * A run that fails (e.g. TOO_LARGE) prints its error code instead of numbers.
+ */
+import { spawnSync } from 'node:child_process';
+import { closeSync, existsSync, mkdirSync, openSync, rmSync, writeFileSync, writeSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import * as path from 'node:path';
+import { tokenizerFiles } from './model-gen';
+
+interface Shape {
+  name: string;
+  family: 'llama' | 'qwen2' | 'gemma2';
+  D: number; L: number; H: number; Hkv: number; Dh: number; M: number; V: number; tied: boolean;
+}
+
+export const SHAPES: Shape[] = [
+  { name: 'qwen2.5-0.5b', family: 'qwen2', D: 896, L: 24, H: 14, Hkv: 2, Dh: 64, M: 4864, V: 151936, tied: true },
+  { name: 'llama-3.2-1b', family: 'llama', D: 2048, L: 16, H: 32, Hkv: 8, Dh: 64, M: 8192, V: 128256, tied: true },
+  { name: 'gemma-2-2b', family: 'gemma2', D: 2304, L: 26, H: 8, Hkv: 4, Dh: 256, M: 9216, V: 256000, tied: true },
+];
+
+function config(s: Shape): Record<string, unknown> {
+  const base = {
+    architectures: [s.family === 'llama' ? 'LlamaForCausalLM' : s.family === 'qwen2' ? 'Qwen2ForCausalLM' : 'Gemma2ForCausalLM'],
+    model_type: s.family, hidden_size: s.D, num_hidden_layers: s.L, num_attention_heads: s.H, num_key_value_heads: s.Hkv,
+    head_dim: s.Dh, intermediate_size: s.M, vocab_size: s.V, max_position_embeddings: 2048, rms_norm_eps: 1e-6,
+    rope_theta: s.family === 'qwen2' ? 1e6 : 500000, tie_word_embeddings: s.tied, torch_dtype: 'float16', bos_token_id: s.V - 1, eos_token_id: s.V - 1,
+  };
+  if (s.family === 'llama') return { ...base, hidden_act: 'silu', rope_scaling: { rope_type: 'llama3', factor: 32, low_freq_factor: 1, high_freq_factor: 4, original_max_position_embeddings: 8192 } };
+  if (s.family === 'qwen2') return { ...base, hidden_act: 'silu', use_sliding_window: false };
+  return { ...base, hidden_activation: 'gelu_pytorch_tanh', query_pre_attn_scalar: 256, attn_logit_softcapping: 50, final_logit_softcapping: 30, sliding_window: 4096 };
+}
+
+function tensors(s: Shape): { name: string; dims: number[]; norm?: boolean }[] {
+  const t: { name: string; dims: number[]; norm?: boolean }[] = [];
+  const { D, H, Hkv, Dh, M, V } = s;
+  t.push({ name: 'model.embed_tokens.weight', dims: [V, D] });
+  for (let l = 0; l < s.L; l++) {
+    const p = `model.layers.${l}`;
+    t.push({ name: `${p}.input_layernorm.weight`, dims: [D], norm: true });
+    t.push({ name: `${p}.self_attn.q_proj.weight`, dims: [H * Dh, D] });
+    t.push({ name: `${p}.self_attn.k_proj.weight`, dims: [Hkv * Dh, D] });
+    t.push({ name: `${p}.self_attn.v_proj.weight`, dims: [Hkv * Dh, D] });
+    if (s.family === 'qwen2') for (const [k, n] of [['q', H], ['k', Hkv], ['v', Hkv]] as const) t.push({ name: `${p}.self_attn.${k}_proj.bias`, dims: [n * Dh] });
+    t.push({ name: `${p}.self_attn.o_proj.weight`, dims: [D, H * Dh] });
+    t.push({ name: `${p}.post_attention_layernorm.weight`, dims: [D], norm: true });
+    if (s.family === 'gemma2') {
+      t.push({ name: `${p}.pre_feedforward_layernorm.weight`, dims: [D], norm: true });
+      t.push({ name: `${p}.post_feedforward_layernorm.weight`, dims: [D], norm: true });
+    }
+    t.push({ name: `${p}.mlp.gate_proj.weight`, dims: [M, D] });
+    t.push({ name: `${p}.mlp.up_proj.weight`, dims: [M, D] });
+    t.push({ name: `${p}.mlp.down_proj.weight`, dims: [D, M] });
+  }
+  t.push({ name: 'model.norm.weight', dims: [D], norm: true });
+  return t;
+}
+
+/** A table of f16 bit patterns of N(0, 0.02) values; tensors are filled by copying random runs of it (fast, and no denormals). */
+function f16Table(): Uint16Array {
+  const n = 1 << 16;
+  const out = new Uint16Array(n);
+  let a = 12345;
+  const u = () => { a = (a + 0x6d2b79f5) >>> 0; let t = a; t = Math.imul(t ^ (t >>> 15), t | 1); t ^= t + Math.imul(t ^ (t >>> 7), t | 61); return (((t ^ (t >>> 14)) >>> 0) + 0.5) / 4294967296; };
+  const f32 = new Float32Array(1), u32 = new Uint32Array(f32.buffer);
+  for (let i = 0; i < n; i++) {
+    f32[0] = 0.02 * Math.sqrt(-2 * Math.log(u())) * Math.cos(2 * Math.PI * u());
+    const x = u32[0], sign = (x >>> 16) & 0x8000, e = ((x >>> 23) & 0xff) - 127 + 15, m = (x >>> 13) & 0x3ff;
+    out[i] = e <= 0 ? sign : sign | (e << 10) | m; // tiny values flush to ±0
+  }
+  return out;
+}
+
+export function generate(s: Shape, dir: string): number {
+  mkdirSync(dir, { recursive: true });
+  writeFileSync(path.join(dir, 'config.json'), JSON.stringify(config(s)));
+  const { tokenizer, tokenizerConfig } = tokenizerFiles({ nLayers: s.L, dModel: s.D, nHeads: s.H, dMlp: s.M, vocab: s.V, nPositions: 2048, seed: 1 });
+  writeFileSync(path.join(dir, 'tokenizer.json'), JSON.stringify(tokenizer));
+  writeFileSync(path.join(dir, 'tokenizer_config.json'), JSON.stringify(tokenizerConfig));
+  const list = tensors(s);
+  const header: Record<string, unknown> = { __metadata__: { format: 'pt' } };
+  let off = 0;
+  for (const t of list) {
+    const bytes = t.dims.reduce((a, b) => a * b, 1) * 2;
+    header[t.name] = { dtype: 'F16', shape: t.dims, data_offsets: [off, off + bytes] };
+    off += bytes;
+  }
+  let json = JSON.stringify(header);
+  json += ' '.repeat((8 - ((8 + json.length) % 8)) % 8);
+  const fd = openSync(path.join(dir, 'model.safetensors'), 'w');
+  try {
+    const len = Buffer.alloc(8);
+    len.writeBigUInt64LE(BigInt(json.length));
+    writeSync(fd, len);
+    writeSync(fd, Buffer.from(json));
+    const table = f16Table();
+    const chunk = new Uint16Array(1 << 22);
+    let seed = 7;
+    for (const t of list) {
+      let n = t.dims.reduce((a, b) => a * b, 1);
+      while (n > 0) {
+        const k = Math.min(n, chunk.length);
+        if (t.norm) chunk.fill(s.family === 'gemma2' ? 0 : 0x3c00, 0, k); // gemma stores w − 1
+        else for (let i = 0; i < k; i += 4096) { seed = (seed * 1103515245 + 12345) >>> 0; const st = seed % (table.length - 4096); chunk.set(table.subarray(st, st + Math.min(4096, k - i)), i); }
+        writeSync(fd, new Uint8Array(chunk.buffer, 0, k * 2));
+        n -= k;
+      }
+    }
+  } finally {
+    closeSync(fd);
+  }
+  return off;
+}
+
+interface Row { shape: string; backend: string; weights: string; run: string; ready_ms?: number; trace_ms?: number; peak_bytes?: number; weight_bytes?: number; error?: string }
+
+function child(dir: string, backend: string, weights: string): Omit<Row, 'shape' | 'backend' | 'weights' | 'run'> {
+  const r = spawnSync(process.execPath, ['--import', 'tsx', path.join(import.meta.dirname, 'scale-child.ts'), dir, backend, weights], { encoding: 'utf8', maxBuffer: 1 << 26 });
+  const line = r.stdout.trim().split('\n').filter((l) => l.startsWith('{')).pop();
+  if (!line) return { error: `exit ${r.status}: ${(r.stderr || '').trim().split('\n').slice(-3).join(' | ')}` };
+  return JSON.parse(line);
+}
+
+async function main() {
+  const args = process.argv.slice(2);
+  const opt = (k: string, d: string) => { const i = args.indexOf(`--${k}`); return i >= 0 ? args[i + 1] : d; };
+  const keep = args.includes('--keep');
+  const names = args.filter((a, i) => !a.startsWith('--') && !(i > 0 && args[i - 1].startsWith('--') && args[i - 1] !== '--keep'));
+  const shapes = names.length ? SHAPES.filter((s) => names.includes(s.name)) : SHAPES;
+  const backends = opt('backends', 'node,wasm').split(',');
+  const precisions = opt('weights', 'stored,f32').split(',');
+  const runs = opt('runs', 'cold,again').split(',');
+  const root = path.join(tmpdir(), 'loupe-scale');
+  const rows: Row[] = [];
+  for (const s of shapes) {
+    const dir = path.join(root, s.name);
+    const t0 = Date.now();
+    const bytes = existsSync(path.join(dir, 'model.safetensors')) ? -1 : generate(s, dir);
+    console.error(`${s.name}: ${bytes < 0 ? 'reused' : `generated ${(bytes / 1e9).toFixed(2)} GB in ${((Date.now() - t0) / 1000).toFixed(0)} s`}`);
+    try {
+      for (const backend of backends) for (const weights of precisions) for (const run of runs) {
+        const r: Row = { shape: s.name, backend, weights, run, ...child(dir, backend, weights) };
+        rows.push(r);
+        console.error(JSON.stringify(r));
+        if (r.error) break;
+      }
+    } finally {
+      if (!keep) rmSync(dir, { recursive: true, force: true });
+    }
+  }
+  const gb = (b?: number) => (b === undefined ? '–' : `${(b / 1e9).toFixed(2)} GB`);
+  console.log('| shape | backend | weights | run | ready | first trace | peak RSS | weights held | peak / weights |');
+  console.log('|---|---|---|---|---|---|---|---|---|');
+  for (const r of rows) {
+    console.log(r.error
+      ? `| ${r.shape} | ${r.backend} | ${r.weights} | ${r.run} | ${r.error} ||||| `
+      : `| ${r.shape} | ${r.backend} | ${r.weights} | ${r.run} | ${(r.ready_ms! / 1000).toFixed(1)} s | ${(r.trace_ms! / 1000).toFixed(2)} s | ${gb(r.peak_bytes)} | ${gb(r.weight_bytes)} | ${(r.peak_bytes! / r.weight_bytes!).toFixed(2)}× |`);
+  }
+}
+
+if (process.argv[1] && import.meta.filename === path.resolve(process.argv[1])) void main();
