@@ -68,6 +68,15 @@ export function weightBytesAt(w: WeightStats, precision: WeightPrecision): numbe
  */
 export const PEAK_FACTOR: Record<MemoryBackend, number> = { node: 2.5, wasm: 3.4, webgpu: 3.4 };
 
+/**
+ * WebAssembly heap per byte of weights held, by precision. f32: onnxruntime-web widens (folds)
+ * and pre-packs the matmul weights inside the heap, so the heap needs about twice the float32
+ * bytes: measured with `npm run bench:scale`, a qwen2.5-0.5b-shaped F16 model (1.98 GB as
+ * float32) fails session creation at f32 (INTERNAL) and loads at stored (0.99 GB). stored: the
+ * 16-bit weights once; the widened copy of the tensor in use counts in RUNTIME_SLACK_BYTES.
+ */
+export const WASM_HEAP_FACTOR: Record<WeightPrecision, number> = { f32: 2.2, stored: 1, q8: 1 };
+
 /** Working memory beyond the weights inside the limiting pool: activations, KV cache, hooks, ORT arenas. */
 export const RUNTIME_SLACK_BYTES = 256 * 1024 ** 2;
 
@@ -101,7 +110,7 @@ export function estimateMemory(w: WeightStats, backend: MemoryBackend, precision
   const peakBytes = Math.round(weightBytes * PEAK_FACTOR[backend]);
   let poolBytes: number, limitBytes: number | null, limitName: string;
   if (backend === 'wasm') {
-    poolBytes = weightBytes + RUNTIME_SLACK_BYTES; limitBytes = WASM_HEAP_BYTES; limitName = 'the 4 GiB WebAssembly heap';
+    poolBytes = Math.round(weightBytes * WASM_HEAP_FACTOR[precision]) + RUNTIME_SLACK_BYTES; limitBytes = WASM_HEAP_BYTES; limitName = 'the 4 GiB WebAssembly heap';
   } else if (backend === 'webgpu') {
     poolBytes = weightBytes + RUNTIME_SLACK_BYTES; limitBytes = limits.gpuBytes ?? null; limitName = 'GPU memory';
   } else {
