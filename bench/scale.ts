@@ -163,7 +163,7 @@ async function main() {
   console.log('|---|---|---|---|---|---|---|---|---|');
   for (const r of rows) {
     console.log(r.error
-      ? `| ${r.shape} | ${r.backend} | ${r.weights} | ${r.run} | ${r.error} ||||| `
+      ? `| ${r.shape} | ${r.backend} | ${r.weights} | ${r.run} | ${r.error} | | ${gb(r.peak_bytes)} | | |`
       : `| ${r.shape} | ${r.backend} | ${r.weights} | ${r.run} | ${(r.ready_ms! / 1000).toFixed(1)} s | ${(r.trace_ms! / 1000).toFixed(2)} s | ${gb(r.peak_bytes)} | ${gb(r.weight_bytes)} | ${(r.peak_bytes! / r.weight_bytes!).toFixed(2)}× |`);
   }
 }
