@@ -6,6 +6,7 @@
  *  2. memory: peak RSS of load + one all-hooks run at T = 128, per backend, vs the weight bytes.
  *  2b. torch: bench/torch_anchor.py (when python3 has torch), the same shape in PyTorch with every
  *     hook kept, 1 and 2 threads; the report prints Loupe / PyTorch beside the forward table.
+ *  2c. page: onnxruntime-web WASM in Chromium (bench/page-wasm.ts), all hooks, 1 thread vs every core.
  *  3. operations: the measurements listed in bench/extensions.ts (per-operation cost, circuit, generation, …).
  *
  * Every measurement runs in its own fresh child process (bench/child.ts), so configurations do
@@ -14,8 +15,9 @@
  *
  * Options (for working on the bench itself; the full run is the default):
  *   --quick           1 warm-up + 2 timed runs, no extensions (numbers NOT comparable to targets)
- *   --only=speed,torch,memory,extensions
+ *   --only=speed,torch,page,memory,extensions
  *   --ext=ops,circuit  only these extensions (names as in bench/extensions.ts)
+ *   --out=FILE        write the JSON there instead of bench/results/latest.json
  */
 import { fork, spawnSync } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
@@ -34,8 +36,9 @@ const CHILD_TIMEOUT_MS = 300_000;
 
 const args = process.argv.slice(2);
 const quick = args.includes('--quick');
+const outArg = args.find((a) => a.startsWith('--out='))?.slice(6);
 const extOnly = args.find((a) => a.startsWith('--ext='))?.slice(6).split(',');
-const only = new Set((args.find((a) => a.startsWith('--only='))?.slice(7) ?? 'speed,torch,memory,extensions').split(','));
+const only = new Set((args.find((a) => a.startsWith('--only='))?.slice(7) ?? 'speed,torch,page,memory,extensions').split(','));
 
 const log = (m: string) => process.stderr.write(`${m}\n`);
 
@@ -113,7 +116,8 @@ async function main() {
       log(`speed: ${backend} …`);
       const a: SpeedArgs = { dir: model.dir, backend, threads: backend === 'node' ? nodeThreads : 1, Ts, warmup, reps };
       try {
-        results.speed[backend] = await inChild<SpeedResult>('speed', a);
+        // WASM at T=128 on a loaded 2-core machine takes seconds a run: allow the whole configuration 20 minutes
+        results.speed[backend] = await inChild<SpeedResult>('speed', a, 1_200_000);
       } catch (e) {
         results.speed[backend] = { error: (e as Error).message };
         log(`  failed: ${(e as Error).message}`);
@@ -125,6 +129,17 @@ async function main() {
     log('torch anchor (bench/torch_anchor.py) …');
     results.torch = torchAnchor(quick);
     if ('skipped' in results.torch) log(`  skipped: ${results.torch.skipped}`);
+  }
+
+  if (only.has('page')) {
+    log('page: onnxruntime-web WASM in Chromium, 1 thread vs all (bench/page-wasm.ts) …');
+    try {
+      const { pageWasm } = await import('./page-wasm');
+      results.page = await pageWasm(model.dir, quick ? 2 : 5);
+    } catch (e) {
+      results.page = { error: (e as Error).message };
+      log(`  failed: ${(e as Error).message}`);
+    }
   }
 
   if (only.has('memory')) {
@@ -164,10 +179,10 @@ async function main() {
   results.summary = summarizeTargets(results);
   const text = render(results);
   process.stdout.write(text);
-  const outDir = path.join(HERE, 'results');
-  mkdirSync(outDir, { recursive: true });
-  writeFileSync(path.join(outDir, 'latest.json'), JSON.stringify(results, null, 2) + '\n');
-  log(`wrote ${path.relative(process.cwd(), path.join(outDir, 'latest.json'))} (${results.total_s} s in all)`);
+  const outFile = outArg ? path.resolve(outArg) : path.join(HERE, 'results', 'latest.json');
+  mkdirSync(path.dirname(outFile), { recursive: true });
+  writeFileSync(outFile, JSON.stringify(results, null, 2) + '\n');
+  log(`wrote ${path.relative(process.cwd(), outFile)} (${results.total_s} s in all)`);
 }
 
 /** bench/torch_anchor.py under the first python3 that has torch (Debian's python3-torch lives in /usr/bin/python3) */

@@ -2,6 +2,7 @@
 import type { MemoryResult, SpeedResult } from './child';
 import type { ExtResult } from './extensions';
 import type { BenchShape } from './model-gen';
+import type { PageWasmResult } from './page-wasm';
 
 export const TARGETS = {
   /** all-hooks run / plain forward */
@@ -10,6 +11,8 @@ export const TARGETS = {
   peakOverWeights: 1.6,
   /** Loupe onnxruntime-node, all hooks / PyTorch CPU, all hooks (best thread count of each) */
   nodeOverTorch: 0.5,
+  /** Loupe in the page (WASM, every thread), all hooks / PyTorch CPU, all hooks */
+  pageOverTorch: 1.5,
 };
 
 export interface TorchRun { median_ms: number; min_ms: number; samples_ms: number[] }
@@ -39,6 +42,8 @@ export interface BenchResults {
   extensions: Record<string, { title: string } & (ExtResult | { skipped: string } | Failed)>;
   /** bench/torch_anchor.py's numbers */
   torch?: TorchAnchor;
+  /** bench/page-wasm.ts: onnxruntime-web WASM in Chromium, all hooks, per thread count */
+  page?: PageWasmResult | Failed;
   total_s: number;
   /** the target ratios in one place (filled by summarize()) */
   summary?: Record<string, unknown>;
@@ -185,6 +190,26 @@ export function render(r: BenchResults): string {
           o.wasm !== undefined ? ratio(o.wasm) : '—']);
       }
       out.push(table(['T', 'PyTorch CPU, all hooks (median ms)', `Loupe node all hooks / PyTorch (target ≤ ${TARGETS.nodeOverTorch})`, `Loupe WASM-in-Node (${r.method.wasm_threads} thread) all hooks / PyTorch`], rows));
+    }
+  }
+
+  // ---- page
+  if (r.page) {
+    out.push(`### Page: onnxruntime-web WASM in Chromium (bench/page-wasm.ts: hooked graph, every hook fetched, batch 1)\n`);
+    const p = r.page;
+    if (isErr(p)) out.push(`FAILED: ${p.error.split('\n')[0]}\n`);
+    else {
+      out.push(`navigator.hardwareConcurrency ${p.hardware_concurrency}, cross-origin isolated: ${p.cross_origin_isolated}. The page's worker uses every core under isolation (workers/engine-adapter.ts).\n`);
+      const tq = torchRatios(r);
+      const all = String(p.hardware_concurrency);
+      const rows: string[][] = [];
+      for (const T of Object.keys(p.runs['1'] ?? {})) {
+        const one = p.runs['1']?.[T]?.median_ms, many = p.runs[all]?.[T]?.median_ms;
+        const torchMs = tq[T]?.torchMs;
+        rows.push([`T=${T}`, one !== undefined ? ms(one) : '—', many !== undefined ? ms(many) : '—', one && many ? ratio(one / many) : '—',
+          many && torchMs ? `**${ratio(many / torchMs)}** ${mark(many / torchMs <= TARGETS.pageOverTorch)}` : '—']);
+      }
+      out.push(table(['T', '1 thread (ms)', `${all} threads (ms)`, 'speed-up', `all threads / PyTorch best (target ≤ ${TARGETS.pageOverTorch})`], rows));
     }
   }
 

@@ -24,6 +24,18 @@ const BASE = new URL(import.meta.env.BASE_URL, self.location.href);
 // The runtime (.mjs glue + .wasm) is copied into the build under /ort/ (vite.config.ts): never a CDN.
 ort.env.wasm.wasmPaths = new URL('ort/', BASE).href;
 
+/**
+ * WASM threads: under cross-origin isolation every core the browser reports (onnxruntime-web's own
+ * default is half of them, at most 4: one thread on a 2-core machine), else 1 (no SharedArrayBuffer).
+ * `wasm_threads=N` in the worker's name (the page's ?wasm_threads=N) overrides, for measuring.
+ */
+export function chooseWasmThreads(isolated: boolean, cores: number, override: number | null): number {
+  if (!isolated) return 1;
+  return Math.max(1, Math.min(override ?? cores, 16));
+}
+const named = /wasm_threads=(\d+)/.exec(typeof self.name === 'string' ? self.name : '');
+ort.env.wasm.numThreads = chooseWasmThreads(self.crossOriginIsolated === true, navigator.hardwareConcurrency ?? 1, named ? Number(named[1]) : null);
+
 export function wasmThreads(): number | null {
   const n = ort.env.wasm.numThreads;
   return typeof n === 'number' ? n : null;
