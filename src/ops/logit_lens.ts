@@ -10,7 +10,7 @@ import { documentBase, documentHead } from '../schema/common';
 import { LoupeError, throwIfAborted } from '../engine/errors';
 import { checkTopK, checkDocumentSize, finite } from './lib/caps';
 import { promptFields, promptIds } from './lib/tokens';
-import { argmax, logSoftmax, topK } from './lib/math';
+import { argmax, logSumExp, topK } from './lib/math';
 
 export const logitLensInput = z.object({
   ...promptFields,
@@ -61,9 +61,9 @@ export const operation = defineOperation({
 
   // the final prediction at each position, from the model's own logits
   const finals = positions.map((p) => {
-    const lp = logSoftmax(run.logits.data, p * V, V);
+    const lse = logSumExp(run.logits.data, p * V, V);
     const id = argmax(run.logits.data, p * V, V);
-    return { position: p, token: text(id), token_id: id, prob: finite(Math.exp(lp[id])) };
+    return { position: p, token: text(id), token_id: id, prob: finite(Math.exp(run.logits.data[p * V + id] - lse)) };
   });
 
   // every (layer, position) stream in one batch through ln_final + W_U on the backend
@@ -79,14 +79,15 @@ export const operation = defineOperation({
     const hook = hooks[l];
     const rows = positions.map((p, i) => {
       const logits = lens.data.subarray((l * P + i) * V, (l * P + i + 1) * V);
-      const lp = logSoftmax(logits);
+      // probabilities only where reported: exp(logit − logsumexp), no V-long log-softmax row per stream
+      const lse = logSumExp(logits);
       const ft = finals[i].token_id;
       let rank = 1;
       for (let v = 0; v < V; v++) if (logits[v] > logits[ft]) rank++;
       return {
         position: p,
-        top: topK(logits, input.top_k).map((id) => ({ token: text(id), token_id: id, logit: finite(logits[id]), prob: finite(Math.exp(lp[id])) })),
-        final_token_prob: finite(Math.exp(lp[ft])),
+        top: topK(logits, input.top_k).map((id) => ({ token: text(id), token_id: id, logit: finite(logits[id]), prob: finite(Math.exp(logits[id] - lse)) })),
+        final_token_prob: finite(Math.exp(logits[ft] - lse)),
         final_token_rank: rank,
       };
     });
