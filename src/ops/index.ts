@@ -26,6 +26,7 @@ import * as sae_steer from './sae_steer';
 import * as feature from './feature';
 import * as attribution_patching from './attribution_patching';
 import * as integrated_gradients from './integrated_gradients';
+import * as head_scores from './head_scores';
 
 export const operations: Record<string, AnyOperation> = {
   // one line per operation: name: module.operation
@@ -48,6 +49,7 @@ export const operations: Record<string, AnyOperation> = {
   feature: feature.operation,
   attribution_patching: attribution_patching.operation,
   integrated_gradients: integrated_gradients.operation,
+  head_scores: head_scores.operation,
 };
 
 export function getOperation(name: string): AnyOperation | undefined {

@@ -26,6 +26,7 @@ const MANIFEST: OpManifest[] = [
   { op: 'activations', title: 'Activations', view: () => import('./ActivationsView.svelte') },
   { op: 'attention', title: 'Attention', view: () => import('./AttentionView.svelte') },
   { op: 'logit_lens', title: 'Logit lens', view: () => import('./LogitLensView.svelte') },
+  { op: 'head_scores', title: 'Head scores', view: () => import('./HeadScoresView.svelte') },
   { op: 'ablate', title: 'Ablate', view: () => import('./AblateView.svelte') },
   { op: 'circuit', title: 'Circuit', view: () => import('./CircuitView.svelte') },
   { op: 'layer_ablation', title: 'Layer ablation', view: () => import('./LayerAblationView.svelte') },
