@@ -24,6 +24,8 @@ export interface OpCase {
   why: string;
   /** the single-forward target applies */
   target?: number;
+  /** measured at T≈16 only (its T≈128 run alone takes minutes on a loaded 2-core machine) */
+  shortOnly?: boolean;
 }
 
 export const SINGLE_TARGET = 1.2;
@@ -32,7 +34,7 @@ export const OP_CASES: OpCase[] = [
   { op: 'trace', label: 'trace', input: (p) => ({ prompt: p }), forwards: () => 1, why: '1 forward', target: SINGLE_TARGET },
   { op: 'activations', label: 'activations', input: (p) => ({ prompt: p }), forwards: () => 1, why: '1 forward', target: SINGLE_TARGET },
   { op: 'attention', label: 'attention (layer 0)', input: (p) => ({ prompt: p, layers: [0] }), forwards: () => 1, why: '1 forward', target: SINGLE_TARGET },
-  { op: 'logit_lens', label: 'logit_lens', input: (p) => ({ prompt: p }), forwards: () => 1, why: '1 forward (+ the lens unembedding)', target: SINGLE_TARGET },
+  { op: 'logit_lens', label: 'logit_lens', input: (p) => ({ prompt: p }), forwards: () => 1, why: '1 forward (+ the lens: (L+1)·T unembeddings, ~4× a T=16 forward\'s FLOPs)', target: SINGLE_TARGET, shortOnly: true },
   { op: 'ablate', label: 'ablate (L0H0, zero)', input: (p) => ({ prompt: p, layer: 0, head: 0 }), forwards: () => 2, why: 'clean + ablated' },
   { op: 'layer_ablation', label: 'layer_ablation', input: (p) => ({ prompt: p }), forwards: (_T, m) => 1 + 2 * m.info.n_layers, why: 'clean + attn_out and mlp_out of every layer' },
 ];
