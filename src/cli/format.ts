@@ -32,6 +32,8 @@ function header(d: Doc): string {
   const toks = Array.isArray(d.tokens) ? d.tokens.map((t: any) => t.text).join(' | ') : '';
   return [
     `${d.operation} · ${m.id} (${m.architecture}, ${m.n_layers} layers × ${m.n_heads} heads, d_model ${m.d_model}, ${m.backend})`,
+    // chat format: the prompt shown (and tokenized) is the template's rendering of what was typed
+    ...(d.prompt_format?.chat ? [`chat format: ${q(d.prompt_format.user_prompt)} rendered by the model's chat_template`] : []),
     `prompt ${q(d.prompt ?? '')} → ${d.tokens?.length ?? 0} tokens: ${toks}`,
   ].join('\n');
 }
@@ -87,7 +89,7 @@ function logitLens(d: Doc): string {
 /** any document: scalar fields, then arrays of objects as tables (first 20 rows) */
 export function generic(d: Doc): string {
   const out = [d.model ? header(d) : ''];
-  const skip = new Set(['schema_version', 'operation', 'model', 'prompt', 'tokens']);
+  const skip = new Set(['schema_version', 'operation', 'model', 'prompt', 'tokens', 'prompt_format']);
   for (const [k, v] of Object.entries(d)) {
     if (skip.has(k)) continue;
     if (v === null || typeof v !== 'object') out.push(`${k}: ${cell(v)}`);

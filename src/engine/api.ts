@@ -226,6 +226,11 @@ export interface LoadedModel {
   readonly spec: ModelSpec;
   /** token ids of text (BOS prepended by default) */
   tokenize(text: string, opts?: TokenizeOptions): number[];
+  /**
+   * text as one user message in the model's own chat_template (engine/chat.ts), ending with the
+   * assistant's turn; NO_CHAT_TEMPLATE when it has none. Tokenize the result with prependBos false.
+   */
+  chatPrompt(text: string): string;
   decode(ids: number[]): string;
   /** the text of each token as the tokenizer's vocabulary shows it, decoded for display */
   tokenStrings(ids: number[]): string[];

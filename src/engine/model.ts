@@ -141,6 +141,7 @@ class EngineModel implements LoadedModel {
     }
     return this.tokenizer.encode(text, opts.prependBos ?? true);
   }
+  chatPrompt(text: string): string { return this.tokenizer.chatPrompt(text); }
   decode(ids: number[]): string { return this.tokenizer.decode(ids); }
   tokenStrings(ids: number[]): string[] { return this.tokenizer.tokenStrings(ids); }
   tokenId(text: string): number | undefined { return this.tokenizer.tokenId(text); }

@@ -4,13 +4,14 @@
  */
 import { Tokenizer } from '@huggingface/tokenizers';
 import { LoupeError } from './errors';
+import { renderChat } from './chat';
 
 export class ModelTokenizer {
   private readonly tok: Tokenizer;
   readonly bosTokenId: number | undefined;
   readonly eosTokenId: number | undefined;
 
-  constructor(tokenizerJson: Record<string, unknown>, tokenizerConfig: Record<string, unknown> | null, config: Record<string, any>) {
+  constructor(tokenizerJson: Record<string, unknown>, private readonly tokenizerConfig: Record<string, unknown> | null, config: Record<string, any>) {
     try {
       this.tok = new Tokenizer(tokenizerJson, tokenizerConfig ?? {});
     } catch (e) {
@@ -26,6 +27,11 @@ export class ModelTokenizer {
   encode(text: string, prependBos = true): number[] {
     const ids = this.tok.encode(text, { add_special_tokens: false }).ids;
     return prependBos && this.bosTokenId !== undefined ? [this.bosTokenId, ...ids] : ids;
+  }
+
+  /** a user message in the model's chat format (engine/chat.ts; tokenize the result without prepending BOS) */
+  chatPrompt(text: string): string {
+    return renderChat(this.tokenizerConfig, text);
   }
 
   decode(ids: number[]): string {

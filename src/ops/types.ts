@@ -2,7 +2,8 @@
  * One operation = one module exporting `operation = defineOperation({...})`: an input schema, an
  * output schema and a function (model, parsed input, ctx) → document. The CLI, the worker (page),
  * the MCP bridge and the headless server all call `operation.run` and return its document
- * unchanged; `run` parses the raw input (BAD_INPUT on failure) and checks the document against the
+ * unchanged; `run` parses the raw input (BAD_INPUT on failure), applies chat format when asked
+ * (lib/tokens.ts applyChatFormat), and checks the document against the
  * output schema, so no surface and no operation does either by hand.
  */
 import type { z } from 'zod';
@@ -10,6 +11,7 @@ import { LoupeError } from '../engine/errors';
 import type { LoadedModel } from '../engine/api';
 import type { SaeFiles } from '../engine/sae';
 import type { FileProgress } from '../engine/source/types';
+import { applyChatFormat } from './lib/tokens';
 
 /** Where an SAE lives: a Hub repo (or URL / folder, as for models) and its folder inside it. */
 export interface SaeRef {
@@ -123,7 +125,10 @@ export function defineOperation<In extends z.ZodType, Out extends z.ZodType>(spe
         ...(spec.long ? { long: true } : {}),
         async run(model, raw, ctx = {}) {
           const input = parseInput(spec.input, raw, `input for ${spec.name}`);
-          const doc = await body(model, input, ctx);
+          // the one place chat format is applied, so every prompt-taking operation gets it alike
+          const promptFormat = input && typeof input === 'object' ? applyChatFormat(model, input as Record<string, unknown>) : undefined;
+          const body0 = await body(model, input, ctx);
+          const doc = promptFormat ? { ...(body0 as object), prompt_format: promptFormat } : body0;
           const checked = spec.output.safeParse(doc);
           if (checked.success) return checked.data as z.output<Out>;
           const issues = checked.error.issues.slice(0, 3).map((i) => `${i.path.map(String).join('.')}: ${i.message}`);

@@ -50,6 +50,19 @@ export const interventionList = z.array(interventionRecord).describe('the interv
 
 export const tokenEntry = z.object({ id: z.number().int(), text: z.string() });
 
+/** the one input field that asks for chat format (engine/chat.ts), shared by every prompt-taking operation */
+export const chatField = z.boolean().default(false).describe(
+  'Chat format for instruct checkpoints: render prompt as one user message through the model\'s own chat_template (tokenizer_config.json), ending with the assistant\'s turn, and run the rendered text. BOS is not prepended again (the template writes it). NO_CHAT_TEMPLATE when the model has none.');
+
+/** how the prompt was formatted before tokenizing; present only when chat format was asked for */
+export const promptFormat = z.object({
+  chat: z.literal(true),
+  /** the text as the user gave it; the document's `prompt` (and `tokens`) are the rendered text */
+  user_prompt: z.string(),
+  rendered: z.string(),
+});
+export type PromptFormat = z.infer<typeof promptFormat>;
+
 export function documentBase<Op extends string>(operation: Op) {
   return z.object({
     schema_version: z.literal(SCHEMA_VERSION),
@@ -57,6 +70,7 @@ export function documentBase<Op extends string>(operation: Op) {
     model: modelBlock,
     prompt: z.string(),
     tokens: z.array(tokenEntry),
+    prompt_format: promptFormat.optional(),
   });
 }
 

@@ -7,12 +7,34 @@ import { z } from 'zod';
 import { LoupeError } from '../../engine/errors';
 import type { LoadedModel } from '../../engine/api';
 import { checkTokenCount } from './caps';
+import { chatField, type PromptFormat } from '../../schema/common';
 
 /** input fields shared by every prompt-taking operation (spread into an op's input schema) */
 export const promptFields = {
   prompt: z.string().describe('The text to run. BOS is prepended (TransformerLens prepend_bos) unless prepend_bos is false.'),
   prepend_bos: z.boolean().default(true).describe('Prepend the model\'s BOS token, as TransformerLens does by default.'),
+  chat: chatField,
 };
+
+/**
+ * Chat format, applied by the operation template (ops/types.ts) to every parsed input before the
+ * operation runs: when `chat` is true, `prompt` (and `corrupted_prompt`, which must be formatted
+ * like the clean prompt it is compared with) become the model's chat rendering, and `prepend_bos`
+ * becomes false because the rendering carries BOS itself (engine/chat.ts). The operations then
+ * tokenize as usual. Returns what the document records as `prompt_format`, or undefined.
+ */
+export function applyChatFormat(model: LoadedModel, input: Record<string, unknown>): PromptFormat | undefined {
+  if (input.chat !== true) return undefined;
+  const user = input.prompt;
+  if (typeof user !== 'string' || user.length === 0) {
+    throw new LoupeError('BAD_INPUT', 'chat format needs a prompt to render.', 'Give prompt (chat format does not apply to token_ids), or leave chat off.');
+  }
+  const rendered = model.chatPrompt(user);
+  input.prompt = rendered;
+  if (typeof input.corrupted_prompt === 'string' && input.corrupted_prompt.length > 0) input.corrupted_prompt = model.chatPrompt(input.corrupted_prompt);
+  if ('prepend_bos' in input) input.prepend_bos = false;
+  return { chat: true, user_prompt: user, rendered };
+}
 
 export interface PromptIdsOptions {
   prependBos?: boolean;
