@@ -16,7 +16,7 @@
  */
 import { z } from 'zod';
 import { defineOperation } from './types';
-import { documentBase, documentHead } from '../schema/common';
+import { chatField, documentBase, documentHead } from '../schema/common';
 import type { LoadedModel } from '../engine/api';
 import { LoupeError, throwIfAborted } from '../engine/errors';
 import { CAPS, finite } from './lib/caps';
@@ -36,6 +36,7 @@ const input = z.object({
   seed: z.number().int().default(0).describe('seed of the random sequences'),
   prompt: z.string().optional().describe('also score every head on this text'),
   prepend_bos: z.boolean().default(true).describe('prepend BOS to the prompt (the random sequences always start with BOS when the model has one)'),
+  chat: chatField,
 });
 export type HeadScoresInput = z.input<typeof input>;
 
