@@ -109,3 +109,25 @@ test('integrated gradients: the page document equals Node within 1e-4; tokens co
   await shots('ig', 'ig-view');
   expect(errors).toEqual([]);
 });
+
+test('attribution patching on WebGPU agrees with Node', async () => {
+  test.setTimeout(300_000);
+  const adapter = await page.evaluate(async () => {
+    const gpu = (navigator as any).gpu;
+    return gpu ? !!(await gpu.requestAdapter()) : false;
+  });
+  test.skip(!adapter, 'WEBGPU UNAVAILABLE in this Chromium: the WebGPU gradient check did NOT run');
+  await page.locator('#backend').selectOption('webgpu');
+  await page.waitForFunction(() => (globalThis as any).__loupe.model?.info.backend === 'webgpu' && (globalThis as any).__loupe.modelStatus === 'ready', null, { timeout: 120_000 });
+  const pageDoc = await runInPage('attribution_patching', ATP);
+  expect(pageDoc.model.backend).toBe('webgpu');
+  const model = await loadModelNode(resolve(SHARED_MODELS, 'induction-gpt2'), { backend: 'node' });
+  const nodeDoc: any = await getOperation('attribution_patching')!.run(model, ATP, {});
+  await model.dispose();
+  let worst = 0;
+  pageDoc.heads.forEach((h: any, i: number) => (worst = Math.max(worst, Math.abs(h.estimate - nodeDoc.heads[i].estimate))));
+  pageDoc.sites.forEach((s: any, i: number) => (worst = Math.max(worst, Math.abs(s.estimate - nodeDoc.sites[i].estimate))));
+  console.log(`[e2e] attribution patching, WebGPU vs node: max |Δ estimate| ${worst.toExponential(2)}`);
+  expect(worst).toBeLessThan(1e-4);
+  await page.locator('#backend').selectOption('wasm');
+});
