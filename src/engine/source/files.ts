@@ -29,24 +29,10 @@ export { forgetIfCorrupt, validateIndex, SINGLE_WEIGHTS, WEIGHTS_INDEX } from '.
 
 export type LoadFilesOptions = PlanOptions;
 
-export interface ModelFiles {
-  ref: ModelRef;
-  /** the commit the Hub resolved the revision to (X-Repo-Commit), when known */
-  commit?: string;
-  config: Record<string, unknown>;
-  tokenizerJson: Record<string, unknown>;
-  tokenizerConfig: Record<string, unknown> | null;
-  generationConfig: Record<string, unknown> | null;
-  weights: WeightSet;
-  /** weight files in load order ('model.safetensors' or the shards) */
-  weightFiles: string[];
-  /** the parsed model.safetensors.index.json when the model is sharded */
-  index: { weight_map: Record<string, string>; metadata?: Record<string, unknown> } | null;
-  /** parameters by stored dtype, known before the download (null when the source could not read headers first) */
-  stats: WeightStats | null;
-  /** weight bytes this load downloaded (0 when every weight file was cached) */
-  downloadBytes: number;
-}
+/** A loaded model's files: what the plan learned before the download, plus the weights. */
+export type ModelFiles = Pick<ModelPlan,
+  'ref' | 'commit' | 'config' | 'tokenizerJson' | 'tokenizerConfig' | 'generationConfig' | 'weightFiles' | 'index' | 'stats' | 'downloadBytes'
+> & { weights: WeightSet };
 
 /** One weight file read and validated: its header, plus its bytes or local path, and its size. */
 export interface WeightFileResult {
