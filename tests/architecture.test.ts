@@ -50,9 +50,13 @@ function resolve(from: string, spec: string): string | undefined {
 
 interface Imports { targets: string[]; lazy: string[]; computed: string[] }
 
+/** a file's text without its comments, so that an example in a comment is not code */
+function codeOf(file: string): string {
+  return readFileSync(file, 'utf8').replace(/\/\*[\s\S]*?\*\//g, '').replace(/(^|[^:'"`])\/\/.*$/gm, '$1');
+}
+
 function importsOf(file: string): Imports {
-  // comments out, so that an example in a comment is not an import
-  const text = readFileSync(file, 'utf8').replace(/\/\*[\s\S]*?\*\//g, '').replace(/(^|[^:'"`])\/\/.*$/gm, '$1');
+  const text = codeOf(file);
   const targets: string[] = [];
   const computed: string[] = [];
   for (const m of text.matchAll(/\b(?:import|export)\s+(?:type\s+)?(?:[\w*{}\s,$]+?\s+from\s+)?['"]([^'"]+)['"]/g)) targets.push(m[1]);
@@ -122,6 +126,11 @@ describe('import structure', () => {
     };
     for (const f of FILES) if (!idx.has(f)) visit(f);
     expect(circles).toEqual([]);
+  });
+
+  it('nothing above the engine reads model.spec (operations and surfaces code against ModelInfo)', () => {
+    const bad = FILES.filter((f) => layerOf(f) !== 'engine' && /\bmodel\??\.spec\b/.test(codeOf(f))).map(rel);
+    expect(bad).toEqual([]);
   });
 
   it('no import through a computed specifier', () => {

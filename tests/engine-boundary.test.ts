@@ -24,6 +24,7 @@ describe('ModelInfo carries what operations need', () => {
   it('gemma2: post-norms, final soft-cap and eps from config.json', async () => {
     const { rm, model } = await open('gemma2-softcap-window');
     expect(model.info.post_norms).toBe(true);
+    expect(model.info.pos_embed).toBe(false);
     expect(model.info.final_softcap).toBe(rm.config.final_logit_softcapping);
     expect(model.info.norm_eps).toBe(rm.config.rms_norm_eps);
     expect(model.hasParam('blocks.0.ln1_post.w')).toBe(true);
@@ -31,6 +32,8 @@ describe('ModelInfo carries what operations need', () => {
   it('gpt2: none of them', async () => {
     const { rm, model } = await open('gpt2-tied');
     expect(model.info.post_norms).toBe(false);
+    expect(model.info.pos_embed).toBe(true);
+    expect(model.hookNames()).toContain('hook_pos_embed');
     expect(model.info.final_softcap).toBeNull();
     expect(model.info.norm_eps).toBe(rm.config.layer_norm_epsilon);
     expect(model.hasParam('blocks.0.ln1_post.w')).toBe(false);

@@ -67,9 +67,16 @@ export interface ModelInfo {
   /** the norms' epsilon: scale = sqrt(var + eps) (LayerNorm) or sqrt(mean x² + eps) (RMSNorm) */
   norm_eps: number;
   /**
-   * Gemma 2's sandwich norms: each block's attention and MLP outputs pass through their own norm
-   * (weights `blocks.{l}.ln1_post.w` / `ln2_post.w`, scale hooks `blocks.{l}.ln1_post.hook_scale` /
-   * `ln2_post.hook_scale`) before they are added to the residual stream
+   * a learned absolute position embedding (GPT-2, not rotary): `hook_pos_embed` and
+   * `pos_embed.W_pos` exist, and resid_pre0 = hook_embed + hook_pos_embed
+   */
+  pos_embed: boolean;
+  /**
+   * Gemma 2's sandwich norms: every block's attention and MLP outputs pass through their own
+   * RMSNorm (epsilon `norm_eps`; weights `blocks.{l}.ln1_post.w` / `ln2_post.w`, scale hooks
+   * `blocks.{l}.ln1_post.hook_scale` / `ln2_post.hook_scale`) before they are added to the
+   * residual stream. The engine loads no model whose post-norms are otherwise (some blocks
+   * only, another kind or epsilon), so this one flag describes them all.
    */
   post_norms: boolean;
   /** logits = cap · tanh(logits / cap) after the unembedding (Gemma 2); null = none */
@@ -223,6 +230,11 @@ export interface TokenizeOptions {
 
 export interface LoadedModel {
   readonly info: ModelInfo;
+  /**
+   * the engine's own description of the architecture, for the engine, tests and benches only:
+   * code above the engine reads `info` (tests/architecture.test.ts checks that no operation or
+   * surface reads `model.spec`)
+   */
   readonly spec: ModelSpec;
   /** token ids of text (BOS prepended by default) */
   tokenize(text: string, opts?: TokenizeOptions): number[];

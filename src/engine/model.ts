@@ -84,6 +84,18 @@ export function modelPartsFrom(files: ModelFiles, o: { bundled: boolean; id?: st
   };
 }
 
+/**
+ * ModelInfo.post_norms: whether the blocks have sandwich norms, which that one flag can describe
+ * only when every block has both, as RMSNorms with the model's epsilon (Gemma 2's); any other
+ * layout is refused here rather than misread above the engine.
+ */
+function postNormsOf(spec: ModelSpec): boolean {
+  const norms = spec.layers.flatMap((l) => [l.postAttnNorm, l.postMlpNorm]);
+  if (norms.every((n) => !n)) return false;
+  if (norms.every((n) => n && n.kind === 'rmsnorm' && n.eps === spec.lnFinal.eps)) return true;
+  throw new LoupeError('UNSUPPORTED_ARCHITECTURE', `${spec.family}: post-norms in only some blocks, or not RMSNorms with the model's epsilon, are not supported.`, 'Loupe supports Gemma 2\'s sandwich norms (every block, RMSNorm).');
+}
+
 export async function createModel(parts: ModelParts, factory: SessionFactory): Promise<LoadedModel> {
   const spec = describeModel({ config: parts.config, tensors: parts.weights.tensors });
   const tokenizer = new ModelTokenizer(parts.tokenizerJson, parts.tokenizerConfig, parts.config);
@@ -100,7 +112,7 @@ export async function createModel(parts: ModelParts, factory: SessionFactory): P
     n_layers: spec.nLayers, n_heads: spec.nHeads, n_kv_heads: spec.nKvHeads, d_model: spec.dModel, d_head: spec.dHead,
     d_mlp: spec.dMlp, d_vocab: spec.dVocab, n_ctx: spec.nCtx, n_params: nParams, dtype: [...dtypes].join('+'),
     backend: factory.backend, norm: spec.norm, norm_eps: spec.lnFinal.eps,
-    post_norms: spec.layers.some((l) => l.postAttnNorm || l.postMlpNorm), final_softcap: spec.finalSoftcap,
+    pos_embed: !!spec.posEmbed, post_norms: postNormsOf(spec), final_softcap: spec.finalSoftcap,
     weights: choice.precision, weights_reason: choice.reason, weight_bytes: weightBytesAt(stats, choice.precision),
   };
   const model = new EngineModel(spec, info, tokenizer, parts, factory);

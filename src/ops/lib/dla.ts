@@ -70,21 +70,15 @@ function constantsOf(model: LoadedModel): DlaConstants {
     const p = (name: string) => model.param(name).data;
     c = {
       bU: p('unembed.b_U'), lnfW: p('ln_final.w'), lnfB: p('ln_final.b'),
-      layers: model.spec.layers.map((s, l) => ({
+      layers: Array.from({ length: model.info.n_layers }, (_, l) => ({
         bO: p(`blocks.${l}.attn.b_O`), bOut: p(`blocks.${l}.mlp.b_out`),
-        postAttnW: s.postAttnNorm ? postNormWeight(model, 'attn', l) : null,
-        postMlpW: s.postMlpNorm ? postNormWeight(model, 'mlp', l) : null,
+        postAttnW: model.info.post_norms ? p(`blocks.${l}.ln1_post.w`) : null,
+        postMlpW: model.info.post_norms ? p(`blocks.${l}.ln2_post.w`) : null,
       })),
     };
     constants.set(model, c);
   }
   return c;
-}
-
-function postNormWeight(model: LoadedModel, which: 'attn' | 'mlp', l: number): Float32Array {
-  const ns = which === 'attn' ? model.spec.layers[l].postAttnNorm! : model.spec.layers[l].postMlpNorm!;
-  if (ns.kind !== 'rmsnorm') throw new LoupeError('UNSUPPORTED_ARCHITECTURE', `Direct logit attribution does not support a ${ns.kind} post-norm.`);
-  return model.param(which === 'attn' ? `blocks.${l}.ln1_post.w` : `blocks.${l}.ln2_post.w`).data;
 }
 
 /**
@@ -197,7 +191,7 @@ export async function readoutDirection(model: LoadedModel, target: DlaTarget, co
 export function dlaHookNames(model: LoadedModel): string[] {
   const L = model.info.n_layers;
   const names = ['blocks.0.hook_resid_pre', `blocks.${L - 1}.hook_resid_post`, 'ln_final.hook_scale'];
-  if (model.spec.posEmbed) names.push('hook_pos_embed');
+  if (model.info.pos_embed) names.push('hook_pos_embed');
   for (let l = 0; l < L; l++) {
     names.push(`blocks.${l}.attn.hook_z`, `blocks.${l}.hook_attn_out`, `blocks.${l}.hook_mlp_out`, `blocks.${l}.mlp.hook_post`);
   }
@@ -219,12 +213,11 @@ function slice(t: Tensor, row: number, pos: number): Float32Array {
 }
 
 /** Gemma 2's post-norm as a frozen linear map: e ⊙ w_post / s_post, s_post from the layer's summed output x */
-function postNormReadout(model: LoadedModel, which: 'attn' | 'mlp', layer: number, w: Float32Array, x: Float64Array, e: Float64Array): { eL: Float64Array; gain: Float64Array } {
-  const ns = which === 'attn' ? model.spec.layers[layer].postAttnNorm! : model.spec.layers[layer].postMlpNorm!;
+function postNormReadout(model: LoadedModel, w: Float32Array, x: Float64Array, e: Float64Array): { eL: Float64Array; gain: Float64Array } {
   const D = x.length;
   let ms = 0;
   for (let d = 0; d < D; d++) ms += x[d] * x[d];
-  const s = Math.sqrt(ms / D + ns.eps);
+  const s = Math.sqrt(ms / D + model.info.norm_eps);
   const gain = new Float64Array(D);
   const eL = new Float64Array(D);
   for (let d = 0; d < D; d++) { gain[d] = w[d] / s; eL[d] = e[d] * gain[d]; }
@@ -305,7 +298,7 @@ export async function decomposeLogit(model: LoadedModel, run: RunResult, target:
   // embedding scale (Gemma's √d) inside the term whatever hook_embed's convention is
   const r0 = slice(residPre0, row, pos);
   add(r0);
-  if (model.spec.posEmbed) {
+  if (model.info.pos_embed) {
     const pe = dotF(slice(hook(run, 'hook_pos_embed'), row, pos), e, D);
     terms.push({ name: 'embed', value: dotF(r0, e, D) - pe });
     terms.push({ name: 'pos_embed', value: pe });
@@ -335,12 +328,12 @@ export async function decomposeLogit(model: LoadedModel, run: RunResult, target:
     const lc = c.layers[l];
     const x = Float64Array.from(sums.attnX.data.subarray(l * D, (l + 1) * D), (v, d) => v + lc.bO[d]);
     xs.push(x);
-    const pa = lc.postAttnW ? postNormReadout(model, 'attn', l, lc.postAttnW, x, e) : null;
+    const pa = lc.postAttnW ? postNormReadout(model, lc.postAttnW, x, e) : null;
     gains.push(pa ? pa.gain : null);
     eAttn.set(pa ? pa.eL : e, l * D);
     if (lc.postMlpW) {
       const xm = Float64Array.from(sums.mlpX.data.subarray(l * D, (l + 1) * D), (v, d) => v + lc.bOut[d]);
-      eMlp.set(postNormReadout(model, 'mlp', l, lc.postMlpW, xm, e).eL, l * D);
+      eMlp.set(postNormReadout(model, lc.postMlpW, xm, e).eL, l * D);
     } else eMlp.set(e, l * D);
   }
   const dirs = await model.weightProducts({ attnDirs: { dims: [L, 1, D], data: eAttn }, mlpDirs: { dims: [L, 1, D], data: eMlp } }, opts.signal);
@@ -393,7 +386,7 @@ export async function decomposeLogit(model: LoadedModel, run: RunResult, target:
   for (let d = 0; d < D; d++) residErr = Math.max(residErr, Math.abs(resid[d] - residPost[d]));
 
   // the target from the model's own logits
-  const cap = model.spec.finalSoftcap ?? null;
+  const cap = model.info.final_softcap;
   const logits = run.logits;
   const V = logits.dims[2];
   const lo = (row * logits.dims[1] + (opts.logitIndex ?? pos)) * V;
@@ -440,7 +433,7 @@ export function describeMethod(model: LoadedModel, convention: Convention, kind:
   }
   parts.push(kind === 'logit' ? 'Terms sum to the logit.' : kind === 'centered_logit' ? 'Terms sum to the centred logit (logit − mean over the vocabulary).' : 'Terms sum to the logit difference answer − counterfactual (centring cancels in a difference).');
   parts.push('Heads: z_h · W_O[h] (GQA: head h reads kv head h / (n_heads / n_kv_heads)). MLP terms are the whole hook_mlp_out (bias included); a neuron n contributes hook_post[n] · W_out[n].');
-  if (model.spec.layers.some((s) => s.postAttnNorm || s.postMlpNorm)) parts.push('Post-attention / post-MLP norms are treated as linear maps with their scale frozen at its value (recomputed from the layer\'s summed output), which is exact for the sum.');
-  if (model.spec.finalSoftcap) parts.push(`The final soft-cap (${model.spec.finalSoftcap}·tanh(x/${model.spec.finalSoftcap})) is not linear: the terms sum exactly to the PRE-soft-cap value, which is what target reports.`);
+  if (model.info.post_norms) parts.push('Post-attention / post-MLP norms are treated as linear maps with their scale frozen at its value (recomputed from the layer\'s summed output), which is exact for the sum.');
+  if (model.info.final_softcap) parts.push(`The final soft-cap (${model.info.final_softcap}·tanh(x/${model.info.final_softcap})) is not linear: the terms sum exactly to the PRE-soft-cap value, which is what target reports.`);
   return parts.join(' ');
 }
