@@ -27,6 +27,7 @@ import * as feature from './feature';
 import * as attribution_patching from './attribution_patching';
 import * as integrated_gradients from './integrated_gradients';
 import * as head_scores from './head_scores';
+import * as dashboard from './dashboard';
 
 export const operations: Record<string, AnyOperation> = {
   // one line per operation: name: module.operation
@@ -50,6 +51,7 @@ export const operations: Record<string, AnyOperation> = {
   attribution_patching: attribution_patching.operation,
   integrated_gradients: integrated_gradients.operation,
   head_scores: head_scores.operation,
+  dashboard: dashboard.operation,
 };
 
 export function getOperation(name: string): AnyOperation | undefined {

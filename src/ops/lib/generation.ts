@@ -26,6 +26,8 @@ export interface SamplingOptions {
   topP?: number;
   /** seed of the sampler; each batch row uses its own generator with this same seed */
   seed?: number;
+  /** per-row seeds (batch row r samples with seeds[r]), for independent samples in one batch; overrides seed */
+  seeds?: number[];
 }
 
 export interface GenerateOptions extends SamplingOptions {
@@ -103,8 +105,8 @@ function stepInterventions(ivs: Intervention[], pos: number): Intervention[] {
 
 /**
  * Generate for `rows` variants of the same prompt at once. Rows differ only by the interventions
- * addressed to them through `batch`. Each row samples with its own generator seeded identically,
- * so two rows with identical logits produce identical tokens.
+ * addressed to them through `batch`. Each row samples with its own generator seeded identically
+ * (unless `seeds` gives each row its own seed), so two rows with identical logits produce identical tokens.
  */
 export async function generateBatch(model: LoadedModel, ids: number[], rows: number, opts: GenerateOptions): Promise<BatchGenerateResult> {
   const maxNew = opts.maxNewTokens;
@@ -119,7 +121,7 @@ export async function generateBatch(model: LoadedModel, ids: number[], rows: num
   const stopAtEos = opts.stopAtEos ?? true;
   const eos = model.eosTokenId;
   const V = model.info.d_vocab;
-  const gens = Array.from({ length: rows }, () => rng(opts.seed ?? 0));
+  const gens = Array.from({ length: rows }, (_, r) => rng(opts.seeds?.[r] ?? opts.seed ?? 0));
   const out: number[][] = Array.from({ length: rows }, () => []);
   const done: boolean[] = new Array(rows).fill(false);
   const stop: GenerateResult['stop_reason'][] = new Array(rows).fill('max_new_tokens');
