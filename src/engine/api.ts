@@ -64,6 +64,10 @@ export interface ModelInfo {
   weights_reason: string;
   /** bytes of the weights as the session holds them (float32: 4 per parameter; stored: as in the files) */
   weight_bytes: number;
+  /** the vocabulary tables (embedding, unembedding) in this many row chunks; 1 = whole (precision.ts chooseVocabSplit) */
+  vocab_chunks: number;
+  /** why split or not (the table's float32 size against the limits that applied) */
+  vocab_reason: string;
   /** the norms' epsilon: scale = sqrt(var + eps) (LayerNorm) or sqrt(mean x² + eps) (RMSNorm) */
   norm_eps: number;
   /**
@@ -283,7 +287,7 @@ export interface LoadOptions {
   signal?: AbortSignal;
   onProgress?: (p: FileProgress) => void;
   /** memory the model must fit (budget.ts): host RAM, GPU memory; the WASM heap's 4 GiB always applies */
-  memory?: { hostBytes?: number; gpuBytes?: number };
+  memory?: { hostBytes?: number; gpuBytes?: number; tensorBytes?: number };
   /** weight precision: auto (default), f32 or stored (see precision.ts) */
   weights?: WeightsMode;
 }

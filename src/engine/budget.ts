@@ -88,6 +88,12 @@ export interface BudgetLimits {
   hostBytes?: number;
   /** GPU memory for WebGPU; browsers do not expose it, so it is only enforced when given */
   gpuBytes?: number;
+  /**
+   * the largest one weight tensor may be as float32 (WebGPU: the adapter's
+   * maxStorageBufferBindingSize / maxBufferSize); vocabulary tables above it are split
+   * (precision.ts chooseVocabSplit). A caller may set it lower to force the split (tests).
+   */
+  tensorBytes?: number;
 }
 
 export interface MemoryEstimate {

@@ -18,6 +18,23 @@ export interface GpuAdapterLike {
   limits: Record<string, number>;
 }
 
+/** What a WebGPU adapter offers the engine's weights (onnxruntime-web asks its device for the adapter's own limits and for shader-f16 when offered). */
+export interface GpuCaps {
+  /** WGSL `f16`: without it no shader can read a 16-bit weight */
+  shaderF16: boolean;
+  /** the largest one buffer binding: min(maxStorageBufferBindingSize, maxBufferSize) */
+  maxBufferBytes: number;
+}
+
+export function gpuCaps(adapter: GpuAdapterLike): GpuCaps {
+  const l = adapter.limits;
+  const has = (k: string) => typeof l[k] === 'number';
+  // the WebGPU spec's guaranteed minimums when an adapter does not say
+  const binding = has('maxStorageBufferBindingSize') ? l.maxStorageBufferBindingSize : 128 * 1024 ** 2;
+  const buffer = has('maxBufferSize') ? l.maxBufferSize : 256 * 1024 ** 2;
+  return { shaderF16: [...adapter.features].includes('shader-f16'), maxBufferBytes: Math.min(binding, buffer) };
+}
+
 type Nav = { gpu?: { requestAdapter(): Promise<GpuAdapterLike | null> }; hardwareConcurrency?: number };
 const nav = (): Nav | undefined => (globalThis as { navigator?: Nav }).navigator;
 const processEnv = (): Record<string, string | undefined> =>

@@ -5,9 +5,9 @@
  */
 import type { Backend, LoadedModel, LoadOptions } from './api';
 import { LoupeError } from './errors';
-import { env } from './env';
+import { env, gpuCaps, type GpuCaps } from './env';
 import { createModel, modelPartsFrom } from './model';
-import { choosePrecision, parseWeightsMode, OFFERED_PRECISIONS } from './precision';
+import { choosePrecision, choosePrecisionOnGpu, parseWeightsMode, OFFERED_PRECISIONS } from './precision';
 import { webSessionFactory, type OrtModule } from './runtime/session';
 import { loadModelFiles } from './source/files';
 import { judgeModel, type ModelJudgement, type ModelPlan } from './source/preflight';
@@ -45,11 +45,17 @@ export async function loadModel(spec: string | ModelSource, opts: BrowserLoadOpt
   const bundled = typeof spec === 'string' && isBundledSpec(spec);
   const wanted: Backend = opts.backend && opts.backend !== 'auto' ? opts.backend : await detectBackend();
   if (wanted === 'node') throw new LoupeError('BACKEND_UNAVAILABLE', "The 'node' backend exists only in Node.", 'Use webgpu or wasm in the browser.');
+  let gpu: GpuCaps | undefined;
+  if (wanted === 'webgpu') {
+    const { adapter } = await env.webgpu();
+    if (adapter) gpu = gpuCaps(adapter);
+  }
   const files = await loadModelFiles(source, {
     cache: bundled ? undefined : opts.cache, signal: opts.signal, onProgress: opts.onProgress,
     // architecture, tensors and memory judged from the headers, before any weight byte
     judge: async (plan) => {
-      const precision = plan.stats ? choosePrecision(parseWeightsMode(opts.weights), plan.stats, wanted, opts.memory).precision : 'f32';
+      const mode = parseWeightsMode(opts.weights);
+      const precision = !plan.stats ? 'f32' : gpu ? choosePrecisionOnGpu(mode, plan.stats, gpu, opts.memory).precision : choosePrecision(mode, plan.stats, wanted, opts.memory).precision;
       const j = judgeModel(plan, wanted, precision, opts.memory, { backends: ['wasm', 'webgpu'], precisions: OFFERED_PRECISIONS });
       await opts.confirm?.(plan, j);
     },
@@ -57,7 +63,7 @@ export async function loadModel(spec: string | ModelSource, opts: BrowserLoadOpt
   const parts = modelPartsFrom(files, { bundled, memory: opts.memory, weightsMode: opts.weights });
 
   try {
-    return await createModel(parts, webSessionFactory(opts.ort, wanted));
+    return await createModel(parts, webSessionFactory(opts.ort, wanted, gpu));
   } catch (e) {
     // A WebGPU device can fail at session creation (limits, lost device): fall back to WASM, unless asked explicitly.
     if (wanted === 'webgpu' && (!opts.backend || opts.backend === 'auto') && !(e instanceof LoupeError)) {

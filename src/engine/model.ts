@@ -25,8 +25,8 @@ import { gradName } from './graph/backward';
 
 /** number of positions whose logits a run computes */
 const logitPosCount = (opts: RunOptions, T: number) => opts.logitPositions?.length ?? T;
-import { checkBudget, weightBytesAt, weightStats, type BudgetLimits } from './budget';
-import { choosePrecision, parseWeightsMode, OFFERED_PRECISIONS, type WeightsMode } from './precision';
+import { checkBudget, fmtGB, weightBytesAt, weightStats, type BudgetLimits } from './budget';
+import { choosePrecision, choosePrecisionOnGpu, chooseVocabSplit, parseWeightsMode, OFFERED_PRECISIONS, type WeightsMode } from './precision';
 
 /** a bound on the characters one token covers, far above any real vocabulary's longest token */
 const MAX_CHARS_PER_TOKEN = 1024;
@@ -96,6 +96,16 @@ function postNormsOf(spec: ModelSpec): boolean {
   throw new LoupeError('UNSUPPORTED_ARCHITECTURE', `${spec.family}: post-norms in only some blocks, or not RMSNorms with the model's epsilon, are not supported.`, 'Loupe supports Gemma 2\'s sandwich norms (every block, RMSNorm).');
 }
 
+/** Any weight other than the (split) vocabulary tables that one WebGPU buffer cannot hold as float32 is TOO_LARGE, before a session is tried. */
+function checkGpuBuffers(used: { name: string; shape: number[] }[], vocab: Set<string>, limit: number): void {
+  for (const e of used) {
+    const bytes = e.shape.reduce((a, b) => a * b, 1) * 4;
+    if (!vocab.has(e.name) && bytes > limit) {
+      throw new LoupeError('TOO_LARGE', `Weight ${e.name} [${e.shape.join('×')}] is ${fmtGB(bytes)} as float32, more than this WebGPU adapter's largest buffer (${fmtGB(limit)}).`, 'Use the wasm backend; only the vocabulary tables are split to fit the buffer limit.', { tensor: e.name, bytes, limit_bytes: limit });
+    }
+  }
+}
+
 export async function createModel(parts: ModelParts, factory: SessionFactory): Promise<LoadedModel> {
   const spec = describeModel({ config: parts.config, tensors: parts.weights.tensors });
   const tokenizer = new ModelTokenizer(parts.tokenizerJson, parts.tokenizerConfig, parts.config);
@@ -105,8 +115,14 @@ export async function createModel(parts: ModelParts, factory: SessionFactory): P
   const dtypes = new Set<string>(used.map((e) => e.dtype));
   // Loaders judge this before downloading (source/preflight.ts); a source that could not read
   // headers first (or a caller with its own files) is judged here, before any session exists.
-  const choice = choosePrecision(parseWeightsMode(parts.weightsMode), stats, factory.backend, parts.memory ?? {});
+  const mode = parseWeightsMode(parts.weightsMode);
+  const choice = factory.gpu ? choosePrecisionOnGpu(mode, stats, factory.gpu, parts.memory ?? {}) : choosePrecision(mode, stats, factory.backend, parts.memory ?? {});
   checkBudget(stats, factory.backend, choice.precision, parts.memory ?? {}, { precisions: OFFERED_PRECISIONS });
+  // one chunking for both tables (tied or not): the finer of the two; on WebGPU no chunk exceeds a buffer
+  const tensorBytes = Math.min(parts.memory?.tensorBytes ?? Infinity, factory.gpu?.maxBufferBytes ?? Infinity);
+  const split = [spec.embed.w, spec.unembed.w].map((n) => chooseVocabSplit(parts.weights.tensors.get(n)!, choice.precision, Number.isFinite(tensorBytes) ? tensorBytes : undefined))
+    .reduce((a, b) => (b.rows < a.rows ? b : a));
+  if (factory.gpu) checkGpuBuffers(used, new Set([spec.embed.w, spec.unembed.w]), factory.gpu.maxBufferBytes);
   const info: ModelInfo = {
     id: parts.id, revision: parts.revision, ...(parts.commit ? { commit: parts.commit } : {}), source: parts.source, architecture: spec.modelType,
     n_layers: spec.nLayers, n_heads: spec.nHeads, n_kv_heads: spec.nKvHeads, d_model: spec.dModel, d_head: spec.dHead,
@@ -114,6 +130,7 @@ export async function createModel(parts: ModelParts, factory: SessionFactory): P
     backend: factory.backend, norm: spec.norm, norm_eps: spec.lnFinal.eps,
     pos_embed: !!spec.posEmbed, post_norms: postNormsOf(spec), final_softcap: spec.finalSoftcap,
     weights: choice.precision, weights_reason: choice.reason, weight_bytes: weightBytesAt(stats, choice.precision),
+    vocab_chunks: split.chunks, vocab_reason: split.reason,
   };
   const model = new EngineModel(spec, info, tokenizer, parts, factory);
   await model.warm();
@@ -252,9 +269,10 @@ class EngineModel implements LoadedModel {
         const sae = saeId ? this.sae(saeId) : undefined;
         const weights = sae?.weights ?? this.parts.weights;
         const precision = this.info.weights;
-        const graph = kind === 'lens' ? buildLensGraph(this.spec, weights.tensors, undefined, precision)
-          : kind === 'readout' ? buildReadoutGraph(this.spec, weights.tensors, undefined, precision)
-          : buildModelGraph(this.spec, weights.tensors, { hooks: true, withResult: kind === 'result', sae: sae?.spec, lean, grad: grad && { hooks: grad }, weights: precision });
+        const vocabRows = this.info.vocab_chunks > 1 ? Math.ceil(this.spec.dVocab / this.info.vocab_chunks) : undefined;
+        const graph = kind === 'lens' ? buildLensGraph(this.spec, weights.tensors, undefined, precision, vocabRows)
+          : kind === 'readout' ? buildReadoutGraph(this.spec, weights.tensors, undefined, precision, vocabRows)
+          : buildModelGraph(this.spec, weights.tensors, { hooks: true, withResult: kind === 'result', sae: sae?.spec, lean, grad: grad && { hooks: grad }, weights: precision, vocabRows });
         return { graph, session: await this.factory.create(graph, weights) };
       })();
       s.catch(() => this.sessions.delete(key));

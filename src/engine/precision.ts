@@ -14,6 +14,10 @@
  *
  * Computation is float32 in every mode. The chosen precision and why are in ModelInfo
  * (`weights`, `weights_reason`) and so in every document.
+ *
+ * Vocabulary tables (embedding / unembedding) are split into row chunks when one piece would be
+ * too big (chooseVocabSplit; the graph side is graph/vocab.ts), also in ModelInfo (`vocab_chunks`,
+ * `vocab_reason`).
  */
 import { LoupeError } from './errors';
 import { estimateMemory, fmtGB, weightBytesAt, type BudgetLimits, type MemoryBackend, type WeightStats } from './budget';
@@ -52,10 +56,61 @@ export function choosePrecision(mode: WeightsMode, w: WeightStats, backend: Memo
 }
 
 /**
+ * The precision on a WebGPU adapter. 16-bit weights stay 16-bit in GPU buffers only where shaders
+ * can read them: float16 needs the adapter's shader-f16 feature, and WGSL has no bfloat16 at all.
+ * With shader-f16, `auto` keeps F16 weights 16-bit (half the GPU memory and upload); without it
+ * (or for BF16), 16-bit weights are widened to float32 at load, `stored` included, and the reason
+ * says so.
+ */
+export function choosePrecisionOnGpu(mode: WeightsMode, w: WeightStats, gpu: { shaderF16: boolean }, limits: BudgetLimits = {}): PrecisionChoice {
+  const c = choosePrecision(mode, w, 'webgpu', limits);
+  const f16 = w.byDtype.F16 ?? 0, bf16 = w.byDtype.BF16 ?? 0;
+  if (f16 + bf16 === 0 || mode === 'f32') return c;
+  const f32 = fmtGB(weightBytesAt(w, 'f32'));
+  if (bf16 > 0) return { precision: 'f32', reason: `${mode}: WebGPU shaders have no bfloat16, so the BF16 weights are widened to float32 (${f32}) at load` };
+  if (!gpu.shaderF16) return { precision: 'f32', reason: `${mode}: this WebGPU adapter has no shader-f16, so shaders cannot read float16 weights; widened to float32 (${f32}) at load` };
+  if (c.precision === 'stored') return c;
+  return { precision: 'stored', reason: `auto: the adapter has shader-f16, so the float16 weights (${fmtGB(weightBytesAt(w, 'stored'))}) stay 16-bit in GPU buffers and are widened at use` };
+}
+
+/**
  * onnxruntime session options per precision. logSeverityLevel 3 for stored: onnxruntime warns
  * once per weight that an initializer listed as a graph input "will not be treated as constant",
  * which is the point (onnx-builder.ts rawWeight).
  */
 export function precisionSessionOptions(p: WeightPrecision): Record<string, unknown> {
   return p === 'stored' ? { logSeverityLevel: 3 } : {};
+}
+
+/**
+ * Float32 bytes of one widened chunk of a vocabulary table when weights are widened at use: the
+ * unembedding then never holds a float32 copy of more than this many bytes of W_U at a time.
+ */
+export const WIDEN_CHUNK_BYTES = 64 * 1024 ** 2;
+
+export interface VocabSplit {
+  /** rows per chunk (the whole vocabulary when unsplit) */
+  rows: number;
+  chunks: number;
+  reason: string;
+}
+
+/**
+ * Whether (and how finely) the vocabulary tables are split, and why. A chunk's float32 bytes stay
+ * within the widening chunk when the table is widened at use, and within `maxTensorBytes` (WebGPU:
+ * the adapter's largest buffer binding; a caller may force it lower, e.g. tests).
+ */
+export function chooseVocabSplit(table: { dtype: string; shape: number[] }, precision: WeightPrecision, maxTensorBytes?: number): VocabSplit {
+  const [V, D] = [table.shape[0], table.shape.slice(1).reduce((a, b) => a * b, 1)];
+  const f32Bytes = V * D * 4;
+  const widened = precision !== 'f32' && table.dtype !== 'F32';
+  const caps: { bytes: number; why: string }[] = [];
+  if (widened) caps.push({ bytes: WIDEN_CHUNK_BYTES, why: `it is widened to float32 at use, ${fmtGB(WIDEN_CHUNK_BYTES)} at a time` });
+  if (maxTensorBytes !== undefined) caps.push({ bytes: maxTensorBytes, why: `a tensor may take at most ${fmtGB(maxTensorBytes)} here` });
+  const cap = caps.reduce<{ bytes: number; why: string } | null>((a, c) => (!a || c.bytes < a.bytes ? c : a), null);
+  const shape = `${V}×${D}`;
+  if (!cap || f32Bytes <= cap.bytes) return { rows: V, chunks: 1, reason: `whole: the ${shape} vocabulary table is ${fmtGB(f32Bytes)} as float32${cap ? `, within ${fmtGB(cap.bytes)}` : ''}` };
+  const chunks = Math.ceil(V / Math.max(1, Math.floor(cap.bytes / (D * 4))));
+  const rows = Math.ceil(V / chunks); // chunks as even as they can be
+  return { rows, chunks, reason: `split into ${chunks} chunks of ${rows} rows: the ${shape} vocabulary table is ${fmtGB(f32Bytes)} as float32 and ${cap.why}` };
 }

@@ -99,15 +99,24 @@ function inferShapes(g: OnnxGraph, nodes: readonly Node[], inputShape: (name: st
     let outs: Info[] = [];
     try {
       switch (n.opType) {
-        case 'Neg': case 'Sqrt': case 'Tanh': case 'Erf': case 'Sigmoid': case 'Relu': case 'Identity': case 'Exp': case 'Softmax':
+        case 'Neg': case 'Sqrt': case 'Tanh': case 'Erf': case 'Sigmoid': case 'Relu': case 'Identity': case 'Exp': case 'Softmax': case 'Clip':
           outs = [{ shape: s0 }];
+          break;
+        case 'Where': // the chunked vocabulary lookup (vocab.ts)
+          outs = [{ shape: broadcast(broadcast(s0!, ins[1].shape!), ins[2].shape!) }];
           break;
         case 'Cast':
           outs = [{ shape: s0, ints: ins[0].ints }];
           break;
-        case 'Add': case 'Sub': case 'Mul': case 'Div': case 'Greater': case 'GreaterOrEqual': case 'Equal': case 'Less':
-          outs = [{ shape: s0 && ins[1].shape ? broadcast(s0, ins[1].shape) : undefined }];
+        case 'Add': case 'Sub': case 'Mul': case 'Div': case 'Greater': case 'GreaterOrEqual': case 'Equal': case 'Less': {
+          const shape = s0 && ins[1].shape ? broadcast(s0, ins[1].shape) : undefined;
+          // small int64 arithmetic on shapes (a stored weight's ordered Reshape target, onnx-builder.ts weight)
+          const [a, b] = [ins[0].ints, ins[1].ints];
+          const f = ({ Add: (x: number, y: number) => x + y, Sub: (x: number, y: number) => x - y, Mul: (x: number, y: number) => x * y } as Record<string, ((x: number, y: number) => number) | undefined>)[n.opType];
+          const ints = f && a && b && shape?.length === 1 ? Array.from({ length: shape[0] }, (_, k) => f(a[a.length === 1 ? 0 : k], b[b.length === 1 ? 0 : k])) : undefined;
+          outs = [{ shape, ints }];
           break;
+        }
         case 'MatMul': {
           const a = s0!, b = ins[1].shape!;
           outs = [{ shape: [...broadcast(a.slice(0, -2), b.slice(0, -2)), a[a.length - 2], b[b.length - 1]] }];

@@ -28,6 +28,7 @@ import type { ModelSpec, LinearRef, NormSpec, Activation, LayerSpec } from '../s
 import type { TensorEntry } from '../safetensors-types';
 import type { SaeGraphSpec } from '../sae';
 import type { WeightPrecision } from '../precision';
+import { lookupRows, unembedRows, vocabChunks } from './vocab';
 
 export interface GraphPlan {
   /** expose hooks as outputs and hook sites as inputs (false = the plain logits-only graph) */
@@ -46,6 +47,8 @@ export interface GraphPlan {
   grad?: { hooks: string[] };
   /** how weights are held (precision.ts); default f32 */
   weights?: WeightPrecision;
+  /** rows per chunk of the vocabulary tables (vocab.ts; precision.ts chooseVocabSplit); absent: whole */
+  vocabRows?: number;
 }
 
 export interface BuiltGraph {
@@ -167,6 +170,12 @@ class ModelGraph {
 
   private linear(x: string, ref: LinearRef, inDim: number, outDim: number): string {
     return linearOf(this.g, this.W, this.btN, x, ref, inDim, outDim);
+  }
+
+  /** x [N, D] → logits [N, V] through W_U (lm_head or the tied embedding) in vocabulary chunks */
+  private unembed(x: string): string {
+    const { spec, plan } = this;
+    return unembedRows(this.g, vocabChunks(this.entry(spec.unembed.w), plan.vocabRows), spec.unembed.b ? this.entry(spec.unembed.b) : undefined, x);
   }
 
   private norm(x: string, n: NormSpec, scaleHook?: string): string {
@@ -353,7 +362,7 @@ class ModelGraph {
     if (spec.layers.some((l) => l.attn.slidingWindow !== null)) this.maskLocal = g.input('attn_mask_local', 'float', ['T', 'Tk']);
 
     // embeddings: W_E [V, D] gathered by token, W_pos [n_ctx, D] by position
-    let x = g.gatherRows(this.entry(spec.embed.w), ids);
+    let x = lookupRows(g, vocabChunks(this.entry(spec.embed.w), this.plan.vocabRows), ids);
     if (spec.embed.scale !== 1) x = g.o('Mul', [x, this.c(spec.embed.scale)]);
     x = this.hook(x, 'hook_embed');
     if (spec.posEmbed) {
@@ -369,10 +378,8 @@ class ModelGraph {
     const xf = this.norm(x, spec.lnFinal, 'ln_final.hook_scale');
     const xp = g.o('Gather', [xf, g.input('logit_positions', 'int64', ['P'])], { axis: 1 }); // [B, P, D]
     const xu = g.o('Reshape', [xp, g.constI([-1, D])]);
-    const uArgs = [xu, this.W(spec.unembed.w, xu)];
-    if (spec.unembed.b) uArgs.push(this.W(spec.unembed.b));
     const bpV = g.o('Concat', [g.o('Shape', [xp], { start: 0, end: 2 }), g.constI([spec.dVocab])], { axis: 0 });
-    let logits = g.o('Reshape', [g.o('Gemm', uArgs, { transB: 1 }), bpV]);
+    let logits = g.o('Reshape', [this.unembed(xu), bpV]);
     if (spec.finalSoftcap !== null) logits = softcap(g, logits, spec.finalSoftcap);
     g.rename(logits, 'logits');
     g.output('logits');
@@ -391,14 +398,12 @@ export function buildModelGraph(spec: ModelSpec, tensors: Map<string, TensorEntr
  * statistics → unembedding → final soft-cap. Lets the lens run on the backend (WebGPU/WASM/CPU)
  * instead of an N·D·V loop in JS.
  */
-export function buildLensGraph(spec: ModelSpec, tensors: Map<string, TensorEntry>, location: (file: string) => string = (f) => f, precision: WeightPrecision = 'f32'): BuiltGraph {
+export function buildLensGraph(spec: ModelSpec, tensors: Map<string, TensorEntry>, location: (file: string) => string = (f) => f, precision: WeightPrecision = 'f32', vocabRows?: number): BuiltGraph {
   const g = new OnnxGraph(location, precision);
   const W = (name: string, after?: string) => g.weight(tensors.get(name)!, after);
   const x = g.input('resid', 'float', ['N', spec.dModel]);
   const xn = normalize(g, W, x, spec.lnFinal);
-  const args = [xn, W(spec.unembed.w, xn)];
-  if (spec.unembed.b) args.push(W(spec.unembed.b));
-  let logits = g.o('Gemm', args, { transB: 1 }); // `n d, v d -> n v`
+  let logits = unembedRows(g, vocabChunks(tensors.get(spec.unembed.w)!, vocabRows), spec.unembed.b ? tensors.get(spec.unembed.b) : undefined, xn); // `n d, v d -> n v`
   if (spec.finalSoftcap !== null) logits = softcap(g, logits, spec.finalSoftcap);
   g.identity(logits, 'logits');
   g.output('logits');

@@ -10,7 +10,7 @@
  *   attn_dirs  float [L, K, D]     → attn_dir  [L, K, H·Dh]  rows of W_O_l · e  (K directions per layer)
  *   mlp_dirs   float [L, K, D]     → mlp_dir   [L, K, M]     rows of W_out_l · e
  *   unembed_ids int64 [I]          → unembed_rows [I, D]    W_U[:, t] for each id
- *   sum_ids    int64 [J]           → unembed_sum  [D]       Σ_j W_U[:, ids_j] (all V ids: the vocabulary mean × V)
+ *   sum_weights float [J, V]       → unembed_sum  [D]       Σ_j Σ_v w_jv W_U[:, v] (J = 1, ones: the vocabulary mean × V)
  *
  * (W_O, W_out, W_U in TransformerLens orientation: [H·Dh, D], [M, D], [D, V].)
  */
@@ -25,8 +25,9 @@ export type { WeightProducts, WeightProductsInput } from '../api';
 import type { OrtTensorLike } from '../runtime/session';
 import { LoupeError } from '../errors';
 import type { WeightPrecision } from '../precision';
+import { lookupRows, vocabChunks, weightedRowSum } from './vocab';
 
-export function buildReadoutGraph(spec: ModelSpec, tensors: Map<string, TensorEntry>, location: (file: string) => string = (f) => f, precision: WeightPrecision = 'f32'): BuiltGraph {
+export function buildReadoutGraph(spec: ModelSpec, tensors: Map<string, TensorEntry>, location: (file: string) => string = (f) => f, precision: WeightPrecision = 'f32', vocabRows?: number): BuiltGraph {
   const g = new OnnxGraph(location, precision);
   const entry = (name: string) => {
     const e = tensors.get(name);
@@ -53,11 +54,12 @@ export function buildReadoutGraph(spec: ModelSpec, tensors: Map<string, TensorEn
   stack(spec.layers.map((s, l) => forward(layerOf(post, l), s.mlp.down)), 'mlp_x');
   stack(spec.layers.map((s, l) => backward(layerOf(attnDirs, l), s.attn.o)), 'attn_dir');
   stack(spec.layers.map((s, l) => backward(layerOf(mlpDirs, l), s.mlp.down)), 'mlp_dir');
-  // the unembedding is stored [V, D] (the lens graph multiplies by its transpose)
-  const WU = entry(spec.unembed.w);
-  g.rename(g.gatherRows(WU, g.input('unembed_ids', 'int64', ['I'])), 'unembed_rows');
+  // the unembedding is stored [V, D] (the lens graph multiplies by its transpose), in vocabulary
+  // chunks (vocab.ts): the sum is a product with a row of ones, so no [V, D] float32 copy is gathered
+  const WU = vocabChunks(entry(spec.unembed.w), vocabRows);
+  g.rename(lookupRows(g, WU, g.input('unembed_ids', 'int64', ['I'])), 'unembed_rows');
   g.output('unembed_rows');
-  g.rename(g.o('ReduceSum', [g.gatherRows(WU, g.input('sum_ids', 'int64', ['J'])), g.constI([0])], { keepdims: 0 }), 'unembed_sum');
+  g.rename(weightedRowSum(g, WU, g.input('sum_weights', 'float', ['J', spec.dVocab])), 'unembed_sum');
   g.output('unembed_sum');
   return { bytes: g.encode(), inputNames: g.inputNames(), outputNames: g.outputNames(), sites: [], precision };
 }
@@ -83,14 +85,15 @@ export function readoutFeeds(spec: ModelSpec, input: WeightProductsInput, tensor
   const given = input.unembedIds ?? [];
   for (const id of given) if (!Number.isInteger(id) || id < 0 || id >= V) throw new LoupeError('BAD_TOKEN_ID', `Token id ${id} is outside the vocabulary (0..${V - 1}).`);
   const ids = given.length === 0 && noEmpty ? [0] : given;
-  const all = input.unembedSum ? BigInt64Array.from({ length: V }, (_, v) => BigInt(v)) : new BigInt64Array(noEmpty ? 1 : 0);
+  const sumRows = input.unembedSum ? 1 : noEmpty ? 1 : 0;
+  const sumWeights = new Float32Array(sumRows * V).fill(input.unembedSum ? 1 : 0);
   return {
     z: f('z', input.z, H * Dh),
     post: f('post', input.post, M),
     attn_dirs: f('attnDirs', input.attnDirs, D),
     mlp_dirs: f('mlpDirs', input.mlpDirs, D),
     unembed_ids: tensor('int64', BigInt64Array.from(ids.map(BigInt)), [ids.length]),
-    sum_ids: tensor('int64', all, [all.length]),
+    sum_weights: tensor('float32', sumWeights, [sumRows, V]),
   };
 }
 

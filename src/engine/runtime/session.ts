@@ -10,6 +10,7 @@ import type { WeightSet } from '../safetensors-types';
 import { precisionSessionOptions } from '../precision';
 import { pieceGraph } from './pieces';
 import type { ReadableWeightSet } from '../safetensors';
+import type { GpuCaps } from '../env';
 
 export interface OrtTensorLike {
   dims: readonly number[];
@@ -32,6 +33,8 @@ export interface EngineSession {
 export interface SessionFactory {
   backend: Backend;
   ort: OrtModule;
+  /** WebGPU: what the adapter offers (shader-f16, buffer limit); decides precision and the vocabulary split */
+  gpu?: GpuCaps;
   create(graph: BuiltGraph, weights: WeightSet): Promise<EngineSession>;
 }
 
@@ -79,10 +82,11 @@ function trackedWeb(ort: OrtModule, backend: 'webgpu' | 'wasm', session: any): E
  * pieces under 2 GiB (pieces.ts), views of the files in memory or, when a file is only on disk
  * (Node), read by range — never a whole file at once.
  */
-export function webSessionFactory(ort: OrtModule, backend: 'webgpu' | 'wasm'): SessionFactory {
+export function webSessionFactory(ort: OrtModule, backend: 'webgpu' | 'wasm', gpu?: GpuCaps): SessionFactory {
   return {
     backend,
     ort,
+    ...(backend === 'webgpu' && gpu ? { gpu } : {}),
     async create(graph, weights) {
       const { graphBytes, pieces } = pieceGraph(graph.bytes);
       const externalData = pieces.map((p) => {

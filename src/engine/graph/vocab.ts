@@ -1,0 +1,94 @@
+/**
+ * Vocabulary-sized tables in the graph: the embedding W_E [V, D] and the unembedding W_U [V, D]
+ * (often one tied tensor), split along the vocabulary into chunks of rows when one piece would be
+ * too big (precision.ts chooseVocabSplit says when and why):
+ *
+ *  - a 16-bit table widened at use ('stored') would otherwise be widened whole for the unembedding:
+ *    Llama-3.2-1B's tied 128256×2048 embedding is 1.05 GB as float32 on top of its 0.53 GB of
+ *    float16, more than the 4 GiB WASM heap had left;
+ *  - a WebGPU buffer cannot exceed the adapter's maxStorageBufferBindingSize / maxBufferSize
+ *    (Gemma's 256000×2304 embedding is 2.36 GB as float32).
+ *
+ * A chunk is a run of whole rows, so its bytes are a contiguous range of the safetensors file: each
+ * chunk is its own initializer pointing into the file (no copy), and every use goes through
+ * OnnxGraph.weight / gatherRows, the one place a weight becomes float32. The numbers equal the
+ * unsplit graph's: a lookup selects whole rows (Where, no arithmetic) and each logit is the same
+ * dot product over D (the chunks only split the V axis of the product).
+ */
+import type { OnnxGraph } from './onnx-builder';
+import type { TensorEntry } from '../safetensors-types';
+
+/** Rows [start, end) of a weight (any rank ≥ 1, split on axis 0): the same file bytes, no copy. */
+export function rowSlice(e: TensorEntry, start: number, end: number): TensorEntry {
+  const rowBytes = e.byteLength / e.shape[0];
+  return { ...e, name: `${e.name}[${start}:${end}]`, shape: [end - start, ...e.shape.slice(1)], fileOffset: e.fileOffset + start * rowBytes, byteLength: (end - start) * rowBytes };
+}
+
+/** A vocabulary table as chunks of at most `rows` rows (the whole table when `rows` is absent or covers it). */
+export function vocabChunks(e: TensorEntry, rows?: number): TensorEntry[] {
+  const V = e.shape[0];
+  if (!rows || rows >= V) return [e];
+  const out: TensorEntry[] = [];
+  for (let s = 0; s < V; s += rows) out.push(rowSlice(e, s, Math.min(V, s + rows)));
+  return out;
+}
+
+/**
+ * Rows of a chunked table for int64 `ids` (any shape) → float32 [...ids, D]. Each chunk gathers
+ * the clipped local ids (only the gathered rows are widened) and Where keeps the rows of the
+ * chunk each id falls in.
+ */
+export function lookupRows(g: OnnxGraph, chunks: TensorEntry[], ids: string): string {
+  if (chunks.length === 1) return g.gatherRows(chunks[0], ids);
+  let x = '';
+  let start = 0;
+  for (const c of chunks) {
+    const n = c.shape[0];
+    const s = g.constI([start], []);
+    const local = g.o('Clip', [g.o('Sub', [ids, s]), g.constI([0], []), g.constI([n - 1], [])]);
+    const rows = g.gatherRows(c, local);
+    x = start === 0 ? rows : g.o('Where', [g.o('Unsqueeze', [g.o('GreaterOrEqual', [ids, s]), g.constI([-1])]), rows, x]);
+    start += n;
+  }
+  return x;
+}
+
+/**
+ * x [N, D] → x · W_Uᵀ (+ b_U) [N, V], one Gemm per chunk (`n d, v d -> n v`) concatenated along V.
+ * Each chunk's weight is asked for after the previous chunk's product (`after`), so a weight
+ * widened at use exists one chunk at a time.
+ */
+export function unembedRows(g: OnnxGraph, chunks: TensorEntry[], bias: TensorEntry | undefined, x: string): string {
+  const parts: string[] = [];
+  let after = x;
+  let start = 0;
+  for (const c of chunks) {
+    const n = c.shape[0];
+    const args = [x, g.weight(c, after)];
+    if (bias) args.push(g.weight(chunks.length === 1 ? bias : rowSlice(bias, start, start + n)));
+    after = g.o('Gemm', args, { transB: 1 });
+    parts.push(after);
+    start += n;
+  }
+  return parts.length === 1 ? parts[0] : g.o('Concat', parts, { axis: 1 });
+}
+
+/**
+ * w [J, V] → w · W_U [J, D] summed over J → [D]: with one row of ones, the sum of every row of the
+ * table (the unembedding's vocabulary mean × V for DLA), chunk by chunk like unembedRows; with J = 0
+ * it costs nothing and gives zeros.
+ */
+export function weightedRowSum(g: OnnxGraph, chunks: TensorEntry[], w: string): string {
+  let sum = '';
+  let after = w;
+  let start = 0;
+  for (const c of chunks) {
+    const n = c.shape[0];
+    const wc = chunks.length === 1 ? w : g.o('Slice', [w, g.constI([start]), g.constI([start + n]), g.constI([1])]);
+    const y = g.o('Gemm', [wc, g.weight(c, after)]); // `j v, v d -> j d`
+    sum = sum ? g.o('Add', [sum, y]) : y;
+    after = y;
+    start += n;
+  }
+  return g.o('ReduceSum', [sum, g.constI([0])], { keepdims: 0 });
+}
