@@ -202,6 +202,16 @@ describe('loupe CLI', () => {
     expect(d.agreement.max_abs_logit_diff).toBeGreaterThanOrEqual(0);
     expect(d.agreement.max_abs_logit_diff).toBeLessThan(1e-4);
     expect(d.cache.location).toBe(cache);
+    // the memory report: weights read from disk (none in JS), hooks returned, the WASM heap holds at least the weights
+    for (const b of ['node', 'wasm']) {
+      const m = d.memory[b];
+      expect(m.weight_bytes, b).toBeGreaterThan(0);
+      expect(m.precision, b).toMatch(/^(f32|stored)$/);
+      expect(m.js_weight_bytes, b).toBe(0);
+      expect(m.hooks_bytes, b).toBeGreaterThan(0);
+      expect(m.rss_bytes, b).toBeGreaterThan(m.weight_bytes);
+    }
+    expect(d.memory.wasm.wasm_heap_bytes).toBeGreaterThan(d.memory.wasm.weight_bytes);
     expect(d.ok).toBe(true);
   });
 });

@@ -72,12 +72,14 @@ describe('IdbCache.openSink', () => {
     const src = new HubSource('s/gpt2', { endpoint: hub.url });
     const a = await loadModelFiles(src, { cache });
     const size = readFileSync(`${GPT2}/model.safetensors`).byteLength;
-    expect(a.weights.files.get('model.safetensors')!.byteLength).toBe(size);
+    // read back as its chunks, by range, never one buffer (source-idb-ranged.test.ts)
+    expect(a.weights.files.size).toBe(0);
+    expect(a.weights.ranged!.get('model.safetensors')!.size).toBe(size);
     const entry = (await cache.list()).find((e) => e.file === 'model.safetensors')!;
     expect(entry).toMatchObject({ size, complete: true });
     hub.resetCounters();
     const b = await loadModelFiles(src, { cache });
     expect(hub.log).toEqual([]);
-    expect(Buffer.compare(Buffer.from(b.weights.files.get('model.safetensors')!), readFileSync(`${GPT2}/model.safetensors`))).toBe(0);
+    expect(Buffer.compare(Buffer.from(b.weights.ranged!.get('model.safetensors')!.read(0, size)), readFileSync(`${GPT2}/model.safetensors`))).toBe(0);
   });
 });

@@ -16,10 +16,14 @@ import type { CacheKey } from '../src/engine/source/types';
 import { IdbCache } from '../src/engine/source/idb-cache';
 import { createSaeLoaders, type SaeLoaders } from '../src/engine/source/sae-loader';
 import { gpuInfo } from './doctor';
+import { watchWasmHeaps } from '../src/engine/runtime/wasm-heap';
 import { CONFIRM_DOWNLOAD_BYTES, type BackendChoice, type CachedModel, type LoadPreview, type LoadRequest, type LoadedModelSummary, type PreviewFn } from './protocol';
 import type { ModelPlan, ModelJudgement } from '../src/engine/source/preflight';
 
 const BASE = new URL(import.meta.env.BASE_URL, self.location.href);
+
+// before the runtime makes its heap, so the memory report can say how big it is
+watchWasmHeaps();
 
 // The runtime (.mjs glue + .wasm) is copied into the build under /ort/ (vite.config.ts): never a CDN.
 ort.env.wasm.wasmPaths = new URL('ort/', BASE).href;

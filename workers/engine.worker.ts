@@ -17,6 +17,7 @@ import { instanceHandleStore, newInstanceId } from '../src/bridge/handles';
 import { gpuInfo, storageInfo, jsHeapBytes } from './doctor';
 import { openModel, listCachedModels, deleteCachedModel, wasmThreads, saeLoadersFor, saeNeedsDownload } from './engine-adapter';
 import { compareBackends } from './agreement';
+import { wasmHeapBytes } from '../src/engine/runtime/wasm-heap';
 import type {
   EngineWorkerApi, LoadRequest, LoadedModelSummary, OperationInfo, FileProgressFn, ProgressFn, MemoryInfo, PreviewFn
 } from './protocol';
@@ -44,7 +45,12 @@ function requireModel(): LoadedModel {
 }
 
 function memory(): MemoryInfo {
-  return { weightBytes: model ? model.info.weight_bytes : null, jsHeapBytes: jsHeapBytes() };
+  const m = model?.memory();
+  return {
+    weightBytes: m?.weight_bytes ?? null, precision: m?.precision ?? null, wasmHeapBytes: wasmHeapBytes(),
+    jsWeightBytes: m?.js_weight_bytes ?? null, paramBytes: m?.param_bytes ?? null, hooksBytes: m?.hooks_bytes ?? null,
+    jsHeapBytes: jsHeapBytes(),
+  };
 }
 
 let opInfos: OperationInfo[] | null = null;

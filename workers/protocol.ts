@@ -120,8 +120,17 @@ export interface DoctorInfo {
 }
 
 export interface MemoryInfo {
-  /** bytes of model weights held (float32) */
+  /** bytes of the weights as the session holds them, in `precision` (f32, or 16-bit 'stored') */
   weightBytes: number | null;
+  precision: string | null;
+  /** onnxruntime-web's WASM heap (the sessions: weights, pre-packed copies, activations); null on WebGPU before a WASM session */
+  wasmHeapBytes: number | null;
+  /** weight file bytes the worker holds in JS (0 when read by range from IndexedDB) */
+  jsWeightBytes: number | null;
+  /** float32 copies of parameters kept for operations that read weights in JS */
+  paramBytes: number | null;
+  /** hook values the last run returned */
+  hooksBytes: number | null;
   /** JS heap of the worker where the browser exposes it (Chromium) */
   jsHeapBytes: number | null;
 }

@@ -11,6 +11,7 @@ import { loadModel, type Io } from './load-model';
 import { defaultCacheDir } from '../node/dir-cache';
 import { toLoupeError } from '../engine/errors';
 import { requireOrtNode } from '../node/ort-node';
+import { wasmHeapBytes } from '../engine/runtime/wasm-heap';
 
 /** logits of the two Node backends must agree this closely on the bundled model */
 export const AGREEMENT_TOLERANCE = 1e-4;
@@ -73,14 +74,16 @@ export async function doctor(argv: string[], io: Io): Promise<number> {
   // the agreement check: same prompt, both backends, max |Δ| over every logit
   say('doctor: running the bundled model on both backends …');
   const agreement: Record<string, any> = { model: 'default', prompt: PROMPT, tolerance: AGREEMENT_TOLERANCE };
+  const memory: Record<string, any> = {};
   try {
     const logits: Float32Array[] = [];
     for (const backend of ['node', 'wasm'] as const) {
       const m = await loadModel('default', backend);
       try {
         const ids = m.tokenize(PROMPT);
-        logits.push((await m.run(ids)).logits.data);
+        logits.push((await m.run(ids, { hooks: 'all' })).logits.data);
         agreement.tokens = ids.length;
+        memory[backend] = { ...m.memory(), ...(backend === 'wasm' ? { wasm_heap_bytes: wasmHeapBytes() } : {}), rss_bytes: process.memoryUsage().rss };
       } finally {
         await m.dispose().catch(() => undefined);
       }
@@ -94,6 +97,7 @@ export async function doctor(argv: string[], io: Io): Promise<number> {
     agreement.error = toLoupeError(e).toJSON().error;
   }
   report.agreement = agreement;
+  report.memory = memory;
 
   const dir = defaultCacheDir();
   const size = await dirSize(dir);
@@ -102,6 +106,7 @@ export async function doctor(argv: string[], io: Io): Promise<number> {
 
   if (json) io.stdout(JSON.stringify({ doctor: report }) + '\n');
   else {
+    const mb = (n: number) => `${(n / 1e6).toFixed(1)} MB`;
     const b = (x: any) => (x.available ? `available (${x.version})` : `unavailable: ${x.error}`);
     io.stdout([
       `runtime     Node ${report.runtime.node} on ${report.runtime.platform}`,
@@ -109,6 +114,7 @@ export async function doctor(argv: string[], io: Io): Promise<number> {
       `backend     node: ${b(report.backends.node)}`,
       `backend     wasm: ${b(report.backends.wasm)}`,
       `agreement   ${agreement.ok ? 'ok' : 'FAILED'}: ${agreement.error ? agreement.error.message : `max |Δ logit| node vs wasm = ${agreement.max_abs_logit_diff.toExponential(2)} over ${agreement.tokens} tokens (tolerance ${AGREEMENT_TOLERANCE})`}`,
+      ...Object.entries(memory).map(([b, m]) => `memory      ${b}: weights ${mb(m.weight_bytes)} (${m.precision}), weights in JS ${mb(m.js_weight_bytes)}, param copies ${mb(m.param_bytes)}, hooks returned ${mb(m.hooks_bytes)}${m.wasm_heap_bytes != null ? `, WASM heap ${mb(m.wasm_heap_bytes)}` : ''}, process RSS ${mb(m.rss_bytes)}`),
       `cache       ${dir} (${(size.bytes / 1e6).toFixed(1)} MB in ${size.files} files; set LOUPE_CACHE_DIR to move it)`,
     ].join('\n') + '\n');
   }

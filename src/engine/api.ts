@@ -279,7 +279,27 @@ export interface LoadedModel {
   saes(): SaeInfo[];
   /** an attached SAE's weights as float32: W_enc [d_in,d_sae], b_enc, W_dec [d_sae,d_in], b_dec, threshold */
   saeWeight(id: string, name: 'W_enc' | 'b_enc' | 'W_dec' | 'b_dec' | 'threshold'): Tensor;
+  /** what the model holds in memory besides the runtime's own (see ModelMemory) */
+  memory(): ModelMemory;
   dispose(): Promise<void>;
+}
+
+/**
+ * A model's memory as the engine sees it. The runtime's part (the WASM heap, the process RSS) is
+ * measured by the host (the worker, the CLI) beside it.
+ */
+export interface ModelMemory {
+  /** bytes of the weights in the precision the session holds them (= info.weight_bytes) */
+  weight_bytes: number;
+  precision: ModelInfo['weights'];
+  /** weight file bytes held in JavaScript (a source kept in memory: the bundled model, a folder picked in the page); 0 when they are read by range from disk or IndexedDB */
+  js_weight_bytes: number;
+  /** float32 copies param() made and keeps for the operations that read weights in JavaScript */
+  param_bytes: number;
+  /** graph variants with a live session (each holds the weights in the runtime) */
+  sessions: number;
+  /** bytes of the hook (and gradient) values the last run returned */
+  hooks_bytes: number;
 }
 
 export interface LoadOptions {

@@ -3,7 +3,7 @@
  * (api.ts). Graph variants are built on demand and kept: the hooked graph (every hook an output,
  * every site an input, KV cache in/out) and, when asked, the variant with per-head hook_result.
  */
-import type { LoadedModel, ModelInfo, RunOptions, RunResult, KVCache, Intervention } from './api';
+import type { LoadedModel, ModelInfo, ModelMemory, RunOptions, RunResult, KVCache, Intervention } from './api';
 import { LoupeError, throwIfAborted } from './errors';
 import type { ModelSpec } from './spec';
 import type { Tensor } from './tensor';
@@ -143,6 +143,7 @@ class EngineModel implements LoadedModel {
   private params = new Map<string, Tensor>();
   private readonly hookSets: Record<'base' | 'result', Set<string>>;
   private queue: Promise<unknown> = Promise.resolve();
+  private lastHooksBytes = 0;
 
   constructor(
     readonly spec: ModelSpec,
@@ -325,6 +326,7 @@ class EngineModel implements LoadedModel {
     const toTensor = (t: OrtTensorLike): Tensor => ({ dims: [...t.dims], data: t.data as Float32Array });
     const result: RunResult = { logits: toTensor(out.logits), hooks: Object.fromEntries(wanted.map((h) => [h, toTensor(out[h])])) };
     if (gradHooks) result.grads = Object.fromEntries(opts.grad!.hooks.map((h) => [h, toTensor(out[gradName(h)])]));
+    this.lastHooksBytes = [...Object.values(result.hooks), ...Object.values(result.grads ?? {})].reduce((s, t) => s + t.data.byteLength, 0);
     if (opts.returnCache) {
       const cache: KVCache = { keys: [], values: [], length: Tk };
       for (let l = 0; l < this.spec.nLayers; l++) {
@@ -415,6 +417,16 @@ class EngineModel implements LoadedModel {
       means.set(h, { dims: [restSize], data: Float32Array.from(acc, (v) => v / T) });
     }
     return means;
+  }
+
+  memory(): ModelMemory {
+    let js = 0, params = 0;
+    for (const b of this.parts.weights.files.values()) js += b.byteLength;
+    for (const p of this.params.values()) params += p.data.byteLength;
+    return {
+      weight_bytes: this.info.weight_bytes, precision: this.info.weights, js_weight_bytes: js, param_bytes: params,
+      sessions: this.sessions.size, hooks_bytes: this.lastHooksBytes,
+    };
   }
 
   async dispose(): Promise<void> {

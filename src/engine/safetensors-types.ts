@@ -12,12 +12,26 @@ export interface TensorEntry {
   file: string;
 }
 
+/**
+ * A weight file read by byte range, never held whole: a file on disk (Node, src/node/), or a
+ * complete IndexedDB entry's chunk list (browser, source/chunked-file.ts). `read` is synchronous
+ * (a positioned read; FileReaderSync of the stored chunks in a worker) so `param()` stays
+ * synchronous; `readAsync` does not block the thread (session pieces).
+ */
+export interface RangedFile {
+  readonly size: number;
+  read(offset: number, length: number): Uint8Array;
+  readAsync(offset: number, length: number): Promise<Uint8Array>;
+}
+
 /** Weights of a model, possibly sharded: the raw bytes of each file plus a validated index. */
 export interface WeightSet {
   /** file name -> raw file bytes (browser) ; may be absent when `paths` has the file (Node, loaded lazily) */
   files: Map<string, Uint8Array>;
   /** file name -> absolute local path (Node folder/directory cache), lets ORT read external data from disk */
   paths: Map<string, string>;
+  /** file name -> a reader of byte ranges, for files held neither in `files` nor anywhere in JS memory */
+  ranged?: Map<string, RangedFile>;
   tensors: Map<string, TensorEntry>;
   metadata: Record<string, string>;
 }

@@ -12,7 +12,8 @@
  *  - `parseSafetensors(bytes, fileName)`  the same on a whole file in memory
  *  - `readTensorBytes(weights, name)` / `readTensorF32(weights, name)`  a tensor's raw bytes / its values as float32
  *       (F16, BF16, F64 and integer dtypes converted). Bytes come from `weights.files`, else from
- *       `weights.readRange` (Node sets it to read just that byte range from `weights.paths`).
+ *       `weights.ranged` (a file on disk in Node, IndexedDB chunks in the browser: just that byte range
+ *       is read), else `weights.readRange` over `weights.paths`.
  *
  * Every broken rule throws a LoupeError with its own code, naming the file and the tensor:
  *  SAFETENSORS_TRUNCATED (file shorter than the header, or than the data a well-formed header describes),
@@ -184,8 +185,11 @@ export function readTensorBytes(weights: ReadableWeightSet, name: string): Uint8
   const e = entryOf(weights, name);
   const bytes = weights.files.get(e.file);
   if (bytes) return bytes.subarray(e.fileOffset, e.fileOffset + e.byteLength);
-  if (weights.readRange && weights.paths.has(e.file)) {
-    const out = weights.readRange(e.file, e.fileOffset, e.byteLength);
+  const ranged = weights.ranged?.get(e.file);
+  const read = ranged ? (o: number, n: number) => ranged.read(o, n)
+    : weights.readRange && weights.paths.has(e.file) ? (o: number, n: number) => weights.readRange!(e.file, o, n) : undefined;
+  if (read) {
+    const out = read(e.fileOffset, e.byteLength);
     if (out.byteLength !== e.byteLength) {
       throw new LoupeError('SAFETENSORS_TRUNCATED', `${e.file}: read ${out.byteLength} of ${e.byteLength} bytes of tensor "${name}".`, HINT_REDOWNLOAD, { file: e.file, tensor: name });
     }

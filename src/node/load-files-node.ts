@@ -26,6 +26,7 @@ import { createSource } from '../engine/source/create-source';
 import { DirCache } from './dir-cache';
 import { FolderSource } from './folder-source';
 import type { LocalAccess } from './local-access';
+import type { RangedFile } from '../engine/safetensors-types';
 
 export interface NodeLoadOptions extends Omit<LoadFilesOptions, 'cache'> {
   /** byte cache for Hub/URL models (default: a DirCache); false: none, weights stay in memory */
@@ -72,6 +73,16 @@ export function readFileRange(filePath: string, offset: number, length: number):
   } finally {
     closeSync(fd);
   }
+}
+
+/** A file on disk as a RangedFile: the same shape as IndexedDB's chunk list in the browser. */
+export function diskFile(filePath: string): RangedFile {
+  const size = statSync(filePath).size;
+  return {
+    size,
+    read: (offset, length) => readFileRange(filePath, offset, Math.max(0, Math.min(length, size - offset))),
+    readAsync: async (offset, length) => readFileRange(filePath, offset, Math.max(0, Math.min(length, size - offset))),
+  };
 }
 
 /** The bundled stories260K folder: $LOUPE_BUNDLED_MODEL, else public/models/stories260K near this file or the cwd. */
@@ -149,20 +160,20 @@ export function diskWeightReader(source: ModelSource, cache: ByteCache | undefin
           p = localOf(file);
           if (!p) throw new LoupeError('INTERNAL', `${file} was downloaded but is not in the cache.`);
           const path_ = p;
-          return { header: await forgetIfCorrupt(source, c, file, () => readSafetensorsHeaderFromDisk(path_, file)), path: p };
+          return { header: await forgetIfCorrupt(source, c, file, () => readSafetensorsHeaderFromDisk(path_, file)), path: p, file: diskFile(p) };
         }
         const bytes = await source.fetchFile(file, { ...opts, cache: c });
         if (!bytes) return null;
         p = localOf(file);
         // Validate from memory; keep only the path when the cache now holds the file.
         const header = await forgetIfCorrupt(source, c, file, () => parseSafetensors(bytes, file));
-        return p ? { header, path: p } : { header, bytes };
+        return p ? { header, path: p, file: diskFile(p) } : { header, bytes };
       }
       const cached = p;
       const header = await forgetIfCorrupt(source, source instanceof FolderSource ? undefined : cache, file, () => readSafetensorsHeaderFromDisk(cached, file));
       const size = statSync(p).size;
       opts.onProgress?.({ file, loaded: size, total: size, cached: true, done: true });
-      return { header, path: p };
+      return { header, path: p, file: diskFile(p) };
     },
   };
 }

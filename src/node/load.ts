@@ -16,6 +16,7 @@ import { nodeSessionFactory } from './session-node';
 import { FolderSource } from './folder-source';
 import { requireOrtNode } from './ort-node';
 import type { LocalAccess } from './local-access';
+import { watchWasmHeaps } from '../engine/runtime/wasm-heap';
 
 export interface NodeModelOptions extends Omit<LoadOptions, 'backend'>, Pick<NodeLoadOptions, 'cache' | 'endpoint' | 'token'> {
   backend?: 'node' | 'wasm';
@@ -35,6 +36,7 @@ export async function nodeFactory(backend: 'node' | 'wasm', threads?: number): P
     }
     return nodeSessionFactory(ort, threads);
   }
+  watchWasmHeaps(); // before the runtime makes its heap: the memory report measures it
   const ort = (await import('onnxruntime-web')) as unknown as OrtModule;
   // One thread: no worker_threads inside ORT-web in Node; comparable with the page's single-thread WASM.
   ort.env.wasm.numThreads = 1;

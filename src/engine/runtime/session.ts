@@ -8,7 +8,8 @@ import type { Backend } from '../api';
 import type { BuiltGraph } from '../graph/build-model';
 import type { WeightSet } from '../safetensors-types';
 import { precisionSessionOptions } from '../precision';
-import { pieceGraph } from './pieces';
+import { pieceGraph, type Piece } from './pieces';
+import { LoupeError } from '../errors';
 import type { ReadableWeightSet } from '../safetensors';
 import type { GpuCaps } from '../env';
 
@@ -77,10 +78,22 @@ function trackedWeb(ort: OrtModule, backend: 'webgpu' | 'wasm', session: any): E
   };
 }
 
+/** One piece's bytes: a view of a file in memory, else read by range (IndexedDB chunks, a file on disk). */
+async function pieceBytes(weights: ReadableWeightSet, p: Piece): Promise<Uint8Array> {
+  const bytes = weights.files.get(p.file);
+  if (bytes) return bytes.subarray(p.start, p.end);
+  const ranged = weights.ranged?.get(p.file);
+  const data = ranged ? await ranged.readAsync(p.start, p.end - p.start) : weights.readRange?.(p.file, p.start, p.end - p.start);
+  if (!data || data.byteLength !== p.end - p.start) throw new LoupeError('SAFETENSORS_TRUNCATED', `${p.file}: could not read bytes ${p.start}–${p.end}.`, 'The file is damaged or incomplete: clear the cache and load the model again.', { file: p.file });
+  return data;
+}
+
 /**
  * onnxruntime-web (browser worker, or WASM in Node): weights go in as external data buffers in
- * pieces under 2 GiB (pieces.ts), views of the files in memory or, when a file is only on disk
- * (Node), read by range — never a whole file at once.
+ * pieces under 2 GiB (pieces.ts), views of the files in memory or read by range from where they
+ * are kept (IndexedDB chunks, a file on disk) — never a whole file at once. onnxruntime-web holds
+ * every piece until the session exists and copies them into its heap; once `create` returns no
+ * reference to a piece is left, so the read bytes are garbage.
  */
 export function webSessionFactory(ort: OrtModule, backend: 'webgpu' | 'wasm', gpu?: GpuCaps): SessionFactory {
   return {
@@ -89,18 +102,15 @@ export function webSessionFactory(ort: OrtModule, backend: 'webgpu' | 'wasm', gp
     ...(backend === 'webgpu' && gpu ? { gpu } : {}),
     async create(graph, weights) {
       const { graphBytes, pieces } = pieceGraph(graph.bytes);
-      const externalData = pieces.map((p) => {
-        const bytes = weights.files.get(p.file);
-        const data = bytes ? bytes.subarray(p.start, p.end) : (weights as ReadableWeightSet).readRange?.(p.file, p.start, p.end - p.start);
-        if (!data) throw new Error(`weight file ${p.file} has no bytes in memory`);
-        return { path: p.path, data };
-      });
+      const externalData: { path: string; data: Uint8Array }[] = [];
+      for (const p of pieces) externalData.push({ path: p.path, data: await pieceBytes(weights, p) });
       const session = await ort.InferenceSession.create(graphBytes, {
         executionProviders: [backend],
         externalData,
         graphOptimizationLevel: 'all',
         ...precisionSessionOptions(graph.precision),
       });
+      externalData.length = 0; // should the runtime keep the options object, it keeps no piece
       return trackedWeb(ort, backend, session);
     },
   };

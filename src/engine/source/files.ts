@@ -16,8 +16,8 @@
  * reader that parses only headers from disk and fills `weights.paths`.
  */
 import { LoupeError } from '../errors';
-import { addHeader, parseSafetensors, type SafetensorsHeader } from '../safetensors';
-import type { WeightSet } from '../safetensors-types';
+import { addHeader, parseSafetensors, parseSafetensorsHeader, safetensorsHeaderLength, type SafetensorsHeader } from '../safetensors';
+import type { RangedFile, WeightSet } from '../safetensors-types';
 import type { WeightStats } from '../budget';
 import {
   childAbort, checkIndexAgainst, forgetIfCorrupt, missingShard, planModel, pool, ProgressTracker, type ModelPlan, type PlanOptions,
@@ -34,11 +34,19 @@ export type ModelFiles = Pick<ModelPlan,
   'ref' | 'commit' | 'config' | 'tokenizerJson' | 'tokenizerConfig' | 'generationConfig' | 'weightFiles' | 'index' | 'stats' | 'downloadBytes'
 > & { weights: WeightSet };
 
-/** One weight file read and validated: its header, plus its bytes or local path, and its size. */
+/** One weight file read and validated: its header, plus its bytes, local path or range reader. */
 export interface WeightFileResult {
   header: SafetensorsHeader;
   bytes?: Uint8Array;
   path?: string;
+  /** read by range where it is kept (IndexedDB chunks, a file on disk); the bytes are never held whole */
+  file?: RangedFile;
+}
+
+/** Validate a safetensors file from its first bytes, read by range. */
+export function headerOfRanged(file: RangedFile, name: string): SafetensorsHeader {
+  const n = safetensorsHeaderLength(file.read(0, 8), name, file.size);
+  return parseSafetensorsHeader(file.read(0, 8 + n), name, file.size);
 }
 
 /**
@@ -55,12 +63,19 @@ export function memoryWeightReader(source: ModelSource): WeightReader {
   return {
     async read(file, opts) {
       // A cache that streams (IndexedDB, a directory) takes the download chunk by chunk, so it is
-      // never held twice (download buffer + cache copy); the bytes are read back once, whole.
+      // never held twice (download buffer + cache copy). IndexedDB then gives the file back as its
+      // chunks, read by range (sessions read their pieces, param() its tensor): the file is never
+      // one ArrayBuffer. A cache without openFile gives the bytes back once, whole.
       if (opts.cache?.openSink && source instanceof HttpSource) {
         const cache = opts.cache;
         const key = source.cacheKey(file);
         const wasCached = !!(await cache.hasComplete?.(key));
         if (!(await source.downloadToCache(file, { ...opts, cache }))) return null;
+        const ranged = await cache.openFile?.(key);
+        if (ranged) {
+          if (wasCached) opts.onProgress?.({ file, loaded: ranged.size, total: ranged.size, cached: true, done: true });
+          return { header: await forgetIfCorrupt(source, cache, file, () => headerOfRanged(ranged, file)), file: ranged };
+        }
         const bytes = await cache.get(key);
         if (!bytes) throw new LoupeError('INTERNAL', `${file} was downloaded but is not in the cache.`, 'Load the model again.', { file });
         if (wasCached) opts.onProgress?.({ file, loaded: bytes.byteLength, total: bytes.byteLength, cached: true, done: true });
@@ -81,12 +96,13 @@ export async function loadModelFilesWith(source: ModelSource, reader: WeightRead
   const tracker = new ProgressTracker(opts.onProgress);
   const plan = await planModel(source, opts, tracker);
   const base: FetchOptions = { cache: opts.cache, signal: opts.signal, onProgress: tracker.handler, ...(opts.retries != null ? { retries: opts.retries } : {}) };
-  const weights = reader.createWeightSet?.() ?? { files: new Map(), paths: new Map(), tensors: new Map(), metadata: {} };
+  const weights: WeightSet = reader.createWeightSet?.() ?? { files: new Map(), paths: new Map(), tensors: new Map(), metadata: {} };
   const results = await readWeights(plan, reader, base, opts);
   for (const file of plan.weightFiles) {
     const r = results.get(file)!;
     if (r.bytes) weights.files.set(file, r.bytes);
     if (r.path) weights.paths.set(file, r.path);
+    if (r.file) (weights.ranged ??= new Map()).set(file, r.file);
     addHeader(weights, r.header);
   }
   if (plan.index) checkIndexAgainst(plan.index.weight_map, weights.tensors);

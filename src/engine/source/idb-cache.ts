@@ -9,9 +9,16 @@
  * CHUNK_BYTES (one huge structured-clone value per file would need the whole file twice in
  * memory and hits per-value limits). Entries and their chunks change in one transaction, so an
  * entry that exists always has all its chunks. A file has at most one entry, complete or partial.
+ *
+ * In a worker chunks are stored as Blobs: Chromium keeps a stored Blob's bytes on disk and a read
+ * gives back a handle, so `openFile` yields a weight file (chunked-file.ts) whose ranges are read
+ * on demand and which is never held in memory, whole or in chunks. Elsewhere (Node's fake
+ * IndexedDB in tests) chunks are bytes; every reader takes either.
  */
 import { openDB, type DBSchema, type IDBPDatabase } from 'idb';
 import type { ByteCache, CacheEntryInfo, CacheKey, CacheSink, RangeRead } from './types';
+import type { RangedFile } from '../safetensors-types';
+import { canReadBlobsSync, chunkedFile, type Chunk } from './chunked-file';
 
 export const CHUNK_BYTES = 32 * 1024 * 1024;
 
@@ -29,27 +36,39 @@ interface EntryRecord extends CacheEntryInfo {
 
 interface CacheSchema extends DBSchema {
   entries: { key: string; value: EntryRecord; indexes: { model: string } };
-  chunks: { key: [string, number]; value: Uint8Array };
+  chunks: { key: [string, number]; value: Chunk };
 }
 
 const fileKey = (k: CacheKey) => JSON.stringify([k.endpoint, k.id, k.revision, k.file]);
 const modelKey = (k: Omit<CacheKey, 'file'>) => JSON.stringify([k.endpoint, k.id, k.revision]);
 const chunkRange = (key: string) => IDBKeyRange.bound([key, 0], [key, Number.MAX_SAFE_INTEGER]);
+const chunkSize = (c: Chunk) => (c instanceof Uint8Array ? c.byteLength : c.size);
+/** a stored chunk's bytes (read outside the transaction: awaiting a Blob would end it) */
+const bytesOf = async (c: Chunk): Promise<Uint8Array> => (c instanceof Uint8Array ? c : new Uint8Array(await c.arrayBuffer()));
 
 export interface IdbCacheOptions {
   dbName?: string;
   /** chunk size in bytes (tests use small ones) */
   chunkBytes?: number;
+  /** store chunks as Blobs (default: where they can be read synchronously, i.e. in a worker) */
+  blobs?: boolean;
 }
 
 export class IdbCache implements ByteCache {
   private dbp?: Promise<IDBPDatabase<CacheSchema>>;
   private readonly dbName: string;
   private readonly chunkBytes: number;
+  private readonly blobs: boolean;
 
   constructor(opts: IdbCacheOptions = {}) {
     this.dbName = opts.dbName ?? 'loupe-cache';
     this.chunkBytes = opts.chunkBytes ?? CHUNK_BYTES;
+    this.blobs = opts.blobs ?? canReadBlobsSync();
+  }
+
+  /** what a chunk is stored as; `bytes` is a fresh copy (a view would clone its whole buffer into the database) */
+  private stored(bytes: Uint8Array): Chunk {
+    return this.blobs ? new Blob([bytes as BlobPart]) : bytes;
   }
 
   private db(): Promise<IDBPDatabase<CacheSchema>> {
@@ -79,9 +98,9 @@ export class IdbCache implements ByteCache {
     const out = new Uint8Array(rec.size);
     let off = 0;
     for (const c of chunks) {
-      if (off + c.byteLength > rec.size) return undefined;
-      out.set(c, off);
-      off += c.byteLength;
+      if (off + chunkSize(c) > rec.size) return undefined;
+      out.set(await bytesOf(c), off);
+      off += chunkSize(c);
     }
     return off === rec.size ? { bytes: out, rec } : undefined;
   }
@@ -95,7 +114,7 @@ export class IdbCache implements ByteCache {
     let n = 0;
     for (let off = 0; off < bytes.byteLength; off += this.chunkBytes, n++) {
       // slice, not subarray: a view would clone its whole underlying buffer into the database
-      await chunks.put(bytes.slice(off, Math.min(off + this.chunkBytes, bytes.byteLength)), [k, n]);
+      await chunks.put(this.stored(bytes.slice(off, Math.min(off + this.chunkBytes, bytes.byteLength))), [k, n]);
     }
     const rec: EntryRecord = {
       key: k, model: modelKey(key), endpoint: key.endpoint, id: key.id, revision: key.revision, file: key.file,
@@ -136,19 +155,43 @@ export class IdbCache implements ByteCache {
     const out = new Uint8Array(Math.max(0, end - offset));
     if (out.byteLength > 0) {
       // Old entries do not say their chunk size: that of the first chunk is everyone's but the last's.
-      const cb = rec.chunkBytes ?? (await tx.objectStore('chunks').get([k, 0]))?.byteLength;
+      const c0 = rec.chunkBytes ? undefined : await tx.objectStore('chunks').get([k, 0]);
+      const cb = rec.chunkBytes ?? (c0 && chunkSize(c0));
       if (!cb) { await tx.done; return undefined; }
       const first = Math.floor(offset / cb), last = Math.floor((end - 1) / cb);
       const chunks = await tx.objectStore('chunks').getAll(IDBKeyRange.bound([k, first], [k, last]));
-      if (chunks.length !== last - first + 1) { await tx.done; return undefined; }
-      for (let i = 0; i < chunks.length; i++) {
-        const at = (first + i) * cb;
-        const from = Math.max(offset, at), to = Math.min(end, at + chunks[i].byteLength);
-        if (to > from) out.set(chunks[i].subarray(from - at, to - at), from - offset);
+      await tx.done;
+      if (chunks.length !== last - first + 1) return undefined;
+      try {
+        const file = chunkedFile(chunks, cb, chunks.reduce((s, c) => s + chunkSize(c), 0));
+        out.set(await file.readAsync(offset - first * cb, out.byteLength));
+      } catch {
+        return undefined; // chunks of another size than the entry says: read nothing from it
       }
+      return { bytes: out, size, stored: rec.size };
     }
     await tx.done;
     return { bytes: out, size, stored: rec.size };
+  }
+
+  /**
+   * A complete entry as a weight file read by range (chunked-file.ts): never one buffer of the
+   * whole file; with Blob chunks (a worker) not held in memory at all.
+   */
+  async openFile(key: CacheKey): Promise<RangedFile | undefined> {
+    const db = await this.db();
+    const k = fileKey(key);
+    const tx = db.transaction(['entries', 'chunks'], 'readonly');
+    const rec = await tx.objectStore('entries').get(k);
+    if (!rec || rec.missing || !rec.complete) { await tx.done; return undefined; }
+    const chunks = await tx.objectStore('chunks').getAll(chunkRange(k));
+    await tx.done;
+    const cb = rec.chunkBytes ?? (chunks.length ? chunkSize(chunks[0]) : 1);
+    try {
+      return chunkedFile(chunks, cb, rec.size);
+    } catch {
+      return undefined; // chunks that do not add up: not a complete entry
+    }
   }
 
   /** whether a complete entry exists (reads its small record only) */
@@ -178,7 +221,7 @@ export class IdbCache implements ByteCache {
       const tail = length % cb;
       if (tail > 0) {
         const last = await db.get('chunks', [k, Math.floor(length / cb)]);
-        if (!last || last.byteLength !== tail) { length -= tail; } else pending = last.slice();
+        if (!last || chunkSize(last) !== tail) { length -= tail; } else pending = (await bytesOf(last)).slice();
       }
     } else if (rec) {
       await this.delete(key);
@@ -198,7 +241,7 @@ export class IdbCache implements ByteCache {
     /** write chunk `n` (`bytes`) and the record saying `size` bytes are stored, in one transaction */
     const writeChunk = (n: number, bytes: Uint8Array | null, size: number, complete: boolean) => queue(async () => {
       const tx = db.transaction(['entries', 'chunks'], 'readwrite');
-      if (bytes) await tx.objectStore('chunks').put(bytes, [k, n]);
+      if (bytes) await tx.objectStore('chunks').put(this.stored(bytes), [k, n]);
       await tx.objectStore('entries').put(record(size, complete, bytes ? n + 1 : n));
       await tx.done;
     });

@@ -7,6 +7,8 @@
  * and safetensors (single or sharded), reports progress and honours an AbortSignal.
  */
 
+import type { RangedFile } from '../safetensors-types';
+
 export interface ModelRef {
   /** 'hub' = {endpoint}/{id}/resolve/{revision}/{file}; 'url' = {base}/{file}; 'folder' = a local directory (Node). */
   kind: 'hub' | 'url' | 'folder';
@@ -124,6 +126,8 @@ export interface ByteCache {
    * complete entry, or from a partial one of known total that already holds those bytes.
    */
   readRange?(key: CacheKey, offset: number, length: number): Promise<RangeRead | undefined>;
+  /** A complete entry as a file read by byte range, never assembled whole (IdbCache). */
+  openFile?(key: CacheKey): Promise<RangedFile | undefined>;
   /** whether a complete entry exists, without reading its bytes */
   hasComplete?(key: CacheKey): Promise<boolean>;
   /** Remember that a file does not exist (an optional file's 404), so a cached load asks no more. */
