@@ -15,6 +15,7 @@ const schema = z.object({
   heads: z.array(z.object({ layer: z.number().int(), head: z.number().int() })).optional(),
   clean: z.string(),
   direction: z.union([z.string(), z.object({ kind: z.literal('tokens'), positive: z.string() })]).optional(),
+  corpus: z.string().default('').meta({ contentMediaType: 'text/plain' }),
 });
 const json = z.toJSONSchema(schema, { io: 'input' }) as Record<string, unknown>;
 const fields = fieldsOf(json);
@@ -36,6 +37,10 @@ describe('schema forms', () => {
     expect(kind('heads')).toBe('json');
     expect(kind('clean')).toBe('textarea');
     expect(kind('direction')).toBe('string_or_json');
+    // a text that may come from a file (JSON Schema contentMediaType): a textarea with drop/pick
+    expect(kind('corpus')).toBe('textarea');
+    expect(fields.find((f) => f.name === 'corpus')!.file).toBe(true);
+    expect(fields.find((f) => f.name === 'clean')!.file).toBeUndefined();
   });
 
   it('takes a shorthand string or a JSON object for string-or-object fields', () => {

@@ -46,7 +46,8 @@ const input = z.object({
   hook: z.string().optional().describe('direction: the hook it is read at, e.g. blocks.1.hook_resid_pre (default: a probe handle\'s own hook)'),
   direction: z.union([z.string(), z.array(z.number()).min(1)]).optional()
     .describe('direction: its numbers (one per value of the hook at a position) or "probe:<handle>" (a probe operation\'s handle: its weights, bias not added)'),
-  corpus: z.string().default('').describe('corpus text: plain text (documents separated by blank lines) or JSON Lines with a "text" field per line'),
+  // contentMediaType: the page's form offers a file drop/pick for it
+  corpus: z.string().default('').meta({ contentMediaType: 'text/plain' }).describe('corpus text: plain text (documents separated by blank lines) or JSON Lines with a "text" field per line'),
   corpus_format: z.enum(['auto', 'text', 'jsonl']).default('auto').describe('how to read corpus: auto = JSON Lines when it starts with "{", else plain text'),
   samples: z.number().int().min(0).max(MAX_SAMPLES).default(0).describe('also generate this many samples from BOS with the loaded model and scan them (deterministic: sample i uses seed + i)'),
   sample_length: z.number().int().min(1).default(32).describe('tokens per generated sample'),

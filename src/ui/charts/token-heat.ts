@@ -128,7 +128,8 @@ export function drawTokenHeat(svgEl: SVGSVGElement, o: TokenHeatOptions): void {
   // legend: zero … max (signed: −max … +max)
   if (o.signed) {
     const lw = 160;
-    const lx = width - pad - lw - 8 - 9 * 6.4;
+    // room for the right-hand label, as the unsigned legend below keeps it
+    const lx = width - pad - lw - 8 - `+${fmt(o.max, 3)} ${o.valueTitle}`.length * 6.4;
     const ly = height - 14;
     const lg = svg.append('g').attr('class', 'legend');
     const steps = 32;

@@ -59,6 +59,15 @@ export const EXAMPLES: Record<string, Example> = {
     params: { feature: '0', prompts: 'Lily was very happy\nThe big dog ran to the park\nTim had a red ball', top_k: '10' },
     note: 'feature 0 over three more prompts (pick a feature from SAE features; keeps the SAE you set)', caveat: NO_SAE,
   },
+  dashboard: {
+    params: { subject: 'neuron', layer: '4', neuron: '7', corpus: [
+      'Once upon a time, there was a little girl named Lily. She loved to play outside in the park.',
+      'Tim had a big red ball. He liked to kick it high into the sky.',
+      'One day, a little dog found a bone under the tree. The dog was very happy.',
+      'Mom said, "Let\'s go to the store." Lily smiled and took her hand.',
+    ].join('\n\n'), samples: '8', sample_length: '32', window: '24' },
+    note: 'neuron L4 N7 over four short stories and 8 samples the model writes',
+  },
   sae_steer: {
     prompt: story,
     params: { feature: '0', edit: 'add', alpha: '', alphas: '-8, -4, 0, 4, 8', max_new_tokens: '12' },

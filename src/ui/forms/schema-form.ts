@@ -23,6 +23,8 @@ export interface Field {
   fromPromptBox?: boolean;
   /** for JSON fields: a value of the right shape, written as JSON (the format hint) */
   example?: string;
+  /** a text that may come from a file (JSON Schema contentMediaType): the form offers drop and pick */
+  file?: boolean;
 }
 
 type Json = Record<string, any>;
@@ -36,7 +38,7 @@ function nonNull(s: Json): Json {
   return rest.length === 1 ? { ...s, ...rest[0], anyOf: undefined, oneOf: undefined } : s;
 }
 
-function kindOf(name: string, s: Json): Pick<Field, 'kind' | 'options' | 'min' | 'max'> {
+function kindOf(name: string, s: Json): Pick<Field, 'kind' | 'options' | 'min' | 'max' | 'file'> {
   const alts = (s.anyOf ?? s.oneOf) as Json[] | undefined;
   if (alts) {
     const hasAll = alts.some((a) => a.const === 'all');
@@ -50,6 +52,7 @@ function kindOf(name: string, s: Json): Pick<Field, 'kind' | 'options' | 'min' |
   switch (s.type) {
     case 'string':
       if (Array.isArray(s.enum)) return { kind: 'enum', options: s.enum.map(String) };
+      if (typeof s.contentMediaType === 'string') return { kind: 'textarea', file: true };
       return { kind: /prompt|clean|corrupted|text/.test(name) ? 'textarea' : 'text' };
     case 'integer':
       return { kind: 'integer', min: lim(s.minimum), max: lim(s.maximum) };

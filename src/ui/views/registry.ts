@@ -43,6 +43,7 @@ const MANIFEST: OpManifest[] = [
   { op: 'sae_features', title: 'SAE features', view: () => import('./SaeFeaturesView.svelte') },
   { op: 'feature', title: 'Feature card', view: () => import('./FeatureView.svelte') },
   { op: 'sae_steer', title: 'SAE steer', view: () => import('./SaeSteerView.svelte') },
+  { op: 'dashboard', title: 'Dashboard', view: () => import('./DashboardView.svelte') },
 ];
 
 const byOp = new Map(MANIFEST.map((m, i) => [m.op, { ...m, order: i }]));
