@@ -7,7 +7,7 @@
  * its hint, and an identical re-run is answered from the worker's cache. Screenshots at 1280×800
  * and 1024×700, both themes.
  */
-import { test, expect, openReady, runOp, shot, pageDoc, watchErrors } from './fixtures';
+import { test, expect, openReady, runOp, shot, pageDoc, watchErrors, compareDocs } from './fixtures';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 
@@ -80,17 +80,8 @@ test('dashboard: examples, histogram and direct-path tokens from a picked JSONL 
   const input = await page.evaluate(() => (globalThis as any).__loupe.results.dashboard.input);
   const { stdout } = await promisify(execFile)(process.execPath, ['bin/loupe.mjs', 'dashboard', 'default', '--input', JSON.stringify(input), '--json'], { maxBuffer: 64 << 20 });
   const node = JSON.parse(stdout);
-  let max = 0;
-  const bad: string[] = [];
-  const walk = (x: unknown, y: unknown, p: string): void => {
-    if (p === '.model.backend' || p.startsWith('.cache') || p === '.method') return;
-    if (typeof x === 'number' && typeof y === 'number') { const d = Math.abs(x - y); max = Math.max(max, d); if (!(d <= 1e-4)) bad.push(`${p}: ${x} vs ${y}`); return; }
-    if (Array.isArray(x) && Array.isArray(y)) { if (x.length !== y.length) bad.push(`${p}.length ${x.length} vs ${y.length}`); else x.forEach((v, i) => walk(v, y[i], `${p}[${i}]`)); return; }
-    if (x && y && typeof x === 'object' && typeof y === 'object') { for (const k of Object.keys(x)) walk((x as any)[k], (y as any)[k], `${p}.${k}`); return; }
-    if (x !== y) bad.push(`${p}: ${JSON.stringify(x)} vs ${JSON.stringify(y)}`);
-  };
-  walk(node, doc, '');
-  expect(bad.slice(0, 10)).toEqual([]);
+  const { bad, max } = compareDocs(node, doc, 1e-4, (p) => p === '.model.backend' || p.startsWith('.cache') || p === '.method');
+  expect(bad).toEqual([]);
   console.log(`[e2e] dashboard page (wasm) vs CLI --json: ${doc.corpus.windows} windows, max |Δ| = ${max.toExponential(2)}`);
   expect(errors).toEqual([]);
 });

@@ -72,3 +72,22 @@ export async function shot(page: Page, name: string): Promise<void> {
 export function pageDoc(page: Page, op: string): Promise<any> {
   return page.evaluate((o) => (globalThis as any).__loupe.results[o]?.doc, op);
 }
+
+/**
+ * Two documents compared number by number (|Δ| ≤ tol) and exactly elsewhere, skipping the paths
+ * `skip` accepts (e.g. '.model.backend' between the page and the CLI): the mismatches (first 10)
+ * and the largest |Δ|, for one assertion over documents too large for one expect per number.
+ */
+export function compareDocs(x: unknown, y: unknown, tol: number, skip: (path: string) => boolean = () => false): { bad: string[]; max: number } {
+  let max = 0;
+  const bad: string[] = [];
+  const walk = (a: unknown, b: unknown, p: string): void => {
+    if (skip(p)) return;
+    if (typeof a === 'number' && typeof b === 'number') { const d = Math.abs(a - b); max = Math.max(max, d); if (!(d <= tol)) bad.push(`${p}: ${a} vs ${b}`); return; }
+    if (Array.isArray(a) && Array.isArray(b)) { if (a.length !== b.length) bad.push(`${p}.length ${a.length} vs ${b.length}`); else a.forEach((v, i) => walk(v, b[i], `${p}[${i}]`)); return; }
+    if (a && b && typeof a === 'object' && typeof b === 'object') { for (const k of Object.keys(a)) walk((a as any)[k], (b as any)[k], `${p}.${k}`); return; }
+    if (a !== b) bad.push(`${p}: ${JSON.stringify(a)} vs ${JSON.stringify(b)}`);
+  };
+  walk(x, y, '');
+  return { bad: bad.slice(0, 10), max };
+}

@@ -3,7 +3,7 @@
  * head's pattern are drawn from the document (one cell per head, framed by the chosen score), the
  * score and source switches redraw them, and the page's document equals the CLI's --json (numbers within 1e-4; the backend differs). Screenshots at 1280×800 and 1024×700, both themes.
  */
-import { test, expect, openReady, runOp, shot, pageDoc, watchErrors, PROMPT } from './fixtures';
+import { test, expect, openReady, runOp, shot, pageDoc, watchErrors, compareDocs, PROMPT } from './fixtures';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 
@@ -53,17 +53,8 @@ test('head_scores: heatmap and pattern grid per head, the same document as the C
   const node = JSON.parse(stdout);
   step('CLI done');
   // one assertion at the end: the patterns alone are ~10⁵ numbers, too many for one expect each
-  let max = 0;
-  const bad: string[] = [];
-  const walk = (x: unknown, y: unknown, p: string): void => {
-    if (p === '.model.backend') return;
-    if (typeof x === 'number' && typeof y === 'number') { const d = Math.abs(x - y); max = Math.max(max, d); if (!(d <= 1e-4)) bad.push(`${p}: ${x} vs ${y}`); return; }
-    if (Array.isArray(x) && Array.isArray(y)) { if (x.length !== y.length) bad.push(`${p}.length ${x.length} vs ${y.length}`); else x.forEach((v, i) => walk(v, y[i], `${p}[${i}]`)); return; }
-    if (x && y && typeof x === 'object' && typeof y === 'object') { for (const k of Object.keys(x)) walk((x as any)[k], (y as any)[k], `${p}.${k}`); return; }
-    if (x !== y) bad.push(`${p}: ${JSON.stringify(x)} vs ${JSON.stringify(y)}`);
-  };
-  walk(node, doc, '');
-  expect(bad.slice(0, 10)).toEqual([]);
+  const { bad, max } = compareDocs(node, doc, 1e-4, (p) => p === '.model.backend');
+  expect(bad).toEqual([]);
   console.log(`[e2e] head_scores page (wasm) vs CLI --json: ${L}×${H} heads, max |Δ| = ${max.toExponential(2)}`);
   expect(errors).toEqual([]);
 });

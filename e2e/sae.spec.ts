@@ -241,6 +241,31 @@ test('sae_steer as a sweep: the curves, the shown value marked, base vs steered 
   await shotOf(page, 'sae-steer-single', 'sae-steer-view');
 });
 
+test('"Dashboard" on the feature card fills the dashboard form; over the card\'s prompts it reads the same activations and tokens', async () => {
+  await page.getByTestId('tab-feature').click();
+  const card = await pageDoc(page, 'feature');
+  await page.getByTestId('open-dashboard').click();
+  await expect(page.getByTestId('tab-dashboard')).toHaveAttribute('aria-selected', 'true');
+  await expect(page.locator('#p-dashboard-subject')).toHaveValue('feature');
+  await expect(page.locator('#p-dashboard-sae_source')).toHaveValue(source);
+  await expect(page.locator('#p-dashboard-feature')).toHaveValue(String(card.feature.index));
+  // the card's extra prompts as the corpus, one document each
+  const prompts = card.activations.slice(1);
+  await page.locator('#p-dashboard-corpus').fill(prompts.map((a: any) => a.prompt).join('\n\n'));
+  await runOp(page, 'dashboard');
+  const doc = await pageDoc(page, 'dashboard');
+  expect(doc.subject).toMatchObject({ kind: 'feature', index: card.feature.index, hook: card.sae.hook });
+  expect(doc.corpus.windows).toBe(prompts.length);
+  for (const e of doc.examples) {
+    const a = prompts[e.document];
+    expect(e.tokens.map((t: any) => t.id)).toEqual(a.tokens.slice(1).map((t: any) => t.id));
+    e.values.forEach((v: number, i: number) => expect(Math.abs(v - a.values[i + 1])).toBeLessThan(1e-5));
+  }
+  expect(doc.direct_path.promoted.map((t: any) => t.token_id)).toEqual(card.logit_weights.promoted.map((t: any) => t.token_id));
+  await expect(page.locator('[data-testid=dashboard-examples] rect.tok-cell')).toHaveCount(doc.corpus.tokens);
+  await shotOf(page, 'dashboard-feature', 'dashboard-view');
+});
+
 test('a mismatched SAE shows SAE_MISMATCH and the page stays usable', async () => {
   await fillSae(page, 'sae_features', source, BAD_PATH);
   await page.getByTestId('run').click();
