@@ -22,6 +22,9 @@ import { createNodeSaeLoaders } from '../src/node/load-sae';
 import type { LoadedModel } from '../src/engine/api';
 import { LoupeError } from '../src/engine/errors';
 import { operation as dashboard, type DashboardDocument } from '../src/ops/dashboard';
+import { operation as capture } from '../src/ops/capture';
+import { operation as probe } from '../src/ops/probe';
+import { MemoryHandleStore } from '../src/ops/lib/handle-store';
 import { loadModelDir, referenceForward, greedyGenerate64, mulberry32, gaussian, type RefModel } from './reference';
 import { makeRandomSae, saeEncode64, type RandomSae } from './helpers/random-sae';
 import { INDUCTION, logitWeights64 } from './sae-ref';
@@ -47,7 +50,12 @@ beforeAll(async () => {
   ref = loadModelDir(INDUCTION);
   sae = makeRandomSae({ hook: 'blocks.1.hook_resid_pre', dIn: 64, dSae: 48, seed: 3 });
 });
-afterAll(async () => { await model?.dispose(); });
+/** the largest deviations from the reference seen over every check (printed for the README) */
+const worst = { activation: 0, weight: 0 };
+afterAll(async () => {
+  console.log(`dashboard vs float64 reference: worst |Δ| activation ${worst.activation.toExponential(2)}, direct-path weight ${worst.weight.toExponential(2)}`);
+  await model?.dispose();
+});
 
 /** this file's windowing: documents at blank lines, bytes as ids, consecutive windows */
 function windowsOf(text: string, w: number): number[][] {
@@ -82,7 +90,11 @@ function expectMatches(doc: DashboardDocument, windows: number[][], acts: number
     expect(Math.abs(e.max - maxes[order[r]]), `rank ${r} max`).toBeLessThan(TOL);
     if (e.window !== order[r]) expect(Math.abs(maxes[e.window] - maxes[order[r]]), `rank ${r}: a near-tie only`).toBeLessThan(TOL);
     expect(e.tokens.map((t) => t.id)).toEqual(windows[e.window]);
-    e.values.forEach((v, i) => expect(Math.abs(v - acts[e.window][i]), `window ${e.window} token ${i}`).toBeLessThan(TOL));
+    e.values.forEach((v, i) => {
+      const d = Math.abs(v - acts[e.window][i]);
+      worst.activation = Math.max(worst.activation, d);
+      expect(d, `window ${e.window} token ${i}`).toBeLessThan(TOL);
+    });
     const a = acts[e.window];
     if (e.max_position !== argmaxOf(a)) expect(Math.abs(a[e.max_position] - a[argmaxOf(a)])).toBeLessThan(TOL);
   });
@@ -113,6 +125,7 @@ function expectMatches(doc: DashboardDocument, windows: number[][], acts: number
     const ids = Array.from(weights.keys()).sort((a, b) => weights[b] - weights[a] || a - b);
     const k = doc.direct_path.promoted.length;
     const check = (list: DashboardDocument['direct_path']['promoted'], want: number[]) => list.forEach((t, i) => {
+      worst.weight = Math.max(worst.weight, Math.abs(t.weight - weights[t.token_id]));
       expect(Math.abs(t.weight - weights[t.token_id]), `token ${t.token_id}`).toBeLessThan(1e-5);
       if (t.token_id !== want[i]) expect(Math.abs(weights[t.token_id] - weights[want[i]])).toBeLessThan(1e-5);
     });
@@ -173,6 +186,24 @@ describe('dashboard against the float64 reference', () => {
     expectMatches(doc, windows, acts, logitWeights64(ref, Float64Array.from(v)));
     expect(doc.histogram.negative).toBeGreaterThan(0);
     expect(doc.subject.direction).toMatchObject({ source: 'inline', size: 64 });
+  });
+
+  it('a probe\'s direction ("probe:<handle>"): its weights at its hook, exactly as given as numbers', async () => {
+    const store = new MemoryHandleStore();
+    const prompts = ['abcabc', 'xyzxyz', 'hello hello', 'dogdog', 'abab', 'qwqw', 'catcat', 'mnmn']
+      .flatMap((t, i) => [{ text: t, label: 1 }, { text: ['abcdef', 'xyzuvw', 'hello world', 'dogcat', 'abcd', 'qwer', 'catdog', 'mnop'][i], label: 0 }]);
+    const cap = await capture.run(model, { prompts, hooks: ['blocks.1.hook_resid_pre'] }, { store });
+    const pr = await probe.run(model, { capture: cap.handle }, { store });
+    const windows = windowsOf(CORPUS, 16);
+    const args = { subject: 'direction' as const, corpus: CORPUS, window: 16, top_k: 4 };
+    const viaHandle = await dashboard.run(model, { ...args, direction: `probe:${pr.handle}` }, { store });
+    expect(viaHandle.subject).toMatchObject({ kind: 'direction', hook: 'blocks.1.hook_resid_pre', direction: { source: 'probe', handle: pr.handle } });
+    const w = pr.direction.values;
+    expectMatches(viaHandle, windows, refActs(windows, 'blocks.1.hook_resid_pre', (x, t, d) => w.reduce((s, wi, i) => s + wi * x[t * d + i], 0)), logitWeights64(ref, Float64Array.from(w)));
+    const viaNumbers = await dashboard.run(model, { ...args, hook: 'blocks.1.hook_resid_pre', direction: w }, {});
+    expect(viaNumbers.examples).toEqual(viaHandle.examples);
+    expect(viaNumbers.histogram).toEqual(viaHandle.histogram);
+    await expect(dashboard.run(model, { ...args, hook: 'blocks.0.hook_resid_pre', direction: `probe:${pr.handle}` }, { store })).rejects.toMatchObject({ code: 'BAD_INPUT' });
   });
 
   it('JSON Lines corpora read their "text" fields', async () => {
