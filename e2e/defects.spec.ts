@@ -257,3 +257,50 @@ test('11. without WebGPU the Doctor does not offer the agreement check', async (
     await b.close();
   }
 });
+
+test('14. a large result arrives laid out without an element per cell, and nothing walks its numbers on the main thread', async () => {
+  // ~120 tokens: every head's pattern is 14,400 cells, a layer's small multiples eight times that
+  const long = Array.from({ length: 5 }, () => 'Once upon a time, there was a little girl named Lily who loved to play.').join(' ');
+  await page.setViewportSize({ width: 1280, height: 800 });
+  await page.getByTestId('prompt').fill(long);
+  // count structuredClone calls on the main thread while the result is stored and drawn: Svelte's
+  // $state.snapshot of a document calls it once per number (the session write did, ~350 ms)
+  await page.evaluate(() => {
+    const w = globalThis as any;
+    w.__clones = 0;
+    w.__origClone ??= w.structuredClone;
+    w.structuredClone = (v: unknown, o?: StructuredSerializeOptions) => { w.__clones++; return w.__origClone(v, o); };
+  });
+  await runOp(page, 'attention');
+  const doc = await pageDoc(page, 'attention');
+  const T = doc.tokens.length;
+  expect(T).toBeGreaterThan(100);
+  const pattern = page.locator('[data-testid=attention-pattern] svg');
+  await expect(pattern).toHaveAttribute('data-render', 'raster');
+  await expect(pattern).toHaveAttribute('data-rows', String(T));
+  await expect(pattern.locator('rect.cell')).toHaveCount(0);
+  await expect(pattern.locator('image.cells-raster')).toHaveCount(1);
+  // the small multiples: one bitmap per head, no <rect> per cell
+  const multiples = page.locator('[data-testid=attention-multiples] g.multiple');
+  await expect(multiples).toHaveCount(doc.heads.filter((h: any) => h.layer === doc.heads[0].layer).length);
+  await expect(page.locator('[data-testid=attention-multiples] g.multiple image')).toHaveCount(await multiples.count());
+  const elements = await page.locator('[data-testid=result]').evaluate((el) => el.querySelectorAll('*').length);
+  expect(elements).toBeLessThan(3000);
+  // the session entry is stored (IndexedDB), and the document was not walked number by number
+  await expect(page.getByTestId('session-entry').first()).toHaveAttribute('data-op', 'attention');
+  expect(await page.evaluate(() => (globalThis as any).__clones)).toBeLessThan(100);
+
+  // the bitmap keeps the grid's hover: the tooltip shows the weight of the cell under the pointer
+  await pattern.scrollIntoViewIfNeeded();
+  const box = (await pattern.locator('image.cells-raster').boundingBox())!;
+  const q = 12, k = 3;
+  await page.mouse.move(box.x + (k + 0.5) * (box.width / T), box.y + (q + 0.5) * (box.height / T));
+  await expect(page.getByTestId('chart-tooltip')).toContainText(`(${q}) → `);
+  await expect(page.getByTestId('chart-tooltip')).toContainText(`(${k})`);
+  // and the linked highlight: the hovered key position is outlined here when hovered in the token strip
+  await page.locator('[data-testid=attention-view] .tok[data-pos="5"]').hover();
+  await expect(pattern.locator('path.pos-highlight')).toHaveAttribute('d', /^M/);
+  await shot(page, 'attention-large-raster');
+  await page.evaluate(() => { const w = globalThis as any; w.structuredClone = w.__origClone; });
+  expect(errors).toEqual([]);
+});

@@ -1,10 +1,13 @@
 /**
- * A labelled heatmap (layer × head, layer × position, query × key …). Every cell is a <rect
- * class="cell"> carrying data-row, data-col and data-value, so tests and exports read the exact
- * numbers drawn. Hover shows the numbers, click (or arrow keys + Enter) selects a cell.
+ * A labelled heatmap (layer × head, layer × position, query × key …). Up to RASTER_CELLS cells,
+ * every cell is a <rect class="cell"> carrying data-row, data-col and data-value, so tests and
+ * exports read the exact numbers drawn. Larger grids are one bitmap (charts/raster.ts; the <svg>
+ * says data-render="raster"): the same hover, click and keyboard, without an element per cell.
+ * Hover shows the numbers, click (or arrow keys + Enter) selects a cell.
  */
-import { select, scaleBand, max as d3max, min as d3min } from 'd3';
+import { select, scaleBand, pointer, max as d3max, min as d3min } from 'd3';
 import { palette, divergingColor, sequentialColor, textOn } from './palette';
+import { RASTER_CELLS, colorLut, rasterImage, onHighlight } from './raster';
 import { showTooltip, hideTooltip } from './tooltip';
 import { fmt } from './format';
 
@@ -39,17 +42,21 @@ export function drawHeatmap(svgEl: SVGSVGElement, o: HeatmapOptions): void {
   const cols = rows ? o.values[0].length : 0;
   const flat = o.values.flat().filter((v) => Number.isFinite(v));
   let color: (v: number) => string;
+  /** a value's place on the colour scale, 0…1 (NaN: no value) */
+  let toT: (v: number) => number;
   let lo: number;
   let hi: number;
   if (o.kind === 'diverging') {
     const m = o.domain ? Math.max(Math.abs(o.domain[0]), Math.abs(o.domain[1])) : (d3max(flat, (v) => Math.abs(v)) ?? 1) || 1;
     lo = -m; hi = m;
     color = (v) => (Number.isFinite(v) ? divergingColor(Math.max(-1, Math.min(1, v / m))) : p.grid);
+    toT = (v) => (Number.isFinite(v) ? (Math.max(-1, Math.min(1, v / m)) + 1) / 2 : NaN);
   } else {
     lo = o.domain?.[0] ?? d3min(flat) ?? 0;
     hi = o.domain?.[1] ?? d3max(flat) ?? 1;
     const span = hi - lo || 1;
     color = (v) => (Number.isFinite(v) ? sequentialColor(Math.max(0, Math.min(1, (v - lo) / span))) : p.grid);
+    toT = (v) => (Number.isFinite(v) ? (v - lo) / span : NaN);
   }
 
   const longestRow = Math.max(...o.rowLabels.map((l) => l.length), 1);
@@ -81,32 +88,83 @@ export function drawHeatmap(svgEl: SVGSVGElement, o: HeatmapOptions): void {
 
   const g = svg.append('g').attr('class', 'cells');
   let sel = o.selected ?? null;
-  const cells: { r: number; c: number; v: number }[] = [];
-  for (let r = 0; r < rows; r++) for (let c = 0; c < cols; c++) cells.push({ r, c, v: o.values[r][c] });
+  const raster = rows * cols > RASTER_CELLS;
+  const unhook = (svgEl as SVGSVGElement & { __unhighlight?: () => void });
+  unhook.__unhighlight?.();
+  unhook.__unhighlight = undefined;
+  svg.attr('data-render', raster ? 'raster' : null).attr('data-rows', rows).attr('data-cols', cols);
+  let markCells: () => void = () => {};
 
-  const rects = g.selectAll('rect').data(cells).join('rect')
-    .attr('class', 'cell')
-    .attr('x', (d) => x(d.c)!).attr('y', (d) => y(d.r)!)
-    .attr('width', Math.max(1, cw - 1)).attr('height', Math.max(1, ch - 1))
-    .attr('fill', (d) => color(d.v))
-    .attr('data-row', (d) => d.r).attr('data-col', (d) => d.c).attr('data-value', (d) => String(d.v))
-    .attr('data-pos', (d) => { const q = o.posOf?.(d.r, d.c); return q === null || q === undefined ? null : String(q); })
-    .style('cursor', o.onSelect ? 'pointer' : 'default')
-    .on('mousemove', (ev: MouseEvent, d) => showTooltip(ev, o.tooltip(d.r, d.c, d.v)))
-    .on('mouseleave', hideTooltip)
-    .on('click', (_ev, d) => { sel = [d.r, d.c]; mark(); o.onSelect?.(d.r, d.c); });
-
-  if (o.cellText && cw >= 18 && ch >= 12) {
-    g.selectAll('text').data(cells).join('text')
-      .attr('x', (d) => x(d.c)! + cw / 2 - 0.5).attr('y', (d) => y(d.r)! + ch / 2 + 3.5)
-      .attr('text-anchor', 'middle').attr('pointer-events', 'none')
-      .attr('font-size', Math.min(11, ch * 0.55))
-      .attr('fill', (d) => textOn(color(d.v)))
-      .text((d) => {
-        const t = o.cellText!(d.r, d.c) ?? '';
-        const maxChars = Math.floor(cw / 6);
-        return t.length > maxChars ? `${t.slice(0, Math.max(1, maxChars - 1))}…` : t;
+  if (raster) {
+    const lut = colorLut(o.kind === 'diverging' ? (t) => divergingColor(2 * t - 1) : sequentialColor);
+    const im = rasterImage(o.values, { toT, lut, missing: p.grid }, { x: margin.left, y: margin.top, width: cw * cols, height: ch * rows });
+    im.setAttribute('class', 'cells-raster');
+    g.node()!.appendChild(im);
+    const cellAt = (ev: MouseEvent): [number, number] => {
+      const [px, py] = pointer(ev, svgEl);
+      return [Math.max(0, Math.min(rows - 1, Math.floor((py - margin.top) / ch))), Math.max(0, Math.min(cols - 1, Math.floor((px - margin.left) / cw)))];
+    };
+    const imSel = select(im).style('cursor', o.onSelect ? 'pointer' : 'default');
+    imSel.on('mousemove', (ev: MouseEvent) => {
+      const [r, c] = cellAt(ev);
+      showTooltip(ev, o.tooltip(r, c, o.values[r][c]));
+      // the position under the pointer, for the page's linked highlight (App.svelte reads data-pos on mouseover)
+      const q = o.posOf?.(r, c);
+      const next = q === null || q === undefined ? null : String(q);
+      const prev = im.getAttribute('data-pos');
+      if (prev !== next) {
+        if (prev !== null) im.dispatchEvent(new MouseEvent('mouseout', { bubbles: true }));
+        if (next === null) im.removeAttribute('data-pos');
+        else { im.setAttribute('data-pos', next); im.dispatchEvent(new MouseEvent('mouseover', { bubbles: true })); }
+      }
+    })
+      .on('mouseleave', () => { hideTooltip(); im.removeAttribute('data-pos'); })
+      .on('click', (ev: MouseEvent) => { const [r, c] = cellAt(ev); sel = [r, c]; mark(); o.onSelect?.(r, c); });
+    // a position hovered in another view: outline its cells here
+    if (o.posOf) {
+      const hl = svg.append('path').attr('class', 'pos-highlight').attr('fill', 'none').attr('stroke', p.highlight)
+        .attr('stroke-width', 2).attr('pointer-events', 'none');
+      const off = onHighlight((pos) => {
+        if (!svgEl.isConnected) { off(); return; }
+        let d = '';
+        if (pos !== null) {
+          for (let r = 0; r < rows; r++) for (let c = 0; c < cols; c++) {
+            if (o.posOf!(r, c) === pos) d += `M${x(c)!},${y(r)!}h${cw}v${ch}h${-cw}Z`;
+          }
+        }
+        hl.attr('d', d || null);
       });
+      unhook.__unhighlight = off;
+    }
+  } else {
+    const cells: { r: number; c: number; v: number }[] = [];
+    for (let r = 0; r < rows; r++) for (let c = 0; c < cols; c++) cells.push({ r, c, v: o.values[r][c] });
+
+    const rects = g.selectAll('rect').data(cells).join('rect')
+      .attr('class', 'cell')
+      .attr('x', (d) => x(d.c)!).attr('y', (d) => y(d.r)!)
+      .attr('width', Math.max(1, cw - 1)).attr('height', Math.max(1, ch - 1))
+      .attr('fill', (d) => color(d.v))
+      .attr('data-row', (d) => d.r).attr('data-col', (d) => d.c).attr('data-value', (d) => String(d.v))
+      .attr('data-pos', (d) => { const q = o.posOf?.(d.r, d.c); return q === null || q === undefined ? null : String(q); })
+      .style('cursor', o.onSelect ? 'pointer' : 'default')
+      .on('mousemove', (ev: MouseEvent, d) => showTooltip(ev, o.tooltip(d.r, d.c, d.v)))
+      .on('mouseleave', hideTooltip)
+      .on('click', (_ev, d) => { sel = [d.r, d.c]; mark(); o.onSelect?.(d.r, d.c); });
+    markCells = () => { rects.attr('aria-selected', (d) => (sel && d.r === sel[0] && d.c === sel[1] ? 'true' : null)); };
+
+    if (o.cellText && cw >= 18 && ch >= 12) {
+      g.selectAll('text').data(cells).join('text')
+        .attr('x', (d) => x(d.c)! + cw / 2 - 0.5).attr('y', (d) => y(d.r)! + ch / 2 + 3.5)
+        .attr('text-anchor', 'middle').attr('pointer-events', 'none')
+        .attr('font-size', Math.min(11, ch * 0.55))
+        .attr('fill', (d) => textOn(color(d.v)))
+        .text((d) => {
+          const t = o.cellText!(d.r, d.c) ?? '';
+          const maxChars = Math.floor(cw / 6);
+          return t.length > maxChars ? `${t.slice(0, Math.max(1, maxChars - 1))}…` : t;
+        });
+    }
   }
 
   const outline = svg.append('rect').attr('class', 'selection').attr('fill', 'none')
@@ -115,7 +173,7 @@ export function drawHeatmap(svgEl: SVGSVGElement, o: HeatmapOptions): void {
     if (!sel) { outline.attr('display', 'none'); return; }
     outline.attr('display', null).attr('x', x(sel[1])! - 0.5).attr('y', y(sel[0])! - 0.5)
       .attr('width', cw).attr('height', ch);
-    rects.attr('aria-selected', (d) => (sel && d.r === sel[0] && d.c === sel[1] ? 'true' : null));
+    markCells();
   };
   mark();
 
@@ -134,16 +192,20 @@ export function drawHeatmap(svgEl: SVGSVGElement, o: HeatmapOptions): void {
   };
 
   // axes: row labels left, column labels below
-  svg.append('g').selectAll('text').data(o.rowLabels).join('text')
-    .attr('x', margin.left - 6).attr('y', (_d, i) => y(i)! + ch / 2 + 3.5)
-    .attr('text-anchor', 'end').attr('fill', p.fg).text((d) => d);
-  const colG = svg.append('g').selectAll('text').data(o.colLabels).join('text')
-    .attr('fill', p.fg).text((d) => (d.length > 14 ? `${d.slice(0, 13)}…` : d));
+  // where cells are smaller than a line of text, every n-th label (the rest would overlap)
+  const rowStep = Math.ceil(11 / ch);
+  const colStep = Math.ceil((rotate ? 11 : 7 * Math.min(longestCol, 14)) / cw);
+  const every = <T>(xs: T[], n: number) => xs.map((d, i) => ({ d, i })).filter(({ i }) => i % n === 0);
+  svg.append('g').selectAll('text').data(every(o.rowLabels, rowStep)).join('text')
+    .attr('x', margin.left - 6).attr('y', ({ i }) => y(i)! + ch / 2 + 3.5)
+    .attr('text-anchor', 'end').attr('fill', p.fg).text(({ d }) => d);
+  const colG = svg.append('g').selectAll('text').data(every(o.colLabels, colStep)).join('text')
+    .attr('fill', p.fg).text(({ d }) => (d.length > 14 ? `${d.slice(0, 13)}…` : d));
   if (rotate) {
     colG.attr('text-anchor', 'end')
-      .attr('transform', (_d, i) => `translate(${x(i)! + cw / 2 + 3},${margin.top + ch * rows + 8}) rotate(-45)`);
+      .attr('transform', ({ i }) => `translate(${x(i)! + cw / 2 + 3},${margin.top + ch * rows + 8}) rotate(-45)`);
   } else {
-    colG.attr('text-anchor', 'middle').attr('x', (_d, i) => x(i)! + cw / 2).attr('y', margin.top + ch * rows + 14);
+    colG.attr('text-anchor', 'middle').attr('x', ({ i }) => x(i)! + cw / 2).attr('y', margin.top + ch * rows + 14);
   }
   if (o.rowTitle) {
     svg.append('text').attr('transform', `translate(12,${margin.top + (ch * rows) / 2}) rotate(-90)`)

@@ -30,6 +30,16 @@ export const HISTORY_LIMIT = 100;
 let seq = 0;
 const newId = () => `${Date.now().toString(36)}-${(++seq).toString(36)}-${Math.random().toString(36).slice(2, 6)}`;
 
+/**
+ * An entry as plain data for IndexedDB. The inputs may be reactive state (a form's values); the
+ * document is the worker's (or a file's) plain object and goes as it is: $state.snapshot walks
+ * every number of it (structuredClone per primitive), which held the main thread ~350 ms after an
+ * attention result (defect 14).
+ */
+function plain(e: SessionEntry): SessionEntry {
+  return { ...e, input: $state.snapshot(e.input) as Record<string, unknown>, model: $state.snapshot(e.model) };
+}
+
 export class SessionStore {
   entries = $state.raw<SessionEntry[]>([]);
   compareA = $state<string | null>(null);
@@ -104,7 +114,7 @@ export class SessionStore {
   }
 
   toFile(): SessionFile {
-    return { format: 'loupe-session', version: 1, exported_at: new Date().toISOString(), entries: $state.snapshot(this.entries) as SessionEntry[] };
+    return { format: 'loupe-session', version: 1, exported_at: new Date().toISOString(), entries: this.entries.map(plain) };
   }
 
   /** add a file's entries (ones already here, by id, are skipped); returns how many were added */
@@ -125,7 +135,7 @@ export class SessionStore {
     try {
       const db = await this.open();
       const tx = db.transaction(STORE, 'readwrite');
-      for (const e of list) await tx.store.put($state.snapshot(e));
+      for (const e of list) await tx.store.put(plain(e));
       await tx.done;
     } catch (e) {
       this.error = `Could not save to the session history: ${(e as Error).message}`;
