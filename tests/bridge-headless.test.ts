@@ -114,6 +114,16 @@ describe('loupe mcp --headless', () => {
     expect(bad.code).toBe('BACKEND_UNAVAILABLE');
   });
 
+  it('load_model with weights q8: the model and every document say q8; a bad precision is refused', async () => {
+    const r = await call('load_model', { model: 'default', weights: 'q8' });
+    expect(r.structuredContent).toMatchObject({ loaded: true, model: { id: 'stories260K', weights: 'q8' } });
+    const t = await call('trace', { prompt: PROMPT, top_k: 3 });
+    expect((t.structuredContent as { model: { weights: string } }).model.weights).toBe('q8');
+    expect((await call('load_model', { model: 'default', weights: 'int8' })).isError).toBe(true);
+    const back = await call('load_model', { model: 'default' });
+    expect(back.structuredContent).toMatchObject({ loaded: true, model: { weights: 'f32' } });
+  });
+
   it('handles carry this process instance; one from another instance is HANDLE_EXPIRED', async () => {
     const cap = await call('capture', { prompts: [{ text: 'I love it', label: 1 }, { text: 'I hate it', label: 0 }] });
     expect(cap.isError).toBeFalsy();

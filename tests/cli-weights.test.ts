@@ -38,6 +38,25 @@ describe('loupe --weights', () => {
     expect(docs.stored.predicted_token).toBe(docs.f32.predicted_token);
   });
 
+  it('--weights q8 on both backends: the document says q8; the DLA moves, by far less than its scale', async () => {
+    const docs: Record<string, any> = {};
+    for (const [k, args] of [['stored', ['--weights', 'stored']], ['node', ['--weights', 'q8']], ['wasm', ['--weights', 'q8', '--backend', 'wasm']]] as const) {
+      const r = await loupe(['trace', rm.dir, 'hello world', ...args, '--json', '--quiet']);
+      expect(r.code, r.stderr).toBe(0);
+      docs[k] = JSON.parse(r.stdout);
+    }
+    expect(docs.node.model.weights).toBe('q8');
+    expect(docs.wasm.model.weights).toBe('q8');
+    expect(docs.wasm.model.backend).toBe('wasm');
+    const s = docs.stored.head_attribution.flat(), q = docs.node.head_attribution.flat(), w = docs.wasm.head_attribution.flat();
+    const maxAbs = (a: number[], b: number[]) => Math.max(...a.map((x, i) => Math.abs(x - b[i])));
+    // the two backends run the same 8-bit weights
+    expect(maxAbs(q, w)).toBeLessThan(1e-4);
+    const scale = Math.max(...s.map(Math.abs));
+    expect(maxAbs(s, q)).toBeGreaterThan(0);
+    expect(maxAbs(s, q)).toBeLessThan(0.1 * scale);
+  });
+
   it('auto on onnxruntime-node picks f32 for a small F16 model; a bad value exits 2', async () => {
     const r = await loupe(['trace', rm.dir, 'hello', '--json', '--quiet']);
     expect(r.code, r.stderr).toBe(0);

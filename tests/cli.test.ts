@@ -201,6 +201,12 @@ describe('loupe CLI', () => {
     expect(d.agreement.ok).toBe(true);
     expect(d.agreement.max_abs_logit_diff).toBeGreaterThanOrEqual(0);
     expect(d.agreement.max_abs_logit_diff).toBeLessThan(1e-4);
+    // q8's cost is reported, never silent: the 8-bit weights move the logits, by far less than their scale
+    expect(d.q8_cost.candidate).toBe('q8');
+    expect(d.q8_cost.max_abs_logit_diff).toBeGreaterThan(1e-4);
+    expect(d.q8_cost.max_abs_logit_diff).toBeLessThan(0.1 * d.q8_cost.max_abs_logit);
+    expect(d.q8_cost.max_abs_dla_diff).toBeGreaterThan(0);
+    expect(d.q8_cost.max_abs_dla_diff).toBeLessThan(0.1 * d.q8_cost.max_abs_dla);
     expect(d.cache.location).toBe(cache);
     // the memory report: weights read from disk (none in JS), hooks returned, the WASM heap holds at least the weights
     for (const b of ['node', 'wasm']) {

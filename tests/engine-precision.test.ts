@@ -9,19 +9,17 @@ import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import { mkdtempSync, linkSync, writeFileSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
-import onnxProto from 'onnx-proto';
 import { loadModelNode } from '../src/node/load';
-import { requireOrtNode } from '../src/node/ort-node';
 import type { LoadedModel } from '../src/engine/api';
 import { buildModelGraph } from '../src/engine/graph/build-model';
 import { describeModel } from '../src/engine/arch';
 import { readSafetensorsHeaderFromDisk } from '../src/node/load-files-node';
 import { choosePrecision, parseWeightsMode } from '../src/engine/precision';
 import { modelBlockOf } from '../src/schema/common';
+import { optimizedGraphStats } from './helpers/ort-optimized';
 import { ALL_FAMILY_CASES, makeCaseModel, caseTokens, referenceForward, compareHooks, maxAbsDiff, type RandomModel } from './reference';
 
 const TOL = 1e-4;
-const { onnx } = onnxProto as any;
 
 // families whose graphs differ where weights enter: learned positions + tied unembedding (gpt2),
 // GQA + SwiGLU (llama), parallel residual + fused qkv (neox), embedding scale + 1+w norms + soft-caps (gemma2)
@@ -109,16 +107,10 @@ describe('stored weights stay 16-bit inside onnxruntime', () => {
     const d = mkdtempSync(path.join(dir, precision));
     linkSync(path.join(rm.dir, 'model.safetensors'), path.join(d, 'model.safetensors'));
     writeFileSync(path.join(d, 'model.onnx'), graph.bytes);
-    const ort = requireOrtNode<any>();
-    const out = path.join(d, 'optimized.onnx');
-    const session = await ort.InferenceSession.create(path.join(d, 'model.onnx'), { executionProviders: ['cpu'], graphOptimizationLevel: 'all', optimizedModelFilePath: out, logSeverityLevel: 3 });
-    await session.release();
-    const g = onnx.ModelProto.decode(readFileSync(out)).graph;
     // elements held per initializer element type (1 = float32, 10 = float16)
-    const byType: Record<number, number> = {};
-    for (const t of g.initializer) byType[t.dataType] = (byType[t.dataType] ?? 0) + t.dims.reduce((a: number, b: any) => a * Number(b), 1);
+    const { byType, casts } = await optimizedGraphStats(path.join(d, 'model.onnx'));
     const weightElems = header.tensors.reduce((a, t) => a + t.shape.reduce((x, y) => x * y, 1), 0);
-    return { byType, weightElems, casts: g.node.filter((n: any) => n.opType === 'Cast').length };
+    return { byType, weightElems, casts };
   }
 
   it('f32: onnxruntime holds every weight as float32; stored: as float16, with a Cast at each use', async () => {

@@ -33,7 +33,7 @@ export const loadModelInput = z.object({
   model: z.string().min(1).describe("What to load: 'default' (the bundled stories260K, no download), a Hugging Face Hub id such as 'openai-community/gpt2', a URL of a folder holding config.json, tokenizer.json and *.safetensors, or (headless, inside a folder the companion allows with --allow-local) a local folder path."),
   revision: z.string().optional().describe("Hub revision (branch, tag or commit); default 'main'."),
   backend: z.enum(['auto', 'webgpu', 'wasm', 'node']).optional().describe("Runtime: in the page 'auto' (WebGPU if available, else WASM), 'webgpu' or 'wasm'; headless 'node' (default) or 'wasm'."),
-  weights: z.enum(['auto', 'f32', 'stored']).optional().describe("Weight precision: 'auto' (default: float32 when it fits the backend, else stored), 'f32' (widen every weight at load), 'stored' (keep F16/BF16 weights 16-bit, widened at use). The model info and every document name the precision that ran."),
+  weights: z.enum(['auto', 'f32', 'stored', 'q8']).optional().describe("Weight precision: 'auto' (default: float32 when it fits the backend, else stored), 'f32' (widen every weight at load), 'stored' (keep F16/BF16 weights 16-bit, widened at use), 'q8' (opt-in: matrices as int8 with a float16 scale per 32 inputs, about half of stored's bytes; the numbers change slightly). The model info and every document name the precision that ran."),
 });
 export type LoadModelInput = z.infer<typeof loadModelInput>;
 

@@ -23,7 +23,7 @@ export const CLI_FLAGS: Record<string, { boolean: boolean; help: string }> = {
   help: { boolean: true, help: 'show this help' },
   quiet: { boolean: true, help: 'no progress on stderr' },
   backend: { boolean: false, help: 'node (onnxruntime-node, default) or wasm (onnxruntime-web)' },
-  weights: { boolean: false, help: 'weight precision: auto (default: float32 when it fits, else stored), f32, or stored (F16/BF16 kept 16-bit, widened at use)' },
+  weights: { boolean: false, help: 'weight precision: auto (default: float32 when it fits, else stored), f32, stored (F16/BF16 kept 16-bit, widened at use), or q8 (8-bit matrices, opt-in: the numbers change slightly; `loupe doctor` reports by how much)' },
   input: { boolean: false, help: 'operation input as JSON, merged over the other flags' },
 };
 

@@ -1,7 +1,9 @@
 /**
  * `loupe doctor`: what this machine offers Loupe — runtime, backends, threads — and whether the
  * two Node backends agree on the bundled model (the same check the engine's tests make), plus
- * where the weight cache lives and how big it is. Exit 1 when a check fails.
+ * where the weight cache lives and how big it is, and what `--weights q8` costs in numbers on the
+ * bundled model (max |Δ| of the logits and of trace's DLA against the stored precision; reported,
+ * not judged). Exit 1 when a check fails.
  */
 import * as os from 'node:os';
 import * as path from 'node:path';
@@ -12,6 +14,7 @@ import { defaultCacheDir } from '../node/dir-cache';
 import { toLoupeError } from '../engine/errors';
 import { requireOrtNode } from '../node/ort-node';
 import { wasmHeapBytes } from '../engine/runtime/wasm-heap';
+import { precisionCost } from '../ops/lib/precision-cost';
 
 /** logits of the two Node backends must agree this closely on the bundled model */
 export const AGREEMENT_TOLERANCE = 1e-4;
@@ -99,6 +102,22 @@ export async function doctor(argv: string[], io: Io): Promise<number> {
   report.agreement = agreement;
   report.memory = memory;
 
+  // q8's cost on the bundled model (onnxruntime-node): reported so that 8-bit weights are never silent
+  say('doctor: running the bundled model at stored and q8 weights …');
+  let q8: Record<string, any>;
+  try {
+    const [base, cand] = [await loadModel('default', 'node', undefined, 'stored'), await loadModel('default', 'node', undefined, 'q8')];
+    try {
+      q8 = { model: 'default', prompt: PROMPT, ...(await precisionCost(base, cand, PROMPT)) };
+    } finally {
+      await base.dispose().catch(() => undefined);
+      await cand.dispose().catch(() => undefined);
+    }
+  } catch (e) {
+    q8 = { model: 'default', error: toLoupeError(e).toJSON().error };
+  }
+  report.q8_cost = q8;
+
   const dir = defaultCacheDir();
   const size = await dirSize(dir);
   report.cache = { location: dir, env: 'LOUPE_CACHE_DIR', bytes: size.bytes, files: size.files };
@@ -115,6 +134,7 @@ export async function doctor(argv: string[], io: Io): Promise<number> {
       `backend     wasm: ${b(report.backends.wasm)}`,
       `agreement   ${agreement.ok ? 'ok' : 'FAILED'}: ${agreement.error ? agreement.error.message : `max |Δ logit| node vs wasm = ${agreement.max_abs_logit_diff.toExponential(2)} over ${agreement.tokens} tokens (tolerance ${AGREEMENT_TOLERANCE})`}`,
       ...Object.entries(memory).map(([b, m]) => `memory      ${b}: weights ${mb(m.weight_bytes)} (${m.precision}), weights in JS ${mb(m.js_weight_bytes)}, param copies ${mb(m.param_bytes)}, hooks returned ${mb(m.hooks_bytes)}${m.wasm_heap_bytes != null ? `, WASM heap ${mb(m.wasm_heap_bytes)}` : ''}, process RSS ${mb(m.rss_bytes)}`),
+      `q8 cost     ${q8.error ? `not measured: ${q8.error.message}` : `vs ${q8.baseline} on the bundled model: max |Δ logit| ${q8.max_abs_logit_diff.toExponential(2)} (max |logit| ${q8.max_abs_logit.toFixed(2)}), max |Δ DLA| ${q8.max_abs_dla_diff.toExponential(2)} (max |DLA| ${q8.max_abs_dla.toFixed(2)}), ${q8.same_prediction ? 'same' : 'a different'} prediction`}`,
       `cache       ${dir} (${(size.bytes / 1e6).toFixed(1)} MB in ${size.files} files; set LOUPE_CACHE_DIR to move it)`,
     ].join('\n') + '\n');
   }

@@ -6,8 +6,12 @@
  *  - stored  F16/BF16 weights stay 16-bit in the session and are widened at use, a Cast next to
  *            each MatMul (the embedding table: only the gathered rows). Same numbers as f32 (a
  *            Cast is exact); half the weight memory, and each run pays the casts.
+ *  - q8      explicit opt-in only: matrices (linears, embeddings, unembedding) as symmetric int8
+ *            in blocks of 32 along the input dimension with a float16 scale each (q8.ts), widened
+ *            at use like stored; other weights as stored. About half of stored's bytes; the
+ *            numbers change (the doctor and `npm run bench` report by how much).
  *  - auto    f32 when the checkpoint is already float32, or when float32 weights fit the
- *            backend's memory budget (budget.ts); otherwise stored.
+ *            backend's memory budget (budget.ts); otherwise stored. Never q8.
  *
  * Measured on a 75M-parameter F16 llama (145 MB of weights), onnxruntime-node, 64 tokens, peak
  * RSS of the process (about 90 MB of it Node itself): f32 495 MB, stored 344 MB.
@@ -24,17 +28,19 @@ import { estimateMemory, fmtGB, weightBytesAt, type BudgetLimits, type MemoryBac
 import type { WeightPrecision } from './budget';
 
 export type { WeightPrecision } from './budget';
-/** what a caller may ask for (q8 is a WeightPrecision budget.ts can estimate, not yet offered here) */
-export type WeightsMode = 'auto' | 'f32' | 'stored';
+/** what a caller may ask for */
+export type WeightsMode = 'auto' | 'f32' | 'stored' | 'q8';
 
-export const WEIGHTS_MODES: readonly WeightsMode[] = ['auto', 'f32', 'stored'];
+export const WEIGHTS_MODES: readonly WeightsMode[] = ['auto', 'f32', 'stored', 'q8'];
 /** the precisions a model can run at, for TOO_LARGE hints */
-export const OFFERED_PRECISIONS: WeightPrecision[] = ['f32', 'stored'];
+export const OFFERED_PRECISIONS: WeightPrecision[] = ['f32', 'stored', 'q8'];
+/** what each mode does, in one line each (CLI help, MCP schema, the page's selector) */
+export const WEIGHTS_HELP = "auto: float32 when it fits, else the stored 16-bit precision; f32: widen every weight up front; stored: keep F16/BF16 weights 16-bit and widen at use; q8: 8-bit matrices (int8, a float16 scale per 32), widened at use (changes the numbers slightly; opt-in only).";
 
 export function parseWeightsMode(v: unknown): WeightsMode {
   if (v === undefined || v === null || v === '') return 'auto';
   if (typeof v === 'string' && (WEIGHTS_MODES as readonly string[]).includes(v)) return v as WeightsMode;
-  throw new LoupeError('BAD_INPUT', `weights must be one of ${WEIGHTS_MODES.join(', ')} (got '${String(v)}').`, "auto: float32 when it fits, else the stored 16-bit precision; f32: widen every weight up front; stored: keep F16/BF16 weights 16-bit and widen at use.");
+  throw new LoupeError('BAD_INPUT', `weights must be one of ${WEIGHTS_MODES.join(', ')} (got '${String(v)}').`, WEIGHTS_HELP);
 }
 
 export interface PrecisionChoice {
@@ -48,6 +54,7 @@ export function choosePrecision(mode: WeightsMode, w: WeightStats, backend: Memo
   const stored = weightBytesAt(w, 'stored');
   const sixteen = stored < f32;
   if (mode === 'f32') return { precision: 'f32', reason: sixteen ? `asked for f32: weights widened to float32 (${fmtGB(f32)}) at load` : 'asked for f32; the weights are stored as float32' };
+  if (mode === 'q8') return { precision: 'q8', reason: `asked for q8: matrices as int8 with a float16 scale per block (${fmtGB(weightBytesAt(w, 'q8'))}), widened at use` };
   if (mode === 'stored') return { precision: 'stored', reason: sixteen ? `asked for stored: 16-bit weights (${fmtGB(stored)}) widened at use` : 'asked for stored; the weights are stored as float32, so nothing is widened' };
   if (!sixteen) return { precision: 'f32', reason: 'auto: the weights are stored as float32' };
   const est = estimateMemory(w, backend, 'f32', limits);
@@ -63,6 +70,9 @@ export function choosePrecision(mode: WeightsMode, w: WeightStats, backend: Memo
  * says so.
  */
 export function choosePrecisionOnGpu(mode: WeightsMode, w: WeightStats, gpu: { shaderF16: boolean }, limits: BudgetLimits = {}): PrecisionChoice {
+  if (mode === 'q8') {
+    throw new LoupeError('UNSUPPORTED_CONFIG', 'q8 weights run on the wasm and node backends, not on WebGPU.', 'Pick the WASM backend to run q8, or keep WebGPU with weights auto or stored.', { backend: 'webgpu', weights: 'q8' });
+  }
   const c = choosePrecision(mode, w, 'webgpu', limits);
   const f16 = w.byDtype.F16 ?? 0, bf16 = w.byDtype.BF16 ?? 0;
   if (f16 + bf16 === 0 || mode === 'f32') return c;
@@ -74,12 +84,12 @@ export function choosePrecisionOnGpu(mode: WeightsMode, w: WeightStats, gpu: { s
 }
 
 /**
- * onnxruntime session options per precision. logSeverityLevel 3 for stored: onnxruntime warns
- * once per weight that an initializer listed as a graph input "will not be treated as constant",
- * which is the point (onnx-builder.ts rawWeight).
+ * onnxruntime session options per precision. logSeverityLevel 3 for stored and q8: onnxruntime
+ * warns once per weight that an initializer listed as a graph input "will not be treated as
+ * constant", which is the point (onnx-builder.ts rawWeight).
  */
 export function precisionSessionOptions(p: WeightPrecision): Record<string, unknown> {
-  return p === 'stored' ? { logSeverityLevel: 3 } : {};
+  return p !== 'f32' ? { logSeverityLevel: 3 } : {};
 }
 
 /**
@@ -103,7 +113,8 @@ export interface VocabSplit {
 export function chooseVocabSplit(table: { dtype: string; shape: number[] }, precision: WeightPrecision, maxTensorBytes?: number): VocabSplit {
   const [V, D] = [table.shape[0], table.shape.slice(1).reduce((a, b) => a * b, 1)];
   const f32Bytes = V * D * 4;
-  const widened = precision !== 'f32' && table.dtype !== 'F32';
+  // q8 tables are widened at use whatever their stored dtype
+  const widened = precision === 'q8' || (precision !== 'f32' && table.dtype !== 'F32');
   const caps: { bytes: number; why: string }[] = [];
   if (widened) caps.push({ bytes: WIDEN_CHUNK_BYTES, why: `it is widened to float32 at use, ${fmtGB(WIDEN_CHUNK_BYTES)} at a time` });
   if (maxTensorBytes !== undefined) caps.push({ bytes: maxTensorBytes, why: `a tensor may take at most ${fmtGB(maxTensorBytes)} here` });

@@ -10,6 +10,17 @@ export interface TensorEntry {
   byteLength: number;
   /** which file (shard) holds it, e.g. 'model.safetensors' or 'model-00001-of-00002.safetensors' */
   file: string;
+  /** set on the 8-bit tensors the runtime builds for --weights q8 (q8.ts), never on a file's own entries */
+  q8?: Q8Layout;
+}
+
+/** how a q8 tensor (dtype I8, the stored tensor's shape) is laid out (q8.ts has the scheme) */
+export interface Q8Layout {
+  /** the input axis of the stored matrix: 1 for [out, in] (torch Linear, embeddings), 0 for [in, out] (GPT-2 Conv1D) */
+  axis: 0 | 1;
+  block: number;
+  /** float16 scales: [out, in/block, 1] for axis 1, [in/block, 1, out] for axis 0 (broadcast against the blocked view) */
+  scale: TensorEntry;
 }
 
 /**

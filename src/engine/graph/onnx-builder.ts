@@ -8,7 +8,7 @@ import type { TensorEntry } from '../safetensors-types';
 import type { WeightPrecision } from '../precision';
 
 const { onnx } = onnxProto as any;
-const DT = { FLOAT: 1, INT64: 7, FLOAT16: 10, BFLOAT16: 16 } as const;
+const DT = { FLOAT: 1, INT8: 3, INT64: 7, FLOAT16: 10, BFLOAT16: 16 } as const;
 
 type Attr = number | number[] | string | { tensor: { dims: number[]; floats?: number[]; ints?: number[] } };
 
@@ -21,7 +21,7 @@ export class OnnxGraph {
   private consts = new Map<string, string>();
   private weights = new Map<string, string>();
 
-  /** 16-bit weights kept 16-bit ('stored'): also declared as graph inputs, see weight() */
+  /** weights kept in their own dtype ('stored', 'q8'): also declared as graph inputs, see rawWeight() */
   private readonly overridable: any[] = [];
 
   constructor(private readonly weightFileName: (file: string) => string, private readonly precision: WeightPrecision = 'f32') {}
@@ -83,21 +83,37 @@ export class OnnxGraph {
   }
 
   /**
-   * A weight as float32, read by ORT straight from the safetensors bytes; half types are cast in-graph.
+   * A weight as float32 at its point of use, read by ORT straight from the weight bytes; the one
+   * place a weight enters the graph. Half types are cast in-graph.
    * 'f32': one Cast that ORT folds into a float32 initializer at session creation.
-   * 'stored': the weight is a graph input too, so the Cast runs at each use (see rawWeight). `after`
-   * (the activation the weight multiplies) then orders the Cast: without a data dependency every
-   * Cast is ready when the run starts and onnxruntime widened all weights at once (measured: peak
-   * RSS above that of f32 weights); with it only the weights of the op being computed are float32.
+   * 'stored': the weight is a graph input too, so the Cast runs at each use (see rawWeight).
+   * 'q8': tensors with a Q8Layout (q8.ts) are int8 + float16 scales, widened at each use as
+   * q · s over the blocked view; any other weight is held as in 'stored'.
+   * `after` (the activation the weight multiplies) orders the widening in 'stored'/'q8': without a
+   * data dependency every Cast is ready when the run starts and onnxruntime widened all weights
+   * at once (measured: peak RSS above that of f32 weights); with it only the weights of the op
+   * being computed are float32.
    */
   weight(e: TensorEntry, after?: string): string {
-    const ordered = this.precision === 'stored' && e.dtype !== 'F32' && after !== undefined;
+    const ordered = this.precision !== 'f32' && e.dtype !== 'F32' && after !== undefined;
     const key = ordered ? `${e.name}|${after}` : e.name;
     const hit = this.weights.get(key);
     if (hit) return hit;
-    let raw = this.rawWeight(e);
-    if (ordered) raw = this.o('Reshape', [raw, this.o('Add', [this.constI(e.shape), this.zeroAfter(after)])], {}, 'wdep');
-    const out = e.dtype === 'F32' ? raw : this.o('Cast', [raw], { to: DT.FLOAT }, 'cast');
+    let out: string;
+    if (e.q8) {
+      const { axis, block, scale } = e.q8;
+      const [R, C] = e.shape;
+      // the blocked view: [out, in/block, block] (axis 1) or [in/block, block, out] (axis 0), broadcast against the scales
+      const blocked = axis === 1 ? [R, C / block, block] : [R / block, block, C];
+      const view = (t: TensorEntry, dims: number[]) => this.o('Reshape', [this.rawWeight(t), ordered ? this.o('Add', [this.constI(dims), this.zeroAfter(after!)]) : this.constI(dims)], {}, 'wdep');
+      const q = this.o('Cast', [view(e, blocked)], { to: DT.FLOAT }, 'cast');
+      const s = this.o('Cast', [view(scale, scale.shape)], { to: DT.FLOAT }, 'cast');
+      out = this.o('Reshape', [this.o('Mul', [q, s]), this.constI(e.shape)], {}, 'dq');
+    } else {
+      let raw = this.rawWeight(e);
+      if (ordered) raw = this.o('Reshape', [raw, this.o('Add', [this.constI(e.shape), this.zeroAfter(after!)])], {}, 'wdep');
+      out = e.dtype === 'F32' ? raw : this.o('Cast', [raw], { to: DT.FLOAT }, 'cast');
+    }
     this.weights.set(key, out);
     return out;
   }
@@ -113,14 +129,26 @@ export class OnnxGraph {
   }
   private readonly zeros = new Map<string, string>();
 
-  /** Rows of a weight table (embeddings), as float32: in 'stored' only the gathered rows are widened. */
+  /**
+   * Rows of a weight table (embeddings), as float32: in 'stored' only the gathered rows are
+   * widened; at q8 only the gathered int8 rows and their scales (`idx d, idx (d/block) 1`).
+   */
   gatherRows(e: TensorEntry, indices: string): string {
-    if (this.precision !== 'stored' || e.dtype === 'F32') return this.o('Gather', [this.weight(e), indices], { axis: 0 });
+    if (e.q8) {
+      const { block, scale } = e.q8;
+      const D = e.shape[1];
+      const lead = this.o('Shape', [indices]);
+      const rows = this.o('Cast', [this.o('Gather', [this.rawWeight(e), indices], { axis: 0 })], { to: DT.FLOAT }, 'cast');
+      const s = this.o('Cast', [this.o('Gather', [this.rawWeight(scale), indices], { axis: 0 })], { to: DT.FLOAT }, 'cast');
+      const blocked = this.o('Reshape', [rows, this.o('Concat', [lead, this.constI([D / block, block])], { axis: 0 })]);
+      return this.o('Reshape', [this.o('Mul', [blocked, s]), this.o('Concat', [lead, this.constI([D])], { axis: 0 })], {}, 'dq');
+    }
+    if (this.precision === 'f32' || e.dtype === 'F32') return this.o('Gather', [this.weight(e), indices], { axis: 0 });
     return this.o('Cast', [this.o('Gather', [this.rawWeight(e), indices], { axis: 0 })], { to: DT.FLOAT }, 'cast');
   }
 
   /**
-   * The initializer of a weight in its stored dtype. In 'stored' precision a 16-bit weight is also
+   * The initializer of a weight in its stored dtype. In 'stored' and 'q8' a non-float32 weight is also
    * declared as a graph input (an "overridable initializer", never fed): onnxruntime does not treat
    * those as constants, so neither constant folding nor the CPU provider's float16 handling (which
    * otherwise rewrites Cast(float16 initializer) into a float32 initializer even with constant
@@ -129,7 +157,7 @@ export class OnnxGraph {
   private rawWeight(e: TensorEntry): string {
     const name = `w:${e.name}`;
     if (this.raw.has(name)) return name;
-    const dataType = e.dtype === 'F32' ? DT.FLOAT : e.dtype === 'F16' ? DT.FLOAT16 : e.dtype === 'BF16' ? DT.BFLOAT16 : -1;
+    const dataType = e.dtype === 'F32' ? DT.FLOAT : e.dtype === 'F16' ? DT.FLOAT16 : e.dtype === 'BF16' ? DT.BFLOAT16 : e.dtype === 'I8' && e.q8 ? DT.INT8 : -1;
     if (dataType < 0) throw new Error(`weight ${e.name}: dtype ${e.dtype} cannot be used as a float weight`);
     this.initializers.push(onnx.TensorProto.create({
       name, dims: e.shape, dataType, dataLocation: 1,
@@ -139,7 +167,7 @@ export class OnnxGraph {
         { key: 'length', value: String(e.byteLength) },
       ],
     }));
-    if (this.precision === 'stored' && dataType !== DT.FLOAT) {
+    if (this.precision !== 'f32' && dataType !== DT.FLOAT) {
       this.overridable.push(onnx.ValueInfoProto.create({ name, type: { tensorType: { elemType: dataType, shape: { dim: e.shape.map((d) => ({ dimValue: d })) } } } }));
     }
     this.raw.add(name);

@@ -18,10 +18,14 @@
 import type { OnnxGraph } from './onnx-builder';
 import type { TensorEntry } from '../safetensors-types';
 
-/** Rows [start, end) of a weight (any rank ≥ 1, split on axis 0): the same file bytes, no copy. */
+/**
+ * Rows [start, end) of a weight (any rank ≥ 1, split on axis 0): the same file bytes, no copy. A q8
+ * table (blocks along its rows, q8.ts) takes the same rows of its scales.
+ */
 export function rowSlice(e: TensorEntry, start: number, end: number): TensorEntry {
   const rowBytes = e.byteLength / e.shape[0];
-  return { ...e, name: `${e.name}[${start}:${end}]`, shape: [end - start, ...e.shape.slice(1)], fileOffset: e.fileOffset + start * rowBytes, byteLength: (end - start) * rowBytes };
+  const q8 = e.q8 && { ...e.q8, scale: rowSlice(e.q8.scale, start, end) };
+  return { ...e, name: `${e.name}[${start}:${end}]`, shape: [end - start, ...e.shape.slice(1)], fileOffset: e.fileOffset + start * rowBytes, byteLength: (end - start) * rowBytes, ...(q8 ? { q8 } : {}) };
 }
 
 /** A vocabulary table as chunks of at most `rows` rows (the whole table when `rows` is absent or covers it). */
