@@ -16,7 +16,7 @@ import type { LoadedModel } from '../src/engine/api';
 import { buildModelGraph } from '../src/engine/graph/build-model';
 import { describeModel } from '../src/engine/arch';
 import { q8WeightSet } from '../src/engine/q8';
-import { choosePrecision, parseWeightsMode } from '../src/engine/precision';
+import { choosePrecision, choosePrecisionOnGpu, parseWeightsMode } from '../src/engine/precision';
 import { loadModelFilesNode } from '../src/node/load-files-node';
 import { modelBlockOf } from '../src/schema/common';
 import {
@@ -60,8 +60,11 @@ function q8Reference(rm: RandomModel): RefModel {
 
 // learned positions + Conv1D + tied (gpt2), untied lm_head + pos embed per-channel (gpt2 F16 32-wide),
 // GQA + SwiGLU (llama), fused NeoX qkv + parallel residual, embedding scale + soft-caps (gemma2), q/k norms (qwen3)
-const CASES: { name: string; dtype: 'F16' | 'BF16' | 'F32'; backend: 'node' | 'wasm' }[] = [
+// split: the vocabulary tables in chunks (graph/vocab.ts), forced small: each chunk takes its own rows of the scales
+const CASES: { name: string; dtype: 'F16' | 'BF16' | 'F32'; backend: 'node' | 'wasm'; split?: boolean }[] = [
   { name: 'gpt2-tied', dtype: 'F16', backend: 'node' },
+  { name: 'gpt2-tied', dtype: 'F16', backend: 'node', split: true },
+  { name: 'llama3-rope-untied-bias', dtype: 'F32', backend: 'wasm', split: true },
   { name: 'gpt2-untied-erf-f16', dtype: 'F16', backend: 'node' },
   { name: 'llama-gqa-tied', dtype: 'BF16', backend: 'node' },
   { name: 'neox-parallel-rot25', dtype: 'F32', backend: 'node' },
@@ -71,13 +74,15 @@ const CASES: { name: string; dtype: 'F16' | 'BF16' | 'F32'; backend: 'node' | 'w
   { name: 'gpt2-tied', dtype: 'BF16', backend: 'wasm' },
 ];
 
-describe.each(CASES)('q8 weights vs the float64 reference on the test-quantised weights: $name $dtype $backend', ({ name, dtype, backend }) => {
+describe.each(CASES)('q8 weights vs the float64 reference on the test-quantised weights: $name $dtype $backend split=$split', ({ name, dtype, backend, split }) => {
   const c = ALL_FAMILY_CASES.find((x) => x.name === name)!;
   let rm: RandomModel;
   let model: LoadedModel;
   beforeAll(async () => {
     rm = makeCaseModel(c, { dtype });
-    model = await loadModelNode(rm.dir, { weights: 'q8', backend });
+    const [V, D] = [rm.config.vocab_size as number, (rm.config.hidden_size ?? rm.config.n_embd) as number];
+    model = await loadModelNode(rm.dir, { weights: 'q8', backend, ...(split ? { memory: { tensorBytes: Math.floor((V * D * 4) / 3.5) } } : {}) });
+    expect(model.info.vocab_chunks).toBe(split ? 4 : 1);
   });
   afterAll(async () => {
     await model?.dispose();
@@ -155,6 +160,9 @@ describe('the q8 option', () => {
   it('bad modes and unquantisable weights are structured errors with a hint', async () => {
     expect(() => parseWeightsMode('Q8')).toThrow(expect.objectContaining({ code: 'BAD_INPUT', hint: expect.stringMatching(/q8/) }));
     expect(() => parseWeightsMode('int8')).toThrow(expect.objectContaining({ code: 'BAD_INPUT' }));
+    // WebGPU does not take q8 (the page's WebGPU backend): refused before any download, naming what runs it
+    expect(() => choosePrecisionOnGpu('q8', { nParams: 1e6, byDtype: { F16: 1e6 }, storedBytes: 2e6 }, { shaderF16: true }))
+      .toThrow(expect.objectContaining({ code: 'UNSUPPORTED_CONFIG', hint: expect.stringMatching(/WASM/) }));
     // a matrix stored as integers cannot be quantised from floats
     const rm = makeCaseModel(ALL_FAMILY_CASES.find((x) => x.name === 'llama-gqa-tied')!, { dtype: 'F16' });
     try {
