@@ -1,13 +1,14 @@
 /**
- * The dashboard on the bundled stories260K: the example (a neuron over four stories and 8 samples
+ * The dashboard on the bundled stories260K: a top neuron of a trace opens its form; the example (a neuron over four stories and 8 samples
  * the model writes) runs in the worker, a JSON Lines file picked into the corpus field replaces the
  * text, and the view draws the max-activating windows as token rows, the histogram from the
  * document's bins and the promoted/suppressed tokens. The page's document equals the CLI's --json
  * on the same input (numbers within 1e-4; the backend differs). An empty corpus is an error with
- * its hint, and an identical re-run is answered from the worker's cache. Screenshots at 1280×800
+ * its hint, a long generation shows progress and cancels, and an identical re-run is answered from
+ * the worker's cache. Screenshots at 1280×800
  * and 1024×700, both themes.
  */
-import { test, expect, openReady, runOp, shot, pageDoc, watchErrors, compareDocs } from './fixtures';
+import { test, expect, openReady, runOp, shot, pageDoc, watchErrors, compareDocs, PROMPT } from './fixtures';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 
@@ -22,13 +23,17 @@ test('dashboard: examples, histogram and direct-path tokens from a picked JSONL 
   const errors = watchErrors(page);
   await page.setViewportSize({ width: 1280, height: 800 });
   await openReady(page, site.url);
-  await page.getByTestId('tab-dashboard').click();
+  await page.getByTestId('prompt').fill(PROMPT);
+  await runOp(page, 'trace');
+  // a top neuron of the trace opens its dashboard form
+  const neuron = (await pageDoc(page, 'trace')).top_neurons[0];
+  await page.locator('[data-testid=top-neurons] [data-testid=neuron-dashboard]').first().click();
+  await expect(page.getByTestId('tab-dashboard')).toHaveAttribute('aria-selected', 'true');
+  await expect(page.locator('#p-dashboard-subject')).toHaveValue('neuron');
+  await expect(page.locator('#p-dashboard-layer')).toHaveValue(String(neuron.layer));
+  await expect(page.locator('#p-dashboard-neuron')).toHaveValue(String(neuron.neuron));
 
-  // no subject, then an empty corpus (and no samples): each refused with what to give instead
-  await page.getByTestId('run').click();
-  await expect(page.getByTestId('job-error')).toContainText('A neuron dashboard needs layer and neuron');
-  await page.locator('[data-field=layer] input').fill('4');
-  await page.locator('[data-field=neuron] input').fill('7');
+  // an empty corpus (and no samples) is refused with what to give instead
   await page.getByTestId('run').click();
   await expect(page.getByTestId('job-error')).toContainText('The corpus is empty');
   await expect(page.getByTestId('job-error')).toContainText('samples > 0');
@@ -70,6 +75,18 @@ test('dashboard: examples, histogram and direct-path tokens from a picked JSONL 
   }
   await page.locator('[data-field=corpus]').evaluate((e) => e.scrollIntoView({ block: 'start' }));
   await shot(page, 'dashboard-form-dark-1024');
+
+  // a long corpus to generate: progress moves, Cancel stops it, the worker stays usable
+  await page.locator('#p-dashboard-samples').fill('256');
+  await page.locator('#p-dashboard-sample_length').fill('64');
+  await page.getByTestId('run').click();
+  await expect(page.getByTestId('job-stage')).toContainText('generating samples');
+  await page.waitForFunction(() => Number(document.querySelector('[data-testid=job-progress]')?.getAttribute('aria-valuenow') ?? 0) > 0);
+  await page.getByTestId('cancel-job').click();
+  await expect(page.getByTestId('job')).toHaveCount(0);
+  await expect(page.getByTestId('job-error')).toContainText('cancelled');
+  await page.locator('#p-dashboard-samples').fill('8');
+  await page.locator('#p-dashboard-sample_length').fill('32');
 
   // the same input again: the worker's cache answers
   await runOp(page, 'dashboard');

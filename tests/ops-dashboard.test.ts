@@ -277,6 +277,13 @@ describe('dashboard errors, cancel and the CLI', () => {
     await dashboard.run(model, { layer: 0, neuron: 2, corpus: CORPUS, window: 8, batch_size: 5 }, { onProgress: (p) => stages.push(`${p.stage} ${p.done}/${p.total}`) });
     const n = windowsOf(CORPUS, 8).length;
     expect(stages).toEqual([...Array.from({ length: Math.ceil(n / 5) }, (_, i) => `scanning windows ${i * 5}/${n}`), `scanning windows ${n}/${n}`]);
+    // generation reports tokens generated, once per step
+    const gen: number[] = [];
+    await dashboard.run(model, { layer: 0, neuron: 2, samples: 3, sample_length: 5, seed: 9 }, { onProgress: (p) => { if (p.stage.startsWith('generating')) { expect(p.total).toBe(15); gen.push(p.done); } } });
+    expect(gen[0]).toBe(0);
+    expect(gen.at(-1)).toBe(15);
+    expect(gen.length).toBeGreaterThanOrEqual(5);
+    gen.slice(1).forEach((d, i) => expect(d).toBeGreaterThanOrEqual(gen[i]));
     const ac = new AbortController();
     const p = dashboard.run(model, { layer: 0, neuron: 3, corpus: CORPUS, window: 8, batch_size: 2 }, { signal: ac.signal, onProgress: (x) => { if (x.done > 0) ac.abort(); } });
     await expect(p).rejects.toMatchObject({ code: 'ABORTED' });

@@ -337,7 +337,7 @@ export const operation = defineOperation({
   if (samples) {
     const g = await generateSamples(model, {
       ...samples, signal: ctx.signal,
-      onProgress: (done, total) => ctx.onProgress?.({ stage: 'generating samples', done, total }),
+      onProgress: (done, total) => ctx.onProgress?.({ stage: 'generating samples (tokens)', done, total }),
     });
     documents.push(...g.documents);
     runs += g.runs;

@@ -78,6 +78,7 @@ export interface SampleOptions {
   seed: number;
   temperature: number;
   signal?: AbortSignal;
+  /** tokens generated so far, of n × length */
   onProgress?: (done: number, total: number) => void;
 }
 
@@ -94,19 +95,24 @@ export async function generateSamples(model: LoadedModel, o: SampleOptions): Pro
   }
   const documents: CorpusDocument[] = [];
   let runs = 0;
+  // progress in tokens generated (all samples × length), once per generation step
+  const total = o.n * o.length;
   for (let first = 0; first < o.n; first += CAPS.maxBatch) {
     throwIfAborted(o.signal);
-    o.onProgress?.(first, o.n);
+    o.onProgress?.(first * o.length, total);
     const rows = Math.min(CAPS.maxBatch, o.n - first);
     const seeds = Array.from({ length: rows }, (_, r) => o.seed + first + r);
-    const res = await generateBatch(model, [bos], rows, { maxNewTokens: o.length, temperature: o.temperature, seeds, signal: o.signal });
+    const res = await generateBatch(model, [bos], rows, {
+      maxNewTokens: o.length, temperature: o.temperature, seeds, signal: o.signal,
+      onToken: (t) => { if (t.row === 0) o.onProgress?.(first * o.length + (t.step + 1) * rows, total); },
+    });
     runs += res.runs;
     for (const row of res.rows) {
       const ids = model.eosTokenId !== undefined && row.ids[row.ids.length - 1] === model.eosTokenId ? row.ids.slice(0, -1) : row.ids;
       if (ids.length > 0) documents.push({ ids, origin: 'generated' });
     }
   }
-  o.onProgress?.(o.n, o.n);
+  o.onProgress?.(total, total);
   return { documents, runs };
 }
 
