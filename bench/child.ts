@@ -39,8 +39,12 @@ export interface SpeedResult {
   };
   n_hook_outputs: number;
   n_intervention_inputs: number;
-  /** per T: plain graph, hooked graph fetching no hooks, hooked graph fetching every hook */
-  runs: Record<string, { plain: Timed; hooked_none: Timed; hooked_all: Timed }>;
+  /**
+   * per T: plain graph (fused kernels), the plain graph decomposed (fused: false), hooked graph
+   * fetching no hooks, hooked graph fetching every hook, and the observe-only variant (a lean
+   * variant with every hook an output and no intervention inputs: `hooks: 'all', lean: true`)
+   */
+  runs: Record<string, { plain: Timed; plain_unfused?: Timed; hooked_none: Timed; hooked_all: Timed; hooked_observe?: Timed }>;
   /** max |Δ| between the plain graph's logits and the hooked graph's (same tokens), per T */
   logits_max_abs_diff: Record<string, number>;
 }
@@ -53,6 +57,7 @@ async function speed(a: SpeedArgs): Promise<SpeedResult> {
   const runtimeInitMs = now() - t00;
   await tiny.dispose();
   const plain = await plainSession(a.dir, a.backend, a.threads);
+  const plainUnfused = await plainSession(a.dir, a.backend, a.threads, false);
   const t0 = now();
   const model = await loadModelNode(a.dir, { backend: a.backend, threads: a.threads });
   const hookedLoadMs = now() - t0;
@@ -73,12 +78,14 @@ async function speed(a: SpeedArgs): Promise<SpeedResult> {
     diffs[String(T)] = d;
     const r = await timeInterleaved([
       { name: 'plain', fn: () => plain.run(ids) },
+      { name: 'plain_unfused', fn: () => plainUnfused.run(ids) },
       { name: 'hooked_none', fn: () => model.run(ids, { hooks: [] }) },
       { name: 'hooked_all', fn: () => model.run(ids, { hooks: 'all' }) },
+      { name: 'hooked_observe', fn: () => model.run(ids, { hooks: 'all', lean: true }) },
     ], a.warmup, a.reps[String(T)] ?? 5, { settle: a.backend === 'node' });
-    runs[String(T)] = { plain: r.plain, hooked_none: r.hooked_none, hooked_all: r.hooked_all };
+    runs[String(T)] = { plain: r.plain, plain_unfused: r.plain_unfused, hooked_none: r.hooked_none, hooked_all: r.hooked_all, hooked_observe: r.hooked_observe };
     const f = (x: { median_ms: number; cpu_median_ms: number }) => `${x.median_ms.toFixed(1)} ms (cpu ${x.cpu_median_ms.toFixed(1)})`;
-    process.stderr.write(`  [${a.backend}] T=${T}: plain ${f(r.plain)}, hooked/none ${f(r.hooked_none)}, hooked/all ${f(r.hooked_all)}\n`);
+    process.stderr.write(`  [${a.backend}] T=${T}: plain ${f(r.plain)}, plain unfused ${f(r.plain_unfused)}, hooked/none ${f(r.hooked_none)}, hooked/all ${f(r.hooked_all)}, observe-only/all ${f(r.hooked_observe)}\n`);
   }
   const res: SpeedResult = {
     backend: a.backend,
@@ -99,6 +106,7 @@ async function speed(a: SpeedArgs): Promise<SpeedResult> {
     logits_max_abs_diff: diffs,
   };
   await plain.release();
+  await plainUnfused.release();
   await model.dispose();
   return res;
 }

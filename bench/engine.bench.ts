@@ -26,7 +26,7 @@ import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { MemoryArgs, MemoryResult, SpeedArgs, SpeedResult, ExtensionArgs } from './child';
 import { extensions, type ExtResult } from './extensions';
-import { packageVersion } from './lib';
+import { median, packageVersion } from './lib';
 import { ensureBenchModel, GPT2_SMALL } from './model-gen';
 import { render, summarizeTargets, type BenchResults } from './report';
 
@@ -125,21 +125,34 @@ async function main() {
     }
   }
 
-  if (only.has('torch')) {
-    log('torch anchor (bench/torch_anchor.py) …');
-    results.torch = torchAnchor(quick);
-    if ('skipped' in results.torch) log(`  skipped: ${results.torch.skipped}`);
-  }
-
-  if (only.has('page')) {
-    log('page: onnxruntime-web WASM in Chromium, 1 thread vs all (bench/page-wasm.ts) …');
-    try {
-      const { pageWasm } = await import('./page-wasm');
-      results.page = await pageWasm(model.dir, quick ? 2 : 5);
-    } catch (e) {
-      results.page = { error: (e as Error).message };
-      log(`  failed: ${(e as Error).message}`);
+  // PyTorch and the page alternate, round by round, so that each page / PyTorch ratio is taken side
+  // by side at one load; the last round's full results fill the PyTorch and page tables
+  const sideRounds = only.has('torch') && only.has('page') && !quick ? SIDE_ROUNDS : 1;
+  for (let round = 0; round < sideRounds; round++) {
+    if (only.has('torch')) {
+      log(`torch anchor (bench/torch_anchor.py)${sideRounds > 1 ? `, round ${round + 1}/${sideRounds}` : ''} …`);
+      results.torch = torchAnchor(quick);
+      if ('skipped' in results.torch) log(`  skipped: ${results.torch.skipped}`);
     }
+    if (only.has('page')) {
+      log('page: onnxruntime-web WASM in Chromium, 1 thread vs all (bench/page-wasm.ts) …');
+      try {
+        const { pageWasm } = await import('./page-wasm');
+        results.page = await pageWasm(model.dir, quick ? 2 : sideRounds > 1 ? 3 : 5);
+      } catch (e) {
+        results.page = { error: (e as Error).message };
+        log(`  failed: ${(e as Error).message}`);
+      }
+    }
+    const side = pageOverTorch(results);
+    if (side) {
+      (results.page_vs_torch ??= { rounds: [], median: {} }).rounds.push(side);
+      log(`  page (all threads) / PyTorch best, this round: ${Object.entries(side).map(([T, x]) => `T=${T} ${x.ratio.toFixed(2)}`).join(', ')}`);
+    }
+  }
+  if (results.page_vs_torch) {
+    const Tset = Object.keys(results.page_vs_torch.rounds[0]);
+    results.page_vs_torch.median = Object.fromEntries(Tset.map((T) => [T, median(results.page_vs_torch!.rounds.map((r) => r[T]?.ratio ?? NaN))]));
   }
 
   if (only.has('memory')) {
@@ -183,6 +196,21 @@ async function main() {
   mkdirSync(path.dirname(outFile), { recursive: true });
   writeFileSync(outFile, JSON.stringify(results, null, 2) + '\n');
   log(`wrote ${path.relative(process.cwd(), outFile)} (${results.total_s} s in all)`);
+}
+
+const SIDE_ROUNDS = 3;
+
+/** this round's page (every thread) / PyTorch (best thread count) per T, when both ran */
+function pageOverTorch(r: BenchResults): Record<string, { page_ms: number; torch_ms: number; ratio: number }> | undefined {
+  const t = r.torch, p = r.page;
+  if (!t || !p || 'error' in t || 'skipped' in t || 'error' in p) return undefined;
+  const all = p.runs[String(p.hardware_concurrency)] ?? p.runs['1'];
+  const out: Record<string, { page_ms: number; torch_ms: number; ratio: number }> = {};
+  for (const [T, x] of Object.entries(all ?? {})) {
+    const torchMs = Math.min(...Object.values(t.runs).map((byT) => byT[T]?.median_ms ?? Infinity));
+    if (Number.isFinite(torchMs)) out[T] = { page_ms: x.median_ms, torch_ms: torchMs, ratio: x.median_ms / torchMs };
+  }
+  return Object.keys(out).length ? out : undefined;
 }
 
 /** bench/torch_anchor.py under the first python3 that has torch (Debian's python3-torch lives in /usr/bin/python3) */

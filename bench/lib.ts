@@ -141,17 +141,18 @@ export interface PlainSession {
 }
 
 /**
- * A session over the plain graph (`hooks: false`: no hook outputs, no intervention inputs), created
+ * A session over the plain graph (`hooks: false`: no hook outputs, no intervention inputs; with
+ * onnxruntime's fused kernels unless `fused` is false), created
  * through the same factory `loadModelNode` uses for this backend. For WASM the weight file's bytes
  * are read into memory as `loadModelNode` does (ORT-web takes external data as buffers).
  */
-export async function plainSession(dir: string, backend: 'node' | 'wasm', threads?: number): Promise<PlainSession> {
+export async function plainSession(dir: string, backend: 'node' | 'wasm', threads?: number, fused = true): Promise<PlainSession> {
   const files = await loadModelFilesNode(dir);
   const weights = files.weights as WeightSet;
   const spec = describeModel({ config: files.config as Record<string, any>, tensors: weights.tensors });
   const factory = await nodeFactory(backend, threads);
   const t0 = now();
-  const graph = buildModelGraph(spec, weights.tensors, { hooks: false, withResult: false });
+  const graph = buildModelGraph(spec, weights.tensors, { hooks: false, withResult: false, fused });
   const buildMs = now() - t0;
   if (backend === 'wasm') {
     for (const [file, p] of weights.paths) {

@@ -44,6 +44,8 @@ export interface BenchResults {
   torch?: TorchAnchor;
   /** bench/page-wasm.ts: onnxruntime-web WASM in Chromium, all hooks, per thread count */
   page?: PageWasmResult | Failed;
+  /** page (every thread) / PyTorch (best thread count) per T, per round of alternating runs, and the median over rounds */
+  page_vs_torch?: { rounds: Record<string, { page_ms: number; torch_ms: number; ratio: number }>[]; median: Record<string, number> };
   total_s: number;
   /** the target ratios in one place (filled by summarize()) */
   summary?: Record<string, unknown>;
@@ -69,6 +71,7 @@ export function summarizeTargets(r: BenchResults): Record<string, unknown> {
     if (q.node !== undefined) sum[`node_all_hooks_over_torch.T${T}`] = { value: q.node, target: TARGETS.nodeOverTorch, met: q.node <= TARGETS.nodeOverTorch };
     if (q.wasm !== undefined) sum[`wasm_all_hooks_over_torch.T${T}`] = { value: q.wasm };
   }
+  for (const [T, q] of Object.entries(r.page_vs_torch?.median ?? {})) sum[`page_over_torch.T${T}`] = { value: q, target: TARGETS.pageOverTorch, met: q <= TARGETS.pageOverTorch };
   const c = r.extensions.circuit;
   if (c && 'json' in c) sum['circuit_per_ablation_over_forward'] = { value: c.json.per_ablation_over_forward, target: c.json.target, met: c.json.meets_target };
   return sum;
@@ -142,9 +145,14 @@ export function render(r: BenchResults): string {
       const w = wasmOk?.runs[T];
       const cell = (x: { median_ms: number } | undefined) => (x ? ms(x.median_ms) : '—');
       const both = (a?: { median_ms: number }, b?: { median_ms: number }) => (a && b ? ratio(b.median_ms / a.median_ms) : '—');
-      rows.push([`T=${T}`, 'plain forward', cell(n?.plain), cell(w?.plain), both(n?.plain, w?.plain)]);
+      rows.push([`T=${T}`, 'plain forward (fused kernels)', cell(n?.plain), cell(w?.plain), both(n?.plain, w?.plain)]);
+      rows.push([`T=${T}`, 'plain forward, decomposed (fused: false)', cell(n?.plain_unfused), cell(w?.plain_unfused), both(n?.plain_unfused, w?.plain_unfused)]);
       rows.push([`T=${T}`, 'hooked, no hooks fetched', cell(n?.hooked_none), cell(w?.hooked_none), both(n?.hooked_none, w?.hooked_none)]);
       rows.push([`T=${T}`, `hooked, all ${nHooks} hooks fetched`, cell(n?.hooked_all), cell(w?.hooked_all), both(n?.hooked_all, w?.hooked_all)]);
+      rows.push([`T=${T}`, 'observe-only variant (no intervention inputs), all hooks fetched', cell(n?.hooked_observe), cell(w?.hooked_observe), both(n?.hooked_observe, w?.hooked_observe)]);
+      const over = (x: typeof n, k: 'plain_unfused' | 'hooked_observe', base: 'plain' | 'hooked_all') => (x?.[k] ? ratio(x[k]!.median_ms / x[base].median_ms) : '—');
+      rows.push([`T=${T}`, 'ratio plain decomposed / plain fused', over(n, 'plain_unfused', 'plain'), over(w, 'plain_unfused', 'plain'), '']);
+      rows.push([`T=${T}`, 'ratio observe-only / hooked, all hooks', over(n, 'hooked_observe', 'hooked_all'), over(w, 'hooked_observe', 'hooked_all'), '']);
       const rr = (x?: { plain: { median_ms: number }; hooked_none: { median_ms: number }; hooked_all: { median_ms: number } }, k: 'hooked_none' | 'hooked_all' = 'hooked_all') => {
         if (!x) return '—';
         const q = x[k].median_ms / x.plain.median_ms;
@@ -211,6 +219,12 @@ export function render(r: BenchResults): string {
       }
       out.push(table(['T', '1 thread (ms)', `${all} threads (ms)`, 'speed-up', `all threads / PyTorch best (target ≤ ${TARGETS.pageOverTorch})`], rows));
     }
+  }
+  if (r.page_vs_torch) {
+    const v = r.page_vs_torch;
+    out.push(`### Page WASM (every thread) / PyTorch (best thread count), side by side: ${v.rounds.length} rounds, each PyTorch then the page\n`);
+    const rows = Object.entries(v.median).map(([T, q]) => [`T=${T}`, v.rounds.map((x) => x[T] ? `${ms(x[T].page_ms)} / ${ms(x[T].torch_ms)} = ${ratio(x[T].ratio)}` : '—').join('; '), `**${ratio(q)}** ${mark(q <= TARGETS.pageOverTorch)}`]);
+    out.push(table(['T', 'rounds: page ms / PyTorch ms = ratio', `median (target ≤ ${TARGETS.pageOverTorch})`], rows));
   }
 
   // ---- memory

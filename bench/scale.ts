@@ -17,7 +17,7 @@ import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import { tokenizerFiles } from './model-gen';
 
-interface Shape {
+export interface Shape {
   name: string;
   family: 'llama' | 'qwen2' | 'gemma2';
   D: number; L: number; H: number; Hkv: number; Dh: number; M: number; V: number; tied: boolean;

@@ -169,6 +169,23 @@ export interface WeightProducts {
   unembedSum: Tensor;
 }
 
+/** What LoadedModel.lensTop returns for S streams × P positions (row-major: stream, position, …). */
+export interface LensTop {
+  k: number;
+  /** [S·P·k] the k largest logits of each vector, largest first (ties: lower id first) */
+  topLogits: Float32Array;
+  /** [S·P·k] their token ids */
+  topIds: number[];
+  /** [S·P] log Σ_v exp(logit_v) */
+  logSumExp: Float32Array;
+  /** [P] argmax of the last stream's logits (first on ties) */
+  finalIds: number[];
+  /** [S·P] each vector's logit of finalIds at its position */
+  finalLogit: Float32Array;
+  /** [S·P] how many tokens have a strictly larger logit (the rank of finalIds − 1) */
+  finalAbove: Float32Array;
+}
+
 export interface KVCache {
   /** per layer: keys and values [B, Hkv, P, Dh] */
   keys: Tensor[];
@@ -268,6 +285,13 @@ export interface LoadedModel {
    * statistics → unembedding (+ b_U) → final soft-cap, giving logits [N, d_vocab].
    */
   unembed(resid: Tensor, signal?: AbortSignal): Promise<Tensor>;
+  /**
+   * The logit lens reduced on the backend: S streams of P residual vectors [S, P, d_model], each
+   * through the same lens as `unembed`, and only the k largest logits and a few per-vector numbers
+   * come back (graph/build-model.ts buildLensGraph). The last stream is taken to be the final
+   * resid_post: its argmax is the model's own prediction, which every stream is ranked on.
+   */
+  lensTop(resid: Tensor, k: number, signal?: AbortSignal): Promise<LensTop>;
   /**
    * Products with the stored W_O, W_out and W_U on the backend, for attribution after a forward
    * (graph/readout-graph.ts lists them): one pass over each weight, no copy of it in JavaScript.

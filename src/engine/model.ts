@@ -3,13 +3,13 @@
  * (api.ts). Graph variants are built on demand and kept: the hooked graph (every hook an output,
  * every site an input, KV cache in/out) and, when asked, the variant with per-head hook_result.
  */
-import type { LoadedModel, ModelInfo, ModelMemory, RunOptions, RunResult, KVCache, Intervention } from './api';
+import type { LoadedModel, ModelInfo, ModelMemory, RunOptions, RunResult, KVCache, Intervention, LensTop } from './api';
 import { LoupeError, throwIfAborted } from './errors';
 import type { ModelSpec } from './spec';
 import type { Tensor } from './tensor';
 import type { WeightSet } from './safetensors-types';
 import { describeModel } from './arch';
-import { buildModelGraph, buildLensGraph, type BuiltGraph } from './graph/build-model';
+import { buildModelGraph, buildLensGraph, LENS_OUTPUTS, type BuiltGraph } from './graph/build-model';
 import { buildReadoutGraph, readoutFeeds, readoutResult, READOUT_OUTPUTS, type WeightProducts, type WeightProductsInput } from './graph/readout-graph';
 import { allHookNames, hookInfo, hookShape as shapeOfHook } from './graph/hooks';
 import { compileInterventions } from './runtime/interventions';
@@ -244,11 +244,34 @@ class EngineModel implements LoadedModel {
       const D = this.spec.dModel;
       if (resid.dims.length !== 2 || resid.dims[1] !== D) throw new LoupeError('BAD_INPUT', `unembed needs residual vectors [N, ${D}], got [${resid.dims}].`);
       const { session } = await this.session('lens');
-      const out = await session.run({ resid: new this.factory.ort.Tensor('float32', resid.data, resid.dims) }, ['logits']);
-      return { dims: [...out.logits.dims], data: out.logits.data as Float32Array };
+      const out = await session.run(this.lensFeeds({ dims: [1, ...resid.dims], data: resid.data }, 1), ['logits']);
+      return { dims: [resid.dims[0], this.spec.dVocab], data: out.logits.data as Float32Array };
     });
     this.queue = next.catch(() => undefined);
     return next;
+  }
+
+  lensTop(resid: Tensor, k: number, signal?: AbortSignal): Promise<LensTop> {
+    const next = this.queue.then(async () => {
+      throwIfAborted(signal);
+      const D = this.spec.dModel;
+      if (resid.dims.length !== 3 || resid.dims[2] !== D || resid.dims[0] < 1) throw new LoupeError('BAD_INPUT', `lensTop needs residual vectors [S, P, ${D}], got [${resid.dims}].`);
+      if (!Number.isInteger(k) || k < 1 || k > this.spec.dVocab) throw new LoupeError('BAD_INPUT', `lensTop: k must be 1 … ${this.spec.dVocab}, got ${k}.`);
+      const { session } = await this.session('lens');
+      const out = await session.run(this.lensFeeds(resid, k), LENS_OUTPUTS);
+      const ints = (t: OrtTensorLike) => Array.from(t.data as BigInt64Array, Number);
+      return {
+        k, topLogits: out.top_logits.data as Float32Array, topIds: ints(out.top_ids), logSumExp: out.logsumexp.data as Float32Array,
+        finalIds: ints(out.final_ids), finalLogit: out.final_logit.data as Float32Array, finalAbove: out.final_above.data as Float32Array,
+      };
+    });
+    this.queue = next.catch(() => undefined);
+    return next;
+  }
+
+  private lensFeeds(resid: Tensor, k: number): Record<string, OrtTensorLike> {
+    const T = this.factory.ort.Tensor;
+    return { resid: new T('float32', resid.data, resid.dims), k: new T('int64', BigInt64Array.from([BigInt(k)]), [1]) };
   }
 
   weightProducts(input: WeightProductsInput, signal?: AbortSignal): Promise<WeightProducts> {

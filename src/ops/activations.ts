@@ -56,25 +56,33 @@ export type ActivationsDocument = z.infer<typeof activationsOutput>;
 export function summarize(t: Tensor, posAxis: number) {
   const dims = t.dims;
   const T = dims[posAxis];
-  const n = t.data.length;
+  const x = t.data;
+  const n = x.length;
+  // the row-major layout as [outer, T, inner] around the position axis: one pass over every element
+  // gives the sum, extremes and per-position sums of squares (no index arithmetic per element)
+  const inner = dims.slice(posAxis + 1).reduce((a, b) => a * b, 1);
+  const outer = n / (T * inner);
   let s = 0, mn = Infinity, mx = -Infinity, arg = 0;
-  for (let i = 0; i < n; i++) {
-    const v = t.data[i];
-    s += v;
-    if (v < mn) mn = v;
-    if (v > mx) { mx = v; arg = i; }
+  const norms = new Float64Array(T);
+  for (let o = 0, i = 0; o < outer; o++) {
+    for (let p = 0; p < T; p++) {
+      let sq = 0;
+      for (const end = i + inner; i < end; i++) {
+        const v = x[i];
+        s += v;
+        sq += v * v;
+        if (v < mn) mn = v;
+        if (v > mx) { mx = v; arg = i; }
+      }
+      norms[p] += sq;
+    }
   }
   const mean = s / n;
   let ss = 0;
-  for (let i = 0; i < n; i++) { const d = t.data[i] - mean; ss += d * d; }
+  for (let i = 0; i < n; i++) { const d = x[i] - mean; ss += d * d; }
   // strides of the row-major layout: position p of axis posAxis
   const strides = dims.map((_, k) => dims.slice(k + 1).reduce((a, b) => a * b, 1));
   const multi = dims.map((d, k) => Math.floor(arg / strides[k]) % d);
-  const norms = new Float64Array(T);
-  for (let i = 0; i < n; i++) {
-    const p = Math.floor(i / strides[posAxis]) % T;
-    norms[p] += t.data[i] * t.data[i];
-  }
   return {
     shape: [...dims],
     mean: finite(mean),
@@ -83,7 +91,7 @@ export function summarize(t: Tensor, posAxis: number) {
     max: finite(mx),
     // drop the batch axis and the position axis from the element index
     argmax: { position: multi[posAxis], index: multi.filter((_, k) => k !== 0 && k !== posAxis) },
-    norm_per_position: Array.from(norms, (x) => finite(Math.sqrt(x))),
+    norm_per_position: Array.from(norms, (v) => finite(Math.sqrt(v))),
   };
 }
 
@@ -106,7 +114,8 @@ export const operation = defineOperation({
 
   ctx.onProgress?.({ stage: 'forward pass', done: 0, total: 1 });
   throwIfAborted(ctx.signal);
-  const run = await model.run(ids, { hooks, signal: ctx.signal });
+  // no logits are shown: unembed one position only (all T would cost up to half a forward more)
+  const run = await model.run(ids, { hooks, logitPositions: [ids.length - 1], signal: ctx.signal });
   throwIfAborted(ctx.signal);
   ctx.onProgress?.({ stage: 'forward pass', done: 1, total: 1 });
 

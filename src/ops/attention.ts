@@ -52,7 +52,8 @@ export const operation = defineOperation({
 
   ctx.onProgress?.({ stage: 'forward pass', done: 0, total: 1 });
   throwIfAborted(ctx.signal);
-  const run = await model.run(ids, { hooks: layers.map((l) => `blocks.${l}.attn.hook_pattern`), signal: ctx.signal });
+  // no logits are shown: unembed one position only (all T would cost up to half a forward more)
+  const run = await model.run(ids, { hooks: layers.map((l) => `blocks.${l}.attn.hook_pattern`), logitPositions: [T - 1], signal: ctx.signal });
   throwIfAborted(ctx.signal);
   ctx.onProgress?.({ stage: 'forward pass', done: 1, total: 1 });
 

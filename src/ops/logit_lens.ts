@@ -10,7 +10,6 @@ import { documentBase, documentHead } from '../schema/common';
 import { LoupeError, throwIfAborted } from '../engine/errors';
 import { checkTopK, checkDocumentSize, finite } from './lib/caps';
 import { promptFields, promptIds } from './lib/tokens';
-import { argmax, logSumExp, topK } from './lib/math';
 
 export const logitLensInput = z.object({
   ...promptFields,
@@ -41,7 +40,7 @@ export type LogitLensDocument = z.infer<typeof logitLensOutput>;
 export const operation = defineOperation({
   name: 'logit_lens',
   description:
-    'Logit lens: for the input of every layer (blocks.{l}.hook_resid_pre) and the final resid_post, at each position, apply the final norm with the stream\'s own statistics, the unembedding and any final soft-cap; report the top-k tokens (prob) and the probability and rank of the model\'s final prediction. One forward pass plus one batched unembedding of (n_layers+1)·T residual vectors on the same backend.',
+    'Logit lens: for the input of every layer (blocks.{l}.hook_resid_pre) and the final resid_post, at each position, apply the final norm with the stream\'s own statistics, the unembedding and any final soft-cap; report the top-k tokens (prob) and the probability and rank of the model\'s final prediction. One forward pass plus one batched unembedding of (n_layers+1)·T residual vectors on the same backend (top-k, normaliser and ranks reduced there).',
   input: logitLensInput,
   output: logitLensOutput,
 }).implement(async (model, input, ctx) => {
@@ -54,52 +53,52 @@ export const operation = defineOperation({
   checkDocumentSize((L + 1) * positions.length * (input.top_k * 4 + 3), 'The logit lens', 'Use a smaller top_k or fewer positions.');
 
   const hooks = [...Array.from({ length: L }, (_, l) => `blocks.${l}.hook_resid_pre`), `blocks.${L - 1}.hook_resid_post`];
-  ctx.onProgress?.({ stage: 'forward pass', done: 0, total: L + 2 });
+  ctx.onProgress?.({ stage: 'forward pass', done: 0, total: 2 });
   throwIfAborted(ctx.signal);
-  const run = await model.run(ids, { hooks, signal: ctx.signal });
-  const text = (id: number) => model.tokenStrings([id])[0];
+  // the model's own logits come from the lens of the final stream (the same norm and unembedding),
+  // so the forward unembeds one position only
+  const run = await model.run(ids, { hooks, logitPositions: [T - 1], signal: ctx.signal });
+  throwIfAborted(ctx.signal);
+  ctx.onProgress?.({ stage: 'projecting layers', done: 1, total: 2 });
 
-  // the final prediction at each position, from the model's own logits
-  const finals = positions.map((p) => {
-    const lse = logSumExp(run.logits.data, p * V, V);
-    const id = argmax(run.logits.data, p * V, V);
-    return { position: p, token: text(id), token_id: id, prob: finite(Math.exp(run.logits.data[p * V + id] - lse)) };
-  });
-
-  // every (layer, position) stream in one batch through ln_final + W_U on the backend
+  // every (layer, position) stream in one batch through ln_final + W_U, reduced on the backend to
+  // the top-k, the log-normaliser and the final prediction's logit and rank
   const P = positions.length;
   const streams = new Float32Array((L + 1) * P * D);
   hooks.forEach((hook, l) => positions.forEach((p, i) => streams.set(run.hooks[hook].data.subarray(p * D, (p + 1) * D), (l * P + i) * D)));
-  const lens = await model.unembed({ dims: [(L + 1) * P, D], data: streams }, ctx.signal);
-  ctx.onProgress?.({ stage: 'projecting layers', done: 1, total: L + 2 });
+  const lens = await model.lensTop({ dims: [L + 1, P, D], data: streams }, Math.min(input.top_k, V), ctx.signal);
+  throwIfAborted(ctx.signal);
+  const text = (id: number) => model.tokenStrings([id])[0];
+  const k = lens.k;
+  const prob = (logit: number, j: number) => finite(Math.exp(logit - lens.logSumExp[j]));
 
-  const layers: LogitLensDocument['layers'] = [];
-  for (let l = 0; l <= L; l++) {
-    throwIfAborted(ctx.signal);
-    const hook = hooks[l];
-    const rows = positions.map((p, i) => {
-      const logits = lens.data.subarray((l * P + i) * V, (l * P + i + 1) * V);
-      // probabilities only where reported: exp(logit − logsumexp), no V-long log-softmax row per stream
-      const lse = logSumExp(logits);
-      const ft = finals[i].token_id;
-      let rank = 1;
-      for (let v = 0; v < V; v++) if (logits[v] > logits[ft]) rank++;
+  const finals = positions.map((p, i) => {
+    const id = lens.finalIds[i];
+    return { position: p, token: text(id), token_id: id, prob: prob(lens.finalLogit[L * P + i], L * P + i) };
+  });
+  const layers: LogitLensDocument['layers'] = hooks.map((hook, l) => ({
+    layer: l,
+    hook,
+    positions: positions.map((p, i) => {
+      const j = l * P + i;
       return {
         position: p,
-        top: topK(logits, input.top_k).map((id) => ({ token: text(id), token_id: id, logit: finite(logits[id]), prob: finite(Math.exp(logits[id] - lse)) })),
-        final_token_prob: finite(Math.exp(logits[ft] - lse)),
-        final_token_rank: rank,
+        top: Array.from({ length: k }, (_, r) => {
+          const id = lens.topIds[j * k + r], logit = lens.topLogits[j * k + r];
+          return { token: text(id), token_id: id, logit: finite(logit), prob: prob(logit, j) };
+        }),
+        final_token_prob: prob(lens.finalLogit[j], j),
+        final_token_rank: lens.finalAbove[j] + 1,
       };
-    });
-    layers.push({ layer: l, hook, positions: rows });
-    ctx.onProgress?.({ stage: 'projecting layers', done: l + 2, total: L + 2 });
-  }
+    }),
+  }));
+  ctx.onProgress?.({ stage: 'projecting layers', done: 2, total: 2 });
 
   return {
     ...documentHead('logit_lens', model, input.prompt, ids),
     positions,
     final_predictions: finals,
     layers,
-    method: `Each stream x is read as ${model.info.norm === 'layernorm' ? 'LayerNorm((x − mean x) / sqrt(var x + eps)) ⊙ w + b' : 'RMSNorm x / sqrt(mean x² + eps) ⊙ w'} with ln_final's weights and x's own statistics, then · W_U + b_U${model.info.final_softcap ? `, then the final soft-cap ${model.info.final_softcap}·tanh(·/${model.info.final_softcap})` : ''}; probabilities are its softmax. No tuned lens. Layer n_layers (the final resid_post) reproduces the model's own output.`,
+    method: `Each stream x is read as ${model.info.norm === 'layernorm' ? 'LayerNorm((x − mean x) / sqrt(var x + eps)) ⊙ w + b' : 'RMSNorm x / sqrt(mean x² + eps) ⊙ w'} with ln_final's weights and x's own statistics, then · W_U + b_U${model.info.final_softcap ? `, then the final soft-cap ${model.info.final_softcap}·tanh(·/${model.info.final_softcap})` : ''}; probabilities are its softmax. No tuned lens. Layer n_layers (the final resid_post) reproduces the model's own output, and its argmax is the final prediction each layer is ranked on.`,
   };
 });

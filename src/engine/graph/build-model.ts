@@ -49,6 +49,13 @@ export interface GraphPlan {
   weights?: WeightPrecision;
   /** rows per chunk of the vocabulary tables (vocab.ts; precision.ts chooseVocabSplit); absent: whole */
   vocabRows?: number;
+  /**
+   * use onnxruntime's fused kernels where no hook needs an intermediate (default true; never with
+   * grad, whose backward pass differentiates the decomposed ops): FastGelu / Gelu for the MLP
+   * activation in every variant; LayerNormalization / SimplifiedLayerNormalization for a norm
+   * whose hook_scale is not a hook of the variant (the plain graph, lean variants, the lens)
+   */
+  fused?: boolean;
 }
 
 export interface BuiltGraph {
@@ -69,8 +76,11 @@ function softcap(g: OnnxGraph, x: string, cap: number): string {
   return g.o('Mul', [g.o('Tanh', [g.o('Div', [x, k])]), k]);
 }
 
-function activation(g: OnnxGraph, x: string, a: Activation): string {
+function activation(g: OnnxGraph, x: string, a: Activation, fused = false): string {
   const c = (v: number) => g.constF([v], []);
+  // onnxruntime's one-pass kernels for the same formulas (the decomposed tanh form is ~8 passes over [B, T, d_mlp])
+  if (fused && a === 'gelu') return g.msOp('Gelu', [x])[0];
+  if (fused && a !== 'relu' && a !== 'silu') return g.msOp('FastGelu', [x])[0];
   switch (a) {
     case 'relu': return g.o('Relu', [x]);
     case 'silu': return g.o('Mul', [x, g.o('Sigmoid', [x])]);
@@ -88,8 +98,15 @@ function activation(g: OnnxGraph, x: string, a: Activation): string {
  * LayerNorm / RMSNorm, decomposed so that hook_scale is a real intermediate (and intervenable):
  * y = ((x − mean x) / scale) ⊙ w + b with scale = sqrt(var + eps) (RMSNorm: x / sqrt(mean x² + eps) ⊙ w).
  */
-function normalize(g: OnnxGraph, W: (name: string) => string, x: string, n: NormSpec, onScale?: (scale: string) => string): string {
+function normalize(g: OnnxGraph, W: (name: string) => string, x: string, n: NormSpec, onScale?: (scale: string) => string, fused = false): string {
   const c = (v: number) => g.constF([v], []);
+  if (fused && !onScale) {
+    // no hook reads the scale: onnxruntime's fused norm, one kernel instead of ~8 passes over [B, T, D]
+    const w = n.weightOffset ? g.o('Add', [W(n.w), c(1)]) : W(n.w);
+    // (onnxruntime registers SimplifiedLayerNormalization, its RMSNorm kernel, in the ONNX domain)
+    if (n.kind === 'rmsnorm') return g.o('SimplifiedLayerNormalization', [x, w], { axis: -1, epsilon: { float: n.eps } });
+    return g.o('LayerNormalization', [x, w, ...(n.b ? [W(n.b)] : [])], { axis: -1, epsilon: { float: n.eps } });
+  }
   let xc = x;
   let sq: string;
   if (n.kind === 'layernorm') {
@@ -178,8 +195,14 @@ class ModelGraph {
     return unembedRows(this.g, vocabChunks(this.entry(spec.unembed.w), plan.vocabRows), spec.unembed.b ? this.entry(spec.unembed.b) : undefined, x);
   }
 
+  /** fused kernels allowed (see GraphPlan.fused) */
+  private get fused(): boolean {
+    return (this.plan.fused ?? true) && !this.plan.grad;
+  }
+
   private norm(x: string, n: NormSpec, scaleHook?: string): string {
-    return normalize(this.g, this.W, x, n, scaleHook ? (v) => this.hook(v, scaleHook) : undefined);
+    const hooked = scaleHook !== undefined && this.hookSet.has(scaleHook);
+    return normalize(this.g, this.W, x, n, hooked ? (v) => this.hook(v, scaleHook) : undefined, this.fused);
   }
 
   // ---- hook sites
@@ -320,10 +343,10 @@ class ModelGraph {
     if (m.kind === 'gated') {
       const pre = this.hook(this.linear(xn, m.gate!, D, M), `${b}.hook_pre`);
       const lin = this.hook(this.linear(xn, m.up, D, M), `${b}.hook_pre_linear`);
-      post = this.hook(g.o('Mul', [activation(g, pre, m.act), lin]), `${b}.hook_post`);
+      post = this.hook(g.o('Mul', [activation(g, pre, m.act, this.fused), lin]), `${b}.hook_post`);
     } else {
       const pre = this.hook(this.linear(xn, m.up, D, M), `${b}.hook_pre`);
-      post = this.hook(activation(g, pre, m.act), `${b}.hook_post`);
+      post = this.hook(activation(g, pre, m.act, this.fused), `${b}.hook_post`);
     }
     let out = this.linear(post, m.down, M, D);
     if (layer.postMlpNorm) out = this.norm(out, layer.postMlpNorm, `blocks.${l}.ln2_post.hook_scale`);
@@ -394,18 +417,46 @@ export function buildModelGraph(spec: ModelSpec, tensors: Map<string, TensorEntr
 }
 
 /**
- * The logit lens as a graph: residual vectors [N, D] → final norm with each vector's OWN
- * statistics → unembedding → final soft-cap. Lets the lens run on the backend (WebGPU/WASM/CPU)
- * instead of an N·D·V loop in JS.
+ * The logit lens as a graph: S streams of P residual vectors [S, P, D] → final norm with each
+ * vector's OWN statistics → unembedding → final soft-cap → logits [S, P, V]. Lets the lens run on
+ * the backend (WebGPU/WASM/CPU) instead of an N·D·V loop in JS, and reduces the logits there too,
+ * so that only what a document shows leaves the session (S·P·V floats would be ~40 MB for GPT-2
+ * small at 16 tokens, and a JS pass over them cost more than the unembedding):
+ *   top_logits / top_ids [S, P, k]  the k largest logits (input `k` int64 [1]), largest first,
+ *                                   ties lower id first
+ *   logsumexp  [S, P]               log Σ_v exp(logit_v), max-shifted
+ *   final_ids  [P]                  argmax of the LAST stream's logits (first on ties)
+ *   final_logit [S, P]              each stream's logit of that token
+ *   final_above [S, P]              how many tokens have a larger logit (its rank − 1)
  */
-export function buildLensGraph(spec: ModelSpec, tensors: Map<string, TensorEntry>, location: (file: string) => string = (f) => f, precision: WeightPrecision = 'f32', vocabRows?: number): BuiltGraph {
+export function buildLensGraph(spec: ModelSpec, tensors: Map<string, TensorEntry>, location: (file: string) => string = (f) => f, precision: WeightPrecision = 'f32', vocabRows?: number, fused = true): BuiltGraph {
   const g = new OnnxGraph(location, precision);
   const W = (name: string, after?: string) => g.weight(tensors.get(name)!, after);
-  const x = g.input('resid', 'float', ['N', spec.dModel]);
-  const xn = normalize(g, W, x, spec.lnFinal);
-  let logits = unembedRows(g, vocabChunks(tensors.get(spec.unembed.w)!, vocabRows), spec.unembed.b ? tensors.get(spec.unembed.b) : undefined, xn); // `n d, v d -> n v`
-  if (spec.finalSoftcap !== null) logits = softcap(g, logits, spec.finalSoftcap);
-  g.identity(logits, 'logits');
-  g.output('logits');
+  const D = spec.dModel;
+  const x = g.input('resid', 'float', ['S', 'P', D]);
+  const xn = g.o('Reshape', [normalize(g, W, x, spec.lnFinal, undefined, fused), g.constI([-1, D])]);
+  let flat = unembedRows(g, vocabChunks(tensors.get(spec.unembed.w)!, vocabRows), spec.unembed.b ? tensors.get(spec.unembed.b) : undefined, xn); // `n d, v d -> n v`
+  if (spec.finalSoftcap !== null) flat = softcap(g, flat, spec.finalSoftcap);
+  const sp = g.o('Shape', [x], { start: 0, end: 2 });
+  const logits = g.rename(g.o('Reshape', [flat, g.o('Concat', [sp, g.constI([spec.dVocab])], { axis: 0 })]), 'logits');
+  g.output(logits);
+
+  const [topV, topI] = g.op('TopK', [logits, g.input('k', 'int64', [1])], { axis: -1, largest: 1, sorted: 1 }, 2);
+  g.rename(topV, 'top_logits'); g.output('top_logits');
+  g.rename(topI, 'top_ids'); g.output('top_ids', 'int64');
+  const max = g.o('ReduceMax', [logits], { axes: [-1], keepdims: 1 });
+  const lse = g.o('Add', [g.o('Squeeze', [max, g.constI([-1])]), g.o('Log', [g.o('ReduceSum', [g.o('Exp', [g.o('Sub', [logits, max])]), g.constI([-1])], { keepdims: 0 })])]);
+  g.rename(lse, 'logsumexp'); g.output('logsumexp');
+  // the model's own prediction: the last stream is the final resid_post, so its lens is the model's unembedding
+  const last = g.o('Slice', [logits, g.constI([-1]), g.constI([2 ** 31 - 1]), g.constI([0])]); // [1, P, V]
+  const fid = g.o('ArgMax', [last], { axis: -1, keepdims: 1 }); // [1, P, 1]
+  g.rename(g.o('Reshape', [fid, g.constI([-1])]), 'final_ids'); g.output('final_ids', 'int64');
+  const fidAll = g.o('Expand', [fid, g.o('Concat', [sp, g.constI([1])], { axis: 0 })]); // [S, P, 1]
+  const flog = g.o('GatherElements', [logits, fidAll], { axis: -1 }); // [S, P, 1]
+  g.rename(g.o('Squeeze', [flog, g.constI([-1])]), 'final_logit'); g.output('final_logit');
+  const above = g.o('ReduceSum', [g.o('Cast', [g.o('Greater', [logits, flog])], { to: 1 }), g.constI([-1])], { keepdims: 0 });
+  g.rename(above, 'final_above'); g.output('final_above');
   return { bytes: g.encode(), inputNames: g.inputNames(), outputNames: g.outputNames(), sites: [], precision };
 }
+
+export const LENS_OUTPUTS = ['top_logits', 'top_ids', 'logsumexp', 'final_ids', 'final_logit', 'final_above'];

@@ -10,7 +10,10 @@ import type { WeightPrecision } from '../precision';
 const { onnx } = onnxProto as any;
 const DT = { FLOAT: 1, INT8: 3, INT64: 7, FLOAT16: 10, BFLOAT16: 16 } as const;
 
-type Attr = number | number[] | string | { tensor: { dims: number[]; floats?: number[]; ints?: number[] } };
+type Attr = number | number[] | string | { float: number } | { tensor: { dims: number[]; floats?: number[]; ints?: number[] } };
+
+/** onnxruntime's contrib operator domain (its fused kernels: FastGelu, SimplifiedLayerNormalization, …) */
+export const MS_DOMAIN = 'com.microsoft';
 
 export class OnnxGraph {
   private nodes: any[] = [];
@@ -36,6 +39,15 @@ export class OnnxGraph {
     this.nodes.push(onnx.NodeProto.create({ opType: type, input: inputs, output: outs, name: this.fresh('n'), attribute: Object.entries(attrs).map(([k, v]) => attr(k, v)) }));
     return outs;
   }
+
+  /** A node of onnxruntime's contrib domain (MS_DOMAIN); the model then imports that opset. */
+  msOp(type: string, inputs: string[], attrs: Record<string, Attr> = {}, nOut = 1): string[] {
+    const outs = this.op(type, inputs, attrs, nOut);
+    this.nodes[this.nodes.length - 1].domain = MS_DOMAIN;
+    this.contrib = true;
+    return outs;
+  }
+  private contrib = false;
 
   /** Single-output convenience. */
   o(type: string, inputs: string[], attrs: Record<string, Attr> = {}, hint?: string): string {
@@ -215,7 +227,7 @@ export class OnnxGraph {
   /** Serialise to ONNX bytes (opset 17, IR 8). */
   encode(): Uint8Array {
     const graph = onnx.GraphProto.create({ name: 'loupe', node: this.nodes, initializer: this.initializers, input: [...this.inputs, ...this.overridable], output: this.outputs });
-    const model = onnx.ModelProto.create({ irVersion: 8, producerName: 'loupe', opsetImport: [{ domain: '', version: 17 }], graph });
+    const model = onnx.ModelProto.create({ irVersion: 8, producerName: 'loupe', opsetImport: [{ domain: '', version: 17 }, ...(this.contrib ? [{ domain: MS_DOMAIN, version: 1 }] : [])], graph });
     return onnx.ModelProto.encode(model).finish();
   }
 }
@@ -228,10 +240,11 @@ function valueInfo(name: string, elemType: 'float' | 'int64', dims?: (number | s
 
 function attr(name: string, v: Attr) {
   // AttributeProto.AttributeType: FLOAT=1, INT=2, STRING=3, TENSOR=4, INTS=7
-  // Only integer attributes are used; float parameters go in as constants so no value is ever mistyped.
+  // Integer attributes, except the epsilon of fused norms; other float parameters go in as constants.
   if (typeof v === 'number') return { name, type: 2, i: v };
   if (typeof v === 'string') return { name, type: 3, s: new TextEncoder().encode(v) };
   if (Array.isArray(v)) return { name, type: 7, ints: v };
+  if ('float' in v) return { name, type: 1, f: v.float }; // fused kernels' epsilon
   return { name, type: 4, t: { dims: v.tensor.dims, dataType: v.tensor.floats ? DT.FLOAT : DT.INT64, floatData: v.tensor.floats, int64Data: v.tensor.ints } };
 }
 

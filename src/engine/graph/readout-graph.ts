@@ -8,7 +8,7 @@
  *   z          float [L, N, H·Dh]  → attn_x    [L, N, D]     z_l · W_O_l        (N = 0 or 1)
  *   post       float [L, P, M]     → mlp_x     [L, P, D]     post_l · W_out_l   (P = 0 or 1)
  *   attn_dirs  float [L, K, D]     → attn_dir  [L, K, H·Dh]  rows of W_O_l · e  (K directions per layer)
- *   mlp_dirs   float [L, K, D]     → mlp_dir   [L, K, M]     rows of W_out_l · e
+ *   mlp_dirs   float [L, K', D]    → mlp_dir   [L, K', M]    rows of W_out_l · e
  *   unembed_ids int64 [I]          → unembed_rows [I, D]    W_U[:, t] for each id
  *   sum_weights float [J, V]       → unembed_sum  [D]       Σ_j Σ_v w_jv W_U[:, v] (J = 1, ones: the vocabulary mean × V)
  *
@@ -40,7 +40,9 @@ export function buildReadoutGraph(spec: ModelSpec, tensors: Map<string, TensorEn
   const z = g.input('z', 'float', [L, 'N', H * Dh]);
   const post = g.input('post', 'float', [L, 'P', M]);
   const attnDirs = g.input('attn_dirs', 'float', [L, 'K', D]);
-  const mlpDirs = g.input('mlp_dirs', 'float', [L, 'K', D]);
+  // its own symbolic length: ORT plans buffer reuse as if inputs sharing a dim_param had equal sizes,
+  // and a call with attn_dirs only (mlp_dirs empty) failed with 'Shape mismatch attempting to re-use buffer'
+  const mlpDirs = g.input('mlp_dirs', 'float', [L, 'Km', D]);
   const layerOf = (x: string, l: number) => g.o('Gather', [x, g.constI([l], [])], { axis: 0 });
   /** x [N, in] → x · W [N, out] (W the TL-orientation [in, out] map) */
   const forward = (x: string, ref: LinearRef) => g.o('Gemm', [x, W(ref.w, x)], ref.layout === 'out_in' ? { transB: 1 } : {});
