@@ -220,10 +220,61 @@ export const generationKv: BenchExtension = {
 
 const OPS_ROUNDS = 5;
 
+const QWEN_ROUNDS = 3;
+
+/**
+ * Absolute times of the single-forward operations at the qwen2.5-0.5b shape (random F16 weights in
+ * the Hugging Face layout, bench/scale.ts; 24 layers, d_model 896, vocab 151936, tied), on
+ * onnxruntime-node (the bench's threads, weights as `auto` picks) and WASM in Node (1 thread), on a
+ * ≈16-token prompt: the forward (hooks: none, logits at the last position) and each operation,
+ * medians of QWEN_ROUNDS interleaved rounds after one warm-up run of each. The model is generated
+ * under $TMPDIR/loupe-scale (reused when there) and deleted afterwards.
+ */
+async function qwenOps(ctx: ExtContext, rows: ExtRow[]): Promise<Record<string, unknown>> {
+  const { existsSync, rmSync } = await import('node:fs');
+  const { tmpdir } = await import('node:os');
+  const path = await import('node:path');
+  const { SHAPES, generate } = await import('./scale');
+  const { benchPrompt, OP_CASES } = await import('./ops-cost');
+  const { loadModelNode } = await import('../src/node/load');
+  const ops = await import('../src/ops/index');
+  const shape = SHAPES.find((s) => s.name === 'qwen2.5-0.5b')!;
+  const dir = path.join(tmpdir(), 'loupe-scale', shape.name);
+  const made = !existsSync(path.join(dir, 'model.safetensors'));
+  if (made) generate(shape, dir);
+  const json: Record<string, unknown> = { shape };
+  try {
+    for (const backend of ['node', 'wasm'] as const) {
+      const model = await loadModelNode(dir, { backend, threads: backend === 'node' ? ctx.threads : 1 });
+      const prompt = benchPrompt(model, 16);
+      const ids = model.tokenize(prompt);
+      const T = ids.length;
+      const cases = [
+        { label: 'forward (hooks: none, last-position logits)', fn: () => model.run(ids, { hooks: [], logitPositions: [T - 1] }) },
+        ...OP_CASES.filter((c) => c.target !== undefined).map((c) => ({ label: c.label, fn: () => ops.getOperation(c.op)!.run(model, c.input(prompt), {}) })),
+      ];
+      const rounds = backend === 'node' ? QWEN_ROUNDS : 2;
+      const t = await timeInterleaved(cases.map((c) => ({ name: c.label, fn: c.fn })), 1, rounds);
+      const fwd = t[cases[0].label].median_ms;
+      for (const c of cases) {
+        const ms = t[c.label].median_ms;
+        rows.push({ metric: `qwen2.5-0.5b shape, ${backend} (${model.info.weights} weights): ${c.label}, T=${T}`, value: `${fmt(ms, 0)} ms${c === cases[0] ? '' : ` (${fmt(ms / fwd, 2)} forwards)`}` });
+      }
+      ctx.log(`[qwen ${backend}] ${cases.map((c) => `${c.label} ${fmt(t[c.label].median_ms, 0)} ms`).join(', ')}`);
+      json[backend] = { T, weights: model.info.weights, rounds, times: t };
+      await model.dispose();
+    }
+  } finally {
+    if (made) rmSync(dir, { recursive: true, force: true });
+  }
+  return json;
+}
+
+
 /**
  * Each operation's time / the time of the forward passes it needs (bench/ops-cost.ts), on
  * onnxruntime-node and on WASM in Node (1 thread), at T≈16 (every case) and T≈128 (the
- * single-forward operations).
+ * single-forward operations); then the absolute times at the qwen2.5-0.5b shape (qwenOps).
  */
 export const opsCost: BenchExtension = {
   name: 'ops',
@@ -252,65 +303,8 @@ export const opsCost: BenchExtension = {
       json[backend] = all;
       await model.dispose();
     }
+    json.qwen = await qwenOps(ctx, rows);
     return { rows, json: { rounds: OPS_ROUNDS, forward: 'model.run(ids, { hooks: [], logitPositions: [T-1] })', ...json } };
-  },
-};
-
-// ------------------------------------------------------------------ operations at the qwen2.5-0.5b shape
-
-const QWEN_ROUNDS = 3;
-
-/**
- * Absolute times of the single-forward operations at the qwen2.5-0.5b shape (random F16 weights in
- * the Hugging Face layout, bench/scale.ts; 24 layers, d_model 896, vocab 151936, tied), on
- * onnxruntime-node (the bench's threads, weights as `auto` picks) and WASM in Node (1 thread), on a
- * ≈16-token prompt: the forward (hooks: none, logits at the last position) and each operation,
- * medians of QWEN_ROUNDS interleaved rounds after one warm-up run of each. The model is generated
- * under $TMPDIR/loupe-scale (reused when there) and deleted afterwards.
- */
-export const opsQwen: BenchExtension = {
-  name: 'ops_qwen',
-  title: 'operations at the qwen2.5-0.5b shape: absolute time',
-  timeoutMs: 2_400_000,
-  async run(ctx) {
-    const { existsSync, rmSync } = await import('node:fs');
-    const { tmpdir } = await import('node:os');
-    const path = await import('node:path');
-    const { SHAPES, generate } = await import('./scale');
-    const { benchPrompt, OP_CASES } = await import('./ops-cost');
-    const { loadModelNode } = await import('../src/node/load');
-    const ops = await import('../src/ops/index');
-    const shape = SHAPES.find((s) => s.name === 'qwen2.5-0.5b')!;
-    const dir = path.join(tmpdir(), 'loupe-scale', shape.name);
-    const made = !existsSync(path.join(dir, 'model.safetensors'));
-    if (made) generate(shape, dir);
-    const rows: ExtRow[] = [];
-    const json: Record<string, unknown> = {};
-    try {
-      for (const backend of ['node', 'wasm'] as const) {
-        const model = await loadModelNode(dir, { backend, threads: backend === 'node' ? ctx.threads : 1 });
-        const prompt = benchPrompt(model, 16);
-        const ids = model.tokenize(prompt);
-        const T = ids.length;
-        const cases = [
-          { label: 'forward (hooks: none, last-position logits)', fn: () => model.run(ids, { hooks: [], logitPositions: [T - 1] }) },
-          ...OP_CASES.filter((c) => c.target !== undefined).map((c) => ({ label: c.label, fn: () => ops.getOperation(c.op)!.run(model, c.input(prompt), {}) })),
-        ];
-        const rounds = backend === 'node' ? QWEN_ROUNDS : 2;
-        const t = await timeInterleaved(cases.map((c) => ({ name: c.label, fn: c.fn })), 1, rounds);
-        const fwd = t[cases[0].label].median_ms;
-        for (const c of cases) {
-          const ms = t[c.label].median_ms;
-          rows.push({ metric: `${backend} (${model.info.weights} weights): ${c.label}, T=${T}`, value: `${fmt(ms, 0)} ms${c === cases[0] ? '' : ` (${fmt(ms / fwd, 2)} forwards)`}` });
-        }
-        ctx.log(`[${backend}] ${cases.map((c) => `${c.label} ${fmt(t[c.label].median_ms, 0)} ms`).join(', ')}`);
-        json[backend] = { T, weights: model.info.weights, rounds, times: t };
-        await model.dispose();
-      }
-    } finally {
-      if (made) rmSync(dir, { recursive: true, force: true });
-    }
-    return { rows, json: { shape, ...json } };
   },
 };
 
@@ -385,5 +379,5 @@ export const cachedLoad: BenchExtension = {
 };
 
 /** The list the bench runs, in order. Append new measurements here. */
-export const extensions: BenchExtension[] = [opsCost, opsQwen, circuitAllHeads, generationKv, cachedLoad, gradientCosts];
+export const extensions: BenchExtension[] = [opsCost, circuitAllHeads, generationKv, cachedLoad, gradientCosts];
 

@@ -1,14 +1,27 @@
 /**
  * The engine (ONNX graph on onnxruntime-node) against the independent float64 reference forward
  * (tests/reference, no shared code) on random-weight models of every supported family: every
- * TransformerLens hook and the logits within 1e-4, plus interventions and batching.
+ * TransformerLens hook and the logits within 1e-4, plus interventions and batching, and the fused
+ * kernels of the plain graph and the lean variant within 1e-5.
  */
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
-import { loadModelNode } from '../src/node/load';
+import { readFileSync } from 'node:fs';
+import { loadModelNode, nodeFactory } from '../src/node/load';
+import { loadModelFilesNode } from '../src/node/load-files-node';
+import { describeModel } from '../src/engine/arch';
+import { buildModelGraph } from '../src/engine/graph/build-model';
+import { buildFeeds } from '../src/engine/runtime/feeds';
+import type { WeightSet } from '../src/engine/safetensors-types';
 import type { LoadedModel } from '../src/engine/api';
 import { ALL_FAMILY_CASES, makeCaseModel, caseTokens, referenceForward, compareHooks, maxAbsDiff, type RandomModel } from './reference';
 
 const TOL = 1e-4;
+/**
+ * onnxruntime's fused kernels (GraphPlan.fused: FastGelu / Gelu; LayerNormalization /
+ * SimplifiedLayerNormalization where no hook reads the norm's scale) against the decomposed graph
+ * and the reference: float32 rounding of another summation order (measured ≤ 7e-6)
+ */
+const FUSED_TOL = 1e-5;
 
 describe.each(ALL_FAMILY_CASES)('engine vs float64 reference: $name', (c) => {
   let rm: RandomModel;
@@ -51,8 +64,41 @@ describe.each(ALL_FAMILY_CASES)('engine vs float64 reference: $name', (c) => {
         return v;
       },
     });
-    const out = await model.run(tokens, { interventions: [{ hook: `blocks.${layer}.attn.hook_z`, op: 'zero', head }] });
+    const interventions = [{ hook: `blocks.${layer}.attn.hook_z`, op: 'zero' as const, head }];
+    const out = await model.run(tokens, { interventions });
     expect(maxAbsDiff(ref.logits.data, out.logits.data).maxAbs).toBeLessThan(TOL);
+    // the scans' lean variant (fused norms: no hook reads their scale) gives the same numbers
+    const lean = await model.run(tokens, { interventions, lean: true });
+    expect(maxAbsDiff(out.logits.data, lean.logits.data).maxAbs).toBeLessThan(FUSED_TOL);
+    expect(maxAbsDiff(ref.logits.data, lean.logits.data).maxAbs).toBeLessThan(FUSED_TOL);
+  });
+
+  it('the plain graph with fused kernels equals the decomposed one and the float64 reference (1e-5), on onnxruntime-node and WASM', async () => {
+    const files = await loadModelFilesNode(rm.dir);
+    const weights = files.weights as WeightSet;
+    const spec = describeModel({ config: files.config as Record<string, any>, tensors: weights.tensors });
+    for (const [file, p] of weights.paths) if (!weights.files.has(file)) weights.files.set(file, new Uint8Array(readFileSync(p))); // ORT-web takes external data as bytes
+    const ref = referenceForward(rm, tokens);
+    for (const backend of ['node', 'wasm'] as const) {
+      const factory = await nodeFactory(backend, 1);
+      const logits = async (fused: boolean) => {
+        const graph = buildModelGraph(spec, weights.tensors, { hooks: false, withResult: false, fused });
+        // node op types are stored verbatim in the graph's bytes
+        expect(new TextDecoder('latin1').decode(graph.bytes).includes(spec.norm === 'layernorm' ? 'LayerNormalization' : 'SimplifiedLayerNormalization')).toBe(fused);
+        const session = await factory.create(graph, weights);
+        try {
+          return (await session.run(buildFeeds(factory.ort, spec, graph, { rows: [tokens], sites: new Map() }), ['logits'])).logits.data as Float32Array;
+        } finally {
+          await session.release();
+        }
+      };
+      const fused = await logits(true);
+      const plain = await logits(false);
+      const dFused = maxAbsDiff(plain, fused).maxAbs, dRef = maxAbsDiff(ref.logits.data, fused).maxAbs;
+      console.log(`${c.name} ${backend}: plain fused − decomposed |Δ| ${dFused.toExponential(2)}, fused − float64 ${dRef.toExponential(2)}, decomposed − float64 ${maxAbsDiff(ref.logits.data, plain).maxAbs.toExponential(2)}`);
+      expect(dFused).toBeLessThan(FUSED_TOL);
+      expect(dRef).toBeLessThan(FUSED_TOL);
+    }
   });
 
   it('adding α·d at hook_resid_pre equals the reference doing the same; a batch of variants equals one-by-one runs', async () => {
