@@ -81,6 +81,30 @@ test('the top-heads table, the patch head map and circuit bars open the same hea
   await expect(page.locator('#att-head')).toHaveValue(h);
 });
 
+test('the head panel\'s "patch" patches that head only', async () => {
+  await page.getByTestId('prompt').fill(PROMPT);
+  await runOp(page, 'trace');
+  await page.locator('[data-testid=trace-heatmap] rect.cell[data-row="1"][data-col="2"]').click();
+  await expect(page.getByTestId('head-panel').getByRole('heading')).toHaveText('L1H2 pattern');
+  await page.getByTestId('head-patch').click();
+  await expect(page.getByTestId('tab-patch')).toHaveAttribute('aria-selected', 'true');
+  await expect(page.locator('#p-patch-heads')).toHaveValue('[{"layer":1,"head":2}]');
+  // the example gives the corrupted prompt; the head stays chosen
+  await runOp(page, 'patch', { example: true });
+  const doc = await pageDoc(page, 'patch');
+  expect(doc.n_variants).toBe(1);
+  expect(doc.interventions).toEqual([{ hook: 'blocks.1.attn.hook_z', op: 'patch', head: 2, positions: 'all', from: "the clean prompt's run" }]);
+  expect(doc.resid_pre).toBeNull();
+  expect(doc.head_out[1][2]).toEqual(expect.any(Number));
+  expect(doc.head_out.flat().filter((v: number | null) => v !== null)).toHaveLength(1);
+  // the head map shows that one cell; the others say they were not patched
+  await expect(page.locator('[data-testid=patch-heads] rect.cell[data-row="1"][data-col="2"]')).toHaveAttribute('data-value', String(doc.head_out[1][2]));
+  await expect(page.locator('[data-testid=patch-heads] rect.cell[data-value="null"]')).toHaveCount(doc.head_out.flat().length - 1);
+  await page.getByTestId('patch-heads').scrollIntoViewIfNeeded();
+  await shot(page, 'linked-head-patch');
+  expect(errors).toEqual([]);
+});
+
 test('hovering a token highlights its position in every view; clicking it fills positions', async () => {
   await page.getByTestId('prompt').fill(PROMPT);
   await runOp(page, 'trace');

@@ -82,7 +82,7 @@ describe('attribution_patching on induction-gpt2', () => {
     const denom = patch.clean_logit_diff - patch.corrupted_logit_diff;
     const v = atp.validation!;
     expect(v.heads.length).toBe(8);
-    for (const h of v.heads) expect(h.actual).toBeCloseTo(patch.head_out![h.layer][h.head] * denom, 4);
+    for (const h of v.heads) expect(h.actual).toBeCloseTo(patch.head_out![h.layer][h.head]! * denom, 4);
     // on the induction heads the linear estimate holds: same sign, within 25%
     for (const h of v.heads.filter((x) => x.layer === 1)) {
       expect(Math.sign(h.estimate)).toBe(Math.sign(h.actual));

@@ -52,7 +52,7 @@ function checkCells(doc: PatchDocument, ref: RefModel, T: number, L: number, H: 
       cmp(doc.attn_out![l][p], [{ hook: `blocks.${l}.hook_attn_out`, positions: [p] }]);
       cmp(doc.mlp_out![l][p], [{ hook: `blocks.${l}.hook_mlp_out`, positions: [p] }]);
     }
-    for (let h = 0; h < H; h++) cmp(doc.head_out![l][h], [{ hook: `blocks.${l}.attn.hook_z`, positions: 'all', head: h }]);
+    for (let h = 0; h < H; h++) cmp(doc.head_out![l][h]!, [{ hook: `blocks.${l}.attn.hook_z`, positions: 'all', head: h }]);
     cmp(doc.attn_out_all_pos![l], [{ hook: `blocks.${l}.hook_attn_out`, positions: 'all' }]);
     cmp(doc.mlp_out_all_pos![l], [{ hook: `blocks.${l}.hook_mlp_out`, positions: 'all' }]);
   }
@@ -102,9 +102,9 @@ describe('patch on induction-gpt2: clean [256]+R+R, corrupted [256]+R\'+R (first
     const fmt = (xs: number[]) => `mean ${meanOf(xs).toFixed(3)} [${xs.map((x) => x.toFixed(2)).join(' ')}]`;
     const attnAll1 = at((d) => d.attn_out_all_pos![1]);
     const attnLast1 = at((d) => d.attn_out![1][T - 1]);
-    const heads1 = [0, 1, 2, 3].map((h) => at((d) => d.head_out![1][h]));
-    const heads0 = [0, 1, 2, 3].map((h) => at((d) => d.head_out![0][h]));
-    const sum1 = at((d) => d.head_out![1].reduce((a, b) => a + b, 0));
+    const heads1 = [0, 1, 2, 3].map((h) => at((d) => d.head_out![1][h]!));
+    const heads0 = [0, 1, 2, 3].map((h) => at((d) => d.head_out![0][h]!));
+    const sum1 = at((d) => d.head_out![1].reduce<number>((a, b) => a + b!, 0));
     const r0at30 = at((d) => d.resid_pre![0][30]);
     const r1at31 = at((d) => d.resid_pre![1][31]);
     console.log([
@@ -159,6 +159,18 @@ describe('patch on stories260K and input checks', () => {
     expect(only.attn_out_all_pos).toBeNull();
     expect(only.n_variants).toBe(40);
     expect(only.head_out).toEqual(doc.head_out);
+
+    // one head: one variant, patching that head's hook_z only, the same number as in the full scan
+    const one = await patch.run(stories, { prompt: clean, corrupted_prompt: corrupted, answer: ' lo', counterfactual: ' was', scans: ['head_out'], heads: [{ layer: 1, head: 2 }] }, {});
+    validDocument(one);
+    expect(one.n_variants).toBe(1);
+    expect(one.interventions).toEqual([{ hook: 'blocks.1.attn.hook_z', op: 'patch', head: 2, positions: 'all', from: "the clean prompt's run" }]);
+    expect(one.head_out![1][2]).toBeCloseTo(doc.head_out![1][2]!, 5);
+    expect(one.head_out!.flat().filter((v) => v !== null)).toHaveLength(1);
+    const noScan = await patch.run(stories, { prompt: clean, corrupted_prompt: corrupted, scans: ['resid_pre'], heads: [{ layer: 0, head: 0 }] }, {}).catch((e) => e);
+    expect(noScan.code).toBe('BAD_INPUT');
+    const noHead = await patch.run(stories, { prompt: clean, corrupted_prompt: corrupted, scans: ['head_out'], heads: [{ layer: 0, head: 99 }] }, {}).catch((e) => e);
+    expect(noHead.code).toBe('BAD_INPUT');
   });
 
   it('refuses unequal lengths, equal answer and counterfactual, bad tokens; cancels; reports progress', async () => {

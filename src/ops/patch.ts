@@ -6,7 +6,8 @@
  * at the last position is reported: 0 = no better than corrupted, 1 = fully clean.
  * Scans (each one batched through the engine's batch dimension):
  *   resid_pre, attn_out, mlp_out   per layer × position (TL get_act_patch_resid_pre / attn_out / mlp_out)
- *   head_out                       per layer × head, all positions (hook_z; TL get_act_patch_attn_head_out_all_pos)
+ *   head_out                       per layer × head, all positions (hook_z; TL get_act_patch_attn_head_out_all_pos),
+ *                                  every head or only the heads asked for (the page's "patch" on one head)
  *   attn_out_all_pos, mlp_out_all_pos  per layer, every position at once (whole sublayer)
  */
 import { z } from 'zod';
@@ -31,6 +32,8 @@ export const patchInput = z.object({
   answer: z.string().optional().describe('Token (text or "#id") whose logit counts positively; default the clean prediction.'),
   counterfactual: z.string().optional().describe('Token (text or "#id") whose logit counts negatively; default the corrupted prediction.'),
   scans: z.array(z.enum(SCANS)).min(1).default([...SCANS]).describe('Which scans to run: resid_pre, attn_out, mlp_out (layer × position), head_out (layer × head, all positions).'),
+  heads: z.array(z.object({ layer: z.number().int().min(0), head: z.number().int().min(0) })).min(1).optional()
+    .describe('The head_out scan patches only these heads, e.g. [{"layer":1,"head":2}] (the others are null in head_out); default every head.'),
 });
 export type PatchInput = z.input<typeof patchInput>;
 
@@ -49,7 +52,7 @@ export const patchOutput = documentBase('patch').extend({
   resid_pre: grid.nullable().describe('[layer][position] metric after patching clean blocks.{l}.hook_resid_pre at one position'),
   attn_out: grid.nullable().describe('[layer][position] the same for hook_attn_out'),
   mlp_out: grid.nullable().describe('[layer][position] the same for hook_mlp_out'),
-  head_out: grid.nullable().describe('[layer][head] metric after patching clean attn.hook_z of one head at every position'),
+  head_out: z.array(z.array(z.number().nullable())).nullable().describe('[layer][head] metric after patching clean attn.hook_z of one head at every position (null: a head not asked for in `heads`)'),
   attn_out_all_pos: z.array(z.number()).nullable().describe('[layer] hook_attn_out patched at every position (= all heads of the layer)'),
   mlp_out_all_pos: z.array(z.number()).nullable().describe('[layer] hook_mlp_out patched at every position'),
   interventions: interventionList.describe('one patch per variant, in the order of the scans (each variant ran with exactly one of these)'),
@@ -87,7 +90,15 @@ export const operation = defineOperation({
   const cfId = resolveAnswer(model, input.counterfactual, 'counterfactual');
   const { n_layers: L, n_heads: H } = model.info;
   const scans = new Set<Scan>(input.scans);
-  const nVariants = (scans.has('resid_pre') ? L * T : 0) + (scans.has('attn_out') ? L * T + L : 0) + (scans.has('mlp_out') ? L * T + L : 0) + (scans.has('head_out') ? L * H : 0);
+  for (const h of input.heads ?? []) {
+    if (h.layer >= L || h.head >= H) throw new LoupeError('BAD_INPUT', `L${h.layer}H${h.head} does not exist (the model has ${L} layers × ${H} heads).`, `Use layer 0 … ${L - 1} and head 0 … ${H - 1}.`);
+  }
+  if (input.heads && !scans.has('head_out')) {
+    throw new LoupeError('BAD_INPUT', 'heads chooses which heads the head_out scan patches, but scans does not include head_out.', 'Add "head_out" to scans, or leave heads out.');
+  }
+  const patchHead = (l: number, h: number) => !input.heads || input.heads.some((x) => x.layer === l && x.head === h);
+  const nHeads = input.heads ? new Set(input.heads.map((x) => `${x.layer}:${x.head}`)).size : L * H;
+  const nVariants = (scans.has('resid_pre') ? L * T : 0) + (scans.has('attn_out') ? L * T + L : 0) + (scans.has('mlp_out') ? L * T + L : 0) + (scans.has('head_out') ? nHeads : 0);
   checkVariants(nVariants, 'This patching scan', 'Use a shorter prompt or fewer scans.');
   checkDocumentSize(nVariants, 'This patching scan', 'Use a shorter prompt or fewer scans.');
 
@@ -96,7 +107,7 @@ export const operation = defineOperation({
     if (scans.has('resid_pre')) hooks.push(`blocks.${l}.hook_resid_pre`);
     if (scans.has('attn_out')) hooks.push(`blocks.${l}.hook_attn_out`);
     if (scans.has('mlp_out')) hooks.push(`blocks.${l}.hook_mlp_out`);
-    if (scans.has('head_out')) hooks.push(`blocks.${l}.attn.hook_z`);
+    if (scans.has('head_out') && Array.from({ length: H }, (_, h) => patchHead(l, h)).some(Boolean)) hooks.push(`blocks.${l}.attn.hook_z`);
   }
   ctx.onProgress?.({ stage: 'clean and corrupted runs', done: 0, total: 2 });
   const cleanRun = await model.run(clean.ids, { hooks, signal: ctx.signal });
@@ -128,7 +139,7 @@ export const operation = defineOperation({
     }
     if (scans.has('head_out')) {
       const hook = `blocks.${l}.attn.hook_z`;
-      for (let h = 0; h < H; h++) cells.push({ scan: 'head_out', layer: l, index: h, iv: { hook, op: 'patch', head: h, positions: 'all', source: src(hook) } });
+      for (let h = 0; h < H; h++) if (patchHead(l, h)) cells.push({ scan: 'head_out', layer: l, index: h, iv: { hook, op: 'patch', head: h, positions: 'all', source: src(hook) } });
     }
   }
   const logits = await runVariants(model, corrupted.ids, cells.map((x) => [x.iv]), { ctx, stage: 'patching' });
@@ -138,7 +149,7 @@ export const operation = defineOperation({
     resid_pre: scans.has('resid_pre') ? gridOf(T) : null,
     attn_out: scans.has('attn_out') ? gridOf(T) : null,
     mlp_out: scans.has('mlp_out') ? gridOf(T) : null,
-    head_out: scans.has('head_out') ? gridOf(H) : null,
+    head_out: scans.has('head_out') ? Array.from({ length: L }, (_, l) => Array.from({ length: H }, (_, h) => (patchHead(l, h) ? 0 : null))) as (number | null)[][] : null,
     attn_out_all_pos: scans.has('attn_out') ? new Array<number>(L).fill(0) : null,
     mlp_out_all_pos: scans.has('mlp_out') ? new Array<number>(L).fill(0) : null,
   };
