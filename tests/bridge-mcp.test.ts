@@ -18,6 +18,7 @@ import { errorOf, FakePage, sleep, text, tmpDist, until } from './bridge-fake-pa
 
 const traceOp: Operation = {
   name: 'trace',
+  title: 'Trace',
   description: 'TEST trace: returns a value for a prompt. Units: none. Cost: trivial.',
   input: z.object({ prompt: z.string().min(1).describe('the prompt') }),
   output: z.object({ operation: z.literal('trace'), prompt: z.string(), value: z.number() }),
@@ -25,6 +26,7 @@ const traceOp: Operation = {
 };
 const countOp: Operation = {
   name: 'count',
+  title: 'Count',
   description: 'TEST long op: counts to n.',
   long: true,
   input: z.object({ n: z.number().int().min(1) }),

@@ -67,7 +67,7 @@ const api: EngineWorkerApi = {
 
   listOperations() {
     return guarded(async () => {
-      opInfos ??= Object.values(operations).map((op) => ({ name: op.name, description: op.description, long: !!op.long, inputSchema: operationSchemas(op).input }));
+      opInfos ??= Object.values(operations).map((op) => ({ name: op.name, title: op.title, description: op.description, long: !!op.long, ...(op.feeds ? { feeds: op.feeds } : {}), inputSchema: operationSchemas(op).input }));
       return opInfos;
     });
   },

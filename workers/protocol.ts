@@ -5,7 +5,7 @@
  */
 import type { ModelInfo } from '../src/engine/api';
 import type { FileProgress } from '../src/engine/source/types';
-import type { Progress } from '../src/ops/types';
+import type { Feeds, Progress } from '../src/ops/types';
 import type { WeightsMode } from '../src/engine/precision';
 
 export type BackendChoice = 'auto' | 'webgpu' | 'wasm';
@@ -71,10 +71,15 @@ export const CONFIRM_DOWNLOAD_BYTES = 1e9;
 /** The page's answer to a preview: true to download, false to stop the load. */
 export type PreviewFn = (p: LoadPreview) => Promise<boolean>;
 
+/** An operation as the page sees it, in the registry's order (the page's tab order). */
 export interface OperationInfo {
   name: string;
+  /** the tab's title */
+  title: string;
   description: string;
   long: boolean;
+  /** document fields that fill other operations' forms after a run (ops/types.ts Feeds) */
+  feeds?: Feeds;
   /** the input schema as JSON Schema (zod → JSON Schema, input side: defaulted fields optional) */
   inputSchema: Record<string, unknown>;
 }

@@ -162,6 +162,7 @@ export function operationTool(op: Operation): ToolDef {
   }
   return {
     name: op.name,
+    title: op.title,
     description: op.description + (op.long ? LONG_NOTE : '') + SURFACE_NOTE,
     inputSchema: input,
     outputSchema,

@@ -72,6 +72,7 @@ function collectTargets(input: z.output<typeof ablateInput>): AblationTarget[] {
 
 export const operation = defineOperation({
   name: 'ablate',
+  title: 'Ablate',
   description:
     'Ablate a head (attn.hook_z slice), an MLP neuron (mlp.hook_post), a component (resid_pre/mid/post, attn_out, mlp_out, mlp_post) or a whole layer (attn_out + mlp_out) by zero, mean or resample ablation at all or chosen positions, and report the change of the clean prediction\'s logit, log-probability (nats) and probability at the last position, the KL(clean ‖ ablated), and the new prediction. Several targets: each singly and all together. Cost: one clean run plus one batched run (plus one run per mean prompt / the resample prompt).',
   input: ablateInput,

@@ -97,6 +97,7 @@ export function summarize(t: Tensor, posAxis: number) {
 
 export const operation = defineOperation({
   name: 'activations',
+  title: 'Activations',
   description:
     'Per layer, summary statistics (shape, mean, std, min, max, argmax position, L2 norm per position) of resid_pre, resid_mid, resid_post, attn_out, mlp_out, mlp_post (MLP activations) and the attention pattern, from one forward pass. Values are those of the unprocessed model (no weight folding).',
   input: activationsInput,

@@ -30,6 +30,7 @@ export type AttentionDocument = z.infer<typeof attentionOutput>;
 
 export const operation = defineOperation({
   name: 'attention',
+  title: 'Attention',
   description:
     'Attention patterns (blocks.{l}.attn.hook_pattern, post-softmax probabilities) of chosen heads or all heads as [Tq][Tk] arrays, with the entropy (nats) and top source position of each destination. One forward pass.',
   input: attentionInput,

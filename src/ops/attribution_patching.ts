@@ -77,6 +77,7 @@ function attribution(clean: Tensor, corr: Tensor, grad: Tensor, indices: (i: num
 
 export const operation = defineOperation({
   name: 'attribution_patching',
+  title: 'Attribution patching',
   description:
     'Attribution patching (AtP): estimates the effect of patching every head (hook_z), every residual/attention/MLP site × position (and optionally every MLP neuron) from the clean prompt into the corrupted one, as Σ (a_clean − a_corrupted) · ∂M/∂a with the gradient from ONE backward pass on the corrupted run. M = logit[answer] − logit[counterfactual] at the last position in raw logits (logit[answer] alone without a counterfactual); estimates are in the same units as ΔM. A validation block patches the top estimates for real. Cost: a clean forward + a corrupted forward-and-backward (~3 forward-equivalents) plus 2·validate patched variants in one batched run.',
   input: attributionPatchingInput,

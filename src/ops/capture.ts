@@ -44,6 +44,9 @@ export type CaptureDocument = z.infer<typeof output>;
 
 export const operation = defineOperation({
   name: 'capture',
+  title: 'Capture',
+  // a capture's handle is what the probe needs next
+  feeds: { probe: { capture: 'handle' } },
   description:
     'Capture activations for a labelled set of prompts: one vector per prompt per hook (final position by default, a chosen position, or the mean over non-BOS positions), kept in memory under a handle that `probe` trains on. Returns the handle, per-hook dimension and mean norm, and label counts. Prompts of equal length are batched. Caps: ' +
     `${MAX_CAPTURE_PROMPTS} prompts, ${MAX_CAPTURE_HOOKS} hooks, ${MAX_CAPTURE_BYTES / 1048576} MiB.`,

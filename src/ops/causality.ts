@@ -400,6 +400,7 @@ async function rigidity(
 
 export const operation = defineOperation({
   name: 'causality',
+  title: 'Causality',
   description:
     'Causality protocol (after openinterp) for a steering direction d at blocks.{layer}.hook_resid_pre, in three checks with their numbers: ' +
     '(1) random baseline — d\'s raw effect (target log-prob Δ at the final prompt position) and control-normalised effect (target Δ − control Δ, probability-matched controls) against N seeded random directions of equal norm: percentiles and z-scores; ' +

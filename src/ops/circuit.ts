@@ -80,6 +80,7 @@ function pairsOf<T>(xs: T[]): [T, T][] {
 
 export const operation = defineOperation({
   name: 'circuit',
+  title: 'Circuit',
   description:
     'Find which heads and MLP neurons matter for the prediction at the last position: rank candidates by direct logit attribution, ablate each singly (batched) and report its causal effect (logit and log-prob change of the target, KL), then ablate groups (top heads pairwise, each layer\'s candidate heads, all candidate heads, all candidate neurons) to expose redundancy (small singly, large together). Cost: one clean run plus two batched scans (singles, then groups).',
   input: circuitInput,

@@ -297,6 +297,7 @@ function histogram(acts: number[][], nBins: number): DashboardDocument['histogra
 
 export const operation = defineOperation({
   name: 'dashboard',
+  title: 'Dashboard',
   description:
     'A Neuronpedia-style dashboard computed locally, for an MLP neuron (layer, neuron: blocks.{l}.mlp.hook_post), an SAE feature (sae_source/sae_path, feature) or a direction (hook + numbers, or "probe:<handle>"; activation = hook value · v) over a corpus: text given inline (plain text split at blank lines, or JSON Lines with a "text" field) and/or samples the model generates (samples, sample_length, seed). ' +
     'Returns the top_k max-activating windows with every token\'s activation, a histogram of the nonzero activations with zero/positive counts and density, and the top promoted/suppressed tokens through the direct path (subject vector in the residual stream, centred for LayerNorm, ⊙ final-norm weight, · W_U; no norm scale, no biases; per unit activation). ' +

@@ -77,6 +77,7 @@ export type FeatureDocument = z.infer<typeof output>;
 
 export const operation = defineOperation({
   name: 'feature',
+  title: 'Feature card',
   description:
     'One SAE feature (SAELens layout, from sae_source/sae_path): the tokens its decoder direction promotes and suppresses through the unembedding (W_dec[f] mapped into the residual stream, ⊙ the final norm\'s weight, · W_U; no norm scale, per unit activation), its auto-interp description (null when none is available), and its activation at every token of prompt and of up to 64 more prompts, with the maximum per prompt. Cost: one forward pass per prompt.',
   input,

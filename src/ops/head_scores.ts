@@ -122,6 +122,7 @@ function randomSequence(model: LoadedModel, n: number, u: () => number): number[
 
 export const operation = defineOperation({
   name: 'head_scores',
+  title: 'Head scores',
   description:
     'Head detector (after TransformerLens): every head\'s previous_token, induction and duplicate_token score (mean attention mass, 0–1) on `batch` sequences [BOS] + R + R of seq_len distinct random tokens (seeded), and optionally on a prompt. ' +
     'previous_token = mean A[q, q−1]; duplicate_token = mean over repeated tokens of the mass on their earlier occurrences; induction = mean over repeated tokens of the mass on the token after each earlier occurrence. ' +

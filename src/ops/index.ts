@@ -30,27 +30,28 @@ import * as head_scores from './head_scores';
 import * as dashboard from './dashboard';
 
 export const operations: Record<string, AnyOperation> = {
-  // one line per operation: name: module.operation
+  // one line per operation (name: module.operation), in the order the page's tabs, `loupe --help`
+  // and the MCP tool list show them
   trace: trace.operation,
   activations: activations.operation,
   attention: attention.operation,
   logit_lens: logit_lens.operation,
-  generate: generate.operation,
+  head_scores: head_scores.operation,
   ablate: ablate.operation,
   circuit: circuit.operation,
-  patch: patch.operation,
   layer_ablation: layer_ablation.operation,
+  patch: patch.operation,
+  attribution_patching: attribution_patching.operation,
+  integrated_gradients: integrated_gradients.operation,
   steer: steer.operation,
   sweep: sweep.operation,
   causality: causality.operation,
   capture: capture.operation,
   probe: probe.operation,
+  generate: generate.operation,
   sae_features: sae_features.operation,
-  sae_steer: sae_steer.operation,
   feature: feature.operation,
-  attribution_patching: attribution_patching.operation,
-  integrated_gradients: integrated_gradients.operation,
-  head_scores: head_scores.operation,
+  sae_steer: sae_steer.operation,
   dashboard: dashboard.operation,
 };
 

@@ -48,6 +48,7 @@ export type IntegratedGradientsDocument = z.infer<typeof integratedGradientsOutp
 
 export const operation = defineOperation({
   name: 'integrated_gradients',
+  title: 'Integrated gradients',
   description:
     'Integrated gradients to each input position: attribution of M = logit[answer] − logit[counterfactual] at the last position (raw logits; logit[answer] alone without a counterfactual) to each position of blocks.0.hook_resid_pre (after token and positional embeddings), zero baseline, right Riemann sum with `steps` steps (α_k = k/n), each step one batch row of a forward + backward run. Returns per-position attributions and a completeness check (Σ attributions vs M(input) − M(baseline)). Cost: one row of forward + backward per step, plus the baseline row.',
   input: integratedGradientsInput,

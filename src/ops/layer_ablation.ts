@@ -43,6 +43,7 @@ export type LayerAblationDocument = z.infer<typeof layerAblationOutput>;
 
 export const operation = defineOperation({
   name: 'layer_ablation',
+  title: 'Layer ablation',
   description:
     'Ablate each layer\'s attention output and MLP output in turn (zero or mean over positions), one at a time, and report at the last position the change of the clean prediction\'s log-probability (nats), logit and probability, KL(clean ‖ ablated), and the new top token. Cost: one clean run plus 2·n_layers variants in batched runs.',
   input: layerAblationInput,

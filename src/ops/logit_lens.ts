@@ -39,6 +39,7 @@ export type LogitLensDocument = z.infer<typeof logitLensOutput>;
 
 export const operation = defineOperation({
   name: 'logit_lens',
+  title: 'Logit lens',
   description:
     'Logit lens: for the input of every layer (blocks.{l}.hook_resid_pre) and the final resid_post, at each position, apply the final norm with the stream\'s own statistics, the unembedding and any final soft-cap; report the top-k tokens (prob) and the probability and rank of the model\'s final prediction. One forward pass plus one batched unembedding of (n_layers+1)·T residual vectors on the same backend (top-k, normaliser and ranks reduced there).',
   input: logitLensInput,

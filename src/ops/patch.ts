@@ -70,6 +70,7 @@ interface Cell {
 
 export const operation = defineOperation({
   name: 'patch',
+  title: 'Patch',
   description:
     'Activation patching (TransformerLens patching module, denoising): clean and corrupted prompts of equal token length; patch the clean activation into the corrupted run at resid_pre, attn_out and mlp_out per layer × position, and each head\'s output (hook_z) per layer × head at all positions. Metric at the last position: normalised logit difference (answer − counterfactual; 0 = corrupted, 1 = clean). Returns the heatmaps as arrays and both baselines. Cost: 2 runs + (3·n_layers·T + n_layers·n_heads + 2·n_layers) variants in batched runs.',
   input: patchInput,

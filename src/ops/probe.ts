@@ -114,6 +114,7 @@ const orNull = (x: number) => (Number.isFinite(x) ? x : null);
 
 export const operation = defineOperation({
   name: 'probe',
+  title: 'Probe',
   description:
     'Train a logistic-regression probe (L2, deterministic Newton fit, standardised features) on a `capture` handle with a seeded stratified held-out split; report held-out AUROC and accuracy, a shuffled-label control fitted the same way, per-sample scores (P(positive)), and the probe direction in the raw activation basis. Returns a probe handle: `steer` accepts direction "probe:<handle>". No engine runs.',
   input,

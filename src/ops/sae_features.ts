@@ -120,6 +120,7 @@ function overall(x: Float32Array, rc: Float32Array, d: number, from: number, T: 
 
 export const operation = defineOperation({
   name: 'sae_features',
+  title: 'SAE features',
   description:
     'Decompose the activation at a sparse autoencoder\'s hook into SAE features (SAELens layout, loaded from sae_source/sae_path: Hub repo, URL or folder): per position (or one position) the top_k active features with activation and auto-interp description (null when none is available; never invented), L0, the reconstruction error (MSE and fraction of variance unexplained, SAELens definitions) per position and overall, and for the final position each feature\'s direct logit attribution to the predicted token (activation × W_dec[f] through the final norm with its frozen scale and W_U[:, predicted]). ' +
     'The SAE must match the model (d_in and hook), else SAE_MISMATCH. Cost: loading the SAE once per model, then one forward pass.',

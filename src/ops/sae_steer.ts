@@ -116,6 +116,7 @@ function featureIntervention(sae: AttachedSae, edit: 'add' | 'clamp', feature: n
 
 export const operation = defineOperation({
   name: 'sae_steer',
+  title: 'SAE steer',
   description:
     'Steer with one SAE feature (SAELens layout, from sae_source/sae_path): add α to its activation (the residual stream moves by α·W_dec[f]) or clamp it to a value, at all or chosen positions (with "all", every generated token too), keeping the SAE error term; generate base and steered side by side (greedy or seeded sampling, KV-cached, batched). ' +
     'Reports target and control tokens\' log-prob changes at the final prompt position, normalized_effect, relative_change and KL(base ‖ steered), as steer does. With alphas (a list of strengths or clamp values) it is a sweep: one curve per metric, its trend, and the text at each value. ' +

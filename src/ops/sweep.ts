@@ -70,6 +70,7 @@ export type SweepDocument = z.infer<typeof output>;
 
 export const operation = defineOperation({
   name: 'sweep',
+  title: 'α-sweep',
   description:
     'Steering over a list of α at blocks.{layer}.hook_resid_pre: one curve per metric (target and control log-prob deltas at the final prompt position, normalized_effect = target Δ − control Δ, relative_change, KL(base ‖ steered)), the trend of each curve, and the generated text at each α. ' +
     `α defaults to ${JSON.stringify(DEFAULT_MULTIPLES)} × the layer's mean residual norm (d unit-normalised). All α values run as rows of one batched, KV-cached generation. Caps: ${MAX_SWEEP_ALPHAS} α values, 256 new tokens.`,

@@ -47,15 +47,25 @@ export interface HandleStore {
   get<T>(kind: string, id: string): T;
 }
 
-/** What an operation module declares: its name, description and schemas. */
+/**
+ * What a run hands on to other operations: `{ probe: { capture: 'handle' } }` = after a run, the
+ * document's `handle` fills the probe's `capture` input (the page fills that form).
+ */
+export type Feeds = Record<string, Record<string, string>>;
+
+/** What an operation module declares: its name, title, description and schemas. */
 export interface OperationSpec<In extends z.ZodType, Out extends z.ZodType> {
   name: string;
+  /** a short name for people: the page's tab, the MCP tool's title */
+  title: string;
   /** written for a model (agent) reading it: what it computes, units, conventions, cost */
   description: string;
   input: In;
   output: Out;
   /** long operations (sweeps, scans) that surfaces may run as jobs */
   long?: boolean;
+  /** document fields that are other operations' inputs (see Feeds) */
+  feeds?: Feeds;
 }
 
 /** An operation's body: input already parsed by `input` (defaults applied); its result is checked against `output`. */
@@ -65,10 +75,12 @@ export type OperationBody<In extends z.ZodType, Out extends z.ZodType> =
 /** What every surface sees: raw input in, validated document out. */
 export interface Operation<In extends z.ZodType = z.ZodType, Out extends z.ZodType = z.ZodType> {
   name: string;
+  title: string;
   description: string;
   input: In;
   output: Out;
   long?: boolean;
+  feeds?: Feeds;
   run(model: LoadedModel, input: z.input<In>, ctx?: OpContext): Promise<z.output<Out>>;
 }
 
@@ -106,7 +118,7 @@ export function parseOperationInput<In extends z.ZodType>(op: Pick<Operation<In>
 /**
  * The one operation template:
  *
- *   export const operation = defineOperation({ name, description, input, output }).implement(
+ *   export const operation = defineOperation({ name, title, description, input, output }).implement(
  *     async (model, input, ctx) => ({ ...document }));
  *
  * The body is typed from the schemas (parsed input in, the output schema's input type out); the
@@ -119,10 +131,12 @@ export function defineOperation<In extends z.ZodType, Out extends z.ZodType>(spe
     implement(body: OperationBody<In, Out>): Operation<In, Out> {
       return {
         name: spec.name,
+        title: spec.title,
         description: spec.description,
         input: spec.input,
         output: spec.output,
         ...(spec.long ? { long: true } : {}),
+        ...(spec.feeds ? { feeds: spec.feeds } : {}),
         async run(model, raw, ctx = {}) {
           const input = parseInput(spec.input, raw, `input for ${spec.name}`);
           // the one place chat format is applied, so every prompt-taking operation gets it alike

@@ -10,7 +10,6 @@ import type { Progress } from '../../ops/types';
 import { EngineClient } from '../engine/client';
 import type { WeightsMode } from '../../engine/precision';
 import { newInstanceId } from '../../bridge/handles';
-import { manifestOf, opTitle } from '../views/registry';
 import { errInfo, type ErrorInfo } from './errors';
 import { NoticeStore } from './notices.svelte';
 import { PrefStore } from './prefs-store.svelte';
@@ -166,12 +165,11 @@ export class AppState {
       if (op === this.forms.op && opts.scroll !== false) this.resultStore.seq++;
       // an SAE download lands in the same IndexedDB cache as the models: list it there
       if (typeof input.sae_source === 'string') void this.models.refreshCache();
-      const fills = manifestOf(op)?.after?.(doc, input);
-      if (fills) this.forms.fill(fills);
+      if (doc && typeof doc === 'object') this.forms.fillFrom(op, doc);
       return doc;
     } catch (e) {
       const err = errInfo(e);
-      this.jobError = err.code === 'CANCELLED' ? { code: 'CANCELLED', message: `${opTitle(op)} was cancelled.` } : err;
+      this.jobError = err.code === 'CANCELLED' ? { code: 'CANCELLED', message: `${this.forms.title(op)} was cancelled.` } : err;
       return null;
     }
   }

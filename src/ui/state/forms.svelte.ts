@@ -5,9 +5,11 @@
  */
 import { prefs } from './prefs';
 import { fieldsOf, buildInput, rawFromInput, type Field } from '../forms/schema-form';
-import { opOrder, type Fills } from '../views/registry';
 import type { OperationInfo } from '../../../workers/protocol';
 import type { ErrorInfo } from './errors';
+
+/** Form values handed on: `{ op: { field: value } }` merged into those forms. */
+export type Fills = Record<string, Record<string, unknown>>;
 
 export class FormStore {
   prompt = $state('Once upon a time, there was a little');
@@ -26,15 +28,30 @@ export class FormStore {
     if (last.params) this.params = last.params;
   }
 
-  /** the worker's operations, in the manifest's tab order */
+  /** the worker's operations, in the registry's order (the tab order) */
   setOps(ops: OperationInfo[]): void {
-    this.ops = [...ops].sort((a, b) => opOrder(a.name) - opOrder(b.name));
+    this.ops = ops;
     if (!this.ops.some((o) => o.name === this.op) && this.ops.length) this.op = this.ops[0].name;
     this.opsError = null;
   }
 
   get opInfo(): OperationInfo | undefined {
     return this.ops.find((o) => o.name === this.op);
+  }
+
+  /** an operation's title (its name, capitalised, until the worker has listed the operations) */
+  title(op: string): string {
+    return this.ops.find((o) => o.name === op)?.title ?? op.replace(/_/g, ' ').replace(/^\w/, (c) => c.toUpperCase());
+  }
+
+  /** after a run of `op`: fill the forms its document feeds (a capture's handle → the probe's capture) */
+  fillFrom(op: string, doc: Record<string, unknown>): void {
+    const feeds = this.ops.find((o) => o.name === op)?.feeds ?? {};
+    const fills: Fills = {};
+    for (const [target, fields] of Object.entries(feeds)) {
+      for (const [field, from] of Object.entries(fields)) if (doc[from] !== undefined) (fills[target] ??= {})[field] = doc[from];
+    }
+    this.fill(fills);
   }
 
   fieldsFor(op: string): Field[] {

@@ -4,8 +4,7 @@
  * with actions) and the token position under the pointer (highlighted in every view that draws
  * positions: elements carrying data-pos). Clicking a token fills a position into the form.
  */
-import type { FormStore } from './forms.svelte';
-import type { Fills } from '../views/registry';
+import type { FormStore, Fills } from './forms.svelte';
 
 export interface HeadRef { layer: number; head: number }
 
