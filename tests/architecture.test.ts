@@ -50,11 +50,19 @@ function resolve(from: string, spec: string): string | undefined {
 
 interface Imports { targets: string[]; computed: string[] }
 
-/** the files an `import.meta.glob` pattern (a `*` in the file name only, as the page uses it) names */
-function globbed(from: string, pattern: string): string[] {
-  const dir = path.resolve(path.dirname(from), path.dirname(pattern));
-  const re = new RegExp(`^${path.basename(pattern).split('*').map((p) => p.replace(/[.+?^${}()|[\]\\]/g, '\\$&')).join('[^/]*')}$`);
-  return readdirSync(dir).filter((n) => re.test(n)).map((n) => path.join(dir, n));
+/**
+ * the files `import.meta.glob` patterns name: a `*` in the file name only, as the page uses it,
+ * and `!pattern` taking files out
+ */
+function globbed(from: string, patterns: string[]): string[] {
+  const match = (pattern: string) => {
+    const dir = path.resolve(path.dirname(from), path.dirname(pattern));
+    const re = new RegExp(`^${path.basename(pattern).split('*').map((p) => p.replace(/[.+?^${}()|[\]\\]/g, '\\$&')).join('[^/]*')}$`);
+    return readdirSync(dir).filter((n) => re.test(n)).map((n) => path.join(dir, n));
+  };
+  const out = new Set(patterns.filter((p) => !p.startsWith('!')).flatMap(match));
+  for (const p of patterns.filter((p) => p.startsWith('!'))) for (const f of match(p.slice(1))) out.delete(f);
+  return [...out];
 }
 
 /** a file's text without its comments, so that an example in a comment is not code */
@@ -75,7 +83,8 @@ function importsOf(file: string): Imports {
   // a bundler-followed pattern: every file it matches is an import (lazy ones count: a circle
   // through a lazy import is still a circle). Read from the raw text, on lines that are not a
   // comment's: a pattern like './*View.svelte' would open a comment for the stripper above.
-  const globs = [...readFileSync(file, 'utf8').matchAll(/^[^*/\n]*\bimport\.meta\.glob\b[^(\n]*\(\s*['"]([^'"]+)['"]/gm)].flatMap((m) => globbed(file, m[1]));
+  const globs = [...readFileSync(file, 'utf8').matchAll(/^[^*/\n]*\bimport\.meta\.glob\b[^(\n]*\(([^)\n]*)\)/gm)]
+    .flatMap((m) => globbed(file, [...m[1].matchAll(/['"]([^'"]+)['"]/g)].map((s) => s[1])));
   const local = (xs: string[]) => xs.filter((t) => t.startsWith('.')).map((t) => resolve(file, t)).filter((t): t is string => !!t && t.startsWith(ROOT));
   return { targets: [...local(targets), ...globs], computed };
 }

@@ -4,13 +4,15 @@
 import { describe, it, expect, afterAll } from 'vitest';
 import type { LoadedModel } from '../src/engine/api';
 import { LoupeError } from '../src/engine/errors';
-import { operation as ablate, ablateOutput, type AblateDocument, type AblateInput } from '../src/ops/ablate';
+import { operation as ablate, ablateOutput, type AblateInput } from '../src/ops/ablate';
 import { Ablator, resampleTokens, runVariants } from '../src/ops/lib/ablation';
 import { resolveToken } from '../src/ops/lib/tokens';
 import { type RefModel, type HookValue } from './reference/forward64';
 import { refRun, refEffect, refSites, meanSource, countingModel, type RefEdit } from './ops-ablate-reference';
 import { schemaErrors, viaJson } from './schema-helpers';
 import { useSharedModels } from './helpers/shared-models';
+import type { OperationDocument } from '../src/ops/index';
+type AblateDocument = OperationDocument<'ablate'>;
 
 const TOL = 1e-4;
 

@@ -5,12 +5,14 @@
 import { describe, it, expect, beforeAll } from 'vitest';
 import type { LoadedModel } from '../src/engine/api';
 import { LoupeError } from '../src/engine/errors';
-import { operation as circuit, circuitOutput, type CircuitDocument, type CircuitInput } from '../src/ops/circuit';
+import { operation as circuit, circuitOutput, type CircuitInput } from '../src/ops/circuit';
 import { operation as ablate } from '../src/ops/ablate';
 import type { RefModel } from './reference/forward64';
 import { refRun, refEffect, refSites, countingModel, byteRng, median, meanOf, distinctBytes } from './ops-ablate-reference';
 import { schemaErrors, viaJson } from './schema-helpers';
 import { useSharedModels } from './helpers/shared-models';
+import type { OperationDocument } from '../src/ops/index';
+type CircuitDocument = OperationDocument<'circuit'>;
 
 const TOL = 1e-4;
 

@@ -7,11 +7,13 @@ import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import { readFileSync } from 'node:fs';
 import { loadModelNode } from '../src/node/load';
 import type { LoadedModel } from '../src/engine/api';
-import { operation as generate, type GenerateDocument } from '../src/ops/generate';
+import { operation as generate } from '../src/ops/generate';
 import { generateTokens } from '../src/ops/lib/generation';
 import { ALL_FAMILY_CASES, makeCaseModel, loadModelDir, greedyGenerate64 } from './reference';
 import { schemaErrors, viaJson } from './schema-helpers';
 import { SHARED } from './helpers/shared';
+import type { OperationDocument } from '../src/ops/index';
+type GenerateDocument = OperationDocument<'generate'>;
 
 const INDUCTION = SHARED + '/models/induction-gpt2';
 const runC = JSON.parse(readFileSync(SHARED + '/references/stories260K-run-c.json', 'utf8'));

@@ -14,11 +14,12 @@ import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import { loadModelNode } from '../src/node/load';
 import type { LoadedModel } from '../src/engine/api';
 import { getOperation } from '../src/ops/index';
-import type { AttributionPatchingDocument } from '../src/ops/attribution_patching';
-import type { IntegratedGradientsDocument } from '../src/ops/integrated_gradients';
-import type { PatchDocument } from '../src/ops/patch';
 import { loadModelDir, referenceForward, mulberry32, type RefModel } from './reference';
 import { SHARED } from './helpers/shared';
+import type { OperationDocument } from '../src/ops/index';
+type AttributionPatchingDocument = OperationDocument<'attribution_patching'>;
+type IntegratedGradientsDocument = OperationDocument<'integrated_gradients'>;
+type PatchDocument = OperationDocument<'patch'>;
 
 // the real path: the companion's --allow-local check compares resolved folders
 const INDUCTION = realpathSync(path.join(SHARED, 'models/induction-gpt2'));

@@ -4,11 +4,13 @@
 import { describe, it, expect, beforeAll } from 'vitest';
 import type { LoadedModel } from '../src/engine/api';
 import { LoupeError } from '../src/engine/errors';
-import { operation as layerAblation, layerAblationOutput, type LayerAblationDocument } from '../src/ops/layer_ablation';
+import { operation as layerAblation, layerAblationOutput } from '../src/ops/layer_ablation';
 import type { RefModel } from './reference/forward64';
 import { refRun, refEffect, meanSource, countingModel, byteRng, meanOf, distinctBytes } from './ops-ablate-reference';
 import { schemaErrors, viaJson } from './schema-helpers';
 import { useSharedModels } from './helpers/shared-models';
+import type { OperationDocument } from '../src/ops/index';
+type LayerAblationDocument = OperationDocument<'layer_ablation'>;
 
 const TOL = 1e-4;
 

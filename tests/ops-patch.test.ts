@@ -4,11 +4,13 @@
 import { describe, it, expect, beforeAll } from 'vitest';
 import type { LoadedModel } from '../src/engine/api';
 import { LoupeError } from '../src/engine/errors';
-import { operation as patch, patchOutput, type PatchDocument } from '../src/ops/patch';
+import { operation as patch, patchOutput } from '../src/ops/patch';
 import type { RefModel } from './reference/forward64';
 import { refRun, countingModel, byteRng, meanOf, type RefEdit, distinctBytes } from './ops-ablate-reference';
 import { schemaErrors, viaJson } from './schema-helpers';
 import { useSharedModels } from './helpers/shared-models';
+import type { OperationDocument } from '../src/ops/index';
+type PatchDocument = OperationDocument<'patch'>;
 
 const TOL = 1e-4;
 

@@ -12,10 +12,12 @@ import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import { loadModelNode } from '../src/node/load';
 import type { LoadedModel, RunOptions } from '../src/engine/api';
 import { generateTokens } from '../src/ops/lib/generation';
-import { operation as steer, type SteerDocument } from '../src/ops/steer';
+import { operation as steer } from '../src/ops/steer';
 import { loadModelDir, referenceForward, lastLogits, argmax, type RefModel, logSoftmax64 } from './reference';
 import { schemaErrors, viaJson } from './schema-helpers';
 import { SHARED } from './helpers/shared';
+import type { OperationDocument } from '../src/ops/index';
+type SteerDocument = OperationDocument<'steer'>;
 
 const DIR = SHARED + '/models/stories260K';
 const TOL = 1e-4;

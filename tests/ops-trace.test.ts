@@ -8,11 +8,13 @@ import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import { readFileSync } from 'node:fs';
 import { loadModelNode } from '../src/node/load';
 import type { LoadedModel } from '../src/engine/api';
-import { operation as trace, type TraceDocument } from '../src/ops/trace';
+import { operation as trace } from '../src/ops/trace';
 import { ALL_FAMILY_CASES, makeCaseModel, caseTokens, loadModelDir, referenceForward, type RandomModel, type RefModel } from './reference';
 import { refReadout, refTerms, foldRun, type Convention } from './ops-trace-ref';
 import { schemaErrors, viaJson } from './schema-helpers';
 import { SHARED } from './helpers/shared';
+import type { OperationDocument } from '../src/ops/index';
+type TraceDocument = OperationDocument<'trace'>;
 
 const STORIES = SHARED + '/models/stories260K';
 const INDUCTION = SHARED + '/models/induction-gpt2';

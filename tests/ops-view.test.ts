@@ -6,13 +6,17 @@
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import { loadModelNode } from '../src/node/load';
 import type { LoadedModel } from '../src/engine/api';
-import { operation as activations, type ActivationsDocument } from '../src/ops/activations';
-import { operation as attention, type AttentionDocument } from '../src/ops/attention';
-import { operation as logitLens, type LogitLensDocument } from '../src/ops/logit_lens';
+import { operation as activations } from '../src/ops/activations';
+import { operation as attention } from '../src/ops/attention';
+import { operation as logitLens } from '../src/ops/logit_lens';
 import { ALL_FAMILY_CASES, makeCaseModel, loadModelDir, referenceForward, mulberry32, type RandomModel, type RefModel, type ForwardResult } from './reference';
 import { refReadout, refLens } from './ops-trace-ref';
 import { schemaErrors, viaJson } from './schema-helpers';
 import { SHARED } from './helpers/shared';
+import type { OperationDocument } from '../src/ops/index';
+type ActivationsDocument = OperationDocument<'activations'>;
+type AttentionDocument = OperationDocument<'attention'>;
+type LogitLensDocument = OperationDocument<'logit_lens'>;
 
 const STORIES = SHARED + '/models/stories260K';
 const INDUCTION = SHARED + '/models/induction-gpt2';

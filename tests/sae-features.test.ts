@@ -17,12 +17,13 @@ import { loadModelNode } from '../src/node/load';
 import { createNodeSaeLoaders } from '../src/node/load-sae';
 import type { LoadedModel } from '../src/engine/api';
 import { operations } from '../src/ops/index';
-import type { SaeFeaturesDocument } from '../src/ops/sae_features';
-import type { FeatureDocument } from '../src/ops/feature';
 import { makeRandomSae, saeEncode64, type RandomSae } from './helpers/random-sae';
 import { loadModelDir, type RefModel } from './reference';
 import { INDUCTION, STORIES, argmax64, logitWeights64, pullThroughWO, readout64, saeReference } from './sae-ref';
 import { schemaErrors, viaJson } from './schema-helpers';
+import type { OperationDocument } from '../src/ops/index';
+type SaeFeaturesDocument = OperationDocument<'sae_features'>;
+type FeatureDocument = OperationDocument<'feature'>;
 
 const loaders = createNodeSaeLoaders({ cache: false });
 const ctx = { loadSae: loaders.loadSae, loadSaeFile: loaders.loadSaeFile };

@@ -15,12 +15,13 @@ import { loadModelNode } from '../src/node/load';
 import { createNodeSaeLoaders } from '../src/node/load-sae';
 import type { LoadedModel } from '../src/engine/api';
 import { operations } from '../src/ops/index';
-import type { SaeSteerDocument } from '../src/ops/sae_steer';
 import { makeRandomSae, type RandomSae } from './helpers/random-sae';
 import { loadModelDir, type RefModel } from './reference';
 import { INDUCTION, STORIES, argmax64, steeredForward } from './sae-ref';
 import { logSoftmax64 } from './reference';
 import { schemaErrors, viaJson } from './schema-helpers';
+import type { OperationDocument } from '../src/ops/index';
+type SaeSteerDocument = OperationDocument<'sae_steer'>;
 
 const loaders = createNodeSaeLoaders({ cache: false });
 const ctx = { loadSae: loaders.loadSae, loadSaeFile: loaders.loadSaeFile };

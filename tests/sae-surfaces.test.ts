@@ -18,10 +18,11 @@ import type { LoadedModel } from '../src/engine/api';
 import { loadModelNode } from '../src/node/load';
 import { createNodeSaeLoaders } from '../src/node/load-sae';
 import { operations } from '../src/ops/index';
-import type { SaeFeaturesDocument } from '../src/ops/sae_features';
 import { startHubServer, type HubServer } from './helpers/hub-server';
 import { makeRandomSae, type RandomSae } from './helpers/random-sae';
 import { errorOf } from './bridge-fake-page';
+import type { OperationDocument } from '../src/ops/index';
+type SaeFeaturesDocument = OperationDocument<'sae_features'>;
 
 const ROOT = path.resolve(__dirname, '..');
 const BIN = path.join(ROOT, 'bin', 'loupe.mjs');

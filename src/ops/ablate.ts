@@ -56,7 +56,6 @@ export const ablateOutput = documentBase('ablate').extend({
   new_predicted_token: z.string().optional(),
   new_predicted_token_id: z.number().int().optional(),
 });
-export type AblateDocument = z.infer<typeof ablateOutput>;
 
 function collectTargets(input: z.output<typeof ablateInput>): AblationTarget[] {
   const targets: AblationTarget[] = [];

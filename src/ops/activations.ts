@@ -50,7 +50,6 @@ export const activationsOutput = documentBase('activations').extend({
   missing_sites: z.array(z.enum(SITES)).describe('Requested sites this architecture does not have (e.g. resid_mid for a parallel-residual model).'),
   method: z.string(),
 });
-export type ActivationsDocument = z.infer<typeof activationsOutput>;
 
 /** statistics of a [1, ...] hook whose position axis is `posAxis` (1, or 2 for [B,H,Tq,Tk] patterns) */
 export function summarize(t: Tensor, posAxis: number) {

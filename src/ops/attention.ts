@@ -26,7 +26,6 @@ export const attentionOutput = documentBase('attention').extend({
   })),
   method: z.string(),
 });
-export type AttentionDocument = z.infer<typeof attentionOutput>;
 
 export const operation = defineOperation({
   name: 'attention',

@@ -65,7 +65,6 @@ export const attributionPatchingOutput = documentBase('attribution_patching').ex
   interventions: interventionList.describe('the validation block\'s real patches, one per variant (none without validation)'),
   n_engine_runs: z.number().int(),
 });
-export type AttributionPatchingDocument = z.infer<typeof attributionPatchingOutput>;
 
 /** Σ over a slice of (clean − corrupted) · grad */
 function attribution(clean: Tensor, corr: Tensor, grad: Tensor, indices: (i: number) => number, nOut: number): Float64Array {
@@ -132,7 +131,7 @@ export const operation = defineOperation({
   const byMagnitude = <X extends { estimate: number }>(xs: X[]) => xs.slice().sort((p, q) => Math.abs(q.estimate) - Math.abs(p.estimate));
   const neurons = input.neurons ? byMagnitude(neuronAll).slice(0, input.top_k) : null;
 
-  let validation: AttributionPatchingDocument['validation'] = null;
+  let validation: z.output<typeof attributionPatchingOutput>['validation'] = null;
   let patched: Intervention[] = [];
   let runs = 2;
   if (input.validate > 0) {

@@ -39,8 +39,6 @@ const output = documentBase('capture').extend({
   bytes: z.number().int().describe('bytes kept in the handle store'),
   note: z.string(),
 });
-export type CaptureDocument = z.infer<typeof output>;
-
 
 export const operation = defineOperation({
   name: 'capture',

@@ -180,7 +180,6 @@ const output = documentBase('causality').extend({
   metric_definitions: metricDefinitionsSchema,
   engine_runs: z.number().int(),
 });
-export type CausalityDocument = z.infer<typeof output>;
 
 export interface VerdictInputs {
   n: number;

@@ -64,7 +64,6 @@ export const circuitOutput = documentBase('circuit').extend({
   n_variants: z.number().int(),
   n_engine_runs: z.number().int(),
 });
-export type CircuitDocument = z.infer<typeof circuitOutput>;
 
 type Member = z.infer<typeof member>;
 

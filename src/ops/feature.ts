@@ -72,8 +72,6 @@ const output = documentBase('feature').extend({
   max_activation: z.number(),
   max_activation_prompt: z.number().int().describe('index into activations'),
 });
-export type FeatureDocument = z.infer<typeof output>;
-
 
 export const operation = defineOperation({
   name: 'feature',
@@ -118,7 +116,7 @@ export const operation = defineOperation({
   }
 
   // ---- activations over the prompts
-  const activations: FeatureDocument['activations'] = [];
+  const activations: z.output<typeof output>['activations'] = [];
   const dSae = sae.info.d_sae;
   for (let i = 0; i < idsList.length; i++) {
     throwIfAborted(ctx.signal);

@@ -33,7 +33,6 @@ export const generateOutput = documentBase('generate').extend(generationBlock.sh
   }),
   method: z.string(),
 });
-export type GenerateDocument = z.infer<typeof generateOutput>;
 
 export const operation = defineOperation({
   name: 'generate',

@@ -64,7 +64,6 @@ const output = documentBase('head_scores').extend({
   }).nullable().describe('the same scores on the prompt (null without a prompt)'),
   engine_runs: z.number().int(),
 });
-export type HeadScoresDocument = z.infer<typeof output>;
 
 type Sums = Float64Array; // [L·H·3]: previous, induction, duplicate
 
@@ -165,7 +164,7 @@ export const operation = defineOperation({
   }
   const heads = rows(acc, seqs.length, L, H);
 
-  let promptScores: HeadScoresDocument['prompt_scores'] = null;
+  let promptScores: z.output<typeof output>['prompt_scores'] = null;
   if (promptTokens) {
     throwIfAborted(ctx.signal);
     const P = promptTokens.length;
@@ -176,7 +175,7 @@ export const operation = defineOperation({
     scoreRow(a, pats, 0, promptTokens, L, H);
     promptScores = { heads: rows(a, 1, L, H), patterns: L * H * P * P <= MAX_PATTERN_NUMBERS ? patternsOf(pats, 0, P, H) : null };
   }
-  const top = Object.fromEntries(SCORES.map((s) => [s, [...heads].sort((a, b) => b[s] - a[s] || a.layer - b.layer || a.head - b.head).slice(0, 5).map((h) => ({ layer: h.layer, head: h.head, score: h[s] }))])) as HeadScoresDocument['top'];
+  const top = Object.fromEntries(SCORES.map((s) => [s, [...heads].sort((a, b) => b[s] - a[s] || a.layer - b.layer || a.head - b.head).slice(0, 5).map((h) => ({ layer: h.layer, head: h.head, score: h[s] }))])) as z.output<typeof output>['top'];
   const ex = seqs[0];
   const head = promptTokens ? documentHead('head_scores', model, inp.prompt!, promptTokens) : documentHead('head_scores', model, '', []);
   return {

@@ -6,7 +6,7 @@
  * JSON Schema path).
  */
 import { LoupeError } from '../engine/errors';
-import type { AnyOperation } from './types';
+import type { AnyOperation, DocumentOf } from './types';
 import * as ablate from './ablate';
 import * as circuit from './circuit';
 import * as patch from './patch';
@@ -29,7 +29,7 @@ import * as integrated_gradients from './integrated_gradients';
 import * as head_scores from './head_scores';
 import * as dashboard from './dashboard';
 
-export const operations: Record<string, AnyOperation> = {
+const registry = {
   // one line per operation (name: module.operation), in the order the page's tabs, `loupe --help`
   // and the MCP tool list show them
   trace: trace.operation,
@@ -53,7 +53,13 @@ export const operations: Record<string, AnyOperation> = {
   feature: feature.operation,
   sae_steer: sae_steer.operation,
   dashboard: dashboard.operation,
-};
+} satisfies Record<string, AnyOperation>;
+
+/** the operations by name, for surfaces that look one up from a string */
+export const operations: Record<string, AnyOperation> = registry;
+
+/** a registered operation's document type, derived from its output schema: OperationDocument<'trace'> */
+export type OperationDocument<K extends keyof typeof registry> = DocumentOf<(typeof registry)[K]>;
 
 export function getOperation(name: string): AnyOperation | undefined {
   return Object.prototype.hasOwnProperty.call(operations, name) ? operations[name] : undefined;

@@ -44,7 +44,6 @@ export const integratedGradientsOutput = documentBase('integrated_gradients').ex
   interventions: interventionList.describe('one scaling per step (batch row): x → α_k·x at the hook'),
   n_engine_runs: z.number().int(),
 });
-export type IntegratedGradientsDocument = z.infer<typeof integratedGradientsOutput>;
 
 export const operation = defineOperation({
   name: 'integrated_gradients',

@@ -39,7 +39,6 @@ export const layerAblationOutput = documentBase('layer_ablation').extend({
     .describe('the entry with the most negative logprob_delta'),
   interventions: interventionList.describe('one ablation per entry, in the same order'),
 });
-export type LayerAblationDocument = z.infer<typeof layerAblationOutput>;
 
 export const operation = defineOperation({
   name: 'layer_ablation',

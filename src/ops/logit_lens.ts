@@ -35,7 +35,6 @@ export const logitLensOutput = documentBase('logit_lens').extend({
   })),
   method: z.string(),
 });
-export type LogitLensDocument = z.infer<typeof logitLensOutput>;
 
 export const operation = defineOperation({
   name: 'logit_lens',
@@ -77,7 +76,7 @@ export const operation = defineOperation({
     const id = lens.finalIds[i];
     return { position: p, token: text(id), token_id: id, prob: prob(lens.finalLogit[L * P + i], L * P + i) };
   });
-  const layers: LogitLensDocument['layers'] = hooks.map((hook, l) => ({
+  const layers: z.output<typeof logitLensOutput>['layers'] = hooks.map((hook, l) => ({
     layer: l,
     hook,
     positions: positions.map((p, i) => {

@@ -59,7 +59,6 @@ export const patchOutput = documentBase('patch').extend({
   n_variants: z.number().int(),
   n_engine_runs: z.number().int(),
 });
-export type PatchDocument = z.infer<typeof patchOutput>;
 
 interface Cell {
   scan: Scan | 'attn_all' | 'mlp_all';

@@ -64,7 +64,6 @@ const output = documentBase('probe').extend({
   fit: z.object({ objective: z.string(), l2: z.number(), iterations: z.number().int(), converged: z.boolean(), loss: z.number(), standardized: z.boolean() }),
   method: z.string(),
 });
-export type ProbeDocument = z.infer<typeof output>;
 
 /** map the capture's labels to 0/1 */
 function binaryLabels(labels: (Label | null)[], positive?: Label): { y: number[]; pos: Label; neg: Label } {
@@ -110,7 +109,6 @@ function train(X: Float32Array, d: number, y: number[], rows: number[], l2: numb
 
 const sig = (z: number) => 1 / (1 + Math.exp(-z));
 const orNull = (x: number) => (Number.isFinite(x) ? x : null);
-
 
 export const operation = defineOperation({
   name: 'probe',

@@ -93,7 +93,6 @@ const output = documentBase('sae_features').extend({
   }),
   method: z.string(),
 });
-export type SaeFeaturesDocument = z.infer<typeof output>;
 
 const DEFINITIONS = {
   mse: 'mean over positions and the d_in values of (x − x̂)², x = the hook activation, x̂ = the SAE reconstruction',
@@ -116,7 +115,6 @@ function overall(x: Float32Array, rc: Float32Array, d: number, from: number, T: 
   const fvu = tot > 0 ? err / tot : null;
   return { positions: n, mse: finite(err / (n * d)), fvu: fvu === null ? null : finite(fvu), explained_variance: fvu === null ? null : finite(1 - fvu), mean };
 }
-
 
 export const operation = defineOperation({
   name: 'sae_features',
@@ -199,7 +197,7 @@ export const operation = defineOperation({
   });
 
   // ---- the exact split of the hook's direct term at the final position
-  let attribution: SaeFeaturesDocument['logit_attribution'] = {
+  let attribution: z.output<typeof output>['logit_attribution'] = {
     available: false, residual_map: null, reason: map.kind === null ? map.reason : null, final_norm_scale: finite(scale),
     features_sum: null, b_dec_term: null, error_term: null, hook_direct_term: null, check_abs_diff: null,
   };

@@ -106,13 +106,11 @@ const output = documentBase('sae_steer').extend({
   method: z.string(),
   engine_runs: z.number().int(),
 });
-export type SaeSteerDocument = z.infer<typeof output>;
 
 function featureIntervention(sae: AttachedSae, edit: 'add' | 'clamp', feature: number, v: number, positions: 'all' | number[], batch?: number[]): Intervention {
   const base = { hook: actsHook(sae), neuron: feature, positions, ...(batch ? { batch } : {}) };
   return edit === 'add' ? { ...base, op: 'add', value: [1], alpha: v } : { ...base, op: 'set', value: [v] };
 }
-
 
 export const operation = defineOperation({
   name: 'sae_steer',

@@ -52,8 +52,6 @@ const output = documentBase('steer').extend({
   metric_definitions: metricDefinitionsSchema,
   generation: z.object({ kv_cache: z.boolean(), engine_runs: z.number().int(), batched_rows: z.number().int() }),
 });
-export type SteerDocument = z.infer<typeof output>;
-
 
 export const operation = defineOperation({
   name: 'steer',

@@ -65,8 +65,6 @@ const output = documentBase('sweep').extend({
   metric_definitions: metricDefinitionsSchema,
   engine_runs: z.number().int(),
 });
-export type SweepDocument = z.infer<typeof output>;
-
 
 export const operation = defineOperation({
   name: 'sweep',
@@ -90,7 +88,7 @@ export const operation = defineOperation({
   const V = model.info.d_vocab;
   const per = rowsPerRun(model, ids.length);
   const curves = { target_logprob_delta: [] as number[], control_logprob_delta: [] as number[], normalized_effect: [] as number[], relative_change: [] as number[], kl_from_base: [] as number[] };
-  const generations: SweepDocument['generations'] = [];
+  const generations: z.output<typeof output>['generations'] = [];
   let runs = 1;
   for (let s = 0; s < alphas.length; s += per) {
     throwIfAborted(ctx.signal);

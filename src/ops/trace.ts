@@ -54,7 +54,6 @@ export const traceOutput = documentBase('trace').extend({
   }),
   method: z.string(),
 });
-export type TraceDocument = z.infer<typeof traceOutput>;
 
 export const operation = defineOperation({
   name: 'trace',

@@ -73,14 +73,7 @@ export type OperationBody<In extends z.ZodType, Out extends z.ZodType> =
   (model: LoadedModel, input: z.output<In>, ctx: OpContext) => Promise<z.input<Out>>;
 
 /** What every surface sees: raw input in, validated document out. */
-export interface Operation<In extends z.ZodType = z.ZodType, Out extends z.ZodType = z.ZodType> {
-  name: string;
-  title: string;
-  description: string;
-  input: In;
-  output: Out;
-  long?: boolean;
-  feeds?: Feeds;
+export interface Operation<In extends z.ZodType = z.ZodType, Out extends z.ZodType = z.ZodType> extends OperationSpec<In, Out> {
   run(model: LoadedModel, input: z.input<In>, ctx?: OpContext): Promise<z.output<Out>>;
 }
 

@@ -10,7 +10,8 @@ import type { Component } from 'svelte';
 
 type Loader = () => Promise<{ default: Component<{ doc: any }> }>;
 
-const VIEWS = import.meta.glob<{ default: Component<{ doc: any }> }>('./*View.svelte');
+// JsonView is the fallback, which ResultPanel imports itself
+const VIEWS = import.meta.glob<{ default: Component<{ doc: any }> }>(['./*View.svelte', '!./JsonView.svelte']);
 
 /** the file of an operation's view: `logit_lens` → `LogitLensView.svelte` */
 export function viewFileOf(op: string): string {
