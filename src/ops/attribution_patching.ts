@@ -18,19 +18,14 @@ import { documentBase, documentHead, tokenEntry, interventionList } from '../sch
 import { LoupeError, throwIfAborted } from '../engine/errors';
 import { checkTopK, finite } from './lib/caps';
 import { argmax } from './lib/math';
-import { inputIds, logitsAt, promptOrIdsFields, resolveAnswer, runVariants } from './lib/ablation';
+import { inputIds, logitsAt, cleanCorruptedFields, resolveAnswer, runVariants } from './lib/ablation';
 import { metricOf, metricSeed, metricTokens, spearman, tokenRef } from './lib/gradients';
 import { tokenText } from './lib/tokens';
 
 const SITE_KINDS = ['resid_pre', 'attn_out', 'mlp_out'] as const;
 
 export const attributionPatchingInput = z.object({
-  ...promptOrIdsFields,
-  prompt: promptOrIdsFields.prompt.describe('The CLEAN prompt. BOS is prepended unless prepend_bos is false.'),
-  token_ids: promptOrIdsFields.token_ids.describe('Clean token ids, used exactly instead of prompt.'),
-  corrupted_prompt: z.string().default('').describe('The corrupted prompt (the gradient is taken on its run); must have as many tokens as the clean one.'),
-  corrupted_token_ids: z.array(z.number().int().min(0)).min(1).optional().describe('Corrupted token ids, used exactly instead of corrupted_prompt.'),
-  answer: z.string().optional().describe('Token (text or "#id") whose logit counts positively; default the clean prediction.'),
+  ...cleanCorruptedFields({ corrupted: 'the gradient is taken on its run' }),
   counterfactual: z.string().optional().describe('Token (text or "#id") whose logit counts negatively; without it the metric is logit[answer] alone.'),
   neurons: z.boolean().default(false).describe('Also estimate every MLP neuron (mlp.hook_post, summed over positions) and return the top_k.'),
   top_k: z.number().int().min(1).default(20).describe('Length of the neuron list.'),

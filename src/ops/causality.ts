@@ -42,9 +42,9 @@ import { CAPS, finite } from './lib/caps';
 import { logSoftmax, rng } from './lib/math';
 import { promptIds } from './lib/tokens';
 import { generateBatch } from './lib/generation';
-import { directionBlock, directionBlockSchema, parseDirectionSpec, randomVector, unembedColumnsMean, vecNorm } from './lib/directions';
+import { parseDirectionSpec, randomVector, unembedColumnsMean, vecNorm } from './lib/directions';
 import {
-  evaluateVariants, rowsPerRun, METRIC_DEFINITIONS, metricDefinitionsSchema, prepareSteering, steeringFields, steeringMetrics,
+  evaluateVariants, rowsPerRun, METRIC_DEFINITIONS, metricDefinitionsSchema, prepareSteering, steeringFields, steeringMetrics, steeringSite, steeringSiteSchema,
   steerIntervention, tokenRef, tokenRefs, type Variant, DEFAULT_MULTIPLES, MAX_SWEEP_ALPHAS, trend,
 } from './lib/steering';
 
@@ -112,11 +112,7 @@ const promptEffect = z.object({
 });
 
 const output = documentBase('causality').extend({
-  layer: z.number().int(),
-  hook: z.string(),
-  positions: z.union([z.literal('all'), z.array(z.number().int())]),
-  direction: directionBlockSchema,
-  resid_norm: z.number(),
+  ...steeringSiteSchema,
   alpha: z.number(),
   targets: z.array(tokenRef),
   controls: z.array(tokenRef),
@@ -499,11 +495,7 @@ export const operation = defineOperation({
 
   return {
     ...documentHead('causality', model, inp.prompt, ids),
-    layer: inp.layer,
-    hook,
-    positions: inp.positions,
-    direction: directionBlock(dir),
-    resid_norm: finite(setup.residNorm),
+    ...steeringSite(setup, inp),
     alpha,
     targets: tokenRefs(model, targets),
     controls: tokenRefs(model, controls),

@@ -18,18 +18,13 @@ import { LoupeError } from '../engine/errors';
 import { CAPS, checkDocumentSize, finite } from './lib/caps';
 import { tokenText } from './lib/tokens';
 import { argmax } from './lib/math';
-import { checkVariants, inputIds, logitsAt, promptOrIdsFields, resolveAnswer, runVariants } from './lib/ablation';
+import { checkVariants, inputIds, logitsAt, cleanCorruptedFields, resolveAnswer, runVariants } from './lib/ablation';
 
 const SCANS = ['resid_pre', 'attn_out', 'mlp_out', 'head_out'] as const;
 type Scan = (typeof SCANS)[number];
 
 export const patchInput = z.object({
-  ...promptOrIdsFields,
-  prompt: promptOrIdsFields.prompt.describe('The CLEAN prompt (its activations are patched in). BOS is prepended unless prepend_bos is false.'),
-  token_ids: promptOrIdsFields.token_ids.describe('Clean token ids, used exactly instead of prompt.'),
-  corrupted_prompt: z.string().default('').describe('The corrupted prompt; must have as many tokens as the clean one.'),
-  corrupted_token_ids: z.array(z.number().int().min(0)).min(1).optional().describe('Corrupted token ids, used exactly instead of corrupted_prompt.'),
-  answer: z.string().optional().describe('Token (text or "#id") whose logit counts positively; default the clean prediction.'),
+  ...cleanCorruptedFields({ clean: 'its activations are patched in' }),
   counterfactual: z.string().optional().describe('Token (text or "#id") whose logit counts negatively; default the corrupted prediction.'),
   scans: z.array(z.enum(SCANS)).min(1).default([...SCANS]).describe('Which scans to run: resid_pre, attn_out, mlp_out (layer × position), head_out (layer × head, all positions).'),
   heads: z.array(z.object({ layer: z.number().int().min(0), head: z.number().int().min(0) })).min(1).optional()

@@ -27,7 +27,8 @@ import { generateBatch } from './lib/generation';
 import { directLogitScores } from './lib/directions';
 import { describe as describeFeature } from './lib/feature-descriptions';
 import {
-  checkSteerTokens, METRIC_DEFINITIONS, metricDefinitionsSchema, rowsPerRun, samplingFields, samplingSchema, steeringMetrics, tokenRef, tokenRefs,
+  checkSteerTokens, METRIC_DEFINITIONS, metricCurves, metricDefinitionsSchema, metricFields, metricValues, rowsPerRun, samplingFields, samplingSchema,
+  steeringMetrics, tokenRef, tokenRefs, topTokens, controlPool, givenOr, DEFAULT_TARGETS, DEFAULT_CONTROLS, CONTROL_POOL,
   MAX_SWEEP_ALPHAS, trend,
 } from './lib/steering';
 import {
@@ -35,9 +36,6 @@ import {
   saeBlockSchema, saeRefFields, withSaeRuns, type AttachedSae, type SaeOpContext,
 } from './lib/sae';
 
-const DEFAULT_TARGETS = 5;
-const DEFAULT_CONTROLS = 5;
-const CONTROL_POOL = 50;
 
 const input = z.object({
   ...promptFields,
@@ -89,16 +87,10 @@ const output = documentBase('sae_steer').extend({
   controls: z.array(tokenDelta),
   targets_rule: z.string(),
   controls_rule: z.string(),
-  target_logprob_delta: z.number().nullable(),
-  control_logprob_delta: z.number().nullable(),
-  normalized_effect: z.number().nullable(),
-  relative_change: z.number().nullable(),
-  kl_from_base: z.number().nullable(),
+  ...metricFields(z.number().nullable().describe('single mode')),
   sweep: z.object({
     alphas: z.array(z.number()),
-    curves: z.object({
-      target_logprob_delta: curve, control_logprob_delta: curve, normalized_effect: curve, relative_change: curve, kl_from_base: curve,
-    }).describe('one value per α, in the order of alphas'),
+    curves: z.object(metricFields(curve)).describe('one value per α, in the order of alphas'),
     monotone: z.object({ target_logprob_delta: trendEnum, control_logprob_delta: trendEnum, normalized_effect: trendEnum, rule: z.string() }),
     generations: z.array(generationBlock.extend({ alpha: z.number() })),
   }).nullable().describe('sweep mode'),
@@ -106,6 +98,8 @@ const output = documentBase('sae_steer').extend({
   method: z.string(),
   engine_runs: z.number().int(),
 });
+
+const metricNulls = metricFields(null);
 
 function featureIntervention(sae: AttachedSae, edit: 'add' | 'clamp', feature: number, v: number, positions: 'all' | number[], batch?: number[]): Intervention {
   const base = { hook: actsHook(sae), neuron: feature, positions, ...(batch ? { batch } : {}) };
@@ -152,16 +146,13 @@ export const operation = defineOperation({
   const resid = map.kind !== null ? map.push(row) : null;
   const scores = resid ? directLogitScores(model, resid) : null;
   const V = model.info.d_vocab;
-  let targets: number[];
-  let targetsRule: string;
-  if (givenTargets) {
-    targets = givenTargets;
-    targetsRule = 'given';
-  } else {
+  const { ids: targets, rule: targetsRule } = givenOr(givenTargets, () => {
     if (!scores) throw new LoupeError('BAD_INPUT', `The feature has no direct logit effect to choose targets from: ${(map as { reason: string }).reason}.`, 'Give targets (the tokens the feature should promote).');
-    targets = Array.from({ length: V }, (_, i) => i).sort((a, b) => scores[b] - scores[a] || a - b).slice(0, DEFAULT_TARGETS);
-    targetsRule = `the ${DEFAULT_TARGETS} tokens with the largest direct logit effect of W_dec[f] (mapped into the residual stream, ⊙ the final norm's weight, · W_U) — chosen from the feature itself`;
-  }
+    return {
+      ids: topTokens(scores, DEFAULT_TARGETS),
+      rule: `the ${DEFAULT_TARGETS} tokens with the largest direct logit effect of W_dec[f] (mapped into the residual stream, ⊙ the final norm's weight, · W_U) — chosen from the feature itself`,
+    };
+  });
 
   // ---- one batched, KV-cached generation per chunk of rows: row 0 unedited, then one row per value
   const variants: (number | null)[] = [null, ...values];
@@ -188,22 +179,15 @@ export const operation = defineOperation({
   }
 
   const baseLp = logSoftmax(promptLogits[0], 0, V);
-  let controls: number[];
-  let controlsRule: string;
-  if (givenControls) {
-    controls = givenControls;
-    controlsRule = 'given';
-  } else {
-    const exclude = new Set([...targets, model.bosTokenId, model.eosTokenId]);
-    const pool = Array.from({ length: V }, (_, i) => i).filter((i) => !exclude.has(i)).sort((a, b) => baseLp[b] - baseLp[a] || a - b).slice(0, CONTROL_POOL);
-    if (scores) {
-      controls = pool.sort((a, b) => Math.abs(scores[a]) - Math.abs(scores[b]) || a - b).slice(0, DEFAULT_CONTROLS);
-      controlsRule = `of the ${CONTROL_POOL} most likely base tokens (targets, BOS, EOS excluded), the ${DEFAULT_CONTROLS} with the smallest |direct logit effect of W_dec[f]|`;
-    } else {
-      controls = pool.slice(0, DEFAULT_CONTROLS);
-      controlsRule = `the ${DEFAULT_CONTROLS} most likely base tokens (targets, BOS, EOS excluded): the feature has no direct logit effect to rank them by`;
-    }
-  }
+  const { ids: controls, rule: controlsRule } = givenOr(givenControls, () => {
+    const pool = controlPool(baseLp, [...targets, model.bosTokenId, model.eosTokenId]);
+    return scores
+      ? {
+        ids: pool.sort((a, b) => Math.abs(scores[a]) - Math.abs(scores[b]) || a - b).slice(0, DEFAULT_CONTROLS),
+        rule: `of the ${CONTROL_POOL} most likely base tokens (targets, BOS, EOS excluded), the ${DEFAULT_CONTROLS} with the smallest |direct logit effect of W_dec[f]|`,
+      }
+      : { ids: pool.slice(0, DEFAULT_CONTROLS), rule: `the ${DEFAULT_CONTROLS} most likely base tokens (targets, BOS, EOS excluded): the feature has no direct logit effect to rank them by` };
+  });
 
   const metrics = values.map((_, i) => steeringMetrics(baseLp, logSoftmax(promptLogits[i + 1], 0, V), targets, controls));
   const single = inp.alphas === undefined;
@@ -215,13 +199,7 @@ export const operation = defineOperation({
     delta: m0 ? finite(m0.steeredLogprobs[r.token_id] - baseLp[r.token_id]) : null,
   }));
   const g = (r: (typeof rows)[number]) => ({ generated_token_ids: r.ids, generated_text: r.text, stop_reason: r.stop_reason });
-  const curves = {
-    target_logprob_delta: metrics.map((m) => finite(m.target_logprob_delta)),
-    control_logprob_delta: metrics.map((m) => finite(m.control_logprob_delta)),
-    normalized_effect: metrics.map((m) => finite(m.normalized_effect)),
-    relative_change: metrics.map((m) => finite(m.relative_change)),
-    kl_from_base: metrics.map((m) => finite(m.kl_from_base)),
-  };
+  const curves = metricCurves(metrics);
   let decoderNorm = 0;
   for (let i = 0; i < dIn; i++) decoderNorm += row[i] * row[i];
   const what = inp.edit === 'add' ? 'acts_f += α, so the stream at the hook moves by exactly α·W_dec[f]' : 'acts_f = α (clamp), so the stream at the hook moves by (α − acts_f)·W_dec[f]';
@@ -252,11 +230,7 @@ export const operation = defineOperation({
     controls: deltas(controls),
     targets_rule: targetsRule,
     controls_rule: controlsRule,
-    target_logprob_delta: m0 ? finite(m0.target_logprob_delta) : null,
-    control_logprob_delta: m0 ? finite(m0.control_logprob_delta) : null,
-    normalized_effect: m0 ? finite(m0.normalized_effect) : null,
-    relative_change: m0 ? finite(m0.relative_change) : null,
-    kl_from_base: m0 ? finite(m0.kl_from_base) : null,
+    ...(m0 ? metricValues(m0) : metricNulls),
     sweep: single ? null : {
       alphas: values,
       curves,

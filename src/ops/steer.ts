@@ -13,11 +13,10 @@ import { documentBase, documentHead, interventionRecord } from '../schema/common
 import { defineOperation } from './types';
 import { finite } from './lib/caps';
 import { logSoftmax } from './lib/math';
-import { directionBlock, directionBlockSchema } from './lib/directions';
 import { generateBatch } from './lib/generation';
 import {
-  checkSteerTokens, METRIC_DEFINITIONS, metricDefinitionsSchema, prepareSteering, samplingFields,
-  samplingSchema, steeringFields, steeringMetrics, steerIntervention, tokenRef, tokenRefs,
+  checkSteerTokens, METRIC_DEFINITIONS, metricDefinitionsSchema, metricFields, metricValues, prepareSteering, samplingFields,
+  samplingSchema, steeringFields, steeringMetrics, steeringSite, steeringSiteSchema, steerIntervention, tokenRef, tokenRefs,
 } from './lib/steering';
 
 const input = z.object({
@@ -30,25 +29,17 @@ export type SteerInput = z.input<typeof input>;
 const tokenDelta = tokenRef.extend({ base_logprob: z.number(), steered_logprob: z.number(), delta: z.number() });
 
 const output = documentBase('steer').extend({
-  layer: z.number().int(),
-  hook: z.string(),
+  ...steeringSiteSchema,
   alpha: z.number(),
-  positions: z.union([z.literal('all'), z.array(z.number().int())]),
-  direction: directionBlockSchema,
   interventions: z.array(interventionRecord).describe('the edit as data: re-running with it reproduces this document'),
   sampling: samplingSchema,
   base: generationBlock,
   steered: generationBlock,
-  resid_norm: z.number().describe('mean ‖resid_pre‖ at the layer over the prompt\'s positions (BOS excluded), for scale'),
   targets: z.array(tokenDelta),
   controls: z.array(tokenDelta),
   targets_rule: z.string(),
   controls_rule: z.string(),
-  target_logprob_delta: z.number(),
-  control_logprob_delta: z.number(),
-  normalized_effect: z.number(),
-  relative_change: z.number(),
-  kl_from_base: z.number(),
+  ...metricFields(z.number()),
   metric_definitions: metricDefinitionsSchema,
   generation: z.object({ kv_cache: z.boolean(), engine_runs: z.number().int(), batched_rows: z.number().int() }),
 });
@@ -83,25 +74,17 @@ export const operation = defineOperation({
   const g = (r: (typeof gen.rows)[number]) => ({ generated_token_ids: r.ids, generated_text: r.text, stop_reason: r.stop_reason });
   return {
     ...documentHead('steer', model, inp.prompt, ids),
-    layer: inp.layer,
-    hook,
+    ...steeringSite(setup, inp),
     alpha: inp.alpha,
-    positions: inp.positions,
-    direction: directionBlock(dir),
     interventions: [{ hook, op: 'add', positions: inp.positions, alpha: inp.alpha, direction: dir.spec, normalize: inp.normalize }],
     sampling: { max_new_tokens: inp.max_new_tokens, temperature: inp.temperature, top_k: inp.top_k, top_p: inp.top_p, seed: inp.seed, stop_at_eos: inp.stop_at_eos },
     base: g(gen.rows[0]),
     steered: g(gen.rows[1]),
-    resid_norm: finite(setup.residNorm),
     targets: deltas(targets),
     controls: deltas(controls),
     targets_rule: setup.targetsRule,
     controls_rule: setup.controlsRule,
-    target_logprob_delta: finite(m.target_logprob_delta),
-    control_logprob_delta: finite(m.control_logprob_delta),
-    normalized_effect: finite(m.normalized_effect),
-    relative_change: finite(m.relative_change),
-    kl_from_base: finite(m.kl_from_base),
+    ...metricValues(m),
     metric_definitions: METRIC_DEFINITIONS,
     generation: { kv_cache: true, engine_runs: gen.runs, batched_rows: 2 },
   };

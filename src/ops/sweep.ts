@@ -14,13 +14,11 @@ import type { LoadedModel } from '../engine/api';
 import { LoupeError, throwIfAborted } from '../engine/errors';
 import { documentBase, documentHead, interventionRecord } from '../schema/common';
 import { defineOperation } from './types';
-import { finite } from './lib/caps';
 import { logSoftmax } from './lib/math';
-import { directionBlock, directionBlockSchema } from './lib/directions';
 import { generateBatch } from './lib/generation';
 import {
-  checkSteerTokens, METRIC_DEFINITIONS, metricDefinitionsSchema, prepareSteering, rowsPerRun, samplingFields,
-  samplingSchema, steeringFields, steeringMetrics, steerIntervention, tokenRef, tokenRefs,
+  checkSteerTokens, METRIC_DEFINITIONS, metricCurves, metricDefinitionsSchema, metricFields, prepareSteering, rowsPerRun, samplingFields,
+  samplingSchema, steeringFields, steeringMetrics, steeringSite, steeringSiteSchema, steerIntervention, tokenRef, tokenRefs, type SteeringMetrics,
   MAX_SWEEP_ALPHAS, DEFAULT_MULTIPLES, trend,
 } from './lib/steering';
 
@@ -34,21 +32,11 @@ export type SweepInput = z.input<typeof input>;
 
 const curve = z.array(z.number());
 const output = documentBase('sweep').extend({
-  layer: z.number().int(),
-  hook: z.string(),
-  positions: z.union([z.literal('all'), z.array(z.number().int())]),
-  direction: directionBlockSchema,
-  resid_norm: z.number().describe('mean ‖resid_pre‖ at the layer over the prompt\'s non-BOS positions'),
+  ...steeringSiteSchema,
   alpha_source: z.enum(['alphas', 'multiples']),
   multiples: z.array(z.number()).nullable().describe('α / resid_norm when α came from multiples'),
   alphas: z.array(z.number()),
-  curves: z.object({
-    target_logprob_delta: curve,
-    control_logprob_delta: curve,
-    normalized_effect: curve,
-    relative_change: curve,
-    kl_from_base: curve,
-  }).describe('one value per α, in the order of `alphas`'),
+  curves: z.object(metricFields(curve)).describe('one value per α, in the order of `alphas`'),
   monotone: z.object({
     target_logprob_delta: z.enum(['increasing', 'decreasing', 'flat', 'not_monotone']),
     control_logprob_delta: z.enum(['increasing', 'decreasing', 'flat', 'not_monotone']),
@@ -87,7 +75,7 @@ export const operation = defineOperation({
   const alphas = inp.alphas ?? inp.multiples.map((m) => m * setup.residNorm);
   const V = model.info.d_vocab;
   const per = rowsPerRun(model, ids.length);
-  const curves = { target_logprob_delta: [] as number[], control_logprob_delta: [] as number[], normalized_effect: [] as number[], relative_change: [] as number[], kl_from_base: [] as number[] };
+  const metrics: SteeringMetrics[] = [];
   const generations: z.output<typeof output>['generations'] = [];
   let runs = 1;
   for (let s = 0; s < alphas.length; s += per) {
@@ -103,24 +91,16 @@ export const operation = defineOperation({
     });
     runs += gen.runs;
     chunk.forEach((a, r) => {
-      const m = steeringMetrics(setup.baseLogprobs, logSoftmax(gen.promptLogits[r], 0, V), targets, controls);
-      curves.target_logprob_delta.push(finite(m.target_logprob_delta));
-      curves.control_logprob_delta.push(finite(m.control_logprob_delta));
-      curves.normalized_effect.push(finite(m.normalized_effect));
-      curves.relative_change.push(finite(m.relative_change));
-      curves.kl_from_base.push(finite(m.kl_from_base));
+      metrics.push(steeringMetrics(setup.baseLogprobs, logSoftmax(gen.promptLogits[r], 0, V), targets, controls));
       const g = gen.rows[r];
       generations.push({ alpha: a, generated_token_ids: g.ids, generated_text: g.text, stop_reason: g.stop_reason });
     });
     ctx.onProgress?.({ stage: 'sweeping α', done: Math.min(s + per, alphas.length), total: alphas.length });
   }
+  const curves = metricCurves(metrics);
   return {
     ...documentHead('sweep', model, inp.prompt, ids),
-    layer: inp.layer,
-    hook,
-    positions: inp.positions,
-    direction: directionBlock(dir),
-    resid_norm: finite(setup.residNorm),
+    ...steeringSite(setup, inp),
     alpha_source: inp.alphas ? 'alphas' : 'multiples',
     multiples: inp.alphas ? null : inp.multiples,
     alphas,

@@ -51,6 +51,23 @@ export const promptOrIdsFields = {
   token_ids: z.array(z.number().int().min(0)).min(1).optional().describe('Run exactly these token ids instead of tokenizing prompt (no BOS is added): for sequences that are not valid text, e.g. random bytes.'),
 };
 
+/**
+ * The patching operations' pair of runs: a clean prompt and a corrupted one of as many tokens
+ * (each as text or token ids), and the answer whose logit counts; `roles` says, in words, what
+ * each run is for in this operation.
+ */
+export function cleanCorruptedFields(roles: { clean?: string; corrupted?: string }) {
+  const role = (r?: string) => (r ? ` (${r})` : '');
+  return {
+    ...promptOrIdsFields,
+    prompt: promptOrIdsFields.prompt.describe(`The CLEAN prompt${role(roles.clean)}. BOS is prepended unless prepend_bos is false.`),
+    token_ids: promptOrIdsFields.token_ids.describe('Clean token ids, used exactly instead of prompt.'),
+    corrupted_prompt: z.string().default('').describe(`The corrupted prompt${role(roles.corrupted)}; must have as many tokens as the clean one.`),
+    corrupted_token_ids: z.array(z.number().int().min(0)).min(1).optional().describe('Corrupted token ids, used exactly instead of corrupted_prompt.'),
+    answer: z.string().optional().describe('Token (text or "#id") whose logit counts positively; default the clean prediction.'),
+  };
+}
+
 export const positionsField = z
   .union([z.literal('all'), z.array(z.number().int().min(0)).min(1)])
   .default('all')

@@ -282,6 +282,24 @@ export type ResidualMapResult = ResidualMap | { kind: null; reason: string };
 
 const RESID_HOOK = /^(hook_embed|hook_pos_embed|blocks\.\d+\.(hook_resid_pre|hook_resid_mid|hook_resid_post|hook_attn_out|hook_mlp_out))$/;
 
+/** the map through a weight W [R, D] (row r: what input r adds to the stream): push v → v·W, pull e → W·e */
+function throughWeight(kind: 'W_O' | 'W_out', description: string, W: Float32Array, R: number, D: number): ResidualMap {
+  return {
+    kind,
+    description,
+    push: (v, o = 0) => {
+      const out = new Float64Array(D);
+      for (let r = 0; r < R; r++) { const a = v[o + r]; if (a !== 0) for (let j = 0; j < D; j++) out[j] += a * W[r * D + j]; }
+      return out;
+    },
+    pull: (e) => {
+      const out = new Float64Array(R);
+      for (let r = 0; r < R; r++) { let s = 0; for (let j = 0; j < D; j++) s += W[r * D + j] * e[j]; out[r] = s; }
+      return out;
+    },
+  };
+}
+
 /**
  * How a vector at `hook` enters the residual stream linearly, or why it does not. Residual-stream
  * hooks (and attn_out/mlp_out, which are added to it) are the identity; attn.hook_z goes through
@@ -302,43 +320,15 @@ export function residualMap(model: LoadedModel, hook: string): ResidualMapResult
   if (m) {
     const l = Number(m[1]);
     if (model.info.post_norms) return { kind: null, reason: `layer ${l}'s attention output passes through a post-norm, which is not linear` };
-    const WO = model.param(`blocks.${l}.attn.W_O`); // [H, Dh, D]
-    const HD = WO.dims[0] * WO.dims[1];
-    return {
-      kind: 'W_O',
-      description: `${hook} (flattened [H·Dh], head-major) enters the residual stream through each head's W_O (the attention output bias is not part of it)`,
-      push: (v, o = 0) => {
-        const out = new Float64Array(D);
-        for (let r = 0; r < HD; r++) { const a = v[o + r]; if (a !== 0) for (let j = 0; j < D; j++) out[j] += a * WO.data[r * D + j]; }
-        return out;
-      },
-      pull: (e) => {
-        const out = new Float64Array(HD);
-        for (let r = 0; r < HD; r++) { let s = 0; for (let j = 0; j < D; j++) s += WO.data[r * D + j] * e[j]; out[r] = s; }
-        return out;
-      },
-    };
+    const WO = model.param(`blocks.${l}.attn.W_O`); // [H, Dh, D], read as [H·Dh, D]
+    return throughWeight('W_O', `${hook} (flattened [H·Dh], head-major) enters the residual stream through each head's W_O (the attention output bias is not part of it)`, WO.data, WO.dims[0] * WO.dims[1], D);
   }
   m = /^blocks\.(\d+)\.mlp\.hook_post$/.exec(hook);
   if (m) {
     const l = Number(m[1]);
     if (model.info.post_norms) return { kind: null, reason: `layer ${l}'s MLP output passes through a post-norm, which is not linear` };
     const W = model.param(`blocks.${l}.mlp.W_out`); // [M, D]
-    const M = W.dims[0];
-    return {
-      kind: 'W_out',
-      description: `${hook} enters the residual stream through W_out (the MLP output bias is not part of it)`,
-      push: (v, o = 0) => {
-        const out = new Float64Array(D);
-        for (let n = 0; n < M; n++) { const a = v[o + n]; if (a !== 0) for (let j = 0; j < D; j++) out[j] += a * W.data[n * D + j]; }
-        return out;
-      },
-      pull: (e) => {
-        const out = new Float64Array(M);
-        for (let n = 0; n < M; n++) { let s = 0; for (let j = 0; j < D; j++) s += W.data[n * D + j] * e[j]; out[n] = s; }
-        return out;
-      },
-    };
+    return throughWeight('W_out', `${hook} enters the residual stream through W_out (the MLP output bias is not part of it)`, W.data, W.dims[0], D);
   }
   return { kind: null, reason: `${hook} reaches the residual stream only through non-linear operations (attention or a norm), so a feature there has no direct logit effect` };
 }

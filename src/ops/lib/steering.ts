@@ -22,7 +22,8 @@ import { CAPS, checkNewTokens } from './caps';
 import { promptFields, promptIds, resolveToken } from './tokens';
 import { klDivergence, logSoftmax } from './math';
 import { storeOf } from './handle-store';
-import { directionSpec, directLogitScores, resolveDirection, unembedColumnsMean, type ResolvedDirection } from './directions';
+import { directionBlock, directionBlockSchema, directionSpec, directLogitScores, resolveDirection, unembedColumnsMean, type ResolvedDirection } from './directions';
+import { finite } from './caps';
 
 // ------------------------------------------------------------------ shared input fields
 
@@ -49,12 +50,27 @@ export const METRIC_DEFINITIONS = {
   relative_change: 'exp(normalized_effect) − 1: the targets\' probability ratio relative to the controls\' ratio, minus one',
   kl_from_base: 'KL(p_base ‖ p_steered) in nats',
 };
-export const metricDefinitionsSchema = z.object({
-  position: z.string(), target_logprob_delta: z.string(), control_logprob_delta: z.string(),
-  normalized_effect: z.string(), relative_change: z.string(), kl_from_base: z.string(),
-});
+/** the metrics, in the order documents list them */
+export const METRICS = ['target_logprob_delta', 'control_logprob_delta', 'normalized_effect', 'relative_change', 'kl_from_base'] as const;
+export type MetricName = (typeof METRICS)[number];
+
+/** one field per metric, each `v`: a schema (a number, a nullable number, a curve) or a value */
+export function metricFields<T>(v: T): Record<MetricName, T> {
+  return Object.fromEntries(METRICS.map((m) => [m, v])) as Record<MetricName, T>;
+}
+
+export const metricDefinitionsSchema = z.object({ position: z.string(), ...metricFields(z.string()) });
 
 export const tokenRef = z.object({ token: z.string(), token_id: z.number().int() });
+
+/** where and along what a residual-steering operation edits: the fields its document leads with */
+export const steeringSiteSchema = {
+  layer: z.number().int(),
+  hook: z.string(),
+  positions: z.union([z.literal('all'), z.array(z.number().int())]),
+  direction: directionBlockSchema,
+  resid_norm: z.number().describe('mean ‖resid_pre‖ at the layer over the prompt\'s positions (BOS excluded), for scale'),
+};
 
 // ------------------------------------------------------------------ setup
 
@@ -84,9 +100,29 @@ export interface SteeringSetup {
   residNorm: number;
 }
 
-const DEFAULT_TARGETS = 5;
-const DEFAULT_CONTROLS = 5;
-const CONTROL_POOL = 50;
+export const DEFAULT_TARGETS = 5;
+export const DEFAULT_CONTROLS = 5;
+export const CONTROL_POOL = 50;
+
+/** tokens the caller gave (rule 'given'), or the default `choose` picks with the rule it used */
+export function givenOr(given: number[] | undefined, choose: () => { ids: number[]; rule: string }): { ids: number[]; rule: string } {
+  return given ? { ids: given, rule: 'given' } : choose();
+}
+
+/** the k tokens with the largest score (ties: the lower id first) */
+export function topTokens(scores: ArrayLike<number>, k: number): number[] {
+  return Array.from({ length: scores.length }, (_, i) => i).sort((a, b) => scores[b] - scores[a] || a - b).slice(0, k);
+}
+
+/**
+ * where default controls are chosen from: the CONTROL_POOL most likely base tokens (ties: the lower
+ * id first), leaving out the targets and whatever else `exclude` names (BOS, EOS, negatives)
+ */
+export function controlPool(baseLogprobs: Float64Array, exclude: Iterable<number | undefined>): number[] {
+  const out = new Set(exclude);
+  return Array.from({ length: baseLogprobs.length }, (_, i) => i).filter((i) => !out.has(i))
+    .sort((a, b) => baseLogprobs[b] - baseLogprobs[a] || a - b).slice(0, CONTROL_POOL);
+}
 
 export async function prepareSteering(model: LoadedModel, inp: SteeringSetupInput, ctx: OpContext, extraTokens = 0): Promise<SteeringSetup> {
   const L = model.info.n_layers;
@@ -119,36 +155,23 @@ export async function prepareSteering(model: LoadedModel, inp: SteeringSetupInpu
     residNorm += Math.sqrt(s) / (T - t0);
   }
 
-  let targets: number[];
-  let targetsRule: string;
-  let targetsFromDirection = false;
-  if (givenTargets) {
-    targets = givenTargets;
-    targetsRule = 'given';
-  } else if (dir.positive_ids.length) {
-    targets = dir.positive_ids;
-    targetsRule = 'the direction\'s positive tokens';
-  } else {
-    const s = directLogitScores(model, dir.vector);
-    targets = Array.from({ length: V }, (_, i) => i).sort((a, b) => s[b] - s[a]).slice(0, DEFAULT_TARGETS);
-    targetsRule = `the ${DEFAULT_TARGETS} tokens with the largest direct logit effect (w_lnf ⊙ d)·W_U[:, t] — chosen from d itself, so comparisons with other directions favour d`;
-    targetsFromDirection = true;
-  }
-  let controls: number[];
-  let controlsRule: string;
-  if (givenControls) {
-    controls = givenControls;
-    controlsRule = 'given';
-  } else {
+  const targetsFromDirection = !givenTargets && !dir.positive_ids.length;
+  const { ids: targets, rule: targetsRule } = givenOr(givenTargets, () => (dir.positive_ids.length
+    ? { ids: dir.positive_ids, rule: 'the direction\'s positive tokens' }
+    : {
+      ids: topTokens(directLogitScores(model, dir.vector), DEFAULT_TARGETS),
+      rule: `the ${DEFAULT_TARGETS} tokens with the largest direct logit effect (w_lnf ⊙ d)·W_U[:, t] — chosen from d itself, so comparisons with other directions favour d`,
+    }));
+  const { ids: controls, rule: controlsRule } = givenOr(givenControls, () => {
     // Controls depend on the targets only, never on d: causality compares d with random directions
     // on the same controls, and controls picked from d would make d's effect non-exchangeable.
-    const exclude = new Set([...targets, ...dir.negative_ids, model.bosTokenId, model.eosTokenId]);
-    const pool = Array.from({ length: V }, (_, i) => i).filter((i) => !exclude.has(i))
-      .sort((a, b) => baseLogprobs[b] - baseLogprobs[a]).slice(0, CONTROL_POOL);
+    const pool = controlPool(baseLogprobs, [...targets, ...dir.negative_ids, model.bosTokenId, model.eosTokenId]);
     const cos = unembedCosines(model, targets, pool);
-    controls = pool.map((id, k) => ({ id, c: Math.abs(cos[k]) })).sort((a, b) => a.c - b.c || a.id - b.id).slice(0, DEFAULT_CONTROLS).map((x) => x.id);
-    controlsRule = `of the ${CONTROL_POOL} most likely base tokens (targets, negatives, BOS, EOS excluded), the ${DEFAULT_CONTROLS} whose unembedding W_U[:, c] is least aligned (smallest |cosine|) with the targets' mean unembedding; independent of d`;
-  }
+    return {
+      ids: pool.map((id, k) => ({ id, c: Math.abs(cos[k]) })).sort((a, b) => a.c - b.c || a.id - b.id).slice(0, DEFAULT_CONTROLS).map((x) => x.id),
+      rule: `of the ${CONTROL_POOL} most likely base tokens (targets, negatives, BOS, EOS excluded), the ${DEFAULT_CONTROLS} whose unembedding W_U[:, c] is least aligned (smallest |cosine|) with the targets' mean unembedding; independent of d`,
+    };
+  });
   return { ids, hook, dir, targets, controls, targetsRule, controlsRule, targetsFromDirection, baseLogprobs, residNorm };
 }
 
@@ -176,6 +199,21 @@ export interface SteeringMetrics {
   relative_change: number;
   kl_from_base: number;
   steeredLogprobs: Float64Array;
+}
+
+/** the document fields of a setup: layer, hook, positions, direction, resid_norm */
+export function steeringSite(setup: SteeringSetup, inp: { layer: number; positions: 'all' | number[] }) {
+  return { layer: inp.layer, hook: setup.hook, positions: inp.positions, direction: directionBlock(setup.dir), resid_norm: finite(setup.residNorm) };
+}
+
+/** a run's metrics as a document lists them (finite numbers) */
+export function metricValues(m: SteeringMetrics): Record<MetricName, number> {
+  return Object.fromEntries(METRICS.map((k) => [k, finite(m[k])])) as Record<MetricName, number>;
+}
+
+/** per metric, its value for each run, in run order */
+export function metricCurves(ms: SteeringMetrics[]): Record<MetricName, number[]> {
+  return Object.fromEntries(METRICS.map((k) => [k, ms.map((m) => finite(m[k]))])) as Record<MetricName, number[]>;
 }
 
 export function steeringMetrics(base: Float64Array, steered: Float64Array, targets: number[], controls: number[]): SteeringMetrics {
