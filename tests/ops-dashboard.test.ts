@@ -21,7 +21,7 @@ import { loadModelNode } from '../src/node/load';
 import { createNodeSaeLoaders } from '../src/node/load-sae';
 import type { LoadedModel } from '../src/engine/api';
 import { LoupeError } from '../src/engine/errors';
-import { operation as dashboard, type DashboardDocument } from '../src/ops/dashboard';
+import { operation as dashboard } from '../src/ops/dashboard';
 import { operation as capture } from '../src/ops/capture';
 import { operation as probe } from '../src/ops/probe';
 import { MemoryHandleStore } from '../src/ops/lib/handle-store';
@@ -29,6 +29,8 @@ import { loadModelDir, referenceForward, greedyGenerate64, mulberry32, gaussian,
 import { makeRandomSae, saeEncode64, type RandomSae } from './helpers/random-sae';
 import { INDUCTION, logitWeights64 } from './sae-ref';
 import { schemaErrors, viaJson } from './schema-helpers';
+import type { OperationDocument } from '../src/ops/index';
+type DashboardDocument = OperationDocument<'dashboard'>;
 
 const BOS = 256;
 const TOL = 1e-4;

@@ -131,7 +131,8 @@ const output = documentBase('dashboard').extend({
   engine_runs: z.number().int(),
   method: z.string(),
 });
-export type DashboardDocument = z.infer<typeof output>;
+/** the document, for this module's helpers (elsewhere: OperationDocument<'dashboard'>, ops/index.ts) */
+type DashboardDocument = z.output<typeof output>;
 
 const CACHE_SCOPE = 'in-process, per loaded model (the page\'s model worker, the CLI process, the bridge\'s headless engine): the last 16 dashboards';
 const cache = new WeakMap<LoadedModel, Map<string, DashboardDocument>>();
