@@ -82,7 +82,7 @@ export interface RotarySpec {
 }
 
 export interface ModelSpec {
-  /** adapter that produced it: 'gpt2' | 'gpt_neox' | 'llama' | 'qwen2' | 'qwen3' | 'gemma' | 'gemma2' */
+  /** the adapter that produced it (arch/index.ts), e.g. 'llama' or 'qwen3' */
   family: string;
   /** config.json model_type */
   modelType: string;
