@@ -19,17 +19,25 @@ import { tokenizerFiles } from './model-gen';
 
 export interface Shape {
   name: string;
-  family: 'llama' | 'qwen2' | 'gemma2';
+  family: 'llama' | 'qwen2' | 'gemma2' | 'gpt2' | 'gpt_neox';
   D: number; L: number; H: number; Hkv: number; Dh: number; M: number; V: number; tied: boolean;
 }
 
 export const SHAPES: Shape[] = [
+  { name: 'gpt2-small', family: 'gpt2', D: 768, L: 12, H: 12, Hkv: 12, Dh: 64, M: 3072, V: 50257, tied: true },
+  { name: 'pythia-410m', family: 'gpt_neox', D: 1024, L: 24, H: 16, Hkv: 16, Dh: 64, M: 4096, V: 50304, tied: false },
   { name: 'qwen2.5-0.5b', family: 'qwen2', D: 896, L: 24, H: 14, Hkv: 2, Dh: 64, M: 4864, V: 151936, tied: true },
   { name: 'llama-3.2-1b', family: 'llama', D: 2048, L: 16, H: 32, Hkv: 8, Dh: 64, M: 8192, V: 128256, tied: true },
   { name: 'gemma-2-2b', family: 'gemma2', D: 2304, L: 26, H: 8, Hkv: 4, Dh: 256, M: 9216, V: 256000, tied: true },
 ];
 
 function config(s: Shape): Record<string, unknown> {
+  if (s.family === 'gpt2') {
+    return { architectures: ['GPT2LMHeadModel'], model_type: 'gpt2', n_embd: s.D, n_layer: s.L, n_head: s.H, n_inner: s.M, vocab_size: s.V, n_positions: 1024, n_ctx: 1024, layer_norm_epsilon: 1e-5, activation_function: 'gelu_new', bos_token_id: s.V - 1, eos_token_id: s.V - 1, torch_dtype: 'float16' };
+  }
+  if (s.family === 'gpt_neox') {
+    return { architectures: ['GPTNeoXForCausalLM'], model_type: 'gpt_neox', hidden_size: s.D, num_hidden_layers: s.L, num_attention_heads: s.H, intermediate_size: s.M, vocab_size: s.V, max_position_embeddings: 2048, layer_norm_eps: 1e-5, rotary_pct: 0.25, rotary_emb_base: 10000, hidden_act: 'gelu', use_parallel_residual: true, tie_word_embeddings: false, bos_token_id: 0, eos_token_id: 0, torch_dtype: 'float16' };
+  }
   const base = {
     architectures: [s.family === 'llama' ? 'LlamaForCausalLM' : s.family === 'qwen2' ? 'Qwen2ForCausalLM' : 'Gemma2ForCausalLM'],
     model_type: s.family, hidden_size: s.D, num_hidden_layers: s.L, num_attention_heads: s.H, num_key_value_heads: s.Hkv,
@@ -44,6 +52,35 @@ function config(s: Shape): Record<string, unknown> {
 function tensors(s: Shape): { name: string; dims: number[]; norm?: boolean }[] {
   const t: { name: string; dims: number[]; norm?: boolean }[] = [];
   const { D, H, Hkv, Dh, M, V } = s;
+  if (s.family === 'gpt2') {
+    // HF GPT-2: Conv1D weights [in, out], tied unembedding
+    t.push({ name: 'transformer.wte.weight', dims: [V, D] }, { name: 'transformer.wpe.weight', dims: [1024, D] });
+    for (let l = 0; l < s.L; l++) {
+      const p = `transformer.h.${l}`;
+      t.push({ name: `${p}.ln_1.weight`, dims: [D], norm: true }, { name: `${p}.ln_1.bias`, dims: [D] });
+      t.push({ name: `${p}.attn.c_attn.weight`, dims: [D, 3 * D] }, { name: `${p}.attn.c_attn.bias`, dims: [3 * D] });
+      t.push({ name: `${p}.attn.c_proj.weight`, dims: [D, D] }, { name: `${p}.attn.c_proj.bias`, dims: [D] });
+      t.push({ name: `${p}.ln_2.weight`, dims: [D], norm: true }, { name: `${p}.ln_2.bias`, dims: [D] });
+      t.push({ name: `${p}.mlp.c_fc.weight`, dims: [D, M] }, { name: `${p}.mlp.c_fc.bias`, dims: [M] });
+      t.push({ name: `${p}.mlp.c_proj.weight`, dims: [M, D] }, { name: `${p}.mlp.c_proj.bias`, dims: [D] });
+    }
+    t.push({ name: 'transformer.ln_f.weight', dims: [D], norm: true }, { name: 'transformer.ln_f.bias', dims: [D] });
+    return t;
+  }
+  if (s.family === 'gpt_neox') {
+    t.push({ name: 'gpt_neox.embed_in.weight', dims: [V, D] });
+    for (let l = 0; l < s.L; l++) {
+      const p = `gpt_neox.layers.${l}`;
+      for (const n of ['input_layernorm', 'post_attention_layernorm']) t.push({ name: `${p}.${n}.weight`, dims: [D], norm: true }, { name: `${p}.${n}.bias`, dims: [D] });
+      t.push({ name: `${p}.attention.query_key_value.weight`, dims: [3 * D, D] }, { name: `${p}.attention.query_key_value.bias`, dims: [3 * D] });
+      t.push({ name: `${p}.attention.dense.weight`, dims: [D, D] }, { name: `${p}.attention.dense.bias`, dims: [D] });
+      t.push({ name: `${p}.mlp.dense_h_to_4h.weight`, dims: [M, D] }, { name: `${p}.mlp.dense_h_to_4h.bias`, dims: [M] });
+      t.push({ name: `${p}.mlp.dense_4h_to_h.weight`, dims: [D, M] }, { name: `${p}.mlp.dense_4h_to_h.bias`, dims: [D] });
+    }
+    t.push({ name: 'gpt_neox.final_layer_norm.weight', dims: [D], norm: true }, { name: 'gpt_neox.final_layer_norm.bias', dims: [D] });
+    t.push({ name: 'embed_out.weight', dims: [V, D] });
+    return t;
+  }
   t.push({ name: 'model.embed_tokens.weight', dims: [V, D] });
   for (let l = 0; l < s.L; l++) {
     const p = `model.layers.${l}`;

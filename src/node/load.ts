@@ -26,7 +26,8 @@ export interface NodeModelOptions extends Omit<LoadOptions, 'backend'>, Pick<Nod
   local?: LocalAccess;
 }
 
-export async function nodeFactory(backend: 'node' | 'wasm', threads?: number): Promise<SessionFactory> {
+/** `extraOptions`: onnxruntime session options over the defaults (the bench measures them) */
+export async function nodeFactory(backend: 'node' | 'wasm', threads?: number, extraOptions?: Record<string, unknown>): Promise<SessionFactory> {
   if (backend === 'node') {
     let ort: OrtModule;
     try {
@@ -34,13 +35,13 @@ export async function nodeFactory(backend: 'node' | 'wasm', threads?: number): P
     } catch (e) {
       throw new LoupeError('BACKEND_UNAVAILABLE', `onnxruntime-node could not be loaded: ${(e as Error).message}`, "Use --backend wasm, or reinstall with 'npm ci'.");
     }
-    return nodeSessionFactory(ort, threads);
+    return nodeSessionFactory(ort, threads, extraOptions);
   }
   watchWasmHeaps(); // before the runtime makes its heap: the memory report measures it
   const ort = (await import('onnxruntime-web')) as unknown as OrtModule;
   // One thread: no worker_threads inside ORT-web in Node; comparable with the page's single-thread WASM.
   ort.env.wasm.numThreads = 1;
-  return webSessionFactory(ort, 'wasm');
+  return webSessionFactory(ort, 'wasm', undefined, extraOptions);
 }
 
 export async function loadModelNode(spec: string, opts: NodeModelOptions = {}): Promise<LoadedModel> {

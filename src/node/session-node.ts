@@ -4,6 +4,8 @@
  * compared with passing buffers). onnxruntime-node has no `externalData` option and refuses
  * external data outside the model's directory (symlinks included), so each weight file is
  * hard-linked into a temporary directory (copied when it lives on another filesystem).
+ * float32 weights widened from 16-bit files come from onnxruntime's optimized model kept in the
+ * cache after the first start (optimized-cache.ts): the widening is not redone at every start.
  */
 import { copyFileSync, linkSync, mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -12,6 +14,8 @@ import { wrapOrtSession, type OrtModule, type SessionFactory } from '../engine/r
 import type { WeightSet } from '../engine/safetensors-types';
 import { precisionSessionOptions } from '../engine/precision';
 import { defaultCacheDir } from './dir-cache';
+import type { BuiltGraph } from '../engine/graph/build-model';
+import { cachedModelPath, dropEntry, optimizedKey, saveTarget, worthCaching } from './optimized-cache';
 
 /**
  * Where to assemble the graph: on the same filesystem as the weights, so they can be hard-linked.
@@ -32,36 +36,66 @@ function graphDir(weights: WeightSet): string {
   return mkdtempSync(path.join(tmpdir(), 'loupe-graph-'));
 }
 
-export function nodeSessionFactory(ort: OrtModule, threads?: number): SessionFactory {
+/** `extraOptions`: onnxruntime session options over the defaults (the bench measures them) */
+export function nodeSessionFactory(ort: OrtModule, threads?: number, extraOptions: Record<string, unknown> = {}): SessionFactory {
+  const base = (graph: BuiltGraph): Record<string, any> => ({
+    executionProviders: ['cpu'],
+    graphOptimizationLevel: 'all',
+    ...precisionSessionOptions(graph.precision),
+    ...(threads ? { intraOpNumThreads: threads } : {}),
+    ...extraOptions,
+  });
+  /** session config entries added to the caller's */
+  const withSession = (o: Record<string, any>, entries: Record<string, string>) => ({ ...o, extra: { ...o.extra, session: { ...o.extra?.session, ...entries } } });
+
+  async function fresh(graph: BuiltGraph, weights: WeightSet, options: Record<string, any>) {
+    const dir = graphDir(weights);
+    try {
+      const files = new Set<string>();
+      for (const e of weights.tensors.values()) files.add(e.file);
+      for (const f of files) {
+        const p = weights.paths.get(f);
+        if (p) linkOrCopy(path.resolve(p), path.join(dir, f));
+        else {
+          const bytes = weights.files.get(f);
+          if (!bytes) throw new Error(`weight file ${f} has neither a path nor bytes`);
+          writeFileSync(path.join(dir, f), bytes);
+        }
+      }
+      const modelPath = path.join(dir, 'model.onnx');
+      writeFileSync(modelPath, graph.bytes);
+      return await ort.InferenceSession.create(modelPath, options);
+    } finally {
+      // ORT has read (or mapped) everything it needs once the session exists.
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }
+
   return {
     backend: 'node',
     ort,
     async create(graph, weights) {
-      const dir = graphDir(weights);
-      try {
-        const files = new Set<string>();
-        for (const e of weights.tensors.values()) files.add(e.file);
-        for (const f of files) {
-          const p = weights.paths.get(f);
-          if (p) linkOrCopy(path.resolve(p), path.join(dir, f));
-          else {
-            const bytes = weights.files.get(f);
-            if (!bytes) throw new Error(`weight file ${f} has neither a path nor bytes`);
-            writeFileSync(path.join(dir, f), bytes);
-          }
+      const options = base(graph);
+      if (!worthCaching(graph, weights)) return wrapOrtSession(await fresh(graph, weights, options));
+      // float32 widened from 16-bit files: onnxruntime's optimized model is kept (optimized-cache.ts)
+      const key = optimizedKey(graph, weights, options, (ort.env as any)?.versions ?? null);
+      const cached = cachedModelPath(key);
+      if (cached) {
+        try {
+          return wrapOrtSession(await ort.InferenceSession.create(cached, { ...options, graphOptimizationLevel: 'disabled' }));
+        } catch {
+          dropEntry(key); // a broken entry: build afresh (and save again)
         }
-        const modelPath = path.join(dir, 'model.onnx');
-        writeFileSync(modelPath, graph.bytes);
-        const session = await ort.InferenceSession.create(modelPath, {
-          executionProviders: ['cpu'],
-          graphOptimizationLevel: 'all',
-          ...precisionSessionOptions(graph.precision),
-          ...(threads ? { intraOpNumThreads: threads } : {}),
-        });
+      }
+      let target: ReturnType<typeof saveTarget> | undefined;
+      try {
+        target = saveTarget(key, [...weights.paths.values()]);
+        const session = await fresh(graph, weights, withSession({ ...options, ...target.options }, target.session));
+        target.commit();
         return wrapOrtSession(session);
-      } finally {
-        // ORT has read (or mapped) everything it needs once the session exists.
-        rmSync(dir, { recursive: true, force: true });
+      } catch {
+        target?.abort(); // e.g. a full disk or an unwritable cache: no entry, a plain session
+        return wrapOrtSession(await fresh(graph, weights, options));
       }
     },
   };

@@ -95,7 +95,7 @@ async function pieceBytes(weights: ReadableWeightSet, p: Piece): Promise<Uint8Ar
  * every piece until the session exists and copies them into its heap; once `create` returns no
  * reference to a piece is left, so the read bytes are garbage.
  */
-export function webSessionFactory(ort: OrtModule, backend: 'webgpu' | 'wasm', gpu?: GpuCaps): SessionFactory {
+export function webSessionFactory(ort: OrtModule, backend: 'webgpu' | 'wasm', gpu?: GpuCaps, extraOptions: Record<string, unknown> = {}): SessionFactory {
   return {
     backend,
     ort,
@@ -109,6 +109,7 @@ export function webSessionFactory(ort: OrtModule, backend: 'webgpu' | 'wasm', gp
         externalData,
         graphOptimizationLevel: 'all',
         ...precisionSessionOptions(graph.precision),
+        ...extraOptions,
       });
       externalData.length = 0; // should the runtime keep the options object, it keeps no piece
       return trackedWeb(ort, backend, session);
