@@ -4,7 +4,7 @@
  * in that page's model worker. Checks: trace and sweep equal the headless companion's documents
  * within 1e-4; progress notifications increase; reloading the page mid-sweep fails the call with
  * isError within a second and the next call succeeds once the page has re-paired; cancelling from
- * the client stops the job in the page.
+ * the client stops the job in the page, whose job bar showed it (the page's JobStore runs agent calls).
  *
  * Builds the page into a temporary folder first (about 5 s), unless LOUPE_BRIDGE_DIST names a
  * built one. Skipped when /usr/bin/chromium is missing.
@@ -178,6 +178,9 @@ describe.skipIf(!enabled)('the workbench page paired with loupe mcp (Chromium)',
     // linear extrapolation of the per-token time, which only grows as the KV cache does)
     const remaining = remainingMs(seen);
     expect(remaining, 'the sweep is too short here to show anything').toBeGreaterThan(4500);
+    // the agent's job is the page's job (JobStore.track): in the job bar, with its stage
+    expect(await page.getByTestId('job').textContent()).toContain('sweep (agent)');
+    expect(await page.getByTestId('job-stage').textContent()).toMatch(/generating/);
     const tAbort = Date.now();
     ctl.abort('test cancels');
     expect(await pending).toBeInstanceOf(Error);
@@ -191,6 +194,8 @@ describe.skipIf(!enabled)('the workbench page paired with loupe mcp (Chromium)',
       return Date.now() - t;
     }, tAbort);
     expect(freeAfter).toBeLessThan(remaining - 1000);
+    // and the job bar let go of it
+    await expect.poll(() => page.getByTestId('job').count(), { timeout: 2000 }).toBe(0);
     // and the next call succeeds
     const next = await mcp.client.callTool({ name: 'trace', arguments: TRACE_ARGS }, undefined, { timeout: 60_000 });
     expect(next.isError, JSON.stringify(next.content)).toBeFalsy();

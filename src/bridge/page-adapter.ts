@@ -7,7 +7,6 @@
  * `BridgeApp` is the slice of the page's AppState (src/ui/state/app.svelte.ts) this needs,
  * written structurally so the bridge does not depend on the page's internals beyond it.
  */
-import * as Comlink from 'comlink';
 import type { ModelInfo } from '../engine/api';
 import { LoupeError } from '../engine/errors';
 import type { Progress } from '../ops/types';
@@ -34,8 +33,9 @@ export interface BridgeApp {
   readonly modelRef: ShareModel | null;
   client: {
     call<T>(fn: (api: any) => Promise<T>): Promise<T>;
-    job<T>(prefix: string, run: (id: string, api: any) => Promise<T>): { id: string; promise: Promise<T>; cancel(): void };
   };
+  /** run an operation in the page's worker through its job store (AppState.execute) */
+  execute(op: string, input: Record<string, unknown>, opts: { who: 'agent'; signal?: AbortSignal; onProgress?: (p: Progress) => void }): Promise<{ doc: unknown; ms: number }>;
   choiceOf(m: ShareModel): unknown;
   loadModel(choice: any, opts?: { quiet?: boolean }): Promise<boolean>;
   cancelLoad(): void;
@@ -81,19 +81,12 @@ async function runOperation(app: BridgeApp, tool: string, args: Record<string, u
   await workerFree(app);
   await modelReady(app, ctx);
   if (!app.model) throw new LoupeError('NO_MODEL', 'No model is loaded in the page yet.', 'Call load_model (e.g. model: "default"), or wait for the page to finish loading its model.');
-  const t0 = performance.now();
-  const onProgress = (p: Progress) => ctx.onProgress(p);
-  const job = app.client.job(tool, (id, api) => api.runOperation(id, tool, args, Comlink.proxy(onProgress)));
-  const stop = () => job.cancel();
-  ctx.signal.addEventListener('abort', stop, { once: true });
-  try {
-    const doc = await job.promise;
-    // show it in the page's views as if the user had run it
-    app.results = { ...app.results, [tool]: { op: tool, input: args, doc, model: app.modelRef, ms: performance.now() - t0, fromLink: false } };
-    return doc;
-  } finally {
-    ctx.signal.removeEventListener('abort', stop);
-  }
+  // the page's own job bookkeeping (JobStore.track): queued behind the page's jobs, shown in the
+  // job bar as "tool (agent)" with progress and Cancel, cancelled by the agent's signal
+  const { doc, ms } = await app.execute(tool, args, { who: 'agent', signal: ctx.signal, onProgress: (p) => ctx.onProgress(p) });
+  // show it in the page's views as if the user had run it
+  app.results = { ...app.results, [tool]: { op: tool, input: args, doc, model: app.modelRef, ms, fromLink: false } };
+  return doc;
 }
 
 async function loadModel(app: BridgeApp, args: Record<string, unknown>, ctx: ExecuteContext): Promise<unknown> {
