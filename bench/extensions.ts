@@ -378,6 +378,55 @@ export const cachedLoad: BenchExtension = {
   },
 };
 
+/**
+ * Issue 11 item 3: what `--weights q8` costs in numbers (src/ops/lib/precision-cost.ts), never
+ * silent: max |Δ| of every logit and of trace's DLA (per-head attributions and decomposition
+ * terms) against the stored precision, on the real models in ../shared, the bench's GPT-2-small
+ * shape and random F16 models of other families (N(0, 0.02) weights), onnxruntime-node. Also the
+ * bytes the session holds the weights in at each precision.
+ */
+export const q8Cost: BenchExtension = {
+  name: 'q8_cost',
+  title: 'q8 weights: max |Δ| vs stored precision (logits, trace DLA)',
+  timeoutMs: 600_000,
+  async run(ctx) {
+    const path = await import('node:path');
+    const { existsSync } = await import('node:fs');
+    const { loadModelNode } = await import('../src/node/load');
+    const { precisionCost } = await import('../src/ops/lib/precision-cost');
+    // the shared folder beside the checkout, as tests/helpers/shared.ts finds it (LOUPE_SHARED overrides)
+    const SHARED = process.env.LOUPE_SHARED ?? path.resolve(import.meta.dirname, '../../shared');
+    const { ALL_FAMILY_CASES, makeCaseModel } = await import('../tests/reference');
+    const prompt = 'Once upon a time there was a little cat who';
+    const rows: ExtRow[] = [];
+    const json: Record<string, unknown> = {};
+    const measure = async (label: string, dir: string) => {
+      const [stored, q8] = [await loadModelNode(dir, { weights: 'stored', threads: ctx.threads }), await loadModelNode(dir, { weights: 'q8', threads: ctx.threads })];
+      try {
+        const c = await precisionCost(stored, q8, prompt);
+        json[label] = { ...c, stored_bytes: stored.info.weight_bytes, q8_bytes: q8.info.weight_bytes, dtype: stored.info.dtype };
+        rows.push({
+          metric: `${label} (${stored.info.dtype}, ${c.tokens} tokens)`,
+          value: `logits ${c.max_abs_logit_diff.toExponential(2)} of max ${fmt(c.max_abs_logit, 2)}; DLA ${c.max_abs_dla_diff.toExponential(2)} of max ${fmt(c.max_abs_dla, 2)}; ${c.same_prediction ? 'same' : 'other'} top-1; weights ${fmt(stored.info.weight_bytes / 1e6, 3)} → ${fmt(q8.info.weight_bytes / 1e6, 3)} MB`,
+        });
+      } finally {
+        await stored.dispose();
+        await q8.dispose();
+      }
+    };
+    for (const name of ['induction-gpt2', 'stories260K']) {
+      const dir = path.join(SHARED, 'models', name);
+      if (existsSync(dir)) await measure(name, dir);
+    }
+    await measure('random gpt2-small shape', ctx.modelDir);
+    for (const name of ['llama3-rope-untied-bias', 'gemma2-softcap-window', 'neox-parallel-rot25']) {
+      const rm = makeCaseModel(ALL_FAMILY_CASES.find((c) => c.name === name)!, { dtype: 'F16' });
+      try { await measure(`random ${name}`, rm.dir); } finally { rm.cleanup(); }
+    }
+    return { rows, json };
+  },
+};
+
 /** The list the bench runs, in order. Append new measurements here. */
-export const extensions: BenchExtension[] = [opsCost, circuitAllHeads, generationKv, cachedLoad, gradientCosts];
+export const extensions: BenchExtension[] = [opsCost, circuitAllHeads, generationKv, cachedLoad, gradientCosts, q8Cost];
 

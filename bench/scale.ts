@@ -1,5 +1,5 @@
 /**
- * `npm run bench:scale [shape …] [--backends node,wasm] [--weights stored,f32] [--runs cold,again] [--keep]`
+ * `npm run bench:scale [shape …] [--backends node,wasm] [--weights stored,f32,q8] [--runs cold,again] [--keep]`
  *
  * Random-weight F16 models in the Hugging Face layout (config.json, one model.safetensors,
  * tokenizer.json) at real shapes, generated under $TMPDIR/loupe-scale and deleted afterwards
@@ -9,6 +9,7 @@
  *   trace_ms      the first `trace` operation (forward + DLA) on a 16-token prompt
  *   peak / weights  the process's peak RSS (VmHWM) over the bytes the session holds the weights in
  *                   (ModelInfo.weight_bytes), Node's own ~90 MB included
+ *   WASM heap     onnxruntime-web's heap at the end (it only grows: its peak), wasm rows only
  * A run that fails (e.g. TOO_LARGE) prints its error code instead of numbers.
  */
 import { spawnSync } from 'node:child_process';
@@ -159,7 +160,7 @@ export function generate(s: Shape, dir: string): number {
   return off;
 }
 
-interface Row { shape: string; backend: string; weights: string; run: string; ready_ms?: number; trace_ms?: number; peak_bytes?: number; weight_bytes?: number; error?: string }
+interface Row { shape: string; backend: string; weights: string; run: string; ready_ms?: number; trace_ms?: number; peak_bytes?: number; weight_bytes?: number; heap_bytes?: number; error?: string }
 
 function child(dir: string, backend: string, weights: string): Omit<Row, 'shape' | 'backend' | 'weights' | 'run'> {
   const r = spawnSync(process.execPath, ['--import', 'tsx', path.join(import.meta.dirname, 'scale-child.ts'), dir, backend, weights], { encoding: 'utf8', maxBuffer: 1 << 26 });
@@ -196,12 +197,12 @@ async function main() {
     }
   }
   const gb = (b?: number) => (b === undefined ? '–' : `${(b / 1e9).toFixed(2)} GB`);
-  console.log('| shape | backend | weights | run | ready | first trace | peak RSS | weights held | peak / weights |');
-  console.log('|---|---|---|---|---|---|---|---|---|');
+  console.log('| shape | backend | weights | run | ready | first trace | peak RSS | weights held | peak / weights | WASM heap |');
+  console.log('|---|---|---|---|---|---|---|---|---|---|');
   for (const r of rows) {
     console.log(r.error
-      ? `| ${r.shape} | ${r.backend} | ${r.weights} | ${r.run} | ${r.error} | | ${gb(r.peak_bytes)} | | |`
-      : `| ${r.shape} | ${r.backend} | ${r.weights} | ${r.run} | ${(r.ready_ms! / 1000).toFixed(1)} s | ${(r.trace_ms! / 1000).toFixed(2)} s | ${gb(r.peak_bytes)} | ${gb(r.weight_bytes)} | ${(r.peak_bytes! / r.weight_bytes!).toFixed(2)}× |`);
+      ? `| ${r.shape} | ${r.backend} | ${r.weights} | ${r.run} | ${r.error} | | ${gb(r.peak_bytes)} | | | ${gb(r.heap_bytes)} |`
+      : `| ${r.shape} | ${r.backend} | ${r.weights} | ${r.run} | ${(r.ready_ms! / 1000).toFixed(1)} s | ${(r.trace_ms! / 1000).toFixed(2)} s | ${gb(r.peak_bytes)} | ${gb(r.weight_bytes)} | ${(r.peak_bytes! / r.weight_bytes!).toFixed(2)}× | ${gb(r.heap_bytes)} |`);
   }
 }
 

@@ -61,3 +61,46 @@ test('weights "stored": the page runs 16-bit weights, shows it, and the document
   await page.setViewportSize({ width: 1280, height: 800 });
   await shot(page, 'model-weights-stored-dark');
 });
+
+test('weights "q8" on WASM: the page runs 8-bit matrices, says so, and its trace equals the CLI\'s q8 trace; WebGPU refuses q8 with a hint', async () => {
+  test.setTimeout(240_000);
+  await page.setViewportSize({ width: 1280, height: 800 });
+  await page.locator('#backend').selectOption('wasm');
+  await waitModelReady(page);
+  await page.locator('#weights').selectOption('q8');
+  await waitModelReady(page);
+  await expect(page.getByTestId('status-model')).toContainText(REPO);
+  await expect(page.getByTestId('weights-used')).toHaveText('using q8');
+  await expect(page.getByTestId('status-dtype')).toHaveText('dtype: F16 · q8');
+  await page.getByTestId('tab-trace').click();
+  await runOp(page, 'trace');
+  const doc = await pageDoc(page, 'trace');
+  expect(doc.model.weights).toBe('q8');
+  expect(doc.model.backend).toBe('wasm');
+  const cli = JSON.parse(execFileSync(process.execPath, ['bin/loupe.mjs', 'trace', rm.dir, PROMPT, '--json', '--weights', 'q8', '--backend', 'wasm'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }));
+  expect(cli.model.weights).toBe('q8');
+  let d = 0;
+  for (let r = 0; r < cli.head_attribution.length; r++) for (let c = 0; c < cli.head_attribution[r].length; c++) d = Math.max(d, Math.abs(cli.head_attribution[r][c] - doc.head_attribution[r][c]));
+  expect(d).toBeLessThan(1e-4);
+  await page.locator('#weights').scrollIntoViewIfNeeded();
+  await shot(page, 'model-weights-q8');
+  await page.setViewportSize({ width: 1024, height: 800 });
+  await shot(page, 'model-weights-q8-1024');
+  await page.getByRole('button', { name: /dark|light/i }).first().click();
+  await shot(page, 'model-weights-q8-1024-other-theme');
+  await page.setViewportSize({ width: 1280, height: 800 });
+  await shot(page, 'model-weights-q8-other-theme');
+
+  const adapter = await page.evaluate(async () => {
+    const gpu = (navigator as any).gpu;
+    return gpu ? !!(await gpu.requestAdapter()) : false;
+  });
+  test.skip(!adapter, 'WEBGPU UNAVAILABLE in this Chromium: the q8-on-WebGPU refusal was NOT checked');
+  await page.locator('#backend').selectOption('webgpu');
+  await expect(page.getByText(/q8 weights run on the wasm and node backends/).first()).toBeVisible({ timeout: 90_000 });
+  await expect(page.getByText(/Pick the WASM backend/).first()).toBeVisible();
+  await shot(page, 'model-weights-q8-webgpu-refused');
+  await page.locator('#weights').selectOption('auto');
+  await page.locator('#backend').selectOption('wasm');
+  await waitModelReady(page);
+});

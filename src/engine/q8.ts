@@ -92,6 +92,28 @@ function decode(dtype: string, raw: Uint8Array, from: number, n: number, out: Fl
 
 interface Quantised { bytes: Uint8Array; block: number; scaleShape: number[]; nScales: number }
 
+/**
+ * One block: `block` values of `w` from `src` (stride `ss`) to `q` from `dst` (stride `ds`);
+ * returns the scale's float16 bits. `t`: float16 bits → value.
+ */
+function quantizeBlock(w: Float32Array, src: number, ss: number, q: Int8Array, dst: number, ds: number, block: number, t: Float32Array): number {
+  let m = 0;
+  for (let j = 0, a = src; j < block; j++, a += ss) { const v = w[a]; const av = v < 0 ? -v : v; if (av > m) m = av; }
+  const h = f32ToF16(Math.fround(m / 127));
+  const sv = t[h];
+  if (!(sv > 0)) {
+    for (let j = 0, d = dst; j < block; j++, d += ds) q[d] = 0;
+    return h;
+  }
+  for (let j = 0, a = src, d = dst; j < block; j++, a += ss, d += ds) {
+    const x = w[a] / sv;
+    // round half away from zero: |x| + 0.5 truncated (|x| < 2^31), the sign put back
+    const r = x < 0 ? -((0.5 - x) | 0) : (x + 0.5) | 0;
+    q[d] = r > 127 ? 127 : r < -127 ? -127 : r;
+  }
+  return h;
+}
+
 /** Quantise one stored [r, c] matrix along `axis`: int8 values (same layout) then float16 scales, in one buffer. */
 export function quantizeMatrix(dtype: string, raw: Uint8Array, shape: number[], axis: 0 | 1): Quantised {
   const [R, C] = shape;
@@ -102,19 +124,8 @@ export function quantizeMatrix(dtype: string, raw: Uint8Array, shape: number[], 
   const q = new Int8Array(bytes.buffer, 0, n);
   const scales = new DataView(bytes.buffer, n, 2 * nScales);
   const t = f16Values();
-  // one block: `block` values of w from `src` with stride `ss`, to q from `dst` with stride `ds`; scale index k
   const put = (k: number, w: Float32Array, src: number, ss: number, dst: number, ds: number) => {
-    let m = 0;
-    for (let j = 0, a = src; j < block; j++, a += ss) { const v = Math.abs(w[a]); if (v > m) m = v; }
-    const h = f32ToF16(Math.fround(m / 127));
-    scales.setUint16(2 * k, h, true);
-    const sv = t[h];
-    for (let j = 0, a = src, d = dst; j < block; j++, a += ss, d += ds) {
-      if (!(sv > 0)) { q[d] = 0; continue; }
-      const x = w[a] / sv;
-      const r = x < 0 ? -Math.floor(-x + 0.5) : Math.floor(x + 0.5);
-      q[d] = r > 127 ? 127 : r < -127 ? -127 : r;
-    }
+    scales.setUint16(2 * k, quantizeBlock(w, src, ss, q, dst, ds, block, t), true);
   };
   if (axis === 1) {
     // [out, in]: one row at a time; scale [out, nb, 1]
