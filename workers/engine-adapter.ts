@@ -16,6 +16,7 @@ import type { CacheKey } from '../src/engine/source/types';
 import { IdbCache } from '../src/engine/source/idb-cache';
 import { createSaeLoaders, type SaeLoaders } from '../src/engine/source/sae-loader';
 import { gpuInfo } from './doctor';
+import { env } from '../src/engine/env';
 import { watchWasmHeaps } from '../src/engine/runtime/wasm-heap';
 import { CONFIRM_DOWNLOAD_BYTES, type BackendChoice, type CachedModel, type LoadPreview, type LoadRequest, type LoadedModelSummary, type PreviewFn } from './protocol';
 import type { ModelPlan, ModelJudgement } from '../src/engine/source/preflight';
@@ -38,7 +39,7 @@ export function chooseWasmThreads(isolated: boolean, cores: number, override: nu
   return Math.max(1, Math.min(override ?? cores, 16));
 }
 const named = /wasm_threads=(\d+)/.exec(typeof self.name === 'string' ? self.name : '');
-ort.env.wasm.numThreads = chooseWasmThreads(self.crossOriginIsolated === true, navigator.hardwareConcurrency ?? 1, named ? Number(named[1]) : null);
+ort.env.wasm.numThreads = chooseWasmThreads(env.isolated, env.threads, named ? Number(named[1]) : null);
 
 export function wasmThreads(): number | null {
   const n = ort.env.wasm.numThreads;
