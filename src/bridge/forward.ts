@@ -10,6 +10,7 @@ import WebSocket from 'ws';
 import { LoupeError } from '../engine/errors';
 import { randomHex } from './handles';
 import { startHeartbeat, type Heartbeat } from './heartbeat';
+import { PendingCalls } from './pending-calls';
 import type { CallOptions, ExecResult } from './page-session';
 import {
   AGENT_PATH, CHALLENGE_PROTOCOL_PREFIX, HUB_PROBE_PATH, HUB_STATUS_TOOL, PROTOCOL_VERSION, SUBPROTOCOL,
@@ -38,15 +39,8 @@ export function probeHub(port: number, timeoutMs = 1500): Promise<{ pid: number;
   });
 }
 
-interface Pending {
-  resolve(r: ExecResult): void;
-  reject(e: LoupeError): void;
-  onProgress?: CallOptions['onProgress'];
-  cleanup(): void;
-}
-
 export class ForwardClient {
-  private pending = new Map<string, Pending>();
+  private pending = new PendingCalls<ExecResult>();
   private closed = false;
   private beat: Heartbeat;
   onClose?: () => void;
@@ -127,23 +121,17 @@ export class ForwardClient {
   call(tool: string, args: Record<string, unknown>, o: CallOptions): Promise<ExecResult> {
     if (this.closed) return Promise.reject(hubGone());
     const id = 'f' + randomHex(8);
-    return new Promise((resolve, reject) => {
+    const done = this.pending.open(id, {
       // The hub enforces the deadline; this local timer is the backstop if the hub goes silent.
-      const timer = setTimeout(() => this.settle(id, undefined, new LoupeError('DEADLINE_EXCEEDED', `${tool} did not finish within its deadline.`)), Math.max(0, o.deadline - Date.now()) + 2000);
-      const onAbort = () => {
+      timeoutMs: Math.max(0, o.deadline - Date.now()) + 2000, signal: o.signal, onProgress: o.onProgress,
+      onDeadline: () => new LoupeError('DEADLINE_EXCEEDED', `${tool} did not finish within its deadline.`),
+      onCancel: () => {
         this.send({ type: 'cancel', id });
-        this.settle(id, undefined, new LoupeError('CANCELLED', 'The call was cancelled by the client.'));
-      };
-      o.signal?.addEventListener('abort', onAbort, { once: true });
-      this.pending.set(id, {
-        resolve, reject, onProgress: o.onProgress,
-        cleanup: () => {
-          clearTimeout(timer);
-          o.signal?.removeEventListener('abort', onAbort);
-        },
-      });
-      this.send({ type: 'call', id, tool, args, deadline: o.deadline });
+        return new LoupeError('CANCELLED', 'The call was cancelled by the client.');
+      },
     });
+    this.send({ type: 'call', id, tool, args, deadline: o.deadline });
+    return done;
   }
 
   close(): void {
@@ -153,15 +141,6 @@ export class ForwardClient {
 
   private send(m: object): void {
     if (this.ws.readyState === WebSocket.OPEN) this.ws.send(JSON.stringify(m));
-  }
-
-  private settle(id: string, r: ExecResult | undefined, e?: LoupeError): void {
-    const p = this.pending.get(id);
-    if (!p) return;
-    this.pending.delete(id);
-    p.cleanup();
-    if (e) p.reject(e);
-    else p.resolve(r!);
   }
 
   private onMessage(text: string): void {
@@ -174,11 +153,11 @@ export class ForwardClient {
       case 'welcome':
         return; // the answer to a repeated attach (setAgent)
       case 'progress':
-        return this.pending.get(m.id)?.onProgress?.({ done: m.done, total: m.total, stage: m.stage });
+        return this.pending.progress(m);
       case 'result':
-        return this.settle(m.id, { document: m.document, link: m.link, instance_id: m.instance_id, model: m.model });
+        return this.pending.settle(m.id, { document: m.document, link: m.link, instance_id: m.instance_id, model: m.model });
       case 'error':
-        return this.settle(m.id, undefined, new LoupeError(m.error.code as LoupeError['code'], m.error.message, m.error.hint));
+        return this.pending.fail(m);
       default:
         return;
     }
@@ -188,7 +167,7 @@ export class ForwardClient {
     if (this.closed) return;
     this.closed = true;
     this.beat.stop();
-    for (const id of [...this.pending.keys()]) this.settle(id, undefined, hubGone());
+    this.pending.failAll(hubGone());
     this.onClose?.();
   }
 }

@@ -10,6 +10,7 @@ import type { Progress } from '../ops/types';
 import { CLOSE_POLICY, type AgentInfo, type HelloMsg, type HubToPage, type WireModel, parseMessage } from './protocol';
 import { randomHex } from './handles';
 import { startHeartbeat, type Heartbeat } from './heartbeat';
+import { PendingCalls } from './pending-calls';
 
 export interface ExecResult {
   document: unknown;
@@ -28,14 +29,6 @@ export interface CallOptions {
   signal?: AbortSignal;
 }
 
-interface Pending {
-  tool: string;
-  resolve(r: ExecResult): void;
-  reject(e: LoupeError): void;
-  onProgress?: (p: Progress) => void;
-  cleanup(): void;
-}
-
 export interface PageSessionOptions {
   heartbeatMs: number;
   /** drop the page after this many heartbeat intervals without hearing from it */
@@ -50,7 +43,7 @@ export class PageSession {
   readonly instanceId: string;
   readonly connectedAt = Date.now();
   model: WireModel;
-  private pending = new Map<string, Pending>();
+  private pending = new PendingCalls<ExecResult>();
   private beat: Heartbeat;
   private gone = false;
 
@@ -97,30 +90,21 @@ export class PageSession {
     if (this.gone) return Promise.reject(new LoupeError('PAGE_GONE', 'The Loupe page is no longer connected.'));
     if (o.signal?.aborted) return Promise.reject(cancelled());
     const id = 'c' + randomHex(8);
-    return new Promise<ExecResult>((resolve, reject) => {
-      const remaining = Math.max(0, o.deadline - Date.now());
-      const timer = setTimeout(() => {
+    const remaining = Math.max(0, o.deadline - Date.now());
+    const done = this.pending.open(id, {
+      timeoutMs: remaining, signal: o.signal, onProgress: o.onProgress,
+      onDeadline: () => {
         this.send({ type: 'cancel', id, reason: 'deadline' });
-        this.settle(id, undefined, new LoupeError('DEADLINE_EXCEEDED', `${tool} did not finish within its deadline (${Math.round(remaining / 1000)} s).`,
-          'Use smaller inputs, or for long operations pass as_job: true and poll job_status.'));
-      }, remaining);
-      const onAbort = () => {
+        return new LoupeError('DEADLINE_EXCEEDED', `${tool} did not finish within its deadline (${Math.round(remaining / 1000)} s).`,
+          'Use smaller inputs, or for long operations pass as_job: true and poll job_status.');
+      },
+      onCancel: () => {
         this.send({ type: 'cancel', id, reason: 'client' });
-        this.settle(id, undefined, cancelled());
-      };
-      o.signal?.addEventListener('abort', onAbort, { once: true });
-      this.pending.set(id, {
-        tool,
-        resolve,
-        reject,
-        onProgress: o.onProgress,
-        cleanup: () => {
-          clearTimeout(timer);
-          o.signal?.removeEventListener('abort', onAbort);
-        },
-      });
-      this.send({ type: 'call', id, tool, args, deadline: o.deadline, ...(o.agent ? { agent: o.agent } : {}) });
+        return cancelled();
+      },
     });
+    this.send({ type: 'call', id, tool, args, deadline: o.deadline, ...(o.agent ? { agent: o.agent } : {}) });
+    return done;
   }
 
   /** Fail every pending call at once and stop; used on close, heartbeat loss and replacement. */
@@ -129,7 +113,7 @@ export class PageSession {
     this.gone = true;
     this.beat.stop();
     const err = new LoupeError(code, message, 'Open the pairing URL (see loupe_status) or reload the Loupe tab, then call again.');
-    for (const id of [...this.pending.keys()]) this.settle(id, undefined, err);
+    this.pending.failAll(err);
     this.opts.onGone(this);
   }
 
@@ -137,15 +121,6 @@ export class PageSession {
     this.send({ type: 'bye', reason });
     this.end('PAGE_GONE', `The Loupe page was disconnected: ${reason}.`);
     this.ws.close(CLOSE_POLICY, reason.slice(0, 120));
-  }
-
-  private settle(id: string, result: ExecResult | undefined, error?: LoupeError): void {
-    const p = this.pending.get(id);
-    if (!p) return;
-    this.pending.delete(id);
-    p.cleanup();
-    if (error) p.reject(error);
-    else p.resolve(result!);
   }
 
   private onMessage(text: string): void {
@@ -164,19 +139,12 @@ export class PageSession {
         this.model = m.model;
         this.opts.onModel?.(this);
         return;
-      case 'progress': {
-        const p = this.pending.get(m.id);
-        try {
-          p?.onProgress?.({ done: m.done, total: m.total, stage: m.stage });
-        } catch {
-          /* a progress consumer's failure must not fail the call */
-        }
-        return;
-      }
+      case 'progress':
+        return this.pending.progress(m);
       case 'result':
-        return this.settle(m.id, { document: m.document, link: m.link, instance_id: this.instanceId, model: this.model });
+        return this.pending.settle(m.id, { document: m.document, link: m.link, instance_id: this.instanceId, model: this.model });
       case 'error':
-        return this.settle(m.id, undefined, new LoupeError(m.error.code as LoupeError['code'], m.error.message, m.error.hint));
+        return this.pending.fail(m);
       default:
         this.opts.log?.(`page ${this.tabId}: unexpected ${m.type} message`);
     }
