@@ -28,7 +28,7 @@ import { CAPS, checkTopK, finite } from './lib/caps';
 import { directLogitScores, type ProbeHandleValue } from './lib/directions';
 import { storeOf } from './lib/handle-store';
 import {
-  actsHook, checkFeature, ensureSae, residualMap, saeBlock, saeBlockSchema, type AttachedSae, type ResidualMapResult,
+  actsHook, checkActsSize, checkFeature, ensureSae, residualMap, saeBlock, saeBlockSchema, type AttachedSae, type ResidualMapResult,
 } from './lib/sae';
 import {
   corpusTexts, generateSamples, MAX_SAMPLES, sha256Hex, tokenizeDocuments, windowsOf, type CorpusDocument, type CorpusWindow,
@@ -313,6 +313,7 @@ export const operation = defineOperation({
   const bosId = model.bosTokenId;
   const bos = inp.prepend_bos && bosId !== undefined ? 1 : 0;
   const limit = Math.min(model.info.n_ctx, CAPS.maxTokens) - bos;
+  if (subject.sae) checkActsSize(subject.sae, inp.batch_size * (inp.window + bos), `One batch (batch_size ${inp.batch_size} × window ${inp.window}${bos ? ' + BOS' : ''})`);
   if (inp.window > limit) throw bad(`window ${inp.window} does not fit the model's context (n_ctx = ${model.info.n_ctx}${bos ? ', BOS included' : ''}).`, `Use window ≤ ${limit}.`);
   if (inp.samples > 0 && inp.sample_length > CAPS.maxNewTokens) throw new LoupeError('TOO_LARGE', `sample_length ${inp.sample_length} exceeds the cap of ${CAPS.maxNewTokens}.`, `Use sample_length ≤ ${CAPS.maxNewTokens}.`);
   if (inp.samples > 0 && 1 + inp.sample_length > model.info.n_ctx) throw bad(`sample_length ${inp.sample_length} does not fit the model's context (n_ctx = ${model.info.n_ctx}, BOS included).`, `Use sample_length ≤ ${model.info.n_ctx - 1}.`);
