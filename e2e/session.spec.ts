@@ -81,6 +81,82 @@ test('two logit lenses of one prompt: Δ is zero in every cell', async () => {
   await cmp.getByRole('button', { name: 'Close the comparison' }).click();
 });
 
+/** pick the newest two entries of an operation as A (older) and B (newer) */
+async function pickAB(op: string, older = 1, newer = 0): Promise<void> {
+  const list = page.locator(`[data-testid=session-entry][data-op=${op}]`);
+  await list.nth(older).getByTestId('session-a').click();
+  await list.nth(newer).getByTestId('session-b').click();
+  await expect(page.getByTestId('compare')).toHaveAttribute('data-op', op);
+}
+const close = () => page.getByTestId('compare').getByRole('button', { name: 'Close the comparison' }).click();
+const deltaCell = (r: number, c: number) => page.locator(`[data-testid=compare-delta] rect.cell[data-row="${r}"][data-col="${c}"]`);
+
+test('activations, patch and ablate results have a Δ too (matched by row and column names)', async () => {
+  // activations of two prompts: Δ of each statistic per layer × site
+  await page.getByTestId('prompt').fill(P1);
+  await runOp(page, 'activations');
+  const a = await pageDoc(page, 'activations');
+  await page.getByTestId('prompt').fill(P2);
+  await runOp(page, 'activations');
+  const b = await pageDoc(page, 'activations');
+  await pickAB('activations');
+  const site0 = a.layers[0].sites[0].site;
+  await expect(page.getByTestId('compare-grid')).toHaveValue('mean');
+  await expect(page.locator('[data-testid=compare-delta] rect.cell')).toHaveCount(a.layers.length * a.layers[0].sites.length);
+  expect(Number(await deltaCell(1, 0).getAttribute('data-value'))).toBeCloseTo(b.layers[1].sites.find((s: any) => s.site === site0).mean - a.layers[1].sites[0].mean, 6);
+  await page.getByTestId('compare-grid').selectOption('max');
+  expect(Number(await deltaCell(0, 0).getAttribute('data-value'))).toBeCloseTo(b.layers[0].sites.find((s: any) => s.site === site0).max - a.layers[0].sites[0].max, 6);
+  await page.getByTestId('compare-delta').scrollIntoViewIfNeeded();
+  await shot(page, 'compare-activations');
+  await close();
+
+  // patch twice on the example: every map has a Δ, zero everywhere (the same inputs)
+  await runOp(page, 'patch', { example: true });
+  const p1 = await pageDoc(page, 'patch');
+  await runOp(page, 'patch', { example: true });
+  await pickAB('patch');
+  await expect(page.getByTestId('compare-grid')).toHaveValue('resid_pre');
+  await page.getByTestId('compare-grid').selectOption('head_out');
+  const cells = page.locator('[data-testid=compare-delta] rect.cell');
+  await expect(cells).toHaveCount(p1.head_out.length * p1.head_out[0].length);
+  expect((await cells.evaluateAll((els) => els.map((e) => Number(e.getAttribute('data-value'))))).every((v) => v === 0)).toBe(true);
+  await page.getByTestId('compare-delta').scrollIntoViewIfNeeded();
+  await shot(page, 'compare-patch');
+  await close();
+
+  // ablate: rows are the targets, matched by label (not by rank)
+  await runOp(page, 'ablate', { example: true });
+  const ab = await pageDoc(page, 'ablate');
+  await runOp(page, 'ablate', { example: true });
+  await pickAB('ablate');
+  await expect(page.locator('[data-testid=compare-delta] rect.cell')).toHaveCount(ab.entries.length);
+  await expect(page.getByTestId('compare-delta')).toContainText(ab.entries[0].label);
+  await close();
+  expect(errors).toEqual([]);
+});
+
+test('results that are not comparable say so', async () => {
+  // attention over prompts of different lengths: both patterns, no Δ, and why
+  await page.getByTestId('prompt').fill(P1);
+  await runOp(page, 'attention');
+  await page.getByTestId('prompt').fill('Once upon a time');
+  await runOp(page, 'attention');
+  await pickAB('attention');
+  await expect(page.locator('[data-testid=compare-a] svg')).toBeVisible();
+  await expect(page.locator('[data-testid=compare-b] svg')).toBeVisible();
+  await expect(page.getByTestId('compare-delta')).toHaveCount(0);
+  await expect(page.getByTestId('compare-no-delta')).toContainText('Not comparable: the two have different positions');
+  await page.getByTestId('compare-no-delta').scrollIntoViewIfNeeded();
+  await shot(page, 'compare-not-comparable');
+  await close();
+  // two different operations
+  await page.locator('[data-testid=session-entry][data-op=attention]').first().getByTestId('session-a').click();
+  await page.locator('[data-testid=session-entry][data-op=activations]').first().getByTestId('session-b').click();
+  await expect(page.getByTestId('compare-not-comparable')).toContainText('A is a result of Attention and B of Activations');
+  await close();
+  expect(errors).toEqual([]);
+});
+
 test('pins and history survive a reload', async () => {
   const n = await entries().count();
   await entries().last().getByTestId('session-pin').click();

@@ -230,7 +230,11 @@ export function drawHeatmap(svgEl: SVGSVGElement, o: HeatmapOptions): void {
   tick(lo, margin.top + lh);
   if (o.kind === 'diverging') tick(0, margin.top + lh / 2 + 3);
   if (o.legendLabel) {
-    lg.append('text').attr('transform', `translate(${lx + 14 + tickW + 6},${margin.top + lh / 2}) rotate(90)`)
-      .attr('text-anchor', 'middle').attr('fill', p.muted).attr('font-size', 10).text(o.legendLabel);
+    // rotated along the colour bar: no longer than the bar (≈6 px a character at 10 px)
+    const fit = Math.max(4, Math.floor(lh / 6));
+    const t = lg.append('text').attr('transform', `translate(${lx + 14 + tickW + 6},${margin.top + lh / 2}) rotate(90)`)
+      .attr('text-anchor', 'middle').attr('fill', p.muted).attr('font-size', 10)
+      .text(o.legendLabel.length > fit ? `${o.legendLabel.slice(0, fit - 1)}…` : o.legendLabel);
+    if (o.legendLabel.length > fit) t.append('title').text(o.legendLabel);
   }
 }
