@@ -141,6 +141,18 @@ describe('import structure', () => {
     expect(circles).toEqual([]);
   });
 
+  it('no operation imports another operation, and ops/lib imports none (shared machinery lives in ops/lib)', () => {
+    const OPS = path.join(ROOT, 'src', 'ops');
+    const isOperation = (f: string) => path.dirname(f) === OPS && !['index.ts', 'types.ts', 'schemas.ts'].includes(path.basename(f));
+    const LIB = path.join(OPS, 'lib') + path.sep;
+    const bad: string[] = [];
+    for (const [file, { targets }] of GRAPH) {
+      if (!isOperation(file) && !file.startsWith(LIB)) continue;
+      for (const t of targets) if (isOperation(t) && t !== file) bad.push(`${rel(file)} → ${rel(t)}`);
+    }
+    expect(bad).toEqual([]);
+  });
+
   it('nothing above the engine reads model.spec (operations and surfaces code against ModelInfo)', () => {
     const bad = FILES.filter((f) => layerOf(f) !== 'engine' && /\bmodel\??\.spec\b/.test(codeOf(f))).map(rel);
     expect(bad).toEqual([]);

@@ -6,10 +6,11 @@
  *
  * DLA is compared on one target for both: the baseline's predicted token at the last position
  * (the candidate may predict another), over every per-head attribution and every term of the
- * decomposition.
+ * decomposition. It runs the trace operation, so it lives with the surfaces that report it, not
+ * in ops/lib (no operation machinery imports an operation).
  */
-import type { LoadedModel } from '../../engine/api';
-import { operation as trace } from '../trace';
+import type { LoadedModel } from '../engine/api';
+import { operation as trace } from '../ops/trace';
 
 export interface PrecisionCost {
   baseline: string;
