@@ -82,7 +82,7 @@ test('after a reload it loads from IndexedDB with zero requests to the server', 
   expect(mem.jsWeightBytes).toBe(0);
   expect(mem.weightBytes).toBeGreaterThan(0);
   expect(mem.wasmHeapBytes).toBeGreaterThan(mem.weightBytes);
-  await expect(page.getByTestId('status-memory')).toContainText('WASM heap');
+  await expect(page.getByTestId('status-memory')).toContainText('heap');
 });
 
 test('cancelling a slow download frees the page within a second and keeps the current model', async ({ hub }) => {

@@ -1,0 +1,167 @@
+/**
+ * `tsx bench/page-scale.ts [shape] [--weights stored|f32] [--keep]` (after `npx vite build`)
+ *
+ * A bench:scale shape in the real page, in Debian's headless Chromium (playwright-core, never a
+ * downloaded browser), on WASM, loaded from a loopback Hub stand-in (tests/helpers/hub-server.ts):
+ *   cold load     download into IndexedDB + session (the worker's loadMs)
+ *   cached load   after a reload: from IndexedDB, no request
+ *   from memory   onnxruntime-web creating the same hooked graph's session in a bare page from
+ *                 bytes already in memory (the graph built in Node, the weights fetched first):
+ *                 the floor a cached load is compared with (it leaves out Loupe's tokenizer and
+ *                 graph building, so the ratio is conservative)
+ *   first trace   `trace` in the page, and the same operation in Node on onnxruntime-web's WASM
+ *                 (bench/memory-child.ts) right after
+ *   peak memory   the renderer processes' peak RSS (VmHWM, the worker runs in the page's
+ *                 renderer) over the weight bytes in the precision used
+ * One run of each (the machine is shared and loaded: ratios side by side, not absolute times).
+ */
+import { spawnSync } from 'node:child_process';
+import { createServer } from 'node:http';
+import { existsSync, readdirSync, readFileSync, rmSync, statSync, createReadStream } from 'node:fs';
+import { tmpdir } from 'node:os';
+import * as path from 'node:path';
+import { chromium } from 'playwright-core';
+import { serveWorkbench } from '../src/node/serve';
+import { startHubServer } from '../tests/helpers/hub-server';
+import { CHROMIUM_ARGS } from '../playwright.config';
+import { loadModelFilesNode } from '../src/node/load-files-node';
+import { describeModel } from '../src/engine/arch';
+import { buildModelGraph } from '../src/engine/graph/build-model';
+import type { WeightPrecision } from '../src/engine/precision';
+import { ROOT } from './lib';
+import { SHAPES, generate } from './scale';
+
+const CHROMIUM = process.env.LOUPE_CHROMIUM ?? '/usr/bin/chromium';
+const PROMPT = 'The quick brown fox jumps over the lazy';
+
+/** peak RSS of Chromium's renderer processes (the page and its worker) */
+function rendererPeak(): number {
+  let max = 0;
+  for (const pid of readdirSync('/proc').filter((p) => /^\d+$/.test(p))) {
+    try {
+      const cmd = readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+      if (!cmd.includes('--type=renderer') || !cmd.includes('chromium')) continue;
+      max = Math.max(max, Number(/VmHWM:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))![1]) * 1024);
+    } catch { /* gone */ }
+  }
+  return max;
+}
+
+/** onnxruntime-web creating a session from bytes in memory, in a bare cross-origin-isolated page */
+async function fromMemory(browser: import('playwright-core').Browser, dir: string, precision: WeightPrecision, vocabChunks: number): Promise<number> {
+  const files = await loadModelFilesNode(dir);
+  const spec = describeModel({ config: files.config as Record<string, any>, tensors: files.weights.tensors });
+  // the graph the page built: same precision, same vocabulary split (model.ts)
+  const vocabRows = vocabChunks > 1 ? Math.ceil(spec.dVocab / vocabChunks) : undefined;
+  const graph = buildModelGraph(spec, files.weights.tensors, { hooks: true, withResult: false, weights: precision, vocabRows });
+  const [weightFile, weightPath] = [...files.weights.paths][0];
+  const ortDir = path.join(ROOT, 'node_modules', 'onnxruntime-web', 'dist');
+  const h = { 'Cross-Origin-Opener-Policy': 'same-origin', 'Cross-Origin-Embedder-Policy': 'require-corp', 'Cross-Origin-Resource-Policy': 'same-origin' };
+  const html = `<!doctype html><script type="module">import * as ort from '/ort/ort.bundle.min.mjs'; window.ort = ort; window.ready = true;</script>`;
+  const server = createServer((req, res) => {
+    const url = (req.url ?? '/').split('?')[0];
+    if (url === '/') { res.writeHead(200, { ...h, 'Content-Type': 'text/html' }); return void res.end(html); }
+    if (url === '/graph.onnx') { res.writeHead(200, { ...h, 'Content-Type': 'application/octet-stream' }); return void res.end(graph.bytes); }
+    if (url === `/${weightFile}`) { res.writeHead(200, { ...h, 'Content-Length': statSync(weightPath).size }); return void createReadStream(weightPath).pipe(res); }
+    const m = /^\/ort\/([\w.-]+)$/.exec(url);
+    if (m && existsSync(path.join(ortDir, m[1]))) { res.writeHead(200, { ...h, 'Content-Type': m[1].endsWith('.wasm') ? 'application/wasm' : 'text/javascript' }); return void res.end(readFileSync(path.join(ortDir, m[1]))); }
+    res.writeHead(404, h); res.end();
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  try {
+    const page = await browser.newPage();
+    await page.goto(`http://127.0.0.1:${(server.address() as { port: number }).port}/`);
+    await page.waitForFunction(() => (window as any).ready === true);
+    const ms = await page.evaluate(async ({ weightFile, threads }) => {
+      const ort = (window as any).ort;
+      ort.env.wasm.numThreads = threads;
+      ort.env.wasm.wasmPaths = '/ort/';
+      const graph = new Uint8Array(await (await fetch('/graph.onnx')).arrayBuffer());
+      const data = new Uint8Array(await (await fetch('/' + weightFile)).arrayBuffer());
+      const t0 = performance.now();
+      const s = await ort.InferenceSession.create(graph, { executionProviders: ['wasm'], graphOptimizationLevel: 'all', externalData: [{ path: weightFile, data }] });
+      const t = performance.now() - t0;
+      await s.release();
+      return t;
+    }, { weightFile, threads: 2 });
+    await page.close();
+    return ms;
+  } finally {
+    server.close();
+  }
+}
+
+async function main() {
+  const args = process.argv.slice(2);
+  const opt = (k: string, d: string) => { const i = args.indexOf(`--${k}`); return i >= 0 ? args[i + 1] : d; };
+  const name = args.find((a, i) => !a.startsWith('--') && !(i > 0 && args[i - 1].startsWith('--') && args[i - 1] !== '--keep')) ?? 'gpt2-small';
+  const weights = opt('weights', 'stored') as WeightPrecision;
+  const shape = SHAPES.find((s) => s.name === name)!;
+  const dir = path.join(tmpdir(), 'loupe-page-scale', shape.name);
+  if (!existsSync(path.join(dir, 'model.safetensors'))) generate(shape, dir);
+  if (!existsSync(path.join(ROOT, 'dist', 'index.html'))) throw new Error('build the page first: npx vite build');
+  const site = await serveWorkbench(0);
+  const hub = await startHubServer();
+  hub.addRepo(`bench/${shape.name}`, dir);
+  const browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS });
+  const out: Record<string, unknown> = { shape: shape.name, weights };
+  try {
+    const ctx = await browser.newContext();
+    const page = await ctx.newPage();
+    const ready = () => page.waitForFunction(() => { const a = (globalThis as any).__loupe; return a && a.modelStatus === 'ready' && a.ops.length > 0; }, null, { timeout: 1_800_000 });
+    await page.goto(site.url);
+    await ready();
+    const load = async () => {
+      await page.evaluate(({ id, endpoint, weights }) => {
+        const a = (globalThis as any).__loupe;
+        a.setWeights(weights);
+        void a.models.load({ kind: 'hub', id, revision: 'main', endpoint });
+      }, { id: `bench/${shape.name}`, endpoint: hub.url, weights });
+      await page.waitForFunction((id) => { const a = (globalThis as any).__loupe; return a.models.model?.info.id === id && a.modelStatus === 'ready'; }, `bench/${shape.name}`, { timeout: 1_800_000 });
+      return page.evaluate(() => (globalThis as any).__loupe.models.model.loadMs as number);
+    };
+    out.cold_load_ms = Math.round(await load());
+    out.weight_bytes = await page.evaluate(() => (globalThis as any).__loupe.models.model.info.weight_bytes);
+    out.precision = await page.evaluate(() => (globalThis as any).__loupe.models.model.info.weights);
+    out.vocab_chunks = await page.evaluate(() => (globalThis as any).__loupe.models.model.info.vocab_chunks);
+    const trace = async () => page.evaluate(async (prompt) => (await (globalThis as any).__loupe.execute('trace', { prompt }, { who: 'page' })).ms as number, PROMPT);
+    out.first_trace_ms = Math.round(await trace());
+    out.peak_after_first = rendererPeak();
+    await page.waitForFunction(() => (globalThis as any).__loupe.models.memory?.weightBytes > 0);
+    out.memory = await page.evaluate(() => (globalThis as any).__loupe.models.memory);
+    // a fresh page (and renderer): the cached load from IndexedDB, then its first trace
+    await page.close();
+    const page2 = await ctx.newPage();
+    await page2.goto(site.url);
+    await page2.waitForFunction(() => { const a = (globalThis as any).__loupe; return a && a.modelStatus === 'ready' && a.ops.length > 0; }, null, { timeout: 600_000 });
+    hub.resetCounters();
+    const load2 = async () => {
+      await page2.evaluate(({ id, endpoint }) => { void (globalThis as any).__loupe.models.load({ kind: 'hub', id, revision: 'main', endpoint }); }, { id: `bench/${shape.name}`, endpoint: hub.url });
+      await page2.waitForFunction((id) => { const a = (globalThis as any).__loupe; return a.models.model?.info.id === id && a.modelStatus === 'ready'; }, `bench/${shape.name}`, { timeout: 1_800_000 });
+      return page2.evaluate(() => (globalThis as any).__loupe.models.model.loadMs as number);
+    };
+    out.cached_load_ms = Math.round(await load2());
+    out.cached_requests = hub.log.length;
+    out.cached_first_trace_ms = Math.round(await page2.evaluate(async (prompt) => (await (globalThis as any).__loupe.execute('trace', { prompt }, { who: 'page' })).ms as number, PROMPT));
+    out.peak_cached = rendererPeak();
+    out.memory_cached = await page2.evaluate(() => (globalThis as any).__loupe.models.memory);
+    await page2.close();
+    await ctx.close();
+    out.from_memory_session_ms = Math.round(await fromMemory(browser, dir, out.precision as WeightPrecision, Number(out.vocab_chunks ?? 1)));
+  } finally {
+    await browser.close();
+    await hub.close();
+    await site.close();
+  }
+  // the same first trace in Node on onnxruntime-web's WASM
+  const r = spawnSync(process.execPath, ['--import', 'tsx', path.join(import.meta.dirname, 'memory-child.ts'), dir, 'wasm', weights, '{}'], { encoding: 'utf8', maxBuffer: 1 << 26 });
+  const line = r.stdout.trim().split('\n').filter((l) => l.startsWith('{')).pop();
+  out.node_wasm = line ? JSON.parse(line) : { error: r.stderr.slice(-300) };
+  if (!args.includes('--keep')) rmSync(dir, { recursive: true, force: true });
+  const n = out.node_wasm as Record<string, number>;
+  const w = out.weight_bytes as number;
+  const f = (a: number, b: number) => (a / b).toFixed(2);
+  console.log(JSON.stringify(out));
+  console.log(`| ${shape.name} | ${out.precision} | cold ${(Number(out.cold_load_ms) / 1000).toFixed(1)} s / cached ${(Number(out.cached_load_ms) / 1000).toFixed(1)} s (${out.cached_requests} requests) | from memory ${(Number(out.from_memory_session_ms) / 1000).toFixed(1)} s → cached / memory ${f(Number(out.cached_load_ms), Number(out.from_memory_session_ms))} | first trace page ${(Number(out.first_trace_ms) / 1000).toFixed(1)} s (after a cached load ${(Number(out.cached_first_trace_ms) / 1000).toFixed(1)} s), Node WASM ${(n.trace_ms / 1000).toFixed(1)} s → ${f(Number(out.first_trace_ms), n.trace_ms)} | renderer peak ${f(Number(out.peak_after_first), w)}× (cached ${f(Number(out.peak_cached), w)}×), Node WASM ${f(n.hwm_trace, n.weight_bytes)}× |`);
+}
+void main();
