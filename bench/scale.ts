@@ -5,7 +5,9 @@
  * tokenizer.json) at real shapes, generated under $TMPDIR/loupe-scale and deleted afterwards
  * unless --keep. Per shape, backend and weight precision, in a fresh Node process each:
  *   ready_ms      loadModelNode → session ready (cold: first process on freshly written files;
- *                 again: a second process, the files in the OS page cache)
+ *                 again: a second process, the files in the OS page cache; on node with f32
+                 weights from 16-bit files it reads the optimized model the cold run saved,
+                 src/node/optimized-cache.ts)
  *   trace_ms      the first `trace` operation (forward + DLA) on a 16-token prompt
  *   peak / weights  the process's peak RSS (VmHWM) over the bytes the session holds the weights in
  *                   (ModelInfo.weight_bytes), Node's own ~90 MB included
