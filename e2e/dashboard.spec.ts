@@ -5,10 +5,10 @@
  * document's bins and the promoted/suppressed tokens. The page's document equals the CLI's --json
  * on the same input (numbers within 1e-4; the backend differs). An empty corpus is an error with
  * its hint, a long generation shows progress and cancels, and an identical re-run is answered from
- * the worker's cache. Screenshots at 1280×800
+ * the worker's memory, and after a reload from IndexedDB. Screenshots at 1280×800
  * and 1024×700, both themes.
  */
-import { test, expect, openReady, runOp, shot, pageDoc, watchErrors, compareDocs, PROMPT } from './fixtures';
+import { test, expect, openReady, waitModelReady, runOp, shot, pageDoc, watchErrors, compareDocs, PROMPT } from './fixtures';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 
@@ -90,8 +90,17 @@ test('dashboard: examples, histogram and direct-path tokens from a picked JSONL 
 
   // the same input again: the worker's cache answers
   await runOp(page, 'dashboard');
-  expect((await pageDoc(page, 'dashboard')).cache.hit).toBe(true);
+  expect((await pageDoc(page, 'dashboard')).cache).toMatchObject({ hit: true, from: 'process' });
   await expect(page.getByTestId('dashboard-cached')).toBeVisible();
+  // after a reload (a new worker), IndexedDB answers the same input
+  await page.reload();
+  await waitModelReady(page);
+  await page.getByTestId('tab-dashboard').click();
+  await expect(page.locator('[data-field=corpus] textarea')).toHaveValue(JSONL);
+  await runOp(page, 'dashboard');
+  const stored = await pageDoc(page, 'dashboard');
+  expect(stored.cache).toMatchObject({ hit: true, from: 'store', key: doc.cache.key });
+  expect(stored.examples).toEqual(doc.examples);
 
   // the CLI (the same registry entry MCP calls) on the same input
   const input = await page.evaluate(() => (globalThis as any).__loupe.results.dashboard.input);

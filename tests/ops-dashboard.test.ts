@@ -8,13 +8,17 @@
  *    promoted/suppressed tokens ((r − mean r) ⊙ ln_f.weight · wte, float64);
  *  - generated samples: greedy samples equal the reference's greedy decoding; seeded samples are
  *    per-sample (sample i drawn with seed + i whatever else is generated);
- *  - the cache answers a repeated call; the CLI and MCP (`loupe mcp --headless`) run it through the registry;
+ *  - the cache answers a repeated call, from the process or from the Node cache folder (another
+ *    process's result; a damaged file is ignored); the CLI and MCP (`loupe mcp --headless`) run it through the registry;
  *  - bad input (unknown hook, neuron out of range, empty corpus, bad JSON Lines) is a structured
  *    error with a hint; cancelling stops it.
  */
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import { execFile } from 'node:child_process';
-import { resolve } from 'node:path';
+import { mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { nodeDocumentCache } from '../src/node/document-cache';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { loadModelNode } from '../src/node/load';
@@ -153,11 +157,41 @@ describe('dashboard against the float64 reference', () => {
     expect(doc.cache.hit).toBe(false);
     // the same call again comes from the cache; another corpus does not
     const again = await dashboard.run(model, { subject: 'neuron', layer: 1, neuron: 5, corpus: CORPUS, window: 12, batch_size: 4, top_k: 6, bins: 12, top_tokens: 8 }, {});
-    expect(again.cache).toMatchObject({ hit: true, key: doc.cache.key });
+    expect(again.cache).toMatchObject({ hit: true, from: 'process', key: doc.cache.key });
     expect(again.examples).toEqual(doc.examples);
     const other = await dashboard.run(model, { subject: 'neuron', layer: 1, neuron: 5, corpus: CORPUS + '.', window: 12, batch_size: 4, top_k: 6, bins: 12, top_tokens: 8 }, {});
     expect(other.cache.hit).toBe(false);
     expect(other.corpus.hash).not.toBe(doc.corpus.hash);
+  });
+
+  it('the cache folder answers another model instance (another process); a damaged entry is recomputed', async () => {
+    const root = mkdtempSync(join(tmpdir(), 'loupe-docs-'));
+    const documents = nodeDocumentCache(root);
+    const other = await loadModelNode(INDUCTION);
+    try {
+      const args = { layer: 0, neuron: 11, corpus: CORPUS, window: 16 };
+      const first = await dashboard.run(model, args, { documents });
+      expect(first.cache).toMatchObject({ hit: false, from: 'computed' });
+      expect(first.cache.scope).toContain(root);
+      const fromStore = await dashboard.run(other, args, { documents });
+      expect(fromStore.cache).toMatchObject({ hit: true, from: 'store', key: first.cache.key });
+      expect(fromStore.examples).toEqual(first.examples);
+      expect(fromStore.histogram).toEqual(first.histogram);
+      // damage every stored file: the next instance recomputes (and stores it again)
+      const third = await loadModelNode(INDUCTION);
+      const files: string[] = [];
+      const walk = (d: string) => readdirSync(d, { withFileTypes: true }).forEach((e) => (e.isDirectory() ? walk(join(d, e.name)) : files.push(join(d, e.name))));
+      walk(root);
+      expect(files.filter((f) => f.endsWith('.json'))).toHaveLength(1);
+      for (const f of files) writeFileSync(f, '{"not": "a dashboard"');
+      const again = await dashboard.run(third, args, { documents });
+      expect(again.cache).toMatchObject({ hit: false, from: 'computed' });
+      expect(again.examples).toEqual(first.examples);
+      await third.dispose();
+    } finally {
+      await other.dispose();
+      rmSync(root, { recursive: true, force: true });
+    }
   });
 
   it('an SAE feature: activations from the float64 encoder, promoted/suppressed from W_dec', async () => {
@@ -293,10 +327,17 @@ describe('dashboard errors, cancel and the CLI', () => {
 
   it('runs from the CLI through the registry', async () => {
     const corpus = '{"text": "abcabcabc"}\n{"text": "the cat sat on the mat"}';
-    const out = await new Promise<string>((res, rej) => execFile(process.execPath,
+    const cacheDir = mkdtempSync(join(tmpdir(), 'loupe-cli-'));
+    const cliRun = () => new Promise<string>((res, rej) => execFile(process.execPath,
       [resolve(__dirname, '../bin/loupe.mjs'), 'dashboard', INDUCTION, '--layer', '1', '--neuron', '9', '--corpus', corpus, '--window', '8', '--top-k', '3', '--json'],
-      { maxBuffer: 64 << 20 }, (err, stdout, stderr) => (err ? rej(new Error(stderr)) : res(stdout))));
-    const cli = JSON.parse(out) as DashboardDocument;
+      { maxBuffer: 64 << 20, env: { ...process.env, LOUPE_CACHE_DIR: cacheDir } }, (err, stdout, stderr) => (err ? rej(new Error(stderr)) : res(stdout))));
+    const cli = JSON.parse(await cliRun()) as DashboardDocument;
+    // a second CLI process reads the first one's dashboard from the cache folder
+    const second = JSON.parse(await cliRun()) as DashboardDocument;
+    rmSync(cacheDir, { recursive: true, force: true });
+    expect(cli.cache).toMatchObject({ hit: false, from: 'computed' });
+    expect(second.cache).toMatchObject({ hit: true, from: 'store', key: cli.cache.key });
+    expect(second.examples).toEqual(cli.examples);
     expect(schemaErrors('dashboard', cli)).toEqual([]);
     const windows = [[...Buffer.from('abcabcab')], [...Buffer.from('c')], [...Buffer.from('the cat ')], [...Buffer.from('sat on t')], [...Buffer.from('he mat')]];
     expect(cli.corpus).toMatchObject({ format: 'jsonl', documents: 2, windows: 5 });
@@ -306,7 +347,11 @@ describe('dashboard errors, cancel and the CLI', () => {
 
 describe('dashboard over MCP', () => {
   it('is a tool with the registry\'s schema (a long one: as_job), and its call equals the operation run directly', async () => {
-    const transport = new StdioClientTransport({ command: process.execPath, args: [resolve(__dirname, '../bin/loupe.mjs'), 'mcp', '--headless'], cwd: resolve(__dirname, '..'), stderr: 'pipe' });
+    const cacheDir = mkdtempSync(join(tmpdir(), 'loupe-mcp-'));
+    const transport = new StdioClientTransport({
+      command: process.execPath, args: [resolve(__dirname, '../bin/loupe.mjs'), 'mcp', '--headless'], cwd: resolve(__dirname, '..'), stderr: 'pipe',
+      env: { ...process.env, LOUPE_CACHE_DIR: cacheDir } as Record<string, string>,
+    });
     const client = new Client({ name: 'dashboard-test', version: '1' });
     await client.connect(transport);
     const stories = await loadModelNode('default', { backend: 'node' });
@@ -321,13 +366,19 @@ describe('dashboard over MCP', () => {
       const r = await client.callTool({ name: 'dashboard', arguments: args });
       expect(r.isError).toBeFalsy();
       const direct = await dashboard.run(stories, args, {});
-      expect(r.structuredContent).toEqual(direct);
+      // equal but for where the cache lives (the companion keeps dashboards in its cache folder too)
+      const { cache: c1, method: m1, ...rest1 } = r.structuredContent as DashboardDocument;
+      const { cache: c2, method: m2, ...rest2 } = direct;
+      expect(rest1).toEqual(rest2);
+      expect(c1.key).toBe(c2.key);
+      expect(m1.split('Cache:')[0]).toBe(m2.split('Cache:')[0]);
       const bad = await client.callTool({ name: 'dashboard', arguments: { layer: 1, neuron: 3 } });
       expect(bad.isError).toBe(true);
       expect(JSON.stringify(bad.structuredContent ?? bad.content)).toMatch(/The corpus is empty/);
     } finally {
       await client.close();
       await stories.dispose();
+      rmSync(cacheDir, { recursive: true, force: true });
     }
   });
 });

@@ -14,6 +14,7 @@ import { resolveModelRef, BUNDLED_MODEL_ID } from '../src/engine/source/ref';
 import { createSource } from '../src/engine/source/create-source';
 import type { CacheKey } from '../src/engine/source/types';
 import { IdbCache } from '../src/engine/source/idb-cache';
+import { documentCacheOn, type DocumentCache } from '../src/engine/source/document-cache';
 import { createSaeLoaders, type SaeLoaders } from '../src/engine/source/sae-loader';
 import { gpuInfo } from './doctor';
 import { env } from '../src/engine/env';
@@ -50,6 +51,13 @@ let cache: IdbCache | null = null;
 function idb(): IdbCache {
   cache ??= new IdbCache();
   return cache;
+}
+
+/** documents operations keep between calls (dashboards): a database apart from the model cache */
+let documents: DocumentCache | null = null;
+export function documentCache(): DocumentCache {
+  documents ??= documentCacheOn(new IdbCache({ dbName: 'loupe-documents' }), "this browser's IndexedDB (loupe-documents)");
+  return documents;
 }
 
 let sae: { key: string; loaders: SaeLoaders } | null = null;

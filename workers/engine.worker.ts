@@ -15,7 +15,7 @@ import { operationSchemas } from '../src/ops/schemas';
 import { JobTable, throttle, fileDone, stepDone } from './jobs';
 import { instanceHandleStore, newInstanceId } from '../src/bridge/handles';
 import { gpuInfo, storageInfo, jsHeapBytes } from './doctor';
-import { openModel, listCachedModels, deleteCachedModel, wasmThreads, saeLoadersFor, saeNeedsDownload } from './engine-adapter';
+import { openModel, listCachedModels, deleteCachedModel, wasmThreads, saeLoadersFor, saeNeedsDownload, documentCache } from './engine-adapter';
 import { compareBackends } from './agreement';
 import { wasmHeapBytes } from '../src/engine/runtime/wasm-heap';
 import type {
@@ -100,7 +100,7 @@ const api: EngineWorkerApi = {
       try {
         const sae = saeLoadersFor(modelReq);
         // SAE download progress arrives through onProgress too (ops/lib/sae.ts turns file bytes into steps)
-        return await op.run(m, parsed, { signal, onProgress: throttle(onProgress, 50, stepDone), store, loadSae: sae.loadSae, loadSaeFile: sae.loadSaeFile });
+        return await op.run(m, parsed, { signal, onProgress: throttle(onProgress, 50, stepDone), store, loadSae: sae.loadSae, loadSaeFile: sae.loadSaeFile, documents: documentCache() });
       } finally {
         jobs.end(jobId);
       }

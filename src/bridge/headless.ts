@@ -134,8 +134,9 @@ export class HeadlessExecutor implements Executor {
     const input = parseOperationInput(op, args);
     const model = await this.ensureModel(ctx);
     const sae = await this.saeLoaders();
+    const documents = (await import('../node/document-cache')).nodeDocumentCache();
     const document = await op.run(model, input, {
-      onProgress: ctx.onProgress, signal: ctx.signal, store: this.store, loadSae: sae.loadSae, loadSaeFile: sae.loadSaeFile,
+      onProgress: ctx.onProgress, signal: ctx.signal, store: this.store, loadSae: sae.loadSae, loadSaeFile: sae.loadSaeFile, documents,
     });
     return { document, instance_id: this.instanceId, model: { ...model.info } };
   }

@@ -107,7 +107,9 @@ async function runOperation(op: AnyOperation, argv: string[], io: Io): Promise<n
     try {
       // SAE loaders touch nothing until an SAE operation asks for one
       const sae = (await import('../node/load-sae')).createNodeSaeLoaders();
+      const documents = (await import('../node/document-cache')).nodeDocumentCache();
       const doc = await op.run(model, input, {
+        documents,
         signal: ac.signal,
         onProgress: (p) => say(`${op.name}: ${p.stage} ${p.done}/${p.total}`),
         loadSae: sae.loadSae,

@@ -17,7 +17,8 @@
  *
  * Batched: `batch_size` windows per engine run (shorter windows right-padded, which a causal model
  * ignores at the real positions), only the subject's hook fetched. Documents are cached in the
- * process (per loaded model) under SHA-256 of (model, subject, corpus, settings).
+ * process (per loaded model) and in the surface's store when it gives one (ctx.documents: the
+ * page's IndexedDB, Node's cache folder), under SHA-256 of (model, subject, corpus, settings).
  */
 import { z } from 'zod';
 import type { LoadedModel, RunOptions } from '../engine/api';
@@ -125,8 +126,9 @@ const output = documentBase('dashboard').extend({
   }),
   cache: z.object({
     key: z.string(),
-    hit: z.boolean().describe('true when this document came from the cache'),
-    scope: z.string(),
+    hit: z.boolean().describe('true when this document came from a cache'),
+    from: z.enum(['computed', 'process', 'store']).describe('computed now, or read from the process\'s memory or from the surface\'s store (IndexedDB, cache folder)'),
+    scope: z.string().describe('where dashboards are kept'),
   }),
   engine_runs: z.number().int(),
   method: z.string(),
@@ -134,8 +136,14 @@ const output = documentBase('dashboard').extend({
 /** the document, for this module's helpers (elsewhere: OperationDocument<'dashboard'>, ops/index.ts) */
 type DashboardDocument = z.output<typeof output>;
 
-const CACHE_SCOPE = 'in-process, per loaded model (the page\'s model worker, the CLI process, the bridge\'s headless engine): the last 16 dashboards';
+const IN_PROCESS = 'in the process, per loaded model (the last 16)';
+const scopeOf = (ctx: OpContext) => (ctx.documents ? `${IN_PROCESS}, and ${ctx.documents.where}` : IN_PROCESS);
 const cache = new WeakMap<LoadedModel, Map<string, DashboardDocument>>();
+
+function remember(byKey: Map<string, DashboardDocument>, key: string, doc: DashboardDocument): void {
+  byKey.set(key, doc);
+  if (byKey.size > 16) byKey.delete(byKey.keys().next().value!);
+}
 
 function bad(message: string, hint: string): LoupeError {
   return new LoupeError('BAD_INPUT', message, hint);
@@ -302,7 +310,7 @@ export const operation = defineOperation({
   description:
     'A Neuronpedia-style dashboard computed locally, for an MLP neuron (layer, neuron: blocks.{l}.mlp.hook_post), an SAE feature (sae_source/sae_path, feature) or a direction (hook + numbers, or "probe:<handle>"; activation = hook value · v) over a corpus: text given inline (plain text split at blank lines, or JSON Lines with a "text" field) and/or samples the model generates (samples, sample_length, seed). ' +
     'Returns the top_k max-activating windows with every token\'s activation, a histogram of the nonzero activations with zero/positive counts and density, and the top promoted/suppressed tokens through the direct path (subject vector in the residual stream, centred for LayerNorm, ⊙ final-norm weight, · W_U; no norm scale, no biases; per unit activation). ' +
-    'Cost: one forward per batch_size windows of `window` tokens (only the subject\'s hook fetched), plus generation when samples > 0; cached per model + corpus hash + subject in the process.',
+    'Cost: one forward per batch_size windows of `window` tokens (only the subject\'s hook fetched), plus generation when samples > 0; cached per model + corpus hash + subject (in the process, and in the page\'s IndexedDB or the Node cache folder).',
   input,
   output,
   long: true,
@@ -332,7 +340,15 @@ export const operation = defineOperation({
   const hit = byKey.get(key);
   if (hit) {
     ctx.onProgress?.({ stage: 'from the cache', done: 1, total: 1 });
-    return { ...hit, cache: { ...hit.cache, hit: true } };
+    return { ...hit, cache: { ...hit.cache, hit: true, from: 'process', scope: scopeOf(ctx) } };
+  }
+  // a stored document is used only when it is still a valid document of this key
+  const stored = output.safeParse(await ctx.documents?.get('dashboard', key));
+  if (stored.success && stored.data.cache.key === key) {
+    ctx.onProgress?.({ stage: 'from the cache', done: 1, total: 1 });
+    const doc = { ...stored.data, cache: { ...stored.data.cache, hit: true, from: 'store' as const, scope: scopeOf(ctx) } };
+    remember(byKey, key, doc);
+    return doc;
   }
 
   let runs = 0;
@@ -399,7 +415,7 @@ export const operation = defineOperation({
     `${inp.batch_size} windows per engine run, shorter ones right-padded (causal attention: padding does not change the real positions). ` +
     `Examples: the ${inp.top_k} windows with the largest maximum activation. Histogram: ${inp.bins} equal-width bins over [min, max] of the nonzero activations; zeros counted apart; density = fraction of tokens with activation > 0. ` +
     `Direct path: ${direct.available ? `weight(token) = ${model.info.norm === 'layernorm' ? '(r − mean r)' : 'r'} ⊙ w_lnf · W_U[:, token], r = ${direct.vector}; the final norm's weight is folded in, its scale 1/s (position-dependent) is not, and no bias is added, so weights rank tokens per unit of activation and are not logits of a run` : `not available: ${direct.reason}`}. ` +
-    `Cache: ${CACHE_SCOPE}.`;
+    `Cache: ${scopeOf(ctx)}, under SHA-256 of (model, subject, corpus, settings).`;
 
   const doc: DashboardDocument = {
     ...documentHead('dashboard', model, '', []),
@@ -412,11 +428,11 @@ export const operation = defineOperation({
     examples,
     histogram: histogram(acts, inp.bins),
     direct_path: direct,
-    cache: { key, hit: false, scope: CACHE_SCOPE },
+    cache: { key, hit: false, from: 'computed', scope: scopeOf(ctx) },
     engine_runs: runs,
     method,
   };
-  byKey.set(key, doc);
-  if (byKey.size > 16) byKey.delete(byKey.keys().next().value!);
+  remember(byKey, key, doc);
+  await ctx.documents?.put('dashboard', key, doc);
   return doc;
 });

@@ -11,6 +11,7 @@ import { LoupeError } from '../engine/errors';
 import type { LoadedModel } from '../engine/api';
 import type { SaeFiles } from '../engine/sae';
 import type { FileProgress } from '../engine/source/types';
+import type { DocumentCache } from '../engine/source/document-cache';
 import { applyChatFormat } from './lib/tokens';
 
 /** Where an SAE lives: a Hub repo (or URL / folder, as for models) and its folder inside it. */
@@ -40,6 +41,8 @@ export interface OpContext {
   loadSae?: (ref: SaeRef, opts: { signal?: AbortSignal; onProgress?: (p: FileProgress) => void }) => Promise<SaeFiles>;
   /** fetch one more file beside an SAE (e.g. explanations.json); null when optional and absent */
   loadSaeFile?: (ref: SaeRef, file: string, opts: { signal?: AbortSignal; optional?: boolean }) => Promise<Uint8Array | null>;
+  /** documents kept between calls (page: IndexedDB; Node: the cache folder); absent = in the process only */
+  documents?: DocumentCache;
 }
 
 export interface HandleStore {
