@@ -19,6 +19,8 @@ import { q8WeightSet } from '../src/engine/q8';
 import { choosePrecision, choosePrecisionOnGpu, parseWeightsMode } from '../src/engine/precision';
 import { loadModelFilesNode } from '../src/node/load-files-node';
 import { modelBlockOf } from '../src/schema/common';
+import { RUNTIME_SLACK_BYTES } from '../src/engine/budget';
+import { operations } from '../src/ops/index';
 import {
   ALL_FAMILY_CASES, makeCaseModel, caseTokens, referenceForward, compareHooks, maxAbsDiff,
   f32ToF16Bits, f16BitsToF32, type RandomModel, type RefModel,
@@ -143,6 +145,32 @@ describe('q8 weights stay 8-bit inside onnxruntime', () => {
     } finally {
       rm.cleanup();
       rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('a WASM heap too small for two sessions side by side', () => {
+  it('releases the forward session to make room for the DLA readout: the trace is the same, and a second trace works', async () => {
+    const c = ALL_FAMILY_CASES.find((x) => x.name === 'llama3-rope-untied-bias')!;
+    const rm = makeCaseModel(c, { dtype: 'F16' });
+    const roomy = await loadModelNode(rm.dir, { weights: 'q8', backend: 'wasm' });
+    // the heap holds the forward's weights and the slack, not the readout's weights as well
+    const base = roomy.memory().weight_bytes;
+    const tight = await loadModelNode(rm.dir, { weights: 'q8', backend: 'wasm', memory: { wasmHeapBytes: RUNTIME_SLACK_BYTES + Math.round(base * 1.2) } });
+    try {
+      const input = { prompt: 'hello world', top_k: 3 };
+      const want = await operations.trace.run(roomy, input, {});
+      expect(roomy.memory().sessions).toBe(2); // forward + readout
+      const got = await operations.trace.run(tight, input, {});
+      expect(tight.memory().sessions).toBe(1); // the forward was released for the readout
+      expect(got.head_attribution).toEqual(want.head_attribution);
+      expect(got.decomposition).toEqual(want.decomposition);
+      const again = await operations.trace.run(tight, input, {});
+      expect(again.head_attribution).toEqual(want.head_attribution);
+    } finally {
+      await roomy.dispose();
+      await tight.dispose();
+      rm.cleanup();
     }
   });
 });

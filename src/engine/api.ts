@@ -330,8 +330,8 @@ export interface LoadOptions {
   backend?: Backend | 'auto';
   signal?: AbortSignal;
   onProgress?: (p: FileProgress) => void;
-  /** memory the model must fit (budget.ts): host RAM, GPU memory; the WASM heap's 4 GiB always applies */
-  memory?: { hostBytes?: number; gpuBytes?: number; tensorBytes?: number };
-  /** weight precision: auto (default), f32 or stored (see precision.ts) */
+  /** memory the model must fit (budget.ts): host RAM, GPU memory; the WASM heap's 4 GiB unless wasmHeapBytes says less */
+  memory?: { hostBytes?: number; gpuBytes?: number; tensorBytes?: number; wasmHeapBytes?: number };
+  /** weight precision: auto (default), f32, stored or q8 (see precision.ts) */
   weights?: WeightsMode;
 }

@@ -94,6 +94,11 @@ export interface BudgetLimits {
    * (precision.ts chooseVocabSplit). A caller may set it lower to force the split (tests).
    */
   tensorBytes?: number;
+  /**
+   * the WASM heap the sessions of one model share (default WASM_HEAP_BYTES); a caller may set it
+   * lower to make a model release sessions to make room (EngineModel.makeRoom; tests)
+   */
+  wasmHeapBytes?: number;
 }
 
 export interface MemoryEstimate {
@@ -116,7 +121,7 @@ export function estimateMemory(w: WeightStats, backend: MemoryBackend, precision
   const peakBytes = Math.round(weightBytes * PEAK_FACTOR[backend]);
   let poolBytes: number, limitBytes: number | null, limitName: string;
   if (backend === 'wasm') {
-    poolBytes = Math.round(weightBytes * WASM_HEAP_FACTOR[precision]) + RUNTIME_SLACK_BYTES; limitBytes = WASM_HEAP_BYTES; limitName = 'the 4 GiB WebAssembly heap';
+    poolBytes = Math.round(weightBytes * WASM_HEAP_FACTOR[precision]) + RUNTIME_SLACK_BYTES; limitBytes = limits.wasmHeapBytes ?? WASM_HEAP_BYTES; limitName = limits.wasmHeapBytes ? 'the WebAssembly heap' : 'the 4 GiB WebAssembly heap';
   } else if (backend === 'webgpu') {
     poolBytes = weightBytes + RUNTIME_SLACK_BYTES; limitBytes = limits.gpuBytes ?? null; limitName = 'GPU memory';
   } else {

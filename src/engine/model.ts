@@ -26,7 +26,7 @@ import { q8WeightSet, dequantizeQ8 } from './q8';
 
 /** number of positions whose logits a run computes */
 const logitPosCount = (opts: RunOptions, T: number) => opts.logitPositions?.length ?? T;
-import { checkBudget, fmtGB, weightBytesAt, weightStats, type BudgetLimits } from './budget';
+import { checkBudget, fmtGB, weightBytesAt, weightStats, RUNTIME_SLACK_BYTES, WASM_HEAP_BYTES, type BudgetLimits } from './budget';
 import { choosePrecision, choosePrecisionOnGpu, chooseVocabSplit, parseWeightsMode, OFFERED_PRECISIONS, type WeightsMode } from './precision';
 
 /** a bound on the characters one token covers, far above any real vocabulary's longest token */
@@ -295,6 +295,7 @@ class EngineModel implements LoadedModel {
       for (const old of leanKeys.slice(0, Math.max(0, leanKeys.length - 1))) {
         const gone = this.sessions.get(old)!;
         this.sessions.delete(old);
+        this.created.delete(old);
         void gone.then((x) => x.session.release()).catch(() => undefined);
       }
     }
@@ -307,12 +308,37 @@ class EngineModel implements LoadedModel {
         const graph = kind === 'lens' ? buildLensGraph(this.spec, weights.tensors, undefined, precision, vocabRows)
           : kind === 'readout' ? buildReadoutGraph(this.spec, weights.tensors, undefined, precision, vocabRows)
           : buildModelGraph(this.spec, weights.tensors, { hooks: true, withResult: kind === 'result', sae: sae?.spec, lean, grad: grad && { hooks: grad }, weights: precision, vocabRows });
-        return { graph, session: await this.factory.create(graph, weights) };
+        if (this.factory.backend === 'wasm' && precision !== 'f32') await this.makeRoom(key, graph.weightBytes);
+        const made = { graph, session: await this.factory.create(graph, weights) };
+        this.created.set(key, made);
+        return made;
       })();
       s.catch(() => this.sessions.delete(key));
       this.sessions.set(key, s);
     }
     return s;
+  }
+
+  /** sessions whose creation finished, by key (makeRoom releases them) */
+  private readonly created = new Map<string, { session: EngineSession; graph: BuiltGraph }>();
+
+  /**
+   * Every onnxruntime-web session keeps its own copy of the weights it uses in the one wasm32 heap
+   * (4 GiB at most; the heap never shrinks, but freed memory is reused). When a new variant's
+   * weights would not fit beside the live sessions' (gemma-2-2b at q8: the forward's 2.8 GB and
+   * the DLA readout's 1.3 GB), the others are released first and re-created when next used: slower,
+   * instead of std::bad_alloc. Only where the graph's bytes are what the heap holds (stored, q8).
+   */
+  private async makeRoom(key: string, need: number): Promise<void> {
+    let held = 0;
+    for (const [k, x] of this.created) if (k !== key) held += x.graph.weightBytes;
+    if (held + need + RUNTIME_SLACK_BYTES <= (this.parts.memory?.wasmHeapBytes ?? WASM_HEAP_BYTES)) return;
+    for (const [k, x] of [...this.created]) {
+      if (k === key) continue;
+      this.created.delete(k);
+      this.sessions.delete(k);
+      await x.session.release().catch(() => undefined);
+    }
   }
 
   /** ORT sessions are not re-entrant on every backend: runs go one at a time, in order. */
@@ -465,5 +491,6 @@ class EngineModel implements LoadedModel {
   async dispose(): Promise<void> {
     for (const s of this.sessions.values()) await (await s).session.release().catch(() => undefined);
     this.sessions.clear();
+    this.created.clear();
   }
 }

@@ -66,6 +66,8 @@ export interface BuiltGraph {
   sites: string[];
   /** how the graph holds its weights (session options depend on it) */
   precision: WeightPrecision;
+  /** bytes of the weight initializers as the graph declares them (what a session holds at stored / q8) */
+  weightBytes: number;
 }
 
 // ------------------------------------------------------------------ small pieces
@@ -408,7 +410,7 @@ class ModelGraph {
     g.output('logits');
     if (this.plan.grad) addModelBackward(g, spec, this.plan.grad.hooks);
 
-    return { bytes: g.encode(), inputNames: g.inputNames(), outputNames: g.outputNames(), sites: this.sites, precision: this.plan.weights ?? 'f32' };
+    return { bytes: g.encode(), inputNames: g.inputNames(), outputNames: g.outputNames(), sites: this.sites, precision: this.plan.weights ?? 'f32', weightBytes: g.weightBytes() };
   }
 }
 
@@ -456,7 +458,7 @@ export function buildLensGraph(spec: ModelSpec, tensors: Map<string, TensorEntry
   g.rename(g.o('Squeeze', [flog, g.constI([-1])]), 'final_logit'); g.output('final_logit');
   const above = g.o('ReduceSum', [g.o('Cast', [g.o('Greater', [logits, flog])], { to: 1 }), g.constI([-1])], { keepdims: 0 });
   g.rename(above, 'final_above'); g.output('final_above');
-  return { bytes: g.encode(), inputNames: g.inputNames(), outputNames: g.outputNames(), sites: [], precision };
+  return { bytes: g.encode(), inputNames: g.inputNames(), outputNames: g.outputNames(), sites: [], precision, weightBytes: g.weightBytes() };
 }
 
 export const LENS_OUTPUTS = ['top_logits', 'top_ids', 'logsumexp', 'final_ids', 'final_logit', 'final_above'];

@@ -183,9 +183,16 @@ export class OnnxGraph {
       this.overridable.push(onnx.ValueInfoProto.create({ name, type: { tensorType: { elemType: dataType, shape: { dim: e.shape.map((d) => ({ dimValue: d })) } } } }));
     }
     this.raw.add(name);
+    this.rawBytes += e.byteLength;
     return name;
   }
   private readonly raw = new Set<string>();
+  private rawBytes = 0;
+
+  /** bytes of every weight initializer declared so far, in its stored (or q8) dtype */
+  weightBytes(): number {
+    return this.rawBytes;
+  }
 
   input(name: string, elemType: 'float' | 'int64', dims?: (number | string)[]): string {
     this.inputs.push(valueInfo(name, elemType, dims));

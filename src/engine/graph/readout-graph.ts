@@ -63,7 +63,7 @@ export function buildReadoutGraph(spec: ModelSpec, tensors: Map<string, TensorEn
   g.output('unembed_rows');
   g.rename(weightedRowSum(g, WU, g.input('sum_weights', 'float', ['J', spec.dVocab])), 'unembed_sum');
   g.output('unembed_sum');
-  return { bytes: g.encode(), inputNames: g.inputNames(), outputNames: g.outputNames(), sites: [], precision };
+  return { bytes: g.encode(), inputNames: g.inputNames(), outputNames: g.outputNames(), sites: [], precision, weightBytes: g.weightBytes() };
 }
 
 export const READOUT_OUTPUTS = ['attn_x', 'mlp_x', 'attn_dir', 'mlp_dir', 'unembed_rows', 'unembed_sum'];
