@@ -1,13 +1,15 @@
 /**
  * WebGPU in headless Chromium (SwiftShader, a software adapter): stories260K and induction-gpt2
  * run on the `webgpu` backend and agree with WASM within 1e-4 on logits and every hook (the
- * Doctor's agreement check), and a trace on WebGPU equals the CLI's. If this Chromium offers no
+ * Doctor's agreement check), and a trace on WebGPU equals the CLI's; with a forced low tensor
+ * limit (?tensor_bytes) the vocabulary is split on WebGPU with the same numbers. If this Chromium offers no
  * adapter the tests say so loudly and are skipped, never passed (LOUPE_REQUIRE_WEBGPU=1 fails them).
  */
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
 import type { Page } from '@playwright/test';
-import { test, expect, openReady, waitModelReady, runOp, shot, SHARED_MODELS, PROMPT } from './fixtures';
+import { test, expect, openReady, waitModelReady, runOp, shot, pageDoc, SHARED_MODELS, PROMPT } from './fixtures';
+import { ALL_FAMILY_CASES, makeCaseModel } from '../tests/reference';
 
 test.describe.configure({ mode: 'serial' });
 
@@ -81,4 +83,66 @@ test('induction-gpt2 on WebGPU agrees with WASM on logits and every hook', async
   await expect(page.getByTestId('status-backend')).toContainText('webgpu');
   await page.getByTestId('prompt').fill('xq7#kLm2xq7#kLm2xq7#');
   await agreement(page, 'induction-gpt2');
+});
+
+test('a forced low tensor limit splits the vocabulary on WebGPU: same numbers as the CLI unsplit, and the page says which path ran and why', async ({ page, site, hub }) => {
+  test.setTimeout(300_000);
+  // tied F16 llama (vocab 64, d_model 32: the table is 8 KB as float32); ?tensor_bytes=2000 → 5 chunks
+  const rm = makeCaseModel(ALL_FAMILY_CASES.find((c) => c.name === 'llama-gqa-tied')!, { dtype: 'F16' });
+  const repo = 'loupe-test/llama-f16-split';
+  hub.addRepo(repo, rm.dir);
+  try {
+    await openReady(page, `${site.url}?tensor_bytes=2000`);
+    await requireWebGpu(page);
+    const shaderF16 = await page.evaluate(async () => (await (navigator as any).gpu.requestAdapter()).features.has('shader-f16'));
+    await page.getByRole('tab', { name: 'Hub' }).click();
+    if (!(await page.getByTestId('hub-endpoint').isVisible())) await page.getByRole('button', { name: /show endpoint/i }).click();
+    await page.getByTestId('hub-endpoint').fill(hub.url);
+    await page.getByTestId('hub-endpoint').dispatchEvent('change');
+    await page.getByTestId('hub-id').fill(repo);
+    await page.locator('#backend').selectOption('webgpu');
+    await waitModelReady(page);
+    await page.getByTestId('load-hub').click();
+    await page.waitForFunction((id) => (globalThis as any).__loupe.model?.info.id === id && (globalThis as any).__loupe.modelStatus === 'ready', repo, { timeout: 120_000 });
+    const info = await page.evaluate(() => (globalThis as any).__loupe.model.info);
+    expect(info.backend).toBe('webgpu');
+    expect(info.vocab_chunks).toBe(5);
+    expect(info.vocab_reason).toMatch(/^split into 5 chunks of 13 rows/);
+    // F16 weights stay 16-bit on the GPU only with shader-f16 (SwiftShader has none: widened at load)
+    expect(info.weights).toBe(shaderF16 ? 'stored' : 'f32');
+    if (!shaderF16) expect(info.weights_reason).toMatch(/no shader-f16/);
+    await expect(page.getByTestId('status-dtype')).toHaveText(`dtype: F16 · ${info.weights} · vocab ×5`);
+
+    // the trace (forward, lens of DLA through the chunked lookup and vocabulary sum) equals the CLI's unsplit float32 run
+    await page.getByTestId('prompt').fill('the cat sat on the mat');
+    await page.getByTestId('tab-trace').click();
+    await page.locator('#p-trace-top_k').fill('20');
+    await runOp(page, 'trace', { timeout: 120_000 });
+    const doc = await pageDoc(page, 'trace');
+    expect(doc.model.backend).toBe('webgpu');
+    const cli = JSON.parse(execFileSync(process.execPath, ['bin/loupe.mjs', 'trace', rm.dir, 'the cat sat on the mat', '--json', '--top-k', '20', '--weights', 'f32'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }));
+    let dh = 0, dl = 0;
+    doc.head_attribution.forEach((row: number[], l: number) => row.forEach((v, h) => (dh = Math.max(dh, Math.abs(v - cli.head_attribution[l][h])))));
+    expect(doc.top_predictions.map((p: any) => p.token_id)).toEqual(cli.top_predictions.map((p: any) => p.token_id));
+    doc.top_predictions.forEach((p: any, i: number) => (dl = Math.max(dl, Math.abs(p.logit - cli.top_predictions[i].logit))));
+    console.log(`[e2e] split vocabulary (5 chunks) on webgpu vs CLI unsplit (node): max |Δ| head attribution ${dh.toExponential(2)}, top logits ${dl.toExponential(2)}`);
+    expect(dh).toBeLessThan(1e-4);
+    expect(dl).toBeLessThan(1e-4);
+
+    // the Doctor names the path: precision and why, the split and why, shader-f16
+    await page.getByRole('button', { name: 'Doctor' }).click();
+    await expect(page.getByTestId('doc-weights')).toContainText(info.weights_reason);
+    await expect(page.getByTestId('doc-vocab')).toContainText('split into 5 chunks');
+    await expect(page.getByTestId('doc-shader-f16')).toContainText(shaderF16 ? 'yes' : 'no');
+    await agreement(page, 'llama F16, vocabulary in 5 chunks');
+    await shot(page, 'doctor-webgpu-split');
+    await page.setViewportSize({ width: 1024, height: 800 });
+    await shot(page, 'doctor-webgpu-split-1024');
+    await page.getByRole('button', { name: /dark/i }).click();
+    await shot(page, 'doctor-webgpu-split-1024-dark');
+    await page.setViewportSize({ width: 1280, height: 800 });
+    await shot(page, 'doctor-webgpu-split-dark');
+  } finally {
+    rm.cleanup();
+  }
 });

@@ -42,6 +42,9 @@ export function chooseWasmThreads(isolated: boolean, cores: number, override: nu
 const named = /wasm_threads=(\d+)/.exec(typeof self.name === 'string' ? self.name : '');
 ort.env.wasm.numThreads = chooseWasmThreads(env.isolated, env.threads, named ? Number(named[1]) : null);
 
+/** `tensor_bytes=N` in the worker's name (the page's ?tensor_bytes=N): split the vocabulary tables as if one tensor could take at most N bytes */
+const tensorBytes = /tensor_bytes=(\d+)/.exec(typeof self.name === 'string' ? self.name : '');
+
 export function wasmThreads(): number | null {
   const n = ort.env.wasm.numThreads;
   return typeof n === 'number' ? n : null;
@@ -187,6 +190,7 @@ export async function openModel(req: LoadRequest, opts: OpenOptions): Promise<{ 
     baseUrl: BASE.href,
     backend,
     weights: req.weights,
+    ...(tensorBytes ? { memory: { tensorBytes: Number(tensorBytes[1]) } } : {}),
     signal: opts.signal,
     cache: plan.useCache ? idb() : undefined,
     confirm: opts.onPreview && backend !== 'node' ? async (p, j) => {

@@ -76,11 +76,11 @@ export function choosePrecisionOnGpu(mode: WeightsMode, w: WeightStats, gpu: { s
   const c = choosePrecision(mode, w, 'webgpu', limits);
   const f16 = w.byDtype.F16 ?? 0, bf16 = w.byDtype.BF16 ?? 0;
   if (f16 + bf16 === 0 || mode === 'f32') return c;
-  const f32 = fmtGB(weightBytesAt(w, 'f32'));
+  const f32 = fmtSize(weightBytesAt(w, 'f32'));
   if (bf16 > 0) return { precision: 'f32', reason: `${mode}: WebGPU shaders have no bfloat16, so the BF16 weights are widened to float32 (${f32}) at load` };
   if (!gpu.shaderF16) return { precision: 'f32', reason: `${mode}: this WebGPU adapter has no shader-f16, so shaders cannot read float16 weights; widened to float32 (${f32}) at load` };
   if (c.precision === 'stored') return c;
-  return { precision: 'stored', reason: `auto: the adapter has shader-f16, so the float16 weights (${fmtGB(weightBytesAt(w, 'stored'))}) stay 16-bit in GPU buffers and are widened at use` };
+  return { precision: 'stored', reason: `auto: the adapter has shader-f16, so the float16 weights (${fmtSize(weightBytesAt(w, 'stored'))}) stay 16-bit in GPU buffers and are widened at use` };
 }
 
 /**
@@ -97,6 +97,9 @@ export function precisionSessionOptions(p: WeightPrecision): Record<string, unkn
  * unembedding then never holds a float32 copy of more than this many bytes of W_U at a time.
  */
 export const WIDEN_CHUNK_BYTES = 64 * 1024 ** 2;
+
+/** fmtGB, with small sizes (test models, forced limits) in KB rather than rounded up to 1 MB */
+const fmtSize = (b: number) => (b < 1e6 ? `${Math.max(1, Math.round(b / 1e3))} KB` : fmtGB(b));
 
 export interface VocabSplit {
   /** rows per chunk (the whole vocabulary when unsplit) */
@@ -117,11 +120,11 @@ export function chooseVocabSplit(table: { dtype: string; shape: number[] }, prec
   const widened = precision === 'q8' || (precision !== 'f32' && table.dtype !== 'F32');
   const caps: { bytes: number; why: string }[] = [];
   if (widened) caps.push({ bytes: WIDEN_CHUNK_BYTES, why: `it is widened to float32 at use, ${fmtGB(WIDEN_CHUNK_BYTES)} at a time` });
-  if (maxTensorBytes !== undefined) caps.push({ bytes: maxTensorBytes, why: `a tensor may take at most ${fmtGB(maxTensorBytes)} here` });
+  if (maxTensorBytes !== undefined) caps.push({ bytes: maxTensorBytes, why: `a tensor may take at most ${fmtSize(maxTensorBytes)} here` });
   const cap = caps.reduce<{ bytes: number; why: string } | null>((a, c) => (!a || c.bytes < a.bytes ? c : a), null);
   const shape = `${V}×${D}`;
-  if (!cap || f32Bytes <= cap.bytes) return { rows: V, chunks: 1, reason: `whole: the ${shape} vocabulary table is ${fmtGB(f32Bytes)} as float32${cap ? `, within ${fmtGB(cap.bytes)}` : ''}` };
+  if (!cap || f32Bytes <= cap.bytes) return { rows: V, chunks: 1, reason: `whole: the ${shape} vocabulary table is ${fmtSize(f32Bytes)} as float32${cap ? `, within ${fmtSize(cap.bytes)}` : ''}` };
   const chunks = Math.ceil(V / Math.max(1, Math.floor(cap.bytes / (D * 4))));
   const rows = Math.ceil(V / chunks); // chunks as even as they can be
-  return { rows, chunks, reason: `split into ${chunks} chunks of ${rows} rows: the ${shape} vocabulary table is ${fmtGB(f32Bytes)} as float32 and ${cap.why}` };
+  return { rows, chunks, reason: `split into ${chunks} chunks of ${rows} rows: the ${shape} vocabulary table is ${fmtSize(f32Bytes)} as float32 and ${cap.why}` };
 }

@@ -40,18 +40,21 @@ export function vocabChunks(e: TensorEntry, rows?: number): TensorEntry[] {
 /**
  * Rows of a chunked table for int64 `ids` (any shape) → float32 [...ids, D]. Each chunk gathers
  * the clipped local ids (only the gathered rows are widened) and Where keeps the rows of the
- * chunk each id falls in.
+ * chunk each id falls in. The index arithmetic is float32 (exact: ids are far below 2^24): with
+ * int64 arithmetic onnxruntime-web's WebGPU provider gathered the wrong rows (reproduced in
+ * headless Chromium's SwiftShader adapter; WASM and onnxruntime-node were right either way).
  */
 export function lookupRows(g: OnnxGraph, chunks: TensorEntry[], ids: string): string {
   if (chunks.length === 1) return g.gatherRows(chunks[0], ids);
+  const idsF = g.o('Cast', [ids], { to: 1 });
   let x = '';
   let start = 0;
   for (const c of chunks) {
     const n = c.shape[0];
-    const s = g.constI([start], []);
-    const local = g.o('Clip', [g.o('Sub', [ids, s]), g.constI([0], []), g.constI([n - 1], [])]);
+    const s = g.constF([start], []);
+    const local = g.o('Cast', [g.o('Clip', [g.o('Sub', [idsF, s]), g.constF([0], []), g.constF([n - 1], [])])], { to: 6 }); // int32
     const rows = g.gatherRows(c, local);
-    x = start === 0 ? rows : g.o('Where', [g.o('Unsqueeze', [g.o('GreaterOrEqual', [ids, s]), g.constI([-1])]), rows, x]);
+    x = start === 0 ? rows : g.o('Where', [g.o('Unsqueeze', [g.o('GreaterOrEqual', [idsF, s]), g.constI([-1])]), rows, x]);
     start += n;
   }
   return x;

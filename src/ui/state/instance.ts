@@ -1,9 +1,11 @@
 /** The page's single AppState, with the model worker it owns. */
 import { AppState } from './app.svelte';
 
-// `?wasm_threads=N` (for measuring 1 thread against all) reaches the worker in its name, which it
-// reads before onnxruntime-web starts its thread pool
-const threads = new URLSearchParams(location.search).get('wasm_threads');
+// `?wasm_threads=N` (for measuring 1 thread against all) and `?tensor_bytes=N` (a lower limit on
+// one tensor, so the split vocabulary path runs on any adapter and model: tests) reach the worker
+// in its name, which it reads before onnxruntime-web starts its thread pool
+const query = new URLSearchParams(location.search);
+const knobs = ['wasm_threads', 'tensor_bytes'].map((k) => [k, query.get(k)] as const).filter(([, v]) => v && /^\d+$/.test(v)).map(([k, v]) => ` ${k}=${v}`).join('');
 export const app = new AppState(
-  () => new Worker(new URL('../../../workers/engine.worker.ts', import.meta.url), { type: 'module', name: `loupe-engine${threads && /^\d+$/.test(threads) ? ` wasm_threads=${threads}` : ''}` }),
+  () => new Worker(new URL('../../../workers/engine.worker.ts', import.meta.url), { type: 'module', name: `loupe-engine${knobs}` }),
 );
