@@ -7,7 +7,7 @@ import { mkdtempSync, copyFileSync, readFileSync, writeFileSync, rmSync } from '
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import type { BrowserContext, Page } from '@playwright/test';
-import { test, expect, openReady, waitModelReady, runOp, shot, watchErrors, pageDoc, SHARED_MODELS } from './fixtures';
+import { test, expect, openReady, waitModelReady, runOp, watchErrors, pageDoc, SHARED_MODELS, shotWidthsThemes } from './fixtures';
 
 test.describe.configure({ mode: 'serial' });
 
@@ -54,11 +54,5 @@ test('chat checkbox: logit_lens runs the chat-template rendering and the documen
   expect(doc.prompt).toBe(rendered);
   expect(doc.tokens[0].id).toBe(1);
   expect(doc.tokens.filter((t: any) => t.id === 1)).toHaveLength(1);
-  await shot(page, 'chat-format');
-  await page.setViewportSize({ width: 1024, height: 800 });
-  await shot(page, 'chat-format-1024');
-  await page.getByRole('button', { name: /dark/i }).click();
-  await shot(page, 'chat-format-1024-dark');
-  await page.setViewportSize({ width: 1280, height: 800 });
-  await shot(page, 'chat-format-dark');
+  await shotWidthsThemes(page, 'chat-format');
 });

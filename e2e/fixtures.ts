@@ -68,6 +68,17 @@ export async function shot(page: Page, name: string): Promise<void> {
   await page.screenshot({ path: `artifacts/screenshots/${name}.png` });
 }
 
+/** Screenshots at 1280 and 1024 wide in the light theme, then both in the dark one (left dark, at 1280). */
+export async function shotWidthsThemes(page: Page, name: string): Promise<void> {
+  await shot(page, name);
+  await page.setViewportSize({ width: 1024, height: 800 });
+  await shot(page, `${name}-1024`);
+  await page.getByRole('button', { name: /dark/i }).click();
+  await shot(page, `${name}-1024-dark`);
+  await page.setViewportSize({ width: 1280, height: 800 });
+  await shot(page, `${name}-dark`);
+}
+
 /** The document the page holds for an operation. */
 export function pageDoc(page: Page, op: string): Promise<any> {
   return page.evaluate((o) => (globalThis as any).__loupe.results[o]?.doc, op);

@@ -8,7 +8,7 @@
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
 import type { Page } from '@playwright/test';
-import { test, expect, openReady, waitModelReady, runOp, shot, pageDoc, SHARED_MODELS, PROMPT } from './fixtures';
+import { test, expect, openReady, waitModelReady, runOp, shot, pageDoc, SHARED_MODELS, PROMPT, shotWidthsThemes } from './fixtures';
 import { ALL_FAMILY_CASES, makeCaseModel } from '../tests/reference';
 
 test.describe.configure({ mode: 'serial' });
@@ -135,13 +135,7 @@ test('a forced low tensor limit splits the vocabulary on WebGPU: same numbers as
     await expect(page.getByTestId('doc-vocab')).toContainText('split into 5 chunks');
     await expect(page.getByTestId('doc-shader-f16')).toContainText(shaderF16 ? 'yes' : 'no');
     await agreement(page, 'llama F16, vocabulary in 5 chunks');
-    await shot(page, 'doctor-webgpu-split');
-    await page.setViewportSize({ width: 1024, height: 800 });
-    await shot(page, 'doctor-webgpu-split-1024');
-    await page.getByRole('button', { name: /dark/i }).click();
-    await shot(page, 'doctor-webgpu-split-1024-dark');
-    await page.setViewportSize({ width: 1280, height: 800 });
-    await shot(page, 'doctor-webgpu-split-dark');
+    await shotWidthsThemes(page, 'doctor-webgpu-split');
   } finally {
     rm.cleanup();
   }

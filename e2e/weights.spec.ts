@@ -5,7 +5,7 @@
  */
 import { execFileSync } from 'node:child_process';
 import type { BrowserContext, Page } from '@playwright/test';
-import { test, expect, openReady, waitModelReady, runOp, shot, watchErrors, pageDoc, PROMPT } from './fixtures';
+import { test, expect, openReady, waitModelReady, runOp, watchErrors, pageDoc, PROMPT, shotWidthsThemes } from './fixtures';
 import { ALL_FAMILY_CASES, makeCaseModel, type RandomModel } from '../tests/reference';
 
 test.describe.configure({ mode: 'serial' });
@@ -53,13 +53,7 @@ test('weights "stored": the page runs 16-bit weights, shows it, and the document
   expect(d).toBeLessThan(1e-4);
   await expect(page.getByTestId('status-dtype')).toHaveText('dtype: F16 · stored');
   await page.locator('#weights').scrollIntoViewIfNeeded();
-  await shot(page, 'model-weights-stored');
-  await page.setViewportSize({ width: 1024, height: 800 });
-  await shot(page, 'model-weights-stored-1024');
-  await page.getByRole('button', { name: /dark/i }).click();
-  await shot(page, 'model-weights-stored-1024-dark');
-  await page.setViewportSize({ width: 1280, height: 800 });
-  await shot(page, 'model-weights-stored-dark');
+  await shotWidthsThemes(page, 'model-weights-stored');
 });
 
 test('weights "q8" on WASM: the page runs 8-bit matrices, says so, and its trace equals the CLI\'s q8 trace; WebGPU refuses q8 with a hint', async () => {
