@@ -5,7 +5,7 @@
  */
 import { execFileSync } from 'node:child_process';
 import type { BrowserContext, Page } from '@playwright/test';
-import { test, expect, openReady, waitModelReady, runOp, watchErrors, pageDoc, PROMPT, shotWidthsThemes } from './fixtures';
+import { test, expect, openReady, waitModelReady, runOp, shot, watchErrors, pageDoc, PROMPT, shotWidthsThemes } from './fixtures';
 import { ALL_FAMILY_CASES, makeCaseModel, type RandomModel } from '../tests/reference';
 
 test.describe.configure({ mode: 'serial' });
