@@ -3,7 +3,9 @@
  * opens it in Debian's Chromium, runs a set of operations on the bundled model and records every
  * animation-frame interval and every long task (PerformanceObserver 'longtask') from the click
  * on Run until the result is drawn. Prints p50/p95/max frame interval and the longest task.
- * Usage: npx vite build && npx tsx bench/page-frames.ts [dist-dir] [--profile] [--ops=trace,attention]
+ * Usage: npx vite build && npx tsx bench/page-frames.ts [dist-dir] [--profile] [--ops=trace,attention] [--load]
+ * --load only measures how long the bundled model takes to be ready: from navigation in a fresh
+ * browser context (nothing cached), then from a reload of the same page, three times each.
  * --profile also records a CPU profile of the main thread per operation (Chrome DevTools Protocol)
  * and prints the functions with the most self time: what the long tasks were doing. Build with
  * `npx vite build --minify false --outDir /tmp/dist-prof` to read the names.
@@ -87,6 +89,23 @@ async function main(): Promise<void> {
   const server = await serveWorkbench(0, resolve(root));
   const browser = await chromium.launch({ executablePath: process.env.LOUPE_CHROMIUM ?? '/usr/bin/chromium', args: CHROMIUM_ARGS });
   try {
+    if (args.includes('--load')) {
+      const ready = `globalThis.__loupe?.modelStatus === 'ready' && globalThis.__loupe.ops.length > 0`;
+      for (let i = 0; i < 3; i++) {
+        const ctx = await browser.newContext({ viewport: { width: 1280, height: 800 } });
+        const p = await ctx.newPage();
+        let t0 = Date.now();
+        await p.goto(server.url);
+        await p.waitForFunction(ready, null, { timeout: 120_000 });
+        const fresh = Date.now() - t0;
+        t0 = Date.now();
+        await p.reload();
+        await p.waitForFunction(ready, null, { timeout: 120_000 });
+        console.log(`bundled model ready: fresh context ${fresh} ms after navigation, reload ${Date.now() - t0} ms`);
+        await ctx.close();
+      }
+      return;
+    }
     const page = await (await browser.newContext({ viewport: { width: 1280, height: 800 } })).newPage();
     const cdp = profile ? await page.context().newCDPSession(page) : null;
     if (cdp) { await cdp.send('Profiler.enable'); await cdp.send('Profiler.setSamplingInterval', { interval: 500 }); }

@@ -65,7 +65,8 @@ export function drawHeatmap(svgEl: SVGSVGElement, o: HeatmapOptions): void {
   // the colour bar (16 px gap, 10 px bar), its tick values and its rotated title fit inside
   const tickW = Math.max(fmt(lo, 2).length, fmt(hi, 2).length, 1) * 6.2;
   const margin = {
-    left: 12 + longestRow * CHAR_W + (o.rowTitle ? 18 : 0),
+    // a rotated first column label reaches left of its column: room for it as well as the row labels
+    left: Math.max(12 + longestRow * CHAR_W + (o.rowTitle ? 18 : 0), rotate ? Math.min(longestCol, 14) * CHAR_W * 0.72 + 4 : 0),
     top: 8,
     right: 16 + 10 + 4 + tickW + (o.legendLabel ? 18 : 4),
     bottom: (rotate ? Math.min(longestCol, 14) * CHAR_W * 0.75 + 14 : 20) + (o.colTitle ? 18 : 0),
