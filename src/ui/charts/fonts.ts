@@ -7,7 +7,8 @@
  * out a hidden sample of each, and the cost is paid while nothing is drawn rather than in the
  * frame that shows the first result.
  */
-import { palette } from './palette';
+// not palette(): that module brings d3, which the page's first JavaScript does not carry
+const monoStack = () => getComputedStyle(document.documentElement).getPropertyValue('--font-mono').trim() || 'monospace';
 
 /** marks the views draw beyond ASCII (a glyph outside a face's set would need a fallback face) */
 const SAMPLE = 'Aa0 ·⊙−Σ␣×Δ→←↓↑‖…≈≠≥≤±√∞²αρσ∂∑★✓✗—–‘’“”';
@@ -16,7 +17,7 @@ const SIZES = [9, 10, 11, 12, 12.5, 13, 14, 15, 17, 18, 22];
 const WEIGHTS = ['400', '600', '700'];
 
 export function warmFonts(): void {
-  const mono = palette().font;
+  const mono = monoStack();
   const NS = 'http://www.w3.org/2000/svg';
   const box = document.createElement('div');
   box.setAttribute('aria-hidden', 'true');
