@@ -295,7 +295,7 @@ export const opsCost: BenchExtension = {
         for (const x of r) {
           rows.push({
             metric: `${backend}: ${x.label}, T=${x.T} (${x.why})`,
-            value: `**${fmt(x.ratio, 2)}** (${fmt(x.op_ms)} ms vs ${x.forwards} × ${fmt(x.forward_ms)} ms; fastest runs ${fmt(x.ratio_fastest, 2)}; cold ${fmt(x.cold_ms, 0)} ms)`,
+            value: `**${fmt(x.ratio, 2)}** (${fmt(x.op_ms)} ms vs ${x.forwards} × ${fmt(x.forward_ms)} ms; fastest runs ${fmt(x.ratio_fastest, 2)}; CPU time ${fmt(x.ratio_cpu, 2)}; cold ${fmt(x.cold_ms, 0)} ms)`,
             ...(x.target !== undefined ? { target: `≤ ${x.target}`, ok: x.ratio <= x.target } : {}),
           });
         }

@@ -11,7 +11,7 @@
  * constants: that cold time is reported separately).
  */
 import type { LoadedModel } from '../src/engine/api';
-import { median, now } from './lib';
+import { cpuNow, median, now } from './lib';
 
 export interface OpCase {
   op: string;
@@ -56,6 +56,11 @@ export interface OpCostRow {
    * machine the fastest runs are the least disturbed, so this is the ratio nearer an idle one)
    */
   ratio_fastest: number;
+  /**
+   * the same median ratio from process CPU time (user + system, every thread; secondary: it counts
+   * onnxruntime's pool threads spinning too, but not the time other processes hold the cores)
+   */
+  ratio_cpu: number;
   target?: number;
 }
 
@@ -78,12 +83,15 @@ export async function measureOps(model: LoadedModel, prompt: string, cases: OpCa
     const fwds: number[] = [];
     const opms: number[] = [];
     const allFwd: number[] = [];
+    const cpuRatios: number[] = [];
     for (let r = 0; r < rounds; r++) {
       const f: number[] = [];
-      for (let i = 0; i < 3; i++) { const a = now(); await forward(); f.push(now() - a); }
-      const a = now();
+      const fc: number[] = [];
+      for (let i = 0; i < 3; i++) { const a = now(), ac = cpuNow(); await forward(); f.push(now() - a); fc.push(cpuNow() - ac); }
+      const a = now(), ac = cpuNow();
       await run();
       const o = now() - a;
+      cpuRatios.push((cpuNow() - ac) / (n * median(fc)));
       fwds.push(median(f));
       allFwd.push(...f);
       opms.push(o);
@@ -91,9 +99,9 @@ export async function measureOps(model: LoadedModel, prompt: string, cases: OpCa
     }
     const row: OpCostRow = {
       op: c.op, label: c.label, T, forwards: n, why: c.why, forward_ms: median(fwds), op_ms: median(opms), cold_ms: cold,
-      ratio: median(ratios), rounds: ratios, ratio_fastest: Math.min(...opms) / (n * Math.min(...allFwd)), target: c.target,
+      ratio: median(ratios), rounds: ratios, ratio_fastest: Math.min(...opms) / (n * Math.min(...allFwd)), ratio_cpu: median(cpuRatios), target: c.target,
     };
-    log(`${c.label} T=${T}: ${row.op_ms.toFixed(1)} ms vs ${n} × ${row.forward_ms.toFixed(1)} ms → ${row.ratio.toFixed(2)} (rounds ${ratios.map((x) => x.toFixed(2)).join(', ')}; fastest ${row.ratio_fastest.toFixed(2)}; cold ${cold.toFixed(0)} ms)`);
+    log(`${c.label} T=${T}: ${row.op_ms.toFixed(1)} ms vs ${n} × ${row.forward_ms.toFixed(1)} ms → ${row.ratio.toFixed(2)} (rounds ${ratios.map((x) => x.toFixed(2)).join(', ')}; fastest ${row.ratio_fastest.toFixed(2)}; cpu ${row.ratio_cpu.toFixed(2)}; cold ${cold.toFixed(0)} ms)`);
     rows.push(row);
   }
   return rows;

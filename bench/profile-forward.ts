@@ -4,7 +4,12 @@
  * the kernel time, the share of Transpose nodes (and whether any reads a weight), and how many
  * intra-op threads the profiler saw working.
  *
- *   tsx bench/profile-forward.ts [--T=128] [--runs=3]    → a markdown summary on stdout
+ * With --backend=wasm: onnxruntime-web's WASM build in Node (1 thread, as the engine's Node
+ * factory makes it), the plain graph and the engine's hooked graph through `model.run` fetching
+ * every hook; ORT-web's profiler prints its events on stdout on endProfiling, so they are
+ * profiled in a child process whose output is read here.
+ *
+ *   tsx bench/profile-forward.ts [--T=128] [--runs=3] [--backend=node|wasm]  → a markdown summary on stdout
  */
 import { readFileSync, readdirSync, rmSync, mkdtempSync } from 'node:fs';
 import { tmpdir, availableParallelism } from 'node:os';
@@ -76,5 +81,74 @@ async function profile(kind: 'plain' | 'hooked') {
   return out.join('\n');
 }
 
-const text = [await profile('plain'), await profile('hooked')].join('\n');
-process.stdout.write(text + '\n');
+/** the kernel-time table of a list of profiler events (both runtimes write the same Chrome-trace events) */
+function summarizeEvents(events: Event[], head: string, nRuns: number): string {
+  const byType = new Map<string, number>();
+  let total = 0;
+  for (const e of events) {
+    if (e.cat !== 'Node' || !e.name.endsWith('_kernel_time')) continue;
+    const op = e.args?.op_name ?? '?';
+    byType.set(op, (byType.get(op) ?? 0) + e.dur);
+    total += e.dur;
+  }
+  const rows = [...byType.entries()].sort((a, b) => b[1] - a[1]).slice(0, 12);
+  const out = [head, '| op type | share of kernel time |', '|---|---|'];
+  for (const [op, d] of rows) out.push(`| ${op} | ${((100 * d) / total).toFixed(1)} % |`);
+  out.push('', `Kernel time per run: ${(total / 1000 / nRuns).toFixed(1)} ms.`, '');
+  return out.join('\n');
+}
+
+/**
+ * WASM in Node, in a child process (this file with --child): every session the engine's factory
+ * creates gets enableProfiling, and on endProfiling ORT-web prints the events (one JSON object a
+ * line) on the process's stdout, which the parent reads, block by block after a marker line.
+ */
+async function profileWasmChild(): Promise<void> {
+  const ortNs = await import('onnxruntime-web');
+  const ort: any = (ortNs as any).default ?? ortNs;
+  const create = ort.InferenceSession.create.bind(ort.InferenceSession);
+  const sessions: any[] = [];
+  ort.InferenceSession.create = async (m: unknown, o: Record<string, unknown>) => {
+    const s = await create(m, { ...o, enableProfiling: true });
+    sessions.push(s);
+    return s;
+  };
+  const bench = ensureBenchModel(GPT2_SMALL);
+  const { plainSession } = await import('./lib');
+  const { loadModelNode } = await import('../src/node/load');
+  const ids = randomIds(T, GPT2_SMALL.vocab, 5);
+  const plain = await plainSession(bench.dir, 'wasm', 1);
+  for (let i = 0; i <= runs; i++) await plain.run(ids);
+  process.stdout.write(`${MARK}plain graph (fused kernels)\n`);
+  await sessions[sessions.length - 1].endProfiling();
+  await plain.release();
+  const before = sessions.length;
+  const model = await loadModelNode(bench.dir, { backend: 'wasm', threads: 1 });
+  for (let i = 0; i <= runs; i++) await model.run(ids, { hooks: 'all' });
+  process.stdout.write(`${MARK}hooked graph, every hook fetched\n`);
+  await sessions[before].endProfiling();
+  await model.dispose();
+}
+
+const MARK = '### loupe-profile: ';
+
+async function profileWasm(): Promise<string> {
+  const { spawnSync } = await import('node:child_process');
+  const { fileURLToPath } = await import('node:url');
+  const r = spawnSync(process.execPath, [...process.execArgv, fileURLToPath(import.meta.url), ...args, '--child'], { encoding: 'utf8', maxBuffer: 1 << 30, stdio: ['ignore', 'pipe', 'inherit'] });
+  if (r.status !== 0) throw new Error(`profile child exited with ${r.status ?? r.signal}`);
+  const out: string[] = [];
+  for (const block of r.stdout.split(MARK).slice(1)) {
+    const [title, ...lines] = block.split('\n');
+    const events = lines.map((l) => l.trim().replace(/,$/, '')).filter((l) => l.startsWith('{"cat"')).map((l) => JSON.parse(l) as Event);
+    out.push(summarizeEvents(events, `#### ${title}, T=${T}, onnxruntime-web WASM in Node, 1 thread, ${runs + 1} runs profiled\n`, runs + 1));
+  }
+  return out.join('\n');
+}
+
+const backend = args.find((a) => a.startsWith('--backend='))?.slice(10) ?? 'node';
+if (args.includes('--child')) await profileWasmChild();
+else {
+  const text = backend === 'wasm' ? await profileWasm() : [await profile('plain'), await profile('hooked')].join('\n');
+  process.stdout.write(text + '\n');
+}
