@@ -218,7 +218,7 @@ export const generationKv: BenchExtension = {
 
 // ------------------------------------------------------------------ every operation against its forwards
 
-const OPS_ROUNDS = 5;
+const OPS_ROUNDS = 3;
 
 const QWEN_ROUNDS = 3;
 
