@@ -60,6 +60,8 @@ export async function runOp(page: Page, op: string, opts: { example?: boolean; t
   const err = page.getByTestId('job-error');
   if (await err.count()) throw new Error(`${op} failed in the page: ${(await err.textContent())?.trim()}`);
   await expect(page.locator(`[data-testid=result][data-op=${op}]`)).toBeVisible();
+  // views load lazily: wait until this one has mounted (or said why it could not draw the document)
+  await expect(page.locator(`[data-testid=result][data-op=${op}]`).locator('[data-testid=view-ready], [data-testid=view-error]').first()).toBeAttached();
   return Date.now() - t0;
 }
 
