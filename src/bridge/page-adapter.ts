@@ -9,6 +9,7 @@
  */
 import type { ModelInfo } from '../engine/api';
 import { LoupeError } from '../engine/errors';
+import { resolveModelRef } from '../engine/source/ref';
 import type { Progress } from '../ops/types';
 import type { ShareModel } from '../share/codec';
 import type { ExecuteContext } from './page-client';
@@ -48,14 +49,13 @@ export function wireModel(app: BridgeApp): WireModel {
 }
 
 function shareModelFor(spec: string, revision: string | undefined): ShareModel {
-  if (spec === 'default' || spec === 'stories260K' || spec === 'bundled') return { kind: 'bundled', id: 'stories260K', revision: '' };
-  if (/^https?:\/\//.test(spec)) return { kind: 'url', id: spec, revision: '' };
-  const at = spec.lastIndexOf('@');
-  const [id, rev] = at > 0 ? [spec.slice(0, at), spec.slice(at + 1)] : [spec, undefined];
-  if (!/^[\w.-]+(\/[\w.-]+)?$/.test(id)) {
-    throw new LoupeError('BAD_INPUT', `The page cannot load ${JSON.stringify(spec)}.`, "Give 'default', a Hub id like 'owner/name' (optionally @revision), or an http(s) URL of a model folder. Local folders work only headless, inside a folder the companion was started with (--allow-local DIR).");
-  }
-  return { kind: 'hub', id, revision: revision ?? rev ?? 'main' };
+  // the same reading of a model reference as the CLI and headless mode (engine/source/ref.ts);
+  // the page has no file system, so a folder is refused with the page's own hint
+  const ref = resolveModelRef(spec);
+  if (ref.kind === 'bundled') return { kind: 'bundled', id: ref.id, revision: '' };
+  if (ref.kind === 'url') return { kind: 'url', id: ref.id, revision: '' };
+  if (ref.kind === 'hub') return { kind: 'hub', id: ref.id, revision: revision ?? ref.revision ?? 'main' };
+  throw new LoupeError('BAD_INPUT', `The page cannot load ${JSON.stringify(spec)}.`, "Give 'default', a Hub id like 'owner/name' (optionally @revision), or an http(s) URL of a model folder. Local folders work only headless, inside a folder the companion was started with (--allow-local DIR).");
 }
 
 /**
