@@ -10,7 +10,7 @@
  * built one. Skipped when /usr/bin/chromium is missing.
  */
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdtempSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
@@ -102,10 +102,11 @@ async function paired(): Promise<Record<string, any>> {
 }
 
 describe.skipIf(!enabled)('the workbench page paired with loupe mcp (Chromium)', () => {
+  let builtDist: string | undefined; // a build this file made, removed afterwards
   beforeAll(async () => {
     let dist = process.env.LOUPE_BRIDGE_DIST;
     if (!dist) {
-      dist = mkdtempSync(path.join(os.tmpdir(), 'loupe-bridge-dist-'));
+      dist = builtDist = mkdtempSync(path.join(os.tmpdir(), 'loupe-bridge-dist-'));
       execFileSync(process.execPath, ['node_modules/vite/bin/vite.js', 'build', '--logLevel', 'error', '--outDir', dist, '--emptyOutDir'], { cwd: ROOT, stdio: 'inherit' });
     }
     mcp = await companion(['--port', '0', '--dist', dist, '--page-wait', '20'], 'browser-test');
@@ -122,6 +123,7 @@ describe.skipIf(!enabled)('the workbench page paired with loupe mcp (Chromium)',
     await browser?.close();
     await mcp?.client.close();
     await headless?.client.close();
+    if (builtDist) rmSync(builtDist, { recursive: true, force: true });
   });
 
   it('the pairing token left the address bar; the panel shows the agent', async () => {
