@@ -29,6 +29,7 @@ import { extensions, type ExtResult } from './extensions';
 import { median, packageVersion } from './lib';
 import { ensureBenchModel, GPT2_SMALL } from './model-gen';
 import { render, summarizeTargets, type BenchResults } from './report';
+import { useScratchCacheDir } from '../tests/helpers/scratch-cache';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const CHILD = path.join(HERE, 'child.ts');
@@ -70,6 +71,9 @@ function inChild<T>(task: string, taskArgs: unknown, timeoutMs = CHILD_TIMEOUT_M
 }
 
 async function main() {
+  // the bench's generated models are temporary, so is what Loupe caches for them (optimized
+  // sessions, documents): a scratch LOUPE_CACHE_DIR, shared by its child processes, removed at exit
+  if (!process.env.LOUPE_CACHE_DIR) process.on('exit', useScratchCacheDir());
   const t0 = performance.now();
   const cores = os.availableParallelism();
   const nodeThreads = cores;

@@ -19,6 +19,7 @@ import { closeSync, existsSync, mkdirSync, openSync, rmSync, writeFileSync, writ
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import { tokenizerFiles } from './model-gen';
+import { useScratchCacheDir } from '../tests/helpers/scratch-cache';
 
 export interface Shape {
   name: string;
@@ -172,6 +173,9 @@ function child(dir: string, backend: string, weights: string): Omit<Row, 'shape'
 }
 
 async function main() {
+  // the bench's generated models are temporary, so is what Loupe caches for them (optimized
+  // sessions, documents): a scratch LOUPE_CACHE_DIR, shared by its child processes, removed at exit
+  if (!process.env.LOUPE_CACHE_DIR) process.on('exit', useScratchCacheDir());
   const args = process.argv.slice(2);
   const opt = (k: string, d: string) => { const i = args.indexOf(`--${k}`); return i >= 0 ? args[i + 1] : d; };
   const keep = args.includes('--keep');

@@ -1,7 +1,8 @@
 /**
- * Test runs never write into the user's cache (~/.cache/loupe): vitest's and Playwright's global
- * setup point LOUPE_CACHE_DIR at a fresh temporary folder, which every worker and every CLI or
- * companion process a test spawns inherits, and remove it afterwards.
+ * Test runs (and the benches, whose models are temporary) never write into the user's cache
+ * (~/.cache/loupe): vitest's and Playwright's global setups and the bench entry points set
+ * LOUPE_CACHE_DIR to a fresh temporary folder, which every worker and every CLI, companion or
+ * bench child process inherits, and remove it afterwards.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
