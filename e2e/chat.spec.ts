@@ -7,7 +7,7 @@ import { mkdtempSync, copyFileSync, readFileSync, writeFileSync, rmSync } from '
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import type { BrowserContext, Page } from '@playwright/test';
-import { test, expect, openReady, waitModelReady, runOp, watchErrors, pageDoc, SHARED_MODELS, shotWidthsThemes } from './fixtures';
+import { test, expect, openReady, loadFromHub, waitModelReady, runOp, watchErrors, pageDoc, SHARED_MODELS, shotWidthsThemes } from './fixtures';
 
 test.describe.configure({ mode: 'serial' });
 
@@ -36,12 +36,7 @@ test.afterAll(async () => {
 test('chat checkbox: logit_lens runs the chat-template rendering and the document records it', async ({ site, hub }) => {
   await openReady(page, site.url);
   await waitModelReady(page);
-  await page.getByRole('tab', { name: 'Hub' }).click();
-  if (!(await page.getByTestId('hub-endpoint').isVisible())) await page.getByRole('button', { name: /show endpoint/i }).click();
-  await page.getByTestId('hub-endpoint').fill(hub.url);
-  await page.getByTestId('hub-endpoint').dispatchEvent('change');
-  await page.getByTestId('hub-id').fill(REPO);
-  await page.getByTestId('load-hub').click();
+  await loadFromHub(page, hub.url, REPO);
   await expect(page.getByTestId('status-model')).toContainText(REPO, { timeout: 90_000 });
   await waitModelReady(page);
   await page.getByTestId('prompt').fill('Once upon a time');

@@ -38,6 +38,16 @@ export function watchErrors(page: Page): string[] {
 }
 
 /** Open the page and wait until a model is ready (the bundled one unless the URL says otherwise). */
+/** Load `id` from the Hub stand-in at `endpoint` through the model panel's Hub tab (does not wait for it). */
+export async function loadFromHub(p: Page, endpoint: string, id: string): Promise<void> {
+  await p.getByRole('tab', { name: 'Hub' }).click();
+  if (!(await p.getByTestId('hub-endpoint').isVisible())) await p.getByRole('button', { name: /show endpoint/i }).click();
+  await p.getByTestId('hub-endpoint').fill(endpoint);
+  await p.getByTestId('hub-endpoint').dispatchEvent('change');
+  await p.getByTestId('hub-id').fill(id);
+  await p.getByTestId('load-hub').click();
+}
+
 export async function openReady(page: Page, url: string): Promise<void> {
   await page.goto(url);
   await waitModelReady(page);

@@ -7,7 +7,7 @@
  */
 import { join, resolve } from 'node:path';
 import type { BrowserContext, Page } from '@playwright/test';
-import { test, expect, openReady, waitModelReady, watchErrors, SHARED_MODELS } from './fixtures';
+import { test, expect, openReady, loadFromHub, waitModelReady, watchErrors, SHARED_MODELS } from './fixtures';
 import { loadModelNode } from '../src/node/load';
 import { getOperation } from '../src/ops/index';
 
@@ -29,12 +29,7 @@ test.beforeAll(async ({ browser, hub, site }) => {
   page = await context.newPage();
   errors = watchErrors(page);
   await openReady(page, site.url);
-  await page.getByRole('tab', { name: 'Hub' }).click();
-  if (!(await page.getByTestId('hub-endpoint').isVisible())) await page.getByRole('button', { name: /show endpoint/i }).click();
-  await page.getByTestId('hub-endpoint').fill(hub.url);
-  await page.getByTestId('hub-endpoint').dispatchEvent('change');
-  await page.getByTestId('hub-id').fill(REPO);
-  await page.getByTestId('load-hub').click();
+  await loadFromHub(page, hub.url, REPO);
   await waitModelReady(page);
   await expect(page.getByTestId('status-model')).toContainText(REPO);
 });

@@ -6,7 +6,7 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { BrowserContext, Page } from '@playwright/test';
-import { test, expect, openReady, waitModelReady, runOp, shot, watchErrors, SHARED_MODELS, PROMPT } from './fixtures';
+import { test, expect, openReady, loadFromHub, waitModelReady, runOp, shot, watchErrors, SHARED_MODELS, PROMPT } from './fixtures';
 
 test.describe.configure({ mode: 'serial' });
 
@@ -23,15 +23,6 @@ test.beforeAll(async ({ browser, hub }) => {
 test.afterAll(async () => {
   await context.close();
 });
-
-async function loadFromHub(p: Page, endpoint: string, id: string): Promise<void> {
-  await p.getByRole('tab', { name: 'Hub' }).click();
-  if (!(await p.getByTestId('hub-endpoint').isVisible())) await p.getByRole('button', { name: /show endpoint/i }).click();
-  await p.getByTestId('hub-endpoint').fill(endpoint);
-  await p.getByTestId('hub-endpoint').dispatchEvent('change');
-  await p.getByTestId('hub-id').fill(id);
-  await p.getByTestId('load-hub').click();
-}
 
 const requestsFor = (hub: { log: { id?: string }[] }, id: string) => hub.log.filter((r) => r.id === id).length;
 

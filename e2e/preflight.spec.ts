@@ -8,7 +8,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { BrowserContext, Page } from '@playwright/test';
-import { test, expect, openReady, waitModelReady, shot, watchErrors, SHARED_MODELS } from './fixtures';
+import { test, expect, openReady, loadFromHub, waitModelReady, shot, watchErrors, SHARED_MODELS } from './fixtures';
 import { writeSparseGpt2 } from '../tests/helpers/sparse-model';
 import { startHubServer } from '../tests/helpers/hub-server';
 
@@ -41,15 +41,6 @@ test.afterAll(async () => {
   await context?.close();
   if (tmp) rmSync(tmp, { recursive: true, force: true });
 });
-
-async function loadFromHub(p: Page, endpoint: string, id: string): Promise<void> {
-  await p.getByRole('tab', { name: 'Hub' }).click();
-  if (!(await p.getByTestId('hub-endpoint').isVisible())) await p.getByRole('button', { name: /show endpoint/i }).click();
-  await p.getByTestId('hub-endpoint').fill(endpoint);
-  await p.getByTestId('hub-endpoint').dispatchEvent('change');
-  await p.getByTestId('hub-id').fill(id);
-  await p.getByTestId('load-hub').click();
-}
 
 /** bytes served for a weight file, and whether each request stayed inside its header */
 function weightTraffic(hub: { log: { id?: string; file?: string; range: string; bytes: number }[] }, id: string, headerBytes: number) {

@@ -5,7 +5,7 @@
  */
 import { execFileSync } from 'node:child_process';
 import type { BrowserContext, Page } from '@playwright/test';
-import { test, expect, openReady, waitModelReady, runOp, shot, watchErrors, pageDoc, PROMPT, shotWidthsThemes } from './fixtures';
+import { test, expect, openReady, loadFromHub, waitModelReady, runOp, shot, watchErrors, pageDoc, PROMPT, shotWidthsThemes } from './fixtures';
 import { ALL_FAMILY_CASES, makeCaseModel, type RandomModel } from '../tests/reference';
 
 test.describe.configure({ mode: 'serial' });
@@ -31,12 +31,7 @@ test('weights "stored": the page runs 16-bit weights, shows it, and the document
   await openReady(page, site.url);
   await page.locator('#weights').selectOption('stored');
   await waitModelReady(page);
-  await page.getByRole('tab', { name: 'Hub' }).click();
-  if (!(await page.getByTestId('hub-endpoint').isVisible())) await page.getByRole('button', { name: /show endpoint/i }).click();
-  await page.getByTestId('hub-endpoint').fill(hub.url);
-  await page.getByTestId('hub-endpoint').dispatchEvent('change');
-  await page.getByTestId('hub-id').fill(REPO);
-  await page.getByTestId('load-hub').click();
+  await loadFromHub(page, hub.url, REPO);
   await expect(page.getByTestId('status-model')).toContainText(REPO, { timeout: 90_000 });
   await waitModelReady(page);
   await expect(page.getByTestId('weights-used')).toHaveText('using stored');
