@@ -4,7 +4,7 @@ import { defineConfig } from 'vitest/config';
 export default defineConfig({
   test: {
     include: ['tests/**/*.test.ts'],
-    // a temporary LOUPE_CACHE_DIR for the whole run, removed afterwards (tests/helpers/scratch-cache.ts)
+    // a temporary LOUPE_CACHE_DIR and TMPDIR for the whole run, removed afterwards (tests/helpers/scratch-cache.ts)
     globalSetup: ['tests/helpers/scratch-cache.ts'],
     testTimeout: 120_000,
     hookTimeout: 120_000,
