@@ -13,6 +13,7 @@ import { existsSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import { SHAPES, generate } from './scale';
+import { useScratchCacheDir } from '../tests/helpers/scratch-cache';
 
 const VARIANTS: Record<string, Record<string, unknown>> = {
   default: {},
@@ -23,6 +24,7 @@ const VARIANTS: Record<string, Record<string, unknown>> = {
 };
 
 function main() {
+  if (!process.env.LOUPE_CACHE_DIR) process.on('exit', useScratchCacheDir());
   const args = process.argv.slice(2);
   const opt = (k: string, d: string) => { const i = args.indexOf(`--${k}`); return i >= 0 ? args[i + 1] : d; };
   const name = args.find((a, i) => !a.startsWith('--') && !(i > 0 && args[i - 1].startsWith('--') && args[i - 1] !== '--keep')) ?? 'gpt2-small';

@@ -9,7 +9,11 @@ import { closeSync, mkdtempSync, openSync, readFileSync, rmSync, statSync, write
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import onnxProto from 'onnx-proto';
-import { loadModelNode } from '../src/node/load';
+import { loadModelNode, nodeFactory } from '../src/node/load';
+import { loadModelFilesNode } from '../src/node/load-files-node';
+import { createModel, modelPartsFrom } from '../src/engine/model';
+import type { EngineSession } from '../src/engine/runtime/session';
+import type { ReadableWeightSet } from '../src/engine/safetensors';
 import { pieceGraph } from '../src/engine/runtime/pieces';
 import { buildModelGraph } from '../src/engine/graph/build-model';
 import { describeModel } from '../src/engine/arch';
@@ -103,5 +107,57 @@ describe('pieceGraph', () => {
       expect(p.start + Number(kv.offset) + Number(kv.length)).toBeLessThanOrEqual(p.end);
     }
     for (const p of pieces) expect(p.end - p.start <= limit || inits.some((i: any) => Number(i.externalData.find((e: any) => e.key === 'length').value) > limit)).toBe(true);
+  });
+});
+
+describe('onnxruntime-web pieces read tensor by tensor', () => {
+  let rm: RandomModel;
+  afterAll(() => rm?.cleanup());
+
+  /** a model on Node's WASM backend whose sessions are collected; `alter` edits the weight set first */
+  async function load(alter?: (w: ReadableWeightSet) => void) {
+    const files = await loadModelFilesNode(rm.dir);
+    alter?.(files.weights as ReadableWeightSet);
+    const factory = await nodeFactory('wasm');
+    const sessions: EngineSession[] = [];
+    const create = factory.create.bind(factory);
+    factory.create = async (g, w) => { const s = await create(g, w); sessions.push(s); return s; };
+    const model = await createModel(modelPartsFrom(files, { bundled: false, weightsMode: 'stored' }), factory);
+    return { model, sessions };
+  }
+
+  it('a file on disk is read as onnxruntime-web copies each tensor, with the float64 reference\'s numbers', async () => {
+    const c = ALL_FAMILY_CASES.find((x) => x.name === 'gpt2-tied')!;
+    rm = makeCaseModel(c, { dtype: 'F16' });
+    const tokens = caseTokens(rm, c.seqLen);
+    const { model, sessions } = await load();
+    try {
+      const out = await model.run(tokens);
+      expect(sessions.map((s) => s.pieces)).toEqual(['lazy']);
+      expect(maxAbsDiff(referenceForward(rm, tokens).logits.data, out.logits.data).maxAbs).toBeLessThan(1e-4);
+    } finally {
+      await model.dispose();
+    }
+  });
+
+  it('where ranges cannot be read synchronously (Blobs outside a worker) the pieces are read whole first, same numbers', async () => {
+    const c = ALL_FAMILY_CASES.find((x) => x.name === 'gpt2-tied')!;
+    const tokens = caseTokens(rm, c.seqLen);
+    const { model, sessions } = await load((w) => {
+      const read = w.readRange!;
+      const path_ = [...w.paths.keys()][0];
+      w.ranged = new Map([[path_, {
+        size: statSync(w.paths.get(path_)!).size,
+        read: () => { throw new Error('no synchronous reads here'); },
+        readAsync: async (o: number, n: number) => read(path_, o, n),
+      }]]);
+    });
+    try {
+      const out = await model.run(tokens);
+      expect(sessions.map((s) => s.pieces)).toEqual(['whole']);
+      expect(maxAbsDiff(referenceForward(rm, tokens).logits.data, out.logits.data).maxAbs).toBeLessThan(1e-4);
+    } finally {
+      await model.dispose();
+    }
   });
 });

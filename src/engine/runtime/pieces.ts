@@ -27,6 +27,8 @@ export interface Piece {
   /** byte range of `file` */
   start: number;
   end: number;
+  /** the bytes the graph's tensors take from it (the range may hold unused tensors between them) */
+  used: number;
 }
 
 interface Ref { init: any; file: string; offset: number; length: number }
@@ -56,10 +58,11 @@ export function pieceGraph(graphBytes: Uint8Array, maxBytes = PIECE_BYTES): { gr
       }
       const end = r.offset + r.length;
       if (!cur || (end - cur.start > maxBytes && r.offset >= cur.end)) {
-        cur = { path: `${file}.${pieces.filter((p) => p.file === file).length}`, file, start: r.offset, end };
+        cur = { path: `${file}.${pieces.filter((p) => p.file === file).length}`, file, start: r.offset, end, used: r.length };
         pieces.push(cur);
       } else {
         cur.end = Math.max(cur.end, end);
+        cur.used += r.length;
       }
       entry(r.init, 'location').value = cur.path;
       const off = entry(r.init, 'offset');

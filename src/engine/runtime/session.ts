@@ -27,6 +27,8 @@ export interface OrtModule {
 }
 
 export interface EngineSession {
+  /** onnxruntime-web: how the weight pieces were read, tensor by tensor as they were copied or whole first (see webSessionFactory) */
+  pieces?: 'lazy' | 'whole';
   run(feeds: Record<string, OrtTensorLike>, fetches: string[]): Promise<Record<string, OrtTensorLike>>;
   release(): Promise<void>;
 }
@@ -54,13 +56,14 @@ function wrap(session: any): EngineSession {
  */
 const liveGpu = new WeakMap<object, { count: number; deferred: (() => Promise<void>)[] }>();
 
-function trackedWeb(ort: OrtModule, backend: 'webgpu' | 'wasm', session: any): EngineSession {
+function trackedWeb(ort: OrtModule, backend: 'webgpu' | 'wasm', session: any, pieces: EngineSession['pieces']): EngineSession {
   let state = liveGpu.get(ort);
   if (!state) liveGpu.set(ort, (state = { count: 0, deferred: [] }));
   const st = state;
   if (backend === 'webgpu') st.count++;
   let released = false;
   return {
+    pieces,
     run: (feeds, fetches) => session.run(feeds, fetches),
     release: async () => {
       if (released) return;
@@ -84,16 +87,70 @@ async function pieceBytes(weights: ReadableWeightSet, p: Piece): Promise<Uint8Ar
   if (bytes) return bytes.subarray(p.start, p.end);
   const ranged = weights.ranged?.get(p.file);
   const data = ranged ? await ranged.readAsync(p.start, p.end - p.start) : weights.readRange?.(p.file, p.start, p.end - p.start);
-  if (!data || data.byteLength !== p.end - p.start) throw new LoupeError('SAFETENSORS_TRUNCATED', `${p.file}: could not read bytes ${p.start}–${p.end}.`, 'The file is damaged or incomplete: clear the cache and load the model again.', { file: p.file });
+  return checked(p, p.start, p.end - p.start, data);
+}
+
+function checked(p: Piece, start: number, length: number, data: Uint8Array | undefined): Uint8Array {
+  if (!data || data.byteLength !== length) throw new LoupeError('SAFETENSORS_TRUNCATED', `${p.file}: could not read bytes ${start}–${start + length}.`, 'The file is damaged or incomplete: clear the cache and load the model again.', { file: p.file });
   return data;
+}
+
+/** A synchronous range reader of a file not held in memory, where there is one (a file on disk; IndexedDB chunks in a worker). */
+function syncReader(weights: ReadableWeightSet, file: string): ((offset: number, length: number) => Uint8Array) | undefined {
+  if (weights.files.has(file)) return undefined; // in memory: the piece is a view, nothing to save
+  const ranged = weights.ranged?.get(file);
+  if (ranged) return (o, n) => ranged.read(o, n);
+  const read = weights.readRange;
+  if (read && weights.paths.has(file)) return (o, n) => read(file, o, n);
+  return undefined;
+}
+
+interface LazyPiece {
+  bytes: Uint8Array;
+  /** bytes handed out so far */
+  served: number;
+  /** the first read that failed (onnxruntime-web swallows it into a generic session error) */
+  error?: unknown;
+}
+
+/**
+ * A piece whose bytes are read only as onnxruntime-web copies each tensor out of it. onnxruntime-web
+ * keeps every external data buffer until the session exists, and (1.30) copies an initializer out
+ * of its buffer as `buffer.subarray(offset, offset + length)` into its heap or a GPU buffer, after
+ * checking the range against `byteLength`. A piece read whole costs the weights' bytes a second
+ * time in JS memory while the session is created, and until garbage collection after it
+ * (bench/memory.ts: 1.0 GB of JS buffers beside the 1.1 GB heap for the qwen2.5-0.5b shape). This
+ * piece is an empty Uint8Array (so onnxruntime-web takes it as bytes) whose byteLength is the
+ * range's and whose subarray reads that range from where the file is kept: one tensor at a time.
+ */
+function lazyPiece(p: Piece, read: (offset: number, length: number) => Uint8Array): LazyPiece {
+  const lazy: LazyPiece = { bytes: new Uint8Array(0), served: 0 };
+  const size = p.end - p.start;
+  Object.defineProperties(lazy.bytes, {
+    byteLength: { value: size },
+    subarray: {
+      value: (begin = 0, end = size) => {
+        try {
+          const data = checked(p, p.start + begin, end - begin, read(p.start + begin, end - begin));
+          lazy.served += data.byteLength;
+          return data;
+        } catch (e) {
+          lazy.error ??= e;
+          throw e;
+        }
+      },
+    },
+  });
+  return lazy;
 }
 
 /**
  * onnxruntime-web (browser worker, or WASM in Node): weights go in as external data buffers in
- * pieces under 2 GiB (pieces.ts), views of the files in memory or read by range from where they
- * are kept (IndexedDB chunks, a file on disk) — never a whole file at once. onnxruntime-web holds
- * every piece until the session exists and copies them into its heap; once `create` returns no
- * reference to a piece is left, so the read bytes are garbage.
+ * pieces under 2 GiB (pieces.ts). A piece of a file on disk or in IndexedDB is read tensor by
+ * tensor while onnxruntime-web copies it (lazyPiece); one that cannot be read synchronously, or
+ * whose tensors onnxruntime-web did not take through `subarray` (another version might not), is
+ * read whole first, by range (never a whole file at once); a file in memory is passed as views.
+ * Once `create` returns no reference to a piece is left.
  */
 export function webSessionFactory(ort: OrtModule, backend: 'webgpu' | 'wasm', gpu?: GpuCaps, extraOptions: Record<string, unknown> = {}): SessionFactory {
   return {
@@ -102,17 +159,24 @@ export function webSessionFactory(ort: OrtModule, backend: 'webgpu' | 'wasm', gp
     ...(backend === 'webgpu' && gpu ? { gpu } : {}),
     async create(graph, weights) {
       const { graphBytes, pieces } = pieceGraph(graph.bytes);
+      const options = { executionProviders: [backend], graphOptimizationLevel: 'all', ...precisionSessionOptions(graph.precision), ...extraOptions };
+      const lazy = pieces.map((p) => { const read = syncReader(weights, p.file); return read && lazyPiece(p, read); });
+      if (lazy.some(Boolean)) {
+        const made = await ort.InferenceSession.create(graphBytes, {
+          ...options,
+          externalData: await Promise.all(pieces.map(async (p, i) => ({ path: p.path, data: lazy[i]?.bytes ?? await pieceBytes(weights, p) }))),
+        }).catch((e) => {
+          if (!lazy.some((l) => l?.error)) throw e; // not a read of ours: the session's own error
+          return null; // a read failed (e.g. Blobs outside a worker): read the pieces whole below
+        });
+        if (made && pieces.every((p, i) => !lazy[i] || lazy[i]!.served >= p.used)) return trackedWeb(ort, backend, made, 'lazy');
+        await made?.release();
+      }
       const externalData: { path: string; data: Uint8Array }[] = [];
       for (const p of pieces) externalData.push({ path: p.path, data: await pieceBytes(weights, p) });
-      const session = await ort.InferenceSession.create(graphBytes, {
-        executionProviders: [backend],
-        externalData,
-        graphOptimizationLevel: 'all',
-        ...precisionSessionOptions(graph.precision),
-        ...extraOptions,
-      });
+      const session = await ort.InferenceSession.create(graphBytes, { ...options, externalData });
       externalData.length = 0; // should the runtime keep the options object, it keeps no piece
-      return trackedWeb(ort, backend, session);
+      return trackedWeb(ort, backend, session, 'whole');
     },
   };
 }
