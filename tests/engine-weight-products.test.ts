@@ -1,7 +1,8 @@
 /**
- * model.weightProducts (the readout graph DLA uses): every product equals the same product
- * computed in float64 from the Hugging Face tensors (Conv1D [in, out] on GPT-2, Linear [out, in]
- * on Llama), on onnxruntime-node and WASM, with any mix of given and absent (zero-length) inputs.
+ * model.weightProducts (the readout graph DLA uses, and the unembedding's rows and sum read in
+ * JavaScript): every product equals the same product computed in float64 from the Hugging Face
+ * tensors (Conv1D [in, out] on GPT-2, Linear [out, in] on Llama), on onnxruntime-node and WASM,
+ * with any mix of given and absent (zero-length) inputs.
  */
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import { loadModelNode } from '../src/node/load';
@@ -61,6 +62,14 @@ async function check(model: LoadedModel, m: Maps) {
   }
   const wantRows = Float64Array.from({ length: 2 * D }, (_, j) => m.WU(ids[Math.floor(j / D)], j % D));
   const wantSum = Float64Array.from({ length: D }, (_, d) => { let s = 0; for (let v = 0; v < V; v++) s += m.WU(v, d); return s; });
+
+  // the unembedding's products are read in JavaScript: no readout session (no second copy of W_U) for them
+  const sessions = model.memory().sessions;
+  const unembedOnly = await model.weightProducts({ unembedIds: ids, unembedSum: true });
+  expect(model.memory().sessions).toBe(sessions);
+  expect(maxRelErr(unembedOnly.unembedRows.data, wantRows)).toBe(0);
+  expect(maxRelErr(unembedOnly.unembedSum.data, wantSum)).toBeLessThan(1e-6);
+  expect(unembedOnly.attnX.dims).toEqual([L, 0, D]);
 
   const all = await model.weightProducts({
     z: { dims: [L, 1, HD], data: z }, post: { dims: [L, 1, M], data: post },

@@ -10,7 +10,7 @@ import type { Tensor } from './tensor';
 import type { WeightSet } from './safetensors-types';
 import { describeModel } from './arch';
 import { buildModelGraph, buildLensGraph, LENS_OUTPUTS, type BuiltGraph } from './graph/build-model';
-import { buildReadoutGraph, readoutFeeds, readoutResult, READOUT_OUTPUTS, type WeightProducts, type WeightProductsInput } from './graph/readout-graph';
+import { buildReadoutGraph, needsReadoutSession, readoutFeeds, readoutResult, unembedProducts, READOUT_OUTPUTS, type WeightProducts, type WeightProductsInput } from './graph/readout-graph';
 import { allHookNames, hookInfo, hookShape as shapeOfHook } from './graph/hooks';
 import { compileInterventions } from './runtime/interventions';
 import { buildFeeds } from './runtime/feeds';
@@ -278,8 +278,9 @@ class EngineModel implements LoadedModel {
     const next = this.queue.then(async () => {
       throwIfAborted(signal);
       const feeds = readoutFeeds(this.spec, input, (type, data, dims) => new this.factory.ort.Tensor(type, data, dims), this.info.backend === 'webgpu');
-      const { session } = await this.session('readout');
-      return readoutResult(await session.run(feeds, READOUT_OUTPUTS), input);
+      const unembed = unembedProducts(this.spec, this.parts.weights as ReadableWeightSet, input);
+      const out = needsReadoutSession(input) ? await (await this.session('readout')).session.run(feeds, READOUT_OUTPUTS) : undefined;
+      return readoutResult(this.spec, out, input, unembed);
     });
     this.queue = next.catch(() => undefined);
     return next;
@@ -306,7 +307,7 @@ class EngineModel implements LoadedModel {
         const precision = this.info.weights;
         const vocabRows = this.info.vocab_chunks > 1 ? Math.ceil(this.spec.dVocab / this.info.vocab_chunks) : undefined;
         const graph = kind === 'lens' ? buildLensGraph(this.spec, weights.tensors, undefined, precision, vocabRows)
-          : kind === 'readout' ? buildReadoutGraph(this.spec, weights.tensors, undefined, precision, vocabRows)
+          : kind === 'readout' ? buildReadoutGraph(this.spec, weights.tensors, undefined, precision)
           : buildModelGraph(this.spec, weights.tensors, { hooks: true, withResult: kind === 'result', sae: sae?.spec, lean, grad: grad && { hooks: grad }, weights: precision, vocabRows });
         if (this.factory.backend === 'wasm' && precision !== 'f32') await this.makeRoom(key, graph.weightBytes);
         const made = { graph, session: await this.factory.create(graph, weights) };

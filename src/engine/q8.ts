@@ -23,7 +23,7 @@ import type { ModelSpec, LinearRef } from './spec';
 import type { Q8Layout, TensorEntry, WeightSet } from './safetensors-types';
 
 export type { Q8Layout } from './safetensors-types';
-import { f16ToF32, readTensorBytes, type ReadableWeightSet } from './safetensors';
+import { f16ToF32, readEntryRange, readTensorBytes, type ReadableWeightSet } from './safetensors';
 import { LoupeError } from './errors';
 
 export const Q8_BLOCK = 32;
@@ -74,8 +74,8 @@ export function f32ToF16(v: number): number {
   return sign | r;
 }
 
-/** decode `n` values of a stored dtype starting at element `from` of `raw` into `out` */
-function decode(dtype: string, raw: Uint8Array, from: number, n: number, out: Float32Array): void {
+/** decode `n` values of a stored dtype (F16, BF16, F32) starting at element `from` of `raw` into `out` */
+export function decodeValues(dtype: string, raw: Uint8Array, from: number, n: number, out: Float32Array): void {
   if (dtype === 'F16') {
     const t = f16Values();
     for (let i = 0, b = 2 * from; i < n; i++, b += 2) out[i] = t[raw[b] | (raw[b + 1] << 8)];
@@ -131,14 +131,14 @@ export function quantizeMatrix(dtype: string, raw: Uint8Array, shape: number[], 
     // [out, in]: one row at a time; scale [out, nb, 1]
     const row = new Float32Array(C);
     for (let r = 0; r < R; r++) {
-      decode(dtype, raw, r * C, C, row);
+      decodeValues(dtype, raw, r * C, C, row);
       for (let b = 0; b < nb; b++) put(r * nb + b, row, b * block, 1, r * C + b * block, 1);
     }
   } else {
     // [in, out]: `block` rows at a time; scale [nb, 1, out]
     const rows = new Float32Array(block * C);
     for (let b = 0; b < nb; b++) {
-      decode(dtype, raw, b * block * C, block * C, rows);
+      decodeValues(dtype, raw, b * block * C, block * C, rows);
       for (let c = 0; c < C; c++) put(b * C + c, rows, c, C, b * block * C + c, C);
     }
   }
@@ -180,12 +180,28 @@ export function dequantizeQ8(weights: WeightSet, name: string): Float32Array {
   const t = f16Values();
   const s = (k: number) => t[sRaw[2 * k] | (sRaw[2 * k + 1] << 8)];
   const { axis, block } = e.q8;
+  if (axis === 1) return dequantizeQ8Rows(weights, e, 0, R);
   const out = new Float32Array(R * C);
-  if (axis === 1) {
-    const nb = C / block;
-    for (let r = 0; r < R; r++) for (let c = 0; c < C; c++) out[r * C + c] = q[r * C + c] * s(r * nb + Math.floor(c / block));
-  } else {
-    for (let r = 0; r < R; r++) for (let c = 0; c < C; c++) out[r * C + c] = q[r * C + c] * s(Math.floor(r / block) * C + c);
+  for (let r = 0; r < R; r++) for (let c = 0; c < C; c++) out[r * C + c] = q[r * C + c] * s(Math.floor(r / block) * C + c);
+  return out;
+}
+
+/**
+ * Rows [start, start + n) of a q8 matrix blocked along its rows (axis 1: [out, in], the vocabulary
+ * tables among them) as the session uses them, q · s, without the rest of the matrix. The product
+ * of an int8 and a float16 is exact in float32, so these equal the graph's values bit for bit.
+ */
+export function dequantizeQ8Rows(weights: ReadableWeightSet, e: TensorEntry, start: number, n: number): Float32Array {
+  if (!e.q8 || e.q8.axis !== 1) throw new Error(`dequantizeQ8Rows: ${e.name} is not a q8 matrix blocked along its rows`);
+  const C = e.shape[1], block = e.q8.block, nb = C / block;
+  const qb = readEntryRange(weights, e, start * C, n * C);
+  const q = new Int8Array(qb.buffer, qb.byteOffset, n * C);
+  const sRaw = readEntryRange(weights, e.q8.scale, 2 * start * nb, 2 * n * nb);
+  const t = f16Values();
+  const out = new Float32Array(n * C);
+  for (let k = 0; k < n * nb; k++) {
+    const sv = t[sRaw[2 * k] | (sRaw[2 * k + 1] << 8)];
+    for (let i = k * block; i < (k + 1) * block; i++) out[i] = q[i] * sv;
   }
   return out;
 }

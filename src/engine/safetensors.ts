@@ -183,19 +183,25 @@ function entryOf(weights: WeightSet, name: string): TensorEntry {
 /** Raw bytes of one tensor (a view into `files` when held in memory, else read via `readRange`). */
 export function readTensorBytes(weights: ReadableWeightSet, name: string): Uint8Array {
   const e = entryOf(weights, name);
+  return readEntryRange(weights, e, 0, e.byteLength);
+}
+
+/** Bytes [offset, offset + length) of a tensor's data (rows of a table without the whole table). */
+export function readEntryRange(weights: ReadableWeightSet, e: TensorEntry, offset: number, length: number): Uint8Array {
+  const start = e.fileOffset + offset;
   const bytes = weights.files.get(e.file);
-  if (bytes) return bytes.subarray(e.fileOffset, e.fileOffset + e.byteLength);
+  if (bytes) return bytes.subarray(start, start + length);
   const ranged = weights.ranged?.get(e.file);
   const read = ranged ? (o: number, n: number) => ranged.read(o, n)
     : weights.readRange && weights.paths.has(e.file) ? (o: number, n: number) => weights.readRange!(e.file, o, n) : undefined;
   if (read) {
-    const out = read(e.fileOffset, e.byteLength);
-    if (out.byteLength !== e.byteLength) {
-      throw new LoupeError('SAFETENSORS_TRUNCATED', `${e.file}: read ${out.byteLength} of ${e.byteLength} bytes of tensor "${name}".`, HINT_REDOWNLOAD, { file: e.file, tensor: name });
+    const out = read(start, length);
+    if (out.byteLength !== length) {
+      throw new LoupeError('SAFETENSORS_TRUNCATED', `${e.file}: read ${out.byteLength} of ${length} bytes of tensor "${e.name}".`, HINT_REDOWNLOAD, { file: e.file, tensor: e.name });
     }
     return out;
   }
-  throw new LoupeError('INTERNAL', `Bytes of ${e.file} (tensor "${name}") are not loaded and no reader is available.`, 'Load the model with loadModelFilesNode in Node, or keep the file bytes in WeightSet.files.');
+  throw new LoupeError('INTERNAL', `Bytes of ${e.file} (tensor "${e.name}") are not loaded and no reader is available.`, 'Load the model with loadModelFilesNode in Node, or keep the file bytes in WeightSet.files.');
 }
 
 /** float16 bits -> float32 value (handles subnormals, inf, NaN). */

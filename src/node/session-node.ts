@@ -10,9 +10,8 @@
 import { copyFileSync, linkSync, mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
-import { wrapOrtSession, type OrtModule, type SessionFactory } from '../engine/runtime/session';
+import { graphSessionOptions, wrapOrtSession, type OrtModule, type SessionFactory } from '../engine/runtime/session';
 import type { WeightSet } from '../engine/safetensors-types';
-import { precisionSessionOptions } from '../engine/precision';
 import { defaultCacheDir } from './dir-cache';
 import type { BuiltGraph } from '../engine/graph/build-model';
 import { cachedModelPath, dropEntry, optimizedKey, saveTarget, worthCaching } from './optimized-cache';
@@ -41,9 +40,8 @@ export function nodeSessionFactory(ort: OrtModule, threads?: number, extraOption
   const base = (graph: BuiltGraph): Record<string, any> => ({
     executionProviders: ['cpu'],
     graphOptimizationLevel: 'all',
-    ...precisionSessionOptions(graph.precision),
     ...(threads ? { intraOpNumThreads: threads } : {}),
-    ...extraOptions,
+    ...graphSessionOptions(graph, extraOptions),
   });
   /** session config entries added to the caller's */
   const withSession = (o: Record<string, any>, entries: Record<string, string>) => ({ ...o, extra: { ...o.extra, session: { ...o.extra?.session, ...entries } } });

@@ -1,16 +1,20 @@
 /**
- * The weight-products graph: the matrix products with the stored weights that direct logit
- * attribution needs once the forward has run, on the backend instead of in JavaScript (each one
- * is a pass over a weight matrix; in ORT they run multi-threaded and vectorised, with the weights
- * in the layout they are stored in, never copied or transposed). Inputs with a zero-length axis
- * cost nothing, so one graph serves every combination:
+ * The weight products direct logit attribution needs once the forward has run
+ * (LoadedModel.weightProducts). The products with W_O and W_out run on the backend in their own
+ * graph (each one is a pass over a weight matrix; in ORT they run multi-threaded and vectorised,
+ * with the weights in the layout they are stored in, never copied or transposed). Inputs with a
+ * zero-length axis cost nothing, so one graph serves every combination:
  *
  *   z          float [L, N, H·Dh]  → attn_x    [L, N, D]     z_l · W_O_l        (N = 0 or 1)
  *   post       float [L, P, M]     → mlp_x     [L, P, D]     post_l · W_out_l   (P = 0 or 1)
  *   attn_dirs  float [L, K, D]     → attn_dir  [L, K, H·Dh]  rows of W_O_l · e  (K directions per layer)
  *   mlp_dirs   float [L, K', D]    → mlp_dir   [L, K', M]    rows of W_out_l · e
- *   unembed_ids int64 [I]          → unembed_rows [I, D]    W_U[:, t] for each id
- *   sum_weights float [J, V]       → unembed_sum  [D]       Σ_j Σ_v w_jv W_U[:, v] (J = 1, ones: the vocabulary mean × V)
+ *
+ * The unembedding's are read in JavaScript (unembedProducts): W_U[:, t] for a few ids is a read
+ * of those rows, and Σ_v W_U[:, v] is needed once per model. W_U is the largest tensor; in the
+ * readout session it was a second copy beside the forward's (each onnxruntime session holds the
+ * weights it uses; bench/memory.ts: 0.27 of the 0.59 GB the readout session added to the
+ * qwen2.5-0.5b shape's peak on onnxruntime-node).
  *
  * (W_O, W_out, W_U in TransformerLens orientation: [H·Dh, D], [M, D], [D, V].)
  */
@@ -25,9 +29,10 @@ export type { WeightProducts, WeightProductsInput } from '../api';
 import type { OrtTensorLike } from '../runtime/session';
 import { LoupeError } from '../errors';
 import type { WeightPrecision } from '../precision';
-import { lookupRows, vocabChunks, weightedRowSum } from './vocab';
+import { readEntryRange, type ReadableWeightSet } from '../safetensors';
+import { decodeValues, dequantizeQ8Rows } from '../q8';
 
-export function buildReadoutGraph(spec: ModelSpec, tensors: Map<string, TensorEntry>, location: (file: string) => string = (f) => f, precision: WeightPrecision = 'f32', vocabRows?: number): BuiltGraph {
+export function buildReadoutGraph(spec: ModelSpec, tensors: Map<string, TensorEntry>, location: (file: string) => string = (f) => f, precision: WeightPrecision = 'f32'): BuiltGraph {
   const g = new OnnxGraph(location, precision);
   const entry = (name: string) => {
     const e = tensors.get(name);
@@ -56,17 +61,16 @@ export function buildReadoutGraph(spec: ModelSpec, tensors: Map<string, TensorEn
   stack(spec.layers.map((s, l) => forward(layerOf(post, l), s.mlp.down)), 'mlp_x');
   stack(spec.layers.map((s, l) => backward(layerOf(attnDirs, l), s.attn.o)), 'attn_dir');
   stack(spec.layers.map((s, l) => backward(layerOf(mlpDirs, l), s.mlp.down)), 'mlp_dir');
-  // the unembedding is stored [V, D] (the lens graph multiplies by its transpose), in vocabulary
-  // chunks (vocab.ts): the sum is a product with a row of ones, so no [V, D] float32 copy is gathered
-  const WU = vocabChunks(entry(spec.unembed.w), vocabRows);
-  g.rename(lookupRows(g, WU, g.input('unembed_ids', 'int64', ['I'])), 'unembed_rows');
-  g.output('unembed_rows');
-  g.rename(weightedRowSum(g, WU, g.input('sum_weights', 'float', ['J', spec.dVocab])), 'unembed_sum');
-  g.output('unembed_sum');
-  return { bytes: g.encode(), inputNames: g.inputNames(), outputNames: g.outputNames(), sites: [], precision, weightBytes: g.weightBytes() };
+  // no pre-packing: it keeps a packed copy of each float32 weight per Gemm (here two per weight,
+  // one per orientation) for products of one or two rows, where it gains nothing measurable
+  // (bench/memory.ts: it was 0.3 of the 0.5 GB this session added to the GPT-2-small shape at f32)
+  return { bytes: g.encode(), inputNames: g.inputNames(), outputNames: g.outputNames(), sites: [], precision, weightBytes: g.weightBytes(), sessionConfig: { disable_prepacking: '1' } };
 }
 
-export const READOUT_OUTPUTS = ['attn_x', 'mlp_x', 'attn_dir', 'mlp_dir', 'unembed_rows', 'unembed_sum'];
+export const READOUT_OUTPUTS = ['attn_x', 'mlp_x', 'attn_dir', 'mlp_dir'];
+
+/** whether an input asks for any product of the readout graph (else no session is needed) */
+export const needsReadoutSession = (input: WeightProductsInput): boolean => !!(input.z || input.post || input.attnDirs || input.mlpDirs);
 
 type MakeTensor = (type: 'float32' | 'int64', data: Float32Array | BigInt64Array, dims: number[]) => OrtTensorLike;
 
@@ -76,7 +80,7 @@ type MakeTensor = (type: 'float32' | 'int64', data: Float32Array | BigInt64Array
  * one row of zeros (a wasted product) and `readoutResult` drops what it gave.
  */
 export function readoutFeeds(spec: ModelSpec, input: WeightProductsInput, tensor: MakeTensor, noEmpty = false): Record<string, OrtTensorLike> {
-  const { nLayers: L, dModel: D, nHeads: H, dHead: Dh, dMlp: M, dVocab: V } = spec;
+  const { nLayers: L, dModel: D, nHeads: H, dHead: Dh, dMlp: M } = spec;
   const f = (name: string, t: Tensor | undefined, inner: number) => {
     if (!t) return noEmpty ? tensor('float32', new Float32Array(L * inner), [L, 1, inner]) : tensor('float32', new Float32Array(0), [L, 0, inner]);
     if (t.dims.length !== 3 || t.dims[0] !== L || t.dims[2] !== inner || t.data.length !== L * t.dims[1] * inner) {
@@ -84,30 +88,67 @@ export function readoutFeeds(spec: ModelSpec, input: WeightProductsInput, tensor
     }
     return tensor('float32', t.data, t.dims);
   };
-  const given = input.unembedIds ?? [];
-  for (const id of given) if (!Number.isInteger(id) || id < 0 || id >= V) throw new LoupeError('BAD_TOKEN_ID', `Token id ${id} is outside the vocabulary (0..${V - 1}).`);
-  const ids = given.length === 0 && noEmpty ? [0] : given;
-  const sumRows = input.unembedSum ? 1 : noEmpty ? 1 : 0;
-  const sumWeights = new Float32Array(sumRows * V).fill(input.unembedSum ? 1 : 0);
   return {
     z: f('z', input.z, H * Dh),
     post: f('post', input.post, M),
     attn_dirs: f('attnDirs', input.attnDirs, D),
     mlp_dirs: f('mlpDirs', input.mlpDirs, D),
-    unembed_ids: tensor('int64', BigInt64Array.from(ids.map(BigInt)), [ids.length]),
-    sum_weights: tensor('float32', sumWeights, [sumRows, V]),
   };
 }
 
-/** the products asked for (with `noEmpty`, what the zero rows gave is dropped: empty, or zeros for unembedSum) */
-export function readoutResult(out: Record<string, OrtTensorLike>, input: WeightProductsInput): WeightProducts {
-  const t = (name: string, given: boolean): Tensor => {
-    const dims = [...out[name].dims];
-    if (given) return { dims, data: out[name].data as Float32Array };
-    return name === 'unembed_sum' ? { dims, data: new Float32Array(dims[0]) } : { dims: dims.map((d, i) => (i === dims.length - 2 ? 0 : d)), data: new Float32Array(0) };
+/**
+ * The products asked for: the readout graph's (`out`: its outputs; absent when none was asked
+ * for, so no session ran) and the unembedding's. With `noEmpty`, what the zero rows gave is dropped.
+ */
+export function readoutResult(spec: ModelSpec, out: Record<string, OrtTensorLike> | undefined, input: WeightProductsInput, unembed: Pick<WeightProducts, 'unembedRows' | 'unembedSum'>): WeightProducts {
+  const { nLayers: L, dModel: D, nHeads: H, dHead: Dh, dMlp: M } = spec;
+  const t = (name: string, given: boolean, inner: number): Tensor => {
+    if (given && out) return { dims: [...out[name].dims], data: out[name].data as Float32Array };
+    return { dims: [L, 0, inner], data: new Float32Array(0) };
   };
   return {
-    attnX: t('attn_x', !!input.z), mlpX: t('mlp_x', !!input.post), attnDir: t('attn_dir', !!input.attnDirs), mlpDir: t('mlp_dir', !!input.mlpDirs),
-    unembedRows: t('unembed_rows', (input.unembedIds ?? []).length > 0), unembedSum: t('unembed_sum', !!input.unembedSum),
+    attnX: t('attn_x', !!input.z, D), mlpX: t('mlp_x', !!input.post, D), attnDir: t('attn_dir', !!input.attnDirs, H * Dh), mlpDir: t('mlp_dir', !!input.mlpDirs, M),
+    ...unembed,
   };
+}
+
+/**
+ * Rows [start, start + n) of the unembedding table W_U (stored [V, D]) as the sessions use them, in
+ * float32: 16-bit values widened (exact, as the graph's Cast), q8 rows as q · s (exact as well).
+ * Read from the weight bytes by range (a file on disk or in IndexedDB is not read whole).
+ */
+function unembedTableRows(weights: ReadableWeightSet, e: TensorEntry, start: number, n: number): Float32Array {
+  if (e.q8) return dequantizeQ8Rows(weights, e, start, n);
+  const D = e.shape[1];
+  const width = e.byteLength / (e.shape[0] * D);
+  const out = new Float32Array(n * D);
+  decodeValues(e.dtype, readEntryRange(weights, e, start * D * width, n * D * width), 0, n * D, out);
+  return out;
+}
+
+/** rows of the table read at once for the vocabulary sum: about 16 MB of float32 */
+const SUM_CHUNK_BYTES = 16 * 1024 ** 2;
+
+/**
+ * The unembedding's products, in JavaScript: unembedRows [I, D] = W_U[:, id] for each id (ids
+ * validated: BAD_TOKEN_ID), unembedSum [D] = Σ_v W_U[:, v] (accumulated in float64, the table read
+ * a chunk of rows at a time; zeros when not asked for).
+ */
+export function unembedProducts(spec: ModelSpec, weights: ReadableWeightSet, input: WeightProductsInput): Pick<WeightProducts, 'unembedRows' | 'unembedSum'> {
+  const { dModel: D, dVocab: V } = spec;
+  const ids = input.unembedIds ?? [];
+  for (const id of ids) if (!Number.isInteger(id) || id < 0 || id >= V) throw new LoupeError('BAD_TOKEN_ID', `Token id ${id} is outside the vocabulary (0..${V - 1}).`);
+  const e = weights.tensors.get(spec.unembed.w)!;
+  const rows = new Float32Array(ids.length * D);
+  ids.forEach((id, i) => rows.set(unembedTableRows(weights, e, id, 1), i * D));
+  const sum = new Float64Array(D);
+  if (input.unembedSum) {
+    const chunk = Math.max(1, Math.floor(SUM_CHUNK_BYTES / (4 * D)));
+    for (let start = 0; start < V; start += chunk) {
+      const n = Math.min(chunk, V - start);
+      const x = unembedTableRows(weights, e, start, n);
+      for (let r = 0; r < n; r++) for (let d = 0, o = r * D; d < D; d++) sum[d] += x[o + d];
+    }
+  }
+  return { unembedRows: { dims: [ids.length, D], data: rows }, unembedSum: { dims: [D], data: Float32Array.from(sum) } };
 }

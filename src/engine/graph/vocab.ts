@@ -79,23 +79,3 @@ export function unembedRows(g: OnnxGraph, chunks: TensorEntry[], bias: TensorEnt
   }
   return parts.length === 1 ? parts[0] : g.o('Concat', parts, { axis: 1 });
 }
-
-/**
- * w [J, V] → w · W_U [J, D] summed over J → [D]: with one row of ones, the sum of every row of the
- * table (the unembedding's vocabulary mean × V for DLA), chunk by chunk like unembedRows; with J = 0
- * it costs nothing and gives zeros.
- */
-export function weightedRowSum(g: OnnxGraph, chunks: TensorEntry[], w: string): string {
-  let sum = '';
-  let after = w;
-  let start = 0;
-  for (const c of chunks) {
-    const n = c.shape[0];
-    const wc = chunks.length === 1 ? w : g.o('Slice', [w, g.constI([start]), g.constI([start + n]), g.constI([1])]);
-    const y = g.o('Gemm', [wc, g.weight(c, after)]); // `j v, v d -> j d`
-    sum = sum ? g.o('Add', [sum, y]) : y;
-    after = y;
-    start += n;
-  }
-  return g.o('ReduceSum', [sum, g.constI([0])], { keepdims: 0 });
-}

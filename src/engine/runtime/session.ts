@@ -41,6 +41,16 @@ export interface SessionFactory {
   create(graph: BuiltGraph, weights: WeightSet): Promise<EngineSession>;
 }
 
+/**
+ * onnxruntime options for a graph: its precision's (precision.ts) and its own config entries
+ * (BuiltGraph.sessionConfig), under the caller's `extraOptions` (the bench measures options).
+ */
+export function graphSessionOptions(graph: BuiltGraph, extraOptions: Record<string, any> = {}): Record<string, any> {
+  const o: Record<string, any> = { ...precisionSessionOptions(graph.precision), ...extraOptions };
+  if (graph.sessionConfig) o.extra = { ...o.extra, session: { ...graph.sessionConfig, ...o.extra?.session } };
+  return o;
+}
+
 function wrap(session: any): EngineSession {
   return {
     run: (feeds, fetches) => session.run(feeds, fetches),
@@ -152,14 +162,14 @@ function lazyPiece(p: Piece, read: (offset: number, length: number) => Uint8Arra
  * read whole first, by range (never a whole file at once); a file in memory is passed as views.
  * Once `create` returns no reference to a piece is left.
  */
-export function webSessionFactory(ort: OrtModule, backend: 'webgpu' | 'wasm', gpu?: GpuCaps, extraOptions: Record<string, unknown> = {}): SessionFactory {
+export function webSessionFactory(ort: OrtModule, backend: 'webgpu' | 'wasm', gpu?: GpuCaps, extraOptions: Record<string, any> = {}): SessionFactory {
   return {
     backend,
     ort,
     ...(backend === 'webgpu' && gpu ? { gpu } : {}),
     async create(graph, weights) {
       const { graphBytes, pieces } = pieceGraph(graph.bytes);
-      const options = { executionProviders: [backend], graphOptimizationLevel: 'all', ...precisionSessionOptions(graph.precision), ...extraOptions };
+      const options = { executionProviders: [backend], graphOptimizationLevel: 'all', ...graphSessionOptions(graph, extraOptions) };
       const lazy = pieces.map((p) => { const read = syncReader(weights, p.file); return read && lazyPiece(p, read); });
       if (lazy.some(Boolean)) {
         const made = await ort.InferenceSession.create(graphBytes, {
