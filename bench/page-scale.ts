@@ -1,5 +1,5 @@
 /**
- * `tsx bench/page-scale.ts [shape] [--weights stored|f32] [--keep]` (after `npx vite build`)
+ * `tsx bench/page-scale.ts [shape] [--weights stored|f32|q8] [--backend wasm|webgpu] [--keep]` (after `npx vite build`)
  *
  * A bench:scale shape in the real page, in Debian's headless Chromium (playwright-core, never a
  * downloaded browser), on WASM, loaded from a loopback Hub stand-in (tests/helpers/hub-server.ts):
@@ -17,7 +17,7 @@
  */
 import { spawnSync } from 'node:child_process';
 import { createServer } from 'node:http';
-import { existsSync, readdirSync, readFileSync, rmSync, statSync, createReadStream } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, rmSync, createReadStream } from 'node:fs';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import { chromium } from 'playwright-core';
@@ -27,6 +27,8 @@ import { CHROMIUM_ARGS } from '../playwright.config';
 import { loadModelFilesNode } from '../src/node/load-files-node';
 import { describeModel } from '../src/engine/arch';
 import { buildModelGraph } from '../src/engine/graph/build-model';
+import { pieceGraph, type Piece } from '../src/engine/runtime/pieces';
+import { q8WeightSet } from '../src/engine/q8';
 import type { WeightPrecision } from '../src/engine/precision';
 import { ROOT } from './lib';
 import { SHAPES, generate } from './scale';
@@ -53,16 +55,25 @@ async function fromMemory(browser: import('playwright-core').Browser, dir: strin
   const spec = describeModel({ config: files.config as Record<string, any>, tensors: files.weights.tensors });
   // the graph the page built: same precision, same vocabulary split (model.ts)
   const vocabRows = vocabChunks > 1 ? Math.ceil(spec.dVocab / vocabChunks) : undefined;
-  const graph = buildModelGraph(spec, files.weights.tensors, { hooks: true, withResult: false, weights: precision, vocabRows });
-  const [weightFile, weightPath] = [...files.weights.paths][0];
+  // at q8 the quantised matrices are in-memory files, as in the page (model.ts)
+  const weights = precision === 'q8' ? q8WeightSet(files.weights, spec) : files.weights;
+  const graph = buildModelGraph(spec, weights.tensors, { hooks: true, withResult: false, weights: precision, vocabRows });
+  // the weights in the pieces the page feeds (runtime/pieces.ts: under 2 GiB each, llama's 2.47 GB file is three)
+  const { graphBytes, pieces } = pieceGraph(graph.bytes);
+  const send = (p: Piece, res: import('node:http').ServerResponse) => {
+    const mem = weights.files.get(p.file);
+    if (mem) return void res.end(mem.subarray(p.start, p.end));
+    createReadStream(weights.paths.get(p.file)!, { start: p.start, end: p.end - 1 }).pipe(res);
+  };
   const ortDir = path.join(ROOT, 'node_modules', 'onnxruntime-web', 'dist');
   const h = { 'Cross-Origin-Opener-Policy': 'same-origin', 'Cross-Origin-Embedder-Policy': 'require-corp', 'Cross-Origin-Resource-Policy': 'same-origin' };
   const html = `<!doctype html><script type="module">import * as ort from '/ort/ort.bundle.min.mjs'; window.ort = ort; window.ready = true;</script>`;
   const server = createServer((req, res) => {
     const url = (req.url ?? '/').split('?')[0];
     if (url === '/') { res.writeHead(200, { ...h, 'Content-Type': 'text/html' }); return void res.end(html); }
-    if (url === '/graph.onnx') { res.writeHead(200, { ...h, 'Content-Type': 'application/octet-stream' }); return void res.end(graph.bytes); }
-    if (url === `/${weightFile}`) { res.writeHead(200, { ...h, 'Content-Length': statSync(weightPath).size }); return void createReadStream(weightPath).pipe(res); }
+    if (url === '/graph.onnx') { res.writeHead(200, { ...h, 'Content-Type': 'application/octet-stream' }); return void res.end(graphBytes); }
+    const piece = pieces.find((p) => url === `/${p.path}`);
+    if (piece) { res.writeHead(200, { ...h, 'Content-Length': piece.end - piece.start }); return send(piece, res); }
     const m = /^\/ort\/([\w.-]+)$/.exec(url);
     if (m && existsSync(path.join(ortDir, m[1]))) { res.writeHead(200, { ...h, 'Content-Type': m[1].endsWith('.wasm') ? 'application/wasm' : 'text/javascript' }); return void res.end(readFileSync(path.join(ortDir, m[1]))); }
     res.writeHead(404, h); res.end();
@@ -72,18 +83,19 @@ async function fromMemory(browser: import('playwright-core').Browser, dir: strin
     const page = await browser.newPage();
     await page.goto(`http://127.0.0.1:${(server.address() as { port: number }).port}/`);
     await page.waitForFunction(() => (window as any).ready === true);
-    const ms = await page.evaluate(async ({ weightFile, threads }) => {
+    const ms = await page.evaluate(async ({ paths, threads }) => {
       const ort = (window as any).ort;
       ort.env.wasm.numThreads = threads;
       ort.env.wasm.wasmPaths = '/ort/';
       const graph = new Uint8Array(await (await fetch('/graph.onnx')).arrayBuffer());
-      const data = new Uint8Array(await (await fetch('/' + weightFile)).arrayBuffer());
+      const externalData = [];
+      for (const path of paths) externalData.push({ path, data: new Uint8Array(await (await fetch('/' + path)).arrayBuffer()) });
       const t0 = performance.now();
-      const s = await ort.InferenceSession.create(graph, { executionProviders: ['wasm'], graphOptimizationLevel: 'all', externalData: [{ path: weightFile, data }] });
+      const s = await ort.InferenceSession.create(graph, { executionProviders: ['wasm'], graphOptimizationLevel: 'all', externalData });
       const t = performance.now() - t0;
       await s.release();
       return t;
-    }, { weightFile, threads: 2 });
+    }, { paths: pieces.map((p) => p.path), threads: 2 });
     await page.close();
     return ms;
   } finally {
@@ -99,8 +111,10 @@ async function main() {
   const shape = SHAPES.find((s) => s.name === name)!;
   const dir = path.join(tmpdir(), 'loupe-page-scale', shape.name);
   if (!existsSync(path.join(dir, 'model.safetensors'))) generate(shape, dir);
-  if (!existsSync(path.join(ROOT, 'dist', 'index.html'))) throw new Error('build the page first: npx vite build');
-  const site = await serveWorkbench(0);
+  // LOUPE_PAGE_DIST: a page built elsewhere (`npx vite build --outDir DIR`), so a long run is not disturbed by rebuilding dist/
+  const dist = process.env.LOUPE_PAGE_DIST ?? path.join(ROOT, 'dist');
+  if (!existsSync(path.join(dist, 'index.html'))) throw new Error('build the page first: npx vite build');
+  const site = await serveWorkbench(0, dist);
   const hub = await startHubServer();
   hub.addRepo(`bench/${shape.name}`, dir);
   const browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS });
@@ -117,6 +131,10 @@ async function main() {
         a.setWeights(weights);
         void a.models.load({ kind: 'hub', id, revision: 'main', endpoint });
       }, { id: `bench/${shape.name}`, endpoint: hub.url, weights });
+      // above 1 GB the page asks before downloading: the bench gives the click at once (loadMs
+      // includes the wait, one animation frame of polling)
+      await page.waitForFunction(() => { const m = (globalThis as any).__loupe.models; return m.preview !== null || m.status !== 'loading'; }, null, { timeout: 600_000 });
+      await page.evaluate(() => { const m = (globalThis as any).__loupe.models; if (m.preview?.waiting) m.answerPreview(true); });
       await page.waitForFunction((id) => { const a = (globalThis as any).__loupe; return a.models.model?.info.id === id && a.modelStatus === 'ready'; }, `bench/${shape.name}`, { timeout: 1_800_000 });
       return page.evaluate(() => (globalThis as any).__loupe.models.model.loadMs as number);
     };

@@ -140,3 +140,56 @@ test('a forced low tensor limit splits the vocabulary on WebGPU: same numbers as
     rm.cleanup();
   }
 });
+
+test('q8 on WebGPU: induction-gpt2 and a split F16 gemma2 agree with WASM q8, and a trace equals the CLI\'s q8 trace', async ({ page, site, hub }) => {
+  test.setTimeout(420_000);
+  const repo = 'loupe-test/induction-gpt2-q8';
+  hub.addRepo(repo, join(SHARED_MODELS, 'induction-gpt2'));
+  // gemma2 (embedding scale, soft-caps, sliding window), F16, tied table; ?tensor_bytes=2000 → 9 chunks of int8 rows
+  const rm = makeCaseModel(ALL_FAMILY_CASES.find((c) => c.name === 'gemma2-softcap-window')!, { dtype: 'F16' });
+  const gemma = 'loupe-test/gemma2-f16-q8';
+  hub.addRepo(gemma, rm.dir);
+  try {
+    await openReady(page, `${site.url}?tensor_bytes=2000`);
+    await requireWebGpu(page);
+    await page.locator('#weights').selectOption('q8');
+    await waitModelReady(page, 120_000);
+    await page.locator('#backend').selectOption('webgpu');
+    await waitModelReady(page, 120_000);
+    for (const [id, prompt] of [[repo, 'xq7#kLm2xq7#kLm2xq7#'], [gemma, 'the cat sat on the mat']]) {
+      await page.getByRole('tab', { name: 'Hub' }).click();
+      if (!(await page.getByTestId('hub-endpoint').isVisible())) await page.getByRole('button', { name: /show endpoint/i }).click();
+      await page.getByTestId('hub-endpoint').fill(hub.url);
+      await page.getByTestId('hub-endpoint').dispatchEvent('change');
+      await page.getByTestId('hub-id').fill(id);
+      await page.getByTestId('load-hub').click();
+      await page.waitForFunction((m) => (globalThis as any).__loupe.model?.info.id === m && (globalThis as any).__loupe.modelStatus === 'ready', id, { timeout: 120_000 });
+      const info = await page.evaluate(() => (globalThis as any).__loupe.model.info);
+      expect(info.backend).toBe('webgpu');
+      expect(info.weights).toBe('q8');
+      expect(info.weights_reason).toMatch(/float32 scale/);
+      await expect(page.getByTestId('status-dtype')).toContainText('q8');
+      await page.getByTestId('prompt').fill(prompt);
+      await agreement(page, `${id} q8`);
+    }
+    // more chunks than one WebGPU Concat may take (7): the unembedding concatenates in groups
+    expect(await page.evaluate(() => (globalThis as any).__loupe.model.info.vocab_chunks)).toBe(9);
+    await shotWidthsThemes(page, 'doctor-webgpu-q8');
+
+    // the trace (forward, DLA readout over dequantised W_O, W_out, W_U) equals the CLI's q8 run on WASM
+    await page.getByTestId('tab-trace').click();
+    await page.locator('#p-trace-top_k').fill('20');
+    await runOp(page, 'trace', { timeout: 120_000 });
+    const doc = await pageDoc(page, 'trace');
+    expect(doc.model.backend).toBe('webgpu');
+    expect(doc.model.weights).toBe('q8');
+    const cli = JSON.parse(execFileSync(process.execPath, ['bin/loupe.mjs', 'trace', rm.dir, 'the cat sat on the mat', '--json', '--top-k', '20', '--weights', 'q8', '--backend', 'wasm'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }));
+    let dh = 0;
+    doc.head_attribution.forEach((row: number[], l: number) => row.forEach((v, h) => (dh = Math.max(dh, Math.abs(v - cli.head_attribution[l][h])))));
+    expect(doc.top_predictions.map((p: any) => p.token_id)).toEqual(cli.top_predictions.map((p: any) => p.token_id));
+    console.log(`[e2e] gemma2 F16 q8 on webgpu (9 chunks) vs CLI q8 on wasm: max |Δ| head attribution ${dh.toExponential(2)}`);
+    expect(dh).toBeLessThan(1e-4);
+  } finally {
+    rm.cleanup();
+  }
+});

@@ -11,11 +11,14 @@ import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import { mkdtempSync, writeFileSync, rmSync, linkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
-import { loadModelNode } from '../src/node/load';
+import { loadModelNode, nodeFactory } from '../src/node/load';
+import { createModel, modelPartsFrom } from '../src/engine/model';
+import type { BudgetLimits } from '../src/engine/budget';
 import type { LoadedModel } from '../src/engine/api';
 import { buildModelGraph } from '../src/engine/graph/build-model';
 import { describeModel } from '../src/engine/arch';
-import { q8WeightSet } from '../src/engine/q8';
+import { q8WeightSet, q8ForWebGpu } from '../src/engine/q8';
+import onnxProto from 'onnx-proto';
 import { choosePrecision, choosePrecisionOnGpu, parseWeightsMode } from '../src/engine/precision';
 import { loadModelFilesNode } from '../src/node/load-files-node';
 import { modelBlockOf } from '../src/schema/common';
@@ -63,7 +66,9 @@ function q8Reference(rm: RandomModel): RefModel {
 // learned positions + Conv1D + tied (gpt2), untied lm_head + pos embed per-channel (gpt2 F16 32-wide),
 // GQA + SwiGLU (llama), fused NeoX qkv + parallel residual, embedding scale + soft-caps (gemma2), q/k norms (qwen3)
 // split: the vocabulary tables in chunks (graph/vocab.ts), forced small: each chunk takes its own rows of the scales
-const CASES: { name: string; dtype: 'F16' | 'BF16' | 'F32'; backend: 'node' | 'wasm'; split?: boolean }[] = [
+// gpuForm: the WebGPU form (q8.ts q8ForWebGpu: DequantizeLinear, float32 scales), run here on
+// onnxruntime-web's WASM through a factory that declares a WebGPU adapter without shader-f16
+const CASES: { name: string; dtype: 'F16' | 'BF16' | 'F32'; backend: 'node' | 'wasm'; split?: boolean; gpuForm?: boolean }[] = [
   { name: 'gpt2-tied', dtype: 'F16', backend: 'node' },
   { name: 'gpt2-tied', dtype: 'F16', backend: 'node', split: true },
   { name: 'llama3-rope-untied-bias', dtype: 'F32', backend: 'wasm', split: true },
@@ -74,16 +79,26 @@ const CASES: { name: string; dtype: 'F16' | 'BF16' | 'F32'; backend: 'node' | 'w
   { name: 'qwen3-qk-norm', dtype: 'F16', backend: 'node' },
   { name: 'llama3-rope-untied-bias', dtype: 'F16', backend: 'wasm' },
   { name: 'gpt2-tied', dtype: 'BF16', backend: 'wasm' },
+  { name: 'gpt2-tied', dtype: 'F16', backend: 'wasm', gpuForm: true },
+  { name: 'gemma2-softcap-window', dtype: 'F16', backend: 'wasm', split: true, gpuForm: true },
 ];
 
-describe.each(CASES)('q8 weights vs the float64 reference on the test-quantised weights: $name $dtype $backend split=$split', ({ name, dtype, backend, split }) => {
+/** a model loaded the way loadModelNode does, but its factory declaring a WebGPU adapter (so q8 takes the WebGPU form) */
+async function loadGpuForm(dir: string, memory: BudgetLimits): Promise<LoadedModel> {
+  const files = await loadModelFilesNode(dir);
+  const factory = { ...(await nodeFactory('wasm')), gpu: { shaderF16: false, maxBufferBytes: 2 ** 30 } };
+  return createModel(modelPartsFrom(files, { bundled: false, id: dir, memory, weightsMode: 'q8' }), factory);
+}
+
+describe.each(CASES)('q8 weights vs the float64 reference on the test-quantised weights: $name $dtype $backend split=$split gpuForm=$gpuForm', ({ name, dtype, backend, split, gpuForm }) => {
   const c = ALL_FAMILY_CASES.find((x) => x.name === name)!;
   let rm: RandomModel;
   let model: LoadedModel;
   beforeAll(async () => {
     rm = makeCaseModel(c, { dtype });
     const [V, D] = [rm.config.vocab_size as number, (rm.config.hidden_size ?? rm.config.n_embd) as number];
-    model = await loadModelNode(rm.dir, { weights: 'q8', backend, ...(split ? { memory: { tensorBytes: Math.floor((V * D * 4) / 3.5) } } : {}) });
+    const memory = split ? { tensorBytes: Math.floor((V * D * 4) / 3.5) } : {};
+    model = gpuForm ? await loadGpuForm(rm.dir, memory) : await loadModelNode(rm.dir, { weights: 'q8', backend, memory });
     expect(model.info.vocab_chunks).toBe(split ? 4 : 1);
   });
   afterAll(async () => {
@@ -147,6 +162,45 @@ describe('q8 weights stay 8-bit inside onnxruntime', () => {
       rmSync(dir, { recursive: true, force: true });
     }
   });
+
+  it('the WebGPU form too: int8 matrices widened by DequantizeLinear (no int8 Cast), float32 scales, no float16 left', async () => {
+    const rm = makeCaseModel(ALL_FAMILY_CASES.find((x) => x.name === 'llama3-rope-untied-bias')!, { dtype: 'F16' });
+    const dir = mkdtempSync(path.join(tmpdir(), 'loupe-q8-'));
+    try {
+      const files = await loadModelFilesNode(rm.dir);
+      const spec = describeModel({ config: files.config as Record<string, any>, tensors: files.weights.tensors });
+      const ws = q8ForWebGpu(q8WeightSet(files.weights, spec));
+      const graph = buildModelGraph(spec, ws.tensors, { hooks: true, withResult: false, weights: 'q8' });
+      const model = (onnxProto as any).onnx.ModelProto.decode(graph.bytes);
+      const int8 = new Set<string>(model.graph.initializer.filter((t: any) => t.dataType === 3).map((t: any) => t.name));
+      expect(int8.size).toBeGreaterThan(5);
+      // every int8 weight reaches a float only through DequantizeLinear (a Reshape view, or a Gather of rows, in between)
+            const consumers = (x: string) => model.graph.node.filter((n: any) => n.input.includes(x));
+      for (const w of int8) {
+        for (let c of consumers(w)) {
+          while (c.opType === 'Reshape' || c.opType === 'Gather') c = consumers(c.output[0])[0];
+          expect(c.opType).toBe('DequantizeLinear');
+        }
+      }
+      linkSync(path.join(rm.dir, 'model.safetensors'), path.join(dir, 'model.safetensors'));
+      for (const [f, bytes] of ws.files) if (f.startsWith('loupe-q8-')) writeFileSync(path.join(dir, f), bytes);
+      writeFileSync(path.join(dir, 'model.onnx'), graph.bytes);
+      const { byType } = await optimizedGraphStats(path.join(dir, 'model.onnx'));
+      const matrices = [...files.weights.tensors.values()].filter((t) => t.shape.length === 2);
+      expect(byType[3]).toBe(matrices.reduce((a, t) => a + t.shape[0] * t.shape[1], 0));
+      const scales = [...ws.tensors.values()].filter((t) => t.q8).reduce((a, t) => a + t.q8!.scale.shape.reduce((x, y) => x * y, 1), 0);
+      expect([...ws.tensors.values()].filter((t) => t.q8).every((t) => t.q8!.scale.dtype === 'F32' && t.q8!.dequantize)).toBe(true);
+      // float32: the scales, the other weights (norms, biases: widened, no float16 is left for a
+      // shader without shader-f16), the DequantizeLinear ones and the graph's own small constants; no widened matrix
+      const others = [...files.weights.tensors.values()].filter((t) => t.shape.length !== 2).reduce((a, t) => a + t.shape.reduce((x, y) => x * y, 1), 0);
+      expect(byType[10] ?? 0).toBe(0);
+      expect(byType[1] ?? 0).toBeGreaterThanOrEqual(scales + others);
+      expect((byType[1] ?? 0) - scales - others).toBeLessThan(2000);
+    } finally {
+      rm.cleanup();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
 });
 
 describe('a WASM heap too small for two sessions side by side', () => {
@@ -188,9 +242,8 @@ describe('the q8 option', () => {
   it('bad modes and unquantisable weights are structured errors with a hint', async () => {
     expect(() => parseWeightsMode('Q8')).toThrow(expect.objectContaining({ code: 'BAD_INPUT', hint: expect.stringMatching(/q8/) }));
     expect(() => parseWeightsMode('int8')).toThrow(expect.objectContaining({ code: 'BAD_INPUT' }));
-    // WebGPU does not take q8 (the page's WebGPU backend): refused before any download, naming what runs it
-    expect(() => choosePrecisionOnGpu('q8', { nParams: 1e6, byDtype: { F16: 1e6 }, storedBytes: 2e6 }, { shaderF16: true }))
-      .toThrow(expect.objectContaining({ code: 'UNSUPPORTED_CONFIG', hint: expect.stringMatching(/WASM/) }));
+    // WebGPU takes q8 with or without shader-f16 (its form has float32 scales)
+    for (const shaderF16 of [true, false]) expect(choosePrecisionOnGpu('q8', { nParams: 1e6, byDtype: { F16: 1e6 }, storedBytes: 2e6 }, { shaderF16 }).precision).toBe('q8');
     // a matrix stored as integers cannot be quantised from floats
     const rm = makeCaseModel(ALL_FAMILY_CASES.find((x) => x.name === 'llama-gqa-tied')!, { dtype: 'F16' });
     try {

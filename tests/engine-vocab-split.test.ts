@@ -11,6 +11,13 @@ import { loadModelNode } from '../src/node/load';
 import type { LoadedModel } from '../src/engine/api';
 import { chooseVocabSplit, choosePrecisionOnGpu, WIDEN_CHUNK_BYTES } from '../src/engine/precision';
 import { gpuCaps } from '../src/engine/env';
+import onnxProto from 'onnx-proto';
+import { loadModelFilesNode } from '../src/node/load-files-node';
+import { describeModel } from '../src/engine/arch';
+import { buildModelGraph } from '../src/engine/graph/build-model';
+import { buildReadoutGraph } from '../src/engine/graph/readout-graph';
+import { CONCAT_MAX_INPUTS } from '../src/engine/graph/onnx-builder';
+import { operations } from '../src/ops/index';
 import { ALL_FAMILY_CASES, makeCaseModel, caseTokens, referenceForward, compareHooks, maxAbsDiff, type RandomModel } from './reference';
 
 const TOL = 1e-4;
@@ -134,6 +141,44 @@ describe('when the vocabulary is split', () => {
     // the smaller of the two limits wins
     expect(chooseVocabSplit(llama, 'stored', 1024 ** 3).reason).toMatch(/widened/);
     expect(chooseVocabSplit(llama, 'stored', 16 * 1024 ** 2).chunks).toBe(Math.ceil((128256 * 2048 * 4) / (16 * 1024 ** 2)));
+  });
+});
+
+describe('many chunks (Gemma-2-2B widened at use: 36)', () => {
+  it('no Concat takes more than 7 inputs (WebGPU binds at most 8 storage buffers per shader), and the numbers equal the unsplit graph', async () => {
+    const c = ALL_FAMILY_CASES.find((x) => x.name === 'llama-gqa-tied')!;
+    const rm = makeCaseModel(c, { dtype: 'F16' });
+    const V = rm.config.vocab_size as number, D = rm.config.hidden_size as number;
+    // one or two rows per chunk: far more chunks than one Concat may take
+    const split = await loadModelNode(rm.dir, { backend: 'wasm', weights: 'stored', memory: { tensorBytes: 2 * D * 4 } });
+    const whole = await loadModelNode(rm.dir, { backend: 'wasm', weights: 'stored' });
+    try {
+      expect(split.info.vocab_chunks).toBe(Math.ceil(V / 2));
+      expect(split.info.vocab_chunks).toBeGreaterThan(CONCAT_MAX_INPUTS);
+      const files = await loadModelFilesNode(rm.dir);
+      const spec = describeModel({ config: files.config as Record<string, any>, tensors: files.weights.tensors });
+      for (const graph of [
+        buildModelGraph(spec, files.weights.tensors, { hooks: true, withResult: false, weights: 'stored', vocabRows: 2 }),
+        buildReadoutGraph(spec, files.weights.tensors, undefined, 'stored', 2),
+      ]) {
+        const nodes = (onnxProto as any).onnx.ModelProto.decode(graph.bytes).graph.node as { opType: string; input: string[] }[];
+        const concats = nodes.filter((n) => n.opType === 'Concat');
+        expect(concats.length).toBeGreaterThan(0);
+        expect(Math.max(...concats.map((n) => n.input.length))).toBeLessThanOrEqual(CONCAT_MAX_INPUTS);
+      }
+      const tokens = caseTokens(rm, c.seqLen);
+      const [a, b] = [await split.run(tokens, { hooks: 'all' }), await whole.run(tokens, { hooks: 'all' })];
+      expect(maxAbsDiff(a.logits.data, b.logits.data).maxAbs).toBeLessThan(1e-5);
+      const input = { prompt: 'hello world', top_k: 3 };
+      const [ta, tb] = [await operations.trace.run(split, input, {}), await operations.trace.run(whole, input, {})];
+      let d = 0;
+      ta.head_attribution.forEach((row: number[], l: number) => row.forEach((v, h) => (d = Math.max(d, Math.abs(v - tb.head_attribution[l][h])))));
+      expect(d).toBeLessThan(1e-5);
+    } finally {
+      await split.dispose();
+      await whole.dispose();
+      rm.cleanup();
+    }
   });
 });
 

@@ -22,7 +22,7 @@ import { readTensorF32, type ReadableWeightSet } from './safetensors';
 import type { ModelFiles } from './source/files';
 import { BUNDLED_MODEL_ID } from './source/ref';
 import { gradName } from './graph/backward';
-import { q8WeightSet, dequantizeQ8 } from './q8';
+import { q8WeightSet, q8ForWebGpu, dequantizeQ8 } from './q8';
 
 /** number of positions whose logits a run computes */
 const logitPosCount = (opts: RunOptions, T: number) => opts.logitPositions?.length ?? T;
@@ -133,7 +133,7 @@ export async function createModel(parts: ModelParts, factory: SessionFactory): P
     weights: choice.precision, weights_reason: choice.reason, weight_bytes: weightBytesAt(stats, choice.precision),
     vocab_chunks: split.chunks, vocab_reason: split.reason,
   };
-  const model = new EngineModel(spec, info, tokenizer, choice.precision === 'q8' ? q8Parts(parts, spec) : parts, factory);
+  const model = new EngineModel(spec, info, tokenizer, choice.precision === 'q8' ? q8Parts(parts, spec, !!factory.gpu) : parts, factory);
   await model.warm();
   return model;
 }
@@ -142,8 +142,9 @@ export async function createModel(parts: ModelParts, factory: SessionFactory): P
  * At q8 every session is built from the quantised weight set (q8.ts), and parameters read in JS
  * (DLA, weight products) are the dequantised values the sessions use, so nothing mixes precisions.
  */
-function q8Parts(parts: ModelParts, spec: ModelSpec): ModelParts {
-  const weights = q8WeightSet(parts.weights as ReadableWeightSet, spec);
+function q8Parts(parts: ModelParts, spec: ModelSpec, webgpu: boolean): ModelParts {
+  const q8 = q8WeightSet(parts.weights as ReadableWeightSet, spec);
+  const weights = webgpu ? q8ForWebGpu(q8) : q8;
   return { ...parts, weights, readTensor: (name) => (weights.tensors.get(name)?.q8 ? dequantizeQ8(weights, name) : parts.readTensor(name)) };
 }
 

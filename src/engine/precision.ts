@@ -7,8 +7,8 @@
  *            each MatMul (the embedding table: only the gathered rows). Same numbers as f32 (a
  *            Cast is exact); half the weight memory, and each run pays the casts.
  *  - q8      explicit opt-in only: matrices (linears, embeddings, unembedding) as symmetric int8
- *            in blocks of 32 along the input dimension with a float16 scale each (q8.ts), widened
- *            at use like stored; other weights as stored. About half of stored's bytes; the
+ *            in blocks of 32 along the input dimension with a float16 scale each (float32 on
+ *            WebGPU: q8.ts q8ForWebGpu), widened at use like stored; other weights as stored. About half of stored's bytes; the
  *            numbers change (the doctor and `npm run bench` report by how much).
  *  - auto    f32 when the checkpoint is already float32, or when float32 weights fit the
  *            backend's memory budget (budget.ts); otherwise stored. Never q8.
@@ -70,9 +70,8 @@ export function choosePrecision(mode: WeightsMode, w: WeightStats, backend: Memo
  * says so.
  */
 export function choosePrecisionOnGpu(mode: WeightsMode, w: WeightStats, gpu: { shaderF16: boolean }, limits: BudgetLimits = {}): PrecisionChoice {
-  if (mode === 'q8') {
-    throw new LoupeError('UNSUPPORTED_CONFIG', 'q8 weights run on the wasm and node backends, not on WebGPU.', 'Pick the WASM backend to run q8, or keep WebGPU with weights auto or stored.', { backend: 'webgpu', weights: 'q8' });
-  }
+  // q8 needs no shader-f16: its WebGPU form has float32 scales (q8.ts q8ForWebGpu), 2 bytes per 32 weights more
+  if (mode === 'q8') return { precision: 'q8', reason: `asked for q8: matrices as int8 with a float32 scale per block (${fmtGB(weightBytesAt(w, 'q8') + (2 * w.nParams) / 32)}; float32 scales need no shader-f16), widened at use on the GPU` };
   const c = choosePrecision(mode, w, 'webgpu', limits);
   const f16 = w.byDtype.F16 ?? 0, bf16 = w.byDtype.BF16 ?? 0;
   if (f16 + bf16 === 0 || mode === 'f32') return c;

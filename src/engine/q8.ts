@@ -176,9 +176,10 @@ export function dequantizeQ8(weights: WeightSet, name: string): Float32Array {
   const bytes = weights.files.get(e.file)!;
   const [R, C] = e.shape;
   const q = new Int8Array(bytes.buffer, bytes.byteOffset + e.fileOffset, R * C);
-  const sRaw = bytes.subarray(e.q8.scale.fileOffset, e.q8.scale.fileOffset + e.q8.scale.byteLength);
+  const sRaw = weights.files.get(e.q8.scale.file)!.subarray(e.q8.scale.fileOffset, e.q8.scale.fileOffset + e.q8.scale.byteLength);
   const t = f16Values();
-  const s = (k: number) => t[sRaw[2 * k] | (sRaw[2 * k + 1] << 8)];
+  const s32 = e.q8.scale.dtype === 'F32' ? new DataView(sRaw.buffer, sRaw.byteOffset, sRaw.byteLength) : null;
+  const s = s32 ? (k: number) => s32.getFloat32(4 * k, true) : (k: number) => t[sRaw[2 * k] | (sRaw[2 * k + 1] << 8)];
   const { axis, block } = e.q8;
   if (axis === 1) return dequantizeQ8Rows(weights, e, 0, R);
   const out = new Float32Array(R * C);
@@ -204,4 +205,46 @@ export function dequantizeQ8Rows(weights: ReadableWeightSet, e: TensorEntry, sta
     for (let i = k * block; i < (k + 1) * block; i++) out[i] = q[i] * sv;
   }
   return out;
+}
+
+/**
+ * The q8 weight set in the form onnxruntime-web's WebGPU provider (JSEP, 1.30) runs on the GPU,
+ * with the same numbers (every value q · s is exact in float32 either way):
+ *   - its Cast has no int8 kernel (WGSL has no 8-bit type; Cast takes float16, float32, int32,
+ *     uint32, bool), so Cast(int8) would run on the CPU provider with the weights in the WASM
+ *     heap; DequantizeLinear (int8 packed four to a u32) does run on the GPU, so the int8 values
+ *     are widened by DequantizeLinear(q, 1) (onnx-builder.ts);
+ *   - float16 scales need the adapter's shader-f16 (SwiftShader has none: the shaders fail to
+ *     compile), so the scales are float32: the float16 values widened, twice their bytes
+ *     (2 bytes per 32 weights more).
+ *   - the weights q8 leaves in their stored precision (norms, biases: small) are widened to
+ *     float32 here for the same reason (float16 needs shader-f16; WGSL has no bfloat16).
+ * Gather has no int8 kernel either: an embedding lookup gathers its int8 rows on the CPU provider.
+ */
+export function q8ForWebGpu(weights: ReadableWeightSet): ReadableWeightSet {
+  const tensors = new Map(weights.tensors);
+  const files = new Map(weights.files);
+  const t = f16Values();
+  let i = 0;
+  for (const [name, e] of weights.tensors) {
+    if (!e.q8 && (e.dtype === 'F16' || e.dtype === 'BF16')) {
+      const n = e.shape.reduce((a, b) => a * b, 1);
+      const f32 = new Float32Array(n);
+      decode(e.dtype, readTensorBytes(weights, name), 0, n, f32);
+      const file = `loupe-q8-f32-${i++}.bin`;
+      files.set(file, new Uint8Array(f32.buffer));
+      tensors.set(name, { ...e, dtype: 'F32', fileOffset: 0, byteLength: 4 * n, file });
+    }
+    if (!e.q8) continue;
+    const src = e.q8.scale;
+    const raw = weights.files.get(src.file)!.subarray(src.fileOffset, src.fileOffset + src.byteLength);
+    const n = src.byteLength / 2;
+    const f32 = new Float32Array(n);
+    for (let k = 0; k < n; k++) f32[k] = t[raw[2 * k] | (raw[2 * k + 1] << 8)];
+    const file = `loupe-q8-scales-${i++}.bin`;
+    files.set(file, new Uint8Array(f32.buffer));
+    const scale: TensorEntry = { ...src, dtype: 'F32', fileOffset: 0, byteLength: 4 * n, file };
+    tensors.set(name, { ...e, q8: { ...e.q8, scale, dequantize: true } });
+  }
+  return { ...weights, files, tensors };
 }

@@ -19,8 +19,10 @@ export interface Q8Layout {
   /** the input axis of the stored matrix: 1 for [out, in] (torch Linear, embeddings), 0 for [in, out] (GPT-2 Conv1D) */
   axis: 0 | 1;
   block: number;
-  /** float16 scales: [out, in/block, 1] for axis 1, [in/block, 1, out] for axis 0 (broadcast against the blocked view) */
+  /** float16 scales (float32 in the WebGPU form): [out, in/block, 1] for axis 1, [in/block, 1, out] for axis 0 (broadcast against the blocked view) */
   scale: TensorEntry;
+  /** the WebGPU form (q8.ts q8ForWebGpu): int8 widened by DequantizeLinear, not Cast */
+  dequantize?: true;
 }
 
 /**

@@ -4,10 +4,13 @@
  * (ONNX external data: location/offset/length), `input()`/`output()` declare graph I/O.
  */
 import onnxProto from 'onnx-proto';
-import type { TensorEntry } from '../safetensors-types';
+import type { Q8Layout, TensorEntry } from '../safetensors-types';
 import type { WeightPrecision } from '../precision';
 
 const { onnx } = onnxProto as any;
+
+/** inputs of one Concat node (OnnxGraph.concat): 7 storage buffers + the output = WebGPU's default per-stage limit */
+export const CONCAT_MAX_INPUTS = 7;
 const DT = { FLOAT: 1, INT8: 3, INT64: 7, FLOAT16: 10, BFLOAT16: 16 } as const;
 
 type Attr = number | number[] | string | { float: number } | { tensor: { dims: number[]; floats?: number[]; ints?: number[] } };
@@ -52,6 +55,26 @@ export class OnnxGraph {
   /** Single-output convenience. */
   o(type: string, inputs: string[], attrs: Record<string, Attr> = {}, hint?: string): string {
     return this.op(type, inputs, attrs, 1, hint)[0];
+  }
+
+  /**
+   * Concat of any number of values, in groups of at most CONCAT_MAX_INPUTS (same result: a copy).
+   * onnxruntime-web's WebGPU Concat binds every input as a storage buffer of one shader, and the
+   * device it asks for keeps WebGPU's default of 8 storage buffers per stage: a Concat of more
+   * than 7 inputs fails to compile there and its output is garbage, with no error (seen on
+   * SwiftShader: 37 vocabulary chunks gave logits off by 13 while every hook agreed with WASM).
+   */
+  concat(parts: string[], axis: number): string {
+    let level = parts;
+    while (level.length > 1) {
+      const next: string[] = [];
+      for (let i = 0; i < level.length; i += CONCAT_MAX_INPUTS) {
+        const group = level.slice(i, i + CONCAT_MAX_INPUTS);
+        next.push(group.length === 1 ? group[0] : this.o('Concat', group, { axis }));
+      }
+      level = next;
+    }
+    return level[0];
   }
 
   /**
@@ -118,8 +141,8 @@ export class OnnxGraph {
       // the blocked view: [out, in/block, block] (axis 1) or [in/block, block, out] (axis 0), broadcast against the scales
       const blocked = axis === 1 ? [R, C / block, block] : [R / block, block, C];
       const view = (t: TensorEntry, dims: number[]) => this.o('Reshape', [this.rawWeight(t), ordered ? this.o('Add', [this.constI(dims), this.zeroAfter(after!)]) : this.constI(dims)], {}, 'wdep');
-      const q = this.o('Cast', [view(e, blocked)], { to: DT.FLOAT }, 'cast');
-      const s = this.o('Cast', [view(scale, scale.shape)], { to: DT.FLOAT }, 'cast');
+      const q = this.widenInt8(view(e, blocked), e.q8, blocked[2]);
+      const s = this.widenScale(view(scale, scale.shape), scale);
       out = this.o('Reshape', [this.o('Mul', [q, s]), this.constI(e.shape)], {}, 'dq');
     } else {
       let raw = this.rawWeight(e);
@@ -150,13 +173,30 @@ export class OnnxGraph {
       const { block, scale } = e.q8;
       const D = e.shape[1];
       const lead = this.o('Shape', [indices]);
-      const rows = this.o('Cast', [this.o('Gather', [this.rawWeight(e), indices], { axis: 0 })], { to: DT.FLOAT }, 'cast');
-      const s = this.o('Cast', [this.o('Gather', [this.rawWeight(scale), indices], { axis: 0 })], { to: DT.FLOAT }, 'cast');
+      const rows = this.widenInt8(this.o('Gather', [this.rawWeight(e), indices], { axis: 0 }), e.q8, D);
+      const s = this.widenScale(this.o('Gather', [this.rawWeight(scale), indices], { axis: 0 }), scale);
       const blocked = this.o('Reshape', [rows, this.o('Concat', [lead, this.constI([D / block, block])], { axis: 0 })]);
       return this.o('Reshape', [this.o('Mul', [blocked, s]), this.o('Concat', [lead, this.constI([D])], { axis: 0 })], {}, 'dq');
     }
     if (this.precision === 'f32' || e.dtype === 'F32') return this.o('Gather', [this.weight(e), indices], { axis: 0 });
     return this.o('Cast', [this.o('Gather', [this.rawWeight(e), indices], { axis: 0 })], { to: DT.FLOAT }, 'cast');
+  }
+
+  /**
+   * q8 values as float32: Cast, or in the WebGPU form (q8.ts q8ForWebGpu) DequantizeLinear with
+   * scales of 1 (the same values) along x's last axis, of length `last`. Per axis, not one scalar
+   * scale: onnxruntime-web 1.30's WebGPU DequantizeLinear reads packed int8 at the wrong offset
+   * when it vectorises the per-tensor case (it indexes the u32 words by global_idx / 4 while each
+   * invocation writes four values), which gave wrong numbers on SwiftShader.
+   */
+  private widenInt8(x: string, q8: Q8Layout, last: number): string {
+    if (!q8.dequantize) return this.o('Cast', [x], { to: DT.FLOAT }, 'cast');
+    return this.o('DequantizeLinear', [x, this.constF(new Array(last).fill(1))], { axis: -1 }, 'dq');
+  }
+
+  /** q8 scales as float32 (float16 ones are cast; the WebGPU form's are float32 already) */
+  private widenScale(x: string, scale: TensorEntry): string {
+    return scale.dtype === 'F32' ? x : this.o('Cast', [x], { to: DT.FLOAT }, 'cast');
   }
 
   /**

@@ -54,7 +54,7 @@ export function buildReadoutGraph(spec: ModelSpec, tensors: Map<string, TensorEn
   /** d [K, out] → d · Wᵀ [K, in]: the rows of W dotted with each direction */
   const backward = (d: string, ref: LinearRef) => g.o('Gemm', [d, W(ref.w, d)], ref.layout === 'out_in' ? {} : { transB: 1 });
   const stack = (parts: string[], name: string) => {
-    g.rename(g.o('Concat', parts.map((p) => g.o('Unsqueeze', [p, g.constI([0])])), { axis: 0 }), name);
+    g.rename(g.concat(parts.map((p) => g.o('Unsqueeze', [p, g.constI([0])])), 0), name);
     g.output(name);
   };
   stack(spec.layers.map((s, l) => forward(layerOf(z, l), s.attn.o)), 'attn_x');

@@ -77,5 +77,5 @@ export function unembedRows(g: OnnxGraph, chunks: TensorEntry[], bias: TensorEnt
     parts.push(after);
     start += n;
   }
-  return parts.length === 1 ? parts[0] : g.o('Concat', parts, { axis: 1 });
+  return g.concat(parts, 1);
 }
