@@ -1,8 +1,10 @@
 /**
- * `tsx bench/page-scale.ts [shape] [--weights stored|f32|q8] [--backend wasm|webgpu] [--keep]` (after `npx vite build`)
+ * `tsx bench/page-scale.ts [shape] [--weights stored|f32|q8] [--backend wasm|webgpu] [--skip memory,node] [--keep]`
+ * (after `npx vite build`; LOUPE_PAGE_DIST=DIR serves a page built with `--outDir DIR` instead)
  *
  * A bench:scale shape in the real page, in Debian's headless Chromium (playwright-core, never a
- * downloaded browser), on WASM, loaded from a loopback Hub stand-in (tests/helpers/hub-server.ts):
+ * downloaded browser), on WASM (or WebGPU: SwiftShader, its GPU process's peak RSS too; the
+ * from-memory and Node rows are WASM only), loaded from a loopback Hub stand-in (tests/helpers/hub-server.ts):
  *   cold load     download into IndexedDB + session (the worker's loadMs)
  *   cached load   after a reload: from IndexedDB, no request
  *   from memory   onnxruntime-web creating the same hooked graph's session in a bare page from
@@ -36,13 +38,13 @@ import { SHAPES, generate } from './scale';
 const CHROMIUM = process.env.LOUPE_CHROMIUM ?? '/usr/bin/chromium';
 const PROMPT = 'The quick brown fox jumps over the lazy';
 
-/** peak RSS of Chromium's renderer processes (the page and its worker) */
-function rendererPeak(): number {
+/** peak RSS of Chromium's renderer processes (the page and its worker), or of its GPU process (WebGPU buffers: SwiftShader keeps them in its memory) */
+function rendererPeak(type = 'renderer'): number {
   let max = 0;
   for (const pid of readdirSync('/proc').filter((p) => /^\d+$/.test(p))) {
     try {
       const cmd = readFileSync(`/proc/${pid}/cmdline`, 'utf8');
-      if (!cmd.includes('--type=renderer') || !cmd.includes('chromium')) continue;
+      if (!cmd.includes(`--type=${type}`) || !cmd.includes('chromium')) continue;
       max = Math.max(max, Number(/VmHWM:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))![1]) * 1024);
     } catch { /* gone */ }
   }
@@ -108,6 +110,9 @@ async function main() {
   const opt = (k: string, d: string) => { const i = args.indexOf(`--${k}`); return i >= 0 ? args[i + 1] : d; };
   const name = args.find((a, i) => !a.startsWith('--') && !(i > 0 && args[i - 1].startsWith('--') && args[i - 1] !== '--keep')) ?? 'gpt2-small';
   const weights = opt('weights', 'stored') as WeightPrecision;
+  const backend = opt('backend', 'wasm') as 'wasm' | 'webgpu';
+  // --skip memory,node: leave out the from-memory session and/or the Node WASM comparison (both WASM only)
+  const skip = new Set(opt('skip', backend === 'webgpu' ? 'memory,node' : '').split(','));
   const shape = SHAPES.find((s) => s.name === name)!;
   const dir = path.join(tmpdir(), 'loupe-page-scale', shape.name);
   if (!existsSync(path.join(dir, 'model.safetensors'))) generate(shape, dir);
@@ -118,7 +123,13 @@ async function main() {
   const hub = await startHubServer();
   hub.addRepo(`bench/${shape.name}`, dir);
   const browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS });
-  const out: Record<string, unknown> = { shape: shape.name, weights };
+  const out: Record<string, unknown> = { shape: shape.name, weights, backend };
+  // each number as soon as it is measured: a run that fails later still reports what it got
+  const note = (k: string, v: unknown) => { out[k] = v; console.log(`[page-scale] ${k} ${JSON.stringify(v)}`); };
+  /** the model `id` ready, or its load's error thrown */
+  const readyOrError = (p: import('playwright-core').Page, id: string) => p.waitForFunction((m) => { const a = (globalThis as any).__loupe; return (a.models.model?.info.id === m && a.modelStatus === 'ready') || a.modelError; }, id, { timeout: 3_600_000 })
+    .then(() => p.evaluate(() => (globalThis as any).__loupe.modelError))
+    .then((e) => { if (e) throw new Error(`load failed: ${JSON.stringify(e)}`); });
   try {
     const ctx = await browser.newContext();
     const page = await ctx.newPage();
@@ -126,27 +137,32 @@ async function main() {
     await page.goto(site.url);
     await ready();
     const load = async () => {
-      await page.evaluate(({ id, endpoint, weights }) => {
+      await page.evaluate(({ id, endpoint, weights, backend }) => {
         const a = (globalThis as any).__loupe;
+        a.backend = backend;
         a.setWeights(weights);
         void a.models.load({ kind: 'hub', id, revision: 'main', endpoint });
-      }, { id: `bench/${shape.name}`, endpoint: hub.url, weights });
+      }, { id: `bench/${shape.name}`, endpoint: hub.url, weights, backend });
       // above 1 GB the page asks before downloading: the bench gives the click at once (loadMs
       // includes the wait, one animation frame of polling)
       await page.waitForFunction(() => { const m = (globalThis as any).__loupe.models; return m.preview !== null || m.status !== 'loading'; }, null, { timeout: 600_000 });
       await page.evaluate(() => { const m = (globalThis as any).__loupe.models; if (m.preview?.waiting) m.answerPreview(true); });
-      await page.waitForFunction((id) => { const a = (globalThis as any).__loupe; return a.models.model?.info.id === id && a.modelStatus === 'ready'; }, `bench/${shape.name}`, { timeout: 1_800_000 });
+      await readyOrError(page, `bench/${shape.name}`);
       return page.evaluate(() => (globalThis as any).__loupe.models.model.loadMs as number);
     };
-    out.cold_load_ms = Math.round(await load());
-    out.weight_bytes = await page.evaluate(() => (globalThis as any).__loupe.models.model.info.weight_bytes);
-    out.precision = await page.evaluate(() => (globalThis as any).__loupe.models.model.info.weights);
-    out.vocab_chunks = await page.evaluate(() => (globalThis as any).__loupe.models.model.info.vocab_chunks);
+    note('cold_load_ms', Math.round(await load()));
+    note('peak_after_load', rendererPeak());
+    const info = await page.evaluate(() => (globalThis as any).__loupe.models.model.info);
+    note('weight_bytes', info.weight_bytes);
+    note('precision', info.weights);
+    note('backend_ran', info.backend);
+    note('vocab_chunks', info.vocab_chunks);
     const trace = async () => page.evaluate(async (prompt) => (await (globalThis as any).__loupe.execute('trace', { prompt }, { who: 'page' })).ms as number, PROMPT);
-    out.first_trace_ms = Math.round(await trace());
-    out.peak_after_first = rendererPeak();
+    note('first_trace_ms', Math.round(await trace()));
+    note('peak_after_first', rendererPeak());
+    if (backend === 'webgpu') note('gpu_process_peak', rendererPeak('gpu-process'));
     await page.waitForFunction(() => (globalThis as any).__loupe.models.memory?.weightBytes > 0);
-    out.memory = await page.evaluate(() => (globalThis as any).__loupe.models.memory);
+    note('memory', await page.evaluate(() => (globalThis as any).__loupe.models.memory));
     // a fresh page (and renderer): the cached load from IndexedDB, then its first trace
     await page.close();
     const page2 = await ctx.newPage();
@@ -155,31 +171,33 @@ async function main() {
     hub.resetCounters();
     const load2 = async () => {
       await page2.evaluate(({ id, endpoint }) => { void (globalThis as any).__loupe.models.load({ kind: 'hub', id, revision: 'main', endpoint }); }, { id: `bench/${shape.name}`, endpoint: hub.url });
-      await page2.waitForFunction((id) => { const a = (globalThis as any).__loupe; return a.models.model?.info.id === id && a.modelStatus === 'ready'; }, `bench/${shape.name}`, { timeout: 1_800_000 });
+      await readyOrError(page2, `bench/${shape.name}`);
       return page2.evaluate(() => (globalThis as any).__loupe.models.model.loadMs as number);
     };
-    out.cached_load_ms = Math.round(await load2());
-    out.cached_requests = hub.log.length;
-    out.cached_first_trace_ms = Math.round(await page2.evaluate(async (prompt) => (await (globalThis as any).__loupe.execute('trace', { prompt }, { who: 'page' })).ms as number, PROMPT));
-    out.peak_cached = rendererPeak();
-    out.memory_cached = await page2.evaluate(() => (globalThis as any).__loupe.models.memory);
+    note('cached_load_ms', Math.round(await load2()));
+    note('cached_requests', hub.log.length);
+    note('cached_first_trace_ms', Math.round(await page2.evaluate(async (prompt) => (await (globalThis as any).__loupe.execute('trace', { prompt }, { who: 'page' })).ms as number, PROMPT)));
+    note('peak_cached', rendererPeak());
+    note('memory_cached', await page2.evaluate(() => (globalThis as any).__loupe.models.memory));
     await page2.close();
     await ctx.close();
-    out.from_memory_session_ms = Math.round(await fromMemory(browser, dir, out.precision as WeightPrecision, Number(out.vocab_chunks ?? 1)));
+    if (!skip.has('memory')) note('from_memory_session_ms', Math.round(await fromMemory(browser, dir, out.precision as WeightPrecision, Number(out.vocab_chunks ?? 1))));
   } finally {
     await browser.close();
     await hub.close();
     await site.close();
   }
   // the same first trace in Node on onnxruntime-web's WASM
-  const r = spawnSync(process.execPath, ['--import', 'tsx', path.join(import.meta.dirname, 'memory-child.ts'), dir, 'wasm', weights, '{}'], { encoding: 'utf8', maxBuffer: 1 << 26 });
-  const line = r.stdout.trim().split('\n').filter((l) => l.startsWith('{')).pop();
-  out.node_wasm = line ? JSON.parse(line) : { error: r.stderr.slice(-300) };
+  if (!skip.has('node')) {
+    const r = spawnSync(process.execPath, ['--import', 'tsx', path.join(import.meta.dirname, 'memory-child.ts'), dir, 'wasm', weights, '{}'], { encoding: 'utf8', maxBuffer: 1 << 26 });
+    const line = r.stdout.trim().split('\n').filter((l) => l.startsWith('{')).pop();
+    out.node_wasm = line ? JSON.parse(line) : { error: r.stderr.slice(-300) };
+  }
   if (!args.includes('--keep')) rmSync(dir, { recursive: true, force: true });
-  const n = out.node_wasm as Record<string, number>;
+  const n = (out.node_wasm ?? {}) as Record<string, number>;
   const w = out.weight_bytes as number;
   const f = (a: number, b: number) => (a / b).toFixed(2);
   console.log(JSON.stringify(out));
-  console.log(`| ${shape.name} | ${out.precision} | cold ${(Number(out.cold_load_ms) / 1000).toFixed(1)} s / cached ${(Number(out.cached_load_ms) / 1000).toFixed(1)} s (${out.cached_requests} requests) | from memory ${(Number(out.from_memory_session_ms) / 1000).toFixed(1)} s → cached / memory ${f(Number(out.cached_load_ms), Number(out.from_memory_session_ms))} | first trace page ${(Number(out.first_trace_ms) / 1000).toFixed(1)} s (after a cached load ${(Number(out.cached_first_trace_ms) / 1000).toFixed(1)} s), Node WASM ${(n.trace_ms / 1000).toFixed(1)} s → ${f(Number(out.first_trace_ms), n.trace_ms)} | renderer peak ${f(Number(out.peak_after_first), w)}× (cached ${f(Number(out.peak_cached), w)}×), Node WASM ${f(n.hwm_trace, n.weight_bytes)}× |`);
+  console.log(`| ${shape.name} | ${backend} | ${out.precision} | cold ${(Number(out.cold_load_ms) / 1000).toFixed(1)} s / cached ${(Number(out.cached_load_ms) / 1000).toFixed(1)} s (${out.cached_requests} requests) | from memory ${(Number(out.from_memory_session_ms) / 1000).toFixed(1)} s → cached / memory ${f(Number(out.cached_load_ms), Number(out.from_memory_session_ms))} | first trace page ${(Number(out.first_trace_ms) / 1000).toFixed(1)} s (after a cached load ${(Number(out.cached_first_trace_ms) / 1000).toFixed(1)} s), Node WASM ${(n.trace_ms / 1000).toFixed(1)} s → ${f(Number(out.first_trace_ms), n.trace_ms)} | renderer peak ${f(Number(out.peak_after_first), w)}× (cached ${f(Number(out.peak_cached), w)}×), Node WASM ${f(n.hwm_trace, n.weight_bytes)}× |`);
 }
 void main();
