@@ -159,7 +159,7 @@ describe('many chunks (Gemma-2-2B widened at use: 36)', () => {
       const spec = describeModel({ config: files.config as Record<string, any>, tensors: files.weights.tensors });
       for (const graph of [
         buildModelGraph(spec, files.weights.tensors, { hooks: true, withResult: false, weights: 'stored', vocabRows: 2 }),
-        buildReadoutGraph(spec, files.weights.tensors, undefined, 'stored', 2),
+        buildReadoutGraph(spec, files.weights.tensors, undefined, 'stored'),
       ]) {
         const nodes = (onnxProto as any).onnx.ModelProto.decode(graph.bytes).graph.node as { opType: string; input: string[] }[];
         const concats = nodes.filter((n) => n.opType === 'Concat');

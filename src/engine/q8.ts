@@ -197,11 +197,14 @@ export function dequantizeQ8Rows(weights: ReadableWeightSet, e: TensorEntry, sta
   const C = e.shape[1], block = e.q8.block, nb = C / block;
   const qb = readEntryRange(weights, e, start * C, n * C);
   const q = new Int8Array(qb.buffer, qb.byteOffset, n * C);
-  const sRaw = readEntryRange(weights, e.q8.scale, 2 * start * nb, 2 * n * nb);
+  // float16 scales, or float32 in the WebGPU form (q8ForWebGpu)
+  const sb = e.q8.scale.dtype === 'F32' ? 4 : 2;
+  const sRaw = readEntryRange(weights, e.q8.scale, sb * start * nb, sb * n * nb);
+  const s32 = sb === 4 ? new DataView(sRaw.buffer, sRaw.byteOffset, sRaw.byteLength) : null;
   const t = f16Values();
   const out = new Float32Array(n * C);
   for (let k = 0; k < n * nb; k++) {
-    const sv = t[sRaw[2 * k] | (sRaw[2 * k + 1] << 8)];
+    const sv = s32 ? s32.getFloat32(4 * k, true) : t[sRaw[2 * k] | (sRaw[2 * k + 1] << 8)];
     for (let i = k * block; i < (k + 1) * block; i++) out[i] = q[i] * sv;
   }
   return out;
@@ -230,7 +233,7 @@ export function q8ForWebGpu(weights: ReadableWeightSet): ReadableWeightSet {
     if (!e.q8 && (e.dtype === 'F16' || e.dtype === 'BF16')) {
       const n = e.shape.reduce((a, b) => a * b, 1);
       const f32 = new Float32Array(n);
-      decode(e.dtype, readTensorBytes(weights, name), 0, n, f32);
+      decodeValues(e.dtype, readTensorBytes(weights, name), 0, n, f32);
       const file = `loupe-q8-f32-${i++}.bin`;
       files.set(file, new Uint8Array(f32.buffer));
       tensors.set(name, { ...e, dtype: 'F32', fileOffset: 0, byteLength: 4 * n, file });
