@@ -6,7 +6,7 @@
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import { loadModelNode } from '../src/node/load';
 import type { LoadedModel } from '../src/engine/api';
-import { operation as activations } from '../src/ops/activations';
+import { operation as activations, summarize } from '../src/ops/activations';
 import { operation as attention } from '../src/ops/attention';
 import { operation as logitLens } from '../src/ops/logit_lens';
 import { ALL_FAMILY_CASES, makeCaseModel, loadModelDir, referenceForward, mulberry32, type RandomModel, type RefModel, type ForwardResult } from './reference';
@@ -80,6 +80,38 @@ function checkActivations(doc: ActivationsDocument, fwd: ForwardResult) {
   }
   return n;
 }
+
+describe('activations statistics (summarize) against a float64 recomputation', () => {
+  // shapes whose inner size is not a multiple of the four-element step, a pattern-shaped hook
+  // (position axis 2), values on a large offset (the second pass around the mean) and ties for
+  // the maximum (the first one is reported)
+  const cases: { dims: number[]; posAxis: number; gen: (i: number, r: () => number) => number }[] = [
+    { dims: [1, 5, 7], posAxis: 1, gen: (_i, r) => r() * 4 - 2 },
+    { dims: [1, 3, 6, 6], posAxis: 2, gen: (_i, r) => r() },
+    { dims: [1, 4, 9], posAxis: 1, gen: (_i, r) => 1e4 + r() * 1e-2 },
+    { dims: [1, 2, 10], posAxis: 1, gen: (i) => (i % 7 === 3 ? 5 : -1) },
+  ];
+  it('mean, std, extremes, first argmax and per-position norms', () => {
+    const rand = mulberry32(17);
+    for (const c of cases) {
+      const n = c.dims.reduce((a, b) => a * b, 1);
+      const data = Float32Array.from({ length: n }, (_, i) => c.gen(i, rand));
+      const got = summarize({ dims: c.dims, data }, c.posAxis);
+      const r = refStats({ dims: c.dims, data: Float64Array.from(data) }, c.posAxis);
+      const tol = 1e-9 * Math.max(1, Math.abs(r.mean));
+      expect(Math.abs(got.mean - r.mean)).toBeLessThan(tol);
+      expect(Math.abs(got.std - r.std)).toBeLessThan(Math.max(1e-9, 1e-6 * r.std));
+      expect(got.min).toBe(r.min);
+      expect(got.max).toBe(r.max);
+      expect(maxAbs(got.norm_per_position, r.norms)).toBeLessThan(1e-9 * Math.max(1, ...r.norms));
+      const first = data.findIndex((v) => v === r.max);
+      const strides = c.dims.map((_, k) => c.dims.slice(k + 1).reduce((a, b) => a * b, 1));
+      const multi = c.dims.map((d, k) => Math.floor(first / strides[k]) % d);
+      expect(got.argmax.position).toBe(multi[c.posAxis]);
+      expect(got.argmax.index).toEqual(multi.filter((_, k) => k !== 0 && k !== c.posAxis));
+    }
+  });
+});
 
 describe('views on the shared models', () => {
   let stories: LoadedModel;

@@ -58,34 +58,56 @@ export function summarize(t: Tensor, posAxis: number) {
   const x = t.data;
   const n = x.length;
   // the row-major layout as [outer, T, inner] around the position axis: one pass over every element
-  // gives the sum, extremes and per-position sums of squares (no index arithmetic per element)
+  // gives the sum, extremes and per-position sums of squares (no index arithmetic per element).
+  // Four elements a step with their own accumulators: the additions no longer wait on each other
+  // (about twice as fast as one accumulator, measured on T=130 GPT-2-small hooks)
   const inner = dims.slice(posAxis + 1).reduce((a, b) => a * b, 1);
   const outer = n / (T * inner);
   let s = 0, mn = Infinity, mx = -Infinity, arg = 0;
   const norms = new Float64Array(T);
   for (let o = 0, i = 0; o < outer; o++) {
     for (let p = 0; p < T; p++) {
-      let sq = 0;
-      for (const end = i + inner; i < end; i++) {
+      let s0 = 0, s1 = 0, s2 = 0, s3 = 0, q0 = 0, q1 = 0, q2 = 0, q3 = 0;
+      const end = i + inner;
+      for (const end4 = i + (inner & ~3); i < end4; i += 4) {
+        const v0 = x[i], v1 = x[i + 1], v2 = x[i + 2], v3 = x[i + 3];
+        s0 += v0; s1 += v1; s2 += v2; s3 += v3;
+        q0 += v0 * v0; q1 += v1 * v1; q2 += v2 * v2; q3 += v3 * v3;
+        const lo = Math.min(v0, v1, v2, v3), hi = Math.max(v0, v1, v2, v3);
+        if (lo < mn) mn = lo;
+        // the first of the four that is the new maximum: argmax stays the first largest element
+        if (hi > mx) { mx = hi; arg = v0 === hi ? i : v1 === hi ? i + 1 : v2 === hi ? i + 2 : i + 3; }
+      }
+      for (; i < end; i++) {
         const v = x[i];
-        s += v;
-        sq += v * v;
+        s0 += v;
+        q0 += v * v;
         if (v < mn) mn = v;
         if (v > mx) { mx = v; arg = i; }
       }
-      norms[p] += sq;
+      s += (s0 + s1) + (s2 + s3);
+      norms[p] += (q0 + q1) + (q2 + q3);
     }
   }
   const mean = s / n;
-  let ss = 0;
-  for (let i = 0; i < n; i++) { const d = x[i] - mean; ss += d * d; }
+  // the variance from the same pass, Σx²/n − mean², in float64: its relative error is about
+  // n·2⁻⁵³·(1 + mean²/var) at worst, below float32's own unless the values sit on an offset large
+  // against their spread; then (mean² > 1000·var) a second pass around the mean is taken instead
+  let sumSq = 0;
+  for (let p = 0; p < T; p++) sumSq += norms[p];
+  let variance = Math.max(0, sumSq / n - mean * mean);
+  if (mean * mean > 1000 * variance) {
+    let ss = 0;
+    for (let i = 0; i < n; i++) { const d = x[i] - mean; ss += d * d; }
+    variance = ss / n;
+  }
   // strides of the row-major layout: position p of axis posAxis
   const strides = dims.map((_, k) => dims.slice(k + 1).reduce((a, b) => a * b, 1));
   const multi = dims.map((d, k) => Math.floor(arg / strides[k]) % d);
   return {
     shape: [...dims],
     mean: finite(mean),
-    std: finite(Math.sqrt(ss / n)),
+    std: finite(Math.sqrt(variance)),
     min: finite(mn),
     max: finite(mx),
     // drop the batch axis and the position axis from the element index
