@@ -10,7 +10,7 @@ import { LoupeError, throwIfAborted } from '../engine/errors';
 import { checkTopK, finite } from './lib/caps';
 import { promptFields, promptIds, resolveToken, tokenText } from './lib/tokens';
 import { CONVENTIONS, decomposeLogit, describeMethod, dlaHookNames, type DlaTarget } from './lib/dla';
-import { softmax, topIndices, topK } from './lib/math';
+import { logSumExp, topIndices, topK } from './lib/math';
 
 export const traceInput = z.object({
   ...promptFields,
@@ -83,7 +83,8 @@ export const operation = defineOperation({
 
   const V = run.logits.dims[2];
   const row = run.logits.data.subarray(0, V);
-  const probs = softmax(row);
+  // probabilities of the listed tokens only: exp(logit − log Σ exp), one pass over the vocabulary
+  const lse = logSumExp(row);
   const top = topK(row, input.top_k);
   const predictedId = top[0];
   const target: DlaTarget = { tokenId: answerId ?? predictedId, counterfactualId: cfId };
@@ -106,7 +107,7 @@ export const operation = defineOperation({
     position: pos,
     predicted_token: tokenText(model, predictedId),
     predicted_token_id: predictedId,
-    top_predictions: top.map((t) => ({ token: tokenText(model, t), token_id: t, logit: finite(row[t]), prob: finite(probs[t]) })),
+    top_predictions: top.map((t) => ({ token: tokenText(model, t), token_id: t, logit: finite(row[t]), prob: finite(Math.exp(row[t] - lse)) })),
     target: {
       kind: dla.targetKind,
       token: tokenText(model, target.tokenId),

@@ -33,7 +33,7 @@
  * JavaScript then does O(d_model) work per head and O(1) per neuron: a head's term is
  * z_h · (W_O[h] e), a neuron's post[n] · (W_out[n] · e).
  */
-import type { LoadedModel, RunResult } from '../../engine/api';
+import type { LoadedModel, RunResult, WeightProducts, WeightProductsInput } from '../../engine/api';
 import type { Tensor } from '../../engine/tensor';
 import { LoupeError } from '../../engine/errors';
 
@@ -129,12 +129,12 @@ export interface DlaTarget {
  * and the unembedding-bias term. u = W_U[:,t] (raw) or W_U[:,t] − mean_v W_U[:,v] (TL); for a
  * difference, u_a − u_c (centring cancels).
  */
-async function unembedColumn(model: LoadedModel, c: DlaConstants, target: DlaTarget, convention: Convention, signal?: AbortSignal): Promise<{ u: Float64Array; biasTerm: number }> {
+async function unembedColumn(model: LoadedModel, c: DlaConstants, target: DlaTarget, convention: Convention, signal?: AbortSignal, extra: Pick<WeightProductsInput, 'z' | 'post'> = {}): Promise<{ u: Float64Array; biasTerm: number; products: WeightProducts }> {
   const { d_model: D, d_vocab: V } = model.info;
   const cf = target.counterfactualId;
   const centre = cf === undefined && convention === 'transformer_lens';
   const ids = cf === undefined ? [target.tokenId] : [target.tokenId, cf];
-  const p = await model.weightProducts({ unembedIds: ids, unembedSum: centre && !c.unembedMean }, signal);
+  const p = await model.weightProducts({ unembedIds: ids, unembedSum: centre && !c.unembedMean, ...extra }, signal);
   const rows = p.unembedRows.data;
   const u = Float64Array.from(rows.subarray(0, D));
   let biasTerm = c.bU[target.tokenId];
@@ -150,7 +150,7 @@ async function unembedColumn(model: LoadedModel, c: DlaConstants, target: DlaTar
     for (let d = 0; d < D; d++) u[d] -= c.unembedMean.wu[d];
     biasTerm -= c.unembedMean.bu;
   }
-  return { u, biasTerm };
+  return { u, biasTerm, products: p };
 }
 
 export interface Readout {
@@ -170,8 +170,13 @@ export interface Readout {
  * centred component ((c − mean c)/s) · (w ⊙ u).
  */
 export async function readoutDirection(model: LoadedModel, target: DlaTarget, convention: Convention, scale: number, signal?: AbortSignal): Promise<Readout> {
+  return (await readoutWith(model, target, convention, scale, signal)).readout;
+}
+
+/** readoutDirection, with more weight products (`extra`) computed in the same call to the backend */
+async function readoutWith(model: LoadedModel, target: DlaTarget, convention: Convention, scale: number, signal?: AbortSignal, extra: Pick<WeightProductsInput, 'z' | 'post'> = {}): Promise<{ readout: Readout; products: WeightProducts }> {
   const c = constantsOf(model);
-  const { u, biasTerm } = await unembedColumn(model, c, target, convention, signal);
+  const { u, biasTerm, products } = await unembedColumn(model, c, target, convention, signal, extra);
   const D = u.length;
   const e = new Float64Array(D);
   for (let d = 0; d < D; d++) e[d] = c.lnfW[d] * u[d];
@@ -182,7 +187,7 @@ export async function readoutDirection(model: LoadedModel, target: DlaTarget, co
     for (let d = 0; d < D; d++) e[d] -= m;
   }
   for (let d = 0; d < D; d++) e[d] /= scale;
-  return { e, lnBiasTerm: dotF(c.lnfB, u, D), unembedBiasTerm: biasTerm, scale };
+  return { readout: { e, lnBiasTerm: dotF(c.lnfB, u, D), unembedBiasTerm: biasTerm, scale }, products };
 }
 
 // ------------------------------------------------------------------ hooks
@@ -287,7 +292,22 @@ export async function decomposeLogit(model: LoadedModel, run: RunResult, target:
   const convention = opts.convention;
   const tl = convention === 'transformer_lens';
   const scale = slice(hook(run, 'ln_final.hook_scale'), row, pos)[0];
-  const ro = await readoutDirection(model, target, convention, scale, opts.signal);
+
+  // the layers' vectors at the position; Σ_h z_h W_O[h] per layer (the reconstruction check; with
+  // the MLP's, Gemma 2's post-norm scales) comes in the same backend call as the target's
+  // unembedding column, then each layer's readout (e, or e through the layer's frozen post-norm)
+  // goes against every row of W_O and W_out in a second one
+  const z = new Float32Array(L * HD);
+  const act: Float32Array[] = [];
+  for (let l = 0; l < L; l++) {
+    z.set(slice(hook(run, `blocks.${l}.attn.hook_z`), row, pos), l * HD);
+    act.push(slice(hook(run, `blocks.${l}.mlp.hook_post`), row, pos)); // [M]
+  }
+  const postNorms = c.layers.some((lc) => lc.postMlpW);
+  const { readout: ro, products: sums } = await readoutWith(model, target, convention, scale, opts.signal, {
+    z: { dims: [L, 1, HD], data: z },
+    post: postNorms ? { dims: [L, 1, M], data: concat(act, M) } : undefined,
+  });
   const e = ro.e;
 
   const terms: DlaTerm[] = [];
@@ -306,20 +326,6 @@ export async function decomposeLogit(model: LoadedModel, run: RunResult, target:
     terms.push({ name: 'embed', value: dotF(r0, e, D) });
   }
 
-  // the layers' vectors at the position, and the weight products: first Σ_h z_h W_O[h] per layer
-  // (the reconstruction check; with the MLP's, Gemma 2's post-norm scales), then each layer's
-  // readout (e, or e through the layer's frozen post-norm) against every row of W_O and W_out
-  const z = new Float32Array(L * HD);
-  const act: Float32Array[] = [];
-  for (let l = 0; l < L; l++) {
-    z.set(slice(hook(run, `blocks.${l}.attn.hook_z`), row, pos), l * HD);
-    act.push(slice(hook(run, `blocks.${l}.mlp.hook_post`), row, pos)); // [M]
-  }
-  const postNorms = c.layers.some((lc) => lc.postMlpW);
-  const sums = await model.weightProducts({
-    z: { dims: [L, 1, HD], data: z },
-    post: postNorms ? { dims: [L, 1, M], data: concat(act, M) } : undefined,
-  }, opts.signal);
   const eAttn = new Float32Array(L * D);
   const eMlp = new Float32Array(L * D);
   const xs: Float64Array[] = [];
