@@ -35,13 +35,26 @@ function graphDir(weights: WeightSet): string {
   return mkdtempSync(path.join(tmpdir(), 'loupe-graph-'));
 }
 
+/**
+ * No spinning (unless the caller's options say otherwise): onnxruntime's intra-op threads
+ * otherwise busy-wait for work between and after parallel sections. Each session has its own pool
+ * and an operation runs two or three sessions (the forward, the DLA readout) with JavaScript
+ * between them, so threads spinning for one can hold the cores the next one (or the thread they
+ * wait for) needs, most of all on a busy machine. Measured side by side in one process on GPT-2
+ * small, 2 cores, load 11–13: the forward's median was 198 vs 277 ms at T=16 and 676 vs 1089 ms at
+ * T=128 without / with spinning (force_spinning_stop, spinning only within a run: 282 and 1157 ms).
+ */
+function withoutSpinning(o: Record<string, any>): Record<string, any> {
+  return { ...o, extra: { ...o.extra, session: { 'intra_op.allow_spinning': '0', ...o.extra?.session } } };
+}
+
 /** `extraOptions`: onnxruntime session options over the defaults (the bench measures them) */
 export function nodeSessionFactory(ort: OrtModule, threads?: number, extraOptions: Record<string, unknown> = {}): SessionFactory {
   const base = (graph: BuiltGraph): Record<string, any> => ({
     executionProviders: ['cpu'],
     graphOptimizationLevel: 'all',
     ...(threads ? { intraOpNumThreads: threads } : {}),
-    ...graphSessionOptions(graph, extraOptions),
+    ...graphSessionOptions(graph, withoutSpinning(extraOptions)),
   });
   /** session config entries added to the caller's */
   const withSession = (o: Record<string, any>, entries: Record<string, string>) => ({ ...o, extra: { ...o.extra, session: { ...o.extra?.session, ...entries } } });
