@@ -294,7 +294,7 @@ export async function decomposeLogit(model: LoadedModel, run: RunResult, target:
   const scale = slice(hook(run, 'ln_final.hook_scale'), row, pos)[0];
 
   // the layers' vectors at the position; Σ_h z_h W_O[h] per layer (the reconstruction check; with
-  // the MLP's, Gemma 2's post-norm scales) comes in the same backend call as the target's
+  // the MLP's, Gemma 2's post-norm scales) comes in the same weightProducts call as the target's
   // unembedding column, then each layer's readout (e, or e through the layer's frozen post-norm)
   // goes against every row of W_O and W_out in a second one
   const z = new Float32Array(L * HD);
