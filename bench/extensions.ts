@@ -12,7 +12,7 @@
  * ===================================================================================
  */
 import type { LoadedModel } from '../src/engine/api';
-import { cpuNow, median, now, timeInterleaved } from './lib';
+import { cpuNow, median, now, PREV_FUSED, timeInterleaved } from './lib';
 import { randomIds } from './model-gen';
 import { gradientCosts } from './gradients';
 
@@ -69,9 +69,9 @@ const CIRCUIT_TARGET = 0.3;
  */
 const CIRCUIT_ROUNDS = 3;
 
-export const circuitAllHeads: BenchExtension = {
-  name: 'circuit',
-  title: 'circuit over all heads (per-ablation cost / one unbatched forward)',
+const circuitExtension = (name: string, title: string, load: (ctx: ExtContext) => Promise<LoadedModel>): BenchExtension => ({
+  name,
+  title,
   async run(ctx) {
     let ops: typeof import('../src/ops/index');
     try {
@@ -82,7 +82,7 @@ export const circuitAllHeads: BenchExtension = {
     const op = ops.getOperation('circuit');
     if (!op) throw new SkipExtension('no circuit operation is registered in src/ops/index.ts');
     const maxBatch = (await import('../src/ops/lib/caps')).CAPS.maxBatch;
-    const model = await ctx.loadModel();
+    const model = await load(ctx);
     const { n_layers: L, n_heads: H, d_vocab: V } = model.info;
     const ids = randomIds(CIRCUIT_T, V, 4242);
     const forward = () => model.run(ids, { hooks: [] });
@@ -155,7 +155,22 @@ export const circuitAllHeads: BenchExtension = {
       },
     };
   },
-};
+});
+
+export const circuitAllHeads = circuitExtension('circuit', 'circuit over all heads (per-ablation cost / one unbatched forward)', (ctx) => ctx.loadModel());
+
+/**
+ * The same with the model's graphs built as before SkipLayerNormalization and MultiHeadAttention
+ * (PREV_FUSED): the ablations' lean variant then has only the activation and norm kernels. The
+ * forward (the hooked graph) is the same graph in both: every hook there is a site.
+ */
+export const circuitBefore = circuitExtension('circuit_before', 'circuit over all heads, lean variant without SkipLayerNormalization / MultiHeadAttention (before)', async (ctx) => {
+  const { loadModelFilesNode } = await import('../src/node/load-files-node');
+  const { nodeFactory } = await import('../src/node/load');
+  const { createModel, modelPartsFrom } = await import('../src/engine/model');
+  const files = await loadModelFilesNode(ctx.modelDir);
+  return createModel({ ...modelPartsFrom(files, { bundled: false, id: ctx.modelDir }), fused: PREV_FUSED }, await nodeFactory('node', ctx.threads));
+});
 
 // ------------------------------------------------------------------ generation with / without KV cache
 
@@ -428,5 +443,5 @@ export const q8Cost: BenchExtension = {
 };
 
 /** The list the bench runs, in order. Append new measurements here. */
-export const extensions: BenchExtension[] = [opsCost, circuitAllHeads, generationKv, cachedLoad, gradientCosts, q8Cost];
+export const extensions: BenchExtension[] = [opsCost, circuitAllHeads, circuitBefore, generationKv, cachedLoad, gradientCosts, q8Cost];
 

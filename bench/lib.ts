@@ -7,7 +7,7 @@ import { readFileSync } from 'node:fs';
 import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describeModel } from '../src/engine/arch';
-import { buildModelGraph, type BuiltGraph } from '../src/engine/graph/build-model';
+import { buildModelGraph, type BuiltGraph, type GraphPlan } from '../src/engine/graph/build-model';
 import type { EngineSession, OrtTensorLike, SessionFactory } from '../src/engine/runtime/session';
 import { attentionMask } from '../src/engine/runtime/masks';
 import type { ModelSpec } from '../src/engine/spec';
@@ -140,13 +140,16 @@ export interface PlainSession {
   release(): Promise<void>;
 }
 
+/** GraphPlan.fused of the graphs before SkipLayerNormalization and MultiHeadAttention: activation and norm kernels only (the bench's "before") */
+export const PREV_FUSED: GraphPlan['fused'] = { skipNorm: false, attention: false };
+
 /**
  * A session over the plain graph (`hooks: false`: no hook outputs, no intervention inputs; with
  * onnxruntime's fused kernels unless `fused` is false), created
  * through the same factory `loadModelNode` uses for this backend. For WASM the weight file's bytes
  * are read into memory as `loadModelNode` does (ORT-web takes external data as buffers).
  */
-export async function plainSession(dir: string, backend: 'node' | 'wasm', threads?: number, fused = true): Promise<PlainSession> {
+export async function plainSession(dir: string, backend: 'node' | 'wasm', threads?: number, fused: GraphPlan['fused'] = true): Promise<PlainSession> {
   const files = await loadModelFilesNode(dir);
   const weights = files.weights as WeightSet;
   const spec = describeModel({ config: files.config as Record<string, any>, tensors: weights.tensors });

@@ -9,19 +9,35 @@ import { readFileSync } from 'node:fs';
 import { loadModelNode, nodeFactory } from '../src/node/load';
 import { loadModelFilesNode } from '../src/node/load-files-node';
 import { describeModel } from '../src/engine/arch';
-import { buildModelGraph } from '../src/engine/graph/build-model';
+import { buildModelGraph, type BuiltGraph } from '../src/engine/graph/build-model';
+import onnxProto from 'onnx-proto';
 import { buildFeeds } from '../src/engine/runtime/feeds';
 import type { WeightSet } from '../src/engine/safetensors-types';
 import type { LoadedModel } from '../src/engine/api';
 import { ALL_FAMILY_CASES, makeCaseModel, caseTokens, referenceForward, compareHooks, maxAbsDiff, type RandomModel } from './reference';
 
+const { onnx } = onnxProto as any;
+
 const TOL = 1e-4;
 /**
  * onnxruntime's fused kernels (GraphPlan.fused: FastGelu / Gelu; LayerNormalization /
- * SimplifiedLayerNormalization where no hook reads the norm's scale) against the decomposed graph
- * and the reference: float32 rounding of another summation order (measured ≤ 7e-6)
+ * SimplifiedLayerNormalization where no hook reads the norm's scale; SkipLayerNormalization /
+ * SkipSimplifiedLayerNormalization and MultiHeadAttention where no hook needs their
+ * intermediates) against the decomposed graph and the reference: float32 rounding of another
+ * summation order (measured ≤ 7e-6)
  */
 const FUSED_TOL = 1e-5;
+
+/** how many nodes of each of these op types a graph has */
+function opCounts(graph: BuiltGraph, types: string[]): Record<string, number> {
+  const counts = Object.fromEntries(types.map((t) => [t, 0]));
+  for (const n of (onnx.ModelProto.decode(graph.bytes) as { graph: { node: { opType: string }[] } }).graph.node) if (n.opType in counts) counts[n.opType] += 1;
+  return counts;
+}
+const SKIP_NORMS = ['SkipLayerNormalization', 'SkipSimplifiedLayerNormalization'];
+/** the fused kernels a graph may add beyond the activation and norm ones: residual add + norm, attention */
+const NEW_KERNELS = [...SKIP_NORMS, 'MultiHeadAttention'];
+const skipNorms = (c: Record<string, number>) => c.SkipLayerNormalization + c.SkipSimplifiedLayerNormalization;
 
 describe.each(ALL_FAMILY_CASES)('engine vs float64 reference: $name', (c) => {
   let rm: RandomModel;
@@ -83,8 +99,13 @@ describe.each(ALL_FAMILY_CASES)('engine vs float64 reference: $name', (c) => {
       const factory = await nodeFactory(backend, 1);
       const logits = async (fused: boolean) => {
         const graph = buildModelGraph(spec, weights.tensors, { hooks: false, withResult: false, fused });
-        // node op types are stored verbatim in the graph's bytes
-        expect(new TextDecoder('latin1').decode(graph.bytes).includes(spec.norm === 'layernorm' ? 'LayerNormalization' : 'SimplifiedLayerNormalization')).toBe(fused);
+        const counts = opCounts(graph, [...NEW_KERNELS, 'LayerNormalization', 'SimplifiedLayerNormalization', 'Softmax']);
+        // every residual add with its norm is one kernel (the first block's too, where there are learned positions)
+        expect(skipNorms(counts)).toBe(fused ? 2 * spec.nLayers + (spec.posEmbed ? 1 : 0) - spec.layers.filter((l) => l.parallel).length : 0);
+        // MultiHeadAttention in every layer without an attention soft-cap (the kernel has none)
+        const capped = spec.layers.filter((l) => l.attn.softcap !== null).length;
+        expect(counts.MultiHeadAttention).toBe(fused ? spec.nLayers - capped : 0);
+        expect(counts.Softmax).toBe(fused ? capped : spec.nLayers);
         const session = await factory.create(graph, weights);
         try {
           return (await session.run(buildFeeds(factory.ort, spec, graph, { rows: [tokens], sites: new Map() }), ['logits'])).logits.data as Float32Array;
@@ -99,6 +120,41 @@ describe.each(ALL_FAMILY_CASES)('engine vs float64 reference: $name', (c) => {
       expect(dFused).toBeLessThan(FUSED_TOL);
       expect(dRef).toBeLessThan(FUSED_TOL);
     }
+  });
+
+  it('a lean variant with SkipLayerNormalization and MultiHeadAttention keeps its site, its outputs, the KV cache and logit positions (reference, 1e-5)', async () => {
+    const L = model.info.n_layers;
+    const D = model.info.d_model;
+    const d = Array.from({ length: D }, (_, i) => Math.cos(i + 2));
+    const alpha = 0.5;
+    // a site on the last block's residual (that add and norm stay apart), outputs on sums the kernels give out
+    const site = `blocks.${L - 1}.hook_resid_pre`;
+    const outputs = ['blocks.0.hook_resid_post', `blocks.${L - 1}.attn.hook_z`, `blocks.${L - 1}.hook_resid_post`];
+    const interventions = [{ hook: site, op: 'add' as const, value: d, alpha }];
+    const ref = referenceForward(rm, tokens, {
+      hook: (name, v) => {
+        if (name !== site) return;
+        // a copy: the reference keeps blocks.{L-2}.hook_resid_post, the same array, as it was before this edit
+        return v.map((x, i) => x + alpha * d[i % D]);
+      },
+    });
+    // the variant those runs take uses the new kernels wherever no site or scores/pattern hook is in the way
+    const lean = buildModelGraph(model.spec, (await loadModelFilesNode(rm.dir)).weights.tensors, { hooks: true, withResult: false, lean: { sites: [site], outputs: [...outputs].sort() } });
+    const counts = opCounts(lean, NEW_KERNELS);
+    expect(counts.MultiHeadAttention).toBe(model.spec.layers.filter((l) => l.attn.softcap === null).length);
+    expect(skipNorms(counts)).toBeGreaterThan(0);
+
+    const out = await model.run(tokens, { lean: true, interventions, hooks: outputs });
+    for (const h of outputs) expect(maxAbsDiff(ref.hooks[h].data, out.hooks[h].data).maxAbs, h).toBeLessThan(FUSED_TOL);
+    expect(maxAbsDiff(ref.logits.data, out.logits.data).maxAbs).toBeLessThan(FUSED_TOL);
+
+    // continued from a KV cache, logits at the last position only
+    const split = Math.floor(tokens.length / 2);
+    const first = await model.run(tokens.slice(0, split), { lean: true, interventions, returnCache: true });
+    const rest = await model.run(tokens.slice(split), { lean: true, interventions, past: first.present, logitPositions: [tokens.length - split - 1] });
+    const V = model.info.d_vocab;
+    expect(rest.logits.data.length).toBe(V);
+    expect(maxAbsDiff(ref.logits.data.subarray((tokens.length - 1) * V), rest.logits.data).maxAbs).toBeLessThan(FUSED_TOL);
   });
 
   it('adding α·d at hook_resid_pre equals the reference doing the same; a batch of variants equals one-by-one runs', async () => {

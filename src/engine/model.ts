@@ -9,7 +9,7 @@ import type { ModelSpec } from './spec';
 import type { Tensor } from './tensor';
 import type { WeightSet } from './safetensors-types';
 import { describeModel } from './arch';
-import { buildModelGraph, buildLensGraph, LENS_OUTPUTS, type BuiltGraph } from './graph/build-model';
+import { buildModelGraph, buildLensGraph, LENS_OUTPUTS, type BuiltGraph, type GraphPlan } from './graph/build-model';
 import { buildReadoutGraph, needsReadoutSession, readoutFeeds, readoutResult, unembedProducts, READOUT_OUTPUTS, type WeightProducts, type WeightProductsInput } from './graph/readout-graph';
 import { allHookNames, hookInfo, hookShape as shapeOfHook } from './graph/hooks';
 import { compileInterventions } from './runtime/interventions';
@@ -47,6 +47,8 @@ export interface ModelParts {
   memory?: BudgetLimits;
   /** weight precision asked for (precision.ts); default auto */
   weightsMode?: WeightsMode;
+  /** onnxruntime fused kernels in the model's graphs (GraphPlan.fused); default all: the bench builds a "before" model with fewer */
+  fused?: GraphPlan['fused'];
 }
 
 /** Resolve after pending tasks (not just microtasks) have run: setImmediate in Node, a MessageChannel hop elsewhere. */
@@ -309,7 +311,7 @@ class EngineModel implements LoadedModel {
         const vocabRows = this.info.vocab_chunks > 1 ? Math.ceil(this.spec.dVocab / this.info.vocab_chunks) : undefined;
         const graph = kind === 'lens' ? buildLensGraph(this.spec, weights.tensors, undefined, precision, vocabRows)
           : kind === 'readout' ? buildReadoutGraph(this.spec, weights.tensors, undefined, precision)
-          : buildModelGraph(this.spec, weights.tensors, { hooks: true, withResult: kind === 'result', sae: sae?.spec, lean, grad: grad && { hooks: grad }, weights: precision, vocabRows });
+          : buildModelGraph(this.spec, weights.tensors, { hooks: true, withResult: kind === 'result', sae: sae?.spec, lean, grad: grad && { hooks: grad }, weights: precision, vocabRows, fused: this.parts.fused });
         if (this.factory.backend === 'wasm' && precision !== 'f32') await this.makeRoom(key, graph.weightBytes);
         const made = { graph, session: await this.factory.create(graph, weights) };
         this.created.set(key, made);

@@ -53,9 +53,28 @@ export interface GraphPlan {
    * use onnxruntime's fused kernels where no hook needs an intermediate (default true; never with
    * grad, whose backward pass differentiates the decomposed ops): FastGelu / Gelu for the MLP
    * activation in every variant; LayerNormalization / SimplifiedLayerNormalization for a norm
-   * whose hook_scale is not a hook of the variant (the plain graph, lean variants, the lens)
+   * whose hook_scale is not a hook of the variant (the plain graph, lean variants, the lens);
+   * and the two of FusedKernels where the variant allows them. An object turns those two on or
+   * off one by one (absent = on) with the first two kinds on: the bench's "before" graph.
    */
-  fused?: boolean;
+  fused?: boolean | Partial<FusedKernels>;
+}
+
+/** onnxruntime contrib kernels a graph uses beyond the activation and norm kernels (GraphPlan.fused) */
+export interface FusedKernels {
+  /**
+   * SkipLayerNormalization / SkipSimplifiedLayerNormalization: a residual add and the norm after
+   * it in one kernel, where the norm's hook_scale is no hook of the variant and no hook on the sum
+   * (resid_mid, resid_post, resid_pre) is an intervention site; the sum comes out of the kernel
+   * (its input_skip_bias_sum output), so those hooks can still be outputs
+   */
+  skipNorm: boolean;
+  /**
+   * MultiHeadAttention: scores, softmax and the weighted sum of values in one kernel, where
+   * neither hook_attn_scores nor hook_pattern is a hook of the variant and the layer has no
+   * attention soft-cap (the kernel has none: Gemma 2 stays decomposed). q, k, v and z stay hooks.
+   */
+  attention: boolean;
 }
 
 export interface BuiltGraph {
@@ -201,7 +220,43 @@ class ModelGraph {
 
   /** fused kernels allowed (see GraphPlan.fused) */
   private get fused(): boolean {
-    return (this.plan.fused ?? true) && !this.plan.grad;
+    return (this.plan.fused ?? true) !== false && !this.plan.grad;
+  }
+
+  /** one of FusedKernels allowed */
+  private fusedKernel(k: keyof FusedKernels): boolean {
+    const f = this.plan.fused;
+    return this.fused && (typeof f !== 'object' || f[k] !== false);
+  }
+
+  /** a hook whose value the graph passes on unchanged: not a hook of the variant, or an output only (no site, no SAE splice) */
+  private passive(name: string): boolean {
+    return !this.hookSet.has(name) || (!this.isSite(name) && this.plan.sae?.info.hook !== name);
+  }
+
+  private isSite(name: string): boolean {
+    return this.hookSet.has(name) && hookInfo(name).site && (!this.lean || this.lean.sites.has(name));
+  }
+
+  /**
+   * The residual sum a + b (b absent: a itself), its hooks in order, and then norm n of it. With
+   * skipNorm allowed, none of the hooks a site and no hook on the norm's scale, that is one
+   * SkipLayerNormalization (its 4th output is the sum, which the hooks output); otherwise an Add,
+   * the hooks, and the norm.
+   */
+  private addNorm(a: string, b: string | undefined, hooks: string[], n: NormSpec, scaleHook: string): { sum: string; normed: string } {
+    const { g } = this;
+    if (b !== undefined && this.fusedKernel('skipNorm') && !this.hookSet.has(scaleHook) && hooks.every((h) => this.passive(h))) {
+      const w = n.weightOffset ? g.o('Add', [this.W(n.w), this.c(1)]) : this.W(n.w); // Gemma stores w − 1
+      const args = n.kind === 'rmsnorm' ? [a, b, w] : [a, b, w, ...(n.b ? [this.W(n.b)] : [])];
+      // outputs: normed, mean, inv_std_var (left out), input_skip_bias_sum
+      let [normed, , , sum] = g.msOp(n.kind === 'rmsnorm' ? 'SkipSimplifiedLayerNormalization' : 'SkipLayerNormalization', args, { epsilon: { float: n.eps } }, 4, [1, 2]);
+      for (const h of hooks) sum = this.hook(sum, h);
+      return { sum, normed };
+    }
+    let sum = b === undefined ? a : g.o('Add', [a, b]);
+    for (const h of hooks) sum = this.hook(sum, h);
+    return { sum, normed: this.norm(sum, n, scaleHook) };
   }
 
   private norm(x: string, n: NormSpec, scaleHook?: string): string {
@@ -216,7 +271,7 @@ class ModelGraph {
     const { g, lean, plan } = this;
     if (!this.hookSet.has(name)) return x;
     let y = x;
-    if (hookInfo(name).site && (!lean || lean.sites.has(name))) {
+    if (this.isSite(name)) {
       this.sites.push(name);
       y = g.o('Add', [g.o('Mul', [x, g.input(mulInput(name), 'float')]), g.input(addInput(name), 'float')]);
     }
@@ -315,14 +370,18 @@ class ModelGraph {
     const repeat = (t: string) => rep === 1 ? t : g.o('Reshape', [g.o('Expand', [g.o('Unsqueeze', [t, g.constI([2])]), g.constI([1, 1, rep, 1, 1])]), g.constI([0, H, -1, Dh])]);
     const kH = repeat(kAll);
     const vH = repeat(vAll);
+    const mask = a.slidingWindow !== null ? this.maskLocal : this.mask;
 
-    // scores `b h t dh, b h tk dh -> b h t tk`
-    let scores = g.o('Mul', [g.o('MatMul', [g.o('Transpose', [q], { perm: [0, 2, 1, 3] }), g.o('Transpose', [kH], { perm: [0, 1, 3, 2] })]), this.c(a.scale)]);
-    if (a.softcap !== null) scores = softcap(g, scores, a.softcap);
-    scores = this.hook(g.o('Add', [scores, a.slidingWindow !== null ? this.maskLocal : this.mask]), `${b}.hook_attn_scores`);
-    const pattern = this.hook(g.o('Softmax', [scores], { axis: -1 }), `${b}.hook_pattern`);
-    const zT = g.o('MatMul', [pattern, vH]); // `b h t tk, b h tk dh -> b h t dh`
-    const z = this.hook(g.o('Transpose', [zT], { perm: [0, 2, 1, 3] }), `${b}.hook_z`);
+    let z: string;
+    if (this.fusedKernel('attention') && a.softcap === null && !this.hookSet.has(`${b}.hook_attn_scores`) && !this.hookSet.has(`${b}.hook_pattern`)) {
+      // no hook reads scores or pattern: MultiHeadAttention, query `b t (h dh)`, keys and values
+      // `b h tk dh` (the KV cache and GQA stay outside it: present.* are computed above, and the
+      // kernel's own past inputs take H heads, not Hkv), the mask as its additive attention_bias
+      const zFlat = g.msOp('MultiHeadAttention', [g.o('Reshape', [q, g.constI([0, 0, H * Dh])]), kH, vH, '', '', this.attnBias(mask)], { num_heads: H, scale: { float: a.scale } })[0];
+      z = this.hook(g.o('Reshape', [zFlat, g.constI([0, 0, H, Dh])]), `${b}.hook_z`);
+    } else {
+      z = this.hook(this.attend(b, q, kH, vH, mask, a.scale, a.softcap), `${b}.hook_z`);
+    }
     if (this.plan.withResult && this.plan.hooks) {
       // W_O per head [H, Dh, D]: out_in `d (h dh) -> h dh d`, in_out `(h dh) d -> h dh d`; result_h = z_h · W_O[h]
       const wo = a.o.layout === 'out_in'
@@ -335,6 +394,35 @@ class ModelGraph {
     if (layer.postAttnNorm) out = this.norm(out, layer.postAttnNorm, `blocks.${l}.ln1_post.hook_scale`);
     return this.hook(out, `blocks.${l}.hook_attn_out`);
   }
+
+  /** decomposed attention with its hooks: q [B, T, H, Dh], keys and values [B, H, Tk, Dh] → z [B, T, H, Dh] */
+  private attend(b: string, q: string, kH: string, vH: string, mask: string, scale: number, cap: number | null): string {
+    const { g } = this;
+    // scores `b h t dh, b h tk dh -> b h t tk`
+    let scores = g.o('Mul', [g.o('MatMul', [g.o('Transpose', [q], { perm: [0, 2, 1, 3] }), g.o('Transpose', [kH], { perm: [0, 1, 3, 2] })]), this.c(scale)]);
+    if (cap !== null) scores = softcap(g, scores, cap);
+    scores = this.hook(g.o('Add', [scores, mask]), `${b}.hook_attn_scores`);
+    const pattern = this.hook(g.o('Softmax', [scores], { axis: -1 }), `${b}.hook_pattern`);
+    const zT = g.o('MatMul', [pattern, vH]); // `b h t tk, b h tk dh -> b h t dh`
+    return g.o('Transpose', [zT], { perm: [0, 2, 1, 3] });
+  }
+
+  /**
+   * A mask [T, Tk] as MultiHeadAttention's attention_bias [B, H, T, Tk], built once per mask.
+   * Expanded to every batch row and head (onnxruntime's CPU kernel would broadcast a [1, 1, T, Tk]
+   * bias, but the WebGPU kernel takes only the full shape).
+   */
+  private attnBias(mask: string): string {
+    let bias = this.biasCache.get(mask);
+    if (!bias) {
+      const { g } = this;
+      const shape = g.o('Concat', [g.o('Slice', [this.bt, g.constI([0]), g.constI([1])]), g.constI([this.H]), g.o('Shape', [mask])], { axis: 0 });
+      bias = g.o('Expand', [g.o('Unsqueeze', [mask, g.constI([0, 1])]), shape]);
+      this.biasCache.set(mask, bias);
+    }
+    return bias;
+  }
+  private readonly biasCache = new Map<string, string>();
 
   // ---- MLP
 
@@ -359,18 +447,21 @@ class ModelGraph {
 
   // ---- one block
 
-  private block(l: number, x: string): string {
+  /**
+   * Block l from its residual stream `resid` (hook_resid_pre, already hooked) and ln1 of it;
+   * returns the two addends of hook_resid_post, which the caller adds together with the norm
+   * that reads the sum (the next block's ln1 or ln_final: see addNorm).
+   */
+  private block(l: number, resid: string, xn: string): [string, string] {
     const { g } = this;
     const layer = this.spec.layers[l];
-    const resid = this.hook(x, `blocks.${l}.hook_resid_pre`);
-    const attnOut = this.attention(l, layer, this.norm(resid, layer.ln1, `blocks.${l}.ln1.hook_scale`));
+    const attnOut = this.attention(l, layer, xn);
     if (layer.parallel) {
       const mlpOut = this.mlp(l, layer, this.norm(resid, layer.ln2, `blocks.${l}.ln2.hook_scale`));
-      return this.hook(g.o('Add', [g.o('Add', [resid, attnOut]), mlpOut]), `blocks.${l}.hook_resid_post`);
+      return [g.o('Add', [resid, attnOut]), mlpOut];
     }
-    const mid = this.hook(g.o('Add', [resid, attnOut]), `blocks.${l}.hook_resid_mid`);
-    const mlpOut = this.mlp(l, layer, this.norm(mid, layer.ln2, `blocks.${l}.ln2.hook_scale`));
-    return this.hook(g.o('Add', [mid, mlpOut]), `blocks.${l}.hook_resid_post`);
+    const { sum: mid, normed } = this.addNorm(resid, attnOut, [`blocks.${l}.hook_resid_mid`], layer.ln2, `blocks.${l}.ln2.hook_scale`);
+    return [mid, this.mlp(l, layer, normed)];
   }
 
   // ---- the whole model
@@ -392,17 +483,23 @@ class ModelGraph {
     let x = lookupRows(g, vocabChunks(this.entry(spec.embed.w), this.plan.vocabRows), ids);
     if (spec.embed.scale !== 1) x = g.o('Mul', [x, this.c(spec.embed.scale)]);
     x = this.hook(x, 'hook_embed');
+    let posB: string | undefined;
     if (spec.posEmbed) {
       const pos = g.gatherRows(this.entry(spec.posEmbed.w), g.input('position_ids', 'int64', ['T'])); // [T, D]
-      const posB = this.hook(g.o('Expand', [pos, g.o('Shape', [x])]), 'hook_pos_embed');
-      x = g.o('Add', [x, posB]);
+      posB = this.hook(g.o('Expand', [pos, g.o('Shape', [x])]), 'hook_pos_embed');
     }
 
-    for (let l = 0; l < spec.nLayers; l++) x = this.block(l, x);
+    // the residual stream: each block's two addends are summed together with the norm that reads them
+    let addends: [string, string | undefined] = [x, posB];
+    for (let l = 0; l < spec.nLayers; l++) {
+      const hooks = [...(l > 0 ? [`blocks.${l - 1}.hook_resid_post`] : []), `blocks.${l}.hook_resid_pre`];
+      const { sum, normed } = this.addNorm(...addends, hooks, spec.layers[l].ln1, `blocks.${l}.ln1.hook_scale`);
+      addends = this.block(l, sum, normed);
+    }
 
     // unembed, only at the positions asked for (the unembedding is the largest matmul per token):
     // W_U [V, D] (lm_head or the tied embedding), `b p d, v d -> b p v`
-    const xf = this.norm(x, spec.lnFinal, 'ln_final.hook_scale');
+    const xf = this.addNorm(...addends, [`blocks.${spec.nLayers - 1}.hook_resid_post`], spec.lnFinal, 'ln_final.hook_scale').normed;
     const xp = g.o('Gather', [xf, g.input('logit_positions', 'int64', ['P'])], { axis: 1 }); // [B, P, D]
     const xu = g.o('Reshape', [xp, g.constI([-1, D])]);
     const bpV = g.o('Concat', [g.o('Shape', [xp], { start: 0, end: 2 }), g.constI([spec.dVocab])], { axis: 0 });

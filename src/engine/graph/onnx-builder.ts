@@ -43,10 +43,16 @@ export class OnnxGraph {
     return outs;
   }
 
-  /** A node of onnxruntime's contrib domain (MS_DOMAIN); the model then imports that opset. */
-  msOp(type: string, inputs: string[], attrs: Record<string, Attr> = {}, nOut = 1): string[] {
+  /**
+   * A node of onnxruntime's contrib domain (MS_DOMAIN); the model then imports that opset.
+   * `unused`: indices of optional outputs left out (named '' in the node, so the kernel does not
+   * compute them); their entries in the returned list are ''.
+   */
+  msOp(type: string, inputs: string[], attrs: Record<string, Attr> = {}, nOut = 1, unused: number[] = []): string[] {
     const outs = this.op(type, inputs, attrs, nOut);
-    this.nodes[this.nodes.length - 1].domain = MS_DOMAIN;
+    const node = this.nodes[this.nodes.length - 1];
+    node.domain = MS_DOMAIN;
+    for (const i of unused) outs[i] = node.output[i] = '';
     this.contrib = true;
     return outs;
   }
