@@ -8,7 +8,7 @@
 import { loadModelNode } from '../src/node/load';
 import { buildModelGraph } from '../src/engine/graph/build-model';
 import { extensions, SkipExtension, type ExtContext } from './extensions';
-import { now, packageVersion, plainSession, PREV_FUSED, readMem, timeInterleaved, type Timed } from './lib';
+import { now, packageVersion, plainSession, ALL_FUSED, readMem, timeInterleaved, type Timed } from './lib';
 import { randomIds } from './model-gen';
 
 export interface SpeedArgs {
@@ -40,13 +40,13 @@ export interface SpeedResult {
   n_hook_outputs: number;
   n_intervention_inputs: number;
   /**
-   * per T: plain graph (fused kernels), the plain graph with only the activation and norm kernels
-   * fused (PREV_FUSED: before SkipLayerNormalization and MultiHeadAttention), the plain graph
-   * decomposed (fused: false), hooked graph
+   * per T: plain graph (fused activation and norm kernels, the default), the plain graph with
+   * SkipLayerNormalization and MultiHeadAttention too (ALL_FUSED), the plain graph decomposed
+   * (fused: false), hooked graph
    * fetching no hooks, hooked graph fetching every hook, and the observe-only variant (a lean
    * variant with every hook an output and no intervention inputs: `hooks: 'all', lean: true`)
    */
-  runs: Record<string, { plain: Timed; plain_prev?: Timed; plain_unfused?: Timed; hooked_none: Timed; hooked_all: Timed; hooked_observe?: Timed }>;
+  runs: Record<string, { plain: Timed; plain_all?: Timed; plain_unfused?: Timed; hooked_none: Timed; hooked_all: Timed; hooked_observe?: Timed }>;
   /** max |Δ| between the plain graph's logits and the hooked graph's (same tokens), per T */
   logits_max_abs_diff: Record<string, number>;
 }
@@ -59,7 +59,7 @@ async function speed(a: SpeedArgs): Promise<SpeedResult> {
   const runtimeInitMs = now() - t00;
   await tiny.dispose();
   const plain = await plainSession(a.dir, a.backend, a.threads);
-  const plainPrev = await plainSession(a.dir, a.backend, a.threads, PREV_FUSED);
+  const plainAll = await plainSession(a.dir, a.backend, a.threads, ALL_FUSED);
   const plainUnfused = await plainSession(a.dir, a.backend, a.threads, false);
   const t0 = now();
   const model = await loadModelNode(a.dir, { backend: a.backend, threads: a.threads });
@@ -81,15 +81,15 @@ async function speed(a: SpeedArgs): Promise<SpeedResult> {
     diffs[String(T)] = d;
     const r = await timeInterleaved([
       { name: 'plain', fn: () => plain.run(ids) },
-      { name: 'plain_prev', fn: () => plainPrev.run(ids) },
+      { name: 'plain_all', fn: () => plainAll.run(ids) },
       { name: 'plain_unfused', fn: () => plainUnfused.run(ids) },
       { name: 'hooked_none', fn: () => model.run(ids, { hooks: [] }) },
       { name: 'hooked_all', fn: () => model.run(ids, { hooks: 'all' }) },
       { name: 'hooked_observe', fn: () => model.run(ids, { hooks: 'all', lean: true }) },
     ], a.warmup, a.reps[String(T)] ?? 5, { settle: a.backend === 'node' });
-    runs[String(T)] = { plain: r.plain, plain_prev: r.plain_prev, plain_unfused: r.plain_unfused, hooked_none: r.hooked_none, hooked_all: r.hooked_all, hooked_observe: r.hooked_observe };
+    runs[String(T)] = { plain: r.plain, plain_all: r.plain_all, plain_unfused: r.plain_unfused, hooked_none: r.hooked_none, hooked_all: r.hooked_all, hooked_observe: r.hooked_observe };
     const f = (x: { median_ms: number; cpu_median_ms: number }) => `${x.median_ms.toFixed(1)} ms (cpu ${x.cpu_median_ms.toFixed(1)})`;
-    process.stderr.write(`  [${a.backend}] T=${T}: plain ${f(r.plain)}, plain before Skip/MHA ${f(r.plain_prev)}, plain unfused ${f(r.plain_unfused)}, hooked/none ${f(r.hooked_none)}, hooked/all ${f(r.hooked_all)}, observe-only/all ${f(r.hooked_observe)}\n`);
+    process.stderr.write(`  [${a.backend}] T=${T}: plain ${f(r.plain)}, plain + Skip/MHA ${f(r.plain_all)}, plain unfused ${f(r.plain_unfused)}, hooked/none ${f(r.hooked_none)}, hooked/all ${f(r.hooked_all)}, observe-only/all ${f(r.hooked_observe)}\n`);
   }
   const res: SpeedResult = {
     backend: a.backend,
@@ -110,7 +110,7 @@ async function speed(a: SpeedArgs): Promise<SpeedResult> {
     logits_max_abs_diff: diffs,
   };
   await plain.release();
-  await plainPrev.release();
+  await plainAll.release();
   await plainUnfused.release();
   await model.dispose();
   return res;

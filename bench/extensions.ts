@@ -12,7 +12,7 @@
  * ===================================================================================
  */
 import type { LoadedModel } from '../src/engine/api';
-import { cpuNow, median, now, PREV_FUSED, timeInterleaved } from './lib';
+import { cpuNow, median, now, ALL_FUSED, timeInterleaved } from './lib';
 import { randomIds } from './model-gen';
 import { gradientCosts } from './gradients';
 
@@ -160,16 +160,16 @@ const circuitExtension = (name: string, title: string, load: (ctx: ExtContext) =
 export const circuitAllHeads = circuitExtension('circuit', 'circuit over all heads (per-ablation cost / one unbatched forward)', (ctx) => ctx.loadModel());
 
 /**
- * The same with the model's graphs built as before SkipLayerNormalization and MultiHeadAttention
- * (PREV_FUSED): the ablations' lean variant then has only the activation and norm kernels. The
- * forward (the hooked graph) is the same graph in both: every hook there is a site.
+ * The same with the model's graphs built with SkipLayerNormalization and MultiHeadAttention too
+ * (ALL_FUSED, off by default): the ablations' lean variant then uses both. The forward (the hooked
+ * graph) is the same graph in both: every hook there is a site.
  */
-export const circuitBefore = circuitExtension('circuit_before', 'circuit over all heads, lean variant without SkipLayerNormalization / MultiHeadAttention (before)', async (ctx) => {
+export const circuitAllFused = circuitExtension('circuit_all_fused', 'circuit over all heads, lean variant with SkipLayerNormalization / MultiHeadAttention', async (ctx) => {
   const { loadModelFilesNode } = await import('../src/node/load-files-node');
   const { nodeFactory } = await import('../src/node/load');
   const { createModel, modelPartsFrom } = await import('../src/engine/model');
   const files = await loadModelFilesNode(ctx.modelDir);
-  return createModel({ ...modelPartsFrom(files, { bundled: false, id: ctx.modelDir }), fused: PREV_FUSED }, await nodeFactory('node', ctx.threads));
+  return createModel({ ...modelPartsFrom(files, { bundled: false, id: ctx.modelDir }), fused: ALL_FUSED }, await nodeFactory('node', ctx.threads));
 });
 
 // ------------------------------------------------------------------ generation with / without KV cache
@@ -443,5 +443,5 @@ export const q8Cost: BenchExtension = {
 };
 
 /** The list the bench runs, in order. Append new measurements here. */
-export const extensions: BenchExtension[] = [opsCost, circuitAllHeads, circuitBefore, generationKv, cachedLoad, gradientCosts, q8Cost];
+export const extensions: BenchExtension[] = [opsCost, circuitAllHeads, circuitAllFused, generationKv, cachedLoad, gradientCosts, q8Cost];
 

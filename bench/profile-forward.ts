@@ -9,14 +9,18 @@
  * every hook; ORT-web's profiler prints its events on stdout on endProfiling, so they are
  * profiled in a child process whose output is read here.
  *
- *   tsx bench/profile-forward.ts [--T=128] [--runs=3] [--backend=node|wasm]  → a markdown summary on stdout
+ *   tsx bench/profile-forward.ts [--T=128] [--runs=3] [--backend=node|wasm] [--fused=all] [--threads=N (node)]  → a markdown summary on stdout
+ *
+ * --fused=all: the plain graph with SkipLayerNormalization and MultiHeadAttention too (lib.ts
+ * ALL_FUSED), to set beside the default (activation and norm kernels) in another run.
  */
 import { readFileSync, readdirSync, rmSync, mkdtempSync } from 'node:fs';
 import { tmpdir, availableParallelism } from 'node:os';
 import * as path from 'node:path';
 import { createRequire } from 'node:module';
 import { describeModel } from '../src/engine/arch';
-import { buildModelGraph } from '../src/engine/graph/build-model';
+import { buildModelGraph, type GraphPlan } from '../src/engine/graph/build-model';
+import { ALL_FUSED } from './lib';
 import { loadModelFilesNode } from '../src/node/load-files-node';
 import type { WeightSet } from '../src/engine/safetensors-types';
 import { attentionMask } from '../src/engine/runtime/masks';
@@ -26,6 +30,9 @@ import { ensureBenchModel, GPT2_SMALL, randomIds } from './model-gen';
 const args = process.argv.slice(2);
 const T = Number(args.find((a) => a.startsWith('--T='))?.slice(4) ?? 128);
 const runs = Number(args.find((a) => a.startsWith('--runs='))?.slice(7) ?? 3);
+const all = args.includes('--fused=all');
+const plainFused: GraphPlan['fused'] = all ? ALL_FUSED : true;
+const plainTitle = all ? 'plain graph (+ SkipLayerNormalization, MultiHeadAttention)' : 'plain graph (fused kernels)';
 
 interface Event { cat: string; name: string; dur: number; args?: { op_name?: string; thread_scheduling_stats?: { main_thread?: unknown; sub_threads?: Record<string, unknown> } } }
 
@@ -34,13 +41,13 @@ async function profile(kind: 'plain' | 'hooked') {
   const files = await loadModelFilesNode(model.dir);
   const weights = files.weights as WeightSet;
   const spec = describeModel({ config: files.config as Record<string, any>, tensors: weights.tensors });
-  const graph = buildModelGraph(spec, weights.tensors, { hooks: kind === 'hooked', withResult: false });
+  const graph = buildModelGraph(spec, weights.tensors, { hooks: kind === 'hooked', withResult: false, ...(kind === 'plain' ? { fused: plainFused } : {}) });
   const dir = mkdtempSync(path.join(tmpdir(), 'loupe-prof-'));
   const [weightFile, weightPath] = [...weights.paths][0];
   linkSync(weightPath, path.join(dir, weightFile)); // ORT refuses external data outside the graph's folder, symlinks included
   writeFileSync(path.join(dir, 'g.onnx'), graph.bytes);
   const ort = createRequire(import.meta.url)('onnxruntime-node');
-  const threads = availableParallelism();
+  const threads = Number(args.find((a) => a.startsWith('--threads='))?.slice(10) ?? availableParallelism());
   const session = await ort.InferenceSession.create(path.join(dir, 'g.onnx'), {
     graphOptimizationLevel: 'all', intraOpNumThreads: threads, enableProfiling: true, profileFilePrefix: path.join(dir, 'prof'),
   });
@@ -75,7 +82,7 @@ async function profile(kind: 'plain' | 'hooked') {
     for (const k of Object.keys(e.args?.thread_scheduling_stats?.sub_threads ?? {})) subThreads.add(k);
   }
   const rows = [...byType.entries()].sort((a, b) => b[1] - a[1]).slice(0, 12);
-  const out = [`#### ${kind} graph, T=${T}, onnxruntime-node ${threads} threads, ${runs + 1} runs profiled\n`, '| op type | share of kernel time |', '|---|---|'];
+  const out = [`#### ${kind === 'plain' ? plainTitle : 'hooked graph'}, T=${T}, onnxruntime-node ${threads} threads, ${runs + 1} runs profiled\n`, '| op type | share of kernel time |', '|---|---|'];
   for (const [op, d] of rows) out.push(`| ${op} | ${((100 * d) / total).toFixed(1)} % |`);
   out.push('', `Kernel time per run: ${(total / 1000 / (runs + 1)).toFixed(1)} ms. Transpose nodes reading a weight: ${transposeOnWeights}. Intra-op pool threads seen working: ${subThreads.size}.`, '');
   return out.join('\n');
@@ -117,9 +124,9 @@ async function profileWasmChild(): Promise<void> {
   const { plainSession } = await import('./lib');
   const { loadModelNode } = await import('../src/node/load');
   const ids = randomIds(T, GPT2_SMALL.vocab, 5);
-  const plain = await plainSession(bench.dir, 'wasm', 1);
+  const plain = await plainSession(bench.dir, 'wasm', 1, plainFused);
   for (let i = 0; i <= runs; i++) await plain.run(ids);
-  process.stdout.write(`${MARK}plain graph (fused kernels)\n`);
+  process.stdout.write(`${MARK}${plainTitle}\n`);
   await sessions[sessions.length - 1].endProfiling();
   await plain.release();
   const before = sessions.length;

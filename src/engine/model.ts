@@ -47,7 +47,7 @@ export interface ModelParts {
   memory?: BudgetLimits;
   /** weight precision asked for (precision.ts); default auto */
   weightsMode?: WeightsMode;
-  /** onnxruntime fused kernels in the model's graphs (GraphPlan.fused); default all: the bench builds a "before" model with fewer */
+  /** onnxruntime fused kernels of the model's graphs (GraphPlan.fused); default the activation and norm ones (the bench measures more) */
   fused?: GraphPlan['fused'];
 }
 

@@ -53,14 +53,15 @@ export interface GraphPlan {
    * use onnxruntime's fused kernels where no hook needs an intermediate (default true; never with
    * grad, whose backward pass differentiates the decomposed ops): FastGelu / Gelu for the MLP
    * activation in every variant; LayerNormalization / SimplifiedLayerNormalization for a norm
-   * whose hook_scale is not a hook of the variant (the plain graph, lean variants, the lens);
-   * and the two of FusedKernels where the variant allows them. An object turns those two on or
-   * off one by one (absent = on) with the first two kinds on: the bench's "before" graph.
+   * whose hook_scale is not a hook of the variant (the plain graph, lean variants, the lens).
+   * An object keeps those and also turns on the FusedKernels it sets true, where the variant
+   * allows them: they are off by default because on onnxruntime's CPU kernels (node and WASM)
+   * they measured no faster and often slower than what they replace (README, Speed).
    */
   fused?: boolean | Partial<FusedKernels>;
 }
 
-/** onnxruntime contrib kernels a graph uses beyond the activation and norm kernels (GraphPlan.fused) */
+/** onnxruntime contrib kernels a graph may use beyond the activation and norm kernels (GraphPlan.fused; off unless set) */
 export interface FusedKernels {
   /**
    * SkipLayerNormalization / SkipSimplifiedLayerNormalization: a residual add and the norm after
@@ -223,10 +224,10 @@ class ModelGraph {
     return (this.plan.fused ?? true) !== false && !this.plan.grad;
   }
 
-  /** one of FusedKernels allowed */
+  /** one of FusedKernels asked for */
   private fusedKernel(k: keyof FusedKernels): boolean {
     const f = this.plan.fused;
-    return this.fused && (typeof f !== 'object' || f[k] !== false);
+    return this.fused && typeof f === 'object' && f[k] === true;
   }
 
   /** a hook whose value the graph passes on unchanged: not a hook of the variant, or an output only (no site, no SAE splice) */
