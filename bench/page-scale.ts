@@ -1,5 +1,5 @@
 /**
- * `tsx bench/page-scale.ts [shape] [--weights stored|f32|q8] [--backend wasm|webgpu] [--skip memory,node] [--keep]`
+ * `tsx bench/page-scale.ts [shape] [--weights stored|f32|q8] [--backend wasm|webgpu] [--cached-backend wasm|webgpu] [--skip memory,node] [--keep]`
  * (after `npx vite build`; LOUPE_PAGE_DIST=DIR serves a page built with `--outDir DIR` instead)
  *
  * A bench:scale shape in the real page, in Debian's headless Chromium (playwright-core, never a
@@ -113,6 +113,9 @@ async function main() {
   const backend = opt('backend', 'wasm') as 'wasm' | 'webgpu';
   // --skip memory,node: leave out the from-memory session and/or the Node WASM comparison (both WASM only)
   const skip = new Set(opt('skip', backend === 'webgpu' ? 'memory,node' : '').split(','));
+  // --cached-backend webgpu: the cached load (from IndexedDB, a fresh page) and its trace on the
+  // other backend: one 5 GB download serves both rows of a big shape
+  const cachedBackend = opt('cached-backend', backend) as 'wasm' | 'webgpu';
   const shape = SHAPES.find((s) => s.name === name)!;
   const dir = path.join(tmpdir(), 'loupe-page-scale', shape.name);
   if (!existsSync(path.join(dir, 'model.safetensors'))) generate(shape, dir);
@@ -126,10 +129,19 @@ async function main() {
   const out: Record<string, unknown> = { shape: shape.name, weights, backend };
   // each number as soon as it is measured: a run that fails later still reports what it got
   const note = (k: string, v: unknown) => { out[k] = v; console.log(`[page-scale] ${k} ${JSON.stringify(v)}`); };
-  /** the model `id` ready, or its load's error thrown */
-  const readyOrError = (p: import('playwright-core').Page, id: string) => p.waitForFunction((m) => { const a = (globalThis as any).__loupe; return (a.models.model?.info.id === m && a.modelStatus === 'ready') || a.modelError; }, id, { timeout: 3_600_000 })
-    .then(() => p.evaluate(() => (globalThis as any).__loupe.modelError))
-    .then((e) => { if (e) throw new Error(`load failed: ${JSON.stringify(e)}`); });
+  /**
+   * The model `id` ready, or its load's error thrown. Above 1 GB the page asks before downloading:
+   * the bench gives the click at once (loadMs includes that wait, a polling interval).
+   */
+  const readyOrError = async (p: import('playwright-core').Page, id: string) => {
+    for (;;) {
+      await p.waitForFunction((m) => { const a = (globalThis as any).__loupe; return (a.models.model?.info.id === m && a.modelStatus === 'ready') || a.modelError || a.models.preview?.waiting; }, id, { timeout: 3_600_000 });
+      const asked = await p.evaluate(() => { const m = (globalThis as any).__loupe.models; if (!m.preview?.waiting) return false; m.answerPreview(true); return true; });
+      if (!asked) break;
+    }
+    const e = await p.evaluate(() => (globalThis as any).__loupe.modelError);
+    if (e) throw new Error(`load failed: ${JSON.stringify(e)}`);
+  };
   try {
     const ctx = await browser.newContext();
     const page = await ctx.newPage();
@@ -143,10 +155,6 @@ async function main() {
         a.setWeights(weights);
         void a.models.load({ kind: 'hub', id, revision: 'main', endpoint });
       }, { id: `bench/${shape.name}`, endpoint: hub.url, weights, backend });
-      // above 1 GB the page asks before downloading: the bench gives the click at once (loadMs
-      // includes the wait, one animation frame of polling)
-      await page.waitForFunction(() => { const m = (globalThis as any).__loupe.models; return m.preview !== null || m.status !== 'loading'; }, null, { timeout: 600_000 });
-      await page.evaluate(() => { const m = (globalThis as any).__loupe.models; if (m.preview?.waiting) m.answerPreview(true); });
       await readyOrError(page, `bench/${shape.name}`);
       return page.evaluate(() => (globalThis as any).__loupe.models.model.loadMs as number);
     };
@@ -170,14 +178,21 @@ async function main() {
     await page2.waitForFunction(() => { const a = (globalThis as any).__loupe; return a && a.modelStatus === 'ready' && a.ops.length > 0; }, null, { timeout: 600_000 });
     hub.resetCounters();
     const load2 = async () => {
-      await page2.evaluate(({ id, endpoint }) => { void (globalThis as any).__loupe.models.load({ kind: 'hub', id, revision: 'main', endpoint }); }, { id: `bench/${shape.name}`, endpoint: hub.url });
+      await page2.evaluate(({ id, endpoint, backend }) => {
+        const a = (globalThis as any).__loupe;
+        a.backend = backend;
+        void a.models.load({ kind: 'hub', id, revision: 'main', endpoint });
+      }, { id: `bench/${shape.name}`, endpoint: hub.url, backend: cachedBackend });
       await readyOrError(page2, `bench/${shape.name}`);
       return page2.evaluate(() => (globalThis as any).__loupe.models.model.loadMs as number);
     };
     note('cached_load_ms', Math.round(await load2()));
+    note('cached_backend_ran', await page2.evaluate(() => (globalThis as any).__loupe.models.model.info.backend));
+    note('cached_weights_reason', await page2.evaluate(() => (globalThis as any).__loupe.models.model.info.weights_reason));
     note('cached_requests', hub.log.length);
     note('cached_first_trace_ms', Math.round(await page2.evaluate(async (prompt) => (await (globalThis as any).__loupe.execute('trace', { prompt }, { who: 'page' })).ms as number, PROMPT)));
     note('peak_cached', rendererPeak());
+    if (cachedBackend === 'webgpu') note('gpu_process_peak_cached', rendererPeak('gpu-process'));
     note('memory_cached', await page2.evaluate(() => (globalThis as any).__loupe.models.memory));
     await page2.close();
     await ctx.close();
