@@ -81,6 +81,7 @@ const CASES: { name: string; dtype: 'F16' | 'BF16' | 'F32'; backend: 'node' | 'w
   { name: 'gpt2-tied', dtype: 'BF16', backend: 'wasm' },
   { name: 'gpt2-tied', dtype: 'F16', backend: 'wasm', gpuForm: true },
   { name: 'gemma2-softcap-window', dtype: 'F16', backend: 'wasm', split: true, gpuForm: true },
+  { name: 'llama-gqa-tied', dtype: 'BF16', backend: 'wasm', gpuForm: true },
 ];
 
 /** a model loaded the way loadModelNode does, but its factory declaring a WebGPU adapter (so q8 takes the WebGPU form) */
