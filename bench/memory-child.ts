@@ -21,13 +21,13 @@ const [dir, backend, weights, optsJson] = process.argv.slice(2);
 const status = (k: string) => Number(new RegExp(`${k}:\\s+(\\d+)`).exec(readFileSync('/proc/self/status', 'utf8'))![1]) * 1024;
 /** peak RSS per step: [step, peak during it, what is held after it] */
 const phases: [string, number, string][] = [];
-/** after a step: RSS split into anonymous memory and mapped files, the WASM heap, JavaScript's buffers */
+/** after a step: RSS split into anonymous memory and mapped files, the WASM heap, JavaScript's heap and buffers */
 function held(): string {
   const roll = readFileSync('/proc/self/smaps_rollup', 'utf8');
   const kb = (k: string) => Number(new RegExp(`${k}:\\s+(\\d+)`).exec(roll)?.[1] ?? 0) * 1024;
   const gb = (b: number) => (b / 1e9).toFixed(2);
   const heap = wasmHeapBytes();
-  return `RSS ${gb(status('VmRSS'))} (anon ${gb(kb('Anonymous'))}, files ${gb(kb('Rss') - kb('Anonymous'))}${heap ? `, WASM heap ${gb(heap)}` : ''}, JS buffers ${gb(process.memoryUsage().arrayBuffers)})`;
+  return `RSS ${gb(status('VmRSS'))} (anon ${gb(kb('Anonymous'))}, files ${gb(kb('Rss') - kb('Anonymous'))}${heap ? `, WASM heap ${gb(heap)}` : ''}, JS heap ${gb(process.memoryUsage().heapTotal)}, JS buffers ${gb(process.memoryUsage().arrayBuffers)})`;
 }
 /** the process's peak so far, across the resets */
 let peakSeen = 0;

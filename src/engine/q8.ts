@@ -49,7 +49,7 @@ export function q8Targets(spec: ModelSpec): Map<string, 0 | 1> {
 
 let f16Table: Float32Array | null = null;
 /** float16 bits → value, all 65536 of them (decoding a 2B-parameter model value by value is ~10× slower) */
-function f16Values(): Float32Array {
+export function f16Values(): Float32Array {
   if (f16Table) return f16Table;
   const t = new Float32Array(65536);
   for (let h = 0; h < 65536; h++) t[h] = f16ToF32(h);
