@@ -58,7 +58,7 @@ async function fromMemory(browser: import('playwright-core').Browser, dir: strin
   // the graph the page built: same precision, same vocabulary split (model.ts)
   const vocabRows = vocabChunks > 1 ? Math.ceil(spec.dVocab / vocabChunks) : undefined;
   // at q8 the quantised matrices are in-memory files, as in the page (model.ts)
-  const weights = precision === 'q8' ? q8WeightSet(files.weights, spec) : files.weights;
+  const weights = precision === 'q8' ? await q8WeightSet(files.weights, spec) : files.weights;
   const graph = buildModelGraph(spec, weights.tensors, { hooks: true, withResult: false, weights: precision, vocabRows });
   // the weights in the pieces the page feeds (runtime/pieces.ts: under 2 GiB each, llama's 2.47 GB file is three)
   const { graphBytes, pieces } = pieceGraph(graph.bytes);

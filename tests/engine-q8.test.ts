@@ -17,7 +17,7 @@ import type { BudgetLimits } from '../src/engine/budget';
 import type { LoadedModel } from '../src/engine/api';
 import { buildModelGraph } from '../src/engine/graph/build-model';
 import { describeModel } from '../src/engine/arch';
-import { q8WeightSet, q8ForWebGpu } from '../src/engine/q8';
+import { q8WeightSet, q8ForWebGpu, Q8_FILE } from '../src/engine/q8';
 import onnxProto from 'onnx-proto';
 import { choosePrecision, choosePrecisionOnGpu, parseWeightsMode } from '../src/engine/precision';
 import { loadModelFilesNode } from '../src/node/load-files-node';
@@ -142,10 +142,10 @@ describe('q8 weights stay 8-bit inside onnxruntime', () => {
     try {
       const files = await loadModelFilesNode(rm.dir);
       const spec = describeModel({ config: files.config as Record<string, any>, tensors: files.weights.tensors });
-      const ws = q8WeightSet(files.weights, spec);
+      const ws = await q8WeightSet(files.weights, spec);
       const graph = buildModelGraph(spec, ws.tensors, { hooks: true, withResult: false, weights: 'q8' });
       linkSync(path.join(rm.dir, 'model.safetensors'), path.join(dir, 'model.safetensors'));
-      for (const [f, bytes] of ws.files) if (f.startsWith('loupe-q8-')) writeFileSync(path.join(dir, f), bytes);
+      writeFileSync(path.join(dir, Q8_FILE), ws.files.get(Q8_FILE)!);
       writeFileSync(path.join(dir, 'model.onnx'), graph.bytes);
       const { byType } = await optimizedGraphStats(path.join(dir, 'model.onnx'));
       const matrices = [...files.weights.tensors.values()].filter((t) => t.shape.length === 2);
@@ -170,7 +170,7 @@ describe('q8 weights stay 8-bit inside onnxruntime', () => {
     try {
       const files = await loadModelFilesNode(rm.dir);
       const spec = describeModel({ config: files.config as Record<string, any>, tensors: files.weights.tensors });
-      const ws = q8ForWebGpu(q8WeightSet(files.weights, spec));
+      const ws = q8ForWebGpu(await q8WeightSet(files.weights, spec));
       const graph = buildModelGraph(spec, ws.tensors, { hooks: true, withResult: false, weights: 'q8' });
       const model = (onnxProto as any).onnx.ModelProto.decode(graph.bytes);
       const int8 = new Set<string>(model.graph.initializer.filter((t: any) => t.dataType === 3).map((t: any) => t.name));
@@ -184,7 +184,7 @@ describe('q8 weights stay 8-bit inside onnxruntime', () => {
         }
       }
       linkSync(path.join(rm.dir, 'model.safetensors'), path.join(dir, 'model.safetensors'));
-      for (const [f, bytes] of ws.files) if (f.startsWith('loupe-q8-')) writeFileSync(path.join(dir, f), bytes);
+      for (const [f, bytes] of ws.files) if (f.startsWith('loupe-q8')) writeFileSync(path.join(dir, f), bytes);
       writeFileSync(path.join(dir, 'model.onnx'), graph.bytes);
       const { byType } = await optimizedGraphStats(path.join(dir, 'model.onnx'));
       const matrices = [...files.weights.tensors.values()].filter((t) => t.shape.length === 2);
@@ -252,7 +252,7 @@ describe('the q8 option', () => {
       const spec = describeModel({ config: files.config as Record<string, any>, tensors: files.weights.tensors });
       const e = files.weights.tensors.get(spec.layers[0].mlp.up.w)!;
       files.weights.tensors.set(e.name, { ...e, dtype: 'I16' });
-      expect(() => q8WeightSet(files.weights, spec)).toThrow(expect.objectContaining({ code: 'UNSUPPORTED_CONFIG', hint: expect.stringMatching(/--weights stored/) }));
+      await expect(q8WeightSet(files.weights, spec)).rejects.toThrow(expect.objectContaining({ code: 'UNSUPPORTED_CONFIG', hint: expect.stringMatching(/--weights stored/) }));
     } finally {
       rm.cleanup();
     }

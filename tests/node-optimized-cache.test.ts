@@ -5,28 +5,25 @@
  * entry is shown to be what the second start reads (zeroing its weights changes the logits), a
  * changed weight file or a broken entry never gives stale numbers, and stored weights make none.
  */
-import { mkdtempSync, readdirSync, rmSync, statSync, truncateSync, utimesSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readdirSync, statSync, truncateSync, utimesSync, writeFileSync } from 'node:fs';
 import * as path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadModelNode } from '../src/node/load';
 import { optimizedCacheRoot, OPTIMIZED_WEIGHTS_FILE } from '../src/node/optimized-cache';
+import { ownCacheDir } from './helpers/scratch-cache';
 import { ALL_FAMILY_CASES, caseTokens, makeCaseModel, maxAbsDiff, referenceForward, type RandomModel } from './reference';
 
 const c = ALL_FAMILY_CASES.find((x) => x.name === 'llama3-rope-untied-bias')!;
 let rm: RandomModel;
-let cacheDir: string;
-const prevCache = process.env.LOUPE_CACHE_DIR;
+let cache: ReturnType<typeof ownCacheDir>;
 
 beforeAll(() => {
-  cacheDir = mkdtempSync(path.join(tmpdir(), 'loupe-optcache-'));
-  process.env.LOUPE_CACHE_DIR = cacheDir;
+  cache = ownCacheDir('loupe-optcache-');
   rm = makeCaseModel(c, { dtype: 'F16' });
 });
 afterAll(() => {
-  if (prevCache === undefined) delete process.env.LOUPE_CACHE_DIR; else process.env.LOUPE_CACHE_DIR = prevCache;
+  cache?.restore();
   rm?.cleanup();
-  rmSync(cacheDir, { recursive: true, force: true });
 });
 
 const entries = () => { try { return readdirSync(optimizedCacheRoot()).sort(); } catch { return []; } };

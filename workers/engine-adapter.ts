@@ -14,6 +14,7 @@ import { resolveModelRef, BUNDLED_MODEL_ID } from '../src/engine/source/ref';
 import { createSource } from '../src/engine/source/create-source';
 import type { CacheKey } from '../src/engine/source/types';
 import { IdbCache } from '../src/engine/source/idb-cache';
+import { isQ8Entry } from '../src/engine/source/q8-store';
 import { documentCacheOn, type DocumentCache } from '../src/engine/source/document-cache';
 import { createSaeLoaders, type SaeLoaders } from '../src/engine/source/sae-loader';
 import { gpuInfo } from './doctor';
@@ -218,6 +219,8 @@ export async function listCachedModels(): Promise<CachedModel[]> {
   const entries = await idb().list();
   const byModel = new Map<string, CachedModel>();
   for (const e of entries) {
+    // a q8 entry whose write was cut off is rebuilt at the next q8 load: the model's files are whole
+    if (isQ8Entry(e.file) && !e.complete) continue;
     const k = JSON.stringify([e.endpoint, e.id, e.revision]);
     const m = byModel.get(k) ?? { endpoint: e.endpoint, id: e.id, revision: e.revision, files: 0, bytes: 0, complete: true, storedAt: 0 };
     m.files++;

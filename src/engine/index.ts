@@ -14,6 +14,8 @@ import { judgeModel, type ModelJudgement, type ModelPlan } from './source/prefli
 import { createSource } from './source/create-source';
 import { isBundledSpec, resolveModelRef } from './source/ref';
 import type { ByteCache, ModelSource } from './source/types';
+import { HttpSource } from './source/http-source';
+import { cacheQ8Store } from './source/q8-store';
 
 export type { LoadedModel, LoadOptions, Backend } from './api';
 export { LoupeError } from './errors';
@@ -60,7 +62,11 @@ export async function loadModel(spec: string | ModelSource, opts: BrowserLoadOpt
       await opts.confirm?.(plan, j);
     },
   });
-  const parts = modelPartsFrom(files, { bundled, memory: opts.memory, weightsMode: opts.weights });
+  const parts = {
+    ...modelPartsFrom(files, { bundled, memory: opts.memory, weightsMode: opts.weights }),
+    // q8 weights kept next to the model's files in its cache (IndexedDB in the page)
+    q8Store: opts.cache && !bundled && source instanceof HttpSource ? cacheQ8Store(opts.cache, (f) => source.cacheKey(f)) : undefined,
+  };
 
   try {
     return await createModel(parts, webSessionFactory(opts.ort, wanted, gpu));

@@ -22,7 +22,7 @@ import { readTensorF32, type ReadableWeightSet } from './safetensors';
 import type { ModelFiles } from './source/files';
 import { BUNDLED_MODEL_ID } from './source/ref';
 import { gradName } from './graph/backward';
-import { q8WeightSet, q8ForWebGpu, dequantizeQ8 } from './q8';
+import { q8WeightSet, q8ForWebGpu, dequantizeQ8, type Q8Store } from './q8';
 
 /** number of positions whose logits a run computes */
 const logitPosCount = (opts: RunOptions, T: number) => opts.logitPositions?.length ?? T;
@@ -49,6 +49,8 @@ export interface ModelParts {
   weightsMode?: WeightsMode;
   /** onnxruntime fused kernels of the model's graphs (GraphPlan.fused); default the activation and norm ones (the bench measures more) */
   fused?: GraphPlan['fused'];
+  /** where q8 weights are kept between loads (q8.ts); none: quantised in memory at each load */
+  q8Store?: Q8Store;
 }
 
 /** Resolve after pending tasks (not just microtasks) have run: setImmediate in Node, a MessageChannel hop elsewhere. */
@@ -135,7 +137,7 @@ export async function createModel(parts: ModelParts, factory: SessionFactory): P
     weights: choice.precision, weights_reason: choice.reason, weight_bytes: weightBytesAt(stats, choice.precision),
     vocab_chunks: split.chunks, vocab_reason: split.reason,
   };
-  const model = new EngineModel(spec, info, tokenizer, choice.precision === 'q8' ? q8Parts(parts, spec, !!factory.gpu) : parts, factory);
+  const model = new EngineModel(spec, info, tokenizer, choice.precision === 'q8' ? await q8Parts(parts, spec, info, !!factory.gpu) : parts, factory);
   await model.warm();
   return model;
 }
@@ -144,8 +146,9 @@ export async function createModel(parts: ModelParts, factory: SessionFactory): P
  * At q8 every session is built from the quantised weight set (q8.ts), and parameters read in JS
  * (DLA, weight products) are the dequantised values the sessions use, so nothing mixes precisions.
  */
-function q8Parts(parts: ModelParts, spec: ModelSpec, webgpu: boolean): ModelParts {
-  const q8 = q8WeightSet(parts.weights as ReadableWeightSet, spec);
+async function q8Parts(parts: ModelParts, spec: ModelSpec, info: ModelInfo, webgpu: boolean): Promise<ModelParts> {
+  const q8 = await q8WeightSet(parts.weights as ReadableWeightSet, spec, parts.q8Store);
+  info.weights_reason += q8.q8Source === 'cache' ? '; read from the q8 cache' : q8.q8Source === 'built+cached' ? '; quantised at load, kept in the q8 cache' : '; quantised at load';
   const weights = webgpu ? q8ForWebGpu(q8) : q8;
   return { ...parts, weights, readTensor: (name) => (weights.tensors.get(name)?.q8 ? dequantizeQ8(weights, name) : parts.readTensor(name)) };
 }

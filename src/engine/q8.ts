@@ -15,15 +15,21 @@
  * unembedding (the tied embedding once). Norm weights and biases stay in their stored precision,
  * as with 'stored'. 1 byte per weight + 2 bytes per 32 (budget.ts Q8_BYTES_PER_PARAM).
  *
- * The quantised bytes are computed in JS when the model is created and reach onnxruntime as
- * extra in-memory weight files (`loupe-q8-<i>.bin`) of the WeightSet that sessions are built
- * from, so the Node and web session factories take them like any other weight file.
+ * The quantised weights are one safetensors file (`loupe-q8.safetensors` in the WeightSet the
+ * sessions are built from, so the Node and web session factories take it like any other weight
+ * file): per matrix its int8 values then its float16 scales (as `<name>#q8_scale`), each 8-byte
+ * aligned, then an 8-byte check value (`loupe.q8.check`). The header's metadata names the format
+ * and the entry's key. Where a Q8Store is given (a Hub model's byte cache: IndexedDB in the page,
+ * a directory in Node; src/node/q8-cache.ts for folders) the file is written there once, tensor
+ * by tensor, and later loads read it back instead of quantising again; otherwise it is built in
+ * memory. See `q8WeightSet` for what makes an entry valid.
  */
 import type { ModelSpec, LinearRef } from './spec';
 import type { Q8Layout, TensorEntry, WeightSet } from './safetensors-types';
 
 export type { Q8Layout } from './safetensors-types';
 import { f16ToF32, readEntryRange, readTensorBytes, type ReadableWeightSet } from './safetensors';
+import type { RangedFile } from './safetensors-types';
 import { LoupeError } from './errors';
 
 export const Q8_BLOCK = 32;
@@ -74,114 +80,384 @@ export function f32ToF16(v: number): number {
   return sign | r;
 }
 
-/** decode `n` values of a stored dtype (F16, BF16, F32) starting at element `from` of `raw` into `out` */
+// ---------------------------------------------------------------- quantise
+
+/** elements quantised per slab: bounds the working buffers (16 MiB of float32) whatever the matrix */
+const SLAB_ELEMS = 1 << 22;
+
+/** Reusable working buffers of one build, so no slab, row or block allocates. */
+class Scratch {
+  w = new Float32Array(SLAB_ELEMS);
+  q = new Int8Array(SLAB_ELEMS);
+  colMax = new Float32Array(0);
+  colScale = new Float64Array(0);
+  cols(C: number) {
+    if (this.colMax.length < C) { this.colMax = new Float32Array(C); this.colScale = new Float64Array(C); }
+  }
+}
+
+/**
+ * decode `n` values of a stored dtype (F16, BF16, F32) starting at element `from` of `raw` (any
+ * alignment) into `out`; 16-bit formats through a 65536-entry table
+ */
 export function decodeValues(dtype: string, raw: Uint8Array, from: number, n: number, out: Float32Array): void {
+  if (dtype === 'F32') { new Uint8Array(out.buffer, out.byteOffset, 4 * n).set(raw.subarray(4 * from, 4 * (from + n))); return; }
+  const at = raw.byteOffset + 2 * from;
+  const h = at % 2 === 0 ? new Uint16Array(raw.buffer, at, n) : new Uint16Array(raw.slice(2 * from, 2 * (from + n)).buffer);
   if (dtype === 'F16') {
     const t = f16Values();
-    for (let i = 0, b = 2 * from; i < n; i++, b += 2) out[i] = t[raw[b] | (raw[b + 1] << 8)];
-  } else if (dtype === 'BF16') {
-    const u = new Uint32Array(out.buffer, out.byteOffset, n);
-    for (let i = 0, b = 2 * from; i < n; i++, b += 2) u[i] = ((raw[b] | (raw[b + 1] << 8)) << 16) >>> 0;
+    for (let i = 0; i < n; i++) out[i] = t[h[i]];
   } else {
-    // F32: tensors in a file need not be 4-byte aligned, so copy the bytes
-    new Uint8Array(out.buffer, out.byteOffset, 4 * n).set(raw.subarray(4 * from, 4 * (from + n)));
+    // BF16 is the top half of a float32
+    const u = new Uint32Array(out.buffer, out.byteOffset, n);
+    for (let i = 0; i < n; i++) u[i] = h[i] << 16;
   }
 }
 
-// ---------------------------------------------------------------- quantise / dequantise
-
-interface Quantised { bytes: Uint8Array; block: number; scaleShape: number[]; nScales: number }
-
-/**
- * One block: `block` values of `w` from `src` (stride `ss`) to `q` from `dst` (stride `ds`);
- * returns the scale's float16 bits. `t`: float16 bits → value.
- */
-function quantizeBlock(w: Float32Array, src: number, ss: number, q: Int8Array, dst: number, ds: number, block: number, t: Float32Array): number {
-  let m = 0;
-  for (let j = 0, a = src; j < block; j++, a += ss) { const v = w[a]; const av = v < 0 ? -v : v; if (av > m) m = av; }
+/** a block's scale: float16 bits of float32(max |w|)/127, and the divisor it gives (∞ for a zero scale, so every q is 0) */
+function scaleOf(m: number, t: Float32Array): [number, number] {
   const h = f32ToF16(Math.fround(m / 127));
   const sv = t[h];
-  if (!(sv > 0)) {
-    for (let j = 0, d = dst; j < block; j++, d += ds) q[d] = 0;
-    return h;
-  }
-  for (let j = 0, a = src, d = dst; j < block; j++, a += ss, d += ds) {
-    const x = w[a] / sv;
-    // round half away from zero: |x| + 0.5 truncated (|x| < 2^31), the sign put back
-    const r = x < 0 ? -((0.5 - x) | 0) : (x + 0.5) | 0;
-    q[d] = r > 127 ? 127 : r < -127 ? -127 : r;
-  }
-  return h;
+  return [h, sv > 0 ? sv : Infinity];
 }
 
-/** Quantise one stored [r, c] matrix along `axis`: int8 values (same layout) then float16 scales, in one buffer. */
-export function quantizeMatrix(dtype: string, raw: Uint8Array, shape: number[], axis: 0 | 1): Quantised {
-  const [R, C] = shape;
-  const inDim = axis === 1 ? C : R, outDim = axis === 1 ? R : C;
-  const block = q8BlockSize(inDim);
-  const nb = inDim / block, n = R * C, nScales = outDim * nb;
-  const bytes = new Uint8Array(n + 2 * nScales);
-  const q = new Int8Array(bytes.buffer, 0, n);
-  const scales = new DataView(bytes.buffer, n, 2 * nScales);
-  const t = f16Values();
-  const put = (k: number, w: Float32Array, src: number, ss: number, dst: number, ds: number) => {
-    scales.setUint16(2 * k, quantizeBlock(w, src, ss, q, dst, ds, block, t), true);
-  };
-  if (axis === 1) {
-    // [out, in]: one row at a time; scale [out, nb, 1]
-    const row = new Float32Array(C);
-    for (let r = 0; r < R; r++) {
-      decodeValues(dtype, raw, r * C, C, row);
-      for (let b = 0; b < nb; b++) put(r * nb + b, row, b * block, 1, r * C + b * block, 1);
-    }
-  } else {
-    // [in, out]: `block` rows at a time; scale [nb, 1, out]
-    const rows = new Float32Array(block * C);
-    for (let b = 0; b < nb; b++) {
-      decodeValues(dtype, raw, b * block * C, block * C, rows);
-      for (let c = 0; c < C; c++) put(b * C + c, rows, c, C, b * block * C + c, C);
-    }
-  }
-  return { bytes, block, scaleShape: axis === 1 ? [outDim, nb, 1] : [nb, 1, outDim], nScales };
+/** q = clamp(round_half_away(x), ±127): |x| + 0.5 truncated (|x| < 2^31), the sign put back; NaN → 0 */
+function q8Of(x: number): number {
+  const r = x < 0 ? -((0.5 - x) | 0) : (x + 0.5) | 0;
+  return r > 127 ? 127 : r < -127 ? -127 : r;
 }
 
 /**
- * The WeightSet sessions are built from at q8: the target tensors replaced by I8 entries (with
- * their Q8Layout) in new in-memory files; everything else as it was.
+ * [rows, C] values along axis 1 (blocks of `block` consecutive values of a row): int8 into `q`,
+ * scale bits into `sc` from `k`; returns the next scale index.
  */
-export function q8WeightSet(weights: ReadableWeightSet, spec: ModelSpec): ReadableWeightSet {
-  const tensors = new Map(weights.tensors);
-  const files = new Map(weights.files);
-  let i = 0;
-  for (const [name, axis] of q8Targets(spec)) {
-    const e = weights.tensors.get(name);
+function quantizeRows(w: Float32Array, rows: number, C: number, block: number, q: Int8Array, sc: Uint16Array, k: number): number {
+  const t = f16Values();
+  for (let base = 0, end = rows * C; base < end; base += block) {
+    let m = 0;
+    for (let j = base; j < base + block; j++) { const v = w[j]; const av = v < 0 ? -v : v; if (av > m) m = av; }
+    const [h, sv] = scaleOf(m, t);
+    sc[k++] = h;
+    for (let j = base; j < base + block; j++) q[j] = q8Of(w[j] / sv);
+  }
+  return k;
+}
+
+/** [nBlocks · block, C] values along axis 0 (blocks of `block` rows, one scale per column each) */
+function quantizeCols(w: Float32Array, nBlocks: number, C: number, block: number, q: Int8Array, sc: Uint16Array, k: number, s: Scratch): number {
+  const t = f16Values();
+  s.cols(C);
+  const mx = s.colMax, sv = s.colScale;
+  for (let b = 0; b < nBlocks; b++) {
+    const first = b * block * C;
+    mx.fill(0, 0, C);
+    for (let r = 0, a = first; r < block; r++) for (let c = 0; c < C; c++, a++) { const v = w[a]; const av = v < 0 ? -v : v; if (av > mx[c]) mx[c] = av; }
+    for (let c = 0; c < C; c++) { const [h, d] = scaleOf(mx[c], t); sc[k++] = h; sv[c] = d; }
+    for (let r = 0, a = first; r < block; r++) for (let c = 0; c < C; c++, a++) q[a] = q8Of(w[a] / sv[c]);
+  }
+  return k;
+}
+
+/** One matrix to be quantised and where its bytes go in the q8 file (offsets from the data start). */
+interface Q8Item {
+  src: TensorEntry;
+  axis: 0 | 1;
+  block: number;
+  begin: number;
+  scaleBegin: number;
+  scaleShape: number[];
+  nScales: number;
+}
+
+/**
+ * Quantise one matrix slab by slab (whole rows at axis 1, whole blocks of rows at axis 0), each
+ * slab's int8 bytes handed to `put` as soon as they exist (the buffer is reused: `put` copies);
+ * returns the float16 scale bits.
+ */
+async function quantizeItem(weights: ReadableWeightSet, it: Q8Item, s: Scratch, put: (bytes: Uint8Array) => void | Promise<void>): Promise<Uint16Array> {
+  const { src, axis, block } = it;
+  const [R, C] = src.shape;
+  const esize = src.dtype === 'F32' ? 4 : 2;
+  const unit = axis === 1 ? 1 : block; // rows a slab is a multiple of
+  const rowsPer = Math.max(unit, Math.floor(SLAB_ELEMS / C / unit) * unit);
+  if (rowsPer * C > s.w.length) { s.w = new Float32Array(rowsPer * C); s.q = new Int8Array(rowsPer * C); }
+  const sc = new Uint16Array(it.nScales);
+  let k = 0;
+  for (let r0 = 0; r0 < R; r0 += rowsPer) {
+    const rows = Math.min(rowsPer, R - r0), n = rows * C;
+    const raw = readEntryRange(weights, src, r0 * C * esize, n * esize);
+    if (raw.byteLength !== n * esize) throw new LoupeError('SAFETENSORS_TRUNCATED', `${src.file}: read ${raw.byteLength} of ${n * esize} bytes of tensor "${src.name}".`, 'The file is damaged or incomplete: delete it (or clear the cache) and download it again.', { file: src.file, tensor: src.name });
+    decodeValues(src.dtype, raw, 0, n, s.w);
+    k = axis === 1 ? quantizeRows(s.w, rows, C, block, s.q, sc, k) : quantizeCols(s.w, rows / block, C, block, s.q, sc, k, s);
+    await put(new Uint8Array(s.q.buffer, 0, n));
+  }
+  return sc;
+}
+
+/** Quantise one stored [r, c] matrix along `axis` in memory: int8 values (same layout) then float16 scales, in one buffer. */
+export async function quantizeMatrix(dtype: string, raw: Uint8Array, shape: number[], axis: 0 | 1): Promise<{ bytes: Uint8Array; block: number; scaleShape: number[]; nScales: number }> {
+  const [it] = q8Items(new Map([['m', { name: 'm', dtype: dtype as TensorEntry['dtype'], shape, fileOffset: 0, byteLength: raw.byteLength, file: 'm' }]]), new Map([['m', axis]]));
+  const n = shape[0] * shape[1];
+  const bytes = new Uint8Array(n + 2 * it.nScales);
+  let at = 0;
+  const sc = await quantizeItem({ files: new Map([['m', raw]]), paths: new Map(), tensors: new Map(), metadata: {} }, it, new Scratch(), (b) => { bytes.set(b, at); at += b.byteLength; });
+  bytes.set(new Uint8Array(sc.buffer), n);
+  return { bytes, block: it.block, scaleShape: it.scaleShape, nScales: it.nScales };
+}
+
+// ---------------------------------------------------------------- the q8 file
+
+/** the WeightSet's name for the quantised weights (in memory or a cache entry's file) */
+export const Q8_FILE = 'loupe-q8.safetensors';
+/** the scheme and layout's version: an entry of another one is not read (its key differs too) */
+export const Q8_FORMAT = 'loupe-q8/1';
+const CHECK_TENSOR = 'loupe.q8.check';
+/**
+ * The check value hashes SAMPLE_BYTES at every `stride` of the file before it: about MAX_SAMPLES
+ * windows whatever the size (a whole read back would cost a cached load as much as the session's
+ * own read of the weights), at least every 4 KiB.
+ */
+const SAMPLE_BYTES = 256, MAX_SAMPLES = 1024, MIN_STRIDE = 4096;
+const strideFor = (end: number) => MIN_STRIDE * Math.max(1, Math.ceil(end / MAX_SAMPLES / MIN_STRIDE));
+
+const align8 = (x: number) => Math.ceil(x / 8) * 8;
+
+/** The target tensors in order, validated, with their places in the q8 file's data. */
+function q8Items(tensors: Map<string, TensorEntry>, targets: Map<string, 0 | 1>): Q8Item[] {
+  const out: Q8Item[] = [];
+  let off = 0;
+  for (const [name, axis] of targets) {
+    const e = tensors.get(name);
     if (!e) continue;
     if (e.shape.length !== 2 || !['F16', 'BF16', 'F32'].includes(e.dtype)) {
       throw new LoupeError('UNSUPPORTED_CONFIG', `--weights q8 quantises float matrices; ${name} is ${e.dtype} [${e.shape}].`, 'Load this model with --weights stored or f32.', { tensor: name, dtype: e.dtype });
     }
-    const { bytes, block, scaleShape, nScales } = quantizeMatrix(e.dtype, readTensorBytes(weights, name), e.shape, axis);
-    const file = `loupe-q8-${i++}.bin`;
-    files.set(file, bytes);
-    const n = e.shape[0] * e.shape[1];
-    const scale: TensorEntry = { name: `${name}#q8_scale`, dtype: 'F16', shape: scaleShape, fileOffset: n, byteLength: 2 * nScales, file };
-    tensors.set(name, { name, dtype: 'I8', shape: [...e.shape], fileOffset: 0, byteLength: n, file, q8: { axis, block, scale } });
+    const [R, C] = e.shape;
+    const inDim = axis === 1 ? C : R, outDim = axis === 1 ? R : C;
+    const block = q8BlockSize(inDim), nb = inDim / block, nScales = outDim * nb;
+    const begin = off;
+    const scaleBegin = align8(begin + R * C);
+    off = align8(scaleBegin + 2 * nScales);
+    out.push({ src: e, axis, block, begin, scaleBegin, nScales, scaleShape: axis === 1 ? [outDim, nb, 1] : [nb, 1, outDim] });
   }
-  return { ...weights, files, tensors };
+  return out;
+}
+
+/** 53-bit string hash (cyrb53), as 14 hex digits: an entry's key */
+function hash53(str: string, seed = 0): string {
+  let h1 = 0xdeadbeef ^ seed, h2 = 0x41c6ce57 ^ seed;
+  for (let i = 0; i < str.length; i++) {
+    const ch = str.charCodeAt(i);
+    h1 = Math.imul(h1 ^ ch, 2654435761);
+    h2 = Math.imul(h2 ^ ch, 1597334677);
+  }
+  h1 = Math.imul(h1 ^ (h1 >>> 16), 2246822507) ^ Math.imul(h2 ^ (h2 >>> 13), 3266489909);
+  h2 = Math.imul(h2 ^ (h2 >>> 16), 2246822507) ^ Math.imul(h1 ^ (h1 >>> 13), 3266489909);
+  return (4294967296 * (2097151 & h2) + (h1 >>> 0)).toString(16).padStart(14, '0');
+}
+
+/** The q8 file's header and size, for these items under this key. */
+interface Q8Plan { key: string; header: Uint8Array; dataStart: number; checkAt: number; size: number; items: Q8Item[] }
+
+function planFile(items: Q8Item[], key: string): Q8Plan {
+  const json: Record<string, unknown> = { __metadata__: { format: Q8_FORMAT, key } };
+  let end = 0;
+  for (const it of items) {
+    const n = it.src.shape[0] * it.src.shape[1];
+    json[it.src.name] = { dtype: 'I8', shape: it.src.shape, data_offsets: [it.begin, it.begin + n] };
+    json[`${it.src.name}#q8_scale`] = { dtype: 'F16', shape: it.scaleShape, data_offsets: [it.scaleBegin, it.scaleBegin + 2 * it.nScales] };
+    end = align8(it.scaleBegin + 2 * it.nScales);
+  }
+  json[CHECK_TENSOR] = { dtype: 'U8', shape: [8], data_offsets: [end, end + 8] };
+  let text = JSON.stringify(json);
+  text += ' '.repeat((8 - ((8 + text.length) % 8)) % 8); // the data starts 8-byte aligned
+  const body = new TextEncoder().encode(text);
+  const header = new Uint8Array(8 + body.byteLength);
+  new DataView(header.buffer).setBigUint64(0, BigInt(body.byteLength), true);
+  header.set(body, 8);
+  const dataStart = header.byteLength;
+  return { key, header, dataStart, checkAt: dataStart + end, size: dataStart + end + 8, items };
+}
+
+/** FNV-1a over the sampled windows of a file's bytes [0, end), fed in order as they are written or read. */
+class SampledHash {
+  h = 0x811c9dc5;
+  readonly stride: number;
+  constructor(private readonly end: number) { this.stride = strideFor(end); }
+  /** `bytes` are the file's bytes from `pos` */
+  update(bytes: Uint8Array, pos: number): void {
+    const stop = Math.min(pos + bytes.byteLength, this.end);
+    const st = this.stride;
+    for (let w = Math.floor(pos / st) * st; w < stop; w += st) {
+      const from = Math.max(w, pos), to = Math.min(w + SAMPLE_BYTES, stop);
+      let h = this.h;
+      for (let i = from; i < to; i++) { h ^= bytes[i - pos]; h = Math.imul(h, 16777619); }
+      this.h = h;
+    }
+  }
+  /** the check tensor's 8 bytes: the hash, then 'LQ8' and the format's version */
+  value(): Uint8Array {
+    const out = new Uint8Array(8);
+    new DataView(out.buffer).setUint32(0, this.h >>> 0, true);
+    out.set([0x4c, 0x51, 0x38, 1], 4);
+    return out;
+  }
+}
+
+/** Whether a stored file is this plan's q8 file, whole: its size, its header byte for byte, and the check value of the sampled windows. */
+function entryIsWhole(file: RangedFile, plan: Q8Plan): boolean {
+  if (file.size !== plan.size) return false;
+  const head = file.read(0, plan.dataStart);
+  if (head.byteLength !== plan.dataStart || head.some((b, i) => b !== plan.header[i])) return false;
+  const hash = new SampledHash(plan.checkAt);
+  hash.update(head, 0);
+  for (let w = Math.floor(plan.dataStart / hash.stride) * hash.stride; w < plan.checkAt; w += hash.stride) {
+    if (w + SAMPLE_BYTES <= plan.dataStart) continue; // inside the header, already hashed
+    const from = Math.max(w, plan.dataStart);
+    hash.update(file.read(from, Math.min(w + SAMPLE_BYTES, plan.checkAt) - from), from);
+  }
+  const want = hash.value(), got = file.read(plan.checkAt, 8);
+  return got.byteLength === 8 && got.every((b, i) => b === want[i]);
+}
+
+/** Where the bytes of a file being written go (a cache sink, or one buffer in memory). */
+export interface Q8Sink {
+  append(bytes: Uint8Array): void;
+  /** resolves when what was appended is stored (a cache that writes asynchronously: IndexedDB); lets the build hold little */
+  drain?(): Promise<void>;
+}
+
+/** Write the q8 file of `plan` into `sink`, tensor by tensor. */
+async function writeFile(weights: ReadableWeightSet, plan: Q8Plan, sink: Q8Sink): Promise<void> {
+  const hash = new SampledHash(plan.checkAt);
+  let pos = 0;
+  const put = async (bytes: Uint8Array) => {
+    hash.update(bytes, pos);
+    sink.append(bytes);
+    pos += bytes.byteLength;
+    await sink.drain?.();
+  };
+  const padTo = (at: number) => (at > pos ? put(new Uint8Array(at - pos)) : undefined);
+  await put(plan.header);
+  const s = new Scratch();
+  for (const it of plan.items) {
+    await padTo(plan.dataStart + it.begin);
+    const sc = await quantizeItem(weights, it, s, put);
+    await padTo(plan.dataStart + it.scaleBegin);
+    // the file is little-endian, as are the typed arrays of every platform onnxruntime-web runs on
+    await put(new Uint8Array(sc.buffer));
+  }
+  await padTo(plan.checkAt);
+  await put(hash.value());
+}
+
+/**
+ * Where quantised weights are kept between loads (source/q8-store.ts over a ByteCache; Node's
+ * folders: src/node/q8-cache.ts). Entries are named by `q8WeightSet`; a name encodes its key.
+ */
+export interface Q8Store {
+  /** what identifies the stored bytes of these source weight files (sizes, modification or storage times): part of the key */
+  identity(files: string[]): Promise<string>;
+  /** a complete entry, read by range (and its path on disk, which onnxruntime-node reads itself), or undefined */
+  open(name: string): Promise<{ file: RangedFile; path?: string } | undefined>;
+  /** a new entry, started empty; only `commit` makes it one that `open` finds */
+  create(name: string): Promise<Q8Sink & { commit(): Promise<void>; abort(): Promise<void> }>;
+  drop(name: string): Promise<void>;
+  /** after `name` is written: drop this model's other q8 entries (and any other bound the store keeps) */
+  retain(name: string): Promise<void>;
+}
+
+/** how the q8 weights of a load were had: quantised at load (and kept or not) or read from a store's entry */
+export type Q8Source = 'cache' | 'built+cached' | 'built';
+
+/** a store's own failure (not the source weights'): the load goes on in memory */
+class StoreFailure extends Error {
+  constructor(reason: unknown) { super(`q8 cache: ${reason instanceof Error ? reason.message : String(reason)}`); }
+}
+
+/**
+ * The WeightSet sessions are built from at q8: the target tensors replaced by I8 entries (with
+ * their Q8Layout) in the q8 file; everything else as it was.
+ *
+ * With a store, the file's entry is named by a key over the format, the scheme's block, the
+ * target tensors (name, axis, source file, dtype, shape, offset) and the store's identity of the
+ * source files, so changed weights or a new scheme never read an old entry. An entry is used only
+ * when whole (`entryIsWhole`: exact size, the expected header byte for byte, the check value of
+ * 256-byte windows spread over the file, about 1024 of them); a write that fails or is cancelled never commits, a broken entry is dropped
+ * and built again, and a store that cannot write (a full disk, a quota) leaves the load to build
+ * in memory. Quantising is deterministic, so the entry's bytes are the ones a build in memory gives.
+ */
+export async function q8WeightSet(weights: ReadableWeightSet, spec: ModelSpec, store?: Q8Store): Promise<ReadableWeightSet & { q8Source: Q8Source }> {
+  const items = q8Items(weights.tensors, q8Targets(spec));
+  let plan: Q8Plan | undefined;
+  let found: { file: RangedFile; path?: string } | undefined;
+  let q8Source: Q8Source = 'built';
+  if (store) {
+    try {
+      const identity = await store.identity([...new Set(items.map((i) => i.src.file))]);
+      const material = JSON.stringify([Q8_FORMAT, Q8_BLOCK, identity, items.map((i) => [i.src.name, i.axis, i.src.file, i.src.dtype, i.src.shape, i.src.fileOffset])]);
+      plan = planFile(items, hash53(material) + hash53(material, 1));
+      const name = `.loupe/q8-${plan.key}.safetensors`;
+      found = await store.open(name);
+      if (found && !entryIsWhole(found.file, plan)) { await store.drop(name); found = undefined; }
+      if (found) q8Source = 'cache';
+      else {
+        const sink = await store.create(name);
+        try {
+          await writeFile(weights, plan, {
+            append: (b) => { try { sink.append(b); } catch (e) { throw new StoreFailure(e); } },
+            drain: () => sink.drain?.().catch((e) => { throw new StoreFailure(e); }) ?? Promise.resolve(),
+          });
+          await sink.commit().catch((e) => { throw new StoreFailure(e); });
+        } catch (e) {
+          await sink.abort().catch(() => undefined);
+          throw e;
+        }
+        found = await store.open(name);
+        if (found && entryIsWhole(found.file, plan)) { q8Source = 'built+cached'; await store.retain(name).catch(() => undefined); }
+        else { found = undefined; await store.drop(name).catch(() => undefined); }
+      }
+    } catch (e) {
+      if (e instanceof LoupeError) throw e; // the source weights' own errors
+      found = undefined; // the store failed: build in memory
+    }
+  }
+  plan ??= planFile(items, '');
+  const files = new Map(weights.files);
+  const paths = new Map(weights.paths);
+  const ranged = new Map(weights.ranged ?? []);
+  if (found) {
+    ranged.set(Q8_FILE, found.file);
+    if (found.path) paths.set(Q8_FILE, found.path);
+  } else {
+    const bytes = new Uint8Array(plan.size);
+    let at = 0;
+    await writeFile(weights, plan, { append: (b) => { bytes.set(b, at); at += b.byteLength; } });
+    files.set(Q8_FILE, bytes);
+  }
+  const tensors = new Map(weights.tensors);
+  for (const it of plan.items) {
+    const { name, shape } = it.src;
+    const n = shape[0] * shape[1];
+    const scale: TensorEntry = { name: `${name}#q8_scale`, dtype: 'F16', shape: it.scaleShape, fileOffset: plan.dataStart + it.scaleBegin, byteLength: 2 * it.nScales, file: Q8_FILE };
+    tensors.set(name, { name, dtype: 'I8', shape: [...shape], fileOffset: plan.dataStart + it.begin, byteLength: n, file: Q8_FILE, q8: { axis: it.axis, block: it.block, scale } });
+  }
+  return { ...weights, files, paths, ranged, tensors, q8Source };
 }
 
 /** A q8 tensor's values as the session uses them (q · s), as float32. */
-export function dequantizeQ8(weights: WeightSet, name: string): Float32Array {
+export function dequantizeQ8(weights: ReadableWeightSet, name: string): Float32Array {
   const e = weights.tensors.get(name);
   if (!e?.q8) throw new Error(`dequantizeQ8: ${name} is not a q8 tensor`);
-  const bytes = weights.files.get(e.file)!;
   const [R, C] = e.shape;
-  const q = new Int8Array(bytes.buffer, bytes.byteOffset + e.fileOffset, R * C);
-  const sRaw = weights.files.get(e.q8.scale.file)!.subarray(e.q8.scale.fileOffset, e.q8.scale.fileOffset + e.q8.scale.byteLength);
+  if (e.q8.axis === 1) return dequantizeQ8Rows(weights, e, 0, R);
+  const qb = readEntryRange(weights, e, 0, e.byteLength);
+  const q = new Int8Array(qb.buffer, qb.byteOffset, R * C);
+  const sRaw = readEntryRange(weights, e.q8.scale, 0, e.q8.scale.byteLength);
   const t = f16Values();
   const s32 = e.q8.scale.dtype === 'F32' ? new DataView(sRaw.buffer, sRaw.byteOffset, sRaw.byteLength) : null;
   const s = s32 ? (k: number) => s32.getFloat32(4 * k, true) : (k: number) => t[sRaw[2 * k] | (sRaw[2 * k + 1] << 8)];
-  const { axis, block } = e.q8;
-  if (axis === 1) return dequantizeQ8Rows(weights, e, 0, R);
+  const { block } = e.q8;
   const out = new Float32Array(R * C);
   for (let r = 0; r < R; r++) for (let c = 0; c < C; c++) out[r * C + c] = q[r * C + c] * s(Math.floor(r / block) * C + c);
   return out;
@@ -240,7 +516,7 @@ export function q8ForWebGpu(weights: ReadableWeightSet): ReadableWeightSet {
     }
     if (!e.q8) continue;
     const src = e.q8.scale;
-    const raw = weights.files.get(src.file)!.subarray(src.fileOffset, src.fileOffset + src.byteLength);
+    const raw = readEntryRange(weights, src, 0, src.byteLength);
     const n = src.byteLength / 2;
     const f32 = new Float32Array(n);
     for (let k = 0; k < n; k++) f32[k] = t[raw[2 * k] | (raw[2 * k + 1] << 8)];

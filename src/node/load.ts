@@ -17,6 +17,7 @@ import { FolderSource } from './folder-source';
 import { requireOrtNode } from './ort-node';
 import type { LocalAccess } from './local-access';
 import { watchWasmHeaps } from '../engine/runtime/wasm-heap';
+import { nodeQ8Store } from './q8-cache';
 
 export interface NodeModelOptions extends Omit<LoadOptions, 'backend'>, Pick<NodeLoadOptions, 'cache' | 'endpoint' | 'token'> {
   backend?: 'node' | 'wasm';
@@ -61,5 +62,5 @@ export async function loadModelNode(spec: string, opts: NodeModelOptions = {}): 
   const bundled = isBundledSpec(spec);
   // a folder is named as the caller typed it
   const parts = modelPartsFrom(files, { bundled, id: source instanceof FolderSource && !bundled ? spec : undefined, memory, weightsMode: opts.weights });
-  return createModel(parts, factory);
+  return createModel({ ...parts, q8Store: nodeQ8Store(source, opts.cache) }, factory);
 }

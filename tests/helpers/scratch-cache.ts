@@ -44,3 +44,17 @@ export function useScratchTestDirs(): () => void {
 export default function setup(): () => void {
   return useScratchTestDirs();
 }
+
+/** A test file's own LOUPE_CACHE_DIR (a fresh folder) until the returned function restores the one before and removes it. */
+export function ownCacheDir(prefix: string): { dir: string; restore: () => void } {
+  const prev = process.env.LOUPE_CACHE_DIR;
+  const dir = mkdtempSync(path.join(tmpdir(), prefix));
+  process.env.LOUPE_CACHE_DIR = dir;
+  return {
+    dir,
+    restore() {
+      if (prev === undefined) delete process.env.LOUPE_CACHE_DIR; else process.env.LOUPE_CACHE_DIR = prev;
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}

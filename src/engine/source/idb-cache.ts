@@ -267,6 +267,7 @@ export class IdbCache implements ByteCache {
           }
         }
       },
+      drain: done,
       reset() {
         length = 0; fill = 0; written = 0;
         queue(async () => {

@@ -150,6 +150,8 @@ export interface CacheSink {
   readonly etag?: string;
   readonly total?: number;
   append(chunk: Uint8Array): void;
+  /** resolves when what was appended is stored (a sink that writes asynchronously holds it until then) */
+  drain?(): Promise<void>;
   /** forget the stored bytes (the server sent a different version or refused the range) */
   reset(): void;
   /** remember which version these bytes belong to (kept for the next resume) */
