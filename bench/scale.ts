@@ -1,5 +1,5 @@
 /**
- * `npm run bench:scale [shape …] [--backends node,wasm] [--weights stored,f32,q8] [--runs cold,again] [--keep]`
+ * `npm run bench:scale [shape …] [--backends node,wasm] [--weights stored,f32,q8] [--runs nocache,cold,again] [--keep]`
  *
  * Random-weight F16 models in the Hugging Face layout (config.json, one model.safetensors,
  * tokenizer.json) at real shapes, generated under $TMPDIR/loupe-scale and deleted afterwards
@@ -8,6 +8,9 @@
  *                 again: a second process, the files in the OS page cache; on node with f32
                  weights from 16-bit files it reads the optimized model the cold run saved,
                  src/node/optimized-cache.ts)
+ *                 (q8: the quantised weights the cold run kept, src/node/q8-cache.ts; the run
+ *                 `nocache` quantises in memory with LOUPE_Q8_CACHE=0, as before the cache)
+ *   session_ms    of ready_ms, onnxruntime's session creation (bench/scale-child.ts)
  *   trace_ms      the first `trace` operation (forward + DLA) on a 16-token prompt
  *   peak / weights  the process's peak RSS (VmHWM) over the bytes the session holds the weights in
  *                   (ModelInfo.weight_bytes), Node's own ~90 MB included
@@ -163,10 +166,11 @@ export function generate(s: Shape, dir: string): number {
   return off;
 }
 
-interface Row { shape: string; backend: string; weights: string; run: string; ready_ms?: number; trace_ms?: number; peak_bytes?: number; weight_bytes?: number; heap_bytes?: number; error?: string }
+interface Row { shape: string; backend: string; weights: string; run: string; ready_ms?: number; session_ms?: number; weights_reason?: string; trace_ms?: number; peak_bytes?: number; weight_bytes?: number; heap_bytes?: number; error?: string }
 
-function child(dir: string, backend: string, weights: string): Omit<Row, 'shape' | 'backend' | 'weights' | 'run'> {
-  const r = spawnSync(process.execPath, ['--import', 'tsx', path.join(import.meta.dirname, 'scale-child.ts'), dir, backend, weights], { encoding: 'utf8', maxBuffer: 1 << 26 });
+function child(dir: string, backend: string, weights: string, run: string): Omit<Row, 'shape' | 'backend' | 'weights' | 'run'> {
+  const env = run === 'nocache' ? { ...process.env, LOUPE_Q8_CACHE: '0' } : process.env;
+  const r = spawnSync(process.execPath, ['--import', 'tsx', path.join(import.meta.dirname, 'scale-child.ts'), dir, backend, weights], { encoding: 'utf8', maxBuffer: 1 << 26, env });
   const line = r.stdout.trim().split('\n').filter((l) => l.startsWith('{')).pop();
   if (!line) return { error: `exit ${r.status}: ${(r.stderr || '').trim().split('\n').slice(-3).join(' | ')}` };
   return JSON.parse(line);
@@ -193,7 +197,7 @@ async function main() {
     console.error(`${s.name}: ${bytes < 0 ? 'reused' : `generated ${(bytes / 1e9).toFixed(2)} GB in ${((Date.now() - t0) / 1000).toFixed(0)} s`}`);
     try {
       for (const backend of backends) for (const weights of precisions) for (const run of runs) {
-        const r: Row = { shape: s.name, backend, weights, run, ...child(dir, backend, weights) };
+        const r: Row = { shape: s.name, backend, weights, run, ...child(dir, backend, weights, run) };
         rows.push(r);
         console.error(JSON.stringify(r));
         if (r.error) break;
@@ -203,12 +207,12 @@ async function main() {
     }
   }
   const gb = (b?: number) => (b === undefined ? '–' : `${(b / 1e9).toFixed(2)} GB`);
-  console.log('| shape | backend | weights | run | ready | first trace | peak RSS | weights held | peak / weights | WASM heap |');
-  console.log('|---|---|---|---|---|---|---|---|---|---|');
+  console.log('| shape | backend | weights | run | ready | session | first trace | peak RSS | weights held | peak / weights | WASM heap |');
+  console.log('|---|---|---|---|---|---|---|---|---|---|---|');
   for (const r of rows) {
     console.log(r.error
-      ? `| ${r.shape} | ${r.backend} | ${r.weights} | ${r.run} | ${r.error} | | ${gb(r.peak_bytes)} | | | ${gb(r.heap_bytes)} |`
-      : `| ${r.shape} | ${r.backend} | ${r.weights} | ${r.run} | ${(r.ready_ms! / 1000).toFixed(1)} s | ${(r.trace_ms! / 1000).toFixed(2)} s | ${gb(r.peak_bytes)} | ${gb(r.weight_bytes)} | ${(r.peak_bytes! / r.weight_bytes!).toFixed(2)}× | ${gb(r.heap_bytes)} |`);
+      ? `| ${r.shape} | ${r.backend} | ${r.weights} | ${r.run} | ${r.error} | | | ${gb(r.peak_bytes)} | | | ${gb(r.heap_bytes)} |`
+      : `| ${r.shape} | ${r.backend} | ${r.weights} | ${r.run} | ${(r.ready_ms! / 1000).toFixed(1)} s | ${(r.session_ms! / 1000).toFixed(1)} s | ${(r.trace_ms! / 1000).toFixed(2)} s | ${gb(r.peak_bytes)} | ${gb(r.weight_bytes)} | ${(r.peak_bytes! / r.weight_bytes!).toFixed(2)}× | ${gb(r.heap_bytes)} |`);
   }
 }
 

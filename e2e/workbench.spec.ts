@@ -250,6 +250,30 @@ test('the Doctor reports isolation, threads and the WebGPU adapter', async () =>
   await page.getByRole('button', { name: 'Close the doctor' }).click();
 });
 
+test('the Doctor measures what q8 costs, as the CLI does', async () => {
+  await page.getByRole('button', { name: 'Doctor' }).click();
+  const prompt = await page.getByTestId('prompt').inputValue();
+  await page.getByTestId('run-q8-cost').click();
+  const table = page.getByTestId('q8-cost');
+  await expect(table).toBeVisible({ timeout: 120_000 });
+  const got = { logit: Number(await table.getAttribute('data-max-logit')), dla: Number(await table.getAttribute('data-max-dla')) };
+  // the same comparison in Node on onnxruntime-web's WASM (src/cli/precision-cost.ts)
+  const { precisionCost } = await import('../src/cli/precision-cost');
+  const [base, cand] = [await loadModelNode('default', { backend: 'wasm', weights: 'stored' }), await loadModelNode('default', { backend: 'wasm', weights: 'q8' })];
+  try {
+    const want = await precisionCost(base, cand, prompt);
+    console.log(`[e2e] q8 cost in the page: logits ${got.logit}, DLA ${got.dla}; in Node: ${want.max_abs_logit_diff}, ${want.max_abs_dla_diff}`);
+    expect(want.max_abs_logit_diff).toBeGreaterThan(0);
+    expect(got.logit).toBeCloseTo(want.max_abs_logit_diff, 3);
+    expect(got.dla).toBeCloseTo(want.max_abs_dla_diff, 3);
+  } finally {
+    await base.dispose();
+    await cand.dispose();
+  }
+  await shot(page, 'doctor-q8-cost');
+  await page.getByRole('button', { name: 'Close the doctor' }).click();
+});
+
 test('dark theme and the keyboard', async () => {
   await page.getByRole('button', { name: /dark theme/i }).click();
   await expect(page.locator('html')).toHaveAttribute('data-theme', 'dark');

@@ -17,6 +17,7 @@ import { instanceHandleStore, newInstanceId } from '../src/bridge/handles';
 import { gpuInfo, storageInfo, jsHeapBytes } from './doctor';
 import { openModel, listCachedModels, deleteCachedModel, wasmThreads, saeLoadersFor, saeNeedsDownload, documentCache } from './engine-adapter';
 import { compareBackends } from './agreement';
+import { q8Cost } from './q8-cost';
 import { wasmHeapBytes } from '../src/engine/runtime/wasm-heap';
 import type {
   EngineWorkerApi, LoadRequest, LoadedModelSummary, OperationInfo, FileProgressFn, ProgressFn, MemoryInfo, PreviewFn
@@ -51,6 +52,19 @@ function memory(): MemoryInfo {
     jsWeightBytes: m?.js_weight_bytes ?? null, paramBytes: m?.param_bytes ?? null, hooksBytes: m?.hooks_bytes ?? null,
     jsHeapBytes: jsHeapBytes(),
   };
+}
+
+/** A Doctor check on the loaded model: a job the page can cancel, its progress throttled. */
+function modelJob<T>(jobId: string, onProgress: ProgressFn, fn: (m: LoadedModel, req: LoadRequest, o: { signal: AbortSignal; onProgress: ProgressFn }) => Promise<T>): Promise<T> {
+  return guarded(async () => {
+    const m = requireModel();
+    const signal = jobs.start(jobId);
+    try {
+      return await fn(m, modelReq!, { signal, onProgress: throttle(onProgress, 50, stepDone) });
+    } finally {
+      jobs.end(jobId);
+    }
+  });
 }
 
 let opInfos: OperationInfo[] | null = null;
@@ -146,15 +160,11 @@ const api: EngineWorkerApi = {
   },
 
   agreement(jobId: string, prompt: string, onProgress: ProgressFn) {
-    return guarded(async () => {
-      const m = requireModel();
-      const signal = jobs.start(jobId);
-      try {
-        return await compareBackends(m, modelReq!, prompt, { signal, onProgress: throttle(onProgress, 50, stepDone) });
-      } finally {
-        jobs.end(jobId);
-      }
-    });
+    return modelJob(jobId, onProgress, (m, req, o) => compareBackends(m, req, prompt, o));
+  },
+
+  q8Cost(jobId: string, prompt: string, onProgress: ProgressFn) {
+    return modelJob(jobId, onProgress, (m, req, o) => q8Cost(m, req, prompt, o));
   },
 };
 

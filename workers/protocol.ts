@@ -7,6 +7,7 @@ import type { ModelInfo } from '../src/engine/api';
 import type { FileProgress } from '../src/engine/source/types';
 import type { Feeds, Progress } from '../src/ops/types';
 import type { WeightsMode } from '../src/engine/precision';
+import type { PrecisionCost } from '../src/cli/precision-cost';
 
 export type BackendChoice = 'auto' | 'webgpu' | 'wasm';
 
@@ -160,6 +161,16 @@ export interface AgreementResult {
   pass: boolean;
 }
 
+/** The Doctor's q8 cost (workers/q8-cost.ts): stored vs q8 on WASM, as `loupe doctor` reports it */
+export interface Q8CostResult extends PrecisionCost {
+  prompt: string;
+  model: string;
+  /** time of the two runs and traces */
+  ms: number;
+  /** how the q8 side got its weights (quantised at load, or read from the q8 cache) */
+  q8_weights: string;
+}
+
 export type ProgressFn = (p: Progress) => void;
 export type FileProgressFn = (p: FileProgress) => void;
 
@@ -180,5 +191,7 @@ export interface EngineWorkerApi {
   storage(): Promise<StorageInfo>;
   doctor(): Promise<DoctorInfo>;
   agreement(jobId: string, prompt: string, onProgress: ProgressFn): Promise<AgreementResult>;
+  /** what q8 weights cost on the loaded model (max |Δ| on logits and DLA vs stored precision) */
+  q8Cost(jobId: string, prompt: string, onProgress: ProgressFn): Promise<Q8CostResult>;
   memory(): Promise<MemoryInfo>;
 }

@@ -72,6 +72,8 @@ async function main(): Promise<void> {
         await page.screenshot({ path: `${OUT}/job-bar-${w}-${theme}.png` });
         await page.keyboard.press('Escape');
         await page.getByRole('button', { name: 'Doctor' }).click();
+        await page.getByTestId('run-q8-cost').click();
+        await page.waitForSelector('[data-testid=q8-cost]', { timeout: 120_000 });
         await page.waitForTimeout(800);
         await shot('doctor', '#doctor');
         await ctx.close();

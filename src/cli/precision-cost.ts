@@ -1,8 +1,8 @@
 /**
  * What a weight precision costs in numbers: the same prompt through the same model at two
  * precisions (a baseline, e.g. stored, and a candidate, e.g. q8), compared on the logits of
- * every position and on the trace operation's direct logit attribution. `loupe doctor` and
- * `npm run bench` report it, so q8 is never silent about how far it moves a result.
+ * every position and on the trace operation's direct logit attribution. `loupe doctor`, the
+ * page's Doctor (workers/q8-cost.ts) and `npm run bench` report it, so q8 is never silent about how far it moves a result.
  *
  * DLA is compared on one target for both: the baseline's predicted token at the last position
  * (the candidate may predict another), over every per-head attribution and every term of the

@@ -201,4 +201,9 @@ export class AppState {
     if (!this.models.model) return Promise.resolve();
     return this.doctor.runAgreement(this.forms.prompt);
   }
+
+  runQ8Cost(): Promise<void> {
+    if (!this.models.model) return Promise.resolve();
+    return this.doctor.runQ8Cost(this.forms.prompt);
+  }
 }

@@ -1,7 +1,7 @@
 /**
  * The worker's one job at a time, as the page shows it (the job bar: stage, progress, Cancel).
  * Every job the page starts — an operation from the form, a share link's re-run, the Doctor's
- * agreement check — goes through `track`, so the bookkeeping is written once.
+ * agreement check and q8 cost — goes through `track`, so the bookkeeping is written once.
  */
 import * as Comlink from 'comlink';
 import type { Remote } from 'comlink';
@@ -11,7 +11,7 @@ import type { EngineWorkerApi } from '../../../workers/protocol';
 
 export interface JobState {
   id: string;
-  kind: 'operation' | 'agreement';
+  kind: 'operation' | 'agreement' | 'q8-cost';
   /** what the job bar names it */
   op: string;
   stage: string;
@@ -23,7 +23,7 @@ export interface JobState {
   stepAt: number;
 }
 
-type Start<T> = (id: string, api: Remote<EngineWorkerApi>, onProgress: ((p: Progress) => void) & Comlink.ProxyMarked) => Promise<T>;
+export type Start<T> = (id: string, api: Remote<EngineWorkerApi>, onProgress: ((p: Progress) => void) & Comlink.ProxyMarked) => Promise<T>;
 
 export class JobStore {
   job = $state<JobState | null>(null);
