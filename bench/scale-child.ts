@@ -12,7 +12,8 @@ import { wasmHeapBytes } from '../src/engine/runtime/wasm-heap';
 import type { WeightsMode } from '../src/engine/precision';
 import { requireOrtNode } from '../src/node/ort-node';
 
-const [dir, backend, weights] = process.argv.slice(2);
+/** `load-only` as a 4th argument: no trace (bench/q8-start.ts repeats loads) */
+const [dir, backend, weights, mode] = process.argv.slice(2);
 const hwm = () => Number(/VmHWM:\s+(\d+)/.exec(readFileSync('/proc/self/status', 'utf8'))![1]) * 1024;
 
 /** add the time of every InferenceSession.create to `sessionMs` */
@@ -36,7 +37,7 @@ async function main() {
     const session = sessionMs;
     stage = 'trace';
     const t1 = performance.now();
-    await getOperation('trace')!.run(model, { prompt: 'The quick brown fox jumps over the lazy' } as any);
+    if (mode !== 'load-only') await getOperation('trace')!.run(model, { prompt: 'The quick brown fox jumps over the lazy' } as any);
     const trace = performance.now() - t1;
     console.log(JSON.stringify({ ready_ms: Math.round(ready), session_ms: Math.round(session), weights_reason: model.info.weights_reason, trace_ms: Math.round(trace), peak_bytes: hwm(), weight_bytes: model.info.weight_bytes, heap_bytes: wasmHeapBytes() ?? undefined }));
     await model.dispose();

@@ -168,9 +168,10 @@ export function generate(s: Shape, dir: string): number {
 
 interface Row { shape: string; backend: string; weights: string; run: string; ready_ms?: number; session_ms?: number; weights_reason?: string; trace_ms?: number; peak_bytes?: number; weight_bytes?: number; heap_bytes?: number; error?: string }
 
-function child(dir: string, backend: string, weights: string, run: string): Omit<Row, 'shape' | 'backend' | 'weights' | 'run'> {
+/** one bench/scale-child.ts process; `nocache` turns the q8 cache off; `loadOnly`: no trace */
+export function child(dir: string, backend: string, weights: string, run: string, loadOnly = false): Omit<Row, 'shape' | 'backend' | 'weights' | 'run'> {
   const env = run === 'nocache' ? { ...process.env, LOUPE_Q8_CACHE: '0' } : process.env;
-  const r = spawnSync(process.execPath, ['--import', 'tsx', path.join(import.meta.dirname, 'scale-child.ts'), dir, backend, weights], { encoding: 'utf8', maxBuffer: 1 << 26, env });
+  const r = spawnSync(process.execPath, ['--import', 'tsx', path.join(import.meta.dirname, 'scale-child.ts'), dir, backend, weights, ...(loadOnly ? ['load-only'] : [])], { encoding: 'utf8', maxBuffer: 1 << 26, env });
   const line = r.stdout.trim().split('\n').filter((l) => l.startsWith('{')).pop();
   if (!line) return { error: `exit ${r.status}: ${(r.stderr || '').trim().split('\n').slice(-3).join(' | ')}` };
   return JSON.parse(line);
