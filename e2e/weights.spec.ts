@@ -79,7 +79,24 @@ test('weights "q8" on WASM: the page runs 8-bit matrices, says so, and its trace
   await shot(page, 'model-weights-q8-1024-other-theme');
   await page.setViewportSize({ width: 1280, height: 800 });
   await shot(page, 'model-weights-q8-other-theme');
+  const info = await page.evaluate(() => (globalThis as any).__loupe.model.info);
+  expect(info.weights_reason).toMatch(/quantised at load, kept in the q8 cache/);
 
+  await page.locator('#weights').selectOption('auto');
+  await waitModelReady(page);
+
+  // q8 again: the quantised weights are read back from IndexedDB (Blob chunks), not quantised again, with the same trace
+  await page.locator('#weights').selectOption('q8');
+  await waitModelReady(page);
+  const again = await page.evaluate(() => (globalThis as any).__loupe.model.info);
+  expect(again.weights).toBe('q8');
+  expect(again.weights_reason).toMatch(/read from the q8 cache/);
+  await page.getByTestId('tab-trace').click();
+  await runOp(page, 'trace');
+  const doc2 = await pageDoc(page, 'trace');
+  expect(doc2.head_attribution).toEqual(doc.head_attribution);
+  // the cache list counts the model once, complete (its q8 entry with it)
+  await expect(page.getByRole('button', { name: `Delete ${REPO} from the cache` })).toBeVisible();
   await page.locator('#weights').selectOption('auto');
   await waitModelReady(page);
 });

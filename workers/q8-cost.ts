@@ -1,6 +1,6 @@
 /**
  * The Doctor's q8 cost: the prompt through the loaded model at its stored precision and at q8,
- * both on WASM (q8 runs there only), compared on every logit and on trace's direct logit
+ * both on WASM (as the CLI runs it), compared on every logit and on trace's direct logit
  * attribution (src/cli/precision-cost.ts: what `loupe doctor` and `npm run bench` report), so
  * the page says how far 8-bit weights move a result on the model in front of the user. The
  * loaded model is used for the side it already is; the other side(s) are loaded for the check
