@@ -17,7 +17,7 @@ import type { BudgetLimits } from '../src/engine/budget';
 import type { LoadedModel } from '../src/engine/api';
 import { buildModelGraph } from '../src/engine/graph/build-model';
 import { describeModel } from '../src/engine/arch';
-import { q8WeightSet, q8ForWebGpu, Q8_FILE } from '../src/engine/q8';
+import { q8WeightSet, q8ForWebGpu, quantizeMatrix, Q8_FILE } from '../src/engine/q8';
 import onnxProto from 'onnx-proto';
 import { choosePrecision, choosePrecisionOnGpu, parseWeightsMode } from '../src/engine/precision';
 import { loadModelFilesNode } from '../src/node/load-files-node';
@@ -255,6 +255,67 @@ describe('the q8 option', () => {
       await expect(q8WeightSet(files.weights, spec)).rejects.toThrow(expect.objectContaining({ code: 'UNSUPPORTED_CONFIG', hint: expect.stringMatching(/--weights stored/) }));
     } finally {
       rm.cleanup();
+    }
+  });
+});
+
+describe('quantizeMatrix against the scheme written out', () => {
+  /** q and scale bits from the definition: blocks of 32 (else the whole input dim) along `axis`, float64 division, ties away from zero, NaN ignored by max and quantised to 0 */
+  function byDefinition(vals: number[], R: number, C: number, axis: 0 | 1): { q: number[]; s: number[] } {
+    const nIn = axis === 1 ? C : R, nOut = axis === 1 ? R : C, block = nIn % 32 === 0 ? 32 : nIn;
+    const idx = (o: number, i: number) => (axis === 1 ? o * C + i : i * C + o);
+    const q = new Array<number>(R * C).fill(0), s: number[] = [];
+    const sIdx = (o: number, b: number) => (axis === 1 ? o * (nIn / block) + b : b * nOut + o);
+    for (let o = 0; o < nOut; o++) for (let b = 0; b < nIn / block; b++) {
+      let m = 0;
+      for (let i = b * block; i < (b + 1) * block; i++) { const a = Math.abs(vals[idx(o, i)]); if (a > m) m = a; }
+      const bits = f32ToF16Bits(Math.fround(m / 127)), sv = f16BitsToF32(bits);
+      s[sIdx(o, b)] = bits;
+      for (let i = b * block; i < (b + 1) * block; i++) {
+        const x = sv > 0 ? vals[idx(o, i)] / sv : 0;
+        q[idx(o, i)] = Number.isNaN(x) ? 0 : Math.max(-127, Math.min(127, Math.sign(x) * Math.floor(Math.abs(x) + 0.5))) || 0;
+      }
+    }
+    return { q, s };
+  }
+  const encode = (vals: number[], dtype: 'F16' | 'BF16' | 'F32', offset: number): Uint8Array => {
+    const esize = dtype === 'F32' ? 4 : 2;
+    const out = new Uint8Array(offset + vals.length * esize);
+    const dv = new DataView(out.buffer);
+    vals.forEach((v, i) => {
+      if (dtype === 'F32') dv.setFloat32(offset + 4 * i, v, true);
+      else if (dtype === 'F16') dv.setUint16(offset + 2 * i, f32ToF16Bits(v), true);
+      else { const f = new Float32Array([v]); dv.setUint16(offset + 2 * i, new Uint32Array(f.buffer)[0] >>> 16, true); }
+    });
+    return out.subarray(offset);
+  };
+  const decodeAs = (raw: Uint8Array, dtype: 'F16' | 'BF16' | 'F32', n: number) => Array.from({ length: n }, (_, i) => {
+    const dv = new DataView(raw.buffer, raw.byteOffset);
+    if (dtype === 'F32') return dv.getFloat32(4 * i, true);
+    const h = dv.getUint16(2 * i, true);
+    return dtype === 'F16' ? f16BitsToF32(h) : new Float32Array(new Uint32Array([h << 16]).buffer)[0];
+  });
+
+  it.each([['F16', 1], ['F16', 0], ['BF16', 1], ['F32', 0], ['F32', 1]] as const)('%s along axis %d: ties, zeros, subnormals, NaN and infinity; any byte offset', async (dtype, axis) => {
+    const R = 64, C = 96; // 96 and 64 are multiples of 32: blocks of 32 either way
+    const vals: number[] = [];
+    let seed = 3;
+    const rnd = () => ((seed = (seed * 1103515245 + 12345) >>> 0) / 2 ** 32);
+    for (let i = 0; i < R * C; i++) vals.push((rnd() - 0.5) * 0.1);
+    // a block whose max is 127 so the scale is 1 and x.5 values are ties
+    for (let i = 0; i < 32; i++) vals[axis === 1 ? i : i * C] = i === 0 ? 127 : (i % 2 ? 1 : -1) * (i + 0.5);
+    // an all-zero block (zero scale) with a negative zero, a subnormal-only block, and NaN / ±∞ in others
+    for (let i = 32; i < 64; i++) vals[axis === 1 ? i : i * C] = i === 33 ? -0 : 0;
+    for (let i = 0; i < 32; i++) vals[axis === 1 ? C + i : i * C + 1] = (i % 3) * 1e-7;
+    vals[axis === 1 ? 2 * C + 5 : 5 * C + 2] = NaN;
+    if (dtype !== 'F16') vals[axis === 1 ? 3 * C + 7 : 7 * C + 3] = Infinity;
+    for (const offset of [0, 1, 3]) {
+      const raw = encode(vals, dtype, offset);
+      const stored = decodeAs(raw, dtype, R * C); // what the file holds (rounded to its dtype)
+      const want = byDefinition(stored, R, C, axis);
+      const got = await quantizeMatrix(dtype, raw, [R, C], axis);
+      expect(Array.from(new Int8Array(got.bytes.buffer, 0, R * C)), `q, offset ${offset}`).toEqual(want.q);
+      expect(Array.from(new Uint16Array(got.bytes.slice(R * C).buffer)), `scales, offset ${offset}`).toEqual(want.s);
     }
   });
 });

@@ -114,16 +114,15 @@ export function decodeValues(dtype: string, raw: Uint8Array, from: number, n: nu
   }
 }
 
-/** a block's scale: float16 bits of float32(max |w|)/127, and the divisor it gives (∞ for a zero scale, so every q is 0) */
-function scaleOf(m: number, t: Float32Array): [number, number] {
-  const h = f32ToF16(Math.fround(m / 127));
-  const sv = t[h];
-  return [h, sv > 0 ? sv : Infinity];
-}
+/** a block's scale: float16 bits of float32(max |w|)/127 */
+const scaleBits = (m: number): number => f32ToF16(Math.fround(m / 127));
 
-/** q = clamp(round_half_away(x), ±127): |x| + 0.5 truncated (|x| < 2^31), the sign put back; NaN → 0 */
+/** the divisor a scale gives: its value, ∞ for a zero scale (so every q is 0) */
+const divisorOf = (h: number, t: Float32Array): number => (t[h] > 0 ? t[h] : Infinity);
+
+/** q = clamp(round_half_away(x), ±127): x ± 0.5 truncated (|x| < 2^31); NaN → 0 */
 function q8Of(x: number): number {
-  const r = x < 0 ? -((0.5 - x) | 0) : (x + 0.5) | 0;
+  const r = (x < 0 ? x - 0.5 : x + 0.5) | 0;
   return r > 127 ? 127 : r < -127 ? -127 : r;
 }
 
@@ -133,12 +132,14 @@ function q8Of(x: number): number {
  */
 function quantizeRows(w: Float32Array, rows: number, C: number, block: number, q: Int8Array, sc: Uint16Array, k: number): number {
   const t = f16Values();
-  for (let base = 0, end = rows * C; base < end; base += block) {
+  for (let base = 0, n = rows * C; base < n; base += block) {
+    const end = base + block;
     let m = 0;
-    for (let j = base; j < base + block; j++) { const v = w[j]; const av = v < 0 ? -v : v; if (av > m) m = av; }
-    const [h, sv] = scaleOf(m, t);
+    for (let j = base; j < end; j++) { const v = Math.abs(w[j]); if (v > m) m = v; }
+    const h = scaleBits(m);
     sc[k++] = h;
-    for (let j = base; j < base + block; j++) q[j] = q8Of(w[j] / sv);
+    const sv = divisorOf(h, t);
+    for (let j = base; j < end; j++) q[j] = q8Of(w[j] / sv);
   }
   return k;
 }
@@ -151,8 +152,8 @@ function quantizeCols(w: Float32Array, nBlocks: number, C: number, block: number
   for (let b = 0; b < nBlocks; b++) {
     const first = b * block * C;
     mx.fill(0, 0, C);
-    for (let r = 0, a = first; r < block; r++) for (let c = 0; c < C; c++, a++) { const v = w[a]; const av = v < 0 ? -v : v; if (av > mx[c]) mx[c] = av; }
-    for (let c = 0; c < C; c++) { const [h, d] = scaleOf(mx[c], t); sc[k++] = h; sv[c] = d; }
+    for (let r = 0, a = first; r < block; r++) for (let c = 0; c < C; c++, a++) { const v = Math.abs(w[a]); if (v > mx[c]) mx[c] = v; }
+    for (let c = 0; c < C; c++) { const h = scaleBits(mx[c]); sc[k++] = h; sv[c] = divisorOf(h, t); }
     for (let r = 0, a = first; r < block; r++) for (let c = 0; c < C; c++, a++) q[a] = q8Of(w[a] / sv[c]);
   }
   return k;
