@@ -1,5 +1,5 @@
 /**
- * `tsx bench/page-scale.ts [shape] [--weights stored|f32|q8] [--backend wasm|webgpu] [--cached-backend wasm|webgpu] [--skip memory,node] [--keep]`
+ * `tsx bench/page-scale.ts [shape] [--weights stored|f32|q8] [--backend wasm|webgpu] [--cached-backend wasm|webgpu] [--skip memory,node] [--trace-timeout S] [--keep]`
  * (after `npx vite build`; LOUPE_PAGE_DIST=DIR serves a page built with `--outDir DIR` instead)
  *
  * A bench:scale shape in the real page, in Debian's headless Chromium (playwright-core, never a
@@ -116,6 +116,16 @@ async function main() {
   // --cached-backend webgpu: the cached load (from IndexedDB, a fresh page) and its trace on the
   // other backend: one 5 GB download serves both rows of a big shape
   const cachedBackend = opt('cached-backend', backend) as 'wasm' | 'webgpu';
+  // --trace-timeout S: a trace still running after S seconds is noted as such and the run goes on
+  // (SwiftShader, a CPU emulating a GPU, takes minutes per forward of a big shape)
+  const traceTimeoutMs = Number(opt('trace-timeout', '0')) * 1000;
+  const timed = async (run: Promise<number>): Promise<number | string> => {
+    if (!traceTimeoutMs) return Math.round(await run);
+    let timer: NodeJS.Timeout | undefined;
+    const r = await Promise.race([run, new Promise<string>((res) => { timer = setTimeout(() => res(`over ${traceTimeoutMs / 1000} s (stopped)`), traceTimeoutMs); })]);
+    clearTimeout(timer);
+    return typeof r === 'number' ? Math.round(r) : r;
+  };
   const shape = SHAPES.find((s) => s.name === name)!;
   const dir = path.join(tmpdir(), 'loupe-page-scale', shape.name);
   if (!existsSync(path.join(dir, 'model.safetensors'))) generate(shape, dir);
@@ -166,10 +176,10 @@ async function main() {
     note('backend_ran', info.backend);
     note('vocab_chunks', info.vocab_chunks);
     const trace = async () => page.evaluate(async (prompt) => (await (globalThis as any).__loupe.execute('trace', { prompt }, { who: 'page' })).ms as number, PROMPT);
-    note('first_trace_ms', Math.round(await trace()));
+    note('first_trace_ms', await timed(trace()));
     note('peak_after_first', rendererPeak());
     if (backend === 'webgpu') note('gpu_process_peak', rendererPeak('gpu-process'));
-    await page.waitForFunction(() => (globalThis as any).__loupe.models.memory?.weightBytes > 0);
+    await page.waitForFunction(() => (globalThis as any).__loupe.models.memory?.weightBytes > 0, null, { timeout: 600_000 });
     note('memory', await page.evaluate(() => (globalThis as any).__loupe.models.memory));
     // a fresh page (and renderer): the cached load from IndexedDB, then its first trace
     await page.close();
@@ -190,7 +200,7 @@ async function main() {
     note('cached_backend_ran', await page2.evaluate(() => (globalThis as any).__loupe.models.model.info.backend));
     note('cached_weights_reason', await page2.evaluate(() => (globalThis as any).__loupe.models.model.info.weights_reason));
     note('cached_requests', hub.log.length);
-    note('cached_first_trace_ms', Math.round(await page2.evaluate(async (prompt) => (await (globalThis as any).__loupe.execute('trace', { prompt }, { who: 'page' })).ms as number, PROMPT)));
+    note('cached_first_trace_ms', await timed(page2.evaluate(async (prompt) => (await (globalThis as any).__loupe.execute('trace', { prompt }, { who: 'page' })).ms as number, PROMPT)));
     note('peak_cached', rendererPeak());
     if (cachedBackend === 'webgpu') note('gpu_process_peak_cached', rendererPeak('gpu-process'));
     note('memory_cached', await page2.evaluate(() => (globalThis as any).__loupe.models.memory));
