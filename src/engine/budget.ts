@@ -75,7 +75,9 @@ export const PEAK_FACTOR: Record<MemoryBackend, number> = { node: 2.5, wasm: 3.4
  * float32) fails session creation at f32 (INTERNAL) and loads at stored (0.99 GB). stored: the
  * 16-bit weights once; the widened copy of the tensor in use counts in RUNTIME_SLACK_BYTES.
  * q8: the int8 + scale bytes once, the same way; measured on the gemma-2-2b shape: 2.78 GB of q8
- * weights, the heap peaked at 3.10 GB through a trace (the estimate: 3.05 GB).
+ * weights, the heap peaked at 3.10 GB through a trace (the estimate: 3.05 GB); on the qwen2.5-0.5b
+ * shape (bench/q8-start.ts, 7 loads) 0.525 GB of q8 weights left a 0.634 GB heap after the load
+ * (the estimate: 0.79 GB) and 0.99 GB after a trace's readout session (bench:scale).
  */
 export const WASM_HEAP_FACTOR: Record<WeightPrecision, number> = { f32: 2.2, stored: 1, q8: 1 };
 
