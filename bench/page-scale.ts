@@ -19,7 +19,7 @@
  */
 import { spawnSync } from 'node:child_process';
 import { createServer } from 'node:http';
-import { existsSync, readdirSync, readFileSync, rmSync, createReadStream } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, createReadStream } from 'node:fs';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import { chromium } from 'playwright-core';
@@ -52,7 +52,7 @@ function rendererPeak(type = 'renderer'): number {
 }
 
 /** onnxruntime-web creating a session from bytes in memory, in a bare cross-origin-isolated page */
-async function fromMemory(browser: import('playwright-core').Browser, dir: string, precision: WeightPrecision, vocabChunks: number): Promise<number> {
+async function fromMemory(browser: import('playwright-core').BrowserContext, dir: string, precision: WeightPrecision, vocabChunks: number): Promise<number> {
   const files = await loadModelFilesNode(dir);
   const spec = describeModel({ config: files.config as Record<string, any>, tensors: files.weights.tensors });
   // the graph the page built: same precision, same vocabulary split (model.ts)
@@ -135,7 +135,11 @@ async function main() {
   const site = await serveWorkbench(0, dist);
   const hub = await startHubServer();
   hub.addRepo(`bench/${shape.name}`, dir);
-  const browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS });
+  // a persistent profile, as a person's browser has: a context of chromium.launch() is
+  // off-the-record, whose IndexedDB quota is a small share of RAM (the 2.47 GB llama file failed
+  // with QuotaExceededError there), not of the disk
+  const profile = mkdtempSync(path.join(tmpdir(), 'loupe-page-scale-profile-'));
+  const browser = await chromium.launchPersistentContext(profile, { executablePath: CHROMIUM, args: CHROMIUM_ARGS });
   const out: Record<string, unknown> = { shape: shape.name, weights, backend };
   // each number as soon as it is measured: a run that fails later still reports what it got
   const note = (k: string, v: unknown) => { out[k] = v; console.log(`[page-scale] ${k} ${JSON.stringify(v)}`); };
@@ -153,7 +157,7 @@ async function main() {
     if (e) throw new Error(`load failed: ${JSON.stringify(e)}`);
   };
   try {
-    const ctx = await browser.newContext();
+    const ctx = browser;
     const page = await ctx.newPage();
     const ready = () => page.waitForFunction(() => { const a = (globalThis as any).__loupe; return a && a.modelStatus === 'ready' && a.ops.length > 0; }, null, { timeout: 1_800_000 });
     await page.goto(site.url);
@@ -205,10 +209,10 @@ async function main() {
     if (cachedBackend === 'webgpu') note('gpu_process_peak_cached', rendererPeak('gpu-process'));
     note('memory_cached', await page2.evaluate(() => (globalThis as any).__loupe.models.memory));
     await page2.close();
-    await ctx.close();
     if (!skip.has('memory')) note('from_memory_session_ms', Math.round(await fromMemory(browser, dir, out.precision as WeightPrecision, Number(out.vocab_chunks ?? 1))));
   } finally {
     await browser.close();
+    rmSync(profile, { recursive: true, force: true });
     await hub.close();
     await site.close();
   }

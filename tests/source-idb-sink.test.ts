@@ -55,6 +55,23 @@ describe('IdbCache.openSink', () => {
     expect((await cache.list()).find((e) => e.file === 'w.bin')).toMatchObject({ size: 35_000, complete: true });
   });
 
+  it('a write refused for want of room (QuotaExceededError, empty message in Chromium) is TOO_LARGE naming the file, with a hint', async () => {
+    const cache = new IdbCache({ dbName: `sink-${Math.random()}`, chunkBytes: 1000 });
+    const sink = await cache.openSink(key);
+    sink.setMeta({ total: 2_471_645_456 });
+    const put = IDBObjectStore.prototype.put;
+    IDBObjectStore.prototype.put = function () { throw new DOMException('', 'QuotaExceededError'); };
+    try {
+      sink.append(pattern(2500));
+      const err = await sink.drain!().then(() => null, (e) => e);
+      expect(err).toMatchObject({ code: 'TOO_LARGE', details: { file: 'w.bin', bytes: 2_471_645_456 } });
+      expect(err.message).toMatch(/refused to store w\.bin \(2\.5 GB\).*quota/);
+      expect(err.hint).toMatch(/private or incognito window/);
+    } finally {
+      IDBObjectStore.prototype.put = put;
+    }
+  });
+
   it('reset drops what was stored (another version of the file)', async () => {
     const cache = new IdbCache({ dbName: `sink-${Math.random()}`, chunkBytes: 1000 });
     const a = await cache.openSink(key);
