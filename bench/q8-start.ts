@@ -4,7 +4,8 @@
  *
  * Per backend, on a random-weight F16 model of the shape (default qwen2.5-0.5b, bench/scale.ts),
  * each a fresh process loading with --weights q8 and no trace (bench/scale-child.ts load-only):
- * one cold load that writes the q8 cache entry, then `repeat` pairs, alternating, of
+ * one cold load that writes the q8 cache entry (the first backend's: a later backend's "cold" load
+ * reads it, the cache being one per run), then `repeat` pairs, alternating, of
  *   nocache  LOUPE_Q8_CACHE=0: quantised in memory; its session_ms is onnxruntime creating the
  *            session from the quantised bytes in memory (node: from the graph folder they were
  *            written to, as session-node.ts hands every in-memory weight file over)
