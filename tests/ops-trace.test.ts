@@ -125,6 +125,19 @@ describe('trace on the shared models', () => {
     expect(Math.max(...Array.from(r, Math.abs))).toBeGreaterThan(1e-2);
   });
 
+  it('keeps no float32 copy of W_V in JavaScript after a trace (b_V\' is folded from it once)', async () => {
+    const fresh = await loadModelNode(INDUCTION);
+    try {
+      await traceDoc(fresh, { prompt: 'x7#Qp!zx7#Qp' });
+      const { n_kv_heads: Hkv, d_model: D, d_head: Dh } = fresh.info;
+      // the small parameters DLA keeps (biases, norm weights) are far less than one layer's W_V
+      expect(fresh.memory().param_bytes).toBeLessThan(4 * Hkv * D * Dh);
+      expect(fresh.memory().param_bytes).toBeGreaterThan(0);
+    } finally {
+      await fresh.dispose();
+    }
+  });
+
   it('a difference trace equals the difference of the two raw traces, term by term', async () => {
     const prompt = 'x7#Qp!zx7#Qp';
     const a = await traceDoc(induction, { prompt, convention: 'raw', answer: '!' });

@@ -275,8 +275,11 @@ export interface LoadedModel {
   hookNames(opts?: { withResult?: boolean }): string[];
   /** shape of a hook for B, T (Tk = total key length) */
   hookShape(hook: string, B: number, T: number, Tk?: number): number[];
-  /** a parameter under its TransformerLens name (see above), as float32; absent biases read as zeros */
-  param(name: string): Tensor;
+  /**
+   * a parameter under its TransformerLens name (see above), as float32; absent biases read as zeros.
+   * Kept for later calls unless `keep: false` (a weight read once to derive something smaller).
+   */
+  param(name: string, opts?: { keep?: boolean }): Tensor;
   /** whether `name` is a parameter this checkpoint stores (false for zero-filled biases and unknown names) */
   hasParam(name: string): boolean;
   run(tokens: number[] | number[][], opts?: RunOptions): Promise<RunResult>;

@@ -201,11 +201,11 @@ class EngineModel implements LoadedModel {
     return shapeOfHook(this.spec, hook, B, T, Tk);
   }
 
-  param(name: string): Tensor {
+  param(name: string, opts: { keep?: boolean } = {}): Tensor {
     let p = this.params.get(name);
     if (!p) {
       p = readParam(this.spec, this.parts.readTensor, name);
-      this.params.set(name, p);
+      if (opts.keep ?? true) this.params.set(name, p);
     }
     return p;
   }

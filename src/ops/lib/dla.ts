@@ -93,7 +93,8 @@ function foldedValueBias(model: LoadedModel, c: DlaConstants, l: number): Float6
     const bLn = model.param(`blocks.${l}.ln1.b`).data; // [D], zeros for RMSNorm
     const kvBias = Float64Array.from(bV);
     if (bLn.some((x) => x !== 0)) {
-      const WV = model.param(`blocks.${l}.attn.W_V`).data; // [Hkv, D, Dh]
+      // read once for b_V', not kept: it would be a float32 copy of every layer's W_V in JS
+      const WV = model.param(`blocks.${l}.attn.W_V`, { keep: false }).data; // [Hkv, D, Dh]
       for (let kv = 0; kv < Hkv; kv++) {
         for (let d = 0; d < D; d++) {
           const bd = bLn[d];
