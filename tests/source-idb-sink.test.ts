@@ -67,6 +67,8 @@ describe('IdbCache.openSink', () => {
       expect(err).toMatchObject({ code: 'TOO_LARGE', details: { file: 'w.bin', bytes: 2_471_645_456 } });
       expect(err.message).toMatch(/refused to store w\.bin \(2\.5 GB\).*quota/);
       expect(err.hint).toMatch(/private or incognito window/);
+      // the next bytes of the download are refused at once (the download stops there)
+      expect(() => sink.append(pattern(10))).toThrow(expect.objectContaining({ code: 'TOO_LARGE' }));
     } finally {
       IDBObjectStore.prototype.put = put;
     }

@@ -254,7 +254,8 @@ export class IdbCache implements ByteCache {
       size, complete, storedAt: Date.now(), chunks, chunkBytes: cb,
       ...(meta.etag ? { etag: meta.etag } : {}), ...(meta.total != null ? { total: meta.total } : {}),
     });
-    const queue = (fn: () => Promise<void>) => { chain = chain.then(fn).catch((e) => { failed ??= e; }); };
+    // a refused write becomes its structured error here, so append() can stop the download at once
+    const queue = (fn: () => Promise<void>) => { chain = chain.then(fn).catch(async (e) => { failed ??= await storageError(e, key.file, meta.total ?? length); }); };
     /** write chunk `n` (`bytes`) and the record saying `size` bytes are stored, in one transaction */
     const writeChunk = (n: number, bytes: Uint8Array | null, size: number, complete: boolean) => queue(async () => {
       const tx = db.transaction(['entries', 'chunks'], 'readwrite');
@@ -266,12 +267,14 @@ export class IdbCache implements ByteCache {
       const n = Math.floor(written / cb);
       writeChunk(n, fill > 0 ? buf.slice(0, fill) : null, written + fill, complete);
     };
-    const done = async () => { await chain; if (failed) throw await storageError(failed, key.file, meta.total ?? length); };
+    const done = async () => { await chain; if (failed) throw failed; };
     return {
       get length() { return length; },
       get etag() { return meta.etag; },
       get total() { return meta.total; },
       append(chunk) {
+        // the storage quota ran out: stop the download now, not after every byte has arrived
+        if (failed instanceof LoupeError) throw failed;
         let off = 0;
         while (off < chunk.byteLength) {
           const take = Math.min(cb - fill, chunk.byteLength - off);
