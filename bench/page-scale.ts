@@ -34,6 +34,7 @@ import { q8WeightSet } from '../src/engine/q8';
 import type { WeightPrecision } from '../src/engine/precision';
 import { ROOT } from './lib';
 import { SHAPES, generate } from './scale';
+import { useScratchCacheDir } from '../tests/helpers/scratch-cache';
 
 const CHROMIUM = process.env.LOUPE_CHROMIUM ?? '/usr/bin/chromium';
 const PROMPT = 'The quick brown fox jumps over the lazy';
@@ -106,6 +107,9 @@ async function fromMemory(browser: import('playwright-core').BrowserContext, dir
 }
 
 async function main() {
+  // its Node-side loads (the same trace in Node, the q8 weights) cache into a scratch folder, as
+  // the other benches do: the models are temporary, so is what Loupe caches for them
+  if (!process.env.LOUPE_CACHE_DIR) process.on('exit', useScratchCacheDir());
   const args = process.argv.slice(2);
   const opt = (k: string, d: string) => { const i = args.indexOf(`--${k}`); return i >= 0 ? args[i + 1] : d; };
   const name = args.find((a, i) => !a.startsWith('--') && !(i > 0 && args[i - 1].startsWith('--') && args[i - 1] !== '--keep')) ?? 'gpt2-small';
