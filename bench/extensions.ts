@@ -394,7 +394,7 @@ export const cachedLoad: BenchExtension = {
 };
 
 /**
- * Issue 11 item 3: what `--weights q8` costs in numbers (src/cli/precision-cost.ts), never
+ * Issue 11 item 3: what `--weights q8` costs in numbers (src/ops/lib/precision-cost.ts), never
  * silent: max |Δ| of every logit and of trace's DLA (per-head attributions and decomposition
  * terms) against the stored precision, on the real models in ../shared, the bench's GPT-2-small
  * shape and random F16 models of other families (N(0, 0.02) weights), onnxruntime-node. Also the
@@ -408,7 +408,7 @@ export const q8Cost: BenchExtension = {
     const path = await import('node:path');
     const { existsSync } = await import('node:fs');
     const { loadModelNode } = await import('../src/node/load');
-    const { precisionCost } = await import('../src/cli/precision-cost');
+    const { precisionCost } = await import('../src/ops/lib/precision-cost');
     // the shared folder beside the checkout, as tests/helpers/shared.ts finds it (LOUPE_SHARED overrides)
     const SHARED = process.env.LOUPE_SHARED ?? path.resolve(import.meta.dirname, '../../shared');
     const { ALL_FAMILY_CASES, makeCaseModel } = await import('../tests/reference');

@@ -257,8 +257,8 @@ test('the Doctor measures what q8 costs, as the CLI does', async () => {
   const table = page.getByTestId('q8-cost');
   await expect(table).toBeVisible({ timeout: 120_000 });
   const got = { logit: Number(await table.getAttribute('data-max-logit')), dla: Number(await table.getAttribute('data-max-dla')) };
-  // the same comparison in Node on onnxruntime-web's WASM (src/cli/precision-cost.ts)
-  const { precisionCost } = await import('../src/cli/precision-cost');
+  // the same comparison in Node on onnxruntime-web's WASM (src/ops/lib/precision-cost.ts)
+  const { precisionCost } = await import('../src/ops/lib/precision-cost');
   const [base, cand] = [await loadModelNode('default', { backend: 'wasm', weights: 'stored' }), await loadModelNode('default', { backend: 'wasm', weights: 'q8' })];
   try {
     const want = await precisionCost(base, cand, prompt);

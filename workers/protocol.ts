@@ -7,7 +7,7 @@ import type { ModelInfo } from '../src/engine/api';
 import type { FileProgress } from '../src/engine/source/types';
 import type { Feeds, Progress } from '../src/ops/types';
 import type { WeightsMode } from '../src/engine/precision';
-import type { PrecisionCost } from '../src/cli/precision-cost';
+import type { PrecisionCost } from '../src/ops/lib/precision-cost';
 
 export type BackendChoice = 'auto' | 'webgpu' | 'wasm';
 

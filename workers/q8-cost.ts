@@ -1,7 +1,7 @@
 /**
  * The Doctor's q8 cost: the prompt through the loaded model at its stored precision and at q8,
  * both on WASM (as the CLI runs it), compared on every logit and on trace's direct logit
- * attribution (src/cli/precision-cost.ts: what `loupe doctor` and `npm run bench` report), so
+ * attribution (src/ops/lib/precision-cost.ts: what `loupe doctor` and `npm run bench` report), so
  * the page says how far 8-bit weights move a result on the model in front of the user. The
  * loaded model is used for the side it already is; the other side(s) are loaded for the check
  * (from the cache: no download) and released after it.
@@ -9,7 +9,7 @@
 import { throwIfAborted } from '../src/engine/errors';
 import type { LoadedModel } from '../src/engine/api';
 import type { WeightsMode } from '../src/engine/precision';
-import { precisionCost } from '../src/cli/precision-cost';
+import { precisionCost } from '../src/ops/lib/precision-cost';
 import { openModel } from './engine-adapter';
 import type { LoadRequest, ProgressFn, Q8CostResult } from './protocol';
 

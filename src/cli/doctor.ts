@@ -14,7 +14,7 @@ import { defaultCacheDir } from '../node/dir-cache';
 import { toLoupeError } from '../engine/errors';
 import { requireOrtNode } from '../node/ort-node';
 import { wasmHeapBytes } from '../engine/runtime/wasm-heap';
-import { precisionCost } from './precision-cost';
+import { precisionCost } from '../ops/lib/precision-cost';
 
 /** logits of the two Node backends must agree this closely on the bundled model */
 export const AGREEMENT_TOLERANCE = 1e-4;

@@ -5,12 +5,13 @@
  * page's Doctor (workers/q8-cost.ts) and `npm run bench` report it, so q8 is never silent about how far it moves a result.
  *
  * DLA is compared on one target for both: the baseline's predicted token at the last position
- * (the candidate may predict another), over every per-head attribution and every term of the
- * decomposition. It runs the trace operation, so it lives with the surfaces that report it, not
- * in ops/lib (no operation machinery imports an operation).
+ * (the candidate may predict another), over every per-head attribution and every term of trace's
+ * decomposition (transformer_lens convention), computed by the same ops/lib/dla.ts trace uses. It
+ * lives in ops/lib so that the CLI and the page's worker, two surfaces that may not import each
+ * other, share it.
  */
-import type { LoadedModel } from '../engine/api';
-import { operation as trace } from '../ops/trace';
+import type { LoadedModel } from '../../engine/api';
+import { decomposeLogit, dlaHookNames, type DlaResult } from './dla';
 
 export interface PrecisionCost {
   baseline: string;
@@ -30,16 +31,25 @@ export interface PrecisionCost {
 
 export async function precisionCost(baseline: LoadedModel, candidate: LoadedModel, prompt: string): Promise<PrecisionCost> {
   const ids = baseline.tokenize(prompt);
-  const [a, b] = [await baseline.run(ids), await candidate.run(ids)];
+  const hooks = dlaHookNames(baseline);
+  const [a, b] = [await baseline.run(ids, { hooks }), await candidate.run(ids, { hooks })];
   let dl = 0, ml = 0;
   for (let i = 0; i < a.logits.data.length; i++) {
     dl = Math.max(dl, Math.abs(a.logits.data[i] - b.logits.data[i]));
     ml = Math.max(ml, Math.abs(a.logits.data[i]));
   }
-  const ta = await trace.run(baseline, { prompt, top_k: 1 });
-  const tb = await trace.run(candidate, { prompt, top_k: 1, answer: `#${ta.target.token_id}` });
-  const flat = (t: typeof ta) => [...t.head_attribution.flat(), ...t.decomposition.terms.map((x) => x.value)];
-  const [fa, fb] = [flat(ta), flat(tb)];
+  const T = ids.length;
+  const V = a.logits.dims[2];
+  const argmaxLast = (x: Float32Array) => {
+    let best = 0;
+    for (let v = 1; v < V; v++) if (x[(T - 1) * V + v] > x[(T - 1) * V + best]) best = v;
+    return best;
+  };
+  const predicted = argmaxLast(a.logits.data);
+  const target = { tokenId: predicted };
+  const opts = { convention: 'transformer_lens' as const, position: T - 1 };
+  const flat = (d: DlaResult) => [...d.heads.flat(), ...d.terms.map((x) => x.value)];
+  const [fa, fb] = [flat(await decomposeLogit(baseline, a, target, opts)), flat(await decomposeLogit(candidate, b, target, opts))];
   let dd = 0, md = 0;
   for (let i = 0; i < fa.length; i++) {
     dd = Math.max(dd, Math.abs(fa[i] - fb[i]));
@@ -48,6 +58,6 @@ export async function precisionCost(baseline: LoadedModel, candidate: LoadedMode
   return {
     baseline: baseline.info.weights, candidate: candidate.info.weights, tokens: ids.length,
     max_abs_logit_diff: dl, max_abs_logit: ml, max_abs_dla_diff: dd, max_abs_dla: md,
-    same_prediction: ta.predicted_token_id === tb.predicted_token_id,
+    same_prediction: predicted === argmaxLast(b.logits.data),
   };
 }
