@@ -28,7 +28,7 @@ import type { ModelSpec, LinearRef } from './spec';
 import type { Q8Layout, TensorEntry, WeightSet } from './safetensors-types';
 
 export type { Q8Layout } from './safetensors-types';
-import { f16ToF32, readEntryRange, readTensorBytes, type ReadableWeightSet } from './safetensors';
+import { decodeValues, f16Values, readEntryRange, readTensorBytes, type ReadableWeightSet } from './safetensors';
 import type { RangedFile } from './safetensors-types';
 import { LoupeError } from './errors';
 
@@ -52,15 +52,6 @@ export function q8Targets(spec: ModelSpec): Map<string, 0 | 1> {
 }
 
 // ---------------------------------------------------------------- number formats
-
-let f16Table: Float32Array | null = null;
-/** float16 bits → value, all 65536 of them (decoding a 2B-parameter model value by value is ~10× slower) */
-export function f16Values(): Float32Array {
-  if (f16Table) return f16Table;
-  const t = new Float32Array(65536);
-  for (let h = 0; h < 65536; h++) t[h] = f16ToF32(h);
-  return (f16Table = t);
-}
 
 const f32Box = new Float32Array(1);
 const u32Box = new Uint32Array(f32Box.buffer);
@@ -93,24 +84,6 @@ class Scratch {
   colScale = new Float64Array(0);
   cols(C: number) {
     if (this.colMax.length < C) { this.colMax = new Float32Array(C); this.colScale = new Float64Array(C); }
-  }
-}
-
-/**
- * decode `n` values of a stored dtype (F16, BF16, F32) starting at element `from` of `raw` (any
- * alignment) into `out`; 16-bit formats through a 65536-entry table
- */
-export function decodeValues(dtype: string, raw: Uint8Array, from: number, n: number, out: Float32Array): void {
-  if (dtype === 'F32') { new Uint8Array(out.buffer, out.byteOffset, 4 * n).set(raw.subarray(4 * from, 4 * (from + n))); return; }
-  const at = raw.byteOffset + 2 * from;
-  const h = at % 2 === 0 ? new Uint16Array(raw.buffer, at, n) : new Uint16Array(raw.slice(2 * from, 2 * (from + n)).buffer);
-  if (dtype === 'F16') {
-    const t = f16Values();
-    for (let i = 0; i < n; i++) out[i] = t[h[i]];
-  } else {
-    // BF16 is the top half of a float32
-    const u = new Uint32Array(out.buffer, out.byteOffset, n);
-    for (let i = 0; i < n; i++) u[i] = h[i] << 16;
   }
 }
 

@@ -29,8 +29,8 @@ export type { WeightProducts, WeightProductsInput } from '../api';
 import type { OrtTensorLike } from '../runtime/session';
 import { LoupeError } from '../errors';
 import type { WeightPrecision } from '../precision';
-import { readEntryRange, type ReadableWeightSet } from '../safetensors';
-import { decodeValues, dequantizeQ8Rows, f16Values } from '../q8';
+import { decodeValues, f16Values, readEntryRange, type ReadableWeightSet } from '../safetensors';
+import { dequantizeQ8Rows } from '../q8';
 
 export function buildReadoutGraph(spec: ModelSpec, tensors: Map<string, TensorEntry>, location: (file: string) => string = (f) => f, precision: WeightPrecision = 'f32'): BuiltGraph {
   const g = new OnnxGraph(location, precision);
