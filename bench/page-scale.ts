@@ -14,7 +14,8 @@
  *   first trace   `trace` in the page, and the same operation in Node on onnxruntime-web's WASM
  *                 (bench/memory-child.ts) right after
  *   peak memory   the renderer processes' peak RSS (VmHWM, the worker runs in the page's
- *                 renderer) over the weight bytes in the precision used
+ *                 renderer) over the weight bytes in the precision used, and the same above the
+ *                 renderer's peak with the page and its bundled model before the big one
  * One run of each (the machine is shared and loaded: ratios side by side, not absolute times).
  */
 import { spawnSync } from 'node:child_process';
@@ -166,6 +167,9 @@ async function main() {
     const ready = () => page.waitForFunction(() => { const a = (globalThis as any).__loupe; return a && a.modelStatus === 'ready' && a.ops.length > 0; }, null, { timeout: 1_800_000 });
     await page.goto(site.url);
     await ready();
+    // the renderer with the page and its bundled model, before the big model: what the browser
+    // costs whatever the model (the peaks below are also given over the weights above this floor)
+    note('renderer_before', rendererPeak());
     const load = async () => {
       await page.evaluate(({ id, endpoint, weights, backend }) => {
         const a = (globalThis as any).__loupe;
@@ -231,6 +235,8 @@ async function main() {
   const w = out.weight_bytes as number;
   const f = (a: number, b: number) => (a / b).toFixed(2);
   console.log(JSON.stringify(out));
+  const floor = Number(out.renderer_before);
+  console.log(`renderer peak above the page before the model: ${f(Number(out.peak_after_first) - floor, w)}× the weights (cached ${f(Number(out.peak_cached) - floor, w)}×); the page before: ${(floor / 1e9).toFixed(2)} GB`);
   console.log(`| ${shape.name} | ${backend} | ${out.precision} | cold ${(Number(out.cold_load_ms) / 1000).toFixed(1)} s / cached ${(Number(out.cached_load_ms) / 1000).toFixed(1)} s (${out.cached_requests} requests) | from memory ${(Number(out.from_memory_session_ms) / 1000).toFixed(1)} s → cached / memory ${f(Number(out.cached_load_ms), Number(out.from_memory_session_ms))} | first trace page ${(Number(out.first_trace_ms) / 1000).toFixed(1)} s (after a cached load ${(Number(out.cached_first_trace_ms) / 1000).toFixed(1)} s), Node WASM ${(n.trace_ms / 1000).toFixed(1)} s → ${f(Number(out.first_trace_ms), n.trace_ms)} | renderer peak ${f(Number(out.peak_after_first), w)}× (cached ${f(Number(out.peak_cached), w)}×), Node WASM ${f(n.hwm_trace, n.weight_bytes)}× |`);
 }
 void main();
