@@ -126,7 +126,7 @@ describe('causality', () => {
     const prompt = prompts[0];
     const pred = predicted(prompt);
     const V = model.info.d_vocab;
-    const values = Array.from(unembedColumnsMean(model, Array.from({ length: V }, (_, i) => i)));
+    const values = Array.from(await unembedColumnsMean(model, Array.from({ length: V }, (_, i) => i)));
     const doc = await causality.run(model, { prompt, layer: model.info.n_layers - 1, direction: { kind: 'vector', values }, targets: [`#${pred}`], n_random: 64, seed: 1 }, {});
     expect(doc.verdict).toBe('epiphenomenal-softmax');
     expect(doc.random_baseline.raw.significant).toBe(false);

@@ -158,6 +158,19 @@ export interface WeightProductsInput {
   unembedIds?: number[];
   /** true → unembedSum [D] = Σ_v W_U[:, v] (zeros when false) */
   unembedSum?: boolean;
+  /**
+   * vectors x [S, D] (float32 or float64) → unembedDots [S, V] = x_s · W_U: each vector's dot product
+   * with every token's unembedding column (no final norm, no b_U, no soft-cap), each a float64 sum
+   * over d in order of W_U's float32 values as the sessions use them (stored 16-bit widened, q8
+   * dequantised), returned unrounded. Read a chunk of vocabulary rows at a time: no copy of W_U.
+   */
+  unembedDots?: Tensor | Tensor64;
+}
+
+/** a dense float64 tensor, row-major: a product the engine accumulates in float64 and returns unrounded */
+export interface Tensor64 {
+  dims: number[];
+  data: Float64Array;
 }
 
 export interface WeightProducts {
@@ -167,6 +180,8 @@ export interface WeightProducts {
   mlpDir: Tensor;
   unembedRows: Tensor;
   unembedSum: Tensor;
+  /** [S, V]; [0, V] when unembedDots was not given */
+  unembedDots: Tensor64;
 }
 
 /** What LoadedModel.lensTop returns for S streams × P positions (row-major: stream, position, …). */
@@ -296,8 +311,10 @@ export interface LoadedModel {
    */
   lensTop(resid: Tensor, k: number, signal?: AbortSignal): Promise<LensTop>;
   /**
-   * Products with the stored W_O, W_out and W_U on the backend, for attribution after a forward
-   * (graph/readout-graph.ts lists them): one pass over each weight, no copy of it in JavaScript.
+   * Products with the stored W_O, W_out and W_U, for attribution after a forward and for the
+   * operations' direct logit effects (graph/readout-graph.ts lists them): W_O and W_out on the
+   * backend, W_U's in JavaScript a chunk of rows at a time; one pass over each weight, no copy of it
+   * kept in JavaScript (so operations use this, not `param`, for whole matrices).
    */
   weightProducts(input: WeightProductsInput, signal?: AbortSignal): Promise<WeightProducts>;
   /** attach an SAE (SAELens layout) under an id; validates d_in and hook against this model (SAE_MISMATCH) */

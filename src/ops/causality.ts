@@ -42,7 +42,7 @@ import { CAPS, finite } from './lib/caps';
 import { logSoftmax, rng } from './lib/math';
 import { promptIds } from './lib/tokens';
 import { generateBatch } from './lib/generation';
-import { parseDirectionSpec, randomVector, unembedColumnsMean, vecNorm } from './lib/directions';
+import { parseDirectionSpec, randomVector, unembedCosines, vecNorm } from './lib/directions';
 import {
   evaluateVariants, rowsPerRun, METRIC_DEFINITIONS, metricDefinitionsSchema, prepareSteering, steeringFields, steeringMetrics, steeringSite, steeringSiteSchema,
   steerIntervention, tokenRef, tokenRefs, type Variant, DEFAULT_MULTIPLES, MAX_SWEEP_ALPHAS, trend,
@@ -235,23 +235,14 @@ const CONTROL_POOL = 20;
 const N_CONTROLS = 5;
 
 /** probability-matched controls (see the module note), least aligned with the targets' unembedding */
-function matchedControls(model: LoadedModel, base: Float64Array, targets: number[], exclude: number[]): number[] {
+async function matchedControls(model: LoadedModel, base: Float64Array, targets: number[], exclude: number[], signal?: AbortSignal): Promise<number[]> {
   const V = model.info.d_vocab;
   const skip = new Set([...targets, ...exclude]);
   const mean = targets.reduce((a, t) => a + base[t], 0) / targets.length;
   const pool = Array.from({ length: V }, (_, i) => i).filter((i) => !skip.has(i) && Number.isFinite(base[i]))
     .sort((a, b) => Math.abs(base[a] - mean) - Math.abs(base[b] - mean) || a - b).slice(0, CONTROL_POOL);
-  const t = unembedColumnsMean(model, targets);
-  const W = model.param('unembed.W_U');
-  const D = W.dims[0];
-  const tn = vecNorm(t);
-  const cos = (c: number) => {
-    let d = 0;
-    let n = 0;
-    for (let j = 0; j < D; j++) { const w = W.data[j * V + c]; d += w * t[j]; n += w * w; }
-    return Math.abs(d) / Math.max(Math.sqrt(n) * tn, 1e-30);
-  };
-  return pool.map((id) => ({ id, c: cos(id) })).sort((a, b) => a.c - b.c || a.id - b.id).slice(0, N_CONTROLS).map((x) => x.id);
+  const cos = await unembedCosines(model, targets, pool, signal);
+  return pool.map((id, k) => ({ id, c: Math.abs(cos[k]) })).sort((a, b) => a.c - b.c || a.id - b.id).slice(0, N_CONTROLS).map((x) => x.id);
 }
 
 /** tokens that are one run of letters: the material of replacement words */
@@ -433,7 +424,7 @@ export const operation = defineOperation({
   const targets = setup.targets;
   const given = !!inp.controls;
   const controls = given ? setup.controls
-    : matchedControls(model, setup.baseLogprobs, targets, [...dir.negative_ids, ...[model.bosTokenId, model.eosTokenId].filter((x): x is number => x !== undefined)]);
+    : await matchedControls(model, setup.baseLogprobs, targets, [...dir.negative_ids, ...[model.bosTokenId, model.eosTokenId].filter((x): x is number => x !== undefined)], ctx.signal);
   const controlsRule = given ? 'given'
     : `of the ${CONTROL_POOL} tokens whose base log-prob is nearest the targets' mean (targets, negatives, BOS, EOS excluded), the ${N_CONTROLS} whose unembedding W_U[:, c] is least aligned (smallest |cosine|) with the targets' mean unembedding; probability-matched so that a change of temperature moves them as it moves the targets; independent of d`;
   const alpha = inp.alpha ?? inp.alpha_multiple * setup.residNorm;

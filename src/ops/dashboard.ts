@@ -235,14 +235,14 @@ function hookVector(s: Subject): { v: Float64Array | ArrayLike<number>; words: s
   return { v: s.direction!.vector, words: `v mapped into the residual stream` };
 }
 
-function directPath(model: LoadedModel, s: Subject, k: number): DashboardDocument['direct_path'] {
+async function directPath(model: LoadedModel, s: Subject, k: number, signal?: AbortSignal): Promise<DashboardDocument['direct_path']> {
   const map: ResidualMapResult = residualMap(model, s.hook);
   const layerNorm = model.info.norm === 'layernorm';
   if (map.kind === null) {
     return { available: false, reason: map.reason, vector: null, final_norm_weight_applied: false, centered: false, norm_scale_applied: false, promoted: [], suppressed: [] };
   }
   const { v, words } = hookVector(s);
-  const scores = directLogitScores(model, map.push(v));
+  const scores = await directLogitScores(model, map.push(v), signal);
   const order = Array.from({ length: scores.length }, (_, i) => i).sort((a, b) => scores[b] - scores[a] || a - b);
   const n = Math.min(k, scores.length);
   const entry = (id: number) => ({ token: model.tokenStrings([id])[0], token_id: id, weight: finite(scores[id]) });
@@ -402,7 +402,7 @@ export const operation = defineOperation({
     };
   });
   const tokens = acts.reduce((a, r) => a + r.length, 0);
-  const direct = directPath(model, subject, inp.top_tokens);
+  const direct = await directPath(model, subject, inp.top_tokens, ctx.signal);
   const format = parsed && samples ? 'text+generated' : parsed ? parsed.format : 'generated';
 
   const activation = subject.kind === 'neuron' ? `blocks.${subject.layer}.mlp.hook_post[t, ${subject.index}] (post-activation)`

@@ -107,7 +107,7 @@ export const operation = defineOperation({
   let promoted: z.infer<typeof tokenWeight>[] = [];
   let suppressed: z.infer<typeof tokenWeight>[] = [];
   if (map.kind !== null) {
-    const s = directLogitScores(model, map.push(row));
+    const s = await directLogitScores(model, map.push(row), ctx.signal);
     const order = Array.from({ length: s.length }, (_, i) => i).sort((a, b) => s[b] - s[a] || a - b);
     const k = Math.min(inp.top_k, s.length);
     const entry = (id: number) => ({ token: model.tokenStrings([id])[0], token_id: id, weight: finite(s[id]) });

@@ -144,9 +144,9 @@ export const operation = defineOperation({
   const row = sae.weight('W_dec').data.subarray(f * dIn, (f + 1) * dIn);
   const map = residualMap(model, sae.info.hook);
   const resid = map.kind !== null ? map.push(row) : null;
-  const scores = resid ? directLogitScores(model, resid) : null;
+  const scores = resid ? await directLogitScores(model, resid, ctx.signal) : null;
   const V = model.info.d_vocab;
-  const { ids: targets, rule: targetsRule } = givenOr(givenTargets, () => {
+  const { ids: targets, rule: targetsRule } = await givenOr(givenTargets, () => {
     if (!scores) throw new LoupeError('BAD_INPUT', `The feature has no direct logit effect to choose targets from: ${(map as { reason: string }).reason}.`, 'Give targets (the tokens the feature should promote).');
     return {
       ids: topTokens(scores, DEFAULT_TARGETS),
@@ -179,7 +179,7 @@ export const operation = defineOperation({
   }
 
   const baseLp = logSoftmax(promptLogits[0], 0, V);
-  const { ids: controls, rule: controlsRule } = givenOr(givenControls, () => {
+  const { ids: controls, rule: controlsRule } = await givenOr(givenControls, () => {
     const pool = controlPool(baseLp, [...targets, model.bosTokenId, model.eosTokenId]);
     return scores
       ? {

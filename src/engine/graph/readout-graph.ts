@@ -11,7 +11,9 @@
  *   mlp_dirs   float [L, K', D]    → mlp_dir   [L, K', M]    rows of W_out_l · e
  *
  * The unembedding's are read in JavaScript (unembedProducts): W_U[:, t] for a few ids is a read
- * of those rows, and Σ_v W_U[:, v] is needed once per model. W_U is the largest tensor; in the
+ * of those rows, Σ_v W_U[:, v] is needed once per model, and x · W_U for a few vectors x (the
+ * direct logit effect of a steering direction or a feature) is one pass over the table, a chunk of
+ * rows at a time, so no operation needs a float32 copy of W_U in JavaScript. W_U is the largest tensor; in the
  * readout session it was a second copy beside the forward's (each onnxruntime session holds the
  * weights it uses; bench/memory.ts: 0.27 of the 0.59 GB the readout session added to the
  * qwen2.5-0.5b shape's peak on onnxruntime-node).
@@ -100,7 +102,7 @@ export function readoutFeeds(spec: ModelSpec, input: WeightProductsInput, tensor
  * The products asked for: the readout graph's (`out`: its outputs; absent when none was asked
  * for, so no session ran) and the unembedding's. With `noEmpty`, what the zero rows gave is dropped.
  */
-export function readoutResult(spec: ModelSpec, out: Record<string, OrtTensorLike> | undefined, input: WeightProductsInput, unembed: Pick<WeightProducts, 'unembedRows' | 'unembedSum'>): WeightProducts {
+export function readoutResult(spec: ModelSpec, out: Record<string, OrtTensorLike> | undefined, input: WeightProductsInput, unembed: Pick<WeightProducts, 'unembedRows' | 'unembedSum' | 'unembedDots'>): WeightProducts {
   const { nLayers: L, dModel: D, nHeads: H, dHead: Dh, dMlp: M } = spec;
   const t = (name: string, given: boolean, inner: number): Tensor => {
     if (given && out) return { dims: [...out[name].dims], data: out[name].data as Float32Array };
@@ -115,19 +117,34 @@ export function readoutResult(spec: ModelSpec, out: Record<string, OrtTensorLike
 /**
  * Rows [start, start + n) of the unembedding table W_U (stored [V, D]) as the sessions use them, in
  * float32: 16-bit values widened (exact, as the graph's Cast), q8 rows as q · s (exact as well).
+ * Callers only read them: float32 rows may be a view of the weight bytes.
  * Read from the weight bytes by range (a file on disk or in IndexedDB is not read whole).
  */
 function unembedTableRows(weights: ReadableWeightSet, e: TensorEntry, start: number, n: number): Float32Array {
   if (e.q8) return dequantizeQ8Rows(weights, e, start, n);
   const D = e.shape[1];
   const width = e.byteLength / (e.shape[0] * D);
+  const raw = readEntryRange(weights, e, start * D * width, n * D * width);
+  // float32 bytes 4-byte aligned (a read by range is a fresh buffer): a view, read-only to callers
+  if (e.dtype === 'F32' && raw.byteOffset % 4 === 0) return new Float32Array(raw.buffer, raw.byteOffset, n * D);
   const out = new Float32Array(n * D);
-  decodeValues(e.dtype, readEntryRange(weights, e, start * D * width, n * D * width), 0, n * D, out);
+  decodeValues(e.dtype, raw, 0, n * D, out);
   return out;
 }
 
-/** rows of the table read at once for the vocabulary sum: about 16 MB of float32 */
-const SUM_CHUNK_BYTES = 16 * 1024 ** 2;
+/** rows of the table read at once for the vocabulary sum and dot products: about 16 MB of float32 */
+const CHUNK_BYTES = 16 * 1024 ** 2;
+
+/**
+ * The table [V, D] a chunk of rows at a time: `each(start, n)` for consecutive row ranges, so that
+ * a pass over the whole vocabulary never holds more than a chunk of it (W_U is the largest tensor:
+ * 2.4 GB as float32 on Gemma 2). `chunkBytes` is for tests that split a small vocabulary.
+ */
+function forEachTableChunk(e: TensorEntry, each: (start: number, n: number) => void, chunkBytes = CHUNK_BYTES): void {
+  const [V, D] = e.shape;
+  const chunk = Math.max(1, Math.floor(chunkBytes / (4 * D)));
+  for (let start = 0; start < V; start += chunk) each(start, Math.min(chunk, V - start));
+}
 
 /**
  * Σ_v W_U[v, :] in float64, a chunk of rows at a time. F16 rows are summed straight from their bits
@@ -135,12 +152,10 @@ const SUM_CHUNK_BYTES = 16 * 1024 ** 2;
  * model over up to 590M values, Gemma 2's 256000 × 2304).
  */
 function unembedTableSum(weights: ReadableWeightSet, e: TensorEntry): Float64Array {
-  const [V, D] = e.shape;
+  const D = e.shape[1];
   const sum = new Float64Array(D);
-  const chunk = Math.max(1, Math.floor(SUM_CHUNK_BYTES / (4 * D)));
   const t = e.dtype === 'F16' && !e.q8 ? f16Values() : undefined;
-  for (let start = 0; start < V; start += chunk) {
-    const n = Math.min(chunk, V - start);
+  forEachTableChunk(e, (start, n) => {
     if (t) {
       const raw = readEntryRange(weights, e, start * D * 2, n * D * 2);
       // a 2-byte-aligned view where the bytes allow it (a read by range is a fresh buffer), else a copy
@@ -150,22 +165,51 @@ function unembedTableSum(weights: ReadableWeightSet, e: TensorEntry): Float64Arr
       const x = unembedTableRows(weights, e, start, n);
       for (let r = 0; r < n; r++) for (let d = 0, o = r * D; d < D; d++) sum[d] += x[o + d];
     }
-  }
+  });
   return sum;
+}
+
+/**
+ * x [S, D] → [S, V]: x_s · W_U[:, v] for every token, each a float64 sum over d in order of the
+ * float32 values the sessions use (so the same numbers as a float64 product with a float32 copy of
+ * W_U, which this replaces), the table read a chunk of rows at a time.
+ */
+function unembedTableDots(weights: ReadableWeightSet, e: TensorEntry, x: Float64Array, S: number, chunkBytes?: number): Float64Array {
+  const [V, D] = e.shape;
+  const out = new Float64Array(S * V);
+  forEachTableChunk(e, (start, n) => {
+    const w = unembedTableRows(weights, e, start, n);
+    for (let s = 0; s < S; s++) {
+      const xo = s * D, oo = s * V + start;
+      for (let r = 0; r < n; r++) {
+        let acc = 0;
+        for (let d = 0, o = r * D; d < D; d++) acc += x[xo + d] * w[o + d];
+        out[oo + r] = acc;
+      }
+    }
+  }, chunkBytes);
+  return out;
 }
 
 /**
  * The unembedding's products, in JavaScript: unembedRows [I, D] = W_U[:, id] for each id (ids
  * validated: BAD_TOKEN_ID), unembedSum [D] = Σ_v W_U[:, v] (accumulated in float64, the table read
- * a chunk of rows at a time; zeros when not asked for).
+ * a chunk of rows at a time; zeros when not asked for), unembedDots [S, V] = x_s · W_U (float64,
+ * streamed the same way; [0, V] when not asked for). `chunkBytes`: see forEachTableChunk.
  */
-export function unembedProducts(spec: ModelSpec, weights: ReadableWeightSet, input: WeightProductsInput): Pick<WeightProducts, 'unembedRows' | 'unembedSum'> {
+export function unembedProducts(spec: ModelSpec, weights: ReadableWeightSet, input: WeightProductsInput, chunkBytes?: number): Pick<WeightProducts, 'unembedRows' | 'unembedSum' | 'unembedDots'> {
   const { dModel: D, dVocab: V } = spec;
   const ids = input.unembedIds ?? [];
   for (const id of ids) if (!Number.isInteger(id) || id < 0 || id >= V) throw new LoupeError('BAD_TOKEN_ID', `Token id ${id} is outside the vocabulary (0..${V - 1}).`);
+  const x = input.unembedDots;
+  if (x && (x.dims.length !== 2 || x.dims[1] !== D || x.data.length !== x.dims[0] * D)) {
+    throw new LoupeError('BAD_INPUT', `weightProducts: unembedDots must be [n, ${D}], got [${x.dims}].`);
+  }
   const e = weights.tensors.get(spec.unembed.w)!;
   const rows = new Float32Array(ids.length * D);
   ids.forEach((id, i) => rows.set(unembedTableRows(weights, e, id, 1), i * D));
   const sum = input.unembedSum ? unembedTableSum(weights, e) : new Float64Array(D);
-  return { unembedRows: { dims: [ids.length, D], data: rows }, unembedSum: { dims: [D], data: Float32Array.from(sum) } };
+  const S = x ? x.dims[0] : 0;
+  const dots = x && S > 0 ? unembedTableDots(weights, e, Float64Array.from(x.data), S, chunkBytes) : new Float64Array(0);
+  return { unembedRows: { dims: [ids.length, D], data: rows }, unembedSum: { dims: [D], data: Float32Array.from(sum) }, unembedDots: { dims: [S, V], data: dots } };
 }

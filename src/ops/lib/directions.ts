@@ -110,13 +110,34 @@ function asList(x: string | string[] | undefined): string[] {
   return x === undefined ? [] : Array.isArray(x) ? x : [x];
 }
 
-export function unembedColumnsMean(model: LoadedModel, ids: number[]): Float64Array {
-  const W = model.param('unembed.W_U');
-  const [D, V] = W.dims;
+/** the mean of the rows [I, D] of `rows` whose indices are `at` (float64) */
+function meanRows(rows: Float32Array, at: number[], D: number): Float64Array {
   const out = new Float64Array(D);
-  for (const id of ids) for (let j = 0; j < D; j++) out[j] += W.data[j * V + id];
-  for (let j = 0; j < D; j++) out[j] /= Math.max(ids.length, 1);
+  for (const i of at) for (let j = 0; j < D; j++) out[j] += rows[i * D + j];
+  for (let j = 0; j < D; j++) out[j] /= Math.max(at.length, 1);
   return out;
+}
+
+/** mean W_U[:, id] over ids (float64), the columns read from the weights (no copy of W_U kept) */
+export async function unembedColumnsMean(model: LoadedModel, ids: number[], signal?: AbortSignal): Promise<Float64Array> {
+  const { unembedRows } = await model.weightProducts({ unembedIds: ids }, signal);
+  return meanRows(unembedRows.data, ids.map((_, i) => i), model.info.d_model);
+}
+
+/** cosine between each candidate's unembedding column and the targets' mean column (one read of the columns) */
+export async function unembedCosines(model: LoadedModel, targets: number[], candidates: number[], signal?: AbortSignal): Promise<number[]> {
+  const D = model.info.d_model;
+  const { unembedRows: { data: W } } = await model.weightProducts({ unembedIds: [...targets, ...candidates] }, signal);
+  const t = meanRows(W, targets.map((_, i) => i), D);
+  let tn = 0;
+  for (let j = 0; j < D; j++) tn += t[j] * t[j];
+  return candidates.map((_, k) => {
+    const o = (targets.length + k) * D;
+    let dotp = 0;
+    let cn = 0;
+    for (let j = 0; j < D; j++) { const w = W[o + j]; dotp += w * t[j]; cn += w * w; }
+    return dotp / Math.sqrt(Math.max(tn * cn, 1e-30));
+  });
 }
 
 export function vecNorm(v: ArrayLike<number>): number {
@@ -157,10 +178,10 @@ export async function resolveDirection(model: LoadedModel, specIn: DirectionSpec
     case 'tokens': {
       positive_ids = asList(spec.positive).map((t) => resolveToken(model, t, 'direction.positive'));
       negative_ids = asList(spec.negative).map((t) => resolveToken(model, t, 'direction.negative'));
-      vector = unembedColumnsMean(model, positive_ids);
+      vector = await unembedColumnsMean(model, positive_ids, opts.signal);
       description = `mean W_U[:, {${show(positive_ids)}}]`;
       if (negative_ids.length) {
-        const neg = unembedColumnsMean(model, negative_ids);
+        const neg = await unembedColumnsMean(model, negative_ids, opts.signal);
         for (let j = 0; j < D; j++) vector[j] -= neg[j];
         description += ` − mean W_U[:, {${show(negative_ids)}}]`;
       }
@@ -231,23 +252,16 @@ export async function resolveDirection(model: LoadedModel, specIn: DirectionSpec
  * scale: (w_lnf ⊙ d) · W_U[:, v] (centring d first for LayerNorm models). Used to pick default
  * target/control tokens, never as a measured effect.
  */
-export function directLogitScores(model: LoadedModel, d: ArrayLike<number>): Float64Array {
-  const W = model.param('unembed.W_U');
-  const [D, V] = W.dims;
+export async function directLogitScores(model: LoadedModel, d: ArrayLike<number>, signal?: AbortSignal): Promise<Float64Array> {
+  const D = model.info.d_model;
   let w: ArrayLike<number> | undefined;
   try { w = model.param('ln_final.w').data; } catch { w = undefined; }
   const x = new Float64Array(D);
   let mu = 0;
   if (model.info.norm === 'layernorm') { for (let j = 0; j < D; j++) mu += d[j]; mu /= D; }
   for (let j = 0; j < D; j++) x[j] = (d[j] - mu) * (w ? w[j] : 1);
-  const s = new Float64Array(V);
-  for (let j = 0; j < D; j++) {
-    const xj = x[j];
-    if (xj === 0) continue;
-    const row = j * V;
-    for (let v = 0; v < V; v++) s[v] += xj * W.data[row + v];
-  }
-  return s;
+  // streamed over W_U's rows by the engine, in float64 (a [D, V] float32 copy here was 2.4 GB on Gemma 2)
+  return (await model.weightProducts({ unembedDots: { dims: [1, D], data: x } }, signal)).unembedDots.data;
 }
 
 /** the directions' public block in documents */

@@ -320,14 +320,15 @@ export function residualMap(model: LoadedModel, hook: string): ResidualMapResult
   if (m) {
     const l = Number(m[1]);
     if (model.info.post_norms) return { kind: null, reason: `layer ${l}'s attention output passes through a post-norm, which is not linear` };
-    const WO = model.param(`blocks.${l}.attn.W_O`); // [H, Dh, D], read as [H·Dh, D]
+    // read for this map, not kept: a float32 copy of every layer's W_O would stay in JS otherwise
+    const WO = model.param(`blocks.${l}.attn.W_O`, { keep: false }); // [H, Dh, D], read as [H·Dh, D]
     return throughWeight('W_O', `${hook} (flattened [H·Dh], head-major) enters the residual stream through each head's W_O (the attention output bias is not part of it)`, WO.data, WO.dims[0] * WO.dims[1], D);
   }
   m = /^blocks\.(\d+)\.mlp\.hook_post$/.exec(hook);
   if (m) {
     const l = Number(m[1]);
     if (model.info.post_norms) return { kind: null, reason: `layer ${l}'s MLP output passes through a post-norm, which is not linear` };
-    const W = model.param(`blocks.${l}.mlp.W_out`); // [M, D]
+    const W = model.param(`blocks.${l}.mlp.W_out`, { keep: false }); // [M, D], read for this map, not kept
     return throughWeight('W_out', `${hook} enters the residual stream through W_out (the MLP output bias is not part of it)`, W.data, W.dims[0], D);
   }
   return { kind: null, reason: `${hook} reaches the residual stream only through non-linear operations (attention or a norm), so a feature there has no direct logit effect` };

@@ -22,7 +22,7 @@ import { CAPS, checkNewTokens } from './caps';
 import { promptFields, promptIds, resolveToken } from './tokens';
 import { klDivergence, logSoftmax } from './math';
 import { storeOf } from './handle-store';
-import { directionBlock, directionBlockSchema, directionSpec, directLogitScores, resolveDirection, unembedColumnsMean, type ResolvedDirection } from './directions';
+import { directionBlock, directionBlockSchema, directionSpec, directLogitScores, resolveDirection, unembedCosines, type ResolvedDirection } from './directions';
 import { finite } from './caps';
 
 // ------------------------------------------------------------------ shared input fields
@@ -104,8 +104,10 @@ export const DEFAULT_TARGETS = 5;
 export const DEFAULT_CONTROLS = 5;
 export const CONTROL_POOL = 50;
 
-/** tokens the caller gave (rule 'given'), or the default `choose` picks with the rule it used */
-export function givenOr(given: number[] | undefined, choose: () => { ids: number[]; rule: string }): { ids: number[]; rule: string } {
+type Chosen = { ids: number[]; rule: string };
+
+/** tokens the caller gave (rule 'given'), or the default `choose` picks with the rule it used (run only when needed) */
+export async function givenOr(given: number[] | undefined, choose: () => Chosen | Promise<Chosen>): Promise<Chosen> {
   return given ? { ids: given, rule: 'given' } : choose();
 }
 
@@ -156,38 +158,23 @@ export async function prepareSteering(model: LoadedModel, inp: SteeringSetupInpu
   }
 
   const targetsFromDirection = !givenTargets && !dir.positive_ids.length;
-  const { ids: targets, rule: targetsRule } = givenOr(givenTargets, () => (dir.positive_ids.length
+  const { ids: targets, rule: targetsRule } = await givenOr(givenTargets, async () => (dir.positive_ids.length
     ? { ids: dir.positive_ids, rule: 'the direction\'s positive tokens' }
     : {
-      ids: topTokens(directLogitScores(model, dir.vector), DEFAULT_TARGETS),
+      ids: topTokens(await directLogitScores(model, dir.vector, ctx.signal), DEFAULT_TARGETS),
       rule: `the ${DEFAULT_TARGETS} tokens with the largest direct logit effect (w_lnf ⊙ d)·W_U[:, t] — chosen from d itself, so comparisons with other directions favour d`,
     }));
-  const { ids: controls, rule: controlsRule } = givenOr(givenControls, () => {
+  const { ids: controls, rule: controlsRule } = await givenOr(givenControls, async () => {
     // Controls depend on the targets only, never on d: causality compares d with random directions
     // on the same controls, and controls picked from d would make d's effect non-exchangeable.
     const pool = controlPool(baseLogprobs, [...targets, ...dir.negative_ids, model.bosTokenId, model.eosTokenId]);
-    const cos = unembedCosines(model, targets, pool);
+    const cos = await unembedCosines(model, targets, pool, ctx.signal);
     return {
       ids: pool.map((id, k) => ({ id, c: Math.abs(cos[k]) })).sort((a, b) => a.c - b.c || a.id - b.id).slice(0, DEFAULT_CONTROLS).map((x) => x.id),
       rule: `of the ${CONTROL_POOL} most likely base tokens (targets, negatives, BOS, EOS excluded), the ${DEFAULT_CONTROLS} whose unembedding W_U[:, c] is least aligned (smallest |cosine|) with the targets' mean unembedding; independent of d`,
     };
   });
   return { ids, hook, dir, targets, controls, targetsRule, controlsRule, targetsFromDirection, baseLogprobs, residNorm };
-}
-
-/** cosine between each candidate's unembedding column and the targets' mean column */
-function unembedCosines(model: LoadedModel, targets: number[], candidates: number[]): number[] {
-  const t = unembedColumnsMean(model, targets);
-  const W = model.param('unembed.W_U');
-  const [D, V] = W.dims;
-  let tn = 0;
-  for (let j = 0; j < D; j++) tn += t[j] * t[j];
-  return candidates.map((c) => {
-    let dotp = 0;
-    let cn = 0;
-    for (let j = 0; j < D; j++) { const w = W.data[j * V + c]; dotp += w * t[j]; cn += w * w; }
-    return dotp / Math.sqrt(Math.max(tn * cn, 1e-30));
-  });
 }
 
 // ------------------------------------------------------------------ metrics
