@@ -181,7 +181,20 @@ function unembedTableDots(weights: ReadableWeightSet, e: TensorEntry, x: Float64
     const w = unembedTableRows(weights, e, start, n);
     for (let s = 0; s < S; s++) {
       const xo = s * D, oo = s * V + start;
-      for (let r = 0; r < n; r++) {
+      let r = 0;
+      // four rows at once, each still its own sum in order over d (the same numbers): one sum's adds
+      // wait on each other, four interleave (GPT-2-small's 50257 × 768 from float32 in memory: 52 ms
+      // against 63–71 ms one row at a time, warm, at load ~6)
+      for (; r + 4 <= n; r += 4) {
+        let a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+        const o0 = r * D, o1 = o0 + D, o2 = o1 + D, o3 = o2 + D;
+        for (let d = 0; d < D; d++) {
+          const xd = x[xo + d];
+          a0 += xd * w[o0 + d]; a1 += xd * w[o1 + d]; a2 += xd * w[o2 + d]; a3 += xd * w[o3 + d];
+        }
+        out[oo + r] = a0; out[oo + r + 1] = a1; out[oo + r + 2] = a2; out[oo + r + 3] = a3;
+      }
+      for (; r < n; r++) {
         let acc = 0;
         for (let d = 0, o = r * D; d < D; d++) acc += x[xo + d] * w[o + d];
         out[oo + r] = acc;
