@@ -4,11 +4,11 @@
  * model too large for the backend — each before a tensor byte is served. Big models are sparse
  * files (valid header, then a hole) in a temporary folder, deleted afterwards.
  */
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { BrowserContext, Page } from '@playwright/test';
-import { test, expect, openReady, loadFromHub, waitModelReady, shot, watchErrors, SHARED_MODELS } from './fixtures';
+import { test, expect, openReady, loadFromHub, waitModelReady, shot, watchErrors, runOp, SHARED_MODELS } from './fixtures';
 import { writeSparseGpt2 } from '../tests/helpers/sparse-model';
 import { startHubServer } from '../tests/helpers/hub-server';
 
@@ -129,5 +129,63 @@ test('weights behind a 302 to a CDN origin load in the page: CORS, Range across 
     await page.locator('#hub-token').fill('');
   } finally {
     await cdn.close();
+  }
+});
+
+/**
+ * navigator.storage.estimate() reporting `left` bytes free. The download runs in the worker:
+ * addInitScript does not reach workers (Playwright #28029), so each worker the page starts gets the
+ * same stub by `evaluate` (the estimate is asked only when a load starts, after that).
+ */
+const estimateStub = (left: number) => { Object.defineProperty(StorageManager.prototype, 'estimate', { configurable: true, value: async () => ({ usage: 4e9, quota: 4e9 + left }) }); };
+
+test('a model that does not fit the storage quota left is refused before its weights, and the page stays usable', async ({ browser, site, hub }) => {
+  const QUOTA = 'preflight/quota-gpt2';
+  const tok = join(SHARED_MODELS, 'induction-gpt2');
+  hub.addRepo(QUOTA, tok);
+  const ctx = await browser.newContext({ viewport: { width: 1280, height: 800 } });
+  try {
+    await ctx.addInitScript(estimateStub, 100_000);
+    const p = await ctx.newPage();
+    const errs = watchErrors(p);
+    const stubbed: Promise<unknown>[] = [];
+    // the engine's worker (onnxruntime's thread workers sit in Atomics.wait: not evaluated)
+    const engine = (w: { url(): string }) => /engine\.worker/.test(w.url());
+    p.on('worker', (w) => { if (engine(w)) stubbed.push(w.evaluate(estimateStub, 100_000)); });
+    await openReady(p, site.url);
+    await Promise.all(stubbed);
+    // what the page and its worker (where the download runs) are told
+    expect(stubbed.length).toBeGreaterThan(0);
+    expect(await p.evaluate(async () => (await navigator.storage.estimate()).quota)).toBe(4e9 + 100_000);
+    for (const w of p.workers().filter(engine)) expect(await w.evaluate(async () => (await navigator.storage.estimate()).quota)).toBe(4e9 + 100_000);
+    hub.resetCounters();
+    await loadFromHub(p, hub.url, QUOTA);
+    const err = p.getByTestId('model-error');
+    await expect(err).toContainText('TOO_LARGE');
+    await expect(err).toContainText(/preflight\/quota-gpt2 needs \d+ kB of this browser's storage, but only 100 kB is available to this site \(4\.0 GB used of 4\.0 GB\)/);
+    await expect(err).toContainText(/private or incognito window/);
+    // the header's ranged reads, nothing of a tensor
+    const headerBytes = 8 + Number(readFileSync(join(tok, 'model.safetensors')).readBigUInt64LE(0));
+    const reqs = hub.log.filter((r) => r.id === QUOTA && r.file === 'model.safetensors');
+    console.log(`[e2e] storage quota refusal: ${reqs.length} requests for model.safetensors (${reqs.map((r) => r.range).join(', ')})`);
+    expect(weightTraffic(hub, QUOTA, headerBytes)).toMatchObject({ insideHeader: true });
+    expect(weightTraffic(hub, QUOTA, headerBytes).bytes).toBeLessThanOrEqual(headerBytes);
+    for (const theme of ['light', 'dark']) {
+      const current = await p.evaluate(() => document.documentElement.dataset.theme);
+      if (current !== theme) await p.getByRole('button', { name: /Switch to .* theme/ }).click();
+      for (const w of [1280, 1024]) {
+        await p.setViewportSize({ width: w, height: 800 });
+        await err.scrollIntoViewIfNeeded();
+        await shot(p, `preflight-storage-quota-${theme}-${w}`);
+      }
+    }
+    await p.setViewportSize({ width: 1280, height: 800 });
+    // the page stays usable: the model it had is loaded, and runs
+    await expect(p.getByTestId('status-model')).not.toContainText(QUOTA);
+    await p.getByTestId('prompt').fill('Once upon a time');
+    await runOp(p, 'trace');
+    expect(errs.filter((e) => !/TOO_LARGE|Failed to load resource/.test(e))).toEqual([]);
+  } finally {
+    await ctx.close();
   }
 });

@@ -81,6 +81,11 @@ test('weights "q8" on WASM: the page runs 8-bit matrices, says so, and its trace
   await shot(page, 'model-weights-q8-other-theme');
   const info = await page.evaluate(() => (globalThis as any).__loupe.model.info);
   expect(info.weights_reason).toMatch(/quantised at load, kept in the q8 cache/);
+  // the cold load wrote its q8 entry into IndexedDB and hands onnxruntime-web pieces read back from
+  // it (Blob chunks, FileReaderSync), as a cached load does: no quantised bytes stay in JS
+  const memCold = await page.evaluate(async () => { const m = (globalThis as any).__loupe.models; await m.refreshMemory(); return m.memory; });
+  console.log(`[e2e] memory after a cold q8 load and a trace: ${JSON.stringify(memCold)}`);
+  expect(memCold).toMatchObject({ precision: 'q8', jsWeightBytes: 0, jsWeightsWhy: null });
 
   await page.locator('#weights').selectOption('auto');
   await waitModelReady(page);
@@ -91,12 +96,42 @@ test('weights "q8" on WASM: the page runs 8-bit matrices, says so, and its trace
   const again = await page.evaluate(() => (globalThis as any).__loupe.model.info);
   expect(again.weights).toBe('q8');
   expect(again.weights_reason).toMatch(/read from the q8 cache/);
+  expect(await page.evaluate(async () => { const m = (globalThis as any).__loupe.models; await m.refreshMemory(); return m.memory.jsWeightBytes; })).toBe(0);
   await page.getByTestId('tab-trace').click();
   await runOp(page, 'trace');
   const doc2 = await pageDoc(page, 'trace');
   expect(doc2.head_attribution).toEqual(doc.head_attribution);
   // the cache list counts the model once, complete (its q8 entry with it)
   await expect(page.getByRole('button', { name: `Delete ${REPO} from the cache` })).toBeVisible();
+  await page.locator('#weights').selectOption('auto');
+  await waitModelReady(page);
+});
+
+test('q8 with no cache to keep it in (the bundled model): the Doctor says the quantised weights stay in JS, and why', async () => {
+  await page.setViewportSize({ width: 1280, height: 800 });
+  await page.getByRole('tab', { name: 'Bundled' }).click();
+  await page.getByTestId('load-bundled').click();
+  await page.waitForFunction(() => (globalThis as any).__loupe.model?.info.source === 'bundled' && (globalThis as any).__loupe.modelStatus === 'ready');
+  await page.locator('#weights').selectOption('q8');
+  await waitModelReady(page);
+  await expect(page.getByTestId('weights-used')).toHaveText('using q8');
+  await page.getByRole('button', { name: 'Doctor' }).click();
+  const why = page.getByTestId('doc-js-weights-why');
+  await expect(why).toContainText('the q8 weights are held in JS: this load has no q8 cache to write them to and read them back from');
+  await expect(why).toContainText("the model's files are held in JS");
+  await expect(page.getByTestId('doc-memory')).not.toContainText('weights in JS 0 B');
+  await why.scrollIntoViewIfNeeded();
+  for (const theme of ['light', 'dark']) {
+    const current = await page.evaluate(() => document.documentElement.dataset.theme);
+    if (current !== theme) await page.getByRole('button', { name: /Switch to .* theme/ }).click();
+    for (const w of [1280, 1024]) {
+      await page.setViewportSize({ width: w, height: 800 });
+      await why.scrollIntoViewIfNeeded();
+      await shot(page, `doctor-js-weights-why-${theme}-${w}`);
+    }
+  }
+  await page.setViewportSize({ width: 1280, height: 800 });
+  await page.getByRole('button', { name: 'Close the doctor' }).click();
   await page.locator('#weights').selectOption('auto');
   await waitModelReady(page);
 });

@@ -8,16 +8,17 @@
  * (fake-indexeddb here) the entry lives with the model's files, so deleting the model deletes it.
  */
 import 'fake-indexeddb/auto';
-import { readdirSync, readFileSync, statSync, truncateSync, utimesSync, writeFileSync } from 'node:fs';
+import { readdirSync, readFileSync, rmSync, statSync, truncateSync, utimesSync, writeFileSync } from 'node:fs';
 import * as path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadModelNode, nodeFactory } from '../src/node/load';
 import { loadModel } from '../src/engine/index';
 import { IdbCache } from '../src/engine/source/idb-cache';
+import { LoupeError } from '../src/engine/errors';
 import { HubSource } from '../src/engine/source/hub-source';
 import { loadModelFilesNode } from '../src/node/load-files-node';
 import { describeModel } from '../src/engine/arch';
-import { q8WeightSet, Q8_FILE, type Q8Store } from '../src/engine/q8';
+import { q8EntryBytesToWrite, q8WeightSet, Q8_FILE, type Q8Store } from '../src/engine/q8';
 import { cacheQ8Store, isQ8Entry } from '../src/engine/source/q8-store';
 import { readEntryRange } from '../src/engine/safetensors';
 import type { TensorEntry } from '../src/engine/safetensors-types';
@@ -61,7 +62,7 @@ async function loadAndRun(backend: 'node' | 'wasm', env: Record<string, string> 
   try {
     const m = await loadModelNode(rm.dir, { backend, weights: 'q8' });
     try {
-      return { reason: m.info.weights_reason, js: m.memory().js_weight_bytes, ...(await run(m)), W_E: Array.from(m.param('embed.W_E').data) };
+      return { reason: m.info.weights_reason, js: m.memory().js_weight_bytes, why: m.memory().js_weights_why, ...(await run(m)), W_E: Array.from(m.param('embed.W_E').data) };
     } finally { await m.dispose(); }
   } finally {
     for (const [k, v] of Object.entries(prev)) if (v === undefined) delete process.env[k]; else process.env[k] = v;
@@ -75,6 +76,10 @@ describe('the q8 cache in Node (a local folder)', () => {
     expect(entryFiles()).toEqual([]);
     const first = await loadAndRun('node');
     expect(first.reason).toMatch(/kept in the q8 cache/);
+    // the first load too reads the entry it wrote (onnxruntime-node from disk): no quantised copy in JS
+    expect(first.js).toBe(0);
+    expect(uncached.js).toBeGreaterThan(0);
+    expect(uncached.why).toMatch(/q8 weights are held in JS: this load has no q8 cache/);
     const [entry, ...rest] = entryFiles();
     expect(rest).toEqual([]);
     expect(path.basename(entry)).toMatch(/q8-[0-9a-f]{28}\.safetensors$/);
@@ -92,6 +97,12 @@ describe('the q8 cache in Node (a local folder)', () => {
     expect(wasm.reason).toMatch(/read from the q8 cache/);
     expect(wasm.logits).toEqual(wasmUncached.logits);
     expect(entryFiles()).toEqual([entry]);
+    // a cold load on onnxruntime-web in Node: it reads the entry it wrote back from disk, tensor by tensor
+    rmSync(entry);
+    const wasmCold = await loadAndRun('wasm');
+    expect(wasmCold.reason).toMatch(/kept in the q8 cache/);
+    expect(wasmCold.js).toBe(0);
+    expect(wasmCold.logits).toEqual(wasmUncached.logits);
   });
 
   it('a truncated entry, a changed byte in a checked window, or a header for other weights is rebuilt, never read', async () => {
@@ -144,6 +155,7 @@ describe('the q8 cache in Node (a local folder)', () => {
     };
     const ws = await q8WeightSet(files.weights, spec, failing);
     expect(ws.q8Source).toBe('built');
+    expect(ws.q8StoreFailure).toMatch(/disk full/);
     expect(written.size).toBe(0);
     expect(dropped).toBe(1);
     // the same int8 values and scales as a build without a store (the headers differ by the key)
@@ -173,9 +185,23 @@ describe('the q8 cache in IndexedDB (the page)', () => {
     const first = await load();
     expect(first.info.weights_reason).toMatch(/kept in the q8 cache/);
     expect(await run(first)).toEqual(want);
+    // the cold load reads the entry it wrote back by range, as a cached load does: no quantised bytes in JS
+    expect(first.memory()).toMatchObject({ js_weight_bytes: 0 });
+    expect(first.memory().js_weights_why).toBeUndefined();
     await first.dispose();
     const q8Entries = async () => (await cache.list()).filter((e) => isQ8Entry(e.file));
     expect((await q8Entries()).map((e) => e.complete)).toEqual([true]);
+    // judged before a download: the entry's exact size while there is none, nothing once it is there
+    const files = await loadModelFilesNode(rm.dir);
+    const spec = describeModel({ config: files.config as Record<string, any>, tensors: files.weights.tensors });
+    const store = cacheQ8Store(cache, (f) => src().cacheKey(f))!;
+    const [written] = await q8Entries();
+    expect(await q8EntryBytesToWrite(files.weights.tensors, spec, store)).toBe(0);
+    await store.drop(written.file);
+    expect(await q8EntryBytesToWrite(files.weights.tensors, spec, store)).toBe(written.size);
+    const rebuilt = await load();
+    expect(rebuilt.info.weights_reason).toMatch(/kept in the q8 cache/);
+    await rebuilt.dispose();
 
     const second = await load();
     expect(second.info.weights_reason).toMatch(/read from the q8 cache/);
@@ -185,7 +211,6 @@ describe('the q8 cache in IndexedDB (the page)', () => {
 
     // a write cut off (the tab closed mid-way) leaves a partial entry, never read: the next load rebuilds
     const [e] = await q8Entries();
-    const store = cacheQ8Store(cache, (f) => src().cacheKey(f))!;
     await store.drop(e.file);
     const sink = await cache.openSink!(e);
     sink.append(new Uint8Array(5000));
@@ -199,5 +224,26 @@ describe('the q8 cache in IndexedDB (the page)', () => {
 
     await cache.delete({ endpoint: e.endpoint, id: e.id, revision: e.revision });
     expect(await cache.list()).toEqual([]);
+  });
+
+  it('an entry the quota refuses: the load goes on with the q8 weights in JS, and the memory report says why', async () => {
+    const cache = new IdbCache({ dbName: `q8-${Math.random()}`, chunkBytes: 4096 });
+    const ort = (await nodeFactory('wasm')).ort;
+    const want = await (async () => { const m = await loadModel(new HubSource('r/llama', { endpoint: hub.url }), { ort, backend: 'wasm', weights: 'q8' }); try { return await run(m); } finally { await m.dispose(); } })();
+    const refusing: IdbCache = Object.create(cache);
+    refusing.openSink = async (key) => {
+      const sink = await cache.openSink(key);
+      if (!isQ8Entry(key.file)) return sink;
+      return { ...sink, append() { throw new LoupeError('TOO_LARGE', 'This browser refused to store the q8 weights in its cache: the storage quota for this site is used up.'); } };
+    };
+    const m = await loadModel(new HubSource('r/llama', { endpoint: hub.url }), { ort, backend: 'wasm', weights: 'q8', cache: refusing });
+    try {
+      expect(m.info.weights_reason).toMatch(/quantised at load$/);
+      expect(await run(m)).toEqual(want);
+      const mem = m.memory();
+      expect(mem.js_weight_bytes).toBeGreaterThan(0);
+      expect(mem.js_weights_why).toMatch(/q8 weights are held in JS: their cache entry could not be written \(q8 cache: This browser refused .*quota/);
+    } finally { await m.dispose(); }
+    expect((await cache.list()).filter((e) => isQ8Entry(e.file) && e.complete)).toEqual([]);
   });
 });

@@ -49,7 +49,7 @@ function memory(): MemoryInfo {
   const m = model?.memory();
   return {
     weightBytes: m?.weight_bytes ?? null, precision: m?.precision ?? null, wasmHeapBytes: wasmHeapBytes(),
-    jsWeightBytes: m?.js_weight_bytes ?? null, paramBytes: m?.param_bytes ?? null, hooksBytes: m?.hooks_bytes ?? null,
+    jsWeightBytes: m?.js_weight_bytes ?? null, jsWeightsWhy: m?.js_weights_why ?? null, paramBytes: m?.param_bytes ?? null, hooksBytes: m?.hooks_bytes ?? null,
     jsHeapBytes: jsHeapBytes(),
   };
 }

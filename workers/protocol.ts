@@ -133,6 +133,8 @@ export interface MemoryInfo {
   wasmHeapBytes: number | null;
   /** weight file bytes the worker holds in JS (0 when read by range from IndexedDB) */
   jsWeightBytes: number | null;
+  /** why some weight bytes are held in JS (ModelMemory.js_weights_why), null when none are */
+  jsWeightsWhy: string | null;
   /** float32 copies of parameters kept for operations that read weights in JS */
   paramBytes: number | null;
   /** hook values the last run returned */

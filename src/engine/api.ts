@@ -338,6 +338,8 @@ export interface ModelMemory {
   precision: ModelInfo['weights'];
   /** weight file bytes held in JavaScript (a source kept in memory: the bundled model, a folder picked in the page); 0 when they are read by range from disk or IndexedDB */
   js_weight_bytes: number;
+  /** why weight bytes are held in JavaScript, where some are (a q8 build whose cache entry could not be written, a source read whole) */
+  js_weights_why?: string;
   /** float32 copies param() made and keeps for the operations that read weights in JavaScript */
   param_bytes: number;
   /** graph variants with a live session (each holds the weights in the runtime) */

@@ -16,6 +16,9 @@ import { isBundledSpec, resolveModelRef } from './source/ref';
 import type { ByteCache, ModelSource } from './source/types';
 import { HttpSource } from './source/http-source';
 import { cacheQ8Store } from './source/q8-store';
+import { checkStorage, storageEstimate } from './source/storage';
+import { q8EntryBytesToWrite } from './q8';
+import { describeModel } from './arch/index';
 
 export type { LoadedModel, LoadOptions, Backend } from './api';
 export { LoupeError } from './errors';
@@ -52,21 +55,25 @@ export async function loadModel(spec: string | ModelSource, opts: BrowserLoadOpt
     const { adapter } = await env.webgpu();
     if (adapter) gpu = gpuCaps(adapter);
   }
+  const cache = bundled ? undefined : opts.cache;
+  // q8 weights kept next to the model's files in its cache (IndexedDB in the page)
+  const q8Store = cache && source instanceof HttpSource ? cacheQ8Store(cache, (f) => source.cacheKey(f)) : undefined;
   const files = await loadModelFiles(source, {
-    cache: bundled ? undefined : opts.cache, signal: opts.signal, onProgress: opts.onProgress,
-    // architecture, tensors and memory judged from the headers, before any weight byte
+    cache, signal: opts.signal, onProgress: opts.onProgress,
+    // architecture, tensors, memory and storage judged from the headers, before any weight byte
     judge: async (plan) => {
       const mode = parseWeightsMode(opts.weights);
       const precision = !plan.stats ? 'f32' : gpu ? choosePrecisionOnGpu(mode, plan.stats, gpu, opts.memory).precision : choosePrecision(mode, plan.stats, wanted, opts.memory).precision;
       const j = judgeModel(plan, wanted, precision, opts.memory, { backends: ['wasm', 'webgpu'], precisions: OFFERED_PRECISIONS });
+      if (cache) {
+        const q8Bytes = precision === 'q8' && q8Store && plan.tensors ? await q8EntryBytesToWrite(plan.tensors, describeModel({ config: plan.config, tensors: plan.tensors }), q8Store) : 0;
+        const refused = checkStorage({ downloadBytes: plan.downloadBytes, q8Bytes }, plan.downloadBytes + q8Bytes > 0 ? await storageEstimate() : undefined, plan.ref.id);
+        if (refused) throw refused;
+      }
       await opts.confirm?.(plan, j);
     },
   });
-  const parts = {
-    ...modelPartsFrom(files, { bundled, memory: opts.memory, weightsMode: opts.weights }),
-    // q8 weights kept next to the model's files in its cache (IndexedDB in the page)
-    q8Store: opts.cache && !bundled && source instanceof HttpSource ? cacheQ8Store(opts.cache, (f) => source.cacheKey(f)) : undefined,
-  };
+  const parts = { ...modelPartsFrom(files, { bundled, memory: opts.memory, weightsMode: opts.weights }), q8Store };
 
   try {
     return await createModel(parts, webSessionFactory(opts.ort, wanted, gpu));

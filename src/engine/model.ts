@@ -22,7 +22,7 @@ import { readTensorF32, type ReadableWeightSet } from './safetensors';
 import type { ModelFiles } from './source/files';
 import { BUNDLED_MODEL_ID } from './source/ref';
 import { gradName } from './graph/backward';
-import { q8WeightSet, q8ForWebGpu, dequantizeQ8, type Q8Store } from './q8';
+import { q8WeightSet, q8ForWebGpu, dequantizeQ8, Q8_FILE, type Q8Store } from './q8';
 
 /** number of positions whose logits a run computes */
 const logitPosCount = (opts: RunOptions, T: number) => opts.logitPositions?.length ?? T;
@@ -51,6 +51,8 @@ export interface ModelParts {
   fused?: GraphPlan['fused'];
   /** where q8 weights are kept between loads (q8.ts); none: quantised in memory at each load */
   q8Store?: Q8Store;
+  /** set by q8Parts when the quantised weights are held in JS: why (the memory report says it) */
+  q8InJs?: string;
 }
 
 /** Resolve after pending tasks (not just microtasks) have run: setImmediate in Node, a MessageChannel hop elsewhere. */
@@ -150,8 +152,15 @@ async function q8Parts(parts: ModelParts, spec: ModelSpec, info: ModelInfo, webg
   const q8 = await q8WeightSet(parts.weights as ReadableWeightSet, spec, parts.q8Store);
   info.weights_reason += q8.q8Source === 'cache' ? '; read from the q8 cache' : q8.q8Source === 'built+cached' ? '; quantised at load, kept in the q8 cache' : '; quantised at load';
   const weights = webgpu ? q8ForWebGpu(q8) : q8;
-  return { ...parts, weights, readTensor: (name) => (weights.tensors.get(name)?.q8 ? dequantizeQ8(weights, name) : parts.readTensor(name)) };
+  // held in JS only where no entry was written to read back (a cached or written entry is read by range)
+  const q8InJs = !weights.files.has(Q8_FILE) ? undefined : q8.q8StoreFailure
+    ? `the q8 weights are held in JS: their cache entry could not be written (${q8.q8StoreFailure})`
+    : 'the q8 weights are held in JS: this load has no q8 cache to write them to and read them back from';
+  return { ...parts, weights, ...(q8InJs ? { q8InJs } : {}), readTensor: (name) => (weights.tensors.get(name)?.q8 ? dequantizeQ8(weights, name) : parts.readTensor(name)) };
 }
+
+/** why weight files are in `WeightSet.files`: a source read whole (runtime/session.ts passes views of them) */
+const SOURCE_IN_JS = "the model's files are held in JS: its source was read whole (the bundled model, a folder picked in the page, a source without a cache)";
 
 class EngineModel implements LoadedModel {
   private sessions = new Map<string, Promise<{ session: EngineSession; graph: BuiltGraph }>>();
@@ -487,10 +496,15 @@ class EngineModel implements LoadedModel {
 
   memory(): ModelMemory {
     let js = 0, params = 0;
-    for (const b of this.parts.weights.files.values()) js += b.byteLength;
+    const why: string[] = [];
+    for (const [f, b] of this.parts.weights.files) {
+      js += b.byteLength;
+      if (f === Q8_FILE && this.parts.q8InJs) why.push(this.parts.q8InJs);
+      else if (f !== Q8_FILE && !why.includes(SOURCE_IN_JS)) why.push(SOURCE_IN_JS);
+    }
     for (const p of this.params.values()) params += p.data.byteLength;
     return {
-      weight_bytes: this.info.weight_bytes, precision: this.info.weights, js_weight_bytes: js, param_bytes: params,
+      weight_bytes: this.info.weight_bytes, precision: this.info.weights, js_weight_bytes: js, ...(why.length ? { js_weights_why: why.join('; ') } : {}), param_bytes: params,
       sessions: this.sessions.size, hooks_bytes: this.lastHooksBytes,
     };
   }

@@ -28,7 +28,7 @@ import type { ModelSpec, LinearRef } from './spec';
 import type { Q8Layout, TensorEntry, WeightSet } from './safetensors-types';
 
 export type { Q8Layout } from './safetensors-types';
-import { decodeValues, f16Values, readEntryRange, readTensorBytes, type ReadableWeightSet } from './safetensors';
+import { decodeValues, f16Values, readEntryRange, type ReadableWeightSet } from './safetensors';
 import type { RangedFile } from './safetensors-types';
 import { LoupeError } from './errors';
 
@@ -344,6 +344,29 @@ export interface Q8Store {
 /** how the q8 weights of a load were had: quantised at load (and kept or not) or read from a store's entry */
 export type Q8Source = 'cache' | 'built+cached' | 'built';
 
+/**
+ * The q8 file's plan for these items and its entry's name in `store`: a key over the format, the
+ * scheme's block, the target tensors and the store's identity of the source files (q8WeightSet).
+ */
+async function entryPlan(items: Q8Item[], store: Q8Store): Promise<{ plan: Q8Plan; name: string }> {
+  const identity = await store.identity([...new Set(items.map((i) => i.src.file))]);
+  const material = JSON.stringify([Q8_FORMAT, Q8_BLOCK, identity, items.map((i) => [i.src.name, i.axis, i.src.file, i.src.dtype, i.src.shape, i.src.fileOffset])]);
+  const plan = planFile(items, hash53(material) + hash53(material, 1));
+  return { plan, name: `.loupe/q8-${plan.key}.safetensors` };
+}
+
+/**
+ * The bytes a q8 load of these weights will write into `store`, judged before the download (the
+ * page's storage check, source/storage.ts): the whole entry, or 0 where an entry of this key and
+ * size is there already (its full check comes at load). A source file not yet complete in the
+ * cache changes the key, so a model still to download always needs its entry written.
+ */
+export async function q8EntryBytesToWrite(tensors: Map<string, TensorEntry>, spec: ModelSpec, store: Q8Store): Promise<number> {
+  const { plan, name } = await entryPlan(q8Items(tensors, q8Targets(spec)), store);
+  const found = await store.open(name).catch(() => undefined);
+  return found?.file.size === plan.size ? 0 : plan.size;
+}
+
 /** a store's own failure (not the source weights'): the load goes on in memory */
 class StoreFailure extends Error {
   constructor(reason: unknown) { super(`q8 cache: ${reason instanceof Error ? reason.message : String(reason)}`); }
@@ -361,17 +384,16 @@ class StoreFailure extends Error {
  * and built again, and a store that cannot write (a full disk, a quota) leaves the load to build
  * in memory. Quantising is deterministic, so the entry's bytes are the ones a build in memory gives.
  */
-export async function q8WeightSet(weights: ReadableWeightSet, spec: ModelSpec, store?: Q8Store): Promise<ReadableWeightSet & { q8Source: Q8Source }> {
+export async function q8WeightSet(weights: ReadableWeightSet, spec: ModelSpec, store?: Q8Store): Promise<ReadableWeightSet & { q8Source: Q8Source; q8StoreFailure?: string }> {
   const items = q8Items(weights.tensors, q8Targets(spec));
   let plan: Q8Plan | undefined;
   let found: { file: RangedFile; path?: string } | undefined;
   let q8Source: Q8Source = 'built';
+  let q8StoreFailure: string | undefined;
   if (store) {
     try {
-      const identity = await store.identity([...new Set(items.map((i) => i.src.file))]);
-      const material = JSON.stringify([Q8_FORMAT, Q8_BLOCK, identity, items.map((i) => [i.src.name, i.axis, i.src.file, i.src.dtype, i.src.shape, i.src.fileOffset])]);
-      plan = planFile(items, hash53(material) + hash53(material, 1));
-      const name = `.loupe/q8-${plan.key}.safetensors`;
+      let name: string;
+      ({ plan, name } = await entryPlan(items, store));
       found = await store.open(name);
       if (found && !entryIsWhole(found.file, plan)) { await store.drop(name); found = undefined; }
       if (found) q8Source = 'cache';
@@ -394,6 +416,7 @@ export async function q8WeightSet(weights: ReadableWeightSet, spec: ModelSpec, s
     } catch (e) {
       if (e instanceof LoupeError) throw e; // the source weights' own errors
       found = undefined; // the store failed: build in memory
+      q8StoreFailure = e instanceof Error ? e.message : String(e);
     }
   }
   plan ??= planFile(items, '');
@@ -416,7 +439,7 @@ export async function q8WeightSet(weights: ReadableWeightSet, spec: ModelSpec, s
     const scale: TensorEntry = { name: `${name}#q8_scale`, dtype: 'F16', shape: it.scaleShape, fileOffset: plan.dataStart + it.scaleBegin, byteLength: 2 * it.nScales, file: Q8_FILE };
     tensors.set(name, { name, dtype: 'I8', shape: [...shape], fileOffset: plan.dataStart + it.begin, byteLength: n, file: Q8_FILE, q8: { axis: it.axis, block: it.block, scale } });
   }
-  return { ...weights, files, paths, ranged, tensors, q8Source };
+  return { ...weights, files, paths, ranged, tensors, q8Source, ...(q8StoreFailure ? { q8StoreFailure } : {}) };
 }
 
 /** A q8 tensor's values as the session uses them (q · s), as float32. */
@@ -473,31 +496,38 @@ export function dequantizeQ8Rows(weights: ReadableWeightSet, e: TensorEntry, sta
  *   - the weights q8 leaves in their stored precision (norms, biases: small) are widened to
  *     float32 here for the same reason (float16 needs shader-f16; WGSL has no bfloat16).
  * Gather has no int8 kernel either: an embedding lookup gathers its int8 rows on the CPU provider.
+ * The float32 tensors are files widened as they are read (`widenedFile`), never held in JS: the
+ * session reads each once as it copies it to the GPU, and DLA's reads take the rows they need.
  */
 export function q8ForWebGpu(weights: ReadableWeightSet): ReadableWeightSet {
   const tensors = new Map(weights.tensors);
-  const files = new Map(weights.files);
-  const t = f16Values();
+  const ranged = new Map(weights.ranged ?? []);
   let i = 0;
   for (const [name, e] of weights.tensors) {
     if (!e.q8 && (e.dtype === 'F16' || e.dtype === 'BF16')) {
-      const n = e.shape.reduce((a, b) => a * b, 1);
-      const f32 = new Float32Array(n);
-      decodeValues(e.dtype, readTensorBytes(weights, name), 0, n, f32);
       const file = `loupe-q8-f32-${i++}.bin`;
-      files.set(file, new Uint8Array(f32.buffer));
-      tensors.set(name, { ...e, dtype: 'F32', fileOffset: 0, byteLength: 4 * n, file });
+      ranged.set(file, widenedFile(weights, e));
+      tensors.set(name, { ...e, dtype: 'F32', fileOffset: 0, byteLength: 2 * e.byteLength, file });
     }
     if (!e.q8) continue;
     const src = e.q8.scale;
-    const raw = readEntryRange(weights, src, 0, src.byteLength);
-    const n = src.byteLength / 2;
-    const f32 = new Float32Array(n);
-    for (let k = 0; k < n; k++) f32[k] = t[raw[2 * k] | (raw[2 * k + 1] << 8)];
     const file = `loupe-q8-scales-${i++}.bin`;
-    files.set(file, new Uint8Array(f32.buffer));
-    const scale: TensorEntry = { ...src, dtype: 'F32', fileOffset: 0, byteLength: 4 * n, file };
+    ranged.set(file, widenedFile(weights, src));
+    const scale: TensorEntry = { ...src, dtype: 'F32', fileOffset: 0, byteLength: 2 * src.byteLength, file };
     tensors.set(name, { ...e, q8: { ...e.q8, scale, dequantize: true } });
   }
-  return { ...weights, files, tensors };
+  return { ...weights, ranged, tensors };
+}
+
+/** A float16 / bfloat16 tensor `e` as a file of its float32 values, widened from its bytes range by range as it is read. */
+function widenedFile(weights: ReadableWeightSet, e: TensorEntry): RangedFile {
+  const read = (offset: number, length: number): Uint8Array => {
+    const first = Math.max(0, Math.floor(offset / 4)), end = Math.min(e.byteLength / 2, Math.ceil((offset + length) / 4));
+    if (end <= first) return new Uint8Array(0);
+    const f32 = new Float32Array(end - first);
+    decodeValues(e.dtype, readEntryRange(weights, e, 2 * first, 2 * (end - first)), 0, end - first, f32);
+    const at = offset - 4 * first;
+    return new Uint8Array(f32.buffer, at, Math.min(length, f32.byteLength - at));
+  };
+  return { size: 2 * e.byteLength, read, readAsync: async (o, n) => read(o, n) };
 }

@@ -20,22 +20,7 @@ import type { ByteCache, CacheEntryInfo, CacheKey, CacheSink, RangeRead } from '
 import type { RangedFile } from '../safetensors-types';
 import { canReadBlobsSync, chunkedFile, type Chunk } from './chunked-file';
 import { LoupeError } from '../errors';
-import { fmtGB } from '../budget';
-
-/**
- * A write IndexedDB refused for want of room (QuotaExceededError, whose message Chromium leaves
- * empty) as a structured error naming the file and the site's quota; anything else unchanged.
- * A private window's quota is a small share of RAM rather than of the disk: Llama-3.2-1B's 2.47 GB
- * file did not fit headless Chromium's off-the-record profile.
- */
-export async function storageError(e: unknown, file: string, bytes: number): Promise<unknown> {
-  if (!(e && typeof e === 'object' && (e as { name?: unknown }).name === 'QuotaExceededError')) return e;
-  const est = await (globalThis.navigator as Navigator | undefined)?.storage?.estimate?.().catch(() => undefined);
-  const q = est?.quota ? ` (${fmtGB(est.usage ?? 0)} used of ${fmtGB(est.quota)})` : '';
-  return new LoupeError('TOO_LARGE', `This browser refused to store ${file} (${fmtGB(bytes)}) in its cache: the storage quota for this site is used up${q}.`,
-    'A private or incognito window has a small quota: open Loupe in a normal window, or delete cached models in the Model panel to make room.',
-    { file, bytes, usage: est?.usage ?? null, quota: est?.quota ?? null });
-}
+import { storageError } from './storage';
 
 export const CHUNK_BYTES = 32 * 1024 * 1024;
 
