@@ -4,9 +4,12 @@
  * after the load and after the trace, the WASM heap, the engine's memory report and where the
  * load's time went (files + headers, graph build, session creation). `phases`: the peak RSS of each
  * step on its own (VmHWM is reset before each through /proc/self/clear_refs), named by the graph
- * (its first output) and the step: where the peak comes from.
+ * (its first output) and the step: where the peak comes from. Then the time of a second trace and
+ * of a plain forward of the same prompt; `wp_ms` / `wp2_ms`: the time in model.weightProducts
+ * during the first / second trace (DLA's readout, session or streamed: `readout`, the optional
+ * 5th argument, forces one; precision.ts chooseReadout).
  *
- *   tsx bench/memory-child.ts DIR node|wasm stored|f32 '{"extra":{"session":{"disable_prepacking":"1"}}}'
+ *   tsx bench/memory-child.ts DIR node|wasm stored|f32 '{"extra":{"session":{"disable_prepacking":"1"}}}' [session|stream]
  */
 import { readFileSync, writeFileSync } from 'node:fs';
 import { totalmem } from 'node:os';
@@ -16,8 +19,9 @@ import { nodeFactory } from '../src/node/load';
 import { getOperation } from '../src/ops/index';
 import { toLoupeError } from '../src/engine/errors';
 import { wasmHeapBytes } from '../src/engine/runtime/wasm-heap';
+import type { ReadoutMode } from '../src/engine/precision';
 
-const [dir, backend, weights, optsJson] = process.argv.slice(2);
+const [dir, backend, weights, optsJson, readout] = process.argv.slice(2);
 const status = (k: string) => Number(new RegExp(`${k}:\\s+(\\d+)`).exec(readFileSync('/proc/self/status', 'utf8'))![1]) * 1024;
 /** peak RSS per step: [step, peak during it, what is held after it] */
 const phases: [string, number, string][] = [];
@@ -64,7 +68,16 @@ async function main() {
       return s;
     };
     last = performance.now();
-    const model = await createModel(modelPartsFrom(files, { bundled: false, memory: { hostBytes: totalmem() }, weightsMode: weights as 'stored' | 'f32' }), factory);
+    const parts = modelPartsFrom(files, { bundled: false, memory: { hostBytes: totalmem() }, weightsMode: weights as 'stored' | 'f32' | 'q8' });
+    const model = await createModel({ ...parts, ...(readout ? { readout: readout as ReadoutMode } : {}) }, factory);
+    out.readout = model.info.readout;
+    // time inside weightProducts (DLA's readout products), per trace
+    let wpMs = 0;
+    const products = model.weightProducts.bind(model);
+    model.weightProducts = async (input, signal) => {
+      const t = performance.now();
+      try { return await products(input, signal); } finally { wpMs += performance.now() - t; }
+    };
     out.ready_ms = Math.round(performance.now() - t0);
     out.prep_ms = Math.round(prepMs);
     out.session_ms = Math.round(sessionMs);
@@ -72,10 +85,24 @@ async function main() {
     out.hwm_ready = peak();
     stage = 'trace';
     const t1 = performance.now();
-    await getOperation('trace')!.run(model, { prompt: 'The quick brown fox jumps over the lazy' } as any);
+    const prompt = 'The quick brown fox jumps over the lazy';
+    await getOperation('trace')!.run(model, { prompt } as any);
     out.trace_ms = Math.round(performance.now() - t1);
+    out.wp_ms = Math.round(wpMs);
     out.rss_trace = status('VmRSS');
     out.hwm_trace = peak();
+    console.log(JSON.stringify({ mark: 'trace' })); // the parent's PSS peak to here (bench/memory.ts)
+    stage = 'second trace';
+    wpMs = 0;
+    const t2 = performance.now();
+    await getOperation('trace')!.run(model, { prompt } as any);
+    out.trace2_ms = Math.round(performance.now() - t2);
+    out.wp2_ms = Math.round(wpMs);
+    stage = 'forward';
+    const tokens = model.tokenize(prompt);
+    const t3 = performance.now();
+    await model.run(tokens);
+    out.forward_ms = Math.round(performance.now() - t3);
     out.wasm_heap = wasmHeapBytes();
     out.phases = phases.map(([n, top, after]) => `${n}: peak ${(top / 1e9).toFixed(2)} GB; after: ${after}`);
     Object.assign(out, model.memory());

@@ -184,13 +184,17 @@ describe('q8 weights stay 8-bit inside onnxruntime', () => {
 });
 
 describe('a WASM heap too small for two sessions side by side', () => {
-  it('releases the forward session to make room for the DLA readout: the trace is the same, and a second trace works', async () => {
+  /** the readout forced into its session (the default streams it, with no second session) */
+  const loadSessionReadout = async (dir: string, memory: BudgetLimits) =>
+    createModel({ ...modelPartsFrom(await loadModelFilesNode(dir), { bundled: false, id: dir, memory, weightsMode: 'q8' }), readout: 'session' }, await nodeFactory('wasm'));
+  it('releases the forward session to make room for the DLA readout session: the trace is the same, and a second trace works', async () => {
     const c = ALL_FAMILY_CASES.find((x) => x.name === 'llama3-rope-untied-bias')!;
     const rm = makeCaseModel(c, { dtype: 'F16' });
-    const roomy = await loadModelNode(rm.dir, { weights: 'q8', backend: 'wasm' });
+    const roomy = await loadSessionReadout(rm.dir, {});
     // the heap holds the forward's weights and the slack, not the readout's weights as well
     const base = roomy.memory().weight_bytes;
-    const tight = await loadModelNode(rm.dir, { weights: 'q8', backend: 'wasm', memory: { wasmHeapBytes: RUNTIME_SLACK_BYTES + Math.round(base * 1.2) } });
+    const tight = await loadSessionReadout(rm.dir, { wasmHeapBytes: RUNTIME_SLACK_BYTES + Math.round(base * 1.2) });
+    const streamed = await loadModelNode(rm.dir, { weights: 'q8', backend: 'wasm', memory: { wasmHeapBytes: RUNTIME_SLACK_BYTES + Math.round(base * 1.2) } });
     try {
       const input = { prompt: 'hello world', top_k: 3 };
       const want = await operations.trace.run(roomy, input, {});
@@ -201,9 +205,15 @@ describe('a WASM heap too small for two sessions side by side', () => {
       expect(got.decomposition).toEqual(want.decomposition);
       const again = await operations.trace.run(tight, input, {});
       expect(again.head_attribution).toEqual(want.head_attribution);
+      // streamed from the weight bytes, the readout needs no room: the forward's session stays
+      expect(streamed.info.readout).toBe('stream');
+      const s = await operations.trace.run(streamed, input, {});
+      expect(streamed.memory().sessions).toBe(1);
+      expect(maxAbsDiff(s.head_attribution.flat(), want.head_attribution.flat()).maxAbs).toBeLessThan(1e-5);
     } finally {
       await roomy.dispose();
       await tight.dispose();
+      await streamed.dispose();
       rm.cleanup();
     }
   });

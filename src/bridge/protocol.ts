@@ -53,7 +53,7 @@ export type WireModel = Record<string, unknown> | null;
  * fails to compile until it is listed here.
  */
 const MODEL_FIELDS: Record<keyof ModelInfo, 'string' | 'number' | 'number|null' | 'boolean'> = {
-  id: 'string', revision: 'string', commit: 'string', source: 'string', architecture: 'string', dtype: 'string', backend: 'string', norm: 'string', weights: 'string', weights_reason: 'string', weight_bytes: 'number', vocab_chunks: 'number', vocab_reason: 'string',
+  id: 'string', revision: 'string', commit: 'string', source: 'string', architecture: 'string', dtype: 'string', backend: 'string', norm: 'string', weights: 'string', weights_reason: 'string', weight_bytes: 'number', vocab_chunks: 'number', vocab_reason: 'string', readout: 'string', readout_reason: 'string',
   n_layers: 'number', n_heads: 'number', n_kv_heads: 'number', d_model: 'number', d_head: 'number', d_mlp: 'number', d_vocab: 'number', n_ctx: 'number', n_params: 'number',
   norm_eps: 'number', final_softcap: 'number|null', post_norms: 'boolean', pos_embed: 'boolean',
 };

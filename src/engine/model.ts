@@ -11,6 +11,7 @@ import type { WeightSet } from './safetensors-types';
 import { describeModel } from './arch';
 import { buildModelGraph, buildLensGraph, LENS_OUTPUTS, type BuiltGraph, type GraphPlan } from './graph/build-model';
 import { buildReadoutGraph, needsReadoutSession, readoutFeeds, readoutResult, unembedProducts, READOUT_OUTPUTS, type WeightProducts, type WeightProductsInput } from './graph/readout-graph';
+import { streamedReadout } from './weight-products';
 import { allHookNames, hookInfo, hookShape as shapeOfHook } from './graph/hooks';
 import { compileInterventions } from './runtime/interventions';
 import { buildFeeds } from './runtime/feeds';
@@ -26,8 +27,8 @@ import { q8WeightSet, q8ForWebGpu, dequantizeQ8, Q8_FILE, type Q8Store } from '.
 
 /** number of positions whose logits a run computes */
 const logitPosCount = (opts: RunOptions, T: number) => opts.logitPositions?.length ?? T;
-import { checkBudget, fmtGB, weightBytesAt, weightStats, RUNTIME_SLACK_BYTES, WASM_HEAP_BYTES, type BudgetLimits } from './budget';
-import { choosePrecision, choosePrecisionOnGpu, chooseVocabSplit, parseWeightsMode, OFFERED_PRECISIONS, type WeightsMode } from './precision';
+import { checkBudget, fmtGB, weightBytesAt, weightStats, RUNTIME_SLACK_BYTES, WASM_HEAP_BYTES, type BudgetLimits, type WeightPrecision } from './budget';
+import { choosePrecision, choosePrecisionOnGpu, chooseReadout, chooseVocabSplit, parseWeightsMode, OFFERED_PRECISIONS, type ReadoutMode, type WeightsMode } from './precision';
 
 /** a bound on the characters one token covers, far above any real vocabulary's longest token */
 const MAX_CHARS_PER_TOKEN = 1024;
@@ -53,6 +54,8 @@ export interface ModelParts {
   q8Store?: Q8Store;
   /** set by q8Parts when the quantised weights are held in JS: why (the memory report says it) */
   q8InJs?: string;
+  /** how DLA's readout products run (precision.ts chooseReadout); default its choice (the bench and tests force either) */
+  readout?: ReadoutMode;
 }
 
 /** Resolve after pending tasks (not just microtasks) have run: setImmediate in Node, a MessageChannel hop elsewhere. */
@@ -138,10 +141,22 @@ export async function createModel(parts: ModelParts, factory: SessionFactory): P
     pos_embed: !!spec.posEmbed, post_norms: postNormsOf(spec), final_softcap: spec.finalSoftcap,
     weights: choice.precision, weights_reason: choice.reason, weight_bytes: weightBytesAt(stats, choice.precision),
     vocab_chunks: split.chunks, vocab_reason: split.reason,
+    readout: 'stream', readout_reason: '',
   };
-  const model = new EngineModel(spec, info, tokenizer, choice.precision === 'q8' ? await q8Parts(parts, spec, info, !!factory.gpu) : parts, factory);
+  const sessionParts = choice.precision === 'q8' ? await q8Parts(parts, spec, info, !!factory.gpu) : parts;
+  Object.assign(info, chooseReadout(factory.backend, readoutWeights(spec, sessionParts.weights, choice.precision), parts.readout));
+  const model = new EngineModel(spec, info, tokenizer, sessionParts, factory);
   await model.warm();
   return model;
+}
+
+/** what chooseReadout weighs about the readout's weights, W_O and W_out, as the sessions get them */
+function readoutWeights(spec: ModelSpec, weights: WeightSet, precision: WeightPrecision): { widened: boolean; mapped: boolean } {
+  const used = spec.layers.flatMap((l) => [l.attn.o.w, l.mlp.down.w]).map((n) => weights.tensors.get(n)!);
+  return {
+    widened: precision === 'f32' && used.some((e) => e.dtype !== 'F32'),
+    mapped: used.every((e) => weights.paths.has(e.file) && !weights.files.has(e.file)),
+  };
 }
 
 /**
@@ -292,8 +307,13 @@ class EngineModel implements LoadedModel {
   weightProducts(input: WeightProductsInput, signal?: AbortSignal): Promise<WeightProducts> {
     const next = this.queue.then(async () => {
       throwIfAborted(signal);
+      const weights = this.parts.weights as ReadableWeightSet;
+      if (this.info.readout === 'stream') {
+        const products = await streamedReadout(this.spec, weights, input, signal, yieldToEventLoop);
+        return { ...products, ...unembedProducts(this.spec, weights, input) };
+      }
       const feeds = readoutFeeds(this.spec, input, (type, data, dims) => new this.factory.ort.Tensor(type, data, dims), this.info.backend === 'webgpu');
-      const unembed = unembedProducts(this.spec, this.parts.weights as ReadableWeightSet, input);
+      const unembed = unembedProducts(this.spec, weights, input);
       const out = needsReadoutSession(input) ? await (await this.session('readout')).session.run(feeds, READOUT_OUTPUTS) : undefined;
       return readoutResult(this.spec, out, input, unembed);
     });
@@ -342,8 +362,10 @@ class EngineModel implements LoadedModel {
    * Every onnxruntime-web session keeps its own copy of the weights it uses in the one wasm32 heap
    * (4 GiB at most; the heap never shrinks, but freed memory is reused). When a new variant's
    * weights would not fit beside the live sessions' (gemma-2-2b at q8: the forward's 2.8 GB and
-   * the DLA readout's 1.3 GB), the others are released first and re-created when next used: slower,
-   * instead of std::bad_alloc. Only where the graph's bytes are what the heap holds (stored, q8).
+   * a DLA readout session's 1.3 GB, before the readout was streamed on WASM: precision.ts
+   * chooseReadout; now a lens or gradient variant), the others are released first and re-created
+   * when next used: slower, instead of std::bad_alloc. Only where the graph's bytes are what the
+   * heap holds (stored, q8).
    */
   private async makeRoom(key: string, need: number): Promise<void> {
     let held = 0;

@@ -127,3 +127,42 @@ export function chooseVocabSplit(table: { dtype: string; shape: number[] }, prec
   const rows = Math.ceil(V / chunks); // chunks as even as they can be
   return { rows, chunks, reason: `split into ${chunks} chunks of ${rows} rows: the ${shape} vocabulary table is ${fmtSize(f32Bytes)} as float32 and ${cap.why}` };
 }
+
+/** how DLA's readout products with W_O and W_out run (weight-products.ts; LoadedModel.weightProducts) */
+export type ReadoutMode = 'session' | 'stream';
+
+export interface ReadoutChoice {
+  readout: ReadoutMode;
+  readout_reason: string;
+}
+
+/**
+ * The one place that decides how DLA's readout products run: streamed in JavaScript from the
+ * weight bytes (weight-products.ts: no second copy of W_O and W_out), or in a second onnxruntime
+ * session (graph/readout-graph.ts), which holds them again. Streaming wherever that second copy
+ * is real memory; the session only where it is not, because there it is faster
+ * (`tsx bench/memory.ts SHAPE --readouts session,stream`; README, Big models):
+ *  - onnxruntime-web (WASM, WebGPU) gives every session its own copy of its weights, in the WASM
+ *    heap (4 GiB at most, never shrinking: on gemma-2-2b's shape at q8 the forward's session had
+ *    to be released for the readout's) or in GPU memory → stream;
+ *  - onnxruntime-node with weights widened to float32 at load: a second session folds its own
+ *    float32 copies of W_O and W_out (GPT-2-small shape: peak RSS 2.85× → 1.85× the weights,
+ *    PSS 2.77× → 1.81×) → stream;
+ *  - onnxruntime-node with weights held in JavaScript (a q8 set built in memory, a bundled
+ *    model): each session writes them out for onnxruntime to map, a copy per session → stream;
+ *  - onnxruntime-node mapping the weight files as stored (16-bit, q8 from its cache, float32
+ *    files at f32): a second session maps the same file pages. RSS counts them twice (2.70× →
+ *    2.41× on GPT-2-small stored) but the physical memory, PSS, is the same (2.20× either way),
+ *    and the session's products took a third of the streamed ones' time (0.2 s vs 0.65 s a
+ *    trace) → the session.
+ * `forced`: the bench and tests run either.
+ */
+export function chooseReadout(backend: MemoryBackend, weights: { widened: boolean; mapped: boolean }, forced?: ReadoutMode): ReadoutChoice {
+  if (forced === 'session') return { readout: 'session', readout_reason: 'asked for the session: a second onnxruntime session holds W_O and W_out' };
+  if (forced === 'stream') return { readout: 'stream', readout_reason: 'asked for streaming: W_O and W_out read from the weight bytes a slab at a time, no second copy' };
+  const stream = (why: string): ReadoutChoice => ({ readout: 'stream', readout_reason: `streamed from the weight bytes in JavaScript: ${why}` });
+  if (backend !== 'node') return stream(`onnxruntime-web gives each session its own copy of its weights (${backend === 'wasm' ? 'in the WASM heap' : 'in GPU memory'}), so a readout session would hold W_O and W_out again`);
+  if (weights.widened) return stream('a readout session would keep its own float32 copies of W_O and W_out');
+  if (!weights.mapped) return stream('the weights are held in memory, and each onnxruntime-node session copies them');
+  return { readout: 'session', readout_reason: 'a second onnxruntime-node session: it maps the same weight file pages (no second copy in physical memory; RSS counts them twice) and runs the products faster than JavaScript' };
+}

@@ -446,40 +446,49 @@ export async function q8WeightSet(weights: ReadableWeightSet, spec: ModelSpec, s
 export function dequantizeQ8(weights: ReadableWeightSet, name: string): Float32Array {
   const e = weights.tensors.get(name);
   if (!e?.q8) throw new Error(`dequantizeQ8: ${name} is not a q8 tensor`);
-  const [R, C] = e.shape;
-  if (e.q8.axis === 1) return dequantizeQ8Rows(weights, e, 0, R);
-  const qb = readEntryRange(weights, e, 0, e.byteLength);
-  const q = new Int8Array(qb.buffer, qb.byteOffset, R * C);
-  const sRaw = readEntryRange(weights, e.q8.scale, 0, e.q8.scale.byteLength);
-  const t = f16Values();
-  const s32 = e.q8.scale.dtype === 'F32' ? new DataView(sRaw.buffer, sRaw.byteOffset, sRaw.byteLength) : null;
-  const s = s32 ? (k: number) => s32.getFloat32(4 * k, true) : (k: number) => t[sRaw[2 * k] | (sRaw[2 * k + 1] << 8)];
-  const { block } = e.q8;
-  const out = new Float32Array(R * C);
-  for (let r = 0; r < R; r++) for (let c = 0; c < C; c++) out[r * C + c] = q[r * C + c] * s(Math.floor(r / block) * C + c);
-  return out;
+  return dequantizeQ8Rows(weights, e, 0, e.shape[0]);
 }
 
 /**
- * Rows [start, start + n) of a q8 matrix blocked along its rows (axis 1: [out, in], the vocabulary
- * tables among them) as the session uses them, q · s, without the rest of the matrix. The product
- * of an int8 and a float16 is exact in float32, so these equal the graph's values bit for bit.
+ * Rows [start, start + n) of a q8 matrix as the session uses them, q · s, without the rest of the
+ * matrix (into `out` when given: a reused buffer). Either layout: blocked along its rows (axis 1:
+ * [out, in], the vocabulary tables among them; a row's scales follow it) or along its columns
+ * (axis 0: [in, out], GPT-2's Conv1D; `block` consecutive rows share one scale per column). The
+ * product of an int8 and a float16 is exact in float32, so these equal the graph's values bit for bit.
  */
-export function dequantizeQ8Rows(weights: ReadableWeightSet, e: TensorEntry, start: number, n: number): Float32Array {
-  if (!e.q8 || e.q8.axis !== 1) throw new Error(`dequantizeQ8Rows: ${e.name} is not a q8 matrix blocked along its rows`);
-  const C = e.shape[1], block = e.q8.block, nb = C / block;
+export function dequantizeQ8Rows(weights: ReadableWeightSet, e: TensorEntry, start: number, n: number, out: Float32Array = new Float32Array(n * e.shape[1])): Float32Array {
+  if (!e.q8) throw new Error(`dequantizeQ8Rows: ${e.name} is not a q8 tensor`);
+  const C = e.shape[1], block = e.q8.block;
   const qb = readEntryRange(weights, e, start * C, n * C);
   const q = new Int8Array(qb.buffer, qb.byteOffset, n * C);
-  // float16 scales, or float32 in the WebGPU form (q8ForWebGpu)
-  const sb = e.q8.scale.dtype === 'F32' ? 4 : 2;
-  const sRaw = readEntryRange(weights, e.q8.scale, sb * start * nb, sb * n * nb);
-  const s32 = sb === 4 ? new DataView(sRaw.buffer, sRaw.byteOffset, sRaw.byteLength) : null;
-  const t = f16Values();
-  const out = new Float32Array(n * C);
-  for (let k = 0; k < n * nb; k++) {
-    const sv = s32 ? s32.getFloat32(4 * k, true) : t[sRaw[2 * k] | (sRaw[2 * k + 1] << 8)];
-    for (let i = k * block; i < (k + 1) * block; i++) out[i] = q[i] * sv;
+  // the scales these rows use: axis 1, n · C/block of them (one per block of a row); axis 0, C per block of rows touched
+  const first = e.q8.axis === 1 ? start * (C / block) : Math.floor(start / block) * C;
+  const count = e.q8.axis === 1 ? n * (C / block) : (Math.floor((start + n - 1) / block) + 1) * C - first;
+  const s = q8Scales(weights, e.q8.scale, first, count);
+  if (e.q8.axis === 1) {
+    for (let k = 0; k < s.length; k++) {
+      const sv = s[k];
+      for (let i = k * block; i < (k + 1) * block; i++) out[i] = q[i] * sv;
+    }
+  } else {
+    for (let r = 0; r < n; r++) {
+      const so = Math.floor((start + r) / block) * C - first;
+      for (let c = 0, i = r * C; c < C; c++, i++) out[i] = q[i] * s[so + c];
+    }
   }
+  return out;
+}
+
+/** scales [first, first + count) of a q8 tensor as float32: float16 bits, or float32 in the WebGPU form (q8ForWebGpu) */
+function q8Scales(weights: ReadableWeightSet, scale: TensorEntry, first: number, count: number): Float32Array {
+  const out = new Float32Array(count);
+  if (scale.dtype === 'F32') {
+    out.set(new Float32Array(readEntryRange(weights, scale, 4 * first, 4 * count).slice().buffer));
+    return out;
+  }
+  const raw = readEntryRange(weights, scale, 2 * first, 2 * count);
+  const t = f16Values();
+  for (let k = 0; k < count; k++) out[k] = t[raw[2 * k] | (raw[2 * k + 1] << 8)];
   return out;
 }
 

@@ -1,9 +1,11 @@
 /**
  * The weight products direct logit attribution needs once the forward has run
- * (LoadedModel.weightProducts). The products with W_O and W_out run on the backend in their own
- * graph (each one is a pass over a weight matrix; in ORT they run multi-threaded and vectorised,
- * with the weights in the layout they are stored in, never copied or transposed). Inputs with a
- * zero-length axis cost nothing, so one graph serves every combination:
+ * (LoadedModel.weightProducts). The products with W_O and W_out run either streamed from the
+ * weight bytes in JavaScript (weight-products.ts) or, where a second session costs no second copy
+ * of them (precision.ts chooseReadout), on the backend in this graph (each one is a pass over a
+ * weight matrix; in ORT they run multi-threaded and vectorised, with the weights in the layout
+ * they are stored in, never copied or transposed). Inputs with a zero-length axis cost nothing,
+ * so one graph serves every combination:
  *
  *   z          float [L, N, H·Dh]  → attn_x    [L, N, D]     z_l · W_O_l        (N = 0 or 1)
  *   post       float [L, P, M]     → mlp_x     [L, P, D]     post_l · W_out_l   (P = 0 or 1)
@@ -31,8 +33,8 @@ export type { WeightProducts, WeightProductsInput } from '../api';
 import type { OrtTensorLike } from '../runtime/session';
 import { LoupeError } from '../errors';
 import type { WeightPrecision } from '../precision';
-import { decodeValues, f16Values, readEntryRange, type ReadableWeightSet } from '../safetensors';
-import { dequantizeQ8Rows } from '../q8';
+import { f16Values, readEntryRange, type ReadableWeightSet } from '../safetensors';
+import { checkReadoutInput, matrixRows } from '../weight-products';
 
 export function buildReadoutGraph(spec: ModelSpec, tensors: Map<string, TensorEntry>, location: (file: string) => string = (f) => f, precision: WeightPrecision = 'f32'): BuiltGraph {
   const g = new OnnxGraph(location, precision);
@@ -83,18 +85,14 @@ type MakeTensor = (type: 'float32' | 'int64', data: Float32Array | BigInt64Array
  */
 export function readoutFeeds(spec: ModelSpec, input: WeightProductsInput, tensor: MakeTensor, noEmpty = false): Record<string, OrtTensorLike> {
   const { nLayers: L, dModel: D, nHeads: H, dHead: Dh, dMlp: M } = spec;
-  const f = (name: string, t: Tensor | undefined, inner: number) => {
-    if (!t) return noEmpty ? tensor('float32', new Float32Array(L * inner), [L, 1, inner]) : tensor('float32', new Float32Array(0), [L, 0, inner]);
-    if (t.dims.length !== 3 || t.dims[0] !== L || t.dims[2] !== inner || t.data.length !== L * t.dims[1] * inner) {
-      throw new LoupeError('BAD_INPUT', `weightProducts: ${name} must be [${L}, n, ${inner}], got [${t.dims}].`);
-    }
-    return tensor('float32', t.data, t.dims);
-  };
+  checkReadoutInput(spec, input);
+  const f = (t: Tensor | undefined, inner: number) => t ? tensor('float32', t.data, t.dims)
+    : noEmpty ? tensor('float32', new Float32Array(L * inner), [L, 1, inner]) : tensor('float32', new Float32Array(0), [L, 0, inner]);
   return {
-    z: f('z', input.z, H * Dh),
-    post: f('post', input.post, M),
-    attn_dirs: f('attnDirs', input.attnDirs, D),
-    mlp_dirs: f('mlpDirs', input.mlpDirs, D),
+    z: f(input.z, H * Dh),
+    post: f(input.post, M),
+    attn_dirs: f(input.attnDirs, D),
+    mlp_dirs: f(input.mlpDirs, D),
   };
 }
 
@@ -112,24 +110,6 @@ export function readoutResult(spec: ModelSpec, out: Record<string, OrtTensorLike
     attnX: t('attn_x', !!input.z, D), mlpX: t('mlp_x', !!input.post, D), attnDir: t('attn_dir', !!input.attnDirs, H * Dh), mlpDir: t('mlp_dir', !!input.mlpDirs, M),
     ...unembed,
   };
-}
-
-/**
- * Rows [start, start + n) of the unembedding table W_U (stored [V, D]) as the sessions use them, in
- * float32: 16-bit values widened (exact, as the graph's Cast), q8 rows as q · s (exact as well).
- * Callers only read them: float32 rows may be a view of the weight bytes.
- * Read from the weight bytes by range (a file on disk or in IndexedDB is not read whole).
- */
-function unembedTableRows(weights: ReadableWeightSet, e: TensorEntry, start: number, n: number): Float32Array {
-  if (e.q8) return dequantizeQ8Rows(weights, e, start, n);
-  const D = e.shape[1];
-  const width = e.byteLength / (e.shape[0] * D);
-  const raw = readEntryRange(weights, e, start * D * width, n * D * width);
-  // float32 bytes 4-byte aligned (a read by range is a fresh buffer): a view, read-only to callers
-  if (e.dtype === 'F32' && raw.byteOffset % 4 === 0) return new Float32Array(raw.buffer, raw.byteOffset, n * D);
-  const out = new Float32Array(n * D);
-  decodeValues(e.dtype, raw, 0, n * D, out);
-  return out;
 }
 
 /** rows of the table read at once for the vocabulary sum and dot products: about 16 MB of float32 */
@@ -162,7 +142,7 @@ function unembedTableSum(weights: ReadableWeightSet, e: TensorEntry): Float64Arr
       const h = raw.byteOffset % 2 === 0 ? new Uint16Array(raw.buffer, raw.byteOffset, n * D) : new Uint16Array(raw.slice().buffer);
       for (let r = 0; r < n; r++) for (let d = 0, o = r * D; d < D; d++) sum[d] += t[h[o + d]];
     } else {
-      const x = unembedTableRows(weights, e, start, n);
+      const x = matrixRows(weights, e, start, n);
       for (let r = 0; r < n; r++) for (let d = 0, o = r * D; d < D; d++) sum[d] += x[o + d];
     }
   });
@@ -178,7 +158,7 @@ function unembedTableDots(weights: ReadableWeightSet, e: TensorEntry, x: Float64
   const [V, D] = e.shape;
   const out = new Float64Array(S * V);
   forEachTableChunk(e, (start, n) => {
-    const w = unembedTableRows(weights, e, start, n);
+    const w = matrixRows(weights, e, start, n);
     for (let s = 0; s < S; s++) {
       const xo = s * D, oo = s * V + start;
       let r = 0;
@@ -220,7 +200,7 @@ export function unembedProducts(spec: ModelSpec, weights: ReadableWeightSet, inp
   }
   const e = weights.tensors.get(spec.unembed.w)!;
   const rows = new Float32Array(ids.length * D);
-  ids.forEach((id, i) => rows.set(unembedTableRows(weights, e, id, 1), i * D));
+  ids.forEach((id, i) => rows.set(matrixRows(weights, e, id, 1), i * D));
   const sum = input.unembedSum ? unembedTableSum(weights, e) : new Float64Array(D);
   const S = x ? x.dims[0] : 0;
   const dots = x && S > 0 ? unembedTableDots(weights, e, Float64Array.from(x.data), S, chunkBytes) : new Float64Array(0);
