@@ -169,6 +169,11 @@ test('q8 on WebGPU: induction-gpt2 and a split F16 gemma2 agree with WASM q8, an
       expect(info.weights).toBe('q8');
       expect(info.weights_reason).toMatch(/float32 scale/);
       await expect(page.getByTestId('status-dtype')).toContainText('q8');
+      // a cold load: the int8 weights read back from the q8 entry it wrote, the float32 scales and
+      // norms widened from it as the session copies them to the GPU; none of them held in JS
+      const mem = await page.evaluate(async () => { const m = (globalThis as any).__loupe.models; await m.refreshMemory(); return m.memory; });
+      console.log(`[e2e] ${id} q8 on webgpu, cold: ${JSON.stringify(mem)}`);
+      expect(mem).toMatchObject({ jsWeightBytes: 0, jsWeightsWhy: null });
       await page.getByTestId('prompt').fill(prompt);
       await agreement(page, `${id} q8`);
     }
