@@ -107,9 +107,12 @@ describe('connectBridge', () => {
   });
 
   it('answers heartbeats (the hub keeps it), reports model changes, reconnects after a drop', async () => {
-    const { hub, conn, setModel } = await setup(async () => 'ok', { hub: { heartbeatMs: 50, missedBeats: 3 } });
+    // the drop window (20 beats, 1 s) is wide enough that a busy machine's pauses do not drop a
+    // page that answers (3 beats, 150 ms, did under load ~13), and the wait outlasts it: a page
+    // that did not answer would be gone by the check
+    const { hub, conn, setModel } = await setup(async () => 'ok', { hub: { heartbeatMs: 50, missedBeats: 20 } });
     await until(() => conn.status().state === 'connected');
-    await sleep(400); // 8 heartbeats
+    await sleep(1500); // 30 heartbeats
     expect(hub.status().page?.instance_id).toBe('abcdefabcdef');
     setModel({ id: 'induction-gpt2' });
     conn.modelChanged();
