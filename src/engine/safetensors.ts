@@ -223,6 +223,12 @@ export function f16Values(): Float32Array {
   return (f16Table = t);
 }
 
+let bf16Table: Float32Array | null = null;
+/** bfloat16 bits → value, all 65536 of them (the top half of a float32) */
+export function bf16Values(): Float32Array {
+  return (bf16Table ??= new Float32Array(Uint32Array.from({ length: 65536 }, (_, h) => h << 16).buffer));
+}
+
 /**
  * decode `n` values of a stored dtype (F16, BF16, F32) starting at element `from` of `raw` (any
  * alignment) into `out`; 16-bit formats through a 65536-entry table

@@ -33,7 +33,7 @@ export type { WeightProducts, WeightProductsInput } from '../api';
 import type { OrtTensorLike } from '../runtime/session';
 import { LoupeError } from '../errors';
 import type { WeightPrecision } from '../precision';
-import { f16Values, readEntryRange, type ReadableWeightSet } from '../safetensors';
+import { bf16Values, f16Values, readEntryRange, type ReadableWeightSet } from '../safetensors';
 import { checkReadoutInput, matrixRows } from '../weight-products';
 
 export function buildReadoutGraph(spec: ModelSpec, tensors: Map<string, TensorEntry>, location: (file: string) => string = (f) => f, precision: WeightPrecision = 'f32'): BuiltGraph {
@@ -127,23 +127,34 @@ function forEachTableChunk(e: TensorEntry, each: (start: number, n: number) => v
 }
 
 /**
- * Σ_v W_U[v, :] in float64, a chunk of rows at a time. F16 rows are summed straight from their bits
- * through the 65536-value table (decoding into float32 first took 2× as long: this runs once per
- * model over up to 590M values, Gemma 2's 256000 × 2304).
+ * A 16-bit table's values: its 65536-value lookup (F16, BF16 not quantised), so a pass reads the
+ * stored bits straight through it (decoding each chunk into float32 first took 2× as long, and up
+ * to 590M values are read per pass: Gemma 2's 256000 × 2304); undefined for F32 and q8 tables.
  */
+function sixteenBitValues(e: TensorEntry): Float32Array | undefined {
+  return e.q8 ? undefined : e.dtype === 'F16' ? f16Values() : e.dtype === 'BF16' ? bf16Values() : undefined;
+}
+
+/** rows [start, start + n) of the table: their 16-bit bits where `sixteenBitValues` has a lookup, else float32 values (matrixRows) */
+function tableChunk(weights: ReadableWeightSet, e: TensorEntry, start: number, n: number, bits: boolean): Float32Array | Uint16Array {
+  if (!bits) return matrixRows(weights, e, start, n);
+  const D = e.shape[1];
+  const raw = readEntryRange(weights, e, start * D * 2, n * D * 2);
+  // a 2-byte-aligned view where the bytes allow it (a read by range is a fresh buffer), else a copy
+  return raw.byteOffset % 2 === 0 ? new Uint16Array(raw.buffer, raw.byteOffset, n * D) : new Uint16Array(raw.slice().buffer);
+}
+
+/** Σ_v W_U[v, :] in float64, a chunk of rows at a time (16-bit rows through their lookup) */
 function unembedTableSum(weights: ReadableWeightSet, e: TensorEntry): Float64Array {
   const D = e.shape[1];
   const sum = new Float64Array(D);
-  const t = e.dtype === 'F16' && !e.q8 ? f16Values() : undefined;
+  const t = sixteenBitValues(e);
   forEachTableChunk(e, (start, n) => {
-    if (t) {
-      const raw = readEntryRange(weights, e, start * D * 2, n * D * 2);
-      // a 2-byte-aligned view where the bytes allow it (a read by range is a fresh buffer), else a copy
-      const h = raw.byteOffset % 2 === 0 ? new Uint16Array(raw.buffer, raw.byteOffset, n * D) : new Uint16Array(raw.slice().buffer);
-      for (let r = 0; r < n; r++) for (let d = 0, o = r * D; d < D; d++) sum[d] += t[h[o + d]];
-    } else {
-      const x = matrixRows(weights, e, start, n);
-      for (let r = 0; r < n; r++) for (let d = 0, o = r * D; d < D; d++) sum[d] += x[o + d];
+    const w = tableChunk(weights, e, start, n, !!t);
+    for (let r = 0; r < n; r++) {
+      const o = r * D;
+      if (t) for (let d = 0; d < D; d++) sum[d] += t[w[o + d]];
+      else for (let d = 0; d < D; d++) sum[d] += w[o + d];
     }
   });
   return sum;
@@ -152,31 +163,36 @@ function unembedTableSum(weights: ReadableWeightSet, e: TensorEntry): Float64Arr
 /**
  * x [S, D] → [S, V]: x_s · W_U[:, v] for every token, each a float64 sum over d in order of the
  * float32 values the sessions use (so the same numbers as a float64 product with a float32 copy of
- * W_U, which this replaces), the table read a chunk of rows at a time.
+ * W_U, which this replaces), the table read a chunk of rows at a time, 16-bit rows through their
+ * lookup. Four rows at once, each still its own sum in order over d: one sum's adds wait on each
+ * other, four interleave (GPT-2-small's 50257 × 768 float32 in memory: 52 ms against 63–71 ms one
+ * row at a time; Gemma 2's F16 table, its bytes already read: 2.2–3.4 s against 6.6–11 s decoding
+ * into float32 first and one row at a time; both warm, at load 6–9 on 2 cores).
  */
 function unembedTableDots(weights: ReadableWeightSet, e: TensorEntry, x: Float64Array, S: number, chunkBytes?: number): Float64Array {
   const [V, D] = e.shape;
   const out = new Float64Array(S * V);
+  const t = sixteenBitValues(e);
   forEachTableChunk(e, (start, n) => {
-    const w = matrixRows(weights, e, start, n);
+    const w = tableChunk(weights, e, start, n, !!t);
     for (let s = 0; s < S; s++) {
       const xo = s * D, oo = s * V + start;
       let r = 0;
-      // four rows at once, each still its own sum in order over d (the same numbers): one sum's adds
-      // wait on each other, four interleave (GPT-2-small's 50257 × 768 from float32 in memory: 52 ms
-      // against 63–71 ms one row at a time, warm, at load ~6)
       for (; r + 4 <= n; r += 4) {
         let a0 = 0, a1 = 0, a2 = 0, a3 = 0;
         const o0 = r * D, o1 = o0 + D, o2 = o1 + D, o3 = o2 + D;
-        for (let d = 0; d < D; d++) {
-          const xd = x[xo + d];
-          a0 += xd * w[o0 + d]; a1 += xd * w[o1 + d]; a2 += xd * w[o2 + d]; a3 += xd * w[o3 + d];
+        if (t) {
+          for (let d = 0; d < D; d++) { const xd = x[xo + d]; a0 += xd * t[w[o0 + d]]; a1 += xd * t[w[o1 + d]]; a2 += xd * t[w[o2 + d]]; a3 += xd * t[w[o3 + d]]; }
+        } else {
+          for (let d = 0; d < D; d++) { const xd = x[xo + d]; a0 += xd * w[o0 + d]; a1 += xd * w[o1 + d]; a2 += xd * w[o2 + d]; a3 += xd * w[o3 + d]; }
         }
         out[oo + r] = a0; out[oo + r + 1] = a1; out[oo + r + 2] = a2; out[oo + r + 3] = a3;
       }
       for (; r < n; r++) {
         let acc = 0;
-        for (let d = 0, o = r * D; d < D; d++) acc += x[xo + d] * w[o + d];
+        const o = r * D;
+        if (t) for (let d = 0; d < D; d++) acc += x[xo + d] * t[w[o + d]];
+        else for (let d = 0; d < D; d++) acc += x[xo + d] * w[o + d];
         out[oo + r] = acc;
       }
     }
