@@ -4,7 +4,8 @@
  * test reads from the safetensors file itself (tests/reference's own reader), on F32, F16 and BF16
  * files, and on q8 weights against the q8 scheme written out from its definition
  * (tests/helpers/q8-reference.ts). The vocabulary is split into chunks of a few rows (the tail chunk
- * shorter) as well as read in the default chunk; through the model it needs no session.
+ * shorter) as well as read in the default chunk; a cancel is heard between chunks; through the
+ * model it needs no session.
  */
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import { loadModelNode } from '../src/node/load';
@@ -64,18 +65,18 @@ describe.each(CASES)('unembedDots equals the float64 product with the stored tab
     const x = Float64Array.from({ length: S * D }, () => u() * 2 - 1);
     const want = dots64(x, S, W);
     for (const chunkBytes of [undefined, 7 * 4 * D]) {
-      const got = unembedProducts(spec, weights, { unembedDots: { dims: [S, D], data: x } }, chunkBytes).unembedDots;
+      const got = (await unembedProducts(spec, weights, { unembedDots: { dims: [S, D], data: x } }, { chunkBytes })).unembedDots;
       expect(got.dims).toEqual([S, V]);
       expect(maxRelErr(got.data, want)).toBeLessThan(1e-12);
     }
     // float32 vectors: the same product of their (exact) values
     const x32 = Float32Array.from(x);
-    const got32 = unembedProducts(spec, weights, { unembedDots: { dims: [S, D], data: x32 } }, 5 * 4 * D).unembedDots;
+    const got32 = (await unembedProducts(spec, weights, { unembedDots: { dims: [S, D], data: x32 } }, { chunkBytes: 5 * 4 * D })).unembedDots;
     expect(maxRelErr(got32.data, dots64(Float64Array.from(x32), S, W))).toBeLessThan(1e-12);
   });
 });
 
-describe('unembedDots through the model', () => {
+describe('unembedDots through the model, and cancelled', () => {
   let rm: RandomModel;
   beforeAll(() => { rm = makeCaseModel(ALL_FAMILY_CASES.find((c) => c.name === 'llama-gqa-tied')!, { dtype: 'F16' }); });
   afterAll(() => rm?.cleanup());
@@ -95,6 +96,20 @@ describe('unembedDots through the model', () => {
       await expect(model.weightProducts({ unembedDots: { dims: [2, D], data: new Float64Array(D) } })).rejects.toMatchObject({ code: 'BAD_INPUT' });
     } finally {
       await model.dispose();
+    }
+  });
+
+  it('a cancel during the pass stops it with ABORTED after that chunk (the dots and the sum)', async () => {
+    const files = await loadModelFilesNode(rm.dir);
+    const spec = describeModel({ config: files.config as Record<string, any>, tensors: files.weights.tensors });
+    const weights = files.weights as ReadableWeightSet;
+    const D = spec.dModel;
+    for (const input of [{ unembedDots: { dims: [1, D], data: new Float64Array(D).fill(1) } }, { unembedSum: true }]) {
+      const ctl = new AbortController();
+      let turns = 0;
+      const yieldTurn = async () => { if (++turns === 3) ctl.abort(); };
+      await expect(unembedProducts(spec, weights, input, { signal: ctl.signal, yieldTurn, chunkBytes: 4 * 4 * D })).rejects.toMatchObject({ code: 'ABORTED' });
+      expect(turns).toBe(3);
     }
   });
 });

@@ -310,10 +310,10 @@ class EngineModel implements LoadedModel {
       const weights = this.parts.weights as ReadableWeightSet;
       if (this.info.readout === 'stream') {
         const products = await streamedReadout(this.spec, weights, input, signal, yieldToEventLoop);
-        return { ...products, ...unembedProducts(this.spec, weights, input) };
+        return { ...products, ...(await unembedProducts(this.spec, weights, input, { signal, yieldTurn: yieldToEventLoop })) };
       }
       const feeds = readoutFeeds(this.spec, input, (type, data, dims) => new this.factory.ort.Tensor(type, data, dims), this.info.backend === 'webgpu');
-      const unembed = unembedProducts(this.spec, weights, input);
+      const unembed = await unembedProducts(this.spec, weights, input, { signal, yieldTurn: yieldToEventLoop });
       const out = needsReadoutSession(input) ? await (await this.session('readout')).session.run(feeds, READOUT_OUTPUTS) : undefined;
       return readoutResult(this.spec, out, input, unembed);
     });

@@ -31,7 +31,7 @@ import type { WeightProducts, WeightProductsInput } from '../api';
 
 export type { WeightProducts, WeightProductsInput } from '../api';
 import type { OrtTensorLike } from '../runtime/session';
-import { LoupeError } from '../errors';
+import { LoupeError, throwIfAborted } from '../errors';
 import type { WeightPrecision } from '../precision';
 import { bf16Values, f16Values, readEntryRange, type ReadableWeightSet } from '../safetensors';
 import { checkReadoutInput, matrixRows } from '../weight-products';
@@ -115,15 +115,26 @@ export function readoutResult(spec: ModelSpec, out: Record<string, OrtTensorLike
 /** rows of the table read at once for the vocabulary sum and dot products: about 16 MB of float32 */
 const CHUNK_BYTES = 16 * 1024 ** 2;
 
+/** how a pass over the table runs: cancelled between chunks by `signal`, yielding the thread before each chunk; `chunkBytes` is for tests that split a small vocabulary */
+export interface TablePassOptions {
+  signal?: AbortSignal;
+  yieldTurn?: () => Promise<void>;
+  chunkBytes?: number;
+}
+
 /**
  * The table [V, D] a chunk of rows at a time: `each(start, n)` for consecutive row ranges, so that
  * a pass over the whole vocabulary never holds more than a chunk of it (W_U is the largest tensor:
- * 2.4 GB as float32 on Gemma 2). `chunkBytes` is for tests that split a small vocabulary.
+ * 2.4 GB as float32 on Gemma 2, where one pass takes seconds: a cancel is heard between chunks).
  */
-function forEachTableChunk(e: TensorEntry, each: (start: number, n: number) => void, chunkBytes = CHUNK_BYTES): void {
+async function forEachTableChunk(e: TensorEntry, each: (start: number, n: number) => void, opts: TablePassOptions): Promise<void> {
   const [V, D] = e.shape;
-  const chunk = Math.max(1, Math.floor(chunkBytes / (4 * D)));
-  for (let start = 0; start < V; start += chunk) each(start, Math.min(chunk, V - start));
+  const chunk = Math.max(1, Math.floor((opts.chunkBytes ?? CHUNK_BYTES) / (4 * D)));
+  for (let start = 0; start < V; start += chunk) {
+    if (opts.yieldTurn) await opts.yieldTurn();
+    throwIfAborted(opts.signal);
+    each(start, Math.min(chunk, V - start));
+  }
 }
 
 /**
@@ -145,18 +156,18 @@ function tableChunk(weights: ReadableWeightSet, e: TensorEntry, start: number, n
 }
 
 /** Σ_v W_U[v, :] in float64, a chunk of rows at a time (16-bit rows through their lookup) */
-function unembedTableSum(weights: ReadableWeightSet, e: TensorEntry): Float64Array {
+async function unembedTableSum(weights: ReadableWeightSet, e: TensorEntry, opts: TablePassOptions): Promise<Float64Array> {
   const D = e.shape[1];
   const sum = new Float64Array(D);
   const t = sixteenBitValues(e);
-  forEachTableChunk(e, (start, n) => {
+  await forEachTableChunk(e, (start, n) => {
     const w = tableChunk(weights, e, start, n, !!t);
     for (let r = 0; r < n; r++) {
       const o = r * D;
       if (t) for (let d = 0; d < D; d++) sum[d] += t[w[o + d]];
       else for (let d = 0; d < D; d++) sum[d] += w[o + d];
     }
-  });
+  }, opts);
   return sum;
 }
 
@@ -169,11 +180,11 @@ function unembedTableSum(weights: ReadableWeightSet, e: TensorEntry): Float64Arr
  * row at a time; Gemma 2's F16 table, its bytes already read: 2.2–3.4 s against 6.6–11 s decoding
  * into float32 first and one row at a time; both warm, at load 6–9 on 2 cores).
  */
-function unembedTableDots(weights: ReadableWeightSet, e: TensorEntry, x: Float64Array, S: number, chunkBytes?: number): Float64Array {
+async function unembedTableDots(weights: ReadableWeightSet, e: TensorEntry, x: Float64Array, S: number, opts: TablePassOptions): Promise<Float64Array> {
   const [V, D] = e.shape;
   const out = new Float64Array(S * V);
   const t = sixteenBitValues(e);
-  forEachTableChunk(e, (start, n) => {
+  await forEachTableChunk(e, (start, n) => {
     const w = tableChunk(weights, e, start, n, !!t);
     for (let s = 0; s < S; s++) {
       const xo = s * D, oo = s * V + start;
@@ -196,7 +207,7 @@ function unembedTableDots(weights: ReadableWeightSet, e: TensorEntry, x: Float64
         out[oo + r] = acc;
       }
     }
-  }, chunkBytes);
+  }, opts);
   return out;
 }
 
@@ -204,9 +215,9 @@ function unembedTableDots(weights: ReadableWeightSet, e: TensorEntry, x: Float64
  * The unembedding's products, in JavaScript: unembedRows [I, D] = W_U[:, id] for each id (ids
  * validated: BAD_TOKEN_ID), unembedSum [D] = Σ_v W_U[:, v] (accumulated in float64, the table read
  * a chunk of rows at a time; zeros when not asked for), unembedDots [S, V] = x_s · W_U (float64,
- * streamed the same way; [0, V] when not asked for). `chunkBytes`: see forEachTableChunk.
+ * streamed the same way; [0, V] when not asked for). `opts`: see TablePassOptions.
  */
-export function unembedProducts(spec: ModelSpec, weights: ReadableWeightSet, input: WeightProductsInput, chunkBytes?: number): Pick<WeightProducts, 'unembedRows' | 'unembedSum' | 'unembedDots'> {
+export async function unembedProducts(spec: ModelSpec, weights: ReadableWeightSet, input: WeightProductsInput, opts: TablePassOptions = {}): Promise<Pick<WeightProducts, 'unembedRows' | 'unembedSum' | 'unembedDots'>> {
   const { dModel: D, dVocab: V } = spec;
   const ids = input.unembedIds ?? [];
   for (const id of ids) if (!Number.isInteger(id) || id < 0 || id >= V) throw new LoupeError('BAD_TOKEN_ID', `Token id ${id} is outside the vocabulary (0..${V - 1}).`);
@@ -217,8 +228,8 @@ export function unembedProducts(spec: ModelSpec, weights: ReadableWeightSet, inp
   const e = weights.tensors.get(spec.unembed.w)!;
   const rows = new Float32Array(ids.length * D);
   ids.forEach((id, i) => rows.set(matrixRows(weights, e, id, 1), i * D));
-  const sum = input.unembedSum ? unembedTableSum(weights, e) : new Float64Array(D);
+  const sum = input.unembedSum ? await unembedTableSum(weights, e, opts) : new Float64Array(D);
   const S = x ? x.dims[0] : 0;
-  const dots = x && S > 0 ? unembedTableDots(weights, e, Float64Array.from(x.data), S, chunkBytes) : new Float64Array(0);
+  const dots = x && S > 0 ? await unembedTableDots(weights, e, Float64Array.from(x.data), S, opts) : new Float64Array(0);
   return { unembedRows: { dims: [ids.length, D], data: rows }, unembedSum: { dims: [D], data: Float32Array.from(sum) }, unembedDots: { dims: [S, V], data: dots } };
 }
