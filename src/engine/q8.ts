@@ -451,15 +451,16 @@ export function dequantizeQ8(weights: ReadableWeightSet, name: string): Float32A
 
 /**
  * Rows [start, start + n) of a q8 matrix as the session uses them, q · s, without the rest of the
- * matrix (into `out` when given: a reused buffer). Either layout: blocked along its rows (axis 1:
+ * matrix (into `out` when given: a reused buffer; `scratch`: one for the int8 bytes read, see
+ * RangeReader). Either layout: blocked along its rows (axis 1:
  * [out, in], the vocabulary tables among them; a row's scales follow it) or along its columns
  * (axis 0: [in, out], GPT-2's Conv1D; `block` consecutive rows share one scale per column). The
  * product of an int8 and a float16 is exact in float32, so these equal the graph's values bit for bit.
  */
-export function dequantizeQ8Rows(weights: ReadableWeightSet, e: TensorEntry, start: number, n: number, out: Float32Array = new Float32Array(n * e.shape[1])): Float32Array {
+export function dequantizeQ8Rows(weights: ReadableWeightSet, e: TensorEntry, start: number, n: number, out: Float32Array = new Float32Array(n * e.shape[1]), scratch?: Uint8Array): Float32Array {
   if (!e.q8) throw new Error(`dequantizeQ8Rows: ${e.name} is not a q8 tensor`);
   const C = e.shape[1], block = e.q8.block;
-  const qb = readEntryRange(weights, e, start * C, n * C);
+  const qb = readEntryRange(weights, e, start * C, n * C, scratch);
   const q = new Int8Array(qb.buffer, qb.byteOffset, n * C);
   // the scales these rows use: axis 1, n · C/block of them (one per block of a row); axis 0, C per block of rows touched
   const first = e.q8.axis === 1 ? start * (C / block) : Math.floor(start / block) * C;

@@ -39,8 +39,12 @@ export interface SafetensorsHeader {
   dataStart: number;
 }
 
-/** A reader for a byte range of a weight file; Node injects one that reads from disk. */
-export type RangeReader = (file: string, offset: number, length: number) => Uint8Array;
+/**
+ * A reader for a byte range of a weight file; Node injects one that reads from disk. `into`: a
+ * scratch buffer of at least `length` bytes it may read into and return a view of (the caller is
+ * done with the bytes before its next read), so a pass over a whole matrix leaves no garbage.
+ */
+export type RangeReader = (file: string, offset: number, length: number, into?: Uint8Array) => Uint8Array;
 
 /** WeightSet plus the optional range reader used when a file is only known by its path. */
 export type ReadableWeightSet = WeightSet & { readRange?: RangeReader };
@@ -186,14 +190,17 @@ export function readTensorBytes(weights: ReadableWeightSet, name: string): Uint8
   return readEntryRange(weights, e, 0, e.byteLength);
 }
 
-/** Bytes [offset, offset + length) of a tensor's data (rows of a table without the whole table). */
-export function readEntryRange(weights: ReadableWeightSet, e: TensorEntry, offset: number, length: number): Uint8Array {
+/**
+ * Bytes [offset, offset + length) of a tensor's data (rows of a table without the whole table).
+ * `into`: scratch a reader from disk may fill (RangeReader); the result may be a view of it.
+ */
+export function readEntryRange(weights: ReadableWeightSet, e: TensorEntry, offset: number, length: number, into?: Uint8Array): Uint8Array {
   const start = e.fileOffset + offset;
   const bytes = weights.files.get(e.file);
   if (bytes) return bytes.subarray(start, start + length);
   const ranged = weights.ranged?.get(e.file);
   const read = ranged ? (o: number, n: number) => ranged.read(o, n)
-    : weights.readRange && weights.paths.has(e.file) ? (o: number, n: number) => weights.readRange!(e.file, o, n) : undefined;
+    : weights.readRange && weights.paths.has(e.file) ? (o: number, n: number) => weights.readRange!(e.file, o, n, into) : undefined;
   if (read) {
     const out = read(start, length);
     if (out.byteLength !== length) {

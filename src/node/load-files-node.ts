@@ -58,11 +58,11 @@ export function readSafetensorsHeaderFromDisk(filePath: string, fileName: string
   }
 }
 
-/** Read `length` bytes at `offset` of a file (a tensor's data). */
-export function readFileRange(filePath: string, offset: number, length: number): Uint8Array {
+/** Read `length` bytes at `offset` of a file (a tensor's data); into `into` when it is big enough (a reused scratch, RangeReader). */
+export function readFileRange(filePath: string, offset: number, length: number, into?: Uint8Array): Uint8Array {
   const fd = openSync(filePath, 'r');
   try {
-    const out = new Uint8Array(length);
+    const out = into && into.byteLength >= length ? into.subarray(0, length) : new Uint8Array(length);
     let done = 0;
     while (done < length) {
       const r = readSync(fd, out, done, length - done, offset + done);
@@ -137,10 +137,10 @@ export function diskWeightReader(source: ModelSource, cache: ByteCache | undefin
   return {
     createWeightSet() {
       const ws: ReadableWeightSet = { files: new Map(), paths: new Map(), tensors: new Map(), metadata: {} };
-      ws.readRange = (file, offset, length) => {
+      ws.readRange = (file, offset, length, into) => {
         const p = ws.paths.get(file);
         if (!p) throw new LoupeError('INTERNAL', `No local path for ${file}.`);
-        return readFileRange(p, offset, length);
+        return readFileRange(p, offset, length, into);
       };
       return ws;
     },
