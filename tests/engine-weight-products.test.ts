@@ -14,15 +14,16 @@ import { describeModel } from '../src/engine/arch';
 import { q8WeightSet } from '../src/engine/q8';
 import { matrixRows } from '../src/engine/weight-products';
 import type { ReadoutMode, WeightsMode } from '../src/engine/precision';
+import { estimateMemory, weightStats, type BudgetLimits } from '../src/engine/budget';
 import type { LoadedModel } from '../src/engine/api';
 import { ALL_FAMILY_CASES, loadModelDir, makeCaseModel, makeRandomModel, mulberry32, type Family, type RandomModel, type RefModel } from './reference';
 import { q8Reference } from './helpers/q8-reference';
 import { SHARED } from './helpers/shared';
 
 /** a model loaded as loadModelNode does, with its readout forced */
-async function load(dir: string, backend: 'node' | 'wasm', readout: ReadoutMode | undefined, weightsMode: WeightsMode = 'auto'): Promise<LoadedModel> {
+async function load(dir: string, backend: 'node' | 'wasm', readout: ReadoutMode | undefined, weightsMode: WeightsMode = 'auto', memory?: BudgetLimits): Promise<LoadedModel> {
   const files = await loadModelFilesNode(dir);
-  return createModel({ ...modelPartsFrom(files, { bundled: false, id: dir, weightsMode }), ...(readout ? { readout } : {}) }, await nodeFactory(backend));
+  return createModel({ ...modelPartsFrom(files, { bundled: false, id: dir, weightsMode, memory }), ...(readout ? { readout } : {}) }, await nodeFactory(backend));
 }
 
 interface Maps { WO: (l: number, i: number, d: number) => number; Wout: (l: number, n: number, d: number) => number; WU: (v: number, d: number) => number }
@@ -200,16 +201,27 @@ describe('which readout runs (precision.ts chooseReadout)', () => {
   it('streams where a readout session would hold a second copy of W_O and W_out, and says why', async () => {
     const c = ALL_FAMILY_CASES.find((x) => x.name === 'gpt2-untied-erf-f16')!;
     const rm = makeCaseModel(c);
-    const cases: [string, 'node' | 'wasm', WeightsMode, ReadoutMode, RegExp][] = [
+    // the widened weights' size, and a host just big enough for them but not for the second copy
+    const files = await loadModelFilesNode(rm.dir);
+    const used = [...files.weights.tensors.values()];
+    const spec = describeModel({ config: files.config as Record<string, any>, tensors: files.weights.tensors });
+    const readout = spec.layers.flatMap((l) => [l.attn.o.w, l.mlp.down.w]).map((n) => files.weights.tensors.get(n)!);
+    const peak = (es: typeof used) => estimateMemory(weightStats(es), 'node', 'f32').poolBytes;
+    const tight = { hostBytes: Math.round((peak(used) + peak([...used, ...readout])) / 2) };
+    expect(estimateMemory(weightStats(used), 'node', 'f32', tight).fits).toBe(true);
+    const cases: [string, 'node' | 'wasm', WeightsMode, ReadoutMode, RegExp, BudgetLimits?][] = [
       [SHARED + '/models/induction-gpt2', 'node', 'f32', 'session', /maps the same weight file pages/], // float32 files, mapped as stored
       [rm.dir, 'node', 'stored', 'session', /maps the same weight file pages/],
-      [rm.dir, 'node', 'f32', 'stream', /own float32 copies/], // widened at load
+      // widened at load: the session's own float32 copies where host memory holds them, else streamed
+      [rm.dir, 'node', 'f32', 'session', /own float32 copies of W_O and W_out: with them .* fits host memory/, { hostBytes: 64 * 1024 ** 3 }],
+      [rm.dir, 'node', 'f32', 'stream', /own float32 copies of W_O and W_out, and with them .* more than host memory/, tight],
+      [rm.dir, 'node', 'f32', 'stream', /own float32 copies .*host memory unknown/],
       [rm.dir, 'node', 'q8', 'stream', /held in memory/], // quantised in memory (no q8 cache here)
       [rm.dir, 'wasm', 'stored', 'stream', /WASM heap/],
     ];
     try {
-      for (const [dir, backend, weights, want, why] of cases) {
-        const model = await load(dir, backend, undefined, weights);
+      for (const [dir, backend, weights, want, why, memory] of cases) {
+        const model = await load(dir, backend, undefined, weights, memory);
         try {
           expect([backend, weights, model.info.readout]).toEqual([backend, weights, want]);
           expect(model.info.readout_reason).toMatch(why);

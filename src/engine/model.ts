@@ -27,7 +27,7 @@ import { q8WeightSet, q8ForWebGpu, dequantizeQ8, Q8_FILE, type Q8Store } from '.
 
 /** number of positions whose logits a run computes */
 const logitPosCount = (opts: RunOptions, T: number) => opts.logitPositions?.length ?? T;
-import { checkBudget, fmtGB, weightBytesAt, weightStats, RUNTIME_SLACK_BYTES, WASM_HEAP_BYTES, type BudgetLimits, type WeightPrecision } from './budget';
+import { checkBudget, estimateMemory, fmtGB, weightBytesAt, weightStats, RUNTIME_SLACK_BYTES, WASM_HEAP_BYTES, type BudgetLimits, type WeightPrecision } from './budget';
 import { choosePrecision, choosePrecisionOnGpu, chooseReadout, chooseVocabSplit, parseWeightsMode, OFFERED_PRECISIONS, type ReadoutMode, type WeightsMode } from './precision';
 
 /** a bound on the characters one token covers, far above any real vocabulary's longest token */
@@ -144,7 +144,10 @@ export async function createModel(parts: ModelParts, factory: SessionFactory): P
     readout: 'stream', readout_reason: '',
   };
   const sessionParts = choice.precision === 'q8' ? await q8Parts(parts, spec, info, !!factory.gpu) : parts;
-  Object.assign(info, chooseReadout(factory.backend, readoutWeights(spec, sessionParts.weights, choice.precision), parts.readout));
+  // the weights as held plus a readout session's second copy of W_O and W_out, judged as a load is
+  const readoutUsed = spec.layers.flatMap((l) => [l.attn.o.w, l.mlp.down.w]).map((n) => parts.weights.tensors.get(n)!);
+  const secondCopy = estimateMemory(weightStats([...used, ...readoutUsed]), factory.backend, choice.precision, parts.memory ?? {});
+  Object.assign(info, chooseReadout(factory.backend, { ...readoutWeights(spec, sessionParts.weights, choice.precision), secondCopy }, parts.readout));
   const model = new EngineModel(spec, info, tokenizer, sessionParts, factory);
   await model.warm();
   return model;

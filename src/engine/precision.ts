@@ -24,7 +24,7 @@
  * `vocab_reason`).
  */
 import { LoupeError } from './errors';
-import { estimateMemory, fmtGB, weightBytesAt, type BudgetLimits, type MemoryBackend, type WeightStats } from './budget';
+import { estimateMemory, fmtGB, weightBytesAt, type BudgetLimits, type MemoryBackend, type MemoryEstimate, type WeightStats } from './budget';
 import type { WeightPrecision } from './budget';
 
 export type { WeightPrecision } from './budget';
@@ -147,7 +147,12 @@ export interface ReadoutChoice {
  *    to be released for the readout's) or in GPU memory → stream;
  *  - onnxruntime-node with weights widened to float32 at load: a second session folds its own
  *    float32 copies of W_O and W_out (GPT-2-small shape: peak RSS 2.85× → 1.85× the weights,
- *    PSS 2.77× → 1.81×) → stream;
+ *    PSS 2.77× → 1.81× streamed). `auto` widens only where float32 fits host memory and runs
+ *    faster, and the readout follows the same rule: the session where the weights with that
+ *    second copy still fit host memory (`secondCopy`, budget.ts estimateMemory), because it runs
+ *    the products several times faster than JavaScript (a later trace's readout 0.06 s vs 0.48 s
+ *    on GPT-2-small at f32, 0.20 s vs 1.39 s on qwen2.5-0.5b stored, load ~2); streamed where
+ *    they would not, or where host memory is unknown;
  *  - onnxruntime-node with weights held in JavaScript (a q8 set built in memory, a bundled
  *    model): each session writes them out for onnxruntime to map, a copy per session → stream;
  *  - onnxruntime-node mapping the weight files as stored (16-bit, q8 from its cache, float32
@@ -157,12 +162,18 @@ export interface ReadoutChoice {
  *    trace) → the session.
  * `forced`: the bench and tests run either.
  */
-export function chooseReadout(backend: MemoryBackend, weights: { widened: boolean; mapped: boolean }, forced?: ReadoutMode): ReadoutChoice {
+export function chooseReadout(backend: MemoryBackend, weights: { widened: boolean; mapped: boolean; secondCopy?: MemoryEstimate }, forced?: ReadoutMode): ReadoutChoice {
   if (forced === 'session') return { readout: 'session', readout_reason: 'asked for the session: a second onnxruntime session holds W_O and W_out' };
   if (forced === 'stream') return { readout: 'stream', readout_reason: 'asked for streaming: W_O and W_out read from the weight bytes a slab at a time, no second copy' };
   const stream = (why: string): ReadoutChoice => ({ readout: 'stream', readout_reason: `streamed from the weight bytes in JavaScript: ${why}` });
   if (backend !== 'node') return stream(`onnxruntime-web gives each session its own copy of its weights (${backend === 'wasm' ? 'in the WASM heap' : 'in GPU memory'}), so a readout session would hold W_O and W_out again`);
-  if (weights.widened) return stream('a readout session would keep its own float32 copies of W_O and W_out');
+  if (weights.widened) {
+    const est = weights.secondCopy;
+    if (est?.fits && est.limitBytes != null) {
+      return { readout: 'session', readout_reason: `a second onnxruntime-node session with its own float32 copies of W_O and W_out: with them the weights need about ${fmtGB(est.poolBytes)} at peak, which fits ${est.limitName} (${fmtGB(est.limitBytes)}), and it runs the products faster than JavaScript` };
+    }
+    return stream(`a readout session would keep its own float32 copies of W_O and W_out${est?.limitBytes != null ? `, and with them the weights would need about ${fmtGB(est.poolBytes)}, more than ${est.limitName} (${fmtGB(est.limitBytes)})` : ' (host memory unknown)'}`);
+  }
   if (!weights.mapped) return stream('the weights are held in memory, and each onnxruntime-node session copies them');
   return { readout: 'session', readout_reason: 'a second onnxruntime-node session: it maps the same weight file pages (no second copy in physical memory; RSS counts them twice) and runs the products faster than JavaScript' };
 }
