@@ -271,7 +271,9 @@ export async function startHubServer(): Promise<HubServer> {
       sent += piece.byteLength;
       st.bytes += piece.byteLength;
       entry.bytes += piece.byteLength;
-      if (!ok) await new Promise<void>((r) => { res.once('drain', r); res.once('close', r); });
+      // whichever comes first removes the other: a 'close' listener left per wait piled up on a
+      // long download (Node's MaxListenersExceededWarning in bench/page-scale.ts)
+      if (!ok) await new Promise<void>((r) => { const done = () => { res.off('drain', done); res.off('close', done); r(); }; res.once('drain', done); res.once('close', done); });
       if (pace?.chunkDelayMs) await sleep(pace.chunkDelayMs);
     }
     if (fault?.cutAfter != null && sendable < bodyLength) {
