@@ -184,7 +184,7 @@ describe('q8 weights stay 8-bit inside onnxruntime', () => {
 });
 
 describe('a WASM heap too small for two sessions side by side', () => {
-  /** the readout forced into its session (the default streams it, with no second session) */
+  /** the readout forced into its session (with a heap this tight the default streams it, with no second session) */
   const loadSessionReadout = async (dir: string, memory: BudgetLimits) =>
     createModel({ ...modelPartsFrom(await loadModelFilesNode(dir), { bundled: false, id: dir, memory, weightsMode: 'q8' }), readout: 'session' }, await nodeFactory('wasm'));
   it('releases the forward session to make room for the DLA readout session: the trace is the same, and a second trace works', async () => {

@@ -13,7 +13,7 @@ import { createModel, modelPartsFrom } from '../src/engine/model';
 import { describeModel } from '../src/engine/arch';
 import { q8WeightSet } from '../src/engine/q8';
 import { matrixRows } from '../src/engine/weight-products';
-import type { ReadoutMode, WeightsMode } from '../src/engine/precision';
+import { HEAP_ROOM, type ReadoutMode, type WeightsMode } from '../src/engine/precision';
 import { estimateMemory, weightStats, type BudgetLimits } from '../src/engine/budget';
 import type { LoadedModel } from '../src/engine/api';
 import { ALL_FAMILY_CASES, loadModelDir, makeCaseModel, makeRandomModel, mulberry32, type Family, type RandomModel, type RefModel } from './reference';
@@ -208,6 +208,7 @@ describe('which readout runs (precision.ts chooseReadout)', () => {
     const readout = spec.layers.flatMap((l) => [l.attn.o.w, l.mlp.down.w]).map((n) => files.weights.tensors.get(n)!);
     const peak = (es: typeof used) => estimateMemory(weightStats(es), 'node', 'f32').poolBytes;
     const tight = { hostBytes: Math.round((peak(used) + peak([...used, ...readout])) / 2) };
+    const poolWasm = (es: typeof used) => estimateMemory(weightStats(es), 'wasm', 'stored').poolBytes;
     expect(estimateMemory(weightStats(used), 'node', 'f32', tight).fits).toBe(true);
     const cases: [string, 'node' | 'wasm', WeightsMode, ReadoutMode, RegExp, BudgetLimits?][] = [
       [SHARED + '/models/induction-gpt2', 'node', 'f32', 'session', /maps the same weight file pages/], // float32 files, mapped as stored
@@ -217,7 +218,9 @@ describe('which readout runs (precision.ts chooseReadout)', () => {
       [rm.dir, 'node', 'f32', 'stream', /own float32 copies of W_O and W_out, and with them .* more than host memory/, tight],
       [rm.dir, 'node', 'f32', 'stream', /own float32 copies .*host memory unknown/],
       [rm.dir, 'node', 'q8', 'stream', /held in memory/], // quantised in memory (no q8 cache here)
-      [rm.dir, 'wasm', 'stored', 'stream', /WASM heap/],
+      // WASM: the session while the heap holds the second copy within HEAP_ROOM, else streamed
+      [rm.dir, 'wasm', 'stored', 'session', /within 80 % of the 4 GiB WebAssembly heap/],
+      [rm.dir, 'wasm', 'stored', 'stream', /hold W_O and W_out again in the WASM heap, which with it would need about/, { wasmHeapBytes: Math.floor(poolWasm([...used, ...readout]) / HEAP_ROOM) - 1 }],
     ];
     try {
       for (const [dir, backend, weights, want, why, memory] of cases) {

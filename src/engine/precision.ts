@@ -128,6 +128,15 @@ export function chooseVocabSplit(table: { dtype: string; shape: number[] }, prec
   return { rows, chunks, reason: `split into ${chunks} chunks of ${rows} rows: the ${shape} vocabulary table is ${fmtSize(f32Bytes)} as float32 and ${cap.why}` };
 }
 
+/**
+ * The share of the WASM heap the weights with a readout session's second copy may fill. The
+ * estimate (budget.ts) leaves out what runs add beside the weights (hooks returned, a vocabulary
+ * chunk's logits, onnxruntime's arena): on gemma-2-2b's shape at q8 it came 0.1–0.2 GB under the
+ * heap measured after a trace (3.05 vs 3.10–3.20 GB), and a lens or gradient session may come on
+ * top (EngineModel.makeRoom releases sessions for those). A fifth of the heap kept free covers it.
+ */
+export const HEAP_ROOM = 0.8;
+
 /** how DLA's readout products with W_O and W_out run (weight-products.ts; LoadedModel.weightProducts) */
 export type ReadoutMode = 'session' | 'stream';
 
@@ -142,9 +151,14 @@ export interface ReadoutChoice {
  * session (graph/readout-graph.ts), which holds them again. Streaming wherever that second copy
  * is real memory; the session only where it is not, because there it is faster
  * (`tsx bench/memory.ts SHAPE --readouts session,stream`; README, Big models):
- *  - onnxruntime-web (WASM, WebGPU) gives every session its own copy of its weights, in the WASM
- *    heap (4 GiB at most, never shrinking: on gemma-2-2b's shape at q8 the forward's session had
- *    to be released for the readout's) or in GPU memory → stream;
+ *  - onnxruntime-web gives every session its own copy of its weights. On WASM that copy is in the
+ *    one heap (4 GiB at most, never shrinking), so the session while the weights with the second
+ *    copy (budget.ts estimateMemory) stay within HEAP_ROOM of the heap, because it is faster: a
+ *    later trace's readout 0.58 s vs 1.43 s on qwen2.5-0.5b, about 5 s of a 12.5 s trace on
+ *    llama-3.2-1b streamed; where its peak is set at load (llama-3.2-1b in Chromium) the
+ *    session costs no peak at all. Above it → stream: on gemma-2-2b's shape at q8 the forward's
+ *    session once had to be released for the readout's. On WebGPU the copy is in GPU memory,
+ *    whose size the browser does not tell → stream;
  *  - onnxruntime-node with weights widened to float32 at load: a second session folds its own
  *    float32 copies of W_O and W_out (GPT-2-small shape: peak RSS 2.85× → 1.85× the weights,
  *    PSS 2.77× → 1.81× streamed). `auto` widens only where float32 fits host memory and runs
@@ -166,7 +180,14 @@ export function chooseReadout(backend: MemoryBackend, weights: { widened: boolea
   if (forced === 'session') return { readout: 'session', readout_reason: 'asked for the session: a second onnxruntime session holds W_O and W_out' };
   if (forced === 'stream') return { readout: 'stream', readout_reason: 'asked for streaming: W_O and W_out read from the weight bytes a slab at a time, no second copy' };
   const stream = (why: string): ReadoutChoice => ({ readout: 'stream', readout_reason: `streamed from the weight bytes in JavaScript: ${why}` });
-  if (backend !== 'node') return stream(`onnxruntime-web gives each session its own copy of its weights (${backend === 'wasm' ? 'in the WASM heap' : 'in GPU memory'}), so a readout session would hold W_O and W_out again`);
+  if (backend === 'webgpu') return stream('onnxruntime-web gives each session its own copy of its weights in GPU memory, whose size the browser does not tell, so a readout session would hold W_O and W_out again');
+  if (backend === 'wasm') {
+    const est = weights.secondCopy;
+    if (est?.limitBytes != null && est.poolBytes <= HEAP_ROOM * est.limitBytes) {
+      return { readout: 'session', readout_reason: `a second onnxruntime-web session with its own copy of W_O and W_out: with it the WASM heap needs about ${fmtGB(est.poolBytes)}, within ${Math.round(HEAP_ROOM * 100)} % of ${est.limitName} (${fmtGB(est.limitBytes)}), and it runs the products faster than JavaScript` };
+    }
+    return stream(`a readout session would hold W_O and W_out again in the WASM heap${est?.limitBytes != null ? `, which with it would need about ${fmtGB(est.poolBytes)}, more than ${Math.round(HEAP_ROOM * 100)} % of ${est.limitName} (${fmtGB(est.limitBytes)})` : ''}`);
+  }
   if (weights.widened) {
     const est = weights.secondCopy;
     if (est?.fits && est.limitBytes != null) {
