@@ -145,7 +145,7 @@ export async function createModel(parts: ModelParts, factory: SessionFactory): P
   };
   const sessionParts = choice.precision === 'q8' ? await q8Parts(parts, spec, info, !!factory.gpu) : parts;
   // the weights as held plus a readout session's second copy of W_O and W_out, judged as a load is
-  const readoutUsed = spec.layers.flatMap((l) => [l.attn.o.w, l.mlp.down.w]).map((n) => parts.weights.tensors.get(n)!);
+  const readoutUsed = readoutNames(spec).map((n) => parts.weights.tensors.get(n)!);
   const secondCopy = estimateMemory(weightStats([...used, ...readoutUsed]), factory.backend, choice.precision, parts.memory ?? {});
   Object.assign(info, chooseReadout(factory.backend, { ...readoutWeights(spec, sessionParts.weights, choice.precision), secondCopy }, parts.readout));
   const model = new EngineModel(spec, info, tokenizer, sessionParts, factory);
@@ -153,9 +153,12 @@ export async function createModel(parts: ModelParts, factory: SessionFactory): P
   return model;
 }
 
+/** the weights DLA's readout multiplies: every layer's W_O and W_out */
+const readoutNames = (spec: ModelSpec): string[] => spec.layers.flatMap((l) => [l.attn.o.w, l.mlp.down.w]);
+
 /** what chooseReadout weighs about the readout's weights, W_O and W_out, as the sessions get them */
 function readoutWeights(spec: ModelSpec, weights: WeightSet, precision: WeightPrecision): { widened: boolean; mapped: boolean } {
-  const used = spec.layers.flatMap((l) => [l.attn.o.w, l.mlp.down.w]).map((n) => weights.tensors.get(n)!);
+  const used = readoutNames(spec).map((n) => weights.tensors.get(n)!);
   return {
     widened: precision === 'f32' && used.some((e) => e.dtype !== 'F32'),
     mapped: used.every((e) => weights.paths.has(e.file) && !weights.files.has(e.file)),
@@ -365,10 +368,10 @@ class EngineModel implements LoadedModel {
    * Every onnxruntime-web session keeps its own copy of the weights it uses in the one wasm32 heap
    * (4 GiB at most; the heap never shrinks, but freed memory is reused). When a new variant's
    * weights would not fit beside the live sessions' (gemma-2-2b at q8: the forward's 2.8 GB and
-   * a DLA readout session's 1.3 GB, before the readout was streamed on WASM: precision.ts
-   * chooseReadout; now a lens or gradient variant), the others are released first and re-created
-   * when next used: slower, instead of std::bad_alloc. Only where the graph's bytes are what the
-   * heap holds (stored, q8).
+   * a DLA readout session's 1.3 GB, before precision.ts chooseReadout streamed the readout where
+   * the heap is short; now a lens or gradient variant, or a readout session the heap estimate let
+   * through), the others are released first and re-created when next used: slower, instead of
+   * std::bad_alloc. Only where the graph's bytes are what the heap holds (stored, q8).
    */
   private async makeRoom(key: string, need: number): Promise<void> {
     let held = 0;
