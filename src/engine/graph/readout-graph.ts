@@ -1,8 +1,8 @@
 /**
  * The weight products direct logit attribution needs once the forward has run
  * (LoadedModel.weightProducts). The products with W_O and W_out run either streamed from the
- * weight bytes in JavaScript (weight-products.ts) or, where a second session costs no second copy
- * of them (precision.ts chooseReadout), on the backend in this graph (each one is a pass over a
+ * weight bytes in JavaScript (weight-products.ts) or, where a second session's copy of them costs
+ * nothing or fits the backend's memory (precision.ts chooseReadout), on the backend in this graph (each one is a pass over a
  * weight matrix; in ORT they run multi-threaded and vectorised, with the weights in the layout
  * they are stored in, never copied or transposed). Inputs with a zero-length axis cost nothing,
  * so one graph serves every combination:
