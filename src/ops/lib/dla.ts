@@ -294,22 +294,25 @@ export async function decomposeLogit(model: LoadedModel, run: RunResult, target:
   const tl = convention === 'transformer_lens';
   const scale = slice(hook(run, 'ln_final.hook_scale'), row, pos)[0];
 
-  // the layers' vectors at the position; Σ_h z_h W_O[h] per layer (the reconstruction check; with
-  // the MLP's, Gemma 2's post-norm scales) comes in the same weightProducts call as the target's
-  // unembedding column, then each layer's readout (e, or e through the layer's frozen post-norm)
-  // goes against every row of W_O and W_out in a second one
+  // the layers' vectors at the position; Σ_h z_h W_O[h] per layer (the reconstruction check) and
+  // each layer's readout (e, or e through the layer's frozen post-norm) against every row of W_O
+  // and W_out. Each weightProducts call that touches W_O or W_out is a pass over them (streamed
+  // from the weight bytes, or a session run), so without post-norms z rides with the readouts in
+  // one pass; Gemma 2's post-norm scales need each layer's outputs (z·W_O, post·W_out) first, in
+  // the call that reads the target's unembedding column
   const z = new Float32Array(L * HD);
   const act: Float32Array[] = [];
   for (let l = 0; l < L; l++) {
     z.set(slice(hook(run, `blocks.${l}.attn.hook_z`), row, pos), l * HD);
     act.push(slice(hook(run, `blocks.${l}.mlp.hook_post`), row, pos)); // [M]
   }
-  const postNorms = c.layers.some((lc) => lc.postMlpW);
-  const { readout: ro, products: sums } = await readoutWith(model, target, convention, scale, opts.signal, {
-    z: { dims: [L, 1, HD], data: z },
-    post: postNorms ? { dims: [L, 1, M], data: concat(act, M) } : undefined,
-  });
+  const postNorms = c.layers.some((lc) => lc.postAttnW || lc.postMlpW);
+  const zIn: Tensor = { dims: [L, 1, HD], data: z };
+  const { readout: ro, products: outputs } = await readoutWith(model, target, convention, scale, opts.signal,
+    postNorms ? { z: zIn, post: { dims: [L, 1, M], data: concat(act, M) } } : {});
   const e = ro.e;
+  /** layer l's attention output at the position, Σ_h z_h W_O[h] + b_O, from the call that carried z */
+  const attnOut = (p: WeightProducts, l: number) => Float64Array.from(p.attnX.data.subarray(l * D, (l + 1) * D), (v, d) => v + c.layers[l].bO[d]);
 
   const terms: DlaTerm[] = [];
   const resid = new Float64Array(D); // Σ of the residual components, to check against resid_post
@@ -329,21 +332,19 @@ export async function decomposeLogit(model: LoadedModel, run: RunResult, target:
 
   const eAttn = new Float32Array(L * D);
   const eMlp = new Float32Array(L * D);
-  const xs: Float64Array[] = [];
   const gains: (Float64Array | null)[] = [];
   for (let l = 0; l < L; l++) {
     const lc = c.layers[l];
-    const x = Float64Array.from(sums.attnX.data.subarray(l * D, (l + 1) * D), (v, d) => v + lc.bO[d]);
-    xs.push(x);
-    const pa = lc.postAttnW ? postNormReadout(model, lc.postAttnW, x, e) : null;
+    const pa = lc.postAttnW ? postNormReadout(model, lc.postAttnW, attnOut(outputs, l), e) : null;
     gains.push(pa ? pa.gain : null);
     eAttn.set(pa ? pa.eL : e, l * D);
     if (lc.postMlpW) {
-      const xm = Float64Array.from(sums.mlpX.data.subarray(l * D, (l + 1) * D), (v, d) => v + lc.bOut[d]);
+      const xm = Float64Array.from(outputs.mlpX.data.subarray(l * D, (l + 1) * D), (v, d) => v + lc.bOut[d]);
       eMlp.set(postNormReadout(model, lc.postMlpW, xm, e).eL, l * D);
     } else eMlp.set(e, l * D);
   }
-  const dirs = await model.weightProducts({ attnDirs: { dims: [L, 1, D], data: eAttn }, mlpDirs: { dims: [L, 1, D], data: eMlp } }, opts.signal);
+  const dirs = await model.weightProducts({ ...(postNorms ? {} : { z: zIn }), attnDirs: { dims: [L, 1, D], data: eAttn }, mlpDirs: { dims: [L, 1, D], data: eMlp } }, opts.signal);
+  const xs = Array.from({ length: L }, (_, l) => attnOut(postNorms ? outputs : dirs, l));
 
   const heads: number[][] = [];
   const neuronAttribution: Float64Array[] = [];
