@@ -6,8 +6,14 @@
 import { defineConfig } from '@playwright/test';
 
 export const CHROMIUM_ARGS = [
-  '--headless', '--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking',
-  '--disable-component-update', '--disable-sync', '--disable-quic',
+  '--headless',
+  '--no-sandbox',
+  '--disable-gpu',
+  '--no-first-run',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
+  '--disable-quic',
   // exposes the SwiftShader WebGPU adapter (a software fallback) in headless Chromium
   '--enable-unsafe-webgpu',
 ];

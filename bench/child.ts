@@ -46,7 +46,17 @@ export interface SpeedResult {
    * fetching no hooks, hooked graph fetching every hook, and the observe-only variant (a lean
    * variant with every hook an output and no intervention inputs: `hooks: 'all', lean: true`)
    */
-  runs: Record<string, { plain: Timed; plain_all?: Timed; plain_unfused?: Timed; hooked_none: Timed; hooked_all: Timed; hooked_observe?: Timed }>;
+  runs: Record<
+    string,
+    {
+      plain: Timed;
+      plain_all?: Timed;
+      plain_unfused?: Timed;
+      hooked_none: Timed;
+      hooked_all: Timed;
+      hooked_observe?: Timed;
+    }
+  >;
   /** max |Δ| between the plain graph's logits and the hooked graph's (same tokens), per T */
   logits_max_abs_diff: Record<string, number>;
 }
@@ -79,17 +89,32 @@ async function speed(a: SpeedArgs): Promise<SpeedResult> {
     let d = 0;
     for (let i = 0; i < p.length; i++) d = Math.max(d, Math.abs(p[i] - h[i]));
     diffs[String(T)] = d;
-    const r = await timeInterleaved([
-      { name: 'plain', fn: () => plain.run(ids) },
-      { name: 'plain_all', fn: () => plainAll.run(ids) },
-      { name: 'plain_unfused', fn: () => plainUnfused.run(ids) },
-      { name: 'hooked_none', fn: () => model.run(ids, { hooks: [] }) },
-      { name: 'hooked_all', fn: () => model.run(ids, { hooks: 'all' }) },
-      { name: 'hooked_observe', fn: () => model.run(ids, { hooks: 'all', lean: true }) },
-    ], a.warmup, a.reps[String(T)] ?? 5, { settle: a.backend === 'node' });
-    runs[String(T)] = { plain: r.plain, plain_all: r.plain_all, plain_unfused: r.plain_unfused, hooked_none: r.hooked_none, hooked_all: r.hooked_all, hooked_observe: r.hooked_observe };
-    const f = (x: { median_ms: number; cpu_median_ms: number }) => `${x.median_ms.toFixed(1)} ms (cpu ${x.cpu_median_ms.toFixed(1)})`;
-    process.stderr.write(`  [${a.backend}] T=${T}: plain ${f(r.plain)}, plain + Skip/MHA ${f(r.plain_all)}, plain unfused ${f(r.plain_unfused)}, hooked/none ${f(r.hooked_none)}, hooked/all ${f(r.hooked_all)}, observe-only/all ${f(r.hooked_observe)}\n`);
+    const r = await timeInterleaved(
+      [
+        { name: 'plain', fn: () => plain.run(ids) },
+        { name: 'plain_all', fn: () => plainAll.run(ids) },
+        { name: 'plain_unfused', fn: () => plainUnfused.run(ids) },
+        { name: 'hooked_none', fn: () => model.run(ids, { hooks: [] }) },
+        { name: 'hooked_all', fn: () => model.run(ids, { hooks: 'all' }) },
+        { name: 'hooked_observe', fn: () => model.run(ids, { hooks: 'all', lean: true }) },
+      ],
+      a.warmup,
+      a.reps[String(T)] ?? 5,
+      { settle: a.backend === 'node' },
+    );
+    runs[String(T)] = {
+      plain: r.plain,
+      plain_all: r.plain_all,
+      plain_unfused: r.plain_unfused,
+      hooked_none: r.hooked_none,
+      hooked_all: r.hooked_all,
+      hooked_observe: r.hooked_observe,
+    };
+    const f = (x: { median_ms: number; cpu_median_ms: number }) =>
+      `${x.median_ms.toFixed(1)} ms (cpu ${x.cpu_median_ms.toFixed(1)})`;
+    process.stderr.write(
+      `  [${a.backend}] T=${T}: plain ${f(r.plain)}, plain + Skip/MHA ${f(r.plain_all)}, plain unfused ${f(r.plain_unfused)}, hooked/none ${f(r.hooked_none)}, hooked/all ${f(r.hooked_all)}, observe-only/all ${f(r.hooked_observe)}\n`,
+    );
   }
   const res: SpeedResult = {
     backend: a.backend,
@@ -157,7 +182,16 @@ async function memory(a: MemoryArgs): Promise<MemoryResult> {
     outputBytes = (r.logits.data as Float32Array).byteLength;
   }
   const afterRun = readMem();
-  return { backend: a.backend, graph: a.graph, T: a.T, baseline, after_load: afterLoad, after_run: afterRun, peak_rss: Math.max(afterRun.max_rss, afterRun.vm_hwm ?? 0), output_bytes: outputBytes };
+  return {
+    backend: a.backend,
+    graph: a.graph,
+    T: a.T,
+    baseline,
+    after_load: afterLoad,
+    after_run: afterRun,
+    peak_rss: Math.max(afterRun.max_rss, afterRun.vm_hwm ?? 0),
+    output_bytes: outputBytes,
+  };
 }
 
 export interface ExtensionArgs {

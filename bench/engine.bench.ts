@@ -38,15 +38,23 @@ const CHILD_TIMEOUT_MS = 300_000;
 const args = process.argv.slice(2);
 const quick = args.includes('--quick');
 const outArg = args.find((a) => a.startsWith('--out='))?.slice(6);
-const extOnly = args.find((a) => a.startsWith('--ext='))?.slice(6).split(',');
-const only = new Set((args.find((a) => a.startsWith('--only='))?.slice(7) ?? 'speed,torch,page,memory,extensions').split(','));
+const extOnly = args
+  .find((a) => a.startsWith('--ext='))
+  ?.slice(6)
+  .split(',');
+const only = new Set(
+  (args.find((a) => a.startsWith('--only='))?.slice(7) ?? 'speed,torch,page,memory,extensions').split(','),
+);
 
 const log = (m: string) => process.stderr.write(`${m}\n`);
 
 /** run one task in a fresh child process (same tsx loader as this one) and return its result */
 function inChild<T>(task: string, taskArgs: unknown, timeoutMs = CHILD_TIMEOUT_MS): Promise<T> {
   return new Promise((resolve, reject) => {
-    const child = fork(CHILD, [task, JSON.stringify(taskArgs)], { execArgv: process.execArgv, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+    const child = fork(CHILD, [task, JSON.stringify(taskArgs)], {
+      execArgv: process.execArgv,
+      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+    });
     let settled = false;
     const timer = setTimeout(() => {
       if (settled) return;
@@ -78,9 +86,13 @@ async function main() {
   const cores = os.availableParallelism();
   const nodeThreads = cores;
   const load0 = os.loadavg();
-  log(`Loupe engine bench${quick ? ' (--quick: NOT for comparison with the targets)' : ''} — ${cores} cores, load average ${load0.map((x) => x.toFixed(2)).join(' ')}`);
+  log(
+    `Loupe engine bench${quick ? ' (--quick: NOT for comparison with the targets)' : ''} — ${cores} cores, load average ${load0.map((x) => x.toFixed(2)).join(' ')}`,
+  );
   const model = ensureBenchModel(GPT2_SMALL, log);
-  log(`model: ${model.dir} (${(model.nParams / 1e6).toFixed(1)}M params, ${(model.weightBytes / 2 ** 20).toFixed(1)} MiB of F32 weights${model.generated ? `, generated in ${(model.generateMs / 1000).toFixed(1)} s` : ', cached'})`);
+  log(
+    `model: ${model.dir} (${(model.nParams / 1e6).toFixed(1)}M params, ${(model.weightBytes / 2 ** 20).toFixed(1)} MiB of F32 weights${model.generated ? `, generated in ${(model.generateMs / 1000).toFixed(1)} s` : ', cached'})`,
+  );
 
   const warmup = quick ? 1 : 3;
   // at least 5 timed runs; more at T=16 where a run is short and the spread on a shared machine large
@@ -101,11 +113,18 @@ async function main() {
       load_average_start: load0,
       load_average_end: [],
     },
-    model: { dir: model.dir, shape: model.shape, n_params: model.nParams, weight_bytes: model.weightBytes, dtype: 'F32' },
+    model: {
+      dir: model.dir,
+      shape: model.shape,
+      n_params: model.nParams,
+      weight_bytes: model.weightBytes,
+      dtype: 'F32',
+    },
     method: {
       warmup_runs: warmup,
       timed_runs: reps,
-      statistic: 'median wall-clock ms (min and median process CPU ms kept too); plain / hooked-none / hooked-all interleaved run by run, order rotated each round; node: an untimed settle run of the same configuration before each timed run',
+      statistic:
+        'median wall-clock ms (min and median process CPU ms kept too); plain / hooked-none / hooked-all interleaved run by run, order rotated each round; node: an untimed settle run of the same configuration before each timed run',
       node_threads: nodeThreads,
       wasm_threads: 1,
     },
@@ -151,22 +170,36 @@ async function main() {
     const side = pageOverTorch(results);
     if (side) {
       (results.page_vs_torch ??= { rounds: [], median: {} }).rounds.push(side);
-      log(`  page (all threads) / PyTorch best, this round: ${Object.entries(side).map(([T, x]) => `T=${T} ${x.ratio.toFixed(2)}`).join(', ')}`);
+      log(
+        `  page (all threads) / PyTorch best, this round: ${Object.entries(side)
+          .map(([T, x]) => `T=${T} ${x.ratio.toFixed(2)}`)
+          .join(', ')}`,
+      );
     }
   }
   if (results.page_vs_torch) {
     const Tset = Object.keys(results.page_vs_torch.rounds[0]);
-    results.page_vs_torch.median = Object.fromEntries(Tset.map((T) => [T, median(results.page_vs_torch!.rounds.map((r) => r[T]?.ratio ?? NaN))]));
+    results.page_vs_torch.median = Object.fromEntries(
+      Tset.map((T) => [T, median(results.page_vs_torch!.rounds.map((r) => r[T]?.ratio ?? NaN))]),
+    );
   }
 
   if (only.has('memory')) {
     const configs: { backend: 'node' | 'wasm'; graph: 'hooked' | 'plain' }[] = [
-      { backend: 'node', graph: 'hooked' }, { backend: 'wasm', graph: 'hooked' },
-      { backend: 'node', graph: 'plain' }, { backend: 'wasm', graph: 'plain' },
+      { backend: 'node', graph: 'hooked' },
+      { backend: 'wasm', graph: 'hooked' },
+      { backend: 'node', graph: 'plain' },
+      { backend: 'wasm', graph: 'plain' },
     ];
     for (const c of configs) {
       log(`memory: ${c.backend}, ${c.graph} graph …`);
-      const a: MemoryArgs = { dir: model.dir, backend: c.backend, threads: c.backend === 'node' ? nodeThreads : 1, T: 128, graph: c.graph };
+      const a: MemoryArgs = {
+        dir: model.dir,
+        backend: c.backend,
+        threads: c.backend === 'node' ? nodeThreads : 1,
+        T: 128,
+        graph: c.graph,
+      };
       try {
         results.memory.push(await inChild<MemoryResult>('memory', a));
       } catch (e) {
@@ -205,8 +238,11 @@ async function main() {
 const SIDE_ROUNDS = 3;
 
 /** this round's page (every thread) / PyTorch (best thread count) per T, when both ran */
-function pageOverTorch(r: BenchResults): Record<string, { page_ms: number; torch_ms: number; ratio: number }> | undefined {
-  const t = r.torch, p = r.page;
+function pageOverTorch(
+  r: BenchResults,
+): Record<string, { page_ms: number; torch_ms: number; ratio: number }> | undefined {
+  const t = r.torch,
+    p = r.page;
   if (!t || !p || 'error' in t || 'skipped' in t || 'error' in p) return undefined;
   const all = p.runs[String(p.hardware_concurrency)] ?? p.runs['1'];
   const out: Record<string, { page_ms: number; torch_ms: number; ratio: number }> = {};
@@ -222,9 +258,17 @@ function torchAnchor(quickRun: boolean): NonNullable<BenchResults['torch']> {
   const script = path.join(HERE, 'torch_anchor.py');
   const tried: string[] = [];
   for (const py of ['/usr/bin/python3', 'python3']) {
-    const r = spawnSync(py, [script, ...(quickRun ? ['--reps', '2', '--warmup', '1'] : [])], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'], timeout: 900_000 });
+    const r = spawnSync(py, [script, ...(quickRun ? ['--reps', '2', '--warmup', '1'] : [])], {
+      encoding: 'utf8',
+      stdio: ['ignore', 'pipe', 'inherit'],
+      timeout: 900_000,
+    });
     if (r.status === 0) {
-      try { return { python: py, ...JSON.parse(r.stdout) }; } catch (e) { return { error: `${py}: unreadable output: ${(e as Error).message}` }; }
+      try {
+        return { python: py, ...JSON.parse(r.stdout) };
+      } catch (e) {
+        return { error: `${py}: unreadable output: ${(e as Error).message}` };
+      }
     }
     tried.push(`${py}: ${r.error ? r.error.message : r.status === 3 ? 'no torch' : `exit ${r.status ?? r.signal}`}`);
   }

@@ -69,7 +69,11 @@ const CIRCUIT_TARGET = 0.3;
  */
 const CIRCUIT_ROUNDS = 3;
 
-const circuitExtension = (name: string, title: string, load: (ctx: ExtContext) => Promise<LoadedModel>): BenchExtension => ({
+const circuitExtension = (
+  name: string,
+  title: string,
+  load: (ctx: ExtContext) => Promise<LoadedModel>,
+): BenchExtension => ({
   name,
   title,
   async run(ctx) {
@@ -88,27 +92,50 @@ const circuitExtension = (name: string, title: string, load: (ctx: ExtContext) =
     const forward = () => model.run(ids, { hooks: [] });
 
     const once = async () => {
-      const stages: Record<string, { start: number; end: number; cpuStart: number; cpuEnd: number; total: number }> = {};
+      const stages: Record<string, { start: number; end: number; cpuStart: number; cpuEnd: number; total: number }> =
+        {};
       const t0 = now();
-      const doc = await op.run(model, { token_ids: ids, top_k_heads: L * H, top_k_neurons: 0 }, {
-        onProgress: (p) => {
-          const t = now();
-          const c = cpuNow();
-          const s = (stages[p.stage] ??= { start: t, end: t, cpuStart: c, cpuEnd: c, total: p.total });
-          s.end = t;
-          s.cpuEnd = c;
-          s.total = p.total;
+      const doc = await op.run(
+        model,
+        { token_ids: ids, top_k_heads: L * H, top_k_neurons: 0 },
+        {
+          onProgress: (p) => {
+            const t = now();
+            const c = cpuNow();
+            const s = (stages[p.stage] ??= { start: t, end: t, cpuStart: c, cpuEnd: c, total: p.total });
+            s.end = t;
+            s.cpuEnd = c;
+            s.total = p.total;
+          },
         },
-      });
+      );
       const totalMs = now() - t0;
       const single = stages['single ablations'];
-      if (!single) throw new Error(`circuit reported no 'single ablations' stage (stages: ${Object.keys(stages).join(', ')})`);
-      return { doc: doc as { n_engine_runs: number; n_variants: number }, totalMs, singleMs: single.end - single.start, singleCpuMs: single.cpuEnd - single.cpuStart, nSingles: single.total, stages };
+      if (!single)
+        throw new Error(`circuit reported no 'single ablations' stage (stages: ${Object.keys(stages).join(', ')})`);
+      return {
+        doc: doc as { n_engine_runs: number; n_variants: number },
+        totalMs,
+        singleMs: single.end - single.start,
+        singleCpuMs: single.cpuEnd - single.cpuStart,
+        nSingles: single.total,
+        stages,
+      };
     };
     for (let i = 0; i < 3; i++) await forward();
     const cold = await once();
     ctx.log(`cold run: ${fmt(cold.totalMs)} ms in all, single phase ${fmt(cold.singleMs)} ms`);
-    const rounds: { forward_ms: number; single_phase_ms: number; per_ablation_ms: number; ratio: number; forward_cpu_ms: number; single_phase_cpu_ms: number; ratio_cpu: number; op_total_ms: number; stage_ms: Record<string, number> }[] = [];
+    const rounds: {
+      forward_ms: number;
+      single_phase_ms: number;
+      per_ablation_ms: number;
+      ratio: number;
+      forward_cpu_ms: number;
+      single_phase_cpu_ms: number;
+      ratio_cpu: number;
+      op_total_ms: number;
+      stage_ms: Record<string, number>;
+    }[] = [];
     const fwdSamples: number[] = [];
     for (let r = 0; r < CIRCUIT_ROUNDS; r++) {
       const f = (await timeInterleaved([{ name: 'fwd', fn: forward }], 0, 5)).fwd;
@@ -116,11 +143,19 @@ const circuitExtension = (name: string, title: string, load: (ctx: ExtContext) =
       const c = await once();
       const per = c.singleMs / c.nSingles;
       rounds.push({
-        forward_ms: f.median_ms, single_phase_ms: c.singleMs, per_ablation_ms: per, ratio: per / f.median_ms,
-        forward_cpu_ms: f.cpu_median_ms, single_phase_cpu_ms: c.singleCpuMs, ratio_cpu: c.singleCpuMs / c.nSingles / f.cpu_median_ms, op_total_ms: c.totalMs,
+        forward_ms: f.median_ms,
+        single_phase_ms: c.singleMs,
+        per_ablation_ms: per,
+        ratio: per / f.median_ms,
+        forward_cpu_ms: f.cpu_median_ms,
+        single_phase_cpu_ms: c.singleCpuMs,
+        ratio_cpu: c.singleCpuMs / c.nSingles / f.cpu_median_ms,
+        op_total_ms: c.totalMs,
         stage_ms: Object.fromEntries(Object.entries(c.stages).map(([k, v]) => [k, Math.round(v.end - v.start)])),
       });
-      ctx.log(`round ${r + 1}: forward ${fmt(f.median_ms)} ms, single phase ${fmt(c.singleMs)} ms / ${c.nSingles} = ${fmt(per, 2)} ms → ${fmt(per / f.median_ms, 3)} of a forward`);
+      ctx.log(
+        `round ${r + 1}: forward ${fmt(f.median_ms)} ms, single phase ${fmt(c.singleMs)} ms / ${c.nSingles} = ${fmt(per, 2)} ms → ${fmt(per / f.median_ms, 3)} of a forward`,
+      );
     }
     const nSingles = cold.nSingles;
     const ratio = median(rounds.map((r) => r.ratio));
@@ -131,11 +166,28 @@ const circuitExtension = (name: string, title: string, load: (ctx: ExtContext) =
     await model.dispose();
     return {
       rows: [
-        { metric: `one unbatched forward, T=${CIRCUIT_T} (hooked graph, no hooks fetched)`, value: `${fmt(fwdMed)} ms` },
-        { metric: `single-ablation phase, ${nSingles} heads in ${Math.ceil(nSingles / maxBatch)} batched runs of ≤ ${maxBatch}`, value: `${fmt(singleMed)} ms (${fmt(singleMed / nSingles, 1)} ms per ablation)` },
-        { metric: 'whole operation (median of rounds; cold run)', value: `${fmt(median(rounds.map((r) => r.op_total_ms)))} ms; ${fmt(cold.totalMs)} ms` },
-        { metric: `**per-ablation cost / one forward** (median of ${CIRCUIT_ROUNDS} rounds)`, value: `**${fmt(ratio, 3)}** (rounds: ${rounds.map((r) => fmt(r.ratio, 3)).join(', ')})`, target: `≤ ${CIRCUIT_TARGET}`, ok: ratio <= CIRCUIT_TARGET },
-        { metric: 'per-ablation cost / one forward, fastest single phase and fastest forward (secondary)', value: fmt(ratioBest, 3) },
+        {
+          metric: `one unbatched forward, T=${CIRCUIT_T} (hooked graph, no hooks fetched)`,
+          value: `${fmt(fwdMed)} ms`,
+        },
+        {
+          metric: `single-ablation phase, ${nSingles} heads in ${Math.ceil(nSingles / maxBatch)} batched runs of ≤ ${maxBatch}`,
+          value: `${fmt(singleMed)} ms (${fmt(singleMed / nSingles, 1)} ms per ablation)`,
+        },
+        {
+          metric: 'whole operation (median of rounds; cold run)',
+          value: `${fmt(median(rounds.map((r) => r.op_total_ms)))} ms; ${fmt(cold.totalMs)} ms`,
+        },
+        {
+          metric: `**per-ablation cost / one forward** (median of ${CIRCUIT_ROUNDS} rounds)`,
+          value: `**${fmt(ratio, 3)}** (rounds: ${rounds.map((r) => fmt(r.ratio, 3)).join(', ')})`,
+          target: `≤ ${CIRCUIT_TARGET}`,
+          ok: ratio <= CIRCUIT_TARGET,
+        },
+        {
+          metric: 'per-ablation cost / one forward, fastest single phase and fastest forward (secondary)',
+          value: fmt(ratioBest, 3),
+        },
         { metric: 'per-ablation cost / one forward, process CPU time (secondary)', value: fmt(ratioCpu, 3) },
       ],
       json: {
@@ -149,7 +201,11 @@ const circuitExtension = (name: string, title: string, load: (ctx: ExtContext) =
         per_ablation_over_forward_cpu: ratioCpu,
         per_ablation_over_forward_fastest: ratioBest,
         rounds,
-        cold: { op_total_ms: cold.totalMs, single_phase_ms: cold.singleMs, stage_ms: Object.fromEntries(Object.entries(cold.stages).map(([k, v]) => [k, Math.round(v.end - v.start)])) },
+        cold: {
+          op_total_ms: cold.totalMs,
+          single_phase_ms: cold.singleMs,
+          stage_ms: Object.fromEntries(Object.entries(cold.stages).map(([k, v]) => [k, Math.round(v.end - v.start)])),
+        },
         target: CIRCUIT_TARGET,
         meets_target: ratio <= CIRCUIT_TARGET,
       },
@@ -157,20 +213,31 @@ const circuitExtension = (name: string, title: string, load: (ctx: ExtContext) =
   },
 });
 
-export const circuitAllHeads = circuitExtension('circuit', 'circuit over all heads (per-ablation cost / one unbatched forward)', (ctx) => ctx.loadModel());
+export const circuitAllHeads = circuitExtension(
+  'circuit',
+  'circuit over all heads (per-ablation cost / one unbatched forward)',
+  (ctx) => ctx.loadModel(),
+);
 
 /**
  * The same with the model's graphs built with SkipLayerNormalization and MultiHeadAttention too
  * (ALL_FUSED, off by default): the ablations' lean variant then uses both. The forward (the hooked
  * graph) is the same graph in both: every hook there is a site.
  */
-export const circuitAllFused = circuitExtension('circuit_all_fused', 'circuit over all heads, lean variant with SkipLayerNormalization / MultiHeadAttention', async (ctx) => {
-  const { loadModelFilesNode } = await import('../src/node/load-files-node');
-  const { nodeFactory } = await import('../src/node/load');
-  const { createModel, modelPartsFrom } = await import('../src/engine/model');
-  const files = await loadModelFilesNode(ctx.modelDir);
-  return createModel({ ...modelPartsFrom(files, { bundled: false, id: ctx.modelDir }), fused: ALL_FUSED }, await nodeFactory('node', ctx.threads));
-});
+export const circuitAllFused = circuitExtension(
+  'circuit_all_fused',
+  'circuit over all heads, lean variant with SkipLayerNormalization / MultiHeadAttention',
+  async (ctx) => {
+    const { loadModelFilesNode } = await import('../src/node/load-files-node');
+    const { nodeFactory } = await import('../src/node/load');
+    const { createModel, modelPartsFrom } = await import('../src/engine/model');
+    const files = await loadModelFilesNode(ctx.modelDir);
+    return createModel(
+      { ...modelPartsFrom(files, { bundled: false, id: ctx.modelDir }), fused: ALL_FUSED },
+      await nodeFactory('node', ctx.threads),
+    );
+  },
+);
 
 // ------------------------------------------------------------------ generation with / without KV cache
 
@@ -193,7 +260,8 @@ export const generationKv: BenchExtension = {
     } catch (e) {
       throw new SkipExtension(`src/ops/lib/generation.ts could not be imported: ${(e as Error).message}`);
     }
-    if (typeof gen.generateTokens !== 'function') throw new SkipExtension('src/ops/lib/generation.ts has no generateTokens');
+    if (typeof gen.generateTokens !== 'function')
+      throw new SkipExtension('src/ops/lib/generation.ts has no generateTokens');
     const model = await ctx.loadModel();
     const ids = randomIds(GEN_PROMPT, model.info.d_vocab, 777);
     const outs: Record<string, number[]> = {};
@@ -204,17 +272,35 @@ export const generationKv: BenchExtension = {
     // warm-up: a short generation each way (ORT plans memory per input shape; the re-run path sees many)
     await gen.generateTokens(model, ids, { maxNewTokens: 4, useCache: true, stopAtEos: false });
     await gen.generateTokens(model, ids, { maxNewTokens: 4, useCache: false, stopAtEos: false });
-    const t = await timeInterleaved([{ name: 'cached', fn: go(true) }, { name: 'rerun', fn: go(false) }], 0, 3);
+    const t = await timeInterleaved(
+      [
+        { name: 'cached', fn: go(true) },
+        { name: 'rerun', fn: go(false) },
+      ],
+      0,
+      3,
+    );
     const tps = (x: { median_ms: number }) => GEN_NEW / (x.median_ms / 1000);
     const same = JSON.stringify(outs.true) === JSON.stringify(outs.false);
     const speedup = tps(t.cached) / tps(t.rerun);
-    ctx.log(`cached ${fmt(tps(t.cached))} tok/s, re-run ${fmt(tps(t.rerun))} tok/s (×${fmt(speedup, 2)}), same tokens: ${same}`);
+    ctx.log(
+      `cached ${fmt(tps(t.cached))} tok/s, re-run ${fmt(tps(t.rerun))} tok/s (×${fmt(speedup, 2)}), same tokens: ${same}`,
+    );
     await model.dispose();
     return {
       rows: [
-        { metric: `KV-cached generation, ${GEN_NEW} tokens from a ${GEN_PROMPT}-token prompt`, value: `${fmt(tps(t.cached))} tok/s (${fmt(t.cached.median_ms)} ms)` },
-        { metric: 're-run generation (whole sequence every step)', value: `${fmt(tps(t.rerun))} tok/s (${fmt(t.rerun.median_ms)} ms)` },
-        { metric: 'speed-up of the KV cache (wall; by process CPU time)', value: `×${fmt(speedup, 2)}; ×${fmt(t.rerun.cpu_median_ms / t.cached.cpu_median_ms, 2)}` },
+        {
+          metric: `KV-cached generation, ${GEN_NEW} tokens from a ${GEN_PROMPT}-token prompt`,
+          value: `${fmt(tps(t.cached))} tok/s (${fmt(t.cached.median_ms)} ms)`,
+        },
+        {
+          metric: 're-run generation (whole sequence every step)',
+          value: `${fmt(tps(t.rerun))} tok/s (${fmt(t.rerun.median_ms)} ms)`,
+        },
+        {
+          metric: 'speed-up of the KV cache (wall; by process CPU time)',
+          value: `×${fmt(speedup, 2)}; ×${fmt(t.rerun.cpu_median_ms / t.cached.cpu_median_ms, 2)}`,
+        },
         { metric: 'cached and re-run token ids identical', value: same ? 'yes' : 'NO', target: 'yes', ok: same },
       ],
       json: {
@@ -265,15 +351,28 @@ async function qwenOps(ctx: ExtContext, rows: ExtRow[]): Promise<Record<string, 
       const ids = model.tokenize(prompt);
       const T = ids.length;
       const cases = [
-        { label: 'forward (hooks: none, last-position logits)', fn: () => model.run(ids, { hooks: [], logitPositions: [T - 1] }) },
-        ...OP_CASES.filter((c) => c.target !== undefined).map((c) => ({ label: c.label, fn: () => ops.getOperation(c.op)!.run(model, c.input(prompt), {}) })),
+        {
+          label: 'forward (hooks: none, last-position logits)',
+          fn: () => model.run(ids, { hooks: [], logitPositions: [T - 1] }),
+        },
+        ...OP_CASES.filter((c) => c.target !== undefined).map((c) => ({
+          label: c.label,
+          fn: () => ops.getOperation(c.op)!.run(model, c.input(prompt), {}),
+        })),
       ];
       const rounds = backend === 'node' ? QWEN_ROUNDS : 2;
-      const t = await timeInterleaved(cases.map((c) => ({ name: c.label, fn: c.fn })), 1, rounds);
+      const t = await timeInterleaved(
+        cases.map((c) => ({ name: c.label, fn: c.fn })),
+        1,
+        rounds,
+      );
       const fwd = t[cases[0].label].median_ms;
       for (const c of cases) {
         const ms = t[c.label].median_ms;
-        rows.push({ metric: `qwen2.5-0.5b shape, ${backend} (${model.info.weights} weights): ${c.label}, T=${T}`, value: `${fmt(ms, 0)} ms${c === cases[0] ? '' : ` (${fmt(ms / fwd, 2)} forwards)`}` });
+        rows.push({
+          metric: `qwen2.5-0.5b shape, ${backend} (${model.info.weights} weights): ${c.label}, T=${T}`,
+          value: `${fmt(ms, 0)} ms${c === cases[0] ? '' : ` (${fmt(ms / fwd, 2)} forwards)`}`,
+        });
       }
       ctx.log(`[qwen ${backend}] ${cases.map((c) => `${c.label} ${fmt(t[c.label].median_ms, 0)} ms`).join(', ')}`);
       json[backend] = { T, weights: model.info.weights, rounds, times: t };
@@ -284,7 +383,6 @@ async function qwenOps(ctx: ExtContext, rows: ExtRow[]): Promise<Record<string, 
   }
   return json;
 }
-
 
 /**
  * Each operation's time / the time of the forward passes it needs (bench/ops-cost.ts), on
@@ -301,11 +399,14 @@ export const opsCost: BenchExtension = {
     const rows: ExtRow[] = [];
     const json: Record<string, unknown> = {};
     for (const backend of ['node', 'wasm'] as const) {
-      const model = backend === 'node' ? await ctx.loadModel() : await loadModelNode(ctx.modelDir, { backend: 'wasm', threads: 1 });
+      const model =
+        backend === 'node' ? await ctx.loadModel() : await loadModelNode(ctx.modelDir, { backend: 'wasm', threads: 1 });
       const all = [];
       for (const n of [16, 128]) {
         const cases = n === 16 ? OP_CASES : OP_CASES.filter((c) => c.target !== undefined && !c.shortOnly);
-        const r = await measureOps(model, benchPrompt(model, n), cases, OPS_ROUNDS, (m) => ctx.log(`[${backend}] ${m}`));
+        const r = await measureOps(model, benchPrompt(model, n), cases, OPS_ROUNDS, (m) =>
+          ctx.log(`[${backend}] ${m}`),
+        );
         all.push(...r);
         for (const x of r) {
           rows.push({
@@ -319,7 +420,10 @@ export const opsCost: BenchExtension = {
       await model.dispose();
     }
     json.qwen = await qwenOps(ctx, rows);
-    return { rows, json: { rounds: OPS_ROUNDS, forward: 'model.run(ids, { hooks: [], logitPositions: [T-1] })', ...json } };
+    return {
+      rows,
+      json: { rounds: OPS_ROUNDS, forward: 'model.run(ids, { hooks: [], logitPositions: [T-1] })', ...json },
+    };
   },
 };
 
@@ -359,7 +463,9 @@ export const cachedLoad: BenchExtension = {
       const coldMs = now() - t;
       const factory = await nodeFactory('wasm', 1);
       const names = readdirSync(ctx.modelDir).filter((f) => statSync(path.join(ctx.modelDir, f)).isFile());
-      const cached: number[] = [], memory: number[] = [], requests: number[] = [];
+      const cached: number[] = [],
+        memory: number[] = [],
+        requests: number[] = [];
       for (let r = 0; r < LOAD_ROUNDS; r++) {
         hub.resetCounters();
         t = now();
@@ -367,22 +473,45 @@ export const cachedLoad: BenchExtension = {
         cached.push(now() - t);
         requests.push(hub.log.length);
         await m.dispose();
-        const files = Object.fromEntries(names.map((f) => [f, new Uint8Array(readFileSync(path.join(ctx.modelDir, f)))]));
+        const files = Object.fromEntries(
+          names.map((f) => [f, new Uint8Array(readFileSync(path.join(ctx.modelDir, f)))]),
+        );
         const mf = await loadModelFiles(new MemorySource(files, 'bench'));
         t = now();
-        const mm = await createModel({
-          config: mf.config as Record<string, any>, tokenizerJson: mf.tokenizerJson, tokenizerConfig: mf.tokenizerConfig,
-          weights: mf.weights, readTensor: (n) => readTensorF32(mf.weights, n), id: 'bench', revision: '', source: 'url',
-        }, factory);
+        const mm = await createModel(
+          {
+            config: mf.config as Record<string, any>,
+            tokenizerJson: mf.tokenizerJson,
+            tokenizerConfig: mf.tokenizerConfig,
+            weights: mf.weights,
+            readTensor: (n) => readTensorF32(mf.weights, n),
+            id: 'bench',
+            revision: '',
+            source: 'url',
+          },
+          factory,
+        );
         memory.push(now() - t);
         await mm.dispose();
       }
-      const c = median(cached), mem = median(memory), ratio = c / mem;
+      const c = median(cached),
+        mem = median(memory),
+        ratio = c / mem;
       return {
         rows: [
           { metric: 'cold load from the loopback Hub (download + session)', value: `${fmt(coldMs, 0)} ms` },
-          { metric: 'cached load (DirCache), requests made', value: `${Math.max(...requests)}`, target: '0', ok: Math.max(...requests) === 0 },
-          { metric: 'cached load / model from bytes in memory', value: `**${fmt(ratio, 2)}** (${fmt(c, 0)} ms vs ${fmt(mem, 0)} ms)`, target: '≤ 1.5', ok: ratio <= 1.5 },
+          {
+            metric: 'cached load (DirCache), requests made',
+            value: `${Math.max(...requests)}`,
+            target: '0',
+            ok: Math.max(...requests) === 0,
+          },
+          {
+            metric: 'cached load / model from bytes in memory',
+            value: `**${fmt(ratio, 2)}** (${fmt(c, 0)} ms vs ${fmt(mem, 0)} ms)`,
+            target: '≤ 1.5',
+            ok: ratio <= 1.5,
+          },
         ],
         json: { rounds: LOAD_ROUNDS, cold_ms: coldMs, cached_ms: cached, memory_ms: memory, requests, ratio },
       };
@@ -416,10 +545,18 @@ export const q8Cost: BenchExtension = {
     const rows: ExtRow[] = [];
     const json: Record<string, unknown> = {};
     const measure = async (label: string, dir: string) => {
-      const [stored, q8] = [await loadModelNode(dir, { weights: 'stored', threads: ctx.threads }), await loadModelNode(dir, { weights: 'q8', threads: ctx.threads })];
+      const [stored, q8] = [
+        await loadModelNode(dir, { weights: 'stored', threads: ctx.threads }),
+        await loadModelNode(dir, { weights: 'q8', threads: ctx.threads }),
+      ];
       try {
         const c = await precisionCost(stored, q8, prompt);
-        json[label] = { ...c, stored_bytes: stored.info.weight_bytes, q8_bytes: q8.info.weight_bytes, dtype: stored.info.dtype };
+        json[label] = {
+          ...c,
+          stored_bytes: stored.info.weight_bytes,
+          q8_bytes: q8.info.weight_bytes,
+          dtype: stored.info.dtype,
+        };
         rows.push({
           metric: `${label} (${stored.info.dtype}, ${c.tokens} tokens)`,
           value: `logits ${c.max_abs_logit_diff.toExponential(2)} of max ${fmt(c.max_abs_logit, 2)}; DLA ${c.max_abs_dla_diff.toExponential(2)} of max ${fmt(c.max_abs_dla, 2)}; ${c.same_prediction ? 'same' : 'other'} top-1; weights ${fmt(stored.info.weight_bytes / 1e6, 3)} → ${fmt(q8.info.weight_bytes / 1e6, 3)} MB`,
@@ -435,13 +572,27 @@ export const q8Cost: BenchExtension = {
     }
     await measure('random gpt2-small shape', ctx.modelDir);
     for (const name of ['llama3-rope-untied-bias', 'gemma2-softcap-window', 'neox-parallel-rot25']) {
-      const rm = makeCaseModel(ALL_FAMILY_CASES.find((c) => c.name === name)!, { dtype: 'F16' });
-      try { await measure(`random ${name}`, rm.dir); } finally { rm.cleanup(); }
+      const rm = makeCaseModel(
+        ALL_FAMILY_CASES.find((c) => c.name === name)!,
+        { dtype: 'F16' },
+      );
+      try {
+        await measure(`random ${name}`, rm.dir);
+      } finally {
+        rm.cleanup();
+      }
     }
     return { rows, json };
   },
 };
 
 /** The list the bench runs, in order. Append new measurements here. */
-export const extensions: BenchExtension[] = [opsCost, circuitAllHeads, circuitAllFused, generationKv, cachedLoad, gradientCosts, q8Cost];
-
+export const extensions: BenchExtension[] = [
+  opsCost,
+  circuitAllHeads,
+  circuitAllFused,
+  generationKv,
+  cachedLoad,
+  gradientCosts,
+  q8Cost,
+];

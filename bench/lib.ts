@@ -47,8 +47,12 @@ const r2 = (x: number) => Math.round(x * 100) / 100;
 
 export function summarize(samples: number[], cpu: number[] = []): Timed {
   return {
-    median_ms: r2(median(samples)), min_ms: r2(Math.min(...samples)), max_ms: r2(Math.max(...samples)), samples_ms: samples.map(r2),
-    cpu_median_ms: r2(median(cpu)), cpu_samples_ms: cpu.map(r2),
+    median_ms: r2(median(samples)),
+    min_ms: r2(Math.min(...samples)),
+    max_ms: r2(Math.max(...samples)),
+    samples_ms: samples.map(r2),
+    cpu_median_ms: r2(median(cpu)),
+    cpu_samples_ms: cpu.map(r2),
   };
 }
 
@@ -64,7 +68,12 @@ export function cpuNow(): number {
  * configurations alike instead of on whichever ran during the busy spell.
  * `settle` runs each configuration once, untimed, right before each of its timed runs.
  */
-export async function timeInterleaved(configs: { name: string; fn: () => Promise<unknown> }[], warmup: number, reps: number, opts: { settle?: boolean } = {}): Promise<Record<string, Timed>> {
+export async function timeInterleaved(
+  configs: { name: string; fn: () => Promise<unknown> }[],
+  warmup: number,
+  reps: number,
+  opts: { settle?: boolean } = {},
+): Promise<Record<string, Timed>> {
   for (let w = 0; w < warmup; w++) for (const c of configs) await c.fn();
   const wall: Record<string, number[]> = Object.fromEntries(configs.map((c) => [c.name, []]));
   const cpu: Record<string, number[]> = Object.fromEntries(configs.map((c) => [c.name, []]));
@@ -105,7 +114,11 @@ export function readMem(): MemReading {
     return m ? Number(m[1]) * 1024 : null;
   };
   let status = '';
-  try { status = readFileSync('/proc/self/status', 'utf8'); } catch { /* not Linux */ }
+  try {
+    status = readFileSync('/proc/self/status', 'utf8');
+  } catch {
+    /* not Linux */
+  }
   return {
     max_rss: process.resourceUsage().maxRSS * 1024,
     vm_hwm: kb('VmHWM', status),
@@ -149,7 +162,12 @@ export const ALL_FUSED: GraphPlan['fused'] = { skipNorm: true, attention: true }
  * through the same factory `loadModelNode` uses for this backend. For WASM the weight file's bytes
  * are read into memory as `loadModelNode` does (ORT-web takes external data as buffers).
  */
-export async function plainSession(dir: string, backend: 'node' | 'wasm', threads?: number, fused: GraphPlan['fused'] = true): Promise<PlainSession> {
+export async function plainSession(
+  dir: string,
+  backend: 'node' | 'wasm',
+  threads?: number,
+  fused: GraphPlan['fused'] = true,
+): Promise<PlainSession> {
   const files = await loadModelFilesNode(dir);
   const weights = files.weights as WeightSet;
   const spec = describeModel({ config: files.config as Record<string, any>, tensors: weights.tensors });
@@ -172,12 +190,19 @@ export async function plainSession(dir: string, backend: 'node' | 'wasm', thread
   const { nLayers, nKvHeads, dHead } = spec;
   const emptyKv = new Float32Array(0);
   return {
-    spec, tensors: weights.tensors, graph, session, factory, buildMs, createMs,
+    spec,
+    tensors: weights.tensors,
+    graph,
+    session,
+    factory,
+    buildMs,
+    createMs,
     async run(ids) {
       const T = ids.length;
       const feeds: Record<string, OrtTensorLike> = {};
       feeds.input_ids = new ort.Tensor('int64', BigInt64Array.from(ids.map(BigInt)), [1, T]);
-      if (graph.inputNames.includes('position_ids')) feeds.position_ids = new ort.Tensor('int64', BigInt64Array.from(ids.map((_, t) => BigInt(t))), [T]);
+      if (graph.inputNames.includes('position_ids'))
+        feeds.position_ids = new ort.Tensor('int64', BigInt64Array.from(ids.map((_, t) => BigInt(t))), [T]);
       feeds.attn_mask = new ort.Tensor('float32', attentionMask(T, 0, null), [T, T]);
       // every position's logits, as model.run returns by default
       feeds.logit_positions = new ort.Tensor('int64', BigInt64Array.from(ids.map((_, t) => BigInt(t))), [T]);
@@ -185,7 +210,8 @@ export async function plainSession(dir: string, backend: 'node' | 'wasm', thread
         feeds[`past.${l}.key`] = new ort.Tensor('float32', emptyKv, [1, nKvHeads, 0, dHead]);
         feeds[`past.${l}.value`] = new ort.Tensor('float32', emptyKv, [1, nKvHeads, 0, dHead]);
       }
-      for (const name of graph.inputNames) if (!(name in feeds)) throw new Error(`plain graph: no feed for input ${name}`);
+      for (const name of graph.inputNames)
+        if (!(name in feeds)) throw new Error(`plain graph: no feed for input ${name}`);
       return session.run(feeds, ['logits']);
     },
     release: () => session.release(),

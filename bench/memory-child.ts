@@ -22,7 +22,8 @@ import { wasmHeapBytes } from '../src/engine/runtime/wasm-heap';
 import type { ReadoutMode } from '../src/engine/precision';
 
 const [dir, backend, weights, optsJson, readout] = process.argv.slice(2);
-const status = (k: string) => Number(new RegExp(`${k}:\\s+(\\d+)`).exec(readFileSync('/proc/self/status', 'utf8'))![1]) * 1024;
+const status = (k: string) =>
+  Number(new RegExp(`${k}:\\s+(\\d+)`).exec(readFileSync('/proc/self/status', 'utf8'))![1]) * 1024;
 /** peak RSS per step: [step, peak during it, what is held after it] */
 const phases: [string, number, string][] = [];
 /** after a step: RSS split into anonymous memory and mapped files, the WASM heap, JavaScript's heap and buffers */
@@ -38,7 +39,11 @@ let peakSeen = 0;
 const peak = () => Math.max(peakSeen, status('VmHWM'));
 function resetPeak() {
   peakSeen = peak();
-  try { writeFileSync('/proc/self/clear_refs', '5'); } catch { /* not Linux: the peaks add up */ }
+  try {
+    writeFileSync('/proc/self/clear_refs', '5');
+  } catch {
+    /* not Linux: the peaks add up */
+  }
 }
 async function phase<T>(name: string, f: () => Promise<T>): Promise<T> {
   resetPeak();
@@ -54,13 +59,23 @@ async function main() {
     const t0 = performance.now();
     const files = await phase('read files', () => loadModelFilesNode(dir));
     out.files_ms = Math.round(performance.now() - t0);
-    const factory = await nodeFactory(backend as 'node' | 'wasm', undefined, optsJson ? JSON.parse(optsJson) : undefined);
+    const factory = await nodeFactory(
+      backend as 'node' | 'wasm',
+      undefined,
+      optsJson ? JSON.parse(optsJson) : undefined,
+    );
     const create = factory.create.bind(factory);
-    let prepMs = 0, sessionMs = 0, last = performance.now();
+    let prepMs = 0,
+      sessionMs = 0,
+      last = performance.now();
     factory.create = async (g, w) => {
       const t = performance.now();
       prepMs += t - last; // describe, tokenizer and graph build happen before create is called
-      const kind = g.outputNames.includes('attn_x') ? 'readout' : g.outputNames.includes('top_ids') ? 'lens' : 'forward';
+      const kind = g.outputNames.includes('attn_x')
+        ? 'readout'
+        : g.outputNames.includes('top_ids')
+          ? 'lens'
+          : 'forward';
       const s = await phase(`create ${kind}`, () => create(g, w));
       sessionMs += performance.now() - t;
       const run = s.run.bind(s);
@@ -68,7 +83,11 @@ async function main() {
       return s;
     };
     last = performance.now();
-    const parts = modelPartsFrom(files, { bundled: false, memory: { hostBytes: totalmem() }, weightsMode: weights as 'stored' | 'f32' | 'q8' });
+    const parts = modelPartsFrom(files, {
+      bundled: false,
+      memory: { hostBytes: totalmem() },
+      weightsMode: weights as 'stored' | 'f32' | 'q8',
+    });
     const model = await createModel({ ...parts, ...(readout ? { readout: readout as ReadoutMode } : {}) }, factory);
     out.readout = model.info.readout;
     // time inside weightProducts (DLA's readout products), per trace
@@ -76,7 +95,11 @@ async function main() {
     const products = model.weightProducts.bind(model);
     model.weightProducts = async (input, signal) => {
       const t = performance.now();
-      try { return await products(input, signal); } finally { wpMs += performance.now() - t; }
+      try {
+        return await products(input, signal);
+      } finally {
+        wpMs += performance.now() - t;
+      }
     };
     out.ready_ms = Math.round(performance.now() - t0);
     out.prep_ms = Math.round(prepMs);
@@ -110,7 +133,9 @@ async function main() {
     await model.dispose();
   } catch (e) {
     const err = toLoupeError(e);
-    console.log(JSON.stringify({ ...out, error: `${err.code} at ${stage}: ${err.message.slice(0, 160)}`, hwm: peak() }));
+    console.log(
+      JSON.stringify({ ...out, error: `${err.code} at ${stage}: ${err.message.slice(0, 160)}`, hwm: peak() }),
+    );
   }
 }
 void main();

@@ -30,14 +30,18 @@ const VARIANTS: Record<string, Record<string, unknown>> = {
   'no prepacking': { extra: { session: { disable_prepacking: '1' } } },
   'no CPU arena': { enableCpuMemArena: false },
   'initializers off the arena': { extra: { session: { use_device_allocator_for_initializers: '1' } } },
-  'no prepacking, no arena': { enableCpuMemArena: false, extra: { session: { disable_prepacking: '1', use_device_allocator_for_initializers: '1' } } },
+  'no prepacking, no arena': {
+    enableCpuMemArena: false,
+    extra: { session: { disable_prepacking: '1', use_device_allocator_for_initializers: '1' } },
+  },
 };
 
 /** kB fields of /proc/PID/smaps_rollup, in bytes (undefined once the process is gone) */
 function rollup(pid: number): Record<string, number> | undefined {
   try {
     const out: Record<string, number> = {};
-    for (const m of readFileSync(`/proc/${pid}/smaps_rollup`, 'utf8').matchAll(/^(\w+):\s+(\d+) kB/gm)) out[m[1]] = Number(m[2]) * 1024;
+    for (const m of readFileSync(`/proc/${pid}/smaps_rollup`, 'utf8').matchAll(/^(\w+):\s+(\d+) kB/gm))
+      out[m[1]] = Number(m[2]) * 1024;
     return out;
   } catch {
     return undefined;
@@ -48,21 +52,37 @@ function rollup(pid: number): Record<string, number> | undefined {
 function measure(args: string[]): Promise<Record<string, any>> {
   return new Promise((resolve) => {
     const child = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '', stderr = '', pss = 0, rss = 0, pssTrace = 0;
+    let stdout = '',
+      stderr = '',
+      pss = 0,
+      rss = 0,
+      pssTrace = 0;
     const sample = () => {
       const r = rollup(child.pid!);
-      if (r) { pss = Math.max(pss, r.Pss ?? 0); rss = Math.max(rss, r.Rss ?? 0); }
+      if (r) {
+        pss = Math.max(pss, r.Pss ?? 0);
+        rss = Math.max(rss, r.Rss ?? 0);
+      }
     };
     const timer = setInterval(sample, 50);
     child.stdout.on('data', (d) => {
       stdout += d;
       // the child marks the end of its first trace
-      if (!pssTrace && stdout.includes('"mark":"trace"')) { sample(); pssTrace = pss; }
+      if (!pssTrace && stdout.includes('"mark":"trace"')) {
+        sample();
+        pssTrace = pss;
+      }
     });
-    child.stderr.on('data', (d) => { stderr += d; });
+    child.stderr.on('data', (d) => {
+      stderr += d;
+    });
     child.on('close', (code) => {
       clearInterval(timer);
-      const line = stdout.trim().split('\n').filter((l) => l.startsWith('{') && !l.includes('"mark"')).pop();
+      const line = stdout
+        .trim()
+        .split('\n')
+        .filter((l) => l.startsWith('{') && !l.includes('"mark"'))
+        .pop();
       const m = line ? JSON.parse(line) : { error: `exit ${code}: ${stderr.trim().split('\n').slice(-2).join(' | ')}` };
       resolve({ ...m, pss_trace: pssTrace, pss_peak: pss, rss_sampled_peak: rss });
     });
@@ -72,8 +92,13 @@ function measure(args: string[]): Promise<Record<string, any>> {
 async function main() {
   if (!process.env.LOUPE_CACHE_DIR) process.on('exit', useScratchCacheDir());
   const args = process.argv.slice(2);
-  const opt = (k: string, d: string) => { const i = args.indexOf(`--${k}`); return i >= 0 ? args[i + 1] : d; };
-  const name = args.find((a, i) => !a.startsWith('--') && !(i > 0 && args[i - 1].startsWith('--') && args[i - 1] !== '--keep')) ?? 'gpt2-small';
+  const opt = (k: string, d: string) => {
+    const i = args.indexOf(`--${k}`);
+    return i >= 0 ? args[i + 1] : d;
+  };
+  const name =
+    args.find((a, i) => !a.startsWith('--') && !(i > 0 && args[i - 1].startsWith('--') && args[i - 1] !== '--keep')) ??
+    'gpt2-small';
   const shape = SHAPES.find((s) => s.name === name);
   if (!shape) throw new Error(`unknown shape ${name}`);
   const only = opt('variants', '');
@@ -82,23 +107,43 @@ async function main() {
   if (!existsSync(path.join(dir, 'model.safetensors'))) generate(shape, dir);
   const rows: string[] = [];
   try {
-    for (const backend of opt('backends', 'node,wasm').split(',')) for (const weights of opt('weights', 'stored,f32').split(',')) {
-      for (const [v, o] of Object.entries(VARIANTS)) for (const readout of readouts) {
-        if (only && !only.split(',').includes(v)) continue;
-        const m = await measure(['--import', 'tsx', path.join(import.meta.dirname, 'memory-child.ts'), dir, backend, weights, JSON.stringify(o), readout]);
-        console.error(JSON.stringify({ backend, weights, variant: v, ...m }));
-        const w = m.weight_bytes as number;
-        const x = (b: number) => (b / w).toFixed(2) + '×';
-        const sec = (ms: number) => (ms / 1000).toFixed(2) + ' s';
-        rows.push(m.error ? `| ${backend} | ${weights} | ${v} | ${readout || 'auto'} | ${m.error} | | | | | | | |`
-          : `| ${backend} | ${weights} | ${v} | ${m.readout} | ${(w / 1e9).toFixed(2)} GB | ${x(m.rss_ready)} / ${x(m.hwm_ready)} | ${x(m.rss_trace)} / ${x(m.hwm_trace)} | ${x(m.pss_trace)} / ${x(m.pss_peak)} | ${m.wasm_heap ? x(m.wasm_heap) : '–'} | ${(m.ready_ms / 1000).toFixed(1)} s (session ${(m.session_ms / 1000).toFixed(1)} s) | ${sec(m.trace_ms)} (readout ${sec(m.wp_ms)}) | ${sec(m.trace2_ms)} (readout ${sec(m.wp2_ms)}) | ${sec(m.forward_ms)} |`);
+    for (const backend of opt('backends', 'node,wasm').split(','))
+      for (const weights of opt('weights', 'stored,f32').split(',')) {
+        for (const [v, o] of Object.entries(VARIANTS))
+          for (const readout of readouts) {
+            if (only && !only.split(',').includes(v)) continue;
+            const m = await measure([
+              '--import',
+              'tsx',
+              path.join(import.meta.dirname, 'memory-child.ts'),
+              dir,
+              backend,
+              weights,
+              JSON.stringify(o),
+              readout,
+            ]);
+            console.error(JSON.stringify({ backend, weights, variant: v, ...m }));
+            const w = m.weight_bytes as number;
+            const x = (b: number) => (b / w).toFixed(2) + '×';
+            const sec = (ms: number) => (ms / 1000).toFixed(2) + ' s';
+            rows.push(
+              m.error
+                ? `| ${backend} | ${weights} | ${v} | ${readout || 'auto'} | ${m.error} | | | | | | | |`
+                : `| ${backend} | ${weights} | ${v} | ${m.readout} | ${(w / 1e9).toFixed(2)} GB | ${x(m.rss_ready)} / ${x(m.hwm_ready)} | ${x(m.rss_trace)} / ${x(m.hwm_trace)} | ${x(m.pss_trace)} / ${x(m.pss_peak)} | ${m.wasm_heap ? x(m.wasm_heap) : '–'} | ${(m.ready_ms / 1000).toFixed(1)} s (session ${(m.session_ms / 1000).toFixed(1)} s) | ${sec(m.trace_ms)} (readout ${sec(m.wp_ms)}) | ${sec(m.trace2_ms)} (readout ${sec(m.wp2_ms)}) | ${sec(m.forward_ms)} |`,
+            );
+          }
       }
-    }
   } finally {
     if (!args.includes('--keep')) rmSync(dir, { recursive: true, force: true });
   }
-  console.log(`${shape.name}: RSS / peak RSS (VmHWM), and sampled peak PSS, over the weight bytes; load average ${loadavg().map((l) => l.toFixed(1)).join(' ')} at the end`);
-  console.log('| backend | weights | session options | readout | weights | after load (RSS / peak) | after trace (RSS / peak) | peak PSS (to trace / all) | WASM heap | ready | first trace | second trace | forward |');
+  console.log(
+    `${shape.name}: RSS / peak RSS (VmHWM), and sampled peak PSS, over the weight bytes; load average ${loadavg()
+      .map((l) => l.toFixed(1))
+      .join(' ')} at the end`,
+  );
+  console.log(
+    '| backend | weights | session options | readout | weights | after load (RSS / peak) | after trace (RSS / peak) | peak PSS (to trace / all) | WASM heap | ready | first trace | second trace | forward |',
+  );
   console.log('|---|---|---|---|---|---|---|---|---|---|---|---|---|');
   for (const r of rows) console.log(r);
 }

@@ -9,7 +9,17 @@
  * of two byte symbols, and <|endoftext|> as id 50256, as in GPT-2. The bench feeds random ids.
  */
 import { createHash } from 'node:crypto';
-import { closeSync, existsSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, writeFileSync, writeSync } from 'node:fs';
+import {
+  closeSync,
+  existsSync,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  writeFileSync,
+  writeSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 
@@ -23,7 +33,15 @@ export interface BenchShape {
   seed: number;
 }
 
-export const GPT2_SMALL: BenchShape = { nLayers: 12, dModel: 768, nHeads: 12, dMlp: 3072, vocab: 50257, nPositions: 1024, seed: 20240601 };
+export const GPT2_SMALL: BenchShape = {
+  nLayers: 12,
+  dModel: 768,
+  nHeads: 12,
+  dMlp: 3072,
+  vocab: 50257,
+  nPositions: 1024,
+  seed: 20240601,
+};
 
 /** bump when the files written here change */
 const GENERATOR_VERSION = 1;
@@ -56,14 +74,21 @@ function tensorPlan(s: BenchShape): TensorPlan[] {
   w('transformer.wpe.weight', [P, D], 0.05);
   for (let l = 0; l < s.nLayers; l++) {
     const p = `transformer.h.${l}`;
-    w(`${p}.ln_1.weight`, [D], 0.1, 1); w(`${p}.ln_1.bias`, [D], 0.02);
-    w(`${p}.attn.c_attn.weight`, [D, 3 * D], 1 / Math.sqrt(D)); w(`${p}.attn.c_attn.bias`, [3 * D], 0.02);
-    w(`${p}.attn.c_proj.weight`, [D, D], 1 / Math.sqrt(D) / 4); w(`${p}.attn.c_proj.bias`, [D], 0.02);
-    w(`${p}.ln_2.weight`, [D], 0.1, 1); w(`${p}.ln_2.bias`, [D], 0.02);
-    w(`${p}.mlp.c_fc.weight`, [D, M], 1 / Math.sqrt(D)); w(`${p}.mlp.c_fc.bias`, [M], 0.02);
-    w(`${p}.mlp.c_proj.weight`, [M, D], 1 / Math.sqrt(M) / 4); w(`${p}.mlp.c_proj.bias`, [D], 0.02);
+    w(`${p}.ln_1.weight`, [D], 0.1, 1);
+    w(`${p}.ln_1.bias`, [D], 0.02);
+    w(`${p}.attn.c_attn.weight`, [D, 3 * D], 1 / Math.sqrt(D));
+    w(`${p}.attn.c_attn.bias`, [3 * D], 0.02);
+    w(`${p}.attn.c_proj.weight`, [D, D], 1 / Math.sqrt(D) / 4);
+    w(`${p}.attn.c_proj.bias`, [D], 0.02);
+    w(`${p}.ln_2.weight`, [D], 0.1, 1);
+    w(`${p}.ln_2.bias`, [D], 0.02);
+    w(`${p}.mlp.c_fc.weight`, [D, M], 1 / Math.sqrt(D));
+    w(`${p}.mlp.c_fc.bias`, [M], 0.02);
+    w(`${p}.mlp.c_proj.weight`, [M, D], 1 / Math.sqrt(M) / 4);
+    w(`${p}.mlp.c_proj.bias`, [D], 0.02);
   }
-  w('transformer.ln_f.weight', [D], 0.1, 1); w('transformer.ln_f.bias', [D], 0.02);
+  w('transformer.ln_f.weight', [D], 0.1, 1);
+  w('transformer.ln_f.bias', [D], 0.02);
   return t; // tied embeddings: no lm_head.weight, as in GPT-2
 }
 
@@ -103,13 +128,21 @@ function bytesToUnicode(): string[] {
   for (let b = 0xae; b <= 0xff; b++) bs.push(b);
   const cs = bs.slice();
   let n = 0;
-  for (let b = 0; b < 256; b++) if (!bs.includes(b)) { bs.push(b); cs.push(256 + n); n++; }
+  for (let b = 0; b < 256; b++)
+    if (!bs.includes(b)) {
+      bs.push(b);
+      cs.push(256 + n);
+      n++;
+    }
   const table: string[] = new Array(256);
   for (let i = 0; i < bs.length; i++) table[bs[i]] = String.fromCharCode(cs[i]);
   return table;
 }
 
-export function tokenizerFiles(s: BenchShape): { tokenizer: Record<string, unknown>; tokenizerConfig: Record<string, unknown> } {
+export function tokenizerFiles(s: BenchShape): {
+  tokenizer: Record<string, unknown>;
+  tokenizerConfig: Record<string, unknown>;
+} {
   const eos = '<|endoftext|>';
   const table = bytesToUnicode();
   const vocab: Record<string, number> = {};
@@ -118,7 +151,9 @@ export function tokenizerFiles(s: BenchShape): { tokenizer: Record<string, unkno
   let next = 256;
   const eosId = s.vocab - 1;
   // two-byte merges, printable ASCII pairs first so common text merges a little
-  const order = [...Array(256).keys()].sort((a, b) => Number(!(a >= 0x20 && a < 0x7f)) - Number(!(b >= 0x20 && b < 0x7f)) || a - b);
+  const order = [...Array(256).keys()].sort(
+    (a, b) => Number(!(a >= 0x20 && a < 0x7f)) - Number(!(b >= 0x20 && b < 0x7f)) || a - b,
+  );
   outer: for (const a of order) {
     for (const b of order) {
       if (next >= eosId) break outer;
@@ -128,7 +163,9 @@ export function tokenizerFiles(s: BenchShape): { tokenizer: Record<string, unkno
     }
   }
   vocab[eos] = eosId;
-  const added = [{ id: eosId, content: eos, single_word: false, lstrip: false, rstrip: false, normalized: true, special: true }];
+  const added = [
+    { id: eosId, content: eos, single_word: false, lstrip: false, rstrip: false, normalized: true, special: true },
+  ];
   const tokenizer = {
     version: '1.0',
     truncation: null,
@@ -138,12 +175,32 @@ export function tokenizerFiles(s: BenchShape): { tokenizer: Record<string, unkno
     pre_tokenizer: { type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: true },
     post_processor: { type: 'ByteLevel', add_prefix_space: true, trim_offsets: false, use_regex: true },
     decoder: { type: 'ByteLevel', add_prefix_space: true, trim_offsets: true, use_regex: true },
-    model: { type: 'BPE', dropout: null, unk_token: null, continuing_subword_prefix: '', end_of_word_suffix: '', fuse_unk: false, byte_fallback: false, ignore_merges: false, vocab, merges },
+    model: {
+      type: 'BPE',
+      dropout: null,
+      unk_token: null,
+      continuing_subword_prefix: '',
+      end_of_word_suffix: '',
+      fuse_unk: false,
+      byte_fallback: false,
+      ignore_merges: false,
+      vocab,
+      merges,
+    },
   };
   const tokenizerConfig = {
     add_bos_token: false,
     add_prefix_space: false,
-    added_tokens_decoder: { [String(eosId)]: { content: eos, lstrip: false, normalized: true, rstrip: false, single_word: false, special: true } },
+    added_tokens_decoder: {
+      [String(eosId)]: {
+        content: eos,
+        lstrip: false,
+        normalized: true,
+        rstrip: false,
+        single_word: false,
+        special: true,
+      },
+    },
     bos_token: eos,
     eos_token: eos,
     unk_token: eos,
@@ -177,7 +234,10 @@ function makeFiller(seed: number) {
 }
 
 function shapeHash(s: BenchShape): string {
-  return createHash('sha256').update(JSON.stringify({ s, v: GENERATOR_VERSION })).digest('hex').slice(0, 12);
+  return createHash('sha256')
+    .update(JSON.stringify({ s, v: GENERATOR_VERSION }))
+    .digest('hex')
+    .slice(0, 12);
 }
 
 function numel(d: number[]): number {
@@ -197,7 +257,8 @@ export function ensureBenchModel(s: BenchShape = GPT2_SMALL, log: (m: string) =>
   const done = path.join(dir, '.complete');
   if (existsSync(done)) {
     const meta = JSON.parse(readFileSync(done, 'utf8'));
-    if (meta.weightBytes === weightBytes) return { dir, shape: s, weightBytes, nParams, generated: false, generateMs: 0 };
+    if (meta.weightBytes === weightBytes)
+      return { dir, shape: s, weightBytes, nParams, generated: false, generateMs: 0 };
   }
   const t0 = performance.now();
   log(`generating a random GPT-2-small-shaped model (${(nParams / 1e6).toFixed(1)}M params) in ${dir} …`);
@@ -237,8 +298,14 @@ export function ensureBenchModel(s: BenchShape = GPT2_SMALL, log: (m: string) =>
     const { tokenizer, tokenizerConfig } = tokenizerFiles(s);
     writeFileSync(path.join(tmp, 'tokenizer.json'), JSON.stringify(tokenizer));
     writeFileSync(path.join(tmp, 'tokenizer_config.json'), JSON.stringify(tokenizerConfig, null, 2));
-    writeFileSync(path.join(tmp, 'generation_config.json'), JSON.stringify({ bos_token_id: s.vocab - 1, eos_token_id: s.vocab - 1 }, null, 2));
-    writeFileSync(path.join(tmp, '.complete'), JSON.stringify({ weightBytes, nParams, shape: s, version: GENERATOR_VERSION }));
+    writeFileSync(
+      path.join(tmp, 'generation_config.json'),
+      JSON.stringify({ bos_token_id: s.vocab - 1, eos_token_id: s.vocab - 1 }, null, 2),
+    );
+    writeFileSync(
+      path.join(tmp, '.complete'),
+      JSON.stringify({ weightBytes, nParams, shape: s, version: GENERATOR_VERSION }),
+    );
     rmSync(dir, { recursive: true, force: true });
     renameSync(tmp, dir);
   } catch (e) {

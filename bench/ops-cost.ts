@@ -31,12 +31,53 @@ export interface OpCase {
 export const SINGLE_TARGET = 1.2;
 
 export const OP_CASES: OpCase[] = [
-  { op: 'trace', label: 'trace', input: (p) => ({ prompt: p }), forwards: () => 1, why: '1 forward', target: SINGLE_TARGET },
-  { op: 'activations', label: 'activations', input: (p) => ({ prompt: p }), forwards: () => 1, why: '1 forward', target: SINGLE_TARGET },
-  { op: 'attention', label: 'attention (layer 0)', input: (p) => ({ prompt: p, layers: [0] }), forwards: () => 1, why: '1 forward', target: SINGLE_TARGET },
-  { op: 'logit_lens', label: 'logit_lens', input: (p) => ({ prompt: p }), forwards: () => 1, why: '1 forward (+ the lens: (L+1)·T unembeddings of d_model × vocab, ~5.7× the FLOPs of a forward that unembeds one position)', target: SINGLE_TARGET, shortOnly: true },
-  { op: 'ablate', label: 'ablate (L0H0, zero)', input: (p) => ({ prompt: p, layer: 0, head: 0 }), forwards: () => 2, why: 'clean + ablated' },
-  { op: 'layer_ablation', label: 'layer_ablation', input: (p) => ({ prompt: p }), forwards: (_T, m) => 1 + 2 * m.info.n_layers, why: 'clean + attn_out and mlp_out of every layer' },
+  {
+    op: 'trace',
+    label: 'trace',
+    input: (p) => ({ prompt: p }),
+    forwards: () => 1,
+    why: '1 forward',
+    target: SINGLE_TARGET,
+  },
+  {
+    op: 'activations',
+    label: 'activations',
+    input: (p) => ({ prompt: p }),
+    forwards: () => 1,
+    why: '1 forward',
+    target: SINGLE_TARGET,
+  },
+  {
+    op: 'attention',
+    label: 'attention (layer 0)',
+    input: (p) => ({ prompt: p, layers: [0] }),
+    forwards: () => 1,
+    why: '1 forward',
+    target: SINGLE_TARGET,
+  },
+  {
+    op: 'logit_lens',
+    label: 'logit_lens',
+    input: (p) => ({ prompt: p }),
+    forwards: () => 1,
+    why: '1 forward (+ the lens: (L+1)·T unembeddings of d_model × vocab, ~5.7× the FLOPs of a forward that unembeds one position)',
+    target: SINGLE_TARGET,
+    shortOnly: true,
+  },
+  {
+    op: 'ablate',
+    label: 'ablate (L0H0, zero)',
+    input: (p) => ({ prompt: p, layer: 0, head: 0 }),
+    forwards: () => 2,
+    why: 'clean + ablated',
+  },
+  {
+    op: 'layer_ablation',
+    label: 'layer_ablation',
+    input: (p) => ({ prompt: p }),
+    forwards: (_T, m) => 1 + 2 * m.info.n_layers,
+    why: 'clean + attn_out and mlp_out of every layer',
+  },
 ];
 
 export interface OpCostRow {
@@ -64,7 +105,13 @@ export interface OpCostRow {
   target?: number;
 }
 
-export async function measureOps(model: LoadedModel, prompt: string, cases: OpCase[], rounds: number, log: (m: string) => void): Promise<OpCostRow[]> {
+export async function measureOps(
+  model: LoadedModel,
+  prompt: string,
+  cases: OpCase[],
+  rounds: number,
+  log: (m: string) => void,
+): Promise<OpCostRow[]> {
   const ops = await import('../src/ops/index');
   const ids = model.tokenize(prompt);
   const T = ids.length;
@@ -73,7 +120,10 @@ export async function measureOps(model: LoadedModel, prompt: string, cases: OpCa
   const rows: OpCostRow[] = [];
   for (const c of cases) {
     const op = ops.getOperation(c.op);
-    if (!op) { log(`no operation ${c.op}; skipped`); continue; }
+    if (!op) {
+      log(`no operation ${c.op}; skipped`);
+      continue;
+    }
     const run = () => op.run(model, c.input(prompt), {});
     const t0 = now();
     await run();
@@ -87,8 +137,15 @@ export async function measureOps(model: LoadedModel, prompt: string, cases: OpCa
     for (let r = 0; r < rounds; r++) {
       const f: number[] = [];
       const fc: number[] = [];
-      for (let i = 0; i < 3; i++) { const a = now(), ac = cpuNow(); await forward(); f.push(now() - a); fc.push(cpuNow() - ac); }
-      const a = now(), ac = cpuNow();
+      for (let i = 0; i < 3; i++) {
+        const a = now(),
+          ac = cpuNow();
+        await forward();
+        f.push(now() - a);
+        fc.push(cpuNow() - ac);
+      }
+      const a = now(),
+        ac = cpuNow();
       await run();
       const o = now() - a;
       cpuRatios.push((cpuNow() - ac) / (n * median(fc)));
@@ -98,10 +155,23 @@ export async function measureOps(model: LoadedModel, prompt: string, cases: OpCa
       ratios.push(o / (n * median(f)));
     }
     const row: OpCostRow = {
-      op: c.op, label: c.label, T, forwards: n, why: c.why, forward_ms: median(fwds), op_ms: median(opms), cold_ms: cold,
-      ratio: median(ratios), rounds: ratios, ratio_fastest: Math.min(...opms) / (n * Math.min(...allFwd)), ratio_cpu: median(cpuRatios), target: c.target,
+      op: c.op,
+      label: c.label,
+      T,
+      forwards: n,
+      why: c.why,
+      forward_ms: median(fwds),
+      op_ms: median(opms),
+      cold_ms: cold,
+      ratio: median(ratios),
+      rounds: ratios,
+      ratio_fastest: Math.min(...opms) / (n * Math.min(...allFwd)),
+      ratio_cpu: median(cpuRatios),
+      target: c.target,
     };
-    log(`${c.label} T=${T}: ${row.op_ms.toFixed(1)} ms vs ${n} × ${row.forward_ms.toFixed(1)} ms → ${row.ratio.toFixed(2)} (rounds ${ratios.map((x) => x.toFixed(2)).join(', ')}; fastest ${row.ratio_fastest.toFixed(2)}; cpu ${row.ratio_cpu.toFixed(2)}; cold ${cold.toFixed(0)} ms)`);
+    log(
+      `${c.label} T=${T}: ${row.op_ms.toFixed(1)} ms vs ${n} × ${row.forward_ms.toFixed(1)} ms → ${row.ratio.toFixed(2)} (rounds ${ratios.map((x) => x.toFixed(2)).join(', ')}; fastest ${row.ratio_fastest.toFixed(2)}; cpu ${row.ratio_cpu.toFixed(2)}; cold ${cold.toFixed(0)} ms)`,
+    );
     rows.push(row);
   }
   return rows;

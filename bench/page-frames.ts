@@ -16,11 +16,19 @@ import { resolve } from 'node:path';
 import { CHROMIUM_ARGS } from '../playwright.config';
 
 const OPS: { op: string; example?: boolean }[] = [
-  { op: 'trace' }, { op: 'attention' }, { op: 'logit_lens' }, { op: 'patch', example: true }, { op: 'circuit', example: true }, { op: 'causality', example: true },
+  { op: 'trace' },
+  { op: 'attention' },
+  { op: 'logit_lens' },
+  { op: 'patch', example: true },
+  { op: 'circuit', example: true },
+  { op: 'causality', example: true },
 ];
 const PROMPT = 'Once upon a time, there was a little girl named Lily who loved to play in the park with her friends';
 
-const q = (xs: number[], p: number) => { const s = [...xs].sort((a, b) => a - b); return s.length ? s[Math.min(s.length - 1, Math.floor(p * s.length))] : NaN; };
+const q = (xs: number[], p: number) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length ? s[Math.min(s.length - 1, Math.floor(p * s.length))] : NaN;
+};
 
 interface CpuProfile {
   nodes: { id: number; callFrame: { functionName: string; url: string; lineNumber: number }; children?: number[] }[];
@@ -47,7 +55,8 @@ function printProfile(op: string, p: CpuProfile): void {
   for (let i = 0, start = 0, ms = 0; i <= p.samples.length; i++) {
     if (i === p.samples.length || idle(p.samples[i])) {
       if (ms > best[2]) best = [start, i, ms];
-      start = i + 1; ms = 0;
+      start = i + 1;
+      ms = 0;
     } else ms += (p.timeDeltas[i] ?? 0) / 1000;
   }
   console.log(`  ${op}: main-thread self time (ms), whole run`);
@@ -56,7 +65,15 @@ function printProfile(op: string, p: CpuProfile): void {
   for (const [k, ms] of top(best[0], best[1])) console.log(`    ${ms.toFixed(1).padStart(8)}  ${k}`);
 }
 
-interface TraceEvent { name: string; ph: string; ts: number; dur?: number; tid: number; pid: number; args?: { name?: string; beginData?: { dirtyObjects?: number; totalObjects?: number } } }
+interface TraceEvent {
+  name: string;
+  ph: string;
+  ts: number;
+  dur?: number;
+  tid: number;
+  pid: number;
+  args?: { name?: string; beginData?: { dirtyObjects?: number; totalObjects?: number } };
+}
 
 /**
  * What the renderer's main thread did in its longest task, by trace event (style, layout, paint,
@@ -76,18 +93,28 @@ function printTrace(op: string, events: TraceEvent[]): void {
     sum.set(e.name, (sum.get(e.name) ?? 0) + e.dur! / 1000);
   }
   console.log(`  ${op}: the longest task ${(task.dur! / 1000).toFixed(0)} ms, by trace event (nested rows overlap)`);
-  for (const [k, ms] of [...sum].sort((a, b) => b[1] - a[1]).slice(0, 12)) console.log(`    ${ms.toFixed(1).padStart(8)}  ${k}`);
+  for (const [k, ms] of [...sum].sort((a, b) => b[1] - a[1]).slice(0, 12))
+    console.log(`    ${ms.toFixed(1).padStart(8)}  ${k}`);
   const layouts = mine.filter((e) => e.name === 'Layout' && e.ts >= task.ts && e.ts <= task.ts + task.dur!);
-  for (const l of layouts) console.log(`    layout ${(l.dur! / 1000).toFixed(0)} ms: ${l.args?.beginData?.dirtyObjects ?? '?'} of ${l.args?.beginData?.totalObjects ?? '?'} objects dirty`);
+  for (const l of layouts)
+    console.log(
+      `    layout ${(l.dur! / 1000).toFixed(0)} ms: ${l.args?.beginData?.dirtyObjects ?? '?'} of ${l.args?.beginData?.totalObjects ?? '?'} objects dirty`,
+    );
 }
 
 async function main(): Promise<void> {
   const args = process.argv.slice(2);
   const profile = args.includes('--profile');
   const root = args.find((a) => !a.startsWith('--')) ?? 'dist';
-  const only = args.find((a) => a.startsWith('--ops='))?.slice(6).split(',');
+  const only = args
+    .find((a) => a.startsWith('--ops='))
+    ?.slice(6)
+    .split(',');
   const server = await serveWorkbench(0, resolve(root));
-  const browser = await chromium.launch({ executablePath: process.env.LOUPE_CHROMIUM ?? '/usr/bin/chromium', args: CHROMIUM_ARGS });
+  const browser = await chromium.launch({
+    executablePath: process.env.LOUPE_CHROMIUM ?? '/usr/bin/chromium',
+    args: CHROMIUM_ARGS,
+  });
   try {
     if (args.includes('--load')) {
       const ready = `globalThis.__loupe?.modelStatus === 'ready' && globalThis.__loupe.ops.length > 0`;
@@ -108,9 +135,16 @@ async function main(): Promise<void> {
     }
     const page = await (await browser.newContext({ viewport: { width: 1280, height: 800 } })).newPage();
     const cdp = profile ? await page.context().newCDPSession(page) : null;
-    if (cdp) { await cdp.send('Profiler.enable'); await cdp.send('Profiler.setSamplingInterval', { interval: 500 }); }
+    if (cdp) {
+      await cdp.send('Profiler.enable');
+      await cdp.send('Profiler.setSamplingInterval', { interval: 500 });
+    }
     await page.goto(server.url);
-    await page.waitForFunction(`globalThis.__loupe?.modelStatus === 'ready' && globalThis.__loupe.ops.length > 0`, null, { timeout: 120_000 });
+    await page.waitForFunction(
+      `globalThis.__loupe?.modelStatus === 'ready' && globalThis.__loupe.ops.length > 0`,
+      null,
+      { timeout: 120_000 },
+    );
     if (process.env.WAIT_MS) await page.waitForTimeout(Number(process.env.WAIT_MS));
     const all: number[] = [];
     const tasks: number[] = [];
@@ -130,20 +164,37 @@ async function main(): Promise<void> {
         w.__obs = new PerformanceObserver((l) => { for (const e of l.getEntries()) w.__tasks.push(e.duration); });
         w.__obs.observe({ type: 'longtask' });
       })()`);
-      if (cdp) { await cdp.send('Profiler.start'); await browser.startTracing(page, { categories: ['devtools.timeline', 'disabled-by-default-devtools.timeline', 'v8', ...(process.env.TRACE_CATS?.split(',') ?? [])] }); }
+      if (cdp) {
+        await cdp.send('Profiler.start');
+        await browser.startTracing(page, {
+          categories: [
+            'devtools.timeline',
+            'disabled-by-default-devtools.timeline',
+            'v8',
+            ...(process.env.TRACE_CATS?.split(',') ?? []),
+          ],
+        });
+      }
       await page.getByTestId('run').click();
       await page.waitForSelector('[data-testid=job]', { state: 'detached', timeout: 300_000 });
       await page.waitForSelector(`[data-testid=result][data-op=${op}] svg`, { timeout: 60_000 }).catch(() => {});
       await page.waitForTimeout(500);
-      const r = await page.evaluate(`(() => { const w = globalThis; w.__on = false; w.__obs.disconnect(); return { frames: w.__frames.slice(1), tasks: w.__tasks }; })()`) as { frames: number[]; tasks: number[] };
-      all.push(...r.frames); tasks.push(...r.tasks);
+      const r = (await page.evaluate(
+        `(() => { const w = globalThis; w.__on = false; w.__obs.disconnect(); return { frames: w.__frames.slice(1), tasks: w.__tasks }; })()`,
+      )) as { frames: number[]; tasks: number[] };
+      all.push(...r.frames);
+      tasks.push(...r.tasks);
       if (cdp) {
         printProfile(op, ((await cdp.send('Profiler.stop')) as { profile: CpuProfile }).profile);
         printTrace(op, JSON.parse((await browser.stopTracing()).toString()).traceEvents as TraceEvent[]);
       }
-      console.log(`${op.padEnd(12)} frames ${String(r.frames.length).padStart(5)}  p50 ${q(r.frames, 0.5).toFixed(1)} ms  p95 ${q(r.frames, 0.95).toFixed(1)} ms  max ${Math.max(...r.frames).toFixed(0)} ms  long tasks ${r.tasks.length} (max ${r.tasks.length ? Math.max(...r.tasks).toFixed(0) : 0} ms)`);
+      console.log(
+        `${op.padEnd(12)} frames ${String(r.frames.length).padStart(5)}  p50 ${q(r.frames, 0.5).toFixed(1)} ms  p95 ${q(r.frames, 0.95).toFixed(1)} ms  max ${Math.max(...r.frames).toFixed(0)} ms  long tasks ${r.tasks.length} (max ${r.tasks.length ? Math.max(...r.tasks).toFixed(0) : 0} ms)`,
+      );
     }
-    console.log(`ALL          frames ${all.length}  p95 ${q(all, 0.95).toFixed(1)} ms  max ${Math.max(...all).toFixed(0)} ms  long tasks ${tasks.length} (max ${tasks.length ? Math.max(...tasks).toFixed(0) : 0} ms)`);
+    console.log(
+      `ALL          frames ${all.length}  p95 ${q(all, 0.95).toFixed(1)} ms  max ${Math.max(...all).toFixed(0)} ms  long tasks ${tasks.length} (max ${tasks.length ? Math.max(...tasks).toFixed(0) : 0} ms)`,
+    );
   } finally {
     await browser.close();
     await server.close();

@@ -48,20 +48,32 @@ function rendererPeak(type = 'renderer'): number {
       const cmd = readFileSync(`/proc/${pid}/cmdline`, 'utf8');
       if (!cmd.includes(`--type=${type}`) || !cmd.includes('chromium')) continue;
       max = Math.max(max, Number(/VmHWM:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))![1]) * 1024);
-    } catch { /* gone */ }
+    } catch {
+      /* gone */
+    }
   }
   return max;
 }
 
 /** onnxruntime-web creating a session from bytes in memory, in a bare cross-origin-isolated page */
-async function fromMemory(browser: import('playwright-core').BrowserContext, dir: string, precision: WeightPrecision, vocabChunks: number): Promise<number> {
+async function fromMemory(
+  browser: import('playwright-core').BrowserContext,
+  dir: string,
+  precision: WeightPrecision,
+  vocabChunks: number,
+): Promise<number> {
   const files = await loadModelFilesNode(dir);
   const spec = describeModel({ config: files.config as Record<string, any>, tensors: files.weights.tensors });
   // the graph the page built: same precision, same vocabulary split (model.ts)
   const vocabRows = vocabChunks > 1 ? Math.ceil(spec.dVocab / vocabChunks) : undefined;
   // at q8 the quantised matrices are in-memory files, as in the page (model.ts)
   const weights = precision === 'q8' ? await q8WeightSet(files.weights, spec) : files.weights;
-  const graph = buildModelGraph(spec, weights.tensors, { hooks: true, withResult: false, weights: precision, vocabRows });
+  const graph = buildModelGraph(spec, weights.tensors, {
+    hooks: true,
+    withResult: false,
+    weights: precision,
+    vocabRows,
+  });
   // the weights in the pieces the page feeds (runtime/pieces.ts: under 2 GiB each, llama's 2.47 GB file is three)
   const { graphBytes, pieces } = pieceGraph(graph.bytes);
   const send = (p: Piece, res: import('node:http').ServerResponse) => {
@@ -70,36 +82,61 @@ async function fromMemory(browser: import('playwright-core').BrowserContext, dir
     createReadStream(weights.paths.get(p.file)!, { start: p.start, end: p.end - 1 }).pipe(res);
   };
   const ortDir = path.join(ROOT, 'node_modules', 'onnxruntime-web', 'dist');
-  const h = { 'Cross-Origin-Opener-Policy': 'same-origin', 'Cross-Origin-Embedder-Policy': 'require-corp', 'Cross-Origin-Resource-Policy': 'same-origin' };
+  const h = {
+    'Cross-Origin-Opener-Policy': 'same-origin',
+    'Cross-Origin-Embedder-Policy': 'require-corp',
+    'Cross-Origin-Resource-Policy': 'same-origin',
+  };
   const html = `<!doctype html><script type="module">import * as ort from '/ort/ort.bundle.min.mjs'; window.ort = ort; window.ready = true;</script>`;
   const server = createServer((req, res) => {
     const url = (req.url ?? '/').split('?')[0];
-    if (url === '/') { res.writeHead(200, { ...h, 'Content-Type': 'text/html' }); return void res.end(html); }
-    if (url === '/graph.onnx') { res.writeHead(200, { ...h, 'Content-Type': 'application/octet-stream' }); return void res.end(graphBytes); }
+    if (url === '/') {
+      res.writeHead(200, { ...h, 'Content-Type': 'text/html' });
+      return void res.end(html);
+    }
+    if (url === '/graph.onnx') {
+      res.writeHead(200, { ...h, 'Content-Type': 'application/octet-stream' });
+      return void res.end(graphBytes);
+    }
     const piece = pieces.find((p) => url === `/${p.path}`);
-    if (piece) { res.writeHead(200, { ...h, 'Content-Length': piece.end - piece.start }); return send(piece, res); }
+    if (piece) {
+      res.writeHead(200, { ...h, 'Content-Length': piece.end - piece.start });
+      return send(piece, res);
+    }
     const m = /^\/ort\/([\w.-]+)$/.exec(url);
-    if (m && existsSync(path.join(ortDir, m[1]))) { res.writeHead(200, { ...h, 'Content-Type': m[1].endsWith('.wasm') ? 'application/wasm' : 'text/javascript' }); return void res.end(readFileSync(path.join(ortDir, m[1]))); }
-    res.writeHead(404, h); res.end();
+    if (m && existsSync(path.join(ortDir, m[1]))) {
+      res.writeHead(200, { ...h, 'Content-Type': m[1].endsWith('.wasm') ? 'application/wasm' : 'text/javascript' });
+      return void res.end(readFileSync(path.join(ortDir, m[1])));
+    }
+    res.writeHead(404, h);
+    res.end();
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   try {
     const page = await browser.newPage();
     await page.goto(`http://127.0.0.1:${(server.address() as { port: number }).port}/`);
     await page.waitForFunction(() => (window as any).ready === true);
-    const ms = await page.evaluate(async ({ paths, threads }) => {
-      const ort = (window as any).ort;
-      ort.env.wasm.numThreads = threads;
-      ort.env.wasm.wasmPaths = '/ort/';
-      const graph = new Uint8Array(await (await fetch('/graph.onnx')).arrayBuffer());
-      const externalData = [];
-      for (const path of paths) externalData.push({ path, data: new Uint8Array(await (await fetch('/' + path)).arrayBuffer()) });
-      const t0 = performance.now();
-      const s = await ort.InferenceSession.create(graph, { executionProviders: ['wasm'], graphOptimizationLevel: 'all', externalData });
-      const t = performance.now() - t0;
-      await s.release();
-      return t;
-    }, { paths: pieces.map((p) => p.path), threads: 2 });
+    const ms = await page.evaluate(
+      async ({ paths, threads }) => {
+        const ort = (window as any).ort;
+        ort.env.wasm.numThreads = threads;
+        ort.env.wasm.wasmPaths = '/ort/';
+        const graph = new Uint8Array(await (await fetch('/graph.onnx')).arrayBuffer());
+        const externalData = [];
+        for (const path of paths)
+          externalData.push({ path, data: new Uint8Array(await (await fetch('/' + path)).arrayBuffer()) });
+        const t0 = performance.now();
+        const s = await ort.InferenceSession.create(graph, {
+          executionProviders: ['wasm'],
+          graphOptimizationLevel: 'all',
+          externalData,
+        });
+        const t = performance.now() - t0;
+        await s.release();
+        return t;
+      },
+      { paths: pieces.map((p) => p.path), threads: 2 },
+    );
     await page.close();
     return ms;
   } finally {
@@ -112,8 +149,13 @@ async function main() {
   // the other benches do: the models are temporary, so is what Loupe caches for them
   if (!process.env.LOUPE_CACHE_DIR) process.on('exit', useScratchCacheDir());
   const args = process.argv.slice(2);
-  const opt = (k: string, d: string) => { const i = args.indexOf(`--${k}`); return i >= 0 ? args[i + 1] : d; };
-  const name = args.find((a, i) => !a.startsWith('--') && !(i > 0 && args[i - 1].startsWith('--') && args[i - 1] !== '--keep')) ?? 'gpt2-small';
+  const opt = (k: string, d: string) => {
+    const i = args.indexOf(`--${k}`);
+    return i >= 0 ? args[i + 1] : d;
+  };
+  const name =
+    args.find((a, i) => !a.startsWith('--') && !(i > 0 && args[i - 1].startsWith('--') && args[i - 1] !== '--keep')) ??
+    'gpt2-small';
   const weights = opt('weights', 'stored') as WeightPrecision;
   const backend = opt('backend', 'wasm') as 'wasm' | 'webgpu';
   // --skip memory,node: leave out the from-memory session and/or the Node WASM comparison (both WASM only)
@@ -127,7 +169,12 @@ async function main() {
   const timed = async (run: Promise<number>): Promise<number | string> => {
     if (!traceTimeoutMs) return Math.round(await run);
     let timer: NodeJS.Timeout | undefined;
-    const r = await Promise.race([run, new Promise<string>((res) => { timer = setTimeout(() => res(`over ${traceTimeoutMs / 1000} s (stopped)`), traceTimeoutMs); })]);
+    const r = await Promise.race([
+      run,
+      new Promise<string>((res) => {
+        timer = setTimeout(() => res(`over ${traceTimeoutMs / 1000} s (stopped)`), traceTimeoutMs);
+      }),
+    ]);
     clearTimeout(timer);
     return typeof r === 'number' ? Math.round(r) : r;
   };
@@ -147,15 +194,32 @@ async function main() {
   const browser = await chromium.launchPersistentContext(profile, { executablePath: CHROMIUM, args: CHROMIUM_ARGS });
   const out: Record<string, unknown> = { shape: shape.name, weights, backend };
   // each number as soon as it is measured: a run that fails later still reports what it got
-  const note = (k: string, v: unknown) => { out[k] = v; console.log(`[page-scale] ${k} ${JSON.stringify(v)}`); };
+  const note = (k: string, v: unknown) => {
+    out[k] = v;
+    console.log(`[page-scale] ${k} ${JSON.stringify(v)}`);
+  };
   /**
    * The model `id` ready, or its load's error thrown. Above 1 GB the page asks before downloading:
    * the bench gives the click at once (loadMs includes that wait, a polling interval).
    */
   const readyOrError = async (p: import('playwright-core').Page, id: string) => {
     for (;;) {
-      await p.waitForFunction((m) => { const a = (globalThis as any).__loupe; return (a.models.model?.info.id === m && a.modelStatus === 'ready') || a.modelError || a.models.preview?.waiting; }, id, { timeout: 3_600_000 });
-      const asked = await p.evaluate(() => { const m = (globalThis as any).__loupe.models; if (!m.preview?.waiting) return false; m.answerPreview(true); return true; });
+      await p.waitForFunction(
+        (m) => {
+          const a = (globalThis as any).__loupe;
+          return (
+            (a.models.model?.info.id === m && a.modelStatus === 'ready') || a.modelError || a.models.preview?.waiting
+          );
+        },
+        id,
+        { timeout: 3_600_000 },
+      );
+      const asked = await p.evaluate(() => {
+        const m = (globalThis as any).__loupe.models;
+        if (!m.preview?.waiting) return false;
+        m.answerPreview(true);
+        return true;
+      });
       if (!asked) break;
     }
     const e = await p.evaluate(() => (globalThis as any).__loupe.modelError);
@@ -164,19 +228,30 @@ async function main() {
   try {
     const ctx = browser;
     const page = await ctx.newPage();
-    const ready = () => page.waitForFunction(() => { const a = (globalThis as any).__loupe; return a && a.modelStatus === 'ready' && a.ops.length > 0; }, null, { timeout: 1_800_000 });
+    const ready = () =>
+      page.waitForFunction(
+        () => {
+          const a = (globalThis as any).__loupe;
+          return a && a.modelStatus === 'ready' && a.ops.length > 0;
+        },
+        null,
+        { timeout: 1_800_000 },
+      );
     await page.goto(site.url);
     await ready();
     // the renderer with the page and its bundled model, before the big model: what the browser
     // costs whatever the model (the peaks below are also given over the weights above this floor)
     note('renderer_before', rendererPeak());
     const load = async () => {
-      await page.evaluate(({ id, endpoint, weights, backend }) => {
-        const a = (globalThis as any).__loupe;
-        a.backend = backend;
-        a.setWeights(weights);
-        void a.models.load({ kind: 'hub', id, revision: 'main', endpoint });
-      }, { id: `bench/${shape.name}`, endpoint: hub.url, weights, backend });
+      await page.evaluate(
+        ({ id, endpoint, weights, backend }) => {
+          const a = (globalThis as any).__loupe;
+          a.backend = backend;
+          a.setWeights(weights);
+          void a.models.load({ kind: 'hub', id, revision: 'main', endpoint });
+        },
+        { id: `bench/${shape.name}`, endpoint: hub.url, weights, backend },
+      );
       await readyOrError(page, `bench/${shape.name}`);
       return page.evaluate(() => (globalThis as any).__loupe.models.model.loadMs as number);
     };
@@ -187,37 +262,70 @@ async function main() {
     note('precision', info.weights);
     note('backend_ran', info.backend);
     note('vocab_chunks', info.vocab_chunks);
-    const trace = async () => page.evaluate(async (prompt) => (await (globalThis as any).__loupe.execute('trace', { prompt }, { who: 'page' })).ms as number, PROMPT);
+    const trace = async () =>
+      page.evaluate(
+        async (prompt) =>
+          (await (globalThis as any).__loupe.execute('trace', { prompt }, { who: 'page' })).ms as number,
+        PROMPT,
+      );
     note('first_trace_ms', await timed(trace()));
     note('peak_after_first', rendererPeak());
     if (backend === 'webgpu') note('gpu_process_peak', rendererPeak('gpu-process'));
-    await page.waitForFunction(() => (globalThis as any).__loupe.models.memory?.weightBytes > 0, null, { timeout: 600_000 });
+    await page.waitForFunction(() => (globalThis as any).__loupe.models.memory?.weightBytes > 0, null, {
+      timeout: 600_000,
+    });
     note('memory', await page.evaluate(() => (globalThis as any).__loupe.models.memory));
     // a fresh page (and renderer): the cached load from IndexedDB, then its first trace
     await page.close();
     const page2 = await ctx.newPage();
     await page2.goto(site.url);
-    await page2.waitForFunction(() => { const a = (globalThis as any).__loupe; return a && a.modelStatus === 'ready' && a.ops.length > 0; }, null, { timeout: 600_000 });
+    await page2.waitForFunction(
+      () => {
+        const a = (globalThis as any).__loupe;
+        return a && a.modelStatus === 'ready' && a.ops.length > 0;
+      },
+      null,
+      { timeout: 600_000 },
+    );
     hub.resetCounters();
     const load2 = async () => {
-      await page2.evaluate(({ id, endpoint, backend }) => {
-        const a = (globalThis as any).__loupe;
-        a.backend = backend;
-        void a.models.load({ kind: 'hub', id, revision: 'main', endpoint });
-      }, { id: `bench/${shape.name}`, endpoint: hub.url, backend: cachedBackend });
+      await page2.evaluate(
+        ({ id, endpoint, backend }) => {
+          const a = (globalThis as any).__loupe;
+          a.backend = backend;
+          void a.models.load({ kind: 'hub', id, revision: 'main', endpoint });
+        },
+        { id: `bench/${shape.name}`, endpoint: hub.url, backend: cachedBackend },
+      );
       await readyOrError(page2, `bench/${shape.name}`);
       return page2.evaluate(() => (globalThis as any).__loupe.models.model.loadMs as number);
     };
     note('cached_load_ms', Math.round(await load2()));
     note('cached_backend_ran', await page2.evaluate(() => (globalThis as any).__loupe.models.model.info.backend));
-    note('cached_weights_reason', await page2.evaluate(() => (globalThis as any).__loupe.models.model.info.weights_reason));
+    note(
+      'cached_weights_reason',
+      await page2.evaluate(() => (globalThis as any).__loupe.models.model.info.weights_reason),
+    );
     note('cached_requests', hub.log.length);
-    note('cached_first_trace_ms', await timed(page2.evaluate(async (prompt) => (await (globalThis as any).__loupe.execute('trace', { prompt }, { who: 'page' })).ms as number, PROMPT)));
+    note(
+      'cached_first_trace_ms',
+      await timed(
+        page2.evaluate(
+          async (prompt) =>
+            (await (globalThis as any).__loupe.execute('trace', { prompt }, { who: 'page' })).ms as number,
+          PROMPT,
+        ),
+      ),
+    );
     note('peak_cached', rendererPeak());
     if (cachedBackend === 'webgpu') note('gpu_process_peak_cached', rendererPeak('gpu-process'));
     note('memory_cached', await page2.evaluate(() => (globalThis as any).__loupe.models.memory));
     await page2.close();
-    if (!skip.has('memory')) note('from_memory_session_ms', Math.round(await fromMemory(browser, dir, out.precision as WeightPrecision, Number(out.vocab_chunks ?? 1))));
+    if (!skip.has('memory'))
+      note(
+        'from_memory_session_ms',
+        Math.round(await fromMemory(browser, dir, out.precision as WeightPrecision, Number(out.vocab_chunks ?? 1))),
+      );
   } finally {
     await browser.close();
     rmSync(profile, { recursive: true, force: true });
@@ -226,8 +334,16 @@ async function main() {
   }
   // the same first trace in Node on onnxruntime-web's WASM
   if (!skip.has('node')) {
-    const r = spawnSync(process.execPath, ['--import', 'tsx', path.join(import.meta.dirname, 'memory-child.ts'), dir, 'wasm', weights, '{}'], { encoding: 'utf8', maxBuffer: 1 << 26 });
-    const line = r.stdout.trim().split('\n').filter((l) => l.startsWith('{')).pop();
+    const r = spawnSync(
+      process.execPath,
+      ['--import', 'tsx', path.join(import.meta.dirname, 'memory-child.ts'), dir, 'wasm', weights, '{}'],
+      { encoding: 'utf8', maxBuffer: 1 << 26 },
+    );
+    const line = r.stdout
+      .trim()
+      .split('\n')
+      .filter((l) => l.startsWith('{'))
+      .pop();
     out.node_wasm = line ? JSON.parse(line) : { error: r.stderr.slice(-300) };
   }
   if (!args.includes('--keep')) rmSync(dir, { recursive: true, force: true });
@@ -236,7 +352,11 @@ async function main() {
   const f = (a: number, b: number) => (a / b).toFixed(2);
   console.log(JSON.stringify(out));
   const floor = Number(out.renderer_before);
-  console.log(`renderer peak above the page before the model: ${f(Number(out.peak_after_first) - floor, w)}× the weights (cached ${f(Number(out.peak_cached) - floor, w)}×); the page before: ${(floor / 1e9).toFixed(2)} GB`);
-  console.log(`| ${shape.name} | ${backend} | ${out.precision} | cold ${(Number(out.cold_load_ms) / 1000).toFixed(1)} s / cached ${(Number(out.cached_load_ms) / 1000).toFixed(1)} s (${out.cached_requests} requests) | from memory ${(Number(out.from_memory_session_ms) / 1000).toFixed(1)} s → cached / memory ${f(Number(out.cached_load_ms), Number(out.from_memory_session_ms))} | first trace page ${(Number(out.first_trace_ms) / 1000).toFixed(1)} s (after a cached load ${(Number(out.cached_first_trace_ms) / 1000).toFixed(1)} s), Node WASM ${(n.trace_ms / 1000).toFixed(1)} s → ${f(Number(out.first_trace_ms), n.trace_ms)} | renderer peak ${f(Number(out.peak_after_first), w)}× (cached ${f(Number(out.peak_cached), w)}×), Node WASM ${f(n.hwm_trace, n.weight_bytes)}× |`);
+  console.log(
+    `renderer peak above the page before the model: ${f(Number(out.peak_after_first) - floor, w)}× the weights (cached ${f(Number(out.peak_cached) - floor, w)}×); the page before: ${(floor / 1e9).toFixed(2)} GB`,
+  );
+  console.log(
+    `| ${shape.name} | ${backend} | ${out.precision} | cold ${(Number(out.cold_load_ms) / 1000).toFixed(1)} s / cached ${(Number(out.cached_load_ms) / 1000).toFixed(1)} s (${out.cached_requests} requests) | from memory ${(Number(out.from_memory_session_ms) / 1000).toFixed(1)} s → cached / memory ${f(Number(out.cached_load_ms), Number(out.from_memory_session_ms))} | first trace page ${(Number(out.first_trace_ms) / 1000).toFixed(1)} s (after a cached load ${(Number(out.cached_first_trace_ms) / 1000).toFixed(1)} s), Node WASM ${(n.trace_ms / 1000).toFixed(1)} s → ${f(Number(out.first_trace_ms), n.trace_ms)} | renderer peak ${f(Number(out.peak_after_first), w)}× (cached ${f(Number(out.peak_cached), w)}×), Node WASM ${f(n.hwm_trace, n.weight_bytes)}× |`,
+  );
 }
 void main();

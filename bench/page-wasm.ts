@@ -71,24 +71,55 @@ export async function pageWasm(dir: string, reps = 5, Ts = [16, 128]): Promise<P
   const ortDir = path.join(ROOT, 'node_modules', 'onnxruntime-web', 'dist');
   const server = createServer((req, res) => {
     const url = (req.url ?? '/').split('?')[0];
-    const h = { 'Cross-Origin-Opener-Policy': 'same-origin', 'Cross-Origin-Embedder-Policy': 'require-corp', 'Cross-Origin-Resource-Policy': 'same-origin' };
-    const send = (type: string, body: Buffer | Uint8Array | string) => { res.writeHead(200, { ...h, 'Content-Type': type }); res.end(body); };
+    const h = {
+      'Cross-Origin-Opener-Policy': 'same-origin',
+      'Cross-Origin-Embedder-Policy': 'require-corp',
+      'Cross-Origin-Resource-Policy': 'same-origin',
+    };
+    const send = (type: string, body: Buffer | Uint8Array | string) => {
+      res.writeHead(200, { ...h, 'Content-Type': type });
+      res.end(body);
+    };
     if (url === '/') return send('text/html', HARNESS);
     if (url === '/graph.onnx') return send('application/octet-stream', graph.bytes);
     if (url === `/${weightFile}`) {
-      res.writeHead(200, { ...h, 'Content-Type': 'application/octet-stream', 'Content-Length': statSync(weightPath).size });
+      res.writeHead(200, {
+        ...h,
+        'Content-Type': 'application/octet-stream',
+        'Content-Length': statSync(weightPath).size,
+      });
       return void createReadStream(weightPath).pipe(res);
     }
     const m = /^\/ort\/([\w.-]+)$/.exec(url);
-    if (m && existsSync(path.join(ortDir, m[1]))) return send(m[1].endsWith('.wasm') ? 'application/wasm' : 'text/javascript', readFileSync(path.join(ortDir, m[1])));
+    if (m && existsSync(path.join(ortDir, m[1])))
+      return send(
+        m[1].endsWith('.wasm') ? 'application/wasm' : 'text/javascript',
+        readFileSync(path.join(ortDir, m[1])),
+      );
     res.writeHead(404, h);
     res.end();
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   const port = (server.address() as { port: number }).port;
-  const browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'] });
+  const browser = await chromium.launch({
+    executablePath: CHROMIUM,
+    args: [
+      '--headless',
+      '--no-sandbox',
+      '--disable-gpu',
+      '--no-first-run',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+    ],
+  });
   try {
-    const out: PageWasmResult = { hardware_concurrency: 0, cross_origin_isolated: false, runs: {}, n_outputs: graph.outputNames.length };
+    const out: PageWasmResult = {
+      hardware_concurrency: 0,
+      cross_origin_isolated: false,
+      runs: {},
+      n_outputs: graph.outputNames.length,
+    };
     const probe = await browser.newPage();
     await probe.goto(`http://127.0.0.1:${port}/`);
     const hc = await probe.evaluate(() => navigator.hardwareConcurrency);
@@ -98,14 +129,38 @@ export async function pageWasm(dir: string, reps = 5, Ts = [16, 128]): Promise<P
       const page = await browser.newPage();
       await page.goto(`http://127.0.0.1:${port}/`);
       await page.waitForFunction(() => (window as any).ready === true);
-      await page.evaluate((ids) => { (window as any).ids = ids; }, Object.fromEntries(Ts.map((T) => [T, randomIds(T, spec.dVocab, 1000 + T)])));
-      const r = await page.evaluate((a) => (window as any).bench(a), {
-        threads, Ts, reps, warmup: 2, inputs: graph.inputNames, outputs, sites: graph.sites, nLayers: spec.nLayers, nKv: spec.nKvHeads, dHead: spec.dHead, weightFile,
-      }) as { res: Record<string, number[]>; hc: number; isolated: boolean };
+      await page.evaluate(
+        (ids) => {
+          (window as any).ids = ids;
+        },
+        Object.fromEntries(Ts.map((T) => [T, randomIds(T, spec.dVocab, 1000 + T)])),
+      );
+      const r = (await page.evaluate((a) => (window as any).bench(a), {
+        threads,
+        Ts,
+        reps,
+        warmup: 2,
+        inputs: graph.inputNames,
+        outputs,
+        sites: graph.sites,
+        nLayers: spec.nLayers,
+        nKv: spec.nKvHeads,
+        dHead: spec.dHead,
+        weightFile,
+      })) as { res: Record<string, number[]>; hc: number; isolated: boolean };
       out.hardware_concurrency = r.hc;
       out.cross_origin_isolated = r.isolated;
-      out.runs[String(threads)] = Object.fromEntries(Object.entries(r.res).map(([T, s]) => [T, { median_ms: median(s), samples_ms: s.map((x) => Math.round(x * 10) / 10) }]));
-      process.stderr.write(`  [page wasm] ${threads} thread(s): ${Object.entries(r.res).map(([T, s]) => `T=${T} ${median(s).toFixed(1)} ms`).join(', ')}\n`);
+      out.runs[String(threads)] = Object.fromEntries(
+        Object.entries(r.res).map(([T, s]) => [
+          T,
+          { median_ms: median(s), samples_ms: s.map((x) => Math.round(x * 10) / 10) },
+        ]),
+      );
+      process.stderr.write(
+        `  [page wasm] ${threads} thread(s): ${Object.entries(r.res)
+          .map(([T, s]) => `T=${T} ${median(s).toFixed(1)} ms`)
+          .join(', ')}\n`,
+      );
       await page.close();
     }
     return out;
@@ -118,5 +173,13 @@ export async function pageWasm(dir: string, reps = 5, Ts = [16, 128]): Promise<P
 if (process.argv[1] && path.resolve(process.argv[1]) === path.resolve(new URL(import.meta.url).pathname)) {
   const dir = process.argv[2];
   const reps = Number(process.argv.find((a) => a.startsWith('--reps='))?.slice(7) ?? 5);
-  pageWasm(dir, reps).then((r) => { process.stdout.write(JSON.stringify(r) + '\n'); }, (e) => { console.error(e); process.exit(1); });
+  pageWasm(dir, reps).then(
+    (r) => {
+      process.stdout.write(JSON.stringify(r) + '\n');
+    },
+    (e) => {
+      console.error(e);
+      process.exit(1);
+    },
+  );
 }

@@ -34,14 +34,26 @@ const all = args.includes('--fused=all');
 const plainFused: GraphPlan['fused'] = all ? ALL_FUSED : true;
 const plainTitle = all ? 'plain graph (+ SkipLayerNormalization, MultiHeadAttention)' : 'plain graph (fused kernels)';
 
-interface Event { cat: string; name: string; dur: number; args?: { op_name?: string; thread_scheduling_stats?: { main_thread?: unknown; sub_threads?: Record<string, unknown> } } }
+interface Event {
+  cat: string;
+  name: string;
+  dur: number;
+  args?: {
+    op_name?: string;
+    thread_scheduling_stats?: { main_thread?: unknown; sub_threads?: Record<string, unknown> };
+  };
+}
 
 async function profile(kind: 'plain' | 'hooked') {
   const model = ensureBenchModel(GPT2_SMALL);
   const files = await loadModelFilesNode(model.dir);
   const weights = files.weights as WeightSet;
   const spec = describeModel({ config: files.config as Record<string, any>, tensors: weights.tensors });
-  const graph = buildModelGraph(spec, weights.tensors, { hooks: kind === 'hooked', withResult: false, ...(kind === 'plain' ? { fused: plainFused } : {}) });
+  const graph = buildModelGraph(spec, weights.tensors, {
+    hooks: kind === 'hooked',
+    withResult: false,
+    ...(kind === 'plain' ? { fused: plainFused } : {}),
+  });
   const dir = mkdtempSync(path.join(tmpdir(), 'loupe-prof-'));
   const [weightFile, weightPath] = [...weights.paths][0];
   linkSync(weightPath, path.join(dir, weightFile)); // ORT refuses external data outside the graph's folder, symlinks included
@@ -49,7 +61,10 @@ async function profile(kind: 'plain' | 'hooked') {
   const ort = createRequire(import.meta.url)('onnxruntime-node');
   const threads = Number(args.find((a) => a.startsWith('--threads='))?.slice(10) ?? availableParallelism());
   const session = await ort.InferenceSession.create(path.join(dir, 'g.onnx'), {
-    graphOptimizationLevel: 'all', intraOpNumThreads: threads, enableProfiling: true, profileFilePrefix: path.join(dir, 'prof'),
+    graphOptimizationLevel: 'all',
+    intraOpNumThreads: threads,
+    enableProfiling: true,
+    profileFilePrefix: path.join(dir, 'prof'),
   });
   const ids = randomIds(T, spec.dVocab, 5);
   const feeds: Record<string, unknown> = {
@@ -57,9 +72,15 @@ async function profile(kind: 'plain' | 'hooked') {
     attn_mask: new ort.Tensor('float32', attentionMask(T, 0, null), [T, T]),
     logit_positions: new ort.Tensor('int64', BigInt64Array.from(ids.map((_, t) => BigInt(t))), [T]),
   };
-  if (graph.inputNames.includes('position_ids')) feeds.position_ids = new ort.Tensor('int64', BigInt64Array.from(ids.map((_, t) => BigInt(t))), [T]);
-  for (let l = 0; l < spec.nLayers; l++) for (const k of ['key', 'value']) feeds[`past.${l}.${k}`] = new ort.Tensor('float32', new Float32Array(0), [1, spec.nKvHeads, 0, spec.dHead]);
-  for (const s of graph.sites) { feeds[`${s}::mul`] = new ort.Tensor('float32', new Float32Array([1]), [1]); feeds[`${s}::add`] = new ort.Tensor('float32', new Float32Array([0]), [1]); }
+  if (graph.inputNames.includes('position_ids'))
+    feeds.position_ids = new ort.Tensor('int64', BigInt64Array.from(ids.map((_, t) => BigInt(t))), [T]);
+  for (let l = 0; l < spec.nLayers; l++)
+    for (const k of ['key', 'value'])
+      feeds[`past.${l}.${k}`] = new ort.Tensor('float32', new Float32Array(0), [1, spec.nKvHeads, 0, spec.dHead]);
+  for (const s of graph.sites) {
+    feeds[`${s}::mul`] = new ort.Tensor('float32', new Float32Array([1]), [1]);
+    feeds[`${s}::add`] = new ort.Tensor('float32', new Float32Array([0]), [1]);
+  }
   const fetches = graph.outputNames.filter((n) => !n.startsWith('present.'));
   await session.run(feeds, fetches);
   for (let i = 0; i < runs; i++) await session.run(feeds, fetches);
@@ -82,9 +103,17 @@ async function profile(kind: 'plain' | 'hooked') {
     for (const k of Object.keys(e.args?.thread_scheduling_stats?.sub_threads ?? {})) subThreads.add(k);
   }
   const rows = [...byType.entries()].sort((a, b) => b[1] - a[1]).slice(0, 12);
-  const out = [`#### ${kind === 'plain' ? plainTitle : 'hooked graph'}, T=${T}, onnxruntime-node ${threads} threads, ${runs + 1} runs profiled\n`, '| op type | share of kernel time |', '|---|---|'];
+  const out = [
+    `#### ${kind === 'plain' ? plainTitle : 'hooked graph'}, T=${T}, onnxruntime-node ${threads} threads, ${runs + 1} runs profiled\n`,
+    '| op type | share of kernel time |',
+    '|---|---|',
+  ];
   for (const [op, d] of rows) out.push(`| ${op} | ${((100 * d) / total).toFixed(1)} % |`);
-  out.push('', `Kernel time per run: ${(total / 1000 / (runs + 1)).toFixed(1)} ms. Transpose nodes reading a weight: ${transposeOnWeights}. Intra-op pool threads seen working: ${subThreads.size}.`, '');
+  out.push(
+    '',
+    `Kernel time per run: ${(total / 1000 / (runs + 1)).toFixed(1)} ms. Transpose nodes reading a weight: ${transposeOnWeights}. Intra-op pool threads seen working: ${subThreads.size}.`,
+    '',
+  );
   return out.join('\n');
 }
 
@@ -142,13 +171,26 @@ const MARK = '### loupe-profile: ';
 async function profileWasm(): Promise<string> {
   const { spawnSync } = await import('node:child_process');
   const { fileURLToPath } = await import('node:url');
-  const r = spawnSync(process.execPath, [...process.execArgv, fileURLToPath(import.meta.url), ...args, '--child'], { encoding: 'utf8', maxBuffer: 1 << 30, stdio: ['ignore', 'pipe', 'inherit'] });
+  const r = spawnSync(process.execPath, [...process.execArgv, fileURLToPath(import.meta.url), ...args, '--child'], {
+    encoding: 'utf8',
+    maxBuffer: 1 << 30,
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
   if (r.status !== 0) throw new Error(`profile child exited with ${r.status ?? r.signal}`);
   const out: string[] = [];
   for (const block of r.stdout.split(MARK).slice(1)) {
     const [title, ...lines] = block.split('\n');
-    const events = lines.map((l) => l.trim().replace(/,$/, '')).filter((l) => l.startsWith('{"cat"')).map((l) => JSON.parse(l) as Event);
-    out.push(summarizeEvents(events, `#### ${title}, T=${T}, onnxruntime-web WASM in Node, 1 thread, ${runs + 1} runs profiled\n`, runs + 1));
+    const events = lines
+      .map((l) => l.trim().replace(/,$/, ''))
+      .filter((l) => l.startsWith('{"cat"'))
+      .map((l) => JSON.parse(l) as Event);
+    out.push(
+      summarizeEvents(
+        events,
+        `#### ${title}, T=${T}, onnxruntime-web WASM in Node, 1 thread, ${runs + 1} runs profiled\n`,
+        runs + 1,
+      ),
+    );
   }
   return out.join('\n');
 }

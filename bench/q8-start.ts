@@ -22,8 +22,15 @@ import { useScratchCacheDir } from '../tests/helpers/scratch-cache';
 function main() {
   if (!process.env.LOUPE_CACHE_DIR) process.on('exit', useScratchCacheDir());
   const args = process.argv.slice(2);
-  const opt = (k: string, d: string) => { const i = args.indexOf(`--${k}`); return i >= 0 ? args[i + 1] : d; };
-  const shape = SHAPES.find((s) => s.name === (args.find((a, i) => !a.startsWith('--') && !(i > 0 && args[i - 1].startsWith('--'))) ?? 'qwen2.5-0.5b'))!;
+  const opt = (k: string, d: string) => {
+    const i = args.indexOf(`--${k}`);
+    return i >= 0 ? args[i + 1] : d;
+  };
+  const shape = SHAPES.find(
+    (s) =>
+      s.name ===
+      (args.find((a, i) => !a.startsWith('--') && !(i > 0 && args[i - 1].startsWith('--'))) ?? 'qwen2.5-0.5b'),
+  )!;
   const repeat = Number(opt('repeat', '3'));
   const dir = path.join(tmpdir(), 'loupe-q8-start', shape.name);
   generate(shape, dir);
@@ -32,7 +39,10 @@ function main() {
     for (const backend of opt('backends', 'node,wasm').split(',')) {
       const cold = child(dir, backend, 'q8', 'cold', true);
       console.error(JSON.stringify({ backend, run: 'cold', ...cold }));
-      const rows: Record<'nocache' | 'cached', { ready_ms?: number; session_ms?: number; peak_bytes?: number }[]> = { nocache: [], cached: [] };
+      const rows: Record<'nocache' | 'cached', { ready_ms?: number; session_ms?: number; peak_bytes?: number }[]> = {
+        nocache: [],
+        cached: [],
+      };
       for (let i = 0; i < repeat; i++) {
         for (const run of ['nocache', 'cached'] as const) {
           const r = child(dir, backend, 'q8', run, true);
@@ -41,9 +51,12 @@ function main() {
           rows[run].push(r);
         }
       }
-      const m = (run: 'nocache' | 'cached', k: 'ready_ms' | 'session_ms' | 'peak_bytes') => med(rows[run].map((r) => r[k]!));
+      const m = (run: 'nocache' | 'cached', k: 'ready_ms' | 'session_ms' | 'peak_bytes') =>
+        med(rows[run].map((r) => r[k]!));
       const ratio = m('cached', 'ready_ms') / m('nocache', 'session_ms');
-      console.log(`${shape.name} ${backend} q8 (medians of ${repeat}): cold ${(cold.ready_ms! / 1000).toFixed(1)} s; uncached ready ${(m('nocache', 'ready_ms') / 1000).toFixed(1)} s, its session from memory ${(m('nocache', 'session_ms') / 1000).toFixed(2)} s, peak ${(m('nocache', 'peak_bytes') / 1e9).toFixed(2)} GB; cached ready ${(m('cached', 'ready_ms') / 1000).toFixed(2)} s (session ${(m('cached', 'session_ms') / 1000).toFixed(2)} s), peak ${(m('cached', 'peak_bytes') / 1e9).toFixed(2)} GB; cached ready / session from memory = ${ratio.toFixed(2)} (target ≤ 1.5)`);
+      console.log(
+        `${shape.name} ${backend} q8 (medians of ${repeat}): cold ${(cold.ready_ms! / 1000).toFixed(1)} s; uncached ready ${(m('nocache', 'ready_ms') / 1000).toFixed(1)} s, its session from memory ${(m('nocache', 'session_ms') / 1000).toFixed(2)} s, peak ${(m('nocache', 'peak_bytes') / 1e9).toFixed(2)} GB; cached ready ${(m('cached', 'ready_ms') / 1000).toFixed(2)} s (session ${(m('cached', 'session_ms') / 1000).toFixed(2)} s), peak ${(m('cached', 'peak_bytes') / 1e9).toFixed(2)} GB; cached ready / session from memory = ${ratio.toFixed(2)} (target ≤ 1.5)`,
+      );
     }
   } finally {
     rmSync(dir, { recursive: true, force: true });

@@ -23,7 +23,11 @@ async function timeSessions(): Promise<void> {
   const create = ort.InferenceSession.create.bind(ort.InferenceSession);
   ort.InferenceSession.create = async (...args: unknown[]) => {
     const t = performance.now();
-    try { return await create(...args); } finally { sessionMs += performance.now() - t; }
+    try {
+      return await create(...args);
+    } finally {
+      sessionMs += performance.now() - t;
+    }
   };
 }
 
@@ -37,13 +41,30 @@ async function main() {
     const session = sessionMs;
     stage = 'trace';
     const t1 = performance.now();
-    if (mode !== 'load-only') await getOperation('trace')!.run(model, { prompt: 'The quick brown fox jumps over the lazy' } as any);
+    if (mode !== 'load-only')
+      await getOperation('trace')!.run(model, { prompt: 'The quick brown fox jumps over the lazy' } as any);
     const trace = performance.now() - t1;
-    console.log(JSON.stringify({ ready_ms: Math.round(ready), session_ms: Math.round(session), weights_reason: model.info.weights_reason, trace_ms: Math.round(trace), peak_bytes: hwm(), weight_bytes: model.info.weight_bytes, heap_bytes: wasmHeapBytes() ?? undefined }));
+    console.log(
+      JSON.stringify({
+        ready_ms: Math.round(ready),
+        session_ms: Math.round(session),
+        weights_reason: model.info.weights_reason,
+        trace_ms: Math.round(trace),
+        peak_bytes: hwm(),
+        weight_bytes: model.info.weight_bytes,
+        heap_bytes: wasmHeapBytes() ?? undefined,
+      }),
+    );
     await model.dispose();
   } catch (e) {
     const err = toLoupeError(e);
-    console.log(JSON.stringify({ error: `${err.code} at ${stage}: ${err.message.slice(0, 160)}`, peak_bytes: hwm(), heap_bytes: wasmHeapBytes() ?? undefined }));
+    console.log(
+      JSON.stringify({
+        error: `${err.code} at ${stage}: ${err.message.slice(0, 160)}`,
+        peak_bytes: hwm(),
+        heap_bytes: wasmHeapBytes() ?? undefined,
+      }),
+    );
   }
 }
 void main();

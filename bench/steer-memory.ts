@@ -15,7 +15,8 @@ import { getOperation } from '../src/ops/index';
 import { directLogitScores, randomVector } from '../src/ops/lib/directions';
 import { ensureBenchModel } from './model-gen';
 
-const status = (k: string) => Number(new RegExp(`${k}:\\s+(\\d+)`).exec(readFileSync('/proc/self/status', 'utf8'))![1]) * 1024;
+const status = (k: string) =>
+  Number(new RegExp(`${k}:\\s+(\\d+)`).exec(readFileSync('/proc/self/status', 'utf8'))![1]) * 1024;
 const gb = (b: number) => +(b / 1e9).toFixed(3);
 
 async function main() {
@@ -23,21 +24,47 @@ async function main() {
   const backend = (process.argv[3] ?? 'node') as 'node' | 'wasm';
   const model = await loadModelNode(dir, { backend });
   const ready = { rss: status('VmRSS'), hwm: status('VmHWM') };
-  try { writeFileSync('/proc/self/clear_refs', '5'); } catch { /* not Linux: the peak is the process's */ }
+  try {
+    writeFileSync('/proc/self/clear_refs', '5');
+  } catch {
+    /* not Linux: the peak is the process's */
+  }
   const t0 = performance.now();
-  await getOperation('steer')!.run(model, { prompt: 'the quick brown fox jumps over the lazy dog', layer: 6, direction: 'random:1', alpha: 4, max_new_tokens: 4 } as never, {});
+  await getOperation('steer')!.run(
+    model,
+    {
+      prompt: 'the quick brown fox jumps over the lazy dog',
+      layer: 6,
+      direction: 'random:1',
+      alpha: 4,
+      max_new_tokens: 4,
+    } as never,
+    {},
+  );
   const steerMs = performance.now() - t0;
   const paramBytes = model.memory().param_bytes;
-  const rssAfter = status('VmRSS'), peakSteer = status('VmHWM');
+  const rssAfter = status('VmRSS'),
+    peakSteer = status('VmHWM');
   // one direct logit effect over the vocabulary after that (W_U's products warm, as in a second operation), median of 3
   const d = randomVector(model.info.d_model, 2);
   const dla: number[] = [];
-  for (let i = 0; i < 3; i++) { const t = performance.now(); await directLogitScores(model, d); dla.push(performance.now() - t); }
-  console.log(JSON.stringify({
-    backend, steer_ms: Math.round(steerMs), param_bytes: paramBytes,
-    rss_ready_gb: gb(ready.rss), hwm_ready_gb: gb(ready.hwm), rss_after_steer_gb: gb(rssAfter), peak_during_steer_gb: gb(peakSteer),
-    direct_logit_ms: Math.round(dla.sort((a, b) => a - b)[1]),
-  }));
+  for (let i = 0; i < 3; i++) {
+    const t = performance.now();
+    await directLogitScores(model, d);
+    dla.push(performance.now() - t);
+  }
+  console.log(
+    JSON.stringify({
+      backend,
+      steer_ms: Math.round(steerMs),
+      param_bytes: paramBytes,
+      rss_ready_gb: gb(ready.rss),
+      hwm_ready_gb: gb(ready.hwm),
+      rss_after_steer_gb: gb(rssAfter),
+      peak_during_steer_gb: gb(peakSteer),
+      direct_logit_ms: Math.round(dla.sort((a, b) => a - b)[1]),
+    }),
+  );
   await model.dispose();
 }
 void main();

@@ -7,12 +7,24 @@ import { mkdtempSync, copyFileSync, readFileSync, writeFileSync, rmSync } from '
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import type { BrowserContext, Page } from '@playwright/test';
-import { test, expect, openReady, loadFromHub, waitModelReady, runOp, watchErrors, pageDoc, SHARED_MODELS, shotWidthsThemes } from './fixtures';
+import {
+  test,
+  expect,
+  openReady,
+  loadFromHub,
+  waitModelReady,
+  runOp,
+  watchErrors,
+  pageDoc,
+  SHARED_MODELS,
+  shotWidthsThemes,
+} from './fixtures';
 
 test.describe.configure({ mode: 'serial' });
 
 const REPO = 'loupe-test/stories-chat';
-const TEMPLATE = "{{ bos_token }}{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+const TEMPLATE =
+  '{{ bos_token }}{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}';
 let context: BrowserContext;
 let page: Page;
 let dir: string;
@@ -20,7 +32,8 @@ let dir: string;
 test.beforeAll(async ({ browser, hub }) => {
   const src = path.resolve(SHARED_MODELS, 'stories260K');
   dir = mkdtempSync(path.join(tmpdir(), 'loupe-chat-e2e-'));
-  for (const f of ['config.json', 'tokenizer.json', 'model.safetensors', 'generation_config.json']) copyFileSync(path.join(src, f), path.join(dir, f));
+  for (const f of ['config.json', 'tokenizer.json', 'model.safetensors', 'generation_config.json'])
+    copyFileSync(path.join(src, f), path.join(dir, f));
   const tc = JSON.parse(readFileSync(path.join(src, 'tokenizer_config.json'), 'utf8'));
   writeFileSync(path.join(dir, 'tokenizer_config.json'), JSON.stringify({ ...tc, chat_template: TEMPLATE }));
   hub.addRepo(REPO, dir);
@@ -33,7 +46,10 @@ test.afterAll(async () => {
   if (dir) rmSync(dir, { recursive: true, force: true });
 });
 
-test('chat checkbox: logit_lens runs the chat-template rendering and the document records it', async ({ site, hub }) => {
+test('chat checkbox: logit_lens runs the chat-template rendering and the document records it', async ({
+  site,
+  hub,
+}) => {
   await openReady(page, site.url);
   await waitModelReady(page);
   await loadFromHub(page, hub.url, REPO);

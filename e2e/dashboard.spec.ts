@@ -8,7 +8,18 @@
  * the worker's memory, and after a reload from IndexedDB. Screenshots at 1280×800
  * and 1024×700, both themes.
  */
-import { test, expect, openReady, waitModelReady, runOp, shot, pageDoc, watchErrors, compareDocs, PROMPT } from './fixtures';
+import {
+  test,
+  expect,
+  openReady,
+  waitModelReady,
+  runOp,
+  shot,
+  pageDoc,
+  watchErrors,
+  compareDocs,
+  PROMPT,
+} from './fixtures';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 
@@ -16,9 +27,14 @@ const JSONL = [
   { text: 'Once upon a time, there was a little girl named Lily. She loved to play outside in the park.' },
   { text: 'Tim had a big red ball. He liked to kick it high into the sky.' },
   { text: 'One day, a little dog found a bone under the tree. The dog was very happy.' },
-].map((r) => JSON.stringify(r)).join('\n');
+]
+  .map((r) => JSON.stringify(r))
+  .join('\n');
 
-test('dashboard: examples, histogram and direct-path tokens from a picked JSONL corpus and samples; the CLI agrees', async ({ page, site }) => {
+test('dashboard: examples, histogram and direct-path tokens from a picked JSONL corpus and samples; the CLI agrees', async ({
+  page,
+  site,
+}) => {
   test.setTimeout(300_000);
   const errors = watchErrors(page);
   await page.setViewportSize({ width: 1280, height: 800 });
@@ -39,11 +55,17 @@ test('dashboard: examples, histogram and direct-path tokens from a picked JSONL 
   await expect(page.getByTestId('job-error')).toContainText('samples > 0');
 
   await page.getByTestId('fill-example').click();
-  await page.getByTestId('file-corpus').setInputFiles({ name: 'stories.jsonl', mimeType: 'text/plain', buffer: Buffer.from(JSONL) });
+  await page
+    .getByTestId('file-corpus')
+    .setInputFiles({ name: 'stories.jsonl', mimeType: 'text/plain', buffer: Buffer.from(JSONL) });
   await expect(page.locator('[data-field=corpus] textarea')).toHaveValue(JSONL);
   await runOp(page, 'dashboard');
   const doc = await pageDoc(page, 'dashboard');
-  expect(doc.corpus).toMatchObject({ format: 'text+generated', documents: 3 + 8, samples: { n: 8, length: 32, seed: 0 } });
+  expect(doc.corpus).toMatchObject({
+    format: 'text+generated',
+    documents: 3 + 8,
+    samples: { n: 8, length: 32, seed: 0 },
+  });
   expect(doc.subject).toMatchObject({ kind: 'neuron', layer: 4, index: 7 });
   expect(doc.cache.hit).toBe(false);
 
@@ -51,7 +73,9 @@ test('dashboard: examples, histogram and direct-path tokens from a picked JSONL 
   const cells = page.locator('[data-testid=dashboard-examples] rect.tok-cell');
   await expect(cells).toHaveCount(doc.examples.reduce((a: number, e: { tokens: unknown[] }) => a + e.tokens.length, 0));
   const top = doc.examples[0];
-  await expect(page.locator(`[data-testid=dashboard-examples] rect.tok-cell[data-row="0"][data-col="${top.max_position}"]`)).toHaveAttribute('data-value', String(top.max));
+  await expect(
+    page.locator(`[data-testid=dashboard-examples] rect.tok-cell[data-row="0"][data-col="${top.max_position}"]`),
+  ).toHaveAttribute('data-value', String(top.max));
   const bins = page.locator('[data-testid=dashboard-histogram] rect.hist-bin');
   await expect(bins).toHaveCount(doc.histogram.counts.length);
   await expect(bins.nth(0)).toHaveAttribute('data-count', String(doc.histogram.counts[0]));
@@ -63,7 +87,10 @@ test('dashboard: examples, histogram and direct-path tokens from a picked JSONL 
   for (const theme of ['light', 'dark']) {
     const current = await page.evaluate(() => document.documentElement.dataset.theme);
     if (current !== theme) await page.getByRole('button', { name: /Switch to .* theme/ }).click();
-    for (const [w, h] of [[1280, 800], [1024, 700]]) {
+    for (const [w, h] of [
+      [1280, 800],
+      [1024, 700],
+    ]) {
       await page.setViewportSize({ width: w, height: h });
       await page.getByTestId('dashboard-view').evaluate((e) => e.scrollIntoView({ block: 'start' }));
       await shot(page, `dashboard-examples-${theme}-${w}`);
@@ -81,7 +108,9 @@ test('dashboard: examples, histogram and direct-path tokens from a picked JSONL 
   await page.locator('#p-dashboard-sample_length').fill('64');
   await page.getByTestId('run').click();
   await expect(page.getByTestId('job-stage')).toContainText('generating samples');
-  await page.waitForFunction(() => Number(document.querySelector('[data-testid=job-progress]')?.getAttribute('aria-valuenow') ?? 0) > 0);
+  await page.waitForFunction(
+    () => Number(document.querySelector('[data-testid=job-progress]')?.getAttribute('aria-valuenow') ?? 0) > 0,
+  );
   await page.getByTestId('cancel-job').click();
   await expect(page.getByTestId('job')).toHaveCount(0);
   await expect(page.getByTestId('job-error')).toContainText('cancelled');
@@ -104,10 +133,21 @@ test('dashboard: examples, histogram and direct-path tokens from a picked JSONL 
 
   // the CLI (the same registry entry MCP calls) on the same input
   const input = await page.evaluate(() => (globalThis as any).__loupe.results.dashboard.input);
-  const { stdout } = await promisify(execFile)(process.execPath, ['bin/loupe.mjs', 'dashboard', 'default', '--input', JSON.stringify(input), '--json'], { maxBuffer: 64 << 20 });
+  const { stdout } = await promisify(execFile)(
+    process.execPath,
+    ['bin/loupe.mjs', 'dashboard', 'default', '--input', JSON.stringify(input), '--json'],
+    { maxBuffer: 64 << 20 },
+  );
   const node = JSON.parse(stdout);
-  const { bad, max } = compareDocs(node, doc, 1e-4, (p) => p === '.model.backend' || p.startsWith('.cache') || p === '.method');
+  const { bad, max } = compareDocs(
+    node,
+    doc,
+    1e-4,
+    (p) => p === '.model.backend' || p.startsWith('.cache') || p === '.method',
+  );
   expect(bad).toEqual([]);
-  console.log(`[e2e] dashboard page (wasm) vs CLI --json: ${doc.corpus.windows} windows, max |Δ| = ${max.toExponential(2)}`);
+  console.log(
+    `[e2e] dashboard page (wasm) vs CLI --json: ${doc.corpus.windows} windows, max |Δ| = ${max.toExponential(2)}`,
+  );
   expect(errors).toEqual([]);
 });

@@ -4,7 +4,18 @@
  */
 import { join } from 'node:path';
 import { chromium, type BrowserContext, type Page } from '@playwright/test';
-import { test, expect, openReady, waitModelReady, runOp, shot, pageDoc, watchErrors, SHARED_MODELS, PROMPT } from './fixtures';
+import {
+  test,
+  expect,
+  openReady,
+  waitModelReady,
+  runOp,
+  shot,
+  pageDoc,
+  watchErrors,
+  SHARED_MODELS,
+  PROMPT,
+} from './fixtures';
 import { CHROMIUM_ARGS } from '../playwright.config';
 import { shareUrl } from '../src/share/codec';
 
@@ -29,7 +40,10 @@ async function contrasts(p: Page, selector: string): Promise<{ text: string; rat
   return p.$$eval(selector, (els) => {
     const rgb = (c: string) => (c.match(/[\d.]+/g) ?? ['0', '0', '0']).slice(0, 3).map(Number);
     const lum = (c: number[]) => {
-      const [r, g, b] = c.map((v) => { const x = v / 255; return x <= 0.03928 ? x / 12.92 : ((x + 0.055) / 1.055) ** 2.4; });
+      const [r, g, b] = c.map((v) => {
+        const x = v / 255;
+        return x <= 0.03928 ? x / 12.92 : ((x + 0.055) / 1.055) ** 2.4;
+      });
       return 0.2126 * r + 0.7152 * g + 0.0722 * b;
     };
     return els.map((el) => {
@@ -49,7 +63,10 @@ async function overflows(p: Page): Promise<string[]> {
     const right = card.getBoundingClientRect().right + 1;
     for (const el of card.querySelectorAll('*')) {
       const r = el.getBoundingClientRect();
-      if (r.width > 0 && r.right > right) out.push(`${el.tagName.toLowerCase()}.${(el.getAttribute('class') ?? '').split(' ')[0]} "${(el.textContent ?? '').slice(0, 30)}" right ${r.right.toFixed(0)} > card ${right.toFixed(0)}`);
+      if (r.width > 0 && r.right > right)
+        out.push(
+          `${el.tagName.toLowerCase()}.${(el.getAttribute('class') ?? '').split(' ')[0]} "${(el.textContent ?? '').slice(0, 30)}" right ${r.right.toFixed(0)} > card ${right.toFixed(0)}`,
+        );
     }
     for (const svg of card.querySelectorAll('svg')) {
       const vb = svg.viewBox.baseVal;
@@ -61,24 +78,40 @@ async function overflows(p: Page): Promise<string[]> {
         if (!m || !sm) continue;
         // the text's box in the SVG's own coordinates
         const rel = sm.inverse().multiply(m);
-        const xs = [b.x, b.x + b.width].flatMap((x) => [b.y, b.y + b.height].map((y) => new DOMPoint(x, y).matrixTransform(rel).x));
-        if (Math.max(...xs) > vb.width + 1 || Math.min(...xs) < -1) out.push(`svg text "${t.textContent}" spans ${Math.min(...xs).toFixed(0)}…${Math.max(...xs).toFixed(0)} of ${vb.width.toFixed(0)}`);
+        const xs = [b.x, b.x + b.width].flatMap((x) =>
+          [b.y, b.y + b.height].map((y) => new DOMPoint(x, y).matrixTransform(rel).x),
+        );
+        if (Math.max(...xs) > vb.width + 1 || Math.min(...xs) < -1)
+          out.push(
+            `svg text "${t.textContent}" spans ${Math.min(...xs).toFixed(0)}…${Math.max(...xs).toFixed(0)} of ${vb.width.toFixed(0)}`,
+          );
       }
     }
     return out;
   });
 }
 
-test('1. a share link to a Hub model loads nothing by itself and "Load and re-run" works at once', async ({ browser, site, hub }) => {
+test('1. a share link to a Hub model loads nothing by itself and "Load and re-run" works at once', async ({
+  browser,
+  site,
+  hub,
+}) => {
   const REPO = 'loupe-test/shared-induction';
   hub.addRepo(REPO, join(SHARED_MODELS, 'induction-gpt2'));
-  const { url } = shareUrl(site.url, { v: 1, model: { kind: 'hub', id: REPO, revision: 'main', endpoint: hub.url }, op: 'trace', input: { prompt: 'abcabcab' } });
+  const { url } = shareUrl(site.url, {
+    v: 1,
+    model: { kind: 'hub', id: REPO, revision: 'main', endpoint: hub.url },
+    op: 'trace',
+    input: { prompt: 'abcabcab' },
+  });
   const fresh = await browser.newContext({ viewport: { width: 1280, height: 800 } });
   try {
     const p2 = await fresh.newPage();
     const errs = watchErrors(p2);
     const bundled: string[] = [];
-    p2.on('request', (r) => { if (/\/models\/stories260K\//.test(r.url())) bundled.push(r.url()); });
+    p2.on('request', (r) => {
+      if (/\/models\/stories260K\//.test(r.url())) bundled.push(r.url());
+    });
     await p2.goto(url);
     await expect(p2.getByTestId('shared-banner')).toHaveAttribute('data-status', 'waiting-model');
     await p2.waitForTimeout(500);
@@ -94,24 +127,37 @@ test('1. a share link to a Hub model loads nothing by itself and "Load and re-ru
   }
 });
 
-test('12. the first load: the Bundled tab is selected, and "starting" is said once the files are in', async ({ site }) => {
+test('12. the first load: the Bundled tab is selected, and "starting" is said once the files are in', async ({
+  site,
+}) => {
   const t0 = Date.now();
   await page.goto(site.url);
   await expect(page.getByRole('tab', { name: 'Bundled' })).toHaveAttribute('aria-selected', 'true');
   // sample every frame until ready: whenever all files are in and the model is still loading,
   // the panel must not just show 100%
-  const bad = await page.evaluate(() => new Promise<string[]>((resolve) => {
-    const seen: string[] = [];
-    const tick = () => {
-      const a = (globalThis as any).__loupe;
-      const rows = [...document.querySelectorAll('[data-testid=file-row]')];
-      if (a?.modelStatus === 'loading' && rows.length && rows.every((r) => r.getAttribute('data-done') === 'true')
-        && !document.querySelector('[data-testid=load-phase]')) seen.push(document.querySelector('[data-testid=load-pct]')?.textContent ?? '');
-      if (a?.modelStatus === 'ready') resolve(seen); else requestAnimationFrame(tick);
-    };
-    tick();
-  }));
-  console.log(`[e2e] bundled model ready ${Date.now() - t0} ms after navigation; frames showing only "100%" while starting: ${bad.length}`);
+  const bad = await page.evaluate(
+    () =>
+      new Promise<string[]>((resolve) => {
+        const seen: string[] = [];
+        const tick = () => {
+          const a = (globalThis as any).__loupe;
+          const rows = [...document.querySelectorAll('[data-testid=file-row]')];
+          if (
+            a?.modelStatus === 'loading' &&
+            rows.length &&
+            rows.every((r) => r.getAttribute('data-done') === 'true') &&
+            !document.querySelector('[data-testid=load-phase]')
+          )
+            seen.push(document.querySelector('[data-testid=load-pct]')?.textContent ?? '');
+          if (a?.modelStatus === 'ready') resolve(seen);
+          else requestAnimationFrame(tick);
+        };
+        tick();
+      }),
+  );
+  console.log(
+    `[e2e] bundled model ready ${Date.now() - t0} ms after navigation; frames showing only "100%" while starting: ${bad.length}`,
+  );
   expect(bad).toEqual([]);
   await waitModelReady(page);
 });
@@ -151,7 +197,13 @@ test('3. switching the theme redraws charts already drawn in the new colours', a
   const wasLight = (await page.locator('html').getAttribute('data-theme')) !== 'dark';
   await page.getByRole('button', { name: /Switch to (dark|light) theme/ }).click();
   const want = await bgOf();
-  expect(await svg.evaluate((s) => (s as SVGSVGElement).style.background)).toBe(await page.evaluate((c) => { const d = document.createElement('div'); d.style.background = c; return d.style.background; }, want));
+  expect(await svg.evaluate((s) => (s as SVGSVGElement).style.background)).toBe(
+    await page.evaluate((c) => {
+      const d = document.createElement('div');
+      d.style.background = c;
+      return d.style.background;
+    }, want),
+  );
   await shot(page, `trace-${wasLight ? 'dark' : 'light'}-after-switch`);
   await page.getByRole('button', { name: /Switch to (dark|light) theme/ }).click();
 });
@@ -165,7 +217,16 @@ test('4. attention and circuit fit their card at 1024 wide with a long token', a
     await page.evaluate(() => {
       const a = (globalThis as any).__loupe;
       const r = a.results.attention;
-      a.results = { ...a.results, attention: { ...r, doc: { ...r.doc, tokens: r.doc.tokens.map((t: any, i: number) => (i % 3 === 1 ? { ...t, text: '<|endoftext|>' } : t)) } } };
+      a.results = {
+        ...a.results,
+        attention: {
+          ...r,
+          doc: {
+            ...r.doc,
+            tokens: r.doc.tokens.map((t: any, i: number) => (i % 3 === 1 ? { ...t, text: '<|endoftext|>' } : t)),
+          },
+        },
+      };
     });
     await expect(page.locator('[data-testid=attention-view] .tok').nth(1)).toHaveText('<|endoftext|>');
     await page.locator('[data-testid=attention-view] .tok').first().hover();
@@ -193,7 +254,9 @@ test('5. every activations series has its own colour', async () => {
   await runOp(page, 'activations');
   // the view loads lazily: wait for its curves
   await expect.poll(() => page.locator('[data-testid=activations-chart] path.series-line').count()).toBeGreaterThan(6);
-  const strokes = await page.$$eval('[data-testid=activations-chart] path.series-line', (ps) => ps.map((p) => `${p.getAttribute('data-series')}=${p.getAttribute('stroke')}`));
+  const strokes = await page.$$eval('[data-testid=activations-chart] path.series-line', (ps) =>
+    ps.map((p) => `${p.getAttribute('data-series')}=${p.getAttribute('stroke')}`),
+  );
   expect(strokes.length).toBeGreaterThan(6);
   const colours = strokes.map((s) => s.split('=')[1]);
   expect(new Set(colours).size, strokes.join(', ')).toBe(colours.length);
@@ -203,10 +266,15 @@ test('10. sweep and causality draw the same quantity in the same colour', async 
   await page.getByTestId('prompt').fill(PROMPT);
   await runOp(page, 'sweep', { example: true });
   await expect(page.locator('[data-testid=sweep-chart] path.series-line').first()).toBeAttached();
-  const sweep = await page.$$eval('[data-testid=sweep-metrics] path.series-line, [data-testid=sweep-chart] path.series-line', (ps) => Object.fromEntries(ps.map((p) => [p.getAttribute('data-series'), p.getAttribute('stroke')])));
+  const sweep = await page.$$eval(
+    '[data-testid=sweep-metrics] path.series-line, [data-testid=sweep-chart] path.series-line',
+    (ps) => Object.fromEntries(ps.map((p) => [p.getAttribute('data-series'), p.getAttribute('stroke')])),
+  );
   await runOp(page, 'causality', { example: true });
   await expect(page.locator('[data-testid=causality-view] path.series-line').first()).toBeAttached();
-  const caus = await page.$$eval('[data-testid=causality-view] path.series-line', (ps) => Object.fromEntries(ps.map((p) => [p.getAttribute('data-series'), p.getAttribute('stroke')])));
+  const caus = await page.$$eval('[data-testid=causality-view] path.series-line', (ps) =>
+    Object.fromEntries(ps.map((p) => [p.getAttribute('data-series'), p.getAttribute('stroke')])),
+  );
   const shared = Object.keys(caus).filter((k) => k in sweep);
   expect(shared.length).toBeGreaterThan(0);
   for (const k of shared) expect(caus[k], k).toBe(sweep[k]);
@@ -246,7 +314,10 @@ test('13. the sentences under steer and probe results say what they are', async 
 });
 
 test('11. without WebGPU the Doctor does not offer the agreement check', async ({ site }) => {
-  const b = await chromium.launch({ executablePath: process.env.LOUPE_CHROMIUM ?? '/usr/bin/chromium', args: CHROMIUM_ARGS.filter((a) => a !== '--enable-unsafe-webgpu') });
+  const b = await chromium.launch({
+    executablePath: process.env.LOUPE_CHROMIUM ?? '/usr/bin/chromium',
+    args: CHROMIUM_ARGS.filter((a) => a !== '--enable-unsafe-webgpu'),
+  });
   try {
     const p = await (await b.newContext({ viewport: { width: 1280, height: 800 } })).newPage();
     await openReady(p, site.url);
@@ -260,7 +331,10 @@ test('11. without WebGPU the Doctor does not offer the agreement check', async (
 
 test('14. a large result arrives laid out without an element per cell, and nothing walks its numbers on the main thread', async () => {
   // ~120 tokens: every head's pattern is 14,400 cells, a layer's small multiples eight times that
-  const long = Array.from({ length: 5 }, () => 'Once upon a time, there was a little girl named Lily who loved to play.').join(' ');
+  const long = Array.from(
+    { length: 5 },
+    () => 'Once upon a time, there was a little girl named Lily who loved to play.',
+  ).join(' ');
   await page.setViewportSize({ width: 1280, height: 800 });
   await page.getByTestId('prompt').fill(long);
   // count structuredClone calls on the main thread while the result is stored and drawn: Svelte's
@@ -269,7 +343,10 @@ test('14. a large result arrives laid out without an element per cell, and nothi
     const w = globalThis as any;
     w.__clones = 0;
     w.__origClone ??= w.structuredClone;
-    w.structuredClone = (v: unknown, o?: StructuredSerializeOptions) => { w.__clones++; return w.__origClone(v, o); };
+    w.structuredClone = (v: unknown, o?: StructuredSerializeOptions) => {
+      w.__clones++;
+      return w.__origClone(v, o);
+    };
   });
   await runOp(page, 'attention');
   const doc = await pageDoc(page, 'attention');
@@ -293,7 +370,8 @@ test('14. a large result arrives laid out without an element per cell, and nothi
   // the bitmap keeps the grid's hover: the tooltip shows the weight of the cell under the pointer
   await pattern.scrollIntoViewIfNeeded();
   const box = (await pattern.locator('image.cells-raster').boundingBox())!;
-  const q = 12, k = 3;
+  const q = 12,
+    k = 3;
   await page.mouse.move(box.x + (k + 0.5) * (box.width / T), box.y + (q + 0.5) * (box.height / T));
   await expect(page.getByTestId('chart-tooltip')).toContainText(`(${q}) → `);
   await expect(page.getByTestId('chart-tooltip')).toContainText(`(${k})`);
@@ -301,6 +379,9 @@ test('14. a large result arrives laid out without an element per cell, and nothi
   await page.locator('[data-testid=attention-view] .tok[data-pos="5"]').hover();
   await expect(pattern.locator('path.pos-highlight')).toHaveAttribute('d', /^M/);
   await shot(page, 'attention-large-raster');
-  await page.evaluate(() => { const w = globalThis as any; w.structuredClone = w.__origClone; });
+  await page.evaluate(() => {
+    const w = globalThis as any;
+    w.structuredClone = w.__origClone;
+  });
   expect(errors).toEqual([]);
 });

@@ -16,16 +16,22 @@ interface WorkerFixtures {
 }
 
 export const test = base.extend<object, WorkerFixtures>({
-  site: [async ({}, use) => {
-    const s = await serveWorkbench(0);
-    await use(s);
-    await s.close();
-  }, { scope: 'worker' }],
-  hub: [async ({}, use) => {
-    const h = await startHubServer();
-    await use(h);
-    await h.close();
-  }, { scope: 'worker' }],
+  site: [
+    async ({}, use) => {
+      const s = await serveWorkbench(0);
+      await use(s);
+      await s.close();
+    },
+    { scope: 'worker' },
+  ],
+  hub: [
+    async ({}, use) => {
+      const h = await startHubServer();
+      await use(h);
+      await h.close();
+    },
+    { scope: 'worker' },
+  ],
 });
 export { expect };
 
@@ -33,7 +39,9 @@ export { expect };
 export function watchErrors(page: Page): string[] {
   const errors: string[] = [];
   page.on('pageerror', (e) => errors.push(`pageerror: ${e.message}`));
-  page.on('console', (m) => { if (m.type() === 'error') errors.push(`console: ${m.text()}`); });
+  page.on('console', (m) => {
+    if (m.type() === 'error') errors.push(`console: ${m.text()}`);
+  });
   return errors;
 }
 
@@ -41,7 +49,8 @@ export function watchErrors(page: Page): string[] {
 /** Load `id` from the Hub stand-in at `endpoint` through the model panel's Hub tab (does not wait for it). */
 export async function loadFromHub(p: Page, endpoint: string, id: string): Promise<void> {
   await p.getByRole('tab', { name: 'Hub' }).click();
-  if (!(await p.getByTestId('hub-endpoint').isVisible())) await p.getByRole('button', { name: /show endpoint/i }).click();
+  if (!(await p.getByTestId('hub-endpoint').isVisible()))
+    await p.getByRole('button', { name: /show endpoint/i }).click();
   await p.getByTestId('hub-endpoint').fill(endpoint);
   await p.getByTestId('hub-endpoint').dispatchEvent('change');
   await p.getByTestId('hub-id').fill(id);
@@ -54,14 +63,22 @@ export async function openReady(page: Page, url: string): Promise<void> {
 }
 
 export async function waitModelReady(page: Page, timeout = 90_000): Promise<void> {
-  await page.waitForFunction(() => {
-    const a = (globalThis as any).__loupe;
-    return a && a.modelStatus === 'ready' && a.ops.length > 0;
-  }, null, { timeout });
+  await page.waitForFunction(
+    () => {
+      const a = (globalThis as any).__loupe;
+      return a && a.modelStatus === 'ready' && a.ops.length > 0;
+    },
+    null,
+    { timeout },
+  );
 }
 
 /** Select an operation tab, optionally fill the example, run, wait for its result view. */
-export async function runOp(page: Page, op: string, opts: { example?: boolean; timeout?: number } = {}): Promise<number> {
+export async function runOp(
+  page: Page,
+  op: string,
+  opts: { example?: boolean; timeout?: number } = {},
+): Promise<number> {
   await page.getByTestId(`tab-${op}`).click();
   if (opts.example) await page.getByTestId('fill-example').click();
   const t0 = Date.now();
@@ -71,7 +88,12 @@ export async function runOp(page: Page, op: string, opts: { example?: boolean; t
   if (await err.count()) throw new Error(`${op} failed in the page: ${(await err.textContent())?.trim()}`);
   await expect(page.locator(`[data-testid=result][data-op=${op}]`)).toBeVisible();
   // views load lazily: wait until this one has mounted (or said why it could not draw the document)
-  await expect(page.locator(`[data-testid=result][data-op=${op}]`).locator('[data-testid=view-ready], [data-testid=view-error]').first()).toBeAttached();
+  await expect(
+    page
+      .locator(`[data-testid=result][data-op=${op}]`)
+      .locator('[data-testid=view-ready], [data-testid=view-error]')
+      .first(),
+  ).toBeAttached();
   return Date.now() - t0;
 }
 
@@ -101,14 +123,31 @@ export function pageDoc(page: Page, op: string): Promise<any> {
  * `skip` accepts (e.g. '.model.backend' between the page and the CLI): the mismatches (first 10)
  * and the largest |Δ|, for one assertion over documents too large for one expect per number.
  */
-export function compareDocs(x: unknown, y: unknown, tol: number, skip: (path: string) => boolean = () => false): { bad: string[]; max: number } {
+export function compareDocs(
+  x: unknown,
+  y: unknown,
+  tol: number,
+  skip: (path: string) => boolean = () => false,
+): { bad: string[]; max: number } {
   let max = 0;
   const bad: string[] = [];
   const walk = (a: unknown, b: unknown, p: string): void => {
     if (skip(p)) return;
-    if (typeof a === 'number' && typeof b === 'number') { const d = Math.abs(a - b); max = Math.max(max, d); if (!(d <= tol)) bad.push(`${p}: ${a} vs ${b}`); return; }
-    if (Array.isArray(a) && Array.isArray(b)) { if (a.length !== b.length) bad.push(`${p}.length ${a.length} vs ${b.length}`); else a.forEach((v, i) => walk(v, b[i], `${p}[${i}]`)); return; }
-    if (a && b && typeof a === 'object' && typeof b === 'object') { for (const k of Object.keys(a)) walk((a as any)[k], (b as any)[k], `${p}.${k}`); return; }
+    if (typeof a === 'number' && typeof b === 'number') {
+      const d = Math.abs(a - b);
+      max = Math.max(max, d);
+      if (!(d <= tol)) bad.push(`${p}: ${a} vs ${b}`);
+      return;
+    }
+    if (Array.isArray(a) && Array.isArray(b)) {
+      if (a.length !== b.length) bad.push(`${p}.length ${a.length} vs ${b.length}`);
+      else a.forEach((v, i) => walk(v, b[i], `${p}[${i}]`));
+      return;
+    }
+    if (a && b && typeof a === 'object' && typeof b === 'object') {
+      for (const k of Object.keys(a)) walk((a as any)[k], (b as any)[k], `${p}.${k}`);
+      return;
+    }
     if (a !== b) bad.push(`${p}: ${JSON.stringify(a)} vs ${JSON.stringify(b)}`);
   };
   walk(x, y, '');

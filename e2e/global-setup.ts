@@ -12,7 +12,9 @@ export default function globalSetup(): () => void {
   mkdirSync('artifacts/screenshots', { recursive: true });
   if (process.env.LOUPE_E2E_NO_BUILD === '1' && existsSync('dist/index.html')) return teardown;
   const t0 = Date.now();
-  execFileSync(process.execPath, ['node_modules/vite/bin/vite.js', 'build', '--logLevel', 'warn'], { stdio: 'inherit' });
+  execFileSync(process.execPath, ['node_modules/vite/bin/vite.js', 'build', '--logLevel', 'warn'], {
+    stdio: 'inherit',
+  });
   console.log(`[e2e] built the page in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
   return teardown;
 }

@@ -16,7 +16,13 @@ test.describe.configure({ mode: 'serial' });
 const REPO = 'loupe-test/induction-gpt2';
 const R = [12, 200, 45, 77, 130, 9, 250, 66, 31, 180, 99, 143];
 const R2 = [55, 3, 210, 160, 88, 20, 190, 121, 71, 240, 14, 111];
-const ATP = { token_ids: [256, ...R, ...R.slice(0, -1)], corrupted_token_ids: [256, ...R2, ...R.slice(0, -1)], answer: `#${R[11]}`, counterfactual: `#${R2[11]}`, validate: 8 };
+const ATP = {
+  token_ids: [256, ...R, ...R.slice(0, -1)],
+  corrupted_token_ids: [256, ...R2, ...R.slice(0, -1)],
+  answer: `#${R[11]}`,
+  counterfactual: `#${R2[11]}`,
+  validate: 8,
+};
 const IG = { token_ids: ATP.token_ids, answer: `#${R[11]}`, counterfactual: `#${R2[11]}`, steps: 16 };
 
 let context: BrowserContext;
@@ -33,7 +39,9 @@ test.beforeAll(async ({ browser, hub, site }) => {
   await waitModelReady(page);
   await expect(page.getByTestId('status-model')).toContainText(REPO);
 });
-test.afterAll(async () => { await context.close(); });
+test.afterAll(async () => {
+  await context.close();
+});
 
 async function runInPage(op: string, input: Record<string, unknown>): Promise<any> {
   await page.evaluate((o) => (globalThis as any).__loupe.forms.select(o), op);
@@ -45,8 +53,15 @@ async function runInPage(op: string, input: Record<string, unknown>): Promise<an
 }
 
 function close(a: unknown, b: unknown, tol: number, at = '$'): void {
-  if (typeof a === 'number' && typeof b === 'number') { expect(Math.abs(a - b), at).toBeLessThanOrEqual(tol); return; }
-  if (Array.isArray(a) && Array.isArray(b)) { expect(a.length, at).toBe(b.length); a.forEach((x, i) => close(x, b[i], tol, `${at}[${i}]`)); return; }
+  if (typeof a === 'number' && typeof b === 'number') {
+    expect(Math.abs(a - b), at).toBeLessThanOrEqual(tol);
+    return;
+  }
+  if (Array.isArray(a) && Array.isArray(b)) {
+    expect(a.length, at).toBe(b.length);
+    a.forEach((x, i) => close(x, b[i], tol, `${at}[${i}]`));
+    return;
+  }
   if (a && b && typeof a === 'object' && typeof b === 'object') {
     for (const k of Object.keys(a)) if (k !== 'model') close((a as any)[k], (b as any)[k], tol, `${at}.${k}`);
     return;
@@ -80,7 +95,9 @@ test('attribution patching: the page document equals Node within 1e-4; the views
   await expect(page.locator('[data-testid=atp-heads] rect.cell')).toHaveCount(L * H);
   const marked = await page.locator('[data-testid=atp-heads] text').allTextContents();
   expect(marked.filter((t) => t.startsWith('✓')).length).toBe(pageDoc.validation.heads.length);
-  await expect(page.locator('[data-testid=atp-scatter] circle.pt')).toHaveCount(pageDoc.validation.heads.length + pageDoc.validation.sites.length);
+  await expect(page.locator('[data-testid=atp-scatter] circle.pt')).toHaveCount(
+    pageDoc.validation.heads.length + pageDoc.validation.sites.length,
+  );
   await expect(page.locator('[data-testid=atp-resid_pre] rect.cell')).toHaveCount(L * pageDoc.tokens.length);
   await shots('atp-heads', 'atp-view');
   await shots('atp-scatter', 'atp-scatter');
@@ -113,15 +130,25 @@ test('attribution patching on WebGPU agrees with Node', async () => {
   });
   test.skip(!adapter, 'WEBGPU UNAVAILABLE in this Chromium: the WebGPU gradient check did NOT run');
   await page.locator('#backend').selectOption('webgpu');
-  await page.waitForFunction(() => (globalThis as any).__loupe.model?.info.backend === 'webgpu' && (globalThis as any).__loupe.modelStatus === 'ready', null, { timeout: 120_000 });
+  await page.waitForFunction(
+    () =>
+      (globalThis as any).__loupe.model?.info.backend === 'webgpu' &&
+      (globalThis as any).__loupe.modelStatus === 'ready',
+    null,
+    { timeout: 120_000 },
+  );
   const pageDoc = await runInPage('attribution_patching', ATP);
   expect(pageDoc.model.backend).toBe('webgpu');
   const model = await loadModelNode(resolve(SHARED_MODELS, 'induction-gpt2'), { backend: 'node' });
   const nodeDoc: any = await getOperation('attribution_patching')!.run(model, ATP, {});
   await model.dispose();
   let worst = 0;
-  pageDoc.heads.forEach((h: any, i: number) => (worst = Math.max(worst, Math.abs(h.estimate - nodeDoc.heads[i].estimate))));
-  pageDoc.sites.forEach((s: any, i: number) => (worst = Math.max(worst, Math.abs(s.estimate - nodeDoc.sites[i].estimate))));
+  pageDoc.heads.forEach(
+    (h: any, i: number) => (worst = Math.max(worst, Math.abs(h.estimate - nodeDoc.heads[i].estimate))),
+  );
+  pageDoc.sites.forEach(
+    (s: any, i: number) => (worst = Math.max(worst, Math.abs(s.estimate - nodeDoc.sites[i].estimate))),
+  );
   console.log(`[e2e] attribution patching, WebGPU vs node: max |Δ estimate| ${worst.toExponential(2)}`);
   expect(worst).toBeLessThan(1e-4);
   await page.locator('#backend').selectOption('wasm');

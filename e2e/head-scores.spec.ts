@@ -27,7 +27,10 @@ test('head_scores: heatmap and pattern grid per head, the same document as the C
   await expect(cells.first()).toHaveAttribute('data-score', String(first.induction));
   await page.getByTestId('score-previous_token').click();
   await expect(cells.first()).toHaveAttribute('data-score', String(first.previous_token));
-  await expect(page.locator('[data-testid=head-scores-heatmap] rect.cell').first()).toHaveAttribute('data-value', String(first.previous_token));
+  await expect(page.locator('[data-testid=head-scores-heatmap] rect.cell').first()).toHaveAttribute(
+    'data-value',
+    String(first.previous_token),
+  );
   await page.getByTestId('source-prompt').click();
   await expect(cells.first()).toHaveAttribute('data-score', String(doc.prompt_scores.heads[0].previous_token));
   await page.getByTestId('source-random').click();
@@ -36,7 +39,10 @@ test('head_scores: heatmap and pattern grid per head, the same document as the C
   for (const theme of ['light', 'dark']) {
     const current = await page.evaluate(() => document.documentElement.dataset.theme);
     if (current !== theme) await page.getByRole('button', { name: /Switch to .* theme/ }).click();
-    for (const [w, h] of [[1280, 800], [1024, 700]]) {
+    for (const [w, h] of [
+      [1280, 800],
+      [1024, 700],
+    ]) {
       await page.setViewportSize({ width: w, height: h });
       for (const id of ['head-scores-view', 'head-grid']) {
         await page.getByTestId(id).evaluate((e) => e.scrollIntoView({ block: 'start' }));
@@ -49,7 +55,11 @@ test('head_scores: heatmap and pattern grid per head, the same document as the C
 
   step('screenshots done');
   // the CLI (the same registry entry MCP calls)
-  const { stdout } = await promisify(execFile)(process.execPath, ['bin/loupe.mjs', 'head_scores', 'default', doc.prompt, '--json'], { maxBuffer: 64 << 20 });
+  const { stdout } = await promisify(execFile)(
+    process.execPath,
+    ['bin/loupe.mjs', 'head_scores', 'default', doc.prompt, '--json'],
+    { maxBuffer: 64 << 20 },
+  );
   const node = JSON.parse(stdout);
   step('CLI done');
   // one assertion at the end: the patterns alone are ~10⁵ numbers, too many for one expect each

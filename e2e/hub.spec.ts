@@ -6,7 +6,18 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { BrowserContext, Page } from '@playwright/test';
-import { test, expect, openReady, loadFromHub, waitModelReady, runOp, shot, watchErrors, SHARED_MODELS, PROMPT } from './fixtures';
+import {
+  test,
+  expect,
+  openReady,
+  loadFromHub,
+  waitModelReady,
+  runOp,
+  shot,
+  watchErrors,
+  SHARED_MODELS,
+  PROMPT,
+} from './fixtures';
 
 test.describe.configure({ mode: 'serial' });
 
@@ -57,11 +68,18 @@ test('after a reload it loads from IndexedDB with zero requests to the server', 
   const before = requestsFor(hub, REPO);
   await page.reload();
   await waitModelReady(page); // the bundled model first
-  await page.getByTestId('recent').getByRole('button', { name: new RegExp(REPO) }).click();
-  await page.waitForFunction((id) => (globalThis as any).__loupe.model?.info.id === id && (globalThis as any).__loupe.modelStatus === 'ready', REPO);
+  await page
+    .getByTestId('recent')
+    .getByRole('button', { name: new RegExp(REPO) })
+    .click();
+  await page.waitForFunction(
+    (id) => (globalThis as any).__loupe.model?.info.id === id && (globalThis as any).__loupe.modelStatus === 'ready',
+    REPO,
+  );
   expect(requestsFor(hub, REPO)).toBe(before);
   await expect(page.getByTestId('load-summary')).toContainText("all from this browser's cache");
-  for (const r of await page.locator('[data-testid=file-row]').all()) expect(await r.getAttribute('data-cached')).toBe('true');
+  for (const r of await page.locator('[data-testid=file-row]').all())
+    expect(await r.getAttribute('data-cached')).toBe('true');
   console.log(`[e2e] reload: ${requestsFor(hub, REPO) - before} requests to the Hub server`);
   // the weights were read from IndexedDB's chunks by range (Blobs, FileReaderSync in the worker):
   // the worker holds no copy of them, and the WASM heap holds them
@@ -82,11 +100,19 @@ test('cancelling a slow download frees the page within a second and keeps the cu
   hub.throttle(SLOW, 'model.safetensors', { chunkSize: 8 * 1024, chunkDelayMs: 100 });
   await loadFromHub(page, hub.url, SLOW);
   const row = page.locator('[data-testid=file-row][data-file="model.safetensors"]');
-  await expect.poll(async () => Number(await row.getAttribute('data-loaded') ?? 0), { timeout: 30_000 }).toBeGreaterThan(0);
+  await expect
+    .poll(async () => Number((await row.getAttribute('data-loaded')) ?? 0), { timeout: 30_000 })
+    .toBeGreaterThan(0);
   const t0 = Date.now();
   await page.getByTestId('cancel-load').click();
   // polled every animation frame, so the time measured is the page's, not the poller's
-  await page.waitForFunction(() => !document.querySelector('[data-testid=cancel-load]') && !(document.querySelector('[data-testid=run]') as HTMLButtonElement).disabled, null, { polling: 'raf', timeout: 1000 });
+  await page.waitForFunction(
+    () =>
+      !document.querySelector('[data-testid=cancel-load]') &&
+      !(document.querySelector('[data-testid=run]') as HTMLButtonElement).disabled,
+    null,
+    { polling: 'raf', timeout: 1000 },
+  );
   console.log(`[e2e] download cancelled, page free after ${Date.now() - t0} ms`);
   await expect(page.getByTestId('status-model')).toContainText(REPO);
   await expect(page.getByTestId('model-error')).toHaveCount(0);

@@ -72,7 +72,10 @@ test('the top-heads table, the patch head map and circuit bars open the same hea
   await bar.click();
   await expect(page.getByTestId('head-panel').getByRole('heading')).toHaveText(`${barLabel} pattern`);
   // and the bar of the head in focus is outlined
-  await expect(page.locator(`[data-testid=circuit-singles] rect.bar[data-label="${barLabel}"]`)).not.toHaveAttribute('stroke', 'none');
+  await expect(page.locator(`[data-testid=circuit-singles] rect.bar[data-label="${barLabel}"]`)).not.toHaveAttribute(
+    'stroke',
+    'none',
+  );
 
   // the attention view shows the head in focus
   await runOp(page, 'attention');
@@ -93,13 +96,20 @@ test('the head panel\'s "patch" patches that head only', async () => {
   await runOp(page, 'patch', { example: true });
   const doc = await pageDoc(page, 'patch');
   expect(doc.n_variants).toBe(1);
-  expect(doc.interventions).toEqual([{ hook: 'blocks.1.attn.hook_z', op: 'patch', head: 2, positions: 'all', from: "the clean prompt's run" }]);
+  expect(doc.interventions).toEqual([
+    { hook: 'blocks.1.attn.hook_z', op: 'patch', head: 2, positions: 'all', from: "the clean prompt's run" },
+  ]);
   expect(doc.resid_pre).toBeNull();
   expect(doc.head_out[1][2]).toEqual(expect.any(Number));
   expect(doc.head_out.flat().filter((v: number | null) => v !== null)).toHaveLength(1);
   // the head map shows that one cell; the others say they were not patched
-  await expect(page.locator('[data-testid=patch-heads] rect.cell[data-row="1"][data-col="2"]')).toHaveAttribute('data-value', String(doc.head_out[1][2]));
-  await expect(page.locator('[data-testid=patch-heads] rect.cell[data-value="null"]')).toHaveCount(doc.head_out.flat().length - 1);
+  await expect(page.locator('[data-testid=patch-heads] rect.cell[data-row="1"][data-col="2"]')).toHaveAttribute(
+    'data-value',
+    String(doc.head_out[1][2]),
+  );
+  await expect(page.locator('[data-testid=patch-heads] rect.cell[data-value="null"]')).toHaveCount(
+    doc.head_out.flat().length - 1,
+  );
   await page.getByTestId('patch-heads').scrollIntoViewIfNeeded();
   await shot(page, 'linked-head-patch');
   expect(errors).toEqual([]);
@@ -120,7 +130,14 @@ test('hovering a token highlights its position in every view; clicking it fills 
   // the logit lens draws positions too
   await runOp(page, 'logit_lens');
   await page.locator('[data-testid=head-panel] .tok[data-pos="3"]').hover();
-  await expect.poll(() => page.locator('[data-testid=logit-lens-heatmap] rect.cell[data-pos="3"]').first().evaluate((e) => getComputedStyle(e).strokeWidth)).toBe('2px');
+  await expect
+    .poll(() =>
+      page
+        .locator('[data-testid=logit-lens-heatmap] rect.cell[data-pos="3"]')
+        .first()
+        .evaluate((e) => getComputedStyle(e).strokeWidth),
+    )
+    .toBe('2px');
 
   // a click on a token adds its position to the current form's positions
   await page.getByTestId('tab-ablate').click();

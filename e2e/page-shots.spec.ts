@@ -6,7 +6,10 @@
  */
 import { test, expect, openReady, runOp, pageDoc, watchErrors, PROMPT } from './fixtures';
 
-const LONG = Array.from({ length: 5 }, () => 'Once upon a time, there was a little girl named Lily who loved to play.').join(' ');
+const LONG = Array.from(
+  { length: 5 },
+  () => 'Once upon a time, there was a little girl named Lily who loved to play.',
+).join(' ');
 
 test('the changed views at both sizes in both themes', async ({ page, site }) => {
   test.setTimeout(300_000);
@@ -29,20 +32,35 @@ test('the changed views at both sizes in both themes', async ({ page, site }) =>
 
   /** the viewport with the element scrolled to its top (an element shot of a card inside the scrolling main pane comes out garbled) */
   const shotOf = async (sel: string, name: string) => {
-    await page.locator(sel).first().evaluate((el) => el.scrollIntoView({ block: 'start', behavior: 'instant' }));
+    await page
+      .locator(sel)
+      .first()
+      .evaluate((el) => el.scrollIntoView({ block: 'start', behavior: 'instant' }));
     await page.mouse.move(0, 0);
     await page.screenshot({ path: `artifacts/screenshots/${name}.png` });
   };
   /** no element of the card reaches past its right edge */
-  const fits = (sel: string) => page.locator(sel).first().evaluate((card) => {
-    const right = card.getBoundingClientRect().right + 1;
-    return [...card.querySelectorAll('*')].filter((el) => { const r = el.getBoundingClientRect(); return r.width > 0 && r.right > right; }).map((el) => el.tagName);
-  });
+  const fits = (sel: string) =>
+    page
+      .locator(sel)
+      .first()
+      .evaluate((card) => {
+        const right = card.getBoundingClientRect().right + 1;
+        return [...card.querySelectorAll('*')]
+          .filter((el) => {
+            const r = el.getBoundingClientRect();
+            return r.width > 0 && r.right > right;
+          })
+          .map((el) => el.tagName);
+      });
 
-  for (const [w, h] of [[1280, 800], [1024, 700]]) {
+  for (const [w, h] of [
+    [1280, 800],
+    [1024, 700],
+  ]) {
     await page.setViewportSize({ width: w, height: h });
     for (const theme of ['light', 'dark']) {
-      if ((await page.locator('html').getAttribute('data-theme') ?? 'light') !== theme) {
+      if (((await page.locator('html').getAttribute('data-theme')) ?? 'light') !== theme) {
         await page.getByRole('button', { name: /Switch to (dark|light) theme/ }).click();
         await expect(page.locator('html')).toHaveAttribute('data-theme', theme);
       }

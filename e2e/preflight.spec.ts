@@ -8,7 +8,17 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { BrowserContext, Page } from '@playwright/test';
-import { test, expect, openReady, loadFromHub, waitModelReady, shot, watchErrors, runOp, SHARED_MODELS } from './fixtures';
+import {
+  test,
+  expect,
+  openReady,
+  loadFromHub,
+  waitModelReady,
+  shot,
+  watchErrors,
+  runOp,
+  SHARED_MODELS,
+} from './fixtures';
 import { writeSparseGpt2 } from '../tests/helpers/sparse-model';
 import { startHubServer } from '../tests/helpers/hub-server';
 
@@ -43,9 +53,19 @@ test.afterAll(async () => {
 });
 
 /** bytes served for a weight file, and whether each request stayed inside its header */
-function weightTraffic(hub: { log: { id?: string; file?: string; range: string; bytes: number }[] }, id: string, headerBytes: number) {
+function weightTraffic(
+  hub: { log: { id?: string; file?: string; range: string; bytes: number }[] },
+  id: string,
+  headerBytes: number,
+) {
   const reqs = hub.log.filter((r) => r.id === id && r.file === 'model.safetensors');
-  return { bytes: reqs.reduce((a, r) => a + r.bytes, 0), insideHeader: reqs.every((r) => { const m = /^bytes=\d+-(\d+)$/.exec(r.range); return !!m && Number(m[1]) < headerBytes; }) };
+  return {
+    bytes: reqs.reduce((a, r) => a + r.bytes, 0),
+    insideHeader: reqs.every((r) => {
+      const m = /^bytes=\d+-(\d+)$/.exec(r.range);
+      return !!m && Number(m[1]) < headerBytes;
+    }),
+  };
 }
 
 test('a small model shows what it costs while it loads, with no click', async ({ site, hub }) => {
@@ -86,7 +106,10 @@ test('above 1 GB the download waits for a click; "Not now" stops it before a ten
 });
 
 test('a model too large for the backend is refused from its header, with a hint', async ({ hub }) => {
-  await page.getByLabel('Backend').selectOption('wasm').catch(() => page.locator('#backend').selectOption('wasm'));
+  await page
+    .getByLabel('Backend')
+    .selectOption('wasm')
+    .catch(() => page.locator('#backend').selectOption('wasm'));
   await waitModelReady(page);
   hub.resetCounters();
   await loadFromHub(page, hub.url, XL);
@@ -100,7 +123,10 @@ test('a model too large for the backend is refused from its header, with a hint'
   expect(errors.filter((e) => !/TOO_LARGE|Failed to load resource/.test(e))).toEqual([]);
 });
 
-test('weights behind a 302 to a CDN origin load in the page: CORS, Range across the redirect, no token there, the Hub\'s commit recorded', async ({ site, hub }) => {
+test("weights behind a 302 to a CDN origin load in the page: CORS, Range across the redirect, no token there, the Hub's commit recorded", async ({
+  site,
+  hub,
+}) => {
   if (page.url() === 'about:blank') await openReady(page, site.url);
   const cdn = await startHubServer();
   try {
@@ -110,7 +136,8 @@ test('weights behind a 302 to a CDN origin load in the page: CORS, Range across 
     cdn.addRepo('cdn/lfs', tok);
     hub.redirect(REPO, 'model.safetensors', `${cdn.url}/cdn/lfs/resolve/main/model.safetensors`);
     await page.getByRole('tab', { name: 'Hub' }).click();
-    if (!(await page.getByTestId('hub-endpoint').isVisible())) await page.getByRole('button', { name: /show endpoint/i }).click();
+    if (!(await page.getByTestId('hub-endpoint').isVisible()))
+      await page.getByRole('button', { name: /show endpoint/i }).click();
     await page.getByTestId('hub-endpoint').fill(hub.url);
     await page.getByTestId('hub-endpoint').dispatchEvent('change');
     // the token field follows the endpoint: fill it after
@@ -123,7 +150,9 @@ test('weights behind a 302 to a CDN origin load in the page: CORS, Range across 
     expect(ranges[0]).toBe('bytes=0-7');
     expect(ranges[ranges.length - 1]).toMatch(/^bytes=\d+-$/);
     expect(cdn.log.every((r) => r.authorization === '')).toBe(true);
-    expect(hub.log.filter((r) => r.id === REPO && r.method === 'GET').every((r) => r.authorization === 'Bearer hf_page')).toBe(true);
+    expect(
+      hub.log.filter((r) => r.id === REPO && r.method === 'GET').every((r) => r.authorization === 'Bearer hf_page'),
+    ).toBe(true);
     const commit = await page.evaluate(() => (globalThis as any).__loupe.model?.info.commit);
     expect(commit).toBe(hub.commitOf(REPO));
     await page.locator('#hub-token').fill('');
@@ -137,9 +166,18 @@ test('weights behind a 302 to a CDN origin load in the page: CORS, Range across 
  * addInitScript does not reach workers (Playwright #28029), so each worker the page starts gets the
  * same stub by `evaluate` (the estimate is asked only when a load starts, after that).
  */
-const estimateStub = (left: number) => { Object.defineProperty(StorageManager.prototype, 'estimate', { configurable: true, value: async () => ({ usage: 4e9, quota: 4e9 + left }) }); };
+const estimateStub = (left: number) => {
+  Object.defineProperty(StorageManager.prototype, 'estimate', {
+    configurable: true,
+    value: async () => ({ usage: 4e9, quota: 4e9 + left }),
+  });
+};
 
-test('a model that does not fit the storage quota left is refused before its weights, and the page stays usable', async ({ browser, site, hub }) => {
+test('a model that does not fit the storage quota left is refused before its weights, and the page stays usable', async ({
+  browser,
+  site,
+  hub,
+}) => {
   const QUOTA = 'preflight/quota-gpt2';
   const tok = join(SHARED_MODELS, 'induction-gpt2');
   hub.addRepo(QUOTA, tok);
@@ -151,23 +189,30 @@ test('a model that does not fit the storage quota left is refused before its wei
     const stubbed: Promise<unknown>[] = [];
     // the engine's worker (onnxruntime's thread workers sit in Atomics.wait: not evaluated)
     const engine = (w: { url(): string }) => /engine\.worker/.test(w.url());
-    p.on('worker', (w) => { if (engine(w)) stubbed.push(w.evaluate(estimateStub, 100_000)); });
+    p.on('worker', (w) => {
+      if (engine(w)) stubbed.push(w.evaluate(estimateStub, 100_000));
+    });
     await openReady(p, site.url);
     await Promise.all(stubbed);
     // what the page and its worker (where the download runs) are told
     expect(stubbed.length).toBeGreaterThan(0);
     expect(await p.evaluate(async () => (await navigator.storage.estimate()).quota)).toBe(4e9 + 100_000);
-    for (const w of p.workers().filter(engine)) expect(await w.evaluate(async () => (await navigator.storage.estimate()).quota)).toBe(4e9 + 100_000);
+    for (const w of p.workers().filter(engine))
+      expect(await w.evaluate(async () => (await navigator.storage.estimate()).quota)).toBe(4e9 + 100_000);
     hub.resetCounters();
     await loadFromHub(p, hub.url, QUOTA);
     const err = p.getByTestId('model-error');
     await expect(err).toContainText('TOO_LARGE');
-    await expect(err).toContainText(/preflight\/quota-gpt2 needs \d+ kB of this browser's storage, but only 100 kB is available to this site \(4\.0 GB used of 4\.0 GB\)/);
+    await expect(err).toContainText(
+      /preflight\/quota-gpt2 needs \d+ kB of this browser's storage, but only 100 kB is available to this site \(4\.0 GB used of 4\.0 GB\)/,
+    );
     await expect(err).toContainText(/private or incognito window/);
     // the header's ranged reads, nothing of a tensor
     const headerBytes = 8 + Number(readFileSync(join(tok, 'model.safetensors')).readBigUInt64LE(0));
     const reqs = hub.log.filter((r) => r.id === QUOTA && r.file === 'model.safetensors');
-    console.log(`[e2e] storage quota refusal: ${reqs.length} requests for model.safetensors (${reqs.map((r) => r.range).join(', ')})`);
+    console.log(
+      `[e2e] storage quota refusal: ${reqs.length} requests for model.safetensors (${reqs.map((r) => r.range).join(', ')})`,
+    );
     expect(weightTraffic(hub, QUOTA, headerBytes)).toMatchObject({ insideHeader: true });
     expect(weightTraffic(hub, QUOTA, headerBytes).bytes).toBeLessThanOrEqual(headerBytes);
     for (const theme of ['light', 'dark']) {

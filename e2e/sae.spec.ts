@@ -35,11 +35,20 @@ test.beforeAll(async ({ browser, hub }) => {
   const bad = makeRandomSae({ hook: SAE_PATH, dIn: 32, dSae: 64, seed: 32 });
   saes = [good, bad];
   hub.addRepo(REPO, null);
-  for (const [s, dir] of [[good, SAE_PATH], [bad, BAD_PATH]] as const) {
-    for (const f of ['cfg.json', 'sae_weights.safetensors']) hub.addFile(REPO, `${dir}/${f}`, readFileSync(path.join(s.dir, f)));
+  for (const [s, dir] of [
+    [good, SAE_PATH],
+    [bad, BAD_PATH],
+  ] as const) {
+    for (const f of ['cfg.json', 'sae_weights.safetensors'])
+      hub.addFile(REPO, `${dir}/${f}`, readFileSync(path.join(s.dir, f)));
   }
   // descriptions for the even features only: odd ones must read "no description"
-  const records = Array.from({ length: 128 }, (_, i) => ({ modelId: 'stories260K', layer: '2-res-test', index: String(2 * i), description: `even feature ${2 * i}` }));
+  const records = Array.from({ length: 128 }, (_, i) => ({
+    modelId: 'stories260K',
+    layer: '2-res-test',
+    index: String(2 * i),
+    description: `even feature ${2 * i}`,
+  }));
   hub.addFile(REPO, `${SAE_PATH}/explanations.json`, JSON.stringify(records));
   // paced, so the download is seen in the job bar
   hub.throttle(REPO, `${SAE_PATH}/sae_weights.safetensors`, { chunkSize: 16 * 1024, chunkDelayMs: 60 });
@@ -73,13 +82,31 @@ async function fillSae(p: Page, op: string, sae: string, saePath: string): Promi
 
 /** Every number within 1e-4 (ids, positions and feature indices exactly), every string equal; the backend may differ. */
 function expectSameDoc(a: unknown, b: unknown, where = ''): number {
-  const EXACT = new Set(['feature', 'token_id', 'id', 'position', 'l0', 'top_k', 'positions', 'd_in', 'd_sae', 'index', 'count', 'records', 'hook_layer']);
+  const EXACT = new Set([
+    'feature',
+    'token_id',
+    'id',
+    'position',
+    'l0',
+    'top_k',
+    'positions',
+    'd_in',
+    'd_sae',
+    'index',
+    'count',
+    'records',
+    'hook_layer',
+  ]);
   let max = 0;
   const walk = (x: unknown, y: unknown, p: string, key: string): void => {
     if (p === '.model.backend') return;
     if (typeof x === 'number' && typeof y === 'number') {
       if (EXACT.has(key)) expect(y, p).toBe(x);
-      else { const d = Math.abs(x - y); max = Math.max(max, d); expect(d, `${p}: ${x} vs ${y}`).toBeLessThanOrEqual(1e-4); }
+      else {
+        const d = Math.abs(x - y);
+        max = Math.max(max, d);
+        expect(d, `${p}: ${x} vs ${y}`).toBeLessThanOrEqual(1e-4);
+      }
       return;
     }
     if (Array.isArray(x) && Array.isArray(y)) {
@@ -105,7 +132,9 @@ test('sae_features: the token table, download progress, and the same document as
   await page.locator('#p-sae_features-top_k').fill(String(TOP_K));
   await page.getByTestId('run').click();
   // the weights' download shows in the job bar, in bytes
-  await expect(page.getByTestId('job')).toContainText(/loading SAE .*sae_weights\.safetensors \(.*KB of .*KB\)/, { timeout: 20_000 });
+  await expect(page.getByTestId('job')).toContainText(/loading SAE .*sae_weights\.safetensors \(.*KB of .*KB\)/, {
+    timeout: 20_000,
+  });
   await expect(page.getByTestId('job')).toHaveCount(0, { timeout: 60_000 });
   await expect(page.getByTestId('job-error')).toHaveCount(0);
   const doc = await pageDoc(page, 'sae_features');
@@ -115,8 +144,15 @@ test('sae_features: the token table, download progress, and the same document as
   const toks = page.locator('[data-testid=sae-token-strip] [data-position]');
   await expect(toks).toHaveCount(T);
   await expect(page.getByTestId('sae-selected')).toHaveAttribute('data-position', String(T - 1));
-  const rowsOf = () => page.locator('[data-testid=sae-feature-table] tr[data-feature]').evaluateAll((els) =>
-    els.map((e) => ({ f: Number(e.getAttribute('data-feature')), a: Number(e.getAttribute('data-activation')), l: e.getAttribute('data-logit-attribution'), text: e.textContent ?? '' })));
+  const rowsOf = () =>
+    page.locator('[data-testid=sae-feature-table] tr[data-feature]').evaluateAll((els) =>
+      els.map((e) => ({
+        f: Number(e.getAttribute('data-feature')),
+        a: Number(e.getAttribute('data-activation')),
+        l: e.getAttribute('data-logit-attribution'),
+        text: e.textContent ?? '',
+      })),
+    );
   const check = async (pos: number) => {
     const want = doc.positions[pos].features;
     const rows = await rowsOf();
@@ -149,20 +185,38 @@ test('sae_features: the token table, download progress, and the same document as
   await expect(bars).toHaveCount(doc.positions[3].features.length);
   await bars.first().hover();
   await expect(page.getByTestId('chart-tooltip')).toContainText(`#${doc.positions[3].features[0].feature}`);
-  await expect(page.locator('[data-testid=sae-recon-chart] circle.point')).toHaveCount(doc.positions.filter((p: any) => p.reconstruction.mse !== null).length);
+  await expect(page.locator('[data-testid=sae-recon-chart] circle.point')).toHaveCount(
+    doc.positions.filter((p: any) => p.reconstruction.mse !== null).length,
+  );
   await expect(page.locator('[data-testid=sae-logit-bars] rect.bar')).not.toHaveCount(0);
   await toks.nth(T - 1).hover();
   await shotOf(page, 'sae-features', 'sae-features-view');
   await shotOf(page, 'sae-features-charts', 'sae-features-bars');
 
   // the CLI, finding the same SAE on the Hub stand-in through HF_ENDPOINT (async: this process serves the Hub)
-  const { stdout } = await promisify(execFile)(process.execPath,
-    ['bin/loupe.mjs', 'sae_features', 'default', PROMPT, '--sae-source', source, '--sae-path', SAE_PATH, '--top-k', String(TOP_K), '--json'],
-    { env: { ...process.env, HF_ENDPOINT: hub.url, LOUPE_CACHE_DIR: cacheDir } });
+  const { stdout } = await promisify(execFile)(
+    process.execPath,
+    [
+      'bin/loupe.mjs',
+      'sae_features',
+      'default',
+      PROMPT,
+      '--sae-source',
+      source,
+      '--sae-path',
+      SAE_PATH,
+      '--top-k',
+      String(TOP_K),
+      '--json',
+    ],
+    { env: { ...process.env, HF_ENDPOINT: hub.url, LOUPE_CACHE_DIR: cacheDir } },
+  );
   const cli = JSON.parse(stdout);
   expect(cli.model.backend).toBe('node');
   const maxDiff = expectSameDoc(cli, doc);
-  console.log(`[e2e] sae_features page (wasm) vs CLI --json: ${doc.positions.length} positions, max |Δ| = ${maxDiff.toExponential(2)}`);
+  console.log(
+    `[e2e] sae_features page (wasm) vs CLI --json: ${doc.positions.length} positions, max |Δ| = ${maxDiff.toExponential(2)}`,
+  );
   expect(errors).toEqual([]);
 });
 
@@ -193,7 +247,9 @@ test('the feature card: promoted/suppressed tokens and the activation heat over 
   const doc = await pageDoc(page, 'feature');
   expect(doc.feature.index).toBe(features[0].feature);
   await expect(page.locator('[data-testid=feature-promoted] rect.bar')).toHaveCount(doc.logit_weights.promoted.length);
-  await expect(page.locator('[data-testid=feature-suppressed] rect.bar')).toHaveCount(doc.logit_weights.suppressed.length);
+  await expect(page.locator('[data-testid=feature-suppressed] rect.bar')).toHaveCount(
+    doc.logit_weights.suppressed.length,
+  );
   const cells = page.locator('[data-testid=feature-activations] rect.tok-cell');
   const n = doc.activations.reduce((s: number, a: any) => s + a.values.length, 0);
   await expect(cells).toHaveCount(n);
@@ -204,7 +260,13 @@ test('the feature card: promoted/suppressed tokens and the activation heat over 
   await cells.nth(doc.activations[0].max_position).click();
   await expect(page.getByTestId('feature-selected-token')).toContainText(String(doc.activations[0].max.toFixed(5)));
   // the heat exports as SVG with every token
-  const [svg] = await Promise.all([page.waitForEvent('download'), page.getByTestId('feature-activations').getByRole('button', { name: /as SVG/ }).click()]);
+  const [svg] = await Promise.all([
+    page.waitForEvent('download'),
+    page
+      .getByTestId('feature-activations')
+      .getByRole('button', { name: /as SVG/ })
+      .click(),
+  ]);
   expect(readFileSync((await svg.path())!, 'utf8').match(/class="tok-cell"/g)?.length).toBe(n);
   await shotOf(page, 'feature', 'feature-view');
 });
@@ -237,7 +299,9 @@ test('sae_steer as a sweep: the curves, the shown value marked, base vs steered 
   expect(single.mode).toBe('single');
   expect(single.steered.generated_token_ids).toEqual(doc.sweep.generations[3].generated_token_ids);
   await expect(page.getByTestId('text-right')).toContainText(single.steered.generated_text.trim());
-  await expect(page.locator('[data-testid=sae-steer-deltas] rect.bar')).toHaveCount(single.targets.length + single.controls.length);
+  await expect(page.locator('[data-testid=sae-steer-deltas] rect.bar')).toHaveCount(
+    single.targets.length + single.controls.length,
+  );
   await shotOf(page, 'sae-steer-single', 'sae-steer-view');
 });
 
@@ -261,7 +325,9 @@ test('"Dashboard" on the feature card fills the dashboard form; over the card\'s
     expect(e.tokens.map((t: any) => t.id)).toEqual(a.tokens.slice(1).map((t: any) => t.id));
     e.values.forEach((v: number, i: number) => expect(Math.abs(v - a.values[i + 1])).toBeLessThan(1e-5));
   }
-  expect(doc.direct_path.promoted.map((t: any) => t.token_id)).toEqual(card.logit_weights.promoted.map((t: any) => t.token_id));
+  expect(doc.direct_path.promoted.map((t: any) => t.token_id)).toEqual(
+    card.logit_weights.promoted.map((t: any) => t.token_id),
+  );
   await expect(page.locator('[data-testid=dashboard-examples] rect.tok-cell')).toHaveCount(doc.corpus.tokens);
   await shotOf(page, 'dashboard-feature', 'dashboard-view');
 });
@@ -279,7 +345,10 @@ test('a mismatched SAE shows SAE_MISMATCH and the page stays usable', async () =
   expect(errors).toEqual([]);
 });
 
-test('a shared sae_features link downloads its SAE only after a click, then re-runs to the same numbers', async ({ browser, site }) => {
+test('a shared sae_features link downloads its SAE only after a click, then re-runs to the same numbers', async ({
+  browser,
+  site,
+}) => {
   await page.getByTestId('copy-link').click();
   const url = await page.getByTestId('share-url').inputValue();
   expect(url.startsWith(`${site.url}#s=`)).toBe(true);

@@ -40,11 +40,19 @@ test('two traces side by side with their Δ', async () => {
   await entries().nth(0).getByTestId('session-b').click();
   const cmp = page.getByTestId('compare');
   await expect(cmp).toHaveAttribute('data-op', 'trace');
-  const L = a.head_attribution.length, H = a.head_attribution[0].length;
+  const L = a.head_attribution.length,
+    H = a.head_attribution[0].length;
   await expect(cmp.locator('[data-testid=compare-delta] rect.cell')).toHaveCount(L * H);
   const cell = cmp.locator('[data-testid=compare-delta] rect.cell[data-row="1"][data-col="2"]');
-  expect(Number(await cell.getAttribute('data-value'))).toBeCloseTo(b.head_attribution[1][2] - a.head_attribution[1][2], 6);
-  expect(Number(await cmp.locator('[data-testid=compare-a] rect.cell[data-row="1"][data-col="2"]').getAttribute('data-value'))).toBe(a.head_attribution[1][2]);
+  expect(Number(await cell.getAttribute('data-value'))).toBeCloseTo(
+    b.head_attribution[1][2] - a.head_attribution[1][2],
+    6,
+  );
+  expect(
+    Number(
+      await cmp.locator('[data-testid=compare-a] rect.cell[data-row="1"][data-col="2"]').getAttribute('data-value'),
+    ),
+  ).toBe(a.head_attribution[1][2]);
   await shot(page, 'compare-trace');
 });
 
@@ -89,7 +97,8 @@ async function pickAB(op: string, older = 1, newer = 0): Promise<void> {
   await expect(page.getByTestId('compare')).toHaveAttribute('data-op', op);
 }
 const close = () => page.getByTestId('compare').getByRole('button', { name: 'Close the comparison' }).click();
-const deltaCell = (r: number, c: number) => page.locator(`[data-testid=compare-delta] rect.cell[data-row="${r}"][data-col="${c}"]`);
+const deltaCell = (r: number, c: number) =>
+  page.locator(`[data-testid=compare-delta] rect.cell[data-row="${r}"][data-col="${c}"]`);
 
 test('activations, patch and ablate results have a Δ too (matched by row and column names)', async () => {
   // activations of two prompts: Δ of each statistic per layer × site
@@ -102,10 +111,18 @@ test('activations, patch and ablate results have a Δ too (matched by row and co
   await pickAB('activations');
   const site0 = a.layers[0].sites[0].site;
   await expect(page.getByTestId('compare-grid')).toHaveValue('mean');
-  await expect(page.locator('[data-testid=compare-delta] rect.cell')).toHaveCount(a.layers.length * a.layers[0].sites.length);
-  expect(Number(await deltaCell(1, 0).getAttribute('data-value'))).toBeCloseTo(b.layers[1].sites.find((s: any) => s.site === site0).mean - a.layers[1].sites[0].mean, 6);
+  await expect(page.locator('[data-testid=compare-delta] rect.cell')).toHaveCount(
+    a.layers.length * a.layers[0].sites.length,
+  );
+  expect(Number(await deltaCell(1, 0).getAttribute('data-value'))).toBeCloseTo(
+    b.layers[1].sites.find((s: any) => s.site === site0).mean - a.layers[1].sites[0].mean,
+    6,
+  );
   await page.getByTestId('compare-grid').selectOption('max');
-  expect(Number(await deltaCell(0, 0).getAttribute('data-value'))).toBeCloseTo(b.layers[0].sites.find((s: any) => s.site === site0).max - a.layers[0].sites[0].max, 6);
+  expect(Number(await deltaCell(0, 0).getAttribute('data-value'))).toBeCloseTo(
+    b.layers[0].sites.find((s: any) => s.site === site0).max - a.layers[0].sites[0].max,
+    6,
+  );
   await page.getByTestId('compare-delta').scrollIntoViewIfNeeded();
   await shot(page, 'compare-activations');
   await close();
@@ -119,7 +136,9 @@ test('activations, patch and ablate results have a Δ too (matched by row and co
   await page.getByTestId('compare-grid').selectOption('head_out');
   const cells = page.locator('[data-testid=compare-delta] rect.cell');
   await expect(cells).toHaveCount(p1.head_out.length * p1.head_out[0].length);
-  expect((await cells.evaluateAll((els) => els.map((e) => Number(e.getAttribute('data-value'))))).every((v) => v === 0)).toBe(true);
+  expect(
+    (await cells.evaluateAll((els) => els.map((e) => Number(e.getAttribute('data-value'))))).every((v) => v === 0),
+  ).toBe(true);
   await page.getByTestId('compare-delta').scrollIntoViewIfNeeded();
   await shot(page, 'compare-patch');
   await close();
@@ -152,7 +171,9 @@ test('results that are not comparable say so', async () => {
   // two different operations
   await page.locator('[data-testid=session-entry][data-op=attention]').first().getByTestId('session-a').click();
   await page.locator('[data-testid=session-entry][data-op=activations]').first().getByTestId('session-b').click();
-  await expect(page.getByTestId('compare-not-comparable')).toContainText('A is a result of Attention and B of Activations');
+  await expect(page.getByTestId('compare-not-comparable')).toContainText(
+    'A is a result of Attention and B of Activations',
+  );
   await close();
   expect(errors).toEqual([]);
 });
@@ -166,7 +187,9 @@ test('pins and history survive a reload', async () => {
   await expect(entries().first()).toHaveAttribute('data-pinned', 'true');
   // the newest result of the selected operation is back without running anything
   await page.getByTestId('tab-trace').click();
-  await expect(page.locator('[data-testid=result][data-op=trace] [data-testid=trace-heatmap] rect.cell').first()).toBeAttached();
+  await expect(
+    page.locator('[data-testid=result][data-op=trace] [data-testid=trace-heatmap] rect.cell').first(),
+  ).toBeAttached();
   await expect(page.getByTestId('job')).toHaveCount(0);
   expect(errors).toEqual([]);
 });
@@ -188,9 +211,13 @@ test('a session exported as one file imports into a fresh browser', async ({ bro
     await expect(p2.getByTestId('session-entry')).toHaveCount(n);
     await expect(p2.getByTestId('session-import-msg')).toContainText(`Imported ${n}`);
     await p2.locator('[data-testid=session-entry][data-op=trace]').first().getByRole('button').first().click();
-    await expect(p2.locator('[data-testid=result][data-op=trace] [data-testid=trace-heatmap] rect.cell').first()).toBeAttached();
+    await expect(
+      p2.locator('[data-testid=result][data-op=trace] [data-testid=trace-heatmap] rect.cell').first(),
+    ).toBeAttached();
     // a file that is not a session says so
-    await p2.getByTestId('session-import').setInputFiles({ name: 'x.json', mimeType: 'application/json', buffer: Buffer.from('{"a":1}') });
+    await p2
+      .getByTestId('session-import')
+      .setInputFiles({ name: 'x.json', mimeType: 'application/json', buffer: Buffer.from('{"a":1}') });
     await expect(p2.getByTestId('session-import-msg')).toContainText('not a Loupe session file');
     expect(errs).toEqual([]);
   } finally {

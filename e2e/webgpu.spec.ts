@@ -8,7 +8,18 @@
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
 import type { Page } from '@playwright/test';
-import { test, expect, openReady, waitModelReady, runOp, shot, pageDoc, SHARED_MODELS, PROMPT, shotWidthsThemes } from './fixtures';
+import {
+  test,
+  expect,
+  openReady,
+  waitModelReady,
+  runOp,
+  shot,
+  pageDoc,
+  SHARED_MODELS,
+  PROMPT,
+  shotWidthsThemes,
+} from './fixtures';
 import { ALL_FAMILY_CASES, makeCaseModel } from '../tests/reference';
 
 test.describe.configure({ mode: 'serial' });
@@ -35,9 +46,14 @@ async function agreement(page: Page, label: string): Promise<void> {
   const res = page.getByTestId('agreement');
   const err = page.getByTestId('agreement-error');
   await expect(res.or(err)).toBeVisible({ timeout: 150_000 });
-  if (await err.isVisible()) throw new Error(`${label}: the agreement check failed in the page: ${(await err.textContent())?.trim()}`);
-  const [pass, logit, hook, prob, top1] = await Promise.all(['data-pass', 'data-max-logit', 'data-max-hook', 'data-max-prob', 'data-top1'].map((a) => res.getAttribute(a)));
-  console.log(`[e2e] ${label}: webgpu vs wasm max |Δ| logits ${Number(logit).toExponential(2)}, hooks ${Number(hook).toExponential(2)}, probs ${Number(prob).toExponential(2)}, top-1 ${top1 === 'true' ? 'same' : 'DIFFERENT'}`);
+  if (await err.isVisible())
+    throw new Error(`${label}: the agreement check failed in the page: ${(await err.textContent())?.trim()}`);
+  const [pass, logit, hook, prob, top1] = await Promise.all(
+    ['data-pass', 'data-max-logit', 'data-max-hook', 'data-max-prob', 'data-top1'].map((a) => res.getAttribute(a)),
+  );
+  console.log(
+    `[e2e] ${label}: webgpu vs wasm max |Δ| logits ${Number(logit).toExponential(2)}, hooks ${Number(hook).toExponential(2)}, probs ${Number(prob).toExponential(2)}, top-1 ${top1 === 'true' ? 'same' : 'DIFFERENT'}`,
+  );
   expect(Number(logit)).toBeLessThanOrEqual(1e-4);
   expect(Number(hook)).toBeLessThanOrEqual(1e-4);
   expect(top1).toBe('true');
@@ -49,7 +65,13 @@ test('stories260K on WebGPU: a trace equals the CLI and every hook agrees with W
   await openReady(page, site.url);
   await requireWebGpu(page);
   await page.locator('#backend').selectOption('webgpu');
-  await page.waitForFunction(() => (globalThis as any).__loupe.model?.info.backend === 'webgpu' && (globalThis as any).__loupe.modelStatus === 'ready', null, { timeout: 120_000 });
+  await page.waitForFunction(
+    () =>
+      (globalThis as any).__loupe.model?.info.backend === 'webgpu' &&
+      (globalThis as any).__loupe.modelStatus === 'ready',
+    null,
+    { timeout: 120_000 },
+  );
   await expect(page.getByTestId('status-backend')).toContainText('webgpu');
   await page.getByTestId('prompt').fill(PROMPT);
   await page.getByTestId('tab-trace').click();
@@ -57,9 +79,16 @@ test('stories260K on WebGPU: a trace equals the CLI and every hook agrees with W
   const ms = await runOp(page, 'trace', { timeout: 120_000 });
   const doc = await page.evaluate(() => (globalThis as any).__loupe.results.trace.doc);
   expect(doc.model.backend).toBe('webgpu');
-  const cli = JSON.parse(execFileSync(process.execPath, ['bin/loupe.mjs', 'trace', 'default', PROMPT, '--json', '--top-k', '40'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }));
+  const cli = JSON.parse(
+    execFileSync(process.execPath, ['bin/loupe.mjs', 'trace', 'default', PROMPT, '--json', '--top-k', '40'], {
+      encoding: 'utf8',
+      stdio: ['ignore', 'pipe', 'ignore'],
+    }),
+  );
   let d = 0;
-  doc.head_attribution.forEach((row: number[], l: number) => row.forEach((v, h) => (d = Math.max(d, Math.abs(v - cli.head_attribution[l][h])))));
+  doc.head_attribution.forEach((row: number[], l: number) =>
+    row.forEach((v, h) => (d = Math.max(d, Math.abs(v - cli.head_attribution[l][h])))),
+  );
   console.log(`[e2e] trace on webgpu ${ms} ms; vs CLI (node) max |Δ| head attribution ${d.toExponential(2)}`);
   expect(d).toBeLessThan(1e-4);
   await agreement(page, 'stories260K');
@@ -79,31 +108,49 @@ test('induction-gpt2 on WebGPU agrees with WASM on logits and every hook', async
   await page.locator('#backend').selectOption('webgpu');
   await waitModelReady(page);
   await page.getByTestId('load-hub').click();
-  await page.waitForFunction((id) => (globalThis as any).__loupe.model?.info.id === id && (globalThis as any).__loupe.modelStatus === 'ready', repo, { timeout: 120_000 });
+  await page.waitForFunction(
+    (id) => (globalThis as any).__loupe.model?.info.id === id && (globalThis as any).__loupe.modelStatus === 'ready',
+    repo,
+    { timeout: 120_000 },
+  );
   await expect(page.getByTestId('status-backend')).toContainText('webgpu');
   await page.getByTestId('prompt').fill('xq7#kLm2xq7#kLm2xq7#');
   await agreement(page, 'induction-gpt2');
 });
 
-test('a forced low tensor limit splits the vocabulary on WebGPU: same numbers as the CLI unsplit, and the page says which path ran and why', async ({ page, site, hub }) => {
+test('a forced low tensor limit splits the vocabulary on WebGPU: same numbers as the CLI unsplit, and the page says which path ran and why', async ({
+  page,
+  site,
+  hub,
+}) => {
   test.setTimeout(300_000);
   // tied F16 llama (vocab 64, d_model 32: the table is 8 KB as float32); ?tensor_bytes=2000 → 5 chunks
-  const rm = makeCaseModel(ALL_FAMILY_CASES.find((c) => c.name === 'llama-gqa-tied')!, { dtype: 'F16' });
+  const rm = makeCaseModel(
+    ALL_FAMILY_CASES.find((c) => c.name === 'llama-gqa-tied')!,
+    { dtype: 'F16' },
+  );
   const repo = 'loupe-test/llama-f16-split';
   hub.addRepo(repo, rm.dir);
   try {
     await openReady(page, `${site.url}?tensor_bytes=2000`);
     await requireWebGpu(page);
-    const shaderF16 = await page.evaluate(async () => (await (navigator as any).gpu.requestAdapter()).features.has('shader-f16'));
+    const shaderF16 = await page.evaluate(async () =>
+      (await (navigator as any).gpu.requestAdapter()).features.has('shader-f16'),
+    );
     await page.getByRole('tab', { name: 'Hub' }).click();
-    if (!(await page.getByTestId('hub-endpoint').isVisible())) await page.getByRole('button', { name: /show endpoint/i }).click();
+    if (!(await page.getByTestId('hub-endpoint').isVisible()))
+      await page.getByRole('button', { name: /show endpoint/i }).click();
     await page.getByTestId('hub-endpoint').fill(hub.url);
     await page.getByTestId('hub-endpoint').dispatchEvent('change');
     await page.getByTestId('hub-id').fill(repo);
     await page.locator('#backend').selectOption('webgpu');
     await waitModelReady(page);
     await page.getByTestId('load-hub').click();
-    await page.waitForFunction((id) => (globalThis as any).__loupe.model?.info.id === id && (globalThis as any).__loupe.modelStatus === 'ready', repo, { timeout: 120_000 });
+    await page.waitForFunction(
+      (id) => (globalThis as any).__loupe.model?.info.id === id && (globalThis as any).__loupe.modelStatus === 'ready',
+      repo,
+      { timeout: 120_000 },
+    );
     const info = await page.evaluate(() => (globalThis as any).__loupe.model.info);
     expect(info.backend).toBe('webgpu');
     expect(info.vocab_chunks).toBe(5);
@@ -120,12 +167,25 @@ test('a forced low tensor limit splits the vocabulary on WebGPU: same numbers as
     await runOp(page, 'trace', { timeout: 120_000 });
     const doc = await pageDoc(page, 'trace');
     expect(doc.model.backend).toBe('webgpu');
-    const cli = JSON.parse(execFileSync(process.execPath, ['bin/loupe.mjs', 'trace', rm.dir, 'the cat sat on the mat', '--json', '--top-k', '20', '--weights', 'f32'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }));
-    let dh = 0, dl = 0;
-    doc.head_attribution.forEach((row: number[], l: number) => row.forEach((v, h) => (dh = Math.max(dh, Math.abs(v - cli.head_attribution[l][h])))));
+    const cli = JSON.parse(
+      execFileSync(
+        process.execPath,
+        ['bin/loupe.mjs', 'trace', rm.dir, 'the cat sat on the mat', '--json', '--top-k', '20', '--weights', 'f32'],
+        { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] },
+      ),
+    );
+    let dh = 0,
+      dl = 0;
+    doc.head_attribution.forEach((row: number[], l: number) =>
+      row.forEach((v, h) => (dh = Math.max(dh, Math.abs(v - cli.head_attribution[l][h])))),
+    );
     expect(doc.top_predictions.map((p: any) => p.token_id)).toEqual(cli.top_predictions.map((p: any) => p.token_id));
-    doc.top_predictions.forEach((p: any, i: number) => (dl = Math.max(dl, Math.abs(p.logit - cli.top_predictions[i].logit))));
-    console.log(`[e2e] split vocabulary (5 chunks) on webgpu vs CLI unsplit (node): max |Δ| head attribution ${dh.toExponential(2)}, top logits ${dl.toExponential(2)}`);
+    doc.top_predictions.forEach(
+      (p: any, i: number) => (dl = Math.max(dl, Math.abs(p.logit - cli.top_predictions[i].logit))),
+    );
+    console.log(
+      `[e2e] split vocabulary (5 chunks) on webgpu vs CLI unsplit (node): max |Δ| head attribution ${dh.toExponential(2)}, top logits ${dl.toExponential(2)}`,
+    );
     expect(dh).toBeLessThan(1e-4);
     expect(dl).toBeLessThan(1e-4);
 
@@ -141,12 +201,19 @@ test('a forced low tensor limit splits the vocabulary on WebGPU: same numbers as
   }
 });
 
-test('q8 on WebGPU: induction-gpt2 and a split F16 gemma2 agree with WASM q8, and a trace equals the CLI\'s q8 trace', async ({ page, site, hub }) => {
+test("q8 on WebGPU: induction-gpt2 and a split F16 gemma2 agree with WASM q8, and a trace equals the CLI's q8 trace", async ({
+  page,
+  site,
+  hub,
+}) => {
   test.setTimeout(420_000);
   const repo = 'loupe-test/induction-gpt2-q8';
   hub.addRepo(repo, join(SHARED_MODELS, 'induction-gpt2'));
   // gemma2 (embedding scale, soft-caps, sliding window), F16, tied table; ?tensor_bytes=2000 → 9 chunks of int8 rows
-  const rm = makeCaseModel(ALL_FAMILY_CASES.find((c) => c.name === 'gemma2-softcap-window')!, { dtype: 'F16' });
+  const rm = makeCaseModel(
+    ALL_FAMILY_CASES.find((c) => c.name === 'gemma2-softcap-window')!,
+    { dtype: 'F16' },
+  );
   const gemma = 'loupe-test/gemma2-f16-q8';
   hub.addRepo(gemma, rm.dir);
   try {
@@ -156,14 +223,22 @@ test('q8 on WebGPU: induction-gpt2 and a split F16 gemma2 agree with WASM q8, an
     await waitModelReady(page, 120_000);
     await page.locator('#backend').selectOption('webgpu');
     await waitModelReady(page, 120_000);
-    for (const [id, prompt] of [[repo, 'xq7#kLm2xq7#kLm2xq7#'], [gemma, 'the cat sat on the mat']]) {
+    for (const [id, prompt] of [
+      [repo, 'xq7#kLm2xq7#kLm2xq7#'],
+      [gemma, 'the cat sat on the mat'],
+    ]) {
       await page.getByRole('tab', { name: 'Hub' }).click();
-      if (!(await page.getByTestId('hub-endpoint').isVisible())) await page.getByRole('button', { name: /show endpoint/i }).click();
+      if (!(await page.getByTestId('hub-endpoint').isVisible()))
+        await page.getByRole('button', { name: /show endpoint/i }).click();
       await page.getByTestId('hub-endpoint').fill(hub.url);
       await page.getByTestId('hub-endpoint').dispatchEvent('change');
       await page.getByTestId('hub-id').fill(id);
       await page.getByTestId('load-hub').click();
-      await page.waitForFunction((m) => (globalThis as any).__loupe.model?.info.id === m && (globalThis as any).__loupe.modelStatus === 'ready', id, { timeout: 120_000 });
+      await page.waitForFunction(
+        (m) => (globalThis as any).__loupe.model?.info.id === m && (globalThis as any).__loupe.modelStatus === 'ready',
+        id,
+        { timeout: 120_000 },
+      );
       const info = await page.evaluate(() => (globalThis as any).__loupe.model.info);
       expect(info.backend).toBe('webgpu');
       expect(info.weights).toBe('q8');
@@ -171,7 +246,11 @@ test('q8 on WebGPU: induction-gpt2 and a split F16 gemma2 agree with WASM q8, an
       await expect(page.getByTestId('status-dtype')).toContainText('q8');
       // a cold load: the int8 weights read back from the q8 entry it wrote, the float32 scales and
       // norms widened from it as the session copies them to the GPU; none of them held in JS
-      const mem = await page.evaluate(async () => { const m = (globalThis as any).__loupe.models; await m.refreshMemory(); return m.memory; });
+      const mem = await page.evaluate(async () => {
+        const m = (globalThis as any).__loupe.models;
+        await m.refreshMemory();
+        return m.memory;
+      });
       console.log(`[e2e] ${id} q8 on webgpu, cold: ${JSON.stringify(mem)}`);
       expect(mem).toMatchObject({ jsWeightBytes: 0, jsWeightsWhy: null });
       await page.getByTestId('prompt').fill(prompt);
@@ -188,11 +267,33 @@ test('q8 on WebGPU: induction-gpt2 and a split F16 gemma2 agree with WASM q8, an
     const doc = await pageDoc(page, 'trace');
     expect(doc.model.backend).toBe('webgpu');
     expect(doc.model.weights).toBe('q8');
-    const cli = JSON.parse(execFileSync(process.execPath, ['bin/loupe.mjs', 'trace', rm.dir, 'the cat sat on the mat', '--json', '--top-k', '20', '--weights', 'q8', '--backend', 'wasm'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }));
+    const cli = JSON.parse(
+      execFileSync(
+        process.execPath,
+        [
+          'bin/loupe.mjs',
+          'trace',
+          rm.dir,
+          'the cat sat on the mat',
+          '--json',
+          '--top-k',
+          '20',
+          '--weights',
+          'q8',
+          '--backend',
+          'wasm',
+        ],
+        { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] },
+      ),
+    );
     let dh = 0;
-    doc.head_attribution.forEach((row: number[], l: number) => row.forEach((v, h) => (dh = Math.max(dh, Math.abs(v - cli.head_attribution[l][h])))));
+    doc.head_attribution.forEach((row: number[], l: number) =>
+      row.forEach((v, h) => (dh = Math.max(dh, Math.abs(v - cli.head_attribution[l][h])))),
+    );
     expect(doc.top_predictions.map((p: any) => p.token_id)).toEqual(cli.top_predictions.map((p: any) => p.token_id));
-    console.log(`[e2e] gemma2 F16 q8 on webgpu (9 chunks) vs CLI q8 on wasm: max |Δ| head attribution ${dh.toExponential(2)}`);
+    console.log(
+      `[e2e] gemma2 F16 q8 on webgpu (9 chunks) vs CLI q8 on wasm: max |Δ| head attribution ${dh.toExponential(2)}`,
+    );
     expect(dh).toBeLessThan(1e-4);
   } finally {
     rm.cleanup();

@@ -49,9 +49,20 @@ test('opens on the bundled model with no download and traces it exactly as the C
   const info = await page.evaluate(() => (globalThis as any).__loupe.model.info);
   const cells = page.locator('[data-testid=trace-heatmap] rect.cell');
   await expect(cells).toHaveCount(info.n_layers * info.n_heads);
-  const shown = await cells.evaluateAll((els) => els.map((e) => [Number(e.getAttribute('data-row')), Number(e.getAttribute('data-col')), Number(e.getAttribute('data-value'))]));
+  const shown = await cells.evaluateAll((els) =>
+    els.map((e) => [
+      Number(e.getAttribute('data-row')),
+      Number(e.getAttribute('data-col')),
+      Number(e.getAttribute('data-value')),
+    ]),
+  );
 
-  const cli = JSON.parse(execFileSync(process.execPath, ['bin/loupe.mjs', 'trace', 'default', PROMPT, '--json', '--top-k', '40'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }));
+  const cli = JSON.parse(
+    execFileSync(process.execPath, ['bin/loupe.mjs', 'trace', 'default', PROMPT, '--json', '--top-k', '40'], {
+      encoding: 'utf8',
+      stdio: ['ignore', 'pipe', 'ignore'],
+    }),
+  );
   expect(cli.model.backend).toBe('node');
   let maxDiff = 0;
   for (const [r, c, v] of shown) maxDiff = Math.max(maxDiff, Math.abs(v - cli.head_attribution[r][c]));
@@ -59,7 +70,9 @@ test('opens on the bundled model with no download and traces it exactly as the C
   expect(maxDiff).toBeLessThan(1e-4);
   // the tables and headline show the same numbers (as printed, 5 decimals)
   await expect(page.getByTestId('predicted-token')).toHaveText(cli.predicted_token.replace(/ /g, '␣'));
-  const topHeads = await page.locator('[data-testid=top-heads] td[data-value]').evaluateAll((els) => els.map((e) => Number(e.getAttribute('data-value'))));
+  const topHeads = await page
+    .locator('[data-testid=top-heads] td[data-value]')
+    .evaluateAll((els) => els.map((e) => Number(e.getAttribute('data-value'))));
   expect(topHeads.length).toBe(cli.top_heads.length);
   topHeads.forEach((v, i) => expect(Math.abs(v - cli.top_heads[i].logit_attribution)).toBeLessThan(1e-4));
   const doc = await pageDoc(page, 'trace');
@@ -72,11 +85,17 @@ test('opens on the bundled model with no download and traces it exactly as the C
   await shot(page, 'trace');
   // exports: the heatmap as PNG and SVG, the document as JSON
   const heat = page.getByTestId('trace-heatmap');
-  const [png] = await Promise.all([page.waitForEvent('download'), heat.getByRole('button', { name: /as PNG/ }).click()]);
+  const [png] = await Promise.all([
+    page.waitForEvent('download'),
+    heat.getByRole('button', { name: /as PNG/ }).click(),
+  ]);
   const pngBytes = readFileSync((await png.path())!);
   expect(png.suggestedFilename()).toBe('trace-heads.png');
   expect([...pngBytes.subarray(1, 4)].map((b) => String.fromCharCode(b)).join('')).toBe('PNG');
-  const [svg] = await Promise.all([page.waitForEvent('download'), heat.getByRole('button', { name: /as SVG/ }).click()]);
+  const [svg] = await Promise.all([
+    page.waitForEvent('download'),
+    heat.getByRole('button', { name: /as SVG/ }).click(),
+  ]);
   const svgText = readFileSync((await svg.path())!, 'utf8');
   expect(svgText.match(/class="cell"/g)?.length).toBe(info.n_layers * info.n_heads);
   const [json] = await Promise.all([page.waitForEvent('download'), page.getByTestId('export-json').click()]);
@@ -114,7 +133,9 @@ test('every view draws its document', async () => {
   // spot checks of what the views say against their documents
   await page.getByTestId('tab-logit_lens').click();
   const lens = await pageDoc(page, 'logit_lens');
-  await expect(page.locator('[data-testid=logit-lens-heatmap] rect.cell')).toHaveCount(lens.layers.length * lens.positions.length);
+  await expect(page.locator('[data-testid=logit-lens-heatmap] rect.cell')).toHaveCount(
+    lens.layers.length * lens.positions.length,
+  );
   await page.getByTestId('tab-probe').click();
   const probe = await pageDoc(page, 'probe');
   await expect(page.getByTestId('auroc')).toHaveText(probe.auroc.toFixed(3));
@@ -137,8 +158,17 @@ test('α-sweep: the chart plots the document, which matches the same sweep in No
   const doc = await pageDoc(page, 'sweep');
   const input = await page.evaluate(() => (globalThis as any).__loupe.results.sweep.input);
   const points = await page.locator('[data-testid=sweep-chart] circle.point').evaluateAll((els) =>
-    els.map((e) => ({ s: e.getAttribute('data-series'), x: Number(e.getAttribute('data-x')), y: Number(e.getAttribute('data-y')) })));
-  const series: Record<string, string> = { 'target Δ log-prob': 'target_logprob_delta', 'control Δ log-prob': 'control_logprob_delta', 'normalised effect': 'normalized_effect' };
+    els.map((e) => ({
+      s: e.getAttribute('data-series'),
+      x: Number(e.getAttribute('data-x')),
+      y: Number(e.getAttribute('data-y')),
+    })),
+  );
+  const series: Record<string, string> = {
+    'target Δ log-prob': 'target_logprob_delta',
+    'control Δ log-prob': 'control_logprob_delta',
+    'normalised effect': 'normalized_effect',
+  };
   expect(points.length).toBe(doc.alphas.length * 3);
   for (const p of points) {
     const i = doc.alphas.indexOf(p.x);
@@ -164,9 +194,13 @@ test('α-sweep: the chart plots the document, which matches the same sweep in No
       doc.curves[k].forEach((v: number, i: number) => (maxDiff = Math.max(maxDiff, Math.abs(v - ref.curves[k][i]))));
     }
     doc.alphas.forEach((a: number, i: number) => expect(Math.abs(a - ref.alphas[i])).toBeLessThan(1e-4));
-    console.log(`[e2e] sweep in the page ${ms} ms; page (wasm) vs Node: max |Δ| over curves = ${maxDiff.toExponential(2)}`);
+    console.log(
+      `[e2e] sweep in the page ${ms} ms; page (wasm) vs Node: max |Δ| over curves = ${maxDiff.toExponential(2)}`,
+    );
     expect(maxDiff).toBeLessThan(1e-4);
-    expect(doc.generations.map((g: any) => g.generated_token_ids)).toEqual(ref.generations.map((g: any) => g.generated_token_ids));
+    expect(doc.generations.map((g: any) => g.generated_token_ids)).toEqual(
+      ref.generations.map((g: any) => g.generated_token_ids),
+    );
   } finally {
     await model.dispose();
   }
@@ -184,9 +218,14 @@ test('cancelling a long job frees the UI within a second', async () => {
   const t0 = Date.now();
   await page.getByTestId('cancel-job').click();
   // polled every animation frame, so the time measured is the page's, not the poller's
-  await page.waitForFunction(() => !document.querySelector('[data-testid=job]')
-    && /cancelled/.test(document.querySelector('[data-testid=job-error]')?.textContent ?? '')
-    && !(document.querySelector('[data-testid=run]') as HTMLButtonElement).disabled, null, { polling: 'raf', timeout: 1000 });
+  await page.waitForFunction(
+    () =>
+      !document.querySelector('[data-testid=job]') &&
+      /cancelled/.test(document.querySelector('[data-testid=job-error]')?.textContent ?? '') &&
+      !(document.querySelector('[data-testid=run]') as HTMLButtonElement).disabled,
+    null,
+    { polling: 'raf', timeout: 1000 },
+  );
   console.log(`[e2e] UI free ${Date.now() - t0} ms after Cancel`);
   // the worker is usable again right away (it stopped the job, or was replaced)
   await page.locator('#p-generate-max_new_tokens').fill('8');
@@ -200,7 +239,11 @@ test('a crashed worker is replaced and the page keeps its inputs and results', a
   await page.getByTestId('tab-trace').click();
   const prompt = await page.getByTestId('prompt').inputValue();
   // an uncaught error in the worker reaches the page as the Worker's 'error' event
-  await page.evaluate(() => (globalThis as any).__loupe.client.worker.dispatchEvent(new ErrorEvent('error', { message: 'simulated worker crash' })));
+  await page.evaluate(() =>
+    (globalThis as any).__loupe.client.worker.dispatchEvent(
+      new ErrorEvent('error', { message: 'simulated worker crash' }),
+    ),
+  );
   await expect(page.getByTestId('worker-restarts')).toContainText(`×${before + 1}`);
   await expect(page.locator('[data-testid=notice][data-kind=warn]')).toContainText('crashed');
   await expect(page.getByTestId('prompt')).toHaveValue(prompt);
@@ -210,7 +253,10 @@ test('a crashed worker is replaced and the page keeps its inputs and results', a
   expect(errors.filter((e) => !e.includes('simulated worker crash'))).toEqual([]);
 });
 
-test('a shared link shows the result at once and re-runs it to the same numbers in a fresh browser', async ({ browser, site }) => {
+test('a shared link shows the result at once and re-runs it to the same numbers in a fresh browser', async ({
+  browser,
+  site,
+}) => {
   await page.getByTestId('prompt').fill(PROMPT);
   await runOp(page, 'trace');
   await page.getByTestId('copy-link').click();
@@ -231,8 +277,12 @@ test('a shared link shows the result at once and re-runs it to the same numbers 
     await expect(p2.getByTestId('shared-banner')).toHaveAttribute('data-status', 'matched', { timeout: 90_000 });
     await expect(p2.getByTestId('share-verdict')).toContainText('matched');
     const rerun = await pageDoc(p2, 'trace');
-    expect(rerun.head_attribution).toEqual(original.head_attribution.map((r: number[]) => r.map((v) => expect.closeTo(v, 4))));
-    await expect(p2.locator('[data-testid=trace-heatmap] rect.cell')).toHaveCount(original.model.n_layers * original.model.n_heads);
+    expect(rerun.head_attribution).toEqual(
+      original.head_attribution.map((r: number[]) => r.map((v) => expect.closeTo(v, 4))),
+    );
+    await expect(p2.locator('[data-testid=trace-heatmap] rect.cell')).toHaveCount(
+      original.model.n_layers * original.model.n_heads,
+    );
     await shot(p2, 'shared-link');
     expect(errs).toEqual([]);
   } finally {
@@ -256,13 +306,21 @@ test('the Doctor measures what q8 costs, as the CLI does', async () => {
   await page.getByTestId('run-q8-cost').click();
   const table = page.getByTestId('q8-cost');
   await expect(table).toBeVisible({ timeout: 120_000 });
-  const got = { logit: Number(await table.getAttribute('data-max-logit')), dla: Number(await table.getAttribute('data-max-dla')) };
+  const got = {
+    logit: Number(await table.getAttribute('data-max-logit')),
+    dla: Number(await table.getAttribute('data-max-dla')),
+  };
   // the same comparison in Node on onnxruntime-web's WASM (src/ops/lib/precision-cost.ts)
   const { precisionCost } = await import('../src/ops/lib/precision-cost');
-  const [base, cand] = [await loadModelNode('default', { backend: 'wasm', weights: 'stored' }), await loadModelNode('default', { backend: 'wasm', weights: 'q8' })];
+  const [base, cand] = [
+    await loadModelNode('default', { backend: 'wasm', weights: 'stored' }),
+    await loadModelNode('default', { backend: 'wasm', weights: 'q8' }),
+  ];
   try {
     const want = await precisionCost(base, cand, prompt);
-    console.log(`[e2e] q8 cost in the page: logits ${got.logit}, DLA ${got.dla}; in Node: ${want.max_abs_logit_diff}, ${want.max_abs_dla_diff}`);
+    console.log(
+      `[e2e] q8 cost in the page: logits ${got.logit}, DLA ${got.dla}; in Node: ${want.max_abs_logit_diff}, ${want.max_abs_dla_diff}`,
+    );
     expect(want.max_abs_logit_diff).toBeGreaterThan(0);
     expect(got.logit).toBeCloseTo(want.max_abs_logit_diff, 3);
     expect(got.dla).toBeCloseTo(want.max_abs_dla_diff, 3);

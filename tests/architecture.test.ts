@@ -43,12 +43,19 @@ function layerOf(file: string): string {
 function resolve(from: string, spec: string): string | undefined {
   const base = path.resolve(path.dirname(from), spec);
   for (const c of [base, `${base}.ts`, path.join(base, 'index.ts')]) {
-    try { if (statSync(c).isFile()) return c; } catch { /* next */ }
+    try {
+      if (statSync(c).isFile()) return c;
+    } catch {
+      /* next */
+    }
   }
   return undefined;
 }
 
-interface Imports { targets: string[]; computed: string[] }
+interface Imports {
+  targets: string[];
+  computed: string[];
+}
 
 /**
  * the files `import.meta.glob` patterns name: a `*` in the file name only, as the page uses it,
@@ -57,8 +64,16 @@ interface Imports { targets: string[]; computed: string[] }
 function globbed(from: string, patterns: string[]): string[] {
   const match = (pattern: string) => {
     const dir = path.resolve(path.dirname(from), path.dirname(pattern));
-    const re = new RegExp(`^${path.basename(pattern).split('*').map((p) => p.replace(/[.+?^${}()|[\]\\]/g, '\\$&')).join('[^/]*')}$`);
-    return readdirSync(dir).filter((n) => re.test(n)).map((n) => path.join(dir, n));
+    const re = new RegExp(
+      `^${path
+        .basename(pattern)
+        .split('*')
+        .map((p) => p.replace(/[.+?^${}()|[\]\\]/g, '\\$&'))
+        .join('[^/]*')}$`,
+    );
+    return readdirSync(dir)
+      .filter((n) => re.test(n))
+      .map((n) => path.join(dir, n));
   };
   const out = new Set(patterns.filter((p) => !p.startsWith('!')).flatMap(match));
   for (const p of patterns.filter((p) => p.startsWith('!'))) for (const f of match(p.slice(1))) out.delete(f);
@@ -67,14 +82,17 @@ function globbed(from: string, patterns: string[]): string[] {
 
 /** a file's text without its comments, so that an example in a comment is not code */
 function codeOf(file: string): string {
-  return readFileSync(file, 'utf8').replace(/\/\*[\s\S]*?\*\//g, '').replace(/(^|[^:'"`])\/\/.*$/gm, '$1');
+  return readFileSync(file, 'utf8')
+    .replace(/\/\*[\s\S]*?\*\//g, '')
+    .replace(/(^|[^:'"`])\/\/.*$/gm, '$1');
 }
 
 function importsOf(file: string): Imports {
   const text = codeOf(file);
   const targets: string[] = [];
   const computed: string[] = [];
-  for (const m of text.matchAll(/\b(?:import|export)\s+(?:type\s+)?(?:[\w*{}\s,$]+?\s+from\s+)?['"]([^'"]+)['"]/g)) targets.push(m[1]);
+  for (const m of text.matchAll(/\b(?:import|export)\s+(?:type\s+)?(?:[\w*{}\s,$]+?\s+from\s+)?['"]([^'"]+)['"]/g))
+    targets.push(m[1]);
   for (const m of text.matchAll(/\bimport\(\s*([^)]*?)\s*\)/g)) {
     const lit = /^['"]([^'"]+)['"]$/.exec(m[1]);
     if (lit) targets.push(lit[1]);
@@ -83,9 +101,19 @@ function importsOf(file: string): Imports {
   // a bundler-followed pattern: every file it matches is an import (lazy ones count: a circle
   // through a lazy import is still a circle). Read from the raw text, on lines that are not a
   // comment's: a pattern like './*View.svelte' would open a comment for the stripper above.
-  const globs = [...readFileSync(file, 'utf8').matchAll(/^[^*/\n]*\bimport\.meta\.glob\b[^(\n]*\(([^)\n]*)\)/gm)]
-    .flatMap((m) => globbed(file, [...m[1].matchAll(/['"]([^'"]+)['"]/g)].map((s) => s[1])));
-  const local = (xs: string[]) => xs.filter((t) => t.startsWith('.')).map((t) => resolve(file, t)).filter((t): t is string => !!t && t.startsWith(ROOT));
+  const globs = [
+    ...readFileSync(file, 'utf8').matchAll(/^[^*/\n]*\bimport\.meta\.glob\b[^(\n]*\(([^)\n]*)\)/gm),
+  ].flatMap((m) =>
+    globbed(
+      file,
+      [...m[1].matchAll(/['"]([^'"]+)['"]/g)].map((s) => s[1]),
+    ),
+  );
+  const local = (xs: string[]) =>
+    xs
+      .filter((t) => t.startsWith('.'))
+      .map((t) => resolve(file, t))
+      .filter((t): t is string => !!t && t.startsWith(ROOT));
   return { targets: [...local(targets), ...globs], computed };
 }
 
@@ -100,7 +128,9 @@ describe('import structure', () => {
     expect(edges).toBeGreaterThan(300);
     expect(GRAPH.get(path.join(ROOT, 'src/ops/index.ts'))!.targets.map(rel)).toContain('src/ops/trace.ts');
     // the page's views are reached through import.meta.glob
-    expect(GRAPH.get(path.join(ROOT, 'src/ui/views/registry.ts'))!.targets.map(rel)).toContain('src/ui/views/TraceView.svelte');
+    expect(GRAPH.get(path.join(ROOT, 'src/ui/views/registry.ts'))!.targets.map(rel)).toContain(
+      'src/ui/views/TraceView.svelte',
+    );
   });
 
   it('no arrow runs back up the layers (engine imports no surface, ops no bridge/cli/ui, …)', () => {
@@ -125,15 +155,25 @@ describe('import structure', () => {
     const on = new Set<string>();
     const circles: string[][] = [];
     const visit = (v: string) => {
-      idx.set(v, index); low.set(v, index); index++;
-      stack.push(v); on.add(v);
+      idx.set(v, index);
+      low.set(v, index);
+      index++;
+      stack.push(v);
+      on.add(v);
       for (const w of GRAPH.get(v)?.targets ?? []) {
-        if (!idx.has(w)) { visit(w); low.set(v, Math.min(low.get(v)!, low.get(w)!)); } else if (on.has(w)) low.set(v, Math.min(low.get(v)!, idx.get(w)!));
+        if (!idx.has(w)) {
+          visit(w);
+          low.set(v, Math.min(low.get(v)!, low.get(w)!));
+        } else if (on.has(w)) low.set(v, Math.min(low.get(v)!, idx.get(w)!));
       }
       if (low.get(v) === idx.get(v)) {
         const comp: string[] = [];
         let w: string;
-        do { w = stack.pop()!; on.delete(w); comp.push(rel(w)); } while (w !== v);
+        do {
+          w = stack.pop()!;
+          on.delete(w);
+          comp.push(rel(w));
+        } while (w !== v);
         if (comp.length > 1 || (GRAPH.get(v)?.targets ?? []).includes(v)) circles.push(comp.sort());
       }
     };
@@ -143,7 +183,8 @@ describe('import structure', () => {
 
   it('no operation imports another operation, and ops/lib imports none (shared machinery lives in ops/lib)', () => {
     const OPS = path.join(ROOT, 'src', 'ops');
-    const isOperation = (f: string) => path.dirname(f) === OPS && !['index.ts', 'types.ts', 'schemas.ts'].includes(path.basename(f));
+    const isOperation = (f: string) =>
+      path.dirname(f) === OPS && !['index.ts', 'types.ts', 'schemas.ts'].includes(path.basename(f));
     const LIB = path.join(OPS, 'lib') + path.sep;
     const bad: string[] = [];
     for (const [file, { targets }] of GRAPH) {

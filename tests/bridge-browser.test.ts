@@ -22,14 +22,26 @@ import { errorOf, poll, until } from './bridge-fake-page';
 const ROOT = path.resolve(__dirname, '..');
 const BIN = path.join(ROOT, 'bin', 'loupe.mjs');
 const CHROMIUM = '/usr/bin/chromium';
-const FLAGS = ['--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--disable-quic'];
+const FLAGS = [
+  '--no-sandbox',
+  '--disable-gpu',
+  '--no-first-run',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
+  '--disable-quic',
+];
 const PROMPT = 'Once upon a time, there was a little';
 const TRACE_ARGS = { prompt: PROMPT, top_k: 10 };
 const SWEEP_ARGS = { prompt: PROMPT, layer: 2, direction: 'random:1', max_new_tokens: 8 };
 /** long enough to be interrupted (several seconds): a 241-token prompt, 32 α rows × 256 new tokens, batched (497 ≤ n_ctx 512) */
 const LONG_SWEEP = {
   prompt: Array(12).fill('Once upon a time, there was a little girl who liked to play.').join(' '),
-  layer: 2, direction: 'random:1', multiples: Array.from({ length: 32 }, (_, i) => (i - 16) / 8), max_new_tokens: 256, stop_at_eos: false,
+  layer: 2,
+  direction: 'random:1',
+  multiples: Array.from({ length: 32 }, (_, i) => (i - 16) / 8),
+  max_new_tokens: 256,
+  stop_at_eos: false,
 };
 
 /**
@@ -38,9 +50,12 @@ const LONG_SWEEP = {
  * hard-stop (after which the page would kill and restart a worker that did not stop by itself).
  */
 function remainingMs(seen: { t: number; message?: string }[]): number {
-  const steps = seen.map((s) => ({ t: s.t, m: /generating[^:]*: (\d+)\/(\d+)/.exec(s.message ?? '') })).filter((s) => s.m);
+  const steps = seen
+    .map((s) => ({ t: s.t, m: /generating[^:]*: (\d+)\/(\d+)/.exec(s.message ?? '') }))
+    .filter((s) => s.m);
   if (steps.length < 3) return NaN;
-  const a = steps[1], b = steps[steps.length - 1]; // the first step includes the prompt pass
+  const a = steps[1],
+    b = steps[steps.length - 1]; // the first step includes the prompt pass
   if (b.t - a.t < 1000) return NaN; // progress arrives in bursts: measure over a second at least
   const perStep = (b.t - a.t) / (Number(b.m![1]) - Number(a.m![1]));
   return (Number(b.m![2]) - Number(b.m![1])) * perStep;
@@ -51,7 +66,16 @@ interface Mcp {
   stderr: () => string;
 }
 async function companion(args: string[], name: string): Promise<Mcp> {
-  const transport = new StdioClientTransport({ command: process.execPath, args: [BIN, 'mcp', ...args], cwd: ROOT, stderr: 'pipe', env: { ...process.env, LOUPE_CONFIG_DIR: mkdtempSync(path.join(os.tmpdir(), 'loupe-cfg-')) } as Record<string, string> });
+  const transport = new StdioClientTransport({
+    command: process.execPath,
+    args: [BIN, 'mcp', ...args],
+    cwd: ROOT,
+    stderr: 'pipe',
+    env: { ...process.env, LOUPE_CONFIG_DIR: mkdtempSync(path.join(os.tmpdir(), 'loupe-cfg-')) } as Record<
+      string,
+      string
+    >,
+  });
   let err = '';
   transport.stderr?.on('data', (d) => (err += d.toString()));
   const client = new Client({ name, version: '1' });
@@ -67,7 +91,9 @@ async function companion(args: string[], name: string): Promise<Mcp> {
 function diffs(a: unknown, b: unknown, tol: number, skip: Set<string>, p = ''): string[] {
   if (skip.has(p)) return [];
   if (typeof a === 'number' && typeof b === 'number') {
-    return Math.abs(a - b) <= tol * Math.max(1, Math.abs(a), Math.abs(b)) || (Number.isNaN(a) && Number.isNaN(b)) ? [] : [`${p}: ${a} vs ${b}`];
+    return Math.abs(a - b) <= tol * Math.max(1, Math.abs(a), Math.abs(b)) || (Number.isNaN(a) && Number.isNaN(b))
+      ? []
+      : [`${p}: ${a} vs ${b}`];
   }
   if (Array.isArray(a) && Array.isArray(b)) {
     if (a.length !== b.length) return [`${p}: length ${a.length} vs ${b.length}`];
@@ -75,7 +101,9 @@ function diffs(a: unknown, b: unknown, tol: number, skip: Set<string>, p = ''): 
   }
   if (a && b && typeof a === 'object' && typeof b === 'object') {
     const keys = new Set([...Object.keys(a), ...Object.keys(b)]);
-    return [...keys].flatMap((k) => diffs((a as Record<string, unknown>)[k], (b as Record<string, unknown>)[k], tol, skip, p ? `${p}.${k}` : k));
+    return [...keys].flatMap((k) =>
+      diffs((a as Record<string, unknown>)[k], (b as Record<string, unknown>)[k], tol, skip, p ? `${p}.${k}` : k),
+    );
   }
   return a === b ? [] : [`${p}: ${JSON.stringify(a)?.slice(0, 80)} vs ${JSON.stringify(b)?.slice(0, 80)}`];
 }
@@ -89,16 +117,28 @@ let headless: Mcp;
 let pairingUrl = '';
 
 async function ready(p: Page): Promise<void> {
-  await p.waitForFunction(() => {
-    const a = (globalThis as { __loupe?: { modelStatus: string } }).__loupe;
-    return a?.modelStatus === 'ready';
-  }, null, { timeout: 90_000 });
+  await p.waitForFunction(
+    () => {
+      const a = (globalThis as { __loupe?: { modelStatus: string } }).__loupe;
+      return a?.modelStatus === 'ready';
+    },
+    null,
+    { timeout: 90_000 },
+  );
 }
 async function paired(): Promise<Record<string, any>> {
-  return poll(async () => {
-    const s = (await mcp.client.callTool({ name: 'loupe_status', arguments: {} })).structuredContent as Record<string, any>;
-    return s.page?.model ? s : undefined;
-  }, 30_000, 'the page to pair with a model', 200);
+  return poll(
+    async () => {
+      const s = (await mcp.client.callTool({ name: 'loupe_status', arguments: {} })).structuredContent as Record<
+        string,
+        any
+      >;
+      return s.page?.model ? s : undefined;
+    },
+    30_000,
+    'the page to pair with a model',
+    200,
+  );
 }
 
 describe.skipIf(!enabled)('the workbench page paired with loupe mcp (Chromium)', () => {
@@ -107,11 +147,17 @@ describe.skipIf(!enabled)('the workbench page paired with loupe mcp (Chromium)',
     let dist = process.env.LOUPE_BRIDGE_DIST;
     if (!dist) {
       dist = builtDist = mkdtempSync(path.join(os.tmpdir(), 'loupe-bridge-dist-'));
-      execFileSync(process.execPath, ['node_modules/vite/bin/vite.js', 'build', '--logLevel', 'error', '--outDir', dist, '--emptyOutDir'], { cwd: ROOT, stdio: 'inherit' });
+      execFileSync(
+        process.execPath,
+        ['node_modules/vite/bin/vite.js', 'build', '--logLevel', 'error', '--outDir', dist, '--emptyOutDir'],
+        { cwd: ROOT, stdio: 'inherit' },
+      );
     }
     mcp = await companion(['--port', '0', '--dist', dist, '--page-wait', '20'], 'browser-test');
     headless = await companion(['--headless'], 'browser-test-headless');
-    pairingUrl = ((await mcp.client.callTool({ name: 'loupe_status', arguments: {} })).structuredContent as { pairing_url: string }).pairing_url;
+    pairingUrl = (
+      (await mcp.client.callTool({ name: 'loupe_status', arguments: {} })).structuredContent as { pairing_url: string }
+    ).pairing_url;
     browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: FLAGS });
     page = await browser.newPage();
     await page.goto(pairingUrl);
@@ -146,7 +192,9 @@ describe.skipIf(!enabled)('the workbench page paired with loupe mcp (Chromium)',
 
   it('sweep equals headless within 1e-4, with progress notifications that increase', async () => {
     const seen: { progress: number }[] = [];
-    const inPage = await mcp.client.callTool({ name: 'sweep', arguments: SWEEP_ARGS }, undefined, { onprogress: (p) => seen.push(p) });
+    const inPage = await mcp.client.callTool({ name: 'sweep', arguments: SWEEP_ARGS }, undefined, {
+      onprogress: (p) => seen.push(p),
+    });
     const ref = await headless.client.callTool({ name: 'sweep', arguments: SWEEP_ARGS });
     expect(inPage.isError).toBeFalsy();
     expect(diffs(inPage.structuredContent, ref.structuredContent, 1e-4, SKIP)).toEqual([]);
@@ -156,7 +204,10 @@ describe.skipIf(!enabled)('the workbench page paired with loupe mcp (Chromium)',
 
   it('reloading the page mid-sweep: isError within a second, and the next call succeeds after re-pairing', async () => {
     const seen: { t: number; message?: string }[] = [];
-    const pending = mcp.client.callTool({ name: 'sweep', arguments: LONG_SWEEP }, undefined, { onprogress: (p) => void seen.push({ t: Date.now(), message: p.message }), timeout: 120_000 });
+    const pending = mcp.client.callTool({ name: 'sweep', arguments: LONG_SWEEP }, undefined, {
+      onprogress: (p) => void seen.push({ t: Date.now(), message: p.message }),
+      timeout: 120_000,
+    });
     await until(() => remainingMs(seen) > 1000, 60_000, 'the sweep to be generating');
     const t0 = Date.now();
     void page.reload(); // not awaited: the clock runs from the reload, not from the new page's load
@@ -174,7 +225,13 @@ describe.skipIf(!enabled)('the workbench page paired with loupe mcp (Chromium)',
     await paired();
     const ctl = new AbortController();
     const seen: { t: number; message?: string }[] = [];
-    const pending = mcp.client.callTool({ name: 'sweep', arguments: LONG_SWEEP }, undefined, { signal: ctl.signal, onprogress: (p) => void seen.push({ t: Date.now(), message: p.message }), timeout: 120_000 }).catch((e) => e);
+    const pending = mcp.client
+      .callTool({ name: 'sweep', arguments: LONG_SWEEP }, undefined, {
+        signal: ctl.signal,
+        onprogress: (p) => void seen.push({ t: Date.now(), message: p.message }),
+        timeout: 120_000,
+      })
+      .catch((e) => e);
     await until(() => remainingMs(seen) > 0, 60_000, 'the sweep to be generating');
     // precondition: uncancelled, the page's worker would stay busy at least this much longer (a
     // linear extrapolation of the per-token time, which only grows as the KV cache does)
@@ -187,11 +244,17 @@ describe.skipIf(!enabled)('the workbench page paired with loupe mcp (Chromium)',
     ctl.abort('test cancels');
     expect(await pending).toBeInstanceOf(Error);
     // the cancel reached the page: its log shows the call cancelled (execute's signal aborted)
-    await expect.poll(() => page.getByTestId('bridge-log').locator('li').first().textContent(), { timeout: 2000 }).toMatch(/sweep.*cancelled/);
+    await expect
+      .poll(() => page.getByTestId('bridge-log').locator('li').first().textContent(), { timeout: 2000 })
+      .toMatch(/sweep.*cancelled/);
     // and the job stopped there: the model worker is free (it answers a ping — or was restarted by
     // the page's hard stop) long before the sweep would have ended
     const freeAfter = await page.evaluate(async (t) => {
-      const a = (globalThis as unknown as { __loupe: { client: { call(fn: (api: { ping(): Promise<string> }) => Promise<string>): Promise<string> } } }).__loupe;
+      const a = (
+        globalThis as unknown as {
+          __loupe: { client: { call(fn: (api: { ping(): Promise<string> }) => Promise<string>): Promise<string> } };
+        }
+      ).__loupe;
       await a.client.call((api) => api.ping()).catch(() => undefined); // rejected if the worker was restarted
       return Date.now() - t;
     }, tAbort);

@@ -9,7 +9,14 @@ import WebSocket from 'ws';
 import { afterEach, describe, expect, it } from 'vitest';
 import { LoupeError } from '../src/engine/errors';
 import type { Hub } from '../src/bridge/hub';
-import { connectBridge, takePairingToken, type BridgeConnection, type BridgeStatus, type ExecuteContext, type BridgeLogEntry } from '../src/ui/bridge-client';
+import {
+  connectBridge,
+  takePairingToken,
+  type BridgeConnection,
+  type BridgeStatus,
+  type ExecuteContext,
+  type BridgeLogEntry,
+} from '../src/ui/bridge-client';
 import type { Progress } from '../src/ops/types';
 import { sleep, startTestHub, until } from './bridge-fake-page';
 import { newToken } from '../src/bridge/token';
@@ -30,7 +37,10 @@ function wsFor(port: number): typeof globalThis.WebSocket {
   } as unknown as typeof globalThis.WebSocket;
 }
 
-async function setup(execute: (tool: string, args: Record<string, unknown>, ctx: ExecuteContext) => Promise<unknown>, o: { hub?: Parameters<typeof startTestHub>[0]; token?: string; model?: Record<string, unknown> } = {}) {
+async function setup(
+  execute: (tool: string, args: Record<string, unknown>, ctx: ExecuteContext) => Promise<unknown>,
+  o: { hub?: Parameters<typeof startTestHub>[0]; token?: string; model?: Record<string, unknown> } = {},
+) {
   const hub = await startTestHub(o.hub);
   hubs.push(hub);
   const statuses: BridgeStatus[] = [];
@@ -61,9 +71,17 @@ describe('connectBridge', () => {
       return { tool, echo: args };
     });
     await until(() => conn.status().state === 'connected', 3000, 'connected');
-    expect(hub.status().page).toMatchObject({ tab_id: 'tab-client', instance_id: 'abcdefabcdef', model: { id: 'stories260K' } });
+    expect(hub.status().page).toMatchObject({
+      tab_id: 'tab-client',
+      instance_id: 'abcdefabcdef',
+      model: { id: 'stories260K' },
+    });
     const seen: Progress[] = [];
-    const r = await hub.execute('trace', { prompt: 'x' }, { deadline: Date.now() + 5000, onProgress: (p) => seen.push(p) });
+    const r = await hub.execute(
+      'trace',
+      { prompt: 'x' },
+      { deadline: Date.now() + 5000, onProgress: (p) => seen.push(p) },
+    );
     expect(r.document).toEqual({ tool: 'trace', echo: { prompt: 'x' } });
     expect(r.link).toBe(`http://127.0.0.1:${hub.port}/#s=trace`);
     expect(seen.map((p) => p.done)).toEqual([1, 2]);
@@ -83,17 +101,23 @@ describe('connectBridge', () => {
       throw { error: { code: 'NO_MODEL', message: 'no model', hint: 'load one' } };
     });
     await until(() => conn2.status().state === 'connected');
-    expect(await hub2.execute('trace', {}, { deadline: Date.now() + 5000 }).catch((x) => x)).toMatchObject({ code: 'NO_MODEL', hint: 'load one' });
+    expect(await hub2.execute('trace', {}, { deadline: Date.now() + 5000 }).catch((x) => x)).toMatchObject({
+      code: 'NO_MODEL',
+      hint: 'load one',
+    });
   });
 
   it('client cancellation and deadlines abort the signal given to execute', async () => {
     const aborted: string[] = [];
-    const { hub, conn } = await setup((tool, _args, ctx) => new Promise((_r, reject) => {
-      ctx.signal.addEventListener('abort', () => {
-        aborted.push(tool);
-        reject(new Error('stopped'));
-      });
-    }));
+    const { hub, conn } = await setup(
+      (tool, _args, ctx) =>
+        new Promise((_r, reject) => {
+          ctx.signal.addEventListener('abort', () => {
+            aborted.push(tool);
+            reject(new Error('stopped'));
+          });
+        }),
+    );
     await until(() => conn.status().state === 'connected');
     const ctl = new AbortController();
     const a = hub.execute('sweep', {}, { deadline: Date.now() + 10_000, signal: ctl.signal }).catch((x) => x);
@@ -116,7 +140,11 @@ describe('connectBridge', () => {
     expect(hub.status().page?.instance_id).toBe('abcdefabcdef');
     setModel({ id: 'induction-gpt2' });
     conn.modelChanged();
-    await until(() => (hub.status().page?.model as { id?: string } | null)?.id === 'induction-gpt2', 1000, 'the model change');
+    await until(
+      () => (hub.status().page?.model as { id?: string } | null)?.id === 'induction-gpt2',
+      1000,
+      'the model change',
+    );
     // the hub drops the page (as on a companion hiccup): the client comes back by itself
     hub.activePage!.close('test drop');
     await until(() => hub.status().page === null, 1000);
@@ -126,7 +154,11 @@ describe('connectBridge', () => {
 
   it('a refused token ends in an error state and never pairs', async () => {
     const { hub, conn, statuses } = await setup(async () => 'never', { token: newToken() });
-    await until(() => statuses.some((s) => s.state === 'error' || (s.state === 'connecting' && s.detail)), 5000, 'a refusal');
+    await until(
+      () => statuses.some((s) => s.state === 'error' || (s.state === 'connecting' && s.detail)),
+      5000,
+      'a refusal',
+    );
     expect(conn.status().state).not.toBe('connected');
     expect(hub.status().page).toBeNull();
     expect(conn.status().detail).toMatch(/refused the pairing token|Could not reach/);
@@ -152,7 +184,11 @@ describe('takePairingToken', () => {
     const saved = { location: g.location, history: g.history, sessionStorage: g.sessionStorage };
     g.location = { hash: `#pair=${token}&s=abc`, pathname: '/', search: '' };
     g.history = { state: null, replaceState: (_s: unknown, _t: string, url: string) => (replaced = url) };
-    g.sessionStorage = { getItem: (k: string) => store.get(k) ?? null, setItem: (k: string, v: string) => store.set(k, v), removeItem: (k: string) => store.delete(k) };
+    g.sessionStorage = {
+      getItem: (k: string) => store.get(k) ?? null,
+      setItem: (k: string, v: string) => store.set(k, v),
+      removeItem: (k: string) => store.delete(k),
+    };
     try {
       expect(takePairingToken()).toBe(token);
       expect(replaced).toBe('/#s=abc'); // the share link part stays

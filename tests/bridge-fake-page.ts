@@ -11,7 +11,16 @@ import path from 'node:path';
 import WebSocket from 'ws';
 import { Hub, type HubOptions } from '../src/bridge/hub';
 import { newInstanceId } from '../src/bridge/handles';
-import { PAGE_PATH, PROTOCOL_VERSION, SUBPROTOCOL, parseMessage, tokenProtocol, type AnyMsg, type CallMsg, type WireModel } from '../src/bridge/protocol';
+import {
+  PAGE_PATH,
+  PROTOCOL_VERSION,
+  SUBPROTOCOL,
+  parseMessage,
+  tokenProtocol,
+  type AnyMsg,
+  type CallMsg,
+  type WireModel,
+} from '../src/bridge/protocol';
 import { newToken } from '../src/bridge/token';
 
 export function tmpDist(): string {
@@ -21,7 +30,15 @@ export function tmpDist(): string {
 }
 
 export async function startTestHub(o: Partial<HubOptions> = {}): Promise<Hub> {
-  return Hub.start({ port: 0, token: newToken(), distDir: tmpDist(), version: 'test', heartbeatMs: 5000, noPageWaitMs: 200, ...o });
+  return Hub.start({
+    port: 0,
+    token: newToken(),
+    distDir: tmpDist(),
+    version: 'test',
+    heartbeatMs: 5000,
+    noPageWaitMs: 200,
+    ...o,
+  });
 }
 
 export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -38,7 +55,12 @@ export async function until<T>(pred: () => T | undefined | false | null, ms = 30
 }
 
 /** Like until, for an async probe. */
-export async function poll<T>(probe: () => Promise<T | undefined | false | null>, ms = 5000, what = 'condition', everyMs = 50): Promise<T> {
+export async function poll<T>(
+  probe: () => Promise<T | undefined | false | null>,
+  ms = 5000,
+  what = 'condition',
+  everyMs = 50,
+): Promise<T> {
   const t0 = Date.now();
   for (;;) {
     const v = await probe();
@@ -68,7 +90,11 @@ export class FakePage {
   readonly tabId: string;
   readonly instanceId: string;
 
-  private constructor(readonly ws: WebSocket, tabId: string, instanceId: string) {
+  private constructor(
+    readonly ws: WebSocket,
+    tabId: string,
+    instanceId: string,
+  ) {
     this.tabId = tabId;
     this.instanceId = instanceId;
     ws.on('message', (d) => {
@@ -94,7 +120,15 @@ export class FakePage {
       });
       ws.once('error', reject);
       ws.once('open', () => {
-        ws.send(JSON.stringify({ type: 'hello', protocol: PROTOCOL_VERSION, tab_id: tabId, instance_id: instanceId, model: o.model ?? null }));
+        ws.send(
+          JSON.stringify({
+            type: 'hello',
+            protocol: PROTOCOL_VERSION,
+            tab_id: tabId,
+            instance_id: instanceId,
+            model: o.model ?? null,
+          }),
+        );
         ws.once('message', (d) => {
           const m = parseMessage(d.toString());
           if (m?.type === 'welcome') resolve(new FakePage(ws, tabId, instanceId));
@@ -137,7 +171,11 @@ export class FakePage {
  * Attempt a WebSocket upgrade with exactly these headers (raw HTTP, so Host and Origin can be
  * anything) and report the HTTP status: 101 = upgraded, else the refusal.
  */
-export function tryUpgrade(port: number, headers: Record<string, string | undefined>, pathname = PAGE_PATH): Promise<number> {
+export function tryUpgrade(
+  port: number,
+  headers: Record<string, string | undefined>,
+  pathname = PAGE_PATH,
+): Promise<number> {
   return new Promise((resolve, reject) => {
     const h: Record<string, string> = {
       Connection: 'Upgrade',
@@ -162,11 +200,12 @@ export function tryUpgrade(port: number, headers: Record<string, string | undefi
 
 /** The first text block of a tool result. */
 export function text(r: unknown): string {
-  return ((r as { content: { type: string; text?: string }[] }).content[0]).text!;
+  return (r as { content: { type: string; text?: string }[] }).content[0].text!;
 }
 
 /** The error document of an isError tool result (fails the test if it is not one). */
 export function errorOf(r: unknown): { code: string; message: string; hint?: string } {
-  if ((r as { isError?: boolean }).isError !== true) throw new Error(`expected an isError result, got ${JSON.stringify(r).slice(0, 300)}`);
+  if ((r as { isError?: boolean }).isError !== true)
+    throw new Error(`expected an isError result, got ${JSON.stringify(r).slice(0, 300)}`);
   return JSON.parse(text(r)).error;
 }

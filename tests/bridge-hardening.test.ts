@@ -13,7 +13,15 @@ import WebSocket, { WebSocketServer } from 'ws';
 import { ForwardClient, probeHub } from '../src/bridge/forward';
 import { PageExecutor } from '../src/bridge/page-executor';
 import type { Hub } from '../src/bridge/hub';
-import { AGENT_PATH, CHALLENGE_PROTOCOL_PREFIX, PAGE_PATH, SUBPROTOCOL, TOKEN_PROTOCOL_PREFIX, sanitizeWireModel, tokenProtocol } from '../src/bridge/protocol';
+import {
+  AGENT_PATH,
+  CHALLENGE_PROTOCOL_PREFIX,
+  PAGE_PATH,
+  SUBPROTOCOL,
+  TOKEN_PROTOCOL_PREFIX,
+  sanitizeWireModel,
+  tokenProtocol,
+} from '../src/bridge/protocol';
 import { newToken, readHubRecord, tokenFilePath, tokensEqual, writeHubRecord } from '../src/bridge/token';
 import { startStaticServer } from '../src/node/static-server';
 import { FakePage, sleep, startTestHub, tmpDist, tryUpgrade, until } from './bridge-fake-page';
@@ -22,19 +30,26 @@ const ROOT = path.resolve(__dirname, '..');
 const TSX = path.join(ROOT, 'node_modules', '.bin', 'tsx');
 import { frame, rawRequest, textFrame, upgradeHead } from './helpers/raw-ws';
 
-const get = (port: number, p: string) => new Promise<{ status: number; body: string }>((resolve, reject) => {
-  http.get({ host: '127.0.0.1', port, path: p, headers: { Host: `127.0.0.1:${port}` } }, (res) => {
-    let body = '';
-    res.on('data', (c) => (body += c));
-    res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
-  }).on('error', reject);
-});
+const get = (port: number, p: string) =>
+  new Promise<{ status: number; body: string }>((resolve, reject) => {
+    http
+      .get({ host: '127.0.0.1', port, path: p, headers: { Host: `127.0.0.1:${port}` } }, (res) => {
+        let body = '';
+        res.on('data', (c) => (body += c));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+      })
+      .on('error', reject);
+  });
 
 let hub: Hub;
 let good: Record<string, string>;
 beforeAll(async () => {
   hub = await startTestHub();
-  good = { Host: `127.0.0.1:${hub.port}`, Origin: `http://127.0.0.1:${hub.port}`, 'Sec-WebSocket-Protocol': `${SUBPROTOCOL}, ${tokenProtocol(hub.token)}` };
+  good = {
+    Host: `127.0.0.1:${hub.port}`,
+    Origin: `http://127.0.0.1:${hub.port}`,
+    'Sec-WebSocket-Protocol': `${SUBPROTOCOL}, ${tokenProtocol(hub.token)}`,
+  };
 });
 afterAll(() => hub.close());
 
@@ -52,7 +67,10 @@ describe('1. token comparison and catch-alls', () => {
   it('an upgrade offering a token with byte 0xE9 is refused (401) and the companion keeps serving', async () => {
     for (const p of [PAGE_PATH, AGENT_PATH]) {
       const bad = TOKEN_PROTOCOL_PREFIX + '\u00e9' + hub.token.slice(1);
-      const r = await rawRequest(hub.port, upgradeHead(p, { ...good, 'Sec-WebSocket-Protocol': `${SUBPROTOCOL}, ${bad}` }));
+      const r = await rawRequest(
+        hub.port,
+        upgradeHead(p, { ...good, 'Sec-WebSocket-Protocol': `${SUBPROTOCOL}, ${bad}` }),
+      );
       expect(r.status, p).toBe(401);
     }
     expect((await get(hub.port, '/')).status).toBe(200);
@@ -76,7 +94,10 @@ describe('1. token comparison and catch-alls', () => {
         await new Promise<void>((resolve) => {
           r.socket!.once('close', () => resolve());
           r.socket!.write(f);
-          setTimeout(() => { r.socket!.destroy(); resolve(); }, 500);
+          setTimeout(() => {
+            r.socket!.destroy();
+            resolve();
+          }, 500);
         });
       }
     }
@@ -127,19 +148,51 @@ describe('4. static server and symlinks', () => {
 
 describe('5. what a paired page may report', () => {
   it('the model a page reports is whitelisted and bounded before loupe_status echoes it', async () => {
-    const info = { id: 'owner/name', revision: 'main', source: 'hub', architecture: 'llama', dtype: 'F32', backend: 'wasm', norm: 'rmsnorm', n_layers: 2, n_heads: 4, n_kv_heads: 4, d_model: 64, d_head: 16, d_mlp: 128, d_vocab: 512, n_ctx: 256, n_params: 1000 };
+    const info = {
+      id: 'owner/name',
+      revision: 'main',
+      source: 'hub',
+      architecture: 'llama',
+      dtype: 'F32',
+      backend: 'wasm',
+      norm: 'rmsnorm',
+      n_layers: 2,
+      n_heads: 4,
+      n_kv_heads: 4,
+      d_model: 64,
+      d_head: 16,
+      d_mlp: 128,
+      d_vocab: 512,
+      n_ctx: 256,
+      n_params: 1000,
+    };
     const ref = { kind: 'hub', id: 'owner/name', revision: 'main', endpoint: 'https://huggingface.co' };
-    const page = await FakePage.connect(hub.port, { token: hub.token, model: { ...info, ref, junk: 'x'.repeat(1_000_000) } });
+    const page = await FakePage.connect(hub.port, {
+      token: hub.token,
+      model: { ...info, ref, junk: 'x'.repeat(1_000_000) },
+    });
     try {
       await until(() => hub.activePage?.tabId === page.tabId, 3000, 'pairing');
       expect(JSON.stringify(hub.status()).length).toBeLessThan(10_000);
       expect(hub.status().page?.model).toEqual({ ...info, ref });
       // a `model` message: 20 MB of extra fields, oversized strings, nested objects, wrong types
-      page.send({ type: 'model', model: { ...info, id: 'y'.repeat(20_000_000), ref: { ...ref, nested: { deep: 'z'.repeat(1000) } }, n_layers: 'two', extra: Array(1000).fill({ a: 1 }) } });
+      page.send({
+        type: 'model',
+        model: {
+          ...info,
+          id: 'y'.repeat(20_000_000),
+          ref: { ...ref, nested: { deep: 'z'.repeat(1000) } },
+          n_layers: 'two',
+          extra: Array(1000).fill({ a: 1 }),
+        },
+      });
       await until(() => hub.status().page?.model?.n_layers === undefined, 5000, 'the model message');
       const st = hub.status();
       expect(JSON.stringify(st).length).toBeLessThan(10_000);
-      expect(st.page?.model).toEqual({ ...Object.fromEntries(Object.entries(info).filter(([k]) => k !== 'id' && k !== 'n_layers')), ref });
+      expect(st.page?.model).toEqual({
+        ...Object.fromEntries(Object.entries(info).filter(([k]) => k !== 'id' && k !== 'n_layers')),
+        ref,
+      });
     } finally {
       await page.close();
     }
@@ -158,12 +211,13 @@ describe('5. what a paired page may report', () => {
 });
 
 describe('6. config folder, token file, hub authentication, stale records', () => {
-  const freePort = () => new Promise<number>((resolve) => {
-    const s = net.createServer().listen(0, '127.0.0.1', () => {
-      const p = (s.address() as net.AddressInfo).port;
-      s.close(() => resolve(p));
+  const freePort = () =>
+    new Promise<number>((resolve) => {
+      const s = net.createServer().listen(0, '127.0.0.1', () => {
+        const p = (s.address() as net.AddressInfo).port;
+        s.close(() => resolve(p));
+      });
     });
-  });
   const quietLog = () => undefined;
 
   it('a config folder open to others (0777), a link, or a file is refused with CONFIG_UNSAFE, before the hub listens', async () => {
@@ -188,7 +242,10 @@ describe('6. config folder, token file, hub authentication, stale records', () =
     // the companion: a structured refusal, and nothing listening on the port
     const port = await freePort();
     const pe = new PageExecutor({ port, distDir: tmpDist(), version: 'test', log: quietLog, configDir: open });
-    await expect(pe.started()).rejects.toMatchObject({ code: 'CONFIG_UNSAFE', hint: expect.stringContaining('chmod 700') });
+    await expect(pe.started()).rejects.toMatchObject({
+      code: 'CONFIG_UNSAFE',
+      hint: expect.stringContaining('chmod 700'),
+    });
     await pe.close();
     expect(await probeHub(port, 500)).toBeUndefined();
   });
@@ -246,7 +303,10 @@ describe('6. config folder, token file, hub authentication, stale records', () =
     const token = newToken();
     await writeHubRecord({ port, pid: process.pid, token, started_at: '' }, dir); // a stale record
     try {
-      await expect(ForwardClient.connect(port, token, { name: 'test' }, { timeoutMs: 1000 })).rejects.toMatchObject({ code: 'NO_PAGE', message: expect.stringMatching(/could not prove/) });
+      await expect(ForwardClient.connect(port, token, { name: 'test' }, { timeoutMs: 1000 })).rejects.toMatchObject({
+        code: 'NO_PAGE',
+        message: expect.stringMatching(/could not prove/),
+      });
       expect(seen.length).toBeGreaterThan(0);
       expect(seen.join('\n')).not.toContain(token);
     } finally {
@@ -258,8 +318,16 @@ describe('6. config folder, token file, hub authentication, stale records', () =
     expect(fwd.alive).toBe(true);
     expect((await fwd.status()).protocol_version).toBe(1);
     fwd.close();
-    for (const first of [{ type: 'attach', protocol: 1, agent: { name: 'x' }, proof: 'c'.repeat(64) }, { type: 'call', id: 'a', tool: '$status', args: {}, deadline: Date.now() + 5000 }, { type: 'attach', protocol: 1, agent: { name: 'x' } }]) {
-      const ws = new WebSocket(`ws://127.0.0.1:${hub.port}${AGENT_PATH}`, [SUBPROTOCOL, CHALLENGE_PROTOCOL_PREFIX + 'd'.repeat(64)], { origin: `http://127.0.0.1:${hub.port}` });
+    for (const first of [
+      { type: 'attach', protocol: 1, agent: { name: 'x' }, proof: 'c'.repeat(64) },
+      { type: 'call', id: 'a', tool: '$status', args: {}, deadline: Date.now() + 5000 },
+      { type: 'attach', protocol: 1, agent: { name: 'x' } },
+    ]) {
+      const ws = new WebSocket(
+        `ws://127.0.0.1:${hub.port}${AGENT_PATH}`,
+        [SUBPROTOCOL, CHALLENGE_PROTOCOL_PREFIX + 'd'.repeat(64)],
+        { origin: `http://127.0.0.1:${hub.port}` },
+      );
       const got: string[] = [];
       ws.on('message', (d) => got.push(d.toString()));
       const closed = new Promise<number>((r) => ws.on('close', (code) => r(code)));
@@ -271,7 +339,10 @@ describe('6. config folder, token file, hub authentication, stale records', () =
   });
 
   it('peers upgraded on a challenge (no token yet) are few at a time and have a smaller frame limit', async () => {
-    const challenge = (n: number) => ({ ...good, 'Sec-WebSocket-Protocol': `${SUBPROTOCOL}, ${CHALLENGE_PROTOCOL_PREFIX}${n.toString(16).padStart(64, '0')}` });
+    const challenge = (n: number) => ({
+      ...good,
+      'Sec-WebSocket-Protocol': `${SUBPROTOCOL}, ${CHALLENGE_PROTOCOL_PREFIX}${n.toString(16).padStart(64, '0')}`,
+    });
     const held: Awaited<ReturnType<typeof rawRequest>>[] = [];
     for (let i = 0; i < 4; i++) held.push(await rawRequest(hub.port, upgradeHead(AGENT_PATH, challenge(i))));
     expect(held.map((h) => h.status)).toEqual([101, 101, 101, 101]);
@@ -303,7 +374,10 @@ ${crash ? "process.stdin.once('data', () => { throw new Error('simulated crash')
         // node itself (not the tsx wrapper) so that SIGKILL reaches the process that wrote the record
         const file = path.join(dir, `child-${port}.mts`);
         writeFileSync(file, script(port, crash));
-        const child = spawn(process.execPath, ['--import', 'tsx', file], { cwd: ROOT, stdio: ['pipe', 'pipe', 'pipe'] });
+        const child = spawn(process.execPath, ['--import', 'tsx', file], {
+          cwd: ROOT,
+          stdio: ['pipe', 'pipe', 'pipe'],
+        });
         let out = '';
         child.stdout.on('data', (d) => (out += d));
         await until(() => out.includes('ready'), 60_000, 'the child companion');
@@ -311,7 +385,10 @@ ${crash ? "process.stdin.once('data', () => { throw new Error('simulated crash')
           expect(existsSync(tokenFilePath(port, dir))).toBe(true);
           return { child, port };
         }
-        await new Promise<void>((r) => { child.once('exit', () => r()); child.kill('SIGKILL'); });
+        await new Promise<void>((r) => {
+          child.once('exit', () => r());
+          child.kill('SIGKILL');
+        });
       }
     };
     const { child: crashed, port: p1 } = await runChild(true);
@@ -322,7 +399,10 @@ ${crash ? "process.stdin.once('data', () => { throw new Error('simulated crash')
     expect(existsSync(tokenFilePath(p1, dir))).toBe(false);
 
     const { child: killed, port: p2 } = await runChild(false);
-    await new Promise<void>((r) => { killed.once('exit', () => r()); killed.kill('SIGKILL'); });
+    await new Promise<void>((r) => {
+      killed.once('exit', () => r());
+      killed.kill('SIGKILL');
+    });
     expect(existsSync(tokenFilePath(p2, dir))).toBe(true); // SIGKILL runs no handler
     const p3 = await freePort();
     const next = new PageExecutor({ port: p3, distDir: tmpDist(), version: 't', log: quietLog, configDir: dir });

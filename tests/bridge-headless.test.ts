@@ -25,7 +25,12 @@ let stderr = '';
 let model: LoadedModel;
 
 beforeAll(async () => {
-  const transport = new StdioClientTransport({ command: process.execPath, args: [BIN, 'mcp', '--headless'], cwd: ROOT, stderr: 'pipe' });
+  const transport = new StdioClientTransport({
+    command: process.execPath,
+    args: [BIN, 'mcp', '--headless'],
+    cwd: ROOT,
+    stderr: 'pipe',
+  });
   transport.stderr?.on('data', (d) => (stderr += d.toString()));
   client = new Client({ name: 'headless-test', version: '1' });
   await client.connect(transport);
@@ -44,7 +49,11 @@ describe('loupe mcp --headless', () => {
   it('trace returns the same document as the CLI --json and as the operation called directly', async () => {
     const r = await call('trace', { prompt: PROMPT, top_k: 5 });
     expect(r.isError).toBeFalsy();
-    const { stdout } = await promisify(execFile)(process.execPath, [BIN, 'trace', 'default', PROMPT, '--top-k', '5', '--json'], { cwd: ROOT });
+    const { stdout } = await promisify(execFile)(
+      process.execPath,
+      [BIN, 'trace', 'default', PROMPT, '--top-k', '5', '--json'],
+      { cwd: ROOT },
+    );
     expect(r.structuredContent).toEqual(JSON.parse(stdout));
     expect(r.structuredContent).toEqual(await operations.trace.run(model, { prompt: PROMPT, top_k: 5 }, {}));
     // the schema-checked document, its link (bundled model: re-runnable in any workbench) and resource
@@ -56,7 +65,11 @@ describe('loupe mcp --headless', () => {
 
   it('sends progress notifications that increase', async () => {
     const seen: { progress: number; total?: number }[] = [];
-    const r = await client.callTool({ name: 'generate', arguments: { prompt: PROMPT, max_new_tokens: 120, stop_at_eos: false } }, undefined, { onprogress: (p) => seen.push(p) });
+    const r = await client.callTool(
+      { name: 'generate', arguments: { prompt: PROMPT, max_new_tokens: 120, stop_at_eos: false } },
+      undefined,
+      { onprogress: (p) => seen.push(p) },
+    );
     expect(r.isError).toBeFalsy();
     expect((r.structuredContent as { generated_token_ids: number[] }).generated_token_ids).toHaveLength(120);
     expect(seen.length).toBeGreaterThanOrEqual(2);
@@ -68,14 +81,24 @@ describe('loupe mcp --headless', () => {
     const ctl = new AbortController();
     let progressed = 0;
     const before = stderr.length;
-    const pending = client.callTool({ name: 'generate', arguments: { prompt: PROMPT, max_new_tokens: 480, stop_at_eos: false } }, undefined, {
-      signal: ctl.signal,
-      onprogress: () => void progressed++,
-    }).catch((e) => e);
+    const pending = client
+      .callTool(
+        { name: 'generate', arguments: { prompt: PROMPT, max_new_tokens: 480, stop_at_eos: false } },
+        undefined,
+        {
+          signal: ctl.signal,
+          onprogress: () => void progressed++,
+        },
+      )
+      .catch((e) => e);
     await until(() => progressed >= 2, 20_000, 'progress');
     ctl.abort('test cancels');
     expect(await pending).toBeInstanceOf(Error);
-    const line = await until(() => /generate: stopped (\d+) ms after cancellation/.exec(stderr.slice(before)), 3000, 'the engine to stop');
+    const line = await until(
+      () => /generate: stopped (\d+) ms after cancellation/.exec(stderr.slice(before)),
+      3000,
+      'the engine to stop',
+    );
     expect(Number(line[1])).toBeLessThan(1000);
     // the engine is free: a quick call answers at once, well before the cancelled run would have ended
     const r = await call('trace', { prompt: 'Hi' });
@@ -86,20 +109,38 @@ describe('loupe mcp --headless', () => {
     const started = await call('generate', { prompt: PROMPT, max_new_tokens: 60, stop_at_eos: false, as_job: true });
     const job = started.structuredContent as { job_id: string; status: string; expires_at: string };
     expect(job.status).toBe('running');
-    const done = await poll(async () => {
-      const s = (await call('job_status', { job_id: job.job_id })).structuredContent as { status: string };
-      return s.status !== 'running' ? s : undefined;
-    }, 20_000, 'the job to finish', 100);
+    const done = await poll(
+      async () => {
+        const s = (await call('job_status', { job_id: job.job_id })).structuredContent as { status: string };
+        return s.status !== 'running' ? s : undefined;
+      },
+      20_000,
+      'the job to finish',
+      100,
+    );
     expect(done.status).toBe('succeeded');
     const result = await call('job_result', { job_id: job.job_id });
-    expect(result.structuredContent).toEqual(await operations.generate.run(model, { prompt: PROMPT, max_new_tokens: 60, stop_at_eos: false }, {}));
+    expect(result.structuredContent).toEqual(
+      await operations.generate.run(model, { prompt: PROMPT, max_new_tokens: 60, stop_at_eos: false }, {}),
+    );
 
     const before = stderr.length;
-    const long = (await call('generate', { prompt: PROMPT, max_new_tokens: 480, stop_at_eos: false, as_job: true })).structuredContent as { job_id: string };
-    await poll(async () => ((await call('job_status', { job_id: long.job_id })).structuredContent as { progress: unknown }).progress, 20_000, 'job progress', 50);
+    const long = (await call('generate', { prompt: PROMPT, max_new_tokens: 480, stop_at_eos: false, as_job: true }))
+      .structuredContent as { job_id: string };
+    await poll(
+      async () =>
+        ((await call('job_status', { job_id: long.job_id })).structuredContent as { progress: unknown }).progress,
+      20_000,
+      'job progress',
+      50,
+    );
     const c = (await call('job_cancel', { job_id: long.job_id })).structuredContent as { status: string };
     expect(['running', 'cancelled']).toContain(c.status);
-    await until(() => /generate: stopped \d+ ms after cancellation/.test(stderr.slice(before)), 3000, 'the job to stop');
+    await until(
+      () => /generate: stopped \d+ ms after cancellation/.test(stderr.slice(before)),
+      3000,
+      'the job to stop',
+    );
     const s = (await call('job_status', { job_id: long.job_id })).structuredContent as { status: string };
     expect(s.status).toBe('cancelled');
     expect(errorOf(await call('job_result', { job_id: long.job_id })).code).toBe('CANCELLED');
@@ -107,9 +148,16 @@ describe('loupe mcp --headless', () => {
 
   it('load_model and list_models', async () => {
     const r = await call('load_model', { model: 'default' });
-    expect(r.structuredContent).toMatchObject({ loaded: true, model: { id: 'stories260K', backend: 'node', n_layers: 5 } });
+    expect(r.structuredContent).toMatchObject({
+      loaded: true,
+      model: { id: 'stories260K', backend: 'node', n_layers: 5 },
+    });
     const l = await call('list_models', {});
-    expect((l.structuredContent as { models: { id: string; loaded?: boolean }[] }).models[0]).toMatchObject({ id: 'default', source: 'bundled', loaded: true });
+    expect((l.structuredContent as { models: { id: string; loaded?: boolean }[] }).models[0]).toMatchObject({
+      id: 'default',
+      source: 'bundled',
+      loaded: true,
+    });
     const bad = errorOf(await call('load_model', { model: 'default', backend: 'webgpu' }));
     expect(bad.code).toBe('BACKEND_UNAVAILABLE');
   });
@@ -125,7 +173,12 @@ describe('loupe mcp --headless', () => {
   });
 
   it('handles carry this process instance; one from another instance is HANDLE_EXPIRED', async () => {
-    const cap = await call('capture', { prompts: [{ text: 'I love it', label: 1 }, { text: 'I hate it', label: 0 }] });
+    const cap = await call('capture', {
+      prompts: [
+        { text: 'I love it', label: 1 },
+        { text: 'I hate it', label: 0 },
+      ],
+    });
     expect(cap.isError).toBeFalsy();
     const handle = (cap.structuredContent as { handle: string }).handle;
     const instance = parseHandle(handle)?.instance;
@@ -137,7 +190,14 @@ describe('loupe mcp --headless', () => {
     expect(stale.code).toBe('HANDLE_EXPIRED');
     expect(stale.message).toMatch(/made by a page \(or process\)/); // the instance check, not a store miss
     // inside a string as well (steer's "probe:<handle>")
-    const steer = errorOf(await call('steer', { prompt: PROMPT, layer: 1, alpha: 4, direction: `probe:${mintHandle('probe', '000000000000')}` }));
+    const steer = errorOf(
+      await call('steer', {
+        prompt: PROMPT,
+        layer: 1,
+        alpha: 4,
+        direction: `probe:${mintHandle('probe', '000000000000')}`,
+      }),
+    );
     expect(steer.code).toBe('HANDLE_EXPIRED');
   });
 

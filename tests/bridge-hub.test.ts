@@ -32,7 +32,10 @@ const soon = (ms = 10_000) => Date.now() + ms;
 /** Settle a promise into {ok, value|error, at} so timing can be checked. */
 function track<T>(p: Promise<T>) {
   const s: { done: boolean; value?: T; error?: LoupeError; at?: number } = { done: false };
-  p.then((v) => Object.assign(s, { done: true, value: v, at: Date.now() }), (e) => Object.assign(s, { done: true, error: e, at: Date.now() }));
+  p.then(
+    (v) => Object.assign(s, { done: true, value: v, at: Date.now() }),
+    (e) => Object.assign(s, { done: true, error: e, at: Date.now() }),
+  );
   return s;
 }
 
@@ -52,8 +55,15 @@ describe('calls through a paired page', () => {
     expect(r.document).toEqual({ operation: 'trace', x: 1 });
     expect(r.link).toBe('http://127.0.0.1/#s=abc');
     expect(r.instance_id).toBe(page.instanceId);
-    expect(seen).toEqual([{ done: 1, total: 3, stage: 'a' }, { done: 2, total: 3, stage: 'a' }]);
-    expect(hub.status().page).toMatchObject({ tab_id: page.tabId, instance_id: page.instanceId, model: { id: 'stories260K' } });
+    expect(seen).toEqual([
+      { done: 1, total: 3, stage: 'a' },
+      { done: 2, total: 3, stage: 'a' },
+    ]);
+    expect(hub.status().page).toMatchObject({
+      tab_id: page.tabId,
+      instance_id: page.instanceId,
+      model: { id: 'stories260K' },
+    });
   });
 
   it("relays the page's error with its code, message and hint", async () => {
@@ -64,7 +74,11 @@ describe('calls through a paired page', () => {
     page.error(m.id, 'UNKNOWN_TOKEN', 'no such token', 'use a single-token string');
     await until(() => call.done);
     expect(call.error).toBeInstanceOf(LoupeError);
-    expect(call.error).toMatchObject({ code: 'UNKNOWN_TOKEN', message: 'no such token', hint: 'use a single-token string' });
+    expect(call.error).toMatchObject({
+      code: 'UNKNOWN_TOKEN',
+      message: 'no such token',
+      hint: 'use a single-token string',
+    });
   });
 
   it('keeps concurrent calls apart', async () => {
@@ -85,7 +99,10 @@ describe('failure handling', () => {
   it('page closed mid-call: every pending call fails with PAGE_GONE within a second', async () => {
     const hub = await hubWith();
     const page = await pageOn(hub);
-    const calls = [track(hub.execute('x', {}, { deadline: soon() })), track(hub.execute('y', {}, { deadline: soon() }))];
+    const calls = [
+      track(hub.execute('x', {}, { deadline: soon() })),
+      track(hub.execute('y', {}, { deadline: soon() })),
+    ];
     await page.waitCall(2);
     const t0 = Date.now();
     page.ws.terminate(); // an abrupt close, as when a tab crashes
@@ -204,7 +221,9 @@ describe('failure handling', () => {
     const hub = await hubWith();
     const WebSocket = (await import('ws')).default;
     const { SUBPROTOCOL, tokenProtocol, PAGE_PATH } = await import('../src/bridge/protocol');
-    const ws = new WebSocket(`ws://127.0.0.1:${hub.port}${PAGE_PATH}`, [SUBPROTOCOL, tokenProtocol(hub.token)], { origin: `http://127.0.0.1:${hub.port}` });
+    const ws = new WebSocket(`ws://127.0.0.1:${hub.port}${PAGE_PATH}`, [SUBPROTOCOL, tokenProtocol(hub.token)], {
+      origin: `http://127.0.0.1:${hub.port}`,
+    });
     const msgs: string[] = [];
     ws.on('message', (d) => msgs.push(d.toString()));
     await new Promise((r) => ws.once('open', r));

@@ -22,7 +22,9 @@ const traceOp: Operation = {
   description: 'TEST trace: returns a value for a prompt. Units: none. Cost: trivial.',
   input: z.object({ prompt: z.string().min(1).describe('the prompt') }),
   output: z.object({ operation: z.literal('trace'), prompt: z.string(), value: z.number() }),
-  run: async () => { throw new Error('runs in the page'); },
+  run: async () => {
+    throw new Error('runs in the page');
+  },
 };
 const countOp: Operation = {
   name: 'count',
@@ -31,10 +33,17 @@ const countOp: Operation = {
   long: true,
   input: z.object({ n: z.number().int().min(1) }),
   output: z.object({ operation: z.literal('count'), n: z.number() }),
-  run: async () => { throw new Error('runs in the page'); },
+  run: async () => {
+    throw new Error('runs in the page');
+  },
 };
 const operations = { trace: traceOp, count: countOp };
-const MODEL = { id: 'stories260K', source: 'bundled', n_layers: 5, ref: { kind: 'bundled', id: 'stories260K', revision: '' } };
+const MODEL = {
+  id: 'stories260K',
+  source: 'bundled',
+  n_layers: 5,
+  ref: { kind: 'bundled', id: 'stories260K', revision: '' },
+};
 
 let executor: PageExecutor;
 let client: Client;
@@ -44,7 +53,13 @@ const pages: FakePage[] = [];
 beforeEach(async () => {
   executor = new PageExecutor({ port: 0, distDir: tmpDist(), version: 'test', noPageWaitMs: 300, log: () => {} });
   await executor.started();
-  const mcp = createMcpServer({ executor, operations, version: 'test', pageUrl: () => `http://127.0.0.1:${executor.port}/`, callDeadlineMs: 5000 });
+  const mcp = createMcpServer({
+    executor,
+    operations,
+    version: 'test',
+    pageUrl: () => `http://127.0.0.1:${executor.port}/`,
+    callDeadlineMs: 5000,
+  });
   closeServer = mcp.close;
   const [a, b] = InMemoryTransport.createLinkedPair();
   await mcp.server.connect(a);
@@ -68,10 +83,23 @@ async function pair(o: { tabId?: string } = {}): Promise<FakePage> {
 describe('tools/list', () => {
   it('lists the bridge tools and one tool per operation, with no page connected', async () => {
     const { tools } = await client.listTools();
-    expect(tools.map((t) => t.name)).toEqual(['loupe_status', 'load_model', 'list_models', 'job_status', 'job_result', 'job_cancel', 'trace', 'count']);
+    expect(tools.map((t) => t.name)).toEqual([
+      'loupe_status',
+      'load_model',
+      'list_models',
+      'job_status',
+      'job_result',
+      'job_cancel',
+      'trace',
+      'count',
+    ]);
     const trace = tools.find((t) => t.name === 'trace')!;
     expect(trace.description!.startsWith(traceOp.description)).toBe(true);
-    expect(trace.inputSchema).toMatchObject({ type: 'object', properties: { prompt: { type: 'string', description: 'the prompt' } }, required: ['prompt'] });
+    expect(trace.inputSchema).toMatchObject({
+      type: 'object',
+      properties: { prompt: { type: 'string', description: 'the prompt' } },
+      required: ['prompt'],
+    });
     expect(trace.outputSchema).toMatchObject({ type: 'object', properties: { value: { type: 'number' } } });
     expect(trace.inputSchema.properties).not.toHaveProperty('as_job');
     const count = tools.find((t) => t.name === 'count')!;
@@ -111,7 +139,9 @@ describe('tools/call', () => {
     const e = errorOf(await client.callTool({ name: 'trace', arguments: { prompt: 3 } }));
     expect(e.code).toBe('BAD_INPUT');
     expect(e.message).toMatch(/prompt/);
-    expect(errorOf(await client.callTool({ name: 'trace', arguments: { prompt: 'x', as_job: true } })).code).toBe('BAD_INPUT');
+    expect(errorOf(await client.callTool({ name: 'trace', arguments: { prompt: 'x', as_job: true } })).code).toBe(
+      'BAD_INPUT',
+    );
     expect(page.calls).toHaveLength(0);
   });
 
@@ -125,7 +155,9 @@ describe('tools/call', () => {
       p.result(m.id, { operation: 'trace', prompt: m.args.prompt, value: 42 });
     };
     const progress: { progress: number; total?: number; message?: string }[] = [];
-    const r = await client.callTool({ name: 'trace', arguments: { prompt: 'Once upon' } }, undefined, { onprogress: (p) => progress.push(p) });
+    const r = await client.callTool({ name: 'trace', arguments: { prompt: 'Once upon' } }, undefined, {
+      onprogress: (p) => progress.push(p),
+    });
     const doc = { operation: 'trace', prompt: 'Once upon', value: 42 };
     expect(r.isError).toBeFalsy();
     expect(r.structuredContent).toEqual(doc);
@@ -141,7 +173,12 @@ describe('tools/call', () => {
     const link = (r._meta as Record<string, string>)['loupe/link'];
     expect(link.startsWith(`http://127.0.0.1:${executor.port}/#s=`)).toBe(true);
     const state = decodeShare(parseFragment(new URL(link).hash).get('s')!);
-    expect(state).toMatchObject({ op: 'trace', input: { prompt: 'Once upon' }, result: doc, model: { kind: 'bundled', id: 'stories260K' } });
+    expect(state).toMatchObject({
+      op: 'trace',
+      input: { prompt: 'Once upon' },
+      result: doc,
+      model: { kind: 'bundled', id: 'stories260K' },
+    });
     expect((r.content as { text?: string }[]).some((c) => c.text?.includes(link))).toBe(true);
 
     // the trace is a resource while this page instance lives
@@ -172,7 +209,9 @@ describe('tools/call', () => {
   it('client cancellation cancels the call in the page', async () => {
     const page = await pair();
     const ctl = new AbortController();
-    const call = client.callTool({ name: 'count', arguments: { n: 5 } }, undefined, { signal: ctl.signal }).catch((x) => x);
+    const call = client
+      .callTool({ name: 'count', arguments: { n: 5 } }, undefined, { signal: ctl.signal })
+      .catch((x) => x);
     const m = await page.waitCall();
     ctl.abort('user pressed stop');
     await until(() => page.cancels.includes(m.id), 1000, 'the cancel to reach the page');
@@ -197,7 +236,10 @@ describe('tools/call', () => {
 
 async function pollStatus(jobId: string, pred: (s: Record<string, any>) => boolean): Promise<Record<string, any>> {
   for (let i = 0; i < 100; i++) {
-    const s = (await client.callTool({ name: 'job_status', arguments: { job_id: jobId } })).structuredContent as Record<string, any>;
+    const s = (await client.callTool({ name: 'job_status', arguments: { job_id: jobId } })).structuredContent as Record<
+      string,
+      any
+    >;
     if (pred(s)) return s;
     await sleep(20);
   }
@@ -224,22 +266,30 @@ describe('jobs', () => {
     setTimeout(() => page.result(m.id, { operation: 'count', n: 7 }), 100);
     const done = await client.callTool({ name: 'job_result', arguments: { job_id: job.job_id, wait_s: 5 } });
     expect(done.structuredContent).toEqual({ operation: 'count', n: 7 });
-    expect(((await client.callTool({ name: 'job_status', arguments: { job_id: job.job_id } })).structuredContent as any).status).toBe('succeeded');
+    expect(
+      ((await client.callTool({ name: 'job_status', arguments: { job_id: job.job_id } })).structuredContent as any)
+        .status,
+    ).toBe('succeeded');
   });
 
   it('job_cancel stops the job in the page', async () => {
     const page = await pair();
-    const job = (await client.callTool({ name: 'count', arguments: { n: 1000, as_job: true } })).structuredContent as Record<string, any>;
+    const job = (await client.callTool({ name: 'count', arguments: { n: 1000, as_job: true } }))
+      .structuredContent as Record<string, any>;
     const m = await page.waitCall();
     const c = await client.callTool({ name: 'job_cancel', arguments: { job_id: job.job_id } });
     expect(c.isError).toBeFalsy();
     await until(() => page.cancels.includes(m.id), 1000, 'the cancel to reach the page');
     const s = await pollStatus(job.job_id, (x) => x.status !== 'running');
     expect(s.status).toBe('cancelled');
-    expect(errorOf(await client.callTool({ name: 'job_result', arguments: { job_id: job.job_id } })).code).toBe('CANCELLED');
+    expect(errorOf(await client.callTool({ name: 'job_result', arguments: { job_id: job.job_id } })).code).toBe(
+      'CANCELLED',
+    );
   });
 
   it('an unknown job id is HANDLE_EXPIRED', async () => {
-    expect(errorOf(await client.callTool({ name: 'job_status', arguments: { job_id: 'job_' + '0'.repeat(32) } })).code).toBe('HANDLE_EXPIRED');
+    expect(
+      errorOf(await client.callTool({ name: 'job_status', arguments: { job_id: 'job_' + '0'.repeat(32) } })).code,
+    ).toBe('HANDLE_EXPIRED');
   });
 });

@@ -29,16 +29,30 @@ afterAll(() => hub.close());
 describe('WebSocket upgrade checks (before upgrading)', () => {
   it('accepts the right token, the hub origin and a loopback Host', async () => {
     expect(await tryUpgrade(hub.port, good)).toBe(101);
-    expect(await tryUpgrade(hub.port, { ...good, Host: `localhost:${hub.port}`, Origin: `http://localhost:${hub.port}` })).toBe(101);
+    expect(
+      await tryUpgrade(hub.port, { ...good, Host: `localhost:${hub.port}`, Origin: `http://localhost:${hub.port}` }),
+    ).toBe(101);
     expect(await tryUpgrade(hub.port, good, AGENT_PATH)).toBe(101);
   });
 
   it('rejects a wrong token', async () => {
     const wrong = newToken();
-    expect(await tryUpgrade(hub.port, { ...good, 'Sec-WebSocket-Protocol': `${SUBPROTOCOL}, ${tokenProtocol(wrong)}` })).toBe(401);
+    expect(
+      await tryUpgrade(hub.port, { ...good, 'Sec-WebSocket-Protocol': `${SUBPROTOCOL}, ${tokenProtocol(wrong)}` }),
+    ).toBe(401);
     // a prefix of the right token, and the right token offered twice with a wrong one
-    expect(await tryUpgrade(hub.port, { ...good, 'Sec-WebSocket-Protocol': `${SUBPROTOCOL}, ${tokenProtocol(hub.token.slice(0, 63))}` })).toBe(401);
-    expect(await tryUpgrade(hub.port, { ...good, 'Sec-WebSocket-Protocol': `${SUBPROTOCOL}, ${tokenProtocol(wrong)}, ${tokenProtocol(hub.token)}` })).toBe(401);
+    expect(
+      await tryUpgrade(hub.port, {
+        ...good,
+        'Sec-WebSocket-Protocol': `${SUBPROTOCOL}, ${tokenProtocol(hub.token.slice(0, 63))}`,
+      }),
+    ).toBe(401);
+    expect(
+      await tryUpgrade(hub.port, {
+        ...good,
+        'Sec-WebSocket-Protocol': `${SUBPROTOCOL}, ${tokenProtocol(wrong)}, ${tokenProtocol(hub.token)}`,
+      }),
+    ).toBe(401);
   });
 
   it('rejects a missing token', async () => {
@@ -47,7 +61,9 @@ describe('WebSocket upgrade checks (before upgrading)', () => {
   });
 
   it('rejects a token sent in the URL instead of the subprotocol', async () => {
-    expect(await tryUpgrade(hub.port, { ...good, 'Sec-WebSocket-Protocol': SUBPROTOCOL }, `/ws/page?token=${hub.token}`)).toBe(401);
+    expect(
+      await tryUpgrade(hub.port, { ...good, 'Sec-WebSocket-Protocol': SUBPROTOCOL }, `/ws/page?token=${hub.token}`),
+    ).toBe(401);
   });
 
   it('rejects a foreign Origin', async () => {
@@ -68,10 +84,18 @@ describe('WebSocket upgrade checks (before upgrading)', () => {
   });
 
   it('rejects a foreign Host (DNS rebinding), even with the right token and a matching Origin', async () => {
-    expect(await tryUpgrade(hub.port, { ...good, Host: `evil.example:${hub.port}`, Origin: `http://evil.example:${hub.port}` })).toBe(403);
+    expect(
+      await tryUpgrade(hub.port, {
+        ...good,
+        Host: `evil.example:${hub.port}`,
+        Origin: `http://evil.example:${hub.port}`,
+      }),
+    ).toBe(403);
     expect(await tryUpgrade(hub.port, { ...good, Host: `127.0.0.1:${hub.port + 1}` })).toBe(403);
     expect(await tryUpgrade(hub.port, { ...good, Host: '127.0.0.1' })).toBe(403);
-    expect(await tryUpgrade(hub.port, { ...good, Host: `0.0.0.0:${hub.port}`, Origin: `http://0.0.0.0:${hub.port}` })).toBe(403);
+    expect(
+      await tryUpgrade(hub.port, { ...good, Host: `0.0.0.0:${hub.port}`, Origin: `http://0.0.0.0:${hub.port}` }),
+    ).toBe(403);
   });
 
   it('rejects other paths', async () => {
@@ -80,13 +104,16 @@ describe('WebSocket upgrade checks (before upgrading)', () => {
 });
 
 describe('HTTP side of the hub', () => {
-  const get = (port: number, p: string, host: string) => new Promise<{ status: number; headers: http.IncomingHttpHeaders; body: string }>((resolve, reject) => {
-    http.get({ host: '127.0.0.1', port, path: p, headers: { Host: host } }, (res) => {
-      let body = '';
-      res.on('data', (c) => (body += c));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body }));
-    }).on('error', reject);
-  });
+  const get = (port: number, p: string, host: string) =>
+    new Promise<{ status: number; headers: http.IncomingHttpHeaders; body: string }>((resolve, reject) => {
+      http
+        .get({ host: '127.0.0.1', port, path: p, headers: { Host: host } }, (res) => {
+          let body = '';
+          res.on('data', (c) => (body += c));
+          res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body }));
+        })
+        .on('error', reject);
+    });
 
   it('listens on 127.0.0.1 only', () => {
     const a = hub.server.address();
@@ -119,21 +146,38 @@ describe('static server', () => {
     const s = await startStaticServer({ root });
     try {
       expect((s.server.address() as { address: string }).address).toBe('127.0.0.1');
-      const raw = (p: string) => new Promise<{ status: number; body: string; type?: string; coep?: string }>((resolve, reject) => {
-        // a raw request so the client does not normalise the path
-        const req = http.request({ host: '127.0.0.1', port: s.port, path: p, headers: { Host: `127.0.0.1:${s.port}` } }, (res) => {
-          let body = '';
-          res.on('data', (c) => (body += c));
-          res.on('end', () => resolve({ status: res.statusCode ?? 0, body, type: res.headers['content-type'], coep: res.headers['cross-origin-embedder-policy'] as string }));
+      const raw = (p: string) =>
+        new Promise<{ status: number; body: string; type?: string; coep?: string }>((resolve, reject) => {
+          // a raw request so the client does not normalise the path
+          const req = http.request(
+            { host: '127.0.0.1', port: s.port, path: p, headers: { Host: `127.0.0.1:${s.port}` } },
+            (res) => {
+              let body = '';
+              res.on('data', (c) => (body += c));
+              res.on('end', () =>
+                resolve({
+                  status: res.statusCode ?? 0,
+                  body,
+                  type: res.headers['content-type'],
+                  coep: res.headers['cross-origin-embedder-policy'] as string,
+                }),
+              );
+            },
+          );
+          req.on('error', reject);
+          req.end();
         });
-        req.on('error', reject);
-        req.end();
-      });
       const js = await raw('/app.js');
       expect(js.status).toBe(200);
       expect(js.type).toContain('javascript');
       expect(js.coep).toBe('require-corp');
-      for (const p of ['/../loupe-secret.txt', '/%2e%2e/loupe-secret.txt', '/..%2floupe-secret.txt', '/a/../../loupe-secret.txt', '/%00']) {
+      for (const p of [
+        '/../loupe-secret.txt',
+        '/%2e%2e/loupe-secret.txt',
+        '/..%2floupe-secret.txt',
+        '/a/../../loupe-secret.txt',
+        '/%00',
+      ]) {
         const r = await raw(p);
         expect(r.body, p).not.toContain('secret');
         expect(r.status, p).toBeGreaterThanOrEqual(400);
@@ -149,7 +193,10 @@ describe('token file hand-off', () => {
     if (process.platform === 'win32') return;
     const dir = path.join(mkdtempSync(path.join(os.tmpdir(), 'loupe-cfg-')), 'loupe');
     const token = newToken();
-    const file = await writeHubRecord({ port: 5999, pid: process.pid, token, started_at: new Date().toISOString() }, dir);
+    const file = await writeHubRecord(
+      { port: 5999, pid: process.pid, token, started_at: new Date().toISOString() },
+      dir,
+    );
     expect(statSync(file).mode & 0o777).toBe(0o600);
     expect(statSync(dir).mode & 0o777).toBe(0o700);
     expect((await readHubRecord(5999, dir))?.token).toBe(token);
@@ -158,7 +205,9 @@ describe('token file hand-off', () => {
     // a planted, group-writable file in a fresh folder is refused as well
     const dir2 = mkdtempSync(path.join(os.tmpdir(), 'loupe-cfg2-'));
     mkdirSync(dir2, { recursive: true });
-    writeFileSync(tokenFilePath(6000, dir2), JSON.stringify({ port: 6000, pid: 1, token, started_at: '' }), { mode: 0o660 });
+    writeFileSync(tokenFilePath(6000, dir2), JSON.stringify({ port: 6000, pid: 1, token, started_at: '' }), {
+      mode: 0o660,
+    });
     chmodSync(tokenFilePath(6000, dir2), 0o660);
     await expect(readHubRecord(6000, dir2)).rejects.toThrow();
   });

@@ -81,7 +81,8 @@ describe('loupe mcp over stdio', () => {
     running.push(c);
     const { tools } = await c.client.listTools();
     const names = tools.map((t) => t.name);
-    for (const n of ['loupe_status', 'load_model', 'list_models', 'job_status', 'job_result', 'job_cancel']) expect(names).toContain(n);
+    for (const n of ['loupe_status', 'load_model', 'list_models', 'job_status', 'job_result', 'job_cancel'])
+      expect(names).toContain(n);
     for (const op of Object.values(operations)) {
       const t = tools.find((x) => x.name === op.name);
       expect(t, op.name).toBeTruthy();
@@ -98,11 +99,20 @@ describe('loupe mcp over stdio', () => {
   });
 
   it('stdout carries only JSON-RPC', async () => {
-    const child = spawn(process.execPath, [BIN, 'mcp', '--port', '0', '--page-wait', '0.2'], { cwd: ROOT, env: { ...process.env, LOUPE_CONFIG_DIR: CONFIG }, stdio: ['pipe', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [BIN, 'mcp', '--port', '0', '--page-wait', '0.2'], {
+      cwd: ROOT,
+      env: { ...process.env, LOUPE_CONFIG_DIR: CONFIG },
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
     let out = '';
     child.stdout.on('data', (d) => (out += d));
     const send = (m: object) => child.stdin.write(JSON.stringify(m) + '\n');
-    send({ jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'raw', version: '1' } } });
+    send({
+      jsonrpc: '2.0',
+      id: 1,
+      method: 'initialize',
+      params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'raw', version: '1' } },
+    });
     send({ jsonrpc: '2.0', method: 'notifications/initialized' });
     send({ jsonrpc: '2.0', id: 2, method: 'tools/list' });
     send({ jsonrpc: '2.0', id: 3, method: 'tools/call', params: { name: 'trace', arguments: { prompt: 'Hi' } } }); // no page: an isError result
@@ -119,7 +129,10 @@ describe('loupe mcp over stdio', () => {
     const c = await companion(['--port', '0', '--page-wait', '2']);
     running.push(c);
     const { port, token } = pairing(await status(c));
-    const page = await FakePage.connect(port, { token, model: { ...model.info, ref: { kind: 'bundled', id: 'stories260K', revision: '' } } });
+    const page = await FakePage.connect(port, {
+      token,
+      model: { ...model.info, ref: { kind: 'bundled', id: 'stories260K', revision: '' } },
+    });
     pages.push(page);
     // the fake page runs the real operation in this process, as the page's worker would
     page.onCall = async (m, p) => {
@@ -137,7 +150,9 @@ describe('loupe mcp over stdio', () => {
     expect(JSON.parse(text(r))).toEqual(direct);
     expect(page.calls[0].agent?.name).toBe('stdio-test');
     // an agent-fixable error from the operation itself
-    const bad = errorOf(await c.client.callTool({ name: 'trace', arguments: { prompt: 'Once', answer: 'not-a-single-token-xyz' } }));
+    const bad = errorOf(
+      await c.client.callTool({ name: 'trace', arguments: { prompt: 'Once', answer: 'not-a-single-token-xyz' } }),
+    );
     expect(bad.code).toBeTruthy();
   });
 
@@ -167,10 +182,15 @@ describe('loupe mcp over stdio', () => {
     // A exits: B takes the port over with a new token
     running.splice(running.indexOf(a), 1);
     await a.close();
-    const taken = await poll(async () => {
-      const st = await status(b).catch(() => undefined);
-      return st?.role === 'hub' ? st : undefined;
-    }, 10_000, 'B to become the hub', 100);
+    const taken = await poll(
+      async () => {
+        const st = await status(b).catch(() => undefined);
+        return st?.role === 'hub' ? st : undefined;
+      },
+      10_000,
+      'B to become the hub',
+      100,
+    );
     expect(pairing(taken).port).toBe(port);
     expect(pairing(taken).token).not.toBe(pairing(sa).token);
     expect(existsSync(file) && statSync(file).mode & 0o777).toBe(0o600);

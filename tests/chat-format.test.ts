@@ -18,15 +18,21 @@ import { SHARED } from './helpers/shared';
 const STORIES = path.join(SHARED, 'models', 'stories260K');
 const BIN = path.resolve(__dirname, '../bin/loupe.mjs');
 // ChatML-like, written here: BOS text first, one turn per message, then the assistant's turn
-const TEMPLATE = "{{ bos_token }}{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+const TEMPLATE =
+  '{{ bos_token }}{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}';
 const USER = 'Once upon a time';
 const EXPECTED = '<s><|im_start|>user\nOnce upon a time<|im_end|>\n<|im_start|>assistant\n';
 
 function loupe(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
   return new Promise((res) => {
-    execFile(process.execPath, [BIN, ...args], { cwd: tmpdir(), maxBuffer: 64 << 20, env: { ...process.env, NO_COLOR: '1' } }, (err, stdout, stderr) => {
-      res({ code: err ? (typeof (err as any).code === 'number' ? (err as any).code : 1) : 0, stdout, stderr });
-    });
+    execFile(
+      process.execPath,
+      [BIN, ...args],
+      { cwd: tmpdir(), maxBuffer: 64 << 20, env: { ...process.env, NO_COLOR: '1' } },
+      (err, stdout, stderr) => {
+        res({ code: err ? (typeof (err as any).code === 'number' ? (err as any).code : 1) : 0, stdout, stderr });
+      },
+    );
   });
 }
 
@@ -36,18 +42,34 @@ describe('chat format', () => {
   let plain: LoadedModel;
   beforeAll(async () => {
     dir = mkdtempSync(path.join(tmpdir(), 'loupe-chat-'));
-    for (const f of ['config.json', 'tokenizer.json', 'model.safetensors', 'generation_config.json']) copyFileSync(path.join(STORIES, f), path.join(dir, f));
+    for (const f of ['config.json', 'tokenizer.json', 'model.safetensors', 'generation_config.json'])
+      copyFileSync(path.join(STORIES, f), path.join(dir, f));
     const tc = JSON.parse(readFileSync(path.join(STORIES, 'tokenizer_config.json'), 'utf8'));
     writeFileSync(path.join(dir, 'tokenizer_config.json'), JSON.stringify({ ...tc, chat_template: TEMPLATE }));
     chat = await loadModelNode(dir);
     plain = await loadModelNode(STORIES);
   });
-  afterAll(async () => { await chat?.dispose(); await plain?.dispose(); if (dir) rmSync(dir, { recursive: true, force: true }); });
+  afterAll(async () => {
+    await chat?.dispose();
+    await plain?.dispose();
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  });
 
   it('renders the user message through the template exactly', () => {
     expect(chat.chatPrompt(USER)).toBe(EXPECTED);
     // a list of named templates: the default one is used
-    expect(renderChat({ bos_token: '<s>', chat_template: [{ name: 'tool_use', template: 'x' }, { name: 'default', template: TEMPLATE }] }, USER)).toBe(EXPECTED);
+    expect(
+      renderChat(
+        {
+          bos_token: '<s>',
+          chat_template: [
+            { name: 'tool_use', template: 'x' },
+            { name: 'default', template: TEMPLATE },
+          ],
+        },
+        USER,
+      ),
+    ).toBe(EXPECTED);
   });
 
   it('an operation with chat: tokens are the rendered text tokenized, BOS once, and the document records it', async () => {
@@ -71,10 +93,18 @@ describe('chat format', () => {
   });
 
   it('patch renders the corrupted prompt as well, so clean and corrupted are formatted alike', async () => {
-    const doc: any = await operations.patch.run(chat, { prompt: 'Tim had a dog', corrupted_prompt: 'Tim had a cat', chat: true, answer: '#300', counterfactual: '#301' });
+    const doc: any = await operations.patch.run(chat, {
+      prompt: 'Tim had a dog',
+      corrupted_prompt: 'Tim had a cat',
+      chat: true,
+      answer: '#300',
+      counterfactual: '#301',
+    });
     expect(doc.prompt).toBe(chat.chatPrompt('Tim had a dog'));
     expect(doc.corrupted_prompt).toBe(chat.chatPrompt('Tim had a cat'));
-    expect(doc.corrupted_tokens.map((t: any) => t.id)).toEqual(chat.tokenize(chat.chatPrompt('Tim had a cat'), { prependBos: false }));
+    expect(doc.corrupted_tokens.map((t: any) => t.id)).toEqual(
+      chat.tokenize(chat.chatPrompt('Tim had a cat'), { prependBos: false }),
+    );
     expect(doc.prompt_format.user_prompt).toBe('Tim had a dog');
   });
 
@@ -83,7 +113,10 @@ describe('chat format', () => {
     let checked = 0;
     for (const [name, op] of Object.entries(operations)) {
       const shape = (op.input as any).shape ?? (op.input as any)._def?.schema?.shape;
-      if (shape && 'prompt' in shape) { checked++; if (!('chat' in shape)) missing.push(name); }
+      if (shape && 'prompt' in shape) {
+        checked++;
+        if (!('chat' in shape)) missing.push(name);
+      }
     }
     expect(missing).toEqual([]);
     expect(checked).toBeGreaterThan(10);
@@ -109,4 +142,3 @@ describe('chat format', () => {
     expect(bad.stdout).toMatch(/NO_CHAT_TEMPLATE/);
   });
 });
-

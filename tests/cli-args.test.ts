@@ -22,15 +22,28 @@ const schema = z.object({
 });
 const json = z.toJSONSchema(schema, { io: 'input' }) as Record<string, unknown>;
 const props = properties(json);
-const isBool = (n: string) => (n in CLI_FLAGS ? CLI_FLAGS[n].boolean : isBooleanField(json, props[n.replace(/-/g, '_')]));
+const isBool = (n: string) =>
+  n in CLI_FLAGS ? CLI_FLAGS[n].boolean : isBooleanField(json, props[n.replace(/-/g, '_')]);
 const parse = (argv: string[]) => {
   const { positionals, flags } = splitArgs(argv, isBool);
   return { positionals, input: flagsToInput(json, flags) };
 };
 
 describe('CLI flags → operation input', () => {
-  it('maps kebab-case flags to snake_case fields with the schema\'s types', () => {
-    const { positionals, input } = parse(['default', 'Hello there', '--top-k', '3', '--alpha', '-2.5', '--positions', '1,2,7', '--method', 'mean', '--json']);
+  it("maps kebab-case flags to snake_case fields with the schema's types", () => {
+    const { positionals, input } = parse([
+      'default',
+      'Hello there',
+      '--top-k',
+      '3',
+      '--alpha',
+      '-2.5',
+      '--positions',
+      '1,2,7',
+      '--method',
+      'mean',
+      '--json',
+    ]);
     expect(positionals).toEqual(['default', 'Hello there']);
     expect(input).toEqual({ top_k: 3, alpha: -2.5, positions: [1, 2, 7], method: 'mean' });
     expect(schema.safeParse({ prompt: 'x', ...input }).success).toBe(true);
@@ -48,7 +61,9 @@ describe('CLI flags → operation input', () => {
     expect(parse(['--positions', 'all']).input).toEqual({ positions: 'all' });
     expect(parse(['--positions', '4']).input).toEqual({ positions: [4] });
     expect(parse(['--positions=[0,3]']).input).toEqual({ positions: [0, 3] });
-    expect(parse(['--direction', '{"tokens":[" love"," hate"]}']).input).toEqual({ direction: { tokens: [' love', ' hate'] } });
+    expect(parse(['--direction', '{"tokens":[" love"," hate"]}']).input).toEqual({
+      direction: { tokens: [' love', ' hate'] },
+    });
     expect(parse(['--direction', '0.5,-1,2']).input).toEqual({ direction: [0.5, -1, 2] });
   });
 
@@ -61,7 +76,15 @@ describe('CLI flags → operation input', () => {
   });
 
   it('usage errors name the problem', () => {
-    const err = (argv: string[]) => { try { parse(argv); } catch (e) { expect(e).toBeInstanceOf(UsageError); return (e as Error).message; } throw new Error('expected a usage error'); };
+    const err = (argv: string[]) => {
+      try {
+        parse(argv);
+      } catch (e) {
+        expect(e).toBeInstanceOf(UsageError);
+        return (e as Error).message;
+      }
+      throw new Error('expected a usage error');
+    };
     expect(err(['--bogus', '1'])).toMatch(/Unknown option --bogus/);
     expect(err(['--top-k', 'lots'])).toMatch(/--top-k: expected a number/);
     expect(err(['--top-k', '2.5'])).toMatch(/expected an integer/);
@@ -83,19 +106,42 @@ describe('flags of operations written by others (their published input schemas)'
   const mapped = (op: string, argv: string[]) => {
     const s = schemasOf(op).input;
     const p = properties(s);
-    const { flags } = splitArgs(argv, (n) => (n in CLI_FLAGS ? CLI_FLAGS[n].boolean : isBooleanField(s, p[n.replace(/-/g, '_')])));
+    const { flags } = splitArgs(argv, (n) =>
+      n in CLI_FLAGS ? CLI_FLAGS[n].boolean : isBooleanField(s, p[n.replace(/-/g, '_')]),
+    );
     const input = { prompt: 'When Mary and John went to the store, John gave a drink to', ...flagsToInput(s, flags) };
     const r = getOperation(op)!.input.safeParse(input);
     expect(r.success, JSON.stringify(r.error?.issues)).toBe(true);
     return input;
   };
   it.skipIf(!getOperation('ablate'))('ablate --layer --head --method --positions', () => {
-    expect(mapped('ablate', ['--layer', '1', '--head', '2', '--method', 'mean', '--positions', '1,2'])).toMatchObject({ layer: 1, head: 2, method: 'mean', positions: [1, 2] });
-    expect(mapped('ablate', ['--layer', '0', '--component', 'mlp_out'])).toMatchObject({ layer: 0, component: 'mlp_out' });
-    expect(mapped('ablate', ['--layer', '0', '--neuron', '17', '--method', 'resample', '--seed', '3'])).toMatchObject({ neuron: 17, method: 'resample', seed: 3 });
+    expect(mapped('ablate', ['--layer', '1', '--head', '2', '--method', 'mean', '--positions', '1,2'])).toMatchObject({
+      layer: 1,
+      head: 2,
+      method: 'mean',
+      positions: [1, 2],
+    });
+    expect(mapped('ablate', ['--layer', '0', '--component', 'mlp_out'])).toMatchObject({
+      layer: 0,
+      component: 'mlp_out',
+    });
+    expect(mapped('ablate', ['--layer', '0', '--neuron', '17', '--method', 'resample', '--seed', '3'])).toMatchObject({
+      neuron: 17,
+      method: 'resample',
+      seed: 3,
+    });
   });
   it.skipIf(!getOperation('steer'))('steer --layer --alpha (negative) --direction', () => {
-    const input = mapped('steer', ['--layer', '2', '--alpha', '-4', '--direction', '{"kind":"tokens","positive":" love","negative":" hate"}', '--max-new-tokens', '5']);
+    const input = mapped('steer', [
+      '--layer',
+      '2',
+      '--alpha',
+      '-4',
+      '--direction',
+      '{"kind":"tokens","positive":" love","negative":" hate"}',
+      '--max-new-tokens',
+      '5',
+    ]);
     expect(input).toMatchObject({ layer: 2, alpha: -4, max_new_tokens: 5 });
   });
 });

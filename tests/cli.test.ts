@@ -18,14 +18,23 @@ import { SHARED } from './helpers/shared';
 const BIN = resolve(__dirname, '../bin/loupe.mjs');
 const INDUCTION = SHARED + '/models/induction-gpt2';
 
-interface Result { code: number; stdout: string; stderr: string }
+interface Result {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
 
 function loupe(args: string[], cwd = tmpdir()): Promise<Result> {
   return new Promise((res) => {
-    execFile(process.execPath, [BIN, ...args], { cwd, maxBuffer: 64 << 20, env: { ...process.env, NO_COLOR: '1' } }, (err, stdout, stderr) => {
-      const code = err ? (typeof (err as any).code === 'number' ? (err as any).code : 1) : 0;
-      res({ code, stdout, stderr });
-    });
+    execFile(
+      process.execPath,
+      [BIN, ...args],
+      { cwd, maxBuffer: 64 << 20, env: { ...process.env, NO_COLOR: '1' } },
+      (err, stdout, stderr) => {
+        const code = err ? (typeof (err as any).code === 'number' ? (err as any).code : 1) : 0;
+        res({ code, stdout, stderr });
+      },
+    );
   });
 }
 
@@ -63,7 +72,17 @@ describe('loupe CLI', () => {
   it('<op> --help shows the fields of its input schema as flags', async () => {
     const r = await loupe(['trace', '--help']);
     expect(r.code).toBe(0);
-    for (const f of ['--top-k', '--convention', '--answer', '--counterfactual', '--no-prepend-bos', '--json', '--backend', '--input']) expect(r.stdout).toContain(f);
+    for (const f of [
+      '--top-k',
+      '--convention',
+      '--answer',
+      '--counterfactual',
+      '--no-prepend-bos',
+      '--json',
+      '--backend',
+      '--input',
+    ])
+      expect(r.stdout).toContain(f);
     const g = await loupe(['generate', '--help']);
     for (const f of ['--max-new-tokens', '--temperature', '--seed', '--top-p']) expect(g.stdout).toContain(f);
   });
@@ -79,28 +98,61 @@ describe('loupe CLI', () => {
     expect(r.stderr).toMatch(/trace: /);
   });
 
-  it('generate on a folder model --json equals the in-process document (the issue\'s example)', async () => {
+  it("generate on a folder model --json equals the in-process document (the issue's example)", async () => {
     const r = await loupe(['generate', INDUCTION, 'abcabc', '--max-new-tokens', '8', '--json']);
     expect(r.code).toBe(0);
     const doc = onlyJson(r);
     expect(schemaErrors('generate', doc)).toEqual([]);
-    expect(doc).toEqual(viaJson(await getOperation('generate')!.run(induction, { prompt: 'abcabc', max_new_tokens: 8 }, {})));
+    expect(doc).toEqual(
+      viaJson(await getOperation('generate')!.run(induction, { prompt: 'abcabc', max_new_tokens: 8 }, {})),
+    );
     expect(doc.generated_token_ids).toHaveLength(8);
   });
 
   it('generic flags: comma lists, --no- booleans, JSON values and --input merged over flags', async () => {
-    const r = await loupe(['logit_lens', 'default', 'Once upon a time', '--positions', '1,4', '--top-k', '7', '--input', '{"top_k": 2}', '--json']);
+    const r = await loupe([
+      'logit_lens',
+      'default',
+      'Once upon a time',
+      '--positions',
+      '1,4',
+      '--top-k',
+      '7',
+      '--input',
+      '{"top_k": 2}',
+      '--json',
+    ]);
     expect(r.code).toBe(0);
     const doc = onlyJson(r);
     expect(doc.positions).toEqual([1, 4]);
     expect(doc.layers[0].positions[0].top).toHaveLength(2);
-    expect(doc).toEqual(viaJson(await getOperation('logit_lens')!.run(stories, { prompt: 'Once upon a time', positions: [1, 4], top_k: 2 }, {})));
-    const a = await loupe(['attention', INDUCTION, 'abab', '--heads', '[{"layer":1,"head":2}]', '--no-prepend-bos', '--json']);
+    expect(doc).toEqual(
+      viaJson(
+        await getOperation('logit_lens')!.run(stories, { prompt: 'Once upon a time', positions: [1, 4], top_k: 2 }, {}),
+      ),
+    );
+    const a = await loupe([
+      'attention',
+      INDUCTION,
+      'abab',
+      '--heads',
+      '[{"layer":1,"head":2}]',
+      '--no-prepend-bos',
+      '--json',
+    ]);
     expect(a.code).toBe(0);
     const ad = onlyJson(a);
     expect(ad.tokens.map((t: any) => t.id)).toEqual([97, 98, 97, 98]);
     expect(ad.heads.map((h: any) => [h.layer, h.head])).toEqual([[1, 2]]);
-    expect(ad).toEqual(viaJson(await getOperation('attention')!.run(induction, { prompt: 'abab', heads: [{ layer: 1, head: 2 }], prepend_bos: false }, {})));
+    expect(ad).toEqual(
+      viaJson(
+        await getOperation('attention')!.run(
+          induction,
+          { prompt: 'abab', heads: [{ layer: 1, head: 2 }], prepend_bos: false },
+          {},
+        ),
+      ),
+    );
   });
 
   it('tables by default', async () => {
@@ -159,7 +211,10 @@ describe('loupe CLI', () => {
     const dir = join(scratch, 'bert');
     cpSync(INDUCTION, dir, { recursive: true });
     const cfg = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8'));
-    writeFileSync(join(dir, 'config.json'), JSON.stringify({ ...cfg, model_type: 'bert', architectures: ['BertModel'] }));
+    writeFileSync(
+      join(dir, 'config.json'),
+      JSON.stringify({ ...cfg, model_type: 'bert', architectures: ['BertModel'] }),
+    );
     const r = await loupe(['trace', dir, 'hello', '--json']);
     expect(r.code).toBe(3);
     expect(onlyJson(r).error.code).toBe('UNSUPPORTED_ARCHITECTURE');
@@ -187,8 +242,12 @@ describe('loupe CLI', () => {
   it('doctor: backends, threads, node vs wasm agreement on the bundled model, cache', async () => {
     const cache = join(scratch, 'cache');
     const r = await new Promise<Result>((res) => {
-      execFile(process.execPath, [BIN, 'doctor', '--json'], { cwd: tmpdir(), env: { ...process.env, LOUPE_CACHE_DIR: cache } }, (err, stdout, stderr) =>
-        res({ code: err ? (err as any).code : 0, stdout, stderr }));
+      execFile(
+        process.execPath,
+        [BIN, 'doctor', '--json'],
+        { cwd: tmpdir(), env: { ...process.env, LOUPE_CACHE_DIR: cache } },
+        (err, stdout, stderr) => res({ code: err ? (err as any).code : 0, stdout, stderr }),
+      );
     });
     expect(r.code).toBe(0);
     const d = onlyJson(r).doctor;

@@ -11,20 +11,27 @@ import { operations } from '../src/ops/index';
 const DOC = path.resolve(__dirname, '..', 'docs', 'bridge.md');
 
 describe('docs/bridge.md', () => {
-  it('lists exactly the registry\'s operation tools, in registry order', () => {
+  it("lists exactly the registry's operation tools, in registry order", () => {
     const text = readFileSync(DOC, 'utf8');
     const m = /<!-- operation-tools -->(.*?)<!-- \/operation-tools -->/s.exec(text);
     expect(m, 'the operation-tools markers').not.toBeNull();
-    const expected = Object.keys(operations).map((n) => `\`${n}\``).join(', ');
+    const expected = Object.keys(operations)
+      .map((n) => `\`${n}\``)
+      .join(', ');
     expect(m![1], `replace the line between the markers in docs/bridge.md with:\n${expected}`).toBe(expected);
     // and the page tool list is the bridge's own tools plus exactly these
     const names = listTools('page', operations).map((t) => t.name);
-    expect(names.filter((n) => !['loupe_status', 'load_model', 'list_models', 'job_status', 'job_result', 'job_cancel'].includes(n))).toEqual(Object.keys(operations));
+    expect(
+      names.filter(
+        (n) => !['loupe_status', 'load_model', 'list_models', 'job_status', 'job_result', 'job_cancel'].includes(n),
+      ),
+    ).toEqual(Object.keys(operations));
   });
 
   it('names every bridge tool and every --option of loupe mcp', async () => {
     const text = readFileSync(DOC, 'utf8');
-    for (const t of ['loupe_status', 'load_model', 'list_models', 'job_status', 'job_result', 'job_cancel']) expect(text).toContain(`\`${t}\``);
+    for (const t of ['loupe_status', 'load_model', 'list_models', 'job_status', 'job_result', 'job_cancel'])
+      expect(text).toContain(`\`${t}\``);
     const { USAGE } = await import('../src/bridge/main');
     for (const opt of USAGE.match(/--[a-z-]+/g)!) if (opt !== '--help') expect(text, opt).toContain(opt);
   });

@@ -17,7 +17,10 @@ async function open(name: string) {
   return { rm, model };
 }
 afterAll(async () => {
-  for (const o of opened) { await o.model.dispose(); o.rm.cleanup(); }
+  for (const o of opened) {
+    await o.model.dispose();
+    o.rm.cleanup();
+  }
 });
 
 describe('ModelInfo carries what operations need', () => {

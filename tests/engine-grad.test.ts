@@ -11,7 +11,16 @@ import { OnnxGraph } from '../src/engine/graph/onnx-builder';
 import { addBackward } from '../src/engine/graph/backward';
 import type { LoadedModel } from '../src/engine/api';
 import type { Tensor } from '../src/engine/tensor';
-import { ALL_FAMILY_CASES, makeCaseModel, caseTokens, referenceForward, mulberry32, gaussian, type RandomModel, maxAbsDiff } from './reference';
+import {
+  ALL_FAMILY_CASES,
+  makeCaseModel,
+  caseTokens,
+  referenceForward,
+  mulberry32,
+  gaussian,
+  type RandomModel,
+  maxAbsDiff,
+} from './reference';
 
 const worst: { name: string; rel: number; hook: string }[] = [];
 
@@ -39,7 +48,8 @@ describe.each(ALL_FAMILY_CASES)('gradients vs float64 finite differences: $name'
   it('∂(logit[A] − logit[B])/∂hook agrees with central differences at every hook', async () => {
     const V = model.info.d_vocab;
     const T = tokens.length;
-    const A = 3, Bt = 5;
+    const A = 3,
+      Bt = 5;
     const ref0 = referenceForward(rm, tokens, { record: false });
     const refNames = new Set(Object.keys(referenceForward(rm, tokens).hooks));
     const hooks = model.hookNames().filter((h) => refNames.has(h));
@@ -51,7 +61,9 @@ describe.each(ALL_FAMILY_CASES)('gradients vs float64 finite differences: $name'
     // graph keeps the decomposed ops (GraphPlan.fused): float32 rounding, ~1 ulp.
     let fwdDiff = maxAbsDiff(out.logits.data, plain.logits.data).maxAbs;
     for (const h of hooks) fwdDiff = Math.max(fwdDiff, maxAbsDiff(out.hooks[h].data, plain.hooks[h].data).maxAbs);
-    const fused = model.spec.layers.some((l) => (l.mlp.act !== 'relu' && l.mlp.act !== 'silu') || l.attn.qNorm || l.attn.kNorm);
+    const fused = model.spec.layers.some(
+      (l) => (l.mlp.act !== 'relu' && l.mlp.act !== 'silu') || l.attn.qNorm || l.attn.kNorm,
+    );
     if (fused) expect(fwdDiff).toBeLessThan(1e-5);
     else expect(fwdDiff).toBe(0);
 
@@ -96,7 +108,9 @@ describe.each(ALL_FAMILY_CASES)('gradients vs float64 finite differences: $name'
       }
     }
     worst.push({ name: c.name, ...caseWorst });
-    console.log(`${c.name}: forward max |Δ| vs the plain graph ${fwdDiff.toExponential(1)}; ${hooks.length} hooks, worst relative error ${caseWorst.rel.toExponential(2)} at ${caseWorst.hook}`);
+    console.log(
+      `${c.name}: forward max |Δ| vs the plain graph ${fwdDiff.toExponential(1)}; ${hooks.length} hooks, worst relative error ${caseWorst.rel.toExponential(2)} at ${caseWorst.hook}`,
+    );
   }, 120_000);
 });
 
@@ -118,7 +132,9 @@ describe('backward transform: errors', () => {
     let err: any;
     try {
       addBackward(g, { output: 'out', seed: 'seed', wrt: ['x'], symbols: [{}, {}] });
-    } catch (e) { err = e; }
+    } catch (e) {
+      err = e;
+    }
     expect(err?.code).toBe('UNSUPPORTED_OP');
     expect(err.message).toContain("'Pow'");
   });
@@ -129,9 +145,25 @@ describe('backward transform: errors', () => {
     try {
       const V = model.info.d_vocab;
       const toks = caseTokens(rm, 5);
-      await expect(model.run(toks, { logitPositions: [4], grad: { hooks: ['blocks.0.attn.hook_result'], seed: seedFor(V, 1, 2) } })).rejects.toMatchObject({ code: 'UNKNOWN_HOOK' });
-      await expect(model.run(toks, { withResult: true, logitPositions: [4], grad: { hooks: ['blocks.0.attn.hook_result'], seed: seedFor(V, 1, 2) } })).rejects.toMatchObject({ code: 'BAD_INPUT' });
-      await expect(model.run(toks, { logitPositions: [4], grad: { hooks: ['blocks.0.hook_resid_pre'], seed: seedFor(V + 1, 1, 2) } })).rejects.toMatchObject({ code: 'BAD_INPUT' });
+      await expect(
+        model.run(toks, {
+          logitPositions: [4],
+          grad: { hooks: ['blocks.0.attn.hook_result'], seed: seedFor(V, 1, 2) },
+        }),
+      ).rejects.toMatchObject({ code: 'UNKNOWN_HOOK' });
+      await expect(
+        model.run(toks, {
+          withResult: true,
+          logitPositions: [4],
+          grad: { hooks: ['blocks.0.attn.hook_result'], seed: seedFor(V, 1, 2) },
+        }),
+      ).rejects.toMatchObject({ code: 'BAD_INPUT' });
+      await expect(
+        model.run(toks, {
+          logitPositions: [4],
+          grad: { hooks: ['blocks.0.hook_resid_pre'], seed: seedFor(V + 1, 1, 2) },
+        }),
+      ).rejects.toMatchObject({ code: 'BAD_INPUT' });
     } finally {
       await model.dispose();
       rm.cleanup();

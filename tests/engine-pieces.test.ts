@@ -5,7 +5,17 @@
  * memory), on both Node backends, against the float64 reference; and the piece planner on its own.
  */
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
-import { closeSync, mkdtempSync, openSync, readFileSync, rmSync, statSync, writeFileSync, writeSync, copyFileSync } from 'node:fs';
+import {
+  closeSync,
+  mkdtempSync,
+  openSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+  writeSync,
+  copyFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import onnxProto from 'onnx-proto';
@@ -18,7 +28,14 @@ import { pieceGraph } from '../src/engine/runtime/pieces';
 import { buildModelGraph } from '../src/engine/graph/build-model';
 import { describeModel } from '../src/engine/arch';
 import { readSafetensorsHeaderFromDisk } from '../src/node/load-files-node';
-import { ALL_FAMILY_CASES, makeCaseModel, caseTokens, referenceForward, maxAbsDiff, type RandomModel } from './reference';
+import {
+  ALL_FAMILY_CASES,
+  makeCaseModel,
+  caseTokens,
+  referenceForward,
+  maxAbsDiff,
+  type RandomModel,
+} from './reference';
 
 const { onnx } = onnxProto as any;
 const HOLE = 4_500_000_000; // > 4 GiB: offsets past 2^32
@@ -26,11 +43,13 @@ const HOLE = 4_500_000_000; // > 4 GiB: offsets past 2^32
 /** A copy of `dir` whose model.safetensors keeps every tensor but places the data after a hole of `hole` bytes. */
 function sparseCopy(dir: string, hole: number): string {
   const out = mkdtempSync(path.join(tmpdir(), 'loupe-sparse-'));
-  for (const f of ['config.json', 'tokenizer.json', 'tokenizer_config.json']) copyFileSync(path.join(dir, f), path.join(out, f));
+  for (const f of ['config.json', 'tokenizer.json', 'tokenizer_config.json'])
+    copyFileSync(path.join(dir, f), path.join(out, f));
   const bytes = readFileSync(path.join(dir, 'model.safetensors'));
   const n = Number(bytes.readBigUInt64LE(0));
   const header = JSON.parse(bytes.subarray(8, 8 + n).toString('utf8'));
-  for (const [k, v] of Object.entries<any>(header)) if (k !== '__metadata__') v.data_offsets = v.data_offsets.map((o: number) => o + hole);
+  for (const [k, v] of Object.entries<any>(header))
+    if (k !== '__metadata__') v.data_offsets = v.data_offsets.map((o: number) => o + hole);
   const json = Buffer.from(JSON.stringify(header));
   const len = Buffer.alloc(8);
   len.writeBigUInt64LE(BigInt(json.length));
@@ -50,7 +69,10 @@ describe('weight files over 4 GiB (sparse)', () => {
   let rm: RandomModel;
   let sparse: string;
   beforeAll(() => {
-    rm = makeCaseModel(ALL_FAMILY_CASES.find((c) => c.name === 'llama3-rope-untied-bias')!, { dtype: 'F16' });
+    rm = makeCaseModel(
+      ALL_FAMILY_CASES.find((c) => c.name === 'llama3-rope-untied-bias')!,
+      { dtype: 'F16' },
+    );
     sparse = sparseCopy(rm.dir, HOLE);
   });
   afterAll(() => {
@@ -65,20 +87,23 @@ describe('weight files over 4 GiB (sparse)', () => {
     expect(Math.min(...h.tensors.map((t) => t.fileOffset))).toBeGreaterThan(2 ** 32);
   });
 
-  it.each(['wasm', 'node'] as const)('%s: loads and agrees with the float64 reference (both precisions)', async (backend) => {
-    const c = ALL_FAMILY_CASES.find((x) => x.name === 'llama3-rope-untied-bias')!;
-    const tokens = caseTokens(rm, c.seqLen);
-    const ref = referenceForward(rm, tokens);
-    for (const weights of ['stored', 'f32'] as const) {
-      const m = await loadModelNode(sparse, { backend, weights });
-      try {
-        const out = await m.run(tokens);
-        expect(maxAbsDiff(ref.logits.data, out.logits.data).maxAbs, `${backend} ${weights}`).toBeLessThan(1e-4);
-      } finally {
-        await m.dispose();
+  it.each(['wasm', 'node'] as const)(
+    '%s: loads and agrees with the float64 reference (both precisions)',
+    async (backend) => {
+      const c = ALL_FAMILY_CASES.find((x) => x.name === 'llama3-rope-untied-bias')!;
+      const tokens = caseTokens(rm, c.seqLen);
+      const ref = referenceForward(rm, tokens);
+      for (const weights of ['stored', 'f32'] as const) {
+        const m = await loadModelNode(sparse, { backend, weights });
+        try {
+          const out = await m.run(tokens);
+          expect(maxAbsDiff(ref.logits.data, out.logits.data).maxAbs, `${backend} ${weights}`).toBeLessThan(1e-4);
+        } finally {
+          await m.dispose();
+        }
       }
-    }
-  });
+    },
+  );
 });
 
 describe('pieceGraph', () => {
@@ -86,7 +111,10 @@ describe('pieceGraph', () => {
   afterAll(() => rm?.cleanup());
 
   it('splits external data into runs of whole tensors no larger than the limit, offsets relative to each piece', () => {
-    rm = makeCaseModel(ALL_FAMILY_CASES.find((c) => c.name === 'gpt2-tied')!, { dtype: 'F16' });
+    rm = makeCaseModel(
+      ALL_FAMILY_CASES.find((c) => c.name === 'gpt2-tied')!,
+      { dtype: 'F16' },
+    );
     const header = readSafetensorsHeaderFromDisk(path.join(rm.dir, 'model.safetensors'), 'model.safetensors');
     const tensors = new Map(header.tensors.map((t) => [t.name, t]));
     const spec = describeModel({ config: JSON.parse(readFileSync(path.join(rm.dir, 'config.json'), 'utf8')), tensors });
@@ -106,7 +134,11 @@ describe('pieceGraph', () => {
       expect(p.start + Number(kv.offset)).toBe(t.fileOffset);
       expect(p.start + Number(kv.offset) + Number(kv.length)).toBeLessThanOrEqual(p.end);
     }
-    for (const p of pieces) expect(p.end - p.start <= limit || inits.some((i: any) => Number(i.externalData.find((e: any) => e.key === 'length').value) > limit)).toBe(true);
+    for (const p of pieces)
+      expect(
+        p.end - p.start <= limit ||
+          inits.some((i: any) => Number(i.externalData.find((e: any) => e.key === 'length').value) > limit),
+      ).toBe(true);
   });
 });
 
@@ -121,12 +153,16 @@ describe('onnxruntime-web pieces read tensor by tensor', () => {
     const factory = await nodeFactory('wasm');
     const sessions: EngineSession[] = [];
     const create = factory.create.bind(factory);
-    factory.create = async (g, w) => { const s = await create(g, w); sessions.push(s); return s; };
+    factory.create = async (g, w) => {
+      const s = await create(g, w);
+      sessions.push(s);
+      return s;
+    };
     const model = await createModel(modelPartsFrom(files, { bundled: false, weightsMode: 'stored' }), factory);
     return { model, sessions };
   }
 
-  it('a file on disk is read as onnxruntime-web copies each tensor, with the float64 reference\'s numbers', async () => {
+  it("a file on disk is read as onnxruntime-web copies each tensor, with the float64 reference's numbers", async () => {
     const c = ALL_FAMILY_CASES.find((x) => x.name === 'gpt2-tied')!;
     rm = makeCaseModel(c, { dtype: 'F16' });
     const tokens = caseTokens(rm, c.seqLen);
@@ -146,11 +182,18 @@ describe('onnxruntime-web pieces read tensor by tensor', () => {
     const { model, sessions } = await load((w) => {
       const read = w.readRange!;
       const path_ = [...w.paths.keys()][0];
-      w.ranged = new Map([[path_, {
-        size: statSync(w.paths.get(path_)!).size,
-        read: () => { throw new Error('no synchronous reads here'); },
-        readAsync: async (o: number, n: number) => read(path_, o, n),
-      }]]);
+      w.ranged = new Map([
+        [
+          path_,
+          {
+            size: statSync(w.paths.get(path_)!).size,
+            read: () => {
+              throw new Error('no synchronous reads here');
+            },
+            readAsync: async (o: number, n: number) => read(path_, o, n),
+          },
+        ],
+      ]);
     });
     try {
       const out = await model.run(tokens);

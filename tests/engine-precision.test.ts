@@ -17,14 +17,23 @@ import { readSafetensorsHeaderFromDisk } from '../src/node/load-files-node';
 import { choosePrecision, parseWeightsMode } from '../src/engine/precision';
 import { modelBlockOf } from '../src/schema/common';
 import { optimizedGraphStats } from './helpers/ort-optimized';
-import { ALL_FAMILY_CASES, makeCaseModel, caseTokens, referenceForward, compareHooks, maxAbsDiff, type RandomModel } from './reference';
+import {
+  ALL_FAMILY_CASES,
+  makeCaseModel,
+  caseTokens,
+  referenceForward,
+  compareHooks,
+  maxAbsDiff,
+  type RandomModel,
+} from './reference';
 
 const TOL = 1e-4;
 
 // families whose graphs differ where weights enter: learned positions + tied unembedding (gpt2),
 // GQA + SwiGLU (llama), parallel residual + fused qkv (neox), embedding scale + 1+w norms + soft-caps (gemma2)
 const CASES = ['gpt2-tied', 'llama-gqa-tied', 'neox-parallel-rot25', 'gemma2-softcap-window'].flatMap((name) =>
-  (['F16', 'BF16'] as const).map((dtype) => ({ c: ALL_FAMILY_CASES.find((x) => x.name === name)!, dtype })));
+  (['F16', 'BF16'] as const).map((dtype) => ({ c: ALL_FAMILY_CASES.find((x) => x.name === name)!, dtype })),
+);
 
 describe.each(CASES)('stored vs f32 weights: $c.name $dtype', ({ c, dtype }) => {
   let rm: RandomModel;
@@ -80,7 +89,12 @@ describe.each(['F16', 'BF16'] as const)('stored weights on onnxruntime-web WASM:
     const tokens = caseTokens(rm, c.seqLen);
     const ref = referenceForward(rm, tokens);
     const out = await model.run(tokens, { hooks: 'all' });
-    const bad = compareHooks(ref.hooks, out.hooks, model.hookNames().filter((n) => n in ref.hooks), TOL).filter((r) => !r.ok);
+    const bad = compareHooks(
+      ref.hooks,
+      out.hooks,
+      model.hookNames().filter((n) => n in ref.hooks),
+      TOL,
+    ).filter((r) => !r.ok);
     expect(bad, JSON.stringify(bad.slice(0, 3))).toEqual([]);
     expect(maxAbsDiff(ref.logits.data, out.logits.data).maxAbs).toBeLessThan(TOL);
   });
@@ -90,7 +104,10 @@ describe('stored weights stay 16-bit inside onnxruntime', () => {
   let rm: RandomModel;
   let dir: string;
   beforeAll(() => {
-    rm = makeCaseModel(ALL_FAMILY_CASES.find((x) => x.name === 'llama3-rope-untied-bias')!, { dtype: 'F16' });
+    rm = makeCaseModel(
+      ALL_FAMILY_CASES.find((x) => x.name === 'llama3-rope-untied-bias')!,
+      { dtype: 'F16' },
+    );
     dir = mkdtempSync(path.join(tmpdir(), 'loupe-prec-'));
   });
   afterAll(() => {
@@ -127,7 +144,11 @@ describe('stored weights stay 16-bit inside onnxruntime', () => {
 
 describe('the weights option', () => {
   it('auto: float32 when stored as float32 or when float32 fits the backend budget (budget.ts), else stored', () => {
-    const stats = (dtype: 'F16' | 'F32', nParams: number) => ({ nParams, byDtype: { [dtype]: nParams }, storedBytes: nParams * (dtype === 'F16' ? 2 : 4) });
+    const stats = (dtype: 'F16' | 'F32', nParams: number) => ({
+      nParams,
+      byDtype: { [dtype]: nParams },
+      storedBytes: nParams * (dtype === 'F16' ? 2 : 4),
+    });
     // 0.1B params: float32 fits every backend
     expect(choosePrecision('auto', stats('F16', 1e8), 'wasm').precision).toBe('f32');
     // 1.2B F16 params: 4.8 GB as float32 exceeds the 4 GiB WASM heap, 2.4 GB stored fits

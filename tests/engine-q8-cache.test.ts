@@ -44,7 +44,14 @@ afterAll(() => {
 /** the q8 entry files under $LOUPE_CACHE_DIR/q8 (any depth) */
 function entryFiles(): string[] {
   const out: string[] = [];
-  const walk = (d: string) => { try { for (const e of readdirSync(d, { withFileTypes: true })) e.isDirectory() ? walk(path.join(d, e.name)) : out.push(path.join(d, e.name)); } catch { /* none */ } };
+  const walk = (d: string) => {
+    try {
+      for (const e of readdirSync(d, { withFileTypes: true }))
+        e.isDirectory() ? walk(path.join(d, e.name)) : out.push(path.join(d, e.name));
+    } catch {
+      /* none */
+    }
+  };
   walk(q8CacheRoot());
   return out.sort();
 }
@@ -62,10 +69,20 @@ async function loadAndRun(backend: 'node' | 'wasm', env: Record<string, string> 
   try {
     const m = await loadModelNode(rm.dir, { backend, weights: 'q8' });
     try {
-      return { reason: m.info.weights_reason, js: m.memory().js_weight_bytes, why: m.memory().js_weights_why, ...(await run(m)), W_E: Array.from(m.param('embed.W_E').data) };
-    } finally { await m.dispose(); }
+      return {
+        reason: m.info.weights_reason,
+        js: m.memory().js_weight_bytes,
+        why: m.memory().js_weights_why,
+        ...(await run(m)),
+        W_E: Array.from(m.param('embed.W_E').data),
+      };
+    } finally {
+      await m.dispose();
+    }
   } finally {
-    for (const [k, v] of Object.entries(prev)) if (v === undefined) delete process.env[k]; else process.env[k] = v;
+    for (const [k, v] of Object.entries(prev))
+      if (v === undefined) delete process.env[k];
+      else process.env[k] = v;
   }
 }
 
@@ -113,8 +130,23 @@ describe('the q8 cache in Node (a local folder)', () => {
     const damage: [string, (b: Buffer) => void][] = [
       ['truncated', () => truncateSync(entry, good.byteLength - 100)],
       // the windows are at multiples of 4 KiB in a file this small: byte 8192 + 10 is in one
-      ['a changed byte', () => { const b = Buffer.from(good); b[8192 + 10] ^= 0x55; writeFileSync(entry, b); }],
-      ['another header', () => { const b = Buffer.from(good); const i = b.indexOf('"key":"') + 7; b[i] = b[i] === 0x30 ? 0x31 : 0x30; writeFileSync(entry, b); }],
+      [
+        'a changed byte',
+        () => {
+          const b = Buffer.from(good);
+          b[8192 + 10] ^= 0x55;
+          writeFileSync(entry, b);
+        },
+      ],
+      [
+        'another header',
+        () => {
+          const b = Buffer.from(good);
+          const i = b.indexOf('"key":"') + 7;
+          b[i] = b[i] === 0x30 ? 0x31 : 0x30;
+          writeFileSync(entry, b);
+        },
+      ],
     ];
     for (const [what, hurt] of damage) {
       hurt(good);
@@ -140,14 +172,32 @@ describe('the q8 cache in Node (a local folder)', () => {
     let dropped = 0;
     const failing: Q8Store = {
       identity: async () => 'x',
-      open: async (name) => { const b = written.get(name); return b && { file: { size: b.byteLength, read: (o, n) => b.slice(o, o + n), readAsync: async (o, n) => b.slice(o, o + n) } }; },
+      open: async (name) => {
+        const b = written.get(name);
+        return (
+          b && {
+            file: {
+              size: b.byteLength,
+              read: (o, n) => b.slice(o, o + n),
+              readAsync: async (o, n) => b.slice(o, o + n),
+            },
+          }
+        );
+      },
       async create(name) {
         const parts: Uint8Array[] = [];
         let n = 0;
         return {
-          append(b) { if ((n += b.byteLength) > 3000) throw new Error('disk full'); parts.push(b.slice()); },
-          commit: async () => { written.set(name, Buffer.concat(parts)); },
-          abort: async () => { dropped++; },
+          append(b) {
+            if ((n += b.byteLength) > 3000) throw new Error('disk full');
+            parts.push(b.slice());
+          },
+          commit: async () => {
+            written.set(name, Buffer.concat(parts));
+          },
+          abort: async () => {
+            dropped++;
+          },
         };
       },
       drop: async () => {},
@@ -161,19 +211,28 @@ describe('the q8 cache in Node (a local folder)', () => {
     // the same int8 values and scales as a build without a store (the headers differ by the key)
     const q8 = [...mem.tensors.values()].filter((e) => e.q8);
     expect(q8.length).toBeGreaterThan(5);
-    for (const e of q8) for (const t of [e, e.q8!.scale]) {
-      expect(ws.tensors.get(e.name)!.file).toBe(Q8_FILE);
-      expect(Array.from(bytesOf(ws, t === e ? ws.tensors.get(e.name)! : ws.tensors.get(e.name)!.q8!.scale)), t.name).toEqual(Array.from(bytesOf(mem, t)));
-    }
+    for (const e of q8)
+      for (const t of [e, e.q8!.scale]) {
+        expect(ws.tensors.get(e.name)!.file).toBe(Q8_FILE);
+        expect(
+          Array.from(bytesOf(ws, t === e ? ws.tensors.get(e.name)! : ws.tensors.get(e.name)!.q8!.scale)),
+          t.name,
+        ).toEqual(Array.from(bytesOf(mem, t)));
+      }
   });
 });
 
 describe('the q8 cache in IndexedDB (the page)', () => {
   let hub: HubServer;
-  beforeAll(async () => { hub = await startHubServer(); hub.addRepo('r/llama', rm.dir); });
-  afterAll(async () => { await hub?.close(); });
+  beforeAll(async () => {
+    hub = await startHubServer();
+    hub.addRepo('r/llama', rm.dir);
+  });
+  afterAll(async () => {
+    await hub?.close();
+  });
 
-  it('kept with the model\'s files: read back on the next load with the same numbers, deleted with the model', async () => {
+  it("kept with the model's files: read back on the next load with the same numbers, deleted with the model", async () => {
     const cache = new IdbCache({ dbName: `q8-${Math.random()}`, chunkBytes: 4096 });
     const ort = (await nodeFactory('wasm')).ort;
     const src = () => new HubSource('r/llama', { endpoint: hub.url });
@@ -229,21 +288,49 @@ describe('the q8 cache in IndexedDB (the page)', () => {
   it('an entry the quota refuses: the load goes on with the q8 weights in JS, and the memory report says why', async () => {
     const cache = new IdbCache({ dbName: `q8-${Math.random()}`, chunkBytes: 4096 });
     const ort = (await nodeFactory('wasm')).ort;
-    const want = await (async () => { const m = await loadModel(new HubSource('r/llama', { endpoint: hub.url }), { ort, backend: 'wasm', weights: 'q8' }); try { return await run(m); } finally { await m.dispose(); } })();
+    const want = await (async () => {
+      const m = await loadModel(new HubSource('r/llama', { endpoint: hub.url }), {
+        ort,
+        backend: 'wasm',
+        weights: 'q8',
+      });
+      try {
+        return await run(m);
+      } finally {
+        await m.dispose();
+      }
+    })();
     const refusing: IdbCache = Object.create(cache);
     refusing.openSink = async (key) => {
       const sink = await cache.openSink(key);
       if (!isQ8Entry(key.file)) return sink;
-      return { ...sink, append() { throw new LoupeError('TOO_LARGE', 'This browser refused to store the q8 weights in its cache: the storage quota for this site is used up.'); } };
+      return {
+        ...sink,
+        append() {
+          throw new LoupeError(
+            'TOO_LARGE',
+            'This browser refused to store the q8 weights in its cache: the storage quota for this site is used up.',
+          );
+        },
+      };
     };
-    const m = await loadModel(new HubSource('r/llama', { endpoint: hub.url }), { ort, backend: 'wasm', weights: 'q8', cache: refusing });
+    const m = await loadModel(new HubSource('r/llama', { endpoint: hub.url }), {
+      ort,
+      backend: 'wasm',
+      weights: 'q8',
+      cache: refusing,
+    });
     try {
       expect(m.info.weights_reason).toMatch(/quantised at load$/);
       expect(await run(m)).toEqual(want);
       const mem = m.memory();
       expect(mem.js_weight_bytes).toBeGreaterThan(0);
-      expect(mem.js_weights_why).toMatch(/q8 weights are held in JS: their cache entry could not be written \(q8 cache: This browser refused .*quota/);
-    } finally { await m.dispose(); }
+      expect(mem.js_weights_why).toMatch(
+        /q8 weights are held in JS: their cache entry could not be written \(q8 cache: This browser refused .*quota/,
+      );
+    } finally {
+      await m.dispose();
+    }
     expect((await cache.list()).filter((e) => isQ8Entry(e.file) && e.complete)).toEqual([]);
   });
 });

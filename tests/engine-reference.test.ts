@@ -15,7 +15,15 @@ import onnxProto from 'onnx-proto';
 import { buildFeeds } from '../src/engine/runtime/feeds';
 import type { WeightSet } from '../src/engine/safetensors-types';
 import type { LoadedModel } from '../src/engine/api';
-import { ALL_FAMILY_CASES, makeCaseModel, caseTokens, referenceForward, compareHooks, maxAbsDiff, type RandomModel } from './reference';
+import {
+  ALL_FAMILY_CASES,
+  makeCaseModel,
+  caseTokens,
+  referenceForward,
+  compareHooks,
+  maxAbsDiff,
+  type RandomModel,
+} from './reference';
 
 const { onnx } = onnxProto as any;
 
@@ -32,7 +40,8 @@ const FUSED_TOL = 1e-5;
 /** how many nodes of each of these op types a graph has */
 function opCounts(graph: BuiltGraph, types: string[]): Record<string, number> {
   const counts = Object.fromEntries(types.map((t) => [t, 0]));
-  for (const n of (onnx.ModelProto.decode(graph.bytes) as { graph: { node: { opType: string }[] } }).graph.node) if (n.opType in counts) counts[n.opType] += 1;
+  for (const n of (onnx.ModelProto.decode(graph.bytes) as { graph: { node: { opType: string }[] } }).graph.node)
+    if (n.opType in counts) counts[n.opType] += 1;
   return counts;
 }
 const SKIP_NORMS = ['SkipLayerNormalization', 'SkipSimplifiedLayerNormalization'];
@@ -62,13 +71,21 @@ describe.each(ALL_FAMILY_CASES)('engine vs float64 reference: $name', (c) => {
     const names = model.hookNames({ withResult: true });
     const refNames = Object.keys(ref.hooks);
     // the engine offers TL hooks the reference computes, and nothing the reference lacks
-    for (const n of names) if (!n.includes('hook_pre_linear') && !n.includes('_post.hook_scale')) expect(refNames, n).toContain(n);
-    const cmp = compareHooks(ref.hooks, out.hooks, names.filter((n) => n in ref.hooks), TOL);
+    for (const n of names)
+      if (!n.includes('hook_pre_linear') && !n.includes('_post.hook_scale')) expect(refNames, n).toContain(n);
+    const cmp = compareHooks(
+      ref.hooks,
+      out.hooks,
+      names.filter((n) => n in ref.hooks),
+      TOL,
+    );
     const bad = cmp.filter((r) => !r.ok);
     expect(bad, JSON.stringify(bad.slice(0, 5))).toEqual([]);
     expect(maxAbsDiff(ref.logits.data, out.logits.data).maxAbs).toBeLessThan(TOL);
     const worst = Math.max(...cmp.map((r) => r.maxAbs));
-    console.log(`${c.name}: ${cmp.length} hooks, worst |Δ| ${worst.toExponential(2)}, logits |Δ| ${maxAbsDiff(ref.logits.data, out.logits.data).maxAbs.toExponential(2)}`);
+    console.log(
+      `${c.name}: ${cmp.length} hooks, worst |Δ| ${worst.toExponential(2)}, logits |Δ| ${maxAbsDiff(ref.logits.data, out.logits.data).maxAbs.toExponential(2)}`,
+    );
   });
 
   it('zero-ablating one head equals the reference with that head of hook_z zeroed', async () => {
@@ -96,34 +113,55 @@ describe.each(ALL_FAMILY_CASES)('engine vs float64 reference: $name', (c) => {
     const files = await loadModelFilesNode(rm.dir);
     const weights = files.weights as WeightSet;
     const spec = describeModel({ config: files.config as Record<string, any>, tensors: weights.tensors });
-    for (const [file, p] of weights.paths) if (!weights.files.has(file)) weights.files.set(file, new Uint8Array(readFileSync(p))); // ORT-web takes external data as bytes
+    for (const [file, p] of weights.paths)
+      if (!weights.files.has(file)) weights.files.set(file, new Uint8Array(readFileSync(p))); // ORT-web takes external data as bytes
     const ref = referenceForward(rm, tokens);
     // by default the activation and norm kernels only (the others measured no faster on CPU)
-    const byDefault = opCounts(buildModelGraph(spec, weights.tensors, { hooks: false, withResult: false }), [...NEW_KERNELS, 'LayerNormalization', 'SimplifiedLayerNormalization']);
+    const byDefault = opCounts(buildModelGraph(spec, weights.tensors, { hooks: false, withResult: false }), [
+      ...NEW_KERNELS,
+      'LayerNormalization',
+      'SimplifiedLayerNormalization',
+    ]);
     expect(skipNorms(byDefault) + byDefault.MultiHeadAttention).toBe(0);
     expect(byDefault.LayerNormalization + byDefault.SimplifiedLayerNormalization).toBeGreaterThan(0);
     for (const backend of ['node', 'wasm'] as const) {
       const factory = await nodeFactory(backend, 1);
       const logits = async (fused: boolean) => {
-        const graph = buildModelGraph(spec, weights.tensors, { hooks: false, withResult: false, fused: fused && ALL_KERNELS });
-        const counts = opCounts(graph, [...NEW_KERNELS, 'LayerNormalization', 'SimplifiedLayerNormalization', 'Softmax']);
+        const graph = buildModelGraph(spec, weights.tensors, {
+          hooks: false,
+          withResult: false,
+          fused: fused && ALL_KERNELS,
+        });
+        const counts = opCounts(graph, [
+          ...NEW_KERNELS,
+          'LayerNormalization',
+          'SimplifiedLayerNormalization',
+          'Softmax',
+        ]);
         // every residual add with its norm is one kernel (the first block's too, where there are learned positions)
-        expect(skipNorms(counts)).toBe(fused ? 2 * spec.nLayers + (spec.posEmbed ? 1 : 0) - spec.layers.filter((l) => l.parallel).length : 0);
+        expect(skipNorms(counts)).toBe(
+          fused ? 2 * spec.nLayers + (spec.posEmbed ? 1 : 0) - spec.layers.filter((l) => l.parallel).length : 0,
+        );
         // MultiHeadAttention in every layer without an attention soft-cap (the kernel has none)
         const capped = spec.layers.filter((l) => l.attn.softcap !== null).length;
         expect(counts.MultiHeadAttention).toBe(fused ? spec.nLayers - capped : 0);
         expect(counts.Softmax).toBe(fused ? capped : spec.nLayers);
         const session = await factory.create(graph, weights);
         try {
-          return (await session.run(buildFeeds(factory.ort, spec, graph, { rows: [tokens], sites: new Map() }), ['logits'])).logits.data as Float32Array;
+          return (
+            await session.run(buildFeeds(factory.ort, spec, graph, { rows: [tokens], sites: new Map() }), ['logits'])
+          ).logits.data as Float32Array;
         } finally {
           await session.release();
         }
       };
       const fused = await logits(true);
       const plain = await logits(false);
-      const dFused = maxAbsDiff(plain, fused).maxAbs, dRef = maxAbsDiff(ref.logits.data, fused).maxAbs;
-      console.log(`${c.name} ${backend}: plain fused − decomposed |Δ| ${dFused.toExponential(2)}, fused − float64 ${dRef.toExponential(2)}, decomposed − float64 ${maxAbsDiff(ref.logits.data, plain).maxAbs.toExponential(2)}`);
+      const dFused = maxAbsDiff(plain, fused).maxAbs,
+        dRef = maxAbsDiff(ref.logits.data, fused).maxAbs;
+      console.log(
+        `${c.name} ${backend}: plain fused − decomposed |Δ| ${dFused.toExponential(2)}, fused − float64 ${dRef.toExponential(2)}, decomposed − float64 ${maxAbsDiff(ref.logits.data, plain).maxAbs.toExponential(2)}`,
+      );
       expect(dFused).toBeLessThan(FUSED_TOL);
       expect(dRef).toBeLessThan(FUSED_TOL);
     }
@@ -139,27 +177,45 @@ describe.each(ALL_FAMILY_CASES)('engine vs float64 reference: $name', (c) => {
     const outputs = ['blocks.0.hook_resid_post', `blocks.${L - 1}.attn.hook_z`, `blocks.${L - 1}.hook_resid_post`];
     const interventions = [{ hook: site, op: 'add' as const, value: d, alpha }];
     // a copy: the reference keeps blocks.{L-2}.hook_resid_post, the same array, as it was before this edit
-    const ref = referenceForward(rm, tokens, { hook: (name, v) => (name === site ? v.map((x, i) => x + alpha * d[i % D]) : undefined) });
+    const ref = referenceForward(rm, tokens, {
+      hook: (name, v) => (name === site ? v.map((x, i) => x + alpha * d[i % D]) : undefined),
+    });
 
     // the variant those runs take uses both kernels wherever no site or scores/pattern hook is in the way
     const files = await loadModelFilesNode(rm.dir);
-    const lean = buildModelGraph(model.spec, files.weights.tensors, { hooks: true, withResult: false, lean: { sites: [site], outputs: [...outputs].sort() }, fused: ALL_KERNELS });
+    const lean = buildModelGraph(model.spec, files.weights.tensors, {
+      hooks: true,
+      withResult: false,
+      lean: { sites: [site], outputs: [...outputs].sort() },
+      fused: ALL_KERNELS,
+    });
     const counts = opCounts(lean, NEW_KERNELS);
     expect(counts.MultiHeadAttention).toBe(model.spec.layers.filter((l) => l.attn.softcap === null).length);
     expect(skipNorms(counts)).toBeGreaterThan(0);
-    const fused = await createModel({ ...modelPartsFrom(files, { bundled: false, id: rm.dir }), fused: ALL_KERNELS }, await nodeFactory('node'));
+    const fused = await createModel(
+      { ...modelPartsFrom(files, { bundled: false, id: rm.dir }), fused: ALL_KERNELS },
+      await nodeFactory('node'),
+    );
     try {
       const out = await fused.run(tokens, { lean: true, interventions, hooks: outputs });
-      for (const h of outputs) expect(maxAbsDiff(ref.hooks[h].data, out.hooks[h].data).maxAbs, h).toBeLessThan(FUSED_TOL);
+      for (const h of outputs)
+        expect(maxAbsDiff(ref.hooks[h].data, out.hooks[h].data).maxAbs, h).toBeLessThan(FUSED_TOL);
       expect(maxAbsDiff(ref.logits.data, out.logits.data).maxAbs).toBeLessThan(FUSED_TOL);
 
       // continued from a KV cache, logits at the last position only
       const split = Math.floor(tokens.length / 2);
       const first = await fused.run(tokens.slice(0, split), { lean: true, interventions, returnCache: true });
-      const rest = await fused.run(tokens.slice(split), { lean: true, interventions, past: first.present, logitPositions: [tokens.length - split - 1] });
+      const rest = await fused.run(tokens.slice(split), {
+        lean: true,
+        interventions,
+        past: first.present,
+        logitPositions: [tokens.length - split - 1],
+      });
       const V = model.info.d_vocab;
       expect(rest.logits.data.length).toBe(V);
-      expect(maxAbsDiff(ref.logits.data.subarray((tokens.length - 1) * V), rest.logits.data).maxAbs).toBeLessThan(FUSED_TOL);
+      expect(maxAbsDiff(ref.logits.data.subarray((tokens.length - 1) * V), rest.logits.data).maxAbs).toBeLessThan(
+        FUSED_TOL,
+      );
     } finally {
       await fused.dispose();
     }
@@ -182,7 +238,13 @@ describe.each(ALL_FAMILY_CASES)('engine vs float64 reference: $name', (c) => {
 
     // row 0 clean, row 1 steered, row 2 a head ablation: one run
     const z = `blocks.0.attn.hook_z`;
-    const batched = await model.run(tokens, { batch: 3, interventions: [{ hook, op: 'add', value: d, alpha, batch: [1] }, { hook: z, op: 'zero', head: 0, batch: [2] }] });
+    const batched = await model.run(tokens, {
+      batch: 3,
+      interventions: [
+        { hook, op: 'add', value: d, alpha, batch: [1] },
+        { hook: z, op: 'zero', head: 0, batch: [2] },
+      ],
+    });
     const clean = await model.run(tokens);
     const abl = await model.run(tokens, { interventions: [{ hook: z, op: 'zero', head: 0 }] });
     const n = clean.logits.data.length;

@@ -23,7 +23,9 @@ async function attach(model: LoadedModel, sae: RandomSae, id: string) {
 
 function checkAgainstReference(sae: RandomSae, x: Float32Array, acts: Float32Array, recons: Float32Array, T: number) {
   const { d_in: dIn, d_sae: dSae } = sae.cfg;
-  let worstA = 0, worstR = 0, active = 0;
+  let worstA = 0,
+    worstR = 0,
+    active = 0;
   for (let t = 0; t < T; t++) {
     const r = saeEncode64(sae, x.subarray(t * dIn, (t + 1) * dIn));
     worstA = Math.max(worstA, maxAbsDiff(r.acts, acts.subarray(t * dSae, (t + 1) * dSae)).maxAbs);
@@ -54,21 +56,37 @@ describe.each([
     for (const s of saes) rmSync(s.dir, { recursive: true, force: true });
   });
 
-  it.each(['standard', 'jumprelu', 'topk'])('%s: feature activations and reconstruction equal the float64 SAELens math within 1e-5', async (arch) => {
-    const sae = saes.find((s) => s.cfg.architecture === arch)!;
-    const out = await model.run(tokens, { sae: arch, hooks: [hook, `${hook}.hook_sae_acts_post`, `${hook}.hook_sae_recons`, `${hook}.hook_sae_error`] });
-    const T = tokens.length;
-    expect(out.hooks[`${hook}.hook_sae_acts_post`].dims).toEqual([1, T, 96]);
-    const { worstA, worstR, active } = checkAgainstReference(sae, out.hooks[hook].data, out.hooks[`${hook}.hook_sae_acts_post`].data, out.hooks[`${hook}.hook_sae_recons`].data, T);
-    console.log(`${arch} at ${hook}: |Δ acts| ${worstA.toExponential(2)}, |Δ recons| ${worstR.toExponential(2)}, ${active} active of ${T * 96}`);
-    expect(worstA).toBeLessThan(1e-5);
-    expect(worstR).toBeLessThan(1e-5);
-    expect(active).toBeGreaterThan(0);
-    if (arch === 'topk') expect(active).toBeLessThanOrEqual(T * 6);
-    // error = x − recons
-    const x = out.hooks[hook].data, rc = out.hooks[`${hook}.hook_sae_recons`].data, er = out.hooks[`${hook}.hook_sae_error`].data;
-    for (let i = 0; i < x.length; i++) expect(Math.abs(x[i] - rc[i] - er[i])).toBeLessThan(1e-5);
-  });
+  it.each(['standard', 'jumprelu', 'topk'])(
+    '%s: feature activations and reconstruction equal the float64 SAELens math within 1e-5',
+    async (arch) => {
+      const sae = saes.find((s) => s.cfg.architecture === arch)!;
+      const out = await model.run(tokens, {
+        sae: arch,
+        hooks: [hook, `${hook}.hook_sae_acts_post`, `${hook}.hook_sae_recons`, `${hook}.hook_sae_error`],
+      });
+      const T = tokens.length;
+      expect(out.hooks[`${hook}.hook_sae_acts_post`].dims).toEqual([1, T, 96]);
+      const { worstA, worstR, active } = checkAgainstReference(
+        sae,
+        out.hooks[hook].data,
+        out.hooks[`${hook}.hook_sae_acts_post`].data,
+        out.hooks[`${hook}.hook_sae_recons`].data,
+        T,
+      );
+      console.log(
+        `${arch} at ${hook}: |Δ acts| ${worstA.toExponential(2)}, |Δ recons| ${worstR.toExponential(2)}, ${active} active of ${T * 96}`,
+      );
+      expect(worstA).toBeLessThan(1e-5);
+      expect(worstR).toBeLessThan(1e-5);
+      expect(active).toBeGreaterThan(0);
+      if (arch === 'topk') expect(active).toBeLessThanOrEqual(T * 6);
+      // error = x − recons
+      const x = out.hooks[hook].data,
+        rc = out.hooks[`${hook}.hook_sae_recons`].data,
+        er = out.hooks[`${hook}.hook_sae_error`].data;
+      for (let i = 0; i < x.length; i++) expect(Math.abs(x[i] - rc[i] - er[i])).toBeLessThan(1e-5);
+    },
+  );
 
   it('JumpReLU thresholds are respected: a feature with pre-activation in (0, threshold] is off', async () => {
     const sae = saes.find((s) => s.cfg.architecture === 'jumprelu')!;
@@ -78,7 +96,10 @@ describe.each([
     for (let t = 0; t < tokens.length; t++) {
       const { pre } = saeEncode64(sae, out.hooks[hook].data.subarray(t * dIn, (t + 1) * dIn));
       pre.forEach((p, j) => {
-        if (p > 1e-4 && p < sae.threshold![j] - 1e-4) { gated++; expect(acts[t * 96 + j]).toBe(0); }
+        if (p > 1e-4 && p < sae.threshold![j] - 1e-4) {
+          gated++;
+          expect(acts[t * 96 + j]).toBe(0);
+        }
       });
     }
     expect(gated).toBeGreaterThan(0); // the test really exercised the threshold
@@ -88,14 +109,21 @@ describe.each([
     const base = await model.run(tokens);
     const withSae = await model.run(tokens, { sae: 'standard' });
     expect(maxAbsDiff(base.logits.data, withSae.logits.data).maxAbs).toBe(0);
-    const zeroAlpha = await model.run(tokens, { sae: 'standard', interventions: [{ hook: `${hook}.hook_sae_acts_post`, op: 'add', neuron: 3, alpha: 0, value: [1] }] });
+    const zeroAlpha = await model.run(tokens, {
+      sae: 'standard',
+      interventions: [{ hook: `${hook}.hook_sae_acts_post`, op: 'add', neuron: 3, alpha: 0, value: [1] }],
+    });
     expect(maxAbsDiff(base.logits.data, zeroAlpha.logits.data).maxAbs).toBe(0);
   });
 
   it('adding α to feature f equals the float64 model reference with α·W_dec[f] added at the hook', async () => {
     const sae = saes.find((s) => s.cfg.architecture === 'standard')!;
-    const f = 7, alpha = 2.5;
-    const out = await model.run(tokens, { sae: 'standard', interventions: [{ hook: `${hook}.hook_sae_acts_post`, op: 'add', neuron: f, alpha, value: [1] }] });
+    const f = 7,
+      alpha = 2.5;
+    const out = await model.run(tokens, {
+      sae: 'standard',
+      interventions: [{ hook: `${hook}.hook_sae_acts_post`, op: 'add', neuron: f, alpha, value: [1] }],
+    });
     const ref = referenceForward(loadModelDir(dir), tokens, {
       hook: (name, v) => {
         if (name !== hook) return;
@@ -115,8 +143,12 @@ describe.each([
 
 describe('SAE validation', () => {
   let model: LoadedModel;
-  beforeAll(async () => { model = await loadModelNode(INDUCTION); });
-  afterAll(async () => { await model?.dispose(); });
+  beforeAll(async () => {
+    model = await loadModelNode(INDUCTION);
+  });
+  afterAll(async () => {
+    await model?.dispose();
+  });
 
   it('a mismatched d_in is SAE_MISMATCH and names both sizes', async () => {
     const s = makeRandomSae({ hook: 'blocks.0.hook_resid_post', dIn: 32, dSae: 16, modelName: 'gpt2-small' });

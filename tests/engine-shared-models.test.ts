@@ -40,12 +40,24 @@ async function greedyWithCache(model: LoadedModel, ids: number[], n: number): Pr
 
 describe.each(['node', 'wasm'] as const)('stories260K vs llama2.c run.c (%s backend)', (backend) => {
   let model: LoadedModel;
-  beforeAll(async () => { model = await loadModelNode('default', { backend }); });
-  afterAll(async () => { await model?.dispose(); });
+  beforeAll(async () => {
+    model = await loadModelNode('default', { backend });
+  });
+  afterAll(async () => {
+    await model?.dispose();
+  });
 
   it('tokenizes the prompt as llama2.c does (BOS prepended)', () => {
     expect(model.tokenize(ref.prompt)).toEqual(ref.prompt_ids);
-    expect(model.info).toMatchObject({ id: 'stories260K', source: 'bundled', architecture: 'llama', n_layers: 5, n_heads: 8, n_kv_heads: 4, d_model: 64 });
+    expect(model.info).toMatchObject({
+      id: 'stories260K',
+      source: 'bundled',
+      architecture: 'llama',
+      n_layers: 5,
+      n_heads: 8,
+      n_kv_heads: 4,
+      d_model: 64,
+    });
   });
 
   it('final-position logits within 1e-4', async () => {
@@ -64,8 +76,12 @@ describe.each(['node', 'wasm'] as const)('stories260K vs llama2.c run.c (%s back
 
 describe('induction-gpt2: attention scores from hook_pattern vs the README', () => {
   let model: LoadedModel;
-  beforeAll(async () => { model = await loadModelNode(INDUCTION); });
-  afterAll(async () => { await model?.dispose(); });
+  beforeAll(async () => {
+    model = await loadModelNode(INDUCTION);
+  });
+  afterAll(async () => {
+    await model?.dispose();
+  });
 
   // README table, random bytes 0–255, R = 30
   const README_INDUCTION = [0.0, 0.0, 0.027, 0.003, 0.785, 0.805, 0.804, 0.816];
@@ -73,9 +89,15 @@ describe('induction-gpt2: attention scores from hook_pattern vs the README', () 
 
   it('induction and previous-token scores within 0.05 of the independent measurement', async () => {
     let seed = 12345;
-    const rand = () => { seed = (seed * 1103515245 + 12345) % 2 ** 31; return seed / 2 ** 31; };
-    const N = 20, R = 30, H = 4;
-    const ind = new Array(8).fill(0), prev = new Array(8).fill(0);
+    const rand = () => {
+      seed = (seed * 1103515245 + 12345) % 2 ** 31;
+      return seed / 2 ** 31;
+    };
+    const N = 20,
+      R = 30,
+      H = 4;
+    const ind = new Array(8).fill(0),
+      prev = new Array(8).fill(0);
     const rows: number[][] = [];
     for (let s = 0; s < N; s++) {
       const r = Array.from({ length: R }, () => Math.floor(rand() * 256));
@@ -87,17 +109,21 @@ describe('induction-gpt2: attention scores from hook_pattern vs the README', () 
     for (let l = 0; l < 2; l++) {
       const p = out.hooks[`blocks.${l}.attn.hook_pattern`];
       expect(p.dims).toEqual([N, H, T, T]);
-      for (let b = 0; b < N; b++) for (let h = 0; h < H; h++) {
-        const at = (q: number, k: number) => p.data[((b * H + h) * T + q) * T + k];
-        let si = 0, sp = 0;
-        for (let q = 1 + R; q < T; q++) si += at(q, q - R + 1); // token after the earlier occurrence
-        for (let q = 1; q < T; q++) sp += at(q, q - 1);
-        ind[l * H + h] += si / R / N;
-        prev[l * H + h] += sp / (T - 1) / N;
-      }
+      for (let b = 0; b < N; b++)
+        for (let h = 0; h < H; h++) {
+          const at = (q: number, k: number) => p.data[((b * H + h) * T + q) * T + k];
+          let si = 0,
+            sp = 0;
+          for (let q = 1 + R; q < T; q++) si += at(q, q - R + 1); // token after the earlier occurrence
+          for (let q = 1; q < T; q++) sp += at(q, q - 1);
+          ind[l * H + h] += si / R / N;
+          prev[l * H + h] += sp / (T - 1) / N;
+        }
     }
     const fmt = (a: number[]) => a.map((v) => v.toFixed(3)).join(' ');
-    console.log(`induction-gpt2 (engine, ${N} seqs)\n  induction: ${fmt(ind)}\n  readme:    ${fmt(README_INDUCTION)}\n  prev-tok:  ${fmt(prev)}\n  readme:    ${fmt(README_PREV)}`);
+    console.log(
+      `induction-gpt2 (engine, ${N} seqs)\n  induction: ${fmt(ind)}\n  readme:    ${fmt(README_INDUCTION)}\n  prev-tok:  ${fmt(prev)}\n  readme:    ${fmt(README_PREV)}`,
+    );
     for (let i = 0; i < 8; i++) {
       expect(Math.abs(ind[i] - README_INDUCTION[i])).toBeLessThan(0.05);
       expect(Math.abs(prev[i] - README_PREV[i])).toBeLessThan(0.05);
@@ -115,30 +141,47 @@ describe('induction-gpt2: attention scores from hook_pattern vs the README', () 
   });
 
   it('rejects bad hooks, interventions and token ids with structured errors', async () => {
-    await expect(model.run([256, 97], { hooks: ['blocks.9.hook_resid_pre'] })).rejects.toMatchObject({ code: 'UNKNOWN_HOOK' });
-    await expect(model.run([256, 97], { interventions: [{ hook: 'blocks.0.attn.hook_z', op: 'zero', head: 7 }] })).rejects.toMatchObject({ code: 'BAD_INTERVENTION' });
-    await expect(model.run([256, 97], { interventions: [{ hook: 'blocks.0.hook_resid_pre', op: 'add', value: [1, 2, 3] }] })).rejects.toMatchObject({ code: 'BAD_INTERVENTION' });
-    await expect(model.run([256, 97], { interventions: [{ hook: 'blocks.0.attn.hook_attn_scores', op: 'zero' }] })).rejects.toMatchObject({ code: 'BAD_INTERVENTION' });
+    await expect(model.run([256, 97], { hooks: ['blocks.9.hook_resid_pre'] })).rejects.toMatchObject({
+      code: 'UNKNOWN_HOOK',
+    });
+    await expect(
+      model.run([256, 97], { interventions: [{ hook: 'blocks.0.attn.hook_z', op: 'zero', head: 7 }] }),
+    ).rejects.toMatchObject({ code: 'BAD_INTERVENTION' });
+    await expect(
+      model.run([256, 97], { interventions: [{ hook: 'blocks.0.hook_resid_pre', op: 'add', value: [1, 2, 3] }] }),
+    ).rejects.toMatchObject({ code: 'BAD_INTERVENTION' });
+    await expect(
+      model.run([256, 97], { interventions: [{ hook: 'blocks.0.attn.hook_attn_scores', op: 'zero' }] }),
+    ).rejects.toMatchObject({ code: 'BAD_INTERVENTION' });
     await expect(model.run([256, 999])).rejects.toMatchObject({ code: 'BAD_TOKEN_ID' });
     await expect(model.run([])).rejects.toMatchObject({ code: 'EMPTY_PROMPT' });
   });
 
-  it('a lean run (only its sites and hooks in the graph) gives the full graph\'s numbers', async () => {
+  it("a lean run (only its sites and hooks in the graph) gives the full graph's numbers", async () => {
     const ids = model.tokenize('abcdefabcdef');
     const ivs = [
       { hook: 'blocks.1.attn.hook_z', op: 'zero' as const, head: 2, batch: [1] },
       { hook: 'blocks.0.hook_mlp_out', op: 'zero' as const, batch: [2] },
     ];
-    const opts = { batch: 3, interventions: ivs, hooks: ['blocks.1.hook_resid_post'], logitPositions: [ids.length - 1] };
+    const opts = {
+      batch: 3,
+      interventions: ivs,
+      hooks: ['blocks.1.hook_resid_post'],
+      logitPositions: [ids.length - 1],
+    };
     const full = await model.run(ids, opts);
     const lean = await model.run(ids, { ...opts, lean: true });
     expect(lean.logits.dims).toEqual([3, 1, 257]);
     expect(maxDiff(full.logits.data, lean.logits.data)).toBeLessThan(1e-5);
-    expect(maxDiff(full.hooks['blocks.1.hook_resid_post'].data, lean.hooks['blocks.1.hook_resid_post'].data)).toBeLessThan(1e-5);
+    expect(
+      maxDiff(full.hooks['blocks.1.hook_resid_post'].data, lean.hooks['blocks.1.hook_resid_post'].data),
+    ).toBeLessThan(1e-5);
     // the rows differ from each other, so the edits really happened in the lean graph
     expect(maxDiff(lean.logits.data.subarray(0, 257), lean.logits.data.subarray(257, 514))).toBeGreaterThan(1e-3);
     // hook names are still checked against the model
-    await expect(model.run(ids, { lean: true, hooks: ['blocks.5.hook_resid_post'] })).rejects.toMatchObject({ code: 'UNKNOWN_HOOK' });
+    await expect(model.run(ids, { lean: true, hooks: ['blocks.5.hook_resid_post'] })).rejects.toMatchObject({
+      code: 'UNKNOWN_HOOK',
+    });
   });
 
   it('tokenizes bytes and prepends <|endoftext|> as BOS', () => {
@@ -152,7 +195,8 @@ describe('unsupported architectures', () => {
   it('an unknown model_type is UNSUPPORTED_ARCHITECTURE listing what is supported', async () => {
     const dir = mkdtempSync(path.join(tmpdir(), 'loupe-bert-'));
     try {
-      for (const f of ['model.safetensors', 'tokenizer.json', 'tokenizer_config.json']) copyFileSync(path.join(INDUCTION, f), path.join(dir, f));
+      for (const f of ['model.safetensors', 'tokenizer.json', 'tokenizer_config.json'])
+        copyFileSync(path.join(INDUCTION, f), path.join(dir, f));
       writeFileSync(path.join(dir, 'config.json'), JSON.stringify({ model_type: 'bert', hidden_size: 64 }));
       const err = await loadModelNode(dir).catch((e) => e);
       expect(err).toMatchObject({ code: 'UNSUPPORTED_ARCHITECTURE' });
@@ -170,10 +214,12 @@ describe('GPT-2 checkpoints without the transformer. prefix (as openai-community
     try {
       const { tensors } = decodeSafetensors(readFileSync(path.join(INDUCTION, 'model.safetensors')));
       const renamed: Record<string, { dims: number[]; data: ArrayLike<number> }> = {};
-      for (const [name, t] of Object.entries(tensors)) renamed[name.replace(/^transformer\./, '')] = { dims: t.dims, data: t.data };
+      for (const [name, t] of Object.entries(tensors))
+        renamed[name.replace(/^transformer\./, '')] = { dims: t.dims, data: t.data };
       expect(Object.keys(renamed).some((n) => n.startsWith('transformer.'))).toBe(false);
       writeFileSync(path.join(dir, 'model.safetensors'), encodeSafetensors(renamed));
-      for (const f of ['config.json', 'tokenizer.json', 'tokenizer_config.json']) copyFileSync(path.join(INDUCTION, f), path.join(dir, f));
+      for (const f of ['config.json', 'tokenizer.json', 'tokenizer_config.json'])
+        copyFileSync(path.join(INDUCTION, f), path.join(dir, f));
       const a = await loadModelNode(INDUCTION);
       const b = await loadModelNode(dir);
       const ids = a.tokenize('abcabc');

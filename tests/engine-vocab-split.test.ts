@@ -18,13 +18,27 @@ import { buildModelGraph } from '../src/engine/graph/build-model';
 import { buildReadoutGraph } from '../src/engine/graph/readout-graph';
 import { CONCAT_MAX_INPUTS } from '../src/engine/graph/onnx-builder';
 import { operations } from '../src/ops/index';
-import { ALL_FAMILY_CASES, makeCaseModel, caseTokens, referenceForward, compareHooks, maxAbsDiff, type RandomModel } from './reference';
+import {
+  ALL_FAMILY_CASES,
+  makeCaseModel,
+  caseTokens,
+  referenceForward,
+  compareHooks,
+  maxAbsDiff,
+  type RandomModel,
+} from './reference';
 
 const TOL = 1e-4;
 
 /** the stored [V, D] unembedding of a generated model (lm_head / embed_out when untied, else the embedding) */
 function unembedTable(rm: RandomModel): { dims: number[]; data: Float32Array } {
-  const names = ['lm_head.weight', 'embed_out.weight', 'model.embed_tokens.weight', 'transformer.wte.weight', 'gpt_neox.embed_in.weight'];
+  const names = [
+    'lm_head.weight',
+    'embed_out.weight',
+    'model.embed_tokens.weight',
+    'transformer.wte.weight',
+    'gpt_neox.embed_in.weight',
+  ];
   return rm.tensors[names.find((n) => rm.tensors[n])!];
 }
 
@@ -71,7 +85,12 @@ describe.each(CASES)('vocabulary split: $name $dtype on $backend', ({ name, dtyp
   it('every hook and the logits agree with the float64 reference, and equal the unsplit graph', async () => {
     const ref = referenceForward(rm, tokens);
     const out = await split.run(tokens, { hooks: 'all' });
-    const bad = compareHooks(ref.hooks, out.hooks, split.hookNames().filter((n) => n in ref.hooks), TOL).filter((r) => !r.ok);
+    const bad = compareHooks(
+      ref.hooks,
+      out.hooks,
+      split.hookNames().filter((n) => n in ref.hooks),
+      TOL,
+    ).filter((r) => !r.ok);
     expect(bad, JSON.stringify(bad.slice(0, 3))).toEqual([]);
     expect(maxAbsDiff(ref.logits.data, out.logits.data).maxAbs).toBeLessThan(TOL);
     const base = await whole.run(tokens, { hooks: ['hook_embed'] });
@@ -95,7 +114,10 @@ describe.each(CASES)('vocabulary split: $name $dtype on $backend', ({ name, dtyp
     const p = await split.weightProducts({ unembedIds: ids, unembedSum: true });
     expect(p.unembedRows.dims).toEqual([ids.length, D]);
     let rowDiff = 0;
-    ids.forEach((id, i) => { for (let d = 0; d < D; d++) rowDiff = Math.max(rowDiff, Math.abs(p.unembedRows.data[i * D + d] - W.data[id * D + d])); });
+    ids.forEach((id, i) => {
+      for (let d = 0; d < D; d++)
+        rowDiff = Math.max(rowDiff, Math.abs(p.unembedRows.data[i * D + d] - W.data[id * D + d]));
+    });
     expect(rowDiff).toBe(0);
     const sum = new Float64Array(D);
     for (let v = 0; v < V; v++) for (let d = 0; d < D; d++) sum[d] += W.data[v * D + d];
@@ -105,14 +127,15 @@ describe.each(CASES)('vocabulary split: $name $dtype on $backend', ({ name, dtyp
     expect([...q.unembedSum.data].every((x) => x === 0)).toBe(true);
   });
 
-  it('gradients through the chunked unembedding equal the unsplit graph\'s', async () => {
+  it("gradients through the chunked unembedding equal the unsplit graph's", async () => {
     const V = split.info.d_vocab;
     const T = tokens.length;
     const seed = new Float32Array(V);
     seed[1] = 1;
     seed[V - 1] = -1; // a logit in the first chunk minus one in the last
     const hooks = ['hook_embed', `blocks.${split.info.n_layers - 1}.hook_resid_post`];
-    const run = (m: LoadedModel) => m.run(tokens, { hooks, logitPositions: [T - 1], grad: { hooks, seed: { dims: [1, 1, V], data: seed } } });
+    const run = (m: LoadedModel) =>
+      m.run(tokens, { hooks, logitPositions: [T - 1], grad: { hooks, seed: { dims: [1, 1, V], data: seed } } });
     const [a, b] = [await run(split), await run(whole)];
     for (const h of hooks) {
       const scale = Math.max(...b.grads![h].data.map(Math.abs));
@@ -140,7 +163,9 @@ describe('when the vocabulary is split', () => {
     expect(gemma.reason).toMatch(/at most 1\.1 GB here/);
     // the smaller of the two limits wins
     expect(chooseVocabSplit(llama, 'stored', 1024 ** 3).reason).toMatch(/widened/);
-    expect(chooseVocabSplit(llama, 'stored', 16 * 1024 ** 2).chunks).toBe(Math.ceil((128256 * 2048 * 4) / (16 * 1024 ** 2)));
+    expect(chooseVocabSplit(llama, 'stored', 16 * 1024 ** 2).chunks).toBe(
+      Math.ceil((128256 * 2048 * 4) / (16 * 1024 ** 2)),
+    );
   });
 });
 
@@ -148,9 +173,14 @@ describe('many chunks (Gemma-2-2B widened at use: 36)', () => {
   it('no Concat takes more than 7 inputs (WebGPU binds at most 8 storage buffers per shader), and the numbers equal the unsplit graph', async () => {
     const c = ALL_FAMILY_CASES.find((x) => x.name === 'llama-gqa-tied')!;
     const rm = makeCaseModel(c, { dtype: 'F16' });
-    const V = rm.config.vocab_size as number, D = rm.config.hidden_size as number;
+    const V = rm.config.vocab_size as number,
+      D = rm.config.hidden_size as number;
     // one or two rows per chunk: far more chunks than one Concat may take
-    const split = await loadModelNode(rm.dir, { backend: 'wasm', weights: 'stored', memory: { tensorBytes: 2 * D * 4 } });
+    const split = await loadModelNode(rm.dir, {
+      backend: 'wasm',
+      weights: 'stored',
+      memory: { tensorBytes: 2 * D * 4 },
+    });
     const whole = await loadModelNode(rm.dir, { backend: 'wasm', weights: 'stored' });
     try {
       expect(split.info.vocab_chunks).toBe(Math.ceil(V / 2));
@@ -158,10 +188,18 @@ describe('many chunks (Gemma-2-2B widened at use: 36)', () => {
       const files = await loadModelFilesNode(rm.dir);
       const spec = describeModel({ config: files.config as Record<string, any>, tensors: files.weights.tensors });
       for (const graph of [
-        buildModelGraph(spec, files.weights.tensors, { hooks: true, withResult: false, weights: 'stored', vocabRows: 2 }),
+        buildModelGraph(spec, files.weights.tensors, {
+          hooks: true,
+          withResult: false,
+          weights: 'stored',
+          vocabRows: 2,
+        }),
         buildReadoutGraph(spec, files.weights.tensors, undefined, 'stored'),
       ]) {
-        const nodes = (onnxProto as any).onnx.ModelProto.decode(graph.bytes).graph.node as { opType: string; input: string[] }[];
+        const nodes = (onnxProto as any).onnx.ModelProto.decode(graph.bytes).graph.node as {
+          opType: string;
+          input: string[];
+        }[];
         const concats = nodes.filter((n) => n.opType === 'Concat');
         expect(concats.length).toBeGreaterThan(0);
         expect(Math.max(...concats.map((n) => n.input.length))).toBeLessThanOrEqual(CONCAT_MAX_INPUTS);
@@ -172,7 +210,9 @@ describe('many chunks (Gemma-2-2B widened at use: 36)', () => {
       const input = { prompt: 'hello world', top_k: 3 };
       const [ta, tb] = [await operations.trace.run(split, input, {}), await operations.trace.run(whole, input, {})];
       let d = 0;
-      ta.head_attribution.forEach((row: number[], l: number) => row.forEach((v, h) => (d = Math.max(d, Math.abs(v - tb.head_attribution[l][h])))));
+      ta.head_attribution.forEach((row: number[], l: number) =>
+        row.forEach((v, h) => (d = Math.max(d, Math.abs(v - tb.head_attribution[l][h])))),
+      );
       expect(d).toBeLessThan(1e-5);
     } finally {
       await split.dispose();
@@ -198,9 +238,16 @@ describe('16-bit weights on a WebGPU adapter', () => {
     expect(b.reason).toMatch(/no bfloat16/);
   });
   it("an adapter's caps: shader-f16 from its features, the buffer limit the smaller of its two limits", () => {
-    expect(gpuCaps({ features: ['shader-f16'], limits: { maxStorageBufferBindingSize: 2 ** 30, maxBufferSize: 2 ** 31 } })).toEqual({ shaderF16: true, maxBufferBytes: 2 ** 30 });
+    expect(
+      gpuCaps({ features: ['shader-f16'], limits: { maxStorageBufferBindingSize: 2 ** 30, maxBufferSize: 2 ** 31 } }),
+    ).toEqual({ shaderF16: true, maxBufferBytes: 2 ** 30 });
     // SwiftShader in headless Chromium: no shader-f16, 1 GiB
-    expect(gpuCaps({ features: new Set(['subgroups']), limits: { maxStorageBufferBindingSize: 2 ** 30, maxBufferSize: 2 ** 30 } })).toEqual({ shaderF16: false, maxBufferBytes: 2 ** 30 });
+    expect(
+      gpuCaps({
+        features: new Set(['subgroups']),
+        limits: { maxStorageBufferBindingSize: 2 ** 30, maxBufferSize: 2 ** 30 },
+      }),
+    ).toEqual({ shaderF16: false, maxBufferBytes: 2 ** 30 });
     expect(gpuCaps({ features: [], limits: {} }).maxBufferBytes).toBe(128 * 1024 ** 2);
   });
 });

@@ -15,12 +15,18 @@ import { rng } from '../src/ops/lib/math';
 import { SHARED } from './helpers/shared';
 
 const REF = JSON.parse(readFileSync(SHARED + '/references/stories260K-run-c.json', 'utf8')) as {
-  prompt: string; prompt_ids: number[]; greedy_next_64_ids: number[];
+  prompt: string;
+  prompt_ids: number[];
+  greedy_next_64_ids: number[];
 };
 
 let model: LoadedModel;
-beforeAll(async () => { model = await loadModelNode(SHARED + '/models/stories260K'); });
-afterAll(async () => { await model?.dispose(); });
+beforeAll(async () => {
+  model = await loadModelNode(SHARED + '/models/stories260K');
+});
+afterAll(async () => {
+  await model?.dispose();
+});
 
 /** a fixed steering edit at layer 2: α · e_0 (a residual basis vector) everywhere */
 function steering(alpha: number, batch?: number[]): Intervention {
@@ -31,7 +37,7 @@ function steering(alpha: number, batch?: number[]): Intervention {
 }
 
 describe('generation loop', () => {
-  it('greedy generation equals llama2.c run.c\'s 64 ids', async () => {
+  it("greedy generation equals llama2.c run.c's 64 ids", async () => {
     const ids = model.tokenize(REF.prompt);
     expect(ids).toEqual(REF.prompt_ids);
     const g = await generateTokens(model, ids, { maxNewTokens: 64, stopAtEos: false });
@@ -61,7 +67,11 @@ describe('generation loop', () => {
     }
     // the steering edit does change the text: otherwise the steered case above proves nothing
     const plain = await generateTokens(model, ids, { maxNewTokens: 30, stopAtEos: false });
-    const steered = await generateTokens(model, ids, { maxNewTokens: 30, stopAtEos: false, interventions: [steering(6)] });
+    const steered = await generateTokens(model, ids, {
+      maxNewTokens: 30,
+      stopAtEos: false,
+      interventions: [steering(6)],
+    });
     expect(steered.ids).not.toEqual(plain.ids);
   });
 
@@ -69,13 +79,22 @@ describe('generation loop', () => {
     const ids = model.tokenize('Once upon a time');
     const iv: Intervention = { ...steering(8), positions: [1, 2] };
     const cached = await generateTokens(model, ids, { maxNewTokens: 20, stopAtEos: false, interventions: [iv] });
-    const rerun = await generateBatch(model, ids, 1, { maxNewTokens: 20, stopAtEos: false, interventions: [iv], useCache: false });
+    const rerun = await generateBatch(model, ids, 1, {
+      maxNewTokens: 20,
+      stopAtEos: false,
+      interventions: [iv],
+      useCache: false,
+    });
     expect(cached.ids).toEqual(rerun.rows[0].ids);
   });
 
   it('batch rows equal single runs; row r gets only its own edit', async () => {
     const ids = model.tokenize('The little dog');
-    const batch = await generateBatch(model, ids, 3, { maxNewTokens: 25, stopAtEos: false, interventions: [steering(5, [1]), steering(-5, [2])] });
+    const batch = await generateBatch(model, ids, 3, {
+      maxNewTokens: 25,
+      stopAtEos: false,
+      interventions: [steering(5, [1]), steering(-5, [2])],
+    });
     const single = [
       await generateTokens(model, ids, { maxNewTokens: 25, stopAtEos: false }),
       await generateTokens(model, ids, { maxNewTokens: 25, stopAtEos: false, interventions: [steering(5)] }),
@@ -126,11 +145,18 @@ describe('generation loop', () => {
     expect(calls).toBe(4); // no run after EOS
 
     await expect(generateTokens(model, [1, 2], { maxNewTokens: 5000 })).rejects.toMatchObject({ code: 'TOO_LARGE' });
-    await expect(generateTokens(model, model.tokenize('Hi'), { maxNewTokens: 600 })).rejects.toMatchObject({ code: 'PROMPT_TOO_LONG' });
+    await expect(generateTokens(model, model.tokenize('Hi'), { maxNewTokens: 600 })).rejects.toMatchObject({
+      code: 'PROMPT_TOO_LONG',
+    });
     const ac = new AbortController();
     let n = 0;
     const p = generateTokens(model, model.tokenize('Hi'), {
-      maxNewTokens: 50, stopAtEos: false, signal: ac.signal, onToken: () => { if (++n === 3) ac.abort(); },
+      maxNewTokens: 50,
+      stopAtEos: false,
+      signal: ac.signal,
+      onToken: () => {
+        if (++n === 3) ac.abort();
+      },
     });
     await expect(p).rejects.toMatchObject({ code: 'ABORTED' });
     expect(n).toBe(3);
@@ -139,8 +165,12 @@ describe('generation loop', () => {
 
 describe('generation loop on GPT-2 (learned positions, LayerNorm): induction-gpt2', () => {
   let g: LoadedModel;
-  beforeAll(async () => { g = await loadModelNode(SHARED + '/models/induction-gpt2'); });
-  afterAll(async () => { await g?.dispose(); });
+  beforeAll(async () => {
+    g = await loadModelNode(SHARED + '/models/induction-gpt2');
+  });
+  afterAll(async () => {
+    await g?.dispose();
+  });
 
   it('KV-cached equals full re-runs, and the model continues a repeated sequence', async () => {
     const ids = [g.bosTokenId!, ...g.tokenize('xqzkwxqzk', { prependBos: false })];
@@ -150,6 +180,8 @@ describe('generation loop on GPT-2 (learned positions, LayerNorm): induction-gpt
     // an induction model copies: the continuation starts with the rest of the repeated sequence
     expect(cached.rows[0].text.startsWith('wxqzk')).toBe(true);
     const sampled = { maxNewTokens: 20, stopAtEos: false, temperature: 1.2, seed: 5 };
-    expect((await generateBatch(g, ids, 1, sampled)).rows[0].ids).toEqual((await generateBatch(g, ids, 1, { ...sampled, useCache: false })).rows[0].ids);
+    expect((await generateBatch(g, ids, 1, sampled)).rows[0].ids).toEqual(
+      (await generateBatch(g, ids, 1, { ...sampled, useCache: false })).rows[0].ids,
+    );
   });
 });

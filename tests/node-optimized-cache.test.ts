@@ -11,7 +11,14 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadModelNode } from '../src/node/load';
 import { optimizedCacheRoot, OPTIMIZED_WEIGHTS_FILE } from '../src/node/optimized-cache';
 import { ownCacheDir } from './helpers/scratch-cache';
-import { ALL_FAMILY_CASES, caseTokens, makeCaseModel, maxAbsDiff, referenceForward, type RandomModel } from './reference';
+import {
+  ALL_FAMILY_CASES,
+  caseTokens,
+  makeCaseModel,
+  maxAbsDiff,
+  referenceForward,
+  type RandomModel,
+} from './reference';
 
 const c = ALL_FAMILY_CASES.find((x) => x.name === 'llama3-rope-untied-bias')!;
 let rm: RandomModel;
@@ -26,7 +33,13 @@ afterAll(() => {
   rm?.cleanup();
 });
 
-const entries = () => { try { return readdirSync(optimizedCacheRoot()).sort(); } catch { return []; } };
+const entries = () => {
+  try {
+    return readdirSync(optimizedCacheRoot()).sort();
+  } catch {
+    return [];
+  }
+};
 
 async function logits(weights: 'f32' | 'stored'): Promise<Float32Array> {
   const m = await loadModelNode(rm.dir, { backend: 'node', weights });

@@ -15,7 +15,12 @@ export interface RefEdit {
 }
 
 /** reference forward with edits; returns the last position's logits and the hooks asked for */
-export function refRun(ref: RefModel, tokens: number[], edits: RefEdit[] = [], keep: string[] = []): { last: Float64Array; hooks: Record<string, HookValue> } {
+export function refRun(
+  ref: RefModel,
+  tokens: number[],
+  edits: RefEdit[] = [],
+  keep: string[] = [],
+): { last: Float64Array; hooks: Record<string, HookValue> } {
   const keepSet = new Set(keep);
   const res = referenceForward(ref, tokens, {
     record: (n) => keepSet.has(n),
@@ -30,8 +35,14 @@ export function refRun(ref: RefModel, tokens: number[], edits: RefEdit[] = [], k
         for (const p of ps) {
           let lo = p * inner;
           let n = inner;
-          if (e.head !== undefined) { const Dh = dims[3]; lo += e.head * Dh; n = Dh; }
-          else if (e.neuron !== undefined) { lo += e.neuron; n = 1; }
+          if (e.head !== undefined) {
+            const Dh = dims[3];
+            lo += e.head * Dh;
+            n = Dh;
+          } else if (e.neuron !== undefined) {
+            lo += e.neuron;
+            n = 1;
+          }
           for (let i = lo; i < lo + n; i++) out[i] = e.source ? e.source[i] : 0;
         }
       }
@@ -63,7 +74,11 @@ export function argmax64(l: ArrayLike<number>): number {
 }
 
 /** what the reference says an edit does to token t: Δlogit, Δlogprob, KL(clean ‖ edited) */
-export function refEffect(clean: Float64Array, edited: Float64Array, t: number): { logit_delta: number; logprob_delta: number; kl: number } {
+export function refEffect(
+  clean: Float64Array,
+  edited: Float64Array,
+  t: number,
+): { logit_delta: number; logprob_delta: number; kl: number } {
   const a = logSoftmax64(clean);
   const b = logSoftmax64(edited);
   let kl = 0;
@@ -72,14 +87,22 @@ export function refEffect(clean: Float64Array, edited: Float64Array, t: number):
 }
 
 /** the sites an ablation target edits, in TL hook names (written here, independently of src/ops/lib/ablation.ts) */
-export function refSites(t: { layer: number; head?: number; neuron?: number; component?: string }): { hook: string; head?: number; neuron?: number }[] {
+export function refSites(t: {
+  layer: number;
+  head?: number;
+  neuron?: number;
+  component?: string;
+}): { hook: string; head?: number; neuron?: number }[] {
   const b = `blocks.${t.layer}`;
   if (t.head !== undefined) return [{ hook: `${b}.attn.hook_z`, head: t.head }];
   if (t.neuron !== undefined) return [{ hook: `${b}.mlp.hook_post`, neuron: t.neuron }];
   switch (t.component ?? 'layer') {
-    case 'layer': return [{ hook: `${b}.hook_attn_out` }, { hook: `${b}.hook_mlp_out` }];
-    case 'mlp_post': return [{ hook: `${b}.mlp.hook_post` }];
-    default: return [{ hook: `${b}.hook_${t.component}` }];
+    case 'layer':
+      return [{ hook: `${b}.hook_attn_out` }, { hook: `${b}.hook_mlp_out` }];
+    case 'mlp_post':
+      return [{ hook: `${b}.mlp.hook_post` }];
+    default:
+      return [{ hook: `${b}.hook_${t.component}` }];
   }
 }
 
@@ -88,7 +111,11 @@ export function countingModel(model: LoadedModel): { model: LoadedModel; runs: (
   let n = 0;
   const proxy = new Proxy(model, {
     get(target, prop) {
-      if (prop === 'run') return (...args: Parameters<LoadedModel['run']>) => { n++; return target.run(...args); };
+      if (prop === 'run')
+        return (...args: Parameters<LoadedModel['run']>) => {
+          n++;
+          return target.run(...args);
+        };
       const v = Reflect.get(target, prop, target);
       return typeof v === 'function' ? v.bind(target) : v;
     },
@@ -113,7 +140,11 @@ export function randomBytes(u: () => number, n: number): number[] {
   return Array.from({ length: n }, () => Math.floor(u() * 256));
 }
 
-export const median = (xs: number[]) => { const s = [...xs].sort((a, b) => a - b); const m = s.length >> 1; return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2; };
+export const median = (xs: number[]) => {
+  const s = [...xs].sort((a, b) => a - b);
+  const m = s.length >> 1;
+  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
+};
 export const meanOf = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
 
 // the shared models sit beside the checkout (../shared/models), as DESIGN.md says

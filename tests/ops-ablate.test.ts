@@ -42,9 +42,19 @@ const cases: Case[] = [
     ref: () => gpt2Ref,
     promptInput: { token_ids: [256, ...R, ...R.slice(0, 7)] },
     targets: [
-      { layer: 0, head: 0 }, { layer: 1, head: 3 }, { layer: 0, neuron: 5 }, { layer: 1, neuron: 255 },
-      { layer: 0, component: 'resid_pre' }, { layer: 1, component: 'resid_pre' }, { layer: 0, component: 'resid_mid' }, { layer: 1, component: 'resid_post' },
-      { layer: 1, component: 'attn_out' }, { layer: 0, component: 'mlp_out' }, { layer: 1, component: 'mlp_post' }, { layer: 0, component: 'layer' }, { layer: 1 },
+      { layer: 0, head: 0 },
+      { layer: 1, head: 3 },
+      { layer: 0, neuron: 5 },
+      { layer: 1, neuron: 255 },
+      { layer: 0, component: 'resid_pre' },
+      { layer: 1, component: 'resid_pre' },
+      { layer: 0, component: 'resid_mid' },
+      { layer: 1, component: 'resid_post' },
+      { layer: 1, component: 'attn_out' },
+      { layer: 0, component: 'mlp_out' },
+      { layer: 1, component: 'mlp_post' },
+      { layer: 0, component: 'layer' },
+      { layer: 1 },
     ],
     meanPrompts: ['The cat sat on the mat.', 'abcabcabc', 'Hello, world! How are you today?'],
     resamplePrompt: 'A quick brown fox jumps over the lazy dog.',
@@ -55,9 +65,18 @@ const cases: Case[] = [
     ref: () => storiesRef,
     promptInput: { prompt: 'Once upon a time, there was a little girl named Lily. She loved to' },
     targets: [
-      { layer: 0, head: 0 }, { layer: 2, head: 5 }, { layer: 4, head: 7 }, { layer: 1, neuron: 17 }, { layer: 4, neuron: 171 },
-      { layer: 0, component: 'resid_pre' }, { layer: 3, component: 'resid_mid' }, { layer: 4, component: 'resid_post' },
-      { layer: 2, component: 'attn_out' }, { layer: 3, component: 'mlp_out' }, { layer: 1, component: 'mlp_post' }, { layer: 2, component: 'layer' },
+      { layer: 0, head: 0 },
+      { layer: 2, head: 5 },
+      { layer: 4, head: 7 },
+      { layer: 1, neuron: 17 },
+      { layer: 4, neuron: 171 },
+      { layer: 0, component: 'resid_pre' },
+      { layer: 3, component: 'resid_mid' },
+      { layer: 4, component: 'resid_post' },
+      { layer: 2, component: 'attn_out' },
+      { layer: 3, component: 'mlp_out' },
+      { layer: 1, component: 'mlp_post' },
+      { layer: 2, component: 'layer' },
     ],
     meanPrompts: ['Tom had a big red ball.', 'The sun was shining and the birds sang.'],
     resamplePrompt: 'One day, a little boy named Tim went to the park with his mom and dad to play.',
@@ -65,24 +84,50 @@ const cases: Case[] = [
 ];
 
 /** the reference's effect of ablating `targets` together, with sources built from reference runs */
-function referenceDelta(ref: RefModel, ids: number[], targets: Target[], method: 'zero' | 'mean' | 'resample', positions: 'all' | number[], answer: number, extra: { meanIds?: number[][]; resampleIds?: number[] }) {
+function referenceDelta(
+  ref: RefModel,
+  ids: number[],
+  targets: Target[],
+  method: 'zero' | 'mean' | 'resample',
+  positions: 'all' | number[],
+  answer: number,
+  extra: { meanIds?: number[][]; resampleIds?: number[] },
+) {
   const sites = targets.flatMap(refSites);
   const hooks = [...new Set(sites.map((s) => s.hook))];
   const clean = refRun(ref, ids, [], hooks);
   let sources: Record<string, Float64Array> = {};
   if (method === 'mean') {
-    const runs: Record<string, HookValue>[] = extra.meanIds ? extra.meanIds.map((m) => refRun(ref, m, [], hooks).hooks) : [clean.hooks];
-    for (const h of hooks) sources[h] = meanSource(runs.map((r) => r[h]), ids.length);
+    const runs: Record<string, HookValue>[] = extra.meanIds
+      ? extra.meanIds.map((m) => refRun(ref, m, [], hooks).hooks)
+      : [clean.hooks];
+    for (const h of hooks)
+      sources[h] = meanSource(
+        runs.map((r) => r[h]),
+        ids.length,
+      );
   } else if (method === 'resample') {
     const rs = refRun(ref, extra.resampleIds!, [], hooks).hooks;
     for (const h of hooks) sources[h] = rs[h].data;
   }
-  const edits: RefEdit[] = sites.map((s) => ({ ...s, positions, ...(method === 'zero' ? {} : { source: sources[s.hook] }) }));
+  const edits: RefEdit[] = sites.map((s) => ({
+    ...s,
+    positions,
+    ...(method === 'zero' ? {} : { source: sources[s.hook] }),
+  }));
   const edited = refRun(ref, ids, edits);
   return refEffect(clean.last, edited.last, answer);
 }
 
-function expectMatchesReference(doc: AblateDocument, c: Case, targets: Target[], method: 'zero' | 'mean' | 'resample', positions: 'all' | number[], extra: { meanIds?: number[][]; resampleIds?: number[] }, log: string[]) {
+function expectMatchesReference(
+  doc: AblateDocument,
+  c: Case,
+  targets: Target[],
+  method: 'zero' | 'mean' | 'resample',
+  positions: 'all' | number[],
+  extra: { meanIds?: number[][]; resampleIds?: number[] },
+  log: string[],
+) {
   const ids = doc.tokens.map((t) => t.id);
   const answer = doc.answer.token_id;
   let worst = 0;
@@ -90,7 +135,11 @@ function expectMatchesReference(doc: AblateDocument, c: Case, targets: Target[],
     const r = referenceDelta(c.ref(), ids, [t], method, positions, answer, extra);
     const e = doc.entries[i];
     expect(e.layer).toBe(t.layer);
-    const err = Math.max(Math.abs(e.logit_delta - r.logit_delta), Math.abs(e.logprob_delta - r.logprob_delta), Math.abs(e.kl - r.kl));
+    const err = Math.max(
+      Math.abs(e.logit_delta - r.logit_delta),
+      Math.abs(e.logprob_delta - r.logprob_delta),
+      Math.abs(e.kl - r.kl),
+    );
     worst = Math.max(worst, err);
     if (err > TOL) log.push(`MISMATCH ${e.label}: engine ${e.logit_delta} vs reference ${r.logit_delta}`);
     expect(Math.abs(e.logit_delta - r.logit_delta)).toBeLessThan(TOL);
@@ -106,7 +155,9 @@ function expectMatchesReference(doc: AblateDocument, c: Case, targets: Target[],
   }
   // the ablations must actually do something, or agreement proves nothing
   expect(doc.entries.some((e) => Math.abs(e.logit_delta) > 0.01)).toBe(true);
-  log.push(`${c.name} ${method} positions=${JSON.stringify(positions)}: ${targets.length} targets + combined, max |engine − reference| = ${worst.toExponential(2)}; deltas ${doc.entries.map((e) => `${e.label}:${e.logit_delta.toFixed(3)}`).join(' ')}`);
+  log.push(
+    `${c.name} ${method} positions=${JSON.stringify(positions)}: ${targets.length} targets + combined, max |engine − reference| = ${worst.toExponential(2)}; deltas ${doc.entries.map((e) => `${e.label}:${e.logit_delta.toFixed(3)}`).join(' ')}`,
+  );
 }
 
 function validDocument(doc: AblateDocument) {
@@ -121,23 +172,35 @@ describe.each(cases)('ablate on $name equals the float64 reference', (c) => {
 
   it('zero ablation of heads (hook_z), neurons, every component and whole layers, singly and together', async () => {
     const [first, ...rest] = c.targets;
-    const doc = await ablate.run(c.model(), { ...c.promptInput, ...first, targets: rest, method: 'zero' } as AblateInput, {});
+    const doc = await ablate.run(
+      c.model(),
+      { ...c.promptInput, ...first, targets: rest, method: 'zero' } as AblateInput,
+      {},
+    );
     validDocument(doc);
     expect(doc.entries.length).toBe(c.targets.length);
     expect(doc.logit_delta).toBeUndefined(); // several targets: no top-level delta
     expectMatchesReference(doc, c, c.targets, 'zero', 'all', {}, log);
   });
 
-  it('mean ablation over the prompt\'s positions', async () => {
+  it("mean ablation over the prompt's positions", async () => {
     const ts = c.targets.slice(0, 6);
-    const doc = await ablate.run(c.model(), { ...c.promptInput, layer: ts[0].layer, head: ts[0].head, targets: ts.slice(1), method: 'mean' } as AblateInput, {});
+    const doc = await ablate.run(
+      c.model(),
+      { ...c.promptInput, layer: ts[0].layer, head: ts[0].head, targets: ts.slice(1), method: 'mean' } as AblateInput,
+      {},
+    );
     validDocument(doc);
     expectMatchesReference(doc, c, ts, 'mean', 'all', {}, log);
   });
 
   it('mean ablation over a supplied set of prompts', async () => {
     const ts = [c.targets[1], c.targets[3], c.targets[9]];
-    const doc = await ablate.run(c.model(), { ...c.promptInput, targets: ts, method: 'mean', mean_prompts: c.meanPrompts } as AblateInput, {});
+    const doc = await ablate.run(
+      c.model(),
+      { ...c.promptInput, targets: ts, method: 'mean', mean_prompts: c.meanPrompts } as AblateInput,
+      {},
+    );
     const meanIds = c.meanPrompts.map((p) => c.model().tokenize(p));
     expectMatchesReference(doc, c, ts, 'mean', 'all', { meanIds }, log);
     expect(doc.interventions[0].from).toContain(`${c.meanPrompts.length} supplied prompts`);
@@ -145,19 +208,35 @@ describe.each(cases)('ablate on $name equals the float64 reference', (c) => {
 
   it('resample ablation from a given prompt and from seeded random tokens', async () => {
     const ts = [c.targets[0], c.targets[2], c.targets[4], c.targets[8]];
-    const doc = await ablate.run(c.model(), { ...c.promptInput, targets: ts, method: 'resample', resample_prompt: c.resamplePrompt } as AblateInput, {});
+    const doc = await ablate.run(
+      c.model(),
+      { ...c.promptInput, targets: ts, method: 'resample', resample_prompt: c.resamplePrompt } as AblateInput,
+      {},
+    );
     const ids = doc.tokens.map((t) => t.id);
     const resampleIds = c.model().tokenize(c.resamplePrompt).slice(0, ids.length);
     expectMatchesReference(doc, c, ts, 'resample', 'all', { resampleIds }, log);
 
-    const seeded = await ablate.run(c.model(), { ...c.promptInput, targets: ts, method: 'resample', seed: 7 } as AblateInput, {});
+    const seeded = await ablate.run(
+      c.model(),
+      { ...c.promptInput, targets: ts, method: 'resample', seed: 7 } as AblateInput,
+      {},
+    );
     const rnd = resampleTokens(c.model(), ids, 7).ids;
     expect(rnd.length).toBe(ids.length);
     expectMatchesReference(seeded, c, ts, 'resample', 'all', { resampleIds: rnd }, log);
     // another seed draws other tokens, hence other numbers; the same seed repeats exactly
-    const again = await ablate.run(c.model(), { ...c.promptInput, targets: ts, method: 'resample', seed: 7 } as AblateInput, {});
+    const again = await ablate.run(
+      c.model(),
+      { ...c.promptInput, targets: ts, method: 'resample', seed: 7 } as AblateInput,
+      {},
+    );
     expect(again.entries).toEqual(seeded.entries);
-    const other = await ablate.run(c.model(), { ...c.promptInput, targets: ts, method: 'resample', seed: 8 } as AblateInput, {});
+    const other = await ablate.run(
+      c.model(),
+      { ...c.promptInput, targets: ts, method: 'resample', seed: 8 } as AblateInput,
+      {},
+    );
     expect(other.entries.map((e) => e.logit_delta)).not.toEqual(seeded.entries.map((e) => e.logit_delta));
   });
 
@@ -183,7 +262,9 @@ describe.each(cases)('ablate on $name equals the float64 reference', (c) => {
     const ids = doc.tokens.map((x) => x.id);
     const r = referenceDelta(c.ref(), ids, [t], 'zero', 'all', doc.answer.token_id, {});
     expect(Math.abs(doc.logit_delta! - r.logit_delta)).toBeLessThan(TOL);
-    log.push(`${c.name} single ${doc.entries[0].label}: logit_delta ${doc.logit_delta!.toFixed(5)} (reference ${r.logit_delta.toFixed(5)}), new prediction ${JSON.stringify(doc.new_predicted_token)}`);
+    log.push(
+      `${c.name} single ${doc.entries[0].label}: logit_delta ${doc.logit_delta!.toFixed(5)} (reference ${r.logit_delta.toFixed(5)}), new prediction ${JSON.stringify(doc.new_predicted_token)}`,
+    );
   });
 
   it('a batch of variants equals the variants run one at a time', async () => {
@@ -191,22 +272,38 @@ describe.each(cases)('ablate on $name equals the float64 reference', (c) => {
     const multi = await ablate.run(model, { ...c.promptInput, targets: c.targets, method: 'mean' } as AblateInput, {});
     let worst = 0;
     for (let i = 0; i < c.targets.length; i++) {
-      const one = await ablate.run(model, { ...c.promptInput, targets: [c.targets[i]], method: 'mean' } as AblateInput, {});
-      worst = Math.max(worst, Math.abs(one.entries[0].logit_delta - multi.entries[i].logit_delta), Math.abs(one.entries[0].kl - multi.entries[i].kl));
+      const one = await ablate.run(
+        model,
+        { ...c.promptInput, targets: [c.targets[i]], method: 'mean' } as AblateInput,
+        {},
+      );
+      worst = Math.max(
+        worst,
+        Math.abs(one.entries[0].logit_delta - multi.entries[i].logit_delta),
+        Math.abs(one.entries[0].kl - multi.entries[i].kl),
+      );
     }
     expect(worst).toBeLessThan(1e-5);
     // the library directly: the same variants with maxBatch 64 and maxBatch 1, all logits compared
     const ids = multi.tokens.map((t) => t.id);
     const hooks = c.targets.flatMap(refSites).map((s) => s.hook);
     const { ablator } = await Ablator.prepare(model, ids, hooks, { method: 'mean', positions: [0, 2, 3] }, {});
-    const variants = [[], ...c.targets.map((t) => ablator.interventions([t as any])), ablator.interventions(c.targets as any)];
+    const variants = [
+      [],
+      ...c.targets.map((t) => ablator.interventions([t as any])),
+      ablator.interventions(c.targets as any),
+    ];
     const batched = await runVariants(model, ids, variants, { ctx: {}, maxBatch: 64 });
     const single = await runVariants(model, ids, variants, { ctx: {}, maxBatch: 1 });
     const split = await runVariants(model, ids, variants, { ctx: {}, maxBatch: 5 });
     let diff = 0;
-    for (let v = 0; v < variants.length; v++) for (let k = 0; k < batched[v].length; k++) diff = Math.max(diff, Math.abs(batched[v][k] - single[v][k]), Math.abs(split[v][k] - single[v][k]));
+    for (let v = 0; v < variants.length; v++)
+      for (let k = 0; k < batched[v].length; k++)
+        diff = Math.max(diff, Math.abs(batched[v][k] - single[v][k]), Math.abs(split[v][k] - single[v][k]));
     expect(diff).toBeLessThan(1e-5);
-    log.push(`${c.name}: ${variants.length} variants batched vs one at a time: max |Δ logit| = ${diff.toExponential(2)}; via ablate: ${worst.toExponential(2)}`);
+    log.push(
+      `${c.name}: ${variants.length} variants batched vs one at a time: max |Δ logit| = ${diff.toExponential(2)}; via ablate: ${worst.toExponential(2)}`,
+    );
   });
 });
 
@@ -248,19 +345,37 @@ describe('ablate: input checks, caps, cancellation, progress', () => {
   it('honours cancellation and reports progress', async () => {
     const ac = new AbortController();
     ac.abort();
-    await expect(ablate.run(stories, { prompt: 'Once upon a time', layer: 0 }, { signal: ac.signal })).rejects.toMatchObject({ code: 'ABORTED' });
+    await expect(
+      ablate.run(stories, { prompt: 'Once upon a time', layer: 0 }, { signal: ac.signal }),
+    ).rejects.toMatchObject({ code: 'ABORTED' });
     const seen: { stage: string; done: number; total: number }[] = [];
-    await ablate.run(stories, { prompt: 'Once upon a time', layer: 0, targets: [{ layer: 1, head: 2 }] }, { onProgress: (p) => seen.push(p) });
+    await ablate.run(
+      stories,
+      { prompt: 'Once upon a time', layer: 0, targets: [{ layer: 1, head: 2 }] },
+      { onProgress: (p) => seen.push(p) },
+    );
     const last = seen.filter((s) => s.stage === 'ablating').at(-1)!;
     expect(last.done).toBe(last.total);
     expect(last.total).toBe(3); // two singles + together
   });
 
   it('answer: reports the given token instead of the prediction', async () => {
-    const doc = await ablate.run(stories, { prompt: 'Once upon a time', layer: 1, component: 'attn_out', answer: ' there' }, {});
+    const doc = await ablate.run(
+      stories,
+      { prompt: 'Once upon a time', layer: 1, component: 'attn_out', answer: ' there' },
+      {},
+    );
     expect(doc.answer.source).toBe('answer');
     expect(doc.answer.token_id).toBe(resolveToken(stories, ' there'));
-    const r = referenceDelta(storiesRef, doc.tokens.map((t) => t.id), [{ layer: 1, component: 'attn_out' }], 'zero', 'all', doc.answer.token_id, {});
+    const r = referenceDelta(
+      storiesRef,
+      doc.tokens.map((t) => t.id),
+      [{ layer: 1, component: 'attn_out' }],
+      'zero',
+      'all',
+      doc.answer.token_id,
+      {},
+    );
     expect(Math.abs(doc.logit_delta! - r.logit_delta)).toBeLessThan(TOL);
   });
 });

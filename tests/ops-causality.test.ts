@@ -28,7 +28,9 @@ beforeAll(async () => {
   model = await loadModelNode(DIR);
   ref = loadModelDir(DIR);
 });
-afterAll(async () => { await model?.dispose(); });
+afterAll(async () => {
+  await model?.dispose();
+});
 
 /** the reference's own prediction (not the engine's) */
 function predicted(prompt: string): number {
@@ -41,7 +43,18 @@ describe('causality', () => {
   it.each(prompts)('W_U[:, predicted] at the last layer is causal (%s)', async (prompt) => {
     const pred = predicted(prompt);
     const layer = model.info.n_layers - 1;
-    const doc = await causality.run(model, { prompt, layer, direction: { kind: 'tokens', positive: `#${pred}` }, alpha_multiple: 0.5, n_random: 64, seed: 1 }, {});
+    const doc = await causality.run(
+      model,
+      {
+        prompt,
+        layer,
+        direction: { kind: 'tokens', positive: `#${pred}` },
+        alpha_multiple: 0.5,
+        n_random: 64,
+        seed: 1,
+      },
+      {},
+    );
     expect(schemaErrors('causality', viaJson(doc))).toEqual([]);
     expect(doc.verdict).toBe('causal');
     expect(doc.random_baseline.raw.percentile).toBeGreaterThanOrEqual(95);
@@ -64,19 +77,24 @@ describe('causality', () => {
     const raw = Float64Array.from({ length: D }, (_, j) => W.data[pred * D + j]);
     const n = Math.sqrt(raw.reduce((a, b) => a + b * b, 0));
     const name = `blocks.${layer}.hook_resid_pre`;
-    const lp = (alpha: number, tokens = ids) => logSoftmax64(lastLogits(referenceForward(ref, tokens, {
-      record: false,
-      hook: (h, v, dims) => {
-        if (h !== name) return;
-        const out = Float64Array.from(v);
-        for (let t = 0; t < dims[1]; t++) for (let j = 0; j < D; j++) out[t * D + j] += (alpha * raw[j]) / n;
-        return out;
-      },
-    })));
+    const lp = (alpha: number, tokens = ids) =>
+      logSoftmax64(
+        lastLogits(
+          referenceForward(ref, tokens, {
+            record: false,
+            hook: (h, v, dims) => {
+              if (h !== name) return;
+              const out = Float64Array.from(v);
+              for (let t = 0; t < dims[1]; t++) for (let j = 0; j < D; j++) out[t * D + j] += (alpha * raw[j]) / n;
+              return out;
+            },
+          }),
+        ),
+      );
     const b = lp(0);
     const s = lp(doc.alpha);
     const cs = doc.controls.map((c) => c.token_id);
-    const want = (s[pred] - b[pred]) - cs.reduce((a, c) => a + s[c] - b[c], 0) / cs.length;
+    const want = s[pred] - b[pred] - cs.reduce((a, c) => a + s[c] - b[c], 0) / cs.length;
     expect(Math.abs(doc.effect.normalized_effect - want)).toBeLessThan(1e-4);
     expect(Math.abs(doc.random_baseline.raw.value - (s[pred] - b[pred]))).toBeLessThan(1e-4);
     // the template control's first control prompt, and its base target log-prob, against the reference
@@ -85,7 +103,9 @@ describe('causality', () => {
     const cb = lp(0, cids);
     const csd = lp(doc.alpha, cids);
     expect(Math.abs(c0.target_logprob - cb[pred])).toBeLessThan(1e-4);
-    expect(Math.abs(c0.edit_effect - ((csd[pred] - cb[pred]) - cs.reduce((a, c) => a + csd[c] - cb[c], 0) / cs.length))).toBeLessThan(1e-4);
+    expect(
+      Math.abs(c0.edit_effect - (csd[pred] - cb[pred] - cs.reduce((a, c) => a + csd[c] - cb[c], 0) / cs.length)),
+    ).toBeLessThan(1e-4);
     // base continuation's log-prob at α = 0 under the reference (teacher-forced, no edit)
     const rig = doc.structural_rigidity;
     const full = [...ids, ...rig.base_continuation.token_ids];
@@ -98,9 +118,11 @@ describe('causality', () => {
     }
     tl /= rig.base_continuation.token_ids.length;
     expect(Math.abs(rig.base_text_logprob[rig.alphas.indexOf(0)] - tl)).toBeLessThan(1e-3);
-    console.log(`causality W_U[:, ${JSON.stringify(model.tokenStrings([pred])[0])}] on ${JSON.stringify(prompt)}: raw ${doc.random_baseline.raw.value.toFixed(3)} (p ${doc.random_baseline.raw.percentile}), ` +
-      `normalised ${doc.effect.normalized_effect.toFixed(3)} (p ${doc.random_baseline.normalized.percentile}, z ${doc.random_baseline.normalized.z_score?.toFixed(2)}), edit ratio ${doc.template_control.edit_ratio?.toFixed(2)}, concept gain ${doc.template_control.concept_gain.toFixed(2)}, ` +
-      `α range ${JSON.stringify(rig.alpha_range)} → ${doc.verdict}`);
+    console.log(
+      `causality W_U[:, ${JSON.stringify(model.tokenStrings([pred])[0])}] on ${JSON.stringify(prompt)}: raw ${doc.random_baseline.raw.value.toFixed(3)} (p ${doc.random_baseline.raw.percentile}), ` +
+        `normalised ${doc.effect.normalized_effect.toFixed(3)} (p ${doc.random_baseline.normalized.percentile}, z ${doc.random_baseline.normalized.z_score?.toFixed(2)}), edit ratio ${doc.template_control.edit_ratio?.toFixed(2)}, concept gain ${doc.template_control.concept_gain.toFixed(2)}, ` +
+        `α range ${JSON.stringify(rig.alpha_range)} → ${doc.verdict}`,
+    );
   });
 
   it.each(prompts)('a direction that scales the final residual is epiphenomenal-softmax (%s)', async (prompt) => {
@@ -113,26 +135,50 @@ describe('causality', () => {
     // the final position's own residual: adding it at every position grows the residual's norm
     // along what it already says, which reshapes the distribution without favouring the target
     const values = Array.from(x.slice((ids.length - 1) * D, ids.length * D));
-    const doc = await causality.run(model, { prompt, layer, direction: { kind: 'vector', values }, targets: [`#${pred}`], n_random: 64, seed: 1 }, {});
+    const doc = await causality.run(
+      model,
+      { prompt, layer, direction: { kind: 'vector', values }, targets: [`#${pred}`], n_random: 64, seed: 1 },
+      {},
+    );
     expect(schemaErrors('causality', viaJson(doc))).toEqual([]);
     expect(doc.verdict).toBe('epiphenomenal-softmax');
     expect(doc.random_baseline.raw.significant).toBe(true);
     expect(doc.random_baseline.normalized.significant).toBe(false);
     expect(doc.control_normalization.softmax_epiphenomenon).toBe(true);
-    console.log(`residual direction on ${JSON.stringify(prompt)}: raw p ${doc.random_baseline.raw.percentile}, normalised p ${doc.random_baseline.normalized.percentile} → ${doc.verdict}`);
+    console.log(
+      `residual direction on ${JSON.stringify(prompt)}: raw p ${doc.random_baseline.raw.percentile}, normalised p ${doc.random_baseline.normalized.percentile} → ${doc.verdict}`,
+    );
   });
 
   it('the mean unembedding is epiphenomenal-softmax (the controls move, not the target)', async () => {
     const prompt = prompts[0];
     const pred = predicted(prompt);
     const V = model.info.d_vocab;
-    const values = Array.from(await unembedColumnsMean(model, Array.from({ length: V }, (_, i) => i)));
-    const doc = await causality.run(model, { prompt, layer: model.info.n_layers - 1, direction: { kind: 'vector', values }, targets: [`#${pred}`], n_random: 64, seed: 1 }, {});
+    const values = Array.from(
+      await unembedColumnsMean(
+        model,
+        Array.from({ length: V }, (_, i) => i),
+      ),
+    );
+    const doc = await causality.run(
+      model,
+      {
+        prompt,
+        layer: model.info.n_layers - 1,
+        direction: { kind: 'vector', values },
+        targets: [`#${pred}`],
+        n_random: 64,
+        seed: 1,
+      },
+      {},
+    );
     expect(doc.verdict).toBe('epiphenomenal-softmax');
     expect(doc.random_baseline.raw.significant).toBe(false);
     expect(doc.random_baseline.normalized.significant).toBe(true);
     expect(doc.effect.target_logprob_delta).toBeLessThan(0);
-    console.log(`mean unembedding: target Δ ${doc.effect.target_logprob_delta.toFixed(2)} (p ${doc.random_baseline.raw.percentile}), control Δ ${doc.effect.control_logprob_delta.toFixed(2)}, normalised p ${doc.random_baseline.normalized.percentile} → ${doc.verdict}`);
+    console.log(
+      `mean unembedding: target Δ ${doc.effect.target_logprob_delta.toFixed(2)} (p ${doc.random_baseline.raw.percentile}), control Δ ${doc.effect.control_logprob_delta.toFixed(2)}, normalised p ${doc.random_baseline.normalized.percentile} → ${doc.verdict}`,
+    );
   });
 
   it('random directions are not causal (calibration over 40 seeds)', async () => {
@@ -147,16 +193,29 @@ describe('causality', () => {
     const verdicts: string[] = [];
     const pcs: number[] = [];
     for (let s = 1; s <= 40; s++) {
-      const doc = await causality.run(model, {
-        prompt, layer, direction: `random:${1000 + s}`, targets: [`#${pred}`], n_random: 64, seed: s, n_control_prompts: 1, rigidity_tokens: 2,
-      }, {});
+      const doc = await causality.run(
+        model,
+        {
+          prompt,
+          layer,
+          direction: `random:${1000 + s}`,
+          targets: [`#${pred}`],
+          n_random: 64,
+          seed: s,
+          n_control_prompts: 1,
+          rigidity_tokens: 2,
+        },
+        {},
+      );
       expect(doc.targets_rule).toBe('given');
       verdicts.push(doc.verdict);
       pcs.push(doc.random_baseline.normalized.percentile);
     }
     const share = (v: string) => verdicts.filter((x) => x === v).length / verdicts.length;
     const meanPc = pcs.reduce((a, b) => a + b, 0) / pcs.length;
-    console.log(`40 random directions: not_distinguishable ${share('not_distinguishable')}, weak-causal ${share('weak-causal')}, softmax ${share('epiphenomenal-softmax')}, template ${share('epiphenomenal-template')}, causal ${share('causal')}, mean percentile ${meanPc.toFixed(1)}`);
+    console.log(
+      `40 random directions: not_distinguishable ${share('not_distinguishable')}, weak-causal ${share('weak-causal')}, softmax ${share('epiphenomenal-softmax')}, template ${share('epiphenomenal-template')}, causal ${share('causal')}, mean percentile ${meanPc.toFixed(1)}`,
+    );
     expect(verdicts[0]).toBe('not_distinguishable'); // the single-direction claim, for seed 1001
     expect(share('not_distinguishable')).toBeGreaterThanOrEqual(0.6);
     expect(share('causal')).toBeLessThanOrEqual(0.1);
@@ -164,13 +223,27 @@ describe('causality', () => {
     expect(meanPc).toBeLessThan(60);
   });
 
-  it('too few random directions → undetermined; the rule\'s branches', async () => {
+  it("too few random directions → undetermined; the rule's branches", async () => {
     const prompt = prompts[0];
     const pred = predicted(prompt);
-    const doc = await causality.run(model, { prompt, layer: 4, direction: { kind: 'tokens', positive: `#${pred}` }, n_random: 10 }, {});
+    const doc = await causality.run(
+      model,
+      { prompt, layer: 4, direction: { kind: 'tokens', positive: `#${pred}` }, n_random: 10 },
+      {},
+    );
     expect(doc.verdict).toBe('undetermined');
     expect(doc.verdict_reason).toContain('10 random directions');
-    const ok = { n: 64, finite: true, degenerate: false, controlPrompts: 4, rawPercentile: 99, normalizedPercentile: 99, editRatio: 1, conceptGain: 3, rigidityHolds: true };
+    const ok = {
+      n: 64,
+      finite: true,
+      degenerate: false,
+      controlPrompts: 4,
+      rawPercentile: 99,
+      normalizedPercentile: 99,
+      editRatio: 1,
+      conceptGain: 3,
+      rigidityHolds: true,
+    };
     expect(decideVerdict(ok).verdict).toBe('causal');
     expect(decideVerdict({ ...ok, rigidityHolds: false }).verdict).toBe('weak-causal');
     expect(decideVerdict({ ...ok, normalizedPercentile: 90, rawPercentile: 50 }).verdict).toBe('weak-causal');
@@ -187,45 +260,77 @@ describe('causality', () => {
   it('caps and the targets requirement fail before any engine run', async () => {
     let n = 0;
     const m = Object.create(model) as LoadedModel;
-    m.run = (t: number[] | number[][], o?: RunOptions) => { n++; return model.run(t, o); };
+    m.run = (t: number[] | number[][], o?: RunOptions) => {
+      n++;
+      return model.run(t, o);
+    };
     const base = { prompt: prompts[0], layer: 4 };
-    await expect(causality.run(m, { ...base, direction: 'tokens: happy', n_random: 1000 }, {})).rejects.toMatchObject({ code: 'TOO_LARGE' });
+    await expect(causality.run(m, { ...base, direction: 'tokens: happy', n_random: 1000 }, {})).rejects.toMatchObject({
+      code: 'TOO_LARGE',
+    });
     await expect(causality.run(m, { ...base, direction: 'random:3' }, {})).rejects.toMatchObject({ code: 'BAD_INPUT' });
-    await expect(causality.run(m, { ...base, direction: 'tokens: happy', sweep_multiples: Array.from({ length: 40 }, (_, i) => i) }, {})).rejects.toMatchObject({ code: 'TOO_LARGE' });
+    await expect(
+      causality.run(
+        m,
+        { ...base, direction: 'tokens: happy', sweep_multiples: Array.from({ length: 40 }, (_, i) => i) },
+        {},
+      ),
+    ).rejects.toMatchObject({ code: 'TOO_LARGE' });
     expect(n).toBe(0);
   });
 
   it('honours cancellation between batched runs', async () => {
     const ac = new AbortController();
-    const p = causality.run(model, { prompt: prompts[0], layer: 4, direction: 'tokens: happy', n_random: 200 }, {
-      signal: ac.signal, onProgress: (q) => { if (q.stage === 'measuring directions') ac.abort(); },
-    });
+    const p = causality.run(
+      model,
+      { prompt: prompts[0], layer: 4, direction: 'tokens: happy', n_random: 200 },
+      {
+        signal: ac.signal,
+        onProgress: (q) => {
+          if (q.stage === 'measuring directions') ac.abort();
+        },
+      },
+    );
     await expect(p).rejects.toMatchObject({ code: 'ABORTED' });
   });
 });
 
 describe('causality: the template control (induction-gpt2)', () => {
   let gpt: LoadedModel;
-  beforeAll(async () => { gpt = await loadModelNode(SHARED + '/models/induction-gpt2'); });
-  afterAll(async () => { await gpt?.dispose(); });
+  beforeAll(async () => {
+    gpt = await loadModelNode(SHARED + '/models/induction-gpt2');
+  });
+  afterAll(async () => {
+    await gpt?.dispose();
+  });
   const u = rng(5);
   const word = (n: number) => Array.from({ length: n }, () => String.fromCharCode(97 + Math.floor(u() * 26))).join('');
   const templates = [0, 1, 2].map(() => `the ${word(4)}, the ${word(5)}, the ${word(3)},`);
 
-  it.each(templates)('the space that follows every comma of the template is epiphenomenal-template (%s)', async (prompt) => {
-    // The direction is the unembedding of a template token (the space after each comma) and the
-    // target is that token: the edit moves it on every prompt of the template, and the prompts
-    // without the concept (every word replaced) predict it as much as the concept prompt does.
-    const doc = await causality.run(gpt, { prompt, layer: 1, direction: { kind: 'tokens', positive: ' ' }, n_random: 64, seed: 1 }, {});
-    expect(schemaErrors('causality', viaJson(doc))).toEqual([]);
-    expect(doc.verdict).toBe('epiphenomenal-template');
-    expect(doc.random_baseline.raw.significant && doc.random_baseline.normalized.significant).toBe(true);
-    expect(doc.template_control.edit_ratio!).toBeGreaterThanOrEqual(0.5);
-    expect(Math.abs(doc.template_control.concept_gain)).toBeLessThan(Math.LN2);
-    // the neutral control prompts keep the template: same punctuation and spacing, words replaced
-    for (const p of doc.template_control.prompts) expect(p.prompt.replace(/[A-Za-z]/g, 'a')).toBe(prompt.replace(/[A-Za-z]/g, 'a'));
-    console.log(`template ${JSON.stringify(prompt)}: edit ratio ${doc.template_control.edit_ratio?.toFixed(2)}, concept gain ${doc.template_control.concept_gain.toFixed(3)} → ${doc.verdict}`);
-  });
+  it.each(templates)(
+    'the space that follows every comma of the template is epiphenomenal-template (%s)',
+    async (prompt) => {
+      // The direction is the unembedding of a template token (the space after each comma) and the
+      // target is that token: the edit moves it on every prompt of the template, and the prompts
+      // without the concept (every word replaced) predict it as much as the concept prompt does.
+      const doc = await causality.run(
+        gpt,
+        { prompt, layer: 1, direction: { kind: 'tokens', positive: ' ' }, n_random: 64, seed: 1 },
+        {},
+      );
+      expect(schemaErrors('causality', viaJson(doc))).toEqual([]);
+      expect(doc.verdict).toBe('epiphenomenal-template');
+      expect(doc.random_baseline.raw.significant && doc.random_baseline.normalized.significant).toBe(true);
+      expect(doc.template_control.edit_ratio!).toBeGreaterThanOrEqual(0.5);
+      expect(Math.abs(doc.template_control.concept_gain)).toBeLessThan(Math.LN2);
+      // the neutral control prompts keep the template: same punctuation and spacing, words replaced
+      for (const p of doc.template_control.prompts)
+        expect(p.prompt.replace(/[A-Za-z]/g, 'a')).toBe(prompt.replace(/[A-Za-z]/g, 'a'));
+      console.log(
+        `template ${JSON.stringify(prompt)}: edit ratio ${doc.template_control.edit_ratio?.toFixed(2)}, concept gain ${doc.template_control.concept_gain.toFixed(3)} → ${doc.verdict}`,
+      );
+    },
+  );
 
   it('control prompts: given ones are used as they are; concept_tokens replace only the marked words, consistently', async () => {
     const prompt = templates[0];
@@ -236,9 +341,26 @@ describe('causality: the template control (induction-gpt2)', () => {
       expect(m ?? d.split(' ')[1] === d.split(' ')[5]).toBeTruthy();
       expect(d).not.toContain(' cat');
     }
-    const doc = await causality.run(gpt, { prompt, layer: 1, direction: { kind: 'tokens', positive: ' ' }, n_random: 20, control_prompts: ['the a, the b, the c,'], rigidity_tokens: 2 }, {});
+    const doc = await causality.run(
+      gpt,
+      {
+        prompt,
+        layer: 1,
+        direction: { kind: 'tokens', positive: ' ' },
+        n_random: 20,
+        control_prompts: ['the a, the b, the c,'],
+        rigidity_tokens: 2,
+      },
+      {},
+    );
     expect(doc.template_control.source).toBe('given');
     expect(doc.template_control.prompts.map((p) => p.prompt)).toEqual(['the a, the b, the c,']);
-    await expect(causality.run(gpt, { prompt, layer: 1, direction: { kind: 'tokens', positive: ' ' }, concept_tokens: ['dog'] }, {})).rejects.toMatchObject({ code: 'BAD_INPUT' });
+    await expect(
+      causality.run(
+        gpt,
+        { prompt, layer: 1, direction: { kind: 'tokens', positive: ' ' }, concept_tokens: ['dog'] },
+        {},
+      ),
+    ).rejects.toMatchObject({ code: 'BAD_INPUT' });
   });
 });

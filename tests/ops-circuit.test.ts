@@ -8,7 +8,16 @@ import { LoupeError } from '../src/engine/errors';
 import { operation as circuit, circuitOutput, type CircuitInput } from '../src/ops/circuit';
 import { operation as ablate } from '../src/ops/ablate';
 import type { RefModel } from './reference/forward64';
-import { refRun, refEffect, refSites, countingModel, byteRng, median, meanOf, distinctBytes } from './ops-ablate-reference';
+import {
+  refRun,
+  refEffect,
+  refSites,
+  countingModel,
+  byteRng,
+  median,
+  meanOf,
+  distinctBytes,
+} from './ops-ablate-reference';
 import { schemaErrors, viaJson } from './schema-helpers';
 import { useSharedModels } from './helpers/shared-models';
 import type { OperationDocument } from '../src/ops/index';
@@ -62,8 +71,25 @@ describe('circuit on induction-gpt2: redundant induction heads', () => {
   beforeAll(async () => {
     for (const R of seqs) {
       const ids = [256, ...R, ...R];
-      docs.push(await circuit.run(gpt2, { token_ids: ids, answer: `#${R[0]}`, top_k_heads: 8, top_k_neurons: 5, pair_k: 8 }, {}));
-      const a = await ablate.run(gpt2, { token_ids: ids, answer: `#${R[0]}`, targets: [{ layer: 0, head: 0 }, { layer: 0, head: 1 }] }, {});
+      docs.push(
+        await circuit.run(
+          gpt2,
+          { token_ids: ids, answer: `#${R[0]}`, top_k_heads: 8, top_k_neurons: 5, pair_k: 8 },
+          {},
+        ),
+      );
+      const a = await ablate.run(
+        gpt2,
+        {
+          token_ids: ids,
+          answer: `#${R[0]}`,
+          targets: [
+            { layer: 0, head: 0 },
+            { layer: 0, head: 1 },
+          ],
+        },
+        {},
+      );
       l0pair.push(a.combined!.logprob_delta);
     }
   });
@@ -71,20 +97,37 @@ describe('circuit on induction-gpt2: redundant induction heads', () => {
   it('documents are valid; every single and group equals the reference (first 2 sequences)', () => {
     for (const d of docs) validDocument(d);
     const errs = docs.slice(0, 2).map((d) => checkAgainstReference(d, gpt2Ref));
-    console.log(`circuit vs float64 reference, max |Δ| per sequence: ${errs.map((e) => e.toExponential(2)).join(', ')} (${docs[0].heads.length} heads, ${docs[0].neurons.length} neurons, ${docs[0].groups.length} groups each)`);
+    console.log(
+      `circuit vs float64 reference, max |Δ| per sequence: ${errs.map((e) => e.toExponential(2)).join(', ')} (${docs[0].heads.length} heads, ${docs[0].neurons.length} neurons, ${docs[0].groups.length} groups each)`,
+    );
   });
 
   it('singles small, the layer-1 group large (redundancy), layer-0 previous-token heads together large', () => {
-    const single = (l: number, h: number) => docs.map((d) => d.heads.find((x) => x.layer === l && x.head === h)!.logprob_delta);
+    const single = (l: number, h: number) =>
+      docs.map((d) => d.heads.find((x) => x.layer === l && x.head === h)!.logprob_delta);
     const group = (pred: (g: CircuitDocument['groups'][number]) => boolean) => docs.map((d) => d.groups.find(pred)!);
-    const l1 = group((g) => g.kind === 'layer_heads' && g.members.every((m) => m.layer === 1) && g.members.length === 4);
-    const l0 = group((g) => g.kind === 'layer_heads' && g.members.every((m) => m.layer === 0) && g.members.length === 4);
-    const pair01 = group((g) => g.kind === 'pair' && g.members.length === 2 && g.members.every((m) => m.layer === 0 && (m.head === 0 || m.head === 1)));
-    const lines = [`induction-gpt2, ${N} sequences [256]+R+R (|R| = 30 distinct random bytes), Δ log p(correct token) at the last position, zero ablation of hook_z:`];
-    const f = (xs: number[]) => `mean ${meanOf(xs).toFixed(3)}  median ${median(xs).toFixed(3)}  [${xs.map((x) => x.toFixed(2)).join(' ')}]`;
+    const l1 = group(
+      (g) => g.kind === 'layer_heads' && g.members.every((m) => m.layer === 1) && g.members.length === 4,
+    );
+    const l0 = group(
+      (g) => g.kind === 'layer_heads' && g.members.every((m) => m.layer === 0) && g.members.length === 4,
+    );
+    const pair01 = group(
+      (g) =>
+        g.kind === 'pair' &&
+        g.members.length === 2 &&
+        g.members.every((m) => m.layer === 0 && (m.head === 0 || m.head === 1)),
+    );
+    const lines = [
+      `induction-gpt2, ${N} sequences [256]+R+R (|R| = 30 distinct random bytes), Δ log p(correct token) at the last position, zero ablation of hook_z:`,
+    ];
+    const f = (xs: number[]) =>
+      `mean ${meanOf(xs).toFixed(3)}  median ${median(xs).toFixed(3)}  [${xs.map((x) => x.toFixed(2)).join(' ')}]`;
     lines.push(`  clean log p: ${f(docs.map((d) => d.clean.answer_logprob))}`);
     for (let h = 0; h < 4; h++) lines.push(`  L1H${h} alone:  ${f(single(1, h))}`);
-    lines.push(`  L1 all four:  ${f(l1.map((g) => g.logprob_delta))}  (flagged redundant in ${l1.filter((g) => g.redundant).length}/${N})`);
+    lines.push(
+      `  L1 all four:  ${f(l1.map((g) => g.logprob_delta))}  (flagged redundant in ${l1.filter((g) => g.redundant).length}/${N})`,
+    );
     for (let h = 0; h < 4; h++) lines.push(`  L0H${h} alone:  ${f(single(0, h))}`);
     lines.push(`  L0H0+L0H1 (circuit pair): ${f(pair01.map((g) => g.logprob_delta))}`);
     lines.push(`  L0 all four:  ${f(l0.map((g) => g.logprob_delta))}`);
@@ -98,7 +141,9 @@ describe('circuit on induction-gpt2: redundant induction heads', () => {
     expect(meanOf(l1.map((g) => g.logprob_delta))).toBeGreaterThan(-13);
     expect(l1.filter((g) => g.redundant).length).toBeGreaterThanOrEqual(N - 2);
     // and circuit says so in words
-    expect(docs.filter((d) => d.findings.some((s) => s.startsWith('Redundant') && s.includes('L1 candidate heads'))).length).toBeGreaterThanOrEqual(N - 2);
+    expect(
+      docs.filter((d) => d.findings.some((s) => s.startsWith('Redundant') && s.includes('L1 candidate heads'))).length,
+    ).toBeGreaterThanOrEqual(N - 2);
     // previous-token heads of layer 0 together: several nats (issue: "about 6"), same number via ablate
     expect(meanOf(pair01.map((g) => g.logprob_delta))).toBeLessThan(-2);
     pair01.forEach((g, i) => expect(Math.abs(g.logprob_delta - l0pair[i])).toBeLessThan(1e-6));
@@ -138,7 +183,9 @@ describe('circuit on stories260K', () => {
     expect(doc.groups.some((g) => g.kind === 'all_heads' && g.members.length === 10)).toBe(true);
     expect(doc.groups.some((g) => g.kind === 'all_neurons' && g.members.length === 6)).toBe(true);
     const err = checkAgainstReference(doc, storiesRef);
-    console.log(`stories260K circuit (zero): ${doc.groups.length} groups, max |engine − reference| = ${err.toExponential(2)}; answer ${JSON.stringify(doc.answer.token)}; findings:\n  ${doc.findings.join('\n  ')}`);
+    console.log(
+      `stories260K circuit (zero): ${doc.groups.length} groups, max |engine − reference| = ${err.toExponential(2)}; answer ${JSON.stringify(doc.answer.token)}; findings:\n  ${doc.findings.join('\n  ')}`,
+    );
 
     // mean ablation: reference replaces each site by its mean over the prompt's positions
     const m = await circuit.run(stories, { prompt, top_k_heads: 4, top_k_neurons: 2, pair_k: 2, ablation: 'mean' }, {});
@@ -151,12 +198,22 @@ describe('circuit on stories260K', () => {
       const v = clean.hooks[h];
       const inner = v.data.length / T;
       const out = new Float64Array(v.data.length);
-      for (let i = 0; i < inner; i++) { let s = 0; for (let p = 0; p < T; p++) s += v.data[p * inner + i]; for (let p = 0; p < T; p++) out[p * inner + i] = s / T; }
+      for (let i = 0; i < inner; i++) {
+        let s = 0;
+        for (let p = 0; p < T; p++) s += v.data[p * inner + i];
+        for (let p = 0; p < T; p++) out[p * inner + i] = s / T;
+      }
       return out;
     };
     let worst = 0;
-    for (const row of [...m.heads.map((h) => ({ ...h, members: [h as Member] })), ...m.neurons.map((n) => ({ ...n, members: [n as Member] })), ...m.groups]) {
-      const edits = row.members.flatMap((x: Member) => refSites({ layer: x.layer, head: x.head, neuron: x.neuron })).map((s) => ({ ...s, source: meanOfHook(s.hook) }));
+    for (const row of [
+      ...m.heads.map((h) => ({ ...h, members: [h as Member] })),
+      ...m.neurons.map((n) => ({ ...n, members: [n as Member] })),
+      ...m.groups,
+    ]) {
+      const edits = row.members
+        .flatMap((x: Member) => refSites({ layer: x.layer, head: x.head, neuron: x.neuron }))
+        .map((s) => ({ ...s, source: meanOfHook(s.hook) }));
       const r = refEffect(clean.last, refRun(storiesRef, ids, edits).last, m.answer.token_id);
       worst = Math.max(worst, Math.abs(r.logit_delta - row.logit_delta), Math.abs(r.logprob_delta - row.logprob_delta));
     }
@@ -180,13 +237,27 @@ describe('circuit on stories260K', () => {
 
     const ac = new AbortController();
     const stages: string[] = [];
-    const p = circuit.run(stories, { prompt, top_k_heads: 40, top_k_neurons: 0 }, { signal: ac.signal, onProgress: (x) => { stages.push(x.stage); if (x.stage === 'single ablations' && x.done > 0) ac.abort(); } });
+    const p = circuit.run(
+      stories,
+      { prompt, top_k_heads: 40, top_k_neurons: 0 },
+      {
+        signal: ac.signal,
+        onProgress: (x) => {
+          stages.push(x.stage);
+          if (x.stage === 'single ablations' && x.done > 0) ac.abort();
+        },
+      },
+    );
     await expect(p).rejects.toMatchObject({ code: 'ABORTED' });
     expect(stages).toContain('single ablations');
     expect(stages).not.toContain('group ablations'); // stopped within one engine run
 
     const seen: { stage: string; done: number; total: number }[] = [];
-    const full = await circuit.run(stories, { prompt, top_k_heads: 40, top_k_neurons: 0 }, { onProgress: (x) => seen.push(x) });
+    const full = await circuit.run(
+      stories,
+      { prompt, top_k_heads: 40, top_k_neurons: 0 },
+      { onProgress: (x) => seen.push(x) },
+    );
     const singles = seen.filter((s) => s.stage === 'single ablations');
     expect(singles.at(-1)).toMatchObject({ done: 40, total: 40 });
     expect(full.heads.length).toBe(40); // every head of the model (5 × 8)

@@ -20,16 +20,22 @@ beforeAll(async () => {
   model = await loadModelNode(DIR);
   ref = loadModelDir(DIR);
 });
-afterAll(async () => { await model?.dispose(); });
+afterAll(async () => {
+  await model?.dispose();
+});
 
 describe('direction kind head', () => {
-  it('is the head\'s hook_result at the final position (float64 reference)', async () => {
+  it("is the head's hook_result at the final position (float64 reference)", async () => {
     const ids = model.tokenize(PROMPT, { prependBos: true });
     const r = referenceForward(ref, ids, { record: (n) => n === 'blocks.1.attn.hook_result' });
     const res = r.hooks['blocks.1.attn.hook_result'];
     const [, T, H, D] = res.dims;
     for (const head of [0, H - 1]) {
-      const d = await resolveDirection(model, { kind: 'head', layer: 1, head, prompt: PROMPT }, { layer: 1, normalize: false, store: new MemoryHandleStore() });
+      const d = await resolveDirection(
+        model,
+        { kind: 'head', layer: 1, head, prompt: PROMPT },
+        { layer: 1, normalize: false, store: new MemoryHandleStore() },
+      );
       const want = res.data.subarray(((T - 1) * H + head) * D, ((T - 1) * H + head + 1) * D);
       let max = 0;
       for (let j = 0; j < D; j++) max = Math.max(max, Math.abs(d.vector[j] - want[j]));
@@ -40,6 +46,12 @@ describe('direction kind head', () => {
   });
 
   it('names a head outside the model', async () => {
-    await expect(resolveDirection(model, { kind: 'head', layer: 99, head: 0, prompt: PROMPT }, { layer: 0, store: new MemoryHandleStore() })).rejects.toThrow(/not a head of this model/);
+    await expect(
+      resolveDirection(
+        model,
+        { kind: 'head', layer: 99, head: 0, prompt: PROMPT },
+        { layer: 0, store: new MemoryHandleStore() },
+      ),
+    ).rejects.toThrow(/not a head of this model/);
   });
 });

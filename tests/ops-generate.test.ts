@@ -27,7 +27,11 @@ async function gen(model: LoadedModel, input: Record<string, unknown>): Promise<
 }
 
 async function errorOf(model: LoadedModel, input: Record<string, unknown>) {
-  try { await generate.run(model, input as any, ctx); } catch (e: any) { return e.code as string; }
+  try {
+    await generate.run(model, input as any, ctx);
+  } catch (e: any) {
+    return e.code as string;
+  }
   throw new Error('expected an error');
 }
 
@@ -38,9 +42,12 @@ describe('generate', () => {
     stories = await loadModelNode('default');
     induction = await loadModelNode(INDUCTION);
   });
-  afterAll(async () => { await stories?.dispose(); await induction?.dispose(); });
+  afterAll(async () => {
+    await stories?.dispose();
+    await induction?.dispose();
+  });
 
-  it('stories260K greedy equals llama2.c run.c\'s 64 tokens', async () => {
+  it("stories260K greedy equals llama2.c run.c's 64 tokens", async () => {
     const doc = await gen(stories, { prompt: 'Once upon a time', max_new_tokens: 64 });
     expect(doc.tokens.map((t) => t.id)).toEqual(runC.prompt_ids);
     expect(doc.generated_token_ids).toEqual(runC.greedy_next_64_ids);
@@ -53,7 +60,11 @@ describe('generate', () => {
   it('induction-gpt2 continues a repeated sequence by induction and equals the float64 reference', async () => {
     const R = 'q8#Lm2@Vx!9Tz&4Kp$7Wc';
     const doc = await gen(induction, { prompt: R + R.slice(0, 6), max_new_tokens: 10 });
-    const ref = greedyGenerate64(loadModelDir(INDUCTION), doc.tokens.map((t) => t.id), 10);
+    const ref = greedyGenerate64(
+      loadModelDir(INDUCTION),
+      doc.tokens.map((t) => t.id),
+      10,
+    );
     expect(doc.generated_token_ids).toEqual(ref);
     expect(doc.generated_text).toBe(R.slice(6, 16));
   });
@@ -92,7 +103,8 @@ describe('generate', () => {
     const eos = base.generated_token_ids[5];
     const first = base.generated_token_ids.indexOf(eos);
     const view = new Proxy(stories, {
-      get: (t, p) => (p === 'eosTokenId' ? eos : typeof (t as any)[p] === 'function' ? (t as any)[p].bind(t) : (t as any)[p]),
+      get: (t, p) =>
+        p === 'eosTokenId' ? eos : typeof (t as any)[p] === 'function' ? (t as any)[p].bind(t) : (t as any)[p],
     }) as LoadedModel;
     const stopped = await gen(view, { prompt: 'Once upon a time', max_new_tokens: 12 });
     expect(stopped.stop_reason).toBe('eos');
@@ -128,8 +140,19 @@ describe('generate', () => {
     const ac = new AbortController();
     let code = '';
     try {
-      await generate.run(stories, { prompt: 'Once', max_new_tokens: 50 }, { signal: ac.signal, onProgress: (p) => { if (p.done === 3) ac.abort(); } });
-    } catch (e: any) { code = e.code; }
+      await generate.run(
+        stories,
+        { prompt: 'Once', max_new_tokens: 50 },
+        {
+          signal: ac.signal,
+          onProgress: (p) => {
+            if (p.done === 3) ac.abort();
+          },
+        },
+      );
+    } catch (e: any) {
+      code = e.code;
+    }
     expect(code).toBe('ABORTED');
   });
 });

@@ -36,7 +36,13 @@ const CORR = [256, ...R2, ...R.slice(0, -1)];
 const ANSWER = R[R.length - 1];
 const CF = R2[R2.length - 1];
 const T = CLEAN.length;
-const ATP_INPUT = { token_ids: CLEAN, corrupted_token_ids: CORR, answer: `#${ANSWER}`, counterfactual: `#${CF}`, validate: 8 };
+const ATP_INPUT = {
+  token_ids: CLEAN,
+  corrupted_token_ids: CORR,
+  answer: `#${ANSWER}`,
+  counterfactual: `#${CF}`,
+  validate: 8,
+};
 const IG_INPUT = { token_ids: CLEAN, answer: `#${ANSWER}`, counterfactual: `#${CF}`, steps: 8 };
 
 let model: LoadedModel;
@@ -50,7 +56,9 @@ beforeAll(async () => {
   atp = await getOperation('attribution_patching')!.run(model, ATP_INPUT, {});
   ig = await getOperation('integrated_gradients')!.run(model, IG_INPUT, {});
 }, 120_000);
-afterAll(async () => { await model?.dispose(); });
+afterAll(async () => {
+  await model?.dispose();
+});
 
 /** M of the float64 reference with one hook's value replaced */
 function refMetric(tokens: number[], hook: string, edit: (v: Float64Array) => void): number {
@@ -73,13 +81,26 @@ function refHook(tokens: number[], hook: string): Float64Array {
 
 describe('attribution_patching on induction-gpt2', () => {
   it('ranks the four layer-1 induction heads top, and the validation agrees with real patching', async () => {
-    const top = atp.heads.slice().sort((a, b) => b.estimate - a.estimate).slice(0, 4);
+    const top = atp.heads
+      .slice()
+      .sort((a, b) => b.estimate - a.estimate)
+      .slice(0, 4);
     expect(top.map((h) => h.layer)).toEqual([1, 1, 1, 1]);
     expect(atp.metric.clean).toBeGreaterThan(5);
     expect(atp.metric.clean - atp.metric.corrupted).toBeGreaterThan(5);
 
     // the validation's actual effects are those of the patch operation (head_out, all positions)
-    const patch: PatchDocument = await getOperation('patch')!.run(model, { token_ids: CLEAN, corrupted_token_ids: CORR, answer: `#${ANSWER}`, counterfactual: `#${CF}`, scans: ['head_out'] }, {});
+    const patch: PatchDocument = await getOperation('patch')!.run(
+      model,
+      {
+        token_ids: CLEAN,
+        corrupted_token_ids: CORR,
+        answer: `#${ANSWER}`,
+        counterfactual: `#${CF}`,
+        scans: ['head_out'],
+      },
+      {},
+    );
     const denom = patch.clean_logit_diff - patch.corrupted_logit_diff;
     const v = atp.validation!;
     expect(v.heads.length).toBe(8);
@@ -90,27 +111,40 @@ describe('attribution_patching on induction-gpt2', () => {
       expect(Math.abs(h.estimate - h.actual) / Math.abs(h.actual)).toBeLessThan(0.25);
     }
     expect(v.rank_correlation.heads!).toBeGreaterThan(0.5);
-    console.log('AtP heads (estimate / actual):', v.heads.map((h) => `L${h.layer}H${h.head} ${h.estimate.toFixed(3)}/${h.actual.toFixed(3)}`).join(', '), `ρ = ${v.rank_correlation.heads?.toFixed(3)}`);
+    console.log(
+      'AtP heads (estimate / actual):',
+      v.heads.map((h) => `L${h.layer}H${h.head} ${h.estimate.toFixed(3)}/${h.actual.toFixed(3)}`).join(', '),
+      `ρ = ${v.rank_correlation.heads?.toFixed(3)}`,
+    );
   });
 
   it('float32 estimates agree with float64 finite differences within 1e-4 (every head and site)', () => {
     const eps = 1e-5;
     let worst = 0;
     const check = (hook: string, mask: (i: number) => boolean, estimate: number) => {
-      const c = refHook(CLEAN, hook), k = refHook(CORR, hook);
+      const c = refHook(CLEAN, hook),
+        k = refHook(CORR, hook);
       const dir = c.map((x, i) => (mask(i) ? x - k[i] : 0));
-      const fd = (refMetric(CORR, hook, (v) => v.forEach((_, i) => (v[i] += eps * dir[i]))) - refMetric(CORR, hook, (v) => v.forEach((_, i) => (v[i] -= eps * dir[i])))) / (2 * eps);
+      const fd =
+        (refMetric(CORR, hook, (v) => v.forEach((_, i) => (v[i] += eps * dir[i]))) -
+          refMetric(CORR, hook, (v) => v.forEach((_, i) => (v[i] -= eps * dir[i])))) /
+        (2 * eps);
       worst = Math.max(worst, Math.abs(fd - estimate));
       expect(Math.abs(fd - estimate), `${hook}`).toBeLessThan(1e-4);
     };
     const { n_heads: H, d_head: Dh, d_model: D } = model.info;
-    for (const h of atp.heads) check(`blocks.${h.layer}.attn.hook_z`, (i) => Math.floor(i / Dh) % H === h.head, h.estimate);
+    for (const h of atp.heads)
+      check(`blocks.${h.layer}.attn.hook_z`, (i) => Math.floor(i / Dh) % H === h.head, h.estimate);
     for (const s of atp.sites) check(s.hook, (i) => Math.floor(i / D) === s.position, s.estimate);
-    console.log(`AtP: ${atp.heads.length} heads + ${atp.sites.length} sites, worst |estimate − float64 FD| ${worst.toExponential(2)}`);
+    console.log(
+      `AtP: ${atp.heads.length} heads + ${atp.sites.length} sites, worst |estimate − float64 FD| ${worst.toExponential(2)}`,
+    );
   }, 120_000);
 
   it('unequal token lengths are BAD_INPUT', async () => {
-    await expect(getOperation('attribution_patching')!.run(model, { ...ATP_INPUT, corrupted_token_ids: CORR.slice(1) }, {})).rejects.toMatchObject({ code: 'BAD_INPUT' });
+    await expect(
+      getOperation('attribution_patching')!.run(model, { ...ATP_INPUT, corrupted_token_ids: CORR.slice(1) }, {}),
+    ).rejects.toMatchObject({ code: 'BAD_INPUT' });
   });
 });
 
@@ -127,7 +161,10 @@ describe('integrated_gradients on induction-gpt2', () => {
       let acc = 0;
       for (let k = 1; k <= n; k++) {
         const alpha = k / n;
-        const at = (e: number) => refMetric(CLEAN, hook, (v) => v.forEach((_, i) => (v[i] = alpha * x[i] + (Math.floor(i / D) === p ? e * x[i] : 0))));
+        const at = (e: number) =>
+          refMetric(CLEAN, hook, (v) =>
+            v.forEach((_, i) => (v[i] = alpha * x[i] + (Math.floor(i / D) === p ? e * x[i] : 0))),
+          );
         acc += (at(eps) - at(-eps)) / (2 * eps) / n;
       }
       sum += acc;
@@ -141,24 +178,41 @@ describe('integrated_gradients on induction-gpt2', () => {
     expect(ig.completeness.sum).toBeCloseTo(sum, 2);
     expect(ig.completeness.error).toBeCloseTo(sum - (mIn - mBase), 2);
     expect(ig.attributions.map((a) => a.token)).toEqual(model.tokenStrings(CLEAN));
-    console.log(`IG (${n} steps): worst |attribution − float64 FD IG| ${worst.toExponential(2)}; completeness error ${ig.completeness.error.toFixed(3)} of ${(mIn - mBase).toFixed(3)}`);
+    console.log(
+      `IG (${n} steps): worst |attribution − float64 FD IG| ${worst.toExponential(2)}; completeness error ${ig.completeness.error.toFixed(3)} of ${(mIn - mBase).toFixed(3)}`,
+    );
   }, 120_000);
 });
 
 describe('the same documents from the CLI, the operation and headless MCP', () => {
   let client: Client;
   beforeAll(async () => {
-    const transport = new StdioClientTransport({ command: process.execPath, args: [BIN, 'mcp', '--headless', '--allow-local', path.dirname(INDUCTION)], cwd: ROOT, env: process.env as Record<string, string>, stderr: 'pipe' });
+    const transport = new StdioClientTransport({
+      command: process.execPath,
+      args: [BIN, 'mcp', '--headless', '--allow-local', path.dirname(INDUCTION)],
+      cwd: ROOT,
+      env: process.env as Record<string, string>,
+      stderr: 'pipe',
+    });
     client = new Client({ name: 'gradients-test', version: '1' });
     await client.connect(transport);
     const loaded = await client.callTool({ name: 'load_model', arguments: { model: INDUCTION } });
     expect(loaded.isError, JSON.stringify(loaded.content)).toBeFalsy();
   }, 60_000);
-  afterAll(async () => { await client?.close(); });
+  afterAll(async () => {
+    await client?.close();
+  });
 
   const close = (a: unknown, b: unknown, tol: number, at = '$'): void => {
-    if (typeof a === 'number' && typeof b === 'number') { expect(Math.abs(a - b), at).toBeLessThanOrEqual(tol); return; }
-    if (Array.isArray(a) && Array.isArray(b)) { expect(a.length, at).toBe(b.length); a.forEach((x, i) => close(x, b[i], tol, `${at}[${i}]`)); return; }
+    if (typeof a === 'number' && typeof b === 'number') {
+      expect(Math.abs(a - b), at).toBeLessThanOrEqual(tol);
+      return;
+    }
+    if (Array.isArray(a) && Array.isArray(b)) {
+      expect(a.length, at).toBe(b.length);
+      a.forEach((x, i) => close(x, b[i], tol, `${at}[${i}]`));
+      return;
+    }
     if (a && b && typeof a === 'object' && typeof b === 'object') {
       expect(Object.keys(a).sort(), at).toEqual(Object.keys(b).sort());
       for (const k of Object.keys(a)) close((a as any)[k], (b as any)[k], tol, `${at}.${k}`);
@@ -168,15 +222,41 @@ describe('the same documents from the CLI, the operation and headless MCP', () =
   };
 
   it.each([
-    ['attribution_patching', ['--token-ids', CLEAN.join(','), '--corrupted-token-ids', CORR.join(','), '--answer', `#${ANSWER}`, '--counterfactual', `#${CF}`, '--validate', '8'], ATP_INPUT],
-    ['integrated_gradients', ['--token-ids', CLEAN.join(','), '--answer', `#${ANSWER}`, '--counterfactual', `#${CF}`, '--steps', '8'], IG_INPUT],
-  ] as const)('%s', async (op, args, input) => {
-    const cli = await promisify(execFile)(process.execPath, [BIN, op, INDUCTION, ...args, '--json'], { cwd: ROOT, maxBuffer: 64 << 20 });
-    const viaCli = JSON.parse(cli.stdout);
-    const viaMcp = await client.callTool({ name: op, arguments: input as any });
-    expect(viaMcp.isError).toBeFalsy();
-    const direct = op === 'attribution_patching' ? atp : ig;
-    close(viaCli, JSON.parse(JSON.stringify(direct)), 1e-4);
-    close(viaMcp.structuredContent, JSON.parse(JSON.stringify(direct)), 1e-4);
-  }, 120_000);
+    [
+      'attribution_patching',
+      [
+        '--token-ids',
+        CLEAN.join(','),
+        '--corrupted-token-ids',
+        CORR.join(','),
+        '--answer',
+        `#${ANSWER}`,
+        '--counterfactual',
+        `#${CF}`,
+        '--validate',
+        '8',
+      ],
+      ATP_INPUT,
+    ],
+    [
+      'integrated_gradients',
+      ['--token-ids', CLEAN.join(','), '--answer', `#${ANSWER}`, '--counterfactual', `#${CF}`, '--steps', '8'],
+      IG_INPUT,
+    ],
+  ] as const)(
+    '%s',
+    async (op, args, input) => {
+      const cli = await promisify(execFile)(process.execPath, [BIN, op, INDUCTION, ...args, '--json'], {
+        cwd: ROOT,
+        maxBuffer: 64 << 20,
+      });
+      const viaCli = JSON.parse(cli.stdout);
+      const viaMcp = await client.callTool({ name: op, arguments: input as any });
+      expect(viaMcp.isError).toBeFalsy();
+      const direct = op === 'attribution_patching' ? atp : ig;
+      close(viaCli, JSON.parse(JSON.stringify(direct)), 1e-4);
+      close(viaMcp.structuredContent, JSON.parse(JSON.stringify(direct)), 1e-4);
+    },
+    120_000,
+  );
 });

@@ -18,14 +18,19 @@ import { SHARED } from './helpers/shared';
 const DIR = SHARED + '/models/induction-gpt2';
 // ../shared/models/induction-gpt2/README.md, "Measured": random bytes 0–255, 50 sequences, R = 30
 const README = {
-  induction: [0.000, 0.000, 0.027, 0.003, 0.785, 0.805, 0.804, 0.816],
+  induction: [0.0, 0.0, 0.027, 0.003, 0.785, 0.805, 0.804, 0.816],
   previous_token: [0.657, 0.679, 0.071, 0.224, 0.039, 0.033, 0.031, 0.034],
 };
 
 let model: LoadedModel;
 let ref: RefModel;
-beforeAll(async () => { model = await loadModelNode(DIR); ref = loadModelDir(DIR); });
-afterAll(async () => { await model?.dispose(); });
+beforeAll(async () => {
+  model = await loadModelNode(DIR);
+  ref = loadModelDir(DIR);
+});
+afterAll(async () => {
+  await model?.dispose();
+});
 
 describe('head_scores', () => {
   it('finds the layer-1 induction heads and L0H0/L0H1 as previous-token heads (README numbers ± 0.05)', async () => {
@@ -35,7 +40,9 @@ describe('head_scores', () => {
     expect(doc.heads).toHaveLength(8);
     const lines: string[] = [];
     doc.heads.forEach((h, i) => {
-      lines.push(`L${h.layer}H${h.head} prev ${h.previous_token.toFixed(3)} (README ${README.previous_token[i]}) ind ${h.induction.toFixed(3)} (README ${README.induction[i]}) dup ${h.duplicate_token.toFixed(3)}`);
+      lines.push(
+        `L${h.layer}H${h.head} prev ${h.previous_token.toFixed(3)} (README ${README.previous_token[i]}) ind ${h.induction.toFixed(3)} (README ${README.induction[i]}) dup ${h.duplicate_token.toFixed(3)}`,
+      );
       expect(Math.abs(h.previous_token - README.previous_token[i])).toBeLessThanOrEqual(0.05);
       expect(Math.abs(h.induction - README.induction[i])).toBeLessThanOrEqual(0.05);
     });
@@ -50,7 +57,7 @@ describe('head_scores', () => {
     expect(doc.prompt_scores).toBeNull();
   });
 
-  it('equals the scores computed from the float64 reference forward\'s patterns', async () => {
+  it("equals the scores computed from the float64 reference forward's patterns", async () => {
     const doc = await headScores.run(model, { batch: 3, seed: 9, seq_len: 12 }, {});
     // regenerate the same sequences from the document's example and seed is not possible without the
     // op's sampler, so score the example sequence alone (batch 1 with the same seed gives it)
@@ -64,13 +71,22 @@ describe('head_scores', () => {
       const at = (q: number, k: number) => A[(h.head * T + q) * T + k];
       let prev = 0;
       for (let q = 1; q < T; q++) prev += at(q, q - 1);
-      let ind = 0, dup = 0, nInd = 0, nDup = 0;
+      let ind = 0,
+        dup = 0,
+        nInd = 0,
+        nDup = 0;
       for (let q = 0; q < T; q++) {
         const earlier = [];
         for (let k = 0; k < q; k++) if (ids[k] === ids[q]) earlier.push(k);
-        if (earlier.length) { nDup++; dup += earlier.reduce((a, k) => a + at(q, k), 0); }
+        if (earlier.length) {
+          nDup++;
+          dup += earlier.reduce((a, k) => a + at(q, k), 0);
+        }
         const after = earlier.filter((k) => k + 1 < q);
-        if (after.length) { nInd++; ind += after.reduce((a, k) => a + at(q, k + 1), 0); }
+        if (after.length) {
+          nInd++;
+          ind += after.reduce((a, k) => a + at(q, k + 1), 0);
+        }
       }
       expect(Math.abs(h.previous_token - prev / (T - 1))).toBeLessThan(1e-5);
       expect(Math.abs(h.induction - ind / nInd)).toBeLessThan(1e-5);
@@ -97,11 +113,30 @@ describe('head_scores', () => {
   });
 
   it('runs from the CLI through the registry (--seq-len --batch --seed)', async () => {
-    const out = await new Promise<string>((res, rej) => execFile(process.execPath, [resolve(__dirname, '../bin/loupe.mjs'), 'head_scores', DIR, '--seq-len', '10', '--batch', '4', '--seed', '2', '--json'],
-      { maxBuffer: 64 << 20 }, (err, stdout, stderr) => (err ? rej(new Error(stderr)) : res(stdout))));
+    const out = await new Promise<string>((res, rej) =>
+      execFile(
+        process.execPath,
+        [
+          resolve(__dirname, '../bin/loupe.mjs'),
+          'head_scores',
+          DIR,
+          '--seq-len',
+          '10',
+          '--batch',
+          '4',
+          '--seed',
+          '2',
+          '--json',
+        ],
+        { maxBuffer: 64 << 20 },
+        (err, stdout, stderr) => (err ? rej(new Error(stderr)) : res(stdout)),
+      ),
+    );
     const cli = JSON.parse(out);
     const same = await headScores.run(model, { seq_len: 10, batch: 4, seed: 2 }, {});
     expect(cli.method.seq_len).toBe(10);
-    cli.heads.forEach((h: any, i: number) => expect(Math.abs(h.induction - same.heads[i].induction)).toBeLessThan(1e-5));
+    cli.heads.forEach((h: any, i: number) =>
+      expect(Math.abs(h.induction - same.heads[i].induction)).toBeLessThan(1e-5),
+    );
   });
 });

@@ -26,7 +26,11 @@ function checkAgainstReference(doc: LayerAblationDocument, ref: RefModel, method
     const hook = `blocks.${e.layer}.hook_${e.component}`;
     const source = method === 'mean' ? meanSource([clean.hooks[hook]], ids.length) : undefined;
     const r = refEffect(clean.last, refRun(ref, ids, [{ hook, source }]).last, doc.answer.token_id);
-    const err = Math.max(Math.abs(r.logprob_delta - e.logprob_delta), Math.abs(r.kl - e.kl), Math.abs(r.logit_delta - e.logit_delta));
+    const err = Math.max(
+      Math.abs(r.logprob_delta - e.logprob_delta),
+      Math.abs(r.kl - e.kl),
+      Math.abs(r.logit_delta - e.logit_delta),
+    );
     worst = Math.max(worst, err);
   }
   expect(worst).toBeLessThan(TOL);
@@ -46,7 +50,8 @@ describe('layer_ablation on induction-gpt2', () => {
   const seqs = Array.from({ length: N }, () => distinctBytes(u, 30));
   const docs: LayerAblationDocument[] = [];
   beforeAll(async () => {
-    for (const R of seqs) docs.push(await layerAblation.run(gpt2, { token_ids: [256, ...R, ...R], answer: `#${R[0]}` }, {}));
+    for (const R of seqs)
+      docs.push(await layerAblation.run(gpt2, { token_ids: [256, ...R, ...R], answer: `#${R[0]}` }, {}));
   });
 
   it('valid documents; zero and mean numbers equal the reference', async () => {
@@ -54,21 +59,34 @@ describe('layer_ablation on induction-gpt2', () => {
     expect(docs[0].entries.map((e) => e.label)).toEqual(['L0.attn_out', 'L0.mlp_out', 'L1.attn_out', 'L1.mlp_out']);
     const z = checkAgainstReference(docs[0], gpt2Ref, 'zero');
     const R = seqs[0];
-    const mean = await layerAblation.run(gpt2, { token_ids: [256, ...R, ...R], answer: `#${R[0]}`, method: 'mean' }, {});
+    const mean = await layerAblation.run(
+      gpt2,
+      { token_ids: [256, ...R, ...R], answer: `#${R[0]}`, method: 'mean' },
+      {},
+    );
     validDocument(mean);
     const m = checkAgainstReference(mean, gpt2Ref, 'mean');
-    console.log(`induction-gpt2 layer_ablation vs float64 reference: zero ${z.toExponential(2)}, mean ${m.toExponential(2)}`);
+    console.log(
+      `induction-gpt2 layer_ablation vs float64 reference: zero ${z.toExponential(2)}, mean ${m.toExponential(2)}`,
+    );
   });
 
   it('layer-1 attention is the most damaging on average (zero ablation)', () => {
     const labels = docs[0].entries.map((e) => e.label);
     const lp = labels.map((_, i) => docs.map((d) => d.entries[i].logprob_delta));
     const kl = labels.map((_, i) => docs.map((d) => d.entries[i].kl));
-    const wins = labels.map((l) => docs.filter((d) => `L${d.most_damaging.layer}.${d.most_damaging.component}` === l).length);
-    console.log([
-      `induction-gpt2 layer_ablation (zero), ${N} sequences, last position, target = correct next token:`,
-      ...labels.map((l, i) => `  ${l.padEnd(12)} Δ log p mean ${meanOf(lp[i]).toFixed(3)}   KL mean ${meanOf(kl[i]).toFixed(3)}   most damaging in ${wins[i]}/${N}   [${lp[i].map((x) => x.toFixed(1)).join(' ')}]`),
-    ].join('\n'));
+    const wins = labels.map(
+      (l) => docs.filter((d) => `L${d.most_damaging.layer}.${d.most_damaging.component}` === l).length,
+    );
+    console.log(
+      [
+        `induction-gpt2 layer_ablation (zero), ${N} sequences, last position, target = correct next token:`,
+        ...labels.map(
+          (l, i) =>
+            `  ${l.padEnd(12)} Δ log p mean ${meanOf(lp[i]).toFixed(3)}   KL mean ${meanOf(kl[i]).toFixed(3)}   most damaging in ${wins[i]}/${N}   [${lp[i].map((x) => x.toFixed(1)).join(' ')}]`,
+        ),
+      ].join('\n'),
+    );
     const i1 = labels.indexOf('L1.attn_out');
     for (let i = 0; i < labels.length; i++) {
       if (i === i1) continue;
@@ -98,7 +116,9 @@ describe('layer_ablation on stories260K', () => {
       const worst = doc.entries.reduce((a, b) => (b.logprob_delta < a.logprob_delta ? b : a));
       expect(doc.most_damaging).toMatchObject({ layer: worst.layer, component: worst.component });
       const err = checkAgainstReference(doc, storiesRef, method);
-      console.log(`stories260K layer_ablation (${method}): max |engine − reference| ${err.toExponential(2)}; ${doc.entries.map((e) => `${e.label} ${e.logprob_delta.toFixed(2)}`).join(', ')}`);
+      console.log(
+        `stories260K layer_ablation (${method}): max |engine − reference| ${err.toExponential(2)}; ${doc.entries.map((e) => `${e.label} ${e.logprob_delta.toFixed(2)}`).join(', ')}`,
+      );
     }
   });
 
@@ -115,7 +135,9 @@ describe('layer_ablation on stories260K', () => {
 
     const ac = new AbortController();
     ac.abort();
-    await expect(layerAblation.run(stories, { prompt }, { signal: ac.signal })).rejects.toMatchObject({ code: 'ABORTED' });
+    await expect(layerAblation.run(stories, { prompt }, { signal: ac.signal })).rejects.toMatchObject({
+      code: 'ABORTED',
+    });
     const seen: { stage: string; done: number; total: number }[] = [];
     await layerAblation.run(stories, { prompt }, { onProgress: (p) => seen.push(p) });
     expect(seen.filter((s) => s.stage === 'ablating layers').at(-1)).toMatchObject({ done: 10, total: 10 });

@@ -28,7 +28,9 @@ describe('operations keep no whole weight matrix in JavaScript (stories260K)', (
     postSae = makeRandomSae({ hook: 'blocks.1.mlp.hook_post', dIn: 172, dSae: 32, seed: 8 });
     saes.push(zSae, postSae);
   });
-  afterAll(() => { for (const s of saes) rmSync(s.dir, { recursive: true, force: true }); });
+  afterAll(() => {
+    for (const s of saes) rmSync(s.dir, { recursive: true, force: true });
+  });
 
   /** a fresh model, `use` run on it, then its kept parameter copies */
   async function keptAfter(use: (m: LoadedModel) => Promise<unknown>) {
@@ -45,29 +47,59 @@ describe('operations keep no whole weight matrix in JavaScript (stories260K)', (
   }
 
   it('steer with a random direction (default targets from its direct logit effect over the vocabulary, controls from unembedding cosines)', async () => {
-    const { bytes, smallestMatrix } = await keptAfter((m) => operations.steer.run(m, { prompt: PROMPT, layer: 2, direction: 'random:1', alpha: 4, max_new_tokens: 2 }, {}));
+    const { bytes, smallestMatrix } = await keptAfter((m) =>
+      operations.steer.run(m, { prompt: PROMPT, layer: 2, direction: 'random:1', alpha: 4, max_new_tokens: 2 }, {}),
+    );
     expect(bytes).toBeLessThan(smallestMatrix);
   });
 
   it('steer with a token direction, and sweep', async () => {
     const { bytes, smallestMatrix } = await keptAfter(async (m) => {
-      await operations.steer.run(m, { prompt: PROMPT, layer: 2, direction: 'tokens: happy - big', alpha: 4, max_new_tokens: 2 }, {});
-      await operations.sweep.run(m, { prompt: PROMPT, layer: 2, direction: 'random:2', alphas: [0, 2], max_new_tokens: 1 }, {});
+      await operations.steer.run(
+        m,
+        { prompt: PROMPT, layer: 2, direction: 'tokens: happy - big', alpha: 4, max_new_tokens: 2 },
+        {},
+      );
+      await operations.sweep.run(
+        m,
+        { prompt: PROMPT, layer: 2, direction: 'random:2', alphas: [0, 2], max_new_tokens: 1 },
+        {},
+      );
     });
     expect(bytes).toBeLessThan(smallestMatrix);
   });
 
   it('causality (probability-matched controls by unembedding cosine)', async () => {
-    const { bytes, smallestMatrix } = await keptAfter((m) => operations.causality.run(m, { prompt: PROMPT, layer: 2, direction: 'tokens: happy', n_random: 4, seed: 1 }, {}));
+    const { bytes, smallestMatrix } = await keptAfter((m) =>
+      operations.causality.run(m, { prompt: PROMPT, layer: 2, direction: 'tokens: happy', n_random: 4, seed: 1 }, {}),
+    );
     expect(bytes).toBeLessThan(smallestMatrix);
   });
 
   it('sae_steer and feature through W_O (hook_z), feature through W_out (mlp.hook_post), dashboard of a neuron', async () => {
     const { bytes, smallestMatrix } = await keptAfter(async (m) => {
-      await operations.sae_steer.run(m, { prompt: PROMPT, sae_source: zSae.dir, feature: 3, alpha: 2, max_new_tokens: 2 }, ctx);
+      await operations.sae_steer.run(
+        m,
+        { prompt: PROMPT, sae_source: zSae.dir, feature: 3, alpha: 2, max_new_tokens: 2 },
+        ctx,
+      );
       await operations.feature.run(m, { prompt: PROMPT, sae_source: zSae.dir, feature: 3, top_k: 3 }, ctx);
       await operations.feature.run(m, { prompt: PROMPT, sae_source: postSae.dir, feature: 2, top_k: 3 }, ctx);
-      await operations.dashboard.run(m, { subject: 'neuron', layer: 1, neuron: 5, corpus: 'Once upon a time there was a cat. The cat was happy.', window: 8, batch_size: 2, top_k: 2, bins: 4, top_tokens: 3 }, {});
+      await operations.dashboard.run(
+        m,
+        {
+          subject: 'neuron',
+          layer: 1,
+          neuron: 5,
+          corpus: 'Once upon a time there was a cat. The cat was happy.',
+          window: 8,
+          batch_size: 2,
+          top_k: 2,
+          bins: 4,
+          top_tokens: 3,
+        },
+        {},
+      );
     });
     expect(bytes).toBeLessThan(smallestMatrix);
   });

@@ -26,7 +26,13 @@ function refPatcher(ref: RefModel, doc: PatchDocument, L: number) {
   const clean = doc.tokens.map((t) => t.id);
   const corr = doc.corrupted_tokens.map((t) => t.id);
   const hooks: string[] = [];
-  for (let l = 0; l < L; l++) hooks.push(`blocks.${l}.hook_resid_pre`, `blocks.${l}.hook_attn_out`, `blocks.${l}.hook_mlp_out`, `blocks.${l}.attn.hook_z`);
+  for (let l = 0; l < L; l++)
+    hooks.push(
+      `blocks.${l}.hook_resid_pre`,
+      `blocks.${l}.hook_attn_out`,
+      `blocks.${l}.hook_mlp_out`,
+      `blocks.${l}.attn.hook_z`,
+    );
   const c = refRun(ref, clean, [], hooks);
   const k = refRun(ref, corr).last;
   const a = doc.answer.token_id;
@@ -54,7 +60,8 @@ function checkCells(doc: PatchDocument, ref: RefModel, T: number, L: number, H: 
       cmp(doc.attn_out![l][p], [{ hook: `blocks.${l}.hook_attn_out`, positions: [p] }]);
       cmp(doc.mlp_out![l][p], [{ hook: `blocks.${l}.hook_mlp_out`, positions: [p] }]);
     }
-    for (let h = 0; h < H; h++) cmp(doc.head_out![l][h]!, [{ hook: `blocks.${l}.attn.hook_z`, positions: 'all', head: h }]);
+    for (let h = 0; h < H; h++)
+      cmp(doc.head_out![l][h]!, [{ hook: `blocks.${l}.attn.hook_z`, positions: 'all', head: h }]);
     cmp(doc.attn_out_all_pos![l], [{ hook: `blocks.${l}.hook_attn_out`, positions: 'all' }]);
     cmp(doc.mlp_out_all_pos![l], [{ hook: `blocks.${l}.hook_mlp_out`, positions: 'all' }]);
   }
@@ -67,7 +74,7 @@ function validDocument(doc: PatchDocument) {
   expect(schemaErrors('patch', viaJson(doc))).toEqual([]);
 }
 
-describe('patch on induction-gpt2: clean [256]+R+R, corrupted [256]+R\'+R (first copy replaced)', () => {
+describe("patch on induction-gpt2: clean [256]+R+R, corrupted [256]+R'+R (first copy replaced)", () => {
   // the final token R[29] occurs earlier only in the clean prompt, so only there can the
   // induction heads find "what came next" (R[0]); R, R' = 30 distinct random bytes each
   const N = 4;
@@ -78,7 +85,13 @@ describe('patch on induction-gpt2: clean [256]+R+R, corrupted [256]+R\'+R (first
 
   beforeAll(async () => {
     for (const { R, R2 } of pairs) {
-      docs.push(await patch.run(gpt2, { token_ids: [256, ...R, ...R], corrupted_token_ids: [256, ...R2, ...R], answer: `#${R[0]}` }, {}));
+      docs.push(
+        await patch.run(
+          gpt2,
+          { token_ids: [256, ...R, ...R], corrupted_token_ids: [256, ...R2, ...R], answer: `#${R[0]}` },
+          {},
+        ),
+      );
     }
   });
 
@@ -96,7 +109,9 @@ describe('patch on induction-gpt2: clean [256]+R+R, corrupted [256]+R\'+R (first
       expect(d.n_variants).toBe(3 * 2 * T + 2 * 4 + 2 * 2);
     }
     const worst = docs.slice(0, 2).map((d) => checkCells(d, gpt2Ref, T, 2, 4));
-    console.log(`patch cells vs float64 reference (${2 * (15 + 6)} cells per sequence): max |Δ metric| ${worst.map((w) => w.toExponential(2)).join(', ')}`);
+    console.log(
+      `patch cells vs float64 reference (${2 * (15 + 6)} cells per sequence): max |Δ metric| ${worst.map((w) => w.toExponential(2)).join(', ')}`,
+    );
   });
 
   it('agrees with the circuit: layer-1 attention restores the answer, spread over the four heads', () => {
@@ -109,17 +124,19 @@ describe('patch on induction-gpt2: clean [256]+R+R, corrupted [256]+R\'+R (first
     const sum1 = at((d) => d.head_out![1].reduce<number>((a, b) => a + b!, 0));
     const r0at30 = at((d) => d.resid_pre![0][30]);
     const r1at31 = at((d) => d.resid_pre![1][31]);
-    console.log([
-      `induction-gpt2 patching, ${N} sequences; normalised logit difference (0 corrupted, 1 clean); clean LD ${fmt(at((d) => d.clean_logit_diff))}, corrupted LD ${fmt(at((d) => d.corrupted_logit_diff))}`,
-      `  layer-1 attn_out, all positions:  ${fmt(attnAll1)}`,
-      `  layer-1 attn_out, last position:  ${fmt(attnLast1)}`,
-      `  layer-0 attn_out, all positions:  ${fmt(at((d) => d.attn_out_all_pos![0]))}`,
-      ...heads1.map((xs, h) => `  L1H${h} output (all positions):     ${fmt(xs)}`),
-      `  Σ of the four L1 heads:           ${fmt(sum1)}`,
-      ...heads0.map((xs, h) => `  L0H${h} output (all positions):     ${fmt(xs)}`),
-      `  resid_pre L0 @30 (R[29] in copy 1): ${fmt(r0at30)}`,
-      `  resid_pre L1 @31 (R[0] in copy 2):  ${fmt(r1at31)}`,
-    ].join('\n'));
+    console.log(
+      [
+        `induction-gpt2 patching, ${N} sequences; normalised logit difference (0 corrupted, 1 clean); clean LD ${fmt(at((d) => d.clean_logit_diff))}, corrupted LD ${fmt(at((d) => d.corrupted_logit_diff))}`,
+        `  layer-1 attn_out, all positions:  ${fmt(attnAll1)}`,
+        `  layer-1 attn_out, last position:  ${fmt(attnLast1)}`,
+        `  layer-0 attn_out, all positions:  ${fmt(at((d) => d.attn_out_all_pos![0]))}`,
+        ...heads1.map((xs, h) => `  L1H${h} output (all positions):     ${fmt(xs)}`),
+        `  Σ of the four L1 heads:           ${fmt(sum1)}`,
+        ...heads0.map((xs, h) => `  L0H${h} output (all positions):     ${fmt(xs)}`),
+        `  resid_pre L0 @30 (R[29] in copy 1): ${fmt(r0at30)}`,
+        `  resid_pre L1 @31 (R[0] in copy 2):  ${fmt(r1at31)}`,
+      ].join('\n'),
+    );
 
     expect(meanOf(attnAll1)).toBeGreaterThan(0.9); // patching all layer-1 heads' outputs restores most of the metric
     expect(meanOf(attnLast1)).toBeGreaterThan(0.9); // … and it is their output at the last position that matters
@@ -145,16 +162,27 @@ describe('patch on stories260K and input checks', () => {
   const corrupted = 'Once upon a time, there was a little boy named Tim. He';
 
   it('cells equal the reference; scans can be chosen', async () => {
-    const doc = await patch.run(stories, { prompt: clean, corrupted_prompt: corrupted, answer: ' lo', counterfactual: ' was' }, {});
+    const doc = await patch.run(
+      stories,
+      { prompt: clean, corrupted_prompt: corrupted, answer: ' lo', counterfactual: ' was' },
+      {},
+    );
     validDocument(doc);
     const T = doc.tokens.length;
     expect(doc.corrupted_tokens.length).toBe(T);
     const worst = checkCells(doc, storiesRef, T, 5, 8);
-    console.log(`stories260K patch: T = ${T}, ${doc.n_variants} variants in ${doc.n_engine_runs} engine runs, max |engine − reference| over ${5 * (15 + 10)} cells = ${worst.toExponential(2)}; clean LD ${doc.clean_logit_diff.toFixed(3)}, corrupted LD ${doc.corrupted_logit_diff.toFixed(3)}`);
+    console.log(
+      `stories260K patch: T = ${T}, ${doc.n_variants} variants in ${doc.n_engine_runs} engine runs, max |engine − reference| over ${5 * (15 + 10)} cells = ${worst.toExponential(2)}; clean LD ${doc.clean_logit_diff.toFixed(3)}, corrupted LD ${doc.corrupted_logit_diff.toFixed(3)}`,
+    );
     // layer-0 resid_pre at a position whose token is the same in both prompts is the same: patching it is a no-op
-    for (let p = 0; p < T; p++) if (!doc.differing_positions.includes(p)) expect(Math.abs(doc.resid_pre![0][p])).toBeLessThan(1e-4);
+    for (let p = 0; p < T; p++)
+      if (!doc.differing_positions.includes(p)) expect(Math.abs(doc.resid_pre![0][p])).toBeLessThan(1e-4);
 
-    const only = await patch.run(stories, { prompt: clean, corrupted_prompt: corrupted, answer: ' lo', counterfactual: ' was', scans: ['head_out'] }, {});
+    const only = await patch.run(
+      stories,
+      { prompt: clean, corrupted_prompt: corrupted, answer: ' lo', counterfactual: ' was', scans: ['head_out'] },
+      {},
+    );
     validDocument(only);
     expect(only.resid_pre).toBeNull();
     expect(only.attn_out).toBeNull();
@@ -163,46 +191,104 @@ describe('patch on stories260K and input checks', () => {
     expect(only.head_out).toEqual(doc.head_out);
 
     // one head: one variant, patching that head's hook_z only, the same number as in the full scan
-    const one = await patch.run(stories, { prompt: clean, corrupted_prompt: corrupted, answer: ' lo', counterfactual: ' was', scans: ['head_out'], heads: [{ layer: 1, head: 2 }] }, {});
+    const one = await patch.run(
+      stories,
+      {
+        prompt: clean,
+        corrupted_prompt: corrupted,
+        answer: ' lo',
+        counterfactual: ' was',
+        scans: ['head_out'],
+        heads: [{ layer: 1, head: 2 }],
+      },
+      {},
+    );
     validDocument(one);
     expect(one.n_variants).toBe(1);
-    expect(one.interventions).toEqual([{ hook: 'blocks.1.attn.hook_z', op: 'patch', head: 2, positions: 'all', from: "the clean prompt's run" }]);
+    expect(one.interventions).toEqual([
+      { hook: 'blocks.1.attn.hook_z', op: 'patch', head: 2, positions: 'all', from: "the clean prompt's run" },
+    ]);
     expect(one.head_out![1][2]).toBeCloseTo(doc.head_out![1][2]!, 5);
     expect(one.head_out!.flat().filter((v) => v !== null)).toHaveLength(1);
-    const noScan = await patch.run(stories, { prompt: clean, corrupted_prompt: corrupted, scans: ['resid_pre'], heads: [{ layer: 0, head: 0 }] }, {}).catch((e) => e);
+    const noScan = await patch
+      .run(
+        stories,
+        { prompt: clean, corrupted_prompt: corrupted, scans: ['resid_pre'], heads: [{ layer: 0, head: 0 }] },
+        {},
+      )
+      .catch((e) => e);
     expect(noScan.code).toBe('BAD_INPUT');
-    const noHead = await patch.run(stories, { prompt: clean, corrupted_prompt: corrupted, scans: ['head_out'], heads: [{ layer: 0, head: 99 }] }, {}).catch((e) => e);
+    const noHead = await patch
+      .run(
+        stories,
+        { prompt: clean, corrupted_prompt: corrupted, scans: ['head_out'], heads: [{ layer: 0, head: 99 }] },
+        {},
+      )
+      .catch((e) => e);
     expect(noHead.code).toBe('BAD_INPUT');
   });
 
   it('refuses unequal lengths, equal answer and counterfactual, bad tokens; cancels; reports progress', async () => {
     const counted = countingModel(stories);
-    const err = await patch.run(counted.model, { prompt: clean, corrupted_prompt: 'Once upon a time' }, {}).catch((e) => e);
+    const err = await patch
+      .run(counted.model, { prompt: clean, corrupted_prompt: 'Once upon a time' }, {})
+      .catch((e) => e);
     expect(err).toBeInstanceOf(LoupeError);
     expect(err.code).toBe('BAD_INPUT');
     expect(err.message).toMatch(/equal token lengths/);
-    const bad = await patch.run(counted.model, { prompt: clean, corrupted_prompt: corrupted, answer: 'qqqqzzzz' }, {}).catch((e) => e);
+    const bad = await patch
+      .run(counted.model, { prompt: clean, corrupted_prompt: corrupted, answer: 'qqqqzzzz' }, {})
+      .catch((e) => e);
     expect(bad.code).toBe('UNKNOWN_TOKEN');
-    const tooLong = await patch.run(gpt2, { token_ids: Array(65).fill(65), corrupted_token_ids: Array(65).fill(66) }, {}).catch((e) => e);
+    const tooLong = await patch
+      .run(gpt2, { token_ids: Array(65).fill(65), corrupted_token_ids: Array(65).fill(66) }, {})
+      .catch((e) => e);
     expect(tooLong.code).toBe('PROMPT_TOO_LONG');
     expect(counted.runs()).toBe(0);
 
     const same = await patch.run(stories, { prompt: clean, corrupted_prompt: clean }, {}).catch((e) => e);
     expect(same).toBeInstanceOf(LoupeError);
     expect(same.code).toBe('BAD_INPUT');
-    const flat = await patch.run(stories, { prompt: clean, corrupted_prompt: clean, answer: ' lo', counterfactual: ' was' }, {}).catch((e) => e);
+    const flat = await patch
+      .run(stories, { prompt: clean, corrupted_prompt: clean, answer: ' lo', counterfactual: ' was' }, {})
+      .catch((e) => e);
     expect(flat.code).toBe('BAD_INPUT'); // identical runs: the normalised metric is undefined
     expect(flat.message).toMatch(/undefined/);
 
     const ac = new AbortController();
-    const p = patch.run(gpt2, { token_ids: [256, ...Array(40).fill(0).map((_, i) => i + 40)], corrupted_token_ids: [256, ...Array(40).fill(0).map((_, i) => i + 100)], answer: '#41', counterfactual: '#42' }, {
-      signal: ac.signal,
-      onProgress: (x) => { if (x.stage === 'patching' && x.done > 0) ac.abort(); },
-    });
+    const p = patch.run(
+      gpt2,
+      {
+        token_ids: [
+          256,
+          ...Array(40)
+            .fill(0)
+            .map((_, i) => i + 40),
+        ],
+        corrupted_token_ids: [
+          256,
+          ...Array(40)
+            .fill(0)
+            .map((_, i) => i + 100),
+        ],
+        answer: '#41',
+        counterfactual: '#42',
+      },
+      {
+        signal: ac.signal,
+        onProgress: (x) => {
+          if (x.stage === 'patching' && x.done > 0) ac.abort();
+        },
+      },
+    );
     await expect(p).rejects.toMatchObject({ code: 'ABORTED' });
 
     const seen: { stage: string; done: number; total: number }[] = [];
-    await patch.run(stories, { prompt: clean, corrupted_prompt: corrupted, answer: ' lo', counterfactual: ' was', scans: ['resid_pre'] }, { onProgress: (x) => seen.push(x) });
+    await patch.run(
+      stories,
+      { prompt: clean, corrupted_prompt: corrupted, answer: ' lo', counterfactual: ' was', scans: ['resid_pre'] },
+      { onProgress: (x) => seen.push(x) },
+    );
     const last = seen.filter((s) => s.stage === 'patching').at(-1)!;
     expect(last.done).toBe(last.total);
   });

@@ -28,10 +28,12 @@ import { SHARED } from './helpers/shared';
 
 const names = ['Lily', 'Tim', 'Timmy', 'Sue', 'Ben', 'Anna', 'Max', 'Mia', 'Sam', 'Tom', 'Jack', 'Lucy'];
 const endings = ['went to the park', 'said hello to mom', 'ran home', 'played all day', 'saw a bird'];
-const PROMPTS = names.flatMap((n) => endings.flatMap((e) => [
-  { text: `${n} was happy and ${e}`, label: 1 },
-  { text: `${n} was big and ${e}`, label: 0 },
-]));
+const PROMPTS = names.flatMap((n) =>
+  endings.flatMap((e) => [
+    { text: `${n} was happy and ${e}`, label: 1 },
+    { text: `${n} was big and ${e}`, label: 0 },
+  ]),
+);
 
 let model: LoadedModel;
 let store: MemoryHandleStore;
@@ -39,17 +41,30 @@ let captureHandle: string;
 beforeAll(async () => {
   model = await loadModelNode(SHARED + '/models/stories260K');
   store = new MemoryHandleStore();
-  const doc = await capture.run(model, { prompts: PROMPTS, hooks: ['blocks.0.hook_resid_pre', 'blocks.4.hook_resid_pre'] }, { store });
+  const doc = await capture.run(
+    model,
+    { prompts: PROMPTS, hooks: ['blocks.0.hook_resid_pre', 'blocks.4.hook_resid_pre'] },
+    { store },
+  );
   captureHandle = doc.handle;
 });
-afterAll(async () => { await model?.dispose(); });
+afterAll(async () => {
+  await model?.dispose();
+});
 
 describe('capture + probe', () => {
   it('capture: a handle, dims, label counts, a valid document', async () => {
-    const doc = await capture.run(model, { prompts: PROMPTS.slice(0, 6), hooks: ['blocks.2.hook_resid_post', 'blocks.1.mlp.hook_post'], position: 'mean' }, { store });
+    const doc = await capture.run(
+      model,
+      { prompts: PROMPTS.slice(0, 6), hooks: ['blocks.2.hook_resid_post', 'blocks.1.mlp.hook_post'], position: 'mean' },
+      { store },
+    );
     expect(schemaErrors('capture', viaJson(doc))).toEqual([]);
     expect(doc.hooks.map((h) => h.dim)).toEqual([model.info.d_model, model.info.d_mlp]);
-    expect(doc.label_counts).toEqual([{ label: 1, count: 3 }, { label: 0, count: 3 }]);
+    expect(doc.label_counts).toEqual([
+      { label: 1, count: 3 },
+      { label: 0, count: 3 },
+    ]);
     expect(doc.bytes).toBe(6 * (64 + 172) * 4);
     expect(doc.handle).toMatch(/^capture_[0-9a-f]{24}$/);
   });
@@ -68,21 +83,32 @@ describe('capture + probe', () => {
     const again = await probe.run(model, { capture: captureHandle, hook: 'blocks.4.hook_resid_pre' }, { store });
     expect(again.direction.values).toEqual(doc.direction.values);
     expect(again.auroc).toBe(doc.auroc);
-    console.log(`probe happy/big @ last position: layer 4 AUROC ${doc.auroc} acc ${doc.accuracy} (shuffled control ${doc.shuffled_control.auroc?.toFixed(3)}); layer 0 AUROC ${l0.auroc?.toFixed(3)}`);
+    console.log(
+      `probe happy/big @ last position: layer 4 AUROC ${doc.auroc} acc ${doc.accuracy} (shuffled control ${doc.shuffled_control.auroc?.toFixed(3)}); layer 0 AUROC ${l0.auroc?.toFixed(3)}`,
+    );
   });
 
   it('shuffled labels: AUROC ≈ 0.5', async () => {
     const a: number[] = [];
     for (let seed = 0; seed < 20; seed++) {
-      const doc = await probe.run(model, { capture: captureHandle, hook: 'blocks.4.hook_resid_pre', shuffle_labels: true, seed }, { store });
+      const doc = await probe.run(
+        model,
+        { capture: captureHandle, hook: 'blocks.4.hook_resid_pre', shuffle_labels: true, seed },
+        { store },
+      );
       expect(doc.shuffled_labels).toBe(true);
       a.push(doc.auroc!);
     }
     const mean = a.reduce((x, y) => x + y, 0) / a.length;
-    console.log(`shuffled-label AUROC over 20 seeds: mean ${mean.toFixed(3)}, range ${Math.min(...a).toFixed(2)}–${Math.max(...a).toFixed(2)}`);
+    console.log(
+      `shuffled-label AUROC over 20 seeds: mean ${mean.toFixed(3)}, range ${Math.min(...a).toFixed(2)}–${Math.max(...a).toFixed(2)}`,
+    );
     expect(mean).toBeGreaterThan(0.4);
     expect(mean).toBeLessThan(0.6);
-    for (const x of a) { expect(x).toBeGreaterThan(0.15); expect(x).toBeLessThan(0.85); }
+    for (const x of a) {
+      expect(x).toBeGreaterThan(0.15);
+      expect(x).toBeLessThan(0.85);
+    }
   });
 
   it('weights are in the raw basis: x·w + b from fresh activations equals the reported logit', async () => {
@@ -101,9 +127,20 @@ describe('capture + probe', () => {
 
   it('the probe direction feeds steer: "probe:<handle>" steers exactly like its weights given as numbers', async () => {
     const doc = await probe.run(model, { capture: captureHandle, hook: 'blocks.4.hook_resid_pre' }, { store });
-    const base = { prompt: 'Tim was', layer: 4, alpha: 3, targets: [' happy'], controls: [' the', ' a'], max_new_tokens: 6 };
+    const base = {
+      prompt: 'Tim was',
+      layer: 4,
+      alpha: 3,
+      targets: [' happy'],
+      controls: [' the', ' a'],
+      max_new_tokens: 6,
+    };
     const viaProbe = await steer.run(model, { ...base, direction: `probe:${doc.handle}` }, { store });
-    const viaVector = await steer.run(model, { ...base, direction: { kind: 'vector', values: doc.direction.values } }, { store });
+    const viaVector = await steer.run(
+      model,
+      { ...base, direction: { kind: 'vector', values: doc.direction.values } },
+      { store },
+    );
     expect(viaProbe.direction.kind).toBe('probe');
     expect(viaProbe.direction.hook).toBe('blocks.4.hook_resid_pre');
     expect(Math.abs(viaProbe.direction.raw_norm - doc.direction.norm)).toBeLessThan(1e-9 * doc.direction.norm);
@@ -115,21 +152,46 @@ describe('capture + probe', () => {
   it('errors: caps and the store limit before any run, unknown hooks, labels, expired handles', async () => {
     let n = 0;
     const m = Object.create(model) as LoadedModel;
-    m.run = (t: number[] | number[][], o?: RunOptions) => { n++; return model.run(t, o); };
+    m.run = (t: number[] | number[][], o?: RunOptions) => {
+      n++;
+      return model.run(t, o);
+    };
     const many = Array.from({ length: 1025 }, (_, i) => ({ text: `Tim ${i}`, label: i % 2 }));
     await expect(capture.run(m, { prompts: many }, { store })).rejects.toMatchObject({ code: 'TOO_LARGE' });
     const tiny = new MemoryHandleStore({ maxBytes: 1000 });
     await expect(capture.run(m, { prompts: PROMPTS }, { store: tiny })).rejects.toMatchObject({ code: 'TOO_LARGE' });
-    await expect(capture.run(m, { prompts: PROMPTS, hooks: ['blocks.9.hook_resid_pre'] }, { store })).rejects.toMatchObject({ code: 'UNKNOWN_HOOK' });
-    await expect(capture.run(m, { prompts: PROMPTS, hooks: ['blocks.1.attn.hook_pattern'] }, { store })).rejects.toMatchObject({ code: 'BAD_INPUT' });
-    await expect(capture.run(m, { prompts: PROMPTS, position: 40 }, { store })).rejects.toMatchObject({ code: 'BAD_INPUT' });
+    await expect(
+      capture.run(m, { prompts: PROMPTS, hooks: ['blocks.9.hook_resid_pre'] }, { store }),
+    ).rejects.toMatchObject({ code: 'UNKNOWN_HOOK' });
+    await expect(
+      capture.run(m, { prompts: PROMPTS, hooks: ['blocks.1.attn.hook_pattern'] }, { store }),
+    ).rejects.toMatchObject({ code: 'BAD_INPUT' });
+    await expect(capture.run(m, { prompts: PROMPTS, position: 40 }, { store })).rejects.toMatchObject({
+      code: 'BAD_INPUT',
+    });
     expect(n).toBe(0);
-    await expect(probe.run(model, { capture: 'capture_000' }, { store })).rejects.toMatchObject({ code: 'HANDLE_EXPIRED' });
+    await expect(probe.run(model, { capture: 'capture_000' }, { store })).rejects.toMatchObject({
+      code: 'HANDLE_EXPIRED',
+    });
     const unl = await capture.run(model, { prompts: ['a b', 'c d', 'e f', 'g h'] }, { store });
     await expect(probe.run(model, { capture: unl.handle }, { store })).rejects.toMatchObject({ code: 'BAD_INPUT' });
-    const three = await capture.run(model, { prompts: ['a', 'b', 'c', 'd', 'e', 'f'].map((t, i) => ({ text: t, label: ['x', 'y', 'z'][i % 3] })) }, { store });
+    const three = await capture.run(
+      model,
+      { prompts: ['a', 'b', 'c', 'd', 'e', 'f'].map((t, i) => ({ text: t, label: ['x', 'y', 'z'][i % 3] })) },
+      { store },
+    );
     await expect(probe.run(model, { capture: three.handle }, { store })).rejects.toMatchObject({ code: 'BAD_INPUT' });
-    const one = await capture.run(model, { prompts: [{ text: 'a', label: 'x' }, { text: 'b', label: 'y' }, { text: 'c', label: 'y' }] }, { store });
+    const one = await capture.run(
+      model,
+      {
+        prompts: [
+          { text: 'a', label: 'x' },
+          { text: 'b', label: 'y' },
+          { text: 'c', label: 'y' },
+        ],
+      },
+      { store },
+    );
     await expect(probe.run(model, { capture: one.handle }, { store })).rejects.toMatchObject({ code: 'BAD_INPUT' });
   });
 });
@@ -165,7 +227,10 @@ describe('probe math', () => {
     return { w, b };
   }
 
-  it.each([[40, 5], [12, 30]])('Newton fit equals gradient descent (n = %i, d = %i: direct and Woodbury solves)', (n, d) => {
+  it.each([
+    [40, 5],
+    [12, 30],
+  ])('Newton fit equals gradient descent (n = %i, d = %i: direct and Woodbury solves)', (n, d) => {
     const u = rng(n * 100 + d);
     const X = new Float64Array(n * d);
     for (let i = 0; i < X.length; i++) X[i] = gaussian(u);

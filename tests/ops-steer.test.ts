@@ -29,7 +29,9 @@ beforeAll(async () => {
   model = await loadModelNode(DIR);
   ref = loadModelDir(DIR);
 });
-afterAll(async () => { await model?.dispose(); });
+afterAll(async () => {
+  await model?.dispose();
+});
 
 // ---------------------------------------------------------------- float64 oracle helpers (no src/ math)
 
@@ -103,7 +105,8 @@ function checkAgainstReference(doc: SteerDocument, d: Float64Array, positions?: 
   const r = base.hooks[`blocks.${doc.layer}.hook_resid_pre`];
   const [, T, D] = r.dims;
   let s = 0;
-  for (let t = 1; t < T; t++) s += Math.sqrt(Array.from({ length: D }, (_, j) => r.data[t * D + j] ** 2).reduce((a, b) => a + b, 0));
+  for (let t = 1; t < T; t++)
+    s += Math.sqrt(Array.from({ length: D }, (_, j) => r.data[t * D + j] ** 2).reduce((a, b) => a + b, 0));
   near(doc.resid_norm, s / (T - 1), 'resid_norm');
   return worst;
 }
@@ -112,14 +115,25 @@ function checkAgainstReference(doc: SteerDocument, d: Float64Array, positions?: 
 function counting(): { m: LoadedModel; runs: () => number } {
   let n = 0;
   const m = Object.create(model) as LoadedModel;
-  m.run = (t: number[] | number[][], o?: RunOptions) => { n++; return model.run(t, o); };
+  m.run = (t: number[] | number[][], o?: RunOptions) => {
+    n++;
+    return model.run(t, o);
+  };
   return { m, runs: () => n };
 }
 
 describe('steer', () => {
   it('α = 0: steered = base = plain generation, and every delta is ~0', async () => {
-    const doc = await steer.run(model, { prompt: PROMPT, layer: 2, direction: 'tokens: happy - big', alpha: 0, max_new_tokens: 24, stop_at_eos: false }, {});
-    const plain = await generateTokens(model, doc.tokens.map((t) => t.id), { maxNewTokens: 24, stopAtEos: false });
+    const doc = await steer.run(
+      model,
+      { prompt: PROMPT, layer: 2, direction: 'tokens: happy - big', alpha: 0, max_new_tokens: 24, stop_at_eos: false },
+      {},
+    );
+    const plain = await generateTokens(
+      model,
+      doc.tokens.map((t) => t.id),
+      { maxNewTokens: 24, stopAtEos: false },
+    );
     expect(doc.steered.generated_token_ids).toEqual(doc.base.generated_token_ids);
     expect(doc.base.generated_token_ids).toEqual(plain.ids);
     expect(doc.steered.generated_text).toBe(plain.text);
@@ -128,12 +142,29 @@ describe('steer', () => {
     expect(doc.kl_from_base).toBeLessThan(1e-6);
     expect(schemaErrors('steer', viaJson(doc))).toEqual([]);
     // sampled too: same seed, α = 0 → same tokens
-    const s = await steer.run(model, { prompt: PROMPT, layer: 2, direction: 'random:4', alpha: 0, max_new_tokens: 24, temperature: 1, seed: 9, stop_at_eos: false }, {});
+    const s = await steer.run(
+      model,
+      {
+        prompt: PROMPT,
+        layer: 2,
+        direction: 'random:4',
+        alpha: 0,
+        max_new_tokens: 24,
+        temperature: 1,
+        seed: 9,
+        stop_at_eos: false,
+      },
+      {},
+    );
     expect(s.steered.generated_token_ids).toEqual(s.base.generated_token_ids);
   });
 
-  it('token direction, all positions: numbers equal the float64 reference; greedy text equals the reference\'s', async () => {
-    const doc = await steer.run(model, { prompt: PROMPT, layer: 2, direction: 'tokens: happy - big', alpha: 4, max_new_tokens: 12, stop_at_eos: false }, {});
+  it("token direction, all positions: numbers equal the float64 reference; greedy text equals the reference's", async () => {
+    const doc = await steer.run(
+      model,
+      { prompt: PROMPT, layer: 2, direction: 'tokens: happy - big', alpha: 4, max_new_tokens: 12, stop_at_eos: false },
+      {},
+    );
     const happy = model.tokenId(' happy')!;
     const big = model.tokenId(' big')!;
     const raw = wuCol(happy).map((x, j) => x - wuCol(big)[j]);
@@ -145,32 +176,64 @@ describe('steer', () => {
     expect(Math.abs(doc.target_logprob_delta)).toBeGreaterThan(0.5);
     expect(doc.steered.generated_token_ids).not.toEqual(doc.base.generated_token_ids);
     // steering applies at every generated position too: the reference re-decodes with the edit everywhere
-    expect(doc.steered.generated_token_ids).toEqual(refGreedySteered(doc.tokens.map((t) => t.id), 12, 2, d, 4));
-    console.log(`steer tokens/all: target Δ ${doc.target_logprob_delta.toFixed(4)}, control Δ ${doc.control_logprob_delta.toFixed(4)}, worst |Δ| vs reference ${worst.toExponential(2)}`);
+    expect(doc.steered.generated_token_ids).toEqual(
+      refGreedySteered(
+        doc.tokens.map((t) => t.id),
+        12,
+        2,
+        d,
+        4,
+      ),
+    );
+    console.log(
+      `steer tokens/all: target Δ ${doc.target_logprob_delta.toFixed(4)}, control Δ ${doc.control_logprob_delta.toFixed(4)}, worst |Δ| vs reference ${worst.toExponential(2)}`,
+    );
     expect(schemaErrors('steer', viaJson(doc))).toEqual([]);
   });
 
   it('given vector at chosen positions, and unnormalised: numbers equal the reference', async () => {
     const D = model.info.d_model;
     const values = Array.from({ length: D }, (_, j) => Math.sin(j * 1.7) + 0.3 * Math.cos(j * 0.3));
-    const doc = await steer.run(model, {
-      prompt: PROMPT, layer: 1, direction: { kind: 'vector', values }, normalize: false, alpha: -1.5, positions: [3, 8],
-      targets: [' little', ' happy'], controls: [' the', ' and', '#300'], max_new_tokens: 4,
-    }, {});
+    const doc = await steer.run(
+      model,
+      {
+        prompt: PROMPT,
+        layer: 1,
+        direction: { kind: 'vector', values },
+        normalize: false,
+        alpha: -1.5,
+        positions: [3, 8],
+        targets: [' little', ' happy'],
+        controls: [' the', ' and', '#300'],
+        max_new_tokens: 4,
+      },
+      {},
+    );
     expect(doc.direction.normalized).toBe(false);
     const worst = checkAgainstReference(doc, Float64Array.from(values), [3, 8]);
     expect(Math.abs(doc.normalized_effect)).toBeGreaterThan(0.05);
-    console.log(`steer vector/[3,8]: normalized effect ${doc.normalized_effect.toFixed(4)}, worst |Δ| ${worst.toExponential(2)}`);
+    console.log(
+      `steer vector/[3,8]: normalized effect ${doc.normalized_effect.toFixed(4)}, worst |Δ| ${worst.toExponential(2)}`,
+    );
   });
 
-  it('mean-difference direction: vector and norm from the reference\'s activations; numbers equal the reference', async () => {
+  it("mean-difference direction: vector and norm from the reference's activations; numbers equal the reference", async () => {
     const pos = ['Lily was happy', 'Tim was very happy', 'The girl was happy'];
     const neg = ['Lily was big', 'Tim was very big', 'The girl was big'];
     const layer = 3;
-    const doc = await steer.run(model, {
-      prompt: 'One day, Tim was', layer, direction: { kind: 'mean_diff', positive: pos, negative: neg }, alpha: 3, max_new_tokens: 4,
-      targets: [' happy'], controls: [' the', ' a', ' to'],
-    }, {});
+    const doc = await steer.run(
+      model,
+      {
+        prompt: 'One day, Tim was',
+        layer,
+        direction: { kind: 'mean_diff', positive: pos, negative: neg },
+        alpha: 3,
+        max_new_tokens: 4,
+        targets: [' happy'],
+        controls: [' the', ' a', ' to'],
+      },
+      {},
+    );
     const name = `blocks.${layer}.hook_resid_pre`;
     const D = model.info.d_model;
     const lastAct = (p: string) => {
@@ -179,12 +242,20 @@ describe('steer', () => {
       return h.data.slice((T - 1) * D, T * D);
     };
     const raw = new Float64Array(D);
-    for (const p of pos) lastAct(p).forEach((x, j) => { raw[j] += x / pos.length; });
-    for (const p of neg) lastAct(p).forEach((x, j) => { raw[j] -= x / neg.length; });
+    for (const p of pos)
+      lastAct(p).forEach((x, j) => {
+        raw[j] += x / pos.length;
+      });
+    for (const p of neg)
+      lastAct(p).forEach((x, j) => {
+        raw[j] -= x / neg.length;
+      });
     const { v: d, norm } = unit(raw);
     expect(Math.abs(doc.direction.raw_norm - norm) / norm).toBeLessThan(1e-4);
     const worst = checkAgainstReference(doc, d);
-    console.log(`steer mean_diff: ‖d‖ ${norm.toFixed(4)}, target Δ ${doc.target_logprob_delta.toFixed(4)}, worst |Δ| ${worst.toExponential(2)}`);
+    console.log(
+      `steer mean_diff: ‖d‖ ${norm.toFixed(4)}, target Δ ${doc.target_logprob_delta.toFixed(4)}, worst |Δ| ${worst.toExponential(2)}`,
+    );
   });
 
   it('bad inputs and caps fail before any engine run', async () => {
@@ -192,11 +263,17 @@ describe('steer', () => {
     const base = { prompt: PROMPT, layer: 2, direction: 'tokens: happy - big', alpha: 1 };
     await expect(steer.run(m, { ...base, max_new_tokens: 300 }, {})).rejects.toMatchObject({ code: 'TOO_LARGE' });
     await expect(steer.run(m, { ...base, layer: 9 }, {})).rejects.toMatchObject({ code: 'BAD_INPUT' });
-    await expect(steer.run(m, { ...base, direction: 'tokens: happy - elephant' }, {})).rejects.toMatchObject({ code: 'UNKNOWN_TOKEN' });
+    await expect(steer.run(m, { ...base, direction: 'tokens: happy - elephant' }, {})).rejects.toMatchObject({
+      code: 'UNKNOWN_TOKEN',
+    });
     await expect(steer.run(m, { ...base, targets: [' sad'] }, {})).rejects.toMatchObject({ code: 'UNKNOWN_TOKEN' });
-    await expect(steer.run(m, { ...base, direction: { kind: 'vector', values: [1, 2, 3] } }, {})).rejects.toMatchObject({ code: 'BAD_INPUT' });
+    await expect(steer.run(m, { ...base, direction: { kind: 'vector', values: [1, 2, 3] } }, {})).rejects.toMatchObject(
+      { code: 'BAD_INPUT' },
+    );
     await expect(steer.run(m, { ...base, positions: [40] }, {})).rejects.toMatchObject({ code: 'BAD_INPUT' });
-    await expect(steer.run(m, { ...base, direction: 'probe:nope' }, {})).rejects.toMatchObject({ code: 'HANDLE_EXPIRED' });
+    await expect(steer.run(m, { ...base, direction: 'probe:nope' }, {})).rejects.toMatchObject({
+      code: 'HANDLE_EXPIRED',
+    });
     await expect(steer.run(m, { ...base, direction: 'sideways' }, {})).rejects.toMatchObject({ code: 'BAD_INPUT' });
     await expect(steer.run(m, { ...base, alpha: 'big' } as never, {})).rejects.toMatchObject({ code: 'BAD_INPUT' });
     expect(runs()).toBe(0);
@@ -204,13 +281,24 @@ describe('steer', () => {
 
   it('reports progress and honours cancellation between engine runs', async () => {
     const stages = new Set<string>();
-    await steer.run(model, { prompt: PROMPT, layer: 2, direction: 'random:1', alpha: 2, max_new_tokens: 5 }, { onProgress: (p) => stages.add(p.stage) });
+    await steer.run(
+      model,
+      { prompt: PROMPT, layer: 2, direction: 'random:1', alpha: 2, max_new_tokens: 5 },
+      { onProgress: (p) => stages.add(p.stage) },
+    );
     expect([...stages]).toEqual(['base run', 'generating']);
     const ac = new AbortController();
     const { m, runs } = counting();
-    const p = steer.run(m, { prompt: PROMPT, layer: 2, direction: 'random:1', alpha: 2, max_new_tokens: 50, stop_at_eos: false }, {
-      signal: ac.signal, onProgress: (q) => { if (q.stage === 'generating' && q.done === 2) ac.abort(); },
-    });
+    const p = steer.run(
+      m,
+      { prompt: PROMPT, layer: 2, direction: 'random:1', alpha: 2, max_new_tokens: 50, stop_at_eos: false },
+      {
+        signal: ac.signal,
+        onProgress: (q) => {
+          if (q.stage === 'generating' && q.done === 2) ac.abort();
+        },
+      },
+    );
     await expect(p).rejects.toMatchObject({ code: 'ABORTED' });
     expect(runs()).toBeLessThan(6);
   });
@@ -224,10 +312,16 @@ describe('steer on a LayerNorm model (induction-gpt2)', () => {
     g = await loadModelNode(GDIR);
     gref = loadModelDir(GDIR);
   });
-  afterAll(async () => { await g?.dispose(); });
+  afterAll(async () => {
+    await g?.dispose();
+  });
 
   it('token direction at layer 1: log-prob deltas and the steered greedy text equal the float64 reference', async () => {
-    const doc = await steer.run(g, { prompt: 'xqzkwxqzk', layer: 1, direction: 'tokens: a - w', alpha: 3, max_new_tokens: 8, stop_at_eos: false }, {});
+    const doc = await steer.run(
+      g,
+      { prompt: 'xqzkwxqzk', layer: 1, direction: 'tokens: a - w', alpha: 3, max_new_tokens: 8, stop_at_eos: false },
+      {},
+    );
     expect(schemaErrors('steer', viaJson(doc))).toEqual([]);
     const a = g.tokenId('a')!;
     const w = g.tokenId('w')!;
@@ -237,15 +331,16 @@ describe('steer on a LayerNorm model (induction-gpt2)', () => {
     const { v: d } = unit(raw);
     const ids = doc.tokens.map((t) => t.id);
     const name = 'blocks.1.hook_resid_pre';
-    const fwd = (seq: number[], alpha: number) => referenceForward(gref, seq, {
-      record: false,
-      hook: (n, value, dims) => {
-        if (n !== name) return;
-        const out = Float64Array.from(value);
-        for (let t = 0; t < dims[1]; t++) for (let j = 0; j < D; j++) out[t * D + j] += alpha * d[j];
-        return out;
-      },
-    });
+    const fwd = (seq: number[], alpha: number) =>
+      referenceForward(gref, seq, {
+        record: false,
+        hook: (n, value, dims) => {
+          if (n !== name) return;
+          const out = Float64Array.from(value);
+          for (let t = 0; t < dims[1]; t++) for (let j = 0; j < D; j++) out[t * D + j] += alpha * d[j];
+          return out;
+        },
+      });
     const b = logSoftmax64(lastLogits(fwd(ids, 0)));
     const s = logSoftmax64(lastLogits(fwd(ids, 3)));
     expect(Math.abs(doc.target_logprob_delta - (s[a] - b[a]))).toBeLessThan(TOL);
@@ -253,8 +348,14 @@ describe('steer on a LayerNorm model (induction-gpt2)', () => {
     expect(doc.target_logprob_delta).toBeGreaterThan(0.1);
     const seq = ids.slice();
     const want: number[] = [];
-    for (let i = 0; i < 8; i++) { const nx = argmax(lastLogits(fwd(seq, 3))); want.push(nx); seq.push(nx); }
+    for (let i = 0; i < 8; i++) {
+      const nx = argmax(lastLogits(fwd(seq, 3)));
+      want.push(nx);
+      seq.push(nx);
+    }
     expect(doc.steered.generated_token_ids).toEqual(want);
-    console.log(`gpt2 steer 'a' − 'w' @L1: target Δ ${doc.target_logprob_delta.toFixed(4)}; base ${JSON.stringify(doc.base.generated_text)} → steered ${JSON.stringify(doc.steered.generated_text)}`);
+    console.log(
+      `gpt2 steer 'a' − 'w' @L1: target Δ ${doc.target_logprob_delta.toFixed(4)}; base ${JSON.stringify(doc.base.generated_text)} → steered ${JSON.stringify(doc.steered.generated_text)}`,
+    );
   });
 });

@@ -27,13 +27,25 @@ beforeAll(async () => {
   model = await loadModelNode(DIR);
   ref = loadModelDir(DIR);
 });
-afterAll(async () => { await model?.dispose(); });
+afterAll(async () => {
+  await model?.dispose();
+});
 
 describe('sweep', () => {
   it('unembedding direction: monotone curves that equal the float64 reference; text moves toward the target', async () => {
     const layer = model.info.n_layers - 1;
     const happy = model.tokenId(' happy')!;
-    const doc = await sweep.run(model, { prompt: PROMPT, layer, direction: { kind: 'tokens', positive: ' happy' }, max_new_tokens: 12, stop_at_eos: false }, {});
+    const doc = await sweep.run(
+      model,
+      {
+        prompt: PROMPT,
+        layer,
+        direction: { kind: 'tokens', positive: ' happy' },
+        max_new_tokens: 12,
+        stop_at_eos: false,
+      },
+      {},
+    );
     expect(schemaErrors('sweep', viaJson(doc))).toEqual([]);
     expect(doc.alpha_source).toBe('multiples');
     expect(doc.multiples).toEqual([-1, -0.5, -0.25, 0, 0.25, 0.5, 1]);
@@ -46,19 +58,23 @@ describe('sweep', () => {
     const d = raw.map((x) => x / norm);
     const ids = doc.tokens.map((t) => t.id);
     const name = `blocks.${layer}.hook_resid_pre`;
-    const run = (alpha: number) => referenceForward(ref, ids, {
-      record: (n) => n === name,
-      hook: (n, v, dims) => {
-        if (n !== name) return;
-        const out = Float64Array.from(v);
-        for (let t = 0; t < dims[1]; t++) for (let j = 0; j < D; j++) out[t * D + j] += alpha * d[j];
-        return out;
-      },
-    });
+    const run = (alpha: number) =>
+      referenceForward(ref, ids, {
+        record: (n) => n === name,
+        hook: (n, v, dims) => {
+          if (n !== name) return;
+          const out = Float64Array.from(v);
+          for (let t = 0; t < dims[1]; t++) for (let j = 0; j < D; j++) out[t * D + j] += alpha * d[j];
+          return out;
+        },
+      });
     const base = run(0);
     const r = base.hooks[name];
     let residNorm = 0;
-    for (let t = 1; t < ids.length; t++) residNorm += Math.sqrt(Array.from({ length: D }, (_, j) => r.data[t * D + j] ** 2).reduce((a, b) => a + b, 0)) / (ids.length - 1);
+    for (let t = 1; t < ids.length; t++)
+      residNorm +=
+        Math.sqrt(Array.from({ length: D }, (_, j) => r.data[t * D + j] ** 2).reduce((a, b) => a + b, 0)) /
+        (ids.length - 1);
     expect(Math.abs(doc.resid_norm - residNorm)).toBeLessThan(1e-4);
     doc.multiples!.forEach((m, i) => expect(Math.abs(doc.alphas[i] - m * residNorm)).toBeLessThan(1e-4));
 
@@ -71,7 +87,12 @@ describe('sweep', () => {
       const cd = controls.reduce((s, c) => s + lp[c] - baseLp[c], 0) / controls.length;
       let kl = 0;
       for (let v = 0; v < lp.length; v++) kl += Math.exp(baseLp[v]) * (baseLp[v] - lp[v]);
-      for (const [got, want] of [[doc.curves.target_logprob_delta[i], td], [doc.curves.control_logprob_delta[i], cd], [doc.curves.normalized_effect[i], td - cd], [doc.curves.kl_from_base[i], kl]] as const) {
+      for (const [got, want] of [
+        [doc.curves.target_logprob_delta[i], td],
+        [doc.curves.control_logprob_delta[i], cd],
+        [doc.curves.normalized_effect[i], td - cd],
+        [doc.curves.kl_from_base[i], kl],
+      ] as const) {
         worst = Math.max(worst, Math.abs(got - want));
         expect(Math.abs(got - want), `α=${a}: ${got} vs ${want}`).toBeLessThan(1e-4);
       }
@@ -97,12 +118,18 @@ describe('sweep', () => {
     expect(count(doc.generations[6].generated_token_ids)).toBeGreaterThanOrEqual(6);
     // one batched generation for all 7 α: the base run + 12 generation runs
     expect(doc.engine_runs).toBeLessThanOrEqual(1 + 12);
-    console.log(`sweep ' happy' @L${layer}: target Δ ${tdc.map((x) => x.toFixed(2)).join(' ')}; worst |Δ| vs reference ${worst.toExponential(2)}; ` +
-      `text at +1×norm ${JSON.stringify(doc.generations[6].generated_text)}`);
+    console.log(
+      `sweep ' happy' @L${layer}: target Δ ${tdc.map((x) => x.toFixed(2)).join(' ')}; worst |Δ| vs reference ${worst.toExponential(2)}; ` +
+        `text at +1×norm ${JSON.stringify(doc.generations[6].generated_text)}`,
+    );
   });
 
   it('explicit α list, no generation; trend() rules', async () => {
-    const doc = await sweep.run(model, { prompt: PROMPT, layer: 2, direction: 'tokens: happy - big', alphas: [2, -2, 0], max_new_tokens: 0 }, {});
+    const doc = await sweep.run(
+      model,
+      { prompt: PROMPT, layer: 2, direction: 'tokens: happy - big', alphas: [2, -2, 0], max_new_tokens: 0 },
+      {},
+    );
     expect(doc.alpha_source).toBe('alphas');
     expect(doc.multiples).toBeNull();
     expect(doc.alphas).toEqual([2, -2, 0]);
@@ -118,9 +145,14 @@ describe('sweep', () => {
   it('caps fail before any engine run', async () => {
     let n = 0;
     const m = Object.create(model) as LoadedModel;
-    m.run = (t: number[] | number[][], o?: RunOptions) => { n++; return model.run(t, o); };
+    m.run = (t: number[] | number[][], o?: RunOptions) => {
+      n++;
+      return model.run(t, o);
+    };
     const base = { prompt: PROMPT, layer: 2, direction: 'tokens: happy - big' };
-    await expect(sweep.run(m, { ...base, alphas: Array.from({ length: 33 }, (_, i) => i) }, {})).rejects.toMatchObject({ code: 'TOO_LARGE' });
+    await expect(sweep.run(m, { ...base, alphas: Array.from({ length: 33 }, (_, i) => i) }, {})).rejects.toMatchObject({
+      code: 'TOO_LARGE',
+    });
     await expect(sweep.run(m, { ...base, max_new_tokens: 1000 }, {})).rejects.toMatchObject({ code: 'TOO_LARGE' });
     await expect(sweep.run(m, { ...base, multiples: [] }, {})).rejects.toMatchObject({ code: 'BAD_INPUT' });
     expect(n).toBe(0);

@@ -36,13 +36,19 @@ export function refReadout(m: RefModel): RefReadout {
   const V = c.vocab_size as number;
   const L = (c.n_layer ?? c.num_hidden_layers) as number;
   const gemma = family === 'gemma' || family === 'gemma2';
-  let w: Float64Array, b: Float64Array | null = null, WU: ArrayLike<number>, bU: ArrayLike<number> | null = null, eps: number;
+  let w: Float64Array,
+    b: Float64Array | null = null,
+    WU: ArrayLike<number>,
+    bU: ArrayLike<number> | null = null,
+    eps: number;
   if (family === 'gpt2') {
-    w = f64(t['transformer.ln_f.weight'].data); b = f64(t['transformer.ln_f.bias'].data);
+    w = f64(t['transformer.ln_f.weight'].data);
+    b = f64(t['transformer.ln_f.bias'].data);
     WU = (t['lm_head.weight'] ?? t['transformer.wte.weight']).data;
     eps = c.layer_norm_epsilon;
   } else if (family === 'gpt_neox') {
-    w = f64(t['gpt_neox.final_layer_norm.weight'].data); b = f64(t['gpt_neox.final_layer_norm.bias'].data);
+    w = f64(t['gpt_neox.final_layer_norm.weight'].data);
+    b = f64(t['gpt_neox.final_layer_norm.bias'].data);
     WU = (t['embed_out.weight'] ?? t['gpt_neox.embed_in.weight']).data;
     eps = c.layer_norm_eps;
   } else {
@@ -55,11 +61,24 @@ export function refReadout(m: RefModel): RefReadout {
   const postAttn: (Float64Array | null)[] = [];
   for (let l = 0; l < L; l++) {
     const pw = t[`model.layers.${l}.post_attention_layernorm.weight`];
-    if (family === 'gemma2' && pw) { const x = f64(pw.data); for (let d = 0; d < D; d++) x[d] += 1; postAttn.push(x); } else postAttn.push(null);
+    if (family === 'gemma2' && pw) {
+      const x = f64(pw.data);
+      for (let d = 0; d < D; d++) x[d] += 1;
+      postAttn.push(x);
+    } else postAttn.push(null);
   }
   return {
-    D, V, layerNorm: family === 'gpt2' || family === 'gpt_neox', w, b, eps, WU, bU,
-    softcap: family === 'gemma2' ? (c.final_logit_softcapping ?? null) : null, postAttn, family,
+    D,
+    V,
+    layerNorm: family === 'gpt2' || family === 'gpt_neox',
+    w,
+    b,
+    eps,
+    WU,
+    bU,
+    softcap: family === 'gemma2' ? (c.final_logit_softcapping ?? null) : null,
+    postAttn,
+    family,
   };
 }
 
@@ -77,14 +96,19 @@ function unembedCol(r: RefReadout, tok: number, conv: Convention, cf?: number): 
       for (let v = 0; v < r.V; v++) s += r.WU[v * r.D + d];
       u[d] -= s / r.V;
     }
-    if (r.bU) { let s = 0; for (let v = 0; v < r.V; v++) s += r.bU[v]; bias -= s / r.V; }
+    if (r.bU) {
+      let s = 0;
+      for (let v = 0; v < r.V; v++) s += r.bU[v];
+      bias -= s / r.V;
+    }
   }
   return { u, bias };
 }
 
 export function foldRun(m: RefModel, tokens: number[]): ForwardResult {
   return referenceForward(m, tokens, {
-    hook: (name, value) => (/^blocks\.\d+\.ln1\.hook_scale$/.test(name) ? new Float64Array(value.length).fill(1e30) : undefined),
+    hook: (name, value) =>
+      /^blocks\.\d+\.ln1\.hook_scale$/.test(name) ? new Float64Array(value.length).fill(1e30) : undefined,
     record: (n) => n.endsWith('attn.hook_result'),
   });
 }
@@ -93,17 +117,32 @@ export function foldRun(m: RefModel, tokens: number[]): ForwardResult {
  * Every decomposition term (same names as trace's) at position p, from reference hooks.
  * `fold` (from foldRun) is needed for the transformer_lens convention.
  */
-export function refTerms(r: RefReadout, fwd: ForwardResult, p: number, tok: number, conv: Convention, opts: { cf?: number; fold?: ForwardResult; H: number; L: number }): { terms: Map<string, number>; target: number } {
+export function refTerms(
+  r: RefReadout,
+  fwd: ForwardResult,
+  p: number,
+  tok: number,
+  conv: Convention,
+  opts: { cf?: number; fold?: ForwardResult; H: number; L: number },
+): { terms: Map<string, number>; target: number } {
   const { D, V } = r;
-  const h = (n: string) => { const x = fwd.hooks[n]; if (!x) throw new Error(`reference hook ${n} missing`); return x; };
-  const vec = (n: string, pos: number, inner = D, off = 0) => h(n).data.subarray(pos * inner + off, pos * inner + off + D);
+  const h = (n: string) => {
+    const x = fwd.hooks[n];
+    if (!x) throw new Error(`reference hook ${n} missing`);
+    return x;
+  };
+  const vec = (n: string, pos: number, inner = D, off = 0) =>
+    h(n).data.subarray(pos * inner + off, pos * inner + off + D);
   const s = h('ln_final.hook_scale').data[p];
   const { u, bias } = unembedCol(r, tok, conv, opts.cf);
   const dv = u.map((x, d) => x * r.w[d]);
   const proj = (c: ArrayLike<number>, gain?: Float64Array | null) => {
     const cc = Float64Array.from(c, (x, d) => x * (gain ? gain[d] : 1));
     let mean = 0;
-    if (r.layerNorm) { for (let d = 0; d < D; d++) mean += cc[d]; mean /= D; }
+    if (r.layerNorm) {
+      for (let d = 0; d < D; d++) mean += cc[d];
+      mean /= D;
+    }
     let acc = 0;
     for (let d = 0; d < D; d++) acc += ((cc[d] - mean) / s) * dv[d];
     return acc;
@@ -121,8 +160,12 @@ export function refTerms(r: RefReadout, fwd: ForwardResult, p: number, tok: numb
     let gain: Float64Array | null = null;
     if (r.postAttn[l]) {
       const x = new Float64Array(D);
-      for (let hh = 0; hh < opts.H; hh++) { const rh = vec(res, p * opts.H + hh); for (let d = 0; d < D; d++) x[d] += rh[d]; }
-      let ms = 0; for (let d = 0; d < D; d++) ms += x[d] * x[d];
+      for (let hh = 0; hh < opts.H; hh++) {
+        const rh = vec(res, p * opts.H + hh);
+        for (let d = 0; d < D; d++) x[d] += rh[d];
+      }
+      let ms = 0;
+      for (let d = 0; d < D; d++) ms += x[d] * x[d];
       const sc = Math.sqrt(ms / D + r.eps);
       gain = r.postAttn[l]!.map((wd) => wd / sc);
     }
@@ -149,8 +192,11 @@ export function refTerms(r: RefReadout, fwd: ForwardResult, p: number, tok: numb
   const pre = (t: number) => (r.softcap ? r.softcap * Math.atanh(logits[p * V + t] / r.softcap) : logits[p * V + t]);
   let target: number;
   if (opts.cf !== undefined) target = pre(tok) - pre(opts.cf);
-  else if (conv === 'transformer_lens') { let m = 0; for (let v = 0; v < V; v++) m += pre(v); target = pre(tok) - m / V; }
-  else target = pre(tok);
+  else if (conv === 'transformer_lens') {
+    let m = 0;
+    for (let v = 0; v < V; v++) m += pre(v);
+    target = pre(tok) - m / V;
+  } else target = pre(tok);
   return { terms, target };
 }
 
@@ -158,7 +204,10 @@ export function refTerms(r: RefReadout, fwd: ForwardResult, p: number, tok: numb
 export function refLens(r: RefReadout, x: ArrayLike<number>): Float64Array {
   const { D, V } = r;
   let mean = 0;
-  if (r.layerNorm) { for (let d = 0; d < D; d++) mean += x[d]; mean /= D; }
+  if (r.layerNorm) {
+    for (let d = 0; d < D; d++) mean += x[d];
+    mean /= D;
+  }
   let ms = 0;
   for (let d = 0; d < D; d++) ms += (x[d] - mean) ** 2;
   const s = Math.sqrt(ms / D + r.eps);

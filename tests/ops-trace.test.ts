@@ -9,7 +9,15 @@ import { readFileSync } from 'node:fs';
 import { loadModelNode } from '../src/node/load';
 import type { LoadedModel } from '../src/engine/api';
 import { operation as trace } from '../src/ops/trace';
-import { ALL_FAMILY_CASES, makeCaseModel, caseTokens, loadModelDir, referenceForward, type RandomModel, type RefModel } from './reference';
+import {
+  ALL_FAMILY_CASES,
+  makeCaseModel,
+  caseTokens,
+  loadModelDir,
+  referenceForward,
+  type RandomModel,
+  type RefModel,
+} from './reference';
 import { refReadout, refTerms, foldRun, type Convention } from './ops-trace-ref';
 import { schemaErrors, viaJson } from './schema-helpers';
 import { SHARED } from './helpers/shared';
@@ -34,7 +42,15 @@ function termMap(doc: TraceDocument) {
 }
 
 /** every engine term equals the reference term; the target equals the reference's logit */
-function expectMatchesReference(doc: TraceDocument, ref: RefModel, tokens: number[], conv: Convention, cf: number | undefined, L: number, H: number) {
+function expectMatchesReference(
+  doc: TraceDocument,
+  ref: RefModel,
+  tokens: number[],
+  conv: Convention,
+  cf: number | undefined,
+  L: number,
+  H: number,
+) {
   const fwd = referenceForward(ref, tokens);
   const fold = conv === 'transformer_lens' ? foldRun(ref, tokens) : undefined;
   const r = refTerms(refReadout(ref), fwd, doc.position, doc.target.token_id, conv, { cf, fold, H, L });
@@ -58,15 +74,21 @@ describe('trace on the shared models', () => {
     storiesRef = loadModelDir(STORIES);
     inductionRef = loadModelDir(INDUCTION);
   });
-  afterAll(async () => { await stories?.dispose(); await induction?.dispose(); });
+  afterAll(async () => {
+    await stories?.dispose();
+    await induction?.dispose();
+  });
 
   it('stories260K predicts what llama2.c run.c predicts, with its logits', async () => {
     const doc = await traceDoc(stories, { prompt: 'Once upon a time', top_k: 5 });
     expect(doc.tokens.map((t) => t.id)).toEqual(runC.prompt_ids);
     expect(doc.predicted_token_id).toBe(runC.argmax);
-    for (const p of doc.top_predictions) expect(Math.abs(p.logit - runC.final_position_logits[p.token_id])).toBeLessThan(TOL);
+    for (const p of doc.top_predictions)
+      expect(Math.abs(p.logit - runC.final_position_logits[p.token_id])).toBeLessThan(TOL);
     expect(doc.top_predictions.map((p) => p.token_id)).toEqual(
-      [...runC.final_position_logits.keys()].sort((a: number, b: number) => runC.final_position_logits[b] - runC.final_position_logits[a]).slice(0, 5),
+      [...runC.final_position_logits.keys()]
+        .sort((a: number, b: number) => runC.final_position_logits[b] - runC.final_position_logits[a])
+        .slice(0, 5),
     );
     // raw target is the model's own logit, which run.c printed
     const raw = await traceDoc(stories, { prompt: 'Once upon a time', convention: 'raw' });
@@ -75,7 +97,12 @@ describe('trace on the shared models', () => {
 
   const cases: { name: string; prompt: string; answer?: string; counterfactual?: string }[] = [
     { name: 'stories260K', prompt: 'Once upon a time' },
-    { name: 'stories260K', prompt: 'Lily and Ben went to the park. Lily saw a big dog and', answer: ' she', counterfactual: ' he' },
+    {
+      name: 'stories260K',
+      prompt: 'Lily and Ben went to the park. Lily saw a big dog and',
+      answer: ' she',
+      counterfactual: ' he',
+    },
     { name: 'stories260K', prompt: 'The cat sat on the', answer: '#400' },
     { name: 'induction-gpt2', prompt: 'The quick brown fox. The quick brown f' },
     { name: 'induction-gpt2', prompt: 'x7#Qp!zx7#Qp', answer: '!', counterfactual: 'Q' },
@@ -85,12 +112,23 @@ describe('trace on the shared models', () => {
       it(`${c.name} "${c.prompt.slice(0, 24)}"${c.answer ? ` answer ${c.answer}` : ''}${c.counterfactual ? ` − ${c.counterfactual}` : ''} [${convention}]: terms sum to the target and equal the float64 reference`, async () => {
         const model = c.name === 'stories260K' ? stories : induction;
         const ref = c.name === 'stories260K' ? storiesRef : inductionRef;
-        const doc = await traceDoc(model, { prompt: c.prompt, convention, answer: c.answer, counterfactual: c.counterfactual, top_k: 1000 });
+        const doc = await traceDoc(model, {
+          prompt: c.prompt,
+          convention,
+          answer: c.answer,
+          counterfactual: c.counterfactual,
+          top_k: 1000,
+        });
         const { n_layers: L, n_heads: H } = model.info;
         // the invariant
         expect(Math.abs(doc.decomposition.sum - doc.decomposition.target)).toBeLessThan(TOL);
-        expect(doc.decomposition.sum).toBeCloseTo(doc.decomposition.terms.reduce((a, t) => a + t.value, 0), 9);
-        expect(doc.target.kind).toBe(c.counterfactual ? 'logit_difference' : convention === 'raw' ? 'logit' : 'centered_logit');
+        expect(doc.decomposition.sum).toBeCloseTo(
+          doc.decomposition.terms.reduce((a, t) => a + t.value, 0),
+          9,
+        );
+        expect(doc.target.kind).toBe(
+          c.counterfactual ? 'logit_difference' : convention === 'raw' ? 'logit' : 'centered_logit',
+        );
         // heads: all listed, sorted by |attribution|, equal to the matrix and to the decomposition terms
         expect(doc.top_heads).toHaveLength(L * H);
         const abs = doc.top_heads.map((h) => Math.abs(h.logit_attribution));
@@ -125,7 +163,7 @@ describe('trace on the shared models', () => {
     expect(Math.max(...Array.from(r, Math.abs))).toBeGreaterThan(1e-2);
   });
 
-  it('keeps no float32 copy of W_V in JavaScript after a trace (b_V\' is folded from it once)', async () => {
+  it("keeps no float32 copy of W_V in JavaScript after a trace (b_V' is folded from it once)", async () => {
     const fresh = await loadModelNode(INDUCTION);
     try {
       await traceDoc(fresh, { prompt: 'x7#Qp!zx7#Qp' });
@@ -143,8 +181,10 @@ describe('trace on the shared models', () => {
     const a = await traceDoc(induction, { prompt, convention: 'raw', answer: '!' });
     const b = await traceDoc(induction, { prompt, convention: 'raw', answer: 'Q' });
     const d = await traceDoc(induction, { prompt, convention: 'raw', answer: '!', counterfactual: 'Q' });
-    const ta = termMap(a), tb = termMap(b);
-    for (const t of d.decomposition.terms) expect(Math.abs(t.value - (ta.get(t.name)! - tb.get(t.name)!))).toBeLessThan(1e-6);
+    const ta = termMap(a),
+      tb = termMap(b);
+    for (const t of d.decomposition.terms)
+      expect(Math.abs(t.value - (ta.get(t.name)! - tb.get(t.name)!))).toBeLessThan(1e-6);
   });
 
   it('position: traces an earlier position', async () => {
@@ -156,7 +196,11 @@ describe('trace on the shared models', () => {
 
   it('refuses bad input with structured errors before running', async () => {
     const err = async (input: Record<string, unknown>, model = stories) => {
-      try { await trace.run(model, input as any, ctx); } catch (e: any) { return { code: e.code, message: e.message, hint: e.hint }; }
+      try {
+        await trace.run(model, input as any, ctx);
+      } catch (e: any) {
+        return { code: e.code, message: e.message, hint: e.hint };
+      }
       throw new Error('expected an error');
     };
     expect((await err({ prompt: '' })).code).toBe('EMPTY_PROMPT');
@@ -179,7 +223,9 @@ describe('trace on the shared models', () => {
     expect(stages).toEqual(['forward pass 0/2', 'attribution 1/2', 'attribution 2/2']);
     const ac = new AbortController();
     ac.abort();
-    await expect(trace.run(stories, { prompt: 'Once' }, { signal: ac.signal })).rejects.toMatchObject({ code: 'ABORTED' });
+    await expect(trace.run(stories, { prompt: 'Once' }, { signal: ac.signal })).rejects.toMatchObject({
+      code: 'ABORTED',
+    });
   });
 
   it('accepts " love", "love" and "#id" for the same token', async () => {
@@ -206,7 +252,10 @@ describe('trace on random-weight models of every family', () => {
         model = await loadModelNode(rm.dir);
         ref = loadModelDir(rm.dir);
       });
-      afterAll(async () => { await model?.dispose(); rm?.cleanup(); });
+      afterAll(async () => {
+        await model?.dispose();
+        rm?.cleanup();
+      });
 
       it('sum invariant and reference terms, both conventions and a logit difference', async () => {
         const ids = caseTokens(rm, c.seqLen);
@@ -218,8 +267,16 @@ describe('trace on random-weight models of every family', () => {
           const doc = await traceDoc(model, { prompt, convention });
           expect(Math.abs(doc.decomposition.sum - doc.decomposition.target)).toBeLessThan(TOL);
           expectMatchesReference(doc, ref, toks, convention, undefined, L, H);
-          const second = doc.top_predictions.length > 1 ? doc.top_predictions[1].token_id : (doc.predicted_token_id + 1) % model.info.d_vocab;
-          const diff = await traceDoc(model, { prompt, convention, answer: `#${doc.predicted_token_id}`, counterfactual: `#${second}` });
+          const second =
+            doc.top_predictions.length > 1
+              ? doc.top_predictions[1].token_id
+              : (doc.predicted_token_id + 1) % model.info.d_vocab;
+          const diff = await traceDoc(model, {
+            prompt,
+            convention,
+            answer: `#${doc.predicted_token_id}`,
+            counterfactual: `#${second}`,
+          });
           expect(Math.abs(diff.decomposition.sum - diff.decomposition.target)).toBeLessThan(TOL);
           expectMatchesReference(diff, ref, toks, convention, second, L, H);
           if (model.spec.finalSoftcap) expect(doc.method).toMatch(/PRE-soft-cap/);

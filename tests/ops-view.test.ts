@@ -9,7 +9,16 @@ import type { LoadedModel } from '../src/engine/api';
 import { operation as activations, summarize } from '../src/ops/activations';
 import { operation as attention } from '../src/ops/attention';
 import { operation as logitLens } from '../src/ops/logit_lens';
-import { ALL_FAMILY_CASES, makeCaseModel, loadModelDir, referenceForward, mulberry32, type RandomModel, type RefModel, type ForwardResult } from './reference';
+import {
+  ALL_FAMILY_CASES,
+  makeCaseModel,
+  loadModelDir,
+  referenceForward,
+  mulberry32,
+  type RandomModel,
+  type RefModel,
+  type ForwardResult,
+} from './reference';
 import { refReadout, refLens } from './ops-trace-ref';
 import { schemaErrors, viaJson } from './schema-helpers';
 import { SHARED } from './helpers/shared';
@@ -22,23 +31,41 @@ const STORIES = SHARED + '/models/stories260K';
 const INDUCTION = SHARED + '/models/induction-gpt2';
 const ctx = {};
 
-async function run<T>(op: { name: string; run: (m: LoadedModel, i: any, c: any) => Promise<T>; output: any }, model: LoadedModel, input: Record<string, unknown>): Promise<T> {
+async function run<T>(
+  op: { name: string; run: (m: LoadedModel, i: any, c: any) => Promise<T>; output: any },
+  model: LoadedModel,
+  input: Record<string, unknown>,
+): Promise<T> {
   const doc = await op.run(model, input, ctx);
   expect(schemaErrors(op.name, viaJson(doc))).toEqual([]);
   expect(op.output.safeParse(doc).success).toBe(true);
   return doc;
 }
 
-async function errorOf(op: { run: (m: LoadedModel, i: any, c: any) => Promise<unknown> }, model: LoadedModel, input: Record<string, unknown>) {
-  try { await op.run(model, input, ctx); } catch (e: any) { return e.code as string; }
+async function errorOf(
+  op: { run: (m: LoadedModel, i: any, c: any) => Promise<unknown> },
+  model: LoadedModel,
+  input: Record<string, unknown>,
+) {
+  try {
+    await op.run(model, input, ctx);
+  } catch (e: any) {
+    return e.code as string;
+  }
   throw new Error('expected an error');
 }
 
 /** test-side statistics of a reference hook (float64) */
 function refStats(v: { dims: number[]; data: Float64Array }, posAxis: number) {
   const n = v.data.length;
-  let s = 0, mn = Infinity, mx = -Infinity;
-  for (const x of v.data) { s += x; mn = Math.min(mn, x); mx = Math.max(mx, x); }
+  let s = 0,
+    mn = Infinity,
+    mx = -Infinity;
+  for (const x of v.data) {
+    s += x;
+    mn = Math.min(mn, x);
+    mx = Math.max(mx, x);
+  }
   const mean = s / n;
   let ss = 0;
   for (const x of v.data) ss += (x - mean) ** 2;
@@ -124,20 +151,33 @@ describe('views on the shared models', () => {
     storiesRef = loadModelDir(STORIES);
     inductionRef = loadModelDir(INDUCTION);
   });
-  afterAll(async () => { await stories?.dispose(); await induction?.dispose(); });
+  afterAll(async () => {
+    await stories?.dispose();
+    await induction?.dispose();
+  });
 
   it('activations: every statistic of every site equals the float64 reference (stories260K, induction-gpt2)', async () => {
-    for (const [model, ref, prompt] of [[stories, storiesRef, 'Once upon a time, there was'], [induction, inductionRef, 'Hello, hello, hello!']] as const) {
+    for (const [model, ref, prompt] of [
+      [stories, storiesRef, 'Once upon a time, there was'],
+      [induction, inductionRef, 'Hello, hello, hello!'],
+    ] as const) {
       const doc = await run<ActivationsDocument>(activations, model, { prompt });
       expect(doc.layers).toHaveLength(model.info.n_layers);
       expect(doc.missing_sites).toEqual([]);
-      const fwd = referenceForward(ref, doc.tokens.map((t) => t.id));
+      const fwd = referenceForward(
+        ref,
+        doc.tokens.map((t) => t.id),
+      );
       expect(checkActivations(doc, fwd)).toBe(model.info.n_layers * 7);
     }
   });
 
   it('activations: chosen sites and layers; errors', async () => {
-    const doc = await run<ActivationsDocument>(activations, stories, { prompt: 'Once upon a time', sites: ['mlp_post', 'pattern'], layers: [3, 1, 3] });
+    const doc = await run<ActivationsDocument>(activations, stories, {
+      prompt: 'Once upon a time',
+      sites: ['mlp_post', 'pattern'],
+      layers: [3, 1, 3],
+    });
     expect(doc.layers.map((l) => l.layer)).toEqual([1, 3]);
     expect(doc.layers[0].sites.map((s) => s.site)).toEqual(['mlp_post', 'pattern']);
     expect(doc.layers[0].sites[1].shape).toEqual([1, 8, 5, 5]);
@@ -149,7 +189,10 @@ describe('views on the shared models', () => {
   it('attention: patterns, entropy and top source equal the reference; rows sum to 1 and are causal', async () => {
     const doc = await run<AttentionDocument>(attention, induction, { prompt: 'abcdefabcdef' });
     expect(doc.heads).toHaveLength(8);
-    const fwd = referenceForward(inductionRef, doc.tokens.map((t) => t.id));
+    const fwd = referenceForward(
+      inductionRef,
+      doc.tokens.map((t) => t.id),
+    );
     const T = doc.tokens.length;
     for (const h of doc.heads) {
       const ref = fwd.hooks[`blocks.${h.layer}.attn.hook_pattern`].data;
@@ -181,15 +224,22 @@ describe('views on the shared models', () => {
         ind[k] += si / 30 / N;
       }
     }
-    for (let k = 4; k < 8; k++) { expect(ind[k]).toBeGreaterThan(0.55); expect(ind[k]).toBeLessThan(0.8); }
+    for (let k = 4; k < 8; k++) {
+      expect(ind[k]).toBeGreaterThan(0.55);
+      expect(ind[k]).toBeLessThan(0.8);
+    }
     for (let k = 0; k < 4; k++) expect(ind[k]).toBeLessThan(0.06);
     // previous-token score on English text (README: L0H0 0.708, L0H1 0.738, the others ≤ 0.252)
     const prev = new Array(8).fill(0);
-    const english = ['It was the best of times, it was the worst of times, it was', 'The program is distributed in the hope that it will be usefu'];
+    const english = [
+      'It was the best of times, it was the worst of times, it was',
+      'The program is distributed in the hope that it will be usefu',
+    ];
     for (const text of english) {
       const doc = await run<AttentionDocument>(attention, induction, { prompt: text });
       const T = doc.tokens.length;
-      for (const h of doc.heads) for (let q = 1; q < T; q++) prev[h.layer * 4 + h.head] += h.pattern[q][q - 1] / (T - 1) / english.length;
+      for (const h of doc.heads)
+        for (let q = 1; q < T; q++) prev[h.layer * 4 + h.head] += h.pattern[q][q - 1] / (T - 1) / english.length;
     }
     expect(prev[0]).toBeGreaterThan(0.6);
     expect(prev[1]).toBeGreaterThan(0.6);
@@ -197,8 +247,18 @@ describe('views on the shared models', () => {
   });
 
   it('attention: chosen heads, layers; caps and errors', async () => {
-    const doc = await run<AttentionDocument>(attention, stories, { prompt: 'Once upon a time', heads: [{ layer: 4, head: 7 }, { layer: 0, head: 1 }, { layer: 4, head: 7 }] });
-    expect(doc.heads.map((h) => [h.layer, h.head])).toEqual([[0, 1], [4, 7]]);
+    const doc = await run<AttentionDocument>(attention, stories, {
+      prompt: 'Once upon a time',
+      heads: [
+        { layer: 4, head: 7 },
+        { layer: 0, head: 1 },
+        { layer: 4, head: 7 },
+      ],
+    });
+    expect(doc.heads.map((h) => [h.layer, h.head])).toEqual([
+      [0, 1],
+      [4, 7],
+    ]);
     const byLayer = await run<AttentionDocument>(attention, stories, { prompt: 'Once upon a time', layers: [2] });
     expect(byLayer.heads.map((h) => h.head)).toEqual([0, 1, 2, 3, 4, 5, 6, 7]);
     expect(await errorOf(attention, stories, { prompt: 'x', heads: [{ layer: 0, head: 8 }] })).toBe('BAD_INPUT');
@@ -209,8 +269,11 @@ describe('views on the shared models', () => {
     expect(await errorOf(attention, stories, { prompt: 'the '.repeat(600) })).toBe('PROMPT_TOO_LONG');
   });
 
-  it('logit_lens: the final layer reproduces the model\'s own probabilities; every layer equals the reference lens', async () => {
-    for (const [model, ref, prompt] of [[stories, storiesRef, 'Once upon a time, there was a'], [induction, inductionRef, 'The cat. The c']] as const) {
+  it("logit_lens: the final layer reproduces the model's own probabilities; every layer equals the reference lens", async () => {
+    for (const [model, ref, prompt] of [
+      [stories, storiesRef, 'Once upon a time, there was a'],
+      [induction, inductionRef, 'The cat. The c'],
+    ] as const) {
       const doc = await run<LogitLensDocument>(logitLens, model, { prompt, top_k: 5 });
       const ids = doc.tokens.map((t) => t.id);
       const T = ids.length;
@@ -224,8 +287,10 @@ describe('views on the shared models', () => {
       for (let p = 0; p < T; p++) {
         // final layer = the model's own softmax
         const row = own.logits.data.subarray(p * V, (p + 1) * V);
-        let m = -Infinity; for (const x of row) m = Math.max(m, x);
-        let z = 0; for (const x of row) z += Math.exp(x - m);
+        let m = -Infinity;
+        for (const x of row) m = Math.max(m, x);
+        let z = 0;
+        for (const x of row) z += Math.exp(x - m);
         const fin = doc.layers[L].positions[p];
         expect(fin.final_token_rank).toBe(1);
         expect(fin.top[0].token_id).toBe(doc.final_predictions[p].token_id);
@@ -236,8 +301,10 @@ describe('views on the shared models', () => {
           const hook = l < L ? `blocks.${l}.hook_resid_pre` : `blocks.${L - 1}.hook_resid_post`;
           const x = fwd.hooks[hook].data.subarray(p * rr.D, (p + 1) * rr.D);
           const lg = refLens(rr, x);
-          let mm = -Infinity; for (const v of lg) mm = Math.max(mm, v);
-          let zz = 0; for (const v of lg) zz += Math.exp(v - mm);
+          let mm = -Infinity;
+          for (const v of lg) mm = Math.max(mm, v);
+          let zz = 0;
+          for (const v of lg) zz += Math.exp(v - mm);
           const got = doc.layers[l].positions[p];
           for (const t of got.top) {
             expect(Math.abs(t.logit - lg[t.token_id])).toBeLessThan(1e-4);
@@ -252,12 +319,18 @@ describe('views on the shared models', () => {
         }
       }
       // the lens is not trivially the final layer: early layers predict something else somewhere
-      expect(doc.layers[0].positions.some((p, i) => p.top[0].token_id !== doc.final_predictions[i].token_id)).toBe(true);
+      expect(doc.layers[0].positions.some((p, i) => p.top[0].token_id !== doc.final_predictions[i].token_id)).toBe(
+        true,
+      );
     }
   });
 
   it('logit_lens: positions, caps and errors', async () => {
-    const doc = await run<LogitLensDocument>(logitLens, stories, { prompt: 'Once upon a time', positions: [4, 0, 4], top_k: 3 });
+    const doc = await run<LogitLensDocument>(logitLens, stories, {
+      prompt: 'Once upon a time',
+      positions: [4, 0, 4],
+      top_k: 3,
+    });
     expect(doc.positions).toEqual([0, 4]);
     expect(doc.layers[0].positions.map((p) => p.position)).toEqual([0, 4]);
     expect(doc.layers[0].positions[0].top).toHaveLength(3);
@@ -287,7 +360,8 @@ describe('views on random-weight models of every family', () => {
         for (let l = 0; l <= L; l++) {
           const hook = l < L ? `blocks.${l}.hook_resid_pre` : `blocks.${L - 1}.hook_resid_post`;
           const lg = refLens(rr, fwd.hooks[hook].data.subarray((ids.length - 1) * rr.D, ids.length * rr.D));
-          for (const t of lens.layers[l].positions[0].top) expect(Math.abs(t.logit - lg[t.token_id])).toBeLessThan(1e-4);
+          for (const t of lens.layers[l].positions[0].top)
+            expect(Math.abs(t.logit - lg[t.token_id])).toBeLessThan(1e-4);
         }
         // the final layer's top-1 is the model's prediction
         expect(lens.layers[L].positions[0].final_token_rank).toBe(1);

@@ -24,10 +24,20 @@ function filesUnder(dir: string): string[] {
 function ortFilesAfter(argv: string[]): { files: string[]; status: number | null; stdout: string; stderr: string } {
   const home = mkdtempSync(path.join(os.tmpdir(), 'loupe-home-'));
   try {
-    const env: NodeJS.ProcessEnv = { ...process.env, HOME: home, XDG_CACHE_HOME: path.join(home, '.cache'), LOUPE_CACHE_DIR: path.join(home, 'loupe-cache') };
+    const env: NodeJS.ProcessEnv = {
+      ...process.env,
+      HOME: home,
+      XDG_CACHE_HOME: path.join(home, '.cache'),
+      LOUPE_CACHE_DIR: path.join(home, 'loupe-cache'),
+    };
     delete env.ORT_DISABLE_TELEMETRY;
     const r = spawnSync(argv[0], argv.slice(1), { cwd: ROOT, env, encoding: 'utf8', timeout: 120_000, input: '' });
-    return { files: filesUnder(path.join(home, '.cache', 'Microsoft')), status: r.status, stdout: r.stdout, stderr: r.stderr };
+    return {
+      files: filesUnder(path.join(home, '.cache', 'Microsoft')),
+      status: r.status,
+      stdout: r.stdout,
+      stderr: r.stderr,
+    };
   } finally {
     rmSync(home, { recursive: true, force: true });
   }
@@ -48,7 +58,14 @@ console.log('ran');
   });
 
   it('the CLI writes no telemetry files', () => {
-    const run = ortFilesAfter([process.execPath, path.join(ROOT, 'bin/loupe.mjs'), 'trace', 'default', 'Once upon a time', '--json']);
+    const run = ortFilesAfter([
+      process.execPath,
+      path.join(ROOT, 'bin/loupe.mjs'),
+      'trace',
+      'default',
+      'Once upon a time',
+      '--json',
+    ]);
     expect(run.status, run.stderr).toBe(0);
     expect(JSON.parse(run.stdout).prediction ?? JSON.parse(run.stdout)).toBeTruthy();
     expect(run.files).toEqual([]);
@@ -56,13 +73,20 @@ console.log('ran');
 
   it('a headless MCP companion that runs a tool writes no telemetry files', async () => {
     const home = mkdtempSync(path.join(os.tmpdir(), 'loupe-home-'));
-    const env: NodeJS.ProcessEnv = { ...process.env, HOME: home, XDG_CACHE_HOME: path.join(home, '.cache'), LOUPE_CACHE_DIR: path.join(home, 'loupe-cache') };
+    const env: NodeJS.ProcessEnv = {
+      ...process.env,
+      HOME: home,
+      XDG_CACHE_HOME: path.join(home, '.cache'),
+      LOUPE_CACHE_DIR: path.join(home, 'loupe-cache'),
+    };
     delete env.ORT_DISABLE_TELEMETRY;
     const c = new Companion(['--headless'], env);
     try {
       await c.initialize();
       const r = await c.callRaw('trace', '{"prompt":"Once upon a time"}', 120_000);
-      expect(r === 'timeout' ? r : (r.result as { structuredContent?: { operation?: string } }).structuredContent?.operation).toBe('trace');
+      expect(
+        r === 'timeout' ? r : (r.result as { structuredContent?: { operation?: string } }).structuredContent?.operation,
+      ).toBe('trace');
       await c.close();
       expect(filesUnder(path.join(home, '.cache', 'Microsoft'))).toEqual([]);
     } finally {
@@ -75,10 +99,16 @@ console.log('ran');
     const offenders: string[] = [];
     for (const dir of ['src', 'bench', 'tests', 'bin']) {
       for (const f of filesUnder(path.join(ROOT, dir))) {
-        if (!/\.(ts|mts|js|mjs|cjs)$/.test(f) || f.endsWith(path.join('src', 'node', 'ort-node.ts')) || f === __filename) continue;
+        if (
+          !/\.(ts|mts|js|mjs|cjs)$/.test(f) ||
+          f.endsWith(path.join('src', 'node', 'ort-node.ts')) ||
+          f === __filename
+        )
+          continue;
         if (!statSync(f).isFile()) continue;
         const text = readFileSync(f, 'utf8');
-        if (/(require|import)\s*\(\s*['"]onnxruntime-node['"]|from\s+['"]onnxruntime-node['"]/.test(text)) offenders.push(path.relative(ROOT, f));
+        if (/(require|import)\s*\(\s*['"]onnxruntime-node['"]|from\s+['"]onnxruntime-node['"]/.test(text))
+          offenders.push(path.relative(ROOT, f));
       }
     }
     expect(offenders).toEqual([]);

@@ -31,7 +31,6 @@ import {
 } from './reference';
 import { SHARED } from './helpers/shared';
 
-
 const STORIES = join(SHARED, 'models/stories260K');
 const INDUCTION = join(SHARED, 'models/induction-gpt2');
 const RUNC = join(SHARED, 'references/stories260K-run-c.json');
@@ -108,7 +107,9 @@ describe('stories260K (Llama) against llama2.c run.c', () => {
     const ll = lastLogits(r);
     expect(ll.length).toBe(ref.final_position_logits.length);
     const d = maxDiff(ll, ref.final_position_logits);
-    console.log(`stories260K: max |Δ| vs run.c final logits = ${d.toExponential(3)} (argmax ${ll.indexOf(Math.max(...ll))}, run.c ${ref.argmax})`);
+    console.log(
+      `stories260K: max |Δ| vs run.c final logits = ${d.toExponential(3)} (argmax ${ll.indexOf(Math.max(...ll))}, run.c ${ref.argmax})`,
+    );
     expect(d).toBeLessThan(ref.tolerance_logits ?? 1e-4);
   });
 
@@ -134,8 +135,10 @@ describe('induction-gpt2 (GPT-2) against its README scores', () => {
   it('induction and previous-token scores within 0.05 on 20 repeated random byte sequences', () => {
     const model = loadModelDir(INDUCTION);
     const rand = mulberry32(2024);
-    const N = 20, R = 30;
-    const ind = new Array(8).fill(0), prev = new Array(8).fill(0);
+    const N = 20,
+      R = 30;
+    const ind = new Array(8).fill(0),
+      prev = new Array(8).fill(0);
     for (let s = 0; s < N; s++) {
       const rr = Array.from({ length: R }, () => Math.floor(rand() * 256));
       const toks = [256, ...rr, ...rr];
@@ -144,7 +147,8 @@ describe('induction-gpt2 (GPT-2) against its README scores', () => {
       for (let l = 0; l < 2; l++) {
         const p = res.hooks[`blocks.${l}.attn.hook_pattern`].data;
         for (let h = 0; h < 4; h++) {
-          let a = 0, b = 0;
+          let a = 0,
+            b = 0;
           // second copy: query i attends to the token after the earlier occurrence (i - R + 1)
           for (let i = R + 1; i < T; i++) a += p[(h * T + i) * T + (i - R + 1)];
           for (let i = 1; i < T; i++) b += p[(h * T + i) * T + (i - 1)];
@@ -184,7 +188,8 @@ describe('random-weight family cases', () => {
 
   it('covers every family and the required features', () => {
     const fams = new Set(ALL_FAMILY_CASES.map((c) => c.family));
-    for (const f of ['gpt2', 'gpt_neox', 'llama', 'qwen2', 'qwen3', 'gemma', 'gemma2']) expect(fams.has(f as any)).toBe(true);
+    for (const f of ['gpt2', 'gpt_neox', 'llama', 'qwen2', 'qwen3', 'gemma', 'gemma2'])
+      expect(fams.has(f as any)).toBe(true);
     const o = ALL_FAMILY_CASES.map((c) => c.options);
     expect(o.some((x) => x.nKvHeads !== undefined && x.nHeads !== undefined && x.nKvHeads < x.nHeads)).toBe(true);
     expect(o.some((x) => x.rotaryPct === 0.25) && o.some((x) => x.rotaryPct === 0.5)).toBe(true);
@@ -214,15 +219,34 @@ describe('random-weight family cases', () => {
       const expectDims = (name: string): number[] => {
         const tail = name.replace(/^blocks\.\d+\./, '');
         switch (tail) {
-          case 'hook_embed': case 'hook_pos_embed': case 'hook_resid_pre': case 'hook_resid_mid': case 'hook_resid_post':
-          case 'hook_attn_out': case 'hook_mlp_out': return [1, T, D];
-          case 'ln1.hook_scale': case 'ln2.hook_scale': case 'ln_final.hook_scale': return [1, T, 1];
-          case 'attn.hook_q': case 'attn.hook_z': return [1, T, H, Dh];
-          case 'attn.hook_k': case 'attn.hook_v': return [1, T, Hkv, Dh];
-          case 'attn.hook_attn_scores': case 'attn.hook_pattern': return [1, H, T, T];
-          case 'attn.hook_result': return [1, T, H, D];
-          case 'mlp.hook_pre': case 'mlp.hook_post': return [1, T, M];
-          case 'logits': return [1, T, V];
+          case 'hook_embed':
+          case 'hook_pos_embed':
+          case 'hook_resid_pre':
+          case 'hook_resid_mid':
+          case 'hook_resid_post':
+          case 'hook_attn_out':
+          case 'hook_mlp_out':
+            return [1, T, D];
+          case 'ln1.hook_scale':
+          case 'ln2.hook_scale':
+          case 'ln_final.hook_scale':
+            return [1, T, 1];
+          case 'attn.hook_q':
+          case 'attn.hook_z':
+            return [1, T, H, Dh];
+          case 'attn.hook_k':
+          case 'attn.hook_v':
+            return [1, T, Hkv, Dh];
+          case 'attn.hook_attn_scores':
+          case 'attn.hook_pattern':
+            return [1, H, T, T];
+          case 'attn.hook_result':
+            return [1, T, H, D];
+          case 'mlp.hook_pre':
+          case 'mlp.hook_post':
+            return [1, T, M];
+          case 'logits':
+            return [1, T, V];
         }
         throw new Error(`unexpected hook ${name}`);
       };
@@ -231,9 +255,12 @@ describe('random-weight family cases', () => {
         expect(r.hooks[n].data.length, n).toBe(r.hooks[n].dims.reduce((a, b) => a * b, 1));
       }
       expect(names.includes('hook_pos_embed')).toBe(c.family === 'gpt2');
-      expect(names.some((n) => n.endsWith('hook_resid_mid'))).toBe(!(c.family === 'gpt_neox' && cfg.use_parallel_residual));
+      expect(names.some((n) => n.endsWith('hook_resid_mid'))).toBe(
+        !(c.family === 'gpt_neox' && cfg.use_parallel_residual),
+      );
       const L = r.logits.data;
-      let mean = 0, sd = 0;
+      let mean = 0,
+        sd = 0;
       for (const v of L) {
         expect(Number.isFinite(v)).toBe(true);
         mean += v;
@@ -244,7 +271,8 @@ describe('random-weight family cases', () => {
       expect(sd).toBeGreaterThan(0.5);
       if (cfg.final_logit_softcapping) for (const v of L) expect(Math.abs(v)).toBeLessThan(cfg.final_logit_softcapping);
       // attention patterns: rows sum to 1, causal, sliding window respected, not saturated
-      let maxSum = 0, nRows = 0;
+      let maxSum = 0,
+        nRows = 0;
       for (let l = 0; l < (cfg.n_layer ?? cfg.num_hidden_layers); l++) {
         const p = r.hooks[`blocks.${l}.attn.hook_pattern`].data;
         const s = r.hooks[`blocks.${l}.attn.hook_attn_scores`].data;
@@ -255,7 +283,8 @@ describe('random-weight family cases', () => {
         }
         for (let h = 0; h < H; h++)
           for (let i = 0; i < T; i++) {
-            let sum = 0, mx = 0;
+            let sum = 0,
+              mx = 0;
             for (let j = 0; j < T; j++) {
               const v = p[(h * T + i) * T + j];
               const masked = j > i || (window !== null && i - j >= window);
@@ -310,7 +339,11 @@ describe('sharded output', () => {
     try {
       const idx = JSON.parse(readFileSync(join(m.dir, 'model.safetensors.index.json'), 'utf8'));
       const files = [...new Set(Object.values(idx.weight_map as Record<string, string>))].sort();
-      expect(files).toEqual(['model-00001-of-00003.safetensors', 'model-00002-of-00003.safetensors', 'model-00003-of-00003.safetensors']);
+      expect(files).toEqual([
+        'model-00001-of-00003.safetensors',
+        'model-00002-of-00003.safetensors',
+        'model-00003-of-00003.safetensors',
+      ]);
       expect(Object.keys(idx.weight_map).sort()).toEqual(Object.keys(m.tensors).sort());
       const total = Object.values(m.tensors).reduce((a, t) => a + t.data.length * 4, 0);
       expect(idx.metadata.total_size).toBe(total);
@@ -339,8 +372,10 @@ describe('oracle self-consistency', () => {
       const a = caseTokens(m, c.seqLen);
       const b = a.slice();
       b[b.length - 1] = (b[b.length - 1] + 1) % m.config.vocab_size;
-      const ra = referenceForward(m, a), rb = referenceForward(m, b);
-      const V = m.config.vocab_size, T = a.length;
+      const ra = referenceForward(m, a),
+        rb = referenceForward(m, b);
+      const V = m.config.vocab_size,
+        T = a.length;
       expect(maxDiff(ra.logits.data.subarray(0, (T - 1) * V), rb.logits.data.subarray(0, (T - 1) * V))).toBe(0);
       expect(maxDiff(ra.logits.data.subarray((T - 1) * V), rb.logits.data.subarray((T - 1) * V))).toBeGreaterThan(1e-3);
     }
@@ -354,12 +389,15 @@ describe('oracle self-consistency', () => {
       const y = [x[0], ...x];
       const sx = referenceForward(m, x).hooks['blocks.0.attn.hook_attn_scores'];
       const sy = referenceForward(m, y).hooks['blocks.0.attn.hook_attn_scores'];
-      const H = sx.dims[1], T = x.length, Ty = T + 1;
+      const H = sx.dims[1],
+        T = x.length,
+        Ty = T + 1;
       let d = 0;
       for (let h = 0; h < H; h++)
         for (let i = 0; i < T; i++)
           for (let j = 0; j <= i; j++) {
-            const a = sx.data[(h * T + i) * T + j], b = sy.data[(h * Ty + i + 1) * Ty + j + 1];
+            const a = sx.data[(h * T + i) * T + j],
+              b = sy.data[(h * Ty + i + 1) * Ty + j + 1];
             d = Math.max(d, a === b ? 0 : Math.abs(a - b)); // equal -Infinity (sliding window) counts as equal
           }
       expect(d, c.name).toBeLessThan(1e-10);
@@ -374,7 +412,10 @@ describe('oracle self-consistency', () => {
     const same = referenceForward(m, toks, { hook: (_n, v) => Float64Array.from(v) });
     expect(maxDiff(same.logits.data, base.logits.data)).toBe(0);
     // zeroing head 1 of layer 0's hook_z removes exactly that head's hook_result from hook_attn_out
-    const H = 4, Dh = 8, D = 32, T = toks.length;
+    const H = 4,
+      Dh = 8,
+      D = 32,
+      T = toks.length;
     const abl = referenceForward(m, toks, {
       hook: (n, v) => {
         if (n !== 'blocks.0.attn.hook_z') return;
@@ -394,7 +435,8 @@ describe('oracle self-consistency', () => {
     const steer = referenceForward(m, toks, {
       hook: (n, v) => (n === 'blocks.1.hook_resid_pre' ? v.map((x, k) => x + 2 * dir[k % D]) : undefined),
     });
-    const rp0 = base.hooks['blocks.1.hook_resid_pre'].data, rp1 = steer.hooks['blocks.1.hook_resid_pre'].data;
+    const rp0 = base.hooks['blocks.1.hook_resid_pre'].data,
+      rp1 = steer.hooks['blocks.1.hook_resid_pre'].data;
     for (let k = 0; k < rp0.length; k++) expect(Math.abs(rp1[k] - rp0[k] - 2 * dir[k % D])).toBeLessThan(1e-12);
     expect(maxDiff(steer.hooks['blocks.0.hook_resid_post'].data, base.hooks['blocks.0.hook_resid_post'].data)).toBe(0);
     // patching a whole residual stream from another run reproduces that run downstream
@@ -411,7 +453,8 @@ describe('oracle self-consistency', () => {
     const toks = caseTokens(m, 12);
     const r = referenceForward(m, toks);
     const eng: Record<string, { dims: number[]; data: Float32Array }> = {};
-    for (const [k, v] of Object.entries(r.hooks)) eng[k] = { dims: v.dims, data: Float32Array.from(v.data, (x) => (x === -Infinity ? -3.4e38 : x)) };
+    for (const [k, v] of Object.entries(r.hooks))
+      eng[k] = { dims: v.dims, data: Float32Array.from(v.data, (x) => (x === -Infinity ? -3.4e38 : x)) };
     const ok = compareHooks(r.hooks, eng, hookNames(m));
     expect(ok.every((x) => x.ok)).toBe(true);
     eng['blocks.1.hook_mlp_out'].data[5] += 1e-3;
@@ -424,20 +467,37 @@ describe('oracle self-consistency', () => {
 
 describe('each exercised feature moves the logits far beyond the 1e-4 tolerance', () => {
   type Mut = [string, (m: RandomModel) => RefModel];
-  const cfg = (patch: Record<string, unknown>) => (m: RandomModel): RefModel => ({ config: { ...m.config, ...patch }, tensors: m.tensors });
-  const tensor = (name: string, f: (t: RefTensor) => RefTensor) => (m: RandomModel): RefModel => ({
-    config: m.config,
-    tensors: { ...m.tensors, [name]: f(m.tensors[name]) },
-  });
+  const cfg =
+    (patch: Record<string, unknown>) =>
+    (m: RandomModel): RefModel => ({ config: { ...m.config, ...patch }, tensors: m.tensors });
+  const tensor =
+    (name: string, f: (t: RefTensor) => RefTensor) =>
+    (m: RandomModel): RefModel => ({
+      config: m.config,
+      tensors: { ...m.tensors, [name]: f(m.tensors[name]) },
+    });
   const zero = (t: RefTensor) => ({ dims: t.dims, data: new Float32Array(t.data.length) });
   const ones = (t: RefTensor) => ({ dims: t.dims, data: new Float32Array(t.data.length).fill(1) });
   const MUTS: Record<string, Mut[]> = {
     'gpt2-tied': [['c_attn bias zeroed', tensor('transformer.h.0.attn.c_attn.bias', zero)]],
-    'gpt2-untied-erf-f16': [['gelu_new instead of erf gelu', cfg({ activation_function: 'gelu_new' })], ['tied instead of lm_head', cfg({ tie_word_embeddings: true })]],
-    'neox-parallel-rot25': [['sequential residual', cfg({ use_parallel_residual: false })], ['full rotary', cfg({ rotary_pct: 1 })]],
-    'neox-sequential-rot50': [['parallel residual', cfg({ use_parallel_residual: true })], ['rotary 0.25', cfg({ rotary_pct: 0.25 })]],
+    'gpt2-untied-erf-f16': [
+      ['gelu_new instead of erf gelu', cfg({ activation_function: 'gelu_new' })],
+      ['tied instead of lm_head', cfg({ tie_word_embeddings: true })],
+    ],
+    'neox-parallel-rot25': [
+      ['sequential residual', cfg({ use_parallel_residual: false })],
+      ['full rotary', cfg({ rotary_pct: 1 })],
+    ],
+    'neox-sequential-rot50': [
+      ['parallel residual', cfg({ use_parallel_residual: true })],
+      ['rotary 0.25', cfg({ rotary_pct: 0.25 })],
+    ],
     'llama-gqa-tied': [['rope_theta 1e6', cfg({ rope_theta: 1e6 })]],
-    'llama3-rope-untied-bias': [['no rope_scaling', cfg({ rope_scaling: null })], ['no mlp bias', cfg({ mlp_bias: false })], ['no attention bias', cfg({ attention_bias: false })]],
+    'llama3-rope-untied-bias': [
+      ['no rope_scaling', cfg({ rope_scaling: null })],
+      ['no mlp bias', cfg({ mlp_bias: false })],
+      ['no attention bias', cfg({ attention_bias: false })],
+    ],
     'llama-mha-bf16': [['rope_theta 10000', cfg({ rope_theta: 10000 })]],
     'qwen2-qkv-bias': [['k bias zeroed', tensor('model.layers.0.self_attn.k_proj.bias', zero)]],
     'qwen3-qk-norm': [['q_norm weight = 1', tensor('model.layers.0.self_attn.q_norm.weight', ones)]],
@@ -448,7 +508,10 @@ describe('each exercised feature moves the logits far beyond the 1e-4 tolerance'
       ['no sliding window', cfg({ sliding_window: null })],
       ['query_pre_attn_scalar = head_dim', cfg({ query_pre_attn_scalar: 16 })],
     ],
-    'gemma2-layer-types': [['all layers full attention', cfg({ layer_types: ['full_attention', 'full_attention'] })], ['no soft-caps', cfg({ attn_logit_softcapping: null, final_logit_softcapping: null })]],
+    'gemma2-layer-types': [
+      ['all layers full attention', cfg({ layer_types: ['full_attention', 'full_attention'] })],
+      ['no soft-caps', cfg({ attn_logit_softcapping: null, final_logit_softcapping: null })],
+    ],
   };
 
   it('every mutation of a case changes its logits by > 5e-4', () => {

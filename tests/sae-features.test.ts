@@ -30,8 +30,24 @@ const ctx = { loadSae: loaders.loadSae, loadSaeFile: loaders.loadSaeFile };
 const close = (a: number, b: number, tol = 1e-5) => Math.abs(a - b) <= tol * Math.max(1, Math.abs(b));
 
 const CASES = [
-  { name: 'induction-gpt2', dir: INDUCTION, hook: 'blocks.1.hook_resid_pre', architecture: 'standard' as const, layer: 1, prompt: 'abcdefabcdef', prompts: ['xyzxyz', 'hello hello'] },
-  { name: 'stories260K', dir: STORIES, hook: 'blocks.2.attn.hook_z', architecture: 'topk' as const, layer: 2, prompt: 'Once upon a time, there was a little', prompts: ['The cat sat', 'Lily was happy'] },
+  {
+    name: 'induction-gpt2',
+    dir: INDUCTION,
+    hook: 'blocks.1.hook_resid_pre',
+    architecture: 'standard' as const,
+    layer: 1,
+    prompt: 'abcdefabcdef',
+    prompts: ['xyzxyz', 'hello hello'],
+  },
+  {
+    name: 'stories260K',
+    dir: STORIES,
+    hook: 'blocks.2.attn.hook_z',
+    architecture: 'topk' as const,
+    layer: 2,
+    prompt: 'Once upon a time, there was a little',
+    prompts: ['The cat sat', 'Lily was happy'],
+  },
 ];
 
 describe.each(CASES)('SAE operations on $name at $hook', ({ dir, hook, architecture, layer, prompt, prompts }) => {
@@ -49,7 +65,14 @@ describe.each(CASES)('SAE operations on $name at $hook', ({ dir, hook, architect
     ref = loadModelDir(dir);
     sae = makeRandomSae({ hook, dIn: 64, dSae, architecture, k: 8, seed: 11 });
     // descriptions for the even features only, in Neuronpedia's export layout
-    const records = Array.from({ length: dSae / 2 }, (_, i) => ({ modelId: 'test-model', layer: `${layer}-test`, index: String(2 * i), description: `even feature ${2 * i}`, explanationModelName: 'none', typeName: 'test' }));
+    const records = Array.from({ length: dSae / 2 }, (_, i) => ({
+      modelId: 'test-model',
+      layer: `${layer}-test`,
+      index: String(2 * i),
+      description: `even feature ${2 * i}`,
+      explanationModelName: 'none',
+      typeName: 'test',
+    }));
     writeFileSync(path.join(sae.dir, 'explanations.json'), JSON.stringify(records));
     if (hook.endsWith('hook_z')) {
       pullE = (e) => pullThroughWO(ref, layer, e);
@@ -57,7 +80,12 @@ describe.each(CASES)('SAE operations on $name at $hook', ({ dir, hook, architect
         // r = Σ_r v_r W_O[r, :], via the transpose of pullThroughWO applied to unit vectors
         const D = 64;
         const out = new Float64Array(D);
-        for (let d = 0; d < D; d++) { const u = new Float64Array(D); u[d] = 1; const col = pullThroughWO(ref, layer, u); out[d] = col.reduce((a, c, r) => a + c * v[r], 0); }
+        for (let d = 0; d < D; d++) {
+          const u = new Float64Array(D);
+          u[d] = 1;
+          const col = pullThroughWO(ref, layer, u);
+          out[d] = col.reduce((a, c, r) => a + c * v[r], 0);
+        }
         return out;
       };
     } else {
@@ -75,14 +103,21 @@ describe.each(CASES)('SAE operations on $name at $hook', ({ dir, hook, architect
     const ids = doc.tokens.map((t) => t.id);
     const r = saeReference(ref, sae, ids);
     expect(doc.positions).toHaveLength(ids.length);
-    let worst = 0, listed = 0;
+    let worst = 0,
+      listed = 0;
     for (const p of doc.positions) {
       const a = r.acts[p.position];
-      const expected = Array.from(a.keys()).filter((f) => a[f] > 1e-4).sort((x, y) => a[y] - a[x]).slice(0, 10);
+      const expected = Array.from(a.keys())
+        .filter((f) => a[f] > 1e-4)
+        .sort((x, y) => a[y] - a[x])
+        .slice(0, 10);
       const strong = p.features.filter((e) => e.activation > 1e-4).map((e) => e.feature);
       expect(strong).toEqual(expected.slice(0, strong.length));
       expect(strong.length).toBe(Math.min(10, expected.length));
-      for (const e of p.features) { worst = Math.max(worst, Math.abs(e.activation - a[e.feature])); listed++; }
+      for (const e of p.features) {
+        worst = Math.max(worst, Math.abs(e.activation - a[e.feature]));
+        listed++;
+      }
       expect(p.l0).toBeGreaterThanOrEqual(p.features.length);
       if (architecture === 'topk') expect(p.l0).toBeLessThanOrEqual(8);
     }
@@ -97,16 +132,24 @@ describe.each(CASES)('SAE operations on $name at $hook', ({ dir, hook, architect
     const r = saeReference(ref, sae, ids);
     const mean = new Float64Array(64);
     for (let t = 0; t < T; t++) for (let i = 0; i < 64; i++) mean[i] += r.x[t * 64 + i] / T;
-    let errAll = 0, totAll = 0;
+    let errAll = 0,
+      totAll = 0;
     for (let t = 0; t < T; t++) {
-      let err = 0, dev = 0;
-      for (let i = 0; i < 64; i++) { err += (r.x[t * 64 + i] - r.recons[t][i]) ** 2; dev += (r.x[t * 64 + i] - mean[i]) ** 2; }
-      errAll += err; totAll += dev;
+      let err = 0,
+        dev = 0;
+      for (let i = 0; i < 64; i++) {
+        err += (r.x[t * 64 + i] - r.recons[t][i]) ** 2;
+        dev += (r.x[t * 64 + i] - mean[i]) ** 2;
+      }
+      errAll += err;
+      totAll += dev;
       const got = doc.positions[t].reconstruction;
       expect(close(got.mse, err / 64)).toBe(true);
       expect(close(got.fvu!, err / dev)).toBe(true);
     }
-    console.log(`${hook}: FVU ${doc.reconstruction.fvu} (float64 ${errAll / totAll}), MSE ${doc.reconstruction.mse} (float64 ${errAll / (T * 64)})`);
+    console.log(
+      `${hook}: FVU ${doc.reconstruction.fvu} (float64 ${errAll / totAll}), MSE ${doc.reconstruction.mse} (float64 ${errAll / (T * 64)})`,
+    );
     expect(close(doc.reconstruction.fvu!, errAll / totAll)).toBe(true);
     expect(close(doc.reconstruction.explained_variance!, 1 - errAll / totAll)).toBe(true);
     expect(close(doc.reconstruction.mse, errAll / (T * 64))).toBe(true);
@@ -130,7 +173,9 @@ describe.each(CASES)('SAE operations on $name at $hook', ({ dir, hook, architect
     for (const p of doc.positions.slice(0, -1)) for (const e of p.features) expect(e.logit_attribution).toBeNull();
     const la = doc.logit_attribution;
     const xe = eHook.reduce((a, v, i) => a + v * r.x[(T - 1) * 64 + i], 0);
-    console.log(`${hook}: max |Δ feature DLA| ${worst.toExponential(2)}; x·e ${la.hook_direct_term} (float64 ${xe}); split residual ${la.check_abs_diff}`);
+    console.log(
+      `${hook}: max |Δ feature DLA| ${worst.toExponential(2)}; x·e ${la.hook_direct_term} (float64 ${xe}); split residual ${la.check_abs_diff}`,
+    );
     expect(la.available).toBe(true);
     expect(worst).toBeLessThan(1e-5);
     expect(close(la.hook_direct_term!, xe, 1e-5)).toBe(true);
@@ -142,10 +187,18 @@ describe.each(CASES)('SAE operations on $name at $hook', ({ dir, hook, architect
     expect(doc.descriptions.source).toMatch(/explanations\.json$/);
     expect(doc.descriptions.count).toBe(dSae / 2);
     expect(doc.descriptions.neuronpedia_layer).toBe(`${layer}-test`);
-    let withDesc = 0, without = 0;
-    for (const p of doc.positions) for (const e of p.features) {
-      if (e.feature % 2 === 0) { expect(e.description).toBe(`even feature ${e.feature}`); withDesc++; } else { expect(e.description).toBeNull(); without++; }
-    }
+    let withDesc = 0,
+      without = 0;
+    for (const p of doc.positions)
+      for (const e of p.features) {
+        if (e.feature % 2 === 0) {
+          expect(e.description).toBe(`even feature ${e.feature}`);
+          withDesc++;
+        } else {
+          expect(e.description).toBeNull();
+          without++;
+        }
+      }
     expect(withDesc).toBeGreaterThan(0);
     expect(without).toBeGreaterThan(0);
   });
@@ -162,14 +215,19 @@ describe.each(CASES)('SAE operations on $name at $hook', ({ dir, hook, architect
 
   it('feature: promoted/suppressed tokens and per-token activations equal the float64 reference within 1e-5', async () => {
     const f = doc.positions[doc.positions.length - 1].features[0].feature;
-    const fd: FeatureDocument = await operations.feature.run(model, { prompt, prompts, sae_source: sae.dir, feature: f, top_k: 5 }, ctx);
+    const fd: FeatureDocument = await operations.feature.run(
+      model,
+      { prompt, prompts, sae_source: sae.dir, feature: f, top_k: 5 },
+      ctx,
+    );
     expect(schemaErrors('feature', viaJson(fd))).toEqual([]);
     const w = logitWeights64(ref, pushV(sae.W_dec.slice(f * 64, (f + 1) * 64)));
     const order = Array.from(w.keys()).sort((a, b) => w[b] - w[a]);
     expect(fd.logit_weights.promoted.map((t) => t.token_id)).toEqual(order.slice(0, 5));
     expect(fd.logit_weights.suppressed.map((t) => t.token_id)).toEqual(order.slice(-5).reverse());
     let worstW = 0;
-    for (const t of [...fd.logit_weights.promoted, ...fd.logit_weights.suppressed]) worstW = Math.max(worstW, Math.abs(t.weight - w[t.token_id]));
+    for (const t of [...fd.logit_weights.promoted, ...fd.logit_weights.suppressed])
+      worstW = Math.max(worstW, Math.abs(t.weight - w[t.token_id]));
     expect(worstW).toBeLessThan(1e-5);
     expect(fd.logit_weights.final_norm_weight_applied).toBe(true);
     expect(fd.feature.description).toBe(f % 2 === 0 ? `even feature ${f}` : null);
@@ -177,12 +235,20 @@ describe.each(CASES)('SAE operations on $name at $hook', ({ dir, hook, architect
     expect(fd.activations).toHaveLength(1 + prompts.length);
     let worstA = 0;
     for (const a of fd.activations) {
-      const r = saeReference(ref, sae, a.tokens.map((t) => t.id));
-      a.values.forEach((v, t) => { worstA = Math.max(worstA, Math.abs(v - r.acts[t][f])); });
+      const r = saeReference(
+        ref,
+        sae,
+        a.tokens.map((t) => t.id),
+      );
+      a.values.forEach((v, t) => {
+        worstA = Math.max(worstA, Math.abs(v - r.acts[t][f]));
+      });
       expect(a.max).toBe(Math.max(...a.values));
       expect(a.values[a.max_position]).toBe(a.max);
     }
-    console.log(`feature ${f}: max |Δ weight| ${worstW.toExponential(2)}, max |Δ activation| ${worstA.toExponential(2)}, max ${fd.max_activation}`);
+    console.log(
+      `feature ${f}: max |Δ weight| ${worstW.toExponential(2)}, max |Δ activation| ${worstA.toExponential(2)}, max ${fd.max_activation}`,
+    );
     expect(worstA).toBeLessThan(1e-5);
     expect(fd.activations[0].max).toBeGreaterThan(0);
   });
@@ -191,16 +257,24 @@ describe.each(CASES)('SAE operations on $name at $hook', ({ dir, hook, architect
 describe('SAE validation through the operations', () => {
   let model: LoadedModel;
   const dirs: string[] = [];
-  beforeAll(async () => { model = await loadModelNode(INDUCTION); });
+  beforeAll(async () => {
+    model = await loadModelNode(INDUCTION);
+  });
   afterAll(async () => {
     await model?.dispose();
     for (const d of dirs) rmSync(d, { recursive: true, force: true });
   });
-  const sae = (o: Parameters<typeof makeRandomSae>[0]) => { const s = makeRandomSae(o); dirs.push(s.dir); return s; };
+  const sae = (o: Parameters<typeof makeRandomSae>[0]) => {
+    const s = makeRandomSae(o);
+    dirs.push(s.dir);
+    return s;
+  };
 
   it('a mismatched d_in is SAE_MISMATCH naming both sizes', async () => {
     const s = sae({ hook: 'blocks.0.hook_resid_post', dIn: 32, dSae: 16, modelName: 'gpt2-small' });
-    const err = await operations.sae_features.run(model, { prompt: 'abc', sae_source: s.dir }, ctx).catch((e: unknown) => e);
+    const err = await operations.sae_features
+      .run(model, { prompt: 'abc', sae_source: s.dir }, ctx)
+      .catch((e: unknown) => e);
     expect(err).toMatchObject({ code: 'SAE_MISMATCH' });
     expect((err as Error).message).toMatch(/32.*64/);
     expect((err as { hint?: string }).hint).toMatch(/gpt2-small/);
@@ -208,30 +282,59 @@ describe('SAE validation through the operations', () => {
 
   it('a hook the model lacks is SAE_MISMATCH, for every SAE operation', async () => {
     const s = sae({ hook: 'blocks.9.hook_resid_post', dIn: 64, dSae: 16 });
-    for (const [op, extra] of [['sae_features', {}], ['feature', { feature: 0 }], ['sae_steer', { feature: 0, alpha: 1, targets: ['a'], max_new_tokens: 1 }]] as const) {
-      await expect(operations[op].run(model, { prompt: 'abc', sae_source: s.dir, ...extra }, ctx)).rejects.toMatchObject({ code: 'SAE_MISMATCH' });
+    for (const [op, extra] of [
+      ['sae_features', {}],
+      ['feature', { feature: 0 }],
+      ['sae_steer', { feature: 0, alpha: 1, targets: ['a'], max_new_tokens: 1 }],
+    ] as const) {
+      await expect(
+        operations[op].run(model, { prompt: 'abc', sae_source: s.dir, ...extra }, ctx),
+      ).rejects.toMatchObject({ code: 'SAE_MISMATCH' });
     }
   });
 
   it('a feature index past d_sae, a missing SAE folder and a missing loader are clear errors', async () => {
     const s = sae({ hook: 'blocks.0.hook_resid_post', dIn: 64, dSae: 16 });
-    await expect(operations.feature.run(model, { prompt: 'abc', sae_source: s.dir, feature: 16 }, ctx)).rejects.toMatchObject({ code: 'BAD_INPUT', message: expect.stringMatching(/16 features/) });
-    await expect(operations.sae_features.run(model, { prompt: 'abc', sae_source: s.dir, sae_path: 'nope' }, ctx)).rejects.toMatchObject({ code: 'FILE_NOT_FOUND' });
-    await expect(operations.sae_features.run(model, { prompt: 'abc', sae_source: '/nonexistent/sae' }, ctx)).rejects.toMatchObject({ code: 'MODEL_NOT_FOUND', hint: expect.stringMatching(/sae_source/) });
-    await expect(operations.sae_features.run(model, { prompt: 'abc', sae_source: 'x/y@z' }, {})).rejects.toMatchObject({ code: 'INTERNAL' });
-    await expect(operations.sae_features.run(model, { prompt: 'abc', sae_source: s.dir, top_k: 5000 }, ctx)).rejects.toMatchObject({ code: 'TOO_LARGE' });
-    await expect(operations.sae_features.run(model, { prompt: 'abc', sae_source: s.dir, position: 99 }, ctx)).rejects.toMatchObject({ code: 'BAD_INPUT' });
+    await expect(
+      operations.feature.run(model, { prompt: 'abc', sae_source: s.dir, feature: 16 }, ctx),
+    ).rejects.toMatchObject({ code: 'BAD_INPUT', message: expect.stringMatching(/16 features/) });
+    await expect(
+      operations.sae_features.run(model, { prompt: 'abc', sae_source: s.dir, sae_path: 'nope' }, ctx),
+    ).rejects.toMatchObject({ code: 'FILE_NOT_FOUND' });
+    await expect(
+      operations.sae_features.run(model, { prompt: 'abc', sae_source: '/nonexistent/sae' }, ctx),
+    ).rejects.toMatchObject({ code: 'MODEL_NOT_FOUND', hint: expect.stringMatching(/sae_source/) });
+    await expect(operations.sae_features.run(model, { prompt: 'abc', sae_source: 'x/y@z' }, {})).rejects.toMatchObject({
+      code: 'INTERNAL',
+    });
+    await expect(
+      operations.sae_features.run(model, { prompt: 'abc', sae_source: s.dir, top_k: 5000 }, ctx),
+    ).rejects.toMatchObject({ code: 'TOO_LARGE' });
+    await expect(
+      operations.sae_features.run(model, { prompt: 'abc', sae_source: s.dir, position: 99 }, ctx),
+    ).rejects.toMatchObject({ code: 'BAD_INPUT' });
   });
 
   it('descriptions for another SAE are refused; inline descriptions work; cancellation is honoured', async () => {
     const s = sae({ hook: 'blocks.0.hook_resid_post', dIn: 64, dSae: 16 });
-    await expect(operations.sae_features.run(model, { prompt: 'abc', sae_source: s.dir, descriptions: [{ index: '40', description: 'x' }] }, ctx))
-      .rejects.toMatchObject({ code: 'BAD_INPUT', message: expect.stringMatching(/feature 40.*16 features/) });
-    const d = await operations.sae_features.run(model, { prompt: 'abc', sae_source: s.dir, descriptions: JSON.stringify([{ index: 3, description: 'three' }]) }, ctx);
+    await expect(
+      operations.sae_features.run(
+        model,
+        { prompt: 'abc', sae_source: s.dir, descriptions: [{ index: '40', description: 'x' }] },
+        ctx,
+      ),
+    ).rejects.toMatchObject({ code: 'BAD_INPUT', message: expect.stringMatching(/feature 40.*16 features/) });
+    const d = await operations.sae_features.run(
+      model,
+      { prompt: 'abc', sae_source: s.dir, descriptions: JSON.stringify([{ index: 3, description: 'three' }]) },
+      ctx,
+    );
     expect(d.descriptions).toMatchObject({ source: 'inline', count: 1 });
     const ac = new AbortController();
     ac.abort();
-    await expect(operations.sae_features.run(model, { prompt: 'abc', sae_source: s.dir }, { ...ctx, signal: ac.signal })).rejects.toMatchObject({ code: 'ABORTED' });
+    await expect(
+      operations.sae_features.run(model, { prompt: 'abc', sae_source: s.dir }, { ...ctx, signal: ac.signal }),
+    ).rejects.toMatchObject({ code: 'ABORTED' });
   });
 
   it('the SAE hook value reaching the residual stream non-linearly gives no attribution, with the reason', async () => {
@@ -241,10 +344,16 @@ describe('SAE validation through the operations', () => {
     for (const p of d.positions) for (const e of p.features) expect(e.logit_attribution).toBeNull();
     expect(schemaErrors('sae_features', viaJson(d))).toEqual([]);
     // its activations still equal the float64 encoding of the engine's own hook value
-    const run = await model.run(d.tokens.map((t: { id: number }) => t.id), { hooks: ['blocks.0.attn.hook_q'] });
+    const run = await model.run(
+      d.tokens.map((t: { id: number }) => t.id),
+      { hooks: ['blocks.0.attn.hook_q'] },
+    );
     const x = run.hooks['blocks.0.attn.hook_q'].data;
-    for (const p of d.positions) for (const e of p.features) {
-      expect(Math.abs(e.activation - saeEncode64(s, x.subarray(p.position * 64, (p.position + 1) * 64)).acts[e.feature])).toBeLessThan(1e-5);
-    }
+    for (const p of d.positions)
+      for (const e of p.features) {
+        expect(
+          Math.abs(e.activation - saeEncode64(s, x.subarray(p.position * 64, (p.position + 1) * 64)).acts[e.feature]),
+        ).toBeLessThan(1e-5);
+      }
   });
 });

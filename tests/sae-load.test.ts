@@ -27,7 +27,11 @@ import type { SaeOpContext } from '../src/ops/lib/sae';
 import type { SaeLoaders } from '../src/engine/source/sae-loader';
 
 /** the context a surface gives the SAE operations (loaders + progress/signal) */
-const ctxOf = (l: SaeLoaders, extra: Partial<SaeOpContext> = {}): SaeOpContext => ({ loadSae: l.loadSae, loadSaeFile: l.loadSaeFile, ...extra });
+const ctxOf = (l: SaeLoaders, extra: Partial<SaeOpContext> = {}): SaeOpContext => ({
+  loadSae: l.loadSae,
+  loadSaeFile: l.loadSaeFile,
+  ...extra,
+});
 import { startHubServer, type HubServer } from './helpers/hub-server';
 import { makeRandomSae, type RandomSae } from './helpers/random-sae';
 import { INDUCTION } from './sae-ref';
@@ -53,12 +57,22 @@ beforeAll(async () => {
   sae = makeRandomSae({ hook: SAE_PATH, dIn: 64, dSae: 512, seed: 4 });
   bare = makeRandomSae({ hook: BARE_PATH, dIn: 64, dSae: 32, seed: 5 });
   const root = path.join(tmp, 'repo');
-  for (const [s, p] of [[sae, SAE_PATH], [bare, BARE_PATH]] as const) {
+  for (const [s, p] of [
+    [sae, SAE_PATH],
+    [bare, BARE_PATH],
+  ] as const) {
     mkdirSync(path.join(root, p), { recursive: true });
     for (const f of ['cfg.json', 'sae_weights.safetensors']) copyFileSync(path.join(s.dir, f), path.join(root, p, f));
   }
   // Neuronpedia's (former) export answer: a JSON array of explanation records, features 0–255 only
-  const records = Array.from({ length: 256 }, (_, i) => ({ modelId: 'induction-gpt2', layer: '1-res-test', index: String(i), description: `feature ${i} text`, explanationModelName: 'gpt-4o-mini', typeName: 'oai_token-act-pair' }));
+  const records = Array.from({ length: 256 }, (_, i) => ({
+    modelId: 'induction-gpt2',
+    layer: '1-res-test',
+    index: String(i),
+    description: `feature ${i} text`,
+    explanationModelName: 'gpt-4o-mini',
+    typeName: 'oai_token-act-pair',
+  }));
   writeFileSync(path.join(root, SAE_PATH, 'explanations.json'), JSON.stringify(records));
   hub.addRepo(REPO, root);
 });
@@ -78,7 +92,11 @@ describe('Node SAE loaders against the Hub mimic', () => {
     const progress: Progress[] = [];
     const l1 = createNodeSaeLoaders({ cache: new DirCache(cacheDir), endpoint: hub.url });
     const m1 = await freshModel();
-    const d1 = await operations.sae_features.run(m1, input, ctxOf(l1, { onProgress: (p: Progress) => progress.push(p) }));
+    const d1 = await operations.sae_features.run(
+      m1,
+      input,
+      ctxOf(l1, { onProgress: (p: Progress) => progress.push(p) }),
+    );
     const weights = `${SAE_PATH}/sae_weights.safetensors`;
     const size = hub.stats(REPO, weights).bytes;
     expect(hub.stats(REPO, weights).requests).toBe(1);
@@ -97,8 +115,14 @@ describe('Node SAE loaders against the Hub mimic', () => {
     const progress2: Progress[] = [];
     const l2 = createNodeSaeLoaders({ cache: new DirCache(cacheDir), endpoint: hub.url });
     const m2 = await freshModel();
-    const d2 = await operations.sae_features.run(m2, input, ctxOf(l2, { onProgress: (p: Progress) => progress2.push(p) }));
-    console.log(`first load: ${size} weight bytes, ${progress.length} progress events; second load: ${hub.log.length} requests`);
+    const d2 = await operations.sae_features.run(
+      m2,
+      input,
+      ctxOf(l2, { onProgress: (p: Progress) => progress2.push(p) }),
+    );
+    console.log(
+      `first load: ${size} weight bytes, ${progress.length} progress events; second load: ${hub.log.length} requests`,
+    );
     expect(hub.log).toHaveLength(0);
     expect(progress2.some((p) => p.stage === `loading SAE ${weights} (cached)`)).toBe(true);
     expect(JSON.stringify(d2)).toBe(JSON.stringify(d1));
@@ -107,9 +131,18 @@ describe('Node SAE loaders against the Hub mimic', () => {
   it('an SAE without explanations.json: descriptions are null; the loaders remember the absence', async () => {
     hub.resetCounters();
     const l = createNodeSaeLoaders({ cache: new DirCache(cacheDir), endpoint: hub.url });
-    const run = async () => operations.sae_features.run(await freshModel(), { prompt: 'abcab', sae_source: REPO, sae_path: BARE_PATH }, ctxOf(l));
+    const run = async () =>
+      operations.sae_features.run(
+        await freshModel(),
+        { prompt: 'abcab', sae_source: REPO, sae_path: BARE_PATH },
+        ctxOf(l),
+      );
     const d = await run();
-    expect(d.descriptions).toMatchObject({ source: null, count: 0, looked_for: `${REPO}/${BARE_PATH}/explanations.json` });
+    expect(d.descriptions).toMatchObject({
+      source: null,
+      count: 0,
+      looked_for: `${REPO}/${BARE_PATH}/explanations.json`,
+    });
     for (const p of d.positions) for (const f of p.features) expect(f.description).toBeNull();
     expect(hub.stats(REPO, `${BARE_PATH}/explanations.json`).statuses).toEqual([404]);
     hub.resetCounters();
@@ -121,12 +154,27 @@ describe('Node SAE loaders against the Hub mimic', () => {
     hub.resetCounters();
     const l = createNodeSaeLoaders({ cache: false, endpoint: hub.url, maxBytes: 100_000 });
     const model = await freshModel();
-    await expect(operations.sae_features.run(model, { prompt: 'abc', sae_source: REPO, sae_path: SAE_PATH }, ctxOf(l)))
-      .rejects.toMatchObject({ code: 'TOO_LARGE', hint: expect.stringMatching(/fewer features/) });
+    await expect(
+      operations.sae_features.run(model, { prompt: 'abc', sae_source: REPO, sae_path: SAE_PATH }, ctxOf(l)),
+    ).rejects.toMatchObject({ code: 'TOO_LARGE', hint: expect.stringMatching(/fewer features/) });
     expect(hub.stats(REPO, `${SAE_PATH}/sae_weights.safetensors`).requests).toBe(0);
     const ok = createNodeSaeLoaders({ cache: false, endpoint: hub.url });
-    await expect(operations.sae_features.run(model, { prompt: 'abc', sae_source: REPO, sae_path: BARE_PATH, descriptions: `${hub.url}/${REPO}/resolve/main/nope.json` }, ctxOf(ok)))
-      .rejects.toMatchObject({ code: 'FILE_NOT_FOUND', message: expect.stringMatching(/^descriptions: /), hint: expect.stringMatching(/URL or path/) });
+    await expect(
+      operations.sae_features.run(
+        model,
+        {
+          prompt: 'abc',
+          sae_source: REPO,
+          sae_path: BARE_PATH,
+          descriptions: `${hub.url}/${REPO}/resolve/main/nope.json`,
+        },
+        ctxOf(ok),
+      ),
+    ).rejects.toMatchObject({
+      code: 'FILE_NOT_FOUND',
+      message: expect.stringMatching(/^descriptions: /),
+      hint: expect.stringMatching(/URL or path/),
+    });
   });
 
   it('cancelling mid-download is ABORTED, and the next call loads the SAE', async () => {
@@ -137,9 +185,17 @@ describe('Node SAE loaders against the Hub mimic', () => {
     const model = await freshModel();
     const ac = new AbortController();
     const ctx = ctxOf(l);
-    const p = operations.sae_features.run(model, { prompt: 'abc', sae_source: id, sae_path: SAE_PATH }, {
-      ...ctx, signal: ac.signal, onProgress: (q: Progress) => { if (q.stage.includes('sae_weights') && q.done > 0) ac.abort(); },
-    });
+    const p = operations.sae_features.run(
+      model,
+      { prompt: 'abc', sae_source: id, sae_path: SAE_PATH },
+      {
+        ...ctx,
+        signal: ac.signal,
+        onProgress: (q: Progress) => {
+          if (q.stage.includes('sae_weights') && q.done > 0) ac.abort();
+        },
+      },
+    );
     await expect(p).rejects.toMatchObject({ code: 'ABORTED' });
     const d = await operations.sae_features.run(model, { prompt: 'abc', sae_source: id, sae_path: SAE_PATH }, ctx);
     expect(d.sae.d_sae).toBe(512);
@@ -154,7 +210,9 @@ describe('browser SAE loaders (HubSource + IndexedDB cache)', () => {
     const ref = { source: id, path: SAE_PATH };
     hub.resetCounters();
     const events: string[] = [];
-    const a = await createSaeLoaders({ cache, endpoint: hub.url }).loadSae(ref, { onProgress: (p) => events.push(`${p.file}${p.cached ? ' cached' : ''}`) });
+    const a = await createSaeLoaders({ cache, endpoint: hub.url }).loadSae(ref, {
+      onProgress: (p) => events.push(`${p.file}${p.cached ? ' cached' : ''}`),
+    });
     expect(hub.log.filter((r) => r.status === 200)).toHaveLength(2);
     expect(events).toContain(`${SAE_PATH}/sae_weights.safetensors`);
     hub.resetCounters();
@@ -176,21 +234,46 @@ describe('browser SAE loaders (HubSource + IndexedDB cache)', () => {
 describe('descriptions in Neuronpedia layouts', () => {
   it('gzipped JSON Lines (the S3 export) from a URL, {"explanations": …} inline, first explanation wins', async () => {
     const lines = [
-      { modelId: 'induction-gpt2', layer: '0-res-test', index: '3', description: 'third', explanationModelName: 'm', typeName: 't' },
+      {
+        modelId: 'induction-gpt2',
+        layer: '0-res-test',
+        index: '3',
+        description: 'third',
+        explanationModelName: 'm',
+        typeName: 't',
+      },
       { modelId: 'induction-gpt2', layer: '0-res-test', index: '3', description: 'a later explanation of 3' },
       { modelId: 'induction-gpt2', layer: '0-res-test', index: 5, description: '' },
-    ].map((r) => JSON.stringify(r)).join('\n');
+    ]
+      .map((r) => JSON.stringify(r))
+      .join('\n');
     hub.addFile('acme/explanations', 'v1/batch-0.jsonl.gz', gzipSync(new TextEncoder().encode(lines)));
     const l = createNodeSaeLoaders({ cache: false, endpoint: hub.url });
     const model = await freshModel();
     const url = `${hub.url}/acme/explanations/resolve/main/v1/batch-0.jsonl.gz`;
-    const d = await operations.feature.run(model, { prompt: 'abc', sae_source: REPO, sae_path: BARE_PATH, feature: 3, descriptions: url }, ctxOf(l));
+    const d = await operations.feature.run(
+      model,
+      { prompt: 'abc', sae_source: REPO, sae_path: BARE_PATH, feature: 3, descriptions: url },
+      ctxOf(l),
+    );
     expect(d.feature.description).toBe('third');
     expect(d.descriptions).toMatchObject({ source: url, format: 'jsonl', gzip: true, records: 3, count: 1 });
-    const d5 = await operations.feature.run(model, { prompt: 'abc', sae_source: REPO, sae_path: BARE_PATH, feature: 5, descriptions: url }, ctxOf(l));
+    const d5 = await operations.feature.run(
+      model,
+      { prompt: 'abc', sae_source: REPO, sae_path: BARE_PATH, feature: 5, descriptions: url },
+      ctxOf(l),
+    );
     expect(d5.feature.description).toBeNull(); // an empty description is no description
     // a single feature's API answer
-    const one = parseDescriptions({ modelId: 'm', layer: 'l', index: '7', explanations: [{ description: 'seven', explanationModelName: 'x', typeName: 'y' }] }, 'inline');
+    const one = parseDescriptions(
+      {
+        modelId: 'm',
+        layer: 'l',
+        index: '7',
+        explanations: [{ description: 'seven', explanationModelName: 'x', typeName: 'y' }],
+      },
+      'inline',
+    );
     expect(one.byFeature.get(7)).toEqual({ description: 'seven', explanation_model: 'x', type: 'y' });
     expect(one.format).toBe('json_object');
   });

@@ -13,13 +13,17 @@ const isGpt2 = (m: RefModel) => m.config.model_type === 'gpt2';
 
 /** W_U[:, t] (both shared models tie the unembedding to the embedding) */
 export function unembedCol(m: RefModel, t: number): Float64Array {
-  const w = isGpt2(m) ? m.tensors['transformer.wte.weight'] : (m.tensors['lm_head.weight'] ?? m.tensors['model.embed_tokens.weight']);
+  const w = isGpt2(m)
+    ? m.tensors['transformer.wte.weight']
+    : (m.tensors['lm_head.weight'] ?? m.tensors['model.embed_tokens.weight']);
   const D = w.dims[1];
   return Float64Array.from({ length: D }, (_, j) => w.data[t * D + j]);
 }
 
 export function finalNormWeight(m: RefModel): Float64Array {
-  return Float64Array.from((isGpt2(m) ? m.tensors['transformer.ln_f.weight'] : m.tensors['model.norm.weight']).data as ArrayLike<number>);
+  return Float64Array.from(
+    (isGpt2(m) ? m.tensors['transformer.ln_f.weight'] : m.tensors['model.norm.weight']).data as ArrayLike<number>,
+  );
 }
 
 /** the readout e of token t with final-norm scale s: (w ⊙ W_U[:, t]) (centred for LayerNorm) / s */
@@ -38,7 +42,10 @@ export function readout64(m: RefModel, t: number, s: number): Float64Array {
 export function logitWeights64(m: RefModel, r: Float64Array): Float64Array {
   const w = finalNormWeight(m);
   let x = Float64Array.from(r);
-  if (isGpt2(m)) { const mu = x.reduce((a, b) => a + b, 0) / x.length; x = x.map((v) => v - mu); }
+  if (isGpt2(m)) {
+    const mu = x.reduce((a, b) => a + b, 0) / x.length;
+    x = x.map((v) => v - mu);
+  }
   x = x.map((v, j) => v * w[j]);
   const V = isGpt2(m) ? m.tensors['transformer.wte.weight'].dims[0] : m.tensors['lm_head.weight'].dims[0];
   return Float64Array.from({ length: V }, (_, t) => unembedCol(m, t).reduce((a, u, j) => a + u * x[j], 0));
@@ -49,11 +56,19 @@ export function pullThroughWO(m: RefModel, layer: number, e: Float64Array): Floa
   if (isGpt2(m)) {
     const w = m.tensors[`transformer.h.${layer}.attn.c_proj.weight`]; // Conv1D [in = H·Dh, out = D]
     const [HD, D] = w.dims;
-    return Float64Array.from({ length: HD }, (_, r) => { let s = 0; for (let d = 0; d < D; d++) s += w.data[r * D + d] * e[d]; return s; });
+    return Float64Array.from({ length: HD }, (_, r) => {
+      let s = 0;
+      for (let d = 0; d < D; d++) s += w.data[r * D + d] * e[d];
+      return s;
+    });
   }
   const w = m.tensors[`model.layers.${layer}.self_attn.o_proj.weight`];
   const [D, HD] = w.dims;
-  return Float64Array.from({ length: HD }, (_, r) => { let s = 0; for (let d = 0; d < D; d++) s += w.data[d * HD + r] * e[d]; return s; });
+  return Float64Array.from({ length: HD }, (_, r) => {
+    let s = 0;
+    for (let d = 0; d < D; d++) s += w.data[d * HD + r] * e[d];
+    return s;
+  });
 }
 
 export function argmax64(a: ArrayLike<number>, start = 0, n = a.length - start): number {
@@ -76,14 +91,29 @@ export function saeReference(m: RefModel, sae: RandomSae, tokens: number[]) {
     acts.push(a);
     recons.push(saeDecode64(sae, a));
   }
-  return { x, acts, recons, scale: res.hooks['ln_final.hook_scale'].data, logits: res.logits.data, V: res.logits.dims[2] };
+  return {
+    x,
+    acts,
+    recons,
+    scale: res.hooks['ln_final.hook_scale'].data,
+    logits: res.logits.data,
+    V: res.logits.dims[2],
+  };
 }
 
 /**
  * Reference forward with feature f edited at the SAE's hook at `positions` (all when undefined):
  * add: x += α·W_dec[f]; clamp: x += (v − acts_f(x))·W_dec[f] with acts from the float64 encoder.
  */
-export function steeredForward(m: RefModel, sae: RandomSae, tokens: number[], f: number, edit: 'add' | 'clamp', v: number, positions?: number[]) {
+export function steeredForward(
+  m: RefModel,
+  sae: RandomSae,
+  tokens: number[],
+  f: number,
+  edit: 'add' | 'clamp',
+  v: number,
+  positions?: number[],
+) {
   const hook = sae.cfg.hook_name as string;
   const dIn = sae.cfg.d_in as number;
   const dec = sae.W_dec.subarray(f * dIn, (f + 1) * dIn);

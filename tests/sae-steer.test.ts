@@ -29,7 +29,15 @@ const TOL = 1e-4;
 const steer = operations.sae_steer;
 
 /** final-position log-probs of the reference with the edit (none when v is null) */
-function refLogprobs(ref: RefModel, sae: RandomSae, ids: number[], f: number, edit: 'add' | 'clamp', v: number | null, positions?: number[]) {
+function refLogprobs(
+  ref: RefModel,
+  sae: RandomSae,
+  ids: number[],
+  f: number,
+  edit: 'add' | 'clamp',
+  v: number | null,
+  positions?: number[],
+) {
   const res = steeredForward(ref, sae, ids, f, edit, v ?? 0, v === null ? [] : positions);
   const V = res.logits.dims[2];
   return logSoftmax64(res.logits.data, (ids.length - 1) * V, V);
@@ -64,7 +72,11 @@ describe('sae_steer on stories260K (SAE at blocks.2.hook_resid_post)', () => {
   });
 
   it('α = 0 gives the base generation and zero deltas', async () => {
-    const doc: SaeSteerDocument = await steer.run(model, { prompt: PROMPT, sae_source: sae.dir, feature: F, alpha: 0, max_new_tokens: 8 }, ctx);
+    const doc: SaeSteerDocument = await steer.run(
+      model,
+      { prompt: PROMPT, sae_source: sae.dir, feature: F, alpha: 0, max_new_tokens: 8 },
+      ctx,
+    );
     expect(doc.mode).toBe('single');
     expect(doc.steered!.generated_token_ids).toEqual(doc.base.generated_token_ids);
     expect(doc.base.generated_token_ids).toHaveLength(8);
@@ -86,15 +98,23 @@ describe('sae_steer on stories260K (SAE at blocks.2.hook_resid_post)', () => {
 
   it('add α: log-probs equal the float64 reference with α·W_dec[f] added at the hook within 1e-4; the greedy text too', async () => {
     const alpha = 6;
-    const doc: SaeSteerDocument = await steer.run(model, { prompt: PROMPT, sae_source: sae.dir, feature: F, alpha, max_new_tokens: 5 }, ctx);
+    const doc: SaeSteerDocument = await steer.run(
+      model,
+      { prompt: PROMPT, sae_source: sae.dir, feature: F, alpha, max_new_tokens: 5 },
+      ctx,
+    );
     const ids = doc.tokens.map((t) => t.id);
     const base = refLogprobs(ref, sae, ids, F, 'add', null);
     const steered = refLogprobs(ref, sae, ids, F, 'add', alpha);
     const worst = checkAgainstRef(doc, base, steered);
     // mean-delta metrics from the reference
-    const mean = (list: { token_id: number }[]) => list.reduce((a, t) => a + steered[t.token_id] - base[t.token_id], 0) / list.length;
-    const td = mean(doc.targets), cd = mean(doc.controls);
-    console.log(`add α=${alpha}: max |Δ log-prob| vs float64 ${worst.toExponential(2)}; target Δ ${doc.target_logprob_delta} (float64 ${td}), control Δ ${doc.control_logprob_delta} (float64 ${cd})`);
+    const mean = (list: { token_id: number }[]) =>
+      list.reduce((a, t) => a + steered[t.token_id] - base[t.token_id], 0) / list.length;
+    const td = mean(doc.targets),
+      cd = mean(doc.controls);
+    console.log(
+      `add α=${alpha}: max |Δ log-prob| vs float64 ${worst.toExponential(2)}; target Δ ${doc.target_logprob_delta} (float64 ${td}), control Δ ${doc.control_logprob_delta} (float64 ${cd})`,
+    );
     expect(worst).toBeLessThan(TOL);
     expect(Math.abs(doc.target_logprob_delta! - td)).toBeLessThan(TOL);
     expect(Math.abs(doc.normalized_effect! - (td - cd))).toBeLessThan(TOL);
@@ -111,14 +131,41 @@ describe('sae_steer on stories260K (SAE at blocks.2.hook_resid_post)', () => {
       seq.push(next);
     }
     expect(doc.steered!.generated_token_ids).toEqual(out);
-    expect(doc.interventions).toEqual([{ hook: 'blocks.2.hook_resid_post.hook_sae_acts_post', op: 'add', neuron: F, positions: 'all', value: [1], alpha, sae: { source: sae.dir, path: '' } }]);
+    expect(doc.interventions).toEqual([
+      {
+        hook: 'blocks.2.hook_resid_post.hook_sae_acts_post',
+        op: 'add',
+        neuron: F,
+        positions: 'all',
+        value: [1],
+        alpha,
+        sae: { source: sae.dir, path: '' },
+      },
+    ]);
   });
 
   it('add at chosen positions with given targets and controls equals the reference within 1e-4', async () => {
     const positions = [2, 4];
-    const doc: SaeSteerDocument = await steer.run(model, { prompt: PROMPT, sae_source: sae.dir, feature: F, alpha: -8, positions, targets: ['#300', '#301'], controls: ['#50', '#60'], max_new_tokens: 0 }, ctx);
+    const doc: SaeSteerDocument = await steer.run(
+      model,
+      {
+        prompt: PROMPT,
+        sae_source: sae.dir,
+        feature: F,
+        alpha: -8,
+        positions,
+        targets: ['#300', '#301'],
+        controls: ['#50', '#60'],
+        max_new_tokens: 0,
+      },
+      ctx,
+    );
     const ids = doc.tokens.map((t) => t.id);
-    const worst = checkAgainstRef(doc, refLogprobs(ref, sae, ids, F, 'add', null), refLogprobs(ref, sae, ids, F, 'add', -8, positions));
+    const worst = checkAgainstRef(
+      doc,
+      refLogprobs(ref, sae, ids, F, 'add', null),
+      refLogprobs(ref, sae, ids, F, 'add', -8, positions),
+    );
     console.log(`add α=-8 at ${positions}: max |Δ log-prob| vs float64 ${worst.toExponential(2)}`);
     expect(worst).toBeLessThan(TOL);
     expect(doc.targets_rule).toBe('given');
@@ -128,8 +175,11 @@ describe('sae_steer on stories260K (SAE at blocks.2.hook_resid_post)', () => {
   it('clamp sweep: every curve point equals the float64 reference with the activation clamped within 1e-4', async () => {
     const values = [0, 2, 5];
     const progress: string[] = [];
-    const doc: SaeSteerDocument = await steer.run(model, { prompt: PROMPT, sae_source: sae.dir, feature: F, edit: 'clamp', alphas: values, max_new_tokens: 3 },
-      { ...ctx, onProgress: (p) => progress.push(p.stage) });
+    const doc: SaeSteerDocument = await steer.run(
+      model,
+      { prompt: PROMPT, sae_source: sae.dir, feature: F, edit: 'clamp', alphas: values, max_new_tokens: 3 },
+      { ...ctx, onProgress: (p) => progress.push(p.stage) },
+    );
     expect(doc.mode).toBe('sweep');
     expect(doc.steered).toBeNull();
     expect(doc.sweep!.generations).toHaveLength(3);
@@ -138,10 +188,17 @@ describe('sae_steer on stories260K (SAE at blocks.2.hook_resid_post)', () => {
     let worst = checkAgainstRef(doc, base, null);
     values.forEach((v, i) => {
       const s = refLogprobs(ref, sae, ids, F, 'clamp', v);
-      const mean = (list: { token_id: number }[]) => list.reduce((a, t) => a + s[t.token_id] - base[t.token_id], 0) / list.length;
-      worst = Math.max(worst, Math.abs(doc.sweep!.curves.target_logprob_delta[i] - mean(doc.targets)), Math.abs(doc.sweep!.curves.control_logprob_delta[i] - mean(doc.controls)));
+      const mean = (list: { token_id: number }[]) =>
+        list.reduce((a, t) => a + s[t.token_id] - base[t.token_id], 0) / list.length;
+      worst = Math.max(
+        worst,
+        Math.abs(doc.sweep!.curves.target_logprob_delta[i] - mean(doc.targets)),
+        Math.abs(doc.sweep!.curves.control_logprob_delta[i] - mean(doc.controls)),
+      );
     });
-    console.log(`clamp sweep ${values}: max |Δ| vs float64 ${worst.toExponential(2)}; target curve ${doc.sweep!.curves.target_logprob_delta.map((x) => x.toFixed(4))}`);
+    console.log(
+      `clamp sweep ${values}: max |Δ| vs float64 ${worst.toExponential(2)}; target curve ${doc.sweep!.curves.target_logprob_delta.map((x) => x.toFixed(4))}`,
+    );
     expect(worst).toBeLessThan(TOL);
     expect(progress).toContain('generating');
     expect(schemaErrors('sae_steer', viaJson(doc))).toEqual([]);
@@ -177,16 +234,27 @@ describe('sae_steer on induction-gpt2 (SAE at blocks.0.mlp.hook_post, through W_
     const prompt = 'abcdeabcd';
     for (const edit of ['add', 'clamp'] as const) {
       const values = [-3, 1, 4];
-      const doc: SaeSteerDocument = await steer.run(model, { prompt, sae_source: sae.dir, feature: 9, edit, alphas: values, max_new_tokens: 2 }, ctx);
+      const doc: SaeSteerDocument = await steer.run(
+        model,
+        { prompt, sae_source: sae.dir, feature: 9, edit, alphas: values, max_new_tokens: 2 },
+        ctx,
+      );
       const ids = doc.tokens.map((t) => t.id);
       const base = refLogprobs(ref, sae, ids, 9, edit, null);
       let worst = checkAgainstRef(doc, base, null);
       values.forEach((v, i) => {
         const s = refLogprobs(ref, sae, ids, 9, edit, v);
-        const mean = (list: { token_id: number }[]) => list.reduce((a, t) => a + s[t.token_id] - base[t.token_id], 0) / list.length;
-        worst = Math.max(worst, Math.abs(doc.sweep!.curves.target_logprob_delta[i] - mean(doc.targets)), Math.abs(doc.sweep!.curves.control_logprob_delta[i] - mean(doc.controls)));
+        const mean = (list: { token_id: number }[]) =>
+          list.reduce((a, t) => a + s[t.token_id] - base[t.token_id], 0) / list.length;
+        worst = Math.max(
+          worst,
+          Math.abs(doc.sweep!.curves.target_logprob_delta[i] - mean(doc.targets)),
+          Math.abs(doc.sweep!.curves.control_logprob_delta[i] - mean(doc.controls)),
+        );
       });
-      console.log(`${edit} sweep at mlp.hook_post: max |Δ| vs float64 ${worst.toExponential(2)}; trend ${doc.sweep!.monotone.target_logprob_delta}`);
+      console.log(
+        `${edit} sweep at mlp.hook_post: max |Δ| vs float64 ${worst.toExponential(2)}; trend ${doc.sweep!.monotone.target_logprob_delta}`,
+      );
       expect(worst).toBeLessThan(TOL);
       expect(doc.feature.residual_norm).not.toBeNull();
       expect(schemaErrors('sae_steer', viaJson(doc))).toEqual([]);

@@ -40,7 +40,8 @@ const caches: string[] = [];
 let stderr = '';
 
 function serve(sae: RandomSae, dir: string): void {
-  for (const f of ['cfg.json', 'sae_weights.safetensors']) hub.addFile(REPO, `${dir}/${f}`, readFileSync(path.join(sae.dir, f)));
+  for (const f of ['cfg.json', 'sae_weights.safetensors'])
+    hub.addFile(REPO, `${dir}/${f}`, readFileSync(path.join(sae.dir, f)));
 }
 
 /** the environment of a child surface: the Hub stand-in, and a fresh cache of its own */
@@ -59,10 +60,21 @@ beforeAll(async () => {
   serve(good, SAE_PATH);
   serve(bad, BAD_PATH);
   // descriptions for a few features, in Neuronpedia's export layout, next to the SAE
-  const records = Array.from({ length: 128 }, (_, i) => ({ modelId: 'stories260K', layer: '2-res-test', index: String(i * 2), description: `even feature ${i * 2}` }));
+  const records = Array.from({ length: 128 }, (_, i) => ({
+    modelId: 'stories260K',
+    layer: '2-res-test',
+    index: String(i * 2),
+    description: `even feature ${i * 2}`,
+  }));
   hub.addFile(REPO, `${SAE_PATH}/explanations.json`, JSON.stringify(records));
 
-  const transport = new StdioClientTransport({ command: process.execPath, args: [BIN, 'mcp', '--headless'], cwd: ROOT, env: childEnv(), stderr: 'pipe' });
+  const transport = new StdioClientTransport({
+    command: process.execPath,
+    args: [BIN, 'mcp', '--headless'],
+    cwd: ROOT,
+    env: childEnv(),
+    stderr: 'pipe',
+  });
   transport.stderr?.on('data', (d) => (stderr += d.toString()));
   client = new Client({ name: 'sae-surfaces-test', version: '1' });
   await client.connect(transport);
@@ -80,10 +92,17 @@ afterAll(async () => {
 describe('sae_features on every surface', () => {
   it('CLI --json, the operation called directly and headless MCP give the same document', async () => {
     // the CLI runs in a child process while this one serves the Hub stand-in: never execFileSync here
-    const cli = promisify(execFile)(process.execPath, [BIN, 'sae_features', 'default', PROMPT, '--sae-source', REPO, '--sae-path', SAE_PATH, '--top-k', '6', '--json'], { cwd: ROOT, env: childEnv() });
+    const cli = promisify(execFile)(
+      process.execPath,
+      [BIN, 'sae_features', 'default', PROMPT, '--sae-source', REPO, '--sae-path', SAE_PATH, '--top-k', '6', '--json'],
+      { cwd: ROOT, env: childEnv() },
+    );
     const mcp = client.callTool({ name: 'sae_features', arguments: INPUT });
     const sae = createNodeSaeLoaders({ cache: false, endpoint: hub.url });
-    const direct: SaeFeaturesDocument = await operations.sae_features.run(model, INPUT, { loadSae: sae.loadSae, loadSaeFile: sae.loadSaeFile });
+    const direct: SaeFeaturesDocument = await operations.sae_features.run(model, INPUT, {
+      loadSae: sae.loadSae,
+      loadSaeFile: sae.loadSaeFile,
+    });
     const viaMcp = await mcp;
     expect(viaMcp.isError, stderr).toBeFalsy();
     const viaCli = JSON.parse((await cli).stdout);

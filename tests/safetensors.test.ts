@@ -3,7 +3,13 @@ import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { LoupeError } from '../src/engine/errors';
-import { MAX_HEADER_BYTES, parseSafetensors, readTensorF32, weightSetFromFiles, type ReadableWeightSet } from '../src/engine/safetensors';
+import {
+  MAX_HEADER_BYTES,
+  parseSafetensors,
+  readTensorF32,
+  weightSetFromFiles,
+  type ReadableWeightSet,
+} from '../src/engine/safetensors';
 import { readFileRange, readSafetensorsHeaderFromDisk } from '../src/node/load-files-node';
 import { f32Bytes, rawSafetensors, writeSafetensors } from './helpers/safetensors-writer';
 
@@ -30,7 +36,11 @@ function u16Bytes(bits: number[]): Uint8Array {
 
 function expectCode(fn: () => unknown, code: string, ...mentions: string[]): LoupeError {
   let err: unknown;
-  try { fn(); } catch (e) { err = e; }
+  try {
+    fn();
+  } catch (e) {
+    err = e;
+  }
   expect(err, `expected ${code}`).toBeInstanceOf(LoupeError);
   const le = err as LoupeError;
   expect(le.code).toBe(code);
@@ -44,22 +54,31 @@ describe('safetensors: valid files', () => {
   const bf16Src = [1.5, -3.25, Math.fround(1e-3), 123456, -7.0e-20];
   const bf16Bits = bf16Src.map((v) => new Uint32Array(new Float32Array([v]).buffer)[0] >>> 16);
   const bf16Expected = bf16Bits.map((b) => new Float32Array(new Uint32Array([b << 16]).buffer)[0]);
-  const bytes = writeSafetensors([
-    { name: 'a.f32', dtype: 'F32', shape: [2, 3], data: f32Bytes(f32) },
-    { name: 'b.f16', dtype: 'F16', shape: [8], data: u16Bytes(f16Values.map(f16Bits)) },
-    { name: 'c.bf16', dtype: 'BF16', shape: [5], data: u16Bytes(bf16Bits) },
-    { name: 'd.f64', dtype: 'F64', shape: [2], data: new Uint8Array(new Float64Array([0.1, -1e10]).buffer) },
-    { name: 'e.i64', dtype: 'I64', shape: [2], data: new Uint8Array(new BigInt64Array([-5n, 7n]).buffer) },
-    { name: 'f.empty', dtype: 'F32', shape: [0, 4], data: new Uint8Array(0) },
-    { name: 'g.u8', dtype: 'U8', shape: [3], data: new Uint8Array([0, 7, 255]) },
-  ], { format: 'pt' });
+  const bytes = writeSafetensors(
+    [
+      { name: 'a.f32', dtype: 'F32', shape: [2, 3], data: f32Bytes(f32) },
+      { name: 'b.f16', dtype: 'F16', shape: [8], data: u16Bytes(f16Values.map(f16Bits)) },
+      { name: 'c.bf16', dtype: 'BF16', shape: [5], data: u16Bytes(bf16Bits) },
+      { name: 'd.f64', dtype: 'F64', shape: [2], data: new Uint8Array(new Float64Array([0.1, -1e10]).buffer) },
+      { name: 'e.i64', dtype: 'I64', shape: [2], data: new Uint8Array(new BigInt64Array([-5n, 7n]).buffer) },
+      { name: 'f.empty', dtype: 'F32', shape: [0, 4], data: new Uint8Array(0) },
+      { name: 'g.u8', dtype: 'U8', shape: [3], data: new Uint8Array([0, 7, 255]) },
+    ],
+    { format: 'pt' },
+  );
 
   it('parses entries with file offsets and metadata', () => {
     const h = parseSafetensors(bytes, 'x.safetensors');
     expect(h.metadata).toEqual({ format: 'pt' });
     expect(h.tensors.map((t) => t.name)).toEqual(['a.f32', 'b.f16', 'c.bf16', 'd.f64', 'e.i64', 'f.empty', 'g.u8']);
     const a = h.tensors[0];
-    expect(a).toMatchObject({ dtype: 'F32', shape: [2, 3], byteLength: 24, file: 'x.safetensors', fileOffset: h.dataStart });
+    expect(a).toMatchObject({
+      dtype: 'F32',
+      shape: [2, 3],
+      byteLength: 24,
+      file: 'x.safetensors',
+      fileOffset: h.dataStart,
+    });
     expect(h.dataStart % 8).toBe(0);
   });
 
@@ -76,7 +95,9 @@ describe('safetensors: valid files', () => {
   });
 
   it('decodes special f16 values (signed zero, inf, NaN, subnormals)', () => {
-    const special = writeSafetensors([{ name: 's', dtype: 'F16', shape: [6], data: u16Bytes([0x8000, 0x7c00, 0xfc00, 0x7e00, 0x0001, 0x03ff]) }]);
+    const special = writeSafetensors([
+      { name: 's', dtype: 'F16', shape: [6], data: u16Bytes([0x8000, 0x7c00, 0xfc00, 0x7e00, 0x0001, 0x03ff]) },
+    ]);
     const v = readTensorF32(weightSetFromFiles(new Map([['s.safetensors', special]])), 's');
     expect(Object.is(v[0], -0)).toBe(true);
     expect(v[1]).toBe(Infinity);
@@ -103,7 +124,12 @@ describe('safetensors: valid files', () => {
     writeFileSync(p, bytes);
     const h = readSafetensorsHeaderFromDisk(p, 'disk.safetensors');
     expect(h.tensors.length).toBe(7);
-    const ws: ReadableWeightSet = { files: new Map(), paths: new Map([['disk.safetensors', p]]), tensors: new Map(h.tensors.map((t) => [t.name, t])), metadata: h.metadata };
+    const ws: ReadableWeightSet = {
+      files: new Map(),
+      paths: new Map([['disk.safetensors', p]]),
+      tensors: new Map(h.tensors.map((t) => [t.name, t])),
+      metadata: h.metadata,
+    };
     ws.readRange = (file, offset, length) => readFileRange(ws.paths.get(file)!, offset, length);
     expect(Array.from(readTensorF32(ws, 'a.f32'))).toEqual(f32);
     expect(Array.from(readTensorF32(ws, 'c.bf16'))).toEqual(bf16Expected);
@@ -113,7 +139,10 @@ describe('safetensors: valid files', () => {
 });
 
 describe('safetensors: each broken rule has its own error code', () => {
-  const good = { w: { dtype: 'F32', shape: [2, 2], data_offsets: [0, 16] }, v: { dtype: 'F32', shape: [4], data_offsets: [16, 32] } };
+  const good = {
+    w: { dtype: 'F32', shape: [2, 2], data_offsets: [0, 16] },
+    v: { dtype: 'F32', shape: [4], data_offsets: [16, 32] },
+  };
   const data = f32Bytes([1, 2, 3, 4, 5, 6, 7, 8]);
 
   it('accepts the control file', () => {
@@ -122,10 +151,23 @@ describe('safetensors: each broken rule has its own error code', () => {
 
   it('SAFETENSORS_TRUNCATED: file cut inside the data, inside the header, before the length', () => {
     const full = rawSafetensors(good, data);
-    const e = expectCode(() => parseSafetensors(full.subarray(0, full.byteLength - 5), 'cut.safetensors'), 'SAFETENSORS_TRUNCATED', 'cut.safetensors', '"v"');
+    const e = expectCode(
+      () => parseSafetensors(full.subarray(0, full.byteLength - 5), 'cut.safetensors'),
+      'SAFETENSORS_TRUNCATED',
+      'cut.safetensors',
+      '"v"',
+    );
     expect(e.hint).toBeTruthy();
-    expectCode(() => parseSafetensors(full.subarray(0, 20), 'cut2.safetensors'), 'SAFETENSORS_TRUNCATED', 'cut2.safetensors');
-    expectCode(() => parseSafetensors(full.subarray(0, 5), 'cut3.safetensors'), 'SAFETENSORS_TRUNCATED', 'cut3.safetensors');
+    expectCode(
+      () => parseSafetensors(full.subarray(0, 20), 'cut2.safetensors'),
+      'SAFETENSORS_TRUNCATED',
+      'cut2.safetensors',
+    );
+    expectCode(
+      () => parseSafetensors(full.subarray(0, 5), 'cut3.safetensors'),
+      'SAFETENSORS_TRUNCATED',
+      'cut3.safetensors',
+    );
   });
 
   it('SAFETENSORS_HEADER_TOO_LARGE: header length above the cap', () => {
@@ -142,42 +184,117 @@ describe('safetensors: each broken rule has its own error code', () => {
     f.set(notJson, 8);
     expectCode(() => parseSafetensors(f, 'json.safetensors'), 'SAFETENSORS_BAD_HEADER', 'json.safetensors', 'JSON');
     expectCode(() => parseSafetensors(rawSafetensors([1, 2], data), 'arr.safetensors'), 'SAFETENSORS_BAD_HEADER');
-    expectCode(() => parseSafetensors(rawSafetensors({ w: { dtype: 'F32', shape: [-2, -2], data_offsets: [0, 16] } }, data), 'neg.safetensors'), 'SAFETENSORS_BAD_HEADER', '"w"');
-    expectCode(() => parseSafetensors(rawSafetensors({ w: { dtype: 'F32', shape: [2.5], data_offsets: [0, 10] } }, data), 'frac.safetensors'), 'SAFETENSORS_BAD_HEADER', '"w"');
-    expectCode(() => parseSafetensors(rawSafetensors({ w: { dtype: 'F32', shape: [4], data_offsets: [16, 0] } }, data), 'rev.safetensors'), 'SAFETENSORS_BAD_HEADER', '"w"');
-    expectCode(() => parseSafetensors(rawSafetensors({ w: { dtype: 'F32', shape: [4] } }, data), 'nooff.safetensors'), 'SAFETENSORS_BAD_HEADER', '"w"');
-    expectCode(() => parseSafetensors(rawSafetensors({ __metadata__: { a: 1 }, ...good }, data), 'meta.safetensors'), 'SAFETENSORS_BAD_HEADER', '__metadata__');
+    expectCode(
+      () =>
+        parseSafetensors(
+          rawSafetensors({ w: { dtype: 'F32', shape: [-2, -2], data_offsets: [0, 16] } }, data),
+          'neg.safetensors',
+        ),
+      'SAFETENSORS_BAD_HEADER',
+      '"w"',
+    );
+    expectCode(
+      () =>
+        parseSafetensors(
+          rawSafetensors({ w: { dtype: 'F32', shape: [2.5], data_offsets: [0, 10] } }, data),
+          'frac.safetensors',
+        ),
+      'SAFETENSORS_BAD_HEADER',
+      '"w"',
+    );
+    expectCode(
+      () =>
+        parseSafetensors(
+          rawSafetensors({ w: { dtype: 'F32', shape: [4], data_offsets: [16, 0] } }, data),
+          'rev.safetensors',
+        ),
+      'SAFETENSORS_BAD_HEADER',
+      '"w"',
+    );
+    expectCode(
+      () => parseSafetensors(rawSafetensors({ w: { dtype: 'F32', shape: [4] } }, data), 'nooff.safetensors'),
+      'SAFETENSORS_BAD_HEADER',
+      '"w"',
+    );
+    expectCode(
+      () => parseSafetensors(rawSafetensors({ __metadata__: { a: 1 }, ...good }, data), 'meta.safetensors'),
+      'SAFETENSORS_BAD_HEADER',
+      '__metadata__',
+    );
   });
 
   it('SAFETENSORS_UNKNOWN_DTYPE names the tensor and the dtype', () => {
-    const e = expectCode(() => parseSafetensors(rawSafetensors({ ...good, q: { dtype: 'F8_E4M3', shape: [1], data_offsets: [32, 33] } }, data), 'dt.safetensors'), 'SAFETENSORS_UNKNOWN_DTYPE', 'dt.safetensors', '"q"', 'F8_E4M3');
+    const e = expectCode(
+      () =>
+        parseSafetensors(
+          rawSafetensors({ ...good, q: { dtype: 'F8_E4M3', shape: [1], data_offsets: [32, 33] } }, data),
+          'dt.safetensors',
+        ),
+      'SAFETENSORS_UNKNOWN_DTYPE',
+      'dt.safetensors',
+      '"q"',
+      'F8_E4M3',
+    );
     expect(e.hint).toContain('BF16');
   });
 
   it('SAFETENSORS_SIZE_MISMATCH: shape x dtype size != byte span', () => {
     // declared F16 but spans F32-sized bytes
-    expectCode(() => parseSafetensors(rawSafetensors({ w: { dtype: 'F16', shape: [2, 2], data_offsets: [0, 16] }, v: good.v }, data), 'sz.safetensors'), 'SAFETENSORS_SIZE_MISMATCH', 'sz.safetensors', '"w"');
+    expectCode(
+      () =>
+        parseSafetensors(
+          rawSafetensors({ w: { dtype: 'F16', shape: [2, 2], data_offsets: [0, 16] }, v: good.v }, data),
+          'sz.safetensors',
+        ),
+      'SAFETENSORS_SIZE_MISMATCH',
+      'sz.safetensors',
+      '"w"',
+    );
   });
 
   it('SAFETENSORS_OVERLAP: two tensors share bytes', () => {
-    expectCode(() => parseSafetensors(rawSafetensors({ w: good.w, v: { dtype: 'F32', shape: [4], data_offsets: [8, 24] } }, data), 'ov.safetensors'), 'SAFETENSORS_OVERLAP', 'ov.safetensors', '"w"', '"v"');
+    expectCode(
+      () =>
+        parseSafetensors(
+          rawSafetensors({ w: good.w, v: { dtype: 'F32', shape: [4], data_offsets: [8, 24] } }, data),
+          'ov.safetensors',
+        ),
+      'SAFETENSORS_OVERLAP',
+      'ov.safetensors',
+      '"w"',
+      '"v"',
+    );
   });
 
   it('SAFETENSORS_OFFSET_OUT_OF_RANGE: a tensor placed past the end of the data', () => {
-    expectCode(() => parseSafetensors(rawSafetensors({ w: good.w, v: { dtype: 'F32', shape: [4], data_offsets: [1000, 1016] } }, data), 'oor.safetensors'), 'SAFETENSORS_OFFSET_OUT_OF_RANGE', 'oor.safetensors', '"v"');
+    expectCode(
+      () =>
+        parseSafetensors(
+          rawSafetensors({ w: good.w, v: { dtype: 'F32', shape: [4], data_offsets: [1000, 1016] } }, data),
+          'oor.safetensors',
+        ),
+      'SAFETENSORS_OFFSET_OUT_OF_RANGE',
+      'oor.safetensors',
+      '"v"',
+    );
   });
 
   it('never throws anything but a LoupeError on random corruption', () => {
     // Flip bytes of the header region of a valid file: whatever breaks must break cleanly.
     const base = rawSafetensors(good, data);
     let seed = 12345;
-    const rnd = () => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31);
+    const rnd = () => (seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31;
     let errors = 0;
     for (let i = 0; i < 500; i++) {
       const f = base.slice();
       const k = 1 + Math.floor(rnd() * 3);
       for (let j = 0; j < k; j++) f[Math.floor(rnd() * (base.byteLength - data.byteLength))] = Math.floor(rnd() * 256);
-      try { parseSafetensors(f, 'fuzz.safetensors'); } catch (e) { expect(e).toBeInstanceOf(LoupeError); errors++; }
+      try {
+        parseSafetensors(f, 'fuzz.safetensors');
+      } catch (e) {
+        expect(e).toBeInstanceOf(LoupeError);
+        errors++;
+      }
     }
     expect(errors).toBeGreaterThan(100);
   });

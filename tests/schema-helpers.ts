@@ -12,7 +12,10 @@ const cache = new Map<string, ReturnType<typeof ajv.compile>>();
 function validator(op: string, which: 'input' | 'output') {
   const key = `${op}/${which}`;
   let v = cache.get(key);
-  if (!v) { v = ajv.compile(schemasOf(op)[which]); cache.set(key, v); }
+  if (!v) {
+    v = ajv.compile(schemasOf(op)[which]);
+    cache.set(key, v);
+  }
   return v;
 }
 

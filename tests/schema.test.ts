@@ -24,7 +24,8 @@ describe('published JSON Schemas', () => {
       expect(() => ajv.compile(s.input), `${name} input`).not.toThrow();
       expect(() => ajv.compile(s.output), `${name} output`).not.toThrow();
       const out = s.output as { properties: Record<string, any>; required: string[] };
-      for (const f of ['schema_version', 'operation', 'model', 'tokens']) expect(out.required, `${name} output requires ${f}`).toContain(f);
+      for (const f of ['schema_version', 'operation', 'model', 'tokens'])
+        expect(out.required, `${name} output requires ${f}`).toContain(f);
       expect(out.properties.operation.const).toBe(name);
       expect(out.properties.schema_version.const).toBe(SCHEMA_VERSION);
     }
@@ -54,7 +55,9 @@ describe('published JSON Schemas', () => {
   });
 
   it('an output schema rejects a document with a wrong or missing field', () => {
-    expect(schemaErrors('generate', { schema_version: SCHEMA_VERSION, operation: 'generate' }).length).toBeGreaterThan(0);
+    expect(schemaErrors('generate', { schema_version: SCHEMA_VERSION, operation: 'generate' }).length).toBeGreaterThan(
+      0,
+    );
     expect(() => schemasOf('nope')).toThrow(/No operation named/);
   });
 });

@@ -1,6 +1,14 @@
 import { describe, it, expect } from 'vitest';
 import { deflateSync } from 'fflate';
-import { encodeShare, decodeShare, shareUrl, parseFragment, formatFragment, MAX_JSON_BYTES, type ShareState } from '../src/share/codec';
+import {
+  encodeShare,
+  decodeShare,
+  shareUrl,
+  parseFragment,
+  formatFragment,
+  MAX_JSON_BYTES,
+  type ShareState,
+} from '../src/share/codec';
 import { toBase64Url, fromBase64Url } from '../src/share/base64url';
 import { LoupeError } from '../src/engine/errors';
 
@@ -83,7 +91,11 @@ describe('share codec', () => {
     ['no input', enc({ ...state, input: 'x' })],
   ])('rejects %s with a BAD_INPUT LoupeError', (_name, text) => {
     let err: unknown;
-    try { decodeShare(text); } catch (e) { err = e; }
+    try {
+      decodeShare(text);
+    } catch (e) {
+      err = e;
+    }
     expect(err).toBeInstanceOf(LoupeError);
     expect((err as LoupeError).code).toBe('BAD_INPUT');
     expect((err as LoupeError).hint).toBeTruthy();

@@ -5,7 +5,10 @@ const doc = {
   operation: 'trace',
   model: { id: 'm', backend: 'webgpu' },
   predicted_token: ' the',
-  top_heads: [{ layer: 0, head: 1, logit_attribution: 0.5 }, { layer: 1, head: 0, logit_attribution: -2.25 }],
+  top_heads: [
+    { layer: 0, head: 1, logit_attribution: 0.5 },
+    { layer: 1, head: 0, logit_attribution: -2.25 },
+  ],
   decomposition: { sum: 12.5 },
 };
 const clone = () => JSON.parse(JSON.stringify(doc));
@@ -30,7 +33,7 @@ describe('compareDocuments', () => {
     b.top_heads[0].logit_attribution += 2e-4;
     const r = compareDocuments(doc, b);
     expect(r.match).toBe(false);
-    expect(r.mismatches[0].path).toBe("top_heads[0].logit_attribution");
+    expect(r.mismatches[0].path).toBe('top_heads[0].logit_attribution');
   });
   it('uses a relative tolerance for large magnitudes', () => {
     const b = clone();
@@ -40,11 +43,14 @@ describe('compareDocuments', () => {
     expect(compareDocuments(doc, b).match).toBe(false);
   });
   it('flags changed strings, lengths, missing fields and NaN vs number', () => {
-    const a = clone(); a.predicted_token = ' a';
+    const a = clone();
+    a.predicted_token = ' a';
     expect(compareDocuments(doc, a).mismatches[0].path).toBe('predicted_token');
-    const b = clone(); b.top_heads.pop();
+    const b = clone();
+    b.top_heads.pop();
     expect(compareDocuments(doc, b).mismatches[0].path).toBe('top_heads.length');
-    const c = clone(); delete c.decomposition;
+    const c = clone();
+    delete c.decomposition;
     expect(compareDocuments(doc, c).match).toBe(false);
     expect(compareDocuments({ x: NaN }, { x: 1 }).match).toBe(false);
     expect(compareDocuments({ x: NaN }, { x: NaN }).match).toBe(true);

@@ -11,26 +11,62 @@ import { fieldsOf, buildInput, rawFromInput } from '../src/ui/forms/schema-form'
 import { carriedSae } from '../src/ui/forms/examples';
 import { operations } from '../src/ops/index';
 
-const SAE = { sae_source: 'http://127.0.0.1:8123/loupe-test/stories260K-saes/resolve/main', sae_path: 'blocks.2.hook_resid_pre' };
+const SAE = {
+  sae_source: 'http://127.0.0.1:8123/loupe-test/stories260K-saes/resolve/main',
+  sae_path: 'blocks.2.hook_resid_pre',
+};
 const PROMPT = 'Once upon a time, there was a little';
-const DESCRIPTIONS = [{ index: '3', description: 'the word "little" — ünïcödé' }, { index: '7', description: 'names' }];
+const DESCRIPTIONS = [
+  { index: '3', description: 'the word "little" — ünïcödé' },
+  { index: '7', description: 'names' },
+];
 
 const INPUTS: Record<string, Record<string, unknown>> = {
-  sae_features: { prompt: PROMPT, ...SAE, top_k: 8, position: 3, descriptions: 'https://example.org/explanations.json' },
-  feature: { prompt: PROMPT, ...SAE, feature: 7, prompts: ['Lily was happy', 'The big dog'], top_k: 5, descriptions: DESCRIPTIONS },
-  sae_steer: { prompt: PROMPT, ...SAE, feature: 3, edit: 'clamp', alphas: [-8, 0, 2.5, 8], positions: [1, 4], max_new_tokens: 12, targets: [' happy'] },
+  sae_features: {
+    prompt: PROMPT,
+    ...SAE,
+    top_k: 8,
+    position: 3,
+    descriptions: 'https://example.org/explanations.json',
+  },
+  feature: {
+    prompt: PROMPT,
+    ...SAE,
+    feature: 7,
+    prompts: ['Lily was happy', 'The big dog'],
+    top_k: 5,
+    descriptions: DESCRIPTIONS,
+  },
+  sae_steer: {
+    prompt: PROMPT,
+    ...SAE,
+    feature: 3,
+    edit: 'clamp',
+    alphas: [-8, 0, 2.5, 8],
+    positions: [1, 4],
+    max_new_tokens: 12,
+    targets: [' happy'],
+  },
 };
 
 /** the form fields the page builds for an operation (the worker's conversion: zod → JSON Schema, input side) */
 function formFields(op: string) {
-  return fieldsOf(z.toJSONSchema(operations[op].input, { io: 'input', unrepresentable: 'any' }) as Record<string, unknown>);
+  return fieldsOf(
+    z.toJSONSchema(operations[op].input, { io: 'input', unrepresentable: 'any' }) as Record<string, unknown>,
+  );
 }
 
 describe('share links of the SAE operations', () => {
   for (const [op, input] of Object.entries(INPUTS)) {
     it(`${op}: the input survives the link and the form it fills`, () => {
       expect(operations[op].input.safeParse(input).success).toBe(true);
-      const state: ShareState = { v: 1, model: { kind: 'bundled', id: 'stories260K', revision: '' }, op, input, result: { operation: op, sae: { source: SAE.sae_source } } };
+      const state: ShareState = {
+        v: 1,
+        model: { kind: 'bundled', id: 'stories260K', revision: '' },
+        op,
+        input,
+        result: { operation: op, sae: { source: SAE.sae_source } },
+      };
       const back = decodeShare(encodeShare(state).text);
       expect(back).toEqual(state);
 
@@ -47,7 +83,10 @@ describe('share links of the SAE operations', () => {
 
 describe('the SAE carries over between the SAE forms', () => {
   it('takes sae_source/sae_path (and descriptions) from another SAE form, never into other operations', () => {
-    const params = { sae_features: { ...SAE, top_k: '8', descriptions: 'https://example.org/e.json' }, trace: { top_k: '3' } };
+    const params = {
+      sae_features: { ...SAE, top_k: '8', descriptions: 'https://example.org/e.json' },
+      trace: { top_k: '3' },
+    };
     expect(carriedSae(params, 'feature')).toEqual({ ...SAE, descriptions: 'https://example.org/e.json' });
     expect(carriedSae(params, 'sae_features')).toEqual({});
     expect(carriedSae(params, 'trace')).toEqual({});

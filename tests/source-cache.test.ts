@@ -42,7 +42,9 @@ describe.each(impls)('%s', (_name, make) => {
     expect(await c.get({ ...k('config.json'), revision: 'v2' })).toBeUndefined();
 
     const list = await c.list();
-    const sizes = Object.fromEntries(list.map((e) => [`${e.endpoint}|${e.id}|${e.revision}|${e.file}`, [e.size, e.complete]]));
+    const sizes = Object.fromEntries(
+      list.map((e) => [`${e.endpoint}|${e.id}|${e.revision}|${e.file}`, [e.size, e.complete]]),
+    );
     expect(sizes).toEqual({
       'https://huggingface.co|owner/name|main|model.safetensors': [4321, true],
       'https://huggingface.co|owner/name|main|config.json': [7, true],
@@ -108,7 +110,9 @@ describe('DirCache specifics', () => {
     const c = new DirCache(path.join(tmp, 'specific'));
     await c.putPartial(k('model.safetensors'), bytesOf(100), { etag: '"e"', total: 400 });
     expect(c.localPath(k('model.safetensors'))).toBeUndefined();
-    const dir = path.dirname(path.join(c.root, encodeURIComponent(model.endpoint), encodeURIComponent(model.id), 'main', 'x'));
+    const dir = path.dirname(
+      path.join(c.root, encodeURIComponent(model.endpoint), encodeURIComponent(model.id), 'main', 'x'),
+    );
     expect(readdirSync(dir).sort()).toEqual(['model.safetensors.partial', 'model.safetensors.partial.json']);
     await c.put(k('model.safetensors'), bytesOf(400));
     expect(readdirSync(dir)).toEqual(['model.safetensors']);
@@ -118,8 +122,11 @@ describe('DirCache specifics', () => {
   it('defaults to $LOUPE_CACHE_DIR', () => {
     const old = process.env.LOUPE_CACHE_DIR;
     process.env.LOUPE_CACHE_DIR = path.join(tmp, 'envroot');
-    try { expect(new DirCache().root).toBe(path.join(tmp, 'envroot')); } finally {
-      if (old === undefined) delete process.env.LOUPE_CACHE_DIR; else process.env.LOUPE_CACHE_DIR = old;
+    try {
+      expect(new DirCache().root).toBe(path.join(tmp, 'envroot'));
+    } finally {
+      if (old === undefined) delete process.env.LOUPE_CACHE_DIR;
+      else process.env.LOUPE_CACHE_DIR = old;
     }
   });
 });

@@ -81,7 +81,10 @@ describe('hub-server helper', () => {
     const reader = res.body!.getReader();
     const first = await reader.read();
     expect(first.value!.byteLength).toBe(100);
-    const pending = reader.read().then(() => 'ended', () => 'errored');
+    const pending = reader.read().then(
+      () => 'ended',
+      () => 'errored',
+    );
     await h.close();
     expect(['ended', 'errored']).toContain(await pending);
   });
@@ -90,9 +93,13 @@ describe('hub-server helper', () => {
 describe('HttpSource edge cases (injected fetch)', () => {
   it('a body longer than its Content-Length (hidden compression) is accepted with an unknown size', async () => {
     const body = new TextEncoder().encode(JSON.stringify({ model_type: 'x', pad: 'a'.repeat(500) }));
-    const fakeFetch = (async () => new Response(body, { status: 200, headers: { 'content-length': '40' } })) as typeof fetch;
+    const fakeFetch = (async () =>
+      new Response(body, { status: 200, headers: { 'content-length': '40' } })) as typeof fetch;
     const events: FileProgress[] = [];
-    const got = await new HubSource('o/r', { endpoint: 'http://127.0.0.1:1', fetch: fakeFetch }).fetchFile('config.json', { onProgress: (p) => events.push(p) });
+    const got = await new HubSource('o/r', { endpoint: 'http://127.0.0.1:1', fetch: fakeFetch }).fetchFile(
+      'config.json',
+      { onProgress: (p) => events.push(p) },
+    );
     expect(got).toEqual(body);
     expect(events[events.length - 1]).toMatchObject({ loaded: body.byteLength, total: body.byteLength, done: true });
   });
@@ -102,7 +109,11 @@ describe('HttpSource edge cases (injected fetch)', () => {
     const fakeFetch = (async (_u: string, init?: RequestInit) => {
       const range = new Headers(init?.headers).get('range');
       calls.push(range);
-      if (range) return new Response(payload.slice(10), { status: 206, headers: { 'content-range': 'bytes 10-4999/5000', 'content-length': '4990' } });
+      if (range)
+        return new Response(payload.slice(10), {
+          status: 206,
+          headers: { 'content-range': 'bytes 10-4999/5000', 'content-length': '4990' },
+        });
       return new Response(payload, { status: 200, headers: { 'content-length': '5000', etag: '"e"' } });
     }) as unknown as typeof fetch;
     const cache = new IdbCache({ dbName: `edge-${Math.random()}` });
@@ -120,8 +131,18 @@ describe('HttpSource edge cases (injected fetch)', () => {
     await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
     const port = (srv.address() as net.AddressInfo).port;
     let n = 0;
-    const counting = ((...a: Parameters<typeof fetch>) => { n++; return fetch(...a); }) as typeof fetch;
-    const e = await new HubSource('o/r', { endpoint: `http://127.0.0.1:${port}`, fetch: counting, retries: 2, retryDelayMs: 1 }).fetchFile('config.json').catch((x) => x);
+    const counting = ((...a: Parameters<typeof fetch>) => {
+      n++;
+      return fetch(...a);
+    }) as typeof fetch;
+    const e = await new HubSource('o/r', {
+      endpoint: `http://127.0.0.1:${port}`,
+      fetch: counting,
+      retries: 2,
+      retryDelayMs: 1,
+    })
+      .fetchFile('config.json')
+      .catch((x) => x);
     srv.close();
     expect(e).toBeInstanceOf(LoupeError);
     expect(e.code).toBe('NETWORK_ERROR');

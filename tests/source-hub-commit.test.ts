@@ -41,7 +41,12 @@ afterAll(async () => {
 });
 
 async function failure(p: Promise<unknown>): Promise<LoupeError> {
-  try { await p; } catch (e) { expect(e, String(e)).toBeInstanceOf(LoupeError); return e as LoupeError; }
+  try {
+    await p;
+  } catch (e) {
+    expect(e, String(e)).toBeInstanceOf(LoupeError);
+    return e as LoupeError;
+  }
   throw new Error('expected a LoupeError');
 }
 
@@ -92,7 +97,9 @@ describe('X-Repo-Commit', () => {
     const model = await loadModelNode('c/doc', { endpoint: hub.url, cache: new DirCache(path.join(tmp, 'doc-cache')) });
     try {
       expect(model.info.commit).toBe(hub.commitOf('c/doc'));
-      const doc = await operations.trace.run(model, { prompt: 'abcab' }, {}) as { model: { commit?: string; revision: string } };
+      const doc = (await operations.trace.run(model, { prompt: 'abcab' }, {})) as {
+        model: { commit?: string; revision: string };
+      };
       expect(doc.model.revision).toBe('main');
       expect(doc.model.commit).toBe(hub.commitOf('c/doc'));
     } finally {
@@ -102,7 +109,12 @@ describe('X-Repo-Commit', () => {
 
   it('share links keep a well-formed commit and drop anything else', () => {
     const commit = 'a'.repeat(40);
-    const state = { v: 1 as const, model: { kind: 'hub' as const, id: 'o/m', revision: 'main', commit }, op: 'trace', input: { prompt: 'x' } };
+    const state = {
+      v: 1 as const,
+      model: { kind: 'hub' as const, id: 'o/m', revision: 'main', commit },
+      op: 'trace',
+      input: { prompt: 'x' },
+    };
     expect(decodeShare(encodeShare(state).text).model).toEqual({ kind: 'hub', id: 'o/m', revision: 'main', commit });
     const bad = { ...state, model: { ...state.model, commit: 'not-a-commit' } };
     expect(decodeShare(encodeShare(bad).text).model).toEqual({ kind: 'hub', id: 'o/m', revision: 'main' });
@@ -110,7 +122,7 @@ describe('X-Repo-Commit', () => {
 });
 
 describe('302 to a CDN origin', () => {
-  it('weights come from the CDN with Range and no token; the commit is the Hub\'s, not the CDN\'s', async () => {
+  it("weights come from the CDN with Range and no token; the commit is the Hub's, not the CDN's", async () => {
     hub.addRepo('c/lfs', GPT2, { token: 'hf_ok' });
     cdn.addRepo('cdn/lfs', GPT2);
     hub.redirect('c/lfs', 'model.safetensors', `${cdn.url}/cdn/lfs/resolve/main/model.safetensors`);
@@ -122,7 +134,7 @@ describe('302 to a CDN origin', () => {
     expect(ranges).toHaveLength(3);
     expect(ranges[0]).toBe('bytes=0-7');
     expect(ranges[2]).toMatch(/^bytes=\d+-$/);
-    expect(cdn.log.every((r) => r.authorization === '' && (r.status === 206))).toBe(true);
+    expect(cdn.log.every((r) => r.authorization === '' && r.status === 206)).toBe(true);
   });
 });
 

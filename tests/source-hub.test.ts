@@ -3,7 +3,18 @@
  * abort/cut + resume with byte counts, tokens, caches, and a distinct error for each corruption.
  */
 import 'fake-indexeddb/auto';
-import { closeSync, copyFileSync, ftruncateSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, statSync, writeSync } from 'node:fs';
+import {
+  closeSync,
+  copyFileSync,
+  ftruncateSync,
+  mkdirSync,
+  mkdtempSync,
+  openSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  writeSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -17,7 +28,13 @@ import { UrlSource } from '../src/engine/source/url-source';
 import { DirCache } from '../src/node/dir-cache';
 import { loadModelFilesNode, readFileRange } from '../src/node/load-files-node';
 import { startHubServer, type HubServer } from './helpers/hub-server';
-import { f32Bytes, rawSafetensors, readSafetensorsSimple, shardModel, writeSafetensors } from './helpers/safetensors-writer';
+import {
+  f32Bytes,
+  rawSafetensors,
+  readSafetensorsSimple,
+  shardModel,
+  writeSafetensors,
+} from './helpers/safetensors-writer';
 import { SHARED } from './helpers/shared';
 
 const GPT2 = SHARED + '/models/induction-gpt2';
@@ -33,7 +50,14 @@ const original = readSafetensorsSimple(new Uint8Array(readFileSync(path.join(GPT
 
 beforeAll(async () => {
   ({ shards } = shardModel(GPT2, sharded, 3));
-  for (const f of ['config.json', 'tokenizer.json', 'tokenizer_config.json', 'generation_config.json', 'model.safetensors.index.json', ...shards]) {
+  for (const f of [
+    'config.json',
+    'tokenizer.json',
+    'tokenizer_config.json',
+    'generation_config.json',
+    'model.safetensors.index.json',
+    ...shards,
+  ]) {
     sizes[f] = statSync(path.join(sharded, f)).size;
   }
   hub = await startHubServer();
@@ -58,7 +82,12 @@ function headerRanges(file: string): string[] {
 }
 
 async function failure(p: Promise<unknown>): Promise<LoupeError> {
-  try { await p; } catch (e) { expect(e, String(e)).toBeInstanceOf(LoupeError); return e as LoupeError; }
+  try {
+    await p;
+  } catch (e) {
+    expect(e, String(e)).toBeInstanceOf(LoupeError);
+    return e as LoupeError;
+  }
   throw new Error('expected a LoupeError');
 }
 
@@ -68,7 +97,10 @@ function expectSameTensors(weights: Parameters<typeof readTensorF32>[0]): void {
     expect(weights.tensors.get(t.name)!.shape).toEqual(t.shape);
     // byte-exact (F32 -> F32): compare the bit patterns, fast
     const mine = readTensorF32(weights, t.name);
-    expect(Buffer.compare(Buffer.from(mine.buffer, mine.byteOffset, mine.byteLength), Buffer.from(t.data)), t.name).toBe(0);
+    expect(
+      Buffer.compare(Buffer.from(mine.buffer, mine.byteOffset, mine.byteLength), Buffer.from(t.data)),
+      t.name,
+    ).toBe(0);
   }
 }
 
@@ -91,7 +123,12 @@ function checkProgress(events: FileProgress[], expectSizes: Record<string, numbe
   }
   const end = events[events.length - 1].overall!;
   const sum = Object.values(expectSizes).reduce((a, b) => a + b, 0);
-  expect(end).toEqual({ loaded: sum, total: sum, files: Object.keys(expectSizes).length, filesDone: Object.keys(expectSizes).length });
+  expect(end).toEqual({
+    loaded: sum,
+    total: sum,
+    files: Object.keys(expectSizes).length,
+    filesDone: Object.keys(expectSizes).length,
+  });
 }
 
 describe('Hub layout: sharded model', () => {
@@ -108,12 +145,20 @@ describe('Hub layout: sharded model', () => {
     // each file fetched once (a shard: its header first, then the rest), plus one 404 for the absent model.safetensors
     for (const file of Object.keys(sizes)) {
       const shard = shards.includes(file);
-      const ranges = shard ? [...headerRanges(path.join(sharded, file)), `bytes=${headerBytes(path.join(sharded, file))}-`] : [''];
-      expect(hub.stats('test/sharded', file), file).toMatchObject({ requests: ranges.length, ranges, bytes: sizes[file] });
+      const ranges = shard
+        ? [...headerRanges(path.join(sharded, file)), `bytes=${headerBytes(path.join(sharded, file))}-`]
+        : [''];
+      expect(hub.stats('test/sharded', file), file).toMatchObject({
+        requests: ranges.length,
+        ranges,
+        bytes: sizes[file],
+      });
     }
     expect(hub.stats('test/sharded', 'model.safetensors').statuses).toEqual([404]);
     expect(hub.totalBytes()).toBe(Object.values(sizes).reduce((a, b) => a + b, 0));
-    console.log(`sharded load: ${events.length} progress events, ${hub.log.length} requests, ${hub.totalBytes()} bytes`);
+    console.log(
+      `sharded load: ${events.length} progress events, ${hub.log.length} requests, ${hub.totalBytes()} bytes`,
+    );
   });
 
   it('loads a single-file model through UrlSource (any base URL)', async () => {
@@ -138,10 +183,16 @@ describe.each<[string, () => ByteCache]>([
     // the download resumes after the preflight's header bytes: stall it when cutAt bytes are in
     hub.fault('test/sharded', victim, { stallAfter: cutAt - H, skip: 2 });
     const ctl = new AbortController();
-    const err = await failure(loadModelFiles(src, {
-      cache, signal: ctl.signal, concurrency: 1,
-      onProgress: (p) => { if (p.file === victim && p.loaded >= cutAt) ctl.abort(); },
-    }));
+    const err = await failure(
+      loadModelFiles(src, {
+        cache,
+        signal: ctl.signal,
+        concurrency: 1,
+        onProgress: (p) => {
+          if (p.file === victim && p.loaded >= cutAt) ctl.abort();
+        },
+      }),
+    );
     expect(err.code).toBe('ABORTED');
     expect(hub.stats('test/sharded', victim).bytes).toBe(cutAt);
     const partial = await cache.getPartial({ endpoint: hub.url, id: 'test/sharded', revision: 'main', file: victim });
@@ -160,7 +211,9 @@ describe.each<[string, () => ByteCache]>([
     expect(st.bytes).toBe(sizes[victim]); // cutAt + the rest, nothing twice
     const total = Object.values(sizes).reduce((a, b) => a + b, 0);
     expect(hub.totalBytes()).toBe(total);
-    console.log(`abort+resume: first try served ${servedFirst} B, both tries ${hub.totalBytes()} B = the ${total} B of the files`);
+    console.log(
+      `abort+resume: first try served ${servedFirst} B, both tries ${hub.totalBytes()} B = the ${total} B of the files`,
+    );
     checkProgress(events, sizes);
 
     // Third: everything cached, no request at all.
@@ -202,15 +255,22 @@ describe.each<[string, () => ByteCache]>([
 describe('resume edge cases', () => {
   it('a changed file (etag mismatch on If-Range) restarts cleanly from a 200', async () => {
     const cache = new IdbCache({ dbName: `etag-${Math.random()}` });
-    const file = writeSafetensors([{ name: 'x', dtype: 'F32', shape: [1000], data: f32Bytes(Array.from({ length: 1000 }, (_, i) => i)) }]);
-    const stale = writeSafetensors([{ name: 'x', dtype: 'F32', shape: [1000], data: f32Bytes(new Array(1000).fill(-1)) }]);
+    const file = writeSafetensors([
+      { name: 'x', dtype: 'F32', shape: [1000], data: f32Bytes(Array.from({ length: 1000 }, (_, i) => i)) },
+    ]);
+    const stale = writeSafetensors([
+      { name: 'x', dtype: 'F32', shape: [1000], data: f32Bytes(new Array(1000).fill(-1)) },
+    ]);
     const key = { endpoint: hub.url, id: 'test/etag', revision: 'main', file: 'model.safetensors' };
     await cache.putPartial(key, stale.slice(0, 2000), { etag: '"old"', total: stale.byteLength });
     hub.addRepo('test/etag', GPT2);
     hub.addFile('test/etag', 'model.safetensors', file);
     hub.resetCounters();
     const events: FileProgress[] = [];
-    const f = await loadModelFiles(new HubSource('test/etag', { endpoint: hub.url }), { cache, onProgress: (p) => events.push(p) });
+    const f = await loadModelFiles(new HubSource('test/etag', { endpoint: hub.url }), {
+      cache,
+      onProgress: (p) => events.push(p),
+    });
     expect(Array.from(readTensorF32(f.weights, 'x').slice(0, 3))).toEqual([0, 1, 2]);
     const st = hub.stats('test/etag', 'model.safetensors');
     expect(st.ranges).toEqual(['bytes=2000-']);
@@ -235,12 +295,17 @@ describe('resume edge cases', () => {
   it('abort before any byte, and abort while waiting for a slow server', async () => {
     const ctl = new AbortController();
     ctl.abort();
-    expect((await failure(loadModelFiles(new HubSource('test/single', { endpoint: hub.url }), { signal: ctl.signal }))).code).toBe('ABORTED');
+    expect(
+      (await failure(loadModelFiles(new HubSource('test/single', { endpoint: hub.url }), { signal: ctl.signal }))).code,
+    ).toBe('ABORTED');
     hub.fault('test/single', 'config.json', { delayMs: 2000 });
     const ctl2 = new AbortController();
     setTimeout(() => ctl2.abort(), 50);
     const t0 = Date.now();
-    expect((await failure(loadModelFiles(new HubSource('test/single', { endpoint: hub.url }), { signal: ctl2.signal }))).code).toBe('ABORTED');
+    expect(
+      (await failure(loadModelFiles(new HubSource('test/single', { endpoint: hub.url }), { signal: ctl2.signal })))
+        .code,
+    ).toBe('ABORTED');
     expect(Date.now() - t0).toBeLessThan(1500);
   });
 });
@@ -258,7 +323,10 @@ describe('tokens', () => {
     expect(hubReqs.length).toBeGreaterThanOrEqual(5);
     expect(hubReqs.every((r) => r.authorization === 'Bearer hf_secret')).toBe(true);
     // the CDN origin gets the header's two Range requests and the rest of the file, never the token
-    expect(other.log.map((r) => r.range)).toEqual([...headerRanges(path.join(GPT2, 'model.safetensors')), `bytes=${headerBytes(path.join(GPT2, 'model.safetensors'))}-`]);
+    expect(other.log.map((r) => r.range)).toEqual([
+      ...headerRanges(path.join(GPT2, 'model.safetensors')),
+      `bytes=${headerBytes(path.join(GPT2, 'model.safetensors'))}-`,
+    ]);
     expect(other.log.every((r) => r.authorization === '')).toBe(true);
     // and no token without one
     hub.resetCounters();
@@ -306,12 +374,22 @@ describe('Node loader streams downloads to disk', () => {
     hub.throttle('test/sharded', victim, { chunkSize: 10_000, chunkDelayMs: 0 });
     hub.fault('test/sharded', victim, { stallAfter: cutAt - H, skip: 2 });
     const ctl = new AbortController();
-    const err = await failure(loadModelFilesNode('test/sharded', {
-      endpoint: hub.url, cache, signal: ctl.signal, concurrency: 1,
-      onProgress: (p) => { if (p.file === victim && p.loaded >= cutAt) ctl.abort(); },
-    }));
+    const err = await failure(
+      loadModelFilesNode('test/sharded', {
+        endpoint: hub.url,
+        cache,
+        signal: ctl.signal,
+        concurrency: 1,
+        onProgress: (p) => {
+          if (p.file === victim && p.loaded >= cutAt) ctl.abort();
+        },
+      }),
+    );
     expect(err.code).toBe('ABORTED');
-    const part = path.join(path.dirname(cache.localPath({ endpoint: hub.url, id: 'test/sharded', revision: 'main', file: 'config.json' })!), `${victim}.partial`);
+    const part = path.join(
+      path.dirname(cache.localPath({ endpoint: hub.url, id: 'test/sharded', revision: 'main', file: 'config.json' })!),
+      `${victim}.partial`,
+    );
     expect(statSync(part).size).toBe(cutAt);
     const events: FileProgress[] = [];
     const f = await loadModelFilesNode('test/sharded', { endpoint: hub.url, cache, onProgress: (p) => events.push(p) });
@@ -329,7 +407,9 @@ describe('Node loader streams downloads to disk', () => {
     const good = new Uint8Array(readFileSync(path.join(GPT2, 'model.safetensors')));
     hub.addRepo('test/fixed-later', GPT2);
     hub.addFile('test/fixed-later', 'model.safetensors', good.slice(0, 1000));
-    expect((await failure(loadModelFilesNode('test/fixed-later', { endpoint: hub.url, cache }))).code).toBe('SAFETENSORS_TRUNCATED');
+    expect((await failure(loadModelFilesNode('test/fixed-later', { endpoint: hub.url, cache }))).code).toBe(
+      'SAFETENSORS_TRUNCATED',
+    );
     hub.addFile('test/fixed-later', 'model.safetensors', good);
     const f = await loadModelFilesNode('test/fixed-later', { endpoint: hub.url, cache });
     expectSameTensors(f.weights);
@@ -356,19 +436,37 @@ describe('Node loader streams downloads to disk', () => {
     const cache = new DirCache(path.join(tmp, 'big-cache'));
     let peak = 0;
     const before = rss();
-    const f = await loadModelFilesNode('test/big', { endpoint: hub.url, cache, onProgress: () => { peak = Math.max(peak, rss()); } });
+    const f = await loadModelFilesNode('test/big', {
+      endpoint: hub.url,
+      cache,
+      onProgress: () => {
+        peak = Math.max(peak, rss());
+      },
+    });
     const streamed = Math.max(peak, rss()) - before;
     const t = f.weights.tensors.get('big')!;
     expect(f.weights.files.size).toBe(0);
     expect(statSync(f.weights.paths.get('model.safetensors')!).size).toBe(8 + json.length + n * 4);
-    expect(Array.from(new Float32Array(readFileRange(f.weights.paths.get('model.safetensors')!, t.fileOffset + (n - 1) * 4, 4).slice().buffer))).toEqual([7.25]);
+    expect(
+      Array.from(
+        new Float32Array(
+          readFileRange(f.weights.paths.get('model.safetensors')!, t.fileOffset + (n - 1) * 4, 4).slice().buffer,
+        ),
+      ),
+    ).toEqual([7.25]);
 
     peak = 0;
     const before2 = rss();
-    const g = await loadModelFiles(new HubSource('test/big', { endpoint: hub.url }), { onProgress: () => { peak = Math.max(peak, rss()); } });
+    const g = await loadModelFiles(new HubSource('test/big', { endpoint: hub.url }), {
+      onProgress: () => {
+        peak = Math.max(peak, rss());
+      },
+    });
     const inMemory = Math.max(peak, rss()) - before2;
     expect(g.weights.files.get('model.safetensors')!.byteLength).toBe(8 + json.length + n * 4);
-    console.log(`128 MB download: peak RSS growth streamed to DirCache ${(streamed / 1e6).toFixed(0)} MB, in memory ${(inMemory / 1e6).toFixed(0)} MB`);
+    console.log(
+      `128 MB download: peak RSS growth streamed to DirCache ${(streamed / 1e6).toFixed(0)} MB, in memory ${(inMemory / 1e6).toFixed(0)} MB`,
+    );
     expect(inMemory).toBeGreaterThan(90e6); // the measurement sees a file held in memory
     expect(streamed).toBeLessThan(50e6);
   });
@@ -379,7 +477,8 @@ describe('corrupt models: a distinct structured error each', () => {
   function repo(id: string, files: Record<string, Uint8Array | string | null>): HubSource {
     hub.addRepo(id, GPT2);
     for (const [f, b] of Object.entries(files)) {
-      if (b === null) hub.removeFile(id, f); else hub.addFile(id, f, b);
+      if (b === null) hub.removeFile(id, f);
+      else hub.addFile(id, f, b);
     }
     return new HubSource(id, { endpoint: hub.url });
   }
@@ -394,15 +493,76 @@ describe('corrupt models: a distinct structured error each', () => {
       ['missing tokenizer.json', repo('c/notok', { 'tokenizer.json': null }), 'MISSING_TOKENIZER'],
       ['config not JSON', repo('c/badconfig', { 'config.json': '{"model_type": "gpt2",' }), 'BAD_CONFIG'],
       ['no weights', repo('c/noweights', { 'model.safetensors': null }), 'FILE_NOT_FOUND'],
-      ['truncated file', repo('c/trunc', { 'model.safetensors': goodBytes.slice(0, goodBytes.byteLength - 1000) }), 'SAFETENSORS_TRUNCATED'],
-      ['offsets past the end', repo('c/oor', { 'model.safetensors': twoTensors({ w, v: { dtype: 'F32', shape: [4], data_offsets: [64, 80] } }) }), 'SAFETENSORS_OFFSET_OUT_OF_RANGE'],
-      ['overlapping tensors', repo('c/overlap', { 'model.safetensors': twoTensors({ w, v: { dtype: 'F32', shape: [4], data_offsets: [8, 24] } }) }), 'SAFETENSORS_OVERLAP'],
-      ['wrong dtype size', repo('c/size', { 'model.safetensors': twoTensors({ w: { dtype: 'BF16', shape: [4], data_offsets: [0, 16] }, v: { dtype: 'F32', shape: [4], data_offsets: [16, 32] } }) }), 'SAFETENSORS_SIZE_MISMATCH'],
-      ['unknown dtype', repo('c/dtype', { 'model.safetensors': twoTensors({ w: { dtype: 'Q4_K', shape: [4], data_offsets: [0, 16] } }) }), 'SAFETENSORS_UNKNOWN_DTYPE'],
-      ['oversized header', repo('c/bighead', { 'model.safetensors': rawSafetensors({ w }, f32Bytes([1, 2, 3, 4]), { headerLength: 200_000_000n }) }), 'SAFETENSORS_HEADER_TOO_LARGE'],
-      ['header not JSON', repo('c/badjson', { 'model.safetensors': (() => { const b = twoTensors({ w }); b[8] = 0x7b; b[9] = 0x7b; return b; })() }), 'SAFETENSORS_BAD_HEADER'],
-      ['malformed index', repo('c/badindex', { 'model.safetensors': null, 'model.safetensors.index.json': '{"weight_map": {"a": 3}}' }), 'BAD_INDEX'],
-      ['index lists a missing shard', repo('c/missingshard', { 'model.safetensors': null, 'model.safetensors.index.json': JSON.stringify({ weight_map: { 'transformer.wte.weight': 'model-00001-of-00001.safetensors' } }) }), 'BAD_INDEX'],
+      [
+        'truncated file',
+        repo('c/trunc', { 'model.safetensors': goodBytes.slice(0, goodBytes.byteLength - 1000) }),
+        'SAFETENSORS_TRUNCATED',
+      ],
+      [
+        'offsets past the end',
+        repo('c/oor', {
+          'model.safetensors': twoTensors({ w, v: { dtype: 'F32', shape: [4], data_offsets: [64, 80] } }),
+        }),
+        'SAFETENSORS_OFFSET_OUT_OF_RANGE',
+      ],
+      [
+        'overlapping tensors',
+        repo('c/overlap', {
+          'model.safetensors': twoTensors({ w, v: { dtype: 'F32', shape: [4], data_offsets: [8, 24] } }),
+        }),
+        'SAFETENSORS_OVERLAP',
+      ],
+      [
+        'wrong dtype size',
+        repo('c/size', {
+          'model.safetensors': twoTensors({
+            w: { dtype: 'BF16', shape: [4], data_offsets: [0, 16] },
+            v: { dtype: 'F32', shape: [4], data_offsets: [16, 32] },
+          }),
+        }),
+        'SAFETENSORS_SIZE_MISMATCH',
+      ],
+      [
+        'unknown dtype',
+        repo('c/dtype', {
+          'model.safetensors': twoTensors({ w: { dtype: 'Q4_K', shape: [4], data_offsets: [0, 16] } }),
+        }),
+        'SAFETENSORS_UNKNOWN_DTYPE',
+      ],
+      [
+        'oversized header',
+        repo('c/bighead', {
+          'model.safetensors': rawSafetensors({ w }, f32Bytes([1, 2, 3, 4]), { headerLength: 200_000_000n }),
+        }),
+        'SAFETENSORS_HEADER_TOO_LARGE',
+      ],
+      [
+        'header not JSON',
+        repo('c/badjson', {
+          'model.safetensors': (() => {
+            const b = twoTensors({ w });
+            b[8] = 0x7b;
+            b[9] = 0x7b;
+            return b;
+          })(),
+        }),
+        'SAFETENSORS_BAD_HEADER',
+      ],
+      [
+        'malformed index',
+        repo('c/badindex', { 'model.safetensors': null, 'model.safetensors.index.json': '{"weight_map": {"a": 3}}' }),
+        'BAD_INDEX',
+      ],
+      [
+        'index lists a missing shard',
+        repo('c/missingshard', {
+          'model.safetensors': null,
+          'model.safetensors.index.json': JSON.stringify({
+            weight_map: { 'transformer.wte.weight': 'model-00001-of-00001.safetensors' },
+          }),
+        }),
+        'BAD_INDEX',
+      ],
     ];
     const seen = new Map<string, string>();
     for (const [what, src, expected] of cases) {

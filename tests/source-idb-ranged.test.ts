@@ -18,14 +18,31 @@ import { createModel, modelPartsFrom } from '../src/engine/model';
 import { nodeFactory } from '../src/node/load';
 import { readTensorF32 } from '../src/engine/safetensors';
 import { startHubServer, type HubServer } from './helpers/hub-server';
-import { ALL_FAMILY_CASES, caseTokens, makeCaseModel, maxAbsDiff, referenceForward, type RandomModel } from './reference';
+import {
+  ALL_FAMILY_CASES,
+  caseTokens,
+  makeCaseModel,
+  maxAbsDiff,
+  referenceForward,
+  type RandomModel,
+} from './reference';
 
 const pattern = (n: number, seed = 1) => Uint8Array.from({ length: n }, (_, i) => (i * 31 + seed) & 255);
 
 describe('chunkedFile', () => {
   const data = pattern(10_000);
-  const split = (cb: number) => Array.from({ length: Math.ceil(data.byteLength / cb) }, (_, i) => data.slice(i * cb, (i + 1) * cb));
-  const ranges: [number, number][] = [[0, 8], [995, 20], [1000, 1000], [999, 3002], [9990, 10], [9990, 100], [0, 10_000], [5000, 0]];
+  const split = (cb: number) =>
+    Array.from({ length: Math.ceil(data.byteLength / cb) }, (_, i) => data.slice(i * cb, (i + 1) * cb));
+  const ranges: [number, number][] = [
+    [0, 8],
+    [995, 20],
+    [1000, 1000],
+    [999, 3002],
+    [9990, 10],
+    [9990, 100],
+    [0, 10_000],
+    [5000, 0],
+  ];
 
   it('byte chunks: every range, within and across chunks, clamped at the end', async () => {
     const f = chunkedFile(split(1000), 1000, data.byteLength);
@@ -38,9 +55,16 @@ describe('chunkedFile', () => {
 
   it('Blob chunks: read synchronously through the given reader (FileReaderSync in a worker), asynchronously through Blob', async () => {
     const held = new Map<Blob, Uint8Array>();
-    const blobs = split(1000).map((b) => { const blob = new Blob([b]); held.set(blob, b); return blob; });
+    const blobs = split(1000).map((b) => {
+      const blob = new Blob([b]);
+      held.set(blob, b);
+      return blob;
+    });
     let syncReads = 0;
-    const f = chunkedFile(blobs, 1000, data.byteLength, (blob, s, e) => { syncReads++; return held.get(blob)!.slice(s, e); });
+    const f = chunkedFile(blobs, 1000, data.byteLength, (blob, s, e) => {
+      syncReads++;
+      return held.get(blob)!.slice(s, e);
+    });
     for (const [o, n] of ranges) {
       const want = Array.from(data.subarray(o, o + n));
       expect(Array.from(f.read(o, n)), `${o}+${n}`).toEqual(want);
@@ -54,27 +78,32 @@ describe('chunkedFile', () => {
 
   it('chunks that do not add up to the size are refused', () => {
     expect(() => chunkedFile(split(1000), 1000, 9_000)).toThrowError(expect.objectContaining({ code: 'INTERNAL' }));
-    expect(() => chunkedFile([data.slice(0, 900), data.slice(900, 2000)], 1000, 2000)).toThrowError(expect.objectContaining({ code: 'INTERNAL' }));
+    expect(() => chunkedFile([data.slice(0, 900), data.slice(900, 2000)], 1000, 2000)).toThrowError(
+      expect.objectContaining({ code: 'INTERNAL' }),
+    );
   });
 });
 
 describe('IdbCache.openFile', () => {
-  it.each([false, true])('blobs=%s: a complete entry read by range; partial or missing entries give nothing', async (blobs) => {
-    const cache = new IdbCache({ dbName: `ranged-${Math.random()}`, chunkBytes: 1000, blobs });
-    const key = { endpoint: 'http://x', id: 'o/m', revision: 'main', file: 'w.bin' };
-    const data = pattern(4321, 3);
-    expect(await cache.openFile(key)).toBeUndefined();
-    await cache.putPartial(key, data.subarray(0, 2000), { total: 4321 });
-    expect(await cache.openFile(key)).toBeUndefined();
-    await cache.put(key, data);
-    const f = (await cache.openFile(key))!;
-    expect(f.size).toBe(4321);
-    expect(Array.from(await f.readAsync(990, 2020))).toEqual(Array.from(data.subarray(990, 3010)));
-    if (!blobs) expect(Array.from(f.read(3999, 400))).toEqual(Array.from(data.subarray(3999, 4321)));
-    // the other readers take Blob chunks too
-    expect(Array.from((await cache.readRange(key, 995, 10))!.bytes)).toEqual(Array.from(data.subarray(995, 1005)));
-    expect(Array.from((await cache.get(key))!)).toEqual(Array.from(data));
-  });
+  it.each([false, true])(
+    'blobs=%s: a complete entry read by range; partial or missing entries give nothing',
+    async (blobs) => {
+      const cache = new IdbCache({ dbName: `ranged-${Math.random()}`, chunkBytes: 1000, blobs });
+      const key = { endpoint: 'http://x', id: 'o/m', revision: 'main', file: 'w.bin' };
+      const data = pattern(4321, 3);
+      expect(await cache.openFile(key)).toBeUndefined();
+      await cache.putPartial(key, data.subarray(0, 2000), { total: 4321 });
+      expect(await cache.openFile(key)).toBeUndefined();
+      await cache.put(key, data);
+      const f = (await cache.openFile(key))!;
+      expect(f.size).toBe(4321);
+      expect(Array.from(await f.readAsync(990, 2020))).toEqual(Array.from(data.subarray(990, 3010)));
+      if (!blobs) expect(Array.from(f.read(3999, 400))).toEqual(Array.from(data.subarray(3999, 4321)));
+      // the other readers take Blob chunks too
+      expect(Array.from((await cache.readRange(key, 995, 10))!.bytes)).toEqual(Array.from(data.subarray(995, 1005)));
+      expect(Array.from((await cache.get(key))!)).toEqual(Array.from(data));
+    },
+  );
 });
 
 describe('a model cached in IndexedDB runs from its chunks', () => {
@@ -86,7 +115,10 @@ describe('a model cached in IndexedDB runs from its chunks', () => {
     hub = await startHubServer();
     hub.addRepo('r/llama', rm.dir);
   });
-  afterAll(async () => { await hub?.close(); rm?.cleanup(); });
+  afterAll(async () => {
+    await hub?.close();
+    rm?.cleanup();
+  });
 
   it('no weight file is held whole; the WASM forward and param() read the chunks and agree with the reference', async () => {
     const cache = new IdbCache({ dbName: `ranged-model-${Math.random()}`, chunkBytes: 4096 });
@@ -100,14 +132,25 @@ describe('a model cached in IndexedDB runs from its chunks', () => {
     const onDisk = readFileSync(path.join(rm.dir, 'model.safetensors'));
     expect(ranged.size).toBe(onDisk.byteLength);
 
-    const model = await createModel(modelPartsFrom(files, { bundled: false, weightsMode: 'stored' }), await nodeFactory('wasm'));
+    const model = await createModel(
+      modelPartsFrom(files, { bundled: false, weightsMode: 'stored' }),
+      await nodeFactory('wasm'),
+    );
     try {
       const tokens = caseTokens(rm, c.seqLen);
       const out = await model.run(tokens);
       expect(maxAbsDiff(referenceForward(rm, tokens).logits.data, out.logits.data).maxAbs).toBeLessThan(1e-4);
       // param() reads its tensor's range from the chunks: the same values as reading the file
       const name = [...files.weights.tensors.keys()].find((n) => n.includes('embed'))!;
-      const fromDisk = readTensorF32({ files: new Map([['model.safetensors', new Uint8Array(onDisk)]]), paths: new Map(), tensors: files.weights.tensors, metadata: {} }, name);
+      const fromDisk = readTensorF32(
+        {
+          files: new Map([['model.safetensors', new Uint8Array(onDisk)]]),
+          paths: new Map(),
+          tensors: files.weights.tensors,
+          metadata: {},
+        },
+        name,
+      );
       expect(Array.from(readTensorF32(files.weights, name))).toEqual(Array.from(fromDisk));
       expect(model.param('embed.W_E').data.length).toBe(fromDisk.length);
     } finally {
@@ -120,12 +163,20 @@ describe('the memory report', () => {
   it('weights in the precision used, none held in JS, the hooks the last run returned, and the WASM heap', async () => {
     const { loadModelNode } = await import('../src/node/load');
     const { wasmHeapBytes } = await import('../src/engine/runtime/wasm-heap');
-    const rm = makeCaseModel(ALL_FAMILY_CASES.find((x) => x.name === 'llama3-rope-untied-bias')!, { dtype: 'F16' });
+    const rm = makeCaseModel(
+      ALL_FAMILY_CASES.find((x) => x.name === 'llama3-rope-untied-bias')!,
+      { dtype: 'F16' },
+    );
     try {
       const m = await loadModelNode(rm.dir, { backend: 'wasm', weights: 'stored' });
       try {
         const before = m.memory();
-        expect(before).toMatchObject({ weight_bytes: m.info.weight_bytes, precision: 'stored', js_weight_bytes: 0, hooks_bytes: 0 });
+        expect(before).toMatchObject({
+          weight_bytes: m.info.weight_bytes,
+          precision: 'stored',
+          js_weight_bytes: 0,
+          hooks_bytes: 0,
+        });
         expect(before.sessions).toBeGreaterThanOrEqual(1);
         // stored F16: two bytes per parameter
         expect(before.weight_bytes).toBe(2 * m.info.n_params);

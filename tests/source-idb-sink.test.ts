@@ -16,8 +16,13 @@ const GPT2 = SHARED + '/models/induction-gpt2';
 const key = { endpoint: 'http://x', id: 'o/m', revision: 'main', file: 'w.bin' };
 let hub: HubServer;
 
-beforeAll(async () => { hub = await startHubServer(); hub.addRepo('s/gpt2', GPT2); });
-afterAll(async () => { await hub?.close(); });
+beforeAll(async () => {
+  hub = await startHubServer();
+  hub.addRepo('s/gpt2', GPT2);
+});
+afterAll(async () => {
+  await hub?.close();
+});
 
 const pattern = (n: number, seed = 1) => Uint8Array.from({ length: n }, (_, i) => (i * 31 + seed) & 255);
 const tick = () => new Promise((r) => setTimeout(r, 20));
@@ -60,10 +65,15 @@ describe('IdbCache.openSink', () => {
     const sink = await cache.openSink(key);
     sink.setMeta({ total: 2_471_645_456 });
     const put = IDBObjectStore.prototype.put;
-    IDBObjectStore.prototype.put = function () { throw new DOMException('', 'QuotaExceededError'); };
+    IDBObjectStore.prototype.put = function () {
+      throw new DOMException('', 'QuotaExceededError');
+    };
     try {
       sink.append(pattern(2500));
-      const err = await sink.drain!().then(() => null, (e) => e);
+      const err = await sink.drain!().then(
+        () => null,
+        (e) => e,
+      );
       expect(err).toMatchObject({ code: 'TOO_LARGE', details: { file: 'w.bin', bytes: 2_471_645_456 } });
       expect(err.message).toMatch(/refused to store w\.bin \(2\.5 GB\).*quota/);
       expect(err.hint).toMatch(/private or incognito window/);
@@ -99,6 +109,11 @@ describe('IdbCache.openSink', () => {
     hub.resetCounters();
     const b = await loadModelFiles(src, { cache });
     expect(hub.log).toEqual([]);
-    expect(Buffer.compare(Buffer.from(b.weights.ranged!.get('model.safetensors')!.read(0, size)), readFileSync(`${GPT2}/model.safetensors`))).toBe(0);
+    expect(
+      Buffer.compare(
+        Buffer.from(b.weights.ranged!.get('model.safetensors')!.read(0, size)),
+        readFileSync(`${GPT2}/model.safetensors`),
+      ),
+    ).toBe(0);
   });
 });

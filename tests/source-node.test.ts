@@ -1,5 +1,17 @@
 /** Loading from local folders in Node: header-only reads, paths for ORT, structured errors. */
-import { closeSync, copyFileSync, ftruncateSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, truncateSync, writeFileSync, writeSync } from 'node:fs';
+import {
+  closeSync,
+  copyFileSync,
+  ftruncateSync,
+  mkdirSync,
+  mkdtempSync,
+  openSync,
+  readFileSync,
+  rmSync,
+  truncateSync,
+  writeFileSync,
+  writeSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -14,7 +26,12 @@ const tmp = mkdtempSync(path.join(tmpdir(), 'loupe-node-'));
 afterAll(() => rmSync(tmp, { recursive: true, force: true }));
 
 async function code(p: Promise<unknown>): Promise<LoupeError> {
-  try { await p; } catch (e) { expect(e).toBeInstanceOf(LoupeError); return e as LoupeError; }
+  try {
+    await p;
+  } catch (e) {
+    expect(e).toBeInstanceOf(LoupeError);
+    return e as LoupeError;
+  }
   throw new Error('expected a LoupeError');
 }
 
@@ -22,7 +39,13 @@ async function code(p: Promise<unknown>): Promise<LoupeError> {
 function copyModel(name: string, opts: { skip?: string[] } = {}): string {
   const dir = path.join(tmp, name);
   mkdirSync(dir, { recursive: true });
-  for (const f of ['config.json', 'tokenizer.json', 'tokenizer_config.json', 'generation_config.json', 'model.safetensors']) {
+  for (const f of [
+    'config.json',
+    'tokenizer.json',
+    'tokenizer_config.json',
+    'generation_config.json',
+    'model.safetensors',
+  ]) {
     if (!opts.skip?.includes(f)) copyFileSync(path.join(GPT2, f), path.join(dir, f));
   }
   return dir;
@@ -44,10 +67,19 @@ describe('loadModelFilesNode on folders', () => {
     expect(f.weights.tensors.size).toBe(ref.tensors.length);
     for (const t of ref.tensors) {
       const mine = readTensorF32(f.weights, t.name);
-      expect(Buffer.compare(Buffer.from(mine.buffer, mine.byteOffset, mine.byteLength), Buffer.from(t.data)), t.name).toBe(0);
+      expect(
+        Buffer.compare(Buffer.from(mine.buffer, mine.byteOffset, mine.byteLength), Buffer.from(t.data)),
+        t.name,
+      ).toBe(0);
       expect(f.weights.tensors.get(t.name)!.shape).toEqual(t.shape);
     }
-    expect(events.filter((e) => e.done).map((e) => e.file)).toEqual(['config.json', 'tokenizer.json', 'tokenizer_config.json', 'generation_config.json', 'model.safetensors']);
+    expect(events.filter((e) => e.done).map((e) => e.file)).toEqual([
+      'config.json',
+      'tokenizer.json',
+      'tokenizer_config.json',
+      'generation_config.json',
+      'model.safetensors',
+    ]);
   });
 
   it('a sharded folder: every shard by path, same tensors as the original', async () => {
@@ -58,7 +90,8 @@ describe('loadModelFilesNode on folders', () => {
     expect([...f.weights.paths.keys()].sort()).toEqual(shards);
     const orig = await loadModelFilesNode(GPT2);
     expect(f.weights.tensors.size).toBe(orig.weights.tensors.size);
-    for (const name of orig.weights.tensors.keys()) expect(readTensorF32(f.weights, name)).toEqual(readTensorF32(orig.weights, name));
+    for (const name of orig.weights.tensors.keys())
+      expect(readTensorF32(f.weights, name)).toEqual(readTensorF32(orig.weights, name));
   });
 
   it('structured errors for broken folders', async () => {
@@ -67,7 +100,9 @@ describe('loadModelFilesNode on folders', () => {
     const noTok = await code(loadModelFilesNode(copyModel('notok', { skip: ['tokenizer.json'] })));
     expect(noTok.code).toBe('MISSING_TOKENIZER');
     expect(noTok.hint).toMatch(/tokenizer\.json|save_pretrained/);
-    expect((await code(loadModelFilesNode(copyModel('noweights', { skip: ['model.safetensors'] })))).code).toBe('FILE_NOT_FOUND');
+    expect((await code(loadModelFilesNode(copyModel('noweights', { skip: ['model.safetensors'] })))).code).toBe(
+      'FILE_NOT_FOUND',
+    );
 
     const badCfg = copyModel('badcfg');
     writeFileSync(path.join(badCfg, 'config.json'), '{"model_type": ');
@@ -98,7 +133,9 @@ describe('loadModelFilesNode on folders', () => {
     const n = 25_000_000; // 100 MB per tensor
     const names = ['a', 'b', 'c', 'd', 'e'];
     const header: Record<string, unknown> = {};
-    names.forEach((k, i) => { header[`big.${k}`] = { dtype: 'F32', shape: [5000, 5000], data_offsets: [i * n * 4, (i + 1) * n * 4] }; });
+    names.forEach((k, i) => {
+      header[`big.${k}`] = { dtype: 'F32', shape: [5000, 5000], data_offsets: [i * n * 4, (i + 1) * n * 4] };
+    });
     let json = JSON.stringify(header);
     while ((8 + json.length) % 8) json += ' ';
     const p = path.join(dir, 'model.safetensors');
@@ -119,7 +156,9 @@ describe('loadModelFilesNode on folders', () => {
     const f = await loadModelFilesNode(dir);
     const ms = performance.now() - t0;
     const grew = process.memoryUsage().rss - before;
-    console.log(`500 MB safetensors (${(size / 1e6).toFixed(0)} MB): loaded in ${ms.toFixed(1)} ms, RSS grew ${(grew / 1e6).toFixed(1)} MB`);
+    console.log(
+      `500 MB safetensors (${(size / 1e6).toFixed(0)} MB): loaded in ${ms.toFixed(1)} ms, RSS grew ${(grew / 1e6).toFixed(1)} MB`,
+    );
     expect(f.weights.files.size).toBe(0);
     expect(f.weights.tensors.get('big.e')!.byteLength).toBe(n * 4);
     expect(grew).toBeLessThan(50e6);

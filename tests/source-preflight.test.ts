@@ -50,7 +50,12 @@ afterAll(async () => {
 });
 
 async function failure(p: Promise<unknown>): Promise<LoupeError> {
-  try { await p; } catch (e) { expect(e, String(e)).toBeInstanceOf(LoupeError); return e as LoupeError; }
+  try {
+    await p;
+  } catch (e) {
+    expect(e, String(e)).toBeInstanceOf(LoupeError);
+    return e as LoupeError;
+  }
   throw new Error('expected a LoupeError');
 }
 
@@ -66,7 +71,12 @@ function weightTraffic(h: HubServer, id: string, file = 'model.safetensors', hea
 
 describe('budget arithmetic (hand-computed sizes)', () => {
   // GPT-2 small: 124,439,808 parameters (wte 50257x768 + wpe 1024x768 + 12 blocks + ln_f)
-  const small = weightStats(gpt2Tensors({ nLayer: 12, nEmbd: 768, nHead: 12 }, 'F16').map((t) => ({ ...t, byteLength: t.shape.reduce((a, b) => a * b, 1) * 2 })));
+  const small = weightStats(
+    gpt2Tensors({ nLayer: 12, nEmbd: 768, nHead: 12 }, 'F16').map((t) => ({
+      ...t,
+      byteLength: t.shape.reduce((a, b) => a * b, 1) * 2,
+    })),
+  );
 
   it('counts parameters and bytes per precision', () => {
     expect(small.nParams).toBe(124_439_808);
@@ -83,7 +93,13 @@ describe('budget arithmetic (hand-computed sizes)', () => {
     expect(estimateMemory(w, 'wasm', 'stored').fits).toBe(true);
     expect(estimateMemory(w, 'node', 'f32').fits).toBe(true);
     expect(estimateMemory(w, 'node', 'f32', { hostBytes: 8 * GiB }).fits).toBe(false);
-    const e = (() => { try { checkBudget(w, 'wasm', 'f32', {}); } catch (x) { return x as LoupeError; } })()!;
+    const e = (() => {
+      try {
+        checkBudget(w, 'wasm', 'f32', {});
+      } catch (x) {
+        return x as LoupeError;
+      }
+    })()!;
     expect(e.code).toBe('TOO_LARGE');
     expect(e.message).toMatch(/4 GiB WebAssembly heap/);
     expect(e.hint).toMatch(/--weights stored on wasm/);
@@ -104,17 +120,33 @@ describe('refusals before the first weight byte', () => {
     const t = weightTraffic(hub, 'big/gpt2-xl', 'model.safetensors', xl.headerBytes);
     expect(t).toEqual({ requests: 2, bytes: xl.headerBytes, insideHeader: true });
     // the cache holds only the header, as a partial entry of the right total
-    const part = await cache.getPartial({ endpoint: hub.url, id: 'big/gpt2-xl', revision: 'main', file: 'model.safetensors' });
+    const part = await cache.getPartial({
+      endpoint: hub.url,
+      id: 'big/gpt2-xl',
+      revision: 'main',
+      file: 'model.safetensors',
+    });
     expect(part?.bytes.byteLength).toBe(xl.headerBytes);
     expect(part?.total).toBe(xl.size);
   });
 
   it('TOO_LARGE on node when host memory is short; the same model passes the judge with enough', async () => {
     hub.resetCounters();
-    const e = await failure(loadModelNode('big/gpt2-xl', { endpoint: hub.url, cache: false, backend: 'node', memory: { hostBytes: 8 * GiB } }));
+    const e = await failure(
+      loadModelNode('big/gpt2-xl', {
+        endpoint: hub.url,
+        cache: false,
+        backend: 'node',
+        memory: { hostBytes: 8 * GiB },
+      }),
+    );
     expect(e.code).toBe('TOO_LARGE');
     expect(e.message).toMatch(/host memory/);
-    expect(weightTraffic(hub, 'big/gpt2-xl', 'model.safetensors', xl.headerBytes)).toEqual({ requests: 2, bytes: xl.headerBytes, insideHeader: true });
+    expect(weightTraffic(hub, 'big/gpt2-xl', 'model.safetensors', xl.headerBytes)).toEqual({
+      requests: 2,
+      bytes: xl.headerBytes,
+      insideHeader: true,
+    });
     // judged only (no download): 6.2 GB x 2.5 fits 64 GiB
     const plan = await planModel(new HubSource('big/gpt2-xl', { endpoint: hub.url }));
     const j = judgeModel(plan, 'node', 'f32', { hostBytes: 64 * GiB })!;
@@ -144,14 +176,20 @@ describe('refusals before the first weight byte', () => {
   });
 
   it('a tensor the architecture needs but the header lacks: MISSING_TENSOR from the header alone', async () => {
-    const tensors = gpt2Tensors({ nLayer: 12, nEmbd: 768, nHead: 12 }, 'F16').filter((t) => t.name !== 'transformer.h.3.mlp.c_fc.weight');
+    const tensors = gpt2Tensors({ nLayer: 12, nEmbd: 768, nHead: 12 }, 'F16').filter(
+      (t) => t.name !== 'transformer.h.3.mlp.c_fc.weight',
+    );
     const m = writeSparseGpt2(tmp, 'gpt2-holes', { nLayer: 12, nEmbd: 768, nHead: 12 }, 'F16', GPT2, tensors);
     hub.addRepo('test/holes', m.dir);
     hub.resetCounters();
     const e = await failure(loadModelNode('test/holes', { endpoint: hub.url, cache: false }));
     expect(e.code).toBe('MISSING_TENSOR');
     expect(e.message).toMatch(/h\.3\.mlp\.c_fc\.weight/);
-    expect(weightTraffic(hub, 'test/holes', 'model.safetensors', m.headerBytes)).toEqual({ requests: 2, bytes: m.headerBytes, insideHeader: true });
+    expect(weightTraffic(hub, 'test/holes', 'model.safetensors', m.headerBytes)).toEqual({
+      requests: 2,
+      bytes: m.headerBytes,
+      insideHeader: true,
+    });
     rmSync(m.dir, { recursive: true, force: true });
   });
 
@@ -160,7 +198,9 @@ describe('refusals before the first weight byte', () => {
     hub.addRepo('test/xl-cdn', xl.dir);
     hub.redirect('test/xl-cdn', 'model.safetensors', `${cdn.url}/cdn/xl/resolve/main/model.safetensors`);
     cdn.resetCounters();
-    const e = await failure(loadModelNode('test/xl-cdn', { endpoint: hub.url, cache: false, backend: 'wasm', token: 'hf_tok' }));
+    const e = await failure(
+      loadModelNode('test/xl-cdn', { endpoint: hub.url, cache: false, backend: 'wasm', token: 'hf_tok' }),
+    );
     expect(e.code).toBe('TOO_LARGE');
     expect(cdn.log.map((r) => r.range)).toEqual(['bytes=0-7', `bytes=8-${xl.headerBytes - 1}`]);
     expect(cdn.log.every((r) => r.authorization === '')).toBe(true);
@@ -217,11 +257,23 @@ describe.each<[string, () => ByteCache]>([
 });
 
 describe('CLI exit codes', () => {
-  const run = (args: string[]) => new Promise<{ code: number; stdout: string }>((res) => {
-    execFile(process.execPath, [BIN, ...args], { cwd: tmpdir(), env: { ...process.env, NO_COLOR: '1', HF_ENDPOINT: hub.url, LOUPE_CACHE_DIR: path.join(tmp, 'cli-cache') } }, (err, stdout) => {
-      res({ code: err ? (typeof (err as { code?: unknown }).code === 'number' ? (err as { code: number }).code : 1) : 0, stdout });
+  const run = (args: string[]) =>
+    new Promise<{ code: number; stdout: string }>((res) => {
+      execFile(
+        process.execPath,
+        [BIN, ...args],
+        {
+          cwd: tmpdir(),
+          env: { ...process.env, NO_COLOR: '1', HF_ENDPOINT: hub.url, LOUPE_CACHE_DIR: path.join(tmp, 'cli-cache') },
+        },
+        (err, stdout) => {
+          res({
+            code: err ? (typeof (err as { code?: unknown }).code === 'number' ? (err as { code: number }).code : 1) : 0,
+            stdout,
+          });
+        },
+      );
     });
-  });
 
   it('3 for a model too large for the backend, 2 for an id that cannot exist (no request)', async () => {
     const big = await run(['trace', xl.dir, 'hello', '--backend', 'wasm', '--json']);
@@ -243,4 +295,3 @@ describe('CLI exit codes', () => {
     expect(() => new HubSource('openai-community/gpt2', { endpoint: hub.url })).not.toThrow();
   });
 });
-

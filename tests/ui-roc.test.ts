@@ -3,10 +3,15 @@ import { rocCurve, aucOf } from '../src/ui/views/roc-curve';
 
 /** rank AUROC: P(score_pos > score_neg) + ½ P(tie) — the definition the probe reports */
 function rankAuroc(s: number[], y: number[]): number {
-  let num = 0, den = 0;
-  for (let i = 0; i < s.length; i++) for (let j = 0; j < s.length; j++) {
-    if (y[i] === 1 && y[j] === 0) { den++; num += s[i] > s[j] ? 1 : s[i] === s[j] ? 0.5 : 0; }
-  }
+  let num = 0,
+    den = 0;
+  for (let i = 0; i < s.length; i++)
+    for (let j = 0; j < s.length; j++) {
+      if (y[i] === 1 && y[j] === 0) {
+        den++;
+        num += s[i] > s[j] ? 1 : s[i] === s[j] ? 0.5 : 0;
+      }
+    }
   return num / den;
 }
 
@@ -17,7 +22,10 @@ describe('ROC curve for the probe view', () => {
     const pts = rocCurve(s, y);
     expect(pts[0]).toMatchObject({ fpr: 0, tpr: 0 });
     expect(pts.at(-1)).toMatchObject({ fpr: 1, tpr: 1 });
-    for (let i = 1; i < pts.length; i++) { expect(pts[i].fpr).toBeGreaterThanOrEqual(pts[i - 1].fpr); expect(pts[i].tpr).toBeGreaterThanOrEqual(pts[i - 1].tpr); }
+    for (let i = 1; i < pts.length; i++) {
+      expect(pts[i].fpr).toBeGreaterThanOrEqual(pts[i - 1].fpr);
+      expect(pts[i].tpr).toBeGreaterThanOrEqual(pts[i - 1].tpr);
+    }
     expect(aucOf(pts)).toBeCloseTo(rankAuroc(s, y), 12);
   });
   it('gives 1 for a perfect separator and 0.5 for constant scores', () => {

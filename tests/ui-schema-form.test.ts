@@ -44,16 +44,38 @@ describe('schema forms', () => {
   });
 
   it('takes a shorthand string or a JSON object for string-or-object fields', () => {
-    expect(buildInput(fields, { clean: 'c', direction: 'tokens: love - hate' }, 'p').input.direction).toBe('tokens: love - hate');
-    expect(buildInput(fields, { clean: 'c', direction: ' {"kind":"tokens","positive":" a"}' }, 'p').input.direction).toEqual({ kind: 'tokens', positive: ' a' });
+    expect(buildInput(fields, { clean: 'c', direction: 'tokens: love - hate' }, 'p').input.direction).toBe(
+      'tokens: love - hate',
+    );
+    expect(
+      buildInput(fields, { clean: 'c', direction: ' {"kind":"tokens","positive":" a"}' }, 'p').input.direction,
+    ).toEqual({ kind: 'tokens', positive: ' a' });
     expect(buildInput(fields, { clean: 'c', direction: '{oops' }, 'p').errors.direction).toBe('not valid JSON');
   });
 
   it('builds an input that the schema accepts, leaving defaults to the operation', () => {
-    const raw = { top_k: '3', alpha: '-2.5', prompts: 'a b\n\nc', alphas: '0, 1.5 -2', positions: '1,2', heads: '[{"layer":0,"head":1}]', clean: 'x', prepend_bos: true };
+    const raw = {
+      top_k: '3',
+      alpha: '-2.5',
+      prompts: 'a b\n\nc',
+      alphas: '0, 1.5 -2',
+      positions: '1,2',
+      heads: '[{"layer":0,"head":1}]',
+      clean: 'x',
+      prepend_bos: true,
+    };
     const { input, errors } = buildInput(fields, raw, 'Once upon');
     expect(errors).toEqual({});
-    expect(input).toEqual({ prompt: 'Once upon', top_k: 3, alpha: -2.5, prompts: ['a b', 'c'], alphas: [0, 1.5, -2], positions: [1, 2], heads: [{ layer: 0, head: 1 }], clean: 'x' });
+    expect(input).toEqual({
+      prompt: 'Once upon',
+      top_k: 3,
+      alpha: -2.5,
+      prompts: ['a b', 'c'],
+      alphas: [0, 1.5, -2],
+      positions: [1, 2],
+      heads: [{ layer: 0, head: 1 }],
+      clean: 'x',
+    });
     const parsed = schema.parse(input);
     expect(parsed.convention).toBe('transformer_lens');
     expect(parsed.prepend_bos).toBe(true);
@@ -66,7 +88,18 @@ describe('schema forms', () => {
   });
 
   it('round-trips an input through the form', () => {
-    const input = { prompt: 'p', top_k: 4, prepend_bos: false, sites: ['a'], prompts: ['u', 'v'], alphas: [1, 2], positions: 'all', heads: [{ layer: 1, head: 0 }], clean: 'c', direction: { kind: 'tokens', positive: ' x' } };
+    const input = {
+      prompt: 'p',
+      top_k: 4,
+      prepend_bos: false,
+      sites: ['a'],
+      prompts: ['u', 'v'],
+      alphas: [1, 2],
+      positions: 'all',
+      heads: [{ layer: 1, head: 0 }],
+      clean: 'c',
+      direction: { kind: 'tokens', positive: ' x' },
+    };
     const raw = rawFromInput(fields, input);
     expect(buildInput(fields, raw, 'p').input).toEqual(input);
   });

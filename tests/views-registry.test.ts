@@ -22,9 +22,11 @@ describe('operation views', () => {
     expect(viewFor('no_such_operation')).toBeNull();
   });
 
-  it('every *View.svelte is an operation\'s view (JsonView is the fallback for documents without one)', () => {
+  it("every *View.svelte is an operation's view (JsonView is the fallback for documents without one)", () => {
     const named = new Set(Object.keys(operations).map(viewFileOf));
-    const strays = readdirSync(VIEWS_DIR).filter((f) => f.endsWith('View.svelte') && f !== 'JsonView.svelte' && !named.has(f));
+    const strays = readdirSync(VIEWS_DIR).filter(
+      (f) => f.endsWith('View.svelte') && f !== 'JsonView.svelte' && !named.has(f),
+    );
     expect(strays).toEqual([]);
   });
 

@@ -43,12 +43,17 @@ function argmax(p: Float64Array): number {
 }
 
 export async function compareBackends(
-  model: LoadedModel, req: LoadRequest, prompt: string,
+  model: LoadedModel,
+  req: LoadRequest,
+  prompt: string,
   { signal, onProgress }: { signal: AbortSignal; onProgress: ProgressFn },
 ): Promise<AgreementResult> {
   const gpu = await gpuInfo();
   if (!gpu.available) {
-    throw new LoupeError('BACKEND_UNAVAILABLE', `The agreement check needs WebGPU and WASM; WebGPU is unavailable: ${gpu.reason}`);
+    throw new LoupeError(
+      'BACKEND_UNAVAILABLE',
+      `The agreement check needs WebGPU and WASM; WebGPU is unavailable: ${gpu.reason}`,
+    );
   }
   const other: Backend = model.info.backend === 'webgpu' ? 'wasm' : 'webgpu';
   onProgress({ stage: `loading the model on ${other}`, done: 0, total: 3 });
@@ -71,7 +76,10 @@ export async function compareBackends(
       if (!tb) continue;
       hooksCompared++;
       const d = maxAbsDiff(ta.data, tb.data);
-      if (d > maxHookDiff || worstHook === null) { maxHookDiff = d; worstHook = name; }
+      if (d > maxHookDiff || worstHook === null) {
+        maxHookDiff = d;
+        worstHook = name;
+      }
     }
     const pa = finalProbs(a.logits);
     const pb = finalProbs(b.logits);
@@ -81,10 +89,18 @@ export async function compareBackends(
     const top1: [number, number] = [argmax(pa), argmax(pb)];
     onProgress({ stage: 'done', done: 3, total: 3 });
     return {
-      prompt, model: model.info.id, tokens: tokens.length,
+      prompt,
+      model: model.info.id,
+      tokens: tokens.length,
       backends: [model.info.backend, other],
-      maxProbDiff, maxLogitDiff, maxHookDiff, worstHook, hooksCompared,
-      top1Match: top1[0] === top1[1], top1, ms: [t1 - t0, t2 - t1],
+      maxProbDiff,
+      maxLogitDiff,
+      maxHookDiff,
+      worstHook,
+      hooksCompared,
+      top1Match: top1[0] === top1[1],
+      top1,
+      ms: [t1 - t0, t2 - t1],
       pass: top1[0] === top1[1] && maxLogitDiff <= TOL && maxHookDiff <= TOL,
     };
   } finally {

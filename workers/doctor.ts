@@ -4,8 +4,12 @@ import { env } from '../src/engine/env';
 
 /** limits worth showing: the ones that bound model size and kernel shapes */
 const LIMIT_KEYS = [
-  'maxBufferSize', 'maxStorageBufferBindingSize', 'maxComputeWorkgroupStorageSize',
-  'maxComputeInvocationsPerWorkgroup', 'maxComputeWorkgroupSizeX', 'maxComputeWorkgroupsPerDimension',
+  'maxBufferSize',
+  'maxStorageBufferBindingSize',
+  'maxComputeWorkgroupStorageSize',
+  'maxComputeInvocationsPerWorkgroup',
+  'maxComputeWorkgroupSizeX',
+  'maxComputeWorkgroupsPerDimension',
   'maxStorageBuffersPerShaderStage',
 ];
 
@@ -38,7 +42,11 @@ export async function storageInfo(): Promise<StorageInfo> {
   if (!s?.estimate) return { usage: null, quota: null, persisted: null };
   const est = await s.estimate();
   let persisted: boolean | null = null;
-  try { persisted = (await s.persisted?.()) ?? null; } catch { /* not in every worker */ }
+  try {
+    persisted = (await s.persisted?.()) ?? null;
+  } catch {
+    /* not in every worker */
+  }
   return { usage: est.usage ?? null, quota: est.quota ?? null, persisted };
 }
 

@@ -20,7 +20,15 @@ import { createSaeLoaders, type SaeLoaders } from '../src/engine/source/sae-load
 import { gpuInfo } from './doctor';
 import { env } from '../src/engine/env';
 import { watchWasmHeaps } from '../src/engine/runtime/wasm-heap';
-import { CONFIRM_DOWNLOAD_BYTES, type BackendChoice, type CachedModel, type LoadPreview, type LoadRequest, type LoadedModelSummary, type PreviewFn } from './protocol';
+import {
+  CONFIRM_DOWNLOAD_BYTES,
+  type BackendChoice,
+  type CachedModel,
+  type LoadPreview,
+  type LoadRequest,
+  type LoadedModelSummary,
+  type PreviewFn,
+} from './protocol';
 import type { ModelPlan, ModelJudgement } from '../src/engine/source/preflight';
 
 const BASE = new URL(import.meta.env.BASE_URL, self.location.href);
@@ -60,7 +68,10 @@ function idb(): IdbCache {
 /** documents operations keep between calls (dashboards): a database apart from the model cache */
 let documents: DocumentCache | null = null;
 export function documentCache(): DocumentCache {
-  documents ??= documentCacheOn(new IdbCache({ dbName: 'loupe-documents' }), "this browser's IndexedDB (loupe-documents)");
+  documents ??= documentCacheOn(
+    new IdbCache({ dbName: 'loupe-documents' }),
+    "this browser's IndexedDB (loupe-documents)",
+  );
   return documents;
 }
 
@@ -88,23 +99,31 @@ export function saeLoadersFor(req: LoadRequest | null): SaeLoaders {
  * operation reports that itself). A shared link re-runs on its own only when the SAE's weights
  * need no download (a missing optional explanations.json may still be asked for: a few bytes).
  */
-export async function saeNeedsDownload(ref: { source: string; path: string }, req: LoadRequest | null): Promise<boolean> {
+export async function saeNeedsDownload(
+  ref: { source: string; path: string },
+  req: LoadRequest | null,
+): Promise<boolean> {
   const m = req?.model;
   const hub = m && typeof m === 'object' && m.kind === 'hub' ? m : null;
   let keyOf: (file: string) => CacheKey;
   try {
     const r = resolveModelRef(ref.source, { endpoint: hub?.endpoint || undefined });
     if (r.kind !== 'hub' && r.kind !== 'url') return false;
-    const src = createSource(r, { endpoint: hub?.endpoint || undefined }) as unknown as { cacheKey?: (file: string) => CacheKey };
+    const src = createSource(r, { endpoint: hub?.endpoint || undefined }) as unknown as {
+      cacheKey?: (file: string) => CacheKey;
+    };
     if (typeof src.cacheKey !== 'function') return false;
     keyOf = src.cacheKey.bind(src);
   } catch {
     return false;
   }
   const dir = ref.path.replace(/^\/+|\/+$/g, '');
-  const same = (a: CacheKey, b: CacheKey) => a.endpoint === b.endpoint && a.id === b.id && a.revision === b.revision && a.file === b.file;
+  const same = (a: CacheKey, b: CacheKey) =>
+    a.endpoint === b.endpoint && a.id === b.id && a.revision === b.revision && a.file === b.file;
   const entries = (await idb().list()).filter((e) => e.complete);
-  return !['cfg.json', 'sae_weights.safetensors'].every((f) => entries.some((e) => same(e, keyOf(dir ? `${dir}/${f}` : f))));
+  return !['cfg.json', 'sae_weights.safetensors'].every((f) =>
+    entries.some((e) => same(e, keyOf(dir ? `${dir}/${f}` : f))),
+  );
 }
 
 /**
@@ -116,11 +135,17 @@ export async function resolveBackend(choice: BackendChoice): Promise<{ backend: 
   if (choice === 'wasm') return { backend: 'wasm', reason: 'chosen' };
   const gpu = await gpuInfo();
   if (choice === 'webgpu') {
-    if (!gpu.available) throw new LoupeError('BACKEND_UNAVAILABLE', `WebGPU is not available here: ${gpu.reason}`, "Choose the 'wasm' backend (or 'auto').");
+    if (!gpu.available)
+      throw new LoupeError(
+        'BACKEND_UNAVAILABLE',
+        `WebGPU is not available here: ${gpu.reason}`,
+        "Choose the 'wasm' backend (or 'auto').",
+      );
     return { backend: 'webgpu', reason: 'chosen' };
   }
   if (!gpu.available) return { backend: 'wasm', reason: `auto: no WebGPU (${gpu.reason})` };
-  if (gpu.isFallbackAdapter) return { backend: 'wasm', reason: 'auto: the only WebGPU adapter is a software fallback, slower than WASM' };
+  if (gpu.isFallbackAdapter)
+    return { backend: 'wasm', reason: 'auto: the only WebGPU adapter is a software fallback, slower than WASM' };
   return { backend: 'webgpu', reason: 'auto: WebGPU adapter found' };
 }
 
@@ -144,14 +169,22 @@ export function planSource(req: LoadRequest['model']): SourcePlan {
     case 'hub': {
       const token = 'token' in r ? r.token : undefined;
       const src = new HubSource(r.id, { revision: r.revision || 'main', endpoint: r.endpoint, token });
-      return { source: src, ref: { kind: 'hub', id: src.ref.id, revision: src.ref.revision, endpoint: src.ref.endpoint }, useCache: true };
+      return {
+        source: src,
+        ref: { kind: 'hub', id: src.ref.id, revision: src.ref.revision, endpoint: src.ref.endpoint },
+        useCache: true,
+      };
     }
     case 'url': {
       const src = new UrlSource(r.id);
       return { source: src, ref: { kind: 'url', id: src.ref.id, revision: '' }, useCache: true };
     }
     default:
-      throw new LoupeError('BAD_INPUT', `The page cannot load a ${(r as { kind: string }).kind} model.`, 'Use the bundled model, a Hub id or an http(s) URL.');
+      throw new LoupeError(
+        'BAD_INPUT',
+        `The page cannot load a ${(r as { kind: string }).kind} model.`,
+        'Use the bundled model, a Hub id or an http(s) URL.',
+      );
   }
 }
 
@@ -165,10 +198,17 @@ export interface OpenOptions {
 }
 
 /** The page's view of a judged plan (protocol.ts LoadPreview). */
-export function previewOf(plan: ModelPlan, j: ModelJudgement | null, backend: 'wasm' | 'webgpu', id: string): LoadPreview {
+export function previewOf(
+  plan: ModelPlan,
+  j: ModelJudgement | null,
+  backend: 'wasm' | 'webgpu',
+  id: string,
+): LoadPreview {
   const dtypes = Object.keys(j?.stats.byDtype ?? plan.stats?.byDtype ?? {});
   return {
-    id, revision: plan.ref.revision, ...(plan.commit ? { commit: plan.commit } : {}),
+    id,
+    revision: plan.ref.revision,
+    ...(plan.commit ? { commit: plan.commit } : {}),
     architecture: plan.architecture,
     n_params: j?.stats.nParams ?? plan.stats?.nParams ?? 0,
     dtype: dtypes.join('+'),
@@ -176,15 +216,27 @@ export function previewOf(plan: ModelPlan, j: ModelJudgement | null, backend: 'w
     downloadBytes: plan.downloadBytes,
     cachedBytes: plan.cachedBytes,
     backend,
-    needs: (j?.estimates ?? []).filter((e) => e.backend !== 'node').map((e) => ({ backend: e.backend as 'wasm' | 'webgpu', precision: e.precision, bytes: e.peakBytes, fits: e.fits })),
+    needs: (j?.estimates ?? [])
+      .filter((e) => e.backend !== 'node')
+      .map((e) => ({
+        backend: e.backend as 'wasm' | 'webgpu',
+        precision: e.precision,
+        bytes: e.peakBytes,
+        fits: e.fits,
+      })),
     confirm: plan.downloadBytes > CONFIRM_DOWNLOAD_BYTES,
   };
 }
 
-export async function openModel(req: LoadRequest, opts: OpenOptions): Promise<{ model: LoadedModel; summary: LoadedModelSummary }> {
+export async function openModel(
+  req: LoadRequest,
+  opts: OpenOptions,
+): Promise<{ model: LoadedModel; summary: LoadedModelSummary }> {
   const t0 = performance.now();
   const plan = planSource(req.model);
-  const { backend, reason } = opts.backend ? { backend: opts.backend, reason: 'forced' } : await resolveBackend(req.backend);
+  const { backend, reason } = opts.backend
+    ? { backend: opts.backend, reason: 'forced' }
+    : await resolveBackend(req.backend);
   const files = new Map<string, FileProgress>();
   const model = await loadModel(plan.source, {
     ort,
@@ -194,10 +246,18 @@ export async function openModel(req: LoadRequest, opts: OpenOptions): Promise<{ 
     ...(tensorBytes ? { memory: { tensorBytes: Number(tensorBytes[1]) } } : {}),
     signal: opts.signal,
     cache: plan.useCache ? idb() : undefined,
-    confirm: opts.onPreview && backend !== 'node' ? async (p, j) => {
-      const ok = await opts.onPreview!(previewOf(p, j, backend, plan.ref.id));
-      if (!ok) throw new LoupeError('CANCELLED', 'The download was declined.', 'Load a smaller model, or accept the download to go on.');
-    } : undefined,
+    confirm:
+      opts.onPreview && backend !== 'node'
+        ? async (p, j) => {
+            const ok = await opts.onPreview!(previewOf(p, j, backend, plan.ref.id));
+            if (!ok)
+              throw new LoupeError(
+                'CANCELLED',
+                'The download was declined.',
+                'Load a smaller model, or accept the download to go on.',
+              );
+          }
+        : undefined,
     onProgress: (p) => {
       files.set(p.file, p);
       opts.onProgress(p);
@@ -211,7 +271,14 @@ export async function openModel(req: LoadRequest, opts: OpenOptions): Promise<{ 
   }
   return {
     model,
-    summary: { info: model.info, ref: { ...plan.ref, ...(model.info.commit ? { commit: model.info.commit } : {}) }, downloadedBytes, cachedFiles, loadMs: performance.now() - t0, backendReason: reason },
+    summary: {
+      info: model.info,
+      ref: { ...plan.ref, ...(model.info.commit ? { commit: model.info.commit } : {}) },
+      downloadedBytes,
+      cachedFiles,
+      loadMs: performance.now() - t0,
+      backendReason: reason,
+    },
   };
 }
 
@@ -222,7 +289,15 @@ export async function listCachedModels(): Promise<CachedModel[]> {
     // a q8 entry whose write was cut off is rebuilt at the next q8 load: the model's files are whole
     if (isQ8Entry(e.file) && !e.complete) continue;
     const k = JSON.stringify([e.endpoint, e.id, e.revision]);
-    const m = byModel.get(k) ?? { endpoint: e.endpoint, id: e.id, revision: e.revision, files: 0, bytes: 0, complete: true, storedAt: 0 };
+    const m = byModel.get(k) ?? {
+      endpoint: e.endpoint,
+      id: e.id,
+      revision: e.revision,
+      files: 0,
+      bytes: 0,
+      complete: true,
+      storedAt: 0,
+    };
     m.files++;
     m.bytes += e.size;
     m.complete &&= e.complete;

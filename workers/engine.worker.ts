@@ -15,12 +15,27 @@ import { operationSchemas } from '../src/ops/schemas';
 import { JobTable, throttle, fileDone, stepDone } from './jobs';
 import { instanceHandleStore, newInstanceId } from '../src/bridge/handles';
 import { gpuInfo, storageInfo, jsHeapBytes } from './doctor';
-import { openModel, listCachedModels, deleteCachedModel, wasmThreads, saeLoadersFor, saeNeedsDownload, documentCache } from './engine-adapter';
+import {
+  openModel,
+  listCachedModels,
+  deleteCachedModel,
+  wasmThreads,
+  saeLoadersFor,
+  saeNeedsDownload,
+  documentCache,
+} from './engine-adapter';
 import { compareBackends } from './agreement';
 import { q8Cost } from './q8-cost';
 import { wasmHeapBytes } from '../src/engine/runtime/wasm-heap';
 import type {
-  EngineWorkerApi, LoadRequest, LoadedModelSummary, OperationInfo, FileProgressFn, ProgressFn, MemoryInfo, PreviewFn
+  EngineWorkerApi,
+  LoadRequest,
+  LoadedModelSummary,
+  OperationInfo,
+  FileProgressFn,
+  ProgressFn,
+  MemoryInfo,
+  PreviewFn,
 } from './protocol';
 
 let model: LoadedModel | null = null;
@@ -41,21 +56,35 @@ async function guarded<T>(fn: () => Promise<T>): Promise<T> {
 }
 
 function requireModel(): LoadedModel {
-  if (!model) throw new LoupeError('NO_MODEL', 'No model is loaded.', 'Load a model first (the bundled stories260K loads instantly).');
+  if (!model)
+    throw new LoupeError(
+      'NO_MODEL',
+      'No model is loaded.',
+      'Load a model first (the bundled stories260K loads instantly).',
+    );
   return model;
 }
 
 function memory(): MemoryInfo {
   const m = model?.memory();
   return {
-    weightBytes: m?.weight_bytes ?? null, precision: m?.precision ?? null, wasmHeapBytes: wasmHeapBytes(),
-    jsWeightBytes: m?.js_weight_bytes ?? null, jsWeightsWhy: m?.js_weights_why ?? null, paramBytes: m?.param_bytes ?? null, hooksBytes: m?.hooks_bytes ?? null,
+    weightBytes: m?.weight_bytes ?? null,
+    precision: m?.precision ?? null,
+    wasmHeapBytes: wasmHeapBytes(),
+    jsWeightBytes: m?.js_weight_bytes ?? null,
+    jsWeightsWhy: m?.js_weights_why ?? null,
+    paramBytes: m?.param_bytes ?? null,
+    hooksBytes: m?.hooks_bytes ?? null,
     jsHeapBytes: jsHeapBytes(),
   };
 }
 
 /** A Doctor check on the loaded model: a job the page can cancel, its progress throttled. */
-function modelJob<T>(jobId: string, onProgress: ProgressFn, fn: (m: LoadedModel, req: LoadRequest, o: { signal: AbortSignal; onProgress: ProgressFn }) => Promise<T>): Promise<T> {
+function modelJob<T>(
+  jobId: string,
+  onProgress: ProgressFn,
+  fn: (m: LoadedModel, req: LoadRequest, o: { signal: AbortSignal; onProgress: ProgressFn }) => Promise<T>,
+): Promise<T> {
   return guarded(async () => {
     const m = requireModel();
     const signal = jobs.start(jobId);
@@ -81,7 +110,14 @@ const api: EngineWorkerApi = {
 
   listOperations() {
     return guarded(async () => {
-      opInfos ??= Object.values(operations).map((op) => ({ name: op.name, title: op.title, description: op.description, long: !!op.long, ...(op.feeds ? { feeds: op.feeds } : {}), inputSchema: operationSchemas(op).input }));
+      opInfos ??= Object.values(operations).map((op) => ({
+        name: op.name,
+        title: op.title,
+        description: op.description,
+        long: !!op.long,
+        ...(op.feeds ? { feeds: op.feeds } : {}),
+        inputSchema: operationSchemas(op).input,
+      }));
       return opInfos;
     });
   },
@@ -114,7 +150,14 @@ const api: EngineWorkerApi = {
       try {
         const sae = saeLoadersFor(modelReq);
         // SAE download progress arrives through onProgress too (ops/lib/sae.ts turns file bytes into steps)
-        return await op.run(m, parsed, { signal, onProgress: throttle(onProgress, 50, stepDone), store, loadSae: sae.loadSae, loadSaeFile: sae.loadSaeFile, documents: documentCache() });
+        return await op.run(m, parsed, {
+          signal,
+          onProgress: throttle(onProgress, 50, stepDone),
+          store,
+          loadSae: sae.loadSae,
+          loadSaeFile: sae.loadSaeFile,
+          documents: documentCache(),
+        });
       } finally {
         jobs.end(jobId);
       }

@@ -44,12 +44,18 @@ export function throttle<T>(fn: (p: T) => unknown, ms: number, isFinal: (p: T) =
   };
   return (p: T) => {
     if (isFinal(p) || Date.now() - last >= ms) {
-      if (timer) { clearTimeout(timer); timer = null; }
+      if (timer) {
+        clearTimeout(timer);
+        timer = null;
+      }
       send(p);
       return;
     }
     pending = p;
-    timer ??= setTimeout(() => { timer = null; if (pending) send(pending); }, ms);
+    timer ??= setTimeout(() => {
+      timer = null;
+      if (pending) send(pending);
+    }, ms);
   };
 }
 

@@ -182,7 +182,12 @@ export interface EngineWorkerApi {
   configure(opts: { instanceId: string }): Promise<void>;
   listOperations(): Promise<OperationInfo[]>;
   /** onPreview (optional) sees the judged plan before any weight byte and may stop the load */
-  loadModel(jobId: string, req: LoadRequest, onProgress: FileProgressFn, onPreview?: PreviewFn): Promise<LoadedModelSummary>;
+  loadModel(
+    jobId: string,
+    req: LoadRequest,
+    onProgress: FileProgressFn,
+    onPreview?: PreviewFn,
+  ): Promise<LoadedModelSummary>;
   runOperation(jobId: string, name: string, input: unknown, onProgress: ProgressFn): Promise<unknown>;
   /** abort a job (load or operation); returns whether it was running */
   cancel(jobId: string): Promise<boolean>;

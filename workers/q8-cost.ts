@@ -14,7 +14,9 @@ import { openModel } from './engine-adapter';
 import type { LoadRequest, ProgressFn, Q8CostResult } from './protocol';
 
 export async function q8Cost(
-  model: LoadedModel, req: LoadRequest, prompt: string,
+  model: LoadedModel,
+  req: LoadRequest,
+  prompt: string,
   { signal, onProgress }: { signal: AbortSignal; onProgress: ProgressFn },
 ): Promise<Q8CostResult> {
   const opened: LoadedModel[] = [];

@@ -17,29 +17,48 @@ async function run(page: Page, op: string, example = false, prompt = PROMPT): Pr
   await page.getByTestId('prompt').fill(prompt);
   await page.getByTestId('run').click();
   await page.waitForSelector('[data-testid=job]', { state: 'detached', timeout: 300_000 });
-  await page.waitForSelector(`[data-testid=result][data-op=${op}] svg, [data-testid=result][data-op=${op}] table`, { timeout: 60_000 }).catch(() => {});
+  await page
+    .waitForSelector(`[data-testid=result][data-op=${op}] svg, [data-testid=result][data-op=${op}] table`, {
+      timeout: 60_000,
+    })
+    .catch(() => {});
   await page.waitForTimeout(300);
 }
 
 async function main(): Promise<void> {
   mkdirSync(OUT, { recursive: true });
   const server = await serveWorkbench(0);
-  const browser = await chromium.launch({ executablePath: process.env.LOUPE_CHROMIUM ?? '/usr/bin/chromium', args: CHROMIUM_ARGS });
+  const browser = await chromium.launch({
+    executablePath: process.env.LOUPE_CHROMIUM ?? '/usr/bin/chromium',
+    args: CHROMIUM_ARGS,
+  });
   try {
-    for (const [w, h] of [[1280, 800], [1024, 700]] as const) {
+    for (const [w, h] of [
+      [1280, 800],
+      [1024, 700],
+    ] as const) {
       for (const theme of ['light', 'dark'] as const) {
         const ctx = await browser.newContext({ viewport: { width: w, height: h } });
         await ctx.addInitScript(`localStorage.setItem('loupe.theme', '"${theme}"')`);
         const page = await ctx.newPage();
         const shot = async (name: string, sel?: string) => {
           await page.mouse.move(0, 0);
-          if (sel) await page.locator(sel).first().scrollIntoViewIfNeeded().catch(() => {});
+          if (sel)
+            await page
+              .locator(sel)
+              .first()
+              .scrollIntoViewIfNeeded()
+              .catch(() => {});
           await page.screenshot({ path: `${OUT}/${name}-${w}-${theme}.png` });
         };
         await page.goto(server.url);
         await page.waitForTimeout(600);
         await shot('first-load');
-        await page.waitForFunction(`globalThis.__loupe?.modelStatus === 'ready' && globalThis.__loupe.ops.length > 0`, null, { timeout: 120_000 });
+        await page.waitForFunction(
+          `globalThis.__loupe?.modelStatus === 'ready' && globalThis.__loupe.ops.length > 0`,
+          null,
+          { timeout: 120_000 },
+        );
         await run(page, 'trace');
         await shot('trace', '[data-testid=result]');
         await page.locator('[data-testid=trace-heatmap] rect.cell[data-row="1"][data-col="2"]').click();
@@ -48,7 +67,15 @@ async function main(): Promise<void> {
         await page.locator('[data-testid=head-panel]').scrollIntoViewIfNeeded();
         await page.screenshot({ path: `${OUT}/head-panel-${w}-${theme}.png` });
         await page.locator('[aria-label="Close the head panel"]').click();
-        for (const [op, ex] of [['activations', false], ['attention', false], ['circuit', true], ['patch', true], ['steer', true], ['sweep', true], ['causality', true]] as const) {
+        for (const [op, ex] of [
+          ['activations', false],
+          ['attention', false],
+          ['circuit', true],
+          ['patch', true],
+          ['steer', true],
+          ['sweep', true],
+          ['causality', true],
+        ] as const) {
           await run(page, op, ex);
           await shot(op, '[data-testid=result]');
         }

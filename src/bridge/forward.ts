@@ -13,27 +13,40 @@ import { startHeartbeat, type Heartbeat } from './heartbeat';
 import { PendingCalls } from './pending-calls';
 import type { CallOptions, ExecResult } from './page-session';
 import {
-  AGENT_PATH, CHALLENGE_PROTOCOL_PREFIX, HUB_PROBE_PATH, HUB_STATUS_TOOL, PROTOCOL_VERSION, SUBPROTOCOL,
-  parseMessage, type AgentInfo, type HubToAgent,
+  AGENT_PATH,
+  CHALLENGE_PROTOCOL_PREFIX,
+  HUB_PROBE_PATH,
+  HUB_STATUS_TOOL,
+  PROTOCOL_VERSION,
+  SUBPROTOCOL,
+  parseMessage,
+  type AgentInfo,
+  type HubToAgent,
 } from './protocol';
 import { agentProof, hubProof, proofsEqual } from './token';
 
 /** Is a Loupe hub listening on this port? (An unauthenticated GET that carries no secret.) */
-export function probeHub(port: number, timeoutMs = 1500): Promise<{ pid: number; protocol: number; version: string } | undefined> {
+export function probeHub(
+  port: number,
+  timeoutMs = 1500,
+): Promise<{ pid: number; protocol: number; version: string } | undefined> {
   return new Promise((resolve) => {
-    const req = http.get({ host: '127.0.0.1', port, path: HUB_PROBE_PATH, headers: { Host: `127.0.0.1:${port}` }, timeout: timeoutMs }, (res) => {
-      let body = '';
-      res.setEncoding('utf8');
-      res.on('data', (c) => (body += c.length + body.length < 4096 ? c : ''));
-      res.on('end', () => {
-        try {
-          const j = JSON.parse(body);
-          resolve(res.statusCode === 200 && j?.service === 'loupe-hub' ? j : undefined);
-        } catch {
-          resolve(undefined);
-        }
-      });
-    });
+    const req = http.get(
+      { host: '127.0.0.1', port, path: HUB_PROBE_PATH, headers: { Host: `127.0.0.1:${port}` }, timeout: timeoutMs },
+      (res) => {
+        let body = '';
+        res.setEncoding('utf8');
+        res.on('data', (c) => (body += c.length + body.length < 4096 ? c : ''));
+        res.on('end', () => {
+          try {
+            const j = JSON.parse(body);
+            resolve(res.statusCode === 200 && j?.service === 'loupe-hub' ? j : undefined);
+          } catch {
+            resolve(undefined);
+          }
+        });
+      },
+    );
     req.on('timeout', () => req.destroy());
     req.on('error', () => resolve(undefined));
   });
@@ -45,7 +58,11 @@ export class ForwardClient {
   private beat: Heartbeat;
   onClose?: () => void;
 
-  private constructor(private ws: WebSocket, readonly port: number, heartbeatMs: number) {
+  private constructor(
+    private ws: WebSocket,
+    readonly port: number,
+    heartbeatMs: number,
+  ) {
     ws.on('message', (d, isBinary) => {
       try {
         this.onMessage(isBinary ? '' : d.toString());
@@ -57,7 +74,12 @@ export class ForwardClient {
     });
     ws.on('close', () => this.shutdown());
     ws.on('error', () => this.shutdown());
-    this.beat = startHeartbeat({ intervalMs: heartbeatMs, silenceMs: heartbeatMs * 3, ping: () => this.send({ type: 'ping', t: Date.now() }), onSilent: () => ws.terminate() });
+    this.beat = startHeartbeat({
+      intervalMs: heartbeatMs,
+      silenceMs: heartbeatMs * 3,
+      ping: () => this.send({ type: 'ping', t: Date.now() }),
+      onSilent: () => ws.terminate(),
+    });
   }
 
   /**
@@ -65,14 +87,23 @@ export class ForwardClient {
    * the hub must first prove it holds it (challenge–response, protocol.ts), so a program that
    * took the port after the hub died gets nothing from a stale token file.
    */
-  static connect(port: number, token: string, agent: AgentInfo, opts: { heartbeatMs?: number; timeoutMs?: number } = {}): Promise<ForwardClient> {
+  static connect(
+    port: number,
+    token: string,
+    agent: AgentInfo,
+    opts: { heartbeatMs?: number; timeoutMs?: number } = {},
+  ): Promise<ForwardClient> {
     return new Promise((resolve, reject) => {
       const nonce = randomBytes(32).toString('hex');
-      const ws = new WebSocket(`ws://127.0.0.1:${port}${AGENT_PATH}`, [SUBPROTOCOL, CHALLENGE_PROTOCOL_PREFIX + nonce], {
-        origin: `http://127.0.0.1:${port}`,
-        maxPayload: 256 * 1024 * 1024,
-        handshakeTimeout: opts.timeoutMs ?? 3000,
-      });
+      const ws = new WebSocket(
+        `ws://127.0.0.1:${port}${AGENT_PATH}`,
+        [SUBPROTOCOL, CHALLENGE_PROTOCOL_PREFIX + nonce],
+        {
+          origin: `http://127.0.0.1:${port}`,
+          maxPayload: 256 * 1024 * 1024,
+          handshakeTimeout: opts.timeoutMs ?? 3000,
+        },
+      );
       let settled = false;
       const fail = (e: Error) => {
         if (settled) return;
@@ -83,17 +114,26 @@ export class ForwardClient {
       };
       const timer = setTimeout(() => fail(new Error('it did not answer in time')), (opts.timeoutMs ?? 3000) * 2);
       ws.on('error', fail);
-      ws.once('unexpected-response', (_req, res) => fail(new Error(`the hub refused (HTTP ${res.statusCode}); its token file may be stale`)));
+      ws.once('unexpected-response', (_req, res) =>
+        fail(new Error(`the hub refused (HTTP ${res.statusCode}); its token file may be stale`)),
+      );
       ws.once('open', () => {
         ws.once('message', (d) => {
           const c = parseMessage(d.toString());
           if (c?.type !== 'challenge' || !proofsEqual(c.proof, hubProof(token, nonce))) {
-            return fail(new Error('the program on that port could not prove it holds the token in the hub file (not the hub that wrote it); nothing was sent to it'));
+            return fail(
+              new Error(
+                'the program on that port could not prove it holds the token in the hub file (not the hub that wrote it); nothing was sent to it',
+              ),
+            );
           }
-          ws.send(JSON.stringify({ type: 'attach', protocol: PROTOCOL_VERSION, agent, proof: agentProof(token, c.nonce) }));
+          ws.send(
+            JSON.stringify({ type: 'attach', protocol: PROTOCOL_VERSION, agent, proof: agentProof(token, c.nonce) }),
+          );
           ws.once('message', (d2) => {
             const m = parseMessage(d2.toString());
-            if (m?.type !== 'welcome') return fail(new Error(`it did not accept this companion${m?.type === 'bye' ? `: ${m.reason}` : ''}`));
+            if (m?.type !== 'welcome')
+              return fail(new Error(`it did not accept this companion${m?.type === 'bye' ? `: ${m.reason}` : ''}`));
             if (settled) return;
             settled = true;
             clearTimeout(timer);
@@ -115,7 +155,9 @@ export class ForwardClient {
   }
 
   status(): Promise<Record<string, unknown>> {
-    return this.call(HUB_STATUS_TOOL, {}, { deadline: Date.now() + 5000 }).then((r) => r.document as Record<string, unknown>);
+    return this.call(HUB_STATUS_TOOL, {}, { deadline: Date.now() + 5000 }).then(
+      (r) => r.document as Record<string, unknown>,
+    );
   }
 
   call(tool: string, args: Record<string, unknown>, o: CallOptions): Promise<ExecResult> {
@@ -123,7 +165,9 @@ export class ForwardClient {
     const id = 'f' + randomHex(8);
     const done = this.pending.open(id, {
       // The hub enforces the deadline; this local timer is the backstop if the hub goes silent.
-      timeoutMs: Math.max(0, o.deadline - Date.now()) + 2000, signal: o.signal, onProgress: o.onProgress,
+      timeoutMs: Math.max(0, o.deadline - Date.now()) + 2000,
+      signal: o.signal,
+      onProgress: o.onProgress,
       onDeadline: () => new LoupeError('DEADLINE_EXCEEDED', `${tool} did not finish within its deadline.`),
       onCancel: () => {
         this.send({ type: 'cancel', id });
@@ -155,7 +199,12 @@ export class ForwardClient {
       case 'progress':
         return this.pending.progress(m);
       case 'result':
-        return this.pending.settle(m.id, { document: m.document, link: m.link, instance_id: m.instance_id, model: m.model });
+        return this.pending.settle(m.id, {
+          document: m.document,
+          link: m.link,
+          instance_id: m.instance_id,
+          model: m.model,
+        });
       case 'error':
         return this.pending.fail(m);
       default:
@@ -173,6 +222,9 @@ export class ForwardClient {
 }
 
 function hubGone(): LoupeError {
-  return new LoupeError('PAGE_GONE', 'The Loupe hub this companion was sharing went away (its companion exited).',
-    'Call loupe_status: this companion takes the hub over and prints a new pairing URL; the page must be paired again.');
+  return new LoupeError(
+    'PAGE_GONE',
+    'The Loupe hub this companion was sharing went away (its companion exited).',
+    'Call loupe_status: this companion takes the hub over and prints a new pairing URL; the page must be paired again.',
+  );
 }

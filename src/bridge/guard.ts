@@ -14,15 +14,24 @@
  *    On /ws/agent a forwarding companion offers `loupe.challenge.<nonce>` instead; it is then
  *    upgraded but must prove the token over the hub's nonce before anything else (hub.ts).
  */
-import { AGENT_PATH, CHALLENGE_PROTOCOL_PREFIX, PAGE_PATH, SUBPROTOCOL, TOKEN_PROTOCOL_PREFIX, isHex64 } from './protocol';
+import {
+  AGENT_PATH,
+  CHALLENGE_PROTOCOL_PREFIX,
+  PAGE_PATH,
+  SUBPROTOCOL,
+  TOKEN_PROTOCOL_PREFIX,
+  isHex64,
+} from './protocol';
 import { tokensEqual } from './token';
 
 /** `challenge`: an agent that offered a challenge nonce instead of the token (it must then prove the token over the hub's nonce) */
-export type Verdict = { ok: true; kind: 'page' | 'agent'; challenge?: string } | { ok: false; status: number; reason: string };
+export type Verdict =
+  { ok: true; kind: 'page' | 'agent'; challenge?: string } | { ok: false; status: number; reason: string };
 
 type Headers = Record<string, string | string[] | undefined>;
 
-const one = (h: string | string[] | undefined): string | undefined => (Array.isArray(h) ? (h.length === 1 ? h[0] : undefined) : h);
+const one = (h: string | string[] | undefined): string | undefined =>
+  Array.isArray(h) ? (h.length === 1 ? h[0] : undefined) : h;
 
 /** The two spellings of this hub's authority; anything else is somebody else's name for us. */
 export function allowedHosts(port: number): string[] {
@@ -38,24 +47,35 @@ export function checkHost(headers: Headers, port: number): { ok: true; host: str
 
 export function offeredProtocols(headers: Headers): string[] {
   const raw = one(headers['sec-websocket-protocol']);
-  return raw ? raw.split(',').map((s) => s.trim()).filter(Boolean) : [];
+  return raw
+    ? raw
+        .split(',')
+        .map((s) => s.trim())
+        .filter(Boolean)
+    : [];
 }
 
-export function checkUpgrade(url: string | undefined, headers: Headers, opts: { port: number; token: string }): Verdict {
+export function checkUpgrade(
+  url: string | undefined,
+  headers: Headers,
+  opts: { port: number; token: string },
+): Verdict {
   const host = checkHost(headers, opts.port);
   if (!host.ok) return { ok: false, status: 403, reason: host.reason };
 
   const origin = one(headers.origin);
   if (origin === undefined) return { ok: false, status: 403, reason: 'missing Origin header' };
   if (origin === 'null') return { ok: false, status: 403, reason: 'Origin "null" is not allowed' };
-  if (origin.toLowerCase() !== `http://${host.host}`) return { ok: false, status: 403, reason: `foreign Origin ${JSON.stringify(origin)}` };
+  if (origin.toLowerCase() !== `http://${host.host}`)
+    return { ok: false, status: 403, reason: `foreign Origin ${JSON.stringify(origin)}` };
 
   const pathname = (url ?? '').split('?')[0];
   const kind = pathname === PAGE_PATH ? 'page' : pathname === AGENT_PATH ? 'agent' : undefined;
   if (!kind) return { ok: false, status: 404, reason: `no WebSocket endpoint at ${JSON.stringify(pathname)}` };
 
   const protocols = offeredProtocols(headers);
-  if (!protocols.includes(SUBPROTOCOL)) return { ok: false, status: 400, reason: `subprotocol ${SUBPROTOCOL} not offered` };
+  if (!protocols.includes(SUBPROTOCOL))
+    return { ok: false, status: 400, reason: `subprotocol ${SUBPROTOCOL} not offered` };
   const offered = protocols.filter((p) => p.startsWith(TOKEN_PROTOCOL_PREFIX));
   const challenges = protocols.filter((p) => p.startsWith(CHALLENGE_PROTOCOL_PREFIX));
   if (kind === 'agent' && offered.length === 0 && challenges.length > 0) {

@@ -72,7 +72,8 @@ export function assertHandlesCurrent(args: unknown, instanceId: string | undefin
     for (const v of args) assertHandlesCurrent(v, instanceId, depth + 1);
     return;
   }
-  if (typeof args === 'object') for (const v of Object.values(args as object)) assertHandlesCurrent(v, instanceId, depth + 1);
+  if (typeof args === 'object')
+    for (const v of Object.values(args as object)) assertHandlesCurrent(v, instanceId, depth + 1);
 }
 
 /**
@@ -80,7 +81,10 @@ export function assertHandlesCurrent(args: unknown, instanceId: string | undefin
  * MemoryHandleStore (byte budget, time-to-live) under ids that name this instance. Unknown,
  * evicted or expired ids answer HANDLE_EXPIRED.
  */
-export function instanceHandleStore(instanceId: string, inner: MemoryHandleStore = new MemoryHandleStore()): HandleStore & { readonly maxBytes: number } {
+export function instanceHandleStore(
+  instanceId: string,
+  inner: MemoryHandleStore = new MemoryHandleStore(),
+): HandleStore & { readonly maxBytes: number } {
   const ids = new Map<string, string>(); // our id → the inner store's id
   return {
     get maxBytes() {

@@ -32,7 +32,16 @@ export interface HeadlessOptions {
   local?: LocalAccess;
 }
 
-type LoadFn = (spec: string, opts: { backend?: 'node' | 'wasm'; weights?: WeightsMode; local?: LocalAccess; onProgress?: (p: { file: string; loaded: number; total: number | null }) => void; signal?: AbortSignal }) => Promise<LoadedModel>;
+type LoadFn = (
+  spec: string,
+  opts: {
+    backend?: 'node' | 'wasm';
+    weights?: WeightsMode;
+    local?: LocalAccess;
+    onProgress?: (p: { file: string; loaded: number; total: number | null }) => void;
+    signal?: AbortSignal;
+  },
+) => Promise<LoadedModel>;
 
 export class HeadlessExecutor implements Executor {
   readonly mode = 'headless' as const;
@@ -57,7 +66,7 @@ export class HeadlessExecutor implements Executor {
       instance_id: this.instanceId,
       backend: this.o.backend ?? 'node',
       model: this.model ? { ...this.model.info } : null,
-      model_on_first_use: this.model ? undefined : this.o.model ?? 'default',
+      model_on_first_use: this.model ? undefined : (this.o.model ?? 'default'),
     };
   }
 
@@ -85,20 +94,31 @@ export class HeadlessExecutor implements Executor {
       () => abortedAt && this.o.log?.(`${tool}: stopped ${Date.now() - abortedAt} ms after cancellation`),
     );
     return new Promise<ExecResult>((resolve, reject) => {
-      const timer = setTimeout(() => {
-        ctl.abort();
-        reject(new LoupeError('DEADLINE_EXCEEDED', `${tool} did not finish within its deadline.`, 'Use smaller inputs, or for long operations pass as_job: true.'));
-      }, Math.max(0, o.deadline - Date.now()));
+      const timer = setTimeout(
+        () => {
+          ctl.abort();
+          reject(
+            new LoupeError(
+              'DEADLINE_EXCEEDED',
+              `${tool} did not finish within its deadline.`,
+              'Use smaller inputs, or for long operations pass as_job: true.',
+            ),
+          );
+        },
+        Math.max(0, o.deadline - Date.now()),
+      );
       const onAbort = () => {
         ctl.abort();
         reject(new LoupeError('CANCELLED', 'The call was cancelled by the client.'));
       };
       if (o.signal?.aborted) onAbort();
       o.signal?.addEventListener('abort', onAbort, { once: true });
-      run.then(resolve, (e) => reject(toLoupeError(e))).finally(() => {
-        clearTimeout(timer);
-        o.signal?.removeEventListener('abort', onAbort);
-      });
+      run
+        .then(resolve, (e) => reject(toLoupeError(e)))
+        .finally(() => {
+          clearTimeout(timer);
+          o.signal?.removeEventListener('abort', onAbort);
+        });
     });
   }
 
@@ -110,23 +130,45 @@ export class HeadlessExecutor implements Executor {
 
   // ---------------------------------------------------------------------------------------
 
-  private async runTool(tool: string, args: Record<string, unknown>, ctx: { signal: AbortSignal; onProgress?: (p: Progress) => void }): Promise<ExecResult> {
+  private async runTool(
+    tool: string,
+    args: Record<string, unknown>,
+    ctx: { signal: AbortSignal; onProgress?: (p: Progress) => void },
+  ): Promise<ExecResult> {
     if (tool === 'load_model') {
       const input = parseInput(loadModelInput, args, 'arguments');
       if (input.backend && input.backend !== 'node' && input.backend !== 'wasm' && input.backend !== 'auto') {
-        throw new LoupeError('BACKEND_UNAVAILABLE', `Backend ${input.backend} is not available headless.`, "Use 'node' (default) or 'wasm'.");
+        throw new LoupeError(
+          'BACKEND_UNAVAILABLE',
+          `Backend ${input.backend} is not available headless.`,
+          "Use 'node' (default) or 'wasm'.",
+        );
       }
       if (input.revision) {
-        throw new LoupeError('BAD_INPUT', 'Headless load_model takes the revision in the model spec, not as a separate field.', 'Pass model: "owner/name@revision" or omit revision.');
+        throw new LoupeError(
+          'BAD_INPUT',
+          'Headless load_model takes the revision in the model spec, not as a separate field.',
+          'Pass model: "owner/name@revision" or omit revision.',
+        );
       }
       const t0 = Date.now();
-      await this.loadModel(input.model, input.backend === 'wasm' ? 'wasm' : this.o.backend, ctx, this.local, input.weights);
-      return { document: { loaded: true, model: { ...this.model!.info }, load_ms: Date.now() - t0 }, instance_id: this.instanceId };
+      await this.loadModel(
+        input.model,
+        input.backend === 'wasm' ? 'wasm' : this.o.backend,
+        ctx,
+        this.local,
+        input.weights,
+      );
+      return {
+        document: { loaded: true, model: { ...this.model!.info }, load_ms: Date.now() - t0 },
+        instance_id: this.instanceId,
+      };
     }
     if (tool === 'list_models') {
       const loaded = this.model ? { ...this.model.info } : null;
       const models = [{ id: 'default', source: 'bundled', loaded: loaded?.source === 'bundled' }];
-      if (loaded && loaded.source !== 'bundled') models.push({ id: loaded.id, source: String(loaded.source), loaded: true });
+      if (loaded && loaded.source !== 'bundled')
+        models.push({ id: loaded.id, source: String(loaded.source), loaded: true });
       return { document: { loaded, models }, instance_id: this.instanceId };
     }
     const op = this.lookup(tool);
@@ -136,7 +178,12 @@ export class HeadlessExecutor implements Executor {
     const sae = await this.saeLoaders();
     const documents = (await import('../node/document-cache')).nodeDocumentCache();
     const document = await op.run(model, input, {
-      onProgress: ctx.onProgress, signal: ctx.signal, store: this.store, loadSae: sae.loadSae, loadSaeFile: sae.loadSaeFile, documents,
+      onProgress: ctx.onProgress,
+      signal: ctx.signal,
+      store: this.store,
+      loadSae: sae.loadSae,
+      loadSaeFile: sae.loadSaeFile,
+      documents,
     });
     return { document, instance_id: this.instanceId, model: { ...model.info } };
   }
@@ -156,7 +203,13 @@ export class HeadlessExecutor implements Executor {
     return this.o.local ?? NO_LOCAL;
   }
 
-  private async loadModel(spec: string, backend: 'node' | 'wasm' | undefined, ctx: { signal: AbortSignal; onProgress?: (p: Progress) => void }, local: LocalAccess, weights?: WeightsMode): Promise<void> {
+  private async loadModel(
+    spec: string,
+    backend: 'node' | 'wasm' | undefined,
+    ctx: { signal: AbortSignal; onProgress?: (p: Progress) => void },
+    local: LocalAccess,
+    weights?: WeightsMode,
+  ): Promise<void> {
     // Imported on first use: tools/list and loupe_status must answer without loading onnxruntime.
     const { loadModelNode } = (await import('../node/load')) as { loadModelNode: LoadFn };
     this.o.log?.(`loading model ${spec} (${backend ?? 'node'})`);

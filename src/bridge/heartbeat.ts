@@ -30,7 +30,9 @@ export function startHeartbeat(o: HeartbeatOptions): Heartbeat {
   // never keep a Node process alive just to ping (no-op in browsers)
   (timer as { unref?: () => void }).unref?.();
   return {
-    heard: () => { lastHeard = Date.now(); },
+    heard: () => {
+      lastHeard = Date.now();
+    },
     stop: () => clearInterval(timer),
   };
 }

@@ -23,8 +23,15 @@ import { MAX_LINE_BYTES } from './stdio-lines';
 const MAX_UNAUTHENTICATED = 4;
 import { PageSession, type CallOptions, type ExecResult } from './page-session';
 import {
-  CLOSE_POLICY, HUB_PROBE_PATH, HUB_STATUS_TOOL, PROTOCOL_VERSION, SUBPROTOCOL,
-  parseMessage, type AgentInfo, type HubToAgent, type WireModel,
+  CLOSE_POLICY,
+  HUB_PROBE_PATH,
+  HUB_STATUS_TOOL,
+  PROTOCOL_VERSION,
+  SUBPROTOCOL,
+  parseMessage,
+  type AgentInfo,
+  type HubToAgent,
+  type WireModel,
 } from './protocol';
 
 export interface HubOptions {
@@ -48,7 +55,13 @@ export interface HubStatus {
   hub_url: string;
   pairing_url: string;
   protocol_version: number;
-  page: null | { tab_id: string; instance_id: string; connected_since: string; model: WireModel; pending_calls: number };
+  page: null | {
+    tab_id: string;
+    instance_id: string;
+    connected_since: string;
+    model: WireModel;
+    pending_calls: number;
+  };
   other_pages: number;
   agents: AgentInfo[];
 }
@@ -88,11 +101,19 @@ export class Hub {
    * smaller frame limit (a forwarded call's arguments come from one MCP line, at most 64 MiB:
    * stdio-lines.ts) and only a few may wait unauthenticated at a time.
    */
-  private challengeWss = new WebSocketServer({ noServer: true, maxPayload: MAX_LINE_BYTES, handleProtocols: (offered) => (offered.has(SUBPROTOCOL) ? SUBPROTOCOL : false) });
+  private challengeWss = new WebSocketServer({
+    noServer: true,
+    maxPayload: MAX_LINE_BYTES,
+    handleProtocols: (offered) => (offered.has(SUBPROTOCOL) ? SUBPROTOCOL : false),
+  });
   private unauthenticated = 0;
   private log: (msg: string) => void;
 
-  private constructor(server: http.Server, wss: WebSocketServer, private opts: Required<Omit<HubOptions, 'log'>> & Pick<HubOptions, 'log'>) {
+  private constructor(
+    server: http.Server,
+    wss: WebSocketServer,
+    private opts: Required<Omit<HubOptions, 'log'>> & Pick<HubOptions, 'log'>,
+  ) {
     this.server = server;
     this.wss = wss;
     this.port = (server.address() as AddressInfo).port;
@@ -103,7 +124,11 @@ export class Hub {
   /** Listen on 127.0.0.1 only. Rejects with the listen error (EADDRINUSE when taken). */
   static async start(o: HubOptions): Promise<Hub> {
     const opts = {
-      heartbeatMs: 5000, missedBeats: 3, noPageWaitMs: 5000, helloTimeoutMs: 5000, ...o,
+      heartbeatMs: 5000,
+      missedBeats: 3,
+      noPageWaitMs: 5000,
+      helloTimeoutMs: 5000,
+      ...o,
     };
     const server = http.createServer();
     await new Promise<void>((resolve, reject) => {
@@ -148,7 +173,15 @@ export class Hub {
       hub_url: this.origin + '/',
       pairing_url: this.pairingUrl,
       protocol_version: PROTOCOL_VERSION,
-      page: p ? { tab_id: p.tabId, instance_id: p.instanceId, connected_since: new Date(p.connectedAt).toISOString(), model: p.model, pending_calls: p.pendingCount } : null,
+      page: p
+        ? {
+            tab_id: p.tabId,
+            instance_id: p.instanceId,
+            connected_since: new Date(p.connectedAt).toISOString(),
+            model: p.model,
+            pending_calls: p.pendingCount,
+          }
+        : null,
       other_pages: Math.max(0, this.pages.length - 1),
       agents: this.agentList(),
     };
@@ -179,8 +212,11 @@ export class Hub {
     const page = await this.waitForPage(this.opts.noPageWaitMs, o.signal);
     if (o.signal?.aborted) throw new LoupeError('CANCELLED', 'The call was cancelled by the client.');
     if (!page) {
-      throw new LoupeError('NO_PAGE', `No Loupe page is connected to the hub. Open ${this.pairingUrl} in a browser (Chrome or Edge) to pair it, then call again.`,
-        `Ask the user to open ${this.pairingUrl} — or, if a Loupe tab is already open, to press Connect in its Agent panel. Tip: start the companion with --headless to run without a browser.`);
+      throw new LoupeError(
+        'NO_PAGE',
+        `No Loupe page is connected to the hub. Open ${this.pairingUrl} in a browser (Chrome or Edge) to pair it, then call again.`,
+        `Ask the user to open ${this.pairingUrl} — or, if a Loupe tab is already open, to press Connect in its Agent panel. Tip: start the companion with --headless to run without a browser.`,
+      );
     }
     assertHandlesCurrent(args, page.instanceId);
     return page.call(tool, args, { ...o, agent: o.agent ?? this.localAgent });
@@ -201,20 +237,42 @@ export class Hub {
   // ---------------------------------------------------------------------------------------
 
   private mount(): void {
-    const serveStatic = createStaticHandler({ root: this.opts.distDir, allowedHosts: [`127.0.0.1:${this.port}`, `localhost:${this.port}`], notBuiltHtml: NOT_BUILT });
-    this.server.on('request', (req, res) => guarded(this.log, 'an HTTP request', () => {
-      const host = checkHost(req.headers, this.port);
-      if (!host.ok) {
-        res.writeHead(403, { ...ISOLATION_HEADERS, 'Content-Type': 'text/plain' });
-        return void res.end('Forbidden: unexpected Host header.\n');
-      }
-      if ((req.url ?? '').split('?')[0] === HUB_PROBE_PATH) {
-        // Tells a second companion that this port is a Loupe hub. Carries no secret.
-        res.writeHead(200, { ...ISOLATION_HEADERS, 'Content-Type': 'application/json', 'Cache-Control': 'no-store' });
-        return void res.end(JSON.stringify({ service: 'loupe-hub', protocol: PROTOCOL_VERSION, version: this.opts.version, pid: process.pid }));
-      }
-      serveStatic(req, res).catch(() => res.destroy());
-    }, () => res.destroy()));
+    const serveStatic = createStaticHandler({
+      root: this.opts.distDir,
+      allowedHosts: [`127.0.0.1:${this.port}`, `localhost:${this.port}`],
+      notBuiltHtml: NOT_BUILT,
+    });
+    this.server.on('request', (req, res) =>
+      guarded(
+        this.log,
+        'an HTTP request',
+        () => {
+          const host = checkHost(req.headers, this.port);
+          if (!host.ok) {
+            res.writeHead(403, { ...ISOLATION_HEADERS, 'Content-Type': 'text/plain' });
+            return void res.end('Forbidden: unexpected Host header.\n');
+          }
+          if ((req.url ?? '').split('?')[0] === HUB_PROBE_PATH) {
+            // Tells a second companion that this port is a Loupe hub. Carries no secret.
+            res.writeHead(200, {
+              ...ISOLATION_HEADERS,
+              'Content-Type': 'application/json',
+              'Cache-Control': 'no-store',
+            });
+            return void res.end(
+              JSON.stringify({
+                service: 'loupe-hub',
+                protocol: PROTOCOL_VERSION,
+                version: this.opts.version,
+                pid: process.pid,
+              }),
+            );
+          }
+          serveStatic(req, res).catch(() => res.destroy());
+        },
+        () => res.destroy(),
+      ),
+    );
     this.server.on('upgrade', (req: http.IncomingMessage, socket: Duplex, head: Buffer) => {
       // A refused or reset client must not raise an unhandled 'error' on the raw socket.
       socket.on('error', () => socket.destroy());
@@ -224,7 +282,9 @@ export class Hub {
           this.log(`refused a WebSocket upgrade from ${(socket as Socket).remoteAddress ?? '?'}: ${v.reason}`);
           const text = http.STATUS_CODES[v.status] ?? 'Forbidden';
           const body = Buffer.from(`${v.reason}\n`, 'utf8');
-          socket.end(`HTTP/1.1 ${v.status} ${text}\r\nConnection: close\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: ${body.length}\r\n\r\n${body.toString('utf8')}`);
+          socket.end(
+            `HTTP/1.1 ${v.status} ${text}\r\nConnection: close\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: ${body.length}\r\n\r\n${body.toString('utf8')}`,
+          );
           return;
         }
         if (v.challenge) {
@@ -239,10 +299,14 @@ export class Hub {
             counted = false;
           };
           socket.once('close', release);
-          this.challengeWss.handleUpgrade(req, socket, head, (ws) => guarded(this.log, 'accepting a peer', () => this.acceptAgent(ws, v.challenge, release)));
+          this.challengeWss.handleUpgrade(req, socket, head, (ws) =>
+            guarded(this.log, 'accepting a peer', () => this.acceptAgent(ws, v.challenge, release)),
+          );
           return;
         }
-        this.wss.handleUpgrade(req, socket, head, (ws) => guarded(this.log, 'accepting a peer', () => (v.kind === 'page' ? this.acceptPage(ws) : this.acceptAgent(ws))));
+        this.wss.handleUpgrade(req, socket, head, (ws) =>
+          guarded(this.log, 'accepting a peer', () => (v.kind === 'page' ? this.acceptPage(ws) : this.acceptAgent(ws))),
+        );
       } catch (e) {
         // Catch-all: no request, however malformed, may end the companion.
         this.log(`dropped a WebSocket upgrade that failed: ${(e as Error).message}`);
@@ -257,31 +321,48 @@ export class Hub {
     ws.on('error', () => ws.terminate());
     const helloTimer = setTimeout(() => ws.close(CLOSE_POLICY, 'no hello'), this.opts.helloTimeoutMs);
     ws.once('close', () => clearTimeout(helloTimer));
-    ws.once('message', (data, isBinary) => guarded(this.log, 'a page hello', () => {
-      clearTimeout(helloTimer);
-      const m = isBinary ? undefined : parseMessage(data.toString());
-      if (!m || m.type !== 'hello') return ws.close(CLOSE_POLICY, 'expected hello');
-      if (m.protocol !== PROTOCOL_VERSION) {
-        ws.send(JSON.stringify({ type: 'bye', reason: `protocol ${m.protocol} is not supported; this companion speaks ${PROTOCOL_VERSION}. Update Loupe or reload the page.` }));
-        return ws.close(CLOSE_POLICY, 'protocol mismatch');
-      }
-      // A reload of the same tab: the old page instance is gone now, even if its socket has not
-      // closed yet. Failing its calls here is what makes "reload mid-call" fail within a second.
-      for (const old of this.pages.filter((p) => p.tabId === m.tab_id)) old.close('the page was reloaded');
-      const session = new PageSession(ws, m, {
-        heartbeatMs: this.opts.heartbeatMs,
-        missedBeats: this.opts.missedBeats,
-        log: this.log,
-        onGone: (s) => {
-          this.pages = this.pages.filter((p) => p !== s);
-          this.log(`page ${s.tabId}/${s.instanceId} disconnected`);
+    ws.once('message', (data, isBinary) =>
+      guarded(
+        this.log,
+        'a page hello',
+        () => {
+          clearTimeout(helloTimer);
+          const m = isBinary ? undefined : parseMessage(data.toString());
+          if (!m || m.type !== 'hello') return ws.close(CLOSE_POLICY, 'expected hello');
+          if (m.protocol !== PROTOCOL_VERSION) {
+            ws.send(
+              JSON.stringify({
+                type: 'bye',
+                reason: `protocol ${m.protocol} is not supported; this companion speaks ${PROTOCOL_VERSION}. Update Loupe or reload the page.`,
+              }),
+            );
+            return ws.close(CLOSE_POLICY, 'protocol mismatch');
+          }
+          // A reload of the same tab: the old page instance is gone now, even if its socket has not
+          // closed yet. Failing its calls here is what makes "reload mid-call" fail within a second.
+          for (const old of this.pages.filter((p) => p.tabId === m.tab_id)) old.close('the page was reloaded');
+          const session = new PageSession(ws, m, {
+            heartbeatMs: this.opts.heartbeatMs,
+            missedBeats: this.opts.missedBeats,
+            log: this.log,
+            onGone: (s) => {
+              this.pages = this.pages.filter((p) => p !== s);
+              this.log(`page ${s.tabId}/${s.instanceId} disconnected`);
+            },
+          });
+          this.pages.push(session);
+          this.log(`page ${m.tab_id}/${m.instance_id} paired`);
+          session.send({
+            type: 'welcome',
+            protocol: PROTOCOL_VERSION,
+            hub: { version: this.opts.version, port: this.port },
+            agents: this.agentList(),
+          });
+          for (const w of [...this.waiters]) w();
         },
-      });
-      this.pages.push(session);
-      this.log(`page ${m.tab_id}/${m.instance_id} paired`);
-      session.send({ type: 'welcome', protocol: PROTOCOL_VERSION, hub: { version: this.opts.version, port: this.port }, agents: this.agentList() });
-      for (const w of [...this.waiters]) w();
-    }, () => ws.terminate()));
+        () => ws.terminate(),
+      ),
+    );
   }
 
   /**
@@ -299,8 +380,10 @@ export class Hub {
       ws.once('close', () => clearTimeout(authTimer));
     }
     const beat = startHeartbeat({
-      intervalMs: this.opts.heartbeatMs, silenceMs: this.opts.heartbeatMs * this.opts.missedBeats,
-      ping: () => send({ type: 'ping', t: Date.now() }), onSilent: () => ws.terminate(),
+      intervalMs: this.opts.heartbeatMs,
+      silenceMs: this.opts.heartbeatMs * this.opts.missedBeats,
+      ping: () => send({ type: 'ping', t: Date.now() }),
+      onSilent: () => ws.terminate(),
     });
     ws.on('error', () => ws.terminate());
     ws.on('close', () => {
@@ -309,45 +392,78 @@ export class Hub {
       this.agents.delete(ws);
       this.broadcastAgents();
     });
-    ws.on('message', (data, isBinary) => guarded(this.log, 'an agent message', () => {
-      beat.heard();
-      const m = isBinary ? undefined : parseMessage(data.toString());
-      if (ourNonce) {
-        // Unauthenticated: the first message must be an attach that proves the token.
-        if (m?.type !== 'attach' || !proofsEqual(m.proof, agentProof(this.token, ourNonce))) return ws.close(CLOSE_POLICY, 'authentication failed');
-        ourNonce = undefined;
-        authenticated?.();
-      }
-      if (!m) return;
-      if (m.type === 'ping') return send({ type: 'pong', t: m.t });
-      if (m.type === 'attach') {
-        if (m.protocol !== PROTOCOL_VERSION) {
-          send({ type: 'bye', reason: `protocol ${m.protocol} is not supported; the hub speaks ${PROTOCOL_VERSION}` });
-          return ws.close(CLOSE_POLICY, 'protocol mismatch');
-        }
-        this.agents.set(ws, { name: String(m.agent.name).slice(0, 100), ...(m.agent.version ? { version: String(m.agent.version).slice(0, 50) } : {}) });
-        send({ type: 'welcome', protocol: PROTOCOL_VERSION, hub: { version: this.opts.version, port: this.port }, agents: this.agentList() });
-        return this.broadcastAgents();
-      }
-      if (!this.agents.has(ws)) return ws.close(CLOSE_POLICY, 'expected attach');
-      if (m.type === 'cancel') return calls.get(m.id)?.abort();
-      if (m.type !== 'call' || calls.has(m.id)) return;
-      if (m.tool === HUB_STATUS_TOOL) return send({ type: 'result', id: m.id, document: this.status() });
-      const ctl = new AbortController();
-      calls.set(m.id, ctl);
-      this.execute(m.tool, m.args, {
-        deadline: m.deadline,
-        agent: this.agents.get(ws),
-        signal: ctl.signal,
-        onProgress: (p) => send({ type: 'progress', id: m.id, ...p }),
-      }).then(
-        (r) => send({ type: 'result', id: m.id, document: r.document, ...(r.link ? { link: r.link } : {}), ...(r.instance_id ? { instance_id: r.instance_id } : {}), ...(r.model ? { model: r.model } : {}) }),
-        (e) => {
-          const err = toLoupeError(e);
-          send({ type: 'error', id: m.id, error: { code: err.code, message: err.message, ...(err.hint ? { hint: err.hint } : {}) } });
+    ws.on('message', (data, isBinary) =>
+      guarded(
+        this.log,
+        'an agent message',
+        () => {
+          beat.heard();
+          const m = isBinary ? undefined : parseMessage(data.toString());
+          if (ourNonce) {
+            // Unauthenticated: the first message must be an attach that proves the token.
+            if (m?.type !== 'attach' || !proofsEqual(m.proof, agentProof(this.token, ourNonce)))
+              return ws.close(CLOSE_POLICY, 'authentication failed');
+            ourNonce = undefined;
+            authenticated?.();
+          }
+          if (!m) return;
+          if (m.type === 'ping') return send({ type: 'pong', t: m.t });
+          if (m.type === 'attach') {
+            if (m.protocol !== PROTOCOL_VERSION) {
+              send({
+                type: 'bye',
+                reason: `protocol ${m.protocol} is not supported; the hub speaks ${PROTOCOL_VERSION}`,
+              });
+              return ws.close(CLOSE_POLICY, 'protocol mismatch');
+            }
+            this.agents.set(ws, {
+              name: String(m.agent.name).slice(0, 100),
+              ...(m.agent.version ? { version: String(m.agent.version).slice(0, 50) } : {}),
+            });
+            send({
+              type: 'welcome',
+              protocol: PROTOCOL_VERSION,
+              hub: { version: this.opts.version, port: this.port },
+              agents: this.agentList(),
+            });
+            return this.broadcastAgents();
+          }
+          if (!this.agents.has(ws)) return ws.close(CLOSE_POLICY, 'expected attach');
+          if (m.type === 'cancel') return calls.get(m.id)?.abort();
+          if (m.type !== 'call' || calls.has(m.id)) return;
+          if (m.tool === HUB_STATUS_TOOL) return send({ type: 'result', id: m.id, document: this.status() });
+          const ctl = new AbortController();
+          calls.set(m.id, ctl);
+          this.execute(m.tool, m.args, {
+            deadline: m.deadline,
+            agent: this.agents.get(ws),
+            signal: ctl.signal,
+            onProgress: (p) => send({ type: 'progress', id: m.id, ...p }),
+          })
+            .then(
+              (r) =>
+                send({
+                  type: 'result',
+                  id: m.id,
+                  document: r.document,
+                  ...(r.link ? { link: r.link } : {}),
+                  ...(r.instance_id ? { instance_id: r.instance_id } : {}),
+                  ...(r.model ? { model: r.model } : {}),
+                }),
+              (e) => {
+                const err = toLoupeError(e);
+                send({
+                  type: 'error',
+                  id: m.id,
+                  error: { code: err.code, message: err.message, ...(err.hint ? { hint: err.hint } : {}) },
+                });
+              },
+            )
+            .finally(() => calls.delete(m.id));
         },
-      ).finally(() => calls.delete(m.id));
-    }, () => ws.terminate()));
+        () => ws.terminate(),
+      ),
+    );
   }
 
   private agentList(): AgentInfo[] {

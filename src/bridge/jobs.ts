@@ -56,16 +56,35 @@ export class JobManager<R = unknown> {
   start(tool: string, run: (r: JobRun) => Promise<R>): JobHandle {
     this.sweep();
     if (this.jobs.size >= this.maxJobs) {
-      throw new LoupeError('TOO_LARGE', `Too many jobs (${this.maxJobs}) are running or waiting to be collected.`, 'Collect finished jobs with job_result, cancel some with job_cancel, or wait for them to expire.');
+      throw new LoupeError(
+        'TOO_LARGE',
+        `Too many jobs (${this.maxJobs}) are running or waiting to be collected.`,
+        'Collect finished jobs with job_result, cancel some with job_cancel, or wait for them to expire.',
+      );
     }
     const id = 'job_' + randomHex(16);
     const ctl = new AbortController();
-    const job: Job<R> = { id, tool, state: 'running', progress: null, created: Date.now(), finished: null, deadline: Date.now() + this.deadlineMs, ctl, settled: Promise.resolve() };
+    const job: Job<R> = {
+      id,
+      tool,
+      state: 'running',
+      progress: null,
+      created: Date.now(),
+      finished: null,
+      deadline: Date.now() + this.deadlineMs,
+      ctl,
+      settled: Promise.resolve(),
+    };
     job.settled = run({ signal: ctl.signal, deadline: job.deadline, onProgress: (p) => (job.progress = p) }).then(
       (r) => this.finish(job, 'succeeded', r),
       (e) => {
         const err = toLoupeError(e);
-        this.finish(job, ctl.signal.aborted || err.code === 'CANCELLED' || err.code === 'ABORTED' ? 'cancelled' : 'failed', undefined, err);
+        this.finish(
+          job,
+          ctl.signal.aborted || err.code === 'CANCELLED' || err.code === 'ABORTED' ? 'cancelled' : 'failed',
+          undefined,
+          err,
+        );
       },
     );
     this.jobs.set(id, job);
@@ -77,7 +96,11 @@ export class JobManager<R = unknown> {
   }
 
   /** The finished job's value; for a running job (after waiting up to waitMs) undefined. */
-  async result(id: string, waitMs = 0, signal?: AbortSignal): Promise<{ done: true; value: R } | { done: false; status: JobHandle }> {
+  async result(
+    id: string,
+    waitMs = 0,
+    signal?: AbortSignal,
+  ): Promise<{ done: true; value: R } | { done: false; status: JobHandle }> {
     const job = this.get(id);
     if (job.state === 'running' && waitMs > 0) {
       let t: ReturnType<typeof setTimeout> | undefined;
@@ -123,7 +146,12 @@ export class JobManager<R = unknown> {
   private get(id: string): Job<R> {
     this.sweep();
     const job = typeof id === 'string' ? this.jobs.get(id) : undefined;
-    if (!job) throw new LoupeError('HANDLE_EXPIRED', `No job ${JSON.stringify(id)}: it never existed in this session or it expired.`, `Finished jobs are kept ${Math.round(this.ttlMs / 60000)} minutes. Start the operation again.`);
+    if (!job)
+      throw new LoupeError(
+        'HANDLE_EXPIRED',
+        `No job ${JSON.stringify(id)}: it never existed in this session or it expired.`,
+        `Finished jobs are kept ${Math.round(this.ttlMs / 60000)} minutes. Start the operation again.`,
+      );
     return job;
   }
 
@@ -140,7 +168,15 @@ export class JobManager<R = unknown> {
     for (const [id, j] of this.jobs) {
       if (j.state === 'running' && now > j.deadline) {
         j.ctl.abort();
-        this.finish(j, 'failed', undefined, new LoupeError('DEADLINE_EXCEEDED', `Job ${id} ran past its ${Math.round(this.deadlineMs / 60000)}-minute limit and was stopped.`));
+        this.finish(
+          j,
+          'failed',
+          undefined,
+          new LoupeError(
+            'DEADLINE_EXCEEDED',
+            `Job ${id} ran past its ${Math.round(this.deadlineMs / 60000)}-minute limit and was stopped.`,
+          ),
+        );
       }
       if (j.finished !== null && now - j.finished > this.ttlMs) this.jobs.delete(id);
     }
@@ -148,10 +184,12 @@ export class JobManager<R = unknown> {
 
   private handle(j: Job<R>): JobHandle {
     const expires = j.finished === null ? j.deadline : j.finished + this.ttlMs;
-    const hint = j.state === 'running'
-      ? 'Poll job_status every few seconds; call job_result when status is succeeded (or job_result with wait_s to wait).'
-      : j.state === 'succeeded' ? `Call job_result to get the document (kept until ${new Date(expires).toISOString()}).`
-      : 'The job did not produce a document; see error.';
+    const hint =
+      j.state === 'running'
+        ? 'Poll job_status every few seconds; call job_result when status is succeeded (or job_result with wait_s to wait).'
+        : j.state === 'succeeded'
+          ? `Call job_result to get the document (kept until ${new Date(expires).toISOString()}).`
+          : 'The job did not produce a document; see error.';
     return {
       job_id: j.id,
       tool: j.tool,
@@ -160,7 +198,9 @@ export class JobManager<R = unknown> {
       created_at: new Date(j.created).toISOString(),
       finished_at: j.finished === null ? null : new Date(j.finished).toISOString(),
       expires_at: new Date(expires).toISOString(),
-      error: j.error ? { code: j.error.code, message: j.error.message, ...(j.error.hint ? { hint: j.error.hint } : {}) } : null,
+      error: j.error
+        ? { code: j.error.code, message: j.error.message, ...(j.error.hint ? { hint: j.error.hint } : {}) }
+        : null,
       hint,
     };
   }

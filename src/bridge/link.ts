@@ -11,18 +11,34 @@ export function shareModelOf(model: Record<string, unknown> | null | undefined):
   if (!model) return undefined;
   const ref = model.ref as Record<string, unknown> | undefined;
   if (ref && typeof ref.id === 'string' && (ref.kind === 'bundled' || ref.kind === 'hub' || ref.kind === 'url')) {
-    return { kind: ref.kind, id: ref.id, revision: typeof ref.revision === 'string' ? ref.revision : '', ...(typeof ref.endpoint === 'string' ? { endpoint: ref.endpoint } : {}) };
+    return {
+      kind: ref.kind,
+      id: ref.id,
+      revision: typeof ref.revision === 'string' ? ref.revision : '',
+      ...(typeof ref.endpoint === 'string' ? { endpoint: ref.endpoint } : {}),
+    };
   }
   const source = model.source;
   const id = typeof model.id === 'string' ? model.id : undefined;
   if (!id) return undefined;
   if (source === 'bundled') return { kind: 'bundled', id, revision: '' };
-  if (source === 'hub') return { kind: 'hub', id, revision: typeof model.revision === 'string' && model.revision ? model.revision : 'main' };
+  if (source === 'hub')
+    return {
+      kind: 'hub',
+      id,
+      revision: typeof model.revision === 'string' && model.revision ? model.revision : 'main',
+    };
   if (source === 'url') return { kind: 'url', id, revision: '' };
   return undefined;
 }
 
-export function resultLink(pageUrl: string, model: ShareModel | undefined, op: string, input: Record<string, unknown>, document: unknown): string | undefined {
+export function resultLink(
+  pageUrl: string,
+  model: ShareModel | undefined,
+  op: string,
+  input: Record<string, unknown>,
+  document: unknown,
+): string | undefined {
   if (!model) return undefined;
   try {
     return shareUrl(pageUrl, { v: 1, model, op, input, result: document }).url;

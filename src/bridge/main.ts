@@ -64,44 +64,81 @@ export class UsageError extends Error {}
 
 export function parseMcpArgs(argv: string[]): McpArgs {
   const a: McpArgs = {
-    headless: false, port: envPort(), allowLocal: [], pageWaitS: 5, deadlineS: 600, jobDeadlineS: 3600, jobTtlS: 1800, heartbeatS: 5, help: false,
+    headless: false,
+    port: envPort(),
+    allowLocal: [],
+    pageWaitS: 5,
+    deadlineS: 600,
+    jobDeadlineS: 3600,
+    jobTtlS: 1800,
+    heartbeatS: 5,
+    help: false,
   };
   const args = argv[0] === 'mcp' ? argv.slice(1) : argv;
   const num = (flag: string, v: string | undefined, min: number, max: number): number => {
     const n = Number(v);
-    if (v === undefined || !Number.isFinite(n) || n < min || n > max) throw new UsageError(`${flag} needs a number from ${min} to ${max}`);
+    if (v === undefined || !Number.isFinite(n) || n < min || n > max)
+      throw new UsageError(`${flag} needs a number from ${min} to ${max}`);
     return n;
   };
   for (let i = 0; i < args.length; i++) {
-    const [flag, inline] = args[i].startsWith('--') && args[i].includes('=') ? [args[i].slice(0, args[i].indexOf('=')), args[i].slice(args[i].indexOf('=') + 1)] : [args[i], undefined];
+    const [flag, inline] =
+      args[i].startsWith('--') && args[i].includes('=')
+        ? [args[i].slice(0, args[i].indexOf('=')), args[i].slice(args[i].indexOf('=') + 1)]
+        : [args[i], undefined];
     const value = () => inline ?? args[++i];
     switch (flag) {
-      case '--headless': a.headless = true; break;
-      case '--port': a.port = Math.trunc(num(flag, value(), 0, 65535)); break;
-      case '--model': a.model = value(); if (!a.model) throw new UsageError('--model needs a value'); break;
+      case '--headless':
+        a.headless = true;
+        break;
+      case '--port':
+        a.port = Math.trunc(num(flag, value(), 0, 65535));
+        break;
+      case '--model':
+        a.model = value();
+        if (!a.model) throw new UsageError('--model needs a value');
+        break;
       case '--backend': {
         const b = value();
         if (b !== 'node' && b !== 'wasm') throw new UsageError('--backend is node or wasm');
         a.backend = b;
         break;
       }
-      case '--dist': a.dist = value(); if (!a.dist) throw new UsageError('--dist needs a folder'); break;
+      case '--dist':
+        a.dist = value();
+        if (!a.dist) throw new UsageError('--dist needs a folder');
+        break;
       case '--allow-local': {
         const d = value();
         if (!d) throw new UsageError('--allow-local needs a folder');
         a.allowLocal.push(d);
         break;
       }
-      case '--page-wait': a.pageWaitS = num(flag, value(), 0, 600); break;
-      case '--deadline': a.deadlineS = num(flag, value(), 1, 86400); break;
-      case '--job-deadline': a.jobDeadlineS = num(flag, value(), 1, 7 * 86400); break;
-      case '--job-ttl': a.jobTtlS = num(flag, value(), 1, 7 * 86400); break;
-      case '--heartbeat': a.heartbeatS = num(flag, value(), 0.05, 600); break;
-      case '-h': case '--help': a.help = true; break;
-      default: throw new UsageError(`unknown option ${args[i]}`);
+      case '--page-wait':
+        a.pageWaitS = num(flag, value(), 0, 600);
+        break;
+      case '--deadline':
+        a.deadlineS = num(flag, value(), 1, 86400);
+        break;
+      case '--job-deadline':
+        a.jobDeadlineS = num(flag, value(), 1, 7 * 86400);
+        break;
+      case '--job-ttl':
+        a.jobTtlS = num(flag, value(), 1, 7 * 86400);
+        break;
+      case '--heartbeat':
+        a.heartbeatS = num(flag, value(), 0.05, 600);
+        break;
+      case '-h':
+      case '--help':
+        a.help = true;
+        break;
+      default:
+        throw new UsageError(`unknown option ${args[i]}`);
     }
   }
-  if (a.allowLocal.length && !a.headless) throw new UsageError('--allow-local applies to --headless only (the page reads no local files)');
+  if (a.allowLocal.length && !a.headless)
+    throw new UsageError('--allow-local applies to --headless only (the page reads no local files)');
   return a;
 }
 
@@ -148,7 +185,8 @@ export async function runMcp(argv: string[]): Promise<number> {
       return (process.exitCode = 2);
     }
     executor = new HeadlessExecutor({ backend: a.backend, model: a.model, log, local });
-    if (a.allowLocal.length) log(`tool calls may read local folders inside: ${(local as { roots: string[] }).roots.join(', ')}`);
+    if (a.allowLocal.length)
+      log(`tool calls may read local folders inside: ${(local as { roots: string[] }).roots.join(', ')}`);
     log(`headless: tools run in this process (${a.backend ?? 'node'} backend)`);
   } else {
     const pe = new PageExecutor({
@@ -171,9 +209,19 @@ export async function runMcp(argv: string[]): Promise<number> {
   const jobs = new JobManager<ExecResult>({ ttlMs: a.jobTtlS * 1000, deadlineMs: a.jobDeadlineS * 1000 });
   const port = executor instanceof PageExecutor ? executor.port : a.port;
   const pageUrl = () => `http://127.0.0.1:${port}/`;
-  const mcp = createMcpServer({ executor, operations, version, callDeadlineMs: a.deadlineS * 1000, jobs, pageUrl, log });
+  const mcp = createMcpServer({
+    executor,
+    operations,
+    version,
+    callDeadlineMs: a.deadlineS * 1000,
+    jobs,
+    pageUrl,
+    log,
+  });
   // The SDK's transport reads the guarded stream: no line a client writes can stop it (stdio-lines.ts).
-  const transport = new StdioServerTransport(guardStdin(process.stdin, process.stdout, { log }), process.stdout, { maxBufferSize: TRANSPORT_BUFFER_BYTES });
+  const transport = new StdioServerTransport(guardStdin(process.stdin, process.stdout, { log }), process.stdout, {
+    maxBufferSize: TRANSPORT_BUFFER_BYTES,
+  });
 
   await new Promise<void>((resolve) => {
     let done = false;

@@ -10,8 +10,14 @@
  */
 import { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import {
-  CallToolRequestSchema, ErrorCode, ListResourcesRequestSchema, ListResourceTemplatesRequestSchema,
-  ListToolsRequestSchema, McpError, ReadResourceRequestSchema, type CallToolResult,
+  CallToolRequestSchema,
+  ErrorCode,
+  ListResourcesRequestSchema,
+  ListResourceTemplatesRequestSchema,
+  ListToolsRequestSchema,
+  McpError,
+  ReadResourceRequestSchema,
+  type CallToolResult,
 } from '@modelcontextprotocol/sdk/types.js';
 import { LoupeError, toLoupeError } from '../engine/errors';
 import type { Operation, Progress } from '../ops/types';
@@ -39,7 +45,11 @@ export interface McpServerOptions {
 const INSTRUCTIONS = `Loupe is a mechanistic-interpretability workbench. Its tools run TransformerLens-style analyses (direct logit attribution, attention patterns, logit lens, ablation, activation patching, steering, probes) on a language model that runs in the user's own browser tab (or in this process with --headless), and return versioned JSON documents.
 Start with loupe_status: it says whether a page is paired, which model is loaded, and gives the pairing URL to hand to the user when no page is connected. Hook names follow TransformerLens (blocks.{l}.hook_resid_pre, blocks.{l}.attn.hook_z, …); layers, heads and positions are 0-based and position 0 is the BOS token. Long operations accept as_job: true and are then driven with job_status / job_result / job_cancel.`;
 
-export function createMcpServer(o: McpServerOptions): { server: Server; jobs: JobManager<ExecResult>; close(): Promise<void> } {
+export function createMcpServer(o: McpServerOptions): {
+  server: Server;
+  jobs: JobManager<ExecResult>;
+  close(): Promise<void>;
+} {
   const { executor } = o;
   const callDeadlineMs = o.callDeadlineMs ?? 10 * 60_000;
   const jobs = o.jobs ?? new JobManager<ExecResult>();
@@ -59,15 +69,26 @@ export function createMcpServer(o: McpServerOptions): { server: Server; jobs: Jo
   server.setRequestHandler(ListToolsRequestSchema, async () => ({ tools }));
 
   /** Run on the executor, then check the document against its schema and keep traces. */
-  async function runTool(name: string, args: Record<string, unknown>, ctl: { signal: AbortSignal; deadline: number; onProgress?: (p: Progress) => void }): Promise<{ r: ExecResult; uri?: string }> {
+  async function runTool(
+    name: string,
+    args: Record<string, unknown>,
+    ctl: { signal: AbortSignal; deadline: number; onProgress?: (p: Progress) => void },
+  ): Promise<{ r: ExecResult; uri?: string }> {
     const r = await executor.execute(name, args, ctl);
     const op = o.operations[name];
-    const outSchema = op?.output ?? (name === 'load_model' ? loadModelOutput : name === 'list_models' ? listModelsOutput : undefined);
+    const outSchema =
+      op?.output ?? (name === 'load_model' ? loadModelOutput : name === 'list_models' ? listModelsOutput : undefined);
     if (outSchema) {
       const v = outSchema.safeParse(r.document);
       if (!v.success) {
-        throw new LoupeError('INTERNAL', `The ${name} document from the ${executor.mode === 'page' ? 'page' : 'engine'} does not match its schema: ${v.error.issues.slice(0, 3).map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}.`,
-          'The page and this companion may be different Loupe versions: reload the page (or update both), then call again.');
+        throw new LoupeError(
+          'INTERNAL',
+          `The ${name} document from the ${executor.mode === 'page' ? 'page' : 'engine'} does not match its schema: ${v.error.issues
+            .slice(0, 3)
+            .map((i) => `${i.path.join('.')}: ${i.message}`)
+            .join('; ')}.`,
+          'The page and this companion may be different Loupe versions: reload the page (or update both), then call again.',
+        );
       }
     }
     const uri = name === 'trace' && r.instance_id ? traces.add(r.document, r.instance_id) : undefined;
@@ -79,15 +100,26 @@ export function createMcpServer(o: McpServerOptions): { server: Server; jobs: Jo
     const name = req.params.name;
     const args = (req.params.arguments ?? {}) as Record<string, unknown>;
     const token = req.params._meta?.progressToken;
-    const onProgress = token === undefined ? undefined : progressMapper((p) => {
-      extra.sendNotification({ method: 'notifications/progress', params: { progressToken: token, ...p } }).catch(() => undefined);
-    });
+    const onProgress =
+      token === undefined
+        ? undefined
+        : progressMapper((p) => {
+            extra
+              .sendNotification({ method: 'notifications/progress', params: { progressToken: token, ...p } })
+              .catch(() => undefined);
+          });
     const isOp = Object.prototype.hasOwnProperty.call(o.operations, name);
-    if (!isOp && !tools.some((t) => t.name === name)) throw new McpError(ErrorCode.InvalidParams, `Unknown tool: ${name}`);
+    if (!isOp && !tools.some((t) => t.name === name))
+      throw new McpError(ErrorCode.InvalidParams, `Unknown tool: ${name}`);
     try {
       switch (name) {
         case 'loupe_status':
-          return okResult({ mode: executor.mode, version: o.version, ...(await executor.status()), jobs: jobs.list().filter((j) => j.status === 'running') });
+          return okResult({
+            mode: executor.mode,
+            version: o.version,
+            ...(await executor.status()),
+            jobs: jobs.list().filter((j) => j.status === 'running'),
+          });
         case 'job_status':
           return okResult(jobs.status(parseInput(jobIdInput, args, 'arguments').job_id));
         case 'job_cancel':
@@ -96,29 +128,48 @@ export function createMcpServer(o: McpServerOptions): { server: Server; jobs: Jo
           const a = parseInput(jobResultInput, args, 'arguments');
           const res = await jobs.result(a.job_id, (a.wait_s ?? 0) * 1000, extra.signal);
           if (!res.done) return okResult(res.status);
-          return okResult(res.value.document, { link: res.value.link, resourceUri: (res.value as { uri?: string }).uri });
+          return okResult(res.value.document, {
+            link: res.value.link,
+            resourceUri: (res.value as { uri?: string }).uri,
+          });
         }
         case 'load_model':
         case 'list_models': {
           if (name === 'load_model') parseInput(loadModelInput, args, 'arguments');
-          const { r } = await runTool(name, args, { signal: extra.signal, deadline: Date.now() + callDeadlineMs, onProgress });
+          const { r } = await runTool(name, args, {
+            signal: extra.signal,
+            deadline: Date.now() + callDeadlineMs,
+            onProgress,
+          });
           return okResult(r.document, { link: r.link });
         }
       }
       const op = o.operations[name];
       const { as_job: asJob, ...opArgs } = args;
       if (asJob !== undefined && asJob !== false && !(op.long && asJob === true)) {
-        throw new LoupeError('BAD_INPUT', op.long ? 'as_job must be true or false.' : `${name} is quick and does not run as a job.`, op.long ? undefined : 'Call it without as_job.');
+        throw new LoupeError(
+          'BAD_INPUT',
+          op.long ? 'as_job must be true or false.' : `${name} is quick and does not run as a job.`,
+          op.long ? undefined : 'Call it without as_job.',
+        );
       }
       parseOperationInput(op, opArgs); // agent-fixable input errors before anything reaches the page
       if (asJob === true) {
         const handle = jobs.start(name, async (j) => {
-          const { r, uri } = await runTool(name, opArgs, { signal: j.signal, deadline: j.deadline, onProgress: j.onProgress });
+          const { r, uri } = await runTool(name, opArgs, {
+            signal: j.signal,
+            deadline: j.deadline,
+            onProgress: j.onProgress,
+          });
           return Object.assign(r, uri ? { uri } : {});
         });
         return okResult(handle);
       }
-      const { r, uri } = await runTool(name, opArgs, { signal: extra.signal, deadline: Date.now() + callDeadlineMs, onProgress });
+      const { r, uri } = await runTool(name, opArgs, {
+        signal: extra.signal,
+        deadline: Date.now() + callDeadlineMs,
+        onProgress,
+      });
       return okResult(r.document, { link: r.link, resourceUri: uri });
     } catch (e) {
       const err = toLoupeError(e);
@@ -128,9 +179,20 @@ export function createMcpServer(o: McpServerOptions): { server: Server; jobs: Jo
   });
 
   server.setRequestHandler(ListResourceTemplatesRequestSchema, async () => ({
-    resourceTemplates: [{ uriTemplate: TRACE_URI_TEMPLATE, name: 'trace', title: 'Loupe trace document', description: 'A trace document made by the trace tool in this session; readable while the page that made it stays open (a reload expires it).', mimeType: 'application/json' }],
+    resourceTemplates: [
+      {
+        uriTemplate: TRACE_URI_TEMPLATE,
+        name: 'trace',
+        title: 'Loupe trace document',
+        description:
+          'A trace document made by the trace tool in this session; readable while the page that made it stays open (a reload expires it).',
+        mimeType: 'application/json',
+      },
+    ],
   }));
-  server.setRequestHandler(ListResourcesRequestSchema, async () => ({ resources: traces.list(await currentInstance()) }));
+  server.setRequestHandler(ListResourcesRequestSchema, async () => ({
+    resources: traces.list(await currentInstance()),
+  }));
   server.setRequestHandler(ReadResourceRequestSchema, async (req) => {
     const uri = req.params.uri;
     if (!uri.startsWith(TRACE_URI_PREFIX)) throw new McpError(ErrorCode.InvalidParams, `Unknown resource ${uri}`);

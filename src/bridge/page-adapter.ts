@@ -36,7 +36,11 @@ export interface BridgeApp {
     call<T>(fn: (api: any) => Promise<T>): Promise<T>;
   };
   /** run an operation in the page's worker through its job store (AppState.execute) */
-  execute(op: string, input: Record<string, unknown>, opts: { who: 'agent'; signal?: AbortSignal; onProgress?: (p: Progress) => void }): Promise<{ doc: unknown; ms: number }>;
+  execute(
+    op: string,
+    input: Record<string, unknown>,
+    opts: { who: 'agent'; signal?: AbortSignal; onProgress?: (p: Progress) => void },
+  ): Promise<{ doc: unknown; ms: number }>;
   choiceOf(m: ShareModel): unknown;
   loadModel(choice: any, opts?: { quiet?: boolean }): Promise<boolean>;
   cancelLoad(): void;
@@ -55,7 +59,11 @@ function shareModelFor(spec: string, revision: string | undefined): ShareModel {
   if (ref.kind === 'bundled') return { kind: 'bundled', id: ref.id, revision: '' };
   if (ref.kind === 'url') return { kind: 'url', id: ref.id, revision: '' };
   if (ref.kind === 'hub') return { kind: 'hub', id: ref.id, revision: revision ?? ref.revision ?? 'main' };
-  throw new LoupeError('BAD_INPUT', `The page cannot load ${JSON.stringify(spec)}.`, "Give 'default', a Hub id like 'owner/name' (optionally @revision), or an http(s) URL of a model folder. Local folders work only headless, inside a folder the companion was started with (--allow-local DIR).");
+  throw new LoupeError(
+    'BAD_INPUT',
+    `The page cannot load ${JSON.stringify(spec)}.`,
+    "Give 'default', a Hub id like 'owner/name' (optionally @revision), or an http(s) URL of a model folder. Local folders work only headless, inside a folder the companion was started with (--allow-local DIR).",
+  );
 }
 
 /**
@@ -77,13 +85,27 @@ async function workerFree(app: BridgeApp): Promise<void> {
   await app.client.call((api) => api.ping()).catch(() => undefined); // rejected when the worker was restarted
 }
 
-async function runOperation(app: BridgeApp, tool: string, args: Record<string, unknown>, ctx: ExecuteContext): Promise<unknown> {
+async function runOperation(
+  app: BridgeApp,
+  tool: string,
+  args: Record<string, unknown>,
+  ctx: ExecuteContext,
+): Promise<unknown> {
   await workerFree(app);
   await modelReady(app, ctx);
-  if (!app.model) throw new LoupeError('NO_MODEL', 'No model is loaded in the page yet.', 'Call load_model (e.g. model: "default"), or wait for the page to finish loading its model.');
+  if (!app.model)
+    throw new LoupeError(
+      'NO_MODEL',
+      'No model is loaded in the page yet.',
+      'Call load_model (e.g. model: "default"), or wait for the page to finish loading its model.',
+    );
   // the page's own job bookkeeping (JobStore.track): queued behind the page's jobs, shown in the
   // job bar as "tool (agent)" with progress and Cancel, cancelled by the agent's signal
-  const { doc, ms } = await app.execute(tool, args, { who: 'agent', signal: ctx.signal, onProgress: (p) => ctx.onProgress(p) });
+  const { doc, ms } = await app.execute(tool, args, {
+    who: 'agent',
+    signal: ctx.signal,
+    onProgress: (p) => ctx.onProgress(p),
+  });
   // show it in the page's views as if the user had run it
   app.results = { ...app.results, [tool]: { op: tool, input: args, doc, model: app.modelRef, ms, fromLink: false } };
   return doc;
@@ -92,7 +114,12 @@ async function runOperation(app: BridgeApp, tool: string, args: Record<string, u
 async function loadModel(app: BridgeApp, args: Record<string, unknown>, ctx: ExecuteContext): Promise<unknown> {
   const spec = String(args.model ?? '');
   const backend = args.backend as string | undefined;
-  if (backend === 'node') throw new LoupeError('BACKEND_UNAVAILABLE', "The page has no 'node' backend.", "Use 'auto', 'webgpu' or 'wasm' in the page, or run the companion with --headless.");
+  if (backend === 'node')
+    throw new LoupeError(
+      'BACKEND_UNAVAILABLE',
+      "The page has no 'node' backend.",
+      "Use 'auto', 'webgpu' or 'wasm' in the page, or run the companion with --headless.",
+    );
   const choice = app.choiceOf(shareModelFor(spec, args.revision as string | undefined));
   if (backend && backend !== app.backend) app.backend = backend;
   const weights = args.weights as string | undefined;
@@ -112,7 +139,9 @@ async function loadModel(app: BridgeApp, args: Record<string, unknown>, ctx: Exe
     if (!ok || !app.model) {
       const e = app.modelError;
       if (ctx.signal.aborted) throw new LoupeError('CANCELLED', 'Loading was cancelled.');
-      throw e ? new LoupeError(e.code as LoupeError['code'], e.message, e.hint) : new LoupeError('INTERNAL', 'The model did not load (another load may have replaced it).');
+      throw e
+        ? new LoupeError(e.code as LoupeError['code'], e.message, e.hint)
+        : new LoupeError('INTERNAL', 'The model did not load (another load may have replaced it).');
     }
     return { loaded: true, model: wireModel(app), load_ms: app.model.loadMs };
   } finally {
@@ -126,13 +155,22 @@ async function listModels(app: BridgeApp): Promise<unknown> {
   const ref = app.model?.ref;
   const models: Record<string, unknown>[] = [{ id: 'default', source: 'bundled', loaded: ref?.kind === 'bundled' }];
   for (const c of app.cache) {
-    models.push({ id: c.id, revision: c.revision, source: 'cached', size_bytes: c.bytes, complete: c.complete, loaded: ref?.kind === 'hub' && ref.id === c.id && ref.revision === c.revision });
+    models.push({
+      id: c.id,
+      revision: c.revision,
+      source: 'cached',
+      size_bytes: c.bytes,
+      complete: c.complete,
+      loaded: ref?.kind === 'hub' && ref.id === c.id && ref.revision === c.revision,
+    });
   }
   return { loaded: wireModel(app), models };
 }
 
 /** The `execute` for connectBridge: every tool the companion may send, run in this page. */
-export function pageExecutor(app: BridgeApp): (tool: string, args: Record<string, unknown>, ctx: ExecuteContext) => Promise<unknown> {
+export function pageExecutor(
+  app: BridgeApp,
+): (tool: string, args: Record<string, unknown>, ctx: ExecuteContext) => Promise<unknown> {
   return (tool, args, ctx) => {
     if (tool === 'load_model') return loadModel(app, args, ctx);
     if (tool === 'list_models') return listModels(app);

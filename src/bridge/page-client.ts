@@ -16,8 +16,15 @@ import { newInstanceId } from './handles';
 import { startHeartbeat } from './heartbeat';
 import type { Progress } from '../ops/types';
 import {
-  PAGE_PATH, PROTOCOL_VERSION, SUBPROTOCOL, parseMessage, tokenProtocol,
-  type AgentInfo, type CallMsg, type PageToHub, type WireModel,
+  PAGE_PATH,
+  PROTOCOL_VERSION,
+  SUBPROTOCOL,
+  parseMessage,
+  tokenProtocol,
+  type AgentInfo,
+  type CallMsg,
+  type PageToHub,
+  type WireModel,
 } from './protocol';
 
 export interface ExecuteContext {
@@ -120,7 +127,11 @@ export function takePairingToken(): string | undefined {
       if (/^[0-9a-f]{64}$/.test(token)) store?.setItem(PAIR_KEY, token);
       const rest = params.filter((p) => !p.startsWith('pair=')).join('&');
       try {
-        globalThis.history?.replaceState(globalThis.history.state, '', loc.pathname + loc.search + (rest ? '#' + rest : ''));
+        globalThis.history?.replaceState(
+          globalThis.history.state,
+          '',
+          loc.pathname + loc.search + (rest ? '#' + rest : ''),
+        );
       } catch {
         /* not fatal */
       }
@@ -150,7 +161,8 @@ export function tabId(): string {
 
 export function connectBridge(o: BridgeOptions): BridgeConnection {
   const WS = o.WebSocketImpl ?? globalThis.WebSocket;
-  const url = o.url ?? `${globalThis.location?.protocol === 'https:' ? 'wss' : 'ws'}://${globalThis.location?.host}${PAGE_PATH}`;
+  const url =
+    o.url ?? `${globalThis.location?.protocol === 'https:' ? 'wss' : 'ws'}://${globalThis.location?.host}${PAGE_PATH}`;
   const instanceId = o.instanceId ?? pageInstanceId;
   const tab = o.tabId ?? tabId();
   const silenceMs = o.hubSilenceMs ?? 20_000;
@@ -179,7 +191,14 @@ export function connectBridge(o: BridgeOptions): BridgeConnection {
     ws = sock;
     sock.onopen = () => {
       silence.heard();
-      send({ type: 'hello', protocol: PROTOCOL_VERSION, tab_id: tab, instance_id: instanceId, model: o.getModel?.() ?? null, app: { name: 'loupe-page' } });
+      send({
+        type: 'hello',
+        protocol: PROTOCOL_VERSION,
+        tab_id: tab,
+        instance_id: instanceId,
+        model: o.getModel?.() ?? null,
+        app: { name: 'loupe-page' },
+      });
     };
     sock.onmessage = (ev: MessageEvent) => {
       if (ws !== sock) return;
@@ -218,7 +237,7 @@ export function connectBridge(o: BridgeOptions): BridgeConnection {
       const refusedBeforeOpen = !welcomed && ev.code === 1006;
       const detail = refusedBeforeOpen
         ? 'Could not reach the Loupe companion, or it refused the pairing token. Is `loupe mcp` running? If it restarted, open the new pairing URL it printed.'
-        : status.detail ?? `Connection closed (${ev.code}${ev.reason ? `: ${ev.reason}` : ''}).`;
+        : (status.detail ?? `Connection closed (${ev.code}${ev.reason ? `: ${ev.reason}` : ''}).`);
       if (o.reconnect === false) return setStatus({ state: 'disconnected', agents: [], detail });
       const delay = Math.min(15_000, 500 * 2 ** Math.min(failures, 5));
       setStatus({ state: failures > 1 ? 'error' : 'connecting', agents: [], detail, retryInMs: delay });
@@ -231,11 +250,24 @@ export function connectBridge(o: BridgeOptions): BridgeConnection {
 
   async function runCall(m: CallMsg): Promise<void> {
     const ctl = new AbortController();
-    const entry: BridgeLogEntry = { id: m.id, tool: m.tool, args: m.args, agent: m.agent, state: 'running', startedAt: Date.now() };
+    const entry: BridgeLogEntry = {
+      id: m.id,
+      tool: m.tool,
+      args: m.args,
+      agent: m.agent,
+      state: 'running',
+      startedAt: Date.now(),
+    };
     running.set(m.id, { ctl, entry });
     log(entry);
     let pastDeadline = false;
-    const deadlineTimer = setTimeout(() => { pastDeadline = true; ctl.abort(); }, Math.max(0, m.deadline - Date.now()));
+    const deadlineTimer = setTimeout(
+      () => {
+        pastDeadline = true;
+        ctl.abort();
+      },
+      Math.max(0, m.deadline - Date.now()),
+    );
     let lastSent = 0;
     let pending: ReturnType<typeof setTimeout> | undefined;
     let latest: Progress | undefined;
@@ -258,7 +290,12 @@ export function connectBridge(o: BridgeOptions): BridgeConnection {
       }
     };
     try {
-      const document = await o.execute(m.tool, m.args, { onProgress, signal: ctl.signal, deadline: m.deadline, agent: m.agent });
+      const document = await o.execute(m.tool, m.args, {
+        onProgress,
+        signal: ctl.signal,
+        deadline: m.deadline,
+        agent: m.agent,
+      });
       if (pending) clearTimeout(pending);
       let link: string | undefined;
       try {
@@ -271,8 +308,11 @@ export function connectBridge(o: BridgeOptions): BridgeConnection {
     } catch (e) {
       if (pending) clearTimeout(pending);
       // our own deadline timer can fire before the hub's (timers skew on a busy machine): say which it was
-      const err = pastDeadline ? { code: 'DEADLINE_EXCEEDED', message: `${m.tool} did not finish within its deadline.` }
-        : ctl.signal.aborted ? { code: 'CANCELLED', message: 'The call was cancelled.' } : wireError(e);
+      const err = pastDeadline
+        ? { code: 'DEADLINE_EXCEEDED', message: `${m.tool} did not finish within its deadline.` }
+        : ctl.signal.aborted
+          ? { code: 'CANCELLED', message: 'The call was cancelled.' }
+          : wireError(e);
       send({ type: 'error', id: m.id, error: err });
       Object.assign(entry, { state: ctl.signal.aborted ? 'cancelled' : 'error', endedAt: Date.now(), error: err });
     } finally {
@@ -284,8 +324,11 @@ export function connectBridge(o: BridgeOptions): BridgeConnection {
 
   // The hub pings every few seconds; silence means it is gone (or this tab was frozen).
   const silence = startHeartbeat({
-    intervalMs: Math.max(250, Math.min(5000, silenceMs / 4)), silenceMs,
-    onSilent: () => { if (ws && ws.readyState === WS.OPEN) ws.close(); },
+    intervalMs: Math.max(250, Math.min(5000, silenceMs / 4)),
+    silenceMs,
+    onSilent: () => {
+      if (ws && ws.readyState === WS.OPEN) ws.close();
+    },
   });
 
   open();

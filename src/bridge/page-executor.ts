@@ -10,7 +10,15 @@ import { ForwardClient, probeHub } from './forward';
 import { Hub, type HubOptions } from './hub';
 import type { CallOptions, ExecResult } from './page-session';
 import type { AgentInfo } from './protocol';
-import { ensureConfigDir, newToken, readHubRecord, removeHubRecord, removeHubRecordSync, removeStaleHubRecords, writeHubRecord } from './token';
+import {
+  ensureConfigDir,
+  newToken,
+  readHubRecord,
+  removeHubRecord,
+  removeHubRecordSync,
+  removeStaleHubRecords,
+  writeHubRecord,
+} from './token';
 
 export interface PageExecutorOptions extends Omit<HubOptions, 'token'> {
   log: (msg: string) => void;
@@ -112,7 +120,10 @@ export class PageExecutor implements Executor {
         hub.setLocalAgent(this.agent);
         if (this.o.port !== 0) {
           try {
-            await writeHubRecord({ port: hub.port, pid: process.pid, token, started_at: new Date().toISOString() }, this.o.configDir);
+            await writeHubRecord(
+              { port: hub.port, pid: process.pid, token, started_at: new Date().toISOString() },
+              this.o.configDir,
+            );
           } catch (e) {
             await hub.close();
             throw e;
@@ -134,17 +145,25 @@ export class PageExecutor implements Executor {
           await sleep(300); // the holder may be a hub that is just shutting down
           continue;
         }
-        throw new LoupeError('NO_PAGE', `Port ${this.o.port} on 127.0.0.1 is used by a program that is not a Loupe hub.`, 'Stop that program, or start loupe mcp with --port N (and use the same port for every client).');
+        throw new LoupeError(
+          'NO_PAGE',
+          `Port ${this.o.port} on 127.0.0.1 is used by a program that is not a Loupe hub.`,
+          'Stop that program, or start loupe mcp with --port N (and use the same port for every client).',
+        );
       }
       // The hub writes its token file right after it starts listening: allow it a moment.
       for (let i = 0; i < 20; i++) {
         const rec = await readHubRecord(this.o.port, this.o.configDir);
         if (rec) {
           try {
-            const fwd = await ForwardClient.connect(this.o.port, rec.token, this.agent, { heartbeatMs: this.o.heartbeatMs });
+            const fwd = await ForwardClient.connect(this.o.port, rec.token, this.agent, {
+              heartbeatMs: this.o.heartbeatMs,
+            });
             fwd.onClose = () => this.onForwardClosed();
             this.fwd = fwd;
-            this.o.log(`Loupe hub already running on 127.0.0.1:${this.o.port} (pid ${probe.pid}); this companion forwards its calls to it.`);
+            this.o.log(
+              `Loupe hub already running on 127.0.0.1:${this.o.port} (pid ${probe.pid}); this companion forwards its calls to it.`,
+            );
             return;
           } catch {
             /* a stale file from a previous hub: wait for the new one */
@@ -152,7 +171,12 @@ export class PageExecutor implements Executor {
         }
         await sleep(150);
       }
-      if (attempt >= 2) throw new LoupeError('NO_PAGE', `A Loupe hub runs on port ${this.o.port} but its token file could not be read or was refused.`, 'Stop the other loupe mcp, or start this one with another --port.');
+      if (attempt >= 2)
+        throw new LoupeError(
+          'NO_PAGE',
+          `A Loupe hub runs on port ${this.o.port} but its token file could not be read or was refused.`,
+          'Stop the other loupe mcp, or start this one with another --port.',
+        );
     }
   }
 
@@ -160,8 +184,10 @@ export class PageExecutor implements Executor {
     if (this.closed) return;
     this.o.log('the Loupe hub this companion was forwarding to went away; taking over');
     // Jitter, so that several forwarders do not all race for the port at once.
-    this.ready = sleep(50 + Math.random() * 250).then(() => this.establish()).catch((e) => {
-      this.o.log(`could not take over the hub: ${(e as Error).message}`);
-    });
+    this.ready = sleep(50 + Math.random() * 250)
+      .then(() => this.establish())
+      .catch((e) => {
+        this.o.log(`could not take over the hub: ${(e as Error).message}`);
+      });
   }
 }

@@ -47,7 +47,11 @@ export class PageSession {
   private beat: Heartbeat;
   private gone = false;
 
-  constructor(private ws: WebSocket, hello: HelloMsg, private opts: PageSessionOptions) {
+  constructor(
+    private ws: WebSocket,
+    hello: HelloMsg,
+    private opts: PageSessionOptions,
+  ) {
     this.tabId = hello.tab_id;
     this.instanceId = hello.instance_id;
     this.model = hello.model;
@@ -64,7 +68,8 @@ export class PageSession {
     ws.on('close', () => this.end('PAGE_GONE', 'The Loupe page closed or reloaded while the call was running.'));
     ws.on('error', () => this.end('PAGE_GONE', 'The connection to the Loupe page failed.'));
     this.beat = startHeartbeat({
-      intervalMs: opts.heartbeatMs, silenceMs: opts.heartbeatMs * opts.missedBeats,
+      intervalMs: opts.heartbeatMs,
+      silenceMs: opts.heartbeatMs * opts.missedBeats,
       ping: () => this.send({ type: 'ping', t: Date.now() }),
       onSilent: () => {
         opts.log?.(`page ${this.tabId}/${this.instanceId} missed ${opts.missedBeats} heartbeats; dropping it`);
@@ -92,11 +97,16 @@ export class PageSession {
     const id = 'c' + randomHex(8);
     const remaining = Math.max(0, o.deadline - Date.now());
     const done = this.pending.open(id, {
-      timeoutMs: remaining, signal: o.signal, onProgress: o.onProgress,
+      timeoutMs: remaining,
+      signal: o.signal,
+      onProgress: o.onProgress,
       onDeadline: () => {
         this.send({ type: 'cancel', id, reason: 'deadline' });
-        return new LoupeError('DEADLINE_EXCEEDED', `${tool} did not finish within its deadline (${Math.round(remaining / 1000)} s).`,
-          'Use smaller inputs, or for long operations pass as_job: true and poll job_status.');
+        return new LoupeError(
+          'DEADLINE_EXCEEDED',
+          `${tool} did not finish within its deadline (${Math.round(remaining / 1000)} s).`,
+          'Use smaller inputs, or for long operations pass as_job: true and poll job_status.',
+        );
       },
       onCancel: () => {
         this.send({ type: 'cancel', id, reason: 'client' });
@@ -112,7 +122,11 @@ export class PageSession {
     if (this.gone) return;
     this.gone = true;
     this.beat.stop();
-    const err = new LoupeError(code, message, 'Open the pairing URL (see loupe_status) or reload the Loupe tab, then call again.');
+    const err = new LoupeError(
+      code,
+      message,
+      'Open the pairing URL (see loupe_status) or reload the Loupe tab, then call again.',
+    );
     this.pending.failAll(err);
     this.opts.onGone(this);
   }
@@ -142,7 +156,12 @@ export class PageSession {
       case 'progress':
         return this.pending.progress(m);
       case 'result':
-        return this.pending.settle(m.id, { document: m.document, link: m.link, instance_id: this.instanceId, model: this.model });
+        return this.pending.settle(m.id, {
+          document: m.document,
+          link: m.link,
+          instance_id: this.instanceId,
+          model: this.model,
+        });
       case 'error':
         return this.pending.fail(m);
       default:

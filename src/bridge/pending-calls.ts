@@ -40,7 +40,9 @@ export class PendingCalls<R> {
       const onAbort = () => this.settle(id, undefined, o.onCancel());
       o.signal?.addEventListener('abort', onAbort, { once: true });
       this.calls.set(id, {
-        resolve, reject, onProgress: o.onProgress,
+        resolve,
+        reject,
+        onProgress: o.onProgress,
         cleanup: () => {
           clearTimeout(timer);
           o.signal?.removeEventListener('abort', onAbort);

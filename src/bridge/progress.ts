@@ -39,6 +39,10 @@ export function progressMapper(send: (p: McpProgress) => void, minIntervalMs = 1
     if (!last && now - lastAt < minIntervalMs) return;
     lastSent = progress;
     lastAt = now;
-    send({ progress, ...(total > 0 ? { total: offset + total } : {}), message: total > 0 ? `${p.stage}: ${done}/${total}` : p.stage });
+    send({
+      progress,
+      ...(total > 0 ? { total: offset + total } : {}),
+      message: total > 0 ? `${p.stage}: ${done}/${total}` : p.stage,
+    });
   };
 }

@@ -53,9 +53,34 @@ export type WireModel = Record<string, unknown> | null;
  * fails to compile until it is listed here.
  */
 const MODEL_FIELDS: Record<keyof ModelInfo, 'string' | 'number' | 'number|null' | 'boolean'> = {
-  id: 'string', revision: 'string', commit: 'string', source: 'string', architecture: 'string', dtype: 'string', backend: 'string', norm: 'string', weights: 'string', weights_reason: 'string', weight_bytes: 'number', vocab_chunks: 'number', vocab_reason: 'string', readout: 'string', readout_reason: 'string',
-  n_layers: 'number', n_heads: 'number', n_kv_heads: 'number', d_model: 'number', d_head: 'number', d_mlp: 'number', d_vocab: 'number', n_ctx: 'number', n_params: 'number',
-  norm_eps: 'number', final_softcap: 'number|null', post_norms: 'boolean', pos_embed: 'boolean',
+  id: 'string',
+  revision: 'string',
+  commit: 'string',
+  source: 'string',
+  architecture: 'string',
+  dtype: 'string',
+  backend: 'string',
+  norm: 'string',
+  weights: 'string',
+  weights_reason: 'string',
+  weight_bytes: 'number',
+  vocab_chunks: 'number',
+  vocab_reason: 'string',
+  readout: 'string',
+  readout_reason: 'string',
+  n_layers: 'number',
+  n_heads: 'number',
+  n_kv_heads: 'number',
+  d_model: 'number',
+  d_head: 'number',
+  d_mlp: 'number',
+  d_vocab: 'number',
+  n_ctx: 'number',
+  n_params: 'number',
+  norm_eps: 'number',
+  final_softcap: 'number|null',
+  post_norms: 'boolean',
+  pos_embed: 'boolean',
 };
 const REF_FIELDS = ['kind', 'id', 'revision', 'commit', 'endpoint'] as const;
 /** longest string kept in a reported model (ids are Hub ids or URLs) */
@@ -69,7 +94,14 @@ export function sanitizeWireModel(m: unknown): WireModel {
   const out: Record<string, unknown> = {};
   for (const [k, kind] of Object.entries(MODEL_FIELDS)) {
     const v = m[k];
-    const ok = kind === 'string' ? shortStr(v) : kind === 'number' ? isNum(v) : kind === 'number|null' ? v === null || isNum(v) : typeof v === 'boolean';
+    const ok =
+      kind === 'string'
+        ? shortStr(v)
+        : kind === 'number'
+          ? isNum(v)
+          : kind === 'number|null'
+            ? v === null || isNum(v)
+            : typeof v === 'boolean';
     if (ok) out[k] = v;
   }
   if (isObj(m.ref)) {
@@ -211,20 +243,32 @@ export function parseMessage(text: string): AnyMsg | undefined {
   switch (m.type) {
     case 'hello':
       return isNum(m.protocol) && isId(m.tab_id) && isId(m.instance_id) && (m.model === null || isObj(m.model))
-        ? ({ ...m, model: sanitizeWireModel(m.model) } as unknown as HelloMsg) : undefined;
+        ? ({ ...m, model: sanitizeWireModel(m.model) } as unknown as HelloMsg)
+        : undefined;
     case 'model':
-      return m.model === null || isObj(m.model) ? ({ type: 'model', model: sanitizeWireModel(m.model) } as ModelMsg) : undefined;
+      return m.model === null || isObj(m.model)
+        ? ({ type: 'model', model: sanitizeWireModel(m.model) } as ModelMsg)
+        : undefined;
     case 'progress':
       return isId(m.id) && isNum(m.done) && isNum(m.total) && isStr(m.stage)
-        ? ({ type: 'progress', id: m.id, done: m.done, total: m.total, stage: m.stage.slice(0, 200) } as ProgressMsg) : undefined;
+        ? ({ type: 'progress', id: m.id, done: m.done, total: m.total, stage: m.stage.slice(0, 200) } as ProgressMsg)
+        : undefined;
     case 'result':
-      return isId(m.id) && 'document' in m && (m.link === undefined || isStr(m.link)) ? (m as unknown as ResultMsg) : undefined;
+      return isId(m.id) && 'document' in m && (m.link === undefined || isStr(m.link))
+        ? (m as unknown as ResultMsg)
+        : undefined;
     case 'error':
       return isId(m.id) && isObj(m.error) && isStr(m.error.code) && isStr(m.error.message)
         ? ({
-          type: 'error', id: m.id,
-          error: { code: m.error.code.slice(0, 64), message: m.error.message.slice(0, 4000), ...(isStr(m.error.hint) ? { hint: m.error.hint.slice(0, 4000) } : {}) },
-        } as ErrorMsg) : undefined;
+            type: 'error',
+            id: m.id,
+            error: {
+              code: m.error.code.slice(0, 64),
+              message: m.error.message.slice(0, 4000),
+              ...(isStr(m.error.hint) ? { hint: m.error.hint.slice(0, 4000) } : {}),
+            },
+          } as ErrorMsg)
+        : undefined;
     case 'ping':
     case 'pong':
       return isNum(m.t) ? (m as unknown as PingMsg | PongMsg) : undefined;
@@ -239,7 +283,9 @@ export function parseMessage(text: string): AnyMsg | undefined {
     case 'bye':
       return isStr(m.reason) ? (m as unknown as ByeMsg) : undefined;
     case 'attach':
-      return isNum(m.protocol) && isObj(m.agent) && isStr(m.agent.name) && (m.proof === undefined || isHex64(m.proof)) ? (m as unknown as AttachMsg) : undefined;
+      return isNum(m.protocol) && isObj(m.agent) && isStr(m.agent.name) && (m.proof === undefined || isHex64(m.proof))
+        ? (m as unknown as AttachMsg)
+        : undefined;
     case 'challenge':
       return isHex64(m.proof) && isHex64(m.nonce) ? (m as unknown as ChallengeMsg) : undefined;
     default:

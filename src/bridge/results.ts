@@ -12,8 +12,19 @@ export const TRACE_URI_TEMPLATE = 'loupe://trace/{id}';
 
 export function okResult(document: unknown, extra: { link?: string; resourceUri?: string } = {}): CallToolResult {
   const content: CallToolResult['content'] = [{ type: 'text', text: JSON.stringify(document) }];
-  if (extra.link) content.push({ type: 'text', text: `Shareable link (opens this result in the Loupe workbench and re-runs it locally): ${extra.link}` });
-  if (extra.resourceUri) content.push({ type: 'resource_link', uri: extra.resourceUri, name: extra.resourceUri.slice('loupe://'.length), mimeType: 'application/json', description: 'This trace document, readable while the page that made it stays open.' });
+  if (extra.link)
+    content.push({
+      type: 'text',
+      text: `Shareable link (opens this result in the Loupe workbench and re-runs it locally): ${extra.link}`,
+    });
+  if (extra.resourceUri)
+    content.push({
+      type: 'resource_link',
+      uri: extra.resourceUri,
+      name: extra.resourceUri.slice('loupe://'.length),
+      mimeType: 'application/json',
+      description: 'This trace document, readable while the page that made it stays open.',
+    });
   const meta: Record<string, unknown> = {};
   if (extra.link) meta['loupe/link'] = extra.link;
   if (extra.resourceUri) meta['loupe/resource'] = extra.resourceUri;
@@ -50,7 +61,9 @@ export class TraceResources {
     return [...this.docs.entries()].map(([id, d]) => ({
       uri: TRACE_URI_PREFIX + id,
       name: `trace ${id}`,
-      ...(d.prompt !== undefined ? { description: `trace of ${JSON.stringify(d.prompt.slice(0, 80))} at ${new Date(d.created).toISOString()}` } : {}),
+      ...(d.prompt !== undefined
+        ? { description: `trace of ${JSON.stringify(d.prompt.slice(0, 80))} at ${new Date(d.created).toISOString()}` }
+        : {}),
       mimeType: 'application/json',
     }));
   }
@@ -60,7 +73,11 @@ export class TraceResources {
     const id = uri.startsWith(TRACE_URI_PREFIX) ? uri.slice(TRACE_URI_PREFIX.length) : '';
     const d = this.docs.get(id);
     if (!d) {
-      throw new LoupeError('HANDLE_EXPIRED', `${uri} is not available: the page that made it has reloaded or closed, or it was evicted.`, 'Call trace again to make a new one.');
+      throw new LoupeError(
+        'HANDLE_EXPIRED',
+        `${uri} is not available: the page that made it has reloaded or closed, or it was evicted.`,
+        'Call trace again to make a new one.',
+      );
     }
     return d.document;
   }

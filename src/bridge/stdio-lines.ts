@@ -47,7 +47,12 @@ export function guardStdin(input: Readable, output: Writable, o: LineGuardOption
       return reply(id === undefined ? undefined : JSON.parse(id), -32700, 'Parse error: the line is not valid JSON.');
     }
     const v = JSONRPCMessageSchema.safeParse(msg);
-    if (!v.success) return reply((msg as { id?: unknown } | null)?.id, -32600, 'Invalid Request: not a JSON-RPC 2.0 message the server understands.');
+    if (!v.success)
+      return reply(
+        (msg as { id?: unknown } | null)?.id,
+        -32600,
+        'Invalid Request: not a JSON-RPC 2.0 message the server understands.',
+      );
     out.write(text + '\n');
   };
   input.on('data', (chunk: Buffer) => {
@@ -75,9 +80,15 @@ export function guardStdin(input: Readable, output: Writable, o: LineGuardOption
       const rest = chunk.subarray(start);
       size += rest.length;
       if (size > max) {
-        const head = Buffer.concat([...parts, rest]).subarray(0, 4096).toString('utf8');
+        const head = Buffer.concat([...parts, rest])
+          .subarray(0, 4096)
+          .toString('utf8');
         const id = /"id"\s*:\s*(\d{1,15}|"[^"\\]{0,200}")/.exec(head)?.[1];
-        reply(id === undefined ? undefined : JSON.parse(id), -32600, `Invalid Request: the message is larger than ${max} bytes.`);
+        reply(
+          id === undefined ? undefined : JSON.parse(id),
+          -32600,
+          `Invalid Request: the message is larger than ${max} bytes.`,
+        );
         discarding = true;
         parts = [];
         size = 0;

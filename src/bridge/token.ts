@@ -54,7 +54,8 @@ export const proofsEqual = tokensEqual;
 /** Per-user config directory: $LOUPE_CONFIG_DIR, else the platform's convention. */
 export function configDir(): string {
   if (process.env.LOUPE_CONFIG_DIR) return process.env.LOUPE_CONFIG_DIR;
-  if (process.platform === 'win32') return path.join(process.env.APPDATA ?? path.join(os.homedir(), 'AppData', 'Roaming'), 'loupe');
+  if (process.platform === 'win32')
+    return path.join(process.env.APPDATA ?? path.join(os.homedir(), 'AppData', 'Roaming'), 'loupe');
   if (process.platform === 'darwin') return path.join(os.homedir(), 'Library', 'Application Support', 'loupe');
   return path.join(process.env.XDG_CONFIG_HOME ?? path.join(os.homedir(), '.config'), 'loupe');
 }
@@ -85,9 +86,16 @@ export async function checkConfigDir(dir = configDir()): Promise<void> {
   if (process.platform === 'win32') return; // ACLs, not modes: the per-user profile folder is private already
   const st = await fs.lstat(dir);
   const hint = `Run: chmod 700 ${JSON.stringify(dir)} (it must be a folder of your own, not a link), or point LOUPE_CONFIG_DIR at a private folder.`;
-  if (!st.isDirectory()) throw new LoupeError('CONFIG_UNSAFE', `The Loupe config folder ${dir} is not a folder (a link or a file).`, hint);
-  if (typeof process.getuid === 'function' && st.uid !== process.getuid()) throw new LoupeError('CONFIG_UNSAFE', `The Loupe config folder ${dir} belongs to another user.`, hint);
-  if ((st.mode & 0o077) !== 0) throw new LoupeError('CONFIG_UNSAFE', `The Loupe config folder ${dir} is open to other users (mode ${(st.mode & 0o777).toString(8)}).`, hint);
+  if (!st.isDirectory())
+    throw new LoupeError('CONFIG_UNSAFE', `The Loupe config folder ${dir} is not a folder (a link or a file).`, hint);
+  if (typeof process.getuid === 'function' && st.uid !== process.getuid())
+    throw new LoupeError('CONFIG_UNSAFE', `The Loupe config folder ${dir} belongs to another user.`, hint);
+  if ((st.mode & 0o077) !== 0)
+    throw new LoupeError(
+      'CONFIG_UNSAFE',
+      `The Loupe config folder ${dir} is open to other users (mode ${(st.mode & 0o777).toString(8)}).`,
+      hint,
+    );
 }
 
 /** Write the record atomically with mode 0600 (the temp file is created 0600, then renamed). */
@@ -125,8 +133,14 @@ export async function readHubRecord(port: number, dir = configDir()): Promise<Hu
     const st = await fh.stat();
     if (!st.isFile() || st.size > 4096) return undefined;
     if (process.platform !== 'win32') {
-      if ((st.mode & 0o077) !== 0) throw new LoupeError('CONFIG_UNSAFE', `${file} is readable or writable by other users (mode ${(st.mode & 0o777).toString(8)}).`, 'Delete it and restart loupe mcp.');
-      if (typeof process.getuid === 'function' && st.uid !== process.getuid()) throw new LoupeError('CONFIG_UNSAFE', `${file} belongs to another user.`, 'Delete it and restart loupe mcp.');
+      if ((st.mode & 0o077) !== 0)
+        throw new LoupeError(
+          'CONFIG_UNSAFE',
+          `${file} is readable or writable by other users (mode ${(st.mode & 0o777).toString(8)}).`,
+          'Delete it and restart loupe mcp.',
+        );
+      if (typeof process.getuid === 'function' && st.uid !== process.getuid())
+        throw new LoupeError('CONFIG_UNSAFE', `${file} belongs to another user.`, 'Delete it and restart loupe mcp.');
     }
     let rec: HubRecord;
     try {

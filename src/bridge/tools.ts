@@ -16,7 +16,13 @@ export interface ToolDef {
   description: string;
   inputSchema: JsonSchema;
   outputSchema?: JsonSchema;
-  annotations?: { title?: string; readOnlyHint?: boolean; destructiveHint?: boolean; idempotentHint?: boolean; openWorldHint?: boolean };
+  annotations?: {
+    title?: string;
+    readOnlyHint?: boolean;
+    destructiveHint?: boolean;
+    idempotentHint?: boolean;
+    openWorldHint?: boolean;
+  };
 }
 
 /** zod → JSON Schema with a root of type "object", as MCP requires for tool schemas. */
@@ -30,16 +36,39 @@ export function toObjectSchema(schema: z.ZodType, io: 'input' | 'output'): JsonS
 // ---- the bridge's own tools ----
 
 export const loadModelInput = z.object({
-  model: z.string().min(1).describe("What to load: 'default' (the bundled stories260K, no download), a Hugging Face Hub id such as 'openai-community/gpt2', a URL of a folder holding config.json, tokenizer.json and *.safetensors, or (headless, inside a folder the companion allows with --allow-local) a local folder path."),
+  model: z
+    .string()
+    .min(1)
+    .describe(
+      "What to load: 'default' (the bundled stories260K, no download), a Hugging Face Hub id such as 'openai-community/gpt2', a URL of a folder holding config.json, tokenizer.json and *.safetensors, or (headless, inside a folder the companion allows with --allow-local) a local folder path.",
+    ),
   revision: z.string().optional().describe("Hub revision (branch, tag or commit); default 'main'."),
-  backend: z.enum(['auto', 'webgpu', 'wasm', 'node']).optional().describe("Runtime: in the page 'auto' (WebGPU if available, else WASM), 'webgpu' or 'wasm'; headless 'node' (default) or 'wasm'."),
-  weights: z.enum(['auto', 'f32', 'stored', 'q8']).optional().describe("Weight precision: 'auto' (default: float32 when it fits the backend, else stored), 'f32' (widen every weight at load), 'stored' (keep F16/BF16 weights 16-bit, widened at use), 'q8' (opt-in: matrices as int8 with a float16 scale per 32 inputs, about half of stored's bytes; the numbers change slightly). The model info and every document name the precision that ran."),
+  backend: z
+    .enum(['auto', 'webgpu', 'wasm', 'node'])
+    .optional()
+    .describe(
+      "Runtime: in the page 'auto' (WebGPU if available, else WASM), 'webgpu' or 'wasm'; headless 'node' (default) or 'wasm'.",
+    ),
+  weights: z
+    .enum(['auto', 'f32', 'stored', 'q8'])
+    .optional()
+    .describe(
+      "Weight precision: 'auto' (default: float32 when it fits the backend, else stored), 'f32' (widen every weight at load), 'stored' (keep F16/BF16 weights 16-bit, widened at use), 'q8' (opt-in: matrices as int8 with a float16 scale per 32 inputs, about half of stored's bytes; the numbers change slightly). The model info and every document name the precision that ran.",
+    ),
 });
 export type LoadModelInput = z.infer<typeof loadModelInput>;
 
 const modelInfoLoose = z.looseObject({
-  id: z.string(), revision: z.string().optional(), architecture: z.string().optional(), n_layers: z.number().optional(),
-  n_heads: z.number().optional(), d_model: z.number().optional(), n_params: z.number().optional(), backend: z.string().optional(), dtype: z.string().optional(), weights: z.string().optional(),
+  id: z.string(),
+  revision: z.string().optional(),
+  architecture: z.string().optional(),
+  n_layers: z.number().optional(),
+  n_heads: z.number().optional(),
+  d_model: z.number().optional(),
+  n_params: z.number().optional(),
+  backend: z.string().optional(),
+  dtype: z.string().optional(),
+  weights: z.string().optional(),
 });
 /** What load_model returns (page and headless alike). */
 export const loadModelOutput = z.looseObject({
@@ -50,18 +79,27 @@ export const loadModelOutput = z.looseObject({
 /** What list_models returns (page and headless alike). */
 export const listModelsOutput = z.looseObject({
   loaded: modelInfoLoose.nullable().describe('the model operations run on now, or null'),
-  models: z.array(z.looseObject({
-    id: z.string(),
-    revision: z.string().optional(),
-    source: z.string().describe("'bundled', 'cached' (bytes kept by this browser or machine), 'folder' or 'hub'"),
-    size_bytes: z.number().optional(),
-    loaded: z.boolean().optional(),
-  })),
+  models: z.array(
+    z.looseObject({
+      id: z.string(),
+      revision: z.string().optional(),
+      source: z.string().describe("'bundled', 'cached' (bytes kept by this browser or machine), 'folder' or 'hub'"),
+      size_bytes: z.number().optional(),
+      loaded: z.boolean().optional(),
+    }),
+  ),
 });
 
-export const jobIdInput = z.object({ job_id: z.string().describe('The job_id a long operation returned when called with as_job: true.') });
+export const jobIdInput = z.object({
+  job_id: z.string().describe('The job_id a long operation returned when called with as_job: true.'),
+});
 export const jobResultInput = jobIdInput.extend({
-  wait_s: z.number().min(0).max(50).optional().describe('Wait up to this many seconds for the job to finish before answering (default 0).'),
+  wait_s: z
+    .number()
+    .min(0)
+    .max(50)
+    .optional()
+    .describe('Wait up to this many seconds for the job to finish before answering (default 0).'),
 });
 
 export const jobHandle = z.object({
@@ -82,11 +120,16 @@ const statusOutput = z.looseObject({
   version: z.string(),
 });
 
-const LONG_NOTE = ' Long-running: pass as_job: true to get a job_id at once, then poll job_status and fetch the document with job_result.';
-const SURFACE_NOTE = ' Runs on the model currently loaded in the paired Loupe page (or in this process with --headless); see loupe_status, change it with load_model.';
+const LONG_NOTE =
+  ' Long-running: pass as_job: true to get a job_id at once, then poll job_status and fetch the document with job_result.';
+const SURFACE_NOTE =
+  ' Runs on the model currently loaded in the paired Loupe page (or in this process with --headless); see loupe_status, change it with load_model.';
 
 export function bridgeTools(mode: 'page' | 'headless'): ToolDef[] {
-  const where = mode === 'headless' ? 'in this process (headless mode, onnxruntime-node)' : "in the user's paired Loupe browser tab";
+  const where =
+    mode === 'headless'
+      ? 'in this process (headless mode, onnxruntime-node)'
+      : "in the user's paired Loupe browser tab";
   return [
     {
       name: 'loupe_status',
@@ -115,7 +158,8 @@ export function bridgeTools(mode: 'page' | 'headless'): ToolDef[] {
     {
       name: 'job_status',
       title: 'Job status',
-      description: 'Status of a job started with as_job: true: running / succeeded / failed / cancelled, its latest progress (stage, done, total) and when its id expires. Cheap; poll every few seconds.',
+      description:
+        'Status of a job started with as_job: true: running / succeeded / failed / cancelled, its latest progress (stage, done, total) and when its id expires. Cheap; poll every few seconds.',
       inputSchema: toObjectSchema(jobIdInput, 'input'),
       outputSchema: toObjectSchema(jobHandle, 'output'),
       annotations: { readOnlyHint: true, openWorldHint: false },
@@ -123,7 +167,8 @@ export function bridgeTools(mode: 'page' | 'headless'): ToolDef[] {
     {
       name: 'job_result',
       title: 'Job result',
-      description: "The finished job's document — exactly what the operation returns when called directly. While the job is still running it returns the job's status instead (status: 'running'); a failed or cancelled job returns its error. Results are kept until expires_at.",
+      description:
+        "The finished job's document — exactly what the operation returns when called directly. While the job is still running it returns the job's status instead (status: 'running'); a failed or cancelled job returns its error. Results are kept until expires_at.",
       inputSchema: toObjectSchema(jobResultInput, 'input'),
       annotations: { readOnlyHint: true, openWorldHint: false },
     },
@@ -138,7 +183,14 @@ export function bridgeTools(mode: 'page' | 'headless'): ToolDef[] {
   ];
 }
 
-export const BRIDGE_TOOL_NAMES = ['loupe_status', 'load_model', 'list_models', 'job_status', 'job_result', 'job_cancel'] as const;
+export const BRIDGE_TOOL_NAMES = [
+  'loupe_status',
+  'load_model',
+  'list_models',
+  'job_status',
+  'job_result',
+  'job_cancel',
+] as const;
 
 /** One tool per operation: its description, its input (+ as_job for long ones), its output. */
 export function operationTool(op: Operation): ToolDef {
@@ -147,7 +199,10 @@ export function operationTool(op: Operation): ToolDef {
   if (op.long) {
     input.properties = {
       ...(input.properties as Record<string, unknown> | undefined),
-      as_job: { type: 'boolean', description: 'Return a job_id at once instead of waiting; poll job_status, then job_result.' },
+      as_job: {
+        type: 'boolean',
+        description: 'Return a job_id at once instead of waiting; poll job_status, then job_result.',
+      },
     };
   }
   let outputSchema: JsonSchema = output;

@@ -11,7 +11,10 @@ import type { JsonSchema } from '../ops/schemas';
 
 /** a mistake in how the command was written: exit code 2 */
 export class UsageError extends Error {
-  constructor(message: string, readonly hint?: string) {
+  constructor(
+    message: string,
+    readonly hint?: string,
+  ) {
     super(message);
     this.name = 'UsageError';
   }
@@ -23,7 +26,10 @@ export const CLI_FLAGS: Record<string, { boolean: boolean; help: string }> = {
   help: { boolean: true, help: 'show this help' },
   quiet: { boolean: true, help: 'no progress on stderr' },
   backend: { boolean: false, help: 'node (onnxruntime-node, default) or wasm (onnxruntime-web)' },
-  weights: { boolean: false, help: 'weight precision: auto (default: float32 when it fits, else stored), f32, stored (F16/BF16 kept 16-bit, widened at use), or q8 (8-bit matrices, opt-in: the numbers change slightly; `loupe doctor` reports by how much)' },
+  weights: {
+    boolean: false,
+    help: 'weight precision: auto (default: float32 when it fits, else stored), f32, stored (F16/BF16 kept 16-bit, widened at use), or q8 (8-bit matrices, opt-in: the numbers change slightly; `loupe doctor` reports by how much)',
+  },
   input: { boolean: false, help: 'operation input as JSON, merged over the other flags' },
 };
 
@@ -46,19 +52,33 @@ export function splitArgs(argv: string[], isBoolean: (name: string) => boolean):
   let onlyPositionals = false;
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
-    if (onlyPositionals || !a.startsWith('-') || a === '-' || /^-\d/.test(a)) { positionals.push(a); continue; }
-    if (a === '--') { onlyPositionals = true; continue; }
-    if (a === '-h') { flags.set('help', true); continue; }
+    if (onlyPositionals || !a.startsWith('-') || a === '-' || /^-\d/.test(a)) {
+      positionals.push(a);
+      continue;
+    }
+    if (a === '--') {
+      onlyPositionals = true;
+      continue;
+    }
+    if (a === '-h') {
+      flags.set('help', true);
+      continue;
+    }
     if (!a.startsWith('--')) throw new UsageError(`Unknown option '${a}'.`, 'Options are written --name value.');
     let name = a.slice(2);
     let value: string | boolean | undefined;
     const eq = name.indexOf('=');
-    if (eq >= 0) { value = name.slice(eq + 1); name = name.slice(0, eq); }
+    if (eq >= 0) {
+      value = name.slice(eq + 1);
+      name = name.slice(0, eq);
+    }
     name = kebab(name);
     if (value === undefined) {
       if (isBoolean(name)) value = true;
-      else if (name.startsWith('no-') && isBoolean(name.slice(3))) { name = name.slice(3); value = false; }
-      else {
+      else if (name.startsWith('no-') && isBoolean(name.slice(3))) {
+        name = name.slice(3);
+        value = false;
+      } else {
         if (i + 1 >= argv.length) throw new UsageError(`Option --${name} needs a value.`);
         value = argv[++i];
       }
@@ -98,10 +118,18 @@ export function coerce(root: JsonSchema, schema: JsonSchema, text: string): unkn
   const branches = (s.anyOf ?? s.oneOf) as JsonSchema[] | undefined;
   if (branches) {
     // exact constants first (e.g. 'all'), then the typed branches in order
-    const sorted = [...branches].sort((a, b) => Number('const' in resolve(root, b) || 'enum' in resolve(root, b)) - Number('const' in resolve(root, a) || 'enum' in resolve(root, a)));
+    const sorted = [...branches].sort(
+      (a, b) =>
+        Number('const' in resolve(root, b) || 'enum' in resolve(root, b)) -
+        Number('const' in resolve(root, a) || 'enum' in resolve(root, a)),
+    );
     const errors: string[] = [];
     for (const b of sorted) {
-      try { return coerce(root, b, text); } catch (e) { errors.push((e as Error).message); }
+      try {
+        return coerce(root, b, text);
+      } catch (e) {
+        errors.push((e as Error).message);
+      }
     }
     throw new Error(errors.join('; or '));
   }
@@ -118,10 +146,12 @@ export function coerce(root: JsonSchema, schema: JsonSchema, text: string): unkn
   if (ts.includes('integer') || ts.includes('number')) {
     const n = Number(text);
     if (text.trim() !== '' && Number.isFinite(n)) {
-      if (ts.includes('integer') && !Number.isInteger(n) && !ts.includes('number')) throw new Error(`expected an integer, got '${text}'`);
+      if (ts.includes('integer') && !Number.isInteger(n) && !ts.includes('number'))
+        throw new Error(`expected an integer, got '${text}'`);
       return n;
     }
-    if (ts.length === 1 || !ts.some((t) => t !== 'integer' && t !== 'number')) throw new Error(`expected a number, got '${text}'`);
+    if (ts.length === 1 || !ts.some((t) => t !== 'integer' && t !== 'number'))
+      throw new Error(`expected a number, got '${text}'`);
   }
   if (ts.includes('boolean')) {
     if (/^(true|1|yes)$/i.test(text)) return true;
@@ -147,7 +177,11 @@ export function coerce(root: JsonSchema, schema: JsonSchema, text: string): unkn
 }
 
 function parseJson(t: string): unknown {
-  try { return JSON.parse(t); } catch (e) { throw new Error(`invalid JSON: ${(e as Error).message}`); }
+  try {
+    return JSON.parse(t);
+  } catch (e) {
+    throw new Error(`invalid JSON: ${(e as Error).message}`);
+  }
 }
 
 /** properties of an object schema */
@@ -166,8 +200,15 @@ export function flagsToInput(inputSchema: JsonSchema, flags: Map<string, string 
     const field = snake(flag);
     const p = props[field];
     if (!p || field === 'prompt') {
-      const valid = Object.keys(props).filter((k) => k !== 'prompt').map((k) => `--${kebab(k)}`);
-      throw new UsageError(`Unknown option --${flag}.`, `Options of this operation: ${valid.join(', ') || '(none)'}; plus ${Object.keys(CLI_FLAGS).map((k) => `--${k}`).join(', ')}.`);
+      const valid = Object.keys(props)
+        .filter((k) => k !== 'prompt')
+        .map((k) => `--${kebab(k)}`);
+      throw new UsageError(
+        `Unknown option --${flag}.`,
+        `Options of this operation: ${valid.join(', ') || '(none)'}; plus ${Object.keys(CLI_FLAGS)
+          .map((k) => `--${k}`)
+          .join(', ')}.`,
+      );
     }
     if (typeof value === 'boolean') {
       if (!isBooleanField(inputSchema, p)) throw new UsageError(`Option --${flag} needs a value.`);

@@ -21,13 +21,24 @@ export const AGREEMENT_TOLERANCE = 1e-4;
 const PROMPT = 'Once upon a time';
 
 async function dirSize(dir: string): Promise<{ bytes: number; files: number }> {
-  let bytes = 0, files = 0;
+  let bytes = 0,
+    files = 0;
   let entries;
-  try { entries = await fsp.readdir(dir, { withFileTypes: true }); } catch { return { bytes, files }; }
+  try {
+    entries = await fsp.readdir(dir, { withFileTypes: true });
+  } catch {
+    return { bytes, files };
+  }
   for (const e of entries) {
     const p = path.join(dir, e.name);
-    if (e.isDirectory()) { const s = await dirSize(p); bytes += s.bytes; files += s.files; }
-    else if (e.isFile()) { bytes += (await fsp.stat(p)).size; files++; }
+    if (e.isDirectory()) {
+      const s = await dirSize(p);
+      bytes += s.bytes;
+      files += s.files;
+    } else if (e.isFile()) {
+      bytes += (await fsp.stat(p)).size;
+      files++;
+    }
   }
   return { bytes, files };
 }
@@ -52,7 +63,9 @@ function packageVersion(name: string): string | null {
   }
 }
 
-async function tryBackend(name: 'onnxruntime-node' | 'onnxruntime-web'): Promise<{ available: boolean; version: string | null; error?: string }> {
+async function tryBackend(
+  name: 'onnxruntime-node' | 'onnxruntime-web',
+): Promise<{ available: boolean; version: string | null; error?: string }> {
   try {
     if (name === 'onnxruntime-node') requireOrtNode();
     else await import('onnxruntime-web');
@@ -64,10 +77,14 @@ async function tryBackend(name: 'onnxruntime-node' | 'onnxruntime-web'): Promise
 
 export async function doctor(argv: string[], io: Io): Promise<number> {
   const json = argv.includes('--json');
-  const say = (s: string) => { if (!argv.includes('--quiet')) io.stderr(s + '\n'); };
+  const say = (s: string) => {
+    if (!argv.includes('--quiet')) io.stderr(s + '\n');
+  };
   const report: Record<string, any> = {
     runtime: { node: process.version, platform: `${process.platform}-${process.arch}`, v8: process.versions.v8 },
-    threads: { available: typeof os.availableParallelism === 'function' ? os.availableParallelism() : os.cpus().length },
+    threads: {
+      available: typeof os.availableParallelism === 'function' ? os.availableParallelism() : os.cpus().length,
+    },
     backends: {
       node: await tryBackend('onnxruntime-node'),
       wasm: await tryBackend('onnxruntime-web'),
@@ -85,12 +102,23 @@ export async function doctor(argv: string[], io: Io): Promise<number> {
     for (const backend of ['node', 'wasm'] as const) {
       const m = await loadModel('default', backend);
       const i = m.info;
-      paths[backend] = { weights: i.weights, weights_reason: i.weights_reason, vocab_chunks: i.vocab_chunks, vocab_reason: i.vocab_reason, readout: i.readout, readout_reason: i.readout_reason };
+      paths[backend] = {
+        weights: i.weights,
+        weights_reason: i.weights_reason,
+        vocab_chunks: i.vocab_chunks,
+        vocab_reason: i.vocab_reason,
+        readout: i.readout,
+        readout_reason: i.readout_reason,
+      };
       try {
         const ids = m.tokenize(PROMPT);
         logits.push((await m.run(ids, { hooks: 'all' })).logits.data);
         agreement.tokens = ids.length;
-        memory[backend] = { ...m.memory(), ...(backend === 'wasm' ? { wasm_heap_bytes: wasmHeapBytes() } : {}), rss_bytes: process.memoryUsage().rss };
+        memory[backend] = {
+          ...m.memory(),
+          ...(backend === 'wasm' ? { wasm_heap_bytes: wasmHeapBytes() } : {}),
+          rss_bytes: process.memoryUsage().rss,
+        };
       } finally {
         await m.dispose().catch(() => undefined);
       }
@@ -110,7 +138,10 @@ export async function doctor(argv: string[], io: Io): Promise<number> {
   say('doctor: running the bundled model at stored and q8 weights …');
   let q8: Record<string, any>;
   try {
-    const [base, cand] = [await loadModel('default', 'node', undefined, 'stored'), await loadModel('default', 'node', undefined, 'q8')];
+    const [base, cand] = [
+      await loadModel('default', 'node', undefined, 'stored'),
+      await loadModel('default', 'node', undefined, 'q8'),
+    ];
     try {
       q8 = { model: 'default', prompt: PROMPT, ...(await precisionCost(base, cand, PROMPT)) };
     } finally {
@@ -121,7 +152,10 @@ export async function doctor(argv: string[], io: Io): Promise<number> {
     q8 = { model: 'default', error: toLoupeError(e).toJSON().error };
   }
   report.q8_cost = q8;
-  report.paths = { ...paths, webgpu: 'not in Node: the page\'s Doctor says which path WebGPU takes (shader-f16, buffer limits)' };
+  report.paths = {
+    ...paths,
+    webgpu: "not in Node: the page's Doctor says which path WebGPU takes (shader-f16, buffer limits)",
+  };
 
   const dir = defaultCacheDir();
   const size = await dirSize(dir);
@@ -132,17 +166,25 @@ export async function doctor(argv: string[], io: Io): Promise<number> {
   else {
     const mb = (n: number) => `${(n / 1e6).toFixed(1)} MB`;
     const b = (x: any) => (x.available ? `available (${x.version})` : `unavailable: ${x.error}`);
-    io.stdout([
-      `runtime     Node ${report.runtime.node} on ${report.runtime.platform}`,
-      `threads     ${report.threads.available}`,
-      `backend     node: ${b(report.backends.node)}`,
-      `backend     wasm: ${b(report.backends.wasm)}`,
-      `agreement   ${agreement.ok ? 'ok' : 'FAILED'}: ${agreement.error ? agreement.error.message : `max |Δ logit| node vs wasm = ${agreement.max_abs_logit_diff.toExponential(2)} over ${agreement.tokens} tokens (tolerance ${AGREEMENT_TOLERANCE})`}`,
-      ...Object.entries(memory).map(([b, m]) => `memory      ${b}: weights ${mb(m.weight_bytes)} (${m.precision}), weights in JS ${mb(m.js_weight_bytes)}${m.js_weights_why ? ` (${m.js_weights_why})` : ''}, param copies ${mb(m.param_bytes)}, hooks returned ${mb(m.hooks_bytes)}${m.wasm_heap_bytes != null ? `, WASM heap ${mb(m.wasm_heap_bytes)}` : ''}, process RSS ${mb(m.rss_bytes)}`),
-      `q8 cost     ${q8.error ? `not measured: ${q8.error.message}` : `vs ${q8.baseline} on the bundled model: max |Δ logit| ${q8.max_abs_logit_diff.toExponential(2)} (max |logit| ${q8.max_abs_logit.toFixed(2)}), max |Δ DLA| ${q8.max_abs_dla_diff.toExponential(2)} (max |DLA| ${q8.max_abs_dla.toFixed(2)}), ${q8.same_prediction ? 'same' : 'a different'} prediction`}`,
-      ...Object.entries(paths).map(([k, p]) => `path        ${k}: weights ${p.weights} (${p.weights_reason}); vocabulary ${p.vocab_reason}; DLA readout ${p.readout} (${p.readout_reason})`),
-      `cache       ${dir} (${(size.bytes / 1e6).toFixed(1)} MB in ${size.files} files; set LOUPE_CACHE_DIR to move it)`,
-    ].join('\n') + '\n');
+    io.stdout(
+      [
+        `runtime     Node ${report.runtime.node} on ${report.runtime.platform}`,
+        `threads     ${report.threads.available}`,
+        `backend     node: ${b(report.backends.node)}`,
+        `backend     wasm: ${b(report.backends.wasm)}`,
+        `agreement   ${agreement.ok ? 'ok' : 'FAILED'}: ${agreement.error ? agreement.error.message : `max |Δ logit| node vs wasm = ${agreement.max_abs_logit_diff.toExponential(2)} over ${agreement.tokens} tokens (tolerance ${AGREEMENT_TOLERANCE})`}`,
+        ...Object.entries(memory).map(
+          ([b, m]) =>
+            `memory      ${b}: weights ${mb(m.weight_bytes)} (${m.precision}), weights in JS ${mb(m.js_weight_bytes)}${m.js_weights_why ? ` (${m.js_weights_why})` : ''}, param copies ${mb(m.param_bytes)}, hooks returned ${mb(m.hooks_bytes)}${m.wasm_heap_bytes != null ? `, WASM heap ${mb(m.wasm_heap_bytes)}` : ''}, process RSS ${mb(m.rss_bytes)}`,
+        ),
+        `q8 cost     ${q8.error ? `not measured: ${q8.error.message}` : `vs ${q8.baseline} on the bundled model: max |Δ logit| ${q8.max_abs_logit_diff.toExponential(2)} (max |logit| ${q8.max_abs_logit.toFixed(2)}), max |Δ DLA| ${q8.max_abs_dla_diff.toExponential(2)} (max |DLA| ${q8.max_abs_dla.toFixed(2)}), ${q8.same_prediction ? 'same' : 'a different'} prediction`}`,
+        ...Object.entries(paths).map(
+          ([k, p]) =>
+            `path        ${k}: weights ${p.weights} (${p.weights_reason}); vocabulary ${p.vocab_reason}; DLA readout ${p.readout} (${p.readout_reason})`,
+        ),
+        `cache       ${dir} (${(size.bytes / 1e6).toFixed(1)} MB in ${size.files} files; set LOUPE_CACHE_DIR to move it)`,
+      ].join('\n') + '\n',
+    );
   }
   return report.ok ? 0 : 1;
 }

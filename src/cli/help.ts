@@ -29,7 +29,7 @@ export function mainHelp(): string {
     '',
     'options for every operation:',
     ...Object.entries(CLI_FLAGS).map(([k, v]) => `  --${k.padEnd(10)} ${v.help}`),
-    '  any input field as --kebab-case-name VALUE (numbers and comma lists parsed by the field\'s type)',
+    "  any input field as --kebab-case-name VALUE (numbers and comma lists parsed by the field's type)",
     '',
     'exit codes: 0 ok, 1 runtime error, 2 usage error, 3 unsupported model.',
     'e.g. loupe trace default "Once upon a time" --top-k 5 --json',

@@ -9,7 +9,12 @@ export interface Io {
   stderr: (s: string) => void;
 }
 
-export async function loadModel(spec: string, backend: string | undefined, onProgress?: (s: string) => void, weights?: string): Promise<LoadedModel> {
+export async function loadModel(
+  spec: string,
+  backend: string | undefined,
+  onProgress?: (s: string) => void,
+  weights?: string,
+): Promise<LoadedModel> {
   if (backend !== undefined && backend !== 'node' && backend !== 'wasm') {
     throw new UsageError(`--backend must be node or wasm (got '${backend}').`);
   }
@@ -19,7 +24,9 @@ export async function loadModel(spec: string, backend: string | undefined, onPro
   const { loadModelNode } = await import('../node/load');
   const { sourceFromSpec } = await import('../node/load-files-node');
   // A model id that could never exist is a usage error, found before any request.
-  try { sourceFromSpec(spec); } catch (e) {
+  try {
+    sourceFromSpec(spec);
+  } catch (e) {
     if (e instanceof LoupeError && e.code === 'BAD_INPUT') throw new UsageError(e.message, e.hint);
     throw e;
   }
@@ -31,7 +38,10 @@ export async function loadModel(spec: string, backend: string | undefined, onPro
       const o = p?.overall;
       if (!o || !o.total) return;
       const pct = Math.floor((100 * o.loaded) / o.total);
-      if (pct !== lastPct && (pct % 10 === 0 || pct === 100)) { lastPct = pct; onProgress?.(`loading ${spec}: ${pct}%`); }
+      if (pct !== lastPct && (pct % 10 === 0 || pct === 100)) {
+        lastPct = pct;
+        onProgress?.(`loading ${spec}: ${pct}%`);
+      }
     },
   } as any);
 }

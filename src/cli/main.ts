@@ -36,7 +36,11 @@ function errorDoc(e: LoupeError): ErrorDocument {
 /** print an error the way the flags ask, and return its exit code (`code` overrides the one its kind gets) */
 function fail(io: Io, json: boolean, e: unknown, code?: number): number {
   if (e instanceof UsageError) {
-    if (json) io.stdout(JSON.stringify({ error: { code: 'BAD_INPUT', message: e.message, ...(e.hint ? { hint: e.hint } : {}) } }) + '\n');
+    if (json)
+      io.stdout(
+        JSON.stringify({ error: { code: 'BAD_INPUT', message: e.message, ...(e.hint ? { hint: e.hint } : {}) } }) +
+          '\n',
+      );
     io.stderr(`loupe: ${e.message}\n${e.hint ? e.hint + '\n' : ''}Run 'loupe --help' for usage.\n`);
     return EXIT.usage;
   }
@@ -58,35 +62,57 @@ function progressPrinter(io: Io, quiet: boolean) {
   };
 }
 
-
 async function runOperation(op: AnyOperation, argv: string[], io: Io): Promise<number> {
   const schema = operationSchemas(op).input;
   const props = properties(schema);
-  const isBool = (name: string) => (name in CLI_FLAGS ? CLI_FLAGS[name].boolean : isBooleanField(schema, props[name.replace(/-/g, '_')]));
+  const isBool = (name: string) =>
+    name in CLI_FLAGS ? CLI_FLAGS[name].boolean : isBooleanField(schema, props[name.replace(/-/g, '_')]);
   let json = argv.includes('--json');
   try {
     const { positionals, flags } = splitArgs(argv, isBool);
     json = flags.get('json') === true;
-    if (flags.get('help') === true) { io.stdout(operationHelp(op) + '\n'); return EXIT.ok; }
+    if (flags.get('help') === true) {
+      io.stdout(operationHelp(op) + '\n');
+      return EXIT.ok;
+    }
     const quiet = flags.get('quiet') === true;
     const hasPrompt = 'prompt' in props;
     const extra = flags.get('input');
     let fromJson: Record<string, unknown> = {};
     if (typeof extra === 'string') {
-      try { fromJson = JSON.parse(extra); } catch (e) { throw new UsageError(`--input is not valid JSON: ${(e as Error).message}`); }
-      if (!fromJson || typeof fromJson !== 'object' || Array.isArray(fromJson)) throw new UsageError('--input must be a JSON object.');
+      try {
+        fromJson = JSON.parse(extra);
+      } catch (e) {
+        throw new UsageError(`--input is not valid JSON: ${(e as Error).message}`);
+      }
+      if (!fromJson || typeof fromJson !== 'object' || Array.isArray(fromJson))
+        throw new UsageError('--input must be a JSON object.');
     }
     const [modelSpec, prompt, ...rest] = positionals;
-    if (!modelSpec) throw new UsageError(`Missing MODEL: loupe ${op.name} MODEL${hasPrompt ? ' PROMPT' : ''} [options]`, "MODEL is 'default' (the bundled stories260K), a Hub id or a folder.");
-    if (rest.length || (!hasPrompt && prompt !== undefined)) throw new UsageError(`Unexpected argument ${JSON.stringify(rest[0] ?? prompt)}.`, 'Quote a prompt that contains spaces.');
+    if (!modelSpec)
+      throw new UsageError(
+        `Missing MODEL: loupe ${op.name} MODEL${hasPrompt ? ' PROMPT' : ''} [options]`,
+        "MODEL is 'default' (the bundled stories260K), a Hub id or a folder.",
+      );
+    if (rest.length || (!hasPrompt && prompt !== undefined))
+      throw new UsageError(
+        `Unexpected argument ${JSON.stringify(rest[0] ?? prompt)}.`,
+        'Quote a prompt that contains spaces.',
+      );
     const promptRequired = ((schema.required as string[] | undefined) ?? []).includes('prompt');
-    if (promptRequired && prompt === undefined && !('prompt' in fromJson)) throw new UsageError(`Missing PROMPT: loupe ${op.name} MODEL PROMPT [options]`);
-    const input: Record<string, unknown> = { ...(hasPrompt && prompt !== undefined ? { prompt } : {}), ...flagsToInput(schema, flags), ...fromJson };
+    if (promptRequired && prompt === undefined && !('prompt' in fromJson))
+      throw new UsageError(`Missing PROMPT: loupe ${op.name} MODEL PROMPT [options]`);
+    const input: Record<string, unknown> = {
+      ...(hasPrompt && prompt !== undefined ? { prompt } : {}),
+      ...flagsToInput(schema, flags),
+      ...fromJson,
+    };
     // a malformed input is a usage error, caught before the model is loaded
     try {
       parseOperationInput(op, input);
     } catch (e) {
-      if (e instanceof LoupeError && e.code === 'BAD_INPUT') throw new UsageError(e.message, `See 'loupe ${op.name} --help'.`);
+      if (e instanceof LoupeError && e.code === 'BAD_INPUT')
+        throw new UsageError(e.message, `See 'loupe ${op.name} --help'.`);
       throw e;
     }
     const backend = flags.get('backend');
@@ -94,7 +120,12 @@ async function runOperation(op: AnyOperation, argv: string[], io: Io): Promise<n
     const weights = flags.get('weights');
     let model: LoadedModel;
     try {
-      model = await loadModel(modelSpec, typeof backend === 'string' ? backend : undefined, say, typeof weights === 'string' ? weights : undefined);
+      model = await loadModel(
+        modelSpec,
+        typeof backend === 'string' ? backend : undefined,
+        say,
+        typeof weights === 'string' ? weights : undefined,
+      );
     } catch (e) {
       // a model too large for the backend is refused like an unsupported one (an operation's own TOO_LARGE caps stay exit 1)
       if (e instanceof LoupeError && e.code === 'TOO_LARGE') return fail(io, json, e, EXIT.unsupported);
@@ -116,7 +147,11 @@ async function runOperation(op: AnyOperation, argv: string[], io: Io): Promise<n
         loadSaeFile: sae.loadSaeFile,
       });
       if (!quiet && process.stderr.isTTY) io.stderr('\r\x1b[2K');
-      io.stdout(json ? JSON.stringify(doc) + '\n' : render(doc, { color: !!process.stdout.isTTY && !process.env.NO_COLOR }) + '\n');
+      io.stdout(
+        json
+          ? JSON.stringify(doc) + '\n'
+          : render(doc, { color: !!process.stdout.isTTY && !process.env.NO_COLOR }) + '\n',
+      );
       return EXIT.ok;
     } finally {
       process.off('SIGINT', onSigint);
@@ -135,7 +170,8 @@ async function schemaCommand(argv: string[], io: Io): Promise<number> {
     io.stdout(JSON.stringify(out, null, 2) + '\n');
     return EXIT.ok;
   } catch (e) {
-    if (e instanceof LoupeError && e.code === 'UNKNOWN_OPERATION') return fail(io, argv.includes('--json'), new UsageError(e.message, e.hint));
+    if (e instanceof LoupeError && e.code === 'UNKNOWN_OPERATION')
+      return fail(io, argv.includes('--json'), new UsageError(e.message, e.hint));
     return fail(io, argv.includes('--json'), e);
   }
 }
@@ -150,13 +186,22 @@ async function mcpCommand(argv: string[], io: Io): Promise<number> {
 
 export async function main(argv: string[], io: Io = defaultIo): Promise<number> {
   const [cmd, ...rest] = argv;
-  if (cmd === undefined) { io.stderr(mainHelp() + '\n'); return EXIT.usage; }
+  if (cmd === undefined) {
+    io.stderr(mainHelp() + '\n');
+    return EXIT.usage;
+  }
   if (cmd === '--help' || cmd === '-h' || cmd === 'help') {
-    if (cmd === 'help' && rest[0] && getOperation(rest[0])) { io.stdout(operationHelp(getOperation(rest[0])!) + '\n'); return EXIT.ok; }
+    if (cmd === 'help' && rest[0] && getOperation(rest[0])) {
+      io.stdout(operationHelp(getOperation(rest[0])!) + '\n');
+      return EXIT.ok;
+    }
     io.stdout(mainHelp() + '\n');
     return EXIT.ok;
   }
-  if (cmd === '--version') { io.stdout(`loupe ${packageVersion()}\n`); return EXIT.ok; }
+  if (cmd === '--version') {
+    io.stdout(`loupe ${packageVersion()}\n`);
+    return EXIT.ok;
+  }
   if (cmd === 'schema') return schemaCommand(rest, io);
   if (cmd === 'doctor') {
     const { doctor } = await import('./doctor');
@@ -165,7 +210,14 @@ export async function main(argv: string[], io: Io = defaultIo): Promise<number> 
   if (cmd === 'mcp') return mcpCommand(rest, io);
   const op = getOperation(cmd);
   if (!op) {
-    return fail(io, argv.includes('--json'), new UsageError(`Unknown command '${cmd}'.`, `Commands: ${Object.keys(operations).join(', ')}, doctor, schema, mcp. Run 'loupe --help'.`));
+    return fail(
+      io,
+      argv.includes('--json'),
+      new UsageError(
+        `Unknown command '${cmd}'.`,
+        `Commands: ${Object.keys(operations).join(', ')}, doctor, schema, mcp. Run 'loupe --help'.`,
+      ),
+    );
   }
   return runOperation(op, rest, io);
 }

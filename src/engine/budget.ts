@@ -32,7 +32,8 @@ export interface WeightStats {
 
 export function weightStats(tensors: Iterable<Pick<TensorEntry, 'dtype' | 'shape' | 'byteLength'>>): WeightStats {
   const byDtype: WeightStats['byDtype'] = {};
-  let nParams = 0, storedBytes = 0;
+  let nParams = 0,
+    storedBytes = 0;
   for (const t of tensors) {
     const n = t.shape.reduce((a, b) => a * b, 1);
     nParams += n;
@@ -56,7 +57,8 @@ export function bytesPerParam(dtype: SafetensorsDtype, precision: WeightPrecisio
 /** bytes of the weights as the runtime holds them at `precision` */
 export function weightBytesAt(w: WeightStats, precision: WeightPrecision): number {
   let b = 0;
-  for (const [dt, n] of Object.entries(w.byDtype) as [SafetensorsDtype, number][]) b += n * bytesPerParam(dt, precision);
+  for (const [dt, n] of Object.entries(w.byDtype) as [SafetensorsDtype, number][])
+    b += n * bytesPerParam(dt, precision);
   return b;
 }
 
@@ -120,27 +122,47 @@ export interface MemoryEstimate {
   fits: boolean;
 }
 
-export function estimateMemory(w: WeightStats, backend: MemoryBackend, precision: WeightPrecision, limits: BudgetLimits = {}): MemoryEstimate {
+export function estimateMemory(
+  w: WeightStats,
+  backend: MemoryBackend,
+  precision: WeightPrecision,
+  limits: BudgetLimits = {},
+): MemoryEstimate {
   const weightBytes = weightBytesAt(w, precision);
   const peakBytes = Math.round(weightBytes * PEAK_FACTOR[backend]);
   let poolBytes: number, limitBytes: number | null, limitName: string;
   if (backend === 'wasm') {
-    poolBytes = Math.round(weightBytes * WASM_HEAP_FACTOR[precision]) + RUNTIME_SLACK_BYTES; limitBytes = limits.wasmHeapBytes ?? WASM_HEAP_BYTES; limitName = limits.wasmHeapBytes ? 'the WebAssembly heap' : 'the 4 GiB WebAssembly heap';
+    poolBytes = Math.round(weightBytes * WASM_HEAP_FACTOR[precision]) + RUNTIME_SLACK_BYTES;
+    limitBytes = limits.wasmHeapBytes ?? WASM_HEAP_BYTES;
+    limitName = limits.wasmHeapBytes ? 'the WebAssembly heap' : 'the 4 GiB WebAssembly heap';
   } else if (backend === 'webgpu') {
-    poolBytes = weightBytes + RUNTIME_SLACK_BYTES; limitBytes = limits.gpuBytes ?? null; limitName = 'GPU memory';
+    poolBytes = weightBytes + RUNTIME_SLACK_BYTES;
+    limitBytes = limits.gpuBytes ?? null;
+    limitName = 'GPU memory';
   } else {
-    poolBytes = peakBytes; limitBytes = limits.hostBytes ?? null; limitName = 'host memory';
+    poolBytes = peakBytes;
+    limitBytes = limits.hostBytes ?? null;
+    limitName = 'host memory';
   }
   // WASM and WebGPU also need the page's peak in host RAM, when that is known.
-  if (backend !== 'node' && limits.hostBytes != null && (limitBytes == null || poolBytes <= limitBytes) && peakBytes > limits.hostBytes) {
-    poolBytes = peakBytes; limitBytes = limits.hostBytes; limitName = 'host memory';
+  if (
+    backend !== 'node' &&
+    limits.hostBytes != null &&
+    (limitBytes == null || poolBytes <= limitBytes) &&
+    peakBytes > limits.hostBytes
+  ) {
+    poolBytes = peakBytes;
+    limitBytes = limits.hostBytes;
+    limitName = 'host memory';
   }
   const fits = limitBytes == null || poolBytes <= limitBytes;
   return { backend, precision, weightBytes, peakBytes, poolBytes, limitBytes, limitName, fits };
 }
 
 export function fmtGB(bytes: number): string {
-  return bytes >= 1e9 ? `${(bytes / 1e9).toFixed(bytes >= 1e10 ? 0 : 1)} GB` : `${Math.max(1, Math.round(bytes / 1e6))} MB`;
+  return bytes >= 1e9
+    ? `${(bytes / 1e9).toFixed(bytes >= 1e10 ? 0 : 1)} GB`
+    : `${Math.max(1, Math.round(bytes / 1e6))} MB`;
 }
 
 const PRECISIONS: WeightPrecision[] = ['f32', 'stored', 'q8'];
@@ -152,7 +174,10 @@ const BACKENDS: MemoryBackend[] = ['node', 'wasm', 'webgpu'];
  * `precisions`/`backends` limit the suggestions to what the surface can actually offer.
  */
 export function checkBudget(
-  w: WeightStats, backend: MemoryBackend, precision: WeightPrecision, limits: BudgetLimits = {},
+  w: WeightStats,
+  backend: MemoryBackend,
+  precision: WeightPrecision,
+  limits: BudgetLimits = {},
   offer: { precisions?: WeightPrecision[]; backends?: MemoryBackend[] } = {},
 ): MemoryEstimate {
   const est = estimateMemory(w, backend, precision, limits);
@@ -164,9 +189,17 @@ export function checkBudget(
   for (const b of offer.backends ?? BACKENDS) {
     if (b !== backend && estimateMemory(w, b, precision, limits).fits) alts.push(`the ${b} backend`);
   }
-  throw new LoupeError('TOO_LARGE',
+  throw new LoupeError(
+    'TOO_LARGE',
     `The model has ${(w.nParams / 1e9).toFixed(2)}B parameters: at ${precision} its weights take ${fmtGB(est.weightBytes)} and it needs about ${fmtGB(est.poolBytes)}, more than ${est.limitName}${/GiB/.test(est.limitName) ? '' : ` (${fmtGB(est.limitBytes!)})`} on ${backend}.`,
     alts.length ? `It would fit with ${alts.join(' or ')}.` : 'Pick a smaller model.',
-    { n_params: w.nParams, backend, precision, weight_bytes: est.weightBytes, needed_bytes: est.poolBytes, limit_bytes: est.limitBytes },
+    {
+      n_params: w.nParams,
+      backend,
+      precision,
+      weight_bytes: est.weightBytes,
+      needed_bytes: est.poolBytes,
+      limit_bytes: est.limitBytes,
+    },
   );
 }

@@ -16,13 +16,19 @@ export function chatTemplateOf(tokenizerConfig: Record<string, unknown> | null):
   const t = tokenizerConfig?.chat_template;
   if (typeof t === 'string' && t.length > 0) return t;
   if (Array.isArray(t)) {
-    const named = t.find((x) => x && typeof x === 'object' && (x as { name?: unknown }).name === 'default') as { template?: unknown } | undefined;
+    const named = t.find((x) => x && typeof x === 'object' && (x as { name?: unknown }).name === 'default') as
+      { template?: unknown } | undefined;
     if (named && typeof named.template === 'string') return named.template;
   }
   return undefined;
 }
 
-const specialText = (v: unknown): string => (typeof v === 'string' ? v : v && typeof v === 'object' && 'content' in v ? String((v as { content: unknown }).content) : '');
+const specialText = (v: unknown): string =>
+  typeof v === 'string'
+    ? v
+    : v && typeof v === 'object' && 'content' in v
+      ? String((v as { content: unknown }).content)
+      : '';
 
 /**
  * Render one user message through the model's chat template (with the generation prompt, so the
@@ -32,8 +38,11 @@ const specialText = (v: unknown): string => (typeof v === 'string' ? v : v && ty
 export function renderChat(tokenizerConfig: Record<string, unknown> | null, userText: string): string {
   const source = chatTemplateOf(tokenizerConfig);
   if (source === undefined) {
-    throw new LoupeError('NO_CHAT_TEMPLATE', 'This model has no chat_template in its tokenizer_config.json, so the prompt cannot be put in chat format.',
-      'Run without chat format (the prompt is used as written), or use an instruct checkpoint whose tokenizer_config.json has a chat_template.');
+    throw new LoupeError(
+      'NO_CHAT_TEMPLATE',
+      'This model has no chat_template in its tokenizer_config.json, so the prompt cannot be put in chat format.',
+      'Run without chat format (the prompt is used as written), or use an instruct checkpoint whose tokenizer_config.json has a chat_template.',
+    );
   }
   try {
     return new Template(source).render({
@@ -45,7 +54,10 @@ export function renderChat(tokenizerConfig: Record<string, unknown> | null, user
       pad_token: specialText(tokenizerConfig?.pad_token),
     });
   } catch (e) {
-    throw new LoupeError('BAD_CHAT_TEMPLATE', `The model's chat_template could not be rendered: ${(e as Error).message}`,
-      'Run without chat format, or fix chat_template in tokenizer_config.json.');
+    throw new LoupeError(
+      'BAD_CHAT_TEMPLATE',
+      `The model's chat_template could not be rendered: ${(e as Error).message}`,
+      'Run without chat format, or fix chat_template in tokenizer_config.json.',
+    );
   }
 }

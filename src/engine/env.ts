@@ -44,7 +44,10 @@ function once<T>(probe: () => T): () => T {
   let done = false;
   let value: T;
   return () => {
-    if (!done) { value = probe(); done = true; }
+    if (!done) {
+      value = probe();
+      done = true;
+    }
     return value;
   };
 }
@@ -54,7 +57,9 @@ const probeWebGpu = once(async (): Promise<WebGpuProbe> => {
   if (!gpu) return { adapter: null, reason: 'navigator.gpu is missing: this browser (or this context) has no WebGPU.' };
   try {
     const adapter = await gpu.requestAdapter();
-    return adapter ? { adapter } : { adapter: null, reason: 'WebGPU exists but no adapter was offered (blocklisted or disabled GPU).' };
+    return adapter
+      ? { adapter }
+      : { adapter: null, reason: 'WebGPU exists but no adapter was offered (blocklisted or disabled GPU).' };
   } catch (e) {
     return { adapter: null, reason: `requestAdapter failed: ${(e as Error).message}` };
   }
@@ -68,11 +73,19 @@ export const env = {
   /** the WebGPU adapter (asked for once: requestAdapter is slow on software adapters) */
   webgpu: probeWebGpu,
   /** cross-origin isolated: SharedArrayBuffer, hence multi-threaded WASM */
-  get isolated(): boolean { return probeIsolated(); },
+  get isolated(): boolean {
+    return probeIsolated();
+  },
   /** logical CPUs (navigator.hardwareConcurrency; 1 when unknown) */
-  get threads(): number { return probeThreads(); },
+  get threads(): number {
+    return probeThreads();
+  },
   /** Hub endpoint from $HF_ENDPOINT (undefined: the default https://huggingface.co) */
-  get endpoint(): string | undefined { return probeEndpoint(); },
+  get endpoint(): string | undefined {
+    return probeEndpoint();
+  },
   /** Hub access token from $HF_TOKEN */
-  get token(): string | undefined { return probeToken(); },
+  get token(): string | undefined {
+    return probeToken();
+  },
 };

@@ -5,18 +5,53 @@
  */
 export type ErrorCode =
   // sources / files
-  | 'MODEL_NOT_FOUND' | 'FILE_NOT_FOUND' | 'HTTP_ERROR' | 'NETWORK_ERROR' | 'ABORTED'
-  | 'MISSING_TOKENIZER' | 'MISSING_CONFIG' | 'BAD_CONFIG' | 'BAD_INDEX' | 'NO_CHAT_TEMPLATE' | 'BAD_CHAT_TEMPLATE'
+  | 'MODEL_NOT_FOUND'
+  | 'FILE_NOT_FOUND'
+  | 'HTTP_ERROR'
+  | 'NETWORK_ERROR'
+  | 'ABORTED'
+  | 'MISSING_TOKENIZER'
+  | 'MISSING_CONFIG'
+  | 'BAD_CONFIG'
+  | 'BAD_INDEX'
+  | 'NO_CHAT_TEMPLATE'
+  | 'BAD_CHAT_TEMPLATE'
   // safetensors validation
-  | 'SAFETENSORS_HEADER_TOO_LARGE' | 'SAFETENSORS_BAD_HEADER' | 'SAFETENSORS_TRUNCATED'
-  | 'SAFETENSORS_UNKNOWN_DTYPE' | 'SAFETENSORS_OFFSET_OUT_OF_RANGE' | 'SAFETENSORS_OVERLAP'
-  | 'SAFETENSORS_SIZE_MISMATCH' | 'MISSING_TENSOR' | 'BAD_TENSOR_SHAPE'
+  | 'SAFETENSORS_HEADER_TOO_LARGE'
+  | 'SAFETENSORS_BAD_HEADER'
+  | 'SAFETENSORS_TRUNCATED'
+  | 'SAFETENSORS_UNKNOWN_DTYPE'
+  | 'SAFETENSORS_OFFSET_OUT_OF_RANGE'
+  | 'SAFETENSORS_OVERLAP'
+  | 'SAFETENSORS_SIZE_MISMATCH'
+  | 'MISSING_TENSOR'
+  | 'BAD_TENSOR_SHAPE'
   // architecture / graph / runtime
-  | 'UNSUPPORTED_ARCHITECTURE' | 'UNSUPPORTED_CONFIG' | 'UNKNOWN_HOOK' | 'BAD_INTERVENTION'
-  | 'SAE_MISMATCH' | 'PROMPT_TOO_LONG' | 'EMPTY_PROMPT' | 'BAD_TOKEN_ID' | 'TOO_LARGE' | 'BACKEND_UNAVAILABLE' | 'RUNTIME_ERROR' | 'UNSUPPORTED_OP'
+  | 'UNSUPPORTED_ARCHITECTURE'
+  | 'UNSUPPORTED_CONFIG'
+  | 'UNKNOWN_HOOK'
+  | 'BAD_INTERVENTION'
+  | 'SAE_MISMATCH'
+  | 'PROMPT_TOO_LONG'
+  | 'EMPTY_PROMPT'
+  | 'BAD_TOKEN_ID'
+  | 'TOO_LARGE'
+  | 'BACKEND_UNAVAILABLE'
+  | 'RUNTIME_ERROR'
+  | 'UNSUPPORTED_OP'
   // operations / surfaces
-  | 'BAD_INPUT' | 'UNKNOWN_OPERATION' | 'UNKNOWN_TOKEN' | 'HANDLE_EXPIRED' | 'NO_MODEL' | 'NO_PAGE'
-  | 'PAGE_GONE' | 'DEADLINE_EXCEEDED' | 'CANCELLED' | 'LOCAL_PATH_REFUSED' | 'CONFIG_UNSAFE' | 'INTERNAL';
+  | 'BAD_INPUT'
+  | 'UNKNOWN_OPERATION'
+  | 'UNKNOWN_TOKEN'
+  | 'HANDLE_EXPIRED'
+  | 'NO_MODEL'
+  | 'NO_PAGE'
+  | 'PAGE_GONE'
+  | 'DEADLINE_EXCEEDED'
+  | 'CANCELLED'
+  | 'LOCAL_PATH_REFUSED'
+  | 'CONFIG_UNSAFE'
+  | 'INTERNAL';
 
 export interface ErrorDocument {
   error: { code: ErrorCode; message: string; hint?: string; details?: unknown };
@@ -34,7 +69,14 @@ export class LoupeError extends Error {
     this.details = details;
   }
   toJSON(): ErrorDocument {
-    return { error: { code: this.code, message: this.message, ...(this.hint ? { hint: this.hint } : {}), ...(this.details !== undefined ? { details: this.details } : {}) } };
+    return {
+      error: {
+        code: this.code,
+        message: this.message,
+        ...(this.hint ? { hint: this.hint } : {}),
+        ...(this.details !== undefined ? { details: this.details } : {}),
+      },
+    };
   }
 }
 

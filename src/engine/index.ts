@@ -41,7 +41,10 @@ export async function detectBackend(): Promise<'webgpu' | 'wasm'> {
 }
 
 /** What a user typed as a model (id, URL, 'default') → a source; the bundled model is relative to the page. */
-export function sourceFor(spec: string, opts: { baseUrl?: string; endpoint?: string; token?: string } = {}): ModelSource {
+export function sourceFor(
+  spec: string,
+  opts: { baseUrl?: string; endpoint?: string; token?: string } = {},
+): ModelSource {
   return createSource(resolveModelRef(spec, { endpoint: opts.endpoint }), opts);
 }
 
@@ -49,7 +52,12 @@ export async function loadModel(spec: string | ModelSource, opts: BrowserLoadOpt
   const source = typeof spec === 'string' ? sourceFor(spec, opts) : spec;
   const bundled = typeof spec === 'string' && isBundledSpec(spec);
   const wanted: Backend = opts.backend && opts.backend !== 'auto' ? opts.backend : await detectBackend();
-  if (wanted === 'node') throw new LoupeError('BACKEND_UNAVAILABLE', "The 'node' backend exists only in Node.", 'Use webgpu or wasm in the browser.');
+  if (wanted === 'node')
+    throw new LoupeError(
+      'BACKEND_UNAVAILABLE',
+      "The 'node' backend exists only in Node.",
+      'Use webgpu or wasm in the browser.',
+    );
   let gpu: GpuCaps | undefined;
   if (wanted === 'webgpu') {
     const { adapter } = await env.webgpu();
@@ -59,15 +67,35 @@ export async function loadModel(spec: string | ModelSource, opts: BrowserLoadOpt
   // q8 weights kept next to the model's files in its cache (IndexedDB in the page)
   const q8Store = cache && source instanceof HttpSource ? cacheQ8Store(cache, (f) => source.cacheKey(f)) : undefined;
   const files = await loadModelFiles(source, {
-    cache, signal: opts.signal, onProgress: opts.onProgress,
+    cache,
+    signal: opts.signal,
+    onProgress: opts.onProgress,
     // architecture, tensors, memory and storage judged from the headers, before any weight byte
     judge: async (plan) => {
       const mode = parseWeightsMode(opts.weights);
-      const precision = !plan.stats ? 'f32' : gpu ? choosePrecisionOnGpu(mode, plan.stats, gpu, opts.memory).precision : choosePrecision(mode, plan.stats, wanted, opts.memory).precision;
-      const j = judgeModel(plan, wanted, precision, opts.memory, { backends: ['wasm', 'webgpu'], precisions: OFFERED_PRECISIONS });
+      const precision = !plan.stats
+        ? 'f32'
+        : gpu
+          ? choosePrecisionOnGpu(mode, plan.stats, gpu, opts.memory).precision
+          : choosePrecision(mode, plan.stats, wanted, opts.memory).precision;
+      const j = judgeModel(plan, wanted, precision, opts.memory, {
+        backends: ['wasm', 'webgpu'],
+        precisions: OFFERED_PRECISIONS,
+      });
       if (cache) {
-        const q8Bytes = precision === 'q8' && q8Store && plan.tensors ? await q8EntryBytesToWrite(plan.tensors, describeModel({ config: plan.config, tensors: plan.tensors }), q8Store) : 0;
-        const refused = checkStorage({ downloadBytes: plan.downloadBytes, q8Bytes }, plan.downloadBytes + q8Bytes > 0 ? await storageEstimate() : undefined, plan.ref.id);
+        const q8Bytes =
+          precision === 'q8' && q8Store && plan.tensors
+            ? await q8EntryBytesToWrite(
+                plan.tensors,
+                describeModel({ config: plan.config, tensors: plan.tensors }),
+                q8Store,
+              )
+            : 0;
+        const refused = checkStorage(
+          { downloadBytes: plan.downloadBytes, q8Bytes },
+          plan.downloadBytes + q8Bytes > 0 ? await storageEstimate() : undefined,
+          plan.ref.id,
+        );
         if (refused) throw refused;
       }
       await opts.confirm?.(plan, j);

@@ -10,7 +10,16 @@ import type { Tensor } from './tensor';
 import type { WeightSet } from './safetensors-types';
 import { describeModel } from './arch';
 import { buildModelGraph, buildLensGraph, LENS_OUTPUTS, type BuiltGraph, type GraphPlan } from './graph/build-model';
-import { buildReadoutGraph, needsReadoutSession, readoutFeeds, readoutResult, unembedProducts, READOUT_OUTPUTS, type WeightProducts, type WeightProductsInput } from './graph/readout-graph';
+import {
+  buildReadoutGraph,
+  needsReadoutSession,
+  readoutFeeds,
+  readoutResult,
+  unembedProducts,
+  READOUT_OUTPUTS,
+  type WeightProducts,
+  type WeightProductsInput,
+} from './graph/readout-graph';
 import { streamedReadout } from './weight-products';
 import { allHookNames, hookInfo, hookShape as shapeOfHook } from './graph/hooks';
 import { compileInterventions } from './runtime/interventions';
@@ -27,8 +36,27 @@ import { q8WeightSet, q8ForWebGpu, dequantizeQ8, Q8_FILE, type Q8Store } from '.
 
 /** number of positions whose logits a run computes */
 const logitPosCount = (opts: RunOptions, T: number) => opts.logitPositions?.length ?? T;
-import { checkBudget, estimateMemory, fmtGB, weightBytesAt, weightStats, RUNTIME_SLACK_BYTES, WASM_HEAP_BYTES, type BudgetLimits, type WeightPrecision } from './budget';
-import { choosePrecision, choosePrecisionOnGpu, chooseReadout, chooseVocabSplit, parseWeightsMode, OFFERED_PRECISIONS, type ReadoutMode, type WeightsMode } from './precision';
+import {
+  checkBudget,
+  estimateMemory,
+  fmtGB,
+  weightBytesAt,
+  weightStats,
+  RUNTIME_SLACK_BYTES,
+  WASM_HEAP_BYTES,
+  type BudgetLimits,
+  type WeightPrecision,
+} from './budget';
+import {
+  choosePrecision,
+  choosePrecisionOnGpu,
+  chooseReadout,
+  chooseVocabSplit,
+  parseWeightsMode,
+  OFFERED_PRECISIONS,
+  type ReadoutMode,
+  type WeightsMode,
+} from './precision';
 
 /** a bound on the characters one token covers, far above any real vocabulary's longest token */
 const MAX_CHARS_PER_TOKEN = 1024;
@@ -65,7 +93,10 @@ function yieldToEventLoop(): Promise<void> {
   if (typeof g.MessageChannel === 'function') {
     return new Promise((r) => {
       const ch = new g.MessageChannel();
-      ch.port1.onmessage = () => { ch.port1.close(); r(); };
+      ch.port1.onmessage = () => {
+        ch.port1.close();
+        r();
+      };
       ch.port2.postMessage(0);
     });
   }
@@ -77,7 +108,10 @@ function yieldToEventLoop(): Promise<void> {
  * that names a loaded model: the bundled one by its id, a folder by what the caller typed (`id`),
  * anything else by its ref.
  */
-export function modelPartsFrom(files: ModelFiles, o: { bundled: boolean; id?: string; memory?: BudgetLimits; weightsMode?: WeightsMode }): ModelParts {
+export function modelPartsFrom(
+  files: ModelFiles,
+  o: { bundled: boolean; id?: string; memory?: BudgetLimits; weightsMode?: WeightsMode },
+): ModelParts {
   const weights = files.weights as ReadableWeightSet;
   return {
     config: files.config as Record<string, any>,
@@ -85,7 +119,7 @@ export function modelPartsFrom(files: ModelFiles, o: { bundled: boolean; id?: st
     tokenizerConfig: files.tokenizerConfig,
     weights,
     readTensor: (name) => readTensorF32(weights, name),
-    id: o.bundled ? BUNDLED_MODEL_ID : o.id ?? files.ref.id,
+    id: o.bundled ? BUNDLED_MODEL_ID : (o.id ?? files.ref.id),
     revision: files.ref.revision ?? '',
     ...(files.commit ? { commit: files.commit } : {}),
     source: o.bundled ? 'bundled' : files.ref.kind,
@@ -103,7 +137,11 @@ function postNormsOf(spec: ModelSpec): boolean {
   const norms = spec.layers.flatMap((l) => [l.postAttnNorm, l.postMlpNorm]);
   if (norms.every((n) => !n)) return false;
   if (norms.every((n) => n && n.kind === 'rmsnorm' && n.eps === spec.lnFinal.eps)) return true;
-  throw new LoupeError('UNSUPPORTED_ARCHITECTURE', `${spec.family}: post-norms in only some blocks, or not RMSNorms with the model's epsilon, are not supported.`, 'Loupe supports Gemma 2\'s sandwich norms (every block, RMSNorm).');
+  throw new LoupeError(
+    'UNSUPPORTED_ARCHITECTURE',
+    `${spec.family}: post-norms in only some blocks, or not RMSNorms with the model's epsilon, are not supported.`,
+    "Loupe supports Gemma 2's sandwich norms (every block, RMSNorm).",
+  );
 }
 
 /** Any weight other than the (split) vocabulary tables that one WebGPU buffer cannot hold as float32 is TOO_LARGE, before a session is tried. */
@@ -111,7 +149,12 @@ function checkGpuBuffers(used: { name: string; shape: number[] }[], vocab: Set<s
   for (const e of used) {
     const bytes = e.shape.reduce((a, b) => a * b, 1) * 4;
     if (!vocab.has(e.name) && bytes > limit) {
-      throw new LoupeError('TOO_LARGE', `Weight ${e.name} [${e.shape.join('×')}] is ${fmtGB(bytes)} as float32, more than this WebGPU adapter's largest buffer (${fmtGB(limit)}).`, 'Use the wasm backend; only the vocabulary tables are split to fit the buffer limit.', { tensor: e.name, bytes, limit_bytes: limit });
+      throw new LoupeError(
+        'TOO_LARGE',
+        `Weight ${e.name} [${e.shape.join('×')}] is ${fmtGB(bytes)} as float32, more than this WebGPU adapter's largest buffer (${fmtGB(limit)}).`,
+        'Use the wasm backend; only the vocabulary tables are split to fit the buffer limit.',
+        { tensor: e.name, bytes, limit_bytes: limit },
+      );
     }
   }
 }
@@ -126,28 +169,69 @@ export async function createModel(parts: ModelParts, factory: SessionFactory): P
   // Loaders judge this before downloading (source/preflight.ts); a source that could not read
   // headers first (or a caller with its own files) is judged here, before any session exists.
   const mode = parseWeightsMode(parts.weightsMode);
-  const choice = factory.gpu ? choosePrecisionOnGpu(mode, stats, factory.gpu, parts.memory ?? {}) : choosePrecision(mode, stats, factory.backend, parts.memory ?? {});
+  const choice = factory.gpu
+    ? choosePrecisionOnGpu(mode, stats, factory.gpu, parts.memory ?? {})
+    : choosePrecision(mode, stats, factory.backend, parts.memory ?? {});
   checkBudget(stats, factory.backend, choice.precision, parts.memory ?? {}, { precisions: OFFERED_PRECISIONS });
   // one chunking for both tables (tied or not): the finer of the two; on WebGPU no chunk exceeds a buffer
   const tensorBytes = Math.min(parts.memory?.tensorBytes ?? Infinity, factory.gpu?.maxBufferBytes ?? Infinity);
-  const split = [spec.embed.w, spec.unembed.w].map((n) => chooseVocabSplit(parts.weights.tensors.get(n)!, choice.precision, Number.isFinite(tensorBytes) ? tensorBytes : undefined))
+  const split = [spec.embed.w, spec.unembed.w]
+    .map((n) =>
+      chooseVocabSplit(
+        parts.weights.tensors.get(n)!,
+        choice.precision,
+        Number.isFinite(tensorBytes) ? tensorBytes : undefined,
+      ),
+    )
     .reduce((a, b) => (b.rows < a.rows ? b : a));
   if (factory.gpu) checkGpuBuffers(used, new Set([spec.embed.w, spec.unembed.w]), factory.gpu.maxBufferBytes);
   const info: ModelInfo = {
-    id: parts.id, revision: parts.revision, ...(parts.commit ? { commit: parts.commit } : {}), source: parts.source, architecture: spec.modelType,
-    n_layers: spec.nLayers, n_heads: spec.nHeads, n_kv_heads: spec.nKvHeads, d_model: spec.dModel, d_head: spec.dHead,
-    d_mlp: spec.dMlp, d_vocab: spec.dVocab, n_ctx: spec.nCtx, n_params: nParams, dtype: [...dtypes].join('+'),
-    backend: factory.backend, norm: spec.norm, norm_eps: spec.lnFinal.eps,
-    pos_embed: !!spec.posEmbed, post_norms: postNormsOf(spec), final_softcap: spec.finalSoftcap,
-    weights: choice.precision, weights_reason: choice.reason, weight_bytes: weightBytesAt(stats, choice.precision),
-    vocab_chunks: split.chunks, vocab_reason: split.reason,
-    readout: 'stream', readout_reason: '',
+    id: parts.id,
+    revision: parts.revision,
+    ...(parts.commit ? { commit: parts.commit } : {}),
+    source: parts.source,
+    architecture: spec.modelType,
+    n_layers: spec.nLayers,
+    n_heads: spec.nHeads,
+    n_kv_heads: spec.nKvHeads,
+    d_model: spec.dModel,
+    d_head: spec.dHead,
+    d_mlp: spec.dMlp,
+    d_vocab: spec.dVocab,
+    n_ctx: spec.nCtx,
+    n_params: nParams,
+    dtype: [...dtypes].join('+'),
+    backend: factory.backend,
+    norm: spec.norm,
+    norm_eps: spec.lnFinal.eps,
+    pos_embed: !!spec.posEmbed,
+    post_norms: postNormsOf(spec),
+    final_softcap: spec.finalSoftcap,
+    weights: choice.precision,
+    weights_reason: choice.reason,
+    weight_bytes: weightBytesAt(stats, choice.precision),
+    vocab_chunks: split.chunks,
+    vocab_reason: split.reason,
+    readout: 'stream',
+    readout_reason: '',
   };
   const sessionParts = choice.precision === 'q8' ? await q8Parts(parts, spec, info, !!factory.gpu) : parts;
   // the weights as held plus a readout session's second copy of W_O and W_out, judged as a load is
   const readoutUsed = readoutNames(spec).map((n) => parts.weights.tensors.get(n)!);
-  const secondCopy = estimateMemory(weightStats([...used, ...readoutUsed]), factory.backend, choice.precision, parts.memory ?? {});
-  Object.assign(info, chooseReadout(factory.backend, { ...readoutWeights(spec, sessionParts.weights, choice.precision), secondCopy }, parts.readout));
+  const secondCopy = estimateMemory(
+    weightStats([...used, ...readoutUsed]),
+    factory.backend,
+    choice.precision,
+    parts.memory ?? {},
+  );
+  Object.assign(
+    info,
+    chooseReadout(
+      factory.backend,
+      { ...readoutWeights(spec, sessionParts.weights, choice.precision), secondCopy },
+      parts.readout,
+    ),
+  );
   const model = new EngineModel(spec, info, tokenizer, sessionParts, factory);
   await model.warm();
   return model;
@@ -157,7 +241,11 @@ export async function createModel(parts: ModelParts, factory: SessionFactory): P
 const readoutNames = (spec: ModelSpec): string[] => spec.layers.flatMap((l) => [l.attn.o.w, l.mlp.down.w]);
 
 /** what chooseReadout weighs about the readout's weights, W_O and W_out, as the sessions get them */
-function readoutWeights(spec: ModelSpec, weights: WeightSet, precision: WeightPrecision): { widened: boolean; mapped: boolean } {
+function readoutWeights(
+  spec: ModelSpec,
+  weights: WeightSet,
+  precision: WeightPrecision,
+): { widened: boolean; mapped: boolean } {
   const used = readoutNames(spec).map((n) => weights.tensors.get(n)!);
   return {
     widened: precision === 'f32' && used.some((e) => e.dtype !== 'F32'),
@@ -171,17 +259,30 @@ function readoutWeights(spec: ModelSpec, weights: WeightSet, precision: WeightPr
  */
 async function q8Parts(parts: ModelParts, spec: ModelSpec, info: ModelInfo, webgpu: boolean): Promise<ModelParts> {
   const q8 = await q8WeightSet(parts.weights as ReadableWeightSet, spec, parts.q8Store);
-  info.weights_reason += q8.q8Source === 'cache' ? '; read from the q8 cache' : q8.q8Source === 'built+cached' ? '; quantised at load, kept in the q8 cache' : '; quantised at load';
+  info.weights_reason +=
+    q8.q8Source === 'cache'
+      ? '; read from the q8 cache'
+      : q8.q8Source === 'built+cached'
+        ? '; quantised at load, kept in the q8 cache'
+        : '; quantised at load';
   const weights = webgpu ? q8ForWebGpu(q8) : q8;
   // held in JS only where no entry was written to read back (a cached or written entry is read by range)
-  const q8InJs = !weights.files.has(Q8_FILE) ? undefined : q8.q8StoreFailure
-    ? `the q8 weights are held in JS: their cache entry could not be written (${q8.q8StoreFailure})`
-    : 'the q8 weights are held in JS: this load has no q8 cache to write them to and read them back from';
-  return { ...parts, weights, ...(q8InJs ? { q8InJs } : {}), readTensor: (name) => (weights.tensors.get(name)?.q8 ? dequantizeQ8(weights, name) : parts.readTensor(name)) };
+  const q8InJs = !weights.files.has(Q8_FILE)
+    ? undefined
+    : q8.q8StoreFailure
+      ? `the q8 weights are held in JS: their cache entry could not be written (${q8.q8StoreFailure})`
+      : 'the q8 weights are held in JS: this load has no q8 cache to write them to and read them back from';
+  return {
+    ...parts,
+    weights,
+    ...(q8InJs ? { q8InJs } : {}),
+    readTensor: (name) => (weights.tensors.get(name)?.q8 ? dequantizeQ8(weights, name) : parts.readTensor(name)),
+  };
 }
 
 /** why weight files are in `WeightSet.files`: a source read whole (runtime/session.ts passes views of them) */
-const SOURCE_IN_JS = "the model's files are held in JS: its source was read whole (the bundled model, a folder picked in the page, a source without a cache)";
+const SOURCE_IN_JS =
+  "the model's files are held in JS: its source was read whole (the bundled model, a folder picked in the page, a source without a cache)";
 
 class EngineModel implements LoadedModel {
   private sessions = new Map<string, Promise<{ session: EngineSession; graph: BuiltGraph }>>();
@@ -201,8 +302,12 @@ class EngineModel implements LoadedModel {
     this.hookSets = { base: new Set(allHookNames(spec, false)), result: new Set(allHookNames(spec, true)) };
   }
 
-  get bosTokenId() { return this.tokenizer.bosTokenId; }
-  get eosTokenId() { return this.tokenizer.eosTokenId ?? this.spec.eosTokenId; }
+  get bosTokenId() {
+    return this.tokenizer.bosTokenId;
+  }
+  get eosTokenId() {
+    return this.tokenizer.eosTokenId ?? this.spec.eosTokenId;
+  }
 
   /** build the base session at load time so the first run is not also the slow one */
   async warm(): Promise<void> {
@@ -213,14 +318,27 @@ class EngineModel implements LoadedModel {
     // No vocabulary has tokens near 1024 characters, so such a text cannot fit the context; refuse
     // it before tokenizing (a 12 MB prompt took the tokenizer minutes and held the engine queue).
     if (text.length > this.spec.nCtx * MAX_CHARS_PER_TOKEN) {
-      throw new LoupeError('PROMPT_TOO_LONG', `The text has ${text.length} characters: more than this model's context of ${this.spec.nCtx} tokens can hold.`, `Shorten it to a few characters per token, at most ${this.spec.nCtx} tokens.`, { chars: text.length, n_ctx: this.spec.nCtx });
+      throw new LoupeError(
+        'PROMPT_TOO_LONG',
+        `The text has ${text.length} characters: more than this model's context of ${this.spec.nCtx} tokens can hold.`,
+        `Shorten it to a few characters per token, at most ${this.spec.nCtx} tokens.`,
+        { chars: text.length, n_ctx: this.spec.nCtx },
+      );
     }
     return this.tokenizer.encode(text, opts.prependBos ?? true);
   }
-  chatPrompt(text: string): string { return this.tokenizer.chatPrompt(text); }
-  decode(ids: number[]): string { return this.tokenizer.decode(ids); }
-  tokenStrings(ids: number[]): string[] { return this.tokenizer.tokenStrings(ids); }
-  tokenId(text: string): number | undefined { return this.tokenizer.tokenId(text); }
+  chatPrompt(text: string): string {
+    return this.tokenizer.chatPrompt(text);
+  }
+  decode(ids: number[]): string {
+    return this.tokenizer.decode(ids);
+  }
+  tokenStrings(ids: number[]): string[] {
+    return this.tokenizer.tokenStrings(ids);
+  }
+  tokenId(text: string): number | undefined {
+    return this.tokenizer.tokenId(text);
+  }
 
   hookNames(opts: { withResult?: boolean } = {}): string[] {
     return allHookNames(this.spec, opts.withResult ?? false);
@@ -269,7 +387,12 @@ class EngineModel implements LoadedModel {
 
   private sae(id: string) {
     const a = this.attached.get(id);
-    if (!a) throw new LoupeError('BAD_INPUT', `No SAE is attached as '${id}'.`, `Attached: ${[...this.attached.keys()].join(', ') || 'none'}. Load one first.`);
+    if (!a)
+      throw new LoupeError(
+        'BAD_INPUT',
+        `No SAE is attached as '${id}'.`,
+        `Attached: ${[...this.attached.keys()].join(', ') || 'none'}. Load one first.`,
+      );
     return a;
   }
 
@@ -278,7 +401,8 @@ class EngineModel implements LoadedModel {
     const next = this.queue.then(async () => {
       throwIfAborted(signal);
       const D = this.spec.dModel;
-      if (resid.dims.length !== 2 || resid.dims[1] !== D) throw new LoupeError('BAD_INPUT', `unembed needs residual vectors [N, ${D}], got [${resid.dims}].`);
+      if (resid.dims.length !== 2 || resid.dims[1] !== D)
+        throw new LoupeError('BAD_INPUT', `unembed needs residual vectors [N, ${D}], got [${resid.dims}].`);
       const { session } = await this.session('lens');
       const out = await session.run(this.lensFeeds({ dims: [1, ...resid.dims], data: resid.data }, 1), ['logits']);
       return { dims: [resid.dims[0], this.spec.dVocab], data: out.logits.data as Float32Array };
@@ -291,14 +415,21 @@ class EngineModel implements LoadedModel {
     const next = this.queue.then(async () => {
       throwIfAborted(signal);
       const D = this.spec.dModel;
-      if (resid.dims.length !== 3 || resid.dims[2] !== D || resid.dims[0] < 1) throw new LoupeError('BAD_INPUT', `lensTop needs residual vectors [S, P, ${D}], got [${resid.dims}].`);
-      if (!Number.isInteger(k) || k < 1 || k > this.spec.dVocab) throw new LoupeError('BAD_INPUT', `lensTop: k must be 1 … ${this.spec.dVocab}, got ${k}.`);
+      if (resid.dims.length !== 3 || resid.dims[2] !== D || resid.dims[0] < 1)
+        throw new LoupeError('BAD_INPUT', `lensTop needs residual vectors [S, P, ${D}], got [${resid.dims}].`);
+      if (!Number.isInteger(k) || k < 1 || k > this.spec.dVocab)
+        throw new LoupeError('BAD_INPUT', `lensTop: k must be 1 … ${this.spec.dVocab}, got ${k}.`);
       const { session } = await this.session('lens');
       const out = await session.run(this.lensFeeds(resid, k), LENS_OUTPUTS);
       const ints = (t: OrtTensorLike) => Array.from(t.data as BigInt64Array, Number);
       return {
-        k, topLogits: out.top_logits.data as Float32Array, topIds: ints(out.top_ids), logSumExp: out.logsumexp.data as Float32Array,
-        finalIds: ints(out.final_ids), finalLogit: out.final_logit.data as Float32Array, finalAbove: out.final_above.data as Float32Array,
+        k,
+        topLogits: out.top_logits.data as Float32Array,
+        topIds: ints(out.top_ids),
+        logSumExp: out.logsumexp.data as Float32Array,
+        finalIds: ints(out.final_ids),
+        finalLogit: out.final_logit.data as Float32Array,
+        finalAbove: out.final_above.data as Float32Array,
       };
     });
     this.queue = next.catch(() => undefined);
@@ -316,19 +447,40 @@ class EngineModel implements LoadedModel {
       const weights = this.parts.weights as ReadableWeightSet;
       if (this.info.readout === 'stream') {
         const products = await streamedReadout(this.spec, weights, input, signal, yieldToEventLoop);
-        return { ...products, ...(await unembedProducts(this.spec, weights, input, { signal, yieldTurn: yieldToEventLoop })) };
+        return {
+          ...products,
+          ...(await unembedProducts(this.spec, weights, input, { signal, yieldTurn: yieldToEventLoop })),
+        };
       }
-      const feeds = readoutFeeds(this.spec, input, (type, data, dims) => new this.factory.ort.Tensor(type, data, dims), this.info.backend === 'webgpu');
+      const feeds = readoutFeeds(
+        this.spec,
+        input,
+        (type, data, dims) => new this.factory.ort.Tensor(type, data, dims),
+        this.info.backend === 'webgpu',
+      );
       const unembed = await unembedProducts(this.spec, weights, input, { signal, yieldTurn: yieldToEventLoop });
-      const out = needsReadoutSession(input) ? await (await this.session('readout')).session.run(feeds, READOUT_OUTPUTS) : undefined;
+      const out = needsReadoutSession(input)
+        ? await (await this.session('readout')).session.run(feeds, READOUT_OUTPUTS)
+        : undefined;
       return readoutResult(this.spec, out, input, unembed);
     });
     this.queue = next.catch(() => undefined);
     return next;
   }
 
-  private session(kind: 'base' | 'result' | 'lens' | 'readout', saeId?: string, lean?: { sites: string[]; outputs: string[] }, grad?: string[]) {
-    const key = grad ? `grad:${saeId ?? ''}:${JSON.stringify(lean ?? null)}:${grad.join(',')}` : lean ? `lean:${JSON.stringify(lean)}` : saeId ? `${kind}|sae:${saeId}` : kind;
+  private session(
+    kind: 'base' | 'result' | 'lens' | 'readout',
+    saeId?: string,
+    lean?: { sites: string[]; outputs: string[] },
+    grad?: string[],
+  ) {
+    const key = grad
+      ? `grad:${saeId ?? ''}:${JSON.stringify(lean ?? null)}:${grad.join(',')}`
+      : lean
+        ? `lean:${JSON.stringify(lean)}`
+        : saeId
+          ? `${kind}|sae:${saeId}`
+          : kind;
     let s = this.sessions.get(key);
     if (!s && (lean || grad)) {
       // lean and gradient variants each hold the weights again: keep at most two of a kind, dropping the oldest
@@ -347,9 +499,21 @@ class EngineModel implements LoadedModel {
         const weights = sae?.weights ?? this.parts.weights;
         const precision = this.info.weights;
         const vocabRows = this.info.vocab_chunks > 1 ? Math.ceil(this.spec.dVocab / this.info.vocab_chunks) : undefined;
-        const graph = kind === 'lens' ? buildLensGraph(this.spec, weights.tensors, undefined, precision, vocabRows)
-          : kind === 'readout' ? buildReadoutGraph(this.spec, weights.tensors, undefined, precision)
-          : buildModelGraph(this.spec, weights.tensors, { hooks: true, withResult: kind === 'result', sae: sae?.spec, lean, grad: grad && { hooks: grad }, weights: precision, vocabRows, fused: this.parts.fused });
+        const graph =
+          kind === 'lens'
+            ? buildLensGraph(this.spec, weights.tensors, undefined, precision, vocabRows)
+            : kind === 'readout'
+              ? buildReadoutGraph(this.spec, weights.tensors, undefined, precision)
+              : buildModelGraph(this.spec, weights.tensors, {
+                  hooks: true,
+                  withResult: kind === 'result',
+                  sae: sae?.spec,
+                  lean,
+                  grad: grad && { hooks: grad },
+                  weights: precision,
+                  vocabRows,
+                  fused: this.parts.fused,
+                });
         if (this.factory.backend === 'wasm' && precision !== 'f32') await this.makeRoom(key, graph.weightBytes);
         const made = { graph, session: await this.factory.create(graph, weights) };
         this.created.set(key, made);
@@ -411,25 +575,47 @@ class EngineModel implements LoadedModel {
     const gradHooks = opts.grad ? this.checkGrad(opts, hookSet, B, logitPosCount(opts, T)) : undefined;
     // gradient runs always take a lean forward (only their intervention sites; outputs = the hooks
     // fetched or differentiated): every other site's edit would be computed, and differentiated, for nothing
-    const lean = (opts.lean || gradHooks) && !opts.sae && kind === 'base'
-      ? { sites: [...new Set(interventions.map((i) => i.hook))].sort(), outputs: [...new Set([...wanted, ...(gradHooks ?? [])])].sort() }
-      : undefined;
+    const lean =
+      (opts.lean || gradHooks) && !opts.sae && kind === 'base'
+        ? {
+            sites: [...new Set(interventions.map((i) => i.hook))].sort(),
+            outputs: [...new Set([...wanted, ...(gradHooks ?? [])])].sort(),
+          }
+        : undefined;
     const { session, graph } = await this.session(kind, opts.sae, lean, gradHooks);
-    const feeds = buildFeeds(this.factory.ort, this.spec, graph, { rows, past: opts.past, logitPositions: opts.logitPositions, sites, gradSeed: opts.grad?.seed });
-    const presentNames = opts.returnCache ? Array.from({ length: this.spec.nLayers }, (_, l) => [`present.${l}.key`, `present.${l}.value`]).flat() : [];
+    const feeds = buildFeeds(this.factory.ort, this.spec, graph, {
+      rows,
+      past: opts.past,
+      logitPositions: opts.logitPositions,
+      sites,
+      gradSeed: opts.grad?.seed,
+    });
+    const presentNames = opts.returnCache
+      ? Array.from({ length: this.spec.nLayers }, (_, l) => [`present.${l}.key`, `present.${l}.value`]).flat()
+      : [];
     const fetches = ['logits', ...wanted, ...(gradHooks ?? []).map(gradName), ...presentNames];
 
     let out: Record<string, OrtTensorLike>;
     try {
       out = await session.run(feeds, fetches);
     } catch (e) {
-      throw new LoupeError('RUNTIME_ERROR', `onnxruntime failed: ${(e as Error).message}`, 'This may be out of memory; try a shorter prompt or a smaller batch.');
+      throw new LoupeError(
+        'RUNTIME_ERROR',
+        `onnxruntime failed: ${(e as Error).message}`,
+        'This may be out of memory; try a shorter prompt or a smaller batch.',
+      );
     }
     throwIfAborted(opts.signal);
     const toTensor = (t: OrtTensorLike): Tensor => ({ dims: [...t.dims], data: t.data as Float32Array });
-    const result: RunResult = { logits: toTensor(out.logits), hooks: Object.fromEntries(wanted.map((h) => [h, toTensor(out[h])])) };
+    const result: RunResult = {
+      logits: toTensor(out.logits),
+      hooks: Object.fromEntries(wanted.map((h) => [h, toTensor(out[h])])),
+    };
     if (gradHooks) result.grads = Object.fromEntries(opts.grad!.hooks.map((h) => [h, toTensor(out[gradName(h)])]));
-    this.lastHooksBytes = [...Object.values(result.hooks), ...Object.values(result.grads ?? {})].reduce((s, t) => s + t.data.byteLength, 0);
+    this.lastHooksBytes = [...Object.values(result.hooks), ...Object.values(result.grads ?? {})].reduce(
+      (s, t) => s + t.data.byteLength,
+      0,
+    );
     if (opts.returnCache) {
       const cache: KVCache = { keys: [], values: [], length: Tk };
       for (let l = 0; l < this.spec.nLayers; l++) {
@@ -446,14 +632,27 @@ class EngineModel implements LoadedModel {
    * returns, the hooks that exist in that variant (plus the attached SAE's), and their shapes.
    */
   private hooksFor(opts: RunOptions) {
-    const wanted = opts.hooks === 'all' ? [...(opts.withResult ? this.hookSets.result : this.hookSets.base)] : opts.hooks ?? [];
-    const kind: 'base' | 'result' = opts.withResult || wanted.some((h) => h.endsWith('.hook_result')) ? 'result' : 'base';
+    const wanted =
+      opts.hooks === 'all' ? [...(opts.withResult ? this.hookSets.result : this.hookSets.base)] : (opts.hooks ?? []);
+    const kind: 'base' | 'result' =
+      opts.withResult || wanted.some((h) => h.endsWith('.hook_result')) ? 'result' : 'base';
     const sae = opts.sae ? this.sae(opts.sae).spec.info : undefined;
-    const hookSet = sae ? new Set([...this.hookSets[kind], ...['acts_post', 'recons', 'error'].map((k) => `${sae.hook}.hook_sae_${k}`)]) : this.hookSets[kind];
+    const hookSet = sae
+      ? new Set([...this.hookSets[kind], ...['acts_post', 'recons', 'error'].map((k) => `${sae.hook}.hook_sae_${k}`)])
+      : this.hookSets[kind];
     const shapeOf = (h: string, b: number, t: number, tk: number) =>
-      sae && h.startsWith(`${sae.hook}.hook_sae_`) ? (h.endsWith('acts_post') ? [b, t, sae.d_sae] : shapeOfHook(this.spec, sae.hook, b, t, tk)) : shapeOfHook(this.spec, h, b, t, tk);
+      sae && h.startsWith(`${sae.hook}.hook_sae_`)
+        ? h.endsWith('acts_post')
+          ? [b, t, sae.d_sae]
+          : shapeOfHook(this.spec, sae.hook, b, t, tk)
+        : shapeOfHook(this.spec, h, b, t, tk);
     for (const h of wanted) {
-      if (!hookSet.has(h)) throw new LoupeError('UNKNOWN_HOOK', `'${h}' is not a hook of this model.`, `Hooks look like blocks.0.hook_resid_pre, blocks.0.attn.hook_pattern; call hookNames() for the full list.`);
+      if (!hookSet.has(h))
+        throw new LoupeError(
+          'UNKNOWN_HOOK',
+          `'${h}' is not a hook of this model.`,
+          `Hooks look like blocks.0.hook_resid_pre, blocks.0.attn.hook_pattern; call hookNames() for the full list.`,
+        );
     }
     return { kind, wanted, hookSet, shapeOf };
   }
@@ -461,11 +660,33 @@ class EngineModel implements LoadedModel {
   /** Validate a gradient request; returns the hooks in a canonical order (one graph variant per set). */
   private checkGrad(opts: RunOptions, hookSet: Set<string>, B: number, P: number): string[] {
     const g = opts.grad!;
-    if (opts.past || opts.returnCache || opts.withResult) throw new LoupeError('BAD_INPUT', 'Gradients are computed without a KV cache and without hook_result.', 'Run the full prompt without past/returnCache/withResult.');
-    if (!Array.isArray(g.hooks) || g.hooks.length === 0) throw new LoupeError('BAD_INPUT', 'grad.hooks is empty.', 'Name at least one hook, e.g. blocks.0.hook_resid_pre.');
+    if (opts.past || opts.returnCache || opts.withResult)
+      throw new LoupeError(
+        'BAD_INPUT',
+        'Gradients are computed without a KV cache and without hook_result.',
+        'Run the full prompt without past/returnCache/withResult.',
+      );
+    if (!Array.isArray(g.hooks) || g.hooks.length === 0)
+      throw new LoupeError(
+        'BAD_INPUT',
+        'grad.hooks is empty.',
+        'Name at least one hook, e.g. blocks.0.hook_resid_pre.',
+      );
     for (const h of g.hooks) {
-      if (!hookSet.has(h)) throw new LoupeError('UNKNOWN_HOOK', `'${h}' is not a hook of this model.`, 'Call hookNames() for the full list.');
-      if (h.endsWith('.hook_result') || h.endsWith('.hook_sae_recons') || h.endsWith('.hook_sae_error')) throw new LoupeError('BAD_INPUT', `'${h}' is computed beside the graph, not on the path to the logits, so it has no gradient here.`, h.endsWith('hook_result') ? 'Use attn.hook_z (the per-head input of W_O).' : 'Use the SAE hook itself or hook_sae_acts_post.');
+      if (!hookSet.has(h))
+        throw new LoupeError(
+          'UNKNOWN_HOOK',
+          `'${h}' is not a hook of this model.`,
+          'Call hookNames() for the full list.',
+        );
+      if (h.endsWith('.hook_result') || h.endsWith('.hook_sae_recons') || h.endsWith('.hook_sae_error'))
+        throw new LoupeError(
+          'BAD_INPUT',
+          `'${h}' is computed beside the graph, not on the path to the logits, so it has no gradient here.`,
+          h.endsWith('hook_result')
+            ? 'Use attn.hook_z (the per-head input of W_O).'
+            : 'Use the SAE hook itself or hook_sae_acts_post.',
+        );
     }
     const V = this.spec.dVocab;
     const want = [B, P, V];
@@ -478,30 +699,51 @@ class EngineModel implements LoadedModel {
   private validateTokens(tokens: number[] | number[][], opts: RunOptions): number[][] {
     let rows: number[][] = Array.isArray(tokens[0]) ? (tokens as number[][]) : [tokens as number[]];
     if (opts.batch !== undefined) {
-      if (!Number.isInteger(opts.batch) || opts.batch < 1) throw new LoupeError('BAD_INPUT', `batch must be a positive integer (got ${opts.batch}).`);
+      if (!Number.isInteger(opts.batch) || opts.batch < 1)
+        throw new LoupeError('BAD_INPUT', `batch must be a positive integer (got ${opts.batch}).`);
       if (rows.length === 1) rows = Array.from({ length: opts.batch }, () => rows[0]);
-      else if (rows.length !== opts.batch) throw new LoupeError('BAD_INPUT', `batch ${opts.batch} does not match ${rows.length} token rows.`);
+      else if (rows.length !== opts.batch)
+        throw new LoupeError('BAD_INPUT', `batch ${opts.batch} does not match ${rows.length} token rows.`);
     }
     const T = rows[0]?.length ?? 0;
-    if (T === 0) throw new LoupeError('EMPTY_PROMPT', 'There are no tokens to run.', 'Type a prompt (or keep BOS prepended).');
-    if (rows.some((r) => r.length !== T)) throw new LoupeError('BAD_INPUT', 'All token rows of a batch must have the same length.');
+    if (T === 0)
+      throw new LoupeError('EMPTY_PROMPT', 'There are no tokens to run.', 'Type a prompt (or keep BOS prepended).');
+    if (rows.some((r) => r.length !== T))
+      throw new LoupeError('BAD_INPUT', 'All token rows of a batch must have the same length.');
     const P = opts.past?.length ?? 0;
     if (P + T > this.spec.nCtx) {
-      throw new LoupeError('PROMPT_TOO_LONG', `${P + T} tokens exceed this model's context of ${this.spec.nCtx}.`, `Shorten the prompt to at most ${this.spec.nCtx - P} tokens.`, { tokens: P + T, n_ctx: this.spec.nCtx });
+      throw new LoupeError(
+        'PROMPT_TOO_LONG',
+        `${P + T} tokens exceed this model's context of ${this.spec.nCtx}.`,
+        `Shorten the prompt to at most ${this.spec.nCtx - P} tokens.`,
+        { tokens: P + T, n_ctx: this.spec.nCtx },
+      );
     }
     const V = this.spec.dVocab;
-    for (const r of rows) for (const id of r) {
-      if (!Number.isInteger(id) || id < 0 || id >= V) throw new LoupeError('BAD_TOKEN_ID', `Token id ${id} is outside the vocabulary (0..${V - 1}).`);
-    }
+    for (const r of rows)
+      for (const id of r) {
+        if (!Number.isInteger(id) || id < 0 || id >= V)
+          throw new LoupeError('BAD_TOKEN_ID', `Token id ${id} is outside the vocabulary (0..${V - 1}).`);
+      }
     return rows;
   }
 
   /** 'mean' interventions without a value use the clean activation's mean over this prompt's positions. */
-  private async meansFor(list: Intervention[], row: number[], opts: RunOptions): Promise<Map<string, Tensor> | undefined> {
+  private async meansFor(
+    list: Intervention[],
+    row: number[],
+    opts: RunOptions,
+  ): Promise<Map<string, Tensor> | undefined> {
     const need = [...new Set(list.filter((i) => i.op === 'mean' && !i.value).map((i) => i.hook))];
     if (need.length === 0) return undefined;
-    for (const h of need) if (!this.hookSets.result.has(h)) throw new LoupeError('UNKNOWN_HOOK', `'${h}' is not a hook of this model.`);
-    const clean = await this.runNow(row, { hooks: need, past: undefined, signal: opts.signal, withResult: need.some((h) => h.endsWith('hook_result')) });
+    for (const h of need)
+      if (!this.hookSets.result.has(h)) throw new LoupeError('UNKNOWN_HOOK', `'${h}' is not a hook of this model.`);
+    const clean = await this.runNow(row, {
+      hooks: need,
+      past: undefined,
+      signal: opts.signal,
+      withResult: need.some((h) => h.endsWith('hook_result')),
+    });
     const means = new Map<string, Tensor>();
     for (const h of need) {
       const t = clean.hooks[h];
@@ -523,7 +765,8 @@ class EngineModel implements LoadedModel {
   }
 
   memory(): ModelMemory {
-    let js = 0, params = 0;
+    let js = 0,
+      params = 0;
     const why: string[] = [];
     for (const [f, b] of this.parts.weights.files) {
       js += b.byteLength;
@@ -532,8 +775,13 @@ class EngineModel implements LoadedModel {
     }
     for (const p of this.params.values()) params += p.data.byteLength;
     return {
-      weight_bytes: this.info.weight_bytes, precision: this.info.weights, js_weight_bytes: js, ...(why.length ? { js_weights_why: why.join('; ') } : {}), param_bytes: params,
-      sessions: this.sessions.size, hooks_bytes: this.lastHooksBytes,
+      weight_bytes: this.info.weight_bytes,
+      precision: this.info.weights,
+      js_weight_bytes: js,
+      ...(why.length ? { js_weights_why: why.join('; ') } : {}),
+      param_bytes: params,
+      sessions: this.sessions.size,
+      hooks_bytes: this.lastHooksBytes,
     };
   }
 

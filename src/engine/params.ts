@@ -16,13 +16,21 @@ function at(ref: LinearRef, w: Float32Array, nIn: number, nOut: number) {
 
 export function readParam(spec: ModelSpec, read: ReadTensor, name: string): Tensor {
   const { dModel: D, nHeads: H, nKvHeads: Hkv, dHead: Dh, dMlp: M, dVocab: V } = spec;
-  const unknown = () => new LoupeError('BAD_INPUT', `Unknown parameter '${name}'.`, 'Use TransformerLens names, e.g. blocks.0.attn.W_O, unembed.W_U, ln_final.w.');
+  const unknown = () =>
+    new LoupeError(
+      'BAD_INPUT',
+      `Unknown parameter '${name}'.`,
+      'Use TransformerLens names, e.g. blocks.0.attn.W_O, unembed.W_U, ln_final.w.',
+    );
   const normW = (n: NormSpec): Tensor => {
     const w = Float32Array.from(read(n.w));
     if (n.weightOffset) for (let i = 0; i < w.length; i++) w[i] += 1;
     return { dims: [w.length], data: w };
   };
-  const normB = (n: NormSpec): Tensor => ({ dims: [D], data: n.b ? Float32Array.from(read(n.b)) : new Float32Array(D) });
+  const normB = (n: NormSpec): Tensor => ({
+    dims: [D],
+    data: n.b ? Float32Array.from(read(n.b)) : new Float32Array(D),
+  });
 
   if (name === 'embed.W_E') return { dims: [V, D], data: Float32Array.from(read(spec.embed.w)) };
   if (name === 'pos_embed.W_pos') {
@@ -38,7 +46,8 @@ export function readParam(spec: ModelSpec, read: ReadTensor, name: string): Tens
     for (let v = 0; v < V; v++) for (let d = 0; d < D; d++) out[d * V + v] = w[v * D + d];
     return { dims: [D, V], data: out };
   }
-  if (name === 'unembed.b_U') return { dims: [V], data: spec.unembed.b ? Float32Array.from(read(spec.unembed.b)) : new Float32Array(V) };
+  if (name === 'unembed.b_U')
+    return { dims: [V], data: spec.unembed.b ? Float32Array.from(read(spec.unembed.b)) : new Float32Array(V) };
 
   const m = /^blocks\.(\d+)\.(.+)$/.exec(name);
   if (!m) throw unknown();
@@ -55,12 +64,17 @@ export function readParam(spec: ModelSpec, read: ReadTensor, name: string): Tens
     if (a.qkv.kind === 'separate') {
       const ref = [a.qkv.q, a.qkv.k, a.qkv.v][which];
       const get = at(ref, read(ref.w), D, heads * Dh);
-      for (let h = 0; h < heads; h++) for (let d = 0; d < D; d++) for (let k = 0; k < Dh; k++) out[(h * D + d) * Dh + k] = get(h * Dh + k, d);
+      for (let h = 0; h < heads; h++)
+        for (let d = 0; d < D; d++) for (let k = 0; k < Dh; k++) out[(h * D + d) * Dh + k] = get(h * Dh + k, d);
     } else {
       const ref = a.qkv.qkv;
       const get = at(ref, read(ref.w), D, 3 * D);
-      const row = a.qkv.kind === 'gpt2_fused' ? (h: number, k: number) => which * D + h * Dh + k : (h: number, k: number) => (h * 3 + which) * Dh + k;
-      for (let h = 0; h < heads; h++) for (let d = 0; d < D; d++) for (let k = 0; k < Dh; k++) out[(h * D + d) * Dh + k] = get(row(h, k), d);
+      const row =
+        a.qkv.kind === 'gpt2_fused'
+          ? (h: number, k: number) => which * D + h * Dh + k
+          : (h: number, k: number) => (h * 3 + which) * Dh + k;
+      for (let h = 0; h < heads; h++)
+        for (let d = 0; d < D; d++) for (let k = 0; k < Dh; k++) out[(h * D + d) * Dh + k] = get(row(h, k), d);
     }
     return { dims: [heads, D, Dh], data: out };
   };
@@ -72,7 +86,9 @@ export function readParam(spec: ModelSpec, read: ReadTensor, name: string): Tens
       if (ref.b) out.set(read(ref.b));
     } else if (a.qkv.qkv.b) {
       const b = read(a.qkv.qkv.b);
-      for (let h = 0; h < heads; h++) for (let k = 0; k < Dh; k++) out[h * Dh + k] = b[a.qkv.kind === 'gpt2_fused' ? which * D + h * Dh + k : (h * 3 + which) * Dh + k];
+      for (let h = 0; h < heads; h++)
+        for (let k = 0; k < Dh; k++)
+          out[h * Dh + k] = b[a.qkv.kind === 'gpt2_fused' ? which * D + h * Dh + k : (h * 3 + which) * Dh + k];
     }
     return { dims: [heads, Dh], data: out };
   };
@@ -82,31 +98,55 @@ export function readParam(spec: ModelSpec, read: ReadTensor, name: string): Tens
     for (let i = 0; i < nIn; i++) for (let o = 0; o < nOut; o++) out[i * nOut + o] = get(o, i);
     return { dims: [nIn, nOut], data: out };
   };
-  const bias = (ref: LinearRef | undefined, n: number): Tensor => ({ dims: [n], data: ref?.b ? Float32Array.from(read(ref.b)) : new Float32Array(n) });
+  const bias = (ref: LinearRef | undefined, n: number): Tensor => ({
+    dims: [n],
+    data: ref?.b ? Float32Array.from(read(ref.b)) : new Float32Array(n),
+  });
 
   switch (key) {
-    case 'ln1.w': return normW(layer.ln1);
-    case 'ln1.b': return normB(layer.ln1);
-    case 'ln2.w': return normW(layer.ln2);
-    case 'ln2.b': return normB(layer.ln2);
-    case 'ln1_post.w': if (layer.postAttnNorm) return normW(layer.postAttnNorm); break;
-    case 'ln2_post.w': if (layer.postMlpNorm) return normW(layer.postMlpNorm); break;
-    case 'attn.W_Q': return qkvWeight(0);
-    case 'attn.W_K': return qkvWeight(1);
-    case 'attn.W_V': return qkvWeight(2);
-    case 'attn.b_Q': return qkvBias(0);
-    case 'attn.b_K': return qkvBias(1);
-    case 'attn.b_V': return qkvBias(2);
+    case 'ln1.w':
+      return normW(layer.ln1);
+    case 'ln1.b':
+      return normB(layer.ln1);
+    case 'ln2.w':
+      return normW(layer.ln2);
+    case 'ln2.b':
+      return normB(layer.ln2);
+    case 'ln1_post.w':
+      if (layer.postAttnNorm) return normW(layer.postAttnNorm);
+      break;
+    case 'ln2_post.w':
+      if (layer.postMlpNorm) return normW(layer.postMlpNorm);
+      break;
+    case 'attn.W_Q':
+      return qkvWeight(0);
+    case 'attn.W_K':
+      return qkvWeight(1);
+    case 'attn.W_V':
+      return qkvWeight(2);
+    case 'attn.b_Q':
+      return qkvBias(0);
+    case 'attn.b_K':
+      return qkvBias(1);
+    case 'attn.b_V':
+      return qkvBias(2);
     case 'attn.W_O': {
       const t = linearInOut(a.o, H * Dh, D); // [H*Dh, D] = [H, Dh, D]
       return { dims: [H, Dh, D], data: t.data };
     }
-    case 'attn.b_O': return bias(a.o, D);
-    case 'mlp.W_in': return linearInOut(layer.mlp.up, D, M);
-    case 'mlp.b_in': return bias(layer.mlp.up, M);
-    case 'mlp.W_gate': if (layer.mlp.gate) return linearInOut(layer.mlp.gate, D, M); break;
-    case 'mlp.W_out': return linearInOut(layer.mlp.down, M, D);
-    case 'mlp.b_out': return bias(layer.mlp.down, D);
+    case 'attn.b_O':
+      return bias(a.o, D);
+    case 'mlp.W_in':
+      return linearInOut(layer.mlp.up, D, M);
+    case 'mlp.b_in':
+      return bias(layer.mlp.up, M);
+    case 'mlp.W_gate':
+      if (layer.mlp.gate) return linearInOut(layer.mlp.gate, D, M);
+      break;
+    case 'mlp.W_out':
+      return linearInOut(layer.mlp.down, M, D);
+    case 'mlp.b_out':
+      return bias(layer.mlp.down, D);
   }
   throw unknown();
 }
@@ -131,9 +171,12 @@ export function specTensorNames(spec: ModelSpec): Set<string> {
  */
 export function storedParam(spec: ModelSpec, name: string): boolean {
   const top: Record<string, string | undefined> = {
-    'embed.W_E': spec.embed.w, 'pos_embed.W_pos': spec.posEmbed?.w,
-    'ln_final.w': spec.lnFinal.w, 'ln_final.b': spec.lnFinal.b,
-    'unembed.W_U': spec.unembed.w, 'unembed.b_U': spec.unembed.b,
+    'embed.W_E': spec.embed.w,
+    'pos_embed.W_pos': spec.posEmbed?.w,
+    'ln_final.w': spec.lnFinal.w,
+    'ln_final.b': spec.lnFinal.b,
+    'unembed.W_U': spec.unembed.w,
+    'unembed.b_U': spec.unembed.b,
   };
   if (name in top) return top[name] !== undefined;
   const m = /^blocks\.(\d+)\.(.+)$/.exec(name);
@@ -142,13 +185,25 @@ export function storedParam(spec: ModelSpec, name: string): boolean {
   const { qkv, o } = layer.attn;
   const qkvRef = (i: 0 | 1 | 2): LinearRef => (qkv.kind === 'separate' ? [qkv.q, qkv.k, qkv.v][i] : qkv.qkv);
   const inLayer: Record<string, string | undefined> = {
-    'ln1.w': layer.ln1.w, 'ln1.b': layer.ln1.b, 'ln2.w': layer.ln2.w, 'ln2.b': layer.ln2.b,
-    'ln1_post.w': layer.postAttnNorm?.w, 'ln2_post.w': layer.postMlpNorm?.w,
-    'attn.W_Q': qkvRef(0).w, 'attn.W_K': qkvRef(1).w, 'attn.W_V': qkvRef(2).w,
-    'attn.b_Q': qkvRef(0).b, 'attn.b_K': qkvRef(1).b, 'attn.b_V': qkvRef(2).b,
-    'attn.W_O': o.w, 'attn.b_O': o.b,
-    'mlp.W_in': layer.mlp.up.w, 'mlp.b_in': layer.mlp.up.b, 'mlp.W_gate': layer.mlp.gate?.w,
-    'mlp.W_out': layer.mlp.down.w, 'mlp.b_out': layer.mlp.down.b,
+    'ln1.w': layer.ln1.w,
+    'ln1.b': layer.ln1.b,
+    'ln2.w': layer.ln2.w,
+    'ln2.b': layer.ln2.b,
+    'ln1_post.w': layer.postAttnNorm?.w,
+    'ln2_post.w': layer.postMlpNorm?.w,
+    'attn.W_Q': qkvRef(0).w,
+    'attn.W_K': qkvRef(1).w,
+    'attn.W_V': qkvRef(2).w,
+    'attn.b_Q': qkvRef(0).b,
+    'attn.b_K': qkvRef(1).b,
+    'attn.b_V': qkvRef(2).b,
+    'attn.W_O': o.w,
+    'attn.b_O': o.b,
+    'mlp.W_in': layer.mlp.up.w,
+    'mlp.b_in': layer.mlp.up.b,
+    'mlp.W_gate': layer.mlp.gate?.w,
+    'mlp.W_out': layer.mlp.down.w,
+    'mlp.b_out': layer.mlp.down.b,
   };
   return inLayer[m[2]] !== undefined;
 }

@@ -24,7 +24,15 @@
  * `vocab_reason`).
  */
 import { LoupeError } from './errors';
-import { estimateMemory, fmtGB, weightBytesAt, type BudgetLimits, type MemoryBackend, type MemoryEstimate, type WeightStats } from './budget';
+import {
+  estimateMemory,
+  fmtGB,
+  weightBytesAt,
+  type BudgetLimits,
+  type MemoryBackend,
+  type MemoryEstimate,
+  type WeightStats,
+} from './budget';
 import type { WeightPrecision } from './budget';
 
 export type { WeightPrecision } from './budget';
@@ -35,12 +43,17 @@ export const WEIGHTS_MODES: readonly WeightsMode[] = ['auto', 'f32', 'stored', '
 /** the precisions a model can run at, for TOO_LARGE hints */
 export const OFFERED_PRECISIONS: WeightPrecision[] = ['f32', 'stored', 'q8'];
 /** what each mode does, in one line each (CLI help, MCP schema, the page's selector) */
-export const WEIGHTS_HELP = "auto: float32 when it fits, else the stored 16-bit precision; f32: widen every weight up front; stored: keep F16/BF16 weights 16-bit and widen at use; q8: 8-bit matrices (int8, a float16 scale per 32), widened at use (changes the numbers slightly; opt-in only).";
+export const WEIGHTS_HELP =
+  'auto: float32 when it fits, else the stored 16-bit precision; f32: widen every weight up front; stored: keep F16/BF16 weights 16-bit and widen at use; q8: 8-bit matrices (int8, a float16 scale per 32), widened at use (changes the numbers slightly; opt-in only).';
 
 export function parseWeightsMode(v: unknown): WeightsMode {
   if (v === undefined || v === null || v === '') return 'auto';
   if (typeof v === 'string' && (WEIGHTS_MODES as readonly string[]).includes(v)) return v as WeightsMode;
-  throw new LoupeError('BAD_INPUT', `weights must be one of ${WEIGHTS_MODES.join(', ')} (got '${String(v)}').`, WEIGHTS_HELP);
+  throw new LoupeError(
+    'BAD_INPUT',
+    `weights must be one of ${WEIGHTS_MODES.join(', ')} (got '${String(v)}').`,
+    WEIGHTS_HELP,
+  );
 }
 
 export interface PrecisionChoice {
@@ -49,17 +62,45 @@ export interface PrecisionChoice {
 }
 
 /** The precision a model runs at on `backend`, and why. */
-export function choosePrecision(mode: WeightsMode, w: WeightStats, backend: MemoryBackend, limits: BudgetLimits = {}): PrecisionChoice {
+export function choosePrecision(
+  mode: WeightsMode,
+  w: WeightStats,
+  backend: MemoryBackend,
+  limits: BudgetLimits = {},
+): PrecisionChoice {
   const f32 = weightBytesAt(w, 'f32');
   const stored = weightBytesAt(w, 'stored');
   const sixteen = stored < f32;
-  if (mode === 'f32') return { precision: 'f32', reason: sixteen ? `asked for f32: weights widened to float32 (${fmtGB(f32)}) at load` : 'asked for f32; the weights are stored as float32' };
-  if (mode === 'q8') return { precision: 'q8', reason: `asked for q8: matrices as int8 with a float16 scale per block (${fmtGB(weightBytesAt(w, 'q8'))}), widened at use` };
-  if (mode === 'stored') return { precision: 'stored', reason: sixteen ? `asked for stored: 16-bit weights (${fmtGB(stored)}) widened at use` : 'asked for stored; the weights are stored as float32, so nothing is widened' };
+  if (mode === 'f32')
+    return {
+      precision: 'f32',
+      reason: sixteen
+        ? `asked for f32: weights widened to float32 (${fmtGB(f32)}) at load`
+        : 'asked for f32; the weights are stored as float32',
+    };
+  if (mode === 'q8')
+    return {
+      precision: 'q8',
+      reason: `asked for q8: matrices as int8 with a float16 scale per block (${fmtGB(weightBytesAt(w, 'q8'))}), widened at use`,
+    };
+  if (mode === 'stored')
+    return {
+      precision: 'stored',
+      reason: sixteen
+        ? `asked for stored: 16-bit weights (${fmtGB(stored)}) widened at use`
+        : 'asked for stored; the weights are stored as float32, so nothing is widened',
+    };
   if (!sixteen) return { precision: 'f32', reason: 'auto: the weights are stored as float32' };
   const est = estimateMemory(w, backend, 'f32', limits);
-  if (est.fits) return { precision: 'f32', reason: `auto: float32 weights (${fmtGB(f32)}) fit ${backend}${est.limitBytes ? ` (${est.limitName}, ${fmtGB(est.limitBytes)})` : ''} and run faster than widening at use` };
-  return { precision: 'stored', reason: `auto: float32 weights would need about ${fmtGB(est.poolBytes)}, more than ${est.limitName} (${fmtGB(est.limitBytes!)}) on ${backend}; 16-bit weights (${fmtGB(stored)}) widened at use` };
+  if (est.fits)
+    return {
+      precision: 'f32',
+      reason: `auto: float32 weights (${fmtGB(f32)}) fit ${backend}${est.limitBytes ? ` (${est.limitName}, ${fmtGB(est.limitBytes)})` : ''} and run faster than widening at use`,
+    };
+  return {
+    precision: 'stored',
+    reason: `auto: float32 weights would need about ${fmtGB(est.poolBytes)}, more than ${est.limitName} (${fmtGB(est.limitBytes!)}) on ${backend}; 16-bit weights (${fmtGB(stored)}) widened at use`,
+  };
 }
 
 /**
@@ -69,17 +110,38 @@ export function choosePrecision(mode: WeightsMode, w: WeightStats, backend: Memo
  * (or for BF16), 16-bit weights are widened to float32 at load, `stored` included, and the reason
  * says so.
  */
-export function choosePrecisionOnGpu(mode: WeightsMode, w: WeightStats, gpu: { shaderF16: boolean }, limits: BudgetLimits = {}): PrecisionChoice {
+export function choosePrecisionOnGpu(
+  mode: WeightsMode,
+  w: WeightStats,
+  gpu: { shaderF16: boolean },
+  limits: BudgetLimits = {},
+): PrecisionChoice {
   // q8 needs no shader-f16: its WebGPU form has float32 scales (q8.ts q8ForWebGpu), 2 bytes per 32 weights more
-  if (mode === 'q8') return { precision: 'q8', reason: `asked for q8: matrices as int8 with a float32 scale per block (${fmtGB(weightBytesAt(w, 'q8') + (2 * w.nParams) / 32)}; float32 scales need no shader-f16), widened at use on the GPU` };
+  if (mode === 'q8')
+    return {
+      precision: 'q8',
+      reason: `asked for q8: matrices as int8 with a float32 scale per block (${fmtGB(weightBytesAt(w, 'q8') + (2 * w.nParams) / 32)}; float32 scales need no shader-f16), widened at use on the GPU`,
+    };
   const c = choosePrecision(mode, w, 'webgpu', limits);
-  const f16 = w.byDtype.F16 ?? 0, bf16 = w.byDtype.BF16 ?? 0;
+  const f16 = w.byDtype.F16 ?? 0,
+    bf16 = w.byDtype.BF16 ?? 0;
   if (f16 + bf16 === 0 || mode === 'f32') return c;
   const f32 = fmtSize(weightBytesAt(w, 'f32'));
-  if (bf16 > 0) return { precision: 'f32', reason: `${mode}: WebGPU shaders have no bfloat16, so the BF16 weights are widened to float32 (${f32}) at load` };
-  if (!gpu.shaderF16) return { precision: 'f32', reason: `${mode}: this WebGPU adapter has no shader-f16, so shaders cannot read float16 weights; widened to float32 (${f32}) at load` };
+  if (bf16 > 0)
+    return {
+      precision: 'f32',
+      reason: `${mode}: WebGPU shaders have no bfloat16, so the BF16 weights are widened to float32 (${f32}) at load`,
+    };
+  if (!gpu.shaderF16)
+    return {
+      precision: 'f32',
+      reason: `${mode}: this WebGPU adapter has no shader-f16, so shaders cannot read float16 weights; widened to float32 (${f32}) at load`,
+    };
   if (c.precision === 'stored') return c;
-  return { precision: 'stored', reason: `auto: the adapter has shader-f16, so the float16 weights (${fmtSize(weightBytesAt(w, 'stored'))}) stay 16-bit in GPU buffers and are widened at use` };
+  return {
+    precision: 'stored',
+    reason: `auto: the adapter has shader-f16, so the float16 weights (${fmtSize(weightBytesAt(w, 'stored'))}) stay 16-bit in GPU buffers and are widened at use`,
+  };
 }
 
 /**
@@ -112,20 +174,38 @@ export interface VocabSplit {
  * within the widening chunk when the table is widened at use, and within `maxTensorBytes` (WebGPU:
  * the adapter's largest buffer binding; a caller may force it lower, e.g. tests).
  */
-export function chooseVocabSplit(table: { dtype: string; shape: number[] }, precision: WeightPrecision, maxTensorBytes?: number): VocabSplit {
+export function chooseVocabSplit(
+  table: { dtype: string; shape: number[] },
+  precision: WeightPrecision,
+  maxTensorBytes?: number,
+): VocabSplit {
   const [V, D] = [table.shape[0], table.shape.slice(1).reduce((a, b) => a * b, 1)];
   const f32Bytes = V * D * 4;
   // q8 tables are widened at use whatever their stored dtype
   const widened = precision === 'q8' || (precision !== 'f32' && table.dtype !== 'F32');
   const caps: { bytes: number; why: string }[] = [];
-  if (widened) caps.push({ bytes: WIDEN_CHUNK_BYTES, why: `it is widened to float32 at use, ${fmtGB(WIDEN_CHUNK_BYTES)} at a time` });
-  if (maxTensorBytes !== undefined) caps.push({ bytes: maxTensorBytes, why: `a tensor may take at most ${fmtSize(maxTensorBytes)} here` });
+  if (widened)
+    caps.push({
+      bytes: WIDEN_CHUNK_BYTES,
+      why: `it is widened to float32 at use, ${fmtGB(WIDEN_CHUNK_BYTES)} at a time`,
+    });
+  if (maxTensorBytes !== undefined)
+    caps.push({ bytes: maxTensorBytes, why: `a tensor may take at most ${fmtSize(maxTensorBytes)} here` });
   const cap = caps.reduce<{ bytes: number; why: string } | null>((a, c) => (!a || c.bytes < a.bytes ? c : a), null);
   const shape = `${V}×${D}`;
-  if (!cap || f32Bytes <= cap.bytes) return { rows: V, chunks: 1, reason: `whole: the ${shape} vocabulary table is ${fmtSize(f32Bytes)} as float32${cap ? `, within ${fmtSize(cap.bytes)}` : ''}` };
+  if (!cap || f32Bytes <= cap.bytes)
+    return {
+      rows: V,
+      chunks: 1,
+      reason: `whole: the ${shape} vocabulary table is ${fmtSize(f32Bytes)} as float32${cap ? `, within ${fmtSize(cap.bytes)}` : ''}`,
+    };
   const chunks = Math.ceil(V / Math.max(1, Math.floor(cap.bytes / (D * 4))));
   const rows = Math.ceil(V / chunks); // chunks as even as they can be
-  return { rows, chunks, reason: `split into ${chunks} chunks of ${rows} rows: the ${shape} vocabulary table is ${fmtSize(f32Bytes)} as float32 and ${cap.why}` };
+  return {
+    rows,
+    chunks,
+    reason: `split into ${chunks} chunks of ${rows} rows: the ${shape} vocabulary table is ${fmtSize(f32Bytes)} as float32 and ${cap.why}`,
+  };
 }
 
 /**
@@ -176,25 +256,57 @@ export interface ReadoutChoice {
  *    trace) → the session.
  * `forced`: the bench and tests run either.
  */
-export function chooseReadout(backend: MemoryBackend, weights: { widened: boolean; mapped: boolean; secondCopy?: MemoryEstimate }, forced?: ReadoutMode): ReadoutChoice {
-  if (forced === 'session') return { readout: 'session', readout_reason: 'asked for the session: a second onnxruntime session holds W_O and W_out' };
-  if (forced === 'stream') return { readout: 'stream', readout_reason: 'asked for streaming: W_O and W_out read from the weight bytes a slab at a time, no second copy' };
-  const stream = (why: string): ReadoutChoice => ({ readout: 'stream', readout_reason: `streamed from the weight bytes in JavaScript: ${why}` });
-  if (backend === 'webgpu') return stream('onnxruntime-web gives each session its own copy of its weights in GPU memory, whose size the browser does not tell, so a readout session would hold W_O and W_out again');
+export function chooseReadout(
+  backend: MemoryBackend,
+  weights: { widened: boolean; mapped: boolean; secondCopy?: MemoryEstimate },
+  forced?: ReadoutMode,
+): ReadoutChoice {
+  if (forced === 'session')
+    return {
+      readout: 'session',
+      readout_reason: 'asked for the session: a second onnxruntime session holds W_O and W_out',
+    };
+  if (forced === 'stream')
+    return {
+      readout: 'stream',
+      readout_reason: 'asked for streaming: W_O and W_out read from the weight bytes a slab at a time, no second copy',
+    };
+  const stream = (why: string): ReadoutChoice => ({
+    readout: 'stream',
+    readout_reason: `streamed from the weight bytes in JavaScript: ${why}`,
+  });
+  if (backend === 'webgpu')
+    return stream(
+      'onnxruntime-web gives each session its own copy of its weights in GPU memory, whose size the browser does not tell, so a readout session would hold W_O and W_out again',
+    );
   if (backend === 'wasm') {
     const est = weights.secondCopy;
     if (est?.limitBytes != null && est.poolBytes <= HEAP_ROOM * est.limitBytes) {
-      return { readout: 'session', readout_reason: `a second onnxruntime-web session with its own copy of W_O and W_out: with it the WASM heap needs about ${fmtGB(est.poolBytes)}, within ${Math.round(HEAP_ROOM * 100)} % of ${est.limitName} (${fmtGB(est.limitBytes)}), and it runs the products faster than JavaScript` };
+      return {
+        readout: 'session',
+        readout_reason: `a second onnxruntime-web session with its own copy of W_O and W_out: with it the WASM heap needs about ${fmtGB(est.poolBytes)}, within ${Math.round(HEAP_ROOM * 100)} % of ${est.limitName} (${fmtGB(est.limitBytes)}), and it runs the products faster than JavaScript`,
+      };
     }
-    return stream(`a readout session would hold W_O and W_out again in the WASM heap${est?.limitBytes != null ? `, which with it would need about ${fmtGB(est.poolBytes)}, more than ${Math.round(HEAP_ROOM * 100)} % of ${est.limitName} (${fmtGB(est.limitBytes)})` : ''}`);
+    return stream(
+      `a readout session would hold W_O and W_out again in the WASM heap${est?.limitBytes != null ? `, which with it would need about ${fmtGB(est.poolBytes)}, more than ${Math.round(HEAP_ROOM * 100)} % of ${est.limitName} (${fmtGB(est.limitBytes)})` : ''}`,
+    );
   }
   if (weights.widened) {
     const est = weights.secondCopy;
     if (est?.fits && est.limitBytes != null) {
-      return { readout: 'session', readout_reason: `a second onnxruntime-node session with its own float32 copies of W_O and W_out: with them the weights need about ${fmtGB(est.poolBytes)} at peak, which fits ${est.limitName} (${fmtGB(est.limitBytes)}), and it runs the products faster than JavaScript` };
+      return {
+        readout: 'session',
+        readout_reason: `a second onnxruntime-node session with its own float32 copies of W_O and W_out: with them the weights need about ${fmtGB(est.poolBytes)} at peak, which fits ${est.limitName} (${fmtGB(est.limitBytes)}), and it runs the products faster than JavaScript`,
+      };
     }
-    return stream(`a readout session would keep its own float32 copies of W_O and W_out${est?.limitBytes != null ? `, and with them the weights would need about ${fmtGB(est.poolBytes)}, more than ${est.limitName} (${fmtGB(est.limitBytes)})` : ' (host memory unknown)'}`);
+    return stream(
+      `a readout session would keep its own float32 copies of W_O and W_out${est?.limitBytes != null ? `, and with them the weights would need about ${fmtGB(est.poolBytes)}, more than ${est.limitName} (${fmtGB(est.limitBytes)})` : ' (host memory unknown)'}`,
+    );
   }
   if (!weights.mapped) return stream('the weights are held in memory, and each onnxruntime-node session copies them');
-  return { readout: 'session', readout_reason: 'a second onnxruntime-node session: it maps the same weight file pages (no second copy in physical memory; RSS counts them twice) and runs the products faster than JavaScript' };
+  return {
+    readout: 'session',
+    readout_reason:
+      'a second onnxruntime-node session: it maps the same weight file pages (no second copy in physical memory; RSS counts them twice) and runs the products faster than JavaScript',
+  };
 }

@@ -40,13 +40,25 @@ export function q8BlockSize(inDim: number): number {
 
 /** The tensors q8 stores 8-bit, each with its input axis. */
 export function q8Targets(spec: ModelSpec): Map<string, 0 | 1> {
-  const out = new Map<string, 0 | 1>([[spec.embed.w, 1], [spec.unembed.w, 1]]);
+  const out = new Map<string, 0 | 1>([
+    [spec.embed.w, 1],
+    [spec.unembed.w, 1],
+  ]);
   if (spec.posEmbed) out.set(spec.posEmbed.w, 1);
-  const lin = (r: LinearRef | undefined) => { if (r) out.set(r.w, r.layout === 'out_in' ? 1 : 0); };
+  const lin = (r: LinearRef | undefined) => {
+    if (r) out.set(r.w, r.layout === 'out_in' ? 1 : 0);
+  };
   for (const l of spec.layers) {
     const { qkv, o } = l.attn;
-    if (qkv.kind === 'separate') { lin(qkv.q); lin(qkv.k); lin(qkv.v); } else lin(qkv.qkv);
-    lin(o); lin(l.mlp.up); lin(l.mlp.gate); lin(l.mlp.down);
+    if (qkv.kind === 'separate') {
+      lin(qkv.q);
+      lin(qkv.k);
+      lin(qkv.v);
+    } else lin(qkv.qkv);
+    lin(o);
+    lin(l.mlp.up);
+    lin(l.mlp.gate);
+    lin(l.mlp.down);
   }
   return out;
 }
@@ -59,7 +71,8 @@ const u32Box = new Uint32Array(f32Box.buffer);
 export function f32ToF16(v: number): number {
   f32Box[0] = v;
   const x = u32Box[0];
-  const sign = (x >>> 16) & 0x8000, abs = x & 0x7fffffff;
+  const sign = (x >>> 16) & 0x8000,
+    abs = x & 0x7fffffff;
   if (abs > 0x7f800000) return sign | 0x7e00; // NaN
   if (abs >= 0x477ff000) return sign | 0x7c00; // 65520 and up round to ∞
   // normal halves (|v| ≥ 2^-14): move the exponent bias from 127 to 15, then round the 13 dropped bits half to even
@@ -83,7 +96,10 @@ class Scratch {
   colMax = new Float32Array(0);
   colScale = new Float64Array(0);
   cols(C: number) {
-    if (this.colMax.length < C) { this.colMax = new Float32Array(C); this.colScale = new Float64Array(C); }
+    if (this.colMax.length < C) {
+      this.colMax = new Float32Array(C);
+      this.colScale = new Float64Array(C);
+    }
   }
 }
 
@@ -103,12 +119,23 @@ function q8Of(x: number): number {
  * [rows, C] values along axis 1 (blocks of `block` consecutive values of a row): int8 into `q`,
  * scale bits into `sc` from `k`; returns the next scale index.
  */
-function quantizeRows(w: Float32Array, rows: number, C: number, block: number, q: Int8Array, sc: Uint16Array, k: number): number {
+function quantizeRows(
+  w: Float32Array,
+  rows: number,
+  C: number,
+  block: number,
+  q: Int8Array,
+  sc: Uint16Array,
+  k: number,
+): number {
   const t = f16Values();
   for (let base = 0, n = rows * C; base < n; base += block) {
     const end = base + block;
     let m = 0;
-    for (let j = base; j < end; j++) { const v = Math.abs(w[j]); if (v > m) m = v; }
+    for (let j = base; j < end; j++) {
+      const v = Math.abs(w[j]);
+      if (v > m) m = v;
+    }
     const h = scaleBits(m);
     sc[k++] = h;
     const sv = divisorOf(h, t);
@@ -118,15 +145,33 @@ function quantizeRows(w: Float32Array, rows: number, C: number, block: number, q
 }
 
 /** [nBlocks · block, C] values along axis 0 (blocks of `block` rows, one scale per column each) */
-function quantizeCols(w: Float32Array, nBlocks: number, C: number, block: number, q: Int8Array, sc: Uint16Array, k: number, s: Scratch): number {
+function quantizeCols(
+  w: Float32Array,
+  nBlocks: number,
+  C: number,
+  block: number,
+  q: Int8Array,
+  sc: Uint16Array,
+  k: number,
+  s: Scratch,
+): number {
   const t = f16Values();
   s.cols(C);
-  const mx = s.colMax, sv = s.colScale;
+  const mx = s.colMax,
+    sv = s.colScale;
   for (let b = 0; b < nBlocks; b++) {
     const first = b * block * C;
     mx.fill(0, 0, C);
-    for (let r = 0, a = first; r < block; r++) for (let c = 0; c < C; c++, a++) { const v = Math.abs(w[a]); if (v > mx[c]) mx[c] = v; }
-    for (let c = 0; c < C; c++) { const h = scaleBits(mx[c]); sc[k++] = h; sv[c] = divisorOf(h, t); }
+    for (let r = 0, a = first; r < block; r++)
+      for (let c = 0; c < C; c++, a++) {
+        const v = Math.abs(w[a]);
+        if (v > mx[c]) mx[c] = v;
+      }
+    for (let c = 0; c < C; c++) {
+      const h = scaleBits(mx[c]);
+      sc[k++] = h;
+      sv[c] = divisorOf(h, t);
+    }
     for (let r = 0, a = first; r < block; r++) for (let c = 0; c < C; c++, a++) q[a] = q8Of(w[a] / sv[c]);
   }
   return k;
@@ -148,33 +193,79 @@ interface Q8Item {
  * slab's int8 bytes handed to `put` as soon as they exist (the buffer is reused: `put` copies);
  * returns the float16 scale bits.
  */
-async function quantizeItem(weights: ReadableWeightSet, it: Q8Item, s: Scratch, put: (bytes: Uint8Array) => void | Promise<void>): Promise<Uint16Array> {
+async function quantizeItem(
+  weights: ReadableWeightSet,
+  it: Q8Item,
+  s: Scratch,
+  put: (bytes: Uint8Array) => void | Promise<void>,
+): Promise<Uint16Array> {
   const { src, axis, block } = it;
   const [R, C] = src.shape;
   const esize = src.dtype === 'F32' ? 4 : 2;
   const unit = axis === 1 ? 1 : block; // rows a slab is a multiple of
   const rowsPer = Math.max(unit, Math.floor(SLAB_ELEMS / C / unit) * unit);
-  if (rowsPer * C > s.w.length) { s.w = new Float32Array(rowsPer * C); s.q = new Int8Array(rowsPer * C); }
+  if (rowsPer * C > s.w.length) {
+    s.w = new Float32Array(rowsPer * C);
+    s.q = new Int8Array(rowsPer * C);
+  }
   const sc = new Uint16Array(it.nScales);
   let k = 0;
   for (let r0 = 0; r0 < R; r0 += rowsPer) {
-    const rows = Math.min(rowsPer, R - r0), n = rows * C;
+    const rows = Math.min(rowsPer, R - r0),
+      n = rows * C;
     const raw = readEntryRange(weights, src, r0 * C * esize, n * esize);
-    if (raw.byteLength !== n * esize) throw new LoupeError('SAFETENSORS_TRUNCATED', `${src.file}: read ${raw.byteLength} of ${n * esize} bytes of tensor "${src.name}".`, 'The file is damaged or incomplete: delete it (or clear the cache) and download it again.', { file: src.file, tensor: src.name });
+    if (raw.byteLength !== n * esize)
+      throw new LoupeError(
+        'SAFETENSORS_TRUNCATED',
+        `${src.file}: read ${raw.byteLength} of ${n * esize} bytes of tensor "${src.name}".`,
+        'The file is damaged or incomplete: delete it (or clear the cache) and download it again.',
+        { file: src.file, tensor: src.name },
+      );
     decodeValues(src.dtype, raw, 0, n, s.w);
-    k = axis === 1 ? quantizeRows(s.w, rows, C, block, s.q, sc, k) : quantizeCols(s.w, rows / block, C, block, s.q, sc, k, s);
+    k =
+      axis === 1
+        ? quantizeRows(s.w, rows, C, block, s.q, sc, k)
+        : quantizeCols(s.w, rows / block, C, block, s.q, sc, k, s);
     await put(new Uint8Array(s.q.buffer, 0, n));
   }
   return sc;
 }
 
 /** Quantise one stored [r, c] matrix along `axis` in memory: int8 values (same layout) then float16 scales, in one buffer. */
-export async function quantizeMatrix(dtype: string, raw: Uint8Array, shape: number[], axis: 0 | 1): Promise<{ bytes: Uint8Array; block: number; scaleShape: number[]; nScales: number }> {
-  const [it] = q8Items(new Map([['m', { name: 'm', dtype: dtype as TensorEntry['dtype'], shape, fileOffset: 0, byteLength: raw.byteLength, file: 'm' }]]), new Map([['m', axis]]));
+export async function quantizeMatrix(
+  dtype: string,
+  raw: Uint8Array,
+  shape: number[],
+  axis: 0 | 1,
+): Promise<{ bytes: Uint8Array; block: number; scaleShape: number[]; nScales: number }> {
+  const [it] = q8Items(
+    new Map([
+      [
+        'm',
+        {
+          name: 'm',
+          dtype: dtype as TensorEntry['dtype'],
+          shape,
+          fileOffset: 0,
+          byteLength: raw.byteLength,
+          file: 'm',
+        },
+      ],
+    ]),
+    new Map([['m', axis]]),
+  );
   const n = shape[0] * shape[1];
   const bytes = new Uint8Array(n + 2 * it.nScales);
   let at = 0;
-  const sc = await quantizeItem({ files: new Map([['m', raw]]), paths: new Map(), tensors: new Map(), metadata: {} }, it, new Scratch(), (b) => { bytes.set(b, at); at += b.byteLength; });
+  const sc = await quantizeItem(
+    { files: new Map([['m', raw]]), paths: new Map(), tensors: new Map(), metadata: {} },
+    it,
+    new Scratch(),
+    (b) => {
+      bytes.set(b, at);
+      at += b.byteLength;
+    },
+  );
   bytes.set(new Uint8Array(sc.buffer), n);
   return { bytes, block: it.block, scaleShape: it.scaleShape, nScales: it.nScales };
 }
@@ -191,7 +282,9 @@ const CHECK_TENSOR = 'loupe.q8.check';
  * windows whatever the size (a whole read back would cost a cached load as much as the session's
  * own read of the weights), at least every 4 KiB.
  */
-const SAMPLE_BYTES = 256, MAX_SAMPLES = 1024, MIN_STRIDE = 4096;
+const SAMPLE_BYTES = 256,
+  MAX_SAMPLES = 1024,
+  MIN_STRIDE = 4096;
 const strideFor = (end: number) => MIN_STRIDE * Math.max(1, Math.ceil(end / MAX_SAMPLES / MIN_STRIDE));
 
 const align8 = (x: number) => Math.ceil(x / 8) * 8;
@@ -204,22 +297,39 @@ function q8Items(tensors: Map<string, TensorEntry>, targets: Map<string, 0 | 1>)
     const e = tensors.get(name);
     if (!e) continue;
     if (e.shape.length !== 2 || !['F16', 'BF16', 'F32'].includes(e.dtype)) {
-      throw new LoupeError('UNSUPPORTED_CONFIG', `--weights q8 quantises float matrices; ${name} is ${e.dtype} [${e.shape}].`, 'Load this model with --weights stored or f32.', { tensor: name, dtype: e.dtype });
+      throw new LoupeError(
+        'UNSUPPORTED_CONFIG',
+        `--weights q8 quantises float matrices; ${name} is ${e.dtype} [${e.shape}].`,
+        'Load this model with --weights stored or f32.',
+        { tensor: name, dtype: e.dtype },
+      );
     }
     const [R, C] = e.shape;
-    const inDim = axis === 1 ? C : R, outDim = axis === 1 ? R : C;
-    const block = q8BlockSize(inDim), nb = inDim / block, nScales = outDim * nb;
+    const inDim = axis === 1 ? C : R,
+      outDim = axis === 1 ? R : C;
+    const block = q8BlockSize(inDim),
+      nb = inDim / block,
+      nScales = outDim * nb;
     const begin = off;
     const scaleBegin = align8(begin + R * C);
     off = align8(scaleBegin + 2 * nScales);
-    out.push({ src: e, axis, block, begin, scaleBegin, nScales, scaleShape: axis === 1 ? [outDim, nb, 1] : [nb, 1, outDim] });
+    out.push({
+      src: e,
+      axis,
+      block,
+      begin,
+      scaleBegin,
+      nScales,
+      scaleShape: axis === 1 ? [outDim, nb, 1] : [nb, 1, outDim],
+    });
   }
   return out;
 }
 
 /** 53-bit string hash (cyrb53), as 14 hex digits: an entry's key */
 function hash53(str: string, seed = 0): string {
-  let h1 = 0xdeadbeef ^ seed, h2 = 0x41c6ce57 ^ seed;
+  let h1 = 0xdeadbeef ^ seed,
+    h2 = 0x41c6ce57 ^ seed;
   for (let i = 0; i < str.length; i++) {
     const ch = str.charCodeAt(i);
     h1 = Math.imul(h1 ^ ch, 2654435761);
@@ -231,7 +341,14 @@ function hash53(str: string, seed = 0): string {
 }
 
 /** The q8 file's header and size, for these items under this key. */
-interface Q8Plan { key: string; header: Uint8Array; dataStart: number; checkAt: number; size: number; items: Q8Item[] }
+interface Q8Plan {
+  key: string;
+  header: Uint8Array;
+  dataStart: number;
+  checkAt: number;
+  size: number;
+  items: Q8Item[];
+}
 
 function planFile(items: Q8Item[], key: string): Q8Plan {
   const json: Record<string, unknown> = { __metadata__: { format: Q8_FORMAT, key } };
@@ -239,7 +356,11 @@ function planFile(items: Q8Item[], key: string): Q8Plan {
   for (const it of items) {
     const n = it.src.shape[0] * it.src.shape[1];
     json[it.src.name] = { dtype: 'I8', shape: it.src.shape, data_offsets: [it.begin, it.begin + n] };
-    json[`${it.src.name}#q8_scale`] = { dtype: 'F16', shape: it.scaleShape, data_offsets: [it.scaleBegin, it.scaleBegin + 2 * it.nScales] };
+    json[`${it.src.name}#q8_scale`] = {
+      dtype: 'F16',
+      shape: it.scaleShape,
+      data_offsets: [it.scaleBegin, it.scaleBegin + 2 * it.nScales],
+    };
     end = align8(it.scaleBegin + 2 * it.nScales);
   }
   json[CHECK_TENSOR] = { dtype: 'U8', shape: [8], data_offsets: [end, end + 8] };
@@ -257,15 +378,21 @@ function planFile(items: Q8Item[], key: string): Q8Plan {
 class SampledHash {
   h = 0x811c9dc5;
   readonly stride: number;
-  constructor(private readonly end: number) { this.stride = strideFor(end); }
+  constructor(private readonly end: number) {
+    this.stride = strideFor(end);
+  }
   /** `bytes` are the file's bytes from `pos` */
   update(bytes: Uint8Array, pos: number): void {
     const stop = Math.min(pos + bytes.byteLength, this.end);
     const st = this.stride;
     for (let w = Math.floor(pos / st) * st; w < stop; w += st) {
-      const from = Math.max(w, pos), to = Math.min(w + SAMPLE_BYTES, stop);
+      const from = Math.max(w, pos),
+        to = Math.min(w + SAMPLE_BYTES, stop);
       let h = this.h;
-      for (let i = from; i < to; i++) { h ^= bytes[i - pos]; h = Math.imul(h, 16777619); }
+      for (let i = from; i < to; i++) {
+        h ^= bytes[i - pos];
+        h = Math.imul(h, 16777619);
+      }
       this.h = h;
     }
   }
@@ -290,7 +417,8 @@ function entryIsWhole(file: RangedFile, plan: Q8Plan): boolean {
     const from = Math.max(w, plan.dataStart);
     hash.update(file.read(from, Math.min(w + SAMPLE_BYTES, plan.checkAt) - from), from);
   }
-  const want = hash.value(), got = file.read(plan.checkAt, 8);
+  const want = hash.value(),
+    got = file.read(plan.checkAt, 8);
   return got.byteLength === 8 && got.every((b, i) => b === want[i]);
 }
 
@@ -350,7 +478,12 @@ export type Q8Source = 'cache' | 'built+cached' | 'built';
  */
 async function entryPlan(items: Q8Item[], store: Q8Store): Promise<{ plan: Q8Plan; name: string }> {
   const identity = await store.identity([...new Set(items.map((i) => i.src.file))]);
-  const material = JSON.stringify([Q8_FORMAT, Q8_BLOCK, identity, items.map((i) => [i.src.name, i.axis, i.src.file, i.src.dtype, i.src.shape, i.src.fileOffset])]);
+  const material = JSON.stringify([
+    Q8_FORMAT,
+    Q8_BLOCK,
+    identity,
+    items.map((i) => [i.src.name, i.axis, i.src.file, i.src.dtype, i.src.shape, i.src.fileOffset]),
+  ]);
   const plan = planFile(items, hash53(material) + hash53(material, 1));
   return { plan, name: `.loupe/q8-${plan.key}.safetensors` };
 }
@@ -361,7 +494,11 @@ async function entryPlan(items: Q8Item[], store: Q8Store): Promise<{ plan: Q8Pla
  * size is there already (its full check comes at load). A source file not yet complete in the
  * cache changes the key, so a model still to download always needs its entry written.
  */
-export async function q8EntryBytesToWrite(tensors: Map<string, TensorEntry>, spec: ModelSpec, store: Q8Store): Promise<number> {
+export async function q8EntryBytesToWrite(
+  tensors: Map<string, TensorEntry>,
+  spec: ModelSpec,
+  store: Q8Store,
+): Promise<number> {
   const { plan, name } = await entryPlan(q8Items(tensors, q8Targets(spec)), store);
   const found = await store.open(name).catch(() => undefined);
   return found?.file.size === plan.size ? 0 : plan.size;
@@ -369,7 +506,9 @@ export async function q8EntryBytesToWrite(tensors: Map<string, TensorEntry>, spe
 
 /** a store's own failure (not the source weights'): the load goes on in memory */
 class StoreFailure extends Error {
-  constructor(reason: unknown) { super(`q8 cache: ${reason instanceof Error ? reason.message : String(reason)}`); }
+  constructor(reason: unknown) {
+    super(`q8 cache: ${reason instanceof Error ? reason.message : String(reason)}`);
+  }
 }
 
 /**
@@ -384,7 +523,11 @@ class StoreFailure extends Error {
  * and built again, and a store that cannot write (a full disk, a quota) leaves the load to build
  * in memory. Quantising is deterministic, so the entry's bytes are the ones a build in memory gives.
  */
-export async function q8WeightSet(weights: ReadableWeightSet, spec: ModelSpec, store?: Q8Store): Promise<ReadableWeightSet & { q8Source: Q8Source; q8StoreFailure?: string }> {
+export async function q8WeightSet(
+  weights: ReadableWeightSet,
+  spec: ModelSpec,
+  store?: Q8Store,
+): Promise<ReadableWeightSet & { q8Source: Q8Source; q8StoreFailure?: string }> {
   const items = q8Items(weights.tensors, q8Targets(spec));
   let plan: Q8Plan | undefined;
   let found: { file: RangedFile; path?: string } | undefined;
@@ -395,23 +538,42 @@ export async function q8WeightSet(weights: ReadableWeightSet, spec: ModelSpec, s
       let name: string;
       ({ plan, name } = await entryPlan(items, store));
       found = await store.open(name);
-      if (found && !entryIsWhole(found.file, plan)) { await store.drop(name); found = undefined; }
+      if (found && !entryIsWhole(found.file, plan)) {
+        await store.drop(name);
+        found = undefined;
+      }
       if (found) q8Source = 'cache';
       else {
         const sink = await store.create(name);
         try {
           await writeFile(weights, plan, {
-            append: (b) => { try { sink.append(b); } catch (e) { throw new StoreFailure(e); } },
-            drain: () => sink.drain?.().catch((e) => { throw new StoreFailure(e); }) ?? Promise.resolve(),
+            append: (b) => {
+              try {
+                sink.append(b);
+              } catch (e) {
+                throw new StoreFailure(e);
+              }
+            },
+            drain: () =>
+              sink.drain?.().catch((e) => {
+                throw new StoreFailure(e);
+              }) ?? Promise.resolve(),
           });
-          await sink.commit().catch((e) => { throw new StoreFailure(e); });
+          await sink.commit().catch((e) => {
+            throw new StoreFailure(e);
+          });
         } catch (e) {
           await sink.abort().catch(() => undefined);
           throw e;
         }
         found = await store.open(name);
-        if (found && entryIsWhole(found.file, plan)) { q8Source = 'built+cached'; await store.retain(name).catch(() => undefined); }
-        else { found = undefined; await store.drop(name).catch(() => undefined); }
+        if (found && entryIsWhole(found.file, plan)) {
+          q8Source = 'built+cached';
+          await store.retain(name).catch(() => undefined);
+        } else {
+          found = undefined;
+          await store.drop(name).catch(() => undefined);
+        }
       }
     } catch (e) {
       if (e instanceof LoupeError) throw e; // the source weights' own errors
@@ -429,15 +591,35 @@ export async function q8WeightSet(weights: ReadableWeightSet, spec: ModelSpec, s
   } else {
     const bytes = new Uint8Array(plan.size);
     let at = 0;
-    await writeFile(weights, plan, { append: (b) => { bytes.set(b, at); at += b.byteLength; } });
+    await writeFile(weights, plan, {
+      append: (b) => {
+        bytes.set(b, at);
+        at += b.byteLength;
+      },
+    });
     files.set(Q8_FILE, bytes);
   }
   const tensors = new Map(weights.tensors);
   for (const it of plan.items) {
     const { name, shape } = it.src;
     const n = shape[0] * shape[1];
-    const scale: TensorEntry = { name: `${name}#q8_scale`, dtype: 'F16', shape: it.scaleShape, fileOffset: plan.dataStart + it.scaleBegin, byteLength: 2 * it.nScales, file: Q8_FILE };
-    tensors.set(name, { name, dtype: 'I8', shape: [...shape], fileOffset: plan.dataStart + it.begin, byteLength: n, file: Q8_FILE, q8: { axis: it.axis, block: it.block, scale } });
+    const scale: TensorEntry = {
+      name: `${name}#q8_scale`,
+      dtype: 'F16',
+      shape: it.scaleShape,
+      fileOffset: plan.dataStart + it.scaleBegin,
+      byteLength: 2 * it.nScales,
+      file: Q8_FILE,
+    };
+    tensors.set(name, {
+      name,
+      dtype: 'I8',
+      shape: [...shape],
+      fileOffset: plan.dataStart + it.begin,
+      byteLength: n,
+      file: Q8_FILE,
+      q8: { axis: it.axis, block: it.block, scale },
+    });
   }
   return { ...weights, files, paths, ranged, tensors, q8Source, ...(q8StoreFailure ? { q8StoreFailure } : {}) };
 }
@@ -457,9 +639,17 @@ export function dequantizeQ8(weights: ReadableWeightSet, name: string): Float32A
  * (axis 0: [in, out], GPT-2's Conv1D; `block` consecutive rows share one scale per column). The
  * product of an int8 and a float16 is exact in float32, so these equal the graph's values bit for bit.
  */
-export function dequantizeQ8Rows(weights: ReadableWeightSet, e: TensorEntry, start: number, n: number, out: Float32Array = new Float32Array(n * e.shape[1]), scratch?: Uint8Array): Float32Array {
+export function dequantizeQ8Rows(
+  weights: ReadableWeightSet,
+  e: TensorEntry,
+  start: number,
+  n: number,
+  out: Float32Array = new Float32Array(n * e.shape[1]),
+  scratch?: Uint8Array,
+): Float32Array {
   if (!e.q8) throw new Error(`dequantizeQ8Rows: ${e.name} is not a q8 tensor`);
-  const C = e.shape[1], block = e.q8.block;
+  const C = e.shape[1],
+    block = e.q8.block;
   const qb = readEntryRange(weights, e, start * C, n * C, scratch);
   const q = new Int8Array(qb.buffer, qb.byteOffset, n * C);
   // the scales these rows use: axis 1, n · C/block of them (one per block of a row); axis 0, C per block of rows touched
@@ -532,7 +722,8 @@ export function q8ForWebGpu(weights: ReadableWeightSet): ReadableWeightSet {
 /** A float16 / bfloat16 tensor `e` as a file of its float32 values, widened from its bytes range by range as it is read. */
 function widenedFile(weights: ReadableWeightSet, e: TensorEntry): RangedFile {
   const read = (offset: number, length: number): Uint8Array => {
-    const first = Math.max(0, Math.floor(offset / 4)), end = Math.min(e.byteLength / 2, Math.ceil((offset + length) / 4));
+    const first = Math.max(0, Math.floor(offset / 4)),
+      end = Math.min(e.byteLength / 2, Math.ceil((offset + length) / 4));
     if (end <= first) return new Uint8Array(0);
     const f32 = new Float32Array(end - first);
     decodeValues(e.dtype, readEntryRange(weights, e, 2 * first, 2 * (end - first)), 0, end - first, f32);

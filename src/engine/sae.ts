@@ -49,7 +49,12 @@ export async function loadSaeFiles(source: ModelSource, path: string, opts: Fetc
   const p = path.replace(/^\/+|\/+$/g, '');
   const file = (f: string) => (p ? `${p}/${f}` : f);
   const cfgBytes = await source.fetchFile(file('cfg.json'), { ...opts, optional: true });
-  if (!cfgBytes) throw new LoupeError('FILE_NOT_FOUND', `No cfg.json at ${file('cfg.json')}.`, 'An SAE in SAELens layout is a folder with cfg.json and sae_weights.safetensors; check the path inside the repository.');
+  if (!cfgBytes)
+    throw new LoupeError(
+      'FILE_NOT_FOUND',
+      `No cfg.json at ${file('cfg.json')}.`,
+      'An SAE in SAELens layout is a folder with cfg.json and sae_weights.safetensors; check the path inside the repository.',
+    );
   let cfg: Record<string, any>;
   try {
     cfg = JSON.parse(new TextDecoder().decode(cfgBytes));
@@ -57,7 +62,8 @@ export async function loadSaeFiles(source: ModelSource, path: string, opts: Fetc
     throw new LoupeError('BAD_CONFIG', `${file('cfg.json')} is not valid JSON.`);
   }
   const bytes = await source.fetchFile(file('sae_weights.safetensors'), opts);
-  if (!bytes) throw new LoupeError('FILE_NOT_FOUND', `No sae_weights.safetensors at ${file('sae_weights.safetensors')}.`);
+  if (!bytes)
+    throw new LoupeError('FILE_NOT_FOUND', `No sae_weights.safetensors at ${file('sae_weights.safetensors')}.`);
   return { cfg, bytes };
 }
 
@@ -68,11 +74,16 @@ function activationOf(cfg: Record<string, any>): { activation: SaeActivation; k?
   if (arch === 'jumprelu') return { activation: 'jumprelu' };
   if (arch === 'topk' || fn === 'topk') {
     const k = cfg.activation_fn_kwargs?.k ?? cfg.k;
-    if (!Number.isInteger(k) || k < 1) throw new LoupeError('BAD_CONFIG', 'A TopK SAE needs activation_fn_kwargs.k (a positive integer).');
+    if (!Number.isInteger(k) || k < 1)
+      throw new LoupeError('BAD_CONFIG', 'A TopK SAE needs activation_fn_kwargs.k (a positive integer).');
     return { activation: 'topk', k };
   }
   if (arch === 'standard' && fn === 'relu') return { activation: 'relu' };
-  throw new LoupeError('UNSUPPORTED_CONFIG', `SAE architecture '${arch}' with activation '${fn}' is not supported.`, 'Supported: standard (ReLU), jumprelu, topk.');
+  throw new LoupeError(
+    'UNSUPPORTED_CONFIG',
+    `SAE architecture '${arch}' with activation '${fn}' is not supported.`,
+    'Supported: standard (ReLU), jumprelu, topk.',
+  );
 }
 
 /**
@@ -80,18 +91,37 @@ function activationOf(cfg: Record<string, any>): { activation: SaeActivation; k?
  * `hookDim(hook)` gives the hook's per-position size (d_in must equal it), or undefined for a
  * hook the model does not have.
  */
-export function prepareSae(files: SaeFiles, id: string, slot: number, hookDim: (hook: string) => number | undefined): { spec: SaeGraphSpec; fileName: string } {
+export function prepareSae(
+  files: SaeFiles,
+  id: string,
+  slot: number,
+  hookDim: (hook: string) => number | undefined,
+): { spec: SaeGraphSpec; fileName: string } {
   const cfg = files.cfg;
   const hook = cfg.hook_name;
   if (typeof hook !== 'string') throw new LoupeError('BAD_CONFIG', 'SAE cfg.json has no hook_name.');
   const dIn = cfg.d_in;
   const dSae = cfg.d_sae;
-  if (!Number.isInteger(dIn) || !Number.isInteger(dSae)) throw new LoupeError('BAD_CONFIG', 'SAE cfg.json needs integer d_in and d_sae.');
+  if (!Number.isInteger(dIn) || !Number.isInteger(dSae))
+    throw new LoupeError('BAD_CONFIG', 'SAE cfg.json needs integer d_in and d_sae.');
   const norm = cfg.normalize_activations ?? 'none';
-  if (norm !== 'none' && norm !== null) throw new LoupeError('UNSUPPORTED_CONFIG', `normalize_activations '${norm}' is not supported.`, "Only SAEs trained with normalize_activations 'none' can be attached exactly.");
+  if (norm !== 'none' && norm !== null)
+    throw new LoupeError(
+      'UNSUPPORTED_CONFIG',
+      `normalize_activations '${norm}' is not supported.`,
+      "Only SAEs trained with normalize_activations 'none' can be attached exactly.",
+    );
   const want = hookDim(hook);
-  if (want === undefined) throw mismatch(`The SAE reads ${hook}, which this model does not have (or which cannot be edited).`, 'Load the model the SAE was trained on (cfg.json model_name) or pick an SAE for one of this model\'s hooks.');
-  if (want !== dIn) throw mismatch(`The SAE's d_in is ${dIn} but ${hook} has ${want} values per position in this model.`, `This SAE was trained on ${cfg.model_name ?? 'another model'}; pick one whose d_in matches.`);
+  if (want === undefined)
+    throw mismatch(
+      `The SAE reads ${hook}, which this model does not have (or which cannot be edited).`,
+      "Load the model the SAE was trained on (cfg.json model_name) or pick an SAE for one of this model's hooks.",
+    );
+  if (want !== dIn)
+    throw mismatch(
+      `The SAE's d_in is ${dIn} but ${hook} has ${want} values per position in this model.`,
+      `This SAE was trained on ${cfg.model_name ?? 'another model'}; pick one whose d_in matches.`,
+    );
   const { activation, k } = activationOf(cfg);
   const fileName = `sae-${slot}.safetensors`;
   const header = parseSafetensors(files.bytes, 'sae_weights.safetensors');
@@ -100,21 +130,36 @@ export function prepareSae(files: SaeFiles, id: string, slot: number, hookDim: (
     const t = byName.get(name);
     if (!t) {
       if (!required) return undefined;
-      throw new LoupeError('MISSING_TENSOR', `sae_weights.safetensors has no ${name}.`, 'SAELens SAEs store W_enc, b_enc, W_dec, b_dec (and threshold for JumpReLU).');
+      throw new LoupeError(
+        'MISSING_TENSOR',
+        `sae_weights.safetensors has no ${name}.`,
+        'SAELens SAEs store W_enc, b_enc, W_dec, b_dec (and threshold for JumpReLU).',
+      );
     }
-    if (t.shape.length !== shape.length || t.shape.some((d, i) => d !== shape[i])) throw mismatch(`SAE tensor ${name} has shape [${t.shape}], expected [${shape}] from cfg.json.`);
-    if (!['F32', 'F16', 'BF16'].includes(t.dtype)) throw new LoupeError('SAFETENSORS_UNKNOWN_DTYPE', `SAE tensor ${name} has dtype ${t.dtype}.`);
+    if (t.shape.length !== shape.length || t.shape.some((d, i) => d !== shape[i]))
+      throw mismatch(`SAE tensor ${name} has shape [${t.shape}], expected [${shape}] from cfg.json.`);
+    if (!['F32', 'F16', 'BF16'].includes(t.dtype))
+      throw new LoupeError('SAFETENSORS_UNKNOWN_DTYPE', `SAE tensor ${name} has dtype ${t.dtype}.`);
     return { ...t, name: `sae${slot}.${name}`, file: fileName };
   };
   const spec: SaeGraphSpec = {
-    info: { id, hook, d_in: dIn, d_sae: dSae, activation, ...(k ? { k } : {}), apply_b_dec_to_input: cfg.apply_b_dec_to_input !== false },
+    info: {
+      id,
+      hook,
+      d_in: dIn,
+      d_sae: dSae,
+      activation,
+      ...(k ? { k } : {}),
+      apply_b_dec_to_input: cfg.apply_b_dec_to_input !== false,
+    },
     W_enc: take('W_enc', [dIn, dSae])!,
     b_enc: take('b_enc', [dSae])!,
     W_dec: take('W_dec', [dSae, dIn])!,
     b_dec: take('b_dec', [dIn])!,
     threshold: activation === 'jumprelu' ? take('threshold', [dSae]) : undefined,
   };
-  if (activation === 'topk' && (k ?? 0) > dSae) throw new LoupeError('BAD_CONFIG', `TopK k=${k} exceeds d_sae=${dSae}.`);
+  if (activation === 'topk' && (k ?? 0) > dSae)
+    throw new LoupeError('BAD_CONFIG', `TopK k=${k} exceeds d_sae=${dSae}.`);
   return { spec, fileName };
 }
 

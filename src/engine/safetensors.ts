@@ -29,7 +29,16 @@ import type { SafetensorsDtype, TensorEntry, WeightSet } from './safetensors-typ
 export const MAX_HEADER_BYTES = 100_000_000;
 
 export const DTYPE_BYTES: Record<SafetensorsDtype, number> = {
-  F64: 8, F32: 4, F16: 2, BF16: 2, I64: 8, I32: 4, I16: 2, I8: 1, U8: 1, BOOL: 1,
+  F64: 8,
+  F32: 4,
+  F16: 2,
+  BF16: 2,
+  I64: 8,
+  I32: 4,
+  I16: 2,
+  I8: 1,
+  U8: 1,
+  BOOL: 1,
 };
 
 export interface SafetensorsHeader {
@@ -54,22 +63,42 @@ const HINT_REDOWNLOAD = 'The file is damaged or incomplete: delete it (or clear 
 /** N, the header length, from the first 8 bytes of a file. */
 export function safetensorsHeaderLength(prefix: Uint8Array, fileName: string, fileSize: number): number {
   if (fileSize < 8 || prefix.byteLength < 8) {
-    throw new LoupeError('SAFETENSORS_TRUNCATED', `${fileName}: file is ${fileSize} bytes, too short to hold a safetensors header length (8 bytes).`, HINT_REDOWNLOAD, { file: fileName });
+    throw new LoupeError(
+      'SAFETENSORS_TRUNCATED',
+      `${fileName}: file is ${fileSize} bytes, too short to hold a safetensors header length (8 bytes).`,
+      HINT_REDOWNLOAD,
+      { file: fileName },
+    );
   }
   const dv = new DataView(prefix.buffer, prefix.byteOffset, 8);
   const n = dv.getBigUint64(0, true);
   if (n > BigInt(MAX_HEADER_BYTES)) {
-    throw new LoupeError('SAFETENSORS_HEADER_TOO_LARGE', `${fileName}: header length ${n} bytes exceeds the ${MAX_HEADER_BYTES}-byte cap.`, 'This is not a valid safetensors file (or it is corrupted).', { file: fileName, headerLength: n.toString() });
+    throw new LoupeError(
+      'SAFETENSORS_HEADER_TOO_LARGE',
+      `${fileName}: header length ${n} bytes exceeds the ${MAX_HEADER_BYTES}-byte cap.`,
+      'This is not a valid safetensors file (or it is corrupted).',
+      { file: fileName, headerLength: n.toString() },
+    );
   }
   const len = Number(n);
   if (8 + len > fileSize) {
-    throw new LoupeError('SAFETENSORS_TRUNCATED', `${fileName}: header says ${len} bytes of JSON but the file is only ${fileSize} bytes.`, HINT_REDOWNLOAD, { file: fileName });
+    throw new LoupeError(
+      'SAFETENSORS_TRUNCATED',
+      `${fileName}: header says ${len} bytes of JSON but the file is only ${fileSize} bytes.`,
+      HINT_REDOWNLOAD,
+      { file: fileName },
+    );
   }
   return len;
 }
 
 function bad(fileName: string, msg: string, tensor?: string): never {
-  throw new LoupeError('SAFETENSORS_BAD_HEADER', `${fileName}: ${tensor ? `tensor "${tensor}": ` : ''}${msg}`, HINT_REDOWNLOAD, { file: fileName, ...(tensor ? { tensor } : {}) });
+  throw new LoupeError(
+    'SAFETENSORS_BAD_HEADER',
+    `${fileName}: ${tensor ? `tensor "${tensor}": ` : ''}${msg}`,
+    HINT_REDOWNLOAD,
+    { file: fileName, ...(tensor ? { tensor } : {}) },
+  );
 }
 
 function isNonNegInt(x: unknown): x is number {
@@ -83,7 +112,12 @@ function isNonNegInt(x: unknown): x is number {
 export function parseSafetensorsHeader(headerBytes: Uint8Array, fileName: string, fileSize: number): SafetensorsHeader {
   const n = safetensorsHeaderLength(headerBytes, fileName, fileSize);
   if (headerBytes.byteLength < 8 + n) {
-    throw new LoupeError('SAFETENSORS_TRUNCATED', `${fileName}: only ${headerBytes.byteLength} of the ${8 + n} header bytes are available.`, HINT_REDOWNLOAD, { file: fileName });
+    throw new LoupeError(
+      'SAFETENSORS_TRUNCATED',
+      `${fileName}: only ${headerBytes.byteLength} of the ${8 + n} header bytes are available.`,
+      HINT_REDOWNLOAD,
+      { file: fileName },
+    );
   }
   let json: unknown;
   try {
@@ -113,29 +147,62 @@ export function parseSafetensorsHeader(headerBytes: Uint8Array, fileName: string
     const { dtype, shape, data_offsets } = raw as Record<string, unknown>;
     if (typeof dtype !== 'string') bad(fileName, '"dtype" is missing or not a string.', name);
     if (!Object.prototype.hasOwnProperty.call(DTYPE_BYTES, dtype)) {
-      throw new LoupeError('SAFETENSORS_UNKNOWN_DTYPE', `${fileName}: tensor "${name}" has dtype ${dtype}, which Loupe does not read.`, `Supported dtypes: ${Object.keys(DTYPE_BYTES).join(', ')}. Convert the weights (e.g. to float16 or float32) and save them again.`, { file: fileName, tensor: name, dtype });
+      throw new LoupeError(
+        'SAFETENSORS_UNKNOWN_DTYPE',
+        `${fileName}: tensor "${name}" has dtype ${dtype}, which Loupe does not read.`,
+        `Supported dtypes: ${Object.keys(DTYPE_BYTES).join(', ')}. Convert the weights (e.g. to float16 or float32) and save them again.`,
+        { file: fileName, tensor: name, dtype },
+      );
     }
-    if (!Array.isArray(shape) || !shape.every(isNonNegInt)) bad(fileName, `"shape" must be a list of non-negative integers, got ${JSON.stringify(shape)}.`, name);
-    if (!Array.isArray(data_offsets) || data_offsets.length !== 2 || !data_offsets.every(isNonNegInt) || data_offsets[0] > data_offsets[1]) {
-      bad(fileName, `"data_offsets" must be [begin, end] with 0 <= begin <= end, got ${JSON.stringify(data_offsets)}.`, name);
+    if (!Array.isArray(shape) || !shape.every(isNonNegInt))
+      bad(fileName, `"shape" must be a list of non-negative integers, got ${JSON.stringify(shape)}.`, name);
+    if (
+      !Array.isArray(data_offsets) ||
+      data_offsets.length !== 2 ||
+      !data_offsets.every(isNonNegInt) ||
+      data_offsets[0] > data_offsets[1]
+    ) {
+      bad(
+        fileName,
+        `"data_offsets" must be [begin, end] with 0 <= begin <= end, got ${JSON.stringify(data_offsets)}.`,
+        name,
+      );
     }
     const dt = dtype as SafetensorsDtype;
     const [begin, end] = data_offsets as [number, number];
     const numel = (shape as number[]).reduce((a, b) => a * b, 1);
     const expected = numel * DTYPE_BYTES[dt];
     if (!Number.isSafeInteger(expected) || end - begin !== expected) {
-      throw new LoupeError('SAFETENSORS_SIZE_MISMATCH', `${fileName}: tensor "${name}" (${dt} [${(shape as number[]).join(', ')}]) needs ${expected} bytes but its data_offsets [${begin}, ${end}] span ${end - begin}.`, HINT_REDOWNLOAD, { file: fileName, tensor: name });
+      throw new LoupeError(
+        'SAFETENSORS_SIZE_MISMATCH',
+        `${fileName}: tensor "${name}" (${dt} [${(shape as number[]).join(', ')}]) needs ${expected} bytes but its data_offsets [${begin}, ${end}] span ${end - begin}.`,
+        HINT_REDOWNLOAD,
+        { file: fileName, tensor: name },
+      );
     }
     ranges.push({ name, begin, end });
-    tensors.push({ name, dtype: dt, shape: [...(shape as number[])], fileOffset: dataStart + begin, byteLength: end - begin, file: fileName });
+    tensors.push({
+      name,
+      dtype: dt,
+      shape: [...(shape as number[])],
+      fileOffset: dataStart + begin,
+      byteLength: end - begin,
+      file: fileName,
+    });
   }
 
   // Overlaps: sort by start; an empty tensor overlaps nothing.
   const sorted = ranges.filter((r) => r.end > r.begin).sort((a, b) => a.begin - b.begin || a.end - b.end);
   for (let i = 1; i < sorted.length; i++) {
-    const prev = sorted[i - 1], cur = sorted[i];
+    const prev = sorted[i - 1],
+      cur = sorted[i];
     if (cur.begin < prev.end) {
-      throw new LoupeError('SAFETENSORS_OVERLAP', `${fileName}: tensors "${prev.name}" [${prev.begin}, ${prev.end}) and "${cur.name}" [${cur.begin}, ${cur.end}) share bytes.`, HINT_REDOWNLOAD, { file: fileName, tensors: [prev.name, cur.name] });
+      throw new LoupeError(
+        'SAFETENSORS_OVERLAP',
+        `${fileName}: tensors "${prev.name}" [${prev.begin}, ${prev.end}) and "${cur.name}" [${cur.begin}, ${cur.end}) share bytes.`,
+        HINT_REDOWNLOAD,
+        { file: fileName, tensors: [prev.name, cur.name] },
+      );
     }
   }
 
@@ -143,13 +210,24 @@ export function parseSafetensorsHeader(headerBytes: Uint8Array, fileName: string
   // the header is sound and the file was cut short; otherwise a tensor's offsets point outside.
   const beyond = sorted.filter((r) => r.end > dataLength);
   if (beyond.length > 0) {
-    const contiguous = sorted.length > 0 && sorted[0].begin === 0 && sorted.every((r, i) => i === 0 || r.begin === sorted[i - 1].end);
+    const contiguous =
+      sorted.length > 0 && sorted[0].begin === 0 && sorted.every((r, i) => i === 0 || r.begin === sorted[i - 1].end);
     const maxEnd = sorted[sorted.length - 1].end;
     if (contiguous) {
-      throw new LoupeError('SAFETENSORS_TRUNCATED', `${fileName}: file is ${fileSize} bytes but its header describes ${dataStart + maxEnd}; tensor "${beyond[0].name}" is cut off.`, HINT_REDOWNLOAD, { file: fileName, tensor: beyond[0].name, fileSize, expectedSize: dataStart + maxEnd });
+      throw new LoupeError(
+        'SAFETENSORS_TRUNCATED',
+        `${fileName}: file is ${fileSize} bytes but its header describes ${dataStart + maxEnd}; tensor "${beyond[0].name}" is cut off.`,
+        HINT_REDOWNLOAD,
+        { file: fileName, tensor: beyond[0].name, fileSize, expectedSize: dataStart + maxEnd },
+      );
     }
     const r = beyond[0];
-    throw new LoupeError('SAFETENSORS_OFFSET_OUT_OF_RANGE', `${fileName}: tensor "${r.name}" data_offsets [${r.begin}, ${r.end}] end past the data buffer (${dataLength} bytes).`, HINT_REDOWNLOAD, { file: fileName, tensor: r.name });
+    throw new LoupeError(
+      'SAFETENSORS_OFFSET_OUT_OF_RANGE',
+      `${fileName}: tensor "${r.name}" data_offsets [${r.begin}, ${r.end}] end past the data buffer (${dataLength} bytes).`,
+      HINT_REDOWNLOAD,
+      { file: fileName, tensor: r.name },
+    );
   }
   return { tensors, metadata, dataStart };
 }
@@ -171,7 +249,12 @@ export function addHeader(ws: WeightSet, header: SafetensorsHeader): void {
   for (const t of header.tensors) {
     const prev = ws.tensors.get(t.name);
     if (prev) {
-      throw new LoupeError('BAD_INDEX', `Tensor "${t.name}" appears in both ${prev.file} and ${t.file}.`, 'The shards of this model disagree; download them again.', { tensor: t.name });
+      throw new LoupeError(
+        'BAD_INDEX',
+        `Tensor "${t.name}" appears in both ${prev.file} and ${t.file}.`,
+        'The shards of this model disagree; download them again.',
+        { tensor: t.name },
+      );
     }
     ws.tensors.set(t.name, t);
   }
@@ -180,7 +263,8 @@ export function addHeader(ws: WeightSet, header: SafetensorsHeader): void {
 
 function entryOf(weights: WeightSet, name: string): TensorEntry {
   const e = weights.tensors.get(name);
-  if (!e) throw new LoupeError('MISSING_TENSOR', `The model has no tensor named "${name}".`, undefined, { tensor: name });
+  if (!e)
+    throw new LoupeError('MISSING_TENSOR', `The model has no tensor named "${name}".`, undefined, { tensor: name });
   return e;
 }
 
@@ -194,21 +278,39 @@ export function readTensorBytes(weights: ReadableWeightSet, name: string): Uint8
  * Bytes [offset, offset + length) of a tensor's data (rows of a table without the whole table).
  * `into`: scratch a reader from disk may fill (RangeReader); the result may be a view of it.
  */
-export function readEntryRange(weights: ReadableWeightSet, e: TensorEntry, offset: number, length: number, into?: Uint8Array): Uint8Array {
+export function readEntryRange(
+  weights: ReadableWeightSet,
+  e: TensorEntry,
+  offset: number,
+  length: number,
+  into?: Uint8Array,
+): Uint8Array {
   const start = e.fileOffset + offset;
   const bytes = weights.files.get(e.file);
   if (bytes) return bytes.subarray(start, start + length);
   const ranged = weights.ranged?.get(e.file);
-  const read = ranged ? (o: number, n: number) => ranged.read(o, n)
-    : weights.readRange && weights.paths.has(e.file) ? (o: number, n: number) => weights.readRange!(e.file, o, n, into) : undefined;
+  const read = ranged
+    ? (o: number, n: number) => ranged.read(o, n)
+    : weights.readRange && weights.paths.has(e.file)
+      ? (o: number, n: number) => weights.readRange!(e.file, o, n, into)
+      : undefined;
   if (read) {
     const out = read(start, length);
     if (out.byteLength !== length) {
-      throw new LoupeError('SAFETENSORS_TRUNCATED', `${e.file}: read ${out.byteLength} of ${length} bytes of tensor "${e.name}".`, HINT_REDOWNLOAD, { file: e.file, tensor: e.name });
+      throw new LoupeError(
+        'SAFETENSORS_TRUNCATED',
+        `${e.file}: read ${out.byteLength} of ${length} bytes of tensor "${e.name}".`,
+        HINT_REDOWNLOAD,
+        { file: e.file, tensor: e.name },
+      );
     }
     return out;
   }
-  throw new LoupeError('INTERNAL', `Bytes of ${e.file} (tensor "${e.name}") are not loaded and no reader is available.`, 'Load the model with loadModelFilesNode in Node, or keep the file bytes in WeightSet.files.');
+  throw new LoupeError(
+    'INTERNAL',
+    `Bytes of ${e.file} (tensor "${e.name}") are not loaded and no reader is available.`,
+    'Load the model with loadModelFilesNode in Node, or keep the file bytes in WeightSet.files.',
+  );
 }
 
 /** float16 bits -> float32 value (handles subnormals, inf, NaN). */
@@ -241,9 +343,13 @@ export function bf16Values(): Float32Array {
  * alignment) into `out`; 16-bit formats through a 65536-entry table
  */
 export function decodeValues(dtype: string, raw: Uint8Array, from: number, n: number, out: Float32Array): void {
-  if (dtype === 'F32') { new Uint8Array(out.buffer, out.byteOffset, 4 * n).set(raw.subarray(4 * from, 4 * (from + n))); return; }
+  if (dtype === 'F32') {
+    new Uint8Array(out.buffer, out.byteOffset, 4 * n).set(raw.subarray(4 * from, 4 * (from + n)));
+    return;
+  }
   const at = raw.byteOffset + 2 * from;
-  const h = at % 2 === 0 ? new Uint16Array(raw.buffer, at, n) : new Uint16Array(raw.slice(2 * from, 2 * (from + n)).buffer);
+  const h =
+    at % 2 === 0 ? new Uint16Array(raw.buffer, at, n) : new Uint16Array(raw.slice(2 * from, 2 * (from + n)).buffer);
   if (dtype === 'F16') {
     const t = f16Values();
     for (let i = 0; i < n; i++) out[i] = t[h[i]];
@@ -262,17 +368,26 @@ export function readTensorF32(weights: ReadableWeightSet, name: string): Float32
   // Copy to a fresh, aligned buffer: tensors in a file need not be aligned to their element size.
   const buf = raw.slice().buffer;
   switch (e.dtype) {
-    case 'F32': return new Float32Array(buf, 0, n);
-    case 'F64': return Float32Array.from(new Float64Array(buf, 0, n));
-    case 'F16': case 'BF16': {
+    case 'F32':
+      return new Float32Array(buf, 0, n);
+    case 'F64':
+      return Float32Array.from(new Float64Array(buf, 0, n));
+    case 'F16':
+    case 'BF16': {
       const out = new Float32Array(n);
       decodeValues(e.dtype, new Uint8Array(buf), 0, n, out);
       return out;
     }
-    case 'I64': return Float32Array.from(new BigInt64Array(buf, 0, n), (v) => Number(v));
-    case 'I32': return Float32Array.from(new Int32Array(buf, 0, n));
-    case 'I16': return Float32Array.from(new Int16Array(buf, 0, n));
-    case 'I8': return Float32Array.from(new Int8Array(buf, 0, n));
-    case 'U8': case 'BOOL': return Float32Array.from(new Uint8Array(buf, 0, n));
+    case 'I64':
+      return Float32Array.from(new BigInt64Array(buf, 0, n), (v) => Number(v));
+    case 'I32':
+      return Float32Array.from(new Int32Array(buf, 0, n));
+    case 'I16':
+      return Float32Array.from(new Int16Array(buf, 0, n));
+    case 'I8':
+      return Float32Array.from(new Int8Array(buf, 0, n));
+    case 'U8':
+    case 'BOOL':
+      return Float32Array.from(new Uint8Array(buf, 0, n));
   }
 }

@@ -11,17 +11,32 @@ export class ModelTokenizer {
   readonly bosTokenId: number | undefined;
   readonly eosTokenId: number | undefined;
 
-  constructor(tokenizerJson: Record<string, unknown>, private readonly tokenizerConfig: Record<string, unknown> | null, config: Record<string, any>) {
+  constructor(
+    tokenizerJson: Record<string, unknown>,
+    private readonly tokenizerConfig: Record<string, unknown> | null,
+    config: Record<string, any>,
+  ) {
     try {
       this.tok = new Tokenizer(tokenizerJson, tokenizerConfig ?? {});
     } catch (e) {
-      throw new LoupeError('MISSING_TOKENIZER', `tokenizer.json could not be loaded: ${(e as Error).message}`, 'The model\'s tokenizer.json is not a Hugging Face tokenizers file this library understands.');
+      throw new LoupeError(
+        'MISSING_TOKENIZER',
+        `tokenizer.json could not be loaded: ${(e as Error).message}`,
+        "The model's tokenizer.json is not a Hugging Face tokenizers file this library understands.",
+      );
     }
-    const special = (v: unknown) => (typeof v === 'string' ? v : v && typeof v === 'object' && 'content' in v ? String((v as any).content) : undefined);
-    const idOf = (v: unknown) => { const s = special(v); return s !== undefined ? this.tok.token_to_id(s) : undefined; };
+    const special = (v: unknown) =>
+      typeof v === 'string' ? v : v && typeof v === 'object' && 'content' in v ? String((v as any).content) : undefined;
+    const idOf = (v: unknown) => {
+      const s = special(v);
+      return s !== undefined ? this.tok.token_to_id(s) : undefined;
+    };
     const first = (v: unknown) => (Array.isArray(v) ? v[0] : v);
-    this.bosTokenId = idOf(tokenizerConfig?.bos_token) ?? (typeof config.bos_token_id === 'number' ? config.bos_token_id : undefined);
-    this.eosTokenId = idOf(tokenizerConfig?.eos_token) ?? (typeof first(config.eos_token_id) === 'number' ? first(config.eos_token_id) : undefined);
+    this.bosTokenId =
+      idOf(tokenizerConfig?.bos_token) ?? (typeof config.bos_token_id === 'number' ? config.bos_token_id : undefined);
+    this.eosTokenId =
+      idOf(tokenizerConfig?.eos_token) ??
+      (typeof first(config.eos_token_id) === 'number' ? first(config.eos_token_id) : undefined);
   }
 
   encode(text: string, prependBos = true): number[] {

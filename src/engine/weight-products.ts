@@ -30,11 +30,19 @@ import { dequantizeQ8Rows } from './q8';
  * read them. Read by range: a file on disk or in IndexedDB is never read whole; `scratch`, a
  * reused buffer a reader from disk may read the bytes into (RangeReader), with `out` only.
  */
-export function matrixRows(weights: ReadableWeightSet, e: TensorEntry, start: number, n: number, out?: Float32Array, scratch?: Uint8Array): Float32Array {
+export function matrixRows(
+  weights: ReadableWeightSet,
+  e: TensorEntry,
+  start: number,
+  n: number,
+  out?: Float32Array,
+  scratch?: Uint8Array,
+): Float32Array {
   const C = e.shape[1];
   if (e.q8) return dequantizeQ8Rows(weights, e, start, n, out, out && scratch);
   const width = e.dtype === 'F32' ? 4 : e.dtype === 'F16' || e.dtype === 'BF16' ? 2 : 0;
-  if (!width) throw new LoupeError('INTERNAL', `Weight ${e.name} is ${e.dtype}; matrices are read as F32, F16, BF16 or q8.`);
+  if (!width)
+    throw new LoupeError('INTERNAL', `Weight ${e.name} is ${e.dtype}; matrices are read as F32, F16, BF16 or q8.`);
   const raw = readEntryRange(weights, e, start * C * width, n * C * width, out && scratch);
   // float32 bytes 4-byte aligned (a read by range is a fresh buffer): a view, read-only to callers
   if (!out && width === 4 && raw.byteOffset % 4 === 0) return new Float32Array(raw.buffer, raw.byteOffset, n * C);
@@ -50,7 +58,10 @@ const SLAB_FLOATS = 1 << 20;
 export function checkReadoutInput(spec: ModelSpec, input: WeightProductsInput): void {
   const { nLayers: L, dModel: D, nHeads: H, dHead: Dh, dMlp: M } = spec;
   const check = (name: string, t: Tensor | undefined, inner: number) => {
-    if (t && (t.dims.length !== 3 || t.dims[0] !== L || t.dims[2] !== inner || t.data.length !== L * t.dims[1] * inner)) {
+    if (
+      t &&
+      (t.dims.length !== 3 || t.dims[0] !== L || t.dims[2] !== inner || t.data.length !== L * t.dims[1] * inner)
+    ) {
       throw new LoupeError('BAD_INPUT', `weightProducts: ${name} must be [${L}, n, ${inner}], got [${t.dims}].`);
     }
   };
@@ -69,7 +80,16 @@ export function checkReadoutInput(spec: ModelSpec, input: WeightProductsInput): 
  * The loops are unrolled by four (four partial sums of a row dot; four rows per pass over a row
  * sum's accumulator): V8 does not vectorise them, and this took 1.3–2× less time per element.
  */
-function streamMatrix(weights: ReadableWeightSet, e: TensorEntry, dots: Float32Array, kd: number, sums: Float32Array, ks: number, buf: Float32Array, raw: Uint8Array): { dots: Float32Array; sums: Float32Array } {
+function streamMatrix(
+  weights: ReadableWeightSet,
+  e: TensorEntry,
+  dots: Float32Array,
+  kd: number,
+  sums: Float32Array,
+  ks: number,
+  buf: Float32Array,
+  raw: Uint8Array,
+): { dots: Float32Array; sums: Float32Array } {
   const [R, C] = e.shape;
   const outDots = new Float32Array(kd * R);
   const acc = new Float64Array(ks * C);
@@ -82,10 +102,16 @@ function streamMatrix(weights: ReadableWeightSet, e: TensorEntry, dots: Float32A
       const v = dots.subarray(j * C, (j + 1) * C);
       for (let r = 0; r < n; r++) {
         const o = r * C;
-        let s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+        let s0 = 0,
+          s1 = 0,
+          s2 = 0,
+          s3 = 0;
         let c = 0;
         for (; c < C4; c += 4) {
-          s0 += x[o + c] * v[c]; s1 += x[o + c + 1] * v[c + 1]; s2 += x[o + c + 2] * v[c + 2]; s3 += x[o + c + 3] * v[c + 3];
+          s0 += x[o + c] * v[c];
+          s1 += x[o + c + 1] * v[c + 1];
+          s2 += x[o + c + 2] * v[c + 2];
+          s3 += x[o + c + 3] * v[c + 3];
         }
         for (; c < C; c++) s0 += x[o + c] * v[c];
         outDots[j * R + start + r] = s0 + s1 + s2 + s3;
@@ -96,12 +122,19 @@ function streamMatrix(weights: ReadableWeightSet, e: TensorEntry, dots: Float32A
       const a = acc.subarray(j * C, (j + 1) * C);
       let r = 0;
       for (; r + 4 <= n; r += 4) {
-        const u0 = u[r], u1 = u[r + 1], u2 = u[r + 2], u3 = u[r + 3];
-        const o0 = r * C, o1 = o0 + C, o2 = o1 + C, o3 = o2 + C;
+        const u0 = u[r],
+          u1 = u[r + 1],
+          u2 = u[r + 2],
+          u3 = u[r + 3];
+        const o0 = r * C,
+          o1 = o0 + C,
+          o2 = o1 + C,
+          o3 = o2 + C;
         for (let c = 0; c < C; c++) a[c] += u0 * x[o0 + c] + u1 * x[o1 + c] + u2 * x[o2 + c] + u3 * x[o3 + c];
       }
       for (; r < n; r++) {
-        const w = u[r], o = r * C;
+        const w = u[r],
+          o = r * C;
         for (let c = 0; c < C; c++) a[c] += w * x[o + c];
       }
     }
@@ -122,20 +155,39 @@ type Yield = () => Promise<void>;
  * The readout products asked for, streamed from the weight bytes (see the top of this file);
  * absent inputs give zero-length outputs as the session does.
  */
-export async function streamedReadout(spec: ModelSpec, weights: ReadableWeightSet, input: WeightProductsInput, signal?: AbortSignal, yieldTurn?: Yield): Promise<Pick<WeightProducts, 'attnX' | 'mlpX' | 'attnDir' | 'mlpDir'>> {
+export async function streamedReadout(
+  spec: ModelSpec,
+  weights: ReadableWeightSet,
+  input: WeightProductsInput,
+  signal?: AbortSignal,
+  yieldTurn?: Yield,
+): Promise<Pick<WeightProducts, 'attnX' | 'mlpX' | 'attnDir' | 'mlpDir'>> {
   checkReadoutInput(spec, input);
   const { nLayers: L, dModel: D, nHeads: H, dHead: Dh, dMlp: M } = spec;
   const HD = H * Dh;
   const rowsOf = (t: Tensor | undefined) => t?.dims[1] ?? 0;
-  const N = rowsOf(input.z), P = rowsOf(input.post), K = rowsOf(input.attnDirs), Km = rowsOf(input.mlpDirs);
-  const attnX = new Float32Array(L * N * D), mlpX = new Float32Array(L * P * D);
-  const attnDir = new Float32Array(L * K * HD), mlpDir = new Float32Array(L * Km * M);
-  let buf = new Float32Array(0), raw = new Uint8Array(0);
+  const N = rowsOf(input.z),
+    P = rowsOf(input.post),
+    K = rowsOf(input.attnDirs),
+    Km = rowsOf(input.mlpDirs);
+  const attnX = new Float32Array(L * N * D),
+    mlpX = new Float32Array(L * P * D);
+  const attnDir = new Float32Array(L * K * HD),
+    mlpDir = new Float32Array(L * Km * M);
+  let buf = new Float32Array(0),
+    raw = new Uint8Array(0);
   /**
    * layer l of one weight: `fwd` [n, in] → [n, out] (x·W) and `bwd` [k, out] → [k, in] (W·e), W
    * in TL orientation [in, out], written into the outputs at layer l
    */
-  const layer = (ref: LinearRef, l: number, fwd: { x?: Tensor; n: number; out: Float32Array }, bwd: { e?: Tensor; k: number; out: Float32Array }, inDim: number, outDim: number) => {
+  const layer = (
+    ref: LinearRef,
+    l: number,
+    fwd: { x?: Tensor; n: number; out: Float32Array },
+    bwd: { e?: Tensor; k: number; out: Float32Array },
+    inDim: number,
+    outDim: number,
+  ) => {
     if (!fwd.n && !bwd.k) return;
     const e = weights.tensors.get(ref.w);
     if (!e) throw new LoupeError('INTERNAL', `weightProducts: tensor ${ref.w} is not in the weight index.`);
@@ -144,8 +196,13 @@ export async function streamedReadout(spec: ModelSpec, weights: ReadableWeightSe
     // in_out stores [in, out]: x·W sums rows weighted by x, W·e dots rows with e; out_in the other way round
     const inOut = ref.layout === 'in_out';
     const need = slabRows(e) * e.shape[1];
-    if (buf.length < need) { buf = new Float32Array(need); raw = new Uint8Array(4 * need); }
-    const r = inOut ? streamMatrix(weights, e, d, bwd.k, x, fwd.n, buf, raw) : streamMatrix(weights, e, x, fwd.n, d, bwd.k, buf, raw);
+    if (buf.length < need) {
+      buf = new Float32Array(need);
+      raw = new Uint8Array(4 * need);
+    }
+    const r = inOut
+      ? streamMatrix(weights, e, d, bwd.k, x, fwd.n, buf, raw)
+      : streamMatrix(weights, e, x, fwd.n, d, bwd.k, buf, raw);
     fwd.out.set(inOut ? r.sums : r.dots, l * fwd.n * outDim);
     bwd.out.set(inOut ? r.dots : r.sums, l * bwd.k * inDim);
   };
@@ -157,7 +214,9 @@ export async function streamedReadout(spec: ModelSpec, weights: ReadableWeightSe
     layer(s.mlp.down, l, { x: input.post, n: P, out: mlpX }, { e: input.mlpDirs, k: Km, out: mlpDir }, M, D);
   }
   return {
-    attnX: { dims: [L, N, D], data: attnX }, mlpX: { dims: [L, P, D], data: mlpX },
-    attnDir: { dims: [L, K, HD], data: attnDir }, mlpDir: { dims: [L, Km, M], data: mlpDir },
+    attnX: { dims: [L, N, D], data: attnX },
+    mlpX: { dims: [L, P, D], data: mlpX },
+    attnDir: { dims: [L, K, HD], data: attnDir },
+    mlpDir: { dims: [L, Km, M], data: mlpDir },
   };
 }

@@ -7,7 +7,16 @@
  * An interrupted download is `<file>.partial` plus `<file>.partial.json` ({etag, total}).
  * `localPath(key)` gives the complete file's path, so ORT can read weights straight from disk.
  */
-import { closeSync, existsSync, ftruncateSync, openSync, promises as fsp, statSync, writeFileSync, writeSync } from 'node:fs';
+import {
+  closeSync,
+  existsSync,
+  ftruncateSync,
+  openSync,
+  promises as fsp,
+  statSync,
+  writeFileSync,
+  writeSync,
+} from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import type { ByteCache, CacheEntryInfo, CacheKey, CacheSink, RangeRead } from '../engine/source/types';
@@ -47,7 +56,9 @@ export class DirCache implements ByteCache {
     try {
       const b = await fsp.readFile(this.filePath(key));
       return new Uint8Array(b.buffer, b.byteOffset, b.byteLength);
-    } catch { return undefined; }
+    } catch {
+      return undefined;
+    }
   }
 
   /** whether a complete entry exists, without reading it */
@@ -72,12 +83,16 @@ export class DirCache implements ByteCache {
     const p = this.filePath(key);
     let fh: fsp.FileHandle;
     let total: number | undefined;
-    try { fh = await fsp.open(p, 'r'); } catch {
+    try {
+      fh = await fsp.open(p, 'r');
+    } catch {
       try {
         total = (JSON.parse(await fsp.readFile(p + META, 'utf8')) as { total?: number }).total;
         if (total == null) return undefined;
         fh = await fsp.open(p + PARTIAL, 'r');
-      } catch { return undefined; }
+      } catch {
+        return undefined;
+      }
     }
     try {
       const have = (await fh.stat()).size;
@@ -121,8 +136,14 @@ export class DirCache implements ByteCache {
       const meta = JSON.parse(m) as { etag?: string; total?: number; size?: number };
       // The meta is written after the bytes: a size that disagrees means a torn write.
       if (meta.size !== undefined && meta.size !== b.byteLength) return undefined;
-      return { bytes: new Uint8Array(b.buffer, b.byteOffset, b.byteLength), ...(meta.etag ? { etag: meta.etag } : {}), ...(meta.total != null ? { total: meta.total } : {}) };
-    } catch { return undefined; }
+      return {
+        bytes: new Uint8Array(b.buffer, b.byteOffset, b.byteLength),
+        ...(meta.etag ? { etag: meta.etag } : {}),
+        ...(meta.total != null ? { total: meta.total } : {}),
+      };
+    } catch {
+      return undefined;
+    }
   }
 
   async putPartial(key: CacheKey, bytes: Uint8Array, meta: { etag?: string; total?: number }): Promise<void> {
@@ -146,27 +167,51 @@ export class DirCache implements ByteCache {
     try {
       meta = JSON.parse(await fsp.readFile(p + META, 'utf8'));
       length = statSync(part).size;
-    } catch { meta = {}; length = 0; }
+    } catch {
+      meta = {};
+      length = 0;
+    }
     // Without its meta a partial file's version is unknown: start over.
     const fd = openSync(part, length > 0 ? 'r+' : 'w');
     if (length === 0) ftruncateSync(fd, 0);
     let open = true;
-    const close = () => { if (open) { closeSync(fd); open = false; } };
+    const close = () => {
+      if (open) {
+        closeSync(fd);
+        open = false;
+      }
+    };
     const writeMeta = () => writeFileSync(p + META, JSON.stringify({ ...meta }));
     return {
-      get length() { return length; },
-      get etag() { return meta.etag; },
-      get total() { return meta.total; },
+      get length() {
+        return length;
+      },
+      get etag() {
+        return meta.etag;
+      },
+      get total() {
+        return meta.total;
+      },
       append(chunk) {
         let off = 0;
         while (off < chunk.byteLength) off += writeSync(fd, chunk, off, chunk.byteLength - off, length + off);
         length += chunk.byteLength;
       },
-      reset() { ftruncateSync(fd, 0); length = 0; },
-      setMeta(m) { meta = { ...(m.etag ? { etag: m.etag } : {}), ...(m.total != null ? { total: m.total } : {}) }; writeMeta(); },
+      reset() {
+        ftruncateSync(fd, 0);
+        length = 0;
+      },
+      setMeta(m) {
+        meta = { ...(m.etag ? { etag: m.etag } : {}), ...(m.total != null ? { total: m.total } : {}) };
+        writeMeta();
+      },
       async suspend() {
         close();
-        if (length === 0) { await fsp.rm(part, { force: true }); await fsp.rm(p + META, { force: true }); return; }
+        if (length === 0) {
+          await fsp.rm(part, { force: true });
+          await fsp.rm(p + META, { force: true });
+          return;
+        }
         writeMeta();
       },
       async commit() {
@@ -180,13 +225,21 @@ export class DirCache implements ByteCache {
 
   private async dropPartial(key: CacheKey): Promise<void> {
     const p = this.filePath(key);
-    await Promise.all([fsp.rm(p + PARTIAL, { force: true }), fsp.rm(p + META, { force: true }), fsp.rm(p + MISSING, { force: true })]);
+    await Promise.all([
+      fsp.rm(p + PARTIAL, { force: true }),
+      fsp.rm(p + META, { force: true }),
+      fsp.rm(p + MISSING, { force: true }),
+    ]);
   }
 
   async list(): Promise<CacheEntryInfo[]> {
     const out: CacheEntryInfo[] = [];
     const dirs = async (p: string) => {
-      try { return (await fsp.readdir(p, { withFileTypes: true })).filter((d) => d.isDirectory()).map((d) => d.name); } catch { return []; }
+      try {
+        return (await fsp.readdir(p, { withFileTypes: true })).filter((d) => d.isDirectory()).map((d) => d.name);
+      } catch {
+        return [];
+      }
     };
     for (const e of await dirs(this.root)) {
       for (const i of await dirs(path.join(this.root, e))) {
@@ -197,12 +250,22 @@ export class DirCache implements ByteCache {
             const partial = d.name.endsWith(PARTIAL);
             const name = partial ? d.name.slice(0, -PARTIAL.length) : d.name;
             const st = statSync(path.join(dir, d.name));
-            out.push({ endpoint: dec(e), id: dec(i), revision: r === '@' ? '' : dec(r), file: dec(name), size: st.size, complete: !partial, storedAt: st.mtimeMs });
+            out.push({
+              endpoint: dec(e),
+              id: dec(i),
+              revision: r === '@' ? '' : dec(r),
+              file: dec(name),
+              size: st.size,
+              complete: !partial,
+              storedAt: st.mtimeMs,
+            });
           }
         }
       }
     }
-    return out.sort((a, b) => (a.endpoint + a.id + a.revision + a.file).localeCompare(b.endpoint + b.id + b.revision + b.file));
+    return out.sort((a, b) =>
+      (a.endpoint + a.id + a.revision + a.file).localeCompare(b.endpoint + b.id + b.revision + b.file),
+    );
   }
 
   async delete(key: Omit<CacheKey, 'file'> & { file?: string }): Promise<void> {

@@ -22,7 +22,11 @@ export class FolderSource implements ModelSource {
    *   before the folder is touched, and again for every file (a symlink inside may point out)
    * @param spec the caller's words for the folder, for the refusal message
    */
-  constructor(dir: string, private access: LocalAccess = 'any', spec = dir) {
+  constructor(
+    dir: string,
+    private access: LocalAccess = 'any',
+    spec = dir,
+  ) {
     this.dir = path.resolve(dir.startsWith('~') ? path.join(process.env.HOME ?? '', dir.slice(1)) : dir);
     this.ref = { kind: 'folder', id: this.dir, revision: '' };
     checkLocalPath(this.dir, access, spec);
@@ -41,9 +45,18 @@ export class FolderSource implements ModelSource {
   /** throws MODEL_NOT_FOUND unless the folder exists */
   checkFolder(): void {
     let ok = false;
-    try { ok = statSync(this.dir).isDirectory(); } catch { ok = false; }
+    try {
+      ok = statSync(this.dir).isDirectory();
+    } catch {
+      ok = false;
+    }
     if (!ok) {
-      throw new LoupeError('MODEL_NOT_FOUND', `No model folder at ${this.dir}.`, 'Give the path of a folder holding config.json, tokenizer.json and the safetensors weights, or a Hub id like owner/name.', { path: this.dir });
+      throw new LoupeError(
+        'MODEL_NOT_FOUND',
+        `No model folder at ${this.dir}.`,
+        'Give the path of a folder holding config.json, tokenizer.json and the safetensors weights, or a Hub id like owner/name.',
+        { path: this.dir },
+      );
     }
   }
 
@@ -59,9 +72,17 @@ export class FolderSource implements ModelSource {
       if ((e as Error).name === 'AbortError') throw new LoupeError('ABORTED', 'The operation was cancelled.');
       if (code === 'ENOENT') {
         if (opts.optional) return null;
-        throw new LoupeError('FILE_NOT_FOUND', `${file} not found in ${this.dir}.`, undefined, { file, path: p, modelExists: true });
+        throw new LoupeError('FILE_NOT_FOUND', `${file} not found in ${this.dir}.`, undefined, {
+          file,
+          path: p,
+          modelExists: true,
+        });
       }
-      throw new LoupeError('FILE_NOT_FOUND', `Cannot read ${p} (${(e as Error).message}).`, undefined, { file, path: p, modelExists: true });
+      throw new LoupeError('FILE_NOT_FOUND', `Cannot read ${p} (${(e as Error).message}).`, undefined, {
+        file,
+        path: p,
+        modelExists: true,
+      });
     }
     const out = new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength);
     opts.onProgress?.({ file, loaded: out.byteLength, total: out.byteLength, done: true });
@@ -74,12 +95,22 @@ export class FolderSource implements ModelSource {
     this.checkFolder();
     const p = this.localPath(file);
     let fh: fsp.FileHandle;
-    try { fh = await fsp.open(p, 'r'); } catch (e) {
+    try {
+      fh = await fsp.open(p, 'r');
+    } catch (e) {
       if ((e as NodeJS.ErrnoException).code === 'ENOENT') {
         if (opts.optional) return null;
-        throw new LoupeError('FILE_NOT_FOUND', `${file} not found in ${this.dir}.`, undefined, { file, path: p, modelExists: true });
+        throw new LoupeError('FILE_NOT_FOUND', `${file} not found in ${this.dir}.`, undefined, {
+          file,
+          path: p,
+          modelExists: true,
+        });
       }
-      throw new LoupeError('FILE_NOT_FOUND', `Cannot read ${p} (${(e as Error).message}).`, undefined, { file, path: p, modelExists: true });
+      throw new LoupeError('FILE_NOT_FOUND', `Cannot read ${p} (${(e as Error).message}).`, undefined, {
+        file,
+        path: p,
+        modelExists: true,
+      });
     }
     try {
       const size = (await fh.stat()).size;

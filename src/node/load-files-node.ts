@@ -17,8 +17,20 @@ import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { LoupeError } from '../engine/errors';
 import { env } from '../engine/env';
-import { parseSafetensors, parseSafetensorsHeader, safetensorsHeaderLength, type ReadableWeightSet, type SafetensorsHeader } from '../engine/safetensors';
-import { forgetIfCorrupt, loadModelFilesWith, type LoadFilesOptions, type ModelFiles, type WeightReader } from '../engine/source/files';
+import {
+  parseSafetensors,
+  parseSafetensorsHeader,
+  safetensorsHeaderLength,
+  type ReadableWeightSet,
+  type SafetensorsHeader,
+} from '../engine/safetensors';
+import {
+  forgetIfCorrupt,
+  loadModelFilesWith,
+  type LoadFilesOptions,
+  type ModelFiles,
+  type WeightReader,
+} from '../engine/source/files';
 import { HttpSource } from '../engine/source/http-source';
 import { BUNDLED_MODEL_ID, BUNDLED_MODEL_PATH, resolveModelRef, type ResolvedModelRef } from '../engine/source/ref';
 import type { ByteCache, ModelSource } from '../engine/source/types';
@@ -96,23 +108,37 @@ export function bundledModelDir(): string {
     path.resolve(process.cwd(), 'public', BUNDLED_MODEL_PATH),
   ].filter((p): p is string => !!p);
   for (const c of candidates) if (existsSync(path.join(c, 'config.json'))) return c;
-  throw new LoupeError('MODEL_NOT_FOUND', `The bundled model ${BUNDLED_MODEL_ID} was not found (looked in ${candidates.join(', ')}).`, 'Set LOUPE_BUNDLED_MODEL to its folder.');
+  throw new LoupeError(
+    'MODEL_NOT_FOUND',
+    `The bundled model ${BUNDLED_MODEL_ID} was not found (looked in ${candidates.join(', ')}).`,
+    'Set LOUPE_BUNDLED_MODEL to its folder.',
+  );
 }
 
 function isDir(p: string): boolean {
-  try { return statSync(p).isDirectory(); } catch { return false; }
+  try {
+    return statSync(p).isDirectory();
+  } catch {
+    return false;
+  }
 }
 
 /** A model spec string (or an already resolved ref) -> a ModelSource, in Node. */
-export function sourceFromSpec(spec: string | ResolvedModelRef, opts: { endpoint?: string; token?: string; local?: LocalAccess } = {}): ModelSource {
+export function sourceFromSpec(
+  spec: string | ResolvedModelRef,
+  opts: { endpoint?: string; token?: string; local?: LocalAccess } = {},
+): ModelSource {
   const endpoint = opts.endpoint ?? env.endpoint;
   const local = opts.local ?? 'any';
   // Only a caller allowed any folder may have a bare 'owner/name' probed on disk: for the others
   // that probe alone would tell them whether the folder exists.
-  const ref = typeof spec === 'string' ? resolveModelRef(spec, { endpoint, isFolder: local === 'any' ? isDir : undefined }) : spec;
+  const ref =
+    typeof spec === 'string'
+      ? resolveModelRef(spec, { endpoint, isFolder: local === 'any' ? isDir : undefined })
+      : spec;
   return createSource(ref, {
     // the ref's own endpoint (a Hub page URL's) first, then the caller's or $HF_ENDPOINT
-    endpoint: ref.kind === 'hub' ? ref.endpoint ?? endpoint : endpoint,
+    endpoint: ref.kind === 'hub' ? (ref.endpoint ?? endpoint) : endpoint,
     token: opts.token ?? env.token,
     local: {
       bundled: () => new FolderSource(bundledModelDir()),
@@ -151,7 +177,10 @@ export function diskWeightReader(source: ModelSource, cache: ByteCache | undefin
       if (!p) {
         if (source instanceof FolderSource) {
           if (opts.optional) return null;
-          throw new LoupeError('FILE_NOT_FOUND', `${file} not found in ${source.dir}.`, undefined, { file, modelExists: true });
+          throw new LoupeError('FILE_NOT_FOUND', `${file} not found in ${source.dir}.`, undefined, {
+            file,
+            modelExists: true,
+          });
         }
         const c = opts.cache ?? cache;
         if (source instanceof HttpSource && c?.openSink) {
@@ -160,7 +189,11 @@ export function diskWeightReader(source: ModelSource, cache: ByteCache | undefin
           p = localOf(file);
           if (!p) throw new LoupeError('INTERNAL', `${file} was downloaded but is not in the cache.`);
           const path_ = p;
-          return { header: await forgetIfCorrupt(source, c, file, () => readSafetensorsHeaderFromDisk(path_, file)), path: p, file: diskFile(p) };
+          return {
+            header: await forgetIfCorrupt(source, c, file, () => readSafetensorsHeaderFromDisk(path_, file)),
+            path: p,
+            file: diskFile(p),
+          };
         }
         const bytes = await source.fetchFile(file, { ...opts, cache: c });
         if (!bytes) return null;
@@ -170,7 +203,9 @@ export function diskWeightReader(source: ModelSource, cache: ByteCache | undefin
         return p ? { header, path: p, file: diskFile(p) } : { header, bytes };
       }
       const cached = p;
-      const header = await forgetIfCorrupt(source, source instanceof FolderSource ? undefined : cache, file, () => readSafetensorsHeaderFromDisk(cached, file));
+      const header = await forgetIfCorrupt(source, source instanceof FolderSource ? undefined : cache, file, () =>
+        readSafetensorsHeaderFromDisk(cached, file),
+      );
       const size = statSync(p).size;
       opts.onProgress?.({ file, loaded: size, total: size, cached: true, done: true });
       return { header, path: p, file: diskFile(p) };
@@ -179,8 +214,12 @@ export function diskWeightReader(source: ModelSource, cache: ByteCache | undefin
 }
 
 /** Load a model's files in Node; weights stay on disk where they can. */
-export async function loadModelFilesNode(spec: string | ResolvedModelRef | ModelSource, opts: NodeLoadOptions = {}): Promise<ModelFiles> {
+export async function loadModelFilesNode(
+  spec: string | ResolvedModelRef | ModelSource,
+  opts: NodeLoadOptions = {},
+): Promise<ModelFiles> {
   const source = typeof spec === 'object' && 'fetchFile' in spec ? spec : sourceFromSpec(spec, opts);
-  const cache = source instanceof FolderSource ? undefined : opts.cache === false ? undefined : opts.cache ?? new DirCache();
+  const cache =
+    source instanceof FolderSource ? undefined : opts.cache === false ? undefined : (opts.cache ?? new DirCache());
   return loadModelFilesWith(source, diskWeightReader(source, cache), { ...opts, cache });
 }

@@ -36,7 +36,11 @@ export function createNodeSaeLoaders(opts: NodeSaeLoaderOptions = {}): SaeLoader
   const cacheFor = () => (opts.cache === false ? undefined : (cache ??= opts.cache || new DirCache()));
   return makeSaeLoaders((spec) => {
     if (spec === 'default' || spec === BUNDLED_MODEL_ID) {
-      throw new LoupeError('BAD_INPUT', `${JSON.stringify(spec)} names the bundled model, not an SAE.`, "Give the SAE's Hub repository, URL or folder as sae_source.");
+      throw new LoupeError(
+        'BAD_INPUT',
+        `${JSON.stringify(spec)} names the bundled model, not an SAE.`,
+        "Give the SAE's Hub repository, URL or folder as sae_source.",
+      );
     }
     const source = sourceFromSpec(spec, { endpoint: opts.endpoint, token: opts.token, local: opts.local });
     return { source, cache: source instanceof FolderSource ? undefined : cacheFor() };

@@ -19,7 +19,8 @@ import type { LocalAccess } from './local-access';
 import { watchWasmHeaps } from '../engine/runtime/wasm-heap';
 import { nodeQ8Store } from './q8-cache';
 
-export interface NodeModelOptions extends Omit<LoadOptions, 'backend'>, Pick<NodeLoadOptions, 'cache' | 'endpoint' | 'token'> {
+export interface NodeModelOptions
+  extends Omit<LoadOptions, 'backend'>, Pick<NodeLoadOptions, 'cache' | 'endpoint' | 'token'> {
   backend?: 'node' | 'wasm';
   /** intra-op threads for onnxruntime-node (default: ORT's choice) */
   threads?: number;
@@ -28,13 +29,21 @@ export interface NodeModelOptions extends Omit<LoadOptions, 'backend'>, Pick<Nod
 }
 
 /** `extraOptions`: onnxruntime session options over the defaults (the bench measures them) */
-export async function nodeFactory(backend: 'node' | 'wasm', threads?: number, extraOptions?: Record<string, unknown>): Promise<SessionFactory> {
+export async function nodeFactory(
+  backend: 'node' | 'wasm',
+  threads?: number,
+  extraOptions?: Record<string, unknown>,
+): Promise<SessionFactory> {
   if (backend === 'node') {
     let ort: OrtModule;
     try {
       ort = requireOrtNode<OrtModule>();
     } catch (e) {
-      throw new LoupeError('BACKEND_UNAVAILABLE', `onnxruntime-node could not be loaded: ${(e as Error).message}`, "Use --backend wasm, or reinstall with 'npm ci'.");
+      throw new LoupeError(
+        'BACKEND_UNAVAILABLE',
+        `onnxruntime-node could not be loaded: ${(e as Error).message}`,
+        "Use --backend wasm, or reinstall with 'npm ci'.",
+      );
     }
     return nodeSessionFactory(ort, threads, extraOptions);
   }
@@ -61,6 +70,11 @@ export async function loadModelNode(spec: string, opts: NodeModelOptions = {}): 
   const factory = await nodeFactory(backend, opts.threads);
   const bundled = isBundledSpec(spec);
   // a folder is named as the caller typed it
-  const parts = modelPartsFrom(files, { bundled, id: source instanceof FolderSource && !bundled ? spec : undefined, memory, weightsMode: opts.weights });
+  const parts = modelPartsFrom(files, {
+    bundled,
+    id: source instanceof FolderSource && !bundled ? spec : undefined,
+    memory,
+    weightsMode: opts.weights,
+  });
   return createModel({ ...parts, q8Store: nodeQ8Store(source, opts.cache) }, factory);
 }

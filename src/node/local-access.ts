@@ -22,14 +22,17 @@ export function allowLocal(dirs: readonly string[]): LocalAccess {
 export const NO_LOCAL: LocalAccess = { roots: [] };
 
 function refused(spec: string, roots: readonly string[]): LoupeError {
-  return new LoupeError('LOCAL_PATH_REFUSED',
+  return new LoupeError(
+    'LOCAL_PATH_REFUSED',
     `${JSON.stringify(spec.slice(0, 200))} is a local path; this companion reads no local files for MCP clients${roots.length ? ' outside the folders its user allowed' : ''}.`,
     roots.length
       ? 'Give a Hub repository or an http(s) URL, or a path inside a folder the companion was started with (--allow-local DIR).'
-      : 'Give a Hub repository or an http(s) URL. To let agents read a local folder, the user starts the companion with --allow-local DIR.');
+      : 'Give a Hub repository or an http(s) URL. To let agents read a local folder, the user starts the companion with --allow-local DIR.',
+  );
 }
 
-const inside = (p: string, root: string) => p === root || p.startsWith(root.endsWith(path.sep) ? root : root + path.sep);
+const inside = (p: string, root: string) =>
+  p === root || p.startsWith(root.endsWith(path.sep) ? root : root + path.sep);
 
 /**
  * Throw LOCAL_PATH_REFUSED unless `abs` (an absolute path) is inside an allowed root, both as

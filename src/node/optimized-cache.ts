@@ -17,7 +17,17 @@
  * whose weight files are gone and keeps the MAX_ENTRIES used last.
  */
 import { createHash } from 'node:crypto';
-import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, utimesSync, writeFileSync } from 'node:fs';
+import {
+  existsSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  statSync,
+  utimesSync,
+  writeFileSync,
+} from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import type { BuiltGraph } from '../engine/graph/build-model';
@@ -38,12 +48,20 @@ export function worthCaching(graph: BuiltGraph, weights: WeightSet): boolean {
   if (process.env.LOUPE_OPTIMIZED_CACHE === '0' || graph.precision !== 'f32') return false;
   const used = new Set<string>();
   let narrow = false;
-  for (const e of weights.tensors.values()) { used.add(e.file); if (e.dtype === 'F16' || e.dtype === 'BF16') narrow = true; }
+  for (const e of weights.tensors.values()) {
+    used.add(e.file);
+    if (e.dtype === 'F16' || e.dtype === 'BF16') narrow = true;
+  }
   return narrow && [...used].every((f) => weights.paths.has(f));
 }
 
 /** The entry's key: everything that decides what onnxruntime's optimized model is. */
-export function optimizedKey(graph: BuiltGraph, weights: WeightSet, options: Record<string, unknown>, ortVersions: unknown): string {
+export function optimizedKey(
+  graph: BuiltGraph,
+  weights: WeightSet,
+  options: Record<string, unknown>,
+  ortVersions: unknown,
+): string {
   const h = createHash('sha256');
   h.update(graph.bytes);
   const files = [...new Set([...weights.tensors.values()].map((e) => e.file))].sort();
@@ -52,7 +70,16 @@ export function optimizedKey(graph: BuiltGraph, weights: WeightSet, options: Rec
     const s = statSync(p);
     h.update(JSON.stringify([f, p, s.size, s.mtimeMs, s.ino, s.dev]));
   }
-  h.update(JSON.stringify({ options, ortVersions, loupe: packageVersion(), cpu: os.cpus()[0]?.model ?? '', arch: process.arch, platform: process.platform }));
+  h.update(
+    JSON.stringify({
+      options,
+      ortVersions,
+      loupe: packageVersion(),
+      cpu: os.cpus()[0]?.model ?? '',
+      arch: process.arch,
+      platform: process.platform,
+    }),
+  );
   return h.digest('hex').slice(0, 32);
 }
 
@@ -61,21 +88,35 @@ export function cachedModelPath(key: string): string | undefined {
   const dir = path.join(optimizedCacheRoot(), key);
   const model = path.join(dir, 'model.onnx');
   if (!existsSync(model) || !existsSync(path.join(dir, OPTIMIZED_WEIGHTS_FILE))) return undefined;
-  try { const now = new Date(); utimesSync(dir, now, now); } catch { /* used-last order only */ }
+  try {
+    const now = new Date();
+    utimesSync(dir, now, now);
+  } catch {
+    /* used-last order only */
+  }
   return model;
 }
 
 /** Drop entries whose weight files are gone, then all but the MAX_ENTRIES used last. */
 export function pruneEntries(root = optimizedCacheRoot()): void {
   let names: string[];
-  try { names = readdirSync(root).filter((n) => !n.includes('.partial-')); } catch { return; }
+  try {
+    names = readdirSync(root).filter((n) => !n.includes('.partial-'));
+  } catch {
+    return;
+  }
   const live: { dir: string; used: number }[] = [];
   for (const n of names) {
     const dir = path.join(root, n);
     try {
       const sources = JSON.parse(readFileSync(path.join(dir, 'sources.json'), 'utf8')) as string[];
-      if (sources.every((p) => existsSync(p))) { live.push({ dir, used: statSync(dir).mtimeMs }); continue; }
-    } catch { /* no record: not an entry of ours */ }
+      if (sources.every((p) => existsSync(p))) {
+        live.push({ dir, used: statSync(dir).mtimeMs });
+        continue;
+      }
+    } catch {
+      /* no record: not an entry of ours */
+    }
     rmSync(dir, { recursive: true, force: true });
   }
   live.sort((a, b) => b.used - a.used);
@@ -91,7 +132,10 @@ export function dropEntry(key: string): void {
  * that make onnxruntime write it; `commit` makes it the entry once the session exists (another
  * process that got there first wins), `abort` throws it away.
  */
-export function saveTarget(key: string, sources: string[]): { options: Record<string, unknown>; session: Record<string, string>; commit(): void; abort(): void } {
+export function saveTarget(
+  key: string,
+  sources: string[],
+): { options: Record<string, unknown>; session: Record<string, string>; commit(): void; abort(): void } {
   const root = optimizedCacheRoot();
   const tmp = path.join(root, `${key}.partial-${process.pid}`);
   rmSync(tmp, { recursive: true, force: true });
@@ -100,16 +144,22 @@ export function saveTarget(key: string, sources: string[]): { options: Record<st
   return {
     // logSeverityLevel 3: onnxruntime warns that a model optimized at this level is for this machine only (the key says so)
     options: { optimizedModelFilePath: path.join(tmp, 'model.onnx'), logSeverityLevel: 3 },
-    session: { optimized_model_external_initializers_file_name: OPTIMIZED_WEIGHTS_FILE, optimized_model_external_initializers_min_size_in_bytes: '1024' },
+    session: {
+      optimized_model_external_initializers_file_name: OPTIMIZED_WEIGHTS_FILE,
+      optimized_model_external_initializers_min_size_in_bytes: '1024',
+    },
     commit() {
       try {
-        if (!existsSync(path.join(tmp, 'model.onnx')) || !existsSync(path.join(tmp, OPTIMIZED_WEIGHTS_FILE))) throw new Error('incomplete');
+        if (!existsSync(path.join(tmp, 'model.onnx')) || !existsSync(path.join(tmp, OPTIMIZED_WEIGHTS_FILE)))
+          throw new Error('incomplete');
         renameSync(tmp, path.join(root, key));
       } catch {
         rmSync(tmp, { recursive: true, force: true });
       }
       pruneEntries(root);
     },
-    abort() { rmSync(tmp, { recursive: true, force: true }); },
+    abort() {
+      rmSync(tmp, { recursive: true, force: true });
+    },
   };
 }

@@ -43,11 +43,14 @@ export function nodeQ8Store(source: ModelSource, cache?: ByteCache | false): Q8S
 
 /** each weight file's path, size, mtime and inode: a file written again (or replaced) changes it */
 function statIdentity(pathOf: (file: string) => string | undefined): Q8Store['identity'] {
-  return async (files) => JSON.stringify(files.map((f) => {
-    const p = pathOf(f);
-    const s = p ? statSync(p) : undefined;
-    return s ? [f, p, s.size, s.mtimeMs, s.ino, s.dev] : [f];
-  }));
+  return async (files) =>
+    JSON.stringify(
+      files.map((f) => {
+        const p = pathOf(f);
+        const s = p ? statSync(p) : undefined;
+        return s ? [f, p, s.size, s.mtimeMs, s.ino, s.dev] : [f];
+      }),
+    );
 }
 
 function folderStore(source: FolderSource): Q8Store | undefined {
@@ -60,7 +63,13 @@ function folderStore(source: FolderSource): Q8Store | undefined {
     async open(name) {
       const hit = await base.open(name);
       // used-last order for the bound below
-      if (hit?.path) try { const now = new Date(); utimesSync(hit.path, now, now); } catch { /* order only */ }
+      if (hit?.path)
+        try {
+          const now = new Date();
+          utimesSync(hit.path, now, now);
+        } catch {
+          /* order only */
+        }
       return hit;
     },
     async retain(name) {

@@ -16,7 +16,12 @@ export const DIST = resolve(fileURLToPath(new URL('.', import.meta.url)), '../..
 
 export function parsePort(argv: string[], env: Record<string, string | undefined>): number {
   const i = argv.findIndex((a) => a === '--port' || a.startsWith('--port='));
-  const raw = i < 0 ? (env.LOUPE_PORT ?? env.PORT) : argv[i].includes('=') ? argv[i].slice(argv[i].indexOf('=') + 1) : argv[i + 1];
+  const raw =
+    i < 0
+      ? (env.LOUPE_PORT ?? env.PORT)
+      : argv[i].includes('=')
+        ? argv[i].slice(argv[i].indexOf('=') + 1)
+        : argv[i + 1];
   if (raw === undefined || raw === '') return DEFAULT_PORT;
   const n = Number(raw);
   if (!Number.isInteger(n) || n < 0 || n > 65535) throw new Error(`bad port ${JSON.stringify(raw)}`);
@@ -45,7 +50,11 @@ async function main(): Promise<void> {
     console.log('(cross-origin isolated, loopback only; Ctrl-C to stop)');
   } catch (e) {
     const err = e as NodeJS.ErrnoException;
-    console.error(err.code === 'EADDRINUSE' ? `loupe: port ${port} is in use; pass --port N or set LOUPE_PORT.` : `loupe: ${err.message}`);
+    console.error(
+      err.code === 'EADDRINUSE'
+        ? `loupe: port ${port} is in use; pass --port N or set LOUPE_PORT.`
+        : `loupe: ${err.message}`,
+    );
     process.exit(1);
   }
 }

@@ -23,14 +23,22 @@ import { cachedModelPath, dropEntry, optimizedKey, saveTarget, worthCaching } fr
  */
 function graphDir(weights: WeightSet): string {
   const first = [...weights.paths.values()][0];
-  const device = (p: string) => { try { return statSync(p).dev; } catch { return undefined; } };
+  const device = (p: string) => {
+    try {
+      return statSync(p).dev;
+    } catch {
+      return undefined;
+    }
+  };
   const want = first ? device(first) : undefined;
   const candidates = [tmpdir(), path.join(defaultCacheDir(), 'graphs')];
   for (const base of candidates) {
     try {
       mkdirSync(base, { recursive: true });
       if (want === undefined || device(base) === want) return mkdtempSync(path.join(base, 'loupe-graph-'));
-    } catch { /* not writable: try the next */ }
+    } catch {
+      /* not writable: try the next */
+    }
   }
   return mkdtempSync(path.join(tmpdir(), 'loupe-graph-'));
 }
@@ -49,7 +57,11 @@ function withoutSpinning(o: Record<string, any>): Record<string, any> {
 }
 
 /** `extraOptions`: onnxruntime session options over the defaults (the bench measures them) */
-export function nodeSessionFactory(ort: OrtModule, threads?: number, extraOptions: Record<string, unknown> = {}): SessionFactory {
+export function nodeSessionFactory(
+  ort: OrtModule,
+  threads?: number,
+  extraOptions: Record<string, unknown> = {},
+): SessionFactory {
   const base = (graph: BuiltGraph): Record<string, any> => ({
     executionProviders: ['cpu'],
     graphOptimizationLevel: 'all',
@@ -57,7 +69,10 @@ export function nodeSessionFactory(ort: OrtModule, threads?: number, extraOption
     ...graphSessionOptions(graph, withoutSpinning(extraOptions)),
   });
   /** session config entries added to the caller's */
-  const withSession = (o: Record<string, any>, entries: Record<string, string>) => ({ ...o, extra: { ...o.extra, session: { ...o.extra?.session, ...entries } } });
+  const withSession = (o: Record<string, any>, entries: Record<string, string>) => ({
+    ...o,
+    extra: { ...o.extra, session: { ...o.extra?.session, ...entries } },
+  });
 
   async function fresh(graph: BuiltGraph, weights: WeightSet, options: Record<string, any>) {
     const dir = graphDir(weights);
@@ -93,7 +108,9 @@ export function nodeSessionFactory(ort: OrtModule, threads?: number, extraOption
       const cached = cachedModelPath(key);
       if (cached) {
         try {
-          return wrapOrtSession(await ort.InferenceSession.create(cached, { ...options, graphOptimizationLevel: 'disabled' }));
+          return wrapOrtSession(
+            await ort.InferenceSession.create(cached, { ...options, graphOptimizationLevel: 'disabled' }),
+          );
         } catch {
           dropEntry(key); // a broken entry: build afresh (and save again)
         }

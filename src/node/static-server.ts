@@ -97,7 +97,8 @@ export function createStaticHandler(opts: StaticOptions): Handler {
   const root = path.resolve(opts.root);
   const allowed = opts.allowedHosts?.map((h) => h.toLowerCase());
   return async (req, res) => {
-    if (allowed && !allowed.includes((req.headers.host ?? '').toLowerCase())) return send(res, 403, 'Forbidden: unexpected Host header.\n');
+    if (allowed && !allowed.includes((req.headers.host ?? '').toLowerCase()))
+      return send(res, 403, 'Forbidden: unexpected Host header.\n');
     if (req.method !== 'GET' && req.method !== 'HEAD') {
       res.setHeader('Allow', 'GET, HEAD');
       return send(res, 405, 'Method not allowed.\n');
@@ -107,9 +108,11 @@ export function createStaticHandler(opts: StaticOptions): Handler {
     // Resolved per request: the folder may be built (or rebuilt) after the server started.
     const realRoot = await fs.realpath(root).catch(() => root);
     let file = await fileAt(target, realRoot);
-    if (!file && opts.spaFallback !== false && path.extname(target) === '') file = await fileAt(path.join(root, 'index.html'), realRoot);
+    if (!file && opts.spaFallback !== false && path.extname(target) === '')
+      file = await fileAt(path.join(root, 'index.html'), realRoot);
     if (!file) {
-      if (opts.notBuiltHtml && !(await fileAt(path.join(root, 'index.html'), realRoot))) return send(res, 503, opts.notBuiltHtml, TYPES['.html']);
+      if (opts.notBuiltHtml && !(await fileAt(path.join(root, 'index.html'), realRoot)))
+        return send(res, 503, opts.notBuiltHtml, TYPES['.html']);
       return send(res, 404, 'Not found.\n');
     }
     const ext = path.extname(file.path).toLowerCase();
@@ -161,9 +164,10 @@ export async function startStaticServer(opts: StaticOptions & { port?: number })
     server,
     port: bound,
     url: `http://127.0.0.1:${bound}/`,
-    close: () => new Promise<void>((resolve) => {
-      server.closeAllConnections?.();
-      server.close(() => resolve());
-    }),
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections?.();
+        server.close(() => resolve());
+      }),
   };
 }

@@ -11,24 +11,79 @@ import { documentBase, documentHead, interventionList } from '../schema/common';
 import { LoupeError } from '../engine/errors';
 import { promptIds } from './lib/tokens';
 import {
-  Ablator, COMPONENTS, METHODS, EffectMeter, answerSchema, answerToken, cleanBlock, cleanSchema, effectFields,
-  inputIds, logitsAt, positionsField, promptOrIdsFields, resampleTokens, resolveAnswer, runVariants,
-  targetFields, targetLabel, targetSchema, targetSites, checkVariants, type AblationTarget, type Effect,
+  Ablator,
+  COMPONENTS,
+  METHODS,
+  EffectMeter,
+  answerSchema,
+  answerToken,
+  cleanBlock,
+  cleanSchema,
+  effectFields,
+  inputIds,
+  logitsAt,
+  positionsField,
+  promptOrIdsFields,
+  resampleTokens,
+  resolveAnswer,
+  runVariants,
+  targetFields,
+  targetLabel,
+  targetSchema,
+  targetSites,
+  checkVariants,
+  type AblationTarget,
+  type Effect,
 } from './lib/ablation';
 
 export const ablateInput = z.object({
   ...promptOrIdsFields,
-  layer: z.number().int().min(0).optional().describe('Layer of the thing to ablate (with component, head or neuron; alone it ablates the whole layer: attn_out and mlp_out).'),
-  component: z.enum(COMPONENTS).optional().describe('Component of the layer: resid_pre, resid_mid, resid_post, attn_out, mlp_out, mlp_post (all neurons), or layer (attn_out + mlp_out).'),
+  layer: z
+    .number()
+    .int()
+    .min(0)
+    .optional()
+    .describe(
+      'Layer of the thing to ablate (with component, head or neuron; alone it ablates the whole layer: attn_out and mlp_out).',
+    ),
+  component: z
+    .enum(COMPONENTS)
+    .optional()
+    .describe(
+      'Component of the layer: resid_pre, resid_mid, resid_post, attn_out, mlp_out, mlp_post (all neurons), or layer (attn_out + mlp_out).',
+    ),
   head: z.number().int().min(0).optional().describe('Attention head of the layer (ablates its attn.hook_z slice).'),
   neuron: z.number().int().min(0).optional().describe('MLP neuron of the layer (ablates its mlp.hook_post entry).'),
-  targets: z.array(targetSchema).max(256).optional().describe('More things to ablate, each {layer, component|head|neuron}: each is ablated singly, and all of them (with layer/component/head/neuron above) together.'),
-  method: z.enum(METHODS).default('zero').describe('zero; mean (over the prompt\'s positions, or over mean_prompts); resample (the same position of resample_prompt, or of random tokens drawn with seed).'),
+  targets: z
+    .array(targetSchema)
+    .max(256)
+    .optional()
+    .describe(
+      'More things to ablate, each {layer, component|head|neuron}: each is ablated singly, and all of them (with layer/component/head/neuron above) together.',
+    ),
+  method: z
+    .enum(METHODS)
+    .default('zero')
+    .describe(
+      "zero; mean (over the prompt's positions, or over mean_prompts); resample (the same position of resample_prompt, or of random tokens drawn with seed).",
+    ),
   positions: positionsField,
-  mean_prompts: z.array(z.string()).min(1).optional().describe('method=mean: average the activation over every position of these prompts instead of the prompt itself.'),
-  resample_prompt: z.string().optional().describe('method=resample: take activations from this prompt (at least as long as the prompt; its first T tokens are used). Default: random tokens drawn with seed.'),
+  mean_prompts: z
+    .array(z.string())
+    .min(1)
+    .optional()
+    .describe('method=mean: average the activation over every position of these prompts instead of the prompt itself.'),
+  resample_prompt: z
+    .string()
+    .optional()
+    .describe(
+      'method=resample: take activations from this prompt (at least as long as the prompt; its first T tokens are used). Default: random tokens drawn with seed.',
+    ),
   seed: z.number().int().default(0).describe('Seed of the random resample tokens.'),
-  answer: z.string().optional().describe('Report changes of this token (text or "#id") instead of the clean prediction.'),
+  answer: z
+    .string()
+    .optional()
+    .describe('Report changes of this token (text or "#id") instead of the clean prediction.'),
 });
 export type AblateInput = z.input<typeof ablateInput>;
 
@@ -50,7 +105,10 @@ export const ablateOutput = documentBase('ablate').extend({
   clean: cleanSchema,
   entries: z.array(entrySchema).describe('one per target, each ablated singly'),
   combined: z.object(effectFields).nullable().describe('all targets ablated together (null with one target)'),
-  logit_delta: z.number().optional().describe('with exactly one target: ablated − clean logit of the answer (the clean prediction by default)'),
+  logit_delta: z
+    .number()
+    .optional()
+    .describe('with exactly one target: ablated − clean logit of the answer (the clean prediction by default)'),
   logprob_delta: z.number().optional(),
   prob_delta: z.number().optional(),
   new_predicted_token: z.string().optional(),
@@ -65,7 +123,12 @@ function collectTargets(input: z.output<typeof ablateInput>): AblationTarget[] {
     throw new LoupeError('BAD_INPUT', 'component, head and neuron need a layer.', 'Add --layer L (JSON: "layer": L).');
   }
   for (const t of input.targets ?? []) targets.push(t);
-  if (targets.length === 0) throw new LoupeError('BAD_INPUT', 'Nothing to ablate.', 'Give a layer (with component, head or neuron), or a list of targets.');
+  if (targets.length === 0)
+    throw new LoupeError(
+      'BAD_INPUT',
+      'Nothing to ablate.',
+      'Give a layer (with component, head or neuron), or a list of targets.',
+    );
   return targets;
 }
 
@@ -73,7 +136,7 @@ export const operation = defineOperation({
   name: 'ablate',
   title: 'Ablate',
   description:
-    'Ablate a head (attn.hook_z slice), an MLP neuron (mlp.hook_post), a component (resid_pre/mid/post, attn_out, mlp_out, mlp_post) or a whole layer (attn_out + mlp_out) by zero, mean or resample ablation at all or chosen positions, and report the change of the clean prediction\'s logit, log-probability (nats) and probability at the last position, the KL(clean ‖ ablated), and the new prediction. Several targets: each singly and all together. Cost: one clean run plus one batched run (plus one run per mean prompt / the resample prompt).',
+    "Ablate a head (attn.hook_z slice), an MLP neuron (mlp.hook_post), a component (resid_pre/mid/post, attn_out, mlp_out, mlp_post) or a whole layer (attn_out + mlp_out) by zero, mean or resample ablation at all or chosen positions, and report the change of the clean prediction's logit, log-probability (nats) and probability at the last position, the KL(clean ‖ ablated), and the new prediction. Several targets: each singly and all together. Cost: one clean run plus one batched run (plus one run per mean prompt / the resample prompt).",
   input: ablateInput,
   output: ablateOutput,
 }).implement(async (model, input, ctx) => {
@@ -83,21 +146,43 @@ export const operation = defineOperation({
   const hooks = targets.flatMap((t) => targetSites(model, t).map((s) => s.hook));
   const variantsCount = targets.length + (targets.length > 1 ? 1 : 0);
   checkVariants(variantsCount, 'This ablation', 'List fewer targets.');
-  if (input.mean_prompts && input.method !== 'mean') throw new LoupeError('BAD_INPUT', 'mean_prompts is only used with method "mean".', 'Set method to "mean" or drop mean_prompts.');
-  if (input.resample_prompt !== undefined && input.method !== 'resample') throw new LoupeError('BAD_INPUT', 'resample_prompt is only used with method "resample".', 'Set method to "resample" or drop resample_prompt.');
+  if (input.mean_prompts && input.method !== 'mean')
+    throw new LoupeError(
+      'BAD_INPUT',
+      'mean_prompts is only used with method "mean".',
+      'Set method to "mean" or drop mean_prompts.',
+    );
+  if (input.resample_prompt !== undefined && input.method !== 'resample')
+    throw new LoupeError(
+      'BAD_INPUT',
+      'resample_prompt is only used with method "resample".',
+      'Set method to "resample" or drop resample_prompt.',
+    );
 
   const answerId = resolveAnswer(model, input.answer);
-  const meanPrompts = input.method === 'mean' && input.mean_prompts ? input.mean_prompts.map((p) => promptIds(model, p, { prependBos: input.prepend_bos })) : undefined;
+  const meanPrompts =
+    input.method === 'mean' && input.mean_prompts
+      ? input.mean_prompts.map((p) => promptIds(model, p, { prependBos: input.prepend_bos }))
+      : undefined;
   let resampleIds: number[] | undefined;
   let resampleFrom: string | undefined;
   if (input.method === 'resample') {
-    const given = input.resample_prompt !== undefined ? promptIds(model, input.resample_prompt, { prependBos: input.prepend_bos }) : undefined;
+    const given =
+      input.resample_prompt !== undefined
+        ? promptIds(model, input.resample_prompt, { prependBos: input.prepend_bos })
+        : undefined;
     const r = resampleTokens(model, ids, input.seed, given);
     resampleIds = r.ids;
     resampleFrom = r.from;
   }
 
-  const { ablator, clean } = await Ablator.prepare(model, ids, hooks, { method: input.method, positions: input.positions, meanPrompts, resampleIds, resampleFrom }, ctx);
+  const { ablator, clean } = await Ablator.prepare(
+    model,
+    ids,
+    hooks,
+    { method: input.method, positions: input.positions, meanPrompts, resampleIds, resampleFrom },
+    ctx,
+  );
   const cleanLogits = logitsAt(clean, ids.length - 1);
   const answer = answerToken(model, cleanLogits, answerId);
   const meter = new EffectMeter(model, cleanLogits, answer.token_id);
@@ -111,7 +196,12 @@ export const operation = defineOperation({
   const combined = targets.length > 1 ? effects[targets.length] : null;
   const single = targets.length === 1 ? effects[0] : undefined;
   const from = ablator.sourceDescription();
-  const what = input.method === 'zero' ? 'set to zero' : input.method === 'mean' ? `replaced by the ${from}` : `replaced by the activation at the ${from}`;
+  const what =
+    input.method === 'zero'
+      ? 'set to zero'
+      : input.method === 'mean'
+        ? `replaced by the ${from}`
+        : `replaced by the activation at the ${from}`;
   const method =
     `Each target's site (heads: attn.hook_z of that head; neurons: mlp.hook_post of that neuron; components: their hook; a whole layer: hook_attn_out and hook_mlp_out) ${what} at ${input.positions === 'all' ? 'every position' : `positions ${input.positions.join(', ')}`}, ` +
     `${targets.length > 1 ? 'each target singly and all together, ' : ''}in one batched forward; effects read at the last position on the ${answer.source === 'answer' ? 'given answer token' : 'clean prediction'}. No weights were changed; downstream layers recompute normally (total effect, not direct effect).`;
@@ -127,7 +217,13 @@ export const operation = defineOperation({
     entries,
     combined,
     ...(single
-      ? { logit_delta: single.logit_delta, logprob_delta: single.logprob_delta, prob_delta: single.prob_delta, new_predicted_token: single.new_predicted_token, new_predicted_token_id: single.new_predicted_token_id }
+      ? {
+          logit_delta: single.logit_delta,
+          logprob_delta: single.logprob_delta,
+          prob_delta: single.prob_delta,
+          new_predicted_token: single.new_predicted_token,
+          new_predicted_token_id: single.new_predicted_token_id,
+        }
       : {}),
   };
 });

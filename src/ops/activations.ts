@@ -17,15 +17,22 @@ export type Site = (typeof SITES)[number];
 /** site → hook name in layer l */
 export function siteHook(site: Site, l: number): string {
   switch (site) {
-    case 'mlp_post': return `blocks.${l}.mlp.hook_post`;
-    case 'pattern': return `blocks.${l}.attn.hook_pattern`;
-    default: return `blocks.${l}.hook_${site}`;
+    case 'mlp_post':
+      return `blocks.${l}.mlp.hook_post`;
+    case 'pattern':
+      return `blocks.${l}.attn.hook_pattern`;
+    default:
+      return `blocks.${l}.hook_${site}`;
   }
 }
 
 export const activationsInput = z.object({
   ...promptFields,
-  sites: z.array(z.enum(SITES)).min(1).default([...SITES]).describe('Which sites to summarise in every layer.'),
+  sites: z
+    .array(z.enum(SITES))
+    .min(1)
+    .default([...SITES])
+    .describe('Which sites to summarise in every layer.'),
   layers: z.array(z.number().int().min(0)).optional().describe('Layers to include (default all).'),
 });
 export type ActivationsInput = z.input<typeof activationsInput>;
@@ -40,14 +47,22 @@ const siteStats = z.object({
   max: z.number(),
   argmax: z.object({
     position: z.number().int().describe('Token position of the largest element (the query position for patterns).'),
-    index: z.array(z.number().int()).describe('Index of that element within the position (e.g. [d] for the residual stream, [head, key] for patterns).'),
+    index: z
+      .array(z.number().int())
+      .describe(
+        'Index of that element within the position (e.g. [d] for the residual stream, [head, key] for patterns).',
+      ),
   }),
-  norm_per_position: z.array(z.number()).describe('L2 norm of everything at each position (for patterns: each query row over all heads).'),
+  norm_per_position: z
+    .array(z.number())
+    .describe('L2 norm of everything at each position (for patterns: each query row over all heads).'),
 });
 
 export const activationsOutput = documentBase('activations').extend({
   layers: z.array(z.object({ layer: z.number().int(), sites: z.array(siteStats) })),
-  missing_sites: z.array(z.enum(SITES)).describe('Requested sites this architecture does not have (e.g. resid_mid for a parallel-residual model).'),
+  missing_sites: z
+    .array(z.enum(SITES))
+    .describe('Requested sites this architecture does not have (e.g. resid_mid for a parallel-residual model).'),
   method: z.string(),
 });
 
@@ -65,20 +80,45 @@ export function summarize(t: Tensor, posAxis: number) {
   // GPT-2-small hooks; the sums alone take ~0.6–0.9 of this)
   const inner = dims.slice(posAxis + 1).reduce((a, b) => a * b, 1);
   const outer = n / (T * inner);
-  let s = 0, mn = Infinity, mx = -Infinity, arg = 0;
+  let s = 0,
+    mn = Infinity,
+    mx = -Infinity,
+    arg = 0;
   const norms = new Float64Array(T);
   for (let o = 0, i = 0; o < outer; o++) {
     for (let p = 0; p < T; p++) {
-      let s0 = 0, s1 = 0, s2 = 0, s3 = 0, q0 = 0, q1 = 0, q2 = 0, q3 = 0;
-      let lo = Infinity, hi = -Infinity;
-      const start = i, end = i + inner;
+      let s0 = 0,
+        s1 = 0,
+        s2 = 0,
+        s3 = 0,
+        q0 = 0,
+        q1 = 0,
+        q2 = 0,
+        q3 = 0;
+      let lo = Infinity,
+        hi = -Infinity;
+      const start = i,
+        end = i + inner;
       for (const end4 = i + (inner & ~3); i < end4; i += 4) {
-        const v0 = x[i], v1 = x[i + 1], v2 = x[i + 2], v3 = x[i + 3];
-        s0 += v0; s1 += v1; s2 += v2; s3 += v3;
-        q0 += v0 * v0; q1 += v1 * v1; q2 += v2 * v2; q3 += v3 * v3;
-        const a = v0 < v1 ? v0 : v1, b = v2 < v3 ? v2 : v3, m = a < b ? a : b;
+        const v0 = x[i],
+          v1 = x[i + 1],
+          v2 = x[i + 2],
+          v3 = x[i + 3];
+        s0 += v0;
+        s1 += v1;
+        s2 += v2;
+        s3 += v3;
+        q0 += v0 * v0;
+        q1 += v1 * v1;
+        q2 += v2 * v2;
+        q3 += v3 * v3;
+        const a = v0 < v1 ? v0 : v1,
+          b = v2 < v3 ? v2 : v3,
+          m = a < b ? a : b;
         if (m < lo) lo = m;
-        const c = v0 > v1 ? v0 : v1, d = v2 > v3 ? v2 : v3, M = c > d ? c : d;
+        const c = v0 > v1 ? v0 : v1,
+          d = v2 > v3 ? v2 : v3,
+          M = c > d ? c : d;
         if (M > hi) hi = M;
       }
       for (; i < end; i++) {
@@ -88,14 +128,18 @@ export function summarize(t: Tensor, posAxis: number) {
         if (v < lo) lo = v;
         if (v > hi) hi = v;
       }
-      s += (s0 + s1) + (s2 + s3);
-      norms[p] += (q0 + q1) + (q2 + q3);
+      s += s0 + s1 + (s2 + s3);
+      norms[p] += q0 + q1 + (q2 + q3);
       if (lo < mn) mn = lo;
       // strictly larger than every earlier row's, and the first such element of this row: argmax
       // is the first largest element
       if (hi > mx) {
         mx = hi;
-        for (let j = start; j < end; j++) if (x[j] === hi) { arg = j; break; }
+        for (let j = start; j < end; j++)
+          if (x[j] === hi) {
+            arg = j;
+            break;
+          }
       }
     }
   }
@@ -108,7 +152,10 @@ export function summarize(t: Tensor, posAxis: number) {
   let variance = Math.max(0, sumSq / n - mean * mean);
   if (mean * mean > 1000 * variance) {
     let ss = 0;
-    for (let i = 0; i < n; i++) { const d = x[i] - mean; ss += d * d; }
+    for (let i = 0; i < n; i++) {
+      const d = x[i] - mean;
+      ss += d * d;
+    }
     variance = ss / n;
   }
   // strides of the row-major layout: position p of axis posAxis
@@ -136,7 +183,13 @@ export const operation = defineOperation({
 }).implement(async (model, input, ctx) => {
   const L = model.info.n_layers;
   const layers = [...new Set(input.layers ?? Array.from({ length: L }, (_, l) => l))].sort((a, b) => a - b);
-  for (const l of layers) if (l >= L) throw new LoupeError('BAD_INPUT', `layer ${l} does not exist (the model has ${L} layers).`, `Use layers 0 … ${L - 1}.`);
+  for (const l of layers)
+    if (l >= L)
+      throw new LoupeError(
+        'BAD_INPUT',
+        `layer ${l} does not exist (the model has ${L} layers).`,
+        `Use layers 0 … ${L - 1}.`,
+      );
   const ids = promptIds(model, input.prompt, { prependBos: input.prepend_bos });
   const available = new Set(model.hookNames());
   const sites = [...new Set(input.sites)];
@@ -155,9 +208,14 @@ export const operation = defineOperation({
     ...documentHead('activations', model, input.prompt, ids),
     layers: layers.map((l) => ({
       layer: l,
-      sites: present.map((site) => ({ site, hook: siteHook(site, l), ...summarize(run.hooks[siteHook(site, l)], site === 'pattern' ? 2 : 1) })),
+      sites: present.map((site) => ({
+        site,
+        hook: siteHook(site, l),
+        ...summarize(run.hooks[siteHook(site, l)], site === 'pattern' ? 2 : 1),
+      })),
     })),
     missing_sites: missing,
-    method: 'Statistics over every element of the hook for this prompt (batch 1, float64 accumulation); std is the population standard deviation; argmax is the first largest element. Patterns are post-softmax attention probabilities [B, H, Tq, Tk].',
+    method:
+      'Statistics over every element of the hook for this prompt (batch 1, float64 accumulation); std is the population standard deviation; argmax is the first largest element. Patterns are post-softmax attention probabilities [B, H, Tq, Tk].',
   };
 });

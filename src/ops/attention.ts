@@ -11,19 +11,33 @@ import { inputIds, promptOrIdsFields } from './lib/ablation';
 
 export const attentionInput = z.object({
   ...promptOrIdsFields,
-  heads: z.array(z.object({ layer: z.number().int().min(0), head: z.number().int().min(0) })).optional().describe('Heads to return, e.g. [{"layer":1,"head":2}]; default every head (of `layers` when given).'),
-  layers: z.array(z.number().int().min(0)).optional().describe('Return every head of these layers (ignored when heads is given).'),
+  heads: z
+    .array(z.object({ layer: z.number().int().min(0), head: z.number().int().min(0) }))
+    .optional()
+    .describe('Heads to return, e.g. [{"layer":1,"head":2}]; default every head (of `layers` when given).'),
+  layers: z
+    .array(z.number().int().min(0))
+    .optional()
+    .describe('Return every head of these layers (ignored when heads is given).'),
 });
 export type AttentionInput = z.input<typeof attentionInput>;
 
 export const attentionOutput = documentBase('attention').extend({
-  heads: z.array(z.object({
-    layer: z.number().int(),
-    head: z.number().int(),
-    pattern: z.array(z.array(z.number())).describe('[Tq][Tk] attention probabilities (row = destination/query, column = source/key; causal, so entries above the diagonal are 0).'),
-    entropy: z.array(z.number()).describe('Per destination: −Σ p ln p in nats.'),
-    top_source: z.array(z.object({ position: z.number().int(), weight: z.number() })).describe('Per destination: the most attended source position and its weight.'),
-  })),
+  heads: z.array(
+    z.object({
+      layer: z.number().int(),
+      head: z.number().int(),
+      pattern: z
+        .array(z.array(z.number()))
+        .describe(
+          '[Tq][Tk] attention probabilities (row = destination/query, column = source/key; causal, so entries above the diagonal are 0).',
+        ),
+      entropy: z.array(z.number()).describe('Per destination: −Σ p ln p in nats.'),
+      top_source: z
+        .array(z.object({ position: z.number().int(), weight: z.number() }))
+        .describe('Per destination: the most attended source position and its weight.'),
+    }),
+  ),
   method: z.string(),
 });
 
@@ -38,22 +52,40 @@ export const operation = defineOperation({
   const { n_layers: L, n_heads: H } = model.info;
   let sel: { layer: number; head: number }[];
   if (input.heads) sel = input.heads;
-  else sel = (input.layers ?? Array.from({ length: L }, (_, l) => l)).flatMap((layer) => Array.from({ length: H }, (_, head) => ({ layer, head })));
+  else
+    sel = (input.layers ?? Array.from({ length: L }, (_, l) => l)).flatMap((layer) =>
+      Array.from({ length: H }, (_, head) => ({ layer, head })),
+    );
   for (const s of sel) {
-    if (s.layer >= L || s.head >= H) throw new LoupeError('BAD_INPUT', `L${s.layer}H${s.head} does not exist (the model has ${L} layers × ${H} heads).`, `Use layer 0 … ${L - 1} and head 0 … ${H - 1}.`);
+    if (s.layer >= L || s.head >= H)
+      throw new LoupeError(
+        'BAD_INPUT',
+        `L${s.layer}H${s.head} does not exist (the model has ${L} layers × ${H} heads).`,
+        `Use layer 0 … ${L - 1} and head 0 … ${H - 1}.`,
+      );
   }
   // one entry per head, in (layer, head) order
   const seen = new Set<string>();
-  sel = sel.filter((s) => !seen.has(`${s.layer}.${s.head}`) && !!seen.add(`${s.layer}.${s.head}`)).sort((a, b) => a.layer - b.layer || a.head - b.head);
+  sel = sel
+    .filter((s) => !seen.has(`${s.layer}.${s.head}`) && !!seen.add(`${s.layer}.${s.head}`))
+    .sort((a, b) => a.layer - b.layer || a.head - b.head);
   const { ids, prompt } = inputIds(model, input);
   const T = ids.length;
-  checkDocumentSize(sel.length * T * T, `${sel.length} head patterns over ${T} tokens`, 'Choose fewer heads (heads: [{layer, head}]) or a shorter prompt.');
+  checkDocumentSize(
+    sel.length * T * T,
+    `${sel.length} head patterns over ${T} tokens`,
+    'Choose fewer heads (heads: [{layer, head}]) or a shorter prompt.',
+  );
   const layers = [...new Set(sel.map((s) => s.layer))];
 
   ctx.onProgress?.({ stage: 'forward pass', done: 0, total: 1 });
   throwIfAborted(ctx.signal);
   // no logits are shown: unembed one position only (all T would cost up to half a forward more)
-  const run = await model.run(ids, { hooks: layers.map((l) => `blocks.${l}.attn.hook_pattern`), logitPositions: [T - 1], signal: ctx.signal });
+  const run = await model.run(ids, {
+    hooks: layers.map((l) => `blocks.${l}.attn.hook_pattern`),
+    logitPositions: [T - 1],
+    signal: ctx.signal,
+  });
   throwIfAborted(ctx.signal);
   ctx.onProgress?.({ stage: 'forward pass', done: 1, total: 1 });
 
@@ -65,12 +97,17 @@ export const operation = defineOperation({
     for (let q = 0; q < T; q++) {
       const off = (head * T + q) * T;
       const rowVals: number[] = [];
-      let ent = 0, best = 0, bw = -Infinity;
+      let ent = 0,
+        best = 0,
+        bw = -Infinity;
       for (let k = 0; k < T; k++) {
         const v = p.data[off + k];
         rowVals.push(finite(v));
         if (v > 0) ent -= v * Math.log(v);
-        if (v > bw) { bw = v; best = k; }
+        if (v > bw) {
+          bw = v;
+          best = k;
+        }
       }
       pattern.push(rowVals);
       entropy.push(finite(ent));
@@ -82,6 +119,7 @@ export const operation = defineOperation({
   return {
     ...documentHead('attention', model, prompt, ids),
     heads,
-    method: 'Patterns are the engine\'s hook_pattern (softmax over causal-masked, scaled scores; GQA heads share keys but have their own patterns). Entropy uses natural logs; top_source is the first position with the largest weight.',
+    method:
+      "Patterns are the engine's hook_pattern (softmax over causal-masked, scaled scores; GQA heads share keys but have their own patterns). Entropy uses natural logs; top_source is the first position with the largest weight.",
   };
 });

@@ -12,19 +12,36 @@ import { documentBase, documentHead } from '../schema/common';
 import { defineOperation } from './types';
 import { CAPS } from './lib/caps';
 import { promptIds } from './lib/tokens';
-import { checkCaptureHooks, collectActivations, labelSchema, MAX_CAPTURE_BYTES, MAX_CAPTURE_HOOKS, MAX_CAPTURE_PROMPTS, type CaptureHandleValue, type Label } from './lib/collect';
+import {
+  checkCaptureHooks,
+  collectActivations,
+  labelSchema,
+  MAX_CAPTURE_BYTES,
+  MAX_CAPTURE_HOOKS,
+  MAX_CAPTURE_PROMPTS,
+  type CaptureHandleValue,
+  type Label,
+} from './lib/collect';
 import { storeLimit, storeOf } from './lib/handle-store';
 
-const promptItem = z.union([
-  z.string(),
-  z.object({ text: z.string(), label: labelSchema.optional() }),
-]);
+const promptItem = z.union([z.string(), z.object({ text: z.string(), label: labelSchema.optional() })]);
 
 const input = z.object({
-  prompts: z.array(promptItem).min(1).describe('prompts, each a string or {text, label}; labels (0/1, booleans or two strings) are what `probe` learns'),
-  hooks: z.array(z.string()).min(1).optional().describe('hooks to capture (default: the middle layer\'s blocks.{L}.hook_resid_pre)'),
-  position: z.union([z.enum(['last', 'mean']), z.number().int()]).default('last')
-    .describe('which position to keep: "last", "mean" (over positions, BOS excluded) or an index (negative counts from the end)'),
+  prompts: z
+    .array(promptItem)
+    .min(1)
+    .describe('prompts, each a string or {text, label}; labels (0/1, booleans or two strings) are what `probe` learns'),
+  hooks: z
+    .array(z.string())
+    .min(1)
+    .optional()
+    .describe("hooks to capture (default: the middle layer's blocks.{L}.hook_resid_pre)"),
+  position: z
+    .union([z.enum(['last', 'mean']), z.number().int()])
+    .default('last')
+    .describe(
+      'which position to keep: "last", "mean" (over positions, BOS excluded) or an index (negative counts from the end)',
+    ),
   prepend_bos: z.boolean().default(true),
 });
 export type CaptureInput = z.input<typeof input>;
@@ -35,7 +52,9 @@ const output = documentBase('capture').extend({
   position: z.union([z.enum(['last', 'mean']), z.number().int()]),
   n_prompts: z.number().int(),
   label_counts: z.array(z.object({ label: labelSchema.nullable(), count: z.number().int() })),
-  prompts: z.array(z.object({ index: z.number().int(), text: z.string(), label: labelSchema.nullable(), n_tokens: z.number().int() })),
+  prompts: z.array(
+    z.object({ index: z.number().int(), text: z.string(), label: labelSchema.nullable(), n_tokens: z.number().int() }),
+  ),
   bytes: z.number().int().describe('bytes kept in the handle store'),
   note: z.string(),
 });
@@ -55,26 +74,50 @@ export const operation = defineOperation({
   const store = storeOf(ctx);
   const items = inp.prompts.map((p) => (typeof p === 'string' ? { text: p, label: undefined } : p));
   if (items.length > MAX_CAPTURE_PROMPTS) {
-    throw new LoupeError('TOO_LARGE', `${items.length} prompts exceed the capture cap of ${MAX_CAPTURE_PROMPTS}.`, 'Split the set, or capture fewer prompts.');
+    throw new LoupeError(
+      'TOO_LARGE',
+      `${items.length} prompts exceed the capture cap of ${MAX_CAPTURE_PROMPTS}.`,
+      'Split the set, or capture fewer prompts.',
+    );
   }
   const hooks = inp.hooks ?? [`blocks.${Math.floor(model.info.n_layers / 2)}.hook_resid_pre`];
-  if (hooks.length > MAX_CAPTURE_HOOKS) throw new LoupeError('TOO_LARGE', `${hooks.length} hooks exceed the cap of ${MAX_CAPTURE_HOOKS}.`, 'Capture fewer hooks per call.');
+  if (hooks.length > MAX_CAPTURE_HOOKS)
+    throw new LoupeError(
+      'TOO_LARGE',
+      `${hooks.length} hooks exceed the cap of ${MAX_CAPTURE_HOOKS}.`,
+      'Capture fewer hooks per call.',
+    );
   if (new Set(hooks).size !== hooks.length) throw new LoupeError('BAD_INPUT', 'hooks lists a hook twice.');
   const { dims } = checkCaptureHooks(model, hooks);
   // memory check before any run: one float32 vector per prompt per hook
   const bytes = items.length * Object.values(dims).reduce((a, b) => a + b, 0) * 4;
   const limit = Math.min(MAX_CAPTURE_BYTES, storeLimit(store) ?? Infinity);
   if (bytes > limit) {
-    throw new LoupeError('TOO_LARGE', `This capture needs ${(bytes / 1048576).toFixed(1)} MiB; the limit is ${(limit / 1048576).toFixed(1)} MiB.`, 'Capture fewer prompts or hooks, or a narrower hook (resid instead of mlp.hook_post).');
+    throw new LoupeError(
+      'TOO_LARGE',
+      `This capture needs ${(bytes / 1048576).toFixed(1)} MiB; the limit is ${(limit / 1048576).toFixed(1)} MiB.`,
+      'Capture fewer prompts or hooks, or a narrower hook (resid instead of mlp.hook_post).',
+    );
   }
   const texts = items.map((p) => p.text);
   const firstIds = promptIds(model, texts[0], { prependBos: inp.prepend_bos });
   const col = await collectActivations(model, texts, hooks, {
-    position: inp.position, prependBos: inp.prepend_bos, signal: ctx.signal,
+    position: inp.position,
+    prependBos: inp.prepend_bos,
+    signal: ctx.signal,
     onProgress: (done, total) => ctx.onProgress?.({ stage: 'capturing activations', done, total }),
   });
   const labels = items.map((p) => (p.label === undefined ? null : p.label));
-  const value: CaptureHandleValue = { model_id: model.info.id, hooks, position: inp.position, prepend_bos: inp.prepend_bos, prompts: texts, labels, dims: col.dims, data: col.data };
+  const value: CaptureHandleValue = {
+    model_id: model.info.id,
+    hooks,
+    position: inp.position,
+    prepend_bos: inp.prepend_bos,
+    prompts: texts,
+    labels,
+    dims: col.dims,
+    data: col.data,
+  };
   const handle = store.put('capture', value);
 
   const counts = new Map<string, { label: Label | null; count: number }>();
@@ -102,7 +145,6 @@ export const operation = defineOperation({
     label_counts: [...counts.values()],
     prompts: texts.map((t, i) => ({ index: i, text: t, label: labels[i], n_tokens: col.nTokens[i] })),
     bytes,
-    note: '`prompt` and `tokens` show the first prompt. One vector per prompt per hook is kept under `handle` in this session\'s memory; it expires after a period of disuse or when memory is needed.',
+    note: "`prompt` and `tokens` show the first prompt. One vector per prompt per hook is kept under `handle` in this session's memory; it expires after a period of disuse or when memory is needed.",
   };
 });
-

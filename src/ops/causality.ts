@@ -44,8 +44,22 @@ import { promptIds } from './lib/tokens';
 import { generateBatch } from './lib/generation';
 import { parseDirectionSpec, randomVector, unembedCosines, vecNorm } from './lib/directions';
 import {
-  evaluateVariants, rowsPerRun, METRIC_DEFINITIONS, metricDefinitionsSchema, prepareSteering, steeringFields, steeringMetrics, steeringSite, steeringSiteSchema,
-  steerIntervention, tokenRef, tokenRefs, type Variant, DEFAULT_MULTIPLES, MAX_SWEEP_ALPHAS, trend,
+  evaluateVariants,
+  rowsPerRun,
+  METRIC_DEFINITIONS,
+  metricDefinitionsSchema,
+  prepareSteering,
+  steeringFields,
+  steeringMetrics,
+  steeringSite,
+  steeringSiteSchema,
+  steerIntervention,
+  tokenRef,
+  tokenRefs,
+  type Variant,
+  DEFAULT_MULTIPLES,
+  MAX_SWEEP_ALPHAS,
+  trend,
 } from './lib/steering';
 
 /** most random directions one call may evaluate */
@@ -65,7 +79,14 @@ export const CONCEPT_GAIN = Math.LN2;
 /** a continuation whose tokens repeat more than this much more than the unsteered one has collapsed */
 export const REPETITION_RISE = 0.5;
 
-const VERDICTS = ['causal', 'weak-causal', 'epiphenomenal-softmax', 'epiphenomenal-template', 'not_distinguishable', 'undetermined'] as const;
+const VERDICTS = [
+  'causal',
+  'weak-causal',
+  'epiphenomenal-softmax',
+  'epiphenomenal-template',
+  'not_distinguishable',
+  'undetermined',
+] as const;
 export type Verdict = (typeof VERDICTS)[number];
 
 export const VERDICT_RULE =
@@ -81,26 +102,55 @@ export const VERDICT_RULE =
 
 const input = z.object({
   ...steeringFields,
-  controls: steeringFields.controls.describe('unrelated tokens used to normalise (default: of the 20 tokens whose base log-prob is nearest the targets\' mean, the 5 whose unembedding is least aligned with the targets\'; never chosen from d)'),
+  controls: steeringFields.controls.describe(
+    "unrelated tokens used to normalise (default: of the 20 tokens whose base log-prob is nearest the targets' mean, the 5 whose unembedding is least aligned with the targets'; never chosen from d)",
+  ),
   alpha: z.number().optional().describe('α of the comparison (default: alpha_multiple × resid_norm)'),
-  alpha_multiple: z.number().default(1).describe('α = alpha_multiple × the layer\'s mean residual norm when alpha is absent'),
+  alpha_multiple: z
+    .number()
+    .default(1)
+    .describe("α = alpha_multiple × the layer's mean residual norm when alpha is absent"),
   n_random: z.number().int().min(1).default(64).describe('random directions of equal norm to compare against'),
   seed: z.number().int().default(0).describe('seed of the random directions and of derived control prompts'),
-  sweep_multiples: z.array(z.number()).min(2).default(DEFAULT_MULTIPLES).describe('the rigidity sweep: α × each multiple (0 is added when missing)'),
-  control_prompts: z.array(z.string().min(1)).min(1).max(MAX_CONTROL_PROMPTS).optional()
-    .describe('template control: prompts of the same template without the concept (default: derived from the prompt, see concept_tokens)'),
-  concept_tokens: z.array(z.string().min(1)).min(1).max(16).optional()
-    .describe('substrings of the prompt that carry the concept; control prompts replace their words with random words (default without them: every word of the prompt is replaced, keeping punctuation, spacing and repetition)'),
+  sweep_multiples: z
+    .array(z.number())
+    .min(2)
+    .default(DEFAULT_MULTIPLES)
+    .describe('the rigidity sweep: α × each multiple (0 is added when missing)'),
+  control_prompts: z
+    .array(z.string().min(1))
+    .min(1)
+    .max(MAX_CONTROL_PROMPTS)
+    .optional()
+    .describe(
+      'template control: prompts of the same template without the concept (default: derived from the prompt, see concept_tokens)',
+    ),
+  concept_tokens: z
+    .array(z.string().min(1))
+    .min(1)
+    .max(16)
+    .optional()
+    .describe(
+      'substrings of the prompt that carry the concept; control prompts replace their words with random words (default without them: every word of the prompt is replaced, keeping punctuation, spacing and repetition)',
+    ),
   n_control_prompts: z.number().int().min(1).max(MAX_CONTROL_PROMPTS).default(4).describe('derived control prompts'),
-  rigidity_tokens: z.number().int().min(1).max(64).default(12).describe('length of the base continuation and of each steered continuation in the rigidity check'),
+  rigidity_tokens: z
+    .number()
+    .int()
+    .min(1)
+    .max(64)
+    .default(12)
+    .describe('length of the base continuation and of each steered continuation in the rigidity check'),
 });
 export type CausalityInput = z.input<typeof input>;
 
 const stats = z.object({
-  effects: z.array(z.number()).describe('each random direction\'s effect at α'),
-  mean: z.number(), sd: z.number(), max: z.number(),
-  value: z.number().describe('d\'s effect'),
-  percentile: z.number().describe('percent of random directions whose effect is below d\'s (ties count half)'),
+  effects: z.array(z.number()).describe("each random direction's effect at α"),
+  mean: z.number(),
+  sd: z.number(),
+  max: z.number(),
+  value: z.number().describe("d's effect"),
+  percentile: z.number().describe("percent of random directions whose effect is below d's (ties count half)"),
   z_score: z.number().nullable(),
   significant: z.boolean(),
 });
@@ -118,7 +168,12 @@ const output = documentBase('causality').extend({
   controls: z.array(tokenRef),
   targets_rule: z.string(),
   controls_rule: z.string(),
-  effect: z.object({ target_logprob_delta: z.number(), control_logprob_delta: z.number(), normalized_effect: z.number(), kl_from_base: z.number() }),
+  effect: z.object({
+    target_logprob_delta: z.number(),
+    control_logprob_delta: z.number(),
+    normalized_effect: z.number(),
+    kl_from_base: z.number(),
+  }),
   random_baseline: z.object({
     n: z.number().int(),
     seed: z.number().int(),
@@ -142,8 +197,15 @@ const output = documentBase('causality').extend({
     concept_tokens: z.array(z.string()),
     concept: promptEffect,
     prompts: z.array(promptEffect),
-    edit_ratio: z.number().nullable().describe('mean edit_effect on control prompts / edit_effect on the concept prompt; null when the concept prompt\'s effect is 0'),
-    concept_gain: z.number().describe('target base log-prob on the concept prompt − its mean on the control prompts (nats)'),
+    edit_ratio: z
+      .number()
+      .nullable()
+      .describe(
+        "mean edit_effect on control prompts / edit_effect on the concept prompt; null when the concept prompt's effect is 0",
+      ),
+    concept_gain: z
+      .number()
+      .describe('target base log-prob on the concept prompt − its mean on the control prompts (nats)'),
     concept_gain_threshold: z.number(),
     threshold: z.number(),
     template_epiphenomenon: z.boolean(),
@@ -154,14 +216,23 @@ const output = documentBase('causality').extend({
     alphas: z.array(z.number()),
     normalized_effect: z.array(z.number()),
     target_logprob_delta: z.array(z.number()),
-    base_text_logprob: z.array(z.number()).describe('mean log-prob per token of the base (unsteered, greedy) continuation under each edit'),
-    repetition: z.array(z.number()).describe('1 − distinct/generated tokens of the greedy continuation generated under each edit'),
+    base_text_logprob: z
+      .array(z.number())
+      .describe('mean log-prob per token of the base (unsteered, greedy) continuation under each edit'),
+    repetition: z
+      .array(z.number())
+      .describe('1 − distinct/generated tokens of the greedy continuation generated under each edit'),
     collapsed: z.array(z.boolean()),
     base_continuation: z.object({ token_ids: z.array(z.number().int()), text: z.string() }),
     steered_continuations: z.array(z.string()),
     collapse_logprob: z.number().describe('−ln(d_vocab): the uniform guess'),
-    alpha_range: z.tuple([z.number(), z.number()]).nullable().describe('α range around 0 where no collapse and the normalised effect never falls'),
-    trend: z.enum(['increasing', 'decreasing', 'flat', 'not_monotone']).describe('trend of the normalised effect over alpha_range'),
+    alpha_range: z
+      .tuple([z.number(), z.number()])
+      .nullable()
+      .describe('α range around 0 where no collapse and the normalised effect never falls'),
+    trend: z
+      .enum(['increasing', 'decreasing', 'flat', 'not_monotone'])
+      .describe('trend of the normalised effect over alpha_range'),
     alpha_in_range: z.boolean(),
     holds: z.boolean(),
     reason: z.string(),
@@ -169,9 +240,15 @@ const output = documentBase('causality').extend({
   verdict: z.enum(VERDICTS),
   verdict_reason: z.string(),
   verdict_rule: z.string(),
-  deciding: z.object({
-    raw_percentile: z.number(), normalized_percentile: z.number(), edit_ratio: z.number().nullable(), concept_gain: z.number(), rigidity_holds: z.boolean(),
-  }).describe('the numbers the rule read'),
+  deciding: z
+    .object({
+      raw_percentile: z.number(),
+      normalized_percentile: z.number(),
+      edit_ratio: z.number().nullable(),
+      concept_gain: z.number(),
+      rigidity_holds: z.boolean(),
+    })
+    .describe('the numbers the rule read'),
   interventions: z.array(interventionRecord),
   metric_definitions: metricDefinitionsSchema,
   engine_runs: z.number().int(),
@@ -191,7 +268,8 @@ export interface VerdictInputs {
 
 /** the rule of VERDICT_RULE, from its numbers */
 export function decideVerdict(p: VerdictInputs): { verdict: Verdict; reason: string } {
-  if (p.n < MIN_RANDOM_FOR_VERDICT) return { verdict: 'undetermined', reason: `only ${p.n} random directions (need ≥ ${MIN_RANDOM_FOR_VERDICT})` };
+  if (p.n < MIN_RANDOM_FOR_VERDICT)
+    return { verdict: 'undetermined', reason: `only ${p.n} random directions (need ≥ ${MIN_RANDOM_FOR_VERDICT})` };
   if (!p.finite) return { verdict: 'undetermined', reason: 'an effect was not finite' };
   if (p.degenerate) return { verdict: 'undetermined', reason: 'every random direction had the same effect' };
   if (p.controlPrompts < 1) return { verdict: 'undetermined', reason: 'no control prompt for the template check' };
@@ -200,19 +278,41 @@ export function decideVerdict(p: VerdictInputs): { verdict: Verdict; reason: str
   const rs = r >= SIGNIFICANT;
   const ns = n >= SIGNIFICANT;
   const pc = (x: number) => x.toFixed(1);
-  if (rs && !ns) return { verdict: 'epiphenomenal-softmax', reason: `raw effect significant (percentile ${pc(r)} ≥ ${SIGNIFICANT}) but the control-normalised effect is not (${pc(n)}): the controls move with the target` };
-  if (ns && !rs) return { verdict: 'epiphenomenal-softmax', reason: `control-normalised effect significant (percentile ${pc(n)}) but the raw effect is not (${pc(r)} < ${SIGNIFICANT}): the lead over the controls comes from the controls moving` };
+  if (rs && !ns)
+    return {
+      verdict: 'epiphenomenal-softmax',
+      reason: `raw effect significant (percentile ${pc(r)} ≥ ${SIGNIFICANT}) but the control-normalised effect is not (${pc(n)}): the controls move with the target`,
+    };
+  if (ns && !rs)
+    return {
+      verdict: 'epiphenomenal-softmax',
+      reason: `control-normalised effect significant (percentile ${pc(n)}) but the raw effect is not (${pc(r)} < ${SIGNIFICANT}): the lead over the controls comes from the controls moving`,
+    };
   if (rs && ns) {
     const er = p.editRatio === null ? 'n/a' : p.editRatio.toFixed(2);
     if (p.editRatio !== null && p.editRatio >= TEMPLATE_RATIO && p.conceptGain < CONCEPT_GAIN) {
-      return { verdict: 'epiphenomenal-template', reason: `raw and normalised effects significant (${pc(r)}, ${pc(n)}), but the edit moves the target on control prompts of the same template ${er} × as much (≥ ${TEMPLATE_RATIO}) and the concept raises the target's base log-prob by only ${p.conceptGain.toFixed(2)} nats (< ln 2)` };
+      return {
+        verdict: 'epiphenomenal-template',
+        reason: `raw and normalised effects significant (${pc(r)}, ${pc(n)}), but the edit moves the target on control prompts of the same template ${er} × as much (≥ ${TEMPLATE_RATIO}) and the concept raises the target's base log-prob by only ${p.conceptGain.toFixed(2)} nats (< ln 2)`,
+      };
     }
     const tmpl = `template control passed (edit ratio ${er}, concept gain ${p.conceptGain.toFixed(2)} nats)`;
-    if (p.rigidityHolds) return { verdict: 'causal', reason: `raw and normalised percentiles ${pc(r)}, ${pc(n)} ≥ ${SIGNIFICANT}, ${tmpl}, and the dose-response is monotone over a stable α range that contains α` };
-    return { verdict: 'weak-causal', reason: `raw and normalised percentiles ${pc(r)}, ${pc(n)} ≥ ${SIGNIFICANT} and ${tmpl}, but structural rigidity fails` };
+    if (p.rigidityHolds)
+      return {
+        verdict: 'causal',
+        reason: `raw and normalised percentiles ${pc(r)}, ${pc(n)} ≥ ${SIGNIFICANT}, ${tmpl}, and the dose-response is monotone over a stable α range that contains α`,
+      };
+    return {
+      verdict: 'weak-causal',
+      reason: `raw and normalised percentiles ${pc(r)}, ${pc(n)} ≥ ${SIGNIFICANT} and ${tmpl}, but structural rigidity fails`,
+    };
   }
-  if (n >= WEAK) return { verdict: 'weak-causal', reason: `normalised percentile ${pc(n)} is in [${WEAK}, ${SIGNIFICANT})` };
-  return { verdict: 'not_distinguishable', reason: `normalised percentile ${pc(n)} < ${WEAK}: random directions of equal norm do as much` };
+  if (n >= WEAK)
+    return { verdict: 'weak-causal', reason: `normalised percentile ${pc(n)} is in [${WEAK}, ${SIGNIFICANT})` };
+  return {
+    verdict: 'not_distinguishable',
+    reason: `normalised percentile ${pc(n)} < ${WEAK}: random directions of equal norm do as much`,
+  };
 }
 
 function statsOf(value: number, effects: number[]): z.infer<typeof stats> {
@@ -224,8 +324,14 @@ function statsOf(value: number, effects: number[]): z.infer<typeof stats> {
   const sd = Math.sqrt(effects.reduce((a, b) => a + (b - mean) ** 2, 0) / Math.max(1, n - 1));
   const safe = (x: number) => (Number.isFinite(x) ? x : 0);
   return {
-    effects: effects.map(safe), mean: safe(mean), sd: safe(sd), max: safe(Math.max(...effects)), value: safe(value),
-    percentile, z_score: sd > 0 && Number.isFinite(value) ? (value - mean) / sd : null, significant: percentile >= SIGNIFICANT,
+    effects: effects.map(safe),
+    mean: safe(mean),
+    sd: safe(sd),
+    max: safe(Math.max(...effects)),
+    value: safe(value),
+    percentile,
+    z_score: sd > 0 && Number.isFinite(value) ? (value - mean) / sd : null,
+    significant: percentile >= SIGNIFICANT,
   };
 }
 
@@ -235,14 +341,26 @@ const CONTROL_POOL = 20;
 const N_CONTROLS = 5;
 
 /** probability-matched controls (see the module note), least aligned with the targets' unembedding */
-async function matchedControls(model: LoadedModel, base: Float64Array, targets: number[], exclude: number[], signal?: AbortSignal): Promise<number[]> {
+async function matchedControls(
+  model: LoadedModel,
+  base: Float64Array,
+  targets: number[],
+  exclude: number[],
+  signal?: AbortSignal,
+): Promise<number[]> {
   const V = model.info.d_vocab;
   const skip = new Set([...targets, ...exclude]);
   const mean = targets.reduce((a, t) => a + base[t], 0) / targets.length;
-  const pool = Array.from({ length: V }, (_, i) => i).filter((i) => !skip.has(i) && Number.isFinite(base[i]))
-    .sort((a, b) => Math.abs(base[a] - mean) - Math.abs(base[b] - mean) || a - b).slice(0, CONTROL_POOL);
+  const pool = Array.from({ length: V }, (_, i) => i)
+    .filter((i) => !skip.has(i) && Number.isFinite(base[i]))
+    .sort((a, b) => Math.abs(base[a] - mean) - Math.abs(base[b] - mean) || a - b)
+    .slice(0, CONTROL_POOL);
   const cos = await unembedCosines(model, targets, pool, signal);
-  return pool.map((id, k) => ({ id, c: Math.abs(cos[k]) })).sort((a, b) => a.c - b.c || a.id - b.id).slice(0, N_CONTROLS).map((x) => x.id);
+  return pool
+    .map((id, k) => ({ id, c: Math.abs(cos[k]) }))
+    .sort((a, b) => a.c - b.c || a.id - b.id)
+    .slice(0, N_CONTROLS)
+    .map((x) => x.id);
 }
 
 /** tokens that are one run of letters: the material of replacement words */
@@ -257,11 +375,27 @@ function letterTokens(model: LoadedModel): number[] {
  * the whole prompt — is replaced by as many random letter tokens as it has tokens; the same word
  * gets the same replacement within one prompt, so repetition (the template's structure) is kept.
  */
-export function deriveControlPrompts(model: LoadedModel, prompt: string, concepts: string[] | undefined, n: number, seed: number): string[] {
+export function deriveControlPrompts(
+  model: LoadedModel,
+  prompt: string,
+  concepts: string[] | undefined,
+  n: number,
+  seed: number,
+): string[] {
   const pool = letterTokens(model);
-  if (!pool.length) throw new LoupeError('BAD_INPUT', 'The tokenizer has no letter tokens to build control prompts from.', 'Give control_prompts.');
+  if (!pool.length)
+    throw new LoupeError(
+      'BAD_INPUT',
+      'The tokenizer has no letter tokens to build control prompts from.',
+      'Give control_prompts.',
+    );
   for (const c of concepts ?? []) {
-    if (!prompt.includes(c)) throw new LoupeError('BAD_INPUT', `concept_tokens: ${JSON.stringify(c)} does not occur in the prompt.`, 'Mark substrings of the prompt (e.g. a word with its leading space).');
+    if (!prompt.includes(c))
+      throw new LoupeError(
+        'BAD_INPUT',
+        `concept_tokens: ${JSON.stringify(c)} does not occur in the prompt.`,
+        'Mark substrings of the prompt (e.g. a word with its leading space).',
+      );
   }
   const u = rng(seed + 7919);
   const out: string[] = [];
@@ -287,7 +421,6 @@ export function deriveControlPrompts(model: LoadedModel, prompt: string, concept
 
 // ------------------------------------------------------------------ the operation
 
-
 function clean(e: z.infer<typeof promptEffect>): z.infer<typeof promptEffect> {
   const s = (x: number) => (Number.isFinite(x) ? x : 0);
   return { ...e, edit_effect: s(e.edit_effect), target_logprob: s(e.target_logprob) };
@@ -295,8 +428,15 @@ function clean(e: z.infer<typeof promptEffect>): z.infer<typeof promptEffect> {
 
 /** One prompt of the template check: one run of two rows — row 0 unsteered, row 1 with α·d added. */
 async function templateEffects(
-  model: LoadedModel, ids: number[], hook: string, positions: 'all' | number[], vector: ArrayLike<number>,
-  alpha: number, targets: number[], controls: number[], ctx: OpContext,
+  model: LoadedModel,
+  ids: number[],
+  hook: string,
+  positions: 'all' | number[],
+  vector: ArrayLike<number>,
+  alpha: number,
+  targets: number[],
+  controls: number[],
+  ctx: OpContext,
 ): Promise<{ edit_effect: number; target_logprob: number }> {
   const T = ids.length;
   const V = model.info.d_vocab;
@@ -304,7 +444,10 @@ async function templateEffects(
   const res = await model.run(ids, { interventions: [iv], batch: 2, logitPositions: [T - 1], signal: ctx.signal });
   const baseLp = logSoftmax(res.logits.data, 0, V);
   const edit = steeringMetrics(baseLp, logSoftmax(res.logits.data, V, V), targets, controls);
-  return { edit_effect: edit.normalized_effect, target_logprob: targets.reduce((a, t) => a + baseLp[t], 0) / targets.length };
+  return {
+    edit_effect: edit.normalized_effect,
+    target_logprob: targets.reduce((a, t) => a + baseLp[t], 0) / targets.length,
+  };
 }
 
 /**
@@ -313,8 +456,18 @@ async function templateEffects(
  * edit; one batched greedy generation under the edits gives the repetition.
  */
 async function rigidity(
-  model: LoadedModel, ids: number[], hook: string, positions: 'all' | number[], vector: ArrayLike<number>, alphasIn: number[], alpha: number,
-  k: number, baseLp: Float64Array, targets: number[], controls: number[], ctx: OpContext,
+  model: LoadedModel,
+  ids: number[],
+  hook: string,
+  positions: 'all' | number[],
+  vector: ArrayLike<number>,
+  alphasIn: number[],
+  alpha: number,
+  k: number,
+  baseLp: Float64Array,
+  targets: number[],
+  controls: number[],
+  ctx: OpContext,
 ) {
   const V = model.info.d_vocab;
   const T = ids.length;
@@ -337,11 +490,16 @@ async function rigidity(
     throwIfAborted(ctx.signal);
     const chunk = alphas.slice(s, s + per);
     const ivs = chunk.map((a, r) => steerIntervention(hook, vector, a, positions, chunk.length > 1 ? [r] : undefined));
-    const res = await model.run(full, { interventions: ivs, batch: chunk.length > 1 ? chunk.length : undefined, logitPositions: Array.from({ length: k + 1 }, (_, j) => T - 1 + j).filter((p) => p < L), signal: ctx.signal });
+    const res = await model.run(full, {
+      interventions: ivs,
+      batch: chunk.length > 1 ? chunk.length : undefined,
+      logitPositions: Array.from({ length: k + 1 }, (_, j) => T - 1 + j).filter((p) => p < L),
+      signal: ctx.signal,
+    });
     runs++;
     const P = Math.min(k + 1, L - T + 1);
     for (let r = 0; r < chunk.length; r++) {
-      const first = logSoftmax(res.logits.data, (r * P) * V, V);
+      const first = logSoftmax(res.logits.data, r * P * V, V);
       const m = steeringMetrics(baseLp, first, targets, controls);
       normalized.push(m.normalized_effect);
       targetDelta.push(m.target_logprob_delta);
@@ -349,9 +507,17 @@ async function rigidity(
       for (let j = 0; j < cont.length; j++) lp += logSoftmax(res.logits.data, (r * P + j) * V, V)[cont[j]];
       textLp.push(cont.length ? lp / cont.length : 0);
     }
-    const gen = await generateBatch(model, ids, chunk.length, { maxNewTokens: k, stopAtEos: false, interventions: ivs, signal: ctx.signal });
+    const gen = await generateBatch(model, ids, chunk.length, {
+      maxNewTokens: k,
+      stopAtEos: false,
+      interventions: ivs,
+      signal: ctx.signal,
+    });
     runs += gen.runs;
-    for (const row of gen.rows) { repetition.push(distinct(row.ids)); steeredText.push(row.text); }
+    for (const row of gen.rows) {
+      repetition.push(distinct(row.ids));
+      steeredText.push(row.text);
+    }
     ctx.onProgress?.({ stage: 'rigidity sweep', done: Math.min(s + per, alphas.length), total: alphas.length });
   }
   const baseRep = distinct(cont);
@@ -364,7 +530,8 @@ async function rigidity(
   let hi = z;
   if (!collapsed[z]) {
     while (lo > 0 && !collapsed[lo - 1] && normalized[lo] - normalized[lo - 1] >= -tol(lo, lo - 1)) lo--;
-    while (hi < alphas.length - 1 && !collapsed[hi + 1] && normalized[hi + 1] - normalized[hi] >= -tol(hi, hi + 1)) hi++;
+    while (hi < alphas.length - 1 && !collapsed[hi + 1] && normalized[hi + 1] - normalized[hi] >= -tol(hi, hi + 1))
+      hi++;
   }
   const range: [number, number] | null = collapsed[z] ? null : [alphas[lo], alphas[hi]];
   const tr = range ? trend(alphas.slice(lo, hi + 1), normalized.slice(lo, hi + 1)) : 'flat';
@@ -372,15 +539,34 @@ async function rigidity(
   const holds = alphaInRange && tr === 'increasing';
   // what ends the range on the tested α's side: a collapse, or a fall of the normalised effect
   const edge = alpha > (range?.[1] ?? 0) ? hi + 1 : lo - 1;
-  const why = edge >= 0 && edge < alphas.length ? (collapsed[edge] ? `the continuation collapses at α = ${alphas[edge].toPrecision(3)}` : `the normalised effect falls at α = ${alphas[edge].toPrecision(3)}`) : 'the sweep ends';
-  const reason = !range ? 'the continuation collapses even without the edit'
-    : !alphaInRange ? `α = ${alpha.toPrecision(3)} is outside the stable range [${range[0].toPrecision(3)}, ${range[1].toPrecision(3)}]: ${why}`
-    : tr !== 'increasing' ? `the normalised effect is ${tr} over the stable range [${range[0].toPrecision(3)}, ${range[1].toPrecision(3)}]`
-    : `the normalised effect increases over [${range[0].toPrecision(3)}, ${range[1].toPrecision(3)}] with no collapse, and α = ${alpha.toPrecision(3)} lies inside`;
+  const why =
+    edge >= 0 && edge < alphas.length
+      ? collapsed[edge]
+        ? `the continuation collapses at α = ${alphas[edge].toPrecision(3)}`
+        : `the normalised effect falls at α = ${alphas[edge].toPrecision(3)}`
+      : 'the sweep ends';
+  const reason = !range
+    ? 'the continuation collapses even without the edit'
+    : !alphaInRange
+      ? `α = ${alpha.toPrecision(3)} is outside the stable range [${range[0].toPrecision(3)}, ${range[1].toPrecision(3)}]: ${why}`
+      : tr !== 'increasing'
+        ? `the normalised effect is ${tr} over the stable range [${range[0].toPrecision(3)}, ${range[1].toPrecision(3)}]`
+        : `the normalised effect increases over [${range[0].toPrecision(3)}, ${range[1].toPrecision(3)}] with no collapse, and α = ${alpha.toPrecision(3)} lies inside`;
   return {
-    alphas, normalized_effect: normalized, target_logprob_delta: targetDelta, base_text_logprob: textLp, repetition, collapsed,
-    base_continuation: { token_ids: cont, text: baseGen.rows[0].text }, steered_continuations: steeredText,
-    range, trend: tr, alphaInRange, holds, reason, runs,
+    alphas,
+    normalized_effect: normalized,
+    target_logprob_delta: targetDelta,
+    base_text_logprob: textLp,
+    repetition,
+    collapsed,
+    base_continuation: { token_ids: cont, text: baseGen.rows[0].text },
+    steered_continuations: steeredText,
+    range,
+    trend: tr,
+    alphaInRange,
+    holds,
+    reason,
+    runs,
   };
 }
 
@@ -389,9 +575,9 @@ export const operation = defineOperation({
   title: 'Causality',
   description:
     'Causality protocol (after openinterp) for a steering direction d at blocks.{layer}.hook_resid_pre, in three checks with their numbers: ' +
-    '(1) random baseline — d\'s raw effect (target log-prob Δ at the final prompt position) and control-normalised effect (target Δ − control Δ, probability-matched controls) against N seeded random directions of equal norm: percentiles and z-scores; ' +
-    '(2) template control — the same direction on control prompts of the same template without the concept (given, derived by replacing concept_tokens, or neutral): the ratio of the edit\'s effects and how much the concept raises the target\'s base log-prob; ' +
-    '(3) structural rigidity — over an α-sweep, the normalised effect, the base continuation\'s log-prob and the repetition of a steered continuation, and the α range where the continuation holds and the dose-response is monotone. ' +
+    "(1) random baseline — d's raw effect (target log-prob Δ at the final prompt position) and control-normalised effect (target Δ − control Δ, probability-matched controls) against N seeded random directions of equal norm: percentiles and z-scores; " +
+    "(2) template control — the same direction on control prompts of the same template without the concept (given, derived by replacing concept_tokens, or neutral): the ratio of the edit's effects and how much the concept raises the target's base log-prob; " +
+    "(3) structural rigidity — over an α-sweep, the normalised effect, the base continuation's log-prob and the repetition of a steered continuation, and the α range where the continuation holds and the dose-response is monotone. " +
     'Verdict: causal / weak-causal / epiphenomenal-softmax / epiphenomenal-template / not_distinguishable / undetermined, by the rule in `verdict_rule`, with the deciding numbers in `deciding`. ' +
     `Non-token directions need explicit targets. Caps: ${MAX_RANDOM_DIRECTIONS} random directions, ${MAX_SWEEP_ALPHAS} sweep values, ${MAX_CONTROL_PROMPTS} control prompts.`,
   input,
@@ -400,21 +586,34 @@ export const operation = defineOperation({
 }).implement(async (model, inp, ctx) => {
   // caps and the targets requirement before any engine run
   if (inp.n_random > MAX_RANDOM_DIRECTIONS) {
-    throw new LoupeError('TOO_LARGE', `n_random = ${inp.n_random} exceeds the cap of ${MAX_RANDOM_DIRECTIONS}.`, `Use at most ${MAX_RANDOM_DIRECTIONS} random directions.`);
+    throw new LoupeError(
+      'TOO_LARGE',
+      `n_random = ${inp.n_random} exceeds the cap of ${MAX_RANDOM_DIRECTIONS}.`,
+      `Use at most ${MAX_RANDOM_DIRECTIONS} random directions.`,
+    );
   }
   const multiples = inp.sweep_multiples.includes(0) ? inp.sweep_multiples : [...inp.sweep_multiples, 0];
   if (multiples.length > MAX_SWEEP_ALPHAS) {
     throw new LoupeError('TOO_LARGE', `${multiples.length} sweep values exceed the cap of ${MAX_SWEEP_ALPHAS}.`);
   }
   if (parseDirectionSpec(inp.direction).kind !== 'tokens' && !inp.targets) {
-    throw new LoupeError('BAD_INPUT', 'causality needs `targets` for a direction that is not made of tokens.',
-      'Name the tokens the direction should promote (e.g. ["#432"] or [" happy"]); targets chosen from the direction itself would make it look special by construction.');
+    throw new LoupeError(
+      'BAD_INPUT',
+      'causality needs `targets` for a direction that is not made of tokens.',
+      'Name the tokens the direction should promote (e.g. ["#432"] or [" happy"]); targets chosen from the direction itself would make it look special by construction.',
+    );
   }
-  const controlPrompts = inp.control_prompts ?? deriveControlPrompts(model, inp.prompt, inp.concept_tokens, inp.n_control_prompts, inp.seed);
+  const controlPrompts =
+    inp.control_prompts ?? deriveControlPrompts(model, inp.prompt, inp.concept_tokens, inp.n_control_prompts, inp.seed);
   const controlIds = controlPrompts.map((p) => promptIds(model, p, { prependBos: inp.prepend_bos }));
   if (inp.positions !== 'all') {
     const bad = controlIds.findIndex((c) => (inp.positions as number[]).some((p) => p >= c.length));
-    if (bad >= 0) throw new LoupeError('BAD_INPUT', `control prompt ${bad} (${controlIds[bad].length} tokens) is shorter than the edited positions.`, 'Use positions "all", or control prompts at least as long.');
+    if (bad >= 0)
+      throw new LoupeError(
+        'BAD_INPUT',
+        `control prompt ${bad} (${controlIds[bad].length} tokens) is shorter than the edited positions.`,
+        'Use positions "all", or control prompts at least as long.',
+      );
   }
   let runs = 0;
   ctx.onProgress?.({ stage: 'base run', done: 0, total: 1 });
@@ -423,9 +622,17 @@ export const operation = defineOperation({
   const { ids, hook, dir } = setup;
   const targets = setup.targets;
   const given = !!inp.controls;
-  const controls = given ? setup.controls
-    : await matchedControls(model, setup.baseLogprobs, targets, [...dir.negative_ids, ...[model.bosTokenId, model.eosTokenId].filter((x): x is number => x !== undefined)], ctx.signal);
-  const controlsRule = given ? 'given'
+  const controls = given
+    ? setup.controls
+    : await matchedControls(
+        model,
+        setup.baseLogprobs,
+        targets,
+        [...dir.negative_ids, ...[model.bosTokenId, model.eosTokenId].filter((x): x is number => x !== undefined)],
+        ctx.signal,
+      );
+  const controlsRule = given
+    ? 'given'
     : `of the ${CONTROL_POOL} tokens whose base log-prob is nearest the targets' mean (targets, negatives, BOS, EOS excluded), the ${N_CONTROLS} whose unembedding W_U[:, c] is least aligned (smallest |cosine|) with the targets' mean unembedding; probability-matched so that a change of temperature moves them as it moves the targets; independent of d`;
   const alpha = inp.alpha ?? inp.alpha_multiple * setup.residNorm;
   const norm = vecNorm(dir.vector);
@@ -446,8 +653,14 @@ export const operation = defineOperation({
   const metric = (lp: Float64Array) => steeringMetrics(setup.baseLogprobs, lp, targets, controls);
   const main = metric(lps[0]);
   const rm = lps.slice(1).map(metric);
-  const rawStats = statsOf(main.target_logprob_delta, rm.map((m) => m.target_logprob_delta));
-  const nrm = statsOf(main.normalized_effect, rm.map((m) => m.normalized_effect));
+  const rawStats = statsOf(
+    main.target_logprob_delta,
+    rm.map((m) => m.target_logprob_delta),
+  );
+  const nrm = statsOf(
+    main.normalized_effect,
+    rm.map((m) => m.normalized_effect),
+  );
   const softmax = rawStats.significant !== nrm.significant;
 
   // 3. template control
@@ -463,25 +676,55 @@ export const operation = defineOperation({
   }
   const [concept, ...others] = effects;
   const meanOf = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / Math.max(xs.length, 1);
-  const editRatio = Math.abs(concept.edit_effect) > 1e-9 ? meanOf(others.map((o) => o.edit_effect)) / concept.edit_effect : null;
+  const editRatio =
+    Math.abs(concept.edit_effect) > 1e-9 ? meanOf(others.map((o) => o.edit_effect)) / concept.edit_effect : null;
   const safeRatio = editRatio !== null && Number.isFinite(editRatio) ? editRatio : null;
   const conceptGain = concept.target_logprob - meanOf(others.map((o) => o.target_logprob));
   const template = editRatio !== null && editRatio >= TEMPLATE_RATIO && conceptGain < CONCEPT_GAIN;
 
   // 4. structural rigidity
-  const rig = await rigidity(model, ids, hook, inp.positions, dir.vector, multiples.map((m) => m * alpha), alpha, inp.rigidity_tokens, setup.baseLogprobs, targets, controls, ctx);
+  const rig = await rigidity(
+    model,
+    ids,
+    hook,
+    inp.positions,
+    dir.vector,
+    multiples.map((m) => m * alpha),
+    alpha,
+    inp.rigidity_tokens,
+    setup.baseLogprobs,
+    targets,
+    controls,
+    ctx,
+  );
   runs += rig.runs;
 
-  const allFinite = [main.normalized_effect, main.target_logprob_delta, ...rm.map((m) => m.normalized_effect), ...rm.map((m) => m.target_logprob_delta), ...rig.normalized_effect].every(Number.isFinite);
+  const allFinite = [
+    main.normalized_effect,
+    main.target_logprob_delta,
+    ...rm.map((m) => m.normalized_effect),
+    ...rm.map((m) => m.target_logprob_delta),
+    ...rig.normalized_effect,
+  ].every(Number.isFinite);
   const degenerate = rm.every((m) => m.normalized_effect === rm[0].normalized_effect);
   const { verdict, reason } = decideVerdict({
-    n: randoms.length, finite: allFinite, degenerate, controlPrompts: others.length,
-    rawPercentile: rawStats.percentile, normalizedPercentile: nrm.percentile, editRatio: safeRatio, conceptGain, rigidityHolds: rig.holds,
+    n: randoms.length,
+    finite: allFinite,
+    degenerate,
+    controlPrompts: others.length,
+    rawPercentile: rawStats.percentile,
+    normalizedPercentile: nrm.percentile,
+    editRatio: safeRatio,
+    conceptGain,
+    rigidityHolds: rig.holds,
   });
   const safe = (x: number) => (Number.isFinite(x) ? x : 0);
-  const deltas = (list: number[]) => tokenRefs(model, list).map((r) => ({
-    ...r, base_logprob: finite(setup.baseLogprobs[r.token_id]), delta: safe(lps[0][r.token_id] - setup.baseLogprobs[r.token_id]),
-  }));
+  const deltas = (list: number[]) =>
+    tokenRefs(model, list).map((r) => ({
+      ...r,
+      base_logprob: finite(setup.baseLogprobs[r.token_id]),
+      delta: safe(lps[0][r.token_id] - setup.baseLogprobs[r.token_id]),
+    }));
   const pc = (x: number) => x.toFixed(1);
 
   return {
@@ -493,8 +736,10 @@ export const operation = defineOperation({
     targets_rule: setup.targetsRule,
     controls_rule: controlsRule,
     effect: {
-      target_logprob_delta: safe(main.target_logprob_delta), control_logprob_delta: safe(main.control_logprob_delta),
-      normalized_effect: safe(main.normalized_effect), kl_from_base: safe(main.kl_from_base),
+      target_logprob_delta: safe(main.target_logprob_delta),
+      control_logprob_delta: safe(main.control_logprob_delta),
+      normalized_effect: safe(main.normalized_effect),
+      kl_from_base: safe(main.kl_from_base),
     },
     random_baseline: { n: randoms.length, seed: inp.seed, norm, raw: rawStats, normalized: nrm },
     control_normalization: {
@@ -520,7 +765,7 @@ export const operation = defineOperation({
       concept_gain_threshold: CONCEPT_GAIN,
       threshold: TEMPLATE_RATIO,
       template_epiphenomenon: template,
-      reason: `edit effect ${concept.edit_effect.toFixed(3)} nats on the concept prompt, mean ${meanOf(others.map((o) => o.edit_effect)).toFixed(3)} on ${others.length} control prompts (ratio ${safeRatio === null ? 'n/a' : safeRatio.toFixed(2)}); target base log-prob ${concept.target_logprob.toFixed(2)} with the concept, mean ${meanOf(others.map((o) => o.target_logprob)).toFixed(2)} without (gain ${conceptGain.toFixed(2)} nats) → ${template ? 'the effect is the template\'s' : 'not a template effect'}`,
+      reason: `edit effect ${concept.edit_effect.toFixed(3)} nats on the concept prompt, mean ${meanOf(others.map((o) => o.edit_effect)).toFixed(3)} on ${others.length} control prompts (ratio ${safeRatio === null ? 'n/a' : safeRatio.toFixed(2)}); target base log-prob ${concept.target_logprob.toFixed(2)} with the concept, mean ${meanOf(others.map((o) => o.target_logprob)).toFixed(2)} without (gain ${conceptGain.toFixed(2)} nats) → ${template ? "the effect is the template's" : 'not a template effect'}`,
     },
     structural_rigidity: {
       multiples,
@@ -542,8 +787,16 @@ export const operation = defineOperation({
     verdict,
     verdict_reason: reason,
     verdict_rule: VERDICT_RULE,
-    deciding: { raw_percentile: rawStats.percentile, normalized_percentile: nrm.percentile, edit_ratio: safeRatio, concept_gain: finite(conceptGain), rigidity_holds: rig.holds },
-    interventions: [{ hook, op: 'add', positions: inp.positions, alpha, direction: dir.spec, normalize: inp.normalize }],
+    deciding: {
+      raw_percentile: rawStats.percentile,
+      normalized_percentile: nrm.percentile,
+      edit_ratio: safeRatio,
+      concept_gain: finite(conceptGain),
+      rigidity_holds: rig.holds,
+    },
+    interventions: [
+      { hook, op: 'add', positions: inp.positions, alpha, direction: dir.spec, normalize: inp.normalize },
+    ],
     metric_definitions: METRIC_DEFINITIONS,
     engine_runs: runs,
   };

@@ -16,8 +16,22 @@ import { LoupeError } from '../engine/errors';
 import { CAPS, finite } from './lib/caps';
 import { CONVENTIONS, decomposeLogit, dlaHookNames } from './lib/dla';
 import {
-  Ablator, EffectMeter, answerSchema, answerToken, cleanBlock, cleanSchema, effectFields, inputIds, logitsAt,
-  promptOrIdsFields, resolveAnswer, runVariants, checkVariants, targetLabel, type AblationTarget, type Effect,
+  Ablator,
+  EffectMeter,
+  answerSchema,
+  answerToken,
+  cleanBlock,
+  cleanSchema,
+  effectFields,
+  inputIds,
+  logitsAt,
+  promptOrIdsFields,
+  resolveAnswer,
+  runVariants,
+  checkVariants,
+  targetLabel,
+  type AblationTarget,
+  type Effect,
 } from './lib/ablation';
 
 const CIRCUIT_METHODS = ['zero', 'mean'] as const;
@@ -28,16 +42,49 @@ const REDUNDANT_RATIO = 2;
 
 export const circuitInput = z.object({
   ...promptOrIdsFields,
-  answer: z.string().optional().describe('Target token (text or "#id"); default the clean prediction at the last position.'),
-  convention: z.enum(CONVENTIONS).default('transformer_lens').describe('DLA convention used to rank candidates (see trace).'),
-  ablation: z.enum(CIRCUIT_METHODS).default('zero').describe('zero, or mean (the clean activation averaged over the prompt\'s positions).'),
-  top_k_heads: z.number().int().min(0).max(4096).default(12).describe('Candidate heads: the top k by |direct logit attribution| (capped at n_layers × n_heads).'),
-  top_k_neurons: z.number().int().min(0).max(4096).default(10).describe('Candidate MLP neurons: the top k by |direct logit attribution| (0 = heads only).'),
-  pair_k: z.number().int().min(0).max(16).default(6).describe('Pairs are formed among the top pair_k heads by |attribution| and among the top pair_k by |single effect|.'),
+  answer: z
+    .string()
+    .optional()
+    .describe('Target token (text or "#id"); default the clean prediction at the last position.'),
+  convention: z
+    .enum(CONVENTIONS)
+    .default('transformer_lens')
+    .describe('DLA convention used to rank candidates (see trace).'),
+  ablation: z
+    .enum(CIRCUIT_METHODS)
+    .default('zero')
+    .describe("zero, or mean (the clean activation averaged over the prompt's positions)."),
+  top_k_heads: z
+    .number()
+    .int()
+    .min(0)
+    .max(4096)
+    .default(12)
+    .describe('Candidate heads: the top k by |direct logit attribution| (capped at n_layers × n_heads).'),
+  top_k_neurons: z
+    .number()
+    .int()
+    .min(0)
+    .max(4096)
+    .default(10)
+    .describe('Candidate MLP neurons: the top k by |direct logit attribution| (0 = heads only).'),
+  pair_k: z
+    .number()
+    .int()
+    .min(0)
+    .max(16)
+    .default(6)
+    .describe(
+      'Pairs are formed among the top pair_k heads by |attribution| and among the top pair_k by |single effect|.',
+    ),
 });
 export type CircuitInput = z.input<typeof circuitInput>;
 
-const member = z.object({ layer: z.number().int(), head: z.number().int().optional(), neuron: z.number().int().optional() });
+const member = z.object({
+  layer: z.number().int(),
+  head: z.number().int().optional(),
+  neuron: z.number().int().optional(),
+});
 
 export const circuitOutput = documentBase('circuit').extend({
   method: z.string().describe('exactly what was and was not done'),
@@ -45,22 +92,47 @@ export const circuitOutput = documentBase('circuit').extend({
   convention: z.enum(CONVENTIONS),
   answer: answerSchema,
   clean: cleanSchema,
-  heads: z.array(z.object({ layer: z.number().int(), head: z.number().int(), label: z.string(), attribution: z.number(), ...effectFields }))
+  heads: z
+    .array(
+      z.object({
+        layer: z.number().int(),
+        head: z.number().int(),
+        label: z.string(),
+        attribution: z.number(),
+        ...effectFields,
+      }),
+    )
     .describe('candidate heads, ranked by |attribution|, each ablated singly'),
-  neurons: z.array(z.object({ layer: z.number().int(), neuron: z.number().int(), label: z.string(), activation: z.number(), attribution: z.number(), ...effectFields }))
+  neurons: z
+    .array(
+      z.object({
+        layer: z.number().int(),
+        neuron: z.number().int(),
+        label: z.string(),
+        activation: z.number(),
+        attribution: z.number(),
+        ...effectFields,
+      }),
+    )
     .describe('candidate neurons, ranked by |attribution|, each ablated singly'),
-  groups: z.array(z.object({
-    kind: z.enum(['pair', 'layer_heads', 'all_heads', 'all_neurons']),
-    label: z.string(),
-    members: z.array(member),
-    ...effectFields,
-    sum_of_singles_logprob_delta: z.number().describe('Σ of the members\' single logprob_delta'),
-    max_single_abs_logprob_delta: z.number(),
-    interaction_logprob_delta: z.number().describe('group − Σ singles (negative: more damage together than the parts add up to)'),
-    redundant: z.boolean().describe(`|group| ≥ ${REDUNDANT_MIN_NATS} nats and ≥ ${REDUNDANT_RATIO} × Σ|single|`),
-  })),
+  groups: z.array(
+    z.object({
+      kind: z.enum(['pair', 'layer_heads', 'all_heads', 'all_neurons']),
+      label: z.string(),
+      members: z.array(member),
+      ...effectFields,
+      sum_of_singles_logprob_delta: z.number().describe("Σ of the members' single logprob_delta"),
+      max_single_abs_logprob_delta: z.number(),
+      interaction_logprob_delta: z
+        .number()
+        .describe('group − Σ singles (negative: more damage together than the parts add up to)'),
+      redundant: z.boolean().describe(`|group| ≥ ${REDUNDANT_MIN_NATS} nats and ≥ ${REDUNDANT_RATIO} × Σ|single|`),
+    }),
+  ),
   findings: z.array(z.string()).describe('plain-language summary of the redundant groups and the strongest singles'),
-  interventions: interventionList.describe('every site ablated: each candidate alone, and the groups above (sets of these)'),
+  interventions: interventionList.describe(
+    'every site ablated: each candidate alone, and the groups above (sets of these)',
+  ),
   n_variants: z.number().int(),
   n_engine_runs: z.number().int(),
 });
@@ -81,7 +153,7 @@ export const operation = defineOperation({
   name: 'circuit',
   title: 'Circuit',
   description:
-    'Find which heads and MLP neurons matter for the prediction at the last position: rank candidates by direct logit attribution, ablate each singly (batched) and report its causal effect (logit and log-prob change of the target, KL), then ablate groups (top heads pairwise, each layer\'s candidate heads, all candidate heads, all candidate neurons) to expose redundancy (small singly, large together). Cost: one clean run plus two batched scans (singles, then groups).',
+    "Find which heads and MLP neurons matter for the prediction at the last position: rank candidates by direct logit attribution, ablate each singly (batched) and report its causal effect (logit and log-prob change of the target, KL), then ablate groups (top heads pairwise, each layer's candidate heads, all candidate heads, all candidate neurons) to expose redundancy (small singly, large together). Cost: one clean run plus two batched scans (singles, then groups).",
   input: circuitInput,
   output: circuitOutput,
   long: true,
@@ -92,7 +164,12 @@ export const operation = defineOperation({
   const kHeads = Math.min(input.top_k_heads, L * H);
   const kNeurons = Math.min(input.top_k_neurons, L * M);
   const pairK = Math.min(input.pair_k, kHeads);
-  if (kHeads + kNeurons === 0) throw new LoupeError('BAD_INPUT', 'No candidates: top_k_heads and top_k_neurons are both 0.', 'Ask for at least one head or neuron.');
+  if (kHeads + kNeurons === 0)
+    throw new LoupeError(
+      'BAD_INPUT',
+      'No candidates: top_k_heads and top_k_neurons are both 0.',
+      'Ask for at least one head or neuron.',
+    );
   // worst case: singles + 2·C(pair_k, 2) pairs + one group per layer + all heads + all neurons
   const maxVariants = kHeads + kNeurons + pairK * (pairK - 1) + L + 2;
   checkVariants(maxVariants, 'This circuit search', 'Lower top_k_heads, top_k_neurons or pair_k.');
@@ -101,30 +178,71 @@ export const operation = defineOperation({
   const siteHooks: string[] = [];
   for (let l = 0; l < L; l++) siteHooks.push(`blocks.${l}.attn.hook_z`, `blocks.${l}.mlp.hook_post`);
   ctx.onProgress?.({ stage: 'clean run and attribution', done: 0, total: 1 });
-  const { ablator, clean } = await Ablator.prepare(model, ids, siteHooks, { method: input.ablation, positions: 'all' }, ctx, dlaHookNames(model));
+  const { ablator, clean } = await Ablator.prepare(
+    model,
+    ids,
+    siteHooks,
+    { method: input.ablation, positions: 'all' },
+    ctx,
+    dlaHookNames(model),
+  );
   const cleanLogits = logitsAt(clean, ids.length - 1);
   const answer = answerToken(model, cleanLogits, answerId);
   const meter = new EffectMeter(model, cleanLogits, answer.token_id);
-  const dla = await decomposeLogit(model, clean, { tokenId: answer.token_id }, { convention: input.convention, signal: ctx.signal });
+  const dla = await decomposeLogit(
+    model,
+    clean,
+    { tokenId: answer.token_id },
+    { convention: input.convention, signal: ctx.signal },
+  );
   ctx.onProgress?.({ stage: 'clean run and attribution', done: 1, total: 1 });
 
   // ---- candidates by |attribution|
   const allHeads: { layer: number; head: number; attribution: number }[] = [];
-  for (let l = 0; l < L; l++) for (let h = 0; h < H; h++) allHeads.push({ layer: l, head: h, attribution: dla.heads[l][h] });
+  for (let l = 0; l < L; l++)
+    for (let h = 0; h < H; h++) allHeads.push({ layer: l, head: h, attribution: dla.heads[l][h] });
   const heads = byAbsDesc(allHeads, (x) => x.attribution).slice(0, kHeads);
   const allNeurons: { layer: number; neuron: number; attribution: number; activation: number }[] = [];
   if (kNeurons > 0) {
-    for (let l = 0; l < L; l++) for (let n = 0; n < M; n++) allNeurons.push({ layer: l, neuron: n, attribution: dla.neuronAttribution[l][n], activation: dla.neuronActivation[l][n] });
+    for (let l = 0; l < L; l++)
+      for (let n = 0; n < M; n++)
+        allNeurons.push({
+          layer: l,
+          neuron: n,
+          attribution: dla.neuronAttribution[l][n],
+          activation: dla.neuronActivation[l][n],
+        });
   }
   const neurons = byAbsDesc(allNeurons, (x) => x.attribution).slice(0, kNeurons);
 
   // ---- singles, one batched scan
-  const singleTargets: AblationTarget[] = [...heads.map((h) => ({ layer: h.layer, head: h.head })), ...neurons.map((n) => ({ layer: n.layer, neuron: n.neuron }))];
-  const singleLogits = await runVariants(model, ids, singleTargets.map((t) => ablator.interventions([t])), { ctx, stage: 'single ablations' });
+  const singleTargets: AblationTarget[] = [
+    ...heads.map((h) => ({ layer: h.layer, head: h.head })),
+    ...neurons.map((n) => ({ layer: n.layer, neuron: n.neuron })),
+  ];
+  const singleLogits = await runVariants(
+    model,
+    ids,
+    singleTargets.map((t) => ablator.interventions([t])),
+    { ctx, stage: 'single ablations' },
+  );
   const singles = new Map<string, Effect>();
   singleTargets.forEach((t, i) => singles.set(targetLabel(t), meter.effect(singleLogits[i])));
-  const headRows = heads.map((h) => ({ layer: h.layer, head: h.head, label: `L${h.layer}H${h.head}`, attribution: finite(h.attribution), ...singles.get(`L${h.layer}H${h.head}`)! }));
-  const neuronRows = neurons.map((n) => ({ layer: n.layer, neuron: n.neuron, label: `L${n.layer}N${n.neuron}`, activation: finite(n.activation), attribution: finite(n.attribution), ...singles.get(`L${n.layer}N${n.neuron}`)! }));
+  const headRows = heads.map((h) => ({
+    layer: h.layer,
+    head: h.head,
+    label: `L${h.layer}H${h.head}`,
+    attribution: finite(h.attribution),
+    ...singles.get(`L${h.layer}H${h.head}`)!,
+  }));
+  const neuronRows = neurons.map((n) => ({
+    layer: n.layer,
+    neuron: n.neuron,
+    label: `L${n.layer}N${n.neuron}`,
+    activation: finite(n.activation),
+    attribution: finite(n.attribution),
+    ...singles.get(`L${n.layer}N${n.neuron}`)!,
+  }));
 
   // ---- groups
   type Group = { kind: 'pair' | 'layer_heads' | 'all_heads' | 'all_neurons'; label: string; members: Member[] };
@@ -132,7 +250,10 @@ export const operation = defineOperation({
   const seen = new Set<string>();
   const labelOf = (ms: Member[]) => ms.map((m) => targetLabel(m)).join('+');
   const addGroup = (kind: Group['kind'], members: Member[], label?: string) => {
-    const key = members.map((m) => targetLabel(m)).sort().join('+');
+    const key = members
+      .map((m) => targetLabel(m))
+      .sort()
+      .join('+');
     if (members.length < 2 || seen.has(key)) return;
     seen.add(key);
     groups.push({ kind, label: label ?? labelOf(members), members });
@@ -140,15 +261,25 @@ export const operation = defineOperation({
   const headMember = (h: { layer: number; head: number }): Member => ({ layer: h.layer, head: h.head });
   const topByAttr = headRows.slice(0, pairK);
   const topByEffect = byAbsDesc(headRows, (x) => x.logprob_delta).slice(0, pairK);
-  for (const [a, b] of [...pairsOf(topByAttr), ...pairsOf(topByEffect)]) addGroup('pair', [headMember(a), headMember(b)]);
+  for (const [a, b] of [...pairsOf(topByAttr), ...pairsOf(topByEffect)])
+    addGroup('pair', [headMember(a), headMember(b)]);
   for (let l = 0; l < L; l++) {
     const inLayer = headRows.filter((h) => h.layer === l).map(headMember);
     addGroup('layer_heads', inLayer, `L${l} candidate heads (${inLayer.length})`);
   }
   addGroup('all_heads', headRows.map(headMember), `all ${headRows.length} candidate heads`);
-  addGroup('all_neurons', neuronRows.map((n) => ({ layer: n.layer, neuron: n.neuron })), `all ${neuronRows.length} candidate neurons`);
+  addGroup(
+    'all_neurons',
+    neuronRows.map((n) => ({ layer: n.layer, neuron: n.neuron })),
+    `all ${neuronRows.length} candidate neurons`,
+  );
   const groupLogits = groups.length
-    ? await runVariants(model, ids, groups.map((g) => ablator.interventions(g.members)), { ctx, stage: 'group ablations' })
+    ? await runVariants(
+        model,
+        ids,
+        groups.map((g) => ablator.interventions(g.members)),
+        { ctx, stage: 'group ablations' },
+      )
     : [];
   const groupRows = groups.map((g, i) => {
     const e = meter.effect(groupLogits[i]);
@@ -156,23 +287,40 @@ export const operation = defineOperation({
     const sum = singleDeltas.reduce((a, b) => a + b, 0);
     const sumAbs = singleDeltas.reduce((a, b) => a + Math.abs(b), 0);
     const maxAbs = Math.max(...singleDeltas.map(Math.abs));
-    const redundant = Math.abs(e.logprob_delta) >= REDUNDANT_MIN_NATS && Math.abs(e.logprob_delta) >= REDUNDANT_RATIO * sumAbs;
-    return { ...g, ...e, sum_of_singles_logprob_delta: finite(sum), max_single_abs_logprob_delta: finite(maxAbs), interaction_logprob_delta: finite(e.logprob_delta - sum), redundant };
+    const redundant =
+      Math.abs(e.logprob_delta) >= REDUNDANT_MIN_NATS && Math.abs(e.logprob_delta) >= REDUNDANT_RATIO * sumAbs;
+    return {
+      ...g,
+      ...e,
+      sum_of_singles_logprob_delta: finite(sum),
+      max_single_abs_logprob_delta: finite(maxAbs),
+      interaction_logprob_delta: finite(e.logprob_delta - sum),
+      redundant,
+    };
   });
 
   // ---- findings (from the numbers above, by the stated rule)
   const findings: string[] = [];
   const f2 = (x: number) => x.toFixed(2);
   for (const g of groupRows.filter((x) => x.redundant)) {
-    findings.push(`Redundant: ${g.label} together change log p(${JSON.stringify(answer.token)}) by ${f2(g.logprob_delta)} nats, while singly the largest change is ${f2(g.max_single_abs_logprob_delta)} (sum of singles ${f2(g.sum_of_singles_logprob_delta)}).`);
+    findings.push(
+      `Redundant: ${g.label} together change log p(${JSON.stringify(answer.token)}) by ${f2(g.logprob_delta)} nats, while singly the largest change is ${f2(g.max_single_abs_logprob_delta)} (sum of singles ${f2(g.sum_of_singles_logprob_delta)}).`,
+    );
   }
   const strongest = byAbsDesc([...headRows, ...neuronRows], (x) => x.logprob_delta).slice(0, 3);
-  for (const s of strongest) findings.push(`Single ${s.label}: attribution ${f2(s.attribution)}, ablation changes log p by ${f2(s.logprob_delta)} nats (logit ${f2(s.logit_delta)}).`);
-  if (!groupRows.some((g) => g.redundant)) findings.push('No tested group was redundant by the rule (group ≥ 0.5 nats and ≥ 2 × the sum of its singles).');
+  for (const s of strongest)
+    findings.push(
+      `Single ${s.label}: attribution ${f2(s.attribution)}, ablation changes log p by ${f2(s.logprob_delta)} nats (logit ${f2(s.logit_delta)}).`,
+    );
+  if (!groupRows.some((g) => g.redundant))
+    findings.push('No tested group was redundant by the rule (group ≥ 0.5 nats and ≥ 2 × the sum of its singles).');
 
   const nVariants = singleTargets.length + groups.length;
   const runs = 1 + Math.ceil(singleTargets.length / CAPS.maxBatch) + Math.ceil(groups.length / CAPS.maxBatch);
-  const how = input.ablation === 'zero' ? 'zero-ablation' : 'mean-ablation (clean activation averaged over the prompt\'s positions)';
+  const how =
+    input.ablation === 'zero'
+      ? 'zero-ablation'
+      : "mean-ablation (clean activation averaged over the prompt's positions)";
   return {
     ...documentHead('circuit', model, prompt, ids),
     method:

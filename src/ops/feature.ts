@@ -21,8 +21,19 @@ import { promptFields, promptIds } from './lib/tokens';
 import { directLogitScores } from './lib/directions';
 import { describe as describeFeature } from './lib/feature-descriptions';
 import {
-  actsHook, checkActsSize, checkFeature, descriptionsBlockSchema, descriptionsField, ensureSae, featureField, loadDescriptions, residualMap, saeBlock,
-  saeBlockSchema, saeRefFields, type SaeOpContext,
+  actsHook,
+  checkActsSize,
+  checkFeature,
+  descriptionsBlockSchema,
+  descriptionsField,
+  ensureSae,
+  featureField,
+  loadDescriptions,
+  residualMap,
+  saeBlock,
+  saeBlockSchema,
+  saeRefFields,
+  type SaeOpContext,
 } from './lib/sae';
 
 /** prompts one call may scan, besides the main prompt */
@@ -32,7 +43,11 @@ const input = z.object({
   ...promptFields,
   ...saeRefFields,
   feature: featureField,
-  prompts: z.array(z.string()).max(MAX_FEATURE_PROMPTS).default([]).describe(`more prompts to read the feature's activations on, after prompt (at most ${MAX_FEATURE_PROMPTS})`),
+  prompts: z
+    .array(z.string())
+    .max(MAX_FEATURE_PROMPTS)
+    .default([])
+    .describe(`more prompts to read the feature's activations on, after prompt (at most ${MAX_FEATURE_PROMPTS})`),
   top_k: z.number().int().min(1).default(10).describe('promoted and suppressed tokens listed'),
   descriptions: descriptionsField,
 });
@@ -61,14 +76,18 @@ const output = documentBase('feature').extend({
     suppressed: z.array(tokenWeight).describe('most negative weights first'),
     method: z.string(),
   }),
-  activations: z.array(z.object({
-    prompt: z.string(),
-    tokens: z.array(tokenEntry),
-    values: z.array(z.number()).describe('the feature\'s activation at each token'),
-    max: z.number(),
-    max_position: z.number().int(),
-    active_tokens: z.number().int(),
-  })).describe('the prompt first, then prompts in order'),
+  activations: z
+    .array(
+      z.object({
+        prompt: z.string(),
+        tokens: z.array(tokenEntry),
+        values: z.array(z.number()).describe("the feature's activation at each token"),
+        max: z.number(),
+        max_position: z.number().int(),
+        active_tokens: z.number().int(),
+      }),
+    )
+    .describe('the prompt first, then prompts in order'),
   max_activation: z.number(),
   max_activation_prompt: z.number().int().describe('index into activations'),
 });
@@ -77,7 +96,7 @@ export const operation = defineOperation({
   name: 'feature',
   title: 'Feature card',
   description:
-    'One SAE feature (SAELens layout, from sae_source/sae_path): the tokens its decoder direction promotes and suppresses through the unembedding (W_dec[f] mapped into the residual stream, ⊙ the final norm\'s weight, · W_U; no norm scale, per unit activation), its auto-interp description (null when none is available), and its activation at every token of prompt and of up to 64 more prompts, with the maximum per prompt. Cost: one forward pass per prompt.',
+    "One SAE feature (SAELens layout, from sae_source/sae_path): the tokens its decoder direction promotes and suppresses through the unembedding (W_dec[f] mapped into the residual stream, ⊙ the final norm's weight, · W_U; no norm scale, per unit activation), its auto-interp description (null when none is available), and its activation at every token of prompt and of up to 64 more prompts, with the maximum per prompt. Cost: one forward pass per prompt.",
   input,
   output,
 }).implement(async (model, inp, ctx) => {
@@ -87,7 +106,8 @@ export const operation = defineOperation({
     try {
       return promptIds(model, p, { prependBos: inp.prepend_bos });
     } catch (e) {
-      if (i > 0 && e instanceof LoupeError) throw new LoupeError(e.code, `prompts[${i - 1}]: ${e.message}`, e.hint, e.details);
+      if (i > 0 && e instanceof LoupeError)
+        throw new LoupeError(e.code, `prompts[${i - 1}]: ${e.message}`, e.hint, e.details);
       throw e;
     }
   });
@@ -126,16 +146,24 @@ export const operation = defineOperation({
     const acts = res.hooks[actsHook(sae)].data;
     const values = ids.map((_, t) => finite(acts[t * dSae + f]));
     let maxPos = 0;
-    values.forEach((v, t) => { if (v > values[maxPos]) maxPos = t; });
+    values.forEach((v, t) => {
+      if (v > values[maxPos]) maxPos = t;
+    });
     const strs = model.tokenStrings(ids);
     activations.push({
-      prompt: texts[i], tokens: ids.map((id, t) => ({ id, text: strs[t] })), values,
-      max: values[maxPos], max_position: maxPos, active_tokens: values.filter((v) => v !== 0).length,
+      prompt: texts[i],
+      tokens: ids.map((id, t) => ({ id, text: strs[t] })),
+      values,
+      max: values[maxPos],
+      max_position: maxPos,
+      active_tokens: values.filter((v) => v !== 0).length,
     });
   }
   ctx.onProgress?.({ stage: 'reading activations', done: idsList.length, total: idsList.length });
   let best = 0;
-  activations.forEach((a, i) => { if (a.max > activations[best].max) best = i; });
+  activations.forEach((a, i) => {
+    if (a.max > activations[best].max) best = i;
+  });
 
   let decoderNorm = 0;
   for (let i = 0; i < dIn; i++) decoderNorm += row[i] * row[i];
@@ -145,8 +173,11 @@ export const operation = defineOperation({
     sae: saeBlock(sae),
     descriptions: desc.block,
     feature: {
-      index: f, description: describeFeature(desc.set, f), decoder_norm: finite(Math.sqrt(decoderNorm)),
-      encoder_bias: finite(sae.weight('b_enc').data[f]), threshold,
+      index: f,
+      description: describeFeature(desc.set, f),
+      decoder_norm: finite(Math.sqrt(decoderNorm)),
+      encoder_bias: finite(sae.weight('b_enc').data[f]),
+      threshold,
     },
     logit_weights: {
       available: map.kind !== null,

@@ -13,26 +13,50 @@ import { generateTokens } from './lib/generation';
 
 export const generateInput = z.object({
   ...promptFields,
-  max_new_tokens: z.number().int().min(0).default(32).describe('Tokens to generate at most (prompt + new tokens must fit the model\'s context).'),
-  temperature: z.number().min(0).default(0).describe('0 = greedy (argmax); > 0 samples from softmax(logits / temperature).'),
-  top_k: z.number().int().min(0).optional().describe('Sampling: keep only the k most likely tokens (0 or absent = all).'),
-  top_p: z.number().gt(0).max(1).optional().describe('Sampling: nucleus, keep the smallest set reaching this probability (absent = 1).'),
+  max_new_tokens: z
+    .number()
+    .int()
+    .min(0)
+    .default(32)
+    .describe("Tokens to generate at most (prompt + new tokens must fit the model's context)."),
+  temperature: z
+    .number()
+    .min(0)
+    .default(0)
+    .describe('0 = greedy (argmax); > 0 samples from softmax(logits / temperature).'),
+  top_k: z
+    .number()
+    .int()
+    .min(0)
+    .optional()
+    .describe('Sampling: keep only the k most likely tokens (0 or absent = all).'),
+  top_p: z
+    .number()
+    .gt(0)
+    .max(1)
+    .optional()
+    .describe('Sampling: nucleus, keep the smallest set reaching this probability (absent = 1).'),
   seed: z.number().int().default(0).describe('Seed of the sampler (mulberry32), so sampled runs are reproducible.'),
-  stop_at_eos: z.boolean().default(true).describe('Stop when the model emits its EOS token (the EOS id is kept in generated_token_ids).'),
+  stop_at_eos: z
+    .boolean()
+    .default(true)
+    .describe('Stop when the model emits its EOS token (the EOS id is kept in generated_token_ids).'),
 });
 export type GenerateInput = z.input<typeof generateInput>;
 
-export const generateOutput = documentBase('generate').extend(generationBlock.shape).extend({
-  generated_tokens: z.array(z.object({ id: z.number().int(), text: z.string() })),
-  sampling: z.object({
-    method: z.enum(['greedy', 'sample']),
-    temperature: z.number(),
-    top_k: z.number().int().nullable(),
-    top_p: z.number().nullable(),
-    seed: z.number().int(),
-  }),
-  method: z.string(),
-});
+export const generateOutput = documentBase('generate')
+  .extend(generationBlock.shape)
+  .extend({
+    generated_tokens: z.array(z.object({ id: z.number().int(), text: z.string() })),
+    sampling: z.object({
+      method: z.enum(['greedy', 'sample']),
+      temperature: z.number(),
+      top_k: z.number().int().nullable(),
+      top_p: z.number().nullable(),
+      seed: z.number().int(),
+    }),
+    method: z.string(),
+  });
 
 export const operation = defineOperation({
   name: 'generate',
@@ -45,7 +69,11 @@ export const operation = defineOperation({
 }).implement(async (model, input, ctx) => {
   checkNewTokens(input.max_new_tokens);
   if (input.temperature === 0 && (input.top_k !== undefined || input.top_p !== undefined)) {
-    throw new LoupeError('BAD_INPUT', 'top_k / top_p only apply when sampling (temperature > 0).', 'Set temperature > 0, or drop top_k / top_p for greedy decoding.');
+    throw new LoupeError(
+      'BAD_INPUT',
+      'top_k / top_p only apply when sampling (temperature > 0).',
+      'Set temperature > 0, or drop top_k / top_p for greedy decoding.',
+    );
   }
   const ids = promptIds(model, input.prompt, { prependBos: input.prepend_bos, extra: input.max_new_tokens });
   const total = input.max_new_tokens;

@@ -74,7 +74,11 @@ export function requireOperation(name: string): AnyOperation {
 
 /** the one UNKNOWN_OPERATION error (`known`: the names a surface offers, the registry's by default) */
 export function unknownOperation(name: string, known: string[] = Object.keys(operations)): LoupeError {
-  return new LoupeError('UNKNOWN_OPERATION', `No operation named ${JSON.stringify(name)}.`, `Operations: ${known.join(', ')}.`);
+  return new LoupeError(
+    'UNKNOWN_OPERATION',
+    `No operation named ${JSON.stringify(name)}.`,
+    `Operations: ${known.join(', ')}.`,
+  );
 }
 
 export { parseOperationInput } from './types';

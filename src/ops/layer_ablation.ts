@@ -8,8 +8,21 @@ import { z } from 'zod';
 import { defineOperation } from './types';
 import { documentBase, documentHead, interventionList } from '../schema/common';
 import {
-  Ablator, EffectMeter, answerSchema, answerToken, cleanBlock, cleanSchema, effectFields, inputIds, logitsAt,
-  promptOrIdsFields, resolveAnswer, runVariants, targetSites, checkVariants, type AblationTarget,
+  Ablator,
+  EffectMeter,
+  answerSchema,
+  answerToken,
+  cleanBlock,
+  cleanSchema,
+  effectFields,
+  inputIds,
+  logitsAt,
+  promptOrIdsFields,
+  resolveAnswer,
+  runVariants,
+  targetSites,
+  checkVariants,
+  type AblationTarget,
 } from './lib/ablation';
 
 const LAYER_METHODS = ['zero', 'mean'] as const;
@@ -17,7 +30,10 @@ const PARTS = ['attn_out', 'mlp_out'] as const;
 
 export const layerAblationInput = z.object({
   ...promptOrIdsFields,
-  method: z.enum(LAYER_METHODS).default('zero').describe('zero, or mean (the clean activation averaged over the prompt\'s positions, BOS included).'),
+  method: z
+    .enum(LAYER_METHODS)
+    .default('zero')
+    .describe("zero, or mean (the clean activation averaged over the prompt's positions, BOS included)."),
   answer: z.string().optional().describe('Measure this token (text or "#id") instead of the clean prediction.'),
 });
 export type LayerAblationInput = z.input<typeof layerAblationInput>;
@@ -30,12 +46,19 @@ export const layerAblationOutput = documentBase('layer_ablation').extend({
   answer: answerSchema,
   clean: cleanSchema,
   entries: z.array(entry).describe('per layer, attn_out then mlp_out'),
-  layers: z.array(z.object({
-    layer: z.number().int(),
-    attn_logprob_delta: z.number(), attn_kl: z.number(),
-    mlp_logprob_delta: z.number(), mlp_kl: z.number(),
-  })).describe('the same numbers as a per-layer table'),
-  most_damaging: z.object({ layer: z.number().int(), component: z.enum(PARTS), logprob_delta: z.number(), kl: z.number() })
+  layers: z
+    .array(
+      z.object({
+        layer: z.number().int(),
+        attn_logprob_delta: z.number(),
+        attn_kl: z.number(),
+        mlp_logprob_delta: z.number(),
+        mlp_kl: z.number(),
+      }),
+    )
+    .describe('the same numbers as a per-layer table'),
+  most_damaging: z
+    .object({ layer: z.number().int(), component: z.enum(PARTS), logprob_delta: z.number(), kl: z.number() })
     .describe('the entry with the most negative logprob_delta'),
   interventions: interventionList.describe('one ablation per entry, in the same order'),
 });
@@ -44,7 +67,7 @@ export const operation = defineOperation({
   name: 'layer_ablation',
   title: 'Layer ablation',
   description:
-    'Ablate each layer\'s attention output and MLP output in turn (zero or mean over positions), one at a time, and report at the last position the change of the clean prediction\'s log-probability (nats), logit and probability, KL(clean ‖ ablated), and the new top token. Cost: one clean run plus 2·n_layers variants in batched runs.',
+    "Ablate each layer's attention output and MLP output in turn (zero or mean over positions), one at a time, and report at the last position the change of the clean prediction's log-probability (nats), logit and probability, KL(clean ‖ ablated), and the new top token. Cost: one clean run plus 2·n_layers variants in batched runs.",
   input: layerAblationInput,
   output: layerAblationOutput,
   long: true,
@@ -61,20 +84,36 @@ export const operation = defineOperation({
   const cleanLogits = logitsAt(clean, ids.length - 1);
   const answer = answerToken(model, cleanLogits, answerId);
   const meter = new EffectMeter(model, cleanLogits, answer.token_id);
-  const logits = await runVariants(model, ids, targets.map((t) => ablator.interventions([t])), { ctx, stage: 'ablating layers' });
-  const entries = targets.map((t, i) => ({ layer: t.layer, component: t.component as (typeof PARTS)[number], label: `L${t.layer}.${t.component}`, ...meter.effect(logits[i]) }));
+  const logits = await runVariants(
+    model,
+    ids,
+    targets.map((t) => ablator.interventions([t])),
+    { ctx, stage: 'ablating layers' },
+  );
+  const entries = targets.map((t, i) => ({
+    layer: t.layer,
+    component: t.component as (typeof PARTS)[number],
+    label: `L${t.layer}.${t.component}`,
+    ...meter.effect(logits[i]),
+  }));
   const layers = [];
   for (let l = 0; l < L; l++) {
     const a = entries[2 * l];
     const m = entries[2 * l + 1];
-    layers.push({ layer: l, attn_logprob_delta: a.logprob_delta, attn_kl: a.kl, mlp_logprob_delta: m.logprob_delta, mlp_kl: m.kl });
+    layers.push({
+      layer: l,
+      attn_logprob_delta: a.logprob_delta,
+      attn_kl: a.kl,
+      mlp_logprob_delta: m.logprob_delta,
+      mlp_kl: m.kl,
+    });
   }
   const worst = entries.reduce((a, b) => (b.logprob_delta < a.logprob_delta ? b : a));
   return {
     ...documentHead('layer_ablation', model, prompt, ids),
     ablation: input.method,
     method:
-      `Each layer's hook_attn_out, then its hook_mlp_out, ${input.method === 'zero' ? 'set to zero' : 'replaced by its mean over the prompt\'s positions (BOS included)'} at every position, one component per variant (the other components and layers untouched; downstream layers recompute), all variants batched. ` +
+      `Each layer's hook_attn_out, then its hook_mlp_out, ${input.method === 'zero' ? 'set to zero' : "replaced by its mean over the prompt's positions (BOS included)"} at every position, one component per variant (the other components and layers untouched; downstream layers recompute), all variants batched. ` +
       `Damage is read at the last position: logprob_delta of the ${answer.source === 'answer' ? 'given answer token' : 'clean prediction'} and KL(clean ‖ ablated) over the vocabulary. Per-head or per-neuron effects are not measured here (see circuit / ablate).`,
     answer,
     clean: cleanBlock(model, meter),

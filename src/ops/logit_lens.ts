@@ -14,7 +14,10 @@ import { promptFields, promptIds } from './lib/tokens';
 export const logitLensInput = z.object({
   ...promptFields,
   top_k: z.number().int().min(1).default(5).describe('Tokens listed per layer and position.'),
-  positions: z.union([z.literal('all'), z.array(z.number().int().min(0))]).default('all').describe('Positions to read (0-based, BOS included), or "all".'),
+  positions: z
+    .union([z.literal('all'), z.array(z.number().int().min(0))])
+    .default('all')
+    .describe('Positions to read (0-based, BOS included), or "all".'),
 });
 export type LogitLensInput = z.input<typeof logitLensInput>;
 
@@ -22,17 +25,28 @@ const tokenProb = z.object({ token: z.string(), token_id: z.number().int(), logi
 
 export const logitLensOutput = documentBase('logit_lens').extend({
   positions: z.array(z.number().int()),
-  final_predictions: z.array(z.object({ position: z.number().int(), token: z.string(), token_id: z.number().int(), prob: z.number() })).describe('The model\'s own prediction (argmax of its logits) at each position read.'),
-  layers: z.array(z.object({
-    layer: z.number().int().describe('0 … n_layers−1: the input to that layer (resid_pre); n_layers: the final resid_post.'),
-    hook: z.string(),
-    positions: z.array(z.object({
-      position: z.number().int(),
-      top: z.array(tokenProb),
-      final_token_prob: z.number().describe('Probability of the model\'s final prediction at this position under this layer\'s lens.'),
-      final_token_rank: z.number().int().describe('Its rank (1 = top).'),
-    })),
-  })),
+  final_predictions: z
+    .array(z.object({ position: z.number().int(), token: z.string(), token_id: z.number().int(), prob: z.number() }))
+    .describe("The model's own prediction (argmax of its logits) at each position read."),
+  layers: z.array(
+    z.object({
+      layer: z
+        .number()
+        .int()
+        .describe('0 … n_layers−1: the input to that layer (resid_pre); n_layers: the final resid_post.'),
+      hook: z.string(),
+      positions: z.array(
+        z.object({
+          position: z.number().int(),
+          top: z.array(tokenProb),
+          final_token_prob: z
+            .number()
+            .describe("Probability of the model's final prediction at this position under this layer's lens."),
+          final_token_rank: z.number().int().describe('Its rank (1 = top).'),
+        }),
+      ),
+    }),
+  ),
   method: z.string(),
 });
 
@@ -40,7 +54,7 @@ export const operation = defineOperation({
   name: 'logit_lens',
   title: 'Logit lens',
   description:
-    'Logit lens: for the input of every layer (blocks.{l}.hook_resid_pre) and the final resid_post, at each position, apply the final norm with the stream\'s own statistics, the unembedding and any final soft-cap; report the top-k tokens (prob) and the probability and rank of the model\'s final prediction. One forward pass plus one batched unembedding of (n_layers+1)·T residual vectors on the same backend (top-k, normaliser and ranks reduced there).',
+    "Logit lens: for the input of every layer (blocks.{l}.hook_resid_pre) and the final resid_post, at each position, apply the final norm with the stream's own statistics, the unembedding and any final soft-cap; report the top-k tokens (prob) and the probability and rank of the model's final prediction. One forward pass plus one batched unembedding of (n_layers+1)·T residual vectors on the same backend (top-k, normaliser and ranks reduced there).",
   input: logitLensInput,
   output: logitLensOutput,
 }).implement(async (model, input, ctx) => {
@@ -48,11 +62,27 @@ export const operation = defineOperation({
   const { n_layers: L, d_model: D, d_vocab: V } = model.info;
   const ids = promptIds(model, input.prompt, { prependBos: input.prepend_bos });
   const T = ids.length;
-  const positions = input.positions === 'all' ? Array.from({ length: T }, (_, p) => p) : [...new Set(input.positions)].sort((a, b) => a - b);
-  for (const p of positions) if (p >= T) throw new LoupeError('BAD_INPUT', `position ${p} is outside the prompt (${T} tokens).`, `Use positions 0 … ${T - 1}.`);
-  checkDocumentSize((L + 1) * positions.length * (input.top_k * 4 + 3), 'The logit lens', 'Use a smaller top_k or fewer positions.');
+  const positions =
+    input.positions === 'all'
+      ? Array.from({ length: T }, (_, p) => p)
+      : [...new Set(input.positions)].sort((a, b) => a - b);
+  for (const p of positions)
+    if (p >= T)
+      throw new LoupeError(
+        'BAD_INPUT',
+        `position ${p} is outside the prompt (${T} tokens).`,
+        `Use positions 0 … ${T - 1}.`,
+      );
+  checkDocumentSize(
+    (L + 1) * positions.length * (input.top_k * 4 + 3),
+    'The logit lens',
+    'Use a smaller top_k or fewer positions.',
+  );
 
-  const hooks = [...Array.from({ length: L }, (_, l) => `blocks.${l}.hook_resid_pre`), `blocks.${L - 1}.hook_resid_post`];
+  const hooks = [
+    ...Array.from({ length: L }, (_, l) => `blocks.${l}.hook_resid_pre`),
+    `blocks.${L - 1}.hook_resid_post`,
+  ];
   ctx.onProgress?.({ stage: 'forward pass', done: 0, total: 2 });
   throwIfAborted(ctx.signal);
   // the model's own logits come from the lens of the final stream (the same norm and unembedding),
@@ -65,7 +95,9 @@ export const operation = defineOperation({
   // the top-k, the log-normaliser and the final prediction's logit and rank
   const P = positions.length;
   const streams = new Float32Array((L + 1) * P * D);
-  hooks.forEach((hook, l) => positions.forEach((p, i) => streams.set(run.hooks[hook].data.subarray(p * D, (p + 1) * D), (l * P + i) * D)));
+  hooks.forEach((hook, l) =>
+    positions.forEach((p, i) => streams.set(run.hooks[hook].data.subarray(p * D, (p + 1) * D), (l * P + i) * D)),
+  );
   const lens = await model.lensTop({ dims: [L + 1, P, D], data: streams }, Math.min(input.top_k, V), ctx.signal);
   throwIfAborted(ctx.signal);
   const text = (id: number) => model.tokenStrings([id])[0];
@@ -84,7 +116,8 @@ export const operation = defineOperation({
       return {
         position: p,
         top: Array.from({ length: k }, (_, r) => {
-          const id = lens.topIds[j * k + r], logit = lens.topLogits[j * k + r];
+          const id = lens.topIds[j * k + r],
+            logit = lens.topLogits[j * k + r];
           return { token: text(id), token_id: id, logit: finite(logit), prob: prob(logit, j) };
         }),
         final_token_prob: prob(lens.finalLogit[j], j),

@@ -25,10 +25,24 @@ type Scan = (typeof SCANS)[number];
 
 export const patchInput = z.object({
   ...cleanCorruptedFields({ clean: 'its activations are patched in' }),
-  counterfactual: z.string().optional().describe('Token (text or "#id") whose logit counts negatively; default the corrupted prediction.'),
-  scans: z.array(z.enum(SCANS)).min(1).default([...SCANS]).describe('Which scans to run: resid_pre, attn_out, mlp_out (layer × position), head_out (layer × head, all positions).'),
-  heads: z.array(z.object({ layer: z.number().int().min(0), head: z.number().int().min(0) })).min(1).optional()
-    .describe('The head_out scan patches only these heads, e.g. [{"layer":1,"head":2}] (the others are null in head_out); default every head.'),
+  counterfactual: z
+    .string()
+    .optional()
+    .describe('Token (text or "#id") whose logit counts negatively; default the corrupted prediction.'),
+  scans: z
+    .array(z.enum(SCANS))
+    .min(1)
+    .default([...SCANS])
+    .describe(
+      'Which scans to run: resid_pre, attn_out, mlp_out (layer × position), head_out (layer × head, all positions).',
+    ),
+  heads: z
+    .array(z.object({ layer: z.number().int().min(0), head: z.number().int().min(0) }))
+    .min(1)
+    .optional()
+    .describe(
+      'The head_out scan patches only these heads, e.g. [{"layer":1,"head":2}] (the others are null in head_out); default every head.',
+    ),
 });
 export type PatchInput = z.input<typeof patchInput>;
 
@@ -41,16 +55,32 @@ export const patchOutput = documentBase('patch').extend({
   corrupted_tokens: z.array(tokenEntry),
   differing_positions: z.array(z.number().int()).describe('positions where the clean and corrupted tokens differ'),
   answer: z.object({ token: z.string(), token_id: z.number().int(), source: z.enum(['clean_prediction', 'answer']) }),
-  counterfactual: z.object({ token: z.string(), token_id: z.number().int(), source: z.enum(['corrupted_prediction', 'counterfactual']) }),
+  counterfactual: z.object({
+    token: z.string(),
+    token_id: z.number().int(),
+    source: z.enum(['corrupted_prediction', 'counterfactual']),
+  }),
   clean_logit_diff: z.number().describe('logit[answer] − logit[counterfactual] of the clean run (metric 1)'),
   corrupted_logit_diff: z.number().describe('the same for the corrupted run (metric 0)'),
-  resid_pre: grid.nullable().describe('[layer][position] metric after patching clean blocks.{l}.hook_resid_pre at one position'),
+  resid_pre: grid
+    .nullable()
+    .describe('[layer][position] metric after patching clean blocks.{l}.hook_resid_pre at one position'),
   attn_out: grid.nullable().describe('[layer][position] the same for hook_attn_out'),
   mlp_out: grid.nullable().describe('[layer][position] the same for hook_mlp_out'),
-  head_out: z.array(z.array(z.number().nullable())).nullable().describe('[layer][head] metric after patching clean attn.hook_z of one head at every position (null: a head not asked for in `heads`)'),
-  attn_out_all_pos: z.array(z.number()).nullable().describe('[layer] hook_attn_out patched at every position (= all heads of the layer)'),
+  head_out: z
+    .array(z.array(z.number().nullable()))
+    .nullable()
+    .describe(
+      '[layer][head] metric after patching clean attn.hook_z of one head at every position (null: a head not asked for in `heads`)',
+    ),
+  attn_out_all_pos: z
+    .array(z.number())
+    .nullable()
+    .describe('[layer] hook_attn_out patched at every position (= all heads of the layer)'),
   mlp_out_all_pos: z.array(z.number()).nullable().describe('[layer] hook_mlp_out patched at every position'),
-  interventions: interventionList.describe('one patch per variant, in the order of the scans (each variant ran with exactly one of these)'),
+  interventions: interventionList.describe(
+    'one patch per variant, in the order of the scans (each variant ran with exactly one of these)',
+  ),
   n_variants: z.number().int(),
   n_engine_runs: z.number().int(),
 });
@@ -66,7 +96,7 @@ export const operation = defineOperation({
   name: 'patch',
   title: 'Patch',
   description:
-    'Activation patching (TransformerLens patching module, denoising): clean and corrupted prompts of equal token length; patch the clean activation into the corrupted run at resid_pre, attn_out and mlp_out per layer × position, and each head\'s output (hook_z) per layer × head at all positions. Metric at the last position: normalised logit difference (answer − counterfactual; 0 = corrupted, 1 = clean). Returns the heatmaps as arrays and both baselines. Cost: 2 runs + (3·n_layers·T + n_layers·n_heads + 2·n_layers) variants in batched runs.',
+    "Activation patching (TransformerLens patching module, denoising): clean and corrupted prompts of equal token length; patch the clean activation into the corrupted run at resid_pre, attn_out and mlp_out per layer × position, and each head's output (hook_z) per layer × head at all positions. Metric at the last position: normalised logit difference (answer − counterfactual; 0 = corrupted, 1 = clean). Returns the heatmaps as arrays and both baselines. Cost: 2 runs + (3·n_layers·T + n_layers·n_heads + 2·n_layers) variants in batched runs.",
   input: patchInput,
   output: patchOutput,
   long: true,
@@ -74,26 +104,51 @@ export const operation = defineOperation({
   const clean = inputIds(model, input);
   // the shared tokenizer check would say "The prompt is empty": name the field that is
   if (!input.corrupted_prompt && !input.corrupted_token_ids) {
-    throw new LoupeError('EMPTY_PROMPT', 'corrupted_prompt is empty.', 'Give the corrupted prompt: the clean prompt with one token changed, of the same token length (or corrupted_token_ids).');
+    throw new LoupeError(
+      'EMPTY_PROMPT',
+      'corrupted_prompt is empty.',
+      'Give the corrupted prompt: the clean prompt with one token changed, of the same token length (or corrupted_token_ids).',
+    );
   }
-  const corrupted = inputIds(model, { prompt: input.corrupted_prompt, prepend_bos: input.prepend_bos, token_ids: input.corrupted_token_ids }, 'corrupted_token_ids');
+  const corrupted = inputIds(
+    model,
+    { prompt: input.corrupted_prompt, prepend_bos: input.prepend_bos, token_ids: input.corrupted_token_ids },
+    'corrupted_token_ids',
+  );
   const T = clean.ids.length;
   if (corrupted.ids.length !== T) {
-    throw new LoupeError('BAD_INPUT', `The clean prompt has ${T} tokens and the corrupted prompt ${corrupted.ids.length}; patching needs equal token lengths.`, 'Change the corrupted prompt so it tokenizes to the same number of tokens (e.g. swap one word for a word that is also one token).');
+    throw new LoupeError(
+      'BAD_INPUT',
+      `The clean prompt has ${T} tokens and the corrupted prompt ${corrupted.ids.length}; patching needs equal token lengths.`,
+      'Change the corrupted prompt so it tokenizes to the same number of tokens (e.g. swap one word for a word that is also one token).',
+    );
   }
   const answerId = resolveAnswer(model, input.answer);
   const cfId = resolveAnswer(model, input.counterfactual, 'counterfactual');
   const { n_layers: L, n_heads: H } = model.info;
   const scans = new Set<Scan>(input.scans);
   for (const h of input.heads ?? []) {
-    if (h.layer >= L || h.head >= H) throw new LoupeError('BAD_INPUT', `L${h.layer}H${h.head} does not exist (the model has ${L} layers × ${H} heads).`, `Use layer 0 … ${L - 1} and head 0 … ${H - 1}.`);
+    if (h.layer >= L || h.head >= H)
+      throw new LoupeError(
+        'BAD_INPUT',
+        `L${h.layer}H${h.head} does not exist (the model has ${L} layers × ${H} heads).`,
+        `Use layer 0 … ${L - 1} and head 0 … ${H - 1}.`,
+      );
   }
   if (input.heads && !scans.has('head_out')) {
-    throw new LoupeError('BAD_INPUT', 'heads chooses which heads the head_out scan patches, but scans does not include head_out.', 'Add "head_out" to scans, or leave heads out.');
+    throw new LoupeError(
+      'BAD_INPUT',
+      'heads chooses which heads the head_out scan patches, but scans does not include head_out.',
+      'Add "head_out" to scans, or leave heads out.',
+    );
   }
   const patchHead = (l: number, h: number) => !input.heads || input.heads.some((x) => x.layer === l && x.head === h);
   const nHeads = input.heads ? new Set(input.heads.map((x) => `${x.layer}:${x.head}`)).size : L * H;
-  const nVariants = (scans.has('resid_pre') ? L * T : 0) + (scans.has('attn_out') ? L * T + L : 0) + (scans.has('mlp_out') ? L * T + L : 0) + (scans.has('head_out') ? nHeads : 0);
+  const nVariants =
+    (scans.has('resid_pre') ? L * T : 0) +
+    (scans.has('attn_out') ? L * T + L : 0) +
+    (scans.has('mlp_out') ? L * T + L : 0) +
+    (scans.has('head_out') ? nHeads : 0);
   checkVariants(nVariants, 'This patching scan', 'Use a shorter prompt or fewer scans.');
   checkDocumentSize(nVariants, 'This patching scan', 'Use a shorter prompt or fewer scans.');
 
@@ -102,7 +157,8 @@ export const operation = defineOperation({
     if (scans.has('resid_pre')) hooks.push(`blocks.${l}.hook_resid_pre`);
     if (scans.has('attn_out')) hooks.push(`blocks.${l}.hook_attn_out`);
     if (scans.has('mlp_out')) hooks.push(`blocks.${l}.hook_mlp_out`);
-    if (scans.has('head_out') && Array.from({ length: H }, (_, h) => patchHead(l, h)).some(Boolean)) hooks.push(`blocks.${l}.attn.hook_z`);
+    if (scans.has('head_out') && Array.from({ length: H }, (_, h) => patchHead(l, h)).some(Boolean))
+      hooks.push(`blocks.${l}.attn.hook_z`);
   }
   ctx.onProgress?.({ stage: 'clean and corrupted runs', done: 0, total: 2 });
   const cleanRun = await model.run(clean.ids, { hooks, signal: ctx.signal });
@@ -113,14 +169,22 @@ export const operation = defineOperation({
   const a = answerId ?? argmax(cleanLogits);
   const c = cfId ?? argmax(corrLogits);
   if (a === c) {
-    throw new LoupeError('BAD_INPUT', `The answer and the counterfactual are the same token (${JSON.stringify(tokenText(model, a))}), so the logit difference is always 0.`, 'Give answer and counterfactual explicitly (e.g. the clean and the corrupted correct tokens), or a corrupted prompt whose prediction differs.');
+    throw new LoupeError(
+      'BAD_INPUT',
+      `The answer and the counterfactual are the same token (${JSON.stringify(tokenText(model, a))}), so the logit difference is always 0.`,
+      'Give answer and counterfactual explicitly (e.g. the clean and the corrupted correct tokens), or a corrupted prompt whose prediction differs.',
+    );
   }
   const ld = (l: ArrayLike<number>) => l[a] - l[c];
   const ldClean = ld(cleanLogits);
   const ldCorr = ld(corrLogits);
   const denom = ldClean - ldCorr;
   if (!(Math.abs(denom) > 1e-6)) {
-    throw new LoupeError('BAD_INPUT', `The clean and corrupted logit differences are equal (${ldClean.toFixed(6)}), so the normalised metric is undefined.`, 'Choose a corrupted prompt (or answer/counterfactual) that changes the logit difference.');
+    throw new LoupeError(
+      'BAD_INPUT',
+      `The clean and corrupted logit differences are equal (${ldClean.toFixed(6)}), so the normalised metric is undefined.`,
+      'Choose a corrupted prompt (or answer/counterfactual) that changes the logit difference.',
+    );
   }
 
   const cells: Cell[] = [];
@@ -129,22 +193,45 @@ export const operation = defineOperation({
     for (const s of ['resid_pre', 'attn_out', 'mlp_out'] as const) {
       if (!scans.has(s)) continue;
       const hook = `blocks.${l}.hook_${s}`;
-      for (let p = 0; p < T; p++) cells.push({ scan: s, layer: l, index: p, iv: { hook, op: 'patch', positions: [p], source: src(hook) } });
-      if (s !== 'resid_pre') cells.push({ scan: s === 'attn_out' ? 'attn_all' : 'mlp_all', layer: l, index: -1, iv: { hook, op: 'patch', positions: 'all', source: src(hook) } });
+      for (let p = 0; p < T; p++)
+        cells.push({ scan: s, layer: l, index: p, iv: { hook, op: 'patch', positions: [p], source: src(hook) } });
+      if (s !== 'resid_pre')
+        cells.push({
+          scan: s === 'attn_out' ? 'attn_all' : 'mlp_all',
+          layer: l,
+          index: -1,
+          iv: { hook, op: 'patch', positions: 'all', source: src(hook) },
+        });
     }
     if (scans.has('head_out')) {
       const hook = `blocks.${l}.attn.hook_z`;
-      for (let h = 0; h < H; h++) if (patchHead(l, h)) cells.push({ scan: 'head_out', layer: l, index: h, iv: { hook, op: 'patch', head: h, positions: 'all', source: src(hook) } });
+      for (let h = 0; h < H; h++)
+        if (patchHead(l, h))
+          cells.push({
+            scan: 'head_out',
+            layer: l,
+            index: h,
+            iv: { hook, op: 'patch', head: h, positions: 'all', source: src(hook) },
+          });
     }
   }
-  const logits = await runVariants(model, corrupted.ids, cells.map((x) => [x.iv]), { ctx, stage: 'patching' });
+  const logits = await runVariants(
+    model,
+    corrupted.ids,
+    cells.map((x) => [x.iv]),
+    { ctx, stage: 'patching' },
+  );
 
   const gridOf = (n: number) => Array.from({ length: L }, () => new Array<number>(n).fill(0));
   const out = {
     resid_pre: scans.has('resid_pre') ? gridOf(T) : null,
     attn_out: scans.has('attn_out') ? gridOf(T) : null,
     mlp_out: scans.has('mlp_out') ? gridOf(T) : null,
-    head_out: scans.has('head_out') ? Array.from({ length: L }, (_, l) => Array.from({ length: H }, (_, h) => (patchHead(l, h) ? 0 : null))) as (number | null)[][] : null,
+    head_out: scans.has('head_out')
+      ? (Array.from({ length: L }, (_, l) => Array.from({ length: H }, (_, h) => (patchHead(l, h) ? 0 : null))) as (
+          number | null
+        )[][])
+      : null,
     attn_out_all_pos: scans.has('attn_out') ? new Array<number>(L).fill(0) : null,
     mlp_out_all_pos: scans.has('mlp_out') ? new Array<number>(L).fill(0) : null,
   };
@@ -159,18 +246,28 @@ export const operation = defineOperation({
   return {
     ...documentHead('patch', model, clean.prompt, clean.ids),
     method:
-      'Denoising activation patching: the corrupted prompt is run with ONE activation replaced by the clean run\'s value at the same site — a residual stream (hook_resid_pre), attention output (hook_attn_out) or MLP output (hook_mlp_out) of one layer at one position; one head\'s hook_z at every position; or a whole attn_out / mlp_out at every position — and everything downstream recomputed. ' +
+      "Denoising activation patching: the corrupted prompt is run with ONE activation replaced by the clean run's value at the same site — a residual stream (hook_resid_pre), attention output (hook_attn_out) or MLP output (hook_mlp_out) of one layer at one position; one head's hook_z at every position; or a whole attn_out / mlp_out at every position — and everything downstream recomputed. " +
       'Metric at the last position: (LD − LD_corrupted) / (LD_clean − LD_corrupted), LD = logit[answer] − logit[counterfactual]. No path patching, no noising (corrupted → clean) direction, no attribution patching (gradients).',
     metric: 'normalised_logit_difference',
     corrupted_prompt: corrupted.prompt,
     corrupted_tokens: corrupted.ids.map((id, i) => ({ id, text: corrTexts[i] })),
     differing_positions: clean.ids.flatMap((id, i) => (id !== corrupted.ids[i] ? [i] : [])),
     answer: { token: tokenText(model, a), token_id: a, source: answerId !== undefined ? 'answer' : 'clean_prediction' },
-    counterfactual: { token: tokenText(model, c), token_id: c, source: cfId !== undefined ? 'counterfactual' : 'corrupted_prediction' },
+    counterfactual: {
+      token: tokenText(model, c),
+      token_id: c,
+      source: cfId !== undefined ? 'counterfactual' : 'corrupted_prediction',
+    },
     clean_logit_diff: finite(ldClean),
     corrupted_logit_diff: finite(ldCorr),
     ...out,
-    interventions: cells.map(({ iv: { hook, op, head, positions } }) => ({ hook, op, ...(head !== undefined ? { head } : {}), positions, from: 'the clean prompt\'s run' })),
+    interventions: cells.map(({ iv: { hook, op, head, positions } }) => ({
+      hook,
+      op,
+      ...(head !== undefined ? { head } : {}),
+      positions,
+      from: "the clean prompt's run",
+    })),
     n_variants: cells.length,
     n_engine_runs: 2 + maxBatchRuns,
   };

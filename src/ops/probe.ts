@@ -21,11 +21,20 @@ const labelSchema = z.union([z.number(), z.string(), z.boolean()]);
 const input = z.object({
   capture: z.string().describe('capture handle (from `capture`)'),
   hook: z.string().optional().describe('which captured hook to train on (default: the first)'),
-  positive_label: labelSchema.optional().describe('the label scored as 1 (default: 1, true, or the second of two labels in sorted order)'),
+  positive_label: labelSchema
+    .optional()
+    .describe('the label scored as 1 (default: 1, true, or the second of two labels in sorted order)'),
   test_fraction: z.number().gt(0).lt(1).default(0.25).describe('share of each class held out for evaluation'),
   seed: z.number().int().default(0).describe('seed of the split and of the shuffled-label control'),
-  l2: z.number().positive().default(1e-2).describe('L2 strength on the standardised weights (objective: mean log-loss + l2/2 ‖w‖²)'),
-  shuffle_labels: z.boolean().default(false).describe('train and evaluate on permuted labels (a negative control; expect AUROC ≈ 0.5)'),
+  l2: z
+    .number()
+    .positive()
+    .default(1e-2)
+    .describe('L2 strength on the standardised weights (objective: mean log-loss + l2/2 ‖w‖²)'),
+  shuffle_labels: z
+    .boolean()
+    .default(false)
+    .describe('train and evaluate on permuted labels (a negative control; expect AUROC ≈ 0.5)'),
 });
 export type ProbeInput = z.input<typeof input>;
 
@@ -51,31 +60,54 @@ const output = documentBase('probe').extend({
     accuracy: z.number().nullable(),
     note: z.string(),
   }),
-  samples: z.array(z.object({
-    index: z.number().int(), text: z.string(), label: labelSchema, y: z.number().int(),
-    split: z.enum(['train', 'test']), score: z.number().describe('P(positive)'), logit: z.number(),
-  })),
+  samples: z.array(
+    z.object({
+      index: z.number().int(),
+      text: z.string(),
+      label: labelSchema,
+      y: z.number().int(),
+      split: z.enum(['train', 'test']),
+      score: z.number().describe('P(positive)'),
+      logit: z.number(),
+    }),
+  ),
   direction: z.object({
     hook: z.string(),
     values: z.array(z.number()).describe('w in the basis of the raw activations: logit = x·w + bias'),
     norm: z.number(),
   }),
   bias: z.number(),
-  fit: z.object({ objective: z.string(), l2: z.number(), iterations: z.number().int(), converged: z.boolean(), loss: z.number(), standardized: z.boolean() }),
+  fit: z.object({
+    objective: z.string(),
+    l2: z.number(),
+    iterations: z.number().int(),
+    converged: z.boolean(),
+    loss: z.number(),
+    standardized: z.boolean(),
+  }),
   method: z.string(),
 });
 
 /** map the capture's labels to 0/1 */
 function binaryLabels(labels: (Label | null)[], positive?: Label): { y: number[]; pos: Label; neg: Label } {
-  if (labels.some((l) => l === null)) throw new LoupeError('BAD_INPUT', 'Some captured prompts have no label.', 'Capture prompts as {text, label}.');
+  if (labels.some((l) => l === null))
+    throw new LoupeError('BAD_INPUT', 'Some captured prompts have no label.', 'Capture prompts as {text, label}.');
   const distinct = [...new Map(labels.map((l) => [JSON.stringify(l), l as Label])).values()];
   if (distinct.length !== 2) {
-    throw new LoupeError('BAD_INPUT', `A probe needs exactly two labels; the capture has ${distinct.length} (${distinct.map((d) => JSON.stringify(d)).join(', ')}).`, 'Label every prompt with one of two values.');
+    throw new LoupeError(
+      'BAD_INPUT',
+      `A probe needs exactly two labels; the capture has ${distinct.length} (${distinct.map((d) => JSON.stringify(d)).join(', ')}).`,
+      'Label every prompt with one of two values.',
+    );
   }
   let pos: Label;
   if (positive !== undefined) {
     const hit = distinct.find((d) => JSON.stringify(d) === JSON.stringify(positive));
-    if (hit === undefined) throw new LoupeError('BAD_INPUT', `positive_label ${JSON.stringify(positive)} is not one of the labels ${distinct.map((d) => JSON.stringify(d)).join(', ')}.`);
+    if (hit === undefined)
+      throw new LoupeError(
+        'BAD_INPUT',
+        `positive_label ${JSON.stringify(positive)} is not one of the labels ${distinct.map((d) => JSON.stringify(d)).join(', ')}.`,
+      );
     pos = hit;
   } else {
     const byDefault = distinct.find((d) => d === 1 || d === true);
@@ -85,18 +117,36 @@ function binaryLabels(labels: (Label | null)[], positive?: Label): { y: number[]
   return { y: labels.map((l) => (JSON.stringify(l) === JSON.stringify(pos) ? 1 : 0)), pos, neg };
 }
 
-interface Trained { w: Float64Array; b: number; iterations: number; converged: boolean; loss: number; logits: Float64Array }
+interface Trained {
+  w: Float64Array;
+  b: number;
+  iterations: number;
+  converged: boolean;
+  loss: number;
+  logits: Float64Array;
+}
 
 /** standardise on the training rows, fit, and map the weights back to the raw basis */
 function train(X: Float32Array, d: number, y: number[], rows: number[], l2: number): Trained {
   const { mean, sd } = featureStats(X, d, rows);
   const n = rows.length;
   const Z = new Float64Array(n * d);
-  rows.forEach((i, r) => { for (let j = 0; j < d; j++) Z[r * d + j] = (X[i * d + j] - mean[j]) / sd[j]; });
-  const fit = fitLogistic(Z, rows.map((i) => y[i]), n, d, { l2 });
+  rows.forEach((i, r) => {
+    for (let j = 0; j < d; j++) Z[r * d + j] = (X[i * d + j] - mean[j]) / sd[j];
+  });
+  const fit = fitLogistic(
+    Z,
+    rows.map((i) => y[i]),
+    n,
+    d,
+    { l2 },
+  );
   const w = new Float64Array(d);
   let b = fit.b;
-  for (let j = 0; j < d; j++) { w[j] = fit.w[j] / sd[j]; b -= w[j] * mean[j]; }
+  for (let j = 0; j < d; j++) {
+    w[j] = fit.w[j] / sd[j];
+    b -= w[j] * mean[j];
+  }
   const N = y.length;
   const logits = new Float64Array(N);
   for (let i = 0; i < N; i++) {
@@ -121,16 +171,25 @@ export const operation = defineOperation({
   const store = storeOf(ctx);
   const cap = store.get<CaptureHandleValue>('capture', inp.capture);
   if (cap.model_id !== model.info.id) {
-    throw new LoupeError('BAD_INPUT', `Capture ${inp.capture} was made with model ${cap.model_id}, not ${model.info.id}.`, 'Capture again with the loaded model.');
+    throw new LoupeError(
+      'BAD_INPUT',
+      `Capture ${inp.capture} was made with model ${cap.model_id}, not ${model.info.id}.`,
+      'Capture again with the loaded model.',
+    );
   }
   const hook = inp.hook ?? cap.hooks[0];
-  if (!cap.hooks.includes(hook)) throw new LoupeError('BAD_INPUT', `Capture ${inp.capture} holds ${cap.hooks.join(', ')}, not ${hook}.`);
+  if (!cap.hooks.includes(hook))
+    throw new LoupeError('BAD_INPUT', `Capture ${inp.capture} holds ${cap.hooks.join(', ')}, not ${hook}.`);
   const { y: yTrue, pos, neg } = binaryLabels(cap.labels, inp.positive_label);
   let split: { train: number[]; test: number[] };
   try {
     split = stratifiedSplit(yTrue, inp.test_fraction, inp.seed);
   } catch (e) {
-    throw new LoupeError('BAD_INPUT', `Too few samples for a held-out split: ${(e as Error).message}.`, 'Capture at least 2 prompts of each label (10+ each for meaningful numbers).');
+    throw new LoupeError(
+      'BAD_INPUT',
+      `Too few samples for a held-out split: ${(e as Error).message}.`,
+      'Capture at least 2 prompts of each label (10+ each for meaningful numbers).',
+    );
   }
   const d = cap.dims[hook];
   const X = cap.data[hook];
@@ -184,16 +243,28 @@ export const operation = defineOperation({
       note: 'a probe fitted identically (same split, l2, features) to permuted labels and scored on its own held-out labels: what chance looks like at this sample size',
     },
     samples: cap.prompts.map((text, i) => ({
-      index: i, text, label: cap.labels[i] as Label, y: y[i], split: testSet.has(i) ? 'test' : 'train',
-      score: sig(main.logits[i]), logit: main.logits[i],
+      index: i,
+      text,
+      label: cap.labels[i] as Label,
+      y: y[i],
+      split: testSet.has(i) ? 'test' : 'train',
+      score: sig(main.logits[i]),
+      logit: main.logits[i],
     })),
     direction: { hook, values: Array.from(main.w), norm: Math.sqrt(norm) },
     bias: main.b,
-    fit: { objective: 'mean log-loss + l2/2 ‖w‖² on standardised features; intercept unpenalised', l2: inp.l2, iterations: main.iterations, converged: main.converged, loss: main.loss, standardized: true },
-    method: `Logistic regression fitted by Newton's method with backtracking (deterministic) on the ${split.train.length} training samples, ` +
+    fit: {
+      objective: 'mean log-loss + l2/2 ‖w‖² on standardised features; intercept unpenalised',
+      l2: inp.l2,
+      iterations: main.iterations,
+      converged: main.converged,
+      loss: main.loss,
+      standardized: true,
+    },
+    method:
+      `Logistic regression fitted by Newton's method with backtracking (deterministic) on the ${split.train.length} training samples, ` +
       `features standardised with the training mean and s.d.; a stratified split holds out ${split.test.length} samples (test_fraction ${inp.test_fraction}, seed ${inp.seed}). ` +
       `AUROC and accuracy are on the held-out samples. Weights are mapped back to the raw activation basis, so the direction can be added to ${hook}'s stream.` +
       (inp.shuffle_labels ? ' Labels were permuted before training (negative control).' : ''),
   };
 });
-

@@ -30,15 +30,34 @@ import { argmax } from './lib/math';
 import { readoutDirection } from './lib/dla';
 import { describe as describeFeature } from './lib/feature-descriptions';
 import {
-  actsHook, checkActsSize, descriptionsBlockSchema, descriptionsField, ensureSae, loadDescriptions, residualMap, saeBlock, saeBlockSchema,
-  saeRefFields, type SaeOpContext,
+  actsHook,
+  checkActsSize,
+  descriptionsBlockSchema,
+  descriptionsField,
+  ensureSae,
+  loadDescriptions,
+  residualMap,
+  saeBlock,
+  saeBlockSchema,
+  saeRefFields,
+  type SaeOpContext,
 } from './lib/sae';
 
 const input = z.object({
   ...promptFields,
   ...saeRefFields,
-  position: z.number().int().min(0).optional().describe('only this position (0-based, BOS included); default every position'),
-  top_k: z.number().int().min(1).default(10).describe('features listed per position (only active ones, activation ≠ 0)'),
+  position: z
+    .number()
+    .int()
+    .min(0)
+    .optional()
+    .describe('only this position (0-based, BOS included); default every position'),
+  top_k: z
+    .number()
+    .int()
+    .min(1)
+    .default(10)
+    .describe('features listed per position (only active ones, activation ≠ 0)'),
   descriptions: descriptionsField,
 });
 export type SaeFeaturesInput = z.input<typeof input>;
@@ -47,7 +66,12 @@ const featureEntry = z.object({
   feature: z.number().int(),
   activation: z.number(),
   description: z.string().nullable().describe('auto-interp description, null when none was given'),
-  logit_attribution: z.number().nullable().describe('at the final position: the feature\'s direct effect on the predicted token\'s logit; null elsewhere (no direct path) or when the hook has no linear way into the residual stream'),
+  logit_attribution: z
+    .number()
+    .nullable()
+    .describe(
+      "at the final position: the feature's direct effect on the predicted token's logit; null elsewhere (no direct path) or when the hook has no linear way into the residual stream",
+    ),
 });
 
 const reconstructionAt = z.object({
@@ -62,24 +86,40 @@ const output = documentBase('sae_features').extend({
   descriptions: descriptionsBlockSchema,
   top_k: z.number().int(),
   position: z.number().int().nullable().describe('the position asked for; null = every position'),
-  positions: z.array(z.object({
-    position: z.number().int(),
-    token: z.string(),
-    token_id: z.number().int(),
-    l0: z.number().int().describe('active features at this position'),
-    features: z.array(featureEntry).describe('top_k active features by activation, descending'),
-    reconstruction: reconstructionAt,
-  })),
+  positions: z.array(
+    z.object({
+      position: z.number().int(),
+      token: z.string(),
+      token_id: z.number().int(),
+      l0: z.number().int().describe('active features at this position'),
+      features: z.array(featureEntry).describe('top_k active features by activation, descending'),
+      reconstruction: reconstructionAt,
+    }),
+  ),
   reconstruction: z.object({
     positions: z.number().int().describe('positions averaged over (every position of the prompt, BOS included)'),
     mse: z.number(),
     fvu: z.number().nullable(),
     explained_variance: z.number().nullable(),
-    without_bos: z.object({ positions: z.number().int(), mse: z.number(), fvu: z.number().nullable(), explained_variance: z.number().nullable() }).nullable()
-      .describe('the same over the positions after BOS (BOS activations are outliers for most SAEs); null without a BOS'),
+    without_bos: z
+      .object({
+        positions: z.number().int(),
+        mse: z.number(),
+        fvu: z.number().nullable(),
+        explained_variance: z.number().nullable(),
+      })
+      .nullable()
+      .describe(
+        'the same over the positions after BOS (BOS activations are outliers for most SAEs); null without a BOS',
+      ),
     definitions: z.object({ mse: z.string(), fvu: z.string(), position_fvu: z.string() }),
   }),
-  prediction: z.object({ position: z.number().int(), token: z.string(), token_id: z.number().int(), logit: z.number() }),
+  prediction: z.object({
+    position: z.number().int(),
+    token: z.string(),
+    token_id: z.number().int(),
+    logit: z.number(),
+  }),
   logit_attribution: z.object({
     available: z.boolean(),
     residual_map: z.string().nullable(),
@@ -88,7 +128,10 @@ const output = documentBase('sae_features').extend({
     features_sum: z.number().nullable().describe('Σ over every active feature at the final position'),
     b_dec_term: z.number().nullable(),
     error_term: z.number().nullable(),
-    hook_direct_term: z.number().nullable().describe('x·e: the hook value\'s own direct term = features_sum + b_dec_term + error_term'),
+    hook_direct_term: z
+      .number()
+      .nullable()
+      .describe("x·e: the hook value's own direct term = features_sum + b_dec_term + error_term"),
     check_abs_diff: z.number().nullable(),
   }),
   method: z.string(),
@@ -113,14 +156,20 @@ function overall(x: Float32Array, rc: Float32Array, d: number, from: number, T: 
     }
   }
   const fvu = tot > 0 ? err / tot : null;
-  return { positions: n, mse: finite(err / (n * d)), fvu: fvu === null ? null : finite(fvu), explained_variance: fvu === null ? null : finite(1 - fvu), mean };
+  return {
+    positions: n,
+    mse: finite(err / (n * d)),
+    fvu: fvu === null ? null : finite(fvu),
+    explained_variance: fvu === null ? null : finite(1 - fvu),
+    mean,
+  };
 }
 
 export const operation = defineOperation({
   name: 'sae_features',
   title: 'SAE features',
   description:
-    'Decompose the activation at a sparse autoencoder\'s hook into SAE features (SAELens layout, loaded from sae_source/sae_path: Hub repo, URL or folder): per position (or one position) the top_k active features with activation and auto-interp description (null when none is available; never invented), L0, the reconstruction error (MSE and fraction of variance unexplained, SAELens definitions) per position and overall, and for the final position each feature\'s direct logit attribution to the predicted token (activation × W_dec[f] through the final norm with its frozen scale and W_U[:, predicted]). ' +
+    "Decompose the activation at a sparse autoencoder's hook into SAE features (SAELens layout, loaded from sae_source/sae_path: Hub repo, URL or folder): per position (or one position) the top_k active features with activation and auto-interp description (null when none is available; never invented), L0, the reconstruction error (MSE and fraction of variance unexplained, SAELens definitions) per position and overall, and for the final position each feature's direct logit attribution to the predicted token (activation × W_dec[f] through the final norm with its frozen scale and W_U[:, predicted]). " +
     'The SAE must match the model (d_in and hook), else SAE_MISMATCH. Cost: loading the SAE once per model, then one forward pass.',
   input,
   output,
@@ -129,7 +178,11 @@ export const operation = defineOperation({
   const ids = promptIds(model, inp.prompt, { prependBos: inp.prepend_bos });
   const T = ids.length;
   if (inp.position !== undefined && inp.position >= T) {
-    throw new LoupeError('BAD_INPUT', `position ${inp.position} is outside the prompt (${T} tokens, BOS included).`, `Use 0 … ${T - 1}, or leave position out for every position.`);
+    throw new LoupeError(
+      'BAD_INPUT',
+      `position ${inp.position} is outside the prompt (${T} tokens, BOS included).`,
+      `Use 0 … ${T - 1}, or leave position out for every position.`,
+    );
   }
   ctx.onProgress?.({ stage: 'loading SAE', done: 0, total: 1 });
   const sae = await ensureSae(model, { source: inp.sae_source, path: inp.sae_path }, ctx);
@@ -140,7 +193,11 @@ export const operation = defineOperation({
   const hook = sae.info.hook;
   const { d_in: dIn, d_sae: dSae } = sae.info;
   ctx.onProgress?.({ stage: 'running with the SAE', done: 0, total: 1 });
-  const res = await model.run(ids, { sae: sae.id, hooks: [hook, actsHook(sae), `${hook}.hook_sae_recons`, 'ln_final.hook_scale'], signal: ctx.signal });
+  const res = await model.run(ids, {
+    sae: sae.id,
+    hooks: [hook, actsHook(sae), `${hook}.hook_sae_recons`, 'ln_final.hook_scale'],
+    signal: ctx.signal,
+  });
   throwIfAborted(ctx.signal);
   const x = res.hooks[hook].data;
   const acts = res.hooks[actsHook(sae)].data;
@@ -164,7 +221,11 @@ export const operation = defineOperation({
   }
   const W_dec = eHook ? sae.weight('W_dec').data : null;
   /** r_f · e for feature f (its decoder row pulled back through the readout) */
-  const unitEffect = (f: number) => { let s = 0; for (let i = 0; i < dIn; i++) s += W_dec![f * dIn + i] * eHook![i]; return s; };
+  const unitEffect = (f: number) => {
+    let s = 0;
+    for (let i = 0; i < dIn; i++) s += W_dec![f * dIn + i] * eHook![i];
+    return s;
+  };
 
   // ---- per position
   const wanted = inp.position === undefined ? Array.from({ length: T }, (_, t) => t) : [inp.position];
@@ -174,7 +235,9 @@ export const operation = defineOperation({
     const active: number[] = [];
     for (let f = 0; f < dSae; f++) if (row[f] !== 0) active.push(f);
     const top = active.sort((a, b) => row[b] - row[a] || a - b).slice(0, inp.top_k);
-    let err = 0, xx = 0, dev = 0;
+    let err = 0,
+      xx = 0,
+      dev = 0;
     for (let i = 0; i < dIn; i++) {
       const xi = x[t * dIn + i];
       err += (xi - rc[t * dIn + i]) ** 2;
@@ -192,21 +255,35 @@ export const operation = defineOperation({
         description: describeFeature(desc.set, f),
         logit_attribution: t === last && eHook ? finite(row[f] * unitEffect(f)) : null,
       })),
-      reconstruction: { mse: finite(err / dIn), fvu: dev > 0 ? finite(err / dev) : null, input_norm: finite(Math.sqrt(xx)), error_norm: finite(Math.sqrt(err)) },
+      reconstruction: {
+        mse: finite(err / dIn),
+        fvu: dev > 0 ? finite(err / dev) : null,
+        input_norm: finite(Math.sqrt(xx)),
+        error_norm: finite(Math.sqrt(err)),
+      },
     };
   });
 
   // ---- the exact split of the hook's direct term at the final position
   let attribution: z.output<typeof output>['logit_attribution'] = {
-    available: false, residual_map: null, reason: map.kind === null ? map.reason : null, final_norm_scale: finite(scale),
-    features_sum: null, b_dec_term: null, error_term: null, hook_direct_term: null, check_abs_diff: null,
+    available: false,
+    residual_map: null,
+    reason: map.kind === null ? map.reason : null,
+    final_norm_scale: finite(scale),
+    features_sum: null,
+    b_dec_term: null,
+    error_term: null,
+    hook_direct_term: null,
+    check_abs_diff: null,
   };
   if (eHook && map.kind !== null) {
     const row = acts.subarray(last * dSae, (last + 1) * dSae);
     let feats = 0;
     for (let f = 0; f < dSae; f++) if (row[f] !== 0) feats += row[f] * unitEffect(f);
     const bDec = sae.weight('b_dec').data;
-    let bTerm = 0, eTerm = 0, xTerm = 0;
+    let bTerm = 0,
+      eTerm = 0,
+      xTerm = 0;
     for (let i = 0; i < dIn; i++) {
       const xi = x[last * dIn + i];
       bTerm += bDec[i] * eHook[i];
@@ -214,13 +291,22 @@ export const operation = defineOperation({
       xTerm += xi * eHook[i];
     }
     attribution = {
-      available: true, residual_map: map.description, reason: null, final_norm_scale: finite(scale),
-      features_sum: finite(feats), b_dec_term: finite(bTerm), error_term: finite(eTerm), hook_direct_term: finite(xTerm),
+      available: true,
+      residual_map: map.description,
+      reason: null,
+      final_norm_scale: finite(scale),
+      features_sum: finite(feats),
+      b_dec_term: finite(bTerm),
+      error_term: finite(eTerm),
+      hook_direct_term: finite(xTerm),
       check_abs_diff: finite(Math.abs(feats + bTerm + eTerm - xTerm)),
     };
   }
 
-  const norm = model.info.norm === 'layernorm' ? 'LayerNorm: (w_lnf ⊙ W_U[:, p]) centred over d_model' : 'RMSNorm: w_lnf ⊙ W_U[:, p]';
+  const norm =
+    model.info.norm === 'layernorm'
+      ? 'LayerNorm: (w_lnf ⊙ W_U[:, p]) centred over d_model'
+      : 'RMSNorm: w_lnf ⊙ W_U[:, p]';
   const method =
     `One run with the SAE spliced in at ${hook} (encode/decode inside the graph; with no feature edited the model's output is unchanged). ` +
     `Features: acts = ${sae.info.activation}((x${sae.info.apply_b_dec_to_input ? ' − b_dec' : ''})·W_enc + b_enc); each position lists its ${inp.top_k} largest active features. ` +
@@ -236,11 +322,21 @@ export const operation = defineOperation({
     position: inp.position ?? null,
     positions,
     reconstruction: {
-      positions: all.positions, mse: all.mse, fvu: all.fvu, explained_variance: all.explained_variance,
-      without_bos: noBos ? { positions: noBos.positions, mse: noBos.mse, fvu: noBos.fvu, explained_variance: noBos.explained_variance } : null,
+      positions: all.positions,
+      mse: all.mse,
+      fvu: all.fvu,
+      explained_variance: all.explained_variance,
+      without_bos: noBos
+        ? { positions: noBos.positions, mse: noBos.mse, fvu: noBos.fvu, explained_variance: noBos.explained_variance }
+        : null,
       definitions: DEFINITIONS,
     },
-    prediction: { position: last, token: tokenText(model, predicted), token_id: predicted, logit: finite(res.logits.data[last * V + predicted]) },
+    prediction: {
+      position: last,
+      token: tokenText(model, predicted),
+      token_id: predicted,
+      logit: finite(res.logits.data[last * V + predicted]),
+    },
     logit_attribution: attribution,
     method,
   };

@@ -27,29 +27,82 @@ import { generateBatch } from './lib/generation';
 import { directLogitScores } from './lib/directions';
 import { describe as describeFeature } from './lib/feature-descriptions';
 import {
-  checkSteerTokens, METRIC_DEFINITIONS, metricCurves, metricDefinitionsSchema, metricFields, metricValues, rowsPerRun, samplingFields, samplingSchema,
-  steeringMetrics, tokenRef, tokenRefs, topTokens, controlPool, givenOr, DEFAULT_TARGETS, DEFAULT_CONTROLS, CONTROL_POOL,
-  MAX_SWEEP_ALPHAS, trend,
+  checkSteerTokens,
+  METRIC_DEFINITIONS,
+  metricCurves,
+  metricDefinitionsSchema,
+  metricFields,
+  metricValues,
+  rowsPerRun,
+  samplingFields,
+  samplingSchema,
+  steeringMetrics,
+  tokenRef,
+  tokenRefs,
+  topTokens,
+  controlPool,
+  givenOr,
+  DEFAULT_TARGETS,
+  DEFAULT_CONTROLS,
+  CONTROL_POOL,
+  MAX_SWEEP_ALPHAS,
+  trend,
 } from './lib/steering';
 import {
-  actsHook, checkFeature, descriptionsBlockSchema, descriptionsField, ensureSae, featureField, loadDescriptions, residualMap, saeBlock,
-  saeBlockSchema, saeRefFields, withSaeRuns, type AttachedSae, type SaeOpContext,
+  actsHook,
+  checkFeature,
+  descriptionsBlockSchema,
+  descriptionsField,
+  ensureSae,
+  featureField,
+  loadDescriptions,
+  residualMap,
+  saeBlock,
+  saeBlockSchema,
+  saeRefFields,
+  withSaeRuns,
+  type AttachedSae,
+  type SaeOpContext,
 } from './lib/sae';
-
 
 const input = z.object({
   ...promptFields,
   ...saeRefFields,
   feature: featureField,
-  edit: z.enum(['add', 'clamp']).default('add').describe('add: acts_f += α (the stream moves by α·W_dec[f]); clamp: acts_f = α (Neuronpedia-style clamping). The SAE error term is kept either way.'),
+  edit: z
+    .enum(['add', 'clamp'])
+    .default('add')
+    .describe(
+      'add: acts_f += α (the stream moves by α·W_dec[f]); clamp: acts_f = α (Neuronpedia-style clamping). The SAE error term is kept either way.',
+    ),
   alpha: z.number().optional().describe('the strength (add) or clamp value; give this or alphas'),
-  alphas: z.array(z.number()).min(1).optional().describe(`sweep mode: several strengths (add) or clamp values, one curve per metric (at most ${MAX_SWEEP_ALPHAS})`),
-  positions: z.union([z.literal('all'), z.array(z.number().int().min(0)).min(1).max(4096)]).default('all')
+  alphas: z
+    .array(z.number())
+    .min(1)
+    .optional()
+    .describe(
+      `sweep mode: several strengths (add) or clamp values, one curve per metric (at most ${MAX_SWEEP_ALPHAS})`,
+    ),
+  positions: z
+    .union([z.literal('all'), z.array(z.number().int().min(0)).min(1).max(4096)])
+    .default('all')
     .describe('positions whose feature is edited (0-based, BOS included); "all" also edits every generated token'),
-  targets: z.array(z.string()).min(1).max(64).optional()
-    .describe(`tokens the feature should promote (default: the ${DEFAULT_TARGETS} tokens with the largest direct logit effect of W_dec[f])`),
-  controls: z.array(z.string()).min(1).max(64).optional()
-    .describe(`unrelated tokens used to normalise (default: of the ${CONTROL_POOL} most likely base tokens, the ${DEFAULT_CONTROLS} least affected by W_dec[f])`),
+  targets: z
+    .array(z.string())
+    .min(1)
+    .max(64)
+    .optional()
+    .describe(
+      `tokens the feature should promote (default: the ${DEFAULT_TARGETS} tokens with the largest direct logit effect of W_dec[f])`,
+    ),
+  controls: z
+    .array(z.string())
+    .min(1)
+    .max(64)
+    .optional()
+    .describe(
+      `unrelated tokens used to normalise (default: of the ${CONTROL_POOL} most likely base tokens, the ${DEFAULT_CONTROLS} least affected by W_dec[f])`,
+    ),
   descriptions: descriptionsField,
   ...samplingFields,
 });
@@ -61,7 +114,6 @@ const tokenDelta = tokenRef.extend({
   delta: z.number().nullable(),
 });
 
-
 const curve = z.array(z.number());
 const trendEnum = z.enum(['increasing', 'decreasing', 'flat', 'not_monotone']);
 
@@ -71,15 +123,20 @@ const output = documentBase('sae_steer').extend({
   feature: z.object({
     index: z.number().int(),
     description: z.string().nullable(),
-    decoder_norm: z.number().describe('‖W_dec[f]‖ in the hook\'s space'),
-    residual_norm: z.number().nullable().describe('‖W_dec[f] mapped into the residual stream‖ (null when the hook has no linear map)'),
+    decoder_norm: z.number().describe("‖W_dec[f]‖ in the hook's space"),
+    residual_norm: z
+      .number()
+      .nullable()
+      .describe('‖W_dec[f] mapped into the residual stream‖ (null when the hook has no linear map)'),
   }),
   edit: z.enum(['add', 'clamp']),
   hook: z.string().describe('the edited site: {sae hook}.hook_sae_acts_post'),
   positions: z.union([z.literal('all'), z.array(z.number().int())]),
   mode: z.enum(['single', 'sweep']),
   alpha: z.number().nullable().describe('single mode: the strength or clamp value'),
-  interventions: z.array(interventionRecord).describe('the edit as data (one per α): re-running with it reproduces this document'),
+  interventions: z
+    .array(interventionRecord)
+    .describe('the edit as data (one per α): re-running with it reproduces this document'),
   sampling: samplingSchema,
   base: generationBlock,
   steered: generationBlock.nullable().describe('single mode'),
@@ -88,12 +145,20 @@ const output = documentBase('sae_steer').extend({
   targets_rule: z.string(),
   controls_rule: z.string(),
   ...metricFields(z.number().nullable().describe('single mode')),
-  sweep: z.object({
-    alphas: z.array(z.number()),
-    curves: z.object(metricFields(curve)).describe('one value per α, in the order of alphas'),
-    monotone: z.object({ target_logprob_delta: trendEnum, control_logprob_delta: trendEnum, normalized_effect: trendEnum, rule: z.string() }),
-    generations: z.array(generationBlock.extend({ alpha: z.number() })),
-  }).nullable().describe('sweep mode'),
+  sweep: z
+    .object({
+      alphas: z.array(z.number()),
+      curves: z.object(metricFields(curve)).describe('one value per α, in the order of alphas'),
+      monotone: z.object({
+        target_logprob_delta: trendEnum,
+        control_logprob_delta: trendEnum,
+        normalized_effect: trendEnum,
+        rule: z.string(),
+      }),
+      generations: z.array(generationBlock.extend({ alpha: z.number() })),
+    })
+    .nullable()
+    .describe('sweep mode'),
   metric_definitions: metricDefinitionsSchema,
   method: z.string(),
   engine_runs: z.number().int(),
@@ -101,7 +166,14 @@ const output = documentBase('sae_steer').extend({
 
 const metricNulls = metricFields(null);
 
-function featureIntervention(sae: AttachedSae, edit: 'add' | 'clamp', feature: number, v: number, positions: 'all' | number[], batch?: number[]): Intervention {
+function featureIntervention(
+  sae: AttachedSae,
+  edit: 'add' | 'clamp',
+  feature: number,
+  v: number,
+  positions: 'all' | number[],
+  batch?: number[],
+): Intervention {
   const base = { hook: actsHook(sae), neuron: feature, positions, ...(batch ? { batch } : {}) };
   return edit === 'add' ? { ...base, op: 'add', value: [1], alpha: v } : { ...base, op: 'set', value: [v] };
 }
@@ -111,7 +183,7 @@ export const operation = defineOperation({
   title: 'SAE steer',
   description:
     'Steer with one SAE feature (SAELens layout, from sae_source/sae_path): add α to its activation (the residual stream moves by α·W_dec[f]) or clamp it to a value, at all or chosen positions (with "all", every generated token too), keeping the SAE error term; generate base and steered side by side (greedy or seeded sampling, KV-cached, batched). ' +
-    'Reports target and control tokens\' log-prob changes at the final prompt position, normalized_effect, relative_change and KL(base ‖ steered), as steer does. With alphas (a list of strengths or clamp values) it is a sweep: one curve per metric, its trend, and the text at each value. ' +
+    "Reports target and control tokens' log-prob changes at the final prompt position, normalized_effect, relative_change and KL(base ‖ steered), as steer does. With alphas (a list of strengths or clamp values) it is a sweep: one curve per metric, its trend, and the text at each value. " +
     `Caps: ${MAX_SWEEP_ALPHAS} values, 256 new tokens.`,
   input,
   output,
@@ -119,15 +191,29 @@ export const operation = defineOperation({
 }).implement(async (model, inp, ctx) => {
   checkSteerTokens(inp.max_new_tokens);
   if ((inp.alpha === undefined) === (inp.alphas === undefined)) {
-    throw new LoupeError('BAD_INPUT', inp.alpha === undefined ? 'Give alpha (one edit) or alphas (a sweep).' : 'Give alpha or alphas, not both.', 'alpha = one strength (add) or clamp value; alphas = a list of them for a sweep.');
+    throw new LoupeError(
+      'BAD_INPUT',
+      inp.alpha === undefined ? 'Give alpha (one edit) or alphas (a sweep).' : 'Give alpha or alphas, not both.',
+      'alpha = one strength (add) or clamp value; alphas = a list of them for a sweep.',
+    );
   }
   const values = inp.alphas ?? [inp.alpha!];
-  if (values.length > MAX_SWEEP_ALPHAS) throw new LoupeError('TOO_LARGE', `${values.length} values exceed the sweep cap of ${MAX_SWEEP_ALPHAS}.`, `Give at most ${MAX_SWEEP_ALPHAS} values.`);
+  if (values.length > MAX_SWEEP_ALPHAS)
+    throw new LoupeError(
+      'TOO_LARGE',
+      `${values.length} values exceed the sweep cap of ${MAX_SWEEP_ALPHAS}.`,
+      `Give at most ${MAX_SWEEP_ALPHAS} values.`,
+    );
   const ids = promptIds(model, inp.prompt, { prependBos: inp.prepend_bos, extra: inp.max_new_tokens });
   const T = ids.length;
   if (inp.positions !== 'all') {
     const bad = inp.positions.filter((p) => p >= T);
-    if (bad.length) throw new LoupeError('BAD_INPUT', `positions ${bad.join(', ')} are outside the prompt (${T} tokens, BOS included).`, `Use positions 0–${T - 1}, or "all".`);
+    if (bad.length)
+      throw new LoupeError(
+        'BAD_INPUT',
+        `positions ${bad.join(', ')} are outside the prompt (${T} tokens, BOS included).`,
+        `Use positions 0–${T - 1}, or "all".`,
+      );
   }
   const givenTargets = inp.targets?.map((t) => resolveToken(model, t, 'targets'));
   const givenControls = inp.controls?.map((t) => resolveToken(model, t, 'controls'));
@@ -147,7 +233,12 @@ export const operation = defineOperation({
   const scores = resid ? await directLogitScores(model, resid, ctx.signal) : null;
   const V = model.info.d_vocab;
   const { ids: targets, rule: targetsRule } = await givenOr(givenTargets, () => {
-    if (!scores) throw new LoupeError('BAD_INPUT', `The feature has no direct logit effect to choose targets from: ${(map as { reason: string }).reason}.`, 'Give targets (the tokens the feature should promote).');
+    if (!scores)
+      throw new LoupeError(
+        'BAD_INPUT',
+        `The feature has no direct logit effect to choose targets from: ${(map as { reason: string }).reason}.`,
+        'Give targets (the tokens the feature should promote).',
+      );
     return {
       ids: topTokens(scores, DEFAULT_TARGETS),
       rule: `the ${DEFAULT_TARGETS} tokens with the largest direct logit effect of W_dec[f] (mapped into the residual stream, ⊙ the final norm's weight, · W_U) — chosen from the feature itself`,
@@ -167,10 +258,18 @@ export const operation = defineOperation({
     throwIfAborted(ctx.signal);
     const chunk = variants.slice(s, s + per);
     const many = chunk.length > 1;
-    const ivs = chunk.flatMap((v, r) => (v === null ? [] : [featureIntervention(sae, inp.edit, f, v, inp.positions, many ? [r] : undefined)]));
+    const ivs = chunk.flatMap((v, r) =>
+      v === null ? [] : [featureIntervention(sae, inp.edit, f, v, inp.positions, many ? [r] : undefined)],
+    );
     const gen = await generateBatch(steering, ids, chunk.length, {
-      maxNewTokens: inp.max_new_tokens, temperature: inp.temperature, topK: inp.top_k, topP: inp.top_p, seed: inp.seed,
-      stopAtEos: inp.stop_at_eos, interventions: ivs, signal: ctx.signal,
+      maxNewTokens: inp.max_new_tokens,
+      temperature: inp.temperature,
+      topK: inp.top_k,
+      topP: inp.top_p,
+      seed: inp.seed,
+      stopAtEos: inp.stop_at_eos,
+      interventions: ivs,
+      signal: ctx.signal,
       onToken: () => ctx.onProgress?.({ stage: 'generating', done: ++produced, total: totalTokens }),
     });
     runs += gen.runs;
@@ -183,26 +282,39 @@ export const operation = defineOperation({
     const pool = controlPool(baseLp, [...targets, model.bosTokenId, model.eosTokenId]);
     return scores
       ? {
-        ids: pool.sort((a, b) => Math.abs(scores[a]) - Math.abs(scores[b]) || a - b).slice(0, DEFAULT_CONTROLS),
-        rule: `of the ${CONTROL_POOL} most likely base tokens (targets, BOS, EOS excluded), the ${DEFAULT_CONTROLS} with the smallest |direct logit effect of W_dec[f]|`,
-      }
-      : { ids: pool.slice(0, DEFAULT_CONTROLS), rule: `the ${DEFAULT_CONTROLS} most likely base tokens (targets, BOS, EOS excluded): the feature has no direct logit effect to rank them by` };
+          ids: pool.sort((a, b) => Math.abs(scores[a]) - Math.abs(scores[b]) || a - b).slice(0, DEFAULT_CONTROLS),
+          rule: `of the ${CONTROL_POOL} most likely base tokens (targets, BOS, EOS excluded), the ${DEFAULT_CONTROLS} with the smallest |direct logit effect of W_dec[f]|`,
+        }
+      : {
+          ids: pool.slice(0, DEFAULT_CONTROLS),
+          rule: `the ${DEFAULT_CONTROLS} most likely base tokens (targets, BOS, EOS excluded): the feature has no direct logit effect to rank them by`,
+        };
   });
 
-  const metrics = values.map((_, i) => steeringMetrics(baseLp, logSoftmax(promptLogits[i + 1], 0, V), targets, controls));
+  const metrics = values.map((_, i) =>
+    steeringMetrics(baseLp, logSoftmax(promptLogits[i + 1], 0, V), targets, controls),
+  );
   const single = inp.alphas === undefined;
   const m0 = single ? metrics[0] : null;
-  const deltas = (list: number[]) => tokenRefs(model, list).map((r) => ({
-    ...r,
-    base_logprob: finite(baseLp[r.token_id]),
-    steered_logprob: m0 ? finite(m0.steeredLogprobs[r.token_id]) : null,
-    delta: m0 ? finite(m0.steeredLogprobs[r.token_id] - baseLp[r.token_id]) : null,
-  }));
-  const g = (r: (typeof rows)[number]) => ({ generated_token_ids: r.ids, generated_text: r.text, stop_reason: r.stop_reason });
+  const deltas = (list: number[]) =>
+    tokenRefs(model, list).map((r) => ({
+      ...r,
+      base_logprob: finite(baseLp[r.token_id]),
+      steered_logprob: m0 ? finite(m0.steeredLogprobs[r.token_id]) : null,
+      delta: m0 ? finite(m0.steeredLogprobs[r.token_id] - baseLp[r.token_id]) : null,
+    }));
+  const g = (r: (typeof rows)[number]) => ({
+    generated_token_ids: r.ids,
+    generated_text: r.text,
+    stop_reason: r.stop_reason,
+  });
   const curves = metricCurves(metrics);
   let decoderNorm = 0;
   for (let i = 0; i < dIn; i++) decoderNorm += row[i] * row[i];
-  const what = inp.edit === 'add' ? 'acts_f += α, so the stream at the hook moves by exactly α·W_dec[f]' : 'acts_f = α (clamp), so the stream at the hook moves by (α − acts_f)·W_dec[f]';
+  const what =
+    inp.edit === 'add'
+      ? 'acts_f += α, so the stream at the hook moves by exactly α·W_dec[f]'
+      : 'acts_f = α (clamp), so the stream at the hook moves by (α − acts_f)·W_dec[f]';
 
   return {
     ...documentHead('sae_steer', model, inp.prompt, ids),
@@ -220,10 +332,22 @@ export const operation = defineOperation({
     mode: single ? 'single' : 'sweep',
     alpha: single ? inp.alpha! : null,
     interventions: values.map((v) => ({
-      hook: actsHook(sae), op: inp.edit === 'add' ? 'add' as const : 'set' as const, neuron: f, positions: inp.positions,
-      value: inp.edit === 'add' ? [1] : [v], ...(inp.edit === 'add' ? { alpha: v } : {}), sae: { source: inp.sae_source, path: inp.sae_path },
+      hook: actsHook(sae),
+      op: inp.edit === 'add' ? ('add' as const) : ('set' as const),
+      neuron: f,
+      positions: inp.positions,
+      value: inp.edit === 'add' ? [1] : [v],
+      ...(inp.edit === 'add' ? { alpha: v } : {}),
+      sae: { source: inp.sae_source, path: inp.sae_path },
     })),
-    sampling: { max_new_tokens: inp.max_new_tokens, temperature: inp.temperature, top_k: inp.top_k, top_p: inp.top_p, seed: inp.seed, stop_at_eos: inp.stop_at_eos },
+    sampling: {
+      max_new_tokens: inp.max_new_tokens,
+      temperature: inp.temperature,
+      top_k: inp.top_k,
+      top_p: inp.top_p,
+      seed: inp.seed,
+      stop_at_eos: inp.stop_at_eos,
+    },
     base: g(rows[0]),
     steered: single ? g(rows[1]) : null,
     targets: deltas(targets),
@@ -231,17 +355,19 @@ export const operation = defineOperation({
     targets_rule: targetsRule,
     controls_rule: controlsRule,
     ...(m0 ? metricValues(m0) : metricNulls),
-    sweep: single ? null : {
-      alphas: values,
-      curves,
-      monotone: {
-        target_logprob_delta: trend(values, curves.target_logprob_delta),
-        control_logprob_delta: trend(values, curves.control_logprob_delta),
-        normalized_effect: trend(values, curves.normalized_effect),
-        rule: 'over α sorted ascending: increasing = no step down by more than tol and last > first + tol; decreasing mirrored; flat = no step beyond tol; tol = 1e-6·max(1, max|y|)',
-      },
-      generations: values.map((a, i) => ({ alpha: a, ...g(rows[i + 1]) })),
-    },
+    sweep: single
+      ? null
+      : {
+          alphas: values,
+          curves,
+          monotone: {
+            target_logprob_delta: trend(values, curves.target_logprob_delta),
+            control_logprob_delta: trend(values, curves.control_logprob_delta),
+            normalized_effect: trend(values, curves.normalized_effect),
+            rule: 'over α sorted ascending: increasing = no step down by more than tol and last > first + tol; decreasing mirrored; flat = no step beyond tol; tol = 1e-6·max(1, max|y|)',
+          },
+          generations: values.map((a, i) => ({ alpha: a, ...g(rows[i + 1]) })),
+        },
     metric_definitions: METRIC_DEFINITIONS,
     method:
       `Feature ${f} of the SAE at ${sae.info.hook} is edited at ${actsHook(sae)} (${what}); the SAE's error term is kept, so an unedited row is the model itself. ` +

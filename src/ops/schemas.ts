@@ -17,7 +17,11 @@ export type SchemaTarget = 'draft-2020-12' | 'draft-7';
  * optional); `'output'` what comes back. Types JSON cannot express (none in documents today)
  * become `{}` rather than failing a listing.
  */
-export function toJsonSchema(schema: z.ZodType, io: 'input' | 'output', target: SchemaTarget = 'draft-2020-12'): JsonSchema {
+export function toJsonSchema(
+  schema: z.ZodType,
+  io: 'input' | 'output',
+  target: SchemaTarget = 'draft-2020-12',
+): JsonSchema {
   return z.toJSONSchema(schema, { io, target, unrepresentable: 'any' }) as JsonSchema;
 }
 

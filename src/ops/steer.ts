@@ -15,13 +15,26 @@ import { finite } from './lib/caps';
 import { logSoftmax } from './lib/math';
 import { generateBatch } from './lib/generation';
 import {
-  checkSteerTokens, METRIC_DEFINITIONS, metricDefinitionsSchema, metricFields, metricValues, prepareSteering, samplingFields,
-  samplingSchema, steeringFields, steeringMetrics, steeringSite, steeringSiteSchema, steerIntervention, tokenRef, tokenRefs,
+  checkSteerTokens,
+  METRIC_DEFINITIONS,
+  metricDefinitionsSchema,
+  metricFields,
+  metricValues,
+  prepareSteering,
+  samplingFields,
+  samplingSchema,
+  steeringFields,
+  steeringMetrics,
+  steeringSite,
+  steeringSiteSchema,
+  steerIntervention,
+  tokenRef,
+  tokenRefs,
 } from './lib/steering';
 
 const input = z.object({
   ...steeringFields,
-  alpha: z.number().describe('strength: the edit is α·d (with a unit d, α is the edit\'s norm)'),
+  alpha: z.number().describe("strength: the edit is α·d (with a unit d, α is the edit's norm)"),
   ...samplingFields,
 });
 export type SteerInput = z.input<typeof input>;
@@ -49,7 +62,7 @@ export const operation = defineOperation({
   title: 'Steer',
   description:
     'Add α·d to the residual stream before a layer (blocks.{layer}.hook_resid_pre; all or chosen positions; with "all", every generated token too) and generate, base and steered side by side (greedy, or sampled with a seed; KV-cached, both rows in one batch). d comes from a token pair (unembedding columns W_U[:, a] − W_U[:, b]), the mean activation difference of two prompt sets, a probe handle ("probe:<handle>"), a random seed, or numbers; it is unit-normalised by default so α is in residual-norm units (resid_norm gives the scale). ' +
-    'Reports, at the final prompt position, the change of target and control tokens\' log-probabilities, normalized_effect = target Δ − control Δ, relative_change = exp(normalized_effect) − 1, and KL(base ‖ steered).',
+    "Reports, at the final prompt position, the change of target and control tokens' log-probabilities, normalized_effect = target Δ − control Δ, relative_change = exp(normalized_effect) − 1, and KL(base ‖ steered).",
   input,
   output,
 }).implement(async (model, inp, ctx) => {
@@ -60,24 +73,48 @@ export const operation = defineOperation({
   const iv = steerIntervention(hook, dir.vector, inp.alpha, inp.positions, [1]);
   let produced = 0;
   const gen = await generateBatch(model, ids, 2, {
-    maxNewTokens: inp.max_new_tokens, temperature: inp.temperature, topK: inp.top_k, topP: inp.top_p, seed: inp.seed,
-    stopAtEos: inp.stop_at_eos, interventions: [iv], signal: ctx.signal,
-    onToken: ({ row }) => { if (row === 1) ctx.onProgress?.({ stage: 'generating', done: ++produced, total: inp.max_new_tokens }); },
+    maxNewTokens: inp.max_new_tokens,
+    temperature: inp.temperature,
+    topK: inp.top_k,
+    topP: inp.top_p,
+    seed: inp.seed,
+    stopAtEos: inp.stop_at_eos,
+    interventions: [iv],
+    signal: ctx.signal,
+    onToken: ({ row }) => {
+      if (row === 1) ctx.onProgress?.({ stage: 'generating', done: ++produced, total: inp.max_new_tokens });
+    },
   });
   const V = model.info.d_vocab;
   const steered = logSoftmax(gen.promptLogits[1], 0, V);
   const m = steeringMetrics(setup.baseLogprobs, steered, targets, controls);
-  const deltas = (list: number[]) => tokenRefs(model, list).map((r) => ({
-    ...r, base_logprob: finite(setup.baseLogprobs[r.token_id]), steered_logprob: finite(steered[r.token_id]),
-    delta: finite(steered[r.token_id] - setup.baseLogprobs[r.token_id]),
-  }));
-  const g = (r: (typeof gen.rows)[number]) => ({ generated_token_ids: r.ids, generated_text: r.text, stop_reason: r.stop_reason });
+  const deltas = (list: number[]) =>
+    tokenRefs(model, list).map((r) => ({
+      ...r,
+      base_logprob: finite(setup.baseLogprobs[r.token_id]),
+      steered_logprob: finite(steered[r.token_id]),
+      delta: finite(steered[r.token_id] - setup.baseLogprobs[r.token_id]),
+    }));
+  const g = (r: (typeof gen.rows)[number]) => ({
+    generated_token_ids: r.ids,
+    generated_text: r.text,
+    stop_reason: r.stop_reason,
+  });
   return {
     ...documentHead('steer', model, inp.prompt, ids),
     ...steeringSite(setup, inp),
     alpha: inp.alpha,
-    interventions: [{ hook, op: 'add', positions: inp.positions, alpha: inp.alpha, direction: dir.spec, normalize: inp.normalize }],
-    sampling: { max_new_tokens: inp.max_new_tokens, temperature: inp.temperature, top_k: inp.top_k, top_p: inp.top_p, seed: inp.seed, stop_at_eos: inp.stop_at_eos },
+    interventions: [
+      { hook, op: 'add', positions: inp.positions, alpha: inp.alpha, direction: dir.spec, normalize: inp.normalize },
+    ],
+    sampling: {
+      max_new_tokens: inp.max_new_tokens,
+      temperature: inp.temperature,
+      top_k: inp.top_k,
+      top_p: inp.top_p,
+      seed: inp.seed,
+      stop_at_eos: inp.stop_at_eos,
+    },
     base: g(gen.rows[0]),
     steered: g(gen.rows[1]),
     targets: deltas(targets),
@@ -89,4 +126,3 @@ export const operation = defineOperation({
     generation: { kv_cache: true, engine_runs: gen.runs, batched_rows: 2 },
   };
 });
-

@@ -17,15 +17,36 @@ import { defineOperation } from './types';
 import { logSoftmax } from './lib/math';
 import { generateBatch } from './lib/generation';
 import {
-  checkSteerTokens, METRIC_DEFINITIONS, metricCurves, metricDefinitionsSchema, metricFields, prepareSteering, rowsPerRun, samplingFields,
-  samplingSchema, steeringFields, steeringMetrics, steeringSite, steeringSiteSchema, steerIntervention, tokenRef, tokenRefs, type SteeringMetrics,
-  MAX_SWEEP_ALPHAS, DEFAULT_MULTIPLES, trend,
+  checkSteerTokens,
+  METRIC_DEFINITIONS,
+  metricCurves,
+  metricDefinitionsSchema,
+  metricFields,
+  prepareSteering,
+  rowsPerRun,
+  samplingFields,
+  samplingSchema,
+  steeringFields,
+  steeringMetrics,
+  steeringSite,
+  steeringSiteSchema,
+  steerIntervention,
+  tokenRef,
+  tokenRefs,
+  type SteeringMetrics,
+  MAX_SWEEP_ALPHAS,
+  DEFAULT_MULTIPLES,
+  trend,
 } from './lib/steering';
 
 const input = z.object({
   ...steeringFields,
   alphas: z.array(z.number()).min(1).optional().describe('absolute α values (overrides multiples)'),
-  multiples: z.array(z.number()).min(1).default(DEFAULT_MULTIPLES).describe('α = multiple × resid_norm (used when alphas is absent)'),
+  multiples: z
+    .array(z.number())
+    .min(1)
+    .default(DEFAULT_MULTIPLES)
+    .describe('α = multiple × resid_norm (used when alphas is absent)'),
   ...samplingFields,
 });
 export type SweepInput = z.input<typeof input>;
@@ -67,7 +88,11 @@ export const operation = defineOperation({
   checkSteerTokens(inp.max_new_tokens);
   const n = inp.alphas?.length ?? inp.multiples.length;
   if (n > MAX_SWEEP_ALPHAS) {
-    throw new LoupeError('TOO_LARGE', `${n} α values exceed the sweep cap of ${MAX_SWEEP_ALPHAS}.`, `Give at most ${MAX_SWEEP_ALPHAS} values.`);
+    throw new LoupeError(
+      'TOO_LARGE',
+      `${n} α values exceed the sweep cap of ${MAX_SWEEP_ALPHAS}.`,
+      `Give at most ${MAX_SWEEP_ALPHAS} values.`,
+    );
   }
   ctx.onProgress?.({ stage: 'base run', done: 0, total: n });
   const setup = await prepareSteering(model, inp, ctx, inp.max_new_tokens);
@@ -81,12 +106,25 @@ export const operation = defineOperation({
   for (let s = 0; s < alphas.length; s += per) {
     throwIfAborted(ctx.signal);
     const chunk = alphas.slice(s, s + per);
-    const ivs = chunk.map((a, r) => steerIntervention(hook, dir.vector, a, inp.positions, chunk.length > 1 ? [r] : undefined));
+    const ivs = chunk.map((a, r) =>
+      steerIntervention(hook, dir.vector, a, inp.positions, chunk.length > 1 ? [r] : undefined),
+    );
     const gen = await generateBatch(model, ids, chunk.length, {
-      maxNewTokens: inp.max_new_tokens, temperature: inp.temperature, topK: inp.top_k, topP: inp.top_p, seed: inp.seed,
-      stopAtEos: inp.stop_at_eos, interventions: ivs, signal: ctx.signal,
+      maxNewTokens: inp.max_new_tokens,
+      temperature: inp.temperature,
+      topK: inp.top_k,
+      topP: inp.top_p,
+      seed: inp.seed,
+      stopAtEos: inp.stop_at_eos,
+      interventions: ivs,
+      signal: ctx.signal,
       onToken: ({ step, row }) => {
-        if (row === 0) ctx.onProgress?.({ stage: `generating (α ${s + 1}–${s + chunk.length} of ${alphas.length})`, done: step + 1, total: inp.max_new_tokens });
+        if (row === 0)
+          ctx.onProgress?.({
+            stage: `generating (α ${s + 1}–${s + chunk.length} of ${alphas.length})`,
+            done: step + 1,
+            total: inp.max_new_tokens,
+          });
       },
     });
     runs += gen.runs;
@@ -116,10 +154,23 @@ export const operation = defineOperation({
     controls: tokenRefs(model, controls),
     targets_rule: setup.targetsRule,
     controls_rule: setup.controlsRule,
-    interventions: alphas.map((a) => ({ hook, op: 'add' as const, positions: inp.positions, alpha: a, direction: dir.spec, normalize: inp.normalize })),
-    sampling: { max_new_tokens: inp.max_new_tokens, temperature: inp.temperature, top_k: inp.top_k, top_p: inp.top_p, seed: inp.seed, stop_at_eos: inp.stop_at_eos },
+    interventions: alphas.map((a) => ({
+      hook,
+      op: 'add' as const,
+      positions: inp.positions,
+      alpha: a,
+      direction: dir.spec,
+      normalize: inp.normalize,
+    })),
+    sampling: {
+      max_new_tokens: inp.max_new_tokens,
+      temperature: inp.temperature,
+      top_k: inp.top_k,
+      top_p: inp.top_p,
+      seed: inp.seed,
+      stop_at_eos: inp.stop_at_eos,
+    },
     metric_definitions: METRIC_DEFINITIONS,
     engine_runs: runs,
   };
 });
-

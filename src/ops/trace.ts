@@ -14,16 +14,42 @@ import { logSumExp, topIndices, topK } from './lib/math';
 
 export const traceInput = z.object({
   ...promptFields,
-  convention: z.enum(CONVENTIONS).default('transformer_lens').describe('transformer_lens (centred unembedding, folded value biases; sums to the centred logit) or raw (no processing; sums to the logit).'),
-  answer: z.string().optional().describe('Attribute this token instead of the prediction: its text (" love", "love") or id ("#123").'),
-  counterfactual: z.string().optional().describe('With answer: attribute the logit difference answer − counterfactual (IOI style).'),
-  top_k: z.number().int().min(1).default(10).describe('Length of top_predictions, top_heads and the neuron lists; ≥ n_layers × n_heads lists every head.'),
-  position: z.number().int().min(0).optional().describe('Sequence position to trace (0-based, BOS included); default the last.'),
+  convention: z
+    .enum(CONVENTIONS)
+    .default('transformer_lens')
+    .describe(
+      'transformer_lens (centred unembedding, folded value biases; sums to the centred logit) or raw (no processing; sums to the logit).',
+    ),
+  answer: z
+    .string()
+    .optional()
+    .describe('Attribute this token instead of the prediction: its text (" love", "love") or id ("#123").'),
+  counterfactual: z
+    .string()
+    .optional()
+    .describe('With answer: attribute the logit difference answer − counterfactual (IOI style).'),
+  top_k: z
+    .number()
+    .int()
+    .min(1)
+    .default(10)
+    .describe('Length of top_predictions, top_heads and the neuron lists; ≥ n_layers × n_heads lists every head.'),
+  position: z
+    .number()
+    .int()
+    .min(0)
+    .optional()
+    .describe('Sequence position to trace (0-based, BOS included); default the last.'),
 });
 export type TraceInput = z.input<typeof traceInput>;
 
 const prediction = z.object({ token: z.string(), token_id: z.number().int(), logit: z.number(), prob: z.number() });
-const neuron = z.object({ layer: z.number().int(), neuron: z.number().int(), activation: z.number(), logit_attribution: z.number() });
+const neuron = z.object({
+  layer: z.number().int(),
+  neuron: z.number().int(),
+  activation: z.number(),
+  logit_attribution: z.number(),
+});
 
 export const traceOutput = documentBase('trace').extend({
   convention: z.enum(CONVENTIONS),
@@ -31,25 +57,35 @@ export const traceOutput = documentBase('trace').extend({
   predicted_token: z.string(),
   predicted_token_id: z.number().int(),
   top_predictions: z.array(prediction),
-  target: z.object({
-    kind: z.enum(['logit', 'centered_logit', 'logit_difference']),
-    token: z.string(),
-    token_id: z.number().int(),
-    counterfactual_token: z.string().optional(),
-    counterfactual_token_id: z.number().int().optional(),
-  }).describe('What is attributed: the predicted token unless answer was given.'),
-  top_heads: z.array(z.object({ layer: z.number().int(), head: z.number().int(), logit_attribution: z.number() })).describe('Heads ranked by |logit_attribution|.'),
+  target: z
+    .object({
+      kind: z.enum(['logit', 'centered_logit', 'logit_difference']),
+      token: z.string(),
+      token_id: z.number().int(),
+      counterfactual_token: z.string().optional(),
+      counterfactual_token_id: z.number().int().optional(),
+    })
+    .describe('What is attributed: the predicted token unless answer was given.'),
+  top_heads: z
+    .array(z.object({ layer: z.number().int(), head: z.number().int(), logit_attribution: z.number() }))
+    .describe('Heads ranked by |logit_attribution|.'),
   head_attribution: z.array(z.array(z.number())).describe('[n_layers][n_heads] per-head direct logit attribution.'),
-  top_neurons: z.array(neuron).describe('MLP neurons ranked by |logit_attribution| (their own direct effect through W_out).'),
-  top_neurons_by_activation: z.array(neuron).describe('MLP neurons ranked by |activation| (mlp.hook_post) at the position.'),
+  top_neurons: z
+    .array(neuron)
+    .describe('MLP neurons ranked by |logit_attribution| (their own direct effect through W_out).'),
+  top_neurons_by_activation: z
+    .array(neuron)
+    .describe('MLP neurons ranked by |activation| (mlp.hook_post) at the position.'),
   decomposition: z.object({
     terms: z.array(z.object({ name: z.string(), value: z.number() })),
     sum: z.number(),
-    target: z.number().describe('The value the terms sum to, read from the model\'s own logits (pre-soft-cap).'),
+    target: z.number().describe("The value the terms sum to, read from the model's own logits (pre-soft-cap)."),
   }),
   checks: z.object({
     sum_minus_target: z.number(),
-    residual_reconstruction_max_abs: z.number().describe('max |Σ components − final resid_post| (float32 rounding only, when hooks are consistent)'),
+    residual_reconstruction_max_abs: z
+      .number()
+      .describe('max |Σ components − final resid_post| (float32 rounding only, when hooks are consistent)'),
     attention_reconstruction_max_abs: z.number().describe('max over layers |Σ_h z_h W_O[h] + b_O − hook_attn_out|'),
   }),
   method: z.string(),
@@ -66,13 +102,23 @@ export const operation = defineOperation({
   const { n_layers: L, n_heads: H } = model.info;
   checkTopK(input.top_k);
   if (input.counterfactual !== undefined && input.answer === undefined) {
-    throw new LoupeError('BAD_INPUT', 'counterfactual needs answer.', 'Give answer too: the difference attributed is answer − counterfactual.');
+    throw new LoupeError(
+      'BAD_INPUT',
+      'counterfactual needs answer.',
+      'Give answer too: the difference attributed is answer − counterfactual.',
+    );
   }
   const ids = promptIds(model, input.prompt, { prependBos: input.prepend_bos });
   const pos = input.position ?? ids.length - 1;
-  if (pos >= ids.length) throw new LoupeError('BAD_INPUT', `position ${pos} is outside the prompt (${ids.length} tokens).`, `Use 0 … ${ids.length - 1}.`);
+  if (pos >= ids.length)
+    throw new LoupeError(
+      'BAD_INPUT',
+      `position ${pos} is outside the prompt (${ids.length} tokens).`,
+      `Use 0 … ${ids.length - 1}.`,
+    );
   const answerId = input.answer !== undefined ? resolveToken(model, input.answer, 'answer') : undefined;
-  const cfId = input.counterfactual !== undefined ? resolveToken(model, input.counterfactual, 'counterfactual') : undefined;
+  const cfId =
+    input.counterfactual !== undefined ? resolveToken(model, input.counterfactual, 'counterfactual') : undefined;
 
   ctx.onProgress?.({ stage: 'forward pass', done: 0, total: 2 });
   throwIfAborted(ctx.signal);
@@ -88,17 +134,38 @@ export const operation = defineOperation({
   const top = topK(row, input.top_k);
   const predictedId = top[0];
   const target: DlaTarget = { tokenId: answerId ?? predictedId, counterfactualId: cfId };
-  const dla = await decomposeLogit(model, run, target, { convention: input.convention, position: pos, logitIndex: 0, signal: ctx.signal });
+  const dla = await decomposeLogit(model, run, target, {
+    convention: input.convention,
+    position: pos,
+    logitIndex: 0,
+    signal: ctx.signal,
+  });
 
   const headAt = (i: number) => dla.heads[Math.floor(i / H)][i % H];
-  const topHeads = topIndices(L * H, (i) => Math.abs(headAt(i)), input.top_k).map((i) => ({ layer: Math.floor(i / H), head: i % H, logit_attribution: finite(headAt(i)) }));
+  const topHeads = topIndices(L * H, (i) => Math.abs(headAt(i)), input.top_k).map((i) => ({
+    layer: Math.floor(i / H),
+    head: i % H,
+    logit_attribution: finite(headAt(i)),
+  }));
   const M = model.info.d_mlp;
   const neuronAt = (i: number): z.infer<typeof neuron> => {
-    const l = Math.floor(i / M), n = i % M;
-    return { layer: l, neuron: n, activation: finite(dla.neuronActivation[l][n]), logit_attribution: finite(dla.neuronAttribution[l][n]) };
+    const l = Math.floor(i / M),
+      n = i % M;
+    return {
+      layer: l,
+      neuron: n,
+      activation: finite(dla.neuronActivation[l][n]),
+      logit_attribution: finite(dla.neuronAttribution[l][n]),
+    };
   };
-  const topNeurons = topIndices(L * M, (i) => Math.abs(dla.neuronAttribution[Math.floor(i / M)][i % M]), input.top_k).map(neuronAt);
-  const topActive = topIndices(L * M, (i) => Math.abs(dla.neuronActivation[Math.floor(i / M)][i % M]), input.top_k).map(neuronAt);
+  const topNeurons = topIndices(
+    L * M,
+    (i) => Math.abs(dla.neuronAttribution[Math.floor(i / M)][i % M]),
+    input.top_k,
+  ).map(neuronAt);
+  const topActive = topIndices(L * M, (i) => Math.abs(dla.neuronActivation[Math.floor(i / M)][i % M]), input.top_k).map(
+    neuronAt,
+  );
   ctx.onProgress?.({ stage: 'attribution', done: 2, total: 2 });
 
   return {
@@ -107,7 +174,12 @@ export const operation = defineOperation({
     position: pos,
     predicted_token: tokenText(model, predictedId),
     predicted_token_id: predictedId,
-    top_predictions: top.map((t) => ({ token: tokenText(model, t), token_id: t, logit: finite(row[t]), prob: finite(Math.exp(row[t] - lse)) })),
+    top_predictions: top.map((t) => ({
+      token: tokenText(model, t),
+      token_id: t,
+      logit: finite(row[t]),
+      prob: finite(Math.exp(row[t] - lse)),
+    })),
     target: {
       kind: dla.targetKind,
       token: tokenText(model, target.tokenId),
@@ -118,7 +190,11 @@ export const operation = defineOperation({
     head_attribution: dla.heads.map((r) => r.map(finite)),
     top_neurons: topNeurons,
     top_neurons_by_activation: topActive,
-    decomposition: { terms: dla.terms.map((t) => ({ name: t.name, value: finite(t.value) })), sum: finite(dla.sum), target: finite(dla.target) },
+    decomposition: {
+      terms: dla.terms.map((t) => ({ name: t.name, value: finite(t.value) })),
+      sum: finite(dla.sum),
+      target: finite(dla.target),
+    },
     checks: {
       sum_minus_target: finite(dla.sum - dla.target),
       residual_reconstruction_max_abs: finite(dla.checks.residual_reconstruction_max_abs),

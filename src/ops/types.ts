@@ -40,7 +40,11 @@ export interface OpContext {
    */
   loadSae?: (ref: SaeRef, opts: { signal?: AbortSignal; onProgress?: (p: FileProgress) => void }) => Promise<SaeFiles>;
   /** fetch one more file beside an SAE (e.g. explanations.json); null when optional and absent */
-  loadSaeFile?: (ref: SaeRef, file: string, opts: { signal?: AbortSignal; optional?: boolean }) => Promise<Uint8Array | null>;
+  loadSaeFile?: (
+    ref: SaeRef,
+    file: string,
+    opts: { signal?: AbortSignal; optional?: boolean },
+  ) => Promise<Uint8Array | null>;
   /** documents kept between calls (page: IndexedDB; Node: the cache folder); absent = in the process only */
   documents?: DocumentCache;
 }
@@ -72,11 +76,17 @@ export interface OperationSpec<In extends z.ZodType, Out extends z.ZodType> {
 }
 
 /** An operation's body: input already parsed by `input` (defaults applied); its result is checked against `output`. */
-export type OperationBody<In extends z.ZodType, Out extends z.ZodType> =
-  (model: LoadedModel, input: z.output<In>, ctx: OpContext) => Promise<z.input<Out>>;
+export type OperationBody<In extends z.ZodType, Out extends z.ZodType> = (
+  model: LoadedModel,
+  input: z.output<In>,
+  ctx: OpContext,
+) => Promise<z.input<Out>>;
 
 /** What every surface sees: raw input in, validated document out. */
-export interface Operation<In extends z.ZodType = z.ZodType, Out extends z.ZodType = z.ZodType> extends OperationSpec<In, Out> {
+export interface Operation<In extends z.ZodType = z.ZodType, Out extends z.ZodType = z.ZodType> extends OperationSpec<
+  In,
+  Out
+> {
   run(model: LoadedModel, input: z.input<In>, ctx?: OpContext): Promise<z.output<Out>>;
 }
 
@@ -100,14 +110,22 @@ export type InputOf<O extends Operation> = z.input<O['input']>;
 export function parseInput<S extends z.ZodType>(schema: S, raw: unknown, what = 'input'): z.output<S> {
   const r = schema.safeParse(raw ?? {});
   if (r.success) return r.data as z.output<S>;
-  const issues = r.error.issues.map((i) => `${i.path.length ? i.path.map(String).join('.') : `(${what})`}: ${i.message}`);
-  throw new LoupeError('BAD_INPUT', `Invalid ${what}: ${issues.join('; ')}`,
-    'Check the input schema (`loupe <op> --help`, `loupe schema <op>`, or the tool\'s inputSchema).',
-    { issues: r.error.issues.slice(0, 20).map((i) => ({ path: i.path.map(String), message: i.message })) });
+  const issues = r.error.issues.map(
+    (i) => `${i.path.length ? i.path.map(String).join('.') : `(${what})`}: ${i.message}`,
+  );
+  throw new LoupeError(
+    'BAD_INPUT',
+    `Invalid ${what}: ${issues.join('; ')}`,
+    "Check the input schema (`loupe <op> --help`, `loupe schema <op>`, or the tool's inputSchema).",
+    { issues: r.error.issues.slice(0, 20).map((i) => ({ path: i.path.map(String), message: i.message })) },
+  );
 }
 
 /** An operation's raw input → its parsed input, with the one BAD_INPUT format. */
-export function parseOperationInput<In extends z.ZodType>(op: Pick<Operation<In>, 'name' | 'input'>, raw: unknown): z.output<In> {
+export function parseOperationInput<In extends z.ZodType>(
+  op: Pick<Operation<In>, 'name' | 'input'>,
+  raw: unknown,
+): z.output<In> {
   return parseInput(op.input, raw, `input for ${op.name}`);
 }
 
@@ -136,13 +154,18 @@ export function defineOperation<In extends z.ZodType, Out extends z.ZodType>(spe
         async run(model, raw, ctx = {}) {
           const input = parseInput(spec.input, raw, `input for ${spec.name}`);
           // the one place chat format is applied, so every prompt-taking operation gets it alike
-          const promptFormat = input && typeof input === 'object' ? applyChatFormat(model, input as Record<string, unknown>) : undefined;
+          const promptFormat =
+            input && typeof input === 'object' ? applyChatFormat(model, input as Record<string, unknown>) : undefined;
           const body0 = await body(model, input, ctx);
           const doc = promptFormat ? { ...(body0 as object), prompt_format: promptFormat } : body0;
           const checked = spec.output.safeParse(doc);
           if (checked.success) return checked.data as z.output<Out>;
           const issues = checked.error.issues.slice(0, 3).map((i) => `${i.path.map(String).join('.')}: ${i.message}`);
-          throw new LoupeError('INTERNAL', `The ${spec.name} document does not match its schema: ${issues.join('; ')}.`, 'This is a bug in Loupe; please report it with the input that caused it.');
+          throw new LoupeError(
+            'INTERNAL',
+            `The ${spec.name} document does not match its schema: ${issues.join('; ')}.`,
+            'This is a bug in Loupe; please report it with the input that caused it.',
+          );
         },
       };
     },

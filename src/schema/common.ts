@@ -46,13 +46,19 @@ export const interventionRecord = z.object({
   sae: z.object({ source: z.string(), path: z.string() }).optional(),
 }) satisfies z.ZodType<InterventionRecord>;
 
-export const interventionList = z.array(interventionRecord).describe('the interventions run, as data (engine/api.ts InterventionRecord)');
+export const interventionList = z
+  .array(interventionRecord)
+  .describe('the interventions run, as data (engine/api.ts InterventionRecord)');
 
 export const tokenEntry = z.object({ id: z.number().int(), text: z.string() });
 
 /** the one input field that asks for chat format (engine/chat.ts), shared by every prompt-taking operation */
-export const chatField = z.boolean().default(false).describe(
-  'Chat format for instruct checkpoints: render prompt as one user message through the model\'s own chat_template (tokenizer_config.json), ending with the assistant\'s turn, and run the rendered text. BOS is not prepended again (the template writes it). NO_CHAT_TEMPLATE when the model has none.');
+export const chatField = z
+  .boolean()
+  .default(false)
+  .describe(
+    "Chat format for instruct checkpoints: render prompt as one user message through the model's own chat_template (tokenizer_config.json), ending with the assistant's turn, and run the rendered text. BOS is not prepended again (the template writes it). NO_CHAT_TEMPLATE when the model has none.",
+  );
 
 /** how the prompt was formatted before tokenizing; present only when chat format was asked for */
 export const promptFormat = z.object({
@@ -77,9 +83,22 @@ export function documentBase<Op extends string>(operation: Op) {
 export function modelBlockOf(model: LoadedModel): ModelBlock {
   const i = model.info;
   return {
-    id: i.id, revision: i.revision, ...(i.commit ? { commit: i.commit } : {}), architecture: i.architecture, n_layers: i.n_layers, n_heads: i.n_heads,
-    n_kv_heads: i.n_kv_heads, d_model: i.d_model, d_head: i.d_head, d_mlp: i.d_mlp, d_vocab: i.d_vocab,
-    n_ctx: i.n_ctx, n_params: i.n_params, backend: i.backend, dtype: i.dtype, weights: i.weights,
+    id: i.id,
+    revision: i.revision,
+    ...(i.commit ? { commit: i.commit } : {}),
+    architecture: i.architecture,
+    n_layers: i.n_layers,
+    n_heads: i.n_heads,
+    n_kv_heads: i.n_kv_heads,
+    d_model: i.d_model,
+    d_head: i.d_head,
+    d_mlp: i.d_mlp,
+    d_vocab: i.d_vocab,
+    n_ctx: i.n_ctx,
+    n_params: i.n_params,
+    backend: i.backend,
+    dtype: i.dtype,
+    weights: i.weights,
   };
 }
 

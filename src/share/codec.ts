@@ -85,12 +85,19 @@ function inflateCapped(bytes: Uint8Array): string {
   inf.push(bytes, true);
   const all = new Uint8Array(total);
   let o = 0;
-  for (const c of chunks) { all.set(c, o); o += c.length; }
+  for (const c of chunks) {
+    all.set(c, o);
+    o += c.length;
+  }
   return strFromU8(all);
 }
 
 function bad(msg: string): LoupeError {
-  return new LoupeError('BAD_INPUT', `This share link cannot be read: ${msg}.`, 'The link may have been cut short when it was copied; ask for it again.');
+  return new LoupeError(
+    'BAD_INPUT',
+    `This share link cannot be read: ${msg}.`,
+    'The link may have been cut short when it was copied; ask for it again.',
+  );
 }
 
 const isObj = (x: unknown): x is Record<string, unknown> => !!x && typeof x === 'object' && !Array.isArray(x);
@@ -113,10 +120,16 @@ export function decodeShare(text: string): ShareState {
   if (!isObj(raw)) throw bad('its content is not an object');
   if (raw.v !== SHARE_VERSION) throw bad(`it has version ${String(raw.v)}, this page reads version ${SHARE_VERSION}`);
   const m = raw.model;
-  if (!isObj(m) || typeof m.id !== 'string' || typeof m.revision !== 'string' || !['bundled', 'hub', 'url'].includes(m.kind as string)) {
+  if (
+    !isObj(m) ||
+    typeof m.id !== 'string' ||
+    typeof m.revision !== 'string' ||
+    !['bundled', 'hub', 'url'].includes(m.kind as string)
+  ) {
     throw bad('the model is missing or malformed');
   }
-  if (m.endpoint !== undefined && (typeof m.endpoint !== 'string' || !/^https?:\/\//.test(m.endpoint))) throw bad('the Hub endpoint is not an http(s) URL');
+  if (m.endpoint !== undefined && (typeof m.endpoint !== 'string' || !/^https?:\/\//.test(m.endpoint)))
+    throw bad('the Hub endpoint is not an http(s) URL');
   if (typeof raw.op !== 'string' || !/^[a-z_]+$/.test(raw.op)) throw bad('the operation is missing');
   if (!isObj(raw.input)) throw bad('the operation input is missing');
   return clean(raw as unknown as ShareState);
@@ -141,7 +154,8 @@ export function parseFragment(hash: string): Map<string, string> {
 
 export function formatFragment(params: Map<string, string>): string {
   const parts: string[] = [];
-  for (const [k, v] of params) parts.push(`${encodeURIComponent(k)}=${v.replace(/[^A-Za-z0-9\-_.~]/g, encodeURIComponent)}`);
+  for (const [k, v] of params)
+    parts.push(`${encodeURIComponent(k)}=${v.replace(/[^A-Za-z0-9\-_.~]/g, encodeURIComponent)}`);
   return parts.length ? `#${parts.join('&')}` : '';
 }
 

@@ -21,7 +21,16 @@ export interface CompareResult {
   mismatches: Mismatch[];
 }
 
-const SKIP_KEYS = new Set(['backend', 'elapsed_ms', 'timing', 'timings', 'duration_ms', 'created_at', 'handle', 'share_url']);
+const SKIP_KEYS = new Set([
+  'backend',
+  'elapsed_ms',
+  'timing',
+  'timings',
+  'duration_ms',
+  'created_at',
+  'handle',
+  'share_url',
+]);
 
 export function compareDocuments(shared: unknown, rerun: unknown, tol = 1e-4, maxReported = 10): CompareResult {
   const res: CompareResult = { match: true, maxAbsDiff: 0, compared: 0, mismatches: [] };

@@ -6,6 +6,15 @@
 export { mountBridge } from '../bridge/page-panel';
 export { pageExecutor, wireModel, type BridgeApp } from '../bridge/page-adapter';
 export {
-  connectBridge, takePairingToken, rememberPairingToken, forgetPairingToken, pageInstanceId, tabId,
-  type BridgeOptions, type BridgeConnection, type BridgeStatus, type BridgeLogEntry, type ExecuteContext,
+  connectBridge,
+  takePairingToken,
+  rememberPairingToken,
+  forgetPairingToken,
+  pageInstanceId,
+  tabId,
+  type BridgeOptions,
+  type BridgeConnection,
+  type BridgeStatus,
+  type BridgeLogEntry,
+  type ExecuteContext,
 } from '../bridge/page-client';

@@ -42,7 +42,8 @@ export class Companion {
     this.child.stdin!.on('error', () => undefined);
     this.child.once('exit', (code, signal) => {
       this.exited = { code, signal };
-      for (const w of this.waiting.values()) w({ error: { code: -1, message: `companion exited (${code ?? signal})` } });
+      for (const w of this.waiting.values())
+        w({ error: { code: -1, message: `companion exited (${code ?? signal})` } });
     });
   }
 
@@ -77,7 +78,11 @@ export class Companion {
   }
 
   async initialize(): Promise<void> {
-    const r = await this.request('initialize', { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'hostile-suite', version: '1' } }, 60_000);
+    const r = await this.request(
+      'initialize',
+      { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'hostile-suite', version: '1' } },
+      60_000,
+    );
     if (r === 'timeout' || !r.result) throw new Error(`initialize failed: ${JSON.stringify(r)}\n${this.stderr}`);
     this.write(JSON.stringify({ jsonrpc: '2.0', method: 'notifications/initialized' }));
   }
@@ -85,7 +90,11 @@ export class Companion {
   /** tools/call; the raw `arguments` text lets a test put 1e999 or -0 into the JSON. */
   callRaw(name: string, argumentsJson: string, timeoutMs: number): Promise<Record<string, unknown> | 'timeout'> {
     const id = this.nextId++;
-    return this.rawRequest(id, `{"jsonrpc":"2.0","id":${id},"method":"tools/call","params":{"name":${JSON.stringify(name)},"arguments":${argumentsJson}}}`, timeoutMs);
+    return this.rawRequest(
+      id,
+      `{"jsonrpc":"2.0","id":${id},"method":"tools/call","params":{"name":${JSON.stringify(name)},"arguments":${argumentsJson}}}`,
+      timeoutMs,
+    );
   }
 
   async close(): Promise<void> {
@@ -110,9 +119,28 @@ export const pick = <T>(r: Rng, xs: readonly T[]): T => xs[Math.floor(r() * xs.l
 export const int = (r: Rng, lo: number, hi: number): number => lo + Math.floor(r() * (hi - lo + 1));
 
 export const PATHS = [
-  '/etc/passwd', '/etc/shadow', '../../../../etc/passwd', 'file:///etc/passwd', '~/.ssh/id_rsa', '~', '.', '..', './', '/',
-  'C:\\Windows\\win.ini', '\\\\server\\share\\x', '/proc/self/environ', '/dev/zero', '/dev/urandom', 'node_modules', 'package.json',
-  'http://127.0.0.1:1/', 'https://localhost:1/x', 'data:text/plain,hi', 'javascript:alert(1)', '%2e%2e/%2e%2e/etc/passwd',
+  '/etc/passwd',
+  '/etc/shadow',
+  '../../../../etc/passwd',
+  'file:///etc/passwd',
+  '~/.ssh/id_rsa',
+  '~',
+  '.',
+  '..',
+  './',
+  '/',
+  'C:\\Windows\\win.ini',
+  '\\\\server\\share\\x',
+  '/proc/self/environ',
+  '/dev/zero',
+  '/dev/urandom',
+  'node_modules',
+  'package.json',
+  'http://127.0.0.1:1/',
+  'https://localhost:1/x',
+  'data:text/plain,hi',
+  'javascript:alert(1)',
+  '%2e%2e/%2e%2e/etc/passwd',
 ];
 
 /** Random bytes as a latin1 string (each char one byte 0–255). */
@@ -126,28 +154,77 @@ export function randomLatin1(r: Rng, n: number): string {
 export function hostileJson(r: Rng, depth = 0): string {
   const k = int(r, 0, 21);
   switch (k) {
-    case 0: return 'null';
-    case 1: return pick(r, ['true', 'false']);
-    case 2: return pick(r, ['1e999', '-1e999', '-0', '1e-400', '9007199254740993', '-9007199254740993', '1e308', '-1e308']);
-    case 3: return String(pick(r, [-1, -(2 ** 31), 2 ** 31, 2 ** 32, 2 ** 53, 0.5, -0.5, 1e9, 1e15, 4096, 65536, 1e6]));
-    case 4: return JSON.stringify('x'.repeat(pick(r, [0, 1, 1000, 100_000, 1_000_000])));
-    case 5: return JSON.stringify(randomLatin1(r, int(r, 1, 64)));
-    case 6: return JSON.stringify(pick(r, PATHS));
-    case 7: return JSON.stringify(pick(r, ['', ' ', '\u0000', '\ud800', '\uffff', '<script>', '${x}', '__proto__', 'constructor', '%s%s%s', '\u202e']));
-    case 8: return depth > 2 ? '[]' : `[${Array.from({ length: int(r, 0, 4) }, () => hostileJson(r, depth + 1)).join(',')}]`;
-    case 9: return depth > 2 ? '{}' : `{${Array.from({ length: int(r, 0, 3) }, () => `${JSON.stringify(pick(r, ['__proto__', 'constructor', 'a', '', 'x'.repeat(300)]))}:${hostileJson(r, depth + 1)}`).join(',')}}`;
-    case 10: return `[${Array(pick(r, [1000, 100_000])).fill('1').join(',')}]`;
-    case 11: return '['.repeat(5000) + ']'.repeat(5000);
-    case 12: return JSON.stringify(int(r, -5, 5));
-    case 13: return JSON.stringify(int(r, 0, 1_000_000));
-    case 14: return `[${Array(int(r, 1, 5000)).fill('-1e999').join(',')}]`;
-    case 15: return '{"__proto__":{"polluted":true}}';
-    case 16: return JSON.stringify(Array.from({ length: int(r, 1, 50) }, () => pick(r, PATHS)));
-    case 17: return JSON.stringify(r() * 1e6 - 5e5);
-    case 18: return JSON.stringify('a b c '.repeat(int(r, 1, 20000)));
-    case 19: return JSON.stringify({ hook: 'blocks.0.hook_resid_pre', op: pick(r, ['zero', 'add', 'nope']), value: [1e999], head: -1 });
-    case 20: return JSON.stringify([int(r, -1, 1e6), int(r, -1, 1e6)]);
-    default: return JSON.stringify(pick(r, ['default', 'stories260K', 'blocks.0.hook_resid_pre', 'blocks.99.attn.hook_z', 'owner/name', 'all']));
+    case 0:
+      return 'null';
+    case 1:
+      return pick(r, ['true', 'false']);
+    case 2:
+      return pick(r, ['1e999', '-1e999', '-0', '1e-400', '9007199254740993', '-9007199254740993', '1e308', '-1e308']);
+    case 3:
+      return String(pick(r, [-1, -(2 ** 31), 2 ** 31, 2 ** 32, 2 ** 53, 0.5, -0.5, 1e9, 1e15, 4096, 65536, 1e6]));
+    case 4:
+      return JSON.stringify('x'.repeat(pick(r, [0, 1, 1000, 100_000, 1_000_000])));
+    case 5:
+      return JSON.stringify(randomLatin1(r, int(r, 1, 64)));
+    case 6:
+      return JSON.stringify(pick(r, PATHS));
+    case 7:
+      return JSON.stringify(
+        pick(r, [
+          '',
+          ' ',
+          '\u0000',
+          '\ud800',
+          '\uffff',
+          '<script>',
+          '${x}',
+          '__proto__',
+          'constructor',
+          '%s%s%s',
+          '\u202e',
+        ]),
+      );
+    case 8:
+      return depth > 2 ? '[]' : `[${Array.from({ length: int(r, 0, 4) }, () => hostileJson(r, depth + 1)).join(',')}]`;
+    case 9:
+      return depth > 2
+        ? '{}'
+        : `{${Array.from({ length: int(r, 0, 3) }, () => `${JSON.stringify(pick(r, ['__proto__', 'constructor', 'a', '', 'x'.repeat(300)]))}:${hostileJson(r, depth + 1)}`).join(',')}}`;
+    case 10:
+      return `[${Array(pick(r, [1000, 100_000]))
+        .fill('1')
+        .join(',')}]`;
+    case 11:
+      return '['.repeat(5000) + ']'.repeat(5000);
+    case 12:
+      return JSON.stringify(int(r, -5, 5));
+    case 13:
+      return JSON.stringify(int(r, 0, 1_000_000));
+    case 14:
+      return `[${Array(int(r, 1, 5000))
+        .fill('-1e999')
+        .join(',')}]`;
+    case 15:
+      return '{"__proto__":{"polluted":true}}';
+    case 16:
+      return JSON.stringify(Array.from({ length: int(r, 1, 50) }, () => pick(r, PATHS)));
+    case 17:
+      return JSON.stringify(r() * 1e6 - 5e5);
+    case 18:
+      return JSON.stringify('a b c '.repeat(int(r, 1, 20000)));
+    case 19:
+      return JSON.stringify({
+        hook: 'blocks.0.hook_resid_pre',
+        op: pick(r, ['zero', 'add', 'nope']),
+        value: [1e999],
+        head: -1,
+      });
+    case 20:
+      return JSON.stringify([int(r, -1, 1e6), int(r, -1, 1e6)]);
+    default:
+      return JSON.stringify(
+        pick(r, ['default', 'stories260K', 'blocks.0.hook_resid_pre', 'blocks.99.attn.hook_z', 'owner/name', 'all']),
+      );
   }
 }
 
@@ -161,19 +238,34 @@ function plausible(r: Rng, s: Schema | undefined, depth: number): string {
   const alts = (s.anyOf ?? s.oneOf) as Schema[] | undefined;
   if (alts?.length) return plausible(r, pick(r, alts), depth + 1);
   const type = Array.isArray(s.type) ? pick(r, s.type as string[]) : (s.type as string | undefined);
-  const lo = typeof s.minimum === 'number' ? s.minimum : typeof s.exclusiveMinimum === 'number' ? s.exclusiveMinimum + 1e-6 : 0;
-  const hi = typeof s.maximum === 'number' ? s.maximum : typeof s.exclusiveMaximum === 'number' ? s.exclusiveMaximum - 1e-6 : lo + 8;
+  const lo =
+    typeof s.minimum === 'number' ? s.minimum : typeof s.exclusiveMinimum === 'number' ? s.exclusiveMinimum + 1e-6 : 0;
+  const hi =
+    typeof s.maximum === 'number'
+      ? s.maximum
+      : typeof s.exclusiveMaximum === 'number'
+        ? s.exclusiveMaximum - 1e-6
+        : lo + 8;
   switch (type) {
-    case 'integer': return String(Math.round(lo + r() * Math.min(hi - lo, 8)));
-    case 'number': return JSON.stringify(lo + r() * Math.min(hi - lo, 4));
-    case 'boolean': return pick(r, ['true', 'false']);
-    case 'string': return JSON.stringify(pick(r, ['Once upon a time', ' the', 'blocks.0.hook_resid_pre', 'a', 'default']));
+    case 'integer':
+      return String(Math.round(lo + r() * Math.min(hi - lo, 8)));
+    case 'number':
+      return JSON.stringify(lo + r() * Math.min(hi - lo, 4));
+    case 'boolean':
+      return pick(r, ['true', 'false']);
+    case 'string':
+      return JSON.stringify(pick(r, ['Once upon a time', ' the', 'blocks.0.hook_resid_pre', 'a', 'default']));
     case 'array': {
-      const n = Math.max(typeof s.minItems === 'number' ? s.minItems : 0, Math.min(int(r, 0, 3), typeof s.maxItems === 'number' ? s.maxItems : 3));
+      const n = Math.max(
+        typeof s.minItems === 'number' ? s.minItems : 0,
+        Math.min(int(r, 0, 3), typeof s.maxItems === 'number' ? s.maxItems : 3),
+      );
       return `[${Array.from({ length: n }, () => plausible(r, s.items as Schema, depth + 1)).join(',')}]`;
     }
-    case 'object': return argsFromSchema(r, s, depth + 1, 0.1);
-    default: return hostileJson(r, 2);
+    case 'object':
+      return argsFromSchema(r, s, depth + 1, 0.1);
+    default:
+      return hostileJson(r, 2);
   }
 }
 
@@ -190,6 +282,9 @@ export function argsFromSchema(r: Rng, schema: Schema, depth = 0, hostileRate = 
     const v = r() < hostileRate ? hostileJson(r) : plausible(r, s, depth);
     parts.push(`${JSON.stringify(k)}:${v}`);
   }
-  if (r() < 0.25) parts.push(`${JSON.stringify(pick(r, ['unknown_field', '__proto__', 'constructor', 'path', 'file', 'sae_source', 'x'.repeat(1000)]))}:${hostileJson(r)}`);
+  if (r() < 0.25)
+    parts.push(
+      `${JSON.stringify(pick(r, ['unknown_field', '__proto__', 'constructor', 'path', 'file', 'sae_source', 'x'.repeat(1000)]))}:${hostileJson(r)}`,
+    );
   return `{${parts.join(',')}}`;
 }

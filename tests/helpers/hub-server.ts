@@ -100,7 +100,8 @@ interface Repo {
   redirects: Map<string, string>;
 }
 
-const EXPOSE = 'Content-Length, Content-Range, Content-Type, ETag, Accept-Ranges, X-Error-Code, X-Error-Message, X-Repo-Commit';
+const EXPOSE =
+  'Content-Length, Content-Range, Content-Type, ETag, Accept-Ranges, X-Error-Code, X-Error-Message, X-Repo-Commit';
 
 function cors(res: http.ServerResponse): void {
   res.setHeader('Access-Control-Allow-Origin', '*');
@@ -122,7 +123,10 @@ export async function startHubServer(): Promise<HubServer> {
   const statsOf = (id: string, file: string): FileStats => {
     const k = `${id}/${file}`;
     let s = stats.get(k);
-    if (!s) { s = { requests: 0, bytes: 0, ranges: [], auth: [], statuses: [] }; stats.set(k, s); }
+    if (!s) {
+      s = { requests: 0, bytes: 0, ranges: [], auth: [], statuses: [] };
+      stats.set(k, s);
+    }
     return s;
   };
   const commits = new Map<string, Repo>(); // key: `${id}@${commit}`
@@ -137,24 +141,45 @@ export async function startHubServer(): Promise<HubServer> {
   const repoOf = (id: string, revision = 'main'): Repo => repos.get(`${id}@${revision}`) ?? newRepo(id, revision, null);
   const etagOf = (bytes: Uint8Array): string => {
     let e = etags.get(bytes);
-    if (!e) { e = `"${createHash('sha256').update(bytes).digest('hex')}"`; etags.set(bytes, e); }
+    if (!e) {
+      e = `"${createHash('sha256').update(bytes).digest('hex')}"`;
+      etags.set(bytes, e);
+    }
     return e;
   };
 
   /** A file to serve: memory files as they are, folder files read from disk chunk by chunk. */
-  interface Body { size: number; etag: string; read(start: number, len: number): Promise<Uint8Array>; close(): Promise<void> }
+  interface Body {
+    size: number;
+    etag: string;
+    read(start: number, len: number): Promise<Uint8Array>;
+    close(): Promise<void>;
+  }
 
   async function openRepoFile(repo: Repo, file: string): Promise<Body | undefined> {
     if (repo.hidden.has(file)) return undefined;
     const mem = repo.files.get(file);
-    if (mem) return { size: mem.byteLength, etag: etagOf(mem), read: async (s, n) => mem.subarray(s, s + n), close: async () => {} };
+    if (mem)
+      return {
+        size: mem.byteLength,
+        etag: etagOf(mem),
+        read: async (s, n) => mem.subarray(s, s + n),
+        close: async () => {},
+      };
     if (!repo.dir) return undefined;
     const p = path.resolve(repo.dir, file);
     if (!p.startsWith(path.resolve(repo.dir) + path.sep)) return undefined;
     let fh: fsp.FileHandle;
-    try { fh = await fsp.open(p, 'r'); } catch { return undefined; }
+    try {
+      fh = await fsp.open(p, 'r');
+    } catch {
+      return undefined;
+    }
     const st = await fh.stat();
-    if (!st.isFile()) { await fh.close(); return undefined; }
+    if (!st.isFile()) {
+      await fh.close();
+      return undefined;
+    }
     return {
       size: st.size,
       etag: `"${st.size.toString(16)}-${Math.floor(st.mtimeMs).toString(16)}"`,
@@ -173,7 +198,14 @@ export async function startHubServer(): Promise<HubServer> {
   }
 
   const server = http.createServer(async (req, res) => {
-    const entry: RequestLog = { method: req.method ?? 'GET', url: req.url ?? '', range: String(req.headers.range ?? ''), authorization: String(req.headers.authorization ?? ''), status: 0, bytes: 0 };
+    const entry: RequestLog = {
+      method: req.method ?? 'GET',
+      url: req.url ?? '',
+      range: String(req.headers.range ?? ''),
+      authorization: String(req.headers.authorization ?? ''),
+      status: 0,
+      bytes: 0,
+    };
     log.push(entry);
     const finish = (status: number, headers: Record<string, string> = {}, body?: string) => {
       entry.status = status;
@@ -197,7 +229,10 @@ export async function startHubServer(): Promise<HubServer> {
     st.requests++;
     st.ranges.push(entry.range);
     st.auth.push(entry.authorization);
-    const done = (status: number, headers: Record<string, string> = {}, body?: string) => { st.statuses.push(status); finish(status, headers, body); };
+    const done = (status: number, headers: Record<string, string> = {}, body?: string) => {
+      st.statuses.push(status);
+      finish(status, headers, body);
+    };
 
     const repo = repos.get(`${id}@${revision}`) ?? commits.get(`${id}@${revision}`);
     if (!repo) {
@@ -209,7 +244,10 @@ export async function startHubServer(): Promise<HubServer> {
     }
     const fq = faults.get(`${id}/${file}`);
     let fault = fq && fq.length ? fq[0] : undefined;
-    if (fault?.skip) { fault.skip--; fault = undefined; }
+    if (fault?.skip) {
+      fault.skip--;
+      fault = undefined;
+    }
     if (fault) {
       fault.times = (fault.times ?? 1) - 1;
       if (fault.times <= 0) fq!.shift();
@@ -229,20 +267,32 @@ export async function startHubServer(): Promise<HubServer> {
   });
 
   async function send(
-    req: http.IncomingMessage, res: http.ServerResponse, entry: RequestLog, st: FileStats, bytes: Body,
-    fault: FaultSpec | undefined, pace: { chunkSize: number; chunkDelayMs: number } | undefined,
+    req: http.IncomingMessage,
+    res: http.ServerResponse,
+    entry: RequestLog,
+    st: FileStats,
+    bytes: Body,
+    fault: FaultSpec | undefined,
+    pace: { chunkSize: number; chunkDelayMs: number } | undefined,
     done: (status: number, headers?: Record<string, string>, body?: string) => void,
     commit = '0'.repeat(40),
   ): Promise<void> {
     const size = bytes.size;
     const etag = bytes.etag;
-    let start = 0, end = size - 1, status = 200;
+    let start = 0,
+      end = size - 1,
+      status = 200;
     const range = req.headers.range;
     const ifRange = req.headers['if-range'];
     if (range && (!ifRange || ifRange === etag)) {
       const r = /^bytes=(\d*)-(\d*)$/.exec(range.trim());
       if (!r || (r[1] === '' && r[2] === '')) return done(416, { 'Content-Range': `bytes */${size}` });
-      if (r[1] === '') { start = Math.max(0, size - Number(r[2])); } else { start = Number(r[1]); if (r[2] !== '') end = Math.min(end, Number(r[2])); }
+      if (r[1] === '') {
+        start = Math.max(0, size - Number(r[2]));
+      } else {
+        start = Number(r[1]);
+        if (r[2] !== '') end = Math.min(end, Number(r[2]));
+      }
       if (start >= size || start > end) return done(416, { 'Content-Range': `bytes */${size}` });
       status = 206;
     }
@@ -257,7 +307,10 @@ export async function startHubServer(): Promise<HubServer> {
     st.statuses.push(status);
     entry.status = status;
     res.writeHead(status, headers);
-    if (req.method === 'HEAD') { res.end(); return; }
+    if (req.method === 'HEAD') {
+      res.end();
+      return;
+    }
 
     const bodyLength = end - start + 1;
     const limit = fault?.cutAfter ?? fault?.stallAfter;
@@ -273,7 +326,16 @@ export async function startHubServer(): Promise<HubServer> {
       entry.bytes += piece.byteLength;
       // whichever comes first removes the other: a 'close' listener left per wait piled up on a
       // long download (Node's MaxListenersExceededWarning in bench/page-scale.ts)
-      if (!ok) await new Promise<void>((r) => { const done = () => { res.off('drain', done); res.off('close', done); r(); }; res.once('drain', done); res.once('close', done); });
+      if (!ok)
+        await new Promise<void>((r) => {
+          const done = () => {
+            res.off('drain', done);
+            res.off('close', done);
+            r();
+          };
+          res.once('drain', done);
+          res.once('close', done);
+        });
       if (pace?.chunkDelayMs) await sleep(pace.chunkDelayMs);
     }
     if (fault?.cutAfter != null && sendable < bodyLength) {
@@ -285,7 +347,10 @@ export async function startHubServer(): Promise<HubServer> {
     if (fault?.stallAfter != null && sendable < bodyLength) return; // keep the socket open; close() ends it
     res.end();
   }
-  server.on('connection', (s) => { sockets.add(s); s.on('close', () => sockets.delete(s)); });
+  server.on('connection', (s) => {
+    sockets.add(s);
+    s.on('close', () => sockets.delete(s));
+  });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const port = (server.address() as AddressInfo).port;
 
@@ -311,15 +376,22 @@ export async function startHubServer(): Promise<HubServer> {
       r.files.delete(file);
       r.hidden.add(file);
     },
-    redirect(id, file, location, revision) { repoOf(id, revision).redirects.set(file, location); },
+    redirect(id, file, location, revision) {
+      repoOf(id, revision).redirects.set(file, location);
+    },
     fault(id, file, spec) {
       const k = `${id}/${file}`;
       faults.set(k, [...(faults.get(k) ?? []), { ...spec }]);
     },
-    throttle(id, file, p) { pacing.set(`${id}/${file}`, p); },
+    throttle(id, file, p) {
+      pacing.set(`${id}/${file}`, p);
+    },
     stats: (id, file) => statsOf(id, file),
     totalBytes: () => [...stats.values()].reduce((a, s) => a + s.bytes, 0),
-    resetCounters() { stats.clear(); log.length = 0; },
+    resetCounters() {
+      stats.clear();
+      log.length = 0;
+    },
     close() {
       for (const s of sockets) s.destroy();
       return new Promise<void>((resolve) => server.close(() => resolve()));

@@ -14,7 +14,8 @@ export function q8Reference(rm: RandomModel): RefModel {
     if (t.dims.length !== 2) continue;
     const [R, C] = t.dims;
     const inputsAlongRows = CONV1D.test(name) && rm.family === 'gpt2';
-    const nIn = inputsAlongRows ? R : C, nOut = inputsAlongRows ? C : R;
+    const nIn = inputsAlongRows ? R : C,
+      nOut = inputsAlongRows ? C : R;
     const block = nIn % 32 === 0 ? 32 : nIn;
     const idx = (o: number, i: number) => (inputsAlongRows ? i * C + o : o * C + i);
     const out = new Float64Array(R * C);

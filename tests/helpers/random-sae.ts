@@ -7,10 +7,23 @@ import { encodeSafetensors, mulberry32, gaussian } from '../reference';
 export interface RandomSae {
   dir: string;
   cfg: Record<string, any>;
-  W_enc: Float64Array; b_enc: Float64Array; W_dec: Float64Array; b_dec: Float64Array; threshold?: Float64Array;
+  W_enc: Float64Array;
+  b_enc: Float64Array;
+  W_dec: Float64Array;
+  b_dec: Float64Array;
+  threshold?: Float64Array;
 }
 
-export function makeRandomSae(opts: { hook: string; dIn: number; dSae: number; architecture?: 'standard' | 'jumprelu' | 'topk'; k?: number; seed?: number; modelName?: string; applyBDec?: boolean }): RandomSae {
+export function makeRandomSae(opts: {
+  hook: string;
+  dIn: number;
+  dSae: number;
+  architecture?: 'standard' | 'jumprelu' | 'topk';
+  k?: number;
+  seed?: number;
+  modelName?: string;
+  applyBDec?: boolean;
+}): RandomSae {
   const { hook, dIn, dSae } = opts;
   const g = gaussian(mulberry32(opts.seed ?? 5));
   const r = (n: number, s: number, mean = 0) => Float64Array.from({ length: n }, () => mean + s * g());
@@ -20,18 +33,31 @@ export function makeRandomSae(opts: { hook: string; dIn: number; dSae: number; a
   const W_dec = round(r(dSae * dIn, 1 / Math.sqrt(dSae)));
   const b_dec = round(r(dIn, 0.2));
   const arch = opts.architecture ?? 'standard';
-  const threshold = arch === 'jumprelu' ? round(Float64Array.from({ length: dSae }, () => Math.abs(0.5 * g()))) : undefined;
+  const threshold =
+    arch === 'jumprelu' ? round(Float64Array.from({ length: dSae }, () => Math.abs(0.5 * g()))) : undefined;
   const cfg: Record<string, any> = {
-    architecture: arch, d_in: dIn, d_sae: dSae, hook_name: hook, hook_layer: Number(/blocks\.(\d+)/.exec(hook)?.[1] ?? 0),
-    model_name: opts.modelName ?? 'test-model', apply_b_dec_to_input: opts.applyBDec ?? true, normalize_activations: 'none',
-    dtype: 'float32', context_size: 64, prepend_bos: true,
-    ...(arch === 'topk' ? { activation_fn_str: 'topk', activation_fn_kwargs: { k: opts.k ?? 4 } } : { activation_fn_str: 'relu' }),
+    architecture: arch,
+    d_in: dIn,
+    d_sae: dSae,
+    hook_name: hook,
+    hook_layer: Number(/blocks\.(\d+)/.exec(hook)?.[1] ?? 0),
+    model_name: opts.modelName ?? 'test-model',
+    apply_b_dec_to_input: opts.applyBDec ?? true,
+    normalize_activations: 'none',
+    dtype: 'float32',
+    context_size: 64,
+    prepend_bos: true,
+    ...(arch === 'topk'
+      ? { activation_fn_str: 'topk', activation_fn_kwargs: { k: opts.k ?? 4 } }
+      : { activation_fn_str: 'relu' }),
   };
   const dir = mkdtempSync(path.join(tmpdir(), 'loupe-sae-'));
   writeFileSync(path.join(dir, 'cfg.json'), JSON.stringify(cfg));
   const tensors: Record<string, { dims: number[]; data: ArrayLike<number> }> = {
-    W_enc: { dims: [dIn, dSae], data: W_enc }, b_enc: { dims: [dSae], data: b_enc },
-    W_dec: { dims: [dSae, dIn], data: W_dec }, b_dec: { dims: [dIn], data: b_dec },
+    W_enc: { dims: [dIn, dSae], data: W_enc },
+    b_enc: { dims: [dSae], data: b_enc },
+    W_dec: { dims: [dSae, dIn], data: W_dec },
+    b_dec: { dims: [dIn], data: b_dec },
   };
   if (threshold) tensors.threshold = { dims: [dSae], data: threshold };
   writeFileSync(path.join(dir, 'sae_weights.safetensors'), encodeSafetensors(tensors));
@@ -60,6 +86,7 @@ export function saeEncode64(s: RandomSae, x: ArrayLike<number>): { pre: Float64A
 export function saeDecode64(s: RandomSae, acts: ArrayLike<number>): Float64Array {
   const { d_in: dIn, d_sae: dSae } = s.cfg;
   const out = Float64Array.from(s.b_dec);
-  for (let j = 0; j < dSae; j++) if (acts[j] !== 0) for (let i = 0; i < dIn; i++) out[i] += acts[j] * s.W_dec[j * dIn + i];
+  for (let j = 0; j < dSae; j++)
+    if (acts[j] !== 0) for (let i = 0; i < dIn; i++) out[i] += acts[j] * s.W_dec[j * dIn + i];
   return out;
 }

@@ -61,7 +61,11 @@ export function upgradeHead(pathname: string, headers: Record<string, string | u
 }
 
 /** One WebSocket frame. Clients must mask; `mask: false` makes a protocol violation on purpose. */
-export function frame(opcode: number, payload: Buffer, o: { fin?: boolean; mask?: boolean; rsv?: number; declaredLength?: number } = {}): Buffer {
+export function frame(
+  opcode: number,
+  payload: Buffer,
+  o: { fin?: boolean; mask?: boolean; rsv?: number; declaredLength?: number } = {},
+): Buffer {
   const fin = o.fin ?? true;
   const mask = o.mask ?? true;
   const len = o.declaredLength ?? payload.length;
@@ -70,10 +74,14 @@ export function frame(opcode: number, payload: Buffer, o: { fin?: boolean; mask?
   if (len < 126) hdr = Buffer.from([b0, (mask ? 0x80 : 0) | len]);
   else if (len < 65536) {
     hdr = Buffer.alloc(4);
-    hdr[0] = b0; hdr[1] = (mask ? 0x80 : 0) | 126; hdr.writeUInt16BE(len, 2);
+    hdr[0] = b0;
+    hdr[1] = (mask ? 0x80 : 0) | 126;
+    hdr.writeUInt16BE(len, 2);
   } else {
     hdr = Buffer.alloc(10);
-    hdr[0] = b0; hdr[1] = (mask ? 0x80 : 0) | 127; hdr.writeBigUInt64BE(BigInt(len), 2);
+    hdr[0] = b0;
+    hdr[1] = (mask ? 0x80 : 0) | 127;
+    hdr.writeBigUInt64BE(BigInt(len), 2);
   }
   if (!mask) return Buffer.concat([hdr, payload]);
   const key = randomBytes(4);

@@ -46,29 +46,50 @@ export function writeSafetensors(tensors: RawTensor[], metadata?: Record<string,
   }
   const data = new Uint8Array(off);
   off = 0;
-  for (const t of tensors) { data.set(t.data, off); off += t.data.byteLength; }
+  for (const t of tensors) {
+    data.set(t.data, off);
+    off += t.data.byteLength;
+  }
   return rawSafetensors(header, data);
 }
 
 export function readSafetensorsSimple(bytes: Uint8Array): { tensors: RawTensor[]; metadata?: Record<string, string> } {
   const n = Number(new DataView(bytes.buffer, bytes.byteOffset).getBigUint64(0, true));
-  const header = JSON.parse(new TextDecoder().decode(bytes.subarray(8, 8 + n))) as Record<string, { dtype: string; shape: number[]; data_offsets: [number, number] }>;
+  const header = JSON.parse(new TextDecoder().decode(bytes.subarray(8, 8 + n))) as Record<
+    string,
+    { dtype: string; shape: number[]; data_offsets: [number, number] }
+  >;
   const tensors: RawTensor[] = [];
   let metadata: Record<string, string> | undefined;
   for (const [name, v] of Object.entries(header)) {
-    if (name === '__metadata__') { metadata = v as unknown as Record<string, string>; continue; }
-    tensors.push({ name, dtype: v.dtype, shape: v.shape, data: bytes.slice(8 + n + v.data_offsets[0], 8 + n + v.data_offsets[1]) });
+    if (name === '__metadata__') {
+      metadata = v as unknown as Record<string, string>;
+      continue;
+    }
+    tensors.push({
+      name,
+      dtype: v.dtype,
+      shape: v.shape,
+      data: bytes.slice(8 + n + v.data_offsets[0], 8 + n + v.data_offsets[1]),
+    });
   }
   return { tensors, metadata };
 }
 
 /** Copy a model folder, splitting model.safetensors into `n` shards (round-robin by size) + index. */
-export function shardModel(srcDir: string, outDir: string, n: number): { shards: string[]; weightMap: Record<string, string> } {
+export function shardModel(
+  srcDir: string,
+  outDir: string,
+  n: number,
+): { shards: string[]; weightMap: Record<string, string> } {
   mkdirSync(outDir, { recursive: true });
   for (const f of readdirSync(srcDir)) {
-    if (f !== 'model.safetensors' && !existsSync(path.join(outDir, f))) copyFileSync(path.join(srcDir, f), path.join(outDir, f));
+    if (f !== 'model.safetensors' && !existsSync(path.join(outDir, f)))
+      copyFileSync(path.join(srcDir, f), path.join(outDir, f));
   }
-  const { tensors, metadata } = readSafetensorsSimple(new Uint8Array(readFileSync(path.join(srcDir, 'model.safetensors'))));
+  const { tensors, metadata } = readSafetensorsSimple(
+    new Uint8Array(readFileSync(path.join(srcDir, 'model.safetensors'))),
+  );
   const groups: RawTensor[][] = Array.from({ length: n }, () => []);
   const sizes = new Array(n).fill(0);
   for (const t of [...tensors].sort((a, b) => b.data.byteLength - a.data.byteLength)) {
@@ -86,6 +107,9 @@ export function shardModel(srcDir: string, outDir: string, n: number): { shards:
     for (const t of g) weightMap[t.name] = name;
   });
   const total = tensors.reduce((a, t) => a + t.data.byteLength, 0);
-  writeFileSync(path.join(outDir, 'model.safetensors.index.json'), JSON.stringify({ metadata: { total_size: total }, weight_map: weightMap }, null, 2));
+  writeFileSync(
+    path.join(outDir, 'model.safetensors.index.json'),
+    JSON.stringify({ metadata: { total_size: total }, weight_map: weightMap }, null, 2),
+  );
   return { shards, weightMap };
 }

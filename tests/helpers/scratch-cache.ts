@@ -19,13 +19,17 @@ function scratch(prefix: string, set: (dir: string) => void): () => void {
 }
 
 export function useScratchCacheDir(): () => void {
-  return scratch('loupe-test-cache-', (dir) => { process.env.LOUPE_CACHE_DIR = dir; });
+  return scratch('loupe-test-cache-', (dir) => {
+    process.env.LOUPE_CACHE_DIR = dir;
+  });
 }
 
 /** os.tmpdir() reads TMPDIR on every call, in this process and in every worker and child it starts. */
 export function useScratchTmpDir(): () => void {
   const previous = process.env.TMPDIR;
-  const remove = scratch('loupe-test-tmp-', (dir) => { process.env.TMPDIR = dir; });
+  const remove = scratch('loupe-test-tmp-', (dir) => {
+    process.env.TMPDIR = dir;
+  });
   return () => {
     if (previous === undefined) delete process.env.TMPDIR;
     else process.env.TMPDIR = previous;
@@ -37,7 +41,10 @@ export function useScratchTmpDir(): () => void {
 export function useScratchTestDirs(): () => void {
   const tmp = useScratchTmpDir();
   const cache = useScratchCacheDir();
-  return () => { cache(); tmp(); };
+  return () => {
+    cache();
+    tmp();
+  };
 }
 
 /** vitest globalSetup entry: returns its teardown. */
@@ -53,7 +60,8 @@ export function ownCacheDir(prefix: string): { dir: string; restore: () => void 
   return {
     dir,
     restore() {
-      if (prev === undefined) delete process.env.LOUPE_CACHE_DIR; else process.env.LOUPE_CACHE_DIR = prev;
+      if (prev === undefined) delete process.env.LOUPE_CACHE_DIR;
+      else process.env.LOUPE_CACHE_DIR = prev;
       rmSync(dir, { recursive: true, force: true });
     },
   };

@@ -22,8 +22,16 @@ export interface SharedModels {
 export function useSharedModels(set: (m: SharedModels) => void): void {
   let loaded: SharedModels | undefined;
   beforeAll(async () => {
-    const [gpt2, stories] = await Promise.all([loadModelNode(path.join(SHARED, 'models/induction-gpt2')), loadModelNode('default')]);
-    loaded = { gpt2, stories, gpt2Ref: loadModelDir(path.join(SHARED, 'models/induction-gpt2')), storiesRef: loadModelDir(path.join(SHARED, 'models/stories260K')) };
+    const [gpt2, stories] = await Promise.all([
+      loadModelNode(path.join(SHARED, 'models/induction-gpt2')),
+      loadModelNode('default'),
+    ]);
+    loaded = {
+      gpt2,
+      stories,
+      gpt2Ref: loadModelDir(path.join(SHARED, 'models/induction-gpt2')),
+      storiesRef: loadModelDir(path.join(SHARED, 'models/stories260K')),
+    };
     set(loaded);
   });
   afterAll(async () => {

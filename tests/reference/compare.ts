@@ -15,9 +15,11 @@ export function maxAbsDiff(a: ArrayLike<number>, b: ArrayLike<number>): { maxAbs
   let m = 0;
   let at = -1;
   for (let i = 0; i < a.length; i++) {
-    const x = a[i], y = b[i];
+    const x = a[i],
+      y = b[i];
     let d: number;
-    if (x === y) d = 0; // includes -Inf === -Inf
+    if (x === y)
+      d = 0; // includes -Inf === -Inf
     else if (!Number.isFinite(x) || !Number.isFinite(y)) d = Infinity;
     else d = Math.abs(x - y);
     if (d > m || (Number.isNaN(d) && m !== Infinity)) {
@@ -55,7 +57,8 @@ export function compareHooks(
     let ed: ArrayLike<number> = e.data;
     if (name.endsWith('hook_attn_scores')) {
       const fixed = new Float64Array(e.data.length);
-      for (let i = 0; i < fixed.length; i++) fixed[i] = r.data[i] === -Infinity && e.data[i] <= maskedBelow ? -Infinity : e.data[i];
+      for (let i = 0; i < fixed.length; i++)
+        fixed[i] = r.data[i] === -Infinity && e.data[i] <= maskedBelow ? -Infinity : e.data[i];
       ed = fixed;
     }
     const { maxAbs, at } = maxAbsDiff(r.data, ed);

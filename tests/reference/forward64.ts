@@ -153,7 +153,14 @@ function activation(name: string): (x: number) => number {
 }
 
 /** y[T,out] = x[T,in] · W[in,out] (+ b) */
-function matmul(x: Float64Array, T: number, nin: number, W: Float64Array, nout: number, b: Float64Array | null): Float64Array {
+function matmul(
+  x: Float64Array,
+  T: number,
+  nin: number,
+  W: Float64Array,
+  nout: number,
+  b: Float64Array | null,
+): Float64Array {
   const y = new Float64Array(T * nout);
   for (let t = 0; t < T; t++) {
     const yo = t * nout;
@@ -242,15 +249,28 @@ function buildArch(model: RefModel): Arch {
   const vec = (name: string, n: number) => f64(get(name, [n]));
 
   if (family === 'gpt2') {
-    const D = c.n_embd, H = c.n_head, Dh = D / H, M = c.n_inner ?? 4 * D, V = c.vocab_size, P = c.n_positions;
+    const D = c.n_embd,
+      H = c.n_head,
+      Dh = D / H,
+      M = c.n_inner ?? 4 * D,
+      V = c.vocab_size,
+      P = c.n_positions;
     const eps = c.layer_norm_epsilon ?? 1e-5;
-    const ln = (p: string): Norm => ({ kind: 'layer', w: vec(`${p}.weight`, D), b: vec(`${p}.bias`, D), plusOne: false, eps });
+    const ln = (p: string): Norm => ({
+      kind: 'layer',
+      w: vec(`${p}.weight`, D),
+      b: vec(`${p}.bias`, D),
+      plusOne: false,
+      eps,
+    });
     const layers: Layer[] = [];
     for (let l = 0; l < c.n_layer; l++) {
       const p = `transformer.h.${l}`;
       const cattn = get(`${p}.attn.c_attn.weight`, [D, 3 * D]);
       const cb = get(`${p}.attn.c_attn.bias`, [3 * D]);
-      const Wq = new Float64Array(D * D), Wk = new Float64Array(D * D), Wv = new Float64Array(D * D);
+      const Wq = new Float64Array(D * D),
+        Wk = new Float64Array(D * D),
+        Wv = new Float64Array(D * D);
       for (let i = 0; i < D; i++)
         for (let o = 0; o < D; o++) {
           Wq[i * D + o] = cattn.data[i * 3 * D + o];
@@ -265,15 +285,21 @@ function buildArch(model: RefModel): Arch {
         ln2: ln(`${p}.ln_2`),
         postAttn: null,
         postMlp: null,
-        Wq, Wk, Wv,
-        bq: cbf.slice(0, D), bk: cbf.slice(D, 2 * D), bv: cbf.slice(2 * D),
+        Wq,
+        Wk,
+        Wv,
+        bq: cbf.slice(0, D),
+        bk: cbf.slice(D, 2 * D),
+        bv: cbf.slice(2 * D),
         Wo: f64(get(`${p}.attn.c_proj.weight`, [D, D])),
         bo: vec(`${p}.attn.c_proj.bias`, D),
-        qNorm: null, kNorm: null,
+        qNorm: null,
+        kNorm: null,
         gated: false,
         Win: f64(get(`${p}.mlp.c_fc.weight`, [D, M])),
         bin: vec(`${p}.mlp.c_fc.bias`, M),
-        Wup: null, bup: null,
+        Wup: null,
+        bup: null,
         Wout: f64(get(`${p}.mlp.c_proj.weight`, [M, D])),
         bout: vec(`${p}.mlp.c_proj.bias`, D),
         attnScale: scale,
@@ -283,7 +309,14 @@ function buildArch(model: RefModel): Arch {
     const tie = c.tie_word_embeddings ?? true;
     const wte = get('transformer.wte.weight', [V, D]);
     return {
-      family, D, H, Hkv: H, Dh, M, V, nPos: P,
+      family,
+      D,
+      H,
+      Hkv: H,
+      Dh,
+      M,
+      V,
+      nPos: P,
       embed: f64(wte),
       pos: f64(get('transformer.wpe.weight', [P, D])),
       embedScale: 1,
@@ -292,17 +325,29 @@ function buildArch(model: RefModel): Arch {
       WU: transposed(tie ? wte : get('lm_head.weight', [V, D])),
       bU: null,
       act: activation(c.activation_function ?? 'gelu_new'),
-      rotDims: 0, invFreq: null,
-      attnSoftcap: null, finalSoftcap: null,
+      rotDims: 0,
+      invFreq: null,
+      attnSoftcap: null,
+      finalSoftcap: null,
       parallel: false,
     };
   }
 
   if (family === 'gpt_neox') {
-    const D = c.hidden_size, H = c.num_attention_heads, Dh = D / H, M = c.intermediate_size, V = c.vocab_size;
+    const D = c.hidden_size,
+      H = c.num_attention_heads,
+      Dh = D / H,
+      M = c.intermediate_size,
+      V = c.vocab_size;
     const eps = c.layer_norm_eps ?? 1e-5;
     const bias = c.attention_bias ?? true;
-    const ln = (p: string): Norm => ({ kind: 'layer', w: vec(`${p}.weight`, D), b: vec(`${p}.bias`, D), plusOne: false, eps });
+    const ln = (p: string): Norm => ({
+      kind: 'layer',
+      w: vec(`${p}.weight`, D),
+      b: vec(`${p}.bias`, D),
+      plusOne: false,
+      eps,
+    });
     const pct = c.rotary_pct ?? c.partial_rotary_factor ?? 1;
     const rotDims = Math.floor(Dh * pct);
     const base = c.rotary_emb_base ?? c.rope_theta ?? 10000;
@@ -325,16 +370,23 @@ function buildArch(model: RefModel): Arch {
       layers.push({
         ln1: ln(`${p}.input_layernorm`),
         ln2: ln(`${p}.post_attention_layernorm`),
-        postAttn: null, postMlp: null,
-        Wq: Ws[0], Wk: Ws[1], Wv: Ws[2],
-        bq: qkvb ? bs[0] : null, bk: qkvb ? bs[1] : null, bv: qkvb ? bs[2] : null,
+        postAttn: null,
+        postMlp: null,
+        Wq: Ws[0],
+        Wk: Ws[1],
+        Wv: Ws[2],
+        bq: qkvb ? bs[0] : null,
+        bk: qkvb ? bs[1] : null,
+        bv: qkvb ? bs[2] : null,
         Wo: transposed(get(`${p}.attention.dense.weight`, [D, D])),
         bo: bias ? vec(`${p}.attention.dense.bias`, D) : null,
-        qNorm: null, kNorm: null,
+        qNorm: null,
+        kNorm: null,
         gated: false,
         Win: transposed(get(`${p}.mlp.dense_h_to_4h.weight`, [M, D])),
         bin: vec(`${p}.mlp.dense_h_to_4h.bias`, M),
-        Wup: null, bup: null,
+        Wup: null,
+        bup: null,
         Wout: transposed(get(`${p}.mlp.dense_4h_to_h.weight`, [D, M])),
         bout: vec(`${p}.mlp.dense_4h_to_h.bias`, D),
         attnScale: 1 / Math.sqrt(Dh),
@@ -344,8 +396,17 @@ function buildArch(model: RefModel): Arch {
     const tie = c.tie_word_embeddings ?? false;
     const emb = get('gpt_neox.embed_in.weight', [V, D]);
     return {
-      family, D, H, Hkv: H, Dh, M, V, nPos: null,
-      embed: f64(emb), pos: null, embedScale: 1,
+      family,
+      D,
+      H,
+      Hkv: H,
+      Dh,
+      M,
+      V,
+      nPos: null,
+      embed: f64(emb),
+      pos: null,
+      embedScale: 1,
       layers,
       lnf: ln('gpt_neox.final_layer_norm'),
       WU: transposed(tie ? emb : get('embed_out.weight', [V, D])),
@@ -353,23 +414,34 @@ function buildArch(model: RefModel): Arch {
       act: activation(c.hidden_act ?? 'gelu'),
       rotDims,
       invFreq: rotDims > 0 ? scaledInvFreq(defaultInvFreq(rotDims, base), c.rope_scaling) : null,
-      attnSoftcap: null, finalSoftcap: null,
+      attnSoftcap: null,
+      finalSoftcap: null,
       parallel: c.use_parallel_residual ?? true,
     };
   }
 
   if (family === 'llama' || family === 'qwen2' || family === 'qwen3' || family === 'gemma' || family === 'gemma2') {
-    const D = c.hidden_size, H = c.num_attention_heads, Hkv = c.num_key_value_heads ?? H;
-    const Dh = c.head_dim ?? D / H, M = c.intermediate_size, V = c.vocab_size;
+    const D = c.hidden_size,
+      H = c.num_attention_heads,
+      Hkv = c.num_key_value_heads ?? H;
+    const Dh = c.head_dim ?? D / H,
+      M = c.intermediate_size,
+      V = c.vocab_size;
     const eps = c.rms_norm_eps ?? 1e-6;
     const gemma = family === 'gemma' || family === 'gemma2';
-    if (H % Hkv !== 0) throw new Error('reference forward: num_attention_heads must be a multiple of num_key_value_heads');
-    if (family === 'qwen2' && c.use_sliding_window) throw new Error('reference forward: qwen2 use_sliding_window is not supported');
+    if (H % Hkv !== 0)
+      throw new Error('reference forward: num_attention_heads must be a multiple of num_key_value_heads');
+    if (family === 'qwen2' && c.use_sliding_window)
+      throw new Error('reference forward: qwen2 use_sliding_window is not supported');
     const rms = (name: string, n = D): Norm => ({ kind: 'rms', w: vec(name, n), b: null, plusOne: gemma, eps });
     // which projections carry a bias
     let qkvBias: boolean, oBias: boolean;
-    if (family === 'qwen2') { qkvBias = true; oBias = false; }
-    else { qkvBias = oBias = !!c.attention_bias; }
+    if (family === 'qwen2') {
+      qkvBias = true;
+      oBias = false;
+    } else {
+      qkvBias = oBias = !!c.attention_bias;
+    }
     const mlpBias = family === 'llama' ? !!c.mlp_bias : false;
     // Gemma: HF's GemmaMLP (4.38–4.47) ignores the legacy hidden_act ('gelu' in the 1.0 configs) and uses
     // hidden_activation, defaulting to the tanh approximation; Gemma2 reads hidden_activation too.
@@ -388,7 +460,9 @@ function buildArch(model: RefModel): Arch {
       }
       layers.push({
         ln1: rms(`${p}.input_layernorm.weight`),
-        ln2: rms(family === 'gemma2' ? `${p}.pre_feedforward_layernorm.weight` : `${p}.post_attention_layernorm.weight`),
+        ln2: rms(
+          family === 'gemma2' ? `${p}.pre_feedforward_layernorm.weight` : `${p}.post_attention_layernorm.weight`,
+        ),
         postAttn: family === 'gemma2' ? rms(`${p}.post_attention_layernorm.weight`) : null,
         postMlp: family === 'gemma2' ? rms(`${p}.post_feedforward_layernorm.weight`) : null,
         Wq: transposed(get(`${a}.q_proj.weight`, [H * Dh, D])),
@@ -416,8 +490,16 @@ function buildArch(model: RefModel): Arch {
     const emb = get('model.embed_tokens.weight', [V, D]);
     const rotDims = Math.floor(Dh * (c.partial_rotary_factor ?? 1));
     return {
-      family, D, H, Hkv, Dh, M, V, nPos: null,
-      embed: f64(emb), pos: null,
+      family,
+      D,
+      H,
+      Hkv,
+      Dh,
+      M,
+      V,
+      nPos: null,
+      embed: f64(emb),
+      pos: null,
       embedScale: gemma ? Math.sqrt(D) : 1,
       layers,
       lnf: rms('model.norm.weight'),
@@ -432,7 +514,9 @@ function buildArch(model: RefModel): Arch {
     };
   }
 
-  throw new Error(`reference forward: unsupported model_type '${c.model_type}' (supported: ${SUPPORTED_FAMILIES.join(', ')})`);
+  throw new Error(
+    `reference forward: unsupported model_type '${c.model_type}' (supported: ${SUPPORTED_FAMILIES.join(', ')})`,
+  );
 }
 
 // ---------------------------------------------------------------- the forward
@@ -495,8 +579,10 @@ export function referenceForward(model: RefModel, tokens: number[], opts: Forwar
   const T = tokens.length;
   if (T === 0) throw new Error('reference forward: empty token list');
   for (const tok of tokens)
-    if (!Number.isInteger(tok) || tok < 0 || tok >= A.V) throw new Error(`reference forward: token ${tok} outside vocab [0, ${A.V})`);
-  if (A.nPos !== null && T > A.nPos) throw new Error(`reference forward: ${T} tokens exceed the ${A.nPos} learned positions`);
+    if (!Number.isInteger(tok) || tok < 0 || tok >= A.V)
+      throw new Error(`reference forward: token ${tok} outside vocab [0, ${A.V})`);
+  if (A.nPos !== null && T > A.nPos)
+    throw new Error(`reference forward: ${T} tokens exceed the ${A.nPos} learned positions`);
   const { D, H, Hkv, Dh, M, V } = A;
   const hooks: Record<string, HookValue> = {};
   const rec = opts.record ?? true;
@@ -507,7 +593,8 @@ export function referenceForward(model: RefModel, tokens: number[], opts: Forwar
     if (opts.hook) {
       const r = opts.hook(name, value, dims);
       if (r) {
-        if (r.length !== value.length) throw new Error(`hook '${name}': replacement has ${r.length} values, expected ${value.length}`);
+        if (r.length !== value.length)
+          throw new Error(`hook '${name}': replacement has ${r.length} values, expected ${value.length}`);
         v = r instanceof Float64Array ? r : Float64Array.from(r);
       }
     }
@@ -522,8 +609,7 @@ export function referenceForward(model: RefModel, tokens: number[], opts: Forwar
 
   // embeddings
   let embed: Float64Array = new Float64Array(T * D);
-  for (let t = 0; t < T; t++)
-    for (let i = 0; i < D; i++) embed[t * D + i] = A.embed[tokens[t] * D + i] * A.embedScale;
+  for (let t = 0; t < T; t++) for (let i = 0; i < D; i++) embed[t * D + i] = A.embed[tokens[t] * D + i] * A.embedScale;
   embed = hp('hook_embed', embed, [1, T, D]);
   let resid: Float64Array = embed;
   if (A.pos) {
@@ -649,7 +735,8 @@ export function referenceForward(model: RefModel, tokens: number[], opts: Forwar
 
   const xf = normWithHook(resid, A.lnf, 'ln_final.hook_scale');
   let logits: Float64Array = matmul(xf, T, D, A.WU, V, A.bU);
-  if (A.finalSoftcap) for (let k2 = 0; k2 < logits.length; k2++) logits[k2] = A.finalSoftcap * Math.tanh(logits[k2] / A.finalSoftcap);
+  if (A.finalSoftcap)
+    for (let k2 = 0; k2 < logits.length; k2++) logits[k2] = A.finalSoftcap * Math.tanh(logits[k2] / A.finalSoftcap);
   logits = hp('logits', logits, [1, T, V]);
   return { logits: hooks.logits, hooks };
 }
@@ -696,10 +783,26 @@ export function hookNames(model: RefModel): string[] {
   if (A.pos) names.push('hook_pos_embed');
   for (let l = 0; l < A.layers.length; l++) {
     const b = `blocks.${l}`;
-    names.push(`${b}.hook_resid_pre`, `${b}.ln1.hook_scale`, `${b}.attn.hook_q`, `${b}.attn.hook_k`, `${b}.attn.hook_v`,
-      `${b}.attn.hook_attn_scores`, `${b}.attn.hook_pattern`, `${b}.attn.hook_z`, `${b}.attn.hook_result`, `${b}.hook_attn_out`);
+    names.push(
+      `${b}.hook_resid_pre`,
+      `${b}.ln1.hook_scale`,
+      `${b}.attn.hook_q`,
+      `${b}.attn.hook_k`,
+      `${b}.attn.hook_v`,
+      `${b}.attn.hook_attn_scores`,
+      `${b}.attn.hook_pattern`,
+      `${b}.attn.hook_z`,
+      `${b}.attn.hook_result`,
+      `${b}.hook_attn_out`,
+    );
     if (!A.parallel) names.push(`${b}.hook_resid_mid`);
-    names.push(`${b}.ln2.hook_scale`, `${b}.mlp.hook_pre`, `${b}.mlp.hook_post`, `${b}.hook_mlp_out`, `${b}.hook_resid_post`);
+    names.push(
+      `${b}.ln2.hook_scale`,
+      `${b}.mlp.hook_pre`,
+      `${b}.mlp.hook_post`,
+      `${b}.hook_mlp_out`,
+      `${b}.hook_resid_post`,
+    );
   }
   names.push('ln_final.hook_scale', 'logits');
   return names;

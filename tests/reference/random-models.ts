@@ -103,13 +103,71 @@ export function randomTokens(n: number, hi: number, seed = 1, lo = 0): number[] 
 // ---------------------------------------------------------------- family defaults
 
 const TOKENIZERS: Record<Family, Omit<TokenizerSpec, 'modelMaxLength'> & { kindSmall?: 'char' }> = {
-  gpt2: { kind: 'bytelevel', specials: ['<|endoftext|>'], bos: '<|endoftext|>', eos: '<|endoftext|>', unk: '<|endoftext|>', addBos: false, tokenizerClass: 'GPT2Tokenizer' },
-  gpt_neox: { kind: 'bytelevel', specials: ['<|endoftext|>', '<|padding|>'], bos: '<|endoftext|>', eos: '<|endoftext|>', unk: '<|endoftext|>', addBos: false, tokenizerClass: 'GPTNeoXTokenizer' },
-  qwen2: { kind: 'bytelevel', specials: ['<|endoftext|>', '<|im_start|>', '<|im_end|>'], bos: '<|endoftext|>', eos: '<|endoftext|>', pad: '<|endoftext|>', addBos: false, tokenizerClass: 'Qwen2Tokenizer' },
-  qwen3: { kind: 'bytelevel', specials: ['<|endoftext|>', '<|im_start|>', '<|im_end|>'], bos: '<|endoftext|>', eos: '<|im_end|>', pad: '<|endoftext|>', addBos: false, tokenizerClass: 'Qwen2Tokenizer' },
-  llama: { kind: 'char', specials: ['<unk>', '<s>', '</s>'], bos: '<s>', eos: '</s>', unk: '<unk>', addBos: true, tokenizerClass: 'LlamaTokenizer' },
-  gemma: { kind: 'char', specials: ['<pad>', '<eos>', '<bos>', '<unk>'], bos: '<bos>', eos: '<eos>', unk: '<unk>', pad: '<pad>', addBos: true, tokenizerClass: 'GemmaTokenizer' },
-  gemma2: { kind: 'char', specials: ['<pad>', '<eos>', '<bos>', '<unk>'], bos: '<bos>', eos: '<eos>', unk: '<unk>', pad: '<pad>', addBos: true, tokenizerClass: 'GemmaTokenizer' },
+  gpt2: {
+    kind: 'bytelevel',
+    specials: ['<|endoftext|>'],
+    bos: '<|endoftext|>',
+    eos: '<|endoftext|>',
+    unk: '<|endoftext|>',
+    addBos: false,
+    tokenizerClass: 'GPT2Tokenizer',
+  },
+  gpt_neox: {
+    kind: 'bytelevel',
+    specials: ['<|endoftext|>', '<|padding|>'],
+    bos: '<|endoftext|>',
+    eos: '<|endoftext|>',
+    unk: '<|endoftext|>',
+    addBos: false,
+    tokenizerClass: 'GPTNeoXTokenizer',
+  },
+  qwen2: {
+    kind: 'bytelevel',
+    specials: ['<|endoftext|>', '<|im_start|>', '<|im_end|>'],
+    bos: '<|endoftext|>',
+    eos: '<|endoftext|>',
+    pad: '<|endoftext|>',
+    addBos: false,
+    tokenizerClass: 'Qwen2Tokenizer',
+  },
+  qwen3: {
+    kind: 'bytelevel',
+    specials: ['<|endoftext|>', '<|im_start|>', '<|im_end|>'],
+    bos: '<|endoftext|>',
+    eos: '<|im_end|>',
+    pad: '<|endoftext|>',
+    addBos: false,
+    tokenizerClass: 'Qwen2Tokenizer',
+  },
+  llama: {
+    kind: 'char',
+    specials: ['<unk>', '<s>', '</s>'],
+    bos: '<s>',
+    eos: '</s>',
+    unk: '<unk>',
+    addBos: true,
+    tokenizerClass: 'LlamaTokenizer',
+  },
+  gemma: {
+    kind: 'char',
+    specials: ['<pad>', '<eos>', '<bos>', '<unk>'],
+    bos: '<bos>',
+    eos: '<eos>',
+    unk: '<unk>',
+    pad: '<pad>',
+    addBos: true,
+    tokenizerClass: 'GemmaTokenizer',
+  },
+  gemma2: {
+    kind: 'char',
+    specials: ['<pad>', '<eos>', '<bos>', '<unk>'],
+    bos: '<bos>',
+    eos: '<eos>',
+    unk: '<unk>',
+    pad: '<pad>',
+    addBos: true,
+    tokenizerClass: 'GemmaTokenizer',
+  },
 };
 
 // ---------------------------------------------------------------- the generator
@@ -134,7 +192,9 @@ export function makeRandomModel(family: Family, options: RandomModelOptions = {}
   const gated = !(family === 'gpt2' || family === 'gpt_neox');
   const M = o.dMlp ?? (gated ? Math.round((8 * D) / 3 / 8) * 8 : 4 * D);
   const gemma = family === 'gemma' || family === 'gemma2';
-  const tied = o.tied ?? (family === 'gpt_neox' ? false : family === 'gemma' || family === 'gemma2' || family === 'gpt2' ? true : false);
+  const tied =
+    o.tied ??
+    (family === 'gpt_neox' ? false : family === 'gemma' || family === 'gemma2' || family === 'gpt2' ? true : false);
   if (gemma && !tied) throw new Error('makeRandomModel: Gemma models always tie their embeddings');
 
   const tensors: Record<string, GeneratedTensor> = {};
@@ -144,7 +204,10 @@ export function makeRandomModel(family: Family, options: RandomModelOptions = {}
     for (let i = 0; i < n; i++) raw[i] = gen();
     tensors[name] = { dims, data: roundToDtype(raw, dtype) as Float32Array };
   };
-  const normal = (std: number, mean = 0) => () => mean + std * randn();
+  const normal =
+    (std: number, mean = 0) =>
+    () =>
+      mean + std * randn();
   const W = (name: string, dims: number[], fanIn: number) => put(name, dims, normal(1 / Math.sqrt(fanIn)));
   const bias = (name: string, n: number) => put(name, [n], normal(0.2));
   const normW = (name: string, n: number) => put(name, [n], gemma ? normal(0.2) : normal(0.2, 1));
@@ -154,7 +217,16 @@ export function makeRandomModel(family: Family, options: RandomModelOptions = {}
   const tspec = TOKENIZERS[family];
   const kind = tspec.kind === 'bytelevel' && V < 256 + tspec.specials.length ? 'char' : tspec.kind;
   const specials = kind === 'char' && tspec.kind === 'bytelevel' ? ['<unk>', ...tspec.specials] : tspec.specials;
-  const tok = makeTokenizer({ ...tspec, kind, specials, unk: kind === 'char' ? (tspec.unk && specials.includes(tspec.unk) ? tspec.unk : '<unk>') : tspec.unk, modelMaxLength: P }, V);
+  const tok = makeTokenizer(
+    {
+      ...tspec,
+      kind,
+      specials,
+      unk: kind === 'char' ? (tspec.unk && specials.includes(tspec.unk) ? tspec.unk : '<unk>') : tspec.unk,
+      modelMaxLength: P,
+    },
+    V,
+  );
   const bosId = tok.specialIds[tspec.bos];
   const eosId = tok.specialIds[tspec.eos];
 
@@ -166,14 +238,21 @@ export function makeRandomModel(family: Family, options: RandomModelOptions = {}
     put('transformer.wpe.weight', [P, D], normal(0.3));
     for (let l = 0; l < L; l++) {
       const p = `transformer.h.${l}`;
-      normW(`${p}.ln_1.weight`, D); bias(`${p}.ln_1.bias`, D);
-      W(`${p}.attn.c_attn.weight`, [D, 3 * D], D); bias(`${p}.attn.c_attn.bias`, 3 * D);
-      W(`${p}.attn.c_proj.weight`, [D, D], D); bias(`${p}.attn.c_proj.bias`, D);
-      normW(`${p}.ln_2.weight`, D); bias(`${p}.ln_2.bias`, D);
-      W(`${p}.mlp.c_fc.weight`, [D, M], D); bias(`${p}.mlp.c_fc.bias`, M);
-      W(`${p}.mlp.c_proj.weight`, [M, D], M); bias(`${p}.mlp.c_proj.bias`, D);
+      normW(`${p}.ln_1.weight`, D);
+      bias(`${p}.ln_1.bias`, D);
+      W(`${p}.attn.c_attn.weight`, [D, 3 * D], D);
+      bias(`${p}.attn.c_attn.bias`, 3 * D);
+      W(`${p}.attn.c_proj.weight`, [D, D], D);
+      bias(`${p}.attn.c_proj.bias`, D);
+      normW(`${p}.ln_2.weight`, D);
+      bias(`${p}.ln_2.bias`, D);
+      W(`${p}.mlp.c_fc.weight`, [D, M], D);
+      bias(`${p}.mlp.c_fc.bias`, M);
+      W(`${p}.mlp.c_proj.weight`, [M, D], M);
+      bias(`${p}.mlp.c_proj.bias`, D);
     }
-    normW('transformer.ln_f.weight', D); bias('transformer.ln_f.bias', D);
+    normW('transformer.ln_f.weight', D);
+    bias('transformer.ln_f.bias', D);
     if (!tied) put('lm_head.weight', [V, D], normal(unembedStd));
     config = {
       architectures: ['GPT2LMHeadModel'],
@@ -204,17 +283,22 @@ export function makeRandomModel(family: Family, options: RandomModelOptions = {}
     put('gpt_neox.embed_in.weight', [V, D], normal(0.5));
     for (let l = 0; l < L; l++) {
       const p = `gpt_neox.layers.${l}`;
-      normW(`${p}.input_layernorm.weight`, D); bias(`${p}.input_layernorm.bias`, D);
-      normW(`${p}.post_attention_layernorm.weight`, D); bias(`${p}.post_attention_layernorm.bias`, D);
+      normW(`${p}.input_layernorm.weight`, D);
+      bias(`${p}.input_layernorm.bias`, D);
+      normW(`${p}.post_attention_layernorm.weight`, D);
+      bias(`${p}.post_attention_layernorm.bias`, D);
       // rows: per head h, [q(Dh) | k(Dh) | v(Dh)]  (the [H, 3, Dh] layout)
       W(`${p}.attention.query_key_value.weight`, [3 * D, D], D);
       if (attnBias) bias(`${p}.attention.query_key_value.bias`, 3 * D);
       W(`${p}.attention.dense.weight`, [D, D], D);
       if (attnBias) bias(`${p}.attention.dense.bias`, D);
-      W(`${p}.mlp.dense_h_to_4h.weight`, [M, D], D); bias(`${p}.mlp.dense_h_to_4h.bias`, M);
-      W(`${p}.mlp.dense_4h_to_h.weight`, [D, M], M); bias(`${p}.mlp.dense_4h_to_h.bias`, D);
+      W(`${p}.mlp.dense_h_to_4h.weight`, [M, D], D);
+      bias(`${p}.mlp.dense_h_to_4h.bias`, M);
+      W(`${p}.mlp.dense_4h_to_h.weight`, [D, M], M);
+      bias(`${p}.mlp.dense_4h_to_h.bias`, D);
     }
-    normW('gpt_neox.final_layer_norm.weight', D); bias('gpt_neox.final_layer_norm.bias', D);
+    normW('gpt_neox.final_layer_norm.weight', D);
+    bias('gpt_neox.final_layer_norm.bias', D);
     if (!tied) put('embed_out.weight', [V, D], normal(unembedStd));
     config = {
       architectures: ['GPTNeoXForCausalLM'],
@@ -239,7 +323,8 @@ export function makeRandomModel(family: Family, options: RandomModelOptions = {}
       bos_token_id: bosId,
       eos_token_id: eosId,
     };
-    if (o.rotaryPct !== undefined && Math.floor(Dh * o.rotaryPct) % 2 !== 0) throw new Error('makeRandomModel: rotary dims must be even');
+    if (o.rotaryPct !== undefined && Math.floor(Dh * o.rotaryPct) % 2 !== 0)
+      throw new Error('makeRandomModel: rotary dims must be even');
   } else {
     // llama, qwen2, qwen3, gemma, gemma2
     const qkvBias = family === 'qwen2' ? true : !!o.attentionBias;
@@ -278,7 +363,13 @@ export function makeRandomModel(family: Family, options: RandomModelOptions = {}
     normW('model.norm.weight', D);
     if (!tied) put('lm_head.weight', [V, D], normal(unembedStd));
 
-    const arch = { llama: 'LlamaForCausalLM', qwen2: 'Qwen2ForCausalLM', qwen3: 'Qwen3ForCausalLM', gemma: 'GemmaForCausalLM', gemma2: 'Gemma2ForCausalLM' }[family];
+    const arch = {
+      llama: 'LlamaForCausalLM',
+      qwen2: 'Qwen2ForCausalLM',
+      qwen3: 'Qwen3ForCausalLM',
+      gemma: 'GemmaForCausalLM',
+      gemma2: 'Gemma2ForCausalLM',
+    }[family];
     config = {
       architectures: [arch],
       model_type: family,
@@ -320,7 +411,10 @@ export function makeRandomModel(family: Family, options: RandomModelOptions = {}
       config.final_logit_softcapping = o.finalSoftcap === undefined ? 30.0 : o.finalSoftcap;
       config.sliding_window = o.slidingWindow === undefined ? 4096 : o.slidingWindow;
       config.cache_implementation = 'hybrid';
-      if (o.writeLayerTypes) config.layer_types = Array.from({ length: L }, (_, l) => (l % 2 === 0 ? 'sliding_attention' : 'full_attention'));
+      if (o.writeLayerTypes)
+        config.layer_types = Array.from({ length: L }, (_, l) =>
+          l % 2 === 0 ? 'sliding_attention' : 'full_attention',
+        );
     }
     if (o.writeTieField !== false) config.tie_word_embeddings = tied;
     config.use_cache = true;
@@ -362,15 +456,27 @@ export function makeRandomModel(family: Family, options: RandomModelOptions = {}
     });
     parts.forEach((part, i) => writeFileSync(join(dir, files[i]), encodeSafetensors(part, dtype)));
     const bytesPer = dtype === 'F32' ? 4 : 2;
-    writeFileSync(join(dir, 'model.safetensors.index.json'), JSON.stringify({ metadata: { total_size: total * bytesPer }, weight_map: weightMap }, null, 2));
+    writeFileSync(
+      join(dir, 'model.safetensors.index.json'),
+      JSON.stringify({ metadata: { total_size: total * bytesPer }, weight_map: weightMap }, null, 2),
+    );
   }
   writeFileSync(join(dir, 'tokenizer.json'), JSON.stringify(tok.tokenizerJson, null, 2));
   writeFileSync(join(dir, 'tokenizer_config.json'), JSON.stringify(tok.tokenizerConfig, null, 2));
   writeFileSync(join(dir, 'special_tokens_map.json'), JSON.stringify(tok.specialTokensMap, null, 2));
-  writeFileSync(join(dir, 'generation_config.json'), JSON.stringify({ bos_token_id: bosId, eos_token_id: eosId, transformers_version: '4.46.0' }, null, 2));
+  writeFileSync(
+    join(dir, 'generation_config.json'),
+    JSON.stringify({ bos_token_id: bosId, eos_token_id: eosId, transformers_version: '4.46.0' }, null, 2),
+  );
 
   return {
-    dir, family, config, tensors, dtype, tokenizer: tok, bosId,
+    dir,
+    family,
+    config,
+    tensors,
+    dtype,
+    tokenizer: tok,
+    bosId,
     cleanup: () => rmSync(dir, { recursive: true, force: true }),
   };
 }
@@ -398,7 +504,17 @@ export const ALL_FAMILY_CASES: FamilyCase[] = [
   {
     name: 'gpt2-untied-erf-f16',
     family: 'gpt2',
-    options: { seed: 12, dModel: 32, nLayers: 3, nHeads: 2, dMlp: 96, vocabSize: 290, tied: false, activation: 'gelu', dtype: 'F16' },
+    options: {
+      seed: 12,
+      dModel: 32,
+      nLayers: 3,
+      nHeads: 2,
+      dMlp: 96,
+      vocabSize: 290,
+      tied: false,
+      activation: 'gelu',
+      dtype: 'F16',
+    },
     features: ['untied lm_head', 'gelu (erf)', 'n_inner', 'F16 weights', '3 layers'],
     seqLen: 10,
   },
@@ -406,13 +522,29 @@ export const ALL_FAMILY_CASES: FamilyCase[] = [
     name: 'neox-parallel-rot25',
     family: 'gpt_neox',
     options: { seed: 21, dModel: 64, nLayers: 2, nHeads: 4, vocabSize: 280, rotaryPct: 0.25, parallelResidual: true },
-    features: ['partial rotary 0.25', 'parallel residual', 'qkv [H,3,Dh] layout', 'biases', 'embed_out (untied)', 'gelu (erf)'],
+    features: [
+      'partial rotary 0.25',
+      'parallel residual',
+      'qkv [H,3,Dh] layout',
+      'biases',
+      'embed_out (untied)',
+      'gelu (erf)',
+    ],
     seqLen: 12,
   },
   {
     name: 'neox-sequential-rot50',
     family: 'gpt_neox',
-    options: { seed: 22, dModel: 32, nLayers: 3, nHeads: 4, vocabSize: 270, rotaryPct: 0.5, parallelResidual: false, ropeTheta: 1000 },
+    options: {
+      seed: 22,
+      dModel: 32,
+      nLayers: 3,
+      nHeads: 4,
+      vocabSize: 270,
+      rotaryPct: 0.5,
+      parallelResidual: false,
+      ropeTheta: 1000,
+    },
     features: ['partial rotary 0.5', 'sequential residual', 'rotary_emb_base'],
     seqLen: 12,
   },
@@ -427,57 +559,158 @@ export const ALL_FAMILY_CASES: FamilyCase[] = [
     name: 'llama3-rope-untied-bias',
     family: 'llama',
     options: {
-      seed: 32, dModel: 48, nLayers: 2, nHeads: 4, nKvHeads: 2, headDim: 8, dMlp: 96, vocabSize: 96, tied: false,
-      attentionBias: true, mlpBias: true,
-      ropeScaling: { rope_type: 'llama3', factor: 8.0, low_freq_factor: 1.0, high_freq_factor: 4.0, original_max_position_embeddings: 64 },
+      seed: 32,
+      dModel: 48,
+      nLayers: 2,
+      nHeads: 4,
+      nKvHeads: 2,
+      headDim: 8,
+      dMlp: 96,
+      vocabSize: 96,
+      tied: false,
+      attentionBias: true,
+      mlpBias: true,
+      ropeScaling: {
+        rope_type: 'llama3',
+        factor: 8.0,
+        low_freq_factor: 1.0,
+        high_freq_factor: 4.0,
+        original_max_position_embeddings: 64,
+      },
     },
-    features: ['rope_scaling llama3 (all three frequency bands)', 'explicit head_dim 8 ≠ 48/4', 'untied lm_head', 'attention_bias', 'mlp_bias', 'GQA'],
+    features: [
+      'rope_scaling llama3 (all three frequency bands)',
+      'explicit head_dim 8 ≠ 48/4',
+      'untied lm_head',
+      'attention_bias',
+      'mlp_bias',
+      'GQA',
+    ],
     seqLen: 14,
   },
   {
     name: 'llama-mha-bf16',
     family: 'llama',
-    options: { seed: 33, dModel: 32, nLayers: 2, nHeads: 4, dMlp: 64, vocabSize: 64, ropeTheta: 500, dtype: 'BF16', tied: true },
+    options: {
+      seed: 33,
+      dModel: 32,
+      nLayers: 2,
+      nHeads: 4,
+      dMlp: 64,
+      vocabSize: 64,
+      ropeTheta: 500,
+      dtype: 'BF16',
+      tied: true,
+    },
     features: ['BF16 weights', 'MHA (n_kv = n_heads)', 'rope_theta 500'],
     seqLen: 10,
   },
   {
     name: 'qwen2-qkv-bias',
     family: 'qwen2',
-    options: { seed: 41, dModel: 48, nLayers: 2, nHeads: 6, nKvHeads: 2, dMlp: 112, vocabSize: 300, tied: false, qwen2InactiveSlidingWindow: 4 },
-    features: ['q/k/v bias, no o bias', 'GQA 6/2', 'untied lm_head', 'rope_theta 1e6', 'sliding_window 4 present but use_sliding_window false (must be ignored)'],
+    options: {
+      seed: 41,
+      dModel: 48,
+      nLayers: 2,
+      nHeads: 6,
+      nKvHeads: 2,
+      dMlp: 112,
+      vocabSize: 300,
+      tied: false,
+      qwen2InactiveSlidingWindow: 4,
+    },
+    features: [
+      'q/k/v bias, no o bias',
+      'GQA 6/2',
+      'untied lm_head',
+      'rope_theta 1e6',
+      'sliding_window 4 present but use_sliding_window false (must be ignored)',
+    ],
     seqLen: 12,
   },
   {
     name: 'qwen3-qk-norm',
     family: 'qwen3',
-    options: { seed: 51, dModel: 32, nLayers: 2, nHeads: 4, nKvHeads: 2, headDim: 16, dMlp: 64, vocabSize: 280, tied: true },
+    options: {
+      seed: 51,
+      dModel: 32,
+      nLayers: 2,
+      nHeads: 4,
+      nKvHeads: 2,
+      headDim: 16,
+      dMlp: 64,
+      vocabSize: 280,
+      tied: true,
+    },
     features: ['q_norm / k_norm before rotary', 'explicit head_dim 16 ≠ 32/4', 'GQA', 'tied embeddings'],
     seqLen: 12,
   },
   {
     name: 'gemma-mqa',
     family: 'gemma',
-    options: { seed: 61, dModel: 32, nLayers: 2, nHeads: 4, nKvHeads: 1, headDim: 16, dMlp: 64, vocabSize: 96, writeTieField: false },
-    features: ['embedding × sqrt(D)', 'RMSNorm (1 + w)', 'GeGLU (gelu tanh)', 'MQA', 'head_dim 16 ≠ 32/4', 'tied by default (no tie field)'],
+    options: {
+      seed: 61,
+      dModel: 32,
+      nLayers: 2,
+      nHeads: 4,
+      nKvHeads: 1,
+      headDim: 16,
+      dMlp: 64,
+      vocabSize: 96,
+      writeTieField: false,
+    },
+    features: [
+      'embedding × sqrt(D)',
+      'RMSNorm (1 + w)',
+      'GeGLU (gelu tanh)',
+      'MQA',
+      'head_dim 16 ≠ 32/4',
+      'tied by default (no tie field)',
+    ],
     seqLen: 12,
   },
   {
     name: 'gemma2-softcap-window',
     family: 'gemma2',
     options: {
-      seed: 71, dModel: 32, nLayers: 3, nHeads: 4, nKvHeads: 2, headDim: 16, dMlp: 64, vocabSize: 128,
-      attnSoftcap: 3.0, finalSoftcap: 5.0, slidingWindow: 4, queryPreAttnScalar: 24, writeTieField: false,
+      seed: 71,
+      dModel: 32,
+      nLayers: 3,
+      nHeads: 4,
+      nKvHeads: 2,
+      headDim: 16,
+      dMlp: 64,
+      vocabSize: 128,
+      attnSoftcap: 3.0,
+      finalSoftcap: 5.0,
+      slidingWindow: 4,
+      queryPreAttnScalar: 24,
+      writeTieField: false,
     },
-    features: ['attention soft-cap 3', 'final logit soft-cap 5', 'sliding window 4 on layers 0, 2 (HF default rule)', 'query_pre_attn_scalar 24 ≠ head_dim', 'sandwich norms', 'GQA'],
+    features: [
+      'attention soft-cap 3',
+      'final logit soft-cap 5',
+      'sliding window 4 on layers 0, 2 (HF default rule)',
+      'query_pre_attn_scalar 24 ≠ head_dim',
+      'sandwich norms',
+      'GQA',
+    ],
     seqLen: 12,
   },
   {
     name: 'gemma2-layer-types',
     family: 'gemma2',
     options: {
-      seed: 72, dModel: 48, nLayers: 2, nHeads: 4, headDim: 12, dMlp: 96, vocabSize: 100,
-      slidingWindow: 3, writeLayerTypes: true, tied: true,
+      seed: 72,
+      dModel: 48,
+      nLayers: 2,
+      nHeads: 4,
+      headDim: 12,
+      dMlp: 96,
+      vocabSize: 100,
+      slidingWindow: 3,
+      writeLayerTypes: true,
+      tied: true,
     },
     features: ['layer_types list', 'sliding window 3 on layer 0', 'realistic soft-caps 50 / 30', 'MHA'],
     seqLen: 10,

@@ -36,12 +36,12 @@ export function f32ToF16Bits(value: number): number {
     const half = 1 << (shift - 1);
     const rest = mant & ((1 << shift) - 1);
     let m = mant >>> shift;
-    if (rest > half || (rest === half && (m & 1))) m += 1;
+    if (rest > half || (rest === half && m & 1)) m += 1;
     return sign | m; // a carry into the exponent field is still the right encoding
   }
   const rest = mant & 0x1fff;
   let m = mant >>> 13;
-  if (rest > 0x1000 || (rest === 0x1000 && (m & 1))) {
+  if (rest > 0x1000 || (rest === 0x1000 && m & 1)) {
     m += 1;
     if (m === 0x400) {
       m = 0;
@@ -65,7 +65,7 @@ export function f16BitsToF32(h: number): number {
 export function f32ToBf16Bits(value: number): number {
   f32buf[0] = value;
   const x = u32buf[0];
-  if ((x & 0x7f800000) === 0x7f800000 && (x & 0x7fffff)) return (x >>> 16) | 0x40; // nan
+  if ((x & 0x7f800000) === 0x7f800000 && x & 0x7fffff) return (x >>> 16) | 0x40; // nan
   const lsb = (x >>> 16) & 1;
   return ((x + 0x7fff + lsb) >>> 16) & 0xffff;
 }
@@ -108,7 +108,8 @@ export function encodeSafetensors(
     const t = tensors[name];
     const dtype = t.dtype ?? defaultDtype;
     const n = t.dims.reduce((a, b) => a * b, 1);
-    if (n !== t.data.length) throw new Error(`encodeSafetensors: ${name}: dims ${t.dims} hold ${n} values, data has ${t.data.length}`);
+    if (n !== t.data.length)
+      throw new Error(`encodeSafetensors: ${name}: dims ${t.dims} hold ${n} values, data has ${t.data.length}`);
     const len = n * BYTES[dtype];
     header[name] = { dtype, shape: t.dims, data_offsets: [offset, offset + len] };
     offset += len;
@@ -128,10 +129,22 @@ export function encodeSafetensors(
     for (let i = 0; i < t.data.length; i++) {
       const v = t.data[i];
       switch (dtype) {
-        case 'F32': dv.setFloat32(p, v, true); p += 4; break;
-        case 'F64': dv.setFloat64(p, v, true); p += 8; break;
-        case 'F16': dv.setUint16(p, f32ToF16Bits(v), true); p += 2; break;
-        case 'BF16': dv.setUint16(p, f32ToBf16Bits(v), true); p += 2; break;
+        case 'F32':
+          dv.setFloat32(p, v, true);
+          p += 4;
+          break;
+        case 'F64':
+          dv.setFloat64(p, v, true);
+          p += 8;
+          break;
+        case 'F16':
+          dv.setUint16(p, f32ToF16Bits(v), true);
+          p += 2;
+          break;
+        case 'BF16':
+          dv.setUint16(p, f32ToBf16Bits(v), true);
+          p += 2;
+          break;
       }
     }
   }
@@ -161,16 +174,29 @@ export function decodeSafetensors(bytes: Uint8Array): ReadResult {
     const dims = info.shape as number[];
     const n = dims.reduce((a, b) => a * b, 1);
     const [b, e] = info.data_offsets as [number, number];
-    if (e - b !== n * BYTES[dtype]) throw new Error(`safetensors: ${name}: byte length ${e - b} != ${n} × ${BYTES[dtype]}`);
+    if (e - b !== n * BYTES[dtype])
+      throw new Error(`safetensors: ${name}: byte length ${e - b} != ${n} × ${BYTES[dtype]}`);
     if (base + e > bytes.byteLength) throw new Error(`safetensors: ${name}: data past end of file`);
     let p = base + b;
     const data = dtype === 'F64' ? new Float64Array(n) : new Float32Array(n);
     for (let i = 0; i < n; i++) {
       switch (dtype) {
-        case 'F32': data[i] = dv.getFloat32(p, true); p += 4; break;
-        case 'F64': data[i] = dv.getFloat64(p, true); p += 8; break;
-        case 'F16': data[i] = f16BitsToF32(dv.getUint16(p, true)); p += 2; break;
-        case 'BF16': data[i] = bf16BitsToF32(dv.getUint16(p, true)); p += 2; break;
+        case 'F32':
+          data[i] = dv.getFloat32(p, true);
+          p += 4;
+          break;
+        case 'F64':
+          data[i] = dv.getFloat64(p, true);
+          p += 8;
+          break;
+        case 'F16':
+          data[i] = f16BitsToF32(dv.getUint16(p, true));
+          p += 2;
+          break;
+        case 'BF16':
+          data[i] = bf16BitsToF32(dv.getUint16(p, true));
+          p += 2;
+          break;
       }
     }
     tensors[name] = { dims, data, dtype };

@@ -30,9 +30,46 @@ export interface GeneratedTokenizer {
 }
 
 const WORDS = [
-  'the', 'cat', 'sat', 'on', 'mat', 'once', 'upon', 'a', 'time', 'there', 'was', 'little', 'dog',
-  'and', 'she', 'he', 'it', 'in', 'to', 'of', 'is', 'big', 'red', 'ball', 'play', 'day', 'happy',
-  'tree', 'bird', 'sun', 'girl', 'boy', 'said', 'went', 'saw', 'with', 'her', 'his', 'they', 'you',
+  'the',
+  'cat',
+  'sat',
+  'on',
+  'mat',
+  'once',
+  'upon',
+  'a',
+  'time',
+  'there',
+  'was',
+  'little',
+  'dog',
+  'and',
+  'she',
+  'he',
+  'it',
+  'in',
+  'to',
+  'of',
+  'is',
+  'big',
+  'red',
+  'ball',
+  'play',
+  'day',
+  'happy',
+  'tree',
+  'bird',
+  'sun',
+  'girl',
+  'boy',
+  'said',
+  'went',
+  'saw',
+  'with',
+  'her',
+  'his',
+  'they',
+  'you',
 ];
 
 export function bytesToUnicode(): string[] {
@@ -85,7 +122,15 @@ function addMerges(vocab: Record<string, number>, merges: string[], words: strin
 function addedTokens(specialIds: Record<string, number>) {
   return Object.entries(specialIds)
     .sort((a, b) => a[1] - b[1])
-    .map(([content, id]) => ({ id, content, single_word: false, lstrip: false, rstrip: false, normalized: false, special: true }));
+    .map(([content, id]) => ({
+      id,
+      content,
+      single_word: false,
+      lstrip: false,
+      rstrip: false,
+      normalized: false,
+      special: true,
+    }));
 }
 
 export function makeTokenizer(spec: TokenizerSpec, vocabSize: number): GeneratedTokenizer {
@@ -107,7 +152,8 @@ export function makeTokenizer(spec: TokenizerSpec, vocabSize: number): Generated
   });
 
   if (spec.kind === 'bytelevel') {
-    if (vocabSize < 256 + spec.specials.length) throw new Error(`bytelevel tokenizer needs vocab ≥ ${256 + spec.specials.length}`);
+    if (vocabSize < 256 + spec.specials.length)
+      throw new Error(`bytelevel tokenizer needs vocab ≥ ${256 + spec.specials.length}`);
     const table = bytesToUnicode();
     for (let b = 0; b < 256; b++) vocab[table[b]] = b;
     spec.specials.forEach((s, i) => {
@@ -129,8 +175,16 @@ export function makeTokenizer(spec: TokenizerSpec, vocabSize: number): Generated
         : { type: 'ByteLevel', add_prefix_space: true, trim_offsets: false, use_regex: true },
       decoder: { type: 'ByteLevel', add_prefix_space: true, trim_offsets: true, use_regex: true },
       model: {
-        type: 'BPE', dropout: null, unk_token: null, continuing_subword_prefix: '', end_of_word_suffix: '',
-        fuse_unk: false, byte_fallback: false, ignore_merges: false, vocab, merges,
+        type: 'BPE',
+        dropout: null,
+        unk_token: null,
+        continuing_subword_prefix: '',
+        end_of_word_suffix: '',
+        fuse_unk: false,
+        byte_fallback: false,
+        ignore_merges: false,
+        vocab,
+        merges,
       },
     };
   } else {
@@ -138,7 +192,7 @@ export function makeTokenizer(spec: TokenizerSpec, vocabSize: number): Generated
       vocab[s] = i;
       specialIds[s] = i;
     });
-    const chars = ['▁', ...'abcdefghijklmnopqrstuvwxyz', ...'.,!?\'', ...'0123456789'];
+    const chars = ['▁', ...'abcdefghijklmnopqrstuvwxyz', ...".,!?'", ...'0123456789'];
     // capitals only when that still leaves room for ≥ 20 word-piece merges
     if (vocabSize >= spec.specials.length + chars.length + 26 + 20) chars.push(...'ABCDEFGHIJKLMNOPQRSTUVWXYZ');
     for (const ch of chars) {
@@ -170,12 +224,21 @@ export function makeTokenizer(spec: TokenizerSpec, vocabSize: number): Generated
         ],
       },
       model: {
-        type: 'BPE', dropout: null, unk_token: spec.unk ?? null, continuing_subword_prefix: null, end_of_word_suffix: null,
-        fuse_unk: true, byte_fallback: false, ignore_merges: false, vocab, merges,
+        type: 'BPE',
+        dropout: null,
+        unk_token: spec.unk ?? null,
+        continuing_subword_prefix: null,
+        end_of_word_suffix: null,
+        fuse_unk: true,
+        byte_fallback: false,
+        ignore_merges: false,
+        vocab,
+        merges,
       },
     };
   }
-  if (Object.keys(vocab).length !== vocabSize) throw new Error(`tokenizer: built ${Object.keys(vocab).length} tokens, wanted ${vocabSize}`);
+  if (Object.keys(vocab).length !== vocabSize)
+    throw new Error(`tokenizer: built ${Object.keys(vocab).length} tokens, wanted ${vocabSize}`);
 
   const decoderEntries: Record<string, any> = {};
   for (const t of addedTokens(specialIds)) {

@@ -7,5 +7,16 @@ import type { AdapterInput } from './common';
 import { llamaLike } from './llama';
 
 export function gemma2(input: AdapterInput): ModelSpec {
-  return llamaLike(input, { family: 'gemma2', normOffset: 1, embedScale: true, sandwichNorms: true, softcap: true, queryPreAttnScalar: true, alternatingSlidingWindow: true, defaultAct: 'gelu_pytorch_tanh', actKeys: ['hidden_activation', 'hidden_act'], defaultTied: true });
+  return llamaLike(input, {
+    family: 'gemma2',
+    normOffset: 1,
+    embedScale: true,
+    sandwichNorms: true,
+    softcap: true,
+    queryPreAttnScalar: true,
+    alternatingSlidingWindow: true,
+    defaultAct: 'gelu_pytorch_tanh',
+    actKeys: ['hidden_activation', 'hidden_act'],
+    defaultTied: true,
+  });
 }

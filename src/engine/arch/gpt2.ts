@@ -15,8 +15,18 @@ export function gpt2(input: AdapterInput): ModelSpec {
   // Some checkpoints (e.g. openai-community/gpt2) store names without the 'transformer.' prefix.
   const p = t.has('transformer.wte.weight') ? 'transformer.' : '';
   const act = activation(c.activation_function, 'gelu_new');
-  const ln = (name: string) => ({ kind: 'layernorm' as const, w: need(t, `${p}${name}.weight`, [D]), b: need(t, `${p}${name}.bias`, [D]), eps, weightOffset: 0 as const });
-  const conv = (name: string, inp: number, out: number) => ({ w: need(t, `${p}${name}.weight`, [inp, out]), b: need(t, `${p}${name}.bias`, [out]), layout: 'in_out' as const });
+  const ln = (name: string) => ({
+    kind: 'layernorm' as const,
+    w: need(t, `${p}${name}.weight`, [D]),
+    b: need(t, `${p}${name}.bias`, [D]),
+    eps,
+    weightOffset: 0 as const,
+  });
+  const conv = (name: string, inp: number, out: number) => ({
+    w: need(t, `${p}${name}.weight`, [inp, out]),
+    b: need(t, `${p}${name}.bias`, [out]),
+    layout: 'in_out' as const,
+  });
   const layers: LayerSpec[] = [];
   for (let l = 0; l < L; l++) {
     let scale = c.scale_attn_weights === false ? 1 : 1 / Math.sqrt(Dh);
@@ -24,16 +34,37 @@ export function gpt2(input: AdapterInput): ModelSpec {
     layers.push({
       ln1: ln(`h.${l}.ln_1`),
       ln2: ln(`h.${l}.ln_2`),
-      attn: { qkv: { kind: 'gpt2_fused', qkv: conv(`h.${l}.attn.c_attn`, D, 3 * D) }, o: conv(`h.${l}.attn.c_proj`, D, D), scale, softcap: null, slidingWindow: null },
+      attn: {
+        qkv: { kind: 'gpt2_fused', qkv: conv(`h.${l}.attn.c_attn`, D, 3 * D) },
+        o: conv(`h.${l}.attn.c_proj`, D, D),
+        scale,
+        softcap: null,
+        slidingWindow: null,
+      },
       mlp: { kind: 'plain', up: conv(`h.${l}.mlp.c_fc`, D, M), down: conv(`h.${l}.mlp.c_proj`, M, D), act },
       parallel: false,
     });
   }
   const wte = need(t, `${p}wte.weight`, [V, D]);
   return {
-    family: 'gpt2', modelType: c.model_type, nLayers: L, dModel: D, nHeads: H, nKvHeads: H, dHead: Dh, dMlp: M, dVocab: V, nCtx,
-    norm: 'layernorm', embed: { w: wte, scale: 1 }, posEmbed: { w: need(t, `${p}wpe.weight`, [undefined, D]) }, layers,
-    lnFinal: ln('ln_f'), unembed: { w: maybe(t, 'lm_head.weight', [V, D]) ?? wte }, finalSoftcap: null,
-    bosTokenId: c.bos_token_id, eosTokenId: c.eos_token_id,
+    family: 'gpt2',
+    modelType: c.model_type,
+    nLayers: L,
+    dModel: D,
+    nHeads: H,
+    nKvHeads: H,
+    dHead: Dh,
+    dMlp: M,
+    dVocab: V,
+    nCtx,
+    norm: 'layernorm',
+    embed: { w: wte, scale: 1 },
+    posEmbed: { w: need(t, `${p}wpe.weight`, [undefined, D]) },
+    layers,
+    lnFinal: ln('ln_f'),
+    unembed: { w: maybe(t, 'lm_head.weight', [V, D]) ?? wte },
+    finalSoftcap: null,
+    bosTokenId: c.bos_token_id,
+    eosTokenId: c.eos_token_id,
   };
 }

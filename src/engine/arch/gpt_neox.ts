@@ -23,19 +23,43 @@ export function gptNeox(input: AdapterInput): ModelSpec {
       attn: {
         qkv: { kind: 'neox_fused', qkv: linear(t, `${pre}.attention.query_key_value`, 3 * D, D) },
         o: linear(t, `${pre}.attention.dense`, D, D),
-        scale: 1 / Math.sqrt(Dh), softcap: null, slidingWindow: null,
+        scale: 1 / Math.sqrt(Dh),
+        softcap: null,
+        slidingWindow: null,
       },
-      mlp: { kind: 'plain', up: linear(t, `${pre}.mlp.dense_h_to_4h`, M, D), down: linear(t, `${pre}.mlp.dense_4h_to_h`, D, M), act },
+      mlp: {
+        kind: 'plain',
+        up: linear(t, `${pre}.mlp.dense_h_to_4h`, M, D),
+        down: linear(t, `${pre}.mlp.dense_4h_to_h`, D, M),
+        act,
+      },
       parallel,
     });
   }
   const embed = need(t, 'gpt_neox.embed_in.weight', [V, D]);
   return {
-    family: 'gpt_neox', modelType: c.model_type, nLayers: L, dModel: D, nHeads: H, nKvHeads: H, dHead: Dh, dMlp: M, dVocab: V,
-    nCtx: num(c, ['max_position_embeddings'], 2048), norm: 'layernorm', embed: { w: embed, scale: 1 },
-    rotary: { theta: num(c, ['rotary_emb_base', 'rope_theta'], 10000), dim: Math.floor(Dh * rotaryPct), scaling: ropeScaling(c) },
-    layers, lnFinal: norm(t, 'gpt_neox.final_layer_norm', D, 'layernorm', eps),
-    unembed: { w: c.tie_word_embeddings && !t.has('embed_out.weight') ? embed : need(t, 'embed_out.weight', [V, D]) }, finalSoftcap: null,
-    bosTokenId: c.bos_token_id, eosTokenId: c.eos_token_id,
+    family: 'gpt_neox',
+    modelType: c.model_type,
+    nLayers: L,
+    dModel: D,
+    nHeads: H,
+    nKvHeads: H,
+    dHead: Dh,
+    dMlp: M,
+    dVocab: V,
+    nCtx: num(c, ['max_position_embeddings'], 2048),
+    norm: 'layernorm',
+    embed: { w: embed, scale: 1 },
+    rotary: {
+      theta: num(c, ['rotary_emb_base', 'rope_theta'], 10000),
+      dim: Math.floor(Dh * rotaryPct),
+      scaling: ropeScaling(c),
+    },
+    layers,
+    lnFinal: norm(t, 'gpt_neox.final_layer_norm', D, 'layernorm', eps),
+    unembed: { w: c.tie_word_embeddings && !t.has('embed_out.weight') ? embed : need(t, 'embed_out.weight', [V, D]) },
+    finalSoftcap: null,
+    bosTokenId: c.bos_token_id,
+    eosTokenId: c.eos_token_id,
   };
 }

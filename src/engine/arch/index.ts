@@ -26,15 +26,25 @@ export const SUPPORTED_MODEL_TYPES = Object.keys(ADAPTERS);
 /** The adapter for config.json's model_type; UNSUPPORTED_ARCHITECTURE from config.json alone (before any weight is fetched). */
 export function adapterFor(config: Record<string, unknown> | undefined): (input: AdapterInput) => ModelSpec {
   const type = config?.model_type;
-  const adapter = typeof type === 'string' && Object.prototype.hasOwnProperty.call(ADAPTERS, type) ? ADAPTERS[type] : undefined;
+  const adapter =
+    typeof type === 'string' && Object.prototype.hasOwnProperty.call(ADAPTERS, type) ? ADAPTERS[type] : undefined;
   if (!adapter) {
-    throw new LoupeError('UNSUPPORTED_ARCHITECTURE', `model_type '${type}' is not supported.`, `Supported model types: ${SUPPORTED_MODEL_TYPES.join(', ')}.`, { model_type: type, supported: SUPPORTED_MODEL_TYPES });
+    throw new LoupeError(
+      'UNSUPPORTED_ARCHITECTURE',
+      `model_type '${type}' is not supported.`,
+      `Supported model types: ${SUPPORTED_MODEL_TYPES.join(', ')}.`,
+      { model_type: type, supported: SUPPORTED_MODEL_TYPES },
+    );
   }
   return adapter;
 }
 
 export function describeModel(input: AdapterInput): ModelSpec {
   const spec = adapterFor(input.config)(input);
-  if (spec.nHeads % spec.nKvHeads !== 0) throw new LoupeError('BAD_CONFIG', `num_attention_heads (${spec.nHeads}) is not a multiple of num_key_value_heads (${spec.nKvHeads}).`);
+  if (spec.nHeads % spec.nKvHeads !== 0)
+    throw new LoupeError(
+      'BAD_CONFIG',
+      `num_attention_heads (${spec.nHeads}) is not a multiple of num_key_value_heads (${spec.nKvHeads}).`,
+    );
   return spec;
 }

@@ -51,11 +51,18 @@ export function llamaLike(input: AdapterInput, opts: LlamaLikeOptions): ModelSpe
   const eps = num(c, ['rms_norm_eps'], 1e-6);
   const off = opts.normOffset ?? 0;
   let actName: string | undefined;
-  for (const k of opts.actKeys ?? ['hidden_act']) if (typeof c[k] === 'string') { actName = c[k]; break; }
+  for (const k of opts.actKeys ?? ['hidden_act'])
+    if (typeof c[k] === 'string') {
+      actName = c[k];
+      break;
+    }
   const act = activation(actName, opts.defaultAct ?? 'silu');
   const rms = (prefix: string, d = D): NormSpec => norm(t, prefix, d, 'rmsnorm', eps, off);
   const slide = slidingLayers(c, L, opts);
-  const scale = opts.queryPreAttnScalar && typeof c.query_pre_attn_scalar === 'number' ? c.query_pre_attn_scalar ** -0.5 : 1 / Math.sqrt(Dh);
+  const scale =
+    opts.queryPreAttnScalar && typeof c.query_pre_attn_scalar === 'number'
+      ? c.query_pre_attn_scalar ** -0.5
+      : 1 / Math.sqrt(Dh);
   const softcap = opts.softcap && typeof c.attn_logit_softcapping === 'number' ? c.attn_logit_softcapping : null;
   const layers: LayerSpec[] = [];
   for (let l = 0; l < L; l++) {
@@ -73,7 +80,9 @@ export function llamaLike(input: AdapterInput, opts: LlamaLikeOptions): ModelSpe
         o: linear(t, `${p}.self_attn.o_proj`, D, H * Dh),
         qNorm: opts.qkNorm ? rms(`${p}.self_attn.q_norm`, Dh) : undefined,
         kNorm: opts.qkNorm ? rms(`${p}.self_attn.k_norm`, Dh) : undefined,
-        scale, softcap, slidingWindow: slide[l],
+        scale,
+        softcap,
+        slidingWindow: slide[l],
       },
       mlp: {
         kind: 'gated',
@@ -93,16 +102,31 @@ export function llamaLike(input: AdapterInput, opts: LlamaLikeOptions): ModelSpe
   const embed = need(t, 'model.embed_tokens.weight', [V, D]);
   const tied = c.tie_word_embeddings ?? opts.defaultTied ?? false;
   return {
-    family: opts.family, modelType: c.model_type, nLayers: L, dModel: D, nHeads: H, nKvHeads: Hkv, dHead: Dh, dMlp: M, dVocab: V,
-    nCtx: num(c, ['max_position_embeddings'], 2048), norm: 'rmsnorm',
+    family: opts.family,
+    modelType: c.model_type,
+    nLayers: L,
+    dModel: D,
+    nHeads: H,
+    nKvHeads: Hkv,
+    dHead: Dh,
+    dMlp: M,
+    dVocab: V,
+    nCtx: num(c, ['max_position_embeddings'], 2048),
+    norm: 'rmsnorm',
     // HF Gemma casts sqrt(hidden_size) to the model dtype; in float32 that is Math.fround.
     embed: { w: embed, scale: opts.embedScale ? Math.fround(Math.sqrt(D)) : 1 },
-    rotary: { theta: num(c, ['rope_theta'], 10000), dim: Math.floor(Dh * (c.partial_rotary_factor ?? 1)), scaling: ropeScaling(c) },
-    layers, lnFinal: rms('model.norm'),
+    rotary: {
+      theta: num(c, ['rope_theta'], 10000),
+      dim: Math.floor(Dh * (c.partial_rotary_factor ?? 1)),
+      scaling: ropeScaling(c),
+    },
+    layers,
+    lnFinal: rms('model.norm'),
     // Tied models use the embedding even when a copy of lm_head is stored (as HF's tie_weights does).
     unembed: { w: tied ? embed : need(t, 'lm_head.weight', [V, D]) },
     finalSoftcap: opts.softcap && typeof c.final_logit_softcapping === 'number' ? c.final_logit_softcapping : null,
-    bosTokenId: c.bos_token_id, eosTokenId: Array.isArray(c.eos_token_id) ? c.eos_token_id[0] : c.eos_token_id,
+    bosTokenId: c.bos_token_id,
+    eosTokenId: Array.isArray(c.eos_token_id) ? c.eos_token_id[0] : c.eos_token_id,
   };
 }
 

@@ -12,7 +12,10 @@ export const GRAD_SEED = 'logits::grad';
 export function addModelBackward(g: OnnxGraph, spec: ModelSpec, hooks: string[]): string[] {
   g.input(GRAD_SEED, 'float', ['B', 'P', spec.dVocab]);
   // two evaluations with different sizes tell static dims from dynamic ones; gradient runs have no KV cache
-  const symbols: [Record<string, number>, Record<string, number>] = [{ B: 2, T: 3, Tk: 3, P: 1 }, { B: 3, T: 5, Tk: 5, P: 2 }];
+  const symbols: [Record<string, number>, Record<string, number>] = [
+    { B: 2, T: 3, Tk: 3, P: 1 },
+    { B: 3, T: 5, Tk: 5, P: 2 },
+  ];
   return addBackward(g, {
     output: 'logits',
     seed: GRAD_SEED,

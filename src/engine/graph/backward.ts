@@ -43,11 +43,46 @@ export interface BackwardSpec {
 export const gradName = (t: string) => `grad:${t}`;
 
 /** Ops whose outputs carry no gradient (integer, boolean or shape results). */
-const NON_DIFF = new Set(['Shape', 'Greater', 'GreaterOrEqual', 'Less', 'Equal', 'NonZero', 'ArgMax', 'Range', 'ConstantOfShape']);
+const NON_DIFF = new Set([
+  'Shape',
+  'Greater',
+  'GreaterOrEqual',
+  'Less',
+  'Equal',
+  'NonZero',
+  'ArgMax',
+  'Range',
+  'ConstantOfShape',
+]);
 
 /** Ops with a VJP rule below. */
-const VJP_OPS = new Set(['Identity', 'Cast', 'Neg', 'Add', 'Sub', 'Mul', 'Div', 'Sqrt', 'Tanh', 'Sigmoid', 'Erf', 'Relu', 'Softmax', 'MatMul', 'Gemm',
-  'Reshape', 'Expand', 'Transpose', 'Unsqueeze', 'Squeeze', 'Split', 'Concat', 'Slice', 'Gather', 'ReduceMean']);
+const VJP_OPS = new Set([
+  'Identity',
+  'Cast',
+  'Neg',
+  'Add',
+  'Sub',
+  'Mul',
+  'Div',
+  'Sqrt',
+  'Tanh',
+  'Sigmoid',
+  'Erf',
+  'Relu',
+  'Softmax',
+  'MatMul',
+  'Gemm',
+  'Reshape',
+  'Expand',
+  'Transpose',
+  'Unsqueeze',
+  'Squeeze',
+  'Split',
+  'Concat',
+  'Slice',
+  'Gather',
+  'ReduceMean',
+]);
 
 function attr(n: Node, name: string): any {
   const a = n.attribute.find((x: any) => x.name === name);
@@ -61,7 +96,10 @@ function attr(n: Node, name: string): any {
 
 // ---------------------------------------------------------------- shape inference
 
-interface Info { shape?: Shape; ints?: number[] }
+interface Info {
+  shape?: Shape;
+  ints?: number[];
+}
 
 function broadcast(a: Shape, b: Shape): Shape {
   const r = Math.max(a.length, b.length);
@@ -79,7 +117,11 @@ const norm = (axis: number, rank: number) => (axis < 0 ? axis + rank : axis);
 const prod = (s: number[]) => s.reduce((a, b) => a * b, 1);
 
 /** Concrete shapes (and small int64 values) of every tensor for one assignment of input sizes. */
-function inferShapes(g: OnnxGraph, nodes: readonly Node[], inputShape: (name: string) => number[] | undefined): Map<string, Info> {
+function inferShapes(
+  g: OnnxGraph,
+  nodes: readonly Node[],
+  inputShape: (name: string) => number[] | undefined,
+): Map<string, Info> {
   const info = new Map<string, Info>();
   const get = (name: string): Info => {
     let i = info.get(name);
@@ -99,7 +141,16 @@ function inferShapes(g: OnnxGraph, nodes: readonly Node[], inputShape: (name: st
     let outs: Info[] = [];
     try {
       switch (n.opType) {
-        case 'Neg': case 'Sqrt': case 'Tanh': case 'Erf': case 'Sigmoid': case 'Relu': case 'Identity': case 'Exp': case 'Softmax': case 'Clip':
+        case 'Neg':
+        case 'Sqrt':
+        case 'Tanh':
+        case 'Erf':
+        case 'Sigmoid':
+        case 'Relu':
+        case 'Identity':
+        case 'Exp':
+        case 'Softmax':
+        case 'Clip':
           outs = [{ shape: s0 }];
           break;
         case 'Where': // the chunked vocabulary lookup (vocab.ts)
@@ -108,28 +159,47 @@ function inferShapes(g: OnnxGraph, nodes: readonly Node[], inputShape: (name: st
         case 'Cast':
           outs = [{ shape: s0, ints: ins[0].ints }];
           break;
-        case 'Add': case 'Sub': case 'Mul': case 'Div': case 'Greater': case 'GreaterOrEqual': case 'Equal': case 'Less': {
+        case 'Add':
+        case 'Sub':
+        case 'Mul':
+        case 'Div':
+        case 'Greater':
+        case 'GreaterOrEqual':
+        case 'Equal':
+        case 'Less': {
           const shape = s0 && ins[1].shape ? broadcast(s0, ins[1].shape) : undefined;
           // small int64 arithmetic on shapes (a stored weight's ordered Reshape target, onnx-builder.ts weight)
           const [a, b] = [ins[0].ints, ins[1].ints];
-          const f = ({ Add: (x: number, y: number) => x + y, Sub: (x: number, y: number) => x - y, Mul: (x: number, y: number) => x * y } as Record<string, ((x: number, y: number) => number) | undefined>)[n.opType];
-          const ints = f && a && b && shape?.length === 1 ? Array.from({ length: shape[0] }, (_, k) => f(a[a.length === 1 ? 0 : k], b[b.length === 1 ? 0 : k])) : undefined;
+          const f = (
+            {
+              Add: (x: number, y: number) => x + y,
+              Sub: (x: number, y: number) => x - y,
+              Mul: (x: number, y: number) => x * y,
+            } as Record<string, ((x: number, y: number) => number) | undefined>
+          )[n.opType];
+          const ints =
+            f && a && b && shape?.length === 1
+              ? Array.from({ length: shape[0] }, (_, k) => f(a[a.length === 1 ? 0 : k], b[b.length === 1 ? 0 : k]))
+              : undefined;
           outs = [{ shape, ints }];
           break;
         }
         case 'MatMul': {
-          const a = s0!, b = ins[1].shape!;
+          const a = s0!,
+            b = ins[1].shape!;
           outs = [{ shape: [...broadcast(a.slice(0, -2), b.slice(0, -2)), a[a.length - 2], b[b.length - 1]] }];
           break;
         }
         case 'Gemm': {
-          const a = s0!, b = ins[1].shape!;
+          const a = s0!,
+            b = ins[1].shape!;
           outs = [{ shape: [attr(n, 'transA') ? a[1] : a[0], attr(n, 'transB') ? b[0] : b[1]] }];
           break;
         }
         case 'Shape': {
           const r = s0!.length;
-          const st = norm(attr(n, 'start') ?? 0, r), en = norm(attr(n, 'end') ?? r, r);
+          const st = norm(attr(n, 'start') ?? 0, r),
+            en = norm(attr(n, 'end') ?? r, r);
           const v = s0!.slice(st, en);
           outs = [{ shape: [v.length], ints: v }];
           break;
@@ -145,7 +215,9 @@ function inferShapes(g: OnnxGraph, nodes: readonly Node[], inputShape: (name: st
         case 'Reshape': {
           const target = ins[1].ints!.slice();
           const total = prod(s0!);
-          target.forEach((d, k) => { if (d === 0) target[k] = s0![k]; });
+          target.forEach((d, k) => {
+            if (d === 0) target[k] = s0![k];
+          });
           const known = target.filter((d) => d !== -1).reduce((a, b) => a * b, 1);
           outs = [{ shape: target.map((d) => (d === -1 ? total / known : d)), ints: ins[0].ints }];
           break;
@@ -176,7 +248,8 @@ function inferShapes(g: OnnxGraph, nodes: readonly Node[], inputShape: (name: st
         }
         case 'Slice': {
           const shape = s0!.slice();
-          const starts = ins[1].ints!, ends = ins[2].ints!;
+          const starts = ins[1].ints!,
+            ends = ins[2].ints!;
           const axes = ins[3]?.ints ?? starts.map((_, k) => k);
           axes.forEach((a, k) => {
             const ax = norm(a, shape.length);
@@ -202,11 +275,14 @@ function inferShapes(g: OnnxGraph, nodes: readonly Node[], inputShape: (name: st
         case 'Expand':
           outs = [{ shape: broadcast(s0!, ins[1].ints!) }];
           break;
-        case 'ReduceMean': case 'ReduceSum': {
+        case 'ReduceMean':
+        case 'ReduceSum': {
           const axes: number[] = (n.opType === 'ReduceMean' ? attr(n, 'axes') : ins[1]?.ints) ?? s0!.map((_, k) => k);
           const ax = axes.map((a) => norm(a, s0!.length));
           const keep = (attr(n, 'keepdims') ?? 1) === 1;
-          outs = [{ shape: keep ? s0!.map((d, i) => (ax.includes(i) ? 1 : d)) : s0!.filter((_, i) => !ax.includes(i)) }];
+          outs = [
+            { shape: keep ? s0!.map((d, i) => (ax.includes(i) ? 1 : d)) : s0!.filter((_, i) => !ax.includes(i)) },
+          ];
           break;
         }
         case 'TopK': {
@@ -230,13 +306,15 @@ function inferShapes(g: OnnxGraph, nodes: readonly Node[], inputShape: (name: st
 
 export function addBackward(g: OnnxGraph, spec: BackwardSpec): string[] {
   const nodes = g.nodeList().slice(); // forward nodes only: the backward nodes are appended after
-  const shapes = spec.symbols.map((sym, ev) => inferShapes(g, nodes, (name) => {
-    const declared = g.inputDims(name);
-    if (!declared) return undefined;
-    const over = spec.inputDims?.(name, declared, ev);
-    if (over) return over;
-    return declared.map((d) => (typeof d === 'number' ? d : sym[d]));
-  }));
+  const shapes = spec.symbols.map((sym, ev) =>
+    inferShapes(g, nodes, (name) => {
+      const declared = g.inputDims(name);
+      if (!declared) return undefined;
+      const over = spec.inputDims?.(name, declared, ev);
+      if (over) return over;
+      return declared.map((d) => (typeof d === 'number' ? d : sym[d]));
+    }),
+  );
   const shapeOf = (t: string, ev: number) => shapes[ev].get(t)?.shape;
 
   // which tensors depend on a requested one, and which the seeded output depends on
@@ -253,12 +331,18 @@ export function addBackward(g: OnnxGraph, spec: BackwardSpec): string[] {
     if (n.output.some((o) => toOut.has(o))) n.input.forEach((i) => i && toOut.add(i));
   }
   for (const w of spec.wrt) {
-    if (!toOut.has(w)) throw new LoupeError('BAD_INPUT', `'${w}' does not feed the metric in this graph, so it has no gradient here.`, 'Ask for a hook on the path from the input to the logits (hook_result is computed beside the graph, not on it: use hook_z).');
+    if (!toOut.has(w))
+      throw new LoupeError(
+        'BAD_INPUT',
+        `'${w}' does not feed the metric in this graph, so it has no gradient here.`,
+        'Ask for a hook on the path from the input to the logits (hook_result is computed beside the graph, not on it: use hook_z).',
+      );
   }
   const active = (t: string) => fromSrc.has(t) && toOut.has(t);
   // refuse before writing anything: every op on the gradient path needs a rule
   for (const n of nodes) {
-    if (n.output.some(active) && n.input.some((i) => i !== '' && active(i)) && !VJP_OPS.has(n.opType)) throw unsupported(n);
+    if (n.output.some(active) && n.input.some((i) => i !== '' && active(i)) && !VJP_OPS.has(n.opType))
+      throw unsupported(n);
   }
 
   const contrib = new Map<string, string[]>();
@@ -277,29 +361,39 @@ export function addBackward(g: OnnxGraph, spec: BackwardSpec): string[] {
   addGrad(spec.output, spec.seed);
 
   const staticShape = (t: string): number[] => {
-    const a = shapeOf(t, 0), b = shapeOf(t, 1);
+    const a = shapeOf(t, 0),
+      b = shapeOf(t, 1);
     if (!a || !b || a.length !== b.length) throw new LoupeError('INTERNAL', `backward: no inferred shape for ${t}`);
     return a.map((d, i) => (d === b[i] ? d : -1));
   };
   const rank = (t: string) => staticShape(t).length;
   const c = (v: number) => g.constF([v], []);
-  const zerosLike = (t: string) => g.o('ConstantOfShape', [g.o('Shape', [t])], { value: { tensor: { dims: [1], floats: [0] } } }, 'gzero');
+  const zerosLike = (t: string) =>
+    g.o('ConstantOfShape', [g.o('Shape', [t])], { value: { tensor: { dims: [1], floats: [0] } } }, 'gzero');
 
   /** Sum a gradient shaped like `out` down to the shape of input `x` (undo broadcasting). */
   const unbroadcast = (gr: string, out: string, x: string): string => {
-    const o0 = shapeOf(out, 0)!, o1 = shapeOf(out, 1)!;
-    const x0 = shapeOf(x, 0), x1 = shapeOf(x, 1);
+    const o0 = shapeOf(out, 0)!,
+      o1 = shapeOf(out, 1)!;
+    const x0 = shapeOf(x, 0),
+      x1 = shapeOf(x, 1);
     if (!x0 || !x1) throw new LoupeError('INTERNAL', `backward: no inferred shape for ${x}`);
     const same = (a: number[], b: number[]) => a.length === b.length && a.every((d, i) => d === b[i]);
     if (same(o0, x0) && same(o1, x1)) return gr;
-    const R = o0.length, r = x0.length;
+    const R = o0.length,
+      r = x0.length;
     const axes: number[] = [];
     for (let i = 0; i < R; i++) {
       const k = i - (R - r);
-      if (k < 0) { axes.push(i); continue; }
-      const bc0 = x0[k] === 1 && o0[i] !== 1, bc1 = x1[k] === 1 && o1[i] !== 1;
+      if (k < 0) {
+        axes.push(i);
+        continue;
+      }
+      const bc0 = x0[k] === 1 && o0[i] !== 1,
+        bc1 = x1[k] === 1 && o1[i] !== 1;
       if (bc0 || bc1) {
-        if (x0[k] !== 1 || x1[k] !== 1) throw new LoupeError('INTERNAL', `backward: axis ${i} of ${x} is broadcast in one shape evaluation only`);
+        if (x0[k] !== 1 || x1[k] !== 1)
+          throw new LoupeError('INTERNAL', `backward: axis ${i} of ${x} is broadcast in one shape evaluation only`);
         axes.push(i);
       }
     }
@@ -307,7 +401,8 @@ export function addBackward(g: OnnxGraph, spec: BackwardSpec): string[] {
     if (R > r) y = g.o('Squeeze', [y, g.constI(Array.from({ length: R - r }, (_, i) => i))]);
     return y;
   };
-  const swapLast = (t: string, r: number) => g.o('Transpose', [t], { perm: [...Array.from({ length: r - 2 }, (_, i) => i), r - 1, r - 2] });
+  const swapLast = (t: string, r: number) =>
+    g.o('Transpose', [t], { perm: [...Array.from({ length: r - 2 }, (_, i) => i), r - 1, r - 2] });
 
   for (let k = nodes.length - 1; k >= 0; k--) {
     const n = nodes[k];
@@ -319,7 +414,9 @@ export function addBackward(g: OnnxGraph, spec: BackwardSpec): string[] {
     const gy = gys[0]!;
     const [a, b] = n.input;
     const y = n.output[0];
-    const send = (i: number, v: () => string) => { if (needs[i]) addGrad(n.input[i], v()); };
+    const send = (i: number, v: () => string) => {
+      if (needs[i]) addGrad(n.input[i], v());
+    };
     switch (n.opType) {
       case 'Identity':
         send(0, () => gy);
@@ -356,25 +453,32 @@ export function addBackward(g: OnnxGraph, spec: BackwardSpec): string[] {
         send(0, () => g.o('Mul', [gy, g.o('Mul', [y, g.o('Sub', [c(1), y])])]));
         break;
       case 'Erf': // d erf(x) = 2/√π e^{−x²}
-        send(0, () => g.o('Mul', [gy, g.o('Mul', [g.o('Exp', [g.o('Neg', [g.o('Mul', [a, a])])]), c(2 / Math.sqrt(Math.PI))])]));
+        send(0, () =>
+          g.o('Mul', [gy, g.o('Mul', [g.o('Exp', [g.o('Neg', [g.o('Mul', [a, a])])]), c(2 / Math.sqrt(Math.PI))])]),
+        );
         break;
       case 'Relu':
         send(0, () => g.o('Mul', [gy, g.o('Cast', [g.o('Greater', [a, c(0)])], { to: 1 })]));
         break;
-      case 'Softmax': { // y ⊙ (g − Σ g⊙y)
+      case 'Softmax': {
+        // y ⊙ (g − Σ g⊙y)
         const ax = norm(attr(n, 'axis') ?? -1, rank(y));
-        send(0, () => g.o('Mul', [y, g.o('Sub', [gy, g.o('ReduceSum', [g.o('Mul', [gy, y]), g.constI([ax])], { keepdims: 1 })])]));
+        send(0, () =>
+          g.o('Mul', [y, g.o('Sub', [gy, g.o('ReduceSum', [g.o('Mul', [gy, y]), g.constI([ax])], { keepdims: 1 })])]),
+        );
         break;
       }
       case 'MatMul': {
-        const ra = rank(a), rb = rank(b);
+        const ra = rank(a),
+          rb = rank(b);
         if (ra < 2 || rb < 2) throw unsupported(n, 'MatMul with a vector operand');
         send(0, () => unbroadcast(g.o('MatMul', [gy, swapLast(b, rb)]), y, a));
         send(1, () => unbroadcast(g.o('MatMul', [swapLast(a, ra), gy]), y, b));
         break;
       }
       case 'Gemm': {
-        if ((attr(n, 'alpha') ?? 1) !== 1 || (attr(n, 'beta') ?? 1) !== 1 || attr(n, 'transA')) throw unsupported(n, 'Gemm with alpha, beta or transA');
+        if ((attr(n, 'alpha') ?? 1) !== 1 || (attr(n, 'beta') ?? 1) !== 1 || attr(n, 'transA'))
+          throw unsupported(n, 'Gemm with alpha, beta or transA');
         const tb = attr(n, 'transB') === 1;
         send(0, () => g.o('Gemm', [gy, b], tb ? {} : { transB: 1 })); // g · op(B)ᵀ
         send(1, () => (tb ? g.o('Gemm', [gy, a], { transA: 1 }) : g.o('Gemm', [a, gy], { transA: 1 })));
@@ -390,7 +494,9 @@ export function addBackward(g: OnnxGraph, spec: BackwardSpec): string[] {
       case 'Transpose': {
         const perm: number[] = attr(n, 'perm') ?? Array.from({ length: rank(a) }, (_, i) => rank(a) - 1 - i);
         const inv = perm.slice();
-        perm.forEach((p, i) => { inv[p] = i; });
+        perm.forEach((p, i) => {
+          inv[p] = i;
+        });
         send(0, () => g.o('Transpose', [gy], { perm: inv }));
         break;
       }
@@ -402,7 +508,13 @@ export function addBackward(g: OnnxGraph, spec: BackwardSpec): string[] {
         break;
       case 'Split': {
         const ax = attr(n, 'axis') ?? 0;
-        send(0, () => g.o('Concat', n.output.map((o, i) => gys[i] ?? zerosLike(o)), { axis: ax }));
+        send(0, () =>
+          g.o(
+            'Concat',
+            n.output.map((o, i) => gys[i] ?? zerosLike(o)),
+            { axis: ax },
+          ),
+        );
         break;
       }
       case 'Concat': {
@@ -421,9 +533,11 @@ export function addBackward(g: OnnxGraph, spec: BackwardSpec): string[] {
       case 'Slice': {
         const xs = staticShape(a);
         const info0 = shapes[0];
-        const starts = info0.get(n.input[1])?.ints, ends = info0.get(n.input[2])?.ints;
+        const starts = info0.get(n.input[1])?.ints,
+          ends = info0.get(n.input[2])?.ints;
         const axes = n.input[3] ? info0.get(n.input[3])?.ints : starts?.map((_, i) => i);
-        if (!starts || !ends || !axes || (n.input[4] && info0.get(n.input[4])?.ints?.some((s) => s !== 1))) throw unsupported(n, 'Slice with non-constant bounds or steps');
+        if (!starts || !ends || !axes || (n.input[4] && info0.get(n.input[4])?.ints?.some((s) => s !== 1)))
+          throw unsupported(n, 'Slice with non-constant bounds or steps');
         const pads = new Array(2 * xs.length).fill(0);
         axes.forEach((ax0, i) => {
           const ax = norm(ax0, xs.length);
@@ -443,7 +557,10 @@ export function addBackward(g: OnnxGraph, spec: BackwardSpec): string[] {
         // scatter-add g back to the gathered rows: indices reshaped to broadcast along the other axes
         send(0, () => {
           const r = rank(a);
-          const idx = g.o('Expand', [g.o('Reshape', [b, g.constI(Array.from({ length: r }, (_, i) => (i === ax ? -1 : 1)))]), g.o('Shape', [gy])]);
+          const idx = g.o('Expand', [
+            g.o('Reshape', [b, g.constI(Array.from({ length: r }, (_, i) => (i === ax ? -1 : 1)))]),
+            g.o('Shape', [gy]),
+          ]);
           return g.o('ScatterElements', [zerosLike(a), idx, gy], { axis: ax, reduction: 'add' });
         });
         break;
@@ -474,5 +591,9 @@ export function addBackward(g: OnnxGraph, spec: BackwardSpec): string[] {
 }
 
 function unsupported(n: Node, what?: string): LoupeError {
-  return new LoupeError('UNSUPPORTED_OP', `Gradients through the ONNX op '${n.opType}'${what ? ` (${what})` : ''} are not implemented, so no gradient is computed.`, 'Ask for gradients at hooks after this op, or run without gradients.');
+  return new LoupeError(
+    'UNSUPPORTED_OP',
+    `Gradients through the ONNX op '${n.opType}'${what ? ` (${what})` : ''} are not implemented, so no gradient is computed.`,
+    'Ask for gradients at hooks after this op, or run without gradients.',
+  );
 }

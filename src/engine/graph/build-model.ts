@@ -106,11 +106,14 @@ function activation(g: OnnxGraph, x: string, a: Activation, fused = false): stri
   if (fused && a === 'gelu') return g.msOp('Gelu', [x])[0];
   if (fused && a !== 'relu' && a !== 'silu') return g.msOp('FastGelu', [x])[0];
   switch (a) {
-    case 'relu': return g.o('Relu', [x]);
-    case 'silu': return g.o('Mul', [x, g.o('Sigmoid', [x])]);
+    case 'relu':
+      return g.o('Relu', [x]);
+    case 'silu':
+      return g.o('Mul', [x, g.o('Sigmoid', [x])]);
     case 'gelu': // exact (erf) GELU
       return g.o('Mul', [g.o('Mul', [x, c(0.5)]), g.o('Add', [c(1), g.o('Erf', [g.o('Div', [x, c(Math.SQRT2)])])])]);
-    default: { // gelu_new / gelu_pytorch_tanh / gelu_fast: the tanh approximation
+    default: {
+      // gelu_new / gelu_pytorch_tanh / gelu_fast: the tanh approximation
       const x3 = g.o('Mul', [g.o('Mul', [x, x]), x]);
       const inner = g.o('Mul', [g.o('Add', [x, g.o('Mul', [x3, c(0.044715)])]), c(Math.sqrt(2 / Math.PI))]);
       return g.o('Mul', [g.o('Mul', [x, c(0.5)]), g.o('Add', [c(1), g.o('Tanh', [inner])])]);
@@ -122,13 +125,21 @@ function activation(g: OnnxGraph, x: string, a: Activation, fused = false): stri
  * LayerNorm / RMSNorm, decomposed so that hook_scale is a real intermediate (and intervenable):
  * y = ((x − mean x) / scale) ⊙ w + b with scale = sqrt(var + eps) (RMSNorm: x / sqrt(mean x² + eps) ⊙ w).
  */
-function normalize(g: OnnxGraph, W: (name: string) => string, x: string, n: NormSpec, onScale?: (scale: string) => string, fused = false): string {
+function normalize(
+  g: OnnxGraph,
+  W: (name: string) => string,
+  x: string,
+  n: NormSpec,
+  onScale?: (scale: string) => string,
+  fused = false,
+): string {
   const c = (v: number) => g.constF([v], []);
   if (fused && !onScale) {
     // no hook reads the scale: onnxruntime's fused norm, one kernel instead of ~8 passes over [B, T, D]
     const w = n.weightOffset ? g.o('Add', [W(n.w), c(1)]) : W(n.w);
     // (onnxruntime registers SimplifiedLayerNormalization, its RMSNorm kernel, in the ONNX domain)
-    if (n.kind === 'rmsnorm') return g.o('SimplifiedLayerNormalization', [x, w], { axis: -1, epsilon: { float: n.eps } });
+    if (n.kind === 'rmsnorm')
+      return g.o('SimplifiedLayerNormalization', [x, w], { axis: -1, epsilon: { float: n.eps } });
     return g.o('LayerNormalization', [x, w, ...(n.b ? [W(n.b)] : [])], { axis: -1, epsilon: { float: n.eps } });
   }
   let xc = x;
@@ -148,7 +159,15 @@ function normalize(g: OnnxGraph, W: (name: string) => string, x: string, n: Norm
 }
 
 /** `b t i → b t o` through a stored weight: torch Linear [o, i] (`b t i, o i -> b t o`) or GPT-2 Conv1D [i, o] (`b t i, i o -> b t o`). */
-function linearOf(g: OnnxGraph, W: (name: string, after?: string) => string, btN: (n: number) => string, x: string, ref: LinearRef, inDim: number, outDim: number): string {
+function linearOf(
+  g: OnnxGraph,
+  W: (name: string, after?: string) => string,
+  btN: (n: number) => string,
+  x: string,
+  ref: LinearRef,
+  inDim: number,
+  outDim: number,
+): string {
   const x2 = g.o('Reshape', [x, g.constI([-1, inDim])]);
   const args = [x2, W(ref.w, x2)];
   if (ref.b) args.push(W(ref.b));
@@ -180,11 +199,18 @@ class ModelGraph {
   private mask = '';
   private maskLocal = '';
 
-  constructor(private readonly spec: ModelSpec, private readonly tensors: Map<string, TensorEntry>, private readonly plan: GraphPlan, location: (file: string) => string) {
+  constructor(
+    private readonly spec: ModelSpec,
+    private readonly tensors: Map<string, TensorEntry>,
+    private readonly plan: GraphPlan,
+    location: (file: string) => string,
+  ) {
     this.g = new OnnxGraph(location, plan.weights ?? 'f32');
     ({ dModel: this.D, nHeads: this.H, nKvHeads: this.Hkv, dHead: this.Dh } = spec);
     this.lean = plan.lean ? { sites: new Set(plan.lean.sites), outputs: new Set(plan.lean.outputs) } : undefined;
-    this.hookSet = new Set(!plan.hooks ? [] : this.lean ? [...this.lean.sites, ...this.lean.outputs] : allHookNames(spec, plan.withResult));
+    this.hookSet = new Set(
+      !plan.hooks ? [] : this.lean ? [...this.lean.sites, ...this.lean.outputs] : allHookNames(spec, plan.withResult),
+    );
     if (plan.sae) this.hookSet.add(`${plan.sae.info.hook}.hook_sae_acts_post`);
   }
 
@@ -216,7 +242,12 @@ class ModelGraph {
   /** x [N, D] → logits [N, V] through W_U (lm_head or the tied embedding) in vocabulary chunks */
   private unembed(x: string): string {
     const { spec, plan } = this;
-    return unembedRows(this.g, vocabChunks(this.entry(spec.unembed.w), plan.vocabRows), spec.unembed.b ? this.entry(spec.unembed.b) : undefined, x);
+    return unembedRows(
+      this.g,
+      vocabChunks(this.entry(spec.unembed.w), plan.vocabRows),
+      spec.unembed.b ? this.entry(spec.unembed.b) : undefined,
+      x,
+    );
   }
 
   /** fused kernels allowed (see GraphPlan.fused) */
@@ -245,13 +276,30 @@ class ModelGraph {
    * SkipLayerNormalization (its 4th output is the sum, which the hooks output); otherwise an Add,
    * the hooks, and the norm.
    */
-  private addNorm(a: string, b: string | undefined, hooks: string[], n: NormSpec, scaleHook: string): { sum: string; normed: string } {
+  private addNorm(
+    a: string,
+    b: string | undefined,
+    hooks: string[],
+    n: NormSpec,
+    scaleHook: string,
+  ): { sum: string; normed: string } {
     const { g } = this;
-    if (b !== undefined && this.fusedKernel('skipNorm') && !this.hookSet.has(scaleHook) && hooks.every((h) => this.passive(h))) {
+    if (
+      b !== undefined &&
+      this.fusedKernel('skipNorm') &&
+      !this.hookSet.has(scaleHook) &&
+      hooks.every((h) => this.passive(h))
+    ) {
       const w = n.weightOffset ? g.o('Add', [this.W(n.w), this.c(1)]) : this.W(n.w); // Gemma stores w − 1
       const args = n.kind === 'rmsnorm' ? [a, b, w] : [a, b, w, ...(n.b ? [this.W(n.b)] : [])];
       // outputs: normed, mean, inv_std_var (left out), input_skip_bias_sum
-      let [normed, , , sum] = g.msOp(n.kind === 'rmsnorm' ? 'SkipSimplifiedLayerNormalization' : 'SkipLayerNormalization', args, { epsilon: { float: n.eps } }, 4, [1, 2]);
+      let [normed, , , sum] = g.msOp(
+        n.kind === 'rmsnorm' ? 'SkipSimplifiedLayerNormalization' : 'SkipLayerNormalization',
+        args,
+        { epsilon: { float: n.eps } },
+        4,
+        [1, 2],
+      );
       for (const h of hooks) sum = this.hook(sum, h);
       return { sum, normed };
     }
@@ -293,9 +341,13 @@ class ModelGraph {
     const x3 = g.o('Reshape', [x, btN(dIn)]); // z-SAEs read hook_z flattened over heads
     const xin = s.info.apply_b_dec_to_input ? g.o('Sub', [x3, g.weight(s.b_dec)]) : x3;
     // W_enc [d_in, d_sae]: `n i, i s -> n s`
-    const pre = g.o('Reshape', [g.o('Gemm', [g.o('Reshape', [xin, g.constI([-1, dIn])]), g.weight(s.W_enc), g.weight(s.b_enc)]), btN(S)]);
+    const pre = g.o('Reshape', [
+      g.o('Gemm', [g.o('Reshape', [xin, g.constI([-1, dIn])]), g.weight(s.W_enc), g.weight(s.b_enc)]),
+      btN(S),
+    ]);
     let acts = g.o('Relu', [pre]);
-    if (s.info.activation === 'jumprelu') acts = g.o('Mul', [acts, g.o('Cast', [g.o('Greater', [pre, g.weight(s.threshold!)])], { to: 1 })]);
+    if (s.info.activation === 'jumprelu')
+      acts = g.o('Mul', [acts, g.o('Cast', [g.o('Greater', [pre, g.weight(s.threshold!)])], { to: 1 })]);
     if (s.info.activation === 'topk') {
       const k = s.info.k!;
       const [vals] = g.op('TopK', [pre, g.constI([k])], { axis: -1 }, 2);
@@ -304,11 +356,17 @@ class ModelGraph {
     }
     const edited = this.hook(acts, `${s.info.hook}.hook_sae_acts_post`);
     // W_dec [d_sae, d_in]: `n s, s i -> n i`
-    const decode = (a: string) => g.o('Reshape', [g.o('Gemm', [g.o('Reshape', [a, g.constI([-1, S])]), g.weight(s.W_dec), g.weight(s.b_dec)]), btN(dIn)]);
+    const decode = (a: string) =>
+      g.o('Reshape', [
+        g.o('Gemm', [g.o('Reshape', [a, g.constI([-1, S])]), g.weight(s.W_dec), g.weight(s.b_dec)]),
+        btN(dIn),
+      ]);
     const recons = decode(acts);
     const error = g.o('Sub', [x3, recons]);
-    g.identity(recons, `${s.info.hook}.hook_sae_recons`); g.output(`${s.info.hook}.hook_sae_recons`);
-    g.rename(error, `${s.info.hook}.hook_sae_error`); g.output(`${s.info.hook}.hook_sae_error`);
+    g.identity(recons, `${s.info.hook}.hook_sae_recons`);
+    g.output(`${s.info.hook}.hook_sae_recons`);
+    g.rename(error, `${s.info.hook}.hook_sae_error`);
+    g.output(`${s.info.hook}.hook_sae_error`);
     // x + (decode(acts') − decode(acts)) rather than decode(acts') + error: exactly x when no feature is edited
     return g.o('Reshape', [g.o('Add', [x3, g.o('Sub', [decode(edited), recons])]), g.o('Shape', [x])]);
   }
@@ -360,34 +418,60 @@ class ModelGraph {
     v = this.hook(v, `${b}.hook_v`);
 
     // KV cache: keys/values of earlier positions come in, all keys/values go out (`b t hkv dh -> b hkv t dh`)
-    let kAll = g.o('Concat', [g.input(`past.${l}.key`, 'float', ['B', Hkv, 'P', Dh]), g.o('Transpose', [k], { perm: [0, 2, 1, 3] })], { axis: 2 });
-    let vAll = g.o('Concat', [g.input(`past.${l}.value`, 'float', ['B', Hkv, 'P', Dh]), g.o('Transpose', [v], { perm: [0, 2, 1, 3] })], { axis: 2 });
-    kAll = g.rename(kAll, `present.${l}.key`); g.output(kAll);
-    vAll = g.rename(vAll, `present.${l}.value`); g.output(vAll);
+    let kAll = g.o(
+      'Concat',
+      [g.input(`past.${l}.key`, 'float', ['B', Hkv, 'P', Dh]), g.o('Transpose', [k], { perm: [0, 2, 1, 3] })],
+      { axis: 2 },
+    );
+    let vAll = g.o(
+      'Concat',
+      [g.input(`past.${l}.value`, 'float', ['B', Hkv, 'P', Dh]), g.o('Transpose', [v], { perm: [0, 2, 1, 3] })],
+      { axis: 2 },
+    );
+    kAll = g.rename(kAll, `present.${l}.key`);
+    g.output(kAll);
+    vAll = g.rename(vAll, `present.${l}.value`);
+    g.output(vAll);
 
     // grouped-query attention: each kv head serves H/Hkv query heads, `b hkv tk dh -> b (hkv rep) tk dh`
     // (heads 2k, 2k+1 share kv head k for rep 2)
     const rep = H / Hkv;
-    const repeat = (t: string) => rep === 1 ? t : g.o('Reshape', [g.o('Expand', [g.o('Unsqueeze', [t, g.constI([2])]), g.constI([1, 1, rep, 1, 1])]), g.constI([0, H, -1, Dh])]);
+    const repeat = (t: string) =>
+      rep === 1
+        ? t
+        : g.o('Reshape', [
+            g.o('Expand', [g.o('Unsqueeze', [t, g.constI([2])]), g.constI([1, 1, rep, 1, 1])]),
+            g.constI([0, H, -1, Dh]),
+          ]);
     const kH = repeat(kAll);
     const vH = repeat(vAll);
     const mask = a.slidingWindow !== null ? this.maskLocal : this.mask;
 
     let z: string;
-    if (this.fusedKernel('attention') && a.softcap === null && !this.hookSet.has(`${b}.hook_attn_scores`) && !this.hookSet.has(`${b}.hook_pattern`)) {
+    if (
+      this.fusedKernel('attention') &&
+      a.softcap === null &&
+      !this.hookSet.has(`${b}.hook_attn_scores`) &&
+      !this.hookSet.has(`${b}.hook_pattern`)
+    ) {
       // no hook reads scores or pattern: MultiHeadAttention, query `b t (h dh)`, keys and values
       // `b h tk dh` (the KV cache and GQA stay outside it: present.* are computed above, and the
       // kernel's own past inputs take H heads, not Hkv), the mask as its additive attention_bias
-      const zFlat = g.msOp('MultiHeadAttention', [g.o('Reshape', [q, g.constI([0, 0, H * Dh])]), kH, vH, '', '', this.attnBias(mask)], { num_heads: H, scale: { float: a.scale } })[0];
+      const zFlat = g.msOp(
+        'MultiHeadAttention',
+        [g.o('Reshape', [q, g.constI([0, 0, H * Dh])]), kH, vH, '', '', this.attnBias(mask)],
+        { num_heads: H, scale: { float: a.scale } },
+      )[0];
       z = this.hook(g.o('Reshape', [zFlat, g.constI([0, 0, H, Dh])]), `${b}.hook_z`);
     } else {
       z = this.hook(this.attend(b, q, kH, vH, mask, a.scale, a.softcap), `${b}.hook_z`);
     }
     if (this.plan.withResult && this.plan.hooks) {
       // W_O per head [H, Dh, D]: out_in `d (h dh) -> h dh d`, in_out `(h dh) d -> h dh d`; result_h = z_h · W_O[h]
-      const wo = a.o.layout === 'out_in'
-        ? g.o('Transpose', [g.o('Reshape', [this.W(a.o.w, z), g.constI([D, H, Dh])])], { perm: [1, 2, 0] })
-        : g.o('Reshape', [this.W(a.o.w, z), g.constI([H, Dh, D])]);
+      const wo =
+        a.o.layout === 'out_in'
+          ? g.o('Transpose', [g.o('Reshape', [this.W(a.o.w, z), g.constI([D, H, Dh])])], { perm: [1, 2, 0] })
+          : g.o('Reshape', [this.W(a.o.w, z), g.constI([H, Dh, D])]);
       const zh = g.o('Transpose', [z], { perm: [0, 2, 1, 3] });
       this.hook(g.o('Transpose', [g.o('MatMul', [zh, wo])], { perm: [0, 2, 1, 3] }), `${b}.hook_result`);
     }
@@ -397,10 +481,21 @@ class ModelGraph {
   }
 
   /** decomposed attention with its hooks: q [B, T, H, Dh], keys and values [B, H, Tk, Dh] → z [B, T, H, Dh] */
-  private attend(b: string, q: string, kH: string, vH: string, mask: string, scale: number, cap: number | null): string {
+  private attend(
+    b: string,
+    q: string,
+    kH: string,
+    vH: string,
+    mask: string,
+    scale: number,
+    cap: number | null,
+  ): string {
     const { g } = this;
     // scores `b h t dh, b h tk dh -> b h t tk`
-    let scores = g.o('Mul', [g.o('MatMul', [g.o('Transpose', [q], { perm: [0, 2, 1, 3] }), g.o('Transpose', [kH], { perm: [0, 1, 3, 2] })]), this.c(scale)]);
+    let scores = g.o('Mul', [
+      g.o('MatMul', [g.o('Transpose', [q], { perm: [0, 2, 1, 3] }), g.o('Transpose', [kH], { perm: [0, 1, 3, 2] })]),
+      this.c(scale),
+    ]);
     if (cap !== null) scores = softcap(g, scores, cap);
     scores = this.hook(g.o('Add', [scores, mask]), `${b}.hook_attn_scores`);
     const pattern = this.hook(g.o('Softmax', [scores], { axis: -1 }), `${b}.hook_pattern`);
@@ -417,7 +512,11 @@ class ModelGraph {
     let bias = this.biasCache.get(mask);
     if (!bias) {
       const { g } = this;
-      const shape = g.o('Concat', [g.o('Slice', [this.bt, g.constI([0]), g.constI([1])]), g.constI([this.H]), g.o('Shape', [mask])], { axis: 0 });
+      const shape = g.o(
+        'Concat',
+        [g.o('Slice', [this.bt, g.constI([0]), g.constI([1])]), g.constI([this.H]), g.o('Shape', [mask])],
+        { axis: 0 },
+      );
       bias = g.o('Expand', [g.o('Unsqueeze', [mask, g.constI([0, 1])]), shape]);
       this.biasCache.set(mask, bias);
     }
@@ -461,7 +560,13 @@ class ModelGraph {
       const mlpOut = this.mlp(l, layer, this.norm(resid, layer.ln2, `blocks.${l}.ln2.hook_scale`));
       return [g.o('Add', [resid, attnOut]), mlpOut];
     }
-    const { sum: mid, normed } = this.addNorm(resid, attnOut, [`blocks.${l}.hook_resid_mid`], layer.ln2, `blocks.${l}.ln2.hook_scale`);
+    const { sum: mid, normed } = this.addNorm(
+      resid,
+      attnOut,
+      [`blocks.${l}.hook_resid_mid`],
+      layer.ln2,
+      `blocks.${l}.ln2.hook_scale`,
+    );
     return [mid, this.mlp(l, layer, normed)];
   }
 
@@ -478,7 +583,8 @@ class ModelGraph {
       this.sin = g.o('Unsqueeze', [g.input('rope_sin', 'float', ['T', rd]), g.constI([1])]);
     }
     this.mask = g.input('attn_mask', 'float', ['T', 'Tk']);
-    if (spec.layers.some((l) => l.attn.slidingWindow !== null)) this.maskLocal = g.input('attn_mask_local', 'float', ['T', 'Tk']);
+    if (spec.layers.some((l) => l.attn.slidingWindow !== null))
+      this.maskLocal = g.input('attn_mask_local', 'float', ['T', 'Tk']);
 
     // embeddings: W_E [V, D] gathered by token, W_pos [n_ctx, D] by position
     let x = lookupRows(g, vocabChunks(this.entry(spec.embed.w), this.plan.vocabRows), ids);
@@ -500,7 +606,12 @@ class ModelGraph {
 
     // unembed, only at the positions asked for (the unembedding is the largest matmul per token):
     // W_U [V, D] (lm_head or the tied embedding), `b p d, v d -> b p v`
-    const xf = this.addNorm(...addends, [`blocks.${spec.nLayers - 1}.hook_resid_post`], spec.lnFinal, 'ln_final.hook_scale').normed;
+    const xf = this.addNorm(
+      ...addends,
+      [`blocks.${spec.nLayers - 1}.hook_resid_post`],
+      spec.lnFinal,
+      'ln_final.hook_scale',
+    ).normed;
     const xp = g.o('Gather', [xf, g.input('logit_positions', 'int64', ['P'])], { axis: 1 }); // [B, P, D]
     const xu = g.o('Reshape', [xp, g.constI([-1, D])]);
     const bpV = g.o('Concat', [g.o('Shape', [xp], { start: 0, end: 2 }), g.constI([spec.dVocab])], { axis: 0 });
@@ -510,11 +621,23 @@ class ModelGraph {
     g.output('logits');
     if (this.plan.grad) addModelBackward(g, spec, this.plan.grad.hooks);
 
-    return { bytes: g.encode(), inputNames: g.inputNames(), outputNames: g.outputNames(), sites: this.sites, precision: this.plan.weights ?? 'f32', weightBytes: g.weightBytes() };
+    return {
+      bytes: g.encode(),
+      inputNames: g.inputNames(),
+      outputNames: g.outputNames(),
+      sites: this.sites,
+      precision: this.plan.weights ?? 'f32',
+      weightBytes: g.weightBytes(),
+    };
   }
 }
 
-export function buildModelGraph(spec: ModelSpec, tensors: Map<string, TensorEntry>, plan: GraphPlan, location: (file: string) => string = (f) => f): BuiltGraph {
+export function buildModelGraph(
+  spec: ModelSpec,
+  tensors: Map<string, TensorEntry>,
+  plan: GraphPlan,
+  location: (file: string) => string = (f) => f,
+): BuiltGraph {
   return new ModelGraph(spec, tensors, plan, location).build();
 }
 
@@ -531,34 +654,64 @@ export function buildModelGraph(spec: ModelSpec, tensors: Map<string, TensorEntr
  *   final_logit [S, P]              each stream's logit of that token
  *   final_above [S, P]              how many tokens have a larger logit (its rank − 1)
  */
-export function buildLensGraph(spec: ModelSpec, tensors: Map<string, TensorEntry>, location: (file: string) => string = (f) => f, precision: WeightPrecision = 'f32', vocabRows?: number, fused = true): BuiltGraph {
+export function buildLensGraph(
+  spec: ModelSpec,
+  tensors: Map<string, TensorEntry>,
+  location: (file: string) => string = (f) => f,
+  precision: WeightPrecision = 'f32',
+  vocabRows?: number,
+  fused = true,
+): BuiltGraph {
   const g = new OnnxGraph(location, precision);
   const W = (name: string, after?: string) => g.weight(tensors.get(name)!, after);
   const D = spec.dModel;
   const x = g.input('resid', 'float', ['S', 'P', D]);
   const xn = g.o('Reshape', [normalize(g, W, x, spec.lnFinal, undefined, fused), g.constI([-1, D])]);
-  let flat = unembedRows(g, vocabChunks(tensors.get(spec.unembed.w)!, vocabRows), spec.unembed.b ? tensors.get(spec.unembed.b) : undefined, xn); // `n d, v d -> n v`
+  let flat = unembedRows(
+    g,
+    vocabChunks(tensors.get(spec.unembed.w)!, vocabRows),
+    spec.unembed.b ? tensors.get(spec.unembed.b) : undefined,
+    xn,
+  ); // `n d, v d -> n v`
   if (spec.finalSoftcap !== null) flat = softcap(g, flat, spec.finalSoftcap);
   const sp = g.o('Shape', [x], { start: 0, end: 2 });
   const logits = g.rename(g.o('Reshape', [flat, g.o('Concat', [sp, g.constI([spec.dVocab])], { axis: 0 })]), 'logits');
   g.output(logits);
 
   const [topV, topI] = g.op('TopK', [logits, g.input('k', 'int64', [1])], { axis: -1, largest: 1, sorted: 1 }, 2);
-  g.rename(topV, 'top_logits'); g.output('top_logits');
-  g.rename(topI, 'top_ids'); g.output('top_ids', 'int64');
+  g.rename(topV, 'top_logits');
+  g.output('top_logits');
+  g.rename(topI, 'top_ids');
+  g.output('top_ids', 'int64');
   const max = g.o('ReduceMax', [logits], { axes: [-1], keepdims: 1 });
-  const lse = g.o('Add', [g.o('Squeeze', [max, g.constI([-1])]), g.o('Log', [g.o('ReduceSum', [g.o('Exp', [g.o('Sub', [logits, max])]), g.constI([-1])], { keepdims: 0 })])]);
-  g.rename(lse, 'logsumexp'); g.output('logsumexp');
+  const lse = g.o('Add', [
+    g.o('Squeeze', [max, g.constI([-1])]),
+    g.o('Log', [g.o('ReduceSum', [g.o('Exp', [g.o('Sub', [logits, max])]), g.constI([-1])], { keepdims: 0 })]),
+  ]);
+  g.rename(lse, 'logsumexp');
+  g.output('logsumexp');
   // the model's own prediction: the last stream is the final resid_post, so its lens is the model's unembedding
   const last = g.o('Slice', [logits, g.constI([-1]), g.constI([2 ** 31 - 1]), g.constI([0])]); // [1, P, V]
   const fid = g.o('ArgMax', [last], { axis: -1, keepdims: 1 }); // [1, P, 1]
-  g.rename(g.o('Reshape', [fid, g.constI([-1])]), 'final_ids'); g.output('final_ids', 'int64');
+  g.rename(g.o('Reshape', [fid, g.constI([-1])]), 'final_ids');
+  g.output('final_ids', 'int64');
   const fidAll = g.o('Expand', [fid, g.o('Concat', [sp, g.constI([1])], { axis: 0 })]); // [S, P, 1]
   const flog = g.o('GatherElements', [logits, fidAll], { axis: -1 }); // [S, P, 1]
-  g.rename(g.o('Squeeze', [flog, g.constI([-1])]), 'final_logit'); g.output('final_logit');
-  const above = g.o('ReduceSum', [g.o('Cast', [g.o('Greater', [logits, flog])], { to: 1 }), g.constI([-1])], { keepdims: 0 });
-  g.rename(above, 'final_above'); g.output('final_above');
-  return { bytes: g.encode(), inputNames: g.inputNames(), outputNames: g.outputNames(), sites: [], precision, weightBytes: g.weightBytes() };
+  g.rename(g.o('Squeeze', [flog, g.constI([-1])]), 'final_logit');
+  g.output('final_logit');
+  const above = g.o('ReduceSum', [g.o('Cast', [g.o('Greater', [logits, flog])], { to: 1 }), g.constI([-1])], {
+    keepdims: 0,
+  });
+  g.rename(above, 'final_above');
+  g.output('final_above');
+  return {
+    bytes: g.encode(),
+    inputNames: g.inputNames(),
+    outputNames: g.outputNames(),
+    sites: [],
+    precision,
+    weightBytes: g.weightBytes(),
+  };
 }
 
 export const LENS_OUTPUTS = ['top_logits', 'top_ids', 'logsumexp', 'final_ids', 'final_logit', 'final_above'];

@@ -18,8 +18,16 @@ export interface HookInfo {
 export function layerHooks(spec: ModelSpec, l: number, withResult: boolean): string[] {
   const b = `blocks.${l}`;
   const layer = spec.layers[l];
-  const names = [`${b}.hook_resid_pre`, `${b}.ln1.hook_scale`, `${b}.attn.hook_q`, `${b}.attn.hook_k`, `${b}.attn.hook_v`,
-    `${b}.attn.hook_attn_scores`, `${b}.attn.hook_pattern`, `${b}.attn.hook_z`];
+  const names = [
+    `${b}.hook_resid_pre`,
+    `${b}.ln1.hook_scale`,
+    `${b}.attn.hook_q`,
+    `${b}.attn.hook_k`,
+    `${b}.attn.hook_v`,
+    `${b}.attn.hook_attn_scores`,
+    `${b}.attn.hook_pattern`,
+    `${b}.attn.hook_z`,
+  ];
   if (withResult) names.push(`${b}.attn.hook_result`);
   if (layer.postAttnNorm) names.push(`${b}.ln1_post.hook_scale`);
   names.push(`${b}.hook_attn_out`);
@@ -45,7 +53,8 @@ export function hookInfo(name: string): HookInfo {
   if (leaf === 'hook_sae_recons' || leaf === 'hook_sae_error') return { name, posAxis: 1, site: false };
   if (leaf === 'hook_attn_scores') return { name, headAxis: 1, posAxis: 2, site: false }; // masked with -inf: x*0 would be NaN
   if (leaf === 'hook_pattern') return { name, headAxis: 1, posAxis: 2, site: true };
-  if (['hook_q', 'hook_k', 'hook_v', 'hook_z', 'hook_result'].includes(leaf)) return { name, headAxis: 2, posAxis: 1, site: true };
+  if (['hook_q', 'hook_k', 'hook_v', 'hook_z', 'hook_result'].includes(leaf))
+    return { name, headAxis: 2, posAxis: 1, site: true };
   return { name, posAxis: 1, site: true };
 }
 
@@ -53,14 +62,27 @@ export function hookShape(spec: ModelSpec, name: string, B: number, T: number, T
   const leaf = name.slice(name.lastIndexOf('.') + 1);
   const { dModel: D, nHeads: H, nKvHeads: Hkv, dHead: Dh, dMlp: M } = spec;
   switch (leaf) {
-    case 'hook_scale': return [B, T, 1];
-    case 'hook_q': case 'hook_z': return [B, T, H, Dh];
-    case 'hook_k': case 'hook_v': return [B, T, Hkv, Dh];
-    case 'hook_attn_scores': case 'hook_pattern': return [B, H, T, Tk];
-    case 'hook_result': return [B, T, H, D];
-    case 'hook_pre': case 'hook_pre_linear': case 'hook_post': return [B, T, M];
-    case 'logits': return [B, T, spec.dVocab];
-    default: return [B, T, D];
+    case 'hook_scale':
+      return [B, T, 1];
+    case 'hook_q':
+    case 'hook_z':
+      return [B, T, H, Dh];
+    case 'hook_k':
+    case 'hook_v':
+      return [B, T, Hkv, Dh];
+    case 'hook_attn_scores':
+    case 'hook_pattern':
+      return [B, H, T, Tk];
+    case 'hook_result':
+      return [B, T, H, D];
+    case 'hook_pre':
+    case 'hook_pre_linear':
+    case 'hook_post':
+      return [B, T, M];
+    case 'logits':
+      return [B, T, spec.dVocab];
+    default:
+      return [B, T, D];
   }
 }
 

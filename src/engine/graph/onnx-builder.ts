@@ -13,7 +13,8 @@ const { onnx } = onnxProto as any;
 export const CONCAT_MAX_INPUTS = 7;
 const DT = { FLOAT: 1, INT8: 3, INT64: 7, FLOAT16: 10, BFLOAT16: 16 } as const;
 
-type Attr = number | number[] | string | { float: number } | { tensor: { dims: number[]; floats?: number[]; ints?: number[] } };
+type Attr =
+  number | number[] | string | { float: number } | { tensor: { dims: number[]; floats?: number[]; ints?: number[] } };
 
 /** onnxruntime's contrib operator domain (its fused kernels: FastGelu, SimplifiedLayerNormalization, …) */
 export const MS_DOMAIN = 'com.microsoft';
@@ -30,7 +31,10 @@ export class OnnxGraph {
   /** weights kept in their own dtype ('stored', 'q8'): also declared as graph inputs, see rawWeight() */
   private readonly overridable: any[] = [];
 
-  constructor(private readonly weightFileName: (file: string) => string, private readonly precision: WeightPrecision = 'f32') {}
+  constructor(
+    private readonly weightFileName: (file: string) => string,
+    private readonly precision: WeightPrecision = 'f32',
+  ) {}
 
   private fresh(hint: string): string {
     return `${hint}_${this.counter++}`;
@@ -39,7 +43,15 @@ export class OnnxGraph {
   /** Add one node; returns its output names (one unless nOut > 1). */
   op(type: string, inputs: string[], attrs: Record<string, Attr> = {}, nOut = 1, hint = type): string[] {
     const outs = Array.from({ length: nOut }, () => this.fresh(hint));
-    this.nodes.push(onnx.NodeProto.create({ opType: type, input: inputs, output: outs, name: this.fresh('n'), attribute: Object.entries(attrs).map(([k, v]) => attr(k, v)) }));
+    this.nodes.push(
+      onnx.NodeProto.create({
+        opType: type,
+        input: inputs,
+        output: outs,
+        name: this.fresh('n'),
+        attribute: Object.entries(attrs).map(([k, v]) => attr(k, v)),
+      }),
+    );
     return outs;
   }
 
@@ -146,13 +158,20 @@ export class OnnxGraph {
       const [R, C] = e.shape;
       // the blocked view: [out, in/block, block] (axis 1) or [in/block, block, out] (axis 0), broadcast against the scales
       const blocked = axis === 1 ? [R, C / block, block] : [R / block, block, C];
-      const view = (t: TensorEntry, dims: number[]) => this.o('Reshape', [this.rawWeight(t), ordered ? this.o('Add', [this.constI(dims), this.zeroAfter(after!)]) : this.constI(dims)], {}, 'wdep');
+      const view = (t: TensorEntry, dims: number[]) =>
+        this.o(
+          'Reshape',
+          [this.rawWeight(t), ordered ? this.o('Add', [this.constI(dims), this.zeroAfter(after!)]) : this.constI(dims)],
+          {},
+          'wdep',
+        );
       const q = this.widenInt8(view(e, blocked), e.q8, blocked[2]);
       const s = this.widenScale(view(scale, scale.shape), scale);
       out = this.o('Reshape', [this.o('Mul', [q, s]), this.constI(e.shape)], {}, 'dq');
     } else {
       let raw = this.rawWeight(e);
-      if (ordered) raw = this.o('Reshape', [raw, this.o('Add', [this.constI(e.shape), this.zeroAfter(after!)])], {}, 'wdep');
+      if (ordered)
+        raw = this.o('Reshape', [raw, this.o('Add', [this.constI(e.shape), this.zeroAfter(after!)])], {}, 'wdep');
       out = e.dtype === 'F32' ? raw : this.o('Cast', [raw], { to: DT.FLOAT }, 'cast');
     }
     this.weights.set(key, out);
@@ -163,7 +182,10 @@ export class OnnxGraph {
   private zeroAfter(x: string): string {
     let z = this.zeros.get(x);
     if (!z) {
-      z = this.o('Mul', [this.o('Slice', [this.o('Shape', [x]), this.constI([0]), this.constI([1])]), this.constI([0])]);
+      z = this.o('Mul', [
+        this.o('Slice', [this.o('Shape', [x]), this.constI([0]), this.constI([1])]),
+        this.constI([0]),
+      ]);
       this.zeros.set(x, z);
     }
     return z;
@@ -182,7 +204,12 @@ export class OnnxGraph {
       const rows = this.widenInt8(this.o('Gather', [this.rawWeight(e), indices], { axis: 0 }), e.q8, D);
       const s = this.widenScale(this.o('Gather', [this.rawWeight(scale), indices], { axis: 0 }), scale);
       const blocked = this.o('Reshape', [rows, this.o('Concat', [lead, this.constI([D / block, block])], { axis: 0 })]);
-      return this.o('Reshape', [this.o('Mul', [blocked, s]), this.o('Concat', [lead, this.constI([D])], { axis: 0 })], {}, 'dq');
+      return this.o(
+        'Reshape',
+        [this.o('Mul', [blocked, s]), this.o('Concat', [lead, this.constI([D])], { axis: 0 })],
+        {},
+        'dq',
+      );
     }
     if (this.precision === 'f32' || e.dtype === 'F32') return this.o('Gather', [this.weight(e), indices], { axis: 0 });
     return this.o('Cast', [this.o('Gather', [this.rawWeight(e), indices], { axis: 0 })], { to: DT.FLOAT }, 'cast');
@@ -215,18 +242,37 @@ export class OnnxGraph {
   private rawWeight(e: TensorEntry): string {
     const name = `w:${e.name}`;
     if (this.raw.has(name)) return name;
-    const dataType = e.dtype === 'F32' ? DT.FLOAT : e.dtype === 'F16' ? DT.FLOAT16 : e.dtype === 'BF16' ? DT.BFLOAT16 : e.dtype === 'I8' && e.q8 ? DT.INT8 : -1;
+    const dataType =
+      e.dtype === 'F32'
+        ? DT.FLOAT
+        : e.dtype === 'F16'
+          ? DT.FLOAT16
+          : e.dtype === 'BF16'
+            ? DT.BFLOAT16
+            : e.dtype === 'I8' && e.q8
+              ? DT.INT8
+              : -1;
     if (dataType < 0) throw new Error(`weight ${e.name}: dtype ${e.dtype} cannot be used as a float weight`);
-    this.initializers.push(onnx.TensorProto.create({
-      name, dims: e.shape, dataType, dataLocation: 1,
-      externalData: [
-        { key: 'location', value: this.weightFileName(e.file) },
-        { key: 'offset', value: String(e.fileOffset) },
-        { key: 'length', value: String(e.byteLength) },
-      ],
-    }));
+    this.initializers.push(
+      onnx.TensorProto.create({
+        name,
+        dims: e.shape,
+        dataType,
+        dataLocation: 1,
+        externalData: [
+          { key: 'location', value: this.weightFileName(e.file) },
+          { key: 'offset', value: String(e.fileOffset) },
+          { key: 'length', value: String(e.byteLength) },
+        ],
+      }),
+    );
     if (this.precision !== 'f32' && dataType !== DT.FLOAT) {
-      this.overridable.push(onnx.ValueInfoProto.create({ name, type: { tensorType: { elemType: dataType, shape: { dim: e.shape.map((d) => ({ dimValue: d })) } } } }));
+      this.overridable.push(
+        onnx.ValueInfoProto.create({
+          name,
+          type: { tensorType: { elemType: dataType, shape: { dim: e.shape.map((d) => ({ dimValue: d })) } } },
+        }),
+      );
     }
     this.raw.add(name);
     this.rawBytes += e.byteLength;
@@ -279,8 +325,19 @@ export class OnnxGraph {
 
   /** Serialise to ONNX bytes (opset 17, IR 8). */
   encode(): Uint8Array {
-    const graph = onnx.GraphProto.create({ name: 'loupe', node: this.nodes, initializer: this.initializers, input: [...this.inputs, ...this.overridable], output: this.outputs });
-    const model = onnx.ModelProto.create({ irVersion: 8, producerName: 'loupe', opsetImport: [{ domain: '', version: 17 }, ...(this.contrib ? [{ domain: MS_DOMAIN, version: 1 }] : [])], graph });
+    const graph = onnx.GraphProto.create({
+      name: 'loupe',
+      node: this.nodes,
+      initializer: this.initializers,
+      input: [...this.inputs, ...this.overridable],
+      output: this.outputs,
+    });
+    const model = onnx.ModelProto.create({
+      irVersion: 8,
+      producerName: 'loupe',
+      opsetImport: [{ domain: '', version: 17 }, ...(this.contrib ? [{ domain: MS_DOMAIN, version: 1 }] : [])],
+      graph,
+    });
     return onnx.ModelProto.encode(model).finish();
   }
 }
@@ -298,6 +355,14 @@ function attr(name: string, v: Attr) {
   if (typeof v === 'string') return { name, type: 3, s: new TextEncoder().encode(v) };
   if (Array.isArray(v)) return { name, type: 7, ints: v };
   if ('float' in v) return { name, type: 1, f: v.float }; // fused kernels' epsilon
-  return { name, type: 4, t: { dims: v.tensor.dims, dataType: v.tensor.floats ? DT.FLOAT : DT.INT64, floatData: v.tensor.floats, int64Data: v.tensor.ints } };
+  return {
+    name,
+    type: 4,
+    t: {
+      dims: v.tensor.dims,
+      dataType: v.tensor.floats ? DT.FLOAT : DT.INT64,
+      floatData: v.tensor.floats,
+      int64Data: v.tensor.ints,
+    },
+  };
 }
-

@@ -36,7 +36,12 @@ import type { WeightPrecision } from '../precision';
 import { bf16Values, f16Values, readEntryRange, type ReadableWeightSet } from '../safetensors';
 import { checkReadoutInput, matrixRows } from '../weight-products';
 
-export function buildReadoutGraph(spec: ModelSpec, tensors: Map<string, TensorEntry>, location: (file: string) => string = (f) => f, precision: WeightPrecision = 'f32'): BuiltGraph {
+export function buildReadoutGraph(
+  spec: ModelSpec,
+  tensors: Map<string, TensorEntry>,
+  location: (file: string) => string = (f) => f,
+  precision: WeightPrecision = 'f32',
+): BuiltGraph {
   const g = new OnnxGraph(location, precision);
   const entry = (name: string) => {
     const e = tensors.get(name);
@@ -54,27 +59,56 @@ export function buildReadoutGraph(spec: ModelSpec, tensors: Map<string, TensorEn
   const mlpDirs = g.input('mlp_dirs', 'float', [L, 'Km', D]);
   const layerOf = (x: string, l: number) => g.o('Gather', [x, g.constI([l], [])], { axis: 0 });
   /** x [N, in] → x · W [N, out] (W the TL-orientation [in, out] map) */
-  const forward = (x: string, ref: LinearRef) => g.o('Gemm', [x, W(ref.w, x)], ref.layout === 'out_in' ? { transB: 1 } : {});
+  const forward = (x: string, ref: LinearRef) =>
+    g.o('Gemm', [x, W(ref.w, x)], ref.layout === 'out_in' ? { transB: 1 } : {});
   /** d [K, out] → d · Wᵀ [K, in]: the rows of W dotted with each direction */
-  const backward = (d: string, ref: LinearRef) => g.o('Gemm', [d, W(ref.w, d)], ref.layout === 'out_in' ? {} : { transB: 1 });
+  const backward = (d: string, ref: LinearRef) =>
+    g.o('Gemm', [d, W(ref.w, d)], ref.layout === 'out_in' ? {} : { transB: 1 });
   const stack = (parts: string[], name: string) => {
-    g.rename(g.concat(parts.map((p) => g.o('Unsqueeze', [p, g.constI([0])])), 0), name);
+    g.rename(
+      g.concat(
+        parts.map((p) => g.o('Unsqueeze', [p, g.constI([0])])),
+        0,
+      ),
+      name,
+    );
     g.output(name);
   };
-  stack(spec.layers.map((s, l) => forward(layerOf(z, l), s.attn.o)), 'attn_x');
-  stack(spec.layers.map((s, l) => forward(layerOf(post, l), s.mlp.down)), 'mlp_x');
-  stack(spec.layers.map((s, l) => backward(layerOf(attnDirs, l), s.attn.o)), 'attn_dir');
-  stack(spec.layers.map((s, l) => backward(layerOf(mlpDirs, l), s.mlp.down)), 'mlp_dir');
+  stack(
+    spec.layers.map((s, l) => forward(layerOf(z, l), s.attn.o)),
+    'attn_x',
+  );
+  stack(
+    spec.layers.map((s, l) => forward(layerOf(post, l), s.mlp.down)),
+    'mlp_x',
+  );
+  stack(
+    spec.layers.map((s, l) => backward(layerOf(attnDirs, l), s.attn.o)),
+    'attn_dir',
+  );
+  stack(
+    spec.layers.map((s, l) => backward(layerOf(mlpDirs, l), s.mlp.down)),
+    'mlp_dir',
+  );
   // no pre-packing: it keeps a packed copy of each float32 weight per Gemm (here two per weight,
   // one per orientation) for products of one or two rows, where it gains nothing measurable
   // (bench/memory.ts: it was 0.3 of the 0.5 GB this session added to the GPT-2-small shape at f32)
-  return { bytes: g.encode(), inputNames: g.inputNames(), outputNames: g.outputNames(), sites: [], precision, weightBytes: g.weightBytes(), sessionConfig: { disable_prepacking: '1' } };
+  return {
+    bytes: g.encode(),
+    inputNames: g.inputNames(),
+    outputNames: g.outputNames(),
+    sites: [],
+    precision,
+    weightBytes: g.weightBytes(),
+    sessionConfig: { disable_prepacking: '1' },
+  };
 }
 
 export const READOUT_OUTPUTS = ['attn_x', 'mlp_x', 'attn_dir', 'mlp_dir'];
 
 /** whether an input asks for any product of the readout graph (else no session is needed) */
-export const needsReadoutSession = (input: WeightProductsInput): boolean => !!(input.z || input.post || input.attnDirs || input.mlpDirs);
+export const needsReadoutSession = (input: WeightProductsInput): boolean =>
+  !!(input.z || input.post || input.attnDirs || input.mlpDirs);
 
 type MakeTensor = (type: 'float32' | 'int64', data: Float32Array | BigInt64Array, dims: number[]) => OrtTensorLike;
 
@@ -83,11 +117,20 @@ type MakeTensor = (type: 'float32' | 'int64', data: Float32Array | BigInt64Array
  * `noEmpty`: onnxruntime-web's WebGPU Gemm refuses zero-length inputs, so there an absent input is
  * one row of zeros (a wasted product) and `readoutResult` drops what it gave.
  */
-export function readoutFeeds(spec: ModelSpec, input: WeightProductsInput, tensor: MakeTensor, noEmpty = false): Record<string, OrtTensorLike> {
+export function readoutFeeds(
+  spec: ModelSpec,
+  input: WeightProductsInput,
+  tensor: MakeTensor,
+  noEmpty = false,
+): Record<string, OrtTensorLike> {
   const { nLayers: L, dModel: D, nHeads: H, dHead: Dh, dMlp: M } = spec;
   checkReadoutInput(spec, input);
-  const f = (t: Tensor | undefined, inner: number) => t ? tensor('float32', t.data, t.dims)
-    : noEmpty ? tensor('float32', new Float32Array(L * inner), [L, 1, inner]) : tensor('float32', new Float32Array(0), [L, 0, inner]);
+  const f = (t: Tensor | undefined, inner: number) =>
+    t
+      ? tensor('float32', t.data, t.dims)
+      : noEmpty
+        ? tensor('float32', new Float32Array(L * inner), [L, 1, inner])
+        : tensor('float32', new Float32Array(0), [L, 0, inner]);
   return {
     z: f(input.z, H * Dh),
     post: f(input.post, M),
@@ -100,14 +143,22 @@ export function readoutFeeds(spec: ModelSpec, input: WeightProductsInput, tensor
  * The products asked for: the readout graph's (`out`: its outputs; absent when none was asked
  * for, so no session ran) and the unembedding's. With `noEmpty`, what the zero rows gave is dropped.
  */
-export function readoutResult(spec: ModelSpec, out: Record<string, OrtTensorLike> | undefined, input: WeightProductsInput, unembed: Pick<WeightProducts, 'unembedRows' | 'unembedSum' | 'unembedDots'>): WeightProducts {
+export function readoutResult(
+  spec: ModelSpec,
+  out: Record<string, OrtTensorLike> | undefined,
+  input: WeightProductsInput,
+  unembed: Pick<WeightProducts, 'unembedRows' | 'unembedSum' | 'unembedDots'>,
+): WeightProducts {
   const { nLayers: L, dModel: D, nHeads: H, dHead: Dh, dMlp: M } = spec;
   const t = (name: string, given: boolean, inner: number): Tensor => {
     if (given && out) return { dims: [...out[name].dims], data: out[name].data as Float32Array };
     return { dims: [L, 0, inner], data: new Float32Array(0) };
   };
   return {
-    attnX: t('attn_x', !!input.z, D), mlpX: t('mlp_x', !!input.post, D), attnDir: t('attn_dir', !!input.attnDirs, H * Dh), mlpDir: t('mlp_dir', !!input.mlpDirs, M),
+    attnX: t('attn_x', !!input.z, D),
+    mlpX: t('mlp_x', !!input.post, D),
+    attnDir: t('attn_dir', !!input.attnDirs, H * Dh),
+    mlpDir: t('mlp_dir', !!input.mlpDirs, M),
     ...unembed,
   };
 }
@@ -127,7 +178,11 @@ export interface TablePassOptions {
  * a pass over the whole vocabulary never holds more than a chunk of it (W_U is the largest tensor:
  * 2.4 GB as float32 on Gemma 2, where one pass takes seconds: a cancel is heard between chunks).
  */
-async function forEachTableChunk(e: TensorEntry, each: (start: number, n: number) => void, opts: TablePassOptions): Promise<void> {
+async function forEachTableChunk(
+  e: TensorEntry,
+  each: (start: number, n: number) => void,
+  opts: TablePassOptions,
+): Promise<void> {
   const [V, D] = e.shape;
   const chunk = Math.max(1, Math.floor((opts.chunkBytes ?? CHUNK_BYTES) / (4 * D)));
   for (let start = 0; start < V; start += chunk) {
@@ -147,27 +202,43 @@ function sixteenBitValues(e: TensorEntry): Float32Array | undefined {
 }
 
 /** rows [start, start + n) of the table: their 16-bit bits where `sixteenBitValues` has a lookup, else float32 values (matrixRows) */
-function tableChunk(weights: ReadableWeightSet, e: TensorEntry, start: number, n: number, bits: boolean): Float32Array | Uint16Array {
+function tableChunk(
+  weights: ReadableWeightSet,
+  e: TensorEntry,
+  start: number,
+  n: number,
+  bits: boolean,
+): Float32Array | Uint16Array {
   if (!bits) return matrixRows(weights, e, start, n);
   const D = e.shape[1];
   const raw = readEntryRange(weights, e, start * D * 2, n * D * 2);
   // a 2-byte-aligned view where the bytes allow it (a read by range is a fresh buffer), else a copy
-  return raw.byteOffset % 2 === 0 ? new Uint16Array(raw.buffer, raw.byteOffset, n * D) : new Uint16Array(raw.slice().buffer);
+  return raw.byteOffset % 2 === 0
+    ? new Uint16Array(raw.buffer, raw.byteOffset, n * D)
+    : new Uint16Array(raw.slice().buffer);
 }
 
 /** Σ_v W_U[v, :] in float64, a chunk of rows at a time (16-bit rows through their lookup) */
-async function unembedTableSum(weights: ReadableWeightSet, e: TensorEntry, opts: TablePassOptions): Promise<Float64Array> {
+async function unembedTableSum(
+  weights: ReadableWeightSet,
+  e: TensorEntry,
+  opts: TablePassOptions,
+): Promise<Float64Array> {
   const D = e.shape[1];
   const sum = new Float64Array(D);
   const t = sixteenBitValues(e);
-  await forEachTableChunk(e, (start, n) => {
-    const w = tableChunk(weights, e, start, n, !!t);
-    for (let r = 0; r < n; r++) {
-      const o = r * D;
-      if (t) for (let d = 0; d < D; d++) sum[d] += t[w[o + d]];
-      else for (let d = 0; d < D; d++) sum[d] += w[o + d];
-    }
-  }, opts);
+  await forEachTableChunk(
+    e,
+    (start, n) => {
+      const w = tableChunk(weights, e, start, n, !!t);
+      for (let r = 0; r < n; r++) {
+        const o = r * D;
+        if (t) for (let d = 0; d < D; d++) sum[d] += t[w[o + d]];
+        else for (let d = 0; d < D; d++) sum[d] += w[o + d];
+      }
+    },
+    opts,
+  );
   return sum;
 }
 
@@ -180,34 +251,66 @@ async function unembedTableSum(weights: ReadableWeightSet, e: TensorEntry, opts:
  * row at a time; Gemma 2's F16 table, its bytes already read: 2.2–3.4 s against 6.6–11 s decoding
  * into float32 first and one row at a time; both warm, at load 6–9 on 2 cores).
  */
-async function unembedTableDots(weights: ReadableWeightSet, e: TensorEntry, x: Float64Array, S: number, opts: TablePassOptions): Promise<Float64Array> {
+async function unembedTableDots(
+  weights: ReadableWeightSet,
+  e: TensorEntry,
+  x: Float64Array,
+  S: number,
+  opts: TablePassOptions,
+): Promise<Float64Array> {
   const [V, D] = e.shape;
   const out = new Float64Array(S * V);
   const t = sixteenBitValues(e);
-  await forEachTableChunk(e, (start, n) => {
-    const w = tableChunk(weights, e, start, n, !!t);
-    for (let s = 0; s < S; s++) {
-      const xo = s * D, oo = s * V + start;
-      let r = 0;
-      for (; r + 4 <= n; r += 4) {
-        let a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-        const o0 = r * D, o1 = o0 + D, o2 = o1 + D, o3 = o2 + D;
-        if (t) {
-          for (let d = 0; d < D; d++) { const xd = x[xo + d]; a0 += xd * t[w[o0 + d]]; a1 += xd * t[w[o1 + d]]; a2 += xd * t[w[o2 + d]]; a3 += xd * t[w[o3 + d]]; }
-        } else {
-          for (let d = 0; d < D; d++) { const xd = x[xo + d]; a0 += xd * w[o0 + d]; a1 += xd * w[o1 + d]; a2 += xd * w[o2 + d]; a3 += xd * w[o3 + d]; }
+  await forEachTableChunk(
+    e,
+    (start, n) => {
+      const w = tableChunk(weights, e, start, n, !!t);
+      for (let s = 0; s < S; s++) {
+        const xo = s * D,
+          oo = s * V + start;
+        let r = 0;
+        for (; r + 4 <= n; r += 4) {
+          let a0 = 0,
+            a1 = 0,
+            a2 = 0,
+            a3 = 0;
+          const o0 = r * D,
+            o1 = o0 + D,
+            o2 = o1 + D,
+            o3 = o2 + D;
+          if (t) {
+            for (let d = 0; d < D; d++) {
+              const xd = x[xo + d];
+              a0 += xd * t[w[o0 + d]];
+              a1 += xd * t[w[o1 + d]];
+              a2 += xd * t[w[o2 + d]];
+              a3 += xd * t[w[o3 + d]];
+            }
+          } else {
+            for (let d = 0; d < D; d++) {
+              const xd = x[xo + d];
+              a0 += xd * w[o0 + d];
+              a1 += xd * w[o1 + d];
+              a2 += xd * w[o2 + d];
+              a3 += xd * w[o3 + d];
+            }
+          }
+          out[oo + r] = a0;
+          out[oo + r + 1] = a1;
+          out[oo + r + 2] = a2;
+          out[oo + r + 3] = a3;
         }
-        out[oo + r] = a0; out[oo + r + 1] = a1; out[oo + r + 2] = a2; out[oo + r + 3] = a3;
+        for (; r < n; r++) {
+          let acc = 0;
+          const o = r * D;
+          if (t) for (let d = 0; d < D; d++) acc += x[xo + d] * t[w[o + d]];
+          else for (let d = 0; d < D; d++) acc += x[xo + d] * w[o + d];
+          out[oo + r] = acc;
+        }
       }
-      for (; r < n; r++) {
-        let acc = 0;
-        const o = r * D;
-        if (t) for (let d = 0; d < D; d++) acc += x[xo + d] * t[w[o + d]];
-        else for (let d = 0; d < D; d++) acc += x[xo + d] * w[o + d];
-        out[oo + r] = acc;
-      }
-    }
-  }, opts);
+    },
+    opts,
+  );
   return out;
 }
 
@@ -217,10 +320,17 @@ async function unembedTableDots(weights: ReadableWeightSet, e: TensorEntry, x: F
  * a chunk of rows at a time; zeros when not asked for), unembedDots [S, V] = x_s · W_U (float64,
  * streamed the same way; [0, V] when not asked for). `opts`: see TablePassOptions.
  */
-export async function unembedProducts(spec: ModelSpec, weights: ReadableWeightSet, input: WeightProductsInput, opts: TablePassOptions = {}): Promise<Pick<WeightProducts, 'unembedRows' | 'unembedSum' | 'unembedDots'>> {
+export async function unembedProducts(
+  spec: ModelSpec,
+  weights: ReadableWeightSet,
+  input: WeightProductsInput,
+  opts: TablePassOptions = {},
+): Promise<Pick<WeightProducts, 'unembedRows' | 'unembedSum' | 'unembedDots'>> {
   const { dModel: D, dVocab: V } = spec;
   const ids = input.unembedIds ?? [];
-  for (const id of ids) if (!Number.isInteger(id) || id < 0 || id >= V) throw new LoupeError('BAD_TOKEN_ID', `Token id ${id} is outside the vocabulary (0..${V - 1}).`);
+  for (const id of ids)
+    if (!Number.isInteger(id) || id < 0 || id >= V)
+      throw new LoupeError('BAD_TOKEN_ID', `Token id ${id} is outside the vocabulary (0..${V - 1}).`);
   const x = input.unembedDots;
   if (x && (x.dims.length !== 2 || x.dims[1] !== D || x.data.length !== x.dims[0] * D)) {
     throw new LoupeError('BAD_INPUT', `weightProducts: unembedDots must be [n, ${D}], got [${x.dims}].`);
@@ -230,6 +340,11 @@ export async function unembedProducts(spec: ModelSpec, weights: ReadableWeightSe
   ids.forEach((id, i) => rows.set(matrixRows(weights, e, id, 1), i * D));
   const sum = input.unembedSum ? await unembedTableSum(weights, e, opts) : new Float64Array(D);
   const S = x ? x.dims[0] : 0;
-  const dots = x && S > 0 ? await unembedTableDots(weights, e, Float64Array.from(x.data), S, opts) : new Float64Array(0);
-  return { unembedRows: { dims: [ids.length, D], data: rows }, unembedSum: { dims: [D], data: Float32Array.from(sum) }, unembedDots: { dims: [S, V], data: dots } };
+  const dots =
+    x && S > 0 ? await unembedTableDots(weights, e, Float64Array.from(x.data), S, opts) : new Float64Array(0);
+  return {
+    unembedRows: { dims: [ids.length, D], data: rows },
+    unembedSum: { dims: [D], data: Float32Array.from(sum) },
+    unembedDots: { dims: [S, V], data: dots },
+  };
 }

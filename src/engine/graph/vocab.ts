@@ -25,7 +25,14 @@ import type { TensorEntry } from '../safetensors-types';
 export function rowSlice(e: TensorEntry, start: number, end: number): TensorEntry {
   const rowBytes = e.byteLength / e.shape[0];
   const q8 = e.q8 && { ...e.q8, scale: rowSlice(e.q8.scale, start, end) };
-  return { ...e, name: `${e.name}[${start}:${end}]`, shape: [end - start, ...e.shape.slice(1)], fileOffset: e.fileOffset + start * rowBytes, byteLength: (end - start) * rowBytes, ...(q8 ? { q8 } : {}) };
+  return {
+    ...e,
+    name: `${e.name}[${start}:${end}]`,
+    shape: [end - start, ...e.shape.slice(1)],
+    fileOffset: e.fileOffset + start * rowBytes,
+    byteLength: (end - start) * rowBytes,
+    ...(q8 ? { q8 } : {}),
+  };
 }
 
 /** A vocabulary table as chunks of at most `rows` rows (the whole table when `rows` is absent or covers it). */
@@ -52,9 +59,14 @@ export function lookupRows(g: OnnxGraph, chunks: TensorEntry[], ids: string): st
   for (const c of chunks) {
     const n = c.shape[0];
     const s = g.constF([start], []);
-    const local = g.o('Cast', [g.o('Clip', [g.o('Sub', [idsF, s]), g.constF([0], []), g.constF([n - 1], [])])], { to: 6 }); // int32
+    const local = g.o('Cast', [g.o('Clip', [g.o('Sub', [idsF, s]), g.constF([0], []), g.constF([n - 1], [])])], {
+      to: 6,
+    }); // int32
     const rows = g.gatherRows(c, local);
-    x = start === 0 ? rows : g.o('Where', [g.o('Unsqueeze', [g.o('GreaterOrEqual', [idsF, s]), g.constI([-1])]), rows, x]);
+    x =
+      start === 0
+        ? rows
+        : g.o('Where', [g.o('Unsqueeze', [g.o('GreaterOrEqual', [idsF, s]), g.constI([-1])]), rows, x]);
     start += n;
   }
   return x;

@@ -33,7 +33,12 @@ export function slidingWindowOf(spec: ModelSpec): number | null {
   return spec.layers.find((l) => l.attn.slidingWindow !== null)?.attn.slidingWindow ?? null;
 }
 
-export function buildFeeds(ort: OrtModule, spec: ModelSpec, graph: BuiltGraph, req: FeedRequest): Record<string, OrtTensorLike> {
+export function buildFeeds(
+  ort: OrtModule,
+  spec: ModelSpec,
+  graph: BuiltGraph,
+  req: FeedRequest,
+): Record<string, OrtTensorLike> {
   const { rows, past } = req;
   const B = rows.length;
   const T = rows[0].length;
@@ -46,7 +51,9 @@ export function buildFeeds(ort: OrtModule, spec: ModelSpec, graph: BuiltGraph, r
   feeds.input_ids = i64(rows.flat(), [B, T]);
 
   const logitPos = req.logitPositions ?? Array.from({ length: T }, (_, t) => t);
-  for (const p of logitPos) if (!Number.isInteger(p) || p < 0 || p >= T) throw new LoupeError('BAD_INPUT', `logit position ${p} is outside this run's ${T} positions.`);
+  for (const p of logitPos)
+    if (!Number.isInteger(p) || p < 0 || p >= T)
+      throw new LoupeError('BAD_INPUT', `logit position ${p} is outside this run's ${T} positions.`);
   if (logitPos.length === 0) throw new LoupeError('BAD_INPUT', 'logitPositions is empty.');
   feeds.logit_positions = i64(logitPos, [logitPos.length]);
 
@@ -60,7 +67,8 @@ export function buildFeeds(ort: OrtModule, spec: ModelSpec, graph: BuiltGraph, r
   }
 
   feeds.attn_mask = f32(attentionMask(T, P, null), [T, Tk]);
-  if (graph.inputNames.includes('attn_mask_local')) feeds.attn_mask_local = f32(attentionMask(T, P, slidingWindowOf(spec)), [T, Tk]);
+  if (graph.inputNames.includes('attn_mask_local'))
+    feeds.attn_mask_local = f32(attentionMask(T, P, slidingWindowOf(spec)), [T, Tk]);
 
   const { nKvHeads: Hkv, dHead: Dh } = spec;
   const empty: Tensor = { dims: [B, Hkv, 0, Dh], data: new Float32Array(0) };

@@ -33,7 +33,11 @@ export function compileInterventions(list: Intervention[], ctx: Ctx): Map<string
   const feeds = new Map<string, SiteFeed>();
   for (const iv of list) {
     if (!ctx.isSite(iv.hook)) {
-      throw new LoupeError(ctx.shapeOf(iv.hook).length ? 'BAD_INTERVENTION' : 'UNKNOWN_HOOK', `'${iv.hook}' is not an intervenable hook of this model.`, 'Use a TransformerLens hook name such as blocks.0.hook_resid_pre or blocks.0.attn.hook_z (hook_attn_scores is read-only; edit hook_pattern instead).');
+      throw new LoupeError(
+        ctx.shapeOf(iv.hook).length ? 'BAD_INTERVENTION' : 'UNKNOWN_HOOK',
+        `'${iv.hook}' is not an intervenable hook of this model.`,
+        'Use a TransformerLens hook name such as blocks.0.hook_resid_pre or blocks.0.attn.hook_z (hook_attn_scores is read-only; edit hook_pattern instead).',
+      );
     }
     const dims = ctx.shapeOf(iv.hook);
     let f = feeds.get(iv.hook);
@@ -58,14 +62,24 @@ function apply(f: SiteFeed, iv: Intervention, ctx: Ctx): void {
   const restSize = restAxes.reduce((s, a) => s * dims[a], 1);
 
   const rows = iv.batch ?? Array.from({ length: B }, (_, b) => b);
-  for (const b of rows) if (!Number.isInteger(b) || b < 0 || b >= B) throw bad(`batch row ${b} is out of range (batch ${B}).`);
+  for (const b of rows)
+    if (!Number.isInteger(b) || b < 0 || b >= B) throw bad(`batch row ${b} is out of range (batch ${B}).`);
   const positions = iv.positions === undefined || iv.positions === 'all' ? null : new Set(iv.positions);
-  if (positions) for (const p of positions) if (!Number.isInteger(p) || p < 0 || p >= T) throw bad(`position ${p} is out of range: this run has ${T} positions (0..${T - 1}).`, 'Positions count tokens from 0, BOS included.');
+  if (positions)
+    for (const p of positions)
+      if (!Number.isInteger(p) || p < 0 || p >= T)
+        throw bad(
+          `position ${p} is out of range: this run has ${T} positions (0..${T - 1}).`,
+          'Positions count tokens from 0, BOS included.',
+        );
   if (iv.head !== undefined) {
-    if (info.headAxis === undefined) throw bad(`${iv.hook} has no head axis; 'head' applies to hook_q/k/v/z/result/pattern.`);
-    if (!Number.isInteger(iv.head) || iv.head < 0 || iv.head >= dims[info.headAxis]) throw bad(`head ${iv.head} is out of range (0..${dims[info.headAxis] - 1}) for ${iv.hook}.`);
+    if (info.headAxis === undefined)
+      throw bad(`${iv.hook} has no head axis; 'head' applies to hook_q/k/v/z/result/pattern.`);
+    if (!Number.isInteger(iv.head) || iv.head < 0 || iv.head >= dims[info.headAxis])
+      throw bad(`head ${iv.head} is out of range (0..${dims[info.headAxis] - 1}) for ${iv.hook}.`);
   }
-  if (iv.neuron !== undefined && (!Number.isInteger(iv.neuron) || iv.neuron < 0 || iv.neuron >= last)) throw bad(`index ${iv.neuron} is out of range (0..${last - 1}) on the last axis of ${iv.hook}.`);
+  if (iv.neuron !== undefined && (!Number.isInteger(iv.neuron) || iv.neuron < 0 || iv.neuron >= last))
+    throw bad(`index ${iv.neuron} is out of range (0..${last - 1}) on the last axis of ${iv.hook}.`);
   const alpha = iv.alpha ?? 1;
   if (!Number.isFinite(alpha)) throw bad('alpha must be a finite number.');
 
@@ -82,8 +96,12 @@ function apply(f: SiteFeed, iv: Intervention, ctx: Ctx): void {
     if (value.length === 1) valueMode = 'scalar';
     else if (value.length === last) valueMode = 'last';
     else if (value.length === restSize) valueMode = 'rest';
-    else throw bad(`value has length ${value.length}; ${iv.hook} needs 1, ${last} (its last axis) or ${restSize} (a whole position).`);
-    for (let i = 0; i < value.length; i++) if (!Number.isFinite(value[i])) throw bad('value contains a non-finite number.');
+    else
+      throw bad(
+        `value has length ${value.length}; ${iv.hook} needs 1, ${last} (its last axis) or ${restSize} (a whole position).`,
+      );
+    for (let i = 0; i < value.length; i++)
+      if (!Number.isFinite(value[i])) throw bad('value contains a non-finite number.');
   }
   let src: Tensor | undefined;
   let srcBatch = 1;
@@ -94,10 +112,14 @@ function apply(f: SiteFeed, iv: Intervention, ctx: Ctx): void {
     const got = src.dims.length === rank ? src.dims.slice(1) : src.dims;
     srcBatch = src.dims.length === rank ? src.dims[0] : 1;
     if (got.length !== want.length || got.some((d, i) => d !== want[i]) || (srcBatch !== 1 && srcBatch !== B)) {
-      throw bad(`patch source has shape [${src.dims}] but ${iv.hook} has shape [${dims}] in this run.`, 'Patching needs prompts of equal token length; the source is the same hook from the other run.');
+      throw bad(
+        `patch source has shape [${src.dims}] but ${iv.hook} has shape [${dims}] in this run.`,
+        'Patching needs prompts of equal token length; the source is the same hook from the other run.',
+      );
     }
   }
-  if (!['zero', 'scale', 'add', 'set', 'mean', 'patch'].includes(iv.op)) throw bad(`unknown op '${iv.op}'.`, 'Use zero, scale, add, set, mean or patch.');
+  if (!['zero', 'scale', 'add', 'set', 'mean', 'patch'].includes(iv.op))
+    throw bad(`unknown op '${iv.op}'.`, 'Use zero, scale, add, set, mean or patch.');
 
   // strides for coordinate decoding
   const strides = new Array(rank);
@@ -108,23 +130,41 @@ function apply(f: SiteFeed, iv: Intervention, ctx: Ctx): void {
   for (const b of rows) {
     for (let r = 0; r < perRow; r++) {
       let rem = r;
-      for (let a = 1; a < rank; a++) { coord[a] = Math.floor(rem / strides[a]); rem -= coord[a] * strides[a]; }
+      for (let a = 1; a < rank; a++) {
+        coord[a] = Math.floor(rem / strides[a]);
+        rem -= coord[a] * strides[a];
+      }
       if (positions && !positions.has(coord[info.posAxis])) continue;
       if (iv.head !== undefined && coord[info.headAxis!] !== iv.head) continue;
       if (iv.neuron !== undefined && coord[rank - 1] !== iv.neuron) continue;
       const i = b * perRow + r;
-      let m = 1, a = 0;
+      let m = 1,
+        a = 0;
       switch (iv.op) {
-        case 'zero': m = 0; break;
-        case 'scale': m = alpha; break;
-        case 'add': case 'set': case 'mean': {
+        case 'zero':
+          m = 0;
+          break;
+        case 'scale':
+          m = alpha;
+          break;
+        case 'add':
+        case 'set':
+        case 'mean': {
           let restIdx = 0;
           for (const ax of restAxes) restIdx = restIdx * dims[ax] + coord[ax];
-          const v = valueMode === 'scalar' ? value![0] : valueMode === 'last' ? value![coord[rank - 1]] : value![restIdx];
-          if (iv.op === 'add') a = alpha * v; else { m = 0; a = v; }
+          const v =
+            valueMode === 'scalar' ? value![0] : valueMode === 'last' ? value![coord[rank - 1]] : value![restIdx];
+          if (iv.op === 'add') a = alpha * v;
+          else {
+            m = 0;
+            a = v;
+          }
           break;
         }
-        case 'patch': m = 0; a = src!.data[(srcBatch === 1 ? 0 : b) * perRow + r]; break;
+        case 'patch':
+          m = 0;
+          a = src!.data[(srcBatch === 1 ? 0 : b) * perRow + r];
+          break;
       }
       f.mul[i] *= m;
       f.add[i] = f.add[i] * m + a;

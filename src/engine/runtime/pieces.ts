@@ -31,20 +31,33 @@ export interface Piece {
   used: number;
 }
 
-interface Ref { init: any; file: string; offset: number; length: number }
+interface Ref {
+  init: any;
+  file: string;
+  offset: number;
+  length: number;
+}
 
 function entry(init: any, key: string): any {
   return init.externalData.find((kv: any) => kv.key === key);
 }
 
 /** Rewrite a graph's external data into pieces; returns the new graph bytes and the pieces to feed. */
-export function pieceGraph(graphBytes: Uint8Array, maxBytes = PIECE_BYTES): { graphBytes: Uint8Array; pieces: Piece[] } {
+export function pieceGraph(
+  graphBytes: Uint8Array,
+  maxBytes = PIECE_BYTES,
+): { graphBytes: Uint8Array; pieces: Piece[] } {
   const model = onnx.ModelProto.decode(graphBytes);
   const byFile = new Map<string, Ref[]>();
   for (const init of model.graph.initializer) {
     if (init.dataLocation !== 1) continue;
     const file = entry(init, 'location').value as string;
-    const ref = { init, file, offset: Number(entry(init, 'offset')?.value ?? 0), length: Number(entry(init, 'length').value) };
+    const ref = {
+      init,
+      file,
+      offset: Number(entry(init, 'offset')?.value ?? 0),
+      length: Number(entry(init, 'length').value),
+    };
     if (!byFile.has(file)) byFile.set(file, []);
     byFile.get(file)!.push(ref);
   }
@@ -54,11 +67,21 @@ export function pieceGraph(graphBytes: Uint8Array, maxBytes = PIECE_BYTES): { gr
     let cur: Piece | null = null;
     for (const r of refs) {
       if (r.length > ORT_WEB_MAX_BYTES) {
-        throw new LoupeError('TOO_LARGE', `Tensor ${String(r.init.name).replace(/^w:/, '')} is ${(r.length / 1024 ** 3).toFixed(2)} GiB; onnxruntime-web takes at most 2 GiB in one piece.`, 'Use --weights stored (16-bit weights are half the size) or the node backend.');
+        throw new LoupeError(
+          'TOO_LARGE',
+          `Tensor ${String(r.init.name).replace(/^w:/, '')} is ${(r.length / 1024 ** 3).toFixed(2)} GiB; onnxruntime-web takes at most 2 GiB in one piece.`,
+          'Use --weights stored (16-bit weights are half the size) or the node backend.',
+        );
       }
       const end = r.offset + r.length;
       if (!cur || (end - cur.start > maxBytes && r.offset >= cur.end)) {
-        cur = { path: `${file}.${pieces.filter((p) => p.file === file).length}`, file, start: r.offset, end, used: r.length };
+        cur = {
+          path: `${file}.${pieces.filter((p) => p.file === file).length}`,
+          file,
+          start: r.offset,
+          end,
+          used: r.length,
+        };
         pieces.push(cur);
       } else {
         cur.end = Math.max(cur.end, end);

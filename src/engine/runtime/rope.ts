@@ -35,9 +35,12 @@ export function ropeTables(r: RotarySpec, positions: number[]): { cos: Float32Ar
     for (let i = 0; i < half; i++) {
       // HF multiplies in float32: match its rounding of the angle
       const angle = Math.fround(Math.fround(p) * Math.fround(inv[i]));
-      const c = Math.cos(angle), s = Math.sin(angle);
-      cos[t * r.dim + i] = c; cos[t * r.dim + half + i] = c;
-      sin[t * r.dim + i] = s; sin[t * r.dim + half + i] = s;
+      const c = Math.cos(angle),
+        s = Math.sin(angle);
+      cos[t * r.dim + i] = c;
+      cos[t * r.dim + half + i] = c;
+      sin[t * r.dim + i] = s;
+      sin[t * r.dim + half + i] = s;
     }
   });
   return { cos, sin };

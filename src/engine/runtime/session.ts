@@ -54,7 +54,9 @@ export function graphSessionOptions(graph: BuiltGraph, extraOptions: Record<stri
 function wrap(session: any): EngineSession {
   return {
     run: (feeds, fetches) => session.run(feeds, fetches),
-    release: async () => { await session.release?.(); },
+    release: async () => {
+      await session.release?.();
+    },
   };
 }
 
@@ -66,7 +68,12 @@ function wrap(session: any): EngineSession {
  */
 const liveGpu = new WeakMap<object, { count: number; deferred: (() => Promise<void>)[] }>();
 
-function trackedWeb(ort: OrtModule, backend: 'webgpu' | 'wasm', session: any, pieces: EngineSession['pieces']): EngineSession {
+function trackedWeb(
+  ort: OrtModule,
+  backend: 'webgpu' | 'wasm',
+  session: any,
+  pieces: EngineSession['pieces'],
+): EngineSession {
   let state = liveGpu.get(ort);
   if (!state) liveGpu.set(ort, (state = { count: 0, deferred: [] }));
   const st = state;
@@ -96,17 +103,28 @@ async function pieceBytes(weights: ReadableWeightSet, p: Piece): Promise<Uint8Ar
   const bytes = weights.files.get(p.file);
   if (bytes) return bytes.subarray(p.start, p.end);
   const ranged = weights.ranged?.get(p.file);
-  const data = ranged ? await ranged.readAsync(p.start, p.end - p.start) : weights.readRange?.(p.file, p.start, p.end - p.start);
+  const data = ranged
+    ? await ranged.readAsync(p.start, p.end - p.start)
+    : weights.readRange?.(p.file, p.start, p.end - p.start);
   return checked(p, p.start, p.end - p.start, data);
 }
 
 function checked(p: Piece, start: number, length: number, data: Uint8Array | undefined): Uint8Array {
-  if (!data || data.byteLength !== length) throw new LoupeError('SAFETENSORS_TRUNCATED', `${p.file}: could not read bytes ${start}–${start + length}.`, 'The file is damaged or incomplete: clear the cache and load the model again.', { file: p.file });
+  if (!data || data.byteLength !== length)
+    throw new LoupeError(
+      'SAFETENSORS_TRUNCATED',
+      `${p.file}: could not read bytes ${start}–${start + length}.`,
+      'The file is damaged or incomplete: clear the cache and load the model again.',
+      { file: p.file },
+    );
   return data;
 }
 
 /** A synchronous range reader of a file not held in memory, where there is one (a file on disk; IndexedDB chunks in a worker). */
-function syncReader(weights: ReadableWeightSet, file: string): ((offset: number, length: number) => Uint8Array) | undefined {
+function syncReader(
+  weights: ReadableWeightSet,
+  file: string,
+): ((offset: number, length: number) => Uint8Array) | undefined {
   if (weights.files.has(file)) return undefined; // in memory: the piece is a view, nothing to save
   const ranged = weights.ranged?.get(file);
   if (ranged) return (o, n) => ranged.read(o, n);
@@ -162,24 +180,39 @@ function lazyPiece(p: Piece, read: (offset: number, length: number) => Uint8Arra
  * read whole first, by range (never a whole file at once); a file in memory is passed as views.
  * Once `create` returns no reference to a piece is left.
  */
-export function webSessionFactory(ort: OrtModule, backend: 'webgpu' | 'wasm', gpu?: GpuCaps, extraOptions: Record<string, any> = {}): SessionFactory {
+export function webSessionFactory(
+  ort: OrtModule,
+  backend: 'webgpu' | 'wasm',
+  gpu?: GpuCaps,
+  extraOptions: Record<string, any> = {},
+): SessionFactory {
   return {
     backend,
     ort,
     ...(backend === 'webgpu' && gpu ? { gpu } : {}),
     async create(graph, weights) {
       const { graphBytes, pieces } = pieceGraph(graph.bytes);
-      const options = { executionProviders: [backend], graphOptimizationLevel: 'all', ...graphSessionOptions(graph, extraOptions) };
-      const lazy = pieces.map((p) => { const read = syncReader(weights, p.file); return read && lazyPiece(p, read); });
+      const options = {
+        executionProviders: [backend],
+        graphOptimizationLevel: 'all',
+        ...graphSessionOptions(graph, extraOptions),
+      };
+      const lazy = pieces.map((p) => {
+        const read = syncReader(weights, p.file);
+        return read && lazyPiece(p, read);
+      });
       if (lazy.some(Boolean)) {
         const made = await ort.InferenceSession.create(graphBytes, {
           ...options,
-          externalData: await Promise.all(pieces.map(async (p, i) => ({ path: p.path, data: lazy[i]?.bytes ?? await pieceBytes(weights, p) }))),
+          externalData: await Promise.all(
+            pieces.map(async (p, i) => ({ path: p.path, data: lazy[i]?.bytes ?? (await pieceBytes(weights, p)) })),
+          ),
         }).catch((e) => {
           if (!lazy.some((l) => l?.error)) throw e; // not a read of ours: the session's own error
           return null; // a read failed (e.g. Blobs outside a worker): read the pieces whole below
         });
-        if (made && pieces.every((p, i) => !lazy[i] || lazy[i]!.served >= p.used)) return trackedWeb(ort, backend, made, 'lazy');
+        if (made && pieces.every((p, i) => !lazy[i] || lazy[i]!.served >= p.used))
+          return trackedWeb(ort, backend, made, 'lazy');
         await made?.release();
       }
       const externalData: { path: string; data: Uint8Array }[] = [];

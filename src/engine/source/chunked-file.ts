@@ -21,21 +21,42 @@ export type BlobReaderSync = (blob: Blob, start: number, end: number) => Uint8Ar
 
 function fileReaderSync(blob: Blob, start: number, end: number): Uint8Array {
   const FRS = (globalThis as { FileReaderSync?: new () => { readAsArrayBuffer(b: Blob): ArrayBuffer } }).FileReaderSync;
-  if (!FRS) throw new LoupeError('INTERNAL', 'A weight file stored as Blobs can only be read synchronously in a worker (FileReaderSync).', 'Load the model in the engine worker.');
+  if (!FRS)
+    throw new LoupeError(
+      'INTERNAL',
+      'A weight file stored as Blobs can only be read synchronously in a worker (FileReaderSync).',
+      'Load the model in the engine worker.',
+    );
   return new Uint8Array(new FRS().readAsArrayBuffer(blob.slice(start, end)));
 }
 
 /** whether Blob chunks can be read synchronously here (a worker) */
-export const canReadBlobsSync = (): boolean => typeof (globalThis as { FileReaderSync?: unknown }).FileReaderSync === 'function';
+export const canReadBlobsSync = (): boolean =>
+  typeof (globalThis as { FileReaderSync?: unknown }).FileReaderSync === 'function';
 
-export function chunkedFile(chunks: readonly Chunk[], chunkBytes: number, size: number, readBlob: BlobReaderSync = fileReaderSync): RangedFile {
+export function chunkedFile(
+  chunks: readonly Chunk[],
+  chunkBytes: number,
+  size: number,
+  readBlob: BlobReaderSync = fileReaderSync,
+): RangedFile {
   const len = (c: Chunk) => (c instanceof Uint8Array ? c.byteLength : c.size);
   let total = 0;
   chunks.forEach((c, i) => {
-    if (i < chunks.length - 1 && len(c) !== chunkBytes) throw new LoupeError('INTERNAL', `Chunk ${i} holds ${len(c)} bytes, not ${chunkBytes}.`, 'Clear the cache and load the model again.');
+    if (i < chunks.length - 1 && len(c) !== chunkBytes)
+      throw new LoupeError(
+        'INTERNAL',
+        `Chunk ${i} holds ${len(c)} bytes, not ${chunkBytes}.`,
+        'Clear the cache and load the model again.',
+      );
     total += len(c);
   });
-  if (total !== size) throw new LoupeError('INTERNAL', `The cached chunks hold ${total} bytes, not the file's ${size}.`, 'Clear the cache and load the model again.');
+  if (total !== size)
+    throw new LoupeError(
+      'INTERNAL',
+      `The cached chunks hold ${total} bytes, not the file's ${size}.`,
+      'Clear the cache and load the model again.',
+    );
 
   /** the pieces of chunks that cover [offset, offset + length), clamped to the file */
   const parts = (offset: number, length: number) => {
@@ -44,7 +65,8 @@ export function chunkedFile(chunks: readonly Chunk[], chunkBytes: number, size: 
     if (!(offset >= 0) || end <= offset) return { out, n: 0 };
     for (let i = Math.floor(offset / chunkBytes); i < chunks.length && i * chunkBytes < end; i++) {
       const base = i * chunkBytes;
-      const from = Math.max(offset, base) - base, to = Math.min(end, base + len(chunks[i])) - base;
+      const from = Math.max(offset, base) - base,
+        to = Math.min(end, base + len(chunks[i])) - base;
       out.push({ chunk: chunks[i], from, to, at: base + from - offset });
     }
     return { out, n: end - offset };
@@ -55,16 +77,29 @@ export function chunkedFile(chunks: readonly Chunk[], chunkBytes: number, size: 
     read(offset, length) {
       const { out, n } = parts(offset, length);
       const bytes = new Uint8Array(n);
-      for (const p of out) bytes.set(p.chunk instanceof Uint8Array ? p.chunk.subarray(p.from, p.to) : readBlob(p.chunk, p.from, p.to), p.at);
+      for (const p of out)
+        bytes.set(
+          p.chunk instanceof Uint8Array ? p.chunk.subarray(p.from, p.to) : readBlob(p.chunk, p.from, p.to),
+          p.at,
+        );
       return bytes;
     },
     async readAsync(offset, length) {
       const { out, n } = parts(offset, length);
       if (out.every((p) => p.chunk instanceof Uint8Array)) return this.read(offset, length);
       // One Blob of slices is read into one buffer: no per-chunk copies
-      const blob = new Blob(out.map((p) => (p.chunk instanceof Uint8Array ? p.chunk.subarray(p.from, p.to) : p.chunk.slice(p.from, p.to))) as BlobPart[]);
+      const blob = new Blob(
+        out.map((p) =>
+          p.chunk instanceof Uint8Array ? p.chunk.subarray(p.from, p.to) : p.chunk.slice(p.from, p.to),
+        ) as BlobPart[],
+      );
       const bytes = new Uint8Array(await blob.arrayBuffer());
-      if (bytes.byteLength !== n) throw new LoupeError('INTERNAL', `Read ${bytes.byteLength} of ${n} bytes from the cache.`, 'Clear the cache and load the model again.');
+      if (bytes.byteLength !== n)
+        throw new LoupeError(
+          'INTERNAL',
+          `Read ${bytes.byteLength} of ${n} bytes from the cache.`,
+          'Clear the cache and load the model again.',
+        );
       return bytes;
     },
   };

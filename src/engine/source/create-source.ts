@@ -35,13 +35,24 @@ export function createSource(ref: ResolvedModelRef, opts: CreateSourceOptions = 
     case 'bundled': {
       if (opts.local) return opts.local.bundled();
       const base = opts.baseUrl ?? (globalThis as { location?: { href: string } }).location?.href;
-      if (!base) throw new LoupeError('BAD_INPUT', 'No base URL to find the bundled model from.', 'Pass baseUrl (the page URL) or, in Node, use loadModelFilesNode.');
+      if (!base)
+        throw new LoupeError(
+          'BAD_INPUT',
+          'No base URL to find the bundled model from.',
+          'Pass baseUrl (the page URL) or, in Node, use loadModelFilesNode.',
+        );
       return new UrlSource(new URL(BUNDLED_MODEL_PATH, base).href, opts);
     }
-    case 'hub': return new HubSource(ref.id, { ...opts, revision: ref.revision, endpoint: opts.endpoint ?? ref.endpoint });
-    case 'url': return new UrlSource(ref.id, opts);
+    case 'hub':
+      return new HubSource(ref.id, { ...opts, revision: ref.revision, endpoint: opts.endpoint ?? ref.endpoint });
+    case 'url':
+      return new UrlSource(ref.id, opts);
     case 'folder':
       if (opts.local) return opts.local.folder(ref);
-      throw new LoupeError('BAD_INPUT', `A local folder (${ref.id}) can only be loaded by the CLI.`, 'In the page, load a Hub id or URL, or pick the folder with the file picker.');
+      throw new LoupeError(
+        'BAD_INPUT',
+        `A local folder (${ref.id}) can only be loaded by the CLI.`,
+        'In the page, load a Hub id or URL, or pick the folder with the file picker.',
+      );
   }
 }

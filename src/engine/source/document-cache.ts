@@ -31,7 +31,11 @@ export function documentCacheOn(cache: ByteCache, where: string): DocumentCache 
     },
     async put(op, key, doc) {
       // a full disk or a refused quota costs the next call a recomputation, never this call's result
-      try { await cache.put(keyOf(op, key), new TextEncoder().encode(JSON.stringify(doc))); } catch { /* kept in the process only */ }
+      try {
+        await cache.put(keyOf(op, key), new TextEncoder().encode(JSON.stringify(doc)));
+      } catch {
+        /* kept in the process only */
+      }
     },
   };
 }

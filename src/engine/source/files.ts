@@ -16,11 +16,25 @@
  * reader that parses only headers from disk and fills `weights.paths`.
  */
 import { LoupeError } from '../errors';
-import { addHeader, parseSafetensors, parseSafetensorsHeader, safetensorsHeaderLength, type SafetensorsHeader } from '../safetensors';
+import {
+  addHeader,
+  parseSafetensors,
+  parseSafetensorsHeader,
+  safetensorsHeaderLength,
+  type SafetensorsHeader,
+} from '../safetensors';
 import type { RangedFile, WeightSet } from '../safetensors-types';
 import type { WeightStats } from '../budget';
 import {
-  childAbort, checkIndexAgainst, forgetIfCorrupt, missingShard, planModel, pool, ProgressTracker, type ModelPlan, type PlanOptions,
+  childAbort,
+  checkIndexAgainst,
+  forgetIfCorrupt,
+  missingShard,
+  planModel,
+  pool,
+  ProgressTracker,
+  type ModelPlan,
+  type PlanOptions,
 } from './preflight';
 import { HttpSource } from './http-source';
 import type { FetchOptions, ModelRef, ModelSource } from './types';
@@ -30,8 +44,18 @@ export { forgetIfCorrupt, validateIndex, SINGLE_WEIGHTS, WEIGHTS_INDEX } from '.
 export type LoadFilesOptions = PlanOptions;
 
 /** A loaded model's files: what the plan learned before the download, plus the weights. */
-export type ModelFiles = Pick<ModelPlan,
-  'ref' | 'commit' | 'config' | 'tokenizerJson' | 'tokenizerConfig' | 'generationConfig' | 'weightFiles' | 'index' | 'stats' | 'downloadBytes'
+export type ModelFiles = Pick<
+  ModelPlan,
+  | 'ref'
+  | 'commit'
+  | 'config'
+  | 'tokenizerJson'
+  | 'tokenizerConfig'
+  | 'generationConfig'
+  | 'weightFiles'
+  | 'index'
+  | 'stats'
+  | 'downloadBytes'
 > & { weights: WeightSet };
 
 /** One weight file read and validated: its header, plus its bytes, local path or range reader. */
@@ -74,11 +98,18 @@ export function memoryWeightReader(source: ModelSource): WeightReader {
         const ranged = await cache.openFile?.(key);
         if (ranged) {
           if (wasCached) opts.onProgress?.({ file, loaded: ranged.size, total: ranged.size, cached: true, done: true });
-          return { header: await forgetIfCorrupt(source, cache, file, () => headerOfRanged(ranged, file)), file: ranged };
+          return {
+            header: await forgetIfCorrupt(source, cache, file, () => headerOfRanged(ranged, file)),
+            file: ranged,
+          };
         }
         const bytes = await cache.get(key);
-        if (!bytes) throw new LoupeError('INTERNAL', `${file} was downloaded but is not in the cache.`, 'Load the model again.', { file });
-        if (wasCached) opts.onProgress?.({ file, loaded: bytes.byteLength, total: bytes.byteLength, cached: true, done: true });
+        if (!bytes)
+          throw new LoupeError('INTERNAL', `${file} was downloaded but is not in the cache.`, 'Load the model again.', {
+            file,
+          });
+        if (wasCached)
+          opts.onProgress?.({ file, loaded: bytes.byteLength, total: bytes.byteLength, cached: true, done: true });
         return { header: await forgetIfCorrupt(source, cache, file, () => parseSafetensors(bytes, file)), bytes };
       }
       const bytes = await source.fetchFile(file, opts);
@@ -92,11 +123,25 @@ export async function loadModelFiles(source: ModelSource, opts: LoadFilesOptions
   return loadModelFilesWith(source, memoryWeightReader(source), opts);
 }
 
-export async function loadModelFilesWith(source: ModelSource, reader: WeightReader, opts: LoadFilesOptions = {}): Promise<ModelFiles> {
+export async function loadModelFilesWith(
+  source: ModelSource,
+  reader: WeightReader,
+  opts: LoadFilesOptions = {},
+): Promise<ModelFiles> {
   const tracker = new ProgressTracker(opts.onProgress);
   const plan = await planModel(source, opts, tracker);
-  const base: FetchOptions = { cache: opts.cache, signal: opts.signal, onProgress: tracker.handler, ...(opts.retries != null ? { retries: opts.retries } : {}) };
-  const weights: WeightSet = reader.createWeightSet?.() ?? { files: new Map(), paths: new Map(), tensors: new Map(), metadata: {} };
+  const base: FetchOptions = {
+    cache: opts.cache,
+    signal: opts.signal,
+    onProgress: tracker.handler,
+    ...(opts.retries != null ? { retries: opts.retries } : {}),
+  };
+  const weights: WeightSet = reader.createWeightSet?.() ?? {
+    files: new Map(),
+    paths: new Map(),
+    tensors: new Map(),
+    metadata: {},
+  };
   const results = await readWeights(plan, reader, base, opts);
   for (const file of plan.weightFiles) {
     const r = results.get(file)!;
@@ -110,12 +155,40 @@ export async function loadModelFilesWith(source: ModelSource, reader: WeightRead
 }
 
 function filesOf(plan: ModelPlan, weights: WeightSet): ModelFiles {
-  const { ref, commit, config, tokenizerJson, tokenizerConfig, generationConfig, weightFiles, index, stats, downloadBytes } = plan;
-  return { ref, ...(commit ? { commit } : {}), config, tokenizerJson, tokenizerConfig, generationConfig, weights, weightFiles, index, stats, downloadBytes };
+  const {
+    ref,
+    commit,
+    config,
+    tokenizerJson,
+    tokenizerConfig,
+    generationConfig,
+    weightFiles,
+    index,
+    stats,
+    downloadBytes,
+  } = plan;
+  return {
+    ref,
+    ...(commit ? { commit } : {}),
+    config,
+    tokenizerJson,
+    tokenizerConfig,
+    generationConfig,
+    weights,
+    weightFiles,
+    index,
+    stats,
+    downloadBytes,
+  };
 }
 
 /** Read every weight file (a few at once); a missing shard is a BAD_INDEX naming a tensor it should hold. */
-async function readWeights(plan: ModelPlan, reader: WeightReader, base: FetchOptions, opts: LoadFilesOptions): Promise<Map<string, WeightFileResult>> {
+async function readWeights(
+  plan: ModelPlan,
+  reader: WeightReader,
+  base: FetchOptions,
+  opts: LoadFilesOptions,
+): Promise<Map<string, WeightFileResult>> {
   const results = new Map<string, WeightFileResult>();
   const { ctl, release } = childAbort(opts.signal);
   try {
@@ -124,14 +197,19 @@ async function readWeights(plan: ModelPlan, reader: WeightReader, base: FetchOpt
       try {
         r = await reader.read(file, { ...base, signal: ctl.signal, optional: true, head: plan.heads.get(file) });
       } catch (e) {
-        if (e instanceof LoupeError && e.code === 'FILE_NOT_FOUND') r = null; else throw e;
+        if (e instanceof LoupeError && e.code === 'FILE_NOT_FOUND') r = null;
+        else throw e;
       }
       if (!r) {
         if (plan.index) throw missingShard(plan.index.weight_map, file);
-        throw new LoupeError('FILE_NOT_FOUND', `${file} disappeared during the load.`, 'Load the model again.', { file });
+        throw new LoupeError('FILE_NOT_FOUND', `${file} disappeared during the load.`, 'Load the model again.', {
+          file,
+        });
       }
       results.set(file, r);
     });
-  } finally { release(); }
+  } finally {
+    release();
+  }
   return results;
 }

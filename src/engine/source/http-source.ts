@@ -32,7 +32,9 @@ export interface HttpSourceOptions {
 class ByteBuffer {
   private buf: Uint8Array;
   length = 0;
-  constructor(capacity: number) { this.buf = new Uint8Array(Math.max(capacity, 0)); }
+  constructor(capacity: number) {
+    this.buf = new Uint8Array(Math.max(capacity, 0));
+  }
   reserve(n: number): void {
     if (n <= this.buf.byteLength) return;
     const next = new Uint8Array(Math.max(n, this.buf.byteLength * 2, 1 << 16));
@@ -44,7 +46,10 @@ class ByteBuffer {
     this.buf.set(chunk, this.length);
     this.length += chunk.byteLength;
   }
-  reset(capacity: number): void { this.buf = new Uint8Array(Math.max(capacity, 0)); this.length = 0; }
+  reset(capacity: number): void {
+    this.buf = new Uint8Array(Math.max(capacity, 0));
+    this.length = 0;
+  }
   /** the bytes received; the exact-size buffer itself when it is full (no copy) */
   bytes(): Uint8Array {
     return this.length === this.buf.byteLength ? this.buf : this.buf.slice(0, this.length);
@@ -58,8 +63,14 @@ function isAbort(e: unknown, signal?: AbortSignal): boolean {
 function abortableSleep(ms: number, signal?: AbortSignal): Promise<void> {
   return new Promise((resolve, reject) => {
     if (signal?.aborted) return reject(new LoupeError('ABORTED', 'The operation was cancelled.'));
-    const t = setTimeout(() => { signal?.removeEventListener('abort', onAbort); resolve(); }, ms);
-    const onAbort = () => { clearTimeout(t); reject(new LoupeError('ABORTED', 'The operation was cancelled.')); };
+    const t = setTimeout(() => {
+      signal?.removeEventListener('abort', onAbort);
+      resolve();
+    }, ms);
+    const onAbort = () => {
+      clearTimeout(t);
+      reject(new LoupeError('ABORTED', 'The operation was cancelled.'));
+    };
     signal?.addEventListener('abort', onAbort, { once: true });
   });
 }
@@ -73,9 +84,13 @@ function parseContentRange(v: string | null): { start: number; total: number | n
 
 /** Failures worth another try: the connection, not the request, was the problem. */
 class Retryable extends Error {
-  constructor(readonly error: LoupeError,
+  constructor(
+    readonly error: LoupeError,
     /** the partial bytes were dropped: start over once, without spending a retry */
-    readonly restart = false) { super(error.message); }
+    readonly restart = false,
+  ) {
+    super(error.message);
+  }
 }
 
 /** Where downloaded bytes go: memory (ByteBuffer) or a cache's sink (disk). */
@@ -104,7 +119,9 @@ export abstract class HttpSource implements ModelSource {
   /** cache key of a file */
   abstract cacheKey(file: string): CacheKey;
   /** headers for a request to `url` (auth goes only where it belongs) */
-  protected headersFor(_url: string): Record<string, string> { return {}; }
+  protected headersFor(_url: string): Record<string, string> {
+    return {};
+  }
 
   protected readonly fetchImpl: typeof fetch;
   protected readonly defaultRetries: number;
@@ -123,7 +140,11 @@ export abstract class HttpSource implements ModelSource {
 
   /** Map a 404 to an error; the Hub says whether the repository or only the file is missing. */
   protected notFound(file: string, url: string, _res: Response): LoupeError {
-    return new LoupeError('FILE_NOT_FOUND', `${file} not found at ${url} (HTTP 404).`, undefined, { file, url, status: 404 });
+    return new LoupeError('FILE_NOT_FOUND', `${file} not found at ${url} (HTTP 404).`, undefined, {
+      file,
+      url,
+      status: 404,
+    });
   }
 
   async fetchFile(file: string, opts: FetchOptions = {}): Promise<Uint8Array | null> {
@@ -137,7 +158,7 @@ export abstract class HttpSource implements ModelSource {
         return hit;
       }
     }
-    if (opts.optional && cache?.isMissing && await cache.isMissing(key).catch(() => false)) return null;
+    if (opts.optional && cache?.isMissing && (await cache.isMissing(key).catch(() => false))) return null;
     if (opts.cacheOnly) return null;
 
     const stored = cache ? await cache.getPartial(key) : undefined;
@@ -153,13 +174,27 @@ export abstract class HttpSource implements ModelSource {
     const save = async () => {
       // Resume only what has a definite size (a body of unknown, maybe compressed, length restarts).
       if (!cache || buf.length === 0 || state.total == null) return;
-      const meta = { ...(state.etag ? { etag: state.etag } : {}), ...(state.total != null ? { total: state.total } : {}) };
-      try { await cache.putPartial(key, buf.bytes(), meta); } catch { /* the cache is best effort */ }
+      const meta = {
+        ...(state.etag ? { etag: state.etag } : {}),
+        ...(state.total != null ? { total: state.total } : {}),
+      };
+      try {
+        await cache.putPartial(key, buf.bytes(), meta);
+      } catch {
+        /* the cache is best effort */
+      }
     };
-    if (!(await this.download(file, state, opts, save))) { await this.rememberMissing(file, cache); return null; }
+    if (!(await this.download(file, state, opts, save))) {
+      await this.rememberMissing(file, cache);
+      return null;
+    }
     const bytes = buf.bytes();
     if (cache) {
-      try { await cache.put(key, bytes); } catch { /* a full cache must not fail the load */ }
+      try {
+        await cache.put(key, bytes);
+      } catch {
+        /* a full cache must not fail the load */
+      }
     }
     opts.onProgress?.({ file, loaded: bytes.byteLength, total: bytes.byteLength, done: true });
     return bytes;
@@ -176,8 +211,8 @@ export abstract class HttpSource implements ModelSource {
     const key = this.cacheKey(file);
     if (!cache.openSink) throw new LoupeError('INTERNAL', 'downloadToCache needs a cache with openSink (DirCache).');
     if (signal?.aborted) throw new LoupeError('ABORTED', 'The operation was cancelled.');
-    if (cache.localPath?.(key) || await cache.hasComplete?.(key)) return true;
-    if (opts.optional && cache.isMissing && await cache.isMissing(key).catch(() => false)) return false;
+    if (cache.localPath?.(key) || (await cache.hasComplete?.(key))) return true;
+    if (opts.optional && cache.isMissing && (await cache.isMissing(key).catch(() => false))) return false;
     if (opts.cacheOnly) return false;
     const sink = await cache.openSink(key);
     if (sink.length === 0 && opts.head && opts.head.bytes.byteLength > 0) {
@@ -185,7 +220,13 @@ export abstract class HttpSource implements ModelSource {
       sink.append(opts.head.bytes);
     }
     const state: DownloadState = {
-      buf: { get length() { return sink.length; }, append: (c) => sink.append(c), reset: () => sink.reset() },
+      buf: {
+        get length() {
+          return sink.length;
+        },
+        append: (c) => sink.append(c),
+        reset: () => sink.reset(),
+      },
       etag: sink.etag,
       total: sink.total ?? null,
       onMeta: () => sink.setMeta({ etag: state.etag, ...(state.total != null ? { total: state.total } : {}) }),
@@ -197,7 +238,11 @@ export abstract class HttpSource implements ModelSource {
       await sink.suspend().catch(() => {});
       throw e;
     }
-    if (!found) { await sink.suspend(); await this.rememberMissing(file, cache); return false; }
+    if (!found) {
+      await sink.suspend();
+      await this.rememberMissing(file, cache);
+      return false;
+    }
     await sink.commit();
     opts.onProgress?.({ file, loaded: sink.length, total: sink.length, done: true });
     return true;
@@ -208,13 +253,25 @@ export abstract class HttpSource implements ModelSource {
    * resolved to); maps refusals (401/403) to an error naming the token. Network failures are
    * Retryable; 404 is left to the caller (optional files).
    */
-  private async request(file: string, url: string, headers: Record<string, string>, signal?: AbortSignal): Promise<Response> {
+  private async request(
+    file: string,
+    url: string,
+    headers: Record<string, string>,
+    signal?: AbortSignal,
+  ): Promise<Response> {
     let res: Response;
     try {
       res = await this.fetchImpl(url, { headers, signal });
     } catch (e) {
       if (isAbort(e, signal)) throw e;
-      throw new Retryable(new LoupeError('NETWORK_ERROR', `Could not reach ${url} (${e instanceof Error ? e.message : String(e)}).`, 'Check the network connection and the endpoint, then try again; finished bytes are kept.', { file, url }));
+      throw new Retryable(
+        new LoupeError(
+          'NETWORK_ERROR',
+          `Could not reach ${url} (${e instanceof Error ? e.message : String(e)}).`,
+          'Check the network connection and the endpoint, then try again; finished bytes are kept.',
+          { file, url },
+        ),
+      );
     }
     const commit = res.headers.get('x-repo-commit');
     if (commit && /^[0-9a-f]{40}$/i.test(commit)) this.noteCommit(commit.toLowerCase(), res.url || url);
@@ -222,7 +279,12 @@ export abstract class HttpSource implements ModelSource {
       res.body?.cancel().catch(() => {});
       const nf = this.notFound(file, url, res);
       if (nf.code === 'MODEL_NOT_FOUND') throw nf;
-      throw new LoupeError('HTTP_ERROR', `Access to ${file} was refused (HTTP ${res.status}) at ${url}.`, this.authHint(file, res), { file, url, status: res.status });
+      throw new LoupeError(
+        'HTTP_ERROR',
+        `Access to ${file} was refused (HTTP ${res.status}) at ${url}.`,
+        this.authHint(file, res),
+        { file, url, status: res.status },
+      );
     }
     return res;
   }
@@ -242,7 +304,7 @@ export abstract class HttpSource implements ModelSource {
     if (signal?.aborted) throw new LoupeError('ABORTED', 'The operation was cancelled.');
     const hit = cache?.readRange ? await cache.readRange(key, offset, length).catch(() => undefined) : undefined;
     if (hit) return { ...hit, cached: true, stored: hit.stored ?? hit.size ?? undefined };
-    if (opts.optional && cache?.isMissing && await cache.isMissing(key).catch(() => false)) return null;
+    if (opts.optional && cache?.isMissing && (await cache.isMissing(key).catch(() => false))) return null;
     if (opts.cacheOnly) return null;
     const url = this.url(file);
     let retriesLeft = opts.retries ?? this.defaultRetries;
@@ -252,7 +314,11 @@ export abstract class HttpSource implements ModelSource {
         return await this.rangeAttempt(file, url, offset, length, opts);
       } catch (e) {
         if (e instanceof Retryable) {
-          if (retriesLeft-- > 0) { await abortableSleep(delay, signal); delay *= 2; continue; }
+          if (retriesLeft-- > 0) {
+            await abortableSleep(delay, signal);
+            delay *= 2;
+            continue;
+          }
           throw e.error;
         }
         if (isAbort(e, signal)) throw new LoupeError('ABORTED', 'The operation was cancelled.');
@@ -261,8 +327,19 @@ export abstract class HttpSource implements ModelSource {
     }
   }
 
-  private async rangeAttempt(file: string, url: string, offset: number, length: number, opts: FetchOptions): Promise<RangeRead | null> {
-    const res = await this.request(file, url, { ...this.headersFor(url), Range: `bytes=${offset}-${offset + length - 1}` }, opts.signal);
+  private async rangeAttempt(
+    file: string,
+    url: string,
+    offset: number,
+    length: number,
+    opts: FetchOptions,
+  ): Promise<RangeRead | null> {
+    const res = await this.request(
+      file,
+      url,
+      { ...this.headersFor(url), Range: `bytes=${offset}-${offset + length - 1}` },
+      opts.signal,
+    );
     const drop = () => res.body?.cancel().catch(() => {});
     if (res.status === 404) {
       await drop();
@@ -278,11 +355,22 @@ export abstract class HttpSource implements ModelSource {
     }
     if (res.status >= 500) {
       await drop();
-      throw new Retryable(new LoupeError('HTTP_ERROR', `Server error ${res.status} for ${url}.`, 'The server had a problem; try again later.', { file, url, status: res.status }));
+      throw new Retryable(
+        new LoupeError(
+          'HTTP_ERROR',
+          `Server error ${res.status} for ${url}.`,
+          'The server had a problem; try again later.',
+          { file, url, status: res.status },
+        ),
+      );
     }
     if (res.status !== 200 && res.status !== 206) {
       await drop();
-      throw new LoupeError('HTTP_ERROR', `Unexpected HTTP ${res.status} for ${url}.`, undefined, { file, url, status: res.status });
+      throw new LoupeError('HTTP_ERROR', `Unexpected HTTP ${res.status} for ${url}.`, undefined, {
+        file,
+        url,
+        status: res.status,
+      });
     }
     let size: number | null;
     let skip = 0;
@@ -290,7 +378,12 @@ export abstract class HttpSource implements ModelSource {
       const cr = parseContentRange(res.headers.get('content-range'));
       if (!cr || cr.start !== offset) {
         await drop();
-        throw new LoupeError('HTTP_ERROR', `Server answered a range other than bytes ${offset}- for ${file}.`, undefined, { file, url });
+        throw new LoupeError(
+          'HTTP_ERROR',
+          `Server answered a range other than bytes ${offset}- for ${file}.`,
+          undefined,
+          { file, url },
+        );
       }
       size = cr.total;
     } else {
@@ -300,7 +393,8 @@ export abstract class HttpSource implements ModelSource {
       skip = offset;
     }
     const out = new Uint8Array(length);
-    let got = 0, seen = 0;
+    let got = 0,
+      seen = 0;
     if (res.body) {
       const reader = res.body.getReader();
       try {
@@ -316,7 +410,9 @@ export abstract class HttpSource implements ModelSource {
         }
       } catch (e) {
         if (isAbort(e, opts.signal)) throw e;
-        throw new Retryable(new LoupeError('NETWORK_ERROR', `Connection lost while reading ${file}.`, 'Try again.', { file, url }));
+        throw new Retryable(
+          new LoupeError('NETWORK_ERROR', `Connection lost while reading ${file}.`, 'Try again.', { file, url }),
+        );
       } finally {
         // a 200 (Range ignored) would go on with the whole file: stop it here
         reader.cancel().catch(() => {});
@@ -332,7 +428,12 @@ export abstract class HttpSource implements ModelSource {
   }
 
   /** The retry loop around attempt(): resumes after failures, saves the partial when giving up. */
-  private async download(file: string, state: DownloadState, opts: FetchOptions, save: () => Promise<void>): Promise<boolean> {
+  private async download(
+    file: string,
+    state: DownloadState,
+    opts: FetchOptions,
+    save: () => Promise<void>,
+  ): Promise<boolean> {
     const { signal, onProgress } = opts;
     const url = this.url(file);
     const report = (p: Omit<FileProgress, 'file'>) => onProgress?.({ file, ...p });
@@ -344,10 +445,18 @@ export abstract class HttpSource implements ModelSource {
         return await this.attempt(file, url, state, signal, report, opts.optional);
       } catch (e) {
         if (e instanceof Retryable) {
-          if (e.restart && !restarted) { restarted = true; continue; }
+          if (e.restart && !restarted) {
+            restarted = true;
+            continue;
+          }
           if (retriesLeft > 0) {
             retriesLeft--;
-            try { await abortableSleep(delay, signal); } catch (abortErr) { await save(); throw abortErr; }
+            try {
+              await abortableSleep(delay, signal);
+            } catch (abortErr) {
+              await save();
+              throw abortErr;
+            }
             delay *= 2;
             continue;
           }
@@ -356,7 +465,12 @@ export abstract class HttpSource implements ModelSource {
         }
         if (isAbort(e, signal)) {
           await save();
-          throw new LoupeError('ABORTED', `Download of ${file} was cancelled after ${state.buf.length} bytes.`, opts.cache ? 'Load again to resume where it stopped.' : undefined, { file, loaded: state.buf.length });
+          throw new LoupeError(
+            'ABORTED',
+            `Download of ${file} was cancelled after ${state.buf.length} bytes.`,
+            opts.cache ? 'Load again to resume where it stopped.' : undefined,
+            { file, loaded: state.buf.length },
+          );
         }
         throw e;
       }
@@ -379,8 +493,12 @@ export abstract class HttpSource implements ModelSource {
    * Retryable for failures worth another try.
    */
   private async attempt(
-    file: string, url: string, state: DownloadState, signal: AbortSignal | undefined,
-    report: (p: Omit<FileProgress, 'file'>) => void, optional?: boolean,
+    file: string,
+    url: string,
+    state: DownloadState,
+    signal: AbortSignal | undefined,
+    report: (p: Omit<FileProgress, 'file'>) => void,
+    optional?: boolean,
   ): Promise<boolean> {
     const { buf } = state;
     const headers: Record<string, string> = { ...this.headersFor(url) };
@@ -401,15 +519,29 @@ export abstract class HttpSource implements ModelSource {
       // Our partial bytes do not fit the file any more: start over.
       await drop();
       this.restart(state, report, null);
-      throw new Retryable(new LoupeError('HTTP_ERROR', `Resuming ${file} was refused (HTTP 416).`, undefined, { file, url, status: 416 }), true);
+      throw new Retryable(
+        new LoupeError('HTTP_ERROR', `Resuming ${file} was refused (HTTP 416).`, undefined, { file, url, status: 416 }),
+        true,
+      );
     }
     if (res.status >= 500) {
       await drop();
-      throw new Retryable(new LoupeError('HTTP_ERROR', `Server error ${res.status} for ${url}.`, 'The server had a problem; try again later.', { file, url, status: res.status }));
+      throw new Retryable(
+        new LoupeError(
+          'HTTP_ERROR',
+          `Server error ${res.status} for ${url}.`,
+          'The server had a problem; try again later.',
+          { file, url, status: res.status },
+        ),
+      );
     }
     if (res.status !== 200 && res.status !== 206) {
       await drop();
-      throw new LoupeError('HTTP_ERROR', `Unexpected HTTP ${res.status} for ${url}.`, undefined, { file, url, status: res.status });
+      throw new LoupeError('HTTP_ERROR', `Unexpected HTTP ${res.status} for ${url}.`, undefined, {
+        file,
+        url,
+        status: res.status,
+      });
     }
 
     const etag = res.headers.get('etag') ?? undefined;
@@ -419,21 +551,31 @@ export abstract class HttpSource implements ModelSource {
 
     if (res.status === 206 && resumeFrom > 0) {
       const cr = parseContentRange(res.headers.get('content-range'));
-      const sameFile = !!cr && cr.start === resumeFrom
-        && (state.total == null || cr.total == null || cr.total === state.total)
-        && (!state.etag || !etag || etag === state.etag);
+      const sameFile =
+        !!cr &&
+        cr.start === resumeFrom &&
+        (state.total == null || cr.total == null || cr.total === state.total) &&
+        (!state.etag || !etag || etag === state.etag);
       if (!sameFile) {
         // A range we did not ask for, or of another version of the file: drop everything.
         await drop();
         this.restart(state, report, null);
-        throw new Retryable(new LoupeError('HTTP_ERROR', `Server answered an unusable range for ${file}.`, undefined, { file, url }), true);
+        throw new Retryable(
+          new LoupeError('HTTP_ERROR', `Server answered an unusable range for ${file}.`, undefined, { file, url }),
+          true,
+        );
       }
       state.total = cr!.total ?? (contentLength != null ? resumeFrom + contentLength : null);
       state.etag = etag ?? state.etag;
       state.onMeta?.();
     } else if (res.status === 206) {
       await drop();
-      throw new LoupeError('HTTP_ERROR', `Server sent a partial response (206) for ${url} that was not asked for.`, undefined, { file, url, status: 206 });
+      throw new LoupeError(
+        'HTTP_ERROR',
+        `Server sent a partial response (206) for ${url} that was not asked for.`,
+        undefined,
+        { file, url, status: 206 },
+      );
     } else {
       // 200: the whole file (also the answer to a Range whose If-Range no longer matches).
       this.restart(state, report, contentLength);
@@ -454,7 +596,10 @@ export abstract class HttpSource implements ModelSource {
         if (done) break;
         if (total != null && buf.length + value.byteLength > total) {
           if (res.status === 206) {
-            throw new LoupeError('HTTP_ERROR', `${url} sent more bytes than its declared size ${total}.`, undefined, { file, url });
+            throw new LoupeError('HTTP_ERROR', `${url} sent more bytes than its declared size ${total}.`, undefined, {
+              file,
+              url,
+            });
           }
           // A compressed body whose Content-Encoding a cross-origin response hides: the
           // Content-Length was the compressed size. The size is unknown after all.
@@ -468,10 +613,24 @@ export abstract class HttpSource implements ModelSource {
       reader.cancel().catch(() => {});
       if (e instanceof LoupeError) throw e;
       if (isAbort(e, signal)) throw e;
-      throw new Retryable(new LoupeError('NETWORK_ERROR', `Connection lost while downloading ${file} (${buf.length}${total != null ? ` of ${total}` : ''} bytes received).`, 'Try again: the download resumes where it stopped.', { file, url, loaded: buf.length, total }));
+      throw new Retryable(
+        new LoupeError(
+          'NETWORK_ERROR',
+          `Connection lost while downloading ${file} (${buf.length}${total != null ? ` of ${total}` : ''} bytes received).`,
+          'Try again: the download resumes where it stopped.',
+          { file, url, loaded: buf.length, total },
+        ),
+      );
     }
     if (total != null && buf.length < total) {
-      throw new Retryable(new LoupeError('NETWORK_ERROR', `Connection closed early while downloading ${file} (${buf.length} of ${total} bytes).`, 'Try again: the download resumes where it stopped.', { file, url, loaded: buf.length, total }));
+      throw new Retryable(
+        new LoupeError(
+          'NETWORK_ERROR',
+          `Connection closed early while downloading ${file} (${buf.length} of ${total} bytes).`,
+          'Try again: the download resumes where it stopped.',
+          { file, url, loaded: buf.length, total },
+        ),
+      );
     }
     return true;
   }

@@ -39,7 +39,12 @@ export function isValidHubId(id: string): boolean {
 /** BAD_INPUT (a usage error, before any request) for an id the Hub could never have. */
 export function checkHubId(id: string): void {
   if (!isValidHubId(id)) {
-    throw new LoupeError('BAD_INPUT', `"${id}" is not a valid Hub model id.`, "A Hub id is 'owner/name' (or 'name'): letters, digits, '-', '_' and '.', e.g. 'openai-community/gpt2'. Add '@revision' for a branch, tag or commit.", { id });
+    throw new LoupeError(
+      'BAD_INPUT',
+      `"${id}" is not a valid Hub model id.`,
+      "A Hub id is 'owner/name' (or 'name'): letters, digits, '-', '_' and '.', e.g. 'openai-community/gpt2'. Add '@revision' for a branch, tag or commit.",
+      { id },
+    );
   }
 }
 
@@ -59,12 +64,19 @@ export class HubSource extends HttpSource {
     super(opts);
     const endpoint = (opts.endpoint ?? DEFAULT_HUB_ENDPOINT).replace(/\/+$/, '');
     let origin: string;
-    try { origin = new URL(endpoint).origin; } catch {
+    try {
+      origin = new URL(endpoint).origin;
+    } catch {
       throw new LoupeError('BAD_INPUT', `Hub endpoint "${endpoint}" is not a URL.`, 'Use e.g. https://huggingface.co');
     }
     checkHubId(id);
     if (opts.revision !== undefined && (opts.revision === '' || /[\s]/.test(opts.revision))) {
-      throw new LoupeError('BAD_INPUT', `"${opts.revision}" is not a valid revision.`, 'Give a branch, tag or commit hash (default main).', { revision: opts.revision });
+      throw new LoupeError(
+        'BAD_INPUT',
+        `"${opts.revision}" is not a valid revision.`,
+        'Give a branch, tag or commit hash (default main).',
+        { revision: opts.revision },
+      );
     }
     this.endpoint = endpoint;
     this.origin = origin;
@@ -84,7 +96,11 @@ export class HubSource extends HttpSource {
   protected override noteCommit(commit: string, from: string): void {
     // only the Hub's own answers count (a CDN behind a redirect speaks for nothing)
     let origin = '';
-    try { origin = new URL(from).origin; } catch { /* keep '' */ }
+    try {
+      origin = new URL(from).origin;
+    } catch {
+      /* keep '' */
+    }
     if (origin === this.origin) this.resolved ??= commit;
   }
 
@@ -98,13 +114,16 @@ export class HubSource extends HttpSource {
     try {
       if (this.resolved) {
         const have = await cache.get(key);
-        if (!have || new TextDecoder().decode(have) !== this.resolved) await cache.put(key, new TextEncoder().encode(this.resolved));
+        if (!have || new TextDecoder().decode(have) !== this.resolved)
+          await cache.put(key, new TextEncoder().encode(this.resolved));
       } else {
         const have = await cache.get(key);
         const c = have ? new TextDecoder().decode(have) : '';
         if (COMMIT_RE.test(c)) this.resolved = c;
       }
-    } catch { /* the cache is best effort */ }
+    } catch {
+      /* the cache is best effort */
+    }
   }
 
   url(file: string): string {
@@ -119,7 +138,11 @@ export class HubSource extends HttpSource {
   protected override headersFor(url: string): Record<string, string> {
     if (!this.token) return {};
     let origin: string;
-    try { origin = new URL(url).origin; } catch { return {}; }
+    try {
+      origin = new URL(url).origin;
+    } catch {
+      return {};
+    }
     return origin === this.origin ? { Authorization: `Bearer ${this.token}` } : {};
   }
 
@@ -136,14 +159,28 @@ export class HubSource extends HttpSource {
   protected override notFound(file: string, url: string, res: Response): LoupeError {
     const code = res.headers.get('x-error-code');
     if (code === 'RepositoryNotFound') {
-      return new LoupeError('MODEL_NOT_FOUND', `No model "${this.ref.id}" at ${this.endpoint}.`, this.token
-        ? 'Check the id (owner/name); if the model is private, check that the token can read it.'
-        : 'Check the id (owner/name); if the model is private or gated, give Loupe an access token.', { id: this.ref.id, file, url, status: res.status });
+      return new LoupeError(
+        'MODEL_NOT_FOUND',
+        `No model "${this.ref.id}" at ${this.endpoint}.`,
+        this.token
+          ? 'Check the id (owner/name); if the model is private, check that the token can read it.'
+          : 'Check the id (owner/name); if the model is private or gated, give Loupe an access token.',
+        { id: this.ref.id, file, url, status: res.status },
+      );
     }
     if (code === 'RevisionNotFound') {
-      return new LoupeError('MODEL_NOT_FOUND', `Model "${this.ref.id}" has no revision "${this.ref.revision}".`, 'Check the revision after @ (a branch, tag or commit).', { id: this.ref.id, revision: this.ref.revision, file, url, status: res.status });
+      return new LoupeError(
+        'MODEL_NOT_FOUND',
+        `Model "${this.ref.id}" has no revision "${this.ref.revision}".`,
+        'Check the revision after @ (a branch, tag or commit).',
+        { id: this.ref.id, revision: this.ref.revision, file, url, status: res.status },
+      );
     }
-    return new LoupeError('FILE_NOT_FOUND', `${file} not found in ${this.ref.id}@${this.ref.revision} (HTTP ${res.status}).`, undefined,
-      { file, url, status: res.status, ...(code === 'EntryNotFound' ? { entryNotFound: true } : {}) });
+    return new LoupeError(
+      'FILE_NOT_FOUND',
+      `${file} not found in ${this.ref.id}@${this.ref.revision} (HTTP ${res.status}).`,
+      undefined,
+      { file, url, status: res.status, ...(code === 'EntryNotFound' ? { entryNotFound: true } : {}) },
+    );
   }
 }

@@ -46,7 +46,8 @@ const modelKey = (k: Omit<CacheKey, 'file'>) => JSON.stringify([k.endpoint, k.id
 const chunkRange = (key: string) => IDBKeyRange.bound([key, 0], [key, Number.MAX_SAFE_INTEGER]);
 const chunkSize = (c: Chunk) => (c instanceof Uint8Array ? c.byteLength : c.size);
 /** a stored chunk's bytes (read outside the transaction: awaiting a Blob would end it) */
-const bytesOf = async (c: Chunk): Promise<Uint8Array> => (c instanceof Uint8Array ? c : new Uint8Array(await c.arrayBuffer()));
+const bytesOf = async (c: Chunk): Promise<Uint8Array> =>
+  c instanceof Uint8Array ? c : new Uint8Array(await c.arrayBuffer());
 
 export interface IdbCacheOptions {
   dbName?: string;
@@ -94,7 +95,10 @@ export class IdbCache implements ByteCache {
     const k = fileKey(key);
     const tx = db.transaction(['entries', 'chunks'], 'readonly');
     const rec = await tx.objectStore('entries').get(k);
-    if (!rec || rec.missing || rec.complete !== complete) { await tx.done; return undefined; }
+    if (!rec || rec.missing || rec.complete !== complete) {
+      await tx.done;
+      return undefined;
+    }
     const chunks = await tx.objectStore('chunks').getAll(chunkRange(k));
     await tx.done;
     const out = new Uint8Array(rec.size);
@@ -107,7 +111,12 @@ export class IdbCache implements ByteCache {
     return off === rec.size ? { bytes: out, rec } : undefined;
   }
 
-  private async write(key: CacheKey, bytes: Uint8Array, complete: boolean, meta: { etag?: string; total?: number } = {}): Promise<void> {
+  private async write(
+    key: CacheKey,
+    bytes: Uint8Array,
+    complete: boolean,
+    meta: { etag?: string; total?: number } = {},
+  ): Promise<void> {
     const db = await this.db();
     const k = fileKey(key);
     const tx = db.transaction(['entries', 'chunks'], 'readwrite');
@@ -119,9 +128,19 @@ export class IdbCache implements ByteCache {
       await chunks.put(this.stored(bytes.slice(off, Math.min(off + this.chunkBytes, bytes.byteLength))), [k, n]);
     }
     const rec: EntryRecord = {
-      key: k, model: modelKey(key), endpoint: key.endpoint, id: key.id, revision: key.revision, file: key.file,
-      size: bytes.byteLength, complete, storedAt: Date.now(), chunks: n, chunkBytes: this.chunkBytes,
-      ...(meta.etag ? { etag: meta.etag } : {}), ...(meta.total != null ? { total: meta.total } : {}),
+      key: k,
+      model: modelKey(key),
+      endpoint: key.endpoint,
+      id: key.id,
+      revision: key.revision,
+      file: key.file,
+      size: bytes.byteLength,
+      complete,
+      storedAt: Date.now(),
+      chunks: n,
+      chunkBytes: this.chunkBytes,
+      ...(meta.etag ? { etag: meta.etag } : {}),
+      ...(meta.total != null ? { total: meta.total } : {}),
     };
     await tx.objectStore('entries').put(rec);
     await tx.done;
@@ -138,7 +157,11 @@ export class IdbCache implements ByteCache {
   async getPartial(key: CacheKey): Promise<{ bytes: Uint8Array; etag?: string; total?: number } | undefined> {
     const r = await this.read(key, false);
     if (!r) return undefined;
-    return { bytes: r.bytes, ...(r.rec.etag ? { etag: r.rec.etag } : {}), ...(r.rec.total != null ? { total: r.rec.total } : {}) };
+    return {
+      bytes: r.bytes,
+      ...(r.rec.etag ? { etag: r.rec.etag } : {}),
+      ...(r.rec.total != null ? { total: r.rec.total } : {}),
+    };
   }
 
   async putPartial(key: CacheKey, bytes: Uint8Array, meta: { etag?: string; total?: number }): Promise<void> {
@@ -152,20 +175,31 @@ export class IdbCache implements ByteCache {
     const rec = await tx.objectStore('entries').get(k);
     // A partial entry answers when it holds the bytes and knows the file's size (a header read on resume).
     const size = rec?.complete ? rec.size : rec?.total;
-    if (!rec || rec.missing || size == null || (!rec.complete && offset + length > rec.size)) { await tx.done; return undefined; }
+    if (!rec || rec.missing || size == null || (!rec.complete && offset + length > rec.size)) {
+      await tx.done;
+      return undefined;
+    }
     const end = Math.min(offset + length, rec.size);
     const out = new Uint8Array(Math.max(0, end - offset));
     if (out.byteLength > 0) {
       // Old entries do not say their chunk size: that of the first chunk is everyone's but the last's.
       const c0 = rec.chunkBytes ? undefined : await tx.objectStore('chunks').get([k, 0]);
       const cb = rec.chunkBytes ?? (c0 && chunkSize(c0));
-      if (!cb) { await tx.done; return undefined; }
-      const first = Math.floor(offset / cb), last = Math.floor((end - 1) / cb);
+      if (!cb) {
+        await tx.done;
+        return undefined;
+      }
+      const first = Math.floor(offset / cb),
+        last = Math.floor((end - 1) / cb);
       const chunks = await tx.objectStore('chunks').getAll(IDBKeyRange.bound([k, first], [k, last]));
       await tx.done;
       if (chunks.length !== last - first + 1) return undefined;
       try {
-        const file = chunkedFile(chunks, cb, chunks.reduce((s, c) => s + chunkSize(c), 0));
+        const file = chunkedFile(
+          chunks,
+          cb,
+          chunks.reduce((s, c) => s + chunkSize(c), 0),
+        );
         out.set(await file.readAsync(offset - first * cb, out.byteLength));
       } catch {
         return undefined; // chunks of another size than the entry says: read nothing from it
@@ -185,7 +219,10 @@ export class IdbCache implements ByteCache {
     const k = fileKey(key);
     const tx = db.transaction(['entries', 'chunks'], 'readonly');
     const rec = await tx.objectStore('entries').get(k);
-    if (!rec || rec.missing || !rec.complete) { await tx.done; return undefined; }
+    if (!rec || rec.missing || !rec.complete) {
+      await tx.done;
+      return undefined;
+    }
     const chunks = await tx.objectStore('chunks').getAll(chunkRange(k));
     await tx.done;
     const cb = rec.chunkBytes ?? (chunks.length ? chunkSize(chunks[0]) : 1);
@@ -223,7 +260,9 @@ export class IdbCache implements ByteCache {
       const tail = length % cb;
       if (tail > 0) {
         const last = await db.get('chunks', [k, Math.floor(length / cb)]);
-        if (!last || chunkSize(last) !== tail) { length -= tail; } else pending = (await bytesOf(last)).slice();
+        if (!last || chunkSize(last) !== tail) {
+          length -= tail;
+        } else pending = (await bytesOf(last)).slice();
       }
     } else if (rec) {
       await this.delete(key);
@@ -235,28 +274,52 @@ export class IdbCache implements ByteCache {
     let chain: Promise<void> = Promise.resolve();
     let failed: unknown;
     const record = (size: number, complete: boolean, chunks: number): EntryRecord => ({
-      key: k, model: modelKey(key), endpoint: key.endpoint, id: key.id, revision: key.revision, file: key.file,
-      size, complete, storedAt: Date.now(), chunks, chunkBytes: cb,
-      ...(meta.etag ? { etag: meta.etag } : {}), ...(meta.total != null ? { total: meta.total } : {}),
+      key: k,
+      model: modelKey(key),
+      endpoint: key.endpoint,
+      id: key.id,
+      revision: key.revision,
+      file: key.file,
+      size,
+      complete,
+      storedAt: Date.now(),
+      chunks,
+      chunkBytes: cb,
+      ...(meta.etag ? { etag: meta.etag } : {}),
+      ...(meta.total != null ? { total: meta.total } : {}),
     });
     // a refused write becomes its structured error here, so append() can stop the download at once
-    const queue = (fn: () => Promise<void>) => { chain = chain.then(fn).catch(async (e) => { failed ??= await storageError(e, key.file, meta.total ?? length); }); };
+    const queue = (fn: () => Promise<void>) => {
+      chain = chain.then(fn).catch(async (e) => {
+        failed ??= await storageError(e, key.file, meta.total ?? length);
+      });
+    };
     /** write chunk `n` (`bytes`) and the record saying `size` bytes are stored, in one transaction */
-    const writeChunk = (n: number, bytes: Uint8Array | null, size: number, complete: boolean) => queue(async () => {
-      const tx = db.transaction(['entries', 'chunks'], 'readwrite');
-      if (bytes) await tx.objectStore('chunks').put(this.stored(bytes), [k, n]);
-      await tx.objectStore('entries').put(record(size, complete, bytes ? n + 1 : n));
-      await tx.done;
-    });
+    const writeChunk = (n: number, bytes: Uint8Array | null, size: number, complete: boolean) =>
+      queue(async () => {
+        const tx = db.transaction(['entries', 'chunks'], 'readwrite');
+        if (bytes) await tx.objectStore('chunks').put(this.stored(bytes), [k, n]);
+        await tx.objectStore('entries').put(record(size, complete, bytes ? n + 1 : n));
+        await tx.done;
+      });
     const flushTail = (complete: boolean) => {
       const n = Math.floor(written / cb);
       writeChunk(n, fill > 0 ? buf.slice(0, fill) : null, written + fill, complete);
     };
-    const done = async () => { await chain; if (failed) throw failed; };
+    const done = async () => {
+      await chain;
+      if (failed) throw failed;
+    };
     return {
-      get length() { return length; },
-      get etag() { return meta.etag; },
-      get total() { return meta.total; },
+      get length() {
+        return length;
+      },
+      get etag() {
+        return meta.etag;
+      },
+      get total() {
+        return meta.total;
+      },
       append(chunk) {
         // the storage quota ran out: stop the download now, not after every byte has arrived
         if (failed instanceof LoupeError) throw failed;
@@ -264,7 +327,9 @@ export class IdbCache implements ByteCache {
         while (off < chunk.byteLength) {
           const take = Math.min(cb - fill, chunk.byteLength - off);
           buf.set(chunk.subarray(off, off + take), fill);
-          fill += take; off += take; length += take;
+          fill += take;
+          off += take;
+          length += take;
           if (fill === cb) {
             writeChunk(Math.floor(written / cb), buf.slice(), written + cb, false);
             written += cb;
@@ -274,7 +339,9 @@ export class IdbCache implements ByteCache {
       },
       drain: done,
       reset() {
-        length = 0; fill = 0; written = 0;
+        length = 0;
+        fill = 0;
+        written = 0;
         queue(async () => {
           const tx = db.transaction(['entries', 'chunks'], 'readwrite');
           await tx.objectStore('chunks').delete(chunkRange(k));
@@ -302,8 +369,17 @@ export class IdbCache implements ByteCache {
     const tx = db.transaction(['entries', 'chunks'], 'readwrite');
     await tx.objectStore('chunks').delete(chunkRange(k));
     await tx.objectStore('entries').put({
-      key: k, model: modelKey(key), endpoint: key.endpoint, id: key.id, revision: key.revision, file: key.file,
-      size: 0, complete: false, storedAt: Date.now(), chunks: 0, missing: true,
+      key: k,
+      model: modelKey(key),
+      endpoint: key.endpoint,
+      id: key.id,
+      revision: key.revision,
+      file: key.file,
+      size: 0,
+      complete: false,
+      storedAt: Date.now(),
+      chunks: 0,
+      missing: true,
     });
     await tx.done;
   }
@@ -316,16 +392,23 @@ export class IdbCache implements ByteCache {
   async list(): Promise<CacheEntryInfo[]> {
     const db = await this.db();
     const recs = (await db.getAll('entries')).filter((r) => !r.missing);
-    return recs.map(({ endpoint, id, revision, file, size, complete, storedAt }) => ({ endpoint, id, revision, file, size, complete, storedAt }));
+    return recs.map(({ endpoint, id, revision, file, size, complete, storedAt }) => ({
+      endpoint,
+      id,
+      revision,
+      file,
+      size,
+      complete,
+      storedAt,
+    }));
   }
 
   async delete(key: Omit<CacheKey, 'file'> & { file?: string }): Promise<void> {
     const db = await this.db();
     const tx = db.transaction(['entries', 'chunks'], 'readwrite');
     const entries = tx.objectStore('entries');
-    const keys = key.file !== undefined
-      ? [fileKey(key as CacheKey)]
-      : await entries.index('model').getAllKeys(modelKey(key));
+    const keys =
+      key.file !== undefined ? [fileKey(key as CacheKey)] : await entries.index('model').getAllKeys(modelKey(key));
     for (const k of keys) {
       await entries.delete(k);
       await tx.objectStore('chunks').delete(chunkRange(k));

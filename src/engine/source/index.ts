@@ -5,6 +5,20 @@ export { HubSource, DEFAULT_HUB_ENDPOINT, type HubSourceOptions } from './hub-so
 export { UrlSource } from './url-source';
 export { MemorySource, type MemoryFile } from './memory-source';
 export { IdbCache, type IdbCacheOptions } from './idb-cache';
-export { resolveModelRef, BUNDLED_MODEL_ID, BUNDLED_MODEL_PATH, type ResolvedModelRef, type ResolveOptions } from './ref';
+export {
+  resolveModelRef,
+  BUNDLED_MODEL_ID,
+  BUNDLED_MODEL_PATH,
+  type ResolvedModelRef,
+  type ResolveOptions,
+} from './ref';
 export { createSource, type CreateSourceOptions } from './create-source';
-export { loadModelFiles, loadModelFilesWith, validateIndex, type LoadFilesOptions, type ModelFiles, type WeightReader, type WeightFileResult } from './files';
+export {
+  loadModelFiles,
+  loadModelFilesWith,
+  validateIndex,
+  type LoadFilesOptions,
+  type ModelFiles,
+  type WeightReader,
+  type WeightFileResult,
+} from './files';

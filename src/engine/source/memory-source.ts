@@ -24,9 +24,17 @@ export class MemorySource implements ModelSource {
     const f = this.files.get(file);
     if (f === undefined) {
       if (opts.optional) return null;
-      throw new LoupeError('FILE_NOT_FOUND', `${file} is not among the model's files.`, undefined, { file, modelExists: true });
+      throw new LoupeError('FILE_NOT_FOUND', `${file} is not among the model's files.`, undefined, {
+        file,
+        modelExists: true,
+      });
     }
-    const bytes = typeof f === 'string' ? new TextEncoder().encode(f) : f instanceof Uint8Array ? f : new Uint8Array(await f.arrayBuffer());
+    const bytes =
+      typeof f === 'string'
+        ? new TextEncoder().encode(f)
+        : f instanceof Uint8Array
+          ? f
+          : new Uint8Array(await f.arrayBuffer());
     opts.onProgress?.({ file, loaded: bytes.byteLength, total: bytes.byteLength, done: true });
     return bytes;
   }
@@ -36,9 +44,17 @@ export class MemorySource implements ModelSource {
     const f = this.files.get(file);
     if (f === undefined) {
       if (opts.optional) return null;
-      throw new LoupeError('FILE_NOT_FOUND', `${file} is not among the model's files.`, undefined, { file, modelExists: true });
+      throw new LoupeError('FILE_NOT_FOUND', `${file} is not among the model's files.`, undefined, {
+        file,
+        modelExists: true,
+      });
     }
-    if (f instanceof Blob) return { bytes: new Uint8Array(await f.slice(offset, offset + length).arrayBuffer()), size: f.size, cached: true };
+    if (f instanceof Blob)
+      return {
+        bytes: new Uint8Array(await f.slice(offset, offset + length).arrayBuffer()),
+        size: f.size,
+        cached: true,
+      };
     const bytes = typeof f === 'string' ? new TextEncoder().encode(f) : f;
     return { bytes: bytes.subarray(offset, offset + length), size: bytes.byteLength, cached: true };
   }

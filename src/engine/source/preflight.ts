@@ -17,12 +17,31 @@
  * 404) are not asked again, so a fully cached plan makes no request at all.
  */
 import { adapterFor, describeModel } from '../arch/index';
-import { checkBudget, estimateMemory, weightStats, type BudgetLimits, type MemoryBackend, type MemoryEstimate, type WeightPrecision, type WeightStats } from '../budget';
+import {
+  checkBudget,
+  estimateMemory,
+  weightStats,
+  type BudgetLimits,
+  type MemoryBackend,
+  type MemoryEstimate,
+  type WeightPrecision,
+  type WeightStats,
+} from '../budget';
 import { LoupeError } from '../errors';
 import { specTensorNames } from '../params';
 import { addHeader, parseSafetensorsHeader, safetensorsHeaderLength, type SafetensorsHeader } from '../safetensors';
 import type { TensorEntry, WeightSet } from '../safetensors-types';
-import type { ByteCache, CacheKey, FetchOptions, FileHead, FileProgress, ModelRef, ModelSource, OverallProgress, RangeRead } from './types';
+import type {
+  ByteCache,
+  CacheKey,
+  FetchOptions,
+  FileHead,
+  FileProgress,
+  ModelRef,
+  ModelSource,
+  OverallProgress,
+  RangeRead,
+} from './types';
 
 export const SINGLE_WEIGHTS = 'model.safetensors';
 export const WEIGHTS_INDEX = 'model.safetensors.index.json';
@@ -72,38 +91,79 @@ function describe(ref: ModelRef): string {
   return ref.kind === 'hub' ? `${ref.id}@${ref.revision}` : ref.id;
 }
 
-export function parseJson(bytes: Uint8Array, file: string, code: 'BAD_CONFIG' | 'MISSING_TOKENIZER' | 'BAD_INDEX'): Record<string, unknown> {
+export function parseJson(
+  bytes: Uint8Array,
+  file: string,
+  code: 'BAD_CONFIG' | 'MISSING_TOKENIZER' | 'BAD_INDEX',
+): Record<string, unknown> {
   let v: unknown;
-  try { v = JSON.parse(new TextDecoder().decode(bytes)); } catch (e) {
-    throw new LoupeError(code, `${file} is not valid JSON (${e instanceof Error ? e.message : String(e)}).`, 'The file is damaged; clear the cache and download it again.', { file });
+  try {
+    v = JSON.parse(new TextDecoder().decode(bytes));
+  } catch (e) {
+    throw new LoupeError(
+      code,
+      `${file} is not valid JSON (${e instanceof Error ? e.message : String(e)}).`,
+      'The file is damaged; clear the cache and download it again.',
+      { file },
+    );
   }
-  if (!v || typeof v !== 'object' || Array.isArray(v)) throw new LoupeError(code, `${file} is not a JSON object.`, undefined, { file });
+  if (!v || typeof v !== 'object' || Array.isArray(v))
+    throw new LoupeError(code, `${file} is not a JSON object.`, undefined, { file });
   return v as Record<string, unknown>;
 }
 
 /** Check the index: a weight_map of tensor -> shard file name, shards safe relative names. */
-export function validateIndex(json: Record<string, unknown>): { weight_map: Record<string, string>; metadata?: Record<string, unknown>; shards: string[] } {
+export function validateIndex(json: Record<string, unknown>): {
+  weight_map: Record<string, string>;
+  metadata?: Record<string, unknown>;
+  shards: string[];
+} {
   const wm = json.weight_map;
   if (!wm || typeof wm !== 'object' || Array.isArray(wm)) {
-    throw new LoupeError('BAD_INDEX', `${WEIGHTS_INDEX} has no "weight_map" object.`, 'The index is damaged; download it again.', { file: WEIGHTS_INDEX });
+    throw new LoupeError(
+      'BAD_INDEX',
+      `${WEIGHTS_INDEX} has no "weight_map" object.`,
+      'The index is damaged; download it again.',
+      { file: WEIGHTS_INDEX },
+    );
   }
   const shards: string[] = [];
   const seen = new Set<string>();
   for (const [tensor, shard] of Object.entries(wm as Record<string, unknown>)) {
-    if (typeof shard !== 'string' || !shard.endsWith('.safetensors') || shard.startsWith('/') || shard.split('/').some((p) => p === '..' || p === '' || p === '.')) {
-      throw new LoupeError('BAD_INDEX', `${WEIGHTS_INDEX}: tensor "${tensor}" points to ${JSON.stringify(shard)}, not a .safetensors file of the model.`, undefined, { file: WEIGHTS_INDEX, tensor });
+    if (
+      typeof shard !== 'string' ||
+      !shard.endsWith('.safetensors') ||
+      shard.startsWith('/') ||
+      shard.split('/').some((p) => p === '..' || p === '' || p === '.')
+    ) {
+      throw new LoupeError(
+        'BAD_INDEX',
+        `${WEIGHTS_INDEX}: tensor "${tensor}" points to ${JSON.stringify(shard)}, not a .safetensors file of the model.`,
+        undefined,
+        { file: WEIGHTS_INDEX, tensor },
+      );
     }
-    if (!seen.has(shard)) { seen.add(shard); shards.push(shard); }
+    if (!seen.has(shard)) {
+      seen.add(shard);
+      shards.push(shard);
+    }
   }
-  if (shards.length === 0) throw new LoupeError('BAD_INDEX', `${WEIGHTS_INDEX} lists no tensors.`, undefined, { file: WEIGHTS_INDEX });
-  const metadata = json.metadata && typeof json.metadata === 'object' ? (json.metadata as Record<string, unknown>) : undefined;
+  if (shards.length === 0)
+    throw new LoupeError('BAD_INDEX', `${WEIGHTS_INDEX} lists no tensors.`, undefined, { file: WEIGHTS_INDEX });
+  const metadata =
+    json.metadata && typeof json.metadata === 'object' ? (json.metadata as Record<string, unknown>) : undefined;
   return { weight_map: wm as Record<string, string>, ...(metadata ? { metadata } : {}), shards: shards.sort() };
 }
 
 /** A missing shard the index names: BAD_INDEX naming one tensor it should hold. */
 export function missingShard(weightMap: Record<string, string>, shard: string): LoupeError {
   const tensor = Object.entries(weightMap).find(([, s]) => s === shard)![0];
-  return new LoupeError('BAD_INDEX', `${WEIGHTS_INDEX} lists tensor "${tensor}" in shard ${shard}, which does not exist.`, 'The index and the shards disagree; check the model repository.', { file: shard, tensor });
+  return new LoupeError(
+    'BAD_INDEX',
+    `${WEIGHTS_INDEX} lists tensor "${tensor}" in shard ${shard}, which does not exist.`,
+    'The index and the shards disagree; check the model repository.',
+    { file: shard, tensor },
+  );
 }
 
 /** Every tensor the index names must be in the shard it names. */
@@ -111,7 +171,12 @@ export function checkIndexAgainst(weightMap: Record<string, string>, tensors: Ma
   for (const [tensor, shard] of Object.entries(weightMap)) {
     const t = tensors.get(tensor);
     if (!t || t.file !== shard) {
-      throw new LoupeError('BAD_INDEX', `${WEIGHTS_INDEX} lists tensor "${tensor}" in ${shard}, but ${t ? `it is in ${t.file}` : 'that shard does not hold it'}.`, 'The index and the shards disagree; check the model repository.', { file: shard, tensor });
+      throw new LoupeError(
+        'BAD_INDEX',
+        `${WEIGHTS_INDEX} lists tensor "${tensor}" in ${shard}, but ${t ? `it is in ${t.file}` : 'that shard does not hold it'}.`,
+        'The index and the shards disagree; check the model repository.',
+        { file: shard, tensor },
+      );
     }
   }
 }
@@ -120,7 +185,12 @@ export function checkIndexAgainst(weightMap: Record<string, string>, tensors: Ma
  * Run a validation; when it rejects a file that sits in the cache, delete the cache entry so the
  * next load downloads it again instead of failing on the same bytes forever.
  */
-export async function forgetIfCorrupt<T>(source: ModelSource, cache: ByteCache | undefined, file: string, validate: () => T | Promise<T>): Promise<T> {
+export async function forgetIfCorrupt<T>(
+  source: ModelSource,
+  cache: ByteCache | undefined,
+  file: string,
+  validate: () => T | Promise<T>,
+): Promise<T> {
   try {
     return await validate();
   } catch (e) {
@@ -146,8 +216,11 @@ export interface HeaderRead {
  * A weight file's header from its first 8 + N bytes (two range reads), or null when the file
  * does not exist (optional). `cached` when both came from the cache.
  */
-export async function readWeightHeader(source: ModelSource & Required<Pick<ModelSource, 'readRange'>>, file: string, opts: FetchOptions):
-  Promise<HeaderRead | null> {
+export async function readWeightHeader(
+  source: ModelSource & Required<Pick<ModelSource, 'readRange'>>,
+  file: string,
+  opts: FetchOptions,
+): Promise<HeaderRead | null> {
   const first = await source.readRange(file, 0, 8, opts);
   if (!first) return null;
   // Without a size (no Content-Range / Content-Length) offsets cannot be checked yet: the full
@@ -155,12 +228,14 @@ export async function readWeightHeader(source: ModelSource & Required<Pick<Model
   const size = first.size ?? Number.MAX_SAFE_INTEGER;
   return forgetIfCorrupt(source, opts.cache, file, async () => {
     const n = safetensorsHeaderLength(first.bytes, file, size);
-    const rest = n > 0 ? await source.readRange(file, 8, n, { ...opts, optional: false }) : { ...first, bytes: new Uint8Array(0) };
+    const rest =
+      n > 0 ? await source.readRange(file, 8, n, { ...opts, optional: false }) : { ...first, bytes: new Uint8Array(0) };
     const head_ = new Uint8Array(8 + rest!.bytes.byteLength);
     head_.set(first.bytes.subarray(0, 8));
     head_.set(rest!.bytes, 8);
     const header = parseSafetensorsHeader(head_, file, size);
-    const end = first.size ?? header.tensors.reduce((m, t) => Math.max(m, t.fileOffset + t.byteLength), header.dataStart);
+    const end =
+      first.size ?? header.tensors.reduce((m, t) => Math.max(m, t.fileOffset + t.byteLength), header.dataStart);
     const cached = !!first.cached && !!rest!.cached;
     const stored = cached ? Math.min(first.stored ?? end, (rest as RangeRead).stored ?? end) : 0;
     // Bytes fetched for the header seed the download, when both reads saw the same version.
@@ -169,21 +244,33 @@ export async function readWeightHeader(source: ModelSource & Required<Pick<Model
     // Kept as a partial entry too, so a load stopped before this file's download resumes after the header.
     if (head && opts.cache && 'cacheKey' in source) {
       const key = (source as unknown as { cacheKey(f: string): CacheKey }).cacheKey(file);
-      await opts.cache.putPartial(key, head.bytes, { ...(head.etag ? { etag: head.etag } : {}), total: head.total }).catch(() => {});
+      await opts.cache
+        .putPartial(key, head.bytes, { ...(head.etag ? { etag: head.etag } : {}), total: head.total })
+        .catch(() => {});
     }
     return { header, size: end, cached, stored, ...(head ? { head } : {}) };
   });
 }
 
 /** Run async jobs with at most `limit` in flight; the first failure aborts `stop` and is rethrown once all settled. */
-export async function pool<T>(items: T[], limit: number, stop: AbortController, job: (item: T) => Promise<void>): Promise<void> {
+export async function pool<T>(
+  items: T[],
+  limit: number,
+  stop: AbortController,
+  job: (item: T) => Promise<void>,
+): Promise<void> {
   let next = 0;
   let failed: unknown;
   const worker = async () => {
     while (next < items.length && failed === undefined) {
       const item = items[next++];
-      try { await job(item); } catch (e) {
-        if (failed === undefined) { failed = e; stop.abort(); }
+      try {
+        await job(item);
+      } catch (e) {
+        if (failed === undefined) {
+          failed = e;
+          stop.abort();
+        }
       }
     }
   };
@@ -209,7 +296,9 @@ export class ProgressTracker {
     this.sink?.({ ...p, overall: this.overall() });
   };
   overall(): OverallProgress {
-    let loaded = 0, total = 0, filesDone = 0;
+    let loaded = 0,
+      total = 0,
+      filesDone = 0;
     for (const f of this.files.values()) {
       loaded += f.loaded;
       total += f.total ?? f.loaded;
@@ -219,8 +308,17 @@ export class ProgressTracker {
   }
 }
 
-export async function planModel(source: ModelSource, opts: PlanOptions = {}, tracker = new ProgressTracker(opts.onProgress)): Promise<ModelPlan> {
-  const base: FetchOptions = { cache: opts.cache, signal: opts.signal, onProgress: tracker.handler, ...(opts.retries != null ? { retries: opts.retries } : {}) };
+export async function planModel(
+  source: ModelSource,
+  opts: PlanOptions = {},
+  tracker = new ProgressTracker(opts.onProgress),
+): Promise<ModelPlan> {
+  const base: FetchOptions = {
+    cache: opts.cache,
+    signal: opts.signal,
+    onProgress: tracker.handler,
+    ...(opts.retries != null ? { retries: opts.retries } : {}),
+  };
   const ref = source.ref;
 
   // config.json: its absence usually means the model itself is not there.
@@ -231,11 +329,21 @@ export async function planModel(source: ModelSource, opts: PlanOptions = {}, tra
     if (e instanceof LoupeError && e.code === 'FILE_NOT_FOUND') {
       const d = (e.details ?? {}) as { entryNotFound?: boolean; modelExists?: boolean };
       if (d.entryNotFound || d.modelExists) {
-        throw new LoupeError('MISSING_CONFIG', `${describe(ref)} has no config.json.`, 'Loupe needs a Hugging Face transformers model folder: config.json, tokenizer.json and safetensors weights.', e.details);
+        throw new LoupeError(
+          'MISSING_CONFIG',
+          `${describe(ref)} has no config.json.`,
+          'Loupe needs a Hugging Face transformers model folder: config.json, tokenizer.json and safetensors weights.',
+          e.details,
+        );
       }
-      throw new LoupeError('MODEL_NOT_FOUND', `No model at ${describe(ref)}: config.json not found.`, ref.kind === 'hub'
-        ? 'Check the id (owner/name) and the revision; private or gated models need an access token.'
-        : 'Check the location: it must hold config.json, tokenizer.json and the safetensors weights.', e.details);
+      throw new LoupeError(
+        'MODEL_NOT_FOUND',
+        `No model at ${describe(ref)}: config.json not found.`,
+        ref.kind === 'hub'
+          ? 'Check the id (owner/name) and the revision; private or gated models need an access token.'
+          : 'Check the location: it must hold config.json, tokenizer.json and the safetensors weights.',
+        e.details,
+      );
     }
     throw e;
   }
@@ -246,7 +354,12 @@ export async function planModel(source: ModelSource, opts: PlanOptions = {}, tra
 
   const tokBytes = await source.fetchFile('tokenizer.json', { ...base, optional: true });
   if (!tokBytes) {
-    throw new LoupeError('MISSING_TOKENIZER', `${describe(ref)} has no tokenizer.json.`, 'Loupe reads the fast tokenizer file tokenizer.json. If the model only has a slow tokenizer (vocab.json + merges.txt, or tokenizer.model), save one with transformers: AutoTokenizer.from_pretrained(id).save_pretrained(dir).', { file: 'tokenizer.json' });
+    throw new LoupeError(
+      'MISSING_TOKENIZER',
+      `${describe(ref)} has no tokenizer.json.`,
+      'Loupe reads the fast tokenizer file tokenizer.json. If the model only has a slow tokenizer (vocab.json + merges.txt, or tokenizer.model), save one with transformers: AutoTokenizer.from_pretrained(id).save_pretrained(dir).',
+      { file: 'tokenizer.json' },
+    );
   }
   const tokenizerJson = parseJson(tokBytes, 'tokenizer.json', 'MISSING_TOKENIZER');
   const tcBytes = await source.fetchFile('tokenizer_config.json', { ...base, optional: true });
@@ -256,12 +369,14 @@ export async function planModel(source: ModelSource, opts: PlanOptions = {}, tra
 
   const headers = new Map<string, SafetensorsHeader>();
   const heads = new Map<string, FileHead>();
-  let weightBytes = 0, downloadBytes = 0, cachedBytes = 0;
+  let weightBytes = 0,
+    downloadBytes = 0,
+    cachedBytes = 0;
   const note = (file: string, r: HeaderRead) => {
     headers.set(file, r.header);
     if (r.head) heads.set(file, r.head);
     weightBytes += r.size;
-    downloadBytes += r.size - (r.cached ? r.stored : r.head?.bytes.byteLength ?? 0);
+    downloadBytes += r.size - (r.cached ? r.stored : (r.head?.bytes.byteLength ?? 0));
     if (r.cached) cachedBytes += r.stored;
   };
   const ranged = source.readRange ? (source as ModelSource & Required<Pick<ModelSource, 'readRange'>>) : null;
@@ -300,16 +415,24 @@ export async function planModel(source: ModelSource, opts: PlanOptions = {}, tra
           try {
             r = await readWeightHeader(ranged, shard, { ...base, signal: ctl.signal, optional: true });
           } catch (e) {
-            if (e instanceof LoupeError && e.code === 'FILE_NOT_FOUND') r = null; else throw e;
+            if (e instanceof LoupeError && e.code === 'FILE_NOT_FOUND') r = null;
+            else throw e;
           }
           if (!r) throw missingShard(idx.weight_map, shard);
           results.set(shard, r);
         });
-      } finally { release(); }
+      } finally {
+        release();
+      }
       for (const shard of idx.shards) note(shard, results.get(shard)!);
     }
   } else {
-    throw new LoupeError('FILE_NOT_FOUND', `${describe(ref)} has neither ${SINGLE_WEIGHTS} nor ${WEIGHTS_INDEX}.`, 'Loupe reads safetensors weights only; convert pytorch_model.bin with transformers (save_pretrained(dir, safe_serialization=True)).', { file: SINGLE_WEIGHTS });
+    throw new LoupeError(
+      'FILE_NOT_FOUND',
+      `${describe(ref)} has neither ${SINGLE_WEIGHTS} nor ${WEIGHTS_INDEX}.`,
+      'Loupe reads safetensors weights only; convert pytorch_model.bin with transformers (save_pretrained(dir, safe_serialization=True)).',
+      { file: SINGLE_WEIGHTS },
+    );
   }
 
   let stats: WeightStats | null = null;
@@ -323,8 +446,22 @@ export async function planModel(source: ModelSource, opts: PlanOptions = {}, tra
   }
   const commit = (source as { commit?: string }).commit;
   const plan: ModelPlan = {
-    ref, ...(commit ? { commit } : {}), config, tokenizerJson, tokenizerConfig, generationConfig,
-    architecture: String(config.model_type), weightFiles, index, headers, heads, tensors, stats, weightBytes, downloadBytes, cachedBytes,
+    ref,
+    ...(commit ? { commit } : {}),
+    config,
+    tokenizerJson,
+    tokenizerConfig,
+    generationConfig,
+    architecture: String(config.model_type),
+    weightFiles,
+    index,
+    headers,
+    heads,
+    tensors,
+    stats,
+    weightBytes,
+    downloadBytes,
+    cachedBytes,
   };
   if (opts.signal?.aborted) throw new LoupeError('ABORTED', 'The operation was cancelled.');
   await opts.judge?.(plan);
@@ -346,8 +483,13 @@ export interface ModelJudgement {
  * (TOO_LARGE) — all from headers, before a weight byte. Null when the plan has no headers
  * (a source without byte ranges): createModel judges after the download instead.
  */
-export function judgeModel(plan: ModelPlan, backend: MemoryBackend, precision: WeightPrecision, limits: BudgetLimits = {},
-  offer: { precisions?: WeightPrecision[]; backends?: MemoryBackend[] } = {}): ModelJudgement | null {
+export function judgeModel(
+  plan: ModelPlan,
+  backend: MemoryBackend,
+  precision: WeightPrecision,
+  limits: BudgetLimits = {},
+  offer: { precisions?: WeightPrecision[]; backends?: MemoryBackend[] } = {},
+): ModelJudgement | null {
   if (!plan.tensors) return null;
   const spec = describeModel({ config: plan.config, tensors: plan.tensors });
   const stats = weightStats([...specTensorNames(spec)].map((n) => plan.tensors!.get(n)!));

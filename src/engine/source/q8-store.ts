@@ -19,17 +19,23 @@ export const Q8_ENTRY_PREFIX = '.loupe/q8-';
 export const isQ8Entry = (file: string): boolean => file.startsWith(Q8_ENTRY_PREFIX);
 
 /** `fileAt`: a file on disk read by range (Node), for a cache whose entries have a local path */
-export function cacheQ8Store(cache: ByteCache, keyOf: (file: string) => CacheKey, fileAt?: (path: string) => RangedFile): Q8Store | undefined {
+export function cacheQ8Store(
+  cache: ByteCache,
+  keyOf: (file: string) => CacheKey,
+  fileAt?: (path: string) => RangedFile,
+): Q8Store | undefined {
   if (!cache.openSink || !(cache.openFile || (cache.localPath && fileAt))) return undefined;
   const model = keyOf('');
   const ofModel = (e: CacheKey) => e.endpoint === model.endpoint && e.id === model.id && e.revision === model.revision;
   return {
     async identity(files) {
       const entries = (await cache.list()).filter(ofModel);
-      return JSON.stringify(files.map((f) => {
-        const e = entries.find((x) => x.file === f);
-        return e ? [f, e.size, e.storedAt, e.complete] : [f];
-      }));
+      return JSON.stringify(
+        files.map((f) => {
+          const e = entries.find((x) => x.file === f);
+          return e ? [f, e.size, e.storedAt, e.complete] : [f];
+        }),
+      );
     },
     async open(name) {
       const key = keyOf(name);

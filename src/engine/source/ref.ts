@@ -44,15 +44,21 @@ export function resolveModelRef(spec: string, opts: ResolveOptions = {}): Resolv
     // A model page URL on the Hub itself is taken as the Hub id it names.
     const hub = new URL(endpoint);
     let u: URL;
-    try { u = new URL(s); } catch { throw badSpec(spec); }
+    try {
+      u = new URL(s);
+    } catch {
+      throw badSpec(spec);
+    }
     if (u.origin === hub.origin) {
       const m = /^\/([^/]+\/[^/]+)(?:\/(?:tree|resolve|blob)\/([^/]+))?\/?$/.exec(u.pathname);
-      if (m && HUB_ID.test(m[1])) return { kind: 'hub', id: m[1], revision: m[2] ? decodeURIComponent(m[2]) : 'main', endpoint };
+      if (m && HUB_ID.test(m[1]))
+        return { kind: 'hub', id: m[1], revision: m[2] ? decodeURIComponent(m[2]) : 'main', endpoint };
     }
     return { kind: 'url', id: s.endsWith('/') ? s : `${s}/`, revision: '' };
   }
   if (/^file:\/\//i.test(s)) return { kind: 'folder', id: decodeURIComponent(new URL(s).pathname), revision: '' };
-  if (/^(\/|\.\.?([/\\]|$)|~([/\\]|$)|[A-Za-z]:[/\\])/.test(s) || s.includes('\\')) return { kind: 'folder', id: s, revision: '' };
+  if (/^(\/|\.\.?([/\\]|$)|~([/\\]|$)|[A-Za-z]:[/\\])/.test(s) || s.includes('\\'))
+    return { kind: 'folder', id: s, revision: '' };
   if (opts.isFolder?.(s)) return { kind: 'folder', id: s, revision: '' };
 
   const m = HUB_ID.exec(s);
@@ -61,6 +67,9 @@ export function resolveModelRef(spec: string, opts: ResolveOptions = {}): Resolv
 }
 
 function badSpec(spec: string): LoupeError {
-  return new LoupeError('BAD_INPUT', `"${spec}" is not a model Loupe can load.`,
-    "Use 'default' (the bundled stories260K), a Hub id like 'owner/name' or 'owner/name@revision', an http(s) URL of a folder holding config.json, or (CLI) a local folder path.");
+  return new LoupeError(
+    'BAD_INPUT',
+    `"${spec}" is not a model Loupe can load.`,
+    "Use 'default' (the bundled stories260K), a Hub id like 'owner/name' or 'owner/name@revision', an http(s) URL of a folder holding config.json, or (CLI) a local folder path.",
+  );
 }

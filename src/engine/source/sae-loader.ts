@@ -33,7 +33,11 @@ export interface SaeLoaders {
   /** cfg.json + sae_weights.safetensors of the SAE at ref */
   loadSae(ref: SaeSourceRef, opts?: SaeLoadOptions): Promise<SaeFiles>;
   /** one more file of the SAE's folder (e.g. explanations.json); null when `optional` and absent */
-  loadSaeFile(ref: SaeSourceRef, file: string, opts?: SaeLoadOptions & { optional?: boolean }): Promise<Uint8Array | null>;
+  loadSaeFile(
+    ref: SaeSourceRef,
+    file: string,
+    opts?: SaeLoadOptions & { optional?: boolean },
+  ): Promise<Uint8Array | null>;
 }
 
 /** where an SAE source's bytes come from, and the cache they go through (none for local folders) */
@@ -42,7 +46,8 @@ export interface SaePlan {
   cache?: ByteCache;
 }
 
-const SOURCE_HINT = "sae_source is a Hub repository ('owner/name' or 'owner/name@revision'), an http(s) URL of a folder, or (CLI) a local folder; sae_path is the SAE's folder inside it, e.g. 'blocks.8.hook_resid_pre'.";
+const SOURCE_HINT =
+  "sae_source is a Hub repository ('owner/name' or 'owner/name@revision'), an http(s) URL of a folder, or (CLI) a local folder; sae_path is the SAE's folder inside it, e.g. 'blocks.8.hook_resid_pre'.";
 
 /** SAEs above this many weight bytes are refused before their weights are fetched (32-bit WASM heaps, memory) */
 export const DEFAULT_MAX_SAE_BYTES = 2 * 1024 ** 3;
@@ -52,14 +57,23 @@ const DTYPE_BYTES: Record<string, number> = { float32: 4, float16: 2, bfloat16: 
 /** TOO_LARGE when cfg.json's sizes put the weights above maxBytes; malformed cfgs are left to the validation after loading */
 function checkSaeSize(cfgBytes: Uint8Array, maxBytes: number): void {
   let cfg: Record<string, unknown>;
-  try { cfg = JSON.parse(new TextDecoder().decode(cfgBytes)); } catch { return; }
-  const dIn = cfg.d_in, dSae = cfg.d_sae;
+  try {
+    cfg = JSON.parse(new TextDecoder().decode(cfgBytes));
+  } catch {
+    return;
+  }
+  const dIn = cfg.d_in,
+    dSae = cfg.d_sae;
   if (typeof dIn !== 'number' || typeof dSae !== 'number') return;
   const per = DTYPE_BYTES[String(cfg.dtype ?? 'float32').replace(/^torch\./, '')] ?? 4;
   const bytes = (2 * dIn * dSae + 2 * dSae + dIn) * per;
   if (bytes > maxBytes) {
     const gib = (b: number) => `${(b / 1024 ** 3).toFixed(2)} GiB`;
-    throw new LoupeError('TOO_LARGE', `The SAE's weights take about ${gib(bytes)} (d_in ${dIn} × d_sae ${dSae}), more than the limit of ${gib(maxBytes)}.`, 'Pick an SAE with fewer features (the limit protects this surface\'s memory; a surface may raise it with maxBytes).');
+    throw new LoupeError(
+      'TOO_LARGE',
+      `The SAE's weights take about ${gib(bytes)} (d_in ${dIn} × d_sae ${dSae}), more than the limit of ${gib(maxBytes)}.`,
+      "Pick an SAE with fewer features (the limit protects this surface's memory; a surface may raise it with maxBytes).",
+    );
   }
 }
 
@@ -75,13 +89,19 @@ export function makeSaeLoaders(plan: (source: string) => SaePlan, maxBytes = DEF
       throw new LoupeError('BAD_INPUT', 'No SAE source was given.', SOURCE_HINT);
     }
     if (typeof ref.path !== 'string') throw new LoupeError('BAD_INPUT', 'The SAE path must be a string.', SOURCE_HINT);
-    if (ref.path.split('/').includes('..')) throw new LoupeError('BAD_INPUT', `The SAE path ${JSON.stringify(ref.path)} leaves its repository.`, SOURCE_HINT);
+    if (ref.path.split('/').includes('..'))
+      throw new LoupeError('BAD_INPUT', `The SAE path ${JSON.stringify(ref.path)} leaves its repository.`, SOURCE_HINT);
     return plan(ref.source.trim());
   };
   // A folder that does not exist reads as a missing *model*; say SAE instead.
   const reword = (ref: SaeSourceRef, e: unknown): never => {
     if (e instanceof LoupeError && e.code === 'MODEL_NOT_FOUND') {
-      throw new LoupeError('MODEL_NOT_FOUND', `No SAE source ${JSON.stringify(ref.source)}: ${e.message}`, SOURCE_HINT, e.details);
+      throw new LoupeError(
+        'MODEL_NOT_FOUND',
+        `No SAE source ${JSON.stringify(ref.source)}: ${e.message}`,
+        SOURCE_HINT,
+        e.details,
+      );
     }
     throw e;
   };
@@ -95,7 +115,10 @@ export function makeSaeLoaders(plan: (source: string) => SaePlan, maxBytes = DEF
         const cfgFile = joinPath(ref.path, 'cfg.json');
         const cfgBytes = await source.fetchFile(cfgFile, { ...fetchOpts, optional: true });
         if (cfgBytes) checkSaeSize(cfgBytes, maxBytes);
-        const once: ModelSource = { ref: source.ref, fetchFile: (f, o) => (f === cfgFile ? Promise.resolve(cfgBytes) : source.fetchFile(f, o)) };
+        const once: ModelSource = {
+          ref: source.ref,
+          fetchFile: (f, o) => (f === cfgFile ? Promise.resolve(cfgBytes) : source.fetchFile(f, o)),
+        };
         return await loadSaeFiles(once, ref.path, fetchOpts);
       } catch (e) {
         return reword(ref, e);
@@ -108,7 +131,12 @@ export function makeSaeLoaders(plan: (source: string) => SaePlan, maxBytes = DEF
       // loading the same SAE for another model in this session asks the server nothing
       if (opts.optional && missing.has(key)) return null;
       try {
-        const bytes = await source.fetchFile(joinPath(ref.path, file), { signal: opts.signal, onProgress: opts.onProgress, cache, optional: opts.optional });
+        const bytes = await source.fetchFile(joinPath(ref.path, file), {
+          signal: opts.signal,
+          onProgress: opts.onProgress,
+          cache,
+          optional: opts.optional,
+        });
         if (!bytes && opts.optional) missing.add(key);
         return bytes;
       } catch (e) {
@@ -137,8 +165,15 @@ export function createSaeLoaders(opts: BrowserSaeLoaderOptions = {}): SaeLoaders
       throw new LoupeError('BAD_INPUT', `${JSON.stringify(spec)} names the bundled model, not an SAE.`, SOURCE_HINT);
     }
     if (ref.kind === 'folder') {
-      throw new LoupeError('BAD_INPUT', `The page cannot read the local folder ${ref.id}.`, 'In the page, give the SAE as a Hub repository or an http(s) URL; the CLI reads folders.');
+      throw new LoupeError(
+        'BAD_INPUT',
+        `The page cannot read the local folder ${ref.id}.`,
+        'In the page, give the SAE as a Hub repository or an http(s) URL; the CLI reads folders.',
+      );
     }
-    return { source: createSource(ref, { endpoint: opts.endpoint, token: opts.token, fetch: opts.fetch }), cache: opts.cache };
+    return {
+      source: createSource(ref, { endpoint: opts.endpoint, token: opts.token, fetch: opts.fetch }),
+      cache: opts.cache,
+    };
   }, opts.maxBytes);
 }

@@ -17,8 +17,14 @@ export class UrlSource extends HttpSource {
   constructor(base: string, opts: HttpSourceOptions = {}) {
     super(opts);
     const b = base.endsWith('/') ? base : `${base}/`;
-    try { new URL(b); } catch {
-      throw new LoupeError('BAD_INPUT', `"${base}" is not an absolute URL.`, 'Give a base URL such as https://example.org/models/tiny/');
+    try {
+      new URL(b);
+    } catch {
+      throw new LoupeError(
+        'BAD_INPUT',
+        `"${base}" is not an absolute URL.`,
+        'Give a base URL such as https://example.org/models/tiny/',
+      );
     }
     this.base = b;
     this.ref = { kind: 'url', id: b, revision: '' };

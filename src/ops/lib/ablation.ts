@@ -34,7 +34,12 @@ export const MAX_VARIANTS = 20_000;
 export const MAX_MEAN_PROMPTS = 64;
 
 export function checkVariants(n: number, what: string, hint: string): void {
-  if (n > MAX_VARIANTS) throw new LoupeError('TOO_LARGE', `${what} needs ${n} ablation variants, more than the cap of ${MAX_VARIANTS}.`, hint);
+  if (n > MAX_VARIANTS)
+    throw new LoupeError(
+      'TOO_LARGE',
+      `${what} needs ${n} ablation variants, more than the cap of ${MAX_VARIANTS}.`,
+      hint,
+    );
 }
 
 // ------------------------------------------------------------------ input pieces shared by the four operations
@@ -47,8 +52,19 @@ export type AblationMethod = (typeof METHODS)[number];
 /** prompt fields plus raw token ids (random byte sequences are not valid text) */
 export const promptOrIdsFields = {
   ...promptFields,
-  prompt: z.string().default('').describe('The text to run. BOS is prepended (TransformerLens prepend_bos) unless prepend_bos is false. May be omitted when token_ids is given.'),
-  token_ids: z.array(z.number().int().min(0)).min(1).optional().describe('Run exactly these token ids instead of tokenizing prompt (no BOS is added): for sequences that are not valid text, e.g. random bytes.'),
+  prompt: z
+    .string()
+    .default('')
+    .describe(
+      'The text to run. BOS is prepended (TransformerLens prepend_bos) unless prepend_bos is false. May be omitted when token_ids is given.',
+    ),
+  token_ids: z
+    .array(z.number().int().min(0))
+    .min(1)
+    .optional()
+    .describe(
+      'Run exactly these token ids instead of tokenizing prompt (no BOS is added): for sequences that are not valid text, e.g. random bytes.',
+    ),
 };
 
 /**
@@ -60,11 +76,23 @@ export function cleanCorruptedFields(roles: { clean?: string; corrupted?: string
   const role = (r?: string) => (r ? ` (${r})` : '');
   return {
     ...promptOrIdsFields,
-    prompt: promptOrIdsFields.prompt.describe(`The CLEAN prompt${role(roles.clean)}. BOS is prepended unless prepend_bos is false.`),
+    prompt: promptOrIdsFields.prompt.describe(
+      `The CLEAN prompt${role(roles.clean)}. BOS is prepended unless prepend_bos is false.`,
+    ),
     token_ids: promptOrIdsFields.token_ids.describe('Clean token ids, used exactly instead of prompt.'),
-    corrupted_prompt: z.string().default('').describe(`The corrupted prompt${role(roles.corrupted)}; must have as many tokens as the clean one.`),
-    corrupted_token_ids: z.array(z.number().int().min(0)).min(1).optional().describe('Corrupted token ids, used exactly instead of corrupted_prompt.'),
-    answer: z.string().optional().describe('Token (text or "#id") whose logit counts positively; default the clean prediction.'),
+    corrupted_prompt: z
+      .string()
+      .default('')
+      .describe(`The corrupted prompt${role(roles.corrupted)}; must have as many tokens as the clean one.`),
+    corrupted_token_ids: z
+      .array(z.number().int().min(0))
+      .min(1)
+      .optional()
+      .describe('Corrupted token ids, used exactly instead of corrupted_prompt.'),
+    answer: z
+      .string()
+      .optional()
+      .describe('Token (text or "#id") whose logit counts positively; default the clean prediction.'),
   };
 }
 
@@ -74,11 +102,20 @@ export const positionsField = z
   .describe('Token positions to ablate (0-based, BOS included), or "all".');
 
 /** ids of the prompt (or the given token ids), checked against the vocabulary and the caps */
-export function inputIds(model: LoadedModel, input: { prompt: string; prepend_bos: boolean; token_ids?: number[] }, field = 'token_ids'): { ids: number[]; prompt: string } {
+export function inputIds(
+  model: LoadedModel,
+  input: { prompt: string; prepend_bos: boolean; token_ids?: number[] },
+  field = 'token_ids',
+): { ids: number[]; prompt: string } {
   if (input.token_ids) {
     const V = model.info.d_vocab;
     const bad = input.token_ids.find((t) => t >= V);
-    if (bad !== undefined) throw new LoupeError('BAD_TOKEN_ID', `${field}: token id ${bad} is outside the vocabulary (d_vocab = ${V}).`, `Use ids between 0 and ${V - 1}.`);
+    if (bad !== undefined)
+      throw new LoupeError(
+        'BAD_TOKEN_ID',
+        `${field}: token id ${bad} is outside the vocabulary (d_vocab = ${V}).`,
+        `Use ids between 0 and ${V - 1}.`,
+      );
     checkTokenCount(model, input.token_ids.length);
     return { ids: input.token_ids.slice(), prompt: input.prompt || model.decode(input.token_ids) };
   }
@@ -88,9 +125,15 @@ export function inputIds(model: LoadedModel, input: { prompt: string; prepend_bo
 export function checkPositions(positions: 'all' | number[], T: number, field = 'positions'): void {
   if (positions === 'all') return;
   for (const p of positions) {
-    if (p >= T) throw new LoupeError('BAD_INPUT', `${field}: position ${p} is outside the prompt (${T} tokens).`, `Use positions 0 … ${T - 1}.`);
+    if (p >= T)
+      throw new LoupeError(
+        'BAD_INPUT',
+        `${field}: position ${p} is outside the prompt (${T} tokens).`,
+        `Use positions 0 … ${T - 1}.`,
+      );
   }
-  if (new Set(positions).size !== positions.length) throw new LoupeError('BAD_INPUT', `${field} lists a position twice.`, 'List each position once.');
+  if (new Set(positions).size !== positions.length)
+    throw new LoupeError('BAD_INPUT', `${field} lists a position twice.`, 'List each position once.');
 }
 
 // ------------------------------------------------------------------ targets
@@ -123,7 +166,12 @@ export function targetLabel(t: AblationTarget): string {
 }
 
 /** the identifying fields of an entry: {layer, head} | {layer, neuron} | {layer, component} */
-export function targetFields(t: AblationTarget): { layer: number; head?: number; neuron?: number; component?: Component } {
+export function targetFields(t: AblationTarget): {
+  layer: number;
+  head?: number;
+  neuron?: number;
+  component?: Component;
+} {
   if (t.head !== undefined) return { layer: t.layer, head: t.head };
   if (t.neuron !== undefined) return { layer: t.layer, neuron: t.neuron };
   return { layer: t.layer, component: t.component ?? 'layer' };
@@ -133,27 +181,56 @@ export function targetFields(t: AblationTarget): { layer: number; head?: number;
 export function targetSites(model: LoadedModel, t: AblationTarget): Site[] {
   const { n_layers: L, n_heads: H, d_mlp: M } = model.info;
   const given = [t.component !== undefined, t.head !== undefined, t.neuron !== undefined].filter(Boolean).length;
-  if (given > 1) throw new LoupeError('BAD_INPUT', `${targetLabel(t)}: give at most one of component, head, neuron.`, 'Ablate a head, a neuron or a component; list several targets to ablate several things.');
-  if (t.layer >= L) throw new LoupeError('BAD_INPUT', `layer ${t.layer} is out of range: the model has ${L} layers.`, `Use a layer between 0 and ${L - 1}.`);
+  if (given > 1)
+    throw new LoupeError(
+      'BAD_INPUT',
+      `${targetLabel(t)}: give at most one of component, head, neuron.`,
+      'Ablate a head, a neuron or a component; list several targets to ablate several things.',
+    );
+  if (t.layer >= L)
+    throw new LoupeError(
+      'BAD_INPUT',
+      `layer ${t.layer} is out of range: the model has ${L} layers.`,
+      `Use a layer between 0 and ${L - 1}.`,
+    );
   const b = `blocks.${t.layer}`;
   let sites: Site[];
   if (t.head !== undefined) {
-    if (t.head >= H) throw new LoupeError('BAD_INPUT', `head ${t.head} is out of range: the model has ${H} heads per layer.`, `Use a head between 0 and ${H - 1}.`);
+    if (t.head >= H)
+      throw new LoupeError(
+        'BAD_INPUT',
+        `head ${t.head} is out of range: the model has ${H} heads per layer.`,
+        `Use a head between 0 and ${H - 1}.`,
+      );
     sites = [{ hook: `${b}.attn.hook_z`, head: t.head }];
   } else if (t.neuron !== undefined) {
-    if (t.neuron >= M) throw new LoupeError('BAD_INPUT', `neuron ${t.neuron} is out of range: the MLP has ${M} neurons.`, `Use a neuron between 0 and ${M - 1}.`);
+    if (t.neuron >= M)
+      throw new LoupeError(
+        'BAD_INPUT',
+        `neuron ${t.neuron} is out of range: the MLP has ${M} neurons.`,
+        `Use a neuron between 0 and ${M - 1}.`,
+      );
     sites = [{ hook: `${b}.mlp.hook_post`, neuron: t.neuron }];
   } else {
     const c = t.component ?? 'layer';
     const hookOf: Record<Exclude<Component, 'layer'>, string> = {
-      resid_pre: `${b}.hook_resid_pre`, resid_mid: `${b}.hook_resid_mid`, resid_post: `${b}.hook_resid_post`,
-      attn_out: `${b}.hook_attn_out`, mlp_out: `${b}.hook_mlp_out`, mlp_post: `${b}.mlp.hook_post`,
+      resid_pre: `${b}.hook_resid_pre`,
+      resid_mid: `${b}.hook_resid_mid`,
+      resid_post: `${b}.hook_resid_post`,
+      attn_out: `${b}.hook_attn_out`,
+      mlp_out: `${b}.hook_mlp_out`,
+      mlp_post: `${b}.mlp.hook_post`,
     };
     sites = c === 'layer' ? [{ hook: hookOf.attn_out }, { hook: hookOf.mlp_out }] : [{ hook: hookOf[c] }];
   }
   const known = new Set(model.hookNames());
   for (const s of sites) {
-    if (!known.has(s.hook)) throw new LoupeError('UNKNOWN_HOOK', `This model has no hook '${s.hook}' (${model.info.architecture}).`, 'Parallel-residual models (GPT-NeoX) have no resid_mid; choose another component.');
+    if (!known.has(s.hook))
+      throw new LoupeError(
+        'UNKNOWN_HOOK',
+        `This model has no hook '${s.hook}' (${model.info.architecture}).`,
+        'Parallel-residual models (GPT-NeoX) have no resid_mid; choose another component.',
+      );
   }
   return sites;
 }
@@ -175,11 +252,20 @@ export interface AblationConfig {
  * Resample source tokens, T long: the given ids (the first T; an error when shorter) or random
  * tokens from a seeded generator (position 0 kept when it is BOS; BOS/EOS never drawn).
  */
-export function resampleTokens(model: LoadedModel, ids: number[], seed: number, given?: number[]): { ids: number[]; from: string } {
+export function resampleTokens(
+  model: LoadedModel,
+  ids: number[],
+  seed: number,
+  given?: number[],
+): { ids: number[]; from: string } {
   const T = ids.length;
   if (given) {
     if (given.length < T) {
-      throw new LoupeError('BAD_INPUT', `The resample prompt has ${given.length} tokens, fewer than the prompt's ${T}.`, 'Resampling takes the activation at the same position from the other prompt: give one at least as long (extra tokens are ignored).');
+      throw new LoupeError(
+        'BAD_INPUT',
+        `The resample prompt has ${given.length} tokens, fewer than the prompt's ${T}.`,
+        'Resampling takes the activation at the same position from the other prompt: give one at least as long (extra tokens are ignored).',
+      );
     }
     return { ids: given.slice(0, T), from: `resample prompt (its first ${T} tokens)` };
   }
@@ -188,16 +274,27 @@ export function resampleTokens(model: LoadedModel, ids: number[], seed: number, 
   const special = new Set([model.bosTokenId, model.eosTokenId].filter((x): x is number => x !== undefined));
   const out: number[] = [];
   for (let t = 0; t < T; t++) {
-    if (t === 0 && special.has(ids[0])) { out.push(ids[0]); continue; }
+    if (t === 0 && special.has(ids[0])) {
+      out.push(ids[0]);
+      continue;
+    }
     let tok: number;
-    do tok = Math.floor(u() * V); while (special.has(tok));
+    do tok = Math.floor(u() * V);
+    while (special.has(tok));
     out.push(tok);
   }
-  return { ids: out, from: `random tokens (uniform over the vocabulary without BOS/EOS, seed ${seed}${special.has(ids[0]) ? ', BOS kept at position 0' : ''})` };
+  return {
+    ids: out,
+    from: `random tokens (uniform over the vocabulary without BOS/EOS, seed ${seed}${special.has(ids[0]) ? ', BOS kept at position 0' : ''})`,
+  };
 }
 
 /** the hook's value of batch row 0 as a [1, T, ...] source with `fill(t)` giving each position's slice */
-function sourceTensor(dims: number[], inner: number, fill: (t: number, out: Float32Array, off: number) => void): Tensor {
+function sourceTensor(
+  dims: number[],
+  inner: number,
+  fill: (t: number, out: Float32Array, off: number) => void,
+): Tensor {
   const T = dims[1];
   const data = new Float32Array(T * inner);
   for (let t = 0; t < T; t++) fill(t, data, t * inner);
@@ -218,7 +315,14 @@ export class Ablator {
    * mean-prompt or resample runs, and return the ablator with the clean run.
    * `hooks` are the hooks the targets will edit (from targetSites).
    */
-  static async prepare(model: LoadedModel, ids: number[], hooks: string[], cfg: AblationConfig, ctx: OpContext, extraHooks: string[] = []): Promise<{ ablator: Ablator; clean: RunResult }> {
+  static async prepare(
+    model: LoadedModel,
+    ids: number[],
+    hooks: string[],
+    cfg: AblationConfig,
+    ctx: OpContext,
+    extraHooks: string[] = [],
+  ): Promise<{ ablator: Ablator; clean: RunResult }> {
     checkPositions(cfg.positions, ids.length);
     const siteHooks = [...new Set(hooks)];
     const needClean = cfg.method === 'mean' && !cfg.meanPrompts;
@@ -230,13 +334,23 @@ export class Ablator {
     const sources = new Map<string, Tensor>();
     if (cfg.method === 'mean') {
       const prompts = cfg.meanPrompts ?? [];
-      if (prompts.length > MAX_MEAN_PROMPTS) throw new LoupeError('TOO_LARGE', `${prompts.length} mean prompts exceed the cap of ${MAX_MEAN_PROMPTS}.`, `Use at most ${MAX_MEAN_PROMPTS} prompts for the mean.`);
+      if (prompts.length > MAX_MEAN_PROMPTS)
+        throw new LoupeError(
+          'TOO_LARGE',
+          `${prompts.length} mean prompts exceed the cap of ${MAX_MEAN_PROMPTS}.`,
+          `Use at most ${MAX_MEAN_PROMPTS} prompts for the mean.`,
+        );
       // float64 sums over every position of every prompt, per hook
       const sums = new Map<string, { dims: number[]; inner: number; sum: Float64Array; n: number }>();
       const accumulate = (run: RunResult) => {
         for (const h of siteHooks) {
           const t = run.hooks[h];
-          if (!t) throw new LoupeError('INTERNAL', `The engine did not return hook '${h}'.`, 'This is a bug in Loupe; please report it.');
+          if (!t)
+            throw new LoupeError(
+              'INTERNAL',
+              `The engine did not return hook '${h}'.`,
+              'This is a bug in Loupe; please report it.',
+            );
           const Tr = t.dims[1];
           const inner = t.data.length / (t.dims[0] * Tr);
           let s = sums.get(h);
@@ -253,15 +367,28 @@ export class Ablator {
       }
       for (const [h, s] of sums) {
         const m = Float32Array.from(s.sum, (x) => x / s.n);
-        sources.set(h, sourceTensor([1, T, ...s.dims.slice(2)], s.inner, (_t, out, off) => out.set(m, off)));
+        sources.set(
+          h,
+          sourceTensor([1, T, ...s.dims.slice(2)], s.inner, (_t, out, off) => out.set(m, off)),
+        );
       }
     } else if (cfg.method === 'resample') {
-      if (!cfg.resampleIds) throw new LoupeError('INTERNAL', 'resample ablation without source tokens.', 'This is a bug in Loupe; please report it.');
+      if (!cfg.resampleIds)
+        throw new LoupeError(
+          'INTERNAL',
+          'resample ablation without source tokens.',
+          'This is a bug in Loupe; please report it.',
+        );
       const run = await model.run(cfg.resampleIds, { hooks: siteHooks, signal: ctx.signal });
       throwIfAborted(ctx.signal);
       for (const h of siteHooks) {
         const t = run.hooks[h];
-        if (!t) throw new LoupeError('INTERNAL', `The engine did not return hook '${h}'.`, 'This is a bug in Loupe; please report it.');
+        if (!t)
+          throw new LoupeError(
+            'INTERNAL',
+            `The engine did not return hook '${h}'.`,
+            'This is a bug in Loupe; please report it.',
+          );
         sources.set(h, { dims: t.dims, data: t.data });
       }
     }
@@ -273,7 +400,12 @@ export class Ablator {
     const out: Intervention[] = [];
     for (const t of targets) {
       for (const s of targetSites(this.model, t)) {
-        const base = { hook: s.hook, positions: this.cfg.positions, ...(s.head !== undefined ? { head: s.head } : {}), ...(s.neuron !== undefined ? { neuron: s.neuron } : {}) };
+        const base = {
+          hook: s.hook,
+          positions: this.cfg.positions,
+          ...(s.head !== undefined ? { head: s.head } : {}),
+          ...(s.neuron !== undefined ? { neuron: s.neuron } : {}),
+        };
         if (this.cfg.method === 'zero') out.push({ ...base, op: 'zero' });
         else out.push({ ...base, op: 'patch', source: this.sources.get(s.hook)! });
       }
@@ -283,7 +415,10 @@ export class Ablator {
 
   /** what replaced the ablated values, in words */
   sourceDescription(): string | undefined {
-    if (this.cfg.method === 'mean') return this.cfg.meanPrompts ? `mean over all positions of ${this.cfg.meanPrompts.length} supplied prompts` : 'mean over the prompt\'s positions (BOS included)';
+    if (this.cfg.method === 'mean')
+      return this.cfg.meanPrompts
+        ? `mean over all positions of ${this.cfg.meanPrompts.length} supplied prompts`
+        : "mean over the prompt's positions (BOS included)";
     if (this.cfg.method === 'resample') return `same position of ${this.cfg.resampleFrom ?? 'another prompt'}`;
     return undefined;
   }
@@ -294,7 +429,14 @@ export class Ablator {
     for (const t of targets) {
       for (const s of targetSites(this.model, t)) {
         // resampling is a patch from the other prompt's run
-        out.push({ hook: s.hook, op: this.cfg.method === 'resample' ? 'patch' : this.cfg.method, ...(s.head !== undefined ? { head: s.head } : {}), ...(s.neuron !== undefined ? { neuron: s.neuron } : {}), positions: this.cfg.positions, ...(from ? { from } : {}) });
+        out.push({
+          hook: s.hook,
+          op: this.cfg.method === 'resample' ? 'patch' : this.cfg.method,
+          ...(s.head !== undefined ? { head: s.head } : {}),
+          ...(s.neuron !== undefined ? { neuron: s.neuron } : {}),
+          positions: this.cfg.positions,
+          ...(from ? { from } : {}),
+        });
       }
     }
     return out;
@@ -318,7 +460,12 @@ export interface RunVariantsOptions {
  * batches of at most maxBatch rows, and return each variant's logits at one position.
  * Cancellation is checked between engine runs (and the signal is passed into each run).
  */
-export async function runVariants(model: LoadedModel, ids: number[], variants: Intervention[][], opts: RunVariantsOptions): Promise<Float32Array[]> {
+export async function runVariants(
+  model: LoadedModel,
+  ids: number[],
+  variants: Intervention[][],
+  opts: RunVariantsOptions,
+): Promise<Float32Array[]> {
   const maxBatch = Math.max(1, Math.min(opts.maxBatch ?? CAPS.maxBatch, CAPS.maxBatch));
   const T = ids.length;
   const pos = opts.position ?? T - 1;
@@ -332,9 +479,18 @@ export async function runVariants(model: LoadedModel, ids: number[], variants: I
     const chunk = variants.slice(start, start + maxBatch);
     const B = chunk.length;
     const interventions: Intervention[] = [];
-    chunk.forEach((v, row) => { for (const iv of v) interventions.push({ ...iv, batch: [row] }); });
+    chunk.forEach((v, row) => {
+      for (const iv of v) interventions.push({ ...iv, batch: [row] });
+    });
     // only the position read is unembedded (logits come back [B, 1, V])
-    const res = await model.run(ids, { hooks: [], interventions, batch: B, logitPositions: [pos], lean: true, signal: ctx.signal });
+    const res = await model.run(ids, {
+      hooks: [],
+      interventions,
+      batch: B,
+      logitPositions: [pos],
+      lean: true,
+      signal: ctx.signal,
+    });
     const V = res.logits.dims[2];
     for (let row = 0; row < B; row++) out.push(res.logits.data.slice(row * V, (row + 1) * V));
     ctx.onProgress?.({ stage, done: Math.min(start + B, variants.length), total: variants.length });
@@ -395,7 +551,11 @@ export const effectSchema = z.object(effectFields);
 export class EffectMeter {
   readonly cleanLp: Float64Array;
   readonly clean: TokenStats;
-  constructor(readonly model: LoadedModel, readonly cleanLogits: Float32Array, readonly tokenId: number) {
+  constructor(
+    readonly model: LoadedModel,
+    readonly cleanLogits: Float32Array,
+    readonly tokenId: number,
+  ) {
     this.cleanLp = logSoftmax(cleanLogits);
     this.clean = tokenStats(cleanLogits, tokenId, this.cleanLp);
   }
@@ -425,7 +585,11 @@ export function resolveAnswer(model: LoadedModel, answer: string | undefined, fi
 }
 
 /** the target token: a given answer id or the clean prediction */
-export function answerToken(model: LoadedModel, cleanLogits: Float32Array, answerId?: number): { token: string; token_id: number; source: 'clean_prediction' | 'answer' } {
+export function answerToken(
+  model: LoadedModel,
+  cleanLogits: Float32Array,
+  answerId?: number,
+): { token: string; token_id: number; source: 'clean_prediction' | 'answer' } {
   const id = answerId ?? argmax(cleanLogits);
   return { token: tokenText(model, id), token_id: id, source: answerId !== undefined ? 'answer' : 'clean_prediction' };
 }

@@ -49,14 +49,27 @@ export interface Collected {
 }
 
 /** Check hooks exist and have a position axis; returns whether the 'result' graph variant is needed. */
-export function checkCaptureHooks(model: LoadedModel, hooks: string[]): { withResult: boolean; dims: Record<string, number> } {
+export function checkCaptureHooks(
+  model: LoadedModel,
+  hooks: string[],
+): { withResult: boolean; dims: Record<string, number> } {
   const plain = new Set(model.hookNames());
   const withRes = new Set(model.hookNames({ withResult: true }));
   let withResult = false;
   const dims: Record<string, number> = {};
   for (const h of hooks) {
-    if (!withRes.has(h)) throw new LoupeError('UNKNOWN_HOOK', `No hook named ${JSON.stringify(h)} in this model.`, 'Use TransformerLens names such as blocks.2.hook_resid_pre; `loupe activations` lists them.');
-    if (/hook_(pattern|attn_scores)$/.test(h)) throw new LoupeError('BAD_INPUT', `${h} has no single position axis to capture.`, 'Capture hook_z, hook_resid_*, hook_*_out or mlp hooks instead.');
+    if (!withRes.has(h))
+      throw new LoupeError(
+        'UNKNOWN_HOOK',
+        `No hook named ${JSON.stringify(h)} in this model.`,
+        'Use TransformerLens names such as blocks.2.hook_resid_pre; `loupe activations` lists them.',
+      );
+    if (/hook_(pattern|attn_scores)$/.test(h))
+      throw new LoupeError(
+        'BAD_INPUT',
+        `${h} has no single position axis to capture.`,
+        'Capture hook_z, hook_resid_*, hook_*_out or mlp hooks instead.',
+      );
     if (!plain.has(h)) withResult = true;
     const shape = model.hookShape(h, 1, 2);
     dims[h] = shape.slice(2).reduce((a, b) => a * b, 1);
@@ -65,14 +78,24 @@ export function checkCaptureHooks(model: LoadedModel, hooks: string[]): { withRe
 }
 
 /** Run prompts and reduce each hook to one vector per prompt. */
-export async function collectActivations(model: LoadedModel, prompts: string[], hooks: string[], opts: CollectOptions): Promise<Collected> {
+export async function collectActivations(
+  model: LoadedModel,
+  prompts: string[],
+  hooks: string[],
+  opts: CollectOptions,
+): Promise<Collected> {
   const { withResult, dims } = checkCaptureHooks(model, hooks);
   const ids = prompts.map((p) => promptIds(model, p, { prependBos: opts.prependBos }));
   // resolve positions before any run, so a bad index fails at once
   const pos = ids.map((t, i) => {
     if (typeof opts.position !== 'number') return -1;
     const p = opts.position < 0 ? t.length + opts.position : opts.position;
-    if (p < 0 || p >= t.length) throw new LoupeError('BAD_INPUT', `position ${opts.position} is outside prompt ${i} (${t.length} tokens).`, 'Use a position inside every prompt, or "last".');
+    if (p < 0 || p >= t.length)
+      throw new LoupeError(
+        'BAD_INPUT',
+        `position ${opts.position} is outside prompt ${i} (${t.length} tokens).`,
+        'Use a position inside every prompt, or "last".',
+      );
     return p;
   });
   const data: Record<string, Float32Array> = {};
@@ -85,12 +108,17 @@ export async function collectActivations(model: LoadedModel, prompts: string[], 
     groups.set(t.length, g);
   });
   const chunks: number[][] = [];
-  for (const g of groups.values()) for (let s = 0; s < g.length; s += CAPS.maxBatch) chunks.push(g.slice(s, s + CAPS.maxBatch));
+  for (const g of groups.values())
+    for (let s = 0; s < g.length; s += CAPS.maxBatch) chunks.push(g.slice(s, s + CAPS.maxBatch));
   let done = 0;
   for (const chunk of chunks) {
     throwIfAborted(opts.signal);
     const T = ids[chunk[0]].length;
-    const res = await model.run(chunk.length === 1 ? ids[chunk[0]] : chunk.map((i) => ids[i]), { hooks, withResult, signal: opts.signal });
+    const res = await model.run(chunk.length === 1 ? ids[chunk[0]] : chunk.map((i) => ids[i]), {
+      hooks,
+      withResult,
+      signal: opts.signal,
+    });
     for (const h of hooks) {
       const n = dims[h];
       const src = res.hooks[h].data;
@@ -114,4 +142,3 @@ export async function collectActivations(model: LoadedModel, prompts: string[], 
   }
   return { dims, data, nTokens: ids.map((t) => t.length), ids };
 }
-

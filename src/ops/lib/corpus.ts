@@ -43,10 +43,21 @@ export interface CorpusWindow {
 /** Corpus text → document texts (BAD_INPUT naming the line of bad JSON Lines). */
 export function corpusTexts(text: string, format: CorpusFormat): { texts: string[]; format: 'text' | 'jsonl' } {
   if (text.length > MAX_CORPUS_CHARS) {
-    throw new LoupeError('TOO_LARGE', `The corpus has ${text.length.toLocaleString('en-US')} characters, more than the cap of ${MAX_CORPUS_CHARS.toLocaleString('en-US')}.`, 'Give a smaller sample of the corpus (a few thousand windows is what the dashboard scans).');
+    throw new LoupeError(
+      'TOO_LARGE',
+      `The corpus has ${text.length.toLocaleString('en-US')} characters, more than the cap of ${MAX_CORPUS_CHARS.toLocaleString('en-US')}.`,
+      'Give a smaller sample of the corpus (a few thousand windows is what the dashboard scans).',
+    );
   }
   const fmt = format === 'auto' ? (/^\s*\{/.test(text) ? 'jsonl' : 'text') : format;
-  if (fmt === 'text') return { texts: text.split(/\r?\n[ \t]*\r?\n/).map((d) => d.trim()).filter((d) => d.length > 0), format: fmt };
+  if (fmt === 'text')
+    return {
+      texts: text
+        .split(/\r?\n[ \t]*\r?\n/)
+        .map((d) => d.trim())
+        .filter((d) => d.length > 0),
+      format: fmt,
+    };
   const texts: string[] = [];
   const lines = text.split(/\r?\n/);
   lines.forEach((line, i) => {
@@ -55,12 +66,19 @@ export function corpusTexts(text: string, format: CorpusFormat): { texts: string
     try {
       rec = JSON.parse(line);
     } catch (e) {
-      throw new LoupeError('BAD_INPUT', `corpus line ${i + 1} is not JSON: ${(e as Error).message}.`,
-        'JSON Lines has one JSON object per line, such as {"text": "Once upon a time"}; give corpus_format "text" to read the corpus as plain text.');
+      throw new LoupeError(
+        'BAD_INPUT',
+        `corpus line ${i + 1} is not JSON: ${(e as Error).message}.`,
+        'JSON Lines has one JSON object per line, such as {"text": "Once upon a time"}; give corpus_format "text" to read the corpus as plain text.',
+      );
     }
     const t = rec && typeof rec === 'object' && !Array.isArray(rec) ? (rec as Record<string, unknown>).text : undefined;
     if (typeof t !== 'string') {
-      throw new LoupeError('BAD_INPUT', `corpus line ${i + 1} has no string field "text".`, 'Each JSON Lines record needs a "text" string, e.g. {"text": "Once upon a time"}.');
+      throw new LoupeError(
+        'BAD_INPUT',
+        `corpus line ${i + 1} has no string field "text".`,
+        'Each JSON Lines record needs a "text" string, e.g. {"text": "Once upon a time"}.',
+      );
     }
     if (t.trim().length > 0) texts.push(t);
   });
@@ -69,7 +87,9 @@ export function corpusTexts(text: string, format: CorpusFormat): { texts: string
 
 /** document texts → token documents (no BOS) */
 export function tokenizeDocuments(model: LoadedModel, texts: string[]): CorpusDocument[] {
-  return texts.map((t) => ({ ids: model.tokenize(t, { prependBos: false }), origin: 'text' as const })).filter((d) => d.ids.length > 0);
+  return texts
+    .map((t) => ({ ids: model.tokenize(t, { prependBos: false }), origin: 'text' as const }))
+    .filter((d) => d.ids.length > 0);
 }
 
 export interface SampleOptions {
@@ -87,11 +107,23 @@ export interface SampleOptions {
  * seed (seed + i), so sample i is the same whatever the batch it ran in. A sample stops at EOS
  * (not kept).
  */
-export async function generateSamples(model: LoadedModel, o: SampleOptions): Promise<{ documents: CorpusDocument[]; runs: number }> {
-  if (o.n > MAX_SAMPLES) throw new LoupeError('TOO_LARGE', `samples = ${o.n} exceeds the cap of ${MAX_SAMPLES}.`, `Ask for at most ${MAX_SAMPLES} samples, or give a text corpus.`);
+export async function generateSamples(
+  model: LoadedModel,
+  o: SampleOptions,
+): Promise<{ documents: CorpusDocument[]; runs: number }> {
+  if (o.n > MAX_SAMPLES)
+    throw new LoupeError(
+      'TOO_LARGE',
+      `samples = ${o.n} exceeds the cap of ${MAX_SAMPLES}.`,
+      `Ask for at most ${MAX_SAMPLES} samples, or give a text corpus.`,
+    );
   const bos = model.bosTokenId;
   if (bos === undefined) {
-    throw new LoupeError('BAD_INPUT', 'This model has no BOS token to start samples from.', 'Give a text corpus (corpus) instead of samples.');
+    throw new LoupeError(
+      'BAD_INPUT',
+      'This model has no BOS token to start samples from.',
+      'Give a text corpus (corpus) instead of samples.',
+    );
   }
   const documents: CorpusDocument[] = [];
   let runs = 0;
@@ -103,12 +135,20 @@ export async function generateSamples(model: LoadedModel, o: SampleOptions): Pro
     const rows = Math.min(CAPS.maxBatch, o.n - first);
     const seeds = Array.from({ length: rows }, (_, r) => o.seed + first + r);
     const res = await generateBatch(model, [bos], rows, {
-      maxNewTokens: o.length, temperature: o.temperature, seeds, signal: o.signal,
-      onToken: (t) => { if (t.row === 0) o.onProgress?.(first * o.length + (t.step + 1) * rows, total); },
+      maxNewTokens: o.length,
+      temperature: o.temperature,
+      seeds,
+      signal: o.signal,
+      onToken: (t) => {
+        if (t.row === 0) o.onProgress?.(first * o.length + (t.step + 1) * rows, total);
+      },
     });
     runs += res.runs;
     for (const row of res.rows) {
-      const ids = model.eosTokenId !== undefined && row.ids[row.ids.length - 1] === model.eosTokenId ? row.ids.slice(0, -1) : row.ids;
+      const ids =
+        model.eosTokenId !== undefined && row.ids[row.ids.length - 1] === model.eosTokenId
+          ? row.ids.slice(0, -1)
+          : row.ids;
       if (ids.length > 0) documents.push({ ids, origin: 'generated' });
     }
   }
@@ -123,7 +163,11 @@ export function windowsOf(documents: CorpusDocument[], window: number): CorpusWi
     for (let s = 0; s < d.ids.length; s += window) {
       out.push({ document: i, start: s, ids: d.ids.slice(s, s + window) });
       if (out.length > MAX_WINDOWS) {
-        throw new LoupeError('TOO_LARGE', `The corpus makes more than ${MAX_WINDOWS} windows of ${window} tokens.`, `Give a smaller corpus (at most about ${(MAX_WINDOWS * window).toLocaleString('en-US')} tokens) or longer windows.`);
+        throw new LoupeError(
+          'TOO_LARGE',
+          `The corpus makes more than ${MAX_WINDOWS} windows of ${window} tokens.`,
+          `Give a smaller corpus (at most about ${(MAX_WINDOWS * window).toLocaleString('en-US')} tokens) or longer windows.`,
+        );
       }
     }
   });

@@ -37,24 +37,30 @@ export const directionObject = z.discriminatedUnion('kind', [
     kind: z.literal('mean_diff'),
     positive: z.array(z.string()).min(1).max(256),
     negative: z.array(z.string()).min(1).max(256),
-    hook: z.string().optional().describe('hook to read (default: the steering layer\'s blocks.{layer}.hook_resid_pre)'),
+    hook: z.string().optional().describe("hook to read (default: the steering layer's blocks.{layer}.hook_resid_pre)"),
     reduce: z.enum(['last', 'mean']).default('last').describe('final position, or mean over positions (BOS excluded)'),
   }),
-  z.object({
-    kind: z.literal('head'),
-    layer: z.number().int().min(0),
-    head: z.number().int().min(0),
-    prompt: z.string().min(1).describe('the prompt whose final position gives the head\'s output'),
-  }).describe('a head\'s output: blocks.{layer}.attn.hook_result[final position, head] on the prompt (what the head writes into the residual stream)'),
+  z
+    .object({
+      kind: z.literal('head'),
+      layer: z.number().int().min(0),
+      head: z.number().int().min(0),
+      prompt: z.string().min(1).describe("the prompt whose final position gives the head's output"),
+    })
+    .describe(
+      "a head's output: blocks.{layer}.attn.hook_result[final position, head] on the prompt (what the head writes into the residual stream)",
+    ),
   z.object({ kind: z.literal('probe'), handle: z.string() }),
   z.object({ kind: z.literal('vector'), values: z.array(z.number()).min(1) }),
   z.object({ kind: z.literal('random'), seed: z.number().int() }),
 ]);
 
-export const directionSpec = z.union([z.string(), directionObject]).describe(
-  'Steering direction: {kind:"tokens",positive," love",negative:" hate"} | {kind:"mean_diff",positive:[...],negative:[...]} | ' +
-  '{kind:"head",layer,head,prompt} | {kind:"probe",handle} | {kind:"vector",values:[...]} | {kind:"random",seed}; or a string "probe:<handle>", "random:<seed>", "tokens: love - hate".',
-);
+export const directionSpec = z
+  .union([z.string(), directionObject])
+  .describe(
+    'Steering direction: {kind:"tokens",positive," love",negative:" hate"} | {kind:"mean_diff",positive:[...],negative:[...]} | ' +
+      '{kind:"head",layer,head,prompt} | {kind:"probe",handle} | {kind:"vector",values:[...]} | {kind:"random",seed}; or a string "probe:<handle>", "random:<seed>", "tokens: love - hate".',
+  );
 export type DirectionSpec = z.infer<typeof directionSpec>;
 export type DirectionObject = z.infer<typeof directionObject>;
 
@@ -100,10 +106,14 @@ export function parseDirectionSpec(spec: DirectionSpec): DirectionObject {
       return x.startsWith('#') ? x : ' ' + x;
     };
     if (parts.length === 1 && parts[0].trim()) return { kind: 'tokens', positive: side(parts[0]) };
-    if (parts.length === 2 && parts[0].trim() && parts[1].trim()) return { kind: 'tokens', positive: side(parts[0]), negative: side(parts[1]) };
+    if (parts.length === 2 && parts[0].trim() && parts[1].trim())
+      return { kind: 'tokens', positive: side(parts[0]), negative: side(parts[1]) };
   }
-  throw new LoupeError('BAD_INPUT', `Cannot read the direction ${JSON.stringify(spec)}.`,
-    'Use "tokens: love - hate", "probe:<handle>", "random:<seed>", or an object such as {"kind":"tokens","positive":" love","negative":" hate"}.');
+  throw new LoupeError(
+    'BAD_INPUT',
+    `Cannot read the direction ${JSON.stringify(spec)}.`,
+    'Use "tokens: love - hate", "probe:<handle>", "random:<seed>", or an object such as {"kind":"tokens","positive":" love","negative":" hate"}.',
+  );
 }
 
 function asList(x: string | string[] | undefined): string[] {
@@ -119,23 +129,46 @@ function meanRows(rows: Float32Array, at: number[], D: number): Float64Array {
 }
 
 /** mean W_U[:, id] over ids (float64), the columns read from the weights (no copy of W_U kept) */
-export async function unembedColumnsMean(model: LoadedModel, ids: number[], signal?: AbortSignal): Promise<Float64Array> {
+export async function unembedColumnsMean(
+  model: LoadedModel,
+  ids: number[],
+  signal?: AbortSignal,
+): Promise<Float64Array> {
   const { unembedRows } = await model.weightProducts({ unembedIds: ids }, signal);
-  return meanRows(unembedRows.data, ids.map((_, i) => i), model.info.d_model);
+  return meanRows(
+    unembedRows.data,
+    ids.map((_, i) => i),
+    model.info.d_model,
+  );
 }
 
 /** cosine between each candidate's unembedding column and the targets' mean column (one read of the columns) */
-export async function unembedCosines(model: LoadedModel, targets: number[], candidates: number[], signal?: AbortSignal): Promise<number[]> {
+export async function unembedCosines(
+  model: LoadedModel,
+  targets: number[],
+  candidates: number[],
+  signal?: AbortSignal,
+): Promise<number[]> {
   const D = model.info.d_model;
-  const { unembedRows: { data: W } } = await model.weightProducts({ unembedIds: [...targets, ...candidates] }, signal);
-  const t = meanRows(W, targets.map((_, i) => i), D);
+  const {
+    unembedRows: { data: W },
+  } = await model.weightProducts({ unembedIds: [...targets, ...candidates] }, signal);
+  const t = meanRows(
+    W,
+    targets.map((_, i) => i),
+    D,
+  );
   let tn = 0;
   for (let j = 0; j < D; j++) tn += t[j] * t[j];
   return candidates.map((_, k) => {
     const o = (targets.length + k) * D;
     let dotp = 0;
     let cn = 0;
-    for (let j = 0; j < D; j++) { const w = W[o + j]; dotp += w * t[j]; cn += w * w; }
+    for (let j = 0; j < D; j++) {
+      const w = W[o + j];
+      dotp += w * t[j];
+      cn += w * w;
+    }
     return dotp / Math.sqrt(Math.max(tn * cn, 1e-30));
   });
 }
@@ -164,7 +197,11 @@ export interface ResolveOptions {
   onProgress?: (done: number, total: number) => void;
 }
 
-export async function resolveDirection(model: LoadedModel, specIn: DirectionSpec, opts: ResolveOptions): Promise<ResolvedDirection> {
+export async function resolveDirection(
+  model: LoadedModel,
+  specIn: DirectionSpec,
+  opts: ResolveOptions,
+): Promise<ResolvedDirection> {
   const spec = parseDirectionSpec(specIn);
   const D = model.info.d_model;
   let vector: Float64Array;
@@ -191,11 +228,18 @@ export async function resolveDirection(model: LoadedModel, specIn: DirectionSpec
       hook = spec.hook ?? `blocks.${opts.layer}.hook_resid_pre`;
       const total = spec.positive.length + spec.negative.length;
       const act = await collectActivations(model, [...spec.positive, ...spec.negative], [hook], {
-        position: spec.reduce === 'mean' ? 'mean' : 'last', prependBos: opts.prependBos ?? true, signal: opts.signal,
+        position: spec.reduce === 'mean' ? 'mean' : 'last',
+        prependBos: opts.prependBos ?? true,
+        signal: opts.signal,
         onProgress: opts.onProgress,
       });
       const dim = act.dims[hook];
-      if (dim !== D) throw new LoupeError('BAD_INPUT', `direction.hook ${hook} has ${dim} values per position, not d_model = ${D}.`, 'Use a residual-stream hook (hook_resid_pre/mid/post, hook_attn_out, hook_mlp_out).');
+      if (dim !== D)
+        throw new LoupeError(
+          'BAD_INPUT',
+          `direction.hook ${hook} has ${dim} values per position, not d_model = ${D}.`,
+          'Use a residual-stream hook (hook_resid_pre/mid/post, hook_attn_out, hook_mlp_out).',
+        );
       const data = act.data[hook];
       vector = new Float64Array(D);
       const nPos = spec.positive.length;
@@ -208,9 +252,19 @@ export async function resolveDirection(model: LoadedModel, specIn: DirectionSpec
     }
     case 'head': {
       const { n_layers: L, n_heads: H } = model.info;
-      if (spec.layer >= L || spec.head >= H) throw new LoupeError('BAD_INPUT', `direction: L${spec.layer}H${spec.head} is not a head of this model (${L} layers × ${H} heads).`, `Use layer 0 … ${L - 1} and head 0 … ${H - 1}.`);
+      if (spec.layer >= L || spec.head >= H)
+        throw new LoupeError(
+          'BAD_INPUT',
+          `direction: L${spec.layer}H${spec.head} is not a head of this model (${L} layers × ${H} heads).`,
+          `Use layer 0 … ${L - 1} and head 0 … ${H - 1}.`,
+        );
       hook = `blocks.${spec.layer}.attn.hook_result`;
-      const act = await collectActivations(model, [spec.prompt], [hook], { position: 'last', prependBos: opts.prependBos ?? true, signal: opts.signal, onProgress: opts.onProgress });
+      const act = await collectActivations(model, [spec.prompt], [hook], {
+        position: 'last',
+        prependBos: opts.prependBos ?? true,
+        signal: opts.signal,
+        onProgress: opts.onProgress,
+      });
       // hook_result is [H, d_model] per position, head-major
       vector = Float64Array.from(act.data[hook].subarray(spec.head * D, (spec.head + 1) * D));
       description = `output of L${spec.layer}H${spec.head} (hook_result at the final position of ${JSON.stringify(spec.prompt)})`;
@@ -218,15 +272,29 @@ export async function resolveDirection(model: LoadedModel, specIn: DirectionSpec
     }
     case 'probe': {
       const p = opts.store.get<ProbeHandleValue>('probe', spec.handle);
-      if (p.model_id !== model.info.id) throw new LoupeError('BAD_INPUT', `Probe ${spec.handle} was trained on ${p.model_id}, not ${model.info.id}.`, 'Capture and train the probe with the loaded model.');
-      if (p.weights.length !== D) throw new LoupeError('BAD_INPUT', `Probe ${spec.handle} was trained on ${p.weights.length}-dimensional activations (${p.hook}), not d_model = ${D}.`, 'Train the probe on a residual-stream hook to steer with it.');
+      if (p.model_id !== model.info.id)
+        throw new LoupeError(
+          'BAD_INPUT',
+          `Probe ${spec.handle} was trained on ${p.model_id}, not ${model.info.id}.`,
+          'Capture and train the probe with the loaded model.',
+        );
+      if (p.weights.length !== D)
+        throw new LoupeError(
+          'BAD_INPUT',
+          `Probe ${spec.handle} was trained on ${p.weights.length}-dimensional activations (${p.hook}), not d_model = ${D}.`,
+          'Train the probe on a residual-stream hook to steer with it.',
+        );
       vector = Float64Array.from(p.weights);
       hook = p.hook;
       description = `weights of probe ${spec.handle} (trained at ${p.hook})`;
       break;
     }
     case 'vector': {
-      if (spec.values.length !== D) throw new LoupeError('BAD_INPUT', `direction.values has ${spec.values.length} numbers; this model's d_model is ${D}.`);
+      if (spec.values.length !== D)
+        throw new LoupeError(
+          'BAD_INPUT',
+          `direction.values has ${spec.values.length} numbers; this model's d_model is ${D}.`,
+        );
       vector = Float64Array.from(spec.values);
       description = `given vector (${D} numbers)`;
       break;
@@ -240,7 +308,11 @@ export async function resolveDirection(model: LoadedModel, specIn: DirectionSpec
   throwIfAborted(opts.signal);
   const raw = vecNorm(vector);
   if (!(raw > 0) || !Number.isFinite(raw)) {
-    throw new LoupeError('BAD_INPUT', `The direction (${description}) has norm ${raw}; it cannot steer.`, 'Pick tokens or prompt sets that differ.');
+    throw new LoupeError(
+      'BAD_INPUT',
+      `The direction (${description}) has norm ${raw}; it cannot steer.`,
+      'Pick tokens or prompt sets that differ.',
+    );
   }
   const normalized = opts.normalize ?? true;
   if (normalized) for (let j = 0; j < D; j++) vector[j] /= raw;
@@ -252,13 +324,24 @@ export async function resolveDirection(model: LoadedModel, specIn: DirectionSpec
  * scale: (w_lnf ⊙ d) · W_U[:, v] (centring d first for LayerNorm models). Used to pick default
  * target/control tokens, never as a measured effect.
  */
-export async function directLogitScores(model: LoadedModel, d: ArrayLike<number>, signal?: AbortSignal): Promise<Float64Array> {
+export async function directLogitScores(
+  model: LoadedModel,
+  d: ArrayLike<number>,
+  signal?: AbortSignal,
+): Promise<Float64Array> {
   const D = model.info.d_model;
   let w: ArrayLike<number> | undefined;
-  try { w = model.param('ln_final.w').data; } catch { w = undefined; }
+  try {
+    w = model.param('ln_final.w').data;
+  } catch {
+    w = undefined;
+  }
   const x = new Float64Array(D);
   let mu = 0;
-  if (model.info.norm === 'layernorm') { for (let j = 0; j < D; j++) mu += d[j]; mu /= D; }
+  if (model.info.norm === 'layernorm') {
+    for (let j = 0; j < D; j++) mu += d[j];
+    mu /= D;
+  }
   for (let j = 0; j < D; j++) x[j] = (d[j] - mu) * (w ? w[j] : 1);
   // streamed over W_U's rows by the engine, in float64 (a [D, V] float32 copy here was 2.4 GB on Gemma 2)
   return (await model.weightProducts({ unembedDots: { dims: [1, D], data: x } }, signal)).unembedDots.data;

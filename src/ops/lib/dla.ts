@@ -69,9 +69,12 @@ function constantsOf(model: LoadedModel): DlaConstants {
   if (!c) {
     const p = (name: string) => model.param(name).data;
     c = {
-      bU: p('unembed.b_U'), lnfW: p('ln_final.w'), lnfB: p('ln_final.b'),
+      bU: p('unembed.b_U'),
+      lnfW: p('ln_final.w'),
+      lnfB: p('ln_final.b'),
       layers: Array.from({ length: model.info.n_layers }, (_, l) => ({
-        bO: p(`blocks.${l}.attn.b_O`), bOut: p(`blocks.${l}.mlp.b_out`),
+        bO: p(`blocks.${l}.attn.b_O`),
+        bOut: p(`blocks.${l}.mlp.b_out`),
         postAttnW: model.info.post_norms ? p(`blocks.${l}.ln1_post.w`) : null,
         postMlpW: model.info.post_norms ? p(`blocks.${l}.ln2_post.w`) : null,
       })),
@@ -106,7 +109,8 @@ function foldedValueBias(model: LoadedModel, c: DlaConstants, l: number): Float6
     }
     const group = H / Hkv;
     lc.bVp = new Float64Array(H * Dh);
-    for (let h = 0; h < H; h++) lc.bVp.set(kvBias.subarray(Math.floor(h / group) * Dh, (Math.floor(h / group) + 1) * Dh), h * Dh);
+    for (let h = 0; h < H; h++)
+      lc.bVp.set(kvBias.subarray(Math.floor(h / group) * Dh, (Math.floor(h / group) + 1) * Dh), h * Dh);
   }
   return lc.bVp;
 }
@@ -130,7 +134,14 @@ export interface DlaTarget {
  * and the unembedding-bias term. u = W_U[:,t] (raw) or W_U[:,t] − mean_v W_U[:,v] (TL); for a
  * difference, u_a − u_c (centring cancels).
  */
-async function unembedColumn(model: LoadedModel, c: DlaConstants, target: DlaTarget, convention: Convention, signal?: AbortSignal, extra: Pick<WeightProductsInput, 'z' | 'post'> = {}): Promise<{ u: Float64Array; biasTerm: number; products: WeightProducts }> {
+async function unembedColumn(
+  model: LoadedModel,
+  c: DlaConstants,
+  target: DlaTarget,
+  convention: Convention,
+  signal?: AbortSignal,
+  extra: Pick<WeightProductsInput, 'z' | 'post'> = {},
+): Promise<{ u: Float64Array; biasTerm: number; products: WeightProducts }> {
   const { d_model: D, d_vocab: V } = model.info;
   const cf = target.counterfactualId;
   const centre = cf === undefined && convention === 'transformer_lens';
@@ -170,12 +181,25 @@ export interface Readout {
  * RMSNorm e = (w ⊙ u) / s; LayerNorm e = (w ⊙ u − mean(w ⊙ u)) / s, which equals projecting the
  * centred component ((c − mean c)/s) · (w ⊙ u).
  */
-export async function readoutDirection(model: LoadedModel, target: DlaTarget, convention: Convention, scale: number, signal?: AbortSignal): Promise<Readout> {
+export async function readoutDirection(
+  model: LoadedModel,
+  target: DlaTarget,
+  convention: Convention,
+  scale: number,
+  signal?: AbortSignal,
+): Promise<Readout> {
   return (await readoutWith(model, target, convention, scale, signal)).readout;
 }
 
 /** readoutDirection, with more weight products (`extra`) computed in the same call to the backend */
-async function readoutWith(model: LoadedModel, target: DlaTarget, convention: Convention, scale: number, signal?: AbortSignal, extra: Pick<WeightProductsInput, 'z' | 'post'> = {}): Promise<{ readout: Readout; products: WeightProducts }> {
+async function readoutWith(
+  model: LoadedModel,
+  target: DlaTarget,
+  convention: Convention,
+  scale: number,
+  signal?: AbortSignal,
+  extra: Pick<WeightProductsInput, 'z' | 'post'> = {},
+): Promise<{ readout: Readout; products: WeightProducts }> {
   const c = constantsOf(model);
   const { u, biasTerm, products } = await unembedColumn(model, c, target, convention, signal, extra);
   const D = u.length;
@@ -199,14 +223,24 @@ export function dlaHookNames(model: LoadedModel): string[] {
   const names = ['blocks.0.hook_resid_pre', `blocks.${L - 1}.hook_resid_post`, 'ln_final.hook_scale'];
   if (model.info.pos_embed) names.push('hook_pos_embed');
   for (let l = 0; l < L; l++) {
-    names.push(`blocks.${l}.attn.hook_z`, `blocks.${l}.hook_attn_out`, `blocks.${l}.hook_mlp_out`, `blocks.${l}.mlp.hook_post`);
+    names.push(
+      `blocks.${l}.attn.hook_z`,
+      `blocks.${l}.hook_attn_out`,
+      `blocks.${l}.hook_mlp_out`,
+      `blocks.${l}.mlp.hook_post`,
+    );
   }
   return names;
 }
 
 function hook(run: RunResult, name: string): Tensor {
   const t = run.hooks[name];
-  if (!t) throw new LoupeError('INTERNAL', `The engine did not return hook '${name}'.`, 'This is a bug in Loupe; please report it.');
+  if (!t)
+    throw new LoupeError(
+      'INTERNAL',
+      `The engine did not return hook '${name}'.`,
+      'This is a bug in Loupe; please report it.',
+    );
   return t;
 }
 
@@ -219,14 +253,22 @@ function slice(t: Tensor, row: number, pos: number): Float32Array {
 }
 
 /** Gemma 2's post-norm as a frozen linear map: e ⊙ w_post / s_post, s_post from the layer's summed output x */
-function postNormReadout(model: LoadedModel, w: Float32Array, x: Float64Array, e: Float64Array): { eL: Float64Array; gain: Float64Array } {
+function postNormReadout(
+  model: LoadedModel,
+  w: Float32Array,
+  x: Float64Array,
+  e: Float64Array,
+): { eL: Float64Array; gain: Float64Array } {
   const D = x.length;
   let ms = 0;
   for (let d = 0; d < D; d++) ms += x[d] * x[d];
   const s = Math.sqrt(ms / D + model.info.norm_eps);
   const gain = new Float64Array(D);
   const eL = new Float64Array(D);
-  for (let d = 0; d < D; d++) { gain[d] = w[d] / s; eL[d] = e[d] * gain[d]; }
+  for (let d = 0; d < D; d++) {
+    gain[d] = w[d] / s;
+    eL[d] = e[d] * gain[d];
+  }
   return { eL, gain };
 }
 
@@ -260,7 +302,11 @@ export interface DlaResult {
 export function unsoftcap(logit: number, cap: number | null): number {
   if (!cap) return logit;
   const r = logit / cap;
-  if (Math.abs(r) >= 1) throw new LoupeError('RUNTIME_ERROR', `A logit (${logit}) sits at the soft-cap (${cap}); its pre-cap value cannot be recovered.`);
+  if (Math.abs(r) >= 1)
+    throw new LoupeError(
+      'RUNTIME_ERROR',
+      `A logit (${logit}) sits at the soft-cap (${cap}); its pre-cap value cannot be recovered.`,
+    );
   return cap * Math.atanh(r);
 }
 
@@ -282,7 +328,12 @@ export interface DecomposeOptions {
  * Decompose the target at one position from a run that returned `dlaHookNames(model)`.
  * Float64 arithmetic on the engine's float32 values, except the weight products (float32 on the backend).
  */
-export async function decomposeLogit(model: LoadedModel, run: RunResult, target: DlaTarget, opts: DecomposeOptions): Promise<DlaResult> {
+export async function decomposeLogit(
+  model: LoadedModel,
+  run: RunResult,
+  target: DlaTarget,
+  opts: DecomposeOptions,
+): Promise<DlaResult> {
   const { n_layers: L, n_heads: H, d_head: Dh, d_model: D, d_mlp: M } = model.info;
   const HD = H * Dh;
   const c = constantsOf(model);
@@ -308,15 +359,24 @@ export async function decomposeLogit(model: LoadedModel, run: RunResult, target:
   }
   const postNorms = c.layers.some((lc) => lc.postAttnW || lc.postMlpW);
   const zIn: Tensor = { dims: [L, 1, HD], data: z };
-  const { readout: ro, products: outputs } = await readoutWith(model, target, convention, scale, opts.signal,
-    postNorms ? { z: zIn, post: { dims: [L, 1, M], data: concat(act, M) } } : {});
+  const { readout: ro, products: outputs } = await readoutWith(
+    model,
+    target,
+    convention,
+    scale,
+    opts.signal,
+    postNorms ? { z: zIn, post: { dims: [L, 1, M], data: concat(act, M) } } : {},
+  );
   const e = ro.e;
   /** layer l's attention output at the position, Σ_h z_h W_O[h] + b_O, from the call that carried z */
-  const attnOut = (p: WeightProducts, l: number) => Float64Array.from(p.attnX.data.subarray(l * D, (l + 1) * D), (v, d) => v + c.layers[l].bO[d]);
+  const attnOut = (p: WeightProducts, l: number) =>
+    Float64Array.from(p.attnX.data.subarray(l * D, (l + 1) * D), (v, d) => v + c.layers[l].bO[d]);
 
   const terms: DlaTerm[] = [];
   const resid = new Float64Array(D); // Σ of the residual components, to check against resid_post
-  const add = (v: Float32Array) => { for (let d = 0; d < D; d++) resid[d] += v[d]; };
+  const add = (v: Float32Array) => {
+    for (let d = 0; d < D; d++) resid[d] += v[d];
+  };
 
   // embeddings: resid_pre0 = embed (+ pos_embed); taking embed as the difference keeps any
   // embedding scale (Gemma's √d) inside the term whatever hook_embed's convention is
@@ -343,7 +403,14 @@ export async function decomposeLogit(model: LoadedModel, run: RunResult, target:
       eMlp.set(postNormReadout(model, lc.postMlpW, xm, e).eL, l * D);
     } else eMlp.set(e, l * D);
   }
-  const dirs = await model.weightProducts({ ...(postNorms ? {} : { z: zIn }), attnDirs: { dims: [L, 1, D], data: eAttn }, mlpDirs: { dims: [L, 1, D], data: eMlp } }, opts.signal);
+  const dirs = await model.weightProducts(
+    {
+      ...(postNorms ? {} : { z: zIn }),
+      attnDirs: { dims: [L, 1, D], data: eAttn },
+      mlpDirs: { dims: [L, 1, D], data: eMlp },
+    },
+    opts.signal,
+  );
   const xs = Array.from({ length: L }, (_, l) => attnOut(postNorms ? outputs : dirs, l));
 
   const heads: number[][] = [];
@@ -360,14 +427,19 @@ export async function decomposeLogit(model: LoadedModel, run: RunResult, target:
     let moved = 0;
     for (let h = 0; h < H; h++) {
       let v = dotF(z, woe.subarray(h * Dh, (h + 1) * Dh), Dh, l * HD + h * Dh);
-      if (bVp) { const m = dotF(bVp, woe.subarray(h * Dh, (h + 1) * Dh), Dh, h * Dh); v -= m; moved += m; }
+      if (bVp) {
+        const m = dotF(bVp, woe.subarray(h * Dh, (h + 1) * Dh), Dh, h * Dh);
+        v -= m;
+        moved += m;
+      }
       headRow.push(v);
       terms.push({ name: `L${l}H${h}`, value: v });
     }
     heads.push(headRow);
     terms.push({ name: `L${l}.attn.b_O`, value: dotF(lc.bO, eL, D) + moved });
     const attnOut = slice(hook(run, `blocks.${l}.hook_attn_out`), row, pos);
-    const x = xs[l], g = gains[l];
+    const x = xs[l],
+      g = gains[l];
     for (let d = 0; d < D; d++) attnErr = Math.max(attnErr, Math.abs(x[d] * (g ? g[d] : 1) - attnOut[d]));
     add(attnOut);
 
@@ -415,7 +487,14 @@ export async function decomposeLogit(model: LoadedModel, run: RunResult, target:
   }
 
   return {
-    convention, terms, sum, target: targetValue, targetKind, heads, neuronAttribution, neuronActivation,
+    convention,
+    terms,
+    sum,
+    target: targetValue,
+    targetKind,
+    heads,
+    neuronAttribution,
+    neuronActivation,
     checks: { residual_reconstruction_max_abs: residErr, attention_reconstruction_max_abs: attnErr },
     finalSoftcap: cap,
   };
@@ -431,17 +510,37 @@ function concat(parts: Float32Array[], n: number): Float32Array {
 export function describeMethod(model: LoadedModel, convention: Convention, kind: DlaResult['targetKind']): string {
   const ln = model.info.norm === 'layernorm';
   const parts: string[] = [];
-  parts.push(`Direct logit attribution at the chosen position with the final norm's scale frozen at its value there (ln_final.hook_scale).`);
+  parts.push(
+    `Direct logit attribution at the chosen position with the final norm's scale frozen at its value there (ln_final.hook_scale).`,
+  );
   if (convention === 'raw') {
-    parts.push(ln
-      ? 'raw convention: each component c contributes ((c − mean(c)) / s) ⊙ w_lnf · W_U[:, t]; ln_final.b · W_U[:, t] and b_U[t] are their own terms.'
-      : 'raw convention: each component c contributes (c / s) ⊙ w_norm · W_U[:, t]; b_U[t] is its own term.');
+    parts.push(
+      ln
+        ? 'raw convention: each component c contributes ((c − mean(c)) / s) ⊙ w_lnf · W_U[:, t]; ln_final.b · W_U[:, t] and b_U[t] are their own terms.'
+        : 'raw convention: each component c contributes (c / s) ⊙ w_norm · W_U[:, t]; b_U[t] is its own term.',
+    );
   } else {
-    parts.push(`transformer_lens convention: direction d_t = w ⊙ W_U[:, t] − mean_v(w ⊙ W_U[:, v]) (center_unembed)${ln ? ', components centred' : ''}; b_U centred; value biases folded (each head's result loses b_V'[h]·W_O[h], b_V' = b_V${ln ? ' + b_ln1·W_V' : ''}, moved into L{l}.attn.b_O) wherever the model has value${ln ? ' or ln1' : ''} biases, as TransformerLens's fold_value_biases does.`);
+    parts.push(
+      `transformer_lens convention: direction d_t = w ⊙ W_U[:, t] − mean_v(w ⊙ W_U[:, v]) (center_unembed)${ln ? ', components centred' : ''}; b_U centred; value biases folded (each head's result loses b_V'[h]·W_O[h], b_V' = b_V${ln ? ' + b_ln1·W_V' : ''}, moved into L{l}.attn.b_O) wherever the model has value${ln ? ' or ln1' : ''} biases, as TransformerLens's fold_value_biases does.`,
+    );
   }
-  parts.push(kind === 'logit' ? 'Terms sum to the logit.' : kind === 'centered_logit' ? 'Terms sum to the centred logit (logit − mean over the vocabulary).' : 'Terms sum to the logit difference answer − counterfactual (centring cancels in a difference).');
-  parts.push('Heads: z_h · W_O[h] (GQA: head h reads kv head h / (n_heads / n_kv_heads)). MLP terms are the whole hook_mlp_out (bias included); a neuron n contributes hook_post[n] · W_out[n].');
-  if (model.info.post_norms) parts.push('Post-attention / post-MLP norms are treated as linear maps with their scale frozen at its value (recomputed from the layer\'s summed output), which is exact for the sum.');
-  if (model.info.final_softcap) parts.push(`The final soft-cap (${model.info.final_softcap}·tanh(x/${model.info.final_softcap})) is not linear: the terms sum exactly to the PRE-soft-cap value, which is what target reports.`);
+  parts.push(
+    kind === 'logit'
+      ? 'Terms sum to the logit.'
+      : kind === 'centered_logit'
+        ? 'Terms sum to the centred logit (logit − mean over the vocabulary).'
+        : 'Terms sum to the logit difference answer − counterfactual (centring cancels in a difference).',
+  );
+  parts.push(
+    'Heads: z_h · W_O[h] (GQA: head h reads kv head h / (n_heads / n_kv_heads)). MLP terms are the whole hook_mlp_out (bias included); a neuron n contributes hook_post[n] · W_out[n].',
+  );
+  if (model.info.post_norms)
+    parts.push(
+      "Post-attention / post-MLP norms are treated as linear maps with their scale frozen at its value (recomputed from the layer's summed output), which is exact for the sum.",
+    );
+  if (model.info.final_softcap)
+    parts.push(
+      `The final soft-cap (${model.info.final_softcap}·tanh(x/${model.info.final_softcap})) is not linear: the terms sum exactly to the PRE-soft-cap value, which is what target reports.`,
+    );
   return parts.join(' ');
 }

@@ -38,7 +38,11 @@ export interface DescriptionSet {
 }
 
 const bad = (where: string, msg: string) =>
-  new LoupeError('BAD_INPUT', `Descriptions from ${where}: ${msg}`, 'Give a file in Neuronpedia\'s export layout: a JSON array (or JSON Lines) of records with "index" and "description", e.g. [{"index": "3", "description": "dates"}].');
+  new LoupeError(
+    'BAD_INPUT',
+    `Descriptions from ${where}: ${msg}`,
+    'Give a file in Neuronpedia\'s export layout: a JSON array (or JSON Lines) of records with "index" and "description", e.g. [{"index": "3", "description": "dates"}].',
+  );
 
 function isGzip(b: Uint8Array): boolean {
   return b.length >= 2 && b[0] === 0x1f && b[1] === 0x8b;
@@ -60,7 +64,9 @@ function recordsOf(value: unknown, where: string): { records: unknown[]; format:
   if (value && typeof value === 'object' && Array.isArray((value as { explanations?: unknown }).explanations)) {
     const top = value as { explanations: unknown[]; index?: unknown; modelId?: unknown; layer?: unknown };
     // a single feature's answer: its explanations inherit the feature's index, model and layer
-    const records = top.explanations.map((r) => (r && typeof r === 'object' ? { modelId: top.modelId, layer: top.layer, index: top.index, ...(r as object) } : r));
+    const records = top.explanations.map((r) =>
+      r && typeof r === 'object' ? { modelId: top.modelId, layer: top.layer, index: top.index, ...(r as object) } : r,
+    );
     return { records, format: 'json_object' };
   }
   throw bad(where, 'expected a JSON array of explanation records or an object with an "explanations" array.');
@@ -119,7 +125,8 @@ export function parseDescriptions(data: Uint8Array | string | unknown, where: st
     if (!r || typeof r !== 'object') throw bad(where, `record ${i} is not an object.`);
     const rec = r as Record<string, unknown>;
     const index = featureIndex(rec.index ?? rec.feature);
-    if (index === undefined) throw bad(where, `record ${i} has no valid "index" (got ${JSON.stringify(rec.index ?? null)}).`);
+    if (index === undefined)
+      throw bad(where, `record ${i} has no valid "index" (got ${JSON.stringify(rec.index ?? null)}).`);
     if (str(rec.modelId)) models.add(rec.modelId as string);
     if (str(rec.layer)) layers.add(rec.layer as string);
     const description = str(rec.description);
@@ -142,18 +149,30 @@ export function parseDescriptions(data: Uint8Array | string | unknown, where: st
  * contradicts the SAE's cfg.json `neuronpedia_id` ("model/layer"). Wrong labels next to features
  * would be worse than none.
  */
-export function checkDescriptions(set: DescriptionSet, sae: { d_sae: number; neuronpedia_id?: string | null }, where: string): void {
+export function checkDescriptions(
+  set: DescriptionSet,
+  sae: { d_sae: number; neuronpedia_id?: string | null },
+  where: string,
+): void {
   let max = -1;
   for (const k of set.byFeature.keys()) max = Math.max(max, k);
   if (max >= sae.d_sae) {
-    throw new LoupeError('BAD_INPUT', `Descriptions from ${where} describe feature ${max}, but the SAE has only ${sae.d_sae} features.`, 'These descriptions belong to another SAE; give the explanations export of this SAE.');
+    throw new LoupeError(
+      'BAD_INPUT',
+      `Descriptions from ${where} describe feature ${max}, but the SAE has only ${sae.d_sae} features.`,
+      'These descriptions belong to another SAE; give the explanations export of this SAE.',
+    );
   }
   const np = sae.neuronpedia_id;
   if (np && set.model_id && set.layer) {
     const [model, ...rest] = np.split('/');
     const layer = rest.join('/');
     if (model !== set.model_id || layer !== set.layer) {
-      throw new LoupeError('BAD_INPUT', `Descriptions from ${where} are for Neuronpedia ${set.model_id}/${set.layer}, but the SAE's cfg.json says neuronpedia_id ${np}.`, `Give the explanations of ${np}.`);
+      throw new LoupeError(
+        'BAD_INPUT',
+        `Descriptions from ${where} are for Neuronpedia ${set.model_id}/${set.layer}, but the SAE's cfg.json says neuronpedia_id ${np}.`,
+        `Give the explanations of ${np}.`,
+      );
     }
   }
 }

@@ -67,7 +67,13 @@ export function continuationText(model: LoadedModel, prompt: number[], generated
 }
 
 /** Pick the next token from one row of logits. */
-export function pickToken(logits: ArrayLike<number>, offset: number, V: number, s: SamplingOptions, u: () => number): number {
+export function pickToken(
+  logits: ArrayLike<number>,
+  offset: number,
+  V: number,
+  s: SamplingOptions,
+  u: () => number,
+): number {
   const temperature = s.temperature ?? 0;
   if (!(temperature > 0)) return argmax(logits, offset, V);
   let idx = Array.from({ length: V }, (_, i) => i);
@@ -79,7 +85,11 @@ export function pickToken(logits: ArrayLike<number>, offset: number, V: number, 
   if (s.topP !== undefined && s.topP < 1) {
     let c = 0;
     let k = 0;
-    while (k < probs.length) { c += probs[k] / z; k++; if (c >= s.topP) break; }
+    while (k < probs.length) {
+      c += probs[k] / z;
+      k++;
+      if (c >= s.topP) break;
+    }
     idx = idx.slice(0, k);
     probs = probs.slice(0, k);
     z = probs.reduce((a, b) => a + b, 0);
@@ -108,7 +118,12 @@ function stepInterventions(ivs: Intervention[], pos: number): Intervention[] {
  * addressed to them through `batch`. Each row samples with its own generator seeded identically
  * (unless `seeds` gives each row its own seed), so two rows with identical logits produce identical tokens.
  */
-export async function generateBatch(model: LoadedModel, ids: number[], rows: number, opts: GenerateOptions): Promise<BatchGenerateResult> {
+export async function generateBatch(
+  model: LoadedModel,
+  ids: number[],
+  rows: number,
+  opts: GenerateOptions,
+): Promise<BatchGenerateResult> {
   const maxNew = opts.maxNewTokens;
   checkNewTokens(maxNew);
   checkBatch(rows);
@@ -116,7 +131,11 @@ export async function generateBatch(model: LoadedModel, ids: number[], rows: num
   const ivs = opts.interventions ?? [];
   const useCache = opts.useCache ?? true;
   if (!useCache && ivs.some((iv) => iv.op === 'patch')) {
-    throw new LoupeError('BAD_INTERVENTION', 'patch interventions cannot be used with full re-run generation.', 'Use the KV-cached loop (the default).');
+    throw new LoupeError(
+      'BAD_INTERVENTION',
+      'patch interventions cannot be used with full re-run generation.',
+      'Use the KV-cached loop (the default).',
+    );
   }
   const stopAtEos = opts.stopAtEos ?? true;
   const eos = model.eosTokenId;
@@ -131,7 +150,11 @@ export async function generateBatch(model: LoadedModel, ids: number[], rows: num
   const T = ids.length;
   // generation reads only the last position's logits: unembed just that one
   const first = await model.run(ids, {
-    interventions: ivs, batch: rows > 1 ? rows : undefined, returnCache: useCache && maxNew > 1, logitPositions: [T - 1], signal: opts.signal,
+    interventions: ivs,
+    batch: rows > 1 ? rows : undefined,
+    returnCache: useCache && maxNew > 1,
+    logitPositions: [T - 1],
+    signal: opts.signal,
   });
   runs++;
   const promptLogits: Float32Array[] = [];
@@ -144,19 +167,28 @@ export async function generateBatch(model: LoadedModel, ids: number[], rows: num
   for (let step = 0; step < maxNew; step++) {
     const next: number[] = [];
     for (let r = 0; r < rows; r++) {
-      if (done[r]) { next.push(out[r][out[r].length - 1]); continue; }
+      if (done[r]) {
+        next.push(out[r][out[r].length - 1]);
+        continue;
+      }
       const id = pickToken(logits, r * rowStride + lastOffset, V, opts, gens[r]);
       out[r].push(id);
       next.push(id);
       opts.onToken?.({ step, row: r, id });
-      if (stopAtEos && eos !== undefined && id === eos) { done[r] = true; stop[r] = 'eos'; }
+      if (stopAtEos && eos !== undefined && id === eos) {
+        done[r] = true;
+        stop[r] = 'eos';
+      }
     }
     if (step === maxNew - 1 || done.every(Boolean)) break;
     throwIfAborted(opts.signal);
     const pos = T + step; // absolute position of the token fed now
     if (useCache) {
       const res = await model.run(rows > 1 ? next.map((t) => [t]) : [next[0]], {
-        interventions: stepInterventions(ivs, pos), past, returnCache: step < maxNew - 2, signal: opts.signal,
+        interventions: stepInterventions(ivs, pos),
+        past,
+        returnCache: step < maxNew - 2,
+        signal: opts.signal,
       });
       past = res.present;
       logits = res.logits.data;
@@ -167,7 +199,11 @@ export async function generateBatch(model: LoadedModel, ids: number[], rows: num
       // rows that stopped early are padded with their last token so every row has the same length
       const len = T + step + 1;
       for (const s of seqs) while (s.length < len) s.push(s[s.length - 1]);
-      const res = await model.run(rows > 1 ? seqs : seqs[0], { interventions: ivs, logitPositions: [len - 1], signal: opts.signal });
+      const res = await model.run(rows > 1 ? seqs : seqs[0], {
+        interventions: ivs,
+        logitPositions: [len - 1],
+        signal: opts.signal,
+      });
       logits = res.logits.data;
     }
     runs++;
@@ -180,7 +216,11 @@ export async function generateBatch(model: LoadedModel, ids: number[], rows: num
 }
 
 /** Generate one continuation. `ids` are the prompt's token ids (BOS included when wanted). */
-export async function generateTokens(model: LoadedModel, ids: number[], opts: GenerateOptions): Promise<GenerateResult> {
+export async function generateTokens(
+  model: LoadedModel,
+  ids: number[],
+  opts: GenerateOptions,
+): Promise<GenerateResult> {
   if (opts.maxNewTokens === 0) {
     checkTokenCount(model, ids.length);
     return { ids: [], text: '', stop_reason: 'max_new_tokens' };

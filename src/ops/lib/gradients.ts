@@ -25,7 +25,10 @@ export function metricOf(logits: ArrayLike<number>, answer: number, counterfactu
 
 export const metricTokens = z.object({
   answer: z.object({ token: z.string(), token_id: z.number().int(), source: z.enum(['answer', 'clean_prediction']) }),
-  counterfactual: z.object({ token: z.string(), token_id: z.number().int() }).nullable().describe('null: the metric is logit[answer] alone'),
+  counterfactual: z
+    .object({ token: z.string(), token_id: z.number().int() })
+    .nullable()
+    .describe('null: the metric is logit[answer] alone'),
 });
 
 export function tokenRef(model: LoadedModel, id: number) {
@@ -46,10 +49,14 @@ export function spearman(a: number[], b: number[]): number | null {
     }
     return r;
   };
-  const ra = rank(a), rb = rank(b);
+  const ra = rank(a),
+    rb = rank(b);
   const n = a.length;
-  const ma = ra.reduce((s, v) => s + v, 0) / n, mb = rb.reduce((s, v) => s + v, 0) / n;
-  let num = 0, da = 0, db = 0;
+  const ma = ra.reduce((s, v) => s + v, 0) / n,
+    mb = rb.reduce((s, v) => s + v, 0) / n;
+  let num = 0,
+    da = 0,
+    db = 0;
   for (let i = 0; i < n; i++) {
     num += (ra[i] - ma) * (rb[i] - mb);
     da += (ra[i] - ma) ** 2;

@@ -69,8 +69,11 @@ export class MemoryHandleStore implements HandleStore {
   /** Throws TOO_LARGE when `bytes` could never fit, so callers can check before doing the work. */
   assertFits(bytes: number, what = 'value'): void {
     if (bytes > this.maxBytes) {
-      throw new LoupeError('TOO_LARGE', `The ${what} needs about ${fmtBytes(bytes)}, more than the handle store's limit of ${fmtBytes(this.maxBytes)}.`,
-        'Capture fewer prompts, fewer hooks or fewer positions.');
+      throw new LoupeError(
+        'TOO_LARGE',
+        `The ${what} needs about ${fmtBytes(bytes)}, more than the handle store's limit of ${fmtBytes(this.maxBytes)}.`,
+        'Capture fewer prompts, fewer hooks or fewer positions.',
+      );
     }
   }
 
@@ -94,8 +97,11 @@ export class MemoryHandleStore implements HandleStore {
     this.expire();
     const e = this.entries.get(id);
     if (!e || e.kind !== kind) {
-      throw new LoupeError('HANDLE_EXPIRED', `No ${kind} handle '${id}' is held (it expired, was evicted, or never existed).`,
-        `Run the operation that creates a ${kind} handle again and use the new id; handles live ${Math.round(this.ttlMs / 60000)} minutes after their last use.`);
+      throw new LoupeError(
+        'HANDLE_EXPIRED',
+        `No ${kind} handle '${id}' is held (it expired, was evicted, or never existed).`,
+        `Run the operation that creates a ${kind} handle again and use the new id; handles live ${Math.round(this.ttlMs / 60000)} minutes after their last use.`,
+      );
     }
     e.lastUsed = this.now();
     this.entries.delete(id);

@@ -26,7 +26,11 @@ export function softmax(x: ArrayLike<number>, start = 0, n = x.length - start): 
 export function argmax(x: ArrayLike<number>, start = 0, n = x.length - start): number {
   let best = 0;
   let bv = -Infinity;
-  for (let i = 0; i < n; i++) if (x[start + i] > bv) { bv = x[start + i]; best = i; }
+  for (let i = 0; i < n; i++)
+    if (x[start + i] > bv) {
+      bv = x[start + i];
+      best = i;
+    }
   return best;
 }
 
@@ -55,7 +59,11 @@ export function topIndices(n: number, score: (i: number) => number, k: number): 
     const v = score(i);
     if (top.length === k && !(v > val[k - 1])) continue;
     let j = top.length === k ? k - 1 : top.length;
-    while (j > 0 && v > val[j - 1]) { top[j] = top[j - 1]; val[j] = val[j - 1]; j--; }
+    while (j > 0 && v > val[j - 1]) {
+      top[j] = top[j - 1];
+      val[j] = val[j - 1];
+      j--;
+    }
     top[j] = i;
     val[j] = v;
   }

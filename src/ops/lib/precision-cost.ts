@@ -29,11 +29,16 @@ export interface PrecisionCost {
   same_prediction: boolean;
 }
 
-export async function precisionCost(baseline: LoadedModel, candidate: LoadedModel, prompt: string): Promise<PrecisionCost> {
+export async function precisionCost(
+  baseline: LoadedModel,
+  candidate: LoadedModel,
+  prompt: string,
+): Promise<PrecisionCost> {
   const ids = baseline.tokenize(prompt);
   const hooks = dlaHookNames(baseline);
   const [a, b] = [await baseline.run(ids, { hooks }), await candidate.run(ids, { hooks })];
-  let dl = 0, ml = 0;
+  let dl = 0,
+    ml = 0;
   for (let i = 0; i < a.logits.data.length; i++) {
     dl = Math.max(dl, Math.abs(a.logits.data[i] - b.logits.data[i]));
     ml = Math.max(ml, Math.abs(a.logits.data[i]));
@@ -49,15 +54,24 @@ export async function precisionCost(baseline: LoadedModel, candidate: LoadedMode
   const target = { tokenId: predicted };
   const opts = { convention: 'transformer_lens' as const, position: T - 1 };
   const flat = (d: DlaResult) => [...d.heads.flat(), ...d.terms.map((x) => x.value)];
-  const [fa, fb] = [flat(await decomposeLogit(baseline, a, target, opts)), flat(await decomposeLogit(candidate, b, target, opts))];
-  let dd = 0, md = 0;
+  const [fa, fb] = [
+    flat(await decomposeLogit(baseline, a, target, opts)),
+    flat(await decomposeLogit(candidate, b, target, opts)),
+  ];
+  let dd = 0,
+    md = 0;
   for (let i = 0; i < fa.length; i++) {
     dd = Math.max(dd, Math.abs(fa[i] - fb[i]));
     md = Math.max(md, Math.abs(fa[i]));
   }
   return {
-    baseline: baseline.info.weights, candidate: candidate.info.weights, tokens: ids.length,
-    max_abs_logit_diff: dl, max_abs_logit: ml, max_abs_dla_diff: dd, max_abs_dla: md,
+    baseline: baseline.info.weights,
+    candidate: candidate.info.weights,
+    tokens: ids.length,
+    max_abs_logit_diff: dl,
+    max_abs_logit: ml,
+    max_abs_dla_diff: dd,
+    max_abs_dla: md,
     same_prediction: predicted === argmaxLast(b.logits.data),
   };
 }

@@ -45,7 +45,10 @@ export function cholesky(a: Float64Array, n: number): Float64Array {
     for (let j = 0; j < n && ok; j++) {
       let s = a[j * n + j] + jitter;
       for (let k = 0; k < j; k++) s -= l[j * n + k] * l[j * n + k];
-      if (!(s > 0)) { ok = false; break; }
+      if (!(s > 0)) {
+        ok = false;
+        break;
+      }
       const d = Math.sqrt(s);
       l[j * n + j] = d;
       for (let i = j + 1; i < n; i++) {
@@ -79,7 +82,15 @@ export function cholSolve(l: Float64Array, n: number, v: ArrayLike<number>): Flo
   return x;
 }
 
-function objective(X: Float64Array, y: ArrayLike<number>, n: number, d: number, w: Float64Array, b: number, l2: number): number {
+function objective(
+  X: Float64Array,
+  y: ArrayLike<number>,
+  n: number,
+  d: number,
+  w: Float64Array,
+  b: number,
+  l2: number,
+): number {
   let s = 0;
   for (let i = 0; i < n; i++) {
     let z = b;
@@ -95,7 +106,13 @@ function objective(X: Float64Array, y: ArrayLike<number>, n: number, d: number, 
  * Fit logistic regression. X: n×d row-major, y: 0/1 labels.
  * Returns the weights in the basis of X (callers that standardised X convert back).
  */
-export function fitLogistic(X: Float64Array, y: ArrayLike<number>, n: number, d: number, opts: LogisticOptions = {}): LogisticFit {
+export function fitLogistic(
+  X: Float64Array,
+  y: ArrayLike<number>,
+  n: number,
+  d: number,
+  opts: LogisticOptions = {},
+): LogisticFit {
   const l2 = opts.l2 ?? 1e-2;
   const maxIter = opts.maxIter ?? 100;
   const tol = opts.tol ?? 1e-12;
@@ -206,7 +223,10 @@ export function fitLogistic(X: Float64Array, y: ArrayLike<number>, n: number, d:
       const aU = ainv(u);
       let uaG = 0;
       let uaU = 0;
-      for (let j = 0; j < d; j++) { uaG += u[j] * aG[j]; uaU += u[j] * aU[j]; }
+      for (let j = 0; j < d; j++) {
+        uaG += u[j] * aG[j];
+        uaU += u[j] * aU[j];
+      }
       db = (gb - uaG) / Math.max(c - uaU, 1e-300);
       dw = new Float64Array(d);
       for (let j = 0; j < d; j++) dw[j] = aG[j] - aU[j] * db;
@@ -223,12 +243,19 @@ export function fitLogistic(X: Float64Array, y: ArrayLike<number>, n: number, d:
       if (next <= loss) break;
       t /= 2;
     }
-    if (!(next <= loss)) { converged = true; break; } // no descent possible: at the optimum to float precision
+    if (!(next <= loss)) {
+      converged = true;
+      break;
+    } // no descent possible: at the optimum to float precision
     const improvement = loss - next;
     w.set(wNew);
     b = bNew;
     loss = next;
-    if (improvement < tol) { converged = true; it++; break; }
+    if (improvement < tol) {
+      converged = true;
+      it++;
+      break;
+    }
   }
   return { w, b, iterations: it, converged, loss };
 }
@@ -248,7 +275,11 @@ export function auroc(scores: ArrayLike<number>, labels: ArrayLike<number>): num
   }
   let nPos = 0;
   let sumPos = 0;
-  for (let i = 0; i < n; i++) if (labels[i] === 1) { nPos++; sumPos += rank[i]; }
+  for (let i = 0; i < n; i++)
+    if (labels[i] === 1) {
+      nPos++;
+      sumPos += rank[i];
+    }
   const nNeg = n - nPos;
   if (nPos === 0 || nNeg === 0) return NaN;
   return (sumPos - (nPos * (nPos + 1)) / 2) / (nPos * nNeg);
@@ -277,7 +308,11 @@ export function shuffled<T>(xs: readonly T[], seed: number): T[] {
  * Seeded stratified split: each class contributes round(n_c × testFraction) samples to the test
  * set, clamped to [1, n_c − 1] so both splits see both classes. Needs ≥ 2 samples per class.
  */
-export function stratifiedSplit(labels: readonly number[], testFraction: number, seed: number): { train: number[]; test: number[] } {
+export function stratifiedSplit(
+  labels: readonly number[],
+  testFraction: number,
+  seed: number,
+): { train: number[]; test: number[] } {
   const train: number[] = [];
   const test: number[] = [];
   for (const cls of [0, 1]) {
@@ -294,12 +329,20 @@ export function stratifiedSplit(labels: readonly number[], testFraction: number,
 }
 
 /** per-feature mean and standard deviation over the chosen rows (sd floored so constant features get weight 0) */
-export function featureStats(X: Float64Array | Float32Array, d: number, rows: readonly number[]): { mean: Float64Array; sd: Float64Array } {
+export function featureStats(
+  X: Float64Array | Float32Array,
+  d: number,
+  rows: readonly number[],
+): { mean: Float64Array; sd: Float64Array } {
   const mean = new Float64Array(d);
   const sd = new Float64Array(d);
   for (const i of rows) for (let j = 0; j < d; j++) mean[j] += X[i * d + j];
   for (let j = 0; j < d; j++) mean[j] /= rows.length;
-  for (const i of rows) for (let j = 0; j < d; j++) { const t = X[i * d + j] - mean[j]; sd[j] += t * t; }
+  for (const i of rows)
+    for (let j = 0; j < d; j++) {
+      const t = X[i * d + j] - mean[j];
+      sd[j] += t * t;
+    }
   for (let j = 0; j < d; j++) {
     const s = Math.sqrt(sd[j] / rows.length);
     sd[j] = s > 1e-8 ? s : Infinity; // 1/∞ = 0: a constant feature contributes nothing

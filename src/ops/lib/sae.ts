@@ -28,8 +28,18 @@ export type SaeOpContext = OpContext;
 // ------------------------------------------------------------------ input fields
 
 export const saeRefFields = {
-  sae_source: z.string().min(1).describe("Where the SAE lives: a Hub repository 'owner/name' or 'owner/name@revision', an http(s) URL of a folder, or a local folder (CLI; over MCP only inside a folder the companion allows with --allow-local)."),
-  sae_path: z.string().default('').describe("The SAE's folder inside sae_source, holding cfg.json and sae_weights.safetensors (SAELens layout), e.g. 'blocks.8.hook_resid_pre'; '' = the root."),
+  sae_source: z
+    .string()
+    .min(1)
+    .describe(
+      "Where the SAE lives: a Hub repository 'owner/name' or 'owner/name@revision', an http(s) URL of a folder, or a local folder (CLI; over MCP only inside a folder the companion allows with --allow-local).",
+    ),
+  sae_path: z
+    .string()
+    .default('')
+    .describe(
+      "The SAE's folder inside sae_source, holding cfg.json and sae_weights.safetensors (SAELens layout), e.g. 'blocks.8.hook_resid_pre'; '' = the root.",
+    ),
 };
 
 export const EXPLANATIONS_FILE = 'explanations.json';
@@ -37,7 +47,9 @@ export const EXPLANATIONS_FILE = 'explanations.json';
 export const descriptionsField = z
   .union([z.string(), z.array(z.record(z.string(), z.unknown())), z.record(z.string(), z.unknown())])
   .optional()
-  .describe(`Auto-interp feature descriptions in Neuronpedia's export layout (records with "index" and "description"; a JSON array, {"explanations": [...]}, or JSON Lines, optionally gzipped): a URL, a path (CLI; over MCP only inside a folder the companion allows with --allow-local), or the JSON itself. Default: ${EXPLANATIONS_FILE} next to the SAE's cfg.json when it exists. Features without a description get null.`);
+  .describe(
+    `Auto-interp feature descriptions in Neuronpedia's export layout (records with "index" and "description"; a JSON array, {"explanations": [...]}, or JSON Lines, optionally gzipped): a URL, a path (CLI; over MCP only inside a folder the companion allows with --allow-local), or the JSON itself. Default: ${EXPLANATIONS_FILE} next to the SAE's cfg.json when it exists. Features without a description get null.`,
+  );
 
 export const featureField = z.number().int().min(0).describe('feature index (0 … d_sae − 1)');
 
@@ -64,10 +76,19 @@ export function saeIdOf(ref: SaeRef): string {
 
 const registry = new WeakMap<LoadedModel, Map<string, Promise<AttachedSae>>>();
 
-function attached(model: LoadedModel, id: string, ref: SaeRef, info: SaeInfo, cfg: Record<string, any> | null): AttachedSae {
+function attached(
+  model: LoadedModel,
+  id: string,
+  ref: SaeRef,
+  info: SaeInfo,
+  cfg: Record<string, any> | null,
+): AttachedSae {
   const cache = new Map<string, Tensor>();
   return {
-    id, ref, info, cfg,
+    id,
+    ref,
+    info,
+    cfg,
     weight(name) {
       let t = cache.get(name);
       if (!t) cache.set(name, (t = model.saeWeight(id, name)));
@@ -100,14 +121,23 @@ export async function ensureSae(model: LoadedModel, ref: SaeRef, ctx: OpContext)
     p = Promise.resolve(attached(model, id, ref, known, null));
   } else {
     if (!ctx.loadSae) {
-      throw new LoupeError('INTERNAL', 'This surface cannot load SAEs (no loadSae in the operation context).', 'This is a bug in Loupe: every surface should provide an SAE loader; please report it.');
+      throw new LoupeError(
+        'INTERNAL',
+        'This surface cannot load SAEs (no loadSae in the operation context).',
+        'This is a bug in Loupe: every surface should provide an SAE loader; please report it.',
+      );
     }
     const load = ctx.loadSae;
     p = (async () => {
       throwIfAborted(ctx.signal);
       const files = await load(ref, {
         signal: ctx.signal,
-        onProgress: (f) => ctx.onProgress?.({ stage: `loading SAE ${f.file}${f.cached ? ' (cached)' : ''}`, done: f.loaded, total: f.total ?? f.loaded }),
+        onProgress: (f) =>
+          ctx.onProgress?.({
+            stage: `loading SAE ${f.file}${f.cached ? ' (cached)' : ''}`,
+            done: f.loaded,
+            total: f.total ?? f.loaded,
+          }),
       });
       throwIfAborted(ctx.signal);
       const info = model.attachSae(files, id);
@@ -115,13 +145,19 @@ export async function ensureSae(model: LoadedModel, ref: SaeRef, ctx: OpContext)
     })();
   }
   byId.set(id, p);
-  p.catch(() => { if (byId!.get(id) === p) byId!.delete(id); });
+  p.catch(() => {
+    if (byId!.get(id) === p) byId!.delete(id);
+  });
   return p;
 }
 
 export function checkFeature(sae: AttachedSae, feature: number, field = 'feature'): void {
   if (feature >= sae.info.d_sae) {
-    throw new LoupeError('BAD_INPUT', `${field} ${feature} does not exist: the SAE has ${sae.info.d_sae} features.`, `Use a feature index between 0 and ${sae.info.d_sae - 1}.`);
+    throw new LoupeError(
+      'BAD_INPUT',
+      `${field} ${feature} does not exist: the SAE has ${sae.info.d_sae} features.`,
+      `Use a feature index between 0 and ${sae.info.d_sae - 1}.`,
+    );
   }
 }
 
@@ -132,7 +168,11 @@ export const MAX_SAE_ACTS = 2 ** 26;
 export function checkActsSize(sae: AttachedSae, T: number, what = 'The prompt'): void {
   if (T * sae.info.d_sae > MAX_SAE_ACTS) {
     const maxT = Math.floor(MAX_SAE_ACTS / sae.info.d_sae);
-    throw new LoupeError('TOO_LARGE', `${what} has ${T} tokens; with ${sae.info.d_sae} features that is ${(T * sae.info.d_sae).toLocaleString('en-US')} activations, more than the cap of ${MAX_SAE_ACTS.toLocaleString('en-US')}.`, `Shorten it to at most ${maxT} tokens.`);
+    throw new LoupeError(
+      'TOO_LARGE',
+      `${what} has ${T} tokens; with ${sae.info.d_sae} features that is ${(T * sae.info.d_sae).toLocaleString('en-US')} activations, more than the cap of ${MAX_SAE_ACTS.toLocaleString('en-US')}.`,
+      `Shorten it to at most ${maxT} tokens.`,
+    );
   }
 }
 
@@ -152,7 +192,7 @@ export const saeBlockSchema = z.object({
   activation: z.enum(['relu', 'jumprelu', 'topk']),
   k: z.number().int().nullable().describe('TopK: features kept per position'),
   apply_b_dec_to_input: z.boolean(),
-  model_name: z.string().nullable().describe("cfg.json model_name: the model the SAE was trained on"),
+  model_name: z.string().nullable().describe('cfg.json model_name: the model the SAE was trained on'),
   neuronpedia_id: z.string().nullable(),
 });
 
@@ -177,10 +217,14 @@ export function saeBlock(sae: AttachedSae): z.infer<typeof saeBlockSchema> {
 
 // ------------------------------------------------------------------ descriptions
 
-export const DESCRIPTIONS_RULE = 'descriptions are read, never generated: a feature without one in the file (or with no file) has description null';
+export const DESCRIPTIONS_RULE =
+  'descriptions are read, never generated: a feature without one in the file (or with no file) has description null';
 
 export const descriptionsBlockSchema = z.object({
-  source: z.string().nullable().describe('"inline", the URL/path given, or the file next to the SAE; null when no descriptions were found'),
+  source: z
+    .string()
+    .nullable()
+    .describe('"inline", the URL/path given, or the file next to the SAE; null when no descriptions were found'),
   looked_for: z.string().nullable().describe('the file next to the SAE that was looked for when none was given'),
   count: z.number().int().describe('features with a description'),
   records: z.number().int().describe('explanation records read'),
@@ -211,7 +255,12 @@ function splitFileSpec(spec: string): { ref: SaeRef; file: string } {
   const s = spec.trim();
   const i = s.lastIndexOf('/');
   const file = s.slice(i + 1).split(/[?#]/)[0];
-  if (!file) throw new LoupeError('BAD_INPUT', `descriptions: ${JSON.stringify(spec)} names a folder, not a file.`, 'Give the URL or path of the explanations file itself, or its JSON.');
+  if (!file)
+    throw new LoupeError(
+      'BAD_INPUT',
+      `descriptions: ${JSON.stringify(spec)} names a folder, not a file.`,
+      'Give the URL or path of the explanations file itself, or its JSON.',
+    );
   return { ref: { source: i >= 0 ? s.slice(0, i + 1) : './', path: '' }, file };
 }
 
@@ -220,12 +269,21 @@ function splitFileSpec(spec: string): { ref: SaeRef; file: string } {
  * loader) or else the explanations file next to the SAE (absent → null). Checked against the SAE
  * (feature range, Neuronpedia id).
  */
-export async function loadDescriptions(sae: AttachedSae, given: unknown, ctx: SaeOpContext): Promise<{ set: DescriptionSet | null; block: DescriptionsBlock }> {
-  const check = (set: DescriptionSet, where: string) => checkDescriptions(set, { d_sae: sae.info.d_sae, neuronpedia_id: saeBlock(sae).neuronpedia_id }, where);
+export async function loadDescriptions(
+  sae: AttachedSae,
+  given: unknown,
+  ctx: SaeOpContext,
+): Promise<{ set: DescriptionSet | null; block: DescriptionsBlock }> {
+  const check = (set: DescriptionSet, where: string) =>
+    checkDescriptions(set, { d_sae: sae.info.d_sae, neuronpedia_id: saeBlock(sae).neuronpedia_id }, where);
   if (given !== undefined && given !== null) {
     if (typeof given === 'string' && !/^\s*[[{]/.test(given)) {
       if (!ctx.loadSaeFile) {
-        throw new LoupeError('BAD_INPUT', 'This surface cannot read a descriptions file by URL or path.', 'Give the descriptions as JSON instead.');
+        throw new LoupeError(
+          'BAD_INPUT',
+          'This surface cannot read a descriptions file by URL or path.',
+          'Give the descriptions as JSON instead.',
+        );
       }
       const { ref, file } = splitFileSpec(given);
       ctx.onProgress?.({ stage: 'reading descriptions', done: 0, total: 1 });
@@ -234,7 +292,12 @@ export async function loadDescriptions(sae: AttachedSae, given: unknown, ctx: Sa
         bytes = await ctx.loadSaeFile(ref, file, { signal: ctx.signal });
       } catch (e) {
         if (e instanceof LoupeError && (e.code === 'FILE_NOT_FOUND' || e.code === 'MODEL_NOT_FOUND')) {
-          throw new LoupeError(e.code, `descriptions: ${e.message}`, 'Check the URL or path of the explanations file, or leave descriptions out to use the one next to the SAE (if any).', e.details);
+          throw new LoupeError(
+            e.code,
+            `descriptions: ${e.message}`,
+            'Check the URL or path of the explanations file, or leave descriptions out to use the one next to the SAE (if any).',
+            e.details,
+          );
         }
         throw e;
       }
@@ -280,7 +343,8 @@ export interface ResidualMap {
 
 export type ResidualMapResult = ResidualMap | { kind: null; reason: string };
 
-const RESID_HOOK = /^(hook_embed|hook_pos_embed|blocks\.\d+\.(hook_resid_pre|hook_resid_mid|hook_resid_post|hook_attn_out|hook_mlp_out))$/;
+const RESID_HOOK =
+  /^(hook_embed|hook_pos_embed|blocks\.\d+\.(hook_resid_pre|hook_resid_mid|hook_resid_post|hook_attn_out|hook_mlp_out))$/;
 
 /** the map through a weight W [R, D] (row r: what input r adds to the stream): push v → v·W, pull e → W·e */
 function throughWeight(kind: 'W_O' | 'W_out', description: string, W: Float32Array, R: number, D: number): ResidualMap {
@@ -289,12 +353,19 @@ function throughWeight(kind: 'W_O' | 'W_out', description: string, W: Float32Arr
     description,
     push: (v, o = 0) => {
       const out = new Float64Array(D);
-      for (let r = 0; r < R; r++) { const a = v[o + r]; if (a !== 0) for (let j = 0; j < D; j++) out[j] += a * W[r * D + j]; }
+      for (let r = 0; r < R; r++) {
+        const a = v[o + r];
+        if (a !== 0) for (let j = 0; j < D; j++) out[j] += a * W[r * D + j];
+      }
       return out;
     },
     pull: (e) => {
       const out = new Float64Array(R);
-      for (let r = 0; r < R; r++) { let s = 0; for (let j = 0; j < D; j++) s += W[r * D + j] * e[j]; out[r] = s; }
+      for (let r = 0; r < R; r++) {
+        let s = 0;
+        for (let j = 0; j < D; j++) s += W[r * D + j] * e[j];
+        out[r] = s;
+      }
       return out;
     },
   };
@@ -319,19 +390,36 @@ export function residualMap(model: LoadedModel, hook: string): ResidualMapResult
   let m = /^blocks\.(\d+)\.attn\.hook_z$/.exec(hook);
   if (m) {
     const l = Number(m[1]);
-    if (model.info.post_norms) return { kind: null, reason: `layer ${l}'s attention output passes through a post-norm, which is not linear` };
+    if (model.info.post_norms)
+      return { kind: null, reason: `layer ${l}'s attention output passes through a post-norm, which is not linear` };
     // read for this map, not kept: a float32 copy of every layer's W_O would stay in JS otherwise
     const WO = model.param(`blocks.${l}.attn.W_O`, { keep: false }); // [H, Dh, D], read as [H·Dh, D]
-    return throughWeight('W_O', `${hook} (flattened [H·Dh], head-major) enters the residual stream through each head's W_O (the attention output bias is not part of it)`, WO.data, WO.dims[0] * WO.dims[1], D);
+    return throughWeight(
+      'W_O',
+      `${hook} (flattened [H·Dh], head-major) enters the residual stream through each head's W_O (the attention output bias is not part of it)`,
+      WO.data,
+      WO.dims[0] * WO.dims[1],
+      D,
+    );
   }
   m = /^blocks\.(\d+)\.mlp\.hook_post$/.exec(hook);
   if (m) {
     const l = Number(m[1]);
-    if (model.info.post_norms) return { kind: null, reason: `layer ${l}'s MLP output passes through a post-norm, which is not linear` };
+    if (model.info.post_norms)
+      return { kind: null, reason: `layer ${l}'s MLP output passes through a post-norm, which is not linear` };
     const W = model.param(`blocks.${l}.mlp.W_out`, { keep: false }); // [M, D], read for this map, not kept
-    return throughWeight('W_out', `${hook} enters the residual stream through W_out (the MLP output bias is not part of it)`, W.data, W.dims[0], D);
+    return throughWeight(
+      'W_out',
+      `${hook} enters the residual stream through W_out (the MLP output bias is not part of it)`,
+      W.data,
+      W.dims[0],
+      D,
+    );
   }
-  return { kind: null, reason: `${hook} reaches the residual stream only through non-linear operations (attention or a norm), so a feature there has no direct logit effect` };
+  return {
+    kind: null,
+    reason: `${hook} reaches the residual stream only through non-linear operations (attention or a norm), so a feature there has no direct logit effect`,
+  };
 }
 
 // ------------------------------------------------------------------ runs with the SAE spliced in
@@ -344,7 +432,8 @@ export function residualMap(model: LoadedModel, hook: string): ResidualMapResult
 export function withSaeRuns(model: LoadedModel, saeId: string): LoadedModel {
   return new Proxy(model, {
     get(target, prop) {
-      if (prop === 'run') return (tokens: number[] | number[][], opts: RunOptions = {}) => target.run(tokens, { ...opts, sae: saeId });
+      if (prop === 'run')
+        return (tokens: number[] | number[][], opts: RunOptions = {}) => target.run(tokens, { ...opts, sae: saeId });
       const v = Reflect.get(target, prop, target);
       return typeof v === 'function' ? v.bind(target) : v;
     },

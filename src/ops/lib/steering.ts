@@ -22,24 +22,49 @@ import { CAPS, checkNewTokens } from './caps';
 import { promptFields, promptIds, resolveToken } from './tokens';
 import { klDivergence, logSoftmax } from './math';
 import { storeOf } from './handle-store';
-import { directionBlock, directionBlockSchema, directionSpec, directLogitScores, resolveDirection, unembedCosines, type ResolvedDirection } from './directions';
+import {
+  directionBlock,
+  directionBlockSchema,
+  directionSpec,
+  directLogitScores,
+  resolveDirection,
+  unembedCosines,
+  type ResolvedDirection,
+} from './directions';
 import { finite } from './caps';
 
 // ------------------------------------------------------------------ shared input fields
 
-export const positionsField = z.union([z.literal('all'), z.array(z.number().int().min(0)).min(1).max(4096)]).default('all')
+export const positionsField = z
+  .union([z.literal('all'), z.array(z.number().int().min(0)).min(1).max(4096)])
+  .default('all')
   .describe('positions that receive α·d ("all" also steers every generated token); 0-based, BOS included');
 
 export const steeringFields = {
   ...promptFields,
   layer: z.number().int().min(0).describe('the edit is added to blocks.{layer}.hook_resid_pre'),
   direction: directionSpec,
-  normalize: z.boolean().default(true).describe('scale d to unit norm so α is in residual-stream units (the raw norm is reported)'),
+  normalize: z
+    .boolean()
+    .default(true)
+    .describe('scale d to unit norm so α is in residual-stream units (the raw norm is reported)'),
   positions: positionsField,
-  targets: z.array(z.string()).min(1).max(64).optional()
-    .describe('tokens the direction should promote (default: the direction\'s positive tokens; for other directions, the 5 tokens with the largest direct logit effect)'),
-  controls: z.array(z.string()).min(1).max(64).optional()
-    .describe('unrelated tokens used to normalise (default: of the 50 most likely base tokens, the 5 whose unembedding is least aligned with the targets\'; never chosen from d)'),
+  targets: z
+    .array(z.string())
+    .min(1)
+    .max(64)
+    .optional()
+    .describe(
+      "tokens the direction should promote (default: the direction's positive tokens; for other directions, the 5 tokens with the largest direct logit effect)",
+    ),
+  controls: z
+    .array(z.string())
+    .min(1)
+    .max(64)
+    .optional()
+    .describe(
+      "unrelated tokens used to normalise (default: of the 50 most likely base tokens, the 5 whose unembedding is least aligned with the targets'; never chosen from d)",
+    ),
 };
 
 export const METRIC_DEFINITIONS = {
@@ -47,11 +72,18 @@ export const METRIC_DEFINITIONS = {
   target_logprob_delta: 'mean over targets of log p_steered(t) − log p_base(t)',
   control_logprob_delta: 'mean over controls of log p_steered(c) − log p_base(c)',
   normalized_effect: 'target_logprob_delta − control_logprob_delta',
-  relative_change: 'exp(normalized_effect) − 1: the targets\' probability ratio relative to the controls\' ratio, minus one',
+  relative_change:
+    "exp(normalized_effect) − 1: the targets' probability ratio relative to the controls' ratio, minus one",
   kl_from_base: 'KL(p_base ‖ p_steered) in nats',
 };
 /** the metrics, in the order documents list them */
-export const METRICS = ['target_logprob_delta', 'control_logprob_delta', 'normalized_effect', 'relative_change', 'kl_from_base'] as const;
+export const METRICS = [
+  'target_logprob_delta',
+  'control_logprob_delta',
+  'normalized_effect',
+  'relative_change',
+  'kl_from_base',
+] as const;
 export type MetricName = (typeof METRICS)[number];
 
 /** one field per metric, each `v`: a schema (a number, a nullable number, a curve) or a value */
@@ -69,7 +101,9 @@ export const steeringSiteSchema = {
   hook: z.string(),
   positions: z.union([z.literal('all'), z.array(z.number().int())]),
   direction: directionBlockSchema,
-  resid_norm: z.number().describe('mean ‖resid_pre‖ at the layer over the prompt\'s positions (BOS excluded), for scale'),
+  resid_norm: z
+    .number()
+    .describe("mean ‖resid_pre‖ at the layer over the prompt's positions (BOS excluded), for scale"),
 };
 
 // ------------------------------------------------------------------ setup
@@ -113,7 +147,9 @@ export async function givenOr(given: number[] | undefined, choose: () => Chosen 
 
 /** the k tokens with the largest score (ties: the lower id first) */
 export function topTokens(scores: ArrayLike<number>, k: number): number[] {
-  return Array.from({ length: scores.length }, (_, i) => i).sort((a, b) => scores[b] - scores[a] || a - b).slice(0, k);
+  return Array.from({ length: scores.length }, (_, i) => i)
+    .sort((a, b) => scores[b] - scores[a] || a - b)
+    .slice(0, k);
 }
 
 /**
@@ -122,24 +158,41 @@ export function topTokens(scores: ArrayLike<number>, k: number): number[] {
  */
 export function controlPool(baseLogprobs: Float64Array, exclude: Iterable<number | undefined>): number[] {
   const out = new Set(exclude);
-  return Array.from({ length: baseLogprobs.length }, (_, i) => i).filter((i) => !out.has(i))
-    .sort((a, b) => baseLogprobs[b] - baseLogprobs[a] || a - b).slice(0, CONTROL_POOL);
+  return Array.from({ length: baseLogprobs.length }, (_, i) => i)
+    .filter((i) => !out.has(i))
+    .sort((a, b) => baseLogprobs[b] - baseLogprobs[a] || a - b)
+    .slice(0, CONTROL_POOL);
 }
 
-export async function prepareSteering(model: LoadedModel, inp: SteeringSetupInput, ctx: OpContext, extraTokens = 0): Promise<SteeringSetup> {
+export async function prepareSteering(
+  model: LoadedModel,
+  inp: SteeringSetupInput,
+  ctx: OpContext,
+  extraTokens = 0,
+): Promise<SteeringSetup> {
   const L = model.info.n_layers;
-  if (inp.layer >= L) throw new LoupeError('BAD_INPUT', `layer ${inp.layer} does not exist; the model has ${L} layers (0–${L - 1}).`);
+  if (inp.layer >= L)
+    throw new LoupeError('BAD_INPUT', `layer ${inp.layer} does not exist; the model has ${L} layers (0–${L - 1}).`);
   const ids = promptIds(model, inp.prompt, { prependBos: inp.prepend_bos, extra: extraTokens });
   if (inp.positions !== 'all') {
     const bad = inp.positions.filter((p) => p >= ids.length);
-    if (bad.length) throw new LoupeError('BAD_INPUT', `positions ${bad.join(', ')} are outside the prompt (${ids.length} tokens, BOS included).`, `Use positions 0–${ids.length - 1}, or "all".`);
+    if (bad.length)
+      throw new LoupeError(
+        'BAD_INPUT',
+        `positions ${bad.join(', ')} are outside the prompt (${ids.length} tokens, BOS included).`,
+        `Use positions 0–${ids.length - 1}, or "all".`,
+      );
   }
   // resolve token strings before any engine run so a typo fails at once
   const givenTargets = inp.targets?.map((t) => resolveToken(model, t, 'targets'));
   const givenControls = inp.controls?.map((t) => resolveToken(model, t, 'controls'));
   const hook = `blocks.${inp.layer}.hook_resid_pre`;
   const dir = await resolveDirection(model, inp.direction, {
-    layer: inp.layer, normalize: inp.normalize, prependBos: inp.prepend_bos, store: storeOf(ctx), signal: ctx.signal,
+    layer: inp.layer,
+    normalize: inp.normalize,
+    prependBos: inp.prepend_bos,
+    store: storeOf(ctx),
+    signal: ctx.signal,
     onProgress: (done, total) => ctx.onProgress?.({ stage: 'reading direction prompts', done, total }),
   });
   throwIfAborted(ctx.signal);
@@ -158,23 +211,40 @@ export async function prepareSteering(model: LoadedModel, inp: SteeringSetupInpu
   }
 
   const targetsFromDirection = !givenTargets && !dir.positive_ids.length;
-  const { ids: targets, rule: targetsRule } = await givenOr(givenTargets, async () => (dir.positive_ids.length
-    ? { ids: dir.positive_ids, rule: 'the direction\'s positive tokens' }
-    : {
-      ids: topTokens(await directLogitScores(model, dir.vector, ctx.signal), DEFAULT_TARGETS),
-      rule: `the ${DEFAULT_TARGETS} tokens with the largest direct logit effect (w_lnf ⊙ d)·W_U[:, t] — chosen from d itself, so comparisons with other directions favour d`,
-    }));
+  const { ids: targets, rule: targetsRule } = await givenOr(givenTargets, async () =>
+    dir.positive_ids.length
+      ? { ids: dir.positive_ids, rule: "the direction's positive tokens" }
+      : {
+          ids: topTokens(await directLogitScores(model, dir.vector, ctx.signal), DEFAULT_TARGETS),
+          rule: `the ${DEFAULT_TARGETS} tokens with the largest direct logit effect (w_lnf ⊙ d)·W_U[:, t] — chosen from d itself, so comparisons with other directions favour d`,
+        },
+  );
   const { ids: controls, rule: controlsRule } = await givenOr(givenControls, async () => {
     // Controls depend on the targets only, never on d: causality compares d with random directions
     // on the same controls, and controls picked from d would make d's effect non-exchangeable.
     const pool = controlPool(baseLogprobs, [...targets, ...dir.negative_ids, model.bosTokenId, model.eosTokenId]);
     const cos = await unembedCosines(model, targets, pool, ctx.signal);
     return {
-      ids: pool.map((id, k) => ({ id, c: Math.abs(cos[k]) })).sort((a, b) => a.c - b.c || a.id - b.id).slice(0, DEFAULT_CONTROLS).map((x) => x.id),
+      ids: pool
+        .map((id, k) => ({ id, c: Math.abs(cos[k]) }))
+        .sort((a, b) => a.c - b.c || a.id - b.id)
+        .slice(0, DEFAULT_CONTROLS)
+        .map((x) => x.id),
       rule: `of the ${CONTROL_POOL} most likely base tokens (targets, negatives, BOS, EOS excluded), the ${DEFAULT_CONTROLS} whose unembedding W_U[:, c] is least aligned (smallest |cosine|) with the targets' mean unembedding; independent of d`,
     };
   });
-  return { ids, hook, dir, targets, controls, targetsRule, controlsRule, targetsFromDirection, baseLogprobs, residNorm };
+  return {
+    ids,
+    hook,
+    dir,
+    targets,
+    controls,
+    targetsRule,
+    controlsRule,
+    targetsFromDirection,
+    baseLogprobs,
+    residNorm,
+  };
 }
 
 // ------------------------------------------------------------------ metrics
@@ -190,7 +260,13 @@ export interface SteeringMetrics {
 
 /** the document fields of a setup: layer, hook, positions, direction, resid_norm */
 export function steeringSite(setup: SteeringSetup, inp: { layer: number; positions: 'all' | number[] }) {
-  return { layer: inp.layer, hook: setup.hook, positions: inp.positions, direction: directionBlock(setup.dir), resid_norm: finite(setup.residNorm) };
+  return {
+    layer: inp.layer,
+    hook: setup.hook,
+    positions: inp.positions,
+    direction: directionBlock(setup.dir),
+    resid_norm: finite(setup.residNorm),
+  };
 }
 
 /** a run's metrics as a document lists them (finite numbers) */
@@ -203,7 +279,12 @@ export function metricCurves(ms: SteeringMetrics[]): Record<MetricName, number[]
   return Object.fromEntries(METRICS.map((k) => [k, ms.map((m) => finite(m[k]))])) as Record<MetricName, number[]>;
 }
 
-export function steeringMetrics(base: Float64Array, steered: Float64Array, targets: number[], controls: number[]): SteeringMetrics {
+export function steeringMetrics(
+  base: Float64Array,
+  steered: Float64Array,
+  targets: number[],
+  controls: number[],
+): SteeringMetrics {
   const meanDelta = (ids: number[]) => ids.reduce((a, t) => a + (steered[t] - base[t]), 0) / ids.length;
   const td = meanDelta(targets);
   const cd = meanDelta(controls);
@@ -222,7 +303,13 @@ export interface Variant {
   alpha: number;
 }
 
-export function steerIntervention(hook: string, vector: ArrayLike<number>, alpha: number, positions: 'all' | number[], batch?: number[]): Intervention {
+export function steerIntervention(
+  hook: string,
+  vector: ArrayLike<number>,
+  alpha: number,
+  positions: 'all' | number[],
+  batch?: number[],
+): Intervention {
   return { hook, op: 'add', alpha, value: Float32Array.from(vector), positions, ...(batch ? { batch } : {}) };
 }
 
@@ -237,8 +324,13 @@ export function rowsPerRun(model: LoadedModel, T: number): number {
  * edit (its intervention addresses that row through `batch`). Checks the signal between runs.
  */
 export async function evaluateVariants(
-  model: LoadedModel, ids: number[], hook: string, positions: 'all' | number[], variants: Variant[],
-  ctx: OpContext, stage: string,
+  model: LoadedModel,
+  ids: number[],
+  hook: string,
+  positions: 'all' | number[],
+  variants: Variant[],
+  ctx: OpContext,
+  stage: string,
 ): Promise<Float64Array[]> {
   const T = ids.length;
   const V = model.info.d_vocab;
@@ -247,8 +339,14 @@ export async function evaluateVariants(
   for (let s = 0; s < variants.length; s += per) {
     throwIfAborted(ctx.signal);
     const chunk = variants.slice(s, s + per);
-    const ivs = chunk.map((v, r) => steerIntervention(hook, v.vector, v.alpha, positions, chunk.length > 1 ? [r] : undefined));
-    const res = await model.run(ids, { interventions: ivs, batch: chunk.length > 1 ? chunk.length : undefined, signal: ctx.signal });
+    const ivs = chunk.map((v, r) =>
+      steerIntervention(hook, v.vector, v.alpha, positions, chunk.length > 1 ? [r] : undefined),
+    );
+    const res = await model.run(ids, {
+      interventions: ivs,
+      batch: chunk.length > 1 ? chunk.length : undefined,
+      signal: ctx.signal,
+    });
     for (let r = 0; r < chunk.length; r++) out.push(logSoftmax(res.logits.data, (r * T + T - 1) * V, V));
     ctx.onProgress?.({ stage, done: Math.min(s + per, variants.length), total: variants.length });
   }
@@ -270,17 +368,32 @@ export const samplingFields = {
   temperature: z.number().min(0).default(0).describe('0 = greedy'),
   top_k: z.number().int().min(0).default(0).describe('0 = no top-k filter'),
   top_p: z.number().gt(0).max(1).default(1),
-  seed: z.number().int().default(0).describe('sampling seed (each row samples with its own generator seeded with this)'),
+  seed: z
+    .number()
+    .int()
+    .default(0)
+    .describe('sampling seed (each row samples with its own generator seeded with this)'),
   stop_at_eos: z.boolean().default(true),
 };
 
 export function checkSteerTokens(n: number): void {
   checkNewTokens(n);
-  if (n > MAX_STEER_NEW_TOKENS) throw new LoupeError('TOO_LARGE', `max_new_tokens = ${n} exceeds the steering cap of ${MAX_STEER_NEW_TOKENS}.`, `Ask for at most ${MAX_STEER_NEW_TOKENS} tokens.`);
+  if (n > MAX_STEER_NEW_TOKENS)
+    throw new LoupeError(
+      'TOO_LARGE',
+      `max_new_tokens = ${n} exceeds the steering cap of ${MAX_STEER_NEW_TOKENS}.`,
+      `Ask for at most ${MAX_STEER_NEW_TOKENS} tokens.`,
+    );
 }
 
-export const samplingSchema = z.object({ max_new_tokens: z.number().int(), temperature: z.number(), top_k: z.number().int(), top_p: z.number(), seed: z.number().int(), stop_at_eos: z.boolean() });
-
+export const samplingSchema = z.object({
+  max_new_tokens: z.number().int(),
+  temperature: z.number(),
+  top_k: z.number().int(),
+  top_p: z.number(),
+  seed: z.number().int(),
+  stop_at_eos: z.boolean(),
+});
 
 // ------------------------------------------------------------------ sweeps
 
@@ -313,4 +426,3 @@ export function trend(xs: number[], ys: number[]): Trend {
   if (down && y[0] - y[y.length - 1] > tol) return 'decreasing';
   return 'not_monotone';
 }
-

@@ -11,8 +11,10 @@ import { chatField, type PromptFormat } from '../../schema/common';
 
 /** input fields shared by every prompt-taking operation (spread into an op's input schema) */
 export const promptFields = {
-  prompt: z.string().describe('The text to run. BOS is prepended (TransformerLens prepend_bos) unless prepend_bos is false.'),
-  prepend_bos: z.boolean().default(true).describe('Prepend the model\'s BOS token, as TransformerLens does by default.'),
+  prompt: z
+    .string()
+    .describe('The text to run. BOS is prepended (TransformerLens prepend_bos) unless prepend_bos is false.'),
+  prepend_bos: z.boolean().default(true).describe("Prepend the model's BOS token, as TransformerLens does by default."),
   chat: chatField,
 };
 
@@ -27,11 +29,16 @@ export function applyChatFormat(model: LoadedModel, input: Record<string, unknow
   if (input.chat !== true) return undefined;
   const user = input.prompt;
   if (typeof user !== 'string' || user.length === 0) {
-    throw new LoupeError('BAD_INPUT', 'chat format needs a prompt to render.', 'Give prompt (chat format does not apply to token_ids), or leave chat off.');
+    throw new LoupeError(
+      'BAD_INPUT',
+      'chat format needs a prompt to render.',
+      'Give prompt (chat format does not apply to token_ids), or leave chat off.',
+    );
   }
   const rendered = model.chatPrompt(user);
   input.prompt = rendered;
-  if (typeof input.corrupted_prompt === 'string' && input.corrupted_prompt.length > 0) input.corrupted_prompt = model.chatPrompt(input.corrupted_prompt);
+  if (typeof input.corrupted_prompt === 'string' && input.corrupted_prompt.length > 0)
+    input.corrupted_prompt = model.chatPrompt(input.corrupted_prompt);
   if ('prepend_bos' in input) input.prepend_bos = false;
   return { chat: true, user_prompt: user, rendered };
 }
@@ -49,9 +56,14 @@ export function promptIds(model: LoadedModel, prompt: string, opts: PromptIdsOpt
     throw new LoupeError('EMPTY_PROMPT', 'The prompt is empty.', 'Give at least one character of text.');
   }
   const ids = model.tokenize(prompt, { prependBos });
-  const content = prependBos && model.bosTokenId !== undefined && ids[0] === model.bosTokenId ? ids.length - 1 : ids.length;
+  const content =
+    prependBos && model.bosTokenId !== undefined && ids[0] === model.bosTokenId ? ids.length - 1 : ids.length;
   if (content <= 0) {
-    throw new LoupeError('EMPTY_PROMPT', `The prompt ${JSON.stringify(prompt)} tokenizes to no tokens.`, 'Give text that the tokenizer does not drop entirely.');
+    throw new LoupeError(
+      'EMPTY_PROMPT',
+      `The prompt ${JSON.stringify(prompt)} tokenizes to no tokens.`,
+      'Give text that the tokenizer does not drop entirely.',
+    );
   }
   checkTokenCount(model, ids.length, opts.extra ?? 0);
   return ids;
@@ -75,11 +87,20 @@ export function resolveToken(model: LoadedModel, text: string, field = 'token'):
   if (m) {
     const id = Number(m[1]);
     if (id >= model.info.d_vocab) {
-      throw new LoupeError('UNKNOWN_TOKEN', `${field}: token id ${id} is outside the vocabulary (d_vocab = ${model.info.d_vocab}).`, `Use an id between 0 and ${model.info.d_vocab - 1}.`);
+      throw new LoupeError(
+        'UNKNOWN_TOKEN',
+        `${field}: token id ${id} is outside the vocabulary (d_vocab = ${model.info.d_vocab}).`,
+        `Use an id between 0 and ${model.info.d_vocab - 1}.`,
+      );
     }
     return id;
   }
-  if (text.length === 0) throw new LoupeError('UNKNOWN_TOKEN', `${field} is empty.`, 'Give the text of one token, e.g. " love", or an id as "#123".');
+  if (text.length === 0)
+    throw new LoupeError(
+      'UNKNOWN_TOKEN',
+      `${field} is empty.`,
+      'Give the text of one token, e.g. " love", or an id as "#123".',
+    );
   const candidates = [text];
   if (text.startsWith(' ')) candidates.push(text.slice(1));
   else candidates.push(' ' + text);

@@ -36,37 +36,88 @@ export function drawBars(svgEl: SVGSVGElement, o: BarsOptions): void {
   const hi = Math.max(0, d3max(o.items, (d) => d.value) ?? 0);
   // a negative bar's value is written left of its end: keep room for it clear of the labels
   const valueRoom = lo < 0 ? 44 : 0;
-  const x = scaleLinear().domain([lo, hi === lo ? lo + 1 : hi]).nice().range([margin.left + valueRoom, width - margin.right]);
-  const y = scaleBand<number>().domain([...Array(n).keys()]).range([margin.top, margin.top + bh * n]).padding(0.18);
+  const x = scaleLinear()
+    .domain([lo, hi === lo ? lo + 1 : hi])
+    .nice()
+    .range([margin.left + valueRoom, width - margin.right]);
+  const y = scaleBand<number>()
+    .domain([...Array(n).keys()])
+    .range([margin.top, margin.top + bh * n])
+    .padding(0.18);
 
   const svg = select(svgEl);
   svg.selectAll('*').remove();
-  svg.attr('width', width).attr('height', height).attr('viewBox', `0 0 ${width} ${height}`)
-    .attr('role', 'img').attr('aria-label', o.label).attr('font-family', p.font).attr('font-size', 11).style('background', p.bg);
+  svg
+    .attr('width', width)
+    .attr('height', height)
+    .attr('viewBox', `0 0 ${width} ${height}`)
+    .attr('role', 'img')
+    .attr('aria-label', o.label)
+    .attr('font-family', p.font)
+    .attr('font-size', 11)
+    .style('background', p.bg);
 
   // grid + axis
   const ticks = x.ticks(6);
-  svg.append('g').selectAll('line').data(ticks).join('line')
-    .attr('x1', (t) => x(t)).attr('x2', (t) => x(t)).attr('y1', margin.top).attr('y2', margin.top + bh * n)
-    .attr('stroke', (t) => (t === 0 ? p.fg : p.grid)).attr('stroke-width', (t) => (t === 0 ? 1 : 0.5));
-  svg.append('g').selectAll('text').data(ticks).join('text')
-    .attr('x', (t) => x(t)).attr('y', margin.top + bh * n + 14).attr('text-anchor', 'middle').attr('fill', p.muted).text((t) => fmt(t, 2));
-  svg.append('text').attr('x', (margin.left + width - margin.right) / 2).attr('y', height - 4).attr('text-anchor', 'middle').attr('fill', p.muted).text(o.valueTitle);
+  svg
+    .append('g')
+    .selectAll('line')
+    .data(ticks)
+    .join('line')
+    .attr('x1', (t) => x(t))
+    .attr('x2', (t) => x(t))
+    .attr('y1', margin.top)
+    .attr('y2', margin.top + bh * n)
+    .attr('stroke', (t) => (t === 0 ? p.fg : p.grid))
+    .attr('stroke-width', (t) => (t === 0 ? 1 : 0.5));
+  svg
+    .append('g')
+    .selectAll('text')
+    .data(ticks)
+    .join('text')
+    .attr('x', (t) => x(t))
+    .attr('y', margin.top + bh * n + 14)
+    .attr('text-anchor', 'middle')
+    .attr('fill', p.muted)
+    .text((t) => fmt(t, 2));
+  svg
+    .append('text')
+    .attr('x', (margin.left + width - margin.right) / 2)
+    .attr('y', height - 4)
+    .attr('text-anchor', 'middle')
+    .attr('fill', p.muted)
+    .text(o.valueTitle);
 
   const g = svg.append('g').selectAll('g').data(o.items).join('g').attr('class', 'bar-row');
-  g.append('rect').attr('class', 'bar')
-    .attr('x', (d) => Math.min(x(0), x(d.value))).attr('y', (_d, i) => y(i)!)
-    .attr('width', (d) => Math.max(1, Math.abs(x(d.value) - x(0)))).attr('height', y.bandwidth())
+  g.append('rect')
+    .attr('class', 'bar')
+    .attr('x', (d) => Math.min(x(0), x(d.value)))
+    .attr('y', (_d, i) => y(i)!)
+    .attr('width', (d) => Math.max(1, Math.abs(x(d.value) - x(0))))
+    .attr('height', y.bandwidth())
     .attr('fill', (d) => (d.muted ? p.muted : d.value >= 0 ? p.pos : p.neg))
-    .attr('stroke', (d) => (o.selectedKey && d.key === o.selectedKey ? p.fg : 'none')).attr('stroke-width', 2)
-    .attr('data-label', (d) => d.label).attr('data-value', (d) => String(d.value))
+    .attr('stroke', (d) => (o.selectedKey && d.key === o.selectedKey ? p.fg : 'none'))
+    .attr('stroke-width', 2)
+    .attr('data-label', (d) => d.label)
+    .attr('data-value', (d) => String(d.value))
     .style('cursor', o.onSelect ? 'pointer' : 'default')
-    .on('mousemove', (ev: MouseEvent, d) => showTooltip(ev, [d.label, `${o.valueTitle}: ${fmt(d.value, 5)}`, ...(d.detail ?? [])]))
+    .on('mousemove', (ev: MouseEvent, d) =>
+      showTooltip(ev, [d.label, `${o.valueTitle}: ${fmt(d.value, 5)}`, ...(d.detail ?? [])]),
+    )
     .on('mouseleave', hideTooltip)
     .on('click', (_ev, d) => o.onSelect?.(d));
-  g.append('text').attr('x', margin.left - 6).attr('y', (_d, i) => y(i)! + y.bandwidth() / 2 + 3.5)
-    .attr('text-anchor', 'end').attr('fill', p.fg).text((d) => (d.label.length > 28 ? `${d.label.slice(0, 27)}…` : d.label));
-  g.append('text').attr('class', 'bar-value')
-    .attr('x', (d) => (d.value >= 0 ? x(d.value) + 4 : x(d.value) - 4)).attr('y', (_d, i) => y(i)! + y.bandwidth() / 2 + 3.5)
-    .attr('text-anchor', (d) => (d.value >= 0 ? 'start' : 'end')).attr('fill', p.muted).attr('font-size', 10).text((d) => fmt(d.value, 3));
+  g.append('text')
+    .attr('x', margin.left - 6)
+    .attr('y', (_d, i) => y(i)! + y.bandwidth() / 2 + 3.5)
+    .attr('text-anchor', 'end')
+    .attr('fill', p.fg)
+    .text((d) => (d.label.length > 28 ? `${d.label.slice(0, 27)}…` : d.label));
+  g.append('text')
+    .attr('class', 'bar-value')
+    .attr('x', (d) => (d.value >= 0 ? x(d.value) + 4 : x(d.value) - 4))
+    .attr('y', (_d, i) => y(i)! + y.bandwidth() / 2 + 3.5)
+    .attr('text-anchor', (d) => (d.value >= 0 ? 'start' : 'end'))
+    .attr('fill', p.muted)
+    .attr('font-size', 10)
+    .text((d) => fmt(d.value, 3));
 }

@@ -8,7 +8,8 @@
  * frame that shows the first result.
  */
 // not palette(): that module brings d3, which the page's first JavaScript does not carry
-const monoStack = () => getComputedStyle(document.documentElement).getPropertyValue('--font-mono').trim() || 'monospace';
+const monoStack = () =>
+  getComputedStyle(document.documentElement).getPropertyValue('--font-mono').trim() || 'monospace';
 
 /** marks the views draw beyond ASCII (a glyph outside a face's set would need a fallback face) */
 const SAMPLE = 'Aa0 ·⊙−Σ␣×Δ→←↓↑‖…≈≠≥≤±√∞²αρσ∂∑★✓✗—–‘’“”';

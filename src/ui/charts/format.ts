@@ -14,7 +14,10 @@ export function fmtBytes(n: number | null | undefined): string {
   const u = ['B', 'KB', 'MB', 'GB', 'TB'];
   let i = 0;
   let x = n;
-  while (x >= 1024 && i < u.length - 1) { x /= 1024; i++; }
+  while (x >= 1024 && i < u.length - 1) {
+    x /= 1024;
+    i++;
+  }
   return `${x < 10 && i > 0 ? x.toFixed(1) : Math.round(x)} ${u[i]}`;
 }
 

@@ -47,8 +47,11 @@ export function drawHeatmap(svgEl: SVGSVGElement, o: HeatmapOptions): void {
   let lo: number;
   let hi: number;
   if (o.kind === 'diverging') {
-    const m = o.domain ? Math.max(Math.abs(o.domain[0]), Math.abs(o.domain[1])) : (d3max(flat, (v) => Math.abs(v)) ?? 1) || 1;
-    lo = -m; hi = m;
+    const m = o.domain
+      ? Math.max(Math.abs(o.domain[0]), Math.abs(o.domain[1]))
+      : (d3max(flat, (v) => Math.abs(v)) ?? 1) || 1;
+    lo = -m;
+    hi = m;
     color = (v) => (Number.isFinite(v) ? divergingColor(Math.max(-1, Math.min(1, v / m))) : p.grid);
     toT = (v) => (Number.isFinite(v) ? (Math.max(-1, Math.min(1, v / m)) + 1) / 2 : NaN);
   } else {
@@ -66,7 +69,10 @@ export function drawHeatmap(svgEl: SVGSVGElement, o: HeatmapOptions): void {
   const tickW = Math.max(fmt(lo, 2).length, fmt(hi, 2).length, 1) * 6.2;
   const margin = {
     // a rotated first column label reaches left of its column: room for it as well as the row labels
-    left: Math.max(12 + longestRow * CHAR_W + (o.rowTitle ? 18 : 0), rotate ? Math.min(longestCol, 14) * CHAR_W * 0.72 + 4 : 0),
+    left: Math.max(
+      12 + longestRow * CHAR_W + (o.rowTitle ? 18 : 0),
+      rotate ? Math.min(longestCol, 14) * CHAR_W * 0.72 + 4 : 0,
+    ),
     top: 8,
     right: 16 + 10 + 4 + tickW + (o.legendLabel ? 18 : 4),
     bottom: (rotate ? Math.min(longestCol, 14) * CHAR_W * 0.75 + 14 : 20) + (o.colTitle ? 18 : 0),
@@ -80,58 +86,100 @@ export function drawHeatmap(svgEl: SVGSVGElement, o: HeatmapOptions): void {
 
   const svg = select(svgEl);
   svg.selectAll('*').remove();
-  svg.attr('width', width).attr('height', height).attr('viewBox', `0 0 ${width} ${height}`)
-    .attr('role', 'img').attr('aria-label', o.label).attr('tabindex', 0)
-    .attr('font-family', p.font).attr('font-size', 11).style('background', p.bg);
+  svg
+    .attr('width', width)
+    .attr('height', height)
+    .attr('viewBox', `0 0 ${width} ${height}`)
+    .attr('role', 'img')
+    .attr('aria-label', o.label)
+    .attr('tabindex', 0)
+    .attr('font-family', p.font)
+    .attr('font-size', 11)
+    .style('background', p.bg);
 
-  const x = scaleBand<number>().domain([...Array(cols).keys()]).range([margin.left, margin.left + cw * cols]);
-  const y = scaleBand<number>().domain([...Array(rows).keys()]).range([margin.top, margin.top + ch * rows]);
+  const x = scaleBand<number>()
+    .domain([...Array(cols).keys()])
+    .range([margin.left, margin.left + cw * cols]);
+  const y = scaleBand<number>()
+    .domain([...Array(rows).keys()])
+    .range([margin.top, margin.top + ch * rows]);
 
   const g = svg.append('g').attr('class', 'cells');
   let sel = o.selected ?? null;
   const raster = rows * cols > RASTER_CELLS;
-  const unhook = (svgEl as SVGSVGElement & { __unhighlight?: () => void });
+  const unhook = svgEl as SVGSVGElement & { __unhighlight?: () => void };
   unhook.__unhighlight?.();
   unhook.__unhighlight = undefined;
-  svg.attr('data-render', raster ? 'raster' : null).attr('data-rows', rows).attr('data-cols', cols);
+  svg
+    .attr('data-render', raster ? 'raster' : null)
+    .attr('data-rows', rows)
+    .attr('data-cols', cols);
   let markCells: () => void = () => {};
 
   if (raster) {
     const lut = colorLut(o.kind === 'diverging' ? (t) => divergingColor(2 * t - 1) : sequentialColor);
-    const im = rasterImage(o.values, { toT, lut, missing: p.grid }, { x: margin.left, y: margin.top, width: cw * cols, height: ch * rows });
+    const im = rasterImage(
+      o.values,
+      { toT, lut, missing: p.grid },
+      { x: margin.left, y: margin.top, width: cw * cols, height: ch * rows },
+    );
     im.setAttribute('class', 'cells-raster');
     g.node()!.appendChild(im);
     const cellAt = (ev: MouseEvent): [number, number] => {
       const [px, py] = pointer(ev, svgEl);
-      return [Math.max(0, Math.min(rows - 1, Math.floor((py - margin.top) / ch))), Math.max(0, Math.min(cols - 1, Math.floor((px - margin.left) / cw)))];
+      return [
+        Math.max(0, Math.min(rows - 1, Math.floor((py - margin.top) / ch))),
+        Math.max(0, Math.min(cols - 1, Math.floor((px - margin.left) / cw))),
+      ];
     };
     const imSel = select(im).style('cursor', o.onSelect ? 'pointer' : 'default');
-    imSel.on('mousemove', (ev: MouseEvent) => {
-      const [r, c] = cellAt(ev);
-      showTooltip(ev, o.tooltip(r, c, o.values[r][c]));
-      // the position under the pointer, for the page's linked highlight (App.svelte reads data-pos on mouseover)
-      const q = o.posOf?.(r, c);
-      const next = q === null || q === undefined ? null : String(q);
-      const prev = im.getAttribute('data-pos');
-      if (prev !== next) {
-        if (prev !== null) im.dispatchEvent(new MouseEvent('mouseout', { bubbles: true }));
-        if (next === null) im.removeAttribute('data-pos');
-        else { im.setAttribute('data-pos', next); im.dispatchEvent(new MouseEvent('mouseover', { bubbles: true })); }
-      }
-    })
-      .on('mouseleave', () => { hideTooltip(); im.removeAttribute('data-pos'); })
-      .on('click', (ev: MouseEvent) => { const [r, c] = cellAt(ev); sel = [r, c]; mark(); o.onSelect?.(r, c); });
+    imSel
+      .on('mousemove', (ev: MouseEvent) => {
+        const [r, c] = cellAt(ev);
+        showTooltip(ev, o.tooltip(r, c, o.values[r][c]));
+        // the position under the pointer, for the page's linked highlight (App.svelte reads data-pos on mouseover)
+        const q = o.posOf?.(r, c);
+        const next = q === null || q === undefined ? null : String(q);
+        const prev = im.getAttribute('data-pos');
+        if (prev !== next) {
+          if (prev !== null) im.dispatchEvent(new MouseEvent('mouseout', { bubbles: true }));
+          if (next === null) im.removeAttribute('data-pos');
+          else {
+            im.setAttribute('data-pos', next);
+            im.dispatchEvent(new MouseEvent('mouseover', { bubbles: true }));
+          }
+        }
+      })
+      .on('mouseleave', () => {
+        hideTooltip();
+        im.removeAttribute('data-pos');
+      })
+      .on('click', (ev: MouseEvent) => {
+        const [r, c] = cellAt(ev);
+        sel = [r, c];
+        mark();
+        o.onSelect?.(r, c);
+      });
     // a position hovered in another view: outline its cells here
     if (o.posOf) {
-      const hl = svg.append('path').attr('class', 'pos-highlight').attr('fill', 'none').attr('stroke', p.highlight)
-        .attr('stroke-width', 2).attr('pointer-events', 'none');
+      const hl = svg
+        .append('path')
+        .attr('class', 'pos-highlight')
+        .attr('fill', 'none')
+        .attr('stroke', p.highlight)
+        .attr('stroke-width', 2)
+        .attr('pointer-events', 'none');
       const off = onHighlight((pos) => {
-        if (!svgEl.isConnected) { off(); return; }
+        if (!svgEl.isConnected) {
+          off();
+          return;
+        }
         let d = '';
         if (pos !== null) {
-          for (let r = 0; r < rows; r++) for (let c = 0; c < cols; c++) {
-            if (o.posOf!(r, c) === pos) d += `M${x(c)!},${y(r)!}h${cw}v${ch}h${-cw}Z`;
-          }
+          for (let r = 0; r < rows; r++)
+            for (let c = 0; c < cols; c++) {
+              if (o.posOf!(r, c) === pos) d += `M${x(c)!},${y(r)!}h${cw}v${ch}h${-cw}Z`;
+            }
         }
         hl.attr('d', d || null);
       });
@@ -141,23 +189,43 @@ export function drawHeatmap(svgEl: SVGSVGElement, o: HeatmapOptions): void {
     const cells: { r: number; c: number; v: number }[] = [];
     for (let r = 0; r < rows; r++) for (let c = 0; c < cols; c++) cells.push({ r, c, v: o.values[r][c] });
 
-    const rects = g.selectAll('rect').data(cells).join('rect')
+    const rects = g
+      .selectAll('rect')
+      .data(cells)
+      .join('rect')
       .attr('class', 'cell')
-      .attr('x', (d) => x(d.c)!).attr('y', (d) => y(d.r)!)
-      .attr('width', Math.max(1, cw - 1)).attr('height', Math.max(1, ch - 1))
+      .attr('x', (d) => x(d.c)!)
+      .attr('y', (d) => y(d.r)!)
+      .attr('width', Math.max(1, cw - 1))
+      .attr('height', Math.max(1, ch - 1))
       .attr('fill', (d) => color(d.v))
-      .attr('data-row', (d) => d.r).attr('data-col', (d) => d.c).attr('data-value', (d) => String(d.v))
-      .attr('data-pos', (d) => { const q = o.posOf?.(d.r, d.c); return q === null || q === undefined ? null : String(q); })
+      .attr('data-row', (d) => d.r)
+      .attr('data-col', (d) => d.c)
+      .attr('data-value', (d) => String(d.v))
+      .attr('data-pos', (d) => {
+        const q = o.posOf?.(d.r, d.c);
+        return q === null || q === undefined ? null : String(q);
+      })
       .style('cursor', o.onSelect ? 'pointer' : 'default')
       .on('mousemove', (ev: MouseEvent, d) => showTooltip(ev, o.tooltip(d.r, d.c, d.v)))
       .on('mouseleave', hideTooltip)
-      .on('click', (_ev, d) => { sel = [d.r, d.c]; mark(); o.onSelect?.(d.r, d.c); });
-    markCells = () => { rects.attr('aria-selected', (d) => (sel && d.r === sel[0] && d.c === sel[1] ? 'true' : null)); };
+      .on('click', (_ev, d) => {
+        sel = [d.r, d.c];
+        mark();
+        o.onSelect?.(d.r, d.c);
+      });
+    markCells = () => {
+      rects.attr('aria-selected', (d) => (sel && d.r === sel[0] && d.c === sel[1] ? 'true' : null));
+    };
 
     if (o.cellText && cw >= 18 && ch >= 12) {
-      g.selectAll('text').data(cells).join('text')
-        .attr('x', (d) => x(d.c)! + cw / 2 - 0.5).attr('y', (d) => y(d.r)! + ch / 2 + 3.5)
-        .attr('text-anchor', 'middle').attr('pointer-events', 'none')
+      g.selectAll('text')
+        .data(cells)
+        .join('text')
+        .attr('x', (d) => x(d.c)! + cw / 2 - 0.5)
+        .attr('y', (d) => y(d.r)! + ch / 2 + 3.5)
+        .attr('text-anchor', 'middle')
+        .attr('pointer-events', 'none')
         .attr('font-size', Math.min(11, ch * 0.55))
         .attr('fill', (d) => textOn(color(d.v)))
         .text((d) => {
@@ -168,19 +236,36 @@ export function drawHeatmap(svgEl: SVGSVGElement, o: HeatmapOptions): void {
     }
   }
 
-  const outline = svg.append('rect').attr('class', 'selection').attr('fill', 'none')
-    .attr('stroke', p.fg).attr('stroke-width', 2).attr('pointer-events', 'none');
+  const outline = svg
+    .append('rect')
+    .attr('class', 'selection')
+    .attr('fill', 'none')
+    .attr('stroke', p.fg)
+    .attr('stroke-width', 2)
+    .attr('pointer-events', 'none');
   const mark = () => {
-    if (!sel) { outline.attr('display', 'none'); return; }
-    outline.attr('display', null).attr('x', x(sel[1])! - 0.5).attr('y', y(sel[0])! - 0.5)
-      .attr('width', cw).attr('height', ch);
+    if (!sel) {
+      outline.attr('display', 'none');
+      return;
+    }
+    outline
+      .attr('display', null)
+      .attr('x', x(sel[1])! - 0.5)
+      .attr('y', y(sel[0])! - 0.5)
+      .attr('width', cw)
+      .attr('height', ch);
     markCells();
   };
   mark();
 
   // keyboard: arrows move the selection, Enter/Space re-announces it
   svgEl.onkeydown = (ev: KeyboardEvent) => {
-    const d: Record<string, [number, number]> = { ArrowUp: [-1, 0], ArrowDown: [1, 0], ArrowLeft: [0, -1], ArrowRight: [0, 1] };
+    const d: Record<string, [number, number]> = {
+      ArrowUp: [-1, 0],
+      ArrowDown: [1, 0],
+      ArrowLeft: [0, -1],
+      ArrowRight: [0, 1],
+    };
     if (!(ev.key in d) && ev.key !== 'Enter' && ev.key !== ' ') return;
     ev.preventDefault();
     const [r0, c0] = sel ?? [0, 0];
@@ -197,24 +282,49 @@ export function drawHeatmap(svgEl: SVGSVGElement, o: HeatmapOptions): void {
   const rowStep = Math.ceil(11 / ch);
   const colStep = Math.ceil((rotate ? 11 : 7 * Math.min(longestCol, 14)) / cw);
   const every = <T>(xs: T[], n: number) => xs.map((d, i) => ({ d, i })).filter(({ i }) => i % n === 0);
-  svg.append('g').selectAll('text').data(every(o.rowLabels, rowStep)).join('text')
-    .attr('x', margin.left - 6).attr('y', ({ i }) => y(i)! + ch / 2 + 3.5)
-    .attr('text-anchor', 'end').attr('fill', p.fg).text(({ d }) => d);
-  const colG = svg.append('g').selectAll('text').data(every(o.colLabels, colStep)).join('text')
-    .attr('fill', p.fg).text(({ d }) => (d.length > 14 ? `${d.slice(0, 13)}…` : d));
+  svg
+    .append('g')
+    .selectAll('text')
+    .data(every(o.rowLabels, rowStep))
+    .join('text')
+    .attr('x', margin.left - 6)
+    .attr('y', ({ i }) => y(i)! + ch / 2 + 3.5)
+    .attr('text-anchor', 'end')
+    .attr('fill', p.fg)
+    .text(({ d }) => d);
+  const colG = svg
+    .append('g')
+    .selectAll('text')
+    .data(every(o.colLabels, colStep))
+    .join('text')
+    .attr('fill', p.fg)
+    .text(({ d }) => (d.length > 14 ? `${d.slice(0, 13)}…` : d));
   if (rotate) {
-    colG.attr('text-anchor', 'end')
+    colG
+      .attr('text-anchor', 'end')
       .attr('transform', ({ i }) => `translate(${x(i)! + cw / 2 + 3},${margin.top + ch * rows + 8}) rotate(-45)`);
   } else {
-    colG.attr('text-anchor', 'middle').attr('x', ({ i }) => x(i)! + cw / 2).attr('y', margin.top + ch * rows + 14);
+    colG
+      .attr('text-anchor', 'middle')
+      .attr('x', ({ i }) => x(i)! + cw / 2)
+      .attr('y', margin.top + ch * rows + 14);
   }
   if (o.rowTitle) {
-    svg.append('text').attr('transform', `translate(12,${margin.top + (ch * rows) / 2}) rotate(-90)`)
-      .attr('text-anchor', 'middle').attr('fill', p.muted).text(o.rowTitle);
+    svg
+      .append('text')
+      .attr('transform', `translate(12,${margin.top + (ch * rows) / 2}) rotate(-90)`)
+      .attr('text-anchor', 'middle')
+      .attr('fill', p.muted)
+      .text(o.rowTitle);
   }
   if (o.colTitle) {
-    svg.append('text').attr('x', margin.left + (cw * cols) / 2).attr('y', height - 4)
-      .attr('text-anchor', 'middle').attr('fill', p.muted).text(o.colTitle);
+    svg
+      .append('text')
+      .attr('x', margin.left + (cw * cols) / 2)
+      .attr('y', height - 4)
+      .attr('text-anchor', 'middle')
+      .attr('fill', p.muted)
+      .text(o.colTitle);
   }
 
   // legend: a vertical colour bar with its end values (and 0 for diverging scales)
@@ -224,17 +334,33 @@ export function drawHeatmap(svgEl: SVGSVGElement, o: HeatmapOptions): void {
   const lg = svg.append('g').attr('class', 'legend');
   for (let i = 0; i < steps; i++) {
     const v = hi - ((hi - lo) * (i + 0.5)) / steps;
-    lg.append('rect').attr('x', lx).attr('y', margin.top + (lh * i) / steps).attr('width', 10).attr('height', lh / steps + 0.5).attr('fill', color(v));
+    lg.append('rect')
+      .attr('x', lx)
+      .attr('y', margin.top + (lh * i) / steps)
+      .attr('width', 10)
+      .attr('height', lh / steps + 0.5)
+      .attr('fill', color(v));
   }
-  const tick = (v: number, yy: number) => lg.append('text').attr('x', lx + 14).attr('y', yy).attr('fill', p.fg).attr('font-size', 10).text(fmt(v, 2));
+  const tick = (v: number, yy: number) =>
+    lg
+      .append('text')
+      .attr('x', lx + 14)
+      .attr('y', yy)
+      .attr('fill', p.fg)
+      .attr('font-size', 10)
+      .text(fmt(v, 2));
   tick(hi, margin.top + 8);
   tick(lo, margin.top + lh);
   if (o.kind === 'diverging') tick(0, margin.top + lh / 2 + 3);
   if (o.legendLabel) {
     // rotated along the colour bar: no longer than the bar (≈6 px a character at 10 px)
     const fit = Math.max(4, Math.floor(lh / 6));
-    const t = lg.append('text').attr('transform', `translate(${lx + 14 + tickW + 6},${margin.top + lh / 2}) rotate(90)`)
-      .attr('text-anchor', 'middle').attr('fill', p.muted).attr('font-size', 10)
+    const t = lg
+      .append('text')
+      .attr('transform', `translate(${lx + 14 + tickW + 6},${margin.top + lh / 2}) rotate(90)`)
+      .attr('text-anchor', 'middle')
+      .attr('fill', p.muted)
+      .attr('font-size', 10)
       .text(o.legendLabel.length > fit ? `${o.legendLabel.slice(0, fit - 1)}…` : o.legendLabel);
     if (o.legendLabel.length > fit) t.append('title').text(o.legendLabel);
   }

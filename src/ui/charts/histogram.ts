@@ -4,7 +4,17 @@ import { palette } from './palette';
 import { showTooltip, hideTooltip } from './tooltip';
 import { fmt } from './format';
 
-export function drawHistogram(svgEl: SVGSVGElement, o: { values: number[]; marker?: { value: number; label: string } | null; xTitle: string; label: string; width?: number; height?: number }): void {
+export function drawHistogram(
+  svgEl: SVGSVGElement,
+  o: {
+    values: number[];
+    marker?: { value: number; label: string } | null;
+    xTitle: string;
+    label: string;
+    width?: number;
+    height?: number;
+  },
+): void {
   const p = palette();
   const width = o.width ?? 560;
   const height = o.height ?? 240;
@@ -12,26 +22,92 @@ export function drawHistogram(svgEl: SVGSVGElement, o: { values: number[]; marke
   const ext = extent([...o.values, ...(o.marker ? [o.marker.value] : [])]) as [number, number];
   const lo = ext[0] ?? 0;
   const hi = ext[1] ?? 1;
-  const x = scaleLinear().domain(lo === hi ? [lo - 1, hi + 1] : [lo, hi]).nice().range([m.left, width - m.right]);
-  const bins = bin().domain(x.domain() as [number, number]).thresholds(x.ticks(24))(o.values);
-  const y = scaleLinear().domain([0, d3max(bins, (b) => b.length) || 1]).nice().range([height - m.bottom, m.top]);
+  const x = scaleLinear()
+    .domain(lo === hi ? [lo - 1, hi + 1] : [lo, hi])
+    .nice()
+    .range([m.left, width - m.right]);
+  const bins = bin()
+    .domain(x.domain() as [number, number])
+    .thresholds(x.ticks(24))(o.values);
+  const y = scaleLinear()
+    .domain([0, d3max(bins, (b) => b.length) || 1])
+    .nice()
+    .range([height - m.bottom, m.top]);
   const svg = select(svgEl);
   svg.selectAll('*').remove();
-  svg.attr('width', width).attr('height', height).attr('viewBox', `0 0 ${width} ${height}`).attr('role', 'img').attr('aria-label', o.label)
-    .attr('font-family', p.font).attr('font-size', 11).style('background', p.bg);
-  svg.append('g').selectAll('rect').data(bins).join('rect').attr('class', 'hist-bin')
-    .attr('x', (b) => x(b.x0!) + 0.5).attr('width', (b) => Math.max(0, x(b.x1!) - x(b.x0!) - 1))
-    .attr('y', (b) => y(b.length)).attr('height', (b) => y(0) - y(b.length)).attr('fill', p.muted).attr('opacity', 0.7)
-    .on('mousemove', (ev: MouseEvent, b) => showTooltip(ev, [`${fmt(b.x0!, 3)} … ${fmt(b.x1!, 3)}`, `${b.length} of ${o.values.length}`]))
+  svg
+    .attr('width', width)
+    .attr('height', height)
+    .attr('viewBox', `0 0 ${width} ${height}`)
+    .attr('role', 'img')
+    .attr('aria-label', o.label)
+    .attr('font-family', p.font)
+    .attr('font-size', 11)
+    .style('background', p.bg);
+  svg
+    .append('g')
+    .selectAll('rect')
+    .data(bins)
+    .join('rect')
+    .attr('class', 'hist-bin')
+    .attr('x', (b) => x(b.x0!) + 0.5)
+    .attr('width', (b) => Math.max(0, x(b.x1!) - x(b.x0!) - 1))
+    .attr('y', (b) => y(b.length))
+    .attr('height', (b) => y(0) - y(b.length))
+    .attr('fill', p.muted)
+    .attr('opacity', 0.7)
+    .on('mousemove', (ev: MouseEvent, b) =>
+      showTooltip(ev, [`${fmt(b.x0!, 3)} … ${fmt(b.x1!, 3)}`, `${b.length} of ${o.values.length}`]),
+    )
     .on('mouseleave', hideTooltip);
-  for (const t of x.ticks(7)) svg.append('text').attr('x', x(t)).attr('y', height - m.bottom + 14).attr('text-anchor', 'middle').attr('fill', p.muted).text(fmt(t, 2));
-  for (const t of y.ticks(4)) svg.append('text').attr('x', m.left - 6).attr('y', y(t) + 3.5).attr('text-anchor', 'end').attr('fill', p.muted).text(String(t));
-  svg.append('line').attr('x1', m.left).attr('x2', width - m.right).attr('y1', y(0)).attr('y2', y(0)).attr('stroke', p.fg);
-  svg.append('text').attr('x', (m.left + width - m.right) / 2).attr('y', height - 6).attr('text-anchor', 'middle').attr('fill', p.muted).text(o.xTitle);
+  for (const t of x.ticks(7))
+    svg
+      .append('text')
+      .attr('x', x(t))
+      .attr('y', height - m.bottom + 14)
+      .attr('text-anchor', 'middle')
+      .attr('fill', p.muted)
+      .text(fmt(t, 2));
+  for (const t of y.ticks(4))
+    svg
+      .append('text')
+      .attr('x', m.left - 6)
+      .attr('y', y(t) + 3.5)
+      .attr('text-anchor', 'end')
+      .attr('fill', p.muted)
+      .text(String(t));
+  svg
+    .append('line')
+    .attr('x1', m.left)
+    .attr('x2', width - m.right)
+    .attr('y1', y(0))
+    .attr('y2', y(0))
+    .attr('stroke', p.fg);
+  svg
+    .append('text')
+    .attr('x', (m.left + width - m.right) / 2)
+    .attr('y', height - 6)
+    .attr('text-anchor', 'middle')
+    .attr('fill', p.muted)
+    .text(o.xTitle);
   if (o.marker) {
     const mx = x(o.marker.value);
-    svg.append('line').attr('class', 'hist-marker').attr('x1', mx).attr('x2', mx).attr('y1', m.top - 6).attr('y2', y(0)).attr('stroke', p.pos).attr('stroke-width', 2.5);
-    svg.append('text').attr('x', Math.min(mx + 4, width - 150)).attr('y', m.top - 8).attr('fill', p.pos).attr('font-weight', 700).text(`${o.marker.label} ${fmt(o.marker.value, 3)}`);
+    svg
+      .append('line')
+      .attr('class', 'hist-marker')
+      .attr('x1', mx)
+      .attr('x2', mx)
+      .attr('y1', m.top - 6)
+      .attr('y2', y(0))
+      .attr('stroke', p.pos)
+      .attr('stroke-width', 2.5);
+    svg
+      .append('text')
+      .attr('x', Math.min(mx + 4, width - 150))
+      .attr('y', m.top - 8)
+      .attr('fill', p.pos)
+      .attr('font-weight', 700)
+      .text(`${o.marker.label} ${fmt(o.marker.value, 3)}`);
   }
 }
 
@@ -39,28 +115,94 @@ export function drawHistogram(svgEl: SVGSVGElement, o: { values: number[]; marke
  * Counts already binned (a dashboard's activation histogram): equal-width bins between `edges`,
  * with how many values were left out of the bins (exact zeros) said in the title.
  */
-export function drawBinnedHistogram(svgEl: SVGSVGElement, o: { edges: number[]; counts: number[]; xTitle: string; label: string; note?: string; width?: number; height?: number }): void {
+export function drawBinnedHistogram(
+  svgEl: SVGSVGElement,
+  o: {
+    edges: number[];
+    counts: number[];
+    xTitle: string;
+    label: string;
+    note?: string;
+    width?: number;
+    height?: number;
+  },
+): void {
   const p = palette();
   const width = o.width ?? 560;
   const height = o.height ?? 240;
   const m = { left: 52, right: 16, top: 22, bottom: 40 };
   const lo = o.edges[0] ?? 0;
   const hi = o.edges[o.edges.length - 1] ?? 1;
-  const x = scaleLinear().domain(lo === hi ? [lo - 1, hi + 1] : [lo, hi]).range([m.left, width - m.right]);
+  const x = scaleLinear()
+    .domain(lo === hi ? [lo - 1, hi + 1] : [lo, hi])
+    .range([m.left, width - m.right]);
   const bins = o.counts.map((c, i) => ({ x0: o.edges[i], x1: lo === hi ? hi + 1 : o.edges[i + 1], c }));
-  const y = scaleLinear().domain([0, d3max(o.counts) || 1]).nice().range([height - m.bottom, m.top]);
+  const y = scaleLinear()
+    .domain([0, d3max(o.counts) || 1])
+    .nice()
+    .range([height - m.bottom, m.top]);
   const svg = select(svgEl);
   svg.selectAll('*').remove();
-  svg.attr('width', width).attr('height', height).attr('viewBox', `0 0 ${width} ${height}`).attr('role', 'img').attr('aria-label', o.label)
-    .attr('font-family', p.font).attr('font-size', 11).style('background', p.bg);
-  svg.append('g').selectAll('rect').data(bins).join('rect').attr('class', 'hist-bin').attr('data-count', (b) => b.c)
-    .attr('x', (b) => x(b.x0) + 0.5).attr('width', (b) => Math.max(1, x(b.x1) - x(b.x0) - 1))
-    .attr('y', (b) => y(b.c)).attr('height', (b) => y(0) - y(b.c)).attr('fill', p.pos).attr('opacity', 0.75)
+  svg
+    .attr('width', width)
+    .attr('height', height)
+    .attr('viewBox', `0 0 ${width} ${height}`)
+    .attr('role', 'img')
+    .attr('aria-label', o.label)
+    .attr('font-family', p.font)
+    .attr('font-size', 11)
+    .style('background', p.bg);
+  svg
+    .append('g')
+    .selectAll('rect')
+    .data(bins)
+    .join('rect')
+    .attr('class', 'hist-bin')
+    .attr('data-count', (b) => b.c)
+    .attr('x', (b) => x(b.x0) + 0.5)
+    .attr('width', (b) => Math.max(1, x(b.x1) - x(b.x0) - 1))
+    .attr('y', (b) => y(b.c))
+    .attr('height', (b) => y(0) - y(b.c))
+    .attr('fill', p.pos)
+    .attr('opacity', 0.75)
     .on('mousemove', (ev: MouseEvent, b) => showTooltip(ev, [`${fmt(b.x0, 4)} … ${fmt(b.x1, 4)}`, `${b.c} values`]))
     .on('mouseleave', hideTooltip);
-  for (const t of x.ticks(7)) svg.append('text').attr('x', x(t)).attr('y', height - m.bottom + 14).attr('text-anchor', 'middle').attr('fill', p.muted).text(fmt(t, 2));
-  for (const t of y.ticks(4)) svg.append('text').attr('x', m.left - 6).attr('y', y(t) + 3.5).attr('text-anchor', 'end').attr('fill', p.muted).text(String(t));
-  svg.append('line').attr('x1', m.left).attr('x2', width - m.right).attr('y1', y(0)).attr('y2', y(0)).attr('stroke', p.fg);
-  svg.append('text').attr('x', (m.left + width - m.right) / 2).attr('y', height - 6).attr('text-anchor', 'middle').attr('fill', p.muted).text(o.xTitle);
-  if (o.note) svg.append('text').attr('x', width - m.right).attr('y', m.top - 8).attr('text-anchor', 'end').attr('fill', p.muted).text(o.note);
+  for (const t of x.ticks(7))
+    svg
+      .append('text')
+      .attr('x', x(t))
+      .attr('y', height - m.bottom + 14)
+      .attr('text-anchor', 'middle')
+      .attr('fill', p.muted)
+      .text(fmt(t, 2));
+  for (const t of y.ticks(4))
+    svg
+      .append('text')
+      .attr('x', m.left - 6)
+      .attr('y', y(t) + 3.5)
+      .attr('text-anchor', 'end')
+      .attr('fill', p.muted)
+      .text(String(t));
+  svg
+    .append('line')
+    .attr('x1', m.left)
+    .attr('x2', width - m.right)
+    .attr('y1', y(0))
+    .attr('y2', y(0))
+    .attr('stroke', p.fg);
+  svg
+    .append('text')
+    .attr('x', (m.left + width - m.right) / 2)
+    .attr('y', height - 6)
+    .attr('text-anchor', 'middle')
+    .attr('fill', p.muted)
+    .text(o.xTitle);
+  if (o.note)
+    svg
+      .append('text')
+      .attr('x', width - m.right)
+      .attr('y', m.top - 8)
+      .attr('text-anchor', 'end')
+      .attr('fill', p.muted)
+      .text(o.note);
 }

@@ -36,52 +36,166 @@ export function drawLines(svgEl: SVGSVGElement, o: LinesOptions): void {
   const all = o.series.flatMap((s) => s.points);
   const xs = extent(all, (d) => d.x) as [number, number];
   const ys = extent(all, (d) => d.y) as [number, number];
-  if (o.zeroLine) { ys[0] = Math.min(ys[0] ?? 0, 0); ys[1] = Math.max(ys[1] ?? 0, 0); }
-  const x = scaleLinear().domain(xs[0] === undefined ? [0, 1] : xs[0] === xs[1] ? [xs[0] - 1, xs[0] + 1] : xs).nice().range([margin.left, width - margin.right]);
-  const y = scaleLinear().domain(ys[0] === undefined ? [0, 1] : ys[0] === ys[1] ? [ys[0] - 1, ys[0] + 1] : ys).nice().range([height - margin.bottom, margin.top]);
+  if (o.zeroLine) {
+    ys[0] = Math.min(ys[0] ?? 0, 0);
+    ys[1] = Math.max(ys[1] ?? 0, 0);
+  }
+  const x = scaleLinear()
+    .domain(xs[0] === undefined ? [0, 1] : xs[0] === xs[1] ? [xs[0] - 1, xs[0] + 1] : xs)
+    .nice()
+    .range([margin.left, width - margin.right]);
+  const y = scaleLinear()
+    .domain(ys[0] === undefined ? [0, 1] : ys[0] === ys[1] ? [ys[0] - 1, ys[0] + 1] : ys)
+    .nice()
+    .range([height - margin.bottom, margin.top]);
 
   const svg = select(svgEl);
   svg.selectAll('*').remove();
-  svg.attr('width', width).attr('height', height).attr('viewBox', `0 0 ${width} ${height}`)
-    .attr('role', 'img').attr('aria-label', o.label).attr('font-family', p.font).attr('font-size', 11).style('background', p.bg);
+  svg
+    .attr('width', width)
+    .attr('height', height)
+    .attr('viewBox', `0 0 ${width} ${height}`)
+    .attr('role', 'img')
+    .attr('aria-label', o.label)
+    .attr('font-family', p.font)
+    .attr('font-size', 11)
+    .style('background', p.bg);
 
   const xt = o.xIntegers ? x.ticks(7).filter((t) => Number.isInteger(t)) : x.ticks(7);
   const yt = y.ticks(6);
-  svg.append('g').selectAll('line').data(yt).join('line').attr('x1', margin.left).attr('x2', width - margin.right)
-    .attr('y1', (t) => y(t)).attr('y2', (t) => y(t)).attr('stroke', (t) => (t === 0 && o.zeroLine ? p.muted : p.grid)).attr('stroke-width', 0.6);
-  svg.append('g').selectAll('text').data(yt).join('text').attr('x', margin.left - 6).attr('y', (t) => y(t) + 3.5)
-    .attr('text-anchor', 'end').attr('fill', p.muted).text((t) => fmt(t, 2));
-  svg.append('g').selectAll('text').data(xt).join('text').attr('x', (t) => x(t)).attr('y', height - margin.bottom + 15)
-    .attr('text-anchor', 'middle').attr('fill', p.muted).text((t) => (o.xIntegers ? String(t) : fmt(t, 2)));
-  svg.append('line').attr('x1', margin.left).attr('x2', width - margin.right).attr('y1', height - margin.bottom).attr('y2', height - margin.bottom).attr('stroke', p.fg);
-  svg.append('line').attr('x1', margin.left).attr('x2', margin.left).attr('y1', margin.top).attr('y2', height - margin.bottom).attr('stroke', p.fg);
-  svg.append('text').attr('x', (margin.left + width - margin.right) / 2).attr('y', height - 6).attr('text-anchor', 'middle').attr('fill', p.muted).text(o.xTitle);
-  svg.append('text').attr('transform', `translate(14,${(margin.top + height - margin.bottom) / 2}) rotate(-90)`).attr('text-anchor', 'middle').attr('fill', p.muted).text(o.yTitle);
+  svg
+    .append('g')
+    .selectAll('line')
+    .data(yt)
+    .join('line')
+    .attr('x1', margin.left)
+    .attr('x2', width - margin.right)
+    .attr('y1', (t) => y(t))
+    .attr('y2', (t) => y(t))
+    .attr('stroke', (t) => (t === 0 && o.zeroLine ? p.muted : p.grid))
+    .attr('stroke-width', 0.6);
+  svg
+    .append('g')
+    .selectAll('text')
+    .data(yt)
+    .join('text')
+    .attr('x', margin.left - 6)
+    .attr('y', (t) => y(t) + 3.5)
+    .attr('text-anchor', 'end')
+    .attr('fill', p.muted)
+    .text((t) => fmt(t, 2));
+  svg
+    .append('g')
+    .selectAll('text')
+    .data(xt)
+    .join('text')
+    .attr('x', (t) => x(t))
+    .attr('y', height - margin.bottom + 15)
+    .attr('text-anchor', 'middle')
+    .attr('fill', p.muted)
+    .text((t) => (o.xIntegers ? String(t) : fmt(t, 2)));
+  svg
+    .append('line')
+    .attr('x1', margin.left)
+    .attr('x2', width - margin.right)
+    .attr('y1', height - margin.bottom)
+    .attr('y2', height - margin.bottom)
+    .attr('stroke', p.fg);
+  svg
+    .append('line')
+    .attr('x1', margin.left)
+    .attr('x2', margin.left)
+    .attr('y1', margin.top)
+    .attr('y2', height - margin.bottom)
+    .attr('stroke', p.fg);
+  svg
+    .append('text')
+    .attr('x', (margin.left + width - margin.right) / 2)
+    .attr('y', height - 6)
+    .attr('text-anchor', 'middle')
+    .attr('fill', p.muted)
+    .text(o.xTitle);
+  svg
+    .append('text')
+    .attr('transform', `translate(14,${(margin.top + height - margin.bottom) / 2}) rotate(-90)`)
+    .attr('text-anchor', 'middle')
+    .attr('fill', p.muted)
+    .text(o.yTitle);
 
   if (o.markX !== undefined && o.markX !== null && Number.isFinite(o.markX)) {
-    svg.append('line').attr('class', 'mark-x').attr('data-x', String(o.markX))
-      .attr('x1', x(o.markX)).attr('x2', x(o.markX)).attr('y1', margin.top).attr('y2', height - margin.bottom)
-      .attr('stroke', p.highlight).attr('stroke-width', 2).attr('stroke-dasharray', '5 3');
-    svg.append('text').attr('x', x(o.markX) + 4).attr('y', height - margin.bottom - 6).attr('fill', p.fg).attr('font-size', 10)
+    svg
+      .append('line')
+      .attr('class', 'mark-x')
+      .attr('data-x', String(o.markX))
+      .attr('x1', x(o.markX))
+      .attr('x2', x(o.markX))
+      .attr('y1', margin.top)
+      .attr('y2', height - margin.bottom)
+      .attr('stroke', p.highlight)
+      .attr('stroke-width', 2)
+      .attr('stroke-dasharray', '5 3');
+    svg
+      .append('text')
+      .attr('x', x(o.markX) + 4)
+      .attr('y', height - margin.bottom - 6)
+      .attr('fill', p.fg)
+      .attr('font-size', 10)
       .text(o.markLabel ?? `x = ${fmt(o.markX, 3)}`);
   }
 
   o.series.forEach((s, si) => {
     const c = s.color ?? METRIC_COLORS[s.name] ?? seriesColor(si);
     const pts = s.points.filter((d) => Number.isFinite(d.y));
-    svg.append('path').attr('class', 'series-line').attr('data-series', s.name)
-      .attr('d', line<{ x: number; y: number }>().x((d) => x(d.x)).y((d) => y(d.y))(pts) ?? '')
-      .attr('fill', 'none').attr('stroke', c).attr('stroke-width', 2).attr('stroke-dasharray', s.dashed ? '6 4' : null);
-    svg.append('g').selectAll('circle').data(pts).join('circle').attr('class', 'point')
-      .attr('data-series', s.name).attr('data-x', (d) => String(d.x)).attr('data-y', (d) => String(d.y))
-      .attr('cx', (d) => x(d.x)).attr('cy', (d) => y(d.y)).attr('r', 4).attr('fill', c).attr('stroke', p.bg)
+    svg
+      .append('path')
+      .attr('class', 'series-line')
+      .attr('data-series', s.name)
+      .attr(
+        'd',
+        line<{ x: number; y: number }>()
+          .x((d) => x(d.x))
+          .y((d) => y(d.y))(pts) ?? '',
+      )
+      .attr('fill', 'none')
+      .attr('stroke', c)
+      .attr('stroke-width', 2)
+      .attr('stroke-dasharray', s.dashed ? '6 4' : null);
+    svg
+      .append('g')
+      .selectAll('circle')
+      .data(pts)
+      .join('circle')
+      .attr('class', 'point')
+      .attr('data-series', s.name)
+      .attr('data-x', (d) => String(d.x))
+      .attr('data-y', (d) => String(d.y))
+      .attr('cx', (d) => x(d.x))
+      .attr('cy', (d) => y(d.y))
+      .attr('r', 4)
+      .attr('fill', c)
+      .attr('stroke', p.bg)
       .style('cursor', o.onSelectX ? 'pointer' : 'default')
-      .on('mousemove', (ev: MouseEvent, d) => showTooltip(ev, [s.name, `${o.xTitle}: ${fmt(d.x, 4)}`, `${o.yTitle}: ${fmt(d.y, 5)}`]))
+      .on('mousemove', (ev: MouseEvent, d) =>
+        showTooltip(ev, [s.name, `${o.xTitle}: ${fmt(d.x, 4)}`, `${o.yTitle}: ${fmt(d.y, 5)}`]),
+      )
       .on('mouseleave', hideTooltip)
       .on('click', (_ev, d) => o.onSelectX?.(d.x));
     const ly = margin.top + 8 + si * 18;
     const lx = width - legendW + 4;
-    svg.append('line').attr('x1', lx).attr('x2', lx + 18).attr('y1', ly).attr('y2', ly).attr('stroke', c).attr('stroke-width', 2).attr('stroke-dasharray', s.dashed ? '6 4' : null);
-    svg.append('text').attr('x', lx + 24).attr('y', ly + 4).attr('fill', p.fg).text(s.name.length > 18 ? `${s.name.slice(0, 17)}…` : s.name);
+    svg
+      .append('line')
+      .attr('x1', lx)
+      .attr('x2', lx + 18)
+      .attr('y1', ly)
+      .attr('y2', ly)
+      .attr('stroke', c)
+      .attr('stroke-width', 2)
+      .attr('stroke-dasharray', s.dashed ? '6 4' : null);
+    svg
+      .append('text')
+      .attr('x', lx + 24)
+      .attr('y', ly + 4)
+      .attr('fill', p.fg)
+      .text(s.name.length > 18 ? `${s.name.slice(0, 17)}…` : s.name);
   });
 }

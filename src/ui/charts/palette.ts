@@ -46,7 +46,10 @@ export function sequentialColor(t: number): string {
 export function textOn(c: string): string {
   const rgb = d3color(c)?.rgb();
   if (!rgb) return '#111';
-  const lin = (v: number) => { const x = v / 255; return x <= 0.03928 ? x / 12.92 : ((x + 0.055) / 1.055) ** 2.4; };
+  const lin = (v: number) => {
+    const x = v / 255;
+    return x <= 0.03928 ? x / 12.92 : ((x + 0.055) / 1.055) ** 2.4;
+  };
   const L = 0.2126 * lin(rgb.r) + 0.7152 * lin(rgb.g) + 0.0722 * lin(rgb.b);
   // WCAG contrast against black (L + .05)/.05 vs white 1.05/(L + .05): pick the larger
   return (L + 0.05) / 0.05 >= 1.05 / (L + 0.05) ? '#111' : '#fff';

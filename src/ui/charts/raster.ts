@@ -18,7 +18,9 @@ export function colorLut(scale: (t: number) => string): Uint8ClampedArray {
   const ctx = scratch();
   for (let i = 0; i < LUT_SIZE; i++) {
     const [r, g, b] = rgbOf(ctx, scale(i / (LUT_SIZE - 1)));
-    lut[i * 3] = r; lut[i * 3 + 1] = g; lut[i * 3 + 2] = b;
+    lut[i * 3] = r;
+    lut[i * 3 + 1] = g;
+    lut[i * 3 + 2] = b;
   }
   return lut;
 }
@@ -69,9 +71,15 @@ export function rasterCanvas(values: ArrayLike<ArrayLike<number | null>>, o: Ras
       const j = (r * canvas.width + c) * 4;
       if (Number.isFinite(t)) {
         const i = Math.round(Math.max(0, Math.min(1, t)) * (LUT_SIZE - 1)) * 3;
-        px[j] = o.lut[i]; px[j + 1] = o.lut[i + 1]; px[j + 2] = o.lut[i + 2]; px[j + 3] = 255;
+        px[j] = o.lut[i];
+        px[j + 1] = o.lut[i + 1];
+        px[j + 2] = o.lut[i + 2];
+        px[j + 3] = 255;
       } else if (miss) {
-        px[j] = miss[0]; px[j + 1] = miss[1]; px[j + 2] = miss[2]; px[j + 3] = 255;
+        px[j] = miss[0];
+        px[j + 1] = miss[1];
+        px[j + 2] = miss[2];
+        px[j + 3] = 255;
       }
     }
   }
@@ -82,7 +90,11 @@ export function rasterCanvas(values: ArrayLike<ArrayLike<number | null>>, o: Ras
 const SVG_NS = 'http://www.w3.org/2000/svg';
 
 /** an SVG <image> of the grid, scaled to width × height with square (unsmoothed) pixels */
-export function rasterImage(values: ArrayLike<ArrayLike<number | null>>, o: RasterOptions, box: { x: number; y: number; width: number; height: number }): SVGImageElement {
+export function rasterImage(
+  values: ArrayLike<ArrayLike<number | null>>,
+  o: RasterOptions,
+  box: { x: number; y: number; width: number; height: number },
+): SVGImageElement {
   const im = document.createElementNS(SVG_NS, 'image');
   im.setAttribute('href', rasterCanvas(values, o).toDataURL('image/png'));
   im.setAttribute('x', String(box.x));

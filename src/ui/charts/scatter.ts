@@ -38,42 +38,125 @@ export function drawScatter(svgEl: SVGSVGElement, o: ScatterOptions): void {
   let hi = Math.max(0, d3max(vals) ?? 1);
   if (hi === lo) hi = lo + 1;
   const pad = (hi - lo) * 0.06;
-  lo -= pad; hi += pad;
-  const x = scaleLinear().domain([lo, hi]).nice().range([margin.left, margin.left + size]);
-  const y = scaleLinear().domain(x.domain()).range([margin.top + size, margin.top]);
+  lo -= pad;
+  hi += pad;
+  const x = scaleLinear()
+    .domain([lo, hi])
+    .nice()
+    .range([margin.left, margin.left + size]);
+  const y = scaleLinear()
+    .domain(x.domain())
+    .range([margin.top + size, margin.top]);
   const colours = [p.accent, p.pos, p.neg, p.highlight];
   const colour = (g: string | undefined) => colours[Math.max(0, groups.indexOf(g ?? '')) % colours.length];
 
   const svg = select(svgEl);
   svg.selectAll('*').remove();
-  svg.attr('width', width).attr('height', height).attr('viewBox', `0 0 ${width} ${height}`)
-    .attr('role', 'img').attr('aria-label', o.label).attr('font-family', p.font).attr('font-size', 11).style('background', p.bg);
+  svg
+    .attr('width', width)
+    .attr('height', height)
+    .attr('viewBox', `0 0 ${width} ${height}`)
+    .attr('role', 'img')
+    .attr('aria-label', o.label)
+    .attr('font-family', p.font)
+    .attr('font-size', 11)
+    .style('background', p.bg);
 
   const ticks = x.ticks(6);
-  svg.append('g').selectAll('line').data(ticks).join('line')
-    .attr('x1', (t) => x(t)).attr('x2', (t) => x(t)).attr('y1', margin.top).attr('y2', margin.top + size)
-    .attr('stroke', (t) => (t === 0 ? p.muted : p.grid)).attr('stroke-width', 0.6);
-  svg.append('g').selectAll('line').data(ticks).join('line')
-    .attr('y1', (t) => y(t)).attr('y2', (t) => y(t)).attr('x1', margin.left).attr('x2', margin.left + size)
-    .attr('stroke', (t) => (t === 0 ? p.muted : p.grid)).attr('stroke-width', 0.6);
-  svg.append('g').selectAll('text').data(ticks).join('text')
-    .attr('x', (t) => x(t)).attr('y', margin.top + size + 14).attr('text-anchor', 'middle').attr('fill', p.muted).text((t) => fmt(t, 2));
-  svg.append('g').selectAll('text').data(ticks).join('text')
-    .attr('x', margin.left - 6).attr('y', (t) => y(t) + 3.5).attr('text-anchor', 'end').attr('fill', p.muted).text((t) => fmt(t, 2));
-  svg.append('text').attr('x', margin.left + size / 2).attr('y', margin.top + size + 32).attr('text-anchor', 'middle').attr('fill', p.fg).text(o.xTitle);
-  svg.append('text').attr('transform', `translate(14, ${margin.top + size / 2}) rotate(-90)`).attr('text-anchor', 'middle').attr('fill', p.fg).text(o.yTitle);
+  svg
+    .append('g')
+    .selectAll('line')
+    .data(ticks)
+    .join('line')
+    .attr('x1', (t) => x(t))
+    .attr('x2', (t) => x(t))
+    .attr('y1', margin.top)
+    .attr('y2', margin.top + size)
+    .attr('stroke', (t) => (t === 0 ? p.muted : p.grid))
+    .attr('stroke-width', 0.6);
+  svg
+    .append('g')
+    .selectAll('line')
+    .data(ticks)
+    .join('line')
+    .attr('y1', (t) => y(t))
+    .attr('y2', (t) => y(t))
+    .attr('x1', margin.left)
+    .attr('x2', margin.left + size)
+    .attr('stroke', (t) => (t === 0 ? p.muted : p.grid))
+    .attr('stroke-width', 0.6);
+  svg
+    .append('g')
+    .selectAll('text')
+    .data(ticks)
+    .join('text')
+    .attr('x', (t) => x(t))
+    .attr('y', margin.top + size + 14)
+    .attr('text-anchor', 'middle')
+    .attr('fill', p.muted)
+    .text((t) => fmt(t, 2));
+  svg
+    .append('g')
+    .selectAll('text')
+    .data(ticks)
+    .join('text')
+    .attr('x', margin.left - 6)
+    .attr('y', (t) => y(t) + 3.5)
+    .attr('text-anchor', 'end')
+    .attr('fill', p.muted)
+    .text((t) => fmt(t, 2));
+  svg
+    .append('text')
+    .attr('x', margin.left + size / 2)
+    .attr('y', margin.top + size + 32)
+    .attr('text-anchor', 'middle')
+    .attr('fill', p.fg)
+    .text(o.xTitle);
+  svg
+    .append('text')
+    .attr('transform', `translate(14, ${margin.top + size / 2}) rotate(-90)`)
+    .attr('text-anchor', 'middle')
+    .attr('fill', p.fg)
+    .text(o.yTitle);
   // y = x
   const [d0, d1] = x.domain();
-  svg.append('line').attr('class', 'diagonal').attr('x1', x(d0)).attr('y1', y(d0)).attr('x2', x(d1)).attr('y2', y(d1))
-    .attr('stroke', p.muted).attr('stroke-dasharray', '4 3');
-  svg.append('text').attr('x', x(d1) - 4).attr('y', y(d1) + 14).attr('text-anchor', 'end').attr('fill', p.muted).attr('font-size', 10).text('y = x');
+  svg
+    .append('line')
+    .attr('class', 'diagonal')
+    .attr('x1', x(d0))
+    .attr('y1', y(d0))
+    .attr('x2', x(d1))
+    .attr('y2', y(d1))
+    .attr('stroke', p.muted)
+    .attr('stroke-dasharray', '4 3');
+  svg
+    .append('text')
+    .attr('x', x(d1) - 4)
+    .attr('y', y(d1) + 14)
+    .attr('text-anchor', 'end')
+    .attr('fill', p.muted)
+    .attr('font-size', 10)
+    .text('y = x');
 
-  svg.append('g').selectAll('circle').data(o.points).join('circle').attr('class', 'pt')
-    .attr('cx', (d) => x(d.x)).attr('cy', (d) => y(d.y)).attr('r', 4.5)
-    .attr('fill', (d) => colour(d.group)).attr('fill-opacity', 0.8).attr('stroke', p.bg)
-    .attr('data-x', (d) => String(d.x)).attr('data-y', (d) => String(d.y)).attr('data-label', (d) => d.label)
+  svg
+    .append('g')
+    .selectAll('circle')
+    .data(o.points)
+    .join('circle')
+    .attr('class', 'pt')
+    .attr('cx', (d) => x(d.x))
+    .attr('cy', (d) => y(d.y))
+    .attr('r', 4.5)
+    .attr('fill', (d) => colour(d.group))
+    .attr('fill-opacity', 0.8)
+    .attr('stroke', p.bg)
+    .attr('data-x', (d) => String(d.x))
+    .attr('data-y', (d) => String(d.y))
+    .attr('data-label', (d) => d.label)
     .style('cursor', o.onSelect ? 'pointer' : 'default')
-    .on('mousemove', (ev: MouseEvent, d) => showTooltip(ev, [d.label, `${o.xTitle}: ${fmt(d.x, 5)}`, `${o.yTitle}: ${fmt(d.y, 5)}`]))
+    .on('mousemove', (ev: MouseEvent, d) =>
+      showTooltip(ev, [d.label, `${o.xTitle}: ${fmt(d.x, 5)}`, `${o.yTitle}: ${fmt(d.y, 5)}`]),
+    )
     .on('mouseleave', hideTooltip)
     .on('click', (_ev, d) => o.onSelect?.(d));
 
@@ -81,8 +164,16 @@ export function drawScatter(svgEl: SVGSVGElement, o: ScatterOptions): void {
     const lg = svg.append('g').attr('class', 'legend');
     let lx = margin.left;
     for (const g of groups) {
-      lg.append('circle').attr('cx', lx + 5).attr('cy', height - 8).attr('r', 4.5).attr('fill', colour(g));
-      lg.append('text').attr('x', lx + 14).attr('y', height - 4.5).attr('fill', p.fg).text(g);
+      lg.append('circle')
+        .attr('cx', lx + 5)
+        .attr('cy', height - 8)
+        .attr('r', 4.5)
+        .attr('fill', colour(g));
+      lg.append('text')
+        .attr('x', lx + 14)
+        .attr('y', height - 4.5)
+        .attr('fill', p.fg)
+        .text(g);
       lx += 24 + g.length * 6.6;
     }
   }

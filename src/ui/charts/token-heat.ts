@@ -63,7 +63,10 @@ export function drawTokenHeat(svgEl: SVGSVGElement, o: TokenHeatOptions): void {
     let x = pad;
     row.tokens.forEach((text, c) => {
       const w = Math.max(14, Math.min(width - 2 * pad, text.length * CHAR_W + 8));
-      if (x + w > width - pad && x > pad) { x = pad; y += TOK_H + GAP; }
+      if (x + w > width - pad && x > pad) {
+        x = pad;
+        y += TOK_H + GAP;
+      }
       cells.push({ r, c, v: row.values[c], text, x, y, w });
       x += w + GAP;
     });
@@ -73,37 +76,86 @@ export function drawTokenHeat(svgEl: SVGSVGElement, o: TokenHeatOptions): void {
 
   const svg = select(svgEl);
   svg.selectAll('*').remove();
-  svg.attr('width', width).attr('height', height).attr('viewBox', `0 0 ${width} ${height}`)
-    .attr('role', 'img').attr('aria-label', o.label).attr('tabindex', 0)
-    .attr('font-family', p.font).attr('font-size', 11.5).style('background', p.bg);
+  svg
+    .attr('width', width)
+    .attr('height', height)
+    .attr('viewBox', `0 0 ${width} ${height}`)
+    .attr('role', 'img')
+    .attr('aria-label', o.label)
+    .attr('tabindex', 0)
+    .attr('font-family', p.font)
+    .attr('font-size', 11.5)
+    .style('background', p.bg);
 
-  svg.append('g').selectAll('text').data(heads).join('text')
-    .attr('x', pad).attr('y', (d) => d.y).attr('fill', p.muted).attr('font-size', 10.5).text((d) => d.text);
+  svg
+    .append('g')
+    .selectAll('text')
+    .data(heads)
+    .join('text')
+    .attr('x', pad)
+    .attr('y', (d) => d.y)
+    .attr('fill', p.muted)
+    .attr('font-size', 10.5)
+    .text((d) => d.text);
 
   let sel = o.selected ?? null;
   const g = svg.append('g').selectAll('g').data(cells).join('g');
-  const rects = g.append('rect').attr('class', 'tok-cell')
-    .attr('x', (d) => d.x).attr('y', (d) => d.y).attr('width', (d) => d.w).attr('height', TOK_H).attr('rx', 3)
-    .attr('fill', (d) => fill(d.v)).attr('stroke', p.grid).attr('stroke-width', 0.6)
-    .attr('data-row', (d) => d.r).attr('data-col', (d) => d.c).attr('data-value', (d) => String(d.v))
+  const rects = g
+    .append('rect')
+    .attr('class', 'tok-cell')
+    .attr('x', (d) => d.x)
+    .attr('y', (d) => d.y)
+    .attr('width', (d) => d.w)
+    .attr('height', TOK_H)
+    .attr('rx', 3)
+    .attr('fill', (d) => fill(d.v))
+    .attr('stroke', p.grid)
+    .attr('stroke-width', 0.6)
+    .attr('data-row', (d) => d.r)
+    .attr('data-col', (d) => d.c)
+    .attr('data-value', (d) => String(d.v))
     .style('cursor', o.onSelect ? 'pointer' : 'default')
-    .on('mousemove', (ev: MouseEvent, d) => showTooltip(ev, o.tooltip?.(d.r, d.c, d.v) ?? [d.text, `${o.valueTitle}: ${fmt(d.v, 5)}`]))
+    .on('mousemove', (ev: MouseEvent, d) =>
+      showTooltip(ev, o.tooltip?.(d.r, d.c, d.v) ?? [d.text, `${o.valueTitle}: ${fmt(d.v, 5)}`]),
+    )
     .on('mouseleave', hideTooltip)
-    .on('click', (_ev, d) => { sel = [d.r, d.c]; mark(); o.onSelect?.(d.r, d.c); });
-  g.append('text').attr('x', (d) => d.x + d.w / 2).attr('y', (d) => d.y + TOK_H / 2 + 4).attr('text-anchor', 'middle')
-    .attr('pointer-events', 'none').attr('xml:space', 'preserve')
+    .on('click', (_ev, d) => {
+      sel = [d.r, d.c];
+      mark();
+      o.onSelect?.(d.r, d.c);
+    });
+  g.append('text')
+    .attr('x', (d) => d.x + d.w / 2)
+    .attr('y', (d) => d.y + TOK_H / 2 + 4)
+    .attr('text-anchor', 'middle')
+    .attr('pointer-events', 'none')
+    .attr('xml:space', 'preserve')
     .attr('fill', (d) => (coloured(d.v) ? textOn(fill(d.v)) : p.fg))
     .text((d) => {
       const maxChars = Math.floor((d.w - 6) / CHAR_W);
       return d.text.length > maxChars ? `${d.text.slice(0, Math.max(1, maxChars - 1))}…` : d.text;
     });
 
-  const outline = svg.append('rect').attr('class', 'selection').attr('fill', 'none').attr('rx', 3)
-    .attr('stroke', p.fg).attr('stroke-width', 2).attr('pointer-events', 'none');
+  const outline = svg
+    .append('rect')
+    .attr('class', 'selection')
+    .attr('fill', 'none')
+    .attr('rx', 3)
+    .attr('stroke', p.fg)
+    .attr('stroke-width', 2)
+    .attr('pointer-events', 'none');
   const mark = () => {
     const c = sel && cells.find((d) => d.r === sel![0] && d.c === sel![1]);
-    if (!c) { outline.attr('display', 'none'); return; }
-    outline.attr('display', null).attr('x', c.x - 1).attr('y', c.y - 1).attr('width', c.w + 2).attr('height', TOK_H + 2);
+    if (!c) {
+      outline.attr('display', 'none');
+      return;
+    }
+    outline
+      .attr('display', null)
+      .attr('x', c.x - 1)
+      .attr('y', c.y - 1)
+      .attr('width', c.w + 2)
+      .attr('height', TOK_H + 2);
     rects.attr('aria-selected', (d) => (d === c ? 'true' : null));
   };
   mark();
@@ -118,7 +170,10 @@ export function drawTokenHeat(svgEl: SVGSVGElement, o: TokenHeatOptions): void {
     else if (ev.key === 'ArrowLeft') i = Math.max(0, i - 1);
     else {
       const r = Math.max(0, Math.min(o.rows.length - 1, cells[i].r + (ev.key === 'ArrowDown' ? 1 : -1)));
-      i = Math.max(0, cells.findIndex((d) => d.r === r));
+      i = Math.max(
+        0,
+        cells.findIndex((d) => d.r === r),
+      );
     }
     sel = [cells[i].r, cells[i].c];
     mark();
@@ -135,10 +190,26 @@ export function drawTokenHeat(svgEl: SVGSVGElement, o: TokenHeatOptions): void {
     const steps = 32;
     for (let i = 0; i < steps; i++) {
       const v = (((i + 0.5) / steps) * 2 - 1) * o.max;
-      lg.append('rect').attr('x', lx + (lw * i) / steps).attr('y', ly - 8).attr('width', lw / steps + 0.5).attr('height', 8).attr('fill', fill(v));
+      lg.append('rect')
+        .attr('x', lx + (lw * i) / steps)
+        .attr('y', ly - 8)
+        .attr('width', lw / steps + 0.5)
+        .attr('height', 8)
+        .attr('fill', fill(v));
     }
-    lg.append('text').attr('x', lx - 4).attr('y', ly).attr('text-anchor', 'end').attr('fill', p.muted).attr('font-size', 10).text(`−${fmt(o.max, 3)}`);
-    lg.append('text').attr('x', lx + lw + 4).attr('y', ly).attr('fill', p.muted).attr('font-size', 10).text(`+${fmt(o.max, 3)} ${o.valueTitle}`);
+    lg.append('text')
+      .attr('x', lx - 4)
+      .attr('y', ly)
+      .attr('text-anchor', 'end')
+      .attr('fill', p.muted)
+      .attr('font-size', 10)
+      .text(`−${fmt(o.max, 3)}`);
+    lg.append('text')
+      .attr('x', lx + lw + 4)
+      .attr('y', ly)
+      .attr('fill', p.muted)
+      .attr('font-size', 10)
+      .text(`+${fmt(o.max, 3)} ${o.valueTitle}`);
     return;
   }
   const lw = 120;
@@ -148,9 +219,25 @@ export function drawTokenHeat(svgEl: SVGSVGElement, o: TokenHeatOptions): void {
   const lg = svg.append('g').attr('class', 'legend');
   const steps = 24;
   for (let i = 0; i < steps; i++) {
-    lg.append('rect').attr('x', lx + (lw * i) / steps).attr('y', ly - 8).attr('width', lw / steps + 0.5).attr('height', 8)
-      .attr('fill', i === 0 ? p.bg : heatColor(((i + 0.5) / steps) * o.max, o.max, p.bg)).attr('stroke', i === 0 ? p.grid : 'none');
+    lg.append('rect')
+      .attr('x', lx + (lw * i) / steps)
+      .attr('y', ly - 8)
+      .attr('width', lw / steps + 0.5)
+      .attr('height', 8)
+      .attr('fill', i === 0 ? p.bg : heatColor(((i + 0.5) / steps) * o.max, o.max, p.bg))
+      .attr('stroke', i === 0 ? p.grid : 'none');
   }
-  lg.append('text').attr('x', lx - 4).attr('y', ly).attr('text-anchor', 'end').attr('fill', p.muted).attr('font-size', 10).text('0');
-  lg.append('text').attr('x', lx + lw + 4).attr('y', ly).attr('fill', p.muted).attr('font-size', 10).text(maxLabel);
+  lg.append('text')
+    .attr('x', lx - 4)
+    .attr('y', ly)
+    .attr('text-anchor', 'end')
+    .attr('fill', p.muted)
+    .attr('font-size', 10)
+    .text('0');
+  lg.append('text')
+    .attr('x', lx + lw + 4)
+    .attr('y', ly)
+    .attr('fill', p.muted)
+    .attr('font-size', 10)
+    .text(maxLabel);
 }

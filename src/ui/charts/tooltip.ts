@@ -14,12 +14,14 @@ function node(): HTMLDivElement {
 
 export function showTooltip(ev: { clientX: number; clientY: number }, lines: string[]): void {
   const t = node();
-  t.replaceChildren(...lines.map((l, i) => {
-    const d = document.createElement('div');
-    d.textContent = l;
-    if (i === 0) d.className = 'tt-title';
-    return d;
-  }));
+  t.replaceChildren(
+    ...lines.map((l, i) => {
+      const d = document.createElement('div');
+      d.textContent = l;
+      if (i === 0) d.className = 'tt-title';
+      return d;
+    }),
+  );
   t.style.display = 'block';
   const pad = 14;
   const w = t.offsetWidth;

@@ -38,36 +38,95 @@ export function drawWaterfall(svgEl: SVGSVGElement, o: WaterfallOptions): void {
   });
   const lo = Math.min(0, ...spans.map((s) => Math.min(s.a, s.b)));
   const hi = Math.max(0, ...spans.map((s) => Math.max(s.a, s.b)));
-  const x = scaleLinear().domain([lo, hi === lo ? lo + 1 : hi]).nice().range([margin.left, width - margin.right]);
-  const y = scaleBand<number>().domain([...Array(rows.length).keys()]).range([margin.top, margin.top + bh * rows.length]).padding(0.15);
+  const x = scaleLinear()
+    .domain([lo, hi === lo ? lo + 1 : hi])
+    .nice()
+    .range([margin.left, width - margin.right]);
+  const y = scaleBand<number>()
+    .domain([...Array(rows.length).keys()])
+    .range([margin.top, margin.top + bh * rows.length])
+    .padding(0.15);
 
   const svg = select(svgEl);
   svg.selectAll('*').remove();
-  svg.attr('width', width).attr('height', height).attr('viewBox', `0 0 ${width} ${height}`)
-    .attr('role', 'img').attr('aria-label', o.label).attr('font-family', p.font).attr('font-size', 11).style('background', p.bg);
+  svg
+    .attr('width', width)
+    .attr('height', height)
+    .attr('viewBox', `0 0 ${width} ${height}`)
+    .attr('role', 'img')
+    .attr('aria-label', o.label)
+    .attr('font-family', p.font)
+    .attr('font-size', 11)
+    .style('background', p.bg);
 
   const ticks = x.ticks(6);
-  svg.append('g').selectAll('line').data(ticks).join('line').attr('x1', (t) => x(t)).attr('x2', (t) => x(t))
-    .attr('y1', margin.top).attr('y2', margin.top + bh * rows.length).attr('stroke', (t) => (t === 0 ? p.fg : p.grid)).attr('stroke-width', (t) => (t === 0 ? 1 : 0.5));
-  svg.append('g').selectAll('text').data(ticks).join('text').attr('x', (t) => x(t)).attr('y', margin.top + bh * rows.length + 14)
-    .attr('text-anchor', 'middle').attr('fill', p.muted).text((t) => fmt(t, 2));
-  svg.append('text').attr('x', (margin.left + width - margin.right) / 2).attr('y', height - 4).attr('text-anchor', 'middle').attr('fill', p.muted).text(o.valueTitle);
+  svg
+    .append('g')
+    .selectAll('line')
+    .data(ticks)
+    .join('line')
+    .attr('x1', (t) => x(t))
+    .attr('x2', (t) => x(t))
+    .attr('y1', margin.top)
+    .attr('y2', margin.top + bh * rows.length)
+    .attr('stroke', (t) => (t === 0 ? p.fg : p.grid))
+    .attr('stroke-width', (t) => (t === 0 ? 1 : 0.5));
+  svg
+    .append('g')
+    .selectAll('text')
+    .data(ticks)
+    .join('text')
+    .attr('x', (t) => x(t))
+    .attr('y', margin.top + bh * rows.length + 14)
+    .attr('text-anchor', 'middle')
+    .attr('fill', p.muted)
+    .text((t) => fmt(t, 2));
+  svg
+    .append('text')
+    .attr('x', (margin.left + width - margin.right) / 2)
+    .attr('y', height - 4)
+    .attr('text-anchor', 'middle')
+    .attr('fill', p.muted)
+    .text(o.valueTitle);
 
   // connectors between consecutive bars
-  svg.append('g').selectAll('line').data(spans.slice(0, -1)).join('line')
-    .attr('x1', (s) => x(s.b)).attr('x2', (s) => x(s.b)).attr('y1', (_s, i) => y(i)! + y.bandwidth()).attr('y2', (_s, i) => y(i + 1)!)
-    .attr('stroke', p.muted).attr('stroke-width', 0.6);
+  svg
+    .append('g')
+    .selectAll('line')
+    .data(spans.slice(0, -1))
+    .join('line')
+    .attr('x1', (s) => x(s.b))
+    .attr('x2', (s) => x(s.b))
+    .attr('y1', (_s, i) => y(i)! + y.bandwidth())
+    .attr('y2', (_s, i) => y(i + 1)!)
+    .attr('stroke', p.muted)
+    .attr('stroke-width', 0.6);
 
   const g = svg.append('g').selectAll('g').data(spans).join('g');
-  g.append('rect').attr('class', (s) => (s.isTotal ? 'wf-total' : 'wf-term'))
-    .attr('x', (s) => x(Math.min(s.a, s.b))).attr('y', (_s, i) => y(i)!)
-    .attr('width', (s) => Math.max(1, Math.abs(x(s.b) - x(s.a)))).attr('height', y.bandwidth())
+  g.append('rect')
+    .attr('class', (s) => (s.isTotal ? 'wf-total' : 'wf-term'))
+    .attr('x', (s) => x(Math.min(s.a, s.b)))
+    .attr('y', (_s, i) => y(i)!)
+    .attr('width', (s) => Math.max(1, Math.abs(x(s.b) - x(s.a))))
+    .attr('height', y.bandwidth())
     .attr('fill', (s) => (s.isTotal ? p.accent : s.value >= 0 ? p.pos : p.neg))
-    .attr('data-name', (s) => s.name).attr('data-value', (s) => String(s.value))
-    .on('mousemove', (ev: MouseEvent, s) => showTooltip(ev, [s.name, `value: ${fmt(s.value, 6)}`, `running sum: ${fmt(s.b, 6)}`, ...(s.detail ?? [])]))
+    .attr('data-name', (s) => s.name)
+    .attr('data-value', (s) => String(s.value))
+    .on('mousemove', (ev: MouseEvent, s) =>
+      showTooltip(ev, [s.name, `value: ${fmt(s.value, 6)}`, `running sum: ${fmt(s.b, 6)}`, ...(s.detail ?? [])]),
+    )
     .on('mouseleave', hideTooltip);
-  g.append('text').attr('x', margin.left - 6).attr('y', (_s, i) => y(i)! + y.bandwidth() / 2 + 3.5).attr('text-anchor', 'end')
-    .attr('fill', p.fg).attr('font-weight', (s) => (s.isTotal ? 700 : 400)).text((s) => (s.name.length > 30 ? `${s.name.slice(0, 29)}…` : s.name));
-  g.append('text').attr('x', (s) => x(Math.max(s.a, s.b)) + 4).attr('y', (_s, i) => y(i)! + y.bandwidth() / 2 + 3.5)
-    .attr('fill', p.muted).attr('font-size', 10).text((s) => fmt(s.value, 3));
+  g.append('text')
+    .attr('x', margin.left - 6)
+    .attr('y', (_s, i) => y(i)! + y.bandwidth() / 2 + 3.5)
+    .attr('text-anchor', 'end')
+    .attr('fill', p.fg)
+    .attr('font-weight', (s) => (s.isTotal ? 700 : 400))
+    .text((s) => (s.name.length > 30 ? `${s.name.slice(0, 29)}…` : s.name));
+  g.append('text')
+    .attr('x', (s) => x(Math.max(s.a, s.b)) + 4)
+    .attr('y', (_s, i) => y(i)! + y.bandwidth() / 2 + 3.5)
+    .attr('fill', p.muted)
+    .attr('font-size', 10)
+    .text((s) => fmt(s.value, 3));
 }

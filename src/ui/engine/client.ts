@@ -39,7 +39,10 @@ export class EngineClient {
   restarts = 0;
   hardStopMs = 3000;
 
-  constructor(private readonly factory: () => Worker, private readonly events: ClientEvents = {}) {
+  constructor(
+    private readonly factory: () => Worker,
+    private readonly events: ClientEvents = {},
+  ) {
     this.start();
   }
 
@@ -60,7 +63,11 @@ export class EngineClient {
   /** Kill the worker, fail everything pending, start a fresh one. */
   restart(reason: string): void {
     this.worker.terminate();
-    const err = new LoupeError('INTERNAL', `${reason[0].toUpperCase()}${reason.slice(1)}.`, 'The worker was restarted; the page kept your inputs and results. Run again.');
+    const err = new LoupeError(
+      'INTERNAL',
+      `${reason[0].toUpperCase()}${reason.slice(1)}.`,
+      'The worker was restarted; the page kept your inputs and results. Run again.',
+    );
     for (const p of [...this.pending]) p.reject(err);
     this.pending.clear();
     this.restarts++;
@@ -74,8 +81,12 @@ export class EngineClient {
       const p: Pending = { reject };
       this.pending.add(p);
       fn(this.api).then(
-        (v) => { if (this.pending.delete(p)) resolve(v); },
-        (e) => { if (this.pending.delete(p)) reject(toLoupeError(e)); },
+        (v) => {
+          if (this.pending.delete(p)) resolve(v);
+        },
+        (e) => {
+          if (this.pending.delete(p)) reject(toLoupeError(e));
+        },
       );
     });
   }
@@ -94,8 +105,14 @@ export class EngineClient {
     const promise = new Promise<T>((resolve, reject) => {
       rejectNow = reject;
       inner.then(
-        (v) => { settled = true; resolve(v); },
-        (e) => { settled = true; reject(e); },
+        (v) => {
+          settled = true;
+          resolve(v);
+        },
+        (e) => {
+          settled = true;
+          reject(e);
+        },
       );
     });
     const cancel = () => {
@@ -103,7 +120,8 @@ export class EngineClient {
       rejectNow(new LoupeError('CANCELLED', 'Cancelled.'));
       void this.api.cancel(id).catch(() => {});
       setTimeout(() => {
-        if (!settled && gen === this.generation) this.restart('a cancelled job did not stop in time, so the model worker was stopped');
+        if (!settled && gen === this.generation)
+          this.restart('a cancelled job did not stop in time, so the model worker was stopped');
       }, this.hardStopMs);
     };
     return { id, promise, cancel };

@@ -7,7 +7,19 @@
  * goes the other way when a share link fills the form.
  */
 
-export type FieldKind = 'text' | 'textarea' | 'number' | 'integer' | 'boolean' | 'enum' | 'multi' | 'lines' | 'numbers' | 'all_or_numbers' | 'string_or_json' | 'json';
+export type FieldKind =
+  | 'text'
+  | 'textarea'
+  | 'number'
+  | 'integer'
+  | 'boolean'
+  | 'enum'
+  | 'multi'
+  | 'lines'
+  | 'numbers'
+  | 'all_or_numbers'
+  | 'string_or_json'
+  | 'json';
 
 export interface Field {
   name: string;
@@ -45,7 +57,8 @@ function kindOf(name: string, s: Json): Pick<Field, 'kind' | 'options' | 'min' |
     const arr = alts.find((a) => a.type === 'array');
     if (hasAll && arr && ['integer', 'number'].includes(arr.items?.type)) return { kind: 'all_or_numbers' };
     // e.g. a steering direction: the shorthand string ("tokens: love - hate") or an object
-    if (alts.some((a) => a.type === 'string' && a.const === undefined && a.enum === undefined)) return { kind: 'string_or_json' };
+    if (alts.some((a) => a.type === 'string' && a.const === undefined && a.enum === undefined))
+      return { kind: 'string_or_json' };
     return { kind: 'json' };
   }
   const lim = (x: unknown) => (typeof x === 'number' && Math.abs(x) < BIG ? x : undefined);
@@ -81,13 +94,15 @@ export function exampleOf(raw: Json, depth = 0): unknown {
   if (depth > 4) return null;
   const alts = (raw.anyOf ?? raw.oneOf) as Json[] | undefined;
   if (alts) {
-    const pick = alts.find((a) => a.type === 'array' || a.type === 'object') ?? alts.find((a) => a.type !== 'null') ?? {};
+    const pick =
+      alts.find((a) => a.type === 'array' || a.type === 'object') ?? alts.find((a) => a.type !== 'null') ?? {};
     return exampleOf(pick, depth + 1);
   }
   if (raw.const !== undefined) return raw.const;
   if (Array.isArray(raw.enum)) return raw.enum[0];
   switch (raw.type) {
-    case 'array': return [exampleOf(raw.items ?? {}, depth + 1)];
+    case 'array':
+      return [exampleOf(raw.items ?? {}, depth + 1)];
     case 'object': {
       const props = (raw.properties ?? {}) as Record<string, Json>;
       const req = new Set<string>((raw.required ?? []) as string[]);
@@ -95,10 +110,15 @@ export function exampleOf(raw: Json, depth = 0): unknown {
       const keys = Object.keys(props).filter((k) => req.has(k) || k === extra);
       return Object.fromEntries(keys.map((k) => [k, exampleOf(props[k], depth + 1)]));
     }
-    case 'integer': case 'number': return typeof raw.minimum === 'number' && Math.abs(raw.minimum) < BIG ? raw.minimum : 0;
-    case 'boolean': return false;
-    case 'string': return '…';
-    default: return null;
+    case 'integer':
+    case 'number':
+      return typeof raw.minimum === 'number' && Math.abs(raw.minimum) < BIG ? raw.minimum : 0;
+    case 'boolean':
+      return false;
+    case 'string':
+      return '…';
+    default:
+      return null;
   }
 }
 
@@ -109,22 +129,24 @@ export function labelOf(name: string): string {
 export function fieldsOf(schema: Json): Field[] {
   const props = (schema.properties ?? {}) as Record<string, Json>;
   const required = new Set<string>((schema.required ?? []) as string[]);
-  return Object.entries(props).map(([name, raw]) => {
-    const s = nonNull(raw);
-    return {
-      name,
-      label: labelOf(name),
-      description: raw.description ?? s.description,
-      default: raw.default ?? s.default,
-      required: required.has(name),
-      fromPromptBox: name === 'prompt',
-      ...kindOf(name, s),
-    };
-  }).map((f) => {
-    if (f.kind !== 'json' && f.kind !== 'string_or_json') return f;
-    const ex = exampleOf(nonNull(props[f.name]));
-    return ex === null || ex === undefined ? f : { ...f, example: JSON.stringify(ex) };
-  });
+  return Object.entries(props)
+    .map(([name, raw]) => {
+      const s = nonNull(raw);
+      return {
+        name,
+        label: labelOf(name),
+        description: raw.description ?? s.description,
+        default: raw.default ?? s.default,
+        required: required.has(name),
+        fromPromptBox: name === 'prompt',
+        ...kindOf(name, s),
+      };
+    })
+    .map((f) => {
+      if (f.kind !== 'json' && f.kind !== 'string_or_json') return f;
+      const ex = exampleOf(nonNull(props[f.name]));
+      return ex === null || ex === undefined ? f : { ...f, example: JSON.stringify(ex) };
+    });
 }
 
 export interface BuildResult {
@@ -135,11 +157,15 @@ export interface BuildResult {
 const isEmpty = (v: unknown) => v === undefined || v === null || (typeof v === 'string' && v.trim() === '');
 
 function parseNumbers(text: string, integer: boolean): number[] {
-  return text.split(/[\s,]+/).filter(Boolean).map((t) => {
-    const n = Number(t);
-    if (!Number.isFinite(n) || (integer && !Number.isInteger(n))) throw new Error(`"${t}" is not ${integer ? 'an integer' : 'a number'}`);
-    return n;
-  });
+  return text
+    .split(/[\s,]+/)
+    .filter(Boolean)
+    .map((t) => {
+      const n = Number(t);
+      if (!Number.isFinite(n) || (integer && !Number.isInteger(n)))
+        throw new Error(`"${t}" is not ${integer ? 'an integer' : 'a number'}`);
+      return n;
+    });
 }
 
 /** Raw form values (+ the prompt box) → the operation's input. Empty optional fields are left out. */
@@ -147,7 +173,10 @@ export function buildInput(fields: Field[], raw: Record<string, unknown>, prompt
   const input: Record<string, unknown> = {};
   const errors: Record<string, string> = {};
   for (const f of fields) {
-    if (f.fromPromptBox) { input[f.name] = prompt; continue; }
+    if (f.fromPromptBox) {
+      input[f.name] = prompt;
+      continue;
+    }
     const v = raw[f.name];
     if (f.kind === 'boolean') {
       if (typeof v === 'boolean' && v !== (f.default ?? false)) input[f.name] = v;
@@ -165,10 +194,13 @@ export function buildInput(fields: Field[], raw: Record<string, unknown>, prompt
     const text = String(v);
     try {
       switch (f.kind) {
-        case 'text': case 'textarea': case 'enum':
+        case 'text':
+        case 'textarea':
+        case 'enum':
           input[f.name] = text;
           break;
-        case 'integer': case 'number': {
+        case 'integer':
+        case 'number': {
           const n = Number(text);
           if (!Number.isFinite(n)) throw new Error('not a number');
           if (f.kind === 'integer' && !Number.isInteger(n)) throw new Error('not an integer');
@@ -178,7 +210,10 @@ export function buildInput(fields: Field[], raw: Record<string, unknown>, prompt
           break;
         }
         case 'lines':
-          input[f.name] = text.split('\n').map((l) => l.replace(/\r$/, '')).filter((l) => l.length > 0);
+          input[f.name] = text
+            .split('\n')
+            .map((l) => l.replace(/\r$/, ''))
+            .filter((l) => l.length > 0);
           break;
         case 'numbers':
           input[f.name] = parseNumbers(text, false);
@@ -207,13 +242,15 @@ export function rawFromInput(fields: Field[], input: Record<string, unknown>): R
     if (f.fromPromptBox || !(f.name in input)) continue;
     const v = input[f.name];
     switch (f.kind) {
-      case 'boolean': case 'multi':
+      case 'boolean':
+      case 'multi':
         raw[f.name] = v;
         break;
       case 'lines':
         raw[f.name] = Array.isArray(v) ? v.join('\n') : String(v);
         break;
-      case 'numbers': case 'all_or_numbers':
+      case 'numbers':
+      case 'all_or_numbers':
         raw[f.name] = Array.isArray(v) ? v.join(', ') : String(v);
         break;
       case 'json':

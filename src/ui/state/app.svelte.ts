@@ -51,11 +51,19 @@ export class AppState {
     const notify = this.notices.notify.bind(this.notices);
     this.jobs = new JobStore(this.client);
     this.models = new ModelStore({
-      client: this.client, notify, exclusive: (fn) => this.jobs.exclusive(fn),
-      backend: () => this.prefs.backend, weights: () => this.prefs.weights, onLoaded: () => this.share.modelLoaded(),
+      client: this.client,
+      notify,
+      exclusive: (fn) => this.jobs.exclusive(fn),
+      backend: () => this.prefs.backend,
+      weights: () => this.prefs.weights,
+      onLoaded: () => this.share.modelLoaded(),
     });
     this.share = new ShareStore({
-      client: this.client, models: this.models, results: this.resultStore, forms: this.forms, notify,
+      client: this.client,
+      models: this.models,
+      results: this.resultStore,
+      forms: this.forms,
+      notify,
       run: async (op, input) => {
         // no scrolling: the banner saying whether the re-run matched stays in view
         const doc = await this.runOperation(op, input, { scroll: false });
@@ -66,34 +74,76 @@ export class AppState {
     this.links = new LinkStore(this.forms, notify);
     this.resultStore.onNew = (e) => void this.session.record(e);
     // an error about inputs that have since been edited is stale (a running job's error is not yet shown)
-    this.forms.onEdit = () => { if (!this.jobs.busy) this.jobError = null; };
+    this.forms.onEdit = () => {
+      if (!this.jobs.busy) this.jobError = null;
+    };
   }
 
   // ---------- the slice the agent bridge and the e2e suite read ----------
 
-  get model() { return this.models.model; }
-  get modelStatus() { return this.models.status; }
-  get modelError() { return this.models.error; }
-  get modelRef() { return this.models.ref; }
-  get loadFiles() { return this.models.files; }
-  get cache() { return this.models.cache; }
-  get backend(): BackendChoice { return this.prefs.backend; }
+  get model() {
+    return this.models.model;
+  }
+  get modelStatus() {
+    return this.models.status;
+  }
+  get modelError() {
+    return this.models.error;
+  }
+  get modelRef() {
+    return this.models.ref;
+  }
+  get loadFiles() {
+    return this.models.files;
+  }
+  get cache() {
+    return this.models.cache;
+  }
+  get backend(): BackendChoice {
+    return this.prefs.backend;
+  }
   /** the bridge sets the backend for its next load (no reload here: it loads next) */
-  set backend(b: BackendChoice) { this.prefs.setBackend(b); }
-  get weights(): WeightsMode { return this.prefs.weights; }
+  set backend(b: BackendChoice) {
+    this.prefs.setBackend(b);
+  }
+  get weights(): WeightsMode {
+    return this.prefs.weights;
+  }
   /** the bridge sets the weight precision for its next load, like the backend */
-  set weights(w: WeightsMode) { this.prefs.setWeights(w); }
-  get results(): Record<string, ResultEntry> { return this.resultStore.byOp; }
-  set results(v: Record<string, ResultEntry>) { this.resultStore.replace(v); }
-  get ops() { return this.forms.ops; }
-  get op() { return this.forms.op; }
-  get busy() { return this.jobs.busy; }
-  get job() { return this.jobs.job; }
+  set weights(w: WeightsMode) {
+    this.prefs.setWeights(w);
+  }
+  get results(): Record<string, ResultEntry> {
+    return this.resultStore.byOp;
+  }
+  set results(v: Record<string, ResultEntry>) {
+    this.resultStore.replace(v);
+  }
+  get ops() {
+    return this.forms.ops;
+  }
+  get op() {
+    return this.forms.op;
+  }
+  get busy() {
+    return this.jobs.busy;
+  }
+  get job() {
+    return this.jobs.job;
+  }
   choiceOf = choiceOf;
-  loadModel(choice: ModelChoice, opts?: { quiet?: boolean }): Promise<boolean> { return this.models.load(choice, opts); }
-  cancelLoad(): void { this.models.cancelLoad(); }
-  refreshCache(): Promise<void> { return this.models.refreshCache(); }
-  notify(kind: 'info' | 'warn' | 'error', text: string, ms?: number): void { this.notices.notify(kind, text, ms); }
+  loadModel(choice: ModelChoice, opts?: { quiet?: boolean }): Promise<boolean> {
+    return this.models.load(choice, opts);
+  }
+  cancelLoad(): void {
+    this.models.cancelLoad();
+  }
+  refreshCache(): Promise<void> {
+    return this.models.refreshCache();
+  }
+  notify(kind: 'info' | 'warn' | 'error', text: string, ms?: number): void {
+    this.notices.notify(kind, text, ms);
+  }
 
   // ---------- start-up ----------
 
@@ -102,7 +152,8 @@ export class AppState {
     void this.loadOps();
     // a reload loses nothing: the newest result of each operation comes back from the session
     await this.session.load();
-    for (const [op, e] of Object.entries(this.session.latestByOp())) if (!this.resultStore.byOp[op]) this.resultStore.set(e, { restored: true });
+    for (const [op, e] of Object.entries(this.session.latestByOp()))
+      if (!this.resultStore.byOp[op]) this.resultStore.set(e, { restored: true });
     await this.models.refreshCache();
     // a link's model loads by itself only if it is already in this browser's cache; downloading a
     // model because a link said so waits for a click, and meanwhile no other model is loaded (the
@@ -136,7 +187,11 @@ export class AppState {
   private onWorkerRestart(reason: string): void {
     this.workerRestarts++;
     this.jobs.reset();
-    this.notices.notify('warn', `${reason[0].toUpperCase()}${reason.slice(1)}. Restarted it; your inputs and results are kept.`, 12000);
+    this.notices.notify(
+      'warn',
+      `${reason[0].toUpperCase()}${reason.slice(1)}. Restarted it; your inputs and results are kept.`,
+      12000,
+    );
     void this.loadOps();
     // a load under way when the worker went retries by itself (ModelStore.load)
     if (!this.models.loading) this.models.reload({ quiet: true });
@@ -149,7 +204,12 @@ export class AppState {
     const { input, errors } = this.forms.inputFor(op);
     this.forms.errors = errors;
     if (Object.keys(errors).length) {
-      this.jobError = { code: 'BAD_INPUT', message: `Check the parameters: ${Object.entries(errors).map(([k, v]) => `${k} ${v}`).join('; ')}.` };
+      this.jobError = {
+        code: 'BAD_INPUT',
+        message: `Check the parameters: ${Object.entries(errors)
+          .map(([k, v]) => `${k} ${v}`)
+          .join('; ')}.`,
+      };
       return;
     }
     this.forms.save();
@@ -169,21 +229,36 @@ export class AppState {
       return doc;
     } catch (e) {
       const err = errInfo(e);
-      this.jobError = err.code === 'CANCELLED' ? { code: 'CANCELLED', message: `${this.forms.title(op)} was cancelled.` } : err;
+      this.jobError =
+        err.code === 'CANCELLED' ? { code: 'CANCELLED', message: `${this.forms.title(op)} was cancelled.` } : err;
       return null;
     }
   }
 
   /** Run an operation in the worker, shown in the job bar (with Cancel). Throws LoupeErrors. */
-  async execute(op: string, input: Record<string, unknown>, opts: { who: 'page' | 'agent'; signal?: AbortSignal; onProgress?: (p: Progress) => void }): Promise<{ doc: any; ms: number }> {
+  async execute(
+    op: string,
+    input: Record<string, unknown>,
+    opts: { who: 'page' | 'agent'; signal?: AbortSignal; onProgress?: (p: Progress) => void },
+  ): Promise<{ doc: any; ms: number }> {
     return this.jobs.exclusive(async () => {
-      if (!this.models.model) throw new LoupeError('NO_MODEL', 'No model is loaded yet.', 'Wait for the model to load, or pick one in the Model panel.');
+      if (!this.models.model)
+        throw new LoupeError(
+          'NO_MODEL',
+          'No model is loaded yet.',
+          'Wait for the model to load, or pick one in the Model panel.',
+        );
       if (opts.signal?.aborted) throw new LoupeError('CANCELLED', 'Cancelled.');
       const t0 = performance.now();
       // inputs may come from reactive state (a share link, the form): send plain data to the worker
       const plain = $state.snapshot(input) as Record<string, unknown>;
       const label = opts.who === 'agent' ? `${op} (agent)` : op;
-      const doc = await this.jobs.track('operation', label, (id, api, onProgress) => api.runOperation(id, op, plain, onProgress), opts);
+      const doc = await this.jobs.track(
+        'operation',
+        label,
+        (id, api, onProgress) => api.runOperation(id, op, plain, onProgress),
+        opts,
+      );
       void this.models.refreshMemory();
       return { doc, ms: performance.now() - t0 };
     });

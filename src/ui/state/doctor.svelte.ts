@@ -11,7 +11,11 @@ export class DoctorStore {
   q8Cost = $state.raw<Q8CostResult | null>(null);
   q8CostError = $state<ErrorInfo | null>(null);
 
-  constructor(private readonly client: EngineClient, private readonly jobs: JobStore, private readonly notify: (kind: 'error', text: string) => void) {}
+  constructor(
+    private readonly client: EngineClient,
+    private readonly jobs: JobStore,
+    private readonly notify: (kind: 'error', text: string) => void,
+  ) {}
 
   async run(): Promise<void> {
     try {
@@ -25,13 +29,22 @@ export class DoctorStore {
   agreementBlocked(hasModel: boolean): string | null {
     if (!hasModel) return 'Load a model first.';
     if (!this.info) return 'Checking what this browser offers…';
-    if (!this.info.gpu.available) return `It needs WebGPU, which this browser does not offer (${this.info.gpu.reason}).`;
+    if (!this.info.gpu.available)
+      return `It needs WebGPU, which this browser does not offer (${this.info.gpu.reason}).`;
     if (this.jobs.busy) return 'Wait for the running job.';
     return null;
   }
 
   runAgreement(prompt: string): Promise<void> {
-    return this.check('agreement', 'agreement check', (id, api, p) => api.agreement(id, prompt, p), (r, e) => { this.agreement = r; this.agreementError = e; });
+    return this.check(
+      'agreement',
+      'agreement check',
+      (id, api, p) => api.agreement(id, prompt, p),
+      (r, e) => {
+        this.agreement = r;
+        this.agreementError = e;
+      },
+    );
   }
 
   /** why the q8 cost cannot be measured now (null: it can) */
@@ -42,11 +55,24 @@ export class DoctorStore {
   }
 
   runQ8Cost(prompt: string): Promise<void> {
-    return this.check('q8-cost', 'q8 cost', (id, api, p) => api.q8Cost(id, prompt, p), (r, e) => { this.q8Cost = r; this.q8CostError = e; });
+    return this.check(
+      'q8-cost',
+      'q8 cost',
+      (id, api, p) => api.q8Cost(id, prompt, p),
+      (r, e) => {
+        this.q8Cost = r;
+        this.q8CostError = e;
+      },
+    );
   }
 
   /** One Doctor check as a job: its result (or error) cleared at the start and set at the end. */
-  private async check<T>(kind: JobState['kind'], label: string, start: Start<T>, set: (r: T | null, e: ErrorInfo | null) => void): Promise<void> {
+  private async check<T>(
+    kind: JobState['kind'],
+    label: string,
+    start: Start<T>,
+    set: (r: T | null, e: ErrorInfo | null) => void,
+  ): Promise<void> {
     if (this.jobs.busy) return;
     await this.jobs.exclusive(async () => {
       set(null, null);

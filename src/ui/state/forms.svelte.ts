@@ -49,7 +49,8 @@ export class FormStore {
     const feeds = this.ops.find((o) => o.name === op)?.feeds ?? {};
     const fills: Fills = {};
     for (const [target, fields] of Object.entries(feeds)) {
-      for (const [field, from] of Object.entries(fields)) if (doc[from] !== undefined) (fills[target] ??= {})[field] = doc[from];
+      for (const [field, from] of Object.entries(fields))
+        if (doc[from] !== undefined) (fills[target] ??= {})[field] = doc[from];
     }
     this.fill(fills);
   }

@@ -5,7 +5,15 @@ import { AppState } from './app.svelte';
 // one tensor, so the split vocabulary path runs on any adapter and model: tests) reach the worker
 // in its name, which it reads before onnxruntime-web starts its thread pool
 const query = new URLSearchParams(location.search);
-const knobs = ['wasm_threads', 'tensor_bytes'].map((k) => [k, query.get(k)] as const).filter(([, v]) => v && /^\d+$/.test(v)).map(([k, v]) => ` ${k}=${v}`).join('');
+const knobs = ['wasm_threads', 'tensor_bytes']
+  .map((k) => [k, query.get(k)] as const)
+  .filter(([, v]) => v && /^\d+$/.test(v))
+  .map(([k, v]) => ` ${k}=${v}`)
+  .join('');
 export const app = new AppState(
-  () => new Worker(new URL('../../../workers/engine.worker.ts', import.meta.url), { type: 'module', name: `loupe-engine${knobs}` }),
+  () =>
+    new Worker(new URL('../../../workers/engine.worker.ts', import.meta.url), {
+      type: 'module',
+      name: `loupe-engine${knobs}`,
+    }),
 );

@@ -23,7 +23,11 @@ export interface JobState {
   stepAt: number;
 }
 
-export type Start<T> = (id: string, api: Remote<EngineWorkerApi>, onProgress: ((p: Progress) => void) & Comlink.ProxyMarked) => Promise<T>;
+export type Start<T> = (
+  id: string,
+  api: Remote<EngineWorkerApi>,
+  onProgress: ((p: Progress) => void) & Comlink.ProxyMarked,
+) => Promise<T>;
 
 export class JobStore {
   job = $state<JobState | null>(null);
@@ -53,23 +57,42 @@ export class JobStore {
    * Start a worker job and show it in the job bar until it settles. `signal` (an agent's
    * cancellation) cancels it like the Cancel button. Call inside `exclusive`.
    */
-  async track<T>(kind: JobState['kind'], label: string, start: Start<T>, opts: { signal?: AbortSignal; onProgress?: (p: Progress) => void } = {}): Promise<T> {
+  async track<T>(
+    kind: JobState['kind'],
+    label: string,
+    start: Start<T>,
+    opts: { signal?: AbortSignal; onProgress?: (p: Progress) => void } = {},
+  ): Promise<T> {
     const onProgress = (p: Progress) => {
       const j = this.job;
       if (j && j.id === job.id) {
         const now = Date.now();
         if (p.stage !== j.stage) j.stageAt = now;
         if (p.stage !== j.stage || p.done !== j.done) j.stepAt = now;
-        j.stage = p.stage; j.done = p.done; j.total = p.total;
+        j.stage = p.stage;
+        j.done = p.done;
+        j.total = p.total;
       }
       opts.onProgress?.(p);
     };
-    const job = this.client.job(kind === 'operation' ? 'op' : 'agree', (id, api) => start(id, api, Comlink.proxy(onProgress)));
+    const job = this.client.job(kind === 'operation' ? 'op' : 'agree', (id, api) =>
+      start(id, api, Comlink.proxy(onProgress)),
+    );
     const onAbort = () => job.cancel();
     opts.signal?.addEventListener('abort', onAbort, { once: true });
     this.current = job as Job<unknown>;
     const now = Date.now();
-    this.job = { id: job.id, kind, op: label, stage: 'starting', done: 0, total: 0, startedAt: now, stageAt: now, stepAt: now };
+    this.job = {
+      id: job.id,
+      kind,
+      op: label,
+      stage: 'starting',
+      done: 0,
+      total: 0,
+      startedAt: now,
+      stageAt: now,
+      stepAt: now,
+    };
     try {
       return await job.promise;
     } finally {

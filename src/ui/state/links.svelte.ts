@@ -6,7 +6,10 @@
  */
 import type { FormStore, Fills } from './forms.svelte';
 
-export interface HeadRef { layer: number; head: number }
+export interface HeadRef {
+  layer: number;
+  head: number;
+}
 
 /** "L3H7" → {layer: 3, head: 7} (bars and tables label heads this way) */
 export function parseHead(label: string): HeadRef | null {
@@ -18,7 +21,10 @@ export class LinkStore {
   head = $state<HeadRef | null>(null);
   hoverPos = $state<number | null>(null);
 
-  constructor(private readonly forms: FormStore, private readonly notify: (kind: 'info', text: string, ms?: number) => void) {}
+  constructor(
+    private readonly forms: FormStore,
+    private readonly notify: (kind: 'info', text: string, ms?: number) => void,
+  ) {}
 
   openHead(layer: number, head: number): void {
     this.head = { layer, head };
@@ -43,7 +49,13 @@ export class LinkStore {
     const op = has(this.forms.op) ? this.forms.op : 'ablate';
     if (!has(op)) return;
     const cur = String(this.forms.params[op]?.positions ?? '').trim();
-    const list = cur && cur !== 'all' ? cur.split(/[\s,]+/).filter(Boolean).map(Number) : [];
+    const list =
+      cur && cur !== 'all'
+        ? cur
+            .split(/[\s,]+/)
+            .filter(Boolean)
+            .map(Number)
+        : [];
     const next = list.includes(pos) ? list.filter((p) => p !== pos) : [...list, pos].sort((a, b) => a - b);
     this.forms.setParam(op, 'positions', next.join(', '));
     this.notify('info', `${op} positions: ${next.join(', ') || 'all (none picked)'}`, 3000);

@@ -10,10 +10,19 @@ import type { ShareModel } from '../../share/codec';
 import type { EngineClient, Job } from '../engine/client';
 import { prefs, DEFAULT_ENDPOINT, type RecentModel } from './prefs';
 import { errInfo, type ErrorInfo } from './errors';
-import type { BackendChoice, CachedModel, LoadPreview, LoadedModelSummary, MemoryInfo, ModelRequest, StorageInfo } from '../../../workers/protocol';
+import type {
+  BackendChoice,
+  CachedModel,
+  LoadPreview,
+  LoadedModelSummary,
+  MemoryInfo,
+  ModelRequest,
+  StorageInfo,
+} from '../../../workers/protocol';
 
 /** what the page can ask to load (a token is added from prefs for Hub models, never stored here) */
-export type ModelChoice = { kind: 'bundled' } | { kind: 'hub'; id: string; revision: string; endpoint: string } | { kind: 'url'; id: string };
+export type ModelChoice =
+  { kind: 'bundled' } | { kind: 'hub'; id: string; revision: string; endpoint: string } | { kind: 'url'; id: string };
 
 export interface FileRow {
   file: string;
@@ -30,14 +39,21 @@ export function sameModel(a: ShareModel | null | undefined, b: ShareModel | null
   if (!a || !b) return false;
   // two known commits decide (a link's branch may have moved since); else the revisions
   const sameRev = a.commit && b.commit ? a.commit === b.commit : a.revision === b.revision;
-  return a.kind === b.kind && a.id === b.id && (a.kind === 'bundled' || sameRev) && (a.endpoint ?? '') === (b.endpoint ?? '');
+  return (
+    a.kind === b.kind && a.id === b.id && (a.kind === 'bundled' || sameRev) && (a.endpoint ?? '') === (b.endpoint ?? '')
+  );
 }
 
 export function choiceOf(m: ShareModel): ModelChoice {
   if (m.kind === 'bundled') return { kind: 'bundled' };
   if (m.kind === 'url') return { kind: 'url', id: m.id };
   // a link that names a commit loads that commit: the same weights even after the branch moved
-  return { kind: 'hub', id: m.id, revision: m.commit || m.revision || 'main', endpoint: m.endpoint ?? DEFAULT_ENDPOINT };
+  return {
+    kind: 'hub',
+    id: m.id,
+    revision: m.commit || m.revision || 'main',
+    endpoint: m.endpoint ?? DEFAULT_ENDPOINT,
+  };
 }
 
 interface Deps {
@@ -96,13 +112,20 @@ export class ModelStore {
     this.preview = null;
     const onProgress = (p: FileProgress) => this.onFileProgress(p);
     // A big download waits for a click (answerPreview); anything smaller goes on at once.
-    const onPreview = (p: LoadPreview) => new Promise<boolean>((resolve) => {
-      this.preview = { ...p, waiting: p.confirm };
-      if (!p.confirm) return resolve(true);
-      this.answer = (ok) => { this.answer = null; if (this.preview) this.preview = { ...this.preview, waiting: false }; resolve(ok); };
-    });
+    const onPreview = (p: LoadPreview) =>
+      new Promise<boolean>((resolve) => {
+        this.preview = { ...p, waiting: p.confirm };
+        if (!p.confirm) return resolve(true);
+        this.answer = (ok) => {
+          this.answer = null;
+          if (this.preview) this.preview = { ...this.preview, waiting: false };
+          resolve(ok);
+        };
+      });
     const req = { model: this.requestOf(choice), backend: this.d.backend(), weights: this.d.weights() };
-    const job = this.d.client.job('load', (id, api) => api.loadModel(id, req, Comlink.proxy(onProgress), Comlink.proxy(onPreview)));
+    const job = this.d.client.job('load', (id, api) =>
+      api.loadModel(id, req, Comlink.proxy(onProgress), Comlink.proxy(onPreview)),
+    );
     this.loadJob = job;
     try {
       const summary = await job.promise;
@@ -113,7 +136,12 @@ export class ModelStore {
       // the recent list reopens the branch a person chose (and its cache), not the commit it resolved to
       const { commit: _commit, ...recentRef } = summary.ref;
       this.recent = prefs.addRecent(recentRef);
-      if (!opts.quiet) this.d.notify('info', `Loaded ${summary.info.id} on ${summary.info.backend} in ${(summary.loadMs / 1000).toFixed(1)} s${summary.downloadedBytes === 0 && summary.cachedFiles.length ? ' (from this browser\'s cache)' : ''}.`, 4000);
+      if (!opts.quiet)
+        this.d.notify(
+          'info',
+          `Loaded ${summary.info.id} on ${summary.info.backend} in ${(summary.loadMs / 1000).toFixed(1)} s${summary.downloadedBytes === 0 && summary.cachedFiles.length ? " (from this browser's cache)" : ''}.`,
+          4000,
+        );
       void this.refreshMemory();
       void this.refreshCache();
       this.d.onLoaded();
@@ -123,7 +151,8 @@ export class ModelStore {
       const err = errInfo(e);
       // the worker was replaced under this load (a cancelled load that would not stop is killed
       // that way): the load itself did nothing wrong, so it runs once more on the fresh worker
-      if (err.code !== 'CANCELLED' && this.d.client.restarts !== restarts && !opts.retried) return this.doLoad(choice, { ...opts, retried: true });
+      if (err.code !== 'CANCELLED' && this.d.client.restarts !== restarts && !opts.retried)
+        return this.doLoad(choice, { ...opts, retried: true });
       // a failed or cancelled load leaves the previous model in place (the worker only swaps on success)
       this.error = err.code === 'CANCELLED' ? null : err;
       this.status = this.model ? 'ready' : err.code === 'CANCELLED' ? 'idle' : 'error';
@@ -157,7 +186,15 @@ export class ModelStore {
     const now = performance.now();
     const row = this.files.find((r) => r.file === p.file);
     if (!row) {
-      this.files.push({ file: p.file, loaded: p.loaded, total: p.total, cached: !!p.cached, done: !!p.done, t0: now, speed: 0 });
+      this.files.push({
+        file: p.file,
+        loaded: p.loaded,
+        total: p.total,
+        cached: !!p.cached,
+        done: !!p.done,
+        t0: now,
+        speed: 0,
+      });
     } else {
       row.loaded = p.loaded;
       row.total = p.total;
@@ -195,11 +232,16 @@ export class ModelStore {
   async refreshMemory(): Promise<void> {
     try {
       this.memory = await this.d.client.call((api) => api.memory());
-    } catch { /* status only */ }
+    } catch {
+      /* status only */
+    }
   }
 
   /** is this model complete in this browser's cache? */
   isCached(c: ModelChoice): boolean {
-    return c.kind === 'hub' && this.cache.some((m) => m.id === c.id && m.revision === c.revision && m.endpoint === c.endpoint && m.complete);
+    return (
+      c.kind === 'hub' &&
+      this.cache.some((m) => m.id === c.id && m.revision === c.revision && m.endpoint === c.endpoint && m.complete)
+    );
   }
 }

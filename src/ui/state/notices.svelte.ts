@@ -1,5 +1,9 @@
 /** Transient messages in the corner of the page (loaded, link copied, worker restarted…). */
-export interface Notice { id: number; kind: 'info' | 'warn' | 'error'; text: string }
+export interface Notice {
+  id: number;
+  kind: 'info' | 'warn' | 'error';
+  text: string;
+}
 
 export class NoticeStore {
   list = $state<Notice[]>([]);

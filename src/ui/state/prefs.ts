@@ -53,7 +53,8 @@ export const prefs = {
   setEndpoint: (e: string) => write('endpoint', e),
   recent: (): RecentModel[] => read<RecentModel[]>('recent', []),
   addRecent(m: Omit<RecentModel, 'at'>): RecentModel[] {
-    const same = (a: Omit<RecentModel, 'at'>) => a.kind === m.kind && a.id === m.id && a.revision === m.revision && (a.endpoint ?? '') === (m.endpoint ?? '');
+    const same = (a: Omit<RecentModel, 'at'>) =>
+      a.kind === m.kind && a.id === m.id && a.revision === m.revision && (a.endpoint ?? '') === (m.endpoint ?? '');
     const list = [{ ...m, at: Date.now() }, ...prefs.recent().filter((r) => !same(r))].slice(0, 8);
     write('recent', list);
     return list;
@@ -65,6 +66,8 @@ export const prefs = {
     else delete all[endpoint];
     write('tokens', all);
   },
-  lastInputs: () => read<{ prompt?: string; op?: string; params?: Record<string, Record<string, unknown>> }>('inputs', {}),
-  setLastInputs: (v: { prompt: string; op: string; params: Record<string, Record<string, unknown>> }) => write('inputs', v),
+  lastInputs: () =>
+    read<{ prompt?: string; op?: string; params?: Record<string, Record<string, unknown>> }>('inputs', {}),
+  setLastInputs: (v: { prompt: string; op: string; params: Record<string, Record<string, unknown>> }) =>
+    write('inputs', v),
 };

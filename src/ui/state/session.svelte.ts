@@ -48,7 +48,11 @@ export class SessionStore {
   private db: Promise<IDBPDatabase> | null = null;
 
   private open(): Promise<IDBPDatabase> {
-    this.db ??= openDB(DB, 1, { upgrade(db) { db.createObjectStore(STORE, { keyPath: 'id' }); } });
+    this.db ??= openDB(DB, 1, {
+      upgrade(db) {
+        db.createObjectStore(STORE, { keyPath: 'id' });
+      },
+    });
     return this.db;
   }
 
@@ -94,7 +98,11 @@ export class SessionStore {
     this.entries = this.entries.filter((e) => e.id !== id);
     if (this.compareA === id) this.compareA = null;
     if (this.compareB === id) this.compareB = null;
-    try { await (await this.open()).delete(STORE, id); } catch { /* best effort */ }
+    try {
+      await (await this.open()).delete(STORE, id);
+    } catch {
+      /* best effort */
+    }
   }
 
   async clear(): Promise<void> {
@@ -104,7 +112,9 @@ export class SessionStore {
     try {
       const db = await this.open();
       for (const e of drop) await db.delete(STORE, e.id);
-    } catch { /* best effort */ }
+    } catch {
+      /* best effort */
+    }
   }
 
   /** pick an entry as A or B of the comparison (picking it again unpicks it) */
@@ -114,17 +124,40 @@ export class SessionStore {
   }
 
   toFile(): SessionFile {
-    return { format: 'loupe-session', version: 1, exported_at: new Date().toISOString(), entries: this.entries.map(plain) };
+    return {
+      format: 'loupe-session',
+      version: 1,
+      exported_at: new Date().toISOString(),
+      entries: this.entries.map(plain),
+    };
   }
 
   /** add a file's entries (ones already here, by id, are skipped); returns how many were added */
   async importFile(text: string): Promise<number> {
     let f: SessionFile;
-    try { f = JSON.parse(text); } catch { throw new Error('This file is not JSON.'); }
-    if (!f || f.format !== 'loupe-session' || f.version !== 1 || !Array.isArray(f.entries)) throw new Error('This is not a Loupe session file (format "loupe-session", version 1).');
+    try {
+      f = JSON.parse(text);
+    } catch {
+      throw new Error('This file is not JSON.');
+    }
+    if (!f || f.format !== 'loupe-session' || f.version !== 1 || !Array.isArray(f.entries))
+      throw new Error('This is not a Loupe session file (format "loupe-session", version 1).');
     const have = new Set(this.entries.map((e) => e.id));
-    const fresh = f.entries.filter((e) => e && typeof e.id === 'string' && typeof e.op === 'string' && e.doc !== undefined && !have.has(e.id))
-      .map((e) => ({ id: e.id, at: Number(e.at) || Date.now(), op: e.op, input: e.input ?? {}, doc: e.doc, model: e.model ?? null, ms: e.ms ?? null, fromLink: false, pinned: !!e.pinned }));
+    const fresh = f.entries
+      .filter(
+        (e) => e && typeof e.id === 'string' && typeof e.op === 'string' && e.doc !== undefined && !have.has(e.id),
+      )
+      .map((e) => ({
+        id: e.id,
+        at: Number(e.at) || Date.now(),
+        op: e.op,
+        input: e.input ?? {},
+        doc: e.doc,
+        model: e.model ?? null,
+        ms: e.ms ?? null,
+        fromLink: false,
+        pinned: !!e.pinned,
+      }));
     this.entries = [...fresh, ...this.entries].sort((a, b) => b.at - a.at);
     await this.put(fresh);
     return fresh.length;

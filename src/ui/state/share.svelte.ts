@@ -42,7 +42,15 @@ export class ShareStore {
       this.shared = { state, status: 'running' };
       this.d.forms.op = state.op;
       if (typeof state.input.prompt === 'string') this.d.forms.prompt = state.input.prompt;
-      if (state.result !== undefined) this.d.results.set({ op: state.op, input: state.input, doc: state.result, model: state.model, ms: null, fromLink: true });
+      if (state.result !== undefined)
+        this.d.results.set({
+          op: state.op,
+          input: state.input,
+          doc: state.result,
+          model: state.model,
+          ms: null,
+          fromLink: true,
+        });
       return choiceOf(state.model);
     } catch (e) {
       this.d.notify('error', errInfo(e).message, 0);
@@ -68,7 +76,11 @@ export class ShareStore {
     if (!link) return;
     try {
       await navigator.clipboard.writeText(link.url);
-      this.d.notify('info', `Link copied${link.embedded ? ' (with the result embedded)' : ' (the result is too large to embed; the link re-runs it)'}.`, 4000);
+      this.d.notify(
+        'info',
+        `Link copied${link.embedded ? ' (with the result embedded)' : ' (the result is too large to embed; the link re-runs it)'}.`,
+        4000,
+      );
     } catch {
       this.d.notify('info', 'The clipboard is not available here: copy the link from the box below the result.', 6000);
     }
@@ -78,7 +90,10 @@ export class ShareStore {
   async loadModel(): Promise<void> {
     const sh = this.shared;
     if (!sh) return;
-    if (sameModel(this.d.models.ref, sh.state.model)) { await this.rerun(); return; }
+    if (sameModel(this.d.models.ref, sh.state.model)) {
+      await this.rerun();
+      return;
+    }
     sh.status = 'running';
     sh.error = undefined;
     const ok = await this.d.models.load(choiceOf(sh.state.model));
@@ -99,7 +114,9 @@ export class ShareStore {
   /** the SAE a shared operation reads, if any */
   sae(): { source: string; path: string } | null {
     const inp = this.shared?.state.input;
-    return inp && typeof inp.sae_source === 'string' ? { source: inp.sae_source, path: typeof inp.sae_path === 'string' ? inp.sae_path : '' } : null;
+    return inp && typeof inp.sae_source === 'string'
+      ? { source: inp.sae_source, path: typeof inp.sae_path === 'string' ? inp.sae_path : '' }
+      : null;
   }
 
   /** After a click: download the link's SAE and re-run. */
@@ -114,9 +131,16 @@ export class ShareStore {
     const sae = this.sae();
     if (sae && !opts.saeConfirmed) {
       let needs = true;
-      try { needs = await this.d.client.call((api) => api.saeNeedsDownload(sae)); } catch { /* ask */ }
+      try {
+        needs = await this.d.client.call((api) => api.saeNeedsDownload(sae));
+      } catch {
+        /* ask */
+      }
       if (!this.shared) return;
-      if (needs) { this.shared.status = 'waiting-sae'; return; }
+      if (needs) {
+        this.shared.status = 'waiting-sae';
+        return;
+      }
     }
     sh.status = 'running';
     sh.error = undefined;

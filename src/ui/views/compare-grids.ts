@@ -28,15 +28,28 @@ type Doc = any;
 const layerLabels = (n: number) => Array.from({ length: n }, (_, l) => `L${l}`);
 const headLabels = (n: number) => Array.from({ length: n }, (_, h) => `H${h}`);
 /** tokens with their position, so two prompts' columns match only where position and token agree */
-const tokLabels = (doc: Doc, positions?: number[]) => (positions ?? doc.tokens.map((_: unknown, i: number) => i)).map((p: number) => `${p} ${showToken(doc.tokens[p]?.text ?? '')}`);
-const EFFECTS = [['logprob_delta', 'Δ log-prob (nats)'], ['logit_delta', 'Δ logit'], ['prob_delta', 'Δ probability'], ['kl', 'KL (nats)']] as const;
+const tokLabels = (doc: Doc, positions?: number[]) =>
+  (positions ?? doc.tokens.map((_: unknown, i: number) => i)).map(
+    (p: number) => `${p} ${showToken(doc.tokens[p]?.text ?? '')}`,
+  );
+const EFFECTS = [
+  ['logprob_delta', 'Δ log-prob (nats)'],
+  ['logit_delta', 'Δ logit'],
+  ['prob_delta', 'Δ probability'],
+  ['kl', 'KL (nats)'],
+] as const;
 
 /** one grid per effect over a list of labelled ablation entries (rows: the targets) */
 function effectGrids(prefix: string, entries: Doc[], rowsAre: string): Grid[] {
   return EFFECTS.map(([k, what]) => ({
-    key: `${prefix}${k}`, what: `${prefix ? `${prefix.replace(/[:.]$/, '')} ` : ''}${what}`,
-    values: entries.map((e) => [e[k]]), rows: entries.map((e) => String(e.label)), cols: [what],
-    kind: k === 'kl' ? 'sequential' as const : 'diverging' as const, rowsAre, colsAre: 'effects',
+    key: `${prefix}${k}`,
+    what: `${prefix ? `${prefix.replace(/[:.]$/, '')} ` : ''}${what}`,
+    values: entries.map((e) => [e[k]]),
+    rows: entries.map((e) => String(e.label)),
+    cols: [what],
+    kind: k === 'kl' ? ('sequential' as const) : ('diverging' as const),
+    rowsAre,
+    colsAre: 'effects',
   }));
 }
 
@@ -48,64 +61,163 @@ function headGrid(rows: Doc[], L: number, H: number, value: (r: Doc) => number):
 }
 
 const GRIDS: Record<string, (doc: Doc) => Grid[]> = {
-  trace: (d) => [{
-    key: 'head_attribution', what: 'head DLA (logits)', values: d.head_attribution, kind: 'diverging',
-    rows: layerLabels(d.head_attribution.length), cols: headLabels(d.head_attribution[0]?.length ?? 0), rowsAre: 'layers', colsAre: 'heads',
-  }],
-  logit_lens: (d) => [{
-    key: 'final_token_prob', what: 'P(final token)', kind: 'sequential', domain: [0, 1],
-    values: d.layers.map((l: Doc) => l.positions.map((p: Doc) => p.final_token_prob)),
-    rows: d.layers.map((l: Doc) => String(l.label ?? l.layer)), cols: tokLabels(d, d.positions), rowsAre: 'layers', colsAre: 'positions',
-  }],
-  attention: (d) => d.heads.map((h: Doc) => ({
-    key: `L${h.layer}H${h.head}`, what: `L${h.layer}H${h.head} attention`, values: h.pattern, kind: 'sequential', domain: [0, 1],
-    rows: tokLabels(d), cols: tokLabels(d), rowsAre: 'positions', colsAre: 'positions',
-  })),
+  trace: (d) => [
+    {
+      key: 'head_attribution',
+      what: 'head DLA (logits)',
+      values: d.head_attribution,
+      kind: 'diverging',
+      rows: layerLabels(d.head_attribution.length),
+      cols: headLabels(d.head_attribution[0]?.length ?? 0),
+      rowsAre: 'layers',
+      colsAre: 'heads',
+    },
+  ],
+  logit_lens: (d) => [
+    {
+      key: 'final_token_prob',
+      what: 'P(final token)',
+      kind: 'sequential',
+      domain: [0, 1],
+      values: d.layers.map((l: Doc) => l.positions.map((p: Doc) => p.final_token_prob)),
+      rows: d.layers.map((l: Doc) => String(l.label ?? l.layer)),
+      cols: tokLabels(d, d.positions),
+      rowsAre: 'layers',
+      colsAre: 'positions',
+    },
+  ],
+  attention: (d) =>
+    d.heads.map((h: Doc) => ({
+      key: `L${h.layer}H${h.head}`,
+      what: `L${h.layer}H${h.head} attention`,
+      values: h.pattern,
+      kind: 'sequential',
+      domain: [0, 1],
+      rows: tokLabels(d),
+      cols: tokLabels(d),
+      rowsAre: 'positions',
+      colsAre: 'positions',
+    })),
   activations: (d) => {
     const sites: string[] = [...new Set<string>(d.layers.flatMap((l: Doc) => l.sites.map((s: Doc) => s.site)))];
     return (['mean', 'std', 'min', 'max'] as const).map((stat) => ({
-      key: stat, what: `${stat} per layer and site`, kind: 'diverging' as const,
+      key: stat,
+      what: `${stat} per layer and site`,
+      kind: 'diverging' as const,
       values: d.layers.map((l: Doc) => sites.map((s) => l.sites.find((x: Doc) => x.site === s)?.[stat] ?? null)),
-      rows: d.layers.map((l: Doc) => `L${l.layer}`), cols: sites, rowsAre: 'layers', colsAre: 'sites',
+      rows: d.layers.map((l: Doc) => `L${l.layer}`),
+      cols: sites,
+      rowsAre: 'layers',
+      colsAre: 'sites',
     }));
   },
-  head_scores: (d) => (['induction', 'previous_token', 'duplicate_token'] as const).map((s) => ({
-    key: s, what: `${s.replace('_', ' ')} score`, kind: 'sequential' as const, domain: [0, 1] as [number, number],
-    values: headGrid(d.heads, d.model.n_layers, d.model.n_heads, (r) => r[s]),
-    rows: layerLabels(d.model.n_layers), cols: headLabels(d.model.n_heads), rowsAre: 'layers', colsAre: 'heads',
-  })),
-  patch: (d) => [
-    ...(['resid_pre', 'attn_out', 'mlp_out'] as const).filter((k) => d[k]).map((k) => ({
-      key: k, what: `${k} patching (normalised logit diff)`, values: d[k], kind: 'diverging' as const, domain: [-1, 1] as [number, number],
-      rows: layerLabels(d[k].length), cols: tokLabels(d), rowsAre: 'layers', colsAre: 'positions',
+  head_scores: (d) =>
+    (['induction', 'previous_token', 'duplicate_token'] as const).map((s) => ({
+      key: s,
+      what: `${s.replace('_', ' ')} score`,
+      kind: 'sequential' as const,
+      domain: [0, 1] as [number, number],
+      values: headGrid(d.heads, d.model.n_layers, d.model.n_heads, (r) => r[s]),
+      rows: layerLabels(d.model.n_layers),
+      cols: headLabels(d.model.n_heads),
+      rowsAre: 'layers',
+      colsAre: 'heads',
     })),
-    ...(d.head_out ? [{
-      key: 'head_out', what: 'head output patching (normalised logit diff)', values: d.head_out, kind: 'diverging' as const, domain: [-1, 1] as [number, number],
-      rows: layerLabels(d.head_out.length), cols: headLabels(d.head_out[0]?.length ?? 0), rowsAre: 'layers', colsAre: 'heads',
-    }] : []),
+  patch: (d) => [
+    ...(['resid_pre', 'attn_out', 'mlp_out'] as const)
+      .filter((k) => d[k])
+      .map((k) => ({
+        key: k,
+        what: `${k} patching (normalised logit diff)`,
+        values: d[k],
+        kind: 'diverging' as const,
+        domain: [-1, 1] as [number, number],
+        rows: layerLabels(d[k].length),
+        cols: tokLabels(d),
+        rowsAre: 'layers',
+        colsAre: 'positions',
+      })),
+    ...(d.head_out
+      ? [
+          {
+            key: 'head_out',
+            what: 'head output patching (normalised logit diff)',
+            values: d.head_out,
+            kind: 'diverging' as const,
+            domain: [-1, 1] as [number, number],
+            rows: layerLabels(d.head_out.length),
+            cols: headLabels(d.head_out[0]?.length ?? 0),
+            rowsAre: 'layers',
+            colsAre: 'heads',
+          },
+        ]
+      : []),
   ],
   attribution_patching: (d) => {
-    const L = d.model.n_layers, H = d.model.n_heads;
+    const L = d.model.n_layers,
+      H = d.model.n_heads;
     const hooks: string[] = [...new Set<string>(d.sites.map((s: Doc) => s.hook.replace(/^blocks\.\d+\./, '')))];
     return [
-      { key: 'heads', what: 'head estimate (ΔM)', values: headGrid(d.heads, L, H, (r) => r.estimate), kind: 'diverging' as const, rows: layerLabels(L), cols: headLabels(H), rowsAre: 'layers', colsAre: 'heads' },
+      {
+        key: 'heads',
+        what: 'head estimate (ΔM)',
+        values: headGrid(d.heads, L, H, (r) => r.estimate),
+        kind: 'diverging' as const,
+        rows: layerLabels(L),
+        cols: headLabels(H),
+        rowsAre: 'layers',
+        colsAre: 'heads',
+      },
       ...hooks.map((hk) => {
         const g: (number | null)[][] = Array.from({ length: L }, () => new Array(d.tokens.length).fill(null));
-        for (const s of d.sites) if (s.hook.endsWith(hk) && s.layer < L && s.position < d.tokens.length) g[s.layer][s.position] = s.estimate;
-        return { key: hk, what: `${hk} estimate (ΔM)`, values: g, kind: 'diverging' as const, rows: layerLabels(L), cols: tokLabels(d), rowsAre: 'layers', colsAre: 'positions' };
+        for (const s of d.sites)
+          if (s.hook.endsWith(hk) && s.layer < L && s.position < d.tokens.length) g[s.layer][s.position] = s.estimate;
+        return {
+          key: hk,
+          what: `${hk} estimate (ΔM)`,
+          values: g,
+          kind: 'diverging' as const,
+          rows: layerLabels(L),
+          cols: tokLabels(d),
+          rowsAre: 'layers',
+          colsAre: 'positions',
+        };
       }),
     ];
   },
-  integrated_gradients: (d) => [{
-    key: 'attributions', what: 'attribution (units of M)', kind: 'diverging',
-    values: [d.attributions.map((a: Doc) => a.attribution)], rows: ['attribution'], cols: tokLabels(d, d.attributions.map((a: Doc) => a.position)), rowsAre: 'rows', colsAre: 'positions',
-  }],
+  integrated_gradients: (d) => [
+    {
+      key: 'attributions',
+      what: 'attribution (units of M)',
+      kind: 'diverging',
+      values: [d.attributions.map((a: Doc) => a.attribution)],
+      rows: ['attribution'],
+      cols: tokLabels(
+        d,
+        d.attributions.map((a: Doc) => a.position),
+      ),
+      rowsAre: 'rows',
+      colsAre: 'positions',
+    },
+  ],
   ablate: (d) => effectGrids('', d.entries, 'targets'),
-  circuit: (d) => [...effectGrids('heads:', d.heads, 'heads'), ...effectGrids('neurons:', d.neurons, 'neurons'), ...effectGrids('groups:', d.groups, 'groups')].filter((g) => g.rows.length),
-  layer_ablation: (d) => (['logprob_delta', 'kl'] as const).map((k) => ({
-    key: k, what: k === 'kl' ? 'KL (nats)' : 'Δ log-prob (nats)', kind: k === 'kl' ? 'sequential' as const : 'diverging' as const,
-    values: d.layers.map((l: Doc) => [l[`attn_${k}`], l[`mlp_${k}`]]), rows: d.layers.map((l: Doc) => `L${l.layer}`), cols: ['attn_out', 'mlp_out'], rowsAre: 'layers', colsAre: 'components',
-  })),
+  circuit: (d) =>
+    [
+      ...effectGrids('heads:', d.heads, 'heads'),
+      ...effectGrids('neurons:', d.neurons, 'neurons'),
+      ...effectGrids('groups:', d.groups, 'groups'),
+    ].filter((g) => g.rows.length),
+  layer_ablation: (d) =>
+    (['logprob_delta', 'kl'] as const).map((k) => ({
+      key: k,
+      what: k === 'kl' ? 'KL (nats)' : 'Δ log-prob (nats)',
+      kind: k === 'kl' ? ('sequential' as const) : ('diverging' as const),
+      values: d.layers.map((l: Doc) => [l[`attn_${k}`], l[`mlp_${k}`]]),
+      rows: d.layers.map((l: Doc) => `L${l.layer}`),
+      cols: ['attn_out', 'mlp_out'],
+      rowsAre: 'layers',
+      colsAre: 'components',
+    })),
 };
 
 /** the grids of a document, or null when its operation has none */
@@ -124,7 +236,8 @@ export type Delta =
   | { ok: true; values: (number | null)[][]; rows: string[]; cols: string[]; note: string | null }
   | { ok: false; reason: string };
 
-const modelOf = (d: Doc) => (d?.model ? `${d.model.id}${d.model.revision && d.model.revision !== 'main' ? `@${d.model.revision}` : ''}` : '');
+const modelOf = (d: Doc) =>
+  d?.model ? `${d.model.id}${d.model.revision && d.model.revision !== 'main' ? `@${d.model.revision}` : ''}` : '';
 /** positions match by number (their label is "position token"); other axes by the whole label */
 const keyOf = (label: string, are: string) => (are === 'positions' ? label.split(' ')[0] : label);
 
@@ -134,15 +247,27 @@ const keyOf = (label: string, are: string) => (are === 'positions' ? label.split
  * the models differ, or the rows or columns are different things or different in number.
  */
 export function deltaOf(docA: Doc, docB: Doc, a: Grid | undefined, b: Grid | undefined): Delta {
-  if (!a || !b) return { ok: false, reason: `Not comparable: only ${a ? 'A' : 'B'} has ${(a ?? b)?.what ?? 'this grid'} (the two runs asked for different things).` };
-  const mA = modelOf(docA), mB = modelOf(docB);
-  if (mA !== mB) return { ok: false, reason: `Not comparable: A ran on ${mA || 'an unknown model'} and B on ${mB || 'an unknown model'}; their layers, heads and positions are not the same quantities. Both are shown, without a Δ.` };
+  if (!a || !b)
+    return {
+      ok: false,
+      reason: `Not comparable: only ${a ? 'A' : 'B'} has ${(a ?? b)?.what ?? 'this grid'} (the two runs asked for different things).`,
+    };
+  const mA = modelOf(docA),
+    mB = modelOf(docB);
+  if (mA !== mB)
+    return {
+      ok: false,
+      reason: `Not comparable: A ran on ${mA || 'an unknown model'} and B on ${mB || 'an unknown model'}; their layers, heads and positions are not the same quantities. Both are shown, without a Δ.`,
+    };
   const axis = (xa: string[], xb: string[], are: string, name: 'rows' | 'cols') => {
-    const ka = xa.map((x) => keyOf(x, are)), kb = xb.map((x) => keyOf(x, are));
+    const ka = xa.map((x) => keyOf(x, are)),
+      kb = xb.map((x) => keyOf(x, are));
     const ib = new Map(kb.map((k, i) => [k, i]));
     if (ka.length !== kb.length || new Set(ka).size !== ka.length || !ka.every((k) => ib.has(k))) {
       const why = are === 'positions' ? ' — the prompts have different token counts' : '';
-      return { error: `Not comparable: the two have different ${are} (A ${xa.length}, B ${xb.length}${xa.length === xb.length ? ', not the same ones' : ''})${why}, so no ${name === 'rows' ? 'row' : 'column'} of one is one of the other.` };
+      return {
+        error: `Not comparable: the two have different ${are} (A ${xa.length}, B ${xb.length}${xa.length === xb.length ? ', not the same ones' : ''})${why}, so no ${name === 'rows' ? 'row' : 'column'} of one is one of the other.`,
+      };
     }
     const differ = are === 'positions' ? xa.filter((x, i) => x !== xb[ib.get(ka[i])!]).map((x) => keyOf(x, are)) : [];
     return { ib, ka, differ };
@@ -151,11 +276,16 @@ export function deltaOf(docA: Doc, docB: Doc, a: Grid | undefined, b: Grid | und
   if ('error' in r) return { ok: false, reason: r.error! };
   const c = axis(a.cols, b.cols, a.colsAre, 'cols');
   if ('error' in c) return { ok: false, reason: c.error! };
-  const values = r.ka.map((rk, i) => c.ka.map((ck, j) => {
-    const va = a.values[i]?.[j], vb = b.values[r.ib.get(rk)!]?.[c.ib.get(ck)!];
-    return typeof va === 'number' && typeof vb === 'number' ? vb - va : null;
-  }));
+  const values = r.ka.map((rk, i) =>
+    c.ka.map((ck, j) => {
+      const va = a.values[i]?.[j],
+        vb = b.values[r.ib.get(rk)!]?.[c.ib.get(ck)!];
+      return typeof va === 'number' && typeof vb === 'number' ? vb - va : null;
+    }),
+  );
   const differ = [...new Set([...r.differ, ...c.differ])];
-  const note = differ.length ? `Position${differ.length > 1 ? 's' : ''} ${differ.join(', ')} hold${differ.length > 1 ? '' : 's'} different tokens in A and B: there the Δ compares different inputs at the same place.` : null;
+  const note = differ.length
+    ? `Position${differ.length > 1 ? 's' : ''} ${differ.join(', ')} hold${differ.length > 1 ? '' : 's'} different tokens in A and B: there the Δ compares different inputs at the same place.`
+    : null;
   return { ok: true, values, rows: a.rows, cols: a.cols, note };
 }

@@ -15,7 +15,10 @@ const VIEWS = import.meta.glob<{ default: Component<{ doc: any }> }>(['./*View.s
 
 /** the file of an operation's view: `logit_lens` → `LogitLensView.svelte` */
 export function viewFileOf(op: string): string {
-  return `${op.split('_').map((w) => w.charAt(0).toUpperCase() + w.slice(1)).join('')}View.svelte`;
+  return `${op
+    .split('_')
+    .map((w) => w.charAt(0).toUpperCase() + w.slice(1))
+    .join('')}View.svelte`;
 }
 
 /** the view's loader, or null: its document is shown as JSON */

@@ -4,9 +4,11 @@ export function rocCurve(scores: number[], labels: number[]): { fpr: number; tpr
   const N = labels.length - P;
   const order = scores.map((s, i) => [s, labels[i]] as const).sort((a, b) => b[0] - a[0]);
   const pts = [{ fpr: 0, tpr: 0, threshold: Infinity }];
-  let tp = 0, fp = 0;
+  let tp = 0,
+    fp = 0;
   for (let i = 0; i < order.length; i++) {
-    if (order[i][1] === 1) tp++; else fp++;
+    if (order[i][1] === 1) tp++;
+    else fp++;
     if (i === order.length - 1 || order[i + 1][0] !== order[i][0]) {
       pts.push({ fpr: N ? fp / N : 0, tpr: P ? tp / P : 0, threshold: order[i][0] });
     }

@@ -11,7 +11,11 @@ interface SaeDoc {
 }
 
 export function openSaeOp(op: 'feature' | 'sae_steer' | 'dashboard', from: SaeDoc, feature: number): void {
-  const raw: Record<string, unknown> = { sae_source: from.sae.source, sae_path: from.sae.path, feature: String(feature) };
+  const raw: Record<string, unknown> = {
+    sae_source: from.sae.source,
+    sae_path: from.sae.path,
+    feature: String(feature),
+  };
   // the dashboard scans a corpus for any subject: say this one is the feature
   if (op === 'dashboard') raw.subject = 'feature';
   // descriptions the person gave (inline JSON or a URL) go along; the ones found next to the SAE are found again

@@ -32,9 +32,20 @@ const METRICS = [
 export function drawSweepMetrics(svg: SVGSVGElement, o: SweepChartOptions): void {
   const x = o.xTitle ?? 'α';
   drawLines(svg, {
-    series: METRICS.map(([k, name], i) => ({ name, points: o.alphas.map((a, j) => ({ x: a, y: o.curves[k][j] })), dashed: i === 1 })),
-    xTitle: x, yTitle: 'nats', label: `Target and control metrics against ${x}`,
-    markX: o.shown, markLabel: `shown ${x} = ${fmt(o.shown, 3)}`, onSelectX: o.onSelect, zeroLine: true, width: 760, height: 320,
+    series: METRICS.map(([k, name], i) => ({
+      name,
+      points: o.alphas.map((a, j) => ({ x: a, y: o.curves[k][j] })),
+      dashed: i === 1,
+    })),
+    xTitle: x,
+    yTitle: 'nats',
+    label: `Target and control metrics against ${x}`,
+    markX: o.shown,
+    markLabel: `shown ${x} = ${fmt(o.shown, 3)}`,
+    onSelectX: o.onSelect,
+    zeroLine: true,
+    width: 760,
+    height: 320,
   });
 }
 
@@ -42,7 +53,12 @@ export function drawSweepKl(svg: SVGSVGElement, o: SweepChartOptions): void {
   const x = o.xTitle ?? 'α';
   drawLines(svg, {
     series: [{ name: 'KL from base', points: o.alphas.map((a, j) => ({ x: a, y: o.curves.kl_from_base[j] })) }],
-    xTitle: x, yTitle: 'KL (nats)', label: `KL of the steered from the base distribution against ${x}`,
-    markX: o.shown, onSelectX: o.onSelect, width: 760, height: 220,
+    xTitle: x,
+    yTitle: 'KL (nats)',
+    label: `KL of the steered from the base distribution against ${x}`,
+    markX: o.shown,
+    onSelectX: o.onSelect,
+    width: 760,
+    height: 220,
   });
 }
