@@ -7,7 +7,7 @@
  * (its first output) and the step: where the peak comes from. Then the time of a second trace and
  * of a plain forward of the same prompt; `wp_ms` / `wp2_ms`: the time in model.weightProducts
  * during the first / second trace (DLA's readout, session or streamed: `readout`, the optional
- * 5th argument, forces one; precision.ts chooseReadout).
+ * 5th argument, forces one; readout/choose.ts).
  *
  *   tsx bench/memory-child.ts DIR node|wasm stored|f32 '{"extra":{"session":{"disable_prepacking":"1"}}}' [session|stream]
  */
@@ -19,7 +19,7 @@ import { nodeFactory } from '../src/node/load';
 import { getOperation } from '../src/ops/index';
 import { toLoupeError } from '../src/engine/errors';
 import { wasmHeapBytes } from '../src/engine/runtime/wasm-heap';
-import type { ReadoutMode } from '../src/engine/precision';
+import type { ReadoutMode } from '../src/engine/readout';
 
 const [dir, backend, weights, optsJson, readout] = process.argv.slice(2);
 const status = (k: string) =>

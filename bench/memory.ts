@@ -7,7 +7,7 @@
  * copy of every constant matmul weight); the CPU memory arena off (activations are freed instead
  * of kept in the arena); initializers from the device allocator instead of the arena. Each with
  * DLA's readout products streamed from the weight bytes or in their own session (`--readouts`;
- * default the engine's choice, precision.ts chooseReadout). Prints RSS and peak RSS (VmHWM)
+ * default the engine's choice, readout/choose.ts). Prints RSS and peak RSS (VmHWM)
  * after the load and after one `trace`, each over the weight bytes, and the times (the first
  * trace, the time inside weightProducts during it, a second trace and its weightProducts, a forward).
  *

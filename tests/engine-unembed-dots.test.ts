@@ -1,5 +1,5 @@
 /**
- * weightProducts' unembedDots (graph/readout-graph.ts unembedProducts): x_s · W_U for every token,
+ * weightProducts' unembedDots (readout/unembed.ts): x_s · W_U for every token,
  * read a chunk of vocabulary rows at a time, judged against the float64 product with the table this
  * test reads from the safetensors file itself (tests/reference's own reader), on F32, F16 and BF16
  * files, and on q8 weights against the q8 scheme written out from its definition
@@ -11,7 +11,7 @@ import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import { loadModelNode } from '../src/node/load';
 import { loadModelFilesNode } from '../src/node/load-files-node';
 import { describeModel } from '../src/engine/arch';
-import { unembedProducts } from '../src/engine/graph/readout-graph';
+import { unembedProducts } from '../src/engine/readout/unembed';
 import { q8WeightSet } from '../src/engine/q8';
 import type { ReadableWeightSet } from '../src/engine/safetensors';
 import {

@@ -15,7 +15,7 @@ import onnxProto from 'onnx-proto';
 import { loadModelFilesNode } from '../src/node/load-files-node';
 import { describeModel } from '../src/engine/arch';
 import { buildModelGraph } from '../src/engine/graph/build-model';
-import { buildReadoutGraph } from '../src/engine/graph/readout-graph';
+import { buildReadoutGraph } from '../src/engine/readout';
 import { CONCAT_MAX_INPUTS } from '../src/engine/graph/onnx-builder';
 import { operations } from '../src/ops/index';
 import {

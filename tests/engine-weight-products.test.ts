@@ -12,8 +12,9 @@ import { loadModelFilesNode } from '../src/node/load-files-node';
 import { createModel, modelPartsFrom } from '../src/engine/model';
 import { describeModel } from '../src/engine/arch';
 import { q8WeightSet } from '../src/engine/q8';
-import { matrixRows } from '../src/engine/weight-products';
-import { HEAP_ROOM, type ReadoutMode, type WeightsMode } from '../src/engine/precision';
+import { matrixRows } from '../src/engine/readout/stream';
+import type { WeightsMode } from '../src/engine/precision';
+import { HEAP_ROOM, type ReadoutMode } from '../src/engine/readout';
 import { estimateMemory, weightStats, type BudgetLimits } from '../src/engine/budget';
 import type { LoadedModel } from '../src/engine/api';
 import {
@@ -275,7 +276,7 @@ describe('matrixRows', () => {
   });
 });
 
-describe('which readout runs (precision.ts chooseReadout)', () => {
+describe('which readout runs (readout/choose.ts)', () => {
   it('streams where a readout session would hold a second copy of W_O and W_out, and says why', async () => {
     const c = ALL_FAMILY_CASES.find((x) => x.name === 'gpt2-untied-erf-f16')!;
     const rm = makeCaseModel(c);

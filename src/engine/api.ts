@@ -68,7 +68,7 @@ export interface ModelInfo {
   vocab_chunks: number;
   /** why split or not (the table's float32 size against the limits that applied) */
   vocab_reason: string;
-  /** how DLA's products with W_O and W_out run (precision.ts chooseReadout): streamed from the weight bytes in JavaScript, or a second onnxruntime session */
+  /** how DLA's products with W_O and W_out run (readout/choose.ts): streamed from the weight bytes in JavaScript, or a second onnxruntime session */
   readout: 'session' | 'stream';
   /** why that readout */
   readout_reason: string;
@@ -316,7 +316,7 @@ export interface LoadedModel {
   lensTop(resid: Tensor, k: number, signal?: AbortSignal): Promise<LensTop>;
   /**
    * Products with the stored W_O, W_out and W_U, for attribution after a forward and for the
-   * operations' direct logit effects (graph/readout-graph.ts lists them): W_O's and W_out's
+   * operations' direct logit effects (src/engine/readout/ lists them): W_O's and W_out's
    * streamed from the weight bytes in JavaScript or in a readout session (`info.readout`), W_U's
    * in JavaScript a chunk of rows at a time; one pass over each weight, no copy of it kept in
    * JavaScript (so operations use this, not `param`, for whole matrices).

@@ -3,24 +3,25 @@
  * (api.ts). Graph variants are built on demand and kept: the hooked graph (every hook an output,
  * every site an input, KV cache in/out) and, when asked, the variant with per-head hook_result.
  */
-import type { LoadedModel, ModelInfo, ModelMemory, RunOptions, RunResult, KVCache, Intervention, LensTop } from './api';
+import type {
+  LoadedModel,
+  ModelInfo,
+  ModelMemory,
+  RunOptions,
+  RunResult,
+  KVCache,
+  Intervention,
+  LensTop,
+  WeightProducts,
+  WeightProductsInput,
+} from './api';
 import { LoupeError, throwIfAborted } from './errors';
 import type { ModelSpec } from './spec';
 import type { Tensor } from './tensor';
 import type { WeightSet } from './safetensors-types';
 import { describeModel } from './arch';
 import { buildModelGraph, buildLensGraph, LENS_OUTPUTS, type BuiltGraph, type GraphPlan } from './graph/build-model';
-import {
-  buildReadoutGraph,
-  needsReadoutSession,
-  readoutFeeds,
-  readoutResult,
-  unembedProducts,
-  READOUT_OUTPUTS,
-  type WeightProducts,
-  type WeightProductsInput,
-} from './graph/readout-graph';
-import { streamedReadout } from './weight-products';
+import { buildReadoutGraph, readoutFor, readoutProducts, type ReadoutMode } from './readout';
 import { allHookNames, hookInfo, hookShape as shapeOfHook } from './graph/hooks';
 import { compileInterventions } from './runtime/interventions';
 import { buildFeeds } from './runtime/feeds';
@@ -38,23 +39,19 @@ import { q8WeightSet, q8ForWebGpu, dequantizeQ8, Q8_FILE, type Q8Store } from '.
 const logitPosCount = (opts: RunOptions, T: number) => opts.logitPositions?.length ?? T;
 import {
   checkBudget,
-  estimateMemory,
   fmtGB,
   weightBytesAt,
   weightStats,
   RUNTIME_SLACK_BYTES,
   WASM_HEAP_BYTES,
   type BudgetLimits,
-  type WeightPrecision,
 } from './budget';
 import {
   choosePrecision,
   choosePrecisionOnGpu,
-  chooseReadout,
   chooseVocabSplit,
   parseWeightsMode,
   OFFERED_PRECISIONS,
-  type ReadoutMode,
   type WeightsMode,
 } from './precision';
 
@@ -82,7 +79,7 @@ export interface ModelParts {
   q8Store?: Q8Store;
   /** set by q8Parts when the quantised weights are held in JS: why (the memory report says it) */
   q8InJs?: string;
-  /** how DLA's readout products run (precision.ts chooseReadout); default its choice (the bench and tests force either) */
+  /** how DLA's readout products run (readout/choose.ts); default its choice (the bench and tests force either) */
   readout?: ReadoutMode;
 }
 
@@ -216,41 +213,21 @@ export async function createModel(parts: ModelParts, factory: SessionFactory): P
     readout_reason: '',
   };
   const sessionParts = choice.precision === 'q8' ? await q8Parts(parts, spec, info, !!factory.gpu) : parts;
-  // the weights as held plus a readout session's second copy of W_O and W_out, judged as a load is
-  const readoutUsed = readoutNames(spec).map((n) => parts.weights.tensors.get(n)!);
-  const secondCopy = estimateMemory(
-    weightStats([...used, ...readoutUsed]),
-    factory.backend,
-    choice.precision,
-    parts.memory ?? {},
-  );
   Object.assign(
     info,
-    chooseReadout(
-      factory.backend,
-      { ...readoutWeights(spec, sessionParts.weights, choice.precision), secondCopy },
-      parts.readout,
-    ),
+    readoutFor(spec, {
+      stored: parts.weights,
+      held: sessionParts.weights,
+      used,
+      backend: factory.backend,
+      precision: choice.precision,
+      memory: parts.memory ?? {},
+      forced: parts.readout,
+    }),
   );
   const model = new EngineModel(spec, info, tokenizer, sessionParts, factory);
   await model.warm();
   return model;
-}
-
-/** the weights DLA's readout multiplies: every layer's W_O and W_out */
-const readoutNames = (spec: ModelSpec): string[] => spec.layers.flatMap((l) => [l.attn.o.w, l.mlp.down.w]);
-
-/** what chooseReadout weighs about the readout's weights, W_O and W_out, as the sessions get them */
-function readoutWeights(
-  spec: ModelSpec,
-  weights: WeightSet,
-  precision: WeightPrecision,
-): { widened: boolean; mapped: boolean } {
-  const used = readoutNames(spec).map((n) => weights.tensors.get(n)!);
-  return {
-    widened: precision === 'f32' && used.some((e) => e.dtype !== 'F32'),
-    mapped: used.every((e) => weights.paths.has(e.file) && !weights.files.has(e.file)),
-  };
 }
 
 /**
@@ -442,28 +419,16 @@ class EngineModel implements LoadedModel {
   }
 
   weightProducts(input: WeightProductsInput, signal?: AbortSignal): Promise<WeightProducts> {
-    const next = this.queue.then(async () => {
-      throwIfAborted(signal);
-      const weights = this.parts.weights as ReadableWeightSet;
-      if (this.info.readout === 'stream') {
-        const products = await streamedReadout(this.spec, weights, input, signal, yieldToEventLoop);
-        return {
-          ...products,
-          ...(await unembedProducts(this.spec, weights, input, { signal, yieldTurn: yieldToEventLoop })),
-        };
-      }
-      const feeds = readoutFeeds(
-        this.spec,
-        input,
-        (type, data, dims) => new this.factory.ort.Tensor(type, data, dims),
-        this.info.backend === 'webgpu',
-      );
-      const unembed = await unembedProducts(this.spec, weights, input, { signal, yieldTurn: yieldToEventLoop });
-      const out = needsReadoutSession(input)
-        ? await (await this.session('readout')).session.run(feeds, READOUT_OUTPUTS)
-        : undefined;
-      return readoutResult(this.spec, out, input, unembed);
-    });
+    const next = this.queue.then(() =>
+      readoutProducts(this.spec, this.parts.weights as ReadableWeightSet, input, {
+        mode: this.info.readout,
+        session: async () => (await this.session('readout')).session,
+        tensor: (type, data, dims) => new this.factory.ort.Tensor(type, data, dims),
+        noEmpty: this.info.backend === 'webgpu',
+        signal,
+        yieldTurn: yieldToEventLoop,
+      }),
+    );
     this.queue = next.catch(() => undefined);
     return next;
   }
@@ -532,7 +497,7 @@ class EngineModel implements LoadedModel {
    * Every onnxruntime-web session keeps its own copy of the weights it uses in the one wasm32 heap
    * (4 GiB at most; the heap never shrinks, but freed memory is reused). When a new variant's
    * weights would not fit beside the live sessions' (gemma-2-2b at q8: the forward's 2.8 GB and
-   * a DLA readout session's 1.3 GB, before precision.ts chooseReadout streamed the readout where
+   * a DLA readout session's 1.3 GB, before readout/choose.ts streamed the readout where
    * the heap is short; now a lens or gradient variant, or a readout session the heap estimate let
    * through), the others are released first and re-created when next used: slower, instead of
    * std::bad_alloc. Only where the graph's bytes are what the heap holds (stored, q8).

@@ -30,7 +30,6 @@ import {
   weightBytesAt,
   type BudgetLimits,
   type MemoryBackend,
-  type MemoryEstimate,
   type WeightStats,
 } from './budget';
 import type { WeightPrecision } from './budget';
@@ -205,108 +204,5 @@ export function chooseVocabSplit(
     rows,
     chunks,
     reason: `split into ${chunks} chunks of ${rows} rows: the ${shape} vocabulary table is ${fmtSize(f32Bytes)} as float32 and ${cap.why}`,
-  };
-}
-
-/**
- * The share of the WASM heap the weights with a readout session's second copy may fill. The
- * estimate (budget.ts) leaves out what runs add beside the weights (hooks returned, a vocabulary
- * chunk's logits, onnxruntime's arena): on gemma-2-2b's shape at q8 it came 0.1–0.2 GB under the
- * heap measured after a trace (3.05 vs 3.10–3.20 GB), and a lens or gradient session may come on
- * top (EngineModel.makeRoom releases sessions for those). A fifth of the heap kept free covers it.
- */
-export const HEAP_ROOM = 0.8;
-
-/** how DLA's readout products with W_O and W_out run (weight-products.ts; LoadedModel.weightProducts) */
-export type ReadoutMode = 'session' | 'stream';
-
-export interface ReadoutChoice {
-  readout: ReadoutMode;
-  readout_reason: string;
-}
-
-/**
- * The one place that decides how DLA's readout products run: streamed in JavaScript from the
- * weight bytes (weight-products.ts: no second copy of W_O and W_out), or in a second onnxruntime
- * session (graph/readout-graph.ts), which holds them again. Streaming wherever that second copy
- * is real memory; the session only where it is not, because there it is faster
- * (`tsx bench/memory.ts SHAPE --readouts session,stream`; README, Big models):
- *  - onnxruntime-web gives every session its own copy of its weights. On WASM that copy is in the
- *    one heap (4 GiB at most, never shrinking), so the session while the weights with the second
- *    copy (budget.ts estimateMemory) stay within HEAP_ROOM of the heap, because it is faster: a
- *    later trace's readout 0.58 s vs 1.43 s on qwen2.5-0.5b, about 5 s of a 12.5 s trace on
- *    llama-3.2-1b streamed; where its peak is set at load (llama-3.2-1b in Chromium) the
- *    session costs no peak at all. Above it → stream: on gemma-2-2b's shape at q8 the forward's
- *    session once had to be released for the readout's. On WebGPU the copy is in GPU memory,
- *    whose size the browser does not tell → stream;
- *  - onnxruntime-node with weights widened to float32 at load: a second session folds its own
- *    float32 copies of W_O and W_out (GPT-2-small shape: peak RSS 2.85× → 1.85× the weights,
- *    PSS 2.77× → 1.81× streamed). `auto` widens only where float32 fits host memory and runs
- *    faster, and the readout follows the same rule: the session where the weights with that
- *    second copy still fit host memory (`secondCopy`, budget.ts estimateMemory), because it runs
- *    the products several times faster than JavaScript (a later trace's readout 0.06 s vs 0.48 s
- *    on GPT-2-small at f32, 0.20 s vs 1.39 s on qwen2.5-0.5b stored, load ~2); streamed where
- *    they would not, or where host memory is unknown;
- *  - onnxruntime-node with weights held in JavaScript (a q8 set built in memory, a bundled
- *    model): each session writes them out for onnxruntime to map, a copy per session → stream;
- *  - onnxruntime-node mapping the weight files as stored (16-bit, q8 from its cache, float32
- *    files at f32): a second session maps the same file pages. RSS counts them twice (2.70× →
- *    2.41× on GPT-2-small stored) but the physical memory, PSS, is the same (2.20× either way),
- *    and the session's products took a third of the streamed ones' time (0.2 s vs 0.65 s a
- *    trace) → the session.
- * `forced`: the bench and tests run either.
- */
-export function chooseReadout(
-  backend: MemoryBackend,
-  weights: { widened: boolean; mapped: boolean; secondCopy?: MemoryEstimate },
-  forced?: ReadoutMode,
-): ReadoutChoice {
-  if (forced === 'session')
-    return {
-      readout: 'session',
-      readout_reason: 'asked for the session: a second onnxruntime session holds W_O and W_out',
-    };
-  if (forced === 'stream')
-    return {
-      readout: 'stream',
-      readout_reason: 'asked for streaming: W_O and W_out read from the weight bytes a slab at a time, no second copy',
-    };
-  const stream = (why: string): ReadoutChoice => ({
-    readout: 'stream',
-    readout_reason: `streamed from the weight bytes in JavaScript: ${why}`,
-  });
-  if (backend === 'webgpu')
-    return stream(
-      'onnxruntime-web gives each session its own copy of its weights in GPU memory, whose size the browser does not tell, so a readout session would hold W_O and W_out again',
-    );
-  if (backend === 'wasm') {
-    const est = weights.secondCopy;
-    if (est?.limitBytes != null && est.poolBytes <= HEAP_ROOM * est.limitBytes) {
-      return {
-        readout: 'session',
-        readout_reason: `a second onnxruntime-web session with its own copy of W_O and W_out: with it the WASM heap needs about ${fmtGB(est.poolBytes)}, within ${Math.round(HEAP_ROOM * 100)} % of ${est.limitName} (${fmtGB(est.limitBytes)}), and it runs the products faster than JavaScript`,
-      };
-    }
-    return stream(
-      `a readout session would hold W_O and W_out again in the WASM heap${est?.limitBytes != null ? `, which with it would need about ${fmtGB(est.poolBytes)}, more than ${Math.round(HEAP_ROOM * 100)} % of ${est.limitName} (${fmtGB(est.limitBytes)})` : ''}`,
-    );
-  }
-  if (weights.widened) {
-    const est = weights.secondCopy;
-    if (est?.fits && est.limitBytes != null) {
-      return {
-        readout: 'session',
-        readout_reason: `a second onnxruntime-node session with its own float32 copies of W_O and W_out: with them the weights need about ${fmtGB(est.poolBytes)} at peak, which fits ${est.limitName} (${fmtGB(est.limitBytes)}), and it runs the products faster than JavaScript`,
-      };
-    }
-    return stream(
-      `a readout session would keep its own float32 copies of W_O and W_out${est?.limitBytes != null ? `, and with them the weights would need about ${fmtGB(est.poolBytes)}, more than ${est.limitName} (${fmtGB(est.limitBytes)})` : ' (host memory unknown)'}`,
-    );
-  }
-  if (!weights.mapped) return stream('the weights are held in memory, and each onnxruntime-node session copies them');
-  return {
-    readout: 'session',
-    readout_reason:
-      'a second onnxruntime-node session: it maps the same weight file pages (no second copy in physical memory; RSS counts them twice) and runs the products faster than JavaScript',
   };
 }

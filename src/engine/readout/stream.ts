@@ -1,12 +1,12 @@
 /**
  * DLA's readout products with W_O and W_out (WeightProducts attnX, mlpX, attnDir, mlpDir; the
- * unembedding's are graph/readout-graph.ts unembedProducts) computed in JavaScript straight from
+ * unembedding's are unembed.ts) computed in JavaScript straight from
  * the weight bytes, streamed: each matrix is read a slab of rows at a time in its stored layout
  * and precision (F32, F16, BF16, q8), decoded to the float32 values the sessions use, multiplied
  * into float64 accumulators and dropped. No session and no kept copy: the readout session this
  * replaces held W_O and W_out a second time (a second mapping of the file pages and its own arena
  * on onnxruntime-node, folded float32 copies at f32, a real second copy in the WASM heap). Which
- * of the two runs is chosen once per model (chooseReadout); both give the same numbers within
+ * of the two runs is chosen once per model (choose.ts); both give the same numbers within
  * float32 rounding (tests/engine-weight-products.test.ts, against float64 products).
  *
  * A stored matrix S is [R, C]: [in, out] for GPT-2's Conv1D ('in_out'), [out, in] for a torch
@@ -15,13 +15,14 @@
  *   row sums    y[c] = Σ_r u[r] S[r, c]          (x·W on in_out, W·e on out_in)
  * and one pass over S serves every vector of both kinds.
  */
-import type { LinearRef, ModelSpec } from './spec';
-import type { TensorEntry } from './safetensors-types';
-import type { Tensor } from './tensor';
-import type { WeightProducts, WeightProductsInput } from './api';
-import { LoupeError, throwIfAborted } from './errors';
-import { decodeValues, readEntryRange, type ReadableWeightSet } from './safetensors';
-import { dequantizeQ8Rows } from './q8';
+import type { LinearRef, ModelSpec } from '../spec';
+import type { TensorEntry } from '../safetensors-types';
+import type { Tensor } from '../tensor';
+import type { WeightProducts, WeightProductsInput } from '../api';
+import { LoupeError, throwIfAborted } from '../errors';
+import { decodeValues, readEntryRange, type ReadableWeightSet } from '../safetensors';
+import { dequantizeQ8Rows } from '../q8';
+import { checkReadoutInput } from './input';
 
 /**
  * Rows [start, start + n) of a stored 2-D weight as float32, as the sessions use them (into `out`
@@ -53,23 +54,6 @@ export function matrixRows(
 
 /** float32 values decoded per slab: 4 MiB (the slab's bytes as stored are 1–4 MiB) */
 const SLAB_FLOATS = 1 << 20;
-
-/** the WeightProducts inputs of the readout, validated: a wrong shape is BAD_INPUT, whichever readout runs */
-export function checkReadoutInput(spec: ModelSpec, input: WeightProductsInput): void {
-  const { nLayers: L, dModel: D, nHeads: H, dHead: Dh, dMlp: M } = spec;
-  const check = (name: string, t: Tensor | undefined, inner: number) => {
-    if (
-      t &&
-      (t.dims.length !== 3 || t.dims[0] !== L || t.dims[2] !== inner || t.data.length !== L * t.dims[1] * inner)
-    ) {
-      throw new LoupeError('BAD_INPUT', `weightProducts: ${name} must be [${L}, n, ${inner}], got [${t.dims}].`);
-    }
-  };
-  check('z', input.z, H * Dh);
-  check('post', input.post, M);
-  check('attnDirs', input.attnDirs, D);
-  check('mlpDirs', input.mlpDirs, D);
-}
 
 /**
  * One pass over a stored matrix [R, C]: `dots` (k vectors of C) → [k, R] row dots; `sums` (k'

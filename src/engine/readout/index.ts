@@ -1,0 +1,55 @@
+/**
+ * DLA's readout, in one folder: the weight products direct logit attribution needs once the
+ * forward has run (LoadedModel.weightProducts; api.ts WeightProductsInput lists them).
+ *
+ *   choose.ts   which way W_O's and W_out's products run, decided once per model load
+ *   stream.ts   those products streamed from the weight bytes in JavaScript (float64 sums)
+ *   graph.ts    the same products as a second onnxruntime session's graph
+ *   unembed.ts  the unembedding's products, always in JavaScript (float64 sums)
+ *   input.ts    what an input asks for, checked the same way whichever readout runs
+ */
+import type { WeightProducts, WeightProductsInput } from '../api';
+import { throwIfAborted } from '../errors';
+import type { EngineSession } from '../runtime/session';
+import type { ReadableWeightSet } from '../safetensors';
+import type { ModelSpec } from '../spec';
+import type { ReadoutMode } from './choose';
+import { READOUT_OUTPUTS, readoutFeeds, readoutResult, type MakeTensor } from './graph';
+import { needsReadoutSession } from './input';
+import { streamedReadout } from './stream';
+import { unembedProducts } from './unembed';
+
+export { buildReadoutGraph } from './graph';
+export { HEAP_ROOM, readoutFor, readoutNames, type ReadoutChoice, type ReadoutMode } from './choose';
+
+export interface ReadoutRun {
+  /** the model's readout (ModelInfo.readout) */
+  mode: ReadoutMode;
+  /** the readout graph's session, created on first use (mode 'session') */
+  session: () => Promise<EngineSession>;
+  tensor: MakeTensor;
+  /** WebGPU: its Gemm refuses zero-length inputs (graph.ts readoutFeeds) */
+  noEmpty: boolean;
+  signal?: AbortSignal;
+  /** yields the thread between layers and vocabulary chunks, so that a cancel is heard */
+  yieldTurn?: () => Promise<void>;
+}
+
+/** The products `input` asks for, by the model's readout. */
+export async function readoutProducts(
+  spec: ModelSpec,
+  weights: ReadableWeightSet,
+  input: WeightProductsInput,
+  run: ReadoutRun,
+): Promise<WeightProducts> {
+  throwIfAborted(run.signal);
+  const pass = { signal: run.signal, yieldTurn: run.yieldTurn };
+  if (run.mode === 'stream') {
+    const products = await streamedReadout(spec, weights, input, run.signal, run.yieldTurn);
+    return { ...products, ...(await unembedProducts(spec, weights, input, pass)) };
+  }
+  const feeds = readoutFeeds(spec, input, run.tensor, run.noEmpty);
+  const unembed = await unembedProducts(spec, weights, input, pass);
+  const out = needsReadoutSession(input) ? await (await run.session()).run(feeds, READOUT_OUTPUTS) : undefined;
+  return readoutResult(spec, out, input, unembed);
+}
