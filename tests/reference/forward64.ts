@@ -52,9 +52,14 @@ export interface ForwardResult {
 export const SUPPORTED_FAMILIES = ['gpt2', 'gpt_neox', 'llama', 'qwen2', 'qwen3', 'gemma', 'gemma2'] as const;
 export type Family = (typeof SUPPORTED_FAMILIES)[number];
 
-// ---------------------------------------------------------------- internal description
+// ---------------------------------------------------------------- the model description
+// (exported for the attribution reference, attribution64.ts, which reads the same weights)
 
-interface Norm {
+type Norm = RefNorm;
+type Layer = RefLayer;
+type Arch = RefArch;
+
+export interface RefNorm {
   kind: 'layer' | 'rms';
   w: Float64Array;
   b: Float64Array | null;
@@ -62,7 +67,7 @@ interface Norm {
   eps: number;
 }
 
-interface Layer {
+export interface RefLayer {
   ln1: Norm;
   ln2: Norm;
   postAttn: Norm | null; // Gemma2 post_attention_layernorm
@@ -88,7 +93,7 @@ interface Layer {
   window: number | null; // sliding window (keys allowed: i - j < window)
 }
 
-interface Arch {
+export interface RefArch {
   family: Family;
   D: number;
   H: number;
@@ -234,7 +239,8 @@ function scaledInvFreq(inv: Float64Array, scaling: Record<string, any> | null | 
 
 const archCache = new WeakMap<RefModel, Arch>();
 
-function describe(model: RefModel): Arch {
+/** The parsed float64 weights of a model (one parse per model, cached). */
+export function describe(model: RefModel): Arch {
   const cached = archCache.get(model);
   if (cached) return cached;
   const arch = buildArch(model);
