@@ -368,7 +368,7 @@ function frozenForward(
           for (let d = 0; d < Dh; d++) z[(i * H + hh) * Dh + d] += p * v[(j * Hkv + kv) * Dh + d];
         }
     }
-    let attn = mm(z, T, H * Dh, Ly.Wo, D, affine ? Ly.bo : null);
+    let attn: Float64Array = mm(z, T, H * Dh, Ly.Wo, D, affine ? Ly.bo : null);
     if (Ly.postAttn) attn = frozenNorm(attn, T, D, Ly.postAttn, c.sPostAttn[l]!, affine);
     const mid = new Float64Array(T * D);
     for (let k = 0; k < T * D; k++) mid[k] = r[k] + attn[k];
