@@ -81,6 +81,7 @@ const MODEL_FIELDS: Record<keyof ModelInfo, 'string' | 'number' | 'number|null' 
   final_softcap: 'number|null',
   post_norms: 'boolean',
   pos_embed: 'boolean',
+  parallel_attn_mlp: 'boolean',
 };
 const REF_FIELDS = ['kind', 'id', 'revision', 'commit', 'endpoint'] as const;
 /** longest string kept in a reported model (ids are Hub ids or URLs) */

@@ -89,6 +89,11 @@ export interface ModelInfo {
   post_norms: boolean;
   /** logits = cap · tanh(logits / cap) after the unembedding (Gemma 2); null = none */
   final_softcap: number | null;
+  /**
+   * attention and MLP read the same block input (GPT-NeoX's parallel residual): the MLP's input
+   * then does not include its own layer's heads (the edge graph, edges.ts; EAP-IG's cfg key)
+   */
+  parallel_attn_mlp: boolean;
 }
 
 /**
@@ -213,6 +218,24 @@ export interface KVCache {
   length: number;
 }
 
+/**
+ * A run of the edge-patching variant (graph/edge-graph.ts; the layout of its axes is edges.ts):
+ * every node input b is the residual stream plus Σ_u w[u, b] · d_u, with d_u = src_u − a_u (this
+ * run's output of u) when `subtract`, else d_u = src_u. With grad, ∂M/∂w comes back as `edgeGrad`
+ * (d held constant). Not with hooks, interventions, an SAE, a KV cache or hook_result.
+ */
+export interface EdgeRun {
+  /** [1 or B, nForward, nBackward]; absent: zeros (every input reads this run's own values) */
+  weights?: Tensor;
+  /** [1 or B, nForward, T or 1, d_model or 1] upstream values; absent: zeros */
+  source?: Tensor;
+  subtract: boolean;
+  /** [1 or B, nForward], gradient runs only: the gradient through a_u is scaled by gate[u] (its value is not); default ones */
+  gate?: Tensor;
+  /** return every upstream node's output in this run as `edgeOutputs` [B, nForward, T, d_model] (not with grad) */
+  outputs?: boolean;
+}
+
 export interface RunOptions {
   /** hook names to return, or 'all' */
   hooks?: string[] | 'all';
@@ -251,6 +274,8 @@ export interface RunOptions {
    * `withResult` or `lean`; `hook_result` has no gradient (use hook_z).
    */
   grad?: { hooks: string[]; seed: Tensor };
+  /** run the edge-patching variant (see EdgeRun); with grad, grad.hooks must be empty */
+  edges?: EdgeRun;
   signal?: AbortSignal;
 }
 
@@ -261,6 +286,10 @@ export interface RunResult {
   present?: KVCache;
   /** ∂M/∂hook for `grad.hooks`, shaped like the hooks */
   grads?: Record<string, Tensor>;
+  /** edge runs with `outputs`: [B, nForward, T, d_model] */
+  edgeOutputs?: Tensor;
+  /** edge runs with grad: ∂M/∂w [B, nForward, nBackward] */
+  edgeGrad?: Tensor;
 }
 
 export interface TokenizeOptions {

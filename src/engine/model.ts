@@ -4,6 +4,7 @@
  * every site an input, KV cache in/out) and, when asked, the variant with per-head hook_result.
  */
 import type {
+  EdgeRun,
   LoadedModel,
   ModelInfo,
   ModelMemory,
@@ -33,6 +34,7 @@ import { readTensorF32, type ReadableWeightSet } from './safetensors';
 import type { ModelFiles } from './source/files';
 import { BUNDLED_MODEL_ID } from './source/ref';
 import { gradName } from './graph/backward';
+import { buildEdgeGraph, edgeLayoutOf, EDGE_OUT, EDGE_W } from './graph/edge-graph';
 import { q8WeightSet, q8ForWebGpu, dequantizeQ8, Q8_FILE, type Q8Store } from './q8';
 
 /** number of positions whose logits a run computes */
@@ -203,6 +205,7 @@ export async function createModel(parts: ModelParts, factory: SessionFactory): P
     norm_eps: spec.lnFinal.eps,
     pos_embed: !!spec.posEmbed,
     post_norms: postNormsOf(spec),
+    parallel_attn_mlp: spec.layers.some((l) => l.parallel),
     final_softcap: spec.finalSoftcap,
     weights: choice.precision,
     weights_reason: choice.reason,
@@ -434,7 +437,7 @@ class EngineModel implements LoadedModel {
   }
 
   private session(
-    kind: 'base' | 'result' | 'lens' | 'readout',
+    kind: 'base' | 'result' | 'lens' | 'readout' | 'edge' | 'edgeGrad',
     saeId?: string,
     lean?: { sites: string[]; outputs: string[] },
     grad?: string[],
@@ -467,18 +470,25 @@ class EngineModel implements LoadedModel {
         const graph =
           kind === 'lens'
             ? buildLensGraph(this.spec, weights.tensors, undefined, precision, vocabRows)
-            : kind === 'readout'
-              ? buildReadoutGraph(this.spec, weights.tensors, undefined, precision)
-              : buildModelGraph(this.spec, weights.tensors, {
-                  hooks: true,
-                  withResult: kind === 'result',
-                  sae: sae?.spec,
-                  lean,
-                  grad: grad && { hooks: grad },
+            : kind === 'edge' || kind === 'edgeGrad'
+              ? buildEdgeGraph(this.spec, weights.tensors, {
+                  grad: kind === 'edgeGrad',
                   weights: precision,
                   vocabRows,
                   fused: this.parts.fused,
-                });
+                })
+              : kind === 'readout'
+                ? buildReadoutGraph(this.spec, weights.tensors, undefined, precision)
+                : buildModelGraph(this.spec, weights.tensors, {
+                    hooks: true,
+                    withResult: kind === 'result',
+                    sae: sae?.spec,
+                    lean,
+                    grad: grad && { hooks: grad },
+                    weights: precision,
+                    vocabRows,
+                    fused: this.parts.fused,
+                  });
         if (this.factory.backend === 'wasm' && precision !== 'f32') await this.makeRoom(key, graph.weightBytes);
         const made = { graph, session: await this.factory.create(graph, weights) };
         this.created.set(key, made);
@@ -526,6 +536,7 @@ class EngineModel implements LoadedModel {
     await yieldToEventLoop();
     throwIfAborted(opts.signal);
     const rows = this.validateTokens(tokens, opts);
+    if (opts.edges) return this.runEdges(rows, opts, opts.edges);
     const B = rows.length;
     const T = rows[0].length;
     const Tk = (opts.past?.length ?? 0) + T;
@@ -589,6 +600,76 @@ class EngineModel implements LoadedModel {
       }
       result.present = cache;
     }
+    return result;
+  }
+
+  /** A run of the edge-patching variant (api.ts EdgeRun): its inputs checked and shaped, then one session run. */
+  private async runEdges(rows: number[][], opts: RunOptions, e: EdgeRun): Promise<RunResult> {
+    const B = rows.length;
+    const T = rows[0].length;
+    const { nForward: Nf, nBackward: Nb } = edgeLayoutOf(this.spec);
+    const D = this.spec.dModel;
+    const bad = (m: string, hint?: string) => new LoupeError('BAD_INPUT', `Edge run: ${m}`, hint);
+    if ((opts.hooks && opts.hooks.length) || opts.interventions?.length || opts.sae || opts.past || opts.returnCache)
+      throw bad('hooks, interventions, an SAE and a KV cache do not apply to the edge variant.');
+    if (opts.withResult || opts.lean) throw bad('withResult and lean do not apply to the edge variant.');
+    if (opts.grad && opts.grad.hooks.length) throw bad('grad.hooks must be empty: the gradient is ∂M/∂w (edgeGrad).');
+    if (opts.grad && e.outputs) throw bad('outputs are not returned by gradient runs.');
+    const shaped = (
+      t: Tensor | undefined,
+      what: string,
+      want: (number | number[])[],
+      dflt: number[],
+      fill = 0,
+    ): Tensor => {
+      if (!t) return { dims: dflt, data: new Float32Array(dflt.reduce((a, b) => a * b, 1)).fill(fill) };
+      const ok =
+        t.dims.length === want.length &&
+        t.dims.every((d, i) => (Array.isArray(want[i]) ? (want[i] as number[]).includes(d) : d === want[i])) &&
+        t.data.length === t.dims.reduce((a, b) => a * b, 1);
+      if (!ok)
+        throw bad(
+          `${what} has shape [${t.dims}], expected [${want.map((x) => (Array.isArray(x) ? x.join('|') : x))}].`,
+        );
+      return t;
+    };
+    const rowsOf = opts.grad ? [B] : [1, B];
+    const w = shaped(e.weights, 'weights', [rowsOf, Nf, Nb], [opts.grad ? B : 1, Nf, Nb]);
+    const src = shaped(e.source, 'source', [[1, B], Nf, [1, T], [1, D]], [1, Nf, 1, 1]);
+    const gate = opts.grad ? shaped(e.gate, 'gate', [[1, B], Nf], [1, Nf], 1) : undefined;
+    if (e.gate && !opts.grad) throw bad('gate applies to gradient runs only.');
+    const P = logitPosCount(opts, T);
+    if (opts.grad) {
+      const want = [B, P, this.spec.dVocab];
+      const sd = opts.grad.seed.dims;
+      if (sd.length !== 3 || sd.some((d, i) => d !== want[i]))
+        throw bad(`grad.seed must have shape [${want}], got [${sd}].`);
+    }
+    const { session, graph } = await this.session(opts.grad ? 'edgeGrad' : 'edge');
+    const feeds = buildFeeds(this.factory.ort, this.spec, graph, {
+      rows,
+      logitPositions: opts.logitPositions,
+      sites: new Map(),
+      gradSeed: opts.grad?.seed,
+      edges: { w, src, self: e.subtract ? 1 : 0, gate },
+    });
+    const fetches = ['logits', ...(opts.grad ? [gradName(EDGE_W)] : []), ...(e.outputs ? [EDGE_OUT] : [])];
+    let out: Record<string, OrtTensorLike>;
+    try {
+      out = await session.run(feeds, fetches);
+    } catch (err) {
+      throw new LoupeError(
+        'RUNTIME_ERROR',
+        `onnxruntime failed: ${(err as Error).message}`,
+        'This may be out of memory; try fewer examples per batch.',
+      );
+    }
+    throwIfAborted(opts.signal);
+    const toTensor = (t: OrtTensorLike): Tensor => ({ dims: [...t.dims], data: t.data as Float32Array });
+    const result: RunResult = { logits: toTensor(out.logits), hooks: {} };
+    if (opts.grad) result.edgeGrad = toTensor(out[gradName(EDGE_W)]);
+    if (e.outputs) result.edgeOutputs = toTensor(out[EDGE_OUT]);
+    this.lastHooksBytes = (result.edgeGrad?.data.byteLength ?? 0) + (result.edgeOutputs?.data.byteLength ?? 0);
     return result;
   }
 

@@ -158,7 +158,7 @@ function activation(name: string): (x: number) => number {
 }
 
 /** y[T,out] = x[T,in] · W[in,out] (+ b) */
-function matmul(
+export function matmul(
   x: Float64Array,
   T: number,
   nin: number,
@@ -527,7 +527,13 @@ function buildArch(model: RefModel): Arch {
 
 // ---------------------------------------------------------------- the forward
 
-function normalize(x: Float64Array, T: number, n: number, norm: Norm, scaleOverride?: Float64Array): Float64Array {
+export function normalize(
+  x: Float64Array,
+  T: number,
+  n: number,
+  norm: Norm,
+  scaleOverride?: Float64Array,
+): Float64Array {
   // returns y; the per-row scale is computed by rowScale (so a hook can replace it)
   const s = scaleOverride ?? rowScale(x, T, n, norm);
   const y = new Float64Array(T * n);
@@ -565,7 +571,7 @@ function rowScale(x: Float64Array, T: number, n: number, norm: Norm): Float64Arr
   return s;
 }
 
-function applyRotary(x: Float64Array, T: number, nh: number, Dh: number, rotDims: number, inv: Float64Array) {
+export function applyRotary(x: Float64Array, T: number, nh: number, Dh: number, rotDims: number, inv: Float64Array) {
   const half = rotDims / 2;
   const tmp = new Float64Array(rotDims);
   for (let t = 0; t < T; t++)

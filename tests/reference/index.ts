@@ -51,3 +51,19 @@ export {
 export { makeTokenizer, bytesToUnicode, type TokenizerSpec, type GeneratedTokenizer } from './tokenizer-gen';
 
 export { compareHooks, maxAbsDiff, type HookComparison } from './compare';
+
+export {
+  edgeGraph64,
+  edgeForward64,
+  metric64,
+  circuitMetric64,
+  exactScores64,
+  eapScores64,
+  eapIgInputsScores64,
+  prune64,
+  faithfulness64,
+  MIB_PCTS,
+  type EdgeGraph64,
+  type Pair64,
+  type Faithfulness64,
+} from './edges64';

@@ -1,6 +1,7 @@
 /**
- * The backward pass of the model graph (build-model.ts): which seed, which sizes the shape
- * evaluations use, and which hooks get gradients. The transform itself is backward.ts.
+ * The backward pass of the model graph (build-model.ts) and of its edge variant (edge-graph.ts):
+ * which seed, which sizes the shape evaluations use, and which tensors get gradients. The
+ * transform itself is backward.ts.
  */
 import type { OnnxGraph } from './onnx-builder';
 import type { ModelSpec } from '../spec';
@@ -9,7 +10,19 @@ import { addBackward } from './backward';
 /** The seed input: ∂M/∂logits, shaped like the logits [B, P', V]. */
 export const GRAD_SEED = 'logits::grad';
 
-export function addModelBackward(g: OnnxGraph, spec: ModelSpec, hooks: string[]): string[] {
+export interface ModelBackwardOptions {
+  /** tensors the backward pass treats as constants (backward.ts BackwardSpec.stop) */
+  stop?: string[];
+  /** dims of a variant's own inputs in shape evaluation `ev`, from that evaluation's sizes (B, T, …) */
+  inputDims?: (name: string, ev: number, sizes: Record<string, number>) => number[] | undefined;
+}
+
+export function addModelBackward(
+  g: OnnxGraph,
+  spec: ModelSpec,
+  wrt: string[],
+  opts: ModelBackwardOptions = {},
+): string[] {
   g.input(GRAD_SEED, 'float', ['B', 'P', spec.dVocab]);
   // two evaluations with different sizes tell static dims from dynamic ones; gradient runs have no KV cache
   const symbols: [Record<string, number>, Record<string, number>] = [
@@ -19,9 +32,12 @@ export function addModelBackward(g: OnnxGraph, spec: ModelSpec, hooks: string[])
   return addBackward(g, {
     output: 'logits',
     seed: GRAD_SEED,
-    wrt: hooks,
+    wrt,
     symbols,
+    stop: opts.stop,
     inputDims: (name, declared, ev) => {
+      const own = opts.inputDims?.(name, ev, symbols[ev]);
+      if (own) return own;
       if (name.startsWith('past.')) return [symbols[ev].B, declared[1] as number, 0, declared[3] as number];
       if (name.endsWith('::mul') || name.endsWith('::add')) return [1]; // interventions broadcast into the hook's shape
       return undefined;

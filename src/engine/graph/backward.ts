@@ -38,6 +38,12 @@ export interface BackwardSpec {
   symbols: [Record<string, number>, Record<string, number>];
   /** per-input overrides of declared dims (e.g. an empty KV cache) for each evaluation */
   inputDims?: (name: string, declared: (number | string)[], ev: number) => number[] | undefined;
+  /**
+   * tensors the pass treats as constants (a stop-gradient): no gradient flows into them or, through
+   * them, into what they were computed from. The edge variant's fed differences (edge-graph.ts) are
+   * such values: its ∂M/∂(edge weight) is Σ difference · ∂M/∂input, the edge's linear attribution.
+   */
+  stop?: string[];
 }
 
 export const gradName = (t: string) => `grad:${t}`;
@@ -82,6 +88,7 @@ const VJP_OPS = new Set([
   'Slice',
   'Gather',
   'ReduceMean',
+  'ReduceSum',
 ]);
 
 function attr(n: Node, name: string): any {
@@ -319,10 +326,11 @@ export function addBackward(g: OnnxGraph, spec: BackwardSpec): string[] {
 
   // which tensors depend on a requested one, and which the seeded output depends on
   const fromSrc = new Set(spec.wrt);
+  const stop = new Set(spec.stop ?? []);
   for (const n of nodes) {
     if (NON_DIFF.has(n.opType)) continue;
     if (n.opType === 'Cast' && attr(n, 'to') !== 1) continue;
-    if (n.input.some((i) => fromSrc.has(i))) n.output.forEach((o) => fromSrc.add(o));
+    if (n.input.some((i) => fromSrc.has(i))) n.output.forEach((o) => stop.has(o) || fromSrc.add(o));
   }
   const toOut = new Set([spec.output]);
   for (let k = nodes.length - 1; k >= 0; k--) {
@@ -572,6 +580,19 @@ export function addBackward(g: OnnxGraph, spec: BackwardSpec): string[] {
         const count = prod(axes.map((i) => xs[i]));
         if (count <= 0) throw unsupported(n, 'ReduceMean over a dynamic axis');
         send(0, () => g.o('Expand', [g.o('Mul', [gy, c(1 / count)]), g.o('Shape', [a])]));
+        break;
+      }
+      case 'ReduceSum': {
+        // axes as a constant input (opset 13+); keepdims 0 puts the summed axes back first
+        const xs = staticShape(a);
+        const axes = (n.input[1] ? shapes[0].get(n.input[1])?.ints : xs.map((_, i) => i))?.map((x) =>
+          norm(x, xs.length),
+        );
+        if (!axes) throw unsupported(n, 'ReduceSum with non-constant axes');
+        const keep = (attr(n, 'keepdims') ?? 1) === 1;
+        send(0, () =>
+          g.o('Expand', [keep ? gy : g.o('Unsqueeze', [gy, g.constI(axes.sort((p, q) => p - q))]), g.o('Shape', [a])]),
+        );
         break;
       }
       default:

@@ -177,7 +177,7 @@ function linearOf(
 
 // ------------------------------------------------------------------ the model
 
-class ModelGraph {
+export class ModelGraph {
   readonly g: OnnxGraph;
   /** hook sites that take mul/add inputs, in graph order */
   readonly sites: string[] = [];
@@ -185,24 +185,24 @@ class ModelGraph {
   private readonly named = new Set<string>();
   private readonly hookSet: Set<string>;
   private readonly lean?: { sites: Set<string>; outputs: Set<string> };
-  private readonly D: number;
-  private readonly H: number;
-  private readonly Hkv: number;
-  private readonly Dh: number;
+  protected readonly D: number;
+  protected readonly H: number;
+  protected readonly Hkv: number;
+  protected readonly Dh: number;
   /** [B, T] of input_ids, set first in build() */
-  private bt = '';
+  protected bt = '';
   private readonly shapeCache = new Map<number, string>();
   /** rotary tables [T, 1, rd] (rotary models) */
-  private cos = '';
-  private sin = '';
+  protected cos = '';
+  protected sin = '';
   /** additive masks [T, Tk]: causal, and causal within the window for sliding-window layers */
-  private mask = '';
-  private maskLocal = '';
+  protected mask = '';
+  protected maskLocal = '';
 
   constructor(
-    private readonly spec: ModelSpec,
-    private readonly tensors: Map<string, TensorEntry>,
-    private readonly plan: GraphPlan,
+    protected readonly spec: ModelSpec,
+    protected readonly tensors: Map<string, TensorEntry>,
+    protected readonly plan: GraphPlan,
     location: (file: string) => string,
   ) {
     this.g = new OnnxGraph(location, plan.weights ?? 'f32');
@@ -217,30 +217,30 @@ class ModelGraph {
   // ---- helpers
 
   /** a weight as float32; `after`: the activation it multiplies (orders the widening of stored weights, see OnnxGraph.weight) */
-  private W = (name: string, after?: string): string => this.g.weight(this.entry(name), after);
+  protected W = (name: string, after?: string): string => this.g.weight(this.entry(name), after);
 
-  private entry(name: string): TensorEntry {
+  protected entry(name: string): TensorEntry {
     const e = this.tensors.get(name);
     if (!e) throw new Error(`graph: tensor ${name} not in weight index`);
     return e;
   }
 
-  private c(v: number): string {
+  protected c(v: number): string {
     return this.g.constF([v], []);
   }
 
   /** the shape [B, T, n] (built once per n) */
-  private btN = (n: number): string => {
+  protected btN = (n: number): string => {
     if (!this.shapeCache.has(n)) this.shapeCache.set(n, this.g.o('Concat', [this.bt, this.g.constI([n])], { axis: 0 }));
     return this.shapeCache.get(n)!;
   };
 
-  private linear(x: string, ref: LinearRef, inDim: number, outDim: number): string {
+  protected linear(x: string, ref: LinearRef, inDim: number, outDim: number): string {
     return linearOf(this.g, this.W, this.btN, x, ref, inDim, outDim);
   }
 
   /** x [N, D] → logits [N, V] through W_U (lm_head or the tied embedding) in vocabulary chunks */
-  private unembed(x: string): string {
+  protected unembed(x: string): string {
     const { spec, plan } = this;
     return unembedRows(
       this.g,
@@ -251,7 +251,7 @@ class ModelGraph {
   }
 
   /** fused kernels allowed (see GraphPlan.fused) */
-  private get fused(): boolean {
+  protected get fused(): boolean {
     return (this.plan.fused ?? true) !== false && !this.plan.grad;
   }
 
@@ -308,7 +308,7 @@ class ModelGraph {
     return { sum, normed: this.norm(sum, n, scaleHook) };
   }
 
-  private norm(x: string, n: NormSpec, scaleHook?: string): string {
+  protected norm(x: string, n: NormSpec, scaleHook?: string): string {
     const hooked = scaleHook !== undefined && this.hookSet.has(scaleHook);
     return normalize(this.g, this.W, x, n, hooked ? (v) => this.hook(v, scaleHook) : undefined, this.fused);
   }
@@ -374,7 +374,7 @@ class ModelGraph {
   // ---- attention
 
   /** rotary, HF rotate_half convention over the first rd dims of each head: x·cos + rotate_half(x)·sin */
-  private rope(x: string): string {
+  protected rope(x: string): string {
     const { g, spec, Dh } = this;
     if (!spec.rotary) return x;
     const rd = spec.rotary.dim;
@@ -481,7 +481,7 @@ class ModelGraph {
   }
 
   /** decomposed attention with its hooks: q [B, T, H, Dh], keys and values [B, H, Tk, Dh] → z [B, T, H, Dh] */
-  private attend(
+  protected attend(
     b: string,
     q: string,
     kH: string,
@@ -526,7 +526,7 @@ class ModelGraph {
 
   // ---- MLP
 
-  private mlp(l: number, layer: LayerSpec, xn: string): string {
+  protected mlp(l: number, layer: LayerSpec, xn: string): string {
     const { g, D } = this;
     const b = `blocks.${l}.mlp`;
     const m = layer.mlp;
@@ -572,9 +572,12 @@ class ModelGraph {
 
   // ---- the whole model
 
-  build(): BuiltGraph {
-    const { g, spec, D } = this;
-    // inputs
+  /**
+   * The graph inputs (token ids, rotary tables, masks) and the embeddings: hook_embed, and
+   * hook_pos_embed for learned positions (undefined otherwise), the first residual stream's addends.
+   */
+  protected embed(): [string, string | undefined] {
+    const { g, spec } = this;
     const ids = g.input('input_ids', 'int64', ['B', 'T']);
     this.bt = g.o('Shape', [ids]);
     if (spec.rotary) {
@@ -595,23 +598,14 @@ class ModelGraph {
       const pos = g.gatherRows(this.entry(spec.posEmbed.w), g.input('position_ids', 'int64', ['T'])); // [T, D]
       posB = this.hook(g.o('Expand', [pos, g.o('Shape', [x])]), 'hook_pos_embed');
     }
+    return [x, posB];
+  }
 
-    // the residual stream: each block's two addends are summed together with the norm that reads them
-    let addends: [string, string | undefined] = [x, posB];
-    for (let l = 0; l < spec.nLayers; l++) {
-      const hooks = [...(l > 0 ? [`blocks.${l - 1}.hook_resid_post`] : []), `blocks.${l}.hook_resid_pre`];
-      const { sum, normed } = this.addNorm(...addends, hooks, spec.layers[l].ln1, `blocks.${l}.ln1.hook_scale`);
-      addends = this.block(l, sum, normed);
-    }
-
+  /** The logits [B, P', V] of ln_final's output xf [B, T, D], at the positions asked for (input logit_positions). */
+  protected logits(xf: string): void {
+    const { g, spec, D } = this;
     // unembed, only at the positions asked for (the unembedding is the largest matmul per token):
     // W_U [V, D] (lm_head or the tied embedding), `b p d, v d -> b p v`
-    const xf = this.addNorm(
-      ...addends,
-      [`blocks.${spec.nLayers - 1}.hook_resid_post`],
-      spec.lnFinal,
-      'ln_final.hook_scale',
-    ).normed;
     const xp = g.o('Gather', [xf, g.input('logit_positions', 'int64', ['P'])], { axis: 1 }); // [B, P, D]
     const xu = g.o('Reshape', [xp, g.constI([-1, D])]);
     const bpV = g.o('Concat', [g.o('Shape', [xp], { start: 0, end: 2 }), g.constI([spec.dVocab])], { axis: 0 });
@@ -619,8 +613,11 @@ class ModelGraph {
     if (spec.finalSoftcap !== null) logits = softcap(g, logits, spec.finalSoftcap);
     g.rename(logits, 'logits');
     g.output('logits');
-    if (this.plan.grad) addModelBackward(g, spec, this.plan.grad.hooks);
+  }
 
+  /** the graph as built so far, encoded */
+  protected built(): BuiltGraph {
+    const { g } = this;
     return {
       bytes: g.encode(),
       inputNames: g.inputNames(),
@@ -629,6 +626,27 @@ class ModelGraph {
       precision: this.plan.weights ?? 'f32',
       weightBytes: g.weightBytes(),
     };
+  }
+
+  build(): BuiltGraph {
+    const { spec } = this;
+    // the residual stream: each block's two addends are summed together with the norm that reads them
+    let addends: [string, string | undefined] = this.embed();
+    for (let l = 0; l < spec.nLayers; l++) {
+      const hooks = [...(l > 0 ? [`blocks.${l - 1}.hook_resid_post`] : []), `blocks.${l}.hook_resid_pre`];
+      const { sum, normed } = this.addNorm(...addends, hooks, spec.layers[l].ln1, `blocks.${l}.ln1.hook_scale`);
+      addends = this.block(l, sum, normed);
+    }
+
+    const xf = this.addNorm(
+      ...addends,
+      [`blocks.${spec.nLayers - 1}.hook_resid_post`],
+      spec.lnFinal,
+      'ln_final.hook_scale',
+    ).normed;
+    this.logits(xf);
+    if (this.plan.grad) addModelBackward(this.g, spec, this.plan.grad.hooks);
+    return this.built();
   }
 }
 

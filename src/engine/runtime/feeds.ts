@@ -10,6 +10,7 @@ import type { Tensor } from '../tensor';
 import type { BuiltGraph } from '../graph/build-model';
 import { mulInput, addInput } from '../graph/hooks';
 import { GRAD_SEED } from '../graph/backward-model';
+import { EDGE_GATE, EDGE_SELF, EDGE_SRC, EDGE_W } from '../graph/edge-graph';
 import { ropeTables } from './rope';
 import { attentionMask } from './masks';
 import type { SiteFeed } from './interventions';
@@ -26,6 +27,8 @@ export interface FeedRequest {
   sites: Map<string, SiteFeed>;
   /** ∂M/∂logits [B, P', V], for graphs with a backward pass */
   gradSeed?: Tensor;
+  /** the edge variant's inputs (graph/edge-graph.ts), already shaped */
+  edges?: { w: Tensor; src: Tensor; self: number; gate?: Tensor };
 }
 
 /** the sliding-window size of the model's local-attention layers (null: every layer is global) */
@@ -72,7 +75,7 @@ export function buildFeeds(
 
   const { nKvHeads: Hkv, dHead: Dh } = spec;
   const empty: Tensor = { dims: [B, Hkv, 0, Dh], data: new Float32Array(0) };
-  for (let l = 0; l < spec.nLayers; l++) {
+  for (let l = 0; l < spec.nLayers && graph.inputNames.includes('past.0.key'); l++) {
     const k = past?.keys[l] ?? empty;
     const v = past?.values[l] ?? empty;
     if (k.dims[0] !== B) throw new LoupeError('BAD_INPUT', `KV cache batch ${k.dims[0]} does not match batch ${B}.`);
@@ -89,5 +92,12 @@ export function buildFeeds(
   }
 
   if (req.gradSeed) feeds[GRAD_SEED] = f32(req.gradSeed.data, req.gradSeed.dims);
+  if (req.edges) {
+    const e = req.edges;
+    feeds[EDGE_W] = f32(e.w.data, e.w.dims);
+    feeds[EDGE_SRC] = f32(e.src.data, e.src.dims);
+    feeds[EDGE_SELF] = f32(new Float32Array([e.self]), [1]);
+    if (e.gate) feeds[EDGE_GATE] = f32(e.gate.data, e.gate.dims);
+  }
   return feeds;
 }

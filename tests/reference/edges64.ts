@@ -1,0 +1,355 @@
+// Edge-level circuits in float64: the oracle for edge patching, EAP, EAP-IG and MIB's faithfulness
+// scores. Written from the definitions in hannamw/EAP-IG (src/eap/graph.py, attribute.py,
+// evaluate.py) and hannamw/MIB-circuit-track (MIB_circuit_track/evaluation.py, print_results.py),
+// as /work/shared/specs/edge-circuits.md cites them, on top of the float64 forward (forward64.ts).
+// It shares nothing with src/: names, not index layouts; gradients by central finite differences.
+//
+// The graph: upstream nodes `input` (hook_embed), `a{l}.h{h}` (z_h · W_O[h], no bias), `m{l}`
+// (hook_mlp_out); downstream inputs `a{l}.h{h}<q|k|v>` (each head's own copy of the residual
+// stream before ln1; grouped k/v weights repeated per query head, TL's ungrouping), `m{l}` (before
+// ln2) and `logits` (before ln_final). Edges from every node to every input that reads the
+// residual stream after it (an MLP reads its own layer's heads unless the block is parallel).
+// A forward with `add` computes each input as resid + add(input, outputs so far).
+
+import { describe as archOf, matmul, normalize, applyRotary, type RefModel } from './forward64';
+
+export interface EdgeGraph64 {
+  /** upstream nodes in residual-stream order */
+  nodes: string[];
+  /** edges in Graph.from_model's insertion order (the order Graph.to_json writes them) */
+  edges: { name: string; parent: string; child: string; input: string }[];
+}
+
+/** the library's graph for L layers of H heads (graph.py from_model) */
+export function edgeGraph64(L: number, H: number, parallel: boolean): EdgeGraph64 {
+  const nodes = ['input'];
+  const edges: EdgeGraph64['edges'] = [];
+  const add = (parent: string, child: string, qkv?: string) => {
+    const input = qkv ? `${child}<${qkv}>` : child;
+    edges.push({ name: `${parent}->${input}`, parent, child, input });
+  };
+  let stream = ['input'];
+  for (let l = 0; l < L; l++) {
+    const heads = Array.from({ length: H }, (_, h) => `a${l}.h${h}`);
+    for (const u of stream) for (const a of heads) for (const x of 'qkv') add(u, a, x);
+    if (parallel) for (const u of stream) add(u, `m${l}`);
+    stream = [...stream, ...heads];
+    if (!parallel) for (const u of stream) add(u, `m${l}`);
+    stream = [...stream, `m${l}`];
+    nodes.push(...heads, `m${l}`);
+  }
+  for (const u of stream) add(u, 'logits');
+  return { nodes, edges };
+}
+
+export interface EdgeForward64Options {
+  /** a value added to downstream input `input` (e.g. 'a1.h2<k>', 'm0', 'logits'), given every upstream output computed so far */
+  add?: (input: string, outs: Map<string, Float64Array>) => Float64Array | undefined;
+  /** replaces hook_embed [T·D] */
+  embed?: Float64Array;
+}
+
+export interface EdgeForward64 {
+  /** last position's logits [V] */
+  last: Float64Array;
+  /** every upstream node's output [T·D] */
+  outs: Map<string, Float64Array>;
+}
+
+export function edgeForward64(model: RefModel, tokens: number[], opts: EdgeForward64Options = {}): EdgeForward64 {
+  const A = archOf(model);
+  const { D, H, Hkv, Dh, M, V } = A;
+  const T = tokens.length;
+  if (A.layers.some((l) => l.postAttn || l.postMlp)) throw new Error('edges64: post-norm blocks are not covered');
+  const outs = new Map<string, Float64Array>();
+  const plus = (a: Float64Array, b: Float64Array | undefined) => {
+    if (!b) return a;
+    const y = a.slice();
+    for (let i = 0; i < y.length; i++) y[i] += b[i];
+    return y;
+  };
+  const input = (name: string, resid: Float64Array) => plus(resid, opts.add?.(name, outs));
+
+  let embed = new Float64Array(T * D);
+  for (let t = 0; t < T; t++) for (let i = 0; i < D; i++) embed[t * D + i] = A.embed[tokens[t] * D + i] * A.embedScale;
+  if (opts.embed) embed = opts.embed.slice();
+  outs.set('input', embed);
+  let resid = embed.slice();
+  if (A.pos) for (let k = 0; k < T * D; k++) resid[k] += A.pos[k];
+
+  const rep = H / Hkv;
+  for (let l = 0; l < A.layers.length; l++) {
+    const L = A.layers[l];
+    const residPre = resid;
+    // each head's q, k, v from its own input: [T, Dh] per head
+    const col = (W: Float64Array, width: number, head: number) => {
+      const w = new Float64Array(D * Dh);
+      for (let i = 0; i < D; i++) for (let d = 0; d < Dh; d++) w[i * Dh + d] = W[i * width + head * Dh + d];
+      return w;
+    };
+    const bias = (b: Float64Array | null, head: number) => (b ? b.slice(head * Dh, (head + 1) * Dh) : null);
+    const project = (x: Float64Array, W: Float64Array, width: number, b: Float64Array | null, head: number) =>
+      matmul(normalize(x, T, D, L.ln1), T, D, col(W, width, head), Dh, bias(b, head));
+    const q: Float64Array[] = [];
+    const k: Float64Array[] = [];
+    const v: Float64Array[] = [];
+    for (let h = 0; h < H; h++) {
+      const kh = Math.floor(h / rep);
+      let qh = project(input(`a${l}.h${h}<q>`, residPre), L.Wq, H * Dh, L.bq, h);
+      let khv = project(input(`a${l}.h${h}<k>`, residPre), L.Wk, Hkv * Dh, L.bk, kh);
+      const vh = project(input(`a${l}.h${h}<v>`, residPre), L.Wv, Hkv * Dh, L.bv, kh);
+      if (L.qNorm) qh = normalize(qh, T, Dh, L.qNorm);
+      if (L.kNorm) khv = normalize(khv, T, Dh, L.kNorm);
+      if (A.rotDims > 0 && A.invFreq) {
+        applyRotary(qh, T, 1, Dh, A.rotDims, A.invFreq);
+        applyRotary(khv, T, 1, Dh, A.rotDims, A.invFreq);
+      }
+      q.push(qh);
+      k.push(khv);
+      v.push(vh);
+    }
+    let attnOut = new Float64Array(T * D);
+    if (L.bo) for (let t = 0; t < T; t++) for (let o = 0; o < D; o++) attnOut[t * D + o] = L.bo[o];
+    const heads: Float64Array[] = [];
+    for (let h = 0; h < H; h++) {
+      const z = new Float64Array(T * Dh);
+      for (let i = 0; i < T; i++) {
+        const s = new Float64Array(T);
+        let mx = -Infinity;
+        for (let j = 0; j <= i; j++) {
+          if (L.window !== null && i - j >= L.window) {
+            s[j] = -Infinity;
+            continue;
+          }
+          let x = 0;
+          for (let d = 0; d < Dh; d++) x += q[h][i * Dh + d] * k[h][j * Dh + d];
+          x *= L.attnScale;
+          if (A.attnSoftcap) x = A.attnSoftcap * Math.tanh(x / A.attnSoftcap);
+          s[j] = x;
+          mx = Math.max(mx, x);
+        }
+        let sum = 0;
+        for (let j = 0; j <= i; j++) {
+          s[j] = s[j] === -Infinity ? 0 : Math.exp(s[j] - mx);
+          sum += s[j];
+        }
+        for (let j = 0; j <= i; j++) for (let d = 0; d < Dh; d++) z[i * Dh + d] += (s[j] / sum) * v[h][j * Dh + d];
+      }
+      const wo = L.Wo.slice(h * Dh * D, (h + 1) * Dh * D); // rows h·Dh … of [H·Dh, D]
+      const r = matmul(z, T, Dh, wo, D, null);
+      heads.push(r);
+      outs.set(`a${l}.h${h}`, r);
+      for (let x = 0; x < T * D; x++) attnOut[x] += r[x];
+    }
+    const mid = new Float64Array(T * D);
+    for (let x = 0; x < T * D; x++) mid[x] = residPre[x] + attnOut[x];
+    const mlpIn = input(`m${l}`, A.parallel ? residPre : mid);
+    const x2 = normalize(mlpIn, T, D, L.ln2);
+    const pre = matmul(x2, T, D, L.Win, M, L.bin);
+    const post = new Float64Array(T * M);
+    if (L.gated) {
+      const up = matmul(x2, T, D, L.Wup!, M, L.bup);
+      for (let x = 0; x < T * M; x++) post[x] = A.act(pre[x]) * up[x];
+    } else for (let x = 0; x < T * M; x++) post[x] = A.act(pre[x]);
+    const mlpOut = matmul(post, T, M, L.Wout, D, L.bout);
+    outs.set(`m${l}`, mlpOut);
+    resid = new Float64Array(T * D);
+    for (let x = 0; x < T * D; x++) resid[x] = mid[x] + mlpOut[x];
+  }
+  const xf = normalize(input('logits', resid).slice((T - 1) * D), 1, D, A.lnf);
+  let last = matmul(xf, 1, D, A.WU, V, A.bU);
+  if (A.finalSoftcap) last = last.map((x) => A.finalSoftcap! * Math.tanh(x / A.finalSoftcap!));
+  return { last, outs };
+}
+
+export interface Pair64 {
+  clean: number[];
+  corrupted: number[];
+  answer: number;
+  counterfactual: number;
+}
+
+export const metric64 = (last: Float64Array, p: Pair64) => last[p.answer] - last[p.counterfactual];
+
+/** Σ over upstream u of c(u, input) · (src_u − a_u), for the `add` option: the edge-patching construction */
+function patchAdd(
+  g: EdgeGraph64,
+  src: Map<string, Float64Array>,
+  coef: (edge: string) => number,
+): EdgeForward64Options['add'] {
+  const into = new Map<string, { parent: string; name: string }[]>();
+  for (const e of g.edges) into.set(e.input, [...(into.get(e.input) ?? []), e]);
+  return (input, outs) => {
+    let y: Float64Array | undefined;
+    for (const e of into.get(input) ?? []) {
+      const c = coef(e.name);
+      if (c === 0) continue;
+      const s = src.get(e.parent)!;
+      const a = outs.get(e.parent)!;
+      y ??= new Float64Array(a.length);
+      for (let i = 0; i < a.length; i++) y[i] += c * (s[i] - a[i]);
+    }
+    return y;
+  };
+}
+
+/** M of the clean run where every edge not in the circuit carries the corrupted run's upstream output (evaluate.py) */
+export function circuitMetric64(
+  model: RefModel,
+  g: EdgeGraph64,
+  p: Pair64,
+  inCircuit: (edge: string) => boolean,
+): number {
+  const corr = edgeForward64(model, p.corrupted).outs;
+  return metric64(edgeForward64(model, p.clean, { add: patchAdd(g, corr, (e) => (inCircuit(e) ? 0 : 1)) }).last, p);
+}
+
+const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
+
+/** exact scores (attribute.py get_scores_exact): mean over pairs of M(only that edge patched) − M(clean) */
+export function exactScores64(model: RefModel, g: EdgeGraph64, pairs: Pair64[]): Map<string, number> {
+  const out = new Map<string, number>(g.edges.map((e) => [e.name, 0]));
+  for (const p of pairs) {
+    const corr = edgeForward64(model, p.corrupted).outs;
+    const base = metric64(edgeForward64(model, p.clean).last, p);
+    for (const e of g.edges) {
+      const m = metric64(
+        edgeForward64(model, p.clean, { add: patchAdd(g, corr, (x) => (x === e.name ? 1 : 0)) }).last,
+        p,
+      );
+      out.set(e.name, out.get(e.name)! + (m - base) / pairs.length);
+    }
+  }
+  return out;
+}
+
+/**
+ * Σ_{t,d} Δ_u · ∂M/∂x_b for every edge u → b, by central differences of M along x_b ± ε Δ_u,
+ * on the clean tokens with hook_embed = `embed` (default the clean embedding); Δ = corrupted − clean.
+ */
+function linearScores64(
+  model: RefModel,
+  g: EdgeGraph64,
+  p: Pair64,
+  delta: Map<string, Float64Array>,
+  embed: Float64Array | undefined,
+  eps: number,
+): Map<string, number> {
+  const out = new Map<string, number>();
+  for (const e of g.edges) {
+    const at = (s: number) =>
+      metric64(
+        edgeForward64(model, p.clean, {
+          embed,
+          add: (input) => (input === e.input ? delta.get(e.parent)!.map((x) => s * x) : undefined),
+        }).last,
+        p,
+      );
+    out.set(e.name, (at(eps) - at(-eps)) / (2 * eps));
+  }
+  return out;
+}
+
+function differences(model: RefModel, p: Pair64) {
+  const clean = edgeForward64(model, p.clean).outs;
+  const corr = edgeForward64(model, p.corrupted).outs;
+  const delta = new Map([...clean].map(([k, a]) => [k, corr.get(k)!.map((x, i) => x - a[i])]));
+  return { clean, corr, delta };
+}
+
+/** EAP (attribute.py get_scores_eap): mean over pairs of Σ (a_corr − a_clean) · ∂M/∂x_b on the clean run */
+export function eapScores64(model: RefModel, g: EdgeGraph64, pairs: Pair64[], eps = 1e-3): Map<string, number> {
+  const out = new Map<string, number>(g.edges.map((e) => [e.name, 0]));
+  for (const p of pairs) {
+    const s = linearScores64(model, g, p, differences(model, p).delta, undefined, eps);
+    for (const [k, v] of s) out.set(k, out.get(k)! + v / pairs.length);
+  }
+  return out;
+}
+
+/**
+ * EAP-IG-inputs (attribute.py get_scores_eap_ig at main): the gradient averaged over m runs with
+ * hook_embed = e_corr + (k/m)(e_clean − e_corr), k = 0 … m − 1; Δ from the real runs.
+ */
+export function eapIgInputsScores64(
+  model: RefModel,
+  g: EdgeGraph64,
+  pairs: Pair64[],
+  m: number,
+  eps = 1e-3,
+): Map<string, number> {
+  const out = new Map<string, number>(g.edges.map((e) => [e.name, 0]));
+  for (const p of pairs) {
+    const { clean, corr, delta } = differences(model, p);
+    const ec = clean.get('input')!;
+    const ek = corr.get('input')!;
+    for (let k = 0; k < m; k++) {
+      const embed = ek.map((x, i) => x + (k / m) * (ec[i] - x));
+      const s = linearScores64(model, g, p, delta, embed, eps);
+      for (const [name, v] of s) out.set(name, out.get(name)! + v / (pairs.length * m));
+    }
+  }
+  return out;
+}
+
+/** prune (graph.py): drop nodes without an in-circuit outgoing and incoming edge and edges whose ends are gone, to a fixpoint */
+export function prune64(g: EdgeGraph64, circuit: Set<string>): Set<string> {
+  const c = new Set(circuit);
+  for (;;) {
+    const outgoing = new Set<string>();
+    const incoming = new Set<string>(['input']);
+    for (const e of g.edges)
+      if (c.has(e.name)) {
+        outgoing.add(e.parent);
+        incoming.add(e.child);
+      }
+    const alive = (n: string) => n === 'logits' || (outgoing.has(n) && incoming.has(n));
+    let changed = false;
+    for (const e of g.edges)
+      if (c.has(e.name) && !(alive(e.parent) && alive(e.child))) {
+        c.delete(e.name);
+        changed = true;
+      }
+    if (!changed) return c;
+  }
+}
+
+export const MIB_PCTS = [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1];
+
+export interface Faithfulness64 {
+  cpr: number;
+  cmd: number;
+  curve: { pct: number; n: number; nAfterPrune: number; metric: number; faithfulness: number }[];
+}
+
+/**
+ * MIB's evaluate_area_under_curve for one ranking: top-n edges by score (signed: highest first;
+ * absolute: by |score|) for n = int(pct · E), pruned, each evaluated as the dataset mean of M;
+ * f = (M(C) − M(empty)) / (M(full) − M(empty)); trapezoids of f (CPR) and |1 − f| (CMD) over pct.
+ * `scores` are ranked as given: pass −ΔM to rank MIB's signed (loss-convention) way.
+ */
+export function faithfulness64(
+  model: RefModel,
+  g: EdgeGraph64,
+  pairs: Pair64[],
+  rankScore: (edge: string) => number,
+): Faithfulness64 & { mFull: number; mEmpty: number } {
+  const E = g.edges.length;
+  const mFull = mean(pairs.map((p) => metric64(edgeForward64(model, p.clean).last, p)));
+  const mEmpty = mean(pairs.map((p) => metric64(edgeForward64(model, p.corrupted).last, p)));
+  const order = g.edges.map((e, i) => ({ e: e.name, s: rankScore(e.name), i })).sort((a, b) => b.s - a.s || a.i - b.i);
+  const curve = MIB_PCTS.map((pct) => {
+    const n = Math.floor(pct * E);
+    const c = prune64(g, new Set(order.slice(0, n).map((x) => x.e)));
+    const metric = mean(pairs.map((p) => circuitMetric64(model, g, p, (e) => c.has(e))));
+    return { pct, n, nAfterPrune: c.size, metric, faithfulness: (metric - mEmpty) / (mFull - mEmpty) };
+  });
+  let cpr = 0;
+  let cmd = 0;
+  for (let i = 0; i + 1 < curve.length; i++) {
+    const dx = curve[i + 1].pct - curve[i].pct;
+    cpr += (dx * (curve[i].faithfulness + curve[i + 1].faithfulness)) / 2;
+    cmd += (dx * (Math.abs(1 - curve[i].faithfulness) + Math.abs(1 - curve[i + 1].faithfulness))) / 2;
+  }
+  return { cpr, cmd, curve, mFull, mEmpty };
+}
