@@ -85,7 +85,7 @@ const circuitExtension = (
     }
     const op = ops.getOperation('circuit');
     if (!op) throw new SkipExtension('no circuit operation is registered in src/ops/index.ts');
-    const maxBatch = (await import('../src/ops/lib/caps')).CAPS.maxBatch;
+    const maxBatch = (await import('../src/engine/caps')).CAPS.maxBatch;
     const model = await load(ctx);
     const { n_layers: L, n_heads: H, d_vocab: V } = model.info;
     const ids = randomIds(CIRCUIT_T, V, 4242);

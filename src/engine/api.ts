@@ -295,6 +295,8 @@ export interface RunResult {
 export interface TokenizeOptions {
   /** prepend the BOS token as TransformerLens does (default true) */
   prependBos?: boolean;
+  /** the input field the text came from, named when it is refused as too long (default 'text') */
+  field?: string;
 }
 
 export interface LoadedModel {
@@ -305,18 +307,21 @@ export interface LoadedModel {
    * surface reads `model.spec`)
    */
   readonly spec: ModelSpec;
-  /** token ids of text (BOS prepended by default) */
+  /**
+   * token ids of text (BOS prepended by default); PROMPT_TOO_LONG before tokenizing a text longer
+   * than the run could take (caps.ts maxTextChars), as for tokenId and chatPrompt
+   */
   tokenize(text: string, opts?: TokenizeOptions): number[];
   /**
    * text as one user message in the model's own chat_template (engine/chat.ts), ending with the
    * assistant's turn; NO_CHAT_TEMPLATE when it has none. Tokenize the result with prependBos false.
    */
-  chatPrompt(text: string): string;
+  chatPrompt(text: string, field?: string): string;
   decode(ids: number[]): string;
   /** the text of each token as the tokenizer's vocabulary shows it, decoded for display */
   tokenStrings(ids: number[]): string[];
   /** id of a single-token string, or undefined when text is not exactly one token */
-  tokenId(text: string): number | undefined;
+  tokenId(text: string, field?: string): number | undefined;
   readonly bosTokenId: number | undefined;
   readonly eosTokenId: number | undefined;
   /** every hook name this model offers, in forward order */

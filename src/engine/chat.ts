@@ -7,8 +7,14 @@
  * BOS rule: a rendered chat template carries the BOS text itself where the model wants it (most
  * write `{{ bos_token }}` first), and the tokenizer maps that text to the BOS id. So a chat prompt
  * is tokenized WITHOUT prepending BOS (prepend_bos is forced false), or BOS would appear twice.
+ *
+ * A template is a program from the model's repository: it renders with bounds (caps.ts) on its
+ * size, the interpreter steps it takes, the length of every string and list it builds, and the
+ * integers it passes to a call or filter (range(1e8), indent(1e9) allocate before any step), so a
+ * hostile one fails as BAD_CHAT_TEMPLATE instead of running forever or exhausting memory.
  */
-import { Template } from '@huggingface/jinja';
+import { Environment, Interpreter, Template } from '@huggingface/jinja';
+import { CAPS } from './caps';
 import { LoupeError } from './errors';
 
 /** the template text in tokenizer_config.json: a string, or a list of named templates ('default' used) */
@@ -30,6 +36,97 @@ const specialText = (v: unknown): string =>
       ? String((v as { content: unknown }).content)
       : '';
 
+class TemplateLimit extends Error {}
+
+const over = (what: string, limit: number) =>
+  new TemplateLimit(`it ${what}, more than the limit of ${limit.toLocaleString('en-US')}`);
+
+/** @huggingface/jinja's interpreter, counting steps and checking the size of every value it makes. */
+class BoundedInterpreter extends Interpreter {
+  private steps = 0;
+  override evaluate(...args: Parameters<Interpreter['evaluate']>): ReturnType<Interpreter['evaluate']> {
+    if (++this.steps > CAPS.maxTemplateSteps) throw over('takes more interpreter steps', CAPS.maxTemplateSteps);
+    const v = super.evaluate(...args);
+    const x = (v as { value?: unknown }).value;
+    if ((typeof x === 'string' || Array.isArray(x)) && x.length > CAPS.maxTemplateOutputChars)
+      throw over(
+        `builds a ${typeof x === 'string' ? 'string' : 'list'} of ${x.length.toLocaleString('en-US')}`,
+        CAPS.maxTemplateOutputChars,
+      );
+    return v;
+  }
+}
+
+// A call's or filter's integer arguments (the interpreter's own evaluateArguments, wrapped): a
+// count or width past the output cap can only allocate past it.
+const proto = BoundedInterpreter.prototype as unknown as {
+  evaluateArguments: (...a: unknown[]) => [{ value: unknown }[], Map<string, { value: unknown }>];
+};
+const evaluateArguments = (Interpreter.prototype as unknown as typeof proto).evaluateArguments;
+proto.evaluateArguments = function (this: unknown, ...a: unknown[]) {
+  const r = evaluateArguments.apply(this, a);
+  for (const v of [...r[0], ...r[1].values()])
+    if (typeof v.value === 'number' && Math.abs(v.value) > CAPS.maxTemplateOutputChars)
+      throw over(`passes ${v.value} to a call`, CAPS.maxTemplateOutputChars);
+  return r;
+};
+
+/** Python's range, refusing more items than a rendering may build. */
+function boundedRange(start: number, stop?: number, step = 1): number[] {
+  if (stop === undefined) [start, stop] = [0, start];
+  if (step === 0) throw new Error('range() step must not be zero');
+  const n = Math.max(0, Math.ceil((stop - start) / step));
+  if (!(n <= CAPS.maxTemplateOutputChars)) throw over(`asks range() for ${n} items`, CAPS.maxTemplateOutputChars);
+  return Array.from({ length: n }, (_, i) => start + i * step);
+}
+
+/** The subset of Python's strftime that @huggingface/jinja's strftime_now offers (its own is not exported). */
+function strftimeNow(format: string): string {
+  const d = new Date();
+  const pad2 = (n: number) => String(n).padStart(2, '0');
+  return String(format).replace(/%[YmdbBHM%]/g, (t) => {
+    switch (t) {
+      case '%Y':
+        return String(d.getFullYear());
+      case '%m':
+        return pad2(d.getMonth() + 1);
+      case '%d':
+        return pad2(d.getDate());
+      case '%b':
+        return new Intl.DateTimeFormat(undefined, { month: 'short' }).format(d);
+      case '%B':
+        return new Intl.DateTimeFormat(undefined, { month: 'long' }).format(d);
+      case '%H':
+        return pad2(d.getHours());
+      case '%M':
+        return pad2(d.getMinutes());
+      default:
+        return '%';
+    }
+  });
+}
+
+/** Template.render with the bounded interpreter; the globals are @huggingface/jinja's setupGlobals, range bounded. */
+function renderBounded(source: string, items: Record<string, unknown>): string {
+  const env = new Environment();
+  const globals: Record<string, unknown> = {
+    false: false,
+    true: true,
+    none: null,
+    raise_exception: (msg: string) => {
+      throw new Error(msg);
+    },
+    range: boundedRange,
+    strftime_now: strftimeNow,
+    True: true,
+    False: false,
+    None: null,
+  };
+  for (const [k, v] of Object.entries({ ...globals, ...items })) env.set(k, v);
+  const out = new BoundedInterpreter(env).run(new Template(source).parsed) as { value: unknown };
+  return String(out.value);
+}
+
 /**
  * Render one user message through the model's chat template (with the generation prompt, so the
  * next token is the assistant's). NO_CHAT_TEMPLATE when the model has none; BAD_CHAT_TEMPLATE when
@@ -44,8 +141,14 @@ export function renderChat(tokenizerConfig: Record<string, unknown> | null, user
       'Run without chat format (the prompt is used as written), or use an instruct checkpoint whose tokenizer_config.json has a chat_template.',
     );
   }
+  if (source.length > CAPS.maxTemplateChars)
+    throw new LoupeError(
+      'BAD_CHAT_TEMPLATE',
+      `The model's chat_template has ${source.length.toLocaleString('en-US')} characters, more than the limit of ${CAPS.maxTemplateChars.toLocaleString('en-US')} (maxTemplateChars).`,
+      'Run without chat format, or fix chat_template in tokenizer_config.json.',
+    );
   try {
-    return new Template(source).render({
+    return renderBounded(source, {
       messages: [{ role: 'user', content: userText }],
       add_generation_prompt: true,
       bos_token: specialText(tokenizerConfig?.bos_token),
@@ -56,7 +159,7 @@ export function renderChat(tokenizerConfig: Record<string, unknown> | null, user
   } catch (e) {
     throw new LoupeError(
       'BAD_CHAT_TEMPLATE',
-      `The model's chat_template could not be rendered: ${(e as Error).message}`,
+      `The model's chat_template could not be rendered: ${e instanceof TemplateLimit ? 'it was stopped: ' : ''}${(e as Error).message}`,
       'Run without chat format, or fix chat_template in tokenizer_config.json.',
     );
   }

@@ -13,9 +13,11 @@ import type {
   KVCache,
   Intervention,
   LensTop,
+  TokenizeOptions,
   WeightProducts,
   WeightProductsInput,
 } from './api';
+import { checkTextLength } from './caps';
 import { LoupeError, throwIfAborted } from './errors';
 import type { ModelSpec } from './spec';
 import type { Tensor } from './tensor';
@@ -56,9 +58,6 @@ import {
   OFFERED_PRECISIONS,
   type WeightsMode,
 } from './precision';
-
-/** a bound on the characters one token covers, far above any real vocabulary's longest token */
-const MAX_CHARS_PER_TOKEN = 1024;
 
 export interface ModelParts {
   config: Record<string, any>;
@@ -294,20 +293,14 @@ class EngineModel implements LoadedModel {
     await this.session('base');
   }
 
-  tokenize(text: string, opts: { prependBos?: boolean } = {}): number[] {
-    // No vocabulary has tokens near 1024 characters, so such a text cannot fit the context; refuse
-    // it before tokenizing (a 12 MB prompt took the tokenizer minutes and held the engine queue).
-    if (text.length > this.spec.nCtx * MAX_CHARS_PER_TOKEN) {
-      throw new LoupeError(
-        'PROMPT_TOO_LONG',
-        `The text has ${text.length} characters: more than this model's context of ${this.spec.nCtx} tokens can hold.`,
-        `Shorten it to a few characters per token, at most ${this.spec.nCtx} tokens.`,
-        { chars: text.length, n_ctx: this.spec.nCtx },
-      );
-    }
+  // Every text reaches the tokenizer through these three, each refusing a text longer than a run
+  // could take before tokenizing it (a 16 M-character answer held a companion for minutes).
+  tokenize(text: string, opts: TokenizeOptions = {}): number[] {
+    checkTextLength(this.spec.nCtx, text, opts.field ?? 'text');
     return this.tokenizer.encode(text, opts.prependBos ?? true);
   }
-  chatPrompt(text: string): string {
+  chatPrompt(text: string, field = 'prompt'): string {
+    checkTextLength(this.spec.nCtx, text, field);
     return this.tokenizer.chatPrompt(text);
   }
   decode(ids: number[]): string {
@@ -316,7 +309,8 @@ class EngineModel implements LoadedModel {
   tokenStrings(ids: number[]): string[] {
     return this.tokenizer.tokenStrings(ids);
   }
-  tokenId(text: string): number | undefined {
+  tokenId(text: string, field = 'token'): number | undefined {
+    checkTextLength(this.spec.nCtx, text, field);
     return this.tokenizer.tokenId(text);
   }
 

@@ -22,11 +22,12 @@
  *  SAFETENSORS_SIZE_MISMATCH (end - begin != numel x dtype size), SAFETENSORS_OVERLAP,
  *  SAFETENSORS_OFFSET_OUT_OF_RANGE (a tensor's data lies past the end of the file).
  */
+import { CAPS } from './caps';
 import { LoupeError } from './errors';
 import type { SafetensorsDtype, TensorEntry, WeightSet } from './safetensors-types';
 
-/** Same cap as the reference Rust implementation (100 MB): a larger header is a broken or hostile file. */
-export const MAX_HEADER_BYTES = 100_000_000;
+/** Same cap as the reference Rust implementation (100 MB): a larger header is a broken or hostile file (caps.ts). */
+export const MAX_HEADER_BYTES = CAPS.maxHeaderBytes;
 
 export const DTYPE_BYTES: Record<SafetensorsDtype, number> = {
   F64: 8,

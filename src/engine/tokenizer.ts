@@ -3,8 +3,109 @@
  * semantics: encode without the tokenizer's special tokens, then prepend BOS when asked.
  */
 import { Tokenizer } from '@huggingface/tokenizers';
+import { CAPS } from './caps';
 import { LoupeError } from './errors';
 import { renderChat } from './chat';
+
+/** The quantifier at src[i]: its length (0 when none) and whether it repeats without a small bound. */
+function quantifierAt(src: string, i: number): { len: number; unbounded: boolean } {
+  const c = src[i];
+  let len = 0,
+    unbounded = false;
+  if (c === '*' || c === '+') [len, unbounded] = [1, true];
+  else if (c === '?') len = 1;
+  else if (c === '{') {
+    const m = /^\{(\d*)(,(\d*))?\}/.exec(src.slice(i, i + 32));
+    if (!m) return { len: 0, unbounded: false };
+    len = m[0].length;
+    const lo = Number(m[1] || 0);
+    unbounded = m[2] !== undefined && (m[3] === '' || Number(m[3]) - lo > 16);
+  }
+  if (len > 0 && (src[i + len] === '?' || src[i + len] === '+')) len++; // lazy or possessive
+  return { len, unbounded };
+}
+
+/**
+ * Whether a regex repeats a group that itself holds an unbounded repetition — (a+)+, (?:\s*)*,
+ * ([^\d]+)+\d — the shape whose backtracking is exponential in the text's length: a failing match
+ * of 30 characters then never ends. No tokenizer the Hub ships has one (their patterns repeat
+ * character classes, not groups of repetitions).
+ */
+export function nestsQuantifiers(src: string): boolean {
+  const stack: boolean[] = [false]; // per open group: does it hold an unbounded repetition?
+  for (let i = 0; i < src.length;) {
+    const c = src[i];
+    let atomHolds = false;
+    if (c === '\\') {
+      i += 2;
+      if ('pPuk'.includes(src[i - 1]) && src[i] === '{') i = Math.max(i, src.indexOf('}', i) + 1);
+      else if (src[i - 1] === 'u' || src[i - 1] === 'x') while (/[0-9a-fA-F]/.test(src[i] ?? '')) i++;
+    } else if (c === '[') {
+      for (i++; i < src.length && src[i] !== ']'; i++) if (src[i] === '\\') i++;
+      i++;
+    } else if (c === '(') {
+      stack.push(false);
+      i++;
+      if (src[i] === '?') {
+        i++;
+        if (src[i] === '<' && src[i + 1] !== '=' && src[i + 1] !== '!') {
+          const end = src.indexOf('>', i); // (?<name>
+          i = end < 0 ? src.length : end + 1;
+        } else if (src[i] === '<') i += 2;
+        else if (/[:=!>]/.test(src[i])) i++;
+        else {
+          while (i < src.length && /[a-zA-Z-]/.test(src[i])) i++; // (?i:  inline flags
+          if (src[i] === ':') i++;
+        }
+      }
+      continue;
+    } else if (c === ')') {
+      atomHolds = stack.length > 1 ? stack.pop()! : false;
+      i++;
+    } else if (c === '|' || c === '^' || c === '$') {
+      i++;
+      continue;
+    } else i++;
+    const q = quantifierAt(src, i);
+    if (q.unbounded && atomHolds) return true;
+    if (q.unbounded || atomHolds) stack[stack.length - 1] = true;
+    i += q.len;
+  }
+  return false;
+}
+
+/** Every regex in a tokenizer.json (normalizers, pre-tokenizers, decoders: `{"Regex": "…"}`), checked when it is loaded. */
+export function checkTokenizerPatterns(json: unknown, where = 'tokenizer.json'): void {
+  const seen: unknown[] = [json];
+  for (let n = 0; n < seen.length; n++) {
+    const v = seen[n];
+    if (!v || typeof v !== 'object') continue;
+    if (Array.isArray(v)) {
+      // the vocabulary and merges are long lists of strings and pairs: nothing to look at
+      if (v.length > 0 && typeof v[0] !== 'object') continue;
+      for (const x of v) if (x && typeof x === 'object') seen.push(x);
+      continue;
+    }
+    for (const [k, x] of Object.entries(v as Record<string, unknown>)) {
+      if (k === 'vocab' || k === 'merges') continue;
+      if (k === 'Regex' && typeof x === 'string') {
+        if (x.length > CAPS.maxTokenizerRegexChars)
+          throw new LoupeError(
+            'UNSUPPORTED_CONFIG',
+            `${where}: a pattern has ${x.length} characters, more than the limit of ${CAPS.maxTokenizerRegexChars} (maxTokenizerRegexChars).`,
+            "The model's tokenizer.json is damaged or hostile.",
+          );
+        if (nestsQuantifiers(x))
+          throw new LoupeError(
+            'UNSUPPORTED_CONFIG',
+            `${where}: the pattern ${JSON.stringify(x.slice(0, 80))} repeats a group that itself repeats without bound; its matching can take exponential time.`,
+            "The model's tokenizer.json is damaged or hostile; no tokenizer the Hub ships has such a pattern.",
+            { pattern: x.slice(0, 200) },
+          );
+      } else if (x && typeof x === 'object') seen.push(x);
+    }
+  }
+}
 
 export class ModelTokenizer {
   private readonly tok: Tokenizer;
@@ -16,6 +117,7 @@ export class ModelTokenizer {
     private readonly tokenizerConfig: Record<string, unknown> | null,
     config: Record<string, any>,
   ) {
+    checkTokenizerPatterns(tokenizerJson);
     try {
       this.tok = new Tokenizer(tokenizerJson, tokenizerConfig ?? {});
     } catch (e) {

@@ -162,14 +162,14 @@ export const operation = defineOperation({
   const answerId = resolveAnswer(model, input.answer);
   const meanPrompts =
     input.method === 'mean' && input.mean_prompts
-      ? input.mean_prompts.map((p) => promptIds(model, p, { prependBos: input.prepend_bos }))
+      ? input.mean_prompts.map((p) => promptIds(model, p, { prependBos: input.prepend_bos, field: 'mean_prompts' }))
       : undefined;
   let resampleIds: number[] | undefined;
   let resampleFrom: string | undefined;
   if (input.method === 'resample') {
     const given =
       input.resample_prompt !== undefined
-        ? promptIds(model, input.resample_prompt, { prependBos: input.prepend_bos })
+        ? promptIds(model, input.resample_prompt, { prependBos: input.prepend_bos, field: 'resample_prompt' })
         : undefined;
     const r = resampleTokens(model, ids, input.seed, given);
     resampleIds = r.ids;

@@ -8,7 +8,7 @@ import { defineOperation } from './types';
 import type { Tensor } from '../engine/tensor';
 import { documentBase, documentHead } from '../schema/common';
 import { LoupeError, throwIfAborted } from '../engine/errors';
-import { finite } from './lib/caps';
+import { finite } from '../engine/caps';
 import { promptFields, promptIds } from './lib/tokens';
 
 export const SITES = ['resid_pre', 'resid_mid', 'resid_post', 'attn_out', 'mlp_out', 'mlp_post', 'pattern'] as const;

@@ -6,7 +6,7 @@ import { z } from 'zod';
 import { defineOperation } from './types';
 import { documentBase, documentHead } from '../schema/common';
 import { LoupeError, throwIfAborted } from '../engine/errors';
-import { checkDocumentSize, finite } from './lib/caps';
+import { checkDocumentSize, finite } from '../engine/caps';
 import { inputIds, promptOrIdsFields } from './lib/ablation';
 
 export const attentionInput = z.object({

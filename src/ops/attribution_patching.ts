@@ -16,7 +16,7 @@ import type { Tensor } from '../engine/tensor';
 import { defineOperation } from './types';
 import { documentBase, documentHead, tokenEntry, interventionList } from '../schema/common';
 import { LoupeError, throwIfAborted } from '../engine/errors';
-import { checkTopK, finite } from './lib/caps';
+import { checkTopK, finite } from '../engine/caps';
 import { argmax } from './lib/math';
 import { inputIds, logitsAt, cleanCorruptedFields, resolveAnswer, runVariants } from './lib/ablation';
 import { metricOf, metricSeed, metricTokens, spearman, tokenRef } from './lib/gradients';

@@ -10,7 +10,7 @@ import type { LoadedModel } from '../engine/api';
 import { LoupeError, throwIfAborted } from '../engine/errors';
 import { documentBase, documentHead } from '../schema/common';
 import { defineOperation } from './types';
-import { CAPS } from './lib/caps';
+import { CAPS } from '../engine/caps';
 import { promptIds } from './lib/tokens';
 import {
   checkCaptureHooks,

@@ -38,7 +38,7 @@ import type { Intervention, LoadedModel } from '../engine/api';
 import { LoupeError, throwIfAborted } from '../engine/errors';
 import { documentBase, documentHead, interventionRecord } from '../schema/common';
 import { defineOperation, type OpContext } from './types';
-import { CAPS, finite } from './lib/caps';
+import { CAPS, finite } from '../engine/caps';
 import { logSoftmax, rng } from './lib/math';
 import { promptIds } from './lib/tokens';
 import { generateBatch } from './lib/generation';
@@ -605,7 +605,9 @@ export const operation = defineOperation({
   }
   const controlPrompts =
     inp.control_prompts ?? deriveControlPrompts(model, inp.prompt, inp.concept_tokens, inp.n_control_prompts, inp.seed);
-  const controlIds = controlPrompts.map((p) => promptIds(model, p, { prependBos: inp.prepend_bos }));
+  const controlIds = controlPrompts.map((p) =>
+    promptIds(model, p, { prependBos: inp.prepend_bos, field: 'control prompt' }),
+  );
   if (inp.positions !== 'all') {
     const bad = controlIds.findIndex((c) => (inp.positions as number[]).some((p) => p >= c.length));
     if (bad >= 0)

@@ -13,7 +13,7 @@ import { z } from 'zod';
 import { defineOperation } from './types';
 import { documentBase, documentHead, interventionList } from '../schema/common';
 import { LoupeError } from '../engine/errors';
-import { CAPS, finite } from './lib/caps';
+import { CAPS, finite } from '../engine/caps';
 import { CONVENTIONS, decomposeLogit, dlaHookNames } from './lib/dla';
 import {
   Ablator,

@@ -25,7 +25,7 @@ import type { LoadedModel, RunOptions } from '../engine/api';
 import { LoupeError, throwIfAborted } from '../engine/errors';
 import { documentBase, documentHead, modelBlockOf, tokenEntry } from '../schema/common';
 import { defineOperation, type OpContext } from './types';
-import { CAPS, checkTopK, finite } from './lib/caps';
+import { CAPS, checkTopK, finite } from '../engine/caps';
 import { directLogitScores, type ProbeHandleValue } from './lib/directions';
 import { storeOf } from './lib/handle-store';
 import {

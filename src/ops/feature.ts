@@ -16,7 +16,7 @@ import type { LoadedModel } from '../engine/api';
 import { LoupeError, throwIfAborted } from '../engine/errors';
 import { documentBase, documentHead, tokenEntry } from '../schema/common';
 import { defineOperation } from './types';
-import { checkTopK, finite } from './lib/caps';
+import { checkTopK, finite } from '../engine/caps';
 import { promptFields, promptIds } from './lib/tokens';
 import { directLogitScores } from './lib/directions';
 import { describe as describeFeature } from './lib/feature-descriptions';

@@ -7,7 +7,7 @@ import { generationBlock } from '../schema/generation';
 import { defineOperation } from './types';
 import { documentBase, documentHead } from '../schema/common';
 import { LoupeError } from '../engine/errors';
-import { checkNewTokens } from './lib/caps';
+import { checkNewTokens } from '../engine/caps';
 import { promptFields, promptIds } from './lib/tokens';
 import { generateTokens } from './lib/generation';
 

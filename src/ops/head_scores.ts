@@ -19,7 +19,7 @@ import { defineOperation } from './types';
 import { chatField, documentBase, documentHead } from '../schema/common';
 import type { LoadedModel } from '../engine/api';
 import { LoupeError, throwIfAborted } from '../engine/errors';
-import { CAPS, finite } from './lib/caps';
+import { CAPS, finite } from '../engine/caps';
 import { promptIds } from './lib/tokens';
 import { rng } from './lib/math';
 

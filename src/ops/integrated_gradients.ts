@@ -12,7 +12,7 @@ import type { Intervention } from '../engine/api';
 import { defineOperation } from './types';
 import { documentBase, documentHead, interventionList } from '../schema/common';
 import { LoupeError, throwIfAborted } from '../engine/errors';
-import { CAPS, finite } from './lib/caps';
+import { CAPS, finite } from '../engine/caps';
 import { argmax } from './lib/math';
 import { inputIds, promptOrIdsFields, resolveAnswer } from './lib/ablation';
 import { metricOf, metricSeed, metricTokens, tokenRef } from './lib/gradients';

@@ -8,7 +8,7 @@ import { z } from 'zod';
 import { defineOperation } from './types';
 import { documentBase, documentHead } from '../schema/common';
 import { LoupeError, throwIfAborted } from '../engine/errors';
-import { checkTopK, checkDocumentSize, finite } from './lib/caps';
+import { checkTopK, checkDocumentSize, finite } from '../engine/caps';
 import { promptFields, promptIds } from './lib/tokens';
 
 export const logitLensInput = z.object({

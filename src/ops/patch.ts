@@ -15,7 +15,7 @@ import type { Intervention } from '../engine/api';
 import { defineOperation } from './types';
 import { documentBase, documentHead, tokenEntry, interventionList } from '../schema/common';
 import { LoupeError } from '../engine/errors';
-import { CAPS, checkDocumentSize, finite } from './lib/caps';
+import { CAPS, checkDocumentSize, finite } from '../engine/caps';
 import { tokenText } from './lib/tokens';
 import { argmax } from './lib/math';
 import { checkVariants, inputIds, logitsAt, cleanCorruptedFields, resolveAnswer, runVariants } from './lib/ablation';

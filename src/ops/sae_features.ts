@@ -24,7 +24,7 @@ import type { LoadedModel } from '../engine/api';
 import { LoupeError, throwIfAborted } from '../engine/errors';
 import { documentBase, documentHead } from '../schema/common';
 import { defineOperation } from './types';
-import { checkTopK, finite } from './lib/caps';
+import { checkTopK, finite } from '../engine/caps';
 import { promptFields, promptIds, tokenText } from './lib/tokens';
 import { argmax } from './lib/math';
 import { readoutDirection } from './lib/dla';

@@ -20,7 +20,7 @@ import type { Intervention, LoadedModel } from '../engine/api';
 import { LoupeError, throwIfAborted } from '../engine/errors';
 import { documentBase, documentHead, interventionRecord } from '../schema/common';
 import { defineOperation } from './types';
-import { finite } from './lib/caps';
+import { finite } from '../engine/caps';
 import { promptFields, promptIds, resolveToken } from './lib/tokens';
 import { logSoftmax } from './lib/math';
 import { generateBatch } from './lib/generation';

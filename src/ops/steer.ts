@@ -11,7 +11,7 @@ import { generationBlock } from '../schema/generation';
 import type { LoadedModel } from '../engine/api';
 import { documentBase, documentHead, interventionRecord } from '../schema/common';
 import { defineOperation } from './types';
-import { finite } from './lib/caps';
+import { finite } from '../engine/caps';
 import { logSoftmax } from './lib/math';
 import { generateBatch } from './lib/generation';
 import {

@@ -7,7 +7,7 @@ import { z } from 'zod';
 import { defineOperation } from './types';
 import { documentBase, documentHead } from '../schema/common';
 import { LoupeError, throwIfAborted } from '../engine/errors';
-import { checkTopK, finite } from './lib/caps';
+import { checkTopK, finite } from '../engine/caps';
 import { promptFields, promptIds, resolveToken, tokenText } from './lib/tokens';
 import { CONVENTIONS, decomposeLogit, describeMethod, dlaHookNames, type DlaTarget } from './lib/dla';
 import { logSumExp, topIndices, topK } from './lib/math';

@@ -5,14 +5,15 @@
  * bridge's `#pair=` token (`#pair=…&s=…`).
  */
 import { deflateSync, Inflate, strToU8, strFromU8 } from 'fflate';
+import { CAPS } from '../engine/caps';
 import { LoupeError } from '../engine/errors';
 import { toBase64Url, fromBase64Url } from './base64url';
 
 export const SHARE_VERSION = 1;
 /** a link longer than this is refused on decode (a guard against hostile links) */
-export const MAX_LINK_CHARS = 2_000_000;
+export const MAX_LINK_CHARS = CAPS.maxLinkChars;
 /** inflated JSON larger than this is refused (a guard against decompression bombs) */
-export const MAX_JSON_BYTES = 16 * 1024 * 1024;
+export const MAX_JSON_BYTES = CAPS.maxLinkJsonBytes;
 /** embed the result only while the whole encoded state stays under this many characters */
 export const DEFAULT_MAX_EMBED_CHARS = 24_000;
 

@@ -1,4 +1,5 @@
 /** Helpers shared by the architecture adapters: config field access and tensor checks. */
+import { checkDim, type CapName } from '../caps';
 import { LoupeError } from '../errors';
 import type { TensorEntry } from '../safetensors-types';
 import type { LinearRef, NormSpec, RopeScaling } from '../spec';
@@ -19,6 +20,18 @@ export function num(config: Config, keys: string[], fallback?: number): number {
     `config.json lacks ${keys.join(' / ')}.`,
     "The model folder's config.json is incomplete or not a Hugging Face causal-LM config.",
   );
+}
+
+/**
+ * A dimension (layers, heads, widths, vocabulary, positions): the first key present, a positive
+ * integer within its cap in caps.ts (BAD_CONFIG naming the key and the limit), checked before
+ * the adapter builds anything per layer or allocates by it. Adapters read every size with this,
+ * never with num().
+ */
+export function dim(config: Config, keys: string[], cap: CapName, fallback?: number): number {
+  for (const k of keys) if (config[k] !== undefined && config[k] !== null) return checkDim(cap, config[k], k);
+  if (fallback !== undefined) return fallback;
+  return num(config, keys);
 }
 
 /** A tensor that must exist with the given shape (undefined entries in `shape` are not checked). */

@@ -1,15 +1,15 @@
 /** GPT-2 (GPT2LMHeadModel): learned positions, LayerNorm, fused Conv1D qkv, gelu_new MLP. */
 import type { ModelSpec, LayerSpec } from '../spec';
-import { type AdapterInput, num, need, maybe, activation } from './common';
+import { type AdapterInput, dim, num, need, maybe, activation } from './common';
 
 export function gpt2(input: AdapterInput): ModelSpec {
   const { config: c, tensors: t } = input;
-  const D = num(c, ['n_embd', 'hidden_size']);
-  const L = num(c, ['n_layer', 'num_hidden_layers']);
-  const H = num(c, ['n_head', 'num_attention_heads']);
-  const V = num(c, ['vocab_size']);
-  const nCtx = num(c, ['n_positions', 'n_ctx', 'max_position_embeddings']);
-  const M = typeof c.n_inner === 'number' ? c.n_inner : 4 * D;
+  const D = dim(c, ['n_embd', 'hidden_size'], 'maxDModel');
+  const L = dim(c, ['n_layer', 'num_hidden_layers'], 'maxLayers');
+  const H = dim(c, ['n_head', 'num_attention_heads'], 'maxHeads');
+  const V = dim(c, ['vocab_size'], 'maxVocab');
+  const nCtx = dim(c, ['n_positions', 'n_ctx', 'max_position_embeddings'], 'maxPositions');
+  const M = dim(c, ['n_inner'], 'maxDMlp', 4 * D);
   const eps = num(c, ['layer_norm_epsilon'], 1e-5);
   const Dh = D / H;
   // Some checkpoints (e.g. openai-community/gpt2) store names without the 'transformer.' prefix.

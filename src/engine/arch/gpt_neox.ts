@@ -1,14 +1,15 @@
 /** GPT-NeoX / Pythia: rotary (possibly partial), LayerNorm, fused per-head qkv, optional parallel residual. */
 import type { ModelSpec, LayerSpec } from '../spec';
-import { type AdapterInput, num, need, linear, norm, activation, ropeScaling } from './common';
+import { type AdapterInput, dim, num, need, linear, norm, activation, ropeScaling } from './common';
 
 export function gptNeox(input: AdapterInput): ModelSpec {
   const { config: c, tensors: t } = input;
-  const D = num(c, ['hidden_size']);
-  const L = num(c, ['num_hidden_layers']);
-  const H = num(c, ['num_attention_heads']);
-  const V = num(c, ['vocab_size']);
-  const M = num(c, ['intermediate_size']);
+  const D = dim(c, ['hidden_size'], 'maxDModel');
+  const L = dim(c, ['num_hidden_layers'], 'maxLayers');
+  const H = dim(c, ['num_attention_heads'], 'maxHeads');
+  const V = dim(c, ['vocab_size'], 'maxVocab');
+  const M = dim(c, ['intermediate_size'], 'maxDMlp');
+  const nCtx = dim(c, ['max_position_embeddings'], 'maxPositions', 2048);
   const eps = num(c, ['layer_norm_eps'], 1e-5);
   const Dh = D / H;
   const rotaryPct = num(c, ['rotary_pct', 'partial_rotary_factor'], 1);
@@ -47,7 +48,7 @@ export function gptNeox(input: AdapterInput): ModelSpec {
     dHead: Dh,
     dMlp: M,
     dVocab: V,
-    nCtx: num(c, ['max_position_embeddings'], 2048),
+    nCtx,
     norm: 'layernorm',
     embed: { w: embed, scale: 1 },
     rotary: {

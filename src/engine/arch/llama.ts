@@ -3,7 +3,8 @@
  * `llamaLike` is the shared decoder that qwen2/qwen3/gemma/gemma2 adapt with their own options.
  */
 import type { ModelSpec, LayerSpec, NormSpec } from '../spec';
-import { type AdapterInput, type Config, num, need, linear, norm, activation, ropeScaling } from './common';
+import { LoupeError } from '../errors';
+import { type AdapterInput, type Config, dim, num, need, linear, norm, activation, ropeScaling } from './common';
 
 export interface LlamaLikeOptions {
   family: string;
@@ -29,7 +30,16 @@ export interface LlamaLikeOptions {
 
 function slidingLayers(c: Config, L: number, opts: LlamaLikeOptions): (number | null)[] {
   const w = typeof c.sliding_window === 'number' ? c.sliding_window : null;
-  if (Array.isArray(c.layer_types)) return c.layer_types.map((k: string) => (k === 'sliding_attention' ? w : null));
+  if (Array.isArray(c.layer_types)) {
+    if (c.layer_types.length !== L)
+      throw new LoupeError(
+        'BAD_CONFIG',
+        `config.json: layer_types lists ${c.layer_types.length} layers but num_hidden_layers is ${L}.`,
+        "The model's config.json is damaged.",
+        { field: 'layer_types' },
+      );
+    return c.layer_types.map((k: string) => (k === 'sliding_attention' ? w : null));
+  }
   if (opts.alternatingSlidingWindow) return Array.from({ length: L }, (_, l) => (l % 2 === 0 ? w : null)); // HF Gemma2: even layers slide
   if (c.use_sliding_window && w !== null) {
     const from = typeof c.max_window_layers === 'number' ? c.max_window_layers : 0;
@@ -41,13 +51,14 @@ function slidingLayers(c: Config, L: number, opts: LlamaLikeOptions): (number | 
 
 export function llamaLike(input: AdapterInput, opts: LlamaLikeOptions): ModelSpec {
   const { config: c, tensors: t } = input;
-  const D = num(c, ['hidden_size']);
-  const L = num(c, ['num_hidden_layers']);
-  const H = num(c, ['num_attention_heads']);
-  const Hkv = num(c, ['num_key_value_heads'], H);
-  const V = num(c, ['vocab_size']);
-  const M = num(c, ['intermediate_size']);
-  const Dh = typeof c.head_dim === 'number' ? c.head_dim : D / H;
+  const D = dim(c, ['hidden_size'], 'maxDModel');
+  const L = dim(c, ['num_hidden_layers'], 'maxLayers');
+  const H = dim(c, ['num_attention_heads'], 'maxHeads');
+  const Hkv = dim(c, ['num_key_value_heads'], 'maxHeads', H);
+  const V = dim(c, ['vocab_size'], 'maxVocab');
+  const M = dim(c, ['intermediate_size'], 'maxDMlp');
+  const Dh = dim(c, ['head_dim'], 'maxDHead', D / H);
+  const nCtx = dim(c, ['max_position_embeddings'], 'maxPositions', 2048);
   const eps = num(c, ['rms_norm_eps'], 1e-6);
   const off = opts.normOffset ?? 0;
   let actName: string | undefined;
@@ -111,7 +122,7 @@ export function llamaLike(input: AdapterInput, opts: LlamaLikeOptions): ModelSpe
     dHead: Dh,
     dMlp: M,
     dVocab: V,
-    nCtx: num(c, ['max_position_embeddings'], 2048),
+    nCtx,
     norm: 'rmsnorm',
     // HF Gemma casts sqrt(hidden_size) to the model dtype; in float32 that is Math.fround.
     embed: { w: embed, scale: opts.embedScale ? Math.fround(Math.sqrt(D)) : 1 },

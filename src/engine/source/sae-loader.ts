@@ -12,6 +12,7 @@
  * be ('owner/name[@revision]', an http(s) URL of a folder, or a local folder in Node) and `path`
  * is the SAE's folder inside it ('' = the root).
  */
+import { CAPS } from '../caps';
 import { LoupeError } from '../errors';
 import { loadSaeFiles, type SaeFiles } from '../sae';
 import { createSource } from './create-source';
@@ -50,7 +51,7 @@ const SOURCE_HINT =
   "sae_source is a Hub repository ('owner/name' or 'owner/name@revision'), an http(s) URL of a folder, or (CLI) a local folder; sae_path is the SAE's folder inside it, e.g. 'blocks.8.hook_resid_pre'.";
 
 /** SAEs above this many weight bytes are refused before their weights are fetched (32-bit WASM heaps, memory) */
-export const DEFAULT_MAX_SAE_BYTES = 2 * 1024 ** 3;
+export const DEFAULT_MAX_SAE_BYTES = CAPS.maxSaeBytes;
 
 const DTYPE_BYTES: Record<string, number> = { float32: 4, float16: 2, bfloat16: 2, float64: 8 };
 

@@ -22,7 +22,7 @@ import type { Intervention, InterventionRecord, LoadedModel, RunResult } from '.
 import type { Tensor } from '../../engine/tensor';
 import { LoupeError, throwIfAborted } from '../../engine/errors';
 import type { OpContext } from '../types';
-import { CAPS, checkTokenCount, finite } from './caps';
+import { CAPS, checkTokenCount, finite } from '../../engine/caps';
 import { promptFields, promptIds, resolveToken, tokenText } from './tokens';
 import { argmax, klDivergence, logSoftmax, rng } from './math';
 

@@ -5,7 +5,7 @@
 import { z } from 'zod';
 import type { LoadedModel } from '../../engine/api';
 import { LoupeError, throwIfAborted } from '../../engine/errors';
-import { CAPS } from './caps';
+import { CAPS } from '../../engine/caps';
 import { promptIds } from './tokens';
 
 /** most prompts one capture may hold */

@@ -13,7 +13,7 @@
  */
 import { LoupeError, throwIfAborted } from '../../engine/errors';
 import type { LoadedModel } from '../../engine/api';
-import { CAPS } from './caps';
+import { CAPS } from '../../engine/caps';
 import { generateBatch } from './generation';
 
 /** characters of corpus text one call may read (about a million tokens for byte-level tokenizers) */
@@ -88,7 +88,7 @@ export function corpusTexts(text: string, format: CorpusFormat): { texts: string
 /** document texts → token documents (no BOS) */
 export function tokenizeDocuments(model: LoadedModel, texts: string[]): CorpusDocument[] {
   return texts
-    .map((t) => ({ ids: model.tokenize(t, { prependBos: false }), origin: 'text' as const }))
+    .map((t) => ({ ids: model.tokenize(t, { prependBos: false, field: 'corpus entry' }), origin: 'text' as const }))
     .filter((d) => d.ids.length > 0);
 }
 

@@ -15,7 +15,7 @@
 import type { Intervention, KVCache, LoadedModel } from '../../engine/api';
 import { LoupeError, throwIfAborted } from '../../engine/errors';
 import { argmax, rng } from './math';
-import { checkBatch, checkNewTokens, checkTokenCount } from './caps';
+import { checkBatch, checkNewTokens, checkTokenCount } from '../../engine/caps';
 
 export interface SamplingOptions {
   /** 0 (default) = greedy */

@@ -18,7 +18,7 @@ import { z } from 'zod';
 import type { Intervention, LoadedModel } from '../../engine/api';
 import { LoupeError, throwIfAborted } from '../../engine/errors';
 import type { OpContext } from '../types';
-import { CAPS, checkNewTokens } from './caps';
+import { CAPS, checkNewTokens } from '../../engine/caps';
 import { promptFields, promptIds, resolveToken } from './tokens';
 import { klDivergence, logSoftmax } from './math';
 import { storeOf } from './handle-store';
@@ -31,7 +31,7 @@ import {
   unembedCosines,
   type ResolvedDirection,
 } from './directions';
-import { finite } from './caps';
+import { finite } from '../../engine/caps';
 
 // ------------------------------------------------------------------ shared input fields
 

@@ -6,7 +6,7 @@
 import { z } from 'zod';
 import { LoupeError } from '../../engine/errors';
 import type { LoadedModel } from '../../engine/api';
-import { checkTokenCount } from './caps';
+import { checkTokenCount } from '../../engine/caps';
 import { chatField, type PromptFormat } from '../../schema/common';
 
 /** input fields shared by every prompt-taking operation (spread into an op's input schema) */
@@ -35,10 +35,10 @@ export function applyChatFormat(model: LoadedModel, input: Record<string, unknow
       'Give prompt (chat format does not apply to token_ids), or leave chat off.',
     );
   }
-  const rendered = model.chatPrompt(user);
+  const rendered = model.chatPrompt(user, 'prompt');
   input.prompt = rendered;
   if (typeof input.corrupted_prompt === 'string' && input.corrupted_prompt.length > 0)
-    input.corrupted_prompt = model.chatPrompt(input.corrupted_prompt);
+    input.corrupted_prompt = model.chatPrompt(input.corrupted_prompt, 'corrupted_prompt');
   if ('prepend_bos' in input) input.prepend_bos = false;
   return { chat: true, user_prompt: user, rendered };
 }
@@ -47,6 +47,8 @@ export interface PromptIdsOptions {
   prependBos?: boolean;
   /** tokens that will still be appended (generation), counted against the context */
   extra?: number;
+  /** the input field, named when the text is refused as too long (default 'prompt') */
+  field?: string;
 }
 
 /** Tokenize a prompt and check it: EMPTY_PROMPT, PROMPT_TOO_LONG. */
@@ -55,7 +57,7 @@ export function promptIds(model: LoadedModel, prompt: string, opts: PromptIdsOpt
   if (prompt.length === 0) {
     throw new LoupeError('EMPTY_PROMPT', 'The prompt is empty.', 'Give at least one character of text.');
   }
-  const ids = model.tokenize(prompt, { prependBos });
+  const ids = model.tokenize(prompt, { prependBos, field: opts.field ?? 'prompt' });
   const content =
     prependBos && model.bosTokenId !== undefined && ids[0] === model.bosTokenId ? ids.length - 1 : ids.length;
   if (content <= 0) {
@@ -105,7 +107,7 @@ export function resolveToken(model: LoadedModel, text: string, field = 'token'):
   if (text.startsWith(' ')) candidates.push(text.slice(1));
   else candidates.push(' ' + text);
   for (const c of candidates) {
-    const id = model.tokenId(c);
+    const id = model.tokenId(c, field);
     if (id !== undefined) return id;
   }
   throw new LoupeError(
