@@ -8,7 +8,7 @@ import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describeModel } from '../src/engine/arch';
 import { buildModelGraph, type BuiltGraph, type GraphPlan } from '../src/engine/graph/build-model';
-import type { EngineSession, OrtTensorLike, SessionFactory } from '../src/engine/runtime/session';
+import type { EngineSession, OrtTensorLike, SessionFactory } from '../src/engine/runtime/ort-session';
 import { attentionMask } from '../src/engine/runtime/masks';
 import type { ModelSpec } from '../src/engine/spec';
 import type { WeightSet } from '../src/engine/safetensors-types';

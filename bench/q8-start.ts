@@ -8,7 +8,7 @@
  * reads it, the cache being one per run), then `repeat` pairs, alternating, of
  *   nocache  LOUPE_Q8_CACHE=0: quantised in memory; its session_ms is onnxruntime creating the
  *            session from the quantised bytes in memory (node: from the graph folder they were
- *            written to, as session-node.ts hands every in-memory weight file over)
+ *            written to, as ort-session-node.ts hands every in-memory weight file over)
  *   cached   ready_ms of a load reading the entry (the whole second start: files, headers,
  *            tokenizer, graph, the entry's check, the session)
  * and prints the medians and cached ready / nocache session. A scratch LOUPE_CACHE_DIR.

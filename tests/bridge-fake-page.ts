@@ -10,7 +10,7 @@ import os from 'node:os';
 import path from 'node:path';
 import WebSocket from 'ws';
 import { Hub, type HubOptions } from '../src/bridge/hub';
-import { newInstanceId } from '../src/bridge/handles';
+import { newInstanceId } from '../src/ops/lib/handles';
 import {
   PAGE_PATH,
   PROTOCOL_VERSION,

@@ -13,7 +13,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { LoadedModel } from '../src/engine/api';
 import { loadModelNode } from '../src/node/load';
 import { operations } from '../src/ops/index';
-import { mintHandle, parseHandle } from '../src/bridge/handles';
+import { mintHandle, parseHandle } from '../src/ops/lib/handles';
 import { errorOf, poll, sleep, until } from './bridge-fake-page';
 
 const ROOT = path.resolve(__dirname, '..');

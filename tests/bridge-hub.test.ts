@@ -6,7 +6,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { LoupeError } from '../src/engine/errors';
 import type { Hub } from '../src/bridge/hub';
-import { mintHandle } from '../src/bridge/handles';
+import { mintHandle } from '../src/ops/lib/handles';
 import type { Progress } from '../src/ops/types';
 import { FakePage, sleep, startTestHub, until } from './bridge-fake-page';
 

@@ -22,7 +22,7 @@ import onnxProto from 'onnx-proto';
 import { loadModelNode, nodeFactory } from '../src/node/load';
 import { loadModelFilesNode } from '../src/node/load-files-node';
 import { createModel, modelPartsFrom } from '../src/engine/model';
-import type { EngineSession } from '../src/engine/runtime/session';
+import type { EngineSession } from '../src/engine/runtime/ort-session';
 import type { ReadableWeightSet } from '../src/engine/safetensors';
 import { pieceGraph } from '../src/engine/runtime/pieces';
 import { buildModelGraph } from '../src/engine/graph/build-model';

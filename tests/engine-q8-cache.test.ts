@@ -12,7 +12,7 @@ import { readdirSync, readFileSync, rmSync, statSync, truncateSync, utimesSync, 
 import * as path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadModelNode, nodeFactory } from '../src/node/load';
-import { loadModel } from '../src/engine/index';
+import { loadModelBrowser } from '../src/engine/index';
 import { IdbCache } from '../src/engine/source/idb-cache';
 import { LoupeError } from '../src/engine/errors';
 import { HubSource } from '../src/engine/source/hub-source';
@@ -236,8 +236,8 @@ describe('the q8 cache in IndexedDB (the page)', () => {
     const cache = new IdbCache({ dbName: `q8-${Math.random()}`, chunkBytes: 4096 });
     const ort = (await nodeFactory('wasm')).ort;
     const src = () => new HubSource('r/llama', { endpoint: hub.url });
-    const load = () => loadModel(src(), { ort, backend: 'wasm', weights: 'q8', cache });
-    const uncached = await loadModel(src(), { ort, backend: 'wasm', weights: 'q8' });
+    const load = () => loadModelBrowser(src(), { ort, backend: 'wasm', weights: 'q8', cache });
+    const uncached = await loadModelBrowser(src(), { ort, backend: 'wasm', weights: 'q8' });
     const want = await run(uncached);
     await uncached.dispose();
 
@@ -289,7 +289,7 @@ describe('the q8 cache in IndexedDB (the page)', () => {
     const cache = new IdbCache({ dbName: `q8-${Math.random()}`, chunkBytes: 4096 });
     const ort = (await nodeFactory('wasm')).ort;
     const want = await (async () => {
-      const m = await loadModel(new HubSource('r/llama', { endpoint: hub.url }), {
+      const m = await loadModelBrowser(new HubSource('r/llama', { endpoint: hub.url }), {
         ort,
         backend: 'wasm',
         weights: 'q8',
@@ -314,7 +314,7 @@ describe('the q8 cache in IndexedDB (the page)', () => {
         },
       };
     };
-    const m = await loadModel(new HubSource('r/llama', { endpoint: hub.url }), {
+    const m = await loadModelBrowser(new HubSource('r/llama', { endpoint: hub.url }), {
       ort,
       backend: 'wasm',
       weights: 'q8',

@@ -9,7 +9,7 @@ import { readFileSync } from 'node:fs';
 import * as path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { checkStorage } from '../src/engine/source/storage';
-import { loadModel } from '../src/engine/index';
+import { loadModelBrowser } from '../src/engine/index';
 import { nodeFactory } from '../src/node/load';
 import { IdbCache } from '../src/engine/source/idb-cache';
 import { HubSource } from '../src/engine/source/hub-source';
@@ -104,7 +104,7 @@ describe('the browser loader judges storage before the first weight byte', () =>
   /** requests for the weight file */
   const weightRequests = () => hub.log.filter((r) => r.file?.endsWith('.safetensors'));
   const load = async (weights: 'stored' | 'q8', cache: IdbCache) =>
-    loadModel(new HubSource(REPO, { endpoint: hub.url }), {
+    loadModelBrowser(new HubSource(REPO, { endpoint: hub.url }), {
       ort: (await nodeFactory('wasm')).ort,
       backend: 'wasm',
       weights,

@@ -4,7 +4,7 @@
  * runtime, and list/delete the IndexedDB weight cache.
  */
 import * as ort from 'onnxruntime-web';
-import { loadModel } from '../src/engine/index';
+import { loadModelBrowser } from '../src/engine/index';
 import { LoupeError } from '../src/engine/errors';
 import type { Backend, LoadedModel } from '../src/engine/api';
 import type { ModelSource, FileProgress } from '../src/engine/source/types';
@@ -238,7 +238,7 @@ export async function openModel(
     ? { backend: opts.backend, reason: 'forced' }
     : await resolveBackend(req.backend);
   const files = new Map<string, FileProgress>();
-  const model = await loadModel(plan.source, {
+  const model = await loadModelBrowser(plan.source, {
     ort,
     baseUrl: BASE.href,
     backend,

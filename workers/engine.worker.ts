@@ -13,7 +13,7 @@ import type { LoadedModel } from '../src/engine/api';
 import { operations, parseOperationInput, requireOperation } from '../src/ops/index';
 import { operationSchemas } from '../src/ops/schemas';
 import { JobTable, throttle, fileDone, stepDone } from './jobs';
-import { instanceHandleStore, newInstanceId } from '../src/bridge/handles';
+import { instanceHandleStore, newInstanceId } from '../src/ops/lib/handles';
 import { gpuInfo, storageInfo, jsHeapBytes } from './doctor';
 import {
   openModel,
@@ -42,12 +42,12 @@ let model: LoadedModel | null = null;
 let modelReq: LoadRequest | null = null;
 const jobs = new JobTable();
 // Handles (captures, probes) carry the page instance's id so the agent bridge can tell stale ones
-// (see src/bridge/handles.ts); the page sends its id with configure() right after start.
+// (see src/ops/lib/handles.ts); the page sends its id with configure() right after start.
 let instanceId = newInstanceId();
 let store = instanceHandleStore(instanceId);
 
 /** Run fn; anything thrown leaves as LoupeError JSON. */
-async function guarded<T>(fn: () => Promise<T>): Promise<T> {
+async function withErrorJson<T>(fn: () => Promise<T>): Promise<T> {
   try {
     return await fn();
   } catch (e) {
@@ -85,7 +85,7 @@ function modelJob<T>(
   onProgress: ProgressFn,
   fn: (m: LoadedModel, req: LoadRequest, o: { signal: AbortSignal; onProgress: ProgressFn }) => Promise<T>,
 ): Promise<T> {
-  return guarded(async () => {
+  return withErrorJson(async () => {
     const m = requireModel();
     const signal = jobs.start(jobId);
     try {
@@ -109,7 +109,7 @@ const api: EngineWorkerApi = {
   },
 
   listOperations() {
-    return guarded(async () => {
+    return withErrorJson(async () => {
       opInfos ??= Object.values(operations).map((op) => ({
         name: op.name,
         title: op.title,
@@ -123,7 +123,7 @@ const api: EngineWorkerApi = {
   },
 
   loadModel(jobId: string, req: LoadRequest, onProgress: FileProgressFn, onPreview?: PreviewFn) {
-    return guarded(async (): Promise<LoadedModelSummary> => {
+    return withErrorJson(async (): Promise<LoadedModelSummary> => {
       const signal = jobs.start(jobId);
       try {
         const opened = await openModel(req, { signal, onProgress: throttle(onProgress, 80, fileDone), onPreview });
@@ -142,7 +142,7 @@ const api: EngineWorkerApi = {
   },
 
   runOperation(jobId: string, name: string, input: unknown, onProgress: ProgressFn) {
-    return guarded(async () => {
+    return withErrorJson(async () => {
       const op = requireOperation(name);
       const m = requireModel();
       const parsed = parseOperationInput(op, input);
@@ -169,27 +169,27 @@ const api: EngineWorkerApi = {
   },
 
   listCache() {
-    return guarded(() => listCachedModels());
+    return withErrorJson(() => listCachedModels());
   },
 
   saeNeedsDownload(ref) {
-    return guarded(() => saeNeedsDownload(ref, modelReq));
+    return withErrorJson(() => saeNeedsDownload(ref, modelReq));
   },
 
   deleteCache(key) {
-    return guarded(() => deleteCachedModel(key));
+    return withErrorJson(() => deleteCachedModel(key));
   },
 
   storage() {
-    return guarded(() => storageInfo());
+    return withErrorJson(() => storageInfo());
   },
 
   memory() {
-    return guarded(async () => memory());
+    return withErrorJson(async () => memory());
   },
 
   doctor() {
-    return guarded(async () => ({
+    return withErrorJson(async () => ({
       crossOriginIsolated: env.isolated,
       hardwareConcurrency: env.threads,
       wasmThreads: wasmThreads(),

@@ -178,7 +178,7 @@ export type FileProgressFn = (p: FileProgress) => void;
 
 export interface EngineWorkerApi {
   ping(): Promise<'pong'>;
-  /** the page instance id that handles are minted with (src/bridge/handles.ts) */
+  /** the page instance id that handles are minted with (src/ops/lib/handles.ts) */
   configure(opts: { instanceId: string }): Promise<void>;
   listOperations(): Promise<OperationInfo[]>;
   /** onPreview (optional) sees the judged plan before any weight byte and may stop the load */

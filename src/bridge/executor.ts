@@ -2,7 +2,7 @@
  * What the MCP server needs from whatever runs the tools: the paired page (through the hub this
  * companion owns, or through another companion's hub) or the engine in this process (headless).
  */
-import type { CallOptions, ExecResult } from './page-session';
+import type { CallOptions, ExecResult } from './page-connection';
 import type { AgentInfo } from './protocol';
 
 export type { CallOptions, ExecResult };

@@ -8,10 +8,10 @@ import { randomBytes } from 'node:crypto';
 import http from 'node:http';
 import WebSocket from 'ws';
 import { LoupeError } from '../engine/errors';
-import { randomHex } from './handles';
+import { randomHex } from '../ops/lib/handles';
 import { startHeartbeat, type Heartbeat } from './heartbeat';
 import { PendingCalls } from './pending-calls';
-import type { CallOptions, ExecResult } from './page-session';
+import type { CallOptions, ExecResult } from './page-connection';
 import {
   AGENT_PATH,
   CHALLENGE_PROTOCOL_PREFIX,

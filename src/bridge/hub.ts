@@ -15,13 +15,13 @@ import { LoupeError, toLoupeError } from '../engine/errors';
 import { createStaticHandler, ISOLATION_HEADERS } from '../node/static-server';
 import { checkHost, checkUpgrade } from './guard';
 import { startHeartbeat } from './heartbeat';
-import { assertHandlesCurrent } from './handles';
+import { assertHandlesCurrent } from '../ops/lib/handles';
 import { agentProof, hubProof, proofsEqual } from './token';
 import { MAX_LINE_BYTES } from './stdio-lines';
 
 /** challenge peers that may wait for their proof at one time (each holds at most one frame in memory) */
 const MAX_UNAUTHENTICATED = 4;
-import { PageSession, type CallOptions, type ExecResult } from './page-session';
+import { PageConnection, type CallOptions, type ExecResult } from './page-connection';
 import {
   CLOSE_POLICY,
   HUB_PROBE_PATH,
@@ -74,7 +74,7 @@ const NOT_BUILT = `<!doctype html><meta charset="utf-8"><title>Loupe</title>
  * uncaught exception would end the companion and every agent's session with it): log, then let
  * `drop` disconnect the peer that sent it.
  */
-export function guarded(log: (msg: string) => void, what: string, fn: () => void, drop?: () => void): void {
+export function runPeerHandler(log: (msg: string) => void, what: string, fn: () => void, drop?: () => void): void {
   try {
     fn();
   } catch (e) {
@@ -91,7 +91,7 @@ export class Hub {
   readonly server: http.Server;
   readonly port: number;
   readonly token: string;
-  private pages: PageSession[] = [];
+  private pages: PageConnection[] = [];
   private agents = new Map<WebSocket, AgentInfo>();
   private localAgent: AgentInfo | undefined;
   private waiters = new Set<() => void>();
@@ -157,7 +157,7 @@ export class Hub {
   }
 
   /** The page calls go to: the most recently paired live one. */
-  get activePage(): PageSession | undefined {
+  get activePage(): PageConnection | undefined {
     return this.pages[this.pages.length - 1];
   }
 
@@ -188,7 +188,7 @@ export class Hub {
   }
 
   /** Wait up to ms for a paired page; undefined when none came. */
-  async waitForPage(ms: number, signal?: AbortSignal): Promise<PageSession | undefined> {
+  async waitForPage(ms: number, signal?: AbortSignal): Promise<PageConnection | undefined> {
     if (this.activePage) return this.activePage;
     if (ms <= 0) return undefined;
     return new Promise((resolve) => {
@@ -206,7 +206,7 @@ export class Hub {
 
   /**
    * Run a tool on the active page. Fails with NO_PAGE (after noPageWaitMs), HANDLE_EXPIRED
-   * (a handle from another page instance in args), or whatever PageSession.call fails with.
+   * (a handle from another page instance in args), or whatever PageConnection.call fails with.
    */
   async execute(tool: string, args: Record<string, unknown>, o: CallOptions): Promise<ExecResult> {
     const page = await this.waitForPage(this.opts.noPageWaitMs, o.signal);
@@ -243,7 +243,7 @@ export class Hub {
       notBuiltHtml: NOT_BUILT,
     });
     this.server.on('request', (req, res) =>
-      guarded(
+      runPeerHandler(
         this.log,
         'an HTTP request',
         () => {
@@ -300,12 +300,14 @@ export class Hub {
           };
           socket.once('close', release);
           this.challengeWss.handleUpgrade(req, socket, head, (ws) =>
-            guarded(this.log, 'accepting a peer', () => this.acceptAgent(ws, v.challenge, release)),
+            runPeerHandler(this.log, 'accepting a peer', () => this.acceptAgent(ws, v.challenge, release)),
           );
           return;
         }
         this.wss.handleUpgrade(req, socket, head, (ws) =>
-          guarded(this.log, 'accepting a peer', () => (v.kind === 'page' ? this.acceptPage(ws) : this.acceptAgent(ws))),
+          runPeerHandler(this.log, 'accepting a peer', () =>
+            v.kind === 'page' ? this.acceptPage(ws) : this.acceptAgent(ws),
+          ),
         );
       } catch (e) {
         // Catch-all: no request, however malformed, may end the companion.
@@ -317,12 +319,12 @@ export class Hub {
   }
 
   private acceptPage(ws: WebSocket): void {
-    // Before the PageSession takes over: a bad frame (ws reports it as 'error') only drops this peer.
+    // Before the PageConnection takes over: a bad frame (ws reports it as 'error') only drops this peer.
     ws.on('error', () => ws.terminate());
     const helloTimer = setTimeout(() => ws.close(CLOSE_POLICY, 'no hello'), this.opts.helloTimeoutMs);
     ws.once('close', () => clearTimeout(helloTimer));
     ws.once('message', (data, isBinary) =>
-      guarded(
+      runPeerHandler(
         this.log,
         'a page hello',
         () => {
@@ -341,7 +343,7 @@ export class Hub {
           // A reload of the same tab: the old page instance is gone now, even if its socket has not
           // closed yet. Failing its calls here is what makes "reload mid-call" fail within a second.
           for (const old of this.pages.filter((p) => p.tabId === m.tab_id)) old.close('the page was reloaded');
-          const session = new PageSession(ws, m, {
+          const session = new PageConnection(ws, m, {
             heartbeatMs: this.opts.heartbeatMs,
             missedBeats: this.opts.missedBeats,
             log: this.log,
@@ -393,7 +395,7 @@ export class Hub {
       this.broadcastAgents();
     });
     ws.on('message', (data, isBinary) =>
-      guarded(
+      runPeerHandler(
         this.log,
         'an agent message',
         () => {

@@ -7,7 +7,7 @@
  */
 import { LoupeError, toLoupeError } from '../engine/errors';
 import type { Progress } from '../ops/types';
-import { randomHex } from './handles';
+import { randomHex } from '../ops/lib/handles';
 import type { JobHandle } from './tools';
 
 export type JobState = 'running' | 'succeeded' | 'failed' | 'cancelled';

@@ -15,7 +15,7 @@ import { HeadlessExecutor } from './headless';
 import { JobManager } from './jobs';
 import { createMcpServer } from './mcp-server';
 import { PageExecutor } from './page-executor';
-import type { ExecResult } from './page-session';
+import type { ExecResult } from './page-connection';
 import { allowLocal, type LocalAccess } from '../node/local-access';
 import { guardStdin, TRANSPORT_BUFFER_BYTES } from './stdio-lines';
 

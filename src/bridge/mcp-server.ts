@@ -23,7 +23,7 @@ import { LoupeError, toLoupeError } from '../engine/errors';
 import type { Operation, Progress } from '../ops/types';
 import type { Executor } from './executor';
 import { JobManager } from './jobs';
-import type { ExecResult } from './page-session';
+import type { ExecResult } from './page-connection';
 import { resultLink, shareModelOf } from './link';
 import { progressMapper } from './progress';
 import { errorResult, okResult, TraceResources, TRACE_URI_PREFIX, TRACE_URI_TEMPLATE } from './results';

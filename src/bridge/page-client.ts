@@ -9,10 +9,10 @@
  *   …  bridge.modelChanged();  …  bridge.disconnect();
  *
  * `instanceId` must be the id the worker's HandleStore mints handles with (see
- * src/bridge/handles.ts): the hub rejects handles of earlier page instances as expired.
+ * src/ops/lib/handles.ts): the hub rejects handles of earlier page instances as expired.
  */
 import { toLoupeError } from '../engine/errors';
-import { newInstanceId } from './handles';
+import { newInstanceId } from '../ops/lib/handles';
 import { startHeartbeat } from './heartbeat';
 import type { Progress } from '../ops/types';
 import {

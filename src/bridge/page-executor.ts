@@ -8,7 +8,7 @@ import { LoupeError } from '../engine/errors';
 import type { Executor } from './executor';
 import { ForwardClient, probeHub } from './forward';
 import { Hub, type HubOptions } from './hub';
-import type { CallOptions, ExecResult } from './page-session';
+import type { CallOptions, ExecResult } from './page-connection';
 import type { AgentInfo } from './protocol';
 import {
   ensureConfigDir,

@@ -1,5 +1,5 @@
 /**
- * The calls a bridge link has sent and not yet heard back about: the hub's PageSession (calls to
+ * The calls a bridge link has sent and not yet heard back about: the hub's PageConnection (calls to
  * a page) and the companion's ForwardClient (calls through another companion's hub) keep theirs
  * here. A call settles exactly once, by its result, an error, its deadline or its caller's
  * cancel; settling stops its timer and its abort listener.

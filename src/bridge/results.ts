@@ -5,7 +5,7 @@
  */
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { LoupeError, toLoupeError } from '../engine/errors';
-import { mintHandle, parseHandle } from './handles';
+import { mintHandle, parseHandle } from '../ops/lib/handles';
 
 export const TRACE_URI_PREFIX = 'loupe://trace/';
 export const TRACE_URI_TEMPLATE = 'loupe://trace/{id}';

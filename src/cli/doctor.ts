@@ -9,7 +9,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { existsSync, promises as fsp, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import { loadModel, type Io } from './load-model';
+import { loadModelForCli, type Io } from './load-model';
 import { defaultCacheDir } from '../node/dir-cache';
 import { toLoupeError } from '../engine/errors';
 import { requireOrtNode } from '../node/ort-node';
@@ -100,7 +100,7 @@ export async function doctor(argv: string[], io: Io): Promise<number> {
   try {
     const logits: Float32Array[] = [];
     for (const backend of ['node', 'wasm'] as const) {
-      const m = await loadModel('default', backend);
+      const m = await loadModelForCli('default', backend);
       const i = m.info;
       paths[backend] = {
         weights: i.weights,
@@ -139,8 +139,8 @@ export async function doctor(argv: string[], io: Io): Promise<number> {
   let q8: Record<string, any>;
   try {
     const [base, cand] = [
-      await loadModel('default', 'node', undefined, 'stored'),
-      await loadModel('default', 'node', undefined, 'q8'),
+      await loadModelForCli('default', 'node', undefined, 'stored'),
+      await loadModelForCli('default', 'node', undefined, 'q8'),
     ];
     try {
       q8 = { model: 'default', prompt: PROMPT, ...(await precisionCost(base, cand, PROMPT)) };

@@ -9,7 +9,7 @@ export interface Io {
   stderr: (s: string) => void;
 }
 
-export async function loadModel(
+export async function loadModelForCli(
   spec: string,
   backend: string | undefined,
   onProgress?: (s: string) => void,

@@ -15,7 +15,7 @@ import { operationSchemas, schemasOf, allSchemas } from '../ops/schemas';
 import { CLI_FLAGS, UsageError, flagsToInput, isBooleanField, properties, splitArgs } from './args';
 import { render } from './format';
 import { operationHelp, mainHelp } from './help';
-import { loadModel, type Io } from './load-model';
+import { loadModelForCli, type Io } from './load-model';
 import { packageVersion } from '../node/package';
 
 export type { Io } from './load-model';
@@ -120,7 +120,7 @@ async function runOperation(op: AnyOperation, argv: string[], io: Io): Promise<n
     const weights = flags.get('weights');
     let model: LoadedModel;
     try {
-      model = await loadModel(
+      model = await loadModelForCli(
         modelSpec,
         typeof backend === 'string' ? backend : undefined,
         say,

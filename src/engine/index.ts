@@ -8,7 +8,7 @@ import { LoupeError } from './errors';
 import { env, gpuCaps, type GpuCaps } from './env';
 import { createModel, modelPartsFrom } from './model';
 import { choosePrecision, choosePrecisionOnGpu, parseWeightsMode, OFFERED_PRECISIONS } from './precision';
-import { webSessionFactory, type OrtModule } from './runtime/session';
+import { webSessionFactory, type OrtModule } from './runtime/ort-session';
 import { loadModelFiles } from './source/files';
 import { judgeModel, type ModelJudgement, type ModelPlan } from './source/preflight';
 import { createSource } from './source/create-source';
@@ -48,7 +48,7 @@ export function sourceFor(
   return createSource(resolveModelRef(spec, { endpoint: opts.endpoint }), opts);
 }
 
-export async function loadModel(spec: string | ModelSource, opts: BrowserLoadOptions): Promise<LoadedModel> {
+export async function loadModelBrowser(spec: string | ModelSource, opts: BrowserLoadOptions): Promise<LoadedModel> {
   const source = typeof spec === 'string' ? sourceFor(spec, opts) : spec;
   const bundled = typeof spec === 'string' && isBundledSpec(spec);
   const wanted: Backend = opts.backend && opts.backend !== 'auto' ? opts.backend : await detectBackend();

@@ -28,7 +28,7 @@ import { buildReadoutGraph, readoutFor, readoutProducts, type ReadoutMode } from
 import { allHookNames, hookInfo, hookShape as shapeOfHook } from './graph/hooks';
 import { compileInterventions } from './runtime/interventions';
 import { buildFeeds } from './runtime/feeds';
-import type { EngineSession, OrtTensorLike, SessionFactory } from './runtime/session';
+import type { EngineSession, OrtTensorLike, SessionFactory } from './runtime/ort-session';
 import { ModelTokenizer } from './tokenizer';
 import { readParam, specTensorNames, storedParam, type ReadTensor } from './params';
 import { prepareSae, withSaeWeights, type SaeFiles, type SaeGraphSpec, type SaeInfo } from './sae';
@@ -259,7 +259,7 @@ async function q8Parts(parts: ModelParts, spec: ModelSpec, info: ModelInfo, webg
   };
 }
 
-/** why weight files are in `WeightSet.files`: a source read whole (runtime/session.ts passes views of them) */
+/** why weight files are in `WeightSet.files`: a source read whole (runtime/ort-session.ts passes views of them) */
 const SOURCE_IN_JS =
   "the model's files are held in JS: its source was read whole (the bundled model, a folder picked in the page, a source without a cache)";
 

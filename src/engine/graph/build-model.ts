@@ -88,7 +88,7 @@ export interface BuiltGraph {
   precision: WeightPrecision;
   /** bytes of the weight initializers as the graph declares them (what a session holds at stored / q8) */
   weightBytes: number;
-  /** onnxruntime session config entries the graph asks for (runtime/session.ts graphSessionOptions) */
+  /** onnxruntime session config entries the graph asks for (runtime/ort-session.ts graphSessionOptions) */
   sessionConfig?: Record<string, string>;
 }
 

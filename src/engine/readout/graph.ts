@@ -19,7 +19,7 @@ import type { LinearRef, ModelSpec } from '../spec';
 import type { TensorEntry } from '../safetensors-types';
 import type { Tensor } from '../tensor';
 import type { WeightProducts, WeightProductsInput } from '../api';
-import type { OrtTensorLike } from '../runtime/session';
+import type { OrtTensorLike } from '../runtime/ort-session';
 import type { WeightPrecision } from '../precision';
 import { checkReadoutInput } from './input';
 

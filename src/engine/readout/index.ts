@@ -10,7 +10,7 @@
  */
 import type { WeightProducts, WeightProductsInput } from '../api';
 import { throwIfAborted } from '../errors';
-import type { EngineSession } from '../runtime/session';
+import type { EngineSession } from '../runtime/ort-session';
 import type { ReadableWeightSet } from '../safetensors';
 import type { ModelSpec } from '../spec';
 import type { ReadoutMode } from './choose';

@@ -14,7 +14,7 @@ import { EDGE_GATE, EDGE_SELF, EDGE_SRC, EDGE_W } from '../graph/edge-graph';
 import { ropeTables } from './rope';
 import { attentionMask } from './masks';
 import type { SiteFeed } from './interventions';
-import type { OrtModule, OrtTensorLike } from './session';
+import type { OrtModule, OrtTensorLike } from './ort-session';
 
 export interface FeedRequest {
   /** token rows, all of length T */

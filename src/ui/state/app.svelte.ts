@@ -1,6 +1,6 @@
 /**
- * The page's state, split by concern into stores (forms, models, jobs, results, share, doctor,
- * prefs, notices) and joined here: this class wires them together and holds the few actions that
+ * The page's state, split by concern into stores (forms, models, jobs, results, history, share,
+ * links, doctor, prefs, notices) and joined here: this class wires them together and holds the few actions that
  * span several (running an operation, start-up, a worker restart). It survives a worker crash:
  * inputs and results live here, not in the worker. The flat getters are the slice the agent
  * bridge (src/bridge/page-adapter.ts) and the e2e suite read.
@@ -9,7 +9,7 @@ import { LoupeError } from '../../engine/errors';
 import type { Progress } from '../../ops/types';
 import { EngineClient } from '../engine/client';
 import type { WeightsMode } from '../../engine/precision';
-import { newInstanceId } from '../../bridge/handles';
+import { newInstanceId } from '../../ops/lib/handles';
 import { errInfo, type ErrorInfo } from './errors';
 import { NoticeStore } from './notices.svelte';
 import { PrefStore } from './prefs-store.svelte';
@@ -20,7 +20,7 @@ import { ModelStore, choiceOf, type ModelChoice } from './models.svelte';
 import { ShareStore } from './share.svelte';
 import { DoctorStore } from './doctor.svelte';
 import { LinkStore } from './links.svelte';
-import { SessionStore, type SessionEntry } from './session.svelte';
+import { ResultHistory, type HistoryEntry } from './history.svelte';
 import type { BackendChoice } from '../../../workers/protocol';
 
 export type { ErrorInfo, ResultEntry, ModelChoice };
@@ -38,7 +38,7 @@ export class AppState {
   readonly share: ShareStore;
   readonly doctor: DoctorStore;
   readonly links: LinkStore;
-  readonly session = new SessionStore();
+  readonly history = new ResultHistory();
   /** the last page run's error (form validation included), shown under the form */
   jobError = $state<ErrorInfo | null>(null);
   workerRestarts = $state(0);
@@ -72,7 +72,7 @@ export class AppState {
     });
     this.doctor = new DoctorStore(this.client, this.jobs, notify);
     this.links = new LinkStore(this.forms, notify);
-    this.resultStore.onNew = (e) => void this.session.record(e);
+    this.resultStore.onNew = (e) => void this.history.record(e);
     // an error about inputs that have since been edited is stale (a running job's error is not yet shown)
     this.forms.onEdit = () => {
       if (!this.jobs.busy) this.jobError = null;
@@ -151,8 +151,8 @@ export class AppState {
     const linkModel = this.share.open();
     void this.loadOps();
     // a reload loses nothing: the newest result of each operation comes back from the session
-    await this.session.load();
-    for (const [op, e] of Object.entries(this.session.latestByOp()))
+    await this.history.load();
+    for (const [op, e] of Object.entries(this.history.latestByOp()))
       if (!this.resultStore.byOp[op]) this.resultStore.set(e, { restored: true });
     await this.models.refreshCache();
     // a link's model loads by itself only if it is already in this browser's cache; downloading a
@@ -265,7 +265,7 @@ export class AppState {
   }
 
   /** show a session entry as the current result of its operation, with its inputs in the form */
-  showEntry(e: SessionEntry): void {
+  showEntry(e: HistoryEntry): void {
     this.resultStore.set(e, { restored: true });
     this.forms.select(e.op);
     this.forms.fillFromInput(e.op, e.input);

@@ -8,7 +8,7 @@ import type WebSocket from 'ws';
 import { LoupeError } from '../engine/errors';
 import type { Progress } from '../ops/types';
 import { CLOSE_POLICY, type AgentInfo, type HelloMsg, type HubToPage, type WireModel, parseMessage } from './protocol';
-import { randomHex } from './handles';
+import { randomHex } from '../ops/lib/handles';
 import { startHeartbeat, type Heartbeat } from './heartbeat';
 import { PendingCalls } from './pending-calls';
 
@@ -33,12 +33,12 @@ export interface PageSessionOptions {
   heartbeatMs: number;
   /** drop the page after this many heartbeat intervals without hearing from it */
   missedBeats: number;
-  onGone(session: PageSession): void;
-  onModel?(session: PageSession): void;
+  onGone(session: PageConnection): void;
+  onModel?(session: PageConnection): void;
   log?(msg: string): void;
 }
 
-export class PageSession {
+export class PageConnection {
   readonly tabId: string;
   readonly instanceId: string;
   readonly connectedAt = Date.now();

@@ -13,9 +13,9 @@
  *
  * Browser-safe: uses only globalThis.crypto.
  */
-import { LoupeError } from '../engine/errors';
-import type { HandleStore } from '../ops/types';
-import { MemoryHandleStore } from '../ops/lib/handle-store';
+import { LoupeError } from '../../engine/errors';
+import type { HandleStore } from '../types';
+import { MemoryHandleStore } from './handle-store';
 
 const HANDLE_RE = /^lh_([a-z][a-z0-9]{0,23})_([0-9a-f]{12})_([0-9a-f]{16})$/;
 /** handles inside longer strings, e.g. steer's direction "probe:<handle>" */

@@ -10,7 +10,12 @@
 import { copyFileSync, linkSync, mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
-import { graphSessionOptions, wrapOrtSession, type OrtModule, type SessionFactory } from '../engine/runtime/session';
+import {
+  graphSessionOptions,
+  wrapOrtSession,
+  type OrtModule,
+  type SessionFactory,
+} from '../engine/runtime/ort-session';
 import type { WeightSet } from '../engine/safetensors-types';
 import { defaultCacheDir } from './dir-cache';
 import type { BuiltGraph } from '../engine/graph/build-model';

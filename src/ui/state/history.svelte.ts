@@ -1,25 +1,25 @@
 /**
- * The session: every result this page produced or was given (a run, an agent's call, a share
- * link, an import), with its inputs and document, kept in this browser's IndexedDB so a reload
- * loses nothing. Entries can be pinned (kept when the history is trimmed, listed first), picked
+ * The result history (the page's Session panel; its file format is 'loupe-session'): every result
+ * this page produced or was given (a run, an agent's call, a share link, an import), with its
+ * inputs and document, kept in this browser's IndexedDB so a reload loses nothing. Entries can be pinned (kept when the history is trimmed, listed first), picked
  * as A and B for a side-by-side comparison, and the whole session exported and imported as one
  * JSON file.
  */
 import { openDB, type IDBPDatabase } from 'idb';
 import type { ResultEntry } from './results.svelte';
 
-export interface SessionEntry extends ResultEntry {
+export interface HistoryEntry extends ResultEntry {
   id: string;
   /** ms since the epoch */
   at: number;
   pinned: boolean;
 }
 
-export interface SessionFile {
+export interface HistoryFile {
   format: 'loupe-session';
   version: 1;
   exported_at: string;
-  entries: SessionEntry[];
+  entries: HistoryEntry[];
 }
 
 const DB = 'loupe-session';
@@ -36,12 +36,12 @@ const newId = () => `${Date.now().toString(36)}-${(++seq).toString(36)}-${Math.r
  * every number of it (structuredClone per primitive), which held the main thread ~350 ms after an
  * attention result (defect 14).
  */
-function plain(e: SessionEntry): SessionEntry {
+function plain(e: HistoryEntry): HistoryEntry {
   return { ...e, input: $state.snapshot(e.input) as Record<string, unknown>, model: $state.snapshot(e.model) };
 }
 
-export class SessionStore {
-  entries = $state.raw<SessionEntry[]>([]);
+export class ResultHistory {
+  entries = $state.raw<HistoryEntry[]>([]);
   compareA = $state<string | null>(null);
   compareB = $state<string | null>(null);
   error = $state<string | null>(null);
@@ -57,9 +57,9 @@ export class SessionStore {
   }
 
   /** read the stored session (newest first) */
-  async load(): Promise<SessionEntry[]> {
+  async load(): Promise<HistoryEntry[]> {
     try {
-      const all = (await (await this.open()).getAll(STORE)) as SessionEntry[];
+      const all = (await (await this.open()).getAll(STORE)) as HistoryEntry[];
       this.entries = all.sort((a, b) => b.at - a.at);
     } catch (e) {
       this.error = `The session history is not available in this browser: ${(e as Error).message}`;
@@ -68,18 +68,18 @@ export class SessionStore {
   }
 
   /** the newest entry of each operation (what the result panel shows after a reload) */
-  latestByOp(): Record<string, SessionEntry> {
-    const out: Record<string, SessionEntry> = {};
+  latestByOp(): Record<string, HistoryEntry> {
+    const out: Record<string, HistoryEntry> = {};
     for (const e of this.entries) if (!out[e.op]) out[e.op] = e;
     return out;
   }
 
-  get(id: string | null): SessionEntry | undefined {
+  get(id: string | null): HistoryEntry | undefined {
     return id ? this.entries.find((e) => e.id === id) : undefined;
   }
 
-  async record(r: ResultEntry): Promise<SessionEntry> {
-    const entry: SessionEntry = { ...r, id: newId(), at: Date.now(), pinned: false };
+  async record(r: ResultEntry): Promise<HistoryEntry> {
+    const entry: HistoryEntry = { ...r, id: newId(), at: Date.now(), pinned: false };
     this.entries = [entry, ...this.entries];
     await this.put([entry]);
     await this.trim();
@@ -123,7 +123,7 @@ export class SessionStore {
     else this.compareB = this.compareB === id ? null : id;
   }
 
-  toFile(): SessionFile {
+  toFile(): HistoryFile {
     return {
       format: 'loupe-session',
       version: 1,
@@ -134,7 +134,7 @@ export class SessionStore {
 
   /** add a file's entries (ones already here, by id, are skipped); returns how many were added */
   async importFile(text: string): Promise<number> {
-    let f: SessionFile;
+    let f: HistoryFile;
     try {
       f = JSON.parse(text);
     } catch {
@@ -163,7 +163,7 @@ export class SessionStore {
     return fresh.length;
   }
 
-  private async put(list: SessionEntry[]): Promise<void> {
+  private async put(list: HistoryEntry[]): Promise<void> {
     if (!list.length) return;
     try {
       const db = await this.open();
