@@ -1,7 +1,8 @@
 /**
  * LoadedModel: a model description + tokenizer + onnxruntime sessions behind the engine API
- * (api.ts). Graph variants are built on demand and kept: the hooked graph (every hook an output,
- * every site an input, KV cache in/out) and, when asked, the variant with per-head hook_result.
+ * (api.ts). createModel decides the model's precision, vocabulary split and readout once, at load;
+ * EngineModel builds each graph variant (graph/variants.ts) on first use and keeps its session,
+ * and runs one task at a time, in order.
  */
 import type {
   EdgeRun,
@@ -23,8 +24,8 @@ import type { ModelSpec } from './spec';
 import type { Tensor } from './tensor';
 import type { WeightSet } from './safetensors-types';
 import { describeModel } from './arch';
-import { buildModelGraph, buildLensGraph, LENS_OUTPUTS, type BuiltGraph, type GraphPlan } from './graph/build-model';
-import { buildReadoutGraph, readoutFor, readoutProducts, type ReadoutMode } from './readout';
+import { LENS_OUTPUTS, type BuiltGraph, type GraphPlan } from './graph/build-model';
+import { readoutFor, readoutProducts, type ReadoutMode } from './readout';
 import { allHookNames, hookInfo, hookShape as shapeOfHook } from './graph/hooks';
 import { compileInterventions } from './runtime/interventions';
 import { buildFeeds } from './runtime/feeds';
@@ -36,11 +37,16 @@ import { readTensorF32, type ReadableWeightSet } from './safetensors';
 import type { ModelFiles } from './source/files';
 import { BUNDLED_MODEL_ID } from './source/ref';
 import { gradName } from './graph/backward';
-import { buildEdgeGraph, edgeLayoutOf, EDGE_OUT, EDGE_W } from './graph/edge-graph';
+import { edgeLayoutOf, EDGE_OUT, EDGE_W } from './graph/edge-graph';
+import {
+  buildVariant,
+  variantFamily,
+  variantKey,
+  BASE_VARIANT,
+  type GraphVariant,
+  type LeanPlan,
+} from './graph/variants';
 import { q8WeightSet, q8ForWebGpu, dequantizeQ8, Q8_FILE, type Q8Store } from './q8';
-
-/** number of positions whose logits a run computes */
-const logitPosCount = (opts: RunOptions, T: number) => opts.logitPositions?.length ?? T;
 import {
   checkBudget,
   fmtGB,
@@ -58,6 +64,9 @@ import {
   OFFERED_PRECISIONS,
   type WeightsMode,
 } from './precision';
+
+/** number of positions whose logits a run computes */
+const logitPosCount = (opts: RunOptions, T: number) => opts.logitPositions?.length ?? T;
 
 export interface ModelParts {
   config: Record<string, any>;
@@ -263,8 +272,17 @@ async function q8Parts(parts: ModelParts, spec: ModelSpec, info: ModelInfo, webg
 const SOURCE_IN_JS =
   "the model's files are held in JS: its source was read whole (the bundled model, a folder picked in the page, a source without a cache)";
 
+/** a variant's graph and the session running it */
+interface VariantSession {
+  session: EngineSession;
+  graph: BuiltGraph;
+}
+
 class EngineModel implements LoadedModel {
-  private sessions = new Map<string, Promise<{ session: EngineSession; graph: BuiltGraph }>>();
+  /** each variant's session by variantKey, from the moment its creation starts */
+  private sessions = new Map<string, Promise<VariantSession>>();
+  /** sessions whose creation finished, by key (makeRoom releases them) */
+  private readonly created = new Map<string, VariantSession>();
   private attached = new Map<string, { spec: SaeGraphSpec; weights: WeightSet }>();
   private params = new Map<string, Tensor>();
   private readonly hookSets: Record<'base' | 'result', Set<string>>;
@@ -290,7 +308,7 @@ class EngineModel implements LoadedModel {
 
   /** build the base session at load time so the first run is not also the slow one */
   async warm(): Promise<void> {
-    await this.session('base');
+    await this.variant(BASE_VARIANT);
   }
 
   // Every text reaches the tokenizer through these three, each refusing a text longer than a run
@@ -372,28 +390,26 @@ class EngineModel implements LoadedModel {
 
   /** Final norm (each row's own statistics) + unembedding + soft-cap of residual vectors [N, D] → [N, V]. */
   unembed(resid: Tensor, signal?: AbortSignal): Promise<Tensor> {
-    const next = this.queue.then(async () => {
+    return this.enqueue(async () => {
       throwIfAborted(signal);
       const D = this.spec.dModel;
       if (resid.dims.length !== 2 || resid.dims[1] !== D)
         throw new LoupeError('BAD_INPUT', `unembed needs residual vectors [N, ${D}], got [${resid.dims}].`);
-      const { session } = await this.session('lens');
+      const { session } = await this.variant({ kind: 'lens' });
       const out = await session.run(this.lensFeeds({ dims: [1, ...resid.dims], data: resid.data }, 1), ['logits']);
       return { dims: [resid.dims[0], this.spec.dVocab], data: out.logits.data as Float32Array };
     });
-    this.queue = next.catch(() => undefined);
-    return next;
   }
 
   lensTop(resid: Tensor, k: number, signal?: AbortSignal): Promise<LensTop> {
-    const next = this.queue.then(async () => {
+    return this.enqueue(async () => {
       throwIfAborted(signal);
       const D = this.spec.dModel;
       if (resid.dims.length !== 3 || resid.dims[2] !== D || resid.dims[0] < 1)
         throw new LoupeError('BAD_INPUT', `lensTop needs residual vectors [S, P, ${D}], got [${resid.dims}].`);
       if (!Number.isInteger(k) || k < 1 || k > this.spec.dVocab)
         throw new LoupeError('BAD_INPUT', `lensTop: k must be 1 … ${this.spec.dVocab}, got ${k}.`);
-      const { session } = await this.session('lens');
+      const { session } = await this.variant({ kind: 'lens' });
       const out = await session.run(this.lensFeeds(resid, k), LENS_OUTPUTS);
       const ints = (t: OrtTensorLike) => Array.from(t.data as BigInt64Array, Number);
       return {
@@ -406,8 +422,6 @@ class EngineModel implements LoadedModel {
         finalAbove: out.final_above.data as Float32Array,
       };
     });
-    this.queue = next.catch(() => undefined);
-    return next;
   }
 
   private lensFeeds(resid: Tensor, k: number): Record<string, OrtTensorLike> {
@@ -416,39 +430,27 @@ class EngineModel implements LoadedModel {
   }
 
   weightProducts(input: WeightProductsInput, signal?: AbortSignal): Promise<WeightProducts> {
-    const next = this.queue.then(() =>
+    return this.enqueue(() =>
       readoutProducts(this.spec, this.parts.weights as ReadableWeightSet, input, {
         mode: this.info.readout,
-        session: async () => (await this.session('readout')).session,
+        session: async () => (await this.variant({ kind: 'readout' })).session,
         tensor: (type, data, dims) => new this.factory.ort.Tensor(type, data, dims),
         noEmpty: this.info.backend === 'webgpu',
         signal,
         yieldTurn: yieldToEventLoop,
       }),
     );
-    this.queue = next.catch(() => undefined);
-    return next;
   }
 
-  private session(
-    kind: 'base' | 'result' | 'lens' | 'readout' | 'edge' | 'edgeGrad',
-    saeId?: string,
-    lean?: { sites: string[]; outputs: string[] },
-    grad?: string[],
-  ) {
-    const key = grad
-      ? `grad:${saeId ?? ''}:${JSON.stringify(lean ?? null)}:${grad.join(',')}`
-      : lean
-        ? `lean:${JSON.stringify(lean)}`
-        : saeId
-          ? `${kind}|sae:${saeId}`
-          : kind;
+  /** A variant's session, built on first use and kept (lean and gradient variants: two of each family at most). */
+  private variant(v: GraphVariant): Promise<VariantSession> {
+    const key = variantKey(v);
     let s = this.sessions.get(key);
-    if (!s && (lean || grad)) {
+    const family = variantFamily(v);
+    if (!s && family) {
       // lean and gradient variants each hold the weights again: keep at most two of a kind, dropping the oldest
-      const prefix = grad ? 'grad:' : 'lean:';
-      const leanKeys = [...this.sessions.keys()].filter((k) => k.startsWith(prefix));
-      for (const old of leanKeys.slice(0, Math.max(0, leanKeys.length - 1))) {
+      const keys = [...this.sessions.keys()].filter((k) => k.startsWith(`${family}:`));
+      for (const old of keys.slice(0, Math.max(0, keys.length - 1))) {
         const gone = this.sessions.get(old)!;
         this.sessions.delete(old);
         this.created.delete(old);
@@ -457,32 +459,18 @@ class EngineModel implements LoadedModel {
     }
     if (!s) {
       s = (async () => {
-        const sae = saeId ? this.sae(saeId) : undefined;
+        const sae = v.kind === 'hooked' && v.sae ? this.sae(v.sae) : undefined;
         const weights = sae?.weights ?? this.parts.weights;
         const precision = this.info.weights;
         const vocabRows = this.info.vocab_chunks > 1 ? Math.ceil(this.spec.dVocab / this.info.vocab_chunks) : undefined;
-        const graph =
-          kind === 'lens'
-            ? buildLensGraph(this.spec, weights.tensors, undefined, precision, vocabRows)
-            : kind === 'edge' || kind === 'edgeGrad'
-              ? buildEdgeGraph(this.spec, weights.tensors, {
-                  grad: kind === 'edgeGrad',
-                  weights: precision,
-                  vocabRows,
-                  fused: this.parts.fused,
-                })
-              : kind === 'readout'
-                ? buildReadoutGraph(this.spec, weights.tensors, undefined, precision)
-                : buildModelGraph(this.spec, weights.tensors, {
-                    hooks: true,
-                    withResult: kind === 'result',
-                    sae: sae?.spec,
-                    lean,
-                    grad: grad && { hooks: grad },
-                    weights: precision,
-                    vocabRows,
-                    fused: this.parts.fused,
-                  });
+        const graph = buildVariant(v, {
+          spec: this.spec,
+          tensors: weights.tensors,
+          precision,
+          vocabRows,
+          fused: this.parts.fused,
+          sae: sae?.spec,
+        });
         if (this.factory.backend === 'wasm' && precision !== 'f32') await this.makeRoom(key, graph.weightBytes);
         const made = { graph, session: await this.factory.create(graph, weights) };
         this.created.set(key, made);
@@ -494,17 +482,12 @@ class EngineModel implements LoadedModel {
     return s;
   }
 
-  /** sessions whose creation finished, by key (makeRoom releases them) */
-  private readonly created = new Map<string, { session: EngineSession; graph: BuiltGraph }>();
-
   /**
    * Every onnxruntime-web session keeps its own copy of the weights it uses in the one wasm32 heap
    * (4 GiB at most; the heap never shrinks, but freed memory is reused). When a new variant's
-   * weights would not fit beside the live sessions' (gemma-2-2b at q8: the forward's 2.8 GB and
-   * a DLA readout session's 1.3 GB, before readout/choose.ts streamed the readout where
-   * the heap is short; now a lens or gradient variant, or a readout session the heap estimate let
-   * through), the others are released first and re-created when next used: slower, instead of
-   * std::bad_alloc. Only where the graph's bytes are what the heap holds (stored, q8).
+   * weights would not fit beside the live sessions' (a lens, gradient or readout variant beside
+   * the forward's), the others are released first and re-created when next used: slower, instead
+   * of std::bad_alloc. Only where the graph's bytes are what the heap holds (stored, q8).
    */
   private async makeRoom(key: string, need: number): Promise<void> {
     let held = 0;
@@ -518,11 +501,15 @@ class EngineModel implements LoadedModel {
     }
   }
 
-  /** ORT sessions are not re-entrant on every backend: runs go one at a time, in order. */
-  run(tokens: number[] | number[][], opts: RunOptions = {}): Promise<RunResult> {
-    const next = this.queue.then(() => this.runNow(tokens, opts));
+  /** ORT sessions are not re-entrant on every backend: the model's work goes one task at a time, in order. */
+  private enqueue<T>(task: () => Promise<T>): Promise<T> {
+    const next = this.queue.then(task);
     this.queue = next.catch(() => undefined);
     return next;
+  }
+
+  run(tokens: number[] | number[][], opts: RunOptions = {}): Promise<RunResult> {
+    return this.enqueue(() => this.runNow(tokens, opts));
   }
 
   private async runNow(tokens: number[] | number[][], opts: RunOptions): Promise<RunResult> {
@@ -545,14 +532,20 @@ class EngineModel implements LoadedModel {
     const gradHooks = opts.grad ? this.checkGrad(opts, hookSet, B, logitPosCount(opts, T)) : undefined;
     // gradient runs always take a lean forward (only their intervention sites; outputs = the hooks
     // fetched or differentiated): every other site's edit would be computed, and differentiated, for nothing
-    const lean =
+    const lean: LeanPlan | undefined =
       (opts.lean || gradHooks) && !opts.sae && kind === 'base'
         ? {
             sites: [...new Set(interventions.map((i) => i.hook))].sort(),
             outputs: [...new Set([...wanted, ...(gradHooks ?? [])])].sort(),
           }
         : undefined;
-    const { session, graph } = await this.session(kind, opts.sae, lean, gradHooks);
+    const { session, graph } = await this.variant({
+      kind: 'hooked',
+      withResult: kind === 'result',
+      sae: opts.sae,
+      lean,
+      grad: gradHooks,
+    });
     const feeds = buildFeeds(this.factory.ort, this.spec, graph, {
       rows,
       past: opts.past,
@@ -639,7 +632,7 @@ class EngineModel implements LoadedModel {
       if (sd.length !== 3 || sd.some((d, i) => d !== want[i]))
         throw bad(`grad.seed must have shape [${want}], got [${sd}].`);
     }
-    const { session, graph } = await this.session(opts.grad ? 'edgeGrad' : 'edge');
+    const { session, graph } = await this.variant({ kind: 'edge', grad: !!opts.grad });
     const feeds = buildFeeds(this.factory.ort, this.spec, graph, {
       rows,
       logitPositions: opts.logitPositions,
