@@ -156,6 +156,7 @@ const api: EngineWorkerApi = {
           store,
           loadSae: sae.loadSae,
           loadSaeFile: sae.loadSaeFile,
+          loadTranscoders: sae.loadTranscoders,
           documents: documentCache(),
         });
       } finally {

@@ -183,6 +183,7 @@ export class HeadlessExecutor implements Executor {
       store: this.store,
       loadSae: sae.loadSae,
       loadSaeFile: sae.loadSaeFile,
+      loadTranscoders: sae.loadTranscoders,
       documents,
     });
     return { document, instance_id: this.instanceId, model: { ...model.info } };

@@ -145,6 +145,7 @@ async function runOperation(op: AnyOperation, argv: string[], io: Io): Promise<n
         onProgress: (p) => say(`${op.name}: ${p.stage} ${p.done}/${p.total}`),
         loadSae: sae.loadSae,
         loadSaeFile: sae.loadSaeFile,
+        loadTranscoders: sae.loadTranscoders,
       });
       if (!quiet && process.stderr.isTTY) io.stderr('\r\x1b[2K');
       io.stdout(

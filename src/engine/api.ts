@@ -30,9 +30,13 @@ import type { Tensor } from './tensor';
 import type { ModelSpec } from './spec';
 import type { ModelRef, FileProgress } from './source/types';
 import type { SaeFiles, SaeInfo } from './sae';
+import type { TranscoderHeaders, TranscoderInfo } from './transcoder';
+import type { TranscoderFiles } from './source/transcoder-loader';
 import type { WeightPrecision, WeightsMode } from './precision';
 
 export type { SaeFiles, SaeInfo } from './sae';
+export type { TranscoderInfo, TranscoderHeaders } from './transcoder';
+export type { TranscoderFiles } from './source/transcoder-loader';
 
 export type Backend = 'webgpu' | 'wasm' | 'node';
 
@@ -362,9 +366,67 @@ export interface LoadedModel {
   saes(): SaeInfo[];
   /** an attached SAE's weights as float32: W_enc [d_in,d_sae], b_enc, W_dec [d_sae,d_in], b_dec, threshold */
   saeWeight(id: string, name: 'W_enc' | 'b_enc' | 'W_dec' | 'b_dec' | 'threshold'): Tensor;
+  /**
+   * describe a transcoder set from its headers (no weight byte) and check it against this model:
+   * d_model, layer count, hooks (TRANSCODER_MISMATCH naming the mismatch)
+   */
+  checkTranscoders(headers: TranscoderHeaders, id: string): TranscoderInfo;
+  /** attach a loaded transcoder set under an id (checked as checkTranscoders does) */
+  attachTranscoders(files: TranscoderFiles, id: string): TranscoderInfo;
+  /** transcoder sets attached so far */
+  transcoderSets(): TranscoderInfo[];
+  /**
+   * The local replacement model of a prompt with an attached transcoder set (engine/replacement.ts):
+   * its active features, and rows of the attribution adjacency from the frozen backward graph.
+   */
+  replacement(
+    tokens: number[],
+    transcoders: string,
+    opts?: { signal?: AbortSignal; onProgress?: (stage: string, done: number, total: number) => void; batch?: number },
+  ): Promise<LocalReplacement>;
   /** what the model holds in memory besides the runtime's own (see ModelMemory) */
   memory(): ModelMemory;
   dispose(): Promise<void>;
+}
+
+/** The active features of a prompt, sorted by (layer, position, feature); position 0 has none. */
+export interface ReplacementFeatures {
+  layer: Int32Array;
+  position: Int32Array;
+  feature: Int32Array;
+  activation: Float32Array;
+}
+
+/** A row of the adjacency: an active feature (its index in ReplacementFeatures) or a logit (vocabulary id) */
+export type ReplacementTarget = { kind: 'feature'; index: number } | { kind: 'logit'; token: number };
+
+/**
+ * A prompt's local replacement model (engine/replacement.ts). Sources, in circuit-tracer's node
+ * order: the active features, then the error nodes (index nFeatures + l·T + p; zero at p = 0),
+ * then the tokens (nFeatures + L·T + p).
+ */
+export interface LocalReplacement {
+  readonly transcoders: TranscoderInfo;
+  readonly tokens: number[];
+  readonly nLayers: number;
+  readonly nPositions: number;
+  readonly features: ReplacementFeatures;
+  /** the clean run's logits at the last position [d_vocab] */
+  readonly lastLogits: Float32Array;
+  /** features + L·T errors + T tokens */
+  readonly nSources: number;
+  /** runs of the frozen backward graph so far, the rows they computed, their time, and the time to prepare */
+  readonly stats: { runs: number; rows: number; run_ms: number; setup_ms: number; batch: number };
+  /** |e_{l,p}| per error node (l·T + p) */
+  errorNorms(): Float32Array;
+  /**
+   * A[target, source] for each target (row-major [targets.length, nSources]): u_tᵀ J v_s in the
+   * frozen model (feature targets: W_enc·x_l without b_enc; logit targets: logit − mean logit).
+   */
+  rows(
+    targets: ReplacementTarget[],
+    opts?: { signal?: AbortSignal; onRows?: (done: number, total: number) => void },
+  ): Promise<Float32Array>;
 }
 
 /**

@@ -55,6 +55,12 @@ export const CAPS = {
   maxDescriptionsBytes: 256 * MiB,
   /** an SAE's weights (sae_weights.safetensors): its header is read first and judged against this */
   maxSaeBytes: 2 * 1024 * MiB,
+  /** a transcoder set's weight files together, as stored: judged from their headers before the download (a 16k PLT set for a 640-wide, 18-layer model is 1.5 GiB at float32) */
+  maxTranscoderBytes: 32 * 1024 * MiB,
+  /** one layer's transcoder encoder as float32, held while that layer is encoded (features × d_model × 4) */
+  maxTranscoderLayerBytes: 1024 * MiB,
+  /** an attribution graph's float32 adjacency rows (chosen features + logits, each over every node), held until it is pruned */
+  maxAdjacencyBytes: 1024 * MiB,
 
   // ---- time: every request has both
   /** seconds a request may go without a byte before it fails (NETWORK_ERROR); --idle-timeout / LOUPE_IDLE_TIMEOUT */

@@ -32,6 +32,8 @@ export type ErrorCode =
   | 'UNKNOWN_HOOK'
   | 'BAD_INTERVENTION'
   | 'SAE_MISMATCH'
+  | 'TRANSCODER_MISMATCH'
+  | 'BAD_WEIGHTS'
   | 'PROMPT_TOO_LONG'
   | 'EMPTY_PROMPT'
   | 'BAD_TOKEN_ID'

@@ -47,6 +47,10 @@ import {
   type LeanPlan,
 } from './graph/variants';
 import { q8WeightSet, q8ForWebGpu, dequantizeQ8, Q8_FILE, type Q8Store } from './q8';
+import { checkTranscodersFor, describeTranscoders, type TranscoderHeaders, type TranscoderInfo } from './transcoder';
+import type { TranscoderFiles } from './source/transcoder-loader';
+import { prepareReplacement, type AttachedTranscoders } from './replacement';
+import type { LocalReplacement } from './api';
 import {
   checkBudget,
   fmtGB,
@@ -284,6 +288,7 @@ class EngineModel implements LoadedModel {
   /** sessions whose creation finished, by key (makeRoom releases them) */
   private readonly created = new Map<string, VariantSession>();
   private attached = new Map<string, { spec: SaeGraphSpec; weights: WeightSet }>();
+  private transcoders = new Map<string, AttachedTranscoders>();
   private params = new Map<string, Tensor>();
   private readonly hookSets: Record<'base' | 'result', Set<string>>;
   private queue: Promise<unknown> = Promise.resolve();
@@ -368,6 +373,69 @@ class EngineModel implements LoadedModel {
 
   saes(): SaeInfo[] {
     return [...this.attached.values()].map((a) => a.spec.info);
+  }
+
+  checkTranscoders(headers: TranscoderHeaders, id: string): TranscoderInfo {
+    const tc = describeTranscoders(headers, id);
+    checkTranscodersFor(this.spec, tc.info);
+    return tc.info;
+  }
+
+  attachTranscoders(files: TranscoderFiles, id: string): TranscoderInfo {
+    if (this.transcoders.has(id)) throw new LoupeError('BAD_INPUT', `A transcoder set is already attached as '${id}'.`);
+    const spec = describeTranscoders(files.headers, id);
+    checkTranscodersFor(this.spec, spec.info);
+    this.transcoders.set(id, { spec, weights: files.weights });
+    return spec.info;
+  }
+
+  transcoderSets(): TranscoderInfo[] {
+    return [...this.transcoders.values()].map((t) => t.spec.info);
+  }
+
+  replacement(
+    tokens: number[],
+    id: string,
+    opts: {
+      signal?: AbortSignal;
+      onProgress?: (stage: string, done: number, total: number) => void;
+      batch?: number;
+    } = {},
+  ): Promise<LocalReplacement> {
+    const tc = this.transcoders.get(id);
+    if (!tc)
+      throw new LoupeError(
+        'BAD_INPUT',
+        `No transcoder set is attached as '${id}'.`,
+        `Attached: ${[...this.transcoders.keys()].join(', ') || 'none'}. Load one first.`,
+      );
+    const rows = this.validateTokens(tokens, {});
+    return prepareReplacement(
+      {
+        spec: this.spec,
+        ort: this.factory.ort,
+        run: (t, o) => this.run(t, o),
+        param: (n) => this.param(n),
+        unembedVectors: async (ids, signal) => this.weightProducts({ unembedIds: ids, unembedSum: true }, signal),
+        runReplacement: (feeds, fetches) =>
+          this.enqueue(async () => {
+            await yieldToEventLoop();
+            const { session } = await this.variant({ kind: 'replacement', transcoders: id });
+            try {
+              return await session.run(feeds, fetches);
+            } catch (e) {
+              throw new LoupeError(
+                'RUNTIME_ERROR',
+                `onnxruntime failed in the frozen backward graph: ${(e as Error).message}`,
+                'This may be out of memory; try fewer positions or a smaller batch.',
+              );
+            }
+          }),
+      },
+      tc,
+      rows[0],
+      opts,
+    );
   }
 
   saeWeight(id: string, name: 'W_enc' | 'b_enc' | 'W_dec' | 'b_dec' | 'threshold'): Tensor {
@@ -460,7 +528,8 @@ class EngineModel implements LoadedModel {
     if (!s) {
       s = (async () => {
         const sae = v.kind === 'hooked' && v.sae ? this.sae(v.sae) : undefined;
-        const weights = sae?.weights ?? this.parts.weights;
+        const tc = v.kind === 'replacement' ? this.transcoders.get(v.transcoders) : undefined;
+        const weights = sae?.weights ?? (tc ? withTranscoderWeights(this.parts.weights, tc) : this.parts.weights);
         const precision = this.info.weights;
         const vocabRows = this.info.vocab_chunks > 1 ? Math.ceil(this.spec.dVocab / this.info.vocab_chunks) : undefined;
         const graph = buildVariant(v, {
@@ -470,6 +539,7 @@ class EngineModel implements LoadedModel {
           vocabRows,
           fused: this.parts.fused,
           sae: sae?.spec,
+          transcoders: tc?.spec,
         });
         if (this.factory.backend === 'wasm' && precision !== 'f32') await this.makeRoom(key, graph.weightBytes);
         const made = { graph, session: await this.factory.create(graph, weights) };
@@ -823,4 +893,15 @@ class EngineModel implements LoadedModel {
     this.sessions.clear();
     this.created.clear();
   }
+}
+
+/** the model's weights plus a transcoder set's files (its skip matrices are the replacement graph's only weights of its own) */
+function withTranscoderWeights(base: WeightSet, tc: AttachedTranscoders): WeightSet {
+  return {
+    files: new Map([...base.files, ...tc.weights.files]),
+    paths: new Map([...base.paths, ...tc.weights.paths]),
+    ranged: new Map([...(base.ranged ?? []), ...(tc.weights.ranged ?? [])]),
+    tensors: new Map([...base.tensors, ...tc.weights.tensors]),
+    metadata: base.metadata,
+  };
 }

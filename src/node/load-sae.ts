@@ -1,5 +1,5 @@
 /**
- * SAE loading in Node, for the CLI and the headless bridge to inject into operations:
+ * SAE (and transcoder) loading in Node, for the CLI and the headless bridge to inject into operations:
  *
  *   const sae = createNodeSaeLoaders();            // DirCache at $LOUPE_CACHE_DIR or ~/.cache/loupe
  *   op.run(model, input, { ...ctx, loadSae: sae.loadSae, loadSaeFile: sae.loadSaeFile });
@@ -14,7 +14,7 @@ import { LoupeError } from '../engine/errors';
 import { BUNDLED_MODEL_ID } from '../engine/source/ref';
 import { DirCache } from './dir-cache';
 import { FolderSource } from './folder-source';
-import { sourceFromSpec } from './load-files-node';
+import { diskWeightReader, sourceFromSpec } from './load-files-node';
 import type { LocalAccess } from './local-access';
 
 export interface NodeSaeLoaderOptions {
@@ -43,6 +43,7 @@ export function createNodeSaeLoaders(opts: NodeSaeLoaderOptions = {}): SaeLoader
       );
     }
     const source = sourceFromSpec(spec, { endpoint: opts.endpoint, token: opts.token, local: opts.local });
-    return { source, cache: source instanceof FolderSource ? undefined : cacheFor() };
+    // transcoder weight files stay on disk (the folder, or the directory cache), read by range
+    return { source, cache: source instanceof FolderSource ? undefined : cacheFor(), reader: diskWeightReader };
   }, opts.maxBytes);
 }

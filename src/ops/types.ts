@@ -10,6 +10,7 @@ import type { z } from 'zod';
 import { LoupeError } from '../engine/errors';
 import type { LoadedModel } from '../engine/api';
 import type { SaeFiles } from '../engine/sae';
+import type { TranscoderFiles, TranscoderLoadOptions } from '../engine/source/transcoder-loader';
 import type { FileProgress } from '../engine/source/types';
 import type { DocumentCache } from '../engine/source/document-cache';
 import { applyChatFormat } from './lib/tokens';
@@ -45,6 +46,11 @@ export interface OpContext {
     file: string,
     opts: { signal?: AbortSignal; optional?: boolean },
   ) => Promise<Uint8Array | null>;
+  /**
+   * fetch a transcoder set through this surface's sources and caches (engine/source/transcoder-loader.ts):
+   * judged from its headers (opts.judge) before any weight byte, then its files with download progress
+   */
+  loadTranscoders?: (ref: SaeRef, opts: TranscoderLoadOptions) => Promise<TranscoderFiles>;
   /** documents kept between calls (page: IndexedDB; Node: the cache folder); absent = in the process only */
   documents?: DocumentCache;
 }

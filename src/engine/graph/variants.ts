@@ -10,6 +10,7 @@
  *   lens      final norm + unembedding of given residual vectors, top-k reduced (build-model.ts)
  *   readout   DLA's W_O and W_out products (readout/graph.ts)
  *   edge      the edge-patching forward, or with `grad` its ∂M/∂w (edge-graph.ts)
+ *   replacement  the frozen local replacement model's backward for a transcoder set (replacement.ts)
  *
  * To add a variant: a member here, its key in variantKey, its build in buildVariant.
  */
@@ -20,6 +21,8 @@ import type { WeightPrecision } from '../budget';
 import { buildLensGraph, buildModelGraph, type BuiltGraph, type GraphPlan } from './build-model';
 import { buildEdgeGraph } from './edge-graph';
 import { buildReadoutGraph } from '../readout/graph';
+import { buildReplacementGraph } from './replacement';
+import type { TranscoderSpec } from '../transcoder';
 
 /** a lean variant's plan: only these hooks take interventions and only these are outputs */
 export interface LeanPlan {
@@ -31,7 +34,8 @@ export type GraphVariant =
   | { kind: 'hooked'; withResult: boolean; sae?: string; lean?: LeanPlan; grad?: string[] }
   | { kind: 'lens' }
   | { kind: 'readout' }
-  | { kind: 'edge'; grad: boolean };
+  | { kind: 'edge'; grad: boolean }
+  | { kind: 'replacement'; transcoders: string };
 
 /** the hooked variant without extras: what a load builds first */
 export const BASE_VARIANT: GraphVariant = { kind: 'hooked', withResult: false };
@@ -56,6 +60,8 @@ export function variantKey(v: GraphVariant): string {
     }
     case 'edge':
       return v.grad ? 'edgeGrad' : 'edge';
+    case 'replacement':
+      return `replacement:${v.transcoders}`;
     default:
       return v.kind;
   }
@@ -71,6 +77,8 @@ export interface VariantContext {
   fused?: GraphPlan['fused'];
   /** the attached SAE's graph spec, for a hooked variant with `sae` */
   sae?: SaeGraphSpec;
+  /** the attached transcoder set, for the replacement variant */
+  transcoders?: TranscoderSpec;
 }
 
 /** The graph of a variant. */
@@ -87,6 +95,9 @@ export function buildVariant(v: GraphVariant, c: VariantContext): BuiltGraph {
       });
     case 'readout':
       return buildReadoutGraph(c.spec, c.tensors, undefined, c.precision);
+    case 'replacement':
+      if (!c.transcoders) throw new Error(`no transcoder set attached as ${v.transcoders}`);
+      return buildReplacementGraph(c.spec, c.tensors, c.transcoders, c.precision);
     case 'hooked':
       return buildModelGraph(c.spec, c.tensors, {
         hooks: true,

@@ -18,6 +18,13 @@ import { loadSaeFiles, type SaeFiles } from '../sae';
 import { createSource } from './create-source';
 import { resolveModelRef, type ResolvedModelRef } from './ref';
 import type { ByteCache, FileProgress, ModelSource } from './types';
+import type { WeightReader } from './files';
+import {
+  loadTranscoderFiles,
+  type TranscoderFiles,
+  type TranscoderLoadOptions,
+  type TranscoderSourceRef,
+} from './transcoder-loader';
 
 /** Structurally the ops' SaeRef (the engine does not import from ops). */
 export interface SaeSourceRef {
@@ -39,16 +46,23 @@ export interface SaeLoaders {
     file: string,
     opts?: SaeLoadOptions & { optional?: boolean },
   ): Promise<Uint8Array | null>;
+  /** a transcoder set (transcoder-loader.ts): judged from its headers, then its files through the same sources and caches */
+  loadTranscoders(ref: TranscoderSourceRef, opts: TranscoderLoadOptions): Promise<TranscoderFiles>;
 }
 
 /** where an SAE source's bytes come from, and the cache they go through (none for local folders) */
 export interface SaePlan {
   source: ModelSource;
   cache?: ByteCache;
+  /** how big weight files are read (transcoders): Node keeps them on disk; default whole or from the cache by range */
+  reader?: (source: ModelSource, cache: ByteCache | undefined) => WeightReader;
 }
 
 const SOURCE_HINT =
   "sae_source is a Hub repository ('owner/name' or 'owner/name@revision'), an http(s) URL of a folder, or (CLI) a local folder; sae_path is the SAE's folder inside it, e.g. 'blocks.8.hook_resid_pre'.";
+
+const TRANSCODER_HINT =
+  "transcoder_source is a Hub repository ('owner/name' or 'owner/name@revision'), an http(s) URL of a folder, or (CLI) a local folder; transcoder_path is the set's folder inside it (circuit-tracer's config.yaml there), or SAELens folders as a pattern with {layer}.";
 
 /** SAEs above this many weight bytes are refused before their weights are fetched (32-bit WASM heaps, memory) */
 export const DEFAULT_MAX_SAE_BYTES = CAPS.maxSaeBytes;
@@ -85,22 +99,22 @@ function joinPath(dir: string, file: string): string {
 
 /** Loaders over any source factory: the browser's (below) and Node's share all the logic. */
 export function makeSaeLoaders(plan: (source: string) => SaePlan, maxBytes = DEFAULT_MAX_SAE_BYTES): SaeLoaders {
-  const planFor = (ref: SaeSourceRef): SaePlan => {
+  const planFor = (ref: SaeSourceRef, what = 'SAE', hint = SOURCE_HINT): SaePlan => {
     if (typeof ref?.source !== 'string' || ref.source.trim() === '') {
-      throw new LoupeError('BAD_INPUT', 'No SAE source was given.', SOURCE_HINT);
+      throw new LoupeError('BAD_INPUT', `No ${what} source was given.`, hint);
     }
-    if (typeof ref.path !== 'string') throw new LoupeError('BAD_INPUT', 'The SAE path must be a string.', SOURCE_HINT);
+    if (typeof ref.path !== 'string') throw new LoupeError('BAD_INPUT', `The ${what} path must be a string.`, hint);
     if (ref.path.split('/').includes('..'))
-      throw new LoupeError('BAD_INPUT', `The SAE path ${JSON.stringify(ref.path)} leaves its repository.`, SOURCE_HINT);
+      throw new LoupeError('BAD_INPUT', `The ${what} path ${JSON.stringify(ref.path)} leaves its repository.`, hint);
     return plan(ref.source.trim());
   };
-  // A folder that does not exist reads as a missing *model*; say SAE instead.
-  const reword = (ref: SaeSourceRef, e: unknown): never => {
+  // A folder that does not exist reads as a missing *model*; say SAE (or transcoder set) instead.
+  const reword = (ref: SaeSourceRef, e: unknown, what = 'SAE', hint = SOURCE_HINT): never => {
     if (e instanceof LoupeError && e.code === 'MODEL_NOT_FOUND') {
       throw new LoupeError(
         'MODEL_NOT_FOUND',
-        `No SAE source ${JSON.stringify(ref.source)}: ${e.message}`,
-        SOURCE_HINT,
+        `No ${what} source ${JSON.stringify(ref.source)}: ${e.message}`,
+        hint,
         e.details,
       );
     }
@@ -108,6 +122,14 @@ export function makeSaeLoaders(plan: (source: string) => SaePlan, maxBytes = DEF
   };
   const missing = new Set<string>();
   return {
+    async loadTranscoders(ref, opts) {
+      planFor(ref, 'transcoder', TRANSCODER_HINT); // the same checks of source and path
+      try {
+        return await loadTranscoderFiles(ref, (source) => plan(source), opts);
+      } catch (e) {
+        return reword(ref, e, 'transcoder', TRANSCODER_HINT);
+      }
+    },
     async loadSae(ref, opts = {}) {
       const { source, cache } = planFor(ref);
       const fetchOpts = { signal: opts.signal, onProgress: opts.onProgress, cache };

@@ -1,0 +1,394 @@
+/**
+ * The local replacement model of one prompt (circuit-tracer's `setup_attribution`,
+ * replacement_model_transformerlens.py:424-473, and `compute_batch`, context_transformerlens.py):
+ *
+ *   prepare  one clean forward: every layer's feature-input hook x_l, MLP output o_l, attention
+ *            pattern and norm scales; the transcoders encode x_l (position 0 zeroed), the active
+ *            features are listed by (layer, position, feature), their decoder rows × activation
+ *            read, and every error e_l = o_l − (Σ a·W_dec + b_dec + skip(x_l)) (0 at position 0);
+ *   rows     A[target, ·] for targets (features by their encoder row at x_l, logits by the
+ *            demeaned unembedding at ln_final's output), a batch of targets per run of the frozen
+ *            backward graph (graph/replacement.ts). Sources, in circuit-tracer's order: the active
+ *            features, the errors (l·T + p), the tokens (hook_embed rows).
+ *
+ * Transcoder weights are read a layer at a time (one layer's encoder as float32 at a time); every
+ * weight read is checked to be finite (BAD_WEIGHTS names the tensor).
+ */
+import type {
+  LocalReplacement,
+  ReplacementFeatures,
+  ReplacementTarget,
+  RunOptions,
+  RunResult,
+  WeightProducts,
+} from './api';
+import { LoupeError, throwIfAborted } from './errors';
+import { DTYPE_BYTES, decodeValues, readEntryRange, readTensorF32, type ReadableWeightSet } from './safetensors';
+import type { TensorEntry } from './safetensors-types';
+import type { ModelSpec } from './spec';
+import type { Tensor } from './tensor';
+import type { TranscoderSpec } from './transcoder';
+import { REPLACEMENT_OUTPUTS } from './graph/replacement';
+import type { OrtTensorLike, SessionFactory } from './runtime/ort-session';
+
+export interface AttachedTranscoders {
+  spec: TranscoderSpec;
+  weights: ReadableWeightSet;
+}
+
+/** what the loaded model lends the replacement model */
+export interface ReplacementHost {
+  spec: ModelSpec;
+  run(tokens: number[], opts: RunOptions): Promise<RunResult>;
+  param(name: string): Tensor;
+  unembedVectors(ids: number[], signal?: AbortSignal): Promise<Pick<WeightProducts, 'unembedRows' | 'unembedSum'>>;
+  /** the frozen backward graph's session for this transcoder set, run in the model's queue */
+  runReplacement(feeds: Record<string, OrtTensorLike>, fetches: string[]): Promise<Record<string, OrtTensorLike>>;
+  ort: SessionFactory['ort'];
+}
+
+/** Rows of target vectors per run (the batch); the readouts' memory grows with it. */
+export const REPLACEMENT_BATCH = 32;
+
+function finite(data: Float32Array, e: TensorEntry, what: string): Float32Array {
+  for (let i = 0; i < data.length; i++)
+    if (!Number.isFinite(data[i]))
+      throw new LoupeError(
+        'BAD_WEIGHTS',
+        `The transcoders' ${what} (${e.name.split('::').pop()} in ${e.file}) holds a non-finite value (${data[i]}) at element ${i}.`,
+        'The file is damaged or was saved from a diverged run: pick another transcoder set (or download it again).',
+        { tensor: e.name, file: e.file, index: i },
+      );
+  return data;
+}
+
+/** values [offset, offset + n) of a tensor, as float32 */
+function readValues(w: ReadableWeightSet, e: TensorEntry, offset: number, n: number): Float32Array {
+  const b = DTYPE_BYTES[e.dtype];
+  const raw = readEntryRange(w, e, offset * b, n * b);
+  const out = new Float32Array(n);
+  decodeValues(e.dtype, raw, 0, n, out);
+  return out;
+}
+
+export async function prepareReplacement(
+  host: ReplacementHost,
+  tc: AttachedTranscoders,
+  tokens: number[],
+  opts: {
+    signal?: AbortSignal;
+    onProgress?: (stage: string, done: number, total: number) => void;
+    batch?: number;
+  } = {},
+): Promise<LocalReplacement> {
+  const t0 = Date.now();
+  const spec = host.spec;
+  const { nLayers: L, dModel: D, nHeads: H } = spec;
+  const T = tokens.length;
+  const info = tc.spec.info;
+  const F = info.d_transcoder;
+  const post = spec.layers.some((l) => l.postAttnNorm);
+  opts.onProgress?.('forward pass', 0, 1);
+  const hooks = ['hook_embed', 'ln_final.hook_scale'];
+  for (let l = 0; l < L; l++) {
+    const b = `blocks.${l}`;
+    hooks.push(
+      `${b}.hook_resid_mid`,
+      `${b}.ln1.hook_scale`,
+      `${b}.ln2.hook_scale`,
+      `${b}.attn.hook_pattern`,
+      `${b}.hook_mlp_out`,
+    );
+    if (post) hooks.push(`${b}.ln1_post.hook_scale`);
+  }
+  const clean = await host.run(tokens, { hooks, logitPositions: [T - 1], signal: opts.signal });
+  const h = (n: string) => clean.hooks[n].data;
+  const lastLogits = Float32Array.from(clean.logits.data.subarray(0, spec.dVocab));
+
+  // the feature-input hook of every layer, from resid_mid and ln2's frozen scale (api.ts: params are effective weights)
+  const xin: Float32Array[] = [];
+  for (let l = 0; l < L; l++) {
+    const mid = h(`blocks.${l}.hook_resid_mid`);
+    const s = h(`blocks.${l}.ln2.hook_scale`);
+    if (info.input_hook === 'hook_resid_mid') {
+      xin.push(Float32Array.from(mid));
+      continue;
+    }
+    const n = spec.layers[l].ln2;
+    const weighted = !(info.input_hook === 'ln2.hook_normalized' && n.kind === 'rmsnorm');
+    const w = weighted ? host.param(`blocks.${l}.ln2.w`).data : undefined;
+    const bias = weighted && n.kind === 'layernorm' ? host.param(`blocks.${l}.ln2.b`).data : undefined;
+    const x = new Float32Array(T * D);
+    for (let t = 0; t < T; t++) {
+      let mean = 0;
+      if (n.kind === 'layernorm') {
+        for (let i = 0; i < D; i++) mean += mid[t * D + i];
+        mean /= D;
+      }
+      for (let i = 0; i < D; i++) {
+        const v = (mid[t * D + i] - mean) / s[t];
+        x[t * D + i] = w ? v * w[i] + (bias ? bias[i] : 0) : v;
+      }
+    }
+    xin.push(x);
+  }
+
+  // encode, layer by layer; decoder rows of the active features; reconstruction and errors
+  const fl: number[] = [],
+    fp: number[] = [],
+    ff: number[] = [],
+    fa: number[] = [];
+  const encRows: Float32Array[] = []; // per layer: [n_l, D] encoder rows of its active features
+  const decVecs: { s: number; m: number; p: number; v: Float32Array }[] = []; // decoder vectors × activation by output layer
+  const recon = Array.from({ length: L }, () => new Float64Array(T * D));
+  for (let l = 0; l < L; l++) {
+    throwIfAborted(opts.signal);
+    opts.onProgress?.('encoding features', l, L);
+    const ls = tc.spec.layers[l];
+    const Wenc = finite(readTensorF32(tc.weights, ls.W_enc.name), ls.W_enc, `layer ${l} encoder`);
+    const benc = finite(readTensorF32(tc.weights, ls.b_enc.name), ls.b_enc, `layer ${l} encoder bias`);
+    const bdec = finite(readTensorF32(tc.weights, ls.b_dec.name), ls.b_dec, `layer ${l} decoder bias`);
+    const thr = ls.threshold
+      ? finite(readTensorF32(tc.weights, ls.threshold.name), ls.threshold, `layer ${l} thresholds`)
+      : undefined;
+    const x = xin[l];
+    const pre = new Float32Array(T * F);
+    const dF = ls.encLayout === 'd_F';
+    for (let t = 1; t < T; t++) {
+      // position 0 contributes no feature (zero_positions)
+      for (let f = 0; f < F; f++) {
+        let acc = 0;
+        if (dF) for (let i = 0; i < D; i++) acc += x[t * D + i] * Wenc[i * F + f];
+        else for (let i = 0, o = f * D; i < D; i++) acc += x[t * D + i] * Wenc[o + i];
+        pre[t * F + f] = acc + benc[f];
+      }
+    }
+    const acts = activate(pre, T, F, info.activation, info.k, thr, info.relu_before_threshold);
+    const idx: number[] = [];
+    for (let t = 1; t < T; t++)
+      for (let f = 0; f < F; f++) {
+        const a = acts[t * F + f];
+        if (a === 0) continue;
+        idx.push(fl.length);
+        fl.push(l);
+        fp.push(t);
+        ff.push(f);
+        fa.push(a);
+      }
+    const rows = new Float32Array(idx.length * D);
+    idx.forEach((s, j) => {
+      const f = ff[s];
+      if (dF) for (let i = 0; i < D; i++) rows[j * D + i] = Wenc[i * F + f];
+      else rows.set(Wenc.subarray(f * D, (f + 1) * D), j * D);
+    });
+    encRows.push(rows);
+    // decoder rows: PLT W_dec[f]; CLT W_dec[f, m − l + decFirst] for output layers m = l … L−1
+    const nOut = info.kind === 'plt' ? 1 : L - l;
+    const perF = ls.W_dec.shape.length === 3 ? ls.W_dec.shape[1] * D : D;
+    for (const s of idx) {
+      const f = ff[s];
+      const block = finite(
+        readValues(tc.weights, ls.W_dec, f * perF + ls.decFirst * D, nOut * D),
+        ls.W_dec,
+        `layer ${l} decoder`,
+      );
+      for (let j = 0; j < nOut; j++) {
+        const v = block.subarray(j * D, (j + 1) * D).map((w) => w * fa[s]);
+        decVecs.push({ s, m: l + j, p: fp[s], v });
+        const r = recon[l + j];
+        for (let i = 0; i < D; i++) r[fp[s] * D + i] += v[i];
+      }
+    }
+    // b_dec (at every position) and the skip
+    const r = recon[l];
+    for (let t = 0; t < T; t++) for (let i = 0; i < D; i++) r[t * D + i] += bdec[i];
+    if (ls.W_skip) {
+      const Ws = finite(readTensorF32(tc.weights, ls.W_skip.name), ls.W_skip, `layer ${l} skip`);
+      const xt = ls.skipLayout === 'x_Wt';
+      for (let t = 0; t < T; t++)
+        for (let o = 0; o < D; o++) {
+          let acc = 0;
+          if (xt) for (let i = 0, b = o * D; i < D; i++) acc += x[t * D + i] * Ws[b + i];
+          else for (let i = 0; i < D; i++) acc += x[t * D + i] * Ws[i * D + o];
+          r[t * D + o] += acc;
+        }
+    }
+  }
+  const nFeat = fl.length;
+  const errors = new Float32Array(L * T * D);
+  for (let l = 0; l < L; l++) {
+    const o = h(`blocks.${l}.hook_mlp_out`);
+    for (let k = D; k < T * D; k++) errors[l * T * D + k] = o[k] - recon[l][k];
+  }
+
+  // the frozen constants and the sources, fed to every run
+  const T_ = host.ort.Tensor;
+  const f32 = (data: Float32Array, dims: number[]) => new T_('float32', data, dims);
+  const stack = (name: (l: number) => string, per: number) => {
+    const out = new Float32Array(L * per);
+    for (let l = 0; l < L; l++) out.set(h(name(l)), l * per);
+    return out;
+  };
+  const fixed: Record<string, OrtTensorLike> = {
+    pattern: f32(
+      stack((l) => `blocks.${l}.attn.hook_pattern`, H * T * T),
+      [L, H, T, T],
+    ),
+    scale_ln1: f32(
+      stack((l) => `blocks.${l}.ln1.hook_scale`, T),
+      [L, T, 1],
+    ),
+    scale_ln2: f32(
+      stack((l) => `blocks.${l}.ln2.hook_scale`, T),
+      [L, T, 1],
+    ),
+    scale_lnf: f32(Float32Array.from(h('ln_final.hook_scale')), [T, 1]),
+    src_embed: f32(Float32Array.from(h('hook_embed')), [T, D]),
+    src_err: f32(errors, [L, T, D]),
+  };
+  if (post)
+    fixed.scale_post_attn = f32(
+      stack((l) => `blocks.${l}.ln1_post.hook_scale`, T),
+      [L, T, 1],
+    );
+  // decoder vectors per output layer, by position, padded to the same count per position
+  const slots: { s: Int32Array; P: number }[] = [];
+  for (let m = 0; m < L; m++) {
+    const mine = decVecs.filter((d) => d.m === m);
+    const count = new Int32Array(T);
+    for (const d of mine) count[d.p]++;
+    const P = Math.max(1, ...count);
+    const data = new Float32Array(T * P * D);
+    const s = new Int32Array(T * P).fill(-1);
+    const next = new Int32Array(T);
+    for (const d of mine) {
+      const k = d.p * P + next[d.p]++;
+      data.set(d.v, k * D);
+      s[k] = d.s;
+    }
+    fixed[`src_dec_${m}`] = f32(data, [T, P, D]);
+    slots.push({ s, P });
+  }
+  decVecs.length = 0;
+
+  // logit target vectors: the demeaned unembedding W_U[:, v] − mean_v′ W_U[:, v′] (targets.py:376-411)
+  const logitVec = new Map<number, Float32Array>();
+  const features: ReplacementFeatures = {
+    layer: Int32Array.from(fl),
+    position: Int32Array.from(fp),
+    feature: Int32Array.from(ff),
+    activation: Float32Array.from(fa),
+  };
+  const encOffset = new Int32Array(L + 1);
+  for (let l = 0; l < L; l++) encOffset[l + 1] = encOffset[l] + encRows[l].length / D;
+  const nSources = nFeat + L * T + T;
+  const batch = Math.max(1, opts.batch ?? REPLACEMENT_BATCH);
+  const stats = { runs: 0, rows: 0, run_ms: 0, setup_ms: Date.now() - t0, batch };
+
+  return {
+    transcoders: info,
+    tokens: tokens.slice(),
+    nLayers: L,
+    nPositions: T,
+    features,
+    lastLogits,
+    nSources,
+    stats,
+    errorNorms: () =>
+      Float32Array.from({ length: L * T }, (_, k) => {
+        let s = 0;
+        for (let i = 0; i < D; i++) s += errors[k * D + i] ** 2;
+        return Math.sqrt(s);
+      }),
+    async rows(targets: ReplacementTarget[], o = {}) {
+      const need = [
+        ...new Set(targets.filter((t) => t.kind === 'logit').map((t) => (t as { token: number }).token)),
+      ].filter((v) => !logitVec.has(v));
+      if (need.length) {
+        const u = await host.unembedVectors(need, o.signal);
+        const V = spec.dVocab;
+        need.forEach((v, i) => {
+          const row = new Float32Array(D);
+          for (let d = 0; d < D; d++) row[d] = u.unembedRows.data[i * D + d] - u.unembedSum.data[d] / V;
+          logitVec.set(v, row);
+        });
+      }
+      const out = new Float32Array(targets.length * nSources);
+      for (let b0 = 0; b0 < targets.length; b0 += batch) {
+        throwIfAborted(o.signal);
+        const chunk = targets.slice(b0, b0 + batch);
+        const B = chunk.length;
+        const vec = new Float32Array(B * D);
+        const atT = new Float32Array((L + 1) * B * T);
+        chunk.forEach((t, b) => {
+          if (t.kind === 'logit') {
+            vec.set(logitVec.get(t.token)!, b * D);
+            atT[(L * B + b) * T + (T - 1)] = 1;
+          } else {
+            const s = t.index;
+            if (!(s >= 0 && s < nFeat))
+              throw new LoupeError('BAD_INPUT', `No active feature ${s} (there are ${nFeat}).`);
+            const l = features.layer[s];
+            vec.set(encRows[l].subarray((s - encOffset[l]) * D, (s - encOffset[l] + 1) * D), b * D);
+            atT[(l * B + b) * T + features.position[s]] = 1;
+          }
+        });
+        const t1 = Date.now();
+        const res = await host.runReplacement(
+          { ...fixed, seed_vec: f32(vec, [B, D]), seed_at: f32(atT, [L + 1, B, T, 1]) },
+          REPLACEMENT_OUTPUTS(L),
+        );
+        stats.run_ms += Date.now() - t1;
+        stats.runs++;
+        stats.rows += B;
+        const emb = res.out_embed.data as Float32Array; // [B, T]
+        const err = res.out_err.data as Float32Array; // [B, L, T]
+        for (let b = 0; b < B; b++) {
+          const row = out.subarray((b0 + b) * nSources, (b0 + b + 1) * nSources);
+          row.set(err.subarray(b * L * T, (b + 1) * L * T), nFeat);
+          row.set(emb.subarray(b * T, (b + 1) * T), nFeat + L * T);
+        }
+        for (let m = 0; m < L; m++) {
+          const { s, P } = slots[m];
+          const d = res[`out_dec_${m}`].data as Float32Array; // [T, B, P]
+          for (let p = 0; p < T; p++)
+            for (let k = 0; k < P; k++) {
+              const src = s[p * P + k];
+              if (src < 0) continue;
+              for (let b = 0; b < B; b++) out[(b0 + b) * nSources + src] += d[(p * B + b) * P + k];
+            }
+        }
+        for (const t of Object.values(res)) t.dispose?.();
+        o.onRows?.(Math.min(targets.length, b0 + B), targets.length);
+      }
+      return out;
+    },
+  };
+}
+
+/** JumpReLU x·[x > θ] (SAELens: relu first), ReLU, TopK(k) x·[x among the k largest] per position (position 0 stays 0) */
+function activate(
+  pre: Float32Array,
+  T: number,
+  F: number,
+  kind: 'jumprelu' | 'relu' | 'topk',
+  k: number | null,
+  thr: Float32Array | undefined,
+  reluFirst: boolean,
+): Float32Array {
+  const a = new Float32Array(T * F);
+  for (let t = 1; t < T; t++) {
+    const o = t * F;
+    if (kind === 'topk') {
+      const idx = Array.from({ length: F }, (_, f) => f).sort((i, j) => pre[o + j] - pre[o + i] || i - j);
+      for (let j = 0; j < k!; j++) a[o + idx[j]] = pre[o + idx[j]];
+      continue;
+    }
+    for (let f = 0; f < F; f++) {
+      const v = pre[o + f];
+      if (kind === 'relu') a[o + f] = v > 0 ? v : 0;
+      else a[o + f] = v > thr![f] && (!reluFirst || v > 0) ? v : 0;
+    }
+  }
+  return a;
+}

@@ -1,0 +1,403 @@
+/**
+ * Attribution graphs after the engine's rows (engine/replacement.ts): circuit-tracer's node
+ * selection, pruning, scores and graph JSON (decoderesearch/circuit-tracer 4bb8c0e):
+ *
+ *  - logit nodes (targets.py:185-217): the top `max_n_logits` by probability until their
+ *    cumulative probability reaches `desired_logit_prob`; weights = the probabilities;
+ *  - rows (attribute_transformerlens.py Phase 3–4): the logit rows, then feature rows, all of
+ *    them in index order, or (max_feature_nodes) chosen by `compute_partial_influences` over the
+ *    rows so far, re-ranked every update_interval batches of batch_size;
+ *  - the adjacency over [selected features, errors l·T + p, tokens, logits] (graph.py:46-64);
+ *  - prune_graph (graph.py:234-308), compute_graph_scores (graph.py:311-358);
+ *  - the JSON of create_graph_files.py and frontend/graph_models.py, field by field.
+ *
+ * The arithmetic is circuit-tracer's on the float32 adjacency, done in float64 (circuit-tracer
+ * does it in float32): scores and cumulative influences may differ from its in the last float32
+ * digits, and a node or edge within that distance of a threshold may fall the other way.
+ * The adjacency is held as its nonzero rows only (feature and logit targets; error and token rows
+ * are zero), each a Float32Array.
+ */
+import { LoupeError, throwIfAborted } from '../../engine/errors';
+
+export interface Adjacency {
+  /** nodes */
+  N: number;
+  /** row t of A[target, source], or null where the row is zero */
+  rows: (Float32Array | null)[];
+}
+
+/** |A| row sums, clamped at `clamp` (graph.py normalize_matrix: 1e-10; compute_partial_influences: 1e-8) */
+function rowSums(A: Adjacency, clamp: number, rowKeep?: Uint8Array, colKeep?: Uint8Array): Float64Array {
+  const s = new Float64Array(A.N);
+  A.rows.forEach((r, t) => {
+    if (!r || (rowKeep && !rowKeep[t])) return;
+    let acc = 0;
+    if (colKeep) for (let j = 0; j < r.length; j++) acc += colKeep[j] ? Math.abs(r[j]) : 0;
+    else for (let j = 0; j < r.length; j++) acc += Math.abs(r[j]);
+    s[t] = acc;
+  });
+  for (let t = 0; t < A.N; t++) s[t] = Math.max(s[t], clamp);
+  return s;
+}
+
+/**
+ * Σ_{k≥1} w Âᵏ with Â = |A| / rowsum (graph.py compute_influence: no identity term, iterated until
+ * the term is exactly zero); rows and columns outside the keep masks count as zero.
+ */
+export function influence(A: Adjacency, w: Float64Array, rowKeep?: Uint8Array, colKeep?: Uint8Array): Float64Array {
+  const sums = rowSums(A, 1e-10, rowKeep, colKeep);
+  const step = (v: Float64Array) => {
+    const out = new Float64Array(A.N);
+    A.rows.forEach((r, t) => {
+      if (!r || v[t] === 0 || (rowKeep && !rowKeep[t])) return;
+      const c = v[t] / sums[t];
+      if (colKeep) for (let j = 0; j < r.length; j++) out[j] += colKeep[j] ? c * Math.abs(r[j]) : 0;
+      else for (let j = 0; j < r.length; j++) out[j] += c * Math.abs(r[j]);
+    });
+    return out;
+  };
+  let cur = step(w);
+  const inf = cur.slice();
+  for (let it = 0; cur.some((x) => x !== 0); it++) {
+    if (it >= 1000) throw new LoupeError('INTERNAL', 'The influence computation did not converge in 1000 iterations.');
+    cur = step(cur);
+    for (let j = 0; j < A.N; j++) inf[j] += cur[j];
+  }
+  return inf;
+}
+
+/** graph.py find_threshold: sort descending, the score at the first cumulative fraction ≥ τ (zeros trail the sort) */
+export function findThreshold(nonzero: Float64Array, total: number, tau: number): number {
+  const s = nonzero.slice().sort();
+  let sum = 0;
+  for (let i = 0; i < s.length; i++) sum += s[i];
+  let c = 0;
+  for (let i = s.length - 1; i >= 0; i--) {
+    c += s[i];
+    if (c / sum >= tau) return s[i];
+  }
+  // past the nonzero scores: the zeros (torch.searchsorted over the whole sorted list), clamped to the last
+  return s.length < total ? 0 : s[0];
+}
+
+/**
+ * compute_partial_influences (graph.py:361-404): the influence of every node through the rows
+ * computed so far (`rowNode[r]`: the node index of row r), |rows| normalised with clamp 1e-8.
+ */
+export function partialInfluences(rows: Float32Array[], rowNode: number[], N: number, logitP: number[]): Float64Array {
+  const sums = rows.map((r) => {
+    let s = 0;
+    for (let j = 0; j < r.length; j++) s += Math.abs(r[j]);
+    return Math.max(s, 1e-8);
+  });
+  const inf = new Float64Array(N);
+  let prod = new Float64Array(N);
+  logitP.forEach((p, i) => (prod[N - logitP.length + i] = p));
+  for (let it = 0; it < 128; it++) {
+    const next = new Float64Array(N);
+    rows.forEach((r, k) => {
+      const v = prod[rowNode[k]];
+      if (v === 0) return;
+      const c = v / sums[k];
+      for (let j = 0; j < r.length; j++) next[j] += c * Math.abs(r[j]);
+    });
+    prod = next;
+    if (!prod.some((x) => x !== 0)) return inf;
+    for (let j = 0; j < N; j++) inf[j] += prod[j];
+  }
+  throw new LoupeError('INTERNAL', 'The partial influences did not converge in 128 iterations.');
+}
+
+export interface PruneResult {
+  nodeMask: Uint8Array;
+  /** per target row (null where none kept), 1 where the edge [t, s] is kept */
+  edgeMask: (Uint8Array | null)[];
+  cumulativeScores: Float64Array;
+  nodeInfluence: Float64Array;
+  /** the score thresholds the two cumulative fractions gave */
+  thresholds: { node: number; edge: number };
+}
+
+/**
+ * prune_graph: node influence ≥ its 0.8-threshold (tokens and logits always kept); edge scores
+ * Â'·(I' + w) over the pruned matrix ≥ its 0.98-threshold; then features and errors need a kept
+ * outgoing edge and features a kept incoming one, to a fixpoint.
+ */
+export function pruneGraph(
+  A: Adjacency,
+  w: Float64Array,
+  nFeat: number,
+  nTok: number,
+  nLog: number,
+  nodeThreshold: number,
+  edgeThreshold: number,
+  signal?: AbortSignal,
+): PruneResult {
+  const N = A.N;
+  const nodeInfluence = influence(A, w);
+  const nz = nodeInfluence.filter((x) => x !== 0);
+  const nodeThr = findThreshold(nz, N, nodeThreshold);
+  const nodeMask = Uint8Array.from(nodeInfluence, (x) => (x >= nodeThr ? 1 : 0));
+  for (let i = N - nLog - nTok; i < N; i++) nodeMask[i] = 1;
+  throwIfAborted(signal);
+  // edge scores on the matrix with dropped nodes' rows and columns zeroed
+  const I2 = influence(A, w, nodeMask, nodeMask);
+  for (let i = 0; i < N; i++) I2[i] += w[i];
+  const sums = rowSums(A, 1e-10, nodeMask, nodeMask);
+  const score = (t: number, j: number, r: Float32Array) =>
+    nodeMask[t] && nodeMask[j] ? (Math.abs(r[j]) / sums[t]) * I2[t] : 0;
+  let count = 0;
+  A.rows.forEach((r, t) => {
+    if (r && nodeMask[t]) for (let j = 0; j < N; j++) if (score(t, j, r) !== 0) count++;
+  });
+  const scores = new Float64Array(count);
+  let k = 0;
+  A.rows.forEach((r, t) => {
+    if (!r || !nodeMask[t]) return;
+    for (let j = 0; j < N; j++) {
+      const e = score(t, j, r);
+      if (e !== 0) scores[k++] = e;
+    }
+  });
+  const edgeThr = findThreshold(scores, N * N, edgeThreshold);
+  throwIfAborted(signal);
+  const edgeMask: (Uint8Array | null)[] = A.rows.map((r, t) => {
+    if (!r) return edgeThr <= 0 ? new Uint8Array(N).fill(1) : null;
+    const m = new Uint8Array(N);
+    for (let j = 0; j < N; j++) m[j] = score(t, j, r) >= edgeThr ? 1 : 0;
+    return m;
+  });
+  const featOrErr = N - nLog - nTok;
+  const step = () => {
+    const out = new Uint8Array(N);
+    for (const m of edgeMask) if (m) for (let j = 0; j < N; j++) if (m[j]) out[j] = 1;
+    for (let j = 0; j < featOrErr; j++) if (!out[j]) nodeMask[j] = 0;
+    for (let t = 0; t < nFeat; t++) if (nodeMask[t] && !edgeMask[t]?.some((x) => x === 1)) nodeMask[t] = 0;
+  };
+  let old = nodeMask.slice();
+  step();
+  while (nodeMask.some((m, i) => m !== old[i])) {
+    old = nodeMask.slice();
+    edgeMask.forEach((m, t) => {
+      if (!m) return;
+      if (!nodeMask[t]) m.fill(0);
+      else for (let j = 0; j < N; j++) if (!nodeMask[j]) m[j] = 0;
+    });
+    step();
+  }
+  // cumulative scores: the cumulative fraction of influence at each node's rank (descending)
+  const order = Array.from({ length: N }, (_, i) => i).sort((a, b) => nodeInfluence[b] - nodeInfluence[a] || a - b);
+  let total = 0;
+  for (const x of nodeInfluence) total += x;
+  const cumulativeScores = new Float64Array(N);
+  let c = 0;
+  for (const i of order) {
+    c += nodeInfluence[i];
+    cumulativeScores[i] = c / total;
+  }
+  return { nodeMask, edgeMask, cumulativeScores, nodeInfluence, thresholds: { node: nodeThr, edge: edgeThr } };
+}
+
+/**
+ * compute_graph_scores on the unpruned graph: replacement = Σ I[tokens] / (Σ I[tokens] + Σ I[errors]);
+ * completeness = Σ_n (1 − Σ_{errors} Â[n, ·])(I_n + w_n) / Σ_n (I_n + w_n).
+ */
+export function graphScores(A: Adjacency, w: Float64Array, nFeat: number, L: number, T: number) {
+  const N = A.N;
+  const I = influence(A, w);
+  const errStart = nFeat,
+    errEnd = nFeat + L * T,
+    tokEnd = errEnd + T;
+  let tok = 0,
+    err = 0;
+  for (let i = errEnd; i < tokEnd; i++) tok += I[i];
+  for (let i = errStart; i < errEnd; i++) err += I[i];
+  const sums = rowSums(A, 1e-10);
+  let num = 0,
+    den = 0;
+  for (let n = 0; n < N; n++) {
+    const r = A.rows[n];
+    let e = 0;
+    if (r) for (let j = errStart; j < errEnd; j++) e += Math.abs(r[j]) / sums[n];
+    num += (1 - e) * (I[n] + w[n]);
+    den += I[n] + w[n];
+  }
+  return { replacement: tok / (tok + err), completeness: num / den };
+}
+
+// ------------------------------------------------------------------ the graph JSON
+
+export interface GraphNode {
+  node_id: string;
+  feature: number;
+  layer: string;
+  ctx_idx: number;
+  feature_type: 'cross layer transcoder' | 'mlp reconstruction error' | 'embedding' | 'logit';
+  token_prob: number;
+  is_target_logit: boolean;
+  run_idx: number;
+  reverse_ctx_idx: number;
+  jsNodeId: string;
+  clerp: string;
+  influence: number | null;
+  activation: number | null;
+}
+
+export interface GraphLink {
+  source: string;
+  target: string;
+  weight: number;
+}
+
+export interface GraphJson {
+  metadata: {
+    slug: string;
+    scan: string;
+    transcoder_list: string[];
+    prompt_tokens: string[];
+    prompt: string;
+    node_threshold: number | null;
+    schema_version: number;
+  };
+  qParams: { pinnedIds: string[]; supernodes: string[][]; linkType: string; clickedId: string; sg_pos: string };
+  nodes: GraphNode[];
+  links: GraphLink[];
+}
+
+/** What a node of the unpruned graph is, in circuit-tracer's order. */
+export type NodeKind =
+  | { kind: 'feature'; layer: number; pos: number; feature: number; activation: number }
+  | { kind: 'error'; layer: number; pos: number }
+  | { kind: 'token'; pos: number; token: number }
+  | { kind: 'logit'; token: number; text: string; prob: number; rank: number };
+
+const f32 = Math.fround;
+
+/** Python's f'{x:.3f}': round half to even where the double is exactly halfway (JS toFixed rounds those up) */
+function fixed3(x: number): string {
+  const s = x * 1000;
+  const f = Math.floor(s);
+  if (s - f === 0.5 && f / 1000 + 0.0005 === x) return ((f % 2 === 0 ? f : f + 1) / 1000).toFixed(3);
+  return x.toFixed(3);
+}
+
+/** graph_models.py Node.feature_node / error_node / token_node / logit_node (fields in its order) */
+export function graphNode(k: NodeKind, nLayers: number, T: number, influence: number | null): GraphNode {
+  const node = (
+    node_id: string,
+    feature: number,
+    layer: string,
+    ctx_idx: number,
+    feature_type: GraphNode['feature_type'],
+    jsNodeId: string,
+    extra: Partial<GraphNode> = {},
+  ): GraphNode => ({
+    node_id,
+    feature,
+    layer,
+    ctx_idx,
+    feature_type,
+    token_prob: extra.token_prob ?? 0,
+    is_target_logit: extra.is_target_logit ?? false,
+    run_idx: 0,
+    reverse_ctx_idx: 0,
+    jsNodeId,
+    clerp: extra.clerp ?? '',
+    influence: extra.influence === undefined ? influence : extra.influence,
+    activation: extra.activation ?? null,
+  });
+  switch (k.kind) {
+    case 'feature': {
+      const cantor = ((k.layer + k.feature) * (k.layer + k.feature + 1)) / 2 + k.feature;
+      return node(
+        `${k.layer}_${k.feature}_${k.pos}`,
+        cantor,
+        String(k.layer),
+        k.pos,
+        'cross layer transcoder',
+        `${k.layer}_${k.feature}-0`,
+        {
+          activation: f32(k.activation),
+        },
+      );
+    }
+    case 'error':
+      return node(
+        `0_${k.layer}_${k.pos}`,
+        -1,
+        String(k.layer),
+        k.pos,
+        'mlp reconstruction error',
+        `${k.layer}_${k.pos}-0`,
+      );
+    case 'token':
+      return node(`E_${k.token}_${k.pos}`, k.pos, 'E', k.pos, 'embedding', `E_${k.token}-${k.pos}`);
+    case 'logit': {
+      const layer = String(nLayers + 1);
+      const p = f32(k.prob);
+      return node(`${layer}_${k.token}_${T - 1}`, k.token, layer, T - 1, 'logit', `L_${k.token}-${T - 1}`, {
+        token_prob: p,
+        is_target_logit: k.rank === 0,
+        clerp: `Output "${k.text}" (p=${fixed3(p)})`,
+        influence: null,
+      });
+    }
+  }
+}
+
+/**
+ * create_nodes + create_used_nodes_and_edges + build_model: the kept nodes in index order (only
+ * those with a kept link, plus every embedding and logit node) and the kept links in row-major
+ * order of the edge mask (target, then source), each weight the float32 A[target, source].
+ */
+export function graphJson(
+  A: Adjacency,
+  kinds: NodeKind[],
+  pr: PruneResult,
+  meta: {
+    slug: string;
+    scan: string;
+    promptTokens: string[];
+    prompt: string;
+    nodeThreshold: number;
+    nLayers: number;
+    T: number;
+  },
+): GraphJson {
+  const nodes = new Map<number, GraphNode>();
+  kinds.forEach((k, i) => {
+    if (pr.nodeMask[i])
+      nodes.set(i, graphNode(k, meta.nLayers, meta.T, k.kind === 'logit' ? null : f32(pr.cumulativeScores[i])));
+  });
+  const links: GraphLink[] = [];
+  const connected = new Set<string>();
+  pr.edgeMask.forEach((m, t) => {
+    if (!m) return;
+    const dst = nodes.get(t);
+    for (let s = 0; s < A.N; s++) {
+      if (!m[s]) continue;
+      const src = nodes.get(s);
+      if (!src || !dst) continue;
+      links.push({ source: src.node_id, target: dst.node_id, weight: A.rows[t] ? A.rows[t]![s] : 0 });
+      connected.add(src.node_id);
+      connected.add(dst.node_id);
+    }
+  });
+  const used = [...nodes.values()].filter(
+    (n) => connected.has(n.node_id) || n.feature_type === 'embedding' || n.feature_type === 'logit',
+  );
+  return {
+    metadata: {
+      slug: meta.slug,
+      scan: meta.scan,
+      transcoder_list: [],
+      prompt_tokens: meta.promptTokens,
+      prompt: meta.prompt,
+      node_threshold: meta.nodeThreshold,
+      schema_version: 1,
+    },
+    qParams: { pinnedIds: [], supernodes: [], linkType: 'both', clickedId: '', sg_pos: '' },
+    nodes: used,
+    links,
+  };
+}

@@ -1,0 +1,131 @@
+/**
+ * What operations on transcoder sets share (attribution_graph, feature_intervention):
+ *  - the input fields naming a set ({transcoder_source, transcoder_path}), like sae_source/sae_path;
+ *  - `ensureTranscoders`: the set attached to the model once, under an id derived from its ref, its
+ *    files fetched through the surface's `ctx.loadTranscoders` and judged from their headers first
+ *    (TRANSCODER_MISMATCH against the model, TOO_LARGE against the caps) with download progress;
+ *  - the document's block describing the set.
+ */
+import { z } from 'zod';
+import type { LoadedModel, TranscoderInfo } from '../../engine/api';
+import { LoupeError, throwIfAborted } from '../../engine/errors';
+import { transcoderIdOf } from '../../engine/transcoder';
+import type { OpContext, SaeRef } from '../types';
+import { CAPS } from '../../engine/caps';
+
+export const transcoderRefFields = {
+  transcoder_source: z
+    .string()
+    .min(1)
+    .describe(
+      "Where the transcoder set lives: a Hub repository 'owner/name' or 'owner/name@revision', an http(s) URL of a folder, or a local folder (CLI; over MCP only inside a folder the companion allows with --allow-local).",
+    ),
+  transcoder_path: z
+    .string()
+    .default('')
+    .describe(
+      "The set's folder inside transcoder_source: circuit-tracer's layout (config.yaml with model_kind transcoder_set and layer_{i}.safetensors, or cross_layer_transcoder and W_enc_{i}/W_dec_{i}.safetensors; its transcoders: list may name Gemma Scope 2 files), or SAELens transcoder folders as a pattern with {layer}, e.g. 'layer_{layer}'; '' = the root.",
+    ),
+};
+
+export const transcoderBlockSchema = z.object({
+  id: z.string(),
+  source: z.string(),
+  path: z.string(),
+  kind: z.enum(['plt', 'clt']).describe('per-layer transcoders, or one cross-layer transcoder'),
+  layout: z.enum(['circuit_tracer', 'gemma_scope_2', 'saelens']),
+  n_layers: z.number().int(),
+  d_model: z.number().int(),
+  d_transcoder: z.number().int().describe('features per layer'),
+  activation: z.enum(['jumprelu', 'relu', 'topk']),
+  k: z.number().int().nullable(),
+  skip: z.boolean().describe('a linear skip connection (the only part of the MLP the local replacement model keeps)'),
+  input_hook: z.string().describe('the feature-input hook in each block (TransformerLens name)'),
+  output_hook: z.string(),
+  scan: z.string().describe("circuit-tracer's scan: the graph metadata's scan"),
+  dtype: z.string(),
+  weight_bytes: z.number().int(),
+});
+
+export function transcoderBlock(info: TranscoderInfo, ref: SaeRef): z.infer<typeof transcoderBlockSchema> {
+  const { relu_before_threshold: _r, ...rest } = info;
+  void _r;
+  return { ...rest, source: ref.source, path: ref.path };
+}
+
+const registry = new WeakMap<LoadedModel, Map<string, Promise<TranscoderInfo>>>();
+
+const gib = (b: number) => `${(b / 1024 ** 3).toFixed(2)} GiB`;
+
+/** the caps a set is judged against before its weights are fetched (engine/caps.ts) */
+function judgeSize(info: TranscoderInfo): void {
+  const layer = info.d_transcoder * info.d_model * 4;
+  if (layer > CAPS.maxTranscoderLayerBytes) {
+    const fit = Math.floor(CAPS.maxTranscoderLayerBytes / (info.d_model * 4));
+    throw new LoupeError(
+      'TOO_LARGE',
+      `One layer's encoder of this set is ${gib(layer)} as float32 (${info.d_transcoder} features × d_model ${info.d_model}), more than the ${gib(CAPS.maxTranscoderLayerBytes)} a layer may take while it is encoded.`,
+      `Pick a narrower set: at most ${fit} features per layer fit.`,
+      { d_transcoder: info.d_transcoder, max_d_transcoder: fit },
+    );
+  }
+  if (info.weight_bytes > CAPS.maxTranscoderBytes)
+    throw new LoupeError(
+      'TOO_LARGE',
+      `The transcoder set's files hold ${gib(info.weight_bytes)}, more than the cap of ${gib(CAPS.maxTranscoderBytes)} of weights to download and keep.`,
+      `Pick a narrower set: about ${Math.floor((info.d_transcoder * CAPS.maxTranscoderBytes) / info.weight_bytes)} features per layer would fit.`,
+      { weight_bytes: info.weight_bytes, max_bytes: CAPS.maxTranscoderBytes },
+    );
+}
+
+/**
+ * The set at `ref`, attached to `model` (fetched and judged the first time). Concurrent calls
+ * share one load; a failed or cancelled load is forgotten so the next call starts again, and
+ * nothing is attached until every file is in.
+ */
+export async function ensureTranscoders(model: LoadedModel, ref: SaeRef, ctx: OpContext): Promise<TranscoderInfo> {
+  const id = transcoderIdOf(ref.source, ref.path);
+  let byId = registry.get(model);
+  if (!byId) registry.set(model, (byId = new Map()));
+  const existing = byId.get(id);
+  if (existing) {
+    try {
+      return await existing;
+    } catch (e) {
+      if (!(e instanceof LoupeError && e.code === 'ABORTED') || ctx.signal?.aborted) throw e;
+    }
+  }
+  const known = model.transcoderSets().find((t) => t.id === id);
+  let p: Promise<TranscoderInfo>;
+  if (known) p = Promise.resolve(known);
+  else {
+    if (!ctx.loadTranscoders)
+      throw new LoupeError(
+        'INTERNAL',
+        'This surface cannot load transcoders (no loadTranscoders in the operation context).',
+        'This is a bug in Loupe: every surface should provide a transcoder loader; please report it.',
+      );
+    const load = ctx.loadTranscoders;
+    p = (async () => {
+      throwIfAborted(ctx.signal);
+      const files = await load(ref, {
+        nLayers: model.info.n_layers,
+        signal: ctx.signal,
+        judge: (headers) => judgeSize(model.checkTranscoders(headers, id)),
+        onProgress: (f) =>
+          ctx.onProgress?.({
+            stage: `loading transcoders ${f.file}${f.cached ? ' (cached)' : ''}`,
+            done: f.overall?.loaded ?? f.loaded,
+            total: f.overall?.total ?? f.total ?? f.loaded,
+          }),
+      });
+      throwIfAborted(ctx.signal);
+      return model.attachTranscoders(files, id);
+    })();
+  }
+  byId.set(id, p);
+  p.catch(() => {
+    if (byId!.get(id) === p) byId!.delete(id);
+  });
+  return p;
+}

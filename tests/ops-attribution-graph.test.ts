@@ -1,0 +1,301 @@
+// attribution_graph against the float64 oracle (tests/reference/attribution64.ts, which shares no
+// code with src/): on both shared models, with random transcoder sets in circuit-tracer's PLT
+// layout (with skip) and CLT layout, every adjacency entry, the node order, the pruned node set
+// and links, and both scores; columns against finite differences in the frozen model (forward64
+// with the freezes as hook replacements); row sums + the oracle's constant part = the clean run's
+// target values; the graph JSON against Neuronpedia's graph schema (restated below).
+
+import { describe, it, expect, beforeAll, afterAll } from 'vitest';
+import Ajv from 'ajv';
+import type { LoadedModel } from '../src/engine/api';
+import { createNodeSaeLoaders } from '../src/node/load-sae';
+import { operation } from '../src/ops/attribution_graph';
+import type { OpContext } from '../src/ops/types';
+import { useSharedModels } from './helpers/shared-models';
+import type { RefModel } from './reference';
+import { cleanState, frozenDifference, referenceAttribution, type RefAttribution } from './reference/attribution64';
+import { makeRandomTranscoders, type RandomTranscoderSet } from './helpers/random-transcoders';
+
+/**
+ * Neuronpedia's graph schema, restated from hijohnnylin/neuronpedia @ b8efe8435ea59592690f3d39dc3479b0d4e337c0,
+ * apps/webapp/app/api/graph/graph-schema.json (draft-07): the four required top-level objects;
+ * metadata's required slug, scan, prompt_tokens (strings), prompt and its optional typed fields;
+ * qParams' typed fields; each node's required node_id, feature (integer or null), layer (string or
+ * integer), ctx_idx, feature_type, jsNodeId, clerp and its influence / activation (number or null);
+ * each link's source, target and weight.
+ */
+const NEURONPEDIA_GRAPH_SCHEMA = {
+  $schema: 'http://json-schema.org/draft-07/schema#',
+  type: 'object',
+  required: ['metadata', 'qParams', 'nodes', 'links'],
+  properties: {
+    metadata: {
+      type: 'object',
+      required: ['slug', 'scan', 'prompt_tokens', 'prompt'],
+      properties: {
+        slug: { type: 'string' },
+        scan: { type: 'string' },
+        prompt_tokens: { type: 'array', items: { type: 'string' } },
+        prompt: { type: 'string' },
+        feature_details: { type: 'object' },
+        node_threshold: { type: 'number' },
+        info: { type: 'object' },
+        generation_settings: { type: 'object' },
+        pruning_settings: { type: 'object' },
+      },
+    },
+    qParams: {
+      type: 'object',
+      required: [],
+      properties: {
+        pinnedIds: { type: 'array', items: { type: 'string' } },
+        supernodes: { type: 'array' },
+        linkType: { type: 'string' },
+        clickedId: { type: 'string' },
+        sg_pos: { type: 'string' },
+      },
+    },
+    nodes: {
+      type: 'array',
+      items: {
+        type: 'object',
+        required: ['node_id', 'feature', 'layer', 'ctx_idx', 'feature_type', 'jsNodeId', 'clerp'],
+        properties: {
+          node_id: { type: 'string' },
+          feature: { type: ['integer', 'null'] },
+          layer: { type: ['string', 'integer'] },
+          ctx_idx: { type: 'integer' },
+          feature_type: { type: 'string' },
+          jsNodeId: { type: 'string' },
+          clerp: { type: 'string' },
+          influence: { type: ['number', 'null'] },
+          activation: { type: ['number', 'null'] },
+        },
+      },
+    },
+    links: {
+      type: 'array',
+      items: {
+        type: 'object',
+        required: ['source', 'target', 'weight'],
+        properties: { source: { type: 'string' }, target: { type: 'string' }, weight: { type: 'number' } },
+      },
+    },
+  },
+};
+
+const KIND: Record<string, string> = {
+  'cross layer transcoder': 'feature',
+  'mlp reconstruction error': 'error',
+  embedding: 'token',
+  logit: 'logit',
+};
+
+/** the oracle's JSON node set and links: prune_graph's masks, then create_used_nodes_and_edges */
+function referenceJson(r: RefAttribution) {
+  const N = r.nodes.length;
+  const links: string[] = [];
+  const used = new Set<number>();
+  for (let t = 0; t < N; t++)
+    for (let s = 0; s < N; s++)
+      if (r.edgeMask[t * N + s] && r.nodeMask[t] && r.nodeMask[s]) {
+        used.add(t);
+        used.add(s);
+        links.push(`${r.nodes[s].node_id}>${r.nodes[t].node_id}`);
+      }
+  const nodes = r.nodes
+    .filter((n, i) => r.nodeMask[i] && (used.has(i) || n.kind === 'token' || n.kind === 'logit'))
+    .map((n) => `${n.kind}:${n.node_id}`);
+  return { nodes, links };
+}
+
+const TOKENS = {
+  gpt2: [256, 10, 20, 30, 40, 10, 20, 30],
+  stories: [1, 300, 301, 302, 40, 300, 301, 302, 40],
+};
+
+describe('attribution_graph against the float64 oracle', () => {
+  let models: { gpt2: LoadedModel; stories: LoadedModel; gpt2Ref: RefModel; storiesRef: RefModel };
+  useSharedModels((m) => (models = m));
+  const loaders = createNodeSaeLoaders({ cache: false });
+  const ctx: OpContext = { loadTranscoders: loaders.loadTranscoders };
+  const sets: RandomTranscoderSet[] = [];
+  afterAll(() => sets.forEach((s) => s.cleanup()));
+
+  const setFor = (ref: RefModel, tokens: number[], kind: 'plt' | 'clt') => {
+    const L = ref.config.n_layer ?? ref.config.num_hidden_layers;
+    const D = ref.config.n_embd ?? ref.config.hidden_size;
+    const opts = { kind, nLayers: L, dModel: D, features: 96, skip: kind === 'plt' } as const;
+    const probe = makeRandomTranscoders(opts);
+    const calibrate = cleanState(ref, tokens, probe.ref).xin;
+    probe.cleanup();
+    const tc = makeRandomTranscoders({ ...opts, calibrate, l0: 6 });
+    sets.push(tc);
+    return tc;
+  };
+
+  const cases = [
+    ['induction-gpt2', 'gpt2', 'plt'],
+    ['induction-gpt2', 'gpt2', 'clt'],
+    ['stories260K', 'stories', 'plt'],
+    ['stories260K', 'stories', 'clt'],
+  ] as const;
+
+  it.each(cases)(
+    '%s, %s %s: adjacency, node set, scores, finite differences, row sums, JSON schema',
+    async (_n, which, kind) => {
+      const model = models[which];
+      const ref = which === 'gpt2' ? models.gpt2Ref : models.storiesRef;
+      const tokens = TOKENS[which];
+      const tc = setFor(ref, tokens, kind);
+      const r = referenceAttribution(ref, tokens, tc.ref);
+      const doc = await operation.run(
+        model,
+        {
+          prompt: '',
+          token_ids: tokens,
+          transcoder_source: tc.dir,
+          full_adjacency: true,
+          slug: `test-${which}-${kind}`,
+        },
+        ctx,
+      );
+      const N = r.nodes.length;
+      expect(doc.transcoders.kind).toBe(kind);
+      expect(doc.transcoders.skip).toBe(kind === 'plt');
+      expect(doc.active_features).toBe(r.active.length);
+      expect(doc.active_features).toBeGreaterThan(40);
+      expect(doc.logit_nodes.map((l) => l.token)).toEqual(r.logits.map((l) => l.token));
+
+      // the adjacency: node ids and types in circuit-tracer's order, every entry within 1e-4
+      const adj = doc.adjacency!;
+      expect(adj.nodes.map((n) => `${KIND[n.feature_type]}:${n.node_id}`)).toEqual(
+        r.nodes.map((n) => `${n.kind}:${n.node_id}`),
+      );
+      const A = new Float64Array(N * N);
+      for (const [t, s, w] of adj.entries) A[t * N + s] = w;
+      let worst = 0,
+        big = 0;
+      for (let k = 0; k < N * N; k++) {
+        worst = Math.max(worst, Math.abs(A[k] - r.adjacency[k]));
+        big = Math.max(big, Math.abs(r.adjacency[k]));
+      }
+      expect(worst).toBeLessThan(1e-4);
+      expect(big).toBeGreaterThan(1);
+
+      // the operation's rows are the frozen model's: finite differences and row sums + constant = target
+      const targets = r.nodes.map((_, i) => i).filter((i) => ['feature', 'logit'].includes(r.nodes[i].kind));
+      const nF = r.selected.length;
+      const T = tokens.length;
+      for (const s of [0, nF - 1, nF + T + 2, nF + r.L * T + 3]) {
+        const col = frozenDifference(ref, r, tc.ref, s, targets);
+        targets.forEach((t, i) => expect(Math.abs(col[i] - A[t * N + s])).toBeLessThan(1e-4));
+      }
+      let rowWorst = 0;
+      for (const t of targets) {
+        let sum = 0;
+        for (let j = 0; j < N; j++) sum += A[t * N + j];
+        rowWorst = Math.max(rowWorst, Math.abs(sum + r.constant[t] - r.targetValue[t]));
+      }
+      expect(rowWorst).toBeLessThan(1e-4);
+
+      // pruning and scores
+      const want = referenceJson(r);
+      expect(doc.graph.nodes.map((n) => `${KIND[n.feature_type]}:${n.node_id}`)).toEqual(want.nodes);
+      expect(doc.graph.links.map((l) => `${l.source}>${l.target}`)).toEqual(want.links);
+      expect(Math.abs(doc.scores.replacement - r.scores.replacement)).toBeLessThan(1e-4);
+      expect(Math.abs(doc.scores.completeness - r.scores.completeness)).toBeLessThan(1e-4);
+      expect(doc.graph.nodes.length).toBeLessThan(N);
+      // each link's weight is A[target, source] (where its ids name one node each: a layer-0 feature
+      // `0_f_p` and the error `0_l_p` share an id when f = l); each kept node's influence its cumulative score
+      const index = new Map(r.nodes.map((n, i) => [`${n.kind}:${n.node_id}`, i]));
+      const byId = new Map(doc.graph.nodes.map((n) => [n.node_id, n]));
+      const seen = new Map<string, number>();
+      for (const n of doc.graph.nodes) seen.set(n.node_id, (seen.get(n.node_id) ?? 0) + 1);
+      for (const l of doc.graph.links
+        .filter((x) => seen.get(x.source) === 1 && seen.get(x.target) === 1)
+        .slice(0, 80)) {
+        const ti = index.get(`${KIND[byId.get(l.target)!.feature_type]}:${l.target}`)!;
+        const si = index.get(`${KIND[byId.get(l.source)!.feature_type]}:${l.source}`)!;
+        expect(Math.abs(l.weight - r.adjacency[ti * N + si])).toBeLessThan(1e-4);
+      }
+      for (const n of doc.graph.nodes) {
+        const i = index.get(`${KIND[n.feature_type]}:${n.node_id}`)!;
+        if (n.feature_type === 'logit') expect(n.influence).toBeNull();
+        else expect(Math.abs(n.influence! - r.cumulativeScores[i])).toBeLessThan(1e-4);
+      }
+
+      // the JSON: Neuronpedia's schema, and circuit-tracer's fields
+      const validate = new Ajv({ strict: false }).compile(NEURONPEDIA_GRAPH_SCHEMA);
+      const json = JSON.parse(JSON.stringify(doc.graph));
+      expect(validate(json), JSON.stringify(validate.errors)).toBe(true);
+      expect(Object.keys(json)).toEqual(['metadata', 'qParams', 'nodes', 'links']);
+      expect(Object.keys(json.metadata)).toEqual([
+        'slug',
+        'scan',
+        'transcoder_list',
+        'prompt_tokens',
+        'prompt',
+        'node_threshold',
+        'schema_version',
+      ]);
+      expect(Object.keys(json.nodes[0])).toEqual([
+        'node_id',
+        'feature',
+        'layer',
+        'ctx_idx',
+        'feature_type',
+        'token_prob',
+        'is_target_logit',
+        'run_idx',
+        'reverse_ctx_idx',
+        'jsNodeId',
+        'clerp',
+        'influence',
+        'activation',
+      ]);
+      expect(json.metadata.prompt_tokens).toHaveLength(T);
+      expect(json.qParams).toEqual({ pinnedIds: [], supernodes: [], linkType: 'both', clickedId: '', sg_pos: '' });
+      const top = json.nodes.find((n: { is_target_logit: boolean }) => n.is_target_logit);
+      expect(top.node_id).toBe(`${r.L + 1}_${r.logits[0].token}_${T - 1}`);
+      expect(top.clerp).toMatch(/^Output ".*" \(p=\d\.\d{3}\)$/);
+      const feat = json.nodes.find((n: { feature_type: string }) => n.feature_type === 'cross layer transcoder');
+      const [l, f] = feat.node_id.split('_').map(Number);
+      expect(feat.feature).toBe(((l + f) * (l + f + 1)) / 2 + f);
+      expect(feat.jsNodeId).toBe(`${l}_${f}-0`);
+      // a schema check that can fail: the same JSON without a required field is refused
+      expect(validate({ ...json, metadata: { ...json.metadata, scan: undefined } })).toBe(false);
+    },
+  );
+
+  it('max_feature_nodes picks the rows by partial influence exactly as circuit-tracer schedules them', async () => {
+    const tokens = TOKENS.stories;
+    const tc = setFor(models.storiesRef, tokens, 'plt');
+    const r = referenceAttribution(models.storiesRef, tokens, tc.ref, {
+      maxFeatureNodes: 60,
+      batchSize: 8,
+      updateInterval: 2,
+    });
+    const doc = await operation.run(
+      models.stories,
+      {
+        prompt: '',
+        token_ids: tokens,
+        transcoder_source: tc.dir,
+        max_feature_nodes: 60,
+        batch_size: 8,
+        update_interval: 2,
+        full_adjacency: true,
+      },
+      ctx,
+    );
+    expect(doc.selected_features).toBe(60);
+    expect(doc.adjacency!.nodes.map((n) => n.node_id)).toEqual(r.nodes.map((n) => n.node_id));
+    const want = referenceJson(r);
+    expect(doc.graph.nodes.map((n) => `${KIND[n.feature_type]}:${n.node_id}`)).toEqual(want.nodes);
+    expect(Math.abs(doc.scores.replacement - r.scores.replacement)).toBeLessThan(1e-4);
+    // and the first 60 features in index order are not what it picked (the ranking matters)
+    expect(r.selected).not.toEqual(Array.from({ length: 60 }, (_, i) => i));
+    expect(doc.cost.backward_rows).toBe(60 + r.logits.length);
+  });
+});
