@@ -12,44 +12,12 @@
  * ===================================================================================
  */
 import type { LoadedModel } from '../src/engine/api';
+import { SkipExtension, type BenchExtension, type ExtContext, type ExtResult, type ExtRow } from './extension';
 import { cpuNow, median, now, ALL_FUSED, timeInterleaved } from './lib';
 import { randomIds } from './model-gen';
 import { gradientCosts } from './gradients';
 
-export interface ExtContext {
-  modelDir: string;
-  threads: number;
-  /** bytes of the model's weights */
-  weightBytes: number;
-  log(message: string): void;
-  /** loadModelNode(modelDir, { backend: 'node', threads }) */
-  loadModel(): Promise<LoadedModel>;
-}
-
-export interface ExtRow {
-  metric: string;
-  value: string;
-  target?: string;
-  /** whether the target is met (omit when there is no target) */
-  ok?: boolean;
-}
-
-export interface ExtResult {
-  rows: ExtRow[];
-  json: Record<string, unknown>;
-}
-
-export interface BenchExtension {
-  /** key in the JSON results */
-  name: string;
-  title: string;
-  /** the child's time limit (default 300 s) */
-  timeoutMs?: number;
-  run(ctx: ExtContext): Promise<ExtResult>;
-}
-
-/** thrown by an extension whose operation is not (yet) in the project */
-export class SkipExtension extends Error {}
+export { SkipExtension, type BenchExtension, type ExtContext, type ExtResult, type ExtRow } from './extension';
 
 const fmt = (x: number, d = 1) => x.toFixed(d);
 

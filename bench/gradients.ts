@@ -12,7 +12,7 @@
  * The first call of each builds its graph variant (the gradient graph is a separate session): that
  * cold time is reported apart.
  */
-import type { BenchExtension } from './extensions';
+import type { BenchExtension } from './extension';
 import { median, now, timeInterleaved } from './lib';
 import { randomIds } from './model-gen';
 

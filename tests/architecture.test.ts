@@ -1,6 +1,7 @@
 /**
- * The import structure of src/ and workers/ (a stand-in for farm-studio's dependency view): no
- * import circle between files, no arrow that runs back up the layers, and no import through a
+ * The import structure of src/, workers/ and bench/, with tests/ and e2e/ (a stand-in for
+ * farm-studio's dependency view): no import circle between files, no arrow that runs back up the
+ * layers (nothing in src/ or workers/ imports the bench or the tests), and no import through a
  * computed specifier that no reader (or bundler) can follow. Type-only imports count too: a
  * type arrow running up is the same confusion of layers.
  */
@@ -21,6 +22,9 @@ const ALLOWED: Record<string, string[]> = {
   cli: ['engine', 'schema', 'node', 'ops', 'share', 'bridge'],
   workers: ['engine', 'schema', 'ops', 'share', 'bridge'],
   ui: ['engine', 'schema', 'ops', 'share', 'bridge', 'workers'],
+  // the bench measures every layer (and runs the tests' Hub stand-in); nothing imports the bench
+  bench: ['engine', 'schema', 'node', 'ops', 'share', 'bridge', 'cli', 'workers', 'ui', '(tests)'],
+  '(tests)': ['engine', 'schema', 'node', 'ops', 'share', 'bridge', 'cli', 'workers', 'ui', 'bench'],
 };
 
 function filesUnder(dir: string): string[] {
@@ -31,12 +35,14 @@ function filesUnder(dir: string): string[] {
   });
 }
 
-const FILES = [...filesUnder(path.join(ROOT, 'src')), ...filesUnder(path.join(ROOT, 'workers'))];
+const FILES = ['src', 'workers', 'bench', 'tests', 'e2e'].flatMap((d) => filesUnder(path.join(ROOT, d)));
 
-/** the folder a file belongs to: src/<folder>/… or workers */
+/** the folder a file belongs to: src/<folder>/…, workers, bench or (tests) */
 function layerOf(file: string): string {
   const rel = path.relative(ROOT, file).split(path.sep);
-  return rel[0] === 'workers' ? 'workers' : rel.length > 2 ? rel[1] : '(src)';
+  if (rel[0] === 'workers' || rel[0] === 'bench') return rel[0];
+  if (rel[0] === 'tests' || rel[0] === 'e2e') return '(tests)';
+  return rel.length > 2 ? rel[1] : '(src)';
 }
 
 /** a relative specifier → the file it names (.ts, .svelte, /index.ts) */
@@ -127,6 +133,8 @@ describe('import structure', () => {
     expect(FILES.length).toBeGreaterThan(100);
     expect(edges).toBeGreaterThan(300);
     expect(GRAPH.get(path.join(ROOT, 'src/ops/index.ts'))!.targets.map(rel)).toContain('src/ops/trace.ts');
+    // the bench is read too: its extension list imports the gradient extension
+    expect(GRAPH.get(path.join(ROOT, 'bench/extensions.ts'))!.targets.map(rel)).toContain('bench/gradients.ts');
     // the page's views are reached through import.meta.glob
     expect(GRAPH.get(path.join(ROOT, 'src/ui/views/registry.ts'))!.targets.map(rel)).toContain(
       'src/ui/views/TraceView.svelte',
@@ -195,12 +203,17 @@ describe('import structure', () => {
   });
 
   it('nothing above the engine reads model.spec (operations and surfaces code against ModelInfo)', () => {
-    const bad = FILES.filter((f) => layerOf(f) !== 'engine' && /\bmodel\??\.spec\b/.test(codeOf(f))).map(rel);
+    const bad = FILES.filter(
+      (f) => !['engine', 'bench', '(tests)'].includes(layerOf(f)) && /\bmodel\??\.spec\b/.test(codeOf(f)),
+    ).map(rel);
     expect(bad).toEqual([]);
   });
 
   it('no import through a computed specifier', () => {
-    const bad = [...GRAPH].flatMap(([f, { computed }]) => computed.map((c) => `${rel(f)}: import(${c})`));
+    // the tests may compute a specifier (a fixture by name); what ships and the bench may not
+    const bad = [...GRAPH]
+      .filter(([f]) => layerOf(f) !== '(tests)')
+      .flatMap(([f, { computed }]) => computed.map((c) => `${rel(f)}: import(${c})`));
     expect(bad).toEqual([]);
   });
 });
