@@ -102,6 +102,14 @@ export const CAPS = {
   /** numbers one document may carry in its large arrays (patterns, lens tables) */
   maxDocumentNumbers: 4_000_000,
 
+  // ---- datasets of clean/corrupted pairs (ops/lib/dataset.ts) and edge circuits
+  /** pairs of one dataset, inline, as text or generated */
+  maxDatasetPairs: 4096,
+  /** characters of a dataset given as text (JSON Lines or CSV): about 1 kB a pair at maxDatasetPairs */
+  maxDatasetChars: 4 * MiB,
+  /** edges edge_attribution's `exact` scores without allow_large_exact: it costs edges × pairs forward rows */
+  maxExactEdges: 2000,
+
   // ---- documents from outside (share links, imported sessions)
   /** characters of a share link's fragment */
   maxLinkChars: 2_000_000,

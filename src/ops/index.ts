@@ -28,6 +28,7 @@ import * as attribution_patching from './attribution_patching';
 import * as integrated_gradients from './integrated_gradients';
 import * as head_scores from './head_scores';
 import * as dashboard from './dashboard';
+import * as edge_attribution from './edge_attribution';
 
 const registry = {
   // one line per operation (name: module.operation), in the order the page's tabs, `loupe --help`
@@ -43,6 +44,7 @@ const registry = {
   patch: patch.operation,
   attribution_patching: attribution_patching.operation,
   integrated_gradients: integrated_gradients.operation,
+  edge_attribution: edge_attribution.operation,
   steer: steer.operation,
   sweep: sweep.operation,
   causality: causality.operation,

@@ -47,6 +47,16 @@ export interface EdgeForward64Options {
   add?: (input: string, outs: Map<string, Float64Array>) => Float64Array | undefined;
   /** replaces hook_embed [T·D] */
   embed?: Float64Array;
+  /** fill with the state at the start of each layer (index L: before logits), for `start` */
+  states?: LayerState[];
+  /** resume from a state `states` recorded (a run whose `add` is nothing before that layer) */
+  start?: LayerState;
+}
+
+export interface LayerState {
+  layer: number;
+  resid: Float64Array;
+  outs: Map<string, Float64Array>;
 }
 
 export interface EdgeForward64 {
@@ -70,15 +80,24 @@ export function edgeForward64(model: RefModel, tokens: number[], opts: EdgeForwa
   };
   const input = (name: string, resid: Float64Array) => plus(resid, opts.add?.(name, outs));
 
-  let embed = new Float64Array(T * D);
-  for (let t = 0; t < T; t++) for (let i = 0; i < D; i++) embed[t * D + i] = A.embed[tokens[t] * D + i] * A.embedScale;
-  if (opts.embed) embed = opts.embed.slice();
-  outs.set('input', embed);
-  let resid = embed.slice();
-  if (A.pos) for (let k = 0; k < T * D; k++) resid[k] += A.pos[k];
+  let resid: Float64Array;
+  if (opts.start) {
+    for (const [k, v] of opts.start.outs) outs.set(k, v);
+    resid = opts.start.resid;
+  } else {
+    let embed = new Float64Array(T * D);
+    for (let t = 0; t < T; t++)
+      for (let i = 0; i < D; i++) embed[t * D + i] = A.embed[tokens[t] * D + i] * A.embedScale;
+    if (opts.embed) embed = opts.embed.slice();
+    outs.set('input', embed);
+    resid = embed.slice();
+    if (A.pos) for (let k = 0; k < T * D; k++) resid[k] += A.pos[k];
+  }
 
   const rep = H / Hkv;
-  for (let l = 0; l < A.layers.length; l++) {
+  const save = (layer: number) => opts.states?.push({ layer, resid, outs: new Map(outs) });
+  for (let l = opts.start?.layer ?? 0; l < A.layers.length; l++) {
+    save(l);
     const L = A.layers[l];
     const residPre = resid;
     // each head's q, k, v from its own input: [T, Dh] per head
@@ -156,6 +175,7 @@ export function edgeForward64(model: RefModel, tokens: number[], opts: EdgeForwa
     resid = new Float64Array(T * D);
     for (let x = 0; x < T * D; x++) resid[x] = mid[x] + mlpOut[x];
   }
+  save(A.layers.length);
   const xf = normalize(input('logits', resid).slice((T - 1) * D), 1, D, A.lnf);
   let last = matmul(xf, 1, D, A.WU, V, A.bU);
   if (A.finalSoftcap) last = last.map((x) => A.finalSoftcap! * Math.tanh(x / A.finalSoftcap!));
@@ -236,11 +256,15 @@ function linearScores64(
   eps: number,
 ): Map<string, number> {
   const out = new Map<string, number>();
+  const states: LayerState[] = [];
+  edgeForward64(model, p.clean, { embed, states });
   for (const e of g.edges) {
+    // a perturbation of an input of layer l leaves everything before layer l as it was
+    const layer = e.child === 'logits' ? states.length - 1 : Number(/^[am](\d+)/.exec(e.child)![1]);
     const at = (s: number) =>
       metric64(
         edgeForward64(model, p.clean, {
-          embed,
+          start: states[layer],
           add: (input) => (input === e.input ? delta.get(e.parent)!.map((x) => s * x) : undefined),
         }).last,
         p,

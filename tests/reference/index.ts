@@ -66,4 +66,5 @@ export {
   type EdgeGraph64,
   type Pair64,
   type Faithfulness64,
+  type LayerState,
 } from './edges64';

@@ -1,0 +1,166 @@
+/**
+ * An edge circuit laid out by layer: input at the bottom, then per layer a row of heads and its
+ * MLP above them, logits at the top; each edge a curve from its upstream node to the input it
+ * enters (a head's q, k and v inputs are three points on its node), its width by |score| and its
+ * colour by sign (diverging: negative = patching it lowers M). Clicking a head selects it.
+ */
+import { select } from 'd3';
+import { palette, divergingColor } from './palette';
+import { showTooltip, hideTooltip } from './tooltip';
+import { fmt } from './format';
+
+export interface CircuitEdge {
+  name: string;
+  upstream: string;
+  downstream: string;
+  qkv: 'q' | 'k' | 'v' | null;
+  score: number;
+}
+
+export interface CircuitOptions {
+  layers: number;
+  heads: number;
+  /** the edges to draw (the circuit) */
+  edges: CircuitEdge[];
+  label: string;
+  onSelectHead?: (layer: number, head: number) => void;
+  /** the head to outline (linked views) */
+  selected?: { layer: number; head: number } | null;
+  maxWidth?: number;
+}
+
+export function drawCircuit(svgEl: SVGSVGElement, o: CircuitOptions): void {
+  const p = palette();
+  const L = o.layers;
+  const H = o.heads;
+  const width = Math.min(o.maxWidth ?? 900, Math.max(420, 60 + H * 56));
+  const rowH = 34;
+  const margin = { left: 44, right: 20, top: 26, bottom: 26 };
+  const height = margin.top + margin.bottom + (2 * L + 1) * rowH;
+  const inner = width - margin.left - margin.right;
+  const yOf = (row: number) => height - margin.bottom - row * rowH; // row 0 = input, 2l+1 = heads of l, 2l+2 = MLP of l
+  const headX = (h: number) => margin.left + ((h + 0.5) * inner) / H;
+  const mid = margin.left + inner / 2;
+  const pos = (node: string): { x: number; y: number } => {
+    if (node === 'input') return { x: mid, y: yOf(0) };
+    if (node === 'logits') return { x: mid, y: yOf(2 * L + 1) - rowH / 2 };
+    const a = /^a(\d+)\.h(\d+)$/.exec(node);
+    if (a) return { x: headX(+a[2]), y: yOf(2 * +a[1] + 1) };
+    return { x: mid, y: yOf(2 * +node.slice(1) + 2) };
+  };
+  const qkvDx = { q: -9, k: 0, v: 9 } as const;
+
+  const svg = select(svgEl);
+  svg.selectAll('*').remove();
+  svg
+    .attr('width', width)
+    .attr('height', height)
+    .attr('viewBox', `0 0 ${width} ${height}`)
+    .attr('role', 'img')
+    .attr('aria-label', o.label)
+    .attr('font-family', p.font)
+    .attr('font-size', 11)
+    .style('background', p.bg);
+
+  // layer guides
+  for (let l = 0; l < L; l++) {
+    svg
+      .append('text')
+      .attr('x', 6)
+      .attr('y', yOf(2 * l + 1) + 4)
+      .attr('fill', p.muted)
+      .text(`L${l}`);
+    svg
+      .append('line')
+      .attr('x1', margin.left)
+      .attr('x2', width - margin.right)
+      .attr('y1', yOf(2 * l + 1) + rowH / 2)
+      .attr('y2', yOf(2 * l + 1) + rowH / 2)
+      .attr('stroke', p.grid)
+      .attr('stroke-width', 0.5);
+  }
+
+  const max = Math.max(1e-12, ...o.edges.map((e) => Math.abs(e.score)));
+  const used = new Set<string>(['input', 'logits']);
+  for (const e of o.edges) {
+    used.add(e.upstream);
+    used.add(e.downstream);
+  }
+  // strongest last, so it is drawn on top
+  const sorted = [...o.edges].sort((a, b) => Math.abs(a.score) - Math.abs(b.score));
+  svg
+    .append('g')
+    .attr('fill', 'none')
+    .selectAll('path')
+    .data(sorted)
+    .join('path')
+    .attr('class', 'circuit-edge')
+    .attr('data-edge', (e) => e.name)
+    .attr('d', (e) => {
+      const a = pos(e.upstream);
+      const b = pos(e.downstream);
+      const bx = b.x + (e.qkv ? qkvDx[e.qkv] : 0);
+      const by = b.y + 7;
+      const my = (a.y + by) / 2;
+      return `M${a.x},${a.y - 7} C${a.x},${my} ${bx},${my} ${bx},${by}`;
+    })
+    .attr('stroke', (e) => divergingColor(Math.max(-1, Math.min(1, e.score / max)) * 0.85 + Math.sign(e.score) * 0.15))
+    .attr('stroke-width', (e) => 0.6 + 5 * (Math.abs(e.score) / max))
+    .attr('stroke-dasharray', (e) => (e.qkv === 'k' ? '5 2' : e.qkv === 'v' ? '1.5 2' : null))
+    .attr('opacity', 0.85)
+    .on('mousemove', (ev, e) =>
+      showTooltip(ev, [
+        e.name,
+        `score ${fmt(e.score, 5)} (estimated ΔM when patched)`,
+        e.qkv ? `into the ${e.qkv} input` : '',
+      ]),
+    )
+    .on('mouseleave', hideTooltip);
+
+  const nodes = [
+    'input',
+    ...Array.from({ length: L }, (_, l) => [...Array.from({ length: H }, (_, h) => `a${l}.h${h}`), `m${l}`]).flat(),
+    'logits',
+  ];
+  const g = svg.append('g');
+  for (const n of nodes) {
+    const { x, y } = pos(n);
+    const head = /^a(\d+)\.h(\d+)$/.exec(n);
+    const on = used.has(n);
+    const sel = head && o.selected && o.selected.layer === +head[1] && o.selected.head === +head[2];
+    const shape = g
+      .append(head ? 'circle' : 'rect')
+      .attr('class', head ? 'circuit-head' : 'circuit-node')
+      .attr('data-node', n)
+      .attr('fill', on ? p.bg : p.bg)
+      .attr('stroke', sel ? p.highlight : on ? p.fg : p.grid)
+      .attr('stroke-width', sel ? 3 : on ? 1.5 : 1);
+    if (head) shape.attr('cx', x).attr('cy', y).attr('r', 9);
+    else
+      shape
+        .attr('x', x - 26)
+        .attr('y', y - 8)
+        .attr('width', 52)
+        .attr('height', 16)
+        .attr('rx', 3);
+    const text = g
+      .append('text')
+      .attr('x', x)
+      .attr('y', y + 3.5)
+      .attr('text-anchor', 'middle')
+      .attr('font-size', head ? 8 : 10)
+      .attr('fill', on ? p.fg : p.muted)
+      .attr('pointer-events', 'none')
+      .text(head ? `${head[2]}` : n);
+    void text;
+    if (head && o.onSelectHead) {
+      const l = +head[1],
+        h = +head[2];
+      shape
+        .style('cursor', 'pointer')
+        .on('click', () => o.onSelectHead!(l, h))
+        .on('mousemove', (ev) => showTooltip(ev, [`L${l}H${h} — click to open`]))
+        .on('mouseleave', hideTooltip);
+    }
+  }
+}
