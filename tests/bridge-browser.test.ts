@@ -13,8 +13,8 @@ import { execFileSync } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+import { Client } from '@modelcontextprotocol/client';
+import { StdioClientTransport } from '@modelcontextprotocol/client/stdio';
 import { chromium, type Browser, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { errorOf, poll, until } from './bridge-fake-page';
@@ -192,9 +192,12 @@ describe.skipIf(!enabled)('the workbench page paired with loupe mcp (Chromium)',
 
   it('sweep equals headless within 1e-4, with progress notifications that increase', async () => {
     const seen: { progress: number }[] = [];
-    const inPage = await mcp.client.callTool({ name: 'sweep', arguments: SWEEP_ARGS }, undefined, {
-      onprogress: (p) => seen.push(p),
-    });
+    const inPage = await mcp.client.callTool(
+      { name: 'sweep', arguments: SWEEP_ARGS },
+      {
+        onprogress: (p) => seen.push(p),
+      },
+    );
     const ref = await headless.client.callTool({ name: 'sweep', arguments: SWEEP_ARGS });
     expect(inPage.isError).toBeFalsy();
     expect(diffs(inPage.structuredContent, ref.structuredContent, 1e-4, SKIP)).toEqual([]);
@@ -204,10 +207,13 @@ describe.skipIf(!enabled)('the workbench page paired with loupe mcp (Chromium)',
 
   it('reloading the page mid-sweep: isError within a second, and the next call succeeds after re-pairing', async () => {
     const seen: { t: number; message?: string }[] = [];
-    const pending = mcp.client.callTool({ name: 'sweep', arguments: LONG_SWEEP }, undefined, {
-      onprogress: (p) => void seen.push({ t: Date.now(), message: p.message }),
-      timeout: 120_000,
-    });
+    const pending = mcp.client.callTool(
+      { name: 'sweep', arguments: LONG_SWEEP },
+      {
+        onprogress: (p) => void seen.push({ t: Date.now(), message: p.message }),
+        timeout: 120_000,
+      },
+    );
     await until(() => remainingMs(seen) > 1000, 60_000, 'the sweep to be generating');
     const t0 = Date.now();
     void page.reload(); // not awaited: the clock runs from the reload, not from the new page's load
@@ -226,11 +232,14 @@ describe.skipIf(!enabled)('the workbench page paired with loupe mcp (Chromium)',
     const ctl = new AbortController();
     const seen: { t: number; message?: string }[] = [];
     const pending = mcp.client
-      .callTool({ name: 'sweep', arguments: LONG_SWEEP }, undefined, {
-        signal: ctl.signal,
-        onprogress: (p) => void seen.push({ t: Date.now(), message: p.message }),
-        timeout: 120_000,
-      })
+      .callTool(
+        { name: 'sweep', arguments: LONG_SWEEP },
+        {
+          signal: ctl.signal,
+          onprogress: (p) => void seen.push({ t: Date.now(), message: p.message }),
+          timeout: 120_000,
+        },
+      )
       .catch((e) => e);
     await until(() => remainingMs(seen) > 0, 60_000, 'the sweep to be generating');
     // precondition: uncancelled, the page's worker would stay busy at least this much longer (a
@@ -262,7 +271,7 @@ describe.skipIf(!enabled)('the workbench page paired with loupe mcp (Chromium)',
     // and the job bar let go of it
     await expect.poll(() => page.getByTestId('job').count(), { timeout: 2000 }).toBe(0);
     // and the next call succeeds
-    const next = await mcp.client.callTool({ name: 'trace', arguments: TRACE_ARGS }, undefined, { timeout: 60_000 });
+    const next = await mcp.client.callTool({ name: 'trace', arguments: TRACE_ARGS }, { timeout: 60_000 });
     expect(next.isError, JSON.stringify(next.content)).toBeFalsy();
   });
 });

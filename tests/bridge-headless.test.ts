@@ -7,8 +7,8 @@
 import { execFile } from 'node:child_process';
 import path from 'node:path';
 import { promisify } from 'node:util';
-import { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+import { Client } from '@modelcontextprotocol/client';
+import { StdioClientTransport } from '@modelcontextprotocol/client/stdio';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { LoadedModel } from '../src/engine/api';
 import { loadModelNode } from '../src/node/load';
@@ -67,7 +67,6 @@ describe('loupe mcp --headless', () => {
     const seen: { progress: number; total?: number }[] = [];
     const r = await client.callTool(
       { name: 'generate', arguments: { prompt: PROMPT, max_new_tokens: 120, stop_at_eos: false } },
-      undefined,
       { onprogress: (p) => seen.push(p) },
     );
     expect(r.isError).toBeFalsy();
@@ -84,7 +83,6 @@ describe('loupe mcp --headless', () => {
     const pending = client
       .callTool(
         { name: 'generate', arguments: { prompt: PROMPT, max_new_tokens: 480, stop_at_eos: false } },
-        undefined,
         {
           signal: ctl.signal,
           onprogress: () => void progressed++,

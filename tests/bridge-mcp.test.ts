@@ -5,12 +5,13 @@
  * cancellation, jobs, resources) independently of the real operations; the real ones are covered
  * by bridge-stdio and bridge-headless.
  */
-import { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { InMemoryTransport } from '@modelcontextprotocol/sdk/inMemory.js';
-import { McpError } from '@modelcontextprotocol/sdk/types.js';
+import { Client } from '@modelcontextprotocol/client';
+import { InMemoryTransport } from '@modelcontextprotocol/client';
+import { ProtocolError } from '@modelcontextprotocol/client';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { createMcpServer } from '../src/bridge/mcp-server';
+import { ResultStore } from '../src/bridge/results';
 import { PageExecutor } from '../src/bridge/page-executor';
 import type { Operation } from '../src/ops/types';
 import { decodeShare, parseFragment } from '../src/share/codec';
@@ -90,6 +91,7 @@ describe('tools/list', () => {
       'job_status',
       'job_result',
       'job_cancel',
+      'compare',
       'trace',
       'count',
     ]);
@@ -130,7 +132,7 @@ describe('tools/call', () => {
 
   it('an unknown tool is a JSON-RPC error', async () => {
     const e = await client.callTool({ name: 'no_such_tool', arguments: {} }).catch((x) => x);
-    expect(e).toBeInstanceOf(McpError);
+    expect(e).toBeInstanceOf(ProtocolError);
     expect(e.code).toBe(-32602);
   });
 
@@ -155,9 +157,12 @@ describe('tools/call', () => {
       p.result(m.id, { operation: 'trace', prompt: m.args.prompt, value: 42 });
     };
     const progress: { progress: number; total?: number; message?: string }[] = [];
-    const r = await client.callTool({ name: 'trace', arguments: { prompt: 'Once upon' } }, undefined, {
-      onprogress: (p) => progress.push(p),
-    });
+    const r = await client.callTool(
+      { name: 'trace', arguments: { prompt: 'Once upon' } },
+      {
+        onprogress: (p) => progress.push(p),
+      },
+    );
     const doc = { operation: 'trace', prompt: 'Once upon', value: 42 };
     expect(r.isError).toBeFalsy();
     expect(r.structuredContent).toEqual(doc);
@@ -181,20 +186,27 @@ describe('tools/call', () => {
     });
     expect((r.content as { text?: string }[]).some((c) => c.text?.includes(link))).toBe(true);
 
-    // the trace is a resource while this page instance lives
+    // the document is a resource of this session, listed with its operation, model and prompt
     const uri = (r._meta as Record<string, string>)['loupe/resource'];
-    expect(uri).toMatch(/^loupe:\/\/trace\/lh_trace_/);
+    expect(uri).toMatch(/^loupe:\/\/results\/[0-9a-f]{32}$/);
     expect((r.content as { type: string; uri?: string }[]).find((c) => c.type === 'resource_link')?.uri).toBe(uri);
-    expect((await client.listResources()).resources.map((x) => x.uri)).toEqual([uri]);
+    const listed = (await client.listResources()).resources;
+    expect(listed.map((x) => x.uri)).toEqual([uri]);
+    expect(listed[0]._meta).toMatchObject({
+      'loupe/operation': 'trace',
+      'loupe/prompt': 'Once upon',
+      'loupe/link': link,
+    });
     const read = await client.readResource({ uri });
     expect(JSON.parse((read.contents[0] as { text: string }).text)).toEqual(doc);
-    expect((await client.listResourceTemplates()).resourceTemplates[0].uriTemplate).toBe('loupe://trace/{id}');
+    expect((await client.listResourceTemplates()).resourceTemplates[0].uriTemplate).toBe('loupe://results/{id}');
 
-    // after a reload it is gone
+    // a document is data the companion holds: a reload of the page does not take it away
     await pair({ tabId: page.tabId });
-    expect((await client.listResources()).resources).toEqual([]);
-    const gone = await client.readResource({ uri }).catch((x) => x);
-    expect(gone).toBeInstanceOf(McpError);
+    expect((await client.listResources()).resources.map((x) => x.uri)).toEqual([uri]);
+    // a URI this session never made is not readable
+    const gone = await client.readResource({ uri: 'loupe://results/' + '0'.repeat(32) }).catch((x) => x);
+    expect(gone).toBeInstanceOf(ProtocolError);
     expect(String(gone.message)).toMatch(/HANDLE_EXPIRED/);
   });
 
@@ -209,9 +221,7 @@ describe('tools/call', () => {
   it('client cancellation cancels the call in the page', async () => {
     const page = await pair();
     const ctl = new AbortController();
-    const call = client
-      .callTool({ name: 'count', arguments: { n: 5 } }, undefined, { signal: ctl.signal })
-      .catch((x) => x);
+    const call = client.callTool({ name: 'count', arguments: { n: 5 } }, { signal: ctl.signal }).catch((x) => x);
     const m = await page.waitCall();
     ctl.abort('user pressed stop');
     await until(() => page.cancels.includes(m.id), 1000, 'the cancel to reach the page');
@@ -291,5 +301,43 @@ describe('jobs', () => {
     expect(
       errorOf(await client.callTool({ name: 'job_status', arguments: { job_id: 'job_' + '0'.repeat(32) } })).code,
     ).toBe('HANDLE_EXPIRED');
+  });
+});
+
+describe('results as resources', () => {
+  it('compare takes two result URIs; a URI of no result of this session is HANDLE_EXPIRED', async () => {
+    const page = await pair();
+    page.onCall = (m, p) =>
+      p.result(m.id, { operation: 'trace', prompt: m.args.prompt, value: String(m.args.prompt).length });
+    const a = await client.callTool({ name: 'trace', arguments: { prompt: 'abcd' } });
+    const b = await client.callTool({ name: 'trace', arguments: { prompt: 'ab' } });
+    const ua = (a._meta as Record<string, string>)['loupe/resource'];
+    const ub = (b._meta as Record<string, string>)['loupe/resource'];
+    const c = await client.callTool({ name: 'compare', arguments: { a: ua, b: ub } });
+    expect(c.isError).toBeFalsy();
+    expect(c.structuredContent).toMatchObject({
+      a: { uri: ua, operation: 'trace', prompt: 'abcd' },
+      b: { uri: ub, operation: 'trace', prompt: 'ab' },
+      numbers: { compared: 1, max_abs_diff: 2, match: false },
+    });
+    expect((c.structuredContent as { numbers: { first_differences: string[] } }).numbers.first_differences).toEqual([
+      'prompt',
+      'value',
+    ]);
+    const bad = errorOf(await client.callTool({ name: 'compare', arguments: { a: ua, b: 'loupe://results/nope' } }));
+    expect(bad.code).toBe('HANDLE_EXPIRED');
+  });
+
+  it('a store keeps its latest results within its count and bytes, oldest evicted first', () => {
+    const byCount = new ResultStore(3, 1e9);
+    const uris = [1, 2, 3, 4, 5].map((i) => byCount.add('trace', { operation: 'trace', i }).uri);
+    expect(byCount.list().map((r) => r.uri)).toEqual(uris.slice(2));
+    expect(() => byCount.get(uris[0])).toThrow(/HANDLE_EXPIRED|not a result/);
+    const bySize = new ResultStore(100, 2500);
+    const big = (i: number) => ({ operation: 'trace', i, pad: 'x'.repeat(1000) });
+    const kept = [0, 1, 2, 3].map((i) => bySize.add('trace', big(i)).uri);
+    expect(bySize.list().map((r) => r.uri)).toEqual(kept.slice(2)); // two of ~1 KB fit in 2.5 KB
+    const huge = bySize.add('trace', { pad: 'y'.repeat(10_000) }); // one over the budget stays, alone
+    expect(bySize.list().map((r) => r.uri)).toEqual([huge.uri]);
   });
 });

@@ -9,8 +9,8 @@ import { mkdtempSync, statSync, existsSync } from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+import { Client } from '@modelcontextprotocol/client';
+import { StdioClientTransport } from '@modelcontextprotocol/client/stdio';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { operations } from '../src/ops/index';
 import { loadModelNode } from '../src/node/load';
@@ -81,7 +81,7 @@ describe('loupe mcp over stdio', () => {
     running.push(c);
     const { tools } = await c.client.listTools();
     const names = tools.map((t) => t.name);
-    for (const n of ['loupe_status', 'load_model', 'list_models', 'job_status', 'job_result', 'job_cancel'])
+    for (const n of ['loupe_status', 'load_model', 'list_models', 'job_status', 'job_result', 'job_cancel', 'compare'])
       expect(names).toContain(n);
     for (const op of Object.values(operations)) {
       const t = tools.find((x) => x.name === op.name);
@@ -91,7 +91,7 @@ describe('loupe mcp over stdio', () => {
       expect(t!.outputSchema?.type).toBe('object');
       expect('as_job' in (t!.inputSchema.properties ?? {})).toBe(!!op.long);
     }
-    expect(names).toHaveLength(6 + Object.keys(operations).length);
+    expect(names).toHaveLength(7 + Object.keys(operations).length);
     const s = await status(c);
     expect(s).toMatchObject({ mode: 'page', role: 'hub', page: null });
     expect(s.pairing_url).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/#pair=[0-9a-f]{64}$/);

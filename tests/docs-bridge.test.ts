@@ -5,7 +5,7 @@
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { listTools } from '../src/bridge/tools';
+import { BRIDGE_TOOL_NAMES, listTools } from '../src/bridge/tools';
 import { operations } from '../src/ops/index';
 
 const DOC = path.resolve(__dirname, '..', 'docs', 'bridge.md');
@@ -21,17 +21,12 @@ describe('docs/bridge.md', () => {
     expect(m![1], `replace the line between the markers in docs/bridge.md with:\n${expected}`).toBe(expected);
     // and the page tool list is the bridge's own tools plus exactly these
     const names = listTools('page', operations).map((t) => t.name);
-    expect(
-      names.filter(
-        (n) => !['loupe_status', 'load_model', 'list_models', 'job_status', 'job_result', 'job_cancel'].includes(n),
-      ),
-    ).toEqual(Object.keys(operations));
+    expect(names.filter((n) => !(BRIDGE_TOOL_NAMES as readonly string[]).includes(n))).toEqual(Object.keys(operations));
   });
 
   it('names every bridge tool and every --option of loupe mcp', async () => {
     const text = readFileSync(DOC, 'utf8');
-    for (const t of ['loupe_status', 'load_model', 'list_models', 'job_status', 'job_result', 'job_cancel'])
-      expect(text).toContain(`\`${t}\``);
+    for (const t of BRIDGE_TOOL_NAMES) expect(text).toContain(`\`${t}\``);
     const { USAGE } = await import('../src/bridge/main');
     for (const opt of USAGE.match(/--[a-z-]+/g)!) if (opt !== '--help') expect(text, opt).toContain(opt);
   });

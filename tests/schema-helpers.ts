@@ -1,7 +1,7 @@
 /**
  * Validate documents against the PUBLISHED JSON Schemas (src/ops/schemas.ts), with an
  * independent validator (ajv, draft 2020-12) — not with the zod schemas they were made from.
- * ajv comes with @modelcontextprotocol/sdk (not a direct dependency).
+ * ajv is a pinned devDependency.
  */
 import Ajv2020 from 'ajv/dist/2020';
 import { schemasOf } from '../src/ops/schemas';

@@ -47,6 +47,8 @@ export interface HubOptions {
   noPageWaitMs?: number;
   /** a page must say hello this soon after connecting */
   helloTimeoutMs?: number;
+  /** more HTTP endpoints on this origin by path (`/mcp`: loupe mcp --http), after the Host check */
+  routes?: Record<string, (req: http.IncomingMessage, res: http.ServerResponse) => void>;
   log?: (msg: string) => void;
 }
 
@@ -86,6 +88,8 @@ export function runPeerHandler(log: (msg: string) => void, what: string, fn: () 
     }
   }
 }
+
+const pathOf = (url: string | undefined) => (url ?? '').split('?')[0];
 
 export class Hub {
   readonly server: http.Server;
@@ -128,6 +132,7 @@ export class Hub {
       missedBeats: 3,
       noPageWaitMs: 5000,
       helloTimeoutMs: 5000,
+      routes: {},
       ...o,
     };
     const server = http.createServer();
@@ -252,6 +257,10 @@ export class Hub {
             res.writeHead(403, { ...ISOLATION_HEADERS, 'Content-Type': 'text/plain' });
             return void res.end('Forbidden: unexpected Host header.\n');
           }
+          const route = Object.prototype.hasOwnProperty.call(this.opts.routes, pathOf(req.url))
+            ? this.opts.routes[pathOf(req.url)]
+            : undefined;
+          if (route) return route(req, res);
           if ((req.url ?? '').split('?')[0] === HUB_PROBE_PATH) {
             // Tells a second companion that this port is a Loupe hub. Carries no secret.
             res.writeHead(200, {

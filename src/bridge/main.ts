@@ -1,36 +1,82 @@
 /**
- * `loupe mcp [--headless] [--port N] …`: the companion an MCP client launches over stdio.
+ * `loupe mcp [--headless] [--port N] [--http] …`: the companion an MCP client launches over
+ * stdio, or, with --http, a server on 127.0.0.1 that clients connect to by URL (http.ts).
  *
  * stdout carries MCP messages and nothing else, so before anything can print, console.log /
  * info / debug are pointed at stderr (the engine, the ops or a dependency might log).
  */
 import { readFileSync, existsSync } from 'node:fs';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
+import { serveStdio, StdioServerTransport } from '@modelcontextprotocol/server/stdio';
 import { operations } from '../ops/index';
 import { packageRoot, packageVersion } from '../node/package';
 import type { Executor } from './executor';
 import { HeadlessExecutor } from './headless';
 import { JobManager } from './jobs';
-import { createMcpServer } from './mcp-server';
+import { AppViews } from './apps';
+import { createMcpServer, newScope, type ClientScope, type JobValue } from './mcp-server';
 import { PageExecutor } from './page-executor';
-import type { ExecResult } from './page-connection';
 import { allowLocal, type LocalAccess } from '../node/local-access';
 import { guardStdin, TRANSPORT_BUFFER_BYTES } from './stdio-lines';
+import { HttpMcp, MCP_PATH } from './http';
+import { httpToken } from './token';
+import { checkHost } from './guard';
+import { createStaticHandler, ISOLATION_HEADERS } from '../node/static-server';
 
 export const DEFAULT_PORT = 5178;
+
+/**
+ * Headless --http: 127.0.0.1:port serves /mcp and, so that share links open, the built page
+ * (no hub: the page here runs its own model). Host is checked first, as the hub does.
+ */
+async function listenHeadless(
+  port: number,
+  distDir: string,
+  mcp: (req: http.IncomingMessage, res: http.ServerResponse) => void,
+): Promise<http.Server> {
+  const server = http.createServer();
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, '127.0.0.1', () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  const real = (server.address() as AddressInfo).port;
+  const serveStatic = createStaticHandler({ root: distDir, allowedHosts: [`127.0.0.1:${real}`, `localhost:${real}`] });
+  server.on('request', (req, res) => {
+    try {
+      if (!checkHost(req.headers, real).ok) {
+        res.writeHead(403, { ...ISOLATION_HEADERS, 'Content-Type': 'text/plain' });
+        return void res.end('Forbidden: unexpected Host header.\n');
+      }
+      if ((req.url ?? '').split('?')[0] === MCP_PATH) return mcp(req, res);
+      serveStatic(req, res).catch(() => res.destroy());
+    } catch {
+      res.destroy(); // no request may end the companion
+    }
+  });
+  server.on('clientError', (_e, socket) => socket.destroy());
+  return server;
+}
 
 export const USAGE = `Usage: loupe mcp [options]
 
 Runs the Loupe MCP server on stdio (an MCP client such as Claude Code, Claude Desktop or
-Cursor launches it). Tools run in the Loupe page paired over a local WebSocket, or in this
-process with --headless.
+Cursor launches it), or with --http at http://127.0.0.1:PORT/mcp for clients that take a URL.
+Tools run in the Loupe page paired over a local WebSocket, or in this process with --headless.
 
 Options:
   --headless          run tools in this process (onnxruntime-node); no browser, no port
   --port N            hub port on 127.0.0.1 (default ${DEFAULT_PORT}, or $LOUPE_PORT); a second
                       companion on the same port shares the first one's hub
+  --http              serve MCP over Streamable HTTP at http://127.0.0.1:PORT/mcp instead of
+                      stdio (the page too, from the same origin); clients send the bearer
+                      token kept in <config>/mcp-http.json (printed when it is made)
+  --new-token         with --http: replace that token with a new one
   --model SPEC        headless: model to load on first use (default: the bundled stories260K)
   --backend node|wasm headless: runtime (default node)
   --allow-local DIR   headless: let tool calls read local folders inside DIR (models,
@@ -47,6 +93,8 @@ Options:
 
 export interface McpArgs {
   headless: boolean;
+  http: boolean;
+  newToken: boolean;
   port: number;
   model?: string;
   backend?: 'node' | 'wasm';
@@ -65,6 +113,8 @@ export class UsageError extends Error {}
 export function parseMcpArgs(argv: string[]): McpArgs {
   const a: McpArgs = {
     headless: false,
+    http: false,
+    newToken: false,
     port: envPort(),
     allowLocal: [],
     pageWaitS: 5,
@@ -90,6 +140,12 @@ export function parseMcpArgs(argv: string[]): McpArgs {
     switch (flag) {
       case '--headless':
         a.headless = true;
+        break;
+      case '--http':
+        a.http = true;
+        break;
+      case '--new-token':
+        a.newToken = true;
         break;
       case '--port':
         a.port = Math.trunc(num(flag, value(), 0, 65535));
@@ -137,6 +193,7 @@ export function parseMcpArgs(argv: string[]): McpArgs {
         throw new UsageError(`unknown option ${args[i]}`);
     }
   }
+  if (a.newToken && !a.http) throw new UsageError('--new-token applies to --http only');
   if (a.allowLocal.length && !a.headless)
     throw new UsageError('--allow-local applies to --headless only (the page reads no local files)');
   return a;
@@ -175,7 +232,22 @@ export async function runMcp(argv: string[]): Promise<number> {
 
   const root = packageRoot();
   const version = packageVersion(root);
+  const distDir = a.dist ? path.resolve(a.dist) : path.join(root, 'dist');
   let executor: Executor;
+  // with --http the MCP endpoint is served from the companion's own port (the hub's, in page mode)
+  let httpMcp: HttpMcp | undefined;
+  const mcpRoute = (req: http.IncomingMessage, res: http.ServerResponse) =>
+    httpMcp ? httpMcp.handle(req, res) : void res.writeHead(503).end();
+  let token: { token: string; file: string; created: boolean } | undefined;
+  if (a.http) {
+    try {
+      token = await httpToken({ rotate: a.newToken });
+    } catch (e) {
+      log(`cannot start: ${(e as Error).message}`);
+      return (process.exitCode = 1);
+    }
+  }
+  let listener: http.Server | undefined;
   if (a.headless) {
     let local: LocalAccess;
     try {
@@ -188,14 +260,23 @@ export async function runMcp(argv: string[]): Promise<number> {
     if (a.allowLocal.length)
       log(`tool calls may read local folders inside: ${(local as { roots: string[] }).roots.join(', ')}`);
     log(`headless: tools run in this process (${a.backend ?? 'node'} backend)`);
+    if (a.http) {
+      try {
+        listener = await listenHeadless(a.port, distDir, mcpRoute);
+      } catch (e) {
+        log(`cannot listen on 127.0.0.1:${a.port}: ${(e as Error).message}`);
+        return (process.exitCode = 1);
+      }
+    }
   } else {
     const pe = new PageExecutor({
       port: a.port,
-      distDir: a.dist ? path.resolve(a.dist) : path.join(root, 'dist'),
+      distDir,
       version,
       heartbeatMs: a.heartbeatS * 1000,
       noPageWaitMs: a.pageWaitS * 1000,
       log,
+      ...(a.http ? { routes: { [MCP_PATH]: mcpRoute }, ownPort: true } : {}),
     });
     try {
       await pe.started();
@@ -206,46 +287,71 @@ export async function runMcp(argv: string[]): Promise<number> {
     executor = pe;
   }
 
-  const jobs = new JobManager<ExecResult>({ ttlMs: a.jobTtlS * 1000, deadlineMs: a.jobDeadlineS * 1000 });
-  const port = executor instanceof PageExecutor ? executor.port : a.port;
-  const pageUrl = () => `http://127.0.0.1:${port}/`;
-  const mcp = createMcpServer({
-    executor,
-    operations,
-    version,
-    callDeadlineMs: a.deadlineS * 1000,
-    jobs,
-    pageUrl,
-    log,
-  });
-  // The SDK's transport reads the guarded stream: no line a client writes can stop it (stdio-lines.ts).
-  const transport = new StdioServerTransport(guardStdin(process.stdin, process.stdout, { log }), process.stdout, {
-    maxBufferSize: TRANSPORT_BUFFER_BYTES,
-  });
+  const portNow = () =>
+    executor instanceof PageExecutor ? executor.port : ((listener?.address() as AddressInfo | null)?.port ?? a.port);
+  const pageUrl = () => `http://127.0.0.1:${portNow()}/`;
+  const apps = new AppViews(path.join(distDir, 'apps'));
+  if (!apps.size) log('no MCP Apps views built (npm run build): tools list without ui:// views');
+  const serverFor = (scope: ClientScope) =>
+    createMcpServer({ executor, operations, version, callDeadlineMs: a.deadlineS * 1000, scope, apps, pageUrl, log })
+      .server;
+  const newClientScope = (listed = true) =>
+    newScope({
+      jobs: new JobManager<JobValue>({ ttlMs: a.jobTtlS * 1000, deadlineMs: a.jobDeadlineS * 1000 }),
+      listed,
+    });
 
-  await new Promise<void>((resolve) => {
-    let done = false;
+  let done = false;
+  let stopTransport: () => Promise<void> = async () => undefined;
+  const stopped = new Promise<void>((resolve) => {
     const shutdown = async (why: string) => {
       if (done) return;
       done = true;
       log(`stopping (${why})`);
-      await mcp.close().catch(() => undefined);
+      await stopTransport().catch(() => undefined);
+      listener?.closeAllConnections();
+      await new Promise<void>((r) => (listener ? listener.close(() => r()) : r()));
       await executor.close().catch(() => undefined);
       // Backstop: if a dependency keeps the event loop alive (a native thread pool, a socket),
       // still exit. unref'd, so it never delays a process that would exit anyway.
       setTimeout(() => process.exit(process.exitCode ?? 0), 3000).unref();
       resolve();
     };
-    // The SDK's stdio transport does not notice stdin ending; the client closing it is our cue.
-    process.stdin.once('end', () => void shutdown('stdin closed'));
-    process.stdin.once('close', () => void shutdown('stdin closed'));
-    transport.onclose = () => void shutdown('transport closed');
     process.once('SIGINT', () => void shutdown('SIGINT'));
     process.once('SIGTERM', () => void shutdown('SIGTERM'));
-    mcp.server.connect(transport).catch((e) => {
-      log(`MCP transport failed: ${(e as Error).message}`);
-      void shutdown('transport error');
-    });
+    if (!a.http) {
+      // the client closing stdin is our cue (the transport closes itself on its end too)
+      process.stdin.once('end', () => void shutdown('stdin closed'));
+      process.stdin.once('close', () => void shutdown('stdin closed'));
+    }
   });
+
+  if (a.http) {
+    httpMcp = new HttpMcp({ port: portNow, token: token!.token, serverFor, newScope: newClientScope, log });
+    stopTransport = () => httpMcp!.close();
+    const url = `http://127.0.0.1:${portNow()}${MCP_PATH}`;
+    log(`MCP over HTTP on ${url} (Streamable HTTP; 127.0.0.1 only); clients send "Authorization: Bearer <token>"`);
+    if (token!.created) log(`a new bearer token (shown once; kept in ${token!.file}, mode 0600):\n  ${token!.token}`);
+    else log(`the bearer token is in ${token!.file} (mode 0600); --new-token replaces it`);
+  } else {
+    // stdio: one client, one scope. serveStdio picks the era from the opening message —
+    // `initialize` (2025-06-18, 2025-11-25) or a 2026-07-28 request with its envelope — and may
+    // build a second instance after a probe, so each call of the factory makes a fresh server
+    // over the same scope.
+    const scope = newClientScope();
+    // The SDK's transport reads the guarded stream: no line a client writes can stop it (stdio-lines.ts).
+    const transport = new StdioServerTransport(guardStdin(process.stdin, process.stdout, { log }), process.stdout, {
+      maxBufferSize: TRANSPORT_BUFFER_BYTES,
+    });
+    const handle = serveStdio(() => serverFor(scope), {
+      transport,
+      onerror: (e) => log(`MCP transport: ${e.message}`),
+    });
+    stopTransport = async () => {
+      scope.close();
+      await handle.close();
+    };
+  }
+  await stopped;
   return Number(process.exitCode ?? 0);
 }

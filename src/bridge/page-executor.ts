@@ -24,6 +24,8 @@ export interface PageExecutorOptions extends Omit<HubOptions, 'token'> {
   log: (msg: string) => void;
   /** where the token file lives (tests); default the user's config dir */
   configDir?: string;
+  /** own the port or fail (loupe mcp --http serves its endpoint there): never forward to another hub */
+  ownPort?: boolean;
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -75,7 +77,7 @@ export class PageExecutor implements Executor {
 
   async execute(tool: string, args: Record<string, unknown>, o: CallOptions): Promise<ExecResult> {
     await this.ensure();
-    if (this.hub) return this.hub.execute(tool, args, { ...o, agent: this.agent });
+    if (this.hub) return this.hub.execute(tool, args, { ...o, agent: o.agent ?? this.agent });
     return this.fwd!.call(tool, args, o);
   }
 
@@ -140,6 +142,12 @@ export class PageExecutor implements Executor {
       }
       // Someone holds the port. Forward to it if it is a Loupe hub; never talk to anything else.
       const probe = await probeHub(this.o.port);
+      if (probe && this.o.ownPort)
+        throw new LoupeError(
+          'BAD_INPUT',
+          `Port ${this.o.port} is served by another loupe mcp (pid ${probe.pid}); an HTTP companion must own its port.`,
+          'Stop the other companion (its clients can connect to this one by URL instead), or pass another --port.',
+        );
       if (!probe) {
         if (attempt < 2) {
           await sleep(300); // the holder may be a hub that is just shutting down

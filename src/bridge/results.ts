@@ -1,33 +1,54 @@
 /**
- * Turning documents and errors into MCP tool results, and keeping trace documents readable as
- * resources (`loupe://trace/{id}`) while the page instance that made them is still the paired
- * one. The id is a handle minted with that instance's id, so a reload expires it.
+ * Turning documents and errors into MCP tool results, and keeping every document a client's
+ * session produced as a resource, `loupe://results/{id}`: listed with its operation, model and
+ * prompt, readable by URI, handed to other tools (compare) instead of resending its numbers.
+ *
+ * A document is data held by this companion, so it outlives the page instance that computed it
+ * (a reload does not take it away) and is gone when the companion stops. Each client session has
+ * its own store (scope.ts), bounded in count and bytes, evicted oldest first. Ids are 128 random
+ * bits: knowing a URI is what lets a client read it.
  */
-import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
+import type { CallToolResult } from '@modelcontextprotocol/server';
 import { LoupeError, toLoupeError } from '../engine/errors';
-import { mintHandle, parseHandle } from '../ops/lib/handles';
+import { randomHex } from '../ops/lib/handles';
 
-export const TRACE_URI_PREFIX = 'loupe://trace/';
-export const TRACE_URI_TEMPLATE = 'loupe://trace/{id}';
+export const RESULT_URI_PREFIX = 'loupe://results/';
+export const RESULT_URI_TEMPLATE = 'loupe://results/{id}';
+const RESULT_ID = /^[0-9a-f]{32}$/;
 
-export function okResult(document: unknown, extra: { link?: string; resourceUri?: string } = {}): CallToolResult {
-  const content: CallToolResult['content'] = [{ type: 'text', text: JSON.stringify(document) }];
+/** most results one session keeps, and most bytes of their JSON together */
+export const RESULTS_PER_SESSION = 64;
+export const RESULT_BYTES_PER_SESSION = 256 * 1024 * 1024;
+
+export interface StoredResult {
+  uri: string;
+  operation: string;
+  model?: string;
+  prompt?: string;
+  link?: string;
+  created: number;
+  /** the document's JSON, as the tool result's text carried it */
+  json: string;
+}
+
+export function okResult(document: unknown, extra: { link?: string; result?: StoredResult } = {}): CallToolResult {
+  const content: CallToolResult['content'] = [{ type: 'text', text: extra.result?.json ?? JSON.stringify(document) }];
   if (extra.link)
     content.push({
       type: 'text',
       text: `Shareable link (opens this result in the Loupe workbench and re-runs it locally): ${extra.link}`,
     });
-  if (extra.resourceUri)
+  if (extra.result)
     content.push({
       type: 'resource_link',
-      uri: extra.resourceUri,
-      name: extra.resourceUri.slice('loupe://'.length),
+      uri: extra.result.uri,
+      name: resultName(extra.result),
       mimeType: 'application/json',
-      description: 'This trace document, readable while the page that made it stays open.',
+      description: 'This document, readable (and usable by compare) until this session ends or evicts it.',
     });
   const meta: Record<string, unknown> = {};
   if (extra.link) meta['loupe/link'] = extra.link;
-  if (extra.resourceUri) meta['loupe/resource'] = extra.resourceUri;
+  if (extra.result) meta['loupe/resource'] = extra.result.uri;
   return {
     content,
     structuredContent: document as Record<string, unknown>,
@@ -42,48 +63,84 @@ export function errorResult(e: unknown): CallToolResult {
   return { content: [{ type: 'text', text: JSON.stringify(err.toJSON()) }], isError: true };
 }
 
-export class TraceResources {
-  private docs = new Map<string, { document: unknown; created: number; prompt?: string }>();
+function resultName(r: StoredResult): string {
+  const prompt =
+    r.prompt === undefined ? '' : ` ${JSON.stringify(r.prompt.length > 60 ? r.prompt.slice(0, 57) + '…' : r.prompt)}`;
+  return `${r.operation}${r.model ? ` · ${r.model}` : ''}${prompt}`;
+}
 
-  constructor(private limit = 50) {}
+export class ResultStore {
+  private items = new Map<string, StoredResult>();
+  private bytes = 0;
 
-  /** Keep a trace; returns its resource URI. */
-  add(document: unknown, instanceId: string): string {
-    const id = mintHandle('trace', instanceId);
-    const prompt = (document as { prompt?: unknown })?.prompt;
-    this.docs.set(id, { document, created: Date.now(), prompt: typeof prompt === 'string' ? prompt : undefined });
-    while (this.docs.size > this.limit) this.docs.delete(this.docs.keys().next().value as string);
-    return TRACE_URI_PREFIX + id;
+  constructor(
+    private readonly maxCount = RESULTS_PER_SESSION,
+    private readonly maxBytes = RESULT_BYTES_PER_SESSION,
+  ) {}
+
+  /** Keep a document; the oldest go first while the store is over its count or bytes. */
+  add(operation: string, document: unknown, link?: string): StoredResult {
+    const json = JSON.stringify(document);
+    const d = document as { model?: { id?: unknown }; prompt?: unknown; clean_prompt?: unknown } | null;
+    const prompt =
+      typeof d?.prompt === 'string' ? d.prompt : typeof d?.clean_prompt === 'string' ? d.clean_prompt : undefined;
+    const r: StoredResult = {
+      uri: RESULT_URI_PREFIX + randomHex(16),
+      operation,
+      model: typeof d?.model?.id === 'string' ? d.model.id : undefined,
+      prompt,
+      link,
+      created: Date.now(),
+      json,
+    };
+    this.items.set(r.uri, r);
+    this.bytes += json.length;
+    for (const [uri, old] of this.items) {
+      if (this.items.size <= 1 || (this.items.size <= this.maxCount && this.bytes <= this.maxBytes)) break;
+      this.items.delete(uri);
+      this.bytes -= old.json.length;
+    }
+    return r;
   }
 
-  list(currentInstance: string | undefined): { uri: string; name: string; description?: string; mimeType: string }[] {
-    this.dropStale(currentInstance);
-    return [...this.docs.entries()].map(([id, d]) => ({
-      uri: TRACE_URI_PREFIX + id,
-      name: `trace ${id}`,
-      ...(d.prompt !== undefined
-        ? { description: `trace of ${JSON.stringify(d.prompt.slice(0, 80))} at ${new Date(d.created).toISOString()}` }
-        : {}),
-      mimeType: 'application/json',
-    }));
+  list(): StoredResult[] {
+    return [...this.items.values()];
   }
 
-  read(uri: string, currentInstance: string | undefined): unknown {
-    this.dropStale(currentInstance);
-    const id = uri.startsWith(TRACE_URI_PREFIX) ? uri.slice(TRACE_URI_PREFIX.length) : '';
-    const d = this.docs.get(id);
-    if (!d) {
+  /** The stored result at `uri`, or HANDLE_EXPIRED. */
+  get(uri: string): StoredResult {
+    const id = typeof uri === 'string' && uri.startsWith(RESULT_URI_PREFIX) ? uri.slice(RESULT_URI_PREFIX.length) : '';
+    const r = RESULT_ID.test(id) ? this.items.get(uri) : undefined;
+    if (!r)
       throw new LoupeError(
         'HANDLE_EXPIRED',
-        `${uri} is not available: the page that made it has reloaded or closed, or it was evicted.`,
-        'Call trace again to make a new one.',
+        `${String(uri).slice(0, 200)} is not a result of this session: it was evicted (a session keeps its latest ${this.maxCount}), its companion restarted, or another client made it.`,
+        'Run the operation again to make a new one.',
       );
-    }
-    return d.document;
+    return r;
   }
 
-  /** Forget traces made by a page instance that is no longer the paired one. */
-  private dropStale(currentInstance: string | undefined): void {
-    for (const id of [...this.docs.keys()]) if (parseHandle(id)?.instance !== currentInstance) this.docs.delete(id);
+  clear(): void {
+    this.items.clear();
+    this.bytes = 0;
+  }
+
+  /** The MCP resource entry of a result (resources/list). */
+  static entry(r: StoredResult): Record<string, unknown> {
+    return {
+      uri: r.uri,
+      name: resultName(r),
+      title: resultName(r),
+      description: `${r.operation} document${r.model ? ` of ${r.model}` : ''}${r.prompt !== undefined ? ` on ${JSON.stringify(r.prompt.slice(0, 200))}` : ''}, made ${new Date(r.created).toISOString()}.`,
+      mimeType: 'application/json',
+      size: r.json.length,
+      _meta: {
+        'loupe/operation': r.operation,
+        ...(r.model ? { 'loupe/model': r.model } : {}),
+        ...(r.prompt !== undefined ? { 'loupe/prompt': r.prompt.slice(0, 2000) } : {}),
+        ...(r.link ? { 'loupe/link': r.link } : {}),
+        'loupe/created': new Date(r.created).toISOString(),
+      },
+    };
   }
 }

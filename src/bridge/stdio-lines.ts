@@ -9,7 +9,7 @@
  * answered the same way. Nothing a client writes can end the process.
  */
 import { PassThrough, type Readable, type Writable } from 'node:stream';
-import { JSONRPCMessageSchema } from '@modelcontextprotocol/sdk/types.js';
+import { parseJSONRPCMessage } from '@modelcontextprotocol/server';
 
 /** the longest message accepted (a request can carry a long prompt list; documents go out, not in) */
 export const MAX_LINE_BYTES = 64 * 1024 * 1024;
@@ -46,8 +46,13 @@ export function guardStdin(input: Readable, output: Writable, o: LineGuardOption
       const id = /"id"\s*:\s*(\d{1,15}|"[^"\\]{0,200}")/.exec(text.slice(0, 4096))?.[1];
       return reply(id === undefined ? undefined : JSON.parse(id), -32700, 'Parse error: the line is not valid JSON.');
     }
-    const v = JSONRPCMessageSchema.safeParse(msg);
-    if (!v.success)
+    let valid = true;
+    try {
+      parseJSONRPCMessage(msg);
+    } catch {
+      valid = false;
+    }
+    if (!valid)
       return reply(
         (msg as { id?: unknown } | null)?.id,
         -32600,

@@ -100,12 +100,16 @@ export async function checkConfigDir(dir = configDir()): Promise<void> {
 
 /** Write the record atomically with mode 0600 (the temp file is created 0600, then renamed). */
 export async function writeHubRecord(rec: HubRecord, dir = configDir()): Promise<string> {
+  return writePrivateJson(tokenFilePath(rec.port, dir), rec, dir);
+}
+
+/** Write JSON to `file` in the config folder atomically, mode 0600 (a 0600 temp file, then renamed). */
+async function writePrivateJson(file: string, data: unknown, dir: string): Promise<string> {
   await ensureConfigDir(dir);
-  const file = tokenFilePath(rec.port, dir);
   const tmp = `${file}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`;
   const fh = await fs.open(tmp, fsc.O_WRONLY | fsc.O_CREAT | fsc.O_EXCL | (fsc.O_NOFOLLOW ?? 0), 0o600);
   try {
-    await fh.writeFile(JSON.stringify(rec));
+    await fh.writeFile(JSON.stringify(data));
     await fh.chmod(0o600); // in case a umask or ACL widened it
   } finally {
     await fh.close();
@@ -117,16 +121,25 @@ export async function writeHubRecord(rec: HubRecord, dir = configDir()): Promise
 /**
  * Read the record for a port, refusing a file another user owns or others can read or write
  * (someone could plant a token to make us forward an agent's calls to their server), and a
- * config folder others can reach. The file is opened once (not following a link) and checked
- * with fstat on that descriptor, so what is checked is what is read.
+ * config folder others can reach.
  */
 export async function readHubRecord(port: number, dir = configDir()): Promise<HubRecord | undefined> {
-  const file = tokenFilePath(port, dir);
+  const rec = (await readPrivateJson(tokenFilePath(port, dir), dir)) as HubRecord | undefined;
+  return rec && rec.port === port && isTokenShaped(rec.token) ? rec : undefined;
+}
+
+/**
+ * JSON from a file of the config folder, or undefined when absent, a link or not JSON; refused
+ * (CONFIG_UNSAFE) when another user owns it or others can read or write it, or the folder is
+ * open to others. The file is opened once (not following a link) and checked with fstat on that
+ * descriptor, so what is checked is what is read.
+ */
+async function readPrivateJson(file: string, dir: string): Promise<unknown> {
   let fh: fs.FileHandle;
   try {
     fh = await fs.open(file, fsc.O_RDONLY | (fsc.O_NOFOLLOW ?? 0) | (fsc.O_NONBLOCK ?? 0));
   } catch {
-    return undefined; // absent, or a symlink (ELOOP): not a record we wrote
+    return undefined; // absent, or a symlink (ELOOP): not a file we wrote
   }
   try {
     await checkConfigDir(dir);
@@ -142,16 +155,40 @@ export async function readHubRecord(port: number, dir = configDir()): Promise<Hu
       if (typeof process.getuid === 'function' && st.uid !== process.getuid())
         throw new LoupeError('CONFIG_UNSAFE', `${file} belongs to another user.`, 'Delete it and restart loupe mcp.');
     }
-    let rec: HubRecord;
     try {
-      rec = JSON.parse(await fh.readFile('utf8')) as HubRecord;
+      return JSON.parse(await fh.readFile('utf8')) as unknown;
     } catch {
       return undefined;
     }
-    return rec && rec.port === port && isTokenShaped(rec.token) ? rec : undefined;
   } finally {
     await fh.close();
   }
+}
+
+/** The file holding the bearer token of `loupe mcp --http`. */
+export function httpTokenFilePath(dir = configDir()): string {
+  return path.join(dir, 'mcp-http.json');
+}
+
+/**
+ * The bearer token clients of `loupe mcp --http` send: 256 random bits kept in `mcp-http.json`
+ * (0600, in the 0700 config folder, as the hub records are) so that a client configured once keeps
+ * working across restarts; made when absent or when `rotate` asks for a new one. `created` says
+ * whether it is new (the companion then prints it, once).
+ */
+export async function httpToken(
+  o: { rotate?: boolean; dir?: string } = {},
+): Promise<{ token: string; file: string; created: boolean }> {
+  const dir = o.dir ?? configDir();
+  const file = httpTokenFilePath(dir);
+  await ensureConfigDir(dir);
+  if (!o.rotate) {
+    const rec = (await readPrivateJson(file, dir)) as { token?: unknown } | undefined;
+    if (rec && isTokenShaped(rec.token)) return { token: rec.token, file, created: false };
+  }
+  const token = newToken();
+  await writePrivateJson(file, { token, created_at: new Date().toISOString() }, dir);
+  return { token, file, created: true };
 }
 
 /** Remove the record if it is still ours (a newer hub on the same port may have replaced it). */

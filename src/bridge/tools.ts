@@ -7,6 +7,7 @@
 import { z } from 'zod';
 import type { Operation } from '../ops/types';
 import { toJsonSchema } from '../ops/schemas';
+import { toolUiMeta } from './apps';
 
 export type JsonSchema = Record<string, unknown> & { type: 'object' };
 
@@ -23,6 +24,8 @@ export interface ToolDef {
     idempotentHint?: boolean;
     openWorldHint?: boolean;
   };
+  /** `ui`: the MCP Apps view that draws its result (apps.ts) */
+  _meta?: Record<string, unknown>;
 }
 
 /** zod → JSON Schema with a root of type "object", as MCP requires for tool schemas. */
@@ -115,6 +118,48 @@ export const jobHandle = z.object({
 });
 export type JobHandle = z.infer<typeof jobHandle>;
 
+export const compareInput = z.object({
+  a: z.string().describe('A: a result URI, loupe://results/{id}, from an earlier call in this session'),
+  b: z.string().describe('B: another result URI of this session; Δ = B − A'),
+});
+const resultRef = z.object({
+  uri: z.string(),
+  operation: z.string(),
+  model: z.string().nullable(),
+  prompt: z.string().nullable(),
+});
+export const compareOutput = z.object({
+  a: resultRef,
+  b: resultRef,
+  grids: z
+    .array(
+      z.object({
+        key: z.string().describe('which grid of the documents'),
+        what: z.string().describe('what a cell holds (units)'),
+        rows: z.array(z.string()),
+        cols: z.array(z.string()),
+        delta: z
+          .array(z.array(z.number().nullable()))
+          .nullable()
+          .describe("B − A per cell, rows and columns matched by name in A's order; null when not comparable"),
+        max_abs_delta: z.number().nullable(),
+        note: z.string().nullable(),
+        reason: z.string().nullable().describe('why there is no Δ, when there is none'),
+      }),
+    )
+    .describe(
+      'every grid either document has (DLA heatmaps, logit lens, patterns, effects …), as the page compares them',
+    ),
+  numbers: z
+    .object({
+      compared: z.number().describe('numeric leaves walked in both documents together'),
+      max_abs_diff: z.number(),
+      match: z.boolean().describe('every number within 1e-4 (relative above 1) and every other field equal'),
+      first_differences: z.array(z.string()).describe('paths of the first differences (at most 5)'),
+    })
+    .describe('the documents walked as numbers (backend and timings skipped)'),
+});
+
 const statusOutput = z.looseObject({
   mode: z.enum(['page', 'headless']),
   version: z.string(),
@@ -183,6 +228,17 @@ export function bridgeTools(mode: 'page' | 'headless'): ToolDef[] {
   ];
 }
 
+/** compare: two stored results by URI, not their numbers resent. */
+export const compareTool: ToolDef = {
+  name: 'compare',
+  title: 'Compare two results',
+  description:
+    "Put two results of this session side by side by their URIs (loupe://results/{id}, from a result's resource_link or resources/list): for every grid they have — DLA layer × head, logit lens, attention patterns, patching maps, ablation effects — Δ = B − A per cell, rows and columns matched by name, or the reason there is none (different models, operations, targets or token counts). Cheap; runs no model.",
+  inputSchema: toObjectSchema(compareInput, 'input'),
+  outputSchema: toObjectSchema(compareOutput, 'output'),
+  annotations: { readOnlyHint: true, openWorldHint: false },
+};
+
 export const BRIDGE_TOOL_NAMES = [
   'loupe_status',
   'load_model',
@@ -190,6 +246,7 @@ export const BRIDGE_TOOL_NAMES = [
   'job_status',
   'job_result',
   'job_cancel',
+  'compare',
 ] as const;
 
 /** One tool per operation: its description, its input (+ as_job for long ones), its output. */
@@ -225,6 +282,22 @@ export function operationTool(op: Operation): ToolDef {
   };
 }
 
-export function listTools(mode: 'page' | 'headless', ops: Record<string, Operation>): ToolDef[] {
-  return [...bridgeTools(mode), ...Object.values(ops).map(operationTool)];
+/**
+ * Every tool. An operation whose view is built (`hasView`) names it in `_meta.ui` for every client:
+ * the metadata is inert where a client has no MCP Apps support, and one list for all keeps
+ * tools/list the same for every client (and cacheable).
+ */
+export function listTools(
+  mode: 'page' | 'headless',
+  ops: Record<string, Operation>,
+  hasView: (op: string) => boolean = () => false,
+): ToolDef[] {
+  return [
+    ...bridgeTools(mode),
+    compareTool,
+    ...Object.values(ops).map((op) => {
+      const t = operationTool(op);
+      return hasView(op.name) ? { ...t, _meta: toolUiMeta(op.name) } : t;
+    }),
+  ];
 }

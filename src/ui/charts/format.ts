@@ -26,7 +26,4 @@ export function fmtPct(v: number | null | undefined, digits = 1): string {
   return `${(v * 100).toFixed(digits)}%`;
 }
 
-/** Show a token's text so whitespace and control characters are visible. */
-export function showToken(t: string): string {
-  return t.replace(/ /g, '␣').replace(/\n/g, '↵').replace(/\t/g, '⇥') || '∅';
-}
+export { showToken } from '../../share/token-text';

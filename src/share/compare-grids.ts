@@ -1,12 +1,12 @@
 /**
- * What of a document the Compare panel can put side by side and subtract: its grids (layer × head,
+ * What of a document the page's Compare panel and the MCP `compare` tool can put side by side and subtract: its grids (layer × head,
  * layer × position, query × key, target × effect …), per operation. Each grid names its rows and
  * columns, so two documents' grids are matched by those names — ablation tables rank their rows
  * differently run to run, and a Δ of two grids whose rows or columns are different things (other
  * positions, other targets, another model's heads) would be a number that means nothing. `deltaOf`
  * says why when there is no Δ.
  */
-import { showToken } from '../charts/format';
+import { showToken } from './token-text';
 
 export interface Grid {
   /** which grid of the document (documents of one operation have the same keys) */
