@@ -279,6 +279,36 @@ describe('causality', () => {
     expect(n).toBe(0);
   });
 
+  it("without alpha, α is the sweep's largest stable α; a verdict at an α outside the stable range says so", async () => {
+    const base = { prompt: prompts[0], layer: 2, direction: 'tokens: happy - big', n_random: 20, rigidity_tokens: 4 };
+    const auto = await causality.run(model, base, {});
+    expect(schemaErrors('causality', viaJson(auto))).toEqual([]);
+    const sr = auto.structural_rigidity;
+    // the sweep runs in units of resid_norm; α is its largest positive value inside the range
+    expect(sr.alphas.map((a) => a / auto.resid_norm)).toEqual(
+      [-1, -0.5, -0.25, 0, 0.25, 0.5, 1].map((m) => expect.closeTo(m, 9)),
+    );
+    const stable = sr.alphas.filter((a) => a > 0 && sr.alpha_range && a >= sr.alpha_range[0] && a <= sr.alpha_range[1]);
+    if (stable.length) {
+      expect(auto.alpha).toBe(Math.max(...stable));
+      expect(sr.alpha_in_range).toBe(true);
+      expect(auto.alpha_rule).toContain('inside its stable range');
+      expect(auto.verdict_reason).not.toContain('outside the stable range');
+    } else {
+      expect(auto.alpha).toBeCloseTo(auto.resid_norm, 9);
+      expect(auto.verdict_reason).toContain('outside the stable range');
+    }
+    // an α past the sweep's stable range (the sweep is in units of α, so its ends are ±α): say so
+    const far = await causality.run(model, { ...base, alpha_multiple: 40 }, {});
+    expect(far.structural_rigidity.alpha_in_range).toBe(false);
+    expect(far.alpha_rule).toBe('alpha_multiple 40 × resid_norm');
+    if (far.structural_rigidity.alpha_range)
+      expect(far.verdict_reason).toMatch(/decided at α = [\d.]+, outside the stable range/);
+    console.log(
+      `causality default α on ${JSON.stringify(prompts[0])}: ${auto.alpha.toFixed(3)} (${auto.alpha_rule}); range ${JSON.stringify(sr.alpha_range)}; ×40: ${far.verdict} — ${far.verdict_reason}`,
+    );
+  });
+
   it('honours cancellation between batched runs', async () => {
     const ac = new AbortController();
     const p = causality.run(
@@ -312,10 +342,27 @@ describe('causality: the template control (induction-gpt2)', () => {
     async (prompt) => {
       // The direction is the unembedding of a template token (the space after each comma) and the
       // target is that token: the edit moves it on every prompt of the template, and the prompts
-      // without the concept (every word replaced) predict it as much as the concept prompt does.
+      // without the concept (every word replaced by random letters, the same word by the same
+      // letters) predict it as much as the concept prompt does. The control prompts are given: the
+      // derived ones are made of the prompt's own words (next test), and on these templates of
+      // three random words only reorder them.
+      const letters = 'abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ';
+      const controls = [0, 1, 2, 3].map(() => {
+        const map = new Map<string, string>();
+        const salad = (w: string) => Array.from(w, () => letters[Math.floor(u() * letters.length)]).join('');
+        return prompt.replace(/[A-Za-z]+/g, (w) => map.get(w) ?? (map.set(w, salad(w)), map.get(w)!));
+      });
       const doc = await causality.run(
         gpt,
-        { prompt, layer: 1, direction: { kind: 'tokens', positive: ' ' }, n_random: 64, seed: 1 },
+        {
+          prompt,
+          layer: 1,
+          direction: { kind: 'tokens', positive: ' ' },
+          n_random: 64,
+          seed: 1,
+          alpha_multiple: 1,
+          control_prompts: controls,
+        },
         {},
       );
       expect(schemaErrors('causality', viaJson(doc))).toEqual([]);
@@ -323,14 +370,38 @@ describe('causality: the template control (induction-gpt2)', () => {
       expect(doc.random_baseline.raw.significant && doc.random_baseline.normalized.significant).toBe(true);
       expect(doc.template_control.edit_ratio!).toBeGreaterThanOrEqual(0.5);
       expect(Math.abs(doc.template_control.concept_gain)).toBeLessThan(Math.LN2);
-      // the neutral control prompts keep the template: same punctuation and spacing, words replaced
-      for (const p of doc.template_control.prompts)
-        expect(p.prompt.replace(/[A-Za-z]/g, 'a')).toBe(prompt.replace(/[A-Za-z]/g, 'a'));
       console.log(
         `template ${JSON.stringify(prompt)}: edit ratio ${doc.template_control.edit_ratio?.toFixed(2)}, concept gain ${doc.template_control.concept_gain.toFixed(3)} → ${doc.verdict}`,
       );
     },
   );
+
+  it("derived control prompts are the prompt's own words: skeleton, repeated words and capitals kept, no word in its place", () => {
+    for (const prompt of [...templates, 'Once upon a time, there was a little girl. She was a happy girl.']) {
+      const words = new Set(prompt.toLowerCase().match(/[a-z]+/g));
+      const derived = deriveControlPrompts(gpt, prompt, undefined, 4, 0);
+      expect(derived).toHaveLength(4);
+      for (const p of derived) {
+        expect(p.replace(/[A-Za-z]+/g, 'w')).toBe(prompt.replace(/[A-Za-z]+/g, 'w'));
+        expect(
+          p
+            .toLowerCase()
+            .match(/[a-z]+/g)!
+            .every((w) => words.has(w)),
+        ).toBe(true);
+        const a = prompt.match(/[A-Za-z]+/g)!,
+          b = p.match(/[A-Za-z]+/g)!;
+        a.forEach((w, i) => {
+          // a word the prompt repeats is the template's skeleton; every other word moves
+          const repeated = a.filter((x) => x.toLowerCase() === w.toLowerCase()).length > 1;
+          if (repeated) expect(b[i].toLowerCase()).toBe(w.toLowerCase());
+          else expect(b[i].toLowerCase()).not.toBe(w.toLowerCase());
+          expect(/^[A-Z]/.test(b[i])).toBe(/^[A-Z]/.test(w));
+        });
+      }
+    }
+    expect(() => deriveControlPrompts(gpt, 'hello', undefined, 2, 0)).toThrow(/fewer than two distinct words/);
+  });
 
   it('control prompts: given ones are used as they are; concept_tokens replace only the marked words, consistently', async () => {
     const prompt = templates[0];

@@ -111,6 +111,18 @@ function expectMatches(doc: DashboardDocument, windows: number[][], acts: number
     const a = acts[e.window];
     if (e.max_position !== argmaxOf(a)) expect(Math.abs(a[e.max_position] - a[argmaxOf(a)])).toBeLessThan(TOL);
   });
+  // ---- the most negative windows, when any activation is negative (a direction, a GELU's small negatives)
+  const mins = acts.map((r) => Math.min(...r));
+  const orderMin = mins
+    .map((_, i) => i)
+    .filter((i) => mins[i] < 0)
+    .sort((a, b) => mins[a] - mins[b] || a - b);
+  expect(doc.examples_min.length).toBe(Math.min(orderMin.length, doc.examples.length));
+  doc.examples_min.forEach((e, r) => {
+    expect(Math.abs(e.min - mins[orderMin[r]]), `min rank ${r}`).toBeLessThan(TOL);
+    expect(Math.abs(e.values[e.min_position] - mins[e.window])).toBeLessThan(TOL);
+  });
+  expect(doc.dominant).toBe(Math.max(...maxes) >= -Math.min(...mins) ? 'max' : 'min');
   // ---- histogram, binned here with the document's edges
   const h = doc.histogram;
   const all = acts.flat();
@@ -135,7 +147,13 @@ function expectMatches(doc: DashboardDocument, windows: number[][], acts: number
   // ---- direct path
   if (weights) {
     expect(doc.direct_path.available).toBe(true);
-    const ids = Array.from(weights.keys()).sort((a, b) => weights[b] - weights[a] || a - b);
+    // induction-gpt2's ids are bytes (its model card): only printable ASCII, tab and newline decode
+    // to text on their own; bytes ≥ 0x80, other control bytes and <|endoftext|> (256) are never listed
+    const shown = (id: number) => (id >= 32 && id < 127) || id === 9 || id === 10;
+    expect(doc.direct_path.excluded.count).toBe(weights.length - Array.from(weights.keys()).filter(shown).length);
+    const ids = Array.from(weights.keys())
+      .filter(shown)
+      .sort((a, b) => weights[b] - weights[a] || a - b);
     const k = doc.direct_path.promoted.length;
     const check = (list: DashboardDocument['direct_path']['promoted'], want: number[]) =>
       list.forEach((t, i) => {

@@ -326,6 +326,8 @@ export interface LoadedModel {
   tokenStrings(ids: number[]): string[];
   /** id of a single-token string, or undefined when text is not exactly one token */
   tokenId(text: string, field?: string): number | undefined;
+  /** ids of text as a word of running text (" sad" as after another word; no second word-start marker) */
+  wordIds(text: string, field?: string): number[];
   readonly bosTokenId: number | undefined;
   readonly eosTokenId: number | undefined;
   /** every hook name this model offers, in forward order */

@@ -332,6 +332,10 @@ class EngineModel implements LoadedModel {
   tokenStrings(ids: number[]): string[] {
     return this.tokenizer.tokenStrings(ids);
   }
+  wordIds(text: string, field = 'token'): number[] {
+    checkTextLength(this.spec.nCtx, text, field);
+    return this.tokenizer.wordIds(text);
+  }
   tokenId(text: string, field = 'token'): number | undefined {
     checkTextLength(this.spec.nCtx, text, field);
     return this.tokenizer.tokenId(text);

@@ -175,7 +175,31 @@ export class ModelTokenizer {
         if (id !== undefined) return id;
       }
     }
-    const ids = this.tok.encode(text, { add_special_tokens: false }).ids;
+    const ids = this.wordIds(text);
     return ids.length === 1 ? ids[0] : undefined;
+  }
+
+  private prefix: boolean | undefined;
+  /**
+   * whether encoding adds the word-start marker itself (SentencePiece's dummy prefix: "sad" →
+   * ["▁sa", "d"]), so that a leading space of the text would become a second marker
+   */
+  private addsPrefixSpace(): boolean {
+    if (this.prefix === undefined) {
+      const ids = this.tok.encode('a', { add_special_tokens: false }).ids;
+      const piece = ids.length ? (this.tok.id_to_token(ids[0]) ?? '') : '';
+      this.prefix = piece.startsWith('▁');
+    }
+    return this.prefix;
+  }
+
+  /**
+   * Ids of text as a word of running text: " sad" as it tokenizes after another word. Encoding
+   * " sad" alone on a tokenizer that adds a dummy prefix gives ["▁", "▁sa", "d"] (two markers);
+   * the word in running text is ["▁sa", "d"], which is what encoding "sad" gives there.
+   */
+  wordIds(text: string): number[] {
+    const t = text.startsWith(' ') && this.addsPrefixSpace() ? text.slice(1) : text;
+    return t ? this.tok.encode(t, { add_special_tokens: false }).ids : [];
   }
 }

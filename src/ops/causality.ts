@@ -15,8 +15,8 @@
  *     depends on its logit, so only controls of similar logit cancel it.
  *  3. Template control. The same edit on control prompts that share the prompt's template but
  *     not its concept (`control_prompts`; or the prompt with the `concept_tokens` replaced; or, by
- *     default, the prompt with every word replaced, keeping its punctuation, spacing and repetition
- *     structure). edit_ratio = mean effect on the control prompts / effect on the concept prompt.
+ *     default, the prompt with every word replaced by another of its own words, keeping its
+ *     punctuation, spacing and repetition structure: real words, not letter salad). edit_ratio = mean effect on the control prompts / effect on the concept prompt.
  *     An additive edit moves its targets on any prompt (that is what steering is), so edit_ratio
  *     alone is ≈ 1 — or above, when the concept prompt already makes the target likely — for a
  *     direction that carries the concept as much as for one that carries the format. What makes
@@ -27,7 +27,9 @@
  *  4. Structural rigidity over the α-sweep: the normalised effect per α, the log-prob of the base
  *     continuation (greedy, unsteered) under each edit, and the repetition of a greedy
  *     continuation generated under each edit; the α range around 0 where the continuation has not
- *     collapsed and the dose-response does not fall.
+ *     collapsed and the dose-response does not fall. It runs first: without a given α the checks
+ *     are made at the largest α of the sweep inside that range (`defaultAlpha`), and a verdict
+ *     decided outside it says so.
  *
  * Every variant of one prompt runs as a row of a batched engine run.
  * Targets must be independent of d: when d is not a token direction, the caller names them (a
@@ -43,6 +45,7 @@ import { logSoftmax, rng } from './lib/math';
 import { promptIds } from './lib/tokens';
 import { generateBatch } from './lib/generation';
 import { parseDirectionSpec, randomVector, unembedCosines, vecNorm } from './lib/directions';
+import { vocabFilter } from './lib/vocab';
 import {
   evaluateVariants,
   rowsPerRun,
@@ -94,7 +97,7 @@ export const VERDICT_RULE =
   `(1) undetermined: fewer than ${MIN_RANDOM_FOR_VERDICT} random directions, a non-finite effect, all random effects equal, or no control prompt. ` +
   `(2) epiphenomenal-softmax: exactly one of the raw and the control-normalised effect is significant — the target moves only as the whole distribution moves (raw yes, normalised no), or its lead over the controls comes from the controls moving (normalised yes, raw no). ` +
   `(3) epiphenomenal-template: both significant, edit_ratio ≥ ${TEMPLATE_RATIO} (the same edit moves the target on control prompts of the same template at least half as much as on the concept prompt) and concept_gain < ln 2 = ${CONCEPT_GAIN.toFixed(3)} nats (the control prompts, without the concept, make the target about as likely: the effect is on a format token, not a concept's). ` +
-  '(4) causal: both significant and structural rigidity holds — the tested α lies in the α range around 0 where the continuation has not collapsed and the normalised effect never falls, and the normalised effect increases over that range. ' +
+  '(4) causal: both significant and structural rigidity holds — the tested α lies in the α range around 0 where the continuation has not collapsed and the normalised effect never falls, and the normalised effect increases over that range; a verdict decided at an α outside that range says so in its reason. ' +
   `(5) weak-causal: both significant but rigidity fails, or the normalised percentile is in [${WEAK}, ${SIGNIFICANT}). ` +
   `(6) not_distinguishable: otherwise (normalised percentile < ${WEAK}). ` +
   `Collapse at an α: the base continuation's mean log-prob per token under the edit is below −ln(d_vocab) (worse than a uniform guess), or the repetition (1 − distinct/generated tokens) of the continuation generated under the edit exceeds the unsteered one's by more than ${REPETITION_RISE}. ` +
@@ -105,11 +108,18 @@ const input = z.object({
   controls: steeringFields.controls.describe(
     "unrelated tokens used to normalise (default: of the 20 tokens whose base log-prob is nearest the targets' mean, the 5 whose unembedding is least aligned with the targets'; never chosen from d)",
   ),
-  alpha: z.number().optional().describe('α of the comparison (default: alpha_multiple × resid_norm)'),
+  alpha: z
+    .number()
+    .optional()
+    .describe(
+      'α of the comparison (default: alpha_multiple × resid_norm; without either, the largest α of the rigidity sweep inside its stable range)',
+    ),
   alpha_multiple: z
     .number()
-    .default(1)
-    .describe("α = alpha_multiple × the layer's mean residual norm when alpha is absent"),
+    .optional()
+    .describe(
+      "α = alpha_multiple × the layer's mean residual norm when alpha is absent; without it the sweep runs in units of resid_norm and α is its largest stable positive value",
+    ),
   n_random: z.number().int().min(1).default(64).describe('random directions of equal norm to compare against'),
   seed: z.number().int().default(0).describe('seed of the random directions and of derived control prompts'),
   sweep_multiples: z
@@ -131,7 +141,7 @@ const input = z.object({
     .max(16)
     .optional()
     .describe(
-      'substrings of the prompt that carry the concept; control prompts replace their words with random words (default without them: every word of the prompt is replaced, keeping punctuation, spacing and repetition)',
+      "substrings of the prompt that carry the concept; control prompts replace their words with the prompt's other words (default without them: every word of the prompt is replaced by another of its words, keeping punctuation, spacing and repetition)",
     ),
   n_control_prompts: z.number().int().min(1).max(MAX_CONTROL_PROMPTS).default(4).describe('derived control prompts'),
   rigidity_tokens: z
@@ -164,6 +174,7 @@ const promptEffect = z.object({
 const output = documentBase('causality').extend({
   ...steeringSiteSchema,
   alpha: z.number(),
+  alpha_rule: z.string().describe('how α was chosen'),
   targets: z.array(tokenRef),
   controls: z.array(tokenRef),
   targets_rule: z.string(),
@@ -346,13 +357,14 @@ async function matchedControls(
   base: Float64Array,
   targets: number[],
   exclude: number[],
+  keep: (id: number) => boolean,
   signal?: AbortSignal,
 ): Promise<number[]> {
   const V = model.info.d_vocab;
   const skip = new Set([...targets, ...exclude]);
   const mean = targets.reduce((a, t) => a + base[t], 0) / targets.length;
   const pool = Array.from({ length: V }, (_, i) => i)
-    .filter((i) => !skip.has(i) && Number.isFinite(base[i]))
+    .filter((i) => !skip.has(i) && keep(i) && Number.isFinite(base[i]))
     .sort((a, b) => Math.abs(base[a] - mean) - Math.abs(base[b] - mean) || a - b)
     .slice(0, CONTROL_POOL);
   const cos = await unembedCosines(model, targets, pool, signal);
@@ -363,32 +375,22 @@ async function matchedControls(
     .map((x) => x.id);
 }
 
-/** tokens that are one run of letters: the material of replacement words */
-function letterTokens(model: LoadedModel): number[] {
-  const V = model.info.d_vocab;
-  const s = model.tokenStrings(Array.from({ length: V }, (_, i) => i));
-  return s.map((t, i) => (/^[A-Za-z]+$/.test(t) ? i : -1)).filter((i) => i >= 0);
-}
-
 /**
- * Control prompts of the same template: each word (run of letters) of the concept spans — or of
- * the whole prompt — is replaced by as many random letter tokens as it has tokens; the same word
- * gets the same replacement within one prompt, so repetition (the template's structure) is kept.
+ * Control prompts of the same template, made of the prompt's own words: every distinct word (run
+ * of letters) of the concept spans — or, without them, every word the prompt uses once (a word it
+ * repeats is the template's skeleton, as "the" in "the cat, the dog,", and stays) — is replaced by
+ * another word of the prompt, the same word by the same replacement within one control,
+ * punctuation and spacing kept, a capital kept a capital. Without concept spans each control is a
+ * seeded cyclic permutation of those words (no word keeps its place); concept words are replaced by
+ * the prompt's words outside the spans (when there are none, by a permutation of the concept words).
  */
 export function deriveControlPrompts(
-  model: LoadedModel,
+  _model: LoadedModel,
   prompt: string,
   concepts: string[] | undefined,
   n: number,
   seed: number,
 ): string[] {
-  const pool = letterTokens(model);
-  if (!pool.length)
-    throw new LoupeError(
-      'BAD_INPUT',
-      'The tokenizer has no letter tokens to build control prompts from.',
-      'Give control_prompts.',
-    );
   for (const c of concepts ?? []) {
     if (!prompt.includes(c))
       throw new LoupeError(
@@ -397,24 +399,41 @@ export function deriveControlPrompts(
         'Mark substrings of the prompt (e.g. a word with its leading space).',
       );
   }
+  const list = (t: string) => (t.match(/[A-Za-z]+/g) ?? []).map((w) => w.toLowerCase());
+  const all = [...new Set(list(prompt))];
+  const once = all.filter((w) => list(prompt).filter((x) => x === w).length === 1);
+  const replaced = concepts?.length ? [...new Set(list(concepts.join(' ')))] : once.length >= 2 ? once : all;
+  const others = concepts?.length ? all.filter((w) => !replaced.includes(w)) : [];
+  const pool = others.length ? others : replaced;
+  if (pool.length < 2 && !others.length)
+    throw new LoupeError(
+      'BAD_INPUT',
+      `The ${concepts?.length ? 'concept spans have' : 'prompt has'} fewer than two distinct words to build control prompts from.`,
+      'Give control_prompts (prompts of the same template without the concept), or a longer prompt.',
+    );
   const u = rng(seed + 7919);
+  const shaped = (w: string, like: string) =>
+    like[0] === like[0].toUpperCase() && like[0] !== like[0].toLowerCase() ? w[0].toUpperCase() + w.slice(1) : w;
   const out: string[] = [];
-  for (let k = 0; k < n; k++) {
+  // distinct controls while the prompt's words allow (a few draws each), then repeats
+  for (let tries = 0; out.length < n; tries++) {
     const map = new Map<string, string>();
-    const word = (w: string) => {
-      if (!map.has(w)) {
-        const len = Math.max(1, model.tokenize(w, { prependBos: false }).length);
-        let r = '';
-        for (let i = 0; i < len; i++) r += model.decode([pool[Math.floor(u() * pool.length)]]);
-        map.set(w, r);
+    if (pool === replaced) {
+      // Sattolo: a uniformly random cyclic permutation, so no word maps to itself
+      const p = replaced.slice();
+      for (let i = p.length - 1; i > 0; i--) {
+        const j = Math.floor(u() * i);
+        [p[i], p[j]] = [p[j], p[i]];
       }
-      return map.get(w)!;
-    };
-    const words = (s: string) => s.replace(/[A-Za-z]+/g, word);
+      replaced.forEach((w, i) => map.set(w, p[i]));
+    } else {
+      for (const w of replaced) map.set(w, pool[Math.floor(u() * pool.length)]);
+    }
+    const words = (t: string) => t.replace(/[A-Za-z]+/g, (w) => shaped(map.get(w.toLowerCase()) ?? w, w));
     let p = prompt;
     if (concepts?.length) for (const c of concepts) p = p.split(c).join(words(c));
     else p = words(prompt);
-    out.push(p);
+    if (!out.includes(p) || tries >= 8 * n) out.push(p);
   }
   return out;
 }
@@ -462,7 +481,6 @@ async function rigidity(
   positions: 'all' | number[],
   vector: ArrayLike<number>,
   alphasIn: number[],
-  alpha: number,
   k: number,
   baseLp: Float64Array,
   targets: number[],
@@ -535,8 +553,49 @@ async function rigidity(
   }
   const range: [number, number] | null = collapsed[z] ? null : [alphas[lo], alphas[hi]];
   const tr = range ? trend(alphas.slice(lo, hi + 1), normalized.slice(lo, hi + 1)) : 'flat';
+  return {
+    alphas,
+    normalized_effect: normalized,
+    target_logprob_delta: targetDelta,
+    base_text_logprob: textLp,
+    repetition,
+    collapsed,
+    base_continuation: { token_ids: cont, text: baseGen.rows[0].text },
+    steered_continuations: steeredText,
+    range,
+    lo,
+    hi,
+    trend: tr,
+    runs,
+  };
+}
+type Sweep = Awaited<ReturnType<typeof rigidity>>;
+
+/**
+ * The α of the comparison when neither alpha nor alpha_multiple is given: the largest positive α of
+ * the rigidity sweep inside its stable range, so that the verdict is read where the edit holds; when
+ * no positive α of the sweep is stable, 1 × resid_norm, and the rule says that it lies outside.
+ */
+export function defaultAlpha(alphas: number[], range: [number, number] | null, residNorm: number) {
+  const stable = range ? alphas.filter((a) => a > 0 && a >= range[0] && a <= range[1]) : [];
+  if (stable.length) {
+    const a = Math.max(...stable);
+    return {
+      alpha: a,
+      rule: `the largest α of the rigidity sweep inside its stable range [${range![0].toPrecision(3)}, ${range![1].toPrecision(3)}]: ${(a / residNorm).toPrecision(3)} × resid_norm (neither alpha nor alpha_multiple given)`,
+    };
+  }
+  return {
+    alpha: residNorm,
+    rule: `1 × resid_norm: no positive α of the rigidity sweep is stable (${range ? `stable range [${range[0].toPrecision(3)}, ${range[1].toPrecision(3)}]` : 'the continuation collapses even without the edit'}), so the comparison is made outside it`,
+  };
+}
+
+/** whether the tested α lies in the sweep's stable range, and whether rigidity holds there */
+function judgeRigidity(sw: Sweep, alpha: number) {
+  const { range, alphas, collapsed, lo, hi } = sw;
   const alphaInRange = range !== null && alpha >= range[0] && alpha <= range[1];
-  const holds = alphaInRange && tr === 'increasing';
+  const holds = alphaInRange && sw.trend === 'increasing';
   // what ends the range on the tested α's side: a collapse, or a fall of the normalised effect
   const edge = alpha > (range?.[1] ?? 0) ? hi + 1 : lo - 1;
   const why =
@@ -549,25 +608,10 @@ async function rigidity(
     ? 'the continuation collapses even without the edit'
     : !alphaInRange
       ? `α = ${alpha.toPrecision(3)} is outside the stable range [${range[0].toPrecision(3)}, ${range[1].toPrecision(3)}]: ${why}`
-      : tr !== 'increasing'
-        ? `the normalised effect is ${tr} over the stable range [${range[0].toPrecision(3)}, ${range[1].toPrecision(3)}]`
+      : sw.trend !== 'increasing'
+        ? `the normalised effect is ${sw.trend} over the stable range [${range[0].toPrecision(3)}, ${range[1].toPrecision(3)}]`
         : `the normalised effect increases over [${range[0].toPrecision(3)}, ${range[1].toPrecision(3)}] with no collapse, and α = ${alpha.toPrecision(3)} lies inside`;
-  return {
-    alphas,
-    normalized_effect: normalized,
-    target_logprob_delta: targetDelta,
-    base_text_logprob: textLp,
-    repetition,
-    collapsed,
-    base_continuation: { token_ids: cont, text: baseGen.rows[0].text },
-    steered_continuations: steeredText,
-    range,
-    trend: tr,
-    alphaInRange,
-    holds,
-    reason,
-    runs,
-  };
+  return { alphaInRange, holds, reason };
 }
 
 export const operation = defineOperation({
@@ -624,6 +668,7 @@ export const operation = defineOperation({
   const { ids, hook, dir } = setup;
   const targets = setup.targets;
   const given = !!inp.controls;
+  const vocab = given ? null : await vocabFilter(model, ctx.signal);
   const controls = given
     ? setup.controls
     : await matchedControls(
@@ -631,14 +676,40 @@ export const operation = defineOperation({
         setup.baseLogprobs,
         targets,
         [...dir.negative_ids, ...[model.bosTokenId, model.eosTokenId].filter((x): x is number => x !== undefined)],
+        vocab!.usable,
         ctx.signal,
       );
   const controlsRule = given
     ? 'given'
-    : `of the ${CONTROL_POOL} tokens whose base log-prob is nearest the targets' mean (targets, negatives, BOS, EOS excluded), the ${N_CONTROLS} whose unembedding W_U[:, c] is least aligned (smallest |cosine|) with the targets' mean unembedding; probability-matched so that a change of temperature moves them as it moves the targets; independent of d`;
-  const alpha = inp.alpha ?? inp.alpha_multiple * setup.residNorm;
+    : `of the ${CONTROL_POOL} tokens whose base log-prob is nearest the targets' mean (targets, negatives, BOS, EOS excluded), the ${N_CONTROLS} whose unembedding W_U[:, c] is least aligned (smallest |cosine|) with the targets' mean unembedding; probability-matched so that a change of temperature moves them as it moves the targets; independent of d; ${vocab!.rule}`;
   const norm = vecNorm(dir.vector);
   const V = model.info.d_vocab;
+
+  // 4 first: the structural-rigidity sweep, in units of the given α (or alpha_multiple × resid_norm,
+  // else resid_norm); without either, the tested α is chosen inside the range it finds stable
+  const unit = inp.alpha ?? (inp.alpha_multiple ?? 1) * setup.residNorm;
+  const sweep = await rigidity(
+    model,
+    ids,
+    hook,
+    inp.positions,
+    dir.vector,
+    multiples.map((m) => m * unit),
+    inp.rigidity_tokens,
+    setup.baseLogprobs,
+    targets,
+    controls,
+    ctx,
+  );
+  runs += sweep.runs;
+  const chosen =
+    inp.alpha !== undefined
+      ? { alpha: inp.alpha, rule: 'given (alpha)' }
+      : inp.alpha_multiple !== undefined
+        ? { alpha: unit, rule: `alpha_multiple ${inp.alpha_multiple} × resid_norm` }
+        : defaultAlpha(sweep.alphas, sweep.range, setup.residNorm);
+  const alpha = chosen.alpha;
+  const rig = { ...sweep, ...judgeRigidity(sweep, alpha) };
 
   // 1–2. d and the random directions at α, final position
   const seeds = rng(inp.seed);
@@ -684,23 +755,6 @@ export const operation = defineOperation({
   const conceptGain = concept.target_logprob - meanOf(others.map((o) => o.target_logprob));
   const template = editRatio !== null && editRatio >= TEMPLATE_RATIO && conceptGain < CONCEPT_GAIN;
 
-  // 4. structural rigidity
-  const rig = await rigidity(
-    model,
-    ids,
-    hook,
-    inp.positions,
-    dir.vector,
-    multiples.map((m) => m * alpha),
-    alpha,
-    inp.rigidity_tokens,
-    setup.baseLogprobs,
-    targets,
-    controls,
-    ctx,
-  );
-  runs += rig.runs;
-
   const allFinite = [
     main.normalized_effect,
     main.target_logprob_delta,
@@ -720,6 +774,11 @@ export const operation = defineOperation({
     conceptGain,
     rigidityHolds: rig.holds,
   });
+  // a verdict read where the edit does not hold says so
+  const outside =
+    !rig.alphaInRange && rig.range
+      ? `; decided at α = ${alpha.toPrecision(3)}, outside the stable range [${rig.range[0].toPrecision(3)}, ${rig.range[1].toPrecision(3)}] of the rigidity sweep`
+      : '';
   const safe = (x: number) => (Number.isFinite(x) ? x : 0);
   const deltas = (list: number[]) =>
     tokenRefs(model, list).map((r) => ({
@@ -733,6 +792,7 @@ export const operation = defineOperation({
     ...documentHead('causality', model, inp.prompt, ids),
     ...steeringSite(setup, inp),
     alpha,
+    alpha_rule: chosen.rule,
     targets: tokenRefs(model, targets),
     controls: tokenRefs(model, controls),
     targets_rule: setup.targetsRule,
@@ -787,7 +847,7 @@ export const operation = defineOperation({
       reason: rig.reason,
     },
     verdict,
-    verdict_reason: reason,
+    verdict_reason: reason + outside,
     verdict_rule: VERDICT_RULE,
     deciding: {
       raw_percentile: rawStats.percentile,

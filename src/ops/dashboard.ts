@@ -24,9 +24,10 @@ import { z } from 'zod';
 import type { LoadedModel, RunOptions } from '../engine/api';
 import { LoupeError, throwIfAborted } from '../engine/errors';
 import { documentBase, documentHead, modelBlockOf, tokenEntry } from '../schema/common';
-import { defineOperation, type OpContext } from './types';
+import { defineOperation, formWhen, type OpContext } from './types';
 import { CAPS, checkTopK, finite } from '../engine/caps';
 import { directLogitScores, type ProbeHandleValue } from './lib/directions';
+import { vocabFilter } from './lib/vocab';
 import { storeOf } from './lib/handle-store';
 import {
   actsHook,
@@ -51,6 +52,8 @@ import {
 } from './lib/corpus';
 
 export const SUBJECTS = ['neuron', 'feature', 'direction'] as const;
+/** the fields of one subject kind (a form shows them only for that kind: formWhen in ops/types.ts) */
+const when = (kind: (typeof SUBJECTS)[number]) => formWhen({ subject: [kind] });
 
 const input = z.object({
   subject: z
@@ -59,31 +62,39 @@ const input = z.object({
     .describe(
       'what to build the dashboard for: an MLP neuron (layer, neuron), an SAE feature (sae_source, sae_path, feature) or a direction (hook, direction)',
     ),
-  layer: z.number().int().min(0).optional().describe('neuron: its layer'),
+  layer: z.number().int().min(0).optional().describe('neuron: its layer').meta(when('neuron')),
   neuron: z
     .number()
     .int()
     .min(0)
     .optional()
-    .describe('neuron: its index in blocks.{layer}.mlp.hook_post (0 … d_mlp − 1)'),
+    .describe('neuron: its index in blocks.{layer}.mlp.hook_post (0 … d_mlp − 1)')
+    .meta(when('neuron')),
   sae_source: z
     .string()
     .optional()
     .describe(
       "feature: where the SAE lives (SAELens layout): a Hub repo 'owner/name[@revision]', an http(s) URL of a folder, or a local folder (CLI; over MCP only inside a folder the companion allows with --allow-local)",
-    ),
-  sae_path: z.string().default('').describe("feature: the SAE's folder inside sae_source ('' = its root)"),
-  feature: z.number().int().min(0).optional().describe('feature: its index (0 … d_sae − 1)'),
+    )
+    .meta(when('feature')),
+  sae_path: z
+    .string()
+    .default('')
+    .describe("feature: the SAE's folder inside sae_source ('' = its root)")
+    .meta(when('feature')),
+  feature: z.number().int().min(0).optional().describe('feature: its index (0 … d_sae − 1)').meta(when('feature')),
   hook: z
     .string()
     .optional()
-    .describe("direction: the hook it is read at, e.g. blocks.1.hook_resid_pre (default: a probe handle's own hook)"),
+    .describe("direction: the hook it is read at, e.g. blocks.1.hook_resid_pre (default: a probe handle's own hook)")
+    .meta(when('direction')),
   direction: z
     .union([z.string(), z.array(z.number()).min(1)])
     .optional()
     .describe(
       'direction: its numbers (one per value of the hook at a position) or "probe:<handle>" (a probe operation\'s handle: its weights, bias not added)',
-    ),
+    )
+    .meta(when('direction')),
   // contentMediaType: the page's form offers a file drop/pick for it
   corpus: z
     .string()
@@ -127,6 +138,21 @@ const input = z.object({
 export type DashboardInput = z.input<typeof input>;
 type Parsed = z.output<typeof input>;
 
+/** one example window: its tokens and the activation at each */
+const exampleSchema = z.object({
+  rank: z.number().int(),
+  window: z.number().int().describe('index of the window in the corpus'),
+  document: z.number().int(),
+  start: z.number().int().describe("offset of the window's first token in its document"),
+  origin: z.enum(['text', 'generated']),
+  tokens: z.array(tokenEntry).describe("the window's tokens (BOS, when prepended, not listed)"),
+  values: z.array(z.number()).describe('the activation at each token'),
+  max: z.number(),
+  max_position: z.number().int().describe('index into tokens'),
+  min: z.number(),
+  min_position: z.number().int().describe('index into tokens'),
+});
+
 const tokenWeight = z.object({ token: z.string(), token_id: z.number().int(), weight: z.number() });
 
 const output = documentBase('dashboard').extend({
@@ -159,20 +185,16 @@ const output = documentBase('dashboard').extend({
     hash: z.string().describe('SHA-256 of the corpus text and the sample settings'),
   }),
   examples: z
-    .array(
-      z.object({
-        rank: z.number().int(),
-        window: z.number().int().describe('index of the window in the corpus'),
-        document: z.number().int(),
-        start: z.number().int().describe("offset of the window's first token in its document"),
-        origin: z.enum(['text', 'generated']),
-        tokens: z.array(tokenEntry).describe("the window's tokens (BOS, when prepended, not listed)"),
-        values: z.array(z.number()).describe('the activation at each token'),
-        max: z.number(),
-        max_position: z.number().int().describe('index into tokens'),
-      }),
-    )
+    .array(exampleSchema)
     .describe('the top_k windows by their maximum activation, descending (ties: earlier window first)'),
+  examples_min: z
+    .array(exampleSchema)
+    .describe(
+      'the top_k windows by their minimum activation, most negative first (ties: earlier window first); empty when no activation is negative. A gated (SwiGLU, GeGLU) neuron or a direction acts through both signs: its strongest effect may come from its minima',
+    ),
+  dominant: z
+    .enum(['max', 'min'])
+    .describe('the sign of the larger extreme: max when max ≥ |min|, else min (the view leads with those examples)'),
   histogram: z.object({
     positions: z.number().int().describe('activations counted (every content token of every window)'),
     zeros: z.number().int().describe('exactly 0'),
@@ -196,6 +218,11 @@ const output = documentBase('dashboard').extend({
     norm_scale_applied: z.literal(false),
     promoted: z.array(tokenWeight).describe('largest weights first'),
     suppressed: z.array(tokenWeight).describe('most negative first'),
+    excluded: z
+      .object({ count: z.number().int(), rule: z.string() })
+      .describe(
+        'tokens never listed (lib/vocab.ts): special, undecodable or untrained ones, which tie at the top of an untrained vocabulary',
+      ),
   }),
   cache: z.object({
     key: z.string(),
@@ -402,12 +429,17 @@ async function directPath(
       norm_scale_applied: false,
       promoted: [],
       suppressed: [],
+      excluded: { count: 0, rule: 'no direct path, so no token listed' },
     };
   }
   const { v, words } = hookVector(s);
   const scores = await directLogitScores(model, map.push(v), signal);
-  const order = Array.from({ length: scores.length }, (_, i) => i).sort((a, b) => scores[b] - scores[a] || a - b);
-  const n = Math.min(k, scores.length);
+  // tokens no text produces or no page shows, and untrained ones (tied at the top of an untrained vocabulary), never listed
+  const vocab = await vocabFilter(model, signal);
+  const order = Array.from({ length: scores.length }, (_, i) => i)
+    .filter(vocab.usable)
+    .sort((a, b) => scores[b] - scores[a] || a - b);
+  const n = Math.min(k, order.length);
   const entry = (id: number) => ({ token: model.tokenStrings([id])[0], token_id: id, weight: finite(scores[id]) });
   return {
     available: true,
@@ -418,6 +450,7 @@ async function directPath(
     norm_scale_applied: false,
     promoted: order.slice(0, n).map(entry),
     suppressed: order.slice(-n).reverse().map(entry),
+    excluded: { count: scores.length - order.length, rule: vocab.rule },
   };
 }
 
@@ -615,19 +648,20 @@ export const operation = defineOperation({
   }
   ctx.onProgress?.({ stage: 'scanning windows', done: windows.length, total: windows.length });
 
-  // ---- top windows, histogram, direct path
-  const maxOf = acts.map((row) => {
-    let at = 0;
-    for (let i = 1; i < row.length; i++) if (row[i] > row[at]) at = i;
-    return { at, max: row[at] };
+  // ---- top windows (by the maximum, and by the minimum when any activation is negative), histogram, direct path
+  const extremes = acts.map((row) => {
+    let hi = 0,
+      lo = 0;
+    for (let i = 1; i < row.length; i++) {
+      if (row[i] > row[hi]) hi = i;
+      if (row[i] < row[lo]) lo = i;
+    }
+    return { hi, max: row[hi], lo, min: row[lo] };
   });
-  const order = windows
-    .map((_, i) => i)
-    .sort((a, b) => maxOf[b].max - maxOf[a].max || a - b)
-    .slice(0, inp.top_k);
-  const examples = order.map((wi, rank) => {
+  const example = (wi: number, rank: number) => {
     const w = windows[wi];
     const texts = model.tokenStrings(w.ids);
+    const x = extremes[wi];
     return {
       rank,
       window: wi,
@@ -636,11 +670,25 @@ export const operation = defineOperation({
       origin: documents[w.document].origin,
       tokens: w.ids.map((id, i) => ({ id, text: texts[i] })),
       values: acts[wi],
-      max: maxOf[wi].max,
-      max_position: maxOf[wi].at,
+      max: x.max,
+      max_position: x.hi,
+      min: x.min,
+      min_position: x.lo,
     };
-  });
+  };
+  const all = windows.map((_, i) => i);
+  const examples = all
+    .sort((a, b) => extremes[b].max - extremes[a].max || a - b)
+    .slice(0, inp.top_k)
+    .map(example);
+  const examplesMin = windows
+    .map((_, i) => i)
+    .filter((i) => extremes[i].min < 0)
+    .sort((a, b) => extremes[a].min - extremes[b].min || a - b)
+    .slice(0, inp.top_k)
+    .map(example);
   const tokens = acts.reduce((a, r) => a + r.length, 0);
+  const hist = histogram(acts, inp.bins);
   const direct = await directPath(model, subject, inp.top_tokens, ctx.signal);
   const format = parsed && samples ? 'text+generated' : parsed ? parsed.format : 'generated';
 
@@ -655,8 +703,8 @@ export const operation = defineOperation({
     `Corpus: ${parsed ? `${parsed.texts.length} ${parsed.format === 'jsonl' ? 'JSON Lines records' : 'plain-text documents (split at blank lines)'}` : ''}${parsed && samples ? ' and ' : ''}${samples ? `${samples.n} samples of ${samples.length} tokens generated from BOS (temperature ${samples.temperature}, sample i with seed ${samples.seed} + i, stopped at EOS)` : ''}, ` +
     `tokenized without BOS and cut into consecutive windows of ≤ ${inp.window} tokens${bos ? ', each run as [BOS] + window; BOS is context only, not an example or a histogram entry' : ''}. ` +
     `${inp.batch_size} windows per engine run, shorter ones right-padded (causal attention: padding does not change the real positions). ` +
-    `Examples: the ${inp.top_k} windows with the largest maximum activation. Histogram: ${inp.bins} equal-width bins over [min, max] of the nonzero activations; zeros counted apart; density = fraction of tokens with activation > 0. ` +
-    `Direct path: ${direct.available ? `weight(token) = ${model.info.norm === 'layernorm' ? '(r − mean r)' : 'r'} ⊙ w_lnf · W_U[:, token], r = ${direct.vector}; the final norm's weight is folded in, its scale 1/s (position-dependent) is not, and no bias is added, so weights rank tokens per unit of activation and are not logits of a run` : `not available: ${direct.reason}`}. ` +
+    `Examples: the ${inp.top_k} windows with the largest maximum activation, and (when any activation is negative) the ${inp.top_k} with the most negative minimum. Histogram: ${inp.bins} equal-width bins over [min, max] of the nonzero activations; zeros counted apart; density = fraction of tokens with activation > 0. ` +
+    `Direct path: ${direct.available ? `weight(token) = ${model.info.norm === 'layernorm' ? '(r − mean r)' : 'r'} ⊙ w_lnf · W_U[:, token], r = ${direct.vector}; the final norm's weight is folded in, its scale 1/s (position-dependent) is not, and no bias is added, so weights rank tokens per unit of activation and are not logits of a run (a negative activation swaps the promoted and suppressed lists); ${direct.excluded.rule}` : `not available: ${direct.reason}`}. ` +
     `Cache: ${scopeOf(ctx)}, under SHA-256 of (model, subject, corpus, settings).`;
 
   const doc: DashboardDocument = {
@@ -688,7 +736,9 @@ export const operation = defineOperation({
       hash,
     },
     examples,
-    histogram: histogram(acts, inp.bins),
+    examples_min: examplesMin,
+    dominant: hist.max >= -hist.min ? 'max' : 'min',
+    histogram: hist,
     direct_path: direct,
     cache: { key, hit: false, from: 'computed', scope: scopeOf(ctx) },
     engine_runs: runs,

@@ -25,6 +25,7 @@ import { promptFields, promptIds, resolveToken } from './lib/tokens';
 import { logSoftmax } from './lib/math';
 import { generateBatch } from './lib/generation';
 import { directLogitScores } from './lib/directions';
+import { vocabFilter } from './lib/vocab';
 import { describe as describeFeature } from './lib/feature-descriptions';
 import {
   checkSteerTokens,
@@ -33,6 +34,8 @@ import {
   metricDefinitionsSchema,
   metricFields,
   metricValues,
+  relativeChangeNote,
+  relativeChangeNoteSchema,
   rowsPerRun,
   samplingFields,
   samplingSchema,
@@ -145,6 +148,7 @@ const output = documentBase('sae_steer').extend({
   targets_rule: z.string(),
   controls_rule: z.string(),
   ...metricFields(z.number().nullable().describe('single mode')),
+  relative_change_note: relativeChangeNoteSchema,
   sweep: z
     .object({
       alphas: z.array(z.number()),
@@ -232,6 +236,8 @@ export const operation = defineOperation({
   const resid = map.kind !== null ? map.push(row) : null;
   const scores = resid ? await directLogitScores(model, resid, ctx.signal) : null;
   const V = model.info.d_vocab;
+  // defaults name only tokens the model can produce and a page can show (lib/vocab.ts)
+  const vocab = !givenTargets || !givenControls ? await vocabFilter(model, ctx.signal) : null;
   const { ids: targets, rule: targetsRule } = await givenOr(givenTargets, () => {
     if (!scores)
       throw new LoupeError(
@@ -240,8 +246,8 @@ export const operation = defineOperation({
         'Give targets (the tokens the feature should promote).',
       );
     return {
-      ids: topTokens(scores, DEFAULT_TARGETS),
-      rule: `the ${DEFAULT_TARGETS} tokens with the largest direct logit effect of W_dec[f] (mapped into the residual stream, ⊙ the final norm's weight, · W_U) — chosen from the feature itself`,
+      ids: topTokens(scores, DEFAULT_TARGETS, vocab!.usable),
+      rule: `the ${DEFAULT_TARGETS} tokens with the largest direct logit effect of W_dec[f] (mapped into the residual stream, ⊙ the final norm's weight, · W_U) — chosen from the feature itself; ${vocab!.rule}`,
     };
   });
 
@@ -279,15 +285,15 @@ export const operation = defineOperation({
 
   const baseLp = logSoftmax(promptLogits[0], 0, V);
   const { ids: controls, rule: controlsRule } = await givenOr(givenControls, () => {
-    const pool = controlPool(baseLp, [...targets, model.bosTokenId, model.eosTokenId]);
+    const pool = controlPool(baseLp, [...targets, model.bosTokenId, model.eosTokenId], vocab!.usable);
     return scores
       ? {
           ids: pool.sort((a, b) => Math.abs(scores[a]) - Math.abs(scores[b]) || a - b).slice(0, DEFAULT_CONTROLS),
-          rule: `of the ${CONTROL_POOL} most likely base tokens (targets, BOS, EOS excluded), the ${DEFAULT_CONTROLS} with the smallest |direct logit effect of W_dec[f]|`,
+          rule: `of the ${CONTROL_POOL} most likely base tokens (targets, BOS, EOS excluded), the ${DEFAULT_CONTROLS} with the smallest |direct logit effect of W_dec[f]|; ${vocab!.rule}`,
         }
       : {
           ids: pool.slice(0, DEFAULT_CONTROLS),
-          rule: `the ${DEFAULT_CONTROLS} most likely base tokens (targets, BOS, EOS excluded): the feature has no direct logit effect to rank them by`,
+          rule: `the ${DEFAULT_CONTROLS} most likely base tokens (targets, BOS, EOS excluded): the feature has no direct logit effect to rank them by; ${vocab!.rule}`,
         };
   });
 
@@ -355,6 +361,7 @@ export const operation = defineOperation({
     targets_rule: targetsRule,
     controls_rule: controlsRule,
     ...(m0 ? metricValues(m0) : metricNulls),
+    relative_change_note: relativeChangeNote(baseLp, targets),
     sweep: single
       ? null
       : {

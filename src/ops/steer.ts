@@ -21,6 +21,8 @@ import {
   metricFields,
   metricValues,
   prepareSteering,
+  relativeChangeNote,
+  relativeChangeNoteSchema,
   samplingFields,
   samplingSchema,
   steeringFields,
@@ -53,6 +55,7 @@ const output = documentBase('steer').extend({
   targets_rule: z.string(),
   controls_rule: z.string(),
   ...metricFields(z.number()),
+  relative_change_note: relativeChangeNoteSchema,
   metric_definitions: metricDefinitionsSchema,
   generation: z.object({ kv_cache: z.boolean(), engine_runs: z.number().int(), batched_rows: z.number().int() }),
 });
@@ -122,6 +125,7 @@ export const operation = defineOperation({
     targets_rule: setup.targetsRule,
     controls_rule: setup.controlsRule,
     ...metricValues(m),
+    relative_change_note: relativeChangeNote(setup.baseLogprobs, targets),
     metric_definitions: METRIC_DEFINITIONS,
     generation: { kv_cache: true, engine_runs: gen.runs, batched_rows: 2 },
   };

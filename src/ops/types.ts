@@ -66,6 +66,18 @@ export interface HandleStore {
  */
 export type Feeds = Record<string, Record<string, string>>;
 
+/** the JSON Schema keyword under which an input field says when it applies (page forms hide it otherwise) */
+export const FORM_WHEN = 'x-loupe-when';
+
+/**
+ * An input field that applies only while other fields hold one of the given values, e.g.
+ * `.meta(formWhen({ subject: ['neuron'] }))`: the page's form shows it only then and leaves it out
+ * of the input otherwise. An annotation in the JSON Schema; validation ignores it.
+ */
+export function formWhen(when: Record<string, string[]>): Record<string, unknown> {
+  return { [FORM_WHEN]: when };
+}
+
 /** What an operation module declares: its name, title, description and schemas. */
 export interface OperationSpec<In extends z.ZodType, Out extends z.ZodType> {
   name: string;

@@ -22,6 +22,7 @@ import { CAPS, checkNewTokens } from '../../engine/caps';
 import { promptFields, promptIds, resolveToken } from './tokens';
 import { klDivergence, logSoftmax } from './math';
 import { storeOf } from './handle-store';
+import { vocabFilter } from './vocab';
 import {
   directionBlock,
   directionBlockSchema,
@@ -76,6 +77,28 @@ export const METRIC_DEFINITIONS = {
     "exp(normalized_effect) − 1: the targets' probability ratio relative to the controls' ratio, minus one",
   kl_from_base: 'KL(p_base ‖ p_steered) in nats',
 };
+/**
+ * Below this base probability of the targets (their geometric mean at the final position) the
+ * relative change is no headline: a ratio of tiny probabilities reads as thousands of percent
+ * (the controls' fall divides it) while the targets' own log-prob may even fall.
+ */
+export const RELATIVE_CHANGE_MIN_PROB = 0.01;
+
+/** why relative_change is not the headline of this run (null: it is), in words with the numbers */
+export function relativeChangeNote(base: Float64Array, targets: number[]): string | null {
+  const lp = targets.reduce((a, t) => a + base[t], 0) / Math.max(targets.length, 1);
+  const p = Math.exp(lp);
+  if (!(p < RELATIVE_CHANGE_MIN_PROB)) return null;
+  return `the targets' base probability is ${p.toExponential(2)} (geometric mean, below ${RELATIVE_CHANGE_MIN_PROB * 100}%): a ratio of such small probabilities says little, so read the change of log-probability (target_logprob_delta, normalized_effect) instead of relative_change`;
+}
+
+export const relativeChangeNoteSchema = z
+  .string()
+  .nullable()
+  .describe(
+    `why relative_change is not the headline (the targets' base probability below ${RELATIVE_CHANGE_MIN_PROB * 100}%); null when it is`,
+  );
+
 /** the metrics, in the order documents list them */
 export const METRICS = [
   'target_logprob_delta',
@@ -145,21 +168,27 @@ export async function givenOr(given: number[] | undefined, choose: () => Chosen 
   return given ? { ids: given, rule: 'given' } : choose();
 }
 
-/** the k tokens with the largest score (ties: the lower id first) */
-export function topTokens(scores: ArrayLike<number>, k: number): number[] {
+/** the k tokens with the largest score (ties: the lower id first), among those `keep` accepts */
+export function topTokens(scores: ArrayLike<number>, k: number, keep: (id: number) => boolean = () => true): number[] {
   return Array.from({ length: scores.length }, (_, i) => i)
+    .filter(keep)
     .sort((a, b) => scores[b] - scores[a] || a - b)
     .slice(0, k);
 }
 
 /**
  * where default controls are chosen from: the CONTROL_POOL most likely base tokens (ties: the lower
- * id first), leaving out the targets and whatever else `exclude` names (BOS, EOS, negatives)
+ * id first), leaving out the targets, whatever else `exclude` names (BOS, EOS, negatives) and the
+ * tokens `keep` refuses (lib/vocab.ts: special, undecodable, untrained)
  */
-export function controlPool(baseLogprobs: Float64Array, exclude: Iterable<number | undefined>): number[] {
+export function controlPool(
+  baseLogprobs: Float64Array,
+  exclude: Iterable<number | undefined>,
+  keep: (id: number) => boolean = () => true,
+): number[] {
   const out = new Set(exclude);
   return Array.from({ length: baseLogprobs.length }, (_, i) => i)
-    .filter((i) => !out.has(i))
+    .filter((i) => !out.has(i) && keep(i))
     .sort((a, b) => baseLogprobs[b] - baseLogprobs[a] || a - b)
     .slice(0, CONTROL_POOL);
 }
@@ -211,18 +240,25 @@ export async function prepareSteering(
   }
 
   const targetsFromDirection = !givenTargets && !dir.positive_ids.length;
+  // defaults name only tokens the model can produce and a page can show (lib/vocab.ts)
+  const needsVocab = (!givenTargets && !dir.positive_ids.length) || !givenControls;
+  const vocab = needsVocab ? await vocabFilter(model, ctx.signal) : null;
   const { ids: targets, rule: targetsRule } = await givenOr(givenTargets, async () =>
     dir.positive_ids.length
       ? { ids: dir.positive_ids, rule: "the direction's positive tokens" }
       : {
-          ids: topTokens(await directLogitScores(model, dir.vector, ctx.signal), DEFAULT_TARGETS),
-          rule: `the ${DEFAULT_TARGETS} tokens with the largest direct logit effect (w_lnf ⊙ d)·W_U[:, t] — chosen from d itself, so comparisons with other directions favour d`,
+          ids: topTokens(await directLogitScores(model, dir.vector, ctx.signal), DEFAULT_TARGETS, vocab!.usable),
+          rule: `the ${DEFAULT_TARGETS} tokens with the largest direct logit effect (w_lnf ⊙ d)·W_U[:, t] — chosen from d itself, so comparisons with other directions favour d; ${vocab!.rule}`,
         },
   );
   const { ids: controls, rule: controlsRule } = await givenOr(givenControls, async () => {
     // Controls depend on the targets only, never on d: causality compares d with random directions
     // on the same controls, and controls picked from d would make d's effect non-exchangeable.
-    const pool = controlPool(baseLogprobs, [...targets, ...dir.negative_ids, model.bosTokenId, model.eosTokenId]);
+    const pool = controlPool(
+      baseLogprobs,
+      [...targets, ...dir.negative_ids, model.bosTokenId, model.eosTokenId],
+      vocab!.usable,
+    );
     const cos = await unembedCosines(model, targets, pool, ctx.signal);
     return {
       ids: pool
@@ -230,7 +266,7 @@ export async function prepareSteering(
         .sort((a, b) => a.c - b.c || a.id - b.id)
         .slice(0, DEFAULT_CONTROLS)
         .map((x) => x.id),
-      rule: `of the ${CONTROL_POOL} most likely base tokens (targets, negatives, BOS, EOS excluded), the ${DEFAULT_CONTROLS} whose unembedding W_U[:, c] is least aligned (smallest |cosine|) with the targets' mean unembedding; independent of d`,
+      rule: `of the ${CONTROL_POOL} most likely base tokens (targets, negatives, BOS, EOS excluded), the ${DEFAULT_CONTROLS} whose unembedding W_U[:, c] is least aligned (smallest |cosine|) with the targets' mean unembedding; independent of d; ${vocab!.rule}`,
     };
   });
   return {

@@ -71,9 +71,9 @@ export function promptIds(model: LoadedModel, prompt: string, opts: PromptIdsOpt
   return ids;
 }
 
-/** how a text tokenizes, for hints: ["▁lo", "ve"] */
+/** how a text tokenizes as a word of running text, for hints: [" lo" (#12), "ve" (#40)] */
 export function describeTokenization(model: LoadedModel, text: string): string {
-  const ids = model.tokenize(text, { prependBos: false });
+  const ids = model.wordIds(text);
   const strs = model.tokenStrings(ids);
   return `[${ids.map((id, i) => `${JSON.stringify(strs[i])} (#${id})`).join(', ')}]`;
 }
@@ -110,10 +110,13 @@ export function resolveToken(model: LoadedModel, text: string, field = 'token'):
     const id = model.tokenId(c, field);
     if (id !== undefined) return id;
   }
+  // the hint names the pieces of the word as running text tokenizes it, and the first of them
+  const pieces = model.wordIds(text);
+  const first = pieces.length ? model.tokenStrings([pieces[0]])[0] : '';
   throw new LoupeError(
     'UNKNOWN_TOKEN',
     `${field} ${JSON.stringify(text)} is not a single token of this model.`,
-    `It tokenizes as ${describeTokenization(model, text)}; give one token's text (e.g. the first piece) or its id as "#ID".`,
+    `In running text it tokenizes as ${describeTokenization(model, text)}; give one token's text${pieces.length > 1 ? ` (e.g. its first piece ${JSON.stringify(first)})` : ''} or its id as "#ID".`,
   );
 }
 
