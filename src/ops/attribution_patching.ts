@@ -2,13 +2,15 @@
  * attribution_patching — AtP (Nanda 2023; Syed et al. 2023; Kramár et al. 2024): a first-order
  * estimate of every activation-patching effect from one forward + backward pass.
  *
- * Metric M = logit[answer] − logit[counterfactual] at the last position, raw logits (logit[answer]
- * alone without a counterfactual). For an activation a, the effect of patching the clean value
+ * Metric M = logit[answer] − logit[counterfactual] at the last position, raw logits, the answer
+ * defaulting to the clean prediction and the counterfactual to the corrupted one, as in `patch`
+ * and `integrated_gradients` (lib/metric.ts). For an activation a, the effect of patching the clean value
  * into the corrupted run is estimated as Σ (a_clean − a_corrupted) · ∂M/∂a, with the gradient
  * taken on the CORRUPTED run (TransformerLens's attribution-patching demo does the same). Heads
  * sum hook_z over positions and d_head; sites sum resid_pre / attn_out / mlp_out over d_model at
  * one position. A validation block patches the top estimates for real (the engine's patch
- * interventions, as the `patch` operation does) so the linear approximation can be judged.
+ * interventions, as the `patch` operation does) so the linear approximation can be judged — or,
+ * where that is cheap (at most AUTO_ALL_VARIANTS patches), every head and every site, batched.
  */
 import { z } from 'zod';
 import type { Intervention } from '../engine/api';
@@ -16,20 +18,26 @@ import type { Tensor } from '../engine/tensor';
 import { defineOperation } from './types';
 import { documentBase, documentHead, tokenEntry, interventionList } from '../schema/common';
 import { LoupeError, throwIfAborted } from '../engine/errors';
-import { checkTopK, finite } from '../engine/caps';
-import { argmax } from './lib/math';
-import { inputIds, logitsAt, cleanCorruptedFields, resolveAnswer, runVariants } from './lib/ablation';
-import { metricOf, metricSeed, metricTokens, spearman, tokenRef } from './lib/gradients';
-import { tokenText } from './lib/tokens';
+import { CAPS, checkTopK, finite } from '../engine/caps';
+import { inputIds, logitsAt, cleanCorruptedFields, runVariants } from './lib/ablation';
+import { metricOf, metricSeed, spearman } from './lib/gradients';
+import {
+  counterfactualField,
+  gapWarnings,
+  givenMetricTokens,
+  metricTokenSchemas,
+  metricTokens,
+  warningsSchema,
+} from './lib/metric';
 
 const SITE_KINDS = ['resid_pre', 'attn_out', 'mlp_out'] as const;
 
+/** validate every head and site by default when that is at most this many patched variants */
+export const AUTO_ALL_VARIANTS = 512;
+
 export const attributionPatchingInput = z.object({
   ...cleanCorruptedFields({ corrupted: 'the gradient is taken on its run' }),
-  counterfactual: z
-    .string()
-    .optional()
-    .describe('Token (text or "#id") whose logit counts negatively; without it the metric is logit[answer] alone.'),
+  counterfactual: counterfactualField,
   neurons: z
     .boolean()
     .default(false)
@@ -42,7 +50,13 @@ export const attributionPatchingInput = z.object({
     .max(64)
     .default(8)
     .describe(
-      'Patch this many top heads and top sites (by |estimate|) for real and report estimate beside actual effect; 0 = no validation.',
+      'With validate_scope "top": patch this many top heads and top sites (by |estimate|) for real and report estimate beside actual effect; 0 = no validation.',
+    ),
+  validate_scope: z
+    .enum(['auto', 'all', 'top'])
+    .default('auto')
+    .describe(
+      `Which estimates to patch for real: all = every head and every site (batched), top = the top \`validate\` of each, auto = all when that is at most ${AUTO_ALL_VARIANTS} patched variants, else top.`,
     ),
 });
 export type AttributionPatchingInput = z.input<typeof attributionPatchingInput>;
@@ -59,12 +73,14 @@ export const attributionPatchingOutput = documentBase('attribution_patching').ex
   method: z.string().describe('exactly what was computed'),
   corrupted_prompt: z.string(),
   corrupted_tokens: z.array(tokenEntry),
-  ...metricTokens.shape,
+  answer: metricTokenSchemas.answer,
+  counterfactual: metricTokenSchemas.counterfactual,
   metric: z.object({
-    name: z.enum(['logit_difference', 'logit']),
+    name: z.literal('logit_difference'),
     clean: z.number().describe('M on the clean run'),
     corrupted: z.number().describe('M on the corrupted run'),
   }),
+  warnings: warningsSchema,
   heads: z
     .array(headEntry)
     .describe(
@@ -91,6 +107,7 @@ export const attributionPatchingOutput = documentBase('attribution_patching').ex
           actual: z.number().describe('M(corrupted with this clean site patched at this position) − M(corrupted)'),
         }),
       ),
+      scope: z.enum(['all', 'top']).describe('every head and site patched, or the top estimates of each'),
       rank_correlation: z.object({
         heads: z
           .number()
@@ -98,6 +115,11 @@ export const attributionPatchingOutput = documentBase('attribution_patching').ex
           .describe('Spearman ρ of estimate vs actual over the validated heads (null below 3)'),
         sites: z.number().nullable(),
       }),
+      sign_agreement: z
+        .object({ heads: z.number().nullable(), sites: z.number().nullable() })
+        .describe(
+          'fraction of the validated estimates with the sign of the actual effect (|actual| > 1e-6; null when none)',
+        ),
     })
     .nullable(),
   interventions: interventionList.describe(
@@ -125,8 +147,7 @@ function attribution(
 export const operation = defineOperation({
   name: 'attribution_patching',
   title: 'Attribution patching',
-  description:
-    'Attribution patching (AtP): estimates the effect of patching every head (hook_z), every residual/attention/MLP site × position (and optionally every MLP neuron) from the clean prompt into the corrupted one, as Σ (a_clean − a_corrupted) · ∂M/∂a with the gradient from ONE backward pass on the corrupted run. M = logit[answer] − logit[counterfactual] at the last position in raw logits (logit[answer] alone without a counterfactual); estimates are in the same units as ΔM. A validation block patches the top estimates for real. Cost: a clean forward + a corrupted forward-and-backward (~3 forward-equivalents) plus 2·validate patched variants in one batched run.',
+  description: `Attribution patching (AtP): estimates the effect of patching every head (hook_z), every residual/attention/MLP site × position (and optionally every MLP neuron) from the clean prompt into the corrupted one, as Σ (a_clean − a_corrupted) · ∂M/∂a with the gradient from ONE backward pass on the corrupted run. M = logit[answer] − logit[counterfactual] at the last position in raw logits (answer default the clean prediction, counterfactual default the corrupted prediction, as in patch and integrated_gradients); estimates are in the same units as ΔM. A validation block patches estimates for real: every head and site when that is at most ${AUTO_ALL_VARIANTS} variants (validate_scope auto), else the top \`validate\`. Cost: a clean forward + a corrupted forward-and-backward (~3 forward-equivalents; one more forward for the default counterfactual) plus the validation's patched variants in batched runs.`,
   input: attributionPatchingInput,
   output: attributionPatchingOutput,
   long: true,
@@ -146,8 +167,7 @@ export const operation = defineOperation({
       'Change the corrupted prompt so it tokenizes to the same number of tokens.',
     );
   }
-  const answerId = resolveAnswer(model, input.answer);
-  const cfId = resolveAnswer(model, input.counterfactual, 'counterfactual') ?? null;
+  const given = givenMetricTokens(model, input);
   const { n_layers: L, n_heads: H, d_head: Dh, d_model: D, d_mlp: M, d_vocab: V } = model.info;
 
   const hooks: string[] = [];
@@ -157,13 +177,19 @@ export const operation = defineOperation({
   }
   ctx.onProgress?.({ stage: 'clean forward', done: 0, total: 2 });
   const cleanRun = await model.run(clean.ids, { hooks, logitPositions: [T - 1], signal: ctx.signal });
-  const a = answerId ?? argmax(logitsAt(cleanRun, 0));
-  if (cfId === a)
-    throw new LoupeError(
-      'BAD_INPUT',
-      `The answer and the counterfactual are the same token (${JSON.stringify(tokenText(model, a))}), so the metric is always 0.`,
-      'Give a different counterfactual, or none.',
+  let runs = 2;
+  // the default counterfactual is the corrupted prediction, which the backward seed needs first
+  let corrPrediction: ArrayLike<number> = [];
+  if (given.counterfactual === undefined) {
+    corrPrediction = logitsAt(
+      await model.run(corrupted.ids, { hooks: [], logitPositions: [T - 1], lean: true, signal: ctx.signal }),
+      0,
     );
+    runs++;
+  }
+  const mt = metricTokens(model, given, logitsAt(cleanRun, 0), corrPrediction);
+  const a = mt.answer;
+  const cfId = mt.counterfactual;
   ctx.onProgress?.({ stage: 'corrupted forward + backward', done: 1, total: 2 });
   const corrRun = await model.run(corrupted.ids, {
     hooks,
@@ -201,10 +227,15 @@ export const operation = defineOperation({
 
   let validation: z.output<typeof attributionPatchingOutput>['validation'] = null;
   let patched: Intervention[] = [];
-  let runs = 2;
-  if (input.validate > 0) {
-    const topHeads = byMagnitude(heads).slice(0, input.validate);
-    const topSites = byMagnitude(sites).slice(0, input.validate);
+  const scope =
+    input.validate_scope === 'auto'
+      ? heads.length + sites.length <= AUTO_ALL_VARIANTS
+        ? 'all'
+        : 'top'
+      : input.validate_scope;
+  if (input.validate > 0 || input.validate_scope === 'all') {
+    const topHeads = scope === 'all' ? heads : byMagnitude(heads).slice(0, input.validate);
+    const topSites = scope === 'all' ? sites : byMagnitude(sites).slice(0, input.validate);
     const variants: Intervention[][] = [
       [],
       ...topHeads.map((x): Intervention[] => [
@@ -221,15 +252,26 @@ export const operation = defineOperation({
       ]),
     ];
     patched = variants.flat();
-    const logits = await runVariants(model, corrupted.ids, variants, { ctx, stage: 'validating top estimates' });
-    runs += Math.ceil(variants.length / 64);
+    const logits = await runVariants(model, corrupted.ids, variants, {
+      ctx,
+      stage: scope === 'all' ? 'validating every estimate' : 'validating top estimates',
+    });
+    runs += Math.ceil(variants.length / CAPS.maxBatch);
     const base = metricOf(logits[0], a, cfId); // the corrupted run in the same batch
     const actual = (i: number) => finite(metricOf(logits[i], a, cfId) - base);
     const vh = topHeads.map((x, i) => ({ ...x, actual: actual(1 + i) }));
     const vs = topSites.map((x, i) => ({ ...x, actual: actual(1 + topHeads.length + i) }));
+    const agree = (xs: { estimate: number; actual: number }[]) => {
+      const real = xs.filter((x) => Math.abs(x.actual) > 1e-6);
+      return real.length
+        ? real.filter((x) => Math.sign(x.estimate) === Math.sign(x.actual)).length / real.length
+        : null;
+    };
     validation = {
       heads: vh,
       sites: vs,
+      scope,
+      sign_agreement: { heads: agree(vh), sites: agree(vs) },
       rank_correlation: {
         heads: spearman(
           vh.map((x) => x.estimate),
@@ -248,13 +290,14 @@ export const operation = defineOperation({
     ...documentHead('attribution_patching', model, clean.prompt, clean.ids),
     method:
       "Attribution patching (AtP): estimate = Σ (a_clean − a_corrupted) · ∂M/∂a, the gradient taken on the corrupted run by the engine's reverse-mode backward graph (one backward pass, float32). " +
-      'M = logit[answer] − logit[counterfactual] at the last position, raw logits (logit[answer] alone without a counterfactual). Heads: hook_z summed over positions and d_head. Sites: hook_resid_pre / hook_attn_out / hook_mlp_out summed over d_model at one position. ' +
-      'An estimate is first-order: it approximates the effect of patching that one activation (denoising: clean into corrupted), M_patched − M_corrupted; the validation block reports the real effect for the top estimates. Saturated attention and LayerNorm make the approximation weaker (Kramár et al. 2024).',
+      'M = logit[answer] − logit[counterfactual] at the last position, raw logits (answer: the clean prediction unless given; counterfactual: the corrupted prediction unless given, as in patch and integrated_gradients). Heads: hook_z summed over positions and d_head. Sites: hook_resid_pre / hook_attn_out / hook_mlp_out summed over d_model at one position. ' +
+      `An estimate is first-order: it approximates the effect of patching that one activation (denoising: clean into corrupted), M_patched − M_corrupted; the validation block reports the real effect of ${validation?.scope === 'all' ? 'every head and every site (all patched, batched)' : 'the top estimates'}. Saturated attention and LayerNorm make the approximation weaker (Kramár et al. 2024).`,
     corrupted_prompt: corrupted.prompt,
     corrupted_tokens: corrupted.ids.map((id, i) => ({ id, text: corrTexts[i] })),
-    answer: { ...tokenRef(model, a), source: answerId !== undefined ? 'answer' : 'clean_prediction' },
-    counterfactual: cfId !== null ? tokenRef(model, cfId) : null,
-    metric: { name: cfId !== null ? 'logit_difference' : 'logit', clean: finite(mClean), corrupted: finite(mCorr) },
+    answer: mt.refs.answer,
+    counterfactual: mt.refs.counterfactual,
+    metric: { name: 'logit_difference' as const, clean: finite(mClean), corrupted: finite(mCorr) },
+    warnings: gapWarnings(mClean, mCorr),
     heads,
     sites,
     neurons,

@@ -1,21 +1,35 @@
 /**
  * integrated_gradients — IG (Sundararajan et al. 2017) over the input positions: attribution of
- * M = logit[answer] − logit[counterfactual] (last position, raw logits) to each position of
- * x = blocks.0.hook_resid_pre (token + positional embeddings), zero baseline, right Riemann sum:
- *     a[pos] = Σ_d x[pos,d] · (1/n) Σ_{k=1..n} ∂M/∂x (α_k·x)[pos,d],   α_k = k/n.
- * Each α_k is one batch row: the engine scales the hook by α_k (an ordinary `scale`
- * intervention) and its backward pass returns ∂M/∂x at the scaled value. Completeness:
- * Σ_pos a[pos] ≈ M(x) − M(0); the gap is reported.
+ * M = logit[answer] − logit[counterfactual] (last position, raw logits; lib/metric.ts, the same
+ * metric and defaults as patch and attribution_patching) to each position of
+ * x = blocks.0.hook_resid_pre (token + positional embeddings), from a baseline x' along the
+ * straight path, right Riemann sum:
+ *     a[pos] = Σ_d (x − x')[pos,d] · (1/n) Σ_{k=1..n} ∂M/∂x (x' + α_k·(x − x'))[pos,d],   α_k = k/n.
+ * Baselines: zero (x' = 0: each α_k scales the hook, an ordinary `scale` intervention), or the
+ * corrupted prompt's x (its hook patched with the interpolated values, one batched source): then
+ * Σ a = M(clean) − M(corrupted), the quantity patching normalises by, and a position whose token
+ * the two prompts share gets 0. Each α_k is one batch row, and the backward pass returns ∂M/∂x at
+ * the edited value. Completeness: Σ_pos a[pos] ≈ M(x) − M(x'); the gap is reported.
  */
 import { z } from 'zod';
 import type { Intervention } from '../engine/api';
 import { defineOperation } from './types';
-import { documentBase, documentHead, interventionList } from '../schema/common';
+import { documentBase, documentHead, interventionList, tokenEntry } from '../schema/common';
 import { LoupeError, throwIfAborted } from '../engine/errors';
 import { CAPS, finite } from '../engine/caps';
 import { argmax } from './lib/math';
-import { inputIds, promptOrIdsFields, resolveAnswer } from './lib/ablation';
-import { metricOf, metricSeed, metricTokens, tokenRef } from './lib/gradients';
+import { inputIds, promptOrIdsFields } from './lib/ablation';
+import { metricOf, metricSeed } from './lib/gradients';
+import {
+  answerField,
+  counterfactualField,
+  gapWarnings,
+  givenMetricTokens,
+  metricTokenSchemas,
+  metricTokens,
+  warningsSchema,
+  type MetricTokens,
+} from './lib/metric';
 import { tokenText } from './lib/tokens';
 
 export const MAX_IG_STEPS = 512;
@@ -23,14 +37,27 @@ const HOOK = 'blocks.0.hook_resid_pre';
 
 export const integratedGradientsInput = z.object({
   ...promptOrIdsFields,
-  answer: z
+  corrupted_prompt: z
     .string()
+    .default('')
+    .describe(
+      'Optional corrupted prompt of as many tokens: its prediction is the default counterfactual, and with baseline "corrupted" (the default when it is given) its embedding is the baseline.',
+    ),
+  corrupted_token_ids: z
+    .array(z.number().int().min(0))
+    .min(1)
     .optional()
-    .describe('Token (text or "#id") whose logit counts positively; default the prediction at the last position.'),
-  counterfactual: z
-    .string()
-    .optional()
-    .describe('Token (text or "#id") whose logit counts negatively; without it the metric is logit[answer] alone.'),
+    .describe('Corrupted token ids, used exactly instead of corrupted_prompt.'),
+  answer: answerField,
+  counterfactual: counterfactualField.describe(
+    'Token (text or "#id") whose logit counts negatively; default the corrupted prediction (without a corrupted prompt: none, and M is logit[answer] alone).',
+  ),
+  baseline: z
+    .enum(['auto', 'zero', 'corrupted'])
+    .default('auto')
+    .describe(
+      "The path's start x': zero, or the corrupted prompt's blocks.0.hook_resid_pre (then Σ attributions = M(clean) − M(corrupted)); auto = corrupted when a corrupted prompt is given, else zero.",
+    ),
   steps: z
     .number()
     .int()
@@ -43,7 +70,18 @@ export type IntegratedGradientsInput = z.input<typeof integratedGradientsInput>;
 
 export const integratedGradientsOutput = documentBase('integrated_gradients').extend({
   method: z.string(),
-  ...metricTokens.shape,
+  answer: metricTokenSchemas.answer,
+  counterfactual: metricTokenSchemas.counterfactual
+    .nullable()
+    .describe('null: no counterfactual (no corrupted prompt either), M is logit[answer] alone'),
+  corrupted_prompt: z.string().nullable(),
+  corrupted_tokens: z.array(tokenEntry).nullable(),
+  baseline: z.enum(['zero', 'corrupted']),
+  metric: z.object({
+    clean: z.number().describe('M on the prompt'),
+    corrupted: z.number().nullable().describe('M on the corrupted prompt (null without one)'),
+  }),
+  warnings: warningsSchema,
   hook: z.literal(HOOK),
   steps: z.number().int(),
   attributions: z
@@ -52,12 +90,14 @@ export const integratedGradientsOutput = documentBase('integrated_gradients').ex
   completeness: z.object({
     sum: z.number().describe('Σ over positions of the attributions'),
     metric_input: z.number().describe('M at the input (α = 1)'),
-    metric_baseline: z.number().describe('M with hook_resid_pre of layer 0 set to zero (α = 0)'),
+    metric_baseline: z
+      .number()
+      .describe("M at the baseline (α = 0): zero at blocks.0.hook_resid_pre, or the corrupted prompt's"),
     error: z
       .number()
       .describe("sum − (metric_input − metric_baseline): the Riemann sum's error (more steps shrink it)"),
   }),
-  interventions: interventionList.describe('one scaling per step (batch row): x → α_k·x at the hook'),
+  interventions: interventionList.describe("one edit per step (batch row): x → α_k·x, or x' + α_k·(x − x') patched in"),
   n_engine_runs: z.number().int(),
 });
 
@@ -65,7 +105,7 @@ export const operation = defineOperation({
   name: 'integrated_gradients',
   title: 'Integrated gradients',
   description:
-    'Integrated gradients to each input position: attribution of M = logit[answer] − logit[counterfactual] at the last position (raw logits; logit[answer] alone without a counterfactual) to each position of blocks.0.hook_resid_pre (after token and positional embeddings), zero baseline, right Riemann sum with `steps` steps (α_k = k/n), each step one batch row of a forward + backward run. Returns per-position attributions and a completeness check (Σ attributions vs M(input) − M(baseline)). Cost: one row of forward + backward per step, plus the baseline row.',
+    'Integrated gradients to each input position: attribution of M = logit[answer] − logit[counterfactual] at the last position (raw logits; the same metric and defaults as patch and attribution_patching: counterfactual = the corrupted prediction; logit[answer] alone without a corrupted prompt or counterfactual) to each position of blocks.0.hook_resid_pre (after token and positional embeddings), from a zero baseline or from the corrupted prompt (then the attributions sum to M(clean) − M(corrupted)), right Riemann sum with `steps` steps (α_k = k/n), each step one batch row of a forward + backward run. Returns per-position attributions and a completeness check (Σ attributions vs M(input) − M(baseline)). Cost: one row of forward + backward per step, plus the baseline row (and one forward of the corrupted prompt).',
   input: integratedGradientsInput,
   output: integratedGradientsOutput,
   long: true,
@@ -73,33 +113,81 @@ export const operation = defineOperation({
   const { ids, prompt } = inputIds(model, input);
   const T = ids.length;
   const { d_model: D, d_vocab: V } = model.info;
-  const answerId = resolveAnswer(model, input.answer);
-  const cfId = resolveAnswer(model, input.counterfactual, 'counterfactual') ?? null;
-  const n = input.steps;
-
-  // the input x and the prediction (for a default answer)
-  const base = await model.run(ids, { hooks: [HOOK], logitPositions: [T - 1], signal: ctx.signal });
-  const x = base.hooks[HOOK].data; // [1, T, D]
-  const a = answerId ?? argmax(base.logits.data);
-  if (cfId === a)
+  const given = givenMetricTokens(model, input);
+  const corrupted =
+    input.corrupted_prompt || input.corrupted_token_ids
+      ? inputIds(
+          model,
+          { prompt: input.corrupted_prompt, prepend_bos: input.prepend_bos, token_ids: input.corrupted_token_ids },
+          'corrupted_token_ids',
+        )
+      : null;
+  if (corrupted && corrupted.ids.length !== T)
     throw new LoupeError(
       'BAD_INPUT',
-      `The answer and the counterfactual are the same token (${JSON.stringify(tokenText(model, a))}), so the metric is always 0.`,
-      'Give a different counterfactual, or none.',
+      `The prompt has ${T} tokens and the corrupted prompt ${corrupted.ids.length}; integrated gradients from the corrupted prompt needs equal token lengths.`,
+      'Change the corrupted prompt so it tokenizes to the same number of tokens, or leave it out (zero baseline).',
     );
+  if (input.baseline === 'corrupted' && !corrupted)
+    throw new LoupeError(
+      'BAD_INPUT',
+      'baseline "corrupted" needs a corrupted prompt.',
+      'Give corrupted_prompt (or corrupted_token_ids), or use baseline "zero".',
+    );
+  const baseline: 'zero' | 'corrupted' =
+    input.baseline === 'auto' ? (corrupted ? 'corrupted' : 'zero') : input.baseline;
+  const n = input.steps;
+
+  // the input x and the prediction (for a default answer); the corrupted run's x and prediction
+  const base = await model.run(ids, { hooks: [HOOK], logitPositions: [T - 1], signal: ctx.signal });
+  const x = base.hooks[HOOK].data; // [1, T, D]
+  const corrRun = corrupted
+    ? await model.run(corrupted.ids, { hooks: [HOOK], logitPositions: [T - 1], signal: ctx.signal })
+    : null;
+  let runs = corrRun ? 2 : 1;
+  let a: number;
+  let cfId: number | null;
+  let refs: { answer: MetricTokens['refs']['answer']; counterfactual: MetricTokens['refs']['counterfactual'] | null };
+  if (corrRun || given.counterfactual !== undefined) {
+    const mt = metricTokens(model, given, base.logits.data, corrRun?.logits.data ?? []);
+    a = mt.answer;
+    cfId = mt.counterfactual;
+    refs = mt.refs;
+  } else {
+    a = given.answer ?? argmax(base.logits.data);
+    cfId = null;
+    refs = {
+      answer: {
+        token: tokenText(model, a),
+        token_id: a,
+        source: given.answer !== undefined ? 'answer' : 'clean_prediction',
+      },
+      counterfactual: null,
+    };
+  }
+  const x0 = baseline === 'corrupted' ? corrRun!.hooks[HOOK].data : null; // x' (zero when null)
 
   // rows α_0 = 0 (baseline), α_1 … α_n; batched forward + backward
   const alphas = Array.from({ length: n + 1 }, (_, k) => k / n);
   const meanGrad = new Float64Array(T * D);
   let mInput = NaN,
     mBaseline = NaN;
-  let runs = 1;
   ctx.onProgress?.({ stage: 'integrated gradients steps', done: 0, total: alphas.length });
   for (let start = 0; start < alphas.length; start += CAPS.maxBatch) {
     throwIfAborted(ctx.signal);
     const chunk = alphas.slice(start, start + CAPS.maxBatch);
     const B = chunk.length;
-    const interventions: Intervention[] = chunk.map((alpha, row) => ({ hook: HOOK, op: 'scale', alpha, batch: [row] }));
+    let interventions: Intervention[];
+    if (x0) {
+      // x' + α·(x − x') for every row, patched in as one batched source
+      const src = new Float32Array(B * T * D);
+      chunk.forEach((alpha, row) => {
+        for (let i = 0; i < T * D; i++) src[row * T * D + i] = x0[i] + alpha * (x[i] - x0[i]);
+      });
+      interventions = [{ hook: HOOK, op: 'patch', positions: 'all', source: { dims: [B, T, D], data: src } }];
+    } else {
+      interventions = chunk.map((alpha, row) => ({ hook: HOOK, op: 'scale', alpha, batch: [row] }));
+    }
     const res = await model.run(ids, {
       batch: B,
       interventions,
@@ -125,21 +213,32 @@ export const operation = defineOperation({
   const texts = model.tokenStrings(ids);
   const attributions = Array.from({ length: T }, (_, p) => {
     let s = 0;
-    for (let d = 0; d < D; d++) s += x[p * D + d] * meanGrad[p * D + d];
+    for (let d = 0; d < D; d++) s += (x[p * D + d] - (x0 ? x0[p * D + d] : 0)) * meanGrad[p * D + d];
     return { position: p, token: texts[p], attribution: finite(s) };
   });
   const sum = attributions.reduce((s, r) => s + r.attribution, 0);
+  const mClean = metricOf(base.logits.data, a, cfId);
+  const mCorr = corrRun ? metricOf(corrRun.logits.data, a, cfId) : null;
+  const corrTexts = corrupted ? model.tokenStrings(corrupted.ids) : null;
+  const path =
+    baseline === 'zero'
+      ? `a zero baseline at ${HOOK} (token + positional embeddings), right Riemann sum over α_k = k/${n}, k = 1..${n}: a[pos] = Σ_d x[pos,d] · mean_k ∂M/∂x(α_k·x)[pos,d]`
+      : `the corrupted prompt's ${HOOK} as baseline x', right Riemann sum over α_k = k/${n}, k = 1..${n}: a[pos] = Σ_d (x − x')[pos,d] · mean_k ∂M/∂x(x' + α_k·(x − x'))[pos,d]; the attributions sum to M(clean) − M(corrupted) up to the Riemann error, and a position with the same token in both prompts gets 0`;
   return {
     ...documentHead('integrated_gradients', model, prompt, ids),
     method:
-      `Integrated gradients with a zero baseline at ${HOOK} (token + positional embeddings), right Riemann sum over α_k = k/${n}, k = 1..${n}: a[pos] = Σ_d x[pos,d] · mean_k ∂M/∂x(α_k·x)[pos,d]; ` +
-      "gradients from the engine's reverse-mode backward graph (float32), the steps as batch rows. M = logit[answer] − logit[counterfactual] at the last position, raw logits (logit[answer] alone without a counterfactual). " +
-      "The baseline scales every position, BOS included. In pre-norm models each block reads LN(α·x), which barely depends on α until α·|x| nears √eps, so the blocks' share of M changes abruptly near α = 0 while the residual stream's direct share changes smoothly: the zero baseline is rough, and a coarse Riemann sum misses that jump. Read the completeness error before the attributions.",
-    answer: {
-      ...tokenRef(model, a),
-      source: answerId !== undefined ? ('answer' as const) : ('clean_prediction' as const),
-    },
-    counterfactual: cfId !== null ? tokenRef(model, cfId) : null,
+      `Integrated gradients from ${path}; ` +
+      "gradients from the engine's reverse-mode backward graph (float32), the steps as batch rows. M = logit[answer] − logit[counterfactual] at the last position, raw logits (answer: the clean prediction unless given; counterfactual: the corrupted prediction unless given, as in patch and attribution_patching; without a corrupted prompt or a counterfactual, logit[answer] alone). " +
+      (baseline === 'zero'
+        ? "The baseline scales every position, BOS included. In pre-norm models each block reads LN(α·x), which barely depends on α until α·|x| nears √eps, so the blocks' share of M changes abruptly near α = 0 while the residual stream's direct share changes smoothly: the zero baseline is rough, and a coarse Riemann sum misses that jump. Read the completeness error before the attributions."
+        : 'Read the completeness error before the attributions.'),
+    answer: refs.answer,
+    counterfactual: refs.counterfactual,
+    corrupted_prompt: corrupted ? corrupted.prompt : null,
+    corrupted_tokens: corrupted ? corrupted.ids.map((id, i) => ({ id, text: corrTexts![i] })) : null,
+    baseline,
+    metric: { clean: finite(mClean), corrupted: mCorr === null ? null : finite(mCorr) },
+    warnings: mCorr === null ? [] : gapWarnings(mClean, mCorr),
     hook: HOOK,
     steps: n,
     attributions,
@@ -149,7 +248,16 @@ export const operation = defineOperation({
       metric_baseline: finite(mBaseline),
       error: finite(sum - (mInput - mBaseline)),
     },
-    interventions: alphas.map((alpha) => ({ hook: HOOK, op: 'scale' as const, alpha })),
+    interventions:
+      baseline === 'zero'
+        ? alphas.map((alpha) => ({ hook: HOOK, op: 'scale' as const, alpha }))
+        : alphas.map((alpha) => ({
+            hook: HOOK,
+            op: 'patch' as const,
+            positions: 'all' as const,
+            alpha,
+            from: "x' + α·(x − x'), x' = the corrupted prompt's run",
+          })),
     n_engine_runs: runs,
   };
 });

@@ -16,19 +16,22 @@ import { defineOperation } from './types';
 import { documentBase, documentHead, tokenEntry, interventionList } from '../schema/common';
 import { LoupeError } from '../engine/errors';
 import { CAPS, checkDocumentSize, finite } from '../engine/caps';
-import { tokenText } from './lib/tokens';
-import { argmax } from './lib/math';
-import { checkVariants, inputIds, logitsAt, cleanCorruptedFields, resolveAnswer, runVariants } from './lib/ablation';
+import { checkVariants, inputIds, logitsAt, cleanCorruptedFields, runVariants } from './lib/ablation';
+import {
+  counterfactualField,
+  gapWarnings,
+  givenMetricTokens,
+  metricTokenSchemas,
+  metricTokens,
+  warningsSchema,
+} from './lib/metric';
 
 const SCANS = ['resid_pre', 'attn_out', 'mlp_out', 'head_out'] as const;
 type Scan = (typeof SCANS)[number];
 
 export const patchInput = z.object({
   ...cleanCorruptedFields({ clean: 'its activations are patched in' }),
-  counterfactual: z
-    .string()
-    .optional()
-    .describe('Token (text or "#id") whose logit counts negatively; default the corrupted prediction.'),
+  counterfactual: counterfactualField,
   scans: z
     .array(z.enum(SCANS))
     .min(1)
@@ -54,12 +57,8 @@ export const patchOutput = documentBase('patch').extend({
   corrupted_prompt: z.string(),
   corrupted_tokens: z.array(tokenEntry),
   differing_positions: z.array(z.number().int()).describe('positions where the clean and corrupted tokens differ'),
-  answer: z.object({ token: z.string(), token_id: z.number().int(), source: z.enum(['clean_prediction', 'answer']) }),
-  counterfactual: z.object({
-    token: z.string(),
-    token_id: z.number().int(),
-    source: z.enum(['corrupted_prediction', 'counterfactual']),
-  }),
+  answer: metricTokenSchemas.answer,
+  counterfactual: metricTokenSchemas.counterfactual,
   clean_logit_diff: z.number().describe('logit[answer] − logit[counterfactual] of the clean run (metric 1)'),
   corrupted_logit_diff: z.number().describe('the same for the corrupted run (metric 0)'),
   resid_pre: grid
@@ -81,6 +80,7 @@ export const patchOutput = documentBase('patch').extend({
   interventions: interventionList.describe(
     'one patch per variant, in the order of the scans (each variant ran with exactly one of these)',
   ),
+  warnings: warningsSchema,
   n_variants: z.number().int(),
   n_engine_runs: z.number().int(),
 });
@@ -123,8 +123,7 @@ export const operation = defineOperation({
       'Change the corrupted prompt so it tokenizes to the same number of tokens (e.g. swap one word for a word that is also one token).',
     );
   }
-  const answerId = resolveAnswer(model, input.answer);
-  const cfId = resolveAnswer(model, input.counterfactual, 'counterfactual');
+  const given = givenMetricTokens(model, input);
   const { n_layers: L, n_heads: H } = model.info;
   const scans = new Set<Scan>(input.scans);
   for (const h of input.heads ?? []) {
@@ -166,15 +165,9 @@ export const operation = defineOperation({
   ctx.onProgress?.({ stage: 'clean and corrupted runs', done: 2, total: 2 });
   const cleanLogits = logitsAt(cleanRun, T - 1);
   const corrLogits = logitsAt(corrRun, T - 1);
-  const a = answerId ?? argmax(cleanLogits);
-  const c = cfId ?? argmax(corrLogits);
-  if (a === c) {
-    throw new LoupeError(
-      'BAD_INPUT',
-      `The answer and the counterfactual are the same token (${JSON.stringify(tokenText(model, a))}), so the logit difference is always 0.`,
-      'Give answer and counterfactual explicitly (e.g. the clean and the corrupted correct tokens), or a corrupted prompt whose prediction differs.',
-    );
-  }
+  const mt = metricTokens(model, given, cleanLogits, corrLogits);
+  const a = mt.answer;
+  const c = mt.counterfactual;
   const ld = (l: ArrayLike<number>) => l[a] - l[c];
   const ldClean = ld(cleanLogits);
   const ldCorr = ld(corrLogits);
@@ -252,15 +245,12 @@ export const operation = defineOperation({
     corrupted_prompt: corrupted.prompt,
     corrupted_tokens: corrupted.ids.map((id, i) => ({ id, text: corrTexts[i] })),
     differing_positions: clean.ids.flatMap((id, i) => (id !== corrupted.ids[i] ? [i] : [])),
-    answer: { token: tokenText(model, a), token_id: a, source: answerId !== undefined ? 'answer' : 'clean_prediction' },
-    counterfactual: {
-      token: tokenText(model, c),
-      token_id: c,
-      source: cfId !== undefined ? 'counterfactual' : 'corrupted_prediction',
-    },
+    answer: mt.refs.answer,
+    counterfactual: mt.refs.counterfactual,
     clean_logit_diff: finite(ldClean),
     corrupted_logit_diff: finite(ldCorr),
     ...out,
+    warnings: gapWarnings(ldClean, ldCorr),
     interventions: cells.map(({ iv: { hook, op, head, positions } }) => ({
       hook,
       op,

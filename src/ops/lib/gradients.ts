@@ -1,12 +1,10 @@
 /**
  * Shared pieces of the gradient operations (attribution_patching, integrated_gradients): the
- * metric M = logit[A] − logit[B] at the last position (logit[A] alone without B) as the
- * backward pass's seed, and the rank correlation used to compare estimates with real effects.
+ * metric M = logit[A] − logit[B] at the last position (logit[A] alone without B; lib/metric.ts
+ * chooses A and B) as the backward pass's seed, and the rank correlation used to compare
+ * estimates with real effects.
  */
-import { z } from 'zod';
-import type { LoadedModel } from '../../engine/api';
 import type { Tensor } from '../../engine/tensor';
-import { tokenText } from './tokens';
 
 /** ∂M/∂logits for B rows of one position: +1 at A, −1 at B. */
 export function metricSeed(V: number, rows: number, answer: number, counterfactual: number | null): Tensor {
@@ -21,18 +19,6 @@ export function metricSeed(V: number, rows: number, answer: number, counterfactu
 /** M of one row of logits */
 export function metricOf(logits: ArrayLike<number>, answer: number, counterfactual: number | null, offset = 0): number {
   return logits[offset + answer] - (counterfactual !== null ? logits[offset + counterfactual] : 0);
-}
-
-export const metricTokens = z.object({
-  answer: z.object({ token: z.string(), token_id: z.number().int(), source: z.enum(['answer', 'clean_prediction']) }),
-  counterfactual: z
-    .object({ token: z.string(), token_id: z.number().int() })
-    .nullable()
-    .describe('null: the metric is logit[answer] alone'),
-});
-
-export function tokenRef(model: LoadedModel, id: number) {
-  return { token: tokenText(model, id), token_id: id };
 }
 
 /** Spearman rank correlation (average ranks for ties); null for fewer than 3 pairs or a constant side. */

@@ -1,0 +1,106 @@
+/**
+ * The one metric of the causal methods — `patch`, `attribution_patching`, `integrated_gradients`:
+ *     M = logit[answer] − logit[counterfactual]   at the last position, raw logits,
+ * the answer defaulting to the clean prediction and the counterfactual to the corrupted
+ * prediction (every one of them, so their numbers are in one unit and compare). A run reports
+ * M(clean) and M(corrupted); raw effects are ΔM in logits, and the normalised recovery of a
+ * patched run is (M − M(corrupted)) / (M(clean) − M(corrupted)): 0 = corrupted, 1 = clean.
+ * When |M(clean) − M(corrupted)| is small that quotient is unstable, and the documents say so.
+ */
+import { z } from 'zod';
+import type { LoadedModel } from '../../engine/api';
+import { LoupeError } from '../../engine/errors';
+import { argmax } from './math';
+import { resolveToken, tokenText } from './tokens';
+
+/** below this |M(clean) − M(corrupted)| (logits) the normalised recovery is unstable */
+export const SMALL_GAP = 1;
+
+export const answerField = z
+  .string()
+  .optional()
+  .describe('Token (text or "#id") whose logit counts positively; default the clean prediction.');
+export const counterfactualField = z
+  .string()
+  .optional()
+  .describe(
+    'Token (text or "#id") whose logit counts negatively; default the corrupted prediction (the same default in patch, attribution_patching and integrated_gradients).',
+  );
+
+export const metricTokenSchemas = {
+  answer: z.object({
+    token: z.string(),
+    token_id: z.number().int(),
+    source: z.enum(['answer', 'clean_prediction']),
+  }),
+  counterfactual: z.object({
+    token: z.string(),
+    token_id: z.number().int(),
+    source: z.enum(['counterfactual', 'corrupted_prediction']),
+  }),
+};
+
+export const warningsSchema = z
+  .array(z.string())
+  .describe('what makes these numbers fragile (e.g. a small gap between M(clean) and M(corrupted))');
+
+export interface MetricTokens {
+  answer: number;
+  counterfactual: number;
+  refs: {
+    answer: { token: string; token_id: number; source: 'answer' | 'clean_prediction' };
+    counterfactual: { token: string; token_id: number; source: 'counterfactual' | 'corrupted_prediction' };
+  };
+}
+
+/** the given tokens' ids, checked before any run (UNKNOWN_TOKEN) */
+export function givenMetricTokens(model: LoadedModel, input: { answer?: string; counterfactual?: string }) {
+  return {
+    answer: input.answer !== undefined ? resolveToken(model, input.answer, 'answer') : undefined,
+    counterfactual:
+      input.counterfactual !== undefined ? resolveToken(model, input.counterfactual, 'counterfactual') : undefined,
+  };
+}
+
+/** answer and counterfactual: the given ones, else the clean and the corrupted predictions (BAD_INPUT when equal) */
+export function metricTokens(
+  model: LoadedModel,
+  given: { answer?: number; counterfactual?: number },
+  cleanLogits: ArrayLike<number>,
+  corruptedLogits: ArrayLike<number>,
+): MetricTokens {
+  const a = given.answer ?? argmax(cleanLogits);
+  const c = given.counterfactual ?? argmax(corruptedLogits);
+  if (a === c)
+    throw new LoupeError(
+      'BAD_INPUT',
+      `The answer and the counterfactual are the same token (${JSON.stringify(tokenText(model, a))}), so the logit difference is always 0.`,
+      'Give answer and counterfactual explicitly (e.g. the clean and the corrupted correct tokens), or a corrupted prompt whose prediction differs.',
+    );
+  return {
+    answer: a,
+    counterfactual: c,
+    refs: {
+      answer: {
+        token: tokenText(model, a),
+        token_id: a,
+        source: given.answer !== undefined ? 'answer' : 'clean_prediction',
+      },
+      counterfactual: {
+        token: tokenText(model, c),
+        token_id: c,
+        source: given.counterfactual !== undefined ? 'counterfactual' : 'corrupted_prediction',
+      },
+    },
+  };
+}
+
+/** the warnings of a clean/corrupted pair: a gap below SMALL_GAP */
+export function gapWarnings(mClean: number, mCorrupted: number): string[] {
+  const gap = mClean - mCorrupted;
+  return Math.abs(gap) < SMALL_GAP
+    ? [
+        `M(clean) − M(corrupted) = ${gap.toFixed(3)} logits, below ${SMALL_GAP}: the normalised recovery divides by this gap and is unstable; read the raw ΔM, or choose a corrupted prompt (or answer/counterfactual) that separates the runs more.`,
+      ]
+    : [];
+}
