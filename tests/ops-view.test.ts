@@ -172,6 +172,38 @@ describe('views on the shared models', () => {
     }
   });
 
+  it('activations: the values of one hook per position and unit, and the top_k at each position, equal the reference', async () => {
+    for (const [model, ref, prompt, site, hook] of [
+      [stories, storiesRef, 'Once upon a time, there was', undefined, 'blocks.4.mlp.hook_post'],
+      [induction, inductionRef, 'Hello, hello!', 'resid_post', 'blocks.1.hook_resid_post'],
+    ] as const) {
+      const doc = await run<ActivationsDocument>(activations, model, {
+        prompt,
+        ...(site ? { values_site: site } : {}),
+        top_k: 5,
+      });
+      const v = doc.values!;
+      expect(v.hook).toBe(hook);
+      const want = referenceForward(
+        ref,
+        doc.tokens.map((t) => t.id),
+        { record: (n) => n === hook },
+      ).hooks[hook];
+      const W = want.dims[2];
+      expect(v.width).toBe(W);
+      expect(v.grid).toHaveLength(doc.tokens.length);
+      let worst = 0;
+      v.grid!.forEach((row, p) => row.forEach((x, i) => (worst = Math.max(worst, Math.abs(x - want.data[p * W + i])))));
+      expect(worst).toBeLessThan(1e-4);
+      for (const t of v.top) {
+        const mags = Array.from({ length: W }, (_, i) => Math.abs(want.data[t.position * W + i])).sort((a, b) => b - a);
+        expect(t.units).toHaveLength(5);
+        t.units.forEach((u, r) => expect(Math.abs(Math.abs(u.value) - mags[r])).toBeLessThan(1e-4));
+      }
+    }
+    expect(await errorOf(activations, stories, { prompt: 'x', values_layer: 5 })).toBe('BAD_INPUT');
+  });
+
   it('activations: chosen sites and layers; errors', async () => {
     const doc = await run<ActivationsDocument>(activations, stories, {
       prompt: 'Once upon a time',

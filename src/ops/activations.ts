@@ -1,18 +1,25 @@
 /**
  * activations (NeuronScope's activation summary): summary statistics of each layer's residual
  * stream, attention and MLP outputs, MLP activations and attention patterns, from one forward
- * pass — small enough to show for every layer at once, with a norm per position for the views.
+ * pass — small enough to show for every layer at once, with a norm per position for the views —
+ * and the values themselves of one chosen hook (a layer's MLP neurons by default): position ×
+ * unit, with the top_k units by |value| at each position.
  */
 import { z } from 'zod';
 import { defineOperation } from './types';
 import type { Tensor } from '../engine/tensor';
 import { documentBase, documentHead } from '../schema/common';
 import { LoupeError, throwIfAborted } from '../engine/errors';
-import { finite } from '../engine/caps';
+import { checkTopK, finite } from '../engine/caps';
+import { topIndices } from './lib/math';
 import { promptFields, promptIds } from './lib/tokens';
 
 export const SITES = ['resid_pre', 'resid_mid', 'resid_post', 'attn_out', 'mlp_out', 'mlp_post', 'pattern'] as const;
 export type Site = (typeof SITES)[number];
+/** the sites whose values are one number per position and unit (not the [head, key] patterns) */
+export const VALUE_SITES = ['mlp_post', 'resid_pre', 'resid_mid', 'resid_post', 'attn_out', 'mlp_out'] as const;
+/** numbers of the full values grid a document carries (positions × units); above it only the top_k lists */
+export const MAX_VALUES = 1 << 18;
 
 /** site → hook name in layer l */
 export function siteHook(site: Site, l: number): string {
@@ -34,6 +41,19 @@ export const activationsInput = z.object({
     .default([...SITES])
     .describe('Which sites to summarise in every layer.'),
   layers: z.array(z.number().int().min(0)).optional().describe('Layers to include (default all).'),
+  values_layer: z
+    .number()
+    .int()
+    .min(0)
+    .optional()
+    .describe('The layer whose values_site values are returned in full (default the last layer included).'),
+  values_site: z
+    .enum(VALUE_SITES)
+    .default('mlp_post')
+    .describe(
+      'The hook whose values are returned per position and unit: mlp_post = MLP neurons, else d_model dimensions.',
+    ),
+  top_k: z.number().int().min(1).default(10).describe('Units listed at each position, by |value|.'),
 });
 export type ActivationsInput = z.input<typeof activationsInput>;
 
@@ -60,6 +80,29 @@ const siteStats = z.object({
 
 export const activationsOutput = documentBase('activations').extend({
   layers: z.array(z.object({ layer: z.number().int(), sites: z.array(siteStats) })),
+  values: z
+    .object({
+      layer: z.number().int(),
+      site: z.enum(VALUE_SITES),
+      hook: z.string(),
+      unit: z.enum(['neuron', 'dimension']),
+      width: z.number().int().describe('units per position'),
+      grid: z
+        .array(z.array(z.number()))
+        .nullable()
+        .describe(`[position][unit] the hook's values (null above ${MAX_VALUES} numbers: see omitted)`),
+      omitted: z.string().nullable().describe('why the grid is not in the document'),
+      top: z
+        .array(
+          z.object({
+            position: z.number().int(),
+            units: z.array(z.object({ index: z.number().int(), value: z.number() })),
+          }),
+        )
+        .describe('per position, the top_k units by |value|, largest first'),
+    })
+    .nullable()
+    .describe('the values of one hook (values_layer, values_site); null when that site is not in this architecture'),
   missing_sites: z
     .array(z.enum(SITES))
     .describe('Requested sites this architecture does not have (e.g. resid_mid for a parallel-residual model).'),
@@ -173,11 +216,34 @@ export function summarize(t: Tensor, posAxis: number) {
   };
 }
 
+/** one hook's values [1, T, W] as a position × unit grid (when small enough) and each position's top units by |value| */
+function valuesOf(t: Tensor, layer: number, site: (typeof VALUE_SITES)[number], hook: string, k: number) {
+  const [, T, W] = t.dims;
+  const x = t.data;
+  const full = T * W <= MAX_VALUES;
+  return {
+    layer,
+    site,
+    hook,
+    unit: site === 'mlp_post' ? ('neuron' as const) : ('dimension' as const),
+    width: W,
+    grid: full ? Array.from({ length: T }, (_, p) => Array.from(x.subarray(p * W, (p + 1) * W), finite)) : null,
+    omitted: full ? null : `${T} positions × ${W} units = ${T * W} numbers, above the ${MAX_VALUES} a document carries`,
+    top: Array.from({ length: T }, (_, p) => ({
+      position: p,
+      units: topIndices(W, (i) => Math.abs(x[p * W + i]), Math.min(k, W)).map((i) => ({
+        index: i,
+        value: finite(x[p * W + i]),
+      })),
+    })),
+  };
+}
+
 export const operation = defineOperation({
   name: 'activations',
   title: 'Activations',
   description:
-    'Per layer, summary statistics (shape, mean, std, min, max, argmax position, L2 norm per position) of resid_pre, resid_mid, resid_post, attn_out, mlp_out, mlp_post (MLP activations) and the attention pattern, from one forward pass. Values are those of the unprocessed model (no weight folding).',
+    "Per layer, summary statistics (shape, mean, std, min, max, argmax position, L2 norm per position) of resid_pre, resid_mid, resid_post, attn_out, mlp_out, mlp_post (MLP activations) and the attention pattern, from one forward pass; and the values of one hook (values_layer, values_site; default the last layer's MLP neurons) per position and unit, with the top_k units by |value| at each position. Values are those of the unprocessed model (no weight folding).",
   input: activationsInput,
   output: activationsOutput,
 }).implement(async (model, input, ctx) => {
@@ -190,12 +256,23 @@ export const operation = defineOperation({
         `layer ${l} does not exist (the model has ${L} layers).`,
         `Use layers 0 … ${L - 1}.`,
       );
+  checkTopK(input.top_k);
+  const vLayer = input.values_layer ?? layers[layers.length - 1];
+  if (vLayer >= L)
+    throw new LoupeError(
+      'BAD_INPUT',
+      `values_layer ${vLayer} does not exist (the model has ${L} layers).`,
+      `Use values_layer 0 … ${L - 1}.`,
+    );
   const ids = promptIds(model, input.prompt, { prependBos: input.prepend_bos });
   const available = new Set(model.hookNames());
   const sites = [...new Set(input.sites)];
   const missing = sites.filter((s) => !available.has(siteHook(s, 0)));
   const present = sites.filter((s) => !missing.includes(s));
   const hooks = layers.flatMap((l) => present.map((s) => siteHook(s, l)));
+  const vHook = siteHook(input.values_site, vLayer);
+  const withValues = available.has(vHook);
+  if (withValues && !hooks.includes(vHook)) hooks.push(vHook);
 
   ctx.onProgress?.({ stage: 'forward pass', done: 0, total: 1 });
   throwIfAborted(ctx.signal);
@@ -214,8 +291,10 @@ export const operation = defineOperation({
         ...summarize(run.hooks[siteHook(site, l)], site === 'pattern' ? 2 : 1),
       })),
     })),
+    values: withValues ? valuesOf(run.hooks[vHook], vLayer, input.values_site, vHook, input.top_k) : null,
     missing_sites: missing,
     method:
-      'Statistics over every element of the hook for this prompt (batch 1, float64 accumulation); std is the population standard deviation; argmax is the first largest element. Patterns are post-softmax attention probabilities [B, H, Tq, Tk].',
+      'Statistics over every element of the hook for this prompt (batch 1, float64 accumulation); std is the population standard deviation; argmax is the first largest element. Patterns are post-softmax attention probabilities [B, H, Tq, Tk]. ' +
+      `values: every number of ${vHook} at every position (the unprocessed model's values), and the ${input.top_k} units with the largest |value| at each position.`,
   };
 });
