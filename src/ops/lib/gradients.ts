@@ -21,15 +21,20 @@ export function metricOf(logits: ArrayLike<number>, answer: number, counterfactu
   return logits[offset + answer] - (counterfactual !== null ? logits[offset + counterfactual] : 0);
 }
 
-/** Spearman rank correlation (average ranks for ties); null for fewer than 3 pairs or a constant side. */
+/**
+ * Spearman rank correlation (average ranks for ties); null for fewer than 3 pairs or a constant side.
+ * Values closer than 1e-5 × max(1, max |x|) count as tied: float32 noise (sites whose patch changes
+ * nothing differ by 1e-7 between backends) must not order them.
+ */
 export function spearman(a: number[], b: number[]): number | null {
   if (a.length < 3) return null;
   const rank = (x: number[]) => {
     const idx = x.map((v, i) => [v, i] as const).sort((p, q) => p[0] - q[0]);
+    const tol = 1e-5 * Math.max(1, ...x.map(Math.abs));
     const r = new Array<number>(x.length);
     for (let i = 0; i < idx.length;) {
       let j = i;
-      while (j + 1 < idx.length && idx[j + 1][0] === idx[i][0]) j++;
+      while (j + 1 < idx.length && idx[j + 1][0] - idx[j][0] <= tol) j++;
       for (let k = i; k <= j; k++) r[idx[k][1]] = (i + j) / 2;
       i = j + 1;
     }
