@@ -36,6 +36,15 @@ const TOL = 1e-4;
  * float32 rounding of another summation order (measured ≤ 7e-6)
  */
 const FUSED_TOL = 1e-5;
+/**
+ * FUSED_TOL for values of this size: float32 rounding grows with the values, and a few cases run
+ * larger than the ~10 most reach (gemma3-text-bf16: residual stream to 12.8, logits to 38)
+ */
+const fusedTol = (v: ArrayLike<number>) => {
+  let m = 0;
+  for (let i = 0; i < v.length; i++) if (Number.isFinite(v[i])) m = Math.max(m, Math.abs(v[i]));
+  return FUSED_TOL * Math.max(1, m / 8);
+};
 
 /** how many nodes of each of these op types a graph has */
 function opCounts(graph: BuiltGraph, types: string[]): Record<string, number> {
@@ -71,8 +80,7 @@ describe.each(ALL_FAMILY_CASES)('engine vs float64 reference: $name', (c) => {
     const names = model.hookNames({ withResult: true });
     const refNames = Object.keys(ref.hooks);
     // the engine offers TL hooks the reference computes, and nothing the reference lacks
-    for (const n of names)
-      if (!n.includes('hook_pre_linear') && !n.includes('_post.hook_scale')) expect(refNames, n).toContain(n);
+    for (const n of names) expect(refNames, n).toContain(n);
     const cmp = compareHooks(
       ref.hooks,
       out.hooks,
@@ -105,8 +113,8 @@ describe.each(ALL_FAMILY_CASES)('engine vs float64 reference: $name', (c) => {
     expect(maxAbsDiff(ref.logits.data, out.logits.data).maxAbs).toBeLessThan(TOL);
     // the scans' lean variant (fused norms: no hook reads their scale) gives the same numbers
     const lean = await model.run(tokens, { interventions, lean: true });
-    expect(maxAbsDiff(out.logits.data, lean.logits.data).maxAbs).toBeLessThan(FUSED_TOL);
-    expect(maxAbsDiff(ref.logits.data, lean.logits.data).maxAbs).toBeLessThan(FUSED_TOL);
+    expect(maxAbsDiff(out.logits.data, lean.logits.data).maxAbs).toBeLessThan(fusedTol(ref.logits.data));
+    expect(maxAbsDiff(ref.logits.data, lean.logits.data).maxAbs).toBeLessThan(fusedTol(ref.logits.data));
   });
 
   it('the plain graph with every fused kernel equals the decomposed one and the float64 reference (1e-5), on onnxruntime-node and WASM', async () => {
@@ -138,10 +146,13 @@ describe.each(ALL_FAMILY_CASES)('engine vs float64 reference: $name', (c) => {
           'SimplifiedLayerNormalization',
           'Softmax',
         ]);
-        // every residual add with its norm is one kernel (the first block's too, where there are learned positions)
-        expect(skipNorms(counts)).toBe(
-          fused ? 2 * spec.nLayers + (spec.posEmbed ? 1 : 0) - spec.layers.filter((l) => l.parallel).length : 0,
-        );
+        // every residual add with the norm after it is one kernel (the first block's too, where there are learned
+        // positions): each pre-attention norm but the first block's, each pre-MLP norm of a sequential block, ln_final
+        const addNorms =
+          spec.layers.filter((l, i) => l.ln1 && (i > 0 || spec.posEmbed)).length +
+          spec.layers.filter((l) => l.ln2 && !l.parallel).length +
+          1;
+        expect(skipNorms(counts)).toBe(fused ? addNorms : 0);
         // MultiHeadAttention in every layer without an attention soft-cap (the kernel has none)
         const capped = spec.layers.filter((l) => l.attn.softcap !== null).length;
         expect(counts.MultiHeadAttention).toBe(fused ? spec.nLayers - capped : 0);
@@ -162,8 +173,8 @@ describe.each(ALL_FAMILY_CASES)('engine vs float64 reference: $name', (c) => {
       console.log(
         `${c.name} ${backend}: plain fused − decomposed |Δ| ${dFused.toExponential(2)}, fused − float64 ${dRef.toExponential(2)}, decomposed − float64 ${maxAbsDiff(ref.logits.data, plain).maxAbs.toExponential(2)}`,
       );
-      expect(dFused).toBeLessThan(FUSED_TOL);
-      expect(dRef).toBeLessThan(FUSED_TOL);
+      expect(dFused).toBeLessThan(fusedTol(ref.logits.data));
+      expect(dRef).toBeLessThan(fusedTol(ref.logits.data));
     }
   });
 
@@ -199,8 +210,8 @@ describe.each(ALL_FAMILY_CASES)('engine vs float64 reference: $name', (c) => {
     try {
       const out = await fused.run(tokens, { lean: true, interventions, hooks: outputs });
       for (const h of outputs)
-        expect(maxAbsDiff(ref.hooks[h].data, out.hooks[h].data).maxAbs, h).toBeLessThan(FUSED_TOL);
-      expect(maxAbsDiff(ref.logits.data, out.logits.data).maxAbs).toBeLessThan(FUSED_TOL);
+        expect(maxAbsDiff(ref.hooks[h].data, out.hooks[h].data).maxAbs, h).toBeLessThan(fusedTol(ref.hooks[h].data));
+      expect(maxAbsDiff(ref.logits.data, out.logits.data).maxAbs).toBeLessThan(fusedTol(ref.logits.data));
 
       // continued from a KV cache, logits at the last position only
       const split = Math.floor(tokens.length / 2);
@@ -214,7 +225,7 @@ describe.each(ALL_FAMILY_CASES)('engine vs float64 reference: $name', (c) => {
       const V = model.info.d_vocab;
       expect(rest.logits.data.length).toBe(V);
       expect(maxAbsDiff(ref.logits.data.subarray((tokens.length - 1) * V), rest.logits.data).maxAbs).toBeLessThan(
-        FUSED_TOL,
+        fusedTol(ref.logits.data),
       );
     } finally {
       await fused.dispose();

@@ -21,7 +21,7 @@ export interface RefReadout {
   WU: ArrayLike<number>;
   bU: ArrayLike<number> | null;
   softcap: number | null;
-  /** Gemma 2 post-attention norm weights (1 + w) per layer, else null */
+  /** post-attention norm weights (Gemma 2/3: 1 + w; OLMo 2: w) per layer, else null */
   postAttn: (Float64Array | null)[];
   family: string;
 }
@@ -29,13 +29,20 @@ export interface RefReadout {
 const f64 = (a: ArrayLike<number>) => Float64Array.from(a);
 
 export function refReadout(m: RefModel): RefReadout {
-  const c = m.config;
+  // Gemma 3's multimodal checkpoints nest the decoder's config (text_config) and weights (language_model.model.*)
+  const c = m.config.text_config ?? m.config;
   const t = m.tensors;
-  const family = c.model_type as string;
+  const family = (m.config.model_type === 'gemma3_text' ? 'gemma3' : m.config.model_type) as string;
+  const pre = t['language_model.model.embed_tokens.weight']
+    ? 'language_model.model.'
+    : t['model.language_model.embed_tokens.weight']
+      ? 'model.language_model.'
+      : 'model.';
   const D = (c.n_embd ?? c.hidden_size) as number;
   const V = c.vocab_size as number;
   const L = (c.n_layer ?? c.num_hidden_layers) as number;
-  const gemma = family === 'gemma' || family === 'gemma2';
+  const gemma = family === 'gemma' || family === 'gemma2' || family === 'gemma3';
+  const postNorms = family === 'gemma2' || family === 'gemma3' || family === 'olmo2';
   let w: Float64Array,
     b: Float64Array | null = null,
     WU: ArrayLike<number>,
@@ -52,18 +59,18 @@ export function refReadout(m: RefModel): RefReadout {
     WU = (t['embed_out.weight'] ?? t['gpt_neox.embed_in.weight']).data;
     eps = c.layer_norm_eps;
   } else {
-    w = f64(t['model.norm.weight'].data);
+    w = f64(t[`${pre}norm.weight`].data);
     if (gemma) for (let d = 0; d < D; d++) w[d] += 1;
-    WU = (t['lm_head.weight'] ?? t['model.embed_tokens.weight']).data;
+    WU = (t['lm_head.weight'] ?? t['language_model.lm_head.weight'] ?? t[`${pre}embed_tokens.weight`]).data;
     bU = t['lm_head.bias']?.data ?? null;
-    eps = c.rms_norm_eps;
+    eps = c.rms_norm_eps ?? 1e-6; // Gemma3TextConfig's default
   }
   const postAttn: (Float64Array | null)[] = [];
   for (let l = 0; l < L; l++) {
-    const pw = t[`model.layers.${l}.post_attention_layernorm.weight`];
-    if (family === 'gemma2' && pw) {
+    const pw = t[`${pre}layers.${l}.post_attention_layernorm.weight`];
+    if (postNorms && pw) {
       const x = f64(pw.data);
-      for (let d = 0; d < D; d++) x[d] += 1;
+      if (gemma) for (let d = 0; d < D; d++) x[d] += 1;
       postAttn.push(x);
     } else postAttn.push(null);
   }
@@ -76,7 +83,7 @@ export function refReadout(m: RefModel): RefReadout {
     eps,
     WU,
     bU,
-    softcap: family === 'gemma2' ? (c.final_logit_softcapping ?? null) : null,
+    softcap: family === 'gemma2' || family === 'gemma3' ? (c.final_logit_softcapping ?? null) : null,
     postAttn,
     family,
   };
@@ -106,9 +113,18 @@ function unembedCol(r: RefReadout, tok: number, conv: Convention, cf?: number): 
 }
 
 export function foldRun(m: RefModel, tokens: number[]): ForwardResult {
+  // a block without ln1 (OLMo 2, whose projections have no bias) has b_V' = b_V = 0: its values are zeroed
+  const sawLn1 = new Set<string>();
   return referenceForward(m, tokens, {
-    hook: (name, value) =>
-      /^blocks\.\d+\.ln1\.hook_scale$/.test(name) ? new Float64Array(value.length).fill(1e30) : undefined,
+    hook: (name, value) => {
+      const block = name.slice(0, name.indexOf('.', 'blocks.'.length));
+      if (/^blocks\.\d+\.ln1\.hook_scale$/.test(name)) {
+        sawLn1.add(block);
+        return new Float64Array(value.length).fill(1e30);
+      }
+      if (/^blocks\.\d+\.attn\.hook_v$/.test(name) && !sawLn1.has(block)) return new Float64Array(value.length);
+      return undefined;
+    },
     record: (n) => n.endsWith('attn.hook_result'),
   });
 }

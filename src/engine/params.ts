@@ -9,9 +9,19 @@ import type { Tensor } from './tensor';
 
 export type ReadTensor = (name: string) => Float32Array;
 
-/** element (out o, in i) of a linear map stored in either layout */
+/** element (out o, in i) of a linear map stored in either layout (a fused matrix's rows: o counts from rows.start) */
 function at(ref: LinearRef, w: Float32Array, nIn: number, nOut: number) {
-  return ref.layout === 'out_in' ? (o: number, i: number) => w[o * nIn + i] : (o: number, i: number) => w[i * nOut + o];
+  const r0 = ref.rows?.start ?? 0;
+  return ref.layout === 'out_in'
+    ? (o: number, i: number) => w[(r0 + o) * nIn + i]
+    : (o: number, i: number) => w[i * nOut + o];
+}
+
+/** a linear map's bias (its rows of a fused bias), or undefined */
+function biasOf(ref: LinearRef | undefined, read: ReadTensor): Float32Array | undefined {
+  if (!ref?.b) return undefined;
+  const b = read(ref.b);
+  return ref.rows ? b.slice(ref.rows.start, ref.rows.start + ref.rows.count) : Float32Array.from(b);
 }
 
 export function readParam(spec: ModelSpec, read: ReadTensor, name: string): Tensor {
@@ -22,14 +32,16 @@ export function readParam(spec: ModelSpec, read: ReadTensor, name: string): Tens
       `Unknown parameter '${name}'.`,
       'Use TransformerLens names, e.g. blocks.0.attn.W_O, unembed.W_U, ln_final.w.',
     );
-  const normW = (n: NormSpec): Tensor => {
+  const normW = (n: NormSpec | undefined): Tensor => {
+    if (!n) throw unknown(); // a block without that norm (OLMo 2 has no pre-norms)
     const w = Float32Array.from(read(n.w));
     if (n.weightOffset) for (let i = 0; i < w.length; i++) w[i] += 1;
     return { dims: [w.length], data: w };
   };
-  const normB = (n: NormSpec): Tensor => ({
+  // absent biases, and those of absent norms, read as zeros (code adds them unconditionally)
+  const normB = (n: NormSpec | undefined): Tensor => ({
     dims: [D],
-    data: n.b ? Float32Array.from(read(n.b)) : new Float32Array(D),
+    data: n?.b ? Float32Array.from(read(n.b)) : new Float32Array(D),
   });
 
   if (name === 'embed.W_E') return { dims: [V, D], data: Float32Array.from(read(spec.embed.w)) };
@@ -82,8 +94,8 @@ export function readParam(spec: ModelSpec, read: ReadTensor, name: string): Tens
     const heads = which === 0 ? H : Hkv;
     const out = new Float32Array(heads * Dh);
     if (a.qkv.kind === 'separate') {
-      const ref = [a.qkv.q, a.qkv.k, a.qkv.v][which];
-      if (ref.b) out.set(read(ref.b));
+      const b = biasOf([a.qkv.q, a.qkv.k, a.qkv.v][which], read);
+      if (b) out.set(b);
     } else if (a.qkv.qkv.b) {
       const b = read(a.qkv.qkv.b);
       for (let h = 0; h < heads; h++)
@@ -100,7 +112,7 @@ export function readParam(spec: ModelSpec, read: ReadTensor, name: string): Tens
   };
   const bias = (ref: LinearRef | undefined, n: number): Tensor => ({
     dims: [n],
-    data: ref?.b ? Float32Array.from(read(ref.b)) : new Float32Array(n),
+    data: biasOf(ref, read) ?? new Float32Array(n),
   });
 
   switch (key) {
@@ -185,10 +197,10 @@ export function storedParam(spec: ModelSpec, name: string): boolean {
   const { qkv, o } = layer.attn;
   const qkvRef = (i: 0 | 1 | 2): LinearRef => (qkv.kind === 'separate' ? [qkv.q, qkv.k, qkv.v][i] : qkv.qkv);
   const inLayer: Record<string, string | undefined> = {
-    'ln1.w': layer.ln1.w,
-    'ln1.b': layer.ln1.b,
-    'ln2.w': layer.ln2.w,
-    'ln2.b': layer.ln2.b,
+    'ln1.w': layer.ln1?.w,
+    'ln1.b': layer.ln1?.b,
+    'ln2.w': layer.ln2?.w,
+    'ln2.b': layer.ln2?.b,
     'ln1_post.w': layer.postAttnNorm?.w,
     'ln2_post.w': layer.postMlpNorm?.w,
     'attn.W_Q': qkvRef(0).w,

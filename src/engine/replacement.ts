@@ -88,6 +88,12 @@ export async function prepareReplacement(
   const info = tc.spec.info;
   const F = info.d_transcoder;
   const post = spec.layers.some((l) => l.postAttnNorm);
+  if (spec.layers.some((l) => !l.ln1 || !l.ln2))
+    throw new LoupeError(
+      'UNSUPPORTED_ARCHITECTURE',
+      `${spec.family}: the frozen local replacement freezes the norms before attention and the MLP, and this model's blocks have none.`,
+      'Attribution graphs run on models with pre-norms (OLMo 2 normalises only the block outputs).',
+    );
   opts.onProgress?.('forward pass', 0, 1);
   const hooks = ['hook_embed', 'ln_final.hook_scale'];
   for (let l = 0; l < L; l++) {
@@ -114,7 +120,7 @@ export async function prepareReplacement(
       xin.push(Float32Array.from(mid));
       continue;
     }
-    const n = spec.layers[l].ln2;
+    const n = spec.layers[l].ln2!; // prepareReplacement refuses blocks without it
     const weighted = !(info.input_hook === 'ln2.hook_normalized' && n.kind === 'rmsnorm');
     const w = weighted ? host.param(`blocks.${l}.ln2.w`).data : undefined;
     const bias = weighted && n.kind === 'layernorm' ? host.param(`blocks.${l}.ln2.b`).data : undefined;

@@ -10,6 +10,11 @@ export interface LinearRef {
   w: string;
   b?: string;
   layout: 'out_in' | 'in_out';
+  /**
+   * the output rows [start, start + count) of a fused 'out_in' matrix (Phi-3's qkv_proj: q | k | v,
+   * gate_up_proj: gate | up); the bias, if any, is the fused one. Absent: the whole matrix.
+   */
+  rows?: { start: number; count: number };
 }
 
 export interface NormSpec {
@@ -33,9 +38,13 @@ export type QKVSpec =
 export interface AttentionSpec {
   qkv: QKVSpec;
   o: LinearRef;
-  /** Qwen3: RMSNorm over each head's Dh of q and k, before rotary */
+  /** Qwen3, Gemma 3: RMSNorm over each head's Dh of q and k, before rotary; OLMo 2: over the whole projection (qkNormWidth 'full') */
   qNorm?: NormSpec;
   kNorm?: NormSpec;
+  /** what q_norm / k_norm normalise: each head's Dh (default), or all H·Dh (Hkv·Dh) of the projection at once */
+  qkNormWidth?: 'head' | 'full';
+  /** Gemma 3: this layer rotates with ModelSpec.rotaryLocal (the sliding layers' own base, no scaling) */
+  localRotary?: boolean;
   /** multiplier applied to q·k (usually 1/sqrt(Dh); Gemma 2: query_pre_attn_scalar^-0.5) */
   scale: number;
   /** Gemma 2: scores = cap * tanh(scores / cap) before the mask */
@@ -54,12 +63,13 @@ export interface MlpSpec {
 }
 
 export interface LayerSpec {
-  ln1: NormSpec;
-  /** NeoX with parallel residual uses its own ln2 on the block input */
-  ln2: NormSpec;
+  /** the norm before attention; absent when the block has none (OLMo 2 normalises only the outputs) */
+  ln1?: NormSpec;
+  /** the norm before the MLP (NeoX with parallel residual: on the block input); absent as ln1 */
+  ln2?: NormSpec;
   attn: AttentionSpec;
   mlp: MlpSpec;
-  /** Gemma 2 "sandwich" norms applied to the attention / MLP outputs before the residual add */
+  /** norms of the attention / MLP outputs before the residual add: Gemma 2's and 3's sandwich norms, OLMo 2's only norms */
   postAttnNorm?: NormSpec;
   postMlpNorm?: NormSpec;
   /** GPT-NeoX use_parallel_residual: resid_post = resid_pre + attn(ln1(x)) + mlp(ln2(x)) */
@@ -67,11 +77,17 @@ export interface LayerSpec {
 }
 
 export interface RopeScaling {
-  kind: 'llama3' | 'linear';
+  kind: 'llama3' | 'linear' | 'longrope';
+  /** llama3, linear: the scaling factor (longrope reads its factors and attentionFactor instead) */
   factor: number;
   lowFreqFactor?: number;
   highFreqFactor?: number;
   originalMaxPositionEmbeddings?: number;
+  /** longrope: per-frequency divisors of the inverse frequencies, rd/2 each; `long` when a run's positions reach past originalMaxPositionEmbeddings */
+  shortFactor?: number[];
+  longFactor?: number[];
+  /** longrope: cos and sin are multiplied by it */
+  attentionFactor?: number;
 }
 
 export interface RotarySpec {
@@ -95,9 +111,14 @@ export interface ModelSpec {
   dVocab: number;
   nCtx: number;
   norm: 'layernorm' | 'rmsnorm';
-  embed: { w: string; /** Gemma multiplies embeddings by sqrt(d_model) (in the model dtype) */ scale: number };
+  embed: {
+    w: string;
+    /** Gemma multiplies embeddings by sqrt(d_model), rounded to the dtype HF computes it in */ scale: number;
+  };
   posEmbed?: { w: string };
   rotary?: RotarySpec;
+  /** Gemma 3: the rotary of the layers marked localRotary (rope_local_base_freq, never scaled) */
+  rotaryLocal?: RotarySpec;
   layers: LayerSpec[];
   lnFinal: NormSpec;
   /** lm_head [V, D] (or the tied embedding), optional bias */

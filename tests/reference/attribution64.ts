@@ -223,7 +223,7 @@ function dot(a: Float64Array, ao: number, b: Float64Array, bo: number, n: number
 function inputHookOf(A: RefArch, l: number, mid: Float64Array, s2: Float64Array, T: number, hook: InputHook) {
   const D = A.D;
   if (hook === 'hook_resid_mid') return mid.slice();
-  const n = A.layers[l].ln2;
+  const n = A.layers[l].ln2!; // models with pre-norms only
   // TL: LayerNorm's hook_normalized is after w and b; RMSNorm's before w (spec ambiguity 1)
   if (hook === 'ln2.hook_normalized' && n.kind === 'rms') return frozenNorm(mid, T, D, n, s2, false, false);
   return frozenNorm(mid, T, D, n, s2, true);
@@ -355,7 +355,7 @@ function frozenForward(
   const xinAll: Float64Array[] = [];
   for (let l = 0; l < L; l++) {
     const Ly = A.layers[l];
-    const x1 = frozenNorm(r, T, D, Ly.ln1, c.s1[l], affine);
+    const x1 = frozenNorm(r, T, D, Ly.ln1!, c.s1[l], affine);
     const v = mm(x1, T, D, Ly.Wv, Hkv * Dh, affine ? Ly.bv : null);
     const z = new Float64Array(T * H * Dh);
     const P = c.pattern[l];
@@ -375,9 +375,9 @@ function frozenForward(
     const xin =
       tc.inputHook === 'hook_resid_mid'
         ? mid
-        : tc.inputHook === 'ln2.hook_normalized' && Ly.ln2.kind === 'rms'
-          ? frozenNorm(mid, T, D, Ly.ln2, c.s2[l], false, false)
-          : frozenNorm(mid, T, D, Ly.ln2, c.s2[l], affine);
+        : tc.inputHook === 'ln2.hook_normalized' && Ly.ln2!.kind === 'rms'
+          ? frozenNorm(mid, T, D, Ly.ln2!, c.s2[l], false, false)
+          : frozenNorm(mid, T, D, Ly.ln2!, c.s2[l], affine);
     xinAll.push(xin);
     const mo = skipOf(tc, l, xin, T, D);
     if (affine) {

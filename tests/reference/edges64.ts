@@ -108,7 +108,7 @@ export function edgeForward64(model: RefModel, tokens: number[], opts: EdgeForwa
     };
     const bias = (b: Float64Array | null, head: number) => (b ? b.slice(head * Dh, (head + 1) * Dh) : null);
     const project = (x: Float64Array, W: Float64Array, width: number, b: Float64Array | null, head: number) =>
-      matmul(normalize(x, T, D, L.ln1), T, D, col(W, width, head), Dh, bias(b, head));
+      matmul(normalize(x, T, D, L.ln1!), T, D, col(W, width, head), Dh, bias(b, head));
     const q: Float64Array[] = [];
     const k: Float64Array[] = [];
     const v: Float64Array[] = [];
@@ -163,7 +163,7 @@ export function edgeForward64(model: RefModel, tokens: number[], opts: EdgeForwa
     const mid = new Float64Array(T * D);
     for (let x = 0; x < T * D; x++) mid[x] = residPre[x] + attnOut[x];
     const mlpIn = input(`m${l}`, A.parallel ? residPre : mid);
-    const x2 = normalize(mlpIn, T, D, L.ln2);
+    const x2 = normalize(mlpIn, T, D, L.ln2!);
     const pre = matmul(x2, T, D, L.Win, M, L.bin);
     const post = new Float64Array(T * M);
     if (L.gated) {

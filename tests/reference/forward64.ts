@@ -1,7 +1,8 @@
 // Independent float64 reference forward for the Hugging Face causal-LM families Loupe supports.
 // Written straight from the transformers modeling code (modeling_gpt2, modeling_gpt_neox,
-// modeling_llama, modeling_qwen2, modeling_qwen3, modeling_gemma, modeling_gemma2). It is the
-// oracle the engine is judged against, so it must not import anything from src/.
+// modeling_llama, modeling_qwen2, modeling_qwen3, modeling_gemma, modeling_gemma2,
+// modeling_gemma3 + configuration_gemma3, modeling_phi3 + modeling_rope_utils, modeling_olmo2).
+// It is the oracle the engine is judged against, so it must not import anything from src/.
 //
 // Hook names and shapes follow TransformerLens (batch dim 1):
 //   hook_embed [1,T,D] (after Gemma's sqrt(D) scale), hook_pos_embed [1,T,D] (learned positions),
@@ -10,15 +11,17 @@
 //   blocks.l.attn.hook_attn_scores [1,H,T,T] (scaled, soft-capped, masked with -Infinity),
 //   blocks.l.attn.hook_pattern [1,H,T,T], blocks.l.attn.hook_z [1,T,H,Dh],
 //   blocks.l.attn.hook_result [1,T,H,D] (z_h · W_O[h], no bias),
-//   blocks.l.hook_attn_out [1,T,D] (with o bias; Gemma2: after post_attention_layernorm),
-//   blocks.l.hook_resid_mid (not for parallel-residual NeoX), blocks.l.ln2.hook_scale,
-//   blocks.l.mlp.hook_pre [1,T,M] (gated MLPs: x·W_gate), blocks.l.mlp.hook_post,
-//   blocks.l.hook_mlp_out (Gemma2: after post_feedforward_layernorm), blocks.l.hook_resid_post,
+//   blocks.l.ln1_post.hook_scale (post-norms), blocks.l.hook_attn_out [1,T,D] (with o bias;
+//   Gemma 2/3, OLMo 2: after the post-attention norm), blocks.l.hook_resid_mid (not for
+//   parallel-residual NeoX), blocks.l.ln2.hook_scale, blocks.l.mlp.hook_pre [1,T,M] (gated MLPs:
+//   x·W_gate), blocks.l.mlp.hook_pre_linear (gated: x·W_up), blocks.l.mlp.hook_post,
+//   blocks.l.ln2_post.hook_scale, blocks.l.hook_mlp_out (after the post-MLP norm), blocks.l.hook_resid_post,
+//   (OLMo 2 has no ln1 / ln2: no pre-norm, so no ln1.hook_scale / ln2.hook_scale)
 //   ln_final.hook_scale [1,T,1], logits [1,T,V] (after Gemma2's final soft-cap).
 
 import { readFileSync, existsSync } from 'node:fs';
 import { join } from 'node:path';
-import { decodeSafetensors } from './safetensors-io';
+import { decodeSafetensors, roundToDtype, type StDtype } from './safetensors-io';
 
 export interface RefTensor {
   dims: number[];
@@ -28,6 +31,9 @@ export interface RefTensor {
 export interface RefModel {
   config: Record<string, any>;
   tensors: Record<string, RefTensor>;
+  /** the stored dtype of every tensor (loadModelDir), or of all (makeRandomModel); default F32 */
+  dtypes?: Record<string, string>;
+  dtype?: string;
 }
 
 export interface HookValue {
@@ -37,9 +43,40 @@ export interface HookValue {
 
 export type HookFn = (name: string, value: Float64Array, dims: number[]) => Float64Array | void;
 
+/**
+ * A feature the reference can leave out, so a test can show that leaving it out moves the logits
+ * (the sensitivity check: an engine missing it would fail the 1e-4 comparison):
+ *   qk_norm (no q_norm/k_norm), qk_norm_full (OLMo 2's norm per head instead of over the projection),
+ *   post_norms (Gemma 3: no post-norms; OLMo 2: its norms placed before attention and MLP instead),
+ *   query_pre_attn_scalar (d_head^-1/2 instead), sliding_window (every layer global),
+ *   layer_pattern (Gemma 2's even-layers-slide rule instead of Gemma 3's), local_rope_base (the
+ *   sliding layers rotate with rope_theta), rope_scaling_global_only (scaling on every layer),
+ *   embed_scale_dtype (sqrt(D) in float32), gelu_tanh (erf GELU instead), partial_rotary (all of
+ *   head_dim rotates), longrope_by_length (the other factor set), longrope_attention_factor (1),
+ *   qkv_split (Phi-3's k and v rows swapped), gate_up_split (gate and up halves swapped)
+ */
+export type RefFeature =
+  | 'qk_norm'
+  | 'qk_norm_full'
+  | 'post_norms'
+  | 'query_pre_attn_scalar'
+  | 'sliding_window'
+  | 'layer_pattern'
+  | 'local_rope_base'
+  | 'rope_scaling_global_only'
+  | 'embed_scale_dtype'
+  | 'gelu_tanh'
+  | 'partial_rotary'
+  | 'longrope_by_length'
+  | 'longrope_attention_factor'
+  | 'qkv_split'
+  | 'gate_up_split';
+
 export interface ForwardOptions {
   /** Called for every hook in forward order; a returned array replaces the value downstream. */
   hook?: HookFn;
+  /** features to leave out (RefFeature), for sensitivity checks only */
+  drop?: RefFeature[];
   /** Which hooks to keep in the result (default: all). `false` keeps only logits. */
   record?: boolean | ((name: string) => boolean);
 }
@@ -49,7 +86,18 @@ export interface ForwardResult {
   hooks: Record<string, HookValue>;
 }
 
-export const SUPPORTED_FAMILIES = ['gpt2', 'gpt_neox', 'llama', 'qwen2', 'qwen3', 'gemma', 'gemma2'] as const;
+export const SUPPORTED_FAMILIES = [
+  'gpt2',
+  'gpt_neox',
+  'llama',
+  'qwen2',
+  'qwen3',
+  'gemma',
+  'gemma2',
+  'gemma3',
+  'phi3',
+  'olmo2',
+] as const;
 export type Family = (typeof SUPPORTED_FAMILIES)[number];
 
 // ---------------------------------------------------------------- the model description
@@ -68,10 +116,10 @@ export interface RefNorm {
 }
 
 export interface RefLayer {
-  ln1: Norm;
-  ln2: Norm;
-  postAttn: Norm | null; // Gemma2 post_attention_layernorm
-  postMlp: Norm | null; // Gemma2 post_feedforward_layernorm
+  ln1: Norm | null; // null: no pre-norm (OLMo 2)
+  ln2: Norm | null;
+  postAttn: Norm | null; // Gemma2/3 and OLMo 2 post_attention_layernorm
+  postMlp: Norm | null; // Gemma2/3 and OLMo 2 post_feedforward_layernorm
   Wq: Float64Array; // [D, H*Dh]
   bq: Float64Array | null;
   Wk: Float64Array; // [D, Hkv*Dh]
@@ -80,8 +128,10 @@ export interface RefLayer {
   bv: Float64Array | null;
   Wo: Float64Array; // [H*Dh, D]
   bo: Float64Array | null;
-  qNorm: Norm | null; // Qwen3, over Dh
+  qNorm: Norm | null; // Qwen3, Gemma 3: over each head's Dh; OLMo 2: over all H·Dh (qkFull)
   kNorm: Norm | null;
+  qkFull: boolean;
+  rope: 'global' | 'local'; // Gemma 3's sliding layers rotate with rope_local_base_freq
   gated: boolean;
   Win: Float64Array; // plain: W_in [D,M]; gated: W_gate [D,M]
   bin: Float64Array | null;
@@ -105,13 +155,16 @@ export interface RefArch {
   embed: Float64Array; // [V, D]
   pos: Float64Array | null; // [P, D]
   embedScale: number;
-  layers: Layer[];
+  layers: RefLayer[];
   lnf: Norm;
   WU: Float64Array; // [D, V]
   bU: Float64Array | null;
   act: (x: number) => number;
   rotDims: number; // 0 = no rotary
-  invFreq: Float64Array | null; // [rotDims/2]
+  /** inverse frequencies [rotDims/2] and the cos/sin multiplier for a forward over seqLen positions (longrope picks by seqLen) */
+  rope: ((kind: 'global' | 'local', seqLen: number) => { inv: Float64Array; mult: number }) | null;
+  /** the global layers' inverse frequencies where they depend on nothing else (null with longrope) */
+  invFreq: Float64Array | null;
   attnSoftcap: number | null;
   finalSoftcap: number | null;
   parallel: boolean;
@@ -237,18 +290,70 @@ function scaledInvFreq(inv: Float64Array, scaling: Record<string, any> | null | 
   throw new Error(`reference forward: unsupported rope_scaling type '${type}'`);
 }
 
+/**
+ * LongRoPE (modeling_rope_utils `_compute_longrope_parameters`, picked per forward by
+ * `dynamic_rope_update` → longrope_frequency_update with seq_len = max(position_ids) + 1):
+ * inv_freq = 1 / (ext · base^(2i/dim)), ext = long_factor when seq_len > original_max_position_embeddings
+ * else short_factor; cos and sin × attention_factor, by default sqrt(1 + ln(factor)/ln(original))
+ * with factor = max_position_embeddings / original_max_position_embeddings.
+ */
+function longrope(
+  c: Record<string, any>,
+  rotDims: number,
+  base: number,
+  seqLen: number,
+  /** partial_rotary dropped: the factors extended with 1s to the full rotary dims */
+  pad = false,
+): { inv: Float64Array; mult: number } {
+  const rs = c.rope_scaling;
+  const original =
+    rs.original_max_position_embeddings ?? c.original_max_position_embeddings ?? c.max_position_embeddings;
+  const factor = rs.factor ?? c.max_position_embeddings / original;
+  const mult = rs.attention_factor ?? (factor <= 1 ? 1 : Math.sqrt(1 + Math.log(factor) / Math.log(original)));
+  let ext: number[] = seqLen > original ? rs.long_factor : rs.short_factor;
+  if (pad) ext = [...ext, ...Array(Math.max(0, rotDims / 2 - ext.length)).fill(1)];
+  if (ext.length !== rotDims / 2) throw new Error('reference forward: longrope factors must have rotDims/2 entries');
+  const inv = new Float64Array(rotDims / 2);
+  for (let i = 0; i < rotDims / 2; i++) inv[i] = 1 / (ext[i] * Math.pow(base, (2 * i) / rotDims));
+  return { inv, mult };
+}
+
+/** Gemma3TextConfig's defaults (configuration_gemma3.py), which the multimodal configs rely on */
+const GEMMA3_TEXT_DEFAULTS: Record<string, any> = {
+  vocab_size: 262208,
+  hidden_size: 2304,
+  intermediate_size: 9216,
+  num_hidden_layers: 26,
+  num_attention_heads: 8,
+  num_key_value_heads: 4,
+  head_dim: 256,
+  hidden_activation: 'gelu_pytorch_tanh',
+  max_position_embeddings: 131072,
+  rms_norm_eps: 1e-6,
+  tie_word_embeddings: true,
+  rope_theta: 1000000,
+  query_pre_attn_scalar: 256,
+  sliding_window: 4096,
+  rope_local_base_freq: 10000,
+  sliding_window_pattern: 6,
+  rope_scaling: null,
+  attn_logit_softcapping: null,
+  final_logit_softcapping: null,
+};
+
 const archCache = new WeakMap<RefModel, Arch>();
 
-/** The parsed float64 weights of a model (one parse per model, cached). */
-export function describe(model: RefModel): Arch {
+/** The parsed float64 weights of a model (one parse per model, cached; with `drop`, a fresh one without those features). */
+export function describe(model: RefModel, drop: RefFeature[] = []): Arch {
+  if (drop.length) return buildArch(model, new Set(drop));
   const cached = archCache.get(model);
   if (cached) return cached;
-  const arch = buildArch(model);
+  const arch = buildArch(model, new Set());
   archCache.set(model, arch);
   return arch;
 }
 
-function buildArch(model: RefModel): Arch {
+function buildArch(model: RefModel, drop: Set<RefFeature>): Arch {
   const c = model.config;
   const family = c.model_type as Family;
   const { get } = tensorGetter(model);
@@ -269,7 +374,7 @@ function buildArch(model: RefModel): Arch {
       plusOne: false,
       eps,
     });
-    const layers: Layer[] = [];
+    const layers: RefLayer[] = [];
     for (let l = 0; l < c.n_layer; l++) {
       const p = `transformer.h.${l}`;
       const cattn = get(`${p}.attn.c_attn.weight`, [D, 3 * D]);
@@ -301,6 +406,8 @@ function buildArch(model: RefModel): Arch {
         bo: vec(`${p}.attn.c_proj.bias`, D),
         qNorm: null,
         kNorm: null,
+        qkFull: false,
+        rope: 'global',
         gated: false,
         Win: f64(get(`${p}.mlp.c_fc.weight`, [D, M])),
         bin: vec(`${p}.mlp.c_fc.bias`, M),
@@ -332,6 +439,7 @@ function buildArch(model: RefModel): Arch {
       bU: null,
       act: activation(c.activation_function ?? 'gelu_new'),
       rotDims: 0,
+      rope: null,
       invFreq: null,
       attnSoftcap: null,
       finalSoftcap: null,
@@ -357,7 +465,7 @@ function buildArch(model: RefModel): Arch {
     const pct = c.rotary_pct ?? c.partial_rotary_factor ?? 1;
     const rotDims = Math.floor(Dh * pct);
     const base = c.rotary_emb_base ?? c.rope_theta ?? 10000;
-    const layers: Layer[] = [];
+    const layers: RefLayer[] = [];
     for (let l = 0; l < c.num_hidden_layers; l++) {
       const p = `gpt_neox.layers.${l}`;
       const qkv = get(`${p}.attention.query_key_value.weight`, [3 * D, D]);
@@ -388,6 +496,8 @@ function buildArch(model: RefModel): Arch {
         bo: bias ? vec(`${p}.attention.dense.bias`, D) : null,
         qNorm: null,
         kNorm: null,
+        qkFull: false,
+        rope: 'global',
         gated: false,
         Win: transposed(get(`${p}.mlp.dense_h_to_4h.weight`, [M, D])),
         bin: vec(`${p}.mlp.dense_h_to_4h.bias`, M),
@@ -419,6 +529,7 @@ function buildArch(model: RefModel): Arch {
       bU: null,
       act: activation(c.hidden_act ?? 'gelu'),
       rotDims,
+      rope: rotDims > 0 ? () => ({ inv: scaledInvFreq(defaultInvFreq(rotDims, base), c.rope_scaling), mult: 1 }) : null,
       invFreq: rotDims > 0 ? scaledInvFreq(defaultInvFreq(rotDims, base), c.rope_scaling) : null,
       attnSoftcap: null,
       finalSoftcap: null,
@@ -426,65 +537,159 @@ function buildArch(model: RefModel): Arch {
     };
   }
 
-  if (family === 'llama' || family === 'qwen2' || family === 'qwen3' || family === 'gemma' || family === 'gemma2') {
-    const D = c.hidden_size,
-      H = c.num_attention_heads,
-      Hkv = c.num_key_value_heads ?? H;
-    const Dh = c.head_dim ?? D / H,
-      M = c.intermediate_size,
-      V = c.vocab_size;
-    const eps = c.rms_norm_eps ?? 1e-6;
-    const gemma = family === 'gemma' || family === 'gemma2';
+  // Gemma 3: gemma3_text is the decoder itself; gemma3 (Gemma3ForConditionalGeneration) nests it in
+  // text_config, with weights under language_model.model.* (or model.language_model.*)
+  let cfg = c;
+  let pre = 'model.';
+  let lmHead = 'lm_head.weight';
+  let fam: string = family;
+  if (c.model_type === 'gemma3_text' || c.model_type === 'gemma3') {
+    fam = 'gemma3';
+    const text = c.model_type === 'gemma3' ? c.text_config : c;
+    cfg = { ...GEMMA3_TEXT_DEFAULTS };
+    for (const [k, v] of Object.entries(text)) if (v !== undefined) cfg[k] = v;
+    if (c.model_type === 'gemma3') {
+      if (model.tensors['language_model.model.embed_tokens.weight']) {
+        pre = 'language_model.model.';
+        lmHead = 'language_model.lm_head.weight';
+      } else pre = 'model.language_model.';
+    }
+  }
+  const llamaLike = ['llama', 'qwen2', 'qwen3', 'gemma', 'gemma2', 'gemma3', 'phi3', 'olmo2'];
+  if (llamaLike.includes(fam)) {
+    const cc = cfg;
+    const D = cc.hidden_size,
+      H = cc.num_attention_heads,
+      Hkv = cc.num_key_value_heads ?? H;
+    const Dh = cc.head_dim ?? D / H,
+      M = cc.intermediate_size,
+      V = cc.vocab_size;
+    const eps = cc.rms_norm_eps ?? 1e-6;
+    const gemma = fam === 'gemma' || fam === 'gemma2' || fam === 'gemma3';
+    const sandwich = fam === 'gemma2' || fam === 'gemma3';
     if (H % Hkv !== 0)
       throw new Error('reference forward: num_attention_heads must be a multiple of num_key_value_heads');
-    if (family === 'qwen2' && c.use_sliding_window)
+    if (fam === 'qwen2' && cc.use_sliding_window)
       throw new Error('reference forward: qwen2 use_sliding_window is not supported');
     const rms = (name: string, n = D): Norm => ({ kind: 'rms', w: vec(name, n), b: null, plusOne: gemma, eps });
     // which projections carry a bias
     let qkvBias: boolean, oBias: boolean;
-    if (family === 'qwen2') {
+    if (fam === 'qwen2') {
       qkvBias = true;
       oBias = false;
+    } else if (fam === 'phi3') {
+      qkvBias = oBias = false; // Phi3Attention: qkv_proj and o_proj have bias=False
     } else {
-      qkvBias = oBias = !!c.attention_bias;
+      qkvBias = oBias = !!cc.attention_bias;
     }
-    const mlpBias = family === 'llama' ? !!c.mlp_bias : false;
+    const mlpBias = fam === 'llama' ? !!cc.mlp_bias : false;
     // Gemma: HF's GemmaMLP (4.38–4.47) ignores the legacy hidden_act ('gelu' in the 1.0 configs) and uses
-    // hidden_activation, defaulting to the tanh approximation; Gemma2 reads hidden_activation too.
-    const actName = gemma ? (c.hidden_activation ?? 'gelu_pytorch_tanh') : (c.hidden_act ?? 'silu');
+    // hidden_activation, defaulting to the tanh approximation; Gemma2 and Gemma3 read hidden_activation too.
+    let actName = gemma ? (cc.hidden_activation ?? 'gelu_pytorch_tanh') : (cc.hidden_act ?? 'silu');
+    if (drop.has('gelu_tanh') && actName === 'gelu_pytorch_tanh') actName = 'gelu';
     let scale = 1 / Math.sqrt(Dh);
-    if (family === 'gemma2') scale = 1 / Math.sqrt(c.query_pre_attn_scalar ?? Dh);
-    const base = c.rope_theta ?? 10000;
-    const layers: Layer[] = [];
-    for (let l = 0; l < c.num_hidden_layers; l++) {
-      const p = `model.layers.${l}`;
+    if ((fam === 'gemma2' || fam === 'gemma3') && !drop.has('query_pre_attn_scalar'))
+      scale = 1 / Math.sqrt(cc.query_pre_attn_scalar ?? Dh);
+    const base = cc.rope_theta ?? 10000;
+    const layers: RefLayer[] = [];
+    for (let l = 0; l < cc.num_hidden_layers; l++) {
+      const p = `${pre}layers.${l}`;
       const a = `${p}.self_attn`;
       let window: number | null = null;
-      if (family === 'gemma2' && c.sliding_window) {
-        const sliding = Array.isArray(c.layer_types) ? c.layer_types[l] === 'sliding_attention' : l % 2 === 0;
-        if (sliding) window = c.sliding_window;
+      if (fam === 'gemma2' && cc.sliding_window) {
+        const sliding = Array.isArray(cc.layer_types) ? cc.layer_types[l] === 'sliding_attention' : l % 2 === 0;
+        if (sliding) window = cc.sliding_window;
       }
+      // Gemma3TextConfig: layer_types, else sliding unless (i + 1) % sliding_window_pattern == 0
+      let local = false;
+      if (fam === 'gemma3') {
+        local = drop.has('layer_pattern')
+          ? l % 2 === 0
+          : Array.isArray(cc.layer_types)
+            ? cc.layer_types[l] === 'sliding_attention'
+            : (l + 1) % (cc.sliding_window_pattern ?? 6) !== 0;
+        if (local) window = cc.sliding_window;
+      }
+      // Phi3Attention passes config.sliding_window to every layer
+      if (fam === 'phi3' && typeof cc.sliding_window === 'number') window = cc.sliding_window;
+      if (drop.has('sliding_window')) window = null;
+      let Wq: Float64Array, Wk: Float64Array, Wv: Float64Array, Wgate: Float64Array, Wup: Float64Array;
+      if (fam === 'phi3') {
+        // Phi3Attention.forward: qkv = qkv_proj(x); q = qkv[..., :H·Dh], k = the next Hkv·Dh, v = the rest
+        const qkv = transposed(get(`${a}.qkv_proj.weight`, [(H + 2 * Hkv) * Dh, D])); // [D, (H+2Hkv)Dh]
+        const cols = (from: number, n: number) => {
+          const out = new Float64Array(D * n);
+          const w = (H + 2 * Hkv) * Dh;
+          for (let i = 0; i < D; i++) for (let o = 0; o < n; o++) out[i * n + o] = qkv[i * w + from + o];
+          return out;
+        };
+        Wq = cols(0, H * Dh);
+        Wk = cols(H * Dh, Hkv * Dh);
+        Wv = cols((H + Hkv) * Dh, Hkv * Dh);
+        if (drop.has('qkv_split')) [Wk, Wv] = [Wv, Wk];
+        // Phi3MLP.forward: gate, up = gate_up_proj(x).chunk(2, dim=-1); up * act(gate)
+        const gu = transposed(get(`${p}.mlp.gate_up_proj.weight`, [2 * M, D]));
+        Wgate = new Float64Array(D * M);
+        Wup = new Float64Array(D * M);
+        for (let i = 0; i < D; i++)
+          for (let o = 0; o < M; o++) {
+            Wgate[i * M + o] = gu[i * 2 * M + o];
+            Wup[i * M + o] = gu[i * 2 * M + M + o];
+          }
+        if (drop.has('gate_up_split')) [Wgate, Wup] = [Wup, Wgate];
+      } else {
+        Wq = transposed(get(`${a}.q_proj.weight`, [H * Dh, D]));
+        Wk = transposed(get(`${a}.k_proj.weight`, [Hkv * Dh, D]));
+        Wv = transposed(get(`${a}.v_proj.weight`, [Hkv * Dh, D]));
+        Wgate = transposed(get(`${p}.mlp.gate_proj.weight`, [M, D]));
+        Wup = transposed(get(`${p}.mlp.up_proj.weight`, [M, D]));
+      }
+      const olmo = fam === 'olmo2';
+      const dropPost = drop.has('post_norms');
       layers.push({
-        ln1: rms(`${p}.input_layernorm.weight`),
-        ln2: rms(
-          family === 'gemma2' ? `${p}.pre_feedforward_layernorm.weight` : `${p}.post_attention_layernorm.weight`,
-        ),
-        postAttn: family === 'gemma2' ? rms(`${p}.post_attention_layernorm.weight`) : null,
-        postMlp: family === 'gemma2' ? rms(`${p}.post_feedforward_layernorm.weight`) : null,
-        Wq: transposed(get(`${a}.q_proj.weight`, [H * Dh, D])),
+        // OLMo2DecoderLayer: no input_layernorm; post_attention_layernorm and post_feedforward_layernorm on the outputs
+        // (dropped: those two placed before attention and the MLP, as a pre-norm block would have them)
+        ln1: olmo
+          ? dropPost
+            ? rms(`${p}.post_attention_layernorm.weight`)
+            : null
+          : rms(`${p}.input_layernorm.weight`),
+        ln2: olmo
+          ? dropPost
+            ? rms(`${p}.post_feedforward_layernorm.weight`)
+            : null
+          : rms(sandwich ? `${p}.pre_feedforward_layernorm.weight` : `${p}.post_attention_layernorm.weight`),
+        postAttn: (sandwich || olmo) && !dropPost ? rms(`${p}.post_attention_layernorm.weight`) : null,
+        postMlp: (sandwich || olmo) && !dropPost ? rms(`${p}.post_feedforward_layernorm.weight`) : null,
+        Wq,
         bq: qkvBias ? vec(`${a}.q_proj.bias`, H * Dh) : null,
-        Wk: transposed(get(`${a}.k_proj.weight`, [Hkv * Dh, D])),
+        Wk,
         bk: qkvBias ? vec(`${a}.k_proj.bias`, Hkv * Dh) : null,
-        Wv: transposed(get(`${a}.v_proj.weight`, [Hkv * Dh, D])),
+        Wv,
         bv: qkvBias ? vec(`${a}.v_proj.bias`, Hkv * Dh) : null,
         Wo: transposed(get(`${a}.o_proj.weight`, [D, H * Dh])),
         bo: oBias ? vec(`${a}.o_proj.bias`, D) : null,
-        qNorm: family === 'qwen3' ? rms(`${a}.q_norm.weight`, Dh) : null,
-        kNorm: family === 'qwen3' ? rms(`${a}.k_norm.weight`, Dh) : null,
+        // Olmo2Attention: q_norm = RMSNorm(H·Dh), k_norm = RMSNorm(Hkv·Dh) on the projections; Qwen3/Gemma3: per head
+        qNorm: drop.has('qk_norm')
+          ? null
+          : fam === 'qwen3' || fam === 'gemma3'
+            ? rms(`${a}.q_norm.weight`, Dh)
+            : olmo
+              ? rms(`${a}.q_norm.weight`, H * Dh)
+              : null,
+        kNorm: drop.has('qk_norm')
+          ? null
+          : fam === 'qwen3' || fam === 'gemma3'
+            ? rms(`${a}.k_norm.weight`, Dh)
+            : olmo
+              ? rms(`${a}.k_norm.weight`, Hkv * Dh)
+              : null,
+        qkFull: olmo && !drop.has('qk_norm_full'),
+        rope: local ? 'local' : 'global',
         gated: true,
-        Win: transposed(get(`${p}.mlp.gate_proj.weight`, [M, D])),
+        Win: Wgate,
         bin: mlpBias ? vec(`${p}.mlp.gate_proj.bias`, M) : null,
-        Wup: transposed(get(`${p}.mlp.up_proj.weight`, [M, D])),
+        Wup,
         bup: mlpBias ? vec(`${p}.mlp.up_proj.bias`, M) : null,
         Wout: transposed(get(`${p}.mlp.down_proj.weight`, [D, M])),
         bout: mlpBias ? vec(`${p}.mlp.down_proj.bias`, D) : null,
@@ -492,11 +697,42 @@ function buildArch(model: RefModel): Arch {
         window,
       });
     }
-    const tie = c.tie_word_embeddings ?? gemma;
-    const emb = get('model.embed_tokens.weight', [V, D]);
-    const rotDims = Math.floor(Dh * (c.partial_rotary_factor ?? 1));
+    const tie = cc.tie_word_embeddings ?? gemma;
+    const embName = `${pre}embed_tokens.weight`;
+    const emb = get(embName, [V, D]);
+    const rotDims = drop.has('partial_rotary') ? Dh : Math.floor(Dh * (cc.partial_rotary_factor ?? 1));
+    // Gemma3TextScaledWordEmbedding: embeds × embed_scale.to(weight.dtype), embed_scale = sqrt(hidden_size)
+    // (a float32 tensor); Gemma, Gemma 2: sqrt(hidden_size) in the compute dtype (float32 here)
+    let embedScale = 1;
+    if (fam === 'gemma' || fam === 'gemma2') embedScale = Math.fround(Math.sqrt(D));
+    if (fam === 'gemma3') {
+      const dt = (model.dtypes?.[embName] ?? model.dtype ?? 'F32') as StDtype;
+      embedScale = drop.has('embed_scale_dtype')
+        ? Math.fround(Math.sqrt(D))
+        : roundToDtype([Math.fround(Math.sqrt(D))], dt)[0];
+    }
+    const globalInv = (seqLen: number) => {
+      const rs = cc.rope_scaling;
+      if (rs && (rs.rope_type ?? rs.type) === 'longrope') {
+        const original =
+          rs.original_max_position_embeddings ?? cc.original_max_position_embeddings ?? cc.max_position_embeddings;
+        // dropped: the factor set of the other side of original_max_position_embeddings
+        const len = drop.has('longrope_by_length') ? (seqLen > original ? 1 : original + 1) : seqLen;
+        const r = longrope(cc, rotDims, base, len, drop.has('partial_rotary'));
+        return drop.has('longrope_attention_factor') ? { inv: r.inv, mult: 1 } : r;
+      }
+      return { inv: scaledInvFreq(defaultInvFreq(rotDims, base), rs), mult: 1 };
+    };
+    // Gemma 3: the sliding layers' rotary has base rope_local_base_freq and no scaling (rope_scaling is the global layers')
+    const localBase = drop.has('local_rope_base') ? base : (cc.rope_local_base_freq ?? 10000);
+    const localInv = {
+      inv: drop.has('rope_scaling_global_only')
+        ? scaledInvFreq(defaultInvFreq(rotDims, localBase), cc.rope_scaling)
+        : defaultInvFreq(rotDims, localBase),
+      mult: 1,
+    };
     return {
-      family,
+      family: fam as Family,
       D,
       H,
       Hkv,
@@ -506,16 +742,17 @@ function buildArch(model: RefModel): Arch {
       nPos: null,
       embed: f64(emb),
       pos: null,
-      embedScale: gemma ? Math.sqrt(D) : 1,
+      embedScale,
       layers,
-      lnf: rms('model.norm.weight'),
-      WU: transposed(tie ? emb : get('lm_head.weight', [V, D])),
+      lnf: rms(`${pre}norm.weight`),
+      WU: transposed(tie ? emb : get(lmHead, [V, D])),
       bU: null,
       act: activation(actName),
       rotDims,
-      invFreq: scaledInvFreq(defaultInvFreq(rotDims, base), c.rope_scaling),
-      attnSoftcap: family === 'gemma2' ? (c.attn_logit_softcapping ?? null) : null,
-      finalSoftcap: family === 'gemma2' ? (c.final_logit_softcapping ?? null) : null,
+      rope: (kind, seqLen) => (kind === 'local' ? localInv : globalInv(seqLen)),
+      invFreq: (cc.rope_scaling?.rope_type ?? cc.rope_scaling?.type) === 'longrope' ? null : globalInv(1).inv,
+      attnSoftcap: sandwich ? (cc.attn_logit_softcapping ?? null) : null,
+      finalSoftcap: sandwich ? (cc.final_logit_softcapping ?? null) : null,
       parallel: false,
     };
   }
@@ -571,7 +808,21 @@ function rowScale(x: Float64Array, T: number, n: number, norm: Norm): Float64Arr
   return s;
 }
 
-export function applyRotary(x: Float64Array, T: number, nh: number, Dh: number, rotDims: number, inv: Float64Array) {
+/** an RMSNorm over each head's Dh; a weight of nh·Dh (OLMo 2's, with qk_norm_full dropped) gives each head its own slice */
+function headNorm(x: Float64Array, T: number, nh: number, Dh: number, norm: Norm): Float64Array {
+  if (norm.w.length === Dh) return normalize(x, T * nh, Dh, norm);
+  const y = new Float64Array(x.length);
+  for (let h = 0; h < nh; h++) {
+    const part = { ...norm, w: norm.w.subarray(h * Dh, (h + 1) * Dh) };
+    const xs = new Float64Array(T * Dh);
+    for (let t = 0; t < T; t++) xs.set(x.subarray((t * nh + h) * Dh, (t * nh + h + 1) * Dh), t * Dh);
+    const ys = normalize(xs, T, Dh, part);
+    for (let t = 0; t < T; t++) y.set(ys.subarray(t * Dh, (t + 1) * Dh), (t * nh + h) * Dh);
+  }
+  return y;
+}
+
+export function applyRotary(x: Float64Array, T: number, nh: number, Dh: number, rotDims: number, inv: Float64Array, mult = 1) {
   const half = rotDims / 2;
   const tmp = new Float64Array(rotDims);
   for (let t = 0; t < T; t++)
@@ -580,14 +831,14 @@ export function applyRotary(x: Float64Array, T: number, nh: number, Dh: number, 
       for (let j = 0; j < rotDims; j++) {
         const ang = t * inv[j % half];
         const rot = j < half ? -x[o + j + half] : x[o + j - half];
-        tmp[j] = x[o + j] * Math.cos(ang) + rot * Math.sin(ang);
+        tmp[j] = x[o + j] * Math.cos(ang) * mult + rot * Math.sin(ang) * mult;
       }
       for (let j = 0; j < rotDims; j++) x[o + j] = tmp[j];
     }
 }
 
 export function referenceForward(model: RefModel, tokens: number[], opts: ForwardOptions = {}): ForwardResult {
-  const A = describe(model);
+  const A = describe(model, opts.drop);
   const T = tokens.length;
   if (T === 0) throw new Error('reference forward: empty token list');
   for (const tok of tokens)
@@ -614,7 +865,8 @@ export function referenceForward(model: RefModel, tokens: number[], opts: Forwar
     return v;
   };
 
-  const normWithHook = (x: Float64Array, norm: Norm, name: string) => {
+  const normWithHook = (x: Float64Array, norm: Norm | null, name: string) => {
+    if (!norm) return x; // no norm there (OLMo 2's blocks have no pre-norms)
     const s = hp(name, rowScale(x, T, D, norm), [1, T, 1]);
     return normalize(x, T, D, norm, s);
   };
@@ -643,11 +895,13 @@ export function referenceForward(model: RefModel, tokens: number[], opts: Forwar
     let q: Float64Array = matmul(x1, T, D, L.Wq, H * Dh, L.bq);
     let k: Float64Array = matmul(x1, T, D, L.Wk, Hkv * Dh, L.bk);
     let v: Float64Array = matmul(x1, T, D, L.Wv, Hkv * Dh, L.bv);
-    if (L.qNorm) q = normalize(q, T * H, Dh, L.qNorm);
-    if (L.kNorm) k = normalize(k, T * Hkv, Dh, L.kNorm);
-    if (A.rotDims > 0 && A.invFreq) {
-      applyRotary(q, T, H, Dh, A.rotDims, A.invFreq);
-      applyRotary(k, T, Hkv, Dh, A.rotDims, A.invFreq);
+    // per head over Dh (Qwen3, Gemma 3), or over the whole projection (OLMo 2), before rotary
+    if (L.qNorm) q = L.qkFull ? normalize(q, T, H * Dh, L.qNorm) : headNorm(q, T, H, Dh, L.qNorm);
+    if (L.kNorm) k = L.qkFull ? normalize(k, T, Hkv * Dh, L.kNorm) : headNorm(k, T, Hkv, Dh, L.kNorm);
+    if (A.rotDims > 0 && A.rope) {
+      const { inv, mult } = A.rope(L.rope, T); // full recompute: max(position_ids) + 1 = T
+      applyRotary(q, T, H, Dh, A.rotDims, inv, mult);
+      applyRotary(k, T, Hkv, Dh, A.rotDims, inv, mult);
     }
     q = hp(`${b}.attn.hook_q`, q, [1, T, H, Dh]);
     k = hp(`${b}.attn.hook_k`, k, [1, T, Hkv, Dh]);
@@ -710,7 +964,7 @@ export function referenceForward(model: RefModel, tokens: number[], opts: Forwar
         for (let h = 0; h < H; h++) s += result[(t * H + h) * D + o];
         attnOut[t * D + o] = s;
       }
-    if (L.postAttn) attnOut = normalize(attnOut, T, D, L.postAttn);
+    if (L.postAttn) attnOut = normWithHook(attnOut, L.postAttn, `${b}.ln1_post.hook_scale`);
     attnOut = hp(`${b}.hook_attn_out`, attnOut, [1, T, D]);
 
     // ---- MLP
@@ -728,14 +982,14 @@ export function referenceForward(model: RefModel, tokens: number[], opts: Forwar
     pre = hp(`${b}.mlp.hook_pre`, pre, [1, T, M]);
     let post: Float64Array = new Float64Array(T * M);
     if (L.gated) {
-      const up = matmul(x2, T, D, L.Wup!, M, L.bup);
+      const up = hp(`${b}.mlp.hook_pre_linear`, matmul(x2, T, D, L.Wup!, M, L.bup), [1, T, M]);
       for (let k2 = 0; k2 < T * M; k2++) post[k2] = A.act(pre[k2]) * up[k2];
     } else {
       for (let k2 = 0; k2 < T * M; k2++) post[k2] = A.act(pre[k2]);
     }
     post = hp(`${b}.mlp.hook_post`, post, [1, T, M]);
     let mlpOut: Float64Array = matmul(post, T, M, L.Wout, D, L.bout);
-    if (L.postMlp) mlpOut = normalize(mlpOut, T, D, L.postMlp);
+    if (L.postMlp) mlpOut = normWithHook(mlpOut, L.postMlp, `${b}.ln2_post.hook_scale`);
     mlpOut = hp(`${b}.hook_mlp_out`, mlpOut, [1, T, D]);
 
     const next = new Float64Array(T * D);
@@ -795,9 +1049,10 @@ export function hookNames(model: RefModel): string[] {
   if (A.pos) names.push('hook_pos_embed');
   for (let l = 0; l < A.layers.length; l++) {
     const b = `blocks.${l}`;
+    const L = A.layers[l];
+    names.push(`${b}.hook_resid_pre`);
+    if (L.ln1) names.push(`${b}.ln1.hook_scale`);
     names.push(
-      `${b}.hook_resid_pre`,
-      `${b}.ln1.hook_scale`,
       `${b}.attn.hook_q`,
       `${b}.attn.hook_k`,
       `${b}.attn.hook_v`,
@@ -805,16 +1060,16 @@ export function hookNames(model: RefModel): string[] {
       `${b}.attn.hook_pattern`,
       `${b}.attn.hook_z`,
       `${b}.attn.hook_result`,
-      `${b}.hook_attn_out`,
     );
+    if (L.postAttn) names.push(`${b}.ln1_post.hook_scale`);
+    names.push(`${b}.hook_attn_out`);
     if (!A.parallel) names.push(`${b}.hook_resid_mid`);
-    names.push(
-      `${b}.ln2.hook_scale`,
-      `${b}.mlp.hook_pre`,
-      `${b}.mlp.hook_post`,
-      `${b}.hook_mlp_out`,
-      `${b}.hook_resid_post`,
-    );
+    if (L.ln2) names.push(`${b}.ln2.hook_scale`);
+    names.push(`${b}.mlp.hook_pre`);
+    if (L.gated) names.push(`${b}.mlp.hook_pre_linear`);
+    names.push(`${b}.mlp.hook_post`);
+    if (L.postMlp) names.push(`${b}.ln2_post.hook_scale`);
+    names.push(`${b}.hook_mlp_out`, `${b}.hook_resid_post`);
   }
   names.push('ln_final.hook_scale', 'logits');
   return names;

@@ -13,6 +13,7 @@ export {
   erf,
   SUPPORTED_FAMILIES,
   type Family,
+  type RefFeature,
   type RefModel,
   type RefTensor,
   type HookValue,

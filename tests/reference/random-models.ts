@@ -43,8 +43,25 @@ export interface RandomModelOptions {
   finalSoftcap?: number | null;
   slidingWindow?: number | null;
   queryPreAttnScalar?: number;
-  /** gemma2: write the newer `layer_types` list (else HF's default: even layers slide) */
+  /** gemma2: write the newer `layer_types` list (else HF's default: even layers slide); gemma3: the pattern's list */
   writeLayerTypes?: boolean;
+  /** gemma3: sliding_window_pattern (default: leave it out, HF's 6) */
+  slidingWindowPattern?: number;
+  /** gemma3: rope_local_base_freq (default: leave it out, HF's 10000) */
+  ropeLocalBase?: number;
+  /**
+   * gemma3: a Gemma3ForConditionalGeneration checkpoint (model_type gemma3, text_config nested with
+   * HF's defaults left out, a small stand-in vision tower) with the text weights under this prefix
+   */
+  multimodal?: 'language_model.model.' | 'model.language_model.';
+  /** phi3: partial_rotary_factor */
+  partialRotary?: number;
+  /** phi3: original_max_position_embeddings (top level, as in Phi-3's configs) */
+  originalMaxPositions?: number;
+  /** an untied lm_head's weights × this: larger logits, so a small relative change in the last residual shows */
+  unembedScale?: number;
+  /** which shard (0-based) a tensor goes to, instead of splitting by size */
+  shardOf?: (tensor: string) => number;
   /** qwen2: a (small) sliding_window with use_sliding_window false, which HF ignores */
   qwen2InactiveSlidingWindow?: number;
   dtype?: 'F32' | 'F16' | 'BF16';
@@ -168,6 +185,34 @@ const TOKENIZERS: Record<Family, Omit<TokenizerSpec, 'modelMaxLength'> & { kindS
     addBos: true,
     tokenizerClass: 'GemmaTokenizer',
   },
+  gemma3: {
+    kind: 'char',
+    specials: ['<pad>', '<eos>', '<bos>', '<unk>'],
+    bos: '<bos>',
+    eos: '<eos>',
+    unk: '<unk>',
+    pad: '<pad>',
+    addBos: true,
+    tokenizerClass: 'GemmaTokenizerFast',
+  },
+  phi3: {
+    kind: 'char',
+    specials: ['<unk>', '<s>', '</s>', '<|endoftext|>'],
+    bos: '<s>',
+    eos: '<|endoftext|>',
+    unk: '<unk>',
+    addBos: false,
+    tokenizerClass: 'LlamaTokenizer',
+  },
+  olmo2: {
+    kind: 'bytelevel',
+    specials: ['<|endoftext|>', '<|pad|>'],
+    bos: '<|endoftext|>',
+    eos: '<|endoftext|>',
+    pad: '<|pad|>',
+    addBos: true,
+    tokenizerClass: 'GPT2Tokenizer',
+  },
 };
 
 // ---------------------------------------------------------------- the generator
@@ -182,7 +227,11 @@ export function makeRandomModel(family: Family, options: RandomModelOptions = {}
   const H = o.nHeads ?? 4;
   const Hkv = o.nKvHeads ?? H;
   const Dh = o.headDim ?? D / H;
-  const V = o.vocabSize ?? (family === 'llama' || family === 'gemma' || family === 'gemma2' ? 96 : 300);
+  const V =
+    o.vocabSize ??
+    (family === 'llama' || family === 'gemma' || family === 'gemma2' || family === 'gemma3' || family === 'phi3'
+      ? 96
+      : 300);
   const P = o.maxPositions ?? 64;
   if (!Number.isInteger(Dh)) throw new Error('makeRandomModel: head dim must be an integer');
   if (H % Hkv !== 0) throw new Error('makeRandomModel: n_heads must be a multiple of n_kv_heads');
@@ -191,11 +240,10 @@ export function makeRandomModel(family: Family, options: RandomModelOptions = {}
 
   const gated = !(family === 'gpt2' || family === 'gpt_neox');
   const M = o.dMlp ?? (gated ? Math.round((8 * D) / 3 / 8) * 8 : 4 * D);
-  const gemma = family === 'gemma' || family === 'gemma2';
-  const tied =
-    o.tied ??
-    (family === 'gpt_neox' ? false : family === 'gemma' || family === 'gemma2' || family === 'gpt2' ? true : false);
-  if (gemma && !tied) throw new Error('makeRandomModel: Gemma models always tie their embeddings');
+  const gemma = family === 'gemma' || family === 'gemma2' || family === 'gemma3';
+  const tied = o.tied ?? (family === 'gpt_neox' ? false : gemma || family === 'gpt2' ? true : false);
+  if ((family === 'gemma' || family === 'gemma2') && !tied)
+    throw new Error('makeRandomModel: Gemma and Gemma 2 models always tie their embeddings');
 
   const tensors: Record<string, GeneratedTensor> = {};
   const put = (name: string, dims: number[], gen: () => number) => {
@@ -211,7 +259,7 @@ export function makeRandomModel(family: Family, options: RandomModelOptions = {}
   const W = (name: string, dims: number[], fanIn: number) => put(name, dims, normal(1 / Math.sqrt(fanIn)));
   const bias = (name: string, n: number) => put(name, [n], normal(0.2));
   const normW = (name: string, n: number) => put(name, [n], gemma ? normal(0.2) : normal(0.2, 1));
-  const unembedStd = 2.5 / Math.sqrt(D);
+  const unembedStd = (2.5 * (o.unembedScale ?? 1)) / Math.sqrt(D);
 
   // tokenizer first (it fixes the special-token ids)
   const tspec = TOKENIZERS[family];
@@ -326,42 +374,66 @@ export function makeRandomModel(family: Family, options: RandomModelOptions = {}
     if (o.rotaryPct !== undefined && Math.floor(Dh * o.rotaryPct) % 2 !== 0)
       throw new Error('makeRandomModel: rotary dims must be even');
   } else {
-    // llama, qwen2, qwen3, gemma, gemma2
+    // llama, qwen2, qwen3, gemma, gemma2, gemma3, phi3, olmo2
     const qkvBias = family === 'qwen2' ? true : !!o.attentionBias;
     const oBias = family === 'qwen2' ? false : !!o.attentionBias;
     const mlpBias = family === 'llama' && !!o.mlpBias;
     if (o.mlpBias && family !== 'llama') throw new Error('makeRandomModel: mlp_bias exists only for llama');
-    put('model.embed_tokens.weight', [V, D], normal(gemma ? 1.5 / Math.sqrt(D) : 0.5));
+    if (o.attentionBias && family === 'phi3') throw new Error('makeRandomModel: phi3 projections have no bias');
+    if (o.multimodal && family !== 'gemma3') throw new Error('makeRandomModel: multimodal is gemma3 only');
+    const mm = o.multimodal;
+    // a stand-in vision tower first, as Gemma3ForConditionalGeneration's state dict has it (never read by the engine)
+    if (mm) {
+      const v = mm === 'model.language_model.' ? 'model.' : '';
+      put(`${v}vision_tower.vision_model.embeddings.patch_embedding.weight`, [D, 3, 4, 4], normal(0.1));
+      put(`${v}vision_tower.vision_model.post_layernorm.weight`, [D], normal(0.1, 1));
+      put(`${v}multi_modal_projector.mm_input_projection_weight`, [D, D], normal(0.1));
+    }
+    const pre = mm ?? 'model.';
+    const olmo = family === 'olmo2';
+    const sandwich = family === 'gemma2' || family === 'gemma3';
+    put(`${pre}embed_tokens.weight`, [V, D], normal(gemma ? 1.5 / Math.sqrt(D) : 0.5));
     for (let l = 0; l < L; l++) {
-      const p = `model.layers.${l}`;
+      const p = `${pre}layers.${l}`;
       const a = `${p}.self_attn`;
-      normW(`${p}.input_layernorm.weight`, D);
-      W(`${a}.q_proj.weight`, [H * Dh, D], D);
-      if (qkvBias) bias(`${a}.q_proj.bias`, H * Dh);
-      W(`${a}.k_proj.weight`, [Hkv * Dh, D], D);
-      if (qkvBias) bias(`${a}.k_proj.bias`, Hkv * Dh);
-      W(`${a}.v_proj.weight`, [Hkv * Dh, D], D);
-      if (qkvBias) bias(`${a}.v_proj.bias`, Hkv * Dh);
+      if (!olmo) normW(`${p}.input_layernorm.weight`, D);
+      if (family === 'phi3') W(`${a}.qkv_proj.weight`, [(H + 2 * Hkv) * Dh, D], D);
+      else {
+        W(`${a}.q_proj.weight`, [H * Dh, D], D);
+        if (qkvBias) bias(`${a}.q_proj.bias`, H * Dh);
+        W(`${a}.k_proj.weight`, [Hkv * Dh, D], D);
+        if (qkvBias) bias(`${a}.k_proj.bias`, Hkv * Dh);
+        W(`${a}.v_proj.weight`, [Hkv * Dh, D], D);
+        if (qkvBias) bias(`${a}.v_proj.bias`, Hkv * Dh);
+      }
       W(`${a}.o_proj.weight`, [D, H * Dh], H * Dh);
       if (oBias) bias(`${a}.o_proj.bias`, D);
-      if (family === 'qwen3') {
-        put(`${a}.q_norm.weight`, [Dh], normal(0.2, 1));
-        put(`${a}.k_norm.weight`, [Dh], normal(0.2, 1));
+      if (family === 'qwen3' || family === 'gemma3' || olmo) {
+        const qn = olmo ? H * Dh : Dh;
+        const kn = olmo ? Hkv * Dh : Dh;
+        put(`${a}.q_norm.weight`, [qn], gemma ? normal(0.3) : normal(0.2, 1));
+        put(`${a}.k_norm.weight`, [kn], gemma ? normal(0.3) : normal(0.2, 1));
       }
       normW(`${p}.post_attention_layernorm.weight`, D);
-      if (family === 'gemma2') {
-        normW(`${p}.pre_feedforward_layernorm.weight`, D);
-        normW(`${p}.post_feedforward_layernorm.weight`, D);
+      if (sandwich) normW(`${p}.pre_feedforward_layernorm.weight`, D);
+      if (sandwich || olmo) normW(`${p}.post_feedforward_layernorm.weight`, D);
+      if (family === 'phi3') W(`${p}.mlp.gate_up_proj.weight`, [2 * M, D], D);
+      else {
+        W(`${p}.mlp.gate_proj.weight`, [M, D], D);
+        if (mlpBias) bias(`${p}.mlp.gate_proj.bias`, M);
+        W(`${p}.mlp.up_proj.weight`, [M, D], D);
+        if (mlpBias) bias(`${p}.mlp.up_proj.bias`, M);
       }
-      W(`${p}.mlp.gate_proj.weight`, [M, D], D);
-      if (mlpBias) bias(`${p}.mlp.gate_proj.bias`, M);
-      W(`${p}.mlp.up_proj.weight`, [M, D], D);
-      if (mlpBias) bias(`${p}.mlp.up_proj.bias`, M);
       W(`${p}.mlp.down_proj.weight`, [D, M], M);
       if (mlpBias) bias(`${p}.mlp.down_proj.bias`, D);
     }
-    normW('model.norm.weight', D);
-    if (!tied) put('lm_head.weight', [V, D], normal(unembedStd));
+    normW(`${pre}norm.weight`, D);
+    if (!tied)
+      put(
+        mm === 'language_model.model.' ? 'language_model.lm_head.weight' : 'lm_head.weight',
+        [V, D],
+        normal(unembedStd),
+      );
 
     const arch = {
       llama: 'LlamaForCausalLM',
@@ -369,10 +441,13 @@ export function makeRandomModel(family: Family, options: RandomModelOptions = {}
       qwen3: 'Qwen3ForCausalLM',
       gemma: 'GemmaForCausalLM',
       gemma2: 'Gemma2ForCausalLM',
-    }[family];
+      gemma3: 'Gemma3ForCausalLM',
+      phi3: 'Phi3ForCausalLM',
+      olmo2: 'Olmo2ForCausalLM',
+    }[family as 'llama'];
     config = {
       architectures: [arch],
-      model_type: family,
+      model_type: family === 'gemma3' ? 'gemma3_text' : family,
       vocab_size: V,
       hidden_size: D,
       intermediate_size: M,
@@ -381,18 +456,31 @@ export function makeRandomModel(family: Family, options: RandomModelOptions = {}
       num_key_value_heads: Hkv,
     };
     if (o.headDim !== undefined || gemma || family === 'qwen3') config.head_dim = Dh;
-    if (gemma) {
+    if (family === 'gemma3') {
+      if (o.activation) config.hidden_activation = o.activation; // else HF's default, gelu_pytorch_tanh
+    } else if (gemma) {
       const act = o.activation ?? 'gelu_pytorch_tanh';
       config.hidden_act = act;
       config.hidden_activation = act;
     } else config.hidden_act = o.activation ?? 'silu';
     config.max_position_embeddings = P;
     config.initializer_range = 0.02;
-    config.rms_norm_eps = 1e-6;
-    config.rope_theta = o.ropeTheta ?? (family === 'qwen2' || family === 'qwen3' ? 1000000.0 : 10000.0);
+    if (family !== 'gemma3') config.rms_norm_eps = olmo ? 1e-5 : 1e-6;
+    if (family === 'gemma3') {
+      if (o.ropeTheta !== undefined) config.rope_theta = o.ropeTheta;
+      if (o.ropeLocalBase !== undefined) config.rope_local_base_freq = o.ropeLocalBase;
+      if (o.slidingWindowPattern !== undefined) config.sliding_window_pattern = o.slidingWindowPattern;
+    } else config.rope_theta = o.ropeTheta ?? (family === 'qwen2' || family === 'qwen3' ? 1000000.0 : 10000.0);
     if (family === 'llama') config.rope_scaling = o.ropeScaling ?? null;
     else if (o.ropeScaling) config.rope_scaling = o.ropeScaling;
-    if (family !== 'qwen2') config.attention_bias = !!o.attentionBias;
+    if (family === 'phi3') {
+      if (o.partialRotary !== undefined) config.partial_rotary_factor = o.partialRotary;
+      if (o.originalMaxPositions !== undefined) config.original_max_position_embeddings = o.originalMaxPositions;
+      config.sliding_window = o.slidingWindow === undefined ? null : o.slidingWindow;
+      config.resid_pdrop = 0.0;
+      config.embd_pdrop = 0.0;
+    }
+    if (family !== 'qwen2' && family !== 'phi3') config.attention_bias = !!o.attentionBias;
     if (family === 'llama') config.mlp_bias = mlpBias;
     config.attention_dropout = 0.0;
     if (family === 'qwen2') {
@@ -404,6 +492,18 @@ export function makeRandomModel(family: Family, options: RandomModelOptions = {}
       config.use_sliding_window = false;
       config.sliding_window = null;
       config.max_window_layers = L;
+    }
+    if (family === 'gemma3') {
+      if (o.queryPreAttnScalar !== undefined) config.query_pre_attn_scalar = o.queryPreAttnScalar; // else HF's 256
+      config.sliding_window = o.slidingWindow === undefined ? 4 : o.slidingWindow;
+      if (o.attnSoftcap) config.attn_logit_softcapping = o.attnSoftcap;
+      if (o.finalSoftcap) config.final_logit_softcapping = o.finalSoftcap;
+      if (o.writeLayerTypes) {
+        const pat = o.slidingWindowPattern ?? 6;
+        config.layer_types = Array.from({ length: L }, (_, l) =>
+          (l + 1) % pat !== 0 ? 'sliding_attention' : 'full_attention',
+        );
+      }
     }
     if (family === 'gemma2') {
       config.query_pre_attn_scalar = o.queryPreAttnScalar ?? Dh;
@@ -421,6 +521,22 @@ export function makeRandomModel(family: Family, options: RandomModelOptions = {}
     config.bos_token_id = bosId;
     config.eos_token_id = eosId;
     if (tok.specialIds[tspec.pad ?? ''] !== undefined) config.pad_token_id = tok.specialIds[tspec.pad!];
+    if (mm) {
+      // Gemma3Config: the decoder's fields in text_config (HF's defaults left out), a vision_config beside it
+      const { architectures: _a, ...text } = config;
+      config = {
+        architectures: ['Gemma3ForConditionalGeneration'],
+        model_type: 'gemma3',
+        text_config: { ...text, model_type: 'gemma3_text' },
+        vision_config: { model_type: 'siglip_vision_model', hidden_size: D, image_size: 8, patch_size: 4 },
+        mm_tokens_per_image: 4,
+        boi_token_index: V - 3,
+        eoi_token_index: V - 2,
+        image_token_index: V - 1,
+        bos_token_id: bosId,
+        eos_token_id: eosId,
+      };
+    }
   }
   config.torch_dtype = torchDtype;
   config.transformers_version = '4.46.0';
@@ -449,6 +565,7 @@ export function makeRandomModel(family: Family, options: RandomModelOptions = {}
       const bySize = Math.min(nShards - 1, Math.floor((cum / total) * nShards));
       let shard = Math.max(prev, Math.min(prev + 1, bySize));
       shard = Math.max(shard, nShards - (names.length - i));
+      if (o.shardOf) shard = o.shardOf(n);
       prev = shard;
       parts[shard][n] = st[n];
       weightMap[n] = files[shard];
@@ -715,6 +832,149 @@ export const ALL_FAMILY_CASES: FamilyCase[] = [
     features: ['layer_types list', 'sliding window 3 on layer 0', 'realistic soft-caps 50 / 30', 'MHA'],
     seqLen: 10,
   },
+  {
+    name: 'gemma3-text-bf16',
+    family: 'gemma3',
+    options: {
+      seed: 81,
+      dModel: 56,
+      nLayers: 7,
+      nHeads: 4,
+      nKvHeads: 1,
+      headDim: 16,
+      dMlp: 64,
+      vocabSize: 96,
+      slidingWindow: 4,
+      queryPreAttnScalar: 24,
+      ropeScaling: { rope_type: 'linear', factor: 4.0 },
+      dtype: 'BF16',
+      tied: false,
+      unembedScale: 4,
+    },
+    features: [
+      'q_norm / k_norm (1 + w) per head before rotary',
+      'sandwich norms',
+      'query_pre_attn_scalar 24 ≠ head_dim',
+      'sliding_window_pattern left out: HF default 6 (layers 0–4 and 6 slide, 5 global)',
+      'rope_local_base_freq left out: 10000 on sliding layers, rope_theta 1e6 on the global one',
+      'rope_scaling linear ×4 on the global layer only',
+      'embedding scale sqrt(56) cast to BF16 (7.5, not 7.483)',
+      'tanh GELU, with logits large enough (untied lm_head × 4) that erf GELU moves them by 1e-2',
+      'untied lm_head',
+      'MQA',
+    ],
+    seqLen: 12,
+  },
+  {
+    name: 'gemma3-multimodal-text',
+    family: 'gemma3',
+    options: {
+      seed: 82,
+      dModel: 32,
+      nLayers: 3,
+      nHeads: 4,
+      nKvHeads: 2,
+      headDim: 8,
+      dMlp: 48,
+      vocabSize: 96,
+      slidingWindow: 3,
+      slidingWindowPattern: 2,
+      writeLayerTypes: true,
+      ropeLocalBase: 100,
+      ropeTheta: 5000,
+      multimodal: 'language_model.model.',
+      writeTieField: false,
+    },
+    features: [
+      'Gemma3ForConditionalGeneration: text_config nested, HF defaults left out',
+      'weights under language_model.model.*, a vision tower beside them',
+      'layer_types list (sliding, global, sliding)',
+      'rope_local_base_freq 100 vs rope_theta 5000',
+    ],
+    seqLen: 10,
+  },
+  {
+    name: 'phi3-longrope-short-untied',
+    family: 'phi3',
+    options: {
+      seed: 91,
+      dModel: 48,
+      nLayers: 2,
+      nHeads: 4,
+      nKvHeads: 2,
+      headDim: 12,
+      dMlp: 64,
+      vocabSize: 96,
+      maxPositions: 128,
+      originalMaxPositions: 32,
+      slidingWindow: 5,
+      ropeScaling: {
+        type: 'longrope',
+        short_factor: [1.0, 1.5, 2.0, 4.0, 6.0, 9.0],
+        long_factor: [1.0, 3.0, 7.0, 15.0, 31.0, 64.0],
+      },
+      tied: false,
+    },
+    features: [
+      'fused qkv_proj (q | k | v rows, GQA 4/2) and gate_up_proj',
+      'longrope: 12 positions ≤ original_max_position_embeddings 32 use short_factor',
+      'longrope attention factor sqrt(1 + ln 4 / ln 32)',
+      'sliding_window 5 on every layer',
+      'untied lm_head',
+    ],
+    seqLen: 12,
+  },
+  {
+    name: 'phi4-mini-longrope-long-partial',
+    family: 'phi3',
+    options: {
+      seed: 92,
+      dModel: 32,
+      nLayers: 2,
+      nHeads: 4,
+      nKvHeads: 1,
+      headDim: 16,
+      dMlp: 48,
+      vocabSize: 96,
+      maxPositions: 64,
+      originalMaxPositions: 4,
+      partialRotary: 0.75,
+      ropeScaling: {
+        type: 'longrope',
+        short_factor: [1.0, 1.2, 1.5, 2.0, 3.0, 4.0],
+        long_factor: [1.0, 2.0, 4.0, 8.0, 16.0, 32.0],
+      },
+      tied: true,
+    },
+    features: [
+      'partial_rotary_factor 0.75 (12 of 16 dims rotate)',
+      'longrope: runs past original_max_position_embeddings 4 (all but the shortest) use long_factor',
+      'MQA, tied embeddings (Phi-4-mini)',
+    ],
+    seqLen: 12,
+  },
+  {
+    name: 'olmo2-post-norms',
+    family: 'olmo2',
+    options: {
+      seed: 101,
+      dModel: 48,
+      nLayers: 3,
+      nHeads: 4,
+      nKvHeads: 2,
+      headDim: 12,
+      dMlp: 96,
+      vocabSize: 300,
+      tied: false,
+    },
+    features: [
+      'norms after attention and after the MLP only (no pre-norms)',
+      'q_norm / k_norm over the whole projection (48, 24)',
+      'GQA 4/2',
+      'untied lm_head',
+    ],
+    seqLen: 12,
+  },
 ];
 
 export function makeCaseModel(c: FamilyCase, extra: RandomModelOptions = {}): RandomModel {
@@ -723,7 +983,7 @@ export function makeCaseModel(c: FamilyCase, extra: RandomModelOptions = {}): Ra
 
 /** Deterministic tokens for a case: BOS then random ids (never a special token). */
 export function caseTokens(model: RandomModel, T: number, seed = 7): number[] {
-  const V = model.config.vocab_size as number;
+  const V = (model.config.vocab_size ?? model.config.text_config?.vocab_size) as number;
   const specials = new Set(Object.values(model.tokenizer.specialIds));
   const r = mulberry32(seed);
   const out = [model.bosId];

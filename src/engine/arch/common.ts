@@ -3,6 +3,9 @@ import { checkDim, type CapName } from '../caps';
 import { LoupeError } from '../errors';
 import type { TensorEntry } from '../safetensors-types';
 import type { LinearRef, NormSpec, RopeScaling } from '../spec';
+import type { SafetensorsDtype } from '../safetensors-types';
+import { f16ToF32 } from '../safetensors';
+import { f32ToF16 } from '../q8';
 
 export type Config = Record<string, any>;
 export type TensorIndex = Map<string, TensorEntry>;
@@ -88,26 +91,104 @@ export function norm(
   return { kind, w, b, eps, weightOffset };
 }
 
-export function ropeScaling(config: Config): RopeScaling | null {
-  const rs = config.rope_scaling;
+/** UNSUPPORTED_CONFIG naming the config.json field and what Loupe supports there */
+export function unsupportedConfig(field: string, value: unknown, supported: string): LoupeError {
+  return new LoupeError(
+    'UNSUPPORTED_CONFIG',
+    `config.json ${field} = ${JSON.stringify(value)} is not supported.`,
+    `Supported: ${supported}.`,
+    { field, value },
+  );
+}
+
+const ROPE_TYPES = 'llama3, linear, longrope, default (or none)';
+
+/**
+ * config.json's rope_scaling (or one layer type's rope_parameters, `field` naming it) as the
+ * engine's RopeScaling, for rotary dims `rd`; null for none or 'default'. As transformers'
+ * modeling_rope_utils computes them: `_compute_linear_scaling_rope_parameters`,
+ * `_compute_llama3_parameters`, `_compute_longrope_parameters` (factor defaults to
+ * max_position_embeddings / original_max_position_embeddings; attention_factor to
+ * sqrt(1 + ln factor / ln original), 1 when factor ≤ 1). Other types are UNSUPPORTED_CONFIG.
+ */
+export function ropeScaling(
+  config: Config,
+  rd: number,
+  rs: Record<string, any> | null | undefined = config.rope_scaling,
+  field = 'rope_scaling',
+): RopeScaling | null {
   if (!rs) return null;
-  const type = rs.rope_type ?? rs.type;
+  if (typeof rs !== 'object' || Array.isArray(rs)) throw unsupportedConfig(field, rs, 'an object with rope_type');
+  const type = rs.rope_type ?? rs.type ?? 'default';
+  const key = rs.rope_type !== undefined ? `${field}.rope_type` : `${field}.type`;
+  const numberAt = (k: string): number => {
+    if (typeof rs[k] !== 'number' || !Number.isFinite(rs[k]) || rs[k] <= 0)
+      throw new LoupeError(
+        'BAD_CONFIG',
+        `config.json ${field}.${k} must be a positive number (rope_type '${type}').`,
+        undefined,
+        {
+          field: `${field}.${k}`,
+        },
+      );
+    return rs[k];
+  };
+  if (type === 'default') return null;
+  if (type === 'linear') return { kind: 'linear', factor: numberAt('factor') };
   if (type === 'llama3') {
     return {
       kind: 'llama3',
-      factor: rs.factor,
-      lowFreqFactor: rs.low_freq_factor,
-      highFreqFactor: rs.high_freq_factor,
-      originalMaxPositionEmbeddings: rs.original_max_position_embeddings,
+      factor: numberAt('factor'),
+      lowFreqFactor: numberAt('low_freq_factor'),
+      highFreqFactor: numberAt('high_freq_factor'),
+      originalMaxPositionEmbeddings: numberAt('original_max_position_embeddings'),
     };
   }
-  if (type === 'linear') return { kind: 'linear', factor: rs.factor };
-  if (type === 'default') return null;
-  throw new LoupeError(
-    'UNSUPPORTED_CONFIG',
-    `rope_scaling type '${type}' is not supported.`,
-    'Supported rope_scaling types: llama3, linear (or none).',
-  );
+  if (type === 'longrope') {
+    const factors = (k: string): number[] => {
+      const f = rs[k];
+      if (
+        !Array.isArray(f) ||
+        f.length !== rd / 2 ||
+        !f.every((x) => typeof x === 'number' && Number.isFinite(x) && x > 0)
+      )
+        throw new LoupeError(
+          'BAD_CONFIG',
+          `config.json ${field}.${k} must be ${rd / 2} positive numbers (half the ${rd} rotary dims).`,
+          undefined,
+          { field: `${field}.${k}` },
+        );
+      return f;
+    };
+    const original =
+      rs.original_max_position_embeddings ?? config.original_max_position_embeddings ?? config.max_position_embeddings;
+    if (typeof original !== 'number' || !(original > 0))
+      throw new LoupeError(
+        'BAD_CONFIG',
+        `config.json has no original_max_position_embeddings for ${field} longrope.`,
+        undefined,
+        {
+          field: 'original_max_position_embeddings',
+        },
+      );
+    const factor =
+      typeof rs.factor === 'number' ? rs.factor : num(config, ['max_position_embeddings'], original) / original;
+    const attentionFactor =
+      typeof rs.attention_factor === 'number'
+        ? rs.attention_factor
+        : factor <= 1
+          ? 1
+          : Math.sqrt(1 + Math.log(factor) / Math.log(original));
+    return {
+      kind: 'longrope',
+      factor,
+      shortFactor: factors('short_factor'),
+      longFactor: factors('long_factor'),
+      originalMaxPositionEmbeddings: original,
+      attentionFactor,
+    };
+  }
+  throw unsupportedConfig(key, type, ROPE_TYPES);
 }
 
 export function activation(name: string | undefined, fallback: string): any {
@@ -118,6 +199,22 @@ export function activation(name: string | undefined, fallback: string): any {
       'UNSUPPORTED_CONFIG',
       `Activation '${a}' is not supported.`,
       `Supported: ${known.join(', ')}.`,
+      {
+        value: a,
+      },
     );
   return a === 'swish' ? 'silu' : a;
+}
+
+const f32Box = new Float32Array(1);
+const u32Box = new Uint32Array(f32Box.buffer);
+
+/** x as a value of a stored dtype (round half to even, as torch's `.to(dtype)`): BF16, F16, else float32 */
+export function roundToStoredDtype(x: number, dtype: SafetensorsDtype): number {
+  if (dtype === 'F16') return f16ToF32(f32ToF16(x));
+  f32Box[0] = x;
+  if (dtype !== 'BF16') return f32Box[0];
+  const u = u32Box[0];
+  u32Box[0] = ((u + 0x7fff + ((u >>> 16) & 1)) >>> 16) << 16;
+  return f32Box[0];
 }

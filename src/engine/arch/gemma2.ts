@@ -11,7 +11,7 @@ export function gemma2(input: AdapterInput): ModelSpec {
     family: 'gemma2',
     normOffset: 1,
     embedScale: true,
-    sandwichNorms: true,
+    norms: 'sandwich',
     softcap: true,
     queryPreAttnScalar: true,
     alternatingSlidingWindow: true,

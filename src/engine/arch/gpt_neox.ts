@@ -15,6 +15,8 @@ export function gptNeox(input: AdapterInput): ModelSpec {
   const rotaryPct = num(c, ['rotary_pct', 'partial_rotary_factor'], 1);
   const act = activation(c.hidden_act, 'gelu');
   const parallel = c.use_parallel_residual !== false;
+  const rd = Math.floor(Dh * rotaryPct);
+  const rotary = { theta: num(c, ['rotary_emb_base', 'rope_theta'], 10000), dim: rd, scaling: ropeScaling(c, rd) };
   const layers: LayerSpec[] = [];
   for (let l = 0; l < L; l++) {
     const pre = `gpt_neox.layers.${l}`;
@@ -51,11 +53,7 @@ export function gptNeox(input: AdapterInput): ModelSpec {
     nCtx,
     norm: 'layernorm',
     embed: { w: embed, scale: 1 },
-    rotary: {
-      theta: num(c, ['rotary_emb_base', 'rope_theta'], 10000),
-      dim: Math.floor(Dh * rotaryPct),
-      scaling: ropeScaling(c),
-    },
+    rotary,
     layers,
     lnFinal: norm(t, 'gpt_neox.final_layer_norm', D, 'layernorm', eps),
     unembed: { w: c.tie_word_embeddings && !t.has('embed_out.weight') ? embed : need(t, 'embed_out.weight', [V, D]) },

@@ -9,8 +9,20 @@ import { qwen2 } from './qwen2';
 import { qwen3 } from './qwen3';
 import { gemma } from './gemma';
 import { gemma2 } from './gemma2';
+import { gemma3 } from './gemma3';
+import { phi3 } from './phi3';
+import { olmo2 } from './olmo2';
 
-const ADAPTERS: Record<string, (input: AdapterInput) => ModelSpec> = {
+/**
+ * An adapter: config.json + tensor index → ModelSpec. A multimodal family also says which tensors
+ * its text model uses (`textTensors`, null where every tensor may be), so the loader never fetches
+ * a shard that holds none of them.
+ */
+export type Adapter = ((input: AdapterInput) => ModelSpec) & {
+  textTensors?: (config: Record<string, any>) => ((tensor: string) => boolean) | null;
+};
+
+const ADAPTERS: Record<string, Adapter> = {
   gpt2,
   gpt_neox: gptNeox,
   llama,
@@ -19,12 +31,16 @@ const ADAPTERS: Record<string, (input: AdapterInput) => ModelSpec> = {
   qwen3,
   gemma,
   gemma2,
+  gemma3_text: gemma3,
+  gemma3,
+  phi3,
+  olmo2,
 };
 
 export const SUPPORTED_MODEL_TYPES = Object.keys(ADAPTERS);
 
 /** The adapter for config.json's model_type; UNSUPPORTED_ARCHITECTURE from config.json alone (before any weight is fetched). */
-export function adapterFor(config: Record<string, unknown> | undefined): (input: AdapterInput) => ModelSpec {
+export function adapterFor(config: Record<string, unknown> | undefined): Adapter {
   const type = config?.model_type;
   const adapter =
     typeof type === 'string' && Object.prototype.hasOwnProperty.call(ADAPTERS, type) ? ADAPTERS[type] : undefined;
@@ -37,6 +53,27 @@ export function adapterFor(config: Record<string, unknown> | undefined): (input:
     );
   }
   return adapter;
+}
+
+/**
+ * config.json judged alone, before the tokenizer or any weight header: the architecture
+ * (UNSUPPORTED_ARCHITECTURE), then every field the adapter reads (UNSUPPORTED_CONFIG naming the
+ * field, BAD_CONFIG). Adapters read all of config.json before their first tensor, so the adapter
+ * run on no tensors stops at MISSING_TENSOR exactly when the config itself is fine.
+ */
+export function checkConfig(config: Record<string, unknown> | undefined): void {
+  const adapter = adapterFor(config);
+  try {
+    adapter({ config: config as Record<string, any>, tensors: new Map() });
+  } catch (e) {
+    if (e instanceof LoupeError && e.code === 'MISSING_TENSOR') return;
+    throw e;
+  }
+}
+
+/** For a multimodal checkpoint, which of its tensors the text model uses (Adapter.textTensors); null: every tensor may be */
+export function textTensorFilter(config: Record<string, unknown>): ((tensor: string) => boolean) | null {
+  return adapterFor(config).textTensors?.(config) ?? null;
 }
 
 export function describeModel(input: AdapterInput): ModelSpec {

@@ -4,5 +4,5 @@ import type { AdapterInput } from './common';
 import { llamaLike } from './llama';
 
 export function qwen3(input: AdapterInput): ModelSpec {
-  return llamaLike(input, { family: 'qwen3', qkNorm: true });
+  return llamaLike(input, { family: 'qwen3', qkNorm: 'head' });
 }

@@ -14,6 +14,7 @@
  *   input_ids     int64 [B, T]
  *   position_ids  int64 [T]          learned positional embeddings only
  *   rope_cos/sin  float [T, rd]      rotary models (tables computed on the CPU, any scaling)
+ *   rope_cos_local/sin_local float [T, rd]  the local layers' own rotary (Gemma 3), when the model has one
  *   attn_mask     float [T, Tk]      0 / -inf causal mask (key positions = past + current)
  *   attn_mask_local float [T, Tk]    sliding-window layers, when the model has any
  *   past.{l}.key/value float [B, Hkv, P, Dh]   KV cache (P may be 0)
@@ -192,9 +193,13 @@ export class ModelGraph {
   /** [B, T] of input_ids, set first in build() */
   protected bt = '';
   private readonly shapeCache = new Map<number, string>();
-  /** rotary tables [T, 1, rd] (rotary models) */
+  /** rotary tables [T, 1, rd] (rotary models), and the local layers' own (Gemma 3) */
   protected cos = '';
   protected sin = '';
+  protected cosLocal = '';
+  protected sinLocal = '';
+  /** a fused projection's full output per (input, weight), so its row blocks (q | k | v, gate | up) share one matmul */
+  private readonly fusedOut = new Map<string, string>();
   /** additive masks [T, Tk]: causal, and causal within the window for sliding-window layers */
   protected mask = '';
   protected maskLocal = '';
@@ -236,7 +241,24 @@ export class ModelGraph {
   };
 
   protected linear(x: string, ref: LinearRef, inDim: number, outDim: number): string {
-    return linearOf(this.g, this.W, this.btN, x, ref, inDim, outDim);
+    if (!ref.rows) return linearOf(this.g, this.W, this.btN, x, ref, inDim, outDim);
+    // rows of a fused [out, in] matrix: the whole product once, then its slice `b t (rows) -> b t count`
+    const key = `${x}|${ref.w}`;
+    let full = this.fusedOut.get(key);
+    if (!full) {
+      full = linearOf(
+        this.g,
+        this.W,
+        this.btN,
+        x,
+        { w: ref.w, b: ref.b, layout: ref.layout },
+        inDim,
+        this.entry(ref.w).shape[0],
+      );
+      this.fusedOut.set(key, full);
+    }
+    const { start, count } = ref.rows;
+    return this.g.o('Slice', [full, this.g.constI([start]), this.g.constI([start + count]), this.g.constI([2])]);
   }
 
   /** x [N, D] → logits [N, V] through W_U (lm_head or the tied embedding) in vocabulary chunks */
@@ -280,11 +302,12 @@ export class ModelGraph {
     a: string,
     b: string | undefined,
     hooks: string[],
-    n: NormSpec,
+    n: NormSpec | undefined,
     scaleHook: string,
   ): { sum: string; normed: string } {
     const { g } = this;
     if (
+      n !== undefined &&
       b !== undefined &&
       this.fusedKernel('skipNorm') &&
       !this.hookSet.has(scaleHook) &&
@@ -305,10 +328,12 @@ export class ModelGraph {
     }
     let sum = b === undefined ? a : g.o('Add', [a, b]);
     for (const h of hooks) sum = this.hook(sum, h);
-    return { sum, normed: this.norm(sum, n, scaleHook) };
+    return { sum, normed: n ? this.norm(sum, n, scaleHook) : sum };
   }
 
-  protected norm(x: string, n: NormSpec, scaleHook?: string): string {
+  /** n(x), its scale hooked as scaleHook; no norm (a block without pre-norms): x itself */
+  protected norm(x: string, n: NormSpec | undefined, scaleHook?: string): string {
+    if (!n) return x;
     const hooked = scaleHook !== undefined && this.hookSet.has(scaleHook);
     return normalize(this.g, this.W, x, n, hooked ? (v) => this.hook(v, scaleHook) : undefined, this.fused);
   }
@@ -374,16 +399,18 @@ export class ModelGraph {
   // ---- attention
 
   /** rotary, HF rotate_half convention over the first rd dims of each head: x·cos + rotate_half(x)·sin */
-  protected rope(x: string): string {
+  protected rope(x: string, local = false): string {
     const { g, spec, Dh } = this;
-    if (!spec.rotary) return x;
-    const rd = spec.rotary.dim;
+    const r = local ? spec.rotaryLocal : spec.rotary;
+    if (!r) return x;
+    const rd = r.dim;
+    const [cos, sin] = local ? [this.cosLocal, this.sinLocal] : [this.cos, this.sin];
     const sl = (t: string, a: number, b: number) => g.o('Slice', [t, g.constI([a]), g.constI([b]), g.constI([3])]);
     const xr = rd === Dh ? x : sl(x, 0, rd);
     const x1 = sl(xr, 0, rd / 2);
     const x2 = sl(xr, rd / 2, rd);
     const rot = g.o('Concat', [g.o('Neg', [x2]), x1], { axis: 3 });
-    const out = g.o('Add', [g.o('Mul', [xr, this.cos]), g.o('Mul', [rot, this.sin])]);
+    const out = g.o('Add', [g.o('Mul', [xr, cos]), g.o('Mul', [rot, sin])]);
     return rd === Dh ? out : g.o('Concat', [out, sl(x, rd, Dh)], { axis: 3 });
   }
 
@@ -401,9 +428,18 @@ export class ModelGraph {
     const a = layer.attn;
     let q: string, k: string, v: string;
     if (a.qkv.kind === 'separate') {
-      q = g.o('Reshape', [this.linear(xn, a.qkv.q, D, H * Dh), g.constI([0, 0, H, Dh])]); // `b t (h dh) -> b t h dh`
-      k = g.o('Reshape', [this.linear(xn, a.qkv.k, D, Hkv * Dh), g.constI([0, 0, Hkv, Dh])]);
-      v = g.o('Reshape', [this.linear(xn, a.qkv.v, D, Hkv * Dh), g.constI([0, 0, Hkv, Dh])]);
+      // OLMo 2 normalises the whole projection, before the split into heads
+      const full = a.qkNormWidth === 'full';
+      const heads = (t: string, n: number) => g.o('Reshape', [t, g.constI([0, 0, n, Dh])]); // `b t (h dh) -> b t h dh`
+      q = heads(
+        full ? this.norm(this.linear(xn, a.qkv.q, D, H * Dh), a.qNorm) : this.linear(xn, a.qkv.q, D, H * Dh),
+        H,
+      );
+      k = heads(
+        full ? this.norm(this.linear(xn, a.qkv.k, D, Hkv * Dh), a.kNorm) : this.linear(xn, a.qkv.k, D, Hkv * Dh),
+        Hkv,
+      );
+      v = heads(this.linear(xn, a.qkv.v, D, Hkv * Dh), Hkv);
     } else if (a.qkv.kind === 'gpt2_fused') {
       // c_attn Conv1D [D, 3D], columns `(three h dh)`
       [q, k, v] = this.splitHeads(this.linear(xn, a.qkv.qkv, D, 3 * D), [0, 0, 3, H, Dh], 2);
@@ -411,10 +447,12 @@ export class ModelGraph {
       // NeoX query_key_value Linear [3D, D], rows `(h three dh)`
       [q, k, v] = this.splitHeads(this.linear(xn, a.qkv.qkv, D, 3 * D), [0, 0, H, 3, Dh], 3);
     }
-    if (a.qNorm) q = this.norm(q, a.qNorm);
-    if (a.kNorm) k = this.norm(k, a.kNorm);
-    q = this.hook(this.rope(q), `${b}.hook_q`);
-    k = this.hook(this.rope(k), `${b}.hook_k`);
+    if (a.qkNormWidth !== 'full') {
+      q = this.norm(q, a.qNorm);
+      k = this.norm(k, a.kNorm);
+    }
+    q = this.hook(this.rope(q, a.localRotary), `${b}.hook_q`);
+    k = this.hook(this.rope(k, a.localRotary), `${b}.hook_k`);
     v = this.hook(v, `${b}.hook_v`);
 
     // KV cache: keys/values of earlier positions come in, all keys/values go out (`b t hkv dh -> b hkv t dh`)
@@ -584,6 +622,11 @@ export class ModelGraph {
       const rd = spec.rotary.dim;
       this.cos = g.o('Unsqueeze', [g.input('rope_cos', 'float', ['T', rd]), g.constI([1])]); // `t rd -> t 1 rd`
       this.sin = g.o('Unsqueeze', [g.input('rope_sin', 'float', ['T', rd]), g.constI([1])]);
+    }
+    if (spec.rotaryLocal) {
+      const rd = spec.rotaryLocal.dim;
+      this.cosLocal = g.o('Unsqueeze', [g.input('rope_cos_local', 'float', ['T', rd]), g.constI([1])]);
+      this.sinLocal = g.o('Unsqueeze', [g.input('rope_sin_local', 'float', ['T', rd]), g.constI([1])]);
     }
     this.mask = g.input('attn_mask', 'float', ['T', 'Tk']);
     if (spec.layers.some((l) => l.attn.slidingWindow !== null))

@@ -20,7 +20,7 @@ export function layerHooks(spec: ModelSpec, l: number, withResult: boolean): str
   const layer = spec.layers[l];
   const names = [
     `${b}.hook_resid_pre`,
-    `${b}.ln1.hook_scale`,
+    ...(layer.ln1 ? [`${b}.ln1.hook_scale`] : []),
     `${b}.attn.hook_q`,
     `${b}.attn.hook_k`,
     `${b}.attn.hook_v`,
@@ -32,7 +32,8 @@ export function layerHooks(spec: ModelSpec, l: number, withResult: boolean): str
   if (layer.postAttnNorm) names.push(`${b}.ln1_post.hook_scale`);
   names.push(`${b}.hook_attn_out`);
   if (!layer.parallel) names.push(`${b}.hook_resid_mid`);
-  names.push(`${b}.ln2.hook_scale`, `${b}.mlp.hook_pre`);
+  if (layer.ln2) names.push(`${b}.ln2.hook_scale`);
+  names.push(`${b}.mlp.hook_pre`);
   if (layer.mlp.kind === 'gated') names.push(`${b}.mlp.hook_pre_linear`);
   names.push(`${b}.mlp.hook_post`);
   if (layer.postMlpNorm) names.push(`${b}.ln2_post.hook_scale`);

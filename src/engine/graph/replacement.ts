@@ -135,7 +135,7 @@ export function buildReplacementGraph(
     const gmidFromX =
       hookIn === 'hook_resid_mid'
         ? gx
-        : normT(gx, layer.ln2, at(s2, l), !(hookIn === 'ln2.hook_normalized' && layer.ln2.kind === 'rmsnorm'));
+        : normT(gx, layer.ln2!, at(s2, l), !(hookIn === 'ln2.hook_normalized' && layer.ln2!.kind === 'rmsnorm')); // pre-norms only (prepareReplacement)
     const gmid = g.o('Add', [gr, gmidFromX]);
 
     // attention's value path: a = Σ_h (P_h v) W_O[h], v = ln1(r) W_V
@@ -151,7 +151,7 @@ export function buildReplacementGraph(
     const gvFlat = g.o('Reshape', [g.o('Transpose', [gv], { perm: [0, 2, 1, 3] }), btN(Hkv * Dh)]);
     const v = wV(l);
     const gx1 = linT(gvFlat, v.w, v.layout, D, Hkv * Dh);
-    gr = g.o('Add', [gmid, normT(gx1, layer.ln1, at(s1, l))]);
+    gr = g.o('Add', [gmid, normT(gx1, layer.ln1!, at(s1, l))]);
   }
   // ∂/∂ hook_embed: the token sources
   g.rename(g.o('ReduceSum', [g.o('Mul', [gr, srcEmbed]), g.constI([2])], { keepdims: 0 }), 'out_embed');

@@ -68,6 +68,11 @@ export function buildFeeds(
     feeds.rope_cos = f32(cos, [T, spec.rotary.dim]);
     feeds.rope_sin = f32(sin, [T, spec.rotary.dim]);
   }
+  if (spec.rotaryLocal) {
+    const { cos, sin } = ropeTables(spec.rotaryLocal, positions);
+    feeds.rope_cos_local = f32(cos, [T, spec.rotaryLocal.dim]);
+    feeds.rope_sin_local = f32(sin, [T, spec.rotaryLocal.dim]);
+  }
 
   feeds.attn_mask = f32(attentionMask(T, P, null), [T, Tk]);
   if (graph.inputNames.includes('attn_mask_local'))

@@ -4,13 +4,22 @@
  */
 import type { RotarySpec } from '../spec';
 
-export function inverseFrequencies(r: RotarySpec): Float64Array {
+/**
+ * The inverse frequencies for a run whose positions end at seqLen − 1 (transformers'
+ * modeling_rope_utils: `_compute_*_parameters`; longrope's factors are picked per forward by
+ * `dynamic_rope_update`'s longrope_frequency_update, seq_len = max(position_ids) + 1).
+ */
+export function inverseFrequencies(r: RotarySpec, seqLen = 1): Float64Array {
   const half = r.dim / 2;
   const inv = new Float64Array(half);
   for (let i = 0; i < half; i++) inv[i] = 1 / Math.pow(r.theta, (2 * i) / r.dim);
   const s = r.scaling;
   if (!s) return inv;
   if (s.kind === 'linear') return inv.map((f) => f / s.factor);
+  if (s.kind === 'longrope') {
+    const ext = seqLen > s.originalMaxPositionEmbeddings! ? s.longFactor! : s.shortFactor!;
+    return inv.map((f, i) => f / ext[i]);
+  }
   // llama3: long wavelengths slowed by `factor`, short ones kept, the band between interpolated
   const old = s.originalMaxPositionEmbeddings ?? 8192;
   const lowF = s.lowFreqFactor ?? 1;
@@ -27,7 +36,10 @@ export function inverseFrequencies(r: RotarySpec): Float64Array {
 }
 
 export function ropeTables(r: RotarySpec, positions: number[]): { cos: Float32Array; sin: Float32Array } {
-  const inv = inverseFrequencies(r);
+  const seqLen = positions.reduce((m, p) => Math.max(m, p), 0) + 1;
+  const inv = inverseFrequencies(r, seqLen);
+  // longrope scales cos and sin (HF: `emb.cos() * attention_scaling`)
+  const a = r.scaling?.kind === 'longrope' ? (r.scaling.attentionFactor ?? 1) : 1;
   const half = r.dim / 2;
   const cos = new Float32Array(positions.length * r.dim);
   const sin = new Float32Array(positions.length * r.dim);
@@ -35,8 +47,8 @@ export function ropeTables(r: RotarySpec, positions: number[]): { cos: Float32Ar
     for (let i = 0; i < half; i++) {
       // HF multiplies in float32: match its rounding of the angle
       const angle = Math.fround(Math.fround(p) * Math.fround(inv[i]));
-      const c = Math.cos(angle),
-        s = Math.sin(angle);
+      const c = Math.cos(angle) * a,
+        s = Math.sin(angle) * a;
       cos[t * r.dim + i] = c;
       cos[t * r.dim + half + i] = c;
       sin[t * r.dim + i] = s;

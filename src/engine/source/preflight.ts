@@ -5,9 +5,10 @@
  *   plan.architecture, plan.stats (params per dtype), plan.weightBytes, plan.downloadBytes
  *
  * Reads, in order: config.json (MODEL_NOT_FOUND / MISSING_CONFIG / BAD_CONFIG; then
- * UNSUPPORTED_ARCHITECTURE from its model_type alone), tokenizer.json (MISSING_TOKENIZER),
- * tokenizer_config.json and generation_config.json (optional), the weight layout
- * (model.safetensors, else model.safetensors.index.json), and every weight file's safetensors
+ * UNSUPPORTED_ARCHITECTURE from its model_type and UNSUPPORTED_CONFIG from its other fields
+ * alone), tokenizer.json (MISSING_TOKENIZER), tokenizer_config.json and generation_config.json
+ * (optional), the weight layout (model.safetensors, else model.safetensors.index.json; a
+ * multimodal checkpoint's shards without text-model tensors are left out), and every weight file's safetensors
  * header with two Range requests (its 8-byte length, then the JSON) — never a tensor byte. From
  * the headers the architecture adapter checks every tensor it needs (MISSING_TENSOR,
  * BAD_TENSOR_SHAPE) and the parameter count per dtype is known; `judge` (the caller's budget
@@ -16,7 +17,7 @@
  * Complete cache entries answer without a request, and remembered misses (an optional file's
  * 404) are not asked again, so a fully cached plan makes no request at all.
  */
-import { adapterFor, describeModel } from '../arch/index';
+import { checkConfig, describeModel, textTensorFilter } from '../arch/index';
 import {
   checkBudget,
   estimateMemory,
@@ -348,7 +349,7 @@ export async function planModel(
     throw e;
   }
   const config = parseJson(configBytes!, 'config.json', 'BAD_CONFIG');
-  adapterFor(config);
+  checkConfig(config);
   // the commit this revision resolved to: from config.json's answer, or remembered by the cache
   await (source as { syncCommit?: (c?: ByteCache) => Promise<void> }).syncCommit?.(opts.cache);
 
@@ -404,6 +405,12 @@ export async function planModel(
     if (typeof single === 'object') note(SINGLE_WEIGHTS, single);
   } else if (indexBytes) {
     const idx = validateIndex(parseJson(indexBytes, WEIGHTS_INDEX, 'BAD_INDEX'));
+    // a multimodal checkpoint's shards that hold none of its text model's tensors (the vision tower's) are never fetched
+    const text = textTensorFilter(config);
+    if (text) {
+      idx.shards = idx.shards.filter((f) => Object.entries(idx.weight_map).some(([t, s]) => s === f && text(t)));
+      idx.weight_map = Object.fromEntries(Object.entries(idx.weight_map).filter(([, s]) => idx.shards.includes(s)));
+    }
     index = { weight_map: idx.weight_map, ...(idx.metadata ? { metadata: idx.metadata } : {}) };
     weightFiles = idx.shards;
     if (ranged) {
