@@ -52,7 +52,8 @@ function seed(V: number, a: number, b: number, rows = 1): Tensor {
   return { dims: [rows, 1, V], data: s };
 }
 
-const CASES = ALL_FAMILY_CASES.filter((c) => c.family !== 'gemma2');
+// post-norm blocks (Gemma 2 and 3, OLMo 2) are refused by the edge variant
+const CASES = ALL_FAMILY_CASES.filter((c) => !['gemma2', 'gemma3', 'olmo2'].includes(c.family));
 
 interface Subject {
   model: LoadedModel;

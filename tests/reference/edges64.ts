@@ -119,9 +119,10 @@ export function edgeForward64(model: RefModel, tokens: number[], opts: EdgeForwa
       const vh = project(input(`a${l}.h${h}<v>`, residPre), L.Wv, Hkv * Dh, L.bv, kh);
       if (L.qNorm) qh = normalize(qh, T, Dh, L.qNorm);
       if (L.kNorm) khv = normalize(khv, T, Dh, L.kNorm);
-      if (A.rotDims > 0 && A.invFreq) {
-        applyRotary(qh, T, 1, Dh, A.rotDims, A.invFreq);
-        applyRotary(khv, T, 1, Dh, A.rotDims, A.invFreq);
+      if (A.rotDims > 0 && A.rope) {
+        const { inv, mult } = A.rope(L.rope, T); // longrope: by the run's length, as referenceForward
+        applyRotary(qh, T, 1, Dh, A.rotDims, inv, mult);
+        applyRotary(khv, T, 1, Dh, A.rotDims, inv, mult);
       }
       q.push(qh);
       k.push(khv);

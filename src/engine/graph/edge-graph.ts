@@ -86,7 +86,7 @@ class EdgeModelGraph extends ModelGraph {
     if (spec.layers.some((l) => l.postAttnNorm || l.postMlpNorm))
       throw new LoupeError(
         'UNSUPPORTED_ARCHITECTURE',
-        `${spec.family}: edge patching is not built for post-norm blocks (Gemma 2), where a head's output passes through the layer's norm with the others'.`,
+        `${spec.family}: edge patching is not built for post-norm blocks (Gemma 2 and 3, OLMo 2), where a head's output passes through the layer's norm with the others'.`,
         'Use a model without sandwich norms.',
       );
     if (new Set(spec.layers.map((l) => l.parallel)).size > 1)
@@ -152,12 +152,19 @@ class EdgeModelGraph extends ModelGraph {
       return split3(w).map((wi, i) => ({ w: wi, b: bs[i] }));
     }
     const one = (ref: LinearRef, heads: number) => {
+      // a fused projection's rows (Phi-3's qkv_proj: q | k | v): that block of the out_in matrix and its bias
+      const rows = (t: string) =>
+        ref.rows
+          ? g.o('Slice', [t, g.constI([ref.rows.start]), g.constI([ref.rows.start + ref.rows.count]), g.constI([0])])
+          : t;
       // out_in `(h dh) d -> h d dh`, in_out `d (h dh) -> h d dh`
       let w =
         ref.layout === 'out_in'
-          ? g.o('Transpose', [g.o('Reshape', [this.W(ref.w, after), g.constI([heads, Dh, D])])], { perm: [0, 2, 1] })
+          ? g.o('Transpose', [g.o('Reshape', [rows(this.W(ref.w, after)), g.constI([heads, Dh, D])])], {
+              perm: [0, 2, 1],
+            })
           : g.o('Transpose', [g.o('Reshape', [this.W(ref.w, after), g.constI([D, heads, Dh])])], { perm: [1, 0, 2] });
-      let b = ref.b ? g.o('Reshape', [this.W(ref.b), g.constI([heads, 1, Dh])]) : undefined;
+      let b = ref.b ? g.o('Reshape', [rows(this.W(ref.b)), g.constI([heads, 1, Dh])]) : undefined;
       if (heads !== H) {
         // ungrouped: query head h reads kv head floor(h / rep)
         const idx = g.constI(Array.from({ length: H }, (_, h) => Math.floor((h * heads) / H)));
