@@ -822,7 +822,15 @@ function headNorm(x: Float64Array, T: number, nh: number, Dh: number, norm: Norm
   return y;
 }
 
-export function applyRotary(x: Float64Array, T: number, nh: number, Dh: number, rotDims: number, inv: Float64Array, mult = 1) {
+export function applyRotary(
+  x: Float64Array,
+  T: number,
+  nh: number,
+  Dh: number,
+  rotDims: number,
+  inv: Float64Array,
+  mult = 1,
+) {
   const half = rotDims / 2;
   const tmp = new Float64Array(rotDims);
   for (let t = 0; t < T; t++)
