@@ -11,7 +11,7 @@
  *
  * Every measurement runs in its own fresh child process (bench/child.ts), so configurations do
  * not pollute each other's memory or JIT state. Prints markdown tables and writes the same numbers
- * to bench/results/latest.json.
+ * to bench/results/latest.json, then docs/BENCHMARKS.md and the README's current table from it.
  *
  * Options (for working on the bench itself; the full run is the default):
  *   --quick           1 warm-up + 2 timed runs, no extensions (numbers NOT comparable to targets)
@@ -29,6 +29,7 @@ import { extensions, type ExtResult } from './extensions';
 import { median, packageVersion } from './lib';
 import { ensureBenchModel, GPT2_SMALL } from './model-gen';
 import { render, summarizeTargets, type BenchResults } from './report';
+import { writeBenchmarksDoc } from './benchmarks-doc';
 import { useScratchCacheDir } from '../tests/helpers/scratch-cache';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
@@ -233,6 +234,7 @@ async function main() {
   mkdirSync(path.dirname(outFile), { recursive: true });
   writeFileSync(outFile, JSON.stringify(results, null, 2) + '\n');
   log(`wrote ${path.relative(process.cwd(), outFile)} (${results.total_s} s in all)`);
+  if (!outArg) writeBenchmarksDoc();
 }
 
 const SIDE_ROUNDS = 3;

@@ -22,6 +22,7 @@ import { spawn } from 'node:child_process';
 import { existsSync, readFileSync, rmSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import * as path from 'node:path';
+import { mdTable, startResults } from './results';
 import { SHAPES, generate } from './scale';
 import { useScratchCacheDir } from '../tests/helpers/scratch-cache';
 
@@ -105,7 +106,9 @@ async function main() {
   const readouts = opt('readouts', '').split(',');
   const dir = path.join(tmpdir(), 'loupe-memory', shape.name);
   if (!existsSync(path.join(dir, 'model.safetensors'))) generate(shape, dir);
-  const rows: string[] = [];
+  const raw: Record<string, unknown>[] = [];
+  const record = startResults('memory', `Memory by session options and readout, ${shape.name} shape (bench/memory.ts)`);
+  const rows: string[][] = [];
   try {
     for (const backend of opt('backends', 'node,wasm').split(','))
       for (const weights of opt('weights', 'stored,f32').split(',')) {
@@ -128,23 +131,47 @@ async function main() {
             const sec = (ms: number) => (ms / 1000).toFixed(2) + ' s';
             rows.push(
               m.error
-                ? `| ${backend} | ${weights} | ${v} | ${readout || 'auto'} | ${m.error} | | | | | | | |`
-                : `| ${backend} | ${weights} | ${v} | ${m.readout} | ${(w / 1e9).toFixed(2)} GB | ${x(m.rss_ready)} / ${x(m.hwm_ready)} | ${x(m.rss_trace)} / ${x(m.hwm_trace)} | ${x(m.pss_trace)} / ${x(m.pss_peak)} | ${m.wasm_heap ? x(m.wasm_heap) : '–'} | ${(m.ready_ms / 1000).toFixed(1)} s (session ${(m.session_ms / 1000).toFixed(1)} s) | ${sec(m.trace_ms)} (readout ${sec(m.wp_ms)}) | ${sec(m.trace2_ms)} (readout ${sec(m.wp2_ms)}) | ${sec(m.forward_ms)} |`,
+                ? [backend, weights, v, readout || 'auto', m.error, '', '', '', '', '', '', '', '']
+                : [
+                    backend,
+                    weights,
+                    v,
+                    m.readout,
+                    `${(w / 1e9).toFixed(2)} GB`,
+                    `${x(m.rss_ready)} / ${x(m.hwm_ready)}`,
+                    `${x(m.rss_trace)} / ${x(m.hwm_trace)}`,
+                    `${x(m.pss_trace)} / ${x(m.pss_peak)}`,
+                    m.wasm_heap ? x(m.wasm_heap) : '–',
+                    `${(m.ready_ms / 1000).toFixed(1)} s (session ${(m.session_ms / 1000).toFixed(1)} s)`,
+                    `${sec(m.trace_ms)} (readout ${sec(m.wp_ms)})`,
+                    `${sec(m.trace2_ms)} (readout ${sec(m.wp2_ms)})`,
+                    sec(m.forward_ms),
+                  ],
             );
+            raw.push({ backend, weights, variant: v, ...m });
           }
       }
   } finally {
     if (!args.includes('--keep')) rmSync(dir, { recursive: true, force: true });
   }
-  console.log(
-    `${shape.name}: RSS / peak RSS (VmHWM), and sampled peak PSS, over the weight bytes; load average ${loadavg()
-      .map((l) => l.toFixed(1))
-      .join(' ')} at the end`,
-  );
-  console.log(
-    '| backend | weights | session options | readout | weights | after load (RSS / peak) | after trace (RSS / peak) | peak PSS (to trace / all) | WASM heap | ready | first trace | second trace | forward |',
-  );
-  console.log('|---|---|---|---|---|---|---|---|---|---|---|---|---|');
-  for (const r of rows) console.log(r);
+  const note = `${shape.name}: RSS / peak RSS (VmHWM), and sampled peak PSS, over the weight bytes`;
+  const head = [
+    'backend',
+    'weights',
+    'session options',
+    'readout',
+    'weights',
+    'after load (RSS / peak)',
+    'after trace (RSS / peak)',
+    'peak PSS (to trace / all)',
+    'WASM heap',
+    'ready',
+    'first trace',
+    'second trace',
+    'forward',
+  ];
+  console.log(`${note}\n`);
+  console.log(mdTable({ head, rows }));
+  record.save([{ head, rows }], [note], raw);
 }
 void main();

@@ -34,6 +34,7 @@ import { pieceGraph, type Piece } from '../src/engine/runtime/pieces';
 import { q8WeightSet } from '../src/engine/q8';
 import type { WeightPrecision } from '../src/engine/precision';
 import { ROOT } from './lib';
+import { mdTable, startResults } from './results';
 import { SHAPES, generate } from './scale';
 import { useScratchCacheDir } from '../tests/helpers/scratch-cache';
 
@@ -148,6 +149,10 @@ async function main() {
   // its Node-side loads (the same trace in Node, the q8 weights) cache into a scratch folder, as
   // the other benches do: the models are temporary, so is what Loupe caches for them
   if (!process.env.LOUPE_CACHE_DIR) process.on('exit', useScratchCacheDir());
+  const record = startResults(
+    'page-scale',
+    'The page in headless Chromium: load, first trace and renderer peak of real shapes',
+  );
   const args = process.argv.slice(2);
   const opt = (k: string, d: string) => {
     const i = args.indexOf(`--${k}`);
@@ -352,11 +357,27 @@ async function main() {
   const f = (a: number, b: number) => (a / b).toFixed(2);
   console.log(JSON.stringify(out));
   const floor = Number(out.renderer_before);
-  console.log(
-    `renderer peak above the page before the model: ${f(Number(out.peak_after_first) - floor, w)}× the weights (cached ${f(Number(out.peak_cached) - floor, w)}×); the page before: ${(floor / 1e9).toFixed(2)} GB`,
-  );
-  console.log(
-    `| ${shape.name} | ${backend} | ${out.precision} | cold ${(Number(out.cold_load_ms) / 1000).toFixed(1)} s / cached ${(Number(out.cached_load_ms) / 1000).toFixed(1)} s (${out.cached_requests} requests) | from memory ${(Number(out.from_memory_session_ms) / 1000).toFixed(1)} s → cached / memory ${f(Number(out.cached_load_ms), Number(out.from_memory_session_ms))} | first trace page ${(Number(out.first_trace_ms) / 1000).toFixed(1)} s (after a cached load ${(Number(out.cached_first_trace_ms) / 1000).toFixed(1)} s), Node WASM ${(n.trace_ms / 1000).toFixed(1)} s → ${f(Number(out.first_trace_ms), n.trace_ms)} | renderer peak ${f(Number(out.peak_after_first), w)}× (cached ${f(Number(out.peak_cached), w)}×), Node WASM ${f(n.hwm_trace, n.weight_bytes)}× |`,
-  );
+  const head = [
+    'shape',
+    'backend',
+    'weights',
+    'load',
+    'cached load / session from memory',
+    'first trace (page, Node WASM, page / Node)',
+    'renderer peak / weights',
+  ];
+  const row = [
+    `${shape.name}`,
+    `${backend}`,
+    `${out.precision}`,
+    `cold ${(Number(out.cold_load_ms) / 1000).toFixed(1)} s / cached ${(Number(out.cached_load_ms) / 1000).toFixed(1)} s (${out.cached_requests} requests)`,
+    `from memory ${(Number(out.from_memory_session_ms) / 1000).toFixed(1)} s → cached / memory ${f(Number(out.cached_load_ms), Number(out.from_memory_session_ms))}`,
+    `first trace page ${(Number(out.first_trace_ms) / 1000).toFixed(1)} s (after a cached load ${(Number(out.cached_first_trace_ms) / 1000).toFixed(1)} s), Node WASM ${(n.trace_ms / 1000).toFixed(1)} s → ${f(Number(out.first_trace_ms), n.trace_ms)}`,
+    `renderer peak ${f(Number(out.peak_after_first), w)}× (cached ${f(Number(out.peak_cached), w)}×), Node WASM ${f(n.hwm_trace, n.weight_bytes)}×`,
+  ];
+  const peakNote = `renderer peak above the page before the model: ${f(Number(out.peak_after_first) - floor, w)}× the weights (cached ${f(Number(out.peak_cached) - floor, w)}×); the page before: ${(floor / 1e9).toFixed(2)} GB`;
+  console.log(peakNote);
+  console.log(mdTable({ head, rows: [row] }));
+  record.save([{ head, rows: [row] }], [peakNote], out);
 }
 void main();

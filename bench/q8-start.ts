@@ -16,6 +16,7 @@
 import { rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
+import { startResults } from './results';
 import { child, generate, SHAPES } from './scale';
 import { useScratchCacheDir } from '../tests/helpers/scratch-cache';
 
@@ -34,6 +35,11 @@ function main() {
   const repeat = Number(opt('repeat', '3'));
   const dir = path.join(tmpdir(), 'loupe-q8-start', shape.name);
   generate(shape, dir);
+  const record = startResults(
+    'q8-start',
+    `q8 second start: a cached load vs a session from memory, ${shape.name} shape`,
+  );
+  const notes: string[] = [];
   const med = (x: number[]) => [...x].sort((a, b) => a - b)[Math.floor(x.length / 2)];
   try {
     for (const backend of opt('backends', 'node,wasm').split(',')) {
@@ -54,10 +60,12 @@ function main() {
       const m = (run: 'nocache' | 'cached', k: 'ready_ms' | 'session_ms' | 'peak_bytes') =>
         med(rows[run].map((r) => r[k]!));
       const ratio = m('cached', 'ready_ms') / m('nocache', 'session_ms');
-      console.log(
+      notes.push(
         `${shape.name} ${backend} q8 (medians of ${repeat}): cold ${(cold.ready_ms! / 1000).toFixed(1)} s; uncached ready ${(m('nocache', 'ready_ms') / 1000).toFixed(1)} s, its session from memory ${(m('nocache', 'session_ms') / 1000).toFixed(2)} s, peak ${(m('nocache', 'peak_bytes') / 1e9).toFixed(2)} GB; cached ready ${(m('cached', 'ready_ms') / 1000).toFixed(2)} s (session ${(m('cached', 'session_ms') / 1000).toFixed(2)} s), peak ${(m('cached', 'peak_bytes') / 1e9).toFixed(2)} GB; cached ready / session from memory = ${ratio.toFixed(2)} (target ≤ 1.5)`,
       );
+      console.log(notes[notes.length - 1]);
     }
+    record.save([], notes);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

@@ -1,6 +1,6 @@
 /** The bench's results document and its markdown rendering. */
 import type { MemoryResult, SpeedResult } from './child';
-import type { ExtResult } from './extensions';
+import type { ExtResult } from './extension';
 import type { BenchShape } from './model-gen';
 import type { PageWasmResult } from './page-wasm';
 

@@ -21,6 +21,7 @@ import { spawnSync } from 'node:child_process';
 import { closeSync, existsSync, mkdirSync, openSync, rmSync, writeFileSync, writeSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
+import { mdTable, startResults } from './results';
 import { tokenizerFiles } from './model-gen';
 import { useScratchCacheDir } from '../tests/helpers/scratch-cache';
 
@@ -331,6 +332,10 @@ async function main() {
   // the bench's generated models are temporary, so is what Loupe caches for them (optimized
   // sessions, documents): a scratch LOUPE_CACHE_DIR, shared by its child processes, removed at exit
   if (!process.env.LOUPE_CACHE_DIR) process.on('exit', useScratchCacheDir());
+  const record = startResults(
+    'scale',
+    'Big models: load, first trace and peak memory of real shapes (`npm run bench:scale`)',
+  );
   const args = process.argv.slice(2);
   const opt = (k: string, d: string) => {
     const i = args.indexOf(`--${k}`);
@@ -367,17 +372,38 @@ async function main() {
     }
   }
   const gb = (b?: number) => (b === undefined ? '–' : `${(b / 1e9).toFixed(2)} GB`);
-  console.log(
-    '| shape | backend | weights | run | ready | session | first trace | peak RSS | weights held | peak / weights | WASM heap |',
+  const head = [
+    'shape',
+    'backend',
+    'weights',
+    'run',
+    'ready',
+    'session',
+    'first trace',
+    'peak RSS',
+    'weights held',
+    'peak / weights',
+    'WASM heap',
+  ];
+  const table = rows.map((r) =>
+    r.error
+      ? [r.shape, r.backend, r.weights, r.run, r.error, '', '', gb(r.peak_bytes), '', '', gb(r.heap_bytes)]
+      : [
+          r.shape,
+          r.backend,
+          r.weights,
+          r.run,
+          `${(r.ready_ms! / 1000).toFixed(1)} s`,
+          `${(r.session_ms! / 1000).toFixed(1)} s`,
+          `${(r.trace_ms! / 1000).toFixed(2)} s`,
+          gb(r.peak_bytes),
+          gb(r.weight_bytes),
+          `${(r.peak_bytes! / r.weight_bytes!).toFixed(2)}×`,
+          gb(r.heap_bytes),
+        ],
   );
-  console.log('|---|---|---|---|---|---|---|---|---|---|---|');
-  for (const r of rows) {
-    console.log(
-      r.error
-        ? `| ${r.shape} | ${r.backend} | ${r.weights} | ${r.run} | ${r.error} | | | ${gb(r.peak_bytes)} | | | ${gb(r.heap_bytes)} |`
-        : `| ${r.shape} | ${r.backend} | ${r.weights} | ${r.run} | ${(r.ready_ms! / 1000).toFixed(1)} s | ${(r.session_ms! / 1000).toFixed(1)} s | ${(r.trace_ms! / 1000).toFixed(2)} s | ${gb(r.peak_bytes)} | ${gb(r.weight_bytes)} | ${(r.peak_bytes! / r.weight_bytes!).toFixed(2)}× | ${gb(r.heap_bytes)} |`,
-    );
-  }
+  console.log(mdTable({ head, rows: table }));
+  record.save([{ head, rows: table }], [], rows);
 }
 
 if (process.argv[1] && import.meta.filename === path.resolve(process.argv[1])) void main();

@@ -14,12 +14,14 @@ import { loadModelNode } from '../src/node/load';
 import { getOperation } from '../src/ops/index';
 import { directLogitScores, randomVector } from '../src/ops/lib/directions';
 import { ensureBenchModel } from './model-gen';
+import { startResults } from './results';
 
 const status = (k: string) =>
   Number(new RegExp(`${k}:\\s+(\\d+)`).exec(readFileSync('/proc/self/status', 'utf8'))![1]) * 1024;
 const gb = (b: number) => +(b / 1e9).toFixed(3);
 
 async function main() {
+  const record = startResults('steer-memory', 'What one `steer` leaves in memory and costs (bench/steer-memory.ts)');
   const dir = process.argv[2] || ensureBenchModel(undefined, (m) => console.error(m)).dir;
   const backend = (process.argv[3] ?? 'node') as 'node' | 'wasm';
   const model = await loadModelNode(dir, { backend });
@@ -53,18 +55,34 @@ async function main() {
     await directLogitScores(model, d);
     dla.push(performance.now() - t);
   }
-  console.log(
-    JSON.stringify({
-      backend,
-      steer_ms: Math.round(steerMs),
-      param_bytes: paramBytes,
-      rss_ready_gb: gb(ready.rss),
-      hwm_ready_gb: gb(ready.hwm),
-      rss_after_steer_gb: gb(rssAfter),
-      peak_during_steer_gb: gb(peakSteer),
-      direct_logit_ms: Math.round(dla.sort((a, b) => a - b)[1]),
-    }),
-  );
+  const result = {
+    backend,
+    steer_ms: Math.round(steerMs),
+    param_bytes: paramBytes,
+    rss_ready_gb: gb(ready.rss),
+    hwm_ready_gb: gb(ready.hwm),
+    rss_after_steer_gb: gb(rssAfter),
+    peak_during_steer_gb: gb(peakSteer),
+    direct_logit_ms: Math.round(dla.sort((a, b) => a - b)[1]),
+  };
+  console.log(JSON.stringify(result));
+  const head = [
+    'backend',
+    'steer',
+    'JS parameter copies',
+    'RSS / peak at ready',
+    'RSS after / peak during steer',
+    'one more direct logit effect',
+  ];
+  const row = [
+    backend,
+    `${result.steer_ms} ms`,
+    `${(result.param_bytes / 1e6).toFixed(2)} MB`,
+    `${result.rss_ready_gb} / ${result.hwm_ready_gb} GB`,
+    `${result.rss_after_steer_gb} / ${result.peak_during_steer_gb} GB`,
+    `${result.direct_logit_ms} ms`,
+  ];
+  record.save([{ head, rows: [row] }], [], result);
   await model.dispose();
 }
 void main();
