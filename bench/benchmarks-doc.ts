@@ -84,8 +84,8 @@ function currentTable(r: BenchResults | undefined): string {
   }
   return (
     `GPT-2-small shape (124M parameters, random F32 weights), batch 1; measured ${when(r.date)} on ` +
-    `${r.machine.cores} cores, load average ${r.machine.load_average_start[0].toFixed(1)} at the start ` +
-    `(other processes competed for the cores above ${r.machine.cores}). Every run, with its method: ` +
+    `${r.machine.cores} cores (${r.machine.cpu}), load average ${r.machine.load_average_start[0].toFixed(1)} at the start ` +
+    `(above ${r.machine.cores}, other processes competed for the cores). Every run, with its method: ` +
     `[docs/BENCHMARKS.md](docs/BENCHMARKS.md).\n\n` +
     mdTable({ head: ['ratio', 'measured', 'target', ''], rows })
   );
