@@ -15,14 +15,14 @@ const ROOT = path.resolve(__dirname, '..');
 const read = (f: string) => readFileSync(path.join(ROOT, f), 'utf8');
 
 /**
- * A one-layer model with every optional hook: learned positions, Gemma 2's post-norms, a gated MLP,
- * a sequential block (hook_resid_mid), asked with hook_result. layerHooks reads only these fields.
+ * A one-layer model with every optional hook: learned positions, pre- and post-norms, a gated MLP,
+ * a sequential block (hook_resid_mid), asked with hook_result. Any other field a layer is asked for
+ * is present, so a hook that a new optional field adds is in the list too.
  */
-const EVERY_HOOK = {
-  posEmbed: { w: 'wpe' },
-  nLayers: 1,
-  layers: [{ postAttnNorm: {}, postMlpNorm: {}, parallel: false, mlp: { kind: 'gated' } }],
-} as unknown as ModelSpec;
+const EVERY_LAYER = new Proxy({} as Record<string, unknown>, {
+  get: (_, k) => (k === 'parallel' ? false : k === 'mlp' ? { kind: 'gated' } : {}),
+});
+const EVERY_HOOK = { posEmbed: { w: 'wpe' }, nLayers: 1, layers: [EVERY_LAYER] } as unknown as ModelSpec;
 
 /** the engine's hooks as the copies write them: layer 0 as `blocks.{l}`, and `logits` */
 function engineHooks(): string[] {
@@ -49,7 +49,12 @@ describe('the hook list has one source', () => {
   it('the model with every optional hook has each kind once (the reference the copies are held to)', () => {
     const hooks = engineHooks();
     expect(new Set(hooks).size).toBe(hooks.length);
-    for (const h of ['hook_pos_embed', 'blocks.{l}.ln1_post.hook_scale', 'blocks.{l}.mlp.hook_pre_linear'])
+    for (const h of [
+      'hook_pos_embed',
+      'blocks.{l}.ln1.hook_scale',
+      'blocks.{l}.ln1_post.hook_scale',
+      'blocks.{l}.mlp.hook_pre_linear',
+    ])
       expect(hooks).toContain(h);
     expect(hooks).toContain('blocks.{l}.attn.hook_result');
   });

@@ -5,13 +5,13 @@
  * Conventions (TransformerLens):
  *  - Hook names are TransformerLens's (the list is graph/hooks.ts allHookNames; tests/docs-hooks.test.ts
  *    keeps this copy equal to it): <!-- hooks -->
- *    `hook_embed`, `hook_pos_embed` (learned positions), `blocks.{l}.hook_resid_pre`, `blocks.{l}.ln1.hook_scale`,
+ *    `hook_embed`, `hook_pos_embed` (learned positions), `blocks.{l}.hook_resid_pre`, `blocks.{l}.ln1.hook_scale` (pre-norms),
  *    `blocks.{l}.attn.hook_q|hook_k|hook_v` [B,T,H(or Hkv),Dh], `blocks.{l}.attn.hook_attn_scores|hook_pattern`
  *    [B,H,Tq,Tk], `blocks.{l}.attn.hook_z` [B,T,H,Dh], `blocks.{l}.attn.hook_result` [B,T,H,D] (only in the
- *    'result' graph variant), `blocks.{l}.ln1_post.hook_scale` (Gemma 2), `blocks.{l}.hook_attn_out`,
- *    `blocks.{l}.hook_resid_mid` (not in parallel blocks), `blocks.{l}.ln2.hook_scale`,
+ *    'result' graph variant), `blocks.{l}.ln1_post.hook_scale` (post-norms: Gemma 2 and 3, OLMo 2), `blocks.{l}.hook_attn_out`,
+ *    `blocks.{l}.hook_resid_mid` (not in parallel blocks), `blocks.{l}.ln2.hook_scale` (pre-norms),
  *    `blocks.{l}.mlp.hook_pre|hook_pre_linear|hook_post` [B,T,d_mlp] (hook_pre_linear in gated MLPs),
- *    `blocks.{l}.ln2_post.hook_scale` (Gemma 2), `blocks.{l}.hook_mlp_out`, `blocks.{l}.hook_resid_post`,
+ *    `blocks.{l}.ln2_post.hook_scale` (post-norms), `blocks.{l}.hook_mlp_out`, `blocks.{l}.hook_resid_post`,
  *    `ln_final.hook_scale` [B,T,1], `logits` [B,T,V]. <!-- /hooks -->
  *  - Values are those of the unprocessed Hugging Face model (no weight folding or centring).
  *  - A hook's returned value is the value AFTER any intervention at that hook (TL semantics).
