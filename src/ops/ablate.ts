@@ -10,6 +10,10 @@ import { defineOperation } from './types';
 import { documentBase, documentHead, interventionList } from '../schema/common';
 import { LoupeError } from '../engine/errors';
 import { promptIds } from './lib/tokens';
+import { checkOneSource, datasetFields, datasetReport, forEachPair, hasDataset } from './lib/dataset';
+import { DatasetStats, componentStats, statisticsBlock, statsFields } from './lib/stats';
+import type { LoadedModel } from '../engine/api';
+import type { OpContext } from './types';
 import {
   Ablator,
   COMPONENTS,
@@ -38,6 +42,8 @@ import {
 
 export const ablateInput = z.object({
   ...promptOrIdsFields,
+  ...datasetFields,
+  ...statsFields,
   layer: z
     .number()
     .int()
@@ -113,6 +119,20 @@ export const ablateOutput = documentBase('ablate').extend({
   prob_delta: z.number().optional(),
   new_predicted_token: z.string().optional(),
   new_predicted_token_id: z.number().int().optional(),
+  dataset: datasetReport
+    .optional()
+    .describe('dataset mode: the pairs (entries and combined then hold mean deltas; the rest is the first pair’s)'),
+  statistics: statisticsBlock
+    .extend({
+      components: z.array(
+        componentStats.extend({
+          label: z.string().describe('the target (or "combined")'),
+          effect: z.enum(['logit_delta', 'logprob_delta', 'prob_delta']),
+        }),
+      ),
+    })
+    .optional()
+    .describe('dataset mode: per target and effect the mean, per-pair values, bootstrap 95% CI and sign-flip p-value'),
 });
 
 function collectTargets(input: z.output<typeof ablateInput>): AblationTarget[] {
@@ -136,10 +156,23 @@ export const operation = defineOperation({
   name: 'ablate',
   title: 'Ablate',
   description:
-    "Ablate a head (attn.hook_z slice), an MLP neuron (mlp.hook_post), a component (resid_pre/mid/post, attn_out, mlp_out, mlp_post) or a whole layer (attn_out + mlp_out) by zero, mean or resample ablation at all or chosen positions, and report the change of the clean prediction's logit, log-probability (nats) and probability at the last position, the KL(clean ‖ ablated), and the new prediction. Several targets: each singly and all together. Cost: one clean run plus one batched run (plus one run per mean prompt / the resample prompt).",
+    "Ablate a head (attn.hook_z slice), an MLP neuron (mlp.hook_post), a component (resid_pre/mid/post, attn_out, mlp_out, mlp_post) or a whole layer (attn_out + mlp_out) by zero, mean or resample ablation at all or chosen positions, and report the change of the clean prediction's logit, log-probability (nats) and probability at the last position, the KL(clean ‖ ablated), and the new prediction. Several targets: each singly and all together. Cost: one clean run plus one batched run (plus one run per mean prompt / the resample prompt). Dataset mode (dataset, dataset_text or generate): per pair (its clean prompt and answer; resample from its corrupted prompt), with each target's mean deltas, per-pair values, seeded bootstrap 95% CI and sign-flip p-value.",
   input: ablateInput,
   output: ablateOutput,
-}).implement(async (model, input, ctx) => {
+}).implement((model, input, ctx) =>
+  hasDataset(input) ? ablateDataset(model, input, ctx) : ablatePair(model, input, ctx),
+);
+
+type AblateParsed = z.output<typeof ablateInput>;
+type AblateDoc = z.input<typeof ablateOutput>;
+
+/** one prompt (`resample`: the source tokens, in dataset mode the pair's corrupted prompt) */
+async function ablatePair(
+  model: LoadedModel,
+  input: AblateParsed,
+  ctx: OpContext,
+  resample?: number[],
+): Promise<AblateDoc> {
   const { ids, prompt } = inputIds(model, input);
   const targets = collectTargets(input);
   // validate every target and collect its hooks before any run
@@ -171,7 +204,9 @@ export const operation = defineOperation({
       input.resample_prompt !== undefined
         ? promptIds(model, input.resample_prompt, { prependBos: input.prepend_bos, field: 'resample_prompt' })
         : undefined;
-    const r = resampleTokens(model, ids, input.seed, given);
+    const r = resample
+      ? { ids: resample, from: "pair's corrupted prompt (the same position)" }
+      : resampleTokens(model, ids, input.seed, given);
     resampleIds = r.ids;
     resampleFrom = r.from;
   }
@@ -226,4 +261,53 @@ export const operation = defineOperation({
         }
       : {}),
   };
-});
+}
+
+const EFFECTS = ['logit_delta', 'logprob_delta', 'prob_delta'] as const;
+
+/**
+ * Dataset mode: ablatePair on every pair's clean prompt, reading the pair's answer (resample
+ * takes the pair's corrupted prompt), then per target (and all together) the mean of each delta
+ * with its per-pair values, CI and p-value.
+ */
+async function ablateDataset(model: LoadedModel, input: AblateParsed, ctx: OpContext): Promise<AblateDoc> {
+  checkOneSource(input, ['prompt', 'token_ids', 'answer', 'resample_prompt']);
+  const { dataset, docs } = await forEachPair(model, input, ctx, (ex, c) =>
+    ablatePair(model, { ...input, prompt: '', token_ids: ex.clean, answer: `#${ex.answer}` }, c, ex.corrupted),
+  );
+  const stats = new DatasetStats(docs.length, input.bootstrap_seed);
+  const components: NonNullable<AblateDoc['statistics']>['components'] = [];
+  const first = docs[0];
+  const meanEffects = <E extends Record<(typeof EFFECTS)[number], number>>(
+    label: string,
+    at: (d: AblateDoc) => E,
+  ): E => {
+    const out = { ...at(first) };
+    for (const effect of EFFECTS) {
+      const st = stats.of(
+        docs.map((d) => at(d)[effect]),
+        true,
+      );
+      components.push({ label, effect, ...st });
+      out[effect] = st.mean as E[typeof effect];
+    }
+    return out;
+  };
+  const entries = first.entries.map((e, i) => meanEffects(e.label, (d) => d.entries[i]));
+  const combined = first.combined ? meanEffects('combined', (d) => d.combined!) : null;
+  return {
+    ...first,
+    method: `Dataset mode over ${docs.length} pairs (their clean prompts and answers${input.method === 'resample' ? '; resampled from each pair’s corrupted prompt' : ''}): each ablated as the single-pair form does; entries and combined hold the mean logit, log-prob and probability deltas (the other fields are the first pair’s), statistics the per-pair values, bootstrap CI and sign-flip p-value. ${first.method}`,
+    entries,
+    combined,
+    ...(entries.length === 1
+      ? {
+          logit_delta: entries[0].logit_delta,
+          logprob_delta: entries[0].logprob_delta,
+          prob_delta: entries[0].prob_delta,
+        }
+      : {}),
+    dataset: dataset.report,
+    statistics: { ...stats.block(), components },
+  };
+}

@@ -29,6 +29,10 @@ import {
   metricTokens,
   warningsSchema,
 } from './lib/metric';
+import { checkOneSource, datasetFields, datasetReport, forEachPair, hasDataset, pairInputOf } from './lib/dataset';
+import { DatasetStats, componentStats, statisticsBlock, statsFields } from './lib/stats';
+import type { LoadedModel } from '../engine/api';
+import type { OpContext } from './types';
 
 const SITE_KINDS = ['resid_pre', 'attn_out', 'mlp_out'] as const;
 
@@ -37,6 +41,8 @@ export const AUTO_ALL_VARIANTS = 512;
 
 export const attributionPatchingInput = z.object({
   ...cleanCorruptedFields({ corrupted: 'the gradient is taken on its run' }),
+  ...datasetFields,
+  ...statsFields,
   counterfactual: counterfactualField,
   neurons: z
     .boolean()
@@ -126,6 +132,23 @@ export const attributionPatchingOutput = documentBase('attribution_patching').ex
     "the validation block's real patches, one per variant (none without validation)",
   ),
   n_engine_runs: z.number().int(),
+  dataset: datasetReport.optional().describe('dataset mode: the pairs (heads and sites are then means over them)'),
+  statistics: statisticsBlock
+    .extend({
+      components: z.array(
+        componentStats.extend({
+          kind: z.enum(['head', 'site']),
+          layer: z.number().int(),
+          head: z.number().int().nullable(),
+          hook: z.string().nullable(),
+          position: z.number().int().nullable(),
+        }),
+      ),
+    })
+    .optional()
+    .describe(
+      'dataset mode: each head’s and site’s mean estimate, per-pair values, bootstrap 95% CI, sign-flip p-value',
+    ),
 });
 
 /** Σ over a slice of (clean − corrupted) · grad */
@@ -147,11 +170,16 @@ function attribution(
 export const operation = defineOperation({
   name: 'attribution_patching',
   title: 'Attribution patching',
-  description: `Attribution patching (AtP): estimates the effect of patching every head (hook_z), every residual/attention/MLP site × position (and optionally every MLP neuron) from the clean prompt into the corrupted one, as Σ (a_clean − a_corrupted) · ∂M/∂a with the gradient from ONE backward pass on the corrupted run. M = logit[answer] − logit[counterfactual] at the last position in raw logits (answer default the clean prediction, counterfactual default the corrupted prediction, as in patch and integrated_gradients); estimates are in the same units as ΔM. A validation block patches estimates for real: every head and site when that is at most ${AUTO_ALL_VARIANTS} variants (validate_scope auto), else the top \`validate\`. Cost: a clean forward + a corrupted forward-and-backward (~3 forward-equivalents; one more forward for the default counterfactual) plus the validation's patched variants in batched runs.`,
+  description: `Attribution patching (AtP): estimates the effect of patching every head (hook_z), every residual/attention/MLP site × position (and optionally every MLP neuron) from the clean prompt into the corrupted one, as Σ (a_clean − a_corrupted) · ∂M/∂a with the gradient from ONE backward pass on the corrupted run. M = logit[answer] − logit[counterfactual] at the last position in raw logits (answer default the clean prediction, counterfactual default the corrupted prediction, as in patch and integrated_gradients); estimates are in the same units as ΔM. A validation block patches estimates for real: every head and site when that is at most ${AUTO_ALL_VARIANTS} variants (validate_scope auto), else the top \`validate\`. Cost: a clean forward + a corrupted forward-and-backward (~3 forward-equivalents; one more forward for the default counterfactual) plus the validation's patched variants in batched runs. Dataset mode (dataset, dataset_text or generate): per pair (validation off), with each head's (and, for pairs of one length, each site's) mean estimate, per-pair values, seeded bootstrap 95% CI and sign-flip p-value.`,
   input: attributionPatchingInput,
   output: attributionPatchingOutput,
   long: true,
-}).implement(async (model, input, ctx) => {
+}).implement((model, input, ctx) => (hasDataset(input) ? atpDataset(model, input, ctx) : atpPair(model, input, ctx)));
+
+type AtpParsed = z.output<typeof attributionPatchingInput>;
+type AtpDoc = z.input<typeof attributionPatchingOutput>;
+
+async function atpPair(model: LoadedModel, input: AtpParsed, ctx: OpContext): Promise<AtpDoc> {
   checkTopK(input.top_k);
   const clean = inputIds(model, input);
   const corrupted = inputIds(
@@ -311,4 +339,68 @@ export const operation = defineOperation({
     })),
     n_engine_runs: runs,
   };
-});
+}
+
+/**
+ * Dataset mode: atpPair on every pair (validation off: it patches each pair's own top estimates),
+ * then each head's and site's mean estimate with its per-pair values, CI and p-value. Sites need
+ * pairs of one token length (positions must line up); otherwise only heads get statistics.
+ */
+async function atpDataset(model: LoadedModel, input: AtpParsed, ctx: OpContext): Promise<AtpDoc> {
+  checkOneSource(input, ['prompt', 'token_ids', 'corrupted_prompt', 'corrupted_token_ids', 'answer', 'counterfactual']);
+  const { dataset, docs } = await forEachPair(model, input, ctx, (ex, c) =>
+    atpPair(
+      model,
+      {
+        ...input,
+        ...pairInputOf(ex),
+        prompt: '',
+        corrupted_prompt: '',
+        validate: 0,
+        validate_scope: 'top',
+        neurons: false,
+      },
+      c,
+    ),
+  );
+  const stats = new DatasetStats(docs.length, input.bootstrap_seed);
+  const oneLength = new Set(dataset.examples.map((e) => e.clean.length)).size === 1;
+  const components: NonNullable<AtpDoc['statistics']>['components'] = [];
+  const first = docs[0];
+  const heads = first.heads.map((h, i) => {
+    const st = stats.of(
+      docs.map((d) => d.heads[i].estimate),
+      true,
+    );
+    components.push({ kind: 'head', layer: h.layer, head: h.head, hook: null, position: null, ...st });
+    return { ...h, estimate: st.mean };
+  });
+  const sites = oneLength
+    ? first.sites.map((x, i) => {
+        const st = stats.of(
+          docs.map((d) => d.sites[i].estimate),
+          true,
+        );
+        components.push({ kind: 'site', layer: x.layer, head: null, hook: x.hook, position: x.position, ...st });
+        return { ...x, estimate: st.mean };
+      })
+    : [];
+  const meanOf = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
+  return {
+    ...first,
+    method: `Dataset mode over ${docs.length} pairs: each pair estimated as the single-pair form does (validation off); heads${oneLength ? ' and sites' : ''} carry the mean estimate, statistics the per-pair values, bootstrap CI and sign-flip p-value${oneLength ? '' : ' (no sites: the pairs differ in token length, so positions do not line up)'}. Tokens and answer shown are the first pair's. ${first.method}`,
+    metric: {
+      ...first.metric,
+      clean: finite(meanOf(docs.map((d) => d.metric.clean))),
+      corrupted: finite(meanOf(docs.map((d) => d.metric.corrupted))),
+    },
+    heads,
+    sites,
+    neurons: null,
+    validation: null,
+    interventions: [],
+    n_engine_runs: docs.reduce((s, d) => s + d.n_engine_runs, 0),
+    dataset: dataset.report,
+    statistics: { ...stats.block(), components },
+  };
+}

@@ -20,6 +20,10 @@ import { CAPS, finite } from '../engine/caps';
 import { argmax } from './lib/math';
 import { inputIds, promptOrIdsFields } from './lib/ablation';
 import { metricOf, metricSeed } from './lib/gradients';
+import { checkOneSource, datasetFields, datasetReport, forEachPair, hasDataset, pairInputOf } from './lib/dataset';
+import { DatasetStats, componentStats, statisticsBlock, statsFields } from './lib/stats';
+import type { LoadedModel } from '../engine/api';
+import type { OpContext } from './types';
 import {
   answerField,
   counterfactualField,
@@ -37,6 +41,8 @@ const HOOK = 'blocks.0.hook_resid_pre';
 
 export const integratedGradientsInput = z.object({
   ...promptOrIdsFields,
+  ...datasetFields,
+  ...statsFields,
   corrupted_prompt: z
     .string()
     .default('')
@@ -99,17 +105,29 @@ export const integratedGradientsOutput = documentBase('integrated_gradients').ex
   }),
   interventions: interventionList.describe("one edit per step (batch row): x → α_k·x, or x' + α_k·(x − x') patched in"),
   n_engine_runs: z.number().int(),
+  dataset: datasetReport
+    .optional()
+    .describe('dataset mode: the pairs (their clean prompts; attributions are then means per position)'),
+  statistics: statisticsBlock
+    .extend({ components: z.array(componentStats.extend({ position: z.number().int() })) })
+    .optional()
+    .describe('dataset mode: each position’s mean attribution, per-pair values, bootstrap 95% CI, sign-flip p-value'),
 });
 
 export const operation = defineOperation({
   name: 'integrated_gradients',
   title: 'Integrated gradients',
   description:
-    'Integrated gradients to each input position: attribution of M = logit[answer] − logit[counterfactual] at the last position (raw logits; the same metric and defaults as patch and attribution_patching: counterfactual = the corrupted prediction; logit[answer] alone without a corrupted prompt or counterfactual) to each position of blocks.0.hook_resid_pre (after token and positional embeddings), from a zero baseline or from the corrupted prompt (then the attributions sum to M(clean) − M(corrupted)), right Riemann sum with `steps` steps (α_k = k/n), each step one batch row of a forward + backward run. Returns per-position attributions and a completeness check (Σ attributions vs M(input) − M(baseline)). Cost: one row of forward + backward per step, plus the baseline row (and one forward of the corrupted prompt).',
+    'Integrated gradients to each input position: attribution of M = logit[answer] − logit[counterfactual] at the last position (raw logits; the same metric and defaults as patch and attribution_patching: counterfactual = the corrupted prediction; logit[answer] alone without a corrupted prompt or counterfactual) to each position of blocks.0.hook_resid_pre (after token and positional embeddings), from a zero baseline or from the corrupted prompt (then the attributions sum to M(clean) − M(corrupted)), right Riemann sum with `steps` steps (α_k = k/n), each step one batch row of a forward + backward run. Returns per-position attributions and a completeness check (Σ attributions vs M(input) − M(baseline)). Cost: one row of forward + backward per step, plus the baseline row (and one forward of the corrupted prompt). Dataset mode (dataset, dataset_text or generate; pairs of one token length): per pair’s clean prompt, with each position’s mean attribution, per-pair values, seeded bootstrap 95% CI and sign-flip p-value.',
   input: integratedGradientsInput,
   output: integratedGradientsOutput,
   long: true,
-}).implement(async (model, input, ctx) => {
+}).implement((model, input, ctx) => (hasDataset(input) ? igDataset(model, input, ctx) : igPair(model, input, ctx)));
+
+type IgParsed = z.output<typeof integratedGradientsInput>;
+type IgDoc = z.input<typeof integratedGradientsOutput>;
+
+async function igPair(model: LoadedModel, input: IgParsed, ctx: OpContext): Promise<IgDoc> {
   const { ids, prompt } = inputIds(model, input);
   const T = ids.length;
   const { d_model: D, d_vocab: V } = model.info;
@@ -260,4 +278,58 @@ export const operation = defineOperation({
           })),
     n_engine_runs: runs,
   };
-});
+}
+
+/**
+ * Dataset mode: igPair on every pair's clean prompt (its answer and counterfactual; the corrupted
+ * prompt is not used: the baseline is zero), then each position's mean attribution with its
+ * per-pair values, CI and p-value; positions line up only for pairs of one token length.
+ */
+async function igDataset(model: LoadedModel, input: IgParsed, ctx: OpContext): Promise<IgDoc> {
+  checkOneSource(input, ['prompt', 'token_ids', 'answer', 'counterfactual']);
+  const { dataset, docs } = await forEachPair(
+    model,
+    input,
+    ctx,
+    (ex, c) => {
+      const { token_ids, answer, counterfactual } = pairInputOf(ex);
+      return igPair(model, { ...input, prompt: '', token_ids, answer, counterfactual }, c);
+    },
+    (d) => {
+      if (new Set(d.examples.map((e) => e.clean.length)).size > 1)
+        throw new LoupeError(
+          'BAD_INPUT',
+          'Integrated gradients per position over a dataset needs pairs of one token length (positions must line up).',
+          'Give pairs whose clean prompts have one token length.',
+        );
+    },
+  );
+  const stats = new DatasetStats(docs.length, input.bootstrap_seed);
+  const first = docs[0];
+  const components: NonNullable<IgDoc['statistics']>['components'] = [];
+  const attributions = first.attributions.map((a, p) => {
+    const st = stats.of(
+      docs.map((d) => d.attributions[p].attribution),
+      true,
+    );
+    components.push({ position: p, ...st });
+    return { ...a, attribution: st.mean };
+  });
+  const meanOf = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
+  const c = (k: 'sum' | 'metric_input' | 'metric_baseline' | 'error') =>
+    finite(meanOf(docs.map((d) => d.completeness[k])));
+  return {
+    ...first,
+    method: `Dataset mode over ${docs.length} pairs (their clean prompts, answers and counterfactuals): each as the single-pair form computes it, every position's attribution the mean over the pairs, with per-pair values, bootstrap CI and sign-flip p-value in statistics; completeness numbers are means. Tokens shown are the first pair's. ${first.method}`,
+    attributions,
+    completeness: {
+      sum: c('sum'),
+      metric_input: c('metric_input'),
+      metric_baseline: c('metric_baseline'),
+      error: c('error'),
+    },
+    n_engine_runs: docs.reduce((s, d) => s + d.n_engine_runs, 0),
+    dataset: dataset.report,
+    statistics: { ...stats.block(), components },
+  };
+}

@@ -17,6 +17,10 @@ import { documentBase, documentHead, tokenEntry, interventionList } from '../sch
 import { LoupeError } from '../engine/errors';
 import { CAPS, checkDocumentSize, finite } from '../engine/caps';
 import { checkVariants, inputIds, logitsAt, cleanCorruptedFields, runVariants } from './lib/ablation';
+import { checkOneSource, datasetFields, datasetReport, forEachPair, hasDataset, pairInputOf } from './lib/dataset';
+import { DatasetStats, componentStats, statisticsBlock, statsFields } from './lib/stats';
+import type { LoadedModel } from '../engine/api';
+import type { OpContext } from './types';
 import {
   counterfactualField,
   gapWarnings,
@@ -31,6 +35,8 @@ type Scan = (typeof SCANS)[number];
 
 export const patchInput = z.object({
   ...cleanCorruptedFields({ clean: 'its activations are patched in' }),
+  ...datasetFields,
+  ...statsFields,
   counterfactual: counterfactualField,
   scans: z
     .array(z.enum(SCANS))
@@ -83,6 +89,27 @@ export const patchOutput = documentBase('patch').extend({
   warnings: warningsSchema,
   n_variants: z.number().int(),
   n_engine_runs: z.number().int(),
+  dataset: datasetReport
+    .optional()
+    .describe(
+      'dataset mode: the pairs (the grids above are then means over them; tokens, answer and counterfactual are the first pair’s)',
+    ),
+  statistics: statisticsBlock
+    .extend({
+      components: z.array(
+        componentStats.extend({
+          scan: z.enum(['resid_pre', 'attn_out', 'mlp_out', 'head_out', 'attn_out_all_pos', 'mlp_out_all_pos']),
+          layer: z.number().int(),
+          index: z
+            .number()
+            .int()
+            .nullable()
+            .describe('position (per-position scans) or head (head_out); null for *_all_pos'),
+        }),
+      ),
+    })
+    .optional()
+    .describe('dataset mode: every cell’s mean, per-pair values, bootstrap 95% CI and sign-flip p-value'),
 });
 
 interface Cell {
@@ -96,11 +123,19 @@ export const operation = defineOperation({
   name: 'patch',
   title: 'Patch',
   description:
-    "Activation patching (TransformerLens patching module, denoising): clean and corrupted prompts of equal token length; patch the clean activation into the corrupted run at resid_pre, attn_out and mlp_out per layer × position, and each head's output (hook_z) per layer × head at all positions. Metric at the last position: normalised logit difference (answer − counterfactual; 0 = corrupted, 1 = clean). Returns the heatmaps as arrays and both baselines. Cost: 2 runs + (3·n_layers·T + n_layers·n_heads + 2·n_layers) variants in batched runs.",
+    "Activation patching (TransformerLens patching module, denoising): clean and corrupted prompts of equal token length; patch the clean activation into the corrupted run at resid_pre, attn_out and mlp_out per layer × position, and each head's output (hook_z) per layer × head at all positions. Metric at the last position: normalised logit difference (answer − counterfactual; 0 = corrupted, 1 = clean). Returns the heatmaps as arrays and both baselines. Cost: 2 runs + (3·n_layers·T + n_layers·n_heads + 2·n_layers) variants in batched runs. Dataset mode (dataset, dataset_text or generate instead of the prompts): the same per pair, with each cell's mean, per-pair values, seeded bootstrap 95% CI and sign-flip p-value; per-position scans need pairs of one token length.",
   input: patchInput,
   output: patchOutput,
   long: true,
-}).implement(async (model, input, ctx) => {
+}).implement((model, input, ctx) =>
+  hasDataset(input) ? patchDataset(model, input, ctx) : patchPair(model, input, ctx),
+);
+
+type PatchParsed = z.output<typeof patchInput>;
+type PatchDoc = z.input<typeof patchOutput>;
+
+/** one clean/corrupted pair: the single-pair form */
+async function patchPair(model: LoadedModel, input: PatchParsed, ctx: OpContext): Promise<PatchDoc> {
   const clean = inputIds(model, input);
   // the shared tokenizer check would say "The prompt is empty": name the field that is
   if (!input.corrupted_prompt && !input.corrupted_token_ids) {
@@ -261,4 +296,90 @@ export const operation = defineOperation({
     n_variants: cells.length,
     n_engine_runs: 2 + maxBatchRuns,
   };
-});
+}
+
+/**
+ * Dataset mode: patchPair on every pair (so each pair's values are exactly its single-pair run's),
+ * then per cell the mean, the per-pair values, the bootstrap CI and the sign-flip p-value.
+ */
+async function patchDataset(model: LoadedModel, input: PatchParsed, ctx: OpContext): Promise<PatchDoc> {
+  checkOneSource(input, ['prompt', 'token_ids', 'corrupted_prompt', 'corrupted_token_ids', 'answer', 'counterfactual']);
+  const perPosition = input.scans.some((s) => s !== 'head_out');
+  const { dataset, docs } = await forEachPair(
+    model,
+    input,
+    ctx,
+    (ex, c) => patchPair(model, { ...input, ...pairInputOf(ex), prompt: '', corrupted_prompt: '' }, c),
+    (d) => {
+      const lengths = new Set(d.examples.map((e) => e.clean.length));
+      if (perPosition && lengths.size > 1)
+        throw new LoupeError(
+          'BAD_INPUT',
+          `Per-position scans (${input.scans.filter((s) => s !== 'head_out').join(', ')}) need pairs of one token length; this dataset has ${lengths.size} lengths.`,
+          'Use scans ["head_out"], or pairs of one token length.',
+        );
+    },
+  );
+  const stats = new DatasetStats(docs.length, input.bootstrap_seed);
+  const components: NonNullable<PatchDoc['statistics']>['components'] = [];
+  const first = docs[0];
+  const meanGrid = (key: 'resid_pre' | 'attn_out' | 'mlp_out') => {
+    if (!first[key]) return null;
+    return first[key]!.map((row, l) =>
+      row.map((_, i) => {
+        const st = stats.of(
+          docs.map((d) => d[key]![l][i]),
+          true,
+        );
+        components.push({ scan: key, layer: l, index: i, ...st });
+        return st.mean;
+      }),
+    );
+  };
+  const resid_pre = meanGrid('resid_pre');
+  const attn_out = meanGrid('attn_out');
+  const mlp_out = meanGrid('mlp_out');
+  const head_out = first.head_out
+    ? first.head_out.map((row, l) =>
+        row.map((v, h) => {
+          if (v === null) return null;
+          const st = stats.of(
+            docs.map((d) => d.head_out![l][h] as number),
+            true,
+          );
+          components.push({ scan: 'head_out', layer: l, index: h, ...st });
+          return st.mean;
+        }),
+      )
+    : null;
+  const allPos = (key: 'attn_out_all_pos' | 'mlp_out_all_pos') =>
+    first[key]
+      ? first[key]!.map((_, l) => {
+          const st = stats.of(
+            docs.map((d) => d[key]![l]),
+            true,
+          );
+          components.push({ scan: key, layer: l, index: null, ...st });
+          return st.mean;
+        })
+      : null;
+  const attn_out_all_pos = allPos('attn_out_all_pos');
+  const mlp_out_all_pos = allPos('mlp_out_all_pos');
+  const meanOf = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
+  return {
+    ...first,
+    method: `Dataset mode over ${docs.length} pairs: each pair patched exactly as the single-pair form does (below), every cell's value the mean over the pairs of its normalised metric, with per-pair values, bootstrap CI and sign-flip p-value in statistics. The tokens, corrupted prompt, answer and counterfactual shown are the first pair's. ${first.method}`,
+    clean_logit_diff: finite(meanOf(docs.map((d) => d.clean_logit_diff))),
+    corrupted_logit_diff: finite(meanOf(docs.map((d) => d.corrupted_logit_diff))),
+    resid_pre,
+    attn_out,
+    mlp_out,
+    head_out,
+    attn_out_all_pos,
+    mlp_out_all_pos,
+    n_variants: docs.reduce((s, d) => s + d.n_variants, 0),
+    n_engine_runs: docs.reduce((s, d) => s + d.n_engine_runs, 0),
+    dataset: dataset.report,
+    statistics: { ...stats.block(), components },
+  };
+}

@@ -69,6 +69,8 @@ export interface RandomModelOptions {
   shards?: number;
   /** output directory (default: a fresh temp dir) */
   dir?: string;
+  /** words the tokenizer gets merges for first (each one token, with and without a leading space) */
+  words?: string[];
 }
 
 export interface GeneratedTensor {
@@ -272,6 +274,7 @@ export function makeRandomModel(family: Family, options: RandomModelOptions = {}
       specials,
       unk: kind === 'char' ? (tspec.unk && specials.includes(tspec.unk) ? tspec.unk : '<unk>') : tspec.unk,
       modelMaxLength: P,
+      words: o.words,
     },
     V,
   );

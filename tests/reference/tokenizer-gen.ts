@@ -18,6 +18,8 @@ export interface TokenizerSpec {
   addBos: boolean;
   tokenizerClass: string;
   modelMaxLength: number;
+  /** words to merge into single tokens before the built-in list (byte-level: also with a leading space) */
+  words?: string[];
 }
 
 export interface GeneratedTokenizer {
@@ -161,7 +163,7 @@ export function makeTokenizer(spec: TokenizerSpec, vocabSize: number): Generated
       specialIds[s] = 256 + i;
     });
     const space = table[0x20]; // 'Ġ'
-    const words = WORDS.flatMap((w) => [[space, ...w], [...w]]);
+    const words = [...(spec.words ?? []), ...WORDS].flatMap((w) => [[space, ...w], [...w]]);
     addMerges(vocab, merges, words, vocabSize);
     tokenizerJson = {
       version: '1.0',
@@ -199,7 +201,7 @@ export function makeTokenizer(spec: TokenizerSpec, vocabSize: number): Generated
       if (Object.keys(vocab).length >= vocabSize) break;
       vocab[ch] = Object.keys(vocab).length;
     }
-    const words = WORDS.map((w) => ['▁', ...w]);
+    const words = [...(spec.words ?? []), ...WORDS].map((w) => ['▁', ...w]);
     addMerges(vocab, merges, words, vocabSize);
     tokenizerJson = {
       version: '1.0',

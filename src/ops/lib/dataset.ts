@@ -18,12 +18,13 @@
  * from a file, inline or generated — say so.
  */
 import { z } from 'zod';
-import { LoupeError } from '../../engine/errors';
+import { LoupeError, throwIfAborted } from '../../engine/errors';
 import type { LoadedModel } from '../../engine/api';
 import { CAPS, checkTokenCount } from '../../engine/caps';
 import { resolveToken } from './tokens';
 import { sha256Hex } from './corpus';
 import { rng } from './math';
+import type { OpContext } from '../types';
 
 const ids = z.array(z.number().int().min(0)).min(1);
 
@@ -479,4 +480,55 @@ export function generateDataset(model: LoadedModel, g: GenerateSpec, prependBos:
     });
   }
   return pairs;
+}
+
+/**
+ * A single-pair operation run once per pair of the dataset its input names (its dataset mode):
+ * `perPair` gets each example with a context whose progress says which pair it is on, and
+ * returns that pair's document. Cancellation is checked between pairs.
+ */
+export async function forEachPair<D>(
+  model: LoadedModel,
+  input: DatasetInput,
+  ctx: OpContext,
+  perPair: (ex: Example, ctx: OpContext) => Promise<D>,
+  /** checks of the whole dataset before the first pair runs */
+  before?: (dataset: Dataset) => void,
+): Promise<{ dataset: Dataset; docs: D[] }> {
+  const dataset = await resolveDataset(model, input);
+  before?.(dataset);
+  const docs: D[] = [];
+  const n = dataset.examples.length;
+  for (const ex of dataset.examples) {
+    throwIfAborted(ctx.signal);
+    const k = docs.length + 1;
+    docs.push(
+      await perPair(ex, {
+        ...ctx,
+        onProgress: (p) => ctx.onProgress?.({ stage: `pair ${k}/${n}: ${p.stage}`, done: p.done, total: p.total }),
+      }),
+    );
+  }
+  return { dataset, docs };
+}
+
+/** a pair as the single-pair inputs of the patching operations take it (token ids, "#id" tokens) */
+export const pairInputOf = (ex: Example) => ({
+  token_ids: ex.clean,
+  corrupted_token_ids: ex.corrupted,
+  answer: `#${ex.answer}`,
+  counterfactual: `#${ex.counterfactual}`,
+});
+
+/** BAD_INPUT when a single-pair prompt is given beside a dataset */
+export function checkOneSource(input: Record<string, unknown>, promptFields: string[]): void {
+  const given = promptFields.filter((f) => {
+    const v = input[f];
+    return v !== undefined && v !== '' && !(Array.isArray(v) && v.length === 0);
+  });
+  if (given.length)
+    throw bad(
+      `Give either a dataset or a single pair: ${given.join(', ')} and a dataset were both given.`,
+      'Leave the prompt fields empty in dataset mode (each pair carries its own prompts and tokens).',
+    );
 }
