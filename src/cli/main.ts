@@ -116,6 +116,12 @@ async function runOperation(op: AnyOperation, argv: string[], io: Io): Promise<n
       throw e;
     }
     const backend = flags.get('backend');
+    const idle = flags.get('idle-timeout');
+    if (idle !== undefined) {
+      if (typeof idle !== 'string' || !(Number(idle) > 0))
+        throw new UsageError(`--idle-timeout needs a number of seconds above 0 (got '${idle}').`);
+      process.env.LOUPE_IDLE_TIMEOUT = idle; // read by every download of this process (http-source.ts)
+    }
     const say = progressPrinter(io, quiet);
     const weights = flags.get('weights');
     let model: LoadedModel;

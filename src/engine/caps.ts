@@ -144,6 +144,16 @@ export function checkCap(
   }
 }
 
+/** TOO_LARGE: a file over the bound its reader set (the size the plan judged, or a small file's cap). */
+export function fileTooLarge(file: string, bytes: number, maxBytes: number, declared: boolean): LoupeError {
+  return new LoupeError(
+    'TOO_LARGE',
+    `${file} ${declared ? 'declares' : 'has more than'} ${fmt(bytes)} bytes, more than the ${fmt(maxBytes)} it may have.`,
+    'The file is larger than the plan judged before the download (or than Loupe reads for such a file); nothing of it was kept.',
+    { file, bytes, maxBytes },
+  );
+}
+
 /** A dimension read from config.json: a positive integer within its cap, else BAD_CONFIG naming the field. */
 export function checkDim(cap: CapName, value: unknown, field: string): number {
   const hint = "The model's config.json is damaged or hostile.";

@@ -88,4 +88,8 @@ export const env = {
   get token(): string | undefined {
     return probeToken();
   },
+  /** an environment variable of the process (Node; undefined in a page), read when asked */
+  variable(name: string): string | undefined {
+    return processEnv()[name];
+  },
 };

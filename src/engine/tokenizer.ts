@@ -26,16 +26,17 @@ function quantifierAt(src: string, i: number): { len: number; unbounded: boolean
 }
 
 /**
- * Whether a regex repeats a group that itself holds an unbounded repetition — (a+)+, (?:\s*)*,
- * ([^\d]+)+\d — the shape whose backtracking is exponential in the text's length: a failing match
- * of 30 characters then never ends. No tokenizer the Hub ships has one (their patterns repeat
- * character classes, not groups of repetitions).
+ * Why a regex's backtracking can be exponential in the text's length, or undefined: it repeats
+ * without bound a group that itself repeats without bound — (a+)+, (?:\s*)*, ([^\d]+)+\d — or a
+ * group of alternatives — (x|x)*y. A failing match of 30 characters then never ends. No tokenizer
+ * the Hub ships has either (their patterns repeat character classes, and alternate at the top).
  */
-export function nestsQuantifiers(src: string): boolean {
-  const stack: boolean[] = [false]; // per open group: does it hold an unbounded repetition?
+export function backtrackingRisk(src: string): string | undefined {
+  // per open group: does it hold an unbounded repetition, an alternation?
+  const stack: { holds: boolean; alt: boolean }[] = [{ holds: false, alt: false }];
   for (let i = 0; i < src.length;) {
     const c = src[i];
-    let atomHolds = false;
+    let closed: { holds: boolean; alt: boolean } | undefined;
     if (c === '\\') {
       i += 2;
       if ('pPuk'.includes(src[i - 1]) && src[i] === '{') i = Math.max(i, src.indexOf('}', i) + 1);
@@ -44,7 +45,7 @@ export function nestsQuantifiers(src: string): boolean {
       for (i++; i < src.length && src[i] !== ']'; i++) if (src[i] === '\\') i++;
       i++;
     } else if (c === '(') {
-      stack.push(false);
+      stack.push({ holds: false, alt: false });
       i++;
       if (src[i] === '?') {
         i++;
@@ -60,18 +61,23 @@ export function nestsQuantifiers(src: string): boolean {
       }
       continue;
     } else if (c === ')') {
-      atomHolds = stack.length > 1 ? stack.pop()! : false;
+      closed = stack.length > 1 ? stack.pop()! : undefined;
       i++;
-    } else if (c === '|' || c === '^' || c === '$') {
+    } else if (c === '|') {
+      stack[stack.length - 1].alt = true;
+      i++;
+      continue;
+    } else if (c === '^' || c === '$') {
       i++;
       continue;
     } else i++;
     const q = quantifierAt(src, i);
-    if (q.unbounded && atomHolds) return true;
-    if (q.unbounded || atomHolds) stack[stack.length - 1] = true;
+    if (q.unbounded && closed?.holds) return 'it repeats a group that itself repeats without bound';
+    if (q.unbounded && closed?.alt) return 'it repeats a group of alternatives without bound';
+    if (q.unbounded || closed?.holds) stack[stack.length - 1].holds = true;
     i += q.len;
   }
-  return false;
+  return undefined;
 }
 
 /** Every regex in a tokenizer.json (normalizers, pre-tokenizers, decoders: `{"Regex": "…"}`), checked when it is loaded. */
@@ -95,10 +101,11 @@ export function checkTokenizerPatterns(json: unknown, where = 'tokenizer.json'):
             `${where}: a pattern has ${x.length} characters, more than the limit of ${CAPS.maxTokenizerRegexChars} (maxTokenizerRegexChars).`,
             "The model's tokenizer.json is damaged or hostile.",
           );
-        if (nestsQuantifiers(x))
+        const risk = backtrackingRisk(x);
+        if (risk)
           throw new LoupeError(
             'UNSUPPORTED_CONFIG',
-            `${where}: the pattern ${JSON.stringify(x.slice(0, 80))} repeats a group that itself repeats without bound; its matching can take exponential time.`,
+            `${where}: the pattern ${JSON.stringify(x.slice(0, 80))} is refused: ${risk}, so matching it can take exponential time.`,
             "The model's tokenizer.json is damaged or hostile; no tokenizer the Hub ships has such a pattern.",
             { pattern: x.slice(0, 200) },
           );

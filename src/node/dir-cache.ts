@@ -19,6 +19,7 @@ import {
 } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
+import { LoupeError } from '../engine/errors';
 import type { ByteCache, CacheEntryInfo, CacheKey, CacheSink, RangeRead } from '../engine/source/types';
 
 const PARTIAL = '.partial';
@@ -34,6 +35,13 @@ export function defaultCacheDir(): string {
  * caller maps an empty revision to '@', which encodeURIComponent never produces.) */
 function enc(s: string): string {
   const e = encodeURIComponent(s);
+  // a file system's name limit is 255 bytes: a longer key is refused, not an ENAMETOOLONG later
+  if (e.length > 255)
+    throw new LoupeError(
+      'BAD_INPUT',
+      `"${s.slice(0, 60)}…" is too long to be a name in the model cache (${e.length} bytes encoded, at most 255).`,
+      'A model id, revision or file name this long is not one the Hub serves.',
+    );
   return e === '.' ? '%2E' : e === '..' ? '%2E%2E' : e;
 }
 const dec = decodeURIComponent;
@@ -52,8 +60,9 @@ export class DirCache implements ByteCache {
     return path.join(this.modelDir(k), enc(k.file));
   }
 
-  async get(key: CacheKey): Promise<Uint8Array | undefined> {
+  async get(key: CacheKey, opts: { maxBytes?: number } = {}): Promise<Uint8Array | undefined> {
     try {
+      if (opts.maxBytes != null && (await fsp.stat(this.filePath(key))).size > opts.maxBytes) return undefined;
       const b = await fsp.readFile(this.filePath(key));
       return new Uint8Array(b.buffer, b.byteOffset, b.byteLength);
     } catch {

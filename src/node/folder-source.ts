@@ -9,6 +9,7 @@
  */
 import { promises as fsp, statSync } from 'node:fs';
 import * as path from 'node:path';
+import { fileTooLarge } from '../engine/caps';
 import { LoupeError } from '../engine/errors';
 import type { FetchOptions, ModelRef, ModelSource, RangeRead } from '../engine/source/types';
 import { checkLocalPath, type LocalAccess } from './local-access';
@@ -66,8 +67,13 @@ export class FolderSource implements ModelSource {
     const p = this.localPath(file);
     let bytes: Buffer;
     try {
+      if (opts.maxBytes != null) {
+        const size = (await fsp.stat(p)).size;
+        if (size > opts.maxBytes) throw fileTooLarge(file, size, opts.maxBytes, true);
+      }
       bytes = await fsp.readFile(p, { signal: opts.signal });
     } catch (e) {
+      if (e instanceof LoupeError) throw e;
       const code = (e as NodeJS.ErrnoException).code;
       if ((e as Error).name === 'AbortError') throw new LoupeError('ABORTED', 'The operation was cancelled.');
       if (code === 'ENOENT') {

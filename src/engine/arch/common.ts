@@ -37,7 +37,13 @@ export function dim(config: Config, keys: string[], cap: CapName, fallback?: num
   return num(config, keys);
 }
 
-/** A tensor that must exist with the given shape (undefined entries in `shape` are not checked). */
+/** the dtypes the graph runs weights in (graph/onnx-builder.ts rawWeight) */
+export const WEIGHT_DTYPES: readonly string[] = ['F32', 'F16', 'BF16'];
+
+/**
+ * A tensor that must exist with the given shape (undefined entries in `shape` are not checked),
+ * stored in a dtype the graph runs (checked from the headers, before any weight byte).
+ */
 export function need(t: TensorIndex, name: string, shape?: (number | undefined)[]): string {
   const e = t.get(name);
   if (!e)
@@ -46,6 +52,13 @@ export function need(t: TensorIndex, name: string, shape?: (number | undefined)[
       `Tensor ${name} is missing from the weights.`,
       'The safetensors files do not match config.json (wrong model type, or an incomplete download).',
       { tensor: name },
+    );
+  if (!WEIGHT_DTYPES.includes(e.dtype))
+    throw new LoupeError(
+      'SAFETENSORS_UNKNOWN_DTYPE',
+      `Tensor ${name} is stored as ${e.dtype}; Loupe runs weights stored as ${WEIGHT_DTYPES.join(', ')}.`,
+      'Convert the checkpoint to float32, float16 or bfloat16 (e.g. save_pretrained after model.to(torch.float16)).',
+      { tensor: name, dtype: e.dtype },
     );
   if (shape) {
     const ok = e.shape.length === shape.length && shape.every((d, i) => d === undefined || d === e.shape[i]);

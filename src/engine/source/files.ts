@@ -195,7 +195,14 @@ async function readWeights(
     await pool(plan.weightFiles, opts.concurrency ?? 2, ctl, async (file) => {
       let r: WeightFileResult | null;
       try {
-        r = await reader.read(file, { ...base, signal: ctl.signal, optional: true, head: plan.heads.get(file) });
+        r = await reader.read(file, {
+          ...base,
+          signal: ctl.signal,
+          optional: true,
+          head: plan.heads.get(file),
+          // the size judged from the header bounds the download (a gzip or chunked body included)
+          ...(plan.sizes.has(file) ? { maxBytes: plan.sizes.get(file) } : {}),
+        });
       } catch (e) {
         if (e instanceof LoupeError && e.code === 'FILE_NOT_FOUND') r = null;
         else throw e;

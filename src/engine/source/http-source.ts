@@ -15,7 +15,17 @@
  * Errors: 404 -> FILE_NOT_FOUND (MODEL_NOT_FOUND when the Hub says the repository does not exist),
  * 401/403 -> HTTP_ERROR with a token hint, other statuses -> HTTP_ERROR, network -> NETWORK_ERROR,
  * abort -> ABORTED.
+ *
+ * Bounds (caps.ts): `maxBytes` caps a file's size, counted in decoded bytes (gzip/br, chunked or
+ * not): a larger declared size, or a body that runs past it, is TOO_LARGE, and the partial entry
+ * is deleted. `validate` runs on a small file's bytes before they are cached (a cached entry that
+ * fails it is deleted and fetched again; bytes that fail it are never kept). Every request has an
+ * idle timeout (no byte for idleTimeoutMs: NETWORK_ERROR, retried like a cut connection) and every
+ * download an overall deadline over its retries (deadlineMs, plus the time its bytes — the declared
+ * size, else maxBytes — take at CAPS.requestMinRateBytesPerS: DEADLINE_EXCEEDED).
  */
+import { CAPS, fileTooLarge } from '../caps';
+import { env } from '../env';
 import { LoupeError } from '../errors';
 import type { ByteCache, CacheKey, FetchOptions, FileProgress, ModelRef, ModelSource, RangeRead } from './types';
 
@@ -26,28 +36,40 @@ export interface HttpSourceOptions {
   retries?: number;
   /** first retry delay in ms, doubled each time (default 300) */
   retryDelayMs?: number;
+  /** ms a request may wait for its next byte (default $LOUPE_IDLE_TIMEOUT s, else CAPS.idleTimeoutS) */
+  idleTimeoutMs?: number;
+  /** ms one download may take before the bytes it may carry are counted in (default $LOUPE_REQUEST_DEADLINE s, else CAPS.requestDeadlineS) */
+  deadlineMs?: number;
 }
+
+/** Preallocate a body of known size up to this; beyond it the buffer grows as bytes arrive. */
+const MAX_PREALLOCATE = 1024 ** 3;
 
 /** A growable byte buffer; preallocated when the total size is known so nothing is copied twice. */
 class ByteBuffer {
   private buf: Uint8Array;
   length = 0;
   constructor(capacity: number) {
-    this.buf = new Uint8Array(Math.max(capacity, 0));
+    this.buf = new Uint8Array(Math.min(Math.max(capacity, 0), MAX_PREALLOCATE));
   }
   reserve(n: number): void {
-    if (n <= this.buf.byteLength) return;
+    if (n <= this.buf.byteLength || n > MAX_PREALLOCATE) return;
     const next = new Uint8Array(Math.max(n, this.buf.byteLength * 2, 1 << 16));
     next.set(this.buf.subarray(0, this.length));
     this.buf = next;
   }
   append(chunk: Uint8Array): void {
     this.reserve(this.length + chunk.byteLength);
+    if (this.length + chunk.byteLength > this.buf.byteLength) {
+      const next = new Uint8Array(Math.max(this.length + chunk.byteLength, this.buf.byteLength * 2));
+      next.set(this.buf.subarray(0, this.length));
+      this.buf = next;
+    }
     this.buf.set(chunk, this.length);
     this.length += chunk.byteLength;
   }
   reset(capacity: number): void {
-    this.buf = new Uint8Array(Math.max(capacity, 0));
+    this.buf = new Uint8Array(Math.min(Math.max(capacity, 0), MAX_PREALLOCATE));
     this.length = 0;
   }
   /** the bytes received; the exact-size buffer itself when it is full (no copy) */
@@ -80,6 +102,76 @@ function parseContentRange(v: string | null): { start: number; total: number | n
   const m = v && /^bytes\s+(\d+)-(\d+)\/(\d+|\*)$/i.exec(v.trim());
   if (!m) return undefined;
   return { start: Number(m[1]), total: m[3] === '*' ? null : Number(m[3]) };
+}
+
+/**
+ * The idle timeout of one request and the deadline of the download it belongs to: `signal` aborts
+ * the fetch when the caller aborts, when no byte came for `idleMs`, or at `deadlineAt`.
+ */
+class Watch {
+  private readonly ctl = new AbortController();
+  private idle?: ReturnType<typeof setTimeout>;
+  private deadline?: ReturnType<typeof setTimeout>;
+  private readonly onOuter = () => this.ctl.abort();
+  why?: 'idle' | 'deadline';
+  constructor(
+    private readonly outer: AbortSignal | undefined,
+    private readonly idleMs: number,
+    deadlineAt: number,
+  ) {
+    outer?.addEventListener('abort', this.onOuter, { once: true });
+    if (outer?.aborted) this.ctl.abort();
+    this.setDeadline(deadlineAt);
+    this.tick();
+  }
+  /** move the deadline (a download of unknown size learns its size from the response) */
+  setDeadline(at: number): void {
+    clearTimeout(this.deadline);
+    this.deadline = setTimeout(() => this.fire('deadline'), Math.max(0, at - Date.now()));
+  }
+  get signal(): AbortSignal {
+    return this.ctl.signal;
+  }
+  private fire(why: 'idle' | 'deadline'): void {
+    this.why ??= why;
+    this.ctl.abort();
+  }
+  /** a byte (or the response's headers) arrived */
+  tick(): void {
+    clearTimeout(this.idle);
+    this.idle = setTimeout(() => this.fire('idle'), this.idleMs);
+  }
+  done(): void {
+    clearTimeout(this.idle);
+    clearTimeout(this.deadline);
+    this.outer?.removeEventListener('abort', this.onOuter);
+  }
+  /** the error when the watch stopped the request (undefined: the caller aborted, or it did not stop) */
+  error(file: string, url: string, loaded: number): LoupeError | Retryable | undefined {
+    if (this.why === 'deadline')
+      return new LoupeError(
+        'DEADLINE_EXCEEDED',
+        `${file} did not arrive within its deadline (${loaded} bytes received from ${url}).`,
+        'The server is too slow or stalls; try again later, or raise the deadline ($LOUPE_REQUEST_DEADLINE, seconds).',
+        { file, url, loaded },
+      );
+    if (this.why === 'idle')
+      return new Retryable(
+        new LoupeError(
+          'NETWORK_ERROR',
+          `No byte of ${file} arrived for ${Math.round(this.idleMs / 1000)} s (${loaded} bytes received from ${url}).`,
+          'The server stalled; try again (finished bytes are kept), or raise the idle timeout (--idle-timeout, $LOUPE_IDLE_TIMEOUT).',
+          { file, url, loaded },
+        ),
+      );
+    return undefined;
+  }
+}
+
+/** seconds from an environment variable, when it holds a positive number */
+function envSeconds(name: string): number | undefined {
+  const v = Number(env.variable(name));
+  return Number.isFinite(v) && v > 0 ? v : undefined;
 }
 
 /** Failures worth another try: the connection, not the request, was the problem. */
@@ -126,11 +218,20 @@ export abstract class HttpSource implements ModelSource {
   protected readonly fetchImpl: typeof fetch;
   protected readonly defaultRetries: number;
   protected readonly retryDelayMs: number;
+  protected readonly idleTimeoutMs: number;
+  protected readonly deadlineMs: number;
 
   constructor(opts: HttpSourceOptions = {}) {
     this.fetchImpl = opts.fetch ?? ((...args: Parameters<typeof fetch>) => globalThis.fetch(...args));
     this.defaultRetries = opts.retries ?? 2;
     this.retryDelayMs = opts.retryDelayMs ?? 300;
+    this.idleTimeoutMs = opts.idleTimeoutMs ?? (envSeconds('LOUPE_IDLE_TIMEOUT') ?? CAPS.idleTimeoutS) * 1000;
+    this.deadlineMs = opts.deadlineMs ?? (envSeconds('LOUPE_REQUEST_DEADLINE') ?? CAPS.requestDeadlineS) * 1000;
+  }
+
+  /** when a download started at `start` that may carry `bytes` must be done by */
+  private deadlineFor(bytes: number | null | undefined, start = Date.now()): number {
+    return start + this.deadlineMs + ((bytes ?? 0) / CAPS.requestMinRateBytesPerS) * 1000;
   }
 
   /** Hint for 401/403; the Hub overrides it to talk about tokens and gated models. */
@@ -152,11 +253,13 @@ export abstract class HttpSource implements ModelSource {
     const key = this.cacheKey(file);
     if (signal?.aborted) throw new LoupeError('ABORTED', 'The operation was cancelled.');
     if (cache) {
-      const hit = await cache.get(key);
-      if (hit) {
+      const hit = await cache.get(key, opts.maxBytes != null ? { maxBytes: opts.maxBytes } : undefined);
+      if (hit && this.valid(hit, opts)) {
         opts.onProgress?.({ file, loaded: hit.byteLength, total: hit.byteLength, cached: true, done: true });
         return hit;
       }
+      // an entry too large or failing validation (cached by an older Loupe) is not kept: fetch it again
+      if (hit || (opts.maxBytes != null && (await cache.hasComplete?.(key)))) await cache.delete(key).catch(() => {});
     }
     if (opts.optional && cache?.isMissing && (await cache.isMissing(key).catch(() => false))) return null;
     if (opts.cacheOnly) return null;
@@ -184,11 +287,23 @@ export abstract class HttpSource implements ModelSource {
         /* the cache is best effort */
       }
     };
-    if (!(await this.download(file, state, opts, save))) {
+    const discard = async () => {
+      buf.reset(0);
+      if (cache) await cache.delete(key).catch(() => {});
+    };
+    if (!(await this.download(file, state, opts, save, discard))) {
       await this.rememberMissing(file, cache);
       return null;
     }
     const bytes = buf.bytes();
+    if (opts.validate) {
+      try {
+        opts.validate(bytes);
+      } catch (e) {
+        await discard();
+        throw e;
+      }
+    }
     if (cache) {
       try {
         await cache.put(key, bytes);
@@ -198,6 +313,16 @@ export abstract class HttpSource implements ModelSource {
     }
     opts.onProgress?.({ file, loaded: bytes.byteLength, total: bytes.byteLength, done: true });
     return bytes;
+  }
+
+  /** whether cached bytes pass the caller's validation */
+  private valid(bytes: Uint8Array, opts: FetchOptions): boolean {
+    try {
+      opts.validate?.(bytes);
+      return true;
+    } catch {
+      return false;
+    }
   }
 
   /**
@@ -232,8 +357,13 @@ export abstract class HttpSource implements ModelSource {
       onMeta: () => sink.setMeta({ etag: state.etag, ...(state.total != null ? { total: state.total } : {}) }),
     };
     let found: boolean;
+    const discard = async () => {
+      sink.reset();
+      await sink.suspend().catch(() => {});
+      await cache.delete(key).catch(() => {});
+    };
     try {
-      found = await this.download(file, state, opts, () => sink.suspend());
+      found = await this.download(file, state, opts, () => sink.suspend(), discard);
     } catch (e) {
       await sink.suspend().catch(() => {});
       throw e;
@@ -309,9 +439,10 @@ export abstract class HttpSource implements ModelSource {
     const url = this.url(file);
     let retriesLeft = opts.retries ?? this.defaultRetries;
     let delay = this.retryDelayMs;
+    const deadlineAt = this.deadlineFor(length);
     for (;;) {
       try {
-        return await this.rangeAttempt(file, url, offset, length, opts);
+        return await this.rangeAttempt(file, url, offset, length, opts, deadlineAt);
       } catch (e) {
         if (e instanceof Retryable) {
           if (retriesLeft-- > 0) {
@@ -333,13 +464,33 @@ export abstract class HttpSource implements ModelSource {
     offset: number,
     length: number,
     opts: FetchOptions,
+    deadlineAt: number,
+  ): Promise<RangeRead | null> {
+    const watch = new Watch(opts.signal, this.idleTimeoutMs, deadlineAt);
+    try {
+      return await this.rangeWatched(file, url, offset, length, opts, watch);
+    } catch (e) {
+      throw watch.error(file, url, 0) ?? e;
+    } finally {
+      watch.done();
+    }
+  }
+
+  private async rangeWatched(
+    file: string,
+    url: string,
+    offset: number,
+    length: number,
+    opts: FetchOptions,
+    watch: Watch,
   ): Promise<RangeRead | null> {
     const res = await this.request(
       file,
       url,
       { ...this.headersFor(url), Range: `bytes=${offset}-${offset + length - 1}` },
-      opts.signal,
+      watch.signal,
     );
+    watch.tick();
     const drop = () => res.body?.cancel().catch(() => {});
     if (res.status === 404) {
       await drop();
@@ -401,6 +552,7 @@ export abstract class HttpSource implements ModelSource {
         while (got < length) {
           const { done, value } = await reader.read();
           if (done) break;
+          watch.tick();
           const from = Math.max(0, skip - seen);
           seen += value.byteLength;
           if (from >= value.byteLength) continue;
@@ -409,7 +561,7 @@ export abstract class HttpSource implements ModelSource {
           got += piece.byteLength;
         }
       } catch (e) {
-        if (isAbort(e, opts.signal)) throw e;
+        if (isAbort(e, watch.signal)) throw e;
         throw new Retryable(
           new LoupeError('NETWORK_ERROR', `Connection lost while reading ${file}.`, 'Try again.', { file, url }),
         );
@@ -433,6 +585,7 @@ export abstract class HttpSource implements ModelSource {
     state: DownloadState,
     opts: FetchOptions,
     save: () => Promise<void>,
+    discard: () => Promise<void>,
   ): Promise<boolean> {
     const { signal, onProgress } = opts;
     const url = this.url(file);
@@ -440,10 +593,15 @@ export abstract class HttpSource implements ModelSource {
     let retriesLeft = opts.retries ?? this.defaultRetries;
     let delay = this.retryDelayMs;
     let restarted = false;
+    const startedAt = Date.now();
     for (;;) {
       try {
-        return await this.attempt(file, url, state, signal, report, opts.optional);
+        return await this.attempt(file, url, state, { ...opts, startedAt }, report);
       } catch (e) {
+        if (e instanceof LoupeError && e.code === 'TOO_LARGE') {
+          await discard();
+          throw e;
+        }
         if (e instanceof Retryable) {
           if (e.restart && !restarted) {
             restarted = true;
@@ -496,11 +654,32 @@ export abstract class HttpSource implements ModelSource {
     file: string,
     url: string,
     state: DownloadState,
-    signal: AbortSignal | undefined,
+    opts: FetchOptions & { startedAt: number },
     report: (p: Omit<FileProgress, 'file'>) => void,
-    optional?: boolean,
+  ): Promise<boolean> {
+    const at = (bytes: number | null | undefined) => this.deadlineFor(bytes, opts.startedAt);
+    const watch = new Watch(opts.signal, this.idleTimeoutMs, at(opts.maxBytes ?? state.total));
+    try {
+      return await this.attemptWatched(file, url, state, opts, report, watch, at);
+    } catch (e) {
+      throw watch.error(file, url, state.buf.length) ?? e;
+    } finally {
+      watch.done();
+    }
+  }
+
+  private async attemptWatched(
+    file: string,
+    url: string,
+    state: DownloadState,
+    opts: FetchOptions,
+    report: (p: Omit<FileProgress, 'file'>) => void,
+    watch: Watch,
+    deadlineAt: (bytes: number | null | undefined) => number,
   ): Promise<boolean> {
     const { buf } = state;
+    const { optional, maxBytes } = opts;
+    const signal = watch.signal;
     const headers: Record<string, string> = { ...this.headersFor(url) };
     const resumeFrom = buf.length;
     if (resumeFrom > 0) {
@@ -509,6 +688,7 @@ export abstract class HttpSource implements ModelSource {
       if (state.etag && !state.etag.startsWith('W/')) headers['If-Range'] = state.etag;
     }
     const res = await this.request(file, url, headers, signal);
+    watch.tick();
     const drop = () => res.body?.cancel().catch(() => {});
     if (res.status === 404) {
       await drop();
@@ -583,7 +763,13 @@ export abstract class HttpSource implements ModelSource {
       state.onMeta?.();
     }
     let total = state.total;
+    if (maxBytes != null && total != null && total > maxBytes) {
+      await drop();
+      throw fileTooLarge(file, total, maxBytes, true);
+    }
     if (total != null) buf.reserve?.(total);
+    // the time allowed for the bytes: the declared size's, when it is known and below the bound
+    if (total != null) watch.setDeadline(deadlineAt(Math.min(total, maxBytes ?? Infinity)));
     report({ loaded: buf.length, total });
 
     if (!res.body) {
@@ -594,6 +780,12 @@ export abstract class HttpSource implements ModelSource {
       for (;;) {
         const { done, value } = await reader.read();
         if (done) break;
+        watch.tick();
+        // decoded bytes: a gzip, br or chunked body is counted as what it becomes
+        if (maxBytes != null && buf.length + value.byteLength > maxBytes) {
+          reader.cancel().catch(() => {});
+          throw fileTooLarge(file, buf.length + value.byteLength, maxBytes, false);
+        }
         if (total != null && buf.length + value.byteLength > total) {
           if (res.status === 206) {
             throw new LoupeError('HTTP_ERROR', `${url} sent more bytes than its declared size ${total}.`, undefined, {

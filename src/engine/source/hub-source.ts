@@ -9,6 +9,7 @@
  * Authorization on cross-origin redirects. The Hub's `X-Error-Code` header tells a missing
  * repository (MODEL_NOT_FOUND) from a missing file (FILE_NOT_FOUND) and a gated one.
  */
+import { CAPS } from '../caps';
 import { LoupeError } from '../errors';
 import { HttpSource, type HttpSourceOptions } from './http-source';
 import type { ByteCache, CacheKey, ModelRef } from './types';
@@ -70,12 +71,18 @@ export class HubSource extends HttpSource {
       throw new LoupeError('BAD_INPUT', `Hub endpoint "${endpoint}" is not a URL.`, 'Use e.g. https://huggingface.co');
     }
     checkHubId(id);
-    if (opts.revision !== undefined && (opts.revision === '' || /[\s]/.test(opts.revision))) {
+    // '.' and '..' would move the request's path (…/resolve/../config.json); a revision longer than
+    // maxNameChars could name no cache folder
+    const rev = opts.revision;
+    if (
+      rev !== undefined &&
+      (rev === '' || /[\s]/.test(rev) || rev === '.' || rev === '..' || rev.length > CAPS.maxNameChars)
+    ) {
       throw new LoupeError(
         'BAD_INPUT',
-        `"${opts.revision}" is not a valid revision.`,
-        'Give a branch, tag or commit hash (default main).',
-        { revision: opts.revision },
+        `"${rev.length > 80 ? `${rev.slice(0, 80)}…` : rev}" is not a valid revision.`,
+        `Give a branch, tag or commit hash (default main), at most ${CAPS.maxNameChars} characters.`,
+        { revision: rev.slice(0, 200) },
       );
     }
     this.endpoint = endpoint;

@@ -90,12 +90,16 @@ export class IdbCache implements ByteCache {
     this.dbp = undefined;
   }
 
-  private async read(key: CacheKey, complete: boolean): Promise<{ bytes: Uint8Array; rec: EntryRecord } | undefined> {
+  private async read(
+    key: CacheKey,
+    complete: boolean,
+    maxBytes = Infinity,
+  ): Promise<{ bytes: Uint8Array; rec: EntryRecord } | undefined> {
     const db = await this.db();
     const k = fileKey(key);
     const tx = db.transaction(['entries', 'chunks'], 'readonly');
     const rec = await tx.objectStore('entries').get(k);
-    if (!rec || rec.missing || rec.complete !== complete) {
+    if (!rec || rec.missing || rec.complete !== complete || rec.size > maxBytes) {
       await tx.done;
       return undefined;
     }
@@ -146,8 +150,8 @@ export class IdbCache implements ByteCache {
     await tx.done;
   }
 
-  async get(key: CacheKey): Promise<Uint8Array | undefined> {
-    return (await this.read(key, true))?.bytes;
+  async get(key: CacheKey, opts: { maxBytes?: number } = {}): Promise<Uint8Array | undefined> {
+    return (await this.read(key, true, opts.maxBytes))?.bytes;
   }
 
   async put(key: CacheKey, bytes: Uint8Array): Promise<void> {

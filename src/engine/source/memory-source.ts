@@ -4,6 +4,7 @@
  *
  *   new MemorySource({ 'config.json': JSON.stringify(cfg), 'tokenizer.json': tok, 'model.safetensors': bytes }, 'my-model')
  */
+import { fileTooLarge } from '../caps';
 import { LoupeError } from '../errors';
 import type { FetchOptions, ModelRef, ModelSource, RangeRead } from './types';
 
@@ -29,6 +30,8 @@ export class MemorySource implements ModelSource {
         modelExists: true,
       });
     }
+    const size = typeof f === 'string' ? f.length : f instanceof Uint8Array ? f.byteLength : f.size;
+    if (opts.maxBytes != null && size > opts.maxBytes) throw fileTooLarge(file, size, opts.maxBytes, true);
     const bytes =
       typeof f === 'string'
         ? new TextEncoder().encode(f)

@@ -16,6 +16,11 @@
  *
  * Complete cache entries answer without a request, and remembered misses (an optional file's
  * 404) are not asked again, so a fully cached plan makes no request at all.
+ *
+ * Limits (caps.ts): each small file is read with its cap and validated before it is cached
+ * (fetchJson); the index names at most maxShards files, and the headers are at most
+ * maxHeaderBytes each and maxHeaderBytesTotal together, counted before each header is read. The
+ * size judged for each weight file (plan.sizes) then bounds its download.
  */
 import { checkConfig, describeModel, textTensorFilter } from '../arch/index';
 import {
@@ -28,8 +33,10 @@ import {
   type WeightPrecision,
   type WeightStats,
 } from '../budget';
+import { CAPS, checkCap, type CapName } from '../caps';
 import { LoupeError } from '../errors';
 import { specTensorNames } from '../params';
+import { checkTokenizerPatterns } from '../tokenizer';
 import { addHeader, parseSafetensorsHeader, safetensorsHeaderLength, type SafetensorsHeader } from '../safetensors';
 import type { TensorEntry, WeightSet } from '../safetensors-types';
 import type {
@@ -80,6 +87,8 @@ export interface ModelPlan {
   tensors: Map<string, TensorEntry> | null;
   /** parameters of all those tensors by stored dtype (judgeModel counts only those the model uses) */
   stats: WeightStats | null;
+  /** each weight file's size as judged: where its header's last tensor ends (or the declared size if smaller); its download may be no larger */
+  sizes: Map<string, number>;
   /** size of all weight files */
   weightBytes: number;
   /** weight bytes not yet complete in the cache: what the load will download */
@@ -113,6 +122,32 @@ export function parseJson(
   return v as Record<string, unknown>;
 }
 
+/**
+ * A small JSON file read with its cap (caps.ts) and parsed as the check that runs before it is
+ * cached: a file over the cap, or one that does not parse (or fails `check`), is not kept.
+ * Null for an optional file that is missing.
+ */
+export async function fetchJson(
+  source: ModelSource,
+  file: string,
+  opts: FetchOptions,
+  cap: CapName,
+  code: 'BAD_CONFIG' | 'MISSING_TOKENIZER' | 'BAD_INDEX',
+  check?: (json: Record<string, unknown>) => void,
+): Promise<Record<string, unknown> | null> {
+  let parsed: Record<string, unknown> | undefined;
+  const validate = (bytes: Uint8Array) => {
+    parsed = undefined;
+    const json = parseJson(bytes, file, code);
+    check?.(json);
+    parsed = json;
+  };
+  const bytes = await source.fetchFile(file, { ...opts, maxBytes: CAPS[cap], validate });
+  if (!bytes) return null;
+  if (!parsed) validate(bytes); // a source that does not run validate (a folder, memory)
+  return parsed!;
+}
+
 /** Check the index: a weight_map of tensor -> shard file name, shards safe relative names. */
 export function validateIndex(json: Record<string, unknown>): {
   weight_map: Record<string, string>;
@@ -133,6 +168,7 @@ export function validateIndex(json: Record<string, unknown>): {
   for (const [tensor, shard] of Object.entries(wm as Record<string, unknown>)) {
     if (
       typeof shard !== 'string' ||
+      shard.length > CAPS.maxNameChars ||
       !shard.endsWith('.safetensors') ||
       shard.startsWith('/') ||
       shard.split('/').some((p) => p === '..' || p === '' || p === '.')
@@ -147,6 +183,9 @@ export function validateIndex(json: Record<string, unknown>): {
     if (!seen.has(shard)) {
       seen.add(shard);
       shards.push(shard);
+      checkCap('maxShards', shards.length, `${WEIGHTS_INDEX}: the number of shards`, {
+        hint: 'No published model has this many weight files; the index is damaged or hostile.',
+      });
     }
   }
   if (shards.length === 0)
@@ -205,6 +244,8 @@ export async function forgetIfCorrupt<T>(
 export interface HeaderRead {
   header: SafetensorsHeader;
   size: number;
+  /** the most bytes the file may have: where its last tensor ends, or the declared size if smaller */
+  bound: number;
   /** both reads came from the cache */
   cached: boolean;
   /** bytes of the file already in the cache (the download fetches size - stored) */
@@ -221,6 +262,7 @@ export async function readWeightHeader(
   source: ModelSource & Required<Pick<ModelSource, 'readRange'>>,
   file: string,
   opts: FetchOptions,
+  budget?: HeaderBudget,
 ): Promise<HeaderRead | null> {
   const first = await source.readRange(file, 0, 8, opts);
   if (!first) return null;
@@ -229,14 +271,15 @@ export async function readWeightHeader(
   const size = first.size ?? Number.MAX_SAFE_INTEGER;
   return forgetIfCorrupt(source, opts.cache, file, async () => {
     const n = safetensorsHeaderLength(first.bytes, file, size);
+    budget?.take(n, file);
     const rest =
       n > 0 ? await source.readRange(file, 8, n, { ...opts, optional: false }) : { ...first, bytes: new Uint8Array(0) };
     const head_ = new Uint8Array(8 + rest!.bytes.byteLength);
     head_.set(first.bytes.subarray(0, 8));
     head_.set(rest!.bytes, 8);
     const header = parseSafetensorsHeader(head_, file, size);
-    const end =
-      first.size ?? header.tensors.reduce((m, t) => Math.max(m, t.fileOffset + t.byteLength), header.dataStart);
+    const tensorsEnd = header.tensors.reduce((m, t) => Math.max(m, t.fileOffset + t.byteLength), header.dataStart);
+    const end = first.size ?? tensorsEnd;
     const cached = !!first.cached && !!rest!.cached;
     const stored = cached ? Math.min(first.stored ?? end, (rest as RangeRead).stored ?? end) : 0;
     // Bytes fetched for the header seed the download, when both reads saw the same version.
@@ -249,8 +292,20 @@ export async function readWeightHeader(
         .putPartial(key, head.bytes, { ...(head.etag ? { etag: head.etag } : {}), total: head.total })
         .catch(() => {});
     }
-    return { header, size: end, cached, stored, ...(head ? { head } : {}) };
+    return { header, size: end, bound: Math.min(end, tensorsEnd), cached, stored, ...(head ? { head } : {}) };
   });
+}
+
+/** The header bytes one model may read in all (maxHeaderBytesTotal), taken before each header is read. */
+export class HeaderBudget {
+  used = 0;
+  take(n: number, file: string): void {
+    this.used += n;
+    checkCap('maxHeaderBytesTotal', this.used, `the safetensors headers up to ${file}`, {
+      unit: 'bytes',
+      hint: 'Real models have a few MB of headers in all; these weight files are damaged or hostile.',
+    });
+  }
 }
 
 /** Run async jobs with at most `limit` in flight; the first failure aborts `stop` and is rethrown once all settled. */
@@ -323,9 +378,9 @@ export async function planModel(
   const ref = source.ref;
 
   // config.json: its absence usually means the model itself is not there.
-  let configBytes: Uint8Array | null;
+  let config: Record<string, unknown>;
   try {
-    configBytes = await source.fetchFile('config.json', base);
+    config = (await fetchJson(source, 'config.json', base, 'maxConfigBytes', 'BAD_CONFIG', (c) => checkConfig(c)))!;
   } catch (e) {
     if (e instanceof LoupeError && e.code === 'FILE_NOT_FOUND') {
       const d = (e.details ?? {}) as { entryNotFound?: boolean; modelExists?: boolean };
@@ -348,13 +403,18 @@ export async function planModel(
     }
     throw e;
   }
-  const config = parseJson(configBytes!, 'config.json', 'BAD_CONFIG');
-  checkConfig(config);
   // the commit this revision resolved to: from config.json's answer, or remembered by the cache
   await (source as { syncCommit?: (c?: ByteCache) => Promise<void> }).syncCommit?.(opts.cache);
 
-  const tokBytes = await source.fetchFile('tokenizer.json', { ...base, optional: true });
-  if (!tokBytes) {
+  const tokenizerJson = await fetchJson(
+    source,
+    'tokenizer.json',
+    { ...base, optional: true },
+    'maxTokenizerBytes',
+    'MISSING_TOKENIZER',
+    (t) => checkTokenizerPatterns(t),
+  );
+  if (!tokenizerJson) {
     throw new LoupeError(
       'MISSING_TOKENIZER',
       `${describe(ref)} has no tokenizer.json.`,
@@ -362,19 +422,26 @@ export async function planModel(
       { file: 'tokenizer.json' },
     );
   }
-  const tokenizerJson = parseJson(tokBytes, 'tokenizer.json', 'MISSING_TOKENIZER');
-  const tcBytes = await source.fetchFile('tokenizer_config.json', { ...base, optional: true });
-  const tokenizerConfig = tcBytes ? parseJson(tcBytes, 'tokenizer_config.json', 'BAD_CONFIG') : null;
-  const gcBytes = await source.fetchFile('generation_config.json', { ...base, optional: true });
-  const generationConfig = gcBytes ? parseJson(gcBytes, 'generation_config.json', 'BAD_CONFIG') : null;
+  const optional = { ...base, optional: true };
+  const tokenizerConfig = await fetchJson(
+    source,
+    'tokenizer_config.json',
+    optional,
+    'maxTokenizerConfigBytes',
+    'BAD_CONFIG',
+  );
+  const generationConfig = await fetchJson(source, 'generation_config.json', optional, 'maxConfigBytes', 'BAD_CONFIG');
 
   const headers = new Map<string, SafetensorsHeader>();
   const heads = new Map<string, FileHead>();
+  const sizes = new Map<string, number>();
+  const budget = new HeaderBudget();
   let weightBytes = 0,
     downloadBytes = 0,
     cachedBytes = 0;
   const note = (file: string, r: HeaderRead) => {
     headers.set(file, r.header);
+    sizes.set(file, r.bound);
     if (r.head) heads.set(file, r.head);
     weightBytes += r.size;
     downloadBytes += r.size - (r.cached ? r.stored : (r.head?.bytes.byteLength ?? 0));
@@ -384,18 +451,25 @@ export async function planModel(
 
   // The layout: a cached one first (no request), then the network: single file, else the index.
   let single: Awaited<ReturnType<typeof readWeightHeader>> | boolean = null;
-  let indexBytes: Uint8Array | null = null;
+  let indexJson: ReturnType<typeof validateIndex> | null = null;
+  const readIndex = async (o: FetchOptions) => {
+    let idx: ReturnType<typeof validateIndex> | undefined;
+    const json = await fetchJson(source, WEIGHTS_INDEX, o, 'maxIndexBytes', 'BAD_INDEX', (j) => {
+      idx = validateIndex(j);
+    });
+    return json ? (idx ?? validateIndex(json)) : null;
+  };
   if (ranged) {
-    single = await readWeightHeader(ranged, SINGLE_WEIGHTS, { ...base, optional: true, cacheOnly: true });
-    if (!single) indexBytes = await source.fetchFile(WEIGHTS_INDEX, { ...base, optional: true, cacheOnly: true });
-    if (!single && !indexBytes) {
-      single = await readWeightHeader(ranged, SINGLE_WEIGHTS, { ...base, optional: true });
-      if (!single) indexBytes = await source.fetchFile(WEIGHTS_INDEX, { ...base, optional: true });
+    single = await readWeightHeader(ranged, SINGLE_WEIGHTS, { ...optional, cacheOnly: true }, budget);
+    if (!single) indexJson = await readIndex({ ...optional, cacheOnly: true });
+    if (!single && !indexJson) {
+      single = await readWeightHeader(ranged, SINGLE_WEIGHTS, optional, budget);
+      if (!single) indexJson = await readIndex(optional);
     }
   } else {
     // No byte ranges (a custom source): only the index can be read first; a single file is judged after its download.
-    indexBytes = await source.fetchFile(WEIGHTS_INDEX, { ...base, optional: true });
-    single = !indexBytes;
+    indexJson = await readIndex(optional);
+    single = !indexJson;
   }
 
   let weightFiles: string[];
@@ -403,8 +477,8 @@ export async function planModel(
   if (single) {
     weightFiles = [SINGLE_WEIGHTS];
     if (typeof single === 'object') note(SINGLE_WEIGHTS, single);
-  } else if (indexBytes) {
-    const idx = validateIndex(parseJson(indexBytes, WEIGHTS_INDEX, 'BAD_INDEX'));
+  } else if (indexJson) {
+    const idx = indexJson;
     // a multimodal checkpoint's shards that hold none of its text model's tensors (the vision tower's) are never fetched
     const text = textTensorFilter(config);
     if (text) {
@@ -420,7 +494,7 @@ export async function planModel(
         await pool(idx.shards, opts.concurrency ?? 2, ctl, async (shard) => {
           let r: Awaited<ReturnType<typeof readWeightHeader>>;
           try {
-            r = await readWeightHeader(ranged, shard, { ...base, signal: ctl.signal, optional: true });
+            r = await readWeightHeader(ranged, shard, { ...base, signal: ctl.signal, optional: true }, budget);
           } catch (e) {
             if (e instanceof LoupeError && e.code === 'FILE_NOT_FOUND') r = null;
             else throw e;
@@ -466,6 +540,7 @@ export async function planModel(
     heads,
     tensors,
     stats,
+    sizes,
     weightBytes,
     downloadBytes,
     cachedBytes,

@@ -16,8 +16,9 @@ import { CAPS } from '../caps';
 import { LoupeError } from '../errors';
 import { loadSaeFiles, type SaeFiles } from '../sae';
 import { createSource } from './create-source';
+import { fetchJson, readWeightHeader } from './preflight';
 import { resolveModelRef, type ResolvedModelRef } from './ref';
-import type { ByteCache, FileProgress, ModelSource } from './types';
+import type { ByteCache, FetchOptions, FileHead, FileProgress, ModelSource } from './types';
 import type { WeightReader } from './files';
 import {
   loadTranscoderFiles,
@@ -70,13 +71,7 @@ export const DEFAULT_MAX_SAE_BYTES = CAPS.maxSaeBytes;
 const DTYPE_BYTES: Record<string, number> = { float32: 4, float16: 2, bfloat16: 2, float64: 8 };
 
 /** TOO_LARGE when cfg.json's sizes put the weights above maxBytes; malformed cfgs are left to the validation after loading */
-function checkSaeSize(cfgBytes: Uint8Array, maxBytes: number): void {
-  let cfg: Record<string, unknown>;
-  try {
-    cfg = JSON.parse(new TextDecoder().decode(cfgBytes));
-  } catch {
-    return;
-  }
+function checkSaeSize(cfg: Record<string, unknown>, maxBytes: number): void {
   const dIn = cfg.d_in,
     dSae = cfg.d_sae;
   if (typeof dIn !== 'number' || typeof dSae !== 'number') return;
@@ -90,6 +85,47 @@ function checkSaeSize(cfgBytes: Uint8Array, maxBytes: number): void {
       "Pick an SAE with fewer features (the limit protects this surface's memory; a surface may raise it with maxBytes).",
     );
   }
+}
+
+/**
+ * The most bytes sae_weights.safetensors may have: from its header when the source reads ranges
+ * (TOO_LARGE over maxBytes, SAE_MISMATCH when W_enc is not cfg.json's [d_in, d_sae], both before
+ * a weight byte), else maxBytes itself. The download is then held to it, and resumes after the
+ * header bytes read here (`head`).
+ */
+async function weightsBound(
+  source: ModelSource,
+  file: string,
+  cfg: Record<string, unknown> | null,
+  maxBytes: number,
+  opts: FetchOptions,
+): Promise<{ bound: number; head?: FileHead }> {
+  if (!source.readRange) return { bound: maxBytes };
+  const r = await readWeightHeader(source as ModelSource & Required<Pick<ModelSource, 'readRange'>>, file, {
+    ...opts,
+    optional: true,
+  });
+  if (!r) return { bound: maxBytes }; // absent: loadSaeFiles says FILE_NOT_FOUND
+  if (r.bound > maxBytes) {
+    const gib = (b: number) => `${(b / 1024 ** 3).toFixed(2)} GiB`;
+    throw new LoupeError(
+      'TOO_LARGE',
+      `The SAE's weights file holds ${gib(r.bound)} of tensors, more than the limit of ${gib(maxBytes)}.`,
+      "Pick an SAE with fewer features (the limit protects this surface's memory; a surface may raise it with maxBytes).",
+      { file, bytes: r.bound, maxBytes },
+    );
+  }
+  const enc = r.header.tensors.find((t) => t.name === 'W_enc');
+  if (enc && cfg && typeof cfg.d_in === 'number' && typeof cfg.d_sae === 'number') {
+    if (enc.shape.length !== 2 || enc.shape[0] !== cfg.d_in || enc.shape[1] !== cfg.d_sae)
+      throw new LoupeError(
+        'SAE_MISMATCH',
+        `The SAE's cfg.json says d_in ${cfg.d_in} × d_sae ${cfg.d_sae}, but its W_enc is [${enc.shape.join(', ')}].`,
+        'cfg.json and sae_weights.safetensors disagree: the SAE folder is damaged.',
+        { file },
+      );
+  }
+  return { bound: r.bound, ...(r.head ? { head: r.head } : {}) };
 }
 
 function joinPath(dir: string, file: string): string {
@@ -136,13 +172,29 @@ export function makeSaeLoaders(plan: (source: string) => SaePlan, maxBytes = DEF
       try {
         // cfg.json first, to refuse an SAE too large for this surface before downloading it
         const cfgFile = joinPath(ref.path, 'cfg.json');
-        const cfgBytes = await source.fetchFile(cfgFile, { ...fetchOpts, optional: true });
-        if (cfgBytes) checkSaeSize(cfgBytes, maxBytes);
+        const cfg = await fetchJson(
+          source,
+          cfgFile,
+          { ...fetchOpts, optional: true },
+          'maxSaeConfigBytes',
+          'BAD_CONFIG',
+        );
+        if (cfg) checkSaeSize(cfg, maxBytes);
+        // then the weights' header, which says how large the file really is (cfg.json may not)
+        const { bound, head } = await weightsBound(
+          source,
+          joinPath(ref.path, 'sae_weights.safetensors'),
+          cfg,
+          maxBytes,
+          fetchOpts,
+        );
+        const cfgBytes = cfg ? new TextEncoder().encode(JSON.stringify(cfg)) : null;
         const once: ModelSource = {
           ref: source.ref,
           fetchFile: (f, o) => (f === cfgFile ? Promise.resolve(cfgBytes) : source.fetchFile(f, o)),
         };
-        return await loadSaeFiles(once, ref.path, fetchOpts);
+        // the download resumes after the header bytes already read
+        return await loadSaeFiles(once, ref.path, { ...fetchOpts, maxBytes: bound, ...(head ? { head } : {}) });
       } catch (e) {
         return reword(ref, e);
       }
@@ -159,6 +211,7 @@ export function makeSaeLoaders(plan: (source: string) => SaePlan, maxBytes = DEF
           onProgress: opts.onProgress,
           cache,
           optional: opts.optional,
+          maxBytes: CAPS.maxDescriptionsBytes,
         });
         if (!bytes && opts.optional) missing.add(key);
         return bytes;

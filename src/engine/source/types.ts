@@ -62,6 +62,13 @@ export interface FetchOptions {
    * nothing cached resumes after them (Range + If-Range on the etag) instead of fetching them again.
    */
   head?: FileHead;
+  /**
+   * The most bytes the file may have (decoded): the size the plan judged, or a small file's cap
+   * (caps.ts). A larger declared size or body is TOO_LARGE, and its partial entry is deleted.
+   */
+  maxBytes?: number;
+  /** Check a file's bytes before they are cached (fetchFile): a file that fails is not kept. */
+  validate?: (bytes: Uint8Array) => void;
 }
 
 export interface FileHead {
@@ -112,8 +119,8 @@ export interface CacheEntryInfo extends CacheKey {
 }
 
 export interface ByteCache {
-  /** complete bytes or undefined */
-  get(key: CacheKey): Promise<Uint8Array | undefined>;
+  /** complete bytes or undefined; undefined too for an entry over `maxBytes` (not read) */
+  get(key: CacheKey, opts?: { maxBytes?: number }): Promise<Uint8Array | undefined>;
   put(key: CacheKey, bytes: Uint8Array): Promise<void>;
   /** bytes of an interrupted download (to resume with a Range request) */
   getPartial(key: CacheKey): Promise<{ bytes: Uint8Array; etag?: string; total?: number } | undefined>;
