@@ -16,7 +16,8 @@ import { LoupeError, throwIfAborted } from '../errors';
 import type { ReadableWeightSet } from '../safetensors';
 import type { TensorEntry } from '../safetensors-types';
 import { memoryWeightReader, type WeightReader } from './files';
-import { childAbort, pool, ProgressTracker, readWeightHeader } from './preflight';
+import { CAPS } from '../caps';
+import { childAbort, HeaderBudget, pool, ProgressTracker, readWeightHeader } from './preflight';
 import type { ByteCache, FileProgress, FileHead, ModelSource } from './types';
 import {
   parseTranscoderPath,
@@ -89,7 +90,8 @@ export async function loadTranscoderFiles(
   const tracker = new ProgressTracker(opts.onProgress);
   const fetchOpts = (plan: TranscoderPlan) => ({ signal: opts.signal, onProgress: tracker.handler, cache: plan.cache });
   const text = async (file: string, optional: boolean) => {
-    const bytes = await base.source.fetchFile(file, { ...fetchOpts(base), optional });
+    // a config's cap (caps.ts): config.yaml and cfg.json are read whole
+    const bytes = await base.source.fetchFile(file, { ...fetchOpts(base), optional, maxBytes: CAPS.maxSaeConfigBytes });
     return bytes ? new TextDecoder().decode(bytes) : null;
   };
 
@@ -167,7 +169,8 @@ export async function loadTranscoderFiles(
       : `${ref.source.trim()}${ref.path.replace(/^\/+|\/+$/g, '') ? `//${ref.path.replace(/^\/+|\/+$/g, '')}` : ''}`;
 
   // 2. every header, a few at once
-  const heads = new Map<string, { entries: TensorEntry[]; head?: FileHead }>();
+  const heads = new Map<string, { entries: TensorEntry[]; head?: FileHead; bound?: number }>();
+  const budget = new HeaderBudget();
   const missing: FileRef[] = [];
   const { ctl, release } = childAbort(opts.signal);
   try {
@@ -178,12 +181,12 @@ export async function loadTranscoderFiles(
         heads.set(f.key, { entries: [] }); // judged after the download
         return;
       }
-      const r = await readWeightHeader(src as Required<ModelSource>, f.file, o);
+      const r = await readWeightHeader(src as Required<ModelSource>, f.file, o, budget);
       if (!r) {
         missing.push(f);
         return;
       }
-      heads.set(f.key, { entries: r.header.tensors.map((t) => ({ ...t, file: f.key })), head: r.head });
+      heads.set(f.key, { entries: r.header.tensors.map((t) => ({ ...t, file: f.key })), head: r.head, bound: r.bound });
     });
   } finally {
     release();
@@ -225,6 +228,8 @@ export async function loadTranscoderFiles(
         ...fetchOpts(f.plan),
         signal: c2.ctl.signal,
         head: heads.get(f.key)?.head,
+        // the size judged from the header bounds the download (caps.ts, issue 22)
+        ...(heads.get(f.key)?.bound != null ? { maxBytes: heads.get(f.key)!.bound } : {}),
       });
       if (!r) throw missingLayer(f.layer, f.file, false, nLayers);
       if (r.bytes) weights.files.set(f.key, r.bytes);
