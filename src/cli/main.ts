@@ -17,6 +17,8 @@ import { render } from './format';
 import { operationHelp, mainHelp } from './help';
 import { loadModelForCli, type Io } from './load-model';
 import { packageVersion } from '../node/package';
+import { readFileSync, statSync } from 'node:fs';
+import { checkCap } from '../engine/caps';
 
 export type { Io } from './load-model';
 
@@ -104,7 +106,7 @@ async function runOperation(op: AnyOperation, argv: string[], io: Io): Promise<n
       throw new UsageError(`Missing PROMPT: loupe ${op.name} MODEL PROMPT [options]`);
     const input: Record<string, unknown> = {
       ...(hasPrompt && prompt !== undefined ? { prompt } : {}),
-      ...flagsToInput(schema, flags),
+      ...flagsToInput(schema, filesToFlags(props, flags)),
       ...fromJson,
     };
     // a malformed input is a usage error, caught before the model is loaded
@@ -167,6 +169,38 @@ async function runOperation(op: AnyOperation, argv: string[], io: Io): Promise<n
   } catch (e) {
     return fail(io, json, e);
   }
+}
+
+/**
+ * Local files, a CLI feature: `--dataset FILE` reads JSON Lines or CSV pairs into dataset_text
+ * (an inline JSON array still goes to dataset), `--circuit FILE` reads a Graph.to_json circuit
+ * (an inline JSON object still goes to circuit). Each file is size-checked before it is read.
+ */
+function filesToFlags(
+  props: Record<string, unknown>,
+  flags: Map<string, string | boolean>,
+): Map<string, string | boolean> {
+  const out = new Map(flags);
+  const read = (file: string, cap: 'maxDatasetChars' | 'maxCircuitFileBytes', flag: string): string => {
+    let size: number;
+    try {
+      size = statSync(file).size;
+    } catch {
+      throw new UsageError(`--${flag}: no file ${JSON.stringify(file)}.`);
+    }
+    checkCap(cap, size, `--${flag} ${file}`, { unit: 'bytes' });
+    return readFileSync(file, 'utf8');
+  };
+  const dataset = flags.get('dataset');
+  if ('dataset_text' in props && typeof dataset === 'string' && !dataset.trim().startsWith('[')) {
+    out.delete('dataset');
+    if (flags.has('dataset-text')) throw new UsageError('Give --dataset FILE or --dataset-text, not both.');
+    out.set('dataset-text', read(dataset, 'maxDatasetChars', 'dataset'));
+  }
+  const circuit = flags.get('circuit');
+  if ('circuit' in props && typeof circuit === 'string' && !circuit.trim().startsWith('{'))
+    out.set('circuit', read(circuit, 'maxCircuitFileBytes', 'circuit'));
+  return out;
 }
 
 async function schemaCommand(argv: string[], io: Io): Promise<number> {

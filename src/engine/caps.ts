@@ -107,6 +107,8 @@ export const CAPS = {
   maxDatasetPairs: 4096,
   /** characters of a dataset given as text (JSON Lines or CSV): about 1 kB a pair at maxDatasetPairs */
   maxDatasetChars: 4 * MiB,
+  /** bytes of a circuit file (EAP-IG Graph.to_json) the CLI reads: GPT-2 small's is 2.4 MB, Gemma-2-2B's about 6 MB */
+  maxCircuitFileBytes: 64 * MiB,
   /** edges edge_attribution's `exact` scores without allow_large_exact: it costs edges × pairs forward rows */
   maxExactEdges: 2000,
 

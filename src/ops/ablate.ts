@@ -159,6 +159,7 @@ export const operation = defineOperation({
     "Ablate a head (attn.hook_z slice), an MLP neuron (mlp.hook_post), a component (resid_pre/mid/post, attn_out, mlp_out, mlp_post) or a whole layer (attn_out + mlp_out) by zero, mean or resample ablation at all or chosen positions, and report the change of the clean prediction's logit, log-probability (nats) and probability at the last position, the KL(clean ‖ ablated), and the new prediction. Several targets: each singly and all together. Cost: one clean run plus one batched run (plus one run per mean prompt / the resample prompt). Dataset mode (dataset, dataset_text or generate): per pair (its clean prompt and answer; resample from its corrupted prompt), with each target's mean deltas, per-pair values, seeded bootstrap 95% CI and sign-flip p-value.",
   input: ablateInput,
   output: ablateOutput,
+  long: true,
 }).implement((model, input, ctx) =>
   hasDataset(input) ? ablateDataset(model, input, ctx) : ablatePair(model, input, ctx),
 );

@@ -181,7 +181,7 @@ export const operation = defineOperation({
   const ds = await resolveDataset(model, input);
   const g = edgeGraphOf(model.info);
   const E = g.edges.length;
-  const imported = input.circuit !== undefined ? fromMibGraph(g, model.info, input.circuit) : undefined;
+  const imported = input.circuit !== undefined ? fromMibGraph(g, model.info, parseCircuit(input.circuit)) : undefined;
   const explicit = input.circuit_edges ? circuitOfNames(g, input.circuit_edges) : undefined;
   const method = imported ? 'imported' : input.method;
   if (method === 'exact' && E > EXACT_MAX_EDGES && !input.allow_large_exact)
@@ -480,6 +480,20 @@ export const operation = defineOperation({
     cost: { forward_equivalents: forwardEquivalents, ...cost },
   };
 });
+
+/** `circuit` as given: the file's object, or its JSON text (the CLI's --circuit FILE, a pasted file) */
+function parseCircuit(c: unknown): unknown {
+  if (typeof c !== 'string') return c;
+  try {
+    return JSON.parse(c);
+  } catch (e) {
+    throw new LoupeError(
+      'BAD_INPUT',
+      `circuit is not JSON: ${(e as Error).message}.`,
+      'Give the Graph.to_json file (MIB’s circuit format).',
+    );
+  }
+}
 
 function describeMethod(method: string, m: number, n: number): string {
   const what: Record<string, string> = {
