@@ -3,7 +3,7 @@
  * tests/reference, which imports nothing from src/) and the random SAEs' float64 weights.
  */
 import { referenceForward, type RefModel } from './reference';
-import { saeEncode64, saeDecode64, type RandomSae } from './helpers/random-sae';
+import { saeEncode64, saeDecode64, decoderRow, type RandomSae } from './helpers/random-sae';
 import { SHARED } from './helpers/shared';
 
 export const INDUCTION = SHARED + '/models/induction-gpt2';
@@ -116,7 +116,7 @@ export function steeredForward(
 ) {
   const hook = sae.cfg.hook_name as string;
   const dIn = sae.cfg.d_in as number;
-  const dec = sae.W_dec.subarray(f * dIn, (f + 1) * dIn);
+  const dec = decoderRow(sae, f);
   return referenceForward(m, tokens, {
     record: false,
     hook: (name, value) => {

@@ -370,8 +370,8 @@ class EngineModel implements LoadedModel {
       const dims = shapeOfHook(this.spec, hook, 1, 1);
       return hook.endsWith('hook_pattern') ? undefined : dims.slice(2).reduce((a, b) => a * b, 1);
     };
-    const { spec, fileName } = prepareSae(files, id, this.attached.size, hookDim);
-    this.attached.set(id, { spec, weights: withSaeWeights(this.parts.weights, spec, fileName, files.bytes) });
+    const { spec, files: saeFiles } = prepareSae(files, id, this.attached.size, hookDim);
+    this.attached.set(id, { spec, weights: withSaeWeights(this.parts.weights, spec, saeFiles) });
     return spec.info;
   }
 

@@ -1,5 +1,5 @@
 /**
- * Loading SAEs (SAELens layout) through the same sources and byte caches as models, for a
+ * Loading SAEs (SAELens's layout or Gemma Scope 2's) through the same sources and byte caches as models, for a
  * surface to inject into operations as `ctx.loadSae` (and `ctx.loadSaeFile` for optional files
  * next to the SAE, such as explanations.json).
  *
@@ -15,6 +15,7 @@
 import { CAPS } from '../caps';
 import { LoupeError } from '../errors';
 import { loadSaeFiles, type SaeFiles } from '../sae';
+import { GEMMA_SCOPE_2_CONFIG, GEMMA_SCOPE_2_PARAMS } from '../gemma-scope';
 import { createSource } from './create-source';
 import { fetchJson, readWeightHeader } from './preflight';
 import { resolveModelRef, type ResolvedModelRef } from './ref';
@@ -39,7 +40,7 @@ export interface SaeLoadOptions {
 }
 
 export interface SaeLoaders {
-  /** cfg.json + sae_weights.safetensors of the SAE at ref */
+  /** cfg.json + sae_weights.safetensors (SAELens), or config.json + params.safetensors (Gemma Scope 2), of the SAE at ref */
   loadSae(ref: SaeSourceRef, opts?: SaeLoadOptions): Promise<SaeFiles>;
   /** one more file of the SAE's folder (e.g. explanations.json); null when `optional` and absent */
   loadSaeFile(
@@ -170,7 +171,9 @@ export function makeSaeLoaders(plan: (source: string) => SaePlan, maxBytes = DEF
       const { source, cache } = planFor(ref);
       const fetchOpts = { signal: opts.signal, onProgress: opts.onProgress, cache };
       try {
-        // cfg.json first, to refuse an SAE too large for this surface before downloading it
+        // the config first, to refuse an SAE too large for this surface before downloading it:
+        // SAELens's cfg.json states d_in and d_sae; Gemma Scope 2's config.json does not, so its
+        // params.safetensors header is read (two Range requests) where the source can
         const cfgFile = joinPath(ref.path, 'cfg.json');
         const cfg = await fetchJson(
           source,
@@ -180,18 +183,27 @@ export function makeSaeLoaders(plan: (source: string) => SaePlan, maxBytes = DEF
           'BAD_CONFIG',
         );
         if (cfg) checkSaeSize(cfg, maxBytes);
-        // then the weights' header, which says how large the file really is (cfg.json may not)
-        const { bound, head } = await weightsBound(
-          source,
-          joinPath(ref.path, 'sae_weights.safetensors'),
-          cfg,
-          maxBytes,
-          fetchOpts,
-        );
-        const cfgBytes = cfg ? new TextEncoder().encode(JSON.stringify(cfg)) : null;
+        const seen = new Map<string, Uint8Array | null>([
+          [cfgFile, cfg ? new TextEncoder().encode(JSON.stringify(cfg)) : null],
+        ]);
+        let weightsFile = joinPath(ref.path, 'sae_weights.safetensors');
+        if (!cfg) {
+          const gsFile = joinPath(ref.path, GEMMA_SCOPE_2_CONFIG);
+          const gs = await fetchJson(
+            source,
+            gsFile,
+            { ...fetchOpts, optional: true },
+            'maxSaeConfigBytes',
+            'BAD_CONFIG',
+          );
+          seen.set(gsFile, gs ? new TextEncoder().encode(JSON.stringify(gs)) : null);
+          if (gs) weightsFile = joinPath(ref.path, GEMMA_SCOPE_2_PARAMS);
+        }
+        // then the weights' header, which says how large the file really is (cfg.json may not; config.json never does)
+        const { bound, head } = await weightsBound(source, weightsFile, cfg, maxBytes, fetchOpts);
         const once: ModelSource = {
           ref: source.ref,
-          fetchFile: (f, o) => (f === cfgFile ? Promise.resolve(cfgBytes) : source.fetchFile(f, o)),
+          fetchFile: (f, o) => (seen.has(f) ? Promise.resolve(seen.get(f)!) : source.fetchFile(f, o)),
         };
         // the download resumes after the header bytes already read
         return await loadSaeFiles(once, ref.path, { ...fetchOpts, maxBytes: bound, ...(head ? { head } : {}) });

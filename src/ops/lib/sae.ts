@@ -38,7 +38,7 @@ export const saeRefFields = {
     .string()
     .default('')
     .describe(
-      "The SAE's folder inside sae_source, holding cfg.json and sae_weights.safetensors (SAELens layout), e.g. 'blocks.8.hook_resid_pre'; '' = the root.",
+      "The SAE's folder inside sae_source, holding cfg.json and sae_weights.safetensors (SAELens layout, e.g. 'blocks.8.hook_resid_pre') or config.json and params.safetensors (Gemma Scope 2, e.g. 'resid_post/layer_12_width_16k_l0_medium'); '' = the root.",
     ),
 };
 
@@ -185,6 +185,12 @@ export const saeBlockSchema = z.object({
   id: z.string(),
   source: z.string(),
   path: z.string(),
+  layout: z
+    .enum(['saelens', 'gemma_scope_2'])
+    .describe("the files' layout: SAELens (cfg.json) or Gemma Scope 2's own (config.json)"),
+  architecture: z
+    .string()
+    .describe("the config's architecture as written (batchtopk runs as jumprelu or topk: see activation)"),
   hook: z.string(),
   hook_layer: z.number().int().nullable(),
   d_in: z.number().int(),
@@ -192,9 +198,14 @@ export const saeBlockSchema = z.object({
   activation: z.enum(['relu', 'jumprelu', 'topk']),
   k: z.number().int().nullable().describe('TopK: features kept per position'),
   apply_b_dec_to_input: z.boolean(),
-  model_name: z.string().nullable().describe('cfg.json model_name: the model the SAE was trained on'),
+  model_name: z.string().nullable().describe("the config's model_name: the model the SAE was trained on"),
   neuronpedia_id: z.string().nullable(),
 });
+
+const layerOfHook = (hook: string): number | null => {
+  const m = /^blocks\.(\d+)\./.exec(hook);
+  return m ? Number(m[1]) : null;
+};
 
 export function saeBlock(sae: AttachedSae): z.infer<typeof saeBlockSchema> {
   const cfg = sae.cfg ?? {};
@@ -203,8 +214,10 @@ export function saeBlock(sae: AttachedSae): z.infer<typeof saeBlockSchema> {
     id: sae.id,
     source: sae.ref.source,
     path: sae.ref.path,
+    layout: sae.info.layout,
+    architecture: sae.info.architecture,
     hook: sae.info.hook,
-    hook_layer: Number.isInteger(cfg.hook_layer) ? cfg.hook_layer : null,
+    hook_layer: Number.isInteger(cfg.hook_layer) ? cfg.hook_layer : layerOfHook(sae.info.hook),
     d_in: sae.info.d_in,
     d_sae: sae.info.d_sae,
     activation: sae.info.activation,
