@@ -10,10 +10,17 @@ import Ajv from 'ajv';
 import type { LoadedModel } from '../src/engine/api';
 import { createNodeSaeLoaders } from '../src/node/load-sae';
 import { operation } from '../src/ops/attribution_graph';
+import { operation as intervention } from '../src/ops/feature_intervention';
 import type { OpContext } from '../src/ops/types';
 import { useSharedModels } from './helpers/shared-models';
 import type { RefModel } from './reference';
-import { cleanState, frozenDifference, referenceAttribution, type RefAttribution } from './reference/attribution64';
+import {
+  cleanState,
+  frozenDifference,
+  referenceAttribution,
+  referenceIntervention,
+  type RefAttribution,
+} from './reference/attribution64';
 import { makeRandomTranscoders, type RandomTranscoderSet } from './helpers/random-transcoders';
 
 /**
@@ -91,20 +98,20 @@ const KIND: Record<string, string> = {
   logit: 'logit',
 };
 
-/** the oracle's JSON node set and links: prune_graph's masks, then create_used_nodes_and_edges */
+/** the oracle's JSON node set and links: prune_graph's masks, then create_used_nodes_and_edges (which keeps a node whose id is on a used link) */
 function referenceJson(r: RefAttribution) {
   const N = r.nodes.length;
   const links: string[] = [];
-  const used = new Set<number>();
+  const used = new Set<string>();
   for (let t = 0; t < N; t++)
     for (let s = 0; s < N; s++)
       if (r.edgeMask[t * N + s] && r.nodeMask[t] && r.nodeMask[s]) {
-        used.add(t);
-        used.add(s);
+        used.add(r.nodes[t].node_id);
+        used.add(r.nodes[s].node_id);
         links.push(`${r.nodes[s].node_id}>${r.nodes[t].node_id}`);
       }
   const nodes = r.nodes
-    .filter((n, i) => r.nodeMask[i] && (used.has(i) || n.kind === 'token' || n.kind === 'logit'))
+    .filter((n, i) => r.nodeMask[i] && (used.has(n.node_id) || n.kind === 'token' || n.kind === 'logit'))
     .map((n) => `${n.kind}:${n.node_id}`);
   return { nodes, links };
 }
@@ -298,4 +305,66 @@ describe('attribution_graph against the float64 oracle', () => {
     expect(r.selected).not.toEqual(Array.from({ length: 60 }, (_, i) => i));
     expect(doc.cost.backward_rows).toBe(60 + r.logits.length);
   });
+
+  it.each([
+    ['gpt2', 'plt'],
+    ['stories', 'clt'],
+  ] as const)('feature_intervention on %s %s: both error modes against the oracle', async (which, kind) => {
+    const model = models[which];
+    const ref = which === 'gpt2' ? models.gpt2Ref : models.storiesRef;
+    const tokens = TOKENS[which];
+    const tc = setFor(ref, tokens, kind);
+    const r = referenceAttribution(ref, tokens, tc.ref);
+    // zero a layer-0 feature, triple a middle one, set one at the last layer
+    const picks = [0, Math.floor(r.active.length / 2), r.active.length - 1];
+    const values = [0, 3 * r.active[picks[1]].activation, 1.5];
+    const changes = picks.map((index, k) => ({ index, value: values[k] }));
+    const moved: Record<string, number[]> = {};
+    for (const errors of ['recomputed', 'frozen'] as const) {
+      const want = referenceIntervention(ref, r, tc.ref, changes, errors);
+      const doc = await intervention.run(
+        model,
+        {
+          prompt: '',
+          token_ids: tokens,
+          transcoder_source: tc.dir,
+          errors,
+          top_k: 5,
+          interventions: [
+            { ...pos(r, picks[0]), scale: 0 },
+            { ...pos(r, picks[1]), scale: 3 },
+            { ...pos(r, picks[2]), value: 1.5 },
+          ],
+        },
+        ctx,
+      );
+      expect(doc.errors).toBe(errors);
+      for (const e of doc.after) expect(Math.abs(e.logit - want[e.token])).toBeLessThan(1e-4);
+      for (const e of doc.before) expect(Math.abs(e.logit - r.clean.lastLogits[e.token])).toBeLessThan(1e-4);
+      moved[errors] = doc.after.map((e) => e.logit);
+    }
+    // the two modes are different interventions (errors held or not)
+    expect(moved.recomputed).not.toEqual(moved.frozen);
+    // an inactive feature is refused, naming it
+    const inactive = Array.from({ length: 96 }, (_, f) => f).find(
+      (f) => !r.active.some((x) => x.layer === 0 && x.pos === 1 && x.feature === f),
+    )!;
+    await expect(
+      intervention.run(
+        model,
+        {
+          prompt: '',
+          token_ids: tokens,
+          transcoder_source: tc.dir,
+          interventions: [{ layer: 0, position: 1, feature: inactive }],
+        },
+        ctx,
+      ),
+    ).rejects.toMatchObject({ code: 'BAD_INPUT', message: expect.stringContaining(`0_${inactive}_1`) });
+  });
 });
+
+function pos(r: RefAttribution, i: number) {
+  const a = r.active[i];
+  return { layer: a.layer, position: a.pos, feature: a.feature };
+}

@@ -432,6 +432,21 @@ export interface LocalReplacement {
     targets: ReplacementTarget[],
     opts?: { signal?: AbortSignal; onRows?: (done: number, total: number) => void },
   ): Promise<Float32Array>;
+  /**
+   * circuit-tracer's feature_intervention: set active features (indices into `features`) to new
+   * values and return the logits at the last position (after any final soft-cap).
+   *  - errors 'recomputed' (its default, freeze_attention): attention patterns frozen, the model's
+   *    MLPs and norms run; at each intervened layer (ascending) the transcoder re-encodes the
+   *    current input and (value − current activation)·W_dec is added at the feature-output hook,
+   *    so later features and the error terms respond;
+   *  - errors 'frozen' (constrained_layers = every layer): the local replacement model itself,
+   *    patterns, norm scales and every MLP output (so every error) fixed at the clean run, only
+   *    the skip responding; (value − clean activation)·W_dec enters and its direct effect is exact.
+   */
+  intervene(
+    changes: { index: number; value: number }[],
+    opts: { errors: 'recomputed' | 'frozen'; signal?: AbortSignal },
+  ): Promise<Float32Array>;
 }
 
 /**

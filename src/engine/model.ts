@@ -421,10 +421,11 @@ class EngineModel implements LoadedModel {
         run: (t, o) => this.run(t, o),
         param: (n) => this.param(n),
         unembedVectors: async (ids, signal) => this.weightProducts({ unembedIds: ids, unembedSum: true }, signal),
-        runReplacement: (feeds, fetches) =>
+        unembedDots: async (x, signal) => (await this.weightProducts({ unembedDots: x }, signal)).unembedDots.data,
+        runReplacement: (feeds, fetches, forward) =>
           this.enqueue(async () => {
             await yieldToEventLoop();
-            const { session } = await this.variant({ kind: 'replacement', transcoders: id });
+            const { session } = await this.variant({ kind: 'replacement', transcoders: id, forward });
             try {
               return await session.run(feeds, fetches);
             } catch (e) {

@@ -15,6 +15,7 @@
  * weight read is checked to be finite (BAD_WEIGHTS names the tensor).
  */
 import type {
+  Intervention,
   LocalReplacement,
   ReplacementFeatures,
   ReplacementTarget,
@@ -42,8 +43,14 @@ export interface ReplacementHost {
   run(tokens: number[], opts: RunOptions): Promise<RunResult>;
   param(name: string): Tensor;
   unembedVectors(ids: number[], signal?: AbortSignal): Promise<Pick<WeightProducts, 'unembedRows' | 'unembedSum'>>;
-  /** the frozen backward graph's session for this transcoder set, run in the model's queue */
-  runReplacement(feeds: Record<string, OrtTensorLike>, fetches: string[]): Promise<Record<string, OrtTensorLike>>;
+  /** the frozen backward graph's session for this transcoder set (forward: the frozen forward's), run in the model's queue */
+  runReplacement(
+    feeds: Record<string, OrtTensorLike>,
+    fetches: string[],
+    forward?: boolean,
+  ): Promise<Record<string, OrtTensorLike>>;
+  /** x_s · W_U for vectors [S, D] (no b_U, no soft-cap), float64 */
+  unembedDots(x: Tensor, signal?: AbortSignal): Promise<Float64Array>;
   ort: SessionFactory['ort'];
 }
 
@@ -60,6 +67,42 @@ function finite(data: Float32Array, e: TensorEntry, what: string): Float32Array 
         { tensor: e.name, file: e.file, index: i },
       );
   return data;
+}
+
+/**
+ * `n` values at `offset` within row f (rows of `perRow` values) of a tensor, for each f of `rows`,
+ * as float32. Rows close together are read in one range (a read from IndexedDB or disk costs per
+ * call): runs with gaps of at most READ_GAP rows, at most 64 MiB each.
+ */
+function readRows(
+  w: ReadableWeightSet,
+  e: TensorEntry,
+  rows: number[],
+  perRow: number,
+  offset: number,
+  n: number,
+): Map<number, Float32Array> {
+  const READ_GAP = 32;
+  const MAX_SPAN = (64 * 1024 * 1024) / 4; // values in one read
+  const sorted = rows.slice().sort((a, b) => a - b);
+  const out = new Map<number, Float32Array>();
+  for (let i = 0; i < sorted.length;) {
+    let j = i;
+    while (
+      j + 1 < sorted.length &&
+      sorted[j + 1] - sorted[j] <= READ_GAP &&
+      (sorted[j + 1] - sorted[i]) * perRow + n <= MAX_SPAN
+    )
+      j++;
+    const first = sorted[i];
+    const span = readValues(w, e, first * perRow + offset, (sorted[j] - first) * perRow + n);
+    for (let k = i; k <= j; k++) {
+      const at = (sorted[k] - first) * perRow;
+      out.set(sorted[k], span.slice(at, at + n));
+    }
+    i = j + 1;
+  }
+  return out;
 }
 
 /** values [offset, offset + n) of a tensor, as float32 */
@@ -95,7 +138,7 @@ export async function prepareReplacement(
       'Attribution graphs run on models with pre-norms (OLMo 2 normalises only the block outputs).',
     );
   opts.onProgress?.('forward pass', 0, 1);
-  const hooks = ['hook_embed', 'ln_final.hook_scale'];
+  const hooks = ['hook_embed', 'ln_final.hook_scale', `blocks.${L - 1}.hook_resid_post`];
   for (let l = 0; l < L; l++) {
     const b = `blocks.${l}`;
     hooks.push(
@@ -112,32 +155,58 @@ export async function prepareReplacement(
   const lastLogits = Float32Array.from(clean.logits.data.subarray(0, spec.dVocab));
 
   // the feature-input hook of every layer, from resid_mid and ln2's frozen scale (api.ts: params are effective weights)
-  const xin: Float32Array[] = [];
-  for (let l = 0; l < L; l++) {
-    const mid = h(`blocks.${l}.hook_resid_mid`);
-    const s = h(`blocks.${l}.ln2.hook_scale`);
-    if (info.input_hook === 'hook_resid_mid') {
-      xin.push(Float32Array.from(mid));
-      continue;
-    }
+  const inputHook = (l: number, mid: Float32Array, s: Float32Array): Float32Array => {
+    if (info.input_hook === 'hook_resid_mid') return Float32Array.from(mid);
     const n = spec.layers[l].ln2!; // prepareReplacement refuses blocks without it
     const weighted = !(info.input_hook === 'ln2.hook_normalized' && n.kind === 'rmsnorm');
-    const w = weighted ? host.param(`blocks.${l}.ln2.w`).data : undefined;
-    const bias = weighted && n.kind === 'layernorm' ? host.param(`blocks.${l}.ln2.b`).data : undefined;
-    const x = new Float32Array(T * D);
-    for (let t = 0; t < T; t++) {
-      let mean = 0;
-      if (n.kind === 'layernorm') {
-        for (let i = 0; i < D; i++) mean += mid[t * D + i];
-        mean /= D;
+    return normRows(
+      mid,
+      s,
+      T,
+      D,
+      n.kind,
+      weighted ? host.param(`blocks.${l}.ln2.w`).data : undefined,
+      weighted && n.kind === 'layernorm' ? host.param(`blocks.${l}.ln2.b`).data : undefined,
+    );
+  };
+  const xin = Array.from({ length: L }, (_, l) =>
+    inputHook(l, h(`blocks.${l}.hook_resid_mid`), h(`blocks.${l}.ln2.hook_scale`)),
+  );
+  // ln_final's output at the last position (interventions add to it)
+  const lnf = spec.lnFinal;
+  const yClean = normRows(
+    h(`blocks.${L - 1}.hook_resid_post`).subarray((T - 1) * D, T * D),
+    h('ln_final.hook_scale').subarray(T - 1, T),
+    1,
+    D,
+    lnf.kind,
+    host.param('ln_final.w').data,
+    lnf.kind === 'layernorm' ? host.param('ln_final.b').data : undefined,
+  );
+  const encoder = (l: number) => {
+    const ls = tc.spec.layers[l];
+    return {
+      W: finite(readTensorF32(tc.weights, ls.W_enc.name), ls.W_enc, `layer ${l} encoder`),
+      b: finite(readTensorF32(tc.weights, ls.b_enc.name), ls.b_enc, `layer ${l} encoder bias`),
+      thr: ls.threshold
+        ? finite(readTensorF32(tc.weights, ls.threshold.name), ls.threshold, `layer ${l} thresholds`)
+        : undefined,
+      dF: ls.encLayout === 'd_F',
+    };
+  };
+  /** activations [T, F] at `positions` of layer l's features for its input x (0 elsewhere) */
+  const encode = (l: number, enc: ReturnType<typeof encoder>, x: Float32Array, positions: number[]) => {
+    const pre = new Float32Array(T * F);
+    for (const t of positions)
+      for (let f = 0; f < F; f++) {
+        let acc = 0;
+        if (enc.dF) for (let i = 0; i < D; i++) acc += x[t * D + i] * enc.W[i * F + f];
+        else for (let i = 0, o = f * D; i < D; i++) acc += x[t * D + i] * enc.W[o + i];
+        pre[t * F + f] = acc + enc.b[f];
       }
-      for (let i = 0; i < D; i++) {
-        const v = (mid[t * D + i] - mean) / s[t];
-        x[t * D + i] = w ? v * w[i] + (bias ? bias[i] : 0) : v;
-      }
-    }
-    xin.push(x);
-  }
+    return activate(pre, T, F, positions, info.activation, info.k, enc.thr, info.relu_before_threshold);
+  };
+  const allButFirst = Array.from({ length: T - 1 }, (_, i) => i + 1); // position 0 contributes no feature (zero_positions)
 
   // encode, layer by layer; decoder rows of the active features; reconstruction and errors
   const fl: number[] = [],
@@ -151,25 +220,10 @@ export async function prepareReplacement(
     throwIfAborted(opts.signal);
     opts.onProgress?.('encoding features', l, L);
     const ls = tc.spec.layers[l];
-    const Wenc = finite(readTensorF32(tc.weights, ls.W_enc.name), ls.W_enc, `layer ${l} encoder`);
-    const benc = finite(readTensorF32(tc.weights, ls.b_enc.name), ls.b_enc, `layer ${l} encoder bias`);
+    const enc = encoder(l);
     const bdec = finite(readTensorF32(tc.weights, ls.b_dec.name), ls.b_dec, `layer ${l} decoder bias`);
-    const thr = ls.threshold
-      ? finite(readTensorF32(tc.weights, ls.threshold.name), ls.threshold, `layer ${l} thresholds`)
-      : undefined;
     const x = xin[l];
-    const pre = new Float32Array(T * F);
-    const dF = ls.encLayout === 'd_F';
-    for (let t = 1; t < T; t++) {
-      // position 0 contributes no feature (zero_positions)
-      for (let f = 0; f < F; f++) {
-        let acc = 0;
-        if (dF) for (let i = 0; i < D; i++) acc += x[t * D + i] * Wenc[i * F + f];
-        else for (let i = 0, o = f * D; i < D; i++) acc += x[t * D + i] * Wenc[o + i];
-        pre[t * F + f] = acc + benc[f];
-      }
-    }
-    const acts = activate(pre, T, F, info.activation, info.k, thr, info.relu_before_threshold);
+    const acts = encode(l, enc, x, allButFirst);
     const idx: number[] = [];
     for (let t = 1; t < T; t++)
       for (let f = 0; f < F; f++) {
@@ -184,20 +238,17 @@ export async function prepareReplacement(
     const rows = new Float32Array(idx.length * D);
     idx.forEach((s, j) => {
       const f = ff[s];
-      if (dF) for (let i = 0; i < D; i++) rows[j * D + i] = Wenc[i * F + f];
-      else rows.set(Wenc.subarray(f * D, (f + 1) * D), j * D);
+      if (enc.dF) for (let i = 0; i < D; i++) rows[j * D + i] = enc.W[i * F + f];
+      else rows.set(enc.W.subarray(f * D, (f + 1) * D), j * D);
     });
     encRows.push(rows);
     // decoder rows: PLT W_dec[f]; CLT W_dec[f, m − l + decFirst] for output layers m = l … L−1
     const nOut = info.kind === 'plt' ? 1 : L - l;
     const perF = ls.W_dec.shape.length === 3 ? ls.W_dec.shape[1] * D : D;
+    const blocks = readRows(tc.weights, ls.W_dec, [...new Set(idx.map((s) => ff[s]))], perF, ls.decFirst * D, nOut * D);
     for (const s of idx) {
       const f = ff[s];
-      const block = finite(
-        readValues(tc.weights, ls.W_dec, f * perF + ls.decFirst * D, nOut * D),
-        ls.W_dec,
-        `layer ${l} decoder`,
-      );
+      const block = finite(blocks.get(f)!, ls.W_dec, `layer ${l} decoder`);
       for (let j = 0; j < nOut; j++) {
         const v = block.subarray(j * D, (j + 1) * D).map((w) => w * fa[s]);
         decVecs.push({ s, m: l + j, p: fp[s], v });
@@ -258,7 +309,7 @@ export async function prepareReplacement(
       [L, T, 1],
     );
   // decoder vectors per output layer, by position, padded to the same count per position
-  const slots: { s: Int32Array; P: number }[] = [];
+  const slots: { s: Int32Array; P: number; data: Float32Array }[] = [];
   for (let m = 0; m < L; m++) {
     const mine = decVecs.filter((d) => d.m === m);
     const count = new Int32Array(T);
@@ -273,9 +324,17 @@ export async function prepareReplacement(
       s[k] = d.s;
     }
     fixed[`src_dec_${m}`] = f32(data, [T, P, D]);
-    slots.push({ s, P });
+    slots.push({ s, P, data });
   }
   decVecs.length = 0;
+  /** a source's decoder vectors × activation by output layer, read back from the fed arrays */
+  const decOf = (src: number): { m: number; v: Float32Array }[] => {
+    const out: { m: number; v: Float32Array }[] = [];
+    slots.forEach(({ s, data }, m) => {
+      for (let k = 0; k < s.length; k++) if (s[k] === src) out.push({ m, v: data.subarray(k * D, (k + 1) * D) });
+    });
+    return out;
+  };
 
   // logit target vectors: the demeaned unembedding W_U[:, v] − mean_v′ W_U[:, v′] (targets.py:376-411)
   const logitVec = new Map<number, Float32Array>();
@@ -306,6 +365,94 @@ export async function prepareReplacement(
         for (let i = 0; i < D; i++) s += errors[k * D + i] ** 2;
         return Math.sqrt(s);
       }),
+    async intervene(changes, o) {
+      for (const c of changes)
+        if (!(c.index >= 0 && c.index < nFeat) || !Number.isFinite(c.value))
+          throw new LoupeError(
+            'BAD_INPUT',
+            `Intervention on feature ${c.index} with value ${c.value}: no such active feature or not a finite value.`,
+          );
+      const V = spec.dVocab;
+      const deltas = new Map<string, Float32Array>(); // `${m}:${p}` → Δ at layer m's feature-output hook, position p
+      const addDelta = (src: number, scale: number) => {
+        for (const { m, v } of decOf(src)) {
+          const key = `${m}:${features.position[src]}`;
+          const d = deltas.get(key) ?? new Float32Array(D);
+          for (let i = 0; i < D; i++) d[i] += scale * v[i];
+          deltas.set(key, d);
+        }
+      };
+      const cap = spec.finalSoftcap;
+      const bU = host.param('unembed.b_U').data;
+      const logitsOf = async (y: Float32Array) => {
+        const dots = await host.unembedDots({ dims: [1, D], data: y }, o.signal);
+        return Float32Array.from({ length: V }, (_, v) => {
+          const z = dots[v] + bU[v];
+          return cap !== null ? cap * Math.tanh(z / cap) : z;
+        });
+      };
+      if (o.errors === 'frozen') {
+        // the frozen model forward: Δ from the clean activations, its exact effect on ln_final's output
+        for (const c of changes) addDelta(c.index, c.value / features.activation[c.index] - 1);
+        const delta = new Float32Array(L * T * D);
+        for (const [key, d] of deltas) {
+          const [m, p] = key.split(':').map(Number);
+          delta.set(d, (m * T + p) * D);
+        }
+        const { pattern, scale_ln1, scale_ln2, scale_lnf } = fixed;
+        const feeds: Record<string, OrtTensorLike> = {
+          pattern,
+          scale_ln1,
+          scale_ln2,
+          scale_lnf,
+          delta: f32(delta, [L, 1, T, D]),
+        };
+        if (fixed.scale_post_attn) feeds.scale_post_attn = fixed.scale_post_attn;
+        const res = await host.runReplacement(feeds, ['y_last'], true);
+        const y = Float32Array.from(yClean);
+        const dy = res.y_last.data as Float32Array;
+        for (let i = 0; i < D; i++) y[i] += dy[i];
+        return logitsOf(y);
+      }
+      // recomputed: patterns frozen; each intervened layer (ascending) re-encodes its current input
+      const frozen: Intervention[] = Array.from({ length: L }, (_, l) => ({
+        hook: `blocks.${l}.attn.hook_pattern`,
+        op: 'patch',
+        source: { dims: [1, H, T, T], data: h(`blocks.${l}.attn.hook_pattern`) },
+      }));
+      const adds = () =>
+        [...deltas].map(([key, d]): Intervention => {
+          const [m, p] = key.split(':').map(Number);
+          return { hook: `blocks.${m}.hook_mlp_out`, op: 'add', positions: [p], value: d };
+        });
+      const layers = [...new Set(changes.map((c) => features.layer[c.index]))].sort((a, b) => a - b);
+      for (const l of layers) {
+        const mine = changes.filter((c) => features.layer[c.index] === l);
+        let current = (c: { index: number }) => features.activation[c.index];
+        if (deltas.size > 0) {
+          const r = await host.run(tokens, {
+            hooks: [`blocks.${l}.hook_resid_mid`, `blocks.${l}.ln2.hook_scale`],
+            interventions: [...frozen, ...adds()],
+            logitPositions: [T - 1],
+            signal: o.signal,
+          });
+          const x = inputHook(
+            l,
+            r.hooks[`blocks.${l}.hook_resid_mid`].data,
+            r.hooks[`blocks.${l}.ln2.hook_scale`].data,
+          );
+          const acts = encode(l, encoder(l), x, [...new Set(mine.map((c) => features.position[c.index]))]);
+          current = (c) => acts[features.position[c.index] * F + features.feature[c.index]];
+        }
+        for (const c of mine) addDelta(c.index, (c.value - current(c)) / features.activation[c.index]);
+      }
+      const out = await host.run(tokens, {
+        interventions: [...frozen, ...adds()],
+        logitPositions: [T - 1],
+        signal: o.signal,
+      });
+      return Float32Array.from(out.logits.data.subarray(0, V));
+    },
     async rows(targets: ReplacementTarget[], o = {}) {
       const need = [
         ...new Set(targets.filter((t) => t.kind === 'logit').map((t) => (t as { token: number }).token)),
@@ -372,18 +519,19 @@ export async function prepareReplacement(
   };
 }
 
-/** JumpReLU x·[x > θ] (SAELens: relu first), ReLU, TopK(k) x·[x among the k largest] per position (position 0 stays 0) */
+/** JumpReLU x·[x > θ] (SAELens: relu first), ReLU, TopK(k) x·[x among the k largest], at `positions` (0 elsewhere) */
 function activate(
   pre: Float32Array,
   T: number,
   F: number,
+  positions: number[],
   kind: 'jumprelu' | 'relu' | 'topk',
   k: number | null,
   thr: Float32Array | undefined,
   reluFirst: boolean,
 ): Float32Array {
   const a = new Float32Array(T * F);
-  for (let t = 1; t < T; t++) {
+  for (const t of positions) {
     const o = t * F;
     if (kind === 'topk') {
       const idx = Array.from({ length: F }, (_, f) => f).sort((i, j) => pre[o + j] - pre[o + i] || i - j);
@@ -397,4 +545,29 @@ function activate(
     }
   }
   return a;
+}
+
+/** rows of x [T, D] through a norm with the given scales [T]: LayerNorm (x − x̄)/s·w + b, RMSNorm x/s·w (no w: x/s) */
+function normRows(
+  x: Float32Array,
+  s: Float32Array,
+  T: number,
+  D: number,
+  kind: 'layernorm' | 'rmsnorm',
+  w?: Float32Array,
+  b?: Float32Array,
+): Float32Array {
+  const y = new Float32Array(T * D);
+  for (let t = 0; t < T; t++) {
+    let mean = 0;
+    if (kind === 'layernorm') {
+      for (let i = 0; i < D; i++) mean += x[t * D + i];
+      mean /= D;
+    }
+    for (let i = 0; i < D; i++) {
+      const v = (x[t * D + i] - mean) / s[t];
+      y[t * D + i] = w ? v * w[i] + (b ? b[i] : 0) : v;
+    }
+  }
+  return y;
 }

@@ -18,7 +18,13 @@ import type { LoadedModel, LocalReplacement, ReplacementTarget, TranscoderInfo }
 import { CAPS } from '../engine/caps';
 import { softmax } from './lib/math';
 import { inputIds, promptOrIdsFields } from './lib/ablation';
-import { ensureTranscoders, transcoderBlock, transcoderBlockSchema, transcoderRefFields } from './lib/transcoders';
+import {
+  ensureTranscoders,
+  replacementFor,
+  transcoderBlock,
+  transcoderBlockSchema,
+  transcoderRefFields,
+} from './lib/transcoders';
 import {
   graphJson,
   graphNode,
@@ -126,6 +132,11 @@ export const attributionGraphOutput = documentBase('attribution_graph').extend({
   graph: graphJsonSchema.describe(
     "The pruned graph in circuit-tracer's and Neuronpedia's JSON (create_graph_files.py), exportable and uploadable as is.",
   ),
+  link_nodes: z
+    .array(z.tuple([z.number().int(), z.number().int()]))
+    .describe(
+      "each link's [source, target] as indices into graph.nodes (a layer-0 feature and an error node can share an id)",
+    ),
   scores: z.object({
     replacement: z.number().describe('token influence / (token + error influence), on the unpruned graph'),
     completeness: z.number().describe('the influence-weighted fraction of node inputs not from error nodes'),
@@ -199,7 +210,8 @@ export const operation = defineOperation({
   const ref = { source: input.transcoder_source, path: input.transcoder_path };
   const info = await ensureTranscoders(model, ref, ctx);
   const report = (stage: string, done: number, total: number) => ctx.onProgress?.({ stage, done, total });
-  const rep: LocalReplacement = await model.replacement(ids, info.id, { signal: ctx.signal, onProgress: report });
+  const rep: LocalReplacement = await replacementFor(model, info, ids, ctx);
+  const before = { ...rep.stats };
   const T = ids.length;
   const L = model.info.n_layers;
   const nAct = rep.features.layer.length;
@@ -296,8 +308,13 @@ export const operation = defineOperation({
   const selected = Array.from({ length: nAct }, (_, i) => i).filter((i) => visited[i]);
   const nSel = selected.length;
   const N = nSel + L * T + T + nLog;
-  const colOf = (j: number) => (j < nSel ? selected[j] : nAct + (j - nSel));
-  const restrict = (r: Float32Array) => Float32Array.from({ length: N }, (_, j) => r[colOf(j)]);
+  const cols = Int32Array.from({ length: N }, (_, j) => (j < nSel ? selected[j] : nAct + (j - nSel)));
+  const restrict = (r: Float32Array) => {
+    if (nSel === nAct) return r.subarray(0, N); // every feature kept: the columns are the same
+    const out = new Float32Array(N);
+    for (let j = 0; j < N; j++) out[j] = r[cols[j]];
+    return out;
+  };
   const A: Adjacency = {
     N,
     rows: [
@@ -323,8 +340,8 @@ export const operation = defineOperation({
   const w = new Float64Array(N);
   logits.forEach((l, i) => (w[N - nLog + i] = l.prob));
   const pr = pruneGraph(A, w, nSel, T, nLog, input.node_threshold, input.edge_threshold, ctx.signal);
-  const scores = graphScores(A, w, nSel, L, T);
-  const graph = graphJson(A, kinds, pr, {
+  const scores = graphScores(A, w, nSel, L, T, { sparse: pr.sparse, nodeInfluence: pr.nodeInfluence });
+  const { graph, linkNodes } = graphJson(A, kinds, pr, {
     slug: input.slug,
     scan: input.scan ?? info.scan,
     promptTokens: ids.map((t) => model.decode([t])),
@@ -364,7 +381,8 @@ export const operation = defineOperation({
   const perLayer = Array.from({ length: L }, (_, l) => rep.features.layer.filter((x) => x === l).length);
   const decEntries = info.kind === 'plt' ? nAct : perLayer.reduce((s, n, l) => s + n * (L - l), 0);
   const encode = 2 * T * info.d_transcoder * info.d_model * L;
-  const flops = fwd + encode + rep.stats.rows * backwardRowFlops(model.info, T, info, decEntries);
+  const rows = rep.stats.rows - before.rows;
+  const flops = fwd + encode + rows * backwardRowFlops(model.info, T, info, decEntries);
 
   return {
     ...documentHead('attribution_graph', model, prompt, ids),
@@ -372,6 +390,7 @@ export const operation = defineOperation({
       "circuit-tracer's attribution (attribute_transformerlens.py) in the local replacement model: patterns and norm scales frozen, MLPs cut except the transcoder skip, error nodes frozen; rows by the frozen backward graph, float32; pruning and scores as graph.py (arithmetic in float64)",
     transcoders: transcoderBlock(info, ref),
     graph,
+    link_nodes: linkNodes,
     scores,
     active_features: nAct,
     selected_features: nSel,
@@ -387,11 +406,11 @@ export const operation = defineOperation({
     adjacency,
     cost: {
       forward_equivalents: flops / fwd,
-      backward_rows: rep.stats.rows,
-      runs: rep.stats.runs,
+      backward_rows: rows,
+      runs: rep.stats.runs - before.runs,
       batch: rep.stats.batch,
       wall_ms: wall,
-      rows_ms: rep.stats.run_ms,
+      rows_ms: rep.stats.run_ms - before.run_ms,
       forward_ms: forwardMs,
     },
   };

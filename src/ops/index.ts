@@ -29,6 +29,8 @@ import * as integrated_gradients from './integrated_gradients';
 import * as head_scores from './head_scores';
 import * as dashboard from './dashboard';
 import * as edge_attribution from './edge_attribution';
+import * as attribution_graph from './attribution_graph';
+import * as feature_intervention from './feature_intervention';
 
 const registry = {
   // one line per operation (name: module.operation), in the order the page's tabs, `loupe --help`
@@ -45,6 +47,8 @@ const registry = {
   attribution_patching: attribution_patching.operation,
   integrated_gradients: integrated_gradients.operation,
   edge_attribution: edge_attribution.operation,
+  attribution_graph: attribution_graph.operation,
+  feature_intervention: feature_intervention.operation,
   steer: steer.operation,
   sweep: sweep.operation,
   causality: causality.operation,

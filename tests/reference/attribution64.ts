@@ -831,3 +831,74 @@ export function frozenDifference(
     pert = run(true);
   return base.map((b, i) => (pert[i] - b) / eps);
 }
+
+/**
+ * circuit-tracer's feature_intervention (replacement_model_transformerlens.py
+ * _get_feature_intervention_hooks) in float64: active features (indices into `ref.active`) set to
+ * new values; the logits at the last position.
+ *  - 'recomputed' (its default, freeze_attention=True, constrained_layers=None): patterns frozen;
+ *    at each layer's feature-output hook the decoder delta (value − the activation the transcoder
+ *    gives the current input, in the same pass) is added, to every layer a CLT feature writes to.
+ *  - 'frozen' (constrained_layers = every layer): the frozen affine model with
+ *    (value − clean activation)·W_dec added at the outputs.
+ */
+export function referenceIntervention(
+  model: RefModel,
+  ref: RefAttribution,
+  tc: RefTranscoders,
+  changes: { index: number; value: number }[],
+  errors: 'recomputed' | 'frozen',
+): Float64Array {
+  const A = describe(model);
+  const c = ref.clean;
+  const { T, D, L } = c;
+  const V = A.V;
+  const unembed = (y: Float64Array, at: number) => {
+    const out = new Float64Array(V);
+    for (let v = 0; v < V; v++) {
+      let s = A.bU ? A.bU[v] : 0;
+      for (let d = 0; d < D; d++) s += y[at * D + d] * A.WU[d * V + v];
+      out[v] = A.finalSoftcap ? A.finalSoftcap * Math.tanh(s / A.finalSoftcap) : s;
+    }
+    return out;
+  };
+  const deltas = Array.from({ length: L }, () => new Float64Array(T * D));
+  const addDelta = (f: RefFeature, by: number) => {
+    const outs = tc.kind === 'plt' ? [f.layer] : Array.from({ length: L - f.layer }, (_, j) => f.layer + j);
+    for (const m of outs) {
+      const row = decoderRow(tc, f.layer, f.feature, m, D);
+      for (let i = 0; i < D; i++) deltas[m][f.pos * D + i] += by * row[i];
+    }
+  };
+  if (errors === 'frozen') {
+    for (const ch of changes) addDelta(ref.active[ch.index], ch.value - ref.active[ch.index].activation);
+    const dy = frozenForward(A, c, tc, { mlp: deltas }, false).y;
+    const y = Float64Array.from(c.y, (v, k) => v + dy[k]);
+    return unembed(y, T - 1);
+  }
+  const mids: Float64Array[] = [];
+  const res = referenceForward(model, c.tokens, {
+    record: (n) => n === 'logits',
+    hook: (name, value) => {
+      const m = /^blocks\.(\d+)\.(.*)$/.exec(name);
+      if (!m) return undefined;
+      const l = Number(m[1]);
+      if (m[2] === 'attn.hook_pattern') return c.pattern[l];
+      if (m[2] === 'hook_resid_mid') mids[l] = value;
+      if (m[2] === 'ln2.hook_scale') {
+        const mine = changes.filter((ch) => ref.active[ch.index].layer === l);
+        if (mine.length) {
+          const x = inputHookOf(A, l, mids[l], value, T, tc.inputHook);
+          const acts = activate(tc, l, preActs(tc, l, x, T, D), T);
+          for (const ch of mine) {
+            const f = ref.active[ch.index];
+            addDelta(f, ch.value - acts[f.pos * tc.F + f.feature]);
+          }
+        }
+      }
+      if (m[2] === 'hook_mlp_out') return Float64Array.from(value, (v, k) => v + deltas[l][k]);
+      return undefined;
+    },
+  });
+  return res.logits.data.slice((T - 1) * V, T * V);
+}

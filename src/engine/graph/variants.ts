@@ -10,7 +10,8 @@
  *   lens      final norm + unembedding of given residual vectors, top-k reduced (build-model.ts)
  *   readout   DLA's W_O and W_out products (readout/graph.ts)
  *   edge      the edge-patching forward, or with `grad` its ∂M/∂w (edge-graph.ts)
- *   replacement  the frozen local replacement model's backward for a transcoder set (replacement.ts)
+ *   replacement  the frozen local replacement model of a transcoder set: its backward (attribution rows)
+ *                or with `forward` its forward (interventions with errors held fixed) (replacement.ts)
  *
  * To add a variant: a member here, its key in variantKey, its build in buildVariant.
  */
@@ -21,7 +22,7 @@ import type { WeightPrecision } from '../budget';
 import { buildLensGraph, buildModelGraph, type BuiltGraph, type GraphPlan } from './build-model';
 import { buildEdgeGraph } from './edge-graph';
 import { buildReadoutGraph } from '../readout/graph';
-import { buildReplacementGraph } from './replacement';
+import { buildReplacementForward, buildReplacementGraph } from './replacement';
 import type { TranscoderSpec } from '../transcoder';
 
 /** a lean variant's plan: only these hooks take interventions and only these are outputs */
@@ -35,7 +36,7 @@ export type GraphVariant =
   | { kind: 'lens' }
   | { kind: 'readout' }
   | { kind: 'edge'; grad: boolean }
-  | { kind: 'replacement'; transcoders: string };
+  | { kind: 'replacement'; transcoders: string; forward?: boolean };
 
 /** the hooked variant without extras: what a load builds first */
 export const BASE_VARIANT: GraphVariant = { kind: 'hooked', withResult: false };
@@ -61,7 +62,7 @@ export function variantKey(v: GraphVariant): string {
     case 'edge':
       return v.grad ? 'edgeGrad' : 'edge';
     case 'replacement':
-      return `replacement:${v.transcoders}`;
+      return `replacement:${v.forward ? 'forward' : 'backward'}:${v.transcoders}`;
     default:
       return v.kind;
   }
@@ -97,7 +98,12 @@ export function buildVariant(v: GraphVariant, c: VariantContext): BuiltGraph {
       return buildReadoutGraph(c.spec, c.tensors, undefined, c.precision);
     case 'replacement':
       if (!c.transcoders) throw new Error(`no transcoder set attached as ${v.transcoders}`);
-      return buildReplacementGraph(c.spec, c.tensors, c.transcoders, c.precision);
+      return (v.forward ? buildReplacementForward : buildReplacementGraph)(
+        c.spec,
+        c.tensors,
+        c.transcoders,
+        c.precision,
+      );
     case 'hooked':
       return buildModelGraph(c.spec, c.tensors, {
         hooks: true,

@@ -26,34 +26,62 @@ export interface Adjacency {
   rows: (Float32Array | null)[];
 }
 
-/** |A| row sums, clamped at `clamp` (graph.py normalize_matrix: 1e-10; compute_partial_influences: 1e-8) */
-function rowSums(A: Adjacency, clamp: number, rowKeep?: Uint8Array, colKeep?: Uint8Array): Float64Array {
-  const s = new Float64Array(A.N);
+/** |A| as compressed rows (nonzeros only), for the influence sums: each pass touches only the edges that exist */
+export interface SparseAbs {
+  N: number;
+  rowPtr: Int32Array;
+  col: Int32Array;
+  val: Float32Array;
+}
+
+export function sparseAbs(A: Adjacency): SparseAbs {
+  let nnz = 0;
+  for (const r of A.rows) if (r) for (let j = 0; j < r.length; j++) if (r[j] !== 0) nnz++;
+  const rowPtr = new Int32Array(A.N + 1);
+  const col = new Int32Array(nnz);
+  const val = new Float32Array(nnz);
+  let k = 0;
   A.rows.forEach((r, t) => {
-    if (!r || (rowKeep && !rowKeep[t])) return;
-    let acc = 0;
-    if (colKeep) for (let j = 0; j < r.length; j++) acc += colKeep[j] ? Math.abs(r[j]) : 0;
-    else for (let j = 0; j < r.length; j++) acc += Math.abs(r[j]);
-    s[t] = acc;
+    if (r)
+      for (let j = 0; j < r.length; j++)
+        if (r[j] !== 0) {
+          col[k] = j;
+          val[k++] = Math.abs(r[j]);
+        }
+    rowPtr[t + 1] = k;
   });
-  for (let t = 0; t < A.N; t++) s[t] = Math.max(s[t], clamp);
+  return { N: A.N, rowPtr, col, val };
+}
+
+/** |A| row sums over the kept rows and columns, clamped at `clamp` (graph.py normalize_matrix: 1e-10) */
+function rowSums(S: SparseAbs, clamp: number, keep?: Uint8Array): Float64Array {
+  const s = new Float64Array(S.N);
+  for (let t = 0; t < S.N; t++) {
+    let acc = 0;
+    if (!keep || keep[t])
+      for (let k = S.rowPtr[t]; k < S.rowPtr[t + 1]; k++) if (!keep || keep[S.col[k]]) acc += S.val[k];
+    s[t] = Math.max(acc, clamp);
+  }
   return s;
 }
 
 /**
  * Σ_{k≥1} w Âᵏ with Â = |A| / rowsum (graph.py compute_influence: no identity term, iterated until
- * the term is exactly zero); rows and columns outside the keep masks count as zero.
+ * the term is exactly zero); rows and columns outside `keep` count as zero (prune_graph's pruned matrix).
  */
-export function influence(A: Adjacency, w: Float64Array, rowKeep?: Uint8Array, colKeep?: Uint8Array): Float64Array {
-  const sums = rowSums(A, 1e-10, rowKeep, colKeep);
+export function influence(S: SparseAbs, w: Float64Array, keep?: Uint8Array): Float64Array {
+  const N = S.N;
+  const sums = rowSums(S, 1e-10, keep);
   const step = (v: Float64Array) => {
-    const out = new Float64Array(A.N);
-    A.rows.forEach((r, t) => {
-      if (!r || v[t] === 0 || (rowKeep && !rowKeep[t])) return;
+    const out = new Float64Array(N);
+    for (let t = 0; t < N; t++) {
+      if (v[t] === 0 || (keep && !keep[t])) continue;
       const c = v[t] / sums[t];
-      if (colKeep) for (let j = 0; j < r.length; j++) out[j] += colKeep[j] ? c * Math.abs(r[j]) : 0;
-      else for (let j = 0; j < r.length; j++) out[j] += c * Math.abs(r[j]);
-    });
+      for (let k = S.rowPtr[t]; k < S.rowPtr[t + 1]; k++) {
+        const j = S.col[k];
+        if (!keep || keep[j]) out[j] += c * S.val[k];
+      }
+    }
     return out;
   };
   let cur = step(w);
@@ -61,7 +89,7 @@ export function influence(A: Adjacency, w: Float64Array, rowKeep?: Uint8Array, c
   for (let it = 0; cur.some((x) => x !== 0); it++) {
     if (it >= 1000) throw new LoupeError('INTERNAL', 'The influence computation did not converge in 1000 iterations.');
     cur = step(cur);
-    for (let j = 0; j < A.N; j++) inf[j] += cur[j];
+    for (let j = 0; j < N; j++) inf[j] += cur[j];
   }
   return inf;
 }
@@ -109,6 +137,8 @@ export function partialInfluences(rows: Float32Array[], rowNode: number[], N: nu
 }
 
 export interface PruneResult {
+  /** |A| as compressed rows (graphScores takes it and nodeInfluence instead of computing them again) */
+  sparse: SparseAbs;
   nodeMask: Uint8Array;
   /** per target row (null where none kept), 1 where the edge [t, s] is kept */
   edgeMask: (Uint8Array | null)[];
@@ -134,37 +164,37 @@ export function pruneGraph(
   signal?: AbortSignal,
 ): PruneResult {
   const N = A.N;
-  const nodeInfluence = influence(A, w);
+  const S = sparseAbs(A);
+  const nodeInfluence = influence(S, w);
   const nz = nodeInfluence.filter((x) => x !== 0);
   const nodeThr = findThreshold(nz, N, nodeThreshold);
   const nodeMask = Uint8Array.from(nodeInfluence, (x) => (x >= nodeThr ? 1 : 0));
   for (let i = N - nLog - nTok; i < N; i++) nodeMask[i] = 1;
   throwIfAborted(signal);
   // edge scores on the matrix with dropped nodes' rows and columns zeroed
-  const I2 = influence(A, w, nodeMask, nodeMask);
+  const I2 = influence(S, w, nodeMask);
   for (let i = 0; i < N; i++) I2[i] += w[i];
-  const sums = rowSums(A, 1e-10, nodeMask, nodeMask);
-  const score = (t: number, j: number, r: Float32Array) =>
-    nodeMask[t] && nodeMask[j] ? (Math.abs(r[j]) / sums[t]) * I2[t] : 0;
+  const sums = rowSums(S, 1e-10, nodeMask);
+  // edge scores Â'[t, s]·I'[t] (float64, computed where they are needed rather than kept)
+  const scale = A.rows.map((r, t) => (r && nodeMask[t] ? I2[t] / sums[t] : 0));
   let count = 0;
   A.rows.forEach((r, t) => {
-    if (r && nodeMask[t]) for (let j = 0; j < N; j++) if (score(t, j, r) !== 0) count++;
+    if (r && scale[t] !== 0) for (let j = 0; j < N; j++) if (nodeMask[j] && r[j] !== 0) count++;
   });
   const scores = new Float64Array(count);
   let k = 0;
   A.rows.forEach((r, t) => {
-    if (!r || !nodeMask[t]) return;
-    for (let j = 0; j < N; j++) {
-      const e = score(t, j, r);
-      if (e !== 0) scores[k++] = e;
-    }
+    if (r && scale[t] !== 0)
+      for (let j = 0; j < N; j++) if (nodeMask[j] && r[j] !== 0) scores[k++] = Math.abs(r[j]) * scale[t];
   });
   const edgeThr = findThreshold(scores, N * N, edgeThreshold);
   throwIfAborted(signal);
   const edgeMask: (Uint8Array | null)[] = A.rows.map((r, t) => {
-    if (!r) return edgeThr <= 0 ? new Uint8Array(N).fill(1) : null;
+    if (!r || scale[t] === 0) return edgeThr <= 0 ? new Uint8Array(N).fill(1) : null;
     const m = new Uint8Array(N);
-    for (let j = 0; j < N; j++) m[j] = score(t, j, r) >= edgeThr ? 1 : 0;
+    const c = scale[t];
+    for (let j = 0; j < N; j++)
+      m[j] = nodeMask[j] && r[j] !== 0 ? (Math.abs(r[j]) * c >= edgeThr ? 1 : 0) : edgeThr <= 0 ? 1 : 0;
     return m;
   });
   const featOrErr = N - nLog - nTok;
@@ -195,16 +225,31 @@ export function pruneGraph(
     c += nodeInfluence[i];
     cumulativeScores[i] = c / total;
   }
-  return { nodeMask, edgeMask, cumulativeScores, nodeInfluence, thresholds: { node: nodeThr, edge: edgeThr } };
+  return {
+    sparse: S,
+    nodeMask,
+    edgeMask,
+    cumulativeScores,
+    nodeInfluence,
+    thresholds: { node: nodeThr, edge: edgeThr },
+  };
 }
 
 /**
  * compute_graph_scores on the unpruned graph: replacement = Σ I[tokens] / (Σ I[tokens] + Σ I[errors]);
  * completeness = Σ_n (1 − Σ_{errors} Â[n, ·])(I_n + w_n) / Σ_n (I_n + w_n).
  */
-export function graphScores(A: Adjacency, w: Float64Array, nFeat: number, L: number, T: number) {
+export function graphScores(
+  A: Adjacency,
+  w: Float64Array,
+  nFeat: number,
+  L: number,
+  T: number,
+  known?: { sparse: SparseAbs; nodeInfluence: Float64Array },
+) {
   const N = A.N;
-  const I = influence(A, w);
+  const S = known?.sparse ?? sparseAbs(A);
+  const I = known?.nodeInfluence ?? influence(S, w);
   const errStart = nFeat,
     errEnd = nFeat + L * T,
     tokEnd = errEnd + T;
@@ -212,13 +257,13 @@ export function graphScores(A: Adjacency, w: Float64Array, nFeat: number, L: num
     err = 0;
   for (let i = errEnd; i < tokEnd; i++) tok += I[i];
   for (let i = errStart; i < errEnd; i++) err += I[i];
-  const sums = rowSums(A, 1e-10);
+  const sums = rowSums(S, 1e-10);
   let num = 0,
     den = 0;
   for (let n = 0; n < N; n++) {
-    const r = A.rows[n];
     let e = 0;
-    if (r) for (let j = errStart; j < errEnd; j++) e += Math.abs(r[j]) / sums[n];
+    for (let k = S.rowPtr[n]; k < S.rowPtr[n + 1]; k++)
+      if (S.col[k] >= errStart && S.col[k] < errEnd) e += S.val[k] / sums[n];
     num += (1 - e) * (I[n] + w[n]);
     den += I[n] + w[n];
   }
@@ -363,14 +408,15 @@ export function graphJson(
     nLayers: number;
     T: number;
   },
-): GraphJson {
+): { graph: GraphJson; linkNodes: [number, number][] } {
   const nodes = new Map<number, GraphNode>();
   kinds.forEach((k, i) => {
     if (pr.nodeMask[i])
       nodes.set(i, graphNode(k, meta.nLayers, meta.T, k.kind === 'logit' ? null : f32(pr.cumulativeScores[i])));
   });
   const links: GraphLink[] = [];
-  const connected = new Set<string>();
+  const ends: [number, number][] = []; // node indices of each link: ids alone can be ambiguous
+  const connected = new Set<number>();
   pr.edgeMask.forEach((m, t) => {
     if (!m) return;
     const dst = nodes.get(t);
@@ -379,25 +425,32 @@ export function graphJson(
       const src = nodes.get(s);
       if (!src || !dst) continue;
       links.push({ source: src.node_id, target: dst.node_id, weight: A.rows[t] ? A.rows[t]![s] : 0 });
-      connected.add(src.node_id);
-      connected.add(dst.node_id);
+      ends.push([s, t]);
+      connected.add(s);
+      connected.add(t);
     }
   });
-  const used = [...nodes.values()].filter(
-    (n) => connected.has(n.node_id) || n.feature_type === 'embedding' || n.feature_type === 'logit',
+  // circuit-tracer keeps nodes whose id is on a used link; an id shared by a feature and an error keeps both
+  const connectedIds = new Set([...connected].map((i) => nodes.get(i)!.node_id));
+  const used = [...nodes.entries()].filter(
+    ([, n]) => connectedIds.has(n.node_id) || n.feature_type === 'embedding' || n.feature_type === 'logit',
   );
+  const position = new Map(used.map(([i], k) => [i, k]));
   return {
-    metadata: {
-      slug: meta.slug,
-      scan: meta.scan,
-      transcoder_list: [],
-      prompt_tokens: meta.promptTokens,
-      prompt: meta.prompt,
-      node_threshold: meta.nodeThreshold,
-      schema_version: 1,
+    graph: {
+      metadata: {
+        slug: meta.slug,
+        scan: meta.scan,
+        transcoder_list: [],
+        prompt_tokens: meta.promptTokens,
+        prompt: meta.prompt,
+        node_threshold: meta.nodeThreshold,
+        schema_version: 1,
+      },
+      qParams: { pinnedIds: [], supernodes: [], linkType: 'both', clickedId: '', sg_pos: '' },
+      nodes: used.map(([, n]) => n),
+      links,
     },
-    qParams: { pinnedIds: [], supernodes: [], linkType: 'both', clickedId: '', sg_pos: '' },
-    nodes: used,
-    links,
+    linkNodes: ends.map(([s, t]) => [position.get(s)!, position.get(t)!]),
   };
 }

@@ -7,7 +7,7 @@
  *  - the document's block describing the set.
  */
 import { z } from 'zod';
-import type { LoadedModel, TranscoderInfo } from '../../engine/api';
+import type { LoadedModel, LocalReplacement, TranscoderInfo } from '../../engine/api';
 import { LoupeError, throwIfAborted } from '../../engine/errors';
 import { transcoderIdOf } from '../../engine/transcoder';
 import type { OpContext, SaeRef } from '../types';
@@ -128,4 +128,30 @@ export async function ensureTranscoders(model: LoadedModel, ref: SaeRef, ctx: Op
     if (byId!.get(id) === p) byId!.delete(id);
   });
   return p;
+}
+
+const prepared = new WeakMap<LoadedModel, { key: string; rep: Promise<LocalReplacement> }>();
+
+/**
+ * The local replacement model of a prompt with an attached set, kept for the next call on the same
+ * model, set and tokens (an intervention after its graph prepares nothing again); one per model.
+ */
+export function replacementFor(
+  model: LoadedModel,
+  info: TranscoderInfo,
+  ids: number[],
+  ctx: OpContext,
+): Promise<LocalReplacement> {
+  const key = `${info.id}\u0000${ids.join(',')}`;
+  const hit = prepared.get(model);
+  if (hit && hit.key === key) return hit.rep;
+  const rep = model.replacement(ids, info.id, {
+    signal: ctx.signal,
+    onProgress: (stage, done, total) => ctx.onProgress?.({ stage, done, total }),
+  });
+  prepared.set(model, { key, rep });
+  rep.catch(() => {
+    if (prepared.get(model)?.rep === rep) prepared.delete(model);
+  });
+  return rep;
 }
