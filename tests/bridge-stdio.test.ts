@@ -116,7 +116,7 @@ describe('loupe mcp over stdio', () => {
     send({ jsonrpc: '2.0', method: 'notifications/initialized' });
     send({ jsonrpc: '2.0', id: 2, method: 'tools/list' });
     send({ jsonrpc: '2.0', id: 3, method: 'tools/call', params: { name: 'trace', arguments: { prompt: 'Hi' } } }); // no page: an isError result
-    await until(() => out.split('\n').filter(Boolean).length >= 3, 20_000, 'three responses');
+    await until(() => out.split('\n').filter(Boolean).length >= 3, 60_000, 'three responses');
     child.stdin.end();
     await new Promise((r) => child.once('exit', r));
     const lines = out.split('\n').filter(Boolean);
