@@ -3,9 +3,10 @@
 // layout (with skip) and CLT layout, every adjacency entry, the node order, the pruned node set
 // and links, and both scores; columns against finite differences in the frozen model (forward64
 // with the freezes as hook replacements); row sums + the oracle's constant part = the clean run's
-// target values; the graph JSON against Neuronpedia's graph schema (restated below).
+// target values; the graph JSON against Neuronpedia's graph schema (tests/fixtures, as published).
 
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
+import { readFileSync } from 'node:fs';
 import Ajv from 'ajv';
 import type { LoadedModel } from '../src/engine/api';
 import { createNodeSaeLoaders } from '../src/node/load-sae';
@@ -24,72 +25,13 @@ import {
 import { makeRandomTranscoders, type RandomTranscoderSet } from './helpers/random-transcoders';
 
 /**
- * Neuronpedia's graph schema, restated from hijohnnylin/neuronpedia @ b8efe8435ea59592690f3d39dc3479b0d4e337c0,
- * apps/webapp/app/api/graph/graph-schema.json (draft-07): the four required top-level objects;
- * metadata's required slug, scan, prompt_tokens (strings), prompt and its optional typed fields;
- * qParams' typed fields; each node's required node_id, feature (integer or null), layer (string or
- * integer), ctx_idx, feature_type, jsNodeId, clerp and its influence / activation (number or null);
- * each link's source, target and weight.
+ * Neuronpedia's graph schema as published (tests/fixtures/README.md: hijohnnylin/neuronpedia @
+ * b8efe8435ea59592690f3d39dc3479b0d4e337c0, apps/webapp/app/api/graph/graph-schema.json, draft-07).
+ * ajv runs with strict off because the file carries keywords ajv does not define (`version`).
  */
-const NEURONPEDIA_GRAPH_SCHEMA = {
-  $schema: 'http://json-schema.org/draft-07/schema#',
-  type: 'object',
-  required: ['metadata', 'qParams', 'nodes', 'links'],
-  properties: {
-    metadata: {
-      type: 'object',
-      required: ['slug', 'scan', 'prompt_tokens', 'prompt'],
-      properties: {
-        slug: { type: 'string' },
-        scan: { type: 'string' },
-        prompt_tokens: { type: 'array', items: { type: 'string' } },
-        prompt: { type: 'string' },
-        feature_details: { type: 'object' },
-        node_threshold: { type: 'number' },
-        info: { type: 'object' },
-        generation_settings: { type: 'object' },
-        pruning_settings: { type: 'object' },
-      },
-    },
-    qParams: {
-      type: 'object',
-      required: [],
-      properties: {
-        pinnedIds: { type: 'array', items: { type: 'string' } },
-        supernodes: { type: 'array' },
-        linkType: { type: 'string' },
-        clickedId: { type: 'string' },
-        sg_pos: { type: 'string' },
-      },
-    },
-    nodes: {
-      type: 'array',
-      items: {
-        type: 'object',
-        required: ['node_id', 'feature', 'layer', 'ctx_idx', 'feature_type', 'jsNodeId', 'clerp'],
-        properties: {
-          node_id: { type: 'string' },
-          feature: { type: ['integer', 'null'] },
-          layer: { type: ['string', 'integer'] },
-          ctx_idx: { type: 'integer' },
-          feature_type: { type: 'string' },
-          jsNodeId: { type: 'string' },
-          clerp: { type: 'string' },
-          influence: { type: ['number', 'null'] },
-          activation: { type: ['number', 'null'] },
-        },
-      },
-    },
-    links: {
-      type: 'array',
-      items: {
-        type: 'object',
-        required: ['source', 'target', 'weight'],
-        properties: { source: { type: 'string' }, target: { type: 'string' }, weight: { type: 'number' } },
-      },
-    },
-  },
-};
+const NEURONPEDIA_GRAPH_SCHEMA = JSON.parse(
+  readFileSync(new URL('./fixtures/neuronpedia-graph-schema.json', import.meta.url), 'utf8'),
+);
 
 const KIND: Record<string, string> = {
   'cross layer transcoder': 'feature',
@@ -270,8 +212,12 @@ describe('attribution_graph against the float64 oracle', () => {
       const [l, f] = feat.node_id.split('_').map(Number);
       expect(feat.feature).toBe(((l + f) * (l + f + 1)) / 2 + f);
       expect(feat.jsNodeId).toBe(`${l}_${f}-0`);
-      // a schema check that can fail: the same JSON without a required field is refused
+      // the schema check can fail: without a required field, or with a field of the wrong type, it is refused
       expect(validate({ ...json, metadata: { ...json.metadata, scan: undefined } })).toBe(false);
+      const { jsNodeId: _, ...noJsId } = json.nodes[0];
+      expect(validate({ ...json, nodes: [noJsId, ...json.nodes.slice(1)] })).toBe(false);
+      expect(validate({ ...json, nodes: [{ ...json.nodes[0], feature: 1.5 }, ...json.nodes.slice(1)] })).toBe(false);
+      expect(validate({ ...json, links: [{ ...json.links[0], weight: String(json.links[0].weight) }] })).toBe(false);
     },
   );
 
