@@ -1,5 +1,6 @@
 /** The CLI's model loading (shared by the operation commands and `loupe doctor`) and its output streams. */
 import type { LoadedModel } from '../engine/api';
+import type { ModelSource } from '../engine/source/types';
 import { LoupeError } from '../engine/errors';
 import { WEIGHTS_MODES, type WeightsMode } from '../engine/precision';
 import { UsageError } from './args';
@@ -24,14 +25,16 @@ export async function loadModelForCli(
   const { loadModelNode } = await import('../node/load');
   const { sourceFromSpec } = await import('../node/load-files-node');
   // A model id that could never exist is a usage error, found before any request.
+  let source: ModelSource;
   try {
-    sourceFromSpec(spec);
+    source = sourceFromSpec(spec);
   } catch (e) {
     if (e instanceof LoupeError && e.code === 'BAD_INPUT') throw new UsageError(e.message, e.hint);
     throw e;
   }
   let lastPct = -1;
   return loadModelNode(spec, {
+    source,
     backend: backend as 'node' | 'wasm' | undefined,
     weights: weights as WeightsMode | undefined,
     onProgress: (p: any) => {

@@ -7,7 +7,14 @@ import type { Backend, LoadedModel, LoadOptions } from './api';
 import { LoupeError } from './errors';
 import { env, gpuCaps, type GpuCaps } from './env';
 import { createModel, modelPartsFrom } from './model';
-import { choosePrecision, choosePrecisionOnGpu, parseWeightsMode, OFFERED_PRECISIONS } from './precision';
+import {
+  choosePrecision,
+  choosePrecisionOnGpu,
+  parseWeightsMode,
+  OFFERED_PRECISIONS,
+  type PrecisionChoice,
+} from './precision';
+import type { WeightStats } from './budget';
 import { webSessionFactory, type OrtModule } from './runtime/ort-session';
 import { loadModelFiles } from './source/files';
 import { judgeModel, type ModelJudgement, type ModelPlan } from './source/preflight';
@@ -66,25 +73,24 @@ export async function loadModelBrowser(spec: string | ModelSource, opts: Browser
   const cache = bundled ? undefined : opts.cache;
   // q8 weights kept next to the model's files in its cache (IndexedDB in the page)
   const q8Store = cache && source instanceof HttpSource ? cacheQ8Store(cache, (f) => source.cacheKey(f)) : undefined;
+  let judged: PrecisionChoice | undefined;
   const files = await loadModelFiles(source, {
     cache,
     signal: opts.signal,
     onProgress: opts.onProgress,
-    // architecture, tensors, memory and storage judged from the headers, before any weight byte
+    // architecture, tensors, precision, memory and storage judged from the headers, before any weight byte
     judge: async (plan) => {
       const mode = parseWeightsMode(opts.weights);
-      const precision = !plan.stats
-        ? 'f32'
-        : gpu
-          ? choosePrecisionOnGpu(mode, plan.stats, gpu, opts.memory).precision
-          : choosePrecision(mode, plan.stats, wanted, opts.memory).precision;
-      const j = judgeModel(plan, wanted, precision, opts.memory, {
+      const choose = (stats: WeightStats) =>
+        gpu ? choosePrecisionOnGpu(mode, stats, gpu, opts.memory) : choosePrecision(mode, stats, wanted, opts.memory);
+      const j = judgeModel(plan, wanted, choose, opts.memory, {
         backends: ['wasm', 'webgpu'],
         precisions: OFFERED_PRECISIONS,
       });
+      judged = j?.choice;
       if (cache) {
         const q8Bytes =
-          precision === 'q8' && q8Store && plan.tensors
+          judged?.precision === 'q8' && q8Store && plan.tensors
             ? await q8EntryBytesToWrite(
                 plan.tensors,
                 describeModel({ config: plan.config, tensors: plan.tensors }),
@@ -104,9 +110,10 @@ export async function loadModelBrowser(spec: string | ModelSource, opts: Browser
   const parts = { ...modelPartsFrom(files, { bundled, memory: opts.memory, weightsMode: opts.weights }), q8Store };
 
   try {
-    return await createModel(parts, webSessionFactory(opts.ort, wanted, gpu));
+    return await createModel({ ...parts, precision: judged }, webSessionFactory(opts.ort, wanted, gpu));
   } catch (e) {
     // A WebGPU device can fail at session creation (limits, lost device): fall back to WASM, unless asked explicitly.
+    // The precision judged for WebGPU does not hold there: createModel decides it for WASM.
     if (wanted === 'webgpu' && (!opts.backend || opts.backend === 'auto') && !(e instanceof LoupeError)) {
       return createModel(parts, webSessionFactory(opts.ort, 'wasm'));
     }

@@ -59,6 +59,7 @@ import {
   RUNTIME_SLACK_BYTES,
   WASM_HEAP_BYTES,
   type BudgetLimits,
+  type WeightStats,
 } from './budget';
 import {
   choosePrecision,
@@ -66,6 +67,7 @@ import {
   chooseVocabSplit,
   parseWeightsMode,
   OFFERED_PRECISIONS,
+  type PrecisionChoice,
   type WeightsMode,
 } from './precision';
 
@@ -87,6 +89,8 @@ export interface ModelParts {
   memory?: BudgetLimits;
   /** weight precision asked for (precision.ts); default auto */
   weightsMode?: WeightsMode;
+  /** the precision the loader chose and judged the budget at (judgeModel) for this backend; without it createModel decides */
+  precision?: PrecisionChoice;
   /** onnxruntime fused kernels of the model's graphs (GraphPlan.fused); default the activation and norm ones (the bench measures more) */
   fused?: GraphPlan['fused'];
   /** where q8 weights are kept between loads (q8.ts); none: quantised in memory at each load */
@@ -170,6 +174,16 @@ function checkGpuBuffers(used: { name: string; shape: number[] }[], vocab: Set<s
   }
 }
 
+/** The precision a model runs at on the factory's backend, with the memory budget checked at it (TOO_LARGE). */
+function decidePrecision(parts: ModelParts, stats: WeightStats, factory: SessionFactory): PrecisionChoice {
+  const mode = parseWeightsMode(parts.weightsMode);
+  const choice = factory.gpu
+    ? choosePrecisionOnGpu(mode, stats, factory.gpu, parts.memory ?? {})
+    : choosePrecision(mode, stats, factory.backend, parts.memory ?? {});
+  checkBudget(stats, factory.backend, choice.precision, parts.memory ?? {}, { precisions: OFFERED_PRECISIONS });
+  return choice;
+}
+
 export async function createModel(parts: ModelParts, factory: SessionFactory): Promise<LoadedModel> {
   const spec = describeModel({ config: parts.config, tensors: parts.weights.tensors });
   const tokenizer = new ModelTokenizer(parts.tokenizerJson, parts.tokenizerConfig, parts.config);
@@ -177,13 +191,9 @@ export async function createModel(parts: ModelParts, factory: SessionFactory): P
   const stats = weightStats(used);
   const nParams = stats.nParams;
   const dtypes = new Set<string>(used.map((e) => e.dtype));
-  // Loaders judge this before downloading (source/preflight.ts); a source that could not read
-  // headers first (or a caller with its own files) is judged here, before any session exists.
-  const mode = parseWeightsMode(parts.weightsMode);
-  const choice = factory.gpu
-    ? choosePrecisionOnGpu(mode, stats, factory.gpu, parts.memory ?? {})
-    : choosePrecision(mode, stats, factory.backend, parts.memory ?? {});
-  checkBudget(stats, factory.backend, choice.precision, parts.memory ?? {}, { precisions: OFFERED_PRECISIONS });
+  // Loaders decide this before downloading (source/preflight.ts judgeModel); a source that could not
+  // read headers first (or a caller with its own files) is decided and judged here, before any session.
+  const choice = parts.precision ?? decidePrecision(parts, stats, factory);
   // one chunking for both tables (tied or not): the finer of the two; on WebGPU no chunk exceeds a buffer
   const tensorBytes = Math.min(parts.memory?.tensorBytes ?? Infinity, factory.gpu?.maxBufferBytes ?? Infinity);
   const split = [spec.embed.w, spec.unembed.w]

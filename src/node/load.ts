@@ -5,10 +5,11 @@
  */
 import { totalmem } from 'node:os';
 import type { LoadedModel, LoadOptions } from '../engine/api';
+import type { ModelSource } from '../engine/source/types';
 import { LoupeError } from '../engine/errors';
 import { createModel, modelPartsFrom } from '../engine/model';
 import { isBundledSpec } from '../engine/source/ref';
-import { choosePrecision, parseWeightsMode, OFFERED_PRECISIONS } from '../engine/precision';
+import { choosePrecision, parseWeightsMode, OFFERED_PRECISIONS, type PrecisionChoice } from '../engine/precision';
 import { webSessionFactory, type OrtModule, type SessionFactory } from '../engine/runtime/ort-session';
 import { judgeModel } from '../engine/source/preflight';
 import { loadModelFilesNode, sourceFromSpec, type NodeLoadOptions } from './load-files-node';
@@ -26,6 +27,8 @@ export interface NodeModelOptions
   threads?: number;
   /** local folders the caller may load from (default 'any': the CLI's user; see local-access.ts) */
   local?: LocalAccess;
+  /** `spec` already resolved (sourceFromSpec), so it is not resolved again */
+  source?: ModelSource;
 }
 
 /** `extraOptions`: onnxruntime session options over the defaults (the bench measures them) */
@@ -56,15 +59,19 @@ export async function nodeFactory(
 
 export async function loadModelNode(spec: string, opts: NodeModelOptions = {}): Promise<LoadedModel> {
   const backend = opts.backend ?? 'node';
-  const source = sourceFromSpec(spec, opts);
+  const source = opts.source ?? sourceFromSpec(spec, opts);
   const memory = { hostBytes: totalmem(), ...opts.memory };
-  // architecture, tensors and memory judged from the headers, before any weight byte
+  // architecture, tensors, precision and memory judged from the headers, before any weight byte
   const mode = parseWeightsMode(opts.weights);
+  let judged: PrecisionChoice | undefined;
   const files = await loadModelFilesNode(source, {
     ...opts,
     judge: (plan) => {
-      const precision = plan.stats ? choosePrecision(mode, plan.stats, backend, memory).precision : 'f32';
-      judgeModel(plan, backend, precision, memory, { backends: ['node', 'wasm'], precisions: OFFERED_PRECISIONS });
+      const j = judgeModel(plan, backend, (stats) => choosePrecision(mode, stats, backend, memory), memory, {
+        backends: ['node', 'wasm'],
+        precisions: OFFERED_PRECISIONS,
+      });
+      judged = j?.choice;
     },
   });
   const factory = await nodeFactory(backend, opts.threads);
@@ -76,5 +83,5 @@ export async function loadModelNode(spec: string, opts: NodeModelOptions = {}): 
     memory,
     weightsMode: opts.weights,
   });
-  return createModel({ ...parts, q8Store: nodeQ8Store(source, opts.cache) }, factory);
+  return createModel({ ...parts, precision: judged, q8Store: nodeQ8Store(source, opts.cache) }, factory);
 }

@@ -39,6 +39,7 @@ import { specTensorNames } from '../params';
 import { checkTokenizerPatterns } from '../tokenizer';
 import { addHeader, parseSafetensorsHeader, safetensorsHeaderLength, type SafetensorsHeader } from '../safetensors';
 import type { TensorEntry, WeightSet } from '../safetensors-types';
+import type { PrecisionChoice } from '../precision';
 import type {
   ByteCache,
   CacheKey,
@@ -553,6 +554,8 @@ export async function planModel(
 export interface ModelJudgement {
   /** parameters the model uses (what createModel reports as n_params), by stored dtype */
   stats: WeightStats;
+  /** the precision judged, and why: what createModel then runs at (ModelParts.precision) */
+  choice: PrecisionChoice;
   /** the estimate for the backend and precision judged */
   estimate: MemoryEstimate;
   /** estimates for the other backends at the same precision, for display */
@@ -561,21 +564,25 @@ export interface ModelJudgement {
 
 /**
  * The engine's judgement of a plan: the architecture adapter checks every tensor it needs
- * (MISSING_TENSOR, BAD_TENSOR_SHAPE, BAD_CONFIG) and the memory budget of the backend
- * (TOO_LARGE) — all from headers, before a weight byte. Null when the plan has no headers
- * (a source without byte ranges): createModel judges after the download instead.
+ * (MISSING_TENSOR, BAD_TENSOR_SHAPE, BAD_CONFIG), the precision is chosen from the parameters
+ * the model uses (`precision`: a fixed one, or the chooser given those parameters), and the
+ * memory budget of the backend is checked at it (TOO_LARGE) — all from headers, before a weight
+ * byte. Null when the plan has no headers (a source without byte ranges): createModel decides
+ * and judges after the download instead.
  */
 export function judgeModel(
   plan: ModelPlan,
   backend: MemoryBackend,
-  precision: WeightPrecision,
+  precision: WeightPrecision | ((stats: WeightStats) => PrecisionChoice),
   limits: BudgetLimits = {},
   offer: { precisions?: WeightPrecision[]; backends?: MemoryBackend[] } = {},
 ): ModelJudgement | null {
   if (!plan.tensors) return null;
   const spec = describeModel({ config: plan.config, tensors: plan.tensors });
   const stats = weightStats([...specTensorNames(spec)].map((n) => plan.tensors!.get(n)!));
-  const estimate = checkBudget(stats, backend, precision, limits, offer);
+  const choice = typeof precision === 'function' ? precision(stats) : { precision, reason: `asked for ${precision}` };
+  const estimate = checkBudget(stats, backend, choice.precision, limits, offer);
   const others = (offer.backends ?? ['node', 'wasm', 'webgpu']).filter((b) => b !== backend);
-  return { stats, estimate, estimates: [estimate, ...others.map((b) => estimateMemory(stats, b, precision, limits))] };
+  const estimates = [estimate, ...others.map((b) => estimateMemory(stats, b, choice.precision, limits))];
+  return { stats, choice, estimate, estimates };
 }
