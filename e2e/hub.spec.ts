@@ -67,7 +67,7 @@ test('loads induction-gpt2 from the Hub layout with per-file progress to 100%', 
 test('after a reload it loads from IndexedDB with zero requests to the server', async ({ hub }) => {
   const before = requestsFor(hub, REPO);
   await page.reload();
-  await waitModelReady(page); // the bundled model first
+  await waitModelReady(page); // the last model, from this browser's cache
   await page
     .getByTestId('recent')
     .getByRole('button', { name: new RegExp(REPO) })

@@ -16,7 +16,8 @@ import { PrefStore } from './prefs-store.svelte';
 import { FormStore } from './forms.svelte';
 import { JobStore } from './jobs.svelte';
 import { ResultStore, type ResultEntry } from './results.svelte';
-import { ModelStore, choiceOf, type ModelChoice } from './models.svelte';
+import { ModelStore, choiceOf, sameModel, type ModelChoice } from './models.svelte';
+import type { LoadedModelSummary } from '../../../workers/protocol';
 import { ShareStore } from './share.svelte';
 import { DoctorStore } from './doctor.svelte';
 import { LinkStore } from './links.svelte';
@@ -56,7 +57,10 @@ export class AppState {
       exclusive: (fn) => this.jobs.exclusive(fn),
       backend: () => this.prefs.backend,
       weights: () => this.prefs.weights,
-      onLoaded: () => this.share.modelLoaded(),
+      onLoaded: (m, previous) => {
+        if (previous && !sameModel(previous.ref, m.ref)) this.modelChanged(m);
+        this.share.modelLoaded();
+      },
     });
     this.share = new ShareStore({
       client: this.client,
@@ -162,7 +166,7 @@ export class AppState {
       if (this.share.shared) this.share.shared.status = 'waiting-model';
       return;
     }
-    await this.models.load(linkModel ?? { kind: 'bundled' });
+    await this.models.load(linkModel ?? this.models.startChoice());
   }
 
   async loadOps(): Promise<void> {
@@ -172,6 +176,22 @@ export class AppState {
     } catch (e) {
       this.forms.opsError = errInfo(e);
     }
+  }
+
+  /**
+   * Another model is loaded: the head in focus belongs to the old one (its panel closes), and form
+   * values naming a layer or head the new model lacks go back to their defaults (they gave
+   * BAD_INPUT). Results stay, marked with the model they came from (ResultPanel).
+   */
+  private modelChanged(m: LoadedModelSummary): void {
+    this.links.head = null;
+    const cleared = this.forms.fitModel({ layers: m.info.n_layers, heads: m.info.n_heads });
+    if (cleared.length)
+      this.notices.notify(
+        'info',
+        `${m.info.id} has ${m.info.n_layers} layers and ${m.info.n_heads} heads: cleared ${cleared.join(', ')}.`,
+        8000,
+      );
   }
 
   setBackend(b: BackendChoice): void {

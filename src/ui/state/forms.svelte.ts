@@ -94,6 +94,51 @@ export class FormStore {
     this.save();
   }
 
+  /**
+   * Drop form values that name a layer or head a model does not have (after a model switch): a
+   * layer or head field out of range is emptied (its default applies), out-of-range entries
+   * leave lists. Returns what was cleared, as "op field".
+   */
+  fitModel(dims: { layers: number; heads: number }): string[] {
+    const cleared: string[] = [];
+    const limit = (name: string) =>
+      /^(layer|values_layer)$/.test(name) ? dims.layers : name === 'head' ? dims.heads : null;
+    const bad = (v: unknown, n: number) => {
+      const x = Number(v);
+      return Number.isInteger(x) && (x >= n || x < 0);
+    };
+    for (const [op, values] of Object.entries(this.params)) {
+      for (const [name, v] of Object.entries(values ?? {})) {
+        if (v === undefined || v === null || String(v).trim() === '') continue;
+        const n = limit(name);
+        let next: unknown = v;
+        if (n !== null && bad(v, n)) next = '';
+        else if (name === 'layers' && typeof v === 'string') {
+          const kept = v.split(/[\s,]+/).filter((t) => t && !bad(t, dims.layers));
+          if (kept.length !== v.split(/[\s,]+/).filter(Boolean).length) next = kept.join(', ');
+        } else if (name === 'heads' && typeof v === 'string') {
+          try {
+            const list = JSON.parse(v);
+            if (Array.isArray(list)) {
+              const kept = list.filter(
+                (h) => !(h && typeof h === 'object' && (bad(h.layer, dims.layers) || bad(h.head, dims.heads))),
+              );
+              if (kept.length !== list.length) next = kept.length ? JSON.stringify(kept) : '';
+            }
+          } catch {
+            /* not JSON yet: the form's own check says so at run time */
+          }
+        }
+        if (next !== v) {
+          this.params[op][name] = next;
+          cleared.push(`${op} ${name.replace(/_/g, ' ')} ${String(v)}`);
+        }
+      }
+    }
+    if (cleared.length) this.save();
+    return cleared;
+  }
+
   /** set an operation's form from a full input (a share link, a session entry) */
   fillFromInput(op: string, input: Record<string, unknown>): void {
     const fields = this.fieldsFor(op);

@@ -62,7 +62,8 @@ interface Deps {
   backend: () => BackendChoice;
   weights: () => WeightsMode;
   notify: (kind: 'info' | 'warn' | 'error', text: string, ms?: number) => void;
-  onLoaded: () => void;
+  /** after a load; `previous` is the model that was loaded before it (null at start) */
+  onLoaded: (summary: LoadedModelSummary, previous: LoadedModelSummary | null) => void;
 }
 
 export class ModelStore {
@@ -130,6 +131,7 @@ export class ModelStore {
     try {
       const summary = await job.promise;
       if (this.loadJob !== job) return false;
+      const previous = this.model;
       this.model = summary;
       this.current = choice;
       this.status = 'ready';
@@ -144,7 +146,7 @@ export class ModelStore {
         );
       void this.refreshMemory();
       void this.refreshCache();
-      this.d.onLoaded();
+      this.d.onLoaded(summary, previous);
       return true;
     } catch (e) {
       if (this.loadJob !== job) return false;
@@ -235,6 +237,22 @@ export class ModelStore {
     } catch {
       /* status only */
     }
+  }
+
+  /**
+   * What a page load opens: the last model loaded in this browser when it is complete in the cache
+   * (a reload goes on where it was), else the bundled one.
+   */
+  startChoice(): ModelChoice {
+    const last = this.recent[0];
+    if (!last || last.kind !== 'hub') return { kind: 'bundled' };
+    const c: ModelChoice = {
+      kind: 'hub',
+      id: last.id,
+      revision: last.revision,
+      endpoint: last.endpoint ?? DEFAULT_ENDPOINT,
+    };
+    return this.isCached(c) ? c : { kind: 'bundled' };
   }
 
   /** is this model complete in this browser's cache? */
