@@ -1,9 +1,10 @@
 // attribution_graph against the float64 oracle (tests/reference/attribution64.ts, which shares no
 // code with src/): on both shared models, with random transcoder sets in circuit-tracer's PLT
-// layout (with skip) and CLT layout, every adjacency entry, the node order, the pruned node set
-// and links, and both scores; columns against finite differences in the frozen model (forward64
-// with the freezes as hook replacements); row sums + the oracle's constant part = the clean run's
-// target values; the graph JSON against Neuronpedia's graph schema (tests/fixtures, as published).
+// layout (with skip; and without, at the other input hooks and activations) and CLT layout, every
+// adjacency entry, the node order, the pruned node set and links, and both scores; columns against
+// finite differences in the frozen model (forward64 with the freezes as hook replacements); row
+// sums + the oracle's constant part = the clean run's target values; the graph JSON against
+// Neuronpedia's graph schema (tests/fixtures, as published).
 
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import { readFileSync } from 'node:fs';
@@ -22,7 +23,11 @@ import {
   referenceIntervention,
   type RefAttribution,
 } from './reference/attribution64';
-import { makeRandomTranscoders, type RandomTranscoderSet } from './helpers/random-transcoders';
+import {
+  makeRandomTranscoders,
+  type RandomTranscoderOptions,
+  type RandomTranscoderSet,
+} from './helpers/random-transcoders';
 
 /**
  * Neuronpedia's graph schema as published (tests/fixtures/README.md: hijohnnylin/neuronpedia @
@@ -32,6 +37,8 @@ import { makeRandomTranscoders, type RandomTranscoderSet } from './helpers/rando
 const NEURONPEDIA_GRAPH_SCHEMA = JSON.parse(
   readFileSync(new URL('./fixtures/neuronpedia-graph-schema.json', import.meta.url), 'utf8'),
 );
+
+type Variant = Pick<RandomTranscoderOptions, 'skip' | 'activation' | 'inputHook'>;
 
 const KIND: Record<string, string> = {
   'cross layer transcoder': 'feature',
@@ -71,10 +78,10 @@ describe('attribution_graph against the float64 oracle', () => {
   const sets: RandomTranscoderSet[] = [];
   afterAll(() => sets.forEach((s) => s.cleanup()));
 
-  const setFor = (ref: RefModel, tokens: number[], kind: 'plt' | 'clt') => {
+  const setFor = (ref: RefModel, tokens: number[], kind: 'plt' | 'clt', variant: Variant = {}) => {
     const L = ref.config.n_layer ?? ref.config.num_hidden_layers;
     const D = ref.config.n_embd ?? ref.config.hidden_size;
-    const opts = { kind, nLayers: L, dModel: D, features: 96, skip: kind === 'plt' } as const;
+    const opts = { kind, nLayers: L, dModel: D, features: 96, skip: kind === 'plt', ...variant } as const;
     const probe = makeRandomTranscoders(opts);
     const calibrate = cleanState(ref, tokens, probe.ref).xin;
     probe.cleanup();
@@ -83,20 +90,24 @@ describe('attribution_graph against the float64 oracle', () => {
     return tc;
   };
 
-  const cases = [
-    ['induction-gpt2', 'gpt2', 'plt'],
-    ['induction-gpt2', 'gpt2', 'clt'],
-    ['stories260K', 'stories', 'plt'],
-    ['stories260K', 'stories', 'clt'],
-  ] as const;
+  const cases: [string, 'gpt2' | 'stories', 'plt' | 'clt', Variant][] = [
+    ['induction-gpt2', 'gpt2', 'plt', {}],
+    ['induction-gpt2', 'gpt2', 'clt', {}],
+    ['stories260K', 'stories', 'plt', {}],
+    ['stories260K', 'stories', 'clt', {}],
+    // PLTs without the skip, at the other input hooks and activations (LayerNorm and RMSNorm)
+    ['induction-gpt2', 'gpt2', 'plt', { skip: false, activation: 'relu', inputHook: 'hook_resid_mid' }],
+    ['stories260K', 'stories', 'plt', { skip: false, activation: 'topk', inputHook: 'ln2.hook_normalized' }],
+    ['induction-gpt2', 'gpt2', 'plt', { skip: false, inputHook: 'ln2.hook_normalized' }],
+  ];
 
   it.each(cases)(
-    '%s, %s %s: adjacency, node set, scores, finite differences, row sums, JSON schema',
-    async (_n, which, kind) => {
+    '%s, %s %s %o: adjacency, node set, scores, finite differences, row sums, JSON schema',
+    async (_n, which, kind, variant) => {
       const model = models[which];
       const ref = which === 'gpt2' ? models.gpt2Ref : models.storiesRef;
       const tokens = TOKENS[which];
-      const tc = setFor(ref, tokens, kind);
+      const tc = setFor(ref, tokens, kind, variant);
       const r = referenceAttribution(ref, tokens, tc.ref);
       const doc = await operation.run(
         model,
@@ -111,7 +122,7 @@ describe('attribution_graph against the float64 oracle', () => {
       );
       const N = r.nodes.length;
       expect(doc.transcoders.kind).toBe(kind);
-      expect(doc.transcoders.skip).toBe(kind === 'plt');
+      expect(doc.transcoders.skip).toBe(variant.skip ?? kind === 'plt');
       expect(doc.active_features).toBe(r.active.length);
       expect(doc.active_features).toBeGreaterThan(40);
       expect(doc.logit_nodes.map((l) => l.token)).toEqual(r.logits.map((l) => l.token));
@@ -208,10 +219,14 @@ describe('attribution_graph against the float64 oracle', () => {
       const top = json.nodes.find((n: { is_target_logit: boolean }) => n.is_target_logit);
       expect(top.node_id).toBe(`${r.L + 1}_${r.logits[0].token}_${T - 1}`);
       expect(top.clerp).toMatch(/^Output ".*" \(p=\d\.\d{3}\)$/);
-      const feat = json.nodes.find((n: { feature_type: string }) => n.feature_type === 'cross layer transcoder');
-      const [l, f] = feat.node_id.split('_').map(Number);
-      expect(feat.feature).toBe(((l + f) * (l + f + 1)) / 2 + f);
-      expect(feat.jsNodeId).toBe(`${l}_${f}-0`);
+      const feats = json.nodes.filter((n: { feature_type: string }) => n.feature_type === 'cross layer transcoder');
+      // the pruned graph keeps features (in the variants it may keep only errors and tokens, as the oracle's does)
+      if (Object.keys(variant).length === 0) expect(feats.length).toBeGreaterThan(0);
+      for (const feat of feats.slice(0, 1)) {
+        const [l, f] = feat.node_id.split('_').map(Number);
+        expect(feat.feature).toBe(((l + f) * (l + f + 1)) / 2 + f);
+        expect(feat.jsNodeId).toBe(`${l}_${f}-0`);
+      }
       // the schema check can fail: without a required field, or with a field of the wrong type, it is refused
       expect(validate({ ...json, metadata: { ...json.metadata, scan: undefined } })).toBe(false);
       const { jsNodeId: _, ...noJsId } = json.nodes[0];
