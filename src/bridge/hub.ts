@@ -68,8 +68,10 @@ export interface HubStatus {
   agents: AgentInfo[];
 }
 
-const NOT_BUILT = `<!doctype html><meta charset="utf-8"><title>Loupe</title>
-<p>The Loupe workbench has not been built. Run <code>npm run build</code> in the Loupe folder, then reload this page (keep the <code>#pair=…</code> part of the address).</p>`;
+const NOT_BUILT =
+  '<!doctype html><meta charset="utf-8"><title>Loupe</title>\n' +
+  '<p>The Loupe workbench has not been built. Run <code>npm run build</code> in the Loupe folder, then ' +
+  'reload this page (keep the <code>#pair=…</code> part of the address).</p>';
 
 /**
  * Run a peer's message handler so that nothing it throws can escape into the event loop (an
@@ -220,7 +222,8 @@ export class Hub {
       throw new LoupeError(
         'NO_PAGE',
         `No Loupe page is connected to the hub. Open ${this.pairingUrl} in a browser (Chrome or Edge) to pair it, then call again.`,
-        `Ask the user to open ${this.pairingUrl} — or, if a Loupe tab is already open, to press Connect in its Agent panel. Tip: start the companion with --headless to run without a browser.`,
+        `Ask the user to open ${this.pairingUrl} — or, if a Loupe tab is already open, ` +
+          'to press Connect in its Agent panel. Tip: start the companion with --headless to run without a browser.',
       );
     }
     assertHandlesCurrent(args, page.instanceId);
@@ -292,7 +295,8 @@ export class Hub {
           const text = http.STATUS_CODES[v.status] ?? 'Forbidden';
           const body = Buffer.from(`${v.reason}\n`, 'utf8');
           socket.end(
-            `HTTP/1.1 ${v.status} ${text}\r\nConnection: close\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: ${body.length}\r\n\r\n${body.toString('utf8')}`,
+            `HTTP/1.1 ${v.status} ${text}\r\nConnection: close\r\nContent-Type: text/plain; ` +
+              `charset=utf-8\r\nContent-Length: ${body.length}\r\n\r\n${body.toString('utf8')}`,
           );
           return;
         }

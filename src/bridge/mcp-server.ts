@@ -80,8 +80,17 @@ export interface McpServerOptions {
   log?: (msg: string) => void;
 }
 
-const INSTRUCTIONS = `Loupe is a mechanistic-interpretability workbench. Its tools run TransformerLens-style analyses (direct logit attribution, attention patterns, logit lens, ablation, activation patching, steering, probes) on a language model that runs in the user's own browser tab (or in this process with --headless), and return versioned JSON documents.
-Start with loupe_status: it says whether a page is paired, which model is loaded, and gives the pairing URL to hand to the user when no page is connected. Hook names follow TransformerLens (blocks.{l}.hook_resid_pre, blocks.{l}.attn.hook_z, …); layers, heads and positions are 0-based and position 0 is the BOS token. Long operations accept as_job: true and are then driven with job_status / job_result / job_cancel. Every document is kept as a resource loupe://results/{id} (in the result's resource_link): read it back, or give two to compare, instead of resending numbers.`;
+const INSTRUCTIONS =
+  'Loupe is a mechanistic-interpretability workbench. Its tools run TransformerLens-style analyses (direct ' +
+  'logit attribution, attention patterns, logit lens, ablation, activation patching, steering, probes) on a ' +
+  "language model that runs in the user's own browser tab (or in this process with --headless), and return " +
+  'versioned JSON documents.\n' +
+  'Start with loupe_status: it says whether a page is paired, which model is loaded, and gives the pairing ' +
+  'URL to hand to the user when no page is connected. Hook names follow TransformerLens ' +
+  '(blocks.{l}.hook_resid_pre, blocks.{l}.attn.hook_z, …); layers, heads and positions are 0-based and ' +
+  'position 0 is the BOS token. Long operations accept as_job: true and are then driven with job_status / ' +
+  "job_result / job_cancel. Every document is kept as a resource loupe://results/{id} (in the result's " +
+  'resource_link): read it back, or give two to compare, instead of resending numbers.';
 
 export function createMcpServer(o: McpServerOptions): {
   server: Server;
@@ -251,7 +260,8 @@ export function createMcpServer(o: McpServerOptions): {
         name: 'result',
         title: 'Loupe result document',
         description:
-          "A document an operation tool made in this session (its result's resource_link names it): the same JSON as the tool's structuredContent. Kept until the session ends or evicts it (oldest first).",
+          "A document an operation tool made in this session (its result's resource_link names it): " +
+          "the same JSON as the tool's structuredContent. Kept until the session ends or evicts it (oldest first).",
         mimeType: 'application/json',
       },
     ],

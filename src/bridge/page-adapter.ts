@@ -62,7 +62,8 @@ function shareModelFor(spec: string, revision: string | undefined): ShareModel {
   throw new LoupeError(
     'BAD_INPUT',
     `The page cannot load ${JSON.stringify(spec)}.`,
-    "Give 'default', a Hub id like 'owner/name' (optionally @revision), or an http(s) URL of a model folder. Local folders work only headless, inside a folder the companion was started with (--allow-local DIR).",
+    "Give 'default', a Hub id like 'owner/name' (optionally @revision), or an http(s) URL of a model folder. " +
+      'Local folders work only headless, inside a folder the companion was started with (--allow-local DIR).',
   );
 }
 

@@ -114,7 +114,8 @@ export class ResultStore {
     if (!r)
       throw new LoupeError(
         'HANDLE_EXPIRED',
-        `${String(uri).slice(0, 200)} is not a result of this session: it was evicted (a session keeps its latest ${this.maxCount}), its companion restarted, or another client made it.`,
+        `${String(uri).slice(0, 200)} is not a result of this session: it was evicted (a session ` +
+          `keeps its latest ${this.maxCount}), its companion restarted, or another client made it.`,
         'Run the operation again to make a new one.',
       );
     return r;
@@ -131,7 +132,9 @@ export class ResultStore {
       uri: r.uri,
       name: resultName(r),
       title: resultName(r),
-      description: `${r.operation} document${r.model ? ` of ${r.model}` : ''}${r.prompt !== undefined ? ` on ${JSON.stringify(r.prompt.slice(0, 200))}` : ''}, made ${new Date(r.created).toISOString()}.`,
+      description:
+        `${r.operation} document${r.model ? ` of ${r.model}` : ''}${r.prompt !== undefined ? ` on ${JSON.stringify(r.prompt.slice(0, 200))}` : ''}, ` +
+        `made ${new Date(r.created).toISOString()}.`,
       mimeType: 'application/json',
       size: r.json.length,
       _meta: {

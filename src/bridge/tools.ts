@@ -43,7 +43,9 @@ export const loadModelInput = z.object({
     .string()
     .min(1)
     .describe(
-      "What to load: 'default' (the bundled stories260K, no download), a Hugging Face Hub id such as 'openai-community/gpt2', a URL of a folder holding config.json, tokenizer.json and *.safetensors, or (headless, inside a folder the companion allows with --allow-local) a local folder path.",
+      "What to load: 'default' (the bundled stories260K, no download), a Hugging Face Hub id such as " +
+        "'openai-community/gpt2', a URL of a folder holding config.json, tokenizer.json and *.safetensors, " +
+        'or (headless, inside a folder the companion allows with --allow-local) a local folder path.',
     ),
   revision: z.string().optional().describe("Hub revision (branch, tag or commit); default 'main'."),
   backend: z
@@ -56,7 +58,10 @@ export const loadModelInput = z.object({
     .enum(['auto', 'f32', 'stored', 'q8'])
     .optional()
     .describe(
-      "Weight precision: 'auto' (default: float32 when it fits the backend, else stored), 'f32' (widen every weight at load), 'stored' (keep F16/BF16 weights 16-bit, widened at use), 'q8' (opt-in: matrices as int8 with a float16 scale per 32 inputs, about half of stored's bytes; the numbers change slightly). The model info and every document name the precision that ran.",
+      "Weight precision: 'auto' (default: float32 when it fits the backend, else stored), " +
+        "'f32' (widen every weight at load), 'stored' (keep F16/BF16 weights 16-bit, widened at use), " +
+        "'q8' (opt-in: matrices as int8 with a float16 scale per 32 inputs, about half of stored's bytes; " +
+        'the numbers change slightly). The model info and every document name the precision that ran.',
     ),
 });
 export type LoadModelInput = z.infer<typeof loadModelInput>;
@@ -179,7 +184,9 @@ export function bridgeTools(mode: 'page' | 'headless'): ToolDef[] {
     {
       name: 'loupe_status',
       title: 'Loupe status',
-      description: `Where Loupe runs tools (${where}), whether a page is paired and which model it has loaded, the pairing URL to give the user when no page is connected, and the running jobs. Cheap; call it first.`,
+      description:
+        `Where Loupe runs tools (${where}), whether a page is paired and which model it has loaded, ` +
+        'the pairing URL to give the user when no page is connected, and the running jobs. Cheap; call it first.',
       inputSchema: toObjectSchema(z.object({}), 'input'),
       outputSchema: toObjectSchema(statusOutput, 'output'),
       annotations: { readOnlyHint: true, openWorldHint: false },
@@ -187,7 +194,11 @@ export function bridgeTools(mode: 'page' | 'headless'): ToolDef[] {
     {
       name: 'load_model',
       title: 'Load a model',
-      description: `Load a transformer language model (config.json + tokenizer.json + safetensors; Llama, GPT-2, Mistral, Qwen, Gemma … families) ${where}; every operation tool then runs on it. Downloads from the Hugging Face Hub on first use (can take minutes for 100M+ parameters; progress notifications report bytes), then loads from the cache. Returns the model's dimensions (n_layers, n_heads, d_model, …).`,
+      description:
+        'Load a transformer language model (config.json + tokenizer.json + safetensors; Llama, GPT-2, ' +
+        `Mistral, Qwen, Gemma … families) ${where}; every operation tool then runs on it. Downloads from the ` +
+        'Hugging Face Hub on first use (can take minutes for 100M+ parameters; progress notifications report ' +
+        "bytes), then loads from the cache. Returns the model's dimensions (n_layers, n_heads, d_model, …).",
       inputSchema: toObjectSchema(loadModelInput, 'input'),
       outputSchema: toObjectSchema(loadModelOutput, 'output'),
       annotations: { readOnlyHint: false, idempotentHint: true, openWorldHint: true },
@@ -195,7 +206,9 @@ export function bridgeTools(mode: 'page' | 'headless'): ToolDef[] {
     {
       name: 'list_models',
       title: 'List models',
-      description: `The model loaded now and the models available without a download (bundled, or cached ${mode === 'headless' ? 'on this machine' : 'in this browser'}), with sizes in bytes. Cheap.`,
+      description:
+        'The model loaded now and the models available without a download (bundled, ' +
+        `or cached ${mode === 'headless' ? 'on this machine' : 'in this browser'}), with sizes in bytes. Cheap.`,
       inputSchema: toObjectSchema(z.object({}), 'input'),
       outputSchema: toObjectSchema(listModelsOutput, 'output'),
       annotations: { readOnlyHint: true, openWorldHint: false },
@@ -204,7 +217,8 @@ export function bridgeTools(mode: 'page' | 'headless'): ToolDef[] {
       name: 'job_status',
       title: 'Job status',
       description:
-        'Status of a job started with as_job: true: running / succeeded / failed / cancelled, its latest progress (stage, done, total) and when its id expires. Cheap; poll every few seconds.',
+        'Status of a job started with as_job: true: running / succeeded / failed / cancelled, ' +
+        'its latest progress (stage, done, total) and when its id expires. Cheap; poll every few seconds.',
       inputSchema: toObjectSchema(jobIdInput, 'input'),
       outputSchema: toObjectSchema(jobHandle, 'output'),
       annotations: { readOnlyHint: true, openWorldHint: false },
@@ -213,7 +227,9 @@ export function bridgeTools(mode: 'page' | 'headless'): ToolDef[] {
       name: 'job_result',
       title: 'Job result',
       description:
-        "The finished job's document — exactly what the operation returns when called directly. While the job is still running it returns the job's status instead (status: 'running'); a failed or cancelled job returns its error. Results are kept until expires_at.",
+        "The finished job's document — exactly what the operation returns when called directly. " +
+        "While the job is still running it returns the job's status instead (status: 'running'); " +
+        'a failed or cancelled job returns its error. Results are kept until expires_at.',
       inputSchema: toObjectSchema(jobResultInput, 'input'),
       annotations: { readOnlyHint: true, openWorldHint: false },
     },
@@ -233,7 +249,10 @@ export const compareTool: ToolDef = {
   name: 'compare',
   title: 'Compare two results',
   description:
-    "Put two results of this session side by side by their URIs (loupe://results/{id}, from a result's resource_link or resources/list): for every grid they have — DLA layer × head, logit lens, attention patterns, patching maps, ablation effects — Δ = B − A per cell, rows and columns matched by name, or the reason there is none (different models, operations, targets or token counts). Cheap; runs no model.",
+    "Put two results of this session side by side by their URIs (loupe://results/{id}, from a result's " +
+    'resource_link or resources/list): for every grid they have — DLA layer × head, logit lens, ' +
+    'attention patterns, patching maps, ablation effects — Δ = B − A per cell, rows and columns matched by name, ' +
+    'or the reason there is none (different models, operations, targets or token counts). Cheap; runs no model.',
   inputSchema: toObjectSchema(compareInput, 'input'),
   outputSchema: toObjectSchema(compareOutput, 'output'),
   annotations: { readOnlyHint: true, openWorldHint: false },

@@ -28,12 +28,17 @@ export const CLI_FLAGS: Record<string, { boolean: boolean; help: string }> = {
   backend: { boolean: false, help: 'node (onnxruntime-node, default) or wasm (onnxruntime-web)' },
   weights: {
     boolean: false,
-    help: 'weight precision: auto (default: float32 when it fits, else stored), f32, stored (F16/BF16 kept 16-bit, widened at use), or q8 (8-bit matrices, opt-in: the numbers change slightly; `loupe doctor` reports by how much)',
+    help:
+      'weight precision: auto (default: float32 when it fits, else stored), f32, ' +
+      'stored (F16/BF16 kept 16-bit, widened at use), or q8 (8-bit matrices, ' +
+      'opt-in: the numbers change slightly; `loupe doctor` reports by how much)',
   },
   input: { boolean: false, help: 'operation input as JSON, merged over the other flags' },
   'idle-timeout': {
     boolean: false,
-    help: 'seconds a download may wait for its next byte before it fails (default 60, or $LOUPE_IDLE_TIMEOUT); every download also has an overall deadline ($LOUPE_REQUEST_DEADLINE, default 300 s plus 1 s per 64 KiB)',
+    help:
+      'seconds a download may wait for its next byte before it fails (default 60, or $LOUPE_IDLE_TIMEOUT); ' +
+      'every download also has an overall deadline ($LOUPE_REQUEST_DEADLINE, default 300 s plus 1 s per 64 KiB)',
   },
 };
 

@@ -172,12 +172,25 @@ export async function doctor(argv: string[], io: Io): Promise<number> {
         `threads     ${report.threads.available}`,
         `backend     node: ${b(report.backends.node)}`,
         `backend     wasm: ${b(report.backends.wasm)}`,
-        `agreement   ${agreement.ok ? 'ok' : 'FAILED'}: ${agreement.error ? agreement.error.message : `max |Δ logit| node vs wasm = ${agreement.max_abs_logit_diff.toExponential(2)} over ${agreement.tokens} tokens (tolerance ${AGREEMENT_TOLERANCE})`}`,
+        `agreement   ${agreement.ok ? 'ok' : 'FAILED'}: ` +
+          (agreement.error
+            ? agreement.error.message
+            : `max |Δ logit| node vs wasm = ${agreement.max_abs_logit_diff.toExponential(2)} ` +
+              `over ${agreement.tokens} tokens (tolerance ${AGREEMENT_TOLERANCE})`),
         ...Object.entries(memory).map(
           ([b, m]) =>
-            `memory      ${b}: weights ${mb(m.weight_bytes)} (${m.precision}), weights in JS ${mb(m.js_weight_bytes)}${m.js_weights_why ? ` (${m.js_weights_why})` : ''}, param copies ${mb(m.param_bytes)}, hooks returned ${mb(m.hooks_bytes)}${m.wasm_heap_bytes != null ? `, WASM heap ${mb(m.wasm_heap_bytes)}` : ''}, process RSS ${mb(m.rss_bytes)}`,
+            `memory      ${b}: weights ${mb(m.weight_bytes)} (${m.precision}), weights in JS ` +
+            `${mb(m.js_weight_bytes)}${m.js_weights_why ? ` (${m.js_weights_why})` : ''}, ` +
+            `param copies ${mb(m.param_bytes)}, hooks returned ` +
+            `${mb(m.hooks_bytes)}${m.wasm_heap_bytes != null ? `, WASM heap ${mb(m.wasm_heap_bytes)}` : ''}, ` +
+            `process RSS ${mb(m.rss_bytes)}`,
         ),
-        `q8 cost     ${q8.error ? `not measured: ${q8.error.message}` : `vs ${q8.baseline} on the bundled model: max |Δ logit| ${q8.max_abs_logit_diff.toExponential(2)} (max |logit| ${q8.max_abs_logit.toFixed(2)}), max |Δ DLA| ${q8.max_abs_dla_diff.toExponential(2)} (max |DLA| ${q8.max_abs_dla.toFixed(2)}), ${q8.same_prediction ? 'same' : 'a different'} prediction`}`,
+        'q8 cost     ' +
+          (q8.error
+            ? `not measured: ${q8.error.message}`
+            : `vs ${q8.baseline} on the bundled model: max |Δ logit| ${q8.max_abs_logit_diff.toExponential(2)} ` +
+              `(max |logit| ${q8.max_abs_logit.toFixed(2)}), max |Δ DLA| ${q8.max_abs_dla_diff.toExponential(2)} ` +
+              `(max |DLA| ${q8.max_abs_dla.toFixed(2)}), ${q8.same_prediction ? 'same' : 'a different'} prediction`),
         ...Object.entries(paths).map(
           ([k, p]) =>
             `path        ${k}: weights ${p.weights} (${p.weights_reason}); vocabulary ${p.vocab_reason}; DLA readout ${p.readout} (${p.readout_reason})`,

@@ -89,7 +89,8 @@ function trace(d: Doc): string {
     ),
   );
   out.push(
-    `sum of all ${d.decomposition.terms.length} terms = ${fmt(d.decomposition.sum)}   target = ${fmt(d.decomposition.target)}   difference = ${fmt(d.checks.sum_minus_target)}`,
+    `sum of all ${d.decomposition.terms.length} terms = ${fmt(d.decomposition.sum)}   ` +
+      `target = ${fmt(d.decomposition.target)}   difference = ${fmt(d.checks.sum_minus_target)}`,
   );
   return out.join('\n');
 }
@@ -99,7 +100,8 @@ function generate(d: Doc, o: RenderOptions): string {
   return [
     header(d),
     '',
-    `${d.sampling.method}${d.sampling.method === 'sample' ? ` (temperature ${d.sampling.temperature}, seed ${d.sampling.seed})` : ''}, stopped: ${d.stop_reason}`,
+    `${d.sampling.method}${d.sampling.method === 'sample' ? ` (temperature ${d.sampling.temperature}, seed ${d.sampling.seed})` : ''}, ` +
+      `stopped: ${d.stop_reason}`,
     '',
     text,
     '',

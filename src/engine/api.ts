@@ -457,7 +457,10 @@ export interface ModelMemory {
   /** bytes of the weights in the precision the session holds them (= info.weight_bytes) */
   weight_bytes: number;
   precision: ModelInfo['weights'];
-  /** weight file bytes held in JavaScript (a source kept in memory: the bundled model, a folder picked in the page); 0 when they are read by range from disk or IndexedDB */
+  /**
+   * weight file bytes held in JavaScript (a source kept in memory: the bundled model, a folder picked
+   * in the page); 0 when they are read by range from disk or IndexedDB
+   */
   js_weight_bytes: number;
   /** why weight bytes are held in JavaScript, where some are (a q8 build whose cache entry could not be written, a source read whole) */
   js_weights_why?: string;

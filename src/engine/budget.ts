@@ -191,7 +191,9 @@ export function checkBudget(
   }
   throw new LoupeError(
     'TOO_LARGE',
-    `The model has ${(w.nParams / 1e9).toFixed(2)}B parameters: at ${precision} its weights take ${fmtGB(est.weightBytes)} and it needs about ${fmtGB(est.poolBytes)}, more than ${est.limitName}${/GiB/.test(est.limitName) ? '' : ` (${fmtGB(est.limitBytes!)})`} on ${backend}.`,
+    `The model has ${(w.nParams / 1e9).toFixed(2)}B parameters: at ${precision} its weights ` +
+      `take ${fmtGB(est.weightBytes)} and it needs about ${fmtGB(est.poolBytes)}, ` +
+      `more than ${est.limitName}${/GiB/.test(est.limitName) ? '' : ` (${fmtGB(est.limitBytes!)})`} on ${backend}.`,
     alts.length ? `It would fit with ${alts.join(' or ')}.` : 'Pick a smaller model.',
     {
       n_params: w.nParams,

@@ -55,7 +55,10 @@ export const CAPS = {
   maxDescriptionsBytes: 256 * MiB,
   /** an SAE's weights (sae_weights.safetensors): its header is read first and judged against this */
   maxSaeBytes: 2 * 1024 * MiB,
-  /** a transcoder set's weight files together, as stored: judged from their headers before the download (a 16k PLT set for a 640-wide, 18-layer model is 1.5 GiB at float32) */
+  /**
+   * a transcoder set's weight files together, as stored: judged from their headers before the download
+   * (a 16k PLT set for a 640-wide, 18-layer model is 1.5 GiB at float32)
+   */
   maxTranscoderBytes: 32 * 1024 * MiB,
   /** one layer's transcoder encoder as float32, held while that layer is encoded (features × d_model × 4) */
   maxTranscoderLayerBytes: 1024 * MiB,
@@ -189,7 +192,8 @@ export function checkTextLength(nCtx: number, text: string, field = 'text'): voi
     const tokens = Math.min(nCtx, CAPS.maxTokens);
     throw new LoupeError(
       'PROMPT_TOO_LONG',
-      `${field} has ${fmt(text.length)} characters, more than the ${fmt(limit)} (${tokens} tokens × ${CAPS.maxCharsPerToken}) a text may have before it is tokenized.`,
+      `${field} has ${fmt(text.length)} characters, more than the ${fmt(limit)} (${tokens} ` +
+        `tokens × ${CAPS.maxCharsPerToken}) a text may have before it is tokenized.`,
       `Shorten ${field}: a run takes at most ${tokens} tokens.`,
       { field, chars: text.length, limit, n_ctx: nCtx },
     );

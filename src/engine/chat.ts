@@ -144,7 +144,8 @@ export function renderChat(tokenizerConfig: Record<string, unknown> | null, user
   if (source.length > CAPS.maxTemplateChars)
     throw new LoupeError(
       'BAD_CHAT_TEMPLATE',
-      `The model's chat_template has ${source.length.toLocaleString('en-US')} characters, more than the limit of ${CAPS.maxTemplateChars.toLocaleString('en-US')} (maxTemplateChars).`,
+      `The model's chat_template has ${source.length.toLocaleString('en-US')} characters, ` +
+        `more than the limit of ${CAPS.maxTemplateChars.toLocaleString('en-US')} (maxTemplateChars).`,
       'Run without chat format, or fix chat_template in tokenizer_config.json.',
     );
   try {

@@ -43,7 +43,9 @@ export const WEIGHTS_MODES: readonly WeightsMode[] = ['auto', 'f32', 'stored', '
 export const OFFERED_PRECISIONS: WeightPrecision[] = ['f32', 'stored', 'q8'];
 /** what each mode does, in one line each (CLI help, MCP schema, the page's selector) */
 export const WEIGHTS_HELP =
-  'auto: float32 when it fits, else the stored 16-bit precision; f32: widen every weight up front; stored: keep F16/BF16 weights 16-bit and widen at use; q8: 8-bit matrices (int8, a float16 scale per 32), widened at use (changes the numbers slightly; opt-in only).';
+  'auto: float32 when it fits, else the stored 16-bit precision; f32: widen every weight up front; ' +
+  'stored: keep F16/BF16 weights 16-bit and widen at use; q8: 8-bit matrices (int8, ' +
+  'a float16 scale per 32), widened at use (changes the numbers slightly; opt-in only).';
 
 export function parseWeightsMode(v: unknown): WeightsMode {
   if (v === undefined || v === null || v === '') return 'auto';
@@ -94,11 +96,16 @@ export function choosePrecision(
   if (est.fits)
     return {
       precision: 'f32',
-      reason: `auto: float32 weights (${fmtGB(f32)}) fit ${backend}${est.limitBytes ? ` (${est.limitName}, ${fmtGB(est.limitBytes)})` : ''} and run faster than widening at use`,
+      reason:
+        `auto: float32 weights (${fmtGB(f32)}) ` +
+        `fit ${backend}${est.limitBytes ? ` (${est.limitName}, ${fmtGB(est.limitBytes)})` : ''} and run faster ` +
+        'than widening at use',
     };
   return {
     precision: 'stored',
-    reason: `auto: float32 weights would need about ${fmtGB(est.poolBytes)}, more than ${est.limitName} (${fmtGB(est.limitBytes!)}) on ${backend}; 16-bit weights (${fmtGB(stored)}) widened at use`,
+    reason:
+      `auto: float32 weights would need about ${fmtGB(est.poolBytes)}, more than ${est.limitName} ` +
+      `(${fmtGB(est.limitBytes!)}) on ${backend}; 16-bit weights (${fmtGB(stored)}) widened at use`,
   };
 }
 
@@ -119,7 +126,10 @@ export function choosePrecisionOnGpu(
   if (mode === 'q8')
     return {
       precision: 'q8',
-      reason: `asked for q8: matrices as int8 with a float32 scale per block (${fmtGB(weightBytesAt(w, 'q8') + (2 * w.nParams) / 32)}; float32 scales need no shader-f16), widened at use on the GPU`,
+      reason:
+        'asked for q8: matrices as int8 with a float32 scale per block ' +
+        `(${fmtGB(weightBytesAt(w, 'q8') + (2 * w.nParams) / 32)}; float32 scales need no shader-f16), ` +
+        'widened at use on the GPU',
     };
   const c = choosePrecision(mode, w, 'webgpu', limits);
   const f16 = w.byDtype.F16 ?? 0,
@@ -139,7 +149,9 @@ export function choosePrecisionOnGpu(
   if (c.precision === 'stored') return c;
   return {
     precision: 'stored',
-    reason: `auto: the adapter has shader-f16, so the float16 weights (${fmtSize(weightBytesAt(w, 'stored'))}) stay 16-bit in GPU buffers and are widened at use`,
+    reason:
+      `auto: the adapter has shader-f16, so the float16 weights (${fmtSize(weightBytesAt(w, 'stored'))}) ` +
+      'stay 16-bit in GPU buffers and are widened at use',
   };
 }
 

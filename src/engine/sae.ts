@@ -85,7 +85,8 @@ export async function loadSaeFiles(source: ModelSource, path: string, opts: Fetc
     throw new LoupeError(
       'FILE_NOT_FOUND',
       `No cfg.json or ${GEMMA_SCOPE_2_CONFIG} at ${file('')}.`,
-      'An SAE is a folder with cfg.json and sae_weights.safetensors (SAELens), or config.json and params.safetensors (Gemma Scope 2); check the path inside the repository.',
+      'An SAE is a folder with cfg.json and sae_weights.safetensors (SAELens), ' +
+        'or config.json and params.safetensors (Gemma Scope 2); check the path inside the repository.',
     );
   const cfgName = file(layout === 'saelens' ? 'cfg.json' : GEMMA_SCOPE_2_CONFIG);
   let cfg: Record<string, any>;

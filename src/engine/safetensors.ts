@@ -176,7 +176,8 @@ export function parseSafetensorsHeader(headerBytes: Uint8Array, fileName: string
     if (!Number.isSafeInteger(expected) || end - begin !== expected) {
       throw new LoupeError(
         'SAFETENSORS_SIZE_MISMATCH',
-        `${fileName}: tensor "${name}" (${dt} [${(shape as number[]).join(', ')}]) needs ${expected} bytes but its data_offsets [${begin}, ${end}] span ${end - begin}.`,
+        `${fileName}: tensor "${name}" (${dt} [${(shape as number[]).join(', ')}]) ` +
+          `needs ${expected} bytes but its data_offsets [${begin}, ${end}] span ${end - begin}.`,
         HINT_REDOWNLOAD,
         { file: fileName, tensor: name },
       );

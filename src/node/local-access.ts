@@ -24,7 +24,8 @@ export const NO_LOCAL: LocalAccess = { roots: [] };
 function refused(spec: string, roots: readonly string[]): LoupeError {
   return new LoupeError(
     'LOCAL_PATH_REFUSED',
-    `${JSON.stringify(spec.slice(0, 200))} is a local path; this companion reads no local files for MCP clients${roots.length ? ' outside the folders its user allowed' : ''}.`,
+    `${JSON.stringify(spec.slice(0, 200))} is a local path; this companion reads no local ` +
+      `files for MCP clients${roots.length ? ' outside the folders its user allowed' : ''}.`,
     roots.length
       ? 'Give a Hub repository or an http(s) URL, or a path inside a folder the companion was started with (--allow-local DIR).'
       : 'Give a Hub repository or an http(s) URL. To let agents read a local folder, the user starts the companion with --allow-local DIR.',

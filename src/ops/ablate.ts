@@ -83,7 +83,8 @@ export const ablateInput = z.object({
     .string()
     .optional()
     .describe(
-      'method=resample: take activations from this prompt (at least as long as the prompt; its first T tokens are used). Default: random tokens drawn with seed.',
+      'method=resample: take activations from this prompt (at least as long as the prompt; ' +
+        'its first T tokens are used). Default: random tokens drawn with seed.',
     ),
   seed: z.number().int().default(0).describe('Seed of the random resample tokens.'),
   answer: z
@@ -156,7 +157,14 @@ export const operation = defineOperation({
   name: 'ablate',
   title: 'Ablate',
   description:
-    "Ablate a head (attn.hook_z slice), an MLP neuron (mlp.hook_post), a component (resid_pre/mid/post, attn_out, mlp_out, mlp_post) or a whole layer (attn_out + mlp_out) by zero, mean or resample ablation at all or chosen positions, and report the change of the clean prediction's logit, log-probability (nats) and probability at the last position, the KL(clean ‖ ablated), and the new prediction. Several targets: each singly and all together. Cost: one clean run plus one batched run (plus one run per mean prompt / the resample prompt). Dataset mode (dataset, dataset_text or generate): per pair (its clean prompt and answer; resample from its corrupted prompt), with each target's mean deltas, per-pair values, seeded bootstrap 95% CI and sign-flip p-value.",
+    'Ablate a head (attn.hook_z slice), an MLP neuron (mlp.hook_post), a component (resid_pre/mid/post, ' +
+    'attn_out, mlp_out, mlp_post) or a whole layer (attn_out + mlp_out) by zero, mean or resample ' +
+    "ablation at all or chosen positions, and report the change of the clean prediction's logit, " +
+    'log-probability (nats) and probability at the last position, the KL(clean ‖ ablated), ' +
+    'and the new prediction. Several targets: each singly and all together. Cost: one clean run plus ' +
+    'one batched run (plus one run per mean prompt / the resample prompt). Dataset mode (dataset, ' +
+    'dataset_text or generate): per pair (its clean prompt and answer; resample from its corrupted prompt), ' +
+    "with each target's mean deltas, per-pair values, seeded bootstrap 95% CI and sign-flip p-value.",
   input: ablateInput,
   output: ablateOutput,
   long: true,
@@ -239,8 +247,13 @@ async function ablatePair(
         ? `replaced by the ${from}`
         : `replaced by the activation at the ${from}`;
   const method =
-    `Each target's site (heads: attn.hook_z of that head; neurons: mlp.hook_post of that neuron; components: their hook; a whole layer: hook_attn_out and hook_mlp_out) ${what} at ${input.positions === 'all' ? 'every position' : `positions ${input.positions.join(', ')}`}, ` +
-    `${targets.length > 1 ? 'each target singly and all together, ' : ''}in one batched forward; effects read at the last position on the ${answer.source === 'answer' ? 'given answer token' : 'clean prediction'}. No weights were changed; downstream layers recompute normally (total effect, not direct effect).`;
+    "Each target's site (heads: attn.hook_z of that head; neurons: mlp.hook_post of that neuron; " +
+    'components: their hook; a whole layer: hook_attn_out and hook_mlp_out) ' +
+    `${what} at ${input.positions === 'all' ? 'every position' : `positions ${input.positions.join(', ')}`}, ` +
+    `${targets.length > 1 ? 'each target singly and all together, ' : ''}in one batched forward; ` +
+    'effects read at the last position on the ' +
+    `${answer.source === 'answer' ? 'given answer token' : 'clean prediction'}. No weights were changed; ` +
+    'downstream layers recompute normally (total effect, not direct effect).';
 
   return {
     ...documentHead('ablate', model, prompt, ids),
@@ -298,7 +311,12 @@ async function ablateDataset(model: LoadedModel, input: AblateParsed, ctx: OpCon
   const combined = first.combined ? meanEffects('combined', (d) => d.combined!) : null;
   return {
     ...first,
-    method: `Dataset mode over ${docs.length} pairs (their clean prompts and answers${input.method === 'resample' ? '; resampled from each pair’s corrupted prompt' : ''}): each ablated as the single-pair form does; entries and combined hold the mean logit, log-prob and probability deltas (the other fields are the first pair’s), statistics the per-pair values, bootstrap CI and sign-flip p-value. ${first.method}`,
+    method:
+      `Dataset mode over ${docs.length} pairs (their clean prompts and ` +
+      `answers${input.method === 'resample' ? '; resampled from each pair’s corrupted prompt' : ''}): each ablated ` +
+      'as the single-pair form does; entries and combined hold the mean logit, log-prob and probability deltas ' +
+      '(the other fields are the first pair’s), statistics the per-pair values, bootstrap CI and sign-flip ' +
+      `p-value. ${first.method}`,
     entries,
     combined,
     ...(entries.length === 1

@@ -243,7 +243,11 @@ export const operation = defineOperation({
   name: 'activations',
   title: 'Activations',
   description:
-    "Per layer, summary statistics (shape, mean, std, min, max, argmax position, L2 norm per position) of resid_pre, resid_mid, resid_post, attn_out, mlp_out, mlp_post (MLP activations) and the attention pattern, from one forward pass; and the values of one hook (values_layer, values_site; default the last layer's MLP neurons) per position and unit, with the top_k units by |value| at each position. Values are those of the unprocessed model (no weight folding).",
+    'Per layer, summary statistics (shape, mean, std, min, max, argmax position, L2 norm per position) ' +
+    'of resid_pre, resid_mid, resid_post, attn_out, mlp_out, mlp_post (MLP activations) ' +
+    'and the attention pattern, from one forward pass; and the values of one hook (values_layer, ' +
+    "values_site; default the last layer's MLP neurons) per position and unit, with the top_k units " +
+    'by |value| at each position. Values are those of the unprocessed model (no weight folding).',
   input: activationsInput,
   output: activationsOutput,
 }).implement(async (model, input, ctx) => {
@@ -294,7 +298,10 @@ export const operation = defineOperation({
     values: withValues ? valuesOf(run.hooks[vHook], vLayer, input.values_site, vHook, input.top_k) : null,
     missing_sites: missing,
     method:
-      'Statistics over every element of the hook for this prompt (batch 1, float64 accumulation); std is the population standard deviation; argmax is the first largest element. Patterns are post-softmax attention probabilities [B, H, Tq, Tk]. ' +
-      `values: every number of ${vHook} at every position (the unprocessed model's values), and the ${input.top_k} units with the largest |value| at each position.`,
+      'Statistics over every element of the hook for this prompt (batch 1, ' +
+      'float64 accumulation); std is the population standard deviation; argmax is the first ' +
+      'largest element. Patterns are post-softmax attention probabilities [B, H, Tq, Tk]. ' +
+      `values: every number of ${vHook} at every position (the unprocessed model's values), ` +
+      `and the ${input.top_k} units with the largest |value| at each position.`,
   };
 });

@@ -45,7 +45,8 @@ export const operation = defineOperation({
   name: 'attention',
   title: 'Attention',
   description:
-    'Attention patterns (blocks.{l}.attn.hook_pattern, post-softmax probabilities) of chosen heads or all heads as [Tq][Tk] arrays, with the entropy (nats) and top source position of each destination. One forward pass.',
+    'Attention patterns (blocks.{l}.attn.hook_pattern, post-softmax probabilities) of chosen heads or all heads ' +
+    'as [Tq][Tk] arrays, with the entropy (nats) and top source position of each destination. One forward pass.',
   input: attentionInput,
   output: attentionOutput,
 }).implement(async (model, input, ctx) => {
@@ -120,6 +121,8 @@ export const operation = defineOperation({
     ...documentHead('attention', model, prompt, ids),
     heads,
     method:
-      "Patterns are the engine's hook_pattern (softmax over causal-masked, scaled scores; GQA heads share keys but have their own patterns). Entropy uses natural logs; top_source is the first position with the largest weight.",
+      "Patterns are the engine's hook_pattern (softmax over causal-masked, " +
+      'scaled scores; GQA heads share keys but have their own patterns). ' +
+      'Entropy uses natural logs; top_source is the first position with the largest weight.',
   };
 });

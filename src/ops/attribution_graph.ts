@@ -47,7 +47,9 @@ export const attributionGraphInput = z.object({
     .nullable()
     .default(null)
     .describe(
-      "Feature rows (and feature nodes) to compute, chosen by circuit-tracer's partial influence (re-ranked every update_interval batches of batch_size); null = every active feature (circuit-tracer's attribute() default; its CLI uses 7500).",
+      "Feature rows (and feature nodes) to compute, chosen by circuit-tracer's partial " +
+        'influence (re-ranked every update_interval batches of batch_size); ' +
+        "null = every active feature (circuit-tracer's attribute() default; its CLI uses 7500).",
     ),
   max_n_logits: z.number().int().min(1).max(1000).default(10).describe('Most logit nodes.'),
   desired_logit_prob: fraction('Logit nodes are added by probability until their sum reaches this.').default(0.95),
@@ -58,7 +60,8 @@ export const attributionGraphInput = z.object({
     .max(65536)
     .default(512)
     .describe(
-      "circuit-tracer's batch_size: targets per batch of its schedule (only the choice of rows under max_feature_nodes depends on it; the engine runs its own batches).",
+      "circuit-tracer's batch_size: targets per batch of its schedule (only the choice " +
+        'of rows under max_feature_nodes depends on it; the engine runs its own batches).',
     ),
   update_interval: z
     .number()
@@ -157,7 +160,8 @@ export const attributionGraphOutput = documentBase('attribution_graph').extend({
       nodes: z
         .array(z.object({ node_id: z.string(), feature_type: z.string() }))
         .describe(
-          "circuit-tracer's node order: features by (layer, position, feature), errors (l·T + p), tokens, logits; a layer-0 feature and an error may share an id",
+          "circuit-tracer's node order: features by (layer, position, feature), " +
+            'errors (l·T + p), tokens, logits; a layer-0 feature and an error may share an id',
         ),
       entries: z
         .array(z.tuple([z.number().int(), z.number().int(), z.number()]))
@@ -200,7 +204,17 @@ export const operation = defineOperation({
   name: 'attribution_graph',
   title: 'Attribution graph',
   description:
-    "circuit-tracer's attribution graph of the prediction at the last position, on this machine: each MLP replaced by a transcoder set (circuit-tracer's PLT or CLT layout, Gemma Scope 2 files, SAELens transcoders) with a frozen error node, attention patterns and norm scales frozen at the clean run; nodes are the active features (position 0 excluded), one error per layer and position, the tokens, and the top logits (by probability up to desired_logit_prob, at most max_n_logits); an edge A[target, source] is the direct effect u_tᵀJv_s in that frozen model (feature targets: the encoder row at the feature-input hook, i.e. pre-activation without b_enc; logit targets: the demeaned unembedding at the final norm's output). Pruned exactly as circuit-tracer's graph.py (node_threshold 0.8, edge_threshold 0.98), with its replacement and completeness scores; `graph` is circuit-tracer's / Neuronpedia's graph JSON. Cost: one forward, the encoders, and one frozen backward row per logit and feature node (cost.forward_equivalents says how much).",
+    "circuit-tracer's attribution graph of the prediction at the last position, on this machine: " +
+    "each MLP replaced by a transcoder set (circuit-tracer's PLT or CLT layout, Gemma Scope 2 files, " +
+    'SAELens transcoders) with a frozen error node, attention patterns and norm scales frozen at the clean run; ' +
+    'nodes are the active features (position 0 excluded), one error per layer and position, the tokens, ' +
+    'and the top logits (by probability up to desired_logit_prob, at most max_n_logits); an edge A[target, ' +
+    'source] is the direct effect u_tᵀJv_s in that frozen model (feature targets: the encoder row at the ' +
+    'feature-input hook, i.e. pre-activation without b_enc; logit targets: the demeaned unembedding at the final ' +
+    "norm's output). Pruned exactly as circuit-tracer's graph.py (node_threshold 0.8, edge_threshold 0.98), " +
+    "with its replacement and completeness scores; `graph` is circuit-tracer's / Neuronpedia's graph JSON. Cost: " +
+    'one forward, the encoders, and one frozen backward row per logit and feature node (cost.forward_equivalents ' +
+    'says how much).',
   input: attributionGraphInput,
   output: attributionGraphOutput,
   long: true,
@@ -240,7 +254,9 @@ export const operation = defineOperation({
     const fit = Math.max(0, Math.floor(CAPS.maxAdjacencyBytes / 4 / total) - nLog);
     throw new LoupeError(
       'TOO_LARGE',
-      `The adjacency rows of ${maxFeat} features and ${nLog} logits over ${total} nodes take ${(rowBytes / 1024 ** 3).toFixed(2)} GiB as float32, more than the cap of ${(CAPS.maxAdjacencyBytes / 1024 ** 3).toFixed(2)} GiB.`,
+      `The adjacency rows of ${maxFeat} features and ${nLog} logits over ${total} ` +
+        `nodes take ${(rowBytes / 1024 ** 3).toFixed(2)} GiB as float32, ` +
+        `more than the cap of ${(CAPS.maxAdjacencyBytes / 1024 ** 3).toFixed(2)} GiB.`,
       fit > 0
         ? `Set max_feature_nodes to at most ${fit}, or shorten the prompt.`
         : 'Shorten the prompt or use a sparser transcoder set.',
@@ -360,7 +376,8 @@ export const operation = defineOperation({
     if (entries.length * 3 > CAPS.maxDocumentNumbers)
       throw new LoupeError(
         'TOO_LARGE',
-        `The unpruned adjacency has ${entries.length.toLocaleString('en-US')} nonzero entries, more than a document carries (${Math.floor(CAPS.maxDocumentNumbers / 3).toLocaleString('en-US')}).`,
+        `The unpruned adjacency has ${entries.length.toLocaleString('en-US')} nonzero entries, ` +
+          `more than a document carries (${Math.floor(CAPS.maxDocumentNumbers / 3).toLocaleString('en-US')}).`,
         'Leave full_adjacency off, or set a smaller max_feature_nodes.',
       );
     adjacency = {
@@ -387,7 +404,9 @@ export const operation = defineOperation({
   return {
     ...documentHead('attribution_graph', model, prompt, ids),
     method:
-      "circuit-tracer's attribution (attribute_transformerlens.py) in the local replacement model: patterns and norm scales frozen, MLPs cut except the transcoder skip, error nodes frozen; rows by the frozen backward graph, float32; pruning and scores as graph.py (arithmetic in float64)",
+      "circuit-tracer's attribution (attribute_transformerlens.py) in the local replacement model: " +
+      'patterns and norm scales frozen, MLPs cut except the transcoder skip, error nodes frozen; ' +
+      'rows by the frozen backward graph, float32; pruning and scores as graph.py (arithmetic in float64)',
     transcoders: transcoderBlock(info, ref),
     graph,
     link_nodes: linkNodes,

@@ -56,13 +56,15 @@ export const attributionPatchingInput = z.object({
     .max(64)
     .default(8)
     .describe(
-      'With validate_scope "top": patch this many top heads and top sites (by |estimate|) for real and report estimate beside actual effect; 0 = no validation.',
+      'With validate_scope "top": patch this many top heads and top sites (by |estimate|) ' +
+        'for real and report estimate beside actual effect; 0 = no validation.',
     ),
   validate_scope: z
     .enum(['auto', 'all', 'top'])
     .default('auto')
     .describe(
-      `Which estimates to patch for real: all = every head and every site (batched), top = the top \`validate\` of each, auto = all when that is at most ${AUTO_ALL_VARIANTS} patched variants, else top.`,
+      'Which estimates to patch for real: all = every head and every site (batched), top = the top ' +
+        `\`validate\` of each, auto = all when that is at most ${AUTO_ALL_VARIANTS} patched variants, else top.`,
     ),
 });
 export type AttributionPatchingInput = z.input<typeof attributionPatchingInput>;
@@ -170,7 +172,19 @@ function attribution(
 export const operation = defineOperation({
   name: 'attribution_patching',
   title: 'Attribution patching',
-  description: `Attribution patching (AtP): estimates the effect of patching every head (hook_z), every residual/attention/MLP site × position (and optionally every MLP neuron) from the clean prompt into the corrupted one, as Σ (a_clean − a_corrupted) · ∂M/∂a with the gradient from ONE backward pass on the corrupted run. M = logit[answer] − logit[counterfactual] at the last position in raw logits (answer default the clean prediction, counterfactual default the corrupted prediction, as in patch and integrated_gradients); estimates are in the same units as ΔM. A validation block patches estimates for real: every head and site when that is at most ${AUTO_ALL_VARIANTS} variants (validate_scope auto), else the top \`validate\`. Cost: a clean forward + a corrupted forward-and-backward (~3 forward-equivalents; one more forward for the default counterfactual) plus the validation's patched variants in batched runs. Dataset mode (dataset, dataset_text or generate): per pair (validation off), with each head's (and, for pairs of one length, each site's) mean estimate, per-pair values, seeded bootstrap 95% CI and sign-flip p-value.`,
+  description:
+    'Attribution patching (AtP): estimates the effect of patching every head (hook_z), ' +
+    'every residual/attention/MLP site × position (and optionally every MLP neuron) from the clean prompt into ' +
+    'the corrupted one, as Σ (a_clean − a_corrupted) · ∂M/∂a with the gradient from ONE backward pass on the ' +
+    'corrupted run. M = logit[answer] − logit[counterfactual] at the last position in raw logits (answer ' +
+    'default the clean prediction, counterfactual default the corrupted prediction, as in patch and ' +
+    'integrated_gradients); estimates are in the same units as ΔM. A validation block patches estimates for real: ' +
+    `every head and site when that is at most ${AUTO_ALL_VARIANTS} variants (validate_scope auto), ` +
+    `else the top \`validate\`. Cost: a clean forward + a corrupted forward-and-backward (~3 forward-equivalents; ` +
+    "one more forward for the default counterfactual) plus the validation's patched variants in batched runs. " +
+    "Dataset mode (dataset, dataset_text or generate): per pair (validation off), with each head's (and, " +
+    "for pairs of one length, each site's) mean estimate, per-pair values, seeded bootstrap 95% CI and " +
+    'sign-flip p-value.',
   input: attributionPatchingInput,
   output: attributionPatchingOutput,
   long: true,
@@ -317,9 +331,16 @@ async function atpPair(model: LoadedModel, input: AtpParsed, ctx: OpContext): Pr
   return {
     ...documentHead('attribution_patching', model, clean.prompt, clean.ids),
     method:
-      "Attribution patching (AtP): estimate = Σ (a_clean − a_corrupted) · ∂M/∂a, the gradient taken on the corrupted run by the engine's reverse-mode backward graph (one backward pass, float32). " +
-      'M = logit[answer] − logit[counterfactual] at the last position, raw logits (answer: the clean prediction unless given; counterfactual: the corrupted prediction unless given, as in patch and integrated_gradients). Heads: hook_z summed over positions and d_head. Sites: hook_resid_pre / hook_attn_out / hook_mlp_out summed over d_model at one position. ' +
-      `An estimate is first-order: it approximates the effect of patching that one activation (denoising: clean into corrupted), M_patched − M_corrupted; the validation block reports the real effect of ${validation?.scope === 'all' ? 'every head and every site (all patched, batched)' : 'the top estimates'}. Saturated attention and LayerNorm make the approximation weaker (Kramár et al. 2024).`,
+      'Attribution patching (AtP): estimate = Σ (a_clean − a_corrupted) · ∂M/∂a, the gradient taken ' +
+      "on the corrupted run by the engine's reverse-mode backward graph (one backward pass, float32). " +
+      'M = logit[answer] − logit[counterfactual] at the last position, raw logits (answer: ' +
+      'the clean prediction unless given; counterfactual: the corrupted prediction unless given, ' +
+      'as in patch and integrated_gradients). Heads: hook_z summed over positions and d_head. ' +
+      'Sites: hook_resid_pre / hook_attn_out / hook_mlp_out summed over d_model at one position. ' +
+      'An estimate is first-order: it approximates the effect of patching that one activation (denoising: ' +
+      'clean into corrupted), M_patched − M_corrupted; the validation block reports the real effect of ' +
+      `${validation?.scope === 'all' ? 'every head and every site (all patched, batched)' : 'the top estimates'}. ` +
+      'Saturated attention and LayerNorm make the approximation weaker (Kramár et al. 2024).',
     corrupted_prompt: corrupted.prompt,
     corrupted_tokens: corrupted.ids.map((id, i) => ({ id, text: corrTexts[i] })),
     answer: mt.refs.answer,
@@ -388,7 +409,12 @@ async function atpDataset(model: LoadedModel, input: AtpParsed, ctx: OpContext):
   const meanOf = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
   return {
     ...first,
-    method: `Dataset mode over ${docs.length} pairs: each pair estimated as the single-pair form does (validation off); heads${oneLength ? ' and sites' : ''} carry the mean estimate, statistics the per-pair values, bootstrap CI and sign-flip p-value${oneLength ? '' : ' (no sites: the pairs differ in token length, so positions do not line up)'}. Tokens and answer shown are the first pair's. ${first.method}`,
+    method:
+      `Dataset mode over ${docs.length} pairs: each pair estimated as the single-pair form does (validation off); ` +
+      `heads${oneLength ? ' and sites' : ''} carry the mean estimate, statistics the per-pair values, ` +
+      'bootstrap CI and sign-flip ' +
+      `p-value${oneLength ? '' : ' (no sites: the pairs differ in token length, so positions do not line up)'}. ` +
+      `Tokens and answer shown are the first pair's. ${first.method}`,
     metric: {
       ...first.metric,
       clean: finite(meanOf(docs.map((d) => d.metric.clean))),

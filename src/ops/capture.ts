@@ -65,7 +65,10 @@ export const operation = defineOperation({
   // a capture's handle is what the probe needs next
   feeds: { probe: { capture: 'handle' } },
   description:
-    'Capture activations for a labelled set of prompts: one vector per prompt per hook (final position by default, a chosen position, or the mean over non-BOS positions), kept in memory under a handle that `probe` trains on. Returns the handle, per-hook dimension and mean norm, and label counts. Prompts of equal length are batched. Caps: ' +
+    'Capture activations for a labelled set of prompts: one vector per prompt per hook ' +
+    '(final position by default, a chosen position, or the mean over non-BOS positions), ' +
+    'kept in memory under a handle that `probe` trains on. Returns the handle, ' +
+    'per-hook dimension and mean norm, and label counts. Prompts of equal length are batched. Caps: ' +
     `${MAX_CAPTURE_PROMPTS} prompts, ${MAX_CAPTURE_HOOKS} hooks, ${MAX_CAPTURE_BYTES / 1048576} MiB.`,
   input,
   output,
@@ -145,6 +148,8 @@ export const operation = defineOperation({
     label_counts: [...counts.values()],
     prompts: texts.map((t, i) => ({ index: i, text: t, label: labels[i], n_tokens: col.nTokens[i] })),
     bytes,
-    note: "`prompt` and `tokens` show the first prompt. One vector per prompt per hook is kept under `handle` in this session's memory; it expires after a period of disuse or when memory is needed.",
+    note:
+      '`prompt` and `tokens` show the first prompt. One vector per prompt per hook is kept under ' +
+      "`handle` in this session's memory; it expires after a period of disuse or when memory is needed.",
   };
 });

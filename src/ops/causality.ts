@@ -16,7 +16,8 @@
  *  3. Template control. The same edit on control prompts that share the prompt's template but
  *     not its concept (`control_prompts`; or the prompt with the `concept_tokens` replaced; or, by
  *     default, the prompt with every word replaced by another of its own words, keeping its
- *     punctuation, spacing and repetition structure: real words, not letter salad). edit_ratio = mean effect on the control prompts / effect on the concept prompt.
+ *     punctuation, spacing and repetition structure: real words, not letter salad).
+ *     edit_ratio = mean effect on the control prompts / effect on the concept prompt.
  *     An additive edit moves its targets on any prompt (that is what steering is), so edit_ratio
  *     alone is ≈ 1 — or above, when the concept prompt already makes the target likely — for a
  *     direction that carries the concept as much as for one that carries the format. What makes
@@ -95,18 +96,30 @@ export type Verdict = (typeof VERDICTS)[number];
 export const VERDICT_RULE =
   `Significant = percentile ≥ ${SIGNIFICANT} among the random directions (percentile = 100 × (#random below + ½ #equal) / N). In order: ` +
   `(1) undetermined: fewer than ${MIN_RANDOM_FOR_VERDICT} random directions, a non-finite effect, all random effects equal, or no control prompt. ` +
-  `(2) epiphenomenal-softmax: exactly one of the raw and the control-normalised effect is significant — the target moves only as the whole distribution moves (raw yes, normalised no), or its lead over the controls comes from the controls moving (normalised yes, raw no). ` +
-  `(3) epiphenomenal-template: both significant, edit_ratio ≥ ${TEMPLATE_RATIO} (the same edit moves the target on control prompts of the same template at least half as much as on the concept prompt) and concept_gain < ln 2 = ${CONCEPT_GAIN.toFixed(3)} nats (the control prompts, without the concept, make the target about as likely: the effect is on a format token, not a concept's). ` +
-  '(4) causal: both significant and structural rigidity holds — the tested α lies in the α range around 0 where the continuation has not collapsed and the normalised effect never falls, and the normalised effect increases over that range; a verdict decided at an α outside that range says so in its reason. ' +
+  '(2) epiphenomenal-softmax: exactly one of the raw and the control-normalised effect is significant — ' +
+  'the target moves only as the whole distribution moves (raw yes, normalised no), ' +
+  'or its lead over the controls comes from the controls moving (normalised yes, raw no). ' +
+  `(3) epiphenomenal-template: both significant, edit_ratio ≥ ${TEMPLATE_RATIO} (the same edit ` +
+  'moves the target on control prompts of the same template at least half as much as on the concept prompt) ' +
+  `and concept_gain < ln 2 = ${CONCEPT_GAIN.toFixed(3)} nats (the control prompts, without the concept, ` +
+  "make the target about as likely: the effect is on a format token, not a concept's). " +
+  '(4) causal: both significant and structural rigidity holds — the tested α lies in the α range around ' +
+  '0 where the continuation has not collapsed and the normalised effect never falls, and the normalised ' +
+  'effect increases over that range; a verdict decided at an α outside that range says so in its reason. ' +
   `(5) weak-causal: both significant but rigidity fails, or the normalised percentile is in [${WEAK}, ${SIGNIFICANT}). ` +
   `(6) not_distinguishable: otherwise (normalised percentile < ${WEAK}). ` +
-  `Collapse at an α: the base continuation's mean log-prob per token under the edit is below −ln(d_vocab) (worse than a uniform guess), or the repetition (1 − distinct/generated tokens) of the continuation generated under the edit exceeds the unsteered one's by more than ${REPETITION_RISE}. ` +
-  'Why a sixth name, not_distinguishable: the five protocol names describe a direction with an effect (or a failed run); a direction whose effect random directions match is neither undetermined (the protocol did decide) nor weak-causal (there is no evidence).';
+  "Collapse at an α: the base continuation's mean log-prob per token under the edit is below −ln(d_vocab) " +
+  '(worse than a uniform guess), or the repetition (1 − distinct/generated tokens) ' +
+  `of the continuation generated under the edit exceeds the unsteered one's by more than ${REPETITION_RISE}. ` +
+  'Why a sixth name, not_distinguishable: the five protocol names describe a direction ' +
+  'with an effect (or a failed run); a direction whose effect random directions match is ' +
+  'neither undetermined (the protocol did decide) nor weak-causal (there is no evidence).';
 
 const input = z.object({
   ...steeringFields,
   controls: steeringFields.controls.describe(
-    "unrelated tokens used to normalise (default: of the 20 tokens whose base log-prob is nearest the targets' mean, the 5 whose unembedding is least aligned with the targets'; never chosen from d)",
+    'unrelated tokens used to normalise (default: of the 20 tokens whose base log-prob is nearest the ' +
+      "targets' mean, the 5 whose unembedding is least aligned with the targets'; never chosen from d)",
   ),
   alpha: z
     .number()
@@ -118,7 +131,8 @@ const input = z.object({
     .number()
     .optional()
     .describe(
-      "α = alpha_multiple × the layer's mean residual norm when alpha is absent; without it the sweep runs in units of resid_norm and α is its largest stable positive value",
+      "α = alpha_multiple × the layer's mean residual norm when alpha is absent; " +
+        'without it the sweep runs in units of resid_norm and α is its largest stable positive value',
     ),
   n_random: z.number().int().min(1).default(64).describe('random directions of equal norm to compare against'),
   seed: z.number().int().default(0).describe('seed of the random directions and of derived control prompts'),
@@ -141,7 +155,9 @@ const input = z.object({
     .max(16)
     .optional()
     .describe(
-      "substrings of the prompt that carry the concept; control prompts replace their words with the prompt's other words (default without them: every word of the prompt is replaced by another of its words, keeping punctuation, spacing and repetition)",
+      'substrings of the prompt that carry the concept; control prompts replace their ' +
+        "words with the prompt's other words (default without them: every word of the prompt " +
+        'is replaced by another of its words, keeping punctuation, spacing and repetition)',
     ),
   n_control_prompts: z.number().int().min(1).max(MAX_CONTROL_PROMPTS).default(4).describe('derived control prompts'),
   rigidity_tokens: z
@@ -292,26 +308,35 @@ export function decideVerdict(p: VerdictInputs): { verdict: Verdict; reason: str
   if (rs && !ns)
     return {
       verdict: 'epiphenomenal-softmax',
-      reason: `raw effect significant (percentile ${pc(r)} ≥ ${SIGNIFICANT}) but the control-normalised effect is not (${pc(n)}): the controls move with the target`,
+      reason:
+        `raw effect significant (percentile ${pc(r)} ≥ ${SIGNIFICANT}) ` +
+        `but the control-normalised effect is not (${pc(n)}): the controls move with the target`,
     };
   if (ns && !rs)
     return {
       verdict: 'epiphenomenal-softmax',
-      reason: `control-normalised effect significant (percentile ${pc(n)}) but the raw effect is not (${pc(r)} < ${SIGNIFICANT}): the lead over the controls comes from the controls moving`,
+      reason:
+        `control-normalised effect significant (percentile ${pc(n)}) but the raw effect is not ` +
+        `(${pc(r)} < ${SIGNIFICANT}): the lead over the controls comes from the controls moving`,
     };
   if (rs && ns) {
     const er = p.editRatio === null ? 'n/a' : p.editRatio.toFixed(2);
     if (p.editRatio !== null && p.editRatio >= TEMPLATE_RATIO && p.conceptGain < CONCEPT_GAIN) {
       return {
         verdict: 'epiphenomenal-template',
-        reason: `raw and normalised effects significant (${pc(r)}, ${pc(n)}), but the edit moves the target on control prompts of the same template ${er} × as much (≥ ${TEMPLATE_RATIO}) and the concept raises the target's base log-prob by only ${p.conceptGain.toFixed(2)} nats (< ln 2)`,
+        reason:
+          `raw and normalised effects significant (${pc(r)}, ${pc(n)}), but the edit moves the target ` +
+          `on control prompts of the same template ${er} × as much (≥ ${TEMPLATE_RATIO}) ` +
+          `and the concept raises the target's base log-prob by only ${p.conceptGain.toFixed(2)} nats (< ln 2)`,
       };
     }
     const tmpl = `template control passed (edit ratio ${er}, concept gain ${p.conceptGain.toFixed(2)} nats)`;
     if (p.rigidityHolds)
       return {
         verdict: 'causal',
-        reason: `raw and normalised percentiles ${pc(r)}, ${pc(n)} ≥ ${SIGNIFICANT}, ${tmpl}, and the dose-response is monotone over a stable α range that contains α`,
+        reason:
+          `raw and normalised percentiles ${pc(r)}, ${pc(n)} ≥ ${SIGNIFICANT}, ${tmpl}, ` +
+          'and the dose-response is monotone over a stable α range that contains α',
       };
     return {
       verdict: 'weak-causal',
@@ -582,12 +607,18 @@ export function defaultAlpha(alphas: number[], range: [number, number] | null, r
     const a = Math.max(...stable);
     return {
       alpha: a,
-      rule: `the largest α of the rigidity sweep inside its stable range [${range![0].toPrecision(3)}, ${range![1].toPrecision(3)}]: ${(a / residNorm).toPrecision(3)} × resid_norm (neither alpha nor alpha_multiple given)`,
+      rule:
+        `the largest α of the rigidity sweep inside its stable range [${range![0].toPrecision(3)}, ` +
+        `${range![1].toPrecision(3)}]: ${(a / residNorm).toPrecision(3)} × resid_norm (neither alpha nor ` +
+        'alpha_multiple given)',
     };
   }
   return {
     alpha: residNorm,
-    rule: `1 × resid_norm: no positive α of the rigidity sweep is stable (${range ? `stable range [${range[0].toPrecision(3)}, ${range[1].toPrecision(3)}]` : 'the continuation collapses even without the edit'}), so the comparison is made outside it`,
+    rule:
+      '1 × resid_norm: no positive α of the rigidity sweep is stable ' +
+      `(${range ? `stable range [${range[0].toPrecision(3)}, ${range[1].toPrecision(3)}]` : 'the continuation collapses even without the edit'}), ` +
+      'so the comparison is made outside it',
   };
 }
 
@@ -610,7 +641,8 @@ function judgeRigidity(sw: Sweep, alpha: number) {
       ? `α = ${alpha.toPrecision(3)} is outside the stable range [${range[0].toPrecision(3)}, ${range[1].toPrecision(3)}]: ${why}`
       : sw.trend !== 'increasing'
         ? `the normalised effect is ${sw.trend} over the stable range [${range[0].toPrecision(3)}, ${range[1].toPrecision(3)}]`
-        : `the normalised effect increases over [${range[0].toPrecision(3)}, ${range[1].toPrecision(3)}] with no collapse, and α = ${alpha.toPrecision(3)} lies inside`;
+        : `the normalised effect increases over [${range[0].toPrecision(3)}, ` +
+          `${range[1].toPrecision(3)}] with no collapse, and α = ${alpha.toPrecision(3)} lies inside`;
   return { alphaInRange, holds, reason };
 }
 
@@ -619,11 +651,19 @@ export const operation = defineOperation({
   title: 'Causality',
   description:
     'Causality protocol (after openinterp) for a steering direction d at blocks.{layer}.hook_resid_pre, in three checks with their numbers: ' +
-    "(1) random baseline — d's raw effect (target log-prob Δ at the final prompt position) and control-normalised effect (target Δ − control Δ, probability-matched controls) against N seeded random directions of equal norm: percentiles and z-scores; " +
-    "(2) template control — the same direction on control prompts of the same template without the concept (given, derived by replacing concept_tokens, or neutral): the ratio of the edit's effects and how much the concept raises the target's base log-prob; " +
-    "(3) structural rigidity — over an α-sweep, the normalised effect, the base continuation's log-prob and the repetition of a steered continuation, and the α range where the continuation holds and the dose-response is monotone. " +
-    'Verdict: causal / weak-causal / epiphenomenal-softmax / epiphenomenal-template / not_distinguishable / undetermined, by the rule in `verdict_rule`, with the deciding numbers in `deciding`. ' +
-    `Non-token directions need explicit targets. Caps: ${MAX_RANDOM_DIRECTIONS} random directions, ${MAX_SWEEP_ALPHAS} sweep values, ${MAX_CONTROL_PROMPTS} control prompts.`,
+    "(1) random baseline — d's raw effect (target log-prob Δ at the final prompt position) " +
+    'and control-normalised effect (target Δ − control Δ, probability-matched controls) ' +
+    'against N seeded random directions of equal norm: percentiles and z-scores; ' +
+    '(2) template control — the same direction on control prompts of the same template ' +
+    'without the concept (given, derived by replacing concept_tokens, or neutral): ' +
+    "the ratio of the edit's effects and how much the concept raises the target's base log-prob; " +
+    '(3) structural rigidity — over an α-sweep, the normalised effect, ' +
+    "the base continuation's log-prob and the repetition of a steered continuation, " +
+    'and the α range where the continuation holds and the dose-response is monotone. ' +
+    'Verdict: causal / weak-causal / epiphenomenal-softmax / epiphenomenal-template / not_distinguishable ' +
+    '/ undetermined, by the rule in `verdict_rule`, with the deciding numbers in `deciding`. ' +
+    `Non-token directions need explicit targets. Caps: ${MAX_RANDOM_DIRECTIONS} random directions, ` +
+    `${MAX_SWEEP_ALPHAS} sweep values, ${MAX_CONTROL_PROMPTS} control prompts.`,
   input,
   output,
   long: true,
@@ -644,7 +684,8 @@ export const operation = defineOperation({
     throw new LoupeError(
       'BAD_INPUT',
       'causality needs `targets` for a direction that is not made of tokens.',
-      'Name the tokens the direction should promote (e.g. ["#432"] or [" happy"]); targets chosen from the direction itself would make it look special by construction.',
+      'Name the tokens the direction should promote (e.g. ["#432"] or [" happy"]); ' +
+        'targets chosen from the direction itself would make it look special by construction.',
     );
   }
   const controlPrompts =
@@ -681,7 +722,10 @@ export const operation = defineOperation({
       );
   const controlsRule = given
     ? 'given'
-    : `of the ${CONTROL_POOL} tokens whose base log-prob is nearest the targets' mean (targets, negatives, BOS, EOS excluded), the ${N_CONTROLS} whose unembedding W_U[:, c] is least aligned (smallest |cosine|) with the targets' mean unembedding; probability-matched so that a change of temperature moves them as it moves the targets; independent of d; ${vocab!.rule}`;
+    : `of the ${CONTROL_POOL} tokens whose base log-prob is nearest the targets' mean (targets, ` +
+      `negatives, BOS, EOS excluded), the ${N_CONTROLS} whose unembedding W_U[:, c] is least aligned ` +
+      "(smallest |cosine|) with the targets' mean unembedding; probability-matched so that a " +
+      `change of temperature moves them as it moves the targets; independent of d; ${vocab!.rule}`;
   const norm = vecNorm(dir.vector);
   const V = model.info.d_vocab;
 
@@ -777,7 +821,8 @@ export const operation = defineOperation({
   // a verdict read where the edit does not hold says so
   const outside =
     !rig.alphaInRange && rig.range
-      ? `; decided at α = ${alpha.toPrecision(3)}, outside the stable range [${rig.range[0].toPrecision(3)}, ${rig.range[1].toPrecision(3)}] of the rigidity sweep`
+      ? `; decided at α = ${alpha.toPrecision(3)}, outside the stable range ` +
+        `[${rig.range[0].toPrecision(3)}, ${rig.range[1].toPrecision(3)}] of the rigidity sweep`
       : '';
   const safe = (x: number) => (Number.isFinite(x) ? x : 0);
   const deltas = (list: number[]) =>
@@ -815,7 +860,8 @@ export const operation = defineOperation({
       softmax_epiphenomenon: softmax,
       reason: softmax
         ? `raw percentile ${pc(rawStats.percentile)} and normalised percentile ${pc(nrm.percentile)} disagree about significance (≥ ${SIGNIFICANT})`
-        : `raw percentile ${pc(rawStats.percentile)} and normalised percentile ${pc(nrm.percentile)} agree (${rawStats.significant ? 'both' : 'neither'} ≥ ${SIGNIFICANT})`,
+        : `raw percentile ${pc(rawStats.percentile)} and normalised percentile ${pc(nrm.percentile)} ` +
+          `agree (${rawStats.significant ? 'both' : 'neither'} ≥ ${SIGNIFICANT})`,
     },
     template_control: {
       source: inp.control_prompts ? 'given' : inp.concept_tokens ? 'concept_tokens' : 'neutral',
@@ -827,7 +873,13 @@ export const operation = defineOperation({
       concept_gain_threshold: CONCEPT_GAIN,
       threshold: TEMPLATE_RATIO,
       template_epiphenomenon: template,
-      reason: `edit effect ${concept.edit_effect.toFixed(3)} nats on the concept prompt, mean ${meanOf(others.map((o) => o.edit_effect)).toFixed(3)} on ${others.length} control prompts (ratio ${safeRatio === null ? 'n/a' : safeRatio.toFixed(2)}); target base log-prob ${concept.target_logprob.toFixed(2)} with the concept, mean ${meanOf(others.map((o) => o.target_logprob)).toFixed(2)} without (gain ${conceptGain.toFixed(2)} nats) → ${template ? "the effect is the template's" : 'not a template effect'}`,
+      reason:
+        `edit effect ${concept.edit_effect.toFixed(3)} nats on the concept prompt, ` +
+        `mean ${meanOf(others.map((o) => o.edit_effect)).toFixed(3)} on ${others.length} control prompts (ratio ` +
+        `${safeRatio === null ? 'n/a' : safeRatio.toFixed(2)}); target base log-prob ` +
+        `${concept.target_logprob.toFixed(2)} with the concept, ` +
+        `mean ${meanOf(others.map((o) => o.target_logprob)).toFixed(2)} without (gain ${conceptGain.toFixed(2)} ` +
+        `nats) → ${template ? "the effect is the template's" : 'not a template effect'}`,
     },
     structural_rigidity: {
       multiples,

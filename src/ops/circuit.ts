@@ -153,7 +153,11 @@ export const operation = defineOperation({
   name: 'circuit',
   title: 'Circuit',
   description:
-    "Find which heads and MLP neurons matter for the prediction at the last position: rank candidates by direct logit attribution, ablate each singly (batched) and report its causal effect (logit and log-prob change of the target, KL), then ablate groups (top heads pairwise, each layer's candidate heads, all candidate heads, all candidate neurons) to expose redundancy (small singly, large together). Cost: one clean run plus two batched scans (singles, then groups).",
+    'Find which heads and MLP neurons matter for the prediction at the last position: ' +
+    'rank candidates by direct logit attribution, ablate each singly (batched) and report its causal ' +
+    'effect (logit and log-prob change of the target, KL), then ablate groups (top heads pairwise, ' +
+    "each layer's candidate heads, all candidate heads, all candidate neurons) to expose redundancy " +
+    '(small singly, large together). Cost: one clean run plus two batched scans (singles, then groups).',
   input: circuitInput,
   output: circuitOutput,
   long: true,
@@ -304,7 +308,9 @@ export const operation = defineOperation({
   const f2 = (x: number) => x.toFixed(2);
   for (const g of groupRows.filter((x) => x.redundant)) {
     findings.push(
-      `Redundant: ${g.label} together change log p(${JSON.stringify(answer.token)}) by ${f2(g.logprob_delta)} nats, while singly the largest change is ${f2(g.max_single_abs_logprob_delta)} (sum of singles ${f2(g.sum_of_singles_logprob_delta)}).`,
+      `Redundant: ${g.label} together change log p(${JSON.stringify(answer.token)}) ` +
+        `by ${f2(g.logprob_delta)} nats, while singly the largest change is ` +
+        `${f2(g.max_single_abs_logprob_delta)} (sum of singles ${f2(g.sum_of_singles_logprob_delta)}).`,
     );
   }
   const strongest = byAbsDesc([...headRows, ...neuronRows], (x) => x.logprob_delta).slice(0, 3);
@@ -324,10 +330,15 @@ export const operation = defineOperation({
   return {
     ...documentHead('circuit', model, prompt, ids),
     method:
-      `Candidates: the top ${heads.length} heads and top ${neurons.length} MLP neurons by |direct logit attribution| (${input.convention} convention) to ${JSON.stringify(answer.token)} at the last position. ` +
-      `Causal effect: ${how} of attn.hook_z per head and of mlp.hook_post per neuron, at every position, all downstream layers recomputed (total effect), each candidate singly in batched runs; then groups: pairs among the top ${pairK} heads by |attribution| and the top ${pairK} by |single effect|, each layer's candidate heads together, all candidate heads, all candidate neurons. ` +
+      `Candidates: the top ${heads.length} heads and top ${neurons.length} MLP neurons by |direct logit ` +
+      `attribution| (${input.convention} convention) to ${JSON.stringify(answer.token)} at the last position. ` +
+      `Causal effect: ${how} of attn.hook_z per head and of mlp.hook_post per neuron, at every position, ` +
+      'all downstream layers recomputed (total effect), each candidate singly in batched runs; ' +
+      `then groups: pairs among the top ${pairK} heads by |attribution| and the top ${pairK} by |single effect|, ` +
+      "each layer's candidate heads together, all candidate heads, all candidate neurons. " +
       `A group is flagged redundant when |Δ log p| ≥ ${REDUNDANT_MIN_NATS} nats and ≥ ${REDUNDANT_RATIO} × Σ|single Δ log p|. ` +
-      'Not done: path patching, attention-pattern or Q/K/V-level ablation, gradient (attribution) patching, heads or neurons outside the candidate lists, groups other than those listed.',
+      'Not done: path patching, attention-pattern or Q/K/V-level ablation, gradient (attribution) ' +
+      'patching, heads or neurons outside the candidate lists, groups other than those listed.',
     ablation: input.ablation,
     convention: input.convention,
     answer,

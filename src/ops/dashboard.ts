@@ -74,7 +74,9 @@ const input = z.object({
     .string()
     .optional()
     .describe(
-      "feature: where the SAE lives (SAELens layout): a Hub repo 'owner/name[@revision]', an http(s) URL of a folder, or a local folder (CLI; over MCP only inside a folder the companion allows with --allow-local)",
+      "feature: where the SAE lives (SAELens layout): a Hub repo 'owner/name[@revision]', an http(s) " +
+        'URL of a folder, or a local folder (CLI; over MCP only inside a folder the companion allows with ' +
+        '--allow-local)',
     )
     .meta(when('feature')),
   sae_path: z
@@ -190,7 +192,9 @@ const output = documentBase('dashboard').extend({
   examples_min: z
     .array(exampleSchema)
     .describe(
-      'the top_k windows by their minimum activation, most negative first (ties: earlier window first); empty when no activation is negative. A gated (SwiGLU, GeGLU) neuron or a direction acts through both signs: its strongest effect may come from its minima',
+      'the top_k windows by their minimum activation, most negative first (ties: ' +
+        'earlier window first); empty when no activation is negative. A gated (SwiGLU, GeGLU) ' +
+        'neuron or a direction acts through both signs: its strongest effect may come from its minima',
     ),
   dominant: z
     .enum(['max', 'min'])
@@ -531,9 +535,18 @@ export const operation = defineOperation({
   name: 'dashboard',
   title: 'Dashboard',
   description:
-    'A Neuronpedia-style dashboard computed locally, for an MLP neuron (layer, neuron: blocks.{l}.mlp.hook_post), an SAE feature (sae_source/sae_path, feature) or a direction (hook + numbers, or "probe:<handle>"; activation = hook value · v) over a corpus: text given inline (plain text split at blank lines, or JSON Lines with a "text" field) and/or samples the model generates (samples, sample_length, seed). ' +
-    "Returns the top_k max-activating windows with every token's activation, a histogram of the nonzero activations with zero/positive counts and density, and the top promoted/suppressed tokens through the direct path (subject vector in the residual stream, centred for LayerNorm, ⊙ final-norm weight, · W_U; no norm scale, no biases; per unit activation). " +
-    "Cost: one forward per batch_size windows of `window` tokens (only the subject's hook fetched), plus generation when samples > 0; cached per model + corpus hash + subject (in the process, and in the page's IndexedDB or the Node cache folder).",
+    'A Neuronpedia-style dashboard computed locally, for an MLP neuron (layer, neuron: ' +
+    'blocks.{l}.mlp.hook_post), an SAE feature (sae_source/sae_path, feature) or a direction (hook + numbers, ' +
+    'or "probe:<handle>"; activation = hook value · v) over a corpus: text given inline (plain text split at ' +
+    'blank lines, or JSON Lines with a "text" field) and/or samples the model generates (samples, ' +
+    'sample_length, seed). ' +
+    "Returns the top_k max-activating windows with every token's activation, a histogram of " +
+    'the nonzero activations with zero/positive counts and density, and the top promoted/suppressed ' +
+    'tokens through the direct path (subject vector in the residual stream, centred for LayerNorm, ' +
+    '⊙ final-norm weight, · W_U; no norm scale, no biases; per unit activation). ' +
+    "Cost: one forward per batch_size windows of `window` tokens (only the subject's " +
+    'hook fetched), plus generation when samples > 0; cached per model + corpus hash ' +
+    "+ subject (in the process, and in the page's IndexedDB or the Node cache folder).",
   input,
   output,
   long: true,
@@ -697,14 +710,32 @@ export const operation = defineOperation({
       ? `blocks.${subject.layer}.mlp.hook_post[t, ${subject.index}] (post-activation)`
       : subject.kind === 'feature'
         ? `${hookName}[t, ${subject.index}] with the SAE spliced in at ${subject.hook}`
-        : `${subject.hook}[t] · v (${subject.width} numbers${subject.direction!.source === 'probe' ? `, probe ${subject.direction!.handle}'s weights, bias not added` : ', as given, not normalised'})`;
+        : `${subject.hook}[t] · v (${subject.width} ` +
+          `numbers${subject.direction!.source === 'probe' ? `, probe ${subject.direction!.handle}'s weights, bias not added` : ', as given, not normalised'})`;
+  const corpusText = parsed
+    ? `${parsed.texts.length} ${parsed.format === 'jsonl' ? 'JSON Lines records' : 'plain-text documents (split at blank lines)'}`
+    : '';
+  const samplesText = samples
+    ? `${samples.n} samples of ${samples.length} tokens generated from BOS (temperature ${samples.temperature}, ` +
+      `sample i with seed ${samples.seed} + i, stopped at EOS)`
+    : '';
+  const directText = direct.available
+    ? `weight(token) = ${model.info.norm === 'layernorm' ? '(r − mean r)' : 'r'} ⊙ w_lnf · W_U[:, token], ` +
+      `r = ${direct.vector}; the final norm's weight is folded in, its scale 1/s (position-dependent) is not, ` +
+      'and no bias is added, so weights rank tokens per unit of activation and are not logits of a run ' +
+      `(a negative activation swaps the promoted and suppressed lists); ${direct.excluded.rule}`
+    : `not available: ${direct.reason}`;
   const method =
     `Activation at token t: ${activation}. ` +
-    `Corpus: ${parsed ? `${parsed.texts.length} ${parsed.format === 'jsonl' ? 'JSON Lines records' : 'plain-text documents (split at blank lines)'}` : ''}${parsed && samples ? ' and ' : ''}${samples ? `${samples.n} samples of ${samples.length} tokens generated from BOS (temperature ${samples.temperature}, sample i with seed ${samples.seed} + i, stopped at EOS)` : ''}, ` +
-    `tokenized without BOS and cut into consecutive windows of ≤ ${inp.window} tokens${bos ? ', each run as [BOS] + window; BOS is context only, not an example or a histogram entry' : ''}. ` +
+    `Corpus: ${corpusText}${parsed && samples ? ' and ' : ''}${samplesText}, ` +
+    `tokenized without BOS and cut into consecutive windows of ≤ ${inp.window} ` +
+    `tokens${bos ? ', each run as [BOS] + window; BOS is context only, not an example or a histogram entry' : ''}. ` +
     `${inp.batch_size} windows per engine run, shorter ones right-padded (causal attention: padding does not change the real positions). ` +
-    `Examples: the ${inp.top_k} windows with the largest maximum activation, and (when any activation is negative) the ${inp.top_k} with the most negative minimum. Histogram: ${inp.bins} equal-width bins over [min, max] of the nonzero activations; zeros counted apart; density = fraction of tokens with activation > 0. ` +
-    `Direct path: ${direct.available ? `weight(token) = ${model.info.norm === 'layernorm' ? '(r − mean r)' : 'r'} ⊙ w_lnf · W_U[:, token], r = ${direct.vector}; the final norm's weight is folded in, its scale 1/s (position-dependent) is not, and no bias is added, so weights rank tokens per unit of activation and are not logits of a run (a negative activation swaps the promoted and suppressed lists); ${direct.excluded.rule}` : `not available: ${direct.reason}`}. ` +
+    `Examples: the ${inp.top_k} windows with the largest maximum activation, and (when any activation is ` +
+    `negative) the ${inp.top_k} with the most negative minimum. Histogram: ${inp.bins} equal-width bins over ` +
+    '[min, max] of the nonzero activations; zeros counted apart; density = fraction of tokens with ' +
+    'activation > 0. ' +
+    `Direct path: ${directText}. ` +
     `Cache: ${scopeOf(ctx)}, under SHA-256 of (model, subject, corpus, settings).`;
 
   const doc: DashboardDocument = {

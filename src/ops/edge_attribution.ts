@@ -66,7 +66,8 @@ export const edgeAttributionInput = z.object({
     .unknown()
     .optional()
     .describe(
-      'A circuit made elsewhere, in MIB’s format (EAP-IG Graph.to_json: {cfg, nodes, edges}): its scores replace attribution, and its in_graph edges are evaluated.',
+      'A circuit made elsewhere, in MIB’s format (EAP-IG Graph.to_json: {cfg, nodes, ' +
+        'edges}): its scores replace attribution, and its in_graph edges are evaluated.',
     ),
   circuit_edges: z
     .array(z.string())
@@ -167,7 +168,16 @@ export const operation = defineOperation({
   name: 'edge_attribution',
   title: 'Edge attribution',
   description:
-    "Edge attribution patching over a dataset of clean/corrupted pairs, in the EAP-IG library's graph (nodes input, a{l}.h{h}, m{l}, logits; edges into each head's q/k/v input, each MLP and logits; names as 'a0.h1->a1.h3<v>') so results exchange with MIB's tools. Methods: eap, eap_ig_inputs (default, m = ig_steps = 5, α = k/m, k = 0..m−1), eap_ig_activations, exact. M = logit[answer] − logit[counterfactual] at the last position; a score estimates ΔM when that edge is patched (an important edge scores large negative). evaluate: MIB's faithfulness curve (top int(pct·E) edges, pruned, others patched to the corrupted run) with CPR (signed ranking) and CMD (|score| ranking). Import a Graph.to_json circuit (circuit) or a list of edge names (circuit_edges) to evaluate it; mib_export returns the scores in that format. Cost per pair: eap ≈ 3 forward-equivalents, eap_ig_inputs ≈ 2m + 2, exact = E forwards, evaluate ≈ 20 forwards.",
+    "Edge attribution patching over a dataset of clean/corrupted pairs, in the EAP-IG library's graph (nodes " +
+    "input, a{l}.h{h}, m{l}, logits; edges into each head's q/k/v input, each MLP and logits; " +
+    "names as 'a0.h1->a1.h3<v>') so results exchange with MIB's tools. Methods: eap, eap_ig_inputs (default, " +
+    'm = ig_steps = 5, α = k/m, k = 0..m−1), eap_ig_activations, exact. M = logit[answer] − ' +
+    'logit[counterfactual] at the last position; a score estimates ΔM when that edge is patched (an important ' +
+    "edge scores large negative). evaluate: MIB's faithfulness curve (top int(pct·E) edges, pruned, " +
+    'others patched to the corrupted run) with CPR (signed ranking) and CMD (|score| ranking). ' +
+    'Import a Graph.to_json circuit (circuit) or a list of edge names (circuit_edges) to evaluate it; ' +
+    'mib_export returns the scores in that format. Cost per pair: eap ≈ 3 forward-equivalents, eap_ig_inputs ≈ ' +
+    '2m + 2, exact = E forwards, evaluate ≈ 20 forwards.',
   input: edgeAttributionInput,
   output: edgeAttributionOutput,
   long: true,
@@ -187,7 +197,9 @@ export const operation = defineOperation({
   if (method === 'exact' && E > EXACT_MAX_EDGES && !input.allow_large_exact)
     throw new LoupeError(
       'TOO_LARGE',
-      `exact scoring of this model's ${E.toLocaleString('en-US')} edges costs ${(E * ds.examples.length).toLocaleString('en-US')} forward rows (edges × pairs); the limit without asking is ${EXACT_MAX_EDGES} edges.`,
+      `exact scoring of this model's ${E.toLocaleString('en-US')} edges costs ` +
+        `${(E * ds.examples.length).toLocaleString('en-US')} forward rows (edges × pairs); the limit without ` +
+        `asking is ${EXACT_MAX_EDGES} edges.`,
       'Use eap_ig_inputs, or set allow_large_exact to run it anyway.',
     );
   const n = ds.examples.length;
@@ -498,15 +510,26 @@ function parseCircuit(c: unknown): unknown {
 function describeMethod(method: string, m: number, n: number): string {
   const what: Record<string, string> = {
     eap: 'EAP: score(u→b) = Σ_{pos,d} (a_u(corrupted) − a_u(clean)) · ∂M/∂x_b, the gradient of the clean run (one backward)',
-    eap_ig_inputs: `EAP-IG (inputs): Σ (a_u(corrupted) − a_u(clean)) · (1/${m}) Σ_k ∂M/∂x_b at a run whose token embedding is e_corr + (k/${m})(e_clean − e_corr), k = 0 … ${m - 1} (EAP-IG's current left Riemann sum; the 2024 paper's code used k = 1 … m)`,
-    eap_ig_activations: `EAP-IG (activations): for each group (input, each layer's heads, each MLP) and k = 1 … ${m}, that group's output set to (k/${m}) clean + (1 − k/${m}) corrupted as a constant; Σ (a_u(corrupted) − a_u(clean)) · ∂M/∂x_b summed over every run into every edge, divided by ${m}·(2L+1)`,
+    eap_ig_inputs:
+      `EAP-IG (inputs): Σ (a_u(corrupted) − a_u(clean)) · (1/${m}) Σ_k ∂M/∂x_b at a ` +
+      `run whose token embedding is e_corr + (k/${m})(e_clean − e_corr), ` +
+      `k = 0 … ${m - 1} (EAP-IG's current left Riemann sum; the 2024 paper's code used k = 1 … m)`,
+    eap_ig_activations:
+      `EAP-IG (activations): for each group (input, each layer's heads, each MLP) and k = 1 … ${m}, ` +
+      `that group's output set to (k/${m}) clean + (1 − k/${m}) corrupted as a constant; Σ (a_u(corrupted) ` +
+      `− a_u(clean)) · ∂M/∂x_b summed over every run into every edge, divided by ${m}·(2L+1)`,
     exact: 'exact: M(clean run with only that edge delivering its upstream node’s corrupted output) − M(clean)',
     imported: 'scores imported from a Graph.to_json circuit (MIB’s convention −ΔM, negated here)',
   };
   return (
     `${what[method]}; mean over ${n} pairs. M = logit[answer] − logit[counterfactual] at the last position (raw logits). ` +
     'A score estimates ΔM when that edge alone is patched to the corrupted run, so an important edge scores large negative (MIB stores −score). ' +
-    "Nodes: input = hook_embed (positions are the same in both runs), a{l}.h{h} = z_h·W_O[h] without b_O, m{l} = hook_mlp_out; each head's q, k, v input is its own copy of the residual stream before ln1 (grouped-query k/v counted per query head, as TransformerLens's ungrouping does). " +
-    'Faithfulness (evaluate): a circuit C = the top int(pct·E) edges, pruned; in a clean run every edge not in C delivers its upstream node’s corrupted output; f = (M(C) − M(corrupted)) / (M(clean) − M(corrupted)) with dataset means; CPR = trapezoid area of f over pct (signed ranking), CMD = of |1 − f| (|score| ranking), as MIB reports them.'
+    'Nodes: input = hook_embed (positions are the same in both runs), a{l}.h{h} = z_h·W_O[h] without b_O, ' +
+    "m{l} = hook_mlp_out; each head's q, k, v input is its own copy of the residual stream before " +
+    "ln1 (grouped-query k/v counted per query head, as TransformerLens's ungrouping does). " +
+    'Faithfulness (evaluate): a circuit C = the top int(pct·E) edges, pruned; ' +
+    'in a clean run every edge not in C delivers its upstream node’s corrupted output; f = (M(C) ' +
+    '− M(corrupted)) / (M(clean) − M(corrupted)) with dataset means; CPR = trapezoid area of ' +
+    'f over pct (signed ranking), CMD = of |1 − f| (|score| ranking), as MIB reports them.'
   );
 }

@@ -96,7 +96,11 @@ export const operation = defineOperation({
   name: 'feature',
   title: 'Feature card',
   description:
-    "One SAE feature (SAELens layout, from sae_source/sae_path): the tokens its decoder direction promotes and suppresses through the unembedding (W_dec[f] mapped into the residual stream, ⊙ the final norm's weight, · W_U; no norm scale, per unit activation), its auto-interp description (null when none is available), and its activation at every token of prompt and of up to 64 more prompts, with the maximum per prompt. Cost: one forward pass per prompt.",
+    'One SAE feature (SAELens layout, from sae_source/sae_path): the tokens its decoder direction ' +
+    'promotes and suppresses through the unembedding (W_dec[f] mapped into the residual stream, ' +
+    "⊙ the final norm's weight, · W_U; no norm scale, per unit activation), its auto-interp " +
+    'description (null when none is available), and its activation at every token of prompt and ' +
+    'of up to 64 more prompts, with the maximum per prompt. Cost: one forward pass per prompt.',
   input,
   output,
 }).implement(async (model, inp, ctx) => {
@@ -188,7 +192,9 @@ export const operation = defineOperation({
       norm_scale_applied: false,
       promoted,
       suppressed,
-      method: `weight(t) = ${layerNorm ? '(r − mean(r))' : 'r'} ⊙ w_lnf · W_U[:, t], r = W_dec[f] mapped into the residual stream; per unit of activation, no norm scale, no biases`,
+      method:
+        `weight(t) = ${layerNorm ? '(r − mean(r))' : 'r'} ⊙ w_lnf · W_U[:, t], ` +
+        'r = W_dec[f] mapped into the residual stream; per unit of activation, no norm scale, no biases',
     },
     activations,
     max_activation: activations[best].max,

@@ -55,7 +55,9 @@ export const featureInterventionInput = z.object({
     .enum(['recomputed', 'frozen'])
     .default('recomputed')
     .describe(
-      "'recomputed': circuit-tracer's default intervention (patterns frozen; MLPs, norms and the transcoders' re-encoding respond, so error terms move); 'frozen': the local replacement model (patterns, norm scales and every MLP output fixed, so every error node held; the direct effect only).",
+      "'recomputed': circuit-tracer's default intervention (patterns frozen; MLPs, norms and the " +
+        "transcoders' re-encoding respond, so error terms move); 'frozen': the local replacement model (patterns, " +
+        'norm scales and every MLP output fixed, so every error node held; the direct effect only).',
     ),
   top_k: z.number().int().min(1).default(10).describe('Logits listed before and after.'),
 });
@@ -87,7 +89,13 @@ export const operation = defineOperation({
   name: 'feature_intervention',
   title: 'Feature intervention',
   description:
-    "circuit-tracer's feature intervention through a transcoder set: set active features (layer, position, feature: an attribution graph's feature node) to a value or a multiple of their activation, and return the top logits at the last position before and after. errors 'recomputed' (circuit-tracer's default): attention patterns frozen, MLPs and norms run, each intervened layer re-encoded so downstream features and errors respond; 'frozen': the local replacement model with every error node held, the direct effect only. Cost: one forward and the encoders (shared with an attribution graph of the same prompt), then one forward per intervened layer ('recomputed') or one frozen forward ('frozen').",
+    "circuit-tracer's feature intervention through a transcoder set: set active features (layer, position, " +
+    "feature: an attribution graph's feature node) to a value or a multiple of their activation, " +
+    "and return the top logits at the last position before and after. errors 'recomputed' (circuit-tracer's " +
+    'default): attention patterns frozen, MLPs and norms run, each intervened layer re-encoded so downstream ' +
+    "features and errors respond; 'frozen': the local replacement model with every error node held, " +
+    'the direct effect only. Cost: one forward and the encoders (shared with an attribution graph of the ' +
+    "same prompt), then one forward per intervened layer ('recomputed') or one frozen forward ('frozen').",
   input: featureInterventionInput,
   output: featureInterventionOutput,
 }).implement(async (model, input, ctx) => {
@@ -128,8 +136,11 @@ export const operation = defineOperation({
     ...documentHead('feature_intervention', model, prompt, ids),
     method:
       input.errors === 'recomputed'
-        ? "circuit-tracer's feature_intervention (freeze_attention): patterns frozen; at each intervened layer, in order, (value − the re-encoded activation)·W_dec added at the feature-output hook"
-        : "circuit-tracer's feature_intervention with constrained_layers = every layer: the frozen local replacement model (patterns, norm scales, MLP outputs and errors fixed); (value − clean activation)·W_dec at the feature-output hooks, its effect on the final norm's output exact",
+        ? "circuit-tracer's feature_intervention (freeze_attention): patterns frozen; at each intervened layer, " +
+          'in order, (value − the re-encoded activation)·W_dec added at the feature-output hook'
+        : "circuit-tracer's feature_intervention with constrained_layers = every layer: " +
+          'the frozen local replacement model (patterns, norm scales, MLP outputs and errors fixed); ' +
+          "(value − clean activation)·W_dec at the feature-output hooks, its effect on the final norm's output exact",
     transcoders: transcoderBlock(info, ref),
     errors: input.errors,
     interventions: changes.map(({ index: i, value, id, c }) => ({

@@ -62,7 +62,9 @@ export const operation = defineOperation({
   name: 'generate',
   title: 'Generate',
   description:
-    'Continue the prompt: greedy (temperature 0, default) or seeded sampling (temperature, top_k, top_p, seed), stopping at EOS or max_new_tokens. Uses a KV cache (one prompt pass, then one engine run per token). Returns generated_token_ids and generated_text.',
+    'Continue the prompt: greedy (temperature 0, default) or seeded sampling (temperature, ' +
+    'top_k, top_p, seed), stopping at EOS or max_new_tokens. Uses a KV cache (one prompt pass, ' +
+    'then one engine run per token). Returns generated_token_ids and generated_text.',
   input: generateInput,
   output: generateOutput,
   long: true,

@@ -165,9 +165,14 @@ export const operation = defineOperation({
   name: 'head_scores',
   title: 'Head scores',
   description:
-    "Head detector (after TransformerLens): every head's previous_token, induction and duplicate_token score (mean attention mass, 0–1) on `batch` sequences [BOS] + R + R of seq_len distinct random tokens (seeded), and optionally on a prompt. " +
-    'previous_token = mean A[q, q−1]; duplicate_token = mean over repeated tokens of the mass on their earlier occurrences; induction = mean over repeated tokens of the mass on the token after each earlier occurrence. ' +
-    `Sequences run as rows of batched engine runs (patterns only). Returns heads: [{layer, head, previous_token, induction, duplicate_token}], the top 5 per score, and the example sequence's patterns for the grid view. Cap: ${MAX_BATCH} sequences.`,
+    "Head detector (after TransformerLens): every head's previous_token, " +
+    'induction and duplicate_token score (mean attention mass, 0–1) on `batch` sequences ' +
+    '[BOS] + R + R of seq_len distinct random tokens (seeded), and optionally on a prompt. ' +
+    'previous_token = mean A[q, q−1]; duplicate_token = mean over repeated tokens of the mass on their earlier ' +
+    'occurrences; induction = mean over repeated tokens of the mass on the token after each earlier occurrence. ' +
+    'Sequences run as rows of batched engine runs (patterns only). Returns heads: ' +
+    '[{layer, head, previous_token, induction, duplicate_token}], the top 5 per score, ' +
+    `and the example sequence's patterns for the grid view. Cap: ${MAX_BATCH} sequences.`,
   input,
   output,
   long: true,
@@ -258,7 +263,10 @@ export const operation = defineOperation({
   return {
     ...head,
     method: {
-      sequences: `${inp.batch} sequences ${bos !== undefined ? '[BOS] + ' : ''}R + R, R = ${seqLen} distinct tokens drawn uniformly (seed ${inp.seed}) from the vocabulary without BOS/EOS; attention patterns from blocks.{l}.attn.hook_pattern`,
+      sequences:
+        `${inp.batch} sequences ${bos !== undefined ? '[BOS] + ' : ''}R + R, ` +
+        `R = ${seqLen} distinct tokens drawn uniformly (seed ${inp.seed}) ` +
+        'from the vocabulary without BOS/EOS; attention patterns from blocks.{l}.attn.hook_pattern',
       seq_len: seqLen,
       batch: inp.batch,
       seed: inp.seed,
@@ -269,7 +277,9 @@ export const operation = defineOperation({
         duplicate_token: 'mean over queries whose token occurred before of Σ A[q, k] over those earlier occurrences k',
       },
       reference:
-        'TransformerLens head detector (previous_token_head, induction_head, duplicate_token_head); TL divides by every query row, so its induction and duplicate-token scores on these sequences are about half of these',
+        'TransformerLens head detector (previous_token_head, induction_head, ' +
+        'duplicate_token_head); TL divides by every query row, so its induction ' +
+        'and duplicate-token scores on these sequences are about half of these',
     },
     heads,
     top,

@@ -47,7 +47,8 @@ export const integratedGradientsInput = z.object({
     .string()
     .default('')
     .describe(
-      'Optional corrupted prompt of as many tokens: its prediction is the default counterfactual, and with baseline "corrupted" (the default when it is given) its embedding is the baseline.',
+      'Optional corrupted prompt of as many tokens: its prediction is the default counterfactual, ' +
+        'and with baseline "corrupted" (the default when it is given) its embedding is the baseline.',
     ),
   corrupted_token_ids: z
     .array(z.number().int().min(0))
@@ -62,7 +63,8 @@ export const integratedGradientsInput = z.object({
     .enum(['auto', 'zero', 'corrupted'])
     .default('auto')
     .describe(
-      "The path's start x': zero, or the corrupted prompt's blocks.0.hook_resid_pre (then Σ attributions = M(clean) − M(corrupted)); auto = corrupted when a corrupted prompt is given, else zero.",
+      "The path's start x': zero, or the corrupted prompt's blocks.0.hook_resid_pre (then Σ attributions " +
+        '= M(clean) − M(corrupted)); auto = corrupted when a corrupted prompt is given, else zero.',
     ),
   steps: z
     .number()
@@ -118,7 +120,17 @@ export const operation = defineOperation({
   name: 'integrated_gradients',
   title: 'Integrated gradients',
   description:
-    'Integrated gradients to each input position: attribution of M = logit[answer] − logit[counterfactual] at the last position (raw logits; the same metric and defaults as patch and attribution_patching: counterfactual = the corrupted prediction; logit[answer] alone without a corrupted prompt or counterfactual) to each position of blocks.0.hook_resid_pre (after token and positional embeddings), from a zero baseline or from the corrupted prompt (then the attributions sum to M(clean) − M(corrupted)), right Riemann sum with `steps` steps (α_k = k/n), each step one batch row of a forward + backward run. Returns per-position attributions and a completeness check (Σ attributions vs M(input) − M(baseline)). Cost: one row of forward + backward per step, plus the baseline row (and one forward of the corrupted prompt). Dataset mode (dataset, dataset_text or generate; pairs of one token length): per pair’s clean prompt, with each position’s mean attribution, per-pair values, seeded bootstrap 95% CI and sign-flip p-value.',
+    'Integrated gradients to each input position: attribution of M = logit[answer] − logit[counterfactual] ' +
+    'at the last position (raw logits; the same metric and defaults as patch and attribution_patching: ' +
+    'counterfactual = the corrupted prediction; logit[answer] alone without a corrupted prompt or ' +
+    'counterfactual) to each position of blocks.0.hook_resid_pre (after token and positional embeddings), ' +
+    'from a zero baseline or from the corrupted prompt (then the attributions sum to M(clean) − M(corrupted)), ' +
+    'right Riemann sum with `steps` steps (α_k = k/n), each step one batch row of a forward + backward run. ' +
+    'Returns per-position attributions and a completeness check (Σ attributions vs M(input) − M(baseline)). ' +
+    'Cost: one row of forward + backward per step, plus the baseline row (and one forward of the corrupted ' +
+    'prompt). Dataset mode (dataset, dataset_text or generate; pairs of one token length): per pair’s clean ' +
+    'prompt, with each position’s mean attribution, per-pair values, seeded bootstrap 95% CI and ' +
+    'sign-flip p-value.',
   input: integratedGradientsInput,
   output: integratedGradientsOutput,
   long: true,
@@ -240,15 +252,25 @@ async function igPair(model: LoadedModel, input: IgParsed, ctx: OpContext): Prom
   const corrTexts = corrupted ? model.tokenStrings(corrupted.ids) : null;
   const path =
     baseline === 'zero'
-      ? `a zero baseline at ${HOOK} (token + positional embeddings), right Riemann sum over α_k = k/${n}, k = 1..${n}: a[pos] = Σ_d x[pos,d] · mean_k ∂M/∂x(α_k·x)[pos,d]`
-      : `the corrupted prompt's ${HOOK} as baseline x', right Riemann sum over α_k = k/${n}, k = 1..${n}: a[pos] = Σ_d (x − x')[pos,d] · mean_k ∂M/∂x(x' + α_k·(x − x'))[pos,d]; the attributions sum to M(clean) − M(corrupted) up to the Riemann error, and a position with the same token in both prompts gets 0`;
+      ? `a zero baseline at ${HOOK} (token + positional embeddings), right Riemann sum ` +
+        `over α_k = k/${n}, k = 1..${n}: a[pos] = Σ_d x[pos,d] · mean_k ∂M/∂x(α_k·x)[pos,d]`
+      : `the corrupted prompt's ${HOOK} as baseline x', right Riemann sum over α_k = k/${n}, k = 1..${n}: ` +
+        "a[pos] = Σ_d (x − x')[pos,d] · mean_k ∂M/∂x(x' + α_k·(x − x'))[pos,d]; the attributions sum to M(clean) " +
+        '− M(corrupted) up to the Riemann error, and a position with the same token in both prompts gets 0';
   return {
     ...documentHead('integrated_gradients', model, prompt, ids),
     method:
       `Integrated gradients from ${path}; ` +
-      "gradients from the engine's reverse-mode backward graph (float32), the steps as batch rows. M = logit[answer] − logit[counterfactual] at the last position, raw logits (answer: the clean prediction unless given; counterfactual: the corrupted prediction unless given, as in patch and attribution_patching; without a corrupted prompt or a counterfactual, logit[answer] alone). " +
+      "gradients from the engine's reverse-mode backward graph (float32), the steps as batch rows. " +
+      'M = logit[answer] − logit[counterfactual] at the last position, raw logits (answer: ' +
+      'the clean prediction unless given; counterfactual: the corrupted prediction unless given, ' +
+      'as in patch and attribution_patching; without a corrupted prompt or a counterfactual, ' +
+      'logit[answer] alone). ' +
       (baseline === 'zero'
-        ? "The baseline scales every position, BOS included. In pre-norm models each block reads LN(α·x), which barely depends on α until α·|x| nears √eps, so the blocks' share of M changes abruptly near α = 0 while the residual stream's direct share changes smoothly: the zero baseline is rough, and a coarse Riemann sum misses that jump. Read the completeness error before the attributions."
+        ? 'The baseline scales every position, BOS included. In pre-norm models each block reads LN(α·x), ' +
+          "which barely depends on α until α·|x| nears √eps, so the blocks' share of M changes abruptly near " +
+          "α = 0 while the residual stream's direct share changes smoothly: the zero baseline is rough, " +
+          'and a coarse Riemann sum misses that jump. Read the completeness error before the attributions.'
         : 'Read the completeness error before the attributions.'),
     answer: refs.answer,
     counterfactual: refs.counterfactual,
@@ -320,7 +342,11 @@ async function igDataset(model: LoadedModel, input: IgParsed, ctx: OpContext): P
     finite(meanOf(docs.map((d) => d.completeness[k])));
   return {
     ...first,
-    method: `Dataset mode over ${docs.length} pairs (their clean prompts, answers and counterfactuals): each as the single-pair form computes it, every position's attribution the mean over the pairs, with per-pair values, bootstrap CI and sign-flip p-value in statistics; completeness numbers are means. Tokens shown are the first pair's. ${first.method}`,
+    method:
+      `Dataset mode over ${docs.length} pairs (their clean prompts, answers and counterfactuals): ` +
+      "each as the single-pair form computes it, every position's attribution the mean over the pairs, " +
+      'with per-pair values, bootstrap CI and sign-flip p-value in statistics; ' +
+      `completeness numbers are means. Tokens shown are the first pair's. ${first.method}`,
     attributions,
     completeness: {
       sum: c('sum'),

@@ -67,7 +67,10 @@ export const operation = defineOperation({
   name: 'layer_ablation',
   title: 'Layer ablation',
   description:
-    "Ablate each layer's attention output and MLP output in turn (zero or mean over positions), one at a time, and report at the last position the change of the clean prediction's log-probability (nats), logit and probability, KL(clean ‖ ablated), and the new top token. Cost: one clean run plus 2·n_layers variants in batched runs.",
+    "Ablate each layer's attention output and MLP output in turn (zero or mean over positions), " +
+    "one at a time, and report at the last position the change of the clean prediction's " +
+    'log-probability (nats), logit and probability, KL(clean ‖ ablated), ' +
+    'and the new top token. Cost: one clean run plus 2·n_layers variants in batched runs.',
   input: layerAblationInput,
   output: layerAblationOutput,
   long: true,
@@ -113,8 +116,13 @@ export const operation = defineOperation({
     ...documentHead('layer_ablation', model, prompt, ids),
     ablation: input.method,
     method:
-      `Each layer's hook_attn_out, then its hook_mlp_out, ${input.method === 'zero' ? 'set to zero' : "replaced by its mean over the prompt's positions (BOS included)"} at every position, one component per variant (the other components and layers untouched; downstream layers recompute), all variants batched. ` +
-      `Damage is read at the last position: logprob_delta of the ${answer.source === 'answer' ? 'given answer token' : 'clean prediction'} and KL(clean ‖ ablated) over the vocabulary. Per-head or per-neuron effects are not measured here (see circuit / ablate).`,
+      "Each layer's hook_attn_out, then its hook_mlp_out, " +
+      `${input.method === 'zero' ? 'set to zero' : "replaced by its mean over the prompt's positions (BOS included)"} ` +
+      'at every position, one component per variant (the other components and layers untouched; ' +
+      'downstream layers recompute), all variants batched. ' +
+      'Damage is read at the last position: logprob_delta of the ' +
+      `${answer.source === 'answer' ? 'given answer token' : 'clean prediction'} and KL(clean ‖ ablated) ` +
+      'over the vocabulary. Per-head or per-neuron effects are not measured here (see circuit / ablate).',
     answer,
     clean: cleanBlock(model, meter),
     entries,

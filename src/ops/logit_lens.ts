@@ -54,7 +54,11 @@ export const operation = defineOperation({
   name: 'logit_lens',
   title: 'Logit lens',
   description:
-    "Logit lens: for the input of every layer (blocks.{l}.hook_resid_pre) and the final resid_post, at each position, apply the final norm with the stream's own statistics, the unembedding and any final soft-cap; report the top-k tokens (prob) and the probability and rank of the model's final prediction. One forward pass plus one batched unembedding of (n_layers+1)·T residual vectors on the same backend (top-k, normaliser and ranks reduced there).",
+    'Logit lens: for the input of every layer (blocks.{l}.hook_resid_pre) and the final resid_post, ' +
+    "at each position, apply the final norm with the stream's own statistics, the unembedding " +
+    'and any final soft-cap; report the top-k tokens (prob) and the probability and rank of ' +
+    "the model's final prediction. One forward pass plus one batched unembedding of (n_layers+1)·T " +
+    'residual vectors on the same backend (top-k, normaliser and ranks reduced there).',
   input: logitLensInput,
   output: logitLensOutput,
 }).implement(async (model, input, ctx) => {
@@ -132,6 +136,12 @@ export const operation = defineOperation({
     positions,
     final_predictions: finals,
     layers,
-    method: `Each stream x is read as ${model.info.norm === 'layernorm' ? 'LayerNorm((x − mean x) / sqrt(var x + eps)) ⊙ w + b' : 'RMSNorm x / sqrt(mean x² + eps) ⊙ w'} with ln_final's weights and x's own statistics, then · W_U + b_U${model.info.final_softcap ? `, then the final soft-cap ${model.info.final_softcap}·tanh(·/${model.info.final_softcap})` : ''}; probabilities are its softmax. No tuned lens. Layer n_layers (the final resid_post) reproduces the model's own output, and its argmax is the final prediction each layer is ranked on.`,
+    method:
+      'Each stream x is read as ' +
+      `${model.info.norm === 'layernorm' ? 'LayerNorm((x − mean x) / sqrt(var x + eps)) ⊙ w + b' : 'RMSNorm x / sqrt(mean x² + eps) ⊙ w'} ` +
+      "with ln_final's weights and x's own statistics, then · W_U + " +
+      `b_U${model.info.final_softcap ? `, then the final soft-cap ${model.info.final_softcap}·tanh(·/${model.info.final_softcap})` : ''}; ` +
+      "probabilities are its softmax. No tuned lens. Layer n_layers (the final resid_post) reproduces the model's " +
+      'own output, and its argmax is the final prediction each layer is ranked on.',
   };
 });

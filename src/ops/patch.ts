@@ -123,7 +123,15 @@ export const operation = defineOperation({
   name: 'patch',
   title: 'Patch',
   description:
-    "Activation patching (TransformerLens patching module, denoising): clean and corrupted prompts of equal token length; patch the clean activation into the corrupted run at resid_pre, attn_out and mlp_out per layer × position, and each head's output (hook_z) per layer × head at all positions. Metric at the last position: normalised logit difference (answer − counterfactual; 0 = corrupted, 1 = clean). Returns the heatmaps as arrays and both baselines. Cost: 2 runs + (3·n_layers·T + n_layers·n_heads + 2·n_layers) variants in batched runs. Dataset mode (dataset, dataset_text or generate instead of the prompts): the same per pair, with each cell's mean, per-pair values, seeded bootstrap 95% CI and sign-flip p-value; per-position scans need pairs of one token length.",
+    'Activation patching (TransformerLens patching module, denoising): clean and corrupted prompts ' +
+    'of equal token length; patch the clean activation into the corrupted run at resid_pre, ' +
+    "attn_out and mlp_out per layer × position, and each head's output (hook_z) per layer × head at all " +
+    'positions. Metric at the last position: normalised logit difference (answer − counterfactual; ' +
+    '0 = corrupted, 1 = clean). Returns the heatmaps as arrays and both baselines. Cost: ' +
+    '2 runs + (3·n_layers·T + n_layers·n_heads + 2·n_layers) variants in batched runs. Dataset mode (dataset, ' +
+    "dataset_text or generate instead of the prompts): the same per pair, with each cell's mean, " +
+    'per-pair values, seeded bootstrap 95% CI and sign-flip p-value; per-position scans need pairs of ' +
+    'one token length.',
   input: patchInput,
   output: patchOutput,
   long: true,
@@ -274,8 +282,13 @@ async function patchPair(model: LoadedModel, input: PatchParsed, ctx: OpContext)
   return {
     ...documentHead('patch', model, clean.prompt, clean.ids),
     method:
-      "Denoising activation patching: the corrupted prompt is run with ONE activation replaced by the clean run's value at the same site — a residual stream (hook_resid_pre), attention output (hook_attn_out) or MLP output (hook_mlp_out) of one layer at one position; one head's hook_z at every position; or a whole attn_out / mlp_out at every position — and everything downstream recomputed. " +
-      'Metric at the last position: (LD − LD_corrupted) / (LD_clean − LD_corrupted), LD = logit[answer] − logit[counterfactual]. No path patching, no noising (corrupted → clean) direction, no attribution patching (gradients).',
+      'Denoising activation patching: the corrupted prompt is run with ONE activation replaced by the ' +
+      "clean run's value at the same site — a residual stream (hook_resid_pre), attention output (hook_attn_out) " +
+      "or MLP output (hook_mlp_out) of one layer at one position; one head's hook_z at every position; " +
+      'or a whole attn_out / mlp_out at every position — and everything downstream recomputed. ' +
+      'Metric at the last position: (LD − LD_corrupted) / (LD_clean − LD_corrupted), ' +
+      'LD = logit[answer] − logit[counterfactual]. No path patching, ' +
+      'no noising (corrupted → clean) direction, no attribution patching (gradients).',
     metric: 'normalised_logit_difference',
     corrupted_prompt: corrupted.prompt,
     corrupted_tokens: corrupted.ids.map((id, i) => ({ id, text: corrTexts[i] })),
@@ -315,7 +328,8 @@ async function patchDataset(model: LoadedModel, input: PatchParsed, ctx: OpConte
       if (perPosition && lengths.size > 1)
         throw new LoupeError(
           'BAD_INPUT',
-          `Per-position scans (${input.scans.filter((s) => s !== 'head_out').join(', ')}) need pairs of one token length; this dataset has ${lengths.size} lengths.`,
+          `Per-position scans (${input.scans.filter((s) => s !== 'head_out').join(', ')}) ` +
+            `need pairs of one token length; this dataset has ${lengths.size} lengths.`,
           'Use scans ["head_out"], or pairs of one token length.',
         );
     },
@@ -368,7 +382,11 @@ async function patchDataset(model: LoadedModel, input: PatchParsed, ctx: OpConte
   const meanOf = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
   return {
     ...first,
-    method: `Dataset mode over ${docs.length} pairs: each pair patched exactly as the single-pair form does (below), every cell's value the mean over the pairs of its normalised metric, with per-pair values, bootstrap CI and sign-flip p-value in statistics. The tokens, corrupted prompt, answer and counterfactual shown are the first pair's. ${first.method}`,
+    method:
+      `Dataset mode over ${docs.length} pairs: each pair patched exactly as the single-pair ` +
+      "form does (below), every cell's value the mean over the pairs of its normalised metric, " +
+      'with per-pair values, bootstrap CI and sign-flip p-value in statistics. The tokens, ' +
+      `corrupted prompt, answer and counterfactual shown are the first pair's. ${first.method}`,
     clean_logit_diff: finite(meanOf(docs.map((d) => d.clean_logit_diff))),
     corrupted_logit_diff: finite(meanOf(docs.map((d) => d.corrupted_logit_diff))),
     resid_pre,

@@ -164,7 +164,10 @@ export const operation = defineOperation({
   name: 'probe',
   title: 'Probe',
   description:
-    'Train a logistic-regression probe (L2, deterministic Newton fit, standardised features) on a `capture` handle with a seeded stratified held-out split; report held-out AUROC and accuracy, a shuffled-label control fitted the same way, per-sample scores (P(positive)), and the probe direction in the raw activation basis. Returns a probe handle: `steer` accepts direction "probe:<handle>". No engine runs.',
+    'Train a logistic-regression probe (L2, deterministic Newton fit, standardised features) ' +
+    'on a `capture` handle with a seeded stratified held-out split; report held-out AUROC and accuracy, ' +
+    'a shuffled-label control fitted the same way, per-sample scores (P(positive)), and the probe direction in ' +
+    'the raw activation basis. Returns a probe handle: `steer` accepts direction "probe:<handle>". No engine runs.',
   input,
   output,
 }).implement(async (model, inp, ctx) => {
@@ -240,7 +243,9 @@ export const operation = defineOperation({
     shuffled_control: {
       auroc: ctrlEval.auroc,
       accuracy: ctrlEval.accuracy,
-      note: 'a probe fitted identically (same split, l2, features) to permuted labels and scored on its own held-out labels: what chance looks like at this sample size',
+      note:
+        'a probe fitted identically (same split, l2, features) to permuted labels and ' +
+        'scored on its own held-out labels: what chance looks like at this sample size',
     },
     samples: cap.prompts.map((text, i) => ({
       index: i,
@@ -263,8 +268,10 @@ export const operation = defineOperation({
     },
     method:
       `Logistic regression fitted by Newton's method with backtracking (deterministic) on the ${split.train.length} training samples, ` +
-      `features standardised with the training mean and s.d.; a stratified split holds out ${split.test.length} samples (test_fraction ${inp.test_fraction}, seed ${inp.seed}). ` +
-      `AUROC and accuracy are on the held-out samples. Weights are mapped back to the raw activation basis, so the direction can be added to ${hook}'s stream.` +
+      'features standardised with the training mean and s.d.; a stratified split holds out ' +
+      `${split.test.length} samples (test_fraction ${inp.test_fraction}, seed ${inp.seed}). ` +
+      'AUROC and accuracy are on the held-out samples. Weights are mapped back to ' +
+      `the raw activation basis, so the direction can be added to ${hook}'s stream.` +
       (inp.shuffle_labels ? ' Labels were permuted before training (negative control).' : ''),
   };
 });

@@ -70,7 +70,8 @@ const featureEntry = z.object({
     .number()
     .nullable()
     .describe(
-      "at the final position: the feature's direct effect on the predicted token's logit; null elsewhere (no direct path) or when the hook has no linear way into the residual stream",
+      "at the final position: the feature's direct effect on the predicted token's logit; " +
+        'null elsewhere (no direct path) or when the hook has no linear way into the residual stream',
     ),
 });
 
@@ -139,7 +140,9 @@ const output = documentBase('sae_features').extend({
 
 const DEFINITIONS = {
   mse: 'mean over positions and the d_in values of (x − x̂)², x = the hook activation, x̂ = the SAE reconstruction',
-  fvu: 'fraction of variance unexplained, as SAELens: Σ_t ‖x_t − x̂_t‖² / Σ_t ‖x_t − x̄‖² with x̄ the mean over the positions; explained_variance = 1 − fvu',
+  fvu:
+    'fraction of variance unexplained, as SAELens: Σ_t ‖x_t − x̂_t‖² / Σ_t ‖x_t − x̄‖² with x̄ the mean over ' +
+    'the positions; explained_variance = 1 − fvu',
   position_fvu: "‖x_t − x̂_t‖² / ‖x_t − x̄‖² (SAELens's per-token legacy explained variance, subtracted from 1)",
 };
 
@@ -169,7 +172,13 @@ export const operation = defineOperation({
   name: 'sae_features',
   title: 'SAE features',
   description:
-    "Decompose the activation at a sparse autoencoder's hook into SAE features (SAELens layout, loaded from sae_source/sae_path: Hub repo, URL or folder): per position (or one position) the top_k active features with activation and auto-interp description (null when none is available; never invented), L0, the reconstruction error (MSE and fraction of variance unexplained, SAELens definitions) per position and overall, and for the final position each feature's direct logit attribution to the predicted token (activation × W_dec[f] through the final norm with its frozen scale and W_U[:, predicted]). " +
+    "Decompose the activation at a sparse autoencoder's hook into SAE features (SAELens layout, " +
+    'loaded from sae_source/sae_path: Hub repo, URL or folder): per position (or one position) ' +
+    'the top_k active features with activation and auto-interp description (null when none is available; ' +
+    'never invented), L0, the reconstruction error (MSE and fraction of variance unexplained, ' +
+    "SAELens definitions) per position and overall, and for the final position each feature's direct logit " +
+    'attribution to the predicted token (activation × W_dec[f] through the final norm with its frozen scale and ' +
+    'W_U[:, predicted]). ' +
     'The SAE must match the model (d_in and hook), else SAE_MISMATCH. Cost: loading the SAE once per model, then one forward pass.',
   input,
   output,
@@ -309,9 +318,13 @@ export const operation = defineOperation({
       : 'RMSNorm: w_lnf ⊙ W_U[:, p]';
   const method =
     `One run with the SAE spliced in at ${hook} (encode/decode inside the graph; with no feature edited the model's output is unchanged). ` +
-    `Features: acts = ${sae.info.activation}((x${sae.info.apply_b_dec_to_input ? ' − b_dec' : ''})·W_enc + b_enc); each position lists its ${inp.top_k} largest active features. ` +
-    `Logit attribution (final position ${last} only; earlier positions have no direct path to its logits): activation × W_dec[f] ${map.kind === null ? '(unavailable: ' + map.reason + ')' : `(${map.description})`} · e, ` +
-    `e = ${norm} / s, s = the clean run's ln_final.hook_scale at position ${last}, frozen; p = the predicted token (argmax of the logits). Final-norm bias and unembedding bias are not attributed to features. ` +
+    `Features: acts = ${sae.info.activation}((x${sae.info.apply_b_dec_to_input ? ' − b_dec' : ''})·W_enc ` +
+    `+ b_enc); each position lists its ${inp.top_k} largest active features. ` +
+    `Logit attribution (final position ${last} only; earlier positions have no direct path to its logits): ` +
+    'activation × W_dec[f] ' +
+    `${map.kind === null ? '(unavailable: ' + map.reason + ')' : `(${map.description})`} · e, ` +
+    `e = ${norm} / s, s = the clean run's ln_final.hook_scale at position ${last}, frozen; p = the predicted ` +
+    'token (argmax of the logits). Final-norm bias and unembedding bias are not attributed to features. ' +
     `Reconstruction: ${DEFINITIONS.fvu}.`;
 
   return {

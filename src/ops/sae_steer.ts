@@ -186,8 +186,13 @@ export const operation = defineOperation({
   name: 'sae_steer',
   title: 'SAE steer',
   description:
-    'Steer with one SAE feature (SAELens layout, from sae_source/sae_path): add α to its activation (the residual stream moves by α·W_dec[f]) or clamp it to a value, at all or chosen positions (with "all", every generated token too), keeping the SAE error term; generate base and steered side by side (greedy or seeded sampling, KV-cached, batched). ' +
-    "Reports target and control tokens' log-prob changes at the final prompt position, normalized_effect, relative_change and KL(base ‖ steered), as steer does. With alphas (a list of strengths or clamp values) it is a sweep: one curve per metric, its trend, and the text at each value. " +
+    'Steer with one SAE feature (SAELens layout, from sae_source/sae_path): add α to its ' +
+    'activation (the residual stream moves by α·W_dec[f]) or clamp it to a value, ' +
+    'at all or chosen positions (with "all", every generated token too), keeping the SAE error term; ' +
+    'generate base and steered side by side (greedy or seeded sampling, KV-cached, batched). ' +
+    "Reports target and control tokens' log-prob changes at the final prompt position, normalized_effect, " +
+    'relative_change and KL(base ‖ steered), as steer does. With alphas (a list of strengths or ' +
+    'clamp values) it is a sweep: one curve per metric, its trend, and the text at each value. ' +
     `Caps: ${MAX_SWEEP_ALPHAS} values, 256 new tokens.`,
   input,
   output,
@@ -247,7 +252,9 @@ export const operation = defineOperation({
       );
     return {
       ids: topTokens(scores, DEFAULT_TARGETS, vocab!.usable),
-      rule: `the ${DEFAULT_TARGETS} tokens with the largest direct logit effect of W_dec[f] (mapped into the residual stream, ⊙ the final norm's weight, · W_U) — chosen from the feature itself; ${vocab!.rule}`,
+      rule:
+        `the ${DEFAULT_TARGETS} tokens with the largest direct logit effect of W_dec[f] (mapped into the ` +
+        `residual stream, ⊙ the final norm's weight, · W_U) — chosen from the feature itself; ${vocab!.rule}`,
     };
   });
 
@@ -289,11 +296,15 @@ export const operation = defineOperation({
     return scores
       ? {
           ids: pool.sort((a, b) => Math.abs(scores[a]) - Math.abs(scores[b]) || a - b).slice(0, DEFAULT_CONTROLS),
-          rule: `of the ${CONTROL_POOL} most likely base tokens (targets, BOS, EOS excluded), the ${DEFAULT_CONTROLS} with the smallest |direct logit effect of W_dec[f]|; ${vocab!.rule}`,
+          rule:
+            `of the ${CONTROL_POOL} most likely base tokens (targets, BOS, EOS excluded), ` +
+            `the ${DEFAULT_CONTROLS} with the smallest |direct logit effect of W_dec[f]|; ${vocab!.rule}`,
         }
       : {
           ids: pool.slice(0, DEFAULT_CONTROLS),
-          rule: `the ${DEFAULT_CONTROLS} most likely base tokens (targets, BOS, EOS excluded): the feature has no direct logit effect to rank them by; ${vocab!.rule}`,
+          rule:
+            `the ${DEFAULT_CONTROLS} most likely base tokens (targets, BOS, EOS excluded): ` +
+            `the feature has no direct logit effect to rank them by; ${vocab!.rule}`,
         };
   });
 
@@ -371,15 +382,20 @@ export const operation = defineOperation({
             target_logprob_delta: trend(values, curves.target_logprob_delta),
             control_logprob_delta: trend(values, curves.control_logprob_delta),
             normalized_effect: trend(values, curves.normalized_effect),
-            rule: 'over α sorted ascending: increasing = no step down by more than tol and last > first + tol; decreasing mirrored; flat = no step beyond tol; tol = 1e-6·max(1, max|y|)',
+            rule:
+              'over α sorted ascending: increasing = no step down by more than tol and last > first + tol; ' +
+              'decreasing mirrored; flat = no step beyond tol; tol = 1e-6·max(1, max|y|)',
           },
           generations: values.map((a, i) => ({ alpha: a, ...g(rows[i + 1]) })),
         },
     metric_definitions: METRIC_DEFINITIONS,
     method:
-      `Feature ${f} of the SAE at ${sae.info.hook} is edited at ${actsHook(sae)} (${what}); the SAE's error term is kept, so an unedited row is the model itself. ` +
+      `Feature ${f} of the SAE at ${sae.info.hook} is edited at ${actsHook(sae)} (${what}); ` +
+      "the SAE's error term is kept, so an unedited row is the model itself. " +
       `Positions: ${inp.positions === 'all' ? 'every prompt position and every generated token' : `prompt positions ${inp.positions.join(', ')}`}. ` +
-      `One KV-cached generation with all rows batched (row 0 unedited = base${single ? ', row 1 edited' : ', one row per α'}); metrics at the final prompt position from the same prompt pass.`,
+      'One KV-cached generation with all rows batched (row 0 unedited = ' +
+      `base${single ? ', row 1 edited' : ', one row per α'}); metrics at the final prompt position from the ` +
+      'same prompt pass.',
     engine_runs: runs,
   };
 });

@@ -64,8 +64,15 @@ export const operation = defineOperation({
   name: 'steer',
   title: 'Steer',
   description:
-    'Add α·d to the residual stream before a layer (blocks.{layer}.hook_resid_pre; all or chosen positions; with "all", every generated token too) and generate, base and steered side by side (greedy, or sampled with a seed; KV-cached, both rows in one batch). d comes from a token pair (unembedding columns W_U[:, a] − W_U[:, b]), the mean activation difference of two prompt sets, a probe handle ("probe:<handle>"), a random seed, or numbers; it is unit-normalised by default so α is in residual-norm units (resid_norm gives the scale). ' +
-    "Reports, at the final prompt position, the change of target and control tokens' log-probabilities, normalized_effect = target Δ − control Δ, relative_change = exp(normalized_effect) − 1, and KL(base ‖ steered).",
+    'Add α·d to the residual stream before a layer (blocks.{layer}.hook_resid_pre; all or chosen positions; ' +
+    'with "all", every generated token too) and generate, base and steered side by side (greedy, or sampled with ' +
+    'a seed; KV-cached, both rows in one batch). d comes from a token pair (unembedding columns W_U[:, ' +
+    'a] − W_U[:, b]), the mean activation difference of two prompt sets, a probe handle ("probe:<handle>"), ' +
+    'a random seed, or numbers; it is unit-normalised by default so α is in residual-norm units (resid_norm ' +
+    'gives the scale). ' +
+    "Reports, at the final prompt position, the change of target and control tokens' log-probabilities, " +
+    'normalized_effect = target Δ − control Δ, relative_change = exp(normalized_effect) − 1, ' +
+    'and KL(base ‖ steered).',
   input,
   output,
 }).implement(async (model, inp, ctx) => {

@@ -79,8 +79,12 @@ export const operation = defineOperation({
   name: 'sweep',
   title: 'α-sweep',
   description:
-    'Steering over a list of α at blocks.{layer}.hook_resid_pre: one curve per metric (target and control log-prob deltas at the final prompt position, normalized_effect = target Δ − control Δ, relative_change, KL(base ‖ steered)), the trend of each curve, and the generated text at each α. ' +
-    `α defaults to ${JSON.stringify(DEFAULT_MULTIPLES)} × the layer's mean residual norm (d unit-normalised). All α values run as rows of one batched, KV-cached generation. Caps: ${MAX_SWEEP_ALPHAS} α values, 256 new tokens.`,
+    'Steering over a list of α at blocks.{layer}.hook_resid_pre: one curve per metric (target and ' +
+    'control log-prob deltas at the final prompt position, normalized_effect = target Δ − control Δ, ' +
+    'relative_change, KL(base ‖ steered)), the trend of each curve, and the generated text at each α. ' +
+    `α defaults to ${JSON.stringify(DEFAULT_MULTIPLES)} × the layer's mean ` +
+    'residual norm (d unit-normalised). All α values run as rows of one batched, ' +
+    `KV-cached generation. Caps: ${MAX_SWEEP_ALPHAS} α values, 256 new tokens.`,
   input,
   output,
   long: true,
@@ -147,7 +151,9 @@ export const operation = defineOperation({
       target_logprob_delta: trend(alphas, curves.target_logprob_delta),
       control_logprob_delta: trend(alphas, curves.control_logprob_delta),
       normalized_effect: trend(alphas, curves.normalized_effect),
-      rule: 'over α sorted ascending: increasing = no step down by more than tol and last > first + tol; decreasing mirrored; flat = no step beyond tol; tol = 1e-6·max(1, max|y|)',
+      rule:
+        'over α sorted ascending: increasing = no step down by more than tol and last > first + tol; ' +
+        'decreasing mirrored; flat = no step beyond tol; tol = 1e-6·max(1, max|y|)',
     },
     generations,
     targets: tokenRefs(model, targets),

@@ -95,7 +95,11 @@ export const operation = defineOperation({
   name: 'trace',
   title: 'Trace',
   description:
-    'Predicted token at a position (default last) and its direct logit attribution (DLA): per attention head (z_h·W_O[h]), per MLP neuron, and the exact decomposition into named terms (embed, pos_embed, L{l}H{h}, L{l}.attn.b_O, L{l}.mlp, ln_final.b, unembed.b_U) whose sum equals the logit (raw), the centred logit (transformer_lens, default) or, with answer + counterfactual, the logit difference. Units: logits. Cost: one forward pass.',
+    'Predicted token at a position (default last) and its direct logit attribution (DLA): ' +
+    'per attention head (z_h·W_O[h]), per MLP neuron, and the exact decomposition into named ' +
+    'terms (embed, pos_embed, L{l}H{h}, L{l}.attn.b_O, L{l}.mlp, ln_final.b, unembed.b_U) ' +
+    'whose sum equals the logit (raw), the centred logit (transformer_lens, default) or, ' +
+    'with answer + counterfactual, the logit difference. Units: logits. Cost: one forward pass.',
   input: traceInput,
   output: traceOutput,
 }).implement(async (model, input, ctx) => {

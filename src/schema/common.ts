@@ -57,7 +57,9 @@ export const chatField = z
   .boolean()
   .default(false)
   .describe(
-    "Chat format for instruct checkpoints: render prompt as one user message through the model's own chat_template (tokenizer_config.json), ending with the assistant's turn, and run the rendered text. BOS is not prepended again (the template writes it). NO_CHAT_TEMPLATE when the model has none.",
+    "Chat format for instruct checkpoints: render prompt as one user message through the model's own " +
+      "chat_template (tokenizer_config.json), ending with the assistant's turn, and run the rendered text. " +
+      'BOS is not prepended again (the template writes it). NO_CHAT_TEMPLATE when the model has none.',
   );
 
 /** how the prompt was formatted before tokenizing; present only when chat format was asked for */

@@ -257,7 +257,9 @@ export function deltaOf(docA: Doc, docB: Doc, a: Grid | undefined, b: Grid | und
   if (mA !== mB)
     return {
       ok: false,
-      reason: `Not comparable: A ran on ${mA || 'an unknown model'} and B on ${mB || 'an unknown model'}; their layers, heads and positions are not the same quantities. Both are shown, without a Δ.`,
+      reason:
+        `Not comparable: A ran on ${mA || 'an unknown model'} and B on ${mB || 'an unknown model'}; ` +
+        'their layers, heads and positions are not the same quantities. Both are shown, without a Δ.',
     };
   const axis = (xa: string[], xb: string[], are: string, name: 'rows' | 'cols') => {
     const ka = xa.map((x) => keyOf(x, are)),
@@ -266,7 +268,10 @@ export function deltaOf(docA: Doc, docB: Doc, a: Grid | undefined, b: Grid | und
     if (ka.length !== kb.length || new Set(ka).size !== ka.length || !ka.every((k) => ib.has(k))) {
       const why = are === 'positions' ? ' — the prompts have different token counts' : '';
       return {
-        error: `Not comparable: the two have different ${are} (A ${xa.length}, B ${xb.length}${xa.length === xb.length ? ', not the same ones' : ''})${why}, so no ${name === 'rows' ? 'row' : 'column'} of one is one of the other.`,
+        error:
+          `Not comparable: the two have different ${are} (A ${xa.length}, ` +
+          `B ${xb.length}${xa.length === xb.length ? ', not the same ones' : ''})${why}, ` +
+          `so no ${name === 'rows' ? 'row' : 'column'} of one is one of the other.`,
       };
     }
     const differ = are === 'positions' ? xa.filter((x, i) => x !== xb[ib.get(ka[i])!]).map((x) => keyOf(x, are)) : [];
@@ -285,7 +290,8 @@ export function deltaOf(docA: Doc, docB: Doc, a: Grid | undefined, b: Grid | und
   );
   const differ = [...new Set([...r.differ, ...c.differ])];
   const note = differ.length
-    ? `Position${differ.length > 1 ? 's' : ''} ${differ.join(', ')} hold${differ.length > 1 ? '' : 's'} different tokens in A and B: there the Δ compares different inputs at the same place.`
+    ? `Position${differ.length > 1 ? 's' : ''} ${differ.join(', ')} hold${differ.length > 1 ? '' : 's'} ` +
+      'different tokens in A and B: there the Δ compares different inputs at the same place.'
     : null;
   return { ok: true, values, rows: a.rows, cols: a.cols, note };
 }

@@ -86,7 +86,8 @@ class EdgeModelGraph extends ModelGraph {
     if (spec.layers.some((l) => l.postAttnNorm || l.postMlpNorm))
       throw new LoupeError(
         'UNSUPPORTED_ARCHITECTURE',
-        `${spec.family}: edge patching is not built for post-norm blocks (Gemma 2 and 3, OLMo 2), where a head's output passes through the layer's norm with the others'.`,
+        `${spec.family}: edge patching is not built for post-norm blocks (Gemma 2 and 3, ` +
+          "OLMo 2), where a head's output passes through the layer's norm with the others'.",
         'Use a model without sandwich norms.',
       );
     if (new Set(spec.layers.map((l) => l.parallel)).size > 1)

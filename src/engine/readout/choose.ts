@@ -106,36 +106,50 @@ export function chooseReadout(
   });
   if (backend === 'webgpu')
     return stream(
-      'onnxruntime-web gives each session its own copy of its weights in GPU memory, whose size the browser does not tell, so a readout session would hold W_O and W_out again',
+      'onnxruntime-web gives each session its own copy of its weights in GPU memory, ' +
+        'whose size the browser does not tell, so a readout session would hold W_O and W_out again',
     );
   if (backend === 'wasm') {
     const est = weights.secondCopy;
     if (est?.limitBytes != null && est.poolBytes <= HEAP_ROOM * est.limitBytes) {
       return {
         readout: 'session',
-        readout_reason: `a second onnxruntime-web session with its own copy of W_O and W_out: with it the WASM heap needs about ${fmtGB(est.poolBytes)}, within ${Math.round(HEAP_ROOM * 100)} % of ${est.limitName} (${fmtGB(est.limitBytes)}), and it runs the products faster than JavaScript`,
+        readout_reason:
+          'a second onnxruntime-web session with its own copy of W_O and W_out: with it the WASM ' +
+          `heap needs about ${fmtGB(est.poolBytes)}, within ${Math.round(HEAP_ROOM * 100)} % of ` +
+          `${est.limitName} (${fmtGB(est.limitBytes)}), and it runs the products faster than JavaScript`,
       };
     }
-    return stream(
-      `a readout session would hold W_O and W_out again in the WASM heap${est?.limitBytes != null ? `, which with it would need about ${fmtGB(est.poolBytes)}, more than ${Math.round(HEAP_ROOM * 100)} % of ${est.limitName} (${fmtGB(est.limitBytes)})` : ''}`,
-    );
+    const over =
+      est?.limitBytes != null
+        ? `, which with it would need about ${fmtGB(est.poolBytes)}, ` +
+          `more than ${Math.round(HEAP_ROOM * 100)} % of ${est.limitName} (${fmtGB(est.limitBytes)})`
+        : '';
+    return stream(`a readout session would hold W_O and W_out again in the WASM heap${over}`);
   }
   if (weights.widened) {
     const est = weights.secondCopy;
     if (est?.fits && est.limitBytes != null) {
       return {
         readout: 'session',
-        readout_reason: `a second onnxruntime-node session with its own float32 copies of W_O and W_out: with them the weights need about ${fmtGB(est.poolBytes)} at peak, which fits ${est.limitName} (${fmtGB(est.limitBytes)}), and it runs the products faster than JavaScript`,
+        readout_reason:
+          'a second onnxruntime-node session with its own float32 copies of W_O and W_out: ' +
+          `with them the weights need about ${fmtGB(est.poolBytes)} at peak, ` +
+          `which fits ${est.limitName} (${fmtGB(est.limitBytes)}), and it runs the products faster than JavaScript`,
       };
     }
-    return stream(
-      `a readout session would keep its own float32 copies of W_O and W_out${est?.limitBytes != null ? `, and with them the weights would need about ${fmtGB(est.poolBytes)}, more than ${est.limitName} (${fmtGB(est.limitBytes)})` : ' (host memory unknown)'}`,
-    );
+    const over =
+      est?.limitBytes != null
+        ? `, and with them the weights would need about ${fmtGB(est.poolBytes)}, ` +
+          `more than ${est.limitName} (${fmtGB(est.limitBytes)})`
+        : ' (host memory unknown)';
+    return stream(`a readout session would keep its own float32 copies of W_O and W_out${over}`);
   }
   if (!weights.mapped) return stream('the weights are held in memory, and each onnxruntime-node session copies them');
   return {
     readout: 'session',
     readout_reason:
-      'a second onnxruntime-node session: it maps the same weight file pages (no second copy in physical memory; RSS counts them twice) and runs the products faster than JavaScript',
+      'a second onnxruntime-node session: it maps the same weight file pages (no second copy ' +
+      'in physical memory; RSS counts them twice) and runs the products faster than JavaScript',
   };
 }

@@ -15,7 +15,10 @@ import { matrixRows } from './stream';
 /** rows of the table read at once for the vocabulary sum and dot products: about 16 MB of float32 */
 const CHUNK_BYTES = 16 * 1024 ** 2;
 
-/** how a pass over the table runs: cancelled between chunks by `signal`, yielding the thread before each chunk; `chunkBytes` is for tests that split a small vocabulary */
+/**
+ * How a pass over the table runs: cancelled between chunks by `signal`, yielding the thread before
+ * each chunk; `chunkBytes` is for tests that split a small vocabulary.
+ */
 export interface TablePassOptions {
   signal?: AbortSignal;
   yieldTurn?: () => Promise<void>;

@@ -156,11 +156,18 @@ export class HubSource extends HttpSource {
   protected override authHint(_file: string, res: Response): string {
     const code = res.headers.get('x-error-code');
     if (code === 'GatedRepo') {
-      return `${this.ref.id} is gated: accept its license on the model page, then give Loupe a Hugging Face access token with read access (CLI and MCP companion: HF_TOKEN; page: the Access token field)${this.token ? ' — the token given was refused' : ''}.`;
+      return (
+        `${this.ref.id} is gated: accept its license on the model page, then give Loupe ` +
+        'a Hugging Face access token with read access (CLI and MCP companion: HF_TOKEN; ' +
+        `page: the Access token field)${this.token ? ' — the token given was refused' : ''}.`
+      );
     }
     return this.token
-      ? 'The Hugging Face access token was refused: check that it is valid and has read access to this model (gated models also need their license accepted on the model page).'
-      : 'This model may be private or gated: give Loupe a Hugging Face access token with read access (CLI and MCP companion: the HF_TOKEN environment variable; page: the Access token field), and accept the license on the model page.';
+      ? 'The Hugging Face access token was refused: check that it is valid and has read access ' +
+          'to this model (gated models also need their license accepted on the model page).'
+      : 'This model may be private or gated: give Loupe a Hugging Face access token ' +
+          'with read access (CLI and MCP companion: the HF_TOKEN environment variable; ' +
+          'page: the Access token field), and accept the license on the model page.';
   }
 
   protected override notFound(file: string, url: string, res: Response): LoupeError {

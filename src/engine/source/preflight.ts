@@ -419,7 +419,9 @@ export async function planModel(
     throw new LoupeError(
       'MISSING_TOKENIZER',
       `${describe(ref)} has no tokenizer.json.`,
-      'Loupe reads the fast tokenizer file tokenizer.json. If the model only has a slow tokenizer (vocab.json + merges.txt, or tokenizer.model), save one with transformers: AutoTokenizer.from_pretrained(id).save_pretrained(dir).',
+      'Loupe reads the fast tokenizer file tokenizer.json. If the model only has ' +
+        'a slow tokenizer (vocab.json + merges.txt, or tokenizer.model), ' +
+        'save one with transformers: AutoTokenizer.from_pretrained(id).save_pretrained(dir).',
       { file: 'tokenizer.json' },
     );
   }

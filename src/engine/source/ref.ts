@@ -70,6 +70,7 @@ function badSpec(spec: string): LoupeError {
   return new LoupeError(
     'BAD_INPUT',
     `"${spec}" is not a model Loupe can load.`,
-    "Use 'default' (the bundled stories260K), a Hub id like 'owner/name' or 'owner/name@revision', an http(s) URL of a folder holding config.json, or (CLI) a local folder path.",
+    "Use 'default' (the bundled stories260K), a Hub id like 'owner/name' or 'owner/name@revision', " +
+      'an http(s) URL of a folder holding config.json, or (CLI) a local folder path.',
   );
 }

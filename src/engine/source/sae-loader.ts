@@ -61,10 +61,13 @@ export interface SaePlan {
 }
 
 const SOURCE_HINT =
-  "sae_source is a Hub repository ('owner/name' or 'owner/name@revision'), an http(s) URL of a folder, or (CLI) a local folder; sae_path is the SAE's folder inside it, e.g. 'blocks.8.hook_resid_pre'.";
+  "sae_source is a Hub repository ('owner/name' or 'owner/name@revision'), an http(s) URL of a folder, " +
+  "or (CLI) a local folder; sae_path is the SAE's folder inside it, e.g. 'blocks.8.hook_resid_pre'.";
 
 const TRANSCODER_HINT =
-  "transcoder_source is a Hub repository ('owner/name' or 'owner/name@revision'), an http(s) URL of a folder, or (CLI) a local folder; transcoder_path is the set's folder inside it (circuit-tracer's config.yaml there), or SAELens folders as a pattern with {layer}.";
+  "transcoder_source is a Hub repository ('owner/name' or 'owner/name@revision'), an http(s) " +
+  "URL of a folder, or (CLI) a local folder; transcoder_path is the set's folder inside " +
+  "it (circuit-tracer's config.yaml there), or SAELens folders as a pattern with {layer}.";
 
 /** SAEs above this many weight bytes are refused before their weights are fetched (32-bit WASM heaps, memory) */
 export const DEFAULT_MAX_SAE_BYTES = CAPS.maxSaeBytes;

@@ -68,7 +68,8 @@ export function checkStorage(
       : ' Or load a smaller model.';
   return new LoupeError(
     'TOO_LARGE',
-    `${model} needs ${fmt(total)} of this browser's storage${parts}, but only ${fmt(available)} is available to this site (${fmt(usage)} used of ${fmt(est.quota)}). No weight was downloaded.`,
+    `${model} needs ${fmt(total)} of this browser's storage${parts}, but only ${fmt(available)} ` +
+      `is available to this site (${fmt(usage)} used of ${fmt(est.quota)}). No weight was downloaded.`,
     HINT + q8Hint,
     {
       need_bytes: total,

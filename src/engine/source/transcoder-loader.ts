@@ -57,7 +57,9 @@ export interface TranscoderPlan {
 }
 
 const HINT =
-  "transcoder_source is a Hub repository, an http(s) URL of a folder, or (CLI) a local folder; transcoder_path is the set's folder inside it, holding circuit-tracer's config.yaml, or a SAELens folder pattern with {layer} (e.g. 'layer_{layer}').";
+  'transcoder_source is a Hub repository, an http(s) URL of a folder, or (CLI) ' +
+  "a local folder; transcoder_path is the set's folder inside it, holding circuit-tracer's " +
+  "config.yaml, or a SAELens folder pattern with {layer} (e.g. 'layer_{layer}').";
 
 /** a file's name in the set's weights: unique, one path segment (sessions lay weight files out by name) */
 const keyOf = (i: number, file: string) =>

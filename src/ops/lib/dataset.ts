@@ -44,7 +44,9 @@ export const generateSchema = z.object({
   task: z
     .enum(GENERATORS)
     .describe(
-      'ioi: "When A and B went to the store, B gave a drink to" → A vs B, corrupted with a third name for the second B; greater_than: "The war lasted from the year 17YY to the year 17" → YY+1 vs YY−1, corrupted with 01; induction: BOS + R + R[:-1] → R[-1], corrupted first copy R′ → R′[-1].',
+      'ioi: "When A and B went to the store, B gave a drink to" → A vs B, corrupted with a third name ' +
+        'for the second B; greater_than: "The war lasted from the year 17YY to the year 17" → YY+1 vs YY−1, ' +
+        'corrupted with 01; induction: BOS + R + R[:-1] → R[-1], corrupted first copy R′ → R′[-1].',
     ),
   n: z.number().int().min(1).describe('How many pairs to make (before any is dropped).'),
   seed: z.number().int().default(0).describe('Seed of the choices (names, years, random sequences).'),
@@ -64,7 +66,9 @@ export const datasetFields = {
     .string()
     .optional()
     .describe(
-      'The pairs as JSON Lines (one pair object per line) or CSV with a header row (clean, corrupted, answer, counterfactual, clean_token_ids, corrupted_token_ids; correct_idx / incorrect_idx as token ids). The CLI fills it from --dataset FILE.',
+      'The pairs as JSON Lines (one pair object per line) or CSV with a header row (clean, ' +
+        'corrupted, answer, counterfactual, clean_token_ids, corrupted_token_ids; ' +
+        'correct_idx / incorrect_idx as token ids). The CLI fills it from --dataset FILE.',
     ),
   dataset_format: z
     .enum(['auto', 'jsonl', 'csv'])

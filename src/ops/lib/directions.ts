@@ -59,7 +59,8 @@ export const directionSpec = z
   .union([z.string(), directionObject])
   .describe(
     'Steering direction: {kind:"tokens",positive," love",negative:" hate"} | {kind:"mean_diff",positive:[...],negative:[...]} | ' +
-      '{kind:"head",layer,head,prompt} | {kind:"probe",handle} | {kind:"vector",values:[...]} | {kind:"random",seed}; or a string "probe:<handle>", "random:<seed>", "tokens: love - hate".',
+      '{kind:"head",layer,head,prompt} | {kind:"probe",handle} | {kind:"vector",values:[...]} | ' +
+      '{kind:"random",seed}; or a string "probe:<handle>", "random:<seed>", "tokens: love - hate".',
   );
 export type DirectionSpec = z.infer<typeof directionSpec>;
 export type DirectionObject = z.infer<typeof directionObject>;
@@ -247,7 +248,9 @@ export async function resolveDirection(
         const w = i < nPos ? 1 / nPos : -1 / spec.negative.length;
         for (let j = 0; j < D; j++) vector[j] += w * data[i * D + j];
       }
-      description = `mean(${hook} | ${nPos} positive prompts) − mean(${hook} | ${spec.negative.length} negative prompts), ${spec.reduce === 'mean' ? 'mean over positions' : 'final position'}`;
+      description =
+        `mean(${hook} | ${nPos} positive prompts) − mean(${hook} | ${spec.negative.length} ` +
+        `negative prompts), ${spec.reduce === 'mean' ? 'mean over positions' : 'final position'}`;
       break;
     }
     case 'head': {

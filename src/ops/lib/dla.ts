@@ -521,7 +521,10 @@ export function describeMethod(model: LoadedModel, convention: Convention, kind:
     );
   } else {
     parts.push(
-      `transformer_lens convention: direction d_t = w ⊙ W_U[:, t] − mean_v(w ⊙ W_U[:, v]) (center_unembed)${ln ? ', components centred' : ''}; b_U centred; value biases folded (each head's result loses b_V'[h]·W_O[h], b_V' = b_V${ln ? ' + b_ln1·W_V' : ''}, moved into L{l}.attn.b_O) wherever the model has value${ln ? ' or ln1' : ''} biases, as TransformerLens's fold_value_biases does.`,
+      'transformer_lens convention: direction d_t = w ⊙ W_U[:, t] − mean_v(w ⊙ W_U[:, v]) ' +
+        `(center_unembed)${ln ? ', components centred' : ''}; b_U centred; value biases folded (each head's ` +
+        `result loses b_V'[h]·W_O[h], b_V' = b_V${ln ? ' + b_ln1·W_V' : ''}, moved into L{l}.attn.b_O) ` +
+        `wherever the model has value${ln ? ' or ln1' : ''} biases, as TransformerLens's fold_value_biases does.`,
     );
   }
   parts.push(
@@ -532,15 +535,18 @@ export function describeMethod(model: LoadedModel, convention: Convention, kind:
         : 'Terms sum to the logit difference answer − counterfactual (centring cancels in a difference).',
   );
   parts.push(
-    'Heads: z_h · W_O[h] (GQA: head h reads kv head h / (n_heads / n_kv_heads)). MLP terms are the whole hook_mlp_out (bias included); a neuron n contributes hook_post[n] · W_out[n].',
+    'Heads: z_h · W_O[h] (GQA: head h reads kv head h / (n_heads / n_kv_heads)). ' +
+      'MLP terms are the whole hook_mlp_out (bias included); a neuron n contributes hook_post[n] · W_out[n].',
   );
   if (model.info.post_norms)
     parts.push(
-      "Post-attention / post-MLP norms are treated as linear maps with their scale frozen at its value (recomputed from the layer's summed output), which is exact for the sum.",
+      'Post-attention / post-MLP norms are treated as linear maps with their scale frozen ' +
+        "at its value (recomputed from the layer's summed output), which is exact for the sum.",
     );
   if (model.info.final_softcap)
     parts.push(
-      `The final soft-cap (${model.info.final_softcap}·tanh(x/${model.info.final_softcap})) is not linear: the terms sum exactly to the PRE-soft-cap value, which is what target reports.`,
+      `The final soft-cap (${model.info.final_softcap}·tanh(x/${model.info.final_softcap})) ` +
+        'is not linear: the terms sum exactly to the PRE-soft-cap value, which is what target reports.',
     );
   return parts.join(' ');
 }

@@ -42,7 +42,8 @@ const bad = (where: string, msg: string) =>
   new LoupeError(
     'BAD_INPUT',
     `Descriptions from ${where}: ${msg}`,
-    'Give a file in Neuronpedia\'s export layout: a JSON array (or JSON Lines) of records with "index" and "description", e.g. [{"index": "3", "description": "dates"}].',
+    "Give a file in Neuronpedia's export layout: a JSON array (or JSON Lines) " +
+      'of records with "index" and "description", e.g. [{"index": "3", "description": "dates"}].',
   );
 
 function isGzip(b: Uint8Array): boolean {

@@ -100,7 +100,8 @@ export class MemoryHandleStore implements HandleStore {
       throw new LoupeError(
         'HANDLE_EXPIRED',
         `No ${kind} handle '${id}' is held (it expired, was evicted, or never existed).`,
-        `Run the operation that creates a ${kind} handle again and use the new id; handles live ${Math.round(this.ttlMs / 60000)} minutes after their last use.`,
+        `Run the operation that creates a ${kind} handle again and use the new id; ` +
+          `handles live ${Math.round(this.ttlMs / 60000)} minutes after their last use.`,
       );
     }
     e.lastUsed = this.now();

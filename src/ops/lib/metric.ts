@@ -24,7 +24,8 @@ export const counterfactualField = z
   .string()
   .optional()
   .describe(
-    'Token (text or "#id") whose logit counts negatively; default the corrupted prediction (the same default in patch, attribution_patching and integrated_gradients).',
+    'Token (text or "#id") whose logit counts negatively; default the corrupted ' +
+      'prediction (the same default in patch, attribution_patching and integrated_gradients).',
   );
 
 export const metricTokenSchemas = {
@@ -100,7 +101,9 @@ export function gapWarnings(mClean: number, mCorrupted: number): string[] {
   const gap = mClean - mCorrupted;
   return Math.abs(gap) < SMALL_GAP
     ? [
-        `M(clean) − M(corrupted) = ${gap.toFixed(3)} logits, below ${SMALL_GAP}: the normalised recovery divides by this gap and is unstable; read the raw ΔM, or choose a corrupted prompt (or answer/counterfactual) that separates the runs more.`,
+        `M(clean) − M(corrupted) = ${gap.toFixed(3)} logits, below ${SMALL_GAP}: ` +
+          'the normalised recovery divides by this gap and is unstable; read the raw ΔM, ' +
+          'or choose a corrupted prompt (or answer/counterfactual) that separates the runs more.',
       ]
     : [];
 }

@@ -32,13 +32,16 @@ export const saeRefFields = {
     .string()
     .min(1)
     .describe(
-      "Where the SAE lives: a Hub repository 'owner/name' or 'owner/name@revision', an http(s) URL of a folder, or a local folder (CLI; over MCP only inside a folder the companion allows with --allow-local).",
+      "Where the SAE lives: a Hub repository 'owner/name' or 'owner/name@revision', an http(s) URL of a folder, " +
+        'or a local folder (CLI; over MCP only inside a folder the companion allows with --allow-local).',
     ),
   sae_path: z
     .string()
     .default('')
     .describe(
-      "The SAE's folder inside sae_source, holding cfg.json and sae_weights.safetensors (SAELens layout, e.g. 'blocks.8.hook_resid_pre') or config.json and params.safetensors (Gemma Scope 2, e.g. 'resid_post/layer_12_width_16k_l0_medium'); '' = the root.",
+      "The SAE's folder inside sae_source, holding cfg.json and sae_weights.safetensors " +
+        "(SAELens layout, e.g. 'blocks.8.hook_resid_pre') or config.json and params.safetensors " +
+        "(Gemma Scope 2, e.g. 'resid_post/layer_12_width_16k_l0_medium'); '' = the root.",
     ),
 };
 
@@ -48,7 +51,10 @@ export const descriptionsField = z
   .union([z.string(), z.array(z.record(z.string(), z.unknown())), z.record(z.string(), z.unknown())])
   .optional()
   .describe(
-    `Auto-interp feature descriptions in Neuronpedia's export layout (records with "index" and "description"; a JSON array, {"explanations": [...]}, or JSON Lines, optionally gzipped): a URL, a path (CLI; over MCP only inside a folder the companion allows with --allow-local), or the JSON itself. Default: ${EXPLANATIONS_FILE} next to the SAE's cfg.json when it exists. Features without a description get null.`,
+    `Auto-interp feature descriptions in Neuronpedia's export layout (records with "index" and "description"; ` +
+      'a JSON array, {"explanations": [...]}, or JSON Lines, optionally gzipped): a URL, a path (CLI; ' +
+      'over MCP only inside a folder the companion allows with --allow-local), or the JSON itself. Default: ' +
+      `${EXPLANATIONS_FILE} next to the SAE's cfg.json when it exists. Features without a description get null.`,
   );
 
 export const featureField = z.number().int().min(0).describe('feature index (0 … d_sae − 1)');
@@ -170,7 +176,9 @@ export function checkActsSize(sae: AttachedSae, T: number, what = 'The prompt'):
     const maxT = Math.floor(MAX_SAE_ACTS / sae.info.d_sae);
     throw new LoupeError(
       'TOO_LARGE',
-      `${what} has ${T} tokens; with ${sae.info.d_sae} features that is ${(T * sae.info.d_sae).toLocaleString('en-US')} activations, more than the cap of ${MAX_SAE_ACTS.toLocaleString('en-US')}.`,
+      `${what} has ${T} tokens; with ${sae.info.d_sae} features that is ` +
+        `${(T * sae.info.d_sae).toLocaleString('en-US')} activations, more than the cap of ` +
+        `${MAX_SAE_ACTS.toLocaleString('en-US')}.`,
       `Shorten it to at most ${maxT} tokens.`,
     );
   }

@@ -78,7 +78,11 @@ export class DatasetStats {
 
   block(): z.infer<typeof statisticsBlock> {
     return {
-      method: `mean over ${this.n} pairs; 95% CI: percentile bootstrap of the mean, ${this.resamples} resamples with replacement (seeded, the same for every component); p-value: two-sided sign-flip test of mean = 0, ${this.exact ? `all 2^${this.n} sign patterns` : `${SIGN_FLIPS} seeded random sign patterns, (1 + hits)/(1 + ${SIGN_FLIPS})`}.`,
+      method:
+        `mean over ${this.n} pairs; 95% CI: percentile bootstrap of the mean, ` +
+        `${this.resamples} resamples with replacement (seeded, the same for every component); ` +
+        'p-value: two-sided sign-flip test of mean = 0, ' +
+        `${this.exact ? `all 2^${this.n} sign patterns` : `${SIGN_FLIPS} seeded random sign patterns, (1 + hits)/(1 + ${SIGN_FLIPS})`}.`,
       seed: this.seed,
       resamples: this.resamples,
       sign_flips: this.exact ? 'exact' : SIGN_FLIPS,

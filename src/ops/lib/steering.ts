@@ -64,7 +64,8 @@ export const steeringFields = {
     .max(64)
     .optional()
     .describe(
-      "unrelated tokens used to normalise (default: of the 50 most likely base tokens, the 5 whose unembedding is least aligned with the targets'; never chosen from d)",
+      'unrelated tokens used to normalise (default: of the 50 most likely base tokens, ' +
+        "the 5 whose unembedding is least aligned with the targets'; never chosen from d)",
     ),
 };
 
@@ -89,7 +90,11 @@ export function relativeChangeNote(base: Float64Array, targets: number[]): strin
   const lp = targets.reduce((a, t) => a + base[t], 0) / Math.max(targets.length, 1);
   const p = Math.exp(lp);
   if (!(p < RELATIVE_CHANGE_MIN_PROB)) return null;
-  return `the targets' base probability is ${p.toExponential(2)} (geometric mean, below ${RELATIVE_CHANGE_MIN_PROB * 100}%): a ratio of such small probabilities says little, so read the change of log-probability (target_logprob_delta, normalized_effect) instead of relative_change`;
+  return (
+    `the targets' base probability is ${p.toExponential(2)} (geometric mean, ` +
+    `below ${RELATIVE_CHANGE_MIN_PROB * 100}%): a ratio of such small probabilities says little, ` +
+    'so read the change of log-probability (target_logprob_delta, normalized_effect) instead of relative_change'
+  );
 }
 
 export const relativeChangeNoteSchema = z
@@ -248,7 +253,9 @@ export async function prepareSteering(
       ? { ids: dir.positive_ids, rule: "the direction's positive tokens" }
       : {
           ids: topTokens(await directLogitScores(model, dir.vector, ctx.signal), DEFAULT_TARGETS, vocab!.usable),
-          rule: `the ${DEFAULT_TARGETS} tokens with the largest direct logit effect (w_lnf ⊙ d)·W_U[:, t] — chosen from d itself, so comparisons with other directions favour d; ${vocab!.rule}`,
+          rule:
+            `the ${DEFAULT_TARGETS} tokens with the largest direct logit effect (w_lnf ⊙ d)·W_U[:, ` +
+            `t] — chosen from d itself, so comparisons with other directions favour d; ${vocab!.rule}`,
         },
   );
   const { ids: controls, rule: controlsRule } = await givenOr(givenControls, async () => {
@@ -266,7 +273,10 @@ export async function prepareSteering(
         .sort((a, b) => a.c - b.c || a.id - b.id)
         .slice(0, DEFAULT_CONTROLS)
         .map((x) => x.id),
-      rule: `of the ${CONTROL_POOL} most likely base tokens (targets, negatives, BOS, EOS excluded), the ${DEFAULT_CONTROLS} whose unembedding W_U[:, c] is least aligned (smallest |cosine|) with the targets' mean unembedding; independent of d; ${vocab!.rule}`,
+      rule:
+        `of the ${CONTROL_POOL} most likely base tokens (targets, negatives, BOS, EOS excluded), ` +
+        `the ${DEFAULT_CONTROLS} whose unembedding W_U[:, c] is least aligned (smallest |cosine|) ` +
+        `with the targets' mean unembedding; independent of d; ${vocab!.rule}`,
     };
   });
   return {

@@ -116,7 +116,8 @@ export function resolveToken(model: LoadedModel, text: string, field = 'token'):
   throw new LoupeError(
     'UNKNOWN_TOKEN',
     `${field} ${JSON.stringify(text)} is not a single token of this model.`,
-    `In running text it tokenizes as ${describeTokenization(model, text)}; give one token's text${pieces.length > 1 ? ` (e.g. its first piece ${JSON.stringify(first)})` : ''} or its id as "#ID".`,
+    `In running text it tokenizes as ${describeTokenization(model, text)}; give one token's ` +
+      `text${pieces.length > 1 ? ` (e.g. its first piece ${JSON.stringify(first)})` : ''} or its id as "#ID".`,
   );
 }
 

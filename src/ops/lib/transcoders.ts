@@ -18,13 +18,18 @@ export const transcoderRefFields = {
     .string()
     .min(1)
     .describe(
-      "Where the transcoder set lives: a Hub repository 'owner/name' or 'owner/name@revision', an http(s) URL of a folder, or a local folder (CLI; over MCP only inside a folder the companion allows with --allow-local).",
+      "Where the transcoder set lives: a Hub repository 'owner/name' or " +
+        "'owner/name@revision', an http(s) URL of a folder, or a local folder (CLI; " +
+        'over MCP only inside a folder the companion allows with --allow-local).',
     ),
   transcoder_path: z
     .string()
     .default('')
     .describe(
-      "The set's folder inside transcoder_source: circuit-tracer's layout (config.yaml with model_kind transcoder_set and layer_{i}.safetensors, or cross_layer_transcoder and W_enc_{i}/W_dec_{i}.safetensors; its transcoders: list may name Gemma Scope 2 files), or SAELens transcoder folders as a pattern with {layer}, e.g. 'layer_{layer}'; '' = the root.",
+      "The set's folder inside transcoder_source: circuit-tracer's layout (config.yaml with " +
+        'model_kind transcoder_set and layer_{i}.safetensors, or cross_layer_transcoder and ' +
+        'W_enc_{i}/W_dec_{i}.safetensors; its transcoders: list may name Gemma Scope 2 files), ' +
+        "or SAELens transcoder folders as a pattern with {layer}, e.g. 'layer_{layer}'; '' = the root.",
     ),
 };
 
@@ -64,7 +69,8 @@ function judgeSize(info: TranscoderInfo): void {
     const fit = Math.floor(CAPS.maxTranscoderLayerBytes / (info.d_model * 4));
     throw new LoupeError(
       'TOO_LARGE',
-      `One layer's encoder of this set is ${gib(layer)} as float32 (${info.d_transcoder} features × d_model ${info.d_model}), more than the ${gib(CAPS.maxTranscoderLayerBytes)} a layer may take while it is encoded.`,
+      `One layer's encoder of this set is ${gib(layer)} as float32 (${info.d_transcoder} features × d_model ` +
+        `${info.d_model}), more than the ${gib(CAPS.maxTranscoderLayerBytes)} a layer may take while it is encoded.`,
       `Pick a narrower set: at most ${fit} features per layer fit.`,
       { d_transcoder: info.d_transcoder, max_d_transcoder: fit },
     );

@@ -132,7 +132,8 @@ async function build(model: LoadedModel, signal?: AbortSignal): Promise<VocabFil
       ? `${counts.undecodable} that do not decode to text on their own (U+FFFD or control characters)`
       : '',
     counts.untrained
-      ? `${counts.untrained} untrained (unembedding row within ${CLUSTER} × the median row norm of the row the special and undecodable tokens share, estimated from ${PROJECTIONS} random projections)`
+      ? `${counts.untrained} untrained (unembedding row within ${CLUSTER} × the median row norm of the ` +
+        `row the special and undecodable tokens share, estimated from ${PROJECTIONS} random projections)`
       : '',
   ].filter(Boolean);
   return {

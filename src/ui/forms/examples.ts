@@ -31,7 +31,9 @@ export function carriedSae(
 
 // stories260K has no published SAE, so these presets fill everything but the SAE itself
 const NO_SAE =
-  'stories260K has no published SAE: set sae_source to your own SAE for this model in SAELens layout (cfg.json + sae_weights.safetensors) — a Hub repo, or an http(s) folder that sends CORS headers — and sae_path to its folder.';
+  'stories260K has no published SAE: set sae_source to your own SAE for this ' +
+  'model in SAELens layout (cfg.json + sae_weights.safetensors) — a Hub repo, ' +
+  'or an http(s) folder that sends CORS headers — and sae_path to its folder.';
 
 const story = 'Once upon a time, there was a little';
 

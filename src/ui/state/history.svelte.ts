@@ -1,9 +1,9 @@
 /**
  * The result history (the page's Session panel; its file format is 'loupe-session'): every result
  * this page produced or was given (a run, an agent's call, a share link, an import), with its
- * inputs and document, kept in this browser's IndexedDB so a reload loses nothing. Entries can be pinned (kept when the history is trimmed, listed first), picked
- * as A and B for a side-by-side comparison, and the whole session exported and imported as one
- * JSON file.
+ * inputs and document, kept in this browser's IndexedDB so a reload loses nothing. Entries can be
+ * pinned (kept when the history is trimmed, listed first), picked as A and B for a side-by-side
+ * comparison, and the whole session exported and imported as one JSON file.
  */
 import { openDB, type IDBPDatabase } from 'idb';
 import type { ResultEntry } from './results.svelte';

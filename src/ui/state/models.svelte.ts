@@ -141,7 +141,8 @@ export class ModelStore {
       if (!opts.quiet)
         this.d.notify(
           'info',
-          `Loaded ${summary.info.id} on ${summary.info.backend} in ${(summary.loadMs / 1000).toFixed(1)} s${summary.downloadedBytes === 0 && summary.cachedFiles.length ? " (from this browser's cache)" : ''}.`,
+          `Loaded ${summary.info.id} on ${summary.info.backend} in ${(summary.loadMs / 1000).toFixed(1)} ` +
+            `s${summary.downloadedBytes === 0 && summary.cachedFiles.length ? " (from this browser's cache)" : ''}.`,
           4000,
         );
       void this.refreshMemory();
