@@ -135,7 +135,7 @@ async function paired(): Promise<Record<string, any>> {
       >;
       return s.page?.model ? s : undefined;
     },
-    30_000,
+    90_000,
     'the page to pair with a model',
     200,
   );
