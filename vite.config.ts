@@ -4,7 +4,9 @@
  * - The model runs in a module Web Worker (workers/engine.worker.ts), so workers are built as ES modules.
  * - onnxruntime-web's .wasm/.mjs runtime files are copied into `dist/ort/` and the worker points
  *   `ort.env.wasm.wasmPaths` there: the runtime always comes from our own origin, never a CDN.
- * - The dev/preview servers send COOP/COEP so the page is cross-origin isolated (threaded WASM).
+ * - The dev server sends COOP/COEP so the page is cross-origin isolated (threaded WASM); `npm run preview` serves the
+ *   build as a static host does (src/node/preview.ts).
+ * - base './': every URL in the build is relative, so one dist/ works at / and under any sub-path.
  */
 import { defineConfig, type Plugin } from 'vite';
 import { svelte } from '@sveltejs/vite-plugin-svelte';
@@ -49,6 +51,7 @@ export default defineConfig({
     // embedding it and making Vite emit a second 28 MB copy of the .wasm.
     alias: [{ find: /^onnxruntime-web$/, replacement: resolve(ORT_DIST, 'ort.min.mjs') }],
   },
+  base: './',
   publicDir: 'public',
   worker: { format: 'es' },
   build: {
@@ -59,5 +62,4 @@ export default defineConfig({
     reportCompressedSize: true,
   },
   server: { host: '127.0.0.1', port: 5178, headers: isolationHeaders },
-  preview: { host: '127.0.0.1', port: 5178, headers: isolationHeaders },
 });

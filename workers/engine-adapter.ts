@@ -31,12 +31,27 @@ import {
 } from './protocol';
 import type { ModelPlan, ModelJudgement } from '../src/engine/source/preflight';
 
-const BASE = new URL(import.meta.env.BASE_URL, self.location.href);
+/**
+ * The page's base URL (where index.html, ort/ and models/ are), from ` base=<encoded URL>` in the worker's name; the
+ * worker's own URL is under assets/, so a relative BASE_URL cannot be resolved against it.
+ */
+export function pageBase(name: string, fallback: string): URL {
+  const m = / base=(\S+)/.exec(name);
+  if (m) {
+    try {
+      return new URL(decodeURIComponent(m[1]));
+    } catch {
+      /* a name someone else made: fall back */
+    }
+  }
+  return new URL(fallback, self.location.href);
+}
+const BASE = pageBase(typeof self.name === 'string' ? self.name : '', import.meta.env.BASE_URL);
 
 // before the runtime makes its heap, so the memory report can say how big it is
 watchWasmHeaps();
 
-// The runtime (.mjs glue + .wasm) is copied into the build under /ort/ (vite.config.ts): never a CDN.
+// The runtime (.mjs glue + .wasm) is copied into the build under ort/ (vite.config.ts): never a CDN.
 ort.env.wasm.wasmPaths = new URL('ort/', BASE).href;
 
 /**

@@ -4,7 +4,9 @@
  * Every response carries the cross-origin isolation headers (COOP same-origin + COEP
  * require-corp) because threaded WASM needs SharedArrayBuffer, which browsers only grant to
  * isolated pages. It listens on 127.0.0.1 only. The bridge hub mounts `createStaticHandler`
- * next to its WebSocket endpoint; `npm start` can use `startStaticServer` directly.
+ * next to its WebSocket endpoint; `npm start` can use `startStaticServer` directly. `npm run preview`
+ * (src/node/preview.ts) serves the same folder as a free static host would: under a sub-path, without the isolation
+ * headers, so the page's service worker has to make it isolated.
  */
 import { createReadStream, promises as fs } from 'node:fs';
 import http from 'node:http';
@@ -18,6 +20,8 @@ export const ISOLATION_HEADERS: Readonly<Record<string, string>> = {
   'X-Content-Type-Options': 'nosniff',
   'Referrer-Policy': 'no-referrer',
 };
+/** what a plain static host sends: none of the isolation headers */
+const PLAIN_HEADERS: Readonly<Record<string, string>> = { 'X-Content-Type-Options': 'nosniff' };
 
 const TYPES: Record<string, string> = {
   '.html': 'text/html; charset=utf-8',
@@ -48,13 +52,30 @@ export interface StaticOptions {
   allowedHosts?: string[];
   /** body served with 503 when root has no index.html (e.g. the page was never built) */
   notBuiltHtml?: string;
+  /** send COOP/COEP/CORP (default true); false serves as a plain static host does */
+  isolation?: boolean;
+  /** serve root under this path ('/loupe/'): other paths get 404, the path without its last slash a redirect */
+  basePath?: string;
 }
 
 export type Handler = (req: http.IncomingMessage, res: http.ServerResponse) => Promise<void>;
 
-function send(res: http.ServerResponse, status: number, body: string, type = 'text/plain; charset=utf-8'): void {
-  res.writeHead(status, { ...ISOLATION_HEADERS, 'Content-Type': type, 'Cache-Control': 'no-store' });
+function sendWith(
+  res: http.ServerResponse,
+  status: number,
+  body: string,
+  type = 'text/plain; charset=utf-8',
+  headers: Readonly<Record<string, string>> = ISOLATION_HEADERS,
+): void {
+  res.writeHead(status, { ...headers, 'Content-Type': type, 'Cache-Control': 'no-store' });
   res.end(body);
+}
+
+/** '/loupe', 'loupe/' → '/loupe/'; '' and '/' → '/' */
+export function normalizeBasePath(p: string): string {
+  const segs = p.split('/').filter(Boolean);
+  if (segs.some((s) => s === '..' || s === '.')) throw new Error(`bad base path ${JSON.stringify(p)}`);
+  return segs.length ? `/${segs.join('/')}/` : '/';
 }
 
 /**
@@ -93,9 +114,29 @@ async function fileAt(p: string, realRoot: string): Promise<{ path: string; size
   return undefined;
 }
 
+/**
+ * `Range: bytes=a-b` (or `a-`, `-n`) as [start, end] inclusive; undefined for no header or one this server does not
+ * answer with a part (several ranges, another unit: the whole file); null for a range outside the file (416).
+ */
+export function byteRange(h: string | undefined, size: number): [number, number] | null | undefined {
+  const m = h ? /^bytes=(\d*)-(\d*)$/.exec(h.trim()) : null;
+  if (!m || (m[1] === '' && m[2] === '')) return undefined;
+  if (m[1] === '') {
+    const n = Number(m[2]);
+    return n === 0 || size === 0 ? null : [Math.max(0, size - n), size - 1];
+  }
+  const start = Number(m[1]);
+  const end = m[2] === '' ? size - 1 : Math.min(Number(m[2]), size - 1);
+  return start >= size || end < start ? null : [start, end];
+}
+
 export function createStaticHandler(opts: StaticOptions): Handler {
   const root = path.resolve(opts.root);
   const allowed = opts.allowedHosts?.map((h) => h.toLowerCase());
+  const headers = opts.isolation === false ? PLAIN_HEADERS : ISOLATION_HEADERS;
+  const basePath = normalizeBasePath(opts.basePath ?? '/');
+  const send = (res: http.ServerResponse, status: number, body: string, type?: string) =>
+    sendWith(res, status, body, type, headers);
   return async (req, res) => {
     if (allowed && !allowed.includes((req.headers.host ?? '').toLowerCase()))
       return send(res, 403, 'Forbidden: unexpected Host header.\n');
@@ -103,7 +144,17 @@ export function createStaticHandler(opts: StaticOptions): Handler {
       res.setHeader('Allow', 'GET, HEAD');
       return send(res, 405, 'Method not allowed.\n');
     }
-    const target = resolveInside(root, req.url ?? '/');
+    let url = req.url ?? '/';
+    if (basePath !== '/') {
+      const [pathPart, query] = [url.split('?')[0], url.includes('?') ? url.slice(url.indexOf('?')) : ''];
+      if (pathPart === basePath.slice(0, -1)) {
+        res.writeHead(301, { ...headers, Location: basePath + query, 'Cache-Control': 'no-store' });
+        return void res.end();
+      }
+      if (!pathPart.startsWith(basePath)) return send(res, 404, 'Not found.\n');
+      url = url.slice(basePath.length - 1);
+    }
+    const target = resolveInside(root, url);
     if (!target) return send(res, 400, 'Bad path.\n');
     // Resolved per request: the folder may be built (or rebuilt) after the server started.
     const realRoot = await fs.realpath(root).catch(() => root);
@@ -118,15 +169,27 @@ export function createStaticHandler(opts: StaticOptions): Handler {
     const ext = path.extname(file.path).toLowerCase();
     // Vite puts content-hashed files under assets/: cache them for good; everything else revalidates.
     const immutable = file.path.includes(`${path.sep}assets${path.sep}`);
-    res.writeHead(200, {
-      ...ISOLATION_HEADERS,
+    const common = {
+      ...headers,
       'Content-Type': TYPES[ext] ?? 'application/octet-stream',
-      'Content-Length': String(file.size),
       'Cache-Control': immutable ? 'public, max-age=31536000, immutable' : 'no-cache',
+      'Accept-Ranges': 'bytes',
+    };
+    // one byte range, as static hosts answer it (no ETag is sent, so an If-Range never matches: whole file)
+    const range = req.headers['if-range'] ? undefined : byteRange(req.headers.range, file.size);
+    if (range === null) {
+      res.writeHead(416, { ...common, 'Content-Range': `bytes */${file.size}`, 'Content-Length': '0' });
+      return void res.end();
+    }
+    const [start, end] = range ?? [0, file.size - 1];
+    res.writeHead(range ? 206 : 200, {
+      ...common,
+      'Content-Length': String(Math.max(0, end - start + 1)),
+      ...(range ? { 'Content-Range': `bytes ${start}-${end}/${file.size}` } : {}),
     });
-    if (req.method === 'HEAD') return void res.end();
+    if (req.method === 'HEAD' || file.size === 0) return void res.end();
     await new Promise<void>((resolve) => {
-      const s = createReadStream(file!.path);
+      const s = createReadStream(file!.path, { start, end });
       s.on('error', () => {
         res.destroy();
         resolve();
@@ -163,7 +226,7 @@ export async function startStaticServer(opts: StaticOptions & { port?: number })
   return {
     server,
     port: bound,
-    url: `http://127.0.0.1:${bound}/`,
+    url: `http://127.0.0.1:${bound}${normalizeBasePath(opts.basePath ?? '/')}`,
     close: () =>
       new Promise<void>((resolve) => {
         server.closeAllConnections?.();
