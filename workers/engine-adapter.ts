@@ -158,7 +158,7 @@ export async function resolveBackend(choice: BackendChoice): Promise<{ backend: 
       );
     return { backend: 'webgpu', reason: 'chosen' };
   }
-  if (!gpu.available) return { backend: 'wasm', reason: `auto: no WebGPU (${gpu.reason})` };
+  if (!gpu.available) return { backend: 'wasm', reason: `auto: no WebGPU (${gpu.reason?.replace(/\.$/, '')})` };
   if (gpu.isFallbackAdapter)
     return { backend: 'wasm', reason: 'auto: the only WebGPU adapter is a software fallback, slower than WASM' };
   return { backend: 'webgpu', reason: 'auto: WebGPU adapter found' };

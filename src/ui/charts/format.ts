@@ -6,7 +6,15 @@ export function fmt(v: number | null | undefined, digits = 4): string {
   if (!Number.isFinite(v)) return v > 0 ? '∞' : '−∞';
   const a = Math.abs(v);
   if (a !== 0 && (a < 1e-3 || a >= 1e5)) return v.toExponential(Math.max(1, digits - 1));
-  return v.toFixed(digits);
+  const s = v.toFixed(digits);
+  // a negative value that rounds to zero is shown as zero, not "-0.00"
+  return /^-0\.?0*$/.test(s) ? s.slice(1) : s;
+}
+
+/** A difference that is a check's verdict (max |Δ|): 0 when it is 0, else its value to two digits, however small. */
+export function fmtDiff(v: number | null | undefined): string {
+  if (v === null || v === undefined) return '–';
+  return v === 0 ? '0' : Math.abs(v) < 0.01 || Math.abs(v) >= 1e5 ? v.toExponential(1) : v.toFixed(2);
 }
 
 export function fmtBytes(n: number | null | undefined): string {

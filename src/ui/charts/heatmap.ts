@@ -36,6 +36,23 @@ export interface HeatmapOptions {
 
 const CHAR_W = 6.6;
 
+/**
+ * A cell's text as it fits `maxChars`: a number loses its leading zero ("-0.12" → "-.12") or is
+ * left out (the tooltip has it: a cut number such as "0…" reads as a wrong value); other text is
+ * cut with an ellipsis. A negative number that rounds to zero loses its sign.
+ */
+export function fitCellText(t: string, maxChars: number): string {
+  const m = /^([^\d.+−-]*)([+−-]?)(\d*\.?\d+)$/.exec(t);
+  if (!m) return t.length > maxChars ? `${t.slice(0, Math.max(1, maxChars - 1))}…` : t;
+  const [, prefix, sign0, digits] = m;
+  const sign = /^0*\.?0*$/.test(digits) ? '' : sign0;
+  for (const d of [digits, digits.replace(/^0(?=\.)/, '')]) {
+    const s = `${prefix}${sign}${d}`;
+    if (s.length <= maxChars) return s;
+  }
+  return '';
+}
+
 export function drawHeatmap(svgEl: SVGSVGElement, o: HeatmapOptions): void {
   const p = palette();
   const rows = o.values.length;
@@ -82,7 +99,8 @@ export function drawHeatmap(svgEl: SVGSVGElement, o: HeatmapOptions): void {
   const cw = Math.max(6, Math.min(want.w, (maxW - margin.left - margin.right) / Math.max(cols, 1)));
   const ch = Math.max(6, Math.min(want.h, cw * 1.2));
   const width = margin.left + cw * cols + margin.right;
-  const height = margin.top + ch * rows + margin.bottom;
+  const legendH = o.legendLabel ? o.legendLabel.length * 6 + 8 : 0;
+  const height = Math.max(margin.top + ch * rows + margin.bottom, margin.top + legendH + 6);
 
   const svg = select(svgEl);
   svg.selectAll('*').remove();
@@ -186,6 +204,26 @@ export function drawHeatmap(svgEl: SVGSVGElement, o: HeatmapOptions): void {
       unhook.__unhighlight = off;
     }
   } else {
+    // no value (NaN): hatched, so it is not read as a value near zero (a near-white cell)
+    const hatchId = `hatch-${Math.random().toString(36).slice(2, 9)}`;
+    svg
+      .append('defs')
+      .append('pattern')
+      .attr('id', hatchId)
+      .attr('patternUnits', 'userSpaceOnUse')
+      .attr('width', 5)
+      .attr('height', 5)
+      .attr('patternTransform', 'rotate(45)')
+      .call((pt) => {
+        pt.append('rect').attr('width', 5).attr('height', 5).attr('fill', p.bg);
+        pt.append('line')
+          .attr('x1', 0)
+          .attr('y1', 0)
+          .attr('x2', 0)
+          .attr('y2', 5)
+          .attr('stroke', p.grid)
+          .attr('stroke-width', 2);
+      });
     const cells: { r: number; c: number; v: number }[] = [];
     for (let r = 0; r < rows; r++) for (let c = 0; c < cols; c++) cells.push({ r, c, v: o.values[r][c] });
 
@@ -198,7 +236,10 @@ export function drawHeatmap(svgEl: SVGSVGElement, o: HeatmapOptions): void {
       .attr('y', (d) => y(d.r)!)
       .attr('width', Math.max(1, cw - 1))
       .attr('height', Math.max(1, ch - 1))
-      .attr('fill', (d) => color(d.v))
+      .attr('fill', (d) => (Number.isFinite(d.v) ? color(d.v) : `url(#${hatchId})`))
+      .attr('stroke', p.grid)
+      .attr('stroke-width', 0.5)
+      .attr('data-missing', (d) => (Number.isFinite(d.v) ? null : 'true'))
       .attr('data-row', (d) => d.r)
       .attr('data-col', (d) => d.c)
       .attr('data-value', (d) => String(d.v))
@@ -219,20 +260,19 @@ export function drawHeatmap(svgEl: SVGSVGElement, o: HeatmapOptions): void {
     };
 
     if (o.cellText && cw >= 18 && ch >= 12) {
+      const fontSize = Math.min(11, ch * 0.55);
+      // digits of the page's sans-serif font are ≈ 0.6 em wide; 2 px stay free at the cell's edges
+      const maxChars = Math.floor((cw - 3) / (fontSize * 0.6));
       g.selectAll('text')
-        .data(cells)
+        .data(cells.filter((d) => Number.isFinite(d.v)))
         .join('text')
         .attr('x', (d) => x(d.c)! + cw / 2 - 0.5)
         .attr('y', (d) => y(d.r)! + ch / 2 + 3.5)
         .attr('text-anchor', 'middle')
         .attr('pointer-events', 'none')
-        .attr('font-size', Math.min(11, ch * 0.55))
+        .attr('font-size', fontSize)
         .attr('fill', (d) => textOn(color(d.v)))
-        .text((d) => {
-          const t = o.cellText!(d.r, d.c) ?? '';
-          const maxChars = Math.floor(cw / 6);
-          return t.length > maxChars ? `${t.slice(0, Math.max(1, maxChars - 1))}…` : t;
-        });
+        .text((d) => fitCellText(o.cellText!(d.r, d.c) ?? '', maxChars));
     }
   }
 
@@ -329,7 +369,8 @@ export function drawHeatmap(svgEl: SVGSVGElement, o: HeatmapOptions): void {
 
   // legend: a vertical colour bar with its end values (and 0 for diverging scales)
   const lx = margin.left + cw * cols + 16;
-  const lh = Math.max(40, Math.min(160, ch * rows));
+  // the bar is as long as its title (rotated along it), the chart as tall as the bar
+  const lh = Math.max(40, Math.min(160, ch * rows), o.legendLabel ? o.legendLabel.length * 6 + 8 : 0);
   const steps = 32;
   const lg = svg.append('g').attr('class', 'legend');
   for (let i = 0; i < steps; i++) {
@@ -353,15 +394,13 @@ export function drawHeatmap(svgEl: SVGSVGElement, o: HeatmapOptions): void {
   tick(lo, margin.top + lh);
   if (o.kind === 'diverging') tick(0, margin.top + lh / 2 + 3);
   if (o.legendLabel) {
-    // rotated along the colour bar: no longer than the bar (≈6 px a character at 10 px)
-    const fit = Math.max(4, Math.floor(lh / 6));
-    const t = lg
-      .append('text')
+    // rotated along the colour bar, which is as long as it (≈6 px a character at 10 px)
+    lg.append('text')
+      .attr('class', 'legend-title')
       .attr('transform', `translate(${lx + 14 + tickW + 6},${margin.top + lh / 2}) rotate(90)`)
       .attr('text-anchor', 'middle')
       .attr('fill', p.muted)
       .attr('font-size', 10)
-      .text(o.legendLabel.length > fit ? `${o.legendLabel.slice(0, fit - 1)}…` : o.legendLabel);
-    if (o.legendLabel.length > fit) t.append('title').text(o.legendLabel);
+      .text(o.legendLabel);
   }
 }

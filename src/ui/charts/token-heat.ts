@@ -5,7 +5,7 @@
  * exports as SVG/PNG like every other chart. Every token is a <rect class="tok-cell"> with
  * data-row, data-col and data-value; hover shows the numbers, click or arrow keys select.
  */
-import { select, interpolateOranges } from 'd3';
+import { select, interpolateOranges, interpolateRgb } from 'd3';
 import { palette, textOn, divergingColor } from './palette';
 import { showTooltip, hideTooltip } from './tooltip';
 import { fmt } from './format';
@@ -41,10 +41,15 @@ export function heatColor(v: number, max: number, bg: string): string {
   return interpolateOranges(0.12 + 0.78 * Math.min(1, v / max));
 }
 
-/** a signed value's colour: the diverging palette, zero the background */
+/**
+ * a signed value's colour: from the background at zero to the diverging palette's ends at ±max,
+ * so a value near zero stays near the background in either theme (the palette's own middle is
+ * white: a white pill on the dark page)
+ */
 export function signedColor(v: number, max: number, bg: string): string {
   if (!(max > 0) || v === 0 || !Number.isFinite(v)) return bg;
-  return divergingColor(Math.max(-1, Math.min(1, v / max)));
+  const t = Math.max(-1, Math.min(1, v / max));
+  return interpolateRgb(bg, divergingColor(Math.sign(t) * 0.85))(Math.abs(t) ** 0.75);
 }
 
 export function drawTokenHeat(svgEl: SVGSVGElement, o: TokenHeatOptions): void {

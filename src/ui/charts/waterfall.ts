@@ -1,6 +1,7 @@
 /**
  * The exact decomposition of a logit as a horizontal waterfall: each term a bar from the running
- * sum to the running sum plus the term; the last bar is the total (the logit) from zero.
+ * sum to the running sum plus the term; the last bar is the total (the logit) from zero. Terms of
+ * one layer (names "L{l}…") share a band, every other layer shaded; value labels have a halo of the background so they read over the axis and grid lines.
  */
 import { select, scaleLinear, scaleBand } from 'd3';
 import { palette } from './palette';
@@ -28,6 +29,7 @@ export function drawWaterfall(svgEl: SVGSVGElement, o: WaterfallOptions): void {
   const longest = Math.max(...rows.map((r) => r.name.length), 4);
   const width = o.width ?? 720;
   const margin = { left: 12 + Math.min(longest, 30) * 6.6, right: 70, top: 8, bottom: 34 };
+  const layerOf = (name: string) => /^L(\d+)\b/.exec(name)?.[1] ?? null;
   const height = margin.top + bh * rows.length + margin.bottom;
   let run = 0;
   const spans = rows.map((r) => {
@@ -58,6 +60,31 @@ export function drawWaterfall(svgEl: SVGSVGElement, o: WaterfallOptions): void {
     .attr('font-family', p.font)
     .attr('font-size', 11)
     .style('background', p.bg);
+
+  // one band per run of rows of the same layer, every other one shaded
+  const bands: { layer: string; from: number; to: number }[] = [];
+  rows.forEach((r, i) => {
+    const l = r.isTotal ? null : layerOf(r.name);
+    const last = bands.at(-1);
+    if (l !== null && last && last.layer === l && last.to === i - 1) last.to = i;
+    else if (l !== null) bands.push({ layer: l, from: i, to: i });
+  });
+  const step = y.step();
+  const bandG = svg.append('g').attr('class', 'wf-layers');
+  bands.forEach((b, k) => {
+    const top = y(b.from)! - (step - y.bandwidth()) / 2;
+    const h = (b.to - b.from + 1) * step;
+    if (k % 2 === 1)
+      bandG
+        .append('rect')
+        .attr('x', 0)
+        .attr('y', top)
+        .attr('width', width)
+        .attr('height', h)
+        .attr('fill', p.grid)
+        .attr('opacity', 0.35)
+        .attr('data-layer', b.layer);
+  });
 
   const ticks = x.ticks(6);
   svg
@@ -124,9 +151,14 @@ export function drawWaterfall(svgEl: SVGSVGElement, o: WaterfallOptions): void {
     .attr('font-weight', (s) => (s.isTotal ? 700 : 400))
     .text((s) => (s.name.length > 30 ? `${s.name.slice(0, 29)}…` : s.name));
   g.append('text')
+    .attr('class', 'wf-value')
     .attr('x', (s) => x(Math.max(s.a, s.b)) + 4)
     .attr('y', (_s, i) => y(i)! + y.bandwidth() / 2 + 3.5)
-    .attr('fill', p.muted)
+    .attr('fill', p.fg)
+    .attr('stroke', p.bg)
+    .attr('stroke-width', 3)
+    .attr('stroke-linejoin', 'round')
+    .attr('paint-order', 'stroke')
     .attr('font-size', 10)
     .text((s) => fmt(s.value, 3));
 }

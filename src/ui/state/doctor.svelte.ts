@@ -30,7 +30,7 @@ export class DoctorStore {
     if (!hasModel) return 'Load a model first.';
     if (!this.info) return 'Checking what this browser offers…';
     if (!this.info.gpu.available)
-      return `It needs WebGPU, which this browser does not offer (${this.info.gpu.reason}).`;
+      return `It needs WebGPU, which this browser does not offer (${this.info.gpu.reason?.replace(/\.$/, '')}).`;
     if (this.jobs.busy) return 'Wait for the running job.';
     return null;
   }
