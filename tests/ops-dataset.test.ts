@@ -198,6 +198,16 @@ describe('dataset-mode patch on induction-gpt2', () => {
     expect(h.p_value).toBeGreaterThan(0);
     const again = await patch({ generate: GEN, scans: ['head_out', 'mlp_out'], bootstrap_seed: 3 });
     expect(again.statistics).toEqual(st);
+    // the document records the seed; another seed draws other resamples (the same per-pair values)
+    expect(st.seed).toBe(3);
+    expect(st.resamples).toBe(1000);
+    const other = (await patch({ generate: GEN, scans: ['head_out', 'mlp_out'], bootstrap_seed: 4 })).statistics!;
+    expect(other.seed).toBe(4);
+    expect(other.components.map((c) => c.per_example)).toEqual(st.components.map((c) => c.per_example));
+    expect(other.components.some((c, i) => c.ci_low !== st.components[i].ci_low)).toBe(true);
+    // the report shows the pairs as given
+    expect(d.dataset!.sample).toHaveLength(5);
+    expect(d.dataset!.sample.every((p) => p.used)).toBe(true);
   }, 120_000);
 
   it('dataset mode of ablate, attribution_patching and integrated_gradients: per-pair values are single-pair runs', async () => {

@@ -1,6 +1,7 @@
 import { describe, it, expect } from 'vitest';
 import { z } from 'zod';
 import { fieldsOf, buildInput, rawFromInput } from '../src/ui/forms/schema-form';
+import { patchInput } from '../src/ops/patch';
 
 const schema = z.object({
   prompt: z.string(),
@@ -41,6 +42,20 @@ describe('schema forms', () => {
     expect(kind('corpus')).toBe('textarea');
     expect(fields.find((f) => f.name === 'corpus')!.file).toBe(true);
     expect(fields.find((f) => f.name === 'clean')!.file).toBeUndefined();
+  });
+
+  it("a dataset in the form leaves the prompt box out (patch's dataset mode refuses a prompt beside it)", () => {
+    const patch = fieldsOf(z.toJSONSchema(patchInput, { io: 'input' }) as Record<string, unknown>);
+    const gen = '{"task": "ioi", "n": 4}';
+    const single = buildInput(patch, { corrupted_prompt: 'b' }, 'a');
+    expect(single.input).toMatchObject({ prompt: 'a', corrupted_prompt: 'b' });
+    const ds = buildInput(patch, { generate: gen }, 'a');
+    expect(ds.errors).toEqual({});
+    expect(ds.input).toEqual({ generate: { task: 'ioi', n: 4 } });
+    expect(patchInput.parse(ds.input).generate).toMatchObject({ task: 'ioi', n: 4 });
+    expect(buildInput(patch, { dataset_text: '{"clean": "x"}' }, 'a').input.prompt).toBeUndefined();
+    // JSON Lines / CSV may come from a file
+    expect(patch.find((f) => f.name === 'dataset_text')!.file).toBe(true);
   });
 
   it('takes a shorthand string or a JSON object for string-or-object fields', () => {

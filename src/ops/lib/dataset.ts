@@ -38,6 +38,9 @@ export const pairSchema = z.object({
 });
 export type DatasetPair = z.infer<typeof pairSchema>;
 
+/** pairs a dataset report shows as given (the page's table of pairs) */
+export const DATASET_SAMPLE = 8;
+
 export const GENERATORS = ['ioi', 'greater_than', 'induction'] as const;
 
 export const generateSchema = z.object({
@@ -69,7 +72,9 @@ export const datasetFields = {
       'The pairs as JSON Lines (one pair object per line) or CSV with a header row (clean, ' +
         'corrupted, answer, counterfactual, clean_token_ids, corrupted_token_ids; ' +
         'correct_idx / incorrect_idx as token ids). The CLI fills it from --dataset FILE.',
-    ),
+    )
+    // contentMediaType: the page's form offers a file drop/pick for it
+    .meta({ contentMediaType: 'text/plain' }),
   dataset_format: z
     .enum(['auto', 'jsonl', 'csv'])
     .default('auto')
@@ -106,6 +111,9 @@ export const datasetReport = z.object({
     )
     .describe('pairs left out, and why (clean and corrupted of different token lengths)'),
   sha256: z.string().describe('SHA-256 of the canonical JSON of the pairs as given (before tokenizing)'),
+  sample: z
+    .array(pairSchema.extend({ index: z.number().int(), used: z.boolean() }))
+    .describe(`the first ${DATASET_SAMPLE} pairs as given, each with its index and whether it was used (not dropped)`),
 });
 export type DatasetReport = z.infer<typeof datasetReport>;
 
@@ -307,6 +315,11 @@ export async function resolveDataset(model: LoadedModel, input: DatasetInput): P
       n_examples: examples.length,
       dropped,
       sha256: await sha256Hex(JSON.stringify(pairs)),
+      sample: pairs.slice(0, DATASET_SAMPLE).map((p, index) => ({
+        index,
+        ...p,
+        used: !dropped.some((d) => d.index === index),
+      })),
     },
   };
 }

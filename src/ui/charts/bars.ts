@@ -12,6 +12,8 @@ export interface BarItem {
   key?: string;
   /** draw in the muted colour (e.g. a group, or an item below a threshold) */
   muted?: boolean;
+  /** an interval around the value (a confidence interval), drawn as an error bar */
+  interval?: [number, number];
 }
 
 export interface BarsOptions {
@@ -32,8 +34,8 @@ export function drawBars(svgEl: SVGSVGElement, o: BarsOptions): void {
   const margin = { left: 10 + Math.min(longest, 28) * 6.6, right: 70, top: 8, bottom: 34 };
   const width = Math.min(o.maxWidth ?? 760, 900);
   const height = margin.top + bh * n + margin.bottom;
-  const lo = Math.min(0, d3min(o.items, (d) => d.value) ?? 0);
-  const hi = Math.max(0, d3max(o.items, (d) => d.value) ?? 0);
+  const lo = Math.min(0, d3min(o.items, (d) => Math.min(d.value, d.interval?.[0] ?? d.value)) ?? 0);
+  const hi = Math.max(0, d3max(o.items, (d) => Math.max(d.value, d.interval?.[1] ?? d.value)) ?? 0);
   // a negative bar's value is written left of its end: keep room for it clear of the labels
   const valueRoom = lo < 0 ? 44 : 0;
   const x = scaleLinear()
@@ -106,6 +108,28 @@ export function drawBars(svgEl: SVGSVGElement, o: BarsOptions): void {
     )
     .on('mouseleave', hideTooltip)
     .on('click', (_ev, d) => o.onSelect?.(d));
+  // error bars: a whisker over the bar from the interval's low to its high end, with caps
+  const iv = g
+    .filter((d) => !!d.interval)
+    .append('g')
+    .attr('class', 'bar-interval');
+  const mid = (i: number) => y(i)! + y.bandwidth() / 2;
+  const rowOf = (d: BarItem) => o.items.indexOf(d);
+  iv.append('line')
+    .attr('x1', (d) => x(d.interval![0]))
+    .attr('x2', (d) => x(d.interval![1]))
+    .attr('y1', (d) => mid(rowOf(d)))
+    .attr('y2', (d) => mid(rowOf(d)))
+    .attr('stroke', p.fg)
+    .attr('stroke-width', 1.2);
+  for (const end of [0, 1] as const)
+    iv.append('line')
+      .attr('x1', (d) => x(d.interval![end]))
+      .attr('x2', (d) => x(d.interval![end]))
+      .attr('y1', (d) => mid(rowOf(d)) - y.bandwidth() / 3)
+      .attr('y2', (d) => mid(rowOf(d)) + y.bandwidth() / 3)
+      .attr('stroke', p.fg)
+      .attr('stroke-width', 1.2);
   g.append('text')
     .attr('x', margin.left - 6)
     .attr('y', (_d, i) => y(i)! + y.bandwidth() / 2 + 3.5)
@@ -114,7 +138,11 @@ export function drawBars(svgEl: SVGSVGElement, o: BarsOptions): void {
     .text((d) => (d.label.length > 28 ? `${d.label.slice(0, 27)}…` : d.label));
   g.append('text')
     .attr('class', 'bar-value')
-    .attr('x', (d) => (d.value >= 0 ? x(d.value) + 4 : x(d.value) - 4))
+    .attr('x', (d) => {
+      const end =
+        d.value >= 0 ? Math.max(d.value, d.interval?.[1] ?? d.value) : Math.min(d.value, d.interval?.[0] ?? d.value);
+      return d.value >= 0 ? x(end) + 4 : x(end) - 4;
+    })
     .attr('y', (_d, i) => y(i)! + y.bandwidth() / 2 + 3.5)
     .attr('text-anchor', (d) => (d.value >= 0 ? 'start' : 'end'))
     .attr('fill', p.muted)

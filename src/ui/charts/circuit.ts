@@ -107,7 +107,8 @@ export function drawCircuit(svgEl: SVGSVGElement, o: CircuitOptions): void {
     .attr('stroke', (e) => divergingColor(Math.max(-1, Math.min(1, e.score / max)) * 0.85 + Math.sign(e.score) * 0.15))
     .attr('stroke-width', (e) => 0.6 + 5 * (Math.abs(e.score) / max))
     .attr('stroke-dasharray', (e) => (e.qkv === 'k' ? '5 2' : e.qkv === 'v' ? '1.5 2' : null))
-    .attr('opacity', 0.85)
+    // weak edges fade, in both themes (the diverging scale's middle is near the dark theme's text colour)
+    .attr('opacity', (e) => 0.3 + 0.6 * (Math.abs(e.score) / max))
     .on('mousemove', (ev, e) =>
       showTooltip(ev, [
         e.name,

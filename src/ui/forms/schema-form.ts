@@ -168,7 +168,13 @@ function parseNumbers(text: string, integer: boolean): number[] {
     });
 }
 
-/** Raw form values (+ the prompt box) → the operation's input. Empty optional fields are left out. */
+/** the fields that put an operation in dataset mode (ops/lib/dataset.ts datasetFields) */
+const DATASET_SOURCES = ['dataset', 'dataset_text', 'generate'];
+
+/**
+ * Raw form values (+ the prompt box) → the operation's input. Empty optional fields are left out;
+ * so is the prompt box where the form names a dataset (each pair carries its own prompts).
+ */
 export function buildInput(fields: Field[], raw: Record<string, unknown>, prompt: string): BuildResult {
   const input: Record<string, unknown> = {};
   const errors: Record<string, string> = {};
@@ -232,6 +238,7 @@ export function buildInput(fields: Field[], raw: Record<string, unknown>, prompt
       errors[f.name] = e instanceof SyntaxError ? 'not valid JSON' : (e as Error).message;
     }
   }
+  if (DATASET_SOURCES.some((k) => k in input)) for (const f of fields) if (f.fromPromptBox) delete input[f.name];
   return { input, errors };
 }
 
