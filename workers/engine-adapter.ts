@@ -143,7 +143,7 @@ export async function saeNeedsDownload(
 
 /**
  * 'auto' = WebGPU when a hardware adapter exists, else WASM. A *fallback* (software) adapter such
- * as SwiftShader is ~20× slower than WASM (DESIGN.md), so auto does not pick it; choosing
+ * as SwiftShader is far slower than WASM, so auto does not pick it; choosing
  * 'webgpu' explicitly still uses it.
  */
 export async function resolveBackend(choice: BackendChoice): Promise<{ backend: Backend; reason: string }> {

@@ -66,7 +66,7 @@ export interface LoadPreview {
   confirm: boolean;
 }
 
-/** Downloads above this wait for a click (issue 11: "asks for a click above 1 GB"). */
+/** Downloads above this wait for a click. */
 export const CONFIRM_DOWNLOAD_BYTES = 1e9;
 
 /** The page's answer to a preview: true to download, false to stop the load. */

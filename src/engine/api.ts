@@ -277,8 +277,9 @@ export interface RunOptions {
    * like the logits returned ([B, P, V] for the `logitPositions` asked for), so any metric linear
    * in the logits is one seed (logit[A] − logit[B] at the last position: +1 at A, −1 at B).
    * Returns ∂M/∂hook for each of `hooks` in `grads`, each shaped like the hook. The value a
-   * gradient is taken at is the hook's value after interventions. Not with `past`, `returnCache`,
-   * `withResult` or `lean`; `hook_result` has no gradient (use hook_z).
+   * gradient is taken at is the hook's value after interventions. The forward is always lean (only
+   * this run's intervention sites; outputs the hooks fetched or differentiated). Not with `past`,
+   * `returnCache` or `withResult`; `hook_result` has no gradient (use hook_z).
    */
   grad?: { hooks: string[]; seed: Tensor };
   /** run the edge-patching variant (see EdgeRun); with grad, grad.hooks must be empty */

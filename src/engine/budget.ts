@@ -9,7 +9,7 @@
  *   checkBudget(w, 'wasm', 'f32', { hostBytes })        // throws TOO_LARGE with a hint naming what would fit
  *
  * The numbers are a model of today's engine, not a promise: the per-backend factors below come
- * from measurements (issue 11: peak RSS / fp32 weight bytes), and whoever changes how weights
+ * from measurements (peak RSS / fp32 weight bytes: docs/BENCHMARKS.md), and whoever changes how weights
  * reach onnxruntime (precision, external data, no second copy) updates them here, in one place.
  */
 import { LoupeError } from './errors';
@@ -63,23 +63,18 @@ export function weightBytesAt(w: WeightStats, precision: WeightPrecision): numbe
 }
 
 /**
- * Peak process (or renderer) memory per byte of weights held by the runtime, per backend.
- * Measured on gpt2-small / qwen2.5-0.5b shapes with f32 weights (issue 11): onnxruntime-node
- * 2.5x, onnxruntime-web WASM 3.4x (in Node and in Chromium). WebGPU holds the weights in GPU
- * buffers but builds them from the same JS bytes first, so the page peaks like WASM.
+ * Peak process (or renderer) memory per byte of weights held by the runtime, per backend, as
+ * `npm run bench` and `bench:scale` measure it with f32 weights (docs/BENCHMARKS.md). WebGPU holds
+ * the weights in GPU buffers but builds them from the same JS bytes first, so the page peaks like WASM.
  */
 export const PEAK_FACTOR: Record<MemoryBackend, number> = { node: 2.5, wasm: 3.4, webgpu: 3.4 };
 
 /**
  * WebAssembly heap per byte of weights held, by precision. f32: onnxruntime-web widens (folds)
  * and pre-packs the matmul weights inside the heap, so the heap needs about twice the float32
- * bytes: measured with `npm run bench:scale`, a qwen2.5-0.5b-shaped F16 model (1.98 GB as
- * float32) fails session creation at f32 (INTERNAL) and loads at stored (0.99 GB). stored: the
- * 16-bit weights once; the widened copy of the tensor in use counts in RUNTIME_SLACK_BYTES.
- * q8: the int8 + scale bytes once, the same way; measured on the gemma-2-2b shape: 2.78 GB of q8
- * weights, the heap peaked at 3.10 GB through a trace (the estimate: 3.05 GB); on the qwen2.5-0.5b
- * shape (bench/q8-start.ts, 7 loads) 0.525 GB of q8 weights left a 0.634 GB heap after the load
- * (the estimate: 0.79 GB) and 0.99 GB after a trace's readout session (bench:scale).
+ * bytes. stored: the 16-bit weights once; the widened copy of the tensor in use counts in
+ * RUNTIME_SLACK_BYTES. q8: the int8 + scale bytes once, the same way. `npm run bench:scale` and
+ * bench/q8-start.ts check the factors against the heap they measure (docs/BENCHMARKS.md, Big models).
  */
 export const WASM_HEAP_FACTOR: Record<WeightPrecision, number> = { f32: 2.2, stored: 1, q8: 1 };
 

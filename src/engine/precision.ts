@@ -13,9 +13,6 @@
  *  - auto    f32 when the checkpoint is already float32, or when float32 weights fit the
  *            backend's memory budget (budget.ts); otherwise stored. Never q8.
  *
- * Measured on a 75M-parameter F16 llama (145 MB of weights), onnxruntime-node, 64 tokens, peak
- * RSS of the process (about 90 MB of it Node itself): f32 495 MB, stored 344 MB.
- *
  * Computation is float32 in every mode. The chosen precision and why are in ModelInfo
  * (`weights`, `weights_reason`) and so in every document.
  *

@@ -1,8 +1,7 @@
 /**
  * onnxruntime's optimized model, kept between runs (a fast second start). With weights widened to
  * float32 from a 16-bit file (`--weights f32` or auto's choice), onnxruntime constant-folds every
- * widening at session creation: on the GPT-2-small shape 14 s of a 15 s start under load, redone
- * by every `loupe` command. The first start saves the optimized graph with its float32 weights
+ * widening at session creation, most of a start, redone by every `loupe` command. The first start saves the optimized graph with its float32 weights
  * in an external file (`optimizedModelFilePath`); a second start with the same graph, the same
  * weight files, the same onnxruntime and the same options loads that with optimization off.
  * Pre-packing is not saved by onnxruntime; it still runs at each start.

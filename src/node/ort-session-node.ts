@@ -1,7 +1,6 @@
 /**
  * onnxruntime-node sessions loaded from a file: the graph is written next to the weight files, so
- * ORT reads the weights from disk (DESIGN.md: 3–4× faster session creation and half the RSS
- * compared with passing buffers). onnxruntime-node has no `externalData` option and refuses
+ * ORT reads the weights from disk (faster session creation and less RSS than passing buffers). onnxruntime-node has no `externalData` option and refuses
  * external data outside the model's directory (symlinks included), so each weight file is
  * hard-linked into a temporary directory (copied when it lives on another filesystem).
  * float32 weights widened from 16-bit files come from onnxruntime's optimized model kept in the
@@ -53,9 +52,7 @@ function graphDir(weights: WeightSet): string {
  * otherwise busy-wait for work between and after parallel sections. Each session has its own pool
  * and an operation runs two or three sessions (the forward, the DLA readout) with JavaScript
  * between them, so threads spinning for one can hold the cores the next one (or the thread they
- * wait for) needs, most of all on a busy machine. Measured side by side in one process on GPT-2
- * small, 2 cores, load 11–13: the forward's median was 198 vs 277 ms at T=16 and 676 vs 1089 ms at
- * T=128 without / with spinning (force_spinning_stop, spinning only within a run: 282 and 1157 ms).
+ * wait for) needs, most of all on a busy machine (`npm run bench` compares the two).
  */
 function withoutSpinning(o: Record<string, any>): Record<string, any> {
   return { ...o, extra: { ...o.extra, session: { 'intra_op.allow_spinning': '0', ...o.extra?.session } } };

@@ -6,14 +6,14 @@
  *  1. Random baseline. The edit α·d at blocks.{layer}.hook_resid_pre against N seeded random
  *     directions of the same norm, on the RAW effect (target log-prob Δ at the final prompt
  *     position) and on the CONTROL-NORMALISED effect (target Δ − control Δ): percentile and
- *     z-score of d for both.
- *  2. Control-token normalisation. A direction that only sharpens or flattens the distribution
- *     (entropy, temperature, residual norm) moves the target and the tokens of similar
- *     probability together: raw significant, normalised not → epiphenomenal-softmax. The default
+ *     z-score of d for both. Why normalise by control tokens: a direction that only sharpens or
+ *     flattens the distribution (entropy, temperature, residual norm) moves the target and the
+ *     tokens of similar probability together: raw significant, normalised not →
+ *     epiphenomenal-softmax. The default
  *     controls are therefore probability-matched (tokens whose base log-prob is nearest the
  *     targets'), not merely likely tokens: a temperature change moves a token by an amount that
  *     depends on its logit, so only controls of similar logit cancel it.
- *  3. Template control. The same edit on control prompts that share the prompt's template but
+ *  2. Template control. The same edit on control prompts that share the prompt's template but
  *     not its concept (`control_prompts`; or the prompt with the `concept_tokens` replaced; or, by
  *     default, the prompt with every word replaced by another of its own words, keeping its
  *     punctuation, spacing and repetition structure: real words, not letter salad).
@@ -25,7 +25,7 @@
  *     target's base log-prob on the concept prompt − its mean on the control prompts. Both must
  *     hold: edit_ratio ≥ 0.5 and concept_gain < ln 2 (the concept does not even double the
  *     target's probability).
- *  4. Structural rigidity over the α-sweep: the normalised effect per α, the log-prob of the base
+ *  3. Structural rigidity over the α-sweep: the normalised effect per α, the log-prob of the base
  *     continuation (greedy, unsteered) under each edit, and the repetition of a greedy
  *     continuation generated under each edit; the α range around 0 where the continuation has not
  *     collapsed and the dose-response does not fall. It runs first: without a given α the checks

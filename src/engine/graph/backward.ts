@@ -9,8 +9,8 @@
  *
  * Only activations are differentiated, never weights: a node's inputs get a gradient when they
  * depend on a requested tensor AND the seeded output depends on them. Each forward op type has a
- * VJP rule in `RULES`, written as ONNX nodes; an op on that path without a rule is an
- * UNSUPPORTED_OP error naming it (never a silently wrong number). The forward nodes are not
+ * VJP rule, a case of the op switch in addBackward written as ONNX nodes; an op on that path
+ * without a rule is an UNSUPPORTED_OP error naming it (never a silently wrong number). The forward nodes are not
  * touched, so the forward numbers do not change.
  *
  * Broadcasting: a VJP for an input that was broadcast must sum over the broadcast axes. The

@@ -41,7 +41,7 @@ export interface GraphPlan {
   /**
    * a lean variant: only these hooks take interventions and only these are outputs. Batched scans
    * (ablations, patching) need a handful of sites and no hook values; every other hook's edit and
-   * output buffer is then left out (measured on GPT-2-small, batch 64: ~15% faster, 0.76 GiB less).
+   * output buffer is then left out.
    */
   lean?: { sites: string[]; outputs: string[] };
   /** append the backward pass (backward.ts): input `logits::grad` seeds ∂M/∂logits, outputs `grad:{hook}` */
@@ -57,7 +57,7 @@ export interface GraphPlan {
    * whose hook_scale is not a hook of the variant (the plain graph, lean variants, the lens).
    * An object keeps those and also turns on the FusedKernels it sets true, where the variant
    * allows them: they are off by default because on onnxruntime's CPU kernels (node and WASM)
-   * they measured no faster and often slower than what they replace (README, Speed).
+   * they are no faster there, often slower, than what they replace (`npm run bench` compares them).
    */
   fused?: boolean | Partial<FusedKernels>;
 }

@@ -144,7 +144,7 @@ export class OnnxGraph {
    * q · s over the blocked view; any other weight is held as in 'stored'.
    * `after` (the activation the weight multiplies) orders the widening in 'stored'/'q8': without a
    * data dependency every Cast is ready when the run starts and onnxruntime widened all weights
-   * at once (measured: peak RSS above that of f32 weights); with it only the weights of the op
+   * at once (a peak RSS above that of f32 weights); with it only the weights of the op
    * being computed are float32.
    */
   weight(e: TensorEntry, after?: string): string {

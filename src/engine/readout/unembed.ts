@@ -46,8 +46,8 @@ async function forEachTableChunk(
 
 /**
  * A 16-bit table's values: its 65536-value lookup (F16, BF16 not quantised), so a pass reads the
- * stored bits straight through it (decoding each chunk into float32 first took 2× as long, and up
- * to 590M values are read per pass: Gemma 2's 256000 × 2304); undefined for F32 and q8 tables.
+ * stored bits straight through it rather than decoding each chunk into float32 first (up to 590M
+ * values are read per pass: Gemma 2's 256000 × 2304); undefined for F32 and q8 tables.
  */
 function sixteenBitValues(e: TensorEntry): Float32Array | undefined {
   return e.q8 ? undefined : e.dtype === 'F16' ? f16Values() : e.dtype === 'BF16' ? bf16Values() : undefined;
@@ -99,9 +99,7 @@ async function unembedTableSum(
  * float32 values the sessions use (so the same numbers as a float64 product with a float32 copy of
  * W_U, which this replaces), the table read a chunk of rows at a time, 16-bit rows through their
  * lookup. Four rows at once, each still its own sum in order over d: one sum's adds wait on each
- * other, four interleave (GPT-2-small's 50257 × 768 float32 in memory: 52 ms against 63–71 ms one
- * row at a time; Gemma 2's F16 table, its bytes already read: 2.2–3.4 s against 6.6–11 s decoding
- * into float32 first and one row at a time; both warm, at load 6–9 on 2 cores).
+ * other, four interleave (faster than one row at a time; `npm run bench` measures it).
  */
 async function unembedTableDots(
   weights: ReadableWeightSet,

@@ -147,7 +147,7 @@ interface LazyPiece {
  * of its buffer as `buffer.subarray(offset, offset + length)` into its heap or a GPU buffer, after
  * checking the range against `byteLength`. A piece read whole costs the weights' bytes a second
  * time in JS memory while the session is created, and until garbage collection after it
- * (bench/memory.ts: 1.0 GB of JS buffers beside the 1.1 GB heap for the qwen2.5-0.5b shape). This
+ * (bench/memory.ts shows those buffers beside the heap). This
  * piece is an empty Uint8Array (so onnxruntime-web takes it as bytes) whose byteLength is the
  * range's and whose subarray reads that range from where the file is kept: one tensor at a time.
  */

@@ -230,7 +230,7 @@ export async function loadTranscoderFiles(
         ...fetchOpts(f.plan),
         signal: c2.ctl.signal,
         head: heads.get(f.key)?.head,
-        // the size judged from the header bounds the download (caps.ts, issue 22)
+        // the size judged from the header bounds the download (caps.ts)
         ...(heads.get(f.key)?.bound != null ? { maxBytes: heads.get(f.key)!.bound } : {}),
       });
       if (!r) throw missingLayer(f.layer, f.file, false, nLayers);

@@ -346,7 +346,7 @@ export async function directLogitScores(
     mu /= D;
   }
   for (let j = 0; j < D; j++) x[j] = (d[j] - mu) * (w ? w[j] : 1);
-  // streamed over W_U's rows by the engine, in float64 (a [D, V] float32 copy here was 2.4 GB on Gemma 2)
+  // streamed over W_U's rows by the engine, in float64: no [D, V] copy of W_U here
   return (await model.weightProducts({ unembedDots: { dims: [1, D], data: x } }, signal)).unembedDots.data;
 }
 

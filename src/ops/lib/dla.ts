@@ -27,8 +27,10 @@
  * soft-cap is a monotone non-linearity applied after the sum), which is what `target` reports.
  *
  * Cost: the matrix products with the weights (W_O and W_out rows dotted with the readout, z·W_O for
- * the reconstruction check, columns and the vocabulary mean of W_U) run on the backend through
- * `model.weightProducts`, in the layout the weights are stored in; what does not depend on the
+ * the reconstruction check, columns and the vocabulary mean of W_U) go through
+ * `model.weightProducts` (engine/readout/): W_U's in JavaScript with float64 sums, W_O's and
+ * W_out's in a readout session or streamed from the weight bytes in JavaScript, as the model's
+ * readout says (ModelInfo.readout); what does not depend on the
  * target (the vocabulary mean, the folded value biases b_V') is computed once per model and kept.
  * JavaScript then does O(d_model) work per head and O(1) per neuron: a head's term is
  * z_h · (W_O[h] e), a neuron's post[n] · (W_out[n] · e).
@@ -326,7 +328,7 @@ export interface DecomposeOptions {
 
 /**
  * Decompose the target at one position from a run that returned `dlaHookNames(model)`.
- * Float64 arithmetic on the engine's float32 values, except the weight products (float32 on the backend).
+ * Float64 arithmetic on the engine's float32 values and on the products `model.weightProducts` returns.
  */
 export async function decomposeLogit(
   model: LoadedModel,

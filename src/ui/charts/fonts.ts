@@ -1,8 +1,7 @@
 /**
  * The first layout of text in a font face, size and weight the page has not used yet is slow in
- * Chromium on Linux (a font match per combination): on the shared test machine it held the main
- * thread 0.2–3.4 s (bench/page-frames.ts --profile: one Layout of ~1000 objects, the first
- * chart's). The charts draw SVG text in the monospace stack at a few sizes, regular and bold,
+ * Chromium on Linux (a font match per combination), a long task in the first chart's frame
+ * (bench/page-frames.ts --profile shows it). The charts draw SVG text in the monospace stack at a few sizes, regular and bold,
  * which the page before a result barely uses. So once the page is idle after start-up, this lays
  * out a hidden sample of each, and the cost is paid while nothing is drawn rather than in the
  * frame that shows the first result.

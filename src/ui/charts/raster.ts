@@ -1,8 +1,8 @@
 /**
  * Large grids drawn as pixels instead of one SVG element per cell. An attention pattern over 120
  * tokens is 14,400 cells, a layer's small multiples eight times that: as <rect>s their creation,
- * attributes, style and layout held the main thread for most of a second after each result
- * (issue 13, defect 14; bench/page-frames.ts). Here a grid becomes one bitmap (a pixel per cell,
+ * attributes, style and layout hold the main thread long after each result (bench/page-frames.ts
+ * measures the frames). Here a grid becomes one bitmap (a pixel per cell,
  * coloured through a lookup table), placed in the chart's SVG as an <image> with a data URL, so
  * an exported SVG or PNG still carries it.
  */

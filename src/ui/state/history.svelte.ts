@@ -33,8 +33,8 @@ const newId = () => `${Date.now().toString(36)}-${(++seq).toString(36)}-${Math.r
 /**
  * An entry as plain data for IndexedDB. The inputs may be reactive state (a form's values); the
  * document is the worker's (or a file's) plain object and goes as it is: $state.snapshot walks
- * every number of it (structuredClone per primitive), which held the main thread ~350 ms after an
- * attention result (defect 14).
+ * every number of it (structuredClone per primitive), a long task on the main thread for a large
+ * result such as attention's.
  */
 function plain(e: HistoryEntry): HistoryEntry {
   return { ...e, input: $state.snapshot(e.input) as Record<string, unknown>, model: $state.snapshot(e.model) };
