@@ -27,7 +27,7 @@ import { useScratchCacheDir } from '../tests/helpers/scratch-cache';
 
 export interface Shape {
   name: string;
-  family: 'llama' | 'qwen2' | 'gemma2' | 'gpt2' | 'gpt_neox';
+  family: 'llama' | 'qwen2' | 'gemma2' | 'gemma3_text' | 'gpt2' | 'gpt_neox';
   D: number;
   L: number;
   H: number;
@@ -44,6 +44,7 @@ export const SHAPES: Shape[] = [
   { name: 'qwen2.5-0.5b', family: 'qwen2', D: 896, L: 24, H: 14, Hkv: 2, Dh: 64, M: 4864, V: 151936, tied: true },
   { name: 'llama-3.2-1b', family: 'llama', D: 2048, L: 16, H: 32, Hkv: 8, Dh: 64, M: 8192, V: 128256, tied: true },
   { name: 'gemma-2-2b', family: 'gemma2', D: 2304, L: 26, H: 8, Hkv: 4, Dh: 256, M: 9216, V: 256000, tied: true },
+  { name: 'gemma-3-1b', family: 'gemma3_text', D: 1152, L: 26, H: 4, Hkv: 1, Dh: 256, M: 6912, V: 262144, tied: true },
 ];
 
 function config(s: Shape): Record<string, unknown> {
@@ -88,7 +89,13 @@ function config(s: Shape): Record<string, unknown> {
   }
   const base = {
     architectures: [
-      s.family === 'llama' ? 'LlamaForCausalLM' : s.family === 'qwen2' ? 'Qwen2ForCausalLM' : 'Gemma2ForCausalLM',
+      s.family === 'llama'
+        ? 'LlamaForCausalLM'
+        : s.family === 'qwen2'
+          ? 'Qwen2ForCausalLM'
+          : s.family === 'gemma3_text'
+            ? 'Gemma3ForCausalLM'
+            : 'Gemma2ForCausalLM',
     ],
     model_type: s.family,
     hidden_size: s.D,
@@ -119,6 +126,20 @@ function config(s: Shape): Record<string, unknown> {
       },
     };
   if (s.family === 'qwen2') return { ...base, hidden_act: 'silu', use_sliding_window: false };
+  // google/gemma-3-1b-pt's config.json: 5 local layers (window 512, rope base 1e4) to 1 global (1e6)
+  if (s.family === 'gemma3_text')
+    return {
+      ...base,
+      rope_theta: 1e6,
+      rope_local_base_freq: 10000,
+      hidden_activation: 'gelu_pytorch_tanh',
+      query_pre_attn_scalar: 256,
+      sliding_window: 512,
+      sliding_window_pattern: 6,
+      attn_logit_softcapping: null,
+      final_logit_softcapping: null,
+      rope_scaling: null,
+    };
   return {
     ...base,
     hidden_activation: 'gelu_pytorch_tanh',
@@ -188,9 +209,13 @@ function tensors(s: Shape): { name: string; dims: number[]; norm?: boolean }[] {
         ['v', Hkv],
       ] as const)
         t.push({ name: `${p}.self_attn.${k}_proj.bias`, dims: [n * Dh] });
+    if (s.family === 'gemma3_text') {
+      t.push({ name: `${p}.self_attn.q_norm.weight`, dims: [Dh], norm: true });
+      t.push({ name: `${p}.self_attn.k_norm.weight`, dims: [Dh], norm: true });
+    }
     t.push({ name: `${p}.self_attn.o_proj.weight`, dims: [D, H * Dh] });
     t.push({ name: `${p}.post_attention_layernorm.weight`, dims: [D], norm: true });
-    if (s.family === 'gemma2') {
+    if (s.family === 'gemma2' || s.family === 'gemma3_text') {
       t.push({ name: `${p}.pre_feedforward_layernorm.weight`, dims: [D], norm: true });
       t.push({ name: `${p}.post_feedforward_layernorm.weight`, dims: [D], norm: true });
     }
@@ -265,7 +290,7 @@ export function generate(s: Shape, dir: string): number {
       while (n > 0) {
         const k = Math.min(n, chunk.length);
         if (t.norm)
-          chunk.fill(s.family === 'gemma2' ? 0 : 0x3c00, 0, k); // gemma stores w − 1
+          chunk.fill(s.family === 'gemma2' || s.family === 'gemma3_text' ? 0 : 0x3c00, 0, k); // gemma stores w − 1
         else
           for (let i = 0; i < k; i += 4096) {
             seed = (seed * 1103515245 + 12345) >>> 0;

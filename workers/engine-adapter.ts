@@ -173,7 +173,7 @@ interface SourcePlan {
 }
 
 export function planSource(req: LoadRequest['model']): SourcePlan {
-  const r = typeof req === 'string' ? resolveModelRef(req) : req;
+  const r = typeof req === 'string' ? resolveModelRef(req, { names: true }) : req;
   switch (r.kind) {
     case 'bundled':
       return {
@@ -183,7 +183,12 @@ export function planSource(req: LoadRequest['model']): SourcePlan {
       };
     case 'hub': {
       const token = 'token' in r ? r.token : undefined;
-      const src = new HubSource(r.id, { revision: r.revision || 'main', endpoint: r.endpoint, token });
+      const src = new HubSource(r.id, {
+        revision: r.revision || 'main',
+        endpoint: r.endpoint,
+        token,
+        requested: r.requested,
+      });
       return {
         source: src,
         ref: { kind: 'hub', id: src.ref.id, revision: src.ref.revision, endpoint: src.ref.endpoint },

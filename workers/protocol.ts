@@ -15,7 +15,7 @@ export type BackendChoice = 'auto' | 'webgpu' | 'wasm';
 export type ModelRequest =
   | string
   | { kind: 'bundled' }
-  | { kind: 'hub'; id: string; revision?: string; endpoint?: string; token?: string }
+  | { kind: 'hub'; id: string; revision?: string; endpoint?: string; token?: string; requested?: string }
   | { kind: 'url'; id: string };
 
 export interface LoadRequest {

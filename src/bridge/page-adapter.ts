@@ -52,13 +52,18 @@ export function wireModel(app: BridgeApp): WireModel {
   return app.model ? { ...app.model.info, ref: { ...app.model.ref } } : null;
 }
 
-function shareModelFor(spec: string, revision: string | undefined): ShareModel {
+/** the model a load names, and the catalog name it was asked for by (engine/catalog.ts) */
+function shareModelFor(spec: string, revision: string | undefined): { model: ShareModel; requested?: string } {
   // the same reading of a model reference as the CLI and headless mode (engine/source/ref.ts);
   // the page has no file system, so a folder is refused with the page's own hint
-  const ref = resolveModelRef(spec);
-  if (ref.kind === 'bundled') return { kind: 'bundled', id: ref.id, revision: '' };
-  if (ref.kind === 'url') return { kind: 'url', id: ref.id, revision: '' };
-  if (ref.kind === 'hub') return { kind: 'hub', id: ref.id, revision: revision ?? ref.revision ?? 'main' };
+  const ref = resolveModelRef(spec, { names: true });
+  if (ref.kind === 'bundled') return { model: { kind: 'bundled', id: ref.id, revision: '' } };
+  if (ref.kind === 'url') return { model: { kind: 'url', id: ref.id, revision: '' } };
+  if (ref.kind === 'hub')
+    return {
+      model: { kind: 'hub', id: ref.id, revision: revision ?? ref.revision ?? 'main' },
+      ...(ref.requested ? { requested: ref.requested } : {}),
+    };
   throw new LoupeError(
     'BAD_INPUT',
     `The page cannot load ${JSON.stringify(spec)}.`,
@@ -121,7 +126,9 @@ async function loadModel(app: BridgeApp, args: Record<string, unknown>, ctx: Exe
       "The page has no 'node' backend.",
       "Use 'auto', 'webgpu' or 'wasm' in the page, or run the companion with --headless.",
     );
-  const choice = app.choiceOf(shareModelFor(spec, args.revision as string | undefined));
+  const named = shareModelFor(spec, args.revision as string | undefined);
+  const choice = app.choiceOf(named.model) as { kind?: string; requested?: string };
+  if (named.requested && choice?.kind === 'hub') choice.requested = named.requested;
   if (backend && backend !== app.backend) app.backend = backend;
   const weights = args.weights as string | undefined;
   if (weights && weights !== app.weights) app.weights = weights;

@@ -54,6 +54,7 @@ export type WireModel = Record<string, unknown> | null;
  */
 const MODEL_FIELDS: Record<keyof ModelInfo, 'string' | 'number' | 'number|null' | 'boolean'> = {
   id: 'string',
+  requested_name: 'string',
   revision: 'string',
   commit: 'string',
   source: 'string',

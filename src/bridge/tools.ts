@@ -43,7 +43,8 @@ export const loadModelInput = z.object({
     .string()
     .min(1)
     .describe(
-      "What to load: 'default' (the bundled stories260K, no download), a Hugging Face Hub id such as " +
+      "What to load: 'default' (the bundled stories260K, no download), a model name as TransformerLens gives it " +
+        "('gpt2-small', 'gemma-3-270m', 'pythia-70m-deduped'; `loupe models` lists them), a Hugging Face Hub id such as " +
         "'openai-community/gpt2', a URL of a folder holding config.json, tokenizer.json and *.safetensors, " +
         'or (headless, inside a folder the companion allows with --allow-local) a local folder path.',
     ),

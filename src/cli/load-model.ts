@@ -27,9 +27,10 @@ export async function loadModelForCli(
   // A model id that could never exist is a usage error, found before any request.
   let source: ModelSource;
   try {
-    source = sourceFromSpec(spec);
+    source = sourceFromSpec(spec, { names: true });
   } catch (e) {
-    if (e instanceof LoupeError && e.code === 'BAD_INPUT') throw new UsageError(e.message, e.hint);
+    if (e instanceof LoupeError && (e.code === 'BAD_INPUT' || e.code === 'MODEL_NOT_FOUND'))
+      throw new UsageError(e.message, e.hint);
     throw e;
   }
   let lastPct = -1;

@@ -94,7 +94,7 @@ async function runOperation(op: AnyOperation, argv: string[], io: Io): Promise<n
     if (!modelSpec)
       throw new UsageError(
         `Missing MODEL: loupe ${op.name} MODEL${hasPrompt ? ' PROMPT' : ''} [options]`,
-        "MODEL is 'default' (the bundled stories260K), a Hub id or a folder.",
+        "MODEL is 'default' (the bundled stories260K), a name from 'loupe models' (e.g. gpt2-small), a Hub id or a folder.",
       );
     if (rest.length || (!hasPrompt && prompt !== undefined))
       throw new UsageError(
@@ -249,6 +249,7 @@ export async function main(argv: string[], io: Io = defaultIo): Promise<number> 
     return doctor(rest, io);
   }
   if (cmd === 'mcp') return mcpCommand(rest, io);
+  if (cmd === 'models') return (await import('./models')).modelsCommand(rest, io);
   const op = getOperation(cmd);
   if (!op) {
     return fail(
@@ -256,7 +257,7 @@ export async function main(argv: string[], io: Io = defaultIo): Promise<number> 
       argv.includes('--json'),
       new UsageError(
         `Unknown command '${cmd}'.`,
-        `Commands: ${Object.keys(operations).join(', ')}, doctor, schema, mcp. Run 'loupe --help'.`,
+        `Commands: ${Object.keys(operations).join(', ')}, models, doctor, schema, mcp. Run 'loupe --help'.`,
       ),
     );
   }

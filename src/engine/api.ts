@@ -46,6 +46,8 @@ export type Backend = 'webgpu' | 'wasm' | 'node';
 export interface ModelInfo {
   /** Hub id, URL or folder the model came from; 'default' resolves to the bundled model id 'stories260K' */
   id: string;
+  /** the name the model was asked for by, when a catalog name other than `id` (engine/catalog.ts): 'gemma-3-270m' for google/gemma-3-270m */
+  requested_name?: string;
   revision: string;
   /** the commit the Hub resolved `revision` to when the weights were fetched (X-Repo-Commit); absent off the Hub */
   commit?: string;

@@ -52,7 +52,7 @@ export function sourceFor(
   spec: string,
   opts: { baseUrl?: string; endpoint?: string; token?: string } = {},
 ): ModelSource {
-  return createSource(resolveModelRef(spec, { endpoint: opts.endpoint }), opts);
+  return createSource(resolveModelRef(spec, { endpoint: opts.endpoint, names: true }), opts);
 }
 
 export async function loadModelBrowser(spec: string | ModelSource, opts: BrowserLoadOptions): Promise<LoadedModel> {

@@ -81,6 +81,8 @@ export interface ModelParts {
   weights: WeightSet;
   readTensor: ReadTensor;
   id: string;
+  /** the catalog name the model was asked for by, when not its id (ModelInfo.requested_name) */
+  requested?: string;
   revision: string;
   source: ModelInfo['source'];
   /** the Hub commit the weights came from */
@@ -135,6 +137,7 @@ export function modelPartsFrom(
     weights,
     readTensor: (name) => readTensorF32(weights, name),
     id: o.bundled ? BUNDLED_MODEL_ID : (o.id ?? files.ref.id),
+    ...(files.ref.requested && !o.bundled ? { requested: files.ref.requested } : {}),
     revision: files.ref.revision ?? '',
     ...(files.commit ? { commit: files.commit } : {}),
     source: o.bundled ? 'bundled' : files.ref.kind,
@@ -208,6 +211,7 @@ export async function createModel(parts: ModelParts, factory: SessionFactory): P
   if (factory.gpu) checkGpuBuffers(used, new Set([spec.embed.w, spec.unembed.w]), factory.gpu.maxBufferBytes);
   const info: ModelInfo = {
     id: parts.id,
+    ...(parts.requested ? { requested_name: parts.requested } : {}),
     revision: parts.revision,
     ...(parts.commit ? { commit: parts.commit } : {}),
     source: parts.source,

@@ -123,10 +123,10 @@ function isDir(p: string): boolean {
   }
 }
 
-/** A model spec string (or an already resolved ref) -> a ModelSource, in Node. */
+/** A model spec string (or an already resolved ref) -> a ModelSource, in Node; `names`: a model's catalog names too (source/ref.ts). */
 export function sourceFromSpec(
   spec: string | ResolvedModelRef,
-  opts: { endpoint?: string; token?: string; local?: LocalAccess } = {},
+  opts: { endpoint?: string; token?: string; local?: LocalAccess; names?: boolean } = {},
 ): ModelSource {
   const endpoint = opts.endpoint ?? env.endpoint;
   const local = opts.local ?? 'any';
@@ -134,7 +134,7 @@ export function sourceFromSpec(
   // that probe alone would tell them whether the folder exists.
   const ref =
     typeof spec === 'string'
-      ? resolveModelRef(spec, { endpoint, isFolder: local === 'any' ? isDir : undefined })
+      ? resolveModelRef(spec, { endpoint, isFolder: local === 'any' ? isDir : undefined, names: opts.names })
       : spec;
   return createSource(ref, {
     // the ref's own endpoint (a Hub page URL's) first, then the caller's or $HF_ENDPOINT
@@ -218,7 +218,8 @@ export async function loadModelFilesNode(
   spec: string | ResolvedModelRef | ModelSource,
   opts: NodeLoadOptions = {},
 ): Promise<ModelFiles> {
-  const source = typeof spec === 'object' && 'fetchFile' in spec ? spec : sourceFromSpec(spec, opts);
+  const source =
+    typeof spec === 'object' && 'fetchFile' in spec ? spec : sourceFromSpec(spec, { ...opts, names: true });
   const cache =
     source instanceof FolderSource ? undefined : opts.cache === false ? undefined : (opts.cache ?? new DirCache());
   return loadModelFilesWith(source, diskWeightReader(source, cache), { ...opts, cache });

@@ -59,7 +59,7 @@ export async function nodeFactory(
 
 export async function loadModelNode(spec: string, opts: NodeModelOptions = {}): Promise<LoadedModel> {
   const backend = opts.backend ?? 'node';
-  const source = opts.source ?? sourceFromSpec(spec, opts);
+  const source = opts.source ?? sourceFromSpec(spec, { ...opts, names: true });
   const memory = { hostBytes: totalmem(), ...opts.memory };
   // architecture, tensors, precision and memory judged from the headers, before any weight byte
   const mode = parseWeightsMode(opts.weights);

@@ -9,6 +9,9 @@ export const SCHEMA_VERSION = '1.0.0';
 
 export const modelBlock = z.object({
   id: z.string(),
+  /** the name asked for and the Hub id it resolved to, when a catalog name (engine/catalog.ts) named the model, as NeuronScope records them */
+  requested_name: z.string().optional(),
+  resolved_name: z.string().optional(),
   revision: z.string(),
   /** the Hub commit the weights came from (X-Repo-Commit), so a document names the exact bytes after a branch moves */
   commit: z.string().optional(),
@@ -86,6 +89,7 @@ export function modelBlockOf(model: LoadedModel): ModelBlock {
   const i = model.info;
   return {
     id: i.id,
+    ...(i.requested_name ? { requested_name: i.requested_name, resolved_name: i.id } : {}),
     revision: i.revision,
     ...(i.commit ? { commit: i.commit } : {}),
     architecture: i.architecture,

@@ -44,7 +44,12 @@ export function createSource(ref: ResolvedModelRef, opts: CreateSourceOptions = 
       return new UrlSource(new URL(BUNDLED_MODEL_PATH, base).href, opts);
     }
     case 'hub':
-      return new HubSource(ref.id, { ...opts, revision: ref.revision, endpoint: opts.endpoint ?? ref.endpoint });
+      return new HubSource(ref.id, {
+        ...opts,
+        revision: ref.revision,
+        endpoint: opts.endpoint ?? ref.endpoint,
+        requested: ref.requested,
+      });
     case 'url':
       return new UrlSource(ref.id, opts);
     case 'folder':

@@ -25,6 +25,8 @@ export interface HubSourceOptions extends HttpSourceOptions {
   endpoint?: string;
   /** Hugging Face access token (gated or private models) */
   token?: string;
+  /** the catalog name the id was asked for by (ModelRef.requested) */
+  requested?: string;
 }
 
 /** One part of a Hub id (the Hub's own rule: letters, digits, '-', '_', '.', not starting or ending with '.' or '-'). */
@@ -88,7 +90,13 @@ export class HubSource extends HttpSource {
     this.endpoint = endpoint;
     this.origin = origin;
     this.token = opts.token || undefined;
-    this.ref = { kind: 'hub', id, revision: opts.revision || 'main', endpoint };
+    this.ref = {
+      kind: 'hub',
+      id,
+      revision: opts.revision || 'main',
+      endpoint,
+      ...(opts.requested ? { requested: opts.requested } : {}),
+    };
   }
 
   /**

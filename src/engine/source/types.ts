@@ -18,6 +18,8 @@ export interface ModelRef {
   revision: string;
   /** Hub endpoint, e.g. https://huggingface.co (hub only). */
   endpoint?: string;
+  /** the name asked for when it was a catalog name other than the id (engine/catalog.ts), e.g. 'gemma-3-270m' */
+  requested?: string;
 }
 
 export interface FileProgress {

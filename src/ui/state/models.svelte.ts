@@ -22,7 +22,10 @@ import type {
 
 /** what the page can ask to load (a token is added from prefs for Hub models, never stored here) */
 export type ModelChoice =
-  { kind: 'bundled' } | { kind: 'hub'; id: string; revision: string; endpoint: string } | { kind: 'url'; id: string };
+  | { kind: 'bundled' }
+  /** `requested`: the catalog name (engine/catalog.ts) the id was picked or typed by */
+  | { kind: 'hub'; id: string; revision: string; endpoint: string; requested?: string }
+  | { kind: 'url'; id: string };
 
 export interface FileRow {
   file: string;
