@@ -7,11 +7,14 @@
  * - The dev server sends COOP/COEP so the page is cross-origin isolated (threaded WASM); `npm run preview` serves the
  *   build as a static host does (src/node/preview.ts).
  * - base './': every URL in the build is relative, so one dist/ works at / and under any sub-path.
+ * - dist/sw.js, the page's service worker (src/sw/sw.ts), is built last with the shell inlined: every file of dist/
+ *   and a version hashed from their bytes, so each build's worker differs and replaces the last one's cache whole.
  */
-import { defineConfig, type Plugin } from 'vite';
+import { build, defineConfig, type Plugin, type Rollup } from 'vite';
 import { svelte } from '@sveltejs/vite-plugin-svelte';
-import { readdirSync, readFileSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { createHash } from 'node:crypto';
+import { readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { join, relative, resolve, sep } from 'node:path';
 
 const ORT_DIST = 'node_modules/onnxruntime-web/dist';
 /** the JSEP runtime (WebGPU + WASM) that ort.min.mjs loads; the other builds are never used */
@@ -43,8 +46,49 @@ function ortRuntime(): Plugin {
   };
 }
 
+const SW_FILE = 'sw.js';
+
+/** every file under dir, relative and with '/' separators */
+function filesIn(dir: string): string[] {
+  return readdirSync(dir).flatMap((name) => {
+    const p = join(dir, name);
+    return statSync(p).isDirectory() ? filesIn(p) : [relative(OUT_DIR, p).split(sep).join('/')];
+  });
+}
+const OUT_DIR = resolve('dist');
+
+/** After the page is written: build src/sw/sw.ts into dist/sw.js, one classic script, with the shell inlined. */
+function serviceWorker(): Plugin {
+  return {
+    name: 'loupe-service-worker',
+    apply: 'build',
+    async closeBundle() {
+      const files = filesIn(OUT_DIR)
+        .filter((f) => f !== SW_FILE)
+        .sort();
+      const hash = createHash('sha256');
+      for (const f of files) hash.update(`${f}\0`).update(readFileSync(join(OUT_DIR, f)));
+      const shell = { version: hash.digest('hex').slice(0, 16), files };
+      const out = (await build({
+        configFile: false,
+        logLevel: 'warn',
+        define: { __LOUPE_SHELL__: JSON.stringify(shell) },
+        build: {
+          write: false,
+          target: 'es2022',
+          minify: true,
+          lib: { entry: resolve('src/sw/sw.ts'), formats: ['iife'], name: 'loupeServiceWorker' },
+        },
+      })) as Rollup.RollupOutput | Rollup.RollupOutput[];
+      const chunk = (Array.isArray(out) ? out[0] : out).output.find((o) => o.type === 'chunk');
+      if (!chunk) throw new Error('the service worker build wrote no script');
+      writeFileSync(join(OUT_DIR, SW_FILE), chunk.code);
+    },
+  };
+}
+
 export default defineConfig({
-  plugins: [svelte(), ortRuntime()],
+  plugins: [svelte(), ortRuntime(), serviceWorker()],
   resolve: {
     // The non-bundled build of onnxruntime-web (what its "onnxruntime-web-use-extern-wasm" export
     // condition selects): it imports the runtime glue from env.wasm.wasmPaths (our /ort/) instead of
@@ -55,7 +99,7 @@ export default defineConfig({
   publicDir: 'public',
   worker: { format: 'es' },
   build: {
-    outDir: 'dist',
+    outDir: OUT_DIR,
     target: 'es2022',
     // the 28 MB wasm is an asset loaded by the worker on demand; don't warn about it
     chunkSizeWarningLimit: 1500,

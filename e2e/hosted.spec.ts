@@ -1,9 +1,10 @@
 /**
  * The build as a free static host serves it (issue 23): `npm run build`'s dist/ behind a server that sends no
  * isolation headers (src/node/preview.ts), under a sub-path and at /. The bundled model becomes ready, a trace draws
- * its heatmap, no page error and no failed request for the page's own files.
+ * its heatmap, no page error and no failed request for the page's own files; the service worker makes the page
+ * cross-origin isolated by the second visit, serves it with the network refused, and swaps a new deploy in whole.
  */
-import type { Browser, Page } from '@playwright/test';
+import type { Browser, BrowserContext, Page } from '@playwright/test';
 import { test, expect, waitModelReady, runOp, watchErrors, PROMPT } from './fixtures';
 import { servePlain } from '../src/node/preview';
 import type { StaticServer } from '../src/node/static-server';
@@ -31,8 +32,65 @@ async function traceHeatmap(page: Page): Promise<void> {
   await expect(page.locator('[data-testid=trace-heatmap] rect.cell')).toHaveCount(info.n_layers * info.n_heads);
 }
 
+/** main-frame navigations of a page (its first load and every reload) */
+function countNavigations(page: Page): { n: number } {
+  const c = { n: 0 };
+  page.on('framenavigated', (f) => {
+    if (f === page.mainFrame()) c.n++;
+  });
+  return c;
+}
+
+const isolated = (page: Page) => page.evaluate(() => crossOriginIsolated);
+
+/**
+ * First visit: the page installs its service worker and reloads itself once, coming back isolated; a second visit is
+ * isolated from its first byte. Both trace the bundled model with no page error and no failed own request.
+ */
+async function visitTwice(context: BrowserContext, site: StaticServer): Promise<void> {
+  const origin = new URL(site.url).origin;
+  const first = await context.newPage();
+  const errors = watchErrors(first);
+  const failures = watchOwnFailures(first, origin);
+  const requests: string[] = [];
+  first.on('request', (r) => requests.push(r.url()));
+  const nav = countNavigations(first);
+  await first.goto(site.url);
+  await first.waitForFunction(() => crossOriginIsolated, null, { timeout: 90_000 });
+  await waitModelReady(first);
+  await traceHeatmap(first);
+  expect(nav.n, 'one reload, and only one').toBe(2);
+  // the page's own files all came from under its path
+  const own = requests.filter((u) => u.startsWith(origin));
+  expect(own.filter((u) => !u.startsWith(site.url))).toEqual([]);
+  expect(own.some((u) => u.startsWith(`${site.url}models/stories260K/`))).toBe(true);
+  expect(own.some((u) => u.startsWith(`${site.url}ort/`))).toBe(true);
+  await first.close();
+
+  const second = await context.newPage();
+  const errors2 = watchErrors(second);
+  const failures2 = watchOwnFailures(second, origin);
+  const nav2 = countNavigations(second);
+  await second.goto(site.url);
+  expect(await isolated(second)).toBe(true);
+  await waitModelReady(second);
+  await traceHeatmap(second);
+  // the worker is isolated too: onnxruntime-web got more than one thread where there are cores for them
+  const info = await second.evaluate(async () => {
+    const a = (globalThis as any).__loupe;
+    await a.doctor.run();
+    return a.doctor.info;
+  });
+  expect(info.crossOriginIsolated).toBe(true);
+  if (info.hardwareConcurrency > 1) expect(info.wasmThreads).toBeGreaterThan(1);
+  expect(nav2.n).toBe(1);
+  await second.close();
+  expect([...failures, ...failures2]).toEqual([]);
+  expect([...errors, ...errors2]).toEqual([]);
+}
+
 for (const base of ['/sub/path/', '/']) {
-  test(`served with no isolation headers at ${base}: bundled model ready, trace heatmap, no errors or 404s`, async ({
+  test(`served with no isolation headers at ${base}: bundled model ready, trace heatmap, no errors or 404s, isolated by the second visit`, async ({
     browser,
   }: {
     browser: Browser;
@@ -40,28 +98,36 @@ for (const base of ['/sub/path/', '/']) {
     const site: StaticServer = await servePlain(0, base);
     const context = await browser.newContext();
     try {
-      const page = await context.newPage();
-      const errors = watchErrors(page);
-      const origin = new URL(site.url).origin;
-      const failures = watchOwnFailures(page, origin);
-      const requests: string[] = [];
-      page.on('request', (r) => requests.push(r.url()));
-      await page.goto(site.url);
-      await waitModelReady(page);
-      await traceHeatmap(page);
-      // the page's own files all came from under its path
-      const own = requests.filter((u) => u.startsWith(origin));
-      expect(
-        own.every((u) => u.startsWith(site.url)),
-        own.filter((u) => !u.startsWith(site.url)).join('\n'),
-      ).toBe(true);
-      expect(own.some((u) => u.startsWith(`${site.url}models/stories260K/`))).toBe(true);
-      expect(own.some((u) => u.startsWith(`${site.url}ort/`))).toBe(true);
-      expect(failures).toEqual([]);
-      expect(errors).toEqual([]);
+      await visitTwice(context, site);
     } finally {
       await context.close();
       await site.close();
     }
   });
 }
+
+test('a second visit with every request refused opens from the cache and traces the bundled model', async ({
+  browser,
+}: {
+  browser: Browser;
+}) => {
+  const site: StaticServer = await servePlain(0, '/sub/path/');
+  const context = await browser.newContext();
+  try {
+    await visitTwice(context, site);
+    await site.close();
+    // nothing answers on that port now: every request the page makes past its service worker is refused
+    const page = await context.newPage();
+    const errors = watchErrors(page);
+    const failures = watchOwnFailures(page, new URL(site.url).origin);
+    await page.goto(site.url);
+    expect(await isolated(page)).toBe(true);
+    await waitModelReady(page);
+    await traceHeatmap(page);
+    expect(failures).toEqual([]);
+    expect(errors).toEqual([]);
+  } finally {
+    await context.close();
+    await site.close();
+  }
+});

@@ -17,14 +17,16 @@ const ALLOWED: Record<string, string[]> = {
   schema: ['engine'],
   node: ['engine'],
   share: ['engine'],
+  // the page's service worker (its own script, dist/sw.js)
+  sw: ['engine'],
   ops: ['engine', 'schema'],
   bridge: ['engine', 'schema', 'node', 'ops', 'share'],
   cli: ['engine', 'schema', 'node', 'ops', 'share', 'bridge'],
   workers: ['engine', 'schema', 'ops', 'share', 'bridge'],
-  ui: ['engine', 'schema', 'ops', 'share', 'bridge', 'workers'],
+  ui: ['engine', 'schema', 'ops', 'share', 'bridge', 'workers', 'sw'],
   // the bench measures every layer (and runs the tests' Hub stand-in); nothing imports the bench
-  bench: ['engine', 'schema', 'node', 'ops', 'share', 'bridge', 'cli', 'workers', 'ui', '(tests)'],
-  '(tests)': ['engine', 'schema', 'node', 'ops', 'share', 'bridge', 'cli', 'workers', 'ui', 'bench'],
+  bench: ['engine', 'schema', 'node', 'ops', 'share', 'bridge', 'cli', 'workers', 'ui', 'sw', '(tests)'],
+  '(tests)': ['engine', 'schema', 'node', 'ops', 'share', 'bridge', 'cli', 'workers', 'ui', 'bench', 'sw'],
 };
 
 function filesUnder(dir: string): string[] {

@@ -6,7 +6,8 @@ import { mkdtempSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { byteRange, normalizeBasePath, startStaticServer, type StaticServer } from '../src/node/static-server';
+import { normalizeBasePath, startStaticServer, type StaticServer } from '../src/node/static-server';
+import { byteRange } from '../src/engine/source/byte-range';
 import { parsePreviewArgs, servePlain } from '../src/node/preview';
 
 let root: string;

@@ -12,6 +12,7 @@ import { createReadStream, promises as fs } from 'node:fs';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
+import { byteRange } from '../engine/source/byte-range';
 
 export const ISOLATION_HEADERS: Readonly<Record<string, string>> = {
   'Cross-Origin-Opener-Policy': 'same-origin',
@@ -112,22 +113,6 @@ async function fileAt(p: string, realRoot: string): Promise<{ path: string; size
     /* not there */
   }
   return undefined;
-}
-
-/**
- * `Range: bytes=a-b` (or `a-`, `-n`) as [start, end] inclusive; undefined for no header or one this server does not
- * answer with a part (several ranges, another unit: the whole file); null for a range outside the file (416).
- */
-export function byteRange(h: string | undefined, size: number): [number, number] | null | undefined {
-  const m = h ? /^bytes=(\d*)-(\d*)$/.exec(h.trim()) : null;
-  if (!m || (m[1] === '' && m[2] === '')) return undefined;
-  if (m[1] === '') {
-    const n = Number(m[2]);
-    return n === 0 || size === 0 ? null : [Math.max(0, size - n), size - 1];
-  }
-  const start = Number(m[1]);
-  const end = m[2] === '' ? size - 1 : Math.min(Number(m[2]), size - 1);
-  return start >= size || end < start ? null : [start, end];
 }
 
 export function createStaticHandler(opts: StaticOptions): Handler {

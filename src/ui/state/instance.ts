@@ -1,5 +1,6 @@
 /** The page's single AppState, with the model worker it owns. */
 import { AppState } from './app.svelte';
+import { ServiceWorkerState } from './service-worker.svelte';
 
 // `?wasm_threads=N` (for measuring 1 thread against all) and `?tensor_bytes=N` (a lower limit on
 // one tensor, so the split vocabulary path runs on any adapter and model: tests) reach the worker
@@ -19,3 +20,6 @@ export const app = new AppState(
       name: `loupe-engine${knobs}${base}`,
     }),
 );
+
+/** the page's service worker: isolation on any host, the offline shell, new-version notices */
+export const serviceWorker = new ServiceWorkerState((kind, text, ms) => app.notify(kind, text, ms));
