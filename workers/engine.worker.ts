@@ -12,6 +12,7 @@ import { env } from '../src/engine/env';
 import type { LoadedModel } from '../src/engine/api';
 import { operations, parseOperationInput, requireOperation } from '../src/ops/index';
 import { operationSchemas } from '../src/ops/schemas';
+import { checkForeignDocument } from './documents';
 import { JobTable, throttle, fileDone, stepDone } from './jobs';
 import { instanceHandleStore, newInstanceId } from '../src/ops/lib/handles';
 import { gpuInfo, storageInfo, jsHeapBytes } from './doctor';
@@ -119,6 +120,17 @@ const api: EngineWorkerApi = {
         inputSchema: operationSchemas(op).input,
       }));
       return opInfos;
+    });
+  },
+
+  async checkDocuments(items) {
+    return items.map(({ op, doc, what }) => {
+      try {
+        checkForeignDocument(op, doc, what);
+        return null;
+      } catch (e) {
+        return toLoupeError(e).toJSON().error;
+      }
     });
   },
 

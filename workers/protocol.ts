@@ -4,6 +4,7 @@
  * callbacks are comlink proxies.
  */
 import type { ModelInfo } from '../src/engine/api';
+import type { ErrorDocument } from '../src/engine/errors';
 import type { FileProgress } from '../src/engine/source/types';
 import type { Feeds, Progress } from '../src/ops/types';
 import type { WeightsMode } from '../src/engine/precision';
@@ -181,6 +182,8 @@ export interface EngineWorkerApi {
   /** the page instance id that handles are minted with (src/ops/lib/handles.ts) */
   configure(opts: { instanceId: string }): Promise<void>;
   listOperations(): Promise<OperationInfo[]>;
+  /** documents from outside (a link's result, a session file's entries) checked against their operation's output schema and Loupe's limits: per item, null or why it is refused */
+  checkDocuments(items: { op: string; doc: unknown; what: string }[]): Promise<(ErrorDocument['error'] | null)[]>;
   /** onPreview (optional) sees the judged plan before any weight byte and may stop the load */
   loadModel(
     jobId: string,

@@ -124,6 +124,12 @@ export const CAPS = {
   maxSessionFileBytes: 256 * MiB,
   /** entries a session keeps (and an import brings in) */
   maxSessionEntries: 100,
+  /** values (numbers, strings, booleans, nulls) one document from outside may hold in all: maxDocumentNumbers in its large arrays and room for the rest */
+  maxDocumentValues: 8_000_000,
+  /** levels of nesting of a document from outside (real documents have fewer than 10) */
+  maxDocumentDepth: 64,
+  /** heads of a whole model (n_layers × n_heads) a document from outside may describe: views draw a cell per head (the largest published models have ~16k) */
+  maxModelHeads: 32_768,
 } as const;
 
 export type CapName = keyof typeof CAPS;

@@ -77,6 +77,7 @@ export class AppState {
     this.doctor = new DoctorStore(this.client, this.jobs, notify);
     this.links = new LinkStore(this.forms, notify);
     this.resultStore.onNew = (e) => void this.history.record(e);
+    this.history.schemaCheck = (items) => this.client.call((api) => api.checkDocuments(items));
     // an error about inputs that have since been edited is stale (a running job's error is not yet shown)
     this.forms.onEdit = () => {
       if (!this.jobs.busy) this.jobError = null;

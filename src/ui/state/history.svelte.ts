@@ -7,6 +7,10 @@
  */
 import { openDB, type IDBPDatabase } from 'idb';
 import type { ResultEntry } from './results.svelte';
+import { CAPS } from '../../engine/caps';
+import { checkDocument } from '../../share/document-check';
+import { readSessionFile } from '../../share/session-file';
+import type { ErrorInfo } from './errors';
 
 export interface HistoryEntry extends ResultEntry {
   id: string;
@@ -24,8 +28,19 @@ export interface HistoryFile {
 
 const DB = 'loupe-session';
 const STORE = 'entries';
-/** unpinned entries beyond this many (oldest first) are dropped */
-export const HISTORY_LIMIT = 100;
+/** unpinned entries beyond this many (oldest first) are dropped; an import brings in no more */
+export const HISTORY_LIMIT = CAPS.maxSessionEntries;
+
+/** what an import did, for the Session panel to say */
+export interface ImportReport {
+  added: number;
+  /** older entries of the file left out (the session keeps at most HISTORY_LIMIT) */
+  skipped: number;
+  refused: { id: string; message: string }[];
+}
+
+/** the operation's output schema, checked where the operations are (the worker): per item, null or why not */
+export type SchemaCheck = (items: { op: string; doc: unknown; what: string }[]) => Promise<(ErrorInfo | null)[]>;
 
 let seq = 0;
 const newId = () => `${Date.now().toString(36)}-${(++seq).toString(36)}-${Math.random().toString(36).slice(2, 6)}`;
@@ -46,6 +61,8 @@ export class ResultHistory {
   compareB = $state<string | null>(null);
   error = $state<string | null>(null);
   private db: Promise<IDBPDatabase> | null = null;
+  /** set by the app: an import's documents are checked against their operation's output schema */
+  schemaCheck: SchemaCheck | null = null;
 
   private open(): Promise<IDBPDatabase> {
     this.db ??= openDB(DB, 1, {
@@ -56,11 +73,23 @@ export class ResultHistory {
     return this.db;
   }
 
-  /** read the stored session (newest first) */
+  /** read the stored session (newest first); an entry whose document fails the checks is dropped, never shown */
   async load(): Promise<HistoryEntry[]> {
     try {
       const all = (await (await this.open()).getAll(STORE)) as HistoryEntry[];
-      this.entries = all.sort((a, b) => b.at - a.at);
+      const ok: HistoryEntry[] = [];
+      const bad: HistoryEntry[] = [];
+      for (const e of all) {
+        try {
+          checkDocument(e.op, e.doc, 'a stored session entry');
+          ok.push(e);
+        } catch {
+          bad.push(e);
+        }
+      }
+      this.entries = ok.sort((a, b) => b.at - a.at);
+      for (const e of bad) await this.remove(e.id);
+      await this.trim();
     } catch (e) {
       this.error = `The session history is not available in this browser: ${(e as Error).message}`;
     }
@@ -132,35 +161,28 @@ export class ResultHistory {
     };
   }
 
-  /** add a file's entries (ones already here, by id, are skipped); returns how many were added */
-  async importFile(text: string): Promise<number> {
-    let f: HistoryFile;
-    try {
-      f = JSON.parse(text);
-    } catch {
-      throw new Error('This file is not JSON.');
-    }
-    if (!f || f.format !== 'loupe-session' || f.version !== 1 || !Array.isArray(f.entries))
-      throw new Error('This is not a Loupe session file (format "loupe-session", version 1).');
+  /**
+   * Add a session file's entries: at most HISTORY_LIMIT (the newest), each document checked against
+   * Loupe's limits and its operation's output schema before it is kept; entries already here (by
+   * id) are skipped. Throws for a file that is not a session.
+   */
+  async importFile(text: string): Promise<ImportReport> {
+    const read = readSessionFile(text);
+    const refused = [...read.refused];
     const have = new Set(this.entries.map((e) => e.id));
-    const fresh = f.entries
-      .filter(
-        (e) => e && typeof e.id === 'string' && typeof e.op === 'string' && e.doc !== undefined && !have.has(e.id),
-      )
-      .map((e) => ({
-        id: e.id,
-        at: Number(e.at) || Date.now(),
-        op: e.op,
-        input: e.input ?? {},
-        doc: e.doc,
-        model: e.model ?? null,
-        ms: e.ms ?? null,
-        fromLink: false,
-        pinned: !!e.pinned,
-      }));
+    let list = read.entries.filter((e) => !have.has(e.id));
+    if (this.schemaCheck && list.length) {
+      const verdicts = await this.schemaCheck(
+        list.map((e, i) => ({ op: e.op, doc: e.doc, what: `session entry ${i}` })),
+      );
+      refused.push(...list.flatMap((e, i) => (verdicts[i] ? [{ id: e.id, message: verdicts[i]!.message }] : [])));
+      list = list.filter((_, i) => !verdicts[i]);
+    }
+    const fresh: HistoryEntry[] = list.map((e) => ({ ...e, fromLink: false }));
     this.entries = [...fresh, ...this.entries].sort((a, b) => b.at - a.at);
     await this.put(fresh);
-    return fresh.length;
+    await this.trim();
+    return { added: fresh.length, skipped: read.skipped, refused };
   }
 
   private async put(list: HistoryEntry[]): Promise<void> {

@@ -9,6 +9,7 @@ import type { ResultStore } from './results.svelte';
 import type { FormStore } from './forms.svelte';
 import type { EngineClient } from '../engine/client';
 import { errInfo, type ErrorInfo } from './errors';
+import { checkDocument } from '../../share/document-check';
 
 export interface SharedLink {
   state: ShareState;
@@ -39,23 +40,39 @@ export class ShareStore {
     if (!s) return null;
     try {
       const state = decodeShare(s);
+      // the embedded result is checked before anything sees it: Loupe's limits here, its schema in the worker
+      const result = state.result;
+      delete state.result;
       this.shared = { state, status: 'running' };
       this.d.forms.op = state.op;
       if (typeof state.input.prompt === 'string') this.d.forms.prompt = state.input.prompt;
-      if (state.result !== undefined)
-        this.d.results.set({
-          op: state.op,
-          input: state.input,
-          doc: state.result,
-          model: state.model,
-          ms: null,
-          fromLink: true,
-        });
+      if (result !== undefined) void this.showResult(state.op, result);
       return choiceOf(state.model);
     } catch (e) {
       this.d.notify('error', errInfo(e).message, 0);
       return null;
     }
+  }
+
+  /** show a link's embedded result once it passed every check; a refused one is never shown (the link re-runs) */
+  private async showResult(op: string, doc: unknown): Promise<void> {
+    const what = "The link's result";
+    let err: ErrorInfo | null = null;
+    try {
+      checkDocument(op, doc, what);
+      [err] = await this.d.client.call((api) => api.checkDocuments([{ op, doc, what }]));
+    } catch (e) {
+      err = errInfo(e);
+    }
+    const sh = this.shared;
+    if (!sh || sh.state.op !== op) return;
+    if (err) {
+      sh.state.result_omitted = true;
+      this.d.notify('error', `${err.message} It is not shown; the link's inputs can still be re-run.`, 0);
+      return;
+    }
+    sh.state.result = doc;
+    this.d.results.set({ op, input: sh.state.input, doc, model: sh.state.model, ms: null, fromLink: true });
   }
 
   /** the operations are known: put the link's input in its form */
