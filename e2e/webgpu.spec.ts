@@ -2,7 +2,8 @@
  * WebGPU in headless Chromium (SwiftShader, a software adapter): stories260K and induction-gpt2
  * run on the `webgpu` backend and agree with WASM within 1e-4 on logits and every hook (the
  * Doctor's agreement check), and a trace on WebGPU equals the CLI's; with a forced low tensor
- * limit (?tensor_bytes) the vocabulary is split on WebGPU with the same numbers. If this Chromium offers no
+ * limit (?tensor_bytes) the vocabulary is split on WebGPU with the same numbers; Gemma 3, Phi-3/Phi-4-mini and OLMo 2
+ * traces equal their float64 references and agree with WASM. If this Chromium offers no
  * adapter the tests say so loudly and are skipped, never passed (LOUPE_REQUIRE_WEBGPU=1 fails them).
  */
 import { execFileSync } from 'node:child_process';
@@ -20,7 +21,7 @@ import {
   PROMPT,
   shotWidthsThemes,
 } from './fixtures';
-import { ALL_FAMILY_CASES, makeCaseModel } from '../tests/reference';
+import { ALL_FAMILY_CASES, makeCaseModel, referenceForward } from '../tests/reference';
 
 test.describe.configure({ mode: 'serial' });
 
@@ -297,5 +298,62 @@ test("q8 on WebGPU: induction-gpt2 and a split F16 gemma2 agree with WASM q8, an
     expect(dh).toBeLessThan(1e-4);
   } finally {
     rm.cleanup();
+  }
+});
+
+test('Gemma 3, Phi-3 / Phi-4-mini (longrope short and long) and OLMo 2 on WebGPU: a trace equals the float64 reference and every hook agrees with WASM', async ({
+  page,
+  site,
+  hub,
+}) => {
+  test.setTimeout(600_000);
+  const names = [
+    'gemma3-text-bf16',
+    'phi3-longrope-short-untied',
+    'phi4-mini-longrope-long-partial',
+    'olmo2-post-norms',
+  ];
+  const models = names.map((n) => ({ n, rm: makeCaseModel(ALL_FAMILY_CASES.find((c) => c.name === n)!) }));
+  try {
+    await openReady(page, site.url);
+    await requireWebGpu(page);
+    await page.locator('#backend').selectOption('webgpu');
+    await waitModelReady(page, 120_000);
+    for (const { n, rm } of models) {
+      const repo = `loupe-test/${n}`;
+      hub.addRepo(repo, rm.dir);
+      await page.getByRole('tab', { name: 'Hub' }).click();
+      if (!(await page.getByTestId('hub-endpoint').isVisible()))
+        await page.getByRole('button', { name: /show endpoint/i }).click();
+      await page.getByTestId('hub-endpoint').fill(hub.url);
+      await page.getByTestId('hub-endpoint').dispatchEvent('change');
+      await page.getByTestId('hub-id').fill(repo);
+      await page.getByTestId('load-hub').click();
+      await page.waitForFunction(
+        (id) =>
+          (globalThis as any).__loupe.model?.info.id === id && (globalThis as any).__loupe.modelStatus === 'ready',
+        repo,
+        { timeout: 120_000 },
+      );
+      // within Phi-3's original 32 positions (short factors), past Phi-4-mini's 4 (long factors)
+      await page.getByTestId('prompt').fill('the cat sat on the mat');
+      await page.getByTestId('tab-trace').click();
+      await runOp(page, 'trace', { timeout: 120_000 });
+      const doc = await pageDoc(page, 'trace');
+      expect(doc.model.backend).toBe('webgpu');
+      const ids = doc.tokens.map((t: { id: number }) => t.id);
+      expect(ids.length).toBeGreaterThan(4);
+      expect(ids.length).toBeLessThanOrEqual(32);
+      const ref = referenceForward(rm, ids).logits;
+      const V = ref.dims[ref.dims.length - 1];
+      let d = 0;
+      for (const p of doc.top_predictions)
+        d = Math.max(d, Math.abs(p.logit - ref.data[(ids.length - 1) * V + p.token_id]));
+      console.log(`[e2e] ${n} on webgpu (${ids.length} tokens): top logits vs float64 max |Δ| ${d.toExponential(2)}`);
+      expect(d).toBeLessThan(1e-4);
+      await agreement(page, n);
+    }
+  } finally {
+    for (const { rm } of models) rm.cleanup();
   }
 });
