@@ -265,3 +265,178 @@ test('9. near-zero tokens stay near the background in the dark theme; the Doctor
   }
   expect(errors).toEqual([]);
 });
+
+async function useBundled(): Promise<void> {
+  if (await page.evaluate(() => (globalThis as any).__loupe.model?.ref.kind === 'bundled')) return;
+  await page.evaluate(() => (globalThis as any).__loupe.loadModel({ kind: 'bundled' }));
+  await page.waitForFunction(
+    () =>
+      (globalThis as any).__loupe.model?.ref.kind === 'bundled' && (globalThis as any).__loupe.modelStatus === 'ready',
+  );
+}
+
+const cellValues = (p: Page, testid: string) =>
+  p.$$eval(`[data-testid=${testid}] rect.cell`, (els) =>
+    els.map((e) => ({ r: Number(e.dataset.row), c: Number(e.dataset.col), v: Number(e.dataset.value) })),
+  );
+
+test('2. patch, AtP and IG: the pair and its tokens carry across the tabs, one raw/normalised toggle, the small-gap warning shown, every AtP site compared', async () => {
+  await useBundled();
+  await page.getByTestId('prompt').fill(PROMPT);
+  await page.getByTestId('tab-patch').click();
+  await page.locator('#p-patch-heads').fill('');
+  const corrupted = PROMPT.replace('little', 'big');
+  await page.locator('#p-patch-corrupted_prompt').fill(corrupted);
+  // She/He: the metric whose gap stories260K leaves below 1 logit on this pair
+  await page.locator('#p-patch-answer').fill(' She');
+  await page.locator('#p-patch-counterfactual').fill(' He');
+  for (const op of ['attribution_patching', 'integrated_gradients']) {
+    await page.getByTestId(`tab-${op}`).click();
+    await expect(page.locator(`#p-${op}-corrupted_prompt`)).toHaveValue(corrupted);
+    await expect(page.locator(`#p-${op}-answer`)).toHaveValue(' She');
+    await expect(page.locator(`#p-${op}-counterfactual`)).toHaveValue(' He');
+  }
+  await page.getByTestId('tab-patch').click();
+  await page.evaluate(() => (globalThis as any).__loupe.prefs.setMetricUnit('normalised'));
+  await runOp(page, 'patch');
+  const patch = await pageDoc(page, 'patch');
+  // stories260K little/big: |M(clean) − M(corrupted)| < 1 logit, and the page says so
+  expect(Math.abs(patch.clean_logit_diff - patch.corrupted_logit_diff)).toBeLessThan(1);
+  await expect(page.getByTestId('doc-warnings')).toContainText('unstable');
+  const gap = patch.clean_logit_diff - patch.corrupted_logit_diff;
+  const norm = await cellValues(page, 'patch-resid_pre');
+  expect(norm[0].v).toBeCloseTo(patch.resid_pre[norm[0].r][norm[0].c], 6);
+  await page.getByTestId('unit-raw').click();
+  const raw = await cellValues(page, 'patch-resid_pre');
+  const i = raw.findIndex((x) => Math.abs(x.v) > 1e-3);
+  expect(raw[i].v).toBeCloseTo(patch.resid_pre[raw[i].r][raw[i].c] * gap, 5);
+  await shots(page, 'patch-raw', '[data-testid=result]');
+
+  // AtP: estimates are raw ΔM; normalised divides by the same gap; every head and site validated
+  await runOp(page, 'attribution_patching');
+  const atp = await pageDoc(page, 'attribution_patching');
+  await expect(page.getByTestId('doc-warnings')).toContainText('unstable');
+  expect(atp.validation.scope).toBe('all');
+  await expect(page.getByTestId('atp-scatter')).toContainText('every one of the');
+  await expect(page.getByTestId('atp-scatter')).toContainText('same sign');
+  const est = (l: number, h: number) => atp.heads.find((x: any) => x.layer === l && x.head === h).estimate;
+  const rawHeads = await cellValues(page, 'atp-heads');
+  expect(rawHeads[3].v).toBeCloseTo(est(rawHeads[3].r, rawHeads[3].c), 6);
+  await page.getByTestId('unit-normalised').click();
+  const gapA = atp.metric.clean - atp.metric.corrupted;
+  const normHeads = await cellValues(page, 'atp-heads');
+  expect(normHeads[3].v).toBeCloseTo(est(normHeads[3].r, normHeads[3].c) / gapA, 5);
+  await shots(page, 'atp-normalised', '[data-testid=result]');
+
+  // IG from the corrupted prompt: the same toggle, and the view names its baseline
+  await runOp(page, 'integrated_gradients');
+  const ig = await pageDoc(page, 'integrated_gradients');
+  expect(ig.baseline).toBe('corrupted');
+  await expect(page.getByTestId('ig-view')).toContainText(`the corrupted prompt “${corrupted}”`);
+  await expect(page.getByTestId('metric-unit')).toHaveAttribute('data-unit', 'normalised');
+  await shots(page, 'ig-view', '[data-testid=result]');
+  expect(errors).toEqual([]);
+});
+
+test('3. steering: relative change left out where the base probability is tiny (Δ log-prob stated), how α was chosen, the direction carried to sweep and causality', async () => {
+  await useBundled();
+  await page.getByTestId('tab-steer').click();
+  await page.getByTestId('fill-example').click();
+  await page.locator('#p-steer-direction').fill('tokens: happy - big');
+  await page.locator('#p-steer-layer').fill('2');
+  await page.getByTestId('tab-causality').click();
+  await expect(page.locator('#p-causality-direction')).toHaveValue('tokens: happy - big');
+  await expect(page.locator('#p-causality-layer')).toHaveValue('2');
+  await page.getByTestId('tab-sweep').click();
+  await expect(page.locator('#p-sweep-direction')).toHaveValue('tokens: happy - big');
+  await page.getByTestId('tab-steer').click();
+  await runOp(page, 'steer');
+  const st = await pageDoc(page, 'steer');
+  expect(st.relative_change_note).not.toBeNull();
+  await expect(page.getByTestId('relative-change')).toHaveCount(0);
+  await expect(page.getByTestId('relative-change-note')).toContainText('log-probability');
+  // the base and steered columns stay side by side, each as wide as the other
+  const [l, r] = await Promise.all(['text-left', 'text-right'].map((t) => page.getByTestId(t).boundingBox()));
+  expect(Math.abs(l!.width - r!.width)).toBeLessThan(2);
+  await shots(page, 'steer', '[data-testid=result]');
+
+  await page.getByTestId('tab-causality').click();
+  await page.locator('#p-causality-n_random').fill('16');
+  await runOp(page, 'causality');
+  const ca = await pageDoc(page, 'causality');
+  await expect(page.getByTestId('alpha-rule')).toContainText(ca.alpha_rule);
+  await shots(page, 'causality', '[data-testid=result]');
+  expect(errors).toEqual([]);
+});
+
+test('5. dashboard: the form shows the chosen subject kind only, a gated neuron leads with its minima, excluded tokens said', async () => {
+  await useBundled();
+  await page.getByTestId('tab-dashboard').click();
+  await page.getByTestId('fill-example').click();
+  await expect(page.locator('[data-field=neuron]')).toBeVisible();
+  await expect(page.locator('[data-field=sae_source]')).toHaveCount(0);
+  await page.locator('#p-dashboard-subject').selectOption('feature');
+  await expect(page.locator('[data-field=neuron]')).toHaveCount(0);
+  await expect(page.locator('[data-field=sae_source]')).toBeVisible();
+  await page.locator('#p-dashboard-subject').selectOption('neuron');
+  await page.locator('#p-dashboard-layer').fill('2');
+  await page.locator('#p-dashboard-neuron').fill('15');
+  await runOp(page, 'dashboard');
+  const d = await pageDoc(page, 'dashboard');
+  expect(d.dominant).toBe('min');
+  await expect(page.getByTestId('side-min')).toHaveAttribute('aria-pressed', 'true');
+  await expect(page.getByTestId('dashboard-examples')).toContainText('Min-activating');
+  await expect(page.getByTestId('dashboard-examples')).toContainText(`min ${d.examples_min[0].min.toFixed(3)}`);
+  await expect(page.getByTestId('dashboard-excluded')).toContainText(String(d.direct_path.excluded.count));
+  await shots(page, 'dashboard-min', '[data-testid=result]');
+  await page.getByTestId('side-max').click();
+  await expect(page.getByTestId('dashboard-examples')).toContainText('Max-activating');
+  expect(errors).toEqual([]);
+});
+
+test('6. head-score cells, their pattern grid and the attention small multiples open the head panel; "the prompt" updates the top tables', async () => {
+  await page.getByTestId('prompt').fill(PROMPT);
+  await runOp(page, 'head_scores');
+  const panel = page.getByTestId('head-panel');
+  await page.locator('[data-testid=head-scores-heatmap] rect.cell[data-row="1"][data-col="2"]').click();
+  await expect(panel.getByRole('heading')).toHaveText('L1H2 pattern');
+  await page.locator('[data-testid=head-grid] figure[data-layer="0"][data-head="3"]').click();
+  await expect(panel.getByRole('heading')).toHaveText('L0H3 pattern');
+  const doc = await pageDoc(page, 'head_scores');
+  const best = (rows: any[]) => [...rows].sort((a, b) => b.induction - a.induction)[0];
+  const firstCell = page
+    .locator('[data-testid=head-scores-view] [data-testid=top-heads] tbody tr')
+    .first()
+    .locator('td')
+    .first();
+  const r = best(doc.heads);
+  await expect(firstCell).toContainText(`L${r.layer}H${r.head}`);
+  await page.getByTestId('source-prompt').click();
+  const p = best(doc.prompt_scores.heads);
+  await expect(firstCell).toContainText(`L${p.layer}H${p.head} ${p.induction.toFixed(3)}`);
+  await shots(page, 'head-scores-linked', '[data-testid=result]');
+
+  await runOp(page, 'attention');
+  const layer = (await pageDoc(page, 'attention')).heads[0].layer;
+  await page.locator('[data-testid=result] g.multiple[data-head="1"]').click();
+  await expect(panel.getByRole('heading')).toHaveText(`L${layer}H1 pattern`);
+  await shots(page, 'attention-linked', '[data-testid=head-panel]');
+  expect(errors).toEqual([]);
+});
+
+test('7. activations shows the values per position and unit, and the top units at a chosen position', async () => {
+  await page.getByTestId('prompt').fill(PROMPT);
+  await runOp(page, 'activations');
+  const d = await pageDoc(page, 'activations');
+  const grid = page.locator('[data-testid=activations-values] svg');
+  await expect(grid).toHaveAttribute('data-rows', String(d.values.grid.length));
+  await expect(grid).toHaveAttribute('data-cols', String(d.values.width));
+  const last = d.values.top.at(-1).units;
+  const rows = page.locator('[data-testid=values-top] tbody tr');
+  await expect(rows).toHaveCount(last.length);
+  await expect(rows.first()).toHaveAttribute('data-unit', String(last[0].index));
+  await page.locator('#act-pos').selectOption('2');
+  await expect(rows.first()).toHaveAttribute('data-unit', String(d.values.top[2].units[0].index));
+  await shots(page, 'activations-values', '[data-testid=activations-values]');
+  expect(errors).toEqual([]);
+});

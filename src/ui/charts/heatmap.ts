@@ -50,7 +50,7 @@ export function fitCellText(t: string, maxChars: number): string {
     const s = `${prefix}${sign}${d}`;
     if (s.length <= maxChars) return s;
   }
-  return '';
+  return prefix.length <= maxChars ? prefix : '';
 }
 
 export function drawHeatmap(svgEl: SVGSVGElement, o: HeatmapOptions): void {
@@ -237,8 +237,9 @@ export function drawHeatmap(svgEl: SVGSVGElement, o: HeatmapOptions): void {
       .attr('width', Math.max(1, cw - 1))
       .attr('height', Math.max(1, ch - 1))
       .attr('fill', (d) => (Number.isFinite(d.v) ? color(d.v) : `url(#${hatchId})`))
-      .attr('stroke', p.grid)
-      .attr('stroke-width', 0.5)
+      // an outline where cells are big enough for one not to drown them (small cells are a texture)
+      .attr('stroke', cw >= 12 ? p.grid : null)
+      .attr('stroke-width', cw >= 12 ? 0.5 : null)
       .attr('data-missing', (d) => (Number.isFinite(d.v) ? null : 'true'))
       .attr('data-row', (d) => d.r)
       .attr('data-col', (d) => d.c)

@@ -37,6 +37,19 @@ export interface Field {
   example?: string;
   /** a text that may come from a file (JSON Schema contentMediaType): the form offers drop and pick */
   file?: boolean;
+  /** shown (and sent) only while these fields hold one of these values (x-loupe-when, ops/types.ts formWhen) */
+  when?: Record<string, string[]>;
+}
+
+/** The fields that apply to the form's current values: those whose `when` holds (a field's own default counts). */
+export function visibleFields(fields: Field[], raw: Record<string, unknown>): Field[] {
+  const value = (name: string) => {
+    const v = raw[name];
+    return v === undefined || v === null || v === '' ? fields.find((f) => f.name === name)?.default : v;
+  };
+  return fields.filter(
+    (f) => !f.when || Object.entries(f.when).every(([k, allowed]) => allowed.includes(String(value(k) ?? ''))),
+  );
 }
 
 type Json = Record<string, any>;
@@ -139,6 +152,7 @@ export function fieldsOf(schema: Json): Field[] {
         default: raw.default ?? s.default,
         required: required.has(name),
         fromPromptBox: name === 'prompt',
+        ...(raw['x-loupe-when'] ? { when: raw['x-loupe-when'] as Record<string, string[]> } : {}),
         ...kindOf(name, s),
       };
     })

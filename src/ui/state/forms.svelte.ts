@@ -4,9 +4,25 @@
  * persist in this browser (prefs) so a reload keeps them.
  */
 import { prefs } from './prefs';
-import { fieldsOf, buildInput, rawFromInput, type Field } from '../forms/schema-form';
+import { fieldsOf, buildInput, rawFromInput, visibleFields, type Field } from '../forms/schema-form';
 import type { OperationInfo } from '../../../workers/protocol';
 import type { ErrorInfo } from './errors';
+
+/**
+ * Values that mean the same experiment in sibling forms, carried from one to the others as they
+ * are typed: the clean/corrupted pair and its metric tokens across the causal methods (one metric:
+ * ops/lib/metric.ts), the direction across the steering checks. The prompt is shared already.
+ */
+const CARRIED: [string[], string[]][] = [
+  [
+    ['patch', 'attribution_patching', 'integrated_gradients'],
+    ['corrupted_prompt', 'answer', 'counterfactual'],
+  ],
+  [
+    ['steer', 'sweep', 'causality'],
+    ['direction', 'layer'],
+  ],
+];
 
 /** Form values handed on: `{ op: { field: value } }` merged into those forms. */
 export type Fills = Record<string, Record<string, unknown>>;
@@ -71,12 +87,18 @@ export class FormStore {
 
   /** Build the input for an operation from its form and the prompt box. */
   inputFor(op: string): { input: Record<string, unknown>; errors: Record<string, string> } {
-    return buildInput(this.fieldsFor(op), $state.snapshot(this.params[op] ?? {}), this.prompt);
+    const raw = $state.snapshot(this.params[op] ?? {});
+    // a field that does not apply to the chosen options (a neuron when the subject is a feature) is not sent
+    return buildInput(visibleFields(this.fieldsFor(op), raw), raw, this.prompt);
   }
 
   setParam(op: string, name: string, value: unknown): void {
     this.params[op] ??= {};
     this.params[op][name] = value;
+    // one experiment across its methods: these values follow into the sibling forms
+    for (const [ops, names] of CARRIED)
+      if (ops.includes(op) && names.includes(name))
+        for (const other of ops) if (other !== op) (this.params[other] ??= {})[name] = value;
     // the error this field had is about the old value
     if (op === this.op && this.errors[name]) delete this.errors[name];
     this.edited();

@@ -1,5 +1,5 @@
-/** The page's preferences as reactive state (persisted by prefs.ts): theme, backend and weight precision. */
-import { prefs, type Theme } from './prefs';
+/** The page's preferences as reactive state (persisted by prefs.ts): theme, backend, weight precision, metric unit. */
+import { prefs, type Theme, type MetricUnit } from './prefs';
 import type { BackendChoice } from '../../../workers/protocol';
 import type { WeightsMode } from '../../engine/precision';
 
@@ -7,6 +7,8 @@ export class PrefStore {
   theme = $state<Theme>(prefs.theme());
   backend = $state<BackendChoice>(prefs.backend());
   weights = $state<WeightsMode>(prefs.weights());
+  /** one toggle for patch, attribution patching and integrated gradients */
+  metricUnit = $state<MetricUnit>(prefs.metricUnit());
 
   constructor() {
     applyTheme(this.theme);
@@ -23,6 +25,11 @@ export class PrefStore {
   setBackend(b: BackendChoice): void {
     this.backend = b;
     prefs.setBackend(b);
+  }
+
+  setMetricUnit(u: MetricUnit): void {
+    this.metricUnit = u;
+    prefs.setMetricUnit(u);
   }
 
   setWeights(w: WeightsMode): void {

@@ -27,6 +27,8 @@ function write(key: string, v: unknown): void {
 }
 
 export type Theme = 'light' | 'dark';
+/** how the causal methods' effects are shown: ΔM in logits, or the recovery (M − M(corrupted)) / (M(clean) − M(corrupted)) */
+export type MetricUnit = 'raw' | 'normalised';
 
 export interface RecentModel {
   kind: 'bundled' | 'hub' | 'url';
@@ -49,6 +51,8 @@ export const prefs = {
   setBackend: (b: BackendChoice) => write('backend', b),
   weights: (): WeightsMode => read<WeightsMode>('weights', 'auto'),
   setWeights: (w: WeightsMode) => write('weights', w),
+  metricUnit: (): MetricUnit => read<MetricUnit>('metricUnit', 'normalised'),
+  setMetricUnit: (u: MetricUnit) => write('metricUnit', u),
   endpoint: (): string => read('endpoint', DEFAULT_ENDPOINT),
   setEndpoint: (e: string) => write('endpoint', e),
   recent: (): RecentModel[] => read<RecentModel[]>('recent', []),
