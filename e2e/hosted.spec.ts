@@ -5,7 +5,11 @@
  * cross-origin isolated by the second visit, serves it with the network refused, and swaps a new deploy in whole.
  */
 import type { Browser, BrowserContext, Page } from '@playwright/test';
-import { test, expect, waitModelReady, runOp, watchErrors, PROMPT } from './fixtures';
+import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test, expect, loadFromHub, waitModelReady, runOp, watchErrors, PROMPT, SHARED_MODELS } from './fixtures';
+import { startHubServer } from '../tests/helpers/hub-server';
 import { servePlain } from '../src/node/preview';
 import type { StaticServer } from '../src/node/static-server';
 
@@ -129,5 +133,108 @@ test('a second visit with every request refused opens from the cache and traces 
   } finally {
     await context.close();
     await site.close();
+  }
+});
+
+test("a Hub model loads through the stand-in under the service worker's embedder policy, its weights behind a 302 to a CDN origin, and again offline from IndexedDB", async ({
+  browser,
+}: {
+  browser: Browser;
+}) => {
+  const site: StaticServer = await servePlain(0, '/sub/path/');
+  const hub = await startHubServer();
+  const cdn = await startHubServer();
+  const context = await browser.newContext();
+  try {
+    const REPO = 'hosted/lfs';
+    const dir = join(SHARED_MODELS, 'induction-gpt2');
+    hub.addRepo(REPO, dir);
+    cdn.addRepo('cdn/lfs', dir);
+    hub.redirect(REPO, 'model.safetensors', `${cdn.url}/cdn/lfs/resolve/main/model.safetensors`);
+    const page = await context.newPage();
+    const errors = watchErrors(page);
+    await page.goto(site.url);
+    await page.waitForFunction(() => crossOriginIsolated, null, { timeout: 90_000 });
+    await waitModelReady(page);
+    const policy = await page.evaluate(async () => {
+      const r = await fetch(location.href);
+      return r.headers.get('cross-origin-embedder-policy');
+    });
+    expect(policy).toBe('require-corp');
+    await loadFromHub(page, hub.url, REPO);
+    await waitModelReady(page);
+    await expect(page.getByTestId('status-model')).toContainText(REPO);
+    // the weights came from the CDN origin, in ranges, across the redirect
+    expect(cdn.log.filter((r) => r.method === 'GET').length).toBeGreaterThan(0);
+    await traceHeatmap(page);
+    await page.close();
+
+    // offline: the page's server, the Hub and its CDN all gone; the page opens from its cache, the model from IndexedDB
+    await site.close();
+    await hub.close();
+    await cdn.close();
+    const again = await context.newPage();
+    errors.push(...watchErrors(again));
+    await again.goto(site.url);
+    await waitModelReady(again);
+    await loadFromHub(again, hub.url, REPO);
+    await waitModelReady(again);
+    await expect(again.getByTestId('status-model')).toContainText(REPO);
+    await traceHeatmap(again);
+    expect(errors.filter((e) => !/Failed to load resource|ERR_CONNECTION_REFUSED/.test(e))).toEqual([]);
+  } finally {
+    await context.close();
+    await site.close();
+    await hub.close().catch(() => {});
+    await cdn.close().catch(() => {});
+  }
+});
+
+test('a new deploy: the page says a new version is ready, reloads on the click, and keeps only the new build’s cache', async ({
+  browser,
+}: {
+  browser: Browser;
+}) => {
+  // a copy of the build that can be redeployed in place
+  const root = mkdtempSync(join(tmpdir(), 'loupe-deploy-'));
+  cpSync('dist', root, { recursive: true });
+  const site: StaticServer = await servePlain(0, '/sub/path/', root);
+  const context = await browser.newContext();
+  try {
+    const page = await context.newPage();
+    const errors = watchErrors(page);
+    await page.goto(site.url);
+    await page.waitForFunction(() => crossOriginIsolated, null, { timeout: 90_000 });
+    await waitModelReady(page);
+    const caches1 = await page.evaluate(() => caches.keys());
+    expect(caches1).toHaveLength(1);
+    await expect(page.getByTestId('update-ready')).toHaveCount(0);
+
+    // the next build: another index.html, so another version in sw.js
+    const html = readFileSync(join(root, 'index.html'), 'utf8').replace(
+      '<title>',
+      '<meta name="loupe-build" content="2" /><title>',
+    );
+    writeFileSync(join(root, 'index.html'), html);
+    const sw = readFileSync(join(root, 'sw.js'), 'utf8');
+    const v1 = /version:`([0-9a-f]+)`/.exec(sw)![1];
+    writeFileSync(join(root, 'sw.js'), sw.replace(`version:\`${v1}\``, 'version:`0000000000000002`'));
+
+    // the page that was open keeps its build until the click
+    await page.evaluate(() => navigator.serviceWorker.getRegistration().then((r) => r?.update()));
+    await expect(page.getByTestId('update-ready')).toBeVisible();
+    expect(await page.locator('meta[name=loupe-build]').count()).toBe(0);
+    await Promise.all([page.waitForEvent('load'), page.getByTestId('update-reload').click()]);
+    await waitModelReady(page);
+    expect(await page.locator('meta[name=loupe-build]').getAttribute('content')).toBe('2');
+    expect(await isolated(page)).toBe(true);
+    // one cache, the new one: the old build's files are gone with it
+    expect(await page.evaluate(() => caches.keys())).toEqual(['loupe-shell-0000000000000002']);
+    await expect(page.getByTestId('update-ready')).toHaveCount(0);
+    expect(errors).toEqual([]);
+  } finally {
+    await context.close();
+    await site.close();
+    rmSync(root, { recursive: true, force: true });
   }
 });
