@@ -1,5 +1,6 @@
 /** Ranked horizontal bars around zero (ablation effects, attributions, layer damage). */
-import { select, scaleLinear, scaleBand, min as d3min, max as d3max } from 'd3';
+import { scaleLinear, scaleBand, min as d3min, max as d3max } from 'd3';
+import { chartFrame, drawValueAxis } from './frame';
 import { palette } from './palette';
 import { showTooltip, hideTooltip } from './tooltip';
 import { fmt } from './format';
@@ -47,48 +48,18 @@ export function drawBars(svgEl: SVGSVGElement, o: BarsOptions): void {
     .range([margin.top, margin.top + bh * n])
     .padding(0.18);
 
-  const svg = select(svgEl);
-  svg.selectAll('*').remove();
-  svg
-    .attr('width', width)
-    .attr('height', height)
-    .attr('viewBox', `0 0 ${width} ${height}`)
-    .attr('role', 'img')
-    .attr('aria-label', o.label)
-    .attr('font-family', p.font)
-    .attr('font-size', 11)
-    .style('background', p.bg);
+  const svg = chartFrame(svgEl, { width, height, label: o.label, palette: p });
 
   // grid + axis
-  const ticks = x.ticks(6);
-  svg
-    .append('g')
-    .selectAll('line')
-    .data(ticks)
-    .join('line')
-    .attr('x1', (t) => x(t))
-    .attr('x2', (t) => x(t))
-    .attr('y1', margin.top)
-    .attr('y2', margin.top + bh * n)
-    .attr('stroke', (t) => (t === 0 ? p.fg : p.grid))
-    .attr('stroke-width', (t) => (t === 0 ? 1 : 0.5));
-  svg
-    .append('g')
-    .selectAll('text')
-    .data(ticks)
-    .join('text')
-    .attr('x', (t) => x(t))
-    .attr('y', margin.top + bh * n + 14)
-    .attr('text-anchor', 'middle')
-    .attr('fill', p.muted)
-    .text((t) => fmt(t, 2));
-  svg
-    .append('text')
-    .attr('x', (margin.left + width - margin.right) / 2)
-    .attr('y', height - 4)
-    .attr('text-anchor', 'middle')
-    .attr('fill', p.muted)
-    .text(o.valueTitle);
+  drawValueAxis(svg, {
+    x,
+    top: margin.top,
+    bottom: margin.top + bh * n,
+    palette: p,
+    title: o.valueTitle,
+    titleX: (margin.left + width - margin.right) / 2,
+    titleY: height - 4,
+  });
 
   const g = svg.append('g').selectAll('g').data(o.items).join('g').attr('class', 'bar-row');
   g.append('rect')

@@ -4,7 +4,7 @@
  * enters (a head's q, k and v inputs are three points on its node), its width by |score| and its
  * colour by sign (diverging: negative = patching it lowers M). Clicking a head selects it.
  */
-import { select } from 'd3';
+import { chartFrame } from './frame';
 import { palette, divergingColor } from './palette';
 import { showTooltip, hideTooltip } from './tooltip';
 import { fmt } from './format';
@@ -50,17 +50,7 @@ export function drawCircuit(svgEl: SVGSVGElement, o: CircuitOptions): void {
   };
   const qkvDx = { q: -9, k: 0, v: 9 } as const;
 
-  const svg = select(svgEl);
-  svg.selectAll('*').remove();
-  svg
-    .attr('width', width)
-    .attr('height', height)
-    .attr('viewBox', `0 0 ${width} ${height}`)
-    .attr('role', 'img')
-    .attr('aria-label', o.label)
-    .attr('font-family', p.font)
-    .attr('font-size', 11)
-    .style('background', p.bg);
+  const svg = chartFrame(svgEl, { width, height, label: o.label, palette: p });
 
   // layer guides
   for (let l = 0; l < L; l++) {

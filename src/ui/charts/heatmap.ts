@@ -6,6 +6,7 @@
  * Hover shows the numbers, click (or arrow keys + Enter) selects a cell.
  */
 import { select, scaleBand, pointer, max as d3max, min as d3min } from 'd3';
+import { chartFrame } from './frame';
 import { palette, divergingColor, sequentialColor, textOn } from './palette';
 import { RASTER_CELLS, colorLut, rasterImage, onHighlight } from './raster';
 import { showTooltip, hideTooltip } from './tooltip';
@@ -102,18 +103,7 @@ export function drawHeatmap(svgEl: SVGSVGElement, o: HeatmapOptions): void {
   const legendH = o.legendLabel ? o.legendLabel.length * 6 + 8 : 0;
   const height = Math.max(margin.top + ch * rows + margin.bottom, margin.top + legendH + 6);
 
-  const svg = select(svgEl);
-  svg.selectAll('*').remove();
-  svg
-    .attr('width', width)
-    .attr('height', height)
-    .attr('viewBox', `0 0 ${width} ${height}`)
-    .attr('role', 'img')
-    .attr('aria-label', o.label)
-    .attr('tabindex', 0)
-    .attr('font-family', p.font)
-    .attr('font-size', 11)
-    .style('background', p.bg);
+  const svg = chartFrame(svgEl, { width, height, label: o.label, palette: p, focusable: true });
 
   const x = scaleBand<number>()
     .domain([...Array(cols).keys()])

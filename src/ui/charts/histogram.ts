@@ -1,6 +1,7 @@
 /** A baseline distribution (e.g. effects of random directions) with the observed value marked. */
-import { select, scaleLinear, bin, max as d3max, extent } from 'd3';
-import { palette } from './palette';
+import { scaleLinear, bin, max as d3max, extent, type ScaleLinear, type Selection } from 'd3';
+import { chartFrame } from './frame';
+import { palette, type Palette } from './palette';
 import { showTooltip, hideTooltip } from './tooltip';
 import { fmt } from './format';
 
@@ -33,17 +34,7 @@ export function drawHistogram(
     .domain([0, d3max(bins, (b) => b.length) || 1])
     .nice()
     .range([height - m.bottom, m.top]);
-  const svg = select(svgEl);
-  svg.selectAll('*').remove();
-  svg
-    .attr('width', width)
-    .attr('height', height)
-    .attr('viewBox', `0 0 ${width} ${height}`)
-    .attr('role', 'img')
-    .attr('aria-label', o.label)
-    .attr('font-family', p.font)
-    .attr('font-size', 11)
-    .style('background', p.bg);
+  const svg = chartFrame(svgEl, { width, height, label: o.label, palette: p });
   svg
     .append('g')
     .selectAll('rect')
@@ -60,36 +51,7 @@ export function drawHistogram(
       showTooltip(ev, [`${fmt(b.x0!, 3)} … ${fmt(b.x1!, 3)}`, `${b.length} of ${o.values.length}`]),
     )
     .on('mouseleave', hideTooltip);
-  for (const t of x.ticks(7))
-    svg
-      .append('text')
-      .attr('x', x(t))
-      .attr('y', height - m.bottom + 14)
-      .attr('text-anchor', 'middle')
-      .attr('fill', p.muted)
-      .text(fmt(t, 2));
-  for (const t of y.ticks(4))
-    svg
-      .append('text')
-      .attr('x', m.left - 6)
-      .attr('y', y(t) + 3.5)
-      .attr('text-anchor', 'end')
-      .attr('fill', p.muted)
-      .text(String(t));
-  svg
-    .append('line')
-    .attr('x1', m.left)
-    .attr('x2', width - m.right)
-    .attr('y1', y(0))
-    .attr('y2', y(0))
-    .attr('stroke', p.fg);
-  svg
-    .append('text')
-    .attr('x', (m.left + width - m.right) / 2)
-    .attr('y', height - 6)
-    .attr('text-anchor', 'middle')
-    .attr('fill', p.muted)
-    .text(o.xTitle);
+  drawAxes(svg, { x, y, m, width, height, palette: p, xTitle: o.xTitle });
   if (o.marker) {
     const mx = x(o.marker.value);
     svg
@@ -141,17 +103,7 @@ export function drawBinnedHistogram(
     .domain([0, d3max(o.counts) || 1])
     .nice()
     .range([height - m.bottom, m.top]);
-  const svg = select(svgEl);
-  svg.selectAll('*').remove();
-  svg
-    .attr('width', width)
-    .attr('height', height)
-    .attr('viewBox', `0 0 ${width} ${height}`)
-    .attr('role', 'img')
-    .attr('aria-label', o.label)
-    .attr('font-family', p.font)
-    .attr('font-size', 11)
-    .style('background', p.bg);
+  const svg = chartFrame(svgEl, { width, height, label: o.label, palette: p });
   svg
     .append('g')
     .selectAll('rect')
@@ -167,6 +119,31 @@ export function drawBinnedHistogram(
     .attr('opacity', 0.75)
     .on('mousemove', (ev: MouseEvent, b) => showTooltip(ev, [`${fmt(b.x0, 4)} … ${fmt(b.x1, 4)}`, `${b.c} values`]))
     .on('mouseleave', hideTooltip);
+  drawAxes(svg, { x, y, m, width, height, palette: p, xTitle: o.xTitle });
+  if (o.note)
+    svg
+      .append('text')
+      .attr('x', width - m.right)
+      .attr('y', m.top - 8)
+      .attr('text-anchor', 'end')
+      .attr('fill', p.muted)
+      .text(o.note);
+}
+
+/** Both histograms' axes: x ticks under the bins, counts left of them, the zero line and the x title. */
+function drawAxes(
+  svg: Selection<SVGSVGElement, unknown, null, undefined>,
+  a: {
+    x: ScaleLinear<number, number>;
+    y: ScaleLinear<number, number>;
+    m: { left: number; right: number; bottom: number };
+    width: number;
+    height: number;
+    palette: Palette;
+    xTitle: string;
+  },
+): void {
+  const { x, y, m, width, height, palette: p } = a;
   for (const t of x.ticks(7))
     svg
       .append('text')
@@ -196,13 +173,5 @@ export function drawBinnedHistogram(
     .attr('y', height - 6)
     .attr('text-anchor', 'middle')
     .attr('fill', p.muted)
-    .text(o.xTitle);
-  if (o.note)
-    svg
-      .append('text')
-      .attr('x', width - m.right)
-      .attr('y', m.top - 8)
-      .attr('text-anchor', 'end')
-      .attr('fill', p.muted)
-      .text(o.note);
+    .text(a.xTitle);
 }

@@ -1,5 +1,6 @@
 /** Curves of metrics against a parameter (α-sweeps), with an optional marked x (the shown α). */
-import { select, scaleLinear, extent, line } from 'd3';
+import { scaleLinear, extent, line } from 'd3';
+import { chartFrame } from './frame';
 import { palette, seriesColor, METRIC_COLORS } from './palette';
 import { showTooltip, hideTooltip } from './tooltip';
 import { fmt } from './format';
@@ -49,17 +50,7 @@ export function drawLines(svgEl: SVGSVGElement, o: LinesOptions): void {
     .nice()
     .range([height - margin.bottom, margin.top]);
 
-  const svg = select(svgEl);
-  svg.selectAll('*').remove();
-  svg
-    .attr('width', width)
-    .attr('height', height)
-    .attr('viewBox', `0 0 ${width} ${height}`)
-    .attr('role', 'img')
-    .attr('aria-label', o.label)
-    .attr('font-family', p.font)
-    .attr('font-size', 11)
-    .style('background', p.bg);
+  const svg = chartFrame(svgEl, { width, height, label: o.label, palette: p });
 
   const xt = o.xIntegers ? x.ticks(7).filter((t) => Number.isInteger(t)) : x.ticks(7);
   const yt = y.ticks(6);

@@ -1,5 +1,6 @@
 /** ROC curve with the chance diagonal and the AUROC. */
-import { select, scaleLinear, line } from 'd3';
+import { scaleLinear, line } from 'd3';
+import { chartFrame } from './frame';
 import { palette } from './palette';
 import { showTooltip, hideTooltip } from './tooltip';
 import { fmt } from './format';
@@ -19,17 +20,7 @@ export function drawRoc(
   const y = scaleLinear()
     .domain([0, 1])
     .range([m.top + size, m.top]);
-  const svg = select(svgEl);
-  svg.selectAll('*').remove();
-  svg
-    .attr('width', w)
-    .attr('height', h)
-    .attr('viewBox', `0 0 ${w} ${h}`)
-    .attr('role', 'img')
-    .attr('aria-label', o.label)
-    .attr('font-family', p.font)
-    .attr('font-size', 11)
-    .style('background', p.bg);
+  const svg = chartFrame(svgEl, { width: w, height: h, label: o.label, palette: p });
   for (const t of [0, 0.25, 0.5, 0.75, 1]) {
     svg
       .append('line')

@@ -3,7 +3,8 @@
  * diagonal where a perfect linear estimate would sit, both axes on the same scale. Every point is
  * a <circle class="pt"> with data-x, data-y and data-label.
  */
-import { select, scaleLinear, min as d3min, max as d3max } from 'd3';
+import { scaleLinear, min as d3min, max as d3max } from 'd3';
+import { chartFrame } from './frame';
 import { palette } from './palette';
 import { showTooltip, hideTooltip } from './tooltip';
 import { fmt } from './format';
@@ -50,17 +51,7 @@ export function drawScatter(svgEl: SVGSVGElement, o: ScatterOptions): void {
   const colours = [p.accent, p.pos, p.neg, p.highlight];
   const colour = (g: string | undefined) => colours[Math.max(0, groups.indexOf(g ?? '')) % colours.length];
 
-  const svg = select(svgEl);
-  svg.selectAll('*').remove();
-  svg
-    .attr('width', width)
-    .attr('height', height)
-    .attr('viewBox', `0 0 ${width} ${height}`)
-    .attr('role', 'img')
-    .attr('aria-label', o.label)
-    .attr('font-family', p.font)
-    .attr('font-size', 11)
-    .style('background', p.bg);
+  const svg = chartFrame(svgEl, { width, height, label: o.label, palette: p });
 
   const ticks = x.ticks(6);
   svg

@@ -5,7 +5,8 @@
  * exports as SVG/PNG like every other chart. Every token is a <rect class="tok-cell"> with
  * data-row, data-col and data-value; hover shows the numbers, click or arrow keys select.
  */
-import { select, interpolateOranges, interpolateRgb } from 'd3';
+import { interpolateOranges, interpolateRgb } from 'd3';
+import { chartFrame } from './frame';
 import { palette, textOn, divergingColor } from './palette';
 import { showTooltip, hideTooltip } from './tooltip';
 import { fmt } from './format';
@@ -79,18 +80,7 @@ export function drawTokenHeat(svgEl: SVGSVGElement, o: TokenHeatOptions): void {
   });
   const height = Math.max(y + 22, 60);
 
-  const svg = select(svgEl);
-  svg.selectAll('*').remove();
-  svg
-    .attr('width', width)
-    .attr('height', height)
-    .attr('viewBox', `0 0 ${width} ${height}`)
-    .attr('role', 'img')
-    .attr('aria-label', o.label)
-    .attr('tabindex', 0)
-    .attr('font-family', p.font)
-    .attr('font-size', 11.5)
-    .style('background', p.bg);
+  const svg = chartFrame(svgEl, { width, height, label: o.label, palette: p, fontSize: 11.5, focusable: true });
 
   svg
     .append('g')

@@ -3,7 +3,8 @@
  * sum to the running sum plus the term; the last bar is the total (the logit) from zero. Terms of
  * one layer (names "L{l}…") share a band, every other layer shaded; value labels have a halo of the background so they read over the axis and grid lines.
  */
-import { select, scaleLinear, scaleBand } from 'd3';
+import { scaleLinear, scaleBand } from 'd3';
+import { chartFrame, drawValueAxis } from './frame';
 import { palette } from './palette';
 import { showTooltip, hideTooltip } from './tooltip';
 import { fmt } from './format';
@@ -49,17 +50,7 @@ export function drawWaterfall(svgEl: SVGSVGElement, o: WaterfallOptions): void {
     .range([margin.top, margin.top + bh * rows.length])
     .padding(0.15);
 
-  const svg = select(svgEl);
-  svg.selectAll('*').remove();
-  svg
-    .attr('width', width)
-    .attr('height', height)
-    .attr('viewBox', `0 0 ${width} ${height}`)
-    .attr('role', 'img')
-    .attr('aria-label', o.label)
-    .attr('font-family', p.font)
-    .attr('font-size', 11)
-    .style('background', p.bg);
+  const svg = chartFrame(svgEl, { width, height, label: o.label, palette: p });
 
   // one band per run of rows of the same layer, every other one shaded
   const bands: { layer: string; from: number; to: number }[] = [];
@@ -86,35 +77,15 @@ export function drawWaterfall(svgEl: SVGSVGElement, o: WaterfallOptions): void {
         .attr('data-layer', b.layer);
   });
 
-  const ticks = x.ticks(6);
-  svg
-    .append('g')
-    .selectAll('line')
-    .data(ticks)
-    .join('line')
-    .attr('x1', (t) => x(t))
-    .attr('x2', (t) => x(t))
-    .attr('y1', margin.top)
-    .attr('y2', margin.top + bh * rows.length)
-    .attr('stroke', (t) => (t === 0 ? p.fg : p.grid))
-    .attr('stroke-width', (t) => (t === 0 ? 1 : 0.5));
-  svg
-    .append('g')
-    .selectAll('text')
-    .data(ticks)
-    .join('text')
-    .attr('x', (t) => x(t))
-    .attr('y', margin.top + bh * rows.length + 14)
-    .attr('text-anchor', 'middle')
-    .attr('fill', p.muted)
-    .text((t) => fmt(t, 2));
-  svg
-    .append('text')
-    .attr('x', (margin.left + width - margin.right) / 2)
-    .attr('y', height - 4)
-    .attr('text-anchor', 'middle')
-    .attr('fill', p.muted)
-    .text(o.valueTitle);
+  drawValueAxis(svg, {
+    x,
+    top: margin.top,
+    bottom: margin.top + bh * rows.length,
+    palette: p,
+    title: o.valueTitle,
+    titleX: (margin.left + width - margin.right) / 2,
+    titleY: height - 4,
+  });
 
   // connectors between consecutive bars
   svg
