@@ -28,10 +28,14 @@ export interface ToolDef {
   _meta?: Record<string, unknown>;
 }
 
-/** zod → JSON Schema with a root of type "object", as MCP requires for tool schemas. */
+/**
+ * zod → JSON Schema with a root of type "object", as MCP requires for tool schemas. The schema
+ * keeps its `$schema` (draft-07): MCP reads a schema without one as 2020-12, where draft-07's
+ * tuple `items: [...]` is invalid, and clients that compile it (the official client v2) refused
+ * the tools whose documents hold tuples.
+ */
 export function toObjectSchema(schema: z.ZodType, io: 'input' | 'output'): JsonSchema {
   const js = toJsonSchema(schema, io, 'draft-7');
-  delete js.$schema;
   if (js.type !== 'object') js.type = 'object'; // e.g. a root union of objects: anyOf stays as the constraint
   return js as JsonSchema;
 }
@@ -285,10 +289,12 @@ export function operationTool(op: Operation): ToolDef {
   let outputSchema: JsonSchema = output;
   if (op.long) {
     // The call returns either the document or, with as_job, a job handle.
-    const { definitions, ...doc } = output as Record<string, unknown>;
+    const { definitions, $schema, ...doc } = output as Record<string, unknown>;
+    const { $schema: _, ...handle } = toObjectSchema(jobHandle, 'output');
     outputSchema = {
+      $schema,
       type: 'object',
-      anyOf: [doc, toObjectSchema(jobHandle, 'output')],
+      anyOf: [doc, handle],
       ...(definitions ? { definitions } : {}),
     };
   }
