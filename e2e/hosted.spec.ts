@@ -88,9 +88,28 @@ async function visitTwice(context: BrowserContext, site: StaticServer): Promise<
   expect(info.crossOriginIsolated).toBe(true);
   if (info.hardwareConcurrency > 1) expect(info.wasmThreads).toBeGreaterThan(1);
   expect(nav2.n).toBe(1);
+  await checkManifest(context, second);
   await second.close();
   expect([...failures, ...failures2]).toEqual([]);
   expect([...errors, ...errors2]).toEqual([]);
+}
+
+/** The web app manifest parses, its icons load, and Chromium finds nothing against installing the page. */
+async function checkManifest(context: BrowserContext, page: Page): Promise<void> {
+  const cdp = await context.newCDPSession(page);
+  const m = (await cdp.send('Page.getAppManifest')) as { url: string; errors: unknown[]; data?: string };
+  expect(m.errors).toEqual([]);
+  const manifest = JSON.parse(m.data!);
+  expect(manifest.icons.map((i: { sizes: string }) => i.sizes)).toEqual(['192x192', '512x512', 'any']);
+  for (const icon of manifest.icons as { src: string; type: string }[]) {
+    const r = await page.request.get(new URL(icon.src, m.url).href);
+    expect(r.status(), icon.src).toBe(200);
+    expect(r.headers()['content-type']).toBe(icon.type);
+  }
+  const inst = (await cdp.send('Page.getInstallabilityErrors')) as { installabilityErrors: { errorId: string }[] };
+  // a Playwright context is an incognito profile, where nothing installs: that is the context's, not the page's
+  expect(inst.installabilityErrors.map((e) => e.errorId).filter((id) => id !== 'in-incognito')).toEqual([]);
+  await cdp.detach();
 }
 
 for (const base of ['/sub/path/', '/']) {
