@@ -366,14 +366,16 @@ async function main() {
     'first trace (page, Node WASM, page / Node)',
     'renderer peak / weights',
   ];
+  const sec = (ms: number) => (Number.isFinite(ms) ? `${(ms / 1000).toFixed(1)} s` : 'skipped');
+  const ratio = (a: number, b: number) => (Number.isFinite(a / b) ? f(a, b) : 'skipped');
   const row = [
     `${shape.name}`,
     `${backend}`,
     `${out.precision}`,
-    `cold ${(Number(out.cold_load_ms) / 1000).toFixed(1)} s / cached ${(Number(out.cached_load_ms) / 1000).toFixed(1)} s (${out.cached_requests} requests)`,
-    `from memory ${(Number(out.from_memory_session_ms) / 1000).toFixed(1)} s → cached / memory ${f(Number(out.cached_load_ms), Number(out.from_memory_session_ms))}`,
-    `first trace page ${(Number(out.first_trace_ms) / 1000).toFixed(1)} s (after a cached load ${(Number(out.cached_first_trace_ms) / 1000).toFixed(1)} s), Node WASM ${(n.trace_ms / 1000).toFixed(1)} s → ${f(Number(out.first_trace_ms), n.trace_ms)}`,
-    `renderer peak ${f(Number(out.peak_after_first), w)}× (cached ${f(Number(out.peak_cached), w)}×), Node WASM ${f(n.hwm_trace, n.weight_bytes)}×`,
+    `cold ${sec(Number(out.cold_load_ms))} / cached ${sec(Number(out.cached_load_ms))} (${out.cached_requests} requests)`,
+    `from memory ${sec(Number(out.from_memory_session_ms))} → cached / memory ${ratio(Number(out.cached_load_ms), Number(out.from_memory_session_ms))}`,
+    `first trace page ${sec(Number(out.first_trace_ms))} (after a cached load ${sec(Number(out.cached_first_trace_ms))}), Node WASM ${sec(n.trace_ms)} → ${ratio(Number(out.first_trace_ms), n.trace_ms)}`,
+    `renderer peak ${f(Number(out.peak_after_first), w)}× (cached ${f(Number(out.peak_cached), w)}×), Node WASM ${ratio(n.hwm_trace, n.weight_bytes)}×`,
   ];
   const peakNote = `renderer peak above the page before the model: ${f(Number(out.peak_after_first) - floor, w)}× the weights (cached ${f(Number(out.peak_cached) - floor, w)}×); the page before: ${(floor / 1e9).toFixed(2)} GB`;
   console.log(peakNote);
