@@ -30,6 +30,8 @@ export interface HeadlessOptions {
   /** local folders tool calls may read (load_model, sae_source, descriptions): none unless the
    * user started the companion with --allow-local DIR. `model` above is the user's own and may be any. */
   local?: LocalAccess;
+  /** the instance id handles are minted with (default: a new one) */
+  instanceId?: string;
 }
 
 type LoadFn = (
@@ -45,8 +47,8 @@ type LoadFn = (
 
 export class HeadlessExecutor implements Executor {
   readonly mode = 'headless' as const;
-  readonly instanceId = newInstanceId();
-  private store = instanceHandleStore(this.instanceId);
+  readonly instanceId: string;
+  private store: ReturnType<typeof instanceHandleStore>;
   private model?: LoadedModel;
   private queue: Promise<unknown> = Promise.resolve();
   private lookup: (name: string) => Operation | undefined;
@@ -54,6 +56,8 @@ export class HeadlessExecutor implements Executor {
   private sae?: Promise<SaeLoaders>;
 
   constructor(private o: HeadlessOptions = {}) {
+    this.instanceId = o.instanceId ?? newInstanceId();
+    this.store = instanceHandleStore(this.instanceId);
     this.lookup = o.lookup ?? getOperation;
   }
 

@@ -14,7 +14,7 @@ import { serveStdio, StdioServerTransport } from '@modelcontextprotocol/server/s
 import { operations } from '../ops/index';
 import { packageRoot, packageVersion } from '../node/package';
 import type { Executor } from './executor';
-import { HeadlessExecutor } from './headless';
+import { ThreadExecutor } from './headless-engine';
 import { JobManager } from './jobs';
 import { AppViews } from './apps';
 import { createMcpServer, newScope, type ClientScope, type JobValue } from './mcp-server';
@@ -256,10 +256,10 @@ export async function runMcp(argv: string[]): Promise<number> {
       process.stderr.write(`loupe mcp: --allow-local: ${(e as Error).message}\n`);
       return (process.exitCode = 2);
     }
-    executor = new HeadlessExecutor({ backend: a.backend, model: a.model, log, local });
+    executor = new ThreadExecutor({ backend: a.backend, model: a.model, log, local });
     if (a.allowLocal.length)
       log(`tool calls may read local folders inside: ${(local as { roots: string[] }).roots.join(', ')}`);
-    log(`headless: tools run in this process (${a.backend ?? 'node'} backend)`);
+    log(`headless: tools run in this process's engine thread (${a.backend ?? 'node'} backend)`);
     if (a.http) {
       try {
         listener = await listenHeadless(a.port, distDir, mcpRoute);

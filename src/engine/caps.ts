@@ -65,6 +65,10 @@ export const CAPS = {
   /** an attribution graph's float32 adjacency rows (chosen features + logits, each over every node), held until it is pruned */
   maxAdjacencyBytes: 1024 * MiB,
 
+  // ---- the headless companion's engine thread
+  /** MiB of JS heap the headless companion's engine thread may use (weights live outside it): past it the thread is ended, the call is TOO_LARGE, and the companion answers on */
+  engineHeapMiB: 4096,
+
   // ---- time: every request has both
   /** seconds a request may go without a byte before it fails (NETWORK_ERROR); --idle-timeout / LOUPE_IDLE_TIMEOUT */
   idleTimeoutS: 60,

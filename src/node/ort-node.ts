@@ -7,7 +7,8 @@
  * and carries an event-collector URL (mobile.events.data.microsoft.com). The library reads
  * ORT_DISABLE_TELEMETRY from the process environment; the Node binding exposes no API for it.
  * Setting process.env here sets the C environment too (Node's setenv), before the library's
- * first getenv. Child processes inherit it. tests/ort-telemetry.test.ts checks that no file is
+ * first getenv (in the main thread only: a worker thread's process.env is a copy, so the headless
+ * engine thread's starter calls this first). Child processes inherit it. tests/ort-telemetry.test.ts checks that no file is
  * written and that nothing else in src/, bench/ or tests/ loads the package directly.
  */
 import { createRequire } from 'node:module';
