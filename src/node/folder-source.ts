@@ -76,23 +76,23 @@ export class FolderSource implements ModelSource {
       if (e instanceof LoupeError) throw e;
       const code = (e as NodeJS.ErrnoException).code;
       if ((e as Error).name === 'AbortError') throw new LoupeError('ABORTED', 'The operation was cancelled.');
-      if (code === 'ENOENT') {
-        if (opts.optional) return null;
-        throw new LoupeError('FILE_NOT_FOUND', `${file} not found in ${this.dir}.`, undefined, {
-          file,
-          path: p,
-          modelExists: true,
-        });
-      }
-      throw new LoupeError('FILE_NOT_FOUND', `Cannot read ${p} (${(e as Error).message}).`, undefined, {
-        file,
-        path: p,
-        modelExists: true,
-      });
+      if (code === 'ENOENT' && opts.optional) return null;
+      throw this.readError(file, p, e);
     }
     const out = new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength);
     opts.onProgress?.({ file, loaded: out.byteLength, total: out.byteLength, done: true });
     return out;
+  }
+
+  /** FILE_NOT_FOUND for a file of this folder that is missing or cannot be read */
+  private readError(file: string, p: string, e: unknown): LoupeError {
+    const missing = (e as NodeJS.ErrnoException).code === 'ENOENT';
+    return new LoupeError(
+      'FILE_NOT_FOUND',
+      missing ? `${file} not found in ${this.dir}.` : `Cannot read ${p} (${(e as Error).message}).`,
+      undefined,
+      { file, path: p, modelExists: true },
+    );
   }
 
   /** A positioned read: the rest of the file is never touched (headers of multi-GB shards). */
@@ -104,19 +104,8 @@ export class FolderSource implements ModelSource {
     try {
       fh = await fsp.open(p, 'r');
     } catch (e) {
-      if ((e as NodeJS.ErrnoException).code === 'ENOENT') {
-        if (opts.optional) return null;
-        throw new LoupeError('FILE_NOT_FOUND', `${file} not found in ${this.dir}.`, undefined, {
-          file,
-          path: p,
-          modelExists: true,
-        });
-      }
-      throw new LoupeError('FILE_NOT_FOUND', `Cannot read ${p} (${(e as Error).message}).`, undefined, {
-        file,
-        path: p,
-        modelExists: true,
-      });
+      if ((e as NodeJS.ErrnoException).code === 'ENOENT' && opts.optional) return null;
+      throw this.readError(file, p, e);
     }
     try {
       const size = (await fh.stat()).size;

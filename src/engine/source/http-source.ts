@@ -185,6 +185,20 @@ class Retryable extends Error {
   }
 }
 
+/** A status that is neither 200 nor 206 after the cases a caller handles: a server error (5xx) is retried, any other is HTTP_ERROR. */
+async function refuseStatus(status: number, file: string, url: string, drop: () => unknown): Promise<never> {
+  await drop();
+  if (status >= 500)
+    throw new Retryable(
+      new LoupeError('HTTP_ERROR', `Server error ${status} for ${url}.`, 'The server had a problem; try again later.', {
+        file,
+        url,
+        status,
+      }),
+    );
+  throw new LoupeError('HTTP_ERROR', `Unexpected HTTP ${status} for ${url}.`, undefined, { file, url, status });
+}
+
 /** Where downloaded bytes go: memory (ByteBuffer) or a cache's sink (disk). */
 interface Sink {
   readonly length: number;
@@ -504,25 +518,7 @@ export abstract class HttpSource implements ModelSource {
       const m = /\/(\d+)\s*$/.exec(res.headers.get('content-range') ?? '');
       return { bytes: new Uint8Array(0), size: m ? Number(m[1]) : offset };
     }
-    if (res.status >= 500) {
-      await drop();
-      throw new Retryable(
-        new LoupeError(
-          'HTTP_ERROR',
-          `Server error ${res.status} for ${url}.`,
-          'The server had a problem; try again later.',
-          { file, url, status: res.status },
-        ),
-      );
-    }
-    if (res.status !== 200 && res.status !== 206) {
-      await drop();
-      throw new LoupeError('HTTP_ERROR', `Unexpected HTTP ${res.status} for ${url}.`, undefined, {
-        file,
-        url,
-        status: res.status,
-      });
-    }
+    if (res.status !== 200 && res.status !== 206) await refuseStatus(res.status, file, url, drop);
     let size: number | null;
     let skip = 0;
     if (res.status === 206) {
@@ -704,25 +700,7 @@ export abstract class HttpSource implements ModelSource {
         true,
       );
     }
-    if (res.status >= 500) {
-      await drop();
-      throw new Retryable(
-        new LoupeError(
-          'HTTP_ERROR',
-          `Server error ${res.status} for ${url}.`,
-          'The server had a problem; try again later.',
-          { file, url, status: res.status },
-        ),
-      );
-    }
-    if (res.status !== 200 && res.status !== 206) {
-      await drop();
-      throw new LoupeError('HTTP_ERROR', `Unexpected HTTP ${res.status} for ${url}.`, undefined, {
-        file,
-        url,
-        status: res.status,
-      });
-    }
+    if (res.status !== 200 && res.status !== 206) await refuseStatus(res.status, file, url, drop);
 
     const etag = res.headers.get('etag') ?? undefined;
     const encoded = (res.headers.get('content-encoding') ?? 'identity').toLowerCase() !== 'identity';
