@@ -440,3 +440,46 @@ test('7. activations shows the values per position and unit, and the top units a
   await shots(page, 'activations-values', '[data-testid=activations-values]');
   expect(errors).toEqual([]);
 });
+
+test('8. a failed backend switch leaves the dropdown on the backend in use; a software WebGPU adapter is said to be slow before any run', async ({
+  site,
+}) => {
+  const b = await chromium.launch({
+    executablePath: process.env.LOUPE_CHROMIUM ?? '/usr/bin/chromium',
+    args: CHROMIUM_ARGS.filter((a) => a !== '--enable-unsafe-webgpu'),
+  });
+  try {
+    const p = await (await b.newContext({ viewport: { width: 1280, height: 800 } })).newPage();
+    await openReady(p, site.url);
+    await p.locator('#backend').selectOption('webgpu');
+    await expect(p.locator('[data-testid=notice]').filter({ hasText: 'Could not switch to webgpu' })).toBeVisible();
+    await expect(p.locator('#backend')).toHaveValue('auto');
+    await expect(p.getByTestId('status-backend')).toContainText('wasm');
+    await expect(p.getByTestId('slow-backend')).toHaveCount(0);
+  } finally {
+    await b.close();
+  }
+
+  // SwiftShader: WebGPU exists, on a software adapter
+  await useBundled();
+  await page.locator('#backend').selectOption('webgpu');
+  await page.waitForFunction(
+    () =>
+      (globalThis as any).__loupe.model?.info.backend === 'webgpu' &&
+      (globalThis as any).__loupe.modelStatus === 'ready',
+    null,
+    { timeout: 120_000 },
+  );
+  await page.getByTestId('tab-trace').click();
+  await expect(page.getByTestId('slow-backend')).toContainText('software adapter');
+  await shots(page, 'slow-backend');
+  await page.locator('#backend').selectOption('wasm');
+  await page.waitForFunction(
+    () =>
+      (globalThis as any).__loupe.model?.info.backend === 'wasm' && (globalThis as any).__loupe.modelStatus === 'ready',
+  );
+  await expect(page.getByTestId('slow-backend')).toHaveCount(0);
+  // onnxruntime's WebGPU session logs its CPU-assigned shape nodes as console errors: not the page's
+  expect(errors.filter((e) => !/\[W:onnxruntime:/.test(e))).toEqual([]);
+  errors.length = 0;
+});

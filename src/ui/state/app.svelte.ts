@@ -59,6 +59,8 @@ export class AppState {
       weights: () => this.prefs.weights,
       onLoaded: (m, previous) => {
         if (previous && !sameModel(previous.ref, m.ref)) this.modelChanged(m);
+        // whether the WebGPU adapter is a software one (slowBackend) is in the Doctor's probe
+        if (m.info.backend === 'webgpu' && !this.doctor.info) void this.doctor.run();
         this.share.modelLoaded();
       },
     });
@@ -195,14 +197,38 @@ export class AppState {
       );
   }
 
+  /**
+   * Switch the backend: the model loads again on it. A switch that fails leaves the model where it
+   * was (the worker only swaps on success), so the choice goes back too: the dropdown and the
+   * backend in use agree, and a notice says why.
+   */
   setBackend(b: BackendChoice): void {
+    const prev = this.prefs.backend;
     this.prefs.setBackend(b);
-    this.models.reload();
+    void this.models.reload().then((ok) => {
+      const err = this.models.error;
+      if (ok || !err || !this.models.model || this.prefs.backend !== b) return;
+      this.prefs.setBackend(prev);
+      this.notices.notify(
+        'warn',
+        `Could not switch to ${b}: ${err.message} Still on ${this.models.model.info.backend}.`,
+        10000,
+      );
+    });
+  }
+
+  /** a warning before any run when the backend in use is slow (WebGPU on a software adapter), else null */
+  get slowBackend(): string | null {
+    if (this.models.model?.info.backend !== 'webgpu' || !this.doctor.info?.gpu.isFallbackAdapter) return null;
+    return (
+      'WebGPU here is a software adapter (no GPU): operations run far slower than on WASM (patch took 55 s ' +
+      'against 1.05 s in one measurement). Choose WASM unless you are testing WebGPU itself.'
+    );
   }
 
   setWeights(w: WeightsMode): void {
     this.prefs.setWeights(w);
-    this.models.reload();
+    void this.models.reload();
   }
 
   private onWorkerRestart(reason: string): void {
@@ -215,7 +241,7 @@ export class AppState {
     );
     void this.loadOps();
     // a load under way when the worker went retries by itself (ModelStore.load)
-    if (!this.models.loading) this.models.reload({ quiet: true });
+    if (!this.models.loading) void this.models.reload({ quiet: true });
   }
 
   // ---------- operations ----------

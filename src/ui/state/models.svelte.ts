@@ -101,9 +101,9 @@ export class ModelStore {
     return this.d.exclusive(() => this.doLoad(choice, opts));
   }
 
-  /** load the current model again (after a backend change or a worker restart) */
-  reload(opts: { quiet?: boolean } = {}): void {
-    if (this.current) void this.load(this.current, opts);
+  /** load the current model again (after a backend change or a worker restart); false: it failed or there was none */
+  reload(opts: { quiet?: boolean } = {}): Promise<boolean> {
+    return this.current ? this.load(this.current, opts) : Promise.resolve(false);
   }
 
   private async doLoad(choice: ModelChoice, opts: { quiet?: boolean; retried?: boolean }): Promise<boolean> {
