@@ -3,7 +3,7 @@
  * plain (logits-only) graph — the engine's API only exposes the hooked graph, so the bench builds
  * the plain one itself with the engine's own graph builder and session factory.
  */
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describeModel } from '../src/engine/arch';
@@ -126,6 +126,54 @@ export function readMem(): MemReading {
     rss_anon: kb('RssAnon', status),
     rss_file: kb('RssFile', status),
   };
+}
+
+/**
+ * The largest peak RSS (VmHWM) among the Chromium processes of one `--type` (renderer: the page
+ * and its worker; gpu-process) that descend from this process: the browser this bench launched,
+ * never another program's Chromium on a shared machine.
+ */
+export function chromiumPeak(type = 'renderer', root = process.pid): number {
+  const parent = new Map<number, number>();
+  const cmds = new Map<number, string>();
+  for (const d of readdirSync('/proc').filter((p) => /^\d+$/.test(p))) {
+    try {
+      const stat = readFileSync(`/proc/${d}/stat`, 'utf8');
+      parent.set(Number(d), Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]));
+      cmds.set(Number(d), readFileSync(`/proc/${d}/cmdline`, 'utf8'));
+    } catch {
+      /* gone */
+    }
+  }
+  const descends = (pid: number) => {
+    for (let p = parent.get(pid), n = 0; p !== undefined && p > 1 && n < 64; p = parent.get(p), n++)
+      if (p === root) return true;
+    return false;
+  };
+  let max = 0;
+  for (const [pid, cmd] of cmds) {
+    if (!cmd.includes(`--type=${type}`) || !cmd.includes('chromium') || !descends(pid)) continue;
+    try {
+      max = Math.max(max, Number(/VmHWM:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))![1]) * 1024);
+    } catch {
+      /* gone */
+    }
+  }
+  return max;
+}
+
+/**
+ * chromiumPeak read every `ms` until stop(): VmHWM is not a true peak for Chromium, whose
+ * allocators return memory with madvise (the kernel's high-water mark is not updated then, so a
+ * later reading can be lower than an earlier one); the running maximum of the readings is.
+ */
+export function chromiumPeakSampler(type = 'renderer', ms = 250) {
+  let max = 0;
+  const read = () => (max = Math.max(max, chromiumPeak(type)));
+  read();
+  const timer = setInterval(read, ms);
+  timer.unref();
+  return { peak: read, stop: () => clearInterval(timer) };
 }
 
 // ------------------------------------------------------------------ versions

@@ -20,7 +20,7 @@
  */
 import { spawnSync } from 'node:child_process';
 import { createServer } from 'node:http';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, createReadStream } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, createReadStream } from 'node:fs';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import { chromium } from 'playwright-core';
@@ -33,28 +33,13 @@ import { buildModelGraph } from '../src/engine/graph/build-model';
 import { pieceGraph, type Piece } from '../src/engine/runtime/pieces';
 import { q8WeightSet } from '../src/engine/q8';
 import type { WeightPrecision } from '../src/engine/precision';
-import { ROOT } from './lib';
+import { chromiumPeak, ROOT } from './lib';
 import { mdTable, startResults } from './results';
 import { SHAPES, generate } from './scale';
 import { useScratchCacheDir } from '../tests/helpers/scratch-cache';
 
 const CHROMIUM = process.env.LOUPE_CHROMIUM ?? '/usr/bin/chromium';
 const PROMPT = 'The quick brown fox jumps over the lazy';
-
-/** peak RSS of Chromium's renderer processes (the page and its worker), or of its GPU process (WebGPU buffers: SwiftShader keeps them in its memory) */
-function rendererPeak(type = 'renderer'): number {
-  let max = 0;
-  for (const pid of readdirSync('/proc').filter((p) => /^\d+$/.test(p))) {
-    try {
-      const cmd = readFileSync(`/proc/${pid}/cmdline`, 'utf8');
-      if (!cmd.includes(`--type=${type}`) || !cmd.includes('chromium')) continue;
-      max = Math.max(max, Number(/VmHWM:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))![1]) * 1024);
-    } catch {
-      /* gone */
-    }
-  }
-  return max;
-}
 
 /** onnxruntime-web creating a session from bytes in memory, in a bare cross-origin-isolated page */
 async function fromMemory(
@@ -246,7 +231,7 @@ async function main() {
     await ready();
     // the renderer with the page and its bundled model, before the big model: what the browser
     // costs whatever the model (the peaks below are also given over the weights above this floor)
-    note('renderer_before', rendererPeak());
+    note('renderer_before', chromiumPeak());
     const load = async () => {
       await page.evaluate(
         ({ id, endpoint, weights, backend }) => {
@@ -261,7 +246,7 @@ async function main() {
       return page.evaluate(() => (globalThis as any).__loupe.models.model.loadMs as number);
     };
     note('cold_load_ms', Math.round(await load()));
-    note('peak_after_load', rendererPeak());
+    note('peak_after_load', chromiumPeak());
     const info = await page.evaluate(() => (globalThis as any).__loupe.models.model.info);
     note('weight_bytes', info.weight_bytes);
     note('precision', info.weights);
@@ -274,8 +259,8 @@ async function main() {
         PROMPT,
       );
     note('first_trace_ms', await timed(trace()));
-    note('peak_after_first', rendererPeak());
-    if (backend === 'webgpu') note('gpu_process_peak', rendererPeak('gpu-process'));
+    note('peak_after_first', chromiumPeak());
+    if (backend === 'webgpu') note('gpu_process_peak', chromiumPeak('gpu-process'));
     await page.waitForFunction(() => (globalThis as any).__loupe.models.memory?.weightBytes > 0, null, {
       timeout: 600_000,
     });
@@ -322,8 +307,8 @@ async function main() {
         ),
       ),
     );
-    note('peak_cached', rendererPeak());
-    if (cachedBackend === 'webgpu') note('gpu_process_peak_cached', rendererPeak('gpu-process'));
+    note('peak_cached', chromiumPeak());
+    if (cachedBackend === 'webgpu') note('gpu_process_peak_cached', chromiumPeak('gpu-process'));
     note('memory_cached', await page2.evaluate(() => (globalThis as any).__loupe.models.memory));
     await page2.close();
     if (!skip.has('memory'))

@@ -45,6 +45,7 @@ export const SHAPES: Shape[] = [
   { name: 'llama-3.2-1b', family: 'llama', D: 2048, L: 16, H: 32, Hkv: 8, Dh: 64, M: 8192, V: 128256, tied: true },
   { name: 'gemma-2-2b', family: 'gemma2', D: 2304, L: 26, H: 8, Hkv: 4, Dh: 256, M: 9216, V: 256000, tied: true },
   { name: 'gemma-3-1b', family: 'gemma3_text', D: 1152, L: 26, H: 4, Hkv: 1, Dh: 256, M: 6912, V: 262144, tied: true },
+  { name: 'gemma-3-270m', family: 'gemma3_text', D: 640, L: 18, H: 4, Hkv: 1, Dh: 256, M: 2048, V: 262144, tied: true },
 ];
 
 function config(s: Shape): Record<string, unknown> {
