@@ -17,6 +17,7 @@ import {
   runOp,
   shot,
   pageDoc,
+  loadFromHub,
   SHARED_MODELS,
   PROMPT,
   shotWidthsThemes,
@@ -322,13 +323,7 @@ test('Gemma 3, Phi-3 / Phi-4-mini (longrope short and long) and OLMo 2 on WebGPU
     for (const { n, rm } of models) {
       const repo = `loupe-test/${n}`;
       hub.addRepo(repo, rm.dir);
-      await page.getByRole('tab', { name: 'Hub' }).click();
-      if (!(await page.getByTestId('hub-endpoint').isVisible()))
-        await page.getByRole('button', { name: /show endpoint/i }).click();
-      await page.getByTestId('hub-endpoint').fill(hub.url);
-      await page.getByTestId('hub-endpoint').dispatchEvent('change');
-      await page.getByTestId('hub-id').fill(repo);
-      await page.getByTestId('load-hub').click();
+      await loadFromHub(page, hub.url, repo);
       await page.waitForFunction(
         (id) =>
           (globalThis as any).__loupe.model?.info.id === id && (globalThis as any).__loupe.modelStatus === 'ready',
