@@ -113,6 +113,7 @@ export const datasetReport = z.object({
   sha256: z.string().describe('SHA-256 of the canonical JSON of the pairs as given (before tokenizing)'),
   sample: z
     .array(pairSchema.extend({ index: z.number().int(), used: z.boolean() }))
+    .optional() // documents made before it existed stay valid
     .describe(`the first ${DATASET_SAMPLE} pairs as given, each with its index and whether it was used (not dropped)`),
 });
 export type DatasetReport = z.infer<typeof datasetReport>;
