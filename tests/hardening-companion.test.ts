@@ -10,6 +10,7 @@
  *   - its peak RSS (VmHWM; the CLI's from /usr/bin/time) stayed under PEAK_BYTES;
  *   - the cache grew by no more than the attacked repository's honest files (the plan);
  *   - the companion answers loupe_status and gives the same trace as before the first attack.
+ * And the engine thread (bridge/headless-engine.ts) past its heap limit: TOO_LARGE, and it is replaced.
  * The in-process checks of each fix are in hardening-downloads/hardening-limits.test.ts.
  */
 import { execFile } from 'node:child_process';
@@ -21,6 +22,8 @@ import { CAPS, maxTextChars } from '../src/engine/caps';
 import { startHostileHub, type HostileHub } from './helpers/hostile-hub';
 import { BIN, Companion, ROOT, int, rng } from './helpers/hostile';
 import { SHARED } from './helpers/shared';
+import { ThreadExecutor } from '../src/bridge/headless-engine';
+import { toLoupeError } from '../src/engine/errors';
 
 const SEED = Number(process.env.LOUPE_HOSTILE_SEED ?? 20261202);
 /** peak resident memory any process may reach during an attack (the old code reached 3.2–6.7 GB) */
@@ -254,4 +257,21 @@ describe('the CLI attacked by a hostile Hub', () => {
       );
     },
   );
+});
+
+describe('the headless engine thread past its heap limit', () => {
+  it('a run that needs more heap than the thread may have: TOO_LARGE, the thread replaced, the executor answers', async () => {
+    // 6 MiB: loading even the bundled model needs more, so the first call reaches the limit
+    const ex = new ThreadExecutor({ heapMiB: 6 });
+    try {
+      const e = await ex.execute('trace', TRACE_ARGS, { deadline: Date.now() + HANG_MS }).then(
+        () => null,
+        (err) => toLoupeError(err),
+      );
+      expect([e?.code, e?.message]).toEqual(['TOO_LARGE', expect.stringContaining('engineHeapMiB')]);
+      expect(await ex.status()).toMatchObject({ engine_thread: { busy: false, restarts: 1 } });
+    } finally {
+      await ex.close();
+    }
+  });
 });
