@@ -10,6 +10,7 @@
  *    generation loop can edit features (`{hook}.hook_sae_acts_post`) while it generates.
  */
 import { z } from 'zod';
+import { SharedLoads } from './shared-load';
 import type { LoadedModel, SaeInfo, RunOptions } from '../../engine/api';
 import type { Tensor } from '../../engine/tensor';
 import { LoupeError, throwIfAborted } from '../../engine/errors';
@@ -80,7 +81,7 @@ export function saeIdOf(ref: SaeRef): string {
   return `${ref.source.trim()}${path ? `/${path}` : ''}`;
 }
 
-const registry = new WeakMap<LoadedModel, Map<string, Promise<AttachedSae>>>();
+const loads = new SharedLoads<AttachedSae>();
 
 function attached(
   model: LoadedModel,
@@ -110,22 +111,9 @@ function attached(
  */
 export async function ensureSae(model: LoadedModel, ref: SaeRef, ctx: OpContext): Promise<AttachedSae> {
   const id = saeIdOf(ref);
-  let byId = registry.get(model);
-  if (!byId) registry.set(model, (byId = new Map()));
-  const existing = byId.get(id);
-  if (existing) {
-    try {
-      return await existing;
-    } catch (e) {
-      // another call's cancellation is not ours: load again
-      if (!(e instanceof LoupeError && e.code === 'ABORTED') || ctx.signal?.aborted) throw e;
-    }
-  }
-  const known = model.saes().find((s) => s.id === id);
-  let p: Promise<AttachedSae>;
-  if (known) {
-    p = Promise.resolve(attached(model, id, ref, known, null));
-  } else {
+  return loads.get(model, id, ctx.signal, async () => {
+    const known = model.saes().find((s) => s.id === id);
+    if (known) return attached(model, id, ref, known, null);
     if (!ctx.loadSae) {
       throw new LoupeError(
         'INTERNAL',
@@ -133,28 +121,20 @@ export async function ensureSae(model: LoadedModel, ref: SaeRef, ctx: OpContext)
         'This is a bug in Loupe: every surface should provide an SAE loader; please report it.',
       );
     }
-    const load = ctx.loadSae;
-    p = (async () => {
-      throwIfAborted(ctx.signal);
-      const files = await load(ref, {
-        signal: ctx.signal,
-        onProgress: (f) =>
-          ctx.onProgress?.({
-            stage: `loading SAE ${f.file}${f.cached ? ' (cached)' : ''}`,
-            done: f.loaded,
-            total: f.total ?? f.loaded,
-          }),
-      });
-      throwIfAborted(ctx.signal);
-      const info = model.attachSae(files, id);
-      return attached(model, id, ref, info, files.cfg);
-    })();
-  }
-  byId.set(id, p);
-  p.catch(() => {
-    if (byId!.get(id) === p) byId!.delete(id);
+    throwIfAborted(ctx.signal);
+    const files = await ctx.loadSae(ref, {
+      signal: ctx.signal,
+      onProgress: (f) =>
+        ctx.onProgress?.({
+          stage: `loading SAE ${f.file}${f.cached ? ' (cached)' : ''}`,
+          done: f.loaded,
+          total: f.total ?? f.loaded,
+        }),
+    });
+    throwIfAborted(ctx.signal);
+    const info = model.attachSae(files, id);
+    return attached(model, id, ref, info, files.cfg);
   });
-  return p;
 }
 
 export function checkFeature(sae: AttachedSae, feature: number, field = 'feature'): void {

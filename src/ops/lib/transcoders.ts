@@ -7,6 +7,7 @@
  *  - the document's block describing the set.
  */
 import { z } from 'zod';
+import { SharedLoads } from './shared-load';
 import type { LoadedModel, LocalReplacement, TranscoderInfo } from '../../engine/api';
 import { LoupeError, throwIfAborted } from '../../engine/errors';
 import { transcoderIdOf } from '../../engine/transcoder';
@@ -58,7 +59,7 @@ export function transcoderBlock(info: TranscoderInfo, ref: SaeRef): z.infer<type
   return { ...rest, source: ref.source, path: ref.path };
 }
 
-const registry = new WeakMap<LoadedModel, Map<string, Promise<TranscoderInfo>>>();
+const loads = new SharedLoads<TranscoderInfo>();
 
 const gib = (b: number) => `${(b / 1024 ** 3).toFixed(2)} GiB`;
 
@@ -91,49 +92,30 @@ function judgeSize(info: TranscoderInfo): void {
  */
 export async function ensureTranscoders(model: LoadedModel, ref: SaeRef, ctx: OpContext): Promise<TranscoderInfo> {
   const id = transcoderIdOf(ref.source, ref.path);
-  let byId = registry.get(model);
-  if (!byId) registry.set(model, (byId = new Map()));
-  const existing = byId.get(id);
-  if (existing) {
-    try {
-      return await existing;
-    } catch (e) {
-      if (!(e instanceof LoupeError && e.code === 'ABORTED') || ctx.signal?.aborted) throw e;
-    }
-  }
-  const known = model.transcoderSets().find((t) => t.id === id);
-  let p: Promise<TranscoderInfo>;
-  if (known) p = Promise.resolve(known);
-  else {
+  return loads.get(model, id, ctx.signal, async () => {
+    const known = model.transcoderSets().find((t) => t.id === id);
+    if (known) return known;
     if (!ctx.loadTranscoders)
       throw new LoupeError(
         'INTERNAL',
         'This surface cannot load transcoders (no loadTranscoders in the operation context).',
         'This is a bug in Loupe: every surface should provide a transcoder loader; please report it.',
       );
-    const load = ctx.loadTranscoders;
-    p = (async () => {
-      throwIfAborted(ctx.signal);
-      const files = await load(ref, {
-        nLayers: model.info.n_layers,
-        signal: ctx.signal,
-        judge: (headers) => judgeSize(model.checkTranscoders(headers, id)),
-        onProgress: (f) =>
-          ctx.onProgress?.({
-            stage: `loading transcoders ${f.file}${f.cached ? ' (cached)' : ''}`,
-            done: f.overall?.loaded ?? f.loaded,
-            total: f.overall?.total ?? f.total ?? f.loaded,
-          }),
-      });
-      throwIfAborted(ctx.signal);
-      return model.attachTranscoders(files, id);
-    })();
-  }
-  byId.set(id, p);
-  p.catch(() => {
-    if (byId!.get(id) === p) byId!.delete(id);
+    throwIfAborted(ctx.signal);
+    const files = await ctx.loadTranscoders(ref, {
+      nLayers: model.info.n_layers,
+      signal: ctx.signal,
+      judge: (headers) => judgeSize(model.checkTranscoders(headers, id)),
+      onProgress: (f) =>
+        ctx.onProgress?.({
+          stage: `loading transcoders ${f.file}${f.cached ? ' (cached)' : ''}`,
+          done: f.overall?.loaded ?? f.loaded,
+          total: f.overall?.total ?? f.total ?? f.loaded,
+        }),
+    });
+    throwIfAborted(ctx.signal);
+    return model.attachTranscoders(files, id);
   });
-  return p;
 }
 
 const prepared = new WeakMap<LoadedModel, { key: string; rep: Promise<LocalReplacement> }>();
