@@ -257,3 +257,36 @@ test('a new deploy: the page says a new version is ready, reloads on the click, 
     rmSync(root, { recursive: true, force: true });
   }
 });
+
+test('an offline copy that cannot be written (a shell file the host lost): a notice says why, and the page is still isolated and traces from the network', async ({
+  browser,
+}: {
+  browser: Browser;
+}) => {
+  // the same path as a full storage: the install's cache write fails part-way and the partial cache is dropped
+  const root = mkdtempSync(join(tmpdir(), 'loupe-lost-'));
+  cpSync('dist', root, { recursive: true });
+  rmSync(join(root, 'models', 'stories260K', 'README.md'));
+  const site: StaticServer = await servePlain(0, '/sub/path/', root);
+  const context = await browser.newContext();
+  try {
+    const page = await context.newPage();
+    const errors = watchErrors(page);
+    await page.goto(site.url);
+    await page.waitForFunction(() => crossOriginIsolated, null, { timeout: 90_000 });
+    const notice = page.getByTestId('notice').filter({ hasText: 'could not keep an offline copy' });
+    await expect(notice).toContainText('models/stories260K/README.md: HTTP 404');
+    expect(await page.evaluate(() => caches.keys())).toEqual([]);
+    await waitModelReady(page);
+    await traceHeatmap(page);
+    await page.getByRole('button', { name: 'Doctor' }).click();
+    await expect(page.getByTestId('doc-sw')).toContainText('no offline copy');
+    await page.screenshot({ path: '/tmp/hosted-no-cache.png' });
+    // the service worker's own fetch of the lost file is the one failure
+    expect(errors.filter((e) => !/Failed to load resource.*404/.test(e))).toEqual([]);
+  } finally {
+    await context.close();
+    await site.close();
+    rmSync(root, { recursive: true, force: true });
+  }
+});

@@ -64,10 +64,8 @@ sw.addEventListener('message', (e) => {
 async function answer(req: Request): Promise<Response> {
   const file = shellFile(req.url, scope(), FILES, req.mode === 'navigate');
   if (file) {
-    const hit = await caches
-      .open(CACHE)
-      .then((c) => c.match(new URL(file, scope()).href))
-      .catch(() => undefined);
+    // caches.match, not caches.open(CACHE).match: open would make an empty cache of that name where none was written
+    const hit = await caches.match(new URL(file, scope()).href, { cacheName: CACHE }).catch(() => undefined);
     if (hit) return withIsolation(await rangeFromCache(hit, req.headers.get('range')));
   }
   return withIsolation(await fetch(req));
