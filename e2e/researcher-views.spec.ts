@@ -216,6 +216,9 @@ test('9. tabs answer Home/End, the form names a bad layer or head itself, the pi
   const labels = await page.locator('[data-testid=session-entry][data-op=trace] .mono').allTextContents();
   expect(labels[0]).not.toBe(labels[1]);
   expect(labels[0]).toMatch(/park$/);
+  // and the sidebar shows them whole (no ellipsis of its own cutting off where they differ)
+  for (const btn of await page.locator('[data-testid=session-entry][data-op=trace] button.left').all())
+    expect(await btn.evaluate((e) => e.scrollWidth <= e.clientWidth + 1)).toBe(true);
   const bBtn = page.getByTestId('session-b').first();
   await bBtn.click();
   await bBtn.hover();
@@ -482,4 +485,40 @@ test('8. a failed backend switch leaves the dropdown on the backend in use; a so
   // onnxruntime's WebGPU session logs its CPU-assigned shape nodes as console errors: not the page's
   expect(errors.filter((e) => !/\[W:onnxruntime:/.test(e))).toEqual([]);
   errors.length = 0;
+});
+
+test('9. compare has a Δ for the waterfall terms and the top neurons of two traces, not only the head grid', async () => {
+  await useBundled();
+  const docs = [];
+  for (const prompt of [PROMPT, PROMPT.replace('little', 'big')]) {
+    await page.getByTestId('prompt').fill(prompt);
+    await runOp(page, 'trace');
+    docs.push(await pageDoc(page, 'trace'));
+  }
+  const [a, b] = docs;
+  const entries = page.locator('[data-testid=session-entry][data-op=trace]');
+  await entries.nth(1).getByTestId('session-a').click();
+  await entries.nth(0).getByTestId('session-b').click();
+  const cmp = page.getByTestId('compare');
+  await cmp.getByTestId('compare-grid').selectOption('terms');
+  await expect(cmp.locator('[data-testid=compare-delta] rect.cell')).toHaveCount(a.decomposition.terms.length);
+  const i = a.decomposition.terms.findIndex((t: any) => t.name === 'L1H2');
+  const d = cmp.locator(`[data-testid=compare-delta] rect.cell[data-row="${i}"]`);
+  expect(Number(await d.getAttribute('data-value'))).toBeCloseTo(
+    b.decomposition.terms[i].value - a.decomposition.terms[i].value,
+    6,
+  );
+  await shots(page, 'compare-terms', '[data-testid=compare]');
+
+  await cmp.getByTestId('compare-grid').selectOption('top_neurons');
+  await expect(cmp.locator('[data-testid=compare-delta] rect.cell')).toHaveCount(a.top_neurons.length * 2);
+  const shared = a.top_neurons.findIndex((n: any) =>
+    b.top_neurons.some((m: any) => m.layer === n.layer && m.neuron === n.neuron),
+  );
+  expect(shared).toBeGreaterThanOrEqual(0);
+  const n = a.top_neurons[shared];
+  const m = b.top_neurons.find((x: any) => x.layer === n.layer && x.neuron === n.neuron);
+  const cell = cmp.locator(`[data-testid=compare-delta] rect.cell[data-row="${shared}"][data-col="0"]`);
+  expect(Number(await cell.getAttribute('data-value'))).toBeCloseTo(m.logit_attribution - n.logit_attribution, 6);
+  expect(errors).toEqual([]);
 });

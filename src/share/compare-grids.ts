@@ -22,6 +22,11 @@ export interface Grid {
   /** what the rows and columns are, for the reason a Δ is refused ("positions", "heads" …) */
   rowsAre: string;
   colsAre: string;
+  /**
+   * rows are a ranked selection (a run's top neurons): the Δ is taken on the rows both name, the
+   * others have none (said in its note), instead of no Δ at all
+   */
+  partialRows?: boolean;
 }
 
 type Doc = any;
@@ -71,6 +76,27 @@ const GRIDS: Record<string, (doc: Doc) => Grid[]> = {
       cols: headLabels(d.head_attribution[0]?.length ?? 0),
       rowsAre: 'layers',
       colsAre: 'heads',
+    },
+    {
+      key: 'terms',
+      what: 'decomposition terms (logits)',
+      values: d.decomposition.terms.map((t: Doc) => [t.value]),
+      kind: 'diverging',
+      rows: d.decomposition.terms.map((t: Doc) => String(t.name)),
+      cols: ['value'],
+      rowsAre: 'terms',
+      colsAre: 'values',
+    },
+    {
+      key: 'top_neurons',
+      what: 'top neurons: DLA and activation',
+      values: d.top_neurons.map((n: Doc) => [n.logit_attribution, n.activation]),
+      kind: 'diverging',
+      rows: d.top_neurons.map((n: Doc) => `L${n.layer}N${n.neuron}`),
+      cols: ['DLA (logits)', 'activation'],
+      rowsAre: 'neurons',
+      colsAre: 'values',
+      partialRows: true,
     },
   ],
   logit_lens: (d) => [
@@ -261,10 +287,12 @@ export function deltaOf(docA: Doc, docB: Doc, a: Grid | undefined, b: Grid | und
         `Not comparable: A ran on ${mA || 'an unknown model'} and B on ${mB || 'an unknown model'}; ` +
         'their layers, heads and positions are not the same quantities. Both are shown, without a Δ.',
     };
-  const axis = (xa: string[], xb: string[], are: string, name: 'rows' | 'cols') => {
+  const axis = (xa: string[], xb: string[], are: string, name: 'rows' | 'cols', partial = false) => {
     const ka = xa.map((x) => keyOf(x, are)),
       kb = xb.map((x) => keyOf(x, are));
     const ib = new Map(kb.map((k, i) => [k, i]));
+    if (partial && new Set(ka).size === ka.length)
+      return { ib, ka, differ: [] as string[], missing: ka.filter((k) => !ib.has(k)) };
     if (ka.length !== kb.length || new Set(ka).size !== ka.length || !ka.every((k) => ib.has(k))) {
       const why = are === 'positions' ? ' — the prompts have different token counts' : '';
       return {
@@ -275,23 +303,30 @@ export function deltaOf(docA: Doc, docB: Doc, a: Grid | undefined, b: Grid | und
       };
     }
     const differ = are === 'positions' ? xa.filter((x, i) => x !== xb[ib.get(ka[i])!]).map((x) => keyOf(x, are)) : [];
-    return { ib, ka, differ };
+    return { ib, ka, differ, missing: [] as string[] };
   };
-  const r = axis(a.rows, b.rows, a.rowsAre, 'rows');
+  const r = axis(a.rows, b.rows, a.rowsAre, 'rows', !!a.partialRows && !!b.partialRows);
   if ('error' in r) return { ok: false, reason: r.error! };
   const c = axis(a.cols, b.cols, a.colsAre, 'cols');
   if ('error' in c) return { ok: false, reason: c.error! };
   const values = r.ka.map((rk, i) =>
     c.ka.map((ck, j) => {
+      const ri = r.ib.get(rk);
       const va = a.values[i]?.[j],
-        vb = b.values[r.ib.get(rk)!]?.[c.ib.get(ck)!];
+        vb = ri === undefined ? undefined : b.values[ri]?.[c.ib.get(ck)!];
       return typeof va === 'number' && typeof vb === 'number' ? vb - va : null;
     }),
   );
   const differ = [...new Set([...r.differ, ...c.differ])];
-  const note = differ.length
-    ? `Position${differ.length > 1 ? 's' : ''} ${differ.join(', ')} hold${differ.length > 1 ? '' : 's'} ` +
-      'different tokens in A and B: there the Δ compares different inputs at the same place.'
-    : null;
+  const notes = [
+    differ.length
+      ? `Position${differ.length > 1 ? 's' : ''} ${differ.join(', ')} hold${differ.length > 1 ? '' : 's'} ` +
+        'different tokens in A and B: there the Δ compares different inputs at the same place.'
+      : '',
+    r.missing.length
+      ? `${r.missing.join(', ')} ${r.missing.length > 1 ? 'are' : 'is'} in A's list of ${a.rowsAre} but not in B's: no Δ there.`
+      : '',
+  ].filter(Boolean);
+  const note = notes.length ? notes.join(' ') : null;
   return { ok: true, values, rows: a.rows, cols: a.cols, note };
 }
