@@ -182,7 +182,10 @@ export interface EngineWorkerApi {
   /** the page instance id that handles are minted with (src/ops/lib/handles.ts) */
   configure(opts: { instanceId: string }): Promise<void>;
   listOperations(): Promise<OperationInfo[]>;
-  /** documents from outside (a link's result, a session file's entries) checked against their operation's output schema and Loupe's limits: per item, null or why it is refused */
+  /**
+   * documents from outside (a link's result, a session file's entries) checked against their
+   * operation's output schema and Loupe's limits: per item, null or why it is refused
+   */
   checkDocuments(items: { op: string; doc: unknown; what: string }[]): Promise<(ErrorDocument['error'] | null)[]>;
   /** onPreview (optional) sees the judged plan before any weight byte and may stop the load */
   loadModel(

@@ -66,7 +66,10 @@ export const CAPS = {
   maxAdjacencyBytes: 1024 * MiB,
 
   // ---- the headless companion's engine thread
-  /** MiB of JS heap the headless companion's engine thread may use (weights live outside it): past it the thread is ended, the call is TOO_LARGE, and the companion answers on */
+  /**
+   * MiB of JS heap the headless companion's engine thread may use (weights live outside it): past it
+   * the thread is ended, the call is TOO_LARGE, and the companion answers on
+   */
   engineHeapMiB: 4096,
 
   // ---- time: every request has both
