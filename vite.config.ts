@@ -48,26 +48,30 @@ function ortRuntime(): Plugin {
 
 const SW_FILE = 'sw.js';
 
-/** every file under dir, relative and with '/' separators */
-function filesIn(dir: string): string[] {
+/** every file under dir, relative to root and with '/' separators */
+function filesIn(dir: string, root = dir): string[] {
   return readdirSync(dir).flatMap((name) => {
     const p = join(dir, name);
-    return statSync(p).isDirectory() ? filesIn(p) : [relative(OUT_DIR, p).split(sep).join('/')];
+    return statSync(p).isDirectory() ? filesIn(p, root) : [relative(root, p).split(sep).join('/')];
   });
 }
 const OUT_DIR = resolve('dist');
 
-/** After the page is written: build src/sw/sw.ts into dist/sw.js, one classic script, with the shell inlined. */
+/** After the page is written: build src/sw/sw.ts into <outDir>/sw.js, one classic script, with the shell inlined. */
 function serviceWorker(): Plugin {
+  let outDir = OUT_DIR; // --outDir overrides it (the tests build into temporary folders)
   return {
     name: 'loupe-service-worker',
     apply: 'build',
+    configResolved(c) {
+      outDir = resolve(c.root, c.build.outDir);
+    },
     async closeBundle() {
-      const files = filesIn(OUT_DIR)
+      const files = filesIn(outDir)
         .filter((f) => f !== SW_FILE)
         .sort();
       const hash = createHash('sha256');
-      for (const f of files) hash.update(`${f}\0`).update(readFileSync(join(OUT_DIR, f)));
+      for (const f of files) hash.update(`${f}\0`).update(readFileSync(join(outDir, f)));
       const shell = { version: hash.digest('hex').slice(0, 16), files };
       const out = (await build({
         configFile: false,
@@ -82,7 +86,7 @@ function serviceWorker(): Plugin {
       })) as Rollup.RollupOutput | Rollup.RollupOutput[];
       const chunk = (Array.isArray(out) ? out[0] : out).output.find((o) => o.type === 'chunk');
       if (!chunk) throw new Error('the service worker build wrote no script');
-      writeFileSync(join(OUT_DIR, SW_FILE), chunk.code);
+      writeFileSync(join(outDir, SW_FILE), chunk.code);
     },
   };
 }
