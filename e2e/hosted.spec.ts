@@ -290,3 +290,34 @@ test('an offline copy that cannot be written (a shell file the host lost): a not
     rmSync(root, { recursive: true, force: true });
   }
 });
+
+test('where service workers are refused the page runs single-threaded, traces, and the Doctor says why', async ({
+  browser,
+}: {
+  browser: Browser;
+}) => {
+  const site: StaticServer = await servePlain(0, '/sub/path/');
+  const context = await browser.newContext({ serviceWorkers: 'block' });
+  try {
+    const page = await context.newPage();
+    const errors = watchErrors(page);
+    const nav = countNavigations(page);
+    await page.goto(site.url);
+    await waitModelReady(page);
+    await traceHeatmap(page);
+    expect(await isolated(page)).toBe(false);
+    expect(nav.n).toBe(1);
+    await page.getByRole('button', { name: 'Doctor' }).click();
+    await expect(page.getByTestId('doc-isolated')).toContainText('WASM runs on 1 thread');
+    await expect(page.getByTestId('doc-isolated')).toContainText('because');
+    const why = [await page.getByTestId('doc-isolated').textContent(), await page.getByTestId('doc-sw').textContent()];
+    console.log(
+      `[e2e] the Doctor with service workers refused: ${why.map((t) => t?.replace(/\s+/g, ' ').trim()).join(' | ')}`,
+    );
+    await expect(page.getByTestId('doc-sw')).toHaveAttribute('data-status', 'failed');
+    expect(errors).toEqual([]);
+  } finally {
+    await context.close();
+    await site.close();
+  }
+});

@@ -46,11 +46,18 @@ export class ServiceWorkerState {
     container.addEventListener('message', (e) => this.onMessage(e.data as SwMessage));
     container.addEventListener('controllerchange', () => this.onControllerChange());
     this.status = 'installing';
+    this.reason = 'its service worker has not taken over yet (the page reloads once when it has)';
     try {
       this.reg = await container.register('./sw.js', { scope: './' });
     } catch (e) {
       this.status = 'failed';
       this.reason = `its service worker did not install (${(e as Error).message})`;
+      return;
+    }
+    if (!this.reg) {
+      // a browser (or an automation setting) that blocks workers without an error
+      this.status = 'failed';
+      this.reason = 'this browser refused its service worker';
       return;
     }
     this.watchUpdates(this.reg);
@@ -61,6 +68,7 @@ export class ServiceWorkerState {
       if (container.controller) this.reloadOnce();
       // else the worker claims the page (controllerchange), then the page reloads
     } else {
+      this.reason = '';
       this.clearReloadMark();
     }
   }
