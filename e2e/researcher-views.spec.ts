@@ -522,3 +522,23 @@ test('9. compare has a Δ for the waterfall terms and the top neurons of two tra
   expect(Number(await cell.getAttribute('data-value'))).toBeCloseTo(m.logit_attribution - n.logit_attribution, 6);
   expect(errors).toEqual([]);
 });
+
+test('4. a tokens: direction on the SentencePiece model: each side tokenized as a word of running text, the hint naming its real first piece', async () => {
+  await useBundled();
+  await page.getByTestId('prompt').fill(PROMPT);
+  await page.getByTestId('tab-steer').click();
+  await page.locator('#p-steer-layer').fill('2');
+  await page.locator('#p-steer-alpha').fill('4');
+  // " sad" is two pieces in running text, [" sa", "d"]: not [" ", " sa", "d"] (a space added, and SentencePiece's own)
+  await page.locator('#p-steer-direction').fill('tokens: happy - sad');
+  await page.getByTestId('run').click();
+  const err = page.getByTestId('job-error');
+  await expect(err).toContainText('UNKNOWN_TOKEN');
+  await expect(err).toContainText('[" sa" (#296), "d" (#418)]');
+  await expect(err).toContainText('its first piece " sa"');
+  // the piece the hint names steers
+  await page.locator('#p-steer-direction').fill('tokens: happy - sa');
+  await runOp(page, 'steer');
+  expect((await pageDoc(page, 'steer')).direction.description).toContain('sa');
+  expect(errors).toEqual([]);
+});
