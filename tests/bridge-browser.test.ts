@@ -13,11 +13,12 @@ import { execFileSync } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { Client } from '@modelcontextprotocol/client';
+import type { Client } from '@modelcontextprotocol/client';
 import { StdioClientTransport } from '@modelcontextprotocol/client/stdio';
 import { chromium, type Browser, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { errorOf, poll, until } from './bridge-fake-page';
+import { OrderedClient } from './helpers/mcp-client';
 
 const ROOT = path.resolve(__dirname, '..');
 const BIN = path.join(ROOT, 'bin', 'loupe.mjs');
@@ -78,7 +79,7 @@ async function companion(args: string[], name: string): Promise<Mcp> {
   });
   let err = '';
   transport.stderr?.on('data', (d) => (err += d.toString()));
-  const client = new Client({ name, version: '1' });
+  const client = new OrderedClient({ name, version: '1' });
   await client.connect(transport);
   return { client, stderr: () => err };
 }
@@ -243,9 +244,10 @@ describe.skipIf(!enabled)('the workbench page paired with loupe mcp (Chromium)',
       .catch((e) => e);
     await until(() => remainingMs(seen) > 0, 60_000, 'the sweep to be generating');
     // precondition: uncancelled, the page's worker would stay busy at least this much longer (a
-    // linear extrapolation of the per-token time, which only grows as the KV cache does)
+    // linear extrapolation of the per-token time, which only grows as the KV cache does; about 4 s
+    // on an idle 2-core machine, more under load)
     const remaining = remainingMs(seen);
-    expect(remaining, 'the sweep is too short here to show anything').toBeGreaterThan(4500);
+    expect(remaining, 'the sweep is too short here to show anything').toBeGreaterThan(3000);
     // the agent's job is the page's job (JobStore.track): in the job bar, with its stage
     expect(await page.getByTestId('job').textContent()).toContain('sweep (agent)');
     expect(await page.getByTestId('job-stage').textContent()).toMatch(/generating/);

@@ -1,11 +1,11 @@
 /**
  * Both transports, both protocol eras, driven by the official client v2 (@modelcontextprotocol/
- * client 2.4.0): `loupe mcp --headless` over stdio and `loupe mcp --headless --http` over
- * Streamable HTTP, each with a 2025-era client (`initialize`: 2025-06-18 and 2025-11-25) and a
- * 2026-07-28 client (pinned: no fallback). Every one must get the CLI's trace document within
- * 1e-5, progress that increases, cancellation that stops the engine, and its own results. Over
- * HTTP: the bearer token (made 0600, printed once), 401 / 403 / 404 refusals, and clients that do
- * not see each other's results.
+ * client 2.4.0, as OrderedClient: helpers/mcp-client): `loupe mcp --headless` over stdio and
+ * `loupe mcp --headless --http` over Streamable HTTP, each with a 2025-era client (`initialize`:
+ * 2025-06-18 and 2025-11-25) and a 2026-07-28 client (pinned: no fallback). Every one must get the
+ * CLI's trace document within 1e-5, progress that increases, cancellation that stops the engine,
+ * and its own results. Over HTTP: the bearer token (made 0600, printed once), 401 / 403 / 404
+ * refusals, and clients that do not see each other's results.
  */
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync, statSync } from 'node:fs';
@@ -13,11 +13,12 @@ import { request as httpRequest } from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
-import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
+import { type Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import { StdioClientTransport } from '@modelcontextprotocol/client/stdio';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { compareDocuments } from '../src/share/compare';
 import { errorOf, until } from './bridge-fake-page';
+import { OrderedClient } from './helpers/mcp-client';
 
 const ROOT = path.resolve(__dirname, '..');
 const BIN = path.join(ROOT, 'bin', 'loupe.mjs');
@@ -25,7 +26,12 @@ const PROMPT = 'Once upon a time';
 const CONFIG = mkdtempSync(path.join(os.tmpdir(), 'loupe-cfg-eras-'));
 const ENV = { ...process.env, LOUPE_CONFIG_DIR: CONFIG } as Record<string, string>;
 
-type Era = { name: string; opts: ConstructorParameters<typeof Client>[1]; version: string; era: 'legacy' | 'modern' };
+type Era = {
+  name: string;
+  opts: ConstructorParameters<typeof OrderedClient>[1];
+  version: string;
+  era: 'legacy' | 'modern';
+};
 const ERAS: Era[] = [
   { name: '2025-06-18', opts: { supportedProtocolVersions: ['2025-06-18'] }, version: '2025-06-18', era: 'legacy' },
   { name: '2025-11-25', opts: {}, version: '2025-11-25', era: 'legacy' },
@@ -72,7 +78,7 @@ afterAll(() => {
 });
 
 function httpClient(era: Era, token = http.token): { client: Client; connect(): Promise<void> } {
-  const client = new Client({ name: `eras-${era.name}`, version: '1' }, era.opts);
+  const client = new OrderedClient({ name: `eras-${era.name}`, version: '1' }, era.opts);
   const transport = new StreamableHTTPClientTransport(new URL(http.url), {
     requestInit: { headers: { Authorization: `Bearer ${token}` } },
   });
@@ -89,7 +95,7 @@ async function stdioClient(era: Era): Promise<{ client: Client; stderr: () => st
   });
   let err = '';
   transport.stderr?.on('data', (d) => (err += d.toString()));
-  const client = new Client({ name: `eras-${era.name}`, version: '1' }, era.opts);
+  const client = new OrderedClient({ name: `eras-${era.name}`, version: '1' }, era.opts);
   await client.connect(transport);
   return { client, stderr: () => err };
 }

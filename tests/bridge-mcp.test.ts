@@ -5,7 +5,7 @@
  * cancellation, jobs, resources) independently of the real operations; the real ones are covered
  * by bridge-stdio and bridge-headless.
  */
-import { Client } from '@modelcontextprotocol/client';
+import type { Client } from '@modelcontextprotocol/client';
 import { InMemoryTransport } from '@modelcontextprotocol/client';
 import { ProtocolError } from '@modelcontextprotocol/client';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -16,6 +16,7 @@ import { PageExecutor } from '../src/bridge/page-executor';
 import type { Operation } from '../src/ops/types';
 import { decodeShare, parseFragment } from '../src/share/codec';
 import { errorOf, FakePage, sleep, text, tmpDist, until } from './bridge-fake-page';
+import { OrderedClient } from './helpers/mcp-client';
 
 const traceOp: Operation = {
   name: 'trace',
@@ -64,7 +65,7 @@ beforeEach(async () => {
   closeServer = mcp.close;
   const [a, b] = InMemoryTransport.createLinkedPair();
   await mcp.server.connect(a);
-  client = new Client({ name: 'test-agent', version: '9.9' });
+  client = new OrderedClient({ name: 'test-agent', version: '9.9' });
   await client.connect(b);
 });
 afterEach(async () => {
