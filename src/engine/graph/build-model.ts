@@ -660,15 +660,7 @@ export class ModelGraph {
 
   /** the graph as built so far, encoded */
   protected built(): BuiltGraph {
-    const { g } = this;
-    return {
-      bytes: g.encode(),
-      inputNames: g.inputNames(),
-      outputNames: g.outputNames(),
-      sites: this.sites,
-      precision: this.plan.weights ?? 'f32',
-      weightBytes: g.weightBytes(),
-    };
+    return this.g.built(this.sites);
   }
 
   build(): BuiltGraph {
@@ -765,14 +757,7 @@ export function buildLensGraph(
   });
   g.rename(above, 'final_above');
   g.output('final_above');
-  return {
-    bytes: g.encode(),
-    inputNames: g.inputNames(),
-    outputNames: g.outputNames(),
-    sites: [],
-    precision,
-    weightBytes: g.weightBytes(),
-  };
+  return g.built();
 }
 
 export const LENS_OUTPUTS = ['top_logits', 'top_ids', 'logsumexp', 'final_ids', 'final_logit', 'final_above'];

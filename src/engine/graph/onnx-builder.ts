@@ -6,6 +6,7 @@
 import onnxProto from 'onnx-proto';
 import type { Q8Layout, TensorEntry } from '../safetensors-types';
 import type { WeightPrecision } from '../precision';
+import type { BuiltGraph } from './build-model';
 
 const { onnx } = onnxProto as any;
 
@@ -116,21 +117,21 @@ export class OnnxGraph {
 
   /** A small inline constant (shapes, scalars). Not for weights. */
   constF(values: number[], dims: number[] = [values.length]): string {
-    const key = `f${dims}:${values}`;
-    const hit = this.consts.get(key);
-    if (hit) return hit;
-    const name = this.fresh('cf');
-    this.initializers.push(onnx.TensorProto.create({ name, dims, dataType: DT.FLOAT, floatData: values }));
-    this.consts.set(key, name);
-    return name;
+    return this.constant('f', values, dims);
   }
 
   constI(values: number[], dims: number[] = [values.length]): string {
-    const key = `i${dims}:${values}`;
+    return this.constant('i', values, dims);
+  }
+
+  /** one initializer per distinct float ('f') or int64 ('i') constant */
+  private constant(kind: 'f' | 'i', values: number[], dims: number[]): string {
+    const key = `${kind}${dims}:${values}`;
     const hit = this.consts.get(key);
     if (hit) return hit;
-    const name = this.fresh('ci');
-    this.initializers.push(onnx.TensorProto.create({ name, dims, dataType: DT.INT64, int64Data: values }));
+    const name = this.fresh(`c${kind}`);
+    const data = kind === 'f' ? { dataType: DT.FLOAT, floatData: values } : { dataType: DT.INT64, int64Data: values };
+    this.initializers.push(onnx.TensorProto.create({ name, dims, ...data }));
     this.consts.set(key, name);
     return name;
   }
@@ -321,6 +322,19 @@ export class OnnxGraph {
 
   outputNames(): string[] {
     return this.outputs.map((o) => o.name);
+  }
+
+  /** The graph encoded, with what a session needs: its hook sites that take mul/add inputs, the config entries it asks for. */
+  built(sites: string[] = [], sessionConfig?: Record<string, string>): BuiltGraph {
+    return {
+      bytes: this.encode(),
+      inputNames: this.inputNames(),
+      outputNames: this.outputNames(),
+      sites,
+      precision: this.precision,
+      weightBytes: this.weightBytes(),
+      ...(sessionConfig ? { sessionConfig } : {}),
+    };
   }
 
   /** Serialise to ONNX bytes (opset 17, IR 8). */

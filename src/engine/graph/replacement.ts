@@ -125,14 +125,20 @@ function frozenInputs(g: OnnxGraph, spec: ModelSpec) {
   };
 }
 
-function built(g: OnnxGraph, precision: WeightPrecision): BuiltGraph {
-  return {
-    bytes: g.encode(),
-    inputNames: g.inputNames(),
-    outputNames: g.outputNames(),
-    sites: [],
-    precision,
-    weightBytes: g.weightBytes(),
+/** A builder of the frozen model: `body` writes its graph over the weights and the transcoder set. */
+function frozenGraph(
+  body: (g: OnnxGraph, spec: ModelSpec, tensors: Map<string, TensorEntry>, tc: TranscoderSpec) => void,
+) {
+  return (
+    spec: ModelSpec,
+    tensors: Map<string, TensorEntry>,
+    tc: TranscoderSpec,
+    precision: WeightPrecision = 'f32',
+    location: (file: string) => string = (f) => f,
+  ): BuiltGraph => {
+    const g = new OnnxGraph(location, precision);
+    body(g, spec, tensors, tc);
+    return g.built();
   };
 }
 
@@ -140,14 +146,7 @@ function built(g: OnnxGraph, precision: WeightPrecision): BuiltGraph {
 const inHookWeighted = (tc: TranscoderSpec, n: NormSpec) =>
   !(tc.info.input_hook === 'ln2.hook_normalized' && n.kind === 'rmsnorm');
 
-export function buildReplacementGraph(
-  spec: ModelSpec,
-  tensors: Map<string, TensorEntry>,
-  tc: TranscoderSpec,
-  precision: WeightPrecision = 'f32',
-  location: (file: string) => string = (f) => f,
-): BuiltGraph {
-  const g = new OnnxGraph(location, precision);
+export const buildReplacementGraph = frozenGraph((g, spec, tensors, tc) => {
   const { nLayers: L, dModel: D, nHeads: H, nKvHeads: Hkv, dHead: Dh } = spec;
   const rep = H / Hkv;
   const seedVec = g.input('seed_vec', 'float', ['B', D]);
@@ -209,17 +208,9 @@ export function buildReplacementGraph(
   );
   g.identity(err, 'out_err');
   g.output('out_err');
-  return built(g, precision);
-}
+});
 
-export function buildReplacementForward(
-  spec: ModelSpec,
-  tensors: Map<string, TensorEntry>,
-  tc: TranscoderSpec,
-  precision: WeightPrecision = 'f32',
-  location: (file: string) => string = (f) => f,
-): BuiltGraph {
-  const g = new OnnxGraph(location, precision);
+export const buildReplacementForward = frozenGraph((g, spec, tensors, tc) => {
   const { nLayers: L, dModel: D, nHeads: H, nKvHeads: Hkv, dHead: Dh } = spec;
   const rep = H / Hkv;
   const delta = g.input('delta', 'float', [L, 'B', 'T', D]);
@@ -271,5 +262,4 @@ export function buildReplacementForward(
   const last = g.o('Slice', [y, g.constI([-1]), g.constI([2 ** 31 - 1]), g.constI([1])]); // [B, 1, D]
   g.rename(g.o('Reshape', [last, g.constI([-1, D])]), 'y_last');
   g.output('y_last');
-  return built(g, precision);
-}
+});

@@ -15,7 +15,7 @@
  */
 import { OnnxGraph } from '../graph/onnx-builder';
 import type { BuiltGraph } from '../graph/build-model';
-import type { LinearRef, ModelSpec } from '../spec';
+import type { LayerSpec, LinearRef, ModelSpec } from '../spec';
 import type { TensorEntry } from '../safetensors-types';
 import type { Tensor } from '../tensor';
 import type { WeightProducts, WeightProductsInput } from '../api';
@@ -51,43 +51,24 @@ export function buildReadoutGraph(
   /** d [K, out] → d · Wᵀ [K, in]: the rows of W dotted with each direction */
   const backward = (d: string, ref: LinearRef) =>
     g.o('Gemm', [d, W(ref.w, d)], ref.layout === 'out_in' ? {} : { transB: 1 });
-  const stack = (parts: string[], name: string) => {
+  /** output `name`: one product per layer, stacked on a new first axis */
+  const stack = (name: string, perLayer: (s: LayerSpec, l: number) => string) => {
     g.rename(
       g.concat(
-        parts.map((p) => g.o('Unsqueeze', [p, g.constI([0])])),
+        spec.layers.map((s, l) => g.o('Unsqueeze', [perLayer(s, l), g.constI([0])])),
         0,
       ),
       name,
     );
     g.output(name);
   };
-  stack(
-    spec.layers.map((s, l) => forward(layerOf(z, l), s.attn.o)),
-    'attn_x',
-  );
-  stack(
-    spec.layers.map((s, l) => forward(layerOf(post, l), s.mlp.down)),
-    'mlp_x',
-  );
-  stack(
-    spec.layers.map((s, l) => backward(layerOf(attnDirs, l), s.attn.o)),
-    'attn_dir',
-  );
-  stack(
-    spec.layers.map((s, l) => backward(layerOf(mlpDirs, l), s.mlp.down)),
-    'mlp_dir',
-  );
+  stack('attn_x', (s, l) => forward(layerOf(z, l), s.attn.o));
+  stack('mlp_x', (s, l) => forward(layerOf(post, l), s.mlp.down));
+  stack('attn_dir', (s, l) => backward(layerOf(attnDirs, l), s.attn.o));
+  stack('mlp_dir', (s, l) => backward(layerOf(mlpDirs, l), s.mlp.down));
   // no pre-packing: it keeps a packed copy of each float32 weight per Gemm (here two per weight,
   // one per orientation) for products of one or two rows, where it gains nothing (bench/memory.ts)
-  return {
-    bytes: g.encode(),
-    inputNames: g.inputNames(),
-    outputNames: g.outputNames(),
-    sites: [],
-    precision,
-    weightBytes: g.weightBytes(),
-    sessionConfig: { disable_prepacking: '1' },
-  };
+  return g.built([], { disable_prepacking: '1' });
 }
 
 export const READOUT_OUTPUTS = ['attn_x', 'mlp_x', 'attn_dir', 'mlp_dir'];
