@@ -11,6 +11,7 @@ import { LoupeError } from '../engine/errors';
 import { randomHex } from '../ops/lib/handles';
 import { startHeartbeat, type Heartbeat } from './heartbeat';
 import { PendingCalls } from './pending-calls';
+import { callCancelled } from './executor';
 import type { CallOptions, ExecResult } from './page-connection';
 import {
   AGENT_PATH,
@@ -171,7 +172,7 @@ export class ForwardClient {
       onDeadline: () => new LoupeError('DEADLINE_EXCEEDED', `${tool} did not finish within its deadline.`),
       onCancel: () => {
         this.send({ type: 'cancel', id });
-        return new LoupeError('CANCELLED', 'The call was cancelled by the client.');
+        return callCancelled();
       },
     });
     this.send({ type: 'call', id, tool, args, deadline: o.deadline });

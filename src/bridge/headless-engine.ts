@@ -14,7 +14,7 @@ import { CAPS } from '../engine/caps';
 import { LoupeError, toLoupeError } from '../engine/errors';
 import { newInstanceId } from '../ops/lib/handles';
 import type { Progress } from '../ops/types';
-import type { CallOptions, ExecResult, Executor } from './executor';
+import { callCancelled, deadlineExceeded, type CallOptions, type ExecResult, type Executor } from './executor';
 import type { AgentInfo } from './protocol';
 import type { EngineThreadData, FromThread, ToThread } from './engine-thread';
 import { NO_LOCAL, type LocalAccess } from '../node/local-access';
@@ -113,18 +113,8 @@ export class ThreadExecutor implements Executor {
           }
         }, STOP_GRACE_MS);
       };
-      const timer = setTimeout(
-        () =>
-          stop(
-            new LoupeError(
-              'DEADLINE_EXCEEDED',
-              `${tool} did not finish within its deadline.`,
-              'Use smaller inputs, or for long operations pass as_job: true.',
-            ),
-          ),
-        Math.max(0, o.deadline - Date.now()),
-      );
-      const onAbort = () => stop(new LoupeError('CANCELLED', 'The call was cancelled by the client.'));
+      const timer = setTimeout(() => stop(deadlineExceeded(tool)), Math.max(0, o.deadline - Date.now()));
+      const onAbort = () => stop(callCancelled());
       if (o.signal?.aborted) onAbort();
       o.signal?.addEventListener('abort', onAbort, { once: true });
       const settle = p.resolve;

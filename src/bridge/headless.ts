@@ -13,7 +13,7 @@ import { parseInput } from '../ops/types';
 import type { Operation, Progress } from '../ops/types';
 import type { SaeLoaders } from '../engine/source/sae-loader';
 import type { WeightsMode } from '../engine/precision';
-import type { Executor } from './executor';
+import { callCancelled, deadlineExceeded, type Executor } from './executor';
 import { assertHandlesCurrent, instanceHandleStore, newInstanceId } from '../ops/lib/handles';
 import type { CallOptions, ExecResult } from './page-connection';
 import type { AgentInfo } from './protocol';
@@ -101,19 +101,13 @@ export class HeadlessExecutor implements Executor {
       const timer = setTimeout(
         () => {
           ctl.abort();
-          reject(
-            new LoupeError(
-              'DEADLINE_EXCEEDED',
-              `${tool} did not finish within its deadline.`,
-              'Use smaller inputs, or for long operations pass as_job: true.',
-            ),
-          );
+          reject(deadlineExceeded(tool));
         },
         Math.max(0, o.deadline - Date.now()),
       );
       const onAbort = () => {
         ctl.abort();
-        reject(new LoupeError('CANCELLED', 'The call was cancelled by the client.'));
+        reject(callCancelled());
       };
       if (o.signal?.aborted) onAbort();
       o.signal?.addEventListener('abort', onAbort, { once: true });

@@ -18,6 +18,7 @@ import { startHeartbeat } from './heartbeat';
 import { assertHandlesCurrent } from '../ops/lib/handles';
 import { agentProof, hubProof, proofsEqual } from './token';
 import { MAX_LINE_BYTES } from './stdio-lines';
+import { callCancelled } from './executor';
 
 /** challenge peers that may wait for their proof at one time (each holds at most one frame in memory) */
 const MAX_UNAUTHENTICATED = 4;
@@ -217,7 +218,7 @@ export class Hub {
    */
   async execute(tool: string, args: Record<string, unknown>, o: CallOptions): Promise<ExecResult> {
     const page = await this.waitForPage(this.opts.noPageWaitMs, o.signal);
-    if (o.signal?.aborted) throw new LoupeError('CANCELLED', 'The call was cancelled by the client.');
+    if (o.signal?.aborted) throw callCancelled();
     if (!page) {
       throw new LoupeError(
         'NO_PAGE',

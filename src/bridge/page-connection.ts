@@ -11,6 +11,7 @@ import { CLOSE_POLICY, type AgentInfo, type HelloMsg, type HubToPage, type WireM
 import { randomHex } from '../ops/lib/handles';
 import { startHeartbeat, type Heartbeat } from './heartbeat';
 import { PendingCalls } from './pending-calls';
+import { callCancelled } from './executor';
 
 export interface ExecResult {
   document: unknown;
@@ -93,7 +94,7 @@ export class PageConnection {
 
   call(tool: string, args: Record<string, unknown>, o: CallOptions): Promise<ExecResult> {
     if (this.gone) return Promise.reject(new LoupeError('PAGE_GONE', 'The Loupe page is no longer connected.'));
-    if (o.signal?.aborted) return Promise.reject(cancelled());
+    if (o.signal?.aborted) return Promise.reject(callCancelled());
     const id = 'c' + randomHex(8);
     const remaining = Math.max(0, o.deadline - Date.now());
     const done = this.pending.open(id, {
@@ -110,7 +111,7 @@ export class PageConnection {
       },
       onCancel: () => {
         this.send({ type: 'cancel', id, reason: 'client' });
-        return cancelled();
+        return callCancelled();
       },
     });
     this.send({ type: 'call', id, tool, args, deadline: o.deadline, ...(o.agent ? { agent: o.agent } : {}) });
@@ -168,8 +169,4 @@ export class PageConnection {
         this.opts.log?.(`page ${this.tabId}: unexpected ${m.type} message`);
     }
   }
-}
-
-function cancelled(): LoupeError {
-  return new LoupeError('CANCELLED', 'The call was cancelled by the client.');
 }

@@ -49,7 +49,7 @@ import {
 import { q8WeightSet, q8ForWebGpu, dequantizeQ8, Q8_FILE, type Q8Store } from './q8';
 import { checkTranscodersFor, describeTranscoders, type TranscoderHeaders, type TranscoderInfo } from './transcoder';
 import type { TranscoderFiles } from './source/transcoder-loader';
-import { prepareReplacement, type AttachedTranscoders } from './replacement';
+import { prepareReplacement, type AttachedTranscoders, type ReplacementOptions } from './replacement';
 import type { LocalReplacement } from './api';
 import {
   checkBudget,
@@ -102,6 +102,23 @@ export interface ModelParts {
   /** how DLA's readout products run (readout/choose.ts); default its choice (the bench and tests force either) */
   readout?: ReadoutMode;
 }
+
+/** One session run; onnxruntime's failure is a RUNTIME_ERROR (`where`: which graph) with `hint`. */
+async function runSession(
+  session: EngineSession,
+  feeds: Record<string, OrtTensorLike>,
+  fetches: string[],
+  hint: string,
+  where = '',
+): Promise<Record<string, OrtTensorLike>> {
+  try {
+    return await session.run(feeds, fetches);
+  } catch (e) {
+    throw new LoupeError('RUNTIME_ERROR', `onnxruntime failed${where}: ${(e as Error).message}`, hint);
+  }
+}
+
+const toTensor = (t: OrtTensorLike): Tensor => ({ dims: [...t.dims], data: t.data as Float32Array });
 
 /** Resolve after pending tasks (not just microtasks) have run: setImmediate in Node, a MessageChannel hop elsewhere. */
 function yieldToEventLoop(): Promise<void> {
@@ -411,15 +428,7 @@ class EngineModel implements LoadedModel {
     return [...this.transcoders.values()].map((t) => t.spec.info);
   }
 
-  replacement(
-    tokens: number[],
-    id: string,
-    opts: {
-      signal?: AbortSignal;
-      onProgress?: (stage: string, done: number, total: number) => void;
-      batch?: number;
-    } = {},
-  ): Promise<LocalReplacement> {
+  replacement(tokens: number[], id: string, opts: ReplacementOptions = {}): Promise<LocalReplacement> {
     const tc = this.transcoders.get(id);
     if (!tc)
       throw new LoupeError(
@@ -440,15 +449,13 @@ class EngineModel implements LoadedModel {
           this.enqueue(async () => {
             await yieldToEventLoop();
             const { session } = await this.variant({ kind: 'replacement', transcoders: id, forward });
-            try {
-              return await session.run(feeds, fetches);
-            } catch (e) {
-              throw new LoupeError(
-                'RUNTIME_ERROR',
-                `onnxruntime failed in the frozen backward graph: ${(e as Error).message}`,
-                'This may be out of memory; try fewer positions or a smaller batch.',
-              );
-            }
+            return runSession(
+              session,
+              feeds,
+              fetches,
+              'This may be out of memory; try fewer positions or a smaller batch.',
+              ' in the frozen backward graph',
+            );
           }),
       },
       tc,
@@ -647,18 +654,13 @@ class EngineModel implements LoadedModel {
       : [];
     const fetches = ['logits', ...wanted, ...(gradHooks ?? []).map(gradName), ...presentNames];
 
-    let out: Record<string, OrtTensorLike>;
-    try {
-      out = await session.run(feeds, fetches);
-    } catch (e) {
-      throw new LoupeError(
-        'RUNTIME_ERROR',
-        `onnxruntime failed: ${(e as Error).message}`,
-        'This may be out of memory; try a shorter prompt or a smaller batch.',
-      );
-    }
+    const out = await runSession(
+      session,
+      feeds,
+      fetches,
+      'This may be out of memory; try a shorter prompt or a smaller batch.',
+    );
     throwIfAborted(opts.signal);
-    const toTensor = (t: OrtTensorLike): Tensor => ({ dims: [...t.dims], data: t.data as Float32Array });
     const result: RunResult = {
       logits: toTensor(out.logits),
       hooks: Object.fromEntries(wanted.map((h) => [h, toTensor(out[h])])),
@@ -730,18 +732,8 @@ class EngineModel implements LoadedModel {
       edges: { w, src, self: e.subtract ? 1 : 0, gate },
     });
     const fetches = ['logits', ...(opts.grad ? [gradName(EDGE_W)] : []), ...(e.outputs ? [EDGE_OUT] : [])];
-    let out: Record<string, OrtTensorLike>;
-    try {
-      out = await session.run(feeds, fetches);
-    } catch (err) {
-      throw new LoupeError(
-        'RUNTIME_ERROR',
-        `onnxruntime failed: ${(err as Error).message}`,
-        'This may be out of memory; try fewer examples per batch.',
-      );
-    }
+    const out = await runSession(session, feeds, fetches, 'This may be out of memory; try fewer examples per batch.');
     throwIfAborted(opts.signal);
-    const toTensor = (t: OrtTensorLike): Tensor => ({ dims: [...t.dims], data: t.data as Float32Array });
     const result: RunResult = { logits: toTensor(out.logits), hooks: {} };
     if (opts.grad) result.edgeGrad = toTensor(out[gradName(EDGE_W)]);
     if (e.outputs) result.edgeOutputs = toTensor(out[EDGE_OUT]);

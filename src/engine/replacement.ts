@@ -57,6 +57,13 @@ export interface ReplacementHost {
 /** Rows of target vectors per run (the batch); the readouts' memory grows with it. */
 export const REPLACEMENT_BATCH = 32;
 
+/** how a local replacement is computed: cancellation, progress by stage, and targets per batch */
+export interface ReplacementOptions {
+  signal?: AbortSignal;
+  onProgress?: (stage: string, done: number, total: number) => void;
+  batch?: number;
+}
+
 function finite(data: Float32Array, e: TensorEntry, what: string): Float32Array {
   for (let i = 0; i < data.length; i++)
     if (!Number.isFinite(data[i]))
@@ -118,11 +125,7 @@ export async function prepareReplacement(
   host: ReplacementHost,
   tc: AttachedTranscoders,
   tokens: number[],
-  opts: {
-    signal?: AbortSignal;
-    onProgress?: (stage: string, done: number, total: number) => void;
-    batch?: number;
-  } = {},
+  opts: ReplacementOptions = {},
 ): Promise<LocalReplacement> {
   const t0 = Date.now();
   const spec = host.spec;

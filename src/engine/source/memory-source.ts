@@ -20,16 +20,21 @@ export class MemorySource implements ModelSource {
     this.ref = { kind: 'url', id: `memory:${name}`, revision: '' };
   }
 
-  async fetchFile(file: string, opts: FetchOptions = {}): Promise<Uint8Array | null> {
+  /** the file's contents; null when absent and `optional` */
+  private entry(file: string, opts: FetchOptions): MemoryFile | null {
     if (opts.signal?.aborted) throw new LoupeError('ABORTED', 'The operation was cancelled.');
     const f = this.files.get(file);
-    if (f === undefined) {
-      if (opts.optional) return null;
-      throw new LoupeError('FILE_NOT_FOUND', `${file} is not among the model's files.`, undefined, {
-        file,
-        modelExists: true,
-      });
-    }
+    if (f !== undefined) return f;
+    if (opts.optional) return null;
+    throw new LoupeError('FILE_NOT_FOUND', `${file} is not among the model's files.`, undefined, {
+      file,
+      modelExists: true,
+    });
+  }
+
+  async fetchFile(file: string, opts: FetchOptions = {}): Promise<Uint8Array | null> {
+    const f = this.entry(file, opts);
+    if (f === null) return null;
     const size = typeof f === 'string' ? f.length : f instanceof Uint8Array ? f.byteLength : f.size;
     if (opts.maxBytes != null && size > opts.maxBytes) throw fileTooLarge(file, size, opts.maxBytes, true);
     const bytes =
@@ -43,15 +48,8 @@ export class MemorySource implements ModelSource {
   }
 
   async readRange(file: string, offset: number, length: number, opts: FetchOptions = {}): Promise<RangeRead | null> {
-    if (opts.signal?.aborted) throw new LoupeError('ABORTED', 'The operation was cancelled.');
-    const f = this.files.get(file);
-    if (f === undefined) {
-      if (opts.optional) return null;
-      throw new LoupeError('FILE_NOT_FOUND', `${file} is not among the model's files.`, undefined, {
-        file,
-        modelExists: true,
-      });
-    }
+    const f = this.entry(file, opts);
+    if (f === null) return null;
     if (f instanceof Blob)
       return {
         bytes: new Uint8Array(await f.slice(offset, offset + length).arrayBuffer()),
