@@ -55,7 +55,6 @@ import {
   prepareSteering,
   steeringFields,
   steeringMetrics,
-  steeringSite,
   steeringSiteSchema,
   steerIntervention,
   tokenRef,
@@ -63,6 +62,7 @@ import {
   type Variant,
   DEFAULT_MULTIPLES,
   MAX_SWEEP_ALPHAS,
+  TRENDS,
   trend,
 } from './lib/steering';
 
@@ -257,9 +257,7 @@ const output = documentBase('causality').extend({
       .tuple([z.number(), z.number()])
       .nullable()
       .describe('α range around 0 where no collapse and the normalised effect never falls'),
-    trend: z
-      .enum(['increasing', 'decreasing', 'flat', 'not_monotone'])
-      .describe('trend of the normalised effect over alpha_range'),
+    trend: z.enum(TRENDS).describe('trend of the normalised effect over alpha_range'),
     alpha_in_range: z.boolean(),
     holds: z.boolean(),
     reason: z.string(),
@@ -835,7 +833,7 @@ export const operation = defineOperation({
 
   return {
     ...documentHead('causality', model, inp.prompt, ids),
-    ...steeringSite(setup, inp),
+    ...setup.site,
     alpha,
     alpha_rule: chosen.rule,
     targets: tokenRefs(model, targets),

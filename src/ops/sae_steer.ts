@@ -21,27 +21,32 @@ import { LoupeError, throwIfAborted } from '../engine/errors';
 import { documentBase, documentHead, interventionRecord } from '../schema/common';
 import { defineOperation } from './types';
 import { finite } from '../engine/caps';
-import { promptFields, promptIds, resolveToken } from './lib/tokens';
+import { promptFields, promptIds } from './lib/tokens';
 import { logSoftmax } from './lib/math';
-import { generateBatch } from './lib/generation';
+import { generateBatch, generationFields } from './lib/generation';
 import { directLogitScores } from './lib/directions';
 import { vocabFilter } from './lib/vocab';
 import { describe as describeFeature } from './lib/feature-descriptions';
 import {
+  checkEditPositions,
   checkSteerTokens,
+  givenTokens,
   METRIC_DEFINITIONS,
   metricCurves,
   metricDefinitionsSchema,
   metricFields,
   metricValues,
+  monotone,
+  monotoneSchema,
+  positionsField,
   relativeChangeNote,
   relativeChangeNoteSchema,
   rowsPerRun,
-  samplingFields,
-  samplingSchema,
+  sampling,
+  steeringFields,
   steeringMetrics,
+  tokenDeltas,
   tokenRef,
-  tokenRefs,
   topTokens,
   controlPool,
   givenOr,
@@ -49,7 +54,6 @@ import {
   DEFAULT_CONTROLS,
   CONTROL_POOL,
   MAX_SWEEP_ALPHAS,
-  trend,
 } from './lib/steering';
 import {
   actsHook,
@@ -86,28 +90,17 @@ const input = z.object({
     .describe(
       `sweep mode: several strengths (add) or clamp values, one curve per metric (at most ${MAX_SWEEP_ALPHAS})`,
     ),
-  positions: z
-    .union([z.literal('all'), z.array(z.number().int().min(0)).min(1).max(4096)])
-    .default('all')
-    .describe('positions whose feature is edited (0-based, BOS included); "all" also edits every generated token'),
-  targets: z
-    .array(z.string())
-    .min(1)
-    .max(64)
-    .optional()
-    .describe(
-      `tokens the feature should promote (default: the ${DEFAULT_TARGETS} tokens with the largest direct logit effect of W_dec[f])`,
-    ),
-  controls: z
-    .array(z.string())
-    .min(1)
-    .max(64)
-    .optional()
-    .describe(
-      `unrelated tokens used to normalise (default: of the ${CONTROL_POOL} most likely base tokens, the ${DEFAULT_CONTROLS} least affected by W_dec[f])`,
-    ),
+  positions: positionsField.describe(
+    'positions whose feature is edited (0-based, BOS included); "all" also edits every generated token',
+  ),
+  targets: steeringFields.targets.describe(
+    `tokens the feature should promote (default: the ${DEFAULT_TARGETS} tokens with the largest direct logit effect of W_dec[f])`,
+  ),
+  controls: steeringFields.controls.describe(
+    `unrelated tokens used to normalise (default: of the ${CONTROL_POOL} most likely base tokens, the ${DEFAULT_CONTROLS} least affected by W_dec[f])`,
+  ),
   descriptions: descriptionsField,
-  ...samplingFields,
+  ...sampling.fields,
 });
 export type SaeSteerInput = z.input<typeof input>;
 
@@ -118,7 +111,6 @@ const tokenDelta = tokenRef.extend({
 });
 
 const curve = z.array(z.number());
-const trendEnum = z.enum(['increasing', 'decreasing', 'flat', 'not_monotone']);
 
 const output = documentBase('sae_steer').extend({
   sae: saeBlockSchema,
@@ -140,7 +132,7 @@ const output = documentBase('sae_steer').extend({
   interventions: z
     .array(interventionRecord)
     .describe('the edit as data (one per α): re-running with it reproduces this document'),
-  sampling: samplingSchema,
+  sampling: sampling.schema,
   base: generationBlock,
   steered: generationBlock.nullable().describe('single mode'),
   targets: z.array(tokenDelta),
@@ -153,12 +145,7 @@ const output = documentBase('sae_steer').extend({
     .object({
       alphas: z.array(z.number()),
       curves: z.object(metricFields(curve)).describe('one value per α, in the order of alphas'),
-      monotone: z.object({
-        target_logprob_delta: trendEnum,
-        control_logprob_delta: trendEnum,
-        normalized_effect: trendEnum,
-        rule: z.string(),
-      }),
+      monotone: monotoneSchema,
       generations: z.array(generationBlock.extend({ alpha: z.number() })),
     })
     .nullable()
@@ -215,17 +202,8 @@ export const operation = defineOperation({
     );
   const ids = promptIds(model, inp.prompt, { prependBos: inp.prepend_bos, extra: inp.max_new_tokens });
   const T = ids.length;
-  if (inp.positions !== 'all') {
-    const bad = inp.positions.filter((p) => p >= T);
-    if (bad.length)
-      throw new LoupeError(
-        'BAD_INPUT',
-        `positions ${bad.join(', ')} are outside the prompt (${T} tokens, BOS included).`,
-        `Use positions 0–${T - 1}, or "all".`,
-      );
-  }
-  const givenTargets = inp.targets?.map((t) => resolveToken(model, t, 'targets'));
-  const givenControls = inp.controls?.map((t) => resolveToken(model, t, 'controls'));
+  checkEditPositions(inp.positions, T);
+  const { targets: givenTargets, controls: givenControls } = givenTokens(model, inp);
 
   ctx.onProgress?.({ stage: 'loading SAE', done: 0, total: 1 });
   const sae = await ensureSae(model, { source: inp.sae_source, path: inp.sae_path }, ctx);
@@ -275,12 +253,7 @@ export const operation = defineOperation({
       v === null ? [] : [featureIntervention(sae, inp.edit, f, v, inp.positions, many ? [r] : undefined)],
     );
     const gen = await generateBatch(steering, ids, chunk.length, {
-      maxNewTokens: inp.max_new_tokens,
-      temperature: inp.temperature,
-      topK: inp.top_k,
-      topP: inp.top_p,
-      seed: inp.seed,
-      stopAtEos: inp.stop_at_eos,
+      ...sampling.options(inp),
       interventions: ivs,
       signal: ctx.signal,
       onToken: () => ctx.onProgress?.({ stage: 'generating', done: ++produced, total: totalTokens }),
@@ -313,18 +286,6 @@ export const operation = defineOperation({
   );
   const single = inp.alphas === undefined;
   const m0 = single ? metrics[0] : null;
-  const deltas = (list: number[]) =>
-    tokenRefs(model, list).map((r) => ({
-      ...r,
-      base_logprob: finite(baseLp[r.token_id]),
-      steered_logprob: m0 ? finite(m0.steeredLogprobs[r.token_id]) : null,
-      delta: m0 ? finite(m0.steeredLogprobs[r.token_id] - baseLp[r.token_id]) : null,
-    }));
-  const g = (r: (typeof rows)[number]) => ({
-    generated_token_ids: r.ids,
-    generated_text: r.text,
-    stop_reason: r.stop_reason,
-  });
   const curves = metricCurves(metrics);
   let decoderNorm = 0;
   for (let i = 0; i < dIn; i++) decoderNorm += row[i] * row[i];
@@ -357,18 +318,11 @@ export const operation = defineOperation({
       ...(inp.edit === 'add' ? { alpha: v } : {}),
       sae: { source: inp.sae_source, path: inp.sae_path },
     })),
-    sampling: {
-      max_new_tokens: inp.max_new_tokens,
-      temperature: inp.temperature,
-      top_k: inp.top_k,
-      top_p: inp.top_p,
-      seed: inp.seed,
-      stop_at_eos: inp.stop_at_eos,
-    },
-    base: g(rows[0]),
-    steered: single ? g(rows[1]) : null,
-    targets: deltas(targets),
-    controls: deltas(controls),
+    sampling: sampling.block(inp),
+    base: generationFields(rows[0]),
+    steered: single ? generationFields(rows[1]) : null,
+    targets: tokenDeltas(model, targets, baseLp, m0?.steeredLogprobs ?? null),
+    controls: tokenDeltas(model, controls, baseLp, m0?.steeredLogprobs ?? null),
     targets_rule: targetsRule,
     controls_rule: controlsRule,
     ...(m0 ? metricValues(m0) : metricNulls),
@@ -378,15 +332,8 @@ export const operation = defineOperation({
       : {
           alphas: values,
           curves,
-          monotone: {
-            target_logprob_delta: trend(values, curves.target_logprob_delta),
-            control_logprob_delta: trend(values, curves.control_logprob_delta),
-            normalized_effect: trend(values, curves.normalized_effect),
-            rule:
-              'over α sorted ascending: increasing = no step down by more than tol and last > first + tol; ' +
-              'decreasing mirrored; flat = no step beyond tol; tol = 1e-6·max(1, max|y|)',
-          },
-          generations: values.map((a, i) => ({ alpha: a, ...g(rows[i + 1]) })),
+          monotone: monotone(values, curves),
+          generations: values.map((a, i) => ({ alpha: a, ...generationFields(rows[i + 1]) })),
         },
     metric_definitions: METRIC_DEFINITIONS,
     method:

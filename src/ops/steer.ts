@@ -8,12 +8,10 @@
  */
 import { z } from 'zod';
 import { generationBlock } from '../schema/generation';
-import type { LoadedModel } from '../engine/api';
 import { documentBase, documentHead, interventionRecord } from '../schema/common';
 import { defineOperation } from './types';
-import { finite } from '../engine/caps';
 import { logSoftmax } from './lib/math';
-import { generateBatch } from './lib/generation';
+import { generateBatch, generationFields } from './lib/generation';
 import {
   checkSteerTokens,
   METRIC_DEFINITIONS,
@@ -23,21 +21,17 @@ import {
   prepareSteering,
   relativeChangeNote,
   relativeChangeNoteSchema,
-  samplingFields,
-  samplingSchema,
+  sampling,
   steeringFields,
-  steeringMetrics,
-  steeringSite,
   steeringSiteSchema,
-  steerIntervention,
+  tokenDeltas,
   tokenRef,
-  tokenRefs,
 } from './lib/steering';
 
 const input = z.object({
   ...steeringFields,
   alpha: z.number().describe("strength: the edit is α·d (with a unit d, α is the edit's norm)"),
-  ...samplingFields,
+  ...sampling.fields,
 });
 export type SteerInput = z.input<typeof input>;
 
@@ -47,7 +41,7 @@ const output = documentBase('steer').extend({
   ...steeringSiteSchema,
   alpha: z.number(),
   interventions: z.array(interventionRecord).describe('the edit as data: re-running with it reproduces this document'),
-  sampling: samplingSchema,
+  sampling: sampling.schema,
   base: generationBlock,
   steered: generationBlock,
   targets: z.array(tokenDelta),
@@ -80,15 +74,10 @@ export const operation = defineOperation({
   ctx.onProgress?.({ stage: 'base run', done: 0, total: 1 });
   const setup = await prepareSteering(model, inp, ctx, inp.max_new_tokens);
   const { ids, hook, dir, targets, controls } = setup;
-  const iv = steerIntervention(hook, dir.vector, inp.alpha, inp.positions, [1]);
+  const iv = setup.edit(inp.alpha, [1]);
   let produced = 0;
   const gen = await generateBatch(model, ids, 2, {
-    maxNewTokens: inp.max_new_tokens,
-    temperature: inp.temperature,
-    topK: inp.top_k,
-    topP: inp.top_p,
-    seed: inp.seed,
-    stopAtEos: inp.stop_at_eos,
+    ...sampling.options(inp),
     interventions: [iv],
     signal: ctx.signal,
     onToken: ({ row }) => {
@@ -97,38 +86,19 @@ export const operation = defineOperation({
   });
   const V = model.info.d_vocab;
   const steered = logSoftmax(gen.promptLogits[1], 0, V);
-  const m = steeringMetrics(setup.baseLogprobs, steered, targets, controls);
-  const deltas = (list: number[]) =>
-    tokenRefs(model, list).map((r) => ({
-      ...r,
-      base_logprob: finite(setup.baseLogprobs[r.token_id]),
-      steered_logprob: finite(steered[r.token_id]),
-      delta: finite(steered[r.token_id] - setup.baseLogprobs[r.token_id]),
-    }));
-  const g = (r: (typeof gen.rows)[number]) => ({
-    generated_token_ids: r.ids,
-    generated_text: r.text,
-    stop_reason: r.stop_reason,
-  });
+  const m = setup.metrics(steered);
   return {
     ...documentHead('steer', model, inp.prompt, ids),
-    ...steeringSite(setup, inp),
+    ...setup.site,
     alpha: inp.alpha,
     interventions: [
       { hook, op: 'add', positions: inp.positions, alpha: inp.alpha, direction: dir.spec, normalize: inp.normalize },
     ],
-    sampling: {
-      max_new_tokens: inp.max_new_tokens,
-      temperature: inp.temperature,
-      top_k: inp.top_k,
-      top_p: inp.top_p,
-      seed: inp.seed,
-      stop_at_eos: inp.stop_at_eos,
-    },
-    base: g(gen.rows[0]),
-    steered: g(gen.rows[1]),
-    targets: deltas(targets),
-    controls: deltas(controls),
+    sampling: sampling.block(inp),
+    base: generationFields(gen.rows[0]),
+    steered: generationFields(gen.rows[1]),
+    targets: tokenDeltas(model, targets, setup.baseLogprobs, steered),
+    controls: tokenDeltas(model, controls, setup.baseLogprobs, steered),
     targets_rule: setup.targetsRule,
     controls_rule: setup.controlsRule,
     ...metricValues(m),

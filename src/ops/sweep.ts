@@ -15,28 +15,25 @@ import { LoupeError, throwIfAborted } from '../engine/errors';
 import { documentBase, documentHead, interventionRecord } from '../schema/common';
 import { defineOperation } from './types';
 import { logSoftmax } from './lib/math';
-import { generateBatch } from './lib/generation';
+import { generateBatch, generationFields } from './lib/generation';
 import {
   checkSteerTokens,
   METRIC_DEFINITIONS,
   metricCurves,
   metricDefinitionsSchema,
   metricFields,
+  monotone,
+  monotoneSchema,
   prepareSteering,
   rowsPerRun,
-  samplingFields,
-  samplingSchema,
+  sampling,
   steeringFields,
-  steeringMetrics,
-  steeringSite,
   steeringSiteSchema,
-  steerIntervention,
   tokenRef,
   tokenRefs,
   type SteeringMetrics,
   MAX_SWEEP_ALPHAS,
   DEFAULT_MULTIPLES,
-  trend,
 } from './lib/steering';
 
 const input = z.object({
@@ -47,7 +44,7 @@ const input = z.object({
     .min(1)
     .default(DEFAULT_MULTIPLES)
     .describe('α = multiple × resid_norm (used when alphas is absent)'),
-  ...samplingFields,
+  ...sampling.fields,
 });
 export type SweepInput = z.input<typeof input>;
 
@@ -58,19 +55,14 @@ const output = documentBase('sweep').extend({
   multiples: z.array(z.number()).nullable().describe('α / resid_norm when α came from multiples'),
   alphas: z.array(z.number()),
   curves: z.object(metricFields(curve)).describe('one value per α, in the order of `alphas`'),
-  monotone: z.object({
-    target_logprob_delta: z.enum(['increasing', 'decreasing', 'flat', 'not_monotone']),
-    control_logprob_delta: z.enum(['increasing', 'decreasing', 'flat', 'not_monotone']),
-    normalized_effect: z.enum(['increasing', 'decreasing', 'flat', 'not_monotone']),
-    rule: z.string(),
-  }),
+  monotone: monotoneSchema,
   generations: z.array(generationBlock.extend({ alpha: z.number() })),
   targets: z.array(tokenRef),
   controls: z.array(tokenRef),
   targets_rule: z.string(),
   controls_rule: z.string(),
   interventions: z.array(interventionRecord).describe('the edit as data, once per α'),
-  sampling: samplingSchema,
+  sampling: sampling.schema,
   metric_definitions: metricDefinitionsSchema,
   engine_runs: z.number().int(),
 });
@@ -110,16 +102,9 @@ export const operation = defineOperation({
   for (let s = 0; s < alphas.length; s += per) {
     throwIfAborted(ctx.signal);
     const chunk = alphas.slice(s, s + per);
-    const ivs = chunk.map((a, r) =>
-      steerIntervention(hook, dir.vector, a, inp.positions, chunk.length > 1 ? [r] : undefined),
-    );
+    const ivs = chunk.map((a, r) => setup.edit(a, chunk.length > 1 ? [r] : undefined));
     const gen = await generateBatch(model, ids, chunk.length, {
-      maxNewTokens: inp.max_new_tokens,
-      temperature: inp.temperature,
-      topK: inp.top_k,
-      topP: inp.top_p,
-      seed: inp.seed,
-      stopAtEos: inp.stop_at_eos,
+      ...sampling.options(inp),
       interventions: ivs,
       signal: ctx.signal,
       onToken: ({ step, row }) => {
@@ -133,28 +118,20 @@ export const operation = defineOperation({
     });
     runs += gen.runs;
     chunk.forEach((a, r) => {
-      metrics.push(steeringMetrics(setup.baseLogprobs, logSoftmax(gen.promptLogits[r], 0, V), targets, controls));
-      const g = gen.rows[r];
-      generations.push({ alpha: a, generated_token_ids: g.ids, generated_text: g.text, stop_reason: g.stop_reason });
+      metrics.push(setup.metrics(logSoftmax(gen.promptLogits[r], 0, V)));
+      generations.push({ alpha: a, ...generationFields(gen.rows[r]) });
     });
     ctx.onProgress?.({ stage: 'sweeping α', done: Math.min(s + per, alphas.length), total: alphas.length });
   }
   const curves = metricCurves(metrics);
   return {
     ...documentHead('sweep', model, inp.prompt, ids),
-    ...steeringSite(setup, inp),
+    ...setup.site,
     alpha_source: inp.alphas ? 'alphas' : 'multiples',
     multiples: inp.alphas ? null : inp.multiples,
     alphas,
     curves,
-    monotone: {
-      target_logprob_delta: trend(alphas, curves.target_logprob_delta),
-      control_logprob_delta: trend(alphas, curves.control_logprob_delta),
-      normalized_effect: trend(alphas, curves.normalized_effect),
-      rule:
-        'over α sorted ascending: increasing = no step down by more than tol and last > first + tol; ' +
-        'decreasing mirrored; flat = no step beyond tol; tol = 1e-6·max(1, max|y|)',
-    },
+    monotone: monotone(alphas, curves),
     generations,
     targets: tokenRefs(model, targets),
     controls: tokenRefs(model, controls),
@@ -168,14 +145,7 @@ export const operation = defineOperation({
       direction: dir.spec,
       normalize: inp.normalize,
     })),
-    sampling: {
-      max_new_tokens: inp.max_new_tokens,
-      temperature: inp.temperature,
-      top_k: inp.top_k,
-      top_p: inp.top_p,
-      seed: inp.seed,
-      stop_at_eos: inp.stop_at_eos,
-    },
+    sampling: sampling.block(inp),
     metric_definitions: METRIC_DEFINITIONS,
     engine_runs: runs,
   };

@@ -50,6 +50,11 @@ export interface GenerateResult {
   stop_reason: 'eos' | 'max_new_tokens';
 }
 
+/** a generated row as documents list it (schema/generation.ts generationBlock) */
+export function generationFields(r: GenerateResult) {
+  return { generated_token_ids: r.ids, generated_text: r.text, stop_reason: r.stop_reason };
+}
+
 export interface BatchGenerateResult {
   rows: GenerateResult[];
   /** logits at the final prompt position of each row, from the prompt pass (with interventions) */

@@ -160,7 +160,15 @@ export interface SteeringSetup {
   baseLogprobs: Float64Array;
   /** mean over positions (BOS excluded) of ‖resid_pre‖ at the layer, from the base run */
   residNorm: number;
+  /** the fields a document leads with (steeringSiteSchema): layer, hook, positions, direction, resid_norm */
+  site: SteeringSite;
+  /** the edit α·d at the hook and positions (on batch rows `batch`, default all) */
+  edit(alpha: number, batch?: number[]): Intervention;
+  /** the metrics of steered final-position log-probs against the base run, on the targets and controls */
+  metrics(steered: Float64Array): SteeringMetrics;
 }
+
+type SteeringSite = { [K in keyof typeof steeringSiteSchema]: z.infer<(typeof steeringSiteSchema)[K]> };
 
 export const DEFAULT_TARGETS = 5;
 export const DEFAULT_CONTROLS = 5;
@@ -198,6 +206,29 @@ export function controlPool(
     .slice(0, CONTROL_POOL);
 }
 
+/** edited positions inside the prompt of T tokens (BAD_INPUT naming those outside) */
+export function checkEditPositions(positions: 'all' | number[], T: number): void {
+  if (positions === 'all') return;
+  const bad = positions.filter((p) => p >= T);
+  if (bad.length)
+    throw new LoupeError(
+      'BAD_INPUT',
+      `positions ${bad.join(', ')} are outside the prompt (${T} tokens, BOS included).`,
+      `Use positions 0–${T - 1}, or "all".`,
+    );
+}
+
+/** the targets and controls the caller gave, resolved before any engine run so a typo fails at once */
+export function givenTokens(
+  model: LoadedModel,
+  inp: { targets?: string[]; controls?: string[] },
+): { targets?: number[]; controls?: number[] } {
+  return {
+    targets: inp.targets?.map((t) => resolveToken(model, t, 'targets')),
+    controls: inp.controls?.map((t) => resolveToken(model, t, 'controls')),
+  };
+}
+
 export async function prepareSteering(
   model: LoadedModel,
   inp: SteeringSetupInput,
@@ -208,18 +239,8 @@ export async function prepareSteering(
   if (inp.layer >= L)
     throw new LoupeError('BAD_INPUT', `layer ${inp.layer} does not exist; the model has ${L} layers (0–${L - 1}).`);
   const ids = promptIds(model, inp.prompt, { prependBos: inp.prepend_bos, extra: extraTokens });
-  if (inp.positions !== 'all') {
-    const bad = inp.positions.filter((p) => p >= ids.length);
-    if (bad.length)
-      throw new LoupeError(
-        'BAD_INPUT',
-        `positions ${bad.join(', ')} are outside the prompt (${ids.length} tokens, BOS included).`,
-        `Use positions 0–${ids.length - 1}, or "all".`,
-      );
-  }
-  // resolve token strings before any engine run so a typo fails at once
-  const givenTargets = inp.targets?.map((t) => resolveToken(model, t, 'targets'));
-  const givenControls = inp.controls?.map((t) => resolveToken(model, t, 'controls'));
+  checkEditPositions(inp.positions, ids.length);
+  const { targets: givenTargets, controls: givenControls } = givenTokens(model, inp);
   const hook = `blocks.${inp.layer}.hook_resid_pre`;
   const dir = await resolveDirection(model, inp.direction, {
     layer: inp.layer,
@@ -290,6 +311,15 @@ export async function prepareSteering(
     targetsFromDirection,
     baseLogprobs,
     residNorm,
+    site: {
+      layer: inp.layer,
+      hook,
+      positions: inp.positions,
+      direction: directionBlock(dir),
+      resid_norm: finite(residNorm),
+    },
+    edit: (alpha, batch) => steerIntervention(hook, dir.vector, alpha, inp.positions, batch),
+    metrics: (steered) => steeringMetrics(baseLogprobs, steered, targets, controls),
   };
 }
 
@@ -302,17 +332,6 @@ export interface SteeringMetrics {
   relative_change: number;
   kl_from_base: number;
   steeredLogprobs: Float64Array;
-}
-
-/** the document fields of a setup: layer, hook, positions, direction, resid_norm */
-export function steeringSite(setup: SteeringSetup, inp: { layer: number; positions: 'all' | number[] }) {
-  return {
-    layer: inp.layer,
-    hook: setup.hook,
-    positions: inp.positions,
-    direction: directionBlock(setup.dir),
-    resid_norm: finite(setup.residNorm),
-  };
 }
 
 /** a run's metrics as a document lists them (finite numbers) */
@@ -404,22 +423,83 @@ export function tokenRefs(model: LoadedModel, ids: number[]) {
   return ids.map((id, i) => ({ token: s[i], token_id: id }));
 }
 
+interface TokenDelta<S> {
+  token: string;
+  token_id: number;
+  base_logprob: number;
+  steered_logprob: S;
+  delta: S;
+}
+
+/** each token's base and steered log-prob and their change (null without a steered run) */
+export function tokenDeltas(
+  model: LoadedModel,
+  ids: number[],
+  base: Float64Array,
+  steered: Float64Array,
+): TokenDelta<number>[];
+export function tokenDeltas(
+  model: LoadedModel,
+  ids: number[],
+  base: Float64Array,
+  steered: Float64Array | null,
+): TokenDelta<number | null>[];
+export function tokenDeltas(model: LoadedModel, ids: number[], base: Float64Array, steered: Float64Array | null) {
+  return tokenRefs(model, ids).map((r) => ({
+    ...r,
+    base_logprob: finite(base[r.token_id]),
+    steered_logprob: steered ? finite(steered[r.token_id]) : null,
+    delta: steered ? finite(steered[r.token_id] - base[r.token_id]) : null,
+  }));
+}
+
 // ------------------------------------------------------------------ sampling
 
 /** generated tokens one steer/sweep call may ask for (per row) */
 export const MAX_STEER_NEW_TOKENS = 256;
 
-export const samplingFields = {
-  max_new_tokens: z.number().int().min(0).default(20),
-  temperature: z.number().min(0).default(0).describe('0 = greedy'),
-  top_k: z.number().int().min(0).default(0).describe('0 = no top-k filter'),
-  top_p: z.number().gt(0).max(1).default(1),
-  seed: z
-    .number()
-    .int()
-    .default(0)
-    .describe('sampling seed (each row samples with its own generator seeded with this)'),
-  stop_at_eos: z.boolean().default(true),
+const samplingSchema = z.object({
+  max_new_tokens: z.number().int(),
+  temperature: z.number(),
+  top_k: z.number().int(),
+  top_p: z.number(),
+  seed: z.number().int(),
+  stop_at_eos: z.boolean(),
+});
+type SamplingInput = z.infer<typeof samplingSchema>;
+
+/**
+ * How steer, sweep and sae_steer generate: their input fields, the block their documents list,
+ * and the options the generation loop (lib/generation.ts) takes.
+ */
+export const sampling = {
+  fields: {
+    max_new_tokens: z.number().int().min(0).default(20),
+    temperature: z.number().min(0).default(0).describe('0 = greedy'),
+    top_k: z.number().int().min(0).default(0).describe('0 = no top-k filter'),
+    top_p: z.number().gt(0).max(1).default(1),
+    seed: z
+      .number()
+      .int()
+      .default(0)
+      .describe('sampling seed (each row samples with its own generator seeded with this)'),
+    stop_at_eos: z.boolean().default(true),
+  },
+  schema: samplingSchema,
+  block(inp: SamplingInput): SamplingInput {
+    const { max_new_tokens, temperature, top_k, top_p, seed, stop_at_eos } = inp;
+    return { max_new_tokens, temperature, top_k, top_p, seed, stop_at_eos };
+  },
+  options(inp: SamplingInput) {
+    return {
+      maxNewTokens: inp.max_new_tokens,
+      temperature: inp.temperature,
+      topK: inp.top_k,
+      topP: inp.top_p,
+      seed: inp.seed,
+      stopAtEos: inp.stop_at_eos,
+    };
+  },
 };
 
 export function checkSteerTokens(n: number): void {
@@ -432,22 +512,14 @@ export function checkSteerTokens(n: number): void {
     );
 }
 
-export const samplingSchema = z.object({
-  max_new_tokens: z.number().int(),
-  temperature: z.number(),
-  top_k: z.number().int(),
-  top_p: z.number(),
-  seed: z.number().int(),
-  stop_at_eos: z.boolean(),
-});
-
 // ------------------------------------------------------------------ sweeps
 
 /** most α values one sweep may evaluate */
 export const MAX_SWEEP_ALPHAS = 32;
 export const DEFAULT_MULTIPLES = [-1, -0.5, -0.25, 0, 0.25, 0.5, 1];
 
-export type Trend = 'increasing' | 'decreasing' | 'flat' | 'not_monotone';
+export const TRENDS = ['increasing', 'decreasing', 'flat', 'not_monotone'] as const;
+export type Trend = (typeof TRENDS)[number];
 
 /**
  * Trend of ys (in the order of increasing xs): 'increasing' when no step goes down by more than
@@ -471,4 +543,25 @@ export function trend(xs: number[], ys: number[]): Trend {
   if (up && y[y.length - 1] - y[0] > tol) return 'increasing';
   if (down && y[0] - y[y.length - 1] > tol) return 'decreasing';
   return 'not_monotone';
+}
+
+const TREND_RULE =
+  'over α sorted ascending: increasing = no step down by more than tol and last > first + tol; ' +
+  'decreasing mirrored; flat = no step beyond tol; tol = 1e-6·max(1, max|y|)';
+
+/** the trends of a sweep's curves, as sweep and sae_steer documents list them */
+export const monotoneSchema = z.object({
+  target_logprob_delta: z.enum(TRENDS),
+  control_logprob_delta: z.enum(TRENDS),
+  normalized_effect: z.enum(TRENDS),
+  rule: z.string(),
+});
+
+export function monotone(alphas: number[], curves: Record<MetricName, number[]>): z.infer<typeof monotoneSchema> {
+  return {
+    target_logprob_delta: trend(alphas, curves.target_logprob_delta),
+    control_logprob_delta: trend(alphas, curves.control_logprob_delta),
+    normalized_effect: trend(alphas, curves.normalized_effect),
+    rule: TREND_RULE,
+  };
 }
