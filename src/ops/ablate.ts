@@ -18,19 +18,13 @@ import {
   Ablator,
   COMPONENTS,
   METHODS,
-  EffectMeter,
-  answerSchema,
-  answerToken,
-  cleanBlock,
-  cleanSchema,
   effectFields,
   inputIds,
-  logitsAt,
   positionsField,
   promptOrIdsFields,
+  readoutFields,
   resampleTokens,
   resolveAnswer,
-  runVariants,
   targetFields,
   targetLabel,
   targetSchema,
@@ -108,8 +102,7 @@ export const ablateOutput = documentBase('ablate').extend({
   method: z.string().describe('exactly what was done'),
   positions: z.union([z.literal('all'), z.array(z.number().int())]),
   interventions: interventionList.describe('every site edited when all targets are ablated together'),
-  answer: answerSchema,
-  clean: cleanSchema,
+  ...readoutFields,
   entries: z.array(entrySchema).describe('one per target, each ablated singly'),
   combined: z.object(effectFields).nullable().describe('all targets ablated together (null with one target)'),
   logit_delta: z
@@ -220,21 +213,18 @@ async function ablatePair(
     resampleFrom = r.from;
   }
 
-  const { ablator, clean } = await Ablator.prepare(
+  const { ablator } = await Ablator.prepare(
     model,
     ids,
     hooks,
-    { method: input.method, positions: input.positions, meanPrompts, resampleIds, resampleFrom },
+    { method: input.method, positions: input.positions, meanPrompts, resampleIds, resampleFrom, answerId },
     ctx,
   );
-  const cleanLogits = logitsAt(clean, ids.length - 1);
-  const answer = answerToken(model, cleanLogits, answerId);
-  const meter = new EffectMeter(model, cleanLogits, answer.token_id);
+  const { answer } = ablator;
 
-  const variants = targets.map((t) => ablator.interventions([t]));
-  if (targets.length > 1) variants.push(ablator.interventions(targets));
-  const logits = await runVariants(model, ids, variants, { ctx, stage: 'ablating' });
-  const effects: Effect[] = logits.map((l) => meter.effect(l));
+  const variants = targets.map((t) => [t]);
+  if (targets.length > 1) variants.push(targets);
+  const effects = await ablator.effects(variants, ctx, 'ablating');
 
   const entries = targets.map((t, i) => ({ ...targetFields(t), label: targetLabel(t), ...effects[i] }));
   const combined = targets.length > 1 ? effects[targets.length] : null;
@@ -262,7 +252,7 @@ async function ablatePair(
     positions: input.positions,
     interventions: ablator.records(targets),
     answer,
-    clean: cleanBlock(model, meter),
+    clean: ablator.cleanBlock(),
     entries,
     combined,
     ...(single

@@ -17,17 +17,10 @@ import { CAPS, finite } from '../engine/caps';
 import { CONVENTIONS, decomposeLogit, dlaHookNames } from './lib/dla';
 import {
   Ablator,
-  EffectMeter,
-  answerSchema,
-  answerToken,
-  cleanBlock,
-  cleanSchema,
   effectFields,
-  inputIds,
-  logitsAt,
+  idsAndAnswer,
   promptOrIdsFields,
-  resolveAnswer,
-  runVariants,
+  readoutFields,
   checkVariants,
   targetLabel,
   type AblationTarget,
@@ -90,8 +83,7 @@ export const circuitOutput = documentBase('circuit').extend({
   method: z.string().describe('exactly what was and was not done'),
   ablation: z.enum(CIRCUIT_METHODS),
   convention: z.enum(CONVENTIONS),
-  answer: answerSchema,
-  clean: cleanSchema,
+  ...readoutFields,
   heads: z
     .array(
       z.object({
@@ -162,8 +154,7 @@ export const operation = defineOperation({
   output: circuitOutput,
   long: true,
 }).implement(async (model, input, ctx) => {
-  const { ids, prompt } = inputIds(model, input);
-  const answerId = resolveAnswer(model, input.answer);
+  const { ids, prompt, answerId } = idsAndAnswer(model, input);
   const { n_layers: L, n_heads: H, d_mlp: M } = model.info;
   const kHeads = Math.min(input.top_k_heads, L * H);
   const kNeurons = Math.min(input.top_k_neurons, L * M);
@@ -186,13 +177,11 @@ export const operation = defineOperation({
     model,
     ids,
     siteHooks,
-    { method: input.ablation, positions: 'all' },
+    { method: input.ablation, positions: 'all', answerId },
     ctx,
     dlaHookNames(model),
   );
-  const cleanLogits = logitsAt(clean, ids.length - 1);
-  const answer = answerToken(model, cleanLogits, answerId);
-  const meter = new EffectMeter(model, cleanLogits, answer.token_id);
+  const { answer } = ablator;
   const dla = await decomposeLogit(
     model,
     clean,
@@ -224,14 +213,13 @@ export const operation = defineOperation({
     ...heads.map((h) => ({ layer: h.layer, head: h.head })),
     ...neurons.map((n) => ({ layer: n.layer, neuron: n.neuron })),
   ];
-  const singleLogits = await runVariants(
-    model,
-    ids,
-    singleTargets.map((t) => ablator.interventions([t])),
-    { ctx, stage: 'single ablations' },
+  const singleEffects = await ablator.effects(
+    singleTargets.map((t) => [t]),
+    ctx,
+    'single ablations',
   );
   const singles = new Map<string, Effect>();
-  singleTargets.forEach((t, i) => singles.set(targetLabel(t), meter.effect(singleLogits[i])));
+  singleTargets.forEach((t, i) => singles.set(targetLabel(t), singleEffects[i]));
   const headRows = heads.map((h) => ({
     layer: h.layer,
     head: h.head,
@@ -277,16 +265,15 @@ export const operation = defineOperation({
     neuronRows.map((n) => ({ layer: n.layer, neuron: n.neuron })),
     `all ${neuronRows.length} candidate neurons`,
   );
-  const groupLogits = groups.length
-    ? await runVariants(
-        model,
-        ids,
-        groups.map((g) => ablator.interventions(g.members)),
-        { ctx, stage: 'group ablations' },
+  const groupEffects = groups.length
+    ? await ablator.effects(
+        groups.map((g) => g.members),
+        ctx,
+        'group ablations',
       )
     : [];
   const groupRows = groups.map((g, i) => {
-    const e = meter.effect(groupLogits[i]);
+    const e = groupEffects[i];
     const singleDeltas = g.members.map((m) => singles.get(targetLabel(m))!.logprob_delta);
     const sum = singleDeltas.reduce((a, b) => a + b, 0);
     const sumAbs = singleDeltas.reduce((a, b) => a + Math.abs(b), 0);
@@ -342,7 +329,7 @@ export const operation = defineOperation({
     ablation: input.ablation,
     convention: input.convention,
     answer,
-    clean: cleanBlock(model, meter),
+    clean: ablator.cleanBlock(),
     heads: headRows,
     neurons: neuronRows,
     groups: groupRows,

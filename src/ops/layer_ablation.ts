@@ -9,17 +9,10 @@ import { defineOperation } from './types';
 import { documentBase, documentHead, interventionList } from '../schema/common';
 import {
   Ablator,
-  EffectMeter,
-  answerSchema,
-  answerToken,
-  cleanBlock,
-  cleanSchema,
   effectFields,
-  inputIds,
-  logitsAt,
+  idsAndAnswer,
   promptOrIdsFields,
-  resolveAnswer,
-  runVariants,
+  readoutFields,
   targetSites,
   checkVariants,
   type AblationTarget,
@@ -43,8 +36,7 @@ const entry = z.object({ layer: z.number().int(), component: z.enum(PARTS), labe
 export const layerAblationOutput = documentBase('layer_ablation').extend({
   ablation: z.enum(LAYER_METHODS),
   method: z.string().describe('exactly what was done'),
-  answer: answerSchema,
-  clean: cleanSchema,
+  ...readoutFields,
   entries: z.array(entry).describe('per layer, attn_out then mlp_out'),
   layers: z
     .array(
@@ -75,29 +67,31 @@ export const operation = defineOperation({
   output: layerAblationOutput,
   long: true,
 }).implement(async (model, input, ctx) => {
-  const { ids, prompt } = inputIds(model, input);
-  const answerId = resolveAnswer(model, input.answer);
+  const { ids, prompt, answerId } = idsAndAnswer(model, input);
   const L = model.info.n_layers;
   const targets: AblationTarget[] = [];
   for (let l = 0; l < L; l++) for (const c of PARTS) targets.push({ layer: l, component: c });
   checkVariants(targets.length, 'Layer ablation', 'Use a model with fewer layers.');
   const hooks = targets.flatMap((t) => targetSites(model, t).map((s) => s.hook));
 
-  const { ablator, clean } = await Ablator.prepare(model, ids, hooks, { method: input.method, positions: 'all' }, ctx);
-  const cleanLogits = logitsAt(clean, ids.length - 1);
-  const answer = answerToken(model, cleanLogits, answerId);
-  const meter = new EffectMeter(model, cleanLogits, answer.token_id);
-  const logits = await runVariants(
+  const { ablator } = await Ablator.prepare(
     model,
     ids,
-    targets.map((t) => ablator.interventions([t])),
-    { ctx, stage: 'ablating layers' },
+    hooks,
+    { method: input.method, positions: 'all', answerId },
+    ctx,
+  );
+  const { answer } = ablator;
+  const effects = await ablator.effects(
+    targets.map((t) => [t]),
+    ctx,
+    'ablating layers',
   );
   const entries = targets.map((t, i) => ({
     layer: t.layer,
     component: t.component as (typeof PARTS)[number],
     label: `L${t.layer}.${t.component}`,
-    ...meter.effect(logits[i]),
+    ...effects[i],
   }));
   const layers = [];
   for (let l = 0; l < L; l++) {
@@ -124,7 +118,7 @@ export const operation = defineOperation({
       `${answer.source === 'answer' ? 'given answer token' : 'clean prediction'} and KL(clean ‖ ablated) ` +
       'over the vocabulary. Per-head or per-neuron effects are not measured here (see circuit / ablate).',
     answer,
-    clean: cleanBlock(model, meter),
+    clean: ablator.cleanBlock(),
     entries,
     layers,
     most_damaging: { layer: worst.layer, component: worst.component, logprob_delta: worst.logprob_delta, kl: worst.kl },

@@ -25,6 +25,7 @@ import type { OpContext } from '../types';
 import { CAPS, checkTokenCount, finite } from '../../engine/caps';
 import { promptFields, promptIds, resolveToken, tokenText } from './tokens';
 import { argmax, klDivergence, logSoftmax, rng } from './math';
+import { runHook } from './dla';
 
 // ------------------------------------------------------------------ caps local to these operations
 
@@ -246,6 +247,8 @@ export interface AblationConfig {
   resampleIds?: number[];
   /** how the resample tokens were obtained, for the document */
   resampleFrom?: string;
+  /** the token effects are read on (resolveAnswer); default the clean prediction at the last position */
+  answerId?: number;
 }
 
 /**
@@ -308,6 +311,9 @@ export class Ablator {
     readonly cfg: AblationConfig,
     /** hook → the [1, T, ...] tensor its mean/resample patches copy from */
     private readonly sources: Map<string, Tensor>,
+    /** the token effects are read on, at the last position */
+    readonly answer: AnswerToken,
+    private readonly meter: EffectMeter,
   ) {}
 
   /**
@@ -331,6 +337,9 @@ export class Ablator {
     const clean = await model.run(ids, { hooks: cleanHooks, signal: ctx.signal });
     throwIfAborted(ctx.signal);
     const T = ids.length;
+    const cleanLogits = logitsAt(clean, T - 1);
+    const answer = answerToken(model, cleanLogits, cfg.answerId);
+    const meter = new EffectMeter(model, cleanLogits, answer.token_id);
     const sources = new Map<string, Tensor>();
     if (cfg.method === 'mean') {
       const prompts = cfg.meanPrompts ?? [];
@@ -344,13 +353,7 @@ export class Ablator {
       const sums = new Map<string, { dims: number[]; inner: number; sum: Float64Array; n: number }>();
       const accumulate = (run: RunResult) => {
         for (const h of siteHooks) {
-          const t = run.hooks[h];
-          if (!t)
-            throw new LoupeError(
-              'INTERNAL',
-              `The engine did not return hook '${h}'.`,
-              'This is a bug in Loupe; please report it.',
-            );
+          const t = runHook(run, h);
           const Tr = t.dims[1];
           const inner = t.data.length / (t.dims[0] * Tr);
           let s = sums.get(h);
@@ -382,17 +385,27 @@ export class Ablator {
       const run = await model.run(cfg.resampleIds, { hooks: siteHooks, signal: ctx.signal });
       throwIfAborted(ctx.signal);
       for (const h of siteHooks) {
-        const t = run.hooks[h];
-        if (!t)
-          throw new LoupeError(
-            'INTERNAL',
-            `The engine did not return hook '${h}'.`,
-            'This is a bug in Loupe; please report it.',
-          );
+        const t = runHook(run, h);
         sources.set(h, { dims: t.dims, data: t.data });
       }
     }
-    return { ablator: new Ablator(model, ids, cfg, sources), clean };
+    return { ablator: new Ablator(model, ids, cfg, sources, answer, meter), clean };
+  }
+
+  /** each variant's effect at the last position (a variant: targets ablated together), in batched runs */
+  async effects(variants: AblationTarget[][], ctx: OpContext, stage: string): Promise<Effect[]> {
+    const logits = await runVariants(
+      this.model,
+      this.ids,
+      variants.map((v) => this.interventions(v)),
+      { ctx, stage },
+    );
+    return logits.map((l) => this.meter.effect(l));
+  }
+
+  /** the clean run's prediction and the answer's clean values, as documents list them */
+  cleanBlock(): z.infer<typeof cleanSchema> {
+    return cleanBlock(this.model, this.meter);
   }
 
   /** engine interventions that ablate all `targets` together (one variant, no batch rows yet) */
@@ -584,12 +597,18 @@ export function resolveAnswer(model: LoadedModel, answer: string | undefined, fi
   return answer !== undefined ? resolveToken(model, answer, field) : undefined;
 }
 
-/** the target token: a given answer id or the clean prediction */
-export function answerToken(
+/** the prompt's ids and the given answer token, both checked before any run */
+export function idsAndAnswer(
   model: LoadedModel,
-  cleanLogits: Float32Array,
-  answerId?: number,
-): { token: string; token_id: number; source: 'clean_prediction' | 'answer' } {
+  input: { prompt: string; prepend_bos: boolean; token_ids?: number[]; answer?: string },
+): { ids: number[]; prompt: string; answerId?: number } {
+  return { ...inputIds(model, input), answerId: resolveAnswer(model, input.answer) };
+}
+
+type AnswerToken = { token: string; token_id: number; source: 'clean_prediction' | 'answer' };
+
+/** the target token: a given answer id or the clean prediction */
+export function answerToken(model: LoadedModel, cleanLogits: Float32Array, answerId?: number): AnswerToken {
   const id = answerId ?? argmax(cleanLogits);
   return { token: tokenText(model, id), token_id: id, source: answerId !== undefined ? 'answer' : 'clean_prediction' };
 }
@@ -608,6 +627,9 @@ export const cleanSchema = z.object({
   answer_logprob: z.number(),
   answer_prob: z.number(),
 });
+
+/** the document fields of what effects are read on: the answer token and the clean run's values */
+export const readoutFields = { answer: answerSchema, clean: cleanSchema };
 
 export function cleanBlock(model: LoadedModel, meter: EffectMeter): z.infer<typeof cleanSchema> {
   const top = argmax(meter.cleanLogits);

@@ -235,7 +235,8 @@ export function dlaHookNames(model: LoadedModel): string[] {
   return names;
 }
 
-function hook(run: RunResult, name: string): Tensor {
+/** a hook the run was asked for (INTERNAL when the engine did not return it) */
+export function runHook(run: RunResult, name: string): Tensor {
   const t = run.hooks[name];
   if (!t)
     throw new LoupeError(
@@ -340,12 +341,12 @@ export async function decomposeLogit(
   const HD = H * Dh;
   const c = constantsOf(model);
   const row = opts.row ?? 0;
-  const residPre0 = hook(run, 'blocks.0.hook_resid_pre');
+  const residPre0 = runHook(run, 'blocks.0.hook_resid_pre');
   const T = residPre0.dims[1];
   const pos = opts.position ?? T - 1;
   const convention = opts.convention;
   const tl = convention === 'transformer_lens';
-  const scale = slice(hook(run, 'ln_final.hook_scale'), row, pos)[0];
+  const scale = slice(runHook(run, 'ln_final.hook_scale'), row, pos)[0];
 
   // the layers' vectors at the position; Σ_h z_h W_O[h] per layer (the reconstruction check) and
   // each layer's readout (e, or e through the layer's frozen post-norm) against every row of W_O
@@ -356,8 +357,8 @@ export async function decomposeLogit(
   const z = new Float32Array(L * HD);
   const act: Float32Array[] = [];
   for (let l = 0; l < L; l++) {
-    z.set(slice(hook(run, `blocks.${l}.attn.hook_z`), row, pos), l * HD);
-    act.push(slice(hook(run, `blocks.${l}.mlp.hook_post`), row, pos)); // [M]
+    z.set(slice(runHook(run, `blocks.${l}.attn.hook_z`), row, pos), l * HD);
+    act.push(slice(runHook(run, `blocks.${l}.mlp.hook_post`), row, pos)); // [M]
   }
   const postNorms = c.layers.some((lc) => lc.postAttnW || lc.postMlpW);
   const zIn: Tensor = { dims: [L, 1, HD], data: z };
@@ -385,7 +386,7 @@ export async function decomposeLogit(
   const r0 = slice(residPre0, row, pos);
   add(r0);
   if (model.info.pos_embed) {
-    const pe = dotF(slice(hook(run, 'hook_pos_embed'), row, pos), e, D);
+    const pe = dotF(slice(runHook(run, 'hook_pos_embed'), row, pos), e, D);
     terms.push({ name: 'embed', value: dotF(r0, e, D) - pe });
     terms.push({ name: 'pos_embed', value: pe });
   } else {
@@ -439,14 +440,14 @@ export async function decomposeLogit(
     }
     heads.push(headRow);
     terms.push({ name: `L${l}.attn.b_O`, value: dotF(lc.bO, eL, D) + moved });
-    const attnOut = slice(hook(run, `blocks.${l}.hook_attn_out`), row, pos);
+    const attnOut = slice(runHook(run, `blocks.${l}.hook_attn_out`), row, pos);
     const x = xs[l],
       g = gains[l];
     for (let d = 0; d < D; d++) attnErr = Math.max(attnErr, Math.abs(x[d] * (g ? g[d] : 1) - attnOut[d]));
     add(attnOut);
 
     // ---- MLP: the whole output from its hook; neuron n's term post[n] · (W_out[n] · eM)
-    const mlpOut = slice(hook(run, `blocks.${l}.hook_mlp_out`), row, pos);
+    const mlpOut = slice(runHook(run, `blocks.${l}.hook_mlp_out`), row, pos);
     terms.push({ name: `L${l}.mlp`, value: dotF(mlpOut, e, D) });
     add(mlpOut);
     const woutE = dirs.mlpDir.data.subarray(l * M, (l + 1) * M);
@@ -463,7 +464,7 @@ export async function decomposeLogit(
   let sum = 0;
   for (const t of terms) sum += t.value;
 
-  const residPost = slice(hook(run, `blocks.${L - 1}.hook_resid_post`), row, pos);
+  const residPost = slice(runHook(run, `blocks.${L - 1}.hook_resid_post`), row, pos);
   let residErr = 0;
   for (let d = 0; d < D; d++) residErr = Math.max(residErr, Math.abs(resid[d] - residPost[d]));
 
