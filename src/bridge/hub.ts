@@ -12,7 +12,7 @@ import type { AddressInfo, Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { WebSocketServer, type WebSocket } from 'ws';
 import { LoupeError, toLoupeError } from '../engine/errors';
-import { createStaticHandler, ISOLATION_HEADERS } from '../node/static-server';
+import { createStaticHandler, ISOLATION_HEADERS, listenLoopback } from '../node/static-server';
 import { checkHost, checkUpgrade } from './guard';
 import { startHeartbeat } from './heartbeat';
 import { assertHandlesCurrent } from '../ops/lib/handles';
@@ -139,13 +139,7 @@ export class Hub {
       ...o,
     };
     const server = http.createServer();
-    await new Promise<void>((resolve, reject) => {
-      server.once('error', reject);
-      server.listen(opts.port, '127.0.0.1', () => {
-        server.off('error', reject);
-        resolve();
-      });
-    });
+    await listenLoopback(server, opts.port);
     const wss = new WebSocketServer({
       noServer: true,
       maxPayload: 256 * 1024 * 1024, // documents (activations of a long prompt) can be tens of MB

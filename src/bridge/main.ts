@@ -24,7 +24,7 @@ import { guardStdin, TRANSPORT_BUFFER_BYTES } from './stdio-lines';
 import { HttpMcp, MCP_PATH } from './http';
 import { httpToken } from './token';
 import { checkHost } from './guard';
-import { createStaticHandler, ISOLATION_HEADERS } from '../node/static-server';
+import { createStaticHandler, ISOLATION_HEADERS, listenLoopback } from '../node/static-server';
 
 export const DEFAULT_PORT = 5178;
 
@@ -38,14 +38,7 @@ async function listenHeadless(
   mcp: (req: http.IncomingMessage, res: http.ServerResponse) => void,
 ): Promise<http.Server> {
   const server = http.createServer();
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(port, '127.0.0.1', () => {
-      server.off('error', reject);
-      resolve();
-    });
-  });
-  const real = (server.address() as AddressInfo).port;
+  const real = await listenLoopback(server, port);
   const serveStatic = createStaticHandler({ root: distDir, allowedHosts: [`127.0.0.1:${real}`, `localhost:${real}`] });
   server.on('request', (req, res) => {
     try {

@@ -20,7 +20,9 @@ import {
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { LoupeError } from '../engine/errors';
+import { readAt } from './file-range';
 import type { ByteCache, CacheEntryInfo, CacheKey, CacheSink, RangeRead } from '../engine/source/types';
+import { cacheSink, knownMeta } from '../engine/source/sink';
 
 const PARTIAL = '.partial';
 const META = '.partial.json';
@@ -106,14 +108,7 @@ export class DirCache implements ByteCache {
     try {
       const have = (await fh.stat()).size;
       if (total != null && offset + length > have) return undefined;
-      const out = new Uint8Array(Math.max(0, Math.min(length, have - offset)));
-      let got = 0;
-      while (got < out.byteLength) {
-        const { bytesRead } = await fh.read(out, got, out.byteLength - got, offset + got);
-        if (bytesRead === 0) break;
-        got += bytesRead;
-      }
-      return { bytes: out.subarray(0, got), size: total ?? have, stored: have };
+      return { bytes: await readAt(fh, offset, length, have), size: total ?? have, stored: have };
     } finally {
       await fh.close();
     }
@@ -145,11 +140,7 @@ export class DirCache implements ByteCache {
       const meta = JSON.parse(m) as { etag?: string; total?: number; size?: number };
       // The meta is written after the bytes: a size that disagrees means a torn write.
       if (meta.size !== undefined && meta.size !== b.byteLength) return undefined;
-      return {
-        bytes: new Uint8Array(b.buffer, b.byteOffset, b.byteLength),
-        ...(meta.etag ? { etag: meta.etag } : {}),
-        ...(meta.total != null ? { total: meta.total } : {}),
-      };
+      return { bytes: new Uint8Array(b.buffer, b.byteOffset, b.byteLength), ...knownMeta(meta) };
     } catch {
       return undefined;
     }
@@ -191,45 +182,40 @@ export class DirCache implements ByteCache {
       }
     };
     const writeMeta = () => writeFileSync(p + META, JSON.stringify({ ...meta }));
-    return {
-      get length() {
-        return length;
-      },
-      get etag() {
-        return meta.etag;
-      },
-      get total() {
-        return meta.total;
-      },
-      append(chunk) {
-        let off = 0;
-        while (off < chunk.byteLength) off += writeSync(fd, chunk, off, chunk.byteLength - off, length + off);
-        length += chunk.byteLength;
-      },
-      reset() {
-        ftruncateSync(fd, 0);
-        length = 0;
-      },
-      setMeta(m) {
-        meta = { ...(m.etag ? { etag: m.etag } : {}), ...(m.total != null ? { total: m.total } : {}) };
-        writeMeta();
-      },
-      async suspend() {
-        close();
-        if (length === 0) {
-          await fsp.rm(part, { force: true });
+    return cacheSink(
+      () => length,
+      () => meta,
+      {
+        append(chunk) {
+          let off = 0;
+          while (off < chunk.byteLength) off += writeSync(fd, chunk, off, chunk.byteLength - off, length + off);
+          length += chunk.byteLength;
+        },
+        reset() {
+          ftruncateSync(fd, 0);
+          length = 0;
+        },
+        setMeta(m) {
+          meta = knownMeta(m);
+          writeMeta();
+        },
+        async suspend() {
+          close();
+          if (length === 0) {
+            await fsp.rm(part, { force: true });
+            await fsp.rm(p + META, { force: true });
+            return;
+          }
+          writeMeta();
+        },
+        async commit() {
+          close();
+          await fsp.rename(part, p);
           await fsp.rm(p + META, { force: true });
-          return;
-        }
-        writeMeta();
+          await fsp.rm(p + MISSING, { force: true });
+        },
       },
-      async commit() {
-        close();
-        await fsp.rename(part, p);
-        await fsp.rm(p + META, { force: true });
-        await fsp.rm(p + MISSING, { force: true });
-      },
-    };
+    );
   }
 
   private async dropPartial(key: CacheKey): Promise<void> {

@@ -13,6 +13,7 @@ import { fileTooLarge } from '../engine/caps';
 import { LoupeError } from '../engine/errors';
 import type { FetchOptions, ModelRef, ModelSource, RangeRead } from '../engine/source/types';
 import { checkLocalPath, type LocalAccess } from './local-access';
+import { readAt } from './file-range';
 
 export class FolderSource implements ModelSource {
   readonly ref: ModelRef;
@@ -109,14 +110,7 @@ export class FolderSource implements ModelSource {
     }
     try {
       const size = (await fh.stat()).size;
-      const out = new Uint8Array(Math.max(0, Math.min(length, size - offset)));
-      let got = 0;
-      while (got < out.byteLength) {
-        const { bytesRead } = await fh.read(out, got, out.byteLength - got, offset + got);
-        if (bytesRead === 0) break;
-        got += bytesRead;
-      }
-      return { bytes: out.subarray(0, got), size, cached: true };
+      return { bytes: await readAt(fh, offset, length, size), size, cached: true };
     } finally {
       await fh.close();
     }

@@ -192,13 +192,8 @@ export interface StaticServer {
   close(): Promise<void>;
 }
 
-/** Serve `root` on 127.0.0.1:port (0 = any free port). Never binds another interface. */
-export async function startStaticServer(opts: StaticOptions & { port?: number }): Promise<StaticServer> {
-  const port = opts.port ?? 0;
-  let handler: Handler | undefined;
-  const server = http.createServer((req, res) => {
-    handler!(req, res).catch(() => res.destroy());
-  });
+/** Listen on 127.0.0.1:port (0 = any free port), never another interface; resolves with the port bound. */
+export async function listenLoopback(server: http.Server, port: number): Promise<number> {
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(port, '127.0.0.1', () => {
@@ -206,7 +201,17 @@ export async function startStaticServer(opts: StaticOptions & { port?: number })
       resolve();
     });
   });
-  const bound = (server.address() as AddressInfo).port;
+  return (server.address() as AddressInfo).port;
+}
+
+/** Serve `root` on 127.0.0.1:port (0 = any free port). Never binds another interface. */
+export async function startStaticServer(opts: StaticOptions & { port?: number }): Promise<StaticServer> {
+  const port = opts.port ?? 0;
+  let handler: Handler | undefined;
+  const server = http.createServer((req, res) => {
+    handler!(req, res).catch(() => res.destroy());
+  });
+  const bound = await listenLoopback(server, port);
   handler = createStaticHandler({ allowedHosts: [`127.0.0.1:${bound}`, `localhost:${bound}`], ...opts });
   return {
     server,

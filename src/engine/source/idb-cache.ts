@@ -21,6 +21,7 @@ import type { RangedFile } from '../safetensors-types';
 import { canReadBlobsSync, chunkedFile, type Chunk } from './chunked-file';
 import { LoupeError } from '../errors';
 import { storageError } from './storage';
+import { cacheSink, knownMeta } from './sink';
 
 export const CHUNK_BYTES = 32 * 1024 * 1024;
 
@@ -48,6 +49,26 @@ const chunkSize = (c: Chunk) => (c instanceof Uint8Array ? c.byteLength : c.size
 /** a stored chunk's bytes (read outside the transaction: awaiting a Blob would end it) */
 const bytesOf = async (c: Chunk): Promise<Uint8Array> =>
   c instanceof Uint8Array ? c : new Uint8Array(await c.arrayBuffer());
+/** the record of `key`'s entry: `size` bytes stored in `chunks` chunks, with `more` of its fields */
+const entryRecord = (
+  key: CacheKey,
+  size: number,
+  complete: boolean,
+  chunks: number,
+  more: Pick<EntryRecord, 'chunkBytes' | 'etag' | 'total' | 'missing'>,
+): EntryRecord => ({
+  key: fileKey(key),
+  model: modelKey(key),
+  endpoint: key.endpoint,
+  id: key.id,
+  revision: key.revision,
+  file: key.file,
+  size,
+  complete,
+  storedAt: Date.now(),
+  chunks,
+  ...more,
+});
 
 export interface IdbCacheOptions {
   dbName?: string;
@@ -131,22 +152,9 @@ export class IdbCache implements ByteCache {
       // slice, not subarray: a view would clone its whole underlying buffer into the database
       await chunks.put(this.stored(bytes.slice(off, Math.min(off + this.chunkBytes, bytes.byteLength))), [k, n]);
     }
-    const rec: EntryRecord = {
-      key: k,
-      model: modelKey(key),
-      endpoint: key.endpoint,
-      id: key.id,
-      revision: key.revision,
-      file: key.file,
-      size: bytes.byteLength,
-      complete,
-      storedAt: Date.now(),
-      chunks: n,
-      chunkBytes: this.chunkBytes,
-      ...(meta.etag ? { etag: meta.etag } : {}),
-      ...(meta.total != null ? { total: meta.total } : {}),
-    };
-    await tx.objectStore('entries').put(rec);
+    await tx
+      .objectStore('entries')
+      .put(entryRecord(key, bytes.byteLength, complete, n, { chunkBytes: this.chunkBytes, ...knownMeta(meta) }));
     await tx.done;
   }
 
@@ -161,11 +169,7 @@ export class IdbCache implements ByteCache {
   async getPartial(key: CacheKey): Promise<{ bytes: Uint8Array; etag?: string; total?: number } | undefined> {
     const r = await this.read(key, false);
     if (!r) return undefined;
-    return {
-      bytes: r.bytes,
-      ...(r.rec.etag ? { etag: r.rec.etag } : {}),
-      ...(r.rec.total != null ? { total: r.rec.total } : {}),
-    };
+    return { bytes: r.bytes, ...knownMeta(r.rec) };
   }
 
   async putPartial(key: CacheKey, bytes: Uint8Array, meta: { etag?: string; total?: number }): Promise<void> {
@@ -259,7 +263,7 @@ export class IdbCache implements ByteCache {
     let length = 0;
     let pending = new Uint8Array(0);
     if (rec && !rec.complete && !rec.missing && rec.size > 0 && (rec.chunkBytes === cb || rec.chunks <= 1)) {
-      meta = { ...(rec.etag ? { etag: rec.etag } : {}), ...(rec.total != null ? { total: rec.total } : {}) };
+      meta = knownMeta(rec);
       length = rec.size;
       const tail = length % cb;
       if (tail > 0) {
@@ -277,21 +281,8 @@ export class IdbCache implements ByteCache {
     let written = length - fill; // bytes in whole chunks already stored
     let chain: Promise<void> = Promise.resolve();
     let failed: unknown;
-    const record = (size: number, complete: boolean, chunks: number): EntryRecord => ({
-      key: k,
-      model: modelKey(key),
-      endpoint: key.endpoint,
-      id: key.id,
-      revision: key.revision,
-      file: key.file,
-      size,
-      complete,
-      storedAt: Date.now(),
-      chunks,
-      chunkBytes: cb,
-      ...(meta.etag ? { etag: meta.etag } : {}),
-      ...(meta.total != null ? { total: meta.total } : {}),
-    });
+    const record = (size: number, complete: boolean, chunks: number) =>
+      entryRecord(key, size, complete, chunks, { chunkBytes: cb, ...knownMeta(meta) });
     // a refused write becomes its structured error here, so append() can stop the download at once
     const queue = (fn: () => Promise<void>) => {
       chain = chain.then(fn).catch(async (e) => {
@@ -314,57 +305,52 @@ export class IdbCache implements ByteCache {
       await chain;
       if (failed) throw failed;
     };
-    return {
-      get length() {
-        return length;
-      },
-      get etag() {
-        return meta.etag;
-      },
-      get total() {
-        return meta.total;
-      },
-      append(chunk) {
-        // the storage quota ran out: stop the download now, not after every byte has arrived
-        if (failed instanceof LoupeError) throw failed;
-        let off = 0;
-        while (off < chunk.byteLength) {
-          const take = Math.min(cb - fill, chunk.byteLength - off);
-          buf.set(chunk.subarray(off, off + take), fill);
-          fill += take;
-          off += take;
-          length += take;
-          if (fill === cb) {
-            writeChunk(Math.floor(written / cb), buf.slice(), written + cb, false);
-            written += cb;
-            fill = 0;
+    return cacheSink(
+      () => length,
+      () => meta,
+      {
+        append(chunk) {
+          // the storage quota ran out: stop the download now, not after every byte has arrived
+          if (failed instanceof LoupeError) throw failed;
+          let off = 0;
+          while (off < chunk.byteLength) {
+            const take = Math.min(cb - fill, chunk.byteLength - off);
+            buf.set(chunk.subarray(off, off + take), fill);
+            fill += take;
+            off += take;
+            length += take;
+            if (fill === cb) {
+              writeChunk(Math.floor(written / cb), buf.slice(), written + cb, false);
+              written += cb;
+              fill = 0;
+            }
           }
-        }
+        },
+        drain: done,
+        reset() {
+          length = 0;
+          fill = 0;
+          written = 0;
+          queue(async () => {
+            const tx = db.transaction(['entries', 'chunks'], 'readwrite');
+            await tx.objectStore('chunks').delete(chunkRange(k));
+            await tx.objectStore('entries').delete(k);
+            await tx.done;
+          });
+        },
+        setMeta(m) {
+          meta = knownMeta(m);
+        },
+        async suspend() {
+          if (length > 0) flushTail(false);
+          await done();
+        },
+        async commit() {
+          flushTail(true);
+          await done();
+        },
       },
-      drain: done,
-      reset() {
-        length = 0;
-        fill = 0;
-        written = 0;
-        queue(async () => {
-          const tx = db.transaction(['entries', 'chunks'], 'readwrite');
-          await tx.objectStore('chunks').delete(chunkRange(k));
-          await tx.objectStore('entries').delete(k);
-          await tx.done;
-        });
-      },
-      setMeta(m) {
-        meta = { ...(m.etag ? { etag: m.etag } : {}), ...(m.total != null ? { total: m.total } : {}) };
-      },
-      async suspend() {
-        if (length > 0) flushTail(false);
-        await done();
-      },
-      async commit() {
-        flushTail(true);
-        await done();
-      },
-    };
+    );
   }
 
   async putMissing(key: CacheKey): Promise<void> {
@@ -372,19 +358,7 @@ export class IdbCache implements ByteCache {
     const k = fileKey(key);
     const tx = db.transaction(['entries', 'chunks'], 'readwrite');
     await tx.objectStore('chunks').delete(chunkRange(k));
-    await tx.objectStore('entries').put({
-      key: k,
-      model: modelKey(key),
-      endpoint: key.endpoint,
-      id: key.id,
-      revision: key.revision,
-      file: key.file,
-      size: 0,
-      complete: false,
-      storedAt: Date.now(),
-      chunks: 0,
-      missing: true,
-    });
+    await tx.objectStore('entries').put(entryRecord(key, 0, false, 0, { missing: true }));
     await tx.done;
   }
 

@@ -20,11 +20,11 @@ import { createSource } from './create-source';
 import { fetchJson, readWeightHeader } from './preflight';
 import { resolveModelRef, type ResolvedModelRef } from './ref';
 import type { ByteCache, FetchOptions, FileHead, FileProgress, ModelSource } from './types';
-import type { WeightReader } from './files';
 import {
   loadTranscoderFiles,
   type TranscoderFiles,
   type TranscoderLoadOptions,
+  type TranscoderPlan,
   type TranscoderSourceRef,
 } from './transcoder-loader';
 
@@ -52,13 +52,8 @@ export interface SaeLoaders {
   loadTranscoders(ref: TranscoderSourceRef, opts: TranscoderLoadOptions): Promise<TranscoderFiles>;
 }
 
-/** where an SAE source's bytes come from, and the cache they go through (none for local folders) */
-export interface SaePlan {
-  source: ModelSource;
-  cache?: ByteCache;
-  /** how big weight files are read (transcoders): Node keeps them on disk; default whole or from the cache by range */
-  reader?: (source: ModelSource, cache: ByteCache | undefined) => WeightReader;
-}
+/** where an SAE source's bytes come from: the same plan as a transcoder set's */
+export type SaePlan = TranscoderPlan;
 
 const SOURCE_HINT =
   "sae_source is a Hub repository ('owner/name' or 'owner/name@revision'), an http(s) URL of a folder, " +
@@ -177,29 +172,25 @@ export function makeSaeLoaders(plan: (source: string) => SaePlan, maxBytes = DEF
         // the config first, to refuse an SAE too large for this surface before downloading it:
         // SAELens's cfg.json states d_in and d_sae; Gemma Scope 2's config.json does not, so its
         // params.safetensors header is read (two Range requests) where the source can
-        const cfgFile = joinPath(ref.path, 'cfg.json');
-        const cfg = await fetchJson(
-          source,
-          cfgFile,
-          { ...fetchOpts, optional: true },
-          'maxSaeConfigBytes',
-          'BAD_CONFIG',
-        );
-        if (cfg) checkSaeSize(cfg, maxBytes);
-        const seen = new Map<string, Uint8Array | null>([
-          [cfgFile, cfg ? new TextEncoder().encode(JSON.stringify(cfg)) : null],
-        ]);
-        let weightsFile = joinPath(ref.path, 'sae_weights.safetensors');
-        if (!cfg) {
-          const gsFile = joinPath(ref.path, GEMMA_SCOPE_2_CONFIG);
-          const gs = await fetchJson(
+        const seen = new Map<string, Uint8Array | null>();
+        /** an optional JSON file of the SAE's folder, kept (or its absence) so the load does not fetch it again */
+        const config = async (name: string) => {
+          const file = joinPath(ref.path, name);
+          const json = await fetchJson(
             source,
-            gsFile,
+            file,
             { ...fetchOpts, optional: true },
             'maxSaeConfigBytes',
             'BAD_CONFIG',
           );
-          seen.set(gsFile, gs ? new TextEncoder().encode(JSON.stringify(gs)) : null);
+          seen.set(file, json ? new TextEncoder().encode(JSON.stringify(json)) : null);
+          return json;
+        };
+        const cfg = await config('cfg.json');
+        if (cfg) checkSaeSize(cfg, maxBytes);
+        let weightsFile = joinPath(ref.path, 'sae_weights.safetensors');
+        if (!cfg) {
+          const gs = await config(GEMMA_SCOPE_2_CONFIG);
           if (gs) weightsFile = joinPath(ref.path, GEMMA_SCOPE_2_PARAMS);
         }
         // then the weights' header, which says how large the file really is (cfg.json may not; config.json never does)

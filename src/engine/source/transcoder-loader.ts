@@ -49,10 +49,11 @@ export interface TranscoderFiles {
   weights: ReadableWeightSet;
 }
 
-/** where a source string's bytes come from: its source, cache, and how weight files are read (Node: on disk) */
+/** where a source string's bytes come from: its source, and the cache they go through (none for local folders) */
 export interface TranscoderPlan {
   source: ModelSource;
   cache?: ByteCache;
+  /** how big weight files are read: Node keeps them on disk; default whole or from the cache by range */
   reader?: (source: ModelSource, cache: ByteCache | undefined) => WeightReader;
 }
 
