@@ -4,23 +4,8 @@
  */
 import type { CallOptions, ExecResult } from './page-connection';
 import type { AgentInfo } from './protocol';
-import { LoupeError } from '../engine/errors';
 
 export type { CallOptions, ExecResult };
-
-/** why a call failed when its client cancelled it */
-export function callCancelled(): LoupeError {
-  return new LoupeError('CANCELLED', 'The call was cancelled by the client.');
-}
-
-/** why a call run in this process failed when its deadline passed first */
-export function deadlineExceeded(tool: string): LoupeError {
-  return new LoupeError(
-    'DEADLINE_EXCEEDED',
-    `${tool} did not finish within its deadline.`,
-    'Use smaller inputs, or for long operations pass as_job: true.',
-  );
-}
 
 export interface Executor {
   readonly mode: 'page' | 'headless';

@@ -11,7 +11,7 @@ import { LoupeError } from '../engine/errors';
 import { randomHex } from '../ops/lib/handles';
 import { startHeartbeat, type Heartbeat } from './heartbeat';
 import { PendingCalls } from './pending-calls';
-import { callCancelled } from './executor';
+import { callCancelled } from './call-errors';
 import type { CallOptions, ExecResult } from './page-connection';
 import {
   AGENT_PATH,

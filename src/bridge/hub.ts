@@ -18,7 +18,7 @@ import { startHeartbeat } from './heartbeat';
 import { assertHandlesCurrent } from '../ops/lib/handles';
 import { agentProof, hubProof, proofsEqual } from './token';
 import { MAX_LINE_BYTES } from './stdio-lines';
-import { callCancelled } from './executor';
+import { callCancelled } from './call-errors';
 
 /** challenge peers that may wait for their proof at one time (each holds at most one frame in memory) */
 const MAX_UNAUTHENTICATED = 4;

@@ -11,7 +11,7 @@ import { CLOSE_POLICY, type AgentInfo, type HelloMsg, type HubToPage, type WireM
 import { randomHex } from '../ops/lib/handles';
 import { startHeartbeat, type Heartbeat } from './heartbeat';
 import { PendingCalls } from './pending-calls';
-import { callCancelled } from './executor';
+import { callCancelled } from './call-errors';
 
 export interface ExecResult {
   document: unknown;

@@ -2,7 +2,7 @@
 import { checkDim, type CapName } from '../caps';
 import { LoupeError } from '../errors';
 import type { TensorEntry } from '../safetensors-types';
-import type { LinearRef, NormSpec, RopeScaling } from '../spec';
+import type { LinearRef, ModelSpec, NormSpec, RopeScaling } from '../spec';
 import type { SafetensorsDtype } from '../safetensors-types';
 import { f16ToF32 } from '../safetensors';
 import { f32ToF16 } from '../q8';
@@ -35,6 +35,27 @@ export function dim(config: Config, keys: string[], cap: CapName, fallback?: num
   for (const k of keys) if (config[k] !== undefined && config[k] !== null) return checkDim(cap, config[k], k);
   if (fallback !== undefined) return fallback;
   return num(config, keys);
+}
+
+/**
+ * A spec's sizes from an adapter's names for them (L layers, D model width, H query and Hkv
+ * key/value heads of Dh, M MLP width, V vocabulary, nCtx positions), with config's model_type.
+ */
+export function sizes(
+  c: Config,
+  s: { L: number; D: number; H: number; Hkv: number; Dh: number; M: number; V: number; nCtx: number },
+): Pick<ModelSpec, 'modelType' | 'nLayers' | 'dModel' | 'nHeads' | 'nKvHeads' | 'dHead' | 'dMlp' | 'dVocab' | 'nCtx'> {
+  return {
+    modelType: c.model_type,
+    nLayers: s.L,
+    dModel: s.D,
+    nHeads: s.H,
+    nKvHeads: s.Hkv,
+    dHead: s.Dh,
+    dMlp: s.M,
+    dVocab: s.V,
+    nCtx: s.nCtx,
+  };
 }
 
 /** the dtypes the graph runs weights in (graph/onnx-builder.ts rawWeight) */

@@ -1,6 +1,6 @@
 /** GPT-2 (GPT2LMHeadModel): learned positions, LayerNorm, fused Conv1D qkv, gelu_new MLP. */
 import type { ModelSpec, LayerSpec } from '../spec';
-import { type AdapterInput, dim, num, need, maybe, activation } from './common';
+import { type AdapterInput, dim, num, need, maybe, activation, sizes } from './common';
 
 export function gpt2(input: AdapterInput): ModelSpec {
   const { config: c, tensors: t } = input;
@@ -48,15 +48,7 @@ export function gpt2(input: AdapterInput): ModelSpec {
   const wte = need(t, `${p}wte.weight`, [V, D]);
   return {
     family: 'gpt2',
-    modelType: c.model_type,
-    nLayers: L,
-    dModel: D,
-    nHeads: H,
-    nKvHeads: H,
-    dHead: Dh,
-    dMlp: M,
-    dVocab: V,
-    nCtx,
+    ...sizes(c, { L, D, H, Hkv: H, Dh, M, V, nCtx }),
     norm: 'layernorm',
     embed: { w: wte, scale: 1 },
     posEmbed: { w: need(t, `${p}wpe.weight`, [undefined, D]) },

@@ -1,6 +1,6 @@
 /** GPT-NeoX / Pythia: rotary (possibly partial), LayerNorm, fused per-head qkv, optional parallel residual. */
 import type { ModelSpec, LayerSpec } from '../spec';
-import { type AdapterInput, dim, num, need, linear, norm, activation, ropeScaling } from './common';
+import { type AdapterInput, dim, num, need, linear, norm, activation, ropeScaling, sizes } from './common';
 
 export function gptNeox(input: AdapterInput): ModelSpec {
   const { config: c, tensors: t } = input;
@@ -42,15 +42,7 @@ export function gptNeox(input: AdapterInput): ModelSpec {
   const embed = need(t, 'gpt_neox.embed_in.weight', [V, D]);
   return {
     family: 'gpt_neox',
-    modelType: c.model_type,
-    nLayers: L,
-    dModel: D,
-    nHeads: H,
-    nKvHeads: H,
-    dHead: Dh,
-    dMlp: M,
-    dVocab: V,
-    nCtx,
+    ...sizes(c, { L, D, H, Hkv: H, Dh, M, V, nCtx }),
     norm: 'layernorm',
     embed: { w: embed, scale: 1 },
     rotary,

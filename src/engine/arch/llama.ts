@@ -18,6 +18,7 @@ import {
   ropeScaling,
   roundToStoredDtype,
   unsupportedConfig,
+  sizes,
 } from './common';
 
 export interface LlamaLikeOptions {
@@ -186,15 +187,7 @@ export function llamaLike(input: AdapterInput, opts: LlamaLikeOptions): ModelSpe
   if (opts.embedScale === 'weight_dtype') embedScale = roundToStoredDtype(Math.sqrt(D), t.get(embedName)!.dtype);
   return {
     family: opts.family,
-    modelType: c.model_type,
-    nLayers: L,
-    dModel: D,
-    nHeads: H,
-    nKvHeads: Hkv,
-    dHead: Dh,
-    dMlp: M,
-    dVocab: V,
-    nCtx,
+    ...sizes(c, { L, D, H, Hkv, Dh, M, V, nCtx }),
     norm: 'rmsnorm',
     embed: { w: embedName, scale: embedScale },
     rotary,

@@ -22,7 +22,9 @@
  *   {hook}::mul / {hook}::add        per hook site, broadcastable to the hook's shape
  * Outputs: logits [B, P', V], every hook by its TL name, present.{l}.key/value [B, Hkv, Tk, Dh].
  */
-import { OnnxGraph } from './onnx-builder';
+import { OnnxGraph, type BuiltGraph } from './onnx-builder';
+
+export type { BuiltGraph };
 import { allHookNames, hookInfo, mulInput, addInput } from './hooks';
 import { addModelBackward } from './backward-model';
 import type { ModelSpec, LinearRef, NormSpec, Activation, LayerSpec } from '../spec';
@@ -77,20 +79,6 @@ export interface FusedKernels {
    * attention soft-cap (the kernel has none: Gemma 2 stays decomposed). q, k, v and z stay hooks.
    */
   attention: boolean;
-}
-
-export interface BuiltGraph {
-  bytes: Uint8Array;
-  inputNames: string[];
-  outputNames: string[];
-  /** hook sites that take mul/add inputs */
-  sites: string[];
-  /** how the graph holds its weights (session options depend on it) */
-  precision: WeightPrecision;
-  /** bytes of the weight initializers as the graph declares them (what a session holds at stored / q8) */
-  weightBytes: number;
-  /** onnxruntime session config entries the graph asks for (runtime/ort-session.ts graphSessionOptions) */
-  sessionConfig?: Record<string, string>;
 }
 
 // ------------------------------------------------------------------ small pieces

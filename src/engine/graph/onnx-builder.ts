@@ -6,7 +6,6 @@
 import onnxProto from 'onnx-proto';
 import type { Q8Layout, TensorEntry } from '../safetensors-types';
 import type { WeightPrecision } from '../precision';
-import type { BuiltGraph } from './build-model';
 
 const { onnx } = onnxProto as any;
 
@@ -19,6 +18,21 @@ type Attr =
 
 /** onnxruntime's contrib operator domain (its fused kernels: FastGelu, SimplifiedLayerNormalization, …) */
 export const MS_DOMAIN = 'com.microsoft';
+
+/** A graph encoded, with what a session needs to know of it. */
+export interface BuiltGraph {
+  bytes: Uint8Array;
+  inputNames: string[];
+  outputNames: string[];
+  /** hook sites that take mul/add inputs */
+  sites: string[];
+  /** how the graph holds its weights (session options depend on it) */
+  precision: WeightPrecision;
+  /** bytes of the weight initializers as the graph declares them (what a session holds at stored / q8) */
+  weightBytes: number;
+  /** onnxruntime session config entries the graph asks for (runtime/ort-session.ts graphSessionOptions) */
+  sessionConfig?: Record<string, string>;
+}
 
 export class OnnxGraph {
   private nodes: any[] = [];

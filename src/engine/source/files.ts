@@ -43,20 +43,22 @@ export { forgetIfCorrupt, validateIndex, SINGLE_WEIGHTS, WEIGHTS_INDEX } from '.
 
 export type LoadFilesOptions = PlanOptions;
 
+/** what of the plan a loaded model's files carry on */
+const CARRIED = [
+  'ref',
+  'commit',
+  'config',
+  'tokenizerJson',
+  'tokenizerConfig',
+  'generationConfig',
+  'weightFiles',
+  'index',
+  'stats',
+  'downloadBytes',
+] as const;
+
 /** A loaded model's files: what the plan learned before the download, plus the weights. */
-export type ModelFiles = Pick<
-  ModelPlan,
-  | 'ref'
-  | 'commit'
-  | 'config'
-  | 'tokenizerJson'
-  | 'tokenizerConfig'
-  | 'generationConfig'
-  | 'weightFiles'
-  | 'index'
-  | 'stats'
-  | 'downloadBytes'
-> & { weights: WeightSet };
+export type ModelFiles = Pick<ModelPlan, (typeof CARRIED)[number]> & { weights: WeightSet };
 
 /** One weight file read and validated: its header, plus its bytes, local path or range reader. */
 export interface WeightFileResult {
@@ -154,32 +156,10 @@ export async function loadModelFilesWith(
   return filesOf(plan, weights);
 }
 
+/** the plan's CARRIED fields (a commit only where known) with the weights */
 function filesOf(plan: ModelPlan, weights: WeightSet): ModelFiles {
-  const {
-    ref,
-    commit,
-    config,
-    tokenizerJson,
-    tokenizerConfig,
-    generationConfig,
-    weightFiles,
-    index,
-    stats,
-    downloadBytes,
-  } = plan;
-  return {
-    ref,
-    ...(commit ? { commit } : {}),
-    config,
-    tokenizerJson,
-    tokenizerConfig,
-    generationConfig,
-    weights,
-    weightFiles,
-    index,
-    stats,
-    downloadBytes,
-  };
+  const carried = Object.fromEntries(CARRIED.filter((k) => k !== 'commit' || plan.commit).map((k) => [k, plan[k]]));
+  return { ...(carried as Omit<ModelFiles, 'weights'>), weights };
 }
 
 /** Read every weight file (a few at once); a missing shard is a BAD_INDEX naming a tensor it should hold. */
