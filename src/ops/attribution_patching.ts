@@ -19,20 +19,14 @@ import { defineOperation } from './types';
 import { documentBase, documentHead, tokenEntry, interventionList } from '../schema/common';
 import { LoupeError, throwIfAborted } from '../engine/errors';
 import { CAPS, checkTopK, finite } from '../engine/caps';
-import { inputIds, logitsAt, cleanCorruptedFields, runVariants } from './lib/ablation';
+import { corruptedIds, inputIds, logitsAt, runVariants } from './lib/ablation';
 import { metricOf, metricSeed, spearman } from './lib/gradients';
-import {
-  counterfactualField,
-  gapWarnings,
-  givenMetricTokens,
-  metricTokenSchemas,
-  metricTokens,
-  warningsSchema,
-} from './lib/metric';
-import { checkOneSource, datasetFields, datasetReport, forEachPair, hasDataset, pairInputOf } from './lib/dataset';
-import { DatasetStats, componentStats, statisticsBlock, statsFields } from './lib/stats';
+import { gapWarnings, givenMetricTokens, metricTokenSchemas, patchingFields, warningsSchema } from './lib/metric';
+import { checkOneSource, datasetReport, forEachPair, hasDataset, pairInputOf } from './lib/dataset';
+import { DatasetStats, componentStats, statisticsBlock } from './lib/stats';
 import type { LoadedModel } from '../engine/api';
 import type { OpContext } from './types';
+import { tokenEntries } from './lib/tokens';
 
 const SITE_KINDS = ['resid_pre', 'attn_out', 'mlp_out'] as const;
 
@@ -40,10 +34,7 @@ const SITE_KINDS = ['resid_pre', 'attn_out', 'mlp_out'] as const;
 export const AUTO_ALL_VARIANTS = 512;
 
 export const attributionPatchingInput = z.object({
-  ...cleanCorruptedFields({ corrupted: 'the gradient is taken on its run' }),
-  ...datasetFields,
-  ...statsFields,
-  counterfactual: counterfactualField,
+  ...patchingFields({ corrupted: 'the gradient is taken on its run' }),
   neurons: z
     .boolean()
     .default(false)
@@ -196,19 +187,11 @@ type AtpDoc = z.input<typeof attributionPatchingOutput>;
 async function atpPair(model: LoadedModel, input: AtpParsed, ctx: OpContext): Promise<AtpDoc> {
   checkTopK(input.top_k);
   const clean = inputIds(model, input);
-  const corrupted = inputIds(
-    model,
-    { prompt: input.corrupted_prompt, prepend_bos: input.prepend_bos, token_ids: input.corrupted_token_ids },
-    'corrupted_token_ids',
-  );
   const T = clean.ids.length;
-  if (corrupted.ids.length !== T) {
-    throw new LoupeError(
-      'BAD_INPUT',
-      `The clean prompt has ${T} tokens and the corrupted prompt ${corrupted.ids.length}; attribution patching needs equal token lengths.`,
-      'Change the corrupted prompt so it tokenizes to the same number of tokens.',
-    );
-  }
+  const corrupted = corruptedIds(model, input, T, {
+    needs: 'attribution patching',
+    hint: 'Change the corrupted prompt so it tokenizes to the same number of tokens.',
+  });
   const given = givenMetricTokens(model, input);
   const { n_layers: L, n_heads: H, d_head: Dh, d_model: D, d_mlp: M, d_vocab: V } = model.info;
 
@@ -229,7 +212,7 @@ async function atpPair(model: LoadedModel, input: AtpParsed, ctx: OpContext): Pr
     );
     runs++;
   }
-  const mt = metricTokens(model, given, logitsAt(cleanRun, 0), corrPrediction);
+  const mt = given.tokens(logitsAt(cleanRun, 0), corrPrediction);
   const a = mt.answer;
   const cfId = mt.counterfactual;
   ctx.onProgress?.({ stage: 'corrupted forward + backward', done: 1, total: 2 });
@@ -327,7 +310,6 @@ async function atpPair(model: LoadedModel, input: AtpParsed, ctx: OpContext): Pr
     };
   }
 
-  const corrTexts = model.tokenStrings(corrupted.ids);
   return {
     ...documentHead('attribution_patching', model, clean.prompt, clean.ids),
     method:
@@ -342,7 +324,7 @@ async function atpPair(model: LoadedModel, input: AtpParsed, ctx: OpContext): Pr
       `${validation?.scope === 'all' ? 'every head and every site (all patched, batched)' : 'the top estimates'}. ` +
       'Saturated attention and LayerNorm make the approximation weaker (Kramár et al. 2024).',
     corrupted_prompt: corrupted.prompt,
-    corrupted_tokens: corrupted.ids.map((id, i) => ({ id, text: corrTexts[i] })),
+    corrupted_tokens: tokenEntries(model, corrupted.ids),
     answer: mt.refs.answer,
     counterfactual: mt.refs.counterfactual,
     metric: { name: 'logit_difference' as const, clean: finite(mClean), corrupted: finite(mCorr) },

@@ -29,6 +29,7 @@ import { CAPS, checkTopK, finite } from '../engine/caps';
 import { directLogitScores, type ProbeHandleValue } from './lib/directions';
 import { vocabFilter } from './lib/vocab';
 import { storeOf } from './lib/handle-store';
+import { tokenEntries } from './lib/tokens';
 import {
   actsHook,
   checkActsSize,
@@ -673,7 +674,6 @@ export const operation = defineOperation({
   });
   const example = (wi: number, rank: number) => {
     const w = windows[wi];
-    const texts = model.tokenStrings(w.ids);
     const x = extremes[wi];
     return {
       rank,
@@ -681,7 +681,7 @@ export const operation = defineOperation({
       document: w.document,
       start: w.start,
       origin: documents[w.document].origin,
-      tokens: w.ids.map((id, i) => ({ id, text: texts[i] })),
+      tokens: tokenEntries(model, w.ids),
       values: acts[wi],
       max: x.max,
       max_position: x.hi,

@@ -17,7 +17,7 @@ import { LoupeError, throwIfAborted } from '../engine/errors';
 import { documentBase, documentHead, tokenEntry } from '../schema/common';
 import { defineOperation } from './types';
 import { checkTopK, finite } from '../engine/caps';
-import { promptFields, promptIds } from './lib/tokens';
+import { promptFields, promptIds, tokenEntries } from './lib/tokens';
 import { directLogitScores } from './lib/directions';
 import { describe as describeFeature } from './lib/feature-descriptions';
 import {
@@ -153,10 +153,9 @@ export const operation = defineOperation({
     values.forEach((v, t) => {
       if (v > values[maxPos]) maxPos = t;
     });
-    const strs = model.tokenStrings(ids);
     activations.push({
       prompt: texts[i],
-      tokens: ids.map((id, t) => ({ id, text: strs[t] })),
+      tokens: tokenEntries(model, ids),
       values,
       max: values[maxPos],
       max_position: maxPos,

@@ -8,7 +8,7 @@ import { defineOperation } from './types';
 import { documentBase, documentHead } from '../schema/common';
 import { LoupeError } from '../engine/errors';
 import { checkNewTokens } from '../engine/caps';
-import { promptFields, promptIds } from './lib/tokens';
+import { promptFields, promptIds, tokenEntries } from './lib/tokens';
 import { generateTokens } from './lib/generation';
 
 export const generateInput = z.object({
@@ -90,13 +90,12 @@ export const operation = defineOperation({
     signal: ctx.signal,
     onToken: ({ step }) => ctx.onProgress?.({ stage: 'generating', done: step + 1, total }),
   });
-  const texts = model.tokenStrings(res.ids);
   const sample = input.temperature > 0;
   return {
     ...documentHead('generate', model, input.prompt, ids),
     generated_token_ids: res.ids,
     generated_text: res.text,
-    generated_tokens: res.ids.map((id, i) => ({ id, text: texts[i] })),
+    generated_tokens: tokenEntries(model, res.ids),
     stop_reason: res.stop_reason,
     sampling: {
       method: sample ? 'sample' : 'greedy',

@@ -18,7 +18,7 @@ import { documentBase, documentHead, interventionList, tokenEntry } from '../sch
 import { LoupeError, throwIfAborted } from '../engine/errors';
 import { CAPS, finite } from '../engine/caps';
 import { argmax } from './lib/math';
-import { inputIds, promptOrIdsFields } from './lib/ablation';
+import { corruptedIds, inputIds, promptOrIdsFields } from './lib/ablation';
 import { metricOf, metricSeed } from './lib/gradients';
 import { checkOneSource, datasetFields, datasetReport, forEachPair, hasDataset, pairInputOf } from './lib/dataset';
 import { DatasetStats, componentStats, statisticsBlock, statsFields } from './lib/stats';
@@ -30,11 +30,10 @@ import {
   gapWarnings,
   givenMetricTokens,
   metricTokenSchemas,
-  metricTokens,
   warningsSchema,
   type MetricTokens,
 } from './lib/metric';
-import { tokenText } from './lib/tokens';
+import { tokenEntries, tokenText } from './lib/tokens';
 
 export const MAX_IG_STEPS = 512;
 const HOOK = 'blocks.0.hook_resid_pre';
@@ -146,18 +145,12 @@ async function igPair(model: LoadedModel, input: IgParsed, ctx: OpContext): Prom
   const given = givenMetricTokens(model, input);
   const corrupted =
     input.corrupted_prompt || input.corrupted_token_ids
-      ? inputIds(
-          model,
-          { prompt: input.corrupted_prompt, prepend_bos: input.prepend_bos, token_ids: input.corrupted_token_ids },
-          'corrupted_token_ids',
-        )
+      ? corruptedIds(model, input, T, {
+          clean: 'The prompt',
+          needs: 'integrated gradients from the corrupted prompt',
+          hint: 'Change the corrupted prompt so it tokenizes to the same number of tokens, or leave it out (zero baseline).',
+        })
       : null;
-  if (corrupted && corrupted.ids.length !== T)
-    throw new LoupeError(
-      'BAD_INPUT',
-      `The prompt has ${T} tokens and the corrupted prompt ${corrupted.ids.length}; integrated gradients from the corrupted prompt needs equal token lengths.`,
-      'Change the corrupted prompt so it tokenizes to the same number of tokens, or leave it out (zero baseline).',
-    );
   if (input.baseline === 'corrupted' && !corrupted)
     throw new LoupeError(
       'BAD_INPUT',
@@ -179,7 +172,7 @@ async function igPair(model: LoadedModel, input: IgParsed, ctx: OpContext): Prom
   let cfId: number | null;
   let refs: { answer: MetricTokens['refs']['answer']; counterfactual: MetricTokens['refs']['counterfactual'] | null };
   if (corrRun || given.counterfactual !== undefined) {
-    const mt = metricTokens(model, given, base.logits.data, corrRun?.logits.data ?? []);
+    const mt = given.tokens(base.logits.data, corrRun?.logits.data ?? []);
     a = mt.answer;
     cfId = mt.counterfactual;
     refs = mt.refs;
@@ -249,7 +242,6 @@ async function igPair(model: LoadedModel, input: IgParsed, ctx: OpContext): Prom
   const sum = attributions.reduce((s, r) => s + r.attribution, 0);
   const mClean = metricOf(base.logits.data, a, cfId);
   const mCorr = corrRun ? metricOf(corrRun.logits.data, a, cfId) : null;
-  const corrTexts = corrupted ? model.tokenStrings(corrupted.ids) : null;
   const path =
     baseline === 'zero'
       ? `a zero baseline at ${HOOK} (token + positional embeddings), right Riemann sum ` +
@@ -275,7 +267,7 @@ async function igPair(model: LoadedModel, input: IgParsed, ctx: OpContext): Prom
     answer: refs.answer,
     counterfactual: refs.counterfactual,
     corrupted_prompt: corrupted ? corrupted.prompt : null,
-    corrupted_tokens: corrupted ? corrupted.ids.map((id, i) => ({ id, text: corrTexts![i] })) : null,
+    corrupted_tokens: corrupted ? tokenEntries(model, corrupted.ids) : null,
     baseline,
     metric: { clean: finite(mClean), corrupted: mCorr === null ? null : finite(mCorr) },
     warnings: mCorr === null ? [] : gapWarnings(mClean, mCorr),

@@ -16,28 +16,19 @@ import { defineOperation } from './types';
 import { documentBase, documentHead, tokenEntry, interventionList } from '../schema/common';
 import { LoupeError } from '../engine/errors';
 import { CAPS, checkDocumentSize, finite } from '../engine/caps';
-import { checkVariants, inputIds, logitsAt, cleanCorruptedFields, runVariants } from './lib/ablation';
-import { checkOneSource, datasetFields, datasetReport, forEachPair, hasDataset, pairInputOf } from './lib/dataset';
-import { DatasetStats, componentStats, statisticsBlock, statsFields } from './lib/stats';
+import { checkVariants, corruptedIds, inputIds, logitsAt, runVariants } from './lib/ablation';
+import { checkOneSource, datasetReport, forEachPair, hasDataset, pairInputOf } from './lib/dataset';
+import { DatasetStats, componentStats, statisticsBlock } from './lib/stats';
 import type { LoadedModel } from '../engine/api';
 import type { OpContext } from './types';
-import {
-  counterfactualField,
-  gapWarnings,
-  givenMetricTokens,
-  metricTokenSchemas,
-  metricTokens,
-  warningsSchema,
-} from './lib/metric';
+import { tokenEntries } from './lib/tokens';
+import { gapWarnings, givenMetricTokens, metricTokenSchemas, patchingFields, warningsSchema } from './lib/metric';
 
 const SCANS = ['resid_pre', 'attn_out', 'mlp_out', 'head_out'] as const;
 type Scan = (typeof SCANS)[number];
 
 export const patchInput = z.object({
-  ...cleanCorruptedFields({ clean: 'its activations are patched in' }),
-  ...datasetFields,
-  ...statsFields,
-  counterfactual: counterfactualField,
+  ...patchingFields({ clean: 'its activations are patched in' }),
   scans: z
     .array(z.enum(SCANS))
     .min(1)
@@ -153,19 +144,11 @@ async function patchPair(model: LoadedModel, input: PatchParsed, ctx: OpContext)
       'Give the corrupted prompt: the clean prompt with one token changed, of the same token length (or corrupted_token_ids).',
     );
   }
-  const corrupted = inputIds(
-    model,
-    { prompt: input.corrupted_prompt, prepend_bos: input.prepend_bos, token_ids: input.corrupted_token_ids },
-    'corrupted_token_ids',
-  );
   const T = clean.ids.length;
-  if (corrupted.ids.length !== T) {
-    throw new LoupeError(
-      'BAD_INPUT',
-      `The clean prompt has ${T} tokens and the corrupted prompt ${corrupted.ids.length}; patching needs equal token lengths.`,
-      'Change the corrupted prompt so it tokenizes to the same number of tokens (e.g. swap one word for a word that is also one token).',
-    );
-  }
+  const corrupted = corruptedIds(model, input, T, {
+    needs: 'patching',
+    hint: 'Change the corrupted prompt so it tokenizes to the same number of tokens (e.g. swap one word for a word that is also one token).',
+  });
   const given = givenMetricTokens(model, input);
   const { n_layers: L, n_heads: H } = model.info;
   const scans = new Set<Scan>(input.scans);
@@ -208,7 +191,7 @@ async function patchPair(model: LoadedModel, input: PatchParsed, ctx: OpContext)
   ctx.onProgress?.({ stage: 'clean and corrupted runs', done: 2, total: 2 });
   const cleanLogits = logitsAt(cleanRun, T - 1);
   const corrLogits = logitsAt(corrRun, T - 1);
-  const mt = metricTokens(model, given, cleanLogits, corrLogits);
+  const mt = given.tokens(cleanLogits, corrLogits);
   const a = mt.answer;
   const c = mt.counterfactual;
   const ld = (l: ArrayLike<number>) => l[a] - l[c];
@@ -278,7 +261,6 @@ async function patchPair(model: LoadedModel, input: PatchParsed, ctx: OpContext)
     else out[cell.scan]![cell.layer][cell.index] = m;
   });
   const maxBatchRuns = Math.ceil(cells.length / CAPS.maxBatch);
-  const corrTexts = model.tokenStrings(corrupted.ids);
   return {
     ...documentHead('patch', model, clean.prompt, clean.ids),
     method:
@@ -291,7 +273,7 @@ async function patchPair(model: LoadedModel, input: PatchParsed, ctx: OpContext)
       'no noising (corrupted → clean) direction, no attribution patching (gradients).',
     metric: 'normalised_logit_difference',
     corrupted_prompt: corrupted.prompt,
-    corrupted_tokens: corrupted.ids.map((id, i) => ({ id, text: corrTexts[i] })),
+    corrupted_tokens: tokenEntries(model, corrupted.ids),
     differing_positions: clean.ids.flatMap((id, i) => (id !== corrupted.ids[i] ? [i] : [])),
     answer: mt.refs.answer,
     counterfactual: mt.refs.counterfactual,

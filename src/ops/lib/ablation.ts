@@ -97,6 +97,30 @@ export function cleanCorruptedFields(roles: { clean?: string; corrupted?: string
   };
 }
 
+/**
+ * The corrupted run's ids (corrupted_prompt, or corrupted_token_ids used exactly): BAD_INPUT
+ * unless it has the T tokens of the clean one (`clean` names it; `needs`: what needs equal lengths).
+ */
+export function corruptedIds(
+  model: LoadedModel,
+  input: { corrupted_prompt: string; prepend_bos: boolean; corrupted_token_ids?: number[] },
+  T: number,
+  why: { clean?: string; needs: string; hint: string },
+): { ids: number[]; prompt: string } {
+  const corrupted = inputIds(
+    model,
+    { prompt: input.corrupted_prompt, prepend_bos: input.prepend_bos, token_ids: input.corrupted_token_ids },
+    'corrupted_token_ids',
+  );
+  if (corrupted.ids.length !== T)
+    throw new LoupeError(
+      'BAD_INPUT',
+      `${why.clean ?? 'The clean prompt'} has ${T} tokens and the corrupted prompt ${corrupted.ids.length}; ${why.needs} needs equal token lengths.`,
+      why.hint,
+    );
+  return corrupted;
+}
+
 export const positionsField = z
   .union([z.literal('all'), z.array(z.number().int().min(0)).min(1)])
   .default('all')

@@ -12,6 +12,9 @@ import type { LoadedModel } from '../../engine/api';
 import { LoupeError } from '../../engine/errors';
 import { argmax } from './math';
 import { resolveToken, tokenText } from './tokens';
+import { cleanCorruptedFields } from './ablation';
+import { datasetFields } from './dataset';
+import { statsFields } from './stats';
 
 /** below this |M(clean) − M(corrupted)| (logits) the normalised recovery is unstable */
 export const SMALL_GAP = 1;
@@ -27,6 +30,14 @@ export const counterfactualField = z
     'Token (text or "#id") whose logit counts negatively; default the corrupted ' +
       'prediction (the same default in patch, attribution_patching and integrated_gradients).',
   );
+
+/**
+ * The input fields patch and attribution_patching share: the clean/corrupted pair (`roles`: what
+ * each run is for), dataset mode with its statistics, and the counterfactual.
+ */
+export function patchingFields(roles: Parameters<typeof cleanCorruptedFields>[0]) {
+  return { ...cleanCorruptedFields(roles), ...datasetFields, ...statsFields, counterfactual: counterfactualField };
+}
 
 export const metricTokenSchemas = {
   answer: z.object({
@@ -54,12 +65,20 @@ export interface MetricTokens {
   };
 }
 
-/** the given tokens' ids, checked before any run (UNKNOWN_TOKEN) */
+/**
+ * the given tokens' ids, checked before any run (UNKNOWN_TOKEN); `tokens` completes them from the
+ * runs' predictions (metricTokens)
+ */
 export function givenMetricTokens(model: LoadedModel, input: { answer?: string; counterfactual?: string }) {
-  return {
+  const given = {
     answer: input.answer !== undefined ? resolveToken(model, input.answer, 'answer') : undefined,
     counterfactual:
       input.counterfactual !== undefined ? resolveToken(model, input.counterfactual, 'counterfactual') : undefined,
+  };
+  return {
+    ...given,
+    tokens: (cleanLogits: ArrayLike<number>, corruptedLogits: ArrayLike<number>) =>
+      metricTokens(model, given, cleanLogits, corruptedLogits),
   };
 }
 

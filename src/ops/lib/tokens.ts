@@ -125,3 +125,9 @@ export function resolveToken(model: LoadedModel, text: string, field = 'token'):
 export function tokenText(model: LoadedModel, id: number): string {
   return model.tokenStrings([id])[0];
 }
+
+/** the ids with their display texts, as documents list tokens ({ id, text }) */
+export function tokenEntries(model: LoadedModel, ids: number[]): { id: number; text: string }[] {
+  const texts = model.tokenStrings(ids);
+  return ids.map((id, i) => ({ id, text: texts[i] }));
+}
