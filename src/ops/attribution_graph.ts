@@ -14,17 +14,11 @@ import { z } from 'zod';
 import { defineOperation } from './types';
 import { documentBase, documentHead } from '../schema/common';
 import { LoupeError, throwIfAborted } from '../engine/errors';
-import type { LoadedModel, LocalReplacement, ReplacementTarget, TranscoderInfo } from '../engine/api';
+import type { LoadedModel, ReplacementTarget, TranscoderInfo } from '../engine/api';
 import { CAPS } from '../engine/caps';
 import { softmax } from './lib/math';
 import { inputIds, promptOrIdsFields } from './lib/ablation';
-import {
-  ensureTranscoders,
-  replacementFor,
-  transcoderBlock,
-  transcoderBlockSchema,
-  transcoderRefFields,
-} from './lib/transcoders';
+import { inputReplacement, transcoderBlockSchema, transcoderRefFields } from './lib/transcoders';
 import {
   graphJson,
   graphNode,
@@ -221,10 +215,8 @@ export const operation = defineOperation({
 }).implement(async (model, input, ctx) => {
   const t0 = Date.now();
   const { ids, prompt } = inputIds(model, input);
-  const ref = { source: input.transcoder_source, path: input.transcoder_path };
-  const info = await ensureTranscoders(model, ref, ctx);
+  const { info, rep, block } = await inputReplacement(model, input, ids, ctx);
   const report = (stage: string, done: number, total: number) => ctx.onProgress?.({ stage, done, total });
-  const rep: LocalReplacement = await replacementFor(model, info, ids, ctx);
   const before = { ...rep.stats };
   const T = ids.length;
   const L = model.info.n_layers;
@@ -407,7 +399,7 @@ export const operation = defineOperation({
       "circuit-tracer's attribution (attribute_transformerlens.py) in the local replacement model: " +
       'patterns and norm scales frozen, MLPs cut except the transcoder skip, error nodes frozen; ' +
       'rows by the frozen backward graph, float32; pruning and scores as graph.py (arithmetic in float64)',
-    transcoders: transcoderBlock(info, ref),
+    transcoders: block,
     graph,
     link_nodes: linkNodes,
     scores,

@@ -20,13 +20,7 @@ import { LoupeError } from '../engine/errors';
 import { checkTopK } from '../engine/caps';
 import { softmax, topK } from './lib/math';
 import { inputIds, promptOrIdsFields } from './lib/ablation';
-import {
-  ensureTranscoders,
-  replacementFor,
-  transcoderBlock,
-  transcoderBlockSchema,
-  transcoderRefFields,
-} from './lib/transcoders';
+import { inputReplacement, transcoderBlockSchema, transcoderRefFields } from './lib/transcoders';
 
 const change = z
   .object({
@@ -101,9 +95,7 @@ export const operation = defineOperation({
 }).implement(async (model, input, ctx) => {
   checkTopK(input.top_k);
   const { ids, prompt } = inputIds(model, input);
-  const ref = { source: input.transcoder_source, path: input.transcoder_path };
-  const info = await ensureTranscoders(model, ref, ctx);
-  const rep = await replacementFor(model, info, ids, ctx);
+  const { info, rep, block } = await inputReplacement(model, input, ids, ctx);
   const { layer: fl, position: fp, feature: ff, activation: fa } = rep.features;
   const index = new Map<string, number>();
   for (let i = 0; i < fl.length; i++) index.set(`${fl[i]}_${ff[i]}_${fp[i]}`, i);
@@ -141,7 +133,7 @@ export const operation = defineOperation({
         : "circuit-tracer's feature_intervention with constrained_layers = every layer: " +
           'the frozen local replacement model (patterns, norm scales, MLP outputs and errors fixed); ' +
           "(value − clean activation)·W_dec at the feature-output hooks, its effect on the final norm's output exact",
-    transcoders: transcoderBlock(info, ref),
+    transcoders: block,
     errors: input.errors,
     interventions: changes.map(({ index: i, value, id, c }) => ({
       layer: c.layer,

@@ -118,6 +118,22 @@ export async function ensureTranscoders(model: LoadedModel, ref: SaeRef, ctx: Op
   });
 }
 
+/**
+ * The set the input names (ensureTranscoders), the prompt's local replacement model with it
+ * (replacementFor) and the set's document block.
+ */
+export async function inputReplacement(
+  model: LoadedModel,
+  input: { transcoder_source: string; transcoder_path: string },
+  ids: number[],
+  ctx: OpContext,
+): Promise<{ info: TranscoderInfo; rep: LocalReplacement; block: z.infer<typeof transcoderBlockSchema> }> {
+  const ref = { source: input.transcoder_source, path: input.transcoder_path };
+  const info = await ensureTranscoders(model, ref, ctx);
+  const rep = await replacementFor(model, info, ids, ctx);
+  return { info, rep, block: transcoderBlock(info, ref) };
+}
+
 const prepared = new WeakMap<LoadedModel, { key: string; rep: Promise<LocalReplacement> }>();
 
 /**
