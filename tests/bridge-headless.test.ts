@@ -160,8 +160,11 @@ describe('loupe mcp --headless', () => {
       source: 'bundled',
       loaded: true,
     });
-    const bad = errorOf(await call('load_model', { model: 'default', backend: 'webgpu' }));
-    expect(bad.code).toBe('BACKEND_UNAVAILABLE');
+    // webgpu: onnxruntime-node's WebGPU provider (SwiftShader here and in CI; tests/cli-webgpu.test.ts), then back to node
+    const gpu = await call('load_model', { model: 'default', backend: 'webgpu' });
+    expect(gpu.structuredContent).toMatchObject({ loaded: true, model: { id: 'stories260K', backend: 'webgpu' } });
+    const back = await call('load_model', { model: 'default', backend: 'node' });
+    expect(back.structuredContent).toMatchObject({ loaded: true, model: { backend: 'node' } });
   });
 
   it('load_model with weights q8: the model and every document say q8; a bad precision is refused', async () => {

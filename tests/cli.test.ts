@@ -239,7 +239,7 @@ describe('loupe CLI', () => {
     expect(bad.code).toBe(2);
   });
 
-  it('doctor: backends, threads, node vs wasm agreement on the bundled model, cache', async () => {
+  it('doctor: backends, threads, node vs wasm and webgpu vs node agreement on the bundled model, cache', async () => {
     const cache = join(scratch, 'cache');
     const r = await new Promise<Result>((res) => {
       execFile(
@@ -277,6 +277,15 @@ describe('loupe CLI', () => {
       expect(m.rss_bytes, b).toBeGreaterThan(m.weight_bytes);
     }
     expect(d.memory.wasm.wasm_heap_bytes).toBeGreaterThan(d.memory.wasm.weight_bytes);
+    // the WebGPU route (SwiftShader here and in CI): what it found, what onnxruntime-node does not expose, agreement with node
+    expect(d.backends.webgpu.available).toBe(true);
+    expect(d.backends.webgpu.vulkan.icd.length).toBeGreaterThan(0);
+    expect(d.backends.webgpu.adapter).toMatch(/does not expose the adapter's vendor, architecture, limits or features/);
+    expect(typeof d.backends.webgpu.shader_f16).toBe('boolean');
+    expect(d.backends.webgpu.max_buffer_bytes).toBeGreaterThan(0);
+    expect(d.webgpu_agreement.ok).toBe(true);
+    expect(d.webgpu_agreement.max_abs_logit_diff).toBeLessThan(1e-4);
+    expect(d.paths.webgpu.vocab_reason).toMatch(/within/);
     expect(d.ok).toBe(true);
   });
 });

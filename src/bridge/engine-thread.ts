@@ -11,10 +11,11 @@ import { parentPort, workerData } from 'node:worker_threads';
 import { toLoupeError } from '../engine/errors';
 import { HeadlessExecutor } from './headless';
 import type { LocalAccess } from '../node/local-access';
+import type { NodeBackend } from '../node/backends';
 
 export interface EngineThreadData {
   instanceId: string;
-  backend?: 'node' | 'wasm';
+  backend?: NodeBackend;
   model?: string;
   local: LocalAccess;
 }

@@ -20,12 +20,14 @@ import type { AgentInfo } from './protocol';
 import type { EngineThreadData, FromThread, ToThread } from './engine-thread';
 import { NO_LOCAL, type LocalAccess } from '../node/local-access';
 import { disableOrtTelemetry } from '../node/ort-node';
+import { prepareVulkan } from '../node/vulkan';
+import type { NodeBackend } from '../node/backends';
 
 /** how long a call past its deadline may take to stop before its thread is ended */
 export const STOP_GRACE_MS = 3000;
 
 export interface ThreadExecutorOptions {
-  backend?: 'node' | 'wasm';
+  backend?: NodeBackend;
   model?: string;
   local?: LocalAccess;
   log?: (msg: string) => void;
@@ -167,6 +169,7 @@ export class ThreadExecutor implements Executor {
     };
     // a worker thread's process.env is its own copy: onnxruntime's native getenv sees only what this thread sets
     disableOrtTelemetry();
+    prepareVulkan();
     const heap = this.o.heapMiB ?? CAPS.engineHeapMiB;
     const w = new Worker(new URL('./engine-thread-entry.mjs', import.meta.url), {
       workerData: data,

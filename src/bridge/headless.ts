@@ -13,6 +13,7 @@ import { parseInput } from '../ops/types';
 import type { Operation, Progress } from '../ops/types';
 import type { SaeLoaders } from '../engine/source/sae-loader';
 import type { WeightsMode } from '../engine/precision';
+import { isNodeBackend, NODE_BACKENDS, type NodeBackend } from '../node/backends';
 import type { Executor } from './executor';
 import { callCancelled, deadlineExceeded } from './call-errors';
 import { assertHandlesCurrent, instanceHandleStore, newInstanceId } from '../ops/lib/handles';
@@ -22,7 +23,7 @@ import { loadModelInput } from './tools';
 import { NO_LOCAL, type LocalAccess } from '../node/local-access';
 
 export interface HeadlessOptions {
-  backend?: 'node' | 'wasm';
+  backend?: NodeBackend;
   /** model to load on first use (default 'default', the bundled stories260K) */
   model?: string;
   log?: (msg: string) => void;
@@ -38,7 +39,7 @@ export interface HeadlessOptions {
 type LoadFn = (
   spec: string,
   opts: {
-    backend?: 'node' | 'wasm';
+    backend?: NodeBackend;
     weights?: WeightsMode;
     local?: LocalAccess;
     onProgress?: (p: { file: string; loaded: number; total: number | null }) => void;
@@ -136,11 +137,11 @@ export class HeadlessExecutor implements Executor {
   ): Promise<ExecResult> {
     if (tool === 'load_model') {
       const input = parseInput(loadModelInput, args, 'arguments');
-      if (input.backend && input.backend !== 'node' && input.backend !== 'wasm' && input.backend !== 'auto') {
+      if (input.backend && !isNodeBackend(input.backend) && input.backend !== 'auto') {
         throw new LoupeError(
           'BACKEND_UNAVAILABLE',
           `Backend ${input.backend} is not available headless.`,
-          "Use 'node' (default) or 'wasm'.",
+          `Use ${NODE_BACKENDS.map((b) => `'${b}'`).join(', ')} (default 'node').`,
         );
       }
       if (input.revision) {
@@ -153,7 +154,7 @@ export class HeadlessExecutor implements Executor {
       const t0 = Date.now();
       await this.loadModel(
         input.model,
-        input.backend === 'wasm' ? 'wasm' : this.o.backend,
+        input.backend === 'wasm' || input.backend === 'webgpu' ? input.backend : this.o.backend,
         ctx,
         this.local,
         input.weights,
@@ -205,7 +206,7 @@ export class HeadlessExecutor implements Executor {
 
   private async loadModel(
     spec: string,
-    backend: 'node' | 'wasm' | undefined,
+    backend: NodeBackend | undefined,
     ctx: { signal: AbortSignal; onProgress?: (p: Progress) => void },
     local: LocalAccess,
     weights?: WeightsMode,

@@ -20,6 +20,7 @@ import { AppViews } from './apps';
 import { createMcpServer, newScope, type ClientScope, type JobValue } from './mcp-server';
 import { PageExecutor } from './page-executor';
 import { allowLocal, type LocalAccess } from '../node/local-access';
+import { isNodeBackend, NODE_BACKENDS, type NodeBackend } from '../node/backends';
 import { guardStdin, TRANSPORT_BUFFER_BYTES } from './stdio-lines';
 import { HttpMcp, MCP_PATH } from './http';
 import { httpToken } from './token';
@@ -71,7 +72,7 @@ Options:
                       token kept in <config>/mcp-http.json (printed when it is made)
   --new-token         with --http: replace that token with a new one
   --model SPEC        headless: model to load on first use (default: the bundled stories260K)
-  --backend node|wasm headless: runtime (default node)
+  --backend node|wasm|webgpu headless: runtime (default node)
   --allow-local DIR   headless: let tool calls read local folders inside DIR (models,
                       sae_source, descriptions); repeatable. Without it MCP clients can
                       name no local path at all
@@ -90,7 +91,7 @@ export interface McpArgs {
   newToken: boolean;
   port: number;
   model?: string;
-  backend?: 'node' | 'wasm';
+  backend?: NodeBackend;
   dist?: string;
   allowLocal: string[];
   pageWaitS: number;
@@ -149,7 +150,7 @@ export function parseMcpArgs(argv: string[]): McpArgs {
         break;
       case '--backend': {
         const b = value();
-        if (b !== 'node' && b !== 'wasm') throw new UsageError('--backend is node or wasm');
+        if (!isNodeBackend(b)) throw new UsageError(`--backend is ${NODE_BACKENDS.join(', ')}`);
         a.backend = b;
         break;
       }

@@ -57,7 +57,8 @@ export const loadModelInput = z.object({
     .enum(['auto', 'webgpu', 'wasm', 'node'])
     .optional()
     .describe(
-      "Runtime: in the page 'auto' (WebGPU if available, else WASM), 'webgpu' or 'wasm'; headless 'node' (default) or 'wasm'.",
+      "Runtime: in the page 'auto' (WebGPU if available, else WASM), 'webgpu' or 'wasm'; " +
+        "headless 'node' (default), 'wasm' or 'webgpu' (onnxruntime-node's WebGPU provider).",
     ),
   weights: z
     .enum(['auto', 'f32', 'stored', 'q8'])

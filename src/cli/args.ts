@@ -8,6 +8,7 @@
  *   --input '{"top_k": 3}'                 (any fields, merged over the flags)
  */
 import type { JsonSchema } from '../ops/schemas';
+import { NODE_BACKENDS_HELP } from '../node/backends';
 
 /** a mistake in how the command was written: exit code 2 */
 export class UsageError extends Error {
@@ -25,7 +26,7 @@ export const CLI_FLAGS: Record<string, { boolean: boolean; help: string }> = {
   json: { boolean: true, help: 'print only the JSON document on stdout (errors as {"error": {...}})' },
   help: { boolean: true, help: 'show this help' },
   quiet: { boolean: true, help: 'no progress on stderr' },
-  backend: { boolean: false, help: 'node (onnxruntime-node, default) or wasm (onnxruntime-web)' },
+  backend: { boolean: false, help: NODE_BACKENDS_HELP },
   weights: {
     boolean: false,
     help:

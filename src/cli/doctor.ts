@@ -1,6 +1,8 @@
 /**
  * `loupe doctor`: what this machine offers Loupe — runtime, backends, threads — and whether the
- * two Node backends agree on the bundled model (the same check the engine's tests make), plus
+ * two Node backends agree on the bundled model (the same check the engine's tests make), the
+ * WebGPU route (onnxruntime-node's WebGPU provider: its Vulkan driver, shader-f16, the buffer
+ * limit, and what onnxruntime-node does not expose) with its agreement with node where it runs, plus
  * where the weight cache lives and how big it is, and what `--weights q8` costs in numbers on the
  * bundled model (max |Δ| of the logits and of trace's DLA against the stored precision; reported,
  * not judged). Exit 1 when a check fails.
@@ -15,8 +17,10 @@ import { toLoupeError } from '../engine/errors';
 import { requireOrtNode } from '../node/ort-node';
 import { wasmHeapBytes } from '../engine/runtime/wasm-heap';
 import { precisionCost } from '../ops/lib/precision-cost';
+import { webGpuRoute } from '../node/webgpu-node';
+import type { OrtModule } from '../engine/runtime/ort-session';
 
-/** logits of the two Node backends must agree this closely on the bundled model */
+/** logits of node and wasm (and of webgpu and node) must agree this closely on the bundled model */
 export const AGREEMENT_TOLERANCE = 1e-4;
 const PROMPT = 'Once upon a time';
 
@@ -75,6 +79,44 @@ async function tryBackend(
   }
 }
 
+function maxDiff(a: Float32Array, b: Float32Array): number {
+  let d = 0;
+  for (let i = 0; i < Math.min(a.length, b.length); i++) d = Math.max(d, Math.abs(a[i] - b[i]));
+  return d;
+}
+
+/** onnxruntime-node's WebGPU provider on this machine (webgpu-node.ts) */
+async function webGpuStatus(): Promise<Record<string, unknown>> {
+  let ort: OrtModule;
+  try {
+    ort = requireOrtNode<OrtModule>();
+  } catch (e) {
+    return { available: false, error: `onnxruntime-node could not be loaded: ${(e as Error).message}` };
+  }
+  const r = await webGpuRoute(ort);
+  return {
+    available: r.available,
+    provider: 'onnxruntime-node webgpu (Dawn)',
+    vulkan: r.vulkan,
+    ...(r.caps ? { shader_f16: r.caps.shaderF16, max_buffer_bytes: r.caps.maxBufferBytes } : {}),
+    buffer_limit: r.buffer_limit,
+    adapter: r.not_exposed,
+    ...(r.error ? { error: r.error } : {}),
+  };
+}
+
+function webgpuLine(w: Record<string, any>): string {
+  const driver = w.vulkan
+    ? `; Vulkan ${w.vulkan.drivers}${w.vulkan.icd?.length ? ` (${w.vulkan.icd.join(', ')})` : ''}${w.vulkan.loader ? `, loader ${w.vulkan.loader}` : ''}`
+    : '';
+  if (!w.available)
+    return `unavailable: ${w.error}${w.vulkan?.missing ? ` (missing: ${w.vulkan.missing})` : ''}${driver}`;
+  return (
+    `available${driver}; shader-f16 ${w.shader_f16 ? 'yes' : 'no'} (probed); buffer limit ${w.max_buffer_bytes} bytes ` +
+    `(${w.buffer_limit}); adapter: ${w.adapter}`
+  );
+}
+
 export async function doctor(argv: string[], io: Io): Promise<number> {
   const json = argv.includes('--json');
   const say = (s: string) => {
@@ -88,50 +130,71 @@ export async function doctor(argv: string[], io: Io): Promise<number> {
     backends: {
       node: await tryBackend('onnxruntime-node'),
       wasm: await tryBackend('onnxruntime-web'),
+      webgpu: await webGpuStatus(),
     },
   };
+  const gpu = report.backends.webgpu.available === true;
 
   // the agreement check: same prompt, both backends, max |Δ| over every logit
-  say('doctor: running the bundled model on both backends …');
+  say('doctor: running the bundled model on each backend …');
   const agreement: Record<string, any> = { model: 'default', prompt: PROMPT, tolerance: AGREEMENT_TOLERANCE };
+  const webgpuAgreement: Record<string, any> = { model: 'default', prompt: PROMPT, tolerance: AGREEMENT_TOLERANCE };
   const memory: Record<string, any> = {};
   // which path each backend ran the model on, and why (precision.ts): weight precision, vocabulary split
   const paths: Record<string, Record<string, unknown>> = {};
-  try {
-    const logits: Float32Array[] = [];
-    for (const backend of ['node', 'wasm'] as const) {
-      const m = await loadModelForCli('default', backend);
-      const i = m.info;
-      paths[backend] = {
-        weights: i.weights,
-        weights_reason: i.weights_reason,
-        vocab_chunks: i.vocab_chunks,
-        vocab_reason: i.vocab_reason,
-        readout: i.readout,
-        readout_reason: i.readout_reason,
+  /** the bundled model's logits on one backend; its path and memory recorded */
+  const logitsOn = async (backend: string): Promise<Float32Array> => {
+    const m = await loadModelForCli('default', backend);
+    const i = m.info;
+    paths[backend] = {
+      weights: i.weights,
+      weights_reason: i.weights_reason,
+      vocab_chunks: i.vocab_chunks,
+      vocab_reason: i.vocab_reason,
+      readout: i.readout,
+      readout_reason: i.readout_reason,
+    };
+    try {
+      const ids = m.tokenize(PROMPT);
+      const logits = (await m.run(ids, { hooks: 'all' })).logits.data;
+      agreement.tokens = ids.length;
+      memory[backend] = {
+        ...m.memory(),
+        ...(backend === 'wasm' ? { wasm_heap_bytes: wasmHeapBytes() } : {}),
+        rss_bytes: process.memoryUsage().rss,
       };
-      try {
-        const ids = m.tokenize(PROMPT);
-        logits.push((await m.run(ids, { hooks: 'all' })).logits.data);
-        agreement.tokens = ids.length;
-        memory[backend] = {
-          ...m.memory(),
-          ...(backend === 'wasm' ? { wasm_heap_bytes: wasmHeapBytes() } : {}),
-          rss_bytes: process.memoryUsage().rss,
-        };
-      } finally {
-        await m.dispose().catch(() => undefined);
-      }
+      return logits;
+    } finally {
+      await m.dispose().catch(() => undefined);
     }
-    let d = 0;
-    for (let i = 0; i < logits[0].length; i++) d = Math.max(d, Math.abs(logits[0][i] - logits[1][i]));
-    agreement.max_abs_logit_diff = d;
-    agreement.ok = logits[0].length === logits[1].length && d <= AGREEMENT_TOLERANCE;
+  };
+  let nodeLogits: Float32Array | undefined;
+  try {
+    nodeLogits = await logitsOn('node');
+    const wasm = await logitsOn('wasm');
+    agreement.max_abs_logit_diff = maxDiff(nodeLogits, wasm);
+    agreement.ok = nodeLogits.length === wasm.length && agreement.max_abs_logit_diff <= AGREEMENT_TOLERANCE;
   } catch (e) {
     agreement.ok = false;
     agreement.error = toLoupeError(e).toJSON().error;
   }
+  // the page's Doctor checks WebGPU against WASM; here against node, the CLI's default
+  if (gpu && nodeLogits) {
+    try {
+      const webgpu = await logitsOn('webgpu');
+      webgpuAgreement.max_abs_logit_diff = maxDiff(webgpu, nodeLogits);
+      webgpuAgreement.ok =
+        webgpu.length === nodeLogits.length && webgpuAgreement.max_abs_logit_diff <= AGREEMENT_TOLERANCE;
+    } catch (e) {
+      webgpuAgreement.ok = false;
+      webgpuAgreement.error = toLoupeError(e).toJSON().error;
+    }
+  }
   report.agreement = agreement;
+  report.webgpu_agreement =
+    webgpuAgreement.ok !== undefined
+      ? webgpuAgreement
+      : { ok: null, not_run: gpu ? 'the node backend did not run' : 'no WebGPU adapter' };
   report.memory = memory;
 
   // q8's cost on the bundled model (onnxruntime-node): reported so that 8-bit weights are never silent
@@ -152,15 +215,17 @@ export async function doctor(argv: string[], io: Io): Promise<number> {
     q8 = { model: 'default', error: toLoupeError(e).toJSON().error };
   }
   report.q8_cost = q8;
-  report.paths = {
-    ...paths,
-    webgpu: "not in Node: the page's Doctor says which path WebGPU takes (shader-f16, buffer limits)",
-  };
+  report.paths = paths;
 
   const dir = defaultCacheDir();
   const size = await dirSize(dir);
   report.cache = { location: dir, env: 'LOUPE_CACHE_DIR', bytes: size.bytes, files: size.files };
-  report.ok = report.backends.node.available && report.backends.wasm.available && agreement.ok;
+  // no adapter is not a failure (most machines have none); a WebGPU that disagrees is
+  report.ok =
+    report.backends.node.available &&
+    report.backends.wasm.available &&
+    agreement.ok &&
+    report.webgpu_agreement.ok !== false;
 
   if (json) io.stdout(JSON.stringify({ doctor: report }) + '\n');
   else {
@@ -172,11 +237,20 @@ export async function doctor(argv: string[], io: Io): Promise<number> {
         `threads     ${report.threads.available}`,
         `backend     node: ${b(report.backends.node)}`,
         `backend     wasm: ${b(report.backends.wasm)}`,
+        `backend     webgpu: ${webgpuLine(report.backends.webgpu)}`,
         `agreement   ${agreement.ok ? 'ok' : 'FAILED'}: ` +
           (agreement.error
             ? agreement.error.message
             : `max |Δ logit| node vs wasm = ${agreement.max_abs_logit_diff.toExponential(2)} ` +
               `over ${agreement.tokens} tokens (tolerance ${AGREEMENT_TOLERANCE})`),
+        `agreement   webgpu: ` +
+          (webgpuAgreement.ok === undefined
+            ? `not run (${report.webgpu_agreement.not_run})`
+            : `${webgpuAgreement.ok ? 'ok' : 'FAILED'}: ` +
+              (webgpuAgreement.error
+                ? webgpuAgreement.error.message
+                : `max |Δ logit| webgpu vs node = ${webgpuAgreement.max_abs_logit_diff.toExponential(2)} ` +
+                  `(tolerance ${AGREEMENT_TOLERANCE})`)),
         ...Object.entries(memory).map(
           ([b, m]) =>
             `memory      ${b}: weights ${mb(m.weight_bytes)} (${m.precision}), weights in JS ` +

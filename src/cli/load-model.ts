@@ -4,6 +4,7 @@ import type { ModelSource } from '../engine/source/types';
 import { LoupeError } from '../engine/errors';
 import { WEIGHTS_MODES, type WeightsMode } from '../engine/precision';
 import { UsageError } from './args';
+import { isNodeBackend, NODE_BACKENDS, type NodeBackend } from '../node/backends';
 
 export interface Io {
   stdout: (s: string) => void;
@@ -16,8 +17,8 @@ export async function loadModelForCli(
   onProgress?: (s: string) => void,
   weights?: string,
 ): Promise<LoadedModel> {
-  if (backend !== undefined && backend !== 'node' && backend !== 'wasm') {
-    throw new UsageError(`--backend must be node or wasm (got '${backend}').`);
+  if (backend !== undefined && !isNodeBackend(backend)) {
+    throw new UsageError(`--backend must be ${NODE_BACKENDS.join(', ')} (got '${backend}').`);
   }
   if (weights !== undefined && !(WEIGHTS_MODES as readonly string[]).includes(weights)) {
     throw new UsageError(`--weights must be ${WEIGHTS_MODES.join(', ')} (got '${weights}').`);
@@ -36,7 +37,7 @@ export async function loadModelForCli(
   let lastPct = -1;
   return loadModelNode(spec, {
     source,
-    backend: backend as 'node' | 'wasm' | undefined,
+    backend: backend as NodeBackend | undefined,
     weights: weights as WeightsMode | undefined,
     onProgress: (p: any) => {
       const o = p?.overall;

@@ -24,6 +24,8 @@ export interface GpuCaps {
   shaderF16: boolean;
   /** the largest one buffer binding: min(maxStorageBufferBindingSize, maxBufferSize) */
   maxBufferBytes: number;
+  /** where maxBufferBytes comes from when not from the adapter itself (Node: src/node/webgpu-node.ts) */
+  limitSource?: string;
 }
 
 export function gpuCaps(adapter: GpuAdapterLike): GpuCaps {

@@ -23,6 +23,7 @@ import { LoupeError, throwIfAborted } from './errors';
 import type { ModelSpec } from './spec';
 import type { Tensor } from './tensor';
 import type { WeightSet } from './safetensors-types';
+import type { GpuCaps } from './env';
 import { describeModel } from './arch';
 import { LENS_OUTPUTS, type BuiltGraph, type GraphPlan } from './graph/build-model';
 import { readoutFor, readoutProducts, type ReadoutMode } from './readout';
@@ -180,15 +181,17 @@ function postNormsOf(spec: ModelSpec): boolean {
 }
 
 /** Any weight other than the (split) vocabulary tables that one WebGPU buffer cannot hold as float32 is TOO_LARGE, before a session is tried. */
-function checkGpuBuffers(used: { name: string; shape: number[] }[], vocab: Set<string>, limit: number): void {
+function checkGpuBuffers(used: { name: string; shape: number[] }[], vocab: Set<string>, gpu: GpuCaps): void {
+  const limit = gpu.maxBufferBytes;
   for (const e of used) {
     const bytes = e.shape.reduce((a, b) => a * b, 1) * 4;
     if (!vocab.has(e.name) && bytes > limit) {
       throw new LoupeError(
         'TOO_LARGE',
-        `Weight ${e.name} [${e.shape.join('×')}] is ${fmtGB(bytes)} as float32, more than this WebGPU adapter's largest buffer (${fmtGB(limit)}).`,
-        'Use the wasm backend; only the vocabulary tables are split to fit the buffer limit.',
-        { tensor: e.name, bytes, limit_bytes: limit },
+        `Weight ${e.name} [${e.shape.join('×')}] is ${fmtGB(bytes)} as float32, more than this WebGPU adapter's largest buffer ` +
+          `(maxStorageBufferBindingSize ${fmtGB(limit)}${gpu.limitSource ? `: ${gpu.limitSource}` : ''}).`,
+        `A buffer limit of at least ${bytes} bytes would fit it. Use the wasm or node backend; only the vocabulary tables are split to fit the buffer limit.`,
+        { tensor: e.name, bytes, limit: 'maxStorageBufferBindingSize', limit_bytes: limit },
       );
     }
   }
@@ -225,7 +228,7 @@ export async function createModel(parts: ModelParts, factory: SessionFactory): P
       ),
     )
     .reduce((a, b) => (b.rows < a.rows ? b : a));
-  if (factory.gpu) checkGpuBuffers(used, new Set([spec.embed.w, spec.unembed.w]), factory.gpu.maxBufferBytes);
+  if (factory.gpu) checkGpuBuffers(used, new Set([spec.embed.w, spec.unembed.w]), factory.gpu);
   const info: ModelInfo = {
     id: parts.id,
     ...(parts.requested ? { requested_name: parts.requested } : {}),

@@ -1,7 +1,9 @@
 /**
  * Load a model in Node: 'default' (the bundled stories260K), a folder, a Hub id or a URL.
- * backend 'node' = onnxruntime-node (default); 'wasm' = onnxruntime-web's WASM build in Node,
- * selectable so the two runtimes can be compared on the same graph.
+ * backend 'node' = onnxruntime-node on the CPU (default); 'wasm' = onnxruntime-web's WASM build in
+ * Node, selectable so the two runtimes can be compared on the same graph; 'webgpu' =
+ * onnxruntime-node's WebGPU provider (webgpu-node.ts), with the page's WebGPU precision and
+ * vocabulary split.
  */
 import { totalmem } from 'node:os';
 import type { LoadedModel, LoadOptions } from '../engine/api';
@@ -9,7 +11,14 @@ import type { ModelSource } from '../engine/source/types';
 import { LoupeError } from '../engine/errors';
 import { createModel, modelPartsFrom } from '../engine/model';
 import { isBundledSpec } from '../engine/source/ref';
-import { choosePrecision, parseWeightsMode, OFFERED_PRECISIONS, type PrecisionChoice } from '../engine/precision';
+import type { WeightStats } from '../engine/budget';
+import {
+  choosePrecision,
+  choosePrecisionOnGpu,
+  parseWeightsMode,
+  OFFERED_PRECISIONS,
+  type PrecisionChoice,
+} from '../engine/precision';
 import { webSessionFactory, type OrtModule, type SessionFactory } from '../engine/runtime/ort-session';
 import { judgeModel } from '../engine/source/preflight';
 import { loadModelFilesNode, sourceFromSpec, type NodeLoadOptions } from './load-files-node';
@@ -19,10 +28,13 @@ import { requireOrtNode } from './ort-node';
 import type { LocalAccess } from './local-access';
 import { watchWasmHeaps } from '../engine/runtime/wasm-heap';
 import { nodeQ8Store } from './q8-cache';
+import { NODE_BACKENDS, type NodeBackend } from './backends';
+import { webGpuCaps } from './webgpu-node';
+import type { GpuCaps } from '../engine/env';
 
 export interface NodeModelOptions
   extends Omit<LoadOptions, 'backend'>, Pick<NodeLoadOptions, 'cache' | 'endpoint' | 'token'> {
-  backend?: 'node' | 'wasm';
+  backend?: NodeBackend;
   /** intra-op threads for onnxruntime-node (default: ORT's choice) */
   threads?: number;
   /** local folders the caller may load from (default 'any': the CLI's user; see local-access.ts) */
@@ -33,28 +45,37 @@ export interface NodeModelOptions
 
 /** `extraOptions`: onnxruntime session options over the defaults (the bench measures them) */
 export async function nodeFactory(
-  backend: 'node' | 'wasm',
+  backend: NodeBackend,
   threads?: number,
   extraOptions?: Record<string, unknown>,
 ): Promise<SessionFactory> {
-  if (backend === 'node') {
-    let ort: OrtModule;
-    try {
-      ort = requireOrtNode<OrtModule>();
-    } catch (e) {
-      throw new LoupeError(
-        'BACKEND_UNAVAILABLE',
-        `onnxruntime-node could not be loaded: ${(e as Error).message}`,
-        "Use --backend wasm, or reinstall with 'npm ci'.",
-      );
-    }
-    return nodeSessionFactory(ort, threads, extraOptions);
+  if (backend === 'node' || backend === 'webgpu') {
+    const ort = ortNode();
+    const gpu = backend === 'webgpu' ? await webGpuCaps(ort) : undefined;
+    return nodeSessionFactory(ort, threads, extraOptions, gpu);
   }
   watchWasmHeaps(); // before the runtime makes its heap: the memory report measures it
   const ort = (await import('onnxruntime-web')) as unknown as OrtModule;
   // One thread: no worker_threads inside ORT-web in Node; comparable with the page's single-thread WASM.
   ort.env.wasm.numThreads = 1;
   return webSessionFactory(ort, 'wasm', undefined, extraOptions);
+}
+
+function ortNode(): OrtModule {
+  try {
+    return requireOrtNode<OrtModule>();
+  } catch (e) {
+    throw new LoupeError(
+      'BACKEND_UNAVAILABLE',
+      `onnxruntime-node could not be loaded: ${(e as Error).message}`,
+      "Use --backend wasm, or reinstall with 'npm ci'.",
+    );
+  }
+}
+
+/** WebGPU: the adapter's caps, found before any download (no adapter is BACKEND_UNAVAILABLE); they decide the precision */
+export async function nodeGpuCaps(backend: NodeBackend): Promise<GpuCaps | undefined> {
+  return backend === 'webgpu' ? webGpuCaps(ortNode()) : undefined;
 }
 
 export async function loadModelNode(spec: string, opts: NodeModelOptions = {}): Promise<LoadedModel> {
@@ -64,11 +85,14 @@ export async function loadModelNode(spec: string, opts: NodeModelOptions = {}): 
   // architecture, tensors, precision and memory judged from the headers, before any weight byte
   const mode = parseWeightsMode(opts.weights);
   let judged: PrecisionChoice | undefined;
+  const gpu = await nodeGpuCaps(backend);
   const files = await loadModelFilesNode(source, {
     ...opts,
     judge: (plan) => {
-      const j = judgeModel(plan, backend, (stats) => choosePrecision(mode, stats, backend, memory), memory, {
-        backends: ['node', 'wasm'],
+      const choose = (stats: WeightStats) =>
+        gpu ? choosePrecisionOnGpu(mode, stats, gpu, memory) : choosePrecision(mode, stats, backend, memory);
+      const j = judgeModel(plan, backend, choose, memory, {
+        backends: [...NODE_BACKENDS],
         precisions: OFFERED_PRECISIONS,
       });
       judged = j?.choice;

@@ -5,8 +5,21 @@
  * hard-linked into a temporary directory (copied when it lives on another filesystem).
  * float32 weights widened from 16-bit files come from onnxruntime's optimized model kept in the
  * cache after the first start (optimized-cache.ts): the widening is not redone at every start.
+ * With `gpu` the sessions run on onnxruntime-node's WebGPU provider (webgpu-node.ts) as backend
+ * 'webgpu'; the optimized-model cache serves the CPU provider only.
  */
-import { copyFileSync, linkSync, mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import {
+  closeSync,
+  copyFileSync,
+  linkSync,
+  mkdirSync,
+  mkdtempSync,
+  openSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+  writeSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import {
@@ -15,9 +28,10 @@ import {
   type OrtModule,
   type SessionFactory,
 } from '../engine/runtime/ort-session';
-import type { WeightSet } from '../engine/safetensors-types';
+import type { RangedFile, WeightSet } from '../engine/safetensors-types';
 import { defaultCacheDir } from './dir-cache';
 import type { BuiltGraph } from '../engine/graph/build-model';
+import type { GpuCaps } from '../engine/env';
 import { cachedModelPath, dropEntry, optimizedKey, saveTarget, worthCaching } from './optimized-cache';
 
 /**
@@ -58,14 +72,20 @@ function withoutSpinning(o: Record<string, any>): Record<string, any> {
   return { ...o, extra: { ...o.extra, session: { 'intra_op.allow_spinning': '0', ...o.extra?.session } } };
 }
 
-/** `extraOptions`: onnxruntime session options over the defaults (the bench measures them) */
+/**
+ * `extraOptions`: onnxruntime session options over the defaults (the bench measures them);
+ * `gpu`: the WebGPU provider's caps (webgpu-node.ts webGpuCaps), else the CPU provider
+ */
 export function nodeSessionFactory(
   ort: OrtModule,
   threads?: number,
   extraOptions: Record<string, unknown> = {},
+  gpu?: GpuCaps,
 ): SessionFactory {
   const base = (graph: BuiltGraph): Record<string, any> => ({
-    executionProviders: ['cpu'],
+    executionProviders: [gpu ? 'webgpu' : 'cpu'],
+    // WebGPU: not the provider's warning that shape ops run on the CPU (its design), at every session
+    ...(gpu ? { logSeverityLevel: 3 } : {}),
     graphOptimizationLevel: 'all',
     ...(threads ? { intraOpNumThreads: threads } : {}),
     ...graphSessionOptions(graph, withoutSpinning(extraOptions)),
@@ -80,15 +100,19 @@ export function nodeSessionFactory(
     const dir = graphDir(weights);
     try {
       const files = new Set<string>();
-      for (const e of weights.tensors.values()) files.add(e.file);
+      for (const e of weights.tensors.values()) {
+        files.add(e.file);
+        if (e.q8) files.add(e.q8.scale.file);
+      }
       for (const f of files) {
         const p = weights.paths.get(f);
+        const bytes = weights.files.get(f);
+        const ranged = weights.ranged?.get(f);
         if (p) linkOrCopy(path.resolve(p), path.join(dir, f));
-        else {
-          const bytes = weights.files.get(f);
-          if (!bytes) throw new Error(`weight file ${f} has neither a path nor bytes`);
-          writeFileSync(path.join(dir, f), bytes);
-        }
+        else if (bytes) writeFileSync(path.join(dir, f), bytes);
+        // a file made as it is read (the WebGPU q8 form's float32 widening, q8.ts q8ForWebGpu): written range by range
+        else if (ranged) writeRanged(ranged, path.join(dir, f));
+        else throw new Error(`weight file ${f} has neither a path nor bytes`);
       }
       const modelPath = path.join(dir, 'model.onnx');
       writeFileSync(modelPath, graph.bytes);
@@ -100,11 +124,12 @@ export function nodeSessionFactory(
   }
 
   return {
-    backend: 'node',
+    backend: gpu ? 'webgpu' : 'node',
     ort,
+    ...(gpu ? { gpu } : {}),
     async create(graph, weights) {
       const options = base(graph);
-      if (!worthCaching(graph, weights)) return wrapOrtSession(await fresh(graph, weights, options));
+      if (gpu || !worthCaching(graph, weights)) return wrapOrtSession(await fresh(graph, weights, options));
       // float32 widened from 16-bit files: onnxruntime's optimized model is kept (optimized-cache.ts)
       const key = optimizedKey(graph, weights, options, (ort.env as any)?.versions ?? null);
       const cached = cachedModelPath(key);
@@ -129,6 +154,18 @@ export function nodeSessionFactory(
       }
     },
   };
+}
+
+const WRITE_CHUNK = 16 * 1024 ** 2;
+
+function writeRanged(file: RangedFile, to: string): void {
+  const fd = openSync(to, 'w');
+  try {
+    for (let at = 0; at < file.size; at += WRITE_CHUNK)
+      writeSync(fd, file.read(at, Math.min(WRITE_CHUNK, file.size - at)));
+  } finally {
+    closeSync(fd);
+  }
 }
 
 function linkOrCopy(from: string, to: string): void {

@@ -106,8 +106,8 @@ export function chooseReadout(
   });
   if (backend === 'webgpu')
     return stream(
-      'onnxruntime-web gives each session its own copy of its weights in GPU memory, ' +
-        'whose size the browser does not tell, so a readout session would hold W_O and W_out again',
+      "onnxruntime's WebGPU provider gives each session its own copy of its weights in GPU memory, " +
+        'whose size WebGPU does not tell, so a readout session would hold W_O and W_out again',
     );
   if (backend === 'wasm') {
     const est = weights.secondCopy;
