@@ -23,17 +23,11 @@ import { describe as describeFeature } from './lib/feature-descriptions';
 import {
   actsHook,
   checkActsSize,
-  checkFeature,
-  descriptionsBlockSchema,
+  decoderRow,
   descriptionsField,
-  ensureSae,
-  featureField,
-  loadDescriptions,
-  residualMap,
-  saeBlock,
-  saeBlockSchema,
-  saeRefFields,
-  type SaeOpContext,
+  featureRefFields,
+  inputSae,
+  saeDocFields,
 } from './lib/sae';
 
 /** prompts one call may scan, besides the main prompt */
@@ -41,8 +35,7 @@ export const MAX_FEATURE_PROMPTS = 64;
 
 const input = z.object({
   ...promptFields,
-  ...saeRefFields,
-  feature: featureField,
+  ...featureRefFields,
   prompts: z
     .array(z.string())
     .max(MAX_FEATURE_PROMPTS)
@@ -56,8 +49,7 @@ export type FeatureInput = z.input<typeof input>;
 const tokenWeight = z.object({ token: z.string(), token_id: z.number().int(), weight: z.number() });
 
 const output = documentBase('feature').extend({
-  sae: saeBlockSchema,
-  descriptions: descriptionsBlockSchema,
+  ...saeDocFields,
   feature: z.object({
     index: z.number().int(),
     description: z.string().nullable().describe('auto-interp description, null when none was given'),
@@ -115,18 +107,13 @@ export const operation = defineOperation({
       throw e;
     }
   });
-  ctx.onProgress?.({ stage: 'loading SAE', done: 0, total: 1 });
-  const sae = await ensureSae(model, { source: inp.sae_source, path: inp.sae_path }, ctx);
   const f = inp.feature;
-  checkFeature(sae, f);
-  idsList.forEach((ids, i) => checkActsSize(sae, ids.length, i === 0 ? 'The prompt' : `prompts[${i - 1}]`));
-  const desc = await loadDescriptions(sae, inp.descriptions, ctx);
-  throwIfAborted(ctx.signal);
+  const { sae, descriptions, doc } = await inputSae(model, inp, ctx, (sae) =>
+    idsList.forEach((ids, i) => checkActsSize(sae, ids.length, i === 0 ? 'The prompt' : `prompts[${i - 1}]`)),
+  );
 
   // ---- logit weights
-  const dIn = sae.info.d_in;
-  const row = sae.weight('W_dec').data.subarray(f * dIn, (f + 1) * dIn);
-  const map = residualMap(model, sae.info.hook);
+  const { row, norm: decoderNorm, map } = decoderRow(model, sae, f);
   const layerNorm = model.info.norm === 'layernorm';
   let promoted: z.infer<typeof tokenWeight>[] = [];
   let suppressed: z.infer<typeof tokenWeight>[] = [];
@@ -168,17 +155,14 @@ export const operation = defineOperation({
     if (a.max > activations[best].max) best = i;
   });
 
-  let decoderNorm = 0;
-  for (let i = 0; i < dIn; i++) decoderNorm += row[i] * row[i];
   const threshold = sae.info.activation === 'jumprelu' ? finite(sae.weight('threshold').data[f]) : null;
   return {
     ...documentHead('feature', model, inp.prompt, idsList[0]),
-    sae: saeBlock(sae),
-    descriptions: desc.block,
+    ...doc,
     feature: {
       index: f,
-      description: describeFeature(desc.set, f),
-      decoder_norm: finite(Math.sqrt(decoderNorm)),
+      description: describeFeature(descriptions, f),
+      decoder_norm: finite(decoderNorm),
       encoder_bias: finite(sae.weight('b_enc').data[f]),
       threshold,
     },

@@ -32,15 +32,11 @@ import { describe as describeFeature } from './lib/feature-descriptions';
 import {
   actsHook,
   checkActsSize,
-  descriptionsBlockSchema,
   descriptionsField,
-  ensureSae,
-  loadDescriptions,
+  inputSae,
   residualMap,
-  saeBlock,
-  saeBlockSchema,
+  saeDocFields,
   saeRefFields,
-  type SaeOpContext,
 } from './lib/sae';
 
 const input = z.object({
@@ -83,8 +79,7 @@ const reconstructionAt = z.object({
 });
 
 const output = documentBase('sae_features').extend({
-  sae: saeBlockSchema,
-  descriptions: descriptionsBlockSchema,
+  ...saeDocFields,
   top_k: z.number().int(),
   position: z.number().int().nullable().describe('the position asked for; null = every position'),
   positions: z.array(
@@ -193,11 +188,7 @@ export const operation = defineOperation({
       `Use 0 … ${T - 1}, or leave position out for every position.`,
     );
   }
-  ctx.onProgress?.({ stage: 'loading SAE', done: 0, total: 1 });
-  const sae = await ensureSae(model, { source: inp.sae_source, path: inp.sae_path }, ctx);
-  checkActsSize(sae, T);
-  const desc = await loadDescriptions(sae, inp.descriptions, ctx);
-  throwIfAborted(ctx.signal);
+  const { sae, descriptions, doc } = await inputSae(model, inp, ctx, (sae) => checkActsSize(sae, T));
 
   const hook = sae.info.hook;
   const { d_in: dIn, d_sae: dSae } = sae.info;
@@ -261,7 +252,7 @@ export const operation = defineOperation({
       features: top.map((f) => ({
         feature: f,
         activation: finite(row[f]),
-        description: describeFeature(desc.set, f),
+        description: describeFeature(descriptions, f),
         logit_attribution: t === last && eHook ? finite(row[f] * unitEffect(f)) : null,
       })),
       reconstruction: {
@@ -329,8 +320,7 @@ export const operation = defineOperation({
 
   return {
     ...documentHead('sae_features', model, inp.prompt, ids),
-    sae: saeBlock(sae),
-    descriptions: desc.block,
+    ...doc,
     top_k: inp.top_k,
     position: inp.position ?? null,
     positions,

@@ -57,25 +57,18 @@ import {
 } from './lib/steering';
 import {
   actsHook,
-  checkFeature,
-  descriptionsBlockSchema,
+  decoderRow,
   descriptionsField,
-  ensureSae,
-  featureField,
-  loadDescriptions,
-  residualMap,
-  saeBlock,
-  saeBlockSchema,
-  saeRefFields,
+  featureRefFields,
+  inputSae,
+  saeDocFields,
   withSaeRuns,
   type AttachedSae,
-  type SaeOpContext,
 } from './lib/sae';
 
 const input = z.object({
   ...promptFields,
-  ...saeRefFields,
-  feature: featureField,
+  ...featureRefFields,
   edit: z
     .enum(['add', 'clamp'])
     .default('add')
@@ -113,8 +106,7 @@ const tokenDelta = tokenRef.extend({
 const curve = z.array(z.number());
 
 const output = documentBase('sae_steer').extend({
-  sae: saeBlockSchema,
-  descriptions: descriptionsBlockSchema,
+  ...saeDocFields,
   feature: z.object({
     index: z.number().int(),
     description: z.string().nullable(),
@@ -205,17 +197,11 @@ export const operation = defineOperation({
   checkEditPositions(inp.positions, T);
   const { targets: givenTargets, controls: givenControls } = givenTokens(model, inp);
 
-  ctx.onProgress?.({ stage: 'loading SAE', done: 0, total: 1 });
-  const sae = await ensureSae(model, { source: inp.sae_source, path: inp.sae_path }, ctx);
-  checkFeature(sae, inp.feature);
-  const desc = await loadDescriptions(sae, inp.descriptions, ctx);
-  throwIfAborted(ctx.signal);
+  const { sae, descriptions, doc } = await inputSae(model, inp, ctx);
 
   // ---- the feature's decoder row and its direct logit effect (for default targets/controls)
   const f = inp.feature;
-  const dIn = sae.info.d_in;
-  const row = sae.weight('W_dec').data.subarray(f * dIn, (f + 1) * dIn);
-  const map = residualMap(model, sae.info.hook);
+  const { row, norm: decoderNorm, map } = decoderRow(model, sae, f);
   const resid = map.kind !== null ? map.push(row) : null;
   const scores = resid ? await directLogitScores(model, resid, ctx.signal) : null;
   const V = model.info.d_vocab;
@@ -287,8 +273,6 @@ export const operation = defineOperation({
   const single = inp.alphas === undefined;
   const m0 = single ? metrics[0] : null;
   const curves = metricCurves(metrics);
-  let decoderNorm = 0;
-  for (let i = 0; i < dIn; i++) decoderNorm += row[i] * row[i];
   const what =
     inp.edit === 'add'
       ? 'acts_f += α, so the stream at the hook moves by exactly α·W_dec[f]'
@@ -296,12 +280,11 @@ export const operation = defineOperation({
 
   return {
     ...documentHead('sae_steer', model, inp.prompt, ids),
-    sae: saeBlock(sae),
-    descriptions: desc.block,
+    ...doc,
     feature: {
       index: f,
-      description: describeFeature(desc.set, f),
-      decoder_norm: finite(Math.sqrt(decoderNorm)),
+      description: describeFeature(descriptions, f),
+      decoder_norm: finite(decoderNorm),
       residual_norm: resid ? finite(Math.sqrt(resid.reduce((a, v) => a + v * v, 0))) : null,
     },
     edit: inp.edit,

@@ -60,6 +60,9 @@ export const descriptionsField = z
 
 export const featureField = z.number().int().min(0).describe('feature index (0 … d_sae − 1)');
 
+/** an SAE and one of its features: the input fields feature and sae_steer lead with */
+export const featureRefFields = { ...saeRefFields, feature: featureField };
+
 // ------------------------------------------------------------------ attaching
 
 export interface AttachedSae {
@@ -328,6 +331,48 @@ export async function loadDescriptions(
     if (sae.alongside === p) sae.alongside = undefined;
     throw e;
   }
+}
+
+// ------------------------------------------------------------------ the SAE an operation's input names
+
+/** the document's SAE and descriptions blocks, as inputSae's `doc` fills them */
+export const saeDocFields = { sae: saeBlockSchema, descriptions: descriptionsBlockSchema };
+
+/**
+ * The SAE the input names, attached (ensureSae) and checked — the feature the input names
+ * (checkFeature), then `check` — before its descriptions are read (loadDescriptions).
+ * `doc`: the document's sae and descriptions blocks (saeDocFields).
+ */
+export async function inputSae(
+  model: LoadedModel,
+  inp: { sae_source: string; sae_path: string; feature?: number; descriptions?: unknown },
+  ctx: OpContext,
+  check: (sae: AttachedSae) => void = () => {},
+): Promise<{
+  sae: AttachedSae;
+  descriptions: DescriptionSet | null;
+  doc: { sae: z.infer<typeof saeBlockSchema>; descriptions: DescriptionsBlock };
+}> {
+  ctx.onProgress?.({ stage: 'loading SAE', done: 0, total: 1 });
+  const sae = await ensureSae(model, { source: inp.sae_source, path: inp.sae_path }, ctx);
+  if (inp.feature !== undefined) checkFeature(sae, inp.feature);
+  check(sae);
+  const desc = await loadDescriptions(sae, inp.descriptions, ctx);
+  throwIfAborted(ctx.signal);
+  return { sae, descriptions: desc.set, doc: { sae: saeBlock(sae), descriptions: desc.block } };
+}
+
+/** feature f's decoder row W_dec[f] (in the hook's space), its norm, and the hook's way into the residual stream */
+export function decoderRow(
+  model: LoadedModel,
+  sae: AttachedSae,
+  f: number,
+): { row: Float32Array; norm: number; map: ResidualMapResult } {
+  const dIn = sae.info.d_in;
+  const row = sae.weight('W_dec').data.subarray(f * dIn, (f + 1) * dIn);
+  let s = 0;
+  for (let i = 0; i < dIn; i++) s += row[i] * row[i];
+  return { row, norm: Math.sqrt(s), map: residualMap(model, sae.info.hook) };
 }
 
 // ------------------------------------------------------------------ the hook's way into the residual stream
