@@ -12,7 +12,7 @@ import { randomHex } from '../ops/lib/handles';
 import { startHeartbeat, type Heartbeat } from './heartbeat';
 import { PendingCalls } from './pending-calls';
 import { callCancelled } from './call-errors';
-import type { CallOptions, ExecResult } from './page-connection';
+import { execResult, type CallOptions, type ExecResult } from './page-connection';
 import {
   AGENT_PATH,
   CHALLENGE_PROTOCOL_PREFIX,
@@ -198,16 +198,10 @@ export class ForwardClient {
       case 'welcome':
         return; // the answer to a repeated attach (setAgent)
       case 'progress':
-        return this.pending.progress(m);
       case 'result':
-        return this.pending.settle(m.id, {
-          document: m.document,
-          link: m.link,
-          instance_id: m.instance_id,
-          model: m.model,
-        });
       case 'error':
-        return this.pending.fail(m);
+        // the hub filled in the page's instance and model
+        return this.pending.reply(m, (r) => execResult(r, r.instance_id, r.model));
       default:
         return;
     }

@@ -131,6 +131,12 @@ export function parseMcpArgs(argv: string[]): McpArgs {
         ? [args[i].slice(0, args[i].indexOf('=')), args[i].slice(args[i].indexOf('=') + 1)]
         : [args[i], undefined];
     const value = () => inline ?? args[++i];
+    /** the flag's value, which must not be empty (`what` says what it is) */
+    const given = (what: string): string => {
+      const v = value();
+      if (!v) throw new UsageError(`${flag} needs ${what}`);
+      return v;
+    };
     switch (flag) {
       case '--headless':
         a.headless = true;
@@ -145,8 +151,7 @@ export function parseMcpArgs(argv: string[]): McpArgs {
         a.port = Math.trunc(num(flag, value(), 0, 65535));
         break;
       case '--model':
-        a.model = value();
-        if (!a.model) throw new UsageError('--model needs a value');
+        a.model = given('a value');
         break;
       case '--backend': {
         const b = value();
@@ -155,15 +160,11 @@ export function parseMcpArgs(argv: string[]): McpArgs {
         break;
       }
       case '--dist':
-        a.dist = value();
-        if (!a.dist) throw new UsageError('--dist needs a folder');
+        a.dist = given('a folder');
         break;
-      case '--allow-local': {
-        const d = value();
-        if (!d) throw new UsageError('--allow-local needs a folder');
-        a.allowLocal.push(d);
+      case '--allow-local':
+        a.allowLocal.push(given('a folder'));
         break;
-      }
       case '--page-wait':
         a.pageWaitS = num(flag, value(), 0, 600);
         break;

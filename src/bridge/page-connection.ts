@@ -7,7 +7,15 @@
 import type WebSocket from 'ws';
 import { LoupeError } from '../engine/errors';
 import type { Progress } from '../ops/types';
-import { CLOSE_POLICY, type AgentInfo, type HelloMsg, type HubToPage, type WireModel, parseMessage } from './protocol';
+import {
+  CLOSE_POLICY,
+  type AgentInfo,
+  type HelloMsg,
+  type HubToPage,
+  type ResultMsg,
+  type WireModel,
+  parseMessage,
+} from './protocol';
 import { randomHex } from '../ops/lib/handles';
 import { startHeartbeat, type Heartbeat } from './heartbeat';
 import { PendingCalls } from './pending-calls';
@@ -21,6 +29,14 @@ export interface ExecResult {
   /** the model it ran on (ModelInfo, plus the page's share `ref`), for the result's link */
   model?: WireModel;
 }
+
+/** a result message's document and link, from `instance_id`'s page running `model` */
+export const execResult = (m: ResultMsg, instance_id?: string, model?: WireModel): ExecResult => ({
+  document: m.document,
+  link: m.link,
+  instance_id,
+  model,
+});
 
 export interface CallOptions {
   /** epoch ms */
@@ -155,16 +171,9 @@ export class PageConnection {
         this.opts.onModel?.(this);
         return;
       case 'progress':
-        return this.pending.progress(m);
       case 'result':
-        return this.pending.settle(m.id, {
-          document: m.document,
-          link: m.link,
-          instance_id: this.instanceId,
-          model: this.model,
-        });
       case 'error':
-        return this.pending.fail(m);
+        return this.pending.reply(m, (r) => execResult(r, this.instanceId, this.model));
       default:
         this.opts.log?.(`page ${this.tabId}: unexpected ${m.type} message`);
     }

@@ -6,6 +6,7 @@
  */
 import { LoupeError } from '../engine/errors';
 import type { Progress } from '../ops/types';
+import type { ErrorMsg, ProgressMsg, ResultMsg } from './protocol';
 
 export interface OpenCall {
   /** milliseconds until the call fails with `onDeadline()` */
@@ -72,6 +73,13 @@ export class PendingCalls<R> {
   /** an `error` message for a call: it fails with that error */
   fail(m: { id: string; error: { code: string; message: string; hint?: string } }): void {
     this.settle(m.id, undefined, new LoupeError(m.error.code as LoupeError['code'], m.error.message, m.error.hint));
+  }
+
+  /** a reply to a call: its progress, its result (made R by `result`) or its error */
+  reply(m: ProgressMsg | ResultMsg | ErrorMsg, result: (m: ResultMsg) => R): void {
+    if (m.type === 'progress') this.progress(m);
+    else if (m.type === 'result') this.settle(m.id, result(m));
+    else this.fail(m);
   }
 
   /** fail every open call with `error` (the link is gone) */

@@ -115,6 +115,12 @@ export function readParam(spec: ModelSpec, read: ReadTensor, name: string): Tens
     data: biasOf(ref, read) ?? new Float32Array(n),
   });
 
+  // attn.W_Q / W_K / W_V and attn.b_Q / b_K / b_V: q, k or v
+  const qkv = /^attn\.([Wb])_([QKV])$/.exec(key);
+  if (qkv) {
+    const which = 'QKV'.indexOf(qkv[2]) as 0 | 1 | 2;
+    return qkv[1] === 'W' ? qkvWeight(which) : qkvBias(which);
+  }
   switch (key) {
     case 'ln1.w':
       return normW(layer.ln1);
@@ -130,18 +136,6 @@ export function readParam(spec: ModelSpec, read: ReadTensor, name: string): Tens
     case 'ln2_post.w':
       if (layer.postMlpNorm) return normW(layer.postMlpNorm);
       break;
-    case 'attn.W_Q':
-      return qkvWeight(0);
-    case 'attn.W_K':
-      return qkvWeight(1);
-    case 'attn.W_V':
-      return qkvWeight(2);
-    case 'attn.b_Q':
-      return qkvBias(0);
-    case 'attn.b_K':
-      return qkvBias(1);
-    case 'attn.b_V':
-      return qkvBias(2);
     case 'attn.W_O': {
       const t = linearInOut(a.o, H * Dh, D); // [H*Dh, D] = [H, Dh, D]
       return { dims: [H, Dh, D], data: t.data };
