@@ -3,7 +3,7 @@
  * with no Vulkan variables set, so the process finds its driver itself (here and in CI: Chromium's
  * SwiftShader), against the node backend in-process: one small random model of each family the
  * float64 reference tests cover, and the bundled stories260K, every number of the document within
- * 1e-4 (q8 too); `loupe mcp --headless --backend webgpu` (its engine thread) with a buffer limit that splits
+ * 1e-4 (q8 too; F16 weights at `stored` widened where the adapter has no shader-f16); `loupe mcp --headless --backend webgpu` (its engine thread) with a buffer limit that splits
  * the vocabulary, still agreeing; a limit too small for a weight (TOO_LARGE naming the limit and what
  * would fit); no adapter (BACKEND_UNAVAILABLE naming what is missing).
  */
@@ -16,6 +16,9 @@ import { getOperation } from '../src/ops/index';
 import { ALL_FAMILY_CASES, makeCaseModel, makeRandomModel, type RandomModel } from './reference';
 import { viaJson } from './schema-helpers';
 import type { WeightsMode } from '../src/engine/precision';
+import { webGpuRoute } from '../src/node/webgpu-node';
+import { requireOrtNode } from '../src/node/ort-node';
+import type { OrtModule } from '../src/engine/runtime/ort-session';
 import type { Client } from '@modelcontextprotocol/client';
 import { StdioClientTransport } from '@modelcontextprotocol/client/stdio';
 import { OrderedClient } from './helpers/mcp-client';
@@ -90,6 +93,17 @@ describe('loupe trace --backend webgpu agrees with node within 1e-4', () => {
   it('the bundled stories260K at q8 (the WebGPU form: float32 scales), against node at q8', async () => {
     const doc = await expectAgrees('default', 'q8');
     expect(doc.model.weights).toBe('q8');
+  });
+
+  it('F16 weights at --weights stored: without shader-f16 (SwiftShader) widened to float32 at load, and agreeing', async () => {
+    const c = ALL_FAMILY_CASES.find((x) => x.name === 'gpt2-untied-erf-f16')!;
+    const rm = makeCaseModel(c);
+    made.push(rm);
+    const doc = await expectAgrees(rm.dir, 'stored');
+    // the probe in this process (SwiftShader: no shader-f16) decides what the CLI's must have chosen
+    const route = await webGpuRoute(requireOrtNode<OrtModule>());
+    expect(route.vulkan.drivers === 'swiftshader' ? route.caps?.shaderF16 : false).toBe(false);
+    expect(doc.model.weights).toBe(route.caps?.shaderF16 ? 'stored' : 'f32');
   });
 
   it.each(FAMILIES.map((c) => [c.family, c] as const))('%s', async (_family, c) => {

@@ -44,6 +44,11 @@ const SWIFTSHADER_DIRS = [
   '/opt/google/chrome',
 ];
 const SWIFTSHADER_ICD = 'vk_swiftshader_icd.json';
+
+/** Chromium's SwiftShader manifest, where one is installed */
+export function swiftShaderIcd(): string | undefined {
+  return SWIFTSHADER_DIRS.map((d) => path.join(d, SWIFTSHADER_ICD)).find((f) => existsSync(f));
+}
 /** glibc's RTLD_NODELETE (os.constants.dlopen does not list it): the loader stays after process.dlopen finds no addon in it */
 const RTLD_NODELETE = 0x1000;
 
@@ -95,9 +100,9 @@ export function prepareVulkan(env: NodeJS.ProcessEnv = process.env): VulkanSetup
     const installed = icdDirs(env).flatMap(manifests);
     if (installed.length) setup = { drivers: 'system', icd: installed };
     else {
-      const dir = SWIFTSHADER_DIRS.find((d) => existsSync(path.join(d, SWIFTSHADER_ICD)));
-      if (dir) {
-        env.VK_ICD_FILENAMES = path.join(dir, SWIFTSHADER_ICD);
+      const icd = swiftShaderIcd();
+      if (icd) {
+        env.VK_ICD_FILENAMES = icd;
         setup = { drivers: 'swiftshader', icd: [env.VK_ICD_FILENAMES] };
       } else
         setup = {

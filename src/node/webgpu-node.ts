@@ -17,7 +17,7 @@ import type { GpuCaps } from '../engine/env';
 import { LoupeError } from '../engine/errors';
 import type { OrtModule } from '../engine/runtime/ort-session';
 import { OnnxGraph } from '../engine/graph/onnx-builder';
-import { prepareVulkan, type VulkanSetup } from './vulkan';
+import { prepareVulkan, swiftShaderIcd, type VulkanSetup } from './vulkan';
 
 /** the WebGPU spec's default maxStorageBufferBindingSize: every adapter offers at least this */
 export const DEFAULT_BUFFER_BYTES = 128 * 1024 ** 2;
@@ -125,6 +125,7 @@ export async function webGpuCaps(ort: OrtModule): Promise<GpuCaps> {
   const r = await webGpuRoute(ort);
   if (r.caps) return r.caps;
   const v = r.vulkan;
+  const swift = swiftShaderIcd();
   throw new LoupeError(
     'BACKEND_UNAVAILABLE',
     `No WebGPU adapter: onnxruntime-node's WebGPU provider could not start (${r.error}).` +
@@ -132,7 +133,9 @@ export async function webGpuCaps(ort: OrtModule): Promise<GpuCaps> {
     v.drivers === 'none' || v.missing
       ? "Install a Vulkan driver (a GPU vendor's, or Mesa), or Chromium for its SwiftShader; " +
           'or set VK_ICD_FILENAMES to a driver manifest. Use --backend node meanwhile.'
-      : `The Vulkan driver (${v.icd.join(', ')}) offered no adapter Dawn accepts. Use --backend node meanwhile.`,
+      : `The Vulkan driver (${v.icd.join(', ')}) offered no adapter Dawn accepts` +
+          (swift && !v.icd.includes(swift) ? `; SwiftShader's would: VK_ICD_FILENAMES=${swift}` : '') +
+          '. Use --backend node meanwhile.',
     { backend: 'webgpu', vulkan: v },
   );
 }
