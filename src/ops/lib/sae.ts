@@ -10,7 +10,7 @@
  *    generation loop can edit features (`{hook}.hook_sae_acts_post`) while it generates.
  */
 import { z } from 'zod';
-import { SharedLoads } from './shared-load';
+import { SharedLoads, assertLoader } from './shared-load';
 import type { LoadedModel, SaeInfo, RunOptions } from '../../engine/api';
 import type { Tensor } from '../../engine/tensor';
 import { LoupeError, throwIfAborted } from '../../engine/errors';
@@ -117,13 +117,7 @@ export async function ensureSae(model: LoadedModel, ref: SaeRef, ctx: OpContext)
   return loads.get(model, id, ctx.signal, async () => {
     const known = model.saes().find((s) => s.id === id);
     if (known) return attached(model, id, ref, known, null);
-    if (!ctx.loadSae) {
-      throw new LoupeError(
-        'INTERNAL',
-        'This surface cannot load SAEs (no loadSae in the operation context).',
-        'This is a bug in Loupe: every surface should provide an SAE loader; please report it.',
-      );
-    }
+    assertLoader(ctx.loadSae, 'loadSae', 'SAEs', 'an SAE loader');
     throwIfAborted(ctx.signal);
     const files = await ctx.loadSae(ref, {
       signal: ctx.signal,

@@ -7,6 +7,24 @@
 import type { LoadedModel } from '../../engine/api';
 import { LoupeError } from '../../engine/errors';
 
+/**
+ * The surface's loader of `things` (an operation-context field such as loadSae): INTERNAL when the
+ * surface provides none, a bug, since every surface should provide `aLoader`.
+ */
+export function assertLoader<F>(
+  loader: F | undefined,
+  field: string,
+  things: string,
+  aLoader: string,
+): asserts loader is F {
+  if (!loader)
+    throw new LoupeError(
+      'INTERNAL',
+      `This surface cannot load ${things} (no ${field} in the operation context).`,
+      `This is a bug in Loupe: every surface should provide ${aLoader}; please report it.`,
+    );
+}
+
 export class SharedLoads<T> {
   private readonly byModel = new WeakMap<LoadedModel, Map<string, Promise<T>>>();
 

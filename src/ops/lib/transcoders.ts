@@ -7,7 +7,7 @@
  *  - the document's block describing the set.
  */
 import { z } from 'zod';
-import { SharedLoads } from './shared-load';
+import { SharedLoads, assertLoader } from './shared-load';
 import type { LoadedModel, LocalReplacement, TranscoderInfo } from '../../engine/api';
 import { LoupeError, throwIfAborted } from '../../engine/errors';
 import { transcoderIdOf } from '../../engine/transcoder';
@@ -95,12 +95,7 @@ export async function ensureTranscoders(model: LoadedModel, ref: SaeRef, ctx: Op
   return loads.get(model, id, ctx.signal, async () => {
     const known = model.transcoderSets().find((t) => t.id === id);
     if (known) return known;
-    if (!ctx.loadTranscoders)
-      throw new LoupeError(
-        'INTERNAL',
-        'This surface cannot load transcoders (no loadTranscoders in the operation context).',
-        'This is a bug in Loupe: every surface should provide a transcoder loader; please report it.',
-      );
+    assertLoader(ctx.loadTranscoders, 'loadTranscoders', 'transcoders', 'a transcoder loader');
     throwIfAborted(ctx.signal);
     const files = await ctx.loadTranscoders(ref, {
       nLayers: model.info.n_layers,
