@@ -4,6 +4,8 @@
  *  - `ensureSae`: the SAE attached to the model once, under an id derived from its ref, its files
  *    fetched through the surface's `ctx.loadSae` (with download progress);
  *  - `loadDescriptions`: auto-interp descriptions, given or found next to the SAE (else null);
+ *  - `inputSae`: the SAE an operation's input names, checked, with its descriptions and the
+ *    document's blocks; `decoderRow`: a feature's W_dec row, its norm and its residual map;
  *  - `residualMap`: how a vector in the SAE's hook space reaches the residual stream (identity
  *    for residual-stream hooks, W_O for attn.hook_z, W_out for mlp.hook_post), for logit effects;
  *  - `withSaeRuns`: a view of the model whose every run splices the SAE in, so the shared

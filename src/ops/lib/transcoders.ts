@@ -4,7 +4,8 @@
  *  - `ensureTranscoders`: the set attached to the model once, under an id derived from its ref, its
  *    files fetched through the surface's `ctx.loadTranscoders` and judged from their headers first
  *    (TRANSCODER_MISMATCH against the model, TOO_LARGE against the caps) with download progress;
- *  - the document's block describing the set.
+ *  - the document's block describing the set;
+ *  - `inputReplacement`: the set an operation's input names and the prompt's local replacement model.
  */
 import { z } from 'zod';
 import { SharedLoads, assertLoader } from './shared-load';
