@@ -182,6 +182,7 @@ describe('no WebGPU adapter', () => {
     expect(e.code).toBe('BACKEND_UNAVAILABLE');
     expect(e.message).toMatch(/No WebGPU adapter/);
     expect(e.message).toMatch(/Failed to get a WebGPU adapter/);
+    expect(e.message).toContain('Missing: no such driver manifest: /nonexistent/icd.json');
     expect(e.hint).toMatch(/--backend node/);
     expect(e.details.vulkan.drivers).toBe('environment');
     expect(e.details.vulkan.icd).toEqual(['/nonexistent/icd.json']);

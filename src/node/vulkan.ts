@@ -1,12 +1,13 @@
 /**
  * The Vulkan driver for onnxruntime-node's WebGPU provider (webgpu-node.ts) on Linux.
  *
- * When no Vulkan driver is installed (no ICD manifest where the Vulkan loader looks) and
- * $VK_ICD_FILENAMES / $VK_DRIVER_FILES are unset, Chromium's bundled SwiftShader (Vulkan on the
- * CPU: exact, slow) is used where it is installed: VK_ICD_FILENAMES is set to its manifest, and
- * when no libvulkan.so.1 is on the library path, Chromium's own loader is loaded into the process
- * first, so that Dawn's dlopen('libvulkan.so.1') finds it (glibc matches a loaded library by its
- * soname). The variable is read by the C library, so prepareVulkan() runs in the main thread (a
+ * When $VK_ICD_FILENAMES / $VK_DRIVER_FILES are unset and no Vulkan driver is installed where
+ * the Vulkan loader looks (its ICD manifest directories), VK_ICD_FILENAMES is set to the first of:
+ * the NVIDIA container toolkit's manifest (/usr/local/nvidia/share/vulkan/icd.d, which the loader
+ * does not search), or Chromium's bundled SwiftShader (Vulkan on the CPU: exact, slow). When no
+ * libvulkan.so.1 is on the library path, a loader beside the manifest or Chromium's own is loaded
+ * into the process first, so that Dawn's dlopen('libvulkan.so.1') finds it (glibc matches a
+ * loaded library by its soname). The variable is read by the C library, so prepareVulkan() runs in the main thread (a
  * worker thread's process.env is a copy): headless-engine.ts calls it before its thread starts.
  */
 import { existsSync, readdirSync } from 'node:fs';
@@ -15,8 +16,11 @@ import * as path from 'node:path';
 
 /** what prepareVulkan found and did (Linux; elsewhere Dawn uses Metal or D3D12 and nothing is set) */
 export interface VulkanSetup {
-  /** 'environment': $VK_ICD_FILENAMES / $VK_DRIVER_FILES given · 'system': installed drivers · 'swiftshader': Chromium's, set here · 'none' */
-  drivers: 'environment' | 'system' | 'swiftshader' | 'none' | 'not-linux';
+  /**
+   * 'environment': $VK_ICD_FILENAMES / $VK_DRIVER_FILES given · 'system': installed drivers ·
+   * 'nvidia-container' / 'swiftshader': found and set here · 'none'
+   */
+  drivers: 'environment' | 'system' | 'nvidia-container' | 'swiftshader' | 'none' | 'not-linux';
   /** the driver manifests (ICD JSON files) the loader will read */
   icd: string[];
   /** the libvulkan.so.1 loaded here, when the library path has none */
@@ -44,6 +48,8 @@ const SWIFTSHADER_DIRS = [
   '/opt/google/chrome',
 ];
 const SWIFTSHADER_ICD = 'vk_swiftshader_icd.json';
+/** the NVIDIA container toolkit's driver manifests: outside the loader's search path */
+const NVIDIA_CONTAINER_ICDS = '/usr/local/nvidia/share/vulkan/icd.d';
 
 /** Chromium's SwiftShader manifest, where one is installed */
 export function swiftShaderIcd(): string | undefined {
@@ -95,11 +101,22 @@ export function prepareVulkan(env: NodeJS.ProcessEnv = process.env): VulkanSetup
   if (process.platform !== 'linux') return (prepared = { drivers: 'not-linux', icd: [] });
   const given = env.VK_ICD_FILENAMES || env.VK_DRIVER_FILES;
   let setup: VulkanSetup;
-  if (given) setup = { drivers: 'environment', icd: given.split(':').filter(Boolean) };
-  else {
+  if (given) {
+    const icd = given.split(':').filter(Boolean);
+    const absent = icd.filter((f) => !existsSync(f));
+    setup = {
+      drivers: 'environment',
+      icd,
+      ...(absent.length ? { missing: `no such driver manifest: ${absent.join(', ')}` } : {}),
+    };
+  } else {
     const installed = icdDirs(env).flatMap(manifests);
+    const nvidia = manifests(NVIDIA_CONTAINER_ICDS);
     if (installed.length) setup = { drivers: 'system', icd: installed };
-    else {
+    else if (nvidia.length) {
+      env.VK_ICD_FILENAMES = nvidia.join(':');
+      setup = { drivers: 'nvidia-container', icd: nvidia };
+    } else {
       const icd = swiftShaderIcd();
       if (icd) {
         env.VK_ICD_FILENAMES = icd;
@@ -115,9 +132,12 @@ export function prepareVulkan(env: NodeJS.ProcessEnv = process.env): VulkanSetup
     }
   }
   if (!systemLoader(env)) {
-    // a loader beside the driver manifest (Chromium ships one beside SwiftShader)
-    const beside = setup.icd.map((f) => path.join(path.dirname(f), 'libvulkan.so.1')).find((p) => existsSync(p));
-    if (beside && loadLoader(beside)) setup.loader = beside;
+    // a loader beside the driver manifest, else Chromium's (the loader works with any driver)
+    const candidates = [...setup.icd.map((f) => path.dirname(f)), ...SWIFTSHADER_DIRS].map((d) =>
+      path.join(d, 'libvulkan.so.1'),
+    );
+    const loader = candidates.find((p) => existsSync(p) && loadLoader(p));
+    if (loader) setup.loader = loader;
     else
       setup.missing ??= 'no Vulkan loader: libvulkan.so.1 is not on the library path (Debian: apt install libvulkan1)';
   }

@@ -130,12 +130,13 @@ export async function webGpuCaps(ort: OrtModule): Promise<GpuCaps> {
     'BACKEND_UNAVAILABLE',
     `No WebGPU adapter: onnxruntime-node's WebGPU provider could not start (${r.error}).` +
       (v.missing ? ` Missing: ${v.missing}.` : ''),
-    v.drivers === 'none' || v.missing
-      ? "Install a Vulkan driver (a GPU vendor's, or Mesa), or Chromium for its SwiftShader; " +
-          'or set VK_ICD_FILENAMES to a driver manifest. Use --backend node meanwhile.'
-      : `The Vulkan driver (${v.icd.join(', ')}) offered no adapter Dawn accepts` +
-          (swift && !v.icd.includes(swift) ? `; SwiftShader's would: VK_ICD_FILENAMES=${swift}` : '') +
-          '. Use --backend node meanwhile.',
+    (v.drivers === 'none' || v.missing
+      ? ''
+      : `The Vulkan driver (${v.icd.join(', ')}) offered no adapter that Dawn accepts. `) +
+      (swift && !v.icd.includes(swift)
+        ? `Chromium's SwiftShader is installed: set VK_ICD_FILENAMES=${swift} (or leave VK_ICD_FILENAMES unset with no driver installed). `
+        : "Install a Vulkan driver (your GPU vendor's, or Mesa's), or Chromium for its SwiftShader. ") +
+      'Use --backend node meanwhile.',
     { backend: 'webgpu', vulkan: v },
   );
 }
