@@ -6,7 +6,7 @@
  * Hover shows the numbers, click (or arrow keys + Enter) selects a cell.
  */
 import { select, scaleBand, pointer, max as d3max, min as d3min } from 'd3';
-import { chartFrame } from './frame';
+import { chartFrame, outline } from './frame';
 import { palette, divergingColor, sequentialColor, textOn } from './palette';
 import { RASTER_CELLS, colorLut, rasterImage, onHighlight } from './raster';
 import { showTooltip, hideTooltip } from './tooltip';
@@ -170,13 +170,7 @@ export function drawHeatmap(svgEl: SVGSVGElement, o: HeatmapOptions): void {
       });
     // a position hovered in another view: outline its cells here
     if (o.posOf) {
-      const hl = svg
-        .append('path')
-        .attr('class', 'pos-highlight')
-        .attr('fill', 'none')
-        .attr('stroke', p.highlight)
-        .attr('stroke-width', 2)
-        .attr('pointer-events', 'none');
+      const hl = outline(svg, 'path', 'pos-highlight', p.highlight);
       const off = onHighlight((pos) => {
         if (!svgEl.isConnected) {
           off();
@@ -267,19 +261,13 @@ export function drawHeatmap(svgEl: SVGSVGElement, o: HeatmapOptions): void {
     }
   }
 
-  const outline = svg
-    .append('rect')
-    .attr('class', 'selection')
-    .attr('fill', 'none')
-    .attr('stroke', p.fg)
-    .attr('stroke-width', 2)
-    .attr('pointer-events', 'none');
+  const selection = outline(svg, 'rect', 'selection', p.fg);
   const mark = () => {
     if (!sel) {
-      outline.attr('display', 'none');
+      selection.attr('display', 'none');
       return;
     }
-    outline
+    selection
       .attr('display', null)
       .attr('x', x(sel[1])! - 0.5)
       .attr('y', y(sel[0])! - 0.5)

@@ -1,20 +1,21 @@
 /** A baseline distribution (e.g. effects of random directions) with the observed value marked. */
-import { scaleLinear, bin, max as d3max, extent, type ScaleLinear, type Selection } from 'd3';
-import { chartFrame } from './frame';
+import { scaleLinear, bin, max as d3max, extent, type ScaleLinear } from 'd3';
+import { chartFrame, tickLabels, axisTitle, type ChartSvg } from './frame';
 import { palette, type Palette } from './palette';
 import { showTooltip, hideTooltip } from './tooltip';
 import { fmt } from './format';
 
+/** What both histograms take besides their values. */
+interface HistogramOptions {
+  xTitle: string;
+  label: string;
+  width?: number;
+  height?: number;
+}
+
 export function drawHistogram(
   svgEl: SVGSVGElement,
-  o: {
-    values: number[];
-    marker?: { value: number; label: string } | null;
-    xTitle: string;
-    label: string;
-    width?: number;
-    height?: number;
-  },
+  o: HistogramOptions & { values: number[]; marker?: { value: number; label: string } | null },
 ): void {
   const p = palette();
   const width = o.width ?? 560;
@@ -35,23 +36,18 @@ export function drawHistogram(
     .nice()
     .range([height - m.bottom, m.top]);
   const svg = chartFrame(svgEl, { width, height, label: o.label, palette: p });
-  svg
-    .append('g')
-    .selectAll('rect')
-    .data(bins)
-    .join('rect')
-    .attr('class', 'hist-bin')
-    .attr('x', (b) => x(b.x0!) + 0.5)
-    .attr('width', (b) => Math.max(0, x(b.x1!) - x(b.x0!) - 1))
-    .attr('y', (b) => y(b.length))
-    .attr('height', (b) => y(0) - y(b.length))
-    .attr('fill', p.muted)
-    .attr('opacity', 0.7)
-    .on('mousemove', (ev: MouseEvent, b) =>
-      showTooltip(ev, [`${fmt(b.x0!, 3)} … ${fmt(b.x1!, 3)}`, `${b.length} of ${o.values.length}`]),
-    )
-    .on('mouseleave', hideTooltip);
-  drawAxes(svg, { x, y, m, width, height, palette: p, xTitle: o.xTitle });
+  const counted = bins.map((b) => ({ x0: b.x0!, x1: b.x1!, c: b.length }));
+  drawBins(
+    svg,
+    counted,
+    { x, y, m, width, height, palette: p, xTitle: o.xTitle },
+    {
+      fill: p.muted,
+      opacity: 0.7,
+      minWidth: 0,
+      tip: (b) => [`${fmt(b.x0, 3)} … ${fmt(b.x1, 3)}`, `${b.c} of ${o.values.length}`],
+    },
+  );
   if (o.marker) {
     const mx = x(o.marker.value);
     svg
@@ -79,15 +75,7 @@ export function drawHistogram(
  */
 export function drawBinnedHistogram(
   svgEl: SVGSVGElement,
-  o: {
-    edges: number[];
-    counts: number[];
-    xTitle: string;
-    label: string;
-    note?: string;
-    width?: number;
-    height?: number;
-  },
+  o: HistogramOptions & { edges: number[]; counts: number[]; note?: string },
 ): void {
   const p = palette();
   const width = o.width ?? 560;
@@ -104,22 +92,17 @@ export function drawBinnedHistogram(
     .nice()
     .range([height - m.bottom, m.top]);
   const svg = chartFrame(svgEl, { width, height, label: o.label, palette: p });
-  svg
-    .append('g')
-    .selectAll('rect')
-    .data(bins)
-    .join('rect')
-    .attr('class', 'hist-bin')
-    .attr('data-count', (b) => b.c)
-    .attr('x', (b) => x(b.x0) + 0.5)
-    .attr('width', (b) => Math.max(1, x(b.x1) - x(b.x0) - 1))
-    .attr('y', (b) => y(b.c))
-    .attr('height', (b) => y(0) - y(b.c))
-    .attr('fill', p.pos)
-    .attr('opacity', 0.75)
-    .on('mousemove', (ev: MouseEvent, b) => showTooltip(ev, [`${fmt(b.x0, 4)} … ${fmt(b.x1, 4)}`, `${b.c} values`]))
-    .on('mouseleave', hideTooltip);
-  drawAxes(svg, { x, y, m, width, height, palette: p, xTitle: o.xTitle });
+  drawBins(
+    svg,
+    bins,
+    { x, y, m, width, height, palette: p, xTitle: o.xTitle },
+    {
+      fill: p.pos,
+      opacity: 0.75,
+      minWidth: 1,
+      tip: (b) => [`${fmt(b.x0, 4)} … ${fmt(b.x1, 4)}`, `${b.c} values`],
+    },
+  ).attr('data-count', (b) => b.c);
   if (o.note)
     svg
       .append('text')
@@ -130,36 +113,60 @@ export function drawBinnedHistogram(
       .text(o.note);
 }
 
+interface Bin {
+  x0: number;
+  x1: number;
+  /** how many values fell in [x0, x1) */
+  c: number;
+}
+
+interface Axes {
+  x: ScaleLinear<number, number>;
+  y: ScaleLinear<number, number>;
+  m: { left: number; right: number; bottom: number };
+  width: number;
+  height: number;
+  palette: Palette;
+  xTitle: string;
+}
+
+/** Both histograms' bins as bars up from zero (each a <rect class="hist-bin"> with its tooltip), then their axes. */
+function drawBins(
+  svg: ChartSvg,
+  bins: Bin[],
+  a: Axes,
+  look: { fill: string; opacity: number; minWidth: number; tip: (b: Bin) => string[] },
+) {
+  const { x, y } = a;
+  const rects = svg
+    .append('g')
+    .selectAll('rect')
+    .data(bins)
+    .join('rect')
+    .attr('class', 'hist-bin')
+    .attr('x', (b) => x(b.x0) + 0.5)
+    .attr('width', (b) => Math.max(look.minWidth, x(b.x1) - x(b.x0) - 1))
+    .attr('y', (b) => y(b.c))
+    .attr('height', (b) => y(0) - y(b.c))
+    .attr('fill', look.fill)
+    .attr('opacity', look.opacity)
+    .on('mousemove', (ev: MouseEvent, b) => showTooltip(ev, look.tip(b)))
+    .on('mouseleave', hideTooltip);
+  drawAxes(svg, a);
+  return rects;
+}
+
 /** Both histograms' axes: x ticks under the bins, counts left of them, the zero line and the x title. */
-function drawAxes(
-  svg: Selection<SVGSVGElement, unknown, null, undefined>,
-  a: {
-    x: ScaleLinear<number, number>;
-    y: ScaleLinear<number, number>;
-    m: { left: number; right: number; bottom: number };
-    width: number;
-    height: number;
-    palette: Palette;
-    xTitle: string;
-  },
-): void {
+function drawAxes(svg: ChartSvg, a: Axes): void {
   const { x, y, m, width, height, palette: p } = a;
-  for (const t of x.ticks(7))
-    svg
-      .append('text')
-      .attr('x', x(t))
-      .attr('y', height - m.bottom + 14)
-      .attr('text-anchor', 'middle')
-      .attr('fill', p.muted)
-      .text(fmt(t, 2));
-  for (const t of y.ticks(4))
-    svg
-      .append('text')
-      .attr('x', m.left - 6)
-      .attr('y', y(t) + 3.5)
-      .attr('text-anchor', 'end')
-      .attr('fill', p.muted)
-      .text(String(t));
+  tickLabels(svg, x.ticks(7), {
+    side: 'bottom',
+    at: x,
+    line: height - m.bottom + 14,
+    text: (t) => fmt(t, 2),
+    fill: p.muted,
+  });
+  tickLabels(svg, y.ticks(4), { side: 'left', at: y, line: m.left - 6, text: String, fill: p.muted });
   svg
     .append('line')
     .attr('x1', m.left)
@@ -167,11 +174,5 @@ function drawAxes(
     .attr('y1', y(0))
     .attr('y2', y(0))
     .attr('stroke', p.fg);
-  svg
-    .append('text')
-    .attr('x', (m.left + width - m.right) / 2)
-    .attr('y', height - 6)
-    .attr('text-anchor', 'middle')
-    .attr('fill', p.muted)
-    .text(a.xTitle);
+  axisTitle(svg, { side: 'bottom', x: (m.left + width - m.right) / 2, y: height - 6, text: a.xTitle, fill: p.muted });
 }

@@ -1,6 +1,6 @@
 /** Curves of metrics against a parameter (α-sweeps), with an optional marked x (the shown α). */
-import { scaleLinear, extent, line } from 'd3';
-import { chartFrame } from './frame';
+import { scaleLinear, extent } from 'd3';
+import { chartFrame, dots, gridLines, tickLabels, axisTitle, curve } from './frame';
 import { palette, seriesColor, METRIC_COLORS } from './palette';
 import { showTooltip, hideTooltip } from './tooltip';
 import { fmt } from './format';
@@ -54,37 +54,22 @@ export function drawLines(svgEl: SVGSVGElement, o: LinesOptions): void {
 
   const xt = o.xIntegers ? x.ticks(7).filter((t) => Number.isInteger(t)) : x.ticks(7);
   const yt = y.ticks(6);
-  svg
-    .append('g')
-    .selectAll('line')
-    .data(yt)
-    .join('line')
-    .attr('x1', margin.left)
-    .attr('x2', width - margin.right)
-    .attr('y1', (t) => y(t))
-    .attr('y2', (t) => y(t))
-    .attr('stroke', (t) => (t === 0 && o.zeroLine ? p.muted : p.grid))
-    .attr('stroke-width', 0.6);
-  svg
-    .append('g')
-    .selectAll('text')
-    .data(yt)
-    .join('text')
-    .attr('x', margin.left - 6)
-    .attr('y', (t) => y(t) + 3.5)
-    .attr('text-anchor', 'end')
-    .attr('fill', p.muted)
-    .text((t) => fmt(t, 2));
-  svg
-    .append('g')
-    .selectAll('text')
-    .data(xt)
-    .join('text')
-    .attr('x', (t) => x(t))
-    .attr('y', height - margin.bottom + 15)
-    .attr('text-anchor', 'middle')
-    .attr('fill', p.muted)
-    .text((t) => (o.xIntegers ? String(t) : fmt(t, 2)));
+  gridLines(svg, yt, {
+    along: 'y',
+    at: y,
+    from: margin.left,
+    to: width - margin.right,
+    stroke: (t) => (t === 0 && o.zeroLine ? p.muted : p.grid),
+    width: 0.6,
+  });
+  tickLabels(svg, yt, { side: 'left', at: y, line: margin.left - 6, text: (t) => fmt(t, 2), fill: p.muted });
+  tickLabels(svg, xt, {
+    side: 'bottom',
+    at: x,
+    line: height - margin.bottom + 15,
+    text: (t) => (o.xIntegers ? String(t) : fmt(t, 2)),
+    fill: p.muted,
+  });
   svg
     .append('line')
     .attr('x1', margin.left)
@@ -99,19 +84,14 @@ export function drawLines(svgEl: SVGSVGElement, o: LinesOptions): void {
     .attr('y1', margin.top)
     .attr('y2', height - margin.bottom)
     .attr('stroke', p.fg);
-  svg
-    .append('text')
-    .attr('x', (margin.left + width - margin.right) / 2)
-    .attr('y', height - 6)
-    .attr('text-anchor', 'middle')
-    .attr('fill', p.muted)
-    .text(o.xTitle);
-  svg
-    .append('text')
-    .attr('transform', `translate(14,${(margin.top + height - margin.bottom) / 2}) rotate(-90)`)
-    .attr('text-anchor', 'middle')
-    .attr('fill', p.muted)
-    .text(o.yTitle);
+  axisTitle(svg, {
+    side: 'bottom',
+    x: (margin.left + width - margin.right) / 2,
+    y: height - 6,
+    text: o.xTitle,
+    fill: p.muted,
+  });
+  axisTitle(svg, { side: 'left', y: (margin.top + height - margin.bottom) / 2, text: o.yTitle, fill: p.muted });
 
   if (o.markX !== undefined && o.markX !== null && Number.isFinite(o.markX)) {
     svg
@@ -137,26 +117,14 @@ export function drawLines(svgEl: SVGSVGElement, o: LinesOptions): void {
   o.series.forEach((s, si) => {
     const c = s.color ?? METRIC_COLORS[s.name] ?? seriesColor(si);
     const pts = s.points.filter((d) => Number.isFinite(d.y));
-    svg
-      .append('path')
+    const xy = pts.map((d): [number, number] => [x(d.x), y(d.y)]);
+    curve(svg, xy)
       .attr('class', 'series-line')
       .attr('data-series', s.name)
-      .attr(
-        'd',
-        line<{ x: number; y: number }>()
-          .x((d) => x(d.x))
-          .y((d) => y(d.y))(pts) ?? '',
-      )
-      .attr('fill', 'none')
       .attr('stroke', c)
       .attr('stroke-width', 2)
       .attr('stroke-dasharray', s.dashed ? '6 4' : null);
-    svg
-      .append('g')
-      .selectAll('circle')
-      .data(pts)
-      .join('circle')
-      .attr('class', 'point')
+    dots(svg, pts, 'point')
       .attr('data-series', s.name)
       .attr('data-x', (d) => String(d.x))
       .attr('data-y', (d) => String(d.y))

@@ -1,6 +1,6 @@
 /** ROC curve with the chance diagonal and the AUROC. */
-import { scaleLinear, line } from 'd3';
-import { chartFrame } from './frame';
+import { scaleLinear } from 'd3';
+import { chartFrame, dots, gridLines, tickLabels, axisTitle, curve } from './frame';
 import { palette } from './palette';
 import { showTooltip, hideTooltip } from './tooltip';
 import { fmt } from './format';
@@ -21,38 +21,11 @@ export function drawRoc(
     .domain([0, 1])
     .range([m.top + size, m.top]);
   const svg = chartFrame(svgEl, { width: w, height: h, label: o.label, palette: p });
-  for (const t of [0, 0.25, 0.5, 0.75, 1]) {
-    svg
-      .append('line')
-      .attr('x1', x(t))
-      .attr('x2', x(t))
-      .attr('y1', y(0))
-      .attr('y2', y(1))
-      .attr('stroke', p.grid)
-      .attr('stroke-width', 0.5);
-    svg
-      .append('line')
-      .attr('x1', x(0))
-      .attr('x2', x(1))
-      .attr('y1', y(t))
-      .attr('y2', y(t))
-      .attr('stroke', p.grid)
-      .attr('stroke-width', 0.5);
-    svg
-      .append('text')
-      .attr('x', x(t))
-      .attr('y', y(0) + 14)
-      .attr('text-anchor', 'middle')
-      .attr('fill', p.muted)
-      .text(String(t));
-    svg
-      .append('text')
-      .attr('x', x(0) - 6)
-      .attr('y', y(t) + 3.5)
-      .attr('text-anchor', 'end')
-      .attr('fill', p.muted)
-      .text(String(t));
-  }
+  const ticks = [0, 0.25, 0.5, 0.75, 1];
+  gridLines(svg, ticks, { along: 'x', at: x, from: y(0), to: y(1), stroke: () => p.grid, width: 0.5 });
+  gridLines(svg, ticks, { along: 'y', at: y, from: x(0), to: x(1), stroke: () => p.grid, width: 0.5 });
+  tickLabels(svg, ticks, { side: 'bottom', at: x, line: y(0) + 14, text: String, fill: p.muted });
+  tickLabels(svg, ticks, { side: 'left', at: y, line: x(0) - 6, text: String, fill: p.muted });
   svg
     .append('line')
     .attr('x1', x(0))
@@ -62,24 +35,9 @@ export function drawRoc(
     .attr('stroke', p.muted)
     .attr('stroke-dasharray', '4 4');
   const pts = [...o.points].sort((a, b) => a.fpr - b.fpr || a.tpr - b.tpr);
-  svg
-    .append('path')
-    .attr('class', 'roc-curve')
-    .attr(
-      'd',
-      line<{ fpr: number; tpr: number }>()
-        .x((d) => x(d.fpr))
-        .y((d) => y(d.tpr))(pts) ?? '',
-    )
-    .attr('fill', 'none')
-    .attr('stroke', p.accent)
-    .attr('stroke-width', 2.2);
-  svg
-    .append('g')
-    .selectAll('circle')
-    .data(pts)
-    .join('circle')
-    .attr('class', 'point')
+  const xy = pts.map((d): [number, number] => [x(d.fpr), y(d.tpr)]);
+  curve(svg, xy).attr('class', 'roc-curve').attr('stroke', p.accent).attr('stroke-width', 2.2);
+  dots(svg, pts, 'point')
     .attr('cx', (d) => x(d.fpr))
     .attr('cy', (d) => y(d.tpr))
     .attr('r', 3)
@@ -102,17 +60,6 @@ export function drawRoc(
     .attr('font-weight', 700)
     .attr('class', 'auroc-label')
     .text(`AUROC ${fmt(o.auroc, 3)}`);
-  svg
-    .append('text')
-    .attr('x', x(0.5))
-    .attr('y', h - 6)
-    .attr('text-anchor', 'middle')
-    .attr('fill', p.muted)
-    .text('false positive rate');
-  svg
-    .append('text')
-    .attr('transform', `translate(14,${y(0.5)}) rotate(-90)`)
-    .attr('text-anchor', 'middle')
-    .attr('fill', p.muted)
-    .text('true positive rate');
+  axisTitle(svg, { side: 'bottom', x: x(0.5), y: h - 6, text: 'false positive rate', fill: p.muted });
+  axisTitle(svg, { side: 'left', y: y(0.5), text: 'true positive rate', fill: p.muted });
 }

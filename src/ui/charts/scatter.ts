@@ -4,7 +4,7 @@
  * a <circle class="pt"> with data-x, data-y and data-label.
  */
 import { scaleLinear, min as d3min, max as d3max } from 'd3';
-import { chartFrame } from './frame';
+import { chartFrame, dots, gridLines, tickLabels, axisTitle } from './frame';
 import { palette } from './palette';
 import { showTooltip, hideTooltip } from './tooltip';
 import { fmt } from './format';
@@ -54,61 +54,14 @@ export function drawScatter(svgEl: SVGSVGElement, o: ScatterOptions): void {
   const svg = chartFrame(svgEl, { width, height, label: o.label, palette: p });
 
   const ticks = x.ticks(6);
-  svg
-    .append('g')
-    .selectAll('line')
-    .data(ticks)
-    .join('line')
-    .attr('x1', (t) => x(t))
-    .attr('x2', (t) => x(t))
-    .attr('y1', margin.top)
-    .attr('y2', margin.top + size)
-    .attr('stroke', (t) => (t === 0 ? p.muted : p.grid))
-    .attr('stroke-width', 0.6);
-  svg
-    .append('g')
-    .selectAll('line')
-    .data(ticks)
-    .join('line')
-    .attr('y1', (t) => y(t))
-    .attr('y2', (t) => y(t))
-    .attr('x1', margin.left)
-    .attr('x2', margin.left + size)
-    .attr('stroke', (t) => (t === 0 ? p.muted : p.grid))
-    .attr('stroke-width', 0.6);
-  svg
-    .append('g')
-    .selectAll('text')
-    .data(ticks)
-    .join('text')
-    .attr('x', (t) => x(t))
-    .attr('y', margin.top + size + 14)
-    .attr('text-anchor', 'middle')
-    .attr('fill', p.muted)
-    .text((t) => fmt(t, 2));
-  svg
-    .append('g')
-    .selectAll('text')
-    .data(ticks)
-    .join('text')
-    .attr('x', margin.left - 6)
-    .attr('y', (t) => y(t) + 3.5)
-    .attr('text-anchor', 'end')
-    .attr('fill', p.muted)
-    .text((t) => fmt(t, 2));
-  svg
-    .append('text')
-    .attr('x', margin.left + size / 2)
-    .attr('y', margin.top + size + 32)
-    .attr('text-anchor', 'middle')
-    .attr('fill', p.fg)
-    .text(o.xTitle);
-  svg
-    .append('text')
-    .attr('transform', `translate(14, ${margin.top + size / 2}) rotate(-90)`)
-    .attr('text-anchor', 'middle')
-    .attr('fill', p.fg)
-    .text(o.yTitle);
+  const stroke = (t: number) => (t === 0 ? p.muted : p.grid);
+  gridLines(svg, ticks, { along: 'x', at: x, from: margin.top, to: margin.top + size, stroke, width: 0.6 });
+  gridLines(svg, ticks, { along: 'y', at: y, from: margin.left, to: margin.left + size, stroke, width: 0.6 });
+  const label = (t: number) => fmt(t, 2);
+  tickLabels(svg, ticks, { side: 'bottom', at: x, line: margin.top + size + 14, text: label, fill: p.muted });
+  tickLabels(svg, ticks, { side: 'left', at: y, line: margin.left - 6, text: label, fill: p.muted });
+  axisTitle(svg, { side: 'bottom', x: margin.left + size / 2, y: margin.top + size + 32, text: o.xTitle, fill: p.fg });
+  axisTitle(svg, { side: 'left', y: margin.top + size / 2, text: o.yTitle, fill: p.fg });
   // y = x
   const [d0, d1] = x.domain();
   svg
@@ -129,12 +82,7 @@ export function drawScatter(svgEl: SVGSVGElement, o: ScatterOptions): void {
     .attr('font-size', 10)
     .text('y = x');
 
-  svg
-    .append('g')
-    .selectAll('circle')
-    .data(o.points)
-    .join('circle')
-    .attr('class', 'pt')
+  dots(svg, o.points, 'pt')
     .attr('cx', (d) => x(d.x))
     .attr('cy', (d) => y(d.y))
     .attr('r', 4.5)

@@ -6,7 +6,7 @@
  * data-row, data-col and data-value; hover shows the numbers, click or arrow keys select.
  */
 import { interpolateOranges, interpolateRgb } from 'd3';
-import { chartFrame } from './frame';
+import { chartFrame, outline, type ChartSvg } from './frame';
 import { palette, textOn, divergingColor } from './palette';
 import { showTooltip, hideTooltip } from './tooltip';
 import { fmt } from './format';
@@ -131,21 +131,14 @@ export function drawTokenHeat(svgEl: SVGSVGElement, o: TokenHeatOptions): void {
       return d.text.length > maxChars ? `${d.text.slice(0, Math.max(1, maxChars - 1))}…` : d.text;
     });
 
-  const outline = svg
-    .append('rect')
-    .attr('class', 'selection')
-    .attr('fill', 'none')
-    .attr('rx', 3)
-    .attr('stroke', p.fg)
-    .attr('stroke-width', 2)
-    .attr('pointer-events', 'none');
+  const selection = outline(svg, 'rect', 'selection', p.fg).attr('rx', 3);
   const mark = () => {
     const c = sel && cells.find((d) => d.r === sel![0] && d.c === sel![1]);
     if (!c) {
-      outline.attr('display', 'none');
+      selection.attr('display', 'none');
       return;
     }
-    outline
+    selection
       .attr('display', null)
       .attr('x', c.x - 1)
       .attr('y', c.y - 1)
@@ -176,63 +169,63 @@ export function drawTokenHeat(svgEl: SVGSVGElement, o: TokenHeatOptions): void {
   };
 
   // legend: zero … max (signed: −max … +max)
-  if (o.signed) {
-    const lw = 160;
-    // room for the right-hand label, as the unsigned legend below keeps it
-    const lx = width - pad - lw - 8 - `+${fmt(o.max, 3)} ${o.valueTitle}`.length * 6.4;
-    const ly = height - 14;
-    const lg = svg.append('g').attr('class', 'legend');
-    const steps = 32;
-    for (let i = 0; i < steps; i++) {
-      const v = (((i + 0.5) / steps) * 2 - 1) * o.max;
-      lg.append('rect')
-        .attr('x', lx + (lw * i) / steps)
-        .attr('y', ly - 8)
-        .attr('width', lw / steps + 0.5)
-        .attr('height', 8)
-        .attr('fill', fill(v));
-    }
-    lg.append('text')
-      .attr('x', lx - 4)
-      .attr('y', ly)
-      .attr('text-anchor', 'end')
-      .attr('fill', p.muted)
-      .attr('font-size', 10)
-      .text(`−${fmt(o.max, 3)}`);
-    lg.append('text')
-      .attr('x', lx + lw + 4)
-      .attr('y', ly)
-      .attr('fill', p.muted)
-      .attr('font-size', 10)
-      .text(`+${fmt(o.max, 3)} ${o.valueTitle}`);
-    return;
-  }
-  const lw = 120;
-  const maxLabel = `${fmt(o.max, 3)} ${o.valueTitle}`;
-  const lx = width - pad - lw - 8 - maxLabel.length * 6.4;
-  const ly = height - 14;
+  const steps = o.signed ? 32 : 24;
+  const mid = (i: number) => (i + 0.5) / steps;
+  drawLegend(svg, {
+    right: width - pad,
+    y: height - 14,
+    width: o.signed ? 160 : 120,
+    steps,
+    fill: o.signed
+      ? (i) => fill((mid(i) * 2 - 1) * o.max)
+      : (i) => (i === 0 ? p.bg : heatColor(mid(i) * o.max, o.max, p.bg)),
+    stroke: o.signed ? () => null : (i) => (i === 0 ? p.grid : 'none'),
+    low: o.signed ? `−${fmt(o.max, 3)}` : '0',
+    high: `${o.signed ? '+' : ''}${fmt(o.max, 3)} ${o.valueTitle}`,
+    muted: p.muted,
+  });
+}
+
+/**
+ * A colour legend ending `right` px from the left, 8 px plus the high label's width in from it: `steps`
+ * swatches over `width` px, the low end's label left of them and the high end's right of them.
+ */
+function drawLegend(
+  svg: ChartSvg,
+  a: {
+    right: number;
+    y: number;
+    width: number;
+    steps: number;
+    fill: (i: number) => string;
+    stroke: (i: number) => string | null;
+    low: string;
+    high: string;
+    muted: string;
+  },
+): void {
+  const lx = a.right - a.width - 8 - a.high.length * 6.4;
   const lg = svg.append('g').attr('class', 'legend');
-  const steps = 24;
-  for (let i = 0; i < steps; i++) {
+  for (let i = 0; i < a.steps; i++) {
     lg.append('rect')
-      .attr('x', lx + (lw * i) / steps)
-      .attr('y', ly - 8)
-      .attr('width', lw / steps + 0.5)
+      .attr('x', lx + (a.width * i) / a.steps)
+      .attr('y', a.y - 8)
+      .attr('width', a.width / a.steps + 0.5)
       .attr('height', 8)
-      .attr('fill', i === 0 ? p.bg : heatColor(((i + 0.5) / steps) * o.max, o.max, p.bg))
-      .attr('stroke', i === 0 ? p.grid : 'none');
+      .attr('fill', a.fill(i))
+      .attr('stroke', a.stroke(i));
   }
   lg.append('text')
     .attr('x', lx - 4)
-    .attr('y', ly)
+    .attr('y', a.y)
     .attr('text-anchor', 'end')
-    .attr('fill', p.muted)
+    .attr('fill', a.muted)
     .attr('font-size', 10)
-    .text('0');
+    .text(a.low);
   lg.append('text')
-    .attr('x', lx + lw + 4)
-    .attr('y', ly)
-    .attr('fill', p.muted)
+    .attr('x', lx + a.width + 4)
+    .attr('y', a.y)
+    .attr('fill', a.muted)
     .attr('font-size', 10)
-    .text(maxLabel);
+    .text(a.high);
 }
