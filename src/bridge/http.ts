@@ -23,6 +23,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import type http from 'node:http';
+import type { Socket } from 'node:net';
 import {
   createMcpHandler,
   isInitializeRequest,
@@ -63,6 +64,8 @@ interface Session {
 }
 
 const LOOPBACK = new Set(['127.0.0.1', '::1', '::ffff:127.0.0.1']);
+/** how long a refused body may keep arriving after the refusal is written */
+const LINGER_MS = 1000;
 const JSON_HEADERS = { 'Content-Type': 'application/json', 'Cache-Control': 'no-store' };
 
 /** A plain HTTP refusal (JSON-RPC shaped, so MCP clients show the message). */
@@ -70,6 +73,18 @@ function refuse(res: http.ServerResponse, status: number, message: string, extra
   if (res.headersSent) return void res.destroy();
   res.writeHead(status, { ...JSON_HEADERS, ...extra, Connection: 'close' });
   res.end(JSON.stringify({ jsonrpc: '2.0', id: null, error: { code: status === 404 ? -32001 : -32000, message } }));
+}
+
+/**
+ * Node closes a `Connection: close` response's socket as soon as the answer is written. With the
+ * peer's body still arriving, that close is a reset, and a reset can discard the answer before the
+ * peer reads it. So end our side, keep reading theirs (discarded), and close a moment later.
+ */
+function lingerOnClose(socket: Socket): void {
+  socket.destroySoon = () => {
+    socket.end();
+    setTimeout(() => socket.destroy(), LINGER_MS).unref();
+  };
 }
 
 const one = (h: string | string[] | undefined): string | undefined =>
@@ -262,8 +277,8 @@ export class HttpMcp {
         if (done) return;
         size += c.length;
         if (size > this.maxBody) {
+          lingerOnClose(req.socket);
           refuse(res, 413, `Request body larger than ${this.maxBody} bytes.`);
-          req.destroy();
           return finish(null);
         }
         parts.push(c);
