@@ -345,6 +345,12 @@ export interface LoadedModel {
    * Kept for later calls unless `keep: false` (a weight read once to derive something smaller).
    */
   param(name: string, opts?: { keep?: boolean }): Tensor;
+  /**
+   * init + x · W_V of a layer (x over d_model, init [n_kv_heads · d_head]) in float64: each a sum over d
+   * in order of W_V's float32 values (as `param` reads them), the terms where x is 0 left out. Read from
+   * the stored weights in their own layout; nothing is kept.
+   */
+  valueProduct(layer: number, x: Float32Array, init: Float64Array): Float64Array;
   /** whether `name` is a parameter this checkpoint stores (false for zero-filled biases and unknown names) */
   hasParam(name: string): boolean;
   run(tokens: number[] | number[][], opts?: RunOptions): Promise<RunResult>;

@@ -32,7 +32,7 @@ import { compileInterventions } from './runtime/interventions';
 import { buildFeeds } from './runtime/feeds';
 import type { EngineSession, OrtTensorLike, SessionFactory } from './runtime/ort-session';
 import { ModelTokenizer } from './tokenizer';
-import { readParam, specTensorNames, storedParam, type ReadTensor } from './params';
+import { readParam, specTensorNames, storedParam, valueProduct, type ReadTensor } from './params';
 import { prepareSae, withSaeWeights, type SaeFiles, type SaeGraphSpec, type SaeInfo } from './sae';
 import { readTensorF32, type ReadableWeightSet } from './safetensors';
 import type { ModelFiles } from './source/files';
@@ -391,6 +391,16 @@ class EngineModel implements LoadedModel {
       if (opts.keep ?? true) this.params.set(name, p);
     }
     return p;
+  }
+
+  valueProduct(layer: number, x: Float32Array, init: Float64Array): Float64Array {
+    const { dModel: D, nKvHeads: Hkv, dHead: Dh } = this.spec;
+    if (!this.spec.layers[layer] || x.length !== D || init.length !== Hkv * Dh)
+      throw new LoupeError(
+        'BAD_INPUT',
+        `valueProduct: layer ${layer} of ${this.spec.nLayers}, x of ${x.length} (d_model ${D}), init of ${init.length} (${Hkv * Dh}).`,
+      );
+    return valueProduct(this.spec, this.parts.readTensor, layer, x, init);
   }
 
   hasParam(name: string): boolean {

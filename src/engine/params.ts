@@ -4,17 +4,77 @@
  * q|k|v columns, GPT-NeoX's per-head [H,3,Dh] rows.
  */
 import { LoupeError } from './errors';
-import type { ModelSpec, LinearRef, NormSpec } from './spec';
+import type { AttentionSpec, ModelSpec, LinearRef, NormSpec } from './spec';
 import type { Tensor } from './tensor';
 
 export type ReadTensor = (name: string) => Float32Array;
 
-/** element (out o, in i) of a linear map stored in either layout (a fused matrix's rows: o counts from rows.start) */
-function at(ref: LinearRef, w: Float32Array, nIn: number, nOut: number) {
-  const r0 = ref.rows?.start ?? 0;
+/**
+ * Where element (out o, in i) of a linear map stored in either layout sits: base + o·oStep + i·iStep
+ * (a fused matrix's rows: o counts from rows.start). The loops below step through it, so that a
+ * matrix is read without a call per element.
+ */
+function steps(ref: LinearRef, nIn: number, nOut: number): { base: number; oStep: number; iStep: number } {
   return ref.layout === 'out_in'
-    ? (o: number, i: number) => w[(r0 + o) * nIn + i]
-    : (o: number, i: number) => w[i * nOut + o];
+    ? { base: (ref.rows?.start ?? 0) * nIn, oStep: nIn, iStep: 1 }
+    : { base: 0, oStep: 1, iStep: nOut };
+}
+
+/** where q (0), k (1) or v (2) of a layer is stored: its matrix, that matrix's output count, and head h's dim k as output first(h) + k */
+function qkvColumns(
+  spec: ModelSpec,
+  a: AttentionSpec,
+  which: 0 | 1 | 2,
+): { ref: LinearRef; nOut: number; first: (h: number) => number } {
+  const { dModel: D, nHeads: H, nKvHeads: Hkv, dHead: Dh } = spec;
+  if (a.qkv.kind === 'separate')
+    return { ref: [a.qkv.q, a.qkv.k, a.qkv.v][which], nOut: (which === 0 ? H : Hkv) * Dh, first: (h) => h * Dh };
+  return {
+    ref: a.qkv.qkv,
+    nOut: 3 * D,
+    first: a.qkv.kind === 'gpt2_fused' ? (h) => which * D + h * Dh : (h) => (h * 3 + which) * Dh,
+  };
+}
+
+/**
+ * init + x · W_V of layer `l` (x over d_model): out[kv·Dh + k] = init[kv·Dh + k] + Σ_d x[d] · W_V[kv, d, k]
+ * in float64, the terms added in order of d and those where x[d] = 0 left out (the same sums as a loop
+ * over readParam's W_V), read from the stored matrix in its own layout: no [Hkv, D, Dh] copy of W_V.
+ */
+export function valueProduct(
+  spec: ModelSpec,
+  read: ReadTensor,
+  l: number,
+  x: Float32Array,
+  init: Float64Array,
+): Float64Array {
+  const { dModel: D, nKvHeads: Hkv, dHead: Dh } = spec;
+  const { ref, nOut, first } = qkvColumns(spec, spec.layers[l].attn, 2);
+  const w = read(ref.w);
+  const { base, oStep, iStep } = steps(ref, D, nOut);
+  const out = Float64Array.from(init);
+  if (ref.layout === 'in_out') {
+    // [in, out]: row d holds every head's outputs
+    for (let d = 0; d < D; d++) {
+      const xd = x[d];
+      if (xd === 0) continue;
+      for (let h = 0; h < Hkv; h++) {
+        const src = base + d * iStep + first(h),
+          dst = h * Dh;
+        for (let k = 0; k < Dh; k++) out[dst + k] += xd * w[src + k];
+      }
+    }
+  } else {
+    // [out, in]: row o holds output o over every d
+    for (let h = 0; h < Hkv; h++)
+      for (let k = 0; k < Dh; k++) {
+        const src = base + (first(h) + k) * oStep;
+        let acc = out[h * Dh + k];
+        for (let d = 0; d < D; d++) if (x[d] !== 0) acc += x[d] * w[src + d * iStep];
+        out[h * Dh + k] = acc;
+      }
+  }
+  return out;
 }
 
 /** a linear map's bias (its rows of a fused bias), or undefined */
@@ -73,20 +133,16 @@ export function readParam(spec: ModelSpec, read: ReadTensor, name: string): Tens
   const qkvWeight = (which: 0 | 1 | 2): Tensor => {
     const heads = which === 0 ? H : Hkv;
     const out = new Float32Array(heads * D * Dh);
-    if (a.qkv.kind === 'separate') {
-      const ref = [a.qkv.q, a.qkv.k, a.qkv.v][which];
-      const get = at(ref, read(ref.w), D, heads * Dh);
-      for (let h = 0; h < heads; h++)
-        for (let d = 0; d < D; d++) for (let k = 0; k < Dh; k++) out[(h * D + d) * Dh + k] = get(h * Dh + k, d);
-    } else {
-      const ref = a.qkv.qkv;
-      const get = at(ref, read(ref.w), D, 3 * D);
-      const row =
-        a.qkv.kind === 'gpt2_fused'
-          ? (h: number, k: number) => which * D + h * Dh + k
-          : (h: number, k: number) => (h * 3 + which) * Dh + k;
-      for (let h = 0; h < heads; h++)
-        for (let d = 0; d < D; d++) for (let k = 0; k < Dh; k++) out[(h * D + d) * Dh + k] = get(row(h, k), d);
+    const { ref, nOut, first } = qkvColumns(spec, a, which);
+    const w = read(ref.w);
+    const { base, oStep, iStep } = steps(ref, D, nOut);
+    for (let h = 0; h < heads; h++) {
+      const hb = base + first(h) * oStep;
+      for (let d = 0; d < D; d++) {
+        const src = hb + d * iStep,
+          dst = (h * D + d) * Dh;
+        for (let k = 0; k < Dh; k++) out[dst + k] = w[src + k * oStep];
+      }
     }
     return { dims: [heads, D, Dh], data: out };
   };
@@ -105,9 +161,14 @@ export function readParam(spec: ModelSpec, read: ReadTensor, name: string): Tens
     return { dims: [heads, Dh], data: out };
   };
   const linearInOut = (ref: LinearRef, nIn: number, nOut: number): Tensor => {
-    const get = at(ref, read(ref.w), nIn, nOut);
+    const w = read(ref.w);
+    const { base, oStep, iStep } = steps(ref, nIn, nOut);
     const out = new Float32Array(nIn * nOut);
-    for (let i = 0; i < nIn; i++) for (let o = 0; o < nOut; o++) out[i * nOut + o] = get(o, i);
+    for (let i = 0; i < nIn; i++) {
+      const src = base + i * iStep,
+        dst = i * nOut;
+      for (let o = 0; o < nOut; o++) out[dst + o] = w[src + o * oStep];
+    }
     return { dims: [nIn, nOut], data: out };
   };
   const bias = (ref: LinearRef | undefined, n: number): Tensor => ({

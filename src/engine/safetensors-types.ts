@@ -29,11 +29,13 @@ export interface Q8Layout {
  * A weight file read by byte range, never held whole: a file on disk (Node, src/node/), or a
  * complete IndexedDB entry's chunk list (browser, source/chunked-file.ts). `read` is synchronous
  * (a positioned read; FileReaderSync of the stored chunks in a worker) so `param()` stays
- * synchronous; `readAsync` does not block the thread (session pieces).
+ * synchronous; `readAsync` does not block the thread (session pieces). Both give a fresh buffer;
+ * `read`'s may instead be a view of `into`, scratch the caller reuses (a pass over a table reads
+ * chunk after chunk into one buffer).
  */
 export interface RangedFile {
   readonly size: number;
-  read(offset: number, length: number): Uint8Array;
+  read(offset: number, length: number, into?: Uint8Array): Uint8Array;
   readAsync(offset: number, length: number): Promise<Uint8Array>;
 }
 

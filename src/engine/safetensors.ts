@@ -292,7 +292,7 @@ export function readEntryRange(
   if (bytes) return bytes.subarray(start, start + length);
   const ranged = weights.ranged?.get(e.file);
   const read = ranged
-    ? (o: number, n: number) => ranged.read(o, n)
+    ? (o: number, n: number) => ranged.read(o, n, into)
     : weights.readRange && weights.paths.has(e.file)
       ? (o: number, n: number) => weights.readRange!(e.file, o, n, into)
       : undefined;
@@ -367,8 +367,10 @@ export function readTensorF32(weights: ReadableWeightSet, name: string): Float32
   const e = entryOf(weights, name);
   const raw = readTensorBytes(weights, name);
   const n = e.byteLength / DTYPE_BYTES[e.dtype];
-  // Copy to a fresh, aligned buffer: tensors in a file need not be aligned to their element size.
-  const buf = raw.slice().buffer;
+  // A fresh, aligned buffer: tensors in a file need not be aligned to their element size, and bytes
+  // held in memory are the model's own. A read by range (a file on disk, IndexedDB chunks) is already one.
+  const fresh = !weights.files.has(e.file) && raw.byteOffset === 0 && raw.byteLength === raw.buffer.byteLength;
+  const buf = fresh ? raw.buffer : raw.slice().buffer;
   switch (e.dtype) {
     case 'F32':
       return new Float32Array(buf, 0, n);

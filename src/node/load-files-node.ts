@@ -92,7 +92,7 @@ export function diskFile(filePath: string): RangedFile {
   const size = statSync(filePath).size;
   return {
     size,
-    read: (offset, length) => readFileRange(filePath, offset, Math.max(0, Math.min(length, size - offset))),
+    read: (offset, length, into) => readFileRange(filePath, offset, Math.max(0, Math.min(length, size - offset)), into),
     readAsync: async (offset, length) => readFileRange(filePath, offset, Math.max(0, Math.min(length, size - offset))),
   };
 }

@@ -53,21 +53,36 @@ function sixteenBitValues(e: TensorEntry): Float32Array | undefined {
   return e.q8 ? undefined : e.dtype === 'F16' ? f16Values() : e.dtype === 'BF16' ? bf16Values() : undefined;
 }
 
-/** rows [start, start + n) of the table: their 16-bit bits where `sixteenBitValues` has a lookup, else float32 values (matrixRows) */
+/**
+ * Rows [start, start + n) of the table: their 16-bit bits where `sixteenBitValues` has a lookup,
+ * float32 values otherwise. `scratch`: bytes a read from disk may fill, reused chunk after chunk
+ * (the result may be a view of it, valid until the next chunk is read).
+ */
 function tableChunk(
   weights: ReadableWeightSet,
   e: TensorEntry,
   start: number,
   n: number,
   bits: boolean,
+  scratch: Uint8Array,
 ): Float32Array | Uint16Array {
-  if (!bits) return matrixRows(weights, e, start, n);
+  if (!bits && (e.q8 || e.dtype !== 'F32')) return matrixRows(weights, e, start, n);
   const D = e.shape[1];
-  const raw = readEntryRange(weights, e, start * D * 2, n * D * 2);
-  // a 2-byte-aligned view where the bytes allow it (a read by range is a fresh buffer), else a copy
-  return raw.byteOffset % 2 === 0
-    ? new Uint16Array(raw.buffer, raw.byteOffset, n * D)
-    : new Uint16Array(raw.slice().buffer);
+  const width = bits ? 2 : 4;
+  const raw = readEntryRange(weights, e, start * D * width, n * D * width, scratch);
+  // an aligned view where the bytes allow it, else a copy
+  const bytes = raw.byteOffset % width === 0 ? raw : raw.slice();
+  return bits
+    ? new Uint16Array(bytes.buffer, bytes.byteOffset, n * D)
+    : new Float32Array(bytes.buffer, bytes.byteOffset, n * D);
+}
+
+/** scratch for tableChunk: a chunk's bytes as stored, where they are read from disk (none where the file is in memory, or q8) */
+function chunkScratch(weights: ReadableWeightSet, e: TensorEntry, opts: TablePassOptions): Uint8Array {
+  if (e.q8 || weights.files.has(e.file)) return new Uint8Array(0);
+  const [V, D] = e.shape;
+  const rows = Math.min(V, Math.max(1, Math.floor((opts.chunkBytes ?? CHUNK_BYTES) / (4 * D))));
+  return new Uint8Array(rows * D * 4);
 }
 
 /** Σ_v W_U[v, :] in float64, a chunk of rows at a time (16-bit rows through their lookup) */
@@ -79,11 +94,22 @@ async function unembedTableSum(
   const D = e.shape[1];
   const sum = new Float64Array(D);
   const t = sixteenBitValues(e);
+  const scratch = chunkScratch(weights, e, opts);
   await forEachTableChunk(
     e,
     (start, n) => {
-      const w = tableChunk(weights, e, start, n, !!t);
-      for (let r = 0; r < n; r++) {
+      const w = tableChunk(weights, e, start, n, !!t, scratch);
+      // four rows per pass over the accumulator, each still added in row order
+      let r = 0;
+      for (; r + 4 <= n; r += 4) {
+        const o0 = r * D,
+          o1 = o0 + D,
+          o2 = o1 + D,
+          o3 = o2 + D;
+        if (t) for (let d = 0; d < D; d++) sum[d] = sum[d] + t[w[o0 + d]] + t[w[o1 + d]] + t[w[o2 + d]] + t[w[o3 + d]];
+        else for (let d = 0; d < D; d++) sum[d] = sum[d] + w[o0 + d] + w[o1 + d] + w[o2 + d] + w[o3 + d];
+      }
+      for (; r < n; r++) {
         const o = r * D;
         if (t) for (let d = 0; d < D; d++) sum[d] += t[w[o + d]];
         else for (let d = 0; d < D; d++) sum[d] += w[o + d];
@@ -111,10 +137,11 @@ async function unembedTableDots(
   const [V, D] = e.shape;
   const out = new Float64Array(S * V);
   const t = sixteenBitValues(e);
+  const scratch = chunkScratch(weights, e, opts);
   await forEachTableChunk(
     e,
     (start, n) => {
-      const w = tableChunk(weights, e, start, n, !!t);
+      const w = tableChunk(weights, e, start, n, !!t, scratch);
       for (let s = 0; s < S; s++) {
         const xo = s * D,
           oo = s * V + start;

@@ -74,9 +74,9 @@ export function chunkedFile(
 
   return {
     size,
-    read(offset, length) {
+    read(offset, length, into) {
       const { out, n } = parts(offset, length);
-      const bytes = new Uint8Array(n);
+      const bytes = into && into.byteLength >= n ? into.subarray(0, n) : new Uint8Array(n);
       for (const p of out)
         bytes.set(
           p.chunk instanceof Uint8Array ? p.chunk.subarray(p.from, p.to) : readBlob(p.chunk, p.from, p.to),

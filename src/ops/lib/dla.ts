@@ -93,22 +93,11 @@ function constantsOf(model: LoadedModel): DlaConstants {
 function foldedValueBias(model: LoadedModel, c: DlaConstants, l: number): Float64Array {
   const lc = c.layers[l];
   if (!lc.bVp) {
-    const { n_heads: H, n_kv_heads: Hkv, d_head: Dh, d_model: D } = model.info;
+    const { n_heads: H, n_kv_heads: Hkv, d_head: Dh } = model.info;
     const bV = model.param(`blocks.${l}.attn.b_V`).data; // [Hkv, Dh]
     const bLn = model.param(`blocks.${l}.ln1.b`).data; // [D], zeros for RMSNorm
-    const kvBias = Float64Array.from(bV);
-    if (bLn.some((x) => x !== 0)) {
-      // read once for b_V', not kept: it would be a float32 copy of every layer's W_V in JS
-      const WV = model.param(`blocks.${l}.attn.W_V`, { keep: false }).data; // [Hkv, D, Dh]
-      for (let kv = 0; kv < Hkv; kv++) {
-        for (let d = 0; d < D; d++) {
-          const bd = bLn[d];
-          if (bd === 0) continue;
-          const o = (kv * D + d) * Dh;
-          for (let i = 0; i < Dh; i++) kvBias[kv * Dh + i] += bd * WV[o + i];
-        }
-      }
-    }
+    // W_V is read for b_V' only when b_ln1 is not all zero, from the stored weights and not kept
+    const kvBias = bLn.some((x) => x !== 0) ? model.valueProduct(l, bLn, Float64Array.from(bV)) : Float64Array.from(bV);
     const group = H / Hkv;
     lc.bVp = new Float64Array(H * Dh);
     for (let h = 0; h < H; h++)
