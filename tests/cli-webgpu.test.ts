@@ -168,6 +168,11 @@ describe('loupe mcp --headless --backend webgpu', () => {
     } finally {
       await model.dispose();
     }
+    // a backend named in load_model wins over the companion's --backend; 'auto' is the companion's
+    const cpu = await client.callTool({ name: 'load_model', arguments: { model: rm.dir, backend: 'node' } });
+    expect((cpu.structuredContent as any).model.backend).toBe('node');
+    const auto = await client.callTool({ name: 'load_model', arguments: { model: rm.dir, backend: 'auto' } });
+    expect((auto.structuredContent as any).model.backend).toBe('webgpu');
   });
 });
 

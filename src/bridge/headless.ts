@@ -154,7 +154,7 @@ export class HeadlessExecutor implements Executor {
       const t0 = Date.now();
       await this.loadModel(
         input.model,
-        input.backend === 'wasm' || input.backend === 'webgpu' ? input.backend : this.o.backend,
+        isNodeBackend(input.backend) ? input.backend : this.o.backend, // 'auto' or none: the companion's --backend
         ctx,
         this.local,
         input.weights,
