@@ -1,8 +1,9 @@
 /**
- * `loupe trace … --backend webgpu` (onnxruntime-node's WebGPU provider), spawned as a user would
- * with no Vulkan variables set, so the process finds its driver itself (here and in CI: Chromium's
- * SwiftShader), against the node backend in-process: one small random model of each family the
- * float64 reference tests cover, and the bundled stories260K, every number of the document within
+ * `loupe trace … --backend webgpu` (onnxruntime-node's WebGPU provider) against the node backend
+ * in-process: on the bundled stories260K spawned as a user would, with no Vulkan variables set, so
+ * the process finds its driver itself (here and in CI: Chromium's SwiftShader); on one small random
+ * model of each family the float64 reference tests cover through the CLI's main() in this process
+ * (its Vulkan set up the same way, once); every number of the document within
  * 1e-4 (q8 too; F16 weights at `stored` widened where the adapter has no shader-f16); `loupe mcp --headless --backend webgpu` (its engine thread) with a buffer limit that splits
  * the vocabulary, still agreeing; a limit too small for a weight (TOO_LARGE naming the limit and what
  * would fit); no adapter (BACKEND_UNAVAILABLE naming what is missing).
@@ -15,6 +16,7 @@ import { loadModelNode } from '../src/node/load';
 import { getOperation } from '../src/ops/index';
 import { ALL_FAMILY_CASES, makeCaseModel, makeRandomModel, type RandomModel } from './reference';
 import { viaJson } from './schema-helpers';
+import { main } from '../src/cli/main';
 import type { WeightsMode } from '../src/engine/precision';
 import { webGpuRoute } from '../src/node/webgpu-node';
 import { requireOrtNode } from '../src/node/ort-node';
@@ -58,9 +60,19 @@ function compare(a: unknown, b: unknown, at: string, out: string[]): void {
   } else if (a !== b) out.push(`${at}: ${JSON.stringify(a)} vs ${JSON.stringify(b)}`);
 }
 
-async function expectAgrees(dir: string, weights?: WeightsMode): Promise<any> {
+/** the CLI's main() in this process: one WebGPU device for every call (a spawned CLI makes its own, ~2 s on SwiftShader) */
+async function inProcess(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  let stdout = '',
+    stderr = '';
+  const code = await main(args, { stdout: (s) => void (stdout += s), stderr: (s) => void (stderr += s) });
+  return { code, stdout, stderr };
+}
+
+/** `spawned`: as a user runs it, in a process of its own with no Vulkan variables */
+async function expectAgrees(dir: string, weights?: WeightsMode, spawned = false): Promise<any> {
   const w = weights ? ['--weights', weights] : [];
-  const r = await loupe(['trace', dir, PROMPT, '--top-k', String(TOP_K), '--backend', 'webgpu', ...w, '--json']);
+  const args = ['trace', dir, PROMPT, '--top-k', String(TOP_K), '--backend', 'webgpu', ...w, '--json'];
+  const r = spawned ? await loupe(args) : await inProcess(args);
   expect(r.code, r.stderr).toBe(0);
   const gpu = JSON.parse(r.stdout);
   const model = await loadModelNode(dir, { weights });
@@ -86,7 +98,7 @@ describe('loupe trace --backend webgpu agrees with node within 1e-4', () => {
   afterAll(() => made.forEach((m) => m.cleanup()));
 
   it('the bundled stories260K', async () => {
-    const doc = await expectAgrees('default');
+    const doc = await expectAgrees('default', undefined, true);
     expect(doc.model.weights).toBe('f32');
   });
 
