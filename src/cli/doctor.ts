@@ -17,7 +17,7 @@ import { toLoupeError } from '../engine/errors';
 import { requireOrtNode } from '../node/ort-node';
 import { wasmHeapBytes } from '../engine/runtime/wasm-heap';
 import { precisionCost } from '../ops/lib/precision-cost';
-import { webGpuRoute } from '../node/webgpu-node';
+import { webGpuRoute, type WebGpuRoute } from '../node/webgpu-node';
 import type { OrtModule } from '../engine/runtime/ort-session';
 
 /** logits of node and wasm (and of webgpu and node) must agree this closely on the bundled model */
@@ -93,7 +93,12 @@ async function webGpuStatus(): Promise<Record<string, unknown>> {
   } catch (e) {
     return { available: false, error: `onnxruntime-node could not be loaded: ${(e as Error).message}` };
   }
-  const r = await webGpuRoute(ort);
+  let r: WebGpuRoute;
+  try {
+    r = await webGpuRoute(ort);
+  } catch (e) {
+    return { available: false, error: toLoupeError(e).message }; // e.g. a malformed LOUPE_WEBGPU_BUFFER_BYTES
+  }
   return {
     available: r.available,
     provider: 'onnxruntime-node webgpu (Dawn)',
@@ -194,7 +199,10 @@ export async function doctor(argv: string[], io: Io): Promise<number> {
   report.webgpu_agreement =
     webgpuAgreement.ok !== undefined
       ? webgpuAgreement
-      : { ok: null, not_run: gpu ? 'the node backend did not run' : 'no WebGPU adapter' };
+      : {
+          ok: null,
+          not_run: gpu ? 'the node backend did not run' : 'the webgpu backend is unavailable',
+        };
   report.memory = memory;
 
   // q8's cost on the bundled model (onnxruntime-node): reported so that 8-bit weights are never silent
