@@ -7,8 +7,9 @@
  * does not search), or Chromium's bundled SwiftShader (Vulkan on the CPU: exact, slow). When no
  * libvulkan.so.1 is on the library path, a loader beside the manifest or Chromium's own is loaded
  * into the process first, so that Dawn's dlopen('libvulkan.so.1') finds it (glibc matches a
- * loaded library by its soname). The variable is read by the C library, so prepareVulkan() runs in the main thread (a
- * worker thread's process.env is a copy): headless-engine.ts calls it before its thread starts.
+ * loaded library by its soname). The variable is read by the C library, so prepareVulkan() runs
+ * in the main thread (a worker thread's process.env is a copy): headless-engine.ts calls it before
+ * its thread starts, and the thread's copy carries what it set.
  */
 import { existsSync, readdirSync } from 'node:fs';
 import { homedir } from 'node:os';
@@ -95,7 +96,7 @@ function loadLoader(file: string): boolean {
 
 let prepared: VulkanSetup | undefined;
 
-/** Point the Vulkan loader at a driver (see the header). Once per process; in the main thread. */
+/** Point the Vulkan loader at a driver (see the header). Once per thread; first in the main thread. */
 export function prepareVulkan(env: NodeJS.ProcessEnv = process.env): VulkanSetup {
   if (prepared) return prepared;
   if (process.platform !== 'linux') return (prepared = { drivers: 'not-linux', icd: [] });
