@@ -346,11 +346,12 @@ export interface LoadedModel {
    */
   param(name: string, opts?: { keep?: boolean }): Tensor;
   /**
-   * init + x · W_V of a layer (x over d_model, init [n_kv_heads · d_head]) in float64: each a sum over d
-   * in order of W_V's float32 values (as `param` reads them), the terms where x is 0 left out. Read from
-   * the stored weights in their own layout; nothing is kept.
+   * init_l + x_l · W_V_l for every layer l (x [n_layers, d_model], init [n_layers, n_kv_heads · d_head])
+   * in float64: each a sum over d in order of W_V's float32 values (as `param` reads them), the terms
+   * where x is 0 left out; a layer whose x is all zero gets its init. Read from the stored weights in
+   * their own layout, one matrix after another; nothing is kept.
    */
-  valueProduct(layer: number, x: Float32Array, init: Float64Array): Float64Array;
+  valueProduct(x: Tensor, init: Tensor64): Tensor64;
   /** whether `name` is a parameter this checkpoint stores (false for zero-filled biases and unknown names) */
   hasParam(name: string): boolean;
   run(tokens: number[] | number[][], opts?: RunOptions): Promise<RunResult>;

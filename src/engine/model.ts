@@ -15,6 +15,7 @@ import type {
   Intervention,
   LensTop,
   TokenizeOptions,
+  Tensor64,
   WeightProducts,
   WeightProductsInput,
 } from './api';
@@ -153,7 +154,7 @@ export function modelPartsFrom(
     tokenizerJson: files.tokenizerJson,
     tokenizerConfig: files.tokenizerConfig,
     weights,
-    readTensor: (name) => readTensorF32(weights, name),
+    readTensor: (name, into) => readTensorF32(weights, name, into),
     id: o.bundled ? BUNDLED_MODEL_ID : (o.id ?? files.ref.id),
     ...(files.ref.requested && !o.bundled ? { requested: files.ref.requested } : {}),
     revision: files.ref.revision ?? '',
@@ -302,7 +303,8 @@ async function q8Parts(parts: ModelParts, spec: ModelSpec, info: ModelInfo, webg
     ...parts,
     weights,
     ...(q8InJs ? { q8InJs } : {}),
-    readTensor: (name) => (weights.tensors.get(name)?.q8 ? dequantizeQ8(weights, name) : parts.readTensor(name)),
+    readTensor: (name, into) =>
+      weights.tensors.get(name)?.q8 ? dequantizeQ8(weights, name) : parts.readTensor(name, into),
   };
 }
 
@@ -393,14 +395,21 @@ class EngineModel implements LoadedModel {
     return p;
   }
 
-  valueProduct(layer: number, x: Float32Array, init: Float64Array): Float64Array {
-    const { dModel: D, nKvHeads: Hkv, dHead: Dh } = this.spec;
-    if (!this.spec.layers[layer] || x.length !== D || init.length !== Hkv * Dh)
+  valueProduct(x: Tensor, init: Tensor64): Tensor64 {
+    const { dModel: D, nKvHeads: Hkv, dHead: Dh, nLayers: L } = this.spec;
+    if (x.data.length !== L * D || init.data.length !== L * Hkv * Dh)
       throw new LoupeError(
         'BAD_INPUT',
-        `valueProduct: layer ${layer} of ${this.spec.nLayers}, x of ${x.length} (d_model ${D}), init of ${init.length} (${Hkv * Dh}).`,
+        `valueProduct: x must be [${L}, ${D}] and init [${L}, ${Hkv * Dh}], got [${x.dims}] and [${init.dims}].`,
       );
-    return valueProduct(this.spec, this.parts.readTensor, layer, x, init);
+    // the layers' matrices read one after another into one buffer, dropped after the call
+    let scratch = new Uint8Array(0);
+    const read = (name: string) => {
+      const e = this.parts.weights.tensors.get(name);
+      if (e && !e.q8 && scratch.byteLength < e.byteLength) scratch = new Uint8Array(e.byteLength);
+      return this.parts.readTensor(name, scratch);
+    };
+    return { dims: [L, Hkv * Dh], data: valueProduct(this.spec, read, x.data, init.data) };
   }
 
   hasParam(name: string): boolean {

@@ -7,7 +7,12 @@ import { LoupeError } from './errors';
 import type { AttentionSpec, ModelSpec, LinearRef, NormSpec } from './spec';
 import type { Tensor } from './tensor';
 
-export type ReadTensor = (name: string) => Float32Array;
+/**
+ * A stored tensor's values as float32. `into`: scratch its bytes may be read into, so that a caller
+ * reading tensor after tensor reuses one buffer; the result may then be a view of it, valid until
+ * the next read into it.
+ */
+export type ReadTensor = (name: string, into?: Uint8Array) => Float32Array;
 
 /**
  * Where element (out o, in i) of a linear map stored in either layout sits: base + o·oStep + i·iStep
@@ -37,42 +42,43 @@ function qkvColumns(
 }
 
 /**
- * init + x · W_V of layer `l` (x over d_model): out[kv·Dh + k] = init[kv·Dh + k] + Σ_d x[d] · W_V[kv, d, k]
- * in float64, the terms added in order of d and those where x[d] = 0 left out (the same sums as a loop
- * over readParam's W_V), read from the stored matrix in its own layout: no [Hkv, D, Dh] copy of W_V.
+ * init_l + x_l · W_V_l for every layer l (x [L, d_model], init [L, Hkv·Dh]): out[l, kv·Dh + k] =
+ * init[l, kv·Dh + k] + Σ_d x[l, d] · W_V_l[kv, d, k] in float64, the terms added in order of d and
+ * those where x is 0 left out (the same sums as a loop over readParam's W_V), each matrix read as
+ * stored and used before the next is read (so `read` may reuse one buffer): no [Hkv, D, Dh] copy of
+ * W_V. A layer whose x is all zero gets its init, and its W_V is not read.
  */
-export function valueProduct(
-  spec: ModelSpec,
-  read: ReadTensor,
-  l: number,
-  x: Float32Array,
-  init: Float64Array,
-): Float64Array {
-  const { dModel: D, nKvHeads: Hkv, dHead: Dh } = spec;
-  const { ref, nOut, first } = qkvColumns(spec, spec.layers[l].attn, 2);
-  const w = read(ref.w);
-  const { base, oStep, iStep } = steps(ref, D, nOut);
+export function valueProduct(spec: ModelSpec, read: ReadTensor, x: Float32Array, init: Float64Array): Float64Array {
+  const { dModel: D, nKvHeads: Hkv, dHead: Dh, nLayers: L } = spec;
   const out = Float64Array.from(init);
-  if (ref.layout === 'in_out') {
-    // [in, out]: row d holds every head's outputs
-    for (let d = 0; d < D; d++) {
-      const xd = x[d];
-      if (xd === 0) continue;
-      for (let h = 0; h < Hkv; h++) {
-        const src = base + d * iStep + first(h),
-          dst = h * Dh;
-        for (let k = 0; k < Dh; k++) out[dst + k] += xd * w[src + k];
+  for (let l = 0; l < L; l++) {
+    const xl = x.subarray(l * D, (l + 1) * D);
+    if (xl.every((v) => v === 0)) continue;
+    const { ref, nOut, first } = qkvColumns(spec, spec.layers[l].attn, 2);
+    const w = read(ref.w);
+    const { base, oStep, iStep } = steps(ref, D, nOut);
+    const o = l * Hkv * Dh;
+    if (ref.layout === 'in_out') {
+      // [in, out]: row d holds every head's outputs
+      for (let d = 0; d < D; d++) {
+        const xd = xl[d];
+        if (xd === 0) continue;
+        for (let h = 0; h < Hkv; h++) {
+          const src = base + d * iStep + first(h),
+            dst = o + h * Dh;
+          for (let k = 0; k < Dh; k++) out[dst + k] += xd * w[src + k];
+        }
       }
+    } else {
+      // [out, in]: row o holds output o over every d
+      for (let h = 0; h < Hkv; h++)
+        for (let k = 0; k < Dh; k++) {
+          const src = base + (first(h) + k) * oStep;
+          let acc = out[o + h * Dh + k];
+          for (let d = 0; d < D; d++) if (xl[d] !== 0) acc += xl[d] * w[src + d * iStep];
+          out[o + h * Dh + k] = acc;
+        }
     }
-  } else {
-    // [out, in]: row o holds output o over every d
-    for (let h = 0; h < Hkv; h++)
-      for (let k = 0; k < Dh; k++) {
-        const src = base + (first(h) + k) * oStep;
-        let acc = out[h * Dh + k];
-        for (let d = 0; d < D; d++) if (x[d] !== 0) acc += x[d] * w[src + d * iStep];
-        out[h * Dh + k] = acc;
-      }
   }
   return out;
 }

@@ -10,7 +10,7 @@
  *  - `parseSafetensorsHeader(headerBytes, fileName, fileSize)` validate a header, given the file's first 8 + N bytes
  *       (or more) and the total file size -> { tensors, metadata, dataStart }
  *  - `parseSafetensors(bytes, fileName)`  the same on a whole file in memory
- *  - `readTensorBytes(weights, name)` / `readTensorF32(weights, name)`  a tensor's raw bytes / its values as float32
+ *  - `readTensorBytes(weights, name)` / `readTensorF32(weights, name, into?)`  a tensor's raw bytes / its values as float32
  *       (F16, BF16, F64 and integer dtypes converted). Bytes come from `weights.files`, else from
  *       `weights.ranged` (a file on disk in Node, IndexedDB chunks in the browser: just that byte range
  *       is read), else `weights.readRange` over `weights.paths`.
@@ -363,10 +363,13 @@ export function decodeValues(dtype: string, raw: Uint8Array, from: number, n: nu
 }
 
 /** A tensor's values as float32 (a fresh array, safe to keep and modify). */
-export function readTensorF32(weights: ReadableWeightSet, name: string): Float32Array {
+export function readTensorF32(weights: ReadableWeightSet, name: string, into?: Uint8Array): Float32Array {
   const e = entryOf(weights, name);
-  const raw = readTensorBytes(weights, name);
   const n = e.byteLength / DTYPE_BYTES[e.dtype];
+  const raw = readEntryRange(weights, e, 0, e.byteLength, into);
+  // float32 bytes read into the caller's scratch, aligned: a view of it
+  if (e.dtype === 'F32' && into && raw.buffer === into.buffer && raw.byteOffset % 4 === 0)
+    return new Float32Array(raw.buffer, raw.byteOffset, n);
   // A fresh, aligned buffer: tensors in a file need not be aligned to their element size, and bytes
   // held in memory are the model's own. A read by range (a file on disk, IndexedDB chunks) is already one.
   const fresh = !weights.files.has(e.file) && raw.byteOffset === 0 && raw.byteLength === raw.buffer.byteLength;

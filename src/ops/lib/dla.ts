@@ -87,23 +87,30 @@ function constantsOf(model: LoadedModel): DlaConstants {
 }
 
 /**
- * b_V'[h] = b_V[kv(h)] + b_ln1 · W_V[kv(h)] for every query head (GQA: kv(h) = h / (H/Hkv));
- * absent biases are zeros (model.param), and W_V is read only when b_ln1 is not all zero.
+ * b_V'[h] = b_V[kv(h)] + b_ln1 · W_V[kv(h)] for every query head (GQA: kv(h) = h / (H/Hkv)), every
+ * layer's at its first use; absent biases are zeros (model.param), and a layer's W_V is read only
+ * when its b_ln1 is not all zero.
  */
 function foldedValueBias(model: LoadedModel, c: DlaConstants, l: number): Float64Array {
-  const lc = c.layers[l];
-  if (!lc.bVp) {
-    const { n_heads: H, n_kv_heads: Hkv, d_head: Dh } = model.info;
-    const bV = model.param(`blocks.${l}.attn.b_V`).data; // [Hkv, Dh]
-    const bLn = model.param(`blocks.${l}.ln1.b`).data; // [D], zeros for RMSNorm
-    // W_V is read for b_V' only when b_ln1 is not all zero, from the stored weights and not kept
-    const kvBias = bLn.some((x) => x !== 0) ? model.valueProduct(l, bLn, Float64Array.from(bV)) : Float64Array.from(bV);
+  if (!c.layers[l].bVp) {
+    const { n_layers: L, n_heads: H, n_kv_heads: Hkv, d_head: Dh, d_model: D } = model.info;
+    const bLn = new Float32Array(L * D),
+      bV = new Float64Array(L * Hkv * Dh);
+    for (let k = 0; k < L; k++) {
+      bLn.set(model.param(`blocks.${k}.ln1.b`).data, k * D); // zeros for RMSNorm
+      bV.set(model.param(`blocks.${k}.attn.b_V`).data, k * Hkv * Dh);
+    }
+    const kvBias = model.valueProduct({ dims: [L, D], data: bLn }, { dims: [L, Hkv * Dh], data: bV }).data;
     const group = H / Hkv;
-    lc.bVp = new Float64Array(H * Dh);
-    for (let h = 0; h < H; h++)
-      lc.bVp.set(kvBias.subarray(Math.floor(h / group) * Dh, (Math.floor(h / group) + 1) * Dh), h * Dh);
+    c.layers.forEach((lc, k) => {
+      lc.bVp = new Float64Array(H * Dh);
+      for (let h = 0; h < H; h++) {
+        const from = (k * Hkv + Math.floor(h / group)) * Dh;
+        lc.bVp.set(kvBias.subarray(from, from + Dh), h * Dh);
+      }
+    });
   }
-  return lc.bVp;
+  return c.layers[l].bVp!;
 }
 
 function dotF(a: ArrayLike<number>, b: ArrayLike<number>, n: number, ao = 0): number {
