@@ -3,7 +3,7 @@
  * (driven by playwright-core) opens the pairing URL, and the SDK's MCP client calls tools that run
  * in that page's model worker. Checks: trace and sweep equal the headless companion's documents
  * within 1e-4; progress notifications increase; reloading the page mid-sweep fails the call with
- * isError within a second and the next call succeeds once the page has re-paired; cancelling from
+ * isError within 2 s and the next call succeeds once the page has re-paired; cancelling from
  * the client stops the job in the page, whose job bar showed it (the page's JobStore runs agent calls).
  *
  * Builds the page into a temporary folder first (about 5 s), unless LOUPE_BRIDGE_DIST names a
@@ -206,7 +206,7 @@ describe.skipIf(!enabled)('the workbench page paired with loupe mcp (Chromium)',
     for (let i = 1; i < seen.length; i++) expect(seen[i].progress).toBeGreaterThan(seen[i - 1].progress);
   });
 
-  it('reloading the page mid-sweep: isError within a second, and the next call succeeds after re-pairing', async () => {
+  it('reloading the page mid-sweep: isError within 2 s (not at the 120 s timeout), and the next call succeeds after re-pairing', async () => {
     const seen: { t: number; message?: string }[] = [];
     const pending = mcp.client.callTool(
       { name: 'sweep', arguments: LONG_SWEEP },
@@ -215,11 +215,13 @@ describe.skipIf(!enabled)('the workbench page paired with loupe mcp (Chromium)',
         timeout: 120_000,
       },
     );
-    await until(() => remainingMs(seen) > 1000, 60_000, 'the sweep to be generating');
+    await until(() => remainingMs(seen) > 3000, 60_000, 'the sweep to be generating');
     const t0 = Date.now();
     void page.reload(); // not awaited: the clock runs from the reload, not from the new page's load
     const r = await pending;
-    expect(Date.now() - t0).toBeLessThan(1000);
+    // the clock includes Chromium unloading the page (1001 ms once at load ~12), so 2 s: still well
+    // before the sweep would have ended and far from the call's timeout
+    expect(Date.now() - t0).toBeLessThan(2000);
     expect(errorOf(r).code).toBe('PAGE_GONE');
     // the reloaded tab pairs again by itself (token kept for the tab) with a new instance
     await ready(page);
