@@ -11,6 +11,9 @@ export interface Example {
   caveat?: string;
 }
 
+/** capture's prompts, each with its label */
+const labelled = (label: number, texts: string[]) => texts.map((text) => ({ text, label }));
+
 /** the operations that read an SAE: their sae_source/sae_path carry over from one form to another */
 export const SAE_OPS = ['sae_features', 'feature', 'sae_steer'];
 const SAE_FIELDS = ['sae_source', 'sae_path', 'descriptions'];
@@ -67,18 +70,22 @@ export const EXAMPLES: Record<string, Example> = {
   capture: {
     params: {
       prompts: JSON.stringify([
-        { text: 'Lily was very happy', label: 1 },
-        { text: 'Tim was so happy and', label: 1 },
-        { text: 'The big dog was happy', label: 1 },
-        { text: 'She was happy to play', label: 1 },
-        { text: 'Mom was happy with', label: 1 },
-        { text: 'They were happy and', label: 1 },
-        { text: 'Lily saw a big tree', label: 0 },
-        { text: 'Tim had a big ball', label: 0 },
-        { text: 'The dog was big and', label: 0 },
-        { text: 'She saw a big box', label: 0 },
-        { text: 'Mom had a big car', label: 0 },
-        { text: 'They saw a big bird', label: 0 },
+        ...labelled(1, [
+          'Lily was very happy',
+          'Tim was so happy and',
+          'The big dog was happy',
+          'She was happy to play',
+          'Mom was happy with',
+          'They were happy and',
+        ]),
+        ...labelled(0, [
+          'Lily saw a big tree',
+          'Tim had a big ball',
+          'The dog was big and',
+          'She saw a big box',
+          'Mom had a big car',
+          'They saw a big bird',
+        ]),
       ]),
     },
     note: '12 labelled prompts (1 = “happy”, 0 = “big”); then run Probe on the capture',

@@ -4,12 +4,16 @@ import type { JobState, JobStore, Start } from './jobs.svelte';
 import { errInfo, type ErrorInfo } from './errors';
 import type { AgreementResult, DoctorInfo, Q8CostResult } from '../../../workers/protocol';
 
+/** A Doctor check's last result, or the error it ended with (both null before it first runs and while it runs). */
+export class CheckResult<T> {
+  result = $state.raw<T | null>(null);
+  error = $state<ErrorInfo | null>(null);
+}
+
 export class DoctorStore {
   info = $state.raw<DoctorInfo | null>(null);
-  agreement = $state.raw<AgreementResult | null>(null);
-  agreementError = $state<ErrorInfo | null>(null);
-  q8Cost = $state.raw<Q8CostResult | null>(null);
-  q8CostError = $state<ErrorInfo | null>(null);
+  readonly agreement = new CheckResult<AgreementResult>();
+  readonly q8Cost = new CheckResult<Q8CostResult>();
 
   constructor(
     private readonly client: EngineClient,
@@ -27,59 +31,49 @@ export class DoctorStore {
 
   /** why the agreement check cannot run now (null: it can) */
   agreementBlocked(hasModel: boolean): string | null {
-    if (!hasModel) return 'Load a model first.';
-    if (!this.info) return 'Checking what this browser offers…';
-    if (!this.info.gpu.available)
-      return `It needs WebGPU, which this browser does not offer (${this.info.gpu.reason?.replace(/\.$/, '')}).`;
-    if (this.jobs.busy) return 'Wait for the running job.';
-    return null;
+    return this.blocked(hasModel, this.webgpuLacking());
+  }
+
+  /** what the agreement check lacks in this browser (null: nothing) */
+  private webgpuLacking(): string | null {
+    const gpu = this.info?.gpu;
+    if (!gpu) return 'Checking what this browser offers…';
+    return gpu.available
+      ? null
+      : `It needs WebGPU, which this browser does not offer (${gpu.reason?.replace(/\.$/, '')}).`;
   }
 
   runAgreement(prompt: string): Promise<void> {
-    return this.check(
-      'agreement',
-      'agreement check',
-      (id, api, p) => api.agreement(id, prompt, p),
-      (r, e) => {
-        this.agreement = r;
-        this.agreementError = e;
-      },
-    );
+    return this.check(this.agreement, 'agreement', 'agreement check', (id, api, p) => api.agreement(id, prompt, p));
   }
 
   /** why the q8 cost cannot be measured now (null: it can) */
   q8CostBlocked(hasModel: boolean): string | null {
+    return this.blocked(hasModel, null);
+  }
+
+  runQ8Cost(prompt: string): Promise<void> {
+    return this.check(this.q8Cost, 'q8-cost', 'q8 cost', (id, api, p) => api.q8Cost(id, prompt, p));
+  }
+
+  /** why a check cannot run now, in this order: no model, what the check itself lacks (`lacking`), a running job */
+  private blocked(hasModel: boolean, lacking: string | null): string | null {
     if (!hasModel) return 'Load a model first.';
+    if (lacking) return lacking;
     if (this.jobs.busy) return 'Wait for the running job.';
     return null;
   }
 
-  runQ8Cost(prompt: string): Promise<void> {
-    return this.check(
-      'q8-cost',
-      'q8 cost',
-      (id, api, p) => api.q8Cost(id, prompt, p),
-      (r, e) => {
-        this.q8Cost = r;
-        this.q8CostError = e;
-      },
-    );
-  }
-
   /** One Doctor check as a job: its result (or error) cleared at the start and set at the end. */
-  private async check<T>(
-    kind: JobState['kind'],
-    label: string,
-    start: Start<T>,
-    set: (r: T | null, e: ErrorInfo | null) => void,
-  ): Promise<void> {
+  private async check<T>(into: CheckResult<T>, kind: JobState['kind'], label: string, start: Start<T>): Promise<void> {
     if (this.jobs.busy) return;
     await this.jobs.exclusive(async () => {
-      set(null, null);
+      into.result = null;
+      into.error = null;
       try {
-        set(await this.jobs.track(kind, label, start), null);
+        into.result = await this.jobs.track(kind, label, start);
       } catch (e) {
-        set(null, errInfo(e));
+        into.error = errInfo(e);
       }
     });
   }
