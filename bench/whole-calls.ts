@@ -14,7 +14,7 @@
  *   tsx bench/whole-calls.ts [--rounds 5] [--against DIR] [--phases]
  */
 import { spawnSync } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { copyFileSync, existsSync, readFileSync, rmSync } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { ROOT, median } from './lib';
@@ -68,15 +68,24 @@ function call(tree: string, model: string, op: Op): Call {
   return { ms, cpu_ms: childCpuMs() - c0, load1: os.loadavg()[0] };
 }
 
-/** one call in bench/whole-calls-phases.ts, importing `tree`'s code: its stages in ms */
+/** one call in bench/whole-calls-phases.ts on `tree`'s code (a copy of it in that tree's bench/): its stages in ms */
 function phaseCall(tree: string, model: string, op: Op): Record<string, number> {
-  const r = spawnSync(
-    process.execPath,
-    ['--import', 'tsx', path.join(ROOT, 'bench', 'whole-calls-phases.ts'), tree, op, model, PROMPT],
-    { cwd: ROOT, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], timeout: 300_000 },
-  );
-  if (r.status !== 0) throw new Error(`phases ${tree} ${op} exited ${r.status ?? r.signal}: ${r.stderr.slice(-2000)}`);
-  return JSON.parse(r.stdout.trim().split('\n').pop()!);
+  const own = path.join(ROOT, 'bench', 'whole-calls-phases.ts');
+  const script = path.resolve(tree) === ROOT ? own : path.join(tree, 'bench', `.whole-calls-phases-${process.pid}.ts`);
+  if (script !== own) copyFileSync(own, script);
+  try {
+    const r = spawnSync(process.execPath, ['--import', 'tsx', script, op, model, PROMPT], {
+      cwd: tree,
+      encoding: 'utf8',
+      stdio: ['ignore', 'pipe', 'pipe'],
+      timeout: 300_000,
+    });
+    if (r.status !== 0)
+      throw new Error(`phases ${tree} ${op} exited ${r.status ?? r.signal}: ${r.stderr.slice(-2000)}`);
+    return JSON.parse(r.stdout.trim().split('\n').pop()!);
+  } finally {
+    if (script !== own) rmSync(script, { force: true });
+  }
 }
 
 const fmt = (x: number, d = 2) => x.toFixed(d);
