@@ -119,8 +119,9 @@ export class ResultHistory {
     const e = this.get(id);
     if (!e) return;
     const next = { ...e, pinned: !e.pinned };
-    this.entries = this.entries.map((x) => (x.id === id ? next : x));
+    // shown once stored (a few ms): a reload right after the star lit up keeps the pin
     await this.put([next]);
+    this.entries = this.entries.map((x) => (x.id === id ? next : x));
   }
 
   async remove(id: string): Promise<void> {
