@@ -126,10 +126,11 @@ describe('sharded headers are bounded by count and total bytes before they are r
     expect(du(d)).toBeLessThan(CAPS.maxHeaderBytesTotal + 16 * 1024 ** 2);
   });
   it('an index naming more shards than the limit is TOO_LARGE before any header', async () => {
-    hub.log.length = 0;
-    const e = await failure(load(`attack/shards-${CAPS.maxShards + 1}-0`, fresh()));
+    const id = `attack/shards-${CAPS.maxShards + 1}-0`;
+    const e = await failure(load(id, fresh()));
     expect([e.code, e.message.includes('maxShards')]).toEqual(['TOO_LARGE', true]);
-    expect(hub.log.filter((r) => r.file.startsWith('model-'))).toEqual([]);
+    // this repository's requests only: the test before's aborted header reads can be logged late
+    expect(hub.log.filter((r) => r.id === id && r.file.startsWith('model-'))).toEqual([]);
   });
 });
 
