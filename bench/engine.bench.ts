@@ -286,6 +286,8 @@ function torchAnchor(quickRun: boolean): NonNullable<BenchResults['torch']> {
         return { error: `${py}: unreadable output: ${(e as Error).message}` };
       }
     }
+    if (r.status === 4)
+      return { skipped: `${py}: torch runs on a BLAS other than OpenBLAS; apt-get install libopenblas0-pthread` };
     tried.push(`${py}: ${r.error ? r.error.message : r.status === 3 ? 'no torch' : `exit ${r.status ?? r.signal}`}`);
   }
   return { skipped: `no python3 with torch (${tried.join('; ')}); apt-get install python3-torch libopenblas0-pthread` };

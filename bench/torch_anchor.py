@@ -15,7 +15,8 @@ Prints one JSON object on stdout: {"torch", "blas", "openblas": {"corename", "co
 "n_hooks", "env_unset", "configs": {"<t>x<b>": {"torch_threads", "openblas_threads"}}, "best": {"<T>":
 {"config", "median_ms"}}, "runs": {"<t>x<b>": {"<T>": {"median_ms", "min_ms", "samples_ms"}}}}. Needs
 python3-torch (Debian: apt-get install python3-torch libopenblas0-pthread); exits 3 with a message on
-stderr when torch is missing. Not part of npm test.
+stderr when torch is missing, 4 when its BLAS is not OpenBLAS (the reference BLAS is no anchor).
+Not part of npm test.
 
 Usage: torch_anchor.py [--reps N] [--warmup N] [--configs 1x2,2x1,1x1] [--T 16,128]
 """
@@ -209,6 +210,10 @@ def main():
     if not out["runs"]:
         sys.stderr.write("every thread configuration failed\n")
         sys.exit(1)
+    if not out["openblas"]["corename"]:
+        # Debian's reference BLAS (libblas3) runs these matmuls many times slower: not an anchor
+        sys.stderr.write(f"torch's BLAS is not OpenBLAS ({out['openblas']['library']}): apt-get install libopenblas0-pthread\n")
+        sys.exit(4)
     json.dump(out, sys.stdout)
     sys.stdout.write("\n")
 
