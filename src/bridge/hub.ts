@@ -19,21 +19,12 @@ import { assertHandlesCurrent } from '../ops/lib/handles';
 import { agentProof, hubProof, proofsEqual } from './token';
 import { MAX_LINE_BYTES } from './stdio-lines';
 import { callCancelled } from './call-errors';
+import { PageConnection, type CallOptions, type ExecResult } from './page-connection';
+import { CLOSE_POLICY, HUB_PROBE_PATH, HUB_STATUS_TOOL, PROTOCOL_VERSION, SUBPROTOCOL, parseMessage } from './protocol';
+import type { AgentInfo, HubToAgent, WireModel } from './protocol';
 
 /** challenge peers that may wait for their proof at one time (each holds at most one frame in memory) */
 const MAX_UNAUTHENTICATED = 4;
-import { PageConnection, type CallOptions, type ExecResult } from './page-connection';
-import {
-  CLOSE_POLICY,
-  HUB_PROBE_PATH,
-  HUB_STATUS_TOOL,
-  PROTOCOL_VERSION,
-  SUBPROTOCOL,
-  parseMessage,
-  type AgentInfo,
-  type HubToAgent,
-  type WireModel,
-} from './protocol';
 
 export interface HubOptions {
   /** 0 = any free port (tests) */

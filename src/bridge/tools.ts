@@ -7,6 +7,7 @@
 import { z } from 'zod';
 import type { Operation } from '../ops/types';
 import { toJsonSchema } from '../ops/schemas';
+import { modelBlock } from '../schema/common';
 import { toolUiMeta } from './apps';
 
 export type JsonSchema = Record<string, unknown> & { type: 'object' };
@@ -72,18 +73,23 @@ export const loadModelInput = z.object({
 });
 export type LoadModelInput = z.infer<typeof loadModelInput>;
 
-const modelInfoLoose = z.looseObject({
-  id: z.string(),
-  revision: z.string().optional(),
-  architecture: z.string().optional(),
-  n_layers: z.number().optional(),
-  n_heads: z.number().optional(),
-  d_model: z.number().optional(),
-  n_params: z.number().optional(),
-  backend: z.string().optional(),
-  dtype: z.string().optional(),
-  weights: z.string().optional(),
-});
+/** the model fields load_model and list_models name: the document's model block (schema/common.ts), id alone required */
+const modelInfoLoose = modelBlock
+  .pick({
+    id: true,
+    revision: true,
+    architecture: true,
+    n_layers: true,
+    n_heads: true,
+    d_model: true,
+    n_params: true,
+    backend: true,
+    dtype: true,
+    weights: true,
+  })
+  .partial()
+  .required({ id: true })
+  .loose();
 /** What load_model returns (page and headless alike). */
 export const loadModelOutput = z.looseObject({
   loaded: z.literal(true),
@@ -186,6 +192,10 @@ export function bridgeTools(mode: 'page' | 'headless'): ToolDef[] {
     mode === 'headless'
       ? 'in this process (headless mode, onnxruntime-node)'
       : "in the user's paired Loupe browser tab";
+  /** loupe_status and list_models take nothing */
+  const noInput = toObjectSchema(z.object({}), 'input');
+  /** the tools that only read this session's state */
+  const readsState = { readOnlyHint: true, openWorldHint: false };
   return [
     {
       name: 'loupe_status',
@@ -193,9 +203,9 @@ export function bridgeTools(mode: 'page' | 'headless'): ToolDef[] {
       description:
         `Where Loupe runs tools (${where}), whether a page is paired and which model it has loaded, ` +
         'the pairing URL to give the user when no page is connected, and the running jobs. Cheap; call it first.',
-      inputSchema: toObjectSchema(z.object({}), 'input'),
+      inputSchema: noInput,
       outputSchema: toObjectSchema(statusOutput, 'output'),
-      annotations: { readOnlyHint: true, openWorldHint: false },
+      annotations: readsState,
     },
     {
       name: 'load_model',
@@ -215,9 +225,9 @@ export function bridgeTools(mode: 'page' | 'headless'): ToolDef[] {
       description:
         'The model loaded now and the models available without a download (bundled, ' +
         `or cached ${mode === 'headless' ? 'on this machine' : 'in this browser'}), with sizes in bytes. Cheap.`,
-      inputSchema: toObjectSchema(z.object({}), 'input'),
+      inputSchema: noInput,
       outputSchema: toObjectSchema(listModelsOutput, 'output'),
-      annotations: { readOnlyHint: true, openWorldHint: false },
+      annotations: readsState,
     },
     {
       name: 'job_status',
@@ -227,7 +237,7 @@ export function bridgeTools(mode: 'page' | 'headless'): ToolDef[] {
         'its latest progress (stage, done, total) and when its id expires. Cheap; poll every few seconds.',
       inputSchema: toObjectSchema(jobIdInput, 'input'),
       outputSchema: toObjectSchema(jobHandle, 'output'),
-      annotations: { readOnlyHint: true, openWorldHint: false },
+      annotations: readsState,
     },
     {
       name: 'job_result',
@@ -237,7 +247,7 @@ export function bridgeTools(mode: 'page' | 'headless'): ToolDef[] {
         "While the job is still running it returns the job's status instead (status: 'running'); " +
         'a failed or cancelled job returns its error. Results are kept until expires_at.',
       inputSchema: toObjectSchema(jobResultInput, 'input'),
-      annotations: { readOnlyHint: true, openWorldHint: false },
+      annotations: readsState,
     },
     {
       name: 'job_cancel',

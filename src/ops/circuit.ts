@@ -79,33 +79,26 @@ const member = z.object({
   neuron: z.number().int().optional(),
 });
 
+/** a candidate ablated singly: its head or neuron, its label, what ranked it, its effect */
+const candidate = <U extends 'head' | 'neuron', R extends z.ZodRawShape>(unit: U, ranked: R) =>
+  z.object({
+    layer: z.number().int(),
+    ...({ [unit]: z.number().int() } as Record<U, z.ZodNumber>),
+    label: z.string(),
+    ...ranked,
+    ...effectFields,
+  });
+
 export const circuitOutput = documentBase('circuit').extend({
   method: z.string().describe('exactly what was and was not done'),
   ablation: z.enum(CIRCUIT_METHODS),
   convention: z.enum(CONVENTIONS),
   ...readoutFields,
   heads: z
-    .array(
-      z.object({
-        layer: z.number().int(),
-        head: z.number().int(),
-        label: z.string(),
-        attribution: z.number(),
-        ...effectFields,
-      }),
-    )
+    .array(candidate('head', { attribution: z.number() }))
     .describe('candidate heads, ranked by |attribution|, each ablated singly'),
   neurons: z
-    .array(
-      z.object({
-        layer: z.number().int(),
-        neuron: z.number().int(),
-        label: z.string(),
-        activation: z.number(),
-        attribution: z.number(),
-        ...effectFields,
-      }),
-    )
+    .array(candidate('neuron', { activation: z.number(), attribution: z.number() }))
     .describe('candidate neurons, ranked by |attribution|, each ablated singly'),
   groups: z.array(
     z.object({
