@@ -12,7 +12,7 @@
  *
  * After every burst the companion must still be running (no crash), answer loupe_status, serve
  * the page (A), and give the same trace document as before the first burst; a request that gets
- * no answer in time counts as a hang. The counts are printed (README, "Hostile input").
+ * no answer in time counts as a hang. The counts are printed (README, "Security and limits").
  */
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';

@@ -16,7 +16,7 @@
  *
  * After every burst the companion must still run (no crash), answer the official client v2 in
  * both protocol eras, and give the same trace document as before the first burst; a request
- * that gets no answer in time counts as a hang. The counts are printed (README, "Security").
+ * that gets no answer in time counts as a hang. The counts are printed (README, "Security and limits").
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
