@@ -26,7 +26,7 @@ import { q8CacheRoot } from '../src/node/q8-cache';
 import type { LoadedModel } from '../src/engine/api';
 import { startHubServer, type HubServer } from './helpers/hub-server';
 import { ownCacheDir } from './helpers/scratch-cache';
-import { ALL_FAMILY_CASES, caseTokens, makeCaseModel, type RandomModel } from './reference';
+import { ALL_FAMILY_CASES, caseTokens, makeCaseModel, maxAbsDiff, type RandomModel } from './reference';
 
 const c = ALL_FAMILY_CASES.find((x) => x.name === 'llama3-rope-untied-bias')!;
 let rm: RandomModel;
@@ -63,11 +63,11 @@ async function run(m: LoadedModel): Promise<{ logits: number[]; resid: number[] 
   return { logits: Array.from(out.logits.data), resid: Array.from(out.hooks['blocks.1.hook_resid_post'].data) };
 }
 
-async function loadAndRun(backend: 'node' | 'wasm', env: Record<string, string> = {}) {
+async function loadAndRun(backend: 'node' | 'wasm', env: Record<string, string> = {}, weights: 'q8' | 'q4' = 'q8') {
   const prev = Object.fromEntries(Object.keys(env).map((k) => [k, process.env[k]]));
   Object.assign(process.env, env);
   try {
-    const m = await loadModelNode(rm.dir, { backend, weights: 'q8' });
+    const m = await loadModelNode(rm.dir, { backend, weights });
     try {
       return {
         reason: m.info.weights_reason,
@@ -120,6 +120,23 @@ describe('the q8 cache in Node (a local folder)', () => {
     expect(wasmCold.reason).toMatch(/kept in the q8 cache/);
     expect(wasmCold.js).toBe(0);
     expect(wasmCold.logits).toEqual(wasmUncached.logits);
+  });
+
+  it('q4 entries go through the same machinery, beside the q8 entry (neither drops the other), with equal numbers', async () => {
+    const uncached = await loadAndRun('node', { LOUPE_Q8_CACHE: '0' }, 'q4');
+    expect(uncached.why).toMatch(/q4 weights are held in JS: this load has no q4 cache/);
+    await loadAndRun('node');
+    const first = await loadAndRun('node', {}, 'q4');
+    expect(first.reason).toMatch(/kept in the q4 cache/);
+    const second = await loadAndRun('wasm', {}, 'q4');
+    expect(second.reason).toMatch(/read from the q4 cache/);
+    expect(second.js).toBe(0);
+    expect(first.logits).toEqual(uncached.logits);
+    expect(maxAbsDiff(second.logits, uncached.logits).maxAbs).toBeLessThan(1e-5);
+    const names = entryFiles().map((f) => path.basename(f).replace(/^.*(q[48])-[0-9a-f]{28}/, '$1-KEY'));
+    expect(names).toEqual(['q4-KEY.safetensors', 'q8-KEY.safetensors']);
+    expect((await loadAndRun('node')).reason).toMatch(/read from the q8 cache/);
+    for (const f of entryFiles()) if (/q4-[0-9a-f]{28}/.test(f)) rmSync(f);
   });
 
   it('a truncated entry, a changed byte in a checked window, or a header for other weights is rebuilt, never read', async () => {

@@ -5,6 +5,7 @@
  * so every client that works with SDK servers can read them.
  */
 import { z } from 'zod';
+import { WEIGHTS_HELP, WEIGHTS_MODES, type WeightsMode } from '../engine/precision';
 import type { Operation } from '../ops/types';
 import { toJsonSchema } from '../ops/schemas';
 import { modelBlock } from '../schema/common';
@@ -62,14 +63,9 @@ export const loadModelInput = z.object({
         "headless 'node' (default), 'wasm' or 'webgpu' (onnxruntime-node's WebGPU provider).",
     ),
   weights: z
-    .enum(['auto', 'f32', 'stored', 'q8'])
+    .enum(WEIGHTS_MODES as [WeightsMode, ...WeightsMode[]])
     .optional()
-    .describe(
-      "Weight precision: 'auto' (default: float32 when it fits the backend, else stored), " +
-        "'f32' (widen every weight at load), 'stored' (keep F16/BF16 weights 16-bit, widened at use), " +
-        "'q8' (opt-in: matrices as int8 with a float16 scale per 32 inputs, about half of stored's bytes; " +
-        'the numbers change slightly). The model info and every document name the precision that ran.',
-    ),
+    .describe(`Weight precision: ${WEIGHTS_HELP} The model info and every document name the precision that ran.`),
 });
 export type LoadModelInput = z.infer<typeof loadModelInput>;
 

@@ -31,8 +31,8 @@ export const CLI_FLAGS: Record<string, { boolean: boolean; help: string }> = {
     boolean: false,
     help:
       'weight precision: auto (default: float32 when it fits, else stored), f32, ' +
-      'stored (F16/BF16 kept 16-bit, widened at use), or q8 (8-bit matrices, ' +
-      'opt-in: the numbers change slightly; `loupe doctor` reports by how much)',
+      'stored (F16/BF16 kept 16-bit, widened at use), q8 (8-bit matrices) or q4 (4-bit Linears, other ' +
+      'matrices q8); q8 and q4 are opt-in: the numbers change; `loupe doctor` reports by how much',
   },
   input: { boolean: false, help: 'operation input as JSON, merged over the other flags' },
   'idle-timeout': {

@@ -15,8 +15,8 @@
 import { LoupeError } from './errors';
 import type { SafetensorsDtype, TensorEntry } from './safetensors-types';
 
-/** how the runtime holds weights: widened to float32, kept in the stored 16-bit dtype, or 8-bit blocks */
-export type WeightPrecision = 'f32' | 'stored' | 'q8';
+/** how the runtime holds weights: widened to float32, kept in the stored 16-bit dtype, 8-bit blocks, or 4-bit Linears (q4.ts) */
+export type WeightPrecision = 'f32' | 'stored' | 'q8' | 'q4';
 export type MemoryBackend = 'node' | 'wasm' | 'webgpu';
 
 export const GiB = 1024 ** 3;
@@ -28,34 +28,49 @@ export interface WeightStats {
   byDtype: Partial<Record<SafetensorsDtype, number>>;
   /** tensor data bytes as stored (sum of byteLength) */
   storedBytes: number;
+  /**
+   * parameters --weights q4 stores 4-bit (q8.ts q4Names: the Linears whose input dimension is a
+   * multiple of 32); absent where the model's structure is not known (headers read without its
+   * config), and then q4 is judged at q8's bytes
+   */
+  q4Params?: number;
 }
 
-export function weightStats(tensors: Iterable<Pick<TensorEntry, 'dtype' | 'shape' | 'byteLength'>>): WeightStats {
+export function weightStats(
+  tensors: Iterable<Pick<TensorEntry, 'dtype' | 'shape' | 'byteLength'> & { name?: string }>,
+  q4Names?: ReadonlySet<string>,
+): WeightStats {
   const byDtype: WeightStats['byDtype'] = {};
   let nParams = 0,
-    storedBytes = 0;
+    storedBytes = 0,
+    q4Params = 0;
   for (const t of tensors) {
     const n = t.shape.reduce((a, b) => a * b, 1);
     nParams += n;
     storedBytes += t.byteLength;
     byDtype[t.dtype] = (byDtype[t.dtype] ?? 0) + n;
+    if (t.name !== undefined && q4Names?.has(t.name)) q4Params += n;
   }
-  return { nParams, byDtype, storedBytes };
+  return { nParams, byDtype, storedBytes, ...(q4Names ? { q4Params } : {}) };
 }
 
 /** q8: one int8 per weight plus one f16 scale per block of 32 (MatMulNBits-style blocks). */
 const Q8_BYTES_PER_PARAM = 1 + 2 / 32;
+/** q4's 4-bit Linears: half a byte per weight plus one float32 scale per block of 32 (q4.ts) */
+export const Q4_BYTES_PER_PARAM = 0.5 + 4 / 32;
 
-/** bytes one parameter of `dtype` takes in the runtime at `precision` */
+/** bytes one parameter of `dtype` takes in the runtime at `precision` (q4: those q4 leaves at q8, see weightBytesAt) */
 export function bytesPerParam(dtype: SafetensorsDtype, precision: WeightPrecision): number {
   if (precision === 'f32') return 4;
-  if (precision === 'q8') return Q8_BYTES_PER_PARAM;
+  if (precision === 'q8' || precision === 'q4') return Q8_BYTES_PER_PARAM;
   // stored: 16-bit stays 16-bit; anything else is widened to float32 (F32 is already 4)
   return dtype === 'F16' || dtype === 'BF16' ? 2 : 4;
 }
 
 /** bytes of the weights as the runtime holds them at `precision` */
 export function weightBytesAt(w: WeightStats, precision: WeightPrecision): number {
+  if (precision === 'q4' && w.q4Params)
+    return w.q4Params * Q4_BYTES_PER_PARAM + (w.nParams - w.q4Params) * Q8_BYTES_PER_PARAM;
   let b = 0;
   for (const [dt, n] of Object.entries(w.byDtype) as [SafetensorsDtype, number][])
     b += n * bytesPerParam(dt, precision);
@@ -73,10 +88,11 @@ export const PEAK_FACTOR: Record<MemoryBackend, number> = { node: 2.5, wasm: 3.4
  * WebAssembly heap per byte of weights held, by precision. f32: onnxruntime-web widens (folds)
  * and pre-packs the matmul weights inside the heap, so the heap needs about twice the float32
  * bytes. stored: the 16-bit weights once; the widened copy of the tensor in use counts in
- * RUNTIME_SLACK_BYTES. q8: the int8 + scale bytes once, the same way. `npm run bench:scale` and
+ * RUNTIME_SLACK_BYTES. q8: the int8 + scale bytes once, the same way; q4 likewise (its packed
+ * bytes go straight to MatMulNBits; not yet checked against a measured heap). `npm run bench:scale` and
  * bench/q8-start.ts check the factors against the heap they measure (docs/BENCHMARKS.md, Big models).
  */
-export const WASM_HEAP_FACTOR: Record<WeightPrecision, number> = { f32: 2.2, stored: 1, q8: 1 };
+export const WASM_HEAP_FACTOR: Record<WeightPrecision, number> = { f32: 2.2, stored: 1, q8: 1, q4: 1 };
 
 /** Working memory beyond the weights inside the limiting pool: activations, KV cache, hooks, ORT arenas. */
 export const RUNTIME_SLACK_BYTES = 256 * 1024 ** 2;
@@ -160,7 +176,7 @@ export function fmtGB(bytes: number): string {
     : `${Math.max(1, Math.round(bytes / 1e6))} MB`;
 }
 
-const PRECISIONS: WeightPrecision[] = ['f32', 'stored', 'q8'];
+const PRECISIONS: WeightPrecision[] = ['f32', 'stored', 'q8', 'q4'];
 const BACKENDS: MemoryBackend[] = ['node', 'wasm', 'webgpu'];
 
 /**

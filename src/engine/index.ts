@@ -90,11 +90,12 @@ export async function loadModelBrowser(spec: string | ModelSource, opts: Browser
       judged = j?.choice;
       if (cache) {
         const q8Bytes =
-          judged?.precision === 'q8' && q8Store && plan.tensors
+          (judged?.precision === 'q8' || judged?.precision === 'q4') && q8Store && plan.tensors
             ? await q8EntryBytesToWrite(
                 plan.tensors,
                 describeModel({ config: plan.config, tensors: plan.tensors }),
                 q8Store,
+                judged.precision,
               )
             : 0;
         const refused = checkStorage(

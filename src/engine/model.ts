@@ -48,7 +48,7 @@ import {
   type GraphVariant,
   type LeanPlan,
 } from './graph/variants';
-import { q8WeightSet, q8ForWebGpu, dequantizeQ8, Q8_FILE, type Q8Store } from './q8';
+import { q8WeightSet, q8ForWebGpu, dequantizeQ8, q4Names, quantFile, type Q8Store } from './q8';
 import { checkTranscodersFor, describeTranscoders, type TranscoderHeaders, type TranscoderInfo } from './transcoder';
 import type { TranscoderFiles } from './source/transcoder-loader';
 import { prepareReplacement, type AttachedTranscoders, type ReplacementOptions } from './replacement';
@@ -212,7 +212,7 @@ export async function createModel(parts: ModelParts, factory: SessionFactory): P
   const spec = describeModel({ config: parts.config, tensors: parts.weights.tensors });
   const tokenizer = new ModelTokenizer(parts.tokenizerJson, parts.tokenizerConfig, parts.config);
   const used = [...specTensorNames(spec)].map((name) => parts.weights.tensors.get(name)!);
-  const stats = weightStats(used);
+  const stats = weightStats(used, q4Names(spec, parts.weights.tensors));
   const nParams = stats.nParams;
   const dtypes = new Set<string>(used.map((e) => e.dtype));
   // Loaders decide this before downloading (source/preflight.ts judgeModel); a source that could not
@@ -262,7 +262,10 @@ export async function createModel(parts: ModelParts, factory: SessionFactory): P
     readout: 'stream',
     readout_reason: '',
   };
-  const sessionParts = choice.precision === 'q8' ? await q8Parts(parts, spec, info, !!factory.gpu) : parts;
+  const sessionParts =
+    choice.precision === 'q8' || choice.precision === 'q4'
+      ? await q8Parts(parts, spec, info, !!factory.gpu, choice.precision)
+      : parts;
   Object.assign(
     info,
     readoutFor(spec, {
@@ -281,30 +284,38 @@ export async function createModel(parts: ModelParts, factory: SessionFactory): P
 }
 
 /**
- * At q8 every session is built from the quantised weight set (q8.ts), and parameters read in JS
+ * At q8 (q4) every session is built from the quantised weight set (q8.ts), and parameters read in JS
  * (DLA, weight products) are the dequantised values the sessions use, so nothing mixes precisions.
  */
-async function q8Parts(parts: ModelParts, spec: ModelSpec, info: ModelInfo, webgpu: boolean): Promise<ModelParts> {
-  const q8 = await q8WeightSet(parts.weights as ReadableWeightSet, spec, parts.q8Store);
+async function q8Parts(
+  parts: ModelParts,
+  spec: ModelSpec,
+  info: ModelInfo,
+  webgpu: boolean,
+  scheme: 'q8' | 'q4',
+): Promise<ModelParts> {
+  const q8 = await q8WeightSet(parts.weights as ReadableWeightSet, spec, parts.q8Store, scheme);
   info.weights_reason +=
     q8.q8Source === 'cache'
-      ? '; read from the q8 cache'
+      ? `; read from the ${scheme} cache`
       : q8.q8Source === 'built+cached'
-        ? '; quantised at load, kept in the q8 cache'
+        ? `; quantised at load, kept in the ${scheme} cache`
         : '; quantised at load';
   const weights = webgpu ? q8ForWebGpu(q8) : q8;
   // held in JS only where no entry was written to read back (a cached or written entry is read by range)
-  const q8InJs = !weights.files.has(Q8_FILE)
+  const q8InJs = !weights.files.has(quantFile(scheme))
     ? undefined
     : q8.q8StoreFailure
-      ? `the q8 weights are held in JS: their cache entry could not be written (${q8.q8StoreFailure})`
-      : 'the q8 weights are held in JS: this load has no q8 cache to write them to and read them back from';
+      ? `the ${scheme} weights are held in JS: their cache entry could not be written (${q8.q8StoreFailure})`
+      : `the ${scheme} weights are held in JS: this load has no ${scheme} cache to write them to and read them back from`;
   return {
     ...parts,
     weights,
     ...(q8InJs ? { q8InJs } : {}),
     readTensor: (name, into) =>
-      weights.tensors.get(name)?.q8 ? dequantizeQ8(weights, name) : parts.readTensor(name, into),
+      weights.tensors.get(name)?.q8 || weights.tensors.get(name)?.q4
+        ? dequantizeQ8(weights, name)
+        : parts.readTensor(name, into),
   };
 }
 
@@ -406,7 +417,7 @@ class EngineModel implements LoadedModel {
     let scratch = new Uint8Array(0);
     const read = (name: string) => {
       const e = this.parts.weights.tensors.get(name);
-      if (e && !e.q8 && scratch.byteLength < e.byteLength) scratch = new Uint8Array(e.byteLength);
+      if (e && !e.q8 && !e.q4 && scratch.byteLength < e.byteLength) scratch = new Uint8Array(e.byteLength);
       return this.parts.readTensor(name, scratch);
     };
     return { dims: [L, Hkv * Dh], data: valueProduct(this.spec, read, x.data, init.data) };
@@ -906,8 +917,9 @@ class EngineModel implements LoadedModel {
     const why: string[] = [];
     for (const [f, b] of this.parts.weights.files) {
       js += b.byteLength;
-      if (f === Q8_FILE && this.parts.q8InJs) why.push(this.parts.q8InJs);
-      else if (f !== Q8_FILE && !why.includes(SOURCE_IN_JS)) why.push(SOURCE_IN_JS);
+      const quantised = f === quantFile('q8') || f === quantFile('q4');
+      if (quantised && this.parts.q8InJs) why.push(this.parts.q8InJs);
+      else if (!quantised && !why.includes(SOURCE_IN_JS)) why.push(SOURCE_IN_JS);
     }
     for (const p of this.params.values()) params += p.data.byteLength;
     return {

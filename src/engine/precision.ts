@@ -10,8 +10,11 @@
  *            in blocks of 32 along the input dimension with a float16 scale each (float32 on
  *            WebGPU: q8.ts q8ForWebGpu), widened at use like stored; other weights as stored. About half of stored's bytes; the
  *            numbers change (the doctor and `npm run bench` report by how much).
+ *  - q4      explicit opt-in only: the Linear matrices as 4-bit blocks of 32 with a scale each
+ *            (q4.ts), multiplied by onnxruntime's MatMulNBits without widening; embeddings, the
+ *            unembedding and other matrices as q8. About a third of stored's bytes for a Llama.
  *  - auto    f32 when the checkpoint is already float32, or when float32 weights fit the
- *            backend's memory budget (budget.ts); otherwise stored. Never q8.
+ *            backend's memory budget (budget.ts); otherwise stored. Never q8 or q4.
  *
  * Computation is float32 in every mode. The chosen precision and why are in ModelInfo
  * (`weights`, `weights_reason`) and so in every document.
@@ -33,16 +36,17 @@ import type { WeightPrecision } from './budget';
 
 export type { WeightPrecision } from './budget';
 /** what a caller may ask for */
-export type WeightsMode = 'auto' | 'f32' | 'stored' | 'q8';
+export type WeightsMode = 'auto' | 'f32' | 'stored' | 'q8' | 'q4';
 
-export const WEIGHTS_MODES: readonly WeightsMode[] = ['auto', 'f32', 'stored', 'q8'];
+export const WEIGHTS_MODES: readonly WeightsMode[] = ['auto', 'f32', 'stored', 'q8', 'q4'];
 /** the precisions a model can run at, for TOO_LARGE hints */
-export const OFFERED_PRECISIONS: WeightPrecision[] = ['f32', 'stored', 'q8'];
+export const OFFERED_PRECISIONS: WeightPrecision[] = ['f32', 'stored', 'q8', 'q4'];
 /** what each mode does, in one line each (CLI help, MCP schema, the page's selector) */
 export const WEIGHTS_HELP =
   'auto: float32 when it fits, else the stored 16-bit precision; f32: widen every weight up front; ' +
   'stored: keep F16/BF16 weights 16-bit and widen at use; q8: 8-bit matrices (int8, ' +
-  'a float16 scale per 32), widened at use (changes the numbers slightly; opt-in only).';
+  'a float16 scale per 32), widened at use (changes the numbers slightly; opt-in only); ' +
+  'q4: 4-bit Linear weights (a scale per 32, MatMulNBits), other matrices q8 (changes the numbers more; opt-in only).';
 
 export function parseWeightsMode(v: unknown): WeightsMode {
   if (v === undefined || v === null || v === '') return 'auto';
@@ -80,6 +84,13 @@ export function choosePrecision(
     return {
       precision: 'q8',
       reason: `asked for q8: matrices as int8 with a float16 scale per block (${fmtGB(weightBytesAt(w, 'q8'))}), widened at use`,
+    };
+  if (mode === 'q4')
+    return {
+      precision: 'q4',
+      reason:
+        'asked for q4: Linear matrices as 4-bit with a scale per block, other matrices as q8 ' +
+        `(${fmtGB(weightBytesAt(w, 'q4'))}), multiplied by MatMulNBits`,
     };
   if (mode === 'stored')
     return {
@@ -128,6 +139,16 @@ export function choosePrecisionOnGpu(
         `(${fmtGB(weightBytesAt(w, 'q8') + (2 * w.nParams) / 32)}; float32 scales need no shader-f16), ` +
         'widened at use on the GPU',
     };
+  // q4's scales are float32 already; the matrices it leaves at q8 take q8's WebGPU form
+  if (mode === 'q4') {
+    const q8Part = w.nParams - (w.q4Params ?? 0);
+    return {
+      precision: 'q4',
+      reason:
+        'asked for q4: Linear matrices as 4-bit with a float32 scale per block, other matrices as q8 with float32 scales ' +
+        `(${fmtGB(weightBytesAt(w, 'q4') + (2 * q8Part) / 32)}), multiplied by MatMulNBits on the GPU`,
+    };
+  }
   const c = choosePrecision(mode, w, 'webgpu', limits);
   const f16 = w.byDtype.F16 ?? 0,
     bf16 = w.byDtype.BF16 ?? 0;
@@ -189,8 +210,8 @@ export function chooseVocabSplit(
 ): VocabSplit {
   const [V, D] = [table.shape[0], table.shape.slice(1).reduce((a, b) => a * b, 1)];
   const f32Bytes = V * D * 4;
-  // q8 tables are widened at use whatever their stored dtype
-  const widened = precision === 'q8' || (precision !== 'f32' && table.dtype !== 'F32');
+  // q8 tables (q4 keeps its tables q8) are widened at use whatever their stored dtype
+  const widened = precision === 'q8' || precision === 'q4' || (precision !== 'f32' && table.dtype !== 'F32');
   const caps: { bytes: number; why: string }[] = [];
   if (widened)
     caps.push({

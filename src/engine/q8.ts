@@ -28,7 +28,8 @@ import type { ModelSpec, LinearRef } from './spec';
 import type { Q8Layout, TensorEntry, WeightSet } from './safetensors-types';
 
 export type { Q8Layout } from './safetensors-types';
-import { decodeValues, f16Values, readEntryRange, type ReadableWeightSet } from './safetensors';
+import { decodeValues, f16Values, f32ToF16, readEntryRange, type ReadableWeightSet } from './safetensors';
+import { absMax, dequantizeQ4Rows, Q4_BLOCK, q4Fits, quantizeQ4Rows } from './q4';
 import type { RangedFile } from './safetensors-types';
 import { LoupeError } from './errors';
 
@@ -38,15 +39,24 @@ export function q8BlockSize(inDim: number): number {
   return inDim % Q8_BLOCK === 0 ? Q8_BLOCK : inDim;
 }
 
-/** The tensors q8 stores 8-bit, each with its input axis. */
-export function q8Targets(spec: ModelSpec): Map<string, 0 | 1> {
-  const out = new Map<string, 0 | 1>([
-    [spec.embed.w, 1],
-    [spec.unembed.w, 1],
+/** a quantised load's scheme: q8 for every matrix, or q4 for the Linears (q4.ts) with q8 for the rest */
+export type QuantScheme = 'q8' | 'q4';
+
+/** A matrix a quantised load stores in fewer bits: its input axis, and whether it is a Linear's weight (q4 takes those). */
+interface Target {
+  axis: 0 | 1;
+  linear: boolean;
+}
+
+/** The tensors a quantised load stores in fewer bits. */
+function quantTargets(spec: ModelSpec): Map<string, Target> {
+  const out = new Map<string, Target>([
+    [spec.embed.w, { axis: 1, linear: false }],
+    [spec.unembed.w, { axis: 1, linear: false }],
   ]);
-  if (spec.posEmbed) out.set(spec.posEmbed.w, 1);
+  if (spec.posEmbed) out.set(spec.posEmbed.w, { axis: 1, linear: false });
   const lin = (r: LinearRef | undefined) => {
-    if (r) out.set(r.w, r.layout === 'out_in' ? 1 : 0);
+    if (r && !out.has(r.w)) out.set(r.w, { axis: r.layout === 'out_in' ? 1 : 0, linear: true });
   };
   for (const l of spec.layers) {
     const { qkv, o } = l.attn;
@@ -63,26 +73,19 @@ export function q8Targets(spec: ModelSpec): Map<string, 0 | 1> {
   return out;
 }
 
+/** The matrices --weights q4 stores 4-bit (the rest of its targets are q8): budget.ts weightStats counts them. */
+export function q4Names(spec: ModelSpec, tensors: Map<string, Pick<TensorEntry, 'shape'>>): Set<string> {
+  const out = new Set<string>();
+  for (const [name, { axis, linear }] of quantTargets(spec)) {
+    const shape = tensors.get(name)?.shape;
+    if (linear && shape?.length === 2 && q4Fits(shape[axis === 1 ? 1 : 0])) out.add(name);
+  }
+  return out;
+}
+
 // ---------------------------------------------------------------- number formats
 
-const f32Box = new Float32Array(1);
-const u32Box = new Uint32Array(f32Box.buffer);
-/** float32 value → float16 bits, round half to even (|v| ≥ 65520 → ∞) */
-export function f32ToF16(v: number): number {
-  f32Box[0] = v;
-  const x = u32Box[0];
-  const sign = (x >>> 16) & 0x8000,
-    abs = x & 0x7fffffff;
-  if (abs > 0x7f800000) return sign | 0x7e00; // NaN
-  if (abs >= 0x477ff000) return sign | 0x7c00; // 65520 and up round to ∞
-  // normal halves (|v| ≥ 2^-14): move the exponent bias from 127 to 15, then round the 13 dropped bits half to even
-  if (abs >= 0x38800000) return sign | ((abs - 0x38000000 + 0xfff + ((abs >>> 13) & 1)) >>> 13);
-  // subnormal halves are the multiples of 2^-24
-  const y = Math.abs(f32Box[0]) * 2 ** 24;
-  let r = Math.round(y);
-  if (r - y === 0.5 && r & 1) r--;
-  return sign | r;
-}
+export { f32ToF16 } from './safetensors';
 
 // ---------------------------------------------------------------- quantise
 
@@ -93,6 +96,8 @@ const SLAB_ELEMS = 1 << 22;
 class Scratch {
   w = new Float32Array(SLAB_ELEMS);
   q = new Int8Array(SLAB_ELEMS);
+  /** q4: a Conv1D matrix transposed to output-channel rows */
+  t = new Float32Array(0);
   colMax = new Float32Array(0);
   colScale = new Float64Array(0);
   cols(C: number) {
@@ -131,12 +136,7 @@ function quantizeRows(
   const t = f16Values();
   for (let base = 0, n = rows * C; base < n; base += block) {
     const end = base + block;
-    let m = 0;
-    for (let j = base; j < end; j++) {
-      const v = Math.abs(w[j]);
-      if (v > m) m = v;
-    }
-    const h = scaleBits(m);
+    const h = scaleBits(absMax(w, base, end));
     sc[k++] = h;
     const sv = divisorOf(h, t);
     for (let j = base; j < end; j++) q[j] = q8Of(w[j] / sv);
@@ -177,38 +177,44 @@ function quantizeCols(
   return k;
 }
 
-/** One matrix to be quantised and where its bytes go in the q8 file (offsets from the data start). */
+/** One matrix to be quantised and where its bytes go in the file (offsets from the data start). */
 interface Q8Item {
   src: TensorEntry;
   axis: 0 | 1;
+  /** 8: q8 (int8 values, float16 scales); 4: q4.ts (packed nibbles, float32 scales) */
+  bits: 8 | 4;
   block: number;
   begin: number;
   scaleBegin: number;
   scaleShape: number[];
   nScales: number;
+  /** bytes of the values and of the scales */
+  valueBytes: number;
+  scaleBytes: number;
 }
 
 /**
- * Quantise one matrix slab by slab (whole rows at axis 1, whole blocks of rows at axis 0), each
- * slab's int8 bytes handed to `put` as soon as they exist (the buffer is reused: `put` copies);
- * returns the float16 scale bits.
+ * Quantise one matrix slab by slab (whole rows at axis 1, whole blocks of rows at axis 0; a q4
+ * matrix at axis 0 whole, as its bytes are in output-channel order), each slab's value bytes
+ * handed to `put` as soon as they exist (the buffer is reused: `put` copies); returns the scales'
+ * bytes (float16 bits at q8, float32 at q4).
  */
 async function quantizeItem(
   weights: ReadableWeightSet,
   it: Q8Item,
   s: Scratch,
   put: (bytes: Uint8Array) => void | Promise<void>,
-): Promise<Uint16Array> {
-  const { src, axis, block } = it;
+): Promise<Uint8Array> {
+  const { src, axis, block, bits } = it;
   const [R, C] = src.shape;
   const esize = src.dtype === 'F32' ? 4 : 2;
   const unit = axis === 1 ? 1 : block; // rows a slab is a multiple of
-  const rowsPer = Math.max(unit, Math.floor(SLAB_ELEMS / C / unit) * unit);
+  const rowsPer = bits === 4 && axis === 0 ? R : Math.max(unit, Math.floor(SLAB_ELEMS / C / unit) * unit);
   if (rowsPer * C > s.w.length) {
     s.w = new Float32Array(rowsPer * C);
     s.q = new Int8Array(rowsPer * C);
   }
-  const sc = new Uint16Array(it.nScales);
+  const sc = bits === 4 ? new Float32Array(it.nScales) : new Uint16Array(it.nScales);
   let k = 0;
   for (let r0 = 0; r0 < R; r0 += rowsPer) {
     const rows = Math.min(rowsPer, R - r0),
@@ -222,22 +228,41 @@ async function quantizeItem(
         { file: src.file, tensor: src.name },
       );
     decodeValues(src.dtype, raw, 0, n, s.w);
-    k =
-      axis === 1
-        ? quantizeRows(s.w, rows, C, block, s.q, sc, k)
-        : quantizeCols(s.w, rows / block, C, block, s.q, sc, k, s);
-    await put(new Uint8Array(s.q.buffer, 0, n));
+    if (bits === 4) {
+      const packed = new Uint8Array(s.q.buffer, 0, n / 2);
+      const to = { packed, scales: sc as Float32Array };
+      k = quantizeQ4Rows(axis === 1 ? s.w : transposed(s.w, R, C, s), n, to, k);
+      await put(packed);
+    } else {
+      k =
+        axis === 1
+          ? quantizeRows(s.w, rows, C, block, s.q, sc as Uint16Array, k)
+          : quantizeCols(s.w, rows / block, C, block, s.q, sc as Uint16Array, k, s);
+      await put(new Uint8Array(s.q.buffer, 0, n));
+    }
   }
-  return sc;
+  return new Uint8Array(sc.buffer);
 }
 
-/** Quantise one stored [r, c] matrix along `axis` in memory: int8 values (same layout) then float16 scales, in one buffer. */
+/** [R, C] row-major → [C, R], into the scratch's buffer */
+function transposed(w: Float32Array, R: number, C: number, s: Scratch): Float32Array {
+  if (s.t.length < R * C) s.t = new Float32Array(R * C);
+  for (let r = 0; r < R; r++) for (let c = 0; c < C; c++) s.t[c * R + r] = w[r * C + c];
+  return s.t;
+}
+
+/**
+ * Quantise one stored [r, c] Linear matrix along `axis` in memory: its values (q8: int8, same
+ * layout; q4: packed nibbles, output-channel major) then its scales (float16 at q8, float32 at
+ * q4), in one buffer.
+ */
 export async function quantizeMatrix(
   dtype: string,
   raw: Uint8Array,
   shape: number[],
   axis: 0 | 1,
-): Promise<{ bytes: Uint8Array; block: number; scaleShape: number[]; nScales: number }> {
+  scheme: QuantScheme = 'q8',
+): Promise<{ bytes: Uint8Array; block: number; scaleShape: number[]; nScales: number; bits: 8 | 4 }> {
   const [it] = q8Items(
     new Map([
       [
@@ -252,10 +277,11 @@ export async function quantizeMatrix(
         },
       ],
     ]),
-    new Map([['m', axis]]),
+    new Map([['m', { axis, linear: true }]]),
+    scheme,
   );
-  const n = shape[0] * shape[1];
-  const bytes = new Uint8Array(n + 2 * it.nScales);
+  const n = it.valueBytes;
+  const bytes = new Uint8Array(n + it.scaleBytes);
   let at = 0;
   const sc = await quantizeItem(
     { files: new Map([['m', raw]]), paths: new Map(), tensors: new Map(), metadata: {} },
@@ -266,17 +292,30 @@ export async function quantizeMatrix(
       at += b.byteLength;
     },
   );
-  bytes.set(new Uint8Array(sc.buffer), n);
-  return { bytes, block: it.block, scaleShape: it.scaleShape, nScales: it.nScales };
+  bytes.set(sc, n);
+  return { bytes, block: it.block, scaleShape: it.scaleShape, nScales: it.nScales, bits: it.bits };
 }
 
-// ---------------------------------------------------------------- the q8 file
+// ---------------------------------------------------------------- the file
 
 /** the WeightSet's name for the quantised weights (in memory or a cache entry's file) */
 export const Q8_FILE = 'loupe-q8.safetensors';
-/** the scheme and layout's version: an entry of another one is not read (its key differs too) */
-export const Q8_FORMAT = 'loupe-q8/1';
-const CHECK_TENSOR = 'loupe.q8.check';
+export const Q4_FILE = 'loupe-q4.safetensors';
+/**
+ * Per scheme: its file's name, the format (the scheme and layout's version: an entry of another
+ * one is not read, its key differs too), the check tensor, the check value's tag and the prefix
+ * of its store entries. The q8 file holds q8 matrices only; the q4 file q4 Linears and q8 others.
+ */
+const FILES: Record<QuantScheme, { file: string; format: string; check: string; tag: number; entry: string }> = {
+  q8: { file: Q8_FILE, format: 'loupe-q8/1', check: 'loupe.q8.check', tag: 0x38, entry: '.loupe/q8-' },
+  q4: { file: Q4_FILE, format: 'loupe-q4/1', check: 'loupe.q4.check', tag: 0x34, entry: '.loupe/q4-' },
+};
+export const Q8_FORMAT = FILES.q8.format;
+/** whether a store entry's name is a quantised file of some scheme, and which */
+export const quantEntryScheme = (file: string): QuantScheme | undefined =>
+  (Object.keys(FILES) as QuantScheme[]).find((k) => file.startsWith(FILES[k].entry));
+/** the name a WeightSet gives the quantised file of a load at this scheme */
+export const quantFile = (scheme: QuantScheme): string => FILES[scheme].file;
 /**
  * The check value hashes SAMPLE_BYTES at every `stride` of the file before it: about MAX_SAMPLES
  * windows whatever the size (a whole read back would cost a cached load as much as the session's
@@ -289,17 +328,17 @@ const strideFor = (end: number) => MIN_STRIDE * Math.max(1, Math.ceil(end / MAX_
 
 const align8 = (x: number) => Math.ceil(x / 8) * 8;
 
-/** The target tensors in order, validated, with their places in the q8 file's data. */
-function q8Items(tensors: Map<string, TensorEntry>, targets: Map<string, 0 | 1>): Q8Item[] {
+/** The target tensors in order, validated, with their scheme (q4 for fitting Linears at q4, else q8) and places in the file's data. */
+function q8Items(tensors: Map<string, TensorEntry>, targets: Map<string, Target>, scheme: QuantScheme): Q8Item[] {
   const out: Q8Item[] = [];
   let off = 0;
-  for (const [name, axis] of targets) {
+  for (const [name, { axis, linear }] of targets) {
     const e = tensors.get(name);
     if (!e) continue;
     if (e.shape.length !== 2 || !['F16', 'BF16', 'F32'].includes(e.dtype)) {
       throw new LoupeError(
         'UNSUPPORTED_CONFIG',
-        `--weights q8 quantises float matrices; ${name} is ${e.dtype} [${e.shape}].`,
+        `--weights ${scheme} quantises float matrices; ${name} is ${e.dtype} [${e.shape}].`,
         'Load this model with --weights stored or f32.',
         { tensor: name, dtype: e.dtype },
       );
@@ -307,20 +346,26 @@ function q8Items(tensors: Map<string, TensorEntry>, targets: Map<string, 0 | 1>)
     const [R, C] = e.shape;
     const inDim = axis === 1 ? C : R,
       outDim = axis === 1 ? R : C;
-    const block = q8BlockSize(inDim),
+    const bits = scheme === 'q4' && linear && q4Fits(inDim) ? 4 : 8;
+    const block = bits === 4 ? Q4_BLOCK : q8BlockSize(inDim),
       nb = inDim / block,
       nScales = outDim * nb;
+    const valueBytes = bits === 4 ? (R * C) / 2 : R * C,
+      scaleBytes = (bits === 4 ? 4 : 2) * nScales;
     const begin = off;
-    const scaleBegin = align8(begin + R * C);
-    off = align8(scaleBegin + 2 * nScales);
+    const scaleBegin = align8(begin + valueBytes);
+    off = align8(scaleBegin + scaleBytes);
     out.push({
       src: e,
       axis,
+      bits,
       block,
       begin,
       scaleBegin,
       nScales,
-      scaleShape: axis === 1 ? [outDim, nb, 1] : [nb, 1, outDim],
+      valueBytes,
+      scaleBytes,
+      scaleShape: bits === 4 ? [nScales] : axis === 1 ? [outDim, nb, 1] : [nb, 1, outDim],
     });
   }
   return out;
@@ -342,6 +387,7 @@ function hash53(str: string, seed = 0): string {
 
 /** The q8 file's header and size, for these items under this key. */
 interface Q8Plan {
+  scheme: QuantScheme;
   key: string;
   header: Uint8Array;
   dataStart: number;
@@ -350,20 +396,25 @@ interface Q8Plan {
   items: Q8Item[];
 }
 
-function planFile(items: Q8Item[], key: string): Q8Plan {
-  const json: Record<string, unknown> = { __metadata__: { format: Q8_FORMAT, key } };
+function planFile(items: Q8Item[], key: string, scheme: QuantScheme): Q8Plan {
+  const json: Record<string, unknown> = { __metadata__: { format: FILES[scheme].format, key } };
   let end = 0;
   for (const it of items) {
-    const n = it.src.shape[0] * it.src.shape[1];
-    json[it.src.name] = { dtype: 'I8', shape: it.src.shape, data_offsets: [it.begin, it.begin + n] };
-    json[`${it.src.name}#q8_scale`] = {
-      dtype: 'F16',
-      shape: it.scaleShape,
-      data_offsets: [it.scaleBegin, it.scaleBegin + 2 * it.nScales],
+    const [R, C] = it.src.shape;
+    const q4 = it.bits === 4;
+    json[it.src.name] = {
+      dtype: q4 ? 'U8' : 'I8',
+      shape: q4 ? [it.axis === 1 ? R : C, it.nScales / (it.axis === 1 ? R : C), Q4_BLOCK / 2] : it.src.shape,
+      data_offsets: [it.begin, it.begin + it.valueBytes],
     };
-    end = align8(it.scaleBegin + 2 * it.nScales);
+    json[`${it.src.name}#${q4 ? 'q4' : 'q8'}_scale`] = {
+      dtype: q4 ? 'F32' : 'F16',
+      shape: it.scaleShape,
+      data_offsets: [it.scaleBegin, it.scaleBegin + it.scaleBytes],
+    };
+    end = align8(it.scaleBegin + it.scaleBytes);
   }
-  json[CHECK_TENSOR] = { dtype: 'U8', shape: [8], data_offsets: [end, end + 8] };
+  json[FILES[scheme].check] = { dtype: 'U8', shape: [8], data_offsets: [end, end + 8] };
   let text = JSON.stringify(json);
   text += ' '.repeat((8 - ((8 + text.length) % 8)) % 8); // the data starts 8-byte aligned
   const body = new TextEncoder().encode(text);
@@ -371,14 +422,17 @@ function planFile(items: Q8Item[], key: string): Q8Plan {
   new DataView(header.buffer).setBigUint64(0, BigInt(body.byteLength), true);
   header.set(body, 8);
   const dataStart = header.byteLength;
-  return { key, header, dataStart, checkAt: dataStart + end, size: dataStart + end + 8, items };
+  return { scheme, key, header, dataStart, checkAt: dataStart + end, size: dataStart + end + 8, items };
 }
 
 /** FNV-1a over the sampled windows of a file's bytes [0, end), fed in order as they are written or read. */
 class SampledHash {
   h = 0x811c9dc5;
   readonly stride: number;
-  constructor(private readonly end: number) {
+  constructor(
+    private readonly end: number,
+    private readonly tag: number,
+  ) {
     this.stride = strideFor(end);
   }
   /** `bytes` are the file's bytes from `pos` */
@@ -396,11 +450,11 @@ class SampledHash {
       this.h = h;
     }
   }
-  /** the check tensor's 8 bytes: the hash, then 'LQ8' and the format's version */
+  /** the check tensor's 8 bytes: the hash, then 'LQ8' ('LQ4') and the format's version */
   value(): Uint8Array {
     const out = new Uint8Array(8);
     new DataView(out.buffer).setUint32(0, this.h >>> 0, true);
-    out.set([0x4c, 0x51, 0x38, 1], 4);
+    out.set([0x4c, 0x51, this.tag, 1], 4);
     return out;
   }
 }
@@ -410,7 +464,7 @@ function entryIsWhole(file: RangedFile, plan: Q8Plan): boolean {
   if (file.size !== plan.size) return false;
   const head = file.read(0, plan.dataStart);
   if (head.byteLength !== plan.dataStart || head.some((b, i) => b !== plan.header[i])) return false;
-  const hash = new SampledHash(plan.checkAt);
+  const hash = new SampledHash(plan.checkAt, FILES[plan.scheme].tag);
   hash.update(head, 0);
   for (let w = Math.floor(plan.dataStart / hash.stride) * hash.stride; w < plan.checkAt; w += hash.stride) {
     if (w + SAMPLE_BYTES <= plan.dataStart) continue; // inside the header, already hashed
@@ -431,7 +485,7 @@ export interface Q8Sink {
 
 /** Write the q8 file of `plan` into `sink`, tensor by tensor. */
 async function writeFile(weights: ReadableWeightSet, plan: Q8Plan, sink: Q8Sink): Promise<void> {
-  const hash = new SampledHash(plan.checkAt);
+  const hash = new SampledHash(plan.checkAt, FILES[plan.scheme].tag);
   let pos = 0;
   const put = async (bytes: Uint8Array) => {
     hash.update(bytes, pos);
@@ -447,7 +501,7 @@ async function writeFile(weights: ReadableWeightSet, plan: Q8Plan, sink: Q8Sink)
     const sc = await quantizeItem(weights, it, s, put);
     await padTo(plan.dataStart + it.scaleBegin);
     // the file is little-endian, as are the typed arrays of every platform onnxruntime-web runs on
-    await put(new Uint8Array(sc.buffer));
+    await put(sc);
   }
   await padTo(plan.checkAt);
   await put(hash.value());
@@ -476,16 +530,20 @@ export type Q8Source = 'cache' | 'built+cached' | 'built';
  * The q8 file's plan for these items and its entry's name in `store`: a key over the format, the
  * scheme's block, the target tensors and the store's identity of the source files (q8WeightSet).
  */
-async function entryPlan(items: Q8Item[], store: Q8Store): Promise<{ plan: Q8Plan; name: string }> {
+async function entryPlan(
+  items: Q8Item[],
+  store: Q8Store,
+  scheme: QuantScheme,
+): Promise<{ plan: Q8Plan; name: string }> {
   const identity = await store.identity([...new Set(items.map((i) => i.src.file))]);
   const material = JSON.stringify([
-    Q8_FORMAT,
-    Q8_BLOCK,
+    FILES[scheme].format,
+    scheme === 'q8' ? Q8_BLOCK : [Q8_BLOCK, Q4_BLOCK],
     identity,
     items.map((i) => [i.src.name, i.axis, i.src.file, i.src.dtype, i.src.shape, i.src.fileOffset]),
   ]);
-  const plan = planFile(items, hash53(material) + hash53(material, 1));
-  return { plan, name: `.loupe/q8-${plan.key}.safetensors` };
+  const plan = planFile(items, hash53(material) + hash53(material, 1), scheme);
+  return { plan, name: `${FILES[scheme].entry}${plan.key}.safetensors` };
 }
 
 /**
@@ -498,8 +556,9 @@ export async function q8EntryBytesToWrite(
   tensors: Map<string, TensorEntry>,
   spec: ModelSpec,
   store: Q8Store,
+  scheme: QuantScheme = 'q8',
 ): Promise<number> {
-  const { plan, name } = await entryPlan(q8Items(tensors, q8Targets(spec)), store);
+  const { plan, name } = await entryPlan(q8Items(tensors, quantTargets(spec), scheme), store, scheme);
   const found = await store.open(name).catch(() => undefined);
   return found?.file.size === plan.size ? 0 : plan.size;
 }
@@ -527,8 +586,10 @@ export async function q8WeightSet(
   weights: ReadableWeightSet,
   spec: ModelSpec,
   store?: Q8Store,
+  scheme: QuantScheme = 'q8',
 ): Promise<ReadableWeightSet & { q8Source: Q8Source; q8StoreFailure?: string }> {
-  const items = q8Items(weights.tensors, q8Targets(spec));
+  const items = q8Items(weights.tensors, quantTargets(spec), scheme);
+  const FILE = FILES[scheme].file;
   let plan: Q8Plan | undefined;
   let found: { file: RangedFile; path?: string } | undefined;
   let q8Source: Q8Source = 'built';
@@ -536,7 +597,7 @@ export async function q8WeightSet(
   if (store) {
     try {
       let name: string;
-      ({ plan, name } = await entryPlan(items, store));
+      ({ plan, name } = await entryPlan(items, store, scheme));
       found = await store.open(name);
       if (found && !entryIsWhole(found.file, plan)) {
         await store.drop(name);
@@ -581,13 +642,13 @@ export async function q8WeightSet(
       q8StoreFailure = e instanceof Error ? e.message : String(e);
     }
   }
-  plan ??= planFile(items, '');
+  plan ??= planFile(items, '', scheme);
   const files = new Map(weights.files);
   const paths = new Map(weights.paths);
   const ranged = new Map(weights.ranged ?? []);
   if (found) {
-    ranged.set(Q8_FILE, found.file);
-    if (found.path) paths.set(Q8_FILE, found.path);
+    ranged.set(FILE, found.file);
+    if (found.path) paths.set(FILE, found.path);
   } else {
     const bytes = new Uint8Array(plan.size);
     let at = 0;
@@ -597,37 +658,41 @@ export async function q8WeightSet(
         at += b.byteLength;
       },
     });
-    files.set(Q8_FILE, bytes);
+    files.set(FILE, bytes);
   }
   const tensors = new Map(weights.tensors);
   for (const it of plan.items) {
     const { name, shape } = it.src;
-    const n = shape[0] * shape[1];
+    const q4 = it.bits === 4;
     const scale: TensorEntry = {
-      name: `${name}#q8_scale`,
-      dtype: 'F16',
+      name: `${name}#${q4 ? 'q4' : 'q8'}_scale`,
+      dtype: q4 ? 'F32' : 'F16',
       shape: it.scaleShape,
       fileOffset: plan.dataStart + it.scaleBegin,
-      byteLength: 2 * it.nScales,
-      file: Q8_FILE,
+      byteLength: it.scaleBytes,
+      file: FILE,
     };
+    const [n, k] = it.axis === 1 ? shape : [shape[1], shape[0]];
     tensors.set(name, {
       name,
-      dtype: 'I8',
+      dtype: q4 ? 'U8' : 'I8',
       shape: [...shape],
       fileOffset: plan.dataStart + it.begin,
-      byteLength: n,
-      file: Q8_FILE,
-      q8: { axis: it.axis, block: it.block, scale },
+      byteLength: it.valueBytes,
+      file: FILE,
+      ...(q4
+        ? { q4: { axis: it.axis, block: it.block, n, k, scale } }
+        : { q8: { axis: it.axis, block: it.block, scale } }),
     });
   }
   return { ...weights, files, paths, ranged, tensors, q8Source, ...(q8StoreFailure ? { q8StoreFailure } : {}) };
 }
 
-/** A q8 tensor's values as the session uses them (q · s), as float32. */
+/** A q8 or q4 tensor's values as the session uses them (q · s; (u − 8) · s), as float32, in its stored layout. */
 export function dequantizeQ8(weights: ReadableWeightSet, name: string): Float32Array {
   const e = weights.tensors.get(name);
-  if (!e?.q8) throw new Error(`dequantizeQ8: ${name} is not a q8 tensor`);
+  if (e?.q4) return dequantizeQ4Rows(weights, e, 0, e.shape[0]);
+  if (!e?.q8) throw new Error(`dequantizeQ8: ${name} is not a quantised tensor`);
   return dequantizeQ8Rows(weights, e, 0, e.shape[0]);
 }
 

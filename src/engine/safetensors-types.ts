@@ -12,6 +12,8 @@ export interface TensorEntry {
   file: string;
   /** set on the 8-bit tensors the runtime builds for --weights q8 (q8.ts), never on a file's own entries */
   q8?: Q8Layout;
+  /** set on the 4-bit tensors the runtime builds for --weights q4 (q4.ts), never on a file's own entries */
+  q4?: Q4Layout;
 }
 
 /** how a q8 tensor (dtype I8, the stored tensor's shape) is laid out (q8.ts has the scheme) */
@@ -23,6 +25,21 @@ export interface Q8Layout {
   scale: TensorEntry;
   /** the WebGPU form (q8.ts q8ForWebGpu): int8 widened by DequantizeLinear, not Cast */
   dequantize?: true;
+}
+
+/**
+ * how a q4 tensor (dtype U8, the stored tensor's shape; its bytes MatMulNBits' B [n, k/block, block/2])
+ * is laid out (q4.ts has the scheme)
+ */
+export interface Q4Layout {
+  /** the input axis of the stored matrix, as Q8Layout's */
+  axis: 0 | 1;
+  block: number;
+  /** output channels (MatMulNBits' N) and inputs (its K) */
+  n: number;
+  k: number;
+  /** float32 scales [n · k/block], output channel major */
+  scale: TensorEntry;
 }
 
 /**

@@ -325,6 +325,25 @@ export function f16ToF32(h: number): number {
   return s * (1 + m / 1024) * 2 ** (e - 15);
 }
 
+const f32Box = new Float32Array(1);
+const u32Box = new Uint32Array(f32Box.buffer);
+/** float32 value → float16 bits, round half to even (|v| ≥ 65520 → ∞) */
+export function f32ToF16(v: number): number {
+  f32Box[0] = v;
+  const x = u32Box[0];
+  const sign = (x >>> 16) & 0x8000,
+    abs = x & 0x7fffffff;
+  if (abs > 0x7f800000) return sign | 0x7e00; // NaN
+  if (abs >= 0x477ff000) return sign | 0x7c00; // 65520 and up round to ∞
+  // normal halves (|v| ≥ 2^-14): move the exponent bias from 127 to 15, then round the 13 dropped bits half to even
+  if (abs >= 0x38800000) return sign | ((abs - 0x38000000 + 0xfff + ((abs >>> 13) & 1)) >>> 13);
+  // subnormal halves are the multiples of 2^-24
+  const y = Math.abs(f32Box[0]) * 2 ** 24;
+  let r = Math.round(y);
+  if (r - y === 0.5 && r & 1) r--;
+  return sign | r;
+}
+
 let f16Table: Float32Array | null = null;
 /** float16 bits → value, all 65536 of them (decoding a 2B-parameter model value by value is ~10× slower) */
 export function f16Values(): Float32Array {

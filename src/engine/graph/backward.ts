@@ -63,6 +63,7 @@ const NON_DIFF = new Set([
 
 /** Ops with a VJP rule below. */
 const VJP_OPS = new Set([
+  'MatMulNBits',
   'Identity',
   'Cast',
   'Neg',
@@ -203,6 +204,9 @@ function inferShapes(
           outs = [{ shape: [attr(n, 'transA') ? a[1] : a[0], attr(n, 'transB') ? b[0] : b[1]] }];
           break;
         }
+        case 'MatMulNBits': // x [.., K] · (q4 matrix [N, K])ᵀ
+          outs = [{ shape: [...s0!.slice(0, -1), attr(n, 'N')] }];
+          break;
         case 'Shape': {
           const r = s0!.length;
           const st = norm(attr(n, 'start') ?? 0, r),
@@ -491,6 +495,13 @@ export function addBackward(g: OnnxGraph, spec: BackwardSpec): string[] {
         send(0, () => g.o('Gemm', [gy, b], tb ? {} : { transB: 1 })); // g · op(B)ᵀ
         send(1, () => (tb ? g.o('Gemm', [gy, a], { transA: 1 }) : g.o('Gemm', [a, gy], { transA: 1 })));
         if (n.input.length > 2) send(2, () => unbroadcast(gy, y, n.input[2]));
+        break;
+      }
+      case 'MatMulNBits': {
+        // y = x · Wᵀ with W [N, K] the q4 matrix (onnx-builder.ts linear): ∂x = g · W, W widened as weight() widens it
+        const [N, K, block] = ['N', 'K', 'block_size'].map((k) => attr(n, k) as number);
+        if (rank(a) !== 2) throw unsupported(n, 'MatMulNBits of a non-matrix input');
+        send(0, () => g.o('MatMul', [gy, g.widenQ4(b, n.input[2], N, K, block)]));
         break;
       }
       case 'Reshape':

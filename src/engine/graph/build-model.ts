@@ -150,7 +150,7 @@ function normalize(
 /** `b t i → b t o` through a stored weight: torch Linear [o, i] (`b t i, o i -> b t o`) or GPT-2 Conv1D [i, o] (`b t i, i o -> b t o`). */
 function linearOf(
   g: OnnxGraph,
-  W: (name: string, after?: string) => string,
+  entry: (name: string) => TensorEntry,
   btN: (n: number) => string,
   x: string,
   ref: LinearRef,
@@ -158,9 +158,7 @@ function linearOf(
   outDim: number,
 ): string {
   const x2 = g.o('Reshape', [x, g.constI([-1, inDim])]);
-  const args = [x2, W(ref.w, x2)];
-  if (ref.b) args.push(W(ref.b));
-  const y2 = g.o('Gemm', args, ref.layout === 'out_in' ? { transB: 1 } : {});
+  const y2 = g.linear(x2, entry(ref.w), ref.layout, ref.b ? entry(ref.b) : undefined);
   return g.o('Reshape', [y2, btN(outDim)]);
 }
 
@@ -212,6 +210,8 @@ export class ModelGraph {
   /** a weight as float32; `after`: the activation it multiplies (orders the widening of stored weights, see OnnxGraph.weight) */
   protected W = (name: string, after?: string): string => this.g.weight(this.entry(name), after);
 
+  private readonly entryOf = (name: string): TensorEntry => this.entry(name);
+
   protected entry(name: string): TensorEntry {
     const e = this.tensors.get(name);
     if (!e) throw new Error(`graph: tensor ${name} not in weight index`);
@@ -229,14 +229,14 @@ export class ModelGraph {
   };
 
   protected linear(x: string, ref: LinearRef, inDim: number, outDim: number): string {
-    if (!ref.rows) return linearOf(this.g, this.W, this.btN, x, ref, inDim, outDim);
+    if (!ref.rows) return linearOf(this.g, this.entryOf, this.btN, x, ref, inDim, outDim);
     // rows of a fused [out, in] matrix: the whole product once, then its slice `b t (rows) -> b t count`
     const key = `${x}|${ref.w}`;
     let full = this.fusedOut.get(key);
     if (!full) {
       full = linearOf(
         this.g,
-        this.W,
+        this.entryOf,
         this.btN,
         x,
         { w: ref.w, b: ref.b, layout: ref.layout },

@@ -5,13 +5,14 @@
  */
 import onnxProto from 'onnx-proto';
 import type { Q8Layout, TensorEntry } from '../safetensors-types';
+import { Q4_BLOB } from '../q4';
 import type { WeightPrecision } from '../precision';
 
 const { onnx } = onnxProto as any;
 
 /** inputs of one Concat node (OnnxGraph.concat): 7 storage buffers + the output = WebGPU's default per-stage limit */
 export const CONCAT_MAX_INPUTS = 7;
-const DT = { FLOAT: 1, INT8: 3, INT64: 7, FLOAT16: 10, BFLOAT16: 16 } as const;
+const DT = { FLOAT: 1, UINT8: 2, INT8: 3, INT64: 7, FLOAT16: 10, BFLOAT16: 16 } as const;
 
 type Attr =
   number | number[] | string | { float: number } | { tensor: { dims: number[]; floats?: number[]; ints?: number[] } };
@@ -157,6 +158,8 @@ export class OnnxGraph {
    * 'stored': the weight is a graph input too, so the Cast runs at each use (see rawWeight).
    * 'q8': tensors with a Q8Layout (q8.ts) are int8 + float16 scales, widened at each use as
    * q · s over the blocked view; any other weight is held as in 'stored'.
+   * 'q4': tensors with a Q4Layout (q4.ts) are widened at use too (widenQ4), where a weight is used
+   * other than as a Linear's matrix (`linear` multiplies by them without widening).
    * `after` (the activation the weight multiplies) orders the widening in 'stored'/'q8': without a
    * data dependency every Cast is ready when the run starts and onnxruntime widened all weights
    * at once (a peak RSS above that of f32 weights); with it only the weights of the op
@@ -168,7 +171,15 @@ export class OnnxGraph {
     const hit = this.weights.get(key);
     if (hit) return hit;
     let out: string;
-    if (e.q8) {
+    if (e.q4) {
+      const { n, k, block, axis, scale } = e.q4;
+      const dims = [n, k / block, Q4_BLOB];
+      let raw = this.rawWeight(e);
+      if (ordered)
+        raw = this.o('Reshape', [raw, this.o('Add', [this.constI(dims), this.zeroAfter(after!)])], {}, 'wdep');
+      const w = this.widenQ4(raw, this.rawWeight(scale), n, k, block);
+      out = axis === 1 ? w : this.o('Transpose', [w], { perm: [1, 0] });
+    } else if (e.q8) {
       const { axis, block, scale } = e.q8;
       const [R, C] = e.shape;
       // the blocked view: [out, in/block, block] (axis 1) or [in/block, block, out] (axis 0), broadcast against the scales
@@ -191,6 +202,51 @@ export class OnnxGraph {
     }
     this.weights.set(key, out);
     return out;
+  }
+
+  /**
+   * x [M, in] → x · W (+ b) [M, out] through a stored matrix `e` of either layout (`b m i, o i -> b m o` for
+   * [out, in], `i o` for GPT-2's Conv1D [in, out]). A q4 matrix is multiplied as it is held, by
+   * com.microsoft MatMulNBits (bits 4, its block; no zero points: q4.ts); others through weight() and Gemm.
+   */
+  linear(x: string, e: TensorEntry, layout: 'out_in' | 'in_out', bias?: TensorEntry): string {
+    if (!e.q4) {
+      const args = [x, this.weight(e, x)];
+      if (bias) args.push(this.weight(bias));
+      return this.o('Gemm', args, layout === 'out_in' ? { transB: 1 } : {});
+    }
+    const { n, k, block, scale } = e.q4;
+    const [y] = this.msOp('MatMulNBits', [x, this.rawWeight(e), this.rawWeight(scale)], {
+      K: k,
+      N: n,
+      bits: 4,
+      block_size: block,
+    });
+    return bias ? this.o('Add', [y, this.weight(bias)]) : y;
+  }
+
+  /**
+   * A q4 matrix as float32 [n, k] from its packed bytes [n, k/block, block/2] (uint8) and scales
+   * [n · k/block]: (u − 8) · s, every step exact in float32. The bytes become floats through
+   * DequantizeLinear with scales of 1 per axis, not a Cast (WebGPU has no uint8 Cast; see widenInt8
+   * for why per axis); a byte b gives its low nibble b − 16·⌊b/16⌋ and its high nibble ⌊b/16⌋.
+   * Public for the backward pass (backward.ts: the VJP of MatMulNBits).
+   */
+  widenQ4(packed: string, scales: string, n: number, k: number, block: number): string {
+    const nb = k / block;
+    const bytes = this.o('DequantizeLinear', [packed, this.constF(new Array(Q4_BLOB).fill(1))], { axis: -1 }, 'dq');
+    const hi = this.o('Floor', [this.o('Mul', [bytes, this.constF([1 / 16], [])])]);
+    const lo = this.o('Sub', [bytes, this.o('Mul', [hi, this.constF([16], [])])]);
+    const last = this.constI([-1]);
+    const pairs = this.o('Concat', [this.o('Unsqueeze', [lo, last]), this.o('Unsqueeze', [hi, last])], { axis: -1 });
+    const u = this.o('Reshape', [pairs, this.constI([n, nb, block])]);
+    const s = this.o('Reshape', [scales, this.constI([n, nb, 1])]);
+    return this.o(
+      'Reshape',
+      [this.o('Mul', [this.o('Sub', [u, this.constF([8], [])]), s]), this.constI([n, k])],
+      {},
+      'dq',
+    );
   }
 
   /** int64 [0] computed from x's shape: adding it to a constant shape makes a Reshape wait for x (a Reshape is a view, no copy). */
@@ -266,12 +322,16 @@ export class OnnxGraph {
             ? DT.BFLOAT16
             : e.dtype === 'I8' && e.q8
               ? DT.INT8
-              : -1;
+              : e.dtype === 'U8' && e.q4
+                ? DT.UINT8
+                : -1;
     if (dataType < 0) throw new Error(`weight ${e.name}: dtype ${e.dtype} cannot be used as a float weight`);
+    // a q4 matrix is declared as MatMulNBits' B: [n, k/block, block/2] bytes
+    const dims = e.q4 ? [e.q4.n, e.q4.k / e.q4.block, Q4_BLOB] : e.shape;
     this.initializers.push(
       onnx.TensorProto.create({
         name,
-        dims: e.shape,
+        dims,
         dataType,
         dataLocation: 1,
         externalData: [
@@ -285,7 +345,7 @@ export class OnnxGraph {
       this.overridable.push(
         onnx.ValueInfoProto.create({
           name,
-          type: { tensorType: { elemType: dataType, shape: { dim: e.shape.map((d) => ({ dimValue: d })) } } },
+          type: { tensorType: { elemType: dataType, shape: { dim: dims.map((d) => ({ dimValue: d })) } } },
         }),
       );
     }

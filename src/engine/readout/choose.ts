@@ -18,6 +18,7 @@
  *    pages (RSS counts them twice, physical memory does not) → the session.
  */
 import type { ModelSpec } from '../spec';
+import { q4Names } from '../q8';
 import type { TensorEntry, WeightSet } from '../safetensors-types';
 import {
   estimateMemory,
@@ -67,7 +68,12 @@ export function readoutFor(
 ): ReadoutChoice {
   // the weights as held plus a readout session's second copy of W_O and W_out, judged as a load is
   const readoutUsed = readoutNames(spec).map((n) => o.stored.tensors.get(n)!);
-  const secondCopy = estimateMemory(weightStats([...o.used, ...readoutUsed]), o.backend, o.precision, o.memory);
+  const secondCopy = estimateMemory(
+    weightStats([...o.used, ...readoutUsed], q4Names(spec, o.stored.tensors)),
+    o.backend,
+    o.precision,
+    o.memory,
+  );
   return chooseReadout(o.backend, { ...readoutWeights(spec, o.held, o.precision), secondCopy }, o.forced);
 }
 

@@ -22,12 +22,13 @@ import type { WeightProducts, WeightProductsInput } from '../api';
 import { LoupeError, throwIfAborted } from '../errors';
 import { decodeValues, readEntryRange, type ReadableWeightSet } from '../safetensors';
 import { dequantizeQ8Rows } from '../q8';
+import { dequantizeQ4Rows } from '../q4';
 import { checkReadoutInput } from './input';
 
 /**
  * Rows [start, start + n) of a stored 2-D weight as float32, as the sessions use them (into `out`
  * when given: a reused buffer): 16-bit values widened (exact, as the graph's Cast), q8 as q · s
- * (exact as well). Without `out`, float32 rows may be a view of the weight bytes: callers only
+ * and q4 as (u − 8) · s (exact as well). Without `out`, float32 rows may be a view of the weight bytes: callers only
  * read them. Read by range: a file on disk or in IndexedDB is never read whole; `scratch`, a
  * reused buffer a reader from disk may read the bytes into (RangeReader), with `out` only.
  */
@@ -41,6 +42,7 @@ export function matrixRows(
 ): Float32Array {
   const C = e.shape[1];
   if (e.q8) return dequantizeQ8Rows(weights, e, start, n, out, out && scratch);
+  if (e.q4) return dequantizeQ4Rows(weights, e, start, n, out);
   const width = e.dtype === 'F32' ? 4 : e.dtype === 'F16' || e.dtype === 'BF16' ? 2 : 0;
   if (!width)
     throw new LoupeError('INTERNAL', `Weight ${e.name} is ${e.dtype}; matrices are read as F32, F16, BF16 or q8.`);
@@ -125,9 +127,13 @@ function streamMatrix(
   return { dots: outDots, sums: Float32Array.from(acc) };
 }
 
-/** rows decoded per slab: whole rows, SLAB_FLOATS at most; at q8 along axis 0 whole blocks of rows, so no block's scales are read twice */
+/**
+ * rows decoded per slab: whole rows, SLAB_FLOATS at most; at q8 along axis 0 whole blocks of rows,
+ * so no block's scales are read twice; at q4 along axis 0 the whole matrix (its bytes are in
+ * output-channel order, q4.ts)
+ */
 function slabRows(e: TensorEntry): number {
-  const unit = e.q8?.axis === 0 ? e.q8.block : 1;
+  const unit = e.q8?.axis === 0 ? e.q8.block : e.q4?.axis === 0 ? e.shape[0] : 1;
   return Math.min(e.shape[0], Math.max(unit, Math.floor(SLAB_FLOATS / e.shape[1] / unit) * unit));
 }
 

@@ -36,6 +36,7 @@ import {
 import { CAPS, checkCap, type CapName } from '../caps';
 import { LoupeError } from '../errors';
 import { specTensorNames } from '../params';
+import { q4Names } from '../q8';
 import { checkTokenizerPatterns } from '../tokenizer';
 import { addHeader, parseSafetensorsHeader, safetensorsHeaderLength, type SafetensorsHeader } from '../safetensors';
 import type { TensorEntry, WeightSet } from '../safetensors-types';
@@ -581,7 +582,10 @@ export function judgeModel(
 ): ModelJudgement | null {
   if (!plan.tensors) return null;
   const spec = describeModel({ config: plan.config, tensors: plan.tensors });
-  const stats = weightStats([...specTensorNames(spec)].map((n) => plan.tensors!.get(n)!));
+  const stats = weightStats(
+    [...specTensorNames(spec)].map((n) => plan.tensors!.get(n)!),
+    q4Names(spec, plan.tensors),
+  );
   const choice = typeof precision === 'function' ? precision(stats) : { precision, reason: `asked for ${precision}` };
   const estimate = checkBudget(stats, backend, choice.precision, limits, offer);
   const others = (offer.backends ?? ['node', 'wasm', 'webgpu']).filter((b) => b !== backend);

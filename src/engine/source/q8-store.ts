@@ -1,22 +1,21 @@
 /**
- * A Hub or URL model's q8 weights (q8.ts) kept in its own byte cache, next to its files: an entry
- * `.loupe/q8-<key>.safetensors` of the same model (IndexedDB in the page, the directory cache in
+ * A Hub or URL model's q8 (or q4) weights (q8.ts) kept in its own byte cache, next to its files: an entry
+ * `.loupe/q8-<key>.safetensors` (`.loupe/q4-…`) of the same model (IndexedDB in the page, the directory cache in
  * Node). So clearing the model from the cache clears its q8 entry with it, and the page's cache
  * list counts its bytes.
  *
  * Written through the cache's streaming sink (`openSink`), whose entry is complete only after
  * `commit`: an interrupted write leaves a partial entry, which `open` never returns and the next
  * write replaces. The source files' identity is what the cache says of them (size, time stored),
- * so a file downloaded again makes a new key. One q8 entry per model: writing one drops the others.
+ * so a file downloaded again makes a new key. One entry per model and scheme: writing one drops the
+ * others of its scheme.
  */
-import type { Q8Store } from '../q8';
+import { quantEntryScheme, type Q8Store } from '../q8';
 import type { ByteCache, CacheKey } from './types';
 import type { RangedFile } from '../safetensors-types';
 
-export const Q8_ENTRY_PREFIX = '.loupe/q8-';
-
-/** whether a cache entry's file is a q8 entry, not one of the model's own files */
-export const isQ8Entry = (file: string): boolean => file.startsWith(Q8_ENTRY_PREFIX);
+/** whether a cache entry's file is a quantised (q8 or q4) entry, not one of the model's own files */
+export const isQ8Entry = (file: string): boolean => quantEntryScheme(file) !== undefined;
 
 /** `fileAt`: a file on disk read by range (Node), for a cache whose entries have a local path */
 export function cacheQ8Store(
@@ -57,7 +56,9 @@ export function cacheQ8Store(
     },
     drop: (name) => cache.delete(keyOf(name)),
     async retain(name) {
-      for (const e of await cache.list()) if (ofModel(e) && isQ8Entry(e.file) && e.file !== name) await cache.delete(e);
+      const scheme = quantEntryScheme(name);
+      for (const e of await cache.list())
+        if (ofModel(e) && quantEntryScheme(e.file) === scheme && e.file !== name) await cache.delete(e);
     },
   };
 }
