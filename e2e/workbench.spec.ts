@@ -45,6 +45,14 @@ test('opens on the bundled model with no download and traces it exactly as the C
   await page.locator('#p-trace-top_k').fill('40');
   const ms = await runOp(page, 'trace');
   console.log(`[e2e] trace in the page: ${ms} ms`);
+  // a fresh result is scrolled to the top of the pane (the form above pushes it down)
+  const resultTop = () =>
+    page.getByTestId('result').evaluate((el) => {
+      const pane = el.closest('main')!;
+      return pane.scrollTop > 0 ? Math.abs(el.getBoundingClientRect().top - pane.getBoundingClientRect().top) : -1;
+    });
+  await expect.poll(resultTop).toBeGreaterThanOrEqual(0);
+  expect(await resultTop()).toBeLessThan(30);
 
   const info = await page.evaluate(() => (globalThis as any).__loupe.model.info);
   const cells = page.locator('[data-testid=trace-heatmap] rect.cell');

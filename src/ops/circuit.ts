@@ -147,8 +147,8 @@ export const operation = defineOperation({
   output: circuitOutput,
   long: true,
 }).implement(async (model, input, ctx) => {
-  const { ids, prompt, answerId } = idsAndAnswer(model, input);
   const { n_layers: L, n_heads: H, d_mlp: M } = model.info;
+  const { ids, prompt, answerId } = idsAndAnswer(model, input);
   const kHeads = Math.min(input.top_k_heads, L * H);
   const kNeurons = Math.min(input.top_k_neurons, L * M);
   const pairK = Math.min(input.pair_k, kHeads);

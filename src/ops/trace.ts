@@ -103,7 +103,6 @@ export const operation = defineOperation({
   input: traceInput,
   output: traceOutput,
 }).implement(async (model, input, ctx) => {
-  const { n_layers: L, n_heads: H } = model.info;
   checkTopK(input.top_k);
   if (input.counterfactual !== undefined && input.answer === undefined) {
     throw new LoupeError(
@@ -145,13 +144,13 @@ export const operation = defineOperation({
     signal: ctx.signal,
   });
 
+  const { n_layers: L, n_heads: H, d_mlp: M } = model.info;
   const headAt = (i: number) => dla.heads[Math.floor(i / H)][i % H];
   const topHeads = topIndices(L * H, (i) => Math.abs(headAt(i)), input.top_k).map((i) => ({
     layer: Math.floor(i / H),
     head: i % H,
     logit_attribution: finite(headAt(i)),
   }));
-  const M = model.info.d_mlp;
   const neuronAt = (i: number): z.infer<typeof neuron> => {
     const l = Math.floor(i / M),
       n = i % M;
