@@ -4,7 +4,7 @@
  * the process finds its driver itself (here and in CI: Chromium's SwiftShader); on one small random
  * model of each family the float64 reference tests cover through the CLI's main() in this process
  * (its Vulkan set up the same way, once); every number of the document within
- * 1e-4 (q8 too; F16 weights at `stored` widened where the adapter has no shader-f16); `loupe mcp --headless --backend webgpu` (its engine thread) with a buffer limit that splits
+ * 1e-4 (q8 and q4 too, and q4 against its scheme's float64 reference; F16 weights at `stored` widened where the adapter has no shader-f16); `loupe mcp --headless --backend webgpu` (its engine thread) with a buffer limit that splits
  * the vocabulary, still agreeing; a limit too small for a weight (TOO_LARGE naming the limit and what
  * would fit); no adapter (BACKEND_UNAVAILABLE naming what is missing).
  */
@@ -14,7 +14,17 @@ import { tmpdir } from 'node:os';
 import { resolve } from 'node:path';
 import { loadModelNode } from '../src/node/load';
 import { getOperation } from '../src/ops/index';
-import { ALL_FAMILY_CASES, makeCaseModel, makeRandomModel, type RandomModel } from './reference';
+import {
+  ALL_FAMILY_CASES,
+  caseTokens,
+  compareHooks,
+  makeCaseModel,
+  makeRandomModel,
+  maxAbsDiff,
+  referenceForward,
+  type RandomModel,
+} from './reference';
+import { q4Reference } from './helpers/q4-reference';
 import { viaJson } from './schema-helpers';
 import { main } from '../src/cli/main';
 import type { WeightsMode } from '../src/engine/precision';
@@ -105,6 +115,31 @@ describe('loupe trace --backend webgpu agrees with node within 1e-4', () => {
   it('the bundled stories260K at q8 (the WebGPU form: float32 scales), against node at q8', async () => {
     const doc = await expectAgrees('default', 'q8');
     expect(doc.model.weights).toBe('q8');
+  });
+
+  it('the bundled stories260K at q4 (MatMulNBits on the GPU), against node at q4', async () => {
+    const doc = await expectAgrees('default', 'q4');
+    expect(doc.model.weights).toBe('q4');
+  });
+
+  it('q4 on WebGPU against the float64 reference of its scheme written out (tests/helpers/q4-reference.ts)', async () => {
+    const c = ALL_FAMILY_CASES.find((x) => x.name === 'neox-parallel-rot25')!;
+    const rm = makeCaseModel(c, { dtype: 'F16' });
+    made.push(rm);
+    const model = await loadModelNode(rm.dir, { backend: 'webgpu', weights: 'q4' });
+    try {
+      expect(model.info.backend).toBe('webgpu');
+      const tokens = caseTokens(rm, c.seqLen);
+      const ref = referenceForward(q4Reference(rm), tokens);
+      const out = await model.run(tokens, { hooks: 'all' });
+      const names = model.hookNames().filter((n) => n in ref.hooks);
+      const bad = compareHooks(ref.hooks, out.hooks, names, TOL).filter((r) => !r.ok);
+      expect(bad, JSON.stringify(bad.slice(0, 3))).toEqual([]);
+      expect(maxAbsDiff(ref.logits.data, out.logits.data).maxAbs).toBeLessThan(TOL);
+      expect(maxAbsDiff(referenceForward(rm, tokens).logits.data, out.logits.data).maxAbs).toBeGreaterThan(100 * TOL);
+    } finally {
+      await model.dispose();
+    }
   });
 
   it('F16 weights at --weights stored: without shader-f16 (SwiftShader) widened to float32 at load, and agreeing', async () => {

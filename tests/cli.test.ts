@@ -266,6 +266,12 @@ describe('loupe CLI', () => {
     expect(d.q8_cost.max_abs_logit_diff).toBeLessThan(0.1 * d.q8_cost.max_abs_logit);
     expect(d.q8_cost.max_abs_dla_diff).toBeGreaterThan(0);
     expect(d.q8_cost.max_abs_dla_diff).toBeLessThan(0.1 * d.q8_cost.max_abs_dla);
+    // and q4's: 4-bit Linears move them further than 8-bit ones (on a 64-wide model, by a good part of their scale)
+    expect(d.q4_cost.candidate).toBe('q4');
+    expect(d.q4_cost.baseline).toBe(d.q8_cost.baseline);
+    expect(d.q4_cost.max_abs_logit_diff).toBeGreaterThan(d.q8_cost.max_abs_logit_diff);
+    expect(d.q4_cost.max_abs_logit_diff).toBeLessThan(d.q4_cost.max_abs_logit);
+    expect(d.q4_cost.max_abs_dla_diff).toBeGreaterThan(d.q8_cost.max_abs_dla_diff);
     expect(d.cache.location).toBe(cache);
     // the memory report: weights read from disk (none in JS), hooks returned, the WASM heap holds at least the weights
     for (const b of ['node', 'wasm']) {

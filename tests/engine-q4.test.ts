@@ -32,6 +32,7 @@ import {
   makeRandomModel,
   caseTokens,
   referenceForward,
+  loadModelDir,
   compareHooks,
   maxAbsDiff,
   encodeSafetensors,
@@ -124,6 +125,29 @@ describe.each(CASES)(
       expect(model.info.weights).toBe('q4');
       expect(model.info.weights_reason).toMatch(/q4.*MatMulNBits/);
       expect(modelBlockOf(model).weights).toBe('q4');
+    });
+  },
+);
+
+describe.each(['node', 'wasm'] as const)(
+  'the bundled stories260K at q4 on %s vs the float64 reference of its scheme',
+  (backend) => {
+    it('logits and the residual stream match (its d_mlp 172 keeps the down projections at q8)', async () => {
+      const dir = path.resolve(__dirname, '../public/models/stories260K');
+      const model = await loadModelNode('default', { weights: 'q4', backend });
+      try {
+        const tokens = [1, 403, 407, 261, 378, 300, 290, 267, 374, 262];
+        const ref = referenceForward(q4Reference(loadModelDir(dir)), tokens);
+        const out = await model.run(tokens, { hooks: ['blocks.4.hook_resid_post'] });
+        const bad = compareHooks(ref.hooks, out.hooks, ['blocks.4.hook_resid_post'], TOL).filter((r) => !r.ok);
+        expect(bad).toEqual([]);
+        expect(maxAbsDiff(ref.logits.data, out.logits.data).maxAbs).toBeLessThan(TOL);
+        expect(
+          maxAbsDiff(referenceForward(loadModelDir(dir), tokens).logits.data, out.logits.data).maxAbs,
+        ).toBeGreaterThan(100 * TOL);
+      } finally {
+        await model.dispose();
+      }
     });
   },
 );

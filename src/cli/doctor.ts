@@ -3,7 +3,7 @@
  * two Node backends agree on the bundled model (the same check the engine's tests make), the
  * WebGPU route (onnxruntime-node's WebGPU provider: its Vulkan driver, shader-f16, the buffer
  * limit, and what onnxruntime-node does not expose) with its agreement with node where it runs, plus
- * where the weight cache lives and how big it is, and what `--weights q8` costs in numbers on the
+ * where the weight cache lives and how big it is, and what `--weights q8` and `q4` cost in numbers on the
  * bundled model (max |Δ| of the logits and of trace's DLA against the stored precision; reported,
  * not judged). Exit 1 when a check fails.
  */
@@ -205,24 +205,27 @@ export async function doctor(argv: string[], io: Io): Promise<number> {
         };
   report.memory = memory;
 
-  // q8's cost on the bundled model (onnxruntime-node): reported so that 8-bit weights are never silent
-  say('doctor: running the bundled model at stored and q8 weights …');
-  let q8: Record<string, any>;
-  try {
-    const [base, cand] = [
-      await loadModelForCli('default', 'node', undefined, 'stored'),
-      await loadModelForCli('default', 'node', undefined, 'q8'),
-    ];
+  // q8's and q4's cost on the bundled model (onnxruntime-node): reported so that 8- and 4-bit weights are never silent
+  const costs: Record<'q8' | 'q4', Record<string, any>> = { q8: {}, q4: {} };
+  for (const scheme of ['q8', 'q4'] as const) {
+    say(`doctor: running the bundled model at stored and ${scheme} weights …`);
     try {
-      q8 = { model: 'default', prompt: PROMPT, ...(await precisionCost(base, cand, PROMPT)) };
-    } finally {
-      await base.dispose().catch(() => undefined);
-      await cand.dispose().catch(() => undefined);
+      const [base, cand] = [
+        await loadModelForCli('default', 'node', undefined, 'stored'),
+        await loadModelForCli('default', 'node', undefined, scheme),
+      ];
+      try {
+        costs[scheme] = { model: 'default', prompt: PROMPT, ...(await precisionCost(base, cand, PROMPT)) };
+      } finally {
+        await base.dispose().catch(() => undefined);
+        await cand.dispose().catch(() => undefined);
+      }
+    } catch (e) {
+      costs[scheme] = { model: 'default', error: toLoupeError(e).toJSON().error };
     }
-  } catch (e) {
-    q8 = { model: 'default', error: toLoupeError(e).toJSON().error };
   }
-  report.q8_cost = q8;
+  report.q8_cost = costs.q8;
+  report.q4_cost = costs.q4;
   report.paths = paths;
 
   const dir = defaultCacheDir();
@@ -267,12 +270,15 @@ export async function doctor(argv: string[], io: Io): Promise<number> {
             `${mb(m.hooks_bytes)}${m.wasm_heap_bytes != null ? `, WASM heap ${mb(m.wasm_heap_bytes)}` : ''}, ` +
             `process RSS ${mb(m.rss_bytes)}`,
         ),
-        'q8 cost     ' +
-          (q8.error
-            ? `not measured: ${q8.error.message}`
-            : `vs ${q8.baseline} on the bundled model: max |Δ logit| ${q8.max_abs_logit_diff.toExponential(2)} ` +
-              `(max |logit| ${q8.max_abs_logit.toFixed(2)}), max |Δ DLA| ${q8.max_abs_dla_diff.toExponential(2)} ` +
-              `(max |DLA| ${q8.max_abs_dla.toFixed(2)}), ${q8.same_prediction ? 'same' : 'a different'} prediction`),
+        ...Object.entries(costs).map(
+          ([scheme, q]) =>
+            `${scheme} cost     ` +
+            (q.error
+              ? `not measured: ${q.error.message}`
+              : `vs ${q.baseline} on the bundled model: max |Δ logit| ${q.max_abs_logit_diff.toExponential(2)} ` +
+                `(max |logit| ${q.max_abs_logit.toFixed(2)}), max |Δ DLA| ${q.max_abs_dla_diff.toExponential(2)} ` +
+                `(max |DLA| ${q.max_abs_dla.toFixed(2)}), ${q.same_prediction ? 'same' : 'a different'} prediction`),
+        ),
         ...Object.entries(paths).map(
           ([k, p]) =>
             `path        ${k}: weights ${p.weights} (${p.weights_reason}); vocabulary ${p.vocab_reason}; DLA readout ${p.readout} (${p.readout_reason})`,

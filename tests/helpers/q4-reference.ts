@@ -8,7 +8,7 @@
  * defines it, (nibble − zero point) · scale with the default zero point 2^(bits−1) = 8. Every other
  * matrix (embeddings, unembedding, Linears of other input dims) is q8 (q8-reference.ts).
  */
-import { f32ToF16Bits, f16BitsToF32, type RandomModel, type RefModel } from '../reference';
+import { f32ToF16Bits, f16BitsToF32, type RefModel } from '../reference';
 import { q8Reference } from './q8-reference';
 
 /** GPT-2's Conv1D weights are stored [in, out]; every other matrix is [out, in]. */
@@ -51,13 +51,13 @@ export function q4Unpack(B: Uint8Array, scales: ArrayLike<number>, N: number, K:
 }
 
 /** The q4 scheme from its definition, in float64: the values the engine's session should compute with. */
-export function q4Reference(rm: RandomModel): RefModel {
+export function q4Reference(rm: RefModel & { family?: string }): RefModel {
   const q8 = q8Reference(rm);
   const tensors: RefModel['tensors'] = { ...q8.tensors };
   for (const [name, t] of Object.entries(rm.tensors)) {
     if (t.dims.length !== 2 || TABLE.test(name)) continue;
     const [R, C] = t.dims;
-    const conv = CONV1D.test(name) && rm.family === 'gpt2';
+    const conv = CONV1D.test(name) && (rm.family ?? rm.config.model_type) === 'gpt2';
     const [N, K] = conv ? [C, R] : [R, C];
     if (K % 32 !== 0) continue; // stays q8
     const at = (n: number, k: number) => (conv ? k * C + n : n * C + k);

@@ -2,18 +2,18 @@
  * The q8 scheme (src/engine/q8.ts) written out from its definition, in float64, for tests that judge
  * the engine's q8 weights independently (engine-q8, engine-unembed-dots).
  */
-import { f32ToF16Bits, f16BitsToF32, type RandomModel, type RefModel } from '../reference';
+import { f32ToF16Bits, f16BitsToF32, type RefModel } from '../reference';
 
 /** GPT-2's Conv1D weights are stored [in, out]; every other matrix is [out, in] (or an embedding [rows, d_model]). */
 const CONV1D = /\.(attn\.c_attn|attn\.c_proj|mlp\.c_fc|mlp\.c_proj)\.weight$/;
 
 /** The q8 scheme from its definition, in float64: the values the engine's session should compute with. */
-export function q8Reference(rm: RandomModel): RefModel {
+export function q8Reference(rm: RefModel & { family?: string }): RefModel {
   const tensors: RefModel['tensors'] = { ...rm.tensors };
   for (const [name, t] of Object.entries(rm.tensors)) {
     if (t.dims.length !== 2) continue;
     const [R, C] = t.dims;
-    const inputsAlongRows = CONV1D.test(name) && rm.family === 'gpt2';
+    const inputsAlongRows = CONV1D.test(name) && (rm.family ?? rm.config.model_type) === 'gpt2';
     const nIn = inputsAlongRows ? R : C,
       nOut = inputsAlongRows ? C : R;
     const block = nIn % 32 === 0 ? 32 : nIn;
