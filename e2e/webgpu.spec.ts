@@ -3,7 +3,8 @@
  * run on the `webgpu` backend and agree with WASM within 1e-4 on logits and every hook (the
  * Doctor's agreement check), and a trace on WebGPU equals the CLI's; with a forced low tensor
  * limit (?tensor_bytes) the vocabulary is split on WebGPU with the same numbers; Gemma 3, Phi-3/Phi-4-mini and OLMo 2
- * traces equal their float64 references and agree with WASM. If this Chromium offers no
+ * traces equal their float64 references and agree with WASM; at q4 (onnxruntime-web's WebGPU MatMulNBits) a
+ * trace equals the float64 reference of q4's scheme written out. If this Chromium offers no
  * adapter the tests say so loudly and are skipped, never passed (LOUPE_REQUIRE_WEBGPU=1 fails them).
  */
 import { execFileSync } from 'node:child_process';
@@ -23,6 +24,7 @@ import {
   shotWidthsThemes,
 } from './fixtures';
 import { ALL_FAMILY_CASES, makeCaseModel, referenceForward } from '../tests/reference';
+import { q4Reference } from '../tests/helpers/q4-reference';
 
 test.describe.configure({ mode: 'serial' });
 
@@ -350,5 +352,61 @@ test('Gemma 3, Phi-3 / Phi-4-mini (longrope short and long) and OLMo 2 on WebGPU
     }
   } finally {
     for (const { rm } of models) rm.cleanup();
+  }
+});
+
+test('q4 on WebGPU (MatMulNBits in onnxruntime-web): a trace equals the float64 reference of the scheme written out, and every hook agrees with WASM', async ({
+  page,
+  site,
+  hub,
+}) => {
+  test.setTimeout(420_000);
+  // NeoX, d_model 64 and d_mlp 256: every Linear is 4-bit (a fused qkv among them), the tables q8
+  const rm = makeCaseModel(
+    ALL_FAMILY_CASES.find((c) => c.name === 'neox-parallel-rot25')!,
+    { dtype: 'F16' },
+  );
+  const repo = 'loupe-test/neox-f16-q4';
+  hub.addRepo(repo, rm.dir);
+  try {
+    await openReady(page, site.url);
+    await requireWebGpu(page);
+    await page.locator('#weights').selectOption('q4');
+    await waitModelReady(page, 120_000);
+    await page.locator('#backend').selectOption('webgpu');
+    await waitModelReady(page, 120_000);
+    await loadFromHub(page, hub.url, repo);
+    await page.waitForFunction(
+      (id) => (globalThis as any).__loupe.model?.info.id === id && (globalThis as any).__loupe.modelStatus === 'ready',
+      repo,
+      { timeout: 120_000 },
+    );
+    const info = await page.evaluate(() => (globalThis as any).__loupe.model.info);
+    expect(info.backend).toBe('webgpu');
+    expect(info.weights).toBe('q4');
+    await page.getByTestId('prompt').fill('the cat sat on the mat');
+    await page.getByTestId('tab-trace').click();
+    await runOp(page, 'trace', { timeout: 120_000 });
+    const doc = await pageDoc(page, 'trace');
+    expect(doc.model.backend).toBe('webgpu');
+    expect(doc.model.weights).toBe('q4');
+    const ids = doc.tokens.map((t: { id: number }) => t.id);
+    const ref = referenceForward(q4Reference(rm), ids).logits;
+    const plain = referenceForward(rm, ids).logits;
+    const V = ref.dims[ref.dims.length - 1];
+    let d = 0,
+      dPlain = 0;
+    for (const p of doc.top_predictions) {
+      d = Math.max(d, Math.abs(p.logit - ref.data[(ids.length - 1) * V + p.token_id]));
+      dPlain = Math.max(dPlain, Math.abs(p.logit - plain.data[(ids.length - 1) * V + p.token_id]));
+    }
+    console.log(
+      `[e2e] neox F16 q4 on webgpu (${ids.length} tokens): top logits vs the q4 float64 reference max |Δ| ${d.toExponential(2)}, vs the unquantised one ${dPlain.toExponential(2)}`,
+    );
+    expect(d).toBeLessThan(1e-4);
+    expect(dPlain).toBeGreaterThan(1e-2);
+    await agreement(page, `${repo} q4`);
+  } finally {
+    rm.cleanup();
   }
 });
