@@ -21,12 +21,14 @@ const ALLOWED: Record<string, string[]> = {
   sw: ['engine'],
   ops: ['engine', 'schema'],
   bridge: ['engine', 'schema', 'node', 'ops', 'share'],
-  cli: ['engine', 'schema', 'node', 'ops', 'share', 'bridge'],
+  // `loupe serve`: the page's engine (workers/engine-api.ts) over the Node host
+  serve: ['engine', 'schema', 'node', 'ops', 'share', 'bridge', 'workers'],
+  cli: ['engine', 'schema', 'node', 'ops', 'share', 'bridge', 'serve'],
   workers: ['engine', 'schema', 'ops', 'share', 'bridge'],
   ui: ['engine', 'schema', 'ops', 'share', 'bridge', 'workers', 'sw'],
   // the bench measures every layer (and runs the tests' Hub stand-in); nothing imports the bench
-  bench: ['engine', 'schema', 'node', 'ops', 'share', 'bridge', 'cli', 'workers', 'ui', 'sw', '(tests)'],
-  '(tests)': ['engine', 'schema', 'node', 'ops', 'share', 'bridge', 'cli', 'workers', 'ui', 'bench', 'sw'],
+  bench: ['engine', 'schema', 'node', 'ops', 'share', 'bridge', 'cli', 'workers', 'ui', 'sw', 'serve', '(tests)'],
+  '(tests)': ['engine', 'schema', 'node', 'ops', 'share', 'bridge', 'cli', 'workers', 'ui', 'bench', 'sw', 'serve'],
 };
 
 function filesUnder(dir: string): string[] {

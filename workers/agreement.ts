@@ -1,13 +1,12 @@
 /**
  * The Doctor's backend agreement check: the same prompt through the loaded model on its backend
- * and on the other one (WebGPU ↔ WASM), comparing final-position probabilities, logits at every
- * position and every hook.
+ * and on the host's twin of it (WebGPU ↔ WASM in the page), comparing final-position
+ * probabilities, logits at every position and every hook.
  */
-import { LoupeError, throwIfAborted } from '../src/engine/errors';
+import { throwIfAborted } from '../src/engine/errors';
 import type { Backend, LoadedModel } from '../src/engine/api';
 import type { Tensor } from '../src/engine/tensor';
-import { openModel } from './engine-adapter';
-import { gpuInfo } from './doctor';
+import type { EngineHost } from './engine-host';
 import type { AgreementResult, LoadRequest, ProgressFn } from './protocol';
 
 const TOL = 1e-4;
@@ -47,17 +46,11 @@ export async function compareBackends(
   req: LoadRequest,
   prompt: string,
   { signal, onProgress }: { signal: AbortSignal; onProgress: ProgressFn },
+  host: Pick<EngineHost, 'openModel' | 'twinBackend'>,
 ): Promise<AgreementResult> {
-  const gpu = await gpuInfo();
-  if (!gpu.available) {
-    throw new LoupeError(
-      'BACKEND_UNAVAILABLE',
-      `The agreement check needs WebGPU and WASM; WebGPU is unavailable: ${gpu.reason}`,
-    );
-  }
-  const other: Backend = model.info.backend === 'webgpu' ? 'wasm' : 'webgpu';
+  const other: Backend = await host.twinBackend(model.info.backend);
   onProgress({ stage: `loading the model on ${other}`, done: 0, total: 3 });
-  const { model: twin } = await openModel(req, { signal, onProgress: () => {}, backend: other });
+  const { model: twin } = await host.openModel(req, { signal, onProgress: () => {}, backend: other });
   try {
     const tokens = model.tokenize(prompt);
     throwIfAborted(signal);

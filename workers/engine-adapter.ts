@@ -6,30 +6,20 @@
 import * as ort from 'onnxruntime-web';
 import { loadModelBrowser } from '../src/engine/index';
 import { LoupeError } from '../src/engine/errors';
-import type { Backend, LoadedModel } from '../src/engine/api';
-import type { ModelSource, FileProgress } from '../src/engine/source/types';
+import type { Backend } from '../src/engine/api';
+import type { ModelSource } from '../src/engine/source/types';
 import { HubSource } from '../src/engine/source/hub-source';
 import { UrlSource } from '../src/engine/source/url-source';
 import { resolveModelRef, BUNDLED_MODEL_ID } from '../src/engine/source/ref';
-import { createSource } from '../src/engine/source/create-source';
-import type { CacheKey } from '../src/engine/source/types';
 import { IdbCache } from '../src/engine/source/idb-cache';
-import { isQ8Entry } from '../src/engine/source/q8-store';
 import { documentCacheOn, type DocumentCache } from '../src/engine/source/document-cache';
 import { createSaeLoaders, type SaeLoaders } from '../src/engine/source/sae-loader';
 import { gpuInfo } from './doctor';
 import { env } from '../src/engine/env';
 import { watchWasmHeaps } from '../src/engine/runtime/wasm-heap';
-import {
-  CONFIRM_DOWNLOAD_BYTES,
-  type BackendChoice,
-  type CachedModel,
-  type LoadPreview,
-  type LoadRequest,
-  type LoadedModelSummary,
-  type PreviewFn,
-} from './protocol';
-import type { ModelPlan, ModelJudgement } from '../src/engine/source/preflight';
+import type { BackendChoice, CachedModel, LoadRequest, LoadedModelSummary } from './protocol';
+import { cachedModelsOf, fileTally, previewOf, saeNeedsDownloadIn } from './engine-api';
+import type { OpenModel } from './engine-host';
 
 /**
  * The page's base URL (where index.html, ort/ and models/ are), from ` base=<encoded URL>` in the worker's name; the
@@ -108,37 +98,9 @@ export function saeLoadersFor(req: LoadRequest | null): SaeLoaders {
   return sae.loaders;
 }
 
-/**
- * Would loading this SAE download anything? False when its cfg.json and weights are complete in
- * this browser's cache — and when the ref cannot name a download at all (a folder, a bad id: the
- * operation reports that itself). A shared link re-runs on its own only when the SAE's weights
- * need no download (a missing optional explanations.json may still be asked for: a few bytes).
- */
-export async function saeNeedsDownload(
-  ref: { source: string; path: string },
-  req: LoadRequest | null,
-): Promise<boolean> {
-  const m = req?.model;
-  const hub = m && typeof m === 'object' && m.kind === 'hub' ? m : null;
-  let keyOf: (file: string) => CacheKey;
-  try {
-    const r = resolveModelRef(ref.source, { endpoint: hub?.endpoint || undefined });
-    if (r.kind !== 'hub' && r.kind !== 'url') return false;
-    const src = createSource(r, { endpoint: hub?.endpoint || undefined }) as unknown as {
-      cacheKey?: (file: string) => CacheKey;
-    };
-    if (typeof src.cacheKey !== 'function') return false;
-    keyOf = src.cacheKey.bind(src);
-  } catch {
-    return false;
-  }
-  const dir = ref.path.replace(/^\/+|\/+$/g, '');
-  const same = (a: CacheKey, b: CacheKey) =>
-    a.endpoint === b.endpoint && a.id === b.id && a.revision === b.revision && a.file === b.file;
-  const entries = (await idb().list()).filter((e) => e.complete);
-  return !['cfg.json', 'sae_weights.safetensors'].every((f) =>
-    entries.some((e) => same(e, keyOf(dir ? `${dir}/${f}` : f))),
-  );
+/** Would loading this SAE download anything (engine-api.ts saeNeedsDownloadIn, over the IndexedDB cache)? */
+export function saeNeedsDownload(ref: { source: string; path: string }, req: LoadRequest | null): Promise<boolean> {
+  return saeNeedsDownloadIn(idb(), ref, req);
 }
 
 /**
@@ -208,56 +170,13 @@ export function planSource(req: LoadRequest['model']): SourcePlan {
   }
 }
 
-export interface OpenOptions {
-  signal: AbortSignal;
-  onProgress: (p: FileProgress) => void;
-  /** force a backend (the agreement check loads the same model on the other one) */
-  backend?: Backend;
-  /** sees the judged plan before any weight byte; false stops the load (CANCELLED) */
-  onPreview?: PreviewFn;
-}
-
-/** The page's view of a judged plan (protocol.ts LoadPreview). */
-export function previewOf(
-  plan: ModelPlan,
-  j: ModelJudgement | null,
-  backend: 'wasm' | 'webgpu',
-  id: string,
-): LoadPreview {
-  const dtypes = Object.keys(j?.stats.byDtype ?? plan.stats?.byDtype ?? {});
-  return {
-    id,
-    revision: plan.ref.revision,
-    ...(plan.commit ? { commit: plan.commit } : {}),
-    architecture: plan.architecture,
-    n_params: j?.stats.nParams ?? plan.stats?.nParams ?? 0,
-    dtype: dtypes.join('+'),
-    weightBytes: plan.weightBytes,
-    downloadBytes: plan.downloadBytes,
-    cachedBytes: plan.cachedBytes,
-    backend,
-    needs: (j?.estimates ?? [])
-      .filter((e) => e.backend !== 'node')
-      .map((e) => ({
-        backend: e.backend as 'wasm' | 'webgpu',
-        precision: e.precision,
-        bytes: e.peakBytes,
-        fits: e.fits,
-      })),
-    confirm: plan.downloadBytes > CONFIRM_DOWNLOAD_BYTES,
-  };
-}
-
-export async function openModel(
-  req: LoadRequest,
-  opts: OpenOptions,
-): Promise<{ model: LoadedModel; summary: LoadedModelSummary }> {
+export const openModel: OpenModel = async (req, opts) => {
   const t0 = performance.now();
   const plan = planSource(req.model);
   const { backend, reason } = opts.backend
     ? { backend: opts.backend, reason: 'forced' }
     : await resolveBackend(req.backend);
-  const files = new Map<string, FileProgress>();
+  const files = fileTally();
   const model = await loadModelBrowser(plan.source, {
     ort,
     baseUrl: BASE.href,
@@ -279,52 +198,24 @@ export async function openModel(
           }
         : undefined,
     onProgress: (p) => {
-      files.set(p.file, p);
+      files.note(p);
       opts.onProgress(p);
     },
   });
-  let downloadedBytes = 0;
-  const cachedFiles: string[] = [];
-  for (const p of files.values()) {
-    if (p.cached) cachedFiles.push(p.file);
-    else downloadedBytes += p.loaded;
-  }
   return {
     model,
     summary: {
       info: model.info,
       ref: { ...plan.ref, ...(model.info.commit ? { commit: model.info.commit } : {}) },
-      downloadedBytes,
-      cachedFiles,
+      ...files.result(),
       loadMs: performance.now() - t0,
       backendReason: reason,
     },
   };
-}
+};
 
 export async function listCachedModels(): Promise<CachedModel[]> {
-  const entries = await idb().list();
-  const byModel = new Map<string, CachedModel>();
-  for (const e of entries) {
-    // a q8 entry whose write was cut off is rebuilt at the next q8 load: the model's files are whole
-    if (isQ8Entry(e.file) && !e.complete) continue;
-    const k = JSON.stringify([e.endpoint, e.id, e.revision]);
-    const m = byModel.get(k) ?? {
-      endpoint: e.endpoint,
-      id: e.id,
-      revision: e.revision,
-      files: 0,
-      bytes: 0,
-      complete: true,
-      storedAt: 0,
-    };
-    m.files++;
-    m.bytes += e.size;
-    m.complete &&= e.complete;
-    m.storedAt = Math.max(m.storedAt, e.storedAt);
-    byModel.set(k, m);
-  }
-  return [...byModel.values()].sort((a, b) => b.storedAt - a.storedAt);
+  return cachedModelsOf(await idb().list());
 }
 
 export async function deleteCachedModel(key: { endpoint: string; id: string; revision: string }): Promise<void> {

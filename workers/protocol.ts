@@ -3,7 +3,7 @@
  * comlink. Only plain data crosses: errors cross as LoupeError JSON ({error:{code,message,hint}}),
  * callbacks are comlink proxies.
  */
-import type { ModelInfo } from '../src/engine/api';
+import type { Backend, ModelInfo } from '../src/engine/api';
 import type { ErrorDocument } from '../src/engine/errors';
 import type { FileProgress } from '../src/engine/source/types';
 import type { Feeds, Progress } from '../src/ops/types';
@@ -59,10 +59,10 @@ export interface LoadPreview {
   downloadBytes: number;
   /** weight bytes already in this browser's cache before the load */
   cachedBytes: number;
-  /** the backend the load will run on */
-  backend: 'wasm' | 'webgpu';
-  /** estimated peak memory per browser backend at the precision that will run */
-  needs: { backend: 'wasm' | 'webgpu'; precision: string; bytes: number; fits: boolean }[];
+  /** the backend the load will run on ('node': a served engine's onnxruntime-node) */
+  backend: Backend;
+  /** estimated peak memory per backend the engine offers, at the precision that will run */
+  needs: { backend: Backend; precision: string; bytes: number; fits: boolean }[];
   /** the download waits for a person's click */
   confirm: boolean;
 }

@@ -10,7 +10,7 @@ import { throwIfAborted } from '../src/engine/errors';
 import type { LoadedModel } from '../src/engine/api';
 import type { WeightsMode } from '../src/engine/precision';
 import { precisionCost } from '../src/ops/lib/precision-cost';
-import { openModel } from './engine-adapter';
+import type { OpenModel } from './engine-host';
 import type { LoadRequest, ProgressFn, Q8CostResult } from './protocol';
 
 export async function q8Cost(
@@ -18,6 +18,7 @@ export async function q8Cost(
   req: LoadRequest,
   prompt: string,
   { signal, onProgress }: { signal: AbortSignal; onProgress: ProgressFn },
+  openModel: OpenModel,
 ): Promise<Q8CostResult> {
   const opened: LoadedModel[] = [];
   const side = async (weights: WeightsMode, step: number): Promise<LoadedModel> => {

@@ -33,6 +33,9 @@ type Headers = Record<string, string | string[] | undefined>;
 const one = (h: string | string[] | undefined): string | undefined =>
   Array.isArray(h) ? (h.length === 1 ? h[0] : undefined) : h;
 
+/** a peer address on this machine (listeners bind 127.0.0.1; the address is checked again) */
+export const LOOPBACK = new Set(['127.0.0.1', '::1', '::ffff:127.0.0.1']);
+
 /** The two spellings of this hub's authority; anything else is somebody else's name for us. */
 export function allowedHosts(port: number): string[] {
   return [`127.0.0.1:${port}`, `localhost:${port}`];
@@ -55,6 +58,29 @@ export function offeredProtocols(headers: Headers): string[] {
     : [];
 }
 
+/**
+ * Origin present, not "null", and this server's own origin as the browser sees it
+ * (http://<host>) or exactly one of `extra` (`loupe serve --origin`).
+ */
+export function checkOrigin(headers: Headers, host: string, extra: readonly string[] = []): string | null {
+  const origin = one(headers.origin);
+  if (origin === undefined) return 'missing Origin header';
+  if (origin === 'null') return 'Origin "null" is not allowed';
+  const o = origin.toLowerCase();
+  if (o !== `http://${host}` && !extra.some((x) => x.toLowerCase() === o))
+    return `foreign Origin ${JSON.stringify(origin.slice(0, 100))}`;
+  return null;
+}
+
+/** Exactly one `loupe.token.<hex>` offered, equal to the token (constant-time); else why not. */
+export function checkTokenProtocol(protocols: string[], token: string): string | null {
+  const offered = protocols.filter((p) => p.startsWith(TOKEN_PROTOCOL_PREFIX));
+  if (offered.length === 0) return 'missing pairing token';
+  if (offered.length > 1 || !tokensEqual(offered[0].slice(TOKEN_PROTOCOL_PREFIX.length), token))
+    return 'wrong pairing token';
+  return null;
+}
+
 export function checkUpgrade(
   url: string | undefined,
   headers: Headers,
@@ -63,11 +89,8 @@ export function checkUpgrade(
   const host = checkHost(headers, opts.port);
   if (!host.ok) return { ok: false, status: 403, reason: host.reason };
 
-  const origin = one(headers.origin);
-  if (origin === undefined) return { ok: false, status: 403, reason: 'missing Origin header' };
-  if (origin === 'null') return { ok: false, status: 403, reason: 'Origin "null" is not allowed' };
-  if (origin.toLowerCase() !== `http://${host.host}`)
-    return { ok: false, status: 403, reason: `foreign Origin ${JSON.stringify(origin)}` };
+  const badOrigin = checkOrigin(headers, host.host);
+  if (badOrigin) return { ok: false, status: 403, reason: badOrigin };
 
   const pathname = (url ?? '').split('?')[0];
   const kind = pathname === PAGE_PATH ? 'page' : pathname === AGENT_PATH ? 'agent' : undefined;
@@ -76,16 +99,13 @@ export function checkUpgrade(
   const protocols = offeredProtocols(headers);
   if (!protocols.includes(SUBPROTOCOL))
     return { ok: false, status: 400, reason: `subprotocol ${SUBPROTOCOL} not offered` };
-  const offered = protocols.filter((p) => p.startsWith(TOKEN_PROTOCOL_PREFIX));
   const challenges = protocols.filter((p) => p.startsWith(CHALLENGE_PROTOCOL_PREFIX));
-  if (kind === 'agent' && offered.length === 0 && challenges.length > 0) {
+  if (kind === 'agent' && !protocols.some((p) => p.startsWith(TOKEN_PROTOCOL_PREFIX)) && challenges.length > 0) {
     const nonce = challenges[0].slice(CHALLENGE_PROTOCOL_PREFIX.length);
     if (challenges.length > 1 || !isHex64(nonce)) return { ok: false, status: 400, reason: 'malformed challenge' };
     return { ok: true, kind, challenge: nonce };
   }
-  if (offered.length === 0) return { ok: false, status: 401, reason: 'missing pairing token' };
-  if (offered.length > 1 || !tokensEqual(offered[0].slice(TOKEN_PROTOCOL_PREFIX.length), opts.token)) {
-    return { ok: false, status: 401, reason: 'wrong pairing token' };
-  }
+  const badToken = checkTokenProtocol(protocols, opts.token);
+  if (badToken) return { ok: false, status: 401, reason: badToken };
   return { ok: true, kind };
 }

@@ -31,7 +31,7 @@ import {
   WebStandardStreamableHTTPServerTransport,
   type Server,
 } from '@modelcontextprotocol/server';
-import { checkHost } from './guard';
+import { LOOPBACK, checkHost } from './guard';
 import type { ClientScope } from './mcp-server';
 import { tokensEqual } from './token';
 
@@ -63,7 +63,6 @@ interface Session {
   inFlight: number;
 }
 
-const LOOPBACK = new Set(['127.0.0.1', '::1', '::ffff:127.0.0.1']);
 /** how long a refused body may keep arriving after the refusal is written */
 const LINGER_MS = 1000;
 const JSON_HEADERS = { 'Content-Type': 'application/json', 'Cache-Control': 'no-store' };

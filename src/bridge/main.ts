@@ -65,6 +65,9 @@ Tools run in the Loupe page paired over a local WebSocket, or in this process wi
 
 Options:
   --headless          run tools in this process (onnxruntime-node); no browser, no port
+  --engine URL        run tools on a Loupe engine (loupe serve, e.g. a GPU box through ssh -L):
+                      its pairing line URL#token=…, or the URL with $LOUPE_ENGINE_TOKEN (or,
+                      on the same machine, the token file loupe serve wrote)
   --port N            hub port on 127.0.0.1 (default ${DEFAULT_PORT}, or $LOUPE_PORT); a second
                       companion on the same port shares the first one's hub
   --http              serve MCP over Streamable HTTP at http://127.0.0.1:PORT/mcp instead of
@@ -87,6 +90,8 @@ Options:
 
 export interface McpArgs {
   headless: boolean;
+  /** a served engine's URL (loupe serve) */
+  engine?: string;
   http: boolean;
   newToken: boolean;
   port: number;
@@ -141,6 +146,9 @@ export function parseMcpArgs(argv: string[]): McpArgs {
       case '--headless':
         a.headless = true;
         break;
+      case '--engine':
+        a.engine = given('a URL');
+        break;
       case '--http':
         a.http = true;
         break;
@@ -189,6 +197,8 @@ export function parseMcpArgs(argv: string[]): McpArgs {
     }
   }
   if (a.newToken && !a.http) throw new UsageError('--new-token applies to --http only');
+  if (a.engine && (a.headless || a.backend || a.allowLocal.length))
+    throw new UsageError('--engine runs tools on the served engine: not with --headless, --backend or --allow-local');
   if (a.allowLocal.length && !a.headless)
     throw new UsageError('--allow-local applies to --headless only (the page reads no local files)');
   return a;
@@ -199,12 +209,28 @@ function envPort(): number {
   return Number.isInteger(p) && p >= 0 && p <= 65535 && process.env.LOUPE_PORT ? p : DEFAULT_PORT;
 }
 
+/** The folders headless tool calls may read (--allow-local), logged; undefined (after saying why) when one is refused. */
+function headlessAccess(a: McpArgs, log: (msg: string) => void): LocalAccess | undefined {
+  try {
+    const local = allowLocal(a.allowLocal);
+    if (a.allowLocal.length)
+      log(`tool calls may read local folders inside: ${(local as { roots: string[] }).roots.join(', ')}`);
+    return local;
+  } catch (e) {
+    process.stderr.write(`loupe mcp: --allow-local: ${(e as Error).message}\n`);
+    return undefined;
+  }
+}
+
 /**
  * Run the companion until the client closes stdin (or SIGINT/SIGTERM). Resolves with the exit
  * code (also set as process.exitCode): 0, 1 when the hub cannot start, 2 on a usage error (the
  * usage goes to stderr). Accepts argv with or without the leading 'mcp'.
  */
-export async function runMcp(argv: string[]): Promise<number> {
+export async function runMcp(
+  argv: string[],
+  o: { engineExecutor?: (url: string, opts: { model?: string; log: (msg: string) => void }) => Promise<Executor> } = {},
+): Promise<number> {
   // Keep stdout for MCP only.
   const toErr = (...xs: unknown[]) => console.error(...xs);
   console.log = toErr;
@@ -243,18 +269,21 @@ export async function runMcp(argv: string[]): Promise<number> {
     }
   }
   let listener: http.Server | undefined;
-  if (a.headless) {
-    let local: LocalAccess;
-    try {
-      local = allowLocal(a.allowLocal);
-    } catch (e) {
-      process.stderr.write(`loupe mcp: --allow-local: ${(e as Error).message}\n`);
-      return (process.exitCode = 2);
+  if (a.engine || a.headless) {
+    if (a.engine) {
+      try {
+        if (!o.engineExecutor) throw new Error('this build has no served-engine client');
+        executor = await o.engineExecutor(a.engine, { model: a.model, log });
+      } catch (e) {
+        process.stderr.write(`loupe mcp: --engine: ${(e as Error).message}\n`);
+        return (process.exitCode = 2);
+      }
+    } else {
+      const local = headlessAccess(a, log);
+      if (!local) return (process.exitCode = 2);
+      executor = new ThreadExecutor({ backend: a.backend, model: a.model, log, local });
+      log(`headless: tools run in this process's engine thread (${a.backend ?? 'node'} backend)`);
     }
-    executor = new ThreadExecutor({ backend: a.backend, model: a.model, log, local });
-    if (a.allowLocal.length)
-      log(`tool calls may read local folders inside: ${(local as { roots: string[] }).roots.join(', ')}`);
-    log(`headless: tools run in this process's engine thread (${a.backend ?? 'node'} backend)`);
     if (a.http) {
       try {
         listener = await listenHeadless(a.port, distDir, mcpRoute);

@@ -123,8 +123,12 @@ async function writePrivateJson(file: string, data: unknown, dir: string): Promi
  * (someone could plant a token to make us forward an agent's calls to their server), and a
  * config folder others can reach.
  */
-export async function readHubRecord(port: number, dir = configDir()): Promise<HubRecord | undefined> {
-  const rec = (await readPrivateJson(tokenFilePath(port, dir), dir)) as HubRecord | undefined;
+export function readHubRecord(port: number, dir = configDir()): Promise<HubRecord | undefined> {
+  return readRecord(tokenFilePath(port, dir), port, dir);
+}
+
+async function readRecord(file: string, port: number, dir: string): Promise<HubRecord | undefined> {
+  const rec = (await readPrivateJson(file, dir)) as HubRecord | undefined;
   return rec && rec.port === port && isTokenShaped(rec.token) ? rec : undefined;
 }
 
@@ -165,6 +169,19 @@ async function readPrivateJson(file: string, dir: string): Promise<unknown> {
   }
 }
 
+/** The record of `loupe serve` on a port (its token), 0600 like a hub's: `loupe mcp --engine` on this machine reads it. */
+export function engineRecordPath(port: number, dir = configDir()): string {
+  return path.join(dir, `engine-${port}.json`);
+}
+
+export async function writeEngineRecord(rec: HubRecord, dir = configDir()): Promise<string> {
+  return writePrivateJson(engineRecordPath(rec.port, dir), rec, dir);
+}
+
+export function readEngineRecord(port: number, dir = configDir()): Promise<HubRecord | undefined> {
+  return readRecord(engineRecordPath(port, dir), port, dir);
+}
+
 /** The file holding the bearer token of `loupe mcp --http`. */
 export function httpTokenFilePath(dir = configDir()): string {
   return path.join(dir, 'mcp-http.json');
@@ -202,8 +219,12 @@ export async function removeHubRecord(port: number, token: string, dir = configD
 }
 
 /** Synchronous removal for a process that is exiting (an 'exit' handler cannot wait). */
-export function removeHubRecordSync(port: number, token: string, dir = configDir()): void {
-  const file = tokenFilePath(port, dir);
+export function removeHubRecordSync(
+  port: number,
+  token: string,
+  dir = configDir(),
+  file = tokenFilePath(port, dir),
+): void {
   try {
     const rec = JSON.parse(readFileSync(file, 'utf8')) as HubRecord;
     if (tokensEqual(rec.token, token)) unlinkSync(file);

@@ -22,6 +22,7 @@ export function mainHelp(): string {
     '       loupe doctor                 runtime, backends, threads, backend agreement, cache',
     '       loupe schema [operation]     JSON Schemas of inputs and outputs',
     '       loupe mcp ...                the MCP bridge',
+    "       loupe serve ...              this machine's engine for a page elsewhere (over ssh -L)",
     '',
     "MODEL: 'default' (the bundled stories260K), a name as TransformerLens gives it (gpt2-small, gemma-3-270m; 'loupe models'),",
     '       a Hugging Face Hub id, or a folder with config.json + safetensors.',

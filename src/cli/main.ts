@@ -220,7 +220,14 @@ async function schemaCommand(argv: string[], io: Io): Promise<number> {
 async function mcpCommand(argv: string[], io: Io): Promise<number> {
   // imported on use: `loupe trace …` need not load the MCP SDK and the hub
   const { runMcp } = await import('../bridge/main');
-  const code = await runMcp(argv);
+  const code = await runMcp(argv, {
+    // `--engine URL`: the tools run on a served engine (src/serve)
+    engineExecutor: async (url, o) => {
+      const { RemoteExecutor } = await import('../serve/mcp-executor');
+      const { engineToken } = await import('../serve/client');
+      return new RemoteExecutor({ url, token: await engineToken(url), ...o });
+    },
+  });
   // runMcp may report through process.exitCode instead of returning a code
   return typeof code === 'number' ? code : typeof process.exitCode === 'number' ? process.exitCode : EXIT.ok;
 }
@@ -249,6 +256,7 @@ export async function main(argv: string[], io: Io = defaultIo): Promise<number> 
     return doctor(rest, io);
   }
   if (cmd === 'mcp') return mcpCommand(rest, io);
+  if (cmd === 'serve') return (await import('../serve/main')).serveCommand(rest, io);
   if (cmd === 'models') return (await import('./models')).modelsCommand(rest, io);
   const op = getOperation(cmd);
   if (!op) {
@@ -257,7 +265,7 @@ export async function main(argv: string[], io: Io = defaultIo): Promise<number> 
       argv.includes('--json'),
       new UsageError(
         `Unknown command '${cmd}'.`,
-        `Commands: ${Object.keys(operations).join(', ')}, models, doctor, schema, mcp. Run 'loupe --help'.`,
+        `Commands: ${Object.keys(operations).join(', ')}, models, doctor, schema, mcp, serve. Run 'loupe --help'.`,
       ),
     );
   }

@@ -49,6 +49,8 @@ export type ErrorCode =
   | 'NO_MODEL'
   | 'NO_PAGE'
   | 'PAGE_GONE'
+  | 'ENGINE_UNREACHABLE'
+  | 'ENGINE_GONE'
   | 'DEADLINE_EXCEEDED'
   | 'CANCELLED'
   | 'LOCAL_PATH_REFUSED'

@@ -20,7 +20,7 @@ import {
   type PrecisionChoice,
 } from '../engine/precision';
 import { webSessionFactory, type OrtModule, type SessionFactory } from '../engine/runtime/ort-session';
-import { judgeModel } from '../engine/source/preflight';
+import { judgeModel, type ModelJudgement, type ModelPlan } from '../engine/source/preflight';
 import { loadModelFilesNode, sourceFromSpec, type NodeLoadOptions } from './load-files-node';
 import { nodeSessionFactory } from './ort-session-node';
 import { FolderSource } from './folder-source';
@@ -41,6 +41,8 @@ export interface NodeModelOptions
   local?: LocalAccess;
   /** `spec` already resolved (sourceFromSpec), so it is not resolved again */
   source?: ModelSource;
+  /** asked once the plan is judged, before any weight byte (`loupe serve`: the page's preview); throw to stop */
+  confirm?: (plan: ModelPlan, judgement: ModelJudgement | null) => void | Promise<void>;
 }
 
 /** `extraOptions`: onnxruntime session options over the defaults (the bench measures them) */
@@ -88,7 +90,7 @@ export async function loadModelNode(spec: string, opts: NodeModelOptions = {}): 
   const gpu = await nodeGpuCaps(backend);
   const files = await loadModelFilesNode(source, {
     ...opts,
-    judge: (plan) => {
+    judge: async (plan) => {
       const choose = (stats: WeightStats) =>
         gpu ? choosePrecisionOnGpu(mode, stats, gpu, memory) : choosePrecision(mode, stats, backend, memory);
       const j = judgeModel(plan, backend, choose, memory, {
@@ -96,6 +98,7 @@ export async function loadModelNode(spec: string, opts: NodeModelOptions = {}): 
         precisions: OFFERED_PRECISIONS,
       });
       judged = j?.choice;
+      await opts.confirm?.(plan, j);
     },
   });
   const factory = await nodeFactory(backend, opts.threads);

@@ -6,6 +6,10 @@
  *    `hardStopMs`, the worker is terminated and restarted (the UI never waits on it);
  *  - a crash (an uncaught error in the worker, a failed start) rejects every pending call with a
  *    clear error and starts a fresh worker; `onRestart` lets the page reload its model there.
+ *
+ * The engine may also be a served one (`loupe serve`, attach()): a socket endpoint (ui/engine/
+ * remote.ts) speaks the same protocol. A hard stop reconnects to it; its end — the engine killed,
+ * the tunnel gone — falls back to the in-page worker, through the same restart.
  */
 import * as Comlink from 'comlink';
 import { LoupeError, toLoupeError } from '../../engine/errors';
@@ -19,11 +23,23 @@ export interface Job<T> {
 
 type Pending = { reject: (e: LoupeError) => void };
 
+/** what the client talks to: the in-page Worker, or a socket to a served engine */
+export type EngineEndpoint = Comlink.Endpoint & { terminate(): void };
+
+/** a served engine the client is attached to */
+export interface Attached {
+  url: string;
+  /** a fresh connection (after a hard stop) */
+  reconnect: () => EngineEndpoint;
+}
+
 export interface ClientEvents {
   /** a worker (the first, or a restarted one) was started: configure it here */
   onStart?: (api: Comlink.Remote<EngineWorkerApi>) => void;
-  /** the worker died (crash or hard stop) and a new one was started */
-  onRestart?: (reason: string) => void;
+  /** the worker died (crash or hard stop) and a new one was started; `from`: the served engine that ended */
+  onRestart?: (reason: string, from?: string) => void;
+  /** the engine changed: attached to a served one (its URL), or back on the in-page worker (null) */
+  onEngine?: (url: string | null) => void;
 }
 
 let seq = 0;
@@ -32,7 +48,8 @@ export function newJobId(prefix = 'job'): string {
 }
 
 export class EngineClient {
-  private worker!: Worker;
+  private worker!: EngineEndpoint;
+  private attachedTo: Attached | null = null;
   private api!: Comlink.Remote<EngineWorkerApi>;
   private pending = new Set<Pending>();
   private generation = 0;
@@ -40,21 +57,31 @@ export class EngineClient {
   hardStopMs = 3000;
 
   constructor(
-    private readonly factory: () => Worker,
+    private readonly factory: () => EngineEndpoint,
     private readonly events: ClientEvents = {},
   ) {
     this.start();
   }
 
-  private start(): void {
+  /** the served engine in use, or null for the in-page worker */
+  get attached(): string | null {
+    return this.attachedTo?.url ?? null;
+  }
+
+  private start(endpoint?: EngineEndpoint): void {
     const gen = ++this.generation;
-    this.worker = this.factory();
+    this.worker = endpoint ?? (this.attachedTo ? this.attachedTo.reconnect() : this.factory());
     this.worker.addEventListener('error', (ev) => {
-      ev.preventDefault?.();
-      if (gen === this.generation) this.restart(`the model worker crashed: ${ev.message || 'unknown error'}`);
+      (ev as Event).preventDefault?.();
+      const msg = (ev as Event & { message?: string }).message;
+      if (gen !== this.generation) return;
+      if (this.attachedTo) this.fallBack(msg || 'the Loupe engine went away');
+      else this.restart(`the model worker crashed: ${msg || 'unknown error'}`);
     });
     this.worker.addEventListener('messageerror', () => {
-      if (gen === this.generation) this.restart('the model worker sent a message the page could not read');
+      if (gen !== this.generation) return;
+      if (this.attachedTo) this.fallBack('the Loupe engine sent a message the page could not read');
+      else this.restart('the model worker sent a message the page could not read');
     });
     this.api = Comlink.wrap<EngineWorkerApi>(this.worker);
     this.events.onStart?.(this.api);
@@ -62,17 +89,45 @@ export class EngineClient {
 
   /** Kill the worker, fail everything pending, start a fresh one. */
   restart(reason: string): void {
-    this.worker.terminate();
-    const err = new LoupeError(
-      'INTERNAL',
-      `${reason[0].toUpperCase()}${reason.slice(1)}.`,
-      'The worker was restarted; the page kept your inputs and results. Run again.',
+    this.replace(reason, 'INTERNAL', 'The worker was restarted; the page kept your inputs and results. Run again.');
+  }
+
+  /** the served engine ended: fail what is pending and go on with the in-page worker */
+  private fallBack(reason: string): void {
+    const url = this.attachedTo?.url;
+    this.attachedTo = null;
+    this.replace(
+      reason,
+      'ENGINE_GONE',
+      'The page is back on its own engine and kept your inputs and results; attach again once it runs.',
+      url,
     );
-    for (const p of [...this.pending]) p.reject(err);
-    this.pending.clear();
+  }
+
+  private replace(reason: string, code: 'INTERNAL' | 'ENGINE_GONE', hint: string, from?: string): void {
+    this.failPending(new LoupeError(code, `${cap(reason)}.`, hint));
     this.restarts++;
     this.start();
-    this.events.onRestart?.(reason);
+    if (from) this.events.onEngine?.(null);
+    this.events.onRestart?.(reason, from);
+  }
+
+  /**
+   * Use a served engine (`endpoint` already open), or the in-page worker again (null). What is
+   * pending fails as CANCELLED; the page loads its model on the new engine itself.
+   */
+  switchTo(target: { endpoint: EngineEndpoint; attached: Attached } | null): void {
+    this.failPending(new LoupeError('CANCELLED', 'Cancelled: the page switched engines.'));
+    this.attachedTo = target?.attached ?? null;
+    this.start(target?.endpoint);
+    this.events.onEngine?.(this.attached);
+  }
+
+  private failPending(err: LoupeError): void {
+    this.generation++;
+    this.worker.terminate();
+    for (const p of [...this.pending]) p.reject(err);
+    this.pending.clear();
   }
 
   /** Call the worker; the promise also settles if the worker dies. Errors are LoupeErrors. */
@@ -132,7 +187,10 @@ export class EngineClient {
   }
 
   dispose(): void {
+    this.attachedTo = null;
     this.generation++;
     this.worker.terminate();
   }
 }
+
+const cap = (s: string) => `${s[0].toUpperCase()}${s.slice(1)}`;

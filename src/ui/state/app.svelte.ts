@@ -7,7 +7,9 @@
  */
 import { LoupeError } from '../../engine/errors';
 import type { Progress } from '../../ops/types';
-import { EngineClient } from '../engine/client';
+import { EngineClient, type EngineEndpoint } from '../engine/client';
+import { connectEngineSocket, engineSocket } from '../engine/remote';
+import { engineTarget } from '../../share/wire';
 import type { WeightsMode } from '../../engine/precision';
 import { newInstanceId } from '../../ops/lib/handles';
 import { errInfo, type ErrorInfo } from './errors';
@@ -43,11 +45,17 @@ export class AppState {
   /** the last page run's error (form validation included), shown under the form */
   jobError = $state<ErrorInfo | null>(null);
   workerRestarts = $state(0);
+  /** the served engine (`loupe serve`) the page is attached to, or null: the in-page worker */
+  engine = $state<string | null>(null);
+  /** an attach under way, and why the last one failed */
+  attaching = $state(false);
+  attachError = $state<ErrorInfo | null>(null);
 
-  constructor(workerFactory: () => Worker) {
+  constructor(workerFactory: () => EngineEndpoint) {
     this.client = new EngineClient(workerFactory, {
       onStart: (api) => void api.configure({ instanceId: this.instanceId }).catch(() => {}),
-      onRestart: (reason) => this.onWorkerRestart(reason),
+      onRestart: (reason, from) => this.onWorkerRestart(reason, from),
+      onEngine: (url) => (this.engine = url),
     });
     const notify = this.notices.notify.bind(this.notices);
     this.jobs = new JobStore(this.client);
@@ -231,14 +239,67 @@ export class AppState {
     void this.models.reload();
   }
 
-  private onWorkerRestart(reason: string): void {
+  /**
+   * Attach to a served engine (`loupe serve`): `pasted` is its pairing line (URL#token=…) or URL,
+   * `token` the token when the line has none. The model loaded now loads there (cached there);
+   * inputs and results stay. False (and attachError) when no engine answered.
+   */
+  async attachEngine(pasted: string, token = ''): Promise<boolean> {
+    this.attachError = null;
+    this.attaching = true;
+    try {
+      const t = engineTarget(pasted);
+      const tok = t.token ?? token.trim();
+      if (!/^[0-9a-f]{64}$/.test(tok))
+        throw new LoupeError(
+          'BAD_INPUT',
+          'The token must be the 64 hex digits loupe serve printed.',
+          'Paste the whole pairing line (URL#token=…), or the token in its own box.',
+        );
+      const endpoint = await connectEngineSocket(t.url, tok);
+      await this.jobs.exclusive(async () => {
+        this.client.switchTo({ endpoint, attached: { url: t.url, reconnect: () => engineSocket(t.url, tok) } });
+      });
+      this.notices.notify('info', `Attached to the Loupe engine at ${t.url}.`, 5000);
+      await this.onEngineSwitched();
+      return true;
+    } catch (e) {
+      this.attachError = errInfo(e);
+      return false;
+    } finally {
+      this.attaching = false;
+    }
+  }
+
+  /** Back to the in-page engine, without a reload: the model loads here again. */
+  async detachEngine(): Promise<void> {
+    if (!this.client.attached) return;
+    const url = this.client.attached;
+    await this.jobs.exclusive(async () => this.client.switchTo(null));
+    this.notices.notify('info', `Detached from ${url}: back on the in-page engine.`, 5000);
+    await this.onEngineSwitched();
+  }
+
+  private async onEngineSwitched(): Promise<void> {
+    this.jobs.reset();
+    void this.loadOps();
+    void this.refreshCache();
+    if (!(await this.models.reload({ quiet: true })) && !this.models.model)
+      await this.models.load(this.models.startChoice(), { quiet: true });
+    if (this.doctor.info) void this.doctor.run();
+  }
+
+  private onWorkerRestart(reason: string, from?: string): void {
     this.workerRestarts++;
     this.jobs.reset();
     this.notices.notify(
       'warn',
-      `${reason[0].toUpperCase()}${reason.slice(1)}. Restarted it; your inputs and results are kept.`,
+      from
+        ? `${reason[0].toUpperCase()}${reason.slice(1)}. The page is back on its own engine; your inputs and results are kept.`
+        : `${reason[0].toUpperCase()}${reason.slice(1)}. Restarted it; your inputs and results are kept.`,
       12000,
     );
+    if (from && this.doctor.info) void this.doctor.run();
     void this.loadOps();
     // a load under way when the worker went retries by itself (ModelStore.load)
     if (!this.models.loading) void this.models.reload({ quiet: true });

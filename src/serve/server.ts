@@ -1,0 +1,175 @@
+/**
+ * `loupe serve`'s listener: one engine (workers/engine-api.ts over a host) offered over a
+ * WebSocket at ws://127.0.0.1:<port>/engine, to the page ("Attach to a Loupe engine") and to
+ * `loupe mcp --engine`. Every upgrade passes gate.ts first; a refused one gets a plain HTTP
+ * status and is never upgraded.
+ *
+ * Connections share the one engine (one model, loaded once, for whoever attaches next). On each,
+ * only comlink calls of the protocol's methods are taken (no property reads or writes: a peer
+ * cannot walk the API object), frames are bounded in size (the bridge's page-socket cap) and in
+ * rate, and the jobs a connection started are cancelled when it closes.
+ */
+import http from 'node:http';
+import type { Duplex } from 'node:stream';
+import * as Comlink from 'comlink';
+import { WebSocketServer, type WebSocket } from 'ws';
+import { LoupeError } from '../engine/errors';
+import { newToken } from '../bridge/token';
+import { MAX_LINE_BYTES } from '../bridge/stdio-lines';
+import { SocketEndpoint, ENGINE_PATH } from '../share/wire';
+import type { EngineWorkerApi } from '../../workers/protocol';
+import { checkEngineUpgrade } from './gate';
+
+/** frames a connection may send per second, and in a burst (calls and callback answers: a few a second) */
+export const FRAME_RATE = 200;
+export const FRAME_BURST = 400;
+export const MAX_CONNECTIONS = 8;
+
+/** the protocol's methods that take a job id first: cancelled when their connection closes */
+const JOB_METHODS = new Set(['loadModel', 'runOperation', 'agreement', 'q8Cost']);
+
+export interface EngineServerOptions {
+  api: EngineWorkerApi;
+  /** 0: any free port */
+  port?: number;
+  token?: string;
+  /** page origins allowed besides the server's own */
+  origins?: readonly string[];
+  log?: (msg: string) => void;
+  maxPayload?: number;
+  frameRate?: number;
+  frameBurst?: number;
+}
+
+export interface EngineServer {
+  port: number;
+  token: string;
+  /** ws://127.0.0.1:<port>/engine */
+  url: string;
+  connections(): number;
+  close(): Promise<void>;
+}
+
+/** The methods a peer may call; anything else (a GET, a SET, a path into the object) is refused. */
+function allowedCall(api: EngineWorkerApi, data: unknown): string | null {
+  const m = data as { type?: unknown; path?: unknown };
+  if (!m || typeof m !== 'object') return 'not a call';
+  if (m.type === 'RELEASE') return null;
+  if (m.type !== 'APPLY') return `a ${JSON.stringify(String(m.type).slice(0, 20))} message`;
+  const path = m.path;
+  if (!Array.isArray(path) || path.length !== 1 || typeof path[0] !== 'string') return 'a call into the object';
+  if (!Object.prototype.hasOwnProperty.call(api, path[0]) || typeof (api as any)[path[0]] !== 'function')
+    return `no method ${JSON.stringify(path[0].slice(0, 40))}`;
+  return null;
+}
+
+export function startEngineServer(o: EngineServerOptions): Promise<EngineServer> {
+  const token = o.token ?? newToken();
+  const log = o.log ?? (() => {});
+  const origins = o.origins ?? [];
+  const wss = new WebSocketServer({ noServer: true, maxPayload: o.maxPayload ?? MAX_LINE_BYTES });
+  const live = new Set<WebSocket>();
+  const server = http.createServer((_req, res) => {
+    res.writeHead(426, { 'Content-Type': 'text/plain', 'Cache-Control': 'no-store' });
+    res.end(`A Loupe engine: attach to it from the page's model panel (WebSocket ${ENGINE_PATH}).\n`);
+  });
+  let port = 0;
+
+  server.on('upgrade', (req: http.IncomingMessage, socket: Duplex, head: Buffer) => {
+    const v = checkEngineUpgrade(req, { port, token, origins });
+    const refuse = (status: number, reason: string) => {
+      log(`refused a connection: ${reason}`);
+      socket.end(`HTTP/1.1 ${status} ${http.STATUS_CODES[status]}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n`);
+    };
+    if (!v.ok) return refuse(v.status, v.reason);
+    if (live.size >= MAX_CONNECTIONS) return refuse(503, `${MAX_CONNECTIONS} connections already`);
+    wss.handleUpgrade(req, socket, head, (ws) => connect(ws));
+  });
+
+  function connect(ws: WebSocket): void {
+    live.add(ws);
+    const running = new Set<string>();
+    const ep = new SocketEndpoint(
+      { send: (t) => ws.send(t), close: (code, reason) => ws.close(code, reason) },
+      {
+        side: 'engine',
+        accept: (data) => allowedCall(o.api, data),
+      },
+    );
+    // the same engine, with this connection's jobs noted so that its end cancels them
+    const mine: Record<string, unknown> = Object.fromEntries(
+      Object.entries(o.api).map(([name, fn]) => [
+        name,
+        JOB_METHODS.has(name)
+          ? async (jobId: string, ...rest: unknown[]) => {
+              running.add(jobId);
+              try {
+                return await (fn as (...a: unknown[]) => Promise<unknown>)(jobId, ...rest);
+              } finally {
+                running.delete(jobId);
+                const at = cancelledAt.get(jobId);
+                // "cancelled" is only true once the engine is free: say when that was
+                if (at !== undefined) log(`${name} ${jobId}: stopped ${Date.now() - at} ms after its cancellation`);
+                cancelledAt.delete(jobId);
+              }
+            }
+          : fn,
+      ]),
+    );
+    const cancelledAt = new Map<string, number>();
+    mine.cancel = async (jobId: string) => {
+      if (running.has(jobId)) cancelledAt.set(jobId, Date.now());
+      return o.api.cancel(jobId);
+    };
+    Comlink.expose(mine, ep as unknown as Comlink.Endpoint);
+    let tokens = o.frameBurst ?? FRAME_BURST;
+    let last = Date.now();
+    const rate = o.frameRate ?? FRAME_RATE;
+    ws.on('message', (data, isBinary) => {
+      const now = Date.now();
+      tokens = Math.min(o.frameBurst ?? FRAME_BURST, tokens + ((now - last) / 1000) * rate);
+      last = now;
+      if (--tokens < 0) {
+        log('closed a connection that sent frames faster than the limit');
+        return ws.close(1008, 'too many messages');
+      }
+      if (isBinary) return ws.close(1003, 'text frames only');
+      ep.receive(String(data));
+    });
+    ws.on('close', () => {
+      live.delete(ws);
+      ep.closed('the connection closed', false);
+      for (const id of running) {
+        cancelledAt.set(id, Date.now());
+        void o.api.cancel(id).catch(() => {});
+      }
+      if (running.size) log(`a connection closed with ${running.size} job(s) running: cancelled`);
+    });
+    ws.on('error', (e) => log(`a connection failed: ${e.message}`));
+  }
+
+  return new Promise<EngineServer>((resolve, reject) => {
+    server.once('error', (e: NodeJS.ErrnoException) =>
+      reject(
+        e.code === 'EADDRINUSE'
+          ? new LoupeError('BAD_INPUT', `Port ${o.port} is in use.`, 'Pass another --port, or 0 for any free one.')
+          : e,
+      ),
+    );
+    server.listen(o.port ?? 0, '127.0.0.1', () => {
+      port = (server.address() as { port: number }).port;
+      resolve({
+        port,
+        token,
+        url: `ws://127.0.0.1:${port}${ENGINE_PATH}`,
+        connections: () => live.size,
+        close: () =>
+          new Promise<void>((done) => {
+            for (const ws of live) ws.terminate();
+            wss.close();
+            server.close(() => done());
+          }),
+      });
+    });
+  });
+}

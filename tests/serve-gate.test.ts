@@ -1,0 +1,194 @@
+/**
+ * `loupe serve`'s gates (src/serve/gate.ts, server.ts): what is refused before an upgrade — not
+ * loopback, a foreign Host, a missing or foreign Origin, no token or a wrong one — each on its own
+ * and against a live server, and what a connection that passed may still not do (walk the API
+ * object, flood frames). The engine behind the live server is a stub: the gates are the subject.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import WebSocket from 'ws';
+import * as Comlink from 'comlink';
+import { checkEngineUpgrade, normalOrigin } from '../src/serve/gate';
+import { startEngineServer, type EngineServer } from '../src/serve/server';
+import { connectEngine } from '../src/serve/client';
+import { TOKEN_PROTOCOL_PREFIX } from '../src/bridge/protocol';
+import { ENGINE_PATH, ENGINE_SUBPROTOCOL } from '../src/share/wire';
+import { parseServeArgs } from '../src/serve/main';
+import type { EngineWorkerApi } from '../workers/protocol';
+
+const TOKEN = 'a'.repeat(64);
+const PORT = 5179;
+const good = () => ({
+  url: ENGINE_PATH,
+  socket: { remoteAddress: '127.0.0.1' },
+  headers: {
+    host: `127.0.0.1:${PORT}`,
+    origin: `http://127.0.0.1:${PORT}`,
+    'sec-websocket-protocol': `${ENGINE_SUBPROTOCOL}, ${TOKEN_PROTOCOL_PREFIX}${TOKEN}`,
+  } as Record<string, string | undefined>,
+});
+const check = (r: ReturnType<typeof good>, origins: string[] = []) =>
+  checkEngineUpgrade(r, { port: PORT, token: TOKEN, origins });
+
+describe('checkEngineUpgrade', () => {
+  it('passes the server’s own origin with the token', () => {
+    expect(check(good())).toEqual({ ok: true });
+  });
+  it('refuses a peer not on loopback', () => {
+    const r = good();
+    r.socket.remoteAddress = '10.0.0.2';
+    expect(check(r)).toMatchObject({ ok: false, status: 403, reason: 'not from loopback' });
+  });
+  it('refuses a non-loopback Host (DNS rebinding)', () => {
+    const r = good();
+    r.headers.host = `evil.example:${PORT}`;
+    expect(check(r)).toMatchObject({ ok: false, status: 403 });
+    r.headers.host = `127.0.0.1:${PORT + 1}`;
+    expect(check(r)).toMatchObject({ ok: false, status: 403 });
+  });
+  it('refuses a missing, "null" or foreign Origin; takes an exact --origin', () => {
+    const r = good();
+    delete r.headers.origin;
+    expect(check(r)).toMatchObject({ ok: false, status: 403, reason: 'missing Origin header' });
+    r.headers.origin = 'null';
+    expect(check(r)).toMatchObject({ ok: false, status: 403 });
+    r.headers.origin = 'http://127.0.0.1:5178';
+    expect(check(r)).toMatchObject({ ok: false, status: 403 });
+    expect(check(r, ['http://127.0.0.1:5178'])).toEqual({ ok: true });
+    r.headers.origin = 'http://127.0.0.1:51780';
+    expect(check(r, ['http://127.0.0.1:5178'])).toMatchObject({ ok: false, status: 403 });
+  });
+  it('refuses no token, a wrong one, two, and a missing subprotocol', () => {
+    const r = good();
+    r.headers['sec-websocket-protocol'] = ENGINE_SUBPROTOCOL;
+    expect(check(r)).toMatchObject({ ok: false, status: 401, reason: 'missing pairing token' });
+    r.headers['sec-websocket-protocol'] = `${ENGINE_SUBPROTOCOL}, ${TOKEN_PROTOCOL_PREFIX}${'b'.repeat(64)}`;
+    expect(check(r)).toMatchObject({ ok: false, status: 401, reason: 'wrong pairing token' });
+    r.headers['sec-websocket-protocol'] =
+      `${ENGINE_SUBPROTOCOL}, ${TOKEN_PROTOCOL_PREFIX}${TOKEN}, ${TOKEN_PROTOCOL_PREFIX}${'b'.repeat(64)}`;
+    expect(check(r)).toMatchObject({ ok: false, status: 401 });
+    r.headers['sec-websocket-protocol'] = `loupe.v1, ${TOKEN_PROTOCOL_PREFIX}${TOKEN}`;
+    expect(check(r)).toMatchObject({ ok: false, status: 400 });
+  });
+  it('refuses another path', () => {
+    const r = good();
+    r.url = '/ws/page';
+    expect(check(r)).toMatchObject({ ok: false, status: 404 });
+  });
+  it('reads --origin, --backend and --port strictly', () => {
+    expect(normalOrigin('http://127.0.0.1:5178/')).toBe('http://127.0.0.1:5178');
+    expect(normalOrigin('http://127.0.0.1:5178/app')).toBeNull();
+    expect(normalOrigin('file:///x')).toBeNull();
+    expect(parseServeArgs(['--backend', 'cpu', '--port=0', '--origin', 'https://a.example'])).toMatchObject({
+      backend: 'node',
+      port: 0,
+      origins: ['https://a.example'],
+    });
+    expect(() => parseServeArgs(['--backend', 'cuda'])).toThrow(/--backend/);
+    expect(() => parseServeArgs(['--origin', 'not a url'])).toThrow(/--origin/);
+    expect(() => parseServeArgs(['--port', '70000'])).toThrow(/--port/);
+  });
+});
+
+describe('a live loupe serve listener', () => {
+  let server: EngineServer;
+  const cancelled: string[] = [];
+  let release: () => void = () => {};
+  const api = {
+    async ping() {
+      return 'pong' as const;
+    },
+    async runOperation(jobId: string, _name: string, input: unknown, onProgress: (p: unknown) => void) {
+      await onProgress({ stage: 'x', done: 1, total: 2 });
+      if ((input as { hold?: boolean }).hold) await new Promise<void>((r) => (release = r));
+      return { input, nan: NaN, f32: new Float32Array([1.5, -Infinity]) };
+    },
+    async cancel(jobId: string) {
+      cancelled.push(jobId);
+      release();
+      return true;
+    },
+  } as unknown as EngineWorkerApi;
+
+  beforeAll(async () => {
+    server = await startEngineServer({ api, port: 0, token: TOKEN, frameRate: 50, frameBurst: 60 });
+  });
+  afterAll(() => server.close());
+
+  /** the HTTP status an upgrade gets (101 when it is taken) */
+  const status = (protocols: string[], headers: Record<string, string> = {}, origin?: string) =>
+    new Promise<number>((resolve) => {
+      const ws = new WebSocket(`ws://127.0.0.1:${server.port}${ENGINE_PATH}`, protocols, {
+        ...(origin === undefined ? {} : { origin }),
+        headers,
+      });
+      ws.on('open', () => (ws.close(), resolve(101)));
+      ws.on('unexpected-response', (_q, res) => (resolve(res.statusCode ?? 0), ws.terminate()));
+      ws.on('error', () => resolve(-1));
+    });
+  const own = () => `http://127.0.0.1:${server.port}`;
+
+  it('upgrades the right peer and refuses each wrong one with its status', async () => {
+    expect(await status([ENGINE_SUBPROTOCOL, TOKEN_PROTOCOL_PREFIX + TOKEN], {}, own())).toBe(101);
+    expect(await status([ENGINE_SUBPROTOCOL], {}, own())).toBe(401);
+    expect(await status([ENGINE_SUBPROTOCOL, TOKEN_PROTOCOL_PREFIX + 'c'.repeat(64)], {}, own())).toBe(401);
+    expect(await status([ENGINE_SUBPROTOCOL, TOKEN_PROTOCOL_PREFIX + TOKEN], {}, 'https://evil.example')).toBe(403);
+    expect(await status([ENGINE_SUBPROTOCOL, TOKEN_PROTOCOL_PREFIX + TOKEN])).toBe(403); // no Origin
+    expect(
+      await status([ENGINE_SUBPROTOCOL, TOKEN_PROTOCOL_PREFIX + TOKEN], { host: `evil.example:${server.port}` }, own()),
+    ).toBe(403);
+  });
+
+  it('carries calls, callbacks and the codec’s values; refuses anything but a method call', async () => {
+    const c = await connectEngine(`ws://127.0.0.1:${server.port}${ENGINE_PATH}#token=${TOKEN}`, TOKEN);
+    try {
+      expect(await c.api.ping()).toBe('pong');
+      const seen: unknown[] = [];
+      const doc = (await c.api.runOperation(
+        'j1',
+        'trace',
+        { a: undefined, b: [1, NaN] },
+        Comlink.proxy((p) => void seen.push(p)),
+      )) as any;
+      expect(seen).toEqual([{ stage: 'x', done: 1, total: 2 }]);
+      expect(doc.nan).toBeNaN();
+      expect(doc.f32).toBeInstanceOf(Float32Array);
+      expect([...doc.f32]).toEqual([1.5, -Infinity]);
+      expect('a' in doc.input && doc.input.a === undefined).toBe(true);
+      // a property read, a write, a path into the object: refused as a structured error
+      await expect((c.api as any).constructor).rejects.toMatchObject({ error: { code: 'BAD_INPUT' } });
+      await expect((c.api as any).ping.call).rejects.toMatchObject({ error: { code: 'BAD_INPUT' } });
+      await expect((c.api as any).nothing()).rejects.toMatchObject({ error: { code: 'BAD_INPUT' } });
+      expect(await c.api.ping()).toBe('pong'); // the connection lives on
+    } finally {
+      c.close();
+    }
+  });
+
+  it('cancels the jobs of a connection that closes', async () => {
+    const c = await connectEngine(`ws://127.0.0.1:${server.port}${ENGINE_PATH}`, TOKEN);
+    const held = c.api.runOperation(
+      'held-1',
+      'x',
+      { hold: true },
+      Comlink.proxy(() => {}),
+    );
+    held.catch(() => {});
+    await new Promise((r) => setTimeout(r, 100));
+    c.endpoint.terminate();
+    await expect.poll(() => cancelled.includes('held-1')).toBe(true);
+  });
+
+  it('closes a connection that floods frames', async () => {
+    const ws = new WebSocket(
+      `ws://127.0.0.1:${server.port}${ENGINE_PATH}`,
+      [ENGINE_SUBPROTOCOL, TOKEN_PROTOCOL_PREFIX + TOKEN],
+      {
+        origin: own(),
+      },
+    );
+    await new Promise((r) => ws.on('open', r));
+    const closed = new Promise<number>((r) => ws.on('close', (code) => r(code)));
+    for (let i = 0; i < 200; i++) ws.send(JSON.stringify({ c: 'p1', m: null }));
+    expect(await closed).toBe(1008);
+  });
+});

@@ -1,0 +1,151 @@
+/**
+ * The engine socket's codec and port relay (src/share/wire.ts): what structured clone keeps and
+ * JSON loses comes back as it went, refusals are structured, and comlink's proxied callbacks
+ * cross two endpoints joined by an in-memory "socket" and are let go after a RELEASE.
+ */
+import { describe, expect, it } from 'vitest';
+import * as Comlink from 'comlink';
+import { decode, encode, engineTarget, MAX_DEPTH, SocketEndpoint } from '../src/share/wire';
+
+const round = (v: unknown) => decode(JSON.parse(JSON.stringify(encode(v))));
+
+describe('wire codec', () => {
+  it('keeps undefined, NaN, ±Infinity, -0, bigint and typed arrays', () => {
+    const v = {
+      u: undefined,
+      list: [1, undefined, NaN, Infinity, -Infinity, -0, null],
+      big: 12345678901234567890n,
+      f32: new Float32Array([0.1, -2.5e-38, 3.4e38, NaN]),
+      i32: new Int32Array([-1, 2 ** 31 - 1]),
+      u8: new Uint8Array([0, 255]).subarray(1),
+      f64: new Float64Array([Math.PI]),
+      ab: new Uint8Array([7, 8, 9]).buffer,
+      nested: { deep: [{ x: 'é✓' }] },
+    };
+    const r = round(v) as typeof v;
+    expect(Object.keys(r)).toEqual(Object.keys(v));
+    expect('u' in r && r.u === undefined).toBe(true);
+    expect(r.list[1]).toBeUndefined();
+    expect(r.list[2]).toBeNaN();
+    expect(r.list.slice(3, 5)).toEqual([Infinity, -Infinity]);
+    expect(Object.is(r.list[5], -0)).toBe(true);
+    expect(r.big).toBe(v.big);
+    expect(r.f32).toBeInstanceOf(Float32Array);
+    // bit for bit: a float32 document crosses exactly
+    expect([...new Uint32Array(r.f32.buffer)]).toEqual([...new Uint32Array(v.f32.buffer)]);
+    expect([...r.i32]).toEqual([-1, 2 ** 31 - 1]);
+    expect([...r.u8]).toEqual([255]);
+    expect(r.f64[0]).toBe(Math.PI);
+    expect([...new Uint8Array(r.ab)]).toEqual([7, 8, 9]);
+    expect(r.nested).toEqual(v.nested);
+  });
+
+  it('escapes a plain object that has the tag key', () => {
+    const v = { '~': 'u', v: 1, inner: { '~': 't', k: 'Float32Array', b: 'AAAA' } };
+    expect(round(v)).toEqual(v);
+  });
+
+  it('refuses what cannot be sent or read, as BAD_INPUT', () => {
+    expect(() => encode({ f: () => 1 })).toThrow(/function cannot be sent/);
+    expect(() => encode(new Map())).toThrow(/Map cannot be sent/);
+    let deep: unknown = 1;
+    for (let i = 0; i <= MAX_DEPTH + 1; i++) deep = [deep];
+    expect(() => encode(deep)).toThrow(/deeper/);
+    expect(() => decode({ '~': 'zz' })).toThrow(/unknown tag/);
+    expect(() => decode({ '~': 't', k: 'constructor', b: '' })).toThrow(/typed array/);
+    expect(() => decode({ '~': 't', k: 'Float32Array', b: 'AAA' })).toThrow(/bytes/);
+    expect(() => decode({ '~': 'n', v: 'e' })).toThrow(/number/);
+    expect(() => decode({ '~': 'p', id: 'e1' })).toThrow(/MessagePort/);
+    try {
+      decode({ '~': 'zz' });
+    } catch (e) {
+      expect((e as { code?: string }).code).toBe('BAD_INPUT');
+    }
+  });
+
+  it('reads a pairing line, a URL and a bare host:port', () => {
+    const tok = 'ab'.repeat(32);
+    expect(engineTarget(`ws://127.0.0.1:5179/engine#token=${tok}`)).toEqual({
+      url: 'ws://127.0.0.1:5179/engine',
+      token: tok,
+    });
+    expect(engineTarget('127.0.0.1:5179')).toEqual({ url: 'ws://127.0.0.1:5179/engine' });
+    expect(engineTarget('https://box.example')).toEqual({ url: 'wss://box.example/engine' });
+    expect(() => engineTarget('ftp://x')).toThrow(/not an engine URL/);
+    expect(() => engineTarget('ws://127.0.0.1:5179/engine#token=short')).toThrow(/64 hex/);
+  });
+});
+
+/** two endpoints joined back to back, as the page and the server are by a socket */
+function pair(): { page: SocketEndpoint; engine: SocketEndpoint; frames: string[] } {
+  const frames: string[] = [];
+  let page!: SocketEndpoint;
+  let engine!: SocketEndpoint;
+  const close = () => {
+    page.closed('closed');
+    engine.closed('closed');
+  };
+  page = new SocketEndpoint(
+    { send: (t) => (frames.push(t), queueMicrotask(() => engine.receive(t))), close },
+    { side: 'page', releaseMs: 10 },
+  );
+  engine = new SocketEndpoint(
+    { send: (t) => queueMicrotask(() => page.receive(t)), close },
+    { side: 'engine', releaseMs: 10 },
+  );
+  return { page, engine, frames };
+}
+
+describe('SocketEndpoint', () => {
+  it('carries comlink calls with proxied callbacks through relayed ports', async () => {
+    const { page, engine } = pair();
+    Comlink.expose(
+      {
+        async run(n: number, onStep: (i: number) => Promise<string>) {
+          const got: string[] = [];
+          for (let i = 0; i < n; i++) got.push(await onStep(i));
+          return { got, data: new Float32Array([n]) };
+        },
+      },
+      engine as unknown as Comlink.Endpoint,
+    );
+    const api = Comlink.wrap<{
+      run(n: number, f: (i: number) => Promise<string>): Promise<{ got: string[]; data: Float32Array }>;
+    }>(page as unknown as Comlink.Endpoint);
+    const r = await api.run(
+      3,
+      Comlink.proxy(async (i: number) => `step ${i}`),
+    );
+    expect(r.got).toEqual(['step 0', 'step 1', 'step 2']);
+    expect(r.data).toBeInstanceOf(Float32Array);
+    expect(page.channelCount).toBe(1);
+    expect(engine.channelCount).toBe(1);
+    page.terminate();
+  });
+
+  it('turns a frame it cannot read into an error event and closes', async () => {
+    const closedWith: number[] = [];
+    const ep = new SocketEndpoint({ send: () => {}, close: (c) => void closedWith.push(c ?? 0) }, { side: 'page' });
+    const errors: string[] = [];
+    ep.addEventListener('error', (e) => errors.push((e as Event & { message: string }).message));
+    ep.receive('{not json');
+    expect(errors[0]).toMatch(/could not be read/);
+    expect(closedWith).toEqual([1003]);
+  });
+
+  it('refuses a port id the other side could not have made', () => {
+    const ep = new SocketEndpoint({ send: () => {}, close: () => {} }, { side: 'engine' });
+    const errors: string[] = [];
+    ep.addEventListener('error', (e) => errors.push((e as Event & { message: string }).message));
+    ep.receive(JSON.stringify({ m: { '~': 'p', id: 'e5' } })); // its own side's prefix
+    expect(errors[0]).toMatch(/port id/);
+  });
+
+  it('keeps at most maxChannels relayed ports', () => {
+    const ep = new SocketEndpoint({ send: () => {}, close: () => {} }, { side: 'engine', maxChannels: 4 });
+    for (let i = 1; i <= 10; i++) ep.receive(JSON.stringify({ m: { '~': 'p', id: `p${i}` } }));
+    expect(ep.channelCount).toBe(4);
+    ep.closed('done', false);
+    expect(ep.channelCount).toBe(0);
+  });
+});
