@@ -6,6 +6,10 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
+import http from 'node:http';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import * as Comlink from 'comlink';
 import { checkEngineUpgrade, normalOrigin } from '../src/serve/gate';
 import { startEngineServer, type EngineServer } from '../src/serve/server';
@@ -109,10 +113,34 @@ describe('a live loupe serve listener', () => {
     },
   } as unknown as EngineWorkerApi;
 
+  const dist = mkdtempSync(path.join(tmpdir(), 'loupe-serve-dist-'));
   beforeAll(async () => {
-    server = await startEngineServer({ api, port: 0, token: TOKEN, frameRate: 50, frameBurst: 60 });
+    writeFileSync(path.join(dist, 'index.html'), '<!doctype html><title>page</title>');
+    server = await startEngineServer({ api, port: 0, token: TOKEN, frameRate: 50, frameBurst: 60, dist });
   });
-  afterAll(() => server.close());
+  afterAll(async () => {
+    await server.close();
+    rmSync(dist, { recursive: true, force: true });
+  });
+
+  it('serves the built page at / (isolated), and nothing under a foreign Host', async () => {
+    const get = (host: string) =>
+      new Promise<{ status: number; coop?: string; body: string }>((resolve, reject) => {
+        const req = http.get({ host: '127.0.0.1', port: server.port, path: '/', headers: { host } }, (res) => {
+          let body = '';
+          res.on('data', (d) => (body += d));
+          res.on('end', () =>
+            resolve({ status: res.statusCode ?? 0, coop: res.headers['cross-origin-opener-policy'] as string, body }),
+          );
+        });
+        req.on('error', reject);
+      });
+    const ok = await get(`127.0.0.1:${server.port}`);
+    expect(ok.status).toBe(200);
+    expect(ok.coop).toBe('same-origin');
+    expect(ok.body).toContain('<title>page</title>');
+    expect((await get(`evil.example:${server.port}`)).status).toBe(403);
+  });
 
   /** the HTTP status an upgrade gets (101 when it is taken) */
   const status = (protocols: string[], headers: Record<string, string> = {}, origin?: string) =>

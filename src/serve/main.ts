@@ -5,6 +5,8 @@
  * and the token, and writes them 0600 to the config folder (engine-<port>.json) for local
  * clients. From a laptop: `ssh -L <port>:127.0.0.1:<port> gpu-box`, then attach to the same URL.
  */
+import { existsSync } from 'node:fs';
+import path from 'node:path';
 import { NODE_BACKENDS, isNodeBackend, type NodeBackend } from '../node/backends';
 import { allowLocal, type LocalAccess } from '../node/local-access';
 import { engineRecordPath, removeHubRecordSync, writeEngineRecord, configDir } from '../bridge/token';
@@ -13,6 +15,7 @@ import { createEngineApi } from '../../workers/engine-api';
 import { nodeEngineHost } from './node-host';
 import { startEngineServer } from './server';
 import { normalOrigin } from './gate';
+import { DIST } from '../node/serve';
 
 export const DEFAULT_ENGINE_PORT = 5179;
 
@@ -103,7 +106,7 @@ export async function serveCommand(argv: string[], io: Io): Promise<number> {
   const api = createEngineApi(nodeEngineHost({ backend: a.backend, local }));
   let server;
   try {
-    server = await startEngineServer({ api, port: a.port, origins: a.origins, log });
+    server = await startEngineServer({ api, port: a.port, origins: a.origins, log, dist: DIST });
   } catch (e) {
     const le = toLoupeError(e);
     io.stderr(`loupe serve: error ${le.code}: ${le.message}\n${le.hint ? `hint: ${le.hint}\n` : ''}`);
@@ -124,6 +127,9 @@ export async function serveCommand(argv: string[], io: Io): Promise<number> {
       `pairing: ${server.url}#token=${token}`,
       `Paste the pairing line into the page's model panel, "Attach to a Loupe engine".`,
       `Pages allowed: http://127.0.0.1:${port}${a.origins.map((o) => `, ${o}`).join('')} (more with --origin URL).`,
+      ...(existsSync(path.join(DIST, 'index.html'))
+        ? [`The page itself is served at http://127.0.0.1:${port}/ too.`]
+        : []),
       ...(record ? [`The token is also in ${record} (mode 0600).`] : []),
       `From another machine: ssh -L ${port}:127.0.0.1:${port} <this host>, then attach to the same URL.`,
       '',

@@ -61,7 +61,7 @@ function ortNodeVersion(): string {
 
 export function nodeEngineHost(o: NodeHostOptions): EngineHost {
   const cache = new DirCache();
-  let sae: SaeLoaders | null = null;
+  let sae: { key: string; loaders: SaeLoaders } | null = null;
   let documents: DocumentCache | null = null;
   let gpu: Promise<GpuInfo> | null = null;
   const gpuInfo = (): Promise<GpuInfo> =>
@@ -136,7 +136,23 @@ export function nodeEngineHost(o: NodeHostOptions): EngineHost {
       return cachedModelsOf(await cache.list());
     },
     deleteCachedModel: (key) => cache.delete(key),
-    saeLoadersFor: () => (sae ??= createNodeSaeLoaders({ cache, local: o.local ?? NO_LOCAL })),
+    saeLoadersFor(req) {
+      // a Hub id as sae_source resolves against the loaded model's endpoint, with its token (as in the page)
+      const m = req?.model;
+      const hub = m && typeof m === 'object' && m.kind === 'hub' ? m : null;
+      const key = JSON.stringify([hub?.endpoint ?? '', hub?.token ?? '']);
+      if (sae?.key !== key)
+        sae = {
+          key,
+          loaders: createNodeSaeLoaders({
+            cache,
+            local: o.local ?? NO_LOCAL,
+            ...(hub?.endpoint ? { endpoint: hub.endpoint } : {}),
+            ...(hub?.token ? { token: hub.token } : {}),
+          }),
+        };
+      return sae.loaders;
+    },
     saeNeedsDownload: (ref, req) => saeNeedsDownloadIn(cache, ref, req),
     documentCache: () => (documents ??= nodeDocumentCache()),
     async storageInfo() {

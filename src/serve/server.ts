@@ -2,7 +2,8 @@
  * `loupe serve`'s listener: one engine (workers/engine-api.ts over a host) offered over a
  * WebSocket at ws://127.0.0.1:<port>/engine, to the page ("Attach to a Loupe engine") and to
  * `loupe mcp --engine`. Every upgrade passes gate.ts first; a refused one gets a plain HTTP
- * status and is never upgraded.
+ * status and is never upgraded. Plain requests get the built page (`dist`, when given and built),
+ * Host-checked, so one tunnelled port gives a laptop both the page and the engine.
  *
  * Connections share the one engine (one model, loaded once, for whoever attaches next). On each,
  * only comlink calls of the protocol's methods are taken (no property reads or writes: a peer
@@ -10,6 +11,8 @@
  * rate, and the jobs a connection started are cancelled when it closes.
  */
 import http from 'node:http';
+import { existsSync } from 'node:fs';
+import path from 'node:path';
 import type { Duplex } from 'node:stream';
 import * as Comlink from 'comlink';
 import { WebSocketServer, type WebSocket } from 'ws';
@@ -19,6 +22,8 @@ import { MAX_LINE_BYTES } from '../bridge/stdio-lines';
 import { SocketEndpoint, ENGINE_PATH } from '../share/wire';
 import type { EngineWorkerApi } from '../../workers/protocol';
 import { checkEngineUpgrade } from './gate';
+import { allowedHosts, checkHost } from '../bridge/guard';
+import { createStaticHandler } from '../node/static-server';
 
 /** frames a connection may send per second, and in a burst (calls and callback answers: a few a second) */
 export const FRAME_RATE = 200;
@@ -39,6 +44,8 @@ export interface EngineServerOptions {
   maxPayload?: number;
   frameRate?: number;
   frameBurst?: number;
+  /** a built page folder served at / (cross-origin isolated), so a tunnel's one port gives page and engine */
+  dist?: string;
 }
 
 export interface EngineServer {
@@ -69,11 +76,13 @@ export function startEngineServer(o: EngineServerOptions): Promise<EngineServer>
   const origins = o.origins ?? [];
   const wss = new WebSocketServer({ noServer: true, maxPayload: o.maxPayload ?? MAX_LINE_BYTES });
   const live = new Set<WebSocket>();
-  const server = http.createServer((_req, res) => {
-    res.writeHead(426, { 'Content-Type': 'text/plain', 'Cache-Control': 'no-store' });
+  let port = 0;
+  let page: ReturnType<typeof createStaticHandler> | undefined;
+  const server = http.createServer((req, res) => {
+    if (page && checkHost(req.headers, port).ok) return void page(req, res).catch(() => res.destroy());
+    res.writeHead(page ? 403 : 426, { 'Content-Type': 'text/plain', 'Cache-Control': 'no-store' });
     res.end(`A Loupe engine: attach to it from the page's model panel (WebSocket ${ENGINE_PATH}).\n`);
   });
-  let port = 0;
 
   server.on('upgrade', (req: http.IncomingMessage, socket: Duplex, head: Buffer) => {
     const v = checkEngineUpgrade(req, { port, token, origins });
@@ -158,6 +167,8 @@ export function startEngineServer(o: EngineServerOptions): Promise<EngineServer>
     );
     server.listen(o.port ?? 0, '127.0.0.1', () => {
       port = (server.address() as { port: number }).port;
+      if (o.dist && existsSync(path.join(o.dist, 'index.html')))
+        page = createStaticHandler({ root: o.dist, allowedHosts: allowedHosts(port), spaFallback: true });
       resolve({
         port,
         token,
