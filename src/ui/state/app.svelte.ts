@@ -282,6 +282,8 @@ export class AppState {
 
   private async onEngineSwitched(): Promise<void> {
     this.jobs.reset();
+    // the new engine holds no model yet: the page must not claim the old engine's until it loads there
+    this.models.model = null;
     void this.loadOps();
     void this.refreshCache();
     if (!(await this.models.reload({ quiet: true })) && !this.models.model)
@@ -299,7 +301,10 @@ export class AppState {
         : `${reason[0].toUpperCase()}${reason.slice(1)}. Restarted it; your inputs and results are kept.`,
       12000,
     );
-    if (from && this.doctor.info) void this.doctor.run();
+    if (from) {
+      this.models.model = null; // the served engine's model went with it
+      if (this.doctor.info) void this.doctor.run();
+    }
     void this.loadOps();
     // a load under way when the worker went retries by itself (ModelStore.load)
     if (!this.models.loading) void this.models.reload({ quiet: true });
