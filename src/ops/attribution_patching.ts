@@ -28,6 +28,13 @@ import type { LoadedModel } from '../engine/api';
 import type { OpContext } from './types';
 import { tokenEntries } from './lib/tokens';
 
+/**
+ * Actual effects at or below this (nats) count in no sign agreement: they are differences of two float32
+ * metrics, at the resolution of the logits (~1e-6 at |logit| ~10), and their signs differ between
+ * backends that agree on every number within 1e-4.
+ */
+const SIGN_FLOOR = 1e-4;
+
 const SITE_KINDS = ['resid_pre', 'attn_out', 'mlp_out'] as const;
 
 /** validate every head and site by default when that is at most this many patched variants */
@@ -117,7 +124,7 @@ export const attributionPatchingOutput = documentBase('attribution_patching').ex
       sign_agreement: z
         .object({ heads: z.number().nullable(), sites: z.number().nullable() })
         .describe(
-          'fraction of the validated estimates with the sign of the actual effect (|actual| > 1e-6; null when none)',
+          `fraction of the validated estimates with the sign of the actual effect (|actual| > ${SIGN_FLOOR}; null when none)`,
         ),
     })
     .nullable(),
@@ -287,7 +294,7 @@ async function atpPair(model: LoadedModel, input: AtpParsed, ctx: OpContext): Pr
     const vh = topHeads.map((x, i) => ({ ...x, actual: actual(1 + i) }));
     const vs = topSites.map((x, i) => ({ ...x, actual: actual(1 + topHeads.length + i) }));
     const agree = (xs: { estimate: number; actual: number }[]) => {
-      const real = xs.filter((x) => Math.abs(x.actual) > 1e-6);
+      const real = xs.filter((x) => Math.abs(x.actual) > SIGN_FLOOR);
       return real.length
         ? real.filter((x) => Math.sign(x.estimate) === Math.sign(x.actual)).length / real.length
         : null;
