@@ -267,6 +267,7 @@ async function main() {
     note('memory', await page.evaluate(() => (globalThis as any).__loupe.models.memory));
     // a fresh page (and renderer): the cached load from IndexedDB, then its first trace
     await page.close();
+    hub.resetCounters();
     const page2 = await ctx.newPage();
     await page2.goto(site.url);
     await page2.waitForFunction(
@@ -275,10 +276,17 @@ async function main() {
         return a && a.modelStatus === 'ready' && a.ops.length > 0;
       },
       null,
-      { timeout: 600_000 },
+      { timeout: 1_800_000 },
     );
-    hub.resetCounters();
+    // the page opens the last model by itself when the cache holds it whole (models.startChoice):
+    // that is the cached load, on the backend the page remembers; loading it again would make the
+    // renderer's peak that of two loads
+    const opened = await page2.evaluate(() => {
+      const m = (globalThis as any).__loupe.models.model;
+      return m ? { id: m.info.id as string, backend: m.info.backend as string, loadMs: m.loadMs as number } : null;
+    });
     const load2 = async () => {
+      if (opened?.id === `bench/${shape.name}` && opened.backend === cachedBackend) return opened.loadMs;
       await page2.evaluate(
         ({ id, endpoint, backend }) => {
           const a = (globalThis as any).__loupe;

@@ -81,14 +81,16 @@ test('after a reload it loads from IndexedDB with zero requests to the server', 
   for (const r of await page.locator('[data-testid=file-row]').all())
     expect(await r.getAttribute('data-cached')).toBe('true');
   console.log(`[e2e] reload: ${requestsFor(hub, REPO) - before} requests to the Hub server`);
-  // the weights were read from IndexedDB's chunks by range (Blobs, FileReaderSync in the worker):
-  // the worker holds no copy of them, and the WASM heap holds them
+  // the weights were read from IndexedDB's chunks by range (Blobs, streamed by the worker's reader
+  // thread into a shared window, workers/blob-reader.ts): the worker holds no copy of them, and the
+  // WASM heap holds them
   await page.getByTestId('prompt').fill('abcabcab');
   await runOp(page, 'trace');
   await page.waitForFunction(() => ((globalThis as any).__loupe.models.memory?.hooksBytes ?? 0) > 0);
   const mem = await page.evaluate(() => (globalThis as any).__loupe.models.memory);
   console.log(`[e2e] memory after a cached load and a trace: ${JSON.stringify(mem)}`);
   expect(mem.jsWeightBytes).toBe(0);
+  expect(mem.blobReads.shared).toBeGreaterThan(0);
   expect(mem.weightBytes).toBeGreaterThan(0);
   expect(mem.wasmHeapBytes).toBeGreaterThan(mem.weightBytes);
   await expect(page.getByTestId('status-memory')).toContainText('heap');

@@ -115,7 +115,7 @@ test('weights "q8" on WASM: the page runs 8-bit matrices, says so, and its trace
   const info = await page.evaluate(() => (globalThis as any).__loupe.model.info);
   expect(info.weights_reason).toMatch(/quantised at load, kept in the q8 cache/);
   // the cold load wrote its q8 entry into IndexedDB and hands onnxruntime-web pieces read back from
-  // it (Blob chunks, FileReaderSync), as a cached load does: no quantised bytes stay in JS
+  // it (Blob chunks, through the worker's reader thread), as a cached load does: no quantised bytes stay in JS
   const memCold = await page.evaluate(async () => {
     const m = (globalThis as any).__loupe.models;
     await m.refreshMemory();

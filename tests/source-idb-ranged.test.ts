@@ -4,7 +4,8 @@
  * just their bytes. Checked on ranges that straddle chunks (bytes and Blob chunks), and on a
  * model loaded through a loopback Hub into fake IndexedDB with 4 KiB chunks, whose forward on
  * onnxruntime-web's WASM agrees with the float64 reference. In Chromium (a worker) the chunks are
- * Blobs, read with FileReaderSync; the e2e load from the cache covers that.
+ * Blobs, read through the worker's reader thread (workers/blob-reader.ts); the e2e load from the
+ * cache covers that.
  */
 import 'fake-indexeddb/auto';
 import { readFileSync } from 'node:fs';
@@ -74,6 +75,31 @@ describe('chunkedFile', () => {
     syncReads = 0;
     f.read(999, 3002);
     expect(syncReads).toBe(5);
+  });
+
+  it("Blob chunks read into the caller's buffer: the reader writes each piece in place, and a short read is an error", () => {
+    const held = new Map<Blob, Uint8Array>();
+    const blobs = split(1000).map((b) => {
+      const blob = new Blob([b]);
+      held.set(blob, b);
+      return blob;
+    });
+    const intos: Uint8Array[] = [];
+    const f = chunkedFile(blobs, 1000, data.byteLength, (blob, s, e, into) => {
+      intos.push(into!);
+      into!.set(held.get(blob)!.subarray(s, e));
+      return into!;
+    });
+    const scratch = new Uint8Array(4000).fill(7);
+    const got = f.read(999, 3002, scratch);
+    expect(got.buffer).toBe(scratch.buffer);
+    expect(Array.from(got)).toEqual(Array.from(data.subarray(999, 999 + 3002)));
+    // every piece was handed a view of the scratch, none a buffer of its own
+    expect(intos).toHaveLength(5);
+    for (const v of intos) expect(v.buffer).toBe(scratch.buffer);
+    expect(scratch[3002]).toBe(7);
+    const short = chunkedFile(blobs, 1000, data.byteLength, (blob, s, e) => held.get(blob)!.slice(s, e - 1));
+    expect(() => short.read(10, 20)).toThrowError(expect.objectContaining({ code: 'SAFETENSORS_TRUNCATED' }));
   });
 
   it('chunks that do not add up to the size are refused', () => {

@@ -12,6 +12,7 @@ import { HubSource } from '../src/engine/source/hub-source';
 import { UrlSource } from '../src/engine/source/url-source';
 import { resolveModelRef, BUNDLED_MODEL_ID } from '../src/engine/source/ref';
 import { IdbCache } from '../src/engine/source/idb-cache';
+import { workerBlobReader } from './blob-reader';
 import { documentCacheOn, type DocumentCache } from '../src/engine/source/document-cache';
 import { createSaeLoaders, type SaeLoaders } from '../src/engine/source/sae-loader';
 import { gpuInfo } from './doctor';
@@ -66,7 +67,7 @@ export function wasmThreads(): number | null {
 
 let cache: IdbCache | null = null;
 function idb(): IdbCache {
-  cache ??= new IdbCache();
+  cache ??= new IdbCache({ readBlob: workerBlobReader() });
   return cache;
 }
 

@@ -182,6 +182,7 @@ export function createEngineApi(host: EngineHost): EngineWorkerApi {
       paramBytes: m?.param_bytes ?? null,
       hooksBytes: m?.hooks_bytes ?? null,
       jsHeapBytes: host.jsHeapBytes(),
+      blobReads: host.blobReads?.() ?? null,
     };
   }
 

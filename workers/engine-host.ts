@@ -6,7 +6,15 @@ import type { Backend, LoadedModel } from '../src/engine/api';
 import type { FileProgress } from '../src/engine/source/types';
 import type { SaeLoaders } from '../src/engine/source/sae-loader';
 import type { DocumentCache } from '../src/engine/source/document-cache';
-import type { CachedModel, DoctorInfo, LoadRequest, LoadedModelSummary, PreviewFn, StorageInfo } from './protocol';
+import type {
+  BlobReadCounts,
+  CachedModel,
+  DoctorInfo,
+  LoadRequest,
+  LoadedModelSummary,
+  PreviewFn,
+  StorageInfo,
+} from './protocol';
 
 export interface OpenOptions {
   signal: AbortSignal;
@@ -36,6 +44,8 @@ export interface EngineHost {
   environment(): Promise<Omit<DoctorInfo, 'backend' | 'model' | 'storage' | 'memory'>>;
   wasmHeapBytes(): number | null;
   jsHeapBytes(): number | null;
+  /** how cached Blob ranges were read, where the host reads them (the browser worker) */
+  blobReads?(): BlobReadCounts;
   /** the backend the agreement check runs the loaded model on next to its own (BACKEND_UNAVAILABLE if none) */
   twinBackend(current: Backend): Promise<Backend>;
 }

@@ -8,6 +8,7 @@ import { LoupeError } from '../src/engine/errors';
 import { env } from '../src/engine/env';
 import { wasmHeapBytes } from '../src/engine/runtime/wasm-heap';
 import { createEngineApi } from './engine-api';
+import { blobReadCounts } from './blob-reader';
 import { gpuInfo, storageInfo, jsHeapBytes } from './doctor';
 import {
   openModel,
@@ -30,6 +31,7 @@ Comlink.expose(
     storageInfo,
     wasmHeapBytes,
     jsHeapBytes,
+    blobReads: blobReadCounts,
     async environment() {
       return {
         crossOriginIsolated: env.isolated,

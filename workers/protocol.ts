@@ -142,6 +142,14 @@ export interface MemoryInfo {
   hooksBytes: number | null;
   /** JS heap of the worker where the browser exposes it (Chromium) */
   jsHeapBytes: number | null;
+  /** how weight ranges cached as Blobs were read synchronously (workers/blob-reader.ts); null where none are */
+  blobReads: BlobReadCounts | null;
+}
+
+/** reads through the shared window of the worker's Blob reader thread, and through FileReaderSync (a new buffer each) */
+export interface BlobReadCounts {
+  shared: number;
+  fileReaderSync: number;
 }
 
 export interface AgreementResult {

@@ -45,8 +45,8 @@ export interface Q4Layout {
 /**
  * A weight file read by byte range, never held whole: a file on disk (Node, src/node/), or a
  * complete IndexedDB entry's chunk list (browser, source/chunked-file.ts). `read` is synchronous
- * (a positioned read; FileReaderSync of the stored chunks in a worker) so `param()` stays
- * synchronous; `readAsync` does not block the thread (session pieces). Both give a fresh buffer;
+ * (a positioned read; a synchronous Blob read of the stored chunks in a worker) so `param()` stays
+ * synchronous; `readAsync` does not block the thread (session pieces read whole). Both give a fresh buffer;
  * `read`'s may instead be a view of `into`, scratch the caller reuses (a pass over a table reads
  * chunk after chunk into one buffer).
  */

@@ -120,14 +120,14 @@ function checked(p: Piece, start: number, length: number, data: Uint8Array | und
   return data;
 }
 
+/** reads `length` bytes at `offset`, into `into` (that length) where the source can */
+type SyncRead = (offset: number, length: number, into: Uint8Array) => Uint8Array;
+
 /** A synchronous range reader of a file not held in memory, where there is one (a file on disk; IndexedDB chunks in a worker). */
-function syncReader(
-  weights: ReadableWeightSet,
-  file: string,
-): ((offset: number, length: number) => Uint8Array) | undefined {
+function syncReader(weights: ReadableWeightSet, file: string): SyncRead | undefined {
   if (weights.files.has(file)) return undefined; // in memory: the piece is a view, nothing to save
   const ranged = weights.ranged?.get(file);
-  if (ranged) return (o, n) => ranged.read(o, n);
+  if (ranged) return (o, n, into) => ranged.read(o, n, into);
   const read = weights.readRange;
   if (read && weights.paths.has(file)) return (o, n) => read(file, o, n);
   return undefined;
@@ -141,17 +141,24 @@ interface LazyPiece {
   error?: unknown;
 }
 
+/** the buffer every lazy piece of one session reads its tensors into: as big as the biggest tensor read so far */
+interface Scratch {
+  buf: Uint8Array;
+}
+
 /**
  * A piece whose bytes are read only as onnxruntime-web copies each tensor out of it. onnxruntime-web
  * keeps every external data buffer until the session exists, and (1.30) copies an initializer out
- * of its buffer as `buffer.subarray(offset, offset + length)` into its heap or a GPU buffer, after
- * checking the range against `byteLength`. A piece read whole costs the weights' bytes a second
- * time in JS memory while the session is created, and until garbage collection after it
- * (bench/memory.ts shows those buffers beside the heap). This
- * piece is an empty Uint8Array (so onnxruntime-web takes it as bytes) whose byteLength is the
- * range's and whose subarray reads that range from where the file is kept: one tensor at a time.
+ * of its buffer as `buffer.subarray(offset, offset + length)` into its heap (HEAPU8.set) or a GPU
+ * buffer (queue.writeBuffer, which copies at the call), after checking the range against
+ * `byteLength`. A piece read whole costs the weights' bytes a second time in JS memory while the
+ * session is created, and until garbage collection after it (bench/memory.ts shows those buffers
+ * beside the heap). This piece is an empty Uint8Array (so onnxruntime-web takes it as bytes) whose
+ * byteLength is the range's and whose subarray reads that range from where the file is kept, one
+ * tensor at a time, into `scratch`: the copy is made before the next tensor is asked for, so one
+ * buffer serves them all and a load leaves no tensor-sized garbage behind it.
  */
-function lazyPiece(p: Piece, read: (offset: number, length: number) => Uint8Array): LazyPiece {
+function lazyPiece(p: Piece, read: SyncRead, scratch: Scratch): LazyPiece {
   const lazy: LazyPiece = { bytes: new Uint8Array(0), served: 0 };
   const size = p.end - p.start;
   Object.defineProperties(lazy.bytes, {
@@ -159,7 +166,9 @@ function lazyPiece(p: Piece, read: (offset: number, length: number) => Uint8Arra
     subarray: {
       value: (begin = 0, end = size) => {
         try {
-          const data = checked(p, p.start + begin, end - begin, read(p.start + begin, end - begin));
+          const n = end - begin;
+          if (scratch.buf.byteLength < n) scratch.buf = new Uint8Array(n);
+          const data = checked(p, p.start + begin, n, read(p.start + begin, n, scratch.buf.subarray(0, n)));
           lazy.served += data.byteLength;
           return data;
         } catch (e) {
@@ -197,9 +206,10 @@ export function webSessionFactory(
         graphOptimizationLevel: 'all',
         ...graphSessionOptions(graph, extraOptions),
       };
+      const scratch: Scratch = { buf: new Uint8Array(0) };
       const lazy = pieces.map((p) => {
         const read = syncReader(weights, p.file);
-        return read && lazyPiece(p, read);
+        return read && lazyPiece(p, read, scratch);
       });
       if (lazy.some(Boolean)) {
         const made = await ort.InferenceSession.create(graphBytes, {

@@ -16,10 +16,14 @@ import type { RangedFile } from '../safetensors-types';
 
 export type Chunk = Blob | Uint8Array;
 
-/** A Blob's bytes [start, end) synchronously: FileReaderSync (workers only). */
-export type BlobReaderSync = (blob: Blob, start: number, end: number) => Uint8Array;
+/**
+ * A Blob's bytes [start, end) synchronously, into `into` (whose length is end − start) where given,
+ * returning the bytes read.
+ */
+export type BlobReaderSync = (blob: Blob, start: number, end: number, into?: Uint8Array) => Uint8Array;
 
-function fileReaderSync(blob: Blob, start: number, end: number): Uint8Array {
+/** FileReaderSync (workers only): every read is a fresh ArrayBuffer, copied into `into` where given */
+export function fileReaderSync(blob: Blob, start: number, end: number, into?: Uint8Array): Uint8Array {
   const FRS = (globalThis as { FileReaderSync?: new () => { readAsArrayBuffer(b: Blob): ArrayBuffer } }).FileReaderSync;
   if (!FRS)
     throw new LoupeError(
@@ -27,7 +31,10 @@ function fileReaderSync(blob: Blob, start: number, end: number): Uint8Array {
       'A weight file stored as Blobs can only be read synchronously in a worker (FileReaderSync).',
       'Load the model in the engine worker.',
     );
-  return new Uint8Array(new FRS().readAsArrayBuffer(blob.slice(start, end)));
+  const bytes = new Uint8Array(new FRS().readAsArrayBuffer(blob.slice(start, end)));
+  if (!into) return bytes;
+  into.set(bytes);
+  return into;
 }
 
 /** whether Blob chunks can be read synchronously here (a worker) */
@@ -77,11 +84,20 @@ export function chunkedFile(
     read(offset, length, into) {
       const { out, n } = parts(offset, length);
       const bytes = into && into.byteLength >= n ? into.subarray(0, n) : new Uint8Array(n);
-      for (const p of out)
-        bytes.set(
-          p.chunk instanceof Uint8Array ? p.chunk.subarray(p.from, p.to) : readBlob(p.chunk, p.from, p.to),
-          p.at,
-        );
+      for (const p of out) {
+        const dest = bytes.subarray(p.at, p.at + p.to - p.from);
+        if (p.chunk instanceof Uint8Array) dest.set(p.chunk.subarray(p.from, p.to));
+        else {
+          const got = readBlob(p.chunk, p.from, p.to, dest);
+          if (got.byteLength !== dest.byteLength)
+            throw new LoupeError(
+              'SAFETENSORS_TRUNCATED',
+              `Read ${got.byteLength} of ${dest.byteLength} bytes of a cached chunk.`,
+              'Clear the cache and load the model again.',
+            );
+          if (got.buffer !== dest.buffer || got.byteOffset !== dest.byteOffset) dest.set(got); // a reader that made its own buffer
+        }
+      }
       return bytes;
     },
     async readAsync(offset, length) {

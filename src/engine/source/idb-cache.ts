@@ -18,7 +18,7 @@
 import { openDB, type DBSchema, type IDBPDatabase } from 'idb';
 import type { ByteCache, CacheEntryInfo, CacheKey, CacheSink, RangeRead } from './types';
 import type { RangedFile } from '../safetensors-types';
-import { canReadBlobsSync, chunkedFile, type Chunk } from './chunked-file';
+import { canReadBlobsSync, chunkedFile, fileReaderSync, type BlobReaderSync, type Chunk } from './chunked-file';
 import { LoupeError } from '../errors';
 import { storageError } from './storage';
 import { cacheSink, knownMeta } from './sink';
@@ -76,6 +76,8 @@ export interface IdbCacheOptions {
   chunkBytes?: number;
   /** store chunks as Blobs (default: where they can be read synchronously, i.e. in a worker) */
   blobs?: boolean;
+  /** how openFile's weight files read Blob chunks synchronously (default FileReaderSync; the engine worker's own: workers/blob-reader.ts) */
+  readBlob?: BlobReaderSync;
 }
 
 export class IdbCache implements ByteCache {
@@ -83,11 +85,13 @@ export class IdbCache implements ByteCache {
   private readonly dbName: string;
   private readonly chunkBytes: number;
   private readonly blobs: boolean;
+  private readonly readBlob: BlobReaderSync;
 
   constructor(opts: IdbCacheOptions = {}) {
     this.dbName = opts.dbName ?? 'loupe-cache';
     this.chunkBytes = opts.chunkBytes ?? CHUNK_BYTES;
     this.blobs = opts.blobs ?? canReadBlobsSync();
+    this.readBlob = opts.readBlob ?? fileReaderSync;
   }
 
   /** what a chunk is stored as; `bytes` is a fresh copy (a view would clone its whole buffer into the database) */
@@ -235,7 +239,7 @@ export class IdbCache implements ByteCache {
     await tx.done;
     const cb = rec.chunkBytes ?? (chunks.length ? chunkSize(chunks[0]) : 1);
     try {
-      return chunkedFile(chunks, cb, rec.size);
+      return chunkedFile(chunks, cb, rec.size, this.readBlob);
     } catch {
       return undefined; // chunks that do not add up: not a complete entry
     }
