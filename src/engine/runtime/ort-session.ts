@@ -120,16 +120,20 @@ function checked(p: Piece, start: number, length: number, data: Uint8Array | und
   return data;
 }
 
-/** reads `length` bytes at `offset`, into `into` (that length) where the source can */
-type SyncRead = (offset: number, length: number, into: Uint8Array) => Uint8Array;
+/** reads `length` bytes at `offset` into `into` (that length) where given, else into a buffer of its own */
+type SyncRead = (offset: number, length: number, into?: Uint8Array) => Uint8Array;
 
-/** A synchronous range reader of a file not held in memory, where there is one (a file on disk; IndexedDB chunks in a worker). */
-function syncReader(weights: ReadableWeightSet, file: string): SyncRead | undefined {
+/**
+ * A synchronous range reader of a file not held in memory, where there is one: IndexedDB chunks
+ * in a worker (read into the session's scratch), a file on disk (a buffer per tensor: Node frees
+ * each at once, and a scratch left live there raised the load's peak).
+ */
+function syncReader(weights: ReadableWeightSet, file: string): { read: SyncRead; scratch: boolean } | undefined {
   if (weights.files.has(file)) return undefined; // in memory: the piece is a view, nothing to save
   const ranged = weights.ranged?.get(file);
-  if (ranged) return (o, n, into) => ranged.read(o, n, into);
+  if (ranged) return { read: (o, n, into) => ranged.read(o, n, into), scratch: true };
   const read = weights.readRange;
-  if (read && weights.paths.has(file)) return (o, n) => read(file, o, n);
+  if (read && weights.paths.has(file)) return { read: (o, n) => read(file, o, n), scratch: false };
   return undefined;
 }
 
@@ -141,10 +145,15 @@ interface LazyPiece {
   error?: unknown;
 }
 
-/** the buffer every lazy piece of one session reads its tensors into: as big as the biggest tensor read so far */
+/** the buffer every lazy piece of one session reads its tensors into: as big as the biggest such tensor read so far */
 interface Scratch {
   buf: Uint8Array;
 }
+/**
+ * A tensor above this is read into a buffer of its own, garbage once copied: kept as scratch, a
+ * table such as GPT-2's 154 MB embedding would stay live for the whole session creation.
+ */
+const SCRATCH_MAX_BYTES = 64 << 20;
 
 /**
  * A piece whose bytes are read only as onnxruntime-web copies each tensor out of it. onnxruntime-web
@@ -155,10 +164,11 @@ interface Scratch {
  * session is created, and until garbage collection after it (bench/memory.ts shows those buffers
  * beside the heap). This piece is an empty Uint8Array (so onnxruntime-web takes it as bytes) whose
  * byteLength is the range's and whose subarray reads that range from where the file is kept, one
- * tensor at a time, into `scratch`: the copy is made before the next tensor is asked for, so one
- * buffer serves them all and a load leaves no tensor-sized garbage behind it.
+ * tensor at a time, into `scratch` where the reader takes one: the copy is made before the next
+ * tensor is asked for, so one buffer serves them all (but those above SCRATCH_MAX_BYTES) and the
+ * load leaves no tensor-sized garbage waiting for collection (in Chromium it piled up).
  */
-function lazyPiece(p: Piece, read: SyncRead, scratch: Scratch): LazyPiece {
+function lazyPiece(p: Piece, read: SyncRead, scratch: Scratch | null): LazyPiece {
   const lazy: LazyPiece = { bytes: new Uint8Array(0), served: 0 };
   const size = p.end - p.start;
   Object.defineProperties(lazy.bytes, {
@@ -167,8 +177,10 @@ function lazyPiece(p: Piece, read: SyncRead, scratch: Scratch): LazyPiece {
       value: (begin = 0, end = size) => {
         try {
           const n = end - begin;
-          if (scratch.buf.byteLength < n) scratch.buf = new Uint8Array(n);
-          const data = checked(p, p.start + begin, n, read(p.start + begin, n, scratch.buf.subarray(0, n)));
+          const fits = scratch && n <= SCRATCH_MAX_BYTES;
+          if (fits && scratch.buf.byteLength < n) scratch.buf = new Uint8Array(n);
+          const into = fits ? scratch.buf.subarray(0, n) : undefined;
+          const data = checked(p, p.start + begin, n, read(p.start + begin, n, into));
           lazy.served += data.byteLength;
           return data;
         } catch (e) {
@@ -208,8 +220,8 @@ export function webSessionFactory(
       };
       const scratch: Scratch = { buf: new Uint8Array(0) };
       const lazy = pieces.map((p) => {
-        const read = syncReader(weights, p.file);
-        return read && lazyPiece(p, read, scratch);
+        const r = syncReader(weights, p.file);
+        return r && lazyPiece(p, r.read, r.scratch ? scratch : null);
       });
       if (lazy.some(Boolean)) {
         const made = await ort.InferenceSession.create(graphBytes, {
