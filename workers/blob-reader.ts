@@ -23,9 +23,9 @@ const counts: BlobReadCounts = { shared: 0, fileReaderSync: 0 };
 export const blobReadCounts = (): BlobReadCounts => ({ ...counts });
 
 /** FileReaderSync, counted */
-const viaFileReader: BlobReaderSync = (blob, start, end, into) => {
+const viaFileReader: BlobReaderSync = (blob, start, into) => {
   counts.fileReaderSync++;
-  return fileReaderSync(blob, start, end, into);
+  return fileReaderSync(blob, start, into);
 };
 
 export function workerBlobReader(): BlobReaderSync {
@@ -52,22 +52,21 @@ export function workerBlobReader(): BlobReaderSync {
   helper.onerror = lose;
   helper.postMessage({ ctl: ctl.buffer, win: win.buffer });
 
-  return (blob, start, end, into) => {
-    if (!ready || lost) return viaFileReader(blob, start, end, into);
-    const out = into ?? new Uint8Array(end - start);
-    for (let at = 0; at < out.byteLength;) {
-      const n = Math.min(WINDOW_BYTES, out.byteLength - at);
+  return (blob, start, into) => {
+    if (!ready || lost) return viaFileReader(blob, start, into);
+    for (let at = 0; at < into.byteLength;) {
+      const n = Math.min(WINDOW_BYTES, into.byteLength - at);
       Atomics.store(ctl, 0, 0);
       helper.postMessage({ blob, start: start + at, end: start + at + n });
       Atomics.wait(ctl, 0, 0, READ_TIMEOUT_MS);
       if (Atomics.load(ctl, 0) !== DONE || Atomics.load(ctl, 1) !== n) {
         lose();
-        return viaFileReader(blob, start, end, into);
+        return viaFileReader(blob, start, into);
       }
-      out.set(win.subarray(0, n), at);
+      into.set(win.subarray(0, n), at);
       at += n;
     }
     counts.shared++;
-    return out;
+    return into.byteLength;
   };
 }

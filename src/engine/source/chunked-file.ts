@@ -5,8 +5,9 @@
  *
  * A chunk is a Blob or bytes. In Chromium a Blob read back from IndexedDB is a handle to bytes the
  * browser keeps on disk, so a file of Blob chunks costs no JS memory: `read` copies just the range
- * asked for (FileReaderSync, which only workers have: the engine runs in one), `readAsync` the same
- * without blocking. Byte chunks (entries written where Blobs are not stored: Node's fake IndexedDB,
+ * asked for, into the caller's buffer where it gives one, through a synchronous Blob reader (the
+ * engine worker's own, workers/blob-reader.ts, else FileReaderSync: only workers can read Blobs
+ * synchronously, and the engine runs in one), `readAsync` the same without blocking. Byte chunks (entries written where Blobs are not stored: Node's fake IndexedDB,
  * or an older Loupe) are read from memory.
  *
  *   const f = chunkedFile(chunks, 32 << 20, size);   f.read(offset, length)   await f.readAsync(offset, length)
@@ -16,14 +17,11 @@ import type { RangedFile } from '../safetensors-types';
 
 export type Chunk = Blob | Uint8Array;
 
-/**
- * A Blob's bytes [start, end) synchronously, into `into` (whose length is end − start) where given,
- * returning the bytes read.
- */
-export type BlobReaderSync = (blob: Blob, start: number, end: number, into?: Uint8Array) => Uint8Array;
+/** Reads a Blob's bytes from `start` into all of `into`, synchronously; returns how many it read. */
+export type BlobReaderSync = (blob: Blob, start: number, into: Uint8Array) => number;
 
-/** FileReaderSync (workers only): every read is a fresh ArrayBuffer, copied into `into` where given */
-export function fileReaderSync(blob: Blob, start: number, end: number, into?: Uint8Array): Uint8Array {
+/** FileReaderSync (workers only): every read is a fresh ArrayBuffer, then copied into `into` */
+export const fileReaderSync: BlobReaderSync = (blob, start, into) => {
   const FRS = (globalThis as { FileReaderSync?: new () => { readAsArrayBuffer(b: Blob): ArrayBuffer } }).FileReaderSync;
   if (!FRS)
     throw new LoupeError(
@@ -31,11 +29,10 @@ export function fileReaderSync(blob: Blob, start: number, end: number, into?: Ui
       'A weight file stored as Blobs can only be read synchronously in a worker (FileReaderSync).',
       'Load the model in the engine worker.',
     );
-  const bytes = new Uint8Array(new FRS().readAsArrayBuffer(blob.slice(start, end)));
-  if (!into) return bytes;
-  into.set(bytes);
-  return into;
-}
+  const bytes = new Uint8Array(new FRS().readAsArrayBuffer(blob.slice(start, start + into.byteLength)));
+  into.set(bytes.subarray(0, into.byteLength));
+  return bytes.byteLength;
+};
 
 /** whether Blob chunks can be read synchronously here (a worker) */
 export const canReadBlobsSync = (): boolean =>
@@ -88,14 +85,13 @@ export function chunkedFile(
         const dest = bytes.subarray(p.at, p.at + p.to - p.from);
         if (p.chunk instanceof Uint8Array) dest.set(p.chunk.subarray(p.from, p.to));
         else {
-          const got = readBlob(p.chunk, p.from, p.to, dest);
-          if (got.byteLength !== dest.byteLength)
+          const got = readBlob(p.chunk, p.from, dest);
+          if (got !== dest.byteLength)
             throw new LoupeError(
               'SAFETENSORS_TRUNCATED',
-              `Read ${got.byteLength} of ${dest.byteLength} bytes of a cached chunk.`,
+              `Read ${got} of ${dest.byteLength} bytes of a cached chunk.`,
               'Clear the cache and load the model again.',
             );
-          if (got.buffer !== dest.buffer || got.byteOffset !== dest.byteOffset) dest.set(got); // a reader that made its own buffer
         }
       }
       return bytes;
