@@ -7,8 +7,9 @@
  * browser keeps on disk, so a file of Blob chunks costs no JS memory: `read` copies just the range
  * asked for, into the caller's buffer where it gives one, through a synchronous Blob reader (the
  * engine worker's own, workers/blob-reader.ts, else FileReaderSync: only workers can read Blobs
- * synchronously, and the engine runs in one), `readAsync` the same without blocking. Byte chunks (entries written where Blobs are not stored: Node's fake IndexedDB,
- * or an older Loupe) are read from memory.
+ * synchronously, and the engine runs in one), `readAsync` the same without blocking. Byte chunks
+ * (entries written where Blobs are not stored: Node's fake IndexedDB, or an older Loupe) are read
+ * from memory.
  *
  *   const f = chunkedFile(chunks, 32 << 20, size);   f.read(offset, length)   await f.readAsync(offset, length)
  */
