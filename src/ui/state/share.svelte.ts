@@ -5,7 +5,7 @@
 import { decodeShare, parseFragment, shareUrl, type ShareState } from '../../share/codec';
 import { compareDocuments, type CompareResult } from '../../share/compare';
 import { choiceOf, sameModel, type ModelChoice, type ModelStore } from './models.svelte';
-import type { ResultStore } from './results.svelte';
+import type { ResultEntry, ResultStore } from './results.svelte';
 import type { FormStore } from './forms.svelte';
 import type { EngineClient } from '../engine/client';
 import { errInfo, type ErrorInfo } from './errors';
@@ -30,7 +30,8 @@ interface Deps {
 
 export class ShareStore {
   shared = $state<SharedLink | null>(null);
-  lastLink = $state<{ url: string; embedded: boolean; op: string } | null>(null);
+  /** the last link made, with the result it was made from: a card shows it only for that result */
+  lastLink = $state.raw<{ url: string; embedded: boolean; of: ResultEntry } | null>(null);
 
   constructor(private readonly d: Deps) {}
 
@@ -84,7 +85,7 @@ export class ShareStore {
     const r = this.d.results.byOp[op];
     if (!r || !r.model) return null;
     const link = shareUrl(location.href, { v: 1, model: r.model, op, input: r.input, result: r.doc });
-    this.lastLink = { ...link, op };
+    this.lastLink = { ...link, of: r };
     return link;
   }
 
