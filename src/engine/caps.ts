@@ -83,8 +83,13 @@ export const CAPS = {
   // ---- chat templates (rendered with @huggingface/jinja, bounded)
   /** characters of a chat_template */
   maxTemplateChars: 1 * MiB,
-  /** interpreter steps one rendering may take (a real template takes a few thousand; 200k take ~1 s) */
+  /**
+   * steps one rendering may take: evaluations, blocks (every loop iteration), items a loop walks or
+   * range() builds, KiB of output (a real template takes a few thousand)
+   */
   maxTemplateSteps: 200_000,
+  /** seconds one rendering may take, whatever it spends them on */
+  templateDeadlineS: 5,
   /** characters of any string (or items of any list) a rendering builds, its output included */
   maxTemplateOutputChars: 1 * MiB,
 

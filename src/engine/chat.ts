@@ -9,7 +9,7 @@
  * is tokenized WITHOUT prepending BOS (prepend_bos is forced false), or BOS would appear twice.
  *
  * A template is a program from the model's repository: it renders with bounds (caps.ts) on its
- * size, the interpreter steps it takes, the length of every string and list it builds, and the
+ * size, the work it does (steps, a deadline), the length of every string and list it builds, and the
  * integers it passes to a call or filter (range(1e8), indent(1e9) allocate before any step), so a
  * hostile one fails as BAD_CHAT_TEMPLATE instead of running forever or exhausting memory.
  */
@@ -41,11 +41,29 @@ class TemplateLimit extends Error {}
 const over = (what: string, limit: number) =>
   new TemplateLimit(`it ${what}, more than the limit of ${limit.toLocaleString('en-US')}`);
 
-/** @huggingface/jinja's interpreter, counting steps and checking the size of every value it makes. */
+/**
+ * @huggingface/jinja's interpreter, charging the work a rendering does to one budget of
+ * maxTemplateSteps: every evaluation, every block (so every loop iteration, an empty body
+ * included), one step per KiB (or 1,024 items) of every string or list an evaluation returns or
+ * a block outputs, one per item a loop walks and one per
+ * item range() builds (so nested loops are charged the product of their ranges). It stops at
+ * templateDeadlineS too, checked at every charge: a filter's one step can sort a million items.
+ */
 class BoundedInterpreter extends Interpreter {
   private steps = 0;
+  private readonly deadline = Date.now() + CAPS.templateDeadlineS * 1000;
+  /** the iterable expressions of the loops met so far, whose values are charged per item */
+  readonly loopSources = new Set<unknown>();
+
+  charge(n: number): void {
+    this.steps += n;
+    if (this.steps > CAPS.maxTemplateSteps) throw over('takes more steps', CAPS.maxTemplateSteps);
+    if (Date.now() > this.deadline)
+      throw new TemplateLimit(`it ran past the deadline of ${CAPS.templateDeadlineS} s (templateDeadlineS)`);
+  }
+
   override evaluate(...args: Parameters<Interpreter['evaluate']>): ReturnType<Interpreter['evaluate']> {
-    if (++this.steps > CAPS.maxTemplateSteps) throw over('takes more interpreter steps', CAPS.maxTemplateSteps);
+    this.charge(1);
     const v = super.evaluate(...args);
     const x = (v as { value?: unknown }).value;
     if ((typeof x === 'string' || Array.isArray(x)) && x.length > CAPS.maxTemplateOutputChars)
@@ -53,30 +71,44 @@ class BoundedInterpreter extends Interpreter {
         `builds a ${typeof x === 'string' ? 'string' : 'list'} of ${x.length.toLocaleString('en-US')}`,
         CAPS.maxTemplateOutputChars,
       );
+    if (typeof x === 'string' || Array.isArray(x)) this.charge(Math.floor(x.length / 1024));
+    if (this.loopSources.has(args[0])) this.charge(Array.isArray(x) ? x.length : x instanceof Map ? x.size : 0);
     return v;
   }
 }
 
-// A call's or filter's integer arguments (the interpreter's own evaluateArguments, wrapped): a
-// count or width past the output cap can only allocate past it.
-const proto = BoundedInterpreter.prototype as unknown as {
-  evaluateArguments: (...a: unknown[]) => [{ value: unknown }[], Map<string, { value: unknown }>];
+// The interpreter's own methods, wrapped (they are private in its types): a block, and a loop's
+// iterable, charged as above; a call's or filter's integer arguments past the output cap refused,
+// as a count or width past it can only allocate past it.
+type Method = (this: BoundedInterpreter, ...a: unknown[]) => unknown;
+const own = Interpreter.prototype as unknown as Record<'evaluateBlock' | 'evaluateFor' | 'evaluateArguments', Method>;
+const proto = BoundedInterpreter.prototype as unknown as typeof own;
+proto.evaluateBlock = function (...a) {
+  this.charge(1);
+  const v = own.evaluateBlock.apply(this, a) as { value: string };
+  this.charge(Math.floor(v.value.length / 1024));
+  return v;
 };
-const evaluateArguments = (Interpreter.prototype as unknown as typeof proto).evaluateArguments;
-proto.evaluateArguments = function (this: unknown, ...a: unknown[]) {
-  const r = evaluateArguments.apply(this, a);
+proto.evaluateFor = function (...a) {
+  const it = (a[0] as { iterable: { type: string; lhs?: unknown } }).iterable;
+  this.loopSources.add(it.type === 'SelectExpression' ? it.lhs : it);
+  return own.evaluateFor.apply(this, a);
+};
+proto.evaluateArguments = function (...a) {
+  const r = own.evaluateArguments.apply(this, a) as [{ value: unknown }[], Map<string, { value: unknown }>];
   for (const v of [...r[0], ...r[1].values()])
     if (typeof v.value === 'number' && Math.abs(v.value) > CAPS.maxTemplateOutputChars)
       throw over(`passes ${v.value} to a call`, CAPS.maxTemplateOutputChars);
   return r;
 };
 
-/** Python's range, refusing more items than a rendering may build. */
-function boundedRange(start: number, stop?: number, step = 1): number[] {
+/** Python's range, refusing more items than a rendering may build; the items are charged as steps. */
+function boundedRange(charge: (n: number) => void, start: number, stop?: number, step = 1): number[] {
   if (stop === undefined) [start, stop] = [0, start];
   if (step === 0) throw new Error('range() step must not be zero');
   const n = Math.max(0, Math.ceil((stop - start) / step));
   if (!(n <= CAPS.maxTemplateOutputChars)) throw over(`asks range() for ${n} items`, CAPS.maxTemplateOutputChars);
+  charge(n);
   return Array.from({ length: n }, (_, i) => start + i * step);
 }
 
@@ -116,14 +148,16 @@ function renderBounded(source: string, items: Record<string, unknown>): string {
     raise_exception: (msg: string) => {
       throw new Error(msg);
     },
-    range: boundedRange,
+    range: (start: number, stop?: number, step?: number) =>
+      boundedRange((n) => interpreter.charge(n), start, stop, step),
     strftime_now: strftimeNow,
     True: true,
     False: false,
     None: null,
   };
   for (const [k, v] of Object.entries({ ...globals, ...items })) env.set(k, v);
-  const out = new BoundedInterpreter(env).run(new Template(source).parsed) as { value: unknown };
+  const interpreter = new BoundedInterpreter(env);
+  const out = interpreter.run(new Template(source).parsed) as { value: unknown };
   return String(out.value);
 }
 
