@@ -31,16 +31,26 @@ export function fmt(x: number): string {
 
 const q = (s: string) => JSON.stringify(s);
 
+/** text that does not decode on its own (a lone byte of a UTF-8 sequence, a control character) */
+const UNREADABLE = /[\uFFFD\u0000-\u001F\u007F]/;
+
+/** a token for the terminal: its text, or `#id` where the text is a byte fragment or a control character */
+export function tokenText(text: string, id?: number): string {
+  return UNREADABLE.test(text) && id !== undefined ? `#${id}` : text;
+}
+
 function header(d: Doc): string {
   const m = d.model ?? {};
-  const toks = Array.isArray(d.tokens) ? d.tokens.map((t: any) => t.text).join(' | ') : '';
+  const toks = Array.isArray(d.tokens) ? d.tokens.map((t: any) => tokenText(t.text, t.id)).join(' | ') : '';
+  // a prompt made of byte tokens (an induction set's random ids) has no readable text: its tokens say it
+  const prompt = UNREADABLE.test(d.prompt ?? '') ? '(not text on its own)' : q(d.prompt ?? '');
   return [
     `${d.operation} · ${m.id} (${m.architecture}, ${m.n_layers} layers × ${m.n_heads} heads, d_model ${m.d_model}, ${m.backend})`,
     // chat format: the prompt shown (and tokenized) is the template's rendering of what was typed
     ...(d.prompt_format?.chat
       ? [`chat format: ${q(d.prompt_format.user_prompt)} rendered by the model's chat_template`]
       : []),
-    `prompt ${q(d.prompt ?? '')} → ${d.tokens?.length ?? 0} tokens: ${toks}`,
+    `${d.dataset ? "first pair's clean prompt" : 'prompt'} ${prompt} → ${d.tokens?.length ?? 0} tokens: ${toks}`,
   ].join('\n');
 }
 
@@ -161,6 +171,133 @@ function logitLens(d: Doc): string {
   return out.join('\n');
 }
 
+/** the lines of `rows` past the first `n`, said rather than shown */
+const more = (total: number, n: number, what: string) => (total > n ? [`… ${total - n} more ${what} in --json`] : []);
+
+function saeFeatures(d: Doc): string {
+  const out = [header(d), '', `SAE ${d.sae.id} at ${d.sae.hook} (d_sae ${d.sae.d_sae}, ${d.sae.architecture})`];
+  const r = d.reconstruction;
+  out.push(
+    `reconstruction over ${r.positions} positions: mse ${fmt(r.mse)}, fvu ${r.fvu === null ? '—' : fmt(r.fvu)}` +
+      (r.without_bos ? `; without BOS: fvu ${r.without_bos.fvu === null ? '—' : fmt(r.without_bos.fvu)}` : ''),
+  );
+  for (const p of d.positions) {
+    out.push('', `position ${p.position} ${q(tokenText(p.token, p.token_id))}: ${p.l0} active features`);
+    if (!p.features.length) continue;
+    out.push(
+      table(
+        ['feature', 'activation', 'logit attribution', 'description'],
+        p.features.map((f: any) => [f.feature, f.activation, f.logit_attribution ?? '', f.description ?? '']),
+      ),
+    );
+  }
+  const la = d.logit_attribution;
+  out.push(
+    '',
+    la.available
+      ? `logit attribution to ${q(d.prediction.token)} at position ${d.prediction.position}: features ` +
+          `${fmt(la.features_sum)} + b_dec ${fmt(la.b_dec_term)} + error ${fmt(la.error_term)} = ${fmt(la.hook_direct_term)}`
+      : `no logit attribution: ${la.reason}`,
+  );
+  return out.join('\n');
+}
+
+function saeSteer(d: Doc): string {
+  const f = d.feature;
+  const out = [
+    header(d),
+    '',
+    `feature ${f.index}${f.description ? ` (${f.description})` : ''} of ${d.sae.id}: ${d.edit} at ${d.hook}, ` +
+      `positions ${d.positions}`,
+  ];
+  const metrics = Object.keys(d.metric_definitions).filter((k) => k !== 'position');
+  if (d.mode === 'sweep') {
+    const sw = d.sweep;
+    out.push(
+      '',
+      `sweep over ${d.edit === 'add' ? 'α' : 'the clamp value'} (${d.metric_definitions.position})`,
+      table(
+        ['alpha', ...metrics, 'text'],
+        sw.alphas.map((a: number, i: number) => [
+          a,
+          ...metrics.map((m) => sw.curves[m]?.[i] ?? ''),
+          q(sw.generations.find((g: any) => g.alpha === a)?.generated_text ?? ''),
+        ]),
+      ),
+      '',
+      `trend: ${Object.entries(sw.monotone)
+        .filter(([k]) => k !== 'rule')
+        .map(([k, v]) => `${k} ${v}`)
+        .join(', ')}`,
+      `base text: ${q(d.base.generated_text)}`,
+    );
+  } else {
+    out.push(
+      '',
+      table(
+        ['metric', 'value'],
+        metrics.map((m) => [m, d[m] ?? '—']),
+      ),
+      '',
+      `base:    ${q(d.base.generated_text)}`,
+      `steered: ${q(d.steered.generated_text)}`,
+    );
+  }
+  for (const [name, rows] of [
+    ['targets', d.targets],
+    ['controls', d.controls],
+  ] as const) {
+    const cols = d.mode === 'sweep' ? ['token', 'id', 'base logprob'] : ['token', 'id', 'base logprob', 'steered', 'Δ'];
+    out.push(
+      '',
+      name,
+      table(
+        cols,
+        rows.map((t: any) =>
+          [q(tokenText(t.token, t.token_id)), t.token_id, t.base_logprob, t.steered_logprob, t.delta].slice(
+            0,
+            cols.length,
+          ),
+        ),
+      ),
+    );
+  }
+  return out.join('\n');
+}
+
+function edgeAttribution(d: Doc): string {
+  const out = [header(d), ''];
+  const ds = d.dataset;
+  out.push(
+    `${ds.n_examples} pairs (${ds.source}${ds.generator ? ` ${ds.generator.task}, seed ${ds.generator.seed}` : ''})` +
+      `, method ${d.method}, metric ${d.metric}: M(clean) ${fmt(d.m_clean)}, M(corrupted) ${fmt(d.m_corrupted)}`,
+  );
+  const N = 20;
+  const ranked = [...d.edges].sort((a: any, b: any) => Math.abs(b.score) - Math.abs(a.score));
+  out.push(
+    '',
+    `edges by |score| (top ${Math.min(N, ranked.length)} of ${d.n_edges}; negative = patching it lowers M)`,
+    table(
+      ['rank', 'edge', 'score'],
+      ranked.slice(0, N).map((e: any, i: number) => [i + 1, e.name, e.score]),
+    ),
+    ...more(ranked.length, N, 'edges'),
+  );
+  const c = d.completeness;
+  if (c)
+    out.push('', `completeness: Σ input scores ${fmt(c.input_scores)} vs ΔM ${fmt(c.target)} (error ${fmt(c.error)})`);
+  if (d.evaluation) {
+    const e = d.evaluation;
+    out.push('', `faithfulness: CPR ${fmt(e.signed.cpr)} (signed ranking), CMD ${fmt(e.abs.cmd)} (|score| ranking)`);
+  }
+  for (const ce of d.circuit_evaluation ?? [])
+    out.push(
+      `circuit (${ce.source}): ${ce.n_edges} edges, ${ce.n_after_prune} after pruning, ` +
+        `M ${fmt(ce.metric)}, faithfulness ${fmt(ce.faithfulness)}`,
+    );
+  return out.join('\n');
+}
+
 /** any document: scalar fields, then arrays of objects as tables (first 20 rows) */
 export function generic(d: Doc): string {
   const out = [d.model ? header(d) : ''];
@@ -204,6 +341,9 @@ const views: Record<string, (d: Doc, o: RenderOptions) => string> = {
   activations,
   attention,
   logit_lens: logitLens,
+  sae_features: saeFeatures,
+  sae_steer: saeSteer,
+  edge_attribution: edgeAttribution,
 };
 
 export function render(d: Doc, o: RenderOptions = {}): string {

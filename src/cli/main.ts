@@ -14,6 +14,7 @@ import { LoupeError, toLoupeError, type ErrorDocument } from '../engine/errors';
 import { operationSchemas, schemasOf, allSchemas } from '../ops/schemas';
 import { CLI_FLAGS, UsageError, flagsToInput, isBooleanField, properties, splitArgs } from './args';
 import { render } from './format';
+import { progressPrinter } from './progress';
 import { operationHelp, mainHelp } from './help';
 import { loadModelForCli, type Io } from './load-model';
 import { packageVersion } from '../node/package';
@@ -51,17 +52,6 @@ function fail(io: Io, json: boolean, e: unknown, code?: number): number {
   io.stderr(`loupe: error ${le.code}: ${le.message}\n${le.hint ? `hint: ${le.hint}\n` : ''}`);
   if (le.code === 'INTERNAL' && e instanceof Error && e.stack && process.env.LOUPE_DEBUG) io.stderr(e.stack + '\n');
   return code ?? (UNSUPPORTED.has(le.code) ? EXIT.unsupported : EXIT.runtime);
-}
-
-/** progress lines on stderr: overwrite in place on a terminal, one line per stage step otherwise */
-function progressPrinter(io: Io, quiet: boolean) {
-  const tty = !!process.stderr.isTTY;
-  let last = '';
-  return (msg: string) => {
-    if (quiet || msg === last) return;
-    last = msg;
-    io.stderr(tty ? `\r\x1b[2K${msg}` : `${msg}\n`);
-  };
 }
 
 async function runOperation(op: AnyOperation, argv: string[], io: Io): Promise<number> {
@@ -124,7 +114,7 @@ async function runOperation(op: AnyOperation, argv: string[], io: Io): Promise<n
         throw new UsageError(`--idle-timeout needs a number of seconds above 0 (got '${idle}').`);
       process.env.LOUPE_IDLE_TIMEOUT = idle; // read by every download of this process (http-source.ts)
     }
-    const say = progressPrinter(io, quiet);
+    const say = progressPrinter(io.stderr, { quiet, tty: !!process.stderr.isTTY });
     const weights = flags.get('weights');
     let model: LoadedModel;
     try {

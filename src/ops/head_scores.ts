@@ -20,7 +20,7 @@ import { chatField, documentBase, documentHead } from '../schema/common';
 import type { LoadedModel } from '../engine/api';
 import { LoupeError, throwIfAborted } from '../engine/errors';
 import { CAPS, finite } from '../engine/caps';
-import { promptIds } from './lib/tokens';
+import { distinctTokens, promptIds } from './lib/tokens';
 import { rng } from './lib/math';
 
 export const SCORES = ['previous_token', 'induction', 'duplicate_token'] as const;
@@ -147,20 +147,6 @@ function rows(acc: Sums, n: number, L: number, H: number): z.infer<typeof headRo
   return out;
 }
 
-/** seq_len distinct tokens (BOS/EOS excluded), seeded */
-function randomSequence(model: LoadedModel, n: number, u: () => number): number[] {
-  const V = model.info.d_vocab;
-  const skip = new Set([model.bosTokenId, model.eosTokenId]);
-  const pool = Array.from({ length: V }, (_, i) => i).filter((i) => !skip.has(i));
-  const out: number[] = [];
-  for (let i = 0; i < n; i++) {
-    const j = i + Math.floor(u() * (pool.length - i)); // partial Fisher–Yates: distinct draws
-    [pool[i], pool[j]] = [pool[j], pool[i]];
-    out.push(pool[i]);
-  }
-  return out;
-}
-
 export const operation = defineOperation({
   name: 'head_scores',
   title: 'Head scores',
@@ -201,7 +187,7 @@ export const operation = defineOperation({
 
   const u = rng(inp.seed);
   const seqs = Array.from({ length: inp.batch }, () => {
-    const r = randomSequence(model, seqLen, u);
+    const r = distinctTokens(model, seqLen, u);
     return [...(bos !== undefined ? [bos] : []), ...r, ...r];
   });
   const T = seqs[0].length;

@@ -21,7 +21,7 @@ import { z } from 'zod';
 import { LoupeError, throwIfAborted } from '../../engine/errors';
 import type { LoadedModel } from '../../engine/api';
 import { CAPS, checkTokenCount } from '../../engine/caps';
-import { resolveToken } from './tokens';
+import { distinctTokens, resolveToken } from './tokens';
 import { sha256Hex } from './corpus';
 import { rng } from './math';
 import type { OpContext } from '../types';
@@ -49,7 +49,8 @@ export const generateSchema = z.object({
     .describe(
       'ioi: "When A and B went to the store, B gave a drink to" → A vs B, corrupted with a third name ' +
         'for the second B; greater_than: "The war lasted from the year 17YY to the year 17" → YY+1 vs YY−1, ' +
-        'corrupted with 01; induction: BOS + R + R[:-1] → R[-1], corrupted first copy R′ → R′[-1].',
+        'corrupted with 01; induction: BOS + R + R[:-1] → R[-1], corrupted first copy R′ → R′[-1] (R, R′ of ' +
+        'distinct tokens each, R′[-1] ≠ R[-1]).',
     ),
   n: z.number().int().min(1).describe('How many pairs to make (before any is dropped).'),
   seed: z.number().int().default(0).describe('Seed of the choices (names, years, random sequences).'),
@@ -479,17 +480,13 @@ export function generateDataset(model: LoadedModel, g: GenerateSpec, prependBos:
     return pairs;
   }
   // induction: BOS + R + R[:-1] → R[-1]; corrupted BOS + R′ + R[:-1] → R′[-1]
-  const V = model.info.d_vocab;
-  const special = new Set([model.bosTokenId, model.eosTokenId].filter((x): x is number => x !== undefined));
-  const draw = () => {
-    let t = Math.floor(r() * V);
-    while (special.has(t)) t = Math.floor(r() * V);
-    return t;
-  };
   const bos = prependBos && model.bosTokenId !== undefined ? [model.bosTokenId] : [];
   for (let i = 0; i < g.n; i++) {
-    const R = Array.from({ length: g.length }, draw);
-    const R2 = Array.from({ length: g.length }, draw);
+    // distinct tokens in each sequence (as head_scores draws them): a repeat is the task's, never
+    // a chance one, and the two answers differ
+    const R = distinctTokens(model, g.length, r);
+    let R2 = distinctTokens(model, g.length, r);
+    while (R2[R2.length - 1] === R[R.length - 1]) R2 = distinctTokens(model, g.length, r);
     pairs.push({
       clean_token_ids: [...bos, ...R, ...R.slice(0, -1)],
       corrupted_token_ids: [...bos, ...R2, ...R.slice(0, -1)],

@@ -131,3 +131,26 @@ export function tokenEntries(model: LoadedModel, ids: number[]): { id: number; t
   const texts = model.tokenStrings(ids);
   return ids.map((id, i) => ({ id, text: texts[i] }));
 }
+
+/**
+ * `n` distinct token ids (BOS and EOS left out) drawn uniformly with `u`, seeded: the random
+ * sequences of induction tasks (head_scores, the induction generator), whose repeats must be
+ * the task's own and never two equal draws.
+ */
+export function distinctTokens(model: LoadedModel, n: number, u: () => number): number[] {
+  const skip = new Set([model.bosTokenId, model.eosTokenId]);
+  const pool = Array.from({ length: model.info.d_vocab }, (_, i) => i).filter((i) => !skip.has(i));
+  if (n > pool.length)
+    throw new LoupeError(
+      'BAD_INPUT',
+      `${n} distinct tokens asked for; the vocabulary has ${pool.length}.`,
+      'Use a shorter random sequence.',
+    );
+  const out: number[] = [];
+  for (let i = 0; i < n; i++) {
+    const j = i + Math.floor(u() * (pool.length - i)); // partial Fisher–Yates: distinct draws
+    [pool[i], pool[j]] = [pool[j], pool[i]];
+    out.push(pool[i]);
+  }
+  return out;
+}
