@@ -26,9 +26,11 @@ const ALLOWED: Record<string, string[]> = {
   cli: ['engine', 'schema', 'node', 'ops', 'share', 'bridge', 'serve'],
   workers: ['engine', 'schema', 'ops', 'share', 'bridge'],
   ui: ['engine', 'schema', 'ops', 'share', 'bridge', 'workers', 'sw'],
+  // the package's library entry (docs/LIBRARY.md): Node's loading beside the platform-free model
+  library: ['engine', 'schema', 'ops', 'node'],
   // the bench measures every layer (and runs the tests' Hub stand-in); nothing imports the bench
-  bench: ['engine', 'schema', 'node', 'ops', 'share', 'bridge', 'cli', 'workers', 'ui', 'sw', 'serve', '(tests)'],
-  '(tests)': ['engine', 'schema', 'node', 'ops', 'share', 'bridge', 'cli', 'workers', 'ui', 'bench', 'sw', 'serve'],
+  bench: ['engine', 'schema', 'node', 'ops', 'share', 'bridge', 'cli', 'workers', 'ui', 'sw', 'serve', 'library', '(tests)'],
+  '(tests)': ['engine', 'schema', 'node', 'ops', 'share', 'bridge', 'cli', 'workers', 'ui', 'bench', 'sw', 'serve', 'library'],
 };
 
 function filesUnder(dir: string): string[] {

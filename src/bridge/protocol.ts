@@ -83,6 +83,8 @@ const MODEL_FIELDS: Record<keyof ModelInfo, 'string' | 'number' | 'number|null' 
   post_norms: 'boolean',
   pos_embed: 'boolean',
   parallel_attn_mlp: 'boolean',
+  act_fn: 'string',
+  gated_mlp: 'boolean',
 };
 const REF_FIELDS = ['kind', 'id', 'revision', 'commit', 'endpoint'] as const;
 /** longest string kept in a reported model (ids are Hub ids or URLs) */

@@ -103,6 +103,10 @@ export interface ModelInfo {
    * then does not include its own layer's heads (the edge graph, edges.ts; EAP-IG's cfg key)
    */
   parallel_attn_mlp: boolean;
+  /** the MLP's activation under its Hugging Face name (TransformerLens's act_fn: gelu_new, gelu, relu, silu, …) */
+  act_fn: string;
+  /** the MLP is gated: act(x W_gate) ⊙ (x W_in) (Llama, Gemma, Qwen); else act(x W_in + b_in) (GPT-2, NeoX) */
+  gated_mlp: boolean;
 }
 
 /**

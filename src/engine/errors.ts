@@ -31,6 +31,8 @@ export type ErrorCode =
   | 'UNSUPPORTED_CONFIG'
   | 'UNKNOWN_HOOK'
   | 'BAD_INTERVENTION'
+  /** a library hook function threw, or returned a value of the wrong shape, type or with a non-finite number */
+  | 'HOOK_FAILED'
   | 'SAE_MISMATCH'
   | 'TRANSCODER_MISMATCH'
   | 'BAD_WEIGHTS'

@@ -253,6 +253,8 @@ export async function createModel(parts: ModelParts, factory: SessionFactory): P
     pos_embed: !!spec.posEmbed,
     post_norms: postNormsOf(spec),
     parallel_attn_mlp: spec.layers.some((l) => l.parallel),
+    act_fn: spec.layers[0].mlp.act,
+    gated_mlp: spec.layers[0].mlp.kind === 'gated',
     final_softcap: spec.finalSoftcap,
     weights: choice.precision,
     weights_reason: choice.reason,

@@ -61,6 +61,9 @@ const registry = {
   dashboard: dashboard.operation,
 } satisfies Record<string, AnyOperation>;
 
+/** the registry's type: each operation's own input and document types (the library's `ops`) */
+export type OperationRegistry = typeof registry;
+
 /** the operations by name, for surfaces that look one up from a string */
 export const operations: Record<string, AnyOperation> = registry;
 
