@@ -29,8 +29,36 @@ const ALLOWED: Record<string, string[]> = {
   // the package's library entry (docs/LIBRARY.md): Node's loading beside the platform-free model
   library: ['engine', 'schema', 'ops', 'node'],
   // the bench measures every layer (and runs the tests' Hub stand-in); nothing imports the bench
-  bench: ['engine', 'schema', 'node', 'ops', 'share', 'bridge', 'cli', 'workers', 'ui', 'sw', 'serve', 'library', '(tests)'],
-  '(tests)': ['engine', 'schema', 'node', 'ops', 'share', 'bridge', 'cli', 'workers', 'ui', 'bench', 'sw', 'serve', 'library'],
+  bench: [
+    'engine',
+    'schema',
+    'node',
+    'ops',
+    'share',
+    'bridge',
+    'cli',
+    'workers',
+    'ui',
+    'sw',
+    'serve',
+    'library',
+    '(tests)',
+  ],
+  '(tests)': [
+    'engine',
+    'schema',
+    'node',
+    'ops',
+    'share',
+    'bridge',
+    'cli',
+    'workers',
+    'ui',
+    'bench',
+    'sw',
+    'serve',
+    'library',
+  ],
 };
 
 function filesUnder(dir: string): string[] {
