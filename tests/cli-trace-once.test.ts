@@ -1,8 +1,8 @@
 /**
  * One CLI trace walks the load path once: the model spec is resolved to a source once
- * (sourceFromSpec), the precision is chosen once (choosePrecision) and the memory budget is
- * checked once (checkBudget), in the loader's judgement from the headers; createModel runs at
- * what was judged. The three functions are wrapped in counting spies where their modules are
+ * (sourceFromSpec), the load is decided once (plan.ts decideLoad: the precision chosen once by
+ * choosePrecision, the memory budget checked once by checkBudget), in the loader's judgement from
+ * the headers, on each backend (webgpu: SwiftShader here); createModel runs at that decision. The three functions are wrapped in counting spies where their modules are
  * imported, and `loupe trace` runs in-process on the bundled model.
  */
 import { describe, it, expect, vi, beforeEach } from 'vitest';
@@ -14,7 +14,11 @@ vi.mock('../src/node/load-files-node', async (importOriginal) => {
 });
 vi.mock('../src/engine/precision', async (importOriginal) => {
   const m = await importOriginal<typeof import('../src/engine/precision')>();
-  return { ...m, choosePrecision: vi.fn(m.choosePrecision) };
+  return { ...m, choosePrecision: vi.fn(m.choosePrecision), choosePrecisionOnGpu: vi.fn(m.choosePrecisionOnGpu) };
+});
+vi.mock('../src/engine/plan', async (importOriginal) => {
+  const m = await importOriginal<typeof import('../src/engine/plan')>();
+  return { ...m, decideLoad: vi.fn(m.decideLoad) };
 });
 vi.mock('../src/engine/budget', async (importOriginal) => {
   const m = await importOriginal<typeof import('../src/engine/budget')>();
@@ -22,8 +26,9 @@ vi.mock('../src/engine/budget', async (importOriginal) => {
 });
 
 const { sourceFromSpec } = await import('../src/node/load-files-node');
-const { choosePrecision } = await import('../src/engine/precision');
+const { choosePrecision, choosePrecisionOnGpu } = await import('../src/engine/precision');
 const { checkBudget } = await import('../src/engine/budget');
+const { decideLoad } = await import('../src/engine/plan');
 
 async function trace(args: string[]) {
   let stdout = '',
@@ -39,11 +44,13 @@ describe('a CLI trace decides its load once', () => {
   beforeEach(() => {
     vi.mocked(sourceFromSpec).mockClear();
     vi.mocked(choosePrecision).mockClear();
+    vi.mocked(choosePrecisionOnGpu).mockClear();
     vi.mocked(checkBudget).mockClear();
+    vi.mocked(decideLoad).mockClear();
   });
 
-  for (const backend of ['node', 'wasm']) {
-    it(`sourceFromSpec, choosePrecision and checkBudget each run once (--backend ${backend})`, async () => {
+  for (const backend of ['node', 'wasm', 'webgpu']) {
+    it(`sourceFromSpec, decideLoad, choosePrecision and checkBudget each run once (--backend ${backend})`, async () => {
       const r = await trace(['--backend', backend]);
       expect(r.stderr).toBe('');
       expect(r.code).toBe(0);
@@ -53,9 +60,13 @@ describe('a CLI trace decides its load once', () => {
       expect(doc.model.backend).toBe(backend);
       expect(vi.mocked(sourceFromSpec)).toHaveBeenCalledTimes(1);
       expect(vi.mocked(sourceFromSpec).mock.calls[0][0]).toBe('default');
-      expect(vi.mocked(choosePrecision)).toHaveBeenCalledTimes(1);
+      // on WebGPU the adapter's chooser (which asks choosePrecision inside its own module)
+      expect(vi.mocked(backend === 'webgpu' ? choosePrecisionOnGpu : choosePrecision)).toHaveBeenCalledTimes(1);
       expect(vi.mocked(checkBudget)).toHaveBeenCalledTimes(1);
       expect(vi.mocked(checkBudget).mock.calls[0][2]).toBe('f32');
+      // the one decision, made in the loader's judgement from the headers; createModel runs at it
+      expect(vi.mocked(decideLoad)).toHaveBeenCalledTimes(1);
+      expect(vi.mocked(decideLoad).mock.calls[0][0].backend).toBe(backend);
     });
   }
 

@@ -240,14 +240,14 @@ describe('16-bit weights on a WebGPU adapter', () => {
   it("an adapter's caps: shader-f16 from its features, the buffer limit the smaller of its two limits", () => {
     expect(
       gpuCaps({ features: ['shader-f16'], limits: { maxStorageBufferBindingSize: 2 ** 30, maxBufferSize: 2 ** 31 } }),
-    ).toEqual({ shaderF16: true, maxBufferBytes: 2 ** 30 });
+    ).toMatchObject({ shaderF16: true, maxBufferBytes: 2 ** 30, shaderF16Source: 'GPUAdapter.features' });
     // SwiftShader in headless Chromium: no shader-f16, 1 GiB
     expect(
       gpuCaps({
         features: new Set(['subgroups']),
         limits: { maxStorageBufferBindingSize: 2 ** 30, maxBufferSize: 2 ** 30 },
       }),
-    ).toEqual({ shaderF16: false, maxBufferBytes: 2 ** 30 });
+    ).toMatchObject({ shaderF16: false, maxBufferBytes: 2 ** 30 });
     expect(gpuCaps({ features: [], limits: {} }).maxBufferBytes).toBe(128 * 1024 ** 2);
   });
 });

@@ -149,7 +149,7 @@ describe('refusals before the first weight byte', () => {
     });
     // judged only (no download): 6.2 GB x 2.5 fits 64 GiB
     const plan = await planModel(new HubSource('big/gpt2-xl', { endpoint: hub.url }));
-    const j = judgeModel(plan, 'node', 'f32', { hostBytes: 64 * GiB })!;
+    const j = (await judgeModel(plan, 'node', 'f32', { hostBytes: 64 * GiB }))!;
     expect(j.stats.nParams).toBe(xl.nParams);
     expect(j.estimate.fits).toBe(true);
     expect(plan.weightBytes).toBe(xl.size);

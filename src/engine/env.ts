@@ -24,8 +24,15 @@ export interface GpuCaps {
   shaderF16: boolean;
   /** the largest one buffer binding: min(maxStorageBufferBindingSize, maxBufferSize) */
   maxBufferBytes: number;
-  /** where maxBufferBytes comes from when not from the adapter itself (Node: src/node/webgpu-node.ts) */
+  /** where maxBufferBytes comes from (the page: GPUAdapter.limits; Node: src/node/webgpu-node.ts) */
   limitSource?: string;
+  /** where shaderF16 comes from (the page: GPUAdapter.features; Node: a float16 kernel run) */
+  shaderF16Source?: string;
+  /**
+   * Whether one buffer of `bytes` works on this adapter, where the limit is not read but probed
+   * (Node: src/node/gpu-buffer-probe.ts); `source` says how it was found
+   */
+  probeBuffer?: (bytes: number) => Promise<{ ok: boolean; source: string }>;
 }
 
 export function gpuCaps(adapter: GpuAdapterLike): GpuCaps {
@@ -34,7 +41,14 @@ export function gpuCaps(adapter: GpuAdapterLike): GpuCaps {
   // the WebGPU spec's guaranteed minimums when an adapter does not say
   const binding = has('maxStorageBufferBindingSize') ? l.maxStorageBufferBindingSize : 128 * 1024 ** 2;
   const buffer = has('maxBufferSize') ? l.maxBufferSize : 256 * 1024 ** 2;
-  return { shaderF16: [...adapter.features].includes('shader-f16'), maxBufferBytes: Math.min(binding, buffer) };
+  const said = (k: string, v: number) =>
+    `${k} ${v}${has(k) ? '' : ", the WebGPU spec's minimum: the adapter did not say"}`;
+  return {
+    shaderF16: [...adapter.features].includes('shader-f16'),
+    maxBufferBytes: Math.min(binding, buffer),
+    limitSource: `GPUAdapter.limits: ${said('maxStorageBufferBindingSize', binding)}, ${said('maxBufferSize', buffer)}`,
+    shaderF16Source: 'GPUAdapter.features',
+  };
 }
 
 type Nav = { gpu?: { requestAdapter(): Promise<GpuAdapterLike | null> }; hardwareConcurrency?: number };

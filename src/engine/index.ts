@@ -7,14 +7,8 @@ import type { Backend, LoadedModel, LoadOptions } from './api';
 import { LoupeError } from './errors';
 import { env, gpuCaps, type GpuCaps } from './env';
 import { createModel, modelPartsFrom } from './model';
-import {
-  choosePrecision,
-  choosePrecisionOnGpu,
-  parseWeightsMode,
-  OFFERED_PRECISIONS,
-  type PrecisionChoice,
-} from './precision';
-import type { WeightStats } from './budget';
+import { parseWeightsMode, OFFERED_PRECISIONS } from './precision';
+import type { LoadDecision } from './plan';
 import { webSessionFactory, type OrtModule } from './runtime/ort-session';
 import { loadModelFiles } from './source/files';
 import { judgeModel, type ModelJudgement, type ModelPlan } from './source/preflight';
@@ -73,21 +67,17 @@ export async function loadModelBrowser(spec: string | ModelSource, opts: Browser
   const cache = bundled ? undefined : opts.cache;
   // q8 weights kept next to the model's files in its cache (IndexedDB in the page)
   const q8Store = cache && source instanceof HttpSource ? cacheQ8Store(cache, (f) => source.cacheKey(f)) : undefined;
-  let judged: PrecisionChoice | undefined;
+  let decision: LoadDecision | undefined;
   const files = await loadModelFiles(source, {
     cache,
     signal: opts.signal,
     onProgress: opts.onProgress,
     // architecture, tensors, precision, memory and storage judged from the headers, before any weight byte
     judge: async (plan) => {
-      const mode = parseWeightsMode(opts.weights);
-      const choose = (stats: WeightStats) =>
-        gpu ? choosePrecisionOnGpu(mode, stats, gpu, opts.memory) : choosePrecision(mode, stats, wanted, opts.memory);
-      const j = judgeModel(plan, wanted, choose, opts.memory, {
-        backends: ['wasm', 'webgpu'],
-        precisions: OFFERED_PRECISIONS,
-      });
-      judged = j?.choice;
+      const offer = { backends: ['wasm', 'webgpu'] as ('wasm' | 'webgpu')[], precisions: OFFERED_PRECISIONS };
+      const j = await judgeModel(plan, wanted, parseWeightsMode(opts.weights), opts.memory, offer, gpu);
+      decision = j?.decision;
+      const judged = j?.choice;
       if (cache) {
         const q8Bytes =
           (judged?.precision === 'q8' || judged?.precision === 'q4') && q8Store && plan.tensors
@@ -111,10 +101,10 @@ export async function loadModelBrowser(spec: string | ModelSource, opts: Browser
   const parts = { ...modelPartsFrom(files, { bundled, memory: opts.memory, weightsMode: opts.weights }), q8Store };
 
   try {
-    return await createModel({ ...parts, precision: judged }, webSessionFactory(opts.ort, wanted, gpu));
+    return await createModel({ ...parts, decision }, webSessionFactory(opts.ort, wanted, gpu));
   } catch (e) {
     // A WebGPU device can fail at session creation (limits, lost device): fall back to WASM, unless asked explicitly.
-    // The precision judged for WebGPU does not hold there: createModel decides it for WASM.
+    // The load decided for WebGPU does not hold there: createModel decides it for WASM.
     if (wanted === 'webgpu' && (!opts.backend || opts.backend === 'auto') && !(e instanceof LoupeError)) {
       return createModel(parts, webSessionFactory(opts.ort, 'wasm'));
     }

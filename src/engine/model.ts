@@ -53,25 +53,9 @@ import { checkTranscodersFor, describeTranscoders, type TranscoderHeaders, type 
 import type { TranscoderFiles } from './source/transcoder-loader';
 import { prepareReplacement, type AttachedTranscoders, type ReplacementOptions } from './replacement';
 import type { LocalReplacement } from './api';
-import {
-  checkBudget,
-  fmtGB,
-  weightBytesAt,
-  weightStats,
-  RUNTIME_SLACK_BYTES,
-  WASM_HEAP_BYTES,
-  type BudgetLimits,
-  type WeightStats,
-} from './budget';
-import {
-  choosePrecision,
-  choosePrecisionOnGpu,
-  chooseVocabSplit,
-  parseWeightsMode,
-  OFFERED_PRECISIONS,
-  type PrecisionChoice,
-  type WeightsMode,
-} from './precision';
+import { fmtGB, weightBytesAt, RUNTIME_SLACK_BYTES, WASM_HEAP_BYTES, type BudgetLimits } from './budget';
+import type { WeightsMode } from './precision';
+import { decideLoad, type LoadDecision } from './plan';
 
 /** number of positions whose logits a run computes */
 const logitPosCount = (opts: RunOptions, T: number) => opts.logitPositions?.length ?? T;
@@ -93,8 +77,8 @@ export interface ModelParts {
   memory?: BudgetLimits;
   /** weight precision asked for (precision.ts); default auto */
   weightsMode?: WeightsMode;
-  /** the precision the loader chose and judged the budget at (judgeModel) for this backend; without it createModel decides */
-  precision?: PrecisionChoice;
+  /** the load the loader decided from the headers (judgeModel; plan.ts) for this backend; without it createModel decides */
+  decision?: LoadDecision;
   /** onnxruntime fused kernels of the model's graphs (GraphPlan.fused); default the activation and norm ones (the bench measures more) */
   fused?: GraphPlan['fused'];
   /** where q8 weights are kept between loads (q8.ts); none: quantised in memory at each load */
@@ -181,55 +165,27 @@ function postNormsOf(spec: ModelSpec): boolean {
   );
 }
 
-/** Any weight other than the (split) vocabulary tables that one WebGPU buffer cannot hold as float32 is TOO_LARGE, before a session is tried. */
-function checkGpuBuffers(used: { name: string; shape: number[] }[], vocab: Set<string>, gpu: GpuCaps): void {
-  const limit = gpu.maxBufferBytes;
-  for (const e of used) {
-    const bytes = e.shape.reduce((a, b) => a * b, 1) * 4;
-    if (!vocab.has(e.name) && bytes > limit) {
-      throw new LoupeError(
-        'TOO_LARGE',
-        `Weight ${e.name} [${e.shape.join('×')}] is ${fmtGB(bytes)} as float32, more than this WebGPU adapter's largest buffer ` +
-          `(maxStorageBufferBindingSize ${fmtGB(limit)}${gpu.limitSource ? `: ${gpu.limitSource}` : ''}).`,
-        `A buffer limit of at least ${bytes} bytes would fit it. Use the wasm or node backend; only the vocabulary tables are split to fit the buffer limit.`,
-        { tensor: e.name, bytes, limit: 'maxStorageBufferBindingSize', limit_bytes: limit },
-      );
-    }
-  }
-}
-
-/** The precision a model runs at on the factory's backend, with the memory budget checked at it (TOO_LARGE). */
-function decidePrecision(parts: ModelParts, stats: WeightStats, factory: SessionFactory): PrecisionChoice {
-  const mode = parseWeightsMode(parts.weightsMode);
-  const choice = factory.gpu
-    ? choosePrecisionOnGpu(mode, stats, factory.gpu, parts.memory ?? {})
-    : choosePrecision(mode, stats, factory.backend, parts.memory ?? {});
-  checkBudget(stats, factory.backend, choice.precision, parts.memory ?? {}, { precisions: OFFERED_PRECISIONS });
-  return choice;
-}
-
 export async function createModel(parts: ModelParts, factory: SessionFactory): Promise<LoadedModel> {
   const spec = describeModel({ config: parts.config, tensors: parts.weights.tensors });
   const tokenizer = new ModelTokenizer(parts.tokenizerJson, parts.tokenizerConfig, parts.config);
   const used = [...specTensorNames(spec)].map((name) => parts.weights.tensors.get(name)!);
-  const stats = weightStats(used, q4Names(spec, parts.weights.tensors));
-  const nParams = stats.nParams;
   const dtypes = new Set<string>(used.map((e) => e.dtype));
-  // Loaders decide this before downloading (source/preflight.ts judgeModel); a source that could not
-  // read headers first (or a caller with its own files) is decided and judged here, before any session.
-  const choice = parts.precision ?? decidePrecision(parts, stats, factory);
-  // one chunking for both tables (tied or not): the finer of the two; on WebGPU no chunk exceeds a buffer
-  const tensorBytes = Math.min(parts.memory?.tensorBytes ?? Infinity, factory.gpu?.maxBufferBytes ?? Infinity);
-  const split = [spec.embed.w, spec.unembed.w]
-    .map((n) =>
-      chooseVocabSplit(
-        parts.weights.tensors.get(n)!,
-        choice.precision,
-        Number.isFinite(tensorBytes) ? tensorBytes : undefined,
-      ),
-    )
-    .reduce((a, b) => (b.rows < a.rows ? b : a));
-  if (factory.gpu) checkGpuBuffers(used, new Set([spec.embed.w, spec.unembed.w]), factory.gpu);
+  // Loaders decide the load before downloading (source/preflight.ts judgeModel); a source that could not
+  // read headers first (or a caller with its own files) is decided here, once, before any session.
+  const d =
+    parts.decision ??
+    (await decideLoad({
+      spec,
+      tensors: parts.weights.tensors,
+      backend: factory.backend,
+      mode: parts.weightsMode,
+      gpu: factory.gpu,
+      memory: parts.memory,
+    }));
+  const stats = d.stats;
+  const nParams = stats.nParams;
+  const choice = { precision: d.precision, reason: d.reason };
+  const split = d.vocab;
   const info: ModelInfo = {
     id: parts.id,
     ...(parts.requested ? { requested_name: parts.requested } : {}),

@@ -3,7 +3,8 @@
  * backend 'node' = onnxruntime-node on the CPU (default); 'wasm' = onnxruntime-web's WASM build in
  * Node, selectable so the two runtimes can be compared on the same graph; 'webgpu' =
  * onnxruntime-node's WebGPU provider (webgpu-node.ts), with the page's WebGPU precision and
- * vocabulary split.
+ * vocabulary split. The load is decided once, from the headers (judgeModel → plan.ts), and
+ * createModel runs at that decision.
  */
 import { totalmem } from 'node:os';
 import type { LoadedModel, LoadOptions } from '../engine/api';
@@ -11,14 +12,8 @@ import type { ModelSource } from '../engine/source/types';
 import { LoupeError } from '../engine/errors';
 import { createModel, modelPartsFrom } from '../engine/model';
 import { isBundledSpec } from '../engine/source/ref';
-import type { WeightStats } from '../engine/budget';
-import {
-  choosePrecision,
-  choosePrecisionOnGpu,
-  parseWeightsMode,
-  OFFERED_PRECISIONS,
-  type PrecisionChoice,
-} from '../engine/precision';
+import { parseWeightsMode, OFFERED_PRECISIONS } from '../engine/precision';
+import type { LoadDecision } from '../engine/plan';
 import { webSessionFactory, type OrtModule, type SessionFactory } from '../engine/runtime/ort-session';
 import { judgeModel, type ModelJudgement, type ModelPlan } from '../engine/source/preflight';
 import { loadModelFilesNode, sourceFromSpec, type NodeLoadOptions } from './load-files-node';
@@ -86,18 +81,14 @@ export async function loadModelNode(spec: string, opts: NodeModelOptions = {}): 
   const memory = { hostBytes: totalmem(), ...opts.memory };
   // architecture, tensors, precision and memory judged from the headers, before any weight byte
   const mode = parseWeightsMode(opts.weights);
-  let judged: PrecisionChoice | undefined;
+  let decision: LoadDecision | undefined;
   const gpu = await nodeGpuCaps(backend);
   const files = await loadModelFilesNode(source, {
     ...opts,
     judge: async (plan) => {
-      const choose = (stats: WeightStats) =>
-        gpu ? choosePrecisionOnGpu(mode, stats, gpu, memory) : choosePrecision(mode, stats, backend, memory);
-      const j = judgeModel(plan, backend, choose, memory, {
-        backends: [...NODE_BACKENDS],
-        precisions: OFFERED_PRECISIONS,
-      });
-      judged = j?.choice;
+      const offer = { backends: [...NODE_BACKENDS], precisions: OFFERED_PRECISIONS };
+      const j = await judgeModel(plan, backend, mode, memory, offer, gpu);
+      decision = j?.decision;
       await opts.confirm?.(plan, j);
     },
   });
@@ -110,5 +101,5 @@ export async function loadModelNode(spec: string, opts: NodeModelOptions = {}): 
     memory,
     weightsMode: opts.weights,
   });
-  return createModel({ ...parts, precision: judged, q8Store: nodeQ8Store(source, opts.cache) }, factory);
+  return createModel({ ...parts, decision, q8Store: nodeQ8Store(source, opts.cache) }, factory);
 }

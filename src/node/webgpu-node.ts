@@ -1,15 +1,17 @@
 /**
  * The Node backend 'webgpu': onnxruntime-node's bundled WebGPU execution provider (Dawn: Vulkan
  * on Linux, Metal on macOS, D3D12 on Windows). The engine makes the page's WebGPU decisions from
- * the GpuCaps found here (precision.ts choosePrecisionOnGpu, the vocabulary split and
- * checkGpuBuffers in model.ts, the q8 form in q8.ts), because the factory says backend 'webgpu'.
+ * the GpuCaps found here (plan.ts decideLoad: precision, vocabulary split, largest buffer; the q8
+ * form in q8.ts).
  *
  * What onnxruntime-node 1.30 exposes: whether a session on the 'webgpu' provider can be created
  * (an adapter exists), and whether a float16 kernel runs on it. It does not expose the adapter's
  * vendor, architecture, limits or features (its `env.webgpu` is empty in Node). So:
  *  - shader-f16 is probed: Cast to float16, Add, Cast back, with no CPU fallback;
- *  - the buffer limit is the WebGPU default maxStorageBufferBindingSize (128 MiB, which every
- *    adapter offers) unless $LOUPE_WEBGPU_BUFFER_BYTES gives the adapter's own.
+ *  - the buffer limit known up front is the WebGPU default maxStorageBufferBindingSize (128 MiB,
+ *    which every adapter offers); a model that needs a larger buffer has that size probed
+ *    (gpu-buffer-probe.ts: made and read back in a child process), unless
+ *    $LOUPE_WEBGPU_BUFFER_BYTES states the limit, which then holds as given.
  *
  * On Linux the Vulkan driver is found, or Chromium's SwiftShader set up, by vulkan.ts.
  */
@@ -18,6 +20,7 @@ import { LoupeError } from '../engine/errors';
 import type { OrtModule } from '../engine/runtime/ort-session';
 import { OnnxGraph } from '../engine/graph/onnx-builder';
 import { prepareVulkan, swiftShaderIcd, type VulkanSetup } from './vulkan';
+import { probeGpuBuffer } from './gpu-buffer-probe';
 
 /** the WebGPU spec's default maxStorageBufferBindingSize: every adapter offers at least this */
 export const DEFAULT_BUFFER_BYTES = 128 * 1024 ** 2;
@@ -39,12 +42,15 @@ export interface WebGpuRoute {
   error?: string;
 }
 
-function bufferLimit(env: NodeJS.ProcessEnv): { bytes: number; source: string } {
+function bufferLimit(env: NodeJS.ProcessEnv): { bytes: number; source: string; probe?: true } {
   const v = env[BUFFER_BYTES_VAR];
   if (v === undefined || v === '')
     return {
       bytes: DEFAULT_BUFFER_BYTES,
-      source: `the WebGPU default maxStorageBufferBindingSize; set ${BUFFER_BYTES_VAR} to the adapter's own`,
+      source:
+        'the WebGPU default maxStorageBufferBindingSize (onnxruntime-node exposes no adapter limits; a larger ' +
+        `buffer is probed; ${BUFFER_BYTES_VAR} states the adapter's own)`,
+      probe: true,
     };
   const n = Number(v);
   if (!Number.isSafeInteger(n) || n < 1024 ** 2)
@@ -117,7 +123,14 @@ async function probe(ort: OrtModule): Promise<WebGpuRoute> {
     (y) => F16_IN.every((v, i) => y[i] === 2 * v),
     () => false,
   );
-  return { ...base, available: true, caps: { shaderF16, maxBufferBytes: limit.bytes, limitSource: limit.source } };
+  const caps: GpuCaps = {
+    shaderF16,
+    maxBufferBytes: limit.bytes,
+    limitSource: limit.source,
+    shaderF16Source: 'probed: a float16 kernel run on the provider with no CPU fallback',
+    ...(limit.probe ? { probeBuffer: probeGpuBuffer } : {}),
+  };
+  return { ...base, available: true, caps };
 }
 
 /** The caps for a WebGPU session factory, or BACKEND_UNAVAILABLE naming what is missing. */

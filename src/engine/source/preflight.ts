@@ -1,7 +1,7 @@
 /**
  * Judge a model before downloading its weights.
  *
- *   const plan = await planModel(source, { cache, signal, judge: (p) => checkBudget(p.stats!, 'wasm', 'f32') });
+ *   const plan = await planModel(source, { cache, signal, judge: async (p) => { await judgeModel(p, 'wasm', 'auto'); } });
  *   plan.architecture, plan.stats (params per dtype), plan.weightBytes, plan.downloadBytes
  *
  * Reads, in order: config.json (MODEL_NOT_FOUND / MISSING_CONFIG / BAD_CONFIG; then
@@ -24,7 +24,6 @@
  */
 import { checkConfig, describeModel, textTensorFilter } from '../arch/index';
 import {
-  checkBudget,
   estimateMemory,
   weightStats,
   type BudgetLimits,
@@ -35,12 +34,12 @@ import {
 } from '../budget';
 import { CAPS, checkCap, type CapName } from '../caps';
 import { LoupeError } from '../errors';
-import { specTensorNames } from '../params';
-import { q4Names } from '../q8';
 import { checkTokenizerPatterns } from '../tokenizer';
 import { addHeader, parseSafetensorsHeader, safetensorsHeaderLength, type SafetensorsHeader } from '../safetensors';
 import type { TensorEntry, WeightSet } from '../safetensors-types';
-import type { PrecisionChoice } from '../precision';
+import type { PrecisionChoice, WeightsMode } from '../precision';
+import type { GpuCaps } from '../env';
+import { decideLoad, type LoadDecision } from '../plan';
 import type {
   ByteCache,
   CacheKey,
@@ -557,38 +556,45 @@ export async function planModel(
 export interface ModelJudgement {
   /** parameters the model uses (what createModel reports as n_params), by stored dtype */
   stats: WeightStats;
-  /** the precision judged, and why: what createModel then runs at (ModelParts.precision) */
+  /** the precision judged, and why */
   choice: PrecisionChoice;
   /** the estimate for the backend and precision judged */
   estimate: MemoryEstimate;
   /** estimates for the other backends at the same precision, for display */
   estimates: MemoryEstimate[];
+  /** the whole load decision (plan.ts): what createModel then runs at (ModelParts.decision) */
+  decision: LoadDecision;
 }
 
 /**
  * The engine's judgement of a plan: the architecture adapter checks every tensor it needs
- * (MISSING_TENSOR, BAD_TENSOR_SHAPE, BAD_CONFIG), the precision is chosen from the parameters
- * the model uses (`precision`: a fixed one, or the chooser given those parameters), and the
- * memory budget of the backend is checked at it (TOO_LARGE) — all from headers, before a weight
- * byte. Null when the plan has no headers (a source without byte ranges): createModel decides
- * and judges after the download instead.
+ * (MISSING_TENSOR, BAD_TENSOR_SHAPE, BAD_CONFIG), and the load is decided from the parameters the
+ * model uses (plan.ts decideLoad: precision from `mode`, the backend's memory budget and, on
+ * WebGPU, the adapter's largest buffer checked at it: TOO_LARGE) — all from headers, before a
+ * weight byte. Null when the plan has no headers (a source without byte ranges): createModel
+ * decides after the download instead.
  */
-export function judgeModel(
+export async function judgeModel(
   plan: ModelPlan,
   backend: MemoryBackend,
-  precision: WeightPrecision | ((stats: WeightStats) => PrecisionChoice),
+  mode: WeightsMode | WeightPrecision = 'auto',
   limits: BudgetLimits = {},
   offer: { precisions?: WeightPrecision[]; backends?: MemoryBackend[] } = {},
-): ModelJudgement | null {
+  gpu?: GpuCaps,
+): Promise<ModelJudgement | null> {
   if (!plan.tensors) return null;
   const spec = describeModel({ config: plan.config, tensors: plan.tensors });
-  const stats = weightStats(
-    [...specTensorNames(spec)].map((n) => plan.tensors!.get(n)!),
-    q4Names(spec, plan.tensors),
-  );
-  const choice = typeof precision === 'function' ? precision(stats) : { precision, reason: `asked for ${precision}` };
-  const estimate = checkBudget(stats, backend, choice.precision, limits, offer);
+  const decision = await decideLoad({ spec, tensors: plan.tensors, backend, mode, gpu, memory: limits, offer });
   const others = (offer.backends ?? ['node', 'wasm', 'webgpu']).filter((b) => b !== backend);
-  const estimates = [estimate, ...others.map((b) => estimateMemory(stats, b, choice.precision, limits))];
-  return { stats, choice, estimate, estimates };
+  const estimates = [
+    decision.estimate,
+    ...others.map((b) => estimateMemory(decision.stats, b, decision.precision, limits)),
+  ];
+  return {
+    stats: decision.stats,
+    choice: { precision: decision.precision, reason: decision.reason },
+    estimate: decision.estimate,
+    estimates,
+    decision,
+  };
 }
