@@ -3,9 +3,44 @@
  * bounded at its cause. Each case failed before its fix (a hang, silently different numbers, or
  * memory far past a cap) and is refused fast with a structured error on the fixed code.
  */
-import { afterEach, describe, expect, it, vi } from 'vitest';
+import { execFileSync } from 'node:child_process';
+import { copyFileSync, mkdirSync, mkdtempSync, rmSync, symlinkSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, afterEach, describe, expect, it, vi } from 'vitest';
 import { renderChat } from '../src/engine/chat';
-import { LoupeError } from '../src/engine/errors';
+import { LoupeError, toLoupeError } from '../src/engine/errors';
+import { DirCache } from '../src/node/dir-cache';
+import { loadModelNode } from '../src/node/load';
+import { readSafetensorsHeaderFromDisk } from '../src/node/load-files-node';
+import { SHARED } from './helpers/shared';
+
+const STORIES = path.join(SHARED, 'models/stories260K');
+const MODEL_FILES = ['config.json', 'tokenizer.json', 'tokenizer_config.json', 'model.safetensors'];
+const tmp = mkdtempSync(path.join(os.tmpdir(), 'loupe-hostile-inputs-'));
+afterAll(() => rmSync(tmp, { recursive: true, force: true }));
+
+/** a copy of stories260K in a new folder under tmp */
+function modelCopy(name: string, dir = path.join(tmp, name)): string {
+  mkdirSync(dir, { recursive: true });
+  for (const f of MODEL_FILES) copyFileSync(path.join(STORIES, f), path.join(dir, f));
+  return dir;
+}
+const mkfifo = (p: string) => {
+  rmSync(p, { force: true });
+  execFileSync('mkfifo', [p]);
+};
+/** the structured error a promise rejects with, and how long it took */
+async function refusal(p: Promise<unknown>): Promise<{ code: string; message: string; ms: number }> {
+  const t0 = performance.now();
+  try {
+    await p;
+  } catch (e) {
+    const l = toLoupeError(e);
+    return { code: l.code, message: l.message, ms: performance.now() - t0 };
+  }
+  throw new Error('expected a refusal');
+}
 
 /** the LoupeError a function throws (fails the test when it returns) */
 function errorOf(f: () => unknown): LoupeError {
@@ -55,4 +90,47 @@ describe('F5: a chat template is charged for its work, not its evaluations', () 
       "{{ '<|im_start|>assistant\\n' }}{% endif %}";
     expect(render(tpl)).toBe('<s><|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n');
   });
+});
+
+describe('F6: only regular files are opened from a model folder or the cache (a FIFO hung the CLI)', () => {
+  for (const f of ['model.safetensors', 'config.json', 'tokenizer.json']) {
+    it(`a named pipe as a folder's ${f}: NOT_A_FILE at once`, async () => {
+      const dir = modelCopy(`fifo-${f}`);
+      mkfifo(path.join(dir, f));
+      const r = await refusal(loadModelNode(dir));
+      expect([r.code, r.message.includes('named pipe')]).toEqual(['NOT_A_FILE', true]);
+      expect(r.ms).toBeLessThan(5000);
+    }, 10_000);
+  }
+  it('the cache: a FIFO entry, a FIFO partial download, a link out of the cache', async () => {
+    const root = path.join(tmp, 'cache');
+    const cache = new DirCache(root);
+    const key = (file: string) => ({ endpoint: 'https://hub.test', id: 'o/m', revision: 'main', file });
+    await cache.put(key('x.json'), new Uint8Array([1]));
+    const dir = path.dirname(cache.localPath(key('x.json'))!);
+    mkfifo(path.join(dir, 'config.json'));
+    mkfifo(path.join(dir, 'model.safetensors'));
+    const codes = [
+      (await refusal(cache.get(key('config.json')))).code,
+      (await refusal(cache.readRange(key('model.safetensors'), 0, 8))).code,
+      (await refusal(Promise.resolve().then(() => cache.localPath(key('model.safetensors'))))).code,
+      (
+        await refusal(
+          Promise.resolve().then(() => readSafetensorsHeaderFromDisk(path.join(dir, 'model.safetensors'), 'm')),
+        )
+      ).code,
+    ];
+    expect(codes).toEqual(['NOT_A_FILE', 'NOT_A_FILE', 'NOT_A_FILE', 'NOT_A_FILE']);
+    // a link to a file outside the cache is refused; one inside it is read
+    symlinkSync(path.join(STORIES, 'config.json'), path.join(dir, 'out.json'));
+    symlinkSync(path.join(dir, 'x.json'), path.join(dir, 'in.json'));
+    expect((await refusal(cache.get(key('out.json')))).message).toMatch(/outside the cache/);
+    expect(await cache.get(key('in.json'))).toEqual(new Uint8Array([1]));
+    // a FIFO where a partial download goes is not ours: the download starts over in a regular file
+    mkfifo(path.join(dir, 'w.bin.partial'));
+    const sink = await cache.openSink(key('w.bin'));
+    sink.append(new Uint8Array([7, 8]));
+    await sink.commit();
+    expect(await cache.get(key('w.bin'))).toEqual(new Uint8Array([7, 8]));
+  }, 10_000);
 });

@@ -7,6 +7,8 @@ export type ErrorCode =
   // sources / files
   | 'MODEL_NOT_FOUND'
   | 'FILE_NOT_FOUND'
+  | 'NOT_A_FILE'
+  | 'CACHE_MISMATCH'
   | 'HTTP_ERROR'
   | 'NETWORK_ERROR'
   | 'ABORTED'

@@ -6,11 +6,14 @@
  * Complete files are written to a temporary name and renamed, so a file that exists is whole.
  * An interrupted download is `<file>.partial` plus `<file>.partial.json` ({etag, total}).
  * `localPath(key)` gives the complete file's path, so ORT can read weights straight from disk.
+ * Entries are read only as regular files resolving inside the root (file-range.ts): a FIFO, a
+ * device or a link out of the cache in an entry's place is NOT_A_FILE, never a hang.
  */
 import {
   closeSync,
   existsSync,
   ftruncateSync,
+  lstatSync,
   openSync,
   promises as fsp,
   statSync,
@@ -20,7 +23,7 @@ import {
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { LoupeError } from '../engine/errors';
-import { readAt } from './file-range';
+import { isRegularFile, openRegular, readAt, readRegular } from './file-range';
 import type { ByteCache, CacheEntryInfo, CacheKey, CacheSink, RangeRead } from '../engine/source/types';
 import { cacheSink, knownMeta } from '../engine/source/sink';
 
@@ -48,6 +51,15 @@ function enc(s: string): string {
 }
 const dec = decodeURIComponent;
 
+/** whether `p` is absent or a regular file itself (not a link, a FIFO or a folder) */
+function plainOrAbsent(p: string): boolean {
+  try {
+    return lstatSync(p).isFile();
+  } catch {
+    return true;
+  }
+}
+
 export class DirCache implements ByteCache {
   readonly root: string;
 
@@ -63,18 +75,18 @@ export class DirCache implements ByteCache {
   }
 
   async get(key: CacheKey, opts: { maxBytes?: number } = {}): Promise<Uint8Array | undefined> {
+    const tooLarge = () => new Error('over maxBytes');
     try {
-      if (opts.maxBytes != null && (await fsp.stat(this.filePath(key))).size > opts.maxBytes) return undefined;
-      const b = await fsp.readFile(this.filePath(key));
-      return new Uint8Array(b.buffer, b.byteOffset, b.byteLength);
-    } catch {
+      return await readRegular(this.filePath(key), { within: this.root, maxBytes: opts.maxBytes, tooLarge });
+    } catch (e) {
+      if (e instanceof LoupeError) throw e;
       return undefined;
     }
   }
 
-  /** whether a complete entry exists, without reading it */
+  /** whether a complete entry exists, without reading it (NOT_A_FILE when it is not a regular file) */
   has(key: CacheKey): boolean {
-    return existsSync(this.filePath(key));
+    return isRegularFile(this.filePath(key), this.root);
   }
 
   async hasComplete(key: CacheKey): Promise<boolean> {
@@ -83,7 +95,7 @@ export class DirCache implements ByteCache {
 
   localPath(key: CacheKey): string | undefined {
     const p = this.filePath(key);
-    return existsSync(p) ? p : undefined;
+    return this.has(key) ? p : undefined;
   }
 
   /**
@@ -93,20 +105,22 @@ export class DirCache implements ByteCache {
   async readRange(key: CacheKey, offset: number, length: number): Promise<RangeRead | undefined> {
     const p = this.filePath(key);
     let fh: fsp.FileHandle;
+    let have: number;
     let total: number | undefined;
     try {
-      fh = await fsp.open(p, 'r');
-    } catch {
+      ({ fh, size: have } = await openRegular(p, this.root));
+    } catch (e) {
+      if (e instanceof LoupeError) throw e;
       try {
-        total = (JSON.parse(await fsp.readFile(p + META, 'utf8')) as { total?: number }).total;
+        total = (await this.readMeta(key)).total;
         if (total == null) return undefined;
-        fh = await fsp.open(p + PARTIAL, 'r');
-      } catch {
+        ({ fh, size: have } = await openRegular(p + PARTIAL, this.root));
+      } catch (e) {
+        if (e instanceof LoupeError) throw e;
         return undefined;
       }
     }
     try {
-      const have = (await fh.stat()).size;
       if (total != null && offset + length > have) return undefined;
       return { bytes: await readAt(fh, offset, length, have), size: total ?? have, stored: have };
     } finally {
@@ -136,14 +150,20 @@ export class DirCache implements ByteCache {
   async getPartial(key: CacheKey): Promise<{ bytes: Uint8Array; etag?: string; total?: number } | undefined> {
     const p = this.filePath(key);
     try {
-      const [b, m] = await Promise.all([fsp.readFile(p + PARTIAL), fsp.readFile(p + META, 'utf8')]);
-      const meta = JSON.parse(m) as { etag?: string; total?: number; size?: number };
+      const [b, meta] = await Promise.all([readRegular(p + PARTIAL, { within: this.root }), this.readMeta(key)]);
       // The meta is written after the bytes: a size that disagrees means a torn write.
       if (meta.size !== undefined && meta.size !== b.byteLength) return undefined;
-      return { bytes: new Uint8Array(b.buffer, b.byteOffset, b.byteLength), ...knownMeta(meta) };
-    } catch {
+      return { bytes: b, ...knownMeta(meta) };
+    } catch (e) {
+      if (e instanceof LoupeError) throw e;
       return undefined;
     }
+  }
+
+  /** a partial download's meta ({etag, total, size}); throws when absent or unreadable */
+  private async readMeta(key: CacheKey): Promise<{ etag?: string; total?: number; size?: number }> {
+    const m = await readRegular(this.filePath(key) + META, { within: this.root, maxBytes: 64 * 1024 });
+    return JSON.parse(new TextDecoder().decode(m)) as { etag?: string; total?: number; size?: number };
   }
 
   async putPartial(key: CacheKey, bytes: Uint8Array, meta: { etag?: string; total?: number }): Promise<void> {
@@ -164,8 +184,10 @@ export class DirCache implements ByteCache {
     await fsp.mkdir(path.dirname(p), { recursive: true });
     let meta: { etag?: string; total?: number } = {};
     let length = 0;
+    // a partial file or meta that is not a plain regular file (a link, a FIFO) is not ours: start over
+    for (const f of [part, p + META]) if (!plainOrAbsent(f)) await fsp.rm(f, { recursive: true, force: true });
     try {
-      meta = JSON.parse(await fsp.readFile(p + META, 'utf8'));
+      meta = await this.readMeta(key);
       length = statSync(part).size;
     } catch {
       meta = {};

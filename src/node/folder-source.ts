@@ -5,15 +5,17 @@
  *   src.localPath('model.safetensors')  // absolute path, for ORT external data and header-only reads
  *
  * A missing folder is MODEL_NOT_FOUND; a missing file FILE_NOT_FOUND (details.modelExists = true,
- * so loadModelFiles reports a missing config.json as MISSING_CONFIG).
+ * so loadModelFiles reports a missing config.json as MISSING_CONFIG); anything there but a regular
+ * file (a FIFO, a device) is NOT_A_FILE (file-range.ts).
  */
-import { promises as fsp, statSync } from 'node:fs';
+import { statSync } from 'node:fs';
+import type { FileHandle } from 'node:fs/promises';
 import * as path from 'node:path';
 import { fileTooLarge } from '../engine/caps';
 import { LoupeError } from '../engine/errors';
 import type { FetchOptions, ModelRef, ModelSource, RangeRead } from '../engine/source/types';
 import { checkLocalPath, type LocalAccess } from './local-access';
-import { readAt } from './file-range';
+import { openRegular, readAt, readRegular } from './file-range';
 
 export class FolderSource implements ModelSource {
   readonly ref: ModelRef;
@@ -66,13 +68,10 @@ export class FolderSource implements ModelSource {
     if (opts.signal?.aborted) throw new LoupeError('ABORTED', 'The operation was cancelled.');
     this.checkFolder();
     const p = this.localPath(file);
-    let bytes: Buffer;
+    let out: Uint8Array;
     try {
-      if (opts.maxBytes != null) {
-        const size = (await fsp.stat(p)).size;
-        if (size > opts.maxBytes) throw fileTooLarge(file, size, opts.maxBytes, true);
-      }
-      bytes = await fsp.readFile(p, { signal: opts.signal });
+      const tooLarge = (size: number) => fileTooLarge(file, size, opts.maxBytes!, true);
+      out = await readRegular(p, { maxBytes: opts.maxBytes, tooLarge, signal: opts.signal });
     } catch (e) {
       if (e instanceof LoupeError) throw e;
       const code = (e as NodeJS.ErrnoException).code;
@@ -80,7 +79,6 @@ export class FolderSource implements ModelSource {
       if (code === 'ENOENT' && opts.optional) return null;
       throw this.readError(file, p, e);
     }
-    const out = new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength);
     opts.onProgress?.({ file, loaded: out.byteLength, total: out.byteLength, done: true });
     return out;
   }
@@ -101,15 +99,16 @@ export class FolderSource implements ModelSource {
     if (opts.signal?.aborted) throw new LoupeError('ABORTED', 'The operation was cancelled.');
     this.checkFolder();
     const p = this.localPath(file);
-    let fh: fsp.FileHandle;
+    let fh: FileHandle;
+    let size: number;
     try {
-      fh = await fsp.open(p, 'r');
+      ({ fh, size } = await openRegular(p));
     } catch (e) {
+      if (e instanceof LoupeError) throw e;
       if ((e as NodeJS.ErrnoException).code === 'ENOENT' && opts.optional) return null;
       throw this.readError(file, p, e);
     }
     try {
-      const size = (await fh.stat()).size;
       return { bytes: await readAt(fh, offset, length, size), size, cached: true };
     } finally {
       await fh.close();

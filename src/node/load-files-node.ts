@@ -12,7 +12,7 @@
  * from there, so they never sit in memory either; an interrupted download resumes from its
  * `.partial` file. `cache: false` keeps everything in memory.
  */
-import { closeSync, existsSync, fstatSync, openSync, readSync, statSync } from 'node:fs';
+import { closeSync, existsSync, readSync, statSync } from 'node:fs';
 import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { LoupeError } from '../engine/errors';
@@ -36,6 +36,7 @@ import { BUNDLED_MODEL_ID, BUNDLED_MODEL_PATH, resolveModelRef, type ResolvedMod
 import type { ByteCache, ModelSource } from '../engine/source/types';
 import { createSource } from '../engine/source/create-source';
 import { DirCache } from './dir-cache';
+import { openRegularSync } from './file-range';
 import { FolderSource } from './folder-source';
 import type { LocalAccess } from './local-access';
 import type { RangedFile } from '../engine/safetensors-types';
@@ -51,9 +52,8 @@ export interface NodeLoadOptions extends Omit<LoadFilesOptions, 'cache'> {
 
 /** Read and validate only the header of a safetensors file on disk. */
 export function readSafetensorsHeaderFromDisk(filePath: string, fileName: string): SafetensorsHeader {
-  const fd = openSync(filePath, 'r');
+  const { fd, size } = openRegularSync(filePath);
   try {
-    const size = fstatSync(fd).size;
     const first = Buffer.alloc(8);
     const got = readSync(fd, first, 0, Math.min(8, size), 0);
     const n = safetensorsHeaderLength(first.subarray(0, got), fileName, size);
@@ -72,7 +72,7 @@ export function readSafetensorsHeaderFromDisk(filePath: string, fileName: string
 
 /** Read `length` bytes at `offset` of a file (a tensor's data); into `into` when it is big enough (a reused scratch, RangeReader). */
 export function readFileRange(filePath: string, offset: number, length: number, into?: Uint8Array): Uint8Array {
-  const fd = openSync(filePath, 'r');
+  const { fd } = openRegularSync(filePath);
   try {
     const out = into && into.byteLength >= length ? into.subarray(0, length) : new Uint8Array(length);
     let done = 0;

@@ -32,6 +32,7 @@ import * as path from 'node:path';
 import type { BuiltGraph } from '../engine/graph/build-model';
 import type { WeightSet } from '../engine/safetensors-types';
 import { defaultCacheDir } from './dir-cache';
+import { isRegularFile } from './file-range';
 import { packageVersion } from './package';
 
 export const OPTIMIZED_WEIGHTS_FILE = 'weights.bin';
@@ -86,7 +87,14 @@ export function optimizedKey(
 export function cachedModelPath(key: string): string | undefined {
   const dir = path.join(optimizedCacheRoot(), key);
   const model = path.join(dir, 'model.onnx');
-  if (!existsSync(model) || !existsSync(path.join(dir, OPTIMIZED_WEIGHTS_FILE))) return undefined;
+  try {
+    // an entry's files that are not regular files inside the cache (a FIFO would hang onnxruntime): a broken entry
+    const root = optimizedCacheRoot();
+    if (!isRegularFile(model, root) || !isRegularFile(path.join(dir, OPTIMIZED_WEIGHTS_FILE), root)) return undefined;
+  } catch {
+    dropEntry(key);
+    return undefined;
+  }
   try {
     const now = new Date();
     utimesSync(dir, now, now);
@@ -108,7 +116,9 @@ export function pruneEntries(root = optimizedCacheRoot()): void {
   for (const n of names) {
     const dir = path.join(root, n);
     try {
-      const sources = JSON.parse(readFileSync(path.join(dir, 'sources.json'), 'utf8')) as string[];
+      const record = path.join(dir, 'sources.json');
+      if (!isRegularFile(record, root)) throw new Error('no record');
+      const sources = JSON.parse(readFileSync(record, 'utf8')) as string[];
       if (sources.every((p) => existsSync(p))) {
         live.push({ dir, used: statSync(dir).mtimeMs });
         continue;
