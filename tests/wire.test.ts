@@ -5,7 +5,8 @@
  */
 import { describe, expect, it } from 'vitest';
 import * as Comlink from 'comlink';
-import { decode, encode, engineTarget, MAX_DEPTH, SocketEndpoint } from '../src/share/wire';
+import { decode, encode, engineTarget, MAX_DEPTH, MAX_FRAME_PORTS, SocketEndpoint } from '../src/share/wire';
+import { checkRequest, checkResponse } from '../src/share/comlink-messages';
 
 const round = (v: unknown) => decode(JSON.parse(JSON.stringify(encode(v))));
 
@@ -61,6 +62,68 @@ describe('wire codec', () => {
     } catch (e) {
       expect((e as { code?: string }).code).toBe('BAD_INPUT');
     }
+  });
+
+  it('refuses number tags that name anything but its own four (no prototype lookups)', () => {
+    for (const v of ['__proto__', 'constructor', 'toString', 'valueOf', 'hasOwnProperty', 'isPrototypeOf', 1, null])
+      expect(() => decode({ '~': 'n', v }), String(v)).toThrow(/unknown number/);
+    for (const k of ['__proto__', 'toString', 'BYTES_PER_ELEMENT'])
+      expect(() => decode({ '~': 't', k, b: '' }), k).toThrow(/typed array/);
+    // a key "__proto__" stays an own field, as JSON.parse makes it, and sets no prototype
+    const r = decode(JSON.parse('{"__proto__":{"polluted":1},"o":{"~":"o","v":{"__proto__":[1]}}}')) as any;
+    expect(Object.getPrototypeOf(r)).toBe(Object.prototype);
+    expect(Object.keys(r)).toEqual(['__proto__', 'o']);
+    expect(r.polluted).toBeUndefined();
+    expect(Object.getOwnPropertyDescriptor(r.o, '__proto__')?.value).toEqual([1]);
+  });
+
+  it('counts what a frame would make before making any of it', () => {
+    const made: string[] = [];
+    const ports = { send: () => 'x', receive: (id: string) => (made.push(id), new MessageChannel().port2) };
+    const tags = (n: number) => Array.from({ length: n }, (_, i) => ({ '~': 'p', id: `p${i}` }));
+    expect(() => decode(tags(MAX_FRAME_PORTS + 1), ports)).toThrow(/more than 8 MessagePorts/);
+    expect(made).toEqual([]);
+    // a bad tag after good ones: nothing made either
+    expect(() => decode([...tags(2), { '~': 'zz' }], ports)).toThrow(/unknown tag/);
+    expect(made).toEqual([]);
+    const f32 = { '~': 't', k: 'Float32Array', b: 'AAAAAAAAAAA' }; // 8 bytes
+    expect(() => decode([f32, f32, f32], undefined, { ports: 0, typedBytes: 20 })).toThrow(/more than 20 bytes/);
+    expect(decode([f32, f32], undefined, { ports: 0, typedBytes: 20 })).toHaveLength(2);
+  });
+
+  it('checks comlink messages: only APPLY and RELEASE requests, RAW and thrown answers', () => {
+    const port = new MessageChannel().port1;
+    const call = (argumentList: unknown, path: unknown = ['ping']) => ({
+      id: 'a-1',
+      type: 'APPLY',
+      path,
+      argumentList,
+    });
+    expect(checkRequest(call([]), 1, 0)).toBeNull();
+    expect(
+      checkRequest(
+        call([
+          { type: 'RAW', value: 1 },
+          { type: 'HANDLER', name: 'proxy', value: port },
+        ]),
+        1,
+        1,
+      ),
+    ).toBeNull();
+    expect(checkRequest(call([{ type: 'HANDLER', name: 'proxy', value: port }]), 1, 2)).toMatch(/outside an argument/);
+    expect(checkRequest(call([], []), 0, 0)).toBeNull();
+    expect(checkRequest(call([], ['ping']), 0, 0)).toMatch(/into the object/);
+    expect(checkRequest({ id: 'a', type: 'RELEASE' }, 1, 0)).toBeNull();
+    expect(checkRequest({ id: 'a', type: 'RELEASE', path: ['x'] }, 1, 0)).toMatch(/into the object/);
+    expect(checkResponse({ id: 'a', type: 'RAW', value: { x: 1 } }, 0)).toBeNull();
+    expect(
+      checkResponse({ id: 'a', type: 'HANDLER', name: 'throw', value: { isError: false, value: 1 } }, 0),
+    ).toBeNull();
+    expect(checkResponse({ id: 'a', type: 'HANDLER', name: 'throw', value: { isError: true, value: 'x' } }, 0)).toMatch(
+      /thrown error/,
+    );
+    expect(checkResponse({ id: 'a', type: 'HANDLER', name: 'proxy', value: port }, 1)).toMatch(/MessagePort/);
+    expect(checkResponse({ id: 'a', type: 'APPLY' }, 0)).toMatch(/type/);
   });
 
   it('reads a pairing line, a URL and a bare host:port', () => {
@@ -139,6 +202,22 @@ describe('SocketEndpoint', () => {
     ep.addEventListener('error', (e) => errors.push((e as Event & { message: string }).message));
     ep.receive(JSON.stringify({ m: { '~': 'p', id: 'e5' } })); // its own side's prefix
     expect(errors[0]).toMatch(/port id/);
+  });
+
+  it('runs each listener inside a try: one that throws is logged, the next frame is read', () => {
+    const logged: string[] = [];
+    const ep = new SocketEndpoint({ send: () => {}, close: () => {} }, { side: 'page', log: (m) => logged.push(m) });
+    const seen: unknown[] = [];
+    const bad = () => {
+      throw new TypeError('a listener bug');
+    };
+    ep.addEventListener('message', bad);
+    ep.addEventListener('message', (e) => seen.push((e as MessageEvent).data.id));
+    ep.receive(JSON.stringify({ m: { id: 'x1', type: 'RAW', value: 1 } }));
+    ep.removeEventListener('message', bad);
+    ep.receive(JSON.stringify({ m: { id: 'x2', type: 'RAW', value: 1 } }));
+    expect(seen).toEqual(['x1', 'x2']);
+    expect(logged).toEqual(['a message listener threw: a listener bug']);
   });
 
   it('keeps at most maxChannels relayed ports', () => {

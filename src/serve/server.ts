@@ -57,16 +57,18 @@ export interface EngineServer {
   close(): Promise<void>;
 }
 
-/** The methods a peer may call; anything else (a GET, a SET, a path into the object) is refused. */
+/**
+ * The methods a peer may call. SocketEndpoint has already checked the message's shape
+ * (src/share/comlink-messages.ts: APPLY or RELEASE, at most one name, well-formed arguments); this
+ * refuses a name that is not one of the API's own methods.
+ */
 function allowedCall(api: EngineWorkerApi, data: unknown): string | null {
-  const m = data as { type?: unknown; path?: unknown };
-  if (!m || typeof m !== 'object') return 'not a call';
-  if (m.type === 'RELEASE') return null;
-  if (m.type !== 'APPLY') return `a ${JSON.stringify(String(m.type).slice(0, 20))} message`;
-  const path = m.path;
-  if (!Array.isArray(path) || path.length !== 1 || typeof path[0] !== 'string') return 'a call into the object';
-  if (!Object.prototype.hasOwnProperty.call(api, path[0]) || typeof (api as any)[path[0]] !== 'function')
-    return `no method ${JSON.stringify(path[0].slice(0, 40))}`;
+  const m = data as { type: string; path?: string[] };
+  if (m.type !== 'APPLY') return null;
+  const name = m.path?.[0];
+  if (name === undefined) return 'a call of the object itself';
+  if (!Object.prototype.hasOwnProperty.call(api, name) || typeof (api as any)[name] !== 'function')
+    return `no method ${JSON.stringify(name.slice(0, 40))}`;
   return null;
 }
 
@@ -103,6 +105,7 @@ export function startEngineServer(o: EngineServerOptions): Promise<EngineServer>
       {
         side: 'engine',
         accept: (data) => allowedCall(o.api, data),
+        log,
       },
     );
     // the same engine, with this connection's jobs noted so that its end cancels them

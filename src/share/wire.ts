@@ -13,6 +13,7 @@
  */
 import { LoupeError } from '../engine/errors';
 import { fromBase64Url, toBase64Url } from './base64url';
+import { checkRequest, checkResponse, messageId, thrownAnswer } from './comlink-messages';
 
 /** where `loupe serve` listens for the page (ws://127.0.0.1:<port>/engine) and the subprotocol it speaks */
 export const ENGINE_PATH = '/engine';
@@ -116,51 +117,139 @@ export function encode(v: unknown, ports?: Ports, depth = 0): unknown {
   return TAG in out ? { [TAG]: 'o', v: out } : out;
 }
 
-export function decode(v: unknown, ports?: Ports, depth = 0): unknown {
+/** what one frame may make as it is decoded (counted over the whole frame before any of it is made) */
+export interface DecodeLimits {
+  /** relayed ports (each is a MessageChannel): a comlink call carries one per proxied callback */
+  ports: number;
+  /** bytes of typed arrays and ArrayBuffers together */
+  typedBytes: number;
+}
+/** a call carries at most 2 callbacks today (loadModel: progress, preview) */
+export const MAX_FRAME_PORTS = 8;
+export const MAX_FRAME_TYPED_BYTES = 512 * 1024 * 1024;
+const LIMITS: DecodeLimits = { ports: MAX_FRAME_PORTS, typedBytes: MAX_FRAME_TYPED_BYTES };
+
+/** the number tag's names; own properties of a prototype-less table only (`__proto__`, `toString`: unknown) */
+const NUMBERS: Readonly<Record<string, number>> = Object.assign(Object.create(null), {
+  NaN: NaN,
+  Infinity: Infinity,
+  '-Infinity': -Infinity,
+  '-0': -0,
+});
+const own = (o: object, k: unknown): k is string => typeof k === 'string' && Object.prototype.hasOwnProperty.call(o, k);
+
+/**
+ * An encoded value → the value. The whole frame is read once first (`check`: every tag known, every
+ * name an own one, depth, and the ports and typed-array bytes it would make counted against
+ * `limits`), so a refused frame has made nothing; then it is built.
+ */
+export function decode(v: unknown, ports?: Ports, limits: DecodeLimits = LIMITS): unknown {
+  return decodeCounted(v, ports, limits).value;
+}
+
+/** decode, and the number of relayed ports the value carried */
+export function decodeCounted(
+  v: unknown,
+  ports?: Ports,
+  limits: DecodeLimits = LIMITS,
+): { value: unknown; ports: number } {
+  const tally = { ports: 0, typedBytes: 0 };
+  check(v, 0, tally, limits);
+  return { value: build(v, ports), ports: tally.ports };
+}
+
+function check(v: unknown, depth: number, tally: { ports: number; typedBytes: number }, limits: DecodeLimits): void {
   if (depth > MAX_DEPTH) throw wireError(`nested deeper than ${MAX_DEPTH}`);
-  if (v === null || typeof v !== 'object') return v;
-  if (Array.isArray(v)) return v.map((x) => decode(x, ports, depth + 1));
-  const o = v as Record<string, unknown>;
-  if (!(TAG in o)) {
-    const out: Record<string, unknown> = {};
-    for (const [k, x] of Object.entries(o)) out[k] = decode(x, ports, depth + 1);
-    return out;
+  if (v === null || typeof v !== 'object') return;
+  if (Array.isArray(v)) {
+    for (const x of v) check(x, depth + 1, tally, limits);
+    return;
   }
+  const o = v as Record<string, unknown>;
+  if (!own(o, TAG)) {
+    for (const k of Object.keys(o)) check(o[k], depth + 1, tally, limits);
+    return;
+  }
+  const typed = (b: unknown, what: string, per = 1) => {
+    if (typeof b !== 'string' || b.length % 4 === 1) throw wireError(`a malformed ${what}`);
+    const bytes = Math.floor((b.length * 3) / 4);
+    if (bytes % per) throw wireError(`a ${what} of ${bytes} bytes`);
+    if ((tally.typedBytes += bytes) > limits.typedBytes)
+      throw wireError(`more than ${limits.typedBytes} bytes of typed arrays in one frame`);
+  };
+  switch (o[TAG]) {
+    case 'u':
+      return;
+    case 'n':
+      if (!own(NUMBERS, o.v)) throw wireError(`an unknown number ${JSON.stringify(o.v)?.slice(0, 40)}`);
+      return;
+    case 'i':
+      if (typeof o.v !== 'string' || !/^-?\d{1,400}$/.test(o.v)) throw wireError('a malformed bigint');
+      return;
+    case 't':
+      if (!own(TYPED, o.k)) throw wireError(`an unknown typed array ${JSON.stringify(o.k)?.slice(0, 40)}`);
+      return typed(o.b, o.k, TYPED[o.k as TypedName].BYTES_PER_ELEMENT);
+    case 'a':
+      return typed(o.b, 'ArrayBuffer');
+    case 'p':
+      if (typeof o.id !== 'string') throw wireError('a malformed MessagePort');
+      if (++tally.ports > limits.ports) throw wireError(`more than ${limits.ports} MessagePorts in one frame`);
+      return;
+    case 'o':
+      if (!o.v || typeof o.v !== 'object' || Array.isArray(o.v)) throw wireError('a malformed escaped object');
+      for (const x of Object.values(o.v as object)) check(x, depth + 1, tally, limits);
+      return;
+    default:
+      throw wireError(`an unknown tag ${JSON.stringify(o[TAG])?.slice(0, 40)}`);
+  }
+}
+
+/** a plain object of the given entries, each an own data property (a key `__proto__` too, as JSON.parse makes it) */
+function plain(entries: Record<string, unknown>, ports: Ports | undefined): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const k of Object.keys(entries))
+    Object.defineProperty(out, k, {
+      value: build(entries[k], ports),
+      enumerable: true,
+      writable: true,
+      configurable: true,
+    });
+  return out;
+}
+
+/** a checked value → the value (check() has refused everything this could throw on, but a port id) */
+function build(v: unknown, ports: Ports | undefined): unknown {
+  if (v === null || typeof v !== 'object') return v;
+  if (Array.isArray(v)) return v.map((x) => build(x, ports));
+  const o = v as Record<string, unknown>;
+  if (!own(o, TAG)) return plain(o, ports);
   switch (o[TAG]) {
     case 'u':
       return undefined;
-    case 'n': {
-      const n = ({ NaN: NaN, Infinity: Infinity, '-Infinity': -Infinity, '-0': -0 } as Record<string, number>)[
-        String(o.v)
-      ];
-      if (n === undefined) throw wireError(`an unknown number ${JSON.stringify(o.v)}`);
-      return n;
-    }
+    case 'n':
+      return NUMBERS[o.v as string];
     case 'i':
-      if (typeof o.v !== 'string' || !/^-?\d{1,400}$/.test(o.v)) throw wireError('a malformed bigint');
-      return BigInt(o.v);
+      return BigInt(o.v as string);
     case 't': {
       const C = TYPED[o.k as TypedName];
-      if (!C || !Object.prototype.hasOwnProperty.call(TYPED, o.k as string) || typeof o.b !== 'string')
-        throw wireError(`an unknown typed array ${JSON.stringify(o.k)}`);
-      const bytes = fromBase64Url(o.b);
-      if (bytes.byteLength % C.BYTES_PER_ELEMENT) throw wireError(`a ${o.k} of ${bytes.byteLength} bytes`);
+      const bytes = base64(o.b as string);
       return new C(bytes.buffer as ArrayBuffer, bytes.byteOffset, bytes.byteLength / C.BYTES_PER_ELEMENT);
     }
     case 'a':
-      if (typeof o.b !== 'string') throw wireError('a malformed ArrayBuffer');
-      return fromBase64Url(o.b).slice().buffer;
+      return base64(o.b as string).slice().buffer;
     case 'p':
-      if (!ports || typeof o.id !== 'string') throw wireError('a MessagePort outside a relaying endpoint');
-      return ports.receive(o.id);
-    case 'o': {
-      if (!o.v || typeof o.v !== 'object' || Array.isArray(o.v)) throw wireError('a malformed escaped object');
-      const out: Record<string, unknown> = {};
-      for (const [k, x] of Object.entries(o.v as Record<string, unknown>)) out[k] = decode(x, ports, depth + 1);
-      return out;
-    }
+      if (!ports) throw wireError('a MessagePort outside a relaying endpoint');
+      return ports.receive(o.id as string);
     default:
-      throw wireError(`an unknown tag ${JSON.stringify(o[TAG]).slice(0, 40)}`);
+      return plain(o.v as Record<string, unknown>, ports); // 'o'
+  }
+}
+
+function base64(s: string): Uint8Array {
+  try {
+    return fromBase64Url(s);
+  } catch (e) {
+    throw wireError(`bytes that are not base64url (${(e as Error).message})`);
   }
 }
 
@@ -177,8 +266,13 @@ export interface EndpointOptions {
   maxChannels?: number;
   /** how long a channel lives after a comlink RELEASE passed over it */
   releaseMs?: number;
-  /** a main-channel message to take (null) or why not: a refused call is answered with that error */
+  /** a main-channel request to take (null) or why not (after comlink-messages.ts): a refused call is answered with that error */
   accept?: (data: unknown) => string | null;
+  /** what one frame may make (default MAX_FRAME_PORTS, MAX_FRAME_TYPED_BYTES) */
+  maxFramePorts?: number;
+  maxFrameTypedBytes?: number;
+  /** where refusals and a listener's exception are told (default: nowhere) */
+  log?: (msg: string) => void;
 }
 
 export const MAX_CHANNELS = 1024;
@@ -195,6 +289,8 @@ export class SocketEndpoint extends EventTarget {
   private readonly maxChannels: number;
   private readonly releaseMs: number;
   private readonly ports: Ports;
+  private readonly limits: DecodeLimits;
+  private readonly guards = new WeakMap<EventListenerOrEventListenerObject, (ev: Event) => void>();
 
   constructor(
     private readonly socket: TextSocket,
@@ -203,6 +299,10 @@ export class SocketEndpoint extends EventTarget {
     super();
     this.maxChannels = o.maxChannels ?? MAX_CHANNELS;
     this.releaseMs = o.releaseMs ?? 5000;
+    this.limits = {
+      ports: o.maxFramePorts ?? MAX_FRAME_PORTS,
+      typedBytes: o.maxFrameTypedBytes ?? MAX_FRAME_TYPED_BYTES,
+    };
     this.ports = {
       send: (port) => {
         const id = `${o.side[0]}${++this.next}`;
@@ -235,29 +335,100 @@ export class SocketEndpoint extends EventTarget {
     this.socket.close(1000, 'detached');
   }
 
-  /** one frame from the socket */
+  /**
+   * One frame from the socket. A frame that cannot be read ends the connection; a message comlink
+   * must not see (comlink-messages.ts) is refused: a request is answered with a thrown BAD_INPUT, a
+   * malformed answer becomes one for the call it names. Nothing here throws.
+   */
   receive(text: string): void {
     if (this.done) return;
+    try {
+      this.take(text);
+    } catch (e) {
+      this.fail(`the engine's socket failed on a frame: ${(e as Error)?.message ?? String(e)}`, 1011);
+    }
+  }
+
+  private take(text: string): void {
     let frame: { c?: unknown; m?: unknown };
     let data: unknown;
+    let ports: number;
     try {
       frame = JSON.parse(text) as { c?: unknown; m?: unknown };
       if (!frame || typeof frame !== 'object' || (frame.c !== undefined && typeof frame.c !== 'string'))
         throw wireError('not a frame');
-      data = decode(frame.m, this.ports);
+      // a channel that is gone (or never was) is not read at all
+      if (frame.c !== undefined && !this.channels.has(frame.c as string)) return;
+      ({ value: data, ports } = decodeCounted(frame.m, this.ports, this.limits));
     } catch (e) {
       this.fail(e instanceof LoupeError ? e.message : wireError('not JSON').message);
       return;
     }
-    if (frame.c === undefined) {
-      const refused = this.o.accept?.(data) ?? null;
-      if (refused === null) this.dispatchEvent(new MessageEvent('message', { data }));
-      else this.refuse(data, refused);
-    } else {
-      const port = this.channels.get(frame.c as string);
-      port?.postMessage(data);
-      this.noteRelease(frame.c as string, data);
+    const channel = frame.c as string | undefined;
+    // requests reach what this side exposes: the API (the engine's main channel), its own callbacks
+    const kind = (channel === undefined ? this.o.side === 'engine' : channel[0] === this.o.side[0])
+      ? 'request'
+      : 'response';
+    let refused =
+      kind === 'request' ? checkRequest(data, channel === undefined ? 1 : 0, ports) : checkResponse(data, ports);
+    if (refused === null && kind === 'request' && channel === undefined) refused = this.o.accept?.(data) ?? null;
+    if (refused !== null) {
+      this.closePorts(data);
+      this.o.log?.(`refused a message: ${refused}`);
+      const id = messageId(data);
+      if (id === null) return;
+      const error = new LoupeError('BAD_INPUT', `The engine refused the message: ${refused}.`).toJSON();
+      // a refused request is answered; a refused answer fails the call it names, on this side
+      if (kind === 'request') return this.sendFrame(channel, thrownAnswer(id, error));
+      data = thrownAnswer(id, error);
     }
+    if (channel === undefined) this.dispatchEvent(new MessageEvent('message', { data }));
+    else {
+      const port = this.channels.get(channel)!;
+      const transfer = ((data as { argumentList?: { value?: unknown }[] }).argumentList ?? [])
+        .map((a) => a.value)
+        .filter((v): v is MessagePort => v instanceof MessagePort);
+      port.postMessage(data, transfer);
+      this.noteRelease(channel, data);
+    }
+  }
+
+  /** comlink's listeners, each run inside a try: what one throws is logged, never the process's */
+  override addEventListener(
+    type: string,
+    listener: EventListenerOrEventListenerObject | null,
+    options?: AddEventListenerOptions | boolean,
+  ): void {
+    if (!listener) return;
+    let guarded = this.guards.get(listener);
+    if (!guarded) {
+      guarded = (ev: Event) => {
+        try {
+          if (typeof listener === 'function') listener.call(this, ev);
+          else listener.handleEvent(ev);
+        } catch (e) {
+          this.o.log?.(`a ${ev.type} listener threw: ${(e as Error)?.message ?? String(e)}`);
+        }
+      };
+      this.guards.set(listener, guarded);
+    }
+    super.addEventListener(type, guarded, options);
+  }
+
+  override removeEventListener(
+    type: string,
+    listener: EventListenerOrEventListenerObject | null,
+    options?: EventListenerOptions | boolean,
+  ): void {
+    if (listener) super.removeEventListener(type, this.guards.get(listener) ?? listener, options);
+  }
+
+  /** the relayed ports of a refused message: closed (their channels go with the connection or by eviction) */
+  private closePorts(data: unknown): void {
+    const args = (data as { argumentList?: unknown } | null)?.argumentList;
+    if (Array.isArray(args))
+      for (const a of args)
+        if ((a as { value?: unknown })?.value instanceof MessagePort) (a.value as MessagePort).close();
   }
 
   /** the socket ended (`error`: unexpectedly, which the endpoint's owner hears as an 'error' event) */
@@ -269,17 +440,10 @@ export class SocketEndpoint extends EventTarget {
     if (error) this.dispatchEvent(Object.assign(new Event('error'), { message: reason }));
   }
 
-  /** answer a refused comlink call with a thrown LoupeError, as a method that threw would be */
-  private refuse(data: unknown, reason: string): void {
-    const id = (data as { id?: unknown } | null)?.id;
-    if (typeof id !== 'string' && typeof id !== 'number') return;
-    const error = new LoupeError('BAD_INPUT', `The engine refused the message: ${reason}.`).toJSON();
-    this.sendFrame(undefined, { id, type: 'HANDLER', name: 'throw', value: { isError: false, value: error } });
-  }
-
-  private fail(reason: string): void {
+  private fail(reason: string, code = 1003): void {
+    this.o.log?.(`closed the connection: ${reason}`);
     this.closed(reason);
-    this.socket.close(1003, reason.slice(0, 120));
+    this.socket.close(code, reason.slice(0, 120));
   }
 
   private sendFrame(channel: string | undefined, message: unknown): void {
