@@ -20,13 +20,21 @@ const read = (f: string) => readFileSync(path.join(ROOT, f), 'utf8');
  * is present, so a hook that a new optional field adds is in the list too.
  */
 const EVERY_LAYER = new Proxy({} as Record<string, unknown>, {
-  get: (_, k) => (k === 'parallel' ? false : k === 'mlp' ? { kind: 'gated' } : {}),
+  get: (_, k) => (k === 'parallel' ? false : k === 'mlp' ? { kind: 'gated' } : k === 'moe' ? undefined : {}),
 });
-const EVERY_HOOK = { posEmbed: { w: 'wpe' }, nLayers: 1, layers: [EVERY_LAYER] } as unknown as ModelSpec;
+/** and a mixture-of-experts layer (its MLP's hooks instead of the dense ones), with a shared expert */
+const MOE_LAYER = new Proxy({} as Record<string, unknown>, {
+  get: (_, k) =>
+    k === 'parallel' ? false : k === 'mlp' ? undefined : k === 'moe' ? { experts: [{}], shared: {} } : {},
+});
+const EVERY_HOOK = { posEmbed: { w: 'wpe' }, nLayers: 2, layers: [EVERY_LAYER, MOE_LAYER] } as unknown as ModelSpec;
 
-/** the engine's hooks as the copies write them: layer 0 as `blocks.{l}`, and `logits` */
+/** the engine's hooks as the copies write them: each layer as `blocks.{l}`, expert 0 as `experts.{e}`, and `logits` */
 function engineHooks(): string[] {
-  return [...allHookNames(EVERY_HOOK, true).map((h) => h.replace(/^blocks\.0\./, 'blocks.{l}.')), 'logits'].sort();
+  const names = allHookNames(EVERY_HOOK, true).map((h) =>
+    h.replace(/^blocks\.\d+\./, 'blocks.{l}.').replace('.experts.0.', '.experts.{e}.'),
+  );
+  return [...new Set(names), 'logits'].sort();
 }
 
 /** the hooks a copy names: every `code` span between its markers, `a.hook_x|hook_y` meaning a.hook_x and a.hook_y */
@@ -54,6 +62,7 @@ describe('the hook list has one source', () => {
       'blocks.{l}.ln1.hook_scale',
       'blocks.{l}.ln1_post.hook_scale',
       'blocks.{l}.mlp.hook_pre_linear',
+      'blocks.{l}.mlp.experts.{e}.hook_out',
     ])
       expect(hooks).toContain(h);
     expect(hooks).toContain('blocks.{l}.attn.hook_result');

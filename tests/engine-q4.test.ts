@@ -291,8 +291,8 @@ describe('the q4 option', () => {
       const files = await loadModelFilesNode(rm.dir);
       const spec = describeModel({ config: files.config as Record<string, any>, tensors: files.weights.tensors });
       const ws = await q8WeightSet(files.weights, spec, undefined, 'q4');
-      expect(ws.tensors.get(spec.layers[0].mlp.down.w)!.q8).toBeTruthy();
-      expect(ws.tensors.get(spec.layers[0].mlp.up.w)!.q4).toBeTruthy();
+      expect(ws.tensors.get(spec.layers[0].mlp!.down.w)!.q8).toBeTruthy();
+      expect(ws.tensors.get(spec.layers[0].mlp!.up.w)!.q4).toBeTruthy();
     } finally {
       rm.cleanup();
     }

@@ -293,7 +293,7 @@ describe('the q8 option', () => {
     try {
       const files = await loadModelFilesNode(rm.dir);
       const spec = describeModel({ config: files.config as Record<string, any>, tensors: files.weights.tensors });
-      const e = files.weights.tensors.get(spec.layers[0].mlp.up.w)!;
+      const e = files.weights.tensors.get(spec.layers[0].mlp!.up.w)!;
       files.weights.tensors.set(e.name, { ...e, dtype: 'I16' });
       await expect(q8WeightSet(files.weights, spec)).rejects.toThrow(
         expect.objectContaining({ code: 'UNSUPPORTED_CONFIG', hint: expect.stringMatching(/--weights stored/) }),

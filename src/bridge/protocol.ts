@@ -75,6 +75,8 @@ const MODEL_FIELDS: Record<keyof ModelInfo, 'string' | 'number' | 'number|null' 
   d_model: 'number',
   d_head: 'number',
   d_mlp: 'number',
+  num_experts: 'number',
+  experts_per_token: 'number',
   d_vocab: 'number',
   n_ctx: 'number',
   n_params: 'number',

@@ -10,8 +10,11 @@
  *    [B,H,Tq,Tk], `blocks.{l}.attn.hook_z` [B,T,H,Dh], `blocks.{l}.attn.hook_result` [B,T,H,D] (only in the
  *    'result' graph variant), `blocks.{l}.ln1_post.hook_scale` (post-norms: Gemma 2 and 3, OLMo 2), `blocks.{l}.hook_attn_out`,
  *    `blocks.{l}.hook_resid_mid` (not in parallel blocks), `blocks.{l}.ln2.hook_scale` (pre-norms),
- *    `blocks.{l}.mlp.hook_pre|hook_pre_linear|hook_post` [B,T,d_mlp] (hook_pre_linear in gated MLPs),
- *    `blocks.{l}.ln2_post.hook_scale` (post-norms), `blocks.{l}.hook_mlp_out`, `blocks.{l}.hook_resid_post`,
+ *    `blocks.{l}.mlp.hook_pre|hook_pre_linear|hook_post` [B,T,d_mlp] (hook_pre_linear in gated MLPs), or in a
+ *    mixture-of-experts layer `blocks.{l}.mlp.hook_router_logits|hook_router_weights` [B,T,E],
+ *    `blocks.{l}.mlp.hook_expert_weights|hook_expert_indices` [B,T,k], `blocks.{l}.mlp.experts.{e}.hook_out` [B,T,D]
+ *    (weighted), `blocks.{l}.mlp.shared_expert.hook_out`, `blocks.{l}.ln2_post.hook_scale` (post-norms),
+ *    `blocks.{l}.hook_mlp_out`, `blocks.{l}.hook_resid_post`,
  *    `ln_final.hook_scale` [B,T,1], `logits` [B,T,V]. <!-- /hooks -->
  *  - Values are those of the unprocessed Hugging Face model (no weight folding or centring).
  *  - A hook's returned value is the value AFTER any intervention at that hook (TL semantics).
@@ -21,7 +24,9 @@
  *    `blocks.{l}.attn.W_Q|W_K|W_V` [H(or Hkv),D,Dh], `b_Q|b_K|b_V` [H(or Hkv),Dh], `W_O` [H,Dh,D],
  *    `b_O` [D], `blocks.{l}.ln2.w|b`, `blocks.{l}.mlp.W_in|W_gate` [D,M], `b_in` [M], `W_out` [M,D],
  *    `b_out` [D], `ln_final.w|b` [D], `unembed.W_U` [D,V], `unembed.b_U` [V], and with post-norms
- *    `blocks.{l}.ln1_post.w|ln2_post.w` [D]. Norm weights are the *effective* multipliers (Gemma's
+ *    `blocks.{l}.ln1_post.w|ln2_post.w` [D]; mixture-of-experts layers (TL's MoE names): the router
+ *    `blocks.{l}.mlp.W_gate` [D,E], each expert's `blocks.{l}.mlp.experts.{e}.W_in|W_gate` [D,M] and
+ *    `W_out` [M,D] (Qwen2-MoE's `mlp.shared_expert.*` too), `b_out` zeros. Norm weights are the *effective* multipliers (Gemma's
  *    stored w + 1 is returned as w + 1).
  *  - `param(name)` answers every name above that the architecture has; a bias the checkpoint
  *    does not store (Llama's b_Q, RMSNorm's b) reads as zeros, so that code can always add it.
@@ -59,7 +64,14 @@ export interface ModelInfo {
   n_kv_heads: number;
   d_model: number;
   d_head: number;
+  /** each MLP's width; in a mixture-of-experts model each expert's */
   d_mlp: number;
+  /**
+   * mixture-of-experts models (TransformerLens's cfg names): experts per layer and how many each
+   * token is routed to; hooks blocks.{l}.mlp.hook_router_logits … experts.{e}.hook_out (graph/hooks.ts moeHooks)
+   */
+  num_experts?: number;
+  experts_per_token?: number;
   d_vocab: number;
   n_ctx: number;
   n_params: number;

@@ -23,6 +23,10 @@ export const CAPS = {
   maxDModel: 65_536,
   /** MLP width (intermediate_size / n_inner) */
   maxDMlp: 1_048_576,
+  /** experts per mixture-of-experts layer (num_local_experts / num_experts); the largest published have 256 */
+  maxExperts: 512,
+  /** experts each token is routed to (num_experts_per_tok); every expert runs on every token (graph/build-model.ts moe) */
+  maxExpertsPerToken: 64,
   /** width of one head (head_dim) */
   maxDHead: 4096,
   /** vocabulary size (vocab_size); the largest tokenizers have ~262k entries */

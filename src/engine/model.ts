@@ -199,6 +199,7 @@ export async function createModel(parts: ModelParts, factory: SessionFactory): P
     d_model: spec.dModel,
     d_head: spec.dHead,
     d_mlp: spec.dMlp,
+    ...(spec.nExperts ? { num_experts: spec.nExperts, experts_per_token: spec.topK } : {}),
     d_vocab: spec.dVocab,
     n_ctx: spec.nCtx,
     n_params: nParams,

@@ -188,6 +188,18 @@ export function readParam(spec: ModelSpec, read: ReadTensor, name: string): Tens
     const which = 'QKV'.indexOf(qkv[2]) as 0 | 1 | 2;
     return qkv[1] === 'W' ? qkvWeight(which) : qkvBias(which);
   }
+  if (layer.moe) {
+    // TransformerLens's MoE names: the router is mlp.W_gate [D, E]; expert e's mlp.experts.{e}.W_in / W_gate [D, M], W_out [M, D]
+    const moe = layer.moe;
+    const ex = /^mlp\.(?:experts\.(\d+)|(shared_expert))\.(W_in|W_gate|W_out)$/.exec(key);
+    const expert = ex ? (ex[2] ? moe.shared?.mlp : moe.experts[Number(ex[1])]) : undefined;
+    const Me = ex?.[2] ? (moe.shared?.dMlp ?? 0) : moe.dExpert;
+    if (expert && ex![3] === 'W_in') return linearInOut(expert.up, D, Me);
+    if (expert && ex![3] === 'W_gate') return linearInOut(expert.gate, D, Me);
+    if (expert && ex![3] === 'W_out') return linearInOut(expert.down, Me, D);
+    if (key === 'mlp.W_gate') return linearInOut(moe.router, D, moe.experts.length);
+    if (key === 'mlp.b_out') return bias(undefined, D);
+  }
   switch (key) {
     case 'ln1.w':
       return normW(layer.ln1);
@@ -210,16 +222,20 @@ export function readParam(spec: ModelSpec, read: ReadTensor, name: string): Tens
     case 'attn.b_O':
       return bias(a.o, D);
     case 'mlp.W_in':
-      return linearInOut(layer.mlp.up, D, M);
+      if (layer.mlp) return linearInOut(layer.mlp.up, D, M);
+      break;
     case 'mlp.b_in':
-      return bias(layer.mlp.up, M);
+      if (layer.mlp) return bias(layer.mlp.up, M);
+      break;
     case 'mlp.W_gate':
-      if (layer.mlp.gate) return linearInOut(layer.mlp.gate, D, M);
+      if (layer.mlp?.gate) return linearInOut(layer.mlp.gate, D, M);
       break;
     case 'mlp.W_out':
-      return linearInOut(layer.mlp.down, M, D);
+      if (layer.mlp) return linearInOut(layer.mlp.down, M, D);
+      break;
     case 'mlp.b_out':
-      return bias(layer.mlp.down, D);
+      if (layer.mlp) return bias(layer.mlp.down, D);
+      break;
   }
   throw unknown();
 }
@@ -272,11 +288,15 @@ export function storedParam(spec: ModelSpec, name: string): boolean {
     'attn.b_V': qkvRef(2).b,
     'attn.W_O': o.w,
     'attn.b_O': o.b,
-    'mlp.W_in': layer.mlp.up.w,
-    'mlp.b_in': layer.mlp.up.b,
-    'mlp.W_gate': layer.mlp.gate?.w,
-    'mlp.W_out': layer.mlp.down.w,
-    'mlp.b_out': layer.mlp.down.b,
+    'mlp.W_in': layer.mlp?.up.w,
+    'mlp.b_in': layer.mlp?.up.b,
+    'mlp.W_gate': layer.mlp ? layer.mlp.gate?.w : layer.moe?.router.w,
+    'mlp.W_out': layer.mlp?.down.w,
+    'mlp.b_out': layer.mlp?.down.b,
   };
+  const ex = /^mlp\.experts\.(\d+)\.(W_in|W_gate|W_out)$/.exec(m[2]);
+  const expert = ex ? layer.moe?.experts[Number(ex[1])] : undefined;
+  if (expert) return true;
+  if (/^mlp\.shared_expert\.(W_in|W_gate|W_out)$/.test(m[2])) return !!layer.moe?.shared;
   return inLayer[m[2]] !== undefined;
 }

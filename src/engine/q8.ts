@@ -66,9 +66,17 @@ function quantTargets(spec: ModelSpec): Map<string, Target> {
       lin(qkv.v);
     } else lin(qkv.qkv);
     lin(o);
-    lin(l.mlp.up);
-    lin(l.mlp.gate);
-    lin(l.mlp.down);
+    lin(l.mlp?.up);
+    lin(l.mlp?.gate);
+    lin(l.mlp?.down);
+    if (l.moe) {
+      lin(l.moe.router);
+      for (const ex of [...l.moe.experts, ...(l.moe.shared ? [l.moe.shared.mlp] : [])]) {
+        lin(ex.gate);
+        lin(ex.up);
+        lin(ex.down);
+      }
+    }
   }
   return out;
 }

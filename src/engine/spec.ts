@@ -62,13 +62,44 @@ export interface MlpSpec {
   act: Activation;
 }
 
+/** one expert of a mixture-of-experts layer: a gated MLP act(x W_gate) ⊙ (x W_up) W_down of width MoeSpec.dExpert */
+export interface ExpertSpec {
+  gate: LinearRef;
+  up: LinearRef;
+  down: LinearRef;
+}
+
+/**
+ * A sparse mixture-of-experts MLP (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE): a router [E, D] scores the
+ * experts per token, the top k are chosen and weighted, and the output is Σ over chosen experts of
+ * weight · expert(x) (+ Qwen2-MoE's shared expert, sigmoid-gated).
+ */
+export interface MoeSpec {
+  router: LinearRef;
+  experts: ExpertSpec[];
+  topK: number;
+  /**
+   * softmax_topk: softmax over all E logits, then the k largest probabilities (divided by their sum
+   * when normTopK): Mixtral (always), Qwen2/3-MoE and OLMoE (norm_topk_prob)
+   */
+  routing: 'softmax_topk';
+  normTopK: boolean;
+  act: Activation;
+  /** each expert's width (Mixtral intermediate_size, the others moe_intermediate_size) */
+  dExpert: number;
+  /** Qwen2-MoE: a dense gated MLP on every token, times sigmoid(x · w_gate) ([1, D]) */
+  shared?: { mlp: ExpertSpec; dMlp: number; gate: LinearRef };
+}
+
 export interface LayerSpec {
   /** the norm before attention; absent when the block has none (OLMo 2 normalises only the outputs) */
   ln1?: NormSpec;
   /** the norm before the MLP (NeoX with parallel residual: on the block input); absent as ln1 */
   ln2?: NormSpec;
   attn: AttentionSpec;
-  mlp: MlpSpec;
+  /** the dense MLP; a mixture-of-experts layer has `moe` instead (and this is absent) */
+  mlp?: MlpSpec;
+  moe?: MoeSpec;
   /** norms of the attention / MLP outputs before the residual add: Gemma 2's and 3's sandwich norms, OLMo 2's only norms */
   postAttnNorm?: NormSpec;
   postMlpNorm?: NormSpec;
@@ -107,8 +138,12 @@ export interface ModelSpec {
   nHeads: number;
   nKvHeads: number;
   dHead: number;
+  /** the MLP's width; in a mixture-of-experts model each expert's width */
   dMlp: number;
   dVocab: number;
+  /** mixture-of-experts models: experts per layer and how many each token is routed to (absent: dense) */
+  nExperts?: number;
+  topK?: number;
   nCtx: number;
   norm: 'layernorm' | 'rmsnorm';
   embed: {

@@ -53,7 +53,9 @@ export type HookFn = (name: string, value: Float64Array, dims: number[]) => Floa
  *   sliding layers rotate with rope_theta), rope_scaling_global_only (scaling on every layer),
  *   embed_scale_dtype (sqrt(D) in float32), gelu_tanh (erf GELU instead), partial_rotary (all of
  *   head_dim rotates), longrope_by_length (the other factor set), longrope_attention_factor (1),
- *   qkv_split (Phi-3's k and v rows swapped), gate_up_split (gate and up halves swapped)
+ *   qkv_split (Phi-3's k and v rows swapped), gate_up_split (gate and up halves swapped),
+ *   moe_renorm (the chosen experts' weights not divided by their sum), shared_expert_gate
+ *   (Qwen2-MoE's shared expert added without its sigmoid gate)
  */
 export type RefFeature =
   | 'qk_norm'
@@ -70,7 +72,9 @@ export type RefFeature =
   | 'longrope_by_length'
   | 'longrope_attention_factor'
   | 'qkv_split'
-  | 'gate_up_split';
+  | 'gate_up_split'
+  | 'moe_renorm'
+  | 'shared_expert_gate';
 
 export interface ForwardOptions {
   /** Called for every hook in forward order; a returned array replaces the value downstream. */
@@ -97,6 +101,10 @@ export const SUPPORTED_FAMILIES = [
   'gemma3',
   'phi3',
   'olmo2',
+  'mixtral',
+  'qwen2_moe',
+  'qwen3_moe',
+  'olmoe',
 ] as const;
 export type Family = (typeof SUPPORTED_FAMILIES)[number];
 
@@ -141,6 +149,18 @@ export interface RefLayer {
   bout: Float64Array | null;
   attnScale: number;
   window: number | null; // sliding window (keys allowed: i - j < window)
+  moe?: RefMoe; // a mixture-of-experts MLP instead of Win/Wup/Wout
+}
+
+/** Mixtral / Qwen2-MoE / Qwen3-MoE / OLMoE sparse MoE block (HF *SparseMoeBlock + *TopKRouter) */
+export interface RefMoe {
+  router: Float64Array; // [D, E]
+  E: number;
+  k: number;
+  renorm: boolean; // divide the top-k probabilities by their sum
+  M: number;
+  experts: { Wg: Float64Array; Wu: Float64Array; Wd: Float64Array }[]; // [D,M], [D,M], [M,D]
+  shared: { Wg: Float64Array; Wu: Float64Array; Wd: Float64Array; S: number; gate: Float64Array | null } | null;
 }
 
 export interface RefArch {
@@ -340,6 +360,8 @@ const GEMMA3_TEXT_DEFAULTS: Record<string, any> = {
   attn_logit_softcapping: null,
   final_logit_softcapping: null,
 };
+
+const MOE: string[] = ['mixtral', 'qwen2_moe', 'qwen3_moe', 'olmoe'];
 
 const archCache = new WeakMap<RefModel, Arch>();
 
@@ -555,16 +577,43 @@ function buildArch(model: RefModel, drop: Set<RefFeature>): Arch {
       } else pre = 'model.language_model.';
     }
   }
-  const llamaLike = ['llama', 'qwen2', 'qwen3', 'gemma', 'gemma2', 'gemma3', 'phi3', 'olmo2'];
+  const llamaLike = ['llama', 'qwen2', 'qwen3', 'gemma', 'gemma2', 'gemma3', 'phi3', 'olmo2', ...MOE];
   if (llamaLike.includes(fam)) {
     const cc = cfg;
     const D = cc.hidden_size,
       H = cc.num_attention_heads,
       Hkv = cc.num_key_value_heads ?? H;
+    const isMoe = MOE.includes(fam);
     const Dh = cc.head_dim ?? D / H,
-      M = cc.intermediate_size,
+      M = isMoe && fam !== 'mixtral' && fam !== 'olmoe' ? cc.moe_intermediate_size : cc.intermediate_size,
       V = cc.vocab_size;
     const eps = cc.rms_norm_eps ?? 1e-6;
+    // HF MixtralSparseMoeBlock (always renormalises), Qwen2MoeTopKRouter (norm_topk_prob; also Qwen3-MoE, OLMoE),
+    // Qwen2MoeSparseMoeBlock's shared expert and its sigmoid shared_expert_gate
+    const readMoe = (p: string): RefMoe => {
+      const blk = fam === 'mixtral' ? `${p}.block_sparse_moe` : `${p}.mlp`;
+      const [gn, un, dn] = fam === 'mixtral' ? ['w1', 'w3', 'w2'] : ['gate_proj', 'up_proj', 'down_proj'];
+      const E = fam === 'mixtral' ? cc.num_local_experts : cc.num_experts;
+      const renorm = (fam === 'mixtral' || !!cc.norm_topk_prob) && !drop.has('moe_renorm');
+      const experts = Array.from({ length: E }, (_, e) => ({
+        Wg: transposed(get(`${blk}.experts.${e}.${gn}.weight`, [M, D])),
+        Wu: transposed(get(`${blk}.experts.${e}.${un}.weight`, [M, D])),
+        Wd: transposed(get(`${blk}.experts.${e}.${dn}.weight`, [D, M])),
+      }));
+      let shared: RefMoe['shared'] = null;
+      if (fam === 'qwen2_moe') {
+        const S = cc.shared_expert_intermediate_size;
+        shared = {
+          S,
+          Wg: transposed(get(`${blk}.shared_expert.gate_proj.weight`, [S, D])),
+          Wu: transposed(get(`${blk}.shared_expert.up_proj.weight`, [S, D])),
+          Wd: transposed(get(`${blk}.shared_expert.down_proj.weight`, [D, S])),
+          gate: drop.has('shared_expert_gate') ? null : transposed(get(`${blk}.shared_expert_gate.weight`, [1, D])),
+        };
+      }
+      const router = transposed(get(`${blk}.gate.weight`, [E, D]));
+      return { router, E, k: cc.num_experts_per_tok, renorm, M, experts, shared };
+    };
     const gemma = fam === 'gemma' || fam === 'gemma2' || fam === 'gemma3';
     const sandwich = fam === 'gemma2' || fam === 'gemma3';
     if (H % Hkv !== 0)
@@ -574,7 +623,7 @@ function buildArch(model: RefModel, drop: Set<RefFeature>): Arch {
     const rms = (name: string, n = D): Norm => ({ kind: 'rms', w: vec(name, n), b: null, plusOne: gemma, eps });
     // which projections carry a bias
     let qkvBias: boolean, oBias: boolean;
-    if (fam === 'qwen2') {
+    if (fam === 'qwen2' || fam === 'qwen2_moe') {
       qkvBias = true;
       oBias = false;
     } else if (fam === 'phi3') {
@@ -610,8 +659,8 @@ function buildArch(model: RefModel, drop: Set<RefFeature>): Arch {
             : (l + 1) % (cc.sliding_window_pattern ?? 6) !== 0;
         if (local) window = cc.sliding_window;
       }
-      // Phi3Attention passes config.sliding_window to every layer
-      if (fam === 'phi3' && typeof cc.sliding_window === 'number') window = cc.sliding_window;
+      // Phi3Attention passes config.sliding_window to every layer; so does Mixtral's (MistralAttention)
+      if ((fam === 'phi3' || fam === 'mixtral') && typeof cc.sliding_window === 'number') window = cc.sliding_window;
       if (drop.has('sliding_window')) window = null;
       let Wq: Float64Array, Wk: Float64Array, Wv: Float64Array, Wgate: Float64Array, Wup: Float64Array;
       if (fam === 'phi3') {
@@ -641,10 +690,11 @@ function buildArch(model: RefModel, drop: Set<RefFeature>): Arch {
         Wq = transposed(get(`${a}.q_proj.weight`, [H * Dh, D]));
         Wk = transposed(get(`${a}.k_proj.weight`, [Hkv * Dh, D]));
         Wv = transposed(get(`${a}.v_proj.weight`, [Hkv * Dh, D]));
-        Wgate = transposed(get(`${p}.mlp.gate_proj.weight`, [M, D]));
-        Wup = transposed(get(`${p}.mlp.up_proj.weight`, [M, D]));
+        Wgate = isMoe ? new Float64Array(0) : transposed(get(`${p}.mlp.gate_proj.weight`, [M, D]));
+        Wup = isMoe ? new Float64Array(0) : transposed(get(`${p}.mlp.up_proj.weight`, [M, D]));
       }
       const olmo = fam === 'olmo2';
+      const fullQk = olmo || fam === 'olmoe';
       const dropPost = drop.has('post_norms');
       layers.push({
         // OLMo2DecoderLayer: no input_layernorm; post_attention_layernorm and post_feedforward_layernorm on the outputs
@@ -672,29 +722,30 @@ function buildArch(model: RefModel, drop: Set<RefFeature>): Arch {
         // Olmo2Attention: q_norm = RMSNorm(H·Dh), k_norm = RMSNorm(Hkv·Dh) on the projections; Qwen3/Gemma3: per head
         qNorm: drop.has('qk_norm')
           ? null
-          : fam === 'qwen3' || fam === 'gemma3'
+          : fam === 'qwen3' || fam === 'qwen3_moe' || fam === 'gemma3'
             ? rms(`${a}.q_norm.weight`, Dh)
-            : olmo
+            : fullQk
               ? rms(`${a}.q_norm.weight`, H * Dh)
               : null,
         kNorm: drop.has('qk_norm')
           ? null
-          : fam === 'qwen3' || fam === 'gemma3'
+          : fam === 'qwen3' || fam === 'qwen3_moe' || fam === 'gemma3'
             ? rms(`${a}.k_norm.weight`, Dh)
-            : olmo
+            : fullQk
               ? rms(`${a}.k_norm.weight`, Hkv * Dh)
               : null,
-        qkFull: olmo && !drop.has('qk_norm_full'),
+        qkFull: fullQk && !drop.has('qk_norm_full'),
         rope: local ? 'local' : 'global',
         gated: true,
         Win: Wgate,
         bin: mlpBias ? vec(`${p}.mlp.gate_proj.bias`, M) : null,
         Wup,
         bup: mlpBias ? vec(`${p}.mlp.up_proj.bias`, M) : null,
-        Wout: transposed(get(`${p}.mlp.down_proj.weight`, [D, M])),
+        Wout: isMoe ? new Float64Array(0) : transposed(get(`${p}.mlp.down_proj.weight`, [D, M])),
         bout: mlpBias ? vec(`${p}.mlp.down_proj.bias`, D) : null,
         attnScale: scale,
         window,
+        ...(isMoe ? { moe: readMoe(p) } : {}),
       });
     }
     const tie = cc.tie_word_embeddings ?? gemma;
@@ -986,6 +1037,15 @@ export function referenceForward(model: RefModel, tokens: number[], opts: Forwar
       mlpIn = mid;
     }
     const x2 = normWithHook(mlpIn, L.ln2, `${b}.ln2.hook_scale`);
+    if (L.moe) {
+      let mlpOut = moeForward(x2, T, D, L.moe, A.act, b, hp);
+      if (L.postMlp) mlpOut = normWithHook(mlpOut, L.postMlp, `${b}.ln2_post.hook_scale`);
+      mlpOut = hp(`${b}.hook_mlp_out`, mlpOut, [1, T, D]);
+      const next = new Float64Array(T * D);
+      for (let k2 = 0; k2 < T * D; k2++) next[k2] = mlpIn[k2] + mlpOut[k2];
+      resid = hp(`${b}.hook_resid_post`, next, [1, T, D]);
+      continue;
+    }
     let pre: Float64Array = matmul(x2, T, D, L.Win, M, L.bin);
     pre = hp(`${b}.mlp.hook_pre`, pre, [1, T, M]);
     let post: Float64Array = new Float64Array(T * M);
@@ -1013,6 +1073,83 @@ export function referenceForward(model: RefModel, tokens: number[], opts: Forwar
     for (let k2 = 0; k2 < logits.length; k2++) logits[k2] = A.finalSoftcap * Math.tanh(logits[k2] / A.finalSoftcap);
   logits = hp('logits', logits, [1, T, V]);
   return { logits: hooks.logits, hooks };
+}
+
+/**
+ * A sparse MoE block, token by token as HF's loop over experts does: router logits x·W_r; softmax
+ * over the E experts; the k largest (ties: lower index); renormalised to sum 1 when `renorm`; each
+ * chosen expert's down(act(x·W_gate) ⊙ x·W_up) times its weight, summed, only for the tokens routed
+ * to it; plus the shared expert × sigmoid(x·w_gate). Hooks: hook_router_logits [1,T,E],
+ * hook_router_weights [1,T,E] (zero where not chosen), hook_expert_weights / hook_expert_indices
+ * [1,T,k] (largest first), experts.{e}.hook_out [1,T,D] (weighted; zero where not routed),
+ * shared_expert.hook_out.
+ */
+function moeForward(
+  x: Float64Array,
+  T: number,
+  D: number,
+  m: RefMoe,
+  act: (v: number) => number,
+  b: string,
+  hp: (name: string, value: Float64Array, dims: number[]) => Float64Array,
+): Float64Array {
+  const { E, k, M } = m;
+  const logits = hp(`${b}.mlp.hook_router_logits`, matmul(x, T, D, m.router, E, null), [1, T, E]);
+  let w: Float64Array = new Float64Array(T * E);
+  const chosen: number[][] = [];
+  for (let t = 0; t < T; t++) {
+    const row = Array.from(logits.subarray(t * E, (t + 1) * E));
+    const mx = Math.max(...row);
+    const ex = row.map((v) => (v === -Infinity ? 0 : Math.exp(v - mx)));
+    const z = ex.reduce((a, c) => a + c, 0);
+    const p = ex.map((v) => v / z);
+    const order = p.map((v, e) => e).sort((i, j) => p[j] - p[i] || i - j);
+    const top = order.slice(0, k);
+    chosen.push(top);
+    const s = m.renorm ? top.reduce((a, e) => a + p[e], 0) : 1;
+    for (const e of top) w[t * E + e] = p[e] / s;
+  }
+  w = hp(`${b}.mlp.hook_router_weights`, w, [1, T, E]);
+  hp(
+    `${b}.mlp.hook_expert_weights`,
+    Float64Array.from({ length: T * k }, (_, i) => w[Math.floor(i / k) * E + chosen[Math.floor(i / k)][i % k]]),
+    [1, T, k],
+  );
+  hp(
+    `${b}.mlp.hook_expert_indices`,
+    Float64Array.from({ length: T * k }, (_, i) => chosen[Math.floor(i / k)][i % k]),
+    [1, T, k],
+  );
+  const out = new Float64Array(T * D);
+  const mlp = (xt: Float64Array, Wg: Float64Array, Wu: Float64Array, Wd: Float64Array, n: number) => {
+    const g = matmul(xt, 1, D, Wg, n, null);
+    const u = matmul(xt, 1, D, Wu, n, null);
+    for (let i = 0; i < n; i++) g[i] = act(g[i]) * u[i];
+    return matmul(g, 1, n, Wd, D, null);
+  };
+  for (let e = 0; e < E; e++) {
+    let y: Float64Array = new Float64Array(T * D);
+    for (let t = 0; t < T; t++) {
+      if (!chosen[t].includes(e)) continue;
+      const ye = mlp(x.subarray(t * D, (t + 1) * D), m.experts[e].Wg, m.experts[e].Wu, m.experts[e].Wd, M);
+      for (let d = 0; d < D; d++) y[t * D + d] = ye[d] * w[t * E + e];
+    }
+    y = hp(`${b}.mlp.experts.${e}.hook_out`, y, [1, T, D]);
+    for (let i = 0; i < T * D; i++) out[i] += y[i];
+  }
+  if (m.shared) {
+    const sh = m.shared;
+    let y: Float64Array = new Float64Array(T * D);
+    for (let t = 0; t < T; t++) {
+      const xt = x.subarray(t * D, (t + 1) * D);
+      const ys = mlp(xt, sh.Wg, sh.Wu, sh.Wd, sh.S);
+      const gate = sh.gate ? 1 / (1 + Math.exp(-matmul(xt, 1, D, sh.gate, 1, null)[0])) : 1;
+      for (let d = 0; d < D; d++) y[t * D + d] = ys[d] * gate;
+    }
+    y = hp(`${b}.mlp.shared_expert.hook_out`, y, [1, T, D]);
+    for (let i = 0; i < T * D; i++) out[i] += y[i];
+  }
+  return out;
 }
 
 /** Final-position logits only (convenience). */
@@ -1073,9 +1210,20 @@ export function hookNames(model: RefModel): string[] {
     names.push(`${b}.hook_attn_out`);
     if (!A.parallel) names.push(`${b}.hook_resid_mid`);
     if (L.ln2) names.push(`${b}.ln2.hook_scale`);
-    names.push(`${b}.mlp.hook_pre`);
-    if (L.gated) names.push(`${b}.mlp.hook_pre_linear`);
-    names.push(`${b}.mlp.hook_post`);
+    if (L.moe) {
+      names.push(
+        `${b}.mlp.hook_router_logits`,
+        `${b}.mlp.hook_router_weights`,
+        `${b}.mlp.hook_expert_weights`,
+        `${b}.mlp.hook_expert_indices`,
+        ...L.moe.experts.map((_, e) => `${b}.mlp.experts.${e}.hook_out`),
+        ...(L.moe.shared ? [`${b}.mlp.shared_expert.hook_out`] : []),
+      );
+    } else {
+      names.push(`${b}.mlp.hook_pre`);
+      if (L.gated) names.push(`${b}.mlp.hook_pre_linear`);
+      names.push(`${b}.mlp.hook_post`);
+    }
     if (L.postMlp) names.push(`${b}.ln2_post.hook_scale`);
     names.push(`${b}.hook_mlp_out`, `${b}.hook_resid_post`);
   }

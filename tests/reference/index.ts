@@ -30,6 +30,8 @@ export {
   mulberry32,
   gaussian,
   ALL_FAMILY_CASES,
+  MOE_FAMILY_CASES,
+  MOE_FAMILIES,
   type FamilyCase,
   type RandomModel,
   type RandomModelOptions,

@@ -67,6 +67,14 @@ export interface RandomModelOptions {
   dtype?: 'F32' | 'F16' | 'BF16';
   /** write model-0000k-of-0000n.safetensors shards + model.safetensors.index.json instead of one file */
   shards?: number;
+  /** mixture-of-experts families: experts per layer, experts per token, norm_topk_prob (qwen2/3_moe, olmoe) */
+  nExperts?: number;
+  topK?: number;
+  normTopK?: boolean;
+  /** qwen2_moe: shared_expert_intermediate_size */
+  sharedMlp?: number;
+  /** the router's weights × this: larger router logits, so routing is decided by clear margins */
+  routerScale?: number;
   /** output directory (default: a fresh temp dir) */
   dir?: string;
   /** words the tokenizer gets merges for first (each one token, with and without a leading space) */
@@ -207,6 +215,40 @@ const TOKENIZERS: Record<Family, Omit<TokenizerSpec, 'modelMaxLength'> & { kindS
     tokenizerClass: 'LlamaTokenizer',
   },
   olmo2: {
+    kind: 'bytelevel',
+    specials: ['<|endoftext|>', '<|pad|>'],
+    bos: '<|endoftext|>',
+    eos: '<|endoftext|>',
+    pad: '<|pad|>',
+    addBos: true,
+    tokenizerClass: 'GPT2Tokenizer',
+  },
+  mixtral: {
+    kind: 'char',
+    specials: ['<unk>', '<s>', '</s>'],
+    bos: '<s>',
+    eos: '</s>',
+    unk: '<unk>',
+    addBos: true,
+    tokenizerClass: 'LlamaTokenizer',
+  },
+  qwen2_moe: {
+    kind: 'bytelevel',
+    specials: ['<|endoftext|>', '<|im_start|>', '<|im_end|>'],
+    bos: '<|endoftext|>',
+    eos: '<|endoftext|>',
+    addBos: false,
+    tokenizerClass: 'Qwen2Tokenizer',
+  },
+  qwen3_moe: {
+    kind: 'bytelevel',
+    specials: ['<|endoftext|>', '<|im_start|>', '<|im_end|>'],
+    bos: '<|endoftext|>',
+    eos: '<|endoftext|>',
+    addBos: false,
+    tokenizerClass: 'Qwen2Tokenizer',
+  },
+  olmoe: {
     kind: 'bytelevel',
     specials: ['<|endoftext|>', '<|pad|>'],
     bos: '<|endoftext|>',
@@ -377,9 +419,12 @@ export function makeRandomModel(family: Family, options: RandomModelOptions = {}
     if (o.rotaryPct !== undefined && Math.floor(Dh * o.rotaryPct) % 2 !== 0)
       throw new Error('makeRandomModel: rotary dims must be even');
   } else {
-    // llama, qwen2, qwen3, gemma, gemma2, gemma3, phi3, olmo2
-    const qkvBias = family === 'qwen2' ? true : !!o.attentionBias;
-    const oBias = family === 'qwen2' ? false : !!o.attentionBias;
+    // llama, qwen2, qwen3, gemma, gemma2, gemma3, phi3, olmo2, and the MoE families
+    const moe = MOE_FAMILIES.includes(family);
+    const qkvBias = family === 'qwen2' || family === 'qwen2_moe' ? true : !!o.attentionBias;
+    const oBias = family === 'qwen2' || family === 'qwen2_moe' ? false : !!o.attentionBias;
+    const E = o.nExperts ?? 4;
+    const K = o.topK ?? 2;
     const mlpBias = family === 'llama' && !!o.mlpBias;
     if (o.mlpBias && family !== 'llama') throw new Error('makeRandomModel: mlp_bias exists only for llama');
     if (o.attentionBias && family === 'phi3') throw new Error('makeRandomModel: phi3 projections have no bias');
@@ -411,15 +456,34 @@ export function makeRandomModel(family: Family, options: RandomModelOptions = {}
       }
       W(`${a}.o_proj.weight`, [D, H * Dh], H * Dh);
       if (oBias) bias(`${a}.o_proj.bias`, D);
-      if (family === 'qwen3' || family === 'gemma3' || olmo) {
-        const qn = olmo ? H * Dh : Dh;
-        const kn = olmo ? Hkv * Dh : Dh;
+      if (family === 'qwen3' || family === 'qwen3_moe' || family === 'gemma3' || olmo || family === 'olmoe') {
+        const qn = olmo || family === 'olmoe' ? H * Dh : Dh;
+        const kn = olmo || family === 'olmoe' ? Hkv * Dh : Dh;
         put(`${a}.q_norm.weight`, [qn], gemma ? normal(0.3) : normal(0.2, 1));
         put(`${a}.k_norm.weight`, [kn], gemma ? normal(0.3) : normal(0.2, 1));
       }
       normW(`${p}.post_attention_layernorm.weight`, D);
       if (sandwich) normW(`${p}.pre_feedforward_layernorm.weight`, D);
       if (sandwich || olmo) normW(`${p}.post_feedforward_layernorm.weight`, D);
+      if (moe) {
+        // HF's per-expert checkpoint layout: router `gate` [E, D], experts.{e}.{gate,up,down} (Mixtral w1, w3, w2)
+        const blk = family === 'mixtral' ? `${p}.block_sparse_moe` : `${p}.mlp`;
+        const [gn, un, dn] = family === 'mixtral' ? ['w1', 'w3', 'w2'] : ['gate_proj', 'up_proj', 'down_proj'];
+        put(`${blk}.gate.weight`, [E, D], normal((o.routerScale ?? 1) / Math.sqrt(D)));
+        for (let e = 0; e < E; e++) {
+          W(`${blk}.experts.${e}.${gn}.weight`, [M, D], D);
+          W(`${blk}.experts.${e}.${un}.weight`, [M, D], D);
+          W(`${blk}.experts.${e}.${dn}.weight`, [D, M], M);
+        }
+        if (family === 'qwen2_moe') {
+          const S = o.sharedMlp ?? 2 * M;
+          W(`${blk}.shared_expert.gate_proj.weight`, [S, D], D);
+          W(`${blk}.shared_expert.up_proj.weight`, [S, D], D);
+          W(`${blk}.shared_expert.down_proj.weight`, [D, S], S);
+          W(`${blk}.shared_expert_gate.weight`, [1, D], D);
+        }
+        continue;
+      }
       if (family === 'phi3') W(`${p}.mlp.gate_up_proj.weight`, [2 * M, D], D);
       else {
         W(`${p}.mlp.gate_proj.weight`, [M, D], D);
@@ -447,6 +511,10 @@ export function makeRandomModel(family: Family, options: RandomModelOptions = {}
       gemma3: 'Gemma3ForCausalLM',
       phi3: 'Phi3ForCausalLM',
       olmo2: 'Olmo2ForCausalLM',
+      mixtral: 'MixtralForCausalLM',
+      qwen2_moe: 'Qwen2MoeForCausalLM',
+      qwen3_moe: 'Qwen3MoeForCausalLM',
+      olmoe: 'OlmoeForCausalLM',
     }[family as 'llama'];
     config = {
       architectures: [arch],
@@ -458,7 +526,23 @@ export function makeRandomModel(family: Family, options: RandomModelOptions = {}
       num_attention_heads: H,
       num_key_value_heads: Hkv,
     };
-    if (o.headDim !== undefined || gemma || family === 'qwen3') config.head_dim = Dh;
+    if (o.headDim !== undefined || gemma || family === 'qwen3' || family === 'qwen3_moe') config.head_dim = Dh;
+    if (family === 'mixtral') {
+      config.num_local_experts = E;
+      config.router_jitter_noise = 0.0;
+      config.sliding_window = o.slidingWindow ?? null;
+    } else if (moe) {
+      config.num_experts = E;
+      config.norm_topk_prob = !!o.normTopK;
+      if (family !== 'olmoe') {
+        config.moe_intermediate_size = M;
+        config.intermediate_size = 3 * M; // the dense MLP's width: unused when every layer is sparse
+        config.decoder_sparse_step = 1;
+        config.mlp_only_layers = [];
+      }
+      if (family === 'qwen2_moe') config.shared_expert_intermediate_size = o.sharedMlp ?? 2 * M;
+    }
+    if (moe) config.num_experts_per_tok = K;
     if (family === 'gemma3') {
       if (o.activation) config.hidden_activation = o.activation; // else HF's default, gelu_pytorch_tanh
     } else if (gemma) {
@@ -468,12 +552,14 @@ export function makeRandomModel(family: Family, options: RandomModelOptions = {}
     } else config.hidden_act = o.activation ?? 'silu';
     config.max_position_embeddings = P;
     config.initializer_range = 0.02;
-    if (family !== 'gemma3') config.rms_norm_eps = olmo ? 1e-5 : 1e-6;
+    if (family !== 'gemma3') config.rms_norm_eps = olmo || family === 'olmoe' || family === 'mixtral' ? 1e-5 : 1e-6;
     if (family === 'gemma3') {
       if (o.ropeTheta !== undefined) config.rope_theta = o.ropeTheta;
       if (o.ropeLocalBase !== undefined) config.rope_local_base_freq = o.ropeLocalBase;
       if (o.slidingWindowPattern !== undefined) config.sliding_window_pattern = o.slidingWindowPattern;
-    } else config.rope_theta = o.ropeTheta ?? (family === 'qwen2' || family === 'qwen3' ? 1000000.0 : 10000.0);
+    } else
+      config.rope_theta =
+        o.ropeTheta ?? (['qwen2', 'qwen3', 'qwen3_moe', 'mixtral'].includes(family) ? 1000000.0 : 10000.0);
     if (family === 'llama') config.rope_scaling = o.ropeScaling ?? null;
     else if (o.ropeScaling) config.rope_scaling = o.ropeScaling;
     if (family === 'phi3') {
@@ -483,7 +569,7 @@ export function makeRandomModel(family: Family, options: RandomModelOptions = {}
       config.resid_pdrop = 0.0;
       config.embd_pdrop = 0.0;
     }
-    if (family !== 'qwen2' && family !== 'phi3') config.attention_bias = !!o.attentionBias;
+    if (family !== 'qwen2' && family !== 'qwen2_moe' && family !== 'phi3') config.attention_bias = !!o.attentionBias;
     if (family === 'llama') config.mlp_bias = mlpBias;
     config.attention_dropout = 0.0;
     if (family === 'qwen2') {
@@ -491,7 +577,12 @@ export function makeRandomModel(family: Family, options: RandomModelOptions = {}
       config.sliding_window = o.qwen2InactiveSlidingWindow ?? P;
       config.max_window_layers = L;
     }
-    if (family === 'qwen3') {
+    if (family === 'qwen2_moe') {
+      config.use_sliding_window = false;
+      config.sliding_window = P;
+      config.max_window_layers = L;
+    }
+    if (family === 'qwen3' || family === 'qwen3_moe') {
       config.use_sliding_window = false;
       config.sliding_window = null;
       config.max_window_layers = L;
@@ -996,3 +1087,91 @@ export function caseTokens(model: RandomModel, T: number, seed = 7): number[] {
   }
   return out;
 }
+
+/** the mixture-of-experts families (forward64.ts routes their MLPs) */
+export const MOE_FAMILIES: readonly string[] = ['mixtral', 'qwen2_moe', 'qwen3_moe', 'olmoe'];
+
+/** random MoE models, one per family and routing feature (tests/engine-moe.test.ts) */
+export const MOE_FAMILY_CASES: FamilyCase[] = [
+  {
+    name: 'mixtral-8e-top2-window',
+    family: 'mixtral',
+    options: {
+      seed: 71,
+      dModel: 32,
+      nLayers: 2,
+      nHeads: 4,
+      nKvHeads: 2,
+      dMlp: 24,
+      vocabSize: 96,
+      nExperts: 8,
+      topK: 2,
+      routerScale: 3,
+      slidingWindow: 5,
+      unembedScale: 3,
+    },
+    features: ['8 experts, top 2, always renormalised', 'sliding window on every layer', 'GQA 4/2', 'w1/w3/w2'],
+    seqLen: 12,
+  },
+  {
+    name: 'qwen3-moe-norm-topk',
+    family: 'qwen3_moe',
+    options: {
+      seed: 72,
+      dModel: 32,
+      nLayers: 2,
+      nHeads: 4,
+      nKvHeads: 2,
+      headDim: 8,
+      dMlp: 16,
+      vocabSize: 300,
+      nExperts: 6,
+      topK: 3,
+      normTopK: true,
+      routerScale: 3,
+      unembedScale: 3,
+    },
+    features: ['6 experts, top 3', 'norm_topk_prob true', 'q/k norm per head', 'moe_intermediate_size'],
+    seqLen: 10,
+  },
+  {
+    name: 'qwen2-moe-shared-expert',
+    family: 'qwen2_moe',
+    options: {
+      seed: 73,
+      dModel: 32,
+      nLayers: 2,
+      nHeads: 4,
+      dMlp: 16,
+      vocabSize: 300,
+      nExperts: 4,
+      topK: 2,
+      normTopK: false,
+      sharedMlp: 24,
+      routerScale: 3,
+      unembedScale: 3,
+    },
+    features: ['4 experts, top 2, not renormalised', 'shared expert with sigmoid gate', 'q/k/v bias'],
+    seqLen: 10,
+  },
+  {
+    name: 'olmoe-full-qk-norm',
+    family: 'olmoe',
+    options: {
+      seed: 74,
+      dModel: 32,
+      nLayers: 2,
+      nHeads: 4,
+      dMlp: 16,
+      vocabSize: 300,
+      nExperts: 8,
+      topK: 2,
+      normTopK: true,
+      routerScale: 3,
+      unembedScale: 3,
+      dtype: 'BF16',
+    },
+    features: ['8 experts, top 2', 'q/k norm over the whole projection', 'BF16 weights'],
+    seqLen: 10,
+  },
+];

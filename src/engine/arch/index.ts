@@ -12,6 +12,10 @@ import { gemma2 } from './gemma2';
 import { gemma3 } from './gemma3';
 import { phi3 } from './phi3';
 import { olmo2 } from './olmo2';
+import { mixtral } from './mixtral';
+import { qwen2Moe } from './qwen2_moe';
+import { qwen3Moe } from './qwen3_moe';
+import { olmoe } from './olmoe';
 
 /**
  * An adapter: config.json + tensor index → ModelSpec. A multimodal family also says which tensors
@@ -35,6 +39,10 @@ const ADAPTERS: Record<string, Adapter> = {
   gemma3,
   phi3,
   olmo2,
+  mixtral,
+  qwen2_moe: qwen2Moe,
+  qwen3_moe: qwen3Moe,
+  olmoe,
 };
 
 export const SUPPORTED_MODEL_TYPES = Object.keys(ADAPTERS);

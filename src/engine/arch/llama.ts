@@ -20,6 +20,7 @@ import {
   unsupportedConfig,
   sizes,
 } from './common';
+import { type MoeOptions, moeConfig, moeLayer } from './moe';
 
 export interface LlamaLikeOptions {
   family: string;
@@ -53,6 +54,8 @@ export interface LlamaLikeOptions {
   /** which config key holds the activation */
   actKeys?: string[];
   defaultTied?: boolean;
+  /** a mixture-of-experts MLP in every layer (arch/moe.ts) instead of the dense one */
+  moe?: MoeOptions;
 }
 
 const LAYER_TYPES = ['sliding_attention', 'full_attention'];
@@ -96,7 +99,8 @@ export function llamaLike(input: AdapterInput, opts: LlamaLikeOptions): ModelSpe
   const H = dim(c, ['num_attention_heads'], 'maxHeads');
   const Hkv = dim(c, ['num_key_value_heads'], 'maxHeads', H);
   const V = dim(c, ['vocab_size'], 'maxVocab');
-  const M = dim(c, ['intermediate_size'], 'maxDMlp');
+  const moe = opts.moe ? moeConfig(c, opts.moe) : undefined;
+  const M = moe ? moe.width : dim(c, ['intermediate_size'], 'maxDMlp');
   const Dh = dim(c, ['head_dim'], 'maxDHead', D / H);
   const nCtx = dim(c, ['max_position_embeddings'], 'maxPositions', 2048);
   const eps = num(c, ['rms_norm_eps'], 1e-6);
@@ -136,7 +140,8 @@ export function llamaLike(input: AdapterInput, opts: LlamaLikeOptions): ModelSpe
   const layers: LayerSpec[] = [];
   for (let l = 0; l < L; l++) {
     const p = `${pre}layers.${l}`;
-    let q: LinearRef, k: LinearRef, v: LinearRef, gate: LinearRef, up: LinearRef;
+    let q: LinearRef, k: LinearRef, v: LinearRef;
+    let gate: LinearRef | undefined, up: LinearRef | undefined;
     if (opts.fused) {
       const qkv = linear(t, `${p}.self_attn.qkv_proj`, (H + 2 * Hkv) * Dh, D);
       [q, k, v] = [rowsOf(qkv, 0, H * Dh), rowsOf(qkv, H * Dh, Hkv * Dh), rowsOf(qkv, (H + Hkv) * Dh, Hkv * Dh)];
@@ -146,8 +151,10 @@ export function llamaLike(input: AdapterInput, opts: LlamaLikeOptions): ModelSpe
       q = linear(t, `${p}.self_attn.q_proj`, H * Dh, D);
       k = linear(t, `${p}.self_attn.k_proj`, Hkv * Dh, D);
       v = linear(t, `${p}.self_attn.v_proj`, Hkv * Dh, D);
-      gate = linear(t, `${p}.mlp.gate_proj`, M, D);
-      up = linear(t, `${p}.mlp.up_proj`, M, D);
+      if (!moe) {
+        gate = linear(t, `${p}.mlp.gate_proj`, M, D);
+        up = linear(t, `${p}.mlp.up_proj`, M, D);
+      }
     }
     const qkFull = opts.qkNorm === 'full';
     const layer: LayerSpec = {
@@ -166,7 +173,9 @@ export function llamaLike(input: AdapterInput, opts: LlamaLikeOptions): ModelSpe
         softcap,
         slidingWindow: slide[l],
       },
-      mlp: { kind: 'gated', gate, up, down: linear(t, `${p}.mlp.down_proj`, D, M), act },
+      ...(moe
+        ? { moe: moeLayer(t, p, D, moe, opts.moe!, act) }
+        : { mlp: { kind: 'gated' as const, gate, up: up!, down: linear(t, `${p}.mlp.down_proj`, D, M), act } }),
       parallel: false,
     };
     if (norms !== 'post') {
@@ -188,6 +197,7 @@ export function llamaLike(input: AdapterInput, opts: LlamaLikeOptions): ModelSpe
   return {
     family: opts.family,
     ...sizes(c, { L, D, H, Hkv, Dh, M, V, nCtx }),
+    ...(moe ? { nExperts: moe.E, topK: moe.k } : {}),
     norm: 'rmsnorm',
     embed: { w: embedName, scale: embedScale },
     rotary,

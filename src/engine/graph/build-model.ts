@@ -27,7 +27,7 @@ import { OnnxGraph, type BuiltGraph } from './onnx-builder';
 export type { BuiltGraph };
 import { allHookNames, hookInfo, mulInput, addInput } from './hooks';
 import { addModelBackward } from './backward-model';
-import type { ModelSpec, LinearRef, NormSpec, Activation, LayerSpec } from '../spec';
+import type { ModelSpec, LinearRef, NormSpec, Activation, LayerSpec, MoeSpec, ExpertSpec } from '../spec';
 import type { TensorEntry } from '../safetensors-types';
 import type { SaeGraphSpec } from '../sae';
 import type { WeightPrecision } from '../precision';
@@ -170,7 +170,7 @@ export class ModelGraph {
   readonly sites: string[] = [];
   /** tensors that already carry a hook's name */
   private readonly named = new Set<string>();
-  private readonly hookSet: Set<string>;
+  protected readonly hookSet: Set<string>;
   private readonly lean?: { sites: Set<string>; outputs: Set<string> };
   protected readonly D: number;
   protected readonly H: number;
@@ -558,6 +558,12 @@ export class ModelGraph {
     const m = layer.mlp;
     const M = this.spec.dMlp;
     let post: string;
+    if (layer.moe) {
+      let out = this.moe(b, layer.moe, xn);
+      if (layer.postMlpNorm) out = this.norm(out, layer.postMlpNorm, `blocks.${l}.ln2_post.hook_scale`);
+      return this.hook(out, `blocks.${l}.hook_mlp_out`);
+    }
+    if (!m) throw new Error(`graph: layer ${l} has no MLP`);
     if (m.kind === 'gated') {
       const pre = this.hook(this.linear(xn, m.gate!, D, M), `${b}.hook_pre`);
       const lin = this.hook(this.linear(xn, m.up, D, M), `${b}.hook_pre_linear`);
@@ -569,6 +575,51 @@ export class ModelGraph {
     let out = this.linear(post, m.down, M, D);
     if (layer.postMlpNorm) out = this.norm(out, layer.postMlpNorm, `blocks.${l}.ln2_post.hook_scale`);
     return this.hook(out, `blocks.${l}.hook_mlp_out`);
+  }
+
+  /**
+   * A mixture-of-experts MLP as one graph with data-dependent routing (no rebuild per prompt):
+   * router logits [B,T,E] → softmax → the top k per token → a dense weight per expert [B,T,E] (the
+   * chosen experts' probabilities, renormalised when normTopK; zero elsewhere) → every expert run
+   * on every token, its output times its weight, summed. Exact, and simple for the backward pass
+   * (the top-k choice is a 0/1 mask, so gradients flow through the chosen probabilities), at the
+   * cost of E/k times the expert compute of a gathered MoE (Mixtral 4×, Qwen3-30B-A3B 16×).
+   */
+  private moe(b: string, m: MoeSpec, xn: string): string {
+    const { g, D } = this;
+    const E = m.experts.length;
+    const logits = this.hook(this.linear(xn, m.router, D, E), `${b}.hook_router_logits`);
+    const probs = g.o('Softmax', [logits], { axis: -1 });
+    const [, idx] = g.op('TopK', [probs, g.constI([m.topK])], { axis: -1, largest: 1, sorted: 1 }, 2);
+    // chosen [B,T,E]: Σ_k onehot(idx_k), `b t k 1 == e -> b t k e -> b t e`
+    const range = g.constI(Array.from({ length: E }, (_, e) => e));
+    const onehot = g.o('Cast', [g.o('Equal', [g.o('Unsqueeze', [idx, g.constI([-1])]), range])], { to: 1 });
+    let w = g.o('Mul', [probs, g.o('ReduceSum', [onehot, g.constI([2])], { keepdims: 0 })]);
+    if (m.normTopK) w = g.o('Div', [w, g.o('ReduceSum', [w, g.constI([-1])], { keepdims: 1 })]);
+    w = this.hook(w, `${b}.hook_router_weights`);
+    // TransformerLens's [B,T,k] pair, read from the (possibly edited) dense weights
+    if (this.hookSet.has(`${b}.hook_expert_weights`))
+      this.hook(g.o('GatherElements', [w, idx], { axis: -1 }), `${b}.hook_expert_weights`);
+    if (this.hookSet.has(`${b}.hook_expert_indices`))
+      this.hook(g.o('Cast', [idx], { to: 1 }), `${b}.hook_expert_indices`);
+    const gated = (ex: ExpertSpec, M: number) =>
+      this.linear(
+        g.o('Mul', [activation(g, this.linear(xn, ex.gate, D, M), m.act, this.fused), this.linear(xn, ex.up, D, M)]),
+        ex.down,
+        M,
+        D,
+      );
+    let out = '';
+    const add = (y: string) => (out = out ? g.o('Add', [out, y]) : y);
+    m.experts.forEach((ex, e) => {
+      const we = g.o('Slice', [w, g.constI([e]), g.constI([e + 1]), g.constI([2])]); // [B,T,1]
+      add(this.hook(g.o('Mul', [gated(ex, m.dExpert), we]), `${b}.experts.${e}.hook_out`));
+    });
+    if (m.shared) {
+      const sg = g.o('Sigmoid', [this.linear(xn, m.shared.gate, D, 1)]); // [B,T,1]
+      add(this.hook(g.o('Mul', [gated(m.shared.mlp, m.shared.dMlp), sg]), `${b}.shared_expert.hook_out`));
+    }
+    return out;
   }
 
   // ---- one block

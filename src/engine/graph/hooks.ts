@@ -33,12 +33,33 @@ export function layerHooks(spec: ModelSpec, l: number, withResult: boolean): str
   names.push(`${b}.hook_attn_out`);
   if (!layer.parallel) names.push(`${b}.hook_resid_mid`);
   if (layer.ln2) names.push(`${b}.ln2.hook_scale`);
-  names.push(`${b}.mlp.hook_pre`);
-  if (layer.mlp.kind === 'gated') names.push(`${b}.mlp.hook_pre_linear`);
-  names.push(`${b}.mlp.hook_post`);
+  if (layer.moe) names.push(...moeHooks(b, layer.moe.experts.length, !!layer.moe.shared));
+  else {
+    names.push(`${b}.mlp.hook_pre`);
+    if (layer.mlp?.kind === 'gated') names.push(`${b}.mlp.hook_pre_linear`);
+    names.push(`${b}.mlp.hook_post`);
+  }
   if (layer.postMlpNorm) names.push(`${b}.ln2_post.hook_scale`);
   names.push(`${b}.hook_mlp_out`, `${b}.hook_resid_post`);
   return names;
+}
+
+/**
+ * A mixture-of-experts MLP's hooks (graph/build-model.ts moe): the router's logits [B,T,E]; the
+ * routing weights as a dense [B,T,E] (zero for experts not chosen); TransformerLens's
+ * hook_expert_weights and hook_expert_indices [B,T,k] (the chosen experts, largest weight first;
+ * indices as float32 integers); each expert's output already multiplied by its routing weight,
+ * [B,T,D] (zero where not routed, so hook_mlp_out is their sum, plus the shared expert's).
+ */
+export function moeHooks(b: string, E: number, shared: boolean): string[] {
+  return [
+    `${b}.mlp.hook_router_logits`,
+    `${b}.mlp.hook_router_weights`,
+    `${b}.mlp.hook_expert_weights`,
+    `${b}.mlp.hook_expert_indices`,
+    ...Array.from({ length: E }, (_, e) => `${b}.mlp.experts.${e}.hook_out`),
+    ...(shared ? [`${b}.mlp.shared_expert.hook_out`] : []),
+  ];
 }
 
 export function allHookNames(spec: ModelSpec, withResult = false): string[] {
@@ -52,6 +73,8 @@ export function allHookNames(spec: ModelSpec, withResult = false): string[] {
 export function hookInfo(name: string): HookInfo {
   const leaf = name.slice(name.lastIndexOf('.') + 1);
   if (leaf === 'hook_sae_recons' || leaf === 'hook_sae_error') return { name, posAxis: 1, site: false };
+  // outputs only: the chosen experts in the order top-k gives (an edit there would not reach the sum)
+  if (leaf === 'hook_expert_weights' || leaf === 'hook_expert_indices') return { name, posAxis: 1, site: false };
   if (leaf === 'hook_attn_scores') return { name, headAxis: 1, posAxis: 2, site: false }; // masked with -inf: x*0 would be NaN
   if (leaf === 'hook_pattern') return { name, headAxis: 1, posAxis: 2, site: true };
   if (['hook_q', 'hook_k', 'hook_v', 'hook_z', 'hook_result'].includes(leaf))
@@ -82,6 +105,12 @@ export function hookShape(spec: ModelSpec, name: string, B: number, T: number, T
       return [B, T, M];
     case 'logits':
       return [B, T, spec.dVocab];
+    case 'hook_router_logits':
+    case 'hook_router_weights':
+      return [B, T, spec.nExperts ?? 0];
+    case 'hook_expert_weights':
+    case 'hook_expert_indices':
+      return [B, T, spec.topK ?? 0];
     default:
       return [B, T, D];
   }

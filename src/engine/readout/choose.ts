@@ -47,7 +47,8 @@ export interface ReadoutChoice {
 }
 
 /** the weights DLA's readout multiplies: every layer's W_O and W_out */
-export const readoutNames = (spec: ModelSpec): string[] => spec.layers.flatMap((l) => [l.attn.o.w, l.mlp.down.w]);
+export const readoutNames = (spec: ModelSpec): string[] =>
+  spec.layers.flatMap((l) => [l.attn.o.w, ...(l.mlp ? [l.mlp.down.w] : [])]);
 
 /**
  * The readout a model gets (see the top of this file). `used`: the tensors the forward uses, as

@@ -200,7 +200,8 @@ export async function streamedReadout(
     throwIfAborted(signal);
     const s = spec.layers[l];
     layer(s.attn.o, l, { x: input.z, n: N, out: attnX }, { e: input.attnDirs, k: K, out: attnDir }, HD, D);
-    layer(s.mlp.down, l, { x: input.post, n: P, out: mlpX }, { e: input.mlpDirs, k: Km, out: mlpDir }, M, D);
+    // a mixture-of-experts layer has no one W_out: its rows stay zero
+    if (s.mlp) layer(s.mlp.down, l, { x: input.post, n: P, out: mlpX }, { e: input.mlpDirs, k: Km, out: mlpDir }, M, D);
   }
   return {
     attnX: { dims: [L, N, D], data: attnX },

@@ -1,0 +1,212 @@
+/**
+ * Mixture-of-experts families (mixtral, qwen3_moe, qwen2_moe, olmoe) on random checkpoints in HF's
+ * per-expert layout, against the float64 reference (tests/reference/forward64.ts moeForward,
+ * written from HF's *SparseMoeBlock and *TopKRouter): every hook (router logits, routing weights,
+ * each expert's weighted output, the shared expert) and the logits within 1e-4 on onnxruntime-node
+ * and WASM; greedy continuations through the KV cache equal the reference's full re-runs; an
+ * expert ablated, routing forced and forbidden as interventions equal the reference doing the same;
+ * leaving out renormalisation and the shared expert's gate moves the logits past the tolerance; and
+ * config.json beyond the caps, a router of the wrong shape or a missing expert are structured
+ * errors before any weight byte.
+ */
+import { describe, it, expect, beforeAll, afterAll } from 'vitest';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { loadModelNode } from '../src/node/load';
+import { checkConfig, describeModel } from '../src/engine/arch';
+import { LoupeError } from '../src/engine/errors';
+import { loadModelFilesNode } from '../src/node/load-files-node';
+import type { LoadedModel } from '../src/engine/api';
+import { generateTokens } from '../src/ops/lib/generation';
+import {
+  MOE_FAMILY_CASES,
+  makeCaseModel,
+  caseTokens,
+  referenceForward,
+  compareHooks,
+  maxAbsDiff,
+  greedyGenerate64,
+  loadModelDir,
+  type RandomModel,
+  type RefFeature,
+} from './reference';
+
+const TOL = 1e-4;
+
+describe.each(MOE_FAMILY_CASES)('MoE engine vs float64 reference: $name', (c) => {
+  let rm: RandomModel;
+  let model: LoadedModel;
+  let tokens: number[];
+  beforeAll(async () => {
+    rm = makeCaseModel(c);
+    model = await loadModelNode(rm.dir);
+    tokens = caseTokens(rm, c.seqLen);
+  });
+  afterAll(async () => {
+    await model?.dispose();
+    rm?.cleanup();
+  });
+
+  it('every hook and the logits agree within 1e-4 on node and WASM; routing is not degenerate', async () => {
+    const ref = referenceForward(rm, tokens);
+    const names = model.hookNames({ withResult: true });
+    for (const n of names) expect(Object.keys(ref.hooks), n).toContain(n);
+    expect(names).toContain('blocks.0.mlp.hook_router_logits');
+    expect(names).toContain(`blocks.1.mlp.experts.${model.info.num_experts! - 1}.hook_out`);
+    for (const backend of ['node', 'wasm'] as const) {
+      const m = backend === 'node' ? model : await loadModelNode(rm.dir, { backend });
+      try {
+        const out = await m.run(tokens, { hooks: 'all', withResult: true });
+        const cmp = compareHooks(ref.hooks, out.hooks, names, TOL);
+        const bad = cmp.filter((r) => !r.ok);
+        expect(bad, JSON.stringify(bad.slice(0, 5))).toEqual([]);
+        const dl = maxAbsDiff(ref.logits.data, out.logits.data).maxAbs;
+        expect(dl).toBeLessThan(TOL);
+        console.log(
+          `${c.name} ${backend}: ${cmp.length} hooks, worst |Δ| ${Math.max(...cmp.map((r) => r.maxAbs)).toExponential(2)}, logits |Δ| ${dl.toExponential(2)}`,
+        );
+      } finally {
+        if (m !== model) await m.dispose();
+      }
+    }
+    // every expert is chosen somewhere and no token's choice is a near tie (the reference's and the engine's top-k agree by margin)
+    const { num_experts: E, experts_per_token: k } = model.info;
+    const T = tokens.length;
+    for (let l = 0; l < model.info.n_layers; l++) {
+      const w = ref.hooks[`blocks.${l}.mlp.hook_router_weights`].data;
+      const used = new Set<number>();
+      for (let t = 0; t < T; t++) for (let e = 0; e < E!; e++) if (w[t * E! + e] > 0) used.add(e);
+      expect(used.size, `layer ${l}`).toBeGreaterThan(k!);
+    }
+  });
+
+  it('an expert ablated, routing forbidden and forced (interventions as data) equal the reference doing the same', async () => {
+    const E = model.info.num_experts!;
+    const l = model.info.n_layers - 1;
+    const b = `blocks.${l}.mlp`;
+    const ref0 = referenceForward(rm, tokens);
+    // the expert most used at the last layer
+    const w = ref0.hooks[`${b}.hook_router_weights`].data;
+    const load = Array.from({ length: E }, (_, e) => tokens.reduce((a, _t, t) => a + (w[t * E + e] > 0 ? 1 : 0), 0));
+    const e = load.indexOf(Math.max(...load));
+    const cases: [string, any[], (name: string, v: Float64Array) => Float64Array | void][] = [
+      [
+        'ablate',
+        [{ hook: `${b}.experts.${e}.hook_out`, op: 'zero' }],
+        (name, v) => (name === `${b}.experts.${e}.hook_out` ? v.fill(0) : undefined),
+      ],
+      [
+        'forbid',
+        [{ hook: `${b}.hook_router_logits`, op: 'add', neuron: e, value: [-1e9] }],
+        (name, v) => (name === `${b}.hook_router_logits` ? v.map((x, i) => (i % E === e ? x - 1e9 : x)) : undefined),
+      ],
+      [
+        'force',
+        [{ hook: `${b}.hook_router_logits`, op: 'add', neuron: (e + 1) % E, value: [30] }],
+        (name, v) =>
+          name === `${b}.hook_router_logits` ? v.map((x, i) => (i % E === (e + 1) % E ? x + 30 : x)) : undefined,
+      ],
+    ];
+    for (const [label, interventions, hook] of cases) {
+      const ref = referenceForward(rm, tokens, { hook });
+      const out = await model.run(tokens, { interventions, hooks: [`${b}.hook_router_weights`] });
+      expect(maxAbsDiff(ref.logits.data, out.logits.data).maxAbs, label).toBeLessThan(TOL);
+      expect(maxAbsDiff(ref0.logits.data, out.logits.data).maxAbs, label).toBeGreaterThan(10 * TOL);
+      const rw = out.hooks[`${b}.hook_router_weights`].data;
+      for (let t = 0; t < tokens.length; t++) {
+        if (label === 'forbid') expect(rw[t * E + e]).toBe(0);
+        if (label === 'force') expect(rw[t * E + ((e + 1) % E)]).toBeGreaterThan(0.99);
+      }
+    }
+  });
+
+  it('greedy continuation through the KV cache equals the float64 reference re-run in full', async () => {
+    const ids = tokens.slice(0, 5);
+    const gen = await generateTokens(model, ids, { maxNewTokens: 6, stopAtEos: false });
+    expect(gen.ids).toEqual(greedyGenerate64(loadModelDir(rm.dir), ids, 6));
+    const split = 4;
+    const first = await model.run(tokens.slice(0, split), { returnCache: true });
+    const rest = await model.run(tokens.slice(split), { past: first.present });
+    const full = await model.run(tokens);
+    const V = model.info.d_vocab;
+    expect(maxAbsDiff(rest.logits.data, full.logits.data.subarray(split * V)).maxAbs).toBeLessThan(1e-5);
+  });
+
+  it('the routing features it has matter: leaving each out moves the logits past the tolerance', () => {
+    const ref = referenceForward(rm, tokens, { record: false });
+    const features: RefFeature[] = [];
+    if (rm.config.model_type === 'mixtral' || rm.config.norm_topk_prob) features.push('moe_renorm');
+    if (rm.config.model_type === 'qwen2_moe') features.push('shared_expert_gate');
+    if (rm.config.model_type === 'olmoe') features.push('qk_norm_full');
+    if (rm.config.model_type === 'mixtral') features.push('sliding_window');
+    for (const f of features) {
+      const d = maxAbsDiff(ref.logits.data, referenceForward(rm, tokens, { record: false, drop: [f] }).logits.data);
+      console.log(`${c.name}: without ${f} the logits move by ${d.maxAbs.toExponential(2)}`);
+      expect(d.maxAbs, f).toBeGreaterThan(100 * TOL);
+    }
+  });
+});
+
+describe('MoE bad input: structured errors from config.json and the headers, before any weight byte', () => {
+  const base = MOE_FAMILY_CASES[0];
+  let rm: RandomModel;
+  let config: Record<string, any>;
+  beforeAll(() => {
+    rm = makeCaseModel(base);
+    config = JSON.parse(readFileSync(join(rm.dir, 'config.json'), 'utf8'));
+  });
+  afterAll(() => rm?.cleanup());
+
+  const refused = (patch: Record<string, unknown>): LoupeError => {
+    try {
+      checkConfig({ ...config, ...patch });
+    } catch (e) {
+      expect(e).toBeInstanceOf(LoupeError);
+      return e as LoupeError;
+    }
+    throw new Error('expected a LoupeError');
+  };
+
+  it('more experts, a larger top-k than the caps or than the experts, mixed dense layers: BAD_CONFIG / UNSUPPORTED_CONFIG naming the field', () => {
+    let e = refused({ num_local_experts: 100_000 });
+    expect([e.code, e.message]).toEqual(['BAD_CONFIG', expect.stringContaining('num_local_experts')]);
+    e = refused({ num_experts_per_tok: 65 });
+    expect([e.code, e.message]).toEqual(['BAD_CONFIG', expect.stringContaining('num_experts_per_tok')]);
+    e = refused({ num_experts_per_tok: 9 });
+    expect(e.code).toBe('BAD_CONFIG');
+    expect(e.details).toMatchObject({ field: 'num_experts_per_tok' });
+    e = refused({ model_type: 'qwen3_moe', num_experts: 8, moe_intermediate_size: 24, mlp_only_layers: [0] });
+    expect(e.code).toBe('UNSUPPORTED_CONFIG');
+    expect(e.details).toMatchObject({ field: 'mlp_only_layers' });
+    e = refused({ model_type: 'olmoe', num_experts: 8, clip_qkv: 8 });
+    expect(e.details).toMatchObject({ field: 'clip_qkv' });
+    expect(() => checkConfig(config)).not.toThrow();
+  });
+
+  it('a router of the wrong shape and a missing expert tensor: BAD_TENSOR_SHAPE / MISSING_TENSOR naming the tensor, from the headers', async () => {
+    const files = await loadModelFilesNode(rm.dir);
+    const tensors = new Map(files.weights.tensors);
+    const router = 'model.layers.1.block_sparse_moe.gate.weight';
+    tensors.set(router, { ...tensors.get(router)!, shape: [7, config.hidden_size] });
+    let err: unknown;
+    try {
+      describeModel({ config, tensors });
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toBeInstanceOf(LoupeError);
+    expect((err as LoupeError).code).toBe('BAD_TENSOR_SHAPE');
+    expect((err as LoupeError).details).toMatchObject({ tensor: router });
+    const missing = new Map(files.weights.tensors);
+    missing.delete('model.layers.0.block_sparse_moe.experts.5.w3.weight');
+    try {
+      describeModel({ config, tensors: missing });
+    } catch (e) {
+      err = e;
+    }
+    expect((err as LoupeError).code).toBe('MISSING_TENSOR');
+    expect((err as LoupeError).details).toMatchObject({
+      tensor: 'model.layers.0.block_sparse_moe.experts.5.w3.weight',
+    });
+  });
+});
