@@ -210,8 +210,9 @@ export async function createModel(parts: ModelParts, factory: SessionFactory): P
     pos_embed: !!spec.posEmbed,
     post_norms: postNormsOf(spec),
     parallel_attn_mlp: spec.layers.some((l) => l.parallel),
-    act_fn: spec.layers[0].mlp.act,
-    gated_mlp: spec.layers[0].mlp.kind === 'gated',
+    // a mixture-of-experts model's experts are gated MLPs
+    act_fn: (spec.layers[0].mlp ?? spec.layers[0].moe!).act,
+    gated_mlp: (spec.layers[0].mlp?.kind ?? 'gated') === 'gated',
     final_softcap: spec.finalSoftcap,
     weights: choice.precision,
     weights_reason: choice.reason,
