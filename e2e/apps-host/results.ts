@@ -39,6 +39,7 @@ export function callsFor(sae: string, saePath: string, tc: string): Record<strin
     attention: { prompt: P, layers: [0, 1] },
     logit_lens: { prompt: P },
     head_scores: { prompt: P },
+    composition_scores: {},
     ablate: { prompt: P, layer: 1, component: 'attn_out' },
     circuit: { prompt: P },
     layer_ablation: { prompt: P },

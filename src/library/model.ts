@@ -18,7 +18,9 @@ import { hookInfo } from '../engine/graph/hooks';
 import { operations, type OperationRegistry } from '../ops';
 import type { DocumentOf, InputOf, OpContext } from '../ops/types';
 import { MemoryHandleStore } from '../ops/lib/handle-store';
-import { processedReader, weightsView, type Weights } from './weights';
+import { processedReader } from '../ops/lib/tl-weights';
+import { compositionScores, ovCircuit, qkCircuit, type CompositionMode } from '../ops/lib/circuits';
+import { weightsView, type Weights } from './weights';
 
 /** TransformerLens's HookedTransformerConfig fields, as far as a Loupe model has them */
 export interface Config {
@@ -260,6 +262,30 @@ export class Model {
       this.copies.set(name, t);
     }
     return t;
+  }
+
+  /** head h of layer l's QK circuit W_Q W_Kᵀ [d_model, d_model] (processed weights by default, as TL) */
+  QK(layer: number, head: number, opts: { processed?: boolean } = {}): Tensor {
+    return qkCircuit(this.engine, (n) => this.param(n, { processed: opts.processed ?? true }), layer, head);
+  }
+
+  /** head h of layer l's OV circuit W_V W_O [d_model, d_model] (processed weights by default, as TL) */
+  OV(layer: number, head: number, opts: { processed?: boolean } = {}): Tensor {
+    return ovCircuit(this.engine, (n) => this.param(n, { processed: opts.processed ?? true }), layer, head);
+  }
+
+  /**
+   * Elhage et al.'s composition scores for every pair of heads, [L, H, L, H] (from layer, from head,
+   * to layer, to head; 0 unless from layer < to layer): TL's all_composition_scores(mode)
+   */
+  async allCompositionScores(mode: 'Q' | 'K' | 'V', opts: { processed?: boolean; signal?: AbortSignal } = {}) {
+    const m = mode.toLowerCase() as CompositionMode;
+    if (!['q', 'k', 'v'].includes(m))
+      throw new LoupeError('BAD_INPUT', `mode must be 'Q', 'K' or 'V' (got '${mode}').`);
+    const read = (n: string) => this.param(n, { processed: opts.processed ?? true });
+    const r = await compositionScores(this.engine, read, [m], { signal: opts.signal });
+    const { n_layers: L, n_heads: H } = this.cfg;
+    return { dims: [L, H, L, H], data: Float32Array.from(r.scores[m]!) } as Tensor;
   }
 
   /** every hook name in forward order (`withResult`: with the per-head hook_result) */

@@ -27,6 +27,7 @@ import * as feature from './feature';
 import * as attribution_patching from './attribution_patching';
 import * as integrated_gradients from './integrated_gradients';
 import * as head_scores from './head_scores';
+import * as composition_scores from './composition_scores';
 import * as dashboard from './dashboard';
 import * as edge_attribution from './edge_attribution';
 import * as attribution_graph from './attribution_graph';
@@ -40,6 +41,7 @@ const registry = {
   attention: attention.operation,
   logit_lens: logit_lens.operation,
   head_scores: head_scores.operation,
+  composition_scores: composition_scores.operation,
   ablate: ablate.operation,
   circuit: circuit.operation,
   layer_ablation: layer_ablation.operation,
