@@ -3,7 +3,12 @@
  * result's, never an older one's.
  */
 import { test, expect, openReady, runOp, watchErrors, PROMPT } from './fixtures';
+import { rmSync } from 'node:fs';
 import { decodeShare, parseFragment } from '../src/share/codec';
+import { loadModelNode } from '../src/node/load';
+import { operations } from '../src/ops/index';
+import { createNodeSaeLoaders } from '../src/node/load-sae';
+import { makeRandomSae } from '../tests/helpers/random-sae';
 
 const linkState = (url: string) => decodeShare(parseFragment(new URL(url).hash).get('s')!);
 
@@ -23,4 +28,121 @@ test("a result card's link is its own result's: a new run hides the older link",
   await page.getByTestId('copy-link').click();
   expect(linkState(await page.getByTestId('share-url').inputValue()).input.prompt).toBe('Lily went to the park');
   expect(errors).toEqual([]);
+});
+
+test('the head panel names its model, offers a re-run after the prompt changes, and refuses another model', async ({
+  page,
+  site,
+}) => {
+  const errors = watchErrors(page);
+  await openReady(page, site.url);
+  await page.getByTestId('prompt').fill(PROMPT);
+  await runOp(page, 'trace');
+  await page.locator('[data-testid=trace-heatmap] rect.cell[data-row="1"][data-col="2"]').click();
+  const panel = page.getByTestId('head-panel');
+  await expect(panel.getByTestId('head-model')).toHaveText('stories260K');
+  await expect(panel.locator('[data-testid=head-pattern] rect.cell').first()).toBeAttached();
+  await expect(panel.getByTestId('head-prompt-changed')).toHaveCount(0);
+  // a new prompt: the pattern says it is the old prompt's, and re-runs on the new one when asked
+  await page.getByTestId('prompt').fill('Lily went to the park');
+  await expect(panel.getByTestId('head-prompt-changed')).toBeVisible();
+  await panel.getByTestId('head-rerun').click();
+  await expect(panel.getByTestId('head-prompt-changed')).toHaveCount(0);
+  await expect(panel).toContainText('Lily went to the park');
+  await panel.getByRole('button', { name: 'Close the head panel' }).click();
+
+  // a trace result of another model (kept after a switch): its heads are that model's
+  await page.evaluate(() => {
+    const a = (globalThis as any).__loupe;
+    const r = a.results.trace;
+    a.results = {
+      ...a.results,
+      trace: { ...r, model: { kind: 'url', id: 'https://example.test/other', revision: '' } },
+    };
+  });
+  await expect(page.getByTestId('stale-result')).toBeVisible();
+  await page.locator('[data-testid=trace-heatmap] rect.cell[data-row="0"][data-col="1"]').click();
+  await expect(panel.getByTestId('head-model')).toHaveText('https://example.test/other');
+  await expect(panel.getByTestId('head-other-model')).toBeVisible();
+  await expect(panel.getByTestId('head-ablate')).toBeDisabled();
+  await expect(panel.locator('[data-testid=head-pattern]')).toHaveCount(0);
+  expect(errors).toEqual([]);
+});
+
+test("causality takes the sweep's layer and direction; Fill example asks before replacing a typed prompt", async ({
+  page,
+  site,
+}) => {
+  await openReady(page, site.url);
+  await page.getByTestId('tab-sweep').click();
+  await page.getByTestId('fill-example').click();
+  await page.locator('#p-sweep-direction').fill('tokens: sad - big');
+  await page.getByTestId('tab-causality').click();
+  await expect(page.locator('#p-causality-direction')).toHaveValue('tokens: sad - big');
+  await expect(page.locator('#p-causality-layer')).toHaveValue('2');
+
+  // a prompt the person typed stays unless they confirm
+  await page.getByTestId('tab-steer').click();
+  await page.getByTestId('prompt').fill('My own prompt about a dragon');
+  const asked: string[] = [];
+  page.once('dialog', (d) => (asked.push(d.message()), void d.dismiss()));
+  await page.getByTestId('fill-example').click();
+  await expect(page.locator('#p-steer-direction')).toHaveValue('tokens: happy - big');
+  await expect(page.getByTestId('prompt')).toHaveValue('My own prompt about a dragon');
+  expect(asked).toEqual([expect.stringContaining('Replace your prompt')]);
+  page.once('dialog', (d) => void d.accept());
+  await page.getByTestId('fill-example').click();
+  await expect(page.getByTestId('prompt')).toHaveValue(PROMPT);
+  // the example's own prompt is replaced without asking
+  await page.getByTestId('fill-example').click();
+  await expect(page.getByTestId('prompt')).toHaveValue(PROMPT);
+});
+
+test('a number in a table never wraps', async ({ page, site }) => {
+  await page.setViewportSize({ width: 1024, height: 700 });
+  await openReady(page, site.url);
+  await runOp(page, 'trace');
+  const ws = await page
+    .locator('td.num')
+    .first()
+    .evaluate((el) => getComputedStyle(el).whiteSpace);
+  expect(ws).toBe('nowrap');
+});
+
+test("the feature card names the max activation's prompt as the list does, and the descriptions path has one slash", async ({
+  page,
+  site,
+}) => {
+  const model = await loadModelNode('default');
+  const sae = makeRandomSae({ hook: 'blocks.2.hook_resid_post', dIn: 64, dSae: 128, seed: 3 });
+  let doc: any;
+  try {
+    // the source with a trailing slash, as a folder is often pasted
+    doc = await operations.feature.run(
+      model,
+      {
+        prompt: 'Once upon a time',
+        prompts: ['Lily went to the park', 'The dog ran'],
+        sae_source: `${sae.dir}/`,
+        feature: 7,
+      },
+      createNodeSaeLoaders({ cache: false }),
+    );
+  } finally {
+    await model.dispose();
+    rmSync(sae.dir, { recursive: true, force: true });
+  }
+  expect(doc.descriptions.looked_for).toBe(`${sae.dir}/explanations.json`);
+  await openReady(page, site.url);
+  await page.evaluate((d) => {
+    const a = (globalThis as any).__loupe;
+    a.results = {
+      ...a.results,
+      feature: { op: 'feature', input: {}, doc: d, model: a.modelRef, ms: null, fromLink: false },
+    };
+  }, doc);
+  await page.getByTestId('tab-feature').click();
+  const k = doc.max_activation_prompt;
+  await expect(page.getByTestId('feature-max-where')).toHaveText(k === 0 ? 'prompt' : `prompts[${k - 1}]`);
+  await expect(page.getByTestId('sae-descriptions')).toContainText(`${sae.dir}/explanations.json`);
 });

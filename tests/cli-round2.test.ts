@@ -4,7 +4,7 @@
  * on a non-TTY stderr throttled, and the induction generator's sequences of distinct tokens.
  */
 import { execFile } from 'node:child_process';
-import { rmSync } from 'node:fs';
+import { readFileSync, rmSync } from 'node:fs';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
@@ -139,6 +139,24 @@ describe('the induction generator', () => {
       expect(new Set(R).size).toBe(L);
       expect(new Set(R2).size).toBe(L);
       expect(p.answer).not.toBe(p.counterfactual);
+    }
+  });
+});
+
+describe('docs/GUIDE.md', () => {
+  const guide = readFileSync(path.resolve(__dirname, '..', 'docs', 'GUIDE.md'), 'utf8');
+  it('has a section on attribution graphs, feature interventions and where transcoders come from', () => {
+    const section = guide.split(/^## /m).find((s) => s.startsWith('Attribution graphs and feature interventions'));
+    expect(section).toBeDefined();
+    for (const w of ['`attribution_graph`', '`feature_intervention`', 'Where transcoders come from', 'Gemma Scope 2'])
+      expect(section).toContain(w);
+    // the flags it quotes are the operations' own
+    for (const [op, flag] of [
+      ['attribution_graph', 'transcoder_source'],
+      ['feature_intervention', 'interventions'],
+    ] as const) {
+      expect(section).toContain(`--${flag.replace(/_/g, '-')}`);
+      expect(Object.keys((operations[op] as any).input.shape)).toContain(flag);
     }
   });
 });

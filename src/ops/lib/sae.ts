@@ -83,7 +83,8 @@ export interface AttachedSae {
 /** the id an SAE ref is attached under: the same SAE is attached once per model */
 export function saeIdOf(ref: SaeRef): string {
   const path = ref.path.replace(/^\/+|\/+$/g, '');
-  return `${ref.source.trim()}${path ? `/${path}` : ''}`;
+  // a source given with a trailing slash names the same folder (never "…saelens//explanations.json")
+  return `${ref.source.trim().replace(/(.)\/+$/, '$1')}${path ? `/${path}` : ''}`;
 }
 
 const loads = new SharedLoads<AttachedSae>();

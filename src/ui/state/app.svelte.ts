@@ -85,7 +85,7 @@ export class AppState {
       },
     });
     this.doctor = new DoctorStore(this.client, this.jobs, notify);
-    this.links = new LinkStore(this.forms, notify);
+    this.links = new LinkStore(this.forms, notify, () => this.resultStore.byOp[this.forms.op]?.model ?? null);
     this.resultStore.onNew = (e) => void this.history.record(e);
     this.history.schemaCheck = (items) => this.client.call((api) => api.checkDocuments(items));
     // an error about inputs that have since been edited is stale (a running job's error is not yet shown)
@@ -325,6 +325,8 @@ export class AppState {
       };
       return;
     }
+    // the run's layer and direction (however they were set) are the next method's too
+    this.forms.carry(op, this.forms.params[op] ?? {});
     this.forms.save();
     await this.runOperation(op, input);
   }

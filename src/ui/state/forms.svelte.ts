@@ -24,11 +24,14 @@ const CARRIED: [string[], string[]][] = [
   ],
 ];
 
+/** the prompt a first visit starts with */
+export const DEFAULT_PROMPT = 'Once upon a time, there was a little';
+
 /** Form values handed on: `{ op: { field: value } }` merged into those forms. */
 export type Fills = Record<string, Record<string, unknown>>;
 
 export class FormStore {
-  prompt = $state('Once upon a time, there was a little');
+  prompt = $state(DEFAULT_PROMPT);
   op = $state('trace');
   params = $state<Record<string, Record<string, unknown>>>({});
   errors = $state<Record<string, string>>({});
@@ -95,13 +98,22 @@ export class FormStore {
   setParam(op: string, name: string, value: unknown): void {
     this.params[op] ??= {};
     this.params[op][name] = value;
-    // one experiment across its methods: these values follow into the sibling forms
-    for (const [ops, names] of CARRIED)
-      if (ops.includes(op) && names.includes(name))
-        for (const other of ops) if (other !== op) (this.params[other] ??= {})[name] = value;
+    this.carry(op, { [name]: value });
     // the error this field had is about the old value
     if (op === this.op && this.errors[name]) delete this.errors[name];
     this.edited();
+  }
+
+  /**
+   * One experiment across its methods: the carried fields among `values` (typed, filled from an
+   * example, or sent in a run) follow into the sibling forms.
+   */
+  carry(op: string, values: Record<string, unknown>): void {
+    for (const [ops, names] of CARRIED)
+      if (ops.includes(op))
+        for (const name of names)
+          if (values[name] !== undefined && values[name] !== '')
+            for (const other of ops) if (other !== op) (this.params[other] ??= {})[name] = values[name];
   }
 
   /** an input changed: keep it, and let errors about the old one go */

@@ -5,14 +5,17 @@
  * positions: elements carrying data-pos). Clicking a token fills a position into the form.
  */
 import type { FormStore, Fills } from './forms.svelte';
+import type { ShareModel } from '../../share/codec';
 
 export interface HeadRef {
   layer: number;
   head: number;
+  /** the model of the result the head was clicked in (null: none known); the panel runs only on it */
+  model: ShareModel | null;
 }
 
 /** "L3H7" → {layer: 3, head: 7} (bars and tables label heads this way) */
-export function parseHead(label: string): HeadRef | null {
+export function parseHead(label: string): Omit<HeadRef, 'model'> | null {
   const m = /^L(\d+)H(\d+)$/.exec(label.trim());
   return m ? { layer: Number(m[1]), head: Number(m[2]) } : null;
 }
@@ -24,10 +27,12 @@ export class LinkStore {
   constructor(
     private readonly forms: FormStore,
     private readonly notify: (kind: 'info', text: string, ms?: number) => void,
+    /** the model of the result in view: a head clicked there is that model's */
+    private readonly shownModel: () => ShareModel | null = () => null,
   ) {}
 
   openHead(layer: number, head: number): void {
-    this.head = { layer, head };
+    this.head = { layer, head, model: this.shownModel() };
   }
 
   isHead(layer: number, head: number): boolean {
