@@ -4,6 +4,7 @@
  * memory far past a cap) and is refused fast with a structured error on the fixed code.
  */
 import { execFileSync } from 'node:child_process';
+import zlib from 'node:zlib';
 import { copyFileSync, mkdirSync, mkdtempSync, rmSync, symlinkSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -13,6 +14,9 @@ import { LoupeError, toLoupeError } from '../src/engine/errors';
 import { DirCache } from '../src/node/dir-cache';
 import { loadModelNode } from '../src/node/load';
 import { readSafetensorsHeaderFromDisk } from '../src/node/load-files-node';
+import { CAPS } from '../src/engine/caps';
+import { parseDescriptions } from '../src/ops/lib/feature-descriptions';
+import { bomb } from './helpers/inflate-bomb';
 import { SHARED } from './helpers/shared';
 
 const STORIES = path.join(SHARED, 'models/stories260K');
@@ -133,4 +137,27 @@ describe('F6: only regular files are opened from a model folder or the cache (a 
     await sink.commit();
     expect(await cache.get(key('w.bin'))).toEqual(new Uint8Array([7, 8]));
   }, 10_000);
+});
+
+describe('F8: compressed input is inflated in slices and stops at its cap', () => {
+  it('the bombs are what they say (a valid gzip of 16 MiB of zeros; a small real file still reads)', () => {
+    expect(zlib.gunzipSync(bomb(16, true)).byteLength).toBe(16 << 20);
+    const gz = zlib.gzipSync(JSON.stringify([{ index: '3', description: 'dates' }]));
+    expect(parseDescriptions(new Uint8Array(gz), 'a file').byFeature.get(3)?.description).toBe('dates');
+  });
+  it('1 GiB of zeros as a share link and as SAE descriptions: refused, peak RSS near the cap (was 3.2 GB)', () => {
+    const out = execFileSync(
+      process.execPath,
+      ['--import', 'tsx', path.join(__dirname, 'helpers/inflate-bomb.ts'), 'run'],
+      {
+        encoding: 'utf8',
+        timeout: 60_000,
+      },
+    );
+    const r = JSON.parse(out.trim().split('\n').at(-1)!) as Record<string, { code: string; growth_mib: number }>;
+    expect([r.link.code, r.descriptions.code]).toEqual(['BAD_INPUT', 'TOO_LARGE']);
+    // the output kept up to the cap, and its copy into one buffer, plus a slice's output and slack
+    expect(r.link.growth_mib).toBeLessThan(CAPS.maxLinkJsonBytes / 2 ** 20 + 64);
+    expect(r.descriptions.growth_mib).toBeLessThan(CAPS.maxDescriptionsBytes / 2 ** 20 + 128);
+  }, 60_000);
 });

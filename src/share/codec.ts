@@ -4,7 +4,8 @@
  * `#s=<base64url(deflate(JSON))>`. The fragment never reaches a server, and it can sit beside the
  * bridge's `#pair=` token (`#pair=…&s=…`).
  */
-import { deflateSync, Inflate, strToU8, strFromU8 } from 'fflate';
+import { deflateSync, strToU8, strFromU8 } from 'fflate';
+import { inflateCapped } from '../engine/inflate';
 import { CAPS } from '../engine/caps';
 import { LoupeError } from '../engine/errors';
 import { toBase64Url, fromBase64Url } from './base64url';
@@ -75,22 +76,9 @@ export function encodeShare(state: ShareState, opts: EncodeOptions = {}): { text
   return { text: deflate(JSON.stringify(s)), embedded: false };
 }
 
-function inflateCapped(bytes: Uint8Array): string {
-  const chunks: Uint8Array[] = [];
-  let total = 0;
-  const inf = new Inflate((chunk) => {
-    total += chunk.length;
-    if (total > MAX_JSON_BYTES) throw new Error('inflated link is too large');
-    chunks.push(chunk);
-  });
-  inf.push(bytes, true);
-  const all = new Uint8Array(total);
-  let o = 0;
-  for (const c of chunks) {
-    all.set(c, o);
-    o += c.length;
-  }
-  return strFromU8(all);
+function inflateLink(bytes: Uint8Array): string {
+  const tooLarge = () => new Error('inflated link is too large');
+  return strFromU8(inflateCapped(bytes, { format: 'deflate', maxBytes: MAX_JSON_BYTES, tooLarge }));
 }
 
 function bad(msg: string): LoupeError {
@@ -108,7 +96,7 @@ export function decodeShare(text: string): ShareState {
   if (text.length > MAX_LINK_CHARS) throw bad('it is too long');
   let json: string;
   try {
-    json = inflateCapped(fromBase64Url(text));
+    json = inflateLink(fromBase64Url(text));
   } catch (e) {
     throw bad((e as Error).message);
   }

@@ -15,9 +15,9 @@
  * `index` may be a string or a number. A feature with several explanations keeps the first one
  * listed (Neuronpedia lists its default first).
  */
-import { Gunzip } from 'fflate';
 import { CAPS } from '../../engine/caps';
 import { LoupeError } from '../../engine/errors';
+import { inflateCapped, isGzip } from '../../engine/inflate';
 
 export interface FeatureDescription {
   description: string;
@@ -46,37 +46,21 @@ const bad = (where: string, msg: string) =>
       'of records with "index" and "description", e.g. [{"index": "3", "description": "dates"}].',
   );
 
-function isGzip(b: Uint8Array): boolean {
-  return b.length >= 2 && b[0] === 0x1f && b[1] === 0x8b;
-}
-
 /** text of the file: gunzipped when it starts with the gzip magic, inflating at most maxDescriptionsBytes */
 function textOf(bytes: Uint8Array, where: string): { text: string; gzip: boolean } {
   if (!isGzip(bytes)) return { text: new TextDecoder().decode(bytes), gzip: false };
-  const parts: Uint8Array[] = [];
-  let total = 0;
-  const g = new Gunzip((chunk) => {
-    total += chunk.byteLength;
-    if (total > CAPS.maxDescriptionsBytes)
-      throw new LoupeError(
-        'TOO_LARGE',
-        `Descriptions from ${where}: the gzip data inflates past ${CAPS.maxDescriptionsBytes.toLocaleString('en-US')} bytes (maxDescriptionsBytes).`,
-        'Give a smaller descriptions file (one SAE’s explanations).',
-      );
-    parts.push(chunk);
-  });
+  const tooLarge = () =>
+    new LoupeError(
+      'TOO_LARGE',
+      `Descriptions from ${where}: the gzip data inflates past ${CAPS.maxDescriptionsBytes.toLocaleString('en-US')} bytes (maxDescriptionsBytes).`,
+      'Give a smaller descriptions file (one SAE’s explanations).',
+    );
+  let out: Uint8Array;
   try {
-    for (let off = 0; off < bytes.byteLength; off += 1 << 20)
-      g.push(bytes.subarray(off, Math.min(off + (1 << 20), bytes.byteLength)), off + (1 << 20) >= bytes.byteLength);
+    out = inflateCapped(bytes, { format: 'gzip', maxBytes: CAPS.maxDescriptionsBytes, tooLarge });
   } catch (e) {
     if (e instanceof LoupeError) throw e;
     throw bad(where, `the gzip data is corrupt (${(e as Error).message}).`);
-  }
-  const out = new Uint8Array(total);
-  let o = 0;
-  for (const p of parts) {
-    out.set(p, o);
-    o += p.byteLength;
   }
   return { text: new TextDecoder().decode(out), gzip: true };
 }
