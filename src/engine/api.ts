@@ -241,6 +241,13 @@ export interface KVCache {
   values: Tensor[];
   /** number of cached positions P */
   length: number;
+  /**
+   * held on the device instead (`returnCache: 'device'` where the backend keeps values there:
+   * WebGPU in Node): `keys` and `values` are empty; the runtime's tensors, fed back as they are
+   */
+  device?: { keys: unknown[]; values: unknown[]; batch: number };
+  /** frees a cache held on the device (a no-op otherwise); call it once the cache is no longer fed */
+  release?: () => void;
 }
 
 /**
@@ -273,6 +280,12 @@ export interface RunOptions {
    */
   logitPositions?: number[];
   /**
+   * return each hook only at these positions, along its (query) position axis (hook_pattern
+   * [B, H, P, Tk], hook_z [B, P, H, Dh]): where the values stay on the device (WebGPU in Node) only
+   * these positions are read back. Gradients are returned whole.
+   */
+  hookPositions?: number[];
+  /**
    * run on a lean graph variant that has only this run's intervention sites and requested hooks
    * (built once per such set and kept; at most two): for large batched scans, where every other
    * hook's output buffers would cost memory and time. Same numbers as the full graph.
@@ -282,8 +295,11 @@ export interface RunOptions {
   withResult?: boolean;
   /** continue from a KV cache (positions continue from past.length); returns `present` */
   past?: KVCache;
-  /** return a KV cache for the tokens run (use for generation) */
-  returnCache?: boolean;
+  /**
+   * return a KV cache for the tokens run (use for generation); 'device': left on the device where
+   * the backend keeps values there (KVCache.device; release it), else as with true
+   */
+  returnCache?: boolean | 'device';
   /**
    * run with this attached SAE spliced in at its hook: adds the hooks `{hook}.hook_sae_acts_post`
    * [B,T,d_sae] (an intervention site: edit features with `neuron` = feature index),
@@ -479,6 +495,24 @@ export interface LocalReplacement {
  * A model's memory as the engine sees it. The runtime's part (the WASM heap, the process RSS) is
  * measured by the host (the worker, the CLI) beside it.
  */
+/** what crossed between JS and the device (runtime/transfers.ts counts it) */
+export interface TransferCounts {
+  /** session runs */
+  runs: number;
+  /** bytes of feeds taken from JS memory */
+  written_bytes: number;
+  /** bytes of outputs handed back in JS memory */
+  read_bytes: number;
+  /** feeds that were on the device already (nothing written) */
+  device_feeds: number;
+  /** outputs left on the device (nothing read) */
+  device_outputs: number;
+  /** nodes that ran off the device, summed over the profiled sessions (WebGPU in Node; absent where not profiled) */
+  off_device_nodes?: number;
+  /** their op types and first input's dtype ('Concat:int64') */
+  off_device_ops?: Record<string, number>;
+}
+
 export interface ModelMemory {
   /** bytes of the weights in the precision the session holds them (= info.weight_bytes) */
   weight_bytes: number;
@@ -496,6 +530,8 @@ export interface ModelMemory {
   sessions: number;
   /** bytes of the hook (and gradient) values the last run returned */
   hooks_bytes: number;
+  /** what crossed between JS and the device since load (runtime/transfers.ts) */
+  transfers?: TransferCounts;
 }
 
 export interface LoadOptions {

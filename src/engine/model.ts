@@ -31,7 +31,9 @@ import { readoutFor, readoutProducts, type ReadoutMode } from './readout';
 import { allHookNames, hookInfo, hookShape as shapeOfHook } from './graph/hooks';
 import { compileInterventions } from './runtime/interventions';
 import { buildFeeds } from './runtime/feeds';
-import type { EngineSession, OrtTensorLike, SessionFactory } from './runtime/ort-session';
+import { TransferCounter } from './runtime/transfers';
+import type { EngineSession, OrtTensorLike, RunKeep, SessionFactory } from './runtime/ort-session';
+import { checkPositions, gatherAt } from './runtime/positions';
 import { ModelTokenizer } from './tokenizer';
 import { readParam, specTensorNames, storedParam, valueProduct, type ReadTensor } from './params';
 import { prepareSae, withSaeWeights, type SaeFiles, type SaeGraphSpec, type SaeInfo } from './sae';
@@ -96,9 +98,10 @@ async function runSession(
   fetches: string[],
   hint: string,
   where = '',
+  opts?: RunKeep,
 ): Promise<Record<string, OrtTensorLike>> {
   try {
-    return await session.run(feeds, fetches);
+    return await session.run(feeds, fetches, opts);
   } catch (e) {
     throw new LoupeError('RUNTIME_ERROR', `onnxruntime failed${where}: ${(e as Error).message}`, hint);
   }
@@ -300,6 +303,7 @@ class EngineModel implements LoadedModel {
   private readonly hookSets: Record<'base' | 'result', Set<string>>;
   private queue: Promise<unknown> = Promise.resolve();
   private lastHooksBytes = 0;
+  private readonly transfers = new TransferCounter();
 
   constructor(
     readonly spec: ModelSpec,
@@ -561,7 +565,7 @@ class EngineModel implements LoadedModel {
           transcoders: tc?.spec,
         });
         if (this.factory.backend === 'wasm' && precision !== 'f32') await this.makeRoom(key, graph.weightBytes);
-        const made = { graph, session: await this.factory.create(graph, weights) };
+        const made = { graph, session: this.transfers.wrap(await this.factory.create(graph, weights)) };
         this.created.set(key, made);
         return made;
       })();
@@ -647,23 +651,42 @@ class EngineModel implements LoadedModel {
       : [];
     const fetches = ['logits', ...wanted, ...(gradHooks ?? []).map(gradName), ...presentNames];
 
+    // hooks at some positions only: gathered on the device where the values stay there, else here
+    const at = opts.hookPositions;
+    if (at) checkPositions(at, T);
+    const axes = Object.fromEntries(wanted.map((h) => [h, hookInfo(h).posAxis]));
+    const gather = at && session.keepsOnDevice ? { positions: at, axes } : undefined;
+    const keepCache = opts.returnCache === 'device' && session.keepsOnDevice;
     const out = await runSession(
       session,
       feeds,
       fetches,
       'This may be out of memory; try a shorter prompt or a smaller batch.',
+      '',
+      { gather, keep: keepCache ? presentNames : undefined },
     );
     throwIfAborted(opts.signal);
+    const hookAt = (h: string) => (at && !gather ? gatherAt(toTensor(out[h]), axes[h], at) : toTensor(out[h]));
     const result: RunResult = {
       logits: toTensor(out.logits),
-      hooks: Object.fromEntries(wanted.map((h) => [h, toTensor(out[h])])),
+      hooks: Object.fromEntries(wanted.map((h) => [h, hookAt(h)])),
     };
     if (gradHooks) result.grads = Object.fromEntries(opts.grad!.hooks.map((h) => [h, toTensor(out[gradName(h)])]));
     this.lastHooksBytes = [...Object.values(result.hooks), ...Object.values(result.grads ?? {})].reduce(
       (s, t) => s + t.data.byteLength,
       0,
     );
-    if (opts.returnCache) {
+    if (keepCache) {
+      const names = (kind: string) => Array.from({ length: this.spec.nLayers }, (_, l) => out[`present.${l}.${kind}`]);
+      const device = { keys: names('key'), values: names('value'), batch: B };
+      result.present = {
+        keys: [],
+        values: [],
+        length: Tk,
+        device,
+        release: () => [...device.keys, ...device.values].forEach((t) => t.dispose?.()),
+      };
+    } else if (opts.returnCache) {
       const cache: KVCache = { keys: [], values: [], length: Tk };
       for (let l = 0; l < this.spec.nLayers; l++) {
         cache.keys.push(toTensor(out[`present.${l}.key`]));
@@ -890,6 +913,7 @@ class EngineModel implements LoadedModel {
       param_bytes: params,
       sessions: this.sessions.size,
       hooks_bytes: this.lastHooksBytes,
+      transfers: this.transfers.counts(),
     };
   }
 

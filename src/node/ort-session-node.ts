@@ -6,7 +6,8 @@
  * float32 weights widened from 16-bit files come from onnxruntime's optimized model kept in the
  * cache after the first start (optimized-cache.ts): the widening is not redone at every start.
  * With `gpu` the sessions run on onnxruntime-node's WebGPU provider (webgpu-node.ts) as backend
- * 'webgpu'; the optimized-model cache serves the CPU provider only.
+ * 'webgpu', their values kept on the GPU (device-session.ts); the optimized-model cache serves the
+ * CPU provider only.
  */
 import {
   closeSync,
@@ -33,6 +34,7 @@ import { defaultCacheDir } from './dir-cache';
 import type { BuiltGraph } from '../engine/graph/build-model';
 import type { GpuCaps } from '../engine/env';
 import { cachedModelPath, dropEntry, optimizedKey, saveTarget, worthCaching } from './optimized-cache';
+import { deviceSession, deviceSessionOptions } from './device-session';
 
 /**
  * Where to assemble the graph: on the same filesystem as the weights, so they can be hard-linked.
@@ -129,7 +131,12 @@ export function nodeSessionFactory(
     ...(gpu ? { gpu } : {}),
     async create(graph, weights) {
       const options = base(graph);
-      if (gpu || !worthCaching(graph, weights)) return wrapOrtSession(await fresh(graph, weights, options));
+      if (gpu) {
+        // values stay on the GPU; what is fetched is read back (device-session.ts)
+        const device = deviceSessionOptions();
+        return deviceSession(ort, await fresh(graph, weights, { ...options, ...device.options }), device.profilePrefix);
+      }
+      if (!worthCaching(graph, weights)) return wrapOrtSession(await fresh(graph, weights, options));
       // float32 widened from 16-bit files: onnxruntime's optimized model is kept (optimized-cache.ts)
       const key = optimizedKey(graph, weights, options, (ort.env as any)?.versions ?? null);
       const cached = cachedModelPath(key);

@@ -126,7 +126,13 @@ export const operation = defineOperation({
   ctx.onProgress?.({ stage: 'forward pass', done: 0, total: 2 });
   throwIfAborted(ctx.signal);
   // logits at the traced position only: the unembedding of the other positions would cost as much as a tenth of the forward
-  const run = await model.run(ids, { hooks: dlaHookNames(model), logitPositions: [pos], signal: ctx.signal });
+  // and the hooks at it only: on the GPU nothing else is read back
+  const run = await model.run(ids, {
+    hooks: dlaHookNames(model),
+    logitPositions: [pos],
+    hookPositions: [pos],
+    signal: ctx.signal,
+  });
   throwIfAborted(ctx.signal);
   ctx.onProgress?.({ stage: 'attribution', done: 1, total: 2 });
 
@@ -139,7 +145,7 @@ export const operation = defineOperation({
   const target: DlaTarget = { tokenId: answerId ?? predictedId, counterfactualId: cfId };
   const dla = await decomposeLogit(model, run, target, {
     convention: input.convention,
-    position: pos,
+    position: 0, // the run's hooks are at pos only
     logitIndex: 0,
     signal: ctx.signal,
   });

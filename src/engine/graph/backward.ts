@@ -367,7 +367,8 @@ export function addBackward(g: OnnxGraph, spec: BackwardSpec): string[] {
   const gradOf = (t: string): string | undefined => {
     const list = contrib.get(t);
     if (!list || list.length === 0) return undefined;
-    if (list.length > 1) contrib.set(t, [g.o('Sum', list, {}, 'gsum')]);
+    // a chain of Adds, not Sum: onnxruntime's WebGPU provider has no Sum kernel and ran it on the CPU
+    if (list.length > 1) contrib.set(t, [list.slice(1).reduce((a, b) => g.o('Add', [a, b], {}, 'gsum'), list[0])]);
     return contrib.get(t)![0];
   };
   addGrad(spec.output, spec.seed);

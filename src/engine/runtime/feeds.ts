@@ -80,7 +80,16 @@ export function buildFeeds(
 
   const { nKvHeads: Hkv, dHead: Dh } = spec;
   const empty: Tensor = { dims: [B, Hkv, 0, Dh], data: new Float32Array(0) };
+  const device = past?.device;
+  if (device && device.batch !== B)
+    throw new LoupeError('BAD_INPUT', `KV cache batch ${device.batch} does not match batch ${B}.`);
   for (let l = 0; l < spec.nLayers && graph.inputNames.includes('past.0.key'); l++) {
+    if (device) {
+      // a cache on the device is fed as it is (runtime/ort-session.ts: a 'gpu-buffer' tensor)
+      feeds[`past.${l}.key`] = device.keys[l] as OrtTensorLike;
+      feeds[`past.${l}.value`] = device.values[l] as OrtTensorLike;
+      continue;
+    }
     const k = past?.keys[l] ?? empty;
     const v = past?.values[l] ?? empty;
     if (k.dims[0] !== B) throw new LoupeError('BAD_INPUT', `KV cache batch ${k.dims[0]} does not match batch ${B}.`);

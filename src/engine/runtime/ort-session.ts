@@ -16,6 +16,9 @@ import type { GpuCaps } from '../env';
 export interface OrtTensorLike {
   dims: readonly number[];
   data: unknown;
+  /** 'cpu' (or absent), or where the runtime keeps it ('gpu-buffer') */
+  location?: string;
+  type?: string;
   dispose?: () => void;
 }
 
@@ -26,11 +29,33 @@ export interface OrtModule {
   env?: any;
 }
 
+/** where the provider placed a session's nodes (onnxruntime's profiler of its first run) */
+export interface Placement {
+  /** nodes that ran on another provider than the session's own (the CPU, beside WebGPU) */
+  offDevice: number;
+  /** their op types and first input's dtype ('Concat:int64'), with counts */
+  ops: Record<string, number>;
+  /** the provider's own nodes */
+  onDevice: number;
+}
+
+export interface RunKeep {
+  /** fetched outputs to leave on the device, where the session keeps outputs there (returned as 'gpu-buffer' tensors) */
+  keep?: string[];
+  /** fetched outputs to read back only at `positions` along the axis given, where the session keeps outputs on the device */
+  gather?: { positions: number[]; axes: Record<string, number> };
+}
+
+/** `run` may replace feeds in the object it is given by what it fed instead (a value already on the device). */
 export interface EngineSession {
   /** onnxruntime-web: how the weight pieces were read, tensor by tensor as they were copied or whole first (see webSessionFactory) */
   pieces?: 'lazy' | 'whole';
-  run(feeds: Record<string, OrtTensorLike>, fetches: string[]): Promise<Record<string, OrtTensorLike>>;
+  run(feeds: Record<string, OrtTensorLike>, fetches: string[], opts?: RunKeep): Promise<Record<string, OrtTensorLike>>;
   release(): Promise<void>;
+  /** where the provider placed the session's nodes, once known (runtime/transfers.ts) */
+  placement?: () => Placement | undefined;
+  /** whether `keep` leaves outputs on the device (and `gather` is done there) */
+  keepsOnDevice?: boolean;
 }
 
 export interface SessionFactory {

@@ -157,7 +157,8 @@ export async function generateBatch(
   const first = await model.run(ids, {
     interventions: ivs,
     batch: rows > 1 ? rows : undefined,
-    returnCache: useCache && maxNew > 1,
+    // the cache stays on the device where the backend keeps values there (WebGPU in Node)
+    returnCache: useCache && maxNew > 1 ? 'device' : false,
     logitPositions: [T - 1],
     signal: opts.signal,
   });
@@ -166,52 +167,57 @@ export async function generateBatch(
   for (let r = 0; r < rows; r++) promptLogits.push(first.logits.data.slice(r * V, (r + 1) * V));
 
   let past: KVCache | undefined = first.present;
-  let logits = first.logits.data;
-  let rowStride = V; // row r's last-position logits start at r * rowStride + lastOffset
-  let lastOffset = 0;
-  for (let step = 0; step < maxNew; step++) {
-    const next: number[] = [];
-    for (let r = 0; r < rows; r++) {
-      if (done[r]) {
-        next.push(out[r][out[r].length - 1]);
-        continue;
+  try {
+    let logits = first.logits.data;
+    let rowStride = V; // row r's last-position logits start at r * rowStride + lastOffset
+    let lastOffset = 0;
+    for (let step = 0; step < maxNew; step++) {
+      const next: number[] = [];
+      for (let r = 0; r < rows; r++) {
+        if (done[r]) {
+          next.push(out[r][out[r].length - 1]);
+          continue;
+        }
+        const id = pickToken(logits, r * rowStride + lastOffset, V, opts, gens[r]);
+        out[r].push(id);
+        next.push(id);
+        opts.onToken?.({ step, row: r, id });
+        if (stopAtEos && eos !== undefined && id === eos) {
+          done[r] = true;
+          stop[r] = 'eos';
+        }
       }
-      const id = pickToken(logits, r * rowStride + lastOffset, V, opts, gens[r]);
-      out[r].push(id);
-      next.push(id);
-      opts.onToken?.({ step, row: r, id });
-      if (stopAtEos && eos !== undefined && id === eos) {
-        done[r] = true;
-        stop[r] = 'eos';
+      if (step === maxNew - 1 || done.every(Boolean)) break;
+      throwIfAborted(opts.signal);
+      const pos = T + step; // absolute position of the token fed now
+      if (useCache) {
+        const res = await model.run(rows > 1 ? next.map((t) => [t]) : [next[0]], {
+          interventions: stepInterventions(ivs, pos),
+          past,
+          returnCache: step < maxNew - 2 ? 'device' : false,
+          signal: opts.signal,
+        });
+        past?.release?.();
+        past = res.present;
+        logits = res.logits.data;
+        rowStride = V;
+        lastOffset = 0;
+      } else {
+        const seqs = out.map((o) => [...ids, ...o]);
+        // rows that stopped early are padded with their last token so every row has the same length
+        const len = T + step + 1;
+        for (const s of seqs) while (s.length < len) s.push(s[s.length - 1]);
+        const res = await model.run(rows > 1 ? seqs : seqs[0], {
+          interventions: ivs,
+          logitPositions: [len - 1],
+          signal: opts.signal,
+        });
+        logits = res.logits.data;
       }
+      runs++;
     }
-    if (step === maxNew - 1 || done.every(Boolean)) break;
-    throwIfAborted(opts.signal);
-    const pos = T + step; // absolute position of the token fed now
-    if (useCache) {
-      const res = await model.run(rows > 1 ? next.map((t) => [t]) : [next[0]], {
-        interventions: stepInterventions(ivs, pos),
-        past,
-        returnCache: step < maxNew - 2,
-        signal: opts.signal,
-      });
-      past = res.present;
-      logits = res.logits.data;
-      rowStride = V;
-      lastOffset = 0;
-    } else {
-      const seqs = out.map((o) => [...ids, ...o]);
-      // rows that stopped early are padded with their last token so every row has the same length
-      const len = T + step + 1;
-      for (const s of seqs) while (s.length < len) s.push(s[s.length - 1]);
-      const res = await model.run(rows > 1 ? seqs : seqs[0], {
-        interventions: ivs,
-        logitPositions: [len - 1],
-        signal: opts.signal,
-      });
-      logits = res.logits.data;
-    }
-    runs++;
+  } finally {
+    past?.release?.();
   }
   return {
     rows: out.map((o, r) => ({ ids: o, text: continuationText(model, ids, o), stop_reason: stop[r] })),

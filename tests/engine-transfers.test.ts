@@ -1,0 +1,168 @@
+/**
+ * What an operation reads back from and writes to the device (runtime/transfers.ts, reported in
+ * memory().transfers), on onnxruntime-node's WebGPU provider (SwiftShader here and in CI), each
+ * against the bytes its document needs, worked out here from the model's shapes; and its numbers
+ * against the node backend's. The nodes the provider left to the CPU come from onnxruntime's
+ * profiler: shape arithmetic only, never a compute op.
+ */
+import { describe, it, expect, afterAll, beforeAll } from 'vitest';
+import { loadModelNode } from '../src/node/load';
+import { getOperation } from '../src/ops/index';
+import { createNodeSaeLoaders } from '../src/node/load-sae';
+import { makeRandomModel, type RandomModel } from './reference';
+import { makeRandomTranscoders, type RandomTranscoderSet } from './helpers/random-transcoders';
+import type { LoadedModel } from '../src/engine/api';
+import type { TransferCounts } from '../src/engine/runtime/transfers';
+
+const F = 4; // bytes of a float32
+/** ops the profiler saw off the GPU that work on floats (int64 shape arithmetic there is the provider's design) */
+const floatOffDevice = (m: LoadedModel) =>
+  Object.keys(m.memory().transfers!.off_device_ops ?? {}).filter((k) => !k.endsWith(':int64'));
+
+/** what `op` on `model` moved, and its document */
+async function counted(model: LoadedModel, op: string, input: Record<string, unknown>, ctx = {}) {
+  const before = model.memory().transfers!;
+  const doc = (await getOperation(op)!.run(model, input as any, ctx)) as any;
+  const after = model.memory().transfers!;
+  const d = (k: keyof TransferCounts) => (after[k] as number) - (before[k] as number);
+  return {
+    doc,
+    after,
+    runs: d('runs'),
+    read: d('read_bytes'),
+    written: d('written_bytes'),
+    deviceFeeds: d('device_feeds'),
+    deviceOutputs: d('device_outputs'),
+  };
+}
+
+function close(a: number[], b: number[], tol = 1e-4): void {
+  expect(a.length).toBe(b.length);
+  a.forEach((x, i) => expect(Math.abs(x - b[i]), `[${i}] ${x} vs ${b[i]}`).toBeLessThan(tol));
+}
+
+describe('transfers on WebGPU (node), against the bytes each document needs', () => {
+  let rm: RandomModel;
+  let gpu: LoadedModel;
+  let cpu: LoadedModel;
+  const L = 2,
+    D = 64,
+    H = 4,
+    Dh = 16,
+    M = 256,
+    V = 300;
+  beforeAll(async () => {
+    rm = makeRandomModel('gpt2', { seed: 3, dModel: D, nLayers: L, nHeads: H, dMlp: M, vocabSize: V });
+    gpu = await loadModelNode(rm.dir, { backend: 'webgpu' });
+    cpu = await loadModelNode(rm.dir);
+  });
+  afterAll(async () => {
+    await gpu?.dispose();
+    await cpu?.dispose();
+    rm?.cleanup();
+  });
+
+  it('trace reads back its position only: the same bytes at any prompt length, O(its document)', async () => {
+    // the logits at the position; per layer hook_z, attn_out, mlp_out, mlp.hook_post; resid_pre 0,
+    // the last resid_post, ln_final's scale, pos_embed: all at the one position
+    const want = F * (V + L * (H * Dh + 2 * D + M) + 2 * D + 1 + D);
+    for (const prompt of ['the cat', 'the cat sat on the mat and then the dog sat on the cat again']) {
+      const r = await counted(gpu, 'trace', { prompt, top_k: 3 });
+      expect(r.runs).toBe(1);
+      expect(r.read).toBe(want);
+      expect(r.deviceOutputs).toBe(0);
+      // the identity interventions of every site are fed from the device: two per site
+      expect(r.deviceFeeds).toBe(2 * gpu.hookNames().filter((h) => !h.endsWith('attn_scores')).length);
+      const c = (await getOperation('trace')!.run(cpu, { prompt, top_k: 3 }, {})) as any;
+      expect(r.doc.predicted_token_id).toBe(c.predicted_token_id);
+      close(r.doc.head_attribution.flat(), c.head_attribution.flat());
+      close(
+        r.doc.decomposition.terms.map((t: any) => t.value),
+        c.decomposition.terms.map((t: any) => t.value),
+      );
+    }
+    expect(gpu.memory().transfers!.off_device_nodes).toBeGreaterThan(0);
+    expect(floatOffDevice(gpu)).toEqual([]);
+  });
+
+  it('activations reads back the hooks it summarises and no other', async () => {
+    const prompt = 'the cat sat on the mat';
+    const r = await counted(gpu, 'activations', { prompt, top_k: 3 });
+    const T = r.doc.tokens.length;
+    // per layer resid_pre, resid_mid, resid_post, attn_out, mlp_out [T, D]; mlp_post [T, M]; pattern [H, T, T]; the logits at one position
+    expect(r.read).toBe(F * (L * (5 * T * D + T * M + H * T * T) + V));
+    const c = (await getOperation('activations')!.run(cpu, { prompt, top_k: 3 }, {})) as any;
+    close(r.doc.values.grid.flat(), c.values.grid.flat());
+    close(
+      r.doc.layers.flatMap((l: any) => l.sites.map((x: any) => x.mean)),
+      c.layers.flatMap((l: any) => l.sites.map((x: any) => x.mean)),
+    );
+  });
+
+  it('attribution_patching reads back its hooks and their gradients, nothing else', async () => {
+    const input = {
+      prompt: '',
+      token_ids: [5, 10, 20, 30, 40, 50],
+      corrupted_token_ids: [5, 11, 20, 31, 40, 50],
+      validate: 0,
+    };
+    const r = await counted(gpu, 'attribution_patching', input);
+    const T = input.token_ids.length;
+    const hooks = L * (H * Dh + 3 * D) * T; // hook_z, resid_pre, attn_out, mlp_out
+    // clean run: hooks + logits; the corrupted prediction: logits; corrupted forward + backward: hooks, gradients, logits
+    expect(r.runs).toBe(3);
+    expect(r.read).toBe(F * (3 * hooks + 3 * V));
+    // the backward pass too runs on the GPU (its gradient sums were a Sum, which ran on the CPU)
+    expect(floatOffDevice(gpu)).toEqual([]);
+    const c = (await getOperation('attribution_patching')!.run(cpu, input, {})) as any;
+    close(
+      r.doc.heads.map((h: any) => h.estimate),
+      c.heads.map((h: any) => h.estimate),
+    );
+  });
+
+  it('generate keeps the KV cache on the device: per step the logits of one position come back', async () => {
+    const input = { prompt: 'the cat', max_new_tokens: 6, temperature: 0 };
+    const r = await counted(gpu, 'generate', input);
+    const c = (await getOperation('generate')!.run(cpu, input, {})) as any;
+    expect(r.doc.generated_token_ids).toEqual(c.generated_token_ids);
+    const steps = r.doc.generated_token_ids.length;
+    expect(r.runs).toBe(steps);
+    expect(r.read).toBe(F * V * steps);
+    // each layer's keys and values stay on the device, and are fed from there
+    expect(r.deviceOutputs).toBe(2 * L * (steps - 1));
+    expect(r.deviceFeeds - 2 * L * (steps - 1)).toBe(
+      r.runs * 2 * gpu.hookNames().filter((h) => !h.endsWith('attn_scores')).length,
+    );
+    // what is written per step: the token, its position, a mask row; never the cache
+    expect(r.written / r.runs).toBeLessThan(1024);
+  });
+
+  it('attribution_graph: counted, agreeing with node, nothing but shape arithmetic off the device', async () => {
+    const tc: RandomTranscoderSet = makeRandomTranscoders({
+      kind: 'plt',
+      nLayers: L,
+      dModel: D,
+      features: 32,
+      skip: true,
+    });
+    try {
+      const loaders = createNodeSaeLoaders({ cache: false });
+      const ctx = { loadTranscoders: loaders.loadTranscoders };
+      const input = { prompt: 'the cat sat', transcoder_source: tc.dir, full_adjacency: true, slug: 'transfers' };
+      const r = await counted(gpu, 'attribution_graph', input, ctx);
+      expect(r.runs).toBeGreaterThan(0);
+      expect(r.read).toBeGreaterThan(0);
+      const c = (await getOperation('attribution_graph')!.run(cpu, input as any, ctx)) as any;
+      expect(r.doc.adjacency.nodes.map((n: any) => n.node_id)).toEqual(c.adjacency.nodes.map((n: any) => n.node_id));
+      close(
+        r.doc.adjacency.entries.map((e: number[]) => e[2]),
+        c.adjacency.entries.map((e: number[]) => e[2]),
+        1e-3,
+      );
+      expect(floatOffDevice(gpu)).toEqual([]);
+    } finally {
+      tc.cleanup();
+    }
+  });
+});
