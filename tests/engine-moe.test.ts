@@ -18,6 +18,8 @@ import { LoupeError } from '../src/engine/errors';
 import { loadModelFilesNode } from '../src/node/load-files-node';
 import type { LoadedModel } from '../src/engine/api';
 import { generateTokens } from '../src/ops/lib/generation';
+import { operation as trace } from '../src/ops/trace';
+import { schemaErrors, viaJson } from './schema-helpers';
 import {
   MOE_FAMILY_CASES,
   makeCaseModel,
@@ -130,6 +132,47 @@ describe.each(MOE_FAMILY_CASES)('MoE engine vs float64 reference: $name', (c) =>
     const full = await model.run(tokens);
     const V = model.info.d_vocab;
     expect(maxAbsDiff(rest.logits.data, full.logits.data.subarray(split * V)).maxAbs).toBeLessThan(1e-5);
+  });
+
+  it('trace: one term per expert (and the shared expert), each equal to the float64 reference, all summing to the logit', async () => {
+    const prompt = 'abc ab';
+    const doc = await trace.run(model, { prompt, convention: 'raw', top_k: 5 } as any, {});
+    expect(schemaErrors('trace', viaJson(doc))).toEqual([]);
+    const { terms, sum, target } = doc.decomposition;
+    expect(Math.abs(sum - target)).toBeLessThan(1e-4);
+    expect(doc.checks.residual_reconstruction_max_abs).toBeLessThan(1e-4);
+    expect(terms.some((t) => t.name.endsWith('.mlp'))).toBe(false);
+    expect(doc.top_neurons).toEqual([]);
+    expect(doc.top_experts!.length).toBe(5);
+    // raw convention, RMSNorm: term(c) = Σ_d c_d · w_d · W_U[t, d] / s, all from the reference in float64
+    const ids = doc.tokens.map((t: { id: number }) => t.id);
+    const ref = referenceForward(rm, ids);
+    const T = ids.length,
+      D = model.info.d_model;
+    const pos = T - 1;
+    const s = ref.hooks['ln_final.hook_scale'].data[pos];
+    const w = rm.tensors['model.norm.weight'].data;
+    const WU = rm.tensors[rm.config.tie_word_embeddings ? 'model.embed_tokens.weight' : 'lm_head.weight'].data;
+    const t = doc.target.token_id;
+    const term = (hook: string) => {
+      const v = ref.hooks[hook].data;
+      let x = 0;
+      for (let d = 0; d < D; d++) x += (v[pos * D + d] * w[d] * WU[t * D + d]) / s;
+      return x;
+    };
+    let routed = 0;
+    for (let l = 0; l < model.info.n_layers; l++) {
+      for (let e = 0; e < model.info.num_experts!; e++) {
+        const got = terms.find((x) => x.name === `L${l}.E${e}`)!.value;
+        expect(Math.abs(got - term(`blocks.${l}.mlp.experts.${e}.hook_out`)), `L${l}.E${e}`).toBeLessThan(1e-4);
+        expect(doc.expert_attribution![l][e]).toBe(got);
+        if (got !== 0) routed++;
+      }
+      const sh = terms.find((x) => x.name === `L${l}.shared_expert`);
+      expect(!!sh).toBe(rm.config.model_type === 'qwen2_moe');
+      if (sh) expect(Math.abs(sh.value - term(`blocks.${l}.mlp.shared_expert.hook_out`))).toBeLessThan(1e-4);
+    }
+    expect(routed).toBe(model.info.n_layers * model.info.experts_per_token!); // exactly the routed experts have terms
   });
 
   it('the routing features it has matter: leaving each out moves the logits past the tolerance', () => {

@@ -76,6 +76,21 @@ export const traceOutput = documentBase('trace').extend({
   top_neurons_by_activation: z
     .array(neuron)
     .describe('MLP neurons ranked by |activation| (mlp.hook_post) at the position.'),
+  top_experts: z
+    .array(
+      z.object({
+        layer: z.number().int(),
+        expert: z.number().int(),
+        weight: z.number().describe('its routing weight at the position (0: not routed there)'),
+        logit_attribution: z.number(),
+      }),
+    )
+    .optional()
+    .describe('Mixture-of-experts models: experts ranked by |logit_attribution| (experts.{e}.hook_out · direction).'),
+  expert_attribution: z
+    .array(z.array(z.number()))
+    .optional()
+    .describe('Mixture-of-experts models: [n_layers][n_experts] per-expert direct logit attribution.'),
   decomposition: z.object({
     terms: z.array(z.object({ name: z.string(), value: z.number() })),
     sum: z.number(),
@@ -97,7 +112,8 @@ export const operation = defineOperation({
   description:
     'Predicted token at a position (default last) and its direct logit attribution (DLA): ' +
     'per attention head (z_h·W_O[h]), per MLP neuron, and the exact decomposition into named ' +
-    'terms (embed, pos_embed, L{l}H{h}, L{l}.attn.b_O, L{l}.mlp, ln_final.b, unembed.b_U) ' +
+    'terms (embed, pos_embed, L{l}H{h}, L{l}.attn.b_O, L{l}.mlp — in a mixture-of-experts model one term per ' +
+    'expert L{l}.E{e} and L{l}.shared_expert — ln_final.b, unembed.b_U) ' +
     'whose sum equals the logit (raw), the centred logit (transformer_lens, default) or, ' +
     'with answer + counterfactual, the logit difference. Units: logits. Cost: one forward pass.',
   input: traceInput,
@@ -167,14 +183,27 @@ export const operation = defineOperation({
       logit_attribution: finite(dla.neuronAttribution[l][n]),
     };
   };
+  const ex = dla.experts;
+  const Ne = model.info.num_experts ?? 0;
+  const topExperts = ex
+    ? topIndices(L * Ne, (i) => Math.abs(ex.attribution[Math.floor(i / Ne)][i % Ne]), input.top_k).map((i) => ({
+        layer: Math.floor(i / Ne),
+        expert: i % Ne,
+        weight: finite(ex.weight[Math.floor(i / Ne)][i % Ne]),
+        logit_attribution: finite(ex.attribution[Math.floor(i / Ne)][i % Ne]),
+      }))
+    : undefined;
+  // a mixture-of-experts model has no neurons of one MLP: its experts are listed instead
   const topNeurons = topIndices(
-    L * M,
+    ex ? 0 : L * M,
     (i) => Math.abs(dla.neuronAttribution[Math.floor(i / M)][i % M]),
     input.top_k,
   ).map(neuronAt);
-  const topActive = topIndices(L * M, (i) => Math.abs(dla.neuronActivation[Math.floor(i / M)][i % M]), input.top_k).map(
-    neuronAt,
-  );
+  const topActive = topIndices(
+    ex ? 0 : L * M,
+    (i) => Math.abs(dla.neuronActivation[Math.floor(i / M)][i % M]),
+    input.top_k,
+  ).map(neuronAt);
   ctx.onProgress?.({ stage: 'attribution', done: 2, total: 2 });
 
   return {
@@ -199,6 +228,7 @@ export const operation = defineOperation({
     head_attribution: dla.heads.map((r) => r.map(finite)),
     top_neurons: topNeurons,
     top_neurons_by_activation: topActive,
+    ...(ex ? { top_experts: topExperts, expert_attribution: ex.attribution.map((r) => r.map(finite)) } : {}),
     decomposition: {
       terms: dla.terms.map((t) => ({ name: t.name, value: finite(t.value) })),
       sum: finite(dla.sum),

@@ -221,14 +221,21 @@ export function dlaHookNames(model: LoadedModel): string[] {
   const names = ['blocks.0.hook_resid_pre', `blocks.${L - 1}.hook_resid_post`, 'ln_final.hook_scale'];
   if (model.info.pos_embed) names.push('hook_pos_embed');
   for (let l = 0; l < L; l++) {
-    names.push(
-      `blocks.${l}.attn.hook_z`,
-      `blocks.${l}.hook_attn_out`,
-      `blocks.${l}.hook_mlp_out`,
-      `blocks.${l}.mlp.hook_post`,
-    );
+    names.push(`blocks.${l}.attn.hook_z`, `blocks.${l}.hook_attn_out`, `blocks.${l}.hook_mlp_out`);
+    names.push(...(model.info.num_experts ? expertHooks(model, l) : [`blocks.${l}.mlp.hook_post`]));
   }
   return names;
+}
+
+/** a mixture-of-experts layer's hooks DLA reads: the routing weights, each expert's (weighted) output, the shared expert's */
+function expertHooks(model: LoadedModel, l: number): string[] {
+  const b = `blocks.${l}.mlp`;
+  const shared = model.hookNames().includes(`${b}.shared_expert.hook_out`);
+  return [
+    `${b}.hook_router_weights`,
+    ...Array.from({ length: model.info.num_experts! }, (_, e) => `${b}.experts.${e}.hook_out`),
+    ...(shared ? [`${b}.shared_expert.hook_out`] : []),
+  ];
 }
 
 /** a hook the run was asked for (INTERNAL when the engine did not return it) */
@@ -289,9 +296,14 @@ export interface DlaResult {
   targetKind: 'logit' | 'centered_logit' | 'logit_difference';
   /** [n_layers][n_heads] */
   heads: number[][];
-  /** per layer: neuron attributions and activations at the position, [n_layers][d_mlp] */
+  /** per layer: neuron attributions and activations at the position, [n_layers][d_mlp] (zeros in a mixture-of-experts layer) */
   neuronAttribution: Float64Array[];
   neuronActivation: Float32Array[];
+  /**
+   * mixture-of-experts models: each expert's term [n_layers][n_experts] (its weighted output · e; 0
+   * where not routed) and its routing weight at the position; the shared expert's term per layer
+   */
+  experts?: { attribution: number[][]; weight: number[][]; shared: number[] | null };
   /** max |Σ components − resid_post| and max over layers |Σ_h head outputs + bias − attn_out|: how exactly hooks and parameters agree */
   checks: { residual_reconstruction_max_abs: number; attention_reconstruction_max_abs: number };
   finalSoftcap: number | null;
@@ -352,10 +364,13 @@ export async function decomposeLogit(
   // the call that reads the target's unembedding column
   const z = new Float32Array(L * HD);
   const act: Float32Array[] = [];
+  const E = model.info.num_experts ?? 0;
   for (let l = 0; l < L; l++) {
     z.set(slice(runHook(run, `blocks.${l}.attn.hook_z`), row, pos), l * HD);
-    act.push(slice(runHook(run, `blocks.${l}.mlp.hook_post`), row, pos)); // [M]
+    // a mixture-of-experts layer has no one hook_post: its terms are its experts'
+    act.push(E ? new Float32Array(M) : slice(runHook(run, `blocks.${l}.mlp.hook_post`), row, pos)); // [M]
   }
+  const experts: DlaResult['experts'] = E ? { attribution: [], weight: [], shared: null } : undefined;
   const postNorms = c.layers.some((lc) => lc.postAttnW || lc.postMlpW);
   const zIn: Tensor = { dims: [L, 1, HD], data: z };
   const { readout: ro, products: outputs } = await readoutWith(
@@ -444,7 +459,22 @@ export async function decomposeLogit(
 
     // ---- MLP: the whole output from its hook; neuron n's term post[n] · (W_out[n] · eM)
     const mlpOut = slice(runHook(run, `blocks.${l}.hook_mlp_out`), row, pos);
-    terms.push({ name: `L${l}.mlp`, value: dotF(mlpOut, e, D) });
+    if (experts) {
+      // mixture of experts: hook_mlp_out = Σ_e experts.{e}.hook_out (+ the shared expert's), each its own term
+      const b = `blocks.${l}.mlp`;
+      const ea = Array.from({ length: E }, (_, x) =>
+        dotF(slice(runHook(run, `${b}.experts.${x}.hook_out`), row, pos), e, D),
+      );
+      ea.forEach((v, x) => terms.push({ name: `L${l}.E${x}`, value: v }));
+      experts.attribution.push(ea);
+      experts.weight.push(Array.from(slice(runHook(run, `${b}.hook_router_weights`), row, pos)));
+      const sh = run.hooks[`${b}.shared_expert.hook_out`];
+      if (sh) {
+        const v = dotF(slice(sh, row, pos), e, D);
+        terms.push({ name: `L${l}.shared_expert`, value: v });
+        (experts.shared ??= []).push(v);
+      }
+    } else terms.push({ name: `L${l}.mlp`, value: dotF(mlpOut, e, D) });
     add(mlpOut);
     const woutE = dirs.mlpDir.data.subarray(l * M, (l + 1) * M);
     const a = act[l];
@@ -494,6 +524,7 @@ export async function decomposeLogit(
     heads,
     neuronAttribution,
     neuronActivation,
+    ...(experts ? { experts } : {}),
     checks: { residual_reconstruction_max_abs: residErr, attention_reconstruction_max_abs: attnErr },
     finalSoftcap: cap,
   };
@@ -535,7 +566,10 @@ export function describeMethod(model: LoadedModel, convention: Convention, kind:
   );
   parts.push(
     'Heads: z_h · W_O[h] (GQA: head h reads kv head h / (n_heads / n_kv_heads)). ' +
-      'MLP terms are the whole hook_mlp_out (bias included); a neuron n contributes hook_post[n] · W_out[n].',
+      (model.info.num_experts
+        ? 'Mixture-of-experts layers: one term per expert, L{l}.E{e} = experts.{e}.hook_out (its output times its ' +
+          'routing weight, 0 where not routed), and L{l}.shared_expert where there is one; they sum to hook_mlp_out.'
+        : 'MLP terms are the whole hook_mlp_out (bias included); a neuron n contributes hook_post[n] · W_out[n].'),
   );
   if (model.info.post_norms)
     parts.push(
