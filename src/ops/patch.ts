@@ -1,7 +1,8 @@
 /**
  * patch — activation patching with TransformerLens's patching-module semantics (denoising:
- * clean activations patched into the corrupted run). For each cell, one activation of the
- * corrupted run is replaced by the clean run's, and the metric
+ * clean activations patched into the corrupted run; `direction: 'noising'` patches the corrupted
+ * run's into the clean run instead). For each cell, one activation of the base run is replaced by
+ * the source run's, and the metric
  *     (LD_patched − LD_corrupted) / (LD_clean − LD_corrupted),   LD = logit[answer] − logit[counterfactual]
  * at the last position is reported: 0 = no better than corrupted, 1 = fully clean.
  * Scans (each one batched through the engine's batch dimension):
@@ -9,12 +10,22 @@
  *   head_out                       per layer × head, all positions (hook_z; TL get_act_patch_attn_head_out_all_pos),
  *                                  every head or only the heads asked for (the page's "patch" on one head)
  *   attn_out_all_pos, mlp_out_all_pos  per layer, every position at once (whole sublayer)
+ *   path                           per sender head: path patching (Wang et al. 2022, IOI §3.1) from the
+ *                                  sender to the receivers (heads' q/k/v inputs, or the logits)
+ *
+ * Path patching, with x_orig the base run's prompt and x_new the source's: (1) run both; (2) run
+ * x_orig with every head's hook_z frozen to x_orig's except the sender's, set to x_new's (MLPs and
+ * norms recomputed), and keep the receivers' hook_q/k/v; (3) run x_orig with only those receiver
+ * values patched in, and read the metric (receivers = the logits: (2)'s logits). Written with
+ * interventions, not the edge graph's direct edges, because the definition lets the sender's
+ * change reach the receivers through the MLPs as well.
  */
 import { z } from 'zod';
-import type { Intervention } from '../engine/api';
+import type { Intervention, RunResult } from '../engine/api';
+import type { Tensor } from '../engine/tensor';
 import { defineOperation } from './types';
 import { documentBase, documentHead, tokenEntry, interventionList } from '../schema/common';
-import { LoupeError } from '../engine/errors';
+import { LoupeError, throwIfAborted } from '../engine/errors';
 import { CAPS, checkDocumentSize, finite } from '../engine/caps';
 import { checkVariants, corruptedIds, inputIds, logitsAt, runVariants } from './lib/ablation';
 import { checkOneSource, datasetReport, forEachPair, hasDataset, pairInputOf } from './lib/dataset';
@@ -24,18 +35,48 @@ import type { OpContext } from './types';
 import { tokenEntries } from './lib/tokens';
 import { gapWarnings, givenMetricTokens, metricTokenSchemas, patchingFields, warningsSchema } from './lib/metric';
 
-const SCANS = ['resid_pre', 'attn_out', 'mlp_out', 'head_out'] as const;
+const SCANS = ['resid_pre', 'attn_out', 'mlp_out', 'head_out', 'path'] as const;
+const DEFAULT_SCANS = ['resid_pre', 'attn_out', 'mlp_out', 'head_out'] as const;
+const headRef = z.object({ layer: z.number().int().min(0), head: z.number().int().min(0) });
 type Scan = (typeof SCANS)[number];
 
 export const patchInput = z.object({
-  ...patchingFields({ clean: 'its activations are patched in' }),
+  ...patchingFields({ clean: 'its activations are patched in (denoising)' }),
+  direction: z
+    .enum(['denoising', 'noising'])
+    .default('denoising')
+    .describe(
+      'denoising: clean activations patched into the corrupted run (TransformerLens); ' +
+        'noising: corrupted activations patched into the clean run',
+    ),
   scans: z
     .array(z.enum(SCANS))
     .min(1)
-    .default([...SCANS])
+    .default([...DEFAULT_SCANS])
     .describe(
-      'Which scans to run: resid_pre, attn_out, mlp_out (layer × position), head_out (layer × head, all positions).',
+      'Which scans to run: resid_pre, attn_out, mlp_out (layer × position), head_out (layer × head, all positions), ' +
+        'path (path patching from each sender head to path_receivers; not run unless asked).',
     ),
+  path_receivers: z
+    .array(
+      headRef.extend({
+        inputs: z
+          .array(z.enum(['q', 'k', 'v']))
+          .min(1)
+          .default(['q', 'k', 'v']),
+      }),
+    )
+    .min(1)
+    .optional()
+    .describe(
+      'path scan: the receiver heads and which of their inputs (q, k, v) receive the path, e.g. ' +
+        '[{"layer":1,"head":0,"inputs":["k"]}]; default the logits (the final residual stream)',
+    ),
+  path_senders: z
+    .array(headRef)
+    .min(1)
+    .optional()
+    .describe('path scan: the sender heads (default every head in a layer below the last receiver’s, or every head)'),
   heads: z
     .array(z.object({ layer: z.number().int().min(0), head: z.number().int().min(0) }))
     .min(1)
@@ -74,6 +115,20 @@ export const patchOutput = documentBase('patch').extend({
     .nullable()
     .describe('[layer] hook_attn_out patched at every position (= all heads of the layer)'),
   mlp_out_all_pos: z.array(z.number()).nullable().describe('[layer] hook_mlp_out patched at every position'),
+  direction: z
+    .enum(['denoising', 'noising'])
+    .optional()
+    .describe('which run was patched (documents made before this field existed were denoising)'),
+  path: z
+    .object({
+      receivers: z.string().describe('the receivers, in words'),
+      grid: z
+        .array(z.array(z.number().nullable()))
+        .describe('[layer][head] metric after path patching from that sender (null: not a sender)'),
+    })
+    .nullable()
+    .optional()
+    .describe('the path scan (path patching, Wang et al. 2022), or null'),
   interventions: interventionList.describe(
     'one patch per variant, in the order of the scans (each variant ran with exactly one of these)',
   ),
@@ -104,7 +159,7 @@ export const patchOutput = documentBase('patch').extend({
 });
 
 interface Cell {
-  scan: Scan | 'attn_all' | 'mlp_all';
+  scan: Exclude<Scan, 'path'> | 'attn_all' | 'mlp_all';
   layer: number;
   index: number; // position or head (unused for *_all)
   iv: Intervention;
@@ -168,12 +223,20 @@ async function patchPair(model: LoadedModel, input: PatchParsed, ctx: OpContext)
     );
   }
   const patchHead = (l: number, h: number) => !input.heads || input.heads.some((x) => x.layer === l && x.head === h);
+  const path = scans.has('path') ? pathPlan(model, input) : null;
+  if (!path && (input.path_receivers || input.path_senders))
+    throw new LoupeError(
+      'BAD_INPUT',
+      'path_receivers and path_senders apply to the path scan, but scans does not include path.',
+      'Add "path" to scans, or leave them out.',
+    );
   const nHeads = input.heads ? new Set(input.heads.map((x) => `${x.layer}:${x.head}`)).size : L * H;
   const nVariants =
     (scans.has('resid_pre') ? L * T : 0) +
     (scans.has('attn_out') ? L * T + L : 0) +
     (scans.has('mlp_out') ? L * T + L : 0) +
-    (scans.has('head_out') ? nHeads : 0);
+    (scans.has('head_out') ? nHeads : 0) +
+    (path ? 2 * path.senders.length : 0);
   checkVariants(nVariants, 'This patching scan', 'Use a shorter prompt or fewer scans.');
   checkDocumentSize(nVariants, 'This patching scan', 'Use a shorter prompt or fewer scans.');
 
@@ -185,9 +248,12 @@ async function patchPair(model: LoadedModel, input: PatchParsed, ctx: OpContext)
     if (scans.has('head_out') && Array.from({ length: H }, (_, h) => patchHead(l, h)).some(Boolean))
       hooks.push(`blocks.${l}.attn.hook_z`);
   }
+  const noising = input.direction === 'noising';
+  const zHooks = path ? Array.from({ length: L }, (_, l) => `blocks.${l}.attn.hook_z`) : [];
+  const srcHooks = [...new Set([...hooks, ...zHooks])];
   ctx.onProgress?.({ stage: 'clean and corrupted runs', done: 0, total: 2 });
-  const cleanRun = await model.run(clean.ids, { hooks, signal: ctx.signal });
-  const corrRun = await model.run(corrupted.ids, { hooks: [], signal: ctx.signal });
+  const cleanRun = await model.run(clean.ids, { hooks: noising ? zHooks : srcHooks, signal: ctx.signal });
+  const corrRun = await model.run(corrupted.ids, { hooks: noising ? srcHooks : zHooks, signal: ctx.signal });
   ctx.onProgress?.({ stage: 'clean and corrupted runs', done: 2, total: 2 });
   const cleanLogits = logitsAt(cleanRun, T - 1);
   const corrLogits = logitsAt(corrRun, T - 1);
@@ -207,7 +273,8 @@ async function patchPair(model: LoadedModel, input: PatchParsed, ctx: OpContext)
   }
 
   const cells: Cell[] = [];
-  const src = (h: string) => cleanRun.hooks[h];
+  const [baseIds, baseRun, srcRun] = noising ? [clean.ids, cleanRun, corrRun] : [corrupted.ids, corrRun, cleanRun];
+  const src = (h: string) => srcRun.hooks[h];
   for (let l = 0; l < L; l++) {
     for (const s of ['resid_pre', 'attn_out', 'mlp_out'] as const) {
       if (!scans.has(s)) continue;
@@ -236,10 +303,11 @@ async function patchPair(model: LoadedModel, input: PatchParsed, ctx: OpContext)
   }
   const logits = await runVariants(
     model,
-    corrupted.ids,
+    baseIds,
     cells.map((x) => [x.iv]),
     { ctx, stage: 'patching' },
   );
+  const pathLogits = path ? await pathPatch(model, path, baseIds, baseRun, srcRun, ctx) : null;
 
   const gridOf = (n: number) => Array.from({ length: L }, () => new Array<number>(n).fill(0));
   const out = {
@@ -254,23 +322,47 @@ async function patchPair(model: LoadedModel, input: PatchParsed, ctx: OpContext)
     attn_out_all_pos: scans.has('attn_out') ? new Array<number>(L).fill(0) : null,
     mlp_out_all_pos: scans.has('mlp_out') ? new Array<number>(L).fill(0) : null,
   };
+  const metric = (l: ArrayLike<number>) => finite((ld(l) - ldCorr) / denom);
+  const pathOut = path
+    ? {
+        receivers: path.describe,
+        grid: Array.from({ length: L }, (_, l) => new Array<number | null>(H).fill(null)),
+      }
+    : null;
+  path?.senders.forEach((s, i) => (pathOut!.grid[s.layer][s.head] = metric(pathLogits![i])));
   cells.forEach((cell, i) => {
-    const m = finite((ld(logits[i]) - ldCorr) / denom);
+    const m = metric(logits[i]);
     if (cell.scan === 'attn_all') out.attn_out_all_pos![cell.layer] = m;
     else if (cell.scan === 'mlp_all') out.mlp_out_all_pos![cell.layer] = m;
     else out[cell.scan]![cell.layer][cell.index] = m;
   });
-  const maxBatchRuns = Math.ceil(cells.length / CAPS.maxBatch);
+  const maxBatchRuns =
+    Math.ceil(cells.length / CAPS.maxBatch) +
+    (path ? Math.ceil(path.senders.length / CAPS.maxBatch) * (path.receivers ? 2 : 1) : 0);
+  const from = noising ? "the corrupted prompt's run" : "the clean prompt's run";
   return {
     ...documentHead('patch', model, clean.prompt, clean.ids),
     method:
-      'Denoising activation patching: the corrupted prompt is run with ONE activation replaced by the ' +
-      "clean run's value at the same site — a residual stream (hook_resid_pre), attention output (hook_attn_out) " +
+      (noising
+        ? 'Noising activation patching: the clean prompt is run with ONE activation replaced by the ' +
+          "corrupted run's value at the same site"
+        : 'Denoising activation patching: the corrupted prompt is run with ONE activation replaced by the ' +
+          "clean run's value at the same site") +
+      ' — a residual stream (hook_resid_pre), attention output (hook_attn_out) ' +
       "or MLP output (hook_mlp_out) of one layer at one position; one head's hook_z at every position; " +
       'or a whole attn_out / mlp_out at every position — and everything downstream recomputed. ' +
+      (path
+        ? `Path patching (Wang et al. 2022) from each sender head to ${path.describe}: the ${noising ? 'clean' : 'corrupted'} ` +
+          "prompt run with every head's hook_z frozen to its own value except the sender's, taken from the other run " +
+          '(MLPs recomputed), then ' +
+          (path.receivers ? "the receivers' inputs patched to that run's values. " : 'its logits read. ')
+        : '') +
       'Metric at the last position: (LD − LD_corrupted) / (LD_clean − LD_corrupted), ' +
-      'LD = logit[answer] − logit[counterfactual]. No path patching, ' +
-      'no noising (corrupted → clean) direction, no attribution patching (gradients).',
+      'LD = logit[answer] − logit[counterfactual]' +
+      (noising ? ' (noising: 1 = unaffected, 0 = as corrupted).' : ' (0 = as corrupted, 1 = clean).') +
+      ' No attribution patching (gradients: attribution_patching).',
+    direction: input.direction,
+    path: pathOut,
     metric: 'normalised_logit_difference',
     corrupted_prompt: corrupted.prompt,
     corrupted_tokens: tokenEntries(model, corrupted.ids),
@@ -286,7 +378,7 @@ async function patchPair(model: LoadedModel, input: PatchParsed, ctx: OpContext)
       op,
       ...(head !== undefined ? { head } : {}),
       positions,
-      from: "the clean prompt's run",
+      from,
     })),
     n_variants: cells.length,
     n_engine_runs: 2 + maxBatchRuns,
@@ -299,6 +391,12 @@ async function patchPair(model: LoadedModel, input: PatchParsed, ctx: OpContext)
  */
 async function patchDataset(model: LoadedModel, input: PatchParsed, ctx: OpContext): Promise<PatchDoc> {
   checkOneSource(input, ['prompt', 'token_ids', 'corrupted_prompt', 'corrupted_token_ids', 'answer', 'counterfactual']);
+  if (input.scans.includes('path'))
+    throw new LoupeError(
+      'BAD_INPUT',
+      'The path scan runs on one clean/corrupted pair, not on a dataset.',
+      'Give prompt and corrupted_prompt for path patching, or leave "path" out of scans.',
+    );
   const perPosition = input.scans.some((s) => s !== 'head_out');
   const { dataset, docs } = await forEachPair(
     model,
@@ -382,4 +480,112 @@ async function patchDataset(model: LoadedModel, input: PatchParsed, ctx: OpConte
     dataset: dataset.report,
     statistics: { ...stats.block(), components },
   };
+}
+
+interface PathPlan {
+  senders: { layer: number; head: number }[];
+  /** receiver sites (hook_q/k/v of a head), or null for the logits */
+  receivers: { hook: string; head: number }[] | null;
+  describe: string;
+}
+
+function pathPlan(model: LoadedModel, input: PatchParsed): PathPlan {
+  const { n_layers: L, n_heads: H, n_kv_heads: Hkv } = model.info;
+  const check = (h: { layer: number; head: number }, what: string) => {
+    if (h.layer >= L || h.head >= H)
+      throw new LoupeError(
+        'BAD_INPUT',
+        `${what} L${h.layer}H${h.head} does not exist (the model has ${L} layers × ${H} heads).`,
+        `Use layer 0 … ${L - 1} and head 0 … ${H - 1}.`,
+      );
+  };
+  const recv = input.path_receivers;
+  recv?.forEach((r) => check(r, 'path receiver'));
+  input.path_senders?.forEach((s) => check(s, 'path sender'));
+  const top = recv ? Math.max(...recv.map((r) => r.layer)) : L;
+  const senders =
+    input.path_senders ?? Array.from({ length: top * H }, (_, i) => ({ layer: Math.floor(i / H), head: i % H }));
+  if (senders.length === 0)
+    throw new LoupeError(
+      'BAD_INPUT',
+      'The path scan has no sender: every receiver is in layer 0.',
+      'Choose receivers in a later layer, or give path_senders.',
+    );
+  const group = H / Hkv;
+  const receivers = recv
+    ? recv.flatMap((r) =>
+        [...new Set(r.inputs)].map((x) => ({
+          hook: `blocks.${r.layer}.attn.hook_${x}`,
+          head: x === 'q' ? r.head : Math.floor(r.head / group),
+        })),
+      )
+    : null;
+  const describe = recv
+    ? recv.map((r) => `L${r.layer}H${r.head} (${[...new Set(r.inputs)].join(', ')})`).join(', ')
+    : 'the logits';
+  return { senders, receivers, describe };
+}
+
+/**
+ * Path patching's runs (see the header), batched: per sender, the base prompt with every head's hook_z
+ * frozen to the base run's and the sender's from the source run; then, for head receivers, the base
+ * prompt with the receivers' values from that run. Returns each sender's logits at the last position.
+ */
+async function pathPatch(
+  model: LoadedModel,
+  plan: PathPlan,
+  ids: number[],
+  base: RunResult,
+  src: RunResult,
+  ctx: OpContext,
+): Promise<Float32Array[]> {
+  const { n_layers: L } = model.info;
+  const T = ids.length;
+  const freeze = (s: { layer: number; head: number }): Intervention[] => [
+    ...Array.from({ length: L }, (_, l) => {
+      const hook = `blocks.${l}.attn.hook_z`;
+      return { hook, op: 'patch' as const, source: base.hooks[hook] };
+    }),
+    {
+      hook: `blocks.${s.layer}.attn.hook_z`,
+      op: 'patch',
+      head: s.head,
+      source: src.hooks[`blocks.${s.layer}.attn.hook_z`],
+    },
+  ];
+  if (!plan.receivers) return runVariants(model, ids, plan.senders.map(freeze), { ctx, stage: 'path patching' });
+  const hooks = [...new Set(plan.receivers.map((r) => r.hook))];
+  const received: Record<string, Tensor>[] = [];
+  for (let start = 0; start < plan.senders.length; start += CAPS.maxBatch) {
+    throwIfAborted(ctx.signal);
+    const chunk = plan.senders.slice(start, start + CAPS.maxBatch);
+    const interventions = chunk.flatMap((s, row) => freeze(s).map((iv) => ({ ...iv, batch: [row] })));
+    const r = await model.run(ids, {
+      hooks,
+      interventions,
+      batch: chunk.length,
+      logitPositions: [T - 1],
+      signal: ctx.signal,
+    });
+    ctx.onProgress?.({ stage: 'path patching: senders', done: start + chunk.length, total: plan.senders.length });
+    chunk.forEach((_, row) =>
+      received.push(
+        Object.fromEntries(
+          hooks.map((h) => {
+            const t = r.hooks[h];
+            const n = t.data.length / chunk.length;
+            return [h, { dims: [1, ...t.dims.slice(1)], data: t.data.slice(row * n, (row + 1) * n) }];
+          }),
+        ),
+      ),
+    );
+  }
+  return runVariants(
+    model,
+    ids,
+    received.map((vals) =>
+      plan.receivers!.map((r) => ({ hook: r.hook, op: 'patch' as const, head: r.head, source: vals[r.hook] })),
+    ),
+    { ctx, stage: 'path patching: receivers' },
+  );
 }
