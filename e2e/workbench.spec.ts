@@ -35,7 +35,7 @@ test('opens on the bundled model with no download and traces it exactly as the C
   const foreign = requests.filter((u) => !u.startsWith(site.url) && !u.startsWith('data:') && !u.startsWith('blob:'));
   expect(foreign).toEqual([]);
   expect(requests.some((u) => u.includes('/models/stories260K/model.safetensors'))).toBe(true);
-  expect(requests.some((u) => /\/ort\/ort-wasm-simd-threaded\.jsep\.wasm$/.test(u))).toBe(true);
+  expect(requests.some((u) => /\/ort\/ort-wasm-simd-threaded\.(jsep|asyncify)\.wasm$/.test(u))).toBe(true);
   expect(await page.evaluate(() => crossOriginIsolated)).toBe(true);
   await expect(page.getByTestId('status-model')).toContainText('stories260K');
   await expect(page.getByTestId('status-backend')).toContainText('wasm');
