@@ -15,19 +15,43 @@ const ROOT = path.resolve(__dirname, '..');
 const read = (f: string) => readFileSync(path.join(ROOT, f), 'utf8');
 
 /**
- * A one-layer model with every optional hook: learned positions, pre- and post-norms, a gated MLP,
- * a sequential block (hook_resid_mid), asked with hook_result. Any other field a layer is asked for
- * is present, so a hook that a new optional field adds is in the list too.
+ * A two-layer model with every optional hook: learned positions, pre- and post-norms, a gated MLP,
+ * a sequential block (hook_resid_mid), asked with hook_result; layer 0 attends (with every optional
+ * attention field), layer 1 is a linear-attention layer (Qwen3.5). Any other field a layer is
+ * asked for is present, so a hook that a new optional field adds is in the list too.
  */
 const EVERY_LAYER = new Proxy({} as Record<string, unknown>, {
-  get: (_, k) => (k === 'parallel' ? false : k === 'mlp' ? { kind: 'gated' } : k === 'moe' ? undefined : {}),
+  get: (_, k) =>
+    k === 'parallel'
+      ? false
+      : k === 'mlp'
+        ? { kind: 'gated' }
+        : k === 'attn'
+          ? { outputGate: true }
+          : k === 'moe' || k === 'linearAttn'
+            ? undefined
+            : {},
 });
 /** and a mixture-of-experts layer (its MLP's hooks instead of the dense ones), with a shared expert */
 const MOE_LAYER = new Proxy({} as Record<string, unknown>, {
   get: (_, k) =>
-    k === 'parallel' ? false : k === 'mlp' ? undefined : k === 'moe' ? { experts: [{}], shared: {} } : {},
+    k === 'parallel'
+      ? false
+      : k === 'mlp' || k === 'linearAttn'
+        ? undefined
+        : k === 'moe'
+          ? { experts: [{}], shared: {} }
+          : {},
 });
-const EVERY_HOOK = { posEmbed: { w: 'wpe' }, nLayers: 2, layers: [EVERY_LAYER, MOE_LAYER] } as unknown as ModelSpec;
+/** and a linear-attention layer (Qwen3.5's gated delta-net: its hooks instead of attention's) */
+const LINEAR_LAYER = new Proxy({} as Record<string, unknown>, {
+  get: (_, k) => (k === 'parallel' ? false : k === 'mlp' ? { kind: 'gated' } : k === 'moe' ? undefined : {}),
+});
+const EVERY_HOOK = {
+  posEmbed: { w: 'wpe' },
+  nLayers: 3,
+  layers: [EVERY_LAYER, MOE_LAYER, LINEAR_LAYER],
+} as unknown as ModelSpec;
 
 /** the engine's hooks as the copies write them: each layer as `blocks.{l}`, expert 0 as `experts.{e}`, and `logits` */
 function engineHooks(): string[] {
@@ -66,6 +90,7 @@ describe('the hook list has one source', () => {
     ])
       expect(hooks).toContain(h);
     expect(hooks).toContain('blocks.{l}.attn.hook_result');
+    expect(hooks).toContain('blocks.{l}.linear_attn.hook_core');
   });
 
   for (const file of COPIES) {

@@ -65,7 +65,7 @@ describe.each(ALL_FAMILY_CASES)('gradients vs float64 finite differences: $name'
     let fwdDiff = rel(out.logits.data, plain.logits.data);
     for (const h of hooks) fwdDiff = Math.max(fwdDiff, rel(out.hooks[h].data, plain.hooks[h].data));
     const fused = model.spec.layers.some(
-      (l) => (l.mlp!.act !== 'relu' && l.mlp!.act !== 'silu') || l.attn.qNorm || l.attn.kNorm,
+      (l) => (l.mlp!.act !== 'relu' && l.mlp!.act !== 'silu') || l.attn?.qNorm || l.attn?.kNorm,
     );
     if (fused) expect(fwdDiff).toBeLessThan(2e-6);
     else expect(fwdDiff).toBe(0);

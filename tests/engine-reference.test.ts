@@ -154,7 +154,7 @@ describe.each(ALL_FAMILY_CASES)('engine vs float64 reference: $name', (c) => {
           1;
         expect(skipNorms(counts)).toBe(fused ? addNorms : 0);
         // MultiHeadAttention in every layer without an attention soft-cap (the kernel has none)
-        const capped = spec.layers.filter((l) => l.attn.softcap !== null).length;
+        const capped = spec.layers.filter((l) => l.attn!.softcap !== null).length;
         expect(counts.MultiHeadAttention).toBe(fused ? spec.nLayers - capped : 0);
         expect(counts.Softmax).toBe(fused ? capped : spec.nLayers);
         const session = await factory.create(graph, weights);
@@ -201,7 +201,7 @@ describe.each(ALL_FAMILY_CASES)('engine vs float64 reference: $name', (c) => {
       fused: ALL_KERNELS,
     });
     const counts = opCounts(lean, NEW_KERNELS);
-    expect(counts.MultiHeadAttention).toBe(model.spec.layers.filter((l) => l.attn.softcap === null).length);
+    expect(counts.MultiHeadAttention).toBe(model.spec.layers.filter((l) => l.attn!.softcap === null).length);
     expect(skipNorms(counts)).toBeGreaterThan(0);
     const fused = await createModel(
       { ...modelPartsFrom(files, { bundled: false, id: rm.dir }), fused: ALL_KERNELS },

@@ -284,7 +284,7 @@ describe('which readout runs (readout/choose.ts)', () => {
     const files = await loadModelFilesNode(rm.dir);
     const used = [...files.weights.tensors.values()];
     const spec = describeModel({ config: files.config as Record<string, any>, tensors: files.weights.tensors });
-    const readout = spec.layers.flatMap((l) => [l.attn.o.w, l.mlp!.down.w]).map((n) => files.weights.tensors.get(n)!);
+    const readout = spec.layers.flatMap((l) => [l.attn!.o.w, l.mlp!.down.w]).map((n) => files.weights.tensors.get(n)!);
     const peak = (es: typeof used) => estimateMemory(weightStats(es), 'node', 'f32').poolBytes;
     const tight = { hostBytes: Math.round((peak(used) + peak([...used, ...readout])) / 2) };
     const poolWasm = (es: typeof used) => estimateMemory(weightStats(es), 'wasm', 'stored').poolBytes;

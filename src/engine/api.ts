@@ -8,7 +8,10 @@
  *    `hook_embed`, `hook_pos_embed` (learned positions), `blocks.{l}.hook_resid_pre`, `blocks.{l}.ln1.hook_scale` (pre-norms),
  *    `blocks.{l}.attn.hook_q|hook_k|hook_v` [B,T,H(or Hkv),Dh], `blocks.{l}.attn.hook_attn_scores|hook_pattern`
  *    [B,H,Tq,Tk], `blocks.{l}.attn.hook_z` [B,T,H,Dh], `blocks.{l}.attn.hook_result` [B,T,H,D] (only in the
- *    'result' graph variant), `blocks.{l}.ln1_post.hook_scale` (post-norms: Gemma 2 and 3, OLMo 2), `blocks.{l}.hook_attn_out`,
+ *    'result' graph variant), `blocks.{l}.attn.hook_gate` [B,T,H,Dh] (Qwen3.5's output gate; hook_z gated),
+ *    Qwen3.5's linear-attention layers instead of attention: `blocks.{l}.linear_attn.hook_q|hook_k` [B,T,Hk,Dk],
+ *    `blocks.{l}.linear_attn.hook_v|hook_core|hook_gate|hook_z` [B,T,Hv,Dv], `blocks.{l}.linear_attn.hook_beta|hook_decay`
+ *    [B,T,Hv] (docs/DESIGN.md), `blocks.{l}.ln1_post.hook_scale` (post-norms: Gemma 2 and 3, OLMo 2), `blocks.{l}.hook_attn_out`,
  *    `blocks.{l}.hook_resid_mid` (not in parallel blocks), `blocks.{l}.ln2.hook_scale` (pre-norms),
  *    `blocks.{l}.mlp.hook_pre|hook_pre_linear|hook_post` [B,T,d_mlp] (hook_pre_linear in gated MLPs), or in a
  *    mixture-of-experts layer `blocks.{l}.mlp.hook_router_logits|hook_router_weights` [B,T,E],

@@ -4,7 +4,7 @@
  * q|k|v columns, GPT-NeoX's per-head [H,3,Dh] rows.
  */
 import { LoupeError } from './errors';
-import type { AttentionSpec, ModelSpec, LinearRef, NormSpec } from './spec';
+import { attentionOf, type AttentionSpec, type ModelSpec, type LinearRef, type NormSpec } from './spec';
 import type { Tensor } from './tensor';
 
 /**
@@ -32,6 +32,9 @@ function qkvColumns(
   which: 0 | 1 | 2,
 ): { ref: LinearRef; nOut: number; first: (h: number) => number } {
   const { dModel: D, nHeads: H, nKvHeads: Hkv, dHead: Dh } = spec;
+  // Qwen3.5's gated q_proj holds per head Dh query rows then Dh gate rows: `(h two dh)`
+  if (a.qkv.kind === 'separate' && which === 0 && a.outputGate)
+    return { ref: a.qkv.q, nOut: 2 * H * Dh, first: (h) => 2 * h * Dh };
   if (a.qkv.kind === 'separate')
     return { ref: [a.qkv.q, a.qkv.k, a.qkv.v][which], nOut: (which === 0 ? H : Hkv) * Dh, first: (h) => h * Dh };
   return {
@@ -54,7 +57,7 @@ export function valueProduct(spec: ModelSpec, read: ReadTensor, x: Float32Array,
   for (let l = 0; l < L; l++) {
     const xl = x.subarray(l * D, (l + 1) * D);
     if (xl.every((v) => v === 0)) continue;
-    const { ref, nOut, first } = qkvColumns(spec, spec.layers[l].attn, 2);
+    const { ref, nOut, first } = qkvColumns(spec, attentionOf(spec, l), 2);
     const w = read(ref.w);
     const { base, oStep, iStep } = steps(ref, D, nOut);
     const o = l * Hkv * Dh;
@@ -133,13 +136,13 @@ export function readParam(spec: ModelSpec, read: ReadTensor, name: string): Tens
   const layer = spec.layers[l];
   if (!layer) throw unknown();
   const key = m[2];
-  const a = layer.attn;
+  const attn = () => attentionOf(spec, l);
 
   // q/k/v: which rows/cols of which stored tensor hold head h, dim k
   const qkvWeight = (which: 0 | 1 | 2): Tensor => {
     const heads = which === 0 ? H : Hkv;
     const out = new Float32Array(heads * D * Dh);
-    const { ref, nOut, first } = qkvColumns(spec, a, which);
+    const { ref, nOut, first } = qkvColumns(spec, attn(), which);
     const w = read(ref.w);
     const { base, oStep, iStep } = steps(ref, D, nOut);
     for (let h = 0; h < heads; h++) {
@@ -155,6 +158,7 @@ export function readParam(spec: ModelSpec, read: ReadTensor, name: string): Tens
   const qkvBias = (which: 0 | 1 | 2): Tensor => {
     const heads = which === 0 ? H : Hkv;
     const out = new Float32Array(heads * Dh);
+    const a = attn();
     if (a.qkv.kind === 'separate') {
       const b = biasOf([a.qkv.q, a.qkv.k, a.qkv.v][which], read);
       if (b) out.set(b);
@@ -216,11 +220,11 @@ export function readParam(spec: ModelSpec, read: ReadTensor, name: string): Tens
       if (layer.postMlpNorm) return normW(layer.postMlpNorm);
       break;
     case 'attn.W_O': {
-      const t = linearInOut(a.o, H * Dh, D); // [H*Dh, D] = [H, Dh, D]
+      const t = linearInOut(attn().o, H * Dh, D); // [H*Dh, D] = [H, Dh, D]
       return { dims: [H, Dh, D], data: t.data };
     }
     case 'attn.b_O':
-      return bias(a.o, D);
+      return bias(attn().o, D);
     case 'mlp.W_in':
       if (layer.mlp) return linearInOut(layer.mlp.up, D, M);
       break;
@@ -271,8 +275,9 @@ export function storedParam(spec: ModelSpec, name: string): boolean {
   const m = /^blocks\.(\d+)\.(.+)$/.exec(name);
   const layer = m ? spec.layers[Number(m[1])] : undefined;
   if (!m || !layer) return false;
-  const { qkv, o } = layer.attn;
-  const qkvRef = (i: 0 | 1 | 2): LinearRef => (qkv.kind === 'separate' ? [qkv.q, qkv.k, qkv.v][i] : qkv.qkv);
+  const a = layer.attn;
+  const qkvRef = (i: 0 | 1 | 2): LinearRef | undefined =>
+    !a ? undefined : a.qkv.kind === 'separate' ? [a.qkv.q, a.qkv.k, a.qkv.v][i] : a.qkv.qkv;
   const inLayer: Record<string, string | undefined> = {
     'ln1.w': layer.ln1?.w,
     'ln1.b': layer.ln1?.b,
@@ -280,14 +285,14 @@ export function storedParam(spec: ModelSpec, name: string): boolean {
     'ln2.b': layer.ln2?.b,
     'ln1_post.w': layer.postAttnNorm?.w,
     'ln2_post.w': layer.postMlpNorm?.w,
-    'attn.W_Q': qkvRef(0).w,
-    'attn.W_K': qkvRef(1).w,
-    'attn.W_V': qkvRef(2).w,
-    'attn.b_Q': qkvRef(0).b,
-    'attn.b_K': qkvRef(1).b,
-    'attn.b_V': qkvRef(2).b,
-    'attn.W_O': o.w,
-    'attn.b_O': o.b,
+    'attn.W_Q': qkvRef(0)?.w,
+    'attn.W_K': qkvRef(1)?.w,
+    'attn.W_V': qkvRef(2)?.w,
+    'attn.b_Q': qkvRef(0)?.b,
+    'attn.b_K': qkvRef(1)?.b,
+    'attn.b_V': qkvRef(2)?.b,
+    'attn.W_O': a?.o.w,
+    'attn.b_O': a?.o.b,
     'mlp.W_in': layer.mlp?.up.w,
     'mlp.b_in': layer.mlp?.up.b,
     'mlp.W_gate': layer.mlp ? layer.mlp.gate?.w : layer.moe?.router.w,

@@ -59,13 +59,16 @@ function quantTargets(spec: ModelSpec): Map<string, Target> {
     if (r && !out.has(r.w)) out.set(r.w, { axis: r.layout === 'out_in' ? 1 : 0, linear: true });
   };
   for (const l of spec.layers) {
-    const { qkv, o } = l.attn;
-    if (qkv.kind === 'separate') {
-      lin(qkv.q);
-      lin(qkv.k);
-      lin(qkv.v);
-    } else lin(qkv.qkv);
-    lin(o);
+    if (l.attn) {
+      const { qkv, o } = l.attn;
+      if (qkv.kind === 'separate') {
+        lin(qkv.q);
+        lin(qkv.k);
+        lin(qkv.v);
+      } else lin(qkv.qkv);
+      lin(o);
+    }
+    if (l.linearAttn) for (const r of ['qkv', 'z', 'b', 'a', 'out'] as const) lin(l.linearAttn[r]);
     lin(l.mlp?.up);
     lin(l.mlp?.gate);
     lin(l.mlp?.down);

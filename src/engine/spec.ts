@@ -4,6 +4,7 @@
  * their safetensors names, in their stored layout, so the graph can point ORT at the file bytes
  * directly (external data) without copying or transposing them.
  */
+import { LoupeError } from './errors';
 
 /** torch.nn.Linear stores [out, in] ('out_in'); GPT-2's Conv1D stores [in, out] ('in_out'). */
 export interface LinearRef {
@@ -51,6 +52,42 @@ export interface AttentionSpec {
   softcap: number | null;
   /** sliding-window size for this layer, null = global */
   slidingWindow: number | null;
+  /**
+   * Qwen3.5's gated attention: q's projection holds, per head, Dh query rows then Dh gate rows
+   * (`(h two dh)`); z is multiplied by sigmoid(gate) before W_O (hook_z is the gated value)
+   */
+  outputGate?: boolean;
+}
+
+/**
+ * Qwen3.5's gated delta-net (linear attention), the token mixer of its linear_attention layers:
+ * qkv = causal depthwise conv1d (kernel K, silu) of in_proj_qkv(x), q and k L2-normalised,
+ * β = sigmoid(in_proj_b x), g = −exp(A_log) · softplus(in_proj_a x + dt_bias); per value head the
+ * state S [Dk, Dv] evolves S ← e^g S, S ← S + k (β (v − Sᵀk))ᵀ and reads o = Sᵀ q / sqrt(Dk);
+ * out = out_proj(RMSNorm(o) ⊙ w ⊙ silu(in_proj_z x)). Key heads serve Hv / Hk consecutive value heads.
+ */
+export interface LinearAttnSpec {
+  /** in_proj_qkv [2·Hk·Dk + Hv·Dv, D]: rows q | k | v */
+  qkv: LinearRef;
+  /** in_proj_z [Hv·Dv, D]: the output gate */
+  z: LinearRef;
+  /** in_proj_b [Hv, D] (β), in_proj_a [Hv, D] (the decay's input) */
+  b: LinearRef;
+  a: LinearRef;
+  /** conv1d.weight [C, 1, K], no bias */
+  conv: string;
+  convKernel: number;
+  /** A_log [Hv], dt_bias [Hv] */
+  aLog: string;
+  dtBias: string;
+  /** the gated RMSNorm over each value head's Dv (weight w, no offset) */
+  norm: NormSpec;
+  /** out_proj [D, Hv·Dv] */
+  out: LinearRef;
+  nKHeads: number;
+  nVHeads: number;
+  dK: number;
+  dV: number;
 }
 
 export interface MlpSpec {
@@ -96,7 +133,13 @@ export interface LayerSpec {
   ln1?: NormSpec;
   /** the norm before the MLP (NeoX with parallel residual: on the block input); absent as ln1 */
   ln2?: NormSpec;
-  attn: AttentionSpec;
+  /** the token mixer: attention (absent exactly when linearAttn is there) */
+  attn?: AttentionSpec;
+  /**
+   * Qwen3.5's linear_attention layers: this token mixer replaces attention (no attention hooks,
+   * heads or KV cache; its own hooks and recurrent state instead: graph/hooks.ts, runtime/feeds.ts)
+   */
+  linearAttn?: LinearAttnSpec;
   /** the dense MLP; a mixture-of-experts layer has `moe` instead (and this is absent) */
   mlp?: MlpSpec;
   moe?: MoeSpec;
@@ -163,3 +206,25 @@ export interface ModelSpec {
   bosTokenId?: number;
   eosTokenId?: number;
 }
+
+/**
+ * Layer l's attention; a linear-attention layer (Qwen3.5) has none, and an operation that needs
+ * attention weights there (heads, W_Q…W_O, edges) is UNSUPPORTED_OP naming the layer.
+ */
+export function attentionOf(spec: ModelSpec, l: number): AttentionSpec {
+  const a = spec.layers[l].attn;
+  if (!a)
+    throw new LoupeError(
+      'UNSUPPORTED_OP',
+      `Layer ${l} of this ${spec.family} model is a linear-attention (gated delta-net) layer: it has no attention heads.`,
+      'Use its blocks.{l}.linear_attn.* hooks, or the full-attention layers, for head-level work.',
+      { layer: l, family: spec.family },
+    );
+  return a;
+}
+
+/** whether any layer is a linear-attention layer (the model then carries a recurrent state, not only a KV cache) */
+export const hasLinearAttention = (spec: ModelSpec): boolean => spec.layers.some((l) => l.linearAttn !== undefined);
+
+/** the token mixer's output projection: attention's W_O, or the linear attention's out_proj */
+export const mixerOut = (layer: LayerSpec): LinearRef => layer.attn?.o ?? layer.linearAttn!.out;

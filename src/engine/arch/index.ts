@@ -16,6 +16,7 @@ import { mixtral } from './mixtral';
 import { qwen2Moe } from './qwen2_moe';
 import { qwen3Moe } from './qwen3_moe';
 import { olmoe } from './olmoe';
+import { qwen3_5 } from './qwen3_5';
 
 /**
  * An adapter: config.json + tensor index → ModelSpec. A multimodal family also says which tensors
@@ -43,6 +44,8 @@ const ADAPTERS: Record<string, Adapter> = {
   qwen2_moe: qwen2Moe,
   qwen3_moe: qwen3Moe,
   olmoe,
+  qwen3_5_text: qwen3_5,
+  qwen3_5,
 };
 
 export const SUPPORTED_MODEL_TYPES = Object.keys(ADAPTERS);

@@ -17,7 +17,8 @@
  *   rope_cos_local/sin_local float [T, rd]  the local layers' own rotary (Gemma 3), when the model has one
  *   attn_mask     float [T, Tk]      0 / -inf causal mask (key positions = past + current)
  *   attn_mask_local float [T, Tk]    sliding-window layers, when the model has any
- *   past.{l}.key/value float [B, Hkv, P, Dh]   KV cache (P may be 0)
+ *   past.{l}.key/value float [B, Hkv, P, Dh]   KV cache (P may be 0); a linear-attention layer's
+ *                   state instead: key = conv state [B, K−1, C], value = recurrent state [B, Hv, Dk, Dv]
  *   logit_positions int64 [P']       positions whose logits are computed (all, or e.g. just the last)
  *   {hook}::mul / {hook}::add        per hook site, broadcastable to the hook's shape
  * Outputs: logits [B, P', V], every hook by its TL name, present.{l}.key/value [B, Hkv, Tk, Dh].
@@ -27,7 +28,17 @@ import { OnnxGraph, type BuiltGraph } from './onnx-builder';
 export type { BuiltGraph };
 import { allHookNames, hookInfo, mulInput, addInput } from './hooks';
 import { addModelBackward } from './backward-model';
-import type { ModelSpec, LinearRef, NormSpec, Activation, LayerSpec, MoeSpec, ExpertSpec } from '../spec';
+import type {
+  ModelSpec,
+  LinearRef,
+  NormSpec,
+  Activation,
+  LayerSpec,
+  AttentionSpec,
+  LinearAttnSpec,
+  MoeSpec,
+  ExpertSpec,
+} from '../spec';
 import type { TensorEntry } from '../safetensors-types';
 import type { SaeGraphSpec } from '../sae';
 import type { WeightPrecision } from '../precision';
@@ -410,12 +421,19 @@ export class ModelGraph {
     return parts.map((p) => g.o('Squeeze', [p, g.constI([axis])]));
   }
 
-  private attention(l: number, layer: LayerSpec, xn: string): string {
+  private attention(l: number, layer: LayerSpec, a: AttentionSpec, xn: string): string {
     const { g, D, H, Hkv, Dh } = this;
     const b = `blocks.${l}.attn`;
-    const a = layer.attn;
     let q: string, k: string, v: string;
-    if (a.qkv.kind === 'separate') {
+    let gate: string | undefined;
+    if (a.qkv.kind === 'separate' && a.outputGate) {
+      // Qwen3.5: q_proj rows `(h two dh)`, each head's query then its output gate
+      const qg = g.o('Reshape', [this.linear(xn, a.qkv.q, D, 2 * H * Dh), g.constI([0, 0, H, 2 * Dh])]);
+      [q, gate] = g.op('Split', [qg, g.constI([Dh, Dh])], { axis: 3 }, 2);
+      gate = this.hook(gate, `${b}.hook_gate`);
+      k = g.o('Reshape', [this.linear(xn, a.qkv.k, D, Hkv * Dh), g.constI([0, 0, Hkv, Dh])]);
+      v = g.o('Reshape', [this.linear(xn, a.qkv.v, D, Hkv * Dh), g.constI([0, 0, Hkv, Dh])]);
+    } else if (a.qkv.kind === 'separate') {
       // OLMo 2 normalises the whole projection, before the split into heads
       const full = a.qkNormWidth === 'full';
       const heads = (t: string, n: number) => g.o('Reshape', [t, g.constI([0, 0, n, Dh])]); // `b t (h dh) -> b t h dh`
@@ -488,10 +506,13 @@ export class ModelGraph {
         [g.o('Reshape', [q, g.constI([0, 0, H * Dh])]), kH, vH, '', '', this.attnBias(mask)],
         { num_heads: H, scale: { float: a.scale } },
       )[0];
-      z = this.hook(g.o('Reshape', [zFlat, g.constI([0, 0, H, Dh])]), `${b}.hook_z`);
+      z = g.o('Reshape', [zFlat, g.constI([0, 0, H, Dh])]);
     } else {
-      z = this.hook(this.attend(b, q, kH, vH, mask, a.scale, a.softcap), `${b}.hook_z`);
+      z = this.attend(b, q, kH, vH, mask, a.scale, a.softcap);
     }
+    // the gated attention's z is the gated value, so that attn_out = Σ_h z_h · W_O[h] still holds
+    if (gate) z = g.o('Mul', [z, g.o('Sigmoid', [gate])]);
+    z = this.hook(z, `${b}.hook_z`);
     if (this.plan.withResult && this.plan.hooks) {
       // W_O per head [H, Dh, D]: out_in `d (h dh) -> h dh d`, in_out `(h dh) d -> h dh d`; result_h = z_h · W_O[h]
       const wo =
@@ -549,6 +570,105 @@ export class ModelGraph {
     return bias;
   }
   private readonly biasCache = new Map<string, string>();
+
+  // ---- linear attention (Qwen3.5's gated delta-net)
+
+  /**
+   * The gated delta rule (spec.ts LinearAttnSpec) as transformers' torch_recurrent_gated_delta_rule
+   * computes it, one position at a time: a Scan over T whose body updates the state S [B, Hv, Dk, Dv]
+   * (S ← e^g S; S ← S + k (β (v − Sᵀk))ᵀ; o = Sᵀq) from the state the input carries (zeros for a
+   * fresh run: exactly HF's zero-padded conv and empty state). T sequential steps of O(Hv·Dk·Dv)
+   * each. (The chunked form's closed-form inverse of its triangular system, a product of powers,
+   * was tried: without decay its powers overflow float32's precision past a few dozen positions.)
+   */
+  private linearAttention(l: number, layer: LayerSpec, s: LinearAttnSpec, xn: string): string {
+    const { g, D } = this;
+    const b = `blocks.${l}.linear_attn`;
+    const { nKHeads: Hk, nVHeads: Hv, dK: Dk, dV: Dv, convKernel: K } = s;
+    const C = 2 * Hk * Dk + Hv * Dv;
+    const BIG = 2 ** 31 - 1;
+    const sl = (t: string, a: number, e: number, axis: number) =>
+      g.o('Slice', [t, g.constI([a]), g.constI([e]), g.constI([axis])]);
+
+    // causal depthwise conv1d over time, kernel K, from the conv state (the last K − 1 inputs): `b t c`
+    const mixed = this.linear(xn, s.qkv, D, C);
+    const xcat = g.o('Concat', [g.input(`past.${l}.key`, 'float', ['B', K - 1, C]), mixed], { axis: 1 });
+    g.output(g.rename(sl(xcat, -(K - 1), BIG, 1), `present.${l}.key`));
+    const wT = g.o('Transpose', [g.o('Reshape', [this.W(s.conv, xcat), g.constI([C, K])])]); // [K, C]
+    let conv = '';
+    for (let j = 0; j < K; j++) {
+      // tap j reads input t − (K − 1) + j: rows [j, j + T) of the padded sequence
+      const term = g.o('Mul', [sl(xcat, j, j === K - 1 ? BIG : j - (K - 1), 1), sl(wT, j, j + 1, 0)]);
+      conv = j === 0 ? term : g.o('Add', [conv, term]);
+    }
+    conv = activation(g, conv, 'silu');
+    // q, k L2-normalised per head (FLA's l2norm: x / sqrt(Σx² + 1e-6)); v as it is
+    const l2 = (t: string) =>
+      g.o('Div', [
+        t,
+        g.o('Sqrt', [g.o('Add', [g.o('ReduceSumSquare', [t], { axes: [-1], keepdims: 1 }), this.c(1e-6)])]),
+      ]);
+    const heads = (t: string, n: number, d: number) => g.o('Reshape', [t, g.constI([0, 0, n, d])]);
+    const q = this.hook(l2(heads(sl(conv, 0, Hk * Dk, 2), Hk, Dk)), `${b}.hook_q`);
+    const k = this.hook(l2(heads(sl(conv, Hk * Dk, 2 * Hk * Dk, 2), Hk, Dk)), `${b}.hook_k`);
+    const v = this.hook(heads(sl(conv, 2 * Hk * Dk, C, 2), Hv, Dv), `${b}.hook_v`);
+    const beta = this.hook(g.o('Sigmoid', [this.linear(xn, s.b, D, Hv)]), `${b}.hook_beta`); // [B, T, Hv]
+    // g = −exp(A_log) · softplus(a + dt_bias): the log of each step's decay, ≤ 0
+    const decay = this.hook(
+      g.o('Mul', [
+        g.o('Neg', [g.o('Exp', [this.W(s.aLog)])]),
+        g.o('Softplus', [g.o('Add', [this.linear(xn, s.a, D, Hv), this.W(s.dtBias)])]),
+      ]),
+      `${b}.hook_decay`,
+    );
+
+    // key heads serve Hv / Hk consecutive value heads (`b t hk dk -> b t (hk rep) dk`)
+    const rep = Hv / Hk;
+    const toV = (t: string) =>
+      rep === 1
+        ? t
+        : g.o('Reshape', [
+            g.o('Expand', [g.o('Unsqueeze', [t, g.constI([3])]), g.constI([1, 1, 1, rep, 1])]),
+            g.constI([0, 0, Hv, Dk]),
+          ]);
+    const qs = g.o('Mul', [toV(q), this.c(1 / Math.sqrt(Dk))]);
+    // the body: state S, and position t's q, k [B, Hv, Dk], v [B, Hv, Dv], β, g [B, Hv]
+    const f = g.body(`la${l}_`);
+    const [S, qt, kt, vt, bt, gt] = (
+      [
+        ['S', ['B', Hv, Dk, Dv]],
+        ['q', ['B', Hv, Dk]],
+        ['k', ['B', Hv, Dk]],
+        ['v', ['B', Hv, Dv]],
+        ['beta', ['B', Hv]],
+        ['g', ['B', Hv]],
+      ] as const
+    ).map(([n, dims]) => f.input(`la${l}_${n}`, 'float', [...dims]));
+    const col = (t: string) => f.o('Unsqueeze', [t, f.constI([2, 3])]); // `b h -> b h 1 1`
+    const S1 = f.o('Mul', [S, f.o('Exp', [col(gt)])]);
+    const kRow = f.o('Unsqueeze', [kt, f.constI([2])]); // [B, Hv, 1, Dk]
+    const mem = f.o('MatMul', [kRow, S1]); // Sᵀk as a row: [B, Hv, 1, Dv]
+    const delta = f.o('Mul', [f.o('Sub', [f.o('Unsqueeze', [vt, f.constI([2])]), mem]), col(bt)]);
+    const S2 = f.o('Add', [S1, f.o('MatMul', [f.o('Unsqueeze', [kt, f.constI([3])]), delta])]);
+    const o = f.o('Squeeze', [f.o('MatMul', [f.o('Unsqueeze', [qt, f.constI([2])]), S2]), f.constI([2])]);
+    f.output(S2, 'float', ['B', Hv, Dk, Dv]); // (onnxruntime's Scan asks for its body's output shapes)
+    f.output(o, 'float', ['B', Hv, Dv]);
+    const [sT, coreOut] = g.op(
+      'Scan',
+      [g.input(`past.${l}.value`, 'float', ['B', Hv, Dk, Dv]), qs, toV(k), v, beta, decay],
+      { body: { graph: f }, num_scan_inputs: 5, scan_input_axes: [1, 1, 1, 1, 1], scan_output_axes: [1] },
+      2,
+    );
+    g.output(g.rename(sT, `present.${l}.value`));
+    const core = this.hook(coreOut, `${b}.hook_core`); // [B, T, Hv, Dv]
+
+    // RMSNorm over each head's Dv (weight w), times silu of the output gate
+    const gate = this.hook(heads(this.linear(xn, s.z, D, Hv * Dv), Hv, Dv), `${b}.hook_gate`);
+    const normed = normalize(g, this.W, core, s.norm, undefined, this.fused);
+    const z = this.hook(g.o('Mul', [normed, activation(g, gate, 'silu')]), `${b}.hook_z`);
+    const out = this.linear(g.o('Reshape', [z, g.constI([0, 0, Hv * Dv])]), s.out, Hv * Dv, D);
+    return this.hook(out, `blocks.${l}.hook_attn_out`);
+  }
 
   // ---- MLP
 
@@ -632,7 +752,9 @@ export class ModelGraph {
   private block(l: number, resid: string, xn: string): [string, string] {
     const { g } = this;
     const layer = this.spec.layers[l];
-    const attnOut = this.attention(l, layer, xn);
+    const attnOut = layer.linearAttn
+      ? this.linearAttention(l, layer, layer.linearAttn, xn)
+      : this.attention(l, layer, layer.attn!, xn);
     if (layer.parallel) {
       const mlpOut = this.mlp(l, layer, this.norm(resid, layer.ln2, `blocks.${l}.ln2.hook_scale`));
       return [g.o('Add', [resid, attnOut]), mlpOut];
@@ -668,7 +790,7 @@ export class ModelGraph {
       this.sinLocal = g.o('Unsqueeze', [g.input('rope_sin_local', 'float', ['T', rd]), g.constI([1])]);
     }
     this.mask = g.input('attn_mask', 'float', ['T', 'Tk']);
-    if (spec.layers.some((l) => l.attn.slidingWindow !== null))
+    if (spec.layers.some((l) => l.attn && l.attn.slidingWindow !== null))
       this.maskLocal = g.input('attn_mask_local', 'float', ['T', 'Tk']);
 
     // embeddings: W_E [V, D] gathered by token, W_pos [n_ctx, D] by position

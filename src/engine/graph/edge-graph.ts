@@ -27,7 +27,7 @@
  * gradient variant grad:edge::w [B, Nf, Nb] (the differences d are constants to the backward pass).
  */
 import { LoupeError } from '../errors';
-import type { ModelSpec, LayerSpec, LinearRef } from '../spec';
+import { attentionOf, type ModelSpec, type LayerSpec, type LinearRef } from '../spec';
 import type { TensorEntry } from '../safetensors-types';
 import { ModelGraph, type BuiltGraph, type GraphPlan } from './build-model';
 import { addModelBackward } from './backward-model';
@@ -129,7 +129,7 @@ class EdgeModelGraph extends ModelGraph {
   /** per-head weights [H, D, Dh] and biases [H, 1, Dh] of q, k, v (grouped k/v repeated per query head) */
   private headWeights(layer: LayerSpec, after: string): { w: string; b?: string }[] {
     const { g, D, H, Hkv, Dh } = this;
-    const qkv = layer.attn.qkv;
+    const qkv = layer.attn!.qkv; // edgeBlock checked the layer has attention
     const split3 = (t: string) =>
       g.op('Split', [t, g.constI([1, 1, 1])], { axis: 0 }, 3).map((p) => g.o('Squeeze', [p, g.constI([0])]));
     if (qkv.kind === 'gpt2_fused') {
@@ -181,7 +181,9 @@ class EdgeModelGraph extends ModelGraph {
   private edgeBlock(l: number, resid: string, diffs: string[]): string {
     const { g, D, H, Dh, layout } = this;
     const layer = this.spec.layers[l];
-    const a = layer.attn;
+    const a = attentionOf(this.spec, l);
+    if (a.outputGate)
+      throw new LoupeError('UNSUPPORTED_OP', `Edge patching does not model layer ${l}'s gated attention output.`);
     const first = forwardHead(layout, l, 0);
     // q, k, v inputs of every head: [B, 3H, T, D]
     const xin = g.o('Add', [

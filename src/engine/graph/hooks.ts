@@ -15,20 +15,41 @@ export interface HookInfo {
   site: boolean;
 }
 
+/**
+ * A linear-attention layer's own hooks (Qwen3.5's gated delta-net; TransformerLens has none, so
+ * these follow its style): q, k [B, T, Hk, Dk] after the conv, silu and L2 norm; v [B, T, Hv, Dv]
+ * after the conv and silu; beta [B, T, Hv] (sigmoid); decay [B, T, Hv], the log of each step's
+ * decay g ≤ 0; core [B, T, Hv, Dv], the delta rule's read-out Sᵀq/√Dk; gate [B, T, Hv, Dv],
+ * in_proj_z before its silu; z [B, T, Hv, Dv], the gated norm's output that out_proj reads.
+ */
+export const LINEAR_ATTN_HOOKS = [
+  'hook_q',
+  'hook_k',
+  'hook_v',
+  'hook_beta',
+  'hook_decay',
+  'hook_core',
+  'hook_gate',
+  'hook_z',
+];
+
 export function layerHooks(spec: ModelSpec, l: number, withResult: boolean): string[] {
   const b = `blocks.${l}`;
   const layer = spec.layers[l];
-  const names = [
-    `${b}.hook_resid_pre`,
-    ...(layer.ln1 ? [`${b}.ln1.hook_scale`] : []),
-    `${b}.attn.hook_q`,
-    `${b}.attn.hook_k`,
-    `${b}.attn.hook_v`,
-    `${b}.attn.hook_attn_scores`,
-    `${b}.attn.hook_pattern`,
-    `${b}.attn.hook_z`,
-  ];
-  if (withResult) names.push(`${b}.attn.hook_result`);
+  const names = [`${b}.hook_resid_pre`, ...(layer.ln1 ? [`${b}.ln1.hook_scale`] : [])];
+  if (layer.linearAttn) names.push(...LINEAR_ATTN_HOOKS.map((h) => `${b}.linear_attn.${h}`));
+  else {
+    if (layer.attn?.outputGate) names.push(`${b}.attn.hook_gate`);
+    names.push(
+      `${b}.attn.hook_q`,
+      `${b}.attn.hook_k`,
+      `${b}.attn.hook_v`,
+      `${b}.attn.hook_attn_scores`,
+      `${b}.attn.hook_pattern`,
+      `${b}.attn.hook_z`,
+    );
+    if (withResult) names.push(`${b}.attn.hook_result`);
+  }
   if (layer.postAttnNorm) names.push(`${b}.ln1_post.hook_scale`);
   names.push(`${b}.hook_attn_out`);
   if (!layer.parallel) names.push(`${b}.hook_resid_mid`);
@@ -77,17 +98,26 @@ export function hookInfo(name: string): HookInfo {
   if (leaf === 'hook_expert_weights' || leaf === 'hook_expert_indices') return { name, posAxis: 1, site: false };
   if (leaf === 'hook_attn_scores') return { name, headAxis: 1, posAxis: 2, site: false }; // masked with -inf: x*0 would be NaN
   if (leaf === 'hook_pattern') return { name, headAxis: 1, posAxis: 2, site: true };
-  if (['hook_q', 'hook_k', 'hook_v', 'hook_z', 'hook_result'].includes(leaf))
+  if (['hook_q', 'hook_k', 'hook_v', 'hook_z', 'hook_result', 'hook_gate', 'hook_core'].includes(leaf))
     return { name, headAxis: 2, posAxis: 1, site: true };
+  if (leaf === 'hook_beta' || leaf === 'hook_decay') return { name, headAxis: 2, posAxis: 1, site: true };
   return { name, posAxis: 1, site: true };
 }
 
 export function hookShape(spec: ModelSpec, name: string, B: number, T: number, Tk = T): number[] {
   const leaf = name.slice(name.lastIndexOf('.') + 1);
   const { dModel: D, nHeads: H, nKvHeads: Hkv, dHead: Dh, dMlp: M } = spec;
+  const la = /^blocks\.(\d+)\.linear_attn\./.exec(name);
+  const s = la ? spec.layers[Number(la[1])]?.linearAttn : undefined;
+  if (s) {
+    if (leaf === 'hook_q' || leaf === 'hook_k') return [B, T, s.nKHeads, s.dK];
+    if (leaf === 'hook_beta' || leaf === 'hook_decay') return [B, T, s.nVHeads];
+    return [B, T, s.nVHeads, s.dV];
+  }
   switch (leaf) {
     case 'hook_scale':
       return [B, T, 1];
+    case 'hook_gate':
     case 'hook_q':
     case 'hook_z':
       return [B, T, H, Dh];

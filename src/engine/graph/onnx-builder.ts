@@ -15,7 +15,13 @@ export const CONCAT_MAX_INPUTS = 7;
 const DT = { FLOAT: 1, UINT8: 2, INT8: 3, INT64: 7, FLOAT16: 10, BFLOAT16: 16 } as const;
 
 type Attr =
-  number | number[] | string | { float: number } | { tensor: { dims: number[]; floats?: number[]; ints?: number[] } };
+  | number
+  | number[]
+  | string
+  | { float: number }
+  | { tensor: { dims: number[]; floats?: number[]; ints?: number[] } }
+  /** a subgraph (the body of a Scan): see OnnxGraph.body */
+  | { graph: OnnxGraph };
 
 /** onnxruntime's contrib operator domain (its fused kernels: FastGelu, SimplifiedLayerNormalization, …) */
 export const MS_DOMAIN = 'com.microsoft';
@@ -50,10 +56,20 @@ export class OnnxGraph {
   constructor(
     private readonly weightFileName: (file: string) => string,
     private readonly precision: WeightPrecision = 'f32',
+    /** prefixed to every generated name: a subgraph's names must not shadow its outer graph's */
+    private readonly namePrefix = '',
   ) {}
 
   private fresh(hint: string): string {
-    return `${hint}_${this.counter++}`;
+    return `${this.namePrefix}${hint}_${this.counter++}`;
+  }
+
+  /**
+   * An empty graph for the body of a control-flow node (a Scan), its names under `prefix` (unique
+   * within the model); it holds its own constants and passes as the attribute `{ graph: body }`.
+   */
+  body(prefix: string): OnnxGraph {
+    return new OnnxGraph(this.weightFileName, this.precision, prefix);
   }
 
   /** Add one node; returns its output names (one unless nOut > 1). */
@@ -366,8 +382,8 @@ export class OnnxGraph {
     return name;
   }
 
-  output(name: string, elemType: 'float' | 'int64' = 'float'): void {
-    this.outputs.push(valueInfo(name, elemType));
+  output(name: string, elemType: 'float' | 'int64' = 'float', dims?: (number | string)[]): void {
+    this.outputs.push(valueInfo(name, elemType, dims));
   }
 
   /** The nodes so far, in the order they were added (a topological order); for graph transforms (backward.ts). */
@@ -413,13 +429,7 @@ export class OnnxGraph {
 
   /** Serialise to ONNX bytes (opset 17, IR 8). */
   encode(): Uint8Array {
-    const graph = onnx.GraphProto.create({
-      name: 'loupe',
-      node: this.nodes,
-      initializer: this.initializers,
-      input: [...this.inputs, ...this.overridable],
-      output: this.outputs,
-    });
+    const graph = this.graphProto('loupe');
     const model = onnx.ModelProto.create({
       irVersion: 8,
       producerName: 'loupe',
@@ -427,6 +437,16 @@ export class OnnxGraph {
       graph,
     });
     return onnx.ModelProto.encode(model).finish();
+  }
+
+  graphProto(name: string): any {
+    return onnx.GraphProto.create({
+      name,
+      node: this.nodes,
+      initializer: this.initializers,
+      input: [...this.inputs, ...this.overridable],
+      output: this.outputs,
+    });
   }
 }
 
@@ -443,6 +463,7 @@ function attr(name: string, v: Attr) {
   if (typeof v === 'string') return { name, type: 3, s: new TextEncoder().encode(v) };
   if (Array.isArray(v)) return { name, type: 7, ints: v };
   if ('float' in v) return { name, type: 1, f: v.float }; // fused kernels' epsilon
+  if ('graph' in v) return { name, type: 5, g: v.graph.graphProto(name) }; // GRAPH
   return {
     name,
     type: 4,

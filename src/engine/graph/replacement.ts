@@ -32,7 +32,7 @@
  */
 import { OnnxGraph } from './onnx-builder';
 import type { BuiltGraph } from './build-model';
-import type { LinearRef, ModelSpec, NormSpec } from '../spec';
+import { attentionOf, type LinearRef, type ModelSpec, type NormSpec } from '../spec';
 import type { TensorEntry } from '../safetensors-types';
 import type { WeightPrecision } from '../precision';
 import type { TranscoderSpec } from '../transcoder';
@@ -90,7 +90,7 @@ function frozenPieces(g: OnnxGraph, spec: ModelSpec, tensors: Map<string, Tensor
     },
     /** W_V as its own weight [Hkv·Dh, D] (out_in) or [D, Hkv·Dh] (in_out), out of a fused projection where there is one */
     wV(l: number): { w: string; layout: LinearRef['layout'] } {
-      const q = spec.layers[l].attn.qkv;
+      const q = attentionOf(spec, l).qkv;
       if (q.kind === 'separate') return { w: W(q.v.w), layout: q.v.layout };
       if (q.kind === 'gpt2_fused') {
         // c_attn Conv1D [D, 3D], columns q | k | v
@@ -187,7 +187,7 @@ export const buildReplacementGraph = frozenGraph((g, spec, tensors, tc) => {
     // attention's value path: a = Σ_h (P_h v) W_O[h], v = ln1(r) W_V
     let ga = gmid;
     if (layer.postAttnNorm) ga = f.normT(ga, layer.postAttnNorm, f.at(spa, l));
-    const gz = f.linT(ga, f.W(layer.attn.o.w), layer.attn.o.layout, H * Dh, D); // [B, T, H·Dh]
+    const gz = f.linT(ga, f.W(attentionOf(spec, l).o.w), attentionOf(spec, l).o.layout, H * Dh, D); // [B, T, H·Dh]
     const gzh = g.o('Transpose', [g.o('Reshape', [gz, g.constI([0, 0, H, Dh])])], { perm: [0, 2, 1, 3] }); // [B, H, T, Dh]
     const pT = g.o('Transpose', [f.at(pattern, l)], { perm: [0, 2, 1] }); // [H, Tk, Tq]
     let gv = g.o('MatMul', [pT, gzh]); // [B, H, Tk, Dh]
@@ -243,7 +243,7 @@ export const buildReplacementForward = frozenGraph((g, spec, tensors, tc) => {
             ]);
       const z = g.o('MatMul', [f.at(pattern, l), vAll]); // [B, H, T, Dh]
       const zFlat = g.o('Reshape', [g.o('Transpose', [z], { perm: [0, 2, 1, 3] }), f.btN(H * Dh)]);
-      let a = f.lin(zFlat, f.W(layer.attn.o.w), layer.attn.o.layout, H * Dh, D);
+      let a = f.lin(zFlat, f.W(attentionOf(spec, l).o.w), attentionOf(spec, l).o.layout, H * Dh, D);
       if (layer.postAttnNorm) a = f.norm(a, layer.postAttnNorm, f.at(spa, l));
       mid = g.o('Add', [r, a]);
     }

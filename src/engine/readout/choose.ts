@@ -17,7 +17,7 @@
  *  - onnxruntime-node mapping the weight files as stored: a second session maps the same file
  *    pages (RSS counts them twice, physical memory does not) → the session.
  */
-import type { ModelSpec } from '../spec';
+import { mixerOut, type ModelSpec } from '../spec';
 import { q4Names } from '../q8';
 import type { TensorEntry, WeightSet } from '../safetensors-types';
 import {
@@ -46,9 +46,9 @@ export interface ReadoutChoice {
   readout_reason: string;
 }
 
-/** the weights DLA's readout multiplies: every layer's W_O and W_out */
+/** the weights DLA's readout multiplies: every layer's W_O (a linear-attention layer's out_proj) and W_out */
 export const readoutNames = (spec: ModelSpec): string[] =>
-  spec.layers.flatMap((l) => [l.attn.o.w, ...(l.mlp ? [l.mlp.down.w] : [])]);
+  spec.layers.flatMap((l) => [mixerOut(l).w, ...(l.mlp ? [l.mlp.down.w] : [])]);
 
 /**
  * The readout a model gets (see the top of this file). `used`: the tensors the forward uses, as

@@ -33,7 +33,20 @@ export interface FeedRequest {
 
 /** the sliding-window size of the model's local-attention layers (null: every layer is global) */
 export function slidingWindowOf(spec: ModelSpec): number | null {
-  return spec.layers.find((l) => l.attn.slidingWindow !== null)?.attn.slidingWindow ?? null;
+  return spec.layers.find((l) => l.attn && l.attn.slidingWindow !== null)?.attn?.slidingWindow ?? null;
+}
+
+/**
+ * Layer l's cache before any position: no keys or values [B, Hkv, 0, Dh]; a linear-attention
+ * layer's zero conv state [B, K − 1, C] and zero recurrent state [B, Hv, Dk, Dv] (what HF's
+ * zero-padded conv and fresh state compute)
+ */
+function emptyPast(spec: ModelSpec, l: number, B: number): [Tensor, Tensor] {
+  const s = spec.layers[l].linearAttn;
+  const zeros = (dims: number[]): Tensor => ({ dims, data: new Float32Array(dims.reduce((a, d) => a * d, 1)) });
+  if (s)
+    return [zeros([B, s.convKernel - 1, 2 * s.nKHeads * s.dK + s.nVHeads * s.dV]), zeros([B, s.nVHeads, s.dK, s.dV])];
+  return [zeros([B, spec.nKvHeads, 0, spec.dHead]), zeros([B, spec.nKvHeads, 0, spec.dHead])];
 }
 
 export function buildFeeds(
@@ -78,8 +91,6 @@ export function buildFeeds(
   if (graph.inputNames.includes('attn_mask_local'))
     feeds.attn_mask_local = f32(attentionMask(T, P, slidingWindowOf(spec)), [T, Tk]);
 
-  const { nKvHeads: Hkv, dHead: Dh } = spec;
-  const empty: Tensor = { dims: [B, Hkv, 0, Dh], data: new Float32Array(0) };
   const device = past?.device;
   if (device && device.batch !== B)
     throw new LoupeError('BAD_INPUT', `KV cache batch ${device.batch} does not match batch ${B}.`);
@@ -90,8 +101,9 @@ export function buildFeeds(
       feeds[`past.${l}.value`] = device.values[l] as OrtTensorLike;
       continue;
     }
-    const k = past?.keys[l] ?? empty;
-    const v = past?.values[l] ?? empty;
+    const [emptyK, emptyV] = emptyPast(spec, l, B);
+    const k = past?.keys[l] ?? emptyK;
+    const v = past?.values[l] ?? emptyV;
     if (k.dims[0] !== B) throw new LoupeError('BAD_INPUT', `KV cache batch ${k.dims[0]} does not match batch ${B}.`);
     feeds[`past.${l}.key`] = f32(k.data, k.dims);
     feeds[`past.${l}.value`] = f32(v.data, v.dims);
