@@ -19,6 +19,7 @@ import { loadModelFilesNode } from '../src/node/load-files-node';
 import type { LoadedModel } from '../src/engine/api';
 import { generateTokens } from '../src/ops/lib/generation';
 import { operation as trace } from '../src/ops/trace';
+import { operation as activations } from '../src/ops/activations';
 import { schemaErrors, viaJson } from './schema-helpers';
 import {
   MOE_FAMILY_CASES,
@@ -173,6 +174,32 @@ describe.each(MOE_FAMILY_CASES)('MoE engine vs float64 reference: $name', (c) =>
       if (sh) expect(Math.abs(sh.value - term(`blocks.${l}.mlp.shared_expert.hook_out`))).toBeLessThan(1e-4);
     }
     expect(routed).toBe(model.info.n_layers * model.info.experts_per_token!); // exactly the routed experts have terms
+  });
+
+  it("activations: each expert's load and the router's entropy equal the float64 reference's", async () => {
+    const doc = await activations.run(model, { prompt: 'abc ab', sites: ['resid_post'] } as any, {});
+    expect(schemaErrors('activations', viaJson(doc))).toEqual([]);
+    const ids = doc.tokens.map((t: { id: number }) => t.id);
+    const ref = referenceForward(rm, ids);
+    const T = ids.length;
+    const { num_experts: E, experts_per_token: k } = model.info as { num_experts: number; experts_per_token: number };
+    expect(doc.experts!.map((x) => x.layer)).toEqual(Array.from({ length: model.info.n_layers }, (_, l) => l));
+    for (const x of doc.experts!) {
+      const idx = ref.hooks[`blocks.${x.layer}.mlp.hook_expert_indices`].data;
+      const load = new Array(E).fill(0);
+      for (let i = 0; i < T * k; i++) load[idx[i]] += 1 / T;
+      for (let e = 0; e < E; e++) expect(x.load[e]).toBeCloseTo(load[e], 12);
+      expect(x.load.reduce((a, b) => a + b, 0)).toBeCloseTo(k, 12);
+      const lg = ref.hooks[`blocks.${x.layer}.mlp.hook_router_logits`].data;
+      for (let p = 0; p < T; p++) {
+        const row = Array.from(lg.subarray(p * E, (p + 1) * E));
+        const z = row.reduce((a, v) => a + Math.exp(v), 0);
+        const h = -row.reduce((a, v) => a + (Math.exp(v) / z) * (v - Math.log(z)), 0);
+        expect(Math.abs(x.entropy_per_position[p] - h)).toBeLessThan(1e-4);
+      }
+      expect(x.router_entropy).toBeGreaterThan(0);
+      expect(x.router_entropy).toBeLessThan(Math.log(E));
+    }
   });
 
   it('the routing features it has matter: leaving each out moves the logits past the tolerance', () => {

@@ -103,6 +103,21 @@ export const activationsOutput = documentBase('activations').extend({
     })
     .nullable()
     .describe('the values of one hook (values_layer, values_site); null when that site is not in this architecture'),
+  experts: z
+    .array(
+      z.object({
+        layer: z.number().int(),
+        load: z
+          .array(z.number())
+          .describe('[n_experts] the fraction of positions routed to each expert (hook_expert_indices); sums to k'),
+        router_entropy: z
+          .number()
+          .describe('mean over positions of the entropy (nats) of softmax(hook_router_logits); ln E is uniform'),
+        entropy_per_position: z.array(z.number()),
+      }),
+    )
+    .optional()
+    .describe("Mixture-of-experts models: per included layer, the experts' load and the router's entropy."),
   missing_sites: z
     .array(z.enum(SITES))
     .describe('Requested sites this architecture does not have (e.g. resid_mid for a parallel-residual model).'),
@@ -238,6 +253,34 @@ function valuesOf(t: Tensor, layer: number, site: (typeof VALUE_SITES)[number], 
   };
 }
 
+/** one MoE layer's routing over the prompt: each expert's load and the router's entropy per position */
+function routing(hooks: Record<string, Tensor>, l: number, E: number) {
+  const logits = hooks[`blocks.${l}.mlp.hook_router_logits`].data;
+  const idx = hooks[`blocks.${l}.mlp.hook_expert_indices`];
+  const [, T, k] = idx.dims;
+  const load = new Float64Array(E);
+  for (let i = 0; i < T * k; i++) load[idx.data[i]] += 1 / T;
+  const entropy = Array.from({ length: T }, (_, p) => {
+    const row = logits.subarray(p * E, (p + 1) * E);
+    let mx = -Infinity;
+    for (const v of row) mx = Math.max(mx, v);
+    let z = 0;
+    for (const v of row) z += Math.exp(v - mx);
+    let h = 0;
+    for (const v of row) {
+      const q = Math.exp(v - mx) / z;
+      if (q > 0) h -= q * Math.log(q);
+    }
+    return h;
+  });
+  return {
+    layer: l,
+    load: Array.from(load, finite),
+    router_entropy: finite(entropy.reduce((a, b) => a + b, 0) / T),
+    entropy_per_position: entropy.map(finite),
+  };
+}
+
 export const operation = defineOperation({
   name: 'activations',
   title: 'Activations',
@@ -273,6 +316,9 @@ export const operation = defineOperation({
   const missing = sites.filter((s) => !available.has(siteHook(s, 0)));
   const present = sites.filter((s) => !missing.includes(s));
   const hooks = layers.flatMap((l) => present.map((s) => siteHook(s, l)));
+  const E = model.info.num_experts ?? 0;
+  const moeHooks = (l: number) => [`blocks.${l}.mlp.hook_router_logits`, `blocks.${l}.mlp.hook_expert_indices`];
+  if (E) for (const l of layers) hooks.push(...moeHooks(l));
   const vHook = siteHook(input.values_site, vLayer);
   const withValues = available.has(vHook);
   if (withValues && !hooks.includes(vHook)) hooks.push(vHook);
@@ -295,12 +341,17 @@ export const operation = defineOperation({
       })),
     })),
     values: withValues ? valuesOf(run.hooks[vHook], vLayer, input.values_site, vHook, input.top_k) : null,
+    ...(E ? { experts: layers.map((l) => routing(run.hooks, l, E)) } : {}),
     missing_sites: missing,
     method:
       'Statistics over every element of the hook for this prompt (batch 1, ' +
       'float64 accumulation); std is the population standard deviation; argmax is the first ' +
       'largest element. Patterns are post-softmax attention probabilities [B, H, Tq, Tk]. ' +
       `values: every number of ${vHook} at every position (the unprocessed model's values), ` +
-      `and the ${input.top_k} units with the largest |value| at each position.`,
+      `and the ${input.top_k} units with the largest |value| at each position.` +
+      (E
+        ? ' experts: load = the fraction of positions whose top-k includes the expert; router entropy = ' +
+          '−Σ_e p_e ln p_e of p = softmax(router logits) at each position, and its mean.'
+        : ''),
   };
 });
