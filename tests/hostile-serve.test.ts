@@ -18,6 +18,16 @@ import WebSocket, { WebSocketServer } from 'ws';
 import { TOKEN_PROTOCOL_PREFIX } from '../src/bridge/protocol';
 import { LoupeError } from '../src/engine/errors';
 import { decode, encode, ENGINE_SUBPROTOCOL } from '../src/share/wire';
+import { InMemoryTransport } from '@modelcontextprotocol/client';
+import { z } from 'zod';
+import { createMcpServer } from '../src/bridge/mcp-server';
+import type { Executor } from '../src/bridge/executor';
+import type { Operation } from '../src/ops/types';
+import { createEngineApi } from '../workers/engine-api';
+import { nodeEngineHost } from '../src/serve/node-host';
+import { NO_LOCAL } from '../src/node/local-access';
+import { allowHosts, checkUrlHost, guardedFetch } from '../src/node/net-access';
+import { parseServeArgs } from '../src/serve/main';
 
 const ROOT = path.resolve(__dirname, '..');
 const BIN = path.join(ROOT, 'bin', 'loupe.mjs');
@@ -321,4 +331,112 @@ describe('loupe mcp --engine, against a hostile engine (F2)', () => {
     });
     alive();
   }, 30_000);
+});
+
+describe('what loupe serve’s engine may fetch (issue 39, noted: a page steering server-side requests)', () => {
+  let hits: string[] = [];
+  let other: http.Server;
+  let allowedSrv: http.Server;
+  const portOf = (s: http.Server) => (s.address() as { port: number }).port;
+  beforeAll(async () => {
+    // the "other" host: nothing may reach it but a redirect an allowed host answers with
+    other = http.createServer((req, res) => (hits.push(`other ${req.url}`), res.writeHead(404), res.end()));
+    allowedSrv = http.createServer((req, res) => {
+      hits.push(`allowed ${req.url}`);
+      res.writeHead(302, { location: `http://localhost:${portOf(other)}${req.url}` });
+      res.end();
+    });
+    await Promise.all([other, allowedSrv].map((s) => new Promise<void>((r) => s.listen(0, '127.0.0.1', r))));
+  });
+  afterAll(() => {
+    other.close();
+    allowedSrv.close();
+  });
+  const engine = (hosts: string[]) =>
+    createEngineApi(nodeEngineHost({ backend: 'node', local: NO_LOCAL, net: allowHosts(hosts) }));
+  const load = (api: ReturnType<typeof engine>, model: unknown) =>
+    api.loadModel('j', { model: model as never, backend: 'auto' }, () => {}).catch((e) => e.error ?? e);
+
+  it('refuses a URL, a Hub endpoint and an SAE source off the allowlist before any request', async () => {
+    hits = [];
+    const api = engine(['huggingface.co']);
+    const url = `http://127.0.0.1:${portOf(other)}/m/`;
+    expect(await load(api, { kind: 'url', id: url })).toMatchObject({ code: 'HOST_NOT_ALLOWED' });
+    expect(await load(api, { kind: 'hub', id: 'a/b', endpoint: `http://127.0.0.1:${portOf(other)}` })).toMatchObject({
+      code: 'HOST_NOT_ALLOWED',
+    });
+    expect(await load(api, 'default')).toMatchObject({ info: expect.anything() }); // no fetch: allowed
+    const sae = await api
+      .runOperation('s', 'sae_features', { prompt: 'hi', sae_source: url, sae_path: '' }, () => {})
+      .catch((e) => e.error ?? e);
+    expect(sae).toMatchObject({ code: 'HOST_NOT_ALLOWED' });
+    expect(hits).toEqual([]);
+  }, 20_000);
+
+  it('fetches from an allowed host and follows its redirects', async () => {
+    hits = [];
+    const api = engine([`127.0.0.1:${portOf(allowedSrv)}`]);
+    const r = await load(api, { kind: 'url', id: `http://127.0.0.1:${portOf(allowedSrv)}/m/` });
+    expect(r.code).not.toBe('HOST_NOT_ALLOWED');
+    expect(hits[0]).toMatch(/^allowed \/m\//);
+    expect(hits).toContain(hits[0].replace('allowed', 'other'));
+  }, 20_000);
+
+  it('checks every request of a source, and reads --allow-host', async () => {
+    const net = allowHosts(['huggingface.co', '127.0.0.1:8080']);
+    expect(() => checkUrlHost('https://huggingface.co/x', net)).not.toThrow();
+    expect(() => checkUrlHost('http://127.0.0.1:8080/x', net)).not.toThrow();
+    for (const u of ['http://127.0.0.1:8081/x', 'https://evil.example/', 'file:///etc/passwd', 'not a url'])
+      expect(() => checkUrlHost(u, net), u).toThrow(/fetches only from/);
+    let called = 0;
+    const f = guardedFetch(net, async () => (called++, new Response('')));
+    await expect(f('https://evil.example/')).rejects.toMatchObject({ code: 'HOST_NOT_ALLOWED' });
+    await f('https://huggingface.co/');
+    expect(called).toBe(1);
+    expect(allowHosts(['*'])).toBe('any');
+    expect(() => allowHosts(['http://x/'])).toThrow(/--allow-host/);
+    expect(parseServeArgs(['--allow-host', 'hf.co', '--allow-host=127.0.0.1:9']).allowHost).toEqual([
+      'hf.co',
+      '127.0.0.1:9',
+    ]);
+  });
+});
+
+describe('a deeply nested tool argument (issue 39, noted)', () => {
+  it('is BAD_INPUT before anything recursive runs on it, not INTERNAL "Maximum call stack size exceeded"', async () => {
+    let executed = 0;
+    const executor: Executor = {
+      mode: 'headless',
+      status: async () => ({}),
+      // the headless engine thread's postMessage is a structured clone: recursive
+      execute: async (_tool, args) => (executed++, structuredClone(args), { document: { operation: 'open' } }),
+      currentInstance: async () => undefined,
+      setAgent: () => {},
+      close: async () => {},
+    };
+    const op: Operation = {
+      name: 'open',
+      title: 'Open',
+      description: 'TEST: a field of any JSON (as interventions[].direction and descriptions are)',
+      input: z.object({ any: z.unknown() }),
+      output: z.object({ operation: z.literal('open') }),
+      run: async () => ({ operation: 'open' }),
+    };
+    const mcp = createMcpServer({ executor, operations: { open: op }, version: 'test', pageUrl: () => '' });
+    const [a, b] = InMemoryTransport.createLinkedPair();
+    await mcp.server.connect(a);
+    const client = new Client({ name: 't', version: '1' });
+    await client.connect(b);
+    try {
+      let deep: unknown = [];
+      for (let i = 0; i < 1_000_000; i++) deep = [deep];
+      const r = (await client.callTool({ name: 'open', arguments: { any: deep } })) as any;
+      expect(JSON.parse(r.content[0].text).error).toMatchObject({ code: 'BAD_INPUT', message: /nest more than 64/ });
+      expect(executed).toBe(0);
+      expect(((await client.callTool({ name: 'open', arguments: { any: [[1]] } })) as any).isError).toBeFalsy();
+    } finally {
+      await client.close();
+      await mcp.close();
+    }
+  });
 });

@@ -12,7 +12,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import * as Comlink from 'comlink';
 import { checkEngineUpgrade, normalOrigin } from '../src/serve/gate';
-import { startEngineServer, type EngineServer } from '../src/serve/server';
+import { MAX_CONNECTIONS, startEngineServer, type EngineServer } from '../src/serve/server';
 import { connectEngine } from '../src/serve/client';
 import { TOKEN_PROTOCOL_PREFIX } from '../src/bridge/protocol';
 import { ENGINE_PATH, ENGINE_SUBPROTOCOL } from '../src/share/wire';
@@ -97,18 +97,19 @@ describe('a live loupe serve listener', () => {
   let server: EngineServer;
   const cancelled: string[] = [];
   let release: () => void = () => {};
+  const held = new Map<string, () => void>();
   const api = {
     async ping() {
       return 'pong' as const;
     },
     async runOperation(jobId: string, _name: string, input: unknown, onProgress: (p: unknown) => void) {
       await onProgress({ stage: 'x', done: 1, total: 2 });
-      if ((input as { hold?: boolean }).hold) await new Promise<void>((r) => (release = r));
+      if ((input as { hold?: boolean }).hold) await new Promise<void>((r) => (held.set(jobId, r), (release = r)));
       return { input, nan: NaN, f32: new Float32Array([1.5, -Infinity]) };
     },
     async cancel(jobId: string) {
       cancelled.push(jobId);
-      release();
+      (held.get(jobId) ?? release)();
       return true;
     },
   } as unknown as EngineWorkerApi;
@@ -203,7 +204,39 @@ describe('a live loupe serve listener', () => {
     held.catch(() => {});
     await new Promise((r) => setTimeout(r, 100));
     c.endpoint.terminate();
-    await expect.poll(() => cancelled.includes('held-1')).toBe(true);
+    await expect.poll(() => cancelled.some((id) => id.endsWith(':held-1'))).toBe(true);
+  });
+
+  it('keeps each connection’s jobs its own: another’s cancel is NOT_FOUND, the same id never meets', async () => {
+    const url = `ws://127.0.0.1:${server.port}${ENGINE_PATH}`;
+    const a = await connectEngine(url, TOKEN);
+    const b = await connectEngine(url, TOKEN);
+    try {
+      const held = a.api.runOperation(
+        'shared-id',
+        'x',
+        { hold: true },
+        Comlink.proxy(() => {}),
+      );
+      held.catch(() => {});
+      await new Promise((r) => setTimeout(r, 50));
+      await expect(b.api.cancel('shared-id')).rejects.toMatchObject({ error: { code: 'NOT_FOUND' } });
+      expect(cancelled).not.toContain('shared-id');
+      // b's own job of the same id runs beside a's, and b cancels only its own
+      const mine = b.api.runOperation(
+        'shared-id',
+        'x',
+        { v: 2 },
+        Comlink.proxy(() => {}),
+      );
+      expect(((await mine) as any).input).toEqual({ v: 2 });
+      expect(await a.api.cancel('shared-id')).toBe(true);
+      expect(cancelled.filter((id) => id.endsWith(':shared-id'))).toHaveLength(1);
+      await expect(a.api.cancel('shared-id')).rejects.toMatchObject({ error: { code: 'NOT_FOUND' } });
+    } finally {
+      a.close();
+      b.close();
+    }
   });
 
   it('closes a connection that floods frames', async () => {
@@ -219,4 +252,65 @@ describe('a live loupe serve listener', () => {
     for (let i = 0; i < 200; i++) ws.send(JSON.stringify({ c: 'p1', m: null }));
     expect(await closed).toBe(1008);
   });
+});
+
+describe('loupe serve’s connections: idle ones make room, silent ones are closed', () => {
+  const api = {
+    async ping() {
+      return 'pong' as const;
+    },
+  } as unknown as EngineWorkerApi;
+  const open = (port: number, o: WebSocket.ClientOptions = {}) =>
+    new Promise<WebSocket>((resolve, reject) => {
+      const ws = new WebSocket(
+        `ws://127.0.0.1:${port}${ENGINE_PATH}`,
+        [ENGINE_SUBPROTOCOL, TOKEN_PROTOCOL_PREFIX + TOKEN],
+        {
+          origin: `http://127.0.0.1:${port}`,
+          ...o,
+        },
+      );
+      ws.once('open', () => resolve(ws));
+      ws.once('unexpected-response', (_q, res) => reject(new Error(`HTTP ${res.statusCode}`)));
+    });
+
+  it('closes the connection idle longest when all are taken, and refuses (503) while none is idle', async () => {
+    const log: string[] = [];
+    const server = await startEngineServer({ api, port: 0, token: TOKEN, idleEvictMs: 1000, log: (m) => log.push(m) });
+    try {
+      const first = await open(server.port);
+      const closed = new Promise<number>((r) => first.on('close', (c) => r(c)));
+      const rest = [];
+      for (let i = 1; i < MAX_CONNECTIONS; i++) rest.push(await open(server.port));
+      const talk = async (to: WebSocket[]) => {
+        for (const ws of to) ws.send(JSON.stringify({ m: null })); // a frame: not idle
+        await new Promise((r) => setTimeout(r, 50));
+      };
+      await talk([first, ...rest]);
+      await expect(open(server.port)).rejects.toThrow(/HTTP 503/); // none idle
+      await new Promise((r) => setTimeout(r, 1000));
+      await talk(rest);
+      const late = await open(server.port);
+      expect(await closed).toBe(1001);
+      expect(log.join('\n')).toMatch(/closed a connection idle \d+ s to make room/);
+      expect(server.connections()).toBe(MAX_CONNECTIONS);
+      for (const ws of [...rest, late]) ws.close();
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('closes a peer that stops answering pings', async () => {
+    const server = await startEngineServer({ api, port: 0, token: TOKEN, pingMs: 100 });
+    try {
+      const silent = await open(server.port, { autoPong: false });
+      const answering = await open(server.port);
+      const code = await new Promise<number>((r) => silent.on('close', (c) => r(c)));
+      expect(code).toBe(1006); // terminated
+      expect(answering.readyState).toBe(WebSocket.OPEN);
+      answering.close();
+    } finally {
+      await server.close();
+    }
+  }, 10_000);
 });

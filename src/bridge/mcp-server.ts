@@ -15,6 +15,7 @@
  */
 import { ProtocolError, ProtocolErrorCode, Server, type CallToolResult } from '@modelcontextprotocol/server';
 import { LoupeError, toLoupeError } from '../engine/errors';
+import { checkNesting } from '../share/document-check';
 import type { Operation, Progress } from '../ops/types';
 import { parseInput, parseOperationInput } from '../ops/types';
 import { AppViews, UI_EXTENSION } from './apps';
@@ -186,6 +187,7 @@ export function createMcpServer(o: McpServerOptions): {
       throw new ProtocolError(ProtocolErrorCode.InvalidParams, `Unknown tool: ${name}`);
     const signal = ctx.mcpReq.signal;
     try {
+      checkNesting(args, 'The arguments');
       switch (name) {
         case 'loupe_status':
           return okResult({

@@ -77,7 +77,11 @@ export const CAPS = {
   engineHeapMiB: 4096,
 
   // ---- time: every request has both
-  /** seconds a request may go without a byte before it fails (NETWORK_ERROR); --idle-timeout / LOUPE_IDLE_TIMEOUT */
+  /**
+   * seconds a request may go without a byte before it fails (NETWORK_ERROR); --idle-timeout / LOUPE_IDLE_TIMEOUT.
+   * A stalled download is retried twice (resuming), so one that stalls every time fails after 3 × this plus
+   * 0.9 s of backoff (181 s at 60 s), or at requestDeadlineS if that comes first
+   */
   idleTimeoutS: 60,
   /** seconds any one request may take in all, before its bytes are counted in */
   requestDeadlineS: 300,

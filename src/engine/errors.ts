@@ -55,6 +55,8 @@ export type ErrorCode =
   | 'PAGE_GONE'
   | 'ENGINE_UNREACHABLE'
   | 'ENGINE_GONE'
+  | 'NOT_FOUND'
+  | 'HOST_NOT_ALLOWED'
   | 'DEADLINE_EXCEEDED'
   | 'CANCELLED'
   | 'LOCAL_PATH_REFUSED'

@@ -39,6 +39,8 @@ import { DirCache } from './dir-cache';
 import { openRegularSync } from './file-range';
 import { FolderSource } from './folder-source';
 import type { LocalAccess } from './local-access';
+import { DEFAULT_HUB_ENDPOINT } from '../engine/source/hub-source';
+import { checkUrlHost, guardedFetch, type NetAccess } from './net-access';
 import type { RangedFile } from '../engine/safetensors-types';
 
 export interface NodeLoadOptions extends Omit<LoadFilesOptions, 'cache'> {
@@ -126,7 +128,7 @@ function isDir(p: string): boolean {
 /** A model spec string (or an already resolved ref) -> a ModelSource, in Node; `names`: a model's catalog names too (source/ref.ts). */
 export function sourceFromSpec(
   spec: string | ResolvedModelRef,
-  opts: { endpoint?: string; token?: string; local?: LocalAccess; names?: boolean } = {},
+  opts: { endpoint?: string; token?: string; local?: LocalAccess; net?: NetAccess; names?: boolean } = {},
 ): ModelSource {
   const endpoint = opts.endpoint ?? env.endpoint;
   const local = opts.local ?? 'any';
@@ -136,10 +138,15 @@ export function sourceFromSpec(
     typeof spec === 'string'
       ? resolveModelRef(spec, { endpoint, isFolder: local === 'any' ? isDir : undefined, names: opts.names })
       : spec;
+  const net = opts.net ?? 'any';
+  // the ref's own endpoint (a Hub page URL's) first, then the caller's or $HF_ENDPOINT
+  const hubEndpoint = ref.kind === 'hub' ? (ref.endpoint ?? endpoint) : endpoint;
+  if (ref.kind === 'hub' || ref.kind === 'url')
+    checkUrlHost(ref.kind === 'hub' ? (hubEndpoint ?? DEFAULT_HUB_ENDPOINT) : ref.id, net);
   return createSource(ref, {
-    // the ref's own endpoint (a Hub page URL's) first, then the caller's or $HF_ENDPOINT
-    endpoint: ref.kind === 'hub' ? (ref.endpoint ?? endpoint) : endpoint,
+    endpoint: hubEndpoint,
     token: opts.token ?? env.token,
+    ...(net === 'any' ? {} : { fetch: guardedFetch(net) }),
     local: {
       bundled: () => new FolderSource(bundledModelDir()),
       folder: (r) => new FolderSource(r.id, local, typeof spec === 'string' ? spec : r.id),

@@ -16,6 +16,7 @@ import { DirCache } from './dir-cache';
 import { FolderSource } from './folder-source';
 import { diskWeightReader, sourceFromSpec } from './load-files-node';
 import type { LocalAccess } from './local-access';
+import type { NetAccess } from './net-access';
 
 export interface NodeSaeLoaderOptions {
   /** byte cache for Hub/URL SAEs (default: a DirCache at the default location); false = none */
@@ -28,6 +29,8 @@ export interface NodeSaeLoaderOptions {
   maxBytes?: number;
   /** local folders the caller may read (default 'any': the CLI's user; MCP callers get only --allow-local folders) */
   local?: LocalAccess;
+  /** hosts the caller may make this process fetch from (default 'any'; loupe serve: --allow-host) */
+  net?: NetAccess;
 }
 
 export function createNodeSaeLoaders(opts: NodeSaeLoaderOptions = {}): SaeLoaders {
@@ -42,7 +45,12 @@ export function createNodeSaeLoaders(opts: NodeSaeLoaderOptions = {}): SaeLoader
         "Give the SAE's Hub repository, URL or folder as sae_source.",
       );
     }
-    const source = sourceFromSpec(spec, { endpoint: opts.endpoint, token: opts.token, local: opts.local });
+    const source = sourceFromSpec(spec, {
+      endpoint: opts.endpoint,
+      token: opts.token,
+      local: opts.local,
+      net: opts.net,
+    });
     // transcoder weight files stay on disk (the folder, or the directory cache), read by range
     return { source, cache: source instanceof FolderSource ? undefined : cacheFor(), reader: diskWeightReader };
   }, opts.maxBytes);

@@ -1,5 +1,5 @@
 /**
- * `loupe serve [--port N] [--backend node|wasm|webgpu] [--origin URL]... [--allow-local DIR]...`:
+ * `loupe serve [--port N] [--backend B] [--origin URL]... [--allow-local DIR]... [--allow-host HOST]...`:
  * the engine for a page on another machine (or an agent through `loupe mcp --engine`), on
  * ws://127.0.0.1:<port>/engine behind a pairing token (server.ts, gate.ts). It prints the URL
  * and the token, and writes them 0600 to the config folder (engine-<port>.json) for local
@@ -9,6 +9,9 @@ import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { NODE_BACKENDS, isNodeBackend, type NodeBackend } from '../node/backends';
 import { allowLocal, type LocalAccess } from '../node/local-access';
+import { allowHosts, type NetAccess } from '../node/net-access';
+import { env } from '../engine/env';
+import { DEFAULT_HUB_ENDPOINT } from '../engine/source/hub-source';
 import { engineRecordPath, removeHubRecordSync, writeEngineRecord, configDir } from '../bridge/token';
 import { LoupeError, toLoupeError } from '../engine/errors';
 import { createEngineApi } from '../../workers/engine-api';
@@ -34,18 +37,28 @@ Listens on 127.0.0.1 only; reach it from another machine with ssh -L PORT:127.0.
   --port N          port (default ${DEFAULT_ENGINE_PORT}; 0: any free one). Use the same port on both ends of ssh -L.
   --backend B       what the page's 'auto' runs on: ${NODE_BACKENDS.join(', ')} (default node; cpu = node)
   --origin URL      also accept a page from this origin (e.g. http://127.0.0.1:5178); repeatable
-  --allow-local DIR let requests load model folders inside DIR; repeatable (default: none)`;
+  --allow-local DIR let requests load model folders inside DIR; repeatable (default: none)
+  --allow-host HOST let requests fetch from HOST (host or host:port; '*': any); repeatable
+                    (default: the Hub endpoint's host, \$HF_ENDPOINT or huggingface.co; its redirects are followed)`;
 
 export interface ServeArgs {
   port: number;
   backend: NodeBackend;
   origins: string[];
   allowLocal: string[];
+  allowHost: string[];
   help: boolean;
 }
 
 export function parseServeArgs(argv: string[]): ServeArgs {
-  const a: ServeArgs = { port: DEFAULT_ENGINE_PORT, backend: 'node', origins: [], allowLocal: [], help: false };
+  const a: ServeArgs = {
+    port: DEFAULT_ENGINE_PORT,
+    backend: 'node',
+    origins: [],
+    allowLocal: [],
+    allowHost: [],
+    help: false,
+  };
   for (let i = 0; i < argv.length; i++) {
     const [flag, inline] = argv[i].startsWith('--') && argv[i].includes('=') ? argv[i].split(/=(.*)/s) : [argv[i]];
     const value = () => {
@@ -78,6 +91,9 @@ export function parseServeArgs(argv: string[]): ServeArgs {
       case '--allow-local':
         a.allowLocal.push(value());
         break;
+      case '--allow-host':
+        a.allowHost.push(value());
+        break;
       default:
         if (flag !== '-h' && flag !== '--help') throw usage(`unknown option ${argv[i]}`);
         a.help = true;
@@ -90,9 +106,11 @@ export function parseServeArgs(argv: string[]): ServeArgs {
 export async function serveCommand(argv: string[], io: Io): Promise<number> {
   let a: ServeArgs;
   let local: LocalAccess;
+  let net: NetAccess;
   try {
     a = parseServeArgs(argv);
     local = allowLocal(a.allowLocal);
+    net = allowHosts(a.allowHost.length ? a.allowHost : [new URL(env.endpoint ?? DEFAULT_HUB_ENDPOINT).host]);
   } catch (e) {
     const le = toLoupeError(e);
     io.stderr(`loupe serve: ${le.message}\n${le.hint ?? ''}\n`);
@@ -103,7 +121,7 @@ export async function serveCommand(argv: string[], io: Io): Promise<number> {
     return 0;
   }
   const log = (msg: string) => io.stderr(`loupe serve: ${msg}\n`);
-  const api = createEngineApi(nodeEngineHost({ backend: a.backend, local }));
+  const api = createEngineApi(nodeEngineHost({ backend: a.backend, local, net }));
   let server;
   try {
     server = await startEngineServer({ api, port: a.port, origins: a.origins, log, dist: DIST });
@@ -127,6 +145,7 @@ export async function serveCommand(argv: string[], io: Io): Promise<number> {
       `pairing: ${server.url}#token=${token}`,
       `Paste the pairing line into the page's model panel, "Attach to a Loupe engine".`,
       `Pages allowed: http://127.0.0.1:${port}${a.origins.map((o) => `, ${o}`).join('')} (more with --origin URL).`,
+      `Fetches from: ${net === 'any' ? 'any host' : net.hosts.join(', ')} (more with --allow-host HOST).`,
       ...(existsSync(path.join(DIST, 'index.html'))
         ? [`The page itself is served at http://127.0.0.1:${port}/ too.`]
         : []),

@@ -21,6 +21,7 @@ import { createNodeSaeLoaders } from '../node/load-sae';
 import { nodeDocumentCache } from '../node/document-cache';
 import { NODE_BACKENDS, type NodeBackend } from '../node/backends';
 import { NO_LOCAL, type LocalAccess } from '../node/local-access';
+import type { NetAccess } from '../node/net-access';
 import { requireOrtNode } from '../node/ort-node';
 import { webGpuRoute } from '../node/webgpu-node';
 import { packageVersion } from '../node/package';
@@ -34,6 +35,8 @@ export interface NodeHostOptions {
   backend: NodeBackend;
   /** local folders a request may name (none by default: the page is another machine's) */
   local?: LocalAccess;
+  /** hosts a request may make the engine fetch from (loupe serve: the Hub's by default, --allow-host) */
+  net?: NetAccess;
 }
 
 /** A ModelRequest as a spec string and the Hub options it carries. */
@@ -89,7 +92,7 @@ export function nodeEngineHost(o: NodeHostOptions): EngineHost {
       const { backend, reason } = opts.backend
         ? { backend: opts.backend as NodeBackend, reason: 'forced' }
         : backendOf(req.backend, o.backend);
-      const source = sourceFromSpec(spec, { endpoint, token, local: o.local ?? NO_LOCAL, names: true });
+      const source = sourceFromSpec(spec, { endpoint, token, local: o.local ?? NO_LOCAL, net: o.net, names: true });
       const ref: LoadedModelSummary['ref'] =
         source instanceof HubSource
           ? { kind: 'hub', id: source.ref.id, revision: source.ref.revision, endpoint: source.ref.endpoint }
@@ -147,6 +150,7 @@ export function nodeEngineHost(o: NodeHostOptions): EngineHost {
           loaders: createNodeSaeLoaders({
             cache,
             local: o.local ?? NO_LOCAL,
+            ...(o.net ? { net: o.net } : {}),
             ...(hub?.endpoint ? { endpoint: hub.endpoint } : {}),
             ...(hub?.token ? { token: hub.token } : {}),
           }),

@@ -8,7 +8,10 @@
  * Connections share the one engine (one model, loaded once, for whoever attaches next). On each,
  * only comlink calls of the protocol's methods are taken (no property reads or writes: a peer
  * cannot walk the API object), frames are bounded in size (the bridge's page-socket cap) and in
- * rate, and the jobs a connection started are cancelled when it closes.
+ * rate, and the jobs a connection started are its own: their ids are kept apart from other
+ * connections' (another connection's cancel is NOT_FOUND) and they are cancelled when it closes.
+ * A peer that stops answering pings is closed; when all MAX_CONNECTIONS are open, the one idle
+ * longest (no frame for IDLE_EVICT_MS, nothing running) is closed to make room.
  */
 import http from 'node:http';
 import { existsSync } from 'node:fs';
@@ -29,6 +32,10 @@ import { createStaticHandler } from '../node/static-server';
 export const FRAME_RATE = 200;
 export const FRAME_BURST = 400;
 export const MAX_CONNECTIONS = 8;
+/** a connection with no frame for this long and no job running is closed when a new one needs its place */
+export const IDLE_EVICT_MS = 60_000;
+/** how often the server pings; a peer that has not answered the last ping by the next is closed */
+export const PING_MS = 30_000;
 
 /** the protocol's methods that take a job id first: cancelled when their connection closes */
 const JOB_METHODS = new Set(['loadModel', 'runOperation', 'agreement', 'q8Cost']);
@@ -46,6 +53,9 @@ export interface EngineServerOptions {
   frameBurst?: number;
   /** a built page folder served at / (cross-origin isolated), so a tunnel's one port gives page and engine */
   dist?: string;
+  maxConnections?: number;
+  idleEvictMs?: number;
+  pingMs?: number;
 }
 
 export interface EngineServer {
@@ -77,7 +87,11 @@ export function startEngineServer(o: EngineServerOptions): Promise<EngineServer>
   const log = o.log ?? (() => {});
   const origins = o.origins ?? [];
   const wss = new WebSocketServer({ noServer: true, maxPayload: o.maxPayload ?? MAX_LINE_BYTES });
-  const live = new Set<WebSocket>();
+  /** open connections: when each last sent a frame, and how many jobs it runs */
+  const live = new Map<WebSocket, { lastFrame: number; running: Set<string> }>();
+  const maxConnections = o.maxConnections ?? MAX_CONNECTIONS;
+  const idleEvictMs = o.idleEvictMs ?? IDLE_EVICT_MS;
+  let connections = 0;
   let port = 0;
   let page: ReturnType<typeof createStaticHandler> | undefined;
   const server = http.createServer((req, res) => {
@@ -93,13 +107,46 @@ export function startEngineServer(o: EngineServerOptions): Promise<EngineServer>
       socket.end(`HTTP/1.1 ${status} ${http.STATUS_CODES[status]}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n`);
     };
     if (!v.ok) return refuse(v.status, v.reason);
-    if (live.size >= MAX_CONNECTIONS) return refuse(503, `${MAX_CONNECTIONS} connections already`);
+    if (live.size >= maxConnections && !evictIdle())
+      return refuse(503, `${maxConnections} connections already, none idle`);
     wss.handleUpgrade(req, socket, head, (ws) => connect(ws));
   });
 
+  /** close the connection idle longest, if one has sent nothing for idleEvictMs and runs nothing */
+  function evictIdle(): boolean {
+    let oldest: [WebSocket, number] | null = null;
+    for (const [ws, c] of live)
+      if (!c.running.size && Date.now() - c.lastFrame >= idleEvictMs && (!oldest || c.lastFrame < oldest[1]))
+        oldest = [ws, c.lastFrame];
+    if (!oldest) return false;
+    log(`closed a connection idle ${Math.round((Date.now() - oldest[1]) / 1000)} s to make room`);
+    oldest[0].close(1001, 'idle, closed to make room for another connection');
+    live.delete(oldest[0]);
+    return true;
+  }
+
+  // a peer that has not answered the last ping is gone (a dropped tunnel leaves no close)
+  const awaiting = new WeakSet<WebSocket>();
+  const pinger = setInterval(() => {
+    for (const ws of live.keys()) {
+      if (awaiting.has(ws)) {
+        log('closed a connection that stopped answering pings');
+        ws.terminate();
+        continue;
+      }
+      awaiting.add(ws);
+      ws.ping();
+    }
+  }, o.pingMs ?? PING_MS);
+  pinger.unref();
+
   function connect(ws: WebSocket): void {
-    live.add(ws);
     const running = new Set<string>();
+    const conn = { lastFrame: Date.now(), running };
+    live.set(ws, conn);
+    ws.on('pong', () => awaiting.delete(ws));
+    // this connection's job ids in the engine's one job table: another connection's never meet them
+    const tag = `c${++connections}:`;
     const ep = new SocketEndpoint(
       { send: (t) => ws.send(t), close: (code, reason) => ws.close(code, reason) },
       {
@@ -114,9 +161,11 @@ export function startEngineServer(o: EngineServerOptions): Promise<EngineServer>
         name,
         JOB_METHODS.has(name)
           ? async (jobId: string, ...rest: unknown[]) => {
+              if (typeof jobId !== 'string' || running.has(jobId))
+                throw new LoupeError('BAD_INPUT', 'A job id must be a string not already running.').toJSON();
               running.add(jobId);
               try {
-                return await (fn as (...a: unknown[]) => Promise<unknown>)(jobId, ...rest);
+                return await (fn as (...a: unknown[]) => Promise<unknown>)(tag + jobId, ...rest);
               } finally {
                 running.delete(jobId);
                 const at = cancelledAt.get(jobId);
@@ -130,8 +179,14 @@ export function startEngineServer(o: EngineServerOptions): Promise<EngineServer>
     );
     const cancelledAt = new Map<string, number>();
     mine.cancel = async (jobId: string) => {
-      if (running.has(jobId)) cancelledAt.set(jobId, Date.now());
-      return o.api.cancel(jobId);
+      if (typeof jobId !== 'string' || !running.has(jobId))
+        throw new LoupeError(
+          'NOT_FOUND',
+          `No job ${JSON.stringify(String(jobId).slice(0, 80))} is running on this connection.`,
+          'A connection cancels only the jobs it started.',
+        ).toJSON();
+      cancelledAt.set(jobId, Date.now());
+      return o.api.cancel(tag + jobId);
     };
     Comlink.expose(mine, ep as unknown as Comlink.Endpoint);
     let tokens = o.frameBurst ?? FRAME_BURST;
@@ -139,6 +194,7 @@ export function startEngineServer(o: EngineServerOptions): Promise<EngineServer>
     const rate = o.frameRate ?? FRAME_RATE;
     ws.on('message', (data, isBinary) => {
       const now = Date.now();
+      conn.lastFrame = now;
       tokens = Math.min(o.frameBurst ?? FRAME_BURST, tokens + ((now - last) / 1000) * rate);
       last = now;
       if (--tokens < 0) {
@@ -153,7 +209,7 @@ export function startEngineServer(o: EngineServerOptions): Promise<EngineServer>
       ep.closed('the connection closed', false);
       for (const id of running) {
         cancelledAt.set(id, Date.now());
-        void o.api.cancel(id).catch(() => {});
+        void o.api.cancel(tag + id).catch(() => {});
       }
       if (running.size) log(`a connection closed with ${running.size} job(s) running: cancelled`);
     });
@@ -179,7 +235,8 @@ export function startEngineServer(o: EngineServerOptions): Promise<EngineServer>
         connections: () => live.size,
         close: () =>
           new Promise<void>((done) => {
-            for (const ws of live) ws.terminate();
+            clearInterval(pinger);
+            for (const ws of live.keys()) ws.terminate();
             wss.close();
             server.close(() => done());
           }),

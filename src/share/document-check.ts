@@ -101,3 +101,24 @@ export function checkDocument(op: string, doc: unknown, what = 'the document'): 
     }
   }
 }
+
+/**
+ * Throws BAD_INPUT when `v` (a tool's arguments, a request) nests more than maxDocumentDepth levels:
+ * checked before anything recursive (a structured clone, a schema walk) could run out of stack on it.
+ * The walk is iterative and stops at the first level too deep.
+ */
+export function checkNesting(v: unknown, what: string): void {
+  const stack: [unknown, number][] = [[v, 0]];
+  while (stack.length) {
+    const [x, depth] = stack.pop()!;
+    if (x === null || typeof x !== 'object') continue;
+    if (depth >= CAPS.maxDocumentDepth)
+      throw new LoupeError(
+        'BAD_INPUT',
+        `${what} nest more than ${CAPS.maxDocumentDepth} levels deep.`,
+        'No Loupe input nests that deep; send the value the tool’s input schema describes.',
+      );
+    for (const y of Array.isArray(x) ? x : Object.values(x))
+      if (y !== null && typeof y === 'object') stack.push([y, depth + 1]);
+  }
+}

@@ -407,7 +407,8 @@ export abstract class HttpSource implements ModelSource {
     try {
       res = await this.fetchImpl(url, { headers, signal });
     } catch (e) {
-      if (isAbort(e, signal)) throw e;
+      // an abort, or a refusal of the fetch itself (a host not allowed: src/node/net-access.ts), is not retried
+      if (isAbort(e, signal) || e instanceof LoupeError) throw e;
       throw new Retryable(
         new LoupeError(
           'NETWORK_ERROR',
