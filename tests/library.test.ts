@@ -2,8 +2,9 @@
  * The library (src/library, docs/LIBRARY.md) on induction-gpt2 against independent references:
  * runWithCache against the CLI's own document and the float64 forward (tests/reference),
  * runWithHooks with a nonlinear function against the float64 forward with the same function
- * (node and WASM), processed weights against TransformerLens's definitions applied to the
- * engine's hooks, and bad hook functions (a structured error, the model still usable).
+ * (node, WASM and WebGPU: onnxruntime-node's provider, SwiftShader without a Vulkan driver),
+ * processed weights against TransformerLens's definitions applied to the engine's hooks, and bad
+ * hook functions (a structured error, the model still usable).
  */
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import { execFileSync } from 'node:child_process';
@@ -28,7 +29,7 @@ beforeAll(() => {
   ref = loadModelDir(DIR);
 });
 
-for (const backend of ['node', 'wasm'] as const) {
+for (const backend of ['node', 'wasm', 'webgpu'] as const) {
   describe(`library on ${backend}`, () => {
     let model: Model;
     beforeAll(async () => {
