@@ -47,7 +47,8 @@ function entryFiles(): string[] {
   const walk = (d: string) => {
     try {
       for (const e of readdirSync(d, { withFileTypes: true }))
-        e.isDirectory() ? walk(path.join(d, e.name)) : out.push(path.join(d, e.name));
+        // (not the integrity records beside them, dir-cache.ts)
+        e.isDirectory() ? walk(path.join(d, e.name)) : e.name.endsWith('@sha256') || out.push(path.join(d, e.name));
     } catch {
       /* none */
     }

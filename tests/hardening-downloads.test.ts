@@ -86,7 +86,7 @@ describe('a weight file may not exceed the size the plan judged (failure 6)', ()
     const f = await load('attack/plain', d);
     expect(f.weights.tensors.size).toBeGreaterThan(10);
     const weights = filesUnder(d).filter((x) => x.startsWith('model.safetensors'));
-    expect(weights).toEqual(['model.safetensors']);
+    expect(weights).toEqual(['model.safetensors', 'model.safetensors@sha256']);
   });
 });
 

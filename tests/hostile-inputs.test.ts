@@ -5,7 +5,22 @@
  */
 import { execFileSync } from 'node:child_process';
 import zlib from 'node:zlib';
-import { copyFileSync, mkdirSync, mkdtempSync, rmSync, symlinkSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import {
+  copyFileSync,
+  mkdirSync,
+  mkdtempSync,
+  openSync,
+  closeSync,
+  readFileSync,
+  readdirSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  utimesSync,
+  writeFileSync,
+  writeSync,
+} from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, afterEach, describe, expect, it, vi } from 'vitest';
@@ -13,6 +28,9 @@ import { renderChat } from '../src/engine/chat';
 import { LoupeError, toLoupeError } from '../src/engine/errors';
 import { DirCache } from '../src/node/dir-cache';
 import { loadModelNode } from '../src/node/load';
+import { nodeDocumentCache } from '../src/node/document-cache';
+import { loadModelFilesNode } from '../src/node/load-files-node';
+import { startHostileHub } from './helpers/hostile-hub';
 import { readSafetensorsHeaderFromDisk } from '../src/node/load-files-node';
 import { CAPS } from '../src/engine/caps';
 import { parseDescriptions } from '../src/ops/lib/feature-descriptions';
@@ -63,7 +81,8 @@ describe('F5: a chat template is charged for its work, not its evaluations', () 
     const t0 = performance.now();
     const e = errorOf(() => render(tpl));
     expect([e.code, why.test(e.message)]).toEqual(['BAD_CHAT_TEMPLATE', true]);
-    expect(performance.now() - t0).toBeLessThan(4000);
+    // well inside the deadline on an idle machine (0.3–0.5 s); the bound is for a loaded one
+    expect(performance.now() - t0).toBeLessThan(10_000);
   };
   afterEach(() => vi.restoreAllMocks());
 
@@ -129,7 +148,7 @@ describe('F6: only regular files are opened from a model folder or the cache (a 
     symlinkSync(path.join(STORIES, 'config.json'), path.join(dir, 'out.json'));
     symlinkSync(path.join(dir, 'x.json'), path.join(dir, 'in.json'));
     expect((await refusal(cache.get(key('out.json')))).message).toMatch(/outside the cache/);
-    expect(await cache.get(key('in.json'))).toEqual(new Uint8Array([1]));
+    expect(cache.localPath(key('in.json'))).toBe(path.join(dir, 'in.json'));
     // a FIFO where a partial download goes is not ours: the download starts over in a regular file
     mkfifo(path.join(dir, 'w.bin.partial'));
     const sink = await cache.openSink(key('w.bin'));
@@ -160,4 +179,94 @@ describe('F8: compressed input is inflated in slices and stops at its cap', () =
     expect(r.link.growth_mib).toBeLessThan(CAPS.maxLinkJsonBytes / 2 ** 20 + 64);
     expect(r.descriptions.growth_mib).toBeLessThan(CAPS.maxDescriptionsBytes / 2 ** 20 + 128);
   }, 60_000);
+});
+
+describe('F7: a cached file answers to its record (key and SHA-256), not its path', () => {
+  const sha = (b: Uint8Array) => createHash('sha256').update(b).digest('hex');
+  /** the cache folder of a repository: <root>/<endpoint>/<id>, as dir-cache.ts names it */
+  const repoDir = (root: string, endpoint: string, id: string) =>
+    path.join(root, encodeURIComponent(endpoint), encodeURIComponent(id));
+  /** the one revision folder under a repository's */
+  const revDir = (d: string) => path.join(d, readdirSync(d)[0]);
+
+  it('flipped weights, an edited tokenizer, a folder linked to another model (the hostile Hub stand-in)', async () => {
+    const hub = await startHostileHub(STORIES);
+    try {
+      const root = path.join(tmp, 'f7-cache');
+      const load = (id: string) => loadModelFilesNode(id, { endpoint: hub.url, cache: new DirCache(root), retries: 0 });
+      await load('attack/plain');
+      const dir = revDir(repoDir(root, hub.url, 'attack/plain'));
+
+      // the tokenizer's normalizer edited: the read hashes it, finds other bytes, and fetches it again
+      const tok = path.join(dir, 'tokenizer.json');
+      const honest = readFileSync(tok);
+      writeFileSync(tok, honest.toString('utf8').replace('"normalizer":', '"normalizer": null, "x":'));
+      const before = hub.log.length;
+      await load('attack/plain');
+      expect(hub.log.slice(before).map((r) => r.file)).toContain('tokenizer.json');
+      expect(sha(readFileSync(tok))).toBe(sha(honest));
+
+      // 4 KiB of the weights flipped in place (same size): CACHE_MISMATCH, not other logits
+      const w = path.join(dir, 'model.safetensors');
+      const size = statSync(w).size;
+      const bytes = readFileSync(w).subarray(size - 8192, size - 4096);
+      const fd = openSync(w, 'r+');
+      writeSync(
+        fd,
+        bytes.map((b) => b ^ 0xff),
+        0,
+        4096,
+        size - 8192,
+      );
+      closeSync(fd);
+      const flipped = await refusal(load('attack/plain'));
+      expect([flipped.code, /other bytes than were downloaded/.test(flipped.message)]).toEqual([
+        'CACHE_MISMATCH',
+        true,
+      ]);
+      // with its mtime put back, a load trusts the size/mtime/inode check; --verify-cache hashes it
+      const { atime, mtime } = statSync(w);
+      utimesSync(w, atime, mtime);
+      const report = await new DirCache(root).verify();
+      expect(report.problems.map((p) => [path.basename(p.file), p.code])).toEqual([
+        ['model.safetensors', 'CACHE_MISMATCH'],
+      ]);
+
+      // another repository's folder is a link to this one: its records name attack/plain
+      symlinkSync(repoDir(root, hub.url, 'attack/plain'), repoDir(root, hub.url, 'attack/i32'));
+      const linked = await refusal(load('attack/i32'));
+      expect([linked.code, /recorded as .* of attack\/plain/.test(linked.message)]).toEqual(['CACHE_MISMATCH', true]);
+    } finally {
+      await hub.close();
+    }
+  }, 30_000);
+
+  it('a document planted, copied from another key or edited reads as absent (it is computed again)', async () => {
+    const root = path.join(tmp, 'f7-documents');
+    const docs = nodeDocumentCache(root);
+    await docs.put('dashboard', 'k1', { top: [1, 2, 3] });
+    expect(await docs.get('dashboard', 'k1')).toEqual({ top: [1, 2, 3] });
+    const dir = revDir(repoDir(root, 'loupe-documents', 'dashboard'));
+    const file = (k: string) => path.join(dir, `${k}.json`);
+    // a record for a file as the cache would write it, so only the document's own header can refuse it
+    const recordFor = (k: string) => {
+      const r = JSON.parse(readFileSync(file('k1') + '@sha256', 'utf8'));
+      const st = statSync(file(k));
+      const rec = { ...r, file: `${k}.json`, sha256: sha(readFileSync(file(k))), size: st.size, mtimeMs: st.mtimeMs };
+      writeFileSync(file(k) + '@sha256', JSON.stringify({ ...rec, ino: st.ino }));
+    };
+    // planted: a document written as is, with a record of the right form
+    writeFileSync(file('k2'), JSON.stringify({ top: [9] }));
+    recordFor('k2');
+    // copied from k1 (its header names k1), with a record of its own
+    copyFileSync(file('k1'), file('k3'));
+    recordFor('k3');
+    // edited in place
+    writeFileSync(file('k1'), readFileSync(file('k1'), 'utf8').replace('[1,2,3]', '[1,2,4]'));
+    expect([
+      await docs.get('dashboard', 'k2'),
+      await docs.get('dashboard', 'k3'),
+      await docs.get('dashboard', 'k1'),
+    ]).toEqual([undefined, undefined, undefined]);
+  });
 });

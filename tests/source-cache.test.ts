@@ -115,7 +115,8 @@ describe('DirCache specifics', () => {
     );
     expect(readdirSync(dir).sort()).toEqual(['model.safetensors.partial', 'model.safetensors.partial.json']);
     await c.put(k('model.safetensors'), bytesOf(400));
-    expect(readdirSync(dir)).toEqual(['model.safetensors']);
+    // the file and its integrity record (dir-cache.ts)
+    expect(readdirSync(dir).sort()).toEqual(['model.safetensors', 'model.safetensors@sha256']);
     expect(c.localPath(k('model.safetensors'))).toBe(path.join(dir, 'model.safetensors'));
   });
 

@@ -183,7 +183,6 @@ export function createEngineApi(host: EngineHost): EngineWorkerApi {
       hooksBytes: m?.hooks_bytes ?? null,
       jsHeapBytes: host.jsHeapBytes(),
       blobReads: host.blobReads?.() ?? null,
-      transfers: m?.transfers ?? null,
     };
   }
 

@@ -12,7 +12,8 @@ import * as path from 'node:path';
 import { existsSync, promises as fsp, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { loadModelForCli, type Io } from './load-model';
-import { defaultCacheDir } from '../node/dir-cache';
+import { DirCache, defaultCacheDir } from '../node/dir-cache';
+import { q8CacheRoot } from '../node/q8-cache';
 import { toLoupeError } from '../engine/errors';
 import { requireOrtNode } from '../node/ort-node';
 import { wasmHeapBytes } from '../engine/runtime/wasm-heap';
@@ -122,8 +123,37 @@ function webgpuLine(w: Record<string, any>): string {
   );
 }
 
+/**
+ * `loupe doctor --verify-cache`: every complete file of the model cache (and of the q8 cache of
+ * local folders) hashed against its record (dir-cache.ts); exit 1 when any differs or has none.
+ */
+async function verifyCache(json: boolean, io: Io): Promise<number> {
+  const t0 = performance.now();
+  const roots = [defaultCacheDir(), q8CacheRoot()];
+  const reports = [];
+  for (const root of roots) reports.push({ root, ...(await new DirCache(root).verify()) });
+  const seconds = (performance.now() - t0) / 1000;
+  const files = reports.reduce((n, r) => n + r.files, 0);
+  const bytes = reports.reduce((n, r) => n + r.bytes, 0);
+  const problems = reports.flatMap((r) => r.problems);
+  if (json) io.stdout(JSON.stringify({ cache_verify: { roots, files, bytes, seconds, problems } }, null, 2) + '\n');
+  else
+    io.stdout(
+      [
+        `verified    ${files} files, ${(bytes / 1e6).toFixed(1)} MB in ${seconds.toFixed(1)} s ` +
+          `(${(bytes / 1e6 / Math.max(seconds, 1e-3)).toFixed(0)} MB/s) under ${roots.join(', ')}`,
+        ...problems.map((p) => `${p.code.padEnd(11)} ${p.message}`),
+        problems.length
+          ? 'delete those files (or their model folders) and load the models again'
+          : 'every file is as recorded',
+      ].join('\n') + '\n',
+    );
+  return problems.length ? 1 : 0;
+}
+
 export async function doctor(argv: string[], io: Io): Promise<number> {
   const json = argv.includes('--json');
+  if (argv.includes('--verify-cache')) return verifyCache(json, io);
   const say = (s: string) => {
     if (!argv.includes('--quiet')) io.stderr(s + '\n');
   };

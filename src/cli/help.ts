@@ -20,6 +20,7 @@ export function mainHelp(): string {
     '       loupe <operation> --help     fields of one operation',
     "       loupe models [FILTER]        model names (TransformerLens's), families, sizes, memory per backend",
     '       loupe doctor                 runtime, backends, threads, backend agreement, cache',
+    '       loupe doctor --verify-cache  hash every cached file against the SHA-256 recorded when it was written',
     '       loupe schema [operation]     JSON Schemas of inputs and outputs',
     '       loupe mcp ...                the MCP bridge',
     "       loupe serve ...              this machine's engine for a page elsewhere (over ssh -L)",

@@ -31,7 +31,7 @@ function notAFile(p: string, what: string): LoupeError {
   return new LoupeError(
     'NOT_A_FILE',
     `${p} is ${what}, not a regular file; Loupe reads only regular files from a model folder or its cache.`,
-    'Delete it (in the cache, `loupe models rm` or removing the file makes Loupe download it again), or put the real file there.',
+    'Delete it (a cache entry deleted is downloaded again at the next load), or put the real file there.',
     { path: p },
   );
 }

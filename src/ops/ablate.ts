@@ -317,6 +317,6 @@ async function ablateDataset(model: LoadedModel, input: AblateParsed, ctx: OpCon
         }
       : {}),
     dataset: dataset.report,
-    statistics: stats.table(components),
+    statistics: { ...stats.block(), components },
   };
 }

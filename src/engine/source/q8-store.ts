@@ -38,8 +38,16 @@ export function cacheQ8Store(
     },
     async open(name) {
       const key = keyOf(name);
-      const path = fileAt && cache.localPath?.(key);
-      if (path) return { file: fileAt(path), path };
+      let path: string | undefined;
+      try {
+        path = fileAt && cache.localPath?.(key);
+      } catch (e) {
+        // an entry whose bytes are not the ones written (CACHE_MISMATCH) is rebuilt, like a broken one
+        if ((e as { code?: unknown }).code !== 'CACHE_MISMATCH') throw e;
+        await cache.delete(key);
+        return undefined;
+      }
+      if (path && fileAt) return { file: fileAt(path), path };
       const file = await cache.openFile?.(key);
       return file ? { file } : undefined;
     },
