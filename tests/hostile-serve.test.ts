@@ -194,7 +194,7 @@ describe('loupe serve, past the gates (F1, F3, F4)', () => {
     alive();
   }, 40_000);
 
-  it('refuses a frame of relayed-port tags before making any port (1.2 M tags, 31 MB): peak memory bounded', async () => {
+  it('refuses a frame of relayed-port tags before making any port, and one of 20 M objects before parsing it', async () => {
     const before = vmHwmMiB(serve.pid!);
     const p = await Peer.open(port, token);
     const n = 1_200_000;
@@ -218,11 +218,19 @@ describe('loupe serve, past the gates (F1, F3, F4)', () => {
       })),
     });
     expect(await q.closed).toBe(1003);
+    // 60 MiB of empty objects (20 M of them: 3.3 GB and 79 s to parse and copy before): refused unparsed
+    const objects = await Peer.open(port, token);
+    const t1 = Date.now();
+    objects.sendRaw(`{"m":[${'{},'.repeat(20 * 1024 * 1024)}{}]}`);
+    expect(await objects.closed).toBe(1003);
+    const msObjects = Date.now() - t1;
+    expect(log).toMatch(/more than 2000000 arrays and objects in one frame/);
     const r = await Peer.open(port, token);
     expect(await r.ping()).toBe('pong');
     r.close();
     alive();
     const peak = vmHwmMiB(serve.pid!);
+    console.log(`60 MiB of {}: refused in ${msObjects} ms`);
     console.log(
       `port-tag bomb: ${(text.length / 1e6).toFixed(1)} MB frame refused in ${ms} ms; serve peak RSS ${before.toFixed(0)} → ${peak.toFixed(0)} MiB`,
     );

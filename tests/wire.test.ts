@@ -5,7 +5,15 @@
  */
 import { describe, expect, it } from 'vitest';
 import * as Comlink from 'comlink';
-import { decode, encode, engineTarget, MAX_DEPTH, MAX_FRAME_PORTS, SocketEndpoint } from '../src/share/wire';
+import {
+  decode,
+  encode,
+  engineTarget,
+  frameTooBig,
+  MAX_DEPTH,
+  MAX_FRAME_PORTS,
+  SocketEndpoint,
+} from '../src/share/wire';
 import { checkRequest, checkResponse } from '../src/share/comlink-messages';
 
 const round = (v: unknown) => decode(JSON.parse(JSON.stringify(encode(v))));
@@ -89,6 +97,22 @@ describe('wire codec', () => {
     const f32 = { '~': 't', k: 'Float32Array', b: 'AAAAAAAAAAA' }; // 8 bytes
     expect(() => decode([f32, f32, f32], undefined, { ports: 0, typedBytes: 20 })).toThrow(/more than 20 bytes/);
     expect(decode([f32, f32], undefined, { ports: 0, typedBytes: 20 })).toHaveLength(2);
+  });
+
+  it('counts a frame’s arrays, objects and values on its text, before parsing it', () => {
+    const text = (n: number) => JSON.stringify({ m: Array.from({ length: n }, () => ({})) });
+    expect(frameTooBig(text(8), 10, 100)).toBeNull(); // 8, the array and the frame
+    expect(frameTooBig(text(20), 10, 100)).toMatch(/more than 10 arrays and objects/);
+    expect(frameTooBig(JSON.stringify({ m: Array(50).fill(0) }), 100, 20)).toMatch(/more than 20 values/);
+    // brackets, commas and escaped quotes inside strings are not counted
+    expect(frameTooBig(JSON.stringify({ m: ['[{,'.repeat(100) + '\\"[' + '{'.repeat(100)] }), 10, 10)).toBeNull();
+    const closed: number[] = [];
+    const ep = new SocketEndpoint(
+      { send: () => {}, close: (c) => void closed.push(c ?? 0) },
+      { side: 'engine', maxFrameContainers: 10 },
+    );
+    ep.receive(text(20));
+    expect(closed).toEqual([1003]);
   });
 
   it('checks comlink messages: only APPLY and RELEASE requests, RAW and thrown answers', () => {

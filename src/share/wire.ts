@@ -11,6 +11,7 @@
  * MessageChannel, hands its second port on in the port's place and forwards the first's messages
  * back. Both ends run this same code.
  */
+import { CAPS } from '../engine/caps';
 import { LoupeError } from '../engine/errors';
 import { fromBase64Url, toBase64Url } from './base64url';
 import { checkRequest, checkResponse, messageId, thrownAnswer } from './comlink-messages';
@@ -129,6 +130,35 @@ export const MAX_FRAME_PORTS = 8;
 export const MAX_FRAME_TYPED_BYTES = 512 * 1024 * 1024;
 const LIMITS: DecodeLimits = { ports: MAX_FRAME_PORTS, typedBytes: MAX_FRAME_TYPED_BYTES };
 
+/**
+ * What one frame's text may hold, counted before it is parsed (parsed, each array or object costs
+ * tens of bytes and each value eight: 64 MiB of `[],` would be 22 M arrays, 2.3 GB and 49 s to read):
+ * arrays and objects, and values (the commas between them) — maxDocumentValues, as for any document.
+ */
+export const MAX_FRAME_CONTAINERS = 2_000_000;
+export const MAX_FRAME_VALUES = CAPS.maxDocumentValues;
+
+/** why JSON text holds too much to parse (null: it may be parsed); brackets and commas outside strings */
+export function frameTooBig(text: string, maxContainers: number, maxValues: number): string | null {
+  if (text.length <= 2 * Math.min(maxContainers, maxValues)) return null; // each takes two characters at least
+  let containers = 0;
+  let values = 0;
+  let inString = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (inString) {
+      // a backslash escapes the next character
+      if (c === 92) i++;
+      else if (c === 34) inString = false;
+    } else if (c === 34) inString = true;
+    else if (c === 44) {
+      if (++values > maxValues) return `more than ${maxValues} values in one frame`;
+    } else if ((c === 91 || c === 123) && ++containers > maxContainers)
+      return `more than ${maxContainers} arrays and objects in one frame`;
+  }
+  return null;
+}
+
 /** the number tag's names; own properties of a prototype-less table only (`__proto__`, `toString`: unknown) */
 const NUMBERS: Readonly<Record<string, number>> = Object.assign(Object.create(null), {
   NaN: NaN,
@@ -139,9 +169,9 @@ const NUMBERS: Readonly<Record<string, number>> = Object.assign(Object.create(nu
 const own = (o: object, k: unknown): k is string => typeof k === 'string' && Object.prototype.hasOwnProperty.call(o, k);
 
 /**
- * An encoded value → the value. The whole frame is read once first (`check`: every tag known, every
- * name an own one, depth, and the ports and typed-array bytes it would make counted against
- * `limits`), so a refused frame has made nothing; then it is built.
+ * An encoded value (JSON.parse's output, which it reuses) → the value. The whole frame is read once
+ * first (`check`: every tag known, every name an own one, depth, and the ports and typed-array bytes
+ * it would make counted against `limits`), so a refused frame has made nothing; then it is built.
  */
 export function decode(v: unknown, ports?: Ports, limits: DecodeLimits = LIMITS): unknown {
   return decodeCounted(v, ports, limits).value;
@@ -204,23 +234,29 @@ function check(v: unknown, depth: number, tally: { ports: number; typedBytes: nu
   }
 }
 
-/** a plain object of the given entries, each an own data property (a key `__proto__` too, as JSON.parse makes it) */
-function plain(entries: Record<string, unknown>, ports: Ports | undefined): Record<string, unknown> {
-  const out: Record<string, unknown> = {};
-  for (const k of Object.keys(entries))
-    Object.defineProperty(out, k, {
-      value: build(entries[k], ports),
-      enumerable: true,
-      writable: true,
-      configurable: true,
-    });
-  return out;
+/** the fields of a plain object decoded where they are (a key `__proto__` is JSON.parse's own field, and stays one) */
+function plain(o: Record<string, unknown>, ports: Ports | undefined): Record<string, unknown> {
+  for (const k of Object.keys(o)) {
+    const x = o[k];
+    if (x !== null && typeof x === 'object') o[k] = build(x, ports);
+  }
+  return o;
 }
 
-/** a checked value → the value (check() has refused everything this could throw on, but a port id) */
+/**
+ * A checked value → the value, in place: JSON.parse's arrays and objects are reused, only tags are
+ * replaced, so a frame costs its parse and not a second copy (check() has refused everything this
+ * could throw on, but a port id).
+ */
 function build(v: unknown, ports: Ports | undefined): unknown {
   if (v === null || typeof v !== 'object') return v;
-  if (Array.isArray(v)) return v.map((x) => build(x, ports));
+  if (Array.isArray(v)) {
+    for (let i = 0; i < v.length; i++) {
+      const x = v[i];
+      if (x !== null && typeof x === 'object') v[i] = build(x, ports);
+    }
+    return v;
+  }
   const o = v as Record<string, unknown>;
   if (!own(o, TAG)) return plain(o, ports);
   switch (o[TAG]) {
@@ -271,6 +307,8 @@ export interface EndpointOptions {
   /** what one frame may make (default MAX_FRAME_PORTS, MAX_FRAME_TYPED_BYTES) */
   maxFramePorts?: number;
   maxFrameTypedBytes?: number;
+  maxFrameContainers?: number;
+  maxFrameValues?: number;
   /** where refusals and a listener's exception are told (default: nowhere) */
   log?: (msg: string) => void;
 }
@@ -290,6 +328,8 @@ export class SocketEndpoint extends EventTarget {
   private readonly releaseMs: number;
   private readonly ports: Ports;
   private readonly limits: DecodeLimits;
+  private readonly maxContainers: number;
+  private readonly maxValues: number;
   private readonly guards = new WeakMap<EventListenerOrEventListenerObject, (ev: Event) => void>();
 
   constructor(
@@ -299,6 +339,8 @@ export class SocketEndpoint extends EventTarget {
     super();
     this.maxChannels = o.maxChannels ?? MAX_CHANNELS;
     this.releaseMs = o.releaseMs ?? 5000;
+    this.maxContainers = o.maxFrameContainers ?? MAX_FRAME_CONTAINERS;
+    this.maxValues = o.maxFrameValues ?? MAX_FRAME_VALUES;
     this.limits = {
       ports: o.maxFramePorts ?? MAX_FRAME_PORTS,
       typedBytes: o.maxFrameTypedBytes ?? MAX_FRAME_TYPED_BYTES,
@@ -354,6 +396,8 @@ export class SocketEndpoint extends EventTarget {
     let data: unknown;
     let ports: number;
     try {
+      const tooBig = frameTooBig(text, this.maxContainers, this.maxValues);
+      if (tooBig) throw wireError(tooBig);
       frame = JSON.parse(text) as { c?: unknown; m?: unknown };
       if (!frame || typeof frame !== 'object' || (frame.c !== undefined && typeof frame.c !== 'string'))
         throw wireError('not a frame');
