@@ -95,6 +95,27 @@ test('stories260K on WebGPU: a trace equals the CLI and every hook agrees with W
   );
   console.log(`[e2e] trace on webgpu ${ms} ms; vs CLI (node) max |Δ| head attribution ${d.toExponential(2)}`);
   expect(d).toBeLessThan(1e-4);
+  // generation with the KV cache kept on the GPU (present.* as 'gpu-buffer', fed back as past.*)
+  await page.getByTestId('tab-generate').click();
+  await page.locator('#p-generate-max_new_tokens').fill('12');
+  await page.locator('#p-generate-stop_at_eos').uncheck();
+  await runOp(page, 'generate', { timeout: 120_000 });
+  const gen = await page.evaluate(() => (globalThis as any).__loupe.results.generate.doc);
+  const cliGen = JSON.parse(
+    execFileSync(
+      process.execPath,
+      ['bin/loupe.mjs', 'generate', 'default', PROMPT, '--json', '--max-new-tokens', '12', '--no-stop-at-eos'],
+      { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] },
+    ),
+  );
+  expect(gen.model.backend).toBe('webgpu');
+  expect(gen.generated_token_ids).toEqual(cliGen.generated_token_ids);
+  // the cache came back as GPU tensors and went in again from there; identity feeds from GPU buffers
+  await page.evaluate(() => (globalThis as any).__loupe.models.refreshMemory());
+  const moved = await page.evaluate(() => (globalThis as any).__loupe.models.memory.transfers);
+  console.log(`[e2e] webgpu transfers after trace + generate: ${JSON.stringify(moved)}`);
+  expect(moved.device_outputs).toBeGreaterThanOrEqual(2 * 5 * 10); // 5 layers' keys and values, per step kept
+  expect(moved.device_feeds).toBeGreaterThan(0);
   await agreement(page, 'stories260K');
   await shot(page, 'doctor-webgpu');
 });

@@ -183,6 +183,7 @@ export function createEngineApi(host: EngineHost): EngineWorkerApi {
       hooksBytes: m?.hooks_bytes ?? null,
       jsHeapBytes: host.jsHeapBytes(),
       blobReads: host.blobReads?.() ?? null,
+      transfers: m?.transfers ?? null,
     };
   }
 

@@ -3,7 +3,7 @@
  * comlink. Only plain data crosses: errors cross as LoupeError JSON ({error:{code,message,hint}}),
  * callbacks are comlink proxies.
  */
-import type { Backend, ModelInfo } from '../src/engine/api';
+import type { Backend, ModelInfo, TransferCounts } from '../src/engine/api';
 import type { ErrorDocument } from '../src/engine/errors';
 import type { FileProgress } from '../src/engine/source/types';
 import type { Feeds, Progress } from '../src/ops/types';
@@ -144,6 +144,8 @@ export interface MemoryInfo {
   jsHeapBytes: number | null;
   /** how weight ranges cached as Blobs were read synchronously (workers/blob-reader.ts); null where none are */
   blobReads: BlobReadCounts | null;
+  /** what crossed between JS and the device since load (ModelMemory.transfers) */
+  transfers?: TransferCounts | null;
 }
 
 /** reads through the shared window of the worker's Blob reader thread, and through FileReaderSync (a new buffer each) */

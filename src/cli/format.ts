@@ -277,12 +277,29 @@ function edgeAttribution(d: Doc): string {
   out.push(
     '',
     `edges by |score| (top ${Math.min(N, ranked.length)} of ${d.n_edges}; negative = patching it lowers M)`,
-    table(
-      ['rank', 'edge', 'score'],
-      ranked.slice(0, N).map((e: any, i: number) => [i + 1, e.name, e.score]),
-    ),
+    d.statistics
+      ? table(
+          ['rank', 'edge', 'score', '95% CI', 'p', 'p Holm', 'p BH'],
+          ranked
+            .slice(0, N)
+            .map((e: any, i: number) => [
+              i + 1,
+              e.name,
+              e.score,
+              `[${fmt(e.ci_low)}, ${fmt(e.ci_high)}]`,
+              e.p_value,
+              e.p_holm,
+              e.p_bh,
+            ]),
+        )
+      : table(
+          ['rank', 'edge', 'score'],
+          ranked.slice(0, N).map((e: any, i: number) => [i + 1, e.name, e.score]),
+        ),
     ...more(ranked.length, N, 'edges'),
+    ...(d.statistics ? ['', d.statistics.method, d.statistics.correction] : []),
   );
+  for (const w of d.warnings ?? []) out.push('', `warning: ${w}`);
   const c = d.completeness;
   if (c)
     out.push('', `completeness: Σ input scores ${fmt(c.input_scores)} vs ΔM ${fmt(c.target)} (error ${fmt(c.error)})`);

@@ -153,6 +153,17 @@ export const CATALOG: readonly CatalogEntry[] = [
     ['microsoft/Phi-4-mini-instruct', [], 3.84 * B, ['phi-4-mini']],
     ['microsoft/phi-4', ['phi-4'], 14.7 * B],
   ]),
+  // mixture of experts (arch/moe.ts): every expert's weights count, and every expert runs on every token
+  ...family('mixtral', 'BF16', [
+    ['mistralai/Mixtral-8x7B-v0.1', ['mixtral', 'mixtral-8x7b'], 46.7 * B],
+    ['mistralai/Mixtral-8x7B-Instruct-v0.1', ['mixtral-instruct', 'mixtral-8x7b-instruct'], 46.7 * B],
+  ]),
+  ...family('qwen2_moe', 'BF16', [['Qwen/Qwen1.5-MoE-A2.7B', [], 14.3 * B, ['qwen1.5-moe-a2.7b']]]),
+  ...family('qwen3_moe', 'BF16', [
+    ['Qwen/Qwen3-30B-A3B', [], 30.5 * B, ['qwen3-30b-a3b']],
+    ['Qwen/Qwen3-30B-A3B-Base', [], 30.5 * B, ['qwen3-30b-a3b-base']],
+  ]),
+  ...family('olmoe', 'BF16', [['allenai/OLMoE-1B-7B-0924', [], 6.92 * B, ['olmoe-1b-7b']]]),
   ...family('olmo2', 'F32', [
     ['allenai/OLMo-2-0425-1B', ['olmo-2-1b'], 1.48 * B],
     ['allenai/OLMo-2-1124-7B', ['olmo-2-7b'], 7.3 * B],

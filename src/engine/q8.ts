@@ -73,7 +73,7 @@ function quantTargets(spec: ModelSpec): Map<string, Target> {
     lin(l.mlp?.gate);
     lin(l.mlp?.down);
     if (l.moe) {
-      lin(l.moe.router);
+      // the experts only: the router ([E, D], small) stays as stored, since a rounded logit can change which experts run
       for (const ex of [...l.moe.experts, ...(l.moe.shared ? [l.moe.shared.mlp] : [])]) {
         lin(ex.gate);
         lin(ex.up);

@@ -317,6 +317,6 @@ async function ablateDataset(model: LoadedModel, input: AblateParsed, ctx: OpCon
         }
       : {}),
     dataset: dataset.report,
-    statistics: { ...stats.block(), components },
+    statistics: stats.table(components),
   };
 }

@@ -409,6 +409,7 @@ async function atpDataset(model: LoadedModel, input: AtpParsed, ctx: OpContext):
       clean: finite(meanOf(docs.map((d) => d.metric.clean))),
       corrupted: finite(meanOf(docs.map((d) => d.metric.corrupted))),
     },
+    warnings: gapWarnings(meanOf(docs.map((d) => d.metric.clean)), meanOf(docs.map((d) => d.metric.corrupted))),
     heads,
     sites,
     neurons: null,
@@ -416,6 +417,6 @@ async function atpDataset(model: LoadedModel, input: AtpParsed, ctx: OpContext):
     interventions: [],
     n_engine_runs: docs.reduce((s, d) => s + d.n_engine_runs, 0),
     dataset: dataset.report,
-    statistics: { ...stats.block(), components },
+    statistics: stats.table(components),
   };
 }

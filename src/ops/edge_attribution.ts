@@ -29,6 +29,8 @@ import { documentBase, documentHead } from '../schema/common';
 import { CAPS, checkDocumentSize, finite } from '../engine/caps';
 import { batchesByLength, datasetFields, datasetReport, resolveDataset, type Example } from './lib/dataset';
 import { metricSeed } from './lib/gradients';
+import { adjustFamily, BOOTSTRAP_RESAMPLES, DatasetStats, SIGN_FLIPS, statisticsBlock, statsFields } from './lib/stats';
+import { gapWarnings, warningsSchema } from './lib/metric';
 import {
   MIB_PCTS,
   areas,
@@ -78,6 +80,7 @@ export const edgeAttributionInput = z.object({
     .default(false)
     .describe(`method exact on a graph of more than ${EXACT_MAX_EDGES} edges (it costs edges × pairs forward rows).`),
   per_example: z.boolean().default(false).describe('List every edge’s per-pair scores too.'),
+  ...statsFields,
   mib_export: z
     .object({
       top_n: z.number().int().min(0).default(0).describe('Mark the top n edges (and their nodes) in_graph.'),
@@ -128,10 +131,28 @@ export const edgeAttributionOutput = documentBase('edge_attribution').extend({
         downstream: z.string().describe('the node the edge enters'),
         qkv: z.enum(['q', 'k', 'v']).nullable().describe('which input of a head it enters'),
         score: z.number().describe('estimated ΔM when this edge alone is patched (mean over pairs)'),
+        ci_low: z
+          .number()
+          .nullable()
+          .default(null)
+          .describe('2.5 % bootstrap quantile of the mean score (null: imported, or one pair)'),
+        ci_high: z.number().nullable().default(null).describe('97.5 % bootstrap quantile of the mean score'),
+        p_value: z.number().nullable().default(null).describe('two-sided sign-flip p-value of mean score = 0'),
+        p_holm: z.number().nullable().default(null).describe('p_value adjusted over every edge by Holm (family-wise)'),
+        p_bh: z
+          .number()
+          .nullable()
+          .default(null)
+          .describe('p_value adjusted over every edge by Benjamini–Hochberg (FDR)'),
         per_example: z.array(z.number()).optional(),
       }),
     )
     .describe("every edge, in the library's order (Graph.from_model)"),
+  statistics: statisticsBlock
+    .nullable()
+    .default(null)
+    .describe("how each edge's CI and p-values were made (null: imported scores, or one pair)"),
+  warnings: warningsSchema.default([]),
   completeness: z
     .object({
       input_scores: z.number().describe('Σ of the scores of the edges out of input'),
@@ -273,6 +294,19 @@ export const operation = defineOperation({
   const scores = imported
     ? imported.scores
     : Float64Array.from({ length: E }, (_, i) => perExample.reduce((s, p) => s + p[i], 0) / n);
+  // per-edge bootstrap CI and sign-flip p-value over the pairs, adjusted over every edge (lib/stats.ts);
+  // a large graph gets 999 sign patterns instead of 9999: the cost is E·n·(resamples + patterns) additions
+  let edgeStats: { ci_low: number; ci_high: number; p_value: number | null }[] | null = null;
+  let stats: DatasetStats | null = null;
+  if (!imported && n >= 2) {
+    progress('statistics', 0, E);
+    stats = new DatasetStats(n, input.bootstrap_seed, BOOTSTRAP_RESAMPLES, E * n > 1e5 ? 999 : SIGN_FLIPS);
+    edgeStats = stats.many(perExample, E, true, (done) => {
+      throwIfAborted(ctx.signal);
+      progress('statistics', done, E);
+    });
+  }
+  const adjusted = edgeStats ? adjustFamily(edgeStats) : null;
 
   async function scorePair(it: Item, how: (typeof METHODS)[number]): Promise<Float64Array> {
     const { ex } = it;
@@ -472,8 +506,15 @@ export const operation = defineOperation({
       downstream: e.downstream,
       qkv: qkvOf(e.input),
       score: finite(scores[i]),
+      ci_low: adjusted ? finite(adjusted[i].ci_low) : null,
+      ci_high: adjusted ? finite(adjusted[i].ci_high) : null,
+      p_value: adjusted ? adjusted[i].p_value : null,
+      p_holm: adjusted ? adjusted[i].p_holm : null,
+      p_bh: adjusted ? adjusted[i].p_bh : null,
       ...(input.per_example && !imported ? { per_example: perExample.map((p) => finite(p[i])) } : {}),
     })),
+    statistics: stats ? stats.block(E) : null,
+    warnings: gapWarnings(mClean, mCorr),
     completeness:
       method === 'eap_ig_inputs'
         ? { input_scores: finite(inputSum), target: finite(mCorr - mClean), error: finite(inputSum - (mCorr - mClean)) }

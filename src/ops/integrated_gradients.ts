@@ -348,6 +348,6 @@ async function igDataset(model: LoadedModel, input: IgParsed, ctx: OpContext): P
     },
     n_engine_runs: docs.reduce((s, d) => s + d.n_engine_runs, 0),
     dataset: dataset.report,
-    statistics: { ...stats.block(), components },
+    statistics: stats.table(components),
   };
 }

@@ -33,7 +33,14 @@ import { DatasetStats, componentStats, statisticsBlock } from './lib/stats';
 import type { LoadedModel } from '../engine/api';
 import type { OpContext } from './types';
 import { tokenEntries } from './lib/tokens';
-import { gapWarnings, givenMetricTokens, metricTokenSchemas, patchingFields, warningsSchema } from './lib/metric';
+import {
+  gapWarnings,
+  smallGapPairs,
+  givenMetricTokens,
+  metricTokenSchemas,
+  patchingFields,
+  warningsSchema,
+} from './lib/metric';
 
 const SCANS = ['resid_pre', 'attn_out', 'mlp_out', 'head_out', 'path'] as const;
 const DEFAULT_SCANS = ['resid_pre', 'attn_out', 'mlp_out', 'head_out'] as const;
@@ -469,6 +476,8 @@ async function patchDataset(model: LoadedModel, input: PatchParsed, ctx: OpConte
       `corrupted prompt, answer and counterfactual shown are the first pair's. ${first.method}`,
     clean_logit_diff: finite(meanOf(docs.map((d) => d.clean_logit_diff))),
     corrupted_logit_diff: finite(meanOf(docs.map((d) => d.corrupted_logit_diff))),
+    // the normalised cells divide by the dataset's mean gap, not the first pair's
+    warnings: gapWarnings(meanOf(docs.map((d) => d.clean_logit_diff)), meanOf(docs.map((d) => d.corrupted_logit_diff))),
     resid_pre,
     attn_out,
     mlp_out,
@@ -478,7 +487,7 @@ async function patchDataset(model: LoadedModel, input: PatchParsed, ctx: OpConte
     n_variants: docs.reduce((s, d) => s + d.n_variants, 0),
     n_engine_runs: docs.reduce((s, d) => s + d.n_engine_runs, 0),
     dataset: dataset.report,
-    statistics: { ...stats.block(), components },
+    statistics: stats.table(components),
   };
 }
 

@@ -10,6 +10,7 @@ import type { WeightSet } from '../safetensors-types';
 import { precisionSessionOptions } from '../precision';
 import { pieceGraph, type Piece } from './pieces';
 import { LoupeError } from '../errors';
+import { gatherAt } from './positions';
 import type { ReadableWeightSet } from '../safetensors';
 import type { GpuCaps } from '../env';
 
@@ -106,7 +107,10 @@ function trackedWeb(
   let released = false;
   return {
     pieces,
-    run: (feeds, fetches) => session.run(feeds, fetches),
+    // WebGPU: the KV cache and the identity feeds on the GPU (webDeviceRun)
+    ...(backend === 'webgpu'
+      ? { run: webDeviceRun(ort, session), keepsOnDevice: true }
+      : { run: (feeds: Record<string, OrtTensorLike>, fetches: string[]) => session.run(feeds, fetches) }),
     release: async () => {
       if (released) return;
       released = true;
@@ -120,6 +124,65 @@ function trackedWeb(
         for (const r of pending) await r().catch(() => undefined);
       }
     },
+  };
+}
+
+/*
+ * onnxruntime-web's WebGPU sessions (the page) with what can stay on the GPU kept there: the KV
+ * cache's `present.*` outputs come back as 'gpu-buffer' tensors (session option
+ * `preferredOutputLocation` per output; onnxruntime-web binds outputs per run, so a run may fetch
+ * any of them), kept for `returnCache: 'device'` and fed back as `past.*`, else read back with
+ * `getData`; one-element float feeds (the identity interventions' mul = 1 and add = 0) are GPU
+ * buffers written once per value on onnxruntime's own device. `hookPositions` is sliced here after
+ * the read-back (onnxruntime-web reads back only the outputs fetched, so nothing unfetched moves).
+ */
+/** the session option that keeps the KV cache's outputs on the GPU */
+function presentOnGpu(outputs: string[]): Record<string, 'gpu-buffer'> {
+  return Object.fromEntries(outputs.filter((n) => n.startsWith('present.')).map((n) => [n, 'gpu-buffer' as const]));
+}
+
+const scalars = new WeakMap<object, Map<number, Promise<OrtTensorLike>>>();
+
+/** a one-element float32 tensor in a GPU buffer of onnxruntime's device, made once per value */
+function gpuScalar(ort: OrtModule, v: number): Promise<OrtTensorLike> {
+  let byValue = scalars.get(ort);
+  if (!byValue) scalars.set(ort, (byValue = new Map()));
+  let t = byValue.get(v);
+  if (!t) {
+    t = (async () => {
+      const device = await ort.env.webgpu.device;
+      const usage = (globalThis as any).GPUBufferUsage;
+      // 16 bytes: onnxruntime-web rounds storage bindings up to 16
+      const buffer = device.createBuffer({ size: 16, usage: usage.STORAGE | usage.COPY_SRC | usage.COPY_DST });
+      device.queue.writeBuffer(buffer, 0, new Float32Array([v, 0, 0, 0]));
+      return (ort.Tensor as any).fromGpuBuffer(buffer, { dataType: 'float32', dims: [1] }) as OrtTensorLike;
+    })();
+    t.catch(() => byValue!.delete(v));
+    byValue.set(v, t);
+  }
+  return t;
+}
+
+/** The run of a WebGPU session made with presentOnGpu (see above). */
+function webDeviceRun(ort: OrtModule, session: any): EngineSession['run'] {
+  return async (feeds, fetches, opts = {}) => {
+    for (const [k, t] of Object.entries(feeds)) {
+      if (t.location && t.location !== 'cpu') continue; // on the GPU already (a KV cache): its data is not readable
+      const d = t.data;
+      if (d instanceof Float32Array && d.length === 1 && t.dims.length <= 1) feeds[k] = await gpuScalar(ort, d[0]);
+    }
+    const out: Record<string, OrtTensorLike> = await session.run(feeds, fetches);
+    const keep = new Set(opts.keep ?? []);
+    for (const n of fetches) {
+      const t = out[n] as any;
+      if (t.location === 'gpu-buffer' && !keep.has(n)) out[n] = new ort.Tensor(t.type, await t.getData(true), t.dims);
+      const axis = opts.gather?.axes[n];
+      if (axis !== undefined) {
+        const g = gatherAt({ dims: [...out[n].dims], data: out[n].data as Float32Array }, axis, opts.gather!.positions);
+        out[n] = new ort.Tensor('float32', g.data, g.dims);
+      }
+    }
+    return out;
   };
 }
 
@@ -238,9 +301,11 @@ export function webSessionFactory(
     ...(backend === 'webgpu' && gpu ? { gpu } : {}),
     async create(graph, weights) {
       const { graphBytes, pieces } = pieceGraph(graph.bytes);
+      const present = backend === 'webgpu' ? presentOnGpu(graph.outputNames) : {};
       const options = {
         executionProviders: [backend],
         graphOptimizationLevel: 'all',
+        ...(Object.keys(present).length ? { preferredOutputLocation: present } : {}),
         ...graphSessionOptions(graph, extraOptions),
       };
       const scratch: Scratch = { buf: new Uint8Array(0) };

@@ -115,6 +115,16 @@ export function metricTokens(
   };
 }
 
+/** a dataset whose values are normalised pair by pair: how many pairs have a gap below SMALL_GAP */
+export function smallGapPairs(k: number, n: number): string[] {
+  return k
+    ? [
+        `${k} of ${n} pairs have |M(clean) − M(corrupted)| below ${SMALL_GAP} logit: their normalised ` +
+          'values are unstable and can pull the means far; drop them or read the raw ΔM.',
+      ]
+    : [];
+}
+
 /** the warnings of a clean/corrupted pair: a gap below SMALL_GAP */
 export function gapWarnings(mClean: number, mCorrupted: number): string[] {
   const gap = mClean - mCorrupted;
