@@ -52,7 +52,16 @@ export function connectEngine(url: string, token: string, timeoutMs = 10_000): P
       { side: 'page' },
     );
     let open = false;
-    ws.on('message', (d) => endpoint.receive(String(d)));
+    ws.on('message', (d) => {
+      let text: string;
+      try {
+        text = String(d); // over V8's longest string (~512 MiB) this throws: such a frame ends the connection
+      } catch {
+        endpoint.closed(`the engine at ${t.url} sent a frame too large to read`);
+        return ws.close(1009, 'frame too large');
+      }
+      endpoint.receive(text);
+    });
     ws.on('unexpected-response', (_req, res) => {
       ws.terminate();
       reject(

@@ -421,7 +421,11 @@ export class SocketEndpoint extends EventTarget {
       this.o.log?.(`refused a message: ${refused}`);
       const id = messageId(data);
       if (id === null) return;
-      const error = new LoupeError('BAD_INPUT', `The engine refused the message: ${refused}.`).toJSON();
+      const error = new LoupeError(
+        'BAD_INPUT',
+        `The engine refused the message: ${refused}.`,
+        "Only the protocol's calls and answers cross the engine's socket; both ends must run the same Loupe version.",
+      ).toJSON();
       // a refused request is answered; a refused answer fails the call it names, on this side
       if (kind === 'request') return this.sendFrame(channel, thrownAnswer(id, error));
       data = thrownAnswer(id, error);
