@@ -20,6 +20,9 @@ import type { LoadedModel } from '../src/engine/api';
 import { generateTokens } from '../src/ops/lib/generation';
 import { operation as trace } from '../src/ops/trace';
 import { operation as activations } from '../src/ops/activations';
+import { operation as ablate } from '../src/ops/ablate';
+import { execFile } from 'node:child_process';
+import { resolve } from 'node:path';
 import { schemaErrors, viaJson } from './schema-helpers';
 import { q8Reference } from './helpers/q8-reference';
 import {
@@ -122,6 +125,42 @@ describe.each(MOE_FAMILY_CASES)('MoE engine vs float64 reference: $name', (c) =>
         if (label === 'force') expect(rw[t * E + ((e + 1) % E)]).toBeGreaterThan(0.99);
       }
     }
+  });
+
+  it('ablate an expert (its output; its routing forbidden or forced): the logit deltas equal the reference doing the same', async () => {
+    const prompt = 'abc ab';
+    const l = model.info.n_layers - 1;
+    const E = model.info.num_experts!;
+    const b = `blocks.${l}.mlp`;
+    const doc0 = await ablate.run(model, { prompt, layer: l, expert: 0 } as any, {});
+    expect(schemaErrors('ablate', viaJson(doc0))).toEqual([]);
+    const toks = doc0.tokens.map((t: { id: number }) => t.id);
+    const clean = referenceForward(rm, toks, { record: false });
+    const T = toks.length,
+      V = model.info.d_vocab;
+    const ans = doc0.answer.token_id;
+    const lastLogit = (r: { logits: { data: ArrayLike<number> } }) => r.logits.data[(T - 1) * V + ans];
+    const cases: [Record<string, unknown>, (name: string, v: Float64Array) => Float64Array | void][] = [
+      [{ expert: 1 }, (name, v) => (name === `${b}.experts.1.hook_out` ? v.fill(0) : undefined)],
+      [
+        { expert: 1, route: 'forbid' },
+        (name, v) => (name === `${b}.hook_router_logits` ? v.map((x, i) => (i % E === 1 ? x - 1e9 : x)) : undefined),
+      ],
+      [
+        { expert: 2, route: 'force' },
+        (name, v) => (name === `${b}.hook_router_logits` ? v.map((x, i) => (i % E === 2 ? x + 1e4 : x)) : undefined),
+      ],
+    ];
+    for (const [target, hook] of cases) {
+      const doc = await ablate.run(model, { prompt, layer: l, ...target } as any, {});
+      expect(schemaErrors('ablate', viaJson(doc))).toEqual([]);
+      const want = lastLogit(referenceForward(rm, toks, { hook, record: false })) - lastLogit(clean);
+      expect(Math.abs(doc.entries[0].logit_delta - want), JSON.stringify(target)).toBeLessThan(1e-4);
+      expect(doc.entries[0].label).toBe(`L${l}E${target.expert}${target.route ? `.${target.route}` : ''}`);
+    }
+    await expect(ablate.run(model, { prompt, layer: l, expert: E } as any, {})).rejects.toMatchObject({
+      code: 'BAD_INPUT',
+    });
   });
 
   it('greedy continuation through the KV cache equals the float64 reference re-run in full', async () => {
@@ -235,6 +274,37 @@ describe.each(MOE_FAMILY_CASES)('MoE engine vs float64 reference: $name', (c) =>
       const d = maxAbsDiff(ref.logits.data, referenceForward(rm, tokens, { record: false, drop: [f] }).logits.data);
       console.log(`${c.name}: without ${f} the logits move by ${d.maxAbs.toExponential(2)}`);
       expect(d.maxAbs, f).toBeGreaterThan(100 * TOL);
+    }
+  });
+});
+
+describe('MoE from the CLI: ablate one expert and force routing', () => {
+  it('loupe ablate MODEL --layer --expert [--route force] --json', async () => {
+    const rm = makeCaseModel(MOE_FAMILY_CASES[0]);
+    try {
+      const run = (extra: string[]) =>
+        new Promise<{ code: number; stdout: string; stderr: string }>((res) =>
+          execFile(
+            process.execPath,
+            [resolve(__dirname, '../bin/loupe.mjs'), 'ablate', rm.dir, 'abc ab', '--layer', '1', ...extra, '--json'],
+            { env: { ...process.env, NO_COLOR: '1' } },
+            (err, stdout, stderr) => res({ code: err ? 1 : 0, stdout, stderr }),
+          ),
+        );
+      for (const [extra, label] of [
+        [['--expert', '3'], 'L1E3'],
+        [['--expert', '3', '--route', 'force'], 'L1E3.force'],
+      ] as const) {
+        const r = await run([...extra]);
+        expect(r.code, r.stderr).toBe(0);
+        const doc = JSON.parse(r.stdout);
+        expect(doc.entries[0].label).toBe(label);
+        expect(doc.interventions[0].hook).toBe(
+          extra.length > 2 ? 'blocks.1.mlp.hook_router_logits' : 'blocks.1.mlp.experts.3.hook_out',
+        );
+      }
+    } finally {
+      rm.cleanup();
     }
   });
 });

@@ -54,6 +54,20 @@ export const ablateInput = z.object({
     ),
   head: z.number().int().min(0).optional().describe('Attention head of the layer (ablates its attn.hook_z slice).'),
   neuron: z.number().int().min(0).optional().describe('MLP neuron of the layer (ablates its mlp.hook_post entry).'),
+  expert: z
+    .number()
+    .int()
+    .min(0)
+    .optional()
+    .describe(
+      'Mixture-of-experts models: an expert of the layer (ablates its weighted output, mlp.experts.{e}.hook_out; zero removes it where it was routed).',
+    ),
+  route: z
+    .enum(['forbid', 'force'])
+    .optional()
+    .describe(
+      'With expert: edit its routing instead of its output, whatever the method: forbid adds −1e9 to its router logit (never chosen; the next expert takes its place), force adds +1e4 (chosen with weight ≈ 1, the others ≈ 0).',
+    ),
   targets: z
     .array(targetSchema)
     .max(256)
@@ -92,6 +106,8 @@ const entrySchema = z.object({
   layer: z.number().int(),
   head: z.number().int().optional(),
   neuron: z.number().int().optional(),
+  expert: z.number().int().optional(),
+  route: z.enum(['forbid', 'force']).optional(),
   component: z.enum(COMPONENTS).optional(),
   label: z.string(),
   ...effectFields,
@@ -132,9 +148,20 @@ export const ablateOutput = documentBase('ablate').extend({
 function collectTargets(input: z.output<typeof ablateInput>): AblationTarget[] {
   const targets: AblationTarget[] = [];
   if (input.layer !== undefined) {
-    targets.push({ layer: input.layer, component: input.component, head: input.head, neuron: input.neuron });
-  } else if (input.component !== undefined || input.head !== undefined || input.neuron !== undefined) {
-    throw new LoupeError('BAD_INPUT', 'component, head and neuron need a layer.', 'Add --layer L (JSON: "layer": L).');
+    targets.push({
+      layer: input.layer,
+      component: input.component,
+      head: input.head,
+      neuron: input.neuron,
+      expert: input.expert,
+      route: input.route,
+    });
+  } else if ([input.component, input.head, input.neuron, input.expert].some((x) => x !== undefined)) {
+    throw new LoupeError(
+      'BAD_INPUT',
+      'component, head, neuron and expert need a layer.',
+      'Add --layer L (JSON: "layer": L).',
+    );
   }
   for (const t of input.targets ?? []) targets.push(t);
   if (targets.length === 0)

@@ -168,13 +168,25 @@ export interface AblationTarget {
   component?: Component;
   head?: number;
   neuron?: number;
+  /** a mixture-of-experts model's expert: its weighted output, blocks.{l}.mlp.experts.{e}.hook_out */
+  expert?: number;
+  /** with expert: instead of its output, its router logit (ROUTE_EDIT): forbid (never chosen) or force (chosen, weight ≈ 1) */
+  route?: 'forbid' | 'force';
 }
+
+/**
+ * What a routing target adds to the expert's router logit: −1e9 makes its probability exactly 0
+ * (never in the top k); +1e4 makes it ≈ 1 and every other expert's ≈ 0 (it alone carries the output).
+ */
+export const ROUTE_EDIT = { forbid: -1e9, force: 1e4 } as const;
 
 export const targetSchema = z.object({
   layer: z.number().int().min(0),
   component: z.enum(COMPONENTS).optional(),
   head: z.number().int().min(0).optional(),
   neuron: z.number().int().min(0).optional(),
+  expert: z.number().int().min(0).optional(),
+  route: z.enum(['forbid', 'force']).optional(),
 });
 
 /** one edited site: a hook, optionally restricted to a head or a neuron */
@@ -182,11 +194,14 @@ export interface Site {
   hook: string;
   head?: number;
   neuron?: number;
+  /** a fixed edit x + add whatever the method (a routing target's router logit) */
+  add?: number;
 }
 
 export function targetLabel(t: AblationTarget): string {
   if (t.head !== undefined) return `L${t.layer}H${t.head}`;
   if (t.neuron !== undefined) return `L${t.layer}N${t.neuron}`;
+  if (t.expert !== undefined) return `L${t.layer}E${t.expert}${t.route ? `.${t.route}` : ''}`;
   return `L${t.layer}.${t.component ?? 'layer'}`;
 }
 
@@ -195,21 +210,26 @@ export function targetFields(t: AblationTarget): {
   layer: number;
   head?: number;
   neuron?: number;
+  expert?: number;
+  route?: 'forbid' | 'force';
   component?: Component;
 } {
   if (t.head !== undefined) return { layer: t.layer, head: t.head };
   if (t.neuron !== undefined) return { layer: t.layer, neuron: t.neuron };
+  if (t.expert !== undefined) return { layer: t.layer, expert: t.expert, ...(t.route ? { route: t.route } : {}) };
   return { layer: t.layer, component: t.component ?? 'layer' };
 }
 
 /** the sites a target edits; validates ranges and that the hooks exist in this model */
 export function targetSites(model: LoadedModel, t: AblationTarget): Site[] {
   const { n_layers: L, n_heads: H, d_mlp: M } = model.info;
-  const given = [t.component !== undefined, t.head !== undefined, t.neuron !== undefined].filter(Boolean).length;
+  const given = [t.component, t.head, t.neuron, t.expert].filter((x) => x !== undefined).length;
+  if (t.route !== undefined && t.expert === undefined)
+    throw new LoupeError('BAD_INPUT', `${targetLabel(t)}: route needs an expert.`, 'Add expert: E.');
   if (given > 1)
     throw new LoupeError(
       'BAD_INPUT',
-      `${targetLabel(t)}: give at most one of component, head, neuron.`,
+      `${targetLabel(t)}: give at most one of component, head, neuron, expert.`,
       'Ablate a head, a neuron or a component; list several targets to ablate several things.',
     );
   if (t.layer >= L)
@@ -236,6 +256,19 @@ export function targetSites(model: LoadedModel, t: AblationTarget): Site[] {
         `Use a neuron between 0 and ${M - 1}.`,
       );
     sites = [{ hook: `${b}.mlp.hook_post`, neuron: t.neuron }];
+  } else if (t.expert !== undefined) {
+    const E = model.info.num_experts;
+    if (!E || t.expert >= E)
+      throw new LoupeError(
+        'BAD_INPUT',
+        E
+          ? `expert ${t.expert} is out of range: the model has ${E} experts per layer.`
+          : `${model.info.architecture} is not a mixture-of-experts model: it has no experts.`,
+        E ? `Use an expert between 0 and ${E - 1}.` : 'Ablate a head, a neuron or a component.',
+      );
+    sites = t.route
+      ? [{ hook: `${b}.mlp.hook_router_logits`, neuron: t.expert, add: ROUTE_EDIT[t.route] }]
+      : [{ hook: `${b}.mlp.experts.${t.expert}.hook_out` }];
   } else {
     const c = t.component ?? 'layer';
     const hookOf: Record<Exclude<Component, 'layer'>, string> = {
@@ -443,7 +476,8 @@ export class Ablator {
           ...(s.head !== undefined ? { head: s.head } : {}),
           ...(s.neuron !== undefined ? { neuron: s.neuron } : {}),
         };
-        if (this.cfg.method === 'zero') out.push({ ...base, op: 'zero' });
+        if (s.add !== undefined) out.push({ ...base, op: 'add', value: [s.add] });
+        else if (this.cfg.method === 'zero') out.push({ ...base, op: 'zero' });
         else out.push({ ...base, op: 'patch', source: this.sources.get(s.hook)! });
       }
     }
@@ -466,6 +500,10 @@ export class Ablator {
     for (const t of targets) {
       for (const s of targetSites(this.model, t)) {
         // resampling is a patch from the other prompt's run
+        if (s.add !== undefined) {
+          out.push({ hook: s.hook, op: 'add', neuron: s.neuron, positions: this.cfg.positions, value: [s.add] });
+          continue;
+        }
         out.push({
           hook: s.hook,
           op: this.cfg.method === 'resample' ? 'patch' : this.cfg.method,
