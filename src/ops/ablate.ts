@@ -66,7 +66,8 @@ export const ablateInput = z.object({
     .enum(['forbid', 'force'])
     .optional()
     .describe(
-      'With expert: edit its routing instead of its output, whatever the method: forbid adds −1e9 to its router logit (never chosen; the next expert takes its place), force adds +1e4 (chosen with weight ≈ 1, the others ≈ 0).',
+      'With expert: edit its routing instead of its output, whatever the method: forbid adds −1e9 to its ' +
+        'router logit (never chosen; the next expert takes its place), force adds +1e4 (chosen with weight ≈ 1, the others ≈ 0).',
     ),
   targets: z
     .array(targetSchema)
