@@ -13,6 +13,8 @@ import { loadModelNode } from '../src/node/load';
 import { checkConfig } from '../src/engine/arch';
 import { LoupeError } from '../src/engine/errors';
 import { generateTokens } from '../src/ops/lib/generation';
+import { operation as trace } from '../src/ops/trace';
+import { schemaErrors, viaJson } from './schema-helpers';
 import type { LoadedModel } from '../src/engine/api';
 import { compareHooks, maxAbsDiff } from './reference';
 import {
@@ -135,6 +137,57 @@ describe.each(CASES)('qwen3_5 vs float64 reference: $name', ({ options, T }) => 
     const out = await model.run(tokens, { interventions: [{ hook, op: 'zero' }] });
     expect(maxAbsDiff(ref.logits.data, out.logits.data).maxAbs).toBeLessThan(TOL);
   });
+
+  it.each(['node', 'wasm'] as const)(
+    'trace: heads of the attention layers and one term per linear-attention layer, each as the reference (%s)',
+    async (backend) => {
+      const model = models[backend]!;
+      const prompt = model.decode(tokens.slice(1));
+      const doc: any = await trace.run(model, { prompt, convention: 'raw', top_k: 100 } as any, {});
+      expect(schemaErrors('trace', viaJson(doc))).toEqual([]);
+      const ids = doc.tokens.map((t: { id: number }) => t.id);
+      const T2 = ids.length;
+      const ref = qwen35Forward(m, ids);
+      const D = m.text.hidden_size;
+      const pos = T2 - 1;
+      const at = (name: string) => ref.hooks[name].data.subarray(pos * (ref.hooks[name].data.length / T2));
+      // raw readout: e = (1 + w_norm) ⊙ W_U[t] / s at the position
+      const t = doc.target.token_id;
+      const U = m.tensors[m.text.tie_word_embeddings ? `${m.prefix}embed_tokens.weight` : 'lm_head.weight'].data;
+      const wn = m.tensors[`${m.prefix}norm.weight`].data;
+      const s = at('ln_final.hook_scale')[0];
+      const e = Float64Array.from({ length: D }, (_, d) => ((1 + wn[d]) * U[t * D + d]) / s);
+      const dot = (x: ArrayLike<number>) => Array.from(x).reduce((a, v, d) => a + v * e[d], 0);
+      const terms = new Map<string, number>(doc.decomposition.terms.map((x: any) => [x.name, x.value]));
+      const H = m.text.num_attention_heads;
+      const Dh = m.text.head_dim;
+      let worst = 0;
+      m.text.layer_types.forEach((type: string, l: number) => {
+        if (type === 'linear_attention') {
+          worst = Math.max(worst, Math.abs(terms.get(`L${l}.linear_attn`)! - dot(at(`blocks.${l}.hook_attn_out`))));
+          expect(doc.head_attribution[l]).toEqual([]);
+          return;
+        }
+        const z = at(`blocks.${l}.attn.hook_z`);
+        const Wo = m.tensors[`${m.prefix}layers.${l}.self_attn.o_proj.weight`].data; // [D, H·Dh]
+        for (let h = 0; h < H; h++) {
+          const out = Float64Array.from({ length: D }, (_, d) => {
+            let v = 0;
+            for (let k = 0; k < Dh; k++) v += z[h * Dh + k] * Wo[d * H * Dh + h * Dh + k];
+            return v;
+          });
+          worst = Math.max(worst, Math.abs(terms.get(`L${l}H${h}`)! - dot(out)));
+        }
+      });
+      const gap = Math.abs(doc.decomposition.sum - doc.decomposition.target);
+      console.log(
+        `qwen3_5 trace ${backend}: worst term |Δ| ${worst.toExponential(2)}, |sum − target| ${gap.toExponential(2)}`,
+      );
+      expect(worst).toBeLessThan(TOL);
+      expect(gap).toBeLessThan(TOL);
+      expect(doc.top_heads.every((h: any) => m.text.layer_types[h.layer] === 'full_attention')).toBe(true);
+    },
+  );
 
   it('leaving out each feature moves the logits by more than the tolerance', () => {
     const base = qwen35Forward(m, tokens).logits.data;

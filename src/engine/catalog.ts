@@ -168,6 +168,16 @@ export const CATALOG: readonly CatalogEntry[] = [
     ['allenai/OLMo-2-0425-1B', ['olmo-2-1b'], 1.48 * B],
     ['allenai/OLMo-2-1124-7B', ['olmo-2-7b'], 7.3 * B],
   ]),
+  // Qwen3.5 (Qwen3_5ForConditionalGeneration): the model cards' language-model counts; each
+  // checkpoint also holds a vision tower, which a load never reads
+  ...family('qwen3_5', 'BF16', [
+    ['Qwen/Qwen3.5-0.8B', [], 0.8 * B, ['qwen3.5-0.8b']],
+    ['Qwen/Qwen3.5-2B', [], 2 * B, ['qwen3.5-2b']],
+    ['Qwen/Qwen3.5-4B', [], 4 * B, ['qwen3.5-4b']],
+    ['Qwen/Qwen3.5-4B-Base', [], 4 * B, ['qwen3.5-4b-base']],
+    ['Qwen/Qwen3.5-9B', [], 9 * B, ['qwen3.5-9b']],
+    ['Qwen/Qwen3.5-27B', [], 27 * B, ['qwen3.5-27b']],
+  ]),
 ];
 
 /** every name of an entry: its Hub id, TL's aliases, Loupe's */

@@ -69,7 +69,9 @@ export const traceOutput = documentBase('trace').extend({
   top_heads: z
     .array(z.object({ layer: z.number().int(), head: z.number().int(), logit_attribution: z.number() }))
     .describe('Heads ranked by |logit_attribution|.'),
-  head_attribution: z.array(z.array(z.number())).describe('[n_layers][n_heads] per-head direct logit attribution.'),
+  head_attribution: z
+    .array(z.array(z.number()))
+    .describe('[n_layers][n_heads] per-head direct logit attribution; [] for a linear-attention layer (Qwen3.5).'),
   top_neurons: z
     .array(neuron)
     .describe('MLP neurons ranked by |logit_attribution| (their own direct effect through W_out).'),
@@ -167,12 +169,16 @@ export const operation = defineOperation({
   });
 
   const { n_layers: L, n_heads: H, d_mlp: M } = model.info;
-  const headAt = (i: number) => dla.heads[Math.floor(i / H)][i % H];
-  const topHeads = topIndices(L * H, (i) => Math.abs(headAt(i)), input.top_k).map((i) => ({
-    layer: Math.floor(i / H),
-    head: i % H,
-    logit_attribution: finite(headAt(i)),
-  }));
+  // a linear-attention layer (Qwen3.5) has no heads: its row is empty, its term L{l}.linear_attn
+  const headAt = (i: number) => dla.heads[Math.floor(i / H)][i % H] ?? 0;
+  const hasHead = (i: number) => dla.heads[Math.floor(i / H)].length > 0;
+  const topHeads = topIndices(L * H, (i) => (hasHead(i) ? Math.abs(headAt(i)) : -1), input.top_k)
+    .filter(hasHead)
+    .map((i) => ({
+      layer: Math.floor(i / H),
+      head: i % H,
+      logit_attribution: finite(headAt(i)),
+    }));
   const neuronAt = (i: number): z.infer<typeof neuron> => {
     const l = Math.floor(i / M),
       n = i % M;

@@ -15,7 +15,7 @@
  */
 import { OnnxGraph } from '../graph/onnx-builder';
 import type { BuiltGraph } from '../graph/build-model';
-import { attentionOf, type LayerSpec, type LinearRef, type ModelSpec } from '../spec';
+import type { LayerSpec, LinearRef, ModelSpec } from '../spec';
 import type { TensorEntry } from '../safetensors-types';
 import type { Tensor } from '../tensor';
 import type { WeightProducts, WeightProductsInput } from '../api';
@@ -62,14 +62,16 @@ export function buildReadoutGraph(
     );
     g.output(name);
   };
-  stack('attn_x', (s, l) => forward(layerOf(z, l), attentionOf(spec, l).o));
-  // a mixture-of-experts layer has no one W_out: zeros [rows, n]
+  // a mixture-of-experts layer has no one W_out, a linear-attention layer no W_O: zeros [rows, n]
   const zeros = (x: string, n: number) =>
     g.o('ConstantOfShape', [g.o('Concat', [g.o('Shape', [x], { start: 0, end: 1 }), g.constI([n])], { axis: 0 })], {
       value: { tensor: { dims: [1], floats: [0] } },
     });
+  stack('attn_x', (s, l) => (s.attn ? forward(layerOf(z, l), s.attn.o) : zeros(layerOf(z, l), D)));
   stack('mlp_x', (s, l) => (s.mlp ? forward(layerOf(post, l), s.mlp.down) : zeros(layerOf(post, l), D)));
-  stack('attn_dir', (s, l) => backward(layerOf(attnDirs, l), attentionOf(spec, l).o));
+  stack('attn_dir', (s, l) =>
+    s.attn ? backward(layerOf(attnDirs, l), s.attn.o) : zeros(layerOf(attnDirs, l), H * Dh),
+  );
   stack('mlp_dir', (s, l) => (s.mlp ? backward(layerOf(mlpDirs, l), s.mlp.down) : zeros(layerOf(mlpDirs, l), M)));
   // no pre-packing: it keeps a packed copy of each float32 weight per Gemm (here two per weight,
   // one per orientation) for products of one or two rows, where it gains nothing (bench/memory.ts)

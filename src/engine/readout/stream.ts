@@ -15,7 +15,7 @@
  *   row sums    y[c] = Σ_r u[r] S[r, c]          (x·W on in_out, W·e on out_in)
  * and one pass over S serves every vector of both kinds.
  */
-import { attentionOf, type LinearRef, type ModelSpec } from '../spec';
+import type { LinearRef, ModelSpec } from '../spec';
 import type { TensorEntry } from '../safetensors-types';
 import type { Tensor } from '../tensor';
 import type { WeightProducts, WeightProductsInput } from '../api';
@@ -199,14 +199,8 @@ export async function streamedReadout(
     if (yieldTurn) await yieldTurn();
     throwIfAborted(signal);
     const s = spec.layers[l];
-    layer(
-      attentionOf(spec, l).o,
-      l,
-      { x: input.z, n: N, out: attnX },
-      { e: input.attnDirs, k: K, out: attnDir },
-      HD,
-      D,
-    );
+    // a linear-attention layer has no W_O: its rows stay zero
+    if (s.attn) layer(s.attn.o, l, { x: input.z, n: N, out: attnX }, { e: input.attnDirs, k: K, out: attnDir }, HD, D);
     // a mixture-of-experts layer has no one W_out: its rows stay zero
     if (s.mlp) layer(s.mlp.down, l, { x: input.post, n: P, out: mlpX }, { e: input.mlpDirs, k: Km, out: mlpDir }, M, D);
   }

@@ -66,16 +66,21 @@ interface DlaConstants {
 /** per model: its small parameters (model.param keeps them) and what DLA derives from the weights once */
 const constants = new WeakMap<LoadedModel, DlaConstants>();
 
+/** layer l is a linear-attention layer (Qwen3.5's gated delta-net): no heads, one term for its whole output */
+export const isLinearLayer = (model: LoadedModel, l: number): boolean =>
+  model.hookNames().includes(`blocks.${l}.linear_attn.hook_z`);
+
 function constantsOf(model: LoadedModel): DlaConstants {
   let c = constants.get(model);
   if (!c) {
     const p = (name: string) => model.param(name).data;
+    const zeros = new Float32Array(model.info.d_model);
     c = {
       bU: p('unembed.b_U'),
       lnfW: p('ln_final.w'),
       lnfB: p('ln_final.b'),
       layers: Array.from({ length: model.info.n_layers }, (_, l) => ({
-        bO: p(`blocks.${l}.attn.b_O`),
+        bO: isLinearLayer(model, l) ? zeros : p(`blocks.${l}.attn.b_O`), // out_proj has no bias
         bOut: p(`blocks.${l}.mlp.b_out`),
         postAttnW: model.info.post_norms ? p(`blocks.${l}.ln1_post.w`) : null,
         postMlpW: model.info.post_norms ? p(`blocks.${l}.ln2_post.w`) : null,
@@ -98,7 +103,8 @@ function foldedValueBias(model: LoadedModel, c: DlaConstants, l: number): Float6
       bV = new Float64Array(L * Hkv * Dh);
     for (let k = 0; k < L; k++) {
       bLn.set(model.param(`blocks.${k}.ln1.b`).data, k * D); // zeros for RMSNorm
-      bV.set(model.param(`blocks.${k}.attn.b_V`).data, k * Hkv * Dh);
+      // a linear-attention layer has no b_V (RMSNorm too, so its x is zero and its W_V never read)
+      if (!isLinearLayer(model, k)) bV.set(model.param(`blocks.${k}.attn.b_V`).data, k * Hkv * Dh);
     }
     const kvBias = model.valueProduct({ dims: [L, D], data: bLn }, { dims: [L, Hkv * Dh], data: bV }).data;
     const group = H / Hkv;
@@ -221,7 +227,8 @@ export function dlaHookNames(model: LoadedModel): string[] {
   const names = ['blocks.0.hook_resid_pre', `blocks.${L - 1}.hook_resid_post`, 'ln_final.hook_scale'];
   if (model.info.pos_embed) names.push('hook_pos_embed');
   for (let l = 0; l < L; l++) {
-    names.push(`blocks.${l}.attn.hook_z`, `blocks.${l}.hook_attn_out`, `blocks.${l}.hook_mlp_out`);
+    if (!isLinearLayer(model, l)) names.push(`blocks.${l}.attn.hook_z`);
+    names.push(`blocks.${l}.hook_attn_out`, `blocks.${l}.hook_mlp_out`);
     names.push(...(model.info.num_experts ? expertHooks(model, l) : [`blocks.${l}.mlp.hook_post`]));
   }
   return names;
@@ -294,7 +301,7 @@ export interface DlaResult {
   target: number;
   /** what target is, in words */
   targetKind: 'logit' | 'centered_logit' | 'logit_difference';
-  /** [n_layers][n_heads] */
+  /** [n_layers][n_heads]; a linear-attention layer's row is empty (its term is L{l}.linear_attn) */
   heads: number[][];
   /** per layer: neuron attributions and activations at the position, [n_layers][d_mlp] (zeros in a mixture-of-experts layer) */
   neuronAttribution: Float64Array[];
@@ -365,8 +372,10 @@ export async function decomposeLogit(
   const z = new Float32Array(L * HD);
   const act: Float32Array[] = [];
   const E = model.info.num_experts ?? 0;
+  const linear = Array.from({ length: L }, (_, l) => isLinearLayer(model, l));
   for (let l = 0; l < L; l++) {
-    z.set(slice(runHook(run, `blocks.${l}.attn.hook_z`), row, pos), l * HD);
+    // a linear-attention layer's z stays zero: the readout's W_O products skip it
+    if (!linear[l]) z.set(slice(runHook(run, `blocks.${l}.attn.hook_z`), row, pos), l * HD);
     // a mixture-of-experts layer has no one hook_post: its terms are its experts'
     act.push(E ? new Float32Array(M) : slice(runHook(run, `blocks.${l}.mlp.hook_post`), row, pos)); // [M]
   }
@@ -434,28 +443,36 @@ export async function decomposeLogit(
   for (let l = 0; l < L; l++) {
     const lc = c.layers[l];
     const eL = eAttn.subarray(l * D, (l + 1) * D);
-    // ---- attention: head h's term z_h · (W_O[h] eL); in TL minus b_V'[h] · (W_O[h] eL), which moves into the bias term
-    const woe = dirs.attnDir.data.subarray(l * HD, (l + 1) * HD);
-    const bVp = tl ? foldedValueBias(model, c, l) : null;
-    const headRow: number[] = [];
-    let moved = 0;
-    for (let h = 0; h < H; h++) {
-      let v = dotF(z, woe.subarray(h * Dh, (h + 1) * Dh), Dh, l * HD + h * Dh);
-      if (bVp) {
-        const m = dotF(bVp, woe.subarray(h * Dh, (h + 1) * Dh), Dh, h * Dh);
-        v -= m;
-        moved += m;
+    if (linear[l]) {
+      // ---- a linear-attention layer: its whole output (out_proj has no bias) is one term
+      const out = slice(runHook(run, `blocks.${l}.hook_attn_out`), row, pos);
+      heads.push([]);
+      terms.push({ name: `L${l}.linear_attn`, value: dotF(out, eL, D) });
+      add(out);
+    } else {
+      // ---- attention: head h's term z_h · (W_O[h] eL); in TL minus b_V'[h] · (W_O[h] eL), which moves into the bias term
+      const woe = dirs.attnDir.data.subarray(l * HD, (l + 1) * HD);
+      const bVp = tl ? foldedValueBias(model, c, l) : null;
+      const headRow: number[] = [];
+      let moved = 0;
+      for (let h = 0; h < H; h++) {
+        let v = dotF(z, woe.subarray(h * Dh, (h + 1) * Dh), Dh, l * HD + h * Dh);
+        if (bVp) {
+          const m = dotF(bVp, woe.subarray(h * Dh, (h + 1) * Dh), Dh, h * Dh);
+          v -= m;
+          moved += m;
+        }
+        headRow.push(v);
+        terms.push({ name: `L${l}H${h}`, value: v });
       }
-      headRow.push(v);
-      terms.push({ name: `L${l}H${h}`, value: v });
+      heads.push(headRow);
+      terms.push({ name: `L${l}.attn.b_O`, value: dotF(lc.bO, eL, D) + moved });
+      const attnOut = slice(runHook(run, `blocks.${l}.hook_attn_out`), row, pos);
+      const x = xs[l],
+        g = gains[l];
+      for (let d = 0; d < D; d++) attnErr = Math.max(attnErr, Math.abs(x[d] * (g ? g[d] : 1) - attnOut[d]));
+      add(attnOut);
     }
-    heads.push(headRow);
-    terms.push({ name: `L${l}.attn.b_O`, value: dotF(lc.bO, eL, D) + moved });
-    const attnOut = slice(runHook(run, `blocks.${l}.hook_attn_out`), row, pos);
-    const x = xs[l],
-      g = gains[l];
-    for (let d = 0; d < D; d++) attnErr = Math.max(attnErr, Math.abs(x[d] * (g ? g[d] : 1) - attnOut[d]));
-    add(attnOut);
 
     // ---- MLP: the whole output from its hook; neuron n's term post[n] · (W_out[n] · eM)
     const mlpOut = slice(runHook(run, `blocks.${l}.hook_mlp_out`), row, pos);
