@@ -260,7 +260,7 @@ describe('loupe mcp --engine, against a hostile engine (F2)', () => {
   let stderr = '';
   /** what the fake engine heard back on the progress channel, by request id */
   const heard = new Map<string, any>();
-  let mode: 'hostile-progress' | 'hostile-answer' | 'plain' = 'hostile-progress';
+  let mode: 'hostile-progress' | 'hostile-answer' | 'bomb' | 'plain' = 'hostile-progress';
 
   beforeAll(async () => {
     httpServer = http.createServer();
@@ -294,6 +294,7 @@ describe('loupe mcp --engine, against a hostile engine (F2)', () => {
           const end = Date.now() + 10_000;
           while (!heard.has('good') && Date.now() < end) await new Promise((r) => setTimeout(r, 20));
         }
+        if (mode === 'bomb') return ws.send(`{"m":[${'{},'.repeat(20 * 1024 * 1024)}{}]}`);
         if (mode === 'hostile-answer')
           return send({ id: m.id, type: 'HANDLER', name: 'proxy', value: { '~': 'p', id: 'e1' } });
         // an error the companion only gives if the call went round: the fake engine "ran" it
@@ -338,6 +339,20 @@ describe('loupe mcp --engine, against a hostile engine (F2)', () => {
       code: 'RUNTIME_ERROR',
     });
     alive();
+  }, 30_000);
+
+  it('ends only the connection on a frame of 20 M objects (60 MiB), unparsed; the next call connects again', async () => {
+    mode = 'bomb';
+    const r = (await client.callTool({ name: 'trace', arguments: { prompt: 'hi' } })) as any;
+    expect(ranError(r)).toMatchObject({ code: 'ENGINE_GONE', message: /more than 2000000 arrays and objects/ });
+    mode = 'plain';
+    expect(ranError(await client.callTool({ name: 'trace', arguments: { prompt: 'hi' } }))).toMatchObject({
+      code: 'RUNTIME_ERROR',
+    });
+    alive();
+    const peak = vmHwmMiB(transport.pid!);
+    console.log(`loupe mcp --engine: peak RSS ${peak.toFixed(0)} MiB after the 60 MiB frame`);
+    expect(peak).toBeLessThan(1024);
   }, 30_000);
 });
 
