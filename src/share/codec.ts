@@ -40,6 +40,26 @@ export interface ShareState {
   result?: unknown;
   /** true when a result existed but was too large to embed */
   result_omitted?: boolean;
+  /** what the person marked in the result's view (an attribution graph's pins and supernodes), kept even when the result is not embedded */
+  view?: ShareView;
+}
+
+export interface ShareView {
+  pinned: string[];
+  /** [name, ...node ids], as the graph JSON's qParams writes them */
+  supernodes: string[][];
+}
+
+const isIdList = (x: unknown, max: number): x is string[] =>
+  Array.isArray(x) && x.length <= max && x.every((s) => typeof s === 'string' && s.length <= 200);
+
+/** a view state from a link, or undefined when it is not one (a link never fails on it) */
+function cleanView(v: unknown): ShareView | undefined {
+  if (!v || typeof v !== 'object') return undefined;
+  const { pinned, supernodes } = v as Record<string, unknown>;
+  if (!isIdList(pinned, 4096) || !Array.isArray(supernodes) || supernodes.length > 256) return undefined;
+  if (!supernodes.every((g) => isIdList(g, 4097) && g.length >= 1)) return undefined;
+  return { pinned: [...pinned], supernodes: supernodes.map((g) => [...g]) };
 }
 
 function deflate(json: string): string {
@@ -55,6 +75,8 @@ function clean(state: ShareState): ShareState {
   const out: ShareState = { v: SHARE_VERSION, model, op: state.op, input: state.input };
   if (state.result !== undefined) out.result = state.result;
   if (state.result_omitted) out.result_omitted = true;
+  const view = cleanView(state.view);
+  if (view && (view.pinned.length || view.supernodes.length)) out.view = view;
   return out;
 }
 

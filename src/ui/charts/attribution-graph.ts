@@ -2,7 +2,7 @@
  * An attribution graph on a canvas (thousands of nodes and links stay responsive where one SVG
  * element per mark would not): rows are layers (token embeddings at the bottom, each transformer
  * layer, the logits on top), columns the prompt's positions labelled with their tokens. Within a
- * cell its nodes stand side by side, the most influential first. Links are drawn by |weight| above
+ * cell its nodes fill a small grid, the most influential first, never closer than NODE_STEP. Links are drawn by |weight| above
  * a threshold, coloured by sign; a focused node (hovered or selected) shows only its own links.
  */
 import { palette, type Palette } from './palette';
@@ -52,16 +52,28 @@ export const TYPE_OF: Record<string, NodeType> = {
   logit: 'logit',
 };
 
-export function layoutGraph(nodes: GraphNodeIn[], nLayers: number, T: number, width: number): GraphLayout {
+/** the least distance between two nodes' centres in a crowded cell: each stays reachable by the pointer */
+export const NODE_STEP = 8;
+/** the narrowest column: a long prompt widens the canvas (the box scrolls) rather than overlap nodes */
+export const MIN_COL_W = 18;
+
+/**
+ * Rows are bands whose height grows with their most crowded cell: a cell's nodes fill a grid of
+ * as many per line as its column holds at NODE_STEP apart, and as many lines as they need, so
+ * co-located features never sit closer than NODE_STEP (21 features of one cell were 1 px apart).
+ * `width` is the width to fill; with many positions the layout is wider (MIN_COL_W per column);
+ * `zoom` widens every column.
+ */
+export function layoutGraph(nodes: GraphNodeIn[], nLayers: number, T: number, width: number, zoom = 1): GraphLayout {
   const rows = nLayers + 2;
   const left = 44,
     right = 10,
-    top = 10,
-    bottom = 46;
-  const rowH = Math.max(22, Math.min(46, 520 / rows));
-  const height = top + rows * rowH + bottom;
-  const colW = (width - left - right) / Math.max(1, T);
-  const rowY = (row: number) => top + (rows - 1 - row + 0.5) * rowH;
+    top = 10;
+  const colW = zoom * Math.max(MIN_COL_W, (width - left - right) / Math.max(1, T));
+  const w = left + right + colW * Math.max(1, T);
+  // position labels turn when a column is too narrow for them
+  const bottom = colW < 40 ? 64 : 46;
+  const baseH = Math.max(22, Math.min(46, 520 / rows));
   const colX = (pos: number) => left + pos * colW;
   const cells = new Map<string, number[]>();
   const rowOf = (n: GraphNodeIn): number => {
@@ -76,6 +88,22 @@ export function layoutGraph(nodes: GraphNodeIn[], nLayers: number, T: number, wi
     list.push(i);
     cells.set(key, list);
   });
+  const perLine = Math.max(1, Math.floor((colW - 4) / NODE_STEP));
+  const lines = new Array<number>(rows).fill(1);
+  for (const [key, list] of cells) {
+    const row = Number(key.split(':')[0]);
+    if (row !== rows - 1) lines[row] = Math.max(lines[row], Math.ceil(list.length / perLine));
+  }
+  const bandH = lines.map((k) => Math.max(baseH, k * NODE_STEP + 10));
+  // bands from the top: the logits first, the embeddings last
+  const bandTop = new Array<number>(rows);
+  let y = top;
+  for (let row = rows - 1; row >= 0; row--) {
+    bandTop[row] = y;
+    y += bandH[row];
+  }
+  const height = y + bottom;
+  const rowY = (row: number) => bandTop[row] + bandH[row] / 2;
   const laid: LaidNode[] = new Array(nodes.length);
   for (const [key, list] of cells) {
     const [row, pos] = key.split(':').map(Number);
@@ -83,7 +111,7 @@ export function layoutGraph(nodes: GraphNodeIn[], nLayers: number, T: number, wi
     list.sort((a, b) => rank(nodes[a]) - rank(nodes[b]) || a - b);
     if (row === rows - 1) {
       // the logits share the last position: spread them leftwards from it, room for their labels
-      const step = Math.min(64, (width - left - right) / Math.max(1, list.length));
+      const step = Math.min(64, (w - left - right) / Math.max(1, list.length));
       const last = colX(pos) + colW / 2;
       list.forEach((i, k) => {
         const x = Math.max(left + step / 2, last - (list.length - 1 - k) * step);
@@ -91,16 +119,28 @@ export function layoutGraph(nodes: GraphNodeIn[], nLayers: number, T: number, wi
       });
       continue;
     }
-    const room = colW - 6;
-    const step = Math.min(2 * Math.max(2.5, Math.min(5, colW / 6)) + 2, room / Math.max(1, list.length));
-    // crowded cells shrink their nodes so each stays visible
-    const r = Math.max(1.5, Math.min(5, colW / 6, step / 2.2));
-    const x0 = colX(pos) + colW / 2 - (step * (list.length - 1)) / 2;
+    const n = list.length;
+    const across = Math.min(n, perLine);
+    const down = Math.ceil(n / perLine);
+    // a cell with room spreads its nodes wider and draws them larger
+    const step = n === 1 ? 0 : Math.max(NODE_STEP, Math.min(14, (colW - 6) / across));
+    const r = n <= 2 ? Math.min(5, colW / 5) : Math.min(4, Math.max(2.5, step / 2.6));
+    const x0 = colX(pos) + colW / 2 - (step * (across - 1)) / 2;
+    const y0 = rowY(row) - (NODE_STEP * (down - 1)) / 2;
     list.forEach((i, k) => {
-      laid[i] = { i, type: TYPE_OF[nodes[i].feature_type], row, pos, x: x0 + k * step, y: rowY(row), r };
+      const x = x0 + (k % perLine) * step;
+      laid[i] = {
+        i,
+        type: TYPE_OF[nodes[i].feature_type],
+        row,
+        pos,
+        x,
+        y: y0 + Math.floor(k / perLine) * NODE_STEP,
+        r,
+      };
     });
   }
-  return { width, height, nodes: laid, rows, rowY, colX, colW, left, bottom };
+  return { width: w, height, nodes: laid, rows, rowY, colX, colW, left, bottom };
 }
 
 function rank(n: GraphNodeIn): number {
@@ -168,11 +208,21 @@ export function drawGraph(canvas: HTMLCanvasElement, lay: GraphLayout, nodes: Gr
       ctx.stroke();
       ctx.globalAlpha = 1;
     }
-    const label = truncate(ctx, showToken(st.tokens[pos]), lay.colW - 2);
-    ctx.fillStyle = p.fg;
-    ctx.fillText(label, x + lay.colW / 2, yLabel);
     ctx.fillStyle = p.muted;
-    ctx.fillText(String(pos), x + lay.colW / 2, yLabel + 14);
+    ctx.fillText(String(pos), x + lay.colW / 2, yLabel);
+    ctx.fillStyle = p.fg;
+    if (lay.colW >= 40)
+      ctx.fillText(truncate(ctx, showToken(st.tokens[pos]), lay.colW - 2), x + lay.colW / 2, yLabel + 14);
+    else {
+      // narrow columns: the token turned, so neighbouring labels never overlap
+      ctx.save();
+      ctx.translate(x + lay.colW / 2 + 3, yLabel + 14);
+      ctx.rotate(-Math.PI / 4);
+      ctx.textAlign = 'right';
+      ctx.textBaseline = 'middle';
+      ctx.fillText(truncate(ctx, showToken(st.tokens[pos]), 56), 0, 0);
+      ctx.restore();
+    }
   }
 
   // links: all above the threshold, or the focused node's own

@@ -2,7 +2,7 @@
  * Share links: making one from a result, and opening one — show the link's result at once, load
  * its model (only after a click unless this browser has it), re-run and compare.
  */
-import { decodeShare, parseFragment, shareUrl, type ShareState } from '../../share/codec';
+import { decodeShare, parseFragment, shareUrl, type ShareState, type ShareView } from '../../share/codec';
 import { compareDocuments, type CompareResult } from '../../share/compare';
 import { choiceOf, sameModel, type ModelChoice, type ModelStore } from './models.svelte';
 import type { ResultEntry, ResultStore } from './results.svelte';
@@ -33,7 +33,19 @@ export class ShareStore {
   /** the last link made, with the result it was made from: a card shows it only for that result */
   lastLink = $state.raw<{ url: string; embedded: boolean; of: ResultEntry } | null>(null);
 
+  /** what a view marked on a result (pins, supernodes), by its document: it goes into that result's link */
+  private views = new WeakMap<object, ShareView>();
+
   constructor(private readonly d: Deps) {}
+
+  setView(doc: object, view: ShareView): void {
+    this.views.set(doc, view);
+  }
+
+  /** the marks to start a result's view with: its own, else those of the link it came from */
+  viewFor(op: string, doc: object): ShareView | undefined {
+    return this.views.get(doc) ?? (this.shared?.state.op === op ? this.shared.state.view : undefined);
+  }
 
   /** Read a link in the page's URL: show its result, fill its form; returns the model it needs (null: none). */
   open(): ModelChoice | null {
@@ -84,7 +96,15 @@ export class ShareStore {
   make(op: string): { url: string; embedded: boolean } | null {
     const r = this.d.results.byOp[op];
     if (!r || !r.model) return null;
-    const link = shareUrl(location.href, { v: 1, model: r.model, op, input: r.input, result: r.doc });
+    const view = r.doc && typeof r.doc === 'object' ? this.views.get(r.doc) : undefined;
+    const link = shareUrl(location.href, {
+      v: 1,
+      model: r.model,
+      op,
+      input: r.input,
+      result: r.doc,
+      ...(view ? { view } : {}),
+    });
     this.lastLink = { ...link, of: r };
     return link;
   }
