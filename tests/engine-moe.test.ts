@@ -21,6 +21,7 @@ import { generateTokens } from '../src/ops/lib/generation';
 import { operation as trace } from '../src/ops/trace';
 import { operation as activations } from '../src/ops/activations';
 import { operation as ablate } from '../src/ops/ablate';
+import { operation as atp } from '../src/ops/attribution_patching';
 import { execFile } from 'node:child_process';
 import { resolve } from 'node:path';
 import { schemaErrors, viaJson } from './schema-helpers';
@@ -161,6 +162,48 @@ describe.each(MOE_FAMILY_CASES)('MoE engine vs float64 reference: $name', (c) =>
     await expect(ablate.run(model, { prompt, layer: l, expert: E } as any, {})).rejects.toMatchObject({
       code: 'BAD_INPUT',
     });
+  });
+
+  it('attribution_patching estimates every expert: Σ Δout · ∂M/∂out through the routed graph equals float64 central differences', async () => {
+    const doc = await atp.run(
+      model,
+      {
+        token_ids: tokens,
+        corrupted_token_ids: [...tokens.slice(0, -3), ...tokens.slice(-3).reverse()],
+        validate: 0,
+      } as any,
+      {},
+    );
+    expect(schemaErrors('attribution_patching', viaJson(doc))).toEqual([]);
+    const E = model.info.num_experts!;
+    expect(doc.experts!.length).toBe(model.info.n_layers * E);
+    const clean = doc.tokens.map((t: { id: number }) => t.id);
+    const corr = doc.corrupted_tokens.map((t: { id: number }) => t.id);
+    const T = clean.length,
+      V = model.info.d_vocab;
+    const [a, cf] = [doc.answer.token_id, doc.counterfactual.token_id];
+    const cleanRef = referenceForward(rm, clean);
+    const corrRef = referenceForward(rm, corr);
+    // M = logit(a) − logit(cf) at the last position, with expert (l, e)'s output moved by ε·(clean − corrupted)
+    const metric = (l: number, e: number, eps: number) => {
+      const hook = `blocks.${l}.mlp.experts.${e}.hook_out`;
+      const c = cleanRef.hooks[hook].data,
+        k = corrRef.hooks[hook].data;
+      const r = referenceForward(rm, corr, {
+        record: false,
+        hook: (name, v) => (name === hook ? v.map((x, i) => x + eps * (c[i] - k[i])) : undefined),
+      });
+      return r.logits.data[(T - 1) * V + a] - r.logits.data[(T - 1) * V + cf];
+    };
+    let checked = 0;
+    for (const x of doc.experts!) {
+      if (x.estimate === 0) continue; // routed nowhere in either run's positions that matter
+      const eps = 1e-3;
+      const fd = (metric(x.layer, x.expert, eps) - metric(x.layer, x.expert, -eps)) / (2 * eps);
+      expect(Math.abs(x.estimate - fd), `L${x.layer}E${x.expert}`).toBeLessThan(1e-3 * Math.max(1, Math.abs(fd)));
+      checked++;
+    }
+    expect(checked).toBeGreaterThan(model.info.experts_per_token!);
   });
 
   it('greedy continuation through the KV cache equals the float64 reference re-run in full', async () => {

@@ -101,6 +101,13 @@ export const attributionPatchingOutput = documentBase('attribution_patching').ex
     .array(z.object({ layer: z.number().int(), neuron: z.number().int(), estimate: z.number() }))
     .nullable()
     .describe('top_k neurons by |estimate| (mlp.hook_post summed over positions), or null'),
+  experts: z
+    .array(z.object({ layer: z.number().int(), expert: z.number().int(), estimate: z.number() }))
+    .optional()
+    .describe(
+      'mixture-of-experts models: every layer × expert, Σ over positions and d_model of (out_clean − out_corrupted) · ∂M/∂out ' +
+        'of its weighted output mlp.experts.{e}.hook_out (corrupted run)',
+    ),
   validation: z
     .object({
       heads: z.array(
@@ -207,6 +214,9 @@ async function atpPair(model: LoadedModel, input: AtpParsed, ctx: OpContext): Pr
     hooks.push(`blocks.${l}.attn.hook_z`, ...SITE_KINDS.map((k) => `blocks.${l}.hook_${k}`));
     if (input.neurons) hooks.push(`blocks.${l}.mlp.hook_post`);
   }
+  const E = model.info.num_experts ?? 0;
+  const expertHook = (l: number, e: number) => `blocks.${l}.mlp.experts.${e}.hook_out`;
+  for (let l = 0; l < L && E; l++) for (let e = 0; e < E; e++) hooks.push(expertHook(l, e));
   ctx.onProgress?.({ stage: 'clean forward', done: 0, total: 2 });
   const cleanRun = await model.run(clean.ids, { hooks, logitPositions: [T - 1], signal: ctx.signal });
   let runs = 2;
@@ -253,6 +263,12 @@ async function atpPair(model: LoadedModel, input: AtpParsed, ctx: OpContext): Pr
       for (let n = 0; n < M; n++) neuronAll.push({ layer: l, neuron: n, estimate: finite(per[n]) });
     }
   }
+  const experts = E
+    ? Array.from({ length: L * E }, (_, i) => {
+        const [layer, expert] = [Math.floor(i / E), i % E];
+        return { layer, expert, estimate: finite(at(expertHook(layer, expert), () => 0, 1)[0]) };
+      })
+    : undefined;
   const byMagnitude = <X extends { estimate: number }>(xs: X[]) =>
     xs.slice().sort((p, q) => Math.abs(q.estimate) - Math.abs(p.estimate));
   const neurons = input.neurons ? byMagnitude(neuronAll).slice(0, input.top_k) : null;
@@ -339,6 +355,7 @@ async function atpPair(model: LoadedModel, input: AtpParsed, ctx: OpContext): Pr
     heads,
     sites,
     neurons,
+    ...(experts ? { experts } : {}),
     validation,
     interventions: patched.map(({ hook, op, head, positions }) => ({
       hook,
