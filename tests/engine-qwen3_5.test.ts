@@ -1,8 +1,9 @@
 /**
  * Qwen3.5 (gated delta-net + gated attention) against the float64 reference of
  * tests/reference/qwen3_5-64.ts, which runs the delta rule token by token (the engine evaluates
- * its chunked form): every hook and the logits within 1e-4 on onnxruntime-node and WASM, for a
- * Qwen3_5ForCausalLM checkpoint and a multimodal one (text_config, model.language_model.);
+ * a Scan of the same recurrence): every hook and the logits within 1e-4 on onnxruntime-node, WASM
+ * and onnxruntime-node's WebGPU provider (SwiftShader here), for a Qwen3_5ForCausalLM checkpoint
+ * and a multimodal one (text_config, model.language_model.); trace's terms as the reference's;
  * greedy continuations through the KV cache and the recurrent + conv state equal the
  * reference's full re-runs; a prompt continued from its state equals the whole prompt run at
  * once; each feature the reference can leave out moves the logits by more than the tolerance;
@@ -66,19 +67,20 @@ const CASES: { name: string; options: Qwen35Options; T: number }[] = [
 
 describe.each(CASES)('qwen3_5 vs float64 reference: $name', ({ options, T }) => {
   let m: Qwen35Model;
-  const models: Partial<Record<'node' | 'wasm', LoadedModel>> = {};
+  const models: Partial<Record<'node' | 'wasm' | 'webgpu', LoadedModel>> = {};
   let tokens: number[];
   beforeAll(async () => {
     m = makeQwen35Model(options);
     tokens = promptOf(m, T);
-    for (const backend of ['node', 'wasm'] as const) models[backend] = await loadModelNode(m.dir, { backend });
+    for (const backend of ['node', 'wasm', 'webgpu'] as const)
+      models[backend] = await loadModelNode(m.dir, { backend });
   });
   afterAll(async () => {
     for (const model of Object.values(models)) await model?.dispose();
     m?.cleanup();
   });
 
-  it.each(['node', 'wasm'] as const)('every hook and the logits within 1e-4 (%s)', async (backend) => {
+  it.each(['node', 'wasm', 'webgpu'] as const)('every hook and the logits within 1e-4 (%s)', async (backend) => {
     const model = models[backend]!;
     const ref = qwen35Forward(m, tokens);
     const out = await model.run(tokens, { hooks: 'all' });
@@ -114,7 +116,7 @@ describe.each(CASES)('qwen3_5 vs float64 reference: $name', ({ options, T }) => 
     expect(maxAbsDiff(whole.logits.data, joined).maxAbs).toBeLessThan(TOL);
   });
 
-  it.each(['node', 'wasm'] as const)(
+  it.each(['node', 'wasm', 'webgpu'] as const)(
     'greedy continuation through the cache and state equals the reference (%s)',
     async (backend) => {
       const n = 8;

@@ -1,8 +1,8 @@
 // Qwen3.5 (transformers' modeling_qwen3_5.py) in float64: random-weight checkpoints in the exact
 // HF layout (Qwen3_5ForCausalLM, or Qwen3_5ForConditionalGeneration with text_config and the
 // decoder under model.language_model.) and a forward written from the HF equations. The gated
-// delta-net runs in its RECURRENT form (torch_recurrent_gated_delta_rule: one token at a time),
-// where the engine evaluates the chunked form, so the two share neither code nor algorithm.
+// delta-net runs in its recurrent form (torch_recurrent_gated_delta_rule: one token at a time, per
+// head, in plain loops); the engine runs the same recurrence as an ONNX Scan and shares no code.
 // Imports nothing from src/.
 
 import { mkdtempSync, writeFileSync, rmSync } from 'node:fs';
