@@ -93,6 +93,21 @@ for (const backend of ['node', 'wasm', 'webgpu'] as const) {
       expect(maxAbs(clean.logits.data, r.logits.data)).toBeGreaterThan(0.1); // the hook changes the answer
     });
 
+    it('a batch of prompts: each row hooked as the float64 forward hooks it alone', async () => {
+      const tokens = model.toTokens(['The cat sat on the mat.', 'A dog ran in the parks.']);
+      expect(tokens.map((r) => r.length)).toEqual([24, 24]);
+      const hook = 'blocks.1.hook_resid_mid';
+      const logits = await model.runWithHooks(tokens, { fwdHooks: [[hook, (x) => tensor.map(x, swish)]] });
+      expect(logits.dims).toEqual([2, 24, 257]);
+      tokens.forEach((row, b) => {
+        const r = referenceForward(ref, row, {
+          hook: (n, v) => (n === hook ? v.map(swish) : undefined),
+          record: false,
+        });
+        expect(maxAbs(tensor.at(logits, b).data, r.logits.data)).toBeLessThan(1e-4);
+      });
+    });
+
     it('several hooks compose in forward order, in-place edits count, reading hooks cost nothing', async () => {
       const tokens = model.toTokens(PROMPT);
       const seen: string[] = [];
