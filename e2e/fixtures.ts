@@ -2,7 +2,7 @@
  * Servers and helpers shared by the e2e specs. The page server and the Hub stand-in live for the
  * whole worker (one process, specs run one after another), so IndexedDB stays on one origin.
  */
-import { test as base, expect, type Page } from '@playwright/test';
+import { test as base, expect, type Dialog, type Page } from '@playwright/test';
 import { serveWorkbench } from '../src/node/serve';
 import { startHubServer, type HubServer } from '../tests/helpers/hub-server';
 import type { StaticServer } from '../src/node/static-server';
@@ -80,7 +80,13 @@ export async function runOp(
   opts: { example?: boolean; timeout?: number } = {},
 ): Promise<number> {
   await page.getByTestId(`tab-${op}`).click();
-  if (opts.example) await page.getByTestId('fill-example').click();
+  if (opts.example) {
+    // the example's prompt replaces a typed one only when the person confirms: a run of the example confirms
+    const accept = (d: Dialog): void => void d.accept();
+    page.on('dialog', accept);
+    await page.getByTestId('fill-example').click();
+    page.off('dialog', accept);
+  }
   const t0 = Date.now();
   await page.getByTestId('run').click();
   await expect(page.getByTestId('job')).toHaveCount(0, { timeout: opts.timeout ?? 120_000 });
