@@ -2,8 +2,8 @@
  * Mixture-of-experts families (mixtral, qwen3_moe, qwen2_moe, olmoe) on random checkpoints in HF's
  * per-expert layout, against the float64 reference (tests/reference/forward64.ts moeForward,
  * written from HF's *SparseMoeBlock and *TopKRouter): every hook (router logits, routing weights,
- * each expert's weighted output, the shared expert) and the logits within 1e-4 on onnxruntime-node
- * and WASM; greedy continuations through the KV cache equal the reference's full re-runs; an
+ * each expert's weighted output, the shared expert) and the logits within 1e-4 on onnxruntime-node,
+ * WASM and onnxruntime-node's WebGPU provider (SwiftShader here); greedy continuations through the KV cache equal the reference's full re-runs; an
  * expert ablated, routing forced and forbidden as interventions equal the reference doing the same;
  * leaving out renormalisation and the shared expert's gate moves the logits past the tolerance; and
  * config.json beyond the caps, a router of the wrong shape or a missing expert are structured
@@ -85,6 +85,37 @@ describe.each(MOE_FAMILY_CASES)('MoE engine vs float64 reference: $name', (c) =>
       const used = new Set<number>();
       for (let t = 0; t < T; t++) for (let e = 0; e < E!; e++) if (w[t * E! + e] > 0) used.add(e);
       expect(used.size, `layer ${l}`).toBeGreaterThan(k!);
+    }
+  });
+
+  it("WebGPU (onnxruntime-node's WebGPU provider; here SwiftShader): every hook and the logits within 1e-4, and forced routing", async () => {
+    const ref = referenceForward(rm, tokens);
+    const m = await loadModelNode(rm.dir, { backend: 'webgpu' });
+    try {
+      expect(m.info.backend).toBe('webgpu');
+      const names = m.hookNames({ withResult: true });
+      const out = await m.run(tokens, { hooks: 'all', withResult: true });
+      const cmp = compareHooks(ref.hooks, out.hooks, names, TOL);
+      const bad = cmp.filter((r) => !r.ok);
+      expect(bad, JSON.stringify(bad.slice(0, 5))).toEqual([]);
+      const dl = maxAbsDiff(ref.logits.data, out.logits.data).maxAbs;
+      expect(dl).toBeLessThan(TOL);
+      console.log(
+        `${c.name} webgpu: ${cmp.length} hooks, worst |Δ| ${Math.max(...cmp.map((r) => r.maxAbs)).toExponential(2)}, logits |Δ| ${dl.toExponential(2)}`,
+      );
+      const E = m.info.num_experts!;
+      const b = `blocks.${m.info.n_layers - 1}.mlp`;
+      const forced = await m.run(tokens, {
+        interventions: [{ hook: `${b}.hook_router_logits`, op: 'add', neuron: 0, value: [30] }],
+      });
+      const want = referenceForward(rm, tokens, {
+        record: false,
+        hook: (name, v) =>
+          name === `${b}.hook_router_logits` ? v.map((x, i) => (i % E === 0 ? x + 30 : x)) : undefined,
+      });
+      expect(maxAbsDiff(want.logits.data, forced.logits.data).maxAbs).toBeLessThan(TOL);
+    } finally {
+      await m.dispose();
     }
   });
 
