@@ -1,9 +1,10 @@
 /**
  * The library's browser build in Chromium gives the same numbers as Node: src/library/browser.ts
  * bundled by Vite as a user's page would bundle it (e2e/library-page/entry.ts), docs/LIBRARY.md's
- * "find induction heads" example run in the page as written (its import line swapped for the
- * bundle, the model served over HTTP) against the same example run by Node through the package's
- * entry, and runWithHooks with x·sigmoid(x) at blocks.0.hook_resid_mid against Node's logits.
+ * "find induction heads" example run as written (its import line swapped for the bundle, the model
+ * served over HTTP) on the page's main thread and in a module Web Worker, against the same example
+ * run by Node through the package's entry; and runWithHooks with x·sigmoid(x) at
+ * blocks.0.hook_resid_mid against Node's logits.
  */
 import { test, expect } from '@playwright/test';
 import { execFileSync } from 'node:child_process';
@@ -97,14 +98,29 @@ test('the library in Chromium: the induction-heads example and runWithHooks give
     page.on('pageerror', (e) => errors.push(e.message));
     await page.goto(url);
     await page.waitForFunction(() => 'loupe' in window);
-    const body = EXAMPLE.replace(/^import .*$/m, 'const { loadModel, tensor } = window.loupe;').replaceAll(
+    const body = EXAMPLE.replace(/^import .*$/m, 'const { loadModel, tensor } = loupe;').replaceAll(
       "'../shared/models/induction-gpt2'",
       `'${url}/model/'`,
     );
+    // the example as written, on the page's main thread and in a module Web Worker
     const pageOut = (await page.evaluate(
-      `(async () => { const logs = []; const console = { log: (...a) => logs.push(a.join(' ')) }; ${body}; return logs; })()`,
+      `(async () => { const logs = []; const console = { log: (...a) => logs.push(a.join(' ')) }; ` +
+        `const loupe = window.loupe; ${body}; return logs; })()`,
     )) as string[];
     expect(pageOut).toEqual(nodeOut);
+    const inWorker = (await page.evaluate(
+      (code) =>
+        new Promise((resolve) => {
+          const w = new Worker('/lib/loupe.js', { type: 'module' });
+          w.onmessage = (e) => (resolve(e.data), w.terminate());
+          w.onerror = (e) => resolve({ error: e.message });
+          w.postMessage(code);
+        }),
+      body,
+    )) as { logs?: string[]; inWorker?: boolean; error?: string };
+    expect(inWorker.error).toBeUndefined();
+    expect(inWorker.inWorker).toBe(true);
+    expect(inWorker.logs).toEqual(nodeOut);
     const pageLogits = (await page.evaluate(
       async ([u, prompt]) => {
         const { loadModel, tensor } = (window as any).loupe;
