@@ -63,16 +63,19 @@ describe('transfers on WebGPU (node), against the bytes each document needs', ()
   });
 
   it('trace reads back its position only: the same bytes at any prompt length, O(its document)', async () => {
-    // the logits at the position; per layer hook_z, attn_out, mlp_out, mlp.hook_post; resid_pre 0,
+    // the forward: the logits at the position; per layer hook_z, attn_out, mlp_out, mlp.hook_post; resid_pre 0,
     // the last resid_post, ln_final's scale, pos_embed: all at the one position
     const want = F * (V + L * (H * Dh + 2 * D + M) + 2 * D + 1 + D);
     for (const prompt of ['the cat', 'the cat sat on the mat and then the dog sat on the cat again']) {
       const r = await counted(gpu, 'trace', { prompt, top_k: 3 });
-      expect(r.runs).toBe(1);
-      expect(r.read).toBe(want);
+      // the forward, then one token through the forward graph taking the readout's If (readout 'forward'):
+      // per layer z·W_O [D], and W_O·e [H·Dh], W_out·e [M] for the target's direction e
+      expect(gpu.info.readout).toBe('forward');
+      expect(r.runs).toBe(2);
+      expect(r.read).toBe(want + F * L * (D + H * Dh + M));
       expect(r.deviceOutputs).toBe(0);
-      // the identity interventions of every site are fed from the device: two per site
-      expect(r.deviceFeeds).toBe(2 * gpu.hookNames().filter((h) => !h.endsWith('attn_scores')).length);
+      // the identity interventions of every site are fed from the device: two per site, in each run
+      expect(r.deviceFeeds).toBe(2 * 2 * gpu.hookNames().filter((h) => !h.endsWith('attn_scores')).length);
       const c = (await getOperation('trace')!.run(cpu, { prompt, top_k: 3 }, {})) as any;
       expect(r.doc.predicted_token_id).toBe(c.predicted_token_id);
       close(r.doc.head_attribution.flat(), c.head_attribution.flat());

@@ -92,8 +92,11 @@ export interface ModelInfo {
   vocab_chunks: number;
   /** why split or not (the table's float32 size against the limits that applied) */
   vocab_reason: string;
-  /** how DLA's products with W_O and W_out run (readout/choose.ts): streamed from the weight bytes in JavaScript, or a second onnxruntime session */
-  readout: 'session' | 'stream';
+  /**
+   * how DLA's products with W_O and W_out run (readout/choose.ts): streamed from the weight bytes in
+   * JavaScript, a second onnxruntime session, or in the forward graph (WebGPU in Node)
+   */
+  readout: 'session' | 'stream' | 'forward';
   /** why that readout */
   readout_reason: string;
   /** the norms' epsilon: scale = sqrt(var + eps) (LayerNorm) or sqrt(mean x² + eps) (RMSNorm) */

@@ -27,7 +27,7 @@ import type { WeightSet } from './safetensors-types';
 import type { GpuCaps } from './env';
 import { describeModel } from './arch';
 import { LENS_OUTPUTS, type BuiltGraph, type GraphPlan } from './graph/build-model';
-import { readoutFor, readoutProducts, type ReadoutMode } from './readout';
+import { readoutFor, readoutProducts, READOUT_OUTPUTS, type ReadoutMode } from './readout';
 import { allHookNames, hookInfo, hookShape as shapeOfHook } from './graph/hooks';
 import { compileInterventions } from './runtime/interventions';
 import { buildFeeds } from './runtime/feeds';
@@ -239,6 +239,7 @@ export async function createModel(parts: ModelParts, factory: SessionFactory): P
       precision: choice.precision,
       memory: parts.memory ?? {},
       forced: parts.readout,
+      inForward: factory.readoutInForward,
     }),
   );
   const model = new EngineModel(spec, info, tokenizer, sessionParts, factory);
@@ -525,6 +526,12 @@ class EngineModel implements LoadedModel {
       readoutProducts(this.spec, this.parts.weights as ReadableWeightSet, input, {
         mode: this.info.readout,
         session: async () => (await this.variant({ kind: 'readout' })).session,
+        // one token through the forward graph, its If taking the products (readout/graph.ts)
+        forward: async (feeds) => {
+          const { session, graph } = await this.variant(BASE_VARIANT);
+          const f = buildFeeds(this.factory.ort, this.spec, graph, { rows: [[0]], sites: new Map(), readout: feeds });
+          return runSession(session, f, READOUT_OUTPUTS, 'This may be out of memory.', ' in the readout');
+        },
         tensor: (type, data, dims) => new this.factory.ort.Tensor(type, data, dims),
         noEmpty: this.info.backend === 'webgpu',
         signal,
@@ -563,6 +570,7 @@ class EngineModel implements LoadedModel {
           fused: this.parts.fused,
           sae: sae?.spec,
           transcoders: tc?.spec,
+          readoutInForward: this.info.readout === 'forward',
         });
         if (this.factory.backend === 'wasm' && precision !== 'f32') await this.makeRoom(key, graph.weightBytes);
         const made = { graph, session: this.transfers.wrap(await this.factory.create(graph, weights)) };

@@ -128,7 +128,7 @@ export function nodeSessionFactory(
   return {
     backend: gpu ? 'webgpu' : 'node',
     ort,
-    ...(gpu ? { gpu } : {}),
+    ...(gpu ? { gpu, readoutInForward: true } : {}),
     async create(graph, weights) {
       const options = base(graph);
       if (gpu) {

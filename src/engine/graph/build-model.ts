@@ -73,6 +73,8 @@ export interface GraphPlan {
    * they are no faster there, often slower, than what they replace (`npm run bench` compares them).
    */
   fused?: boolean | Partial<FusedKernels>;
+  /** more inputs and outputs on the finished graph (the DLA readout in the forward: readout/graph.ts addForwardReadout) */
+  extra?: (g: OnnxGraph) => void;
 }
 
 /** onnxruntime contrib kernels a graph may use beyond the activation and norm kernels (GraphPlan.fused; off unless set) */
@@ -842,6 +844,7 @@ export class ModelGraph {
     ).normed;
     this.logits(xf);
     if (this.plan.grad) addModelBackward(this.g, spec, this.plan.grad.hooks);
+    this.plan.extra?.(this.g);
     return this.built();
   }
 }

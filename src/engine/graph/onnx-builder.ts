@@ -72,6 +72,18 @@ export class OnnxGraph {
     return new OnnxGraph(this.weightFileName, this.precision, prefix);
   }
 
+  /**
+   * A body whose weights are this graph's (an If branch: graph/readout products): their
+   * initializers stay here, read from the outer scope; float32 weights are this graph's own (folded
+   * once at load), any other precision's widening is the body's, so it runs only when the body does.
+   */
+  bodyWithWeights(prefix: string): OnnxGraph {
+    const b = new OnnxGraph(this.weightFileName, this.precision, prefix);
+    b.outer = this;
+    return b;
+  }
+  private outer?: OnnxGraph;
+
   /** Add one node; returns its output names (one unless nOut > 1). */
   op(type: string, inputs: string[], attrs: Record<string, Attr> = {}, nOut = 1, hint = type): string[] {
     const outs = Array.from({ length: nOut }, () => this.fresh(hint));
@@ -182,6 +194,7 @@ export class OnnxGraph {
    * being computed are float32.
    */
   weight(e: TensorEntry, after?: string): string {
+    if (this.outer && this.precision === 'f32') return this.outer.weight(e);
     const ordered = this.precision !== 'f32' && e.dtype !== 'F32' && after !== undefined;
     const key = ordered ? `${e.name}|${after}` : e.name;
     const hit = this.weights.get(key);
@@ -327,6 +340,7 @@ export class OnnxGraph {
    * folding disabled — checked in the optimized model) turns it into a float32 copy.
    */
   private rawWeight(e: TensorEntry): string {
+    if (this.outer) return this.outer.rawWeight(e);
     const name = `w:${e.name}`;
     if (this.raw.has(name)) return name;
     const dataType =

@@ -21,7 +21,7 @@ import type { SaeGraphSpec } from '../sae';
 import type { WeightPrecision } from '../budget';
 import { buildLensGraph, buildModelGraph, type BuiltGraph, type GraphPlan } from './build-model';
 import { buildEdgeGraph } from './edge-graph';
-import { buildReadoutGraph } from '../readout/graph';
+import { addForwardReadout, buildReadoutGraph } from '../readout/graph';
 import { buildReplacementForward, buildReplacementGraph } from './replacement';
 import type { TranscoderSpec } from '../transcoder';
 
@@ -80,6 +80,8 @@ export interface VariantContext {
   sae?: SaeGraphSpec;
   /** the attached transcoder set, for the replacement variant */
   transcoders?: TranscoderSpec;
+  /** the base hooked variant also computes the DLA readout products (readout 'forward', choose.ts) */
+  readoutInForward?: boolean;
 }
 
 /** The graph of a variant. */
@@ -114,6 +116,9 @@ export function buildVariant(v: GraphVariant, c: VariantContext): BuiltGraph {
         weights: c.precision,
         vocabRows: c.vocabRows,
         fused: c.fused,
+        ...(c.readoutInForward && variantKey(v) === variantKey(BASE_VARIANT)
+          ? { extra: (g) => addForwardReadout(g, c.spec, c.tensors) }
+          : {}),
       });
   }
 }

@@ -7,7 +7,9 @@
  *  - WASM: every onnxruntime-web session has its own copy of its weights in the one heap (4 GiB
  *    at most, never shrinking): the session while the weights with the second copy (budget.ts
  *    estimateMemory) stay within HEAP_ROOM of the heap, streamed above it.
- *  - WebGPU: that copy is in GPU memory, whose size the browser does not tell → stream.
+ *  - WebGPU in Node: in the forward graph itself, behind an If (graph.ts addForwardReadout): the
+ *    forward's own weights, no second copy, and a forward computes none of it → 'forward'.
+ *  - WebGPU in the page: that copy is in GPU memory, whose size the browser does not tell → stream.
  *  - onnxruntime-node with weights widened to float32 at load: a second session folds its own
  *    float32 copies of W_O and W_out. As `auto` widens only where float32 fits host memory, the
  *    readout follows the same rule: the session where the weights with that second copy still
@@ -39,7 +41,7 @@ import {
 export const HEAP_ROOM = 0.8;
 
 /** how DLA's readout products with W_O and W_out run (LoadedModel.weightProducts) */
-export type ReadoutMode = 'session' | 'stream';
+export type ReadoutMode = 'session' | 'stream' | 'forward';
 
 export interface ReadoutChoice {
   readout: ReadoutMode;
@@ -65,6 +67,8 @@ export function readoutFor(
     precision: WeightPrecision;
     memory: BudgetLimits;
     forced?: ReadoutMode;
+    /** the backend runs the forward graph's If on the device (WebGPU in Node) */
+    inForward?: boolean;
   },
 ): ReadoutChoice {
   // the weights as held plus a readout session's second copy of W_O and W_out, judged as a load is
@@ -75,7 +79,7 @@ export function readoutFor(
     o.precision,
     o.memory,
   );
-  return chooseReadout(o.backend, { ...readoutWeights(spec, o.held, o.precision), secondCopy }, o.forced);
+  return chooseReadout(o.backend, { ...readoutWeights(spec, o.held, o.precision), secondCopy }, o.forced, o.inForward);
 }
 
 /** what chooseReadout weighs about the readout's weights, W_O and W_out, as the sessions get them */
@@ -96,6 +100,7 @@ export function chooseReadout(
   backend: MemoryBackend,
   weights: { widened: boolean; mapped: boolean; secondCopy?: MemoryEstimate },
   forced?: ReadoutMode,
+  inForward = false,
 ): ReadoutChoice {
   if (forced === 'session')
     return {
@@ -111,6 +116,13 @@ export function chooseReadout(
     readout: 'stream',
     readout_reason: `streamed from the weight bytes in JavaScript: ${why}`,
   });
+  if (backend === 'webgpu' && inForward)
+    return {
+      readout: 'forward',
+      readout_reason:
+        "in the forward graph, behind an If that only the readout's run takes: the products use the " +
+        "forward's weights on the GPU (no second copy) and cost a one-token forward",
+    };
   if (backend === 'webgpu')
     return stream(
       "onnxruntime's WebGPU provider gives each session its own copy of its weights in GPU memory, " +

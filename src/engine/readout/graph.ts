@@ -1,6 +1,6 @@
 /**
  * The readout graph: DLA's products with W_O and W_out on the backend, in a second onnxruntime
- * session, where choose.ts picks it (each product is a pass over a weight matrix; in ORT they run
+ * session (or, WebGPU in Node, in the forward graph: addForwardReadout), where choose.ts picks it (each product is a pass over a weight matrix; in ORT they run
  * multi-threaded and vectorised, with the weights in the layout they are stored in, never copied
  * or transposed). Inputs with a zero-length axis cost nothing, so one graph serves every
  * combination:
@@ -14,7 +14,7 @@
  * (W_O, W_out, W_U in TransformerLens orientation: [H·Dh, D], [M, D], [D, V].)
  */
 import { OnnxGraph } from '../graph/onnx-builder';
-import type { BuiltGraph } from '../graph/build-model';
+import type { BuiltGraph } from '../graph/onnx-builder';
 import type { LayerSpec, LinearRef, ModelSpec } from '../spec';
 import type { TensorEntry } from '../safetensors-types';
 import type { Tensor } from '../tensor';
@@ -30,6 +30,39 @@ export function buildReadoutGraph(
   precision: WeightPrecision = 'f32',
 ): BuiltGraph {
   const g = new OnnxGraph(location, precision);
+  const inputs = readoutInputs(g, spec, '');
+  const out = readoutNodes(g, spec, tensors, inputs);
+  for (const name of READOUT_OUTPUTS as ReadoutOutput[]) {
+    g.rename(out[name], name);
+    g.output(name);
+  }
+  // no pre-packing: it keeps a packed copy of each float32 weight per Gemm (here two per weight,
+  // one per orientation) for products of one or two rows, where it gains nothing (bench/memory.ts)
+  return g.built([], { disable_prepacking: '1' });
+}
+
+type ReadoutInputs = Record<'z' | 'post' | 'attn_dirs' | 'mlp_dirs', string>;
+
+/** the products' inputs, named `prefix` + z, post, attn_dirs, mlp_dirs */
+function readoutInputs(g: OnnxGraph, spec: ModelSpec, prefix: string): ReadoutInputs {
+  const { nLayers: L, dModel: D, nHeads: H, dHead: Dh, dMlp: M } = spec;
+  return {
+    z: g.input(`${prefix}z`, 'float', [L, 'N', H * Dh]),
+    post: g.input(`${prefix}post`, 'float', [L, 'P', M]),
+    attn_dirs: g.input(`${prefix}attn_dirs`, 'float', [L, 'K', D]),
+    // its own symbolic length: ORT plans buffer reuse as if inputs sharing a dim_param had equal sizes,
+    // and a call with attn_dirs only (mlp_dirs empty) failed with 'Shape mismatch attempting to re-use buffer'
+    mlp_dirs: g.input(`${prefix}mlp_dirs`, 'float', [L, 'Km', D]),
+  };
+}
+
+/** The products on g (a graph, or the body of an If whose weights are its outer graph's), by output. */
+function readoutNodes(
+  g: OnnxGraph,
+  spec: ModelSpec,
+  tensors: Map<string, TensorEntry>,
+  inputs: ReadoutInputs,
+): Record<ReadoutOutput, string> {
   const entry = (name: string) => {
     const e = tensors.get(name);
     if (!e) throw new Error(`graph: tensor ${name} not in weight index`);
@@ -37,13 +70,7 @@ export function buildReadoutGraph(
   };
   /** `after`: the input the weight multiplies (orders the widening of stored weights, see OnnxGraph.weight) */
   const W = (name: string, after?: string) => g.weight(entry(name), after);
-  const { nLayers: L, dModel: D, nHeads: H, dHead: Dh, dMlp: M } = spec;
-  const z = g.input('z', 'float', [L, 'N', H * Dh]);
-  const post = g.input('post', 'float', [L, 'P', M]);
-  const attnDirs = g.input('attn_dirs', 'float', [L, 'K', D]);
-  // its own symbolic length: ORT plans buffer reuse as if inputs sharing a dim_param had equal sizes,
-  // and a call with attn_dirs only (mlp_dirs empty) failed with 'Shape mismatch attempting to re-use buffer'
-  const mlpDirs = g.input('mlp_dirs', 'float', [L, 'Km', D]);
+  const { dModel: D, nHeads: H, dHead: Dh, dMlp: M } = spec;
   const layerOf = (x: string, l: number) => g.o('Gather', [x, g.constI([l], [])], { axis: 0 });
   /** x [N, in] → x · W [N, out] (W the TL-orientation [in, out] map) */
   const forward = (x: string, ref: LinearRef) =>
@@ -51,34 +78,69 @@ export function buildReadoutGraph(
   /** d [K, out] → d · Wᵀ [K, in]: the rows of W dotted with each direction */
   const backward = (d: string, ref: LinearRef) =>
     g.o('Gemm', [d, W(ref.w, d)], ref.layout === 'out_in' ? {} : { transB: 1 });
-  /** output `name`: one product per layer, stacked on a new first axis */
-  const stack = (name: string, perLayer: (s: LayerSpec, l: number) => string) => {
-    g.rename(
-      g.concat(
-        spec.layers.map((s, l) => g.o('Unsqueeze', [perLayer(s, l), g.constI([0])])),
-        0,
-      ),
-      name,
+  /** one product per layer, stacked on a new first axis */
+  const stack = (perLayer: (s: LayerSpec, l: number) => string) =>
+    g.concat(
+      spec.layers.map((s, l) => g.o('Unsqueeze', [perLayer(s, l), g.constI([0])])),
+      0,
     );
-    g.output(name);
-  };
   // a mixture-of-experts layer has no one W_out, a linear-attention layer no W_O: zeros [rows, n]
   const zeros = (x: string, n: number) =>
     g.o('ConstantOfShape', [g.o('Concat', [g.o('Shape', [x], { start: 0, end: 1 }), g.constI([n])], { axis: 0 })], {
       value: { tensor: { dims: [1], floats: [0] } },
     });
-  stack('attn_x', (s, l) => (s.attn ? forward(layerOf(z, l), s.attn.o) : zeros(layerOf(z, l), D)));
-  stack('mlp_x', (s, l) => (s.mlp ? forward(layerOf(post, l), s.mlp.down) : zeros(layerOf(post, l), D)));
-  stack('attn_dir', (s, l) =>
-    s.attn ? backward(layerOf(attnDirs, l), s.attn.o) : zeros(layerOf(attnDirs, l), H * Dh),
+  const { z, post, attn_dirs: attnDirs, mlp_dirs: mlpDirs } = inputs;
+  return {
+    attn_x: stack((s, l) => (s.attn ? forward(layerOf(z, l), s.attn.o) : zeros(layerOf(z, l), D))),
+    mlp_x: stack((s, l) => (s.mlp ? forward(layerOf(post, l), s.mlp.down) : zeros(layerOf(post, l), D))),
+    attn_dir: stack((s, l) =>
+      s.attn ? backward(layerOf(attnDirs, l), s.attn.o) : zeros(layerOf(attnDirs, l), H * Dh),
+    ),
+    mlp_dir: stack((s, l) => (s.mlp ? backward(layerOf(mlpDirs, l), s.mlp.down) : zeros(layerOf(mlpDirs, l), M))),
+  };
+}
+
+/** the inputs the forward graph takes the readout by (addForwardReadout): READOUT_OUTPUTS' inputs under this prefix */
+export const FORWARD_READOUT_PREFIX = 'readout.';
+/** the forward graph's int64 [] input: 1 runs the readout products, 0 (every forward) skips them */
+export const FORWARD_READOUT_FLAG = 'readout';
+
+/**
+ * The readout products in the forward graph (WebGPU in Node, choose.ts 'forward'): onnxruntime's
+ * WebGPU provider gives each session its own copy of its weights, so the products use the
+ * forward's, in the then-branch of an If on FORWARD_READOUT_FLAG (the provider runs If and its
+ * branches; a forward's flag is 0 and the else-branch gives empty outputs, so a forward computes
+ * no product and widens no weight for them). Outputs READOUT_OUTPUTS.
+ */
+export function addForwardReadout(g: OnnxGraph, spec: ModelSpec, tensors: Map<string, TensorEntry>): void {
+  const { nLayers: L, dModel: D, nHeads: H, dHead: Dh, dMlp: M } = spec;
+  const inputs = readoutInputs(g, spec, FORWARD_READOUT_PREFIX);
+  const flag = g.o('Cast', [g.input(FORWARD_READOUT_FLAG, 'int64', [])], { to: 9 }); // bool
+  const then = g.bodyWithWeights('rot_');
+  const products = readoutNodes(then, spec, tensors, inputs);
+  const other = g.body('roe_');
+  const widths: Record<string, number> = { attn_x: D, mlp_x: D, attn_dir: H * Dh, mlp_dir: M };
+  for (const name of READOUT_OUTPUTS as ReadoutOutput[]) {
+    then.output(then.rename(then.o('Identity', [products[name]]), `rot_${name}`));
+    const empty = other.o('ConstantOfShape', [other.constI([L, 0, widths[name]])], {
+      value: { tensor: { dims: [1], floats: [0] } },
+    });
+    other.output(other.rename(other.o('Identity', [empty]), `roe_${name}`));
+  }
+  const outs = g.op(
+    'If',
+    [flag],
+    { then_branch: { graph: then }, else_branch: { graph: other } },
+    READOUT_OUTPUTS.length,
   );
-  stack('mlp_dir', (s, l) => (s.mlp ? backward(layerOf(mlpDirs, l), s.mlp.down) : zeros(layerOf(mlpDirs, l), M)));
-  // no pre-packing: it keeps a packed copy of each float32 weight per Gemm (here two per weight,
-  // one per orientation) for products of one or two rows, where it gains nothing (bench/memory.ts)
-  return g.built([], { disable_prepacking: '1' });
+  READOUT_OUTPUTS.forEach((name, i) => {
+    g.rename(outs[i], name);
+    g.output(name);
+  });
 }
 
 export const READOUT_OUTPUTS = ['attn_x', 'mlp_x', 'attn_dir', 'mlp_dir'];
+type ReadoutOutput = 'attn_x' | 'mlp_x' | 'attn_dir' | 'mlp_dir';
 
 export type MakeTensor = (
   type: 'float32' | 'int64',

@@ -4,13 +4,13 @@
  *
  *   choose.ts   which way W_O's and W_out's products run, decided once per model load
  *   stream.ts   those products streamed from the weight bytes in JavaScript (float64 sums)
- *   graph.ts    the same products as a second onnxruntime session's graph
+ *   graph.ts    the same products as a second onnxruntime session's graph, or in the forward graph's If
  *   unembed.ts  the unembedding's products, always in JavaScript (float64 sums)
  *   input.ts    what an input asks for, checked the same way whichever readout runs
  */
 import type { WeightProducts, WeightProductsInput } from '../api';
 import { throwIfAborted } from '../errors';
-import type { EngineSession } from '../runtime/ort-session';
+import type { EngineSession, OrtTensorLike } from '../runtime/ort-session';
 import type { ReadableWeightSet } from '../safetensors';
 import type { ModelSpec } from '../spec';
 import type { ReadoutMode } from './choose';
@@ -19,7 +19,7 @@ import { needsReadoutSession } from './input';
 import { streamedReadout } from './stream';
 import { unembedProducts } from './unembed';
 
-export { buildReadoutGraph } from './graph';
+export { buildReadoutGraph, READOUT_OUTPUTS } from './graph';
 export { HEAP_ROOM, readoutFor, readoutNames, type ReadoutChoice, type ReadoutMode } from './choose';
 
 export interface ReadoutRun {
@@ -27,6 +27,8 @@ export interface ReadoutRun {
   mode: ReadoutMode;
   /** the readout graph's session, created on first use (mode 'session') */
   session: () => Promise<EngineSession>;
+  /** mode 'forward': a run of the forward graph taking the products' feeds (graph.ts addForwardReadout) */
+  forward?: (feeds: Record<string, OrtTensorLike>) => Promise<Record<string, OrtTensorLike>>;
   tensor: MakeTensor;
   /** WebGPU: its Gemm refuses zero-length inputs (graph.ts readoutFeeds) */
   noEmpty: boolean;
@@ -48,8 +50,11 @@ export async function readoutProducts(
     const products = await streamedReadout(spec, weights, input, run.signal, run.yieldTurn);
     return { ...products, ...(await unembedProducts(spec, weights, input, pass)) };
   }
-  const feeds = readoutFeeds(spec, input, run.tensor, run.noEmpty);
+  // in the forward graph (WebGPU in Node) the provider takes zero-length inputs
+  const feeds = readoutFeeds(spec, input, run.tensor, run.noEmpty && run.mode !== 'forward');
   const unembed = await unembedProducts(spec, weights, input, pass);
-  const out = needsReadoutSession(input) ? await (await run.session()).run(feeds, READOUT_OUTPUTS) : undefined;
+  const ask = (f: Record<string, OrtTensorLike>) =>
+    run.mode === 'forward' ? run.forward!(f) : run.session().then((s) => s.run(f, READOUT_OUTPUTS));
+  const out = needsReadoutSession(input) ? await ask(feeds) : undefined;
   return readoutResult(spec, out, input, unembed);
 }

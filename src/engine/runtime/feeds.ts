@@ -12,6 +12,7 @@ import { mulInput, addInput } from '../graph/hooks';
 import { GRAD_SEED } from '../graph/backward-model';
 import { EDGE_GATE, EDGE_SELF, EDGE_SRC, EDGE_W } from '../graph/edge-graph';
 import { ropeTables } from './rope';
+import { FORWARD_READOUT_FLAG, FORWARD_READOUT_PREFIX } from '../readout/graph';
 import { attentionMask } from './masks';
 import type { SiteFeed } from './interventions';
 import type { OrtModule, OrtTensorLike } from './ort-session';
@@ -29,6 +30,8 @@ export interface FeedRequest {
   gradSeed?: Tensor;
   /** the edge variant's inputs (graph/edge-graph.ts), already shaped */
   edges?: { w: Tensor; src: Tensor; self: number; gate?: Tensor };
+  /** the readout products' inputs (readout/graph.ts readoutFeeds), for a graph that has them in its forward */
+  readout?: Record<string, OrtTensorLike>;
 }
 
 /** the sliding-window size of the model's local-attention layers (null: every layer is global) */
@@ -117,6 +120,14 @@ export function buildFeeds(
     feeds[addInput(site)] = c ? f32(c.add, c.dims) : f32(zero, [1]);
   }
 
+  if (graph.inputNames.includes(FORWARD_READOUT_FLAG)) {
+    // 0 on a forward: the If skips the products (readout/graph.ts addForwardReadout)
+    feeds[FORWARD_READOUT_FLAG] = i64([req.readout ? 1 : 0], []);
+    const { nLayers: L, dModel: D, nHeads: H, dHead: Dh, dMlp: M } = spec;
+    const widths: Record<string, number> = { z: H * Dh, post: M, attn_dirs: D, mlp_dirs: D };
+    for (const [name, w] of Object.entries(widths))
+      feeds[FORWARD_READOUT_PREFIX + name] = req.readout?.[name] ?? f32(new Float32Array(0), [L, 0, w]);
+  }
   if (req.gradSeed) feeds[GRAD_SEED] = f32(req.gradSeed.data, req.gradSeed.dims);
   if (req.edges) {
     const e = req.edges;

@@ -64,6 +64,8 @@ export interface SessionFactory {
   ort: OrtModule;
   /** WebGPU: what the adapter offers (shader-f16, buffer limit); decides precision and the vocabulary split */
   gpu?: GpuCaps;
+  /** the provider runs an If's branches on the device: DLA's readout can go in the forward graph (readout/choose.ts) */
+  readoutInForward?: boolean;
   create(graph: BuiltGraph, weights: WeightSet): Promise<EngineSession>;
 }
 
