@@ -22,6 +22,7 @@ import { operation as trace } from '../src/ops/trace';
 import { operation as activations } from '../src/ops/activations';
 import { operation as ablate } from '../src/ops/ablate';
 import { operation as atp } from '../src/ops/attribution_patching';
+import { operation as patch } from '../src/ops/patch';
 import { execFile } from 'node:child_process';
 import { resolve } from 'node:path';
 import { schemaErrors, viaJson } from './schema-helpers';
@@ -235,6 +236,35 @@ describe.each(MOE_FAMILY_CASES)('MoE engine vs float64 reference: $name', (c) =>
       checked++;
     }
     expect(checked).toBeGreaterThan(model.info.experts_per_token!);
+  });
+
+  it("patch scans every expert (expert_out): each cell equals the reference with that expert's clean output patched in", async () => {
+    const corrupted = [...tokens.slice(0, -3), ...tokens.slice(-3).reverse()];
+    const doc = await patch.run(
+      model,
+      { token_ids: tokens, corrupted_token_ids: corrupted, scans: ['expert_out'] } as any,
+      {},
+    );
+    expect(schemaErrors('patch', viaJson(doc))).toEqual([]);
+    const E = model.info.num_experts!,
+      T = tokens.length,
+      V = model.info.d_vocab;
+    const [a, cf] = [doc.answer.token_id, doc.counterfactual.token_id];
+    const clean = referenceForward(rm, tokens);
+    const ld = (r: { logits: { data: ArrayLike<number> } }) =>
+      r.logits.data[(T - 1) * V + a] - r.logits.data[(T - 1) * V + cf];
+    const [ldClean, ldCorr] = [ld(clean), ld(referenceForward(rm, corrupted, { record: false }))];
+    expect(doc.expert_out!.length).toBe(model.info.n_layers);
+    for (let l = 0; l < model.info.n_layers; l++)
+      for (let e = 0; e < E; e++) {
+        const hook = `blocks.${l}.mlp.experts.${e}.hook_out`;
+        const r = referenceForward(rm, corrupted, {
+          record: false,
+          hook: (name) => (name === hook ? Float64Array.from(clean.hooks[hook].data) : undefined),
+        });
+        const want = (ld(r) - ldCorr) / (ldClean - ldCorr);
+        expect(Math.abs(doc.expert_out![l][e] - want), hook).toBeLessThan(1e-3 * Math.max(1, Math.abs(want)));
+      }
   });
 
   it('greedy continuation through the KV cache equals the float64 reference re-run in full', async () => {

@@ -42,7 +42,7 @@ import {
   warningsSchema,
 } from './lib/metric';
 
-const SCANS = ['resid_pre', 'attn_out', 'mlp_out', 'head_out', 'path'] as const;
+const SCANS = ['resid_pre', 'attn_out', 'mlp_out', 'head_out', 'expert_out', 'path'] as const;
 const DEFAULT_SCANS = ['resid_pre', 'attn_out', 'mlp_out', 'head_out'] as const;
 const headRef = z.object({ layer: z.number().int().min(0), head: z.number().int().min(0) });
 type Scan = (typeof SCANS)[number];
@@ -62,6 +62,7 @@ export const patchInput = z.object({
     .default([...DEFAULT_SCANS])
     .describe(
       'Which scans to run: resid_pre, attn_out, mlp_out (layer × position), head_out (layer × head, all positions), ' +
+        'expert_out (mixture-of-experts models: layer × expert, its weighted output at every position; not run unless asked), ' +
         'path (path patching from each sender head to path_receivers; not run unless asked).',
     ),
   path_receivers: z
@@ -116,6 +117,13 @@ export const patchOutput = documentBase('patch').extend({
     .nullable()
     .describe(
       '[layer][head] metric after patching clean attn.hook_z of one head at every position (null: a head not asked for in `heads`)',
+    ),
+  expert_out: z
+    .array(z.array(z.number()))
+    .nullable()
+    .optional()
+    .describe(
+      "[layer][expert] metric after patching one expert's weighted output (mlp.experts.{e}.hook_out) at every position",
     ),
   attn_out_all_pos: z
     .array(z.number())
@@ -237,12 +245,20 @@ async function patchPair(model: LoadedModel, input: PatchParsed, ctx: OpContext)
       'path_receivers and path_senders apply to the path scan, but scans does not include path.',
       'Add "path" to scans, or leave them out.',
     );
+  const E = model.info.num_experts ?? 0;
+  if (scans.has('expert_out') && !E)
+    throw new LoupeError(
+      'BAD_INPUT',
+      `The expert_out scan needs a mixture-of-experts model; ${model.info.architecture} has no experts.`,
+      'Leave "expert_out" out of scans.',
+    );
   const nHeads = input.heads ? new Set(input.heads.map((x) => `${x.layer}:${x.head}`)).size : L * H;
   const nVariants =
     (scans.has('resid_pre') ? L * T : 0) +
     (scans.has('attn_out') ? L * T + L : 0) +
     (scans.has('mlp_out') ? L * T + L : 0) +
     (scans.has('head_out') ? nHeads : 0) +
+    (scans.has('expert_out') ? L * E : 0) +
     (path ? 2 * path.senders.length : 0);
   checkVariants(nVariants, 'This patching scan', 'Use a shorter prompt or fewer scans.');
   checkDocumentSize(nVariants, 'This patching scan', 'Use a shorter prompt or fewer scans.');
@@ -252,6 +268,7 @@ async function patchPair(model: LoadedModel, input: PatchParsed, ctx: OpContext)
     if (scans.has('resid_pre')) hooks.push(`blocks.${l}.hook_resid_pre`);
     if (scans.has('attn_out')) hooks.push(`blocks.${l}.hook_attn_out`);
     if (scans.has('mlp_out')) hooks.push(`blocks.${l}.hook_mlp_out`);
+    if (scans.has('expert_out')) for (let e = 0; e < E; e++) hooks.push(`blocks.${l}.mlp.experts.${e}.hook_out`);
     if (scans.has('head_out') && Array.from({ length: H }, (_, h) => patchHead(l, h)).some(Boolean))
       hooks.push(`blocks.${l}.attn.hook_z`);
   }
@@ -296,6 +313,16 @@ async function patchPair(model: LoadedModel, input: PatchParsed, ctx: OpContext)
           iv: { hook, op: 'patch', positions: 'all', source: src(hook) },
         });
     }
+    if (scans.has('expert_out'))
+      for (let e = 0; e < E; e++) {
+        const hook = `blocks.${l}.mlp.experts.${e}.hook_out`;
+        cells.push({
+          scan: 'expert_out',
+          layer: l,
+          index: e,
+          iv: { hook, op: 'patch', positions: 'all', source: src(hook) },
+        });
+      }
     if (scans.has('head_out')) {
       const hook = `blocks.${l}.attn.hook_z`;
       for (let h = 0; h < H; h++)
@@ -326,6 +353,7 @@ async function patchPair(model: LoadedModel, input: PatchParsed, ctx: OpContext)
           number | null
         )[][])
       : null,
+    ...(scans.has('expert_out') ? { expert_out: gridOf(E) } : {}),
     attn_out_all_pos: scans.has('attn_out') ? new Array<number>(L).fill(0) : null,
     mlp_out_all_pos: scans.has('mlp_out') ? new Array<number>(L).fill(0) : null,
   };
@@ -341,6 +369,7 @@ async function patchPair(model: LoadedModel, input: PatchParsed, ctx: OpContext)
     const m = metric(logits[i]);
     if (cell.scan === 'attn_all') out.attn_out_all_pos![cell.layer] = m;
     else if (cell.scan === 'mlp_all') out.mlp_out_all_pos![cell.layer] = m;
+    else if (cell.scan === 'expert_out') out.expert_out![cell.layer][cell.index] = m;
     else out[cell.scan]![cell.layer][cell.index] = m;
   });
   const maxBatchRuns =
@@ -398,6 +427,12 @@ async function patchPair(model: LoadedModel, input: PatchParsed, ctx: OpContext)
  */
 async function patchDataset(model: LoadedModel, input: PatchParsed, ctx: OpContext): Promise<PatchDoc> {
   checkOneSource(input, ['prompt', 'token_ids', 'corrupted_prompt', 'corrupted_token_ids', 'answer', 'counterfactual']);
+  if (input.scans.includes('expert_out'))
+    throw new LoupeError(
+      'BAD_INPUT',
+      'The expert_out scan runs on one clean/corrupted pair, not on a dataset.',
+      'Give prompt and corrupted_prompt, or leave "expert_out" out of scans.',
+    );
   if (input.scans.includes('path'))
     throw new LoupeError(
       'BAD_INPUT',
