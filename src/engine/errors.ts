@@ -55,6 +55,7 @@ export type ErrorCode =
   | 'PAGE_GONE'
   | 'ENGINE_UNREACHABLE'
   | 'ENGINE_GONE'
+  | 'MODEL_REPLACED'
   | 'NOT_FOUND'
   | 'HOST_NOT_ALLOWED'
   | 'DEADLINE_EXCEEDED'

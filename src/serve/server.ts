@@ -5,7 +5,10 @@
  * status and is never upgraded. Plain requests get the built page (`dist`, when given and built),
  * Host-checked, so one tunnelled port gives a laptop both the page and the engine.
  *
- * Connections share the one engine (one model, loaded once, for whoever attaches next). On each,
+ * Connections share the one engine (one model, loaded once, for whoever attaches next). A
+ * connection that loaded a model another has since replaced is told at once (a 'model_replaced'
+ * notice) and its runs on the engine's model are refused (MODEL_REPLACED, naming the model now
+ * loaded) until it loads again: a page never runs on a model its panel does not name. On each,
  * only comlink calls of the protocol's methods are taken (no property reads or writes: a peer
  * cannot walk the API object), frames are bounded in size (the bridge's page-socket cap) and in
  * rate, and the jobs a connection started are its own: their ids are kept apart from other
@@ -23,7 +26,7 @@ import { LoupeError } from '../engine/errors';
 import { newToken } from '../bridge/token';
 import { MAX_LINE_BYTES } from '../bridge/stdio-lines';
 import { SocketEndpoint, ENGINE_PATH } from '../share/wire';
-import type { EngineWorkerApi } from '../../workers/protocol';
+import type { EngineWorkerApi, LoadedModelSummary } from '../../workers/protocol';
 import { checkEngineUpgrade } from './gate';
 import { allowedHosts, checkHost } from '../bridge/guard';
 import { createStaticHandler } from '../node/static-server';
@@ -39,6 +42,16 @@ export const PING_MS = 30_000;
 
 /** the protocol's methods that take a job id first: cancelled when their connection closes */
 const JOB_METHODS = new Set(['loadModel', 'runOperation', 'agreement', 'q8Cost']);
+/** the ones that run on the loaded model */
+const MODEL_METHODS = new Set(['runOperation', 'agreement', 'q8Cost']);
+
+interface Conn {
+  lastFrame: number;
+  running: Set<string>;
+  /** the load this connection made last (loaded.generation then), null before any */
+  generation: number | null;
+  ep?: SocketEndpoint;
+}
 
 export interface EngineServerOptions {
   api: EngineWorkerApi;
@@ -88,7 +101,9 @@ export function startEngineServer(o: EngineServerOptions): Promise<EngineServer>
   const origins = o.origins ?? [];
   const wss = new WebSocketServer({ noServer: true, maxPayload: o.maxPayload ?? MAX_LINE_BYTES });
   /** open connections: when each last sent a frame, and how many jobs it runs */
-  const live = new Map<WebSocket, { lastFrame: number; running: Set<string> }>();
+  const live = new Map<WebSocket, Conn>();
+  /** the engine's model: which load it was (counted) and its id; each connection notes the load it made */
+  const loaded = { generation: 0, model: '' };
   const maxConnections = o.maxConnections ?? MAX_CONNECTIONS;
   const idleEvictMs = o.idleEvictMs ?? IDLE_EVICT_MS;
   let connections = 0;
@@ -140,9 +155,34 @@ export function startEngineServer(o: EngineServerOptions): Promise<EngineServer>
   }, o.pingMs ?? PING_MS);
   pinger.unref();
 
+  /** a connection whose model another's load replaced runs nothing on the one now loaded */
+  function checkModel(conn: Conn): void {
+    if (conn.generation === null || conn.generation === loaded.generation) return;
+    throw new LoupeError(
+      'MODEL_REPLACED',
+      `Another connection loaded ${loaded.model} on this engine, replacing the model this one loaded.`,
+      'Load your model again to run on it (the engine holds one model for all its connections).',
+      { model: loaded.model },
+    ).toJSON();
+  }
+
+  /** a load finished on `conn`: it holds the engine's model now; the others that had loaded one are told */
+  function noteLoad(conn: Conn, summary: LoadedModelSummary): void {
+    loaded.generation++;
+    loaded.model = summary?.info?.id ?? '';
+    conn.generation = loaded.generation;
+    for (const c of live.values())
+      if (c !== conn && c.generation !== null)
+        c.ep?.notify({
+          type: 'model_replaced',
+          model: loaded.model,
+          message: `Another connection loaded ${loaded.model} on this engine, replacing the model this page loaded.`,
+        });
+  }
+
   function connect(ws: WebSocket): void {
     const running = new Set<string>();
-    const conn = { lastFrame: Date.now(), running };
+    const conn: Conn = { lastFrame: Date.now(), running, generation: null };
     live.set(ws, conn);
     ws.on('pong', () => awaiting.delete(ws));
     // this connection's job ids in the engine's one job table: another connection's never meet them
@@ -163,9 +203,12 @@ export function startEngineServer(o: EngineServerOptions): Promise<EngineServer>
           ? async (jobId: string, ...rest: unknown[]) => {
               if (typeof jobId !== 'string' || running.has(jobId))
                 throw new LoupeError('BAD_INPUT', 'A job id must be a string not already running.').toJSON();
+              if (MODEL_METHODS.has(name)) checkModel(conn);
               running.add(jobId);
               try {
-                return await (fn as (...a: unknown[]) => Promise<unknown>)(tag + jobId, ...rest);
+                const out = await (fn as (...a: unknown[]) => Promise<unknown>)(tag + jobId, ...rest);
+                if (name === 'loadModel') noteLoad(conn, out as LoadedModelSummary);
+                return out;
               } finally {
                 running.delete(jobId);
                 const at = cancelledAt.get(jobId);
@@ -188,6 +231,7 @@ export function startEngineServer(o: EngineServerOptions): Promise<EngineServer>
       cancelledAt.set(jobId, Date.now());
       return o.api.cancel(tag + jobId);
     };
+    conn.ep = ep;
     Comlink.expose(mine, ep as unknown as Comlink.Endpoint);
     let tokens = o.frameBurst ?? FRAME_BURST;
     let last = Date.now();

@@ -315,6 +315,13 @@ export interface EndpointOptions {
 
 export const MAX_CHANNELS = 1024;
 
+/** what the engine tells a page unasked: 'model_replaced' (another connection loaded `model`) */
+export interface EngineNotice {
+  type: 'model_replaced';
+  model: string;
+  message: string;
+}
+
 /**
  * A comlink Endpoint (and enough of a Worker for EngineClient) over a TextSocket. The socket's
  * end, or a frame that cannot be read, is an 'error' event: EngineClient fails its pending calls
@@ -401,6 +408,7 @@ export class SocketEndpoint extends EventTarget {
       frame = JSON.parse(text) as { c?: unknown; m?: unknown };
       if (!frame || typeof frame !== 'object' || (frame.c !== undefined && typeof frame.c !== 'string'))
         throw wireError('not a frame');
+      if ('n' in frame) return this.takeNotice((frame as { n: unknown }).n);
       // a channel that is gone (or never was) is not read at all
       if (frame.c !== undefined && !this.channels.has(frame.c as string)) return;
       ({ value: data, ports } = decodeCounted(frame.m, this.ports, this.limits));
@@ -439,6 +447,23 @@ export class SocketEndpoint extends EventTarget {
       port.postMessage(data, transfer);
       this.noteRelease(channel, data);
     }
+  }
+
+  /**
+   * The engine's news for the page outside any call (`{"n": notice}`): a 'notice' event whose
+   * `detail` is the notice. Only the engine sends them; only a string `type` and string fields pass.
+   */
+  notify(notice: EngineNotice): void {
+    if (this.done || this.o.side !== 'engine') return;
+    this.socket.send(JSON.stringify({ n: notice }));
+  }
+
+  private takeNotice(n: unknown): void {
+    if (this.o.side !== 'page' || !n || typeof n !== 'object' || Array.isArray(n)) return;
+    const entries = Object.entries(n).filter(([, v]) => typeof v === 'string');
+    const detail = Object.fromEntries(entries.map(([k, v]) => [k, (v as string).slice(0, 500)]));
+    if (typeof detail.type !== 'string') return;
+    this.dispatchEvent(Object.assign(new Event('notice'), { detail }));
   }
 
   /** comlink's listeners, each run inside a try: what one throws is logged, never the process's */

@@ -256,9 +256,10 @@ export class AppState {
           'The token must be the 64 hex digits loupe serve printed.',
           'Paste the whole pairing line (URL#token=…), or the token in its own box.',
         );
-      const endpoint = await connectEngineSocket(t.url, tok);
+      const endpoint = this.heedNotices(await connectEngineSocket(t.url, tok));
+      const reconnect = () => this.heedNotices(engineSocket(t.url, tok));
       await this.jobs.exclusive(async () => {
-        this.client.switchTo({ endpoint, attached: { url: t.url, reconnect: () => engineSocket(t.url, tok) } });
+        this.client.switchTo({ endpoint, attached: { url: t.url, reconnect } });
       });
       this.notices.notify('info', `Attached to the Loupe engine at ${t.url}.`, 5000);
       await this.onEngineSwitched();
@@ -269,6 +270,23 @@ export class AppState {
     } finally {
       this.attaching = false;
     }
+  }
+
+  /** another connection's load replaced this page's model on the served engine: the panel stops naming it */
+  private heedNotices<E extends EventTarget>(ep: E): E {
+    ep.addEventListener('notice', (ev) => {
+      const n = (ev as Event & { detail: { type: string; model?: string } }).detail;
+      if (n.type !== 'model_replaced' || !this.models.model) return;
+      const mine = this.models.model.info.id;
+      this.models.model = null;
+      this.models.status = 'idle';
+      this.notices.notify(
+        'warn',
+        `Another page loaded ${n.model} on the engine at ${this.client.attached}, replacing ${mine}. Load a model again to run.`,
+        0,
+      );
+    });
+    return ep;
   }
 
   /** Back to the in-page engine, without a reload: the model loads here again. */
