@@ -1,0 +1,392 @@
+/**
+ * `npm run bench:gpu -- [--shapes gpt2-small,llama-3.2-1b,llama-3.1-8b] [--backends webgpu,node] [--Ts 16,128]
+ *  [--reps N] [--gen N] [--ops trace,attribution_patching,generate,attribution_graph] [--threads N] [--no-torch]`
+ *
+ * Loupe on a GPU against Loupe on the CPU and PyTorch on the same GPU, after ../shared/gpu-bench (the
+ * reference run on an H200 at 34df48b, 2026-12-04). Per shape (random weights, bench:scale's F16
+ * checkpoints; gpt2-small: the engine bench's F32 one), in one process per backend in turn: load; the forward
+ * (the bench's plain graph where it runs, the hooked graph fetching nothing, every hook fetched) at each T;
+ * trace, attribution_patching, generate (tokens/s) and an attribution graph (a random per-layer transcoder
+ * set, bench/transcoder-gen.ts); the final logits' max |Δ| between the backends. PyTorch eager
+ * (bench/torch_gpu.py: plain, TransformerLens-style hooked with the cache on the device) runs where
+ * python3 has torch with CUDA, and is skipped with the reason otherwise. Ratios printed: webgpu / node,
+ * webgpu / PyTorch.
+ *
+ * A shape runs only where this machine can hold it: its checkpoint on disk and the backends' estimated
+ * peak (budget.ts PEAK_FACTOR at the precision each runs at) in memory; the rest are skipped with the
+ * reason. On a machine without a GPU the webgpu backend is SwiftShader (Vulkan on the CPU): its times
+ * say nothing of a GPU's, only that the bench works.
+ */
+import { spawnSync } from 'node:child_process';
+import { existsSync, mkdirSync, statfsSync } from 'node:fs';
+import { cpus, freemem, tmpdir, totalmem } from 'node:os';
+import * as path from 'node:path';
+import { loadModelNode } from '../src/node/load';
+import { getOperation } from '../src/ops/index';
+import { createNodeSaeLoaders } from '../src/node/load-sae';
+import { nodeDocumentCache } from '../src/node/document-cache';
+import { PEAK_FACTOR } from '../src/engine/budget';
+import type { LoadedModel } from '../src/engine/api';
+import { ensureBenchModel, GPT2_SMALL, randomIds } from './model-gen';
+import { now, plainSession, timeInterleaved, ROOT, type Timed } from './lib';
+import { SHAPES, generate, type Shape } from './scale';
+import { generateTranscoders } from './transcoder-gen';
+import { webGpuRoute } from '../src/node/webgpu-node';
+import { requireOrtNode } from '../src/node/ort-node';
+import type { OrtModule } from '../src/engine/runtime/ort-session';
+import { mdTable, startResults, type ResultTable } from './results';
+
+const LLAMA_8B: Shape = {
+  name: 'llama-3.1-8b',
+  family: 'llama',
+  D: 4096,
+  L: 32,
+  H: 32,
+  Hkv: 8,
+  Dh: 128,
+  M: 14336,
+  V: 128256,
+  tied: false,
+};
+const ALL = [...SHAPES.filter((s) => s.name === 'gpt2-small' || s.name === 'llama-3.2-1b'), LLAMA_8B];
+
+const argv = process.argv.slice(2);
+const opt = (k: string, d: string) => {
+  const i = argv.indexOf(`--${k}`);
+  return i >= 0 ? argv[i + 1] : d;
+};
+const log = (m: string) => process.stderr.write(`[bench:gpu ${new Date().toISOString().slice(11, 19)}] ${m}\n`);
+const shapes = opt('shapes', ALL.map((s) => s.name).join(',')).split(',');
+const backends = opt('backends', 'webgpu,node').split(',') as ('webgpu' | 'node')[];
+const Ts = opt('Ts', '16,128').split(',').map(Number);
+const reps = Number(opt('reps', '9'));
+const genN = Number(opt('gen', '32'));
+const threads = Number(opt('threads', String(cpus().length)));
+const ops = opt('ops', 'trace,attribution_patching,generate,attribution_graph').split(',');
+const PROMPT = 'Once upon a time, there was a little girl who liked to play in the park with her friends';
+/** an attribution graph's transcoders: features per layer, active per position, tokens */
+const GRAPH = { features: 2048, l0: 15, tokens: 16 };
+
+const params = (s: Shape) => {
+  const layer = 2 * s.D + s.D * s.H * s.Dh * 2 + 2 * s.D * s.Hkv * s.Dh + (s.family === 'gpt2' ? 2 : 3) * s.D * s.M;
+  return s.L * layer + s.V * s.D * (s.tied ? 1 : 2);
+};
+
+/** why this machine cannot run `s`, or null: its F16 checkpoint on disk, each backend's peak in memory */
+function cannotHold(s: Shape): string | null {
+  const n = params(s);
+  const disk = statfsSync(tmpdir());
+  const free = disk.bavail * disk.bsize;
+  if (!existsSync(shapeDir(s)) && n * 2 * 1.1 > free)
+    return `its ${(n * 2e-9).toFixed(1)} GB checkpoint does not fit the ${(free / 1e9).toFixed(0)} GB free in ${tmpdir()}`;
+  // node widens to float32 when that fits (precision.ts auto); webgpu keeps F16 with shader-f16, else float32
+  const peak = Math.max(...backends.map((b) => n * 4 * PEAK_FACTOR[b]));
+  if (peak > totalmem())
+    return `its estimated peak (${(peak / 1e9).toFixed(0)} GB at float32) exceeds this machine's ${(totalmem() / 1e9).toFixed(0)} GB`;
+  return null;
+}
+
+const shapeDir = (s: Shape) => path.join(tmpdir(), 'loupe-bench-gpu', s.name);
+
+function ensureShape(s: Shape): string {
+  if (s.name === 'gpt2-small') return ensureBenchModel(GPT2_SMALL, log).dir;
+  const dir = shapeDir(s);
+  if (!existsSync(path.join(dir, 'model.safetensors'))) {
+    log(`${s.name}: writing a random F16 checkpoint (${(params(s) * 2e-9).toFixed(1)} GB) in ${dir}`);
+    mkdirSync(dir, { recursive: true });
+    generate(s, dir);
+  }
+  return dir;
+}
+
+function ensureTranscoders(s: Shape): string {
+  const dir = path.join(tmpdir(), 'loupe-bench-gpu', `${s.name}-plt-${GRAPH.features}`);
+  if (!existsSync(path.join(dir, 'config.yaml')))
+    generateTranscoders({ nLayers: s.L, dModel: s.D, features: GRAPH.features, l0: GRAPH.l0 }, dir);
+  return dir;
+}
+
+async function timeMedian(fn: () => Promise<unknown>, n: number): Promise<number> {
+  await fn();
+  const xs: number[] = [];
+  for (let i = 0; i < n; i++) {
+    const t = now();
+    await fn();
+    xs.push(now() - t);
+  }
+  return xs.sort((a, b) => a - b)[Math.floor(n / 2)];
+}
+
+interface BackendRun {
+  load_ms?: number;
+  weights?: string;
+  plain_error?: string;
+  forward: Record<number, Record<string, Timed>>;
+  ops: Record<string, number | string>;
+  gen_tok_s?: number;
+  error?: string;
+}
+
+async function runBackend(s: Shape, dir: string, backend: 'webgpu' | 'node', logits: Map<string, Float32Array>) {
+  const r: BackendRun = { forward: {}, ops: {} };
+  let model: LoadedModel | undefined;
+  try {
+    const t0 = now();
+    model = await loadModelNode(dir, { backend, threads: backend === 'node' ? threads : undefined });
+    r.load_ms = Math.round(now() - t0);
+    r.weights = model.info.weights;
+    log(`${s.name} ${backend}: loaded in ${r.load_ms} ms at ${r.weights}`);
+    let plain: Awaited<ReturnType<typeof plainSession>> | undefined = await plainSession(
+      dir,
+      backend as 'node',
+      backend === 'node' ? threads : undefined,
+    );
+    try {
+      await plain.run(randomIds(4, 100, 1));
+    } catch (e) {
+      r.plain_error = (e as Error).message.split('\n')[0]; // the bench's plain graph feeds learned positions only (gpt2)
+      await plain.release();
+      plain = undefined;
+    }
+    const V = model.info.d_vocab;
+    for (const T of Ts) {
+      const ids = randomIds(T, Math.min(V, 500), 1000 + T);
+      const lg = (await model.run(ids, { hooks: 'all' })).logits.data as Float32Array;
+      logits.set(`${backend}:${T}`, lg.slice(lg.length - V));
+      const m = model,
+        p = plain;
+      r.forward[T] = await timeInterleaved(
+        [
+          ...(p ? [{ name: 'plain', fn: () => p.run(ids) }] : []),
+          { name: 'hooked_none', fn: () => m.run(ids, { hooks: [] }) },
+          { name: 'hooked_all', fn: () => m.run(ids, { hooks: 'all' }) },
+        ],
+        1,
+        T > 64 ? Math.max(3, Math.ceil(reps / 2)) : reps,
+      );
+      const f = r.forward[T];
+      log(
+        `${s.name} ${backend} T=${T}: plain ${f.plain?.median_ms ?? '–'} · nothing fetched ${f.hooked_none.median_ms} · ` +
+          `every hook ${f.hooked_all.median_ms} ms`,
+      );
+    }
+    await plain?.release();
+    const sae = createNodeSaeLoaders();
+    const ctx = {
+      documents: nodeDocumentCache(),
+      loadSae: sae.loadSae,
+      loadSaeFile: sae.loadSaeFile,
+      loadTranscoders: sae.loadTranscoders,
+    };
+    const inputs: Record<string, () => Record<string, unknown>> = {
+      trace: () => ({ prompt: PROMPT }),
+      attribution_patching: () => ({
+        prompt: '',
+        token_ids: randomIds(24, 400, 5),
+        corrupted_token_ids: randomIds(24, 400, 6),
+        answer: '#5',
+        counterfactual: '#7',
+        validate_scope: 'top',
+        validate: 0,
+      }),
+      attribution_graph: () => ({
+        prompt: '',
+        token_ids: randomIds(GRAPH.tokens, 400, 9),
+        transcoder_source: ensureTranscoders(s),
+      }),
+    };
+    for (const name of ops) {
+      try {
+        if (name === 'generate') {
+          const g = getOperation('generate')!;
+          const ms = await timeMedian(
+            () => g.run(model!, { prompt: PROMPT, max_new_tokens: genN } as any, ctx as any),
+            1,
+          );
+          r.gen_tok_s = genN / (ms / 1000);
+          r.ops.generate = Math.round(ms);
+        } else {
+          const op = getOperation(name)!;
+          r.ops[name] = Math.round(await timeMedian(() => op.run(model!, inputs[name]() as any, ctx as any), 1));
+        }
+        log(`${s.name} ${backend} ${name}: ${r.ops[name]} ms`);
+      } catch (e) {
+        r.ops[name] = `error: ${(e as Error).message.split('\n')[0].slice(0, 160)}`;
+        log(`${s.name} ${backend} ${name}: ${r.ops[name]}`);
+      }
+    }
+  } catch (e) {
+    r.error = (e as Error).message.split('\n')[0];
+    log(`${s.name} ${backend}: ${r.error}`);
+  } finally {
+    await model?.dispose();
+  }
+  return r;
+}
+
+/** PyTorch eager on this machine's GPU (bench/torch_gpu.py), or why not */
+function torchRuns(names: string[]): { runs?: Record<string, any>; gpu?: string; skipped?: string } {
+  if (argv.includes('--no-torch')) return { skipped: 'asked not to (--no-torch)' };
+  const probe = spawnSync('python3', ['-c', 'import torch,sys; print(torch.__version__, torch.cuda.is_available())'], {
+    encoding: 'utf8',
+  });
+  if (probe.status !== 0)
+    return {
+      skipped: `python3 has no torch (${(probe.stderr || probe.error?.message || '').trim().split('\n').pop()})`,
+    };
+  const [version, cuda] = probe.stdout.trim().split(' ');
+  if (cuda !== 'True') return { skipped: `torch ${version} sees no CUDA device` };
+  const r = spawnSync(
+    'python3',
+    [path.join(ROOT, 'bench', 'torch_gpu.py'), '--device', 'cuda', '--shapes', names.join(','), '--T', Ts.join(',')],
+    { encoding: 'utf8', maxBuffer: 64 << 20, stdio: ['ignore', 'pipe', 'inherit'] },
+  );
+  if (r.status !== 0) return { skipped: `bench/torch_gpu.py failed (exit ${r.status})` };
+  const out = JSON.parse(r.stdout);
+  return { runs: out.runs, gpu: out.gpu };
+}
+
+/** the one run on a real GPU so far: ../shared/gpu-bench/README.md (2026-12-04, main at 34df48b), its tables as recorded there */
+const REFERENCE_H200 = [
+  'The latest table from a real GPU is the reference run of ../shared/gpu-bench (2026-12-04, main at 34df48b, an NVIDIA ' +
+    'H200 with driver 580, Vulkan through Dawn; 16 CPU threads; ms, medians, batch 1, random weights), as its README ' +
+    'records it:',
+  mdTable({
+    head: [
+      'forward, every hook fetched (ms)',
+      'gpt2-small T16',
+      'T128',
+      'llama-3.2-1b T16',
+      'T128',
+      'llama-3.1-8b T16',
+      'T128',
+    ],
+    rows: [
+      ['Loupe webgpu (Dawn, Vulkan, H200)', '171', '415', '454', '627', '1,323', '2,046'],
+      ['Loupe node (16 CPU threads, same machine)', '23.8', '119', '121', '564', '–', '–'],
+      ['PyTorch 2.11 eager CUDA, hooks kept on device (fp32; 8B fp16)', '6.5', '5.0', '7.8', '10.1', '14.8', '15.1'],
+      ['PyTorch 2.11 eager CUDA, hooks copied to host (naive)', '10.2', '79', '34', '217', '70', '332'],
+    ],
+  }),
+  mdTable({
+    head: ['', 'gpt2-small', 'llama-3.2-1b', 'llama-3.1-8b'],
+    rows: [
+      ['webgpu: plain / hooked, nothing fetched (T16, ms)', '10–23 / 70–105', '– / 212', '– / 1,051'],
+      ['webgpu: trace (ms)', '279', '1,894', '10,266'],
+      ['node (16 threads): trace (ms)', '55', '212', '–'],
+      ['webgpu: generate (tokens/s)', '6.5', '5.1', '1.0'],
+      ['node (16 threads): generate (tokens/s)', '63', '13', '–'],
+    ],
+  }),
+  'The 8B shape then ran with LOUPE_WEBGPU_BUFFER_BYTES set (its buffers were judged against 128 MiB; the load ' +
+    'decision now probes the adapter instead: src/engine/plan.ts). No newer GPU table: no GPU was lent to the session ' +
+    'that wrote this bench (issue 38), so its own runs so far are on SwiftShader (Vulkan on the CPU) and the CPU, which ' +
+    'show that it works and nothing of GPU speed.',
+];
+
+const f1 = (x: number | undefined) =>
+  x === undefined || !Number.isFinite(x) ? '–' : x < 1 ? x.toPrecision(2) : x.toFixed(1);
+const ratio = (a: number | undefined, b: number | undefined) =>
+  a === undefined || b === undefined || !Number.isFinite(a / b) ? '–' : `${(a / b).toFixed(2)}×`;
+
+async function main() {
+  const record = startResults('gpu', 'Loupe on a GPU: webgpu vs node vs PyTorch (`npm run bench:gpu`)');
+  const results: Record<string, any> = {};
+  const notes: string[] = [];
+  const run: Shape[] = [];
+  for (const name of shapes) {
+    const s = ALL.find((x) => x.name === name);
+    if (!s) throw new Error(`unknown shape '${name}' (${ALL.map((x) => x.name).join(', ')})`);
+    const why = cannotHold(s);
+    if (why) {
+      notes.push(`${name} skipped: ${why}.`);
+      log(`${name}: skipped: ${why}`);
+    } else run.push(s);
+  }
+  for (const s of run) {
+    const dir = ensureShape(s);
+    const logits = new Map<string, Float32Array>();
+    const per: Record<string, BackendRun> = {};
+    for (const b of backends) per[b] = await runBackend(s, dir, b, logits);
+    const agree: Record<number, number> = {};
+    for (const T of Ts) {
+      const a = logits.get(`webgpu:${T}`),
+        b = logits.get(`node:${T}`);
+      if (a && b) agree[T] = a.reduce((m, x, i) => Math.max(m, Math.abs(x - b[i])), 0);
+    }
+    results[s.name] = { backends: per, agreement_final_logits_maxabs: agree, free_memory_after: freemem() };
+  }
+  const torch = run.length ? torchRuns(run.map((s) => s.name)) : { skipped: 'no shape ran' };
+  if (torch.skipped) {
+    notes.push(`PyTorch skipped: ${torch.skipped}.`);
+    log(`PyTorch skipped: ${torch.skipped}`);
+  }
+  const tdt = (name: string) => (name === 'llama-3.1-8b' ? 'float16' : 'float32');
+  const forward: ResultTable = {
+    head: [
+      'shape',
+      'T',
+      'webgpu plain / nothing / every hook (ms)',
+      'node plain / nothing / every hook (ms)',
+      'PyTorch plain / hooked (ms)',
+      'webgpu ÷ node, every hook',
+      'webgpu ÷ PyTorch, hooked',
+      'webgpu ÷ PyTorch, plain',
+      '|Δ| logits',
+    ],
+    rows: [],
+  };
+  for (const s of run) {
+    const per = results[s.name].backends as Record<string, BackendRun>;
+    for (const T of Ts) {
+      const w = per.webgpu?.forward[T],
+        n = per.node?.forward[T];
+      const t = torch.runs?.[`${s.name}/${tdt(s.name)}`]?.[String(T)];
+      const trio = (f?: Record<string, Timed>) =>
+        f ? `${f1(f.plain?.median_ms)} / ${f1(f.hooked_none?.median_ms)} / ${f1(f.hooked_all?.median_ms)}` : '–';
+      forward.rows.push([
+        s.name,
+        String(T),
+        trio(w),
+        trio(n),
+        t ? `${f1(t.plain.median_ms)} / ${f1(t.hooked.median_ms)}` : '–',
+        ratio(w?.hooked_all.median_ms, n?.hooked_all.median_ms),
+        ratio(w?.hooked_all.median_ms, t?.hooked.median_ms),
+        ratio(w?.plain?.median_ms, t?.plain.median_ms),
+        results[s.name].agreement_final_logits_maxabs[T]?.toExponential(1) ?? '–',
+      ]);
+    }
+  }
+  const opsTable: ResultTable = {
+    head: [
+      'shape',
+      'backend',
+      'weights',
+      'load (ms)',
+      ...ops.map((o) => (o === 'generate' ? 'generate (tok/s)' : `${o} (ms)`)),
+    ],
+    rows: [],
+  };
+  for (const s of run)
+    for (const b of backends) {
+      const r = (results[s.name].backends as Record<string, BackendRun>)[b];
+      opsTable.rows.push([
+        s.name,
+        b,
+        r.weights ?? r.error ?? '–',
+        String(r.load_ms ?? '–'),
+        ...ops.map((o) => (o === 'generate' ? f1(r.gen_tok_s) : String(r.ops[o] ?? '–'))),
+      ]);
+    }
+  // a run with no GPU (SwiftShader or no webgpu, and no CUDA for PyTorch) carries the latest GPU table and why there is no newer
+  const route = backends.includes('webgpu') ? await webGpuRoute(requireOrtNode<OrtModule>()) : undefined;
+  if (route?.vulkan.drivers === 'swiftshader')
+    notes.push("webgpu ran on SwiftShader (Vulkan on the CPU): its times say nothing of a GPU's.");
+  if (!torch.runs && (!route || route.vulkan.drivers === 'swiftshader')) notes.push(...REFERENCE_H200);
+  process.stdout.write(mdTable(forward) + '\n' + mdTable(opsTable));
+  for (const n of notes) process.stdout.write(`${n}\n`);
+  record.save([forward, opsTable], notes, { results, torch });
+  setTimeout(() => process.exit(0), 100).unref();
+}
+
+void main();
