@@ -146,3 +146,105 @@ test("the feature card names the max activation's prompt as the list does, and t
   await expect(page.getByTestId('feature-max-where')).toHaveText(k === 0 ? 'prompt' : `prompts[${k - 1}]`);
   await expect(page.getByTestId('sae-descriptions')).toContainText(`${sae.dir}/explanations.json`);
 });
+
+test('the edge circuit: hit areas wider than the stroke, a q/k/v legend, a sortable edge table with p-values', async ({
+  page,
+  site,
+}) => {
+  test.setTimeout(240_000);
+  const model = await loadModelNode('default');
+  let doc: any;
+  try {
+    doc = await operations.edge_attribution.run(model, {
+      generate: { task: 'induction', n: 8, seed: 1, length: 8 },
+      method: 'eap',
+      evaluate: true,
+    });
+  } finally {
+    await model.dispose();
+  }
+  const errors = watchErrors(page);
+  await openReady(page, site.url);
+  await page.evaluate((d) => {
+    const a = (globalThis as any).__loupe;
+    const entry = { op: 'edge_attribution', input: {}, doc: d, model: a.modelRef, ms: null, fromLink: false };
+    a.results = { ...a.results, edge_attribution: entry };
+  }, doc);
+  await page.getByTestId('tab-edge_attribution').click();
+  await page.getByTestId('edge-n').fill('60');
+
+  // the legend names each dash pattern the circuit uses
+  const legend = page.getByTestId('edge-legend');
+  for (const [k, dash] of [
+    ['k', '5 2'],
+    ['v', '1.5 2'],
+  ]) {
+    await expect(legend.locator('.item', { hasText: `${k}: into a` }).locator('line')).toHaveAttribute(
+      'stroke-dasharray',
+      dash,
+    );
+    const drawn = page.locator(`[data-testid=edge-circuit] .circuit-edge[data-edge$="<${k}>"]`).first();
+    if (await drawn.count()) await expect(drawn).toHaveAttribute('stroke-dasharray', dash);
+  }
+
+  // a thin drawn edge answers the pointer 4 px beside its line (where nothing else is)
+  const target = await page.locator('[data-testid=edge-circuit] .circuit-edge').evaluateAll((paths) => {
+    const thin = paths
+      .map((p) => ({ p: p as SVGPathElement, w: Number(p.getAttribute('stroke-width')) }))
+      .filter((x) => x.w < 2)
+      .sort((a, b) => a.w - b.w);
+    for (const { p, w } of thin) {
+      p.scrollIntoView({ block: 'center', behavior: 'instant' });
+      const m = p.getScreenCTM()!;
+      for (const f of [0.3, 0.5, 0.7]) {
+        const pt = p.getPointAtLength(p.getTotalLength() * f);
+        const x = m.a * pt.x + m.e + 4;
+        const y = m.d * pt.y + m.f;
+        const hit = document.elementFromPoint(x, y);
+        if (hit?.getAttribute('data-edge') === p.dataset.edge) return { name: p.dataset.edge!, w, x, y };
+      }
+    }
+    return null;
+  });
+  expect(target).not.toBeNull();
+  await page.mouse.move(target!.x, target!.y);
+  await expect(page.getByTestId('chart-tooltip').locator('.tt-title')).toHaveText(target!.name);
+
+  // the table sorts by any column; p-values come with Holm and BH
+  const names = () =>
+    page.locator('[data-testid=edge-table] tbody tr').evaluateAll((r) => r.map((x) => x.getAttribute('data-edge')));
+  const byAbs = [...doc.edges].sort((a: any, b: any) => Math.abs(b.score) - Math.abs(a.score));
+  expect((await names()).slice(0, 10)).toEqual(byAbs.slice(0, 10).map((e: any) => e.name));
+  await page.getByTestId('edge-sort-score').click();
+  const byScore = [...doc.edges]
+    .map((e: any, i: number) => ({ e, i }))
+    .sort((a: any, b: any) => a.e.score - b.e.score || a.i - b.i);
+  expect((await names()).slice(0, 10)).toEqual(byScore.slice(0, 10).map((x: any) => x.e.name));
+  await page.getByTestId('edge-sort-p_value').click();
+  const ps = await page.locator('[data-testid=edge-table] tbody tr td:nth-child(5)').allTextContents();
+  const nums = ps.map(Number);
+  for (let i = 1; i < nums.length; i++) expect(nums[i]).toBeGreaterThanOrEqual(nums[i - 1]);
+  await expect(page.getByTestId('edge-table').locator('th', { hasText: 'p Holm' })).toBeVisible();
+  await expect(page.getByTestId('edge-statistics')).toContainText('Benjamini–Hochberg');
+
+  for (const [w, h] of [
+    [1280, 800],
+    [1024, 700],
+  ]) {
+    await page.setViewportSize({ width: w, height: h });
+    for (const theme of ['light', 'dark']) {
+      if (((await page.locator('html').getAttribute('data-theme')) ?? 'light') !== theme) {
+        await page.getByRole('button', { name: /Switch to (dark|light) theme/ }).click();
+        await expect(page.locator('html')).toHaveAttribute('data-theme', theme);
+      }
+      await page.getByTestId('edge-circuit').evaluate((e) => e.scrollIntoView({ block: 'start' }));
+      await page.mouse.move(0, 0);
+      await page.screenshot({ path: `artifacts/screenshots/edges-circuit-${w}-${theme}.png` });
+      await page.getByTestId('edge-table').evaluate((e) => e.scrollIntoView({ block: 'start' }));
+      await page.screenshot({ path: `artifacts/screenshots/edges-table-${w}-${theme}.png` });
+      await page.getByTestId('dataset-panel').evaluate((e) => e.scrollIntoView({ block: 'start' }));
+      await page.screenshot({ path: `artifacts/screenshots/edges-dataset-${w}-${theme}.png` });
+    }
+  }
+  expect(errors).toEqual([]);
+});

@@ -2,12 +2,18 @@
  * An edge circuit laid out by layer: input at the bottom, then per layer a row of heads and its
  * MLP above them, logits at the top; each edge a curve from its upstream node to the input it
  * enters (a head's q, k and v inputs are three points on its node), its width by |score| and its
- * colour by sign (diverging: negative = patching it lowers M). Clicking a head selects it.
+ * colour by sign (diverging: negative = patching it lowers M), dashed by the head input it enters
+ * (QKV_DASH); the pointer finds an edge within HIT_WIDTH / 2 of it. Clicking a head selects it.
  */
 import { chartFrame } from './frame';
 import { palette, divergingColor } from './palette';
 import { showTooltip, hideTooltip } from './tooltip';
 import { fmt } from './format';
+
+/** how an edge into a head's query, key or value input is dashed (the view's legend draws the same) */
+export const QKV_DASH: Record<string, string | null> = { q: null, k: '5 2', v: '1.5 2', '': null };
+/** the width of the pointer's target along each edge, in px */
+export const HIT_WIDTH = 10;
 
 export interface CircuitEdge {
   name: string;
@@ -78,27 +84,42 @@ export function drawCircuit(svgEl: SVGSVGElement, o: CircuitOptions): void {
   }
   // strongest last, so it is drawn on top
   const sorted = [...o.edges].sort((a, b) => Math.abs(a.score) - Math.abs(b.score));
+  const pathOf = (e: CircuitEdge) => {
+    const a = pos(e.upstream);
+    const b = pos(e.downstream);
+    const bx = b.x + (e.qkv ? qkvDx[e.qkv] : 0);
+    const by = b.y + 7;
+    const my = (a.y + by) / 2;
+    return `M${a.x},${a.y - 7} C${a.x},${my} ${bx},${my} ${bx},${by}`;
+  };
+  svg
+    .append('g')
+    .attr('fill', 'none')
+    .attr('pointer-events', 'none')
+    .selectAll('path')
+    .data(sorted)
+    .join('path')
+    .attr('class', 'circuit-edge')
+    .attr('data-edge', (e) => e.name)
+    .attr('d', pathOf)
+    .attr('stroke', (e) => divergingColor(Math.max(-1, Math.min(1, e.score / max)) * 0.85 + Math.sign(e.score) * 0.15))
+    .attr('stroke-width', (e) => 0.6 + 5 * (Math.abs(e.score) / max))
+    .attr('stroke-dasharray', (e) => QKV_DASH[e.qkv ?? ''] ?? null)
+    // weak edges fade, in both themes (the diverging scale's middle is near the dark theme's text colour)
+    .attr('opacity', (e) => 0.3 + 0.6 * (Math.abs(e.score) / max));
+  // what the pointer finds: an invisible stroke HIT_WIDTH wide over each edge (a drawn one can be 0.6 px)
   svg
     .append('g')
     .attr('fill', 'none')
     .selectAll('path')
     .data(sorted)
     .join('path')
-    .attr('class', 'circuit-edge')
+    .attr('class', 'circuit-edge-hit')
     .attr('data-edge', (e) => e.name)
-    .attr('d', (e) => {
-      const a = pos(e.upstream);
-      const b = pos(e.downstream);
-      const bx = b.x + (e.qkv ? qkvDx[e.qkv] : 0);
-      const by = b.y + 7;
-      const my = (a.y + by) / 2;
-      return `M${a.x},${a.y - 7} C${a.x},${my} ${bx},${my} ${bx},${by}`;
-    })
-    .attr('stroke', (e) => divergingColor(Math.max(-1, Math.min(1, e.score / max)) * 0.85 + Math.sign(e.score) * 0.15))
-    .attr('stroke-width', (e) => 0.6 + 5 * (Math.abs(e.score) / max))
-    .attr('stroke-dasharray', (e) => (e.qkv === 'k' ? '5 2' : e.qkv === 'v' ? '1.5 2' : null))
-    // weak edges fade, in both themes (the diverging scale's middle is near the dark theme's text colour)
-    .attr('opacity', (e) => 0.3 + 0.6 * (Math.abs(e.score) / max))
+    .attr('d', pathOf)
+    .attr('stroke', 'transparent')
+    .attr('stroke-width', HIT_WIDTH)
+    .attr('pointer-events', 'stroke')
     .on('mousemove', (ev, e) =>
       showTooltip(ev, [
         e.name,
