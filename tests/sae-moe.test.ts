@@ -9,7 +9,9 @@
  *    hook_mlp_out, W_enc_{i} [F,d] / W_dec_{i} [F, L−i, d]) replacing each whole MoE block's MLP:
  *    the active features and every error node |mlp_out − Σ_{i≤l} a_i·W_dec_i[:, l−i] − b_dec_l|
  *    within 1e-4 of a float64 computation on the reference's hooks;
- *  - refusals from headers: wrong d_model or layer count, a hook Loupe does not know.
+ *  - refusals before any weight byte is read (a logging source checks): a transcoder set's wrong
+ *    d_model or layer count or unknown hook from config.yaml and headers, an SAE's wrong d_in or
+ *    unknown hook from cfg.json.
  */
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import { rmSync, writeFileSync, readFileSync, existsSync } from 'node:fs';
@@ -83,6 +85,30 @@ describe.each(MOE_FAMILY_CASES)('SAEs and transcoders on $name', (CASE) => {
   afterAll(async () => {
     await model?.dispose();
     rm?.cleanup();
+  });
+
+  it('an SAE for another model (d_in) or a hook the model lacks is SAE_MISMATCH from cfg.json, before its weights', async () => {
+    const { loaders, weightReads } = loggingLoaders();
+    const judge = (cfg: Record<string, any>) => model.checkSaeConfig(cfg);
+    const hook = `blocks.${L - 1}.hook_resid_post`;
+    const cases = [
+      makeRandomSae({ hook, dIn: D + 4, dSae: 16 }),
+      makeRandomSae({ hook: `blocks.0.mlp.experts.99.hook_out`, dIn: D, dSae: 16 }),
+      makeRandomSae({ hook, dIn: D, dSae: 16 }),
+    ];
+    try {
+      for (const [i, s] of cases.slice(0, 2).entries()) {
+        const err: any = await loaders.loadSae({ source: s.dir, path: '' }, { judge }).catch((e) => e);
+        expect(err, `case ${i}`).toMatchObject({ code: 'SAE_MISMATCH' });
+        expect(err.hint).toBeTruthy();
+      }
+      expect(weightReads).toEqual([]);
+      // a matching one loads, and the log sees its weights read
+      await loaders.loadSae({ source: cases[2].dir, path: '' }, { judge });
+      expect(weightReads.length).toBeGreaterThan(0);
+    } finally {
+      for (const s of cases) rmSync(s.dir, { recursive: true, force: true });
+    }
   });
 
   it('a SAELens SAE at blocks.{l}.hook_resid_post: activations and reconstruction within 1e-4 of float64', async () => {
@@ -260,6 +286,10 @@ describe.each(MOE_FAMILY_CASES)('SAEs and transcoders on $name', (CASE) => {
           expect(err.message).toContain('mlp.experts.0.hook_out');
           expect(err.hint).toBeTruthy();
           expect(weightReads).toEqual([]);
+          // the log sees weight reads: the same set with its hook restored loads, reading them
+          writeFileSync(cfg, hooked.config);
+          await loaders.loadTranscoders({ source: hooked.dir, path: '' }, { nLayers: L, judge });
+          expect(weightReads.length).toBeGreaterThan(0);
         } finally {
           other.cleanup();
           fewer.cleanup();

@@ -424,6 +424,8 @@ export interface LoadedModel {
    * d_model, layer count, hooks (TRANSCODER_MISMATCH naming the mismatch)
    */
   checkTranscoders(headers: TranscoderHeaders, id: string): TranscoderInfo;
+  /** an SAE's SAELens cfg.json (hook_name, d_in) against this model, before its weights are fetched (SAE_MISMATCH) */
+  checkSaeConfig(cfg: Record<string, unknown>): void;
   /** attach a loaded transcoder set under an id (checked as checkTranscoders does) */
   attachTranscoders(files: TranscoderFiles, id: string): TranscoderInfo;
   /** transcoder sets attached so far */

@@ -36,7 +36,7 @@ import type { EngineSession, OrtTensorLike, RunKeep, SessionFactory } from './ru
 import { checkPositions, gatherAt } from './runtime/positions';
 import { ModelTokenizer } from './tokenizer';
 import { readParam, specTensorNames, storedParam, valueProduct, type ReadTensor } from './params';
-import { prepareSae, withSaeWeights, type SaeFiles, type SaeGraphSpec, type SaeInfo } from './sae';
+import { checkSaeConfig, prepareSae, withSaeWeights, type SaeFiles, type SaeGraphSpec, type SaeInfo } from './sae';
 import { readTensorF32, type ReadableWeightSet } from './safetensors';
 import type { ModelFiles } from './source/files';
 import { BUNDLED_MODEL_ID } from './source/ref';
@@ -392,14 +392,20 @@ class EngineModel implements LoadedModel {
     return storedParam(this.spec, name);
   }
 
+  /** an editable hook's values per position; undefined for a hook an SAE cannot sit at */
+  private saeHookDim = (hook: string): number | undefined => {
+    if (!this.hookSets.base.has(hook) || !hookInfo(hook).site) return undefined;
+    const dims = shapeOfHook(this.spec, hook, 1, 1);
+    return hook.endsWith('hook_pattern') ? undefined : dims.slice(2).reduce((a, b) => a * b, 1);
+  };
+
+  checkSaeConfig(cfg: Record<string, unknown>): void {
+    checkSaeConfig(cfg, this.saeHookDim);
+  }
+
   attachSae(files: SaeFiles, id: string): SaeInfo {
     if (this.attached.has(id)) throw new LoupeError('BAD_INPUT', `An SAE is already attached as '${id}'.`);
-    const hookDim = (hook: string) => {
-      if (!this.hookSets.base.has(hook) || !hookInfo(hook).site) return undefined;
-      const dims = shapeOfHook(this.spec, hook, 1, 1);
-      return hook.endsWith('hook_pattern') ? undefined : dims.slice(2).reduce((a, b) => a * b, 1);
-    };
-    const { spec, files: saeFiles } = prepareSae(files, id, this.attached.size, hookDim);
+    const { spec, files: saeFiles } = prepareSae(files, id, this.attached.size, this.saeHookDim);
     this.attached.set(id, { spec, weights: withSaeWeights(this.parts.weights, spec, saeFiles) });
     return spec.info;
   }

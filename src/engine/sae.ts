@@ -208,6 +208,36 @@ function configOf(files: SaeFiles, byName: Map<string, TensorEntry>): SaeConfig 
   };
 }
 
+/** The SAE's hook must be one of the model's editable hooks, with d_in values per position. */
+function checkSaeHook(
+  hook: string,
+  dIn: number,
+  modelName: string | undefined,
+  hookDim: (hook: string) => number | undefined,
+) {
+  const want = hookDim(hook);
+  if (want === undefined)
+    throw mismatch(
+      `The SAE reads ${hook}, which this model does not have (or which cannot be edited).`,
+      "Load the model the SAE was trained on (cfg.json model_name) or pick an SAE for one of this model's hooks.",
+    );
+  if (want !== dIn)
+    throw mismatch(
+      `The SAE's d_in is ${dIn} but ${hook} has ${want} values per position in this model.`,
+      `This SAE was trained on ${modelName ?? 'another model'}; pick one whose d_in matches.`,
+    );
+}
+
+/**
+ * SAELens's cfg.json judged against a model before the weights are fetched: its hook_name and d_in
+ * (prepareSae checks them again, with the rest of the config, once the tensors are in).
+ */
+export function checkSaeConfig(cfg: Record<string, unknown>, hookDim: (hook: string) => number | undefined): void {
+  const { hook_name: hook, d_in: dIn, model_name: name } = cfg;
+  if (typeof hook !== 'string' || typeof dIn !== 'number' || !Number.isInteger(dIn)) return;
+  checkSaeHook(hook, dIn, typeof name === 'string' ? name : undefined, hookDim);
+}
+
 /**
  * Validate an SAE against a model and rename its tensors into the model's weight index.
  * `hookDim(hook)` gives the hook's per-position size (d_in must equal it), or undefined for a
@@ -226,17 +256,7 @@ export function prepareSae(
   const byName = new Map(header.tensors.map((t) => [t.name, t]));
   const c = configOf(files, byName);
   const { hook, dIn, dSae } = c;
-  const want = hookDim(hook);
-  if (want === undefined)
-    throw mismatch(
-      `The SAE reads ${hook}, which this model does not have (or which cannot be edited).`,
-      "Load the model the SAE was trained on (cfg.json model_name) or pick an SAE for one of this model's hooks.",
-    );
-  if (want !== dIn)
-    throw mismatch(
-      `The SAE's d_in is ${dIn} but ${hook} has ${want} values per position in this model.`,
-      `This SAE was trained on ${c.modelName ?? 'another model'}; pick one whose d_in matches.`,
-    );
+  checkSaeHook(hook, dIn, c.modelName, hookDim);
   const { activation, k } = c.activation;
   const take = (role: keyof SaeConfig['names'], shape: number[]): TensorEntry => {
     const name = c.names[role];

@@ -39,7 +39,15 @@ export interface OpContext {
    * fetch an SAE's files through this surface's source and cache (Node: folder/Hub + directory
    * cache; page: Hub/URL + IndexedDB), with download progress
    */
-  loadSae?: (ref: SaeRef, opts: { signal?: AbortSignal; onProgress?: (p: FileProgress) => void }) => Promise<SaeFiles>;
+  loadSae?: (
+    ref: SaeRef,
+    opts: {
+      signal?: AbortSignal;
+      onProgress?: (p: FileProgress) => void;
+      /** SAELens's cfg.json, judged (throw to refuse) before the weights are fetched */
+      judge?: (cfg: Record<string, any>) => void;
+    },
+  ) => Promise<SaeFiles>;
   /** fetch one more file beside an SAE (e.g. explanations.json); null when optional and absent */
   loadSaeFile?: (
     ref: SaeRef,

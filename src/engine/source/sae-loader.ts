@@ -37,6 +37,8 @@ export interface SaeSourceRef {
 export interface SaeLoadOptions {
   signal?: AbortSignal;
   onProgress?: (p: FileProgress) => void;
+  /** SAELens's cfg.json, judged (throw to refuse) before the weights are fetched */
+  judge?: (cfg: Record<string, any>) => void;
 }
 
 export interface SaeLoaders {
@@ -188,6 +190,7 @@ export function makeSaeLoaders(plan: (source: string) => SaePlan, maxBytes = DEF
         };
         const cfg = await config('cfg.json');
         if (cfg) checkSaeSize(cfg, maxBytes);
+        if (cfg) opts.judge?.(cfg);
         let weightsFile = joinPath(ref.path, 'sae_weights.safetensors');
         if (!cfg) {
           const gs = await config(GEMMA_SCOPE_2_CONFIG);

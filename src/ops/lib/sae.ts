@@ -124,6 +124,7 @@ export async function ensureSae(model: LoadedModel, ref: SaeRef, ctx: OpContext)
     throwIfAborted(ctx.signal);
     const files = await ctx.loadSae(ref, {
       signal: ctx.signal,
+      judge: (cfg) => model.checkSaeConfig(cfg),
       onProgress: (f) =>
         ctx.onProgress?.({
           stage: `loading SAE ${f.file}${f.cached ? ' (cached)' : ''}`,
