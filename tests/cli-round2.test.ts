@@ -74,7 +74,7 @@ describe('edge_attribution from the CLI on induction-gpt2 (64 generated pairs, s
     expect(n).toBeLessThanOrEqual(12);
   });
   it('lists the edges by |score|, largest first, and no token as raw bytes', async () => {
-    const rows = [...stdout.matchAll(/^\s*(\d+)\s+(\S+->\S+)\s+(\S+)$/gm)];
+    const rows = [...stdout.matchAll(/^\s*(\d+)\s+(\S+->\S+)\s+(\S+)\s/gm)];
     expect(rows.length).toBe(20);
     const scores = rows.map((r) => Math.abs(Number(r[3])));
     for (let i = 1; i < scores.length; i++) expect(scores[i]).toBeLessThanOrEqual(scores[i - 1]);
