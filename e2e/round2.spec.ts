@@ -248,3 +248,71 @@ test('the edge circuit: hit areas wider than the stroke, a q/k/v legend, a sorta
   }
   expect(errors).toEqual([]);
 });
+
+test('screenshots of the changed views at 1280 and 1024, light and dark', async ({ page, site }) => {
+  test.setTimeout(300_000);
+  const model = await loadModelNode('default');
+  const sae = makeRandomSae({ hook: 'blocks.2.hook_resid_post', dIn: 64, dSae: 128, seed: 3 });
+  let feature: any;
+  let patch: any;
+  try {
+    feature = await operations.feature.run(
+      model,
+      { prompt: 'Once upon a time', prompts: ['Lily went to the park'], sae_source: `${sae.dir}/`, feature: 7 },
+      createNodeSaeLoaders({ cache: false }),
+    );
+    patch = await operations.patch.run(model, {
+      generate: { task: 'induction', n: 6, seed: 2, length: 6 },
+      scans: ['head_out'],
+    });
+  } finally {
+    await model.dispose();
+    rmSync(sae.dir, { recursive: true, force: true });
+  }
+  const errors = watchErrors(page);
+  await openReady(page, site.url);
+  await page.evaluate(
+    ([f, p]) => {
+      const a = (globalThis as any).__loupe;
+      const e = (op: string, doc: any) => ({ op, input: {}, doc, model: a.modelRef, ms: null, fromLink: false });
+      a.results = { ...a.results, feature: e('feature', f), patch: e('patch', p) };
+    },
+    [feature, patch],
+  );
+  await page.getByTestId('prompt').fill(PROMPT);
+  await runOp(page, 'trace');
+  await page.getByTestId('copy-link').click();
+  await page.locator('[data-testid=trace-heatmap] rect.cell[data-row="1"][data-col="2"]').click();
+  await expect(page.locator('[data-testid=head-pattern] rect.cell').first()).toBeAttached();
+  await page.getByTestId('prompt').fill('Lily went to the park');
+  await expect(page.getByTestId('head-prompt-changed')).toBeVisible();
+  const shotOf = async (sel: string, name: string) => {
+    await page
+      .locator(sel)
+      .first()
+      .evaluate((el) => el.scrollIntoView({ block: 'start', behavior: 'instant' }));
+    await page.mouse.move(0, 0);
+    await page.screenshot({ path: `artifacts/screenshots/${name}.png` });
+  };
+  for (const [w, h] of [
+    [1280, 800],
+    [1024, 700],
+  ]) {
+    await page.setViewportSize({ width: w, height: h });
+    for (const theme of ['light', 'dark']) {
+      if (((await page.locator('html').getAttribute('data-theme')) ?? 'light') !== theme) {
+        await page.getByRole('button', { name: /Switch to (dark|light) theme/ }).click();
+        await expect(page.locator('html')).toHaveAttribute('data-theme', theme);
+      }
+      const tag = `${w}-${theme}`;
+      await page.getByTestId('tab-trace').click();
+      await shotOf('[data-testid=result]', `round2-trace-link-${tag}`);
+      await shotOf('[data-testid=head-panel]', `round2-head-panel-${tag}`);
+      await page.getByTestId('tab-feature').click();
+      await shotOf('[data-testid=result]', `round2-feature-card-${tag}`);
+      await page.getByTestId('tab-patch').click();
+      await shotOf('[data-testid=dataset-stats-table]', `round2-dataset-stats-${tag}`);
+    }
+  }
+  expect(errors).toEqual([]);
+});
