@@ -191,6 +191,15 @@ describe.each(CASES)('qwen3_5 vs float64 reference: $name', ({ options, T }) => 
     },
   );
 
+  it("an attention hook of a linear-attention layer is UNKNOWN_HOOK naming the layer's own hooks", async () => {
+    const l = m.text.layer_types.indexOf('linear_attention');
+    const e = await models.node!.run(tokens, { hooks: [`blocks.${l}.attn.hook_pattern`] }).catch((x) => x);
+    expect(e).toBeInstanceOf(LoupeError);
+    expect(e.code).toBe('UNKNOWN_HOOK');
+    expect(e.hint).toContain(`blocks.${l}.linear_attn.hook_q|`);
+    expect(e.hint).toContain('hook_core');
+  });
+
   it('leaving out each feature moves the logits by more than the tolerance', () => {
     const base = qwen35Forward(m, tokens).logits.data;
     const types = new Set(m.text.layer_types);

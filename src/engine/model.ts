@@ -28,7 +28,7 @@ import type { GpuCaps } from './env';
 import { describeModel } from './arch';
 import { LENS_OUTPUTS, type BuiltGraph, type GraphPlan } from './graph/build-model';
 import { readoutFor, readoutProducts, READOUT_OUTPUTS, type ReadoutMode } from './readout';
-import { allHookNames, hookInfo, hookShape as shapeOfHook } from './graph/hooks';
+import { allHookNames, hookInfo, hookShape as shapeOfHook, unknownHookHint } from './graph/hooks';
 import { compileInterventions } from './runtime/interventions';
 import { buildFeeds } from './runtime/feeds';
 import { TransferCounter } from './runtime/transfers';
@@ -795,7 +795,11 @@ class EngineModel implements LoadedModel {
         throw new LoupeError(
           'UNKNOWN_HOOK',
           `'${h}' is not a hook of this model.`,
-          `Hooks look like blocks.0.hook_resid_pre, blocks.0.attn.hook_pattern; call hookNames() for the full list.`,
+          unknownHookHint(
+            this.spec,
+            h,
+            `Hooks look like blocks.0.hook_resid_pre, blocks.0.attn.hook_pattern; call hookNames() for the full list.`,
+          ),
         );
     }
     return { kind, wanted, hookSet, shapeOf };
@@ -821,7 +825,7 @@ class EngineModel implements LoadedModel {
         throw new LoupeError(
           'UNKNOWN_HOOK',
           `'${h}' is not a hook of this model.`,
-          'Call hookNames() for the full list.',
+          unknownHookHint(this.spec, h, 'Call hookNames() for the full list.'),
         );
       if (h.endsWith('.hook_result') || h.endsWith('.hook_sae_recons') || h.endsWith('.hook_sae_error'))
         throw new LoupeError(

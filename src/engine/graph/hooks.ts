@@ -33,6 +33,15 @@ export const LINEAR_ATTN_HOOKS = [
   'hook_z',
 ];
 
+/** UNKNOWN_HOOK's hint for a name: an attention hook of a linear-attention layer names that layer's own hooks */
+export function unknownHookHint(spec: ModelSpec, name: string, general: string): string {
+  const m = /^blocks\.(\d+)\.attn\./.exec(name);
+  return m && spec.layers[Number(m[1])]?.linearAttn
+    ? `Layer ${m[1]} is a linear-attention (gated delta-net) layer, without attention heads: its hooks are ` +
+        `blocks.${m[1]}.linear_attn.${LINEAR_ATTN_HOOKS.join('|')} and blocks.${m[1]}.hook_attn_out.`
+    : general;
+}
+
 export function layerHooks(spec: ModelSpec, l: number, withResult: boolean): string[] {
   const b = `blocks.${l}`;
   const layer = spec.layers[l];
