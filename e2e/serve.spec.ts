@@ -208,3 +208,81 @@ test('a wrong token is refused and the page stays on its own engine', async () =
     stop(s);
   }
 });
+
+test('a page served by loupe serve, its engine killed: it falls back to its own WASM with the server gone', async ({
+  browser,
+}: {
+  browser: Browser;
+}) => {
+  const s = await startServe();
+  const served = await (await browser.newContext()).newPage();
+  try {
+    const at = s.url.replace(/^ws:/, 'http:').replace(/\/engine$/, '/');
+    await openReady(served, at);
+    await served.getByTestId('prompt').fill(PROMPT);
+    await runOp(served, 'trace');
+    const inPage = await pageDoc(served, 'trace');
+    if (!(await served.getByTestId('engine-url-input').isVisible()))
+      await served.getByTestId('engine').locator('summary').click();
+    await served.getByTestId('engine-url-input').fill(s.pairing);
+    await served.getByTestId('attach-engine').click();
+    await served.waitForFunction(
+      () =>
+        (globalThis as any).__loupe.model?.info.backend === 'node' &&
+        (globalThis as any).__loupe.modelStatus === 'ready',
+      null,
+      { timeout: 60_000 },
+    );
+    s.proc.kill('SIGKILL');
+    await expect(served.locator('[data-testid=notice][data-kind=warn]')).toContainText(/back on its own engine/);
+    await served
+      .waitForFunction(
+        () =>
+          (globalThis as any).__loupe.model?.info.backend !== 'node' &&
+          (globalThis as any).__loupe.modelStatus === 'ready',
+        null,
+        { timeout: 30_000 },
+      )
+      .catch(async (e) => {
+        const why = await served.evaluate(() => JSON.stringify((globalThis as any).__loupe.models.error));
+        throw new Error(`the page did not load its model on its own engine: ${why}`, { cause: e });
+      });
+    await runOp(served, 'trace');
+    const after = await pageDoc(served, 'trace');
+    const { bad } = compareDocs(after, inPage, 1e-6);
+    expect(bad).toEqual([]);
+  } finally {
+    stop(s);
+    await served.close();
+  }
+});
+
+test("two pages on one served engine: B's load tells A at once, A's panel stops naming its model", async ({
+  browser,
+}: {
+  browser: Browser;
+}) => {
+  const s = await startServe();
+  const b = await (await browser.newContext()).newPage();
+  try {
+    await attach(s);
+    await openReady(b, page.url());
+    await b.getByTestId('engine').locator('summary').click();
+    await b.getByTestId('engine-url-input').fill(s.pairing);
+    await b.getByTestId('attach-engine').click();
+    await b.waitForFunction(
+      () =>
+        (globalThis as any).__loupe.model?.info.backend === 'node' &&
+        (globalThis as any).__loupe.modelStatus === 'ready',
+      null,
+      { timeout: 60_000 },
+    );
+    await expect(page.locator('[data-testid=notice][data-kind=warn]')).toContainText(/Another page loaded stories260K/);
+    expect(await page.evaluate(() => (globalThis as any).__loupe.model)).toBeNull();
+    await page.getByTestId('detach-engine').click();
+    await waitModelReady(page);
+  } finally {
+    stop(s);
+    await b.close();
+  }
+});

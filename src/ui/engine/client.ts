@@ -37,7 +37,7 @@ export interface ClientEvents {
   /** a worker (the first, or a restarted one) was started: configure it here */
   onStart?: (api: Comlink.Remote<EngineWorkerApi>) => void;
   /** the worker died (crash or hard stop) and a new one was started; `from`: the served engine that ended */
-  onRestart?: (reason: string, from?: string) => void;
+  onRestart?: (reason: string, from?: string, standby?: boolean) => void;
   /** the engine changed: attached to a served one (its URL), or back on the in-page worker (null) */
   onEngine?: (url: string | null) => void;
 }
@@ -50,6 +50,12 @@ export function newJobId(prefix = 'job'): string {
 export class EngineClient {
   private worker!: EngineEndpoint;
   private attachedTo: Attached | null = null;
+  /**
+   * The in-page worker kept while attached (switchTo's `standby`), its runtime and model loaded:
+   * where the page goes back to when the engine that also served the page dies, taking the page's
+   * origin (its ort/ runtime and model files) with it.
+   */
+  private standby: EngineEndpoint | null = null;
   private api!: Comlink.Remote<EngineWorkerApi>;
   private pending = new Set<Pending>();
   private generation = 0;
@@ -107,25 +113,37 @@ export class EngineClient {
   private replace(reason: string, code: 'INTERNAL' | 'ENGINE_GONE', hint: string, from?: string): void {
     this.failPending(new LoupeError(code, `${cap(reason)}.`, hint));
     this.restarts++;
-    this.start();
+    const standby = from ? this.takeStandby() : undefined;
+    this.start(standby);
     if (from) this.events.onEngine?.(null);
-    this.events.onRestart?.(reason, from);
+    this.events.onRestart?.(reason, from, !!standby);
   }
 
   /**
    * Use a served engine (`endpoint` already open), or the in-page worker again (null). What is
    * pending fails as CANCELLED; the page loads its model on the new engine itself.
    */
-  switchTo(target: { endpoint: EngineEndpoint; attached: Attached } | null): void {
-    this.failPending(new LoupeError('CANCELLED', 'Cancelled: the page switched engines.'));
+  switchTo(target: { endpoint: EngineEndpoint; attached: Attached } | null, opts: { standby?: boolean } = {}): void {
+    const keep = target && opts.standby && !this.attachedTo ? this.worker : null;
+    this.failPending(new LoupeError('CANCELLED', 'Cancelled: the page switched engines.'), !!keep);
+    if (keep) {
+      this.standby?.terminate();
+      this.standby = keep;
+    }
     this.attachedTo = target?.attached ?? null;
-    this.start(target?.endpoint);
+    this.start(target?.endpoint ?? this.takeStandby());
     this.events.onEngine?.(this.attached);
   }
 
-  private failPending(err: LoupeError): void {
+  private takeStandby(): EngineEndpoint | undefined {
+    const s = this.standby ?? undefined;
+    this.standby = null;
+    return s;
+  }
+
+  private failPending(err: LoupeError, keepWorker = false): void {
     this.generation++;
-    this.worker.terminate();
+    if (!keepWorker) this.worker.terminate();
     for (const p of [...this.pending]) p.reject(err);
     this.pending.clear();
   }
@@ -188,6 +206,8 @@ export class EngineClient {
 
   dispose(): void {
     this.attachedTo = null;
+    this.standby?.terminate();
+    this.standby = null;
     this.generation++;
     this.worker.terminate();
   }

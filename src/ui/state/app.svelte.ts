@@ -54,7 +54,7 @@ export class AppState {
   constructor(workerFactory: () => EngineEndpoint) {
     this.client = new EngineClient(workerFactory, {
       onStart: (api) => void api.configure({ instanceId: this.instanceId }).catch(() => {}),
-      onRestart: (reason, from) => this.onWorkerRestart(reason, from),
+      onRestart: (reason, from, standby) => this.onWorkerRestart(reason, from, standby),
       onEngine: (url) => (this.engine = url),
     });
     const notify = this.notices.notify.bind(this.notices);
@@ -258,8 +258,12 @@ export class AppState {
         );
       const endpoint = this.heedNotices(await connectEngineSocket(t.url, tok));
       const reconnect = () => this.heedNotices(engineSocket(t.url, tok));
+      // an engine that also serves this page takes its files with it when it dies: keep the in-page
+      // worker (runtime and model loaded) to go back to
+      const standby = new URL(t.url).host === location.host;
+      if (!this.client.attached) this.beforeAttach = this.models.model;
       await this.jobs.exclusive(async () => {
-        this.client.switchTo({ endpoint, attached: { url: t.url, reconnect } });
+        this.client.switchTo({ endpoint, attached: { url: t.url, reconnect } }, { standby });
       });
       this.notices.notify('info', `Attached to the Loupe engine at ${t.url}.`, 5000);
       await this.onEngineSwitched();
@@ -309,7 +313,10 @@ export class AppState {
     if (this.doctor.info) void this.doctor.run();
   }
 
-  private onWorkerRestart(reason: string, from?: string): void {
+  /** the in-page model when the page attached (its standby worker still holds it) */
+  private beforeAttach: LoadedModelSummary | null = null;
+
+  private onWorkerRestart(reason: string, from?: string, standby = false): void {
     this.workerRestarts++;
     this.jobs.reset();
     this.notices.notify(
@@ -320,12 +327,14 @@ export class AppState {
       12000,
     );
     if (from) {
-      this.models.model = null; // the served engine's model went with it
+      // the served engine's model went with it; a standby worker still holds the page's own
+      this.models.model = standby ? this.beforeAttach : null;
+      if (this.models.model) this.models.status = 'ready';
       if (this.doctor.info) void this.doctor.run();
     }
     void this.loadOps();
     // a load under way when the worker went retries by itself (ModelStore.load)
-    if (!this.models.loading) void this.models.reload({ quiet: true });
+    if (!this.models.loading && !(standby && this.models.model)) void this.models.reload({ quiet: true });
   }
 
   // ---------- operations ----------
