@@ -14,7 +14,8 @@
  *    unknown hook from cfg.json.
  */
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
-import { rmSync, writeFileSync, readFileSync, existsSync } from 'node:fs';
+import { rmSync, writeFileSync, readFileSync, existsSync, mkdtempSync, openSync, readSync, closeSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import { loadModelNode } from '../src/node/load';
 import { FolderSource } from '../src/node/folder-source';
@@ -22,6 +23,9 @@ import { createNodeSaeLoaders } from '../src/node/load-sae';
 import { loadSaeFiles } from '../src/engine/sae';
 import { makeSaeLoaders } from '../src/engine/source/sae-loader';
 import type { ModelSource } from '../src/engine/source/types';
+import { describeTranscoders, type TranscoderHeaders, type TranscoderInfo } from '../src/engine/transcoder';
+import { ensureTranscoders } from '../src/ops/lib/transcoders';
+import { writeSparseSafetensors } from './helpers/sparse-model';
 import type { LoadedModel } from '../src/engine/api';
 import { makeRandomSae, saeEncode64, saeDecode64 } from './helpers/random-sae';
 import { makeRandomTranscoders, type RandomTranscoderSet } from './helpers/random-transcoders';
@@ -44,7 +48,13 @@ function loggingLoaders() {
   const weightReads: string[] = [];
   const loaders = makeSaeLoaders((dir) => {
     const folder = new FolderSource(dir);
-    const headerEnd = (file: string) => 8 + Number(readFileSync(folder.localPath(file)).readBigUInt64LE(0));
+    const headerEnd = (file: string) => {
+      const fd = openSync(folder.localPath(file), 'r');
+      const b = Buffer.alloc(8);
+      readSync(fd, b, 0, 8, 0);
+      closeSync(fd);
+      return 8 + Number(b.readBigUInt64LE(0));
+    };
     const source: ModelSource = {
       ref: folder.ref,
       fetchFile: (file, o) => {
@@ -298,4 +308,51 @@ describe.each(MOE_FAMILY_CASES)('SAEs and transcoders on $name', (CASE) => {
       });
     },
   );
+});
+
+describe("GPT-OSS-20B's cross-layer transcoder at its published size", () => {
+  it('24 layers × 131,072 features × d_model 2,880 in BF16 is TOO_LARGE from its headers, no weight byte read', async () => {
+    // the layout and size of mntss/clt-131k, as sparse files (headers, then holes); the dtype is assumed
+    const [L, F, D] = [24, 131072, 2880];
+    const dir = mkdtempSync(path.join(tmpdir(), 'loupe-gptoss-clt-'));
+    try {
+      writeFileSync(
+        path.join(dir, 'config.yaml'),
+        'model_name: openai/gpt-oss-20b\nmodel_kind: cross_layer_transcoder\n' +
+          'feature_input_hook: hook_resid_mid\nfeature_output_hook: hook_mlp_out\n',
+      );
+      for (let i = 0; i < L; i++) {
+        writeSparseSafetensors(path.join(dir, `W_enc_${i}.safetensors`), [
+          { name: `W_enc_${i}`, dtype: 'BF16', shape: [F, D] },
+          { name: `b_enc_${i}`, dtype: 'BF16', shape: [F] },
+          { name: `b_dec_${i}`, dtype: 'BF16', shape: [D] },
+          { name: `threshold_${i}`, dtype: 'BF16', shape: [F] },
+        ]);
+        writeSparseSafetensors(path.join(dir, `W_dec_${i}.safetensors`), [
+          { name: `W_dec_${i}`, dtype: 'BF16', shape: [F, L - i, D] },
+        ]);
+      }
+      const { loaders, weightReads } = loggingLoaders();
+      // a stand-in for the model (Loupe has no gpt_oss adapter): the set is described from its headers as checkTranscoders does
+      let described: TranscoderInfo | undefined;
+      const model = {
+        info: { n_layers: L },
+        transcoderSets: () => [],
+        checkTranscoders: (h: TranscoderHeaders, id: string) => (described = describeTranscoders(h, id).info),
+      } as unknown as LoadedModel;
+      const err: any = await ensureTranscoders(model, { source: dir, path: '' }, {
+        loadTranscoders: loaders.loadTranscoders,
+      } as any).catch((e) => e);
+      expect(err.code, err.message).toBe('TOO_LARGE');
+      expect(described).toMatchObject({ kind: 'clt', n_layers: L, d_model: D, d_transcoder: F, dtype: 'BF16' });
+      expect(described!.input_hook).toBe('hook_resid_mid');
+      // W_enc 24·F·D + W_dec F·D·(24+…+1) = F·D·324 weights, plus biases and thresholds
+      expect(described!.weight_bytes).toBeGreaterThan(2 * F * D * 324);
+      expect(err).toMatchObject({ code: 'TOO_LARGE' });
+      console.log(`GPT-OSS-20B CLT (BF16): ${(described!.weight_bytes / 2 ** 30).toFixed(1)} GiB → ${err.message}`);
+      expect(weightReads).toEqual([]);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
 });
