@@ -11,6 +11,7 @@ import type { ModelSource } from '../src/engine/source/types';
 import { HubSource } from '../src/engine/source/hub-source';
 import { UrlSource } from '../src/engine/source/url-source';
 import { resolveModelRef, BUNDLED_MODEL_ID } from '../src/engine/source/ref';
+import { MemorySource } from '../src/engine/source/memory-source';
 import { IdbCache } from '../src/engine/source/idb-cache';
 import { workerBlobReader } from './blob-reader';
 import { documentCacheOn, type DocumentCache } from '../src/engine/source/document-cache';
@@ -162,6 +163,13 @@ export function planSource(req: LoadRequest['model']): SourcePlan {
       const src = new UrlSource(r.id);
       return { source: src, ref: { kind: 'url', id: src.ref.id, revision: '' }, useCache: true };
     }
+    case 'folder':
+      if ('files' in r) {
+        // the files are already on this machine: judged and refused as any source's, not copied into the cache
+        const src = new MemorySource(new Map(Object.entries(r.files)), r.name);
+        return { source: src, ref: { kind: 'url', id: `folder:${r.name}`, revision: '' }, useCache: false };
+      }
+    // falls through: a folder by path is the CLI's
     default:
       throw new LoupeError(
         'BAD_INPUT',

@@ -17,7 +17,9 @@ export type ModelRequest =
   | string
   | { kind: 'bundled' }
   | { kind: 'hub'; id: string; revision?: string; endpoint?: string; token?: string; requested?: string }
-  | { kind: 'url'; id: string };
+  | { kind: 'url'; id: string }
+  /** a folder the person picked in the page: its files by name (the in-page worker only: Files do not cross a socket) */
+  | { kind: 'folder'; name: string; files: Record<string, Blob> };
 
 export interface LoadRequest {
   model: ModelRequest;

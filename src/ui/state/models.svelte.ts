@@ -25,7 +25,8 @@ export type ModelChoice =
   | { kind: 'bundled' }
   /** `requested`: the catalog name (engine/catalog.ts) the id was picked or typed by */
   | { kind: 'hub'; id: string; revision: string; endpoint: string; requested?: string }
-  | { kind: 'url'; id: string };
+  | { kind: 'url'; id: string }
+  | { kind: 'folder'; name: string; files: Record<string, Blob> };
 
 export interface FileRow {
   file: string;
@@ -140,7 +141,8 @@ export class ModelStore {
       this.status = 'ready';
       // the recent list reopens the branch a person chose (and its cache), not the commit it resolved to
       const { commit: _commit, ...recentRef } = summary.ref;
-      this.recent = prefs.addRecent(recentRef);
+      // a folder's Files live as long as the page: nothing to reopen it by later
+      if (choice.kind !== 'folder') this.recent = prefs.addRecent(recentRef);
       if (!opts.quiet)
         this.d.notify(
           'info',
