@@ -3,6 +3,8 @@
  * the <input webkitdirectory> fallback, loads as a folder model in the in-page engine, and its
  * trace equals the bundled model's (same bytes, another source) within 1e-6. Shots of the picker.
  */
+import { copyFileSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { test, expect, openReady, runOp, pageDoc, compareDocs, shotWidthsThemes, PROMPT } from './fixtures';
 
@@ -31,4 +33,26 @@ test('a model folder picked in the page loads, and traces as the bundled model d
   const { bad, max } = compareDocs(folder, bundled, 1e-6, (p) => p.startsWith('.model'));
   console.log(`[e2e] folder vs bundled trace: max |Δ| = ${max.toExponential(2)}`);
   expect(bad).toEqual([]);
+});
+
+test('a folder without config.json is refused with a structured error, and the loaded model stays', async ({
+  page,
+  site,
+}) => {
+  await openReady(page, site.url);
+  const dir = path.join(mkdtempSync(path.join(tmpdir(), 'loupe-folder-')), 'half');
+  try {
+    mkdirSync(dir);
+    copyFileSync('public/models/stories260K/tokenizer.json', path.join(dir, 'tokenizer.json'));
+    await page.getByRole('tab', { name: 'Folder' }).click();
+    await page.getByTestId('folder-input').setInputFiles(dir);
+    await page.waitForFunction(() => (globalThis as any).__loupe.models.error, null, { timeout: 30_000 });
+    const err = await page.evaluate(() => (globalThis as any).__loupe.models.error);
+    console.log(`[e2e] folder without config.json: ${err.code}: ${err.message}`);
+    expect(err.code).toBe('MISSING_CONFIG');
+    expect(err.message).toContain('folder:half has no config.json');
+    expect(await page.evaluate(() => (globalThis as any).__loupe.model?.info.id)).toBe('stories260K');
+  } finally {
+    rmSync(path.dirname(dir), { recursive: true, force: true });
+  }
 });

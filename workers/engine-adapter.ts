@@ -166,7 +166,7 @@ export function planSource(req: LoadRequest['model']): SourcePlan {
     case 'folder':
       if ('files' in r) {
         // the files are already on this machine: judged and refused as any source's, not copied into the cache
-        const src = new MemorySource(new Map(Object.entries(r.files)), r.name);
+        const src = new MemorySource(new Map(Object.entries(r.files)), r.name, 'folder');
         return { source: src, ref: { kind: 'url', id: `folder:${r.name}`, revision: '' }, useCache: false };
       }
     // falls through: a folder by path is the CLI's

@@ -14,10 +14,11 @@ export class MemorySource implements ModelSource {
   readonly ref: ModelRef;
   private readonly files: Map<string, MemoryFile>;
 
-  constructor(files: Map<string, MemoryFile> | Record<string, MemoryFile>, name = 'memory') {
+  /** `scheme`: what the id says the bytes are ('folder': a folder picked in the page) */
+  constructor(files: Map<string, MemoryFile> | Record<string, MemoryFile>, name = 'memory', scheme = 'memory') {
     this.files = files instanceof Map ? files : new Map(Object.entries(files));
     // 'url' is the closest kind: bytes that came from somewhere other than the Hub or a folder.
-    this.ref = { kind: 'url', id: `memory:${name}`, revision: '' };
+    this.ref = { kind: 'url', id: `${scheme}:${name}`, revision: '' };
   }
 
   /** the file's contents; null when absent and `optional` */
