@@ -11,6 +11,7 @@
  */
 import { LoupeError, toLoupeError } from '../../engine/errors';
 import type { ToolResult } from './host';
+import type { ShareView } from '../../share/codec';
 
 export interface HeadRef {
   layer: number;
@@ -85,10 +86,22 @@ const forms = {
   fieldsFor: (): { name: string }[] => [],
 };
 
+/** A view's pins and supernodes, kept beside its document; a view here has no share link to put them in. */
+class Share {
+  private views = new WeakMap<object, ShareView>();
+  setView(doc: object, view: ShareView): void {
+    this.views.set(doc, view);
+  }
+  viewFor(_op: string, doc: object): ShareView | undefined {
+    return this.views.get(doc);
+  }
+}
+
 export class AppsApp {
   readonly prefs = new Prefs();
   readonly links = new Links(this);
   readonly forms = forms;
+  readonly share = new Share();
   /** the operation this view draws, its call's arguments (tool-input) and its document (tool-result) */
   op = $state('');
   input = $state<Record<string, unknown> | undefined>(undefined);
