@@ -108,6 +108,23 @@ export async function shot(page: Page, name: string): Promise<void> {
   await page.screenshot({ path: `artifacts/screenshots/${name}.png` });
 }
 
+/** Runs `fn` at 1280×800 and 1024×700 in each theme (switched with the page's own button); its tag is `${w}-${theme}`. */
+export async function atWidthsAndThemes(page: Page, fn: (tag: string) => Promise<void>): Promise<void> {
+  for (const [w, h] of [
+    [1280, 800],
+    [1024, 700],
+  ]) {
+    await page.setViewportSize({ width: w, height: h });
+    for (const theme of ['light', 'dark']) {
+      if (((await page.locator('html').getAttribute('data-theme')) ?? 'light') !== theme) {
+        await page.getByRole('button', { name: /Switch to (dark|light) theme/ }).click();
+        await expect(page.locator('html')).toHaveAttribute('data-theme', theme);
+      }
+      await fn(`${w}-${theme}`);
+    }
+  }
+}
+
 /** Screenshots at 1280 and 1024 wide in the light theme, then both in the dark one (left dark, at 1280). */
 export async function shotWidthsThemes(page: Page, name: string): Promise<void> {
   await shot(page, name);

@@ -10,7 +10,7 @@
 import path from 'node:path';
 import { rmSync } from 'node:fs';
 import type { Page } from '@playwright/test';
-import { test, expect, openReady, watchErrors } from './fixtures';
+import { test, expect, atWidthsAndThemes, openReady, watchErrors } from './fixtures';
 import { loadModelNode } from '../src/node/load';
 import { createNodeSaeLoaders } from '../src/node/load-sae';
 import { operation } from '../src/ops/attribution_graph';
@@ -179,23 +179,13 @@ test('a 4,096-feature graph on 63 tokens: every node reachable by hover and by s
   await page.getByTestId('graph-search').fill(`L${n0.layer} pos ${n0.ctx_idx}`);
   await nodeAt(page, crowded[0]);
   await page.getByTestId('graph-view').evaluate((e) => e.scrollIntoView({ block: 'start' }));
-  for (const [w, h] of [
-    [1280, 800],
-    [1024, 700],
-  ]) {
-    await page.setViewportSize({ width: w, height: h });
-    for (const theme of ['light', 'dark']) {
-      if (((await page.locator('html').getAttribute('data-theme')) ?? 'light') !== theme) {
-        await page.getByRole('button', { name: /Switch to (dark|light) theme/ }).click();
-        await expect(page.locator('html')).toHaveAttribute('data-theme', theme);
-      }
-      await page.getByTestId('graph-view').evaluate((e) => e.scrollIntoView({ block: 'start' }));
-      await page.mouse.move(0, 0);
-      await page.screenshot({ path: `artifacts/screenshots/graph-big-${w}-${theme}.png` });
-      await page.getByTestId('graph-nodelist').evaluate((e) => e.scrollIntoView({ block: 'start' }));
-      await page.screenshot({ path: `artifacts/screenshots/graph-big-list-${w}-${theme}.png` });
-    }
-  }
+  await atWidthsAndThemes(page, async (tag) => {
+    await page.getByTestId('graph-view').evaluate((e) => e.scrollIntoView({ block: 'start' }));
+    await page.mouse.move(0, 0);
+    await page.screenshot({ path: `artifacts/screenshots/graph-big-${tag}.png` });
+    await page.getByTestId('graph-nodelist').evaluate((e) => e.scrollIntoView({ block: 'start' }));
+    await page.screenshot({ path: `artifacts/screenshots/graph-big-list-${tag}.png` });
+  });
   expect(errors).toEqual([]);
 
   // the link opened elsewhere: its result re-runs (here it cannot: no transcoders at /nowhere), and

@@ -4,7 +4,7 @@
  * "patch"), the head panel, and Compare with a Δ and with the reason it has none. Each shot is of
  * the viewport with the element scrolled to its top; the test also checks nothing in those cards is wider than the card.
  */
-import { test, expect, openReady, runOp, pageDoc, watchErrors, PROMPT } from './fixtures';
+import { test, expect, atWidthsAndThemes, openReady, runOp, pageDoc, watchErrors, PROMPT } from './fixtures';
 
 const LONG = Array.from(
   { length: 5 },
@@ -54,42 +54,31 @@ test('the changed views at both sizes in both themes', async ({ page, site }) =>
           .map((el) => el.tagName);
       });
 
-  for (const [w, h] of [
-    [1280, 800],
-    [1024, 700],
-  ]) {
-    await page.setViewportSize({ width: w, height: h });
-    for (const theme of ['light', 'dark']) {
-      if (((await page.locator('html').getAttribute('data-theme')) ?? 'light') !== theme) {
-        await page.getByRole('button', { name: /Switch to (dark|light) theme/ }).click();
-        await expect(page.locator('html')).toHaveAttribute('data-theme', theme);
-      }
-      const tag = `${w}-${theme}`;
-      await page.getByTestId('tab-attention').click();
-      await expect(page.locator('[data-testid=attention-pattern] svg')).toHaveAttribute('data-render', 'raster');
-      expect(await fits('[data-testid=result]')).toEqual([]);
-      await shotOf('[data-testid=result]', `views-attention-raster-${tag}`);
-      await page.getByTestId('tab-patch').click();
-      await expect(page.locator('[data-testid=patch-heads] rect.cell[data-value="null"]').first()).toBeAttached();
-      expect(await fits('[data-testid=result]')).toEqual([]);
-      await shotOf('[data-testid=result]', `views-patch-one-head-${tag}`);
-      expect(await fits('[data-testid=head-panel]')).toEqual([]);
-      await shotOf('[data-testid=head-panel]', `views-head-panel-${tag}`);
-      // Compare: two activations (Δ), then two attentions of different prompts (no Δ, and why)
-      const acts = page.locator('[data-testid=session-entry][data-op=activations]');
-      await acts.nth(1).getByTestId('session-a').click();
-      await acts.nth(0).getByTestId('session-b').click();
-      await expect(page.locator('[data-testid=compare-delta] rect.cell').first()).toBeAttached();
-      expect(await fits('[data-testid=compare]')).toEqual([]);
-      await shotOf('[data-testid=compare]', `views-compare-delta-${tag}`);
-      await acts.nth(1).getByTestId('session-a').click();
-      await acts.nth(0).getByTestId('session-b').click();
-      await page.locator('[data-testid=session-entry][data-op=attention]').first().getByTestId('session-a').click();
-      await page.locator('[data-testid=session-entry][data-op=trace]').first().getByTestId('session-b').click();
-      await expect(page.getByTestId('compare-not-comparable')).toBeVisible();
-      await shotOf('[data-testid=compare]', `views-compare-not-comparable-${tag}`);
-      await page.getByTestId('compare').getByRole('button', { name: 'Close the comparison' }).click();
-    }
-  }
+  await atWidthsAndThemes(page, async (tag) => {
+    await page.getByTestId('tab-attention').click();
+    await expect(page.locator('[data-testid=attention-pattern] svg')).toHaveAttribute('data-render', 'raster');
+    expect(await fits('[data-testid=result]')).toEqual([]);
+    await shotOf('[data-testid=result]', `views-attention-raster-${tag}`);
+    await page.getByTestId('tab-patch').click();
+    await expect(page.locator('[data-testid=patch-heads] rect.cell[data-value="null"]').first()).toBeAttached();
+    expect(await fits('[data-testid=result]')).toEqual([]);
+    await shotOf('[data-testid=result]', `views-patch-one-head-${tag}`);
+    expect(await fits('[data-testid=head-panel]')).toEqual([]);
+    await shotOf('[data-testid=head-panel]', `views-head-panel-${tag}`);
+    // Compare: two activations (Δ), then two attentions of different prompts (no Δ, and why)
+    const acts = page.locator('[data-testid=session-entry][data-op=activations]');
+    await acts.nth(1).getByTestId('session-a').click();
+    await acts.nth(0).getByTestId('session-b').click();
+    await expect(page.locator('[data-testid=compare-delta] rect.cell').first()).toBeAttached();
+    expect(await fits('[data-testid=compare]')).toEqual([]);
+    await shotOf('[data-testid=compare]', `views-compare-delta-${tag}`);
+    await acts.nth(1).getByTestId('session-a').click();
+    await acts.nth(0).getByTestId('session-b').click();
+    await page.locator('[data-testid=session-entry][data-op=attention]').first().getByTestId('session-a').click();
+    await page.locator('[data-testid=session-entry][data-op=trace]').first().getByTestId('session-b').click();
+    await expect(page.getByTestId('compare-not-comparable')).toBeVisible();
+    await shotOf('[data-testid=compare]', `views-compare-not-comparable-${tag}`);
+    await page.getByTestId('compare').getByRole('button', { name: 'Close the comparison' }).click();
+  });
   expect(errors).toEqual([]);
 });

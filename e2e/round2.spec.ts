@@ -2,7 +2,7 @@
  * Issue 42, the page in a researcher's hands (round 2): a result card's share link is that
  * result's, never an older one's.
  */
-import { test, expect, openReady, runOp, watchErrors, PROMPT } from './fixtures';
+import { test, expect, atWidthsAndThemes, openReady, runOp, watchErrors, PROMPT } from './fixtures';
 import { rmSync } from 'node:fs';
 import { decodeShare, parseFragment } from '../src/share/codec';
 import { loadModelNode } from '../src/node/load';
@@ -227,25 +227,15 @@ test('the edge circuit: hit areas wider than the stroke, a q/k/v legend, a sorta
   await expect(page.getByTestId('edge-table').locator('th', { hasText: 'p Holm' })).toBeVisible();
   await expect(page.getByTestId('edge-statistics')).toContainText('Benjamini–Hochberg');
 
-  for (const [w, h] of [
-    [1280, 800],
-    [1024, 700],
-  ]) {
-    await page.setViewportSize({ width: w, height: h });
-    for (const theme of ['light', 'dark']) {
-      if (((await page.locator('html').getAttribute('data-theme')) ?? 'light') !== theme) {
-        await page.getByRole('button', { name: /Switch to (dark|light) theme/ }).click();
-        await expect(page.locator('html')).toHaveAttribute('data-theme', theme);
-      }
-      await page.getByTestId('edge-circuit').evaluate((e) => e.scrollIntoView({ block: 'start' }));
-      await page.mouse.move(0, 0);
-      await page.screenshot({ path: `artifacts/screenshots/edges-circuit-${w}-${theme}.png` });
-      await page.getByTestId('edge-table').evaluate((e) => e.scrollIntoView({ block: 'start' }));
-      await page.screenshot({ path: `artifacts/screenshots/edges-table-${w}-${theme}.png` });
-      await page.getByTestId('dataset-panel').evaluate((e) => e.scrollIntoView({ block: 'start' }));
-      await page.screenshot({ path: `artifacts/screenshots/edges-dataset-${w}-${theme}.png` });
-    }
-  }
+  await atWidthsAndThemes(page, async (tag) => {
+    await page.getByTestId('edge-circuit').evaluate((e) => e.scrollIntoView({ block: 'start' }));
+    await page.mouse.move(0, 0);
+    await page.screenshot({ path: `artifacts/screenshots/edges-circuit-${tag}.png` });
+    await page.getByTestId('edge-table').evaluate((e) => e.scrollIntoView({ block: 'start' }));
+    await page.screenshot({ path: `artifacts/screenshots/edges-table-${tag}.png` });
+    await page.getByTestId('dataset-panel').evaluate((e) => e.scrollIntoView({ block: 'start' }));
+    await page.screenshot({ path: `artifacts/screenshots/edges-dataset-${tag}.png` });
+  });
   expect(errors).toEqual([]);
 });
 
@@ -294,25 +284,14 @@ test('screenshots of the changed views at 1280 and 1024, light and dark', async 
     await page.mouse.move(0, 0);
     await page.screenshot({ path: `artifacts/screenshots/${name}.png` });
   };
-  for (const [w, h] of [
-    [1280, 800],
-    [1024, 700],
-  ]) {
-    await page.setViewportSize({ width: w, height: h });
-    for (const theme of ['light', 'dark']) {
-      if (((await page.locator('html').getAttribute('data-theme')) ?? 'light') !== theme) {
-        await page.getByRole('button', { name: /Switch to (dark|light) theme/ }).click();
-        await expect(page.locator('html')).toHaveAttribute('data-theme', theme);
-      }
-      const tag = `${w}-${theme}`;
-      await page.getByTestId('tab-trace').click();
-      await shotOf('[data-testid=result]', `round2-trace-link-${tag}`);
-      await shotOf('[data-testid=head-panel]', `round2-head-panel-${tag}`);
-      await page.getByTestId('tab-feature').click();
-      await shotOf('[data-testid=result]', `round2-feature-card-${tag}`);
-      await page.getByTestId('tab-patch').click();
-      await shotOf('[data-testid=dataset-stats-table]', `round2-dataset-stats-${tag}`);
-    }
-  }
+  await atWidthsAndThemes(page, async (tag) => {
+    await page.getByTestId('tab-trace').click();
+    await shotOf('[data-testid=result]', `round2-trace-link-${tag}`);
+    await shotOf('[data-testid=head-panel]', `round2-head-panel-${tag}`);
+    await page.getByTestId('tab-feature').click();
+    await shotOf('[data-testid=result]', `round2-feature-card-${tag}`);
+    await page.getByTestId('tab-patch').click();
+    await shotOf('[data-testid=dataset-stats-table]', `round2-dataset-stats-${tag}`);
+  });
   expect(errors).toEqual([]);
 });
