@@ -4,10 +4,12 @@
  * Doctor's agreement check), and a trace on WebGPU equals the CLI's; with a forced low tensor
  * limit (?tensor_bytes) the vocabulary is split on WebGPU with the same numbers; Gemma 3, Phi-3/Phi-4-mini and OLMo 2
  * traces equal their float64 references and agree with WASM; at q4 (onnxruntime-web's WebGPU MatMulNBits) a
- * trace equals the float64 reference of q4's scheme written out. If this Chromium offers no
+ * trace equals the float64 reference of q4's scheme written out; an attribution graph on WebGPU equals Node's,
+ * its frozen constants fed from GPU buffers written once. If this Chromium offers no
  * adapter the tests say so loudly and are skipped, never passed (LOUPE_REQUIRE_WEBGPU=1 fails them).
  */
 import { execFileSync } from 'node:child_process';
+import { readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Page } from '@playwright/test';
 import {
@@ -25,6 +27,10 @@ import {
 } from './fixtures';
 import { ALL_FAMILY_CASES, makeCaseModel, referenceForward } from '../tests/reference';
 import { q4Reference } from '../tests/helpers/q4-reference';
+import { makeRandomTranscoders } from '../tests/helpers/random-transcoders';
+import { loadModelNode } from '../src/node/load';
+import { createNodeSaeLoaders } from '../src/node/load-sae';
+import { operation as attributionGraph } from '../src/ops/attribution_graph';
 
 test.describe.configure({ mode: 'serial' });
 
@@ -429,5 +435,61 @@ test('q4 on WebGPU (MatMulNBits in onnxruntime-web): a trace equals the float64 
     await agreement(page, `${repo} q4`);
   } finally {
     rm.cleanup();
+  }
+});
+
+test("an attribution graph on WebGPU equals Node's, its frozen constants fed from GPU buffers", async ({
+  page,
+  site,
+  hub,
+}) => {
+  test.setTimeout(300_000);
+  const repo = 'loupe-test/stories260K-transcoders-webgpu';
+  const prompt = 'Once upon a time';
+  const tc = makeRandomTranscoders({ kind: 'plt', nLayers: 5, dModel: 64, features: 16, skip: true, seed: 9 });
+  try {
+    const model = await loadModelNode('default');
+    const nodeDoc = await attributionGraph.run(
+      model,
+      { prompt, transcoder_source: tc.dir },
+      { loadTranscoders: createNodeSaeLoaders({ cache: false }).loadTranscoders },
+    );
+    await model.dispose();
+    hub.addRepo(repo, null);
+    for (const f of readdirSync(tc.dir)) hub.addFile(repo, `plt/${f}`, readFileSync(join(tc.dir, f)));
+    await openReady(page, site.url);
+    await requireWebGpu(page);
+    await page.locator('#backend').selectOption('webgpu');
+    await page.waitForFunction(
+      () =>
+        (globalThis as any).__loupe.model?.info.backend === 'webgpu' &&
+        (globalThis as any).__loupe.modelStatus === 'ready',
+      null,
+      { timeout: 120_000 },
+    );
+    await page.getByTestId('prompt').fill(prompt);
+    await page.getByTestId('tab-attribution_graph').click();
+    await page.locator('#p-attribution_graph-transcoder_source').fill(`${hub.url}/${repo}/resolve/main`);
+    await page.locator('#p-attribution_graph-transcoder_path').fill('plt');
+    const before = await page.evaluate(async () => {
+      await (globalThis as any).__loupe.models.refreshMemory();
+      return (globalThis as any).__loupe.models.memory.transfers;
+    });
+    await runOp(page, 'attribution_graph', { timeout: 240_000 });
+    const doc = await pageDoc(page, 'attribution_graph');
+    const after = await page.evaluate(async () => {
+      await (globalThis as any).__loupe.models.refreshMemory();
+      return (globalThis as any).__loupe.models.memory.transfers;
+    });
+    expect(doc.model.backend).toBe('webgpu');
+    expect(doc.graph.nodes.map((n: any) => n.node_id)).toEqual(nodeDoc.graph.nodes.map((n: any) => n.node_id));
+    expect(Math.abs(doc.scores.replacement - nodeDoc.scores.replacement)).toBeLessThan(1e-4);
+    expect(Math.abs(doc.scores.completeness - nodeDoc.scores.completeness)).toBeLessThan(1e-4);
+    // each backward run feeds the 6 + L frozen constants from the device
+    const runs = doc.cost.runs;
+    console.log(`[e2e] attribution graph on webgpu: ${runs} backward runs, transfers ${JSON.stringify(after)}`);
+    expect(after.device_feeds - before.device_feeds).toBeGreaterThanOrEqual(runs * (6 + 5));
+  } finally {
+    tc.cleanup();
   }
 });

@@ -149,6 +149,7 @@ describe('transfers on WebGPU (node), against the bytes each document needs', ()
       features: 32,
       skip: true,
     });
+    let gpuRows: Float32Array | undefined;
     try {
       const loaders = createNodeSaeLoaders({ cache: false });
       const ctx = { loadTranscoders: loaders.loadTranscoders };
@@ -164,6 +165,41 @@ describe('transfers on WebGPU (node), against the bytes each document needs', ()
         1e-3,
       );
       expect(floatOffDevice(gpu)).toEqual([]);
+
+      // the rows alone, by the engine: the frozen constants and decoder vectors are written once per
+      // call on the GPU (each run on node), then per run the seeds; per run B rows of the sources come back
+      const ids = r.doc.tokens.map((t: any) => t.id);
+      const T = ids.length;
+      const id = gpu.transcoderSets()[0].id;
+      for (const [m, onDevice] of [
+        [gpu, true],
+        [cpu, false],
+      ] as const) {
+        const rep = await m.replacement(ids, id, { batch: 8 });
+        const P = Array.from({ length: L }, (_, l) => {
+          const n = new Array(T).fill(0);
+          rep.features.layer.forEach((x, i) => x === l && n[rep.features.position[i]]++);
+          return Math.max(1, ...n);
+        });
+        const sumP = P.reduce((a, b) => a + b, 0);
+        const fixed = L * H * T * T + 2 * L * T + T + T * D + L * T * D + T * sumP * D;
+        const targets = [
+          ...Array.from({ length: rep.features.layer.length }, (_, index) => ({ kind: 'feature' as const, index })),
+          { kind: 'logit' as const, token: 7 },
+        ];
+        const K = targets.length;
+        const runs = Math.ceil(K / 8);
+        const before = m.memory().transfers!;
+        const rows = await rep.rows(targets);
+        const after = m.memory().transfers!;
+        expect(after.runs - before.runs).toBe(runs);
+        const seeds = F * K * (D + (L + 1) * T);
+        expect(after.written_bytes - before.written_bytes).toBe(seeds + F * fixed * (onDevice ? 1 : runs));
+        expect(after.read_bytes - before.read_bytes).toBe(F * K * (T + L * T + T * sumP));
+        expect(after.device_feeds - before.device_feeds).toBe(onDevice ? runs * (6 + L) : 0);
+        if (m === gpu) gpuRows = rows;
+        else close(Array.from(rows), Array.from(gpuRows!), 1e-3);
+      }
     } finally {
       tc.cleanup();
     }

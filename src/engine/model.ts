@@ -449,6 +449,7 @@ class EngineModel implements LoadedModel {
         param: (n) => this.param(n),
         unembedVectors: async (ids, signal) => this.weightProducts({ unembedIds: ids, unembedSum: true }, signal),
         unembedDots: async (x, signal) => (await this.weightProducts({ unembedDots: x }, signal)).unembedDots.data,
+        upload: (feeds) => this.upload(feeds),
         runReplacement: (feeds, fetches, forward) =>
           this.enqueue(async () => {
             await yieldToEventLoop();
@@ -466,6 +467,31 @@ class EngineModel implements LoadedModel {
       rows[0],
       opts,
     );
+  }
+
+  /**
+   * Feeds copied to the device once where the backend keeps values there (SessionFactory.upload),
+   * for many runs; else the same feeds, written with each run. `release` frees the device copies.
+   */
+  private async upload(
+    feeds: Record<string, OrtTensorLike>,
+  ): Promise<{ feeds: Record<string, OrtTensorLike>; release(): void }> {
+    const up = this.factory.upload;
+    if (!up) return { feeds, release: () => undefined };
+    const out: Record<string, OrtTensorLike> = {};
+    const release = () => Object.values(out).forEach((t) => t.dispose?.());
+    await this.enqueue(async () => {
+      try {
+        for (const [k, t] of Object.entries(feeds)) {
+          out[k] = await up(t);
+          this.transfers.uploaded(t);
+        }
+      } catch (e) {
+        release();
+        throw e;
+      }
+    });
+    return { feeds: out, release };
   }
 
   saeWeight(id: string, name: 'W_enc' | 'b_enc' | 'W_dec' | 'b_dec' | 'threshold'): Tensor {

@@ -49,6 +49,8 @@ export interface ReplacementHost {
     fetches: string[],
     forward?: boolean,
   ): Promise<Record<string, OrtTensorLike>>;
+  /** feeds copied to the device once for many runs where the backend keeps values there (else as they are) */
+  upload(feeds: Record<string, OrtTensorLike>): Promise<{ feeds: Record<string, OrtTensorLike>; release(): void }>;
   /** x_s · W_U for vectors [S, D] (no b_U, no soft-cap), float64 */
   unembedDots(x: Tensor, signal?: AbortSignal): Promise<Float64Array>;
   ort: SessionFactory['ort'];
@@ -470,52 +472,58 @@ export async function prepareReplacement(
         });
       }
       const out = new Float32Array(targets.length * nSources);
-      for (let b0 = 0; b0 < targets.length; b0 += batch) {
-        throwIfAborted(o.signal);
-        const chunk = targets.slice(b0, b0 + batch);
-        const B = chunk.length;
-        const vec = new Float32Array(B * D);
-        const atT = new Float32Array((L + 1) * B * T);
-        chunk.forEach((t, b) => {
-          if (t.kind === 'logit') {
-            vec.set(logitVec.get(t.token)!, b * D);
-            atT[(L * B + b) * T + (T - 1)] = 1;
-          } else {
-            const s = t.index;
-            if (!(s >= 0 && s < nFeat))
-              throw new LoupeError('BAD_INPUT', `No active feature ${s} (there are ${nFeat}).`);
-            const l = features.layer[s];
-            vec.set(encRows[l].subarray((s - encOffset[l]) * D, (s - encOffset[l] + 1) * D), b * D);
-            atT[(l * B + b) * T + features.position[s]] = 1;
-          }
-        });
-        const t1 = Date.now();
-        const res = await host.runReplacement(
-          { ...fixed, seed_vec: f32(vec, [B, D]), seed_at: f32(atT, [L + 1, B, T, 1]) },
-          REPLACEMENT_OUTPUTS(L),
-        );
-        stats.run_ms += Date.now() - t1;
-        stats.runs++;
-        stats.rows += B;
-        const emb = res.out_embed.data as Float32Array; // [B, T]
-        const err = res.out_err.data as Float32Array; // [B, L, T]
-        for (let b = 0; b < B; b++) {
-          const row = out.subarray((b0 + b) * nSources, (b0 + b + 1) * nSources);
-          row.set(err.subarray(b * L * T, (b + 1) * L * T), nFeat);
-          row.set(emb.subarray(b * T, (b + 1) * T), nFeat + L * T);
-        }
-        for (let m = 0; m < L; m++) {
-          const { s, P } = slots[m];
-          const d = res[`out_dec_${m}`].data as Float32Array; // [T, B, P]
-          for (let p = 0; p < T; p++)
-            for (let k = 0; k < P; k++) {
-              const src = s[p * P + k];
-              if (src < 0) continue;
-              for (let b = 0; b < B; b++) out[(b0 + b) * nSources + src] += d[(p * B + b) * P + k];
+      // the frozen constants and the decoder vectors are written once per call, then fed from the device
+      const dev = await host.upload(fixed);
+      try {
+        for (let b0 = 0; b0 < targets.length; b0 += batch) {
+          throwIfAborted(o.signal);
+          const chunk = targets.slice(b0, b0 + batch);
+          const B = chunk.length;
+          const vec = new Float32Array(B * D);
+          const atT = new Float32Array((L + 1) * B * T);
+          chunk.forEach((t, b) => {
+            if (t.kind === 'logit') {
+              vec.set(logitVec.get(t.token)!, b * D);
+              atT[(L * B + b) * T + (T - 1)] = 1;
+            } else {
+              const s = t.index;
+              if (!(s >= 0 && s < nFeat))
+                throw new LoupeError('BAD_INPUT', `No active feature ${s} (there are ${nFeat}).`);
+              const l = features.layer[s];
+              vec.set(encRows[l].subarray((s - encOffset[l]) * D, (s - encOffset[l] + 1) * D), b * D);
+              atT[(l * B + b) * T + features.position[s]] = 1;
             }
+          });
+          const t1 = Date.now();
+          const res = await host.runReplacement(
+            { ...dev.feeds, seed_vec: f32(vec, [B, D]), seed_at: f32(atT, [L + 1, B, T, 1]) },
+            REPLACEMENT_OUTPUTS(L),
+          );
+          stats.run_ms += Date.now() - t1;
+          stats.runs++;
+          stats.rows += B;
+          const emb = res.out_embed.data as Float32Array; // [B, T]
+          const err = res.out_err.data as Float32Array; // [B, L, T]
+          for (let b = 0; b < B; b++) {
+            const row = out.subarray((b0 + b) * nSources, (b0 + b + 1) * nSources);
+            row.set(err.subarray(b * L * T, (b + 1) * L * T), nFeat);
+            row.set(emb.subarray(b * T, (b + 1) * T), nFeat + L * T);
+          }
+          for (let m = 0; m < L; m++) {
+            const { s, P } = slots[m];
+            const d = res[`out_dec_${m}`].data as Float32Array; // [T, B, P]
+            for (let p = 0; p < T; p++)
+              for (let k = 0; k < P; k++) {
+                const src = s[p * P + k];
+                if (src < 0) continue;
+                for (let b = 0; b < B; b++) out[(b0 + b) * nSources + src] += d[(p * B + b) * P + k];
+              }
+          }
+          for (const t of Object.values(res)) t.dispose?.();
+          o.onRows?.(Math.min(targets.length, b0 + B), targets.length);
         }
-        for (const t of Object.values(res)) t.dispose?.();
-        o.onRows?.(Math.min(targets.length, b0 + B), targets.length);
+      } finally {
+        dev.release();
       }
       return out;
     },

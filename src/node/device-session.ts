@@ -44,6 +44,8 @@ interface DeviceHelpers {
   scalars: Map<number, Promise<OrtTensorLike>>;
   /** the session that makes them */
   maker?: Promise<any>;
+  /** the session that copies a float32 tensor of any shape to the GPU (deviceUpload) */
+  uploader?: Promise<any>;
 }
 const helpersOf = new WeakMap<object, DeviceHelpers>();
 
@@ -126,6 +128,26 @@ function deviceScalar(ort: OrtModule, v: number): Promise<OrtTensorLike> {
     h.scalars.set(v, t);
   }
   return t;
+}
+
+/**
+ * A float32 tensor copied to the GPU once (one run of an Identity session whose output stays
+ * there), to be fed to many runs with nothing written again; the caller disposes it.
+ */
+export async function deviceUpload(ort: OrtModule, t: OrtTensorLike): Promise<OrtTensorLike> {
+  const h = helpers(ort);
+  if (!h.uploader) {
+    const g = new OnnxGraph(() => '');
+    g.identity(g.input('x', 'float'), 'y');
+    g.output('y');
+    h.uploader = ort.InferenceSession.create(g.encode(), {
+      executionProviders: ['webgpu'],
+      preferredOutputLocation: 'gpu-buffer',
+      logSeverityLevel: 3,
+    });
+    h.uploader.catch(() => (h.uploader = undefined));
+  }
+  return (await (await h.uploader).run({ x: t }, ['y'])).y;
 }
 
 /** the one float of a one-element float32 tensor in JS memory, else undefined */

@@ -27,6 +27,7 @@ import {
   graphSessionOptions,
   wrapOrtSession,
   type OrtModule,
+  type OrtTensorLike,
   type SessionFactory,
 } from '../engine/runtime/ort-session';
 import type { RangedFile, WeightSet } from '../engine/safetensors-types';
@@ -34,7 +35,7 @@ import { defaultCacheDir } from './dir-cache';
 import type { BuiltGraph } from '../engine/graph/build-model';
 import type { GpuCaps } from '../engine/env';
 import { cachedModelPath, dropEntry, optimizedKey, saveTarget, worthCaching } from './optimized-cache';
-import { deviceSession, deviceSessionOptions } from './device-session';
+import { deviceSession, deviceSessionOptions, deviceUpload } from './device-session';
 
 /**
  * Where to assemble the graph: on the same filesystem as the weights, so they can be hard-linked.
@@ -128,7 +129,7 @@ export function nodeSessionFactory(
   return {
     backend: gpu ? 'webgpu' : 'node',
     ort,
-    ...(gpu ? { gpu, readoutInForward: true } : {}),
+    ...(gpu ? { gpu, readoutInForward: true, upload: (t: OrtTensorLike) => deviceUpload(ort, t) } : {}),
     async create(graph, weights) {
       const options = base(graph);
       if (gpu) {

@@ -67,6 +67,11 @@ export interface SessionFactory {
   /** the provider runs an If's branches on the device: DLA's readout can go in the forward graph (readout/choose.ts) */
   readoutInForward?: boolean;
   create(graph: BuiltGraph, weights: WeightSet): Promise<EngineSession>;
+  /**
+   * Where values can stay on a device (WebGPU): a float32 tensor copied there once, to be fed to
+   * many runs with nothing written again; its owner disposes it. Absent: feeds are written per run.
+   */
+  upload?(t: OrtTensorLike): Promise<OrtTensorLike>;
 }
 
 /**
@@ -163,6 +168,24 @@ function gpuScalar(ort: OrtModule, v: number): Promise<OrtTensorLike> {
     byValue.set(v, t);
   }
   return t;
+}
+
+/** a float32 tensor copied into a GPU buffer of onnxruntime's device; disposing the tensor destroys the buffer */
+async function gpuUpload(ort: OrtModule, t: OrtTensorLike): Promise<OrtTensorLike> {
+  const device = await ort.env.webgpu.device;
+  const usage = (globalThis as any).GPUBufferUsage;
+  const data = t.data as Float32Array;
+  // onnxruntime-web rounds storage bindings up to 16 bytes
+  const buffer = device.createBuffer({
+    size: Math.max(16, Math.ceil(data.byteLength / 16) * 16),
+    usage: usage.STORAGE | usage.COPY_SRC | usage.COPY_DST,
+  });
+  device.queue.writeBuffer(buffer, 0, data);
+  return (ort.Tensor as any).fromGpuBuffer(buffer, {
+    dataType: 'float32',
+    dims: t.dims,
+    dispose: () => buffer.destroy(),
+  }) as OrtTensorLike;
 }
 
 /** The run of a WebGPU session made with presentOnGpu (see above). */
@@ -301,6 +324,7 @@ export function webSessionFactory(
     backend,
     ort,
     ...(backend === 'webgpu' && gpu ? { gpu } : {}),
+    ...(backend === 'webgpu' ? { upload: (t: OrtTensorLike) => gpuUpload(ort, t) } : {}),
     async create(graph, weights) {
       const { graphBytes, pieces } = pieceGraph(graph.bytes);
       const present = backend === 'webgpu' ? presentOnGpu(graph.outputNames) : {};

@@ -49,6 +49,11 @@ export class TransferCounter {
     }
   }
 
+  /** a tensor copied to the device once (SessionFactory.upload), outside any counted run: its bytes written */
+  uploaded(t: OrtTensorLike): void {
+    this.c.written_bytes += hostBytes(t);
+  }
+
   counts(): TransferCounts {
     const r: TransferCounts = { ...this.c };
     if (this.placed.size) {
