@@ -8,7 +8,7 @@ import type { Backend } from '../api';
 import type { BuiltGraph } from '../graph/build-model';
 import type { WeightSet } from '../safetensors-types';
 import { precisionSessionOptions } from '../precision';
-import { pieceGraph, type Piece } from './pieces';
+import { pieceData, pieceGraph, type Piece } from './pieces';
 import { LoupeError } from '../errors';
 import { gatherAt } from './positions';
 import type { ReadableWeightSet } from '../safetensors';
@@ -211,15 +211,18 @@ function webDeviceRun(ort: OrtModule, session: any): EngineSession['run'] {
   };
 }
 
-/** One piece's bytes: a view of a file in memory, else read by range (IndexedDB chunks, a file on disk). */
+/**
+ * One piece's bytes: a view of a file in memory, else read by range (IndexedDB chunks, a file on
+ * disk); a widen piece's widened to float32 (pieces.ts pieceData).
+ */
 async function pieceBytes(weights: ReadableWeightSet, p: Piece): Promise<Uint8Array> {
   const bytes = weights.files.get(p.file);
-  if (bytes) return bytes.subarray(p.start, p.end);
+  if (bytes) return pieceData(p, bytes.subarray(p.start, p.end));
   const ranged = weights.ranged?.get(p.file);
   const data = ranged
     ? await ranged.readAsync(p.start, p.end - p.start)
     : weights.readRange?.(p.file, p.start, p.end - p.start);
-  return checked(p, p.start, p.end - p.start, data);
+  return pieceData(p, checked(p, p.start, p.end - p.start, data));
 }
 
 function checked(p: Piece, start: number, length: number, data: Uint8Array | undefined): Uint8Array {
@@ -241,8 +244,14 @@ type SyncRead = (offset: number, length: number, into?: Uint8Array) => Uint8Arra
  * in a worker (read into the session's scratch), a file on disk (a buffer per tensor: Node frees
  * each at once, and a scratch left live there raised the load's peak).
  */
-function syncReader(weights: ReadableWeightSet, file: string): { read: SyncRead; scratch: boolean } | undefined {
-  if (weights.files.has(file)) return undefined; // in memory: the piece is a view, nothing to save
+function syncReader(
+  weights: ReadableWeightSet,
+  file: string,
+  widen = false,
+): { read: SyncRead; scratch: boolean } | undefined {
+  const bytes = weights.files.get(file);
+  // in memory: the piece is a view, nothing to save, unless it is widened (then tensor by tensor too)
+  if (bytes) return widen ? { read: (o, n) => bytes.subarray(o, o + n), scratch: true } : undefined;
   const ranged = weights.ranged?.get(file);
   if (ranged) return { read: (o, n, into) => ranged.read(o, n, into), scratch: true };
   const read = weights.readRange;
@@ -283,7 +292,9 @@ const SCRATCH_MAX_BYTES = 64 << 20;
  */
 function lazyPiece(p: Piece, read: SyncRead, scratch: Scratch | null): LazyPiece {
   const lazy: LazyPiece = { bytes: new Uint8Array(0), served: 0 };
-  const size = p.end - p.start;
+  // a widen piece is handed over as float32: twice its range, each tensor read as BF16 and widened
+  const k = p.widen ? 2 : 1;
+  const size = (p.end - p.start) * k;
   Object.defineProperties(lazy.bytes, {
     byteLength: { value: size },
     subarray: {
@@ -293,7 +304,10 @@ function lazyPiece(p: Piece, read: SyncRead, scratch: Scratch | null): LazyPiece
           const fits = scratch && n <= SCRATCH_MAX_BYTES;
           if (fits && scratch.buf.byteLength < n) scratch.buf = new Uint8Array(n);
           const into = fits ? scratch.buf.subarray(0, n) : undefined;
-          const data = checked(p, p.start + begin, n, read(p.start + begin, n, into));
+          const at = p.start + begin / k;
+          const data = p.widen
+            ? pieceData(p, checked(p, at, n / k, read(at, n / k)), into)
+            : checked(p, at, n, read(at, n, into));
           lazy.served += data.byteLength;
           return data;
         } catch (e) {
@@ -336,7 +350,7 @@ export function webSessionFactory(
       };
       const scratch: Scratch = { buf: new Uint8Array(0) };
       const lazy = pieces.map((p) => {
-        const r = syncReader(weights, p.file);
+        const r = syncReader(weights, p.file, p.widen);
         return r && lazyPiece(p, r.read, r.scratch ? scratch : null);
       });
       if (lazy.some(Boolean)) {
