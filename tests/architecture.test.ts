@@ -251,3 +251,16 @@ describe('import structure', () => {
     expect(bad).toEqual([]);
   });
 });
+
+describe("the page's state by concern", () => {
+  it('each store in src/ui/state is at most 250 lines (a bigger one holds more than one concern)', () => {
+    const dir = path.join(ROOT, 'src', 'ui', 'state');
+    const stores = readdirSync(dir).filter((f) => f.endsWith('.svelte.ts'));
+    expect(stores).toContain('app.svelte.ts');
+    const big = stores
+      .map((f) => [f, readFileSync(path.join(dir, f), 'utf8').split('\n').length - 1] as const)
+      .filter(([, n]) => n > 250)
+      .map(([f, n]) => `${f}: ${n} lines`);
+    expect(big).toEqual([]);
+  });
+});

@@ -1,15 +1,12 @@
 /**
- * The page's state, split by concern into stores (forms, models, jobs, results, history, share,
- * links, doctor, prefs, notices) and joined here: this class wires them together and holds the few actions that
- * span several (running an operation, start-up, a worker restart). It survives a worker crash:
+ * The page's state, split by concern into stores (forms, models, jobs, runs, results, attach,
+ * history, share, links, doctor, prefs, notices) and joined here: this class wires them together
+ * and holds the few actions that span several (start-up, a model or backend switch). It survives a worker crash:
  * inputs and results live here, not in the worker. The flat getters are the slice the agent
  * bridge (src/bridge/page-adapter.ts) and the e2e suite read.
  */
-import { LoupeError } from '../../engine/errors';
 import type { Progress } from '../../ops/types';
 import { EngineClient, type EngineEndpoint } from '../engine/client';
-import { connectEngineSocket, engineSocket } from '../engine/remote';
-import { engineTarget } from '../../share/wire';
 import type { WeightsMode } from '../../engine/precision';
 import { newInstanceId } from '../../ops/lib/handles';
 import { errInfo, type ErrorInfo } from './errors';
@@ -18,7 +15,10 @@ import { PrefStore } from './prefs-store.svelte';
 import { FormStore } from './forms.svelte';
 import { JobStore } from './jobs.svelte';
 import { ResultStore, type ResultEntry } from './results.svelte';
-import { ModelStore, choiceOf, sameModel, type ModelChoice } from './models.svelte';
+import { ModelStore } from './models.svelte';
+import { choiceOf, sameModel, type ModelChoice } from './model-choice';
+import { RunStore } from './runs.svelte';
+import { AttachStore } from './attach.svelte';
 import type { LoadedModelSummary } from '../../../workers/protocol';
 import { ShareStore } from './share.svelte';
 import { DoctorStore } from './doctor.svelte';
@@ -42,20 +42,14 @@ export class AppState {
   readonly doctor: DoctorStore;
   readonly links: LinkStore;
   readonly history = new ResultHistory();
-  /** the last page run's error (form validation included), shown under the form */
-  jobError = $state<ErrorInfo | null>(null);
-  workerRestarts = $state(0);
-  /** the served engine (`loupe serve`) the page is attached to, or null: the in-page worker */
-  engine = $state<string | null>(null);
-  /** an attach under way, and why the last one failed */
-  attaching = $state(false);
-  attachError = $state<ErrorInfo | null>(null);
+  readonly runs: RunStore;
+  readonly attach: AttachStore;
 
   constructor(workerFactory: () => EngineEndpoint) {
     this.client = new EngineClient(workerFactory, {
       onStart: (api) => void api.configure({ instanceId: this.instanceId }).catch(() => {}),
-      onRestart: (reason, from, standby) => this.onWorkerRestart(reason, from, standby),
-      onEngine: (url) => (this.engine = url),
+      onRestart: (reason, from, standby) => this.attach.onWorkerRestart(reason, from, standby),
+      onEngine: (url) => (this.attach.engine = url),
     });
     const notify = this.notices.notify.bind(this.notices);
     this.jobs = new JobStore(this.client);
@@ -67,7 +61,7 @@ export class AppState {
       weights: () => this.prefs.weights,
       onLoaded: (m, previous) => {
         if (previous && !sameModel(previous.ref, m.ref)) this.modelChanged(m);
-        // whether the WebGPU adapter is a software one (slowBackend) is in the Doctor's probe
+        // whether the WebGPU adapter is a software one (DoctorStore.slowBackend) is in the Doctor's probe
         if (m.info.backend === 'webgpu' && !this.doctor.info) void this.doctor.run();
         this.share.modelLoaded();
       },
@@ -80,21 +74,18 @@ export class AppState {
       notify,
       run: async (op, input) => {
         // no scrolling: the banner saying whether the re-run matched stays in view
-        const doc = await this.runOperation(op, input, { scroll: false });
+        const doc = await this.runs.runOperation(op, input, { scroll: false });
         return doc === null ? { error: this.jobError ?? { code: 'INTERNAL', message: 'The run failed.' } } : { doc };
       },
     });
     this.doctor = new DoctorStore(this.client, this.jobs, notify);
     this.links = new LinkStore(this.forms, notify, () => this.resultStore.byOp[this.forms.op]?.model ?? null);
+    this.runs = new RunStore(this.forms, this.jobs, this.models, this.resultStore);
+    const { client, jobs, models, doctor } = this;
+    this.attach = new AttachStore({ client, jobs, models, doctor, notify, loadOps: () => this.loadOps() });
     this.resultStore.onNew = (e) => void this.history.record(e);
     this.history.schemaCheck = (items) => this.client.call((api) => api.checkDocuments(items));
-    // an error about inputs that have since been edited is stale (a running job's error is not yet shown)
-    this.forms.onEdit = () => {
-      if (!this.jobs.busy) this.jobError = null;
-    };
   }
-
-  // ---------- the slice the agent bridge and the e2e suite read ----------
 
   get model() {
     return this.models.model;
@@ -146,6 +137,25 @@ export class AppState {
   get job() {
     return this.jobs.job;
   }
+  get jobError(): ErrorInfo | null {
+    return this.runs.error;
+  }
+  set jobError(e: ErrorInfo | null) {
+    this.runs.error = e;
+  }
+  get workerRestarts(): number {
+    return this.attach.workerRestarts;
+  }
+  runOperation(op: string, input: Record<string, unknown>, opts: { scroll?: boolean } = {}): Promise<any> {
+    return this.runs.runOperation(op, input, opts);
+  }
+  execute(
+    op: string,
+    input: Record<string, unknown>,
+    opts: { who: 'page' | 'agent'; signal?: AbortSignal; onProgress?: (p: Progress) => void },
+  ): Promise<{ doc: any; ms: number }> {
+    return this.runs.execute(op, input, opts);
+  }
   choiceOf = choiceOf;
   loadModel(choice: ModelChoice, opts?: { quiet?: boolean }): Promise<boolean> {
     return this.models.load(choice, opts);
@@ -159,8 +169,6 @@ export class AppState {
   notify(kind: 'info' | 'warn' | 'error', text: string, ms?: number): void {
     this.notices.notify(kind, text, ms);
   }
-
-  // ---------- start-up ----------
 
   async init(): Promise<void> {
     const linkModel = this.share.open();
@@ -225,193 +233,9 @@ export class AppState {
     });
   }
 
-  /** a warning before any run when the backend in use is slow (WebGPU on a software adapter), else null */
-  get slowBackend(): string | null {
-    if (this.models.model?.info.backend !== 'webgpu' || !this.doctor.info?.gpu.isFallbackAdapter) return null;
-    return (
-      'WebGPU here is a software adapter (no GPU): operations run far slower than on WASM (patch took 55 s ' +
-      'against 1.05 s in one measurement). Choose WASM unless you are testing WebGPU itself.'
-    );
-  }
-
   setWeights(w: WeightsMode): void {
     this.prefs.setWeights(w);
     void this.models.reload();
-  }
-
-  /**
-   * Attach to a served engine (`loupe serve`): `pasted` is its pairing line (URL#token=…) or URL,
-   * `token` the token when the line has none. The model loaded now loads there (cached there);
-   * inputs and results stay. False (and attachError) when no engine answered.
-   */
-  async attachEngine(pasted: string, token = ''): Promise<boolean> {
-    this.attachError = null;
-    this.attaching = true;
-    try {
-      const t = engineTarget(pasted);
-      const tok = t.token ?? token.trim();
-      if (!/^[0-9a-f]{64}$/.test(tok))
-        throw new LoupeError(
-          'BAD_INPUT',
-          'The token must be the 64 hex digits loupe serve printed.',
-          'Paste the whole pairing line (URL#token=…), or the token in its own box.',
-        );
-      const endpoint = this.heedNotices(await connectEngineSocket(t.url, tok));
-      const reconnect = () => this.heedNotices(engineSocket(t.url, tok));
-      // an engine that also serves this page takes its files with it when it dies: keep the in-page
-      // worker (runtime and model loaded) to go back to
-      const standby = new URL(t.url).host === location.host;
-      if (!this.client.attached) this.beforeAttach = this.models.model;
-      await this.jobs.exclusive(async () => {
-        this.client.switchTo({ endpoint, attached: { url: t.url, reconnect } }, { standby });
-      });
-      this.notices.notify('info', `Attached to the Loupe engine at ${t.url}.`, 5000);
-      await this.onEngineSwitched();
-      return true;
-    } catch (e) {
-      this.attachError = errInfo(e);
-      return false;
-    } finally {
-      this.attaching = false;
-    }
-  }
-
-  /** another connection's load replaced this page's model on the served engine: the panel stops naming it */
-  private heedNotices<E extends EventTarget>(ep: E): E {
-    ep.addEventListener('notice', (ev) => {
-      const n = (ev as Event & { detail: { type: string; model?: string } }).detail;
-      if (n.type !== 'model_replaced' || !this.models.model) return;
-      const mine = this.models.model.info.id;
-      this.models.model = null;
-      this.models.status = 'idle';
-      this.notices.notify(
-        'warn',
-        `Another page loaded ${n.model} on the engine at ${this.client.attached}, replacing ${mine}. Load a model again to run.`,
-        0,
-      );
-    });
-    return ep;
-  }
-
-  /** Back to the in-page engine, without a reload: the model loads here again. */
-  async detachEngine(): Promise<void> {
-    if (!this.client.attached) return;
-    const url = this.client.attached;
-    await this.jobs.exclusive(async () => this.client.switchTo(null));
-    this.notices.notify('info', `Detached from ${url}: back on the in-page engine.`, 5000);
-    await this.onEngineSwitched();
-  }
-
-  private async onEngineSwitched(): Promise<void> {
-    this.jobs.reset();
-    // the new engine holds no model yet: the page must not claim the old engine's until it loads there
-    this.models.model = null;
-    void this.loadOps();
-    void this.refreshCache();
-    if (!(await this.models.reload({ quiet: true })) && !this.models.model)
-      await this.models.load(this.models.startChoice(), { quiet: true });
-    if (this.doctor.info) void this.doctor.run();
-  }
-
-  /** the in-page model when the page attached (its standby worker still holds it) */
-  private beforeAttach: LoadedModelSummary | null = null;
-
-  private onWorkerRestart(reason: string, from?: string, standby = false): void {
-    this.workerRestarts++;
-    this.jobs.reset();
-    this.notices.notify(
-      'warn',
-      from
-        ? `${reason[0].toUpperCase()}${reason.slice(1)}. The page is back on its own engine; your inputs and results are kept.`
-        : `${reason[0].toUpperCase()}${reason.slice(1)}. Restarted it; your inputs and results are kept.`,
-      12000,
-    );
-    if (from) {
-      // the served engine's model went with it; a standby worker still holds the page's own
-      this.models.model = standby ? this.beforeAttach : null;
-      if (this.models.model) this.models.status = 'ready';
-      if (this.doctor.info) void this.doctor.run();
-    }
-    void this.loadOps();
-    // a load under way when the worker went retries by itself (ModelStore.load)
-    if (!this.models.loading && !(standby && this.models.model)) void this.models.reload({ quiet: true });
-  }
-
-  // ---------- operations ----------
-
-  async runCurrent(): Promise<void> {
-    const op = this.forms.op;
-    const { input, errors } = this.forms.inputFor(op);
-    this.forms.errors = errors;
-    if (Object.keys(errors).length) {
-      this.jobError = {
-        code: 'BAD_INPUT',
-        message: `Check the parameters: ${Object.entries(errors)
-          .map(([k, v]) => `${k} ${v}`)
-          .join('; ')}.`,
-      };
-      return;
-    }
-    // the run's layer and direction (however they were set) are the next method's too
-    this.forms.carry(op, this.forms.params[op] ?? {});
-    this.forms.save();
-    await this.runOperation(op, input);
-  }
-
-  /** Run from the page: errors land in jobError, the result in `results`; returns the document or null. */
-  async runOperation(op: string, input: Record<string, unknown>, opts: { scroll?: boolean } = {}): Promise<any> {
-    this.jobError = null;
-    try {
-      const { doc, ms } = await this.execute(op, input, { who: 'page' });
-      this.resultStore.set({ op, input, doc, model: this.models.ref, ms, fromLink: false });
-      if (op === this.forms.op && opts.scroll !== false) this.resultStore.seq++;
-      // an SAE download lands in the same IndexedDB cache as the models: list it there
-      if (typeof input.sae_source === 'string') void this.models.refreshCache();
-      if (doc && typeof doc === 'object') this.forms.fillFrom(op, doc);
-      return doc;
-    } catch (e) {
-      const err = errInfo(e);
-      this.jobError =
-        err.code === 'CANCELLED' ? { code: 'CANCELLED', message: `${this.forms.title(op)} was cancelled.` } : err;
-      return null;
-    }
-  }
-
-  /** Run an operation in the worker, shown in the job bar (with Cancel). Throws LoupeErrors. */
-  async execute(
-    op: string,
-    input: Record<string, unknown>,
-    opts: { who: 'page' | 'agent'; signal?: AbortSignal; onProgress?: (p: Progress) => void },
-  ): Promise<{ doc: any; ms: number }> {
-    return this.jobs.exclusive(async () => {
-      if (!this.models.model)
-        throw new LoupeError(
-          'NO_MODEL',
-          'No model is loaded yet.',
-          'Wait for the model to load, or pick one in the Model panel.',
-        );
-      if (opts.signal?.aborted) throw new LoupeError('CANCELLED', 'Cancelled.');
-      const t0 = performance.now();
-      // inputs may come from reactive state (a share link, the form): send plain data to the worker
-      const plain = $state.snapshot(input) as Record<string, unknown>;
-      const label = opts.who === 'agent' ? `${op} (agent)` : op;
-      const doc = await this.jobs.track(
-        'operation',
-        label,
-        (id, api, onProgress) => api.runOperation(id, op, plain, onProgress),
-        opts,
-      );
-      void this.models.refreshMemory();
-      return { doc, ms: performance.now() - t0 };
-    });
-  }
-
-  /** show a session entry as the current result of its operation, with its inputs in the form */
-  showEntry(e: HistoryEntry): void {
-    this.resultStore.set(e, { restored: true });
-    this.forms.select(e.op);
-    this.forms.fillFromInput(e.op, e.input);
-    if (typeof e.input.prompt === 'string') this.forms.prompt = e.input.prompt;
   }
 
   runAgreement(): Promise<void> {

@@ -4,7 +4,8 @@
  */
 import { decodeShare, parseFragment, shareUrl, type ShareState, type ShareView } from '../../share/codec';
 import { compareDocuments, type CompareResult } from '../../share/compare';
-import { choiceOf, sameModel, type ModelChoice, type ModelStore } from './models.svelte';
+import type { ModelStore } from './models.svelte';
+import { choiceOf, sameModel, type ModelChoice } from './model-choice';
 import type { ResultEntry, ResultStore } from './results.svelte';
 import type { FormStore } from './forms.svelte';
 import type { EngineClient } from '../engine/client';
