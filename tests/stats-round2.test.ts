@@ -90,25 +90,56 @@ describe('the sign-flip test', () => {
   });
 });
 
+/** DatasetStats.many's output for the pinned input below, to 12 digits, by main's stats.ts at f2e4f1c (before the tabled sums) */
+const PINNED = [
+  -0.145652301588, 0.198033310067, 0.811, -0.0284487758084, 0.314189669021, 0.158, 0.0478746157544, 0.391764438588,
+  0.02,
+];
+
 describe('many components at once', () => {
-  it('gives the numbers of one component at a time, across block edges, exact and sampled', () => {
-    for (const [n, count] of [
-      [8, 700],
-      [20, 530],
+  it("gives one component at a time's numbers (today's), across block edges, exact and sampled", () => {
+    // `of` is the plain definition (each resample's mean summed in draw order, sorted quantiles);
+    // `many` sums the same draws and patterns from tabled subset sums, so only the order of the
+    // additions differs: the CIs agree to rounding and the p-values exactly
+    for (const [n, count, flips] of [
+      [8, 700, 9999],
+      [10, 300, 9999],
+      [20, 530, 9999],
+      [37, 300, 999],
+      [64, 300, 999],
     ]) {
-      const st = new DatasetStats(n, 4);
+      const st = new DatasetStats(n, 4, 1000, flips);
       const rows = Array.from({ length: n }, (_, k) =>
-        Float64Array.from({ length: count }, (_, i) => Math.cos(i * 3 + k) + 0.2),
+        // ties and zeros too: a column of zeros, repeated values
+        Float64Array.from({ length: count }, (_, i) =>
+          i % 7 === 0 ? 0 : i % 5 === 0 ? 0.25 : Math.cos(i * 3 + k) + 0.2,
+        ),
       );
       const all = st.many(rows, count, true);
-      for (const c of [0, 511, 512, count - 1]) {
+      expect(all).toHaveLength(count);
+      for (let c = 0; c < count; c++) {
         const one = st.of(
           rows.map((x) => x[c]),
           true,
         );
-        expect(all[c]).toEqual({ ci_low: one.ci_low, ci_high: one.ci_high, p_value: one.p_value });
+        expect(all[c].p_value).toBe(one.p_value);
+        expect(Math.abs(all[c].ci_low - one.ci_low)).toBeLessThan(1e-12);
+        expect(Math.abs(all[c].ci_high - one.ci_high)).toBeLessThan(1e-12);
       }
+      const noP = st.many(rows, 3, false);
+      expect(noP.map((r) => r.p_value)).toEqual([null, null, null]);
+      expect(noP[2].ci_low).toBe(all[2].ci_low);
     }
+  });
+
+  it('a fixed seed gives the same statistics as before the tabled sums (pinned)', () => {
+    const n = 64;
+    const st = new DatasetStats(n, 0, 1000, 999);
+    const rows = Array.from({ length: n }, (_, k) =>
+      Float64Array.from({ length: 3 }, (_, i) => Math.sin(k * 7 + i) + 0.1 * i),
+    );
+    const got = st.many(rows, 3, true).map((r) => [r.ci_low, r.ci_high, r.p_value]);
+    expect(got.flat().map((v) => +v!.toPrecision(12))).toEqual(PINNED);
   });
 });
 
