@@ -31,8 +31,10 @@ export interface CatalogEntry {
   loupe?: string[];
   /** nominal parameter count (the model card's; the whole checkpoint for Gemma 3's multimodal ones) */
   params: number;
-  /** the dtype its safetensors store */
+  /** the dtype its safetensors store (GPT-OSS: the dtype its MXFP4 experts are dequantised to at load) */
   dtype: Extract<SafetensorsDtype, 'F32' | 'F16' | 'BF16'>;
+  /** bytes its safetensors take where that is not params × dtype (GPT-OSS's MXFP4 experts: about 4.25 bits each) */
+  storedBytes?: number;
 }
 
 const M = 1e6,
@@ -164,6 +166,13 @@ export const CATALOG: readonly CatalogEntry[] = [
     ['Qwen/Qwen3-30B-A3B-Base', [], 30.5 * B, ['qwen3-30b-a3b-base']],
   ]),
   ...family('olmoe', 'BF16', [['allenai/OLMoE-1B-7B-0924', [], 6.92 * B, ['olmoe-1b-7b']]]),
+  // GPT-OSS (arch/gpt_oss.ts): experts stored as MXFP4 and held as BF16 once dequantised at load, so a
+  // load holds about three times what it downloads (model cards' counts; repositories' file sizes)
+  { ...family('gpt_oss', 'BF16', [['openai/gpt-oss-20b', [], 20.9 * B, ['gpt-oss-20b']]])[0], storedBytes: 13.8 * B },
+  {
+    ...family('gpt_oss', 'BF16', [['openai/gpt-oss-120b', [], 116.8 * B, ['gpt-oss-120b']]])[0],
+    storedBytes: 65.3 * B,
+  },
   ...family('olmo2', 'F32', [
     ['allenai/OLMo-2-0425-1B', ['olmo-2-1b'], 1.48 * B],
     ['allenai/OLMo-2-1124-7B', ['olmo-2-7b'], 7.3 * B],
@@ -261,5 +270,5 @@ export function judgeEntry(e: CatalogEntry, limits: BudgetLimits = {}): EntryJud
     : webgpu.fits
       ? 'WebGPU only'
       : 'too large here';
-  return { verdict, downloadBytes: stats.storedBytes, memory };
+  return { verdict, downloadBytes: e.storedBytes ?? stats.storedBytes, memory };
 }

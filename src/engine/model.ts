@@ -26,6 +26,7 @@ import type { Tensor } from './tensor';
 import type { WeightSet } from './safetensors-types';
 import type { GpuCaps } from './env';
 import { describeModel } from './arch';
+import { materializeDerived } from './mxfp4';
 import { LENS_OUTPUTS, type BuiltGraph, type GraphPlan } from './graph/build-model';
 import { readoutFor, readoutProducts, READOUT_OUTPUTS, type ReadoutMode } from './readout';
 import { allHookNames, hookInfo, hookShape as shapeOfHook, unknownHookHint } from './graph/hooks';
@@ -170,6 +171,7 @@ function postNormsOf(spec: ModelSpec): boolean {
 
 export async function createModel(parts: ModelParts, factory: SessionFactory): Promise<LoadedModel> {
   const spec = describeModel({ config: parts.config, tensors: parts.weights.tensors });
+  materializeDerived(parts.weights as ReadableWeightSet); // GPT-OSS's experts (mxfp4.ts), before any session
   const tokenizer = new ModelTokenizer(parts.tokenizerJson, parts.tokenizerConfig, parts.config);
   const used = [...specTensorNames(spec)].map((name) => parts.weights.tensors.get(name)!);
   const dtypes = new Set<string>(used.map((e) => e.dtype));

@@ -14,6 +14,23 @@ export interface TensorEntry {
   q8?: Q8Layout;
   /** set on the 4-bit tensors the runtime builds for --weights q4 (q4.ts), never on a file's own entries */
   q4?: Q4Layout;
+  /** set on the tensors an adapter derives from a checkpoint's own at load (GPT-OSS's experts, mxfp4.ts) */
+  derived?: DerivedRows;
+}
+
+/**
+ * How a tensor derived at load is made (mxfp4.ts): rows start, start + step, … (count of them) of
+ * expert `expert` of a stacked source
+ */
+export interface DerivedRows {
+  /** mxfp4: blocks + scales; dense: a stacked [E, in, R] matrix (its columns are the rows); bias: [E, R] */
+  kind: 'mxfp4' | 'dense' | 'bias';
+  src: string;
+  scales?: string;
+  expert: number;
+  start: number;
+  step: number;
+  count: number;
 }
 
 /** how a q8 tensor (dtype I8, the stored tensor's shape) is laid out (q8.ts has the scheme) */

@@ -57,6 +57,12 @@ export interface AttentionSpec {
    * (`(h two dh)`); z is multiplied by sigmoid(gate) before W_O (hook_z is the gated value)
    */
   outputGate?: boolean;
+  /**
+   * GPT-OSS's attention sinks: a learned logit per head (`self_attn.sinks` [H]) joins each row's
+   * softmax as one more column and is dropped after it, so a row's weights sum to less than 1
+   * (hook_pattern holds the key columns only)
+   */
+  sinks?: { w: string };
 }
 
 /**
@@ -99,7 +105,10 @@ export interface MlpSpec {
   act: Activation;
 }
 
-/** one expert of a mixture-of-experts layer: a gated MLP act(x W_gate) ⊙ (x W_up) W_down of width MoeSpec.dExpert */
+/**
+ * one expert of a mixture-of-experts layer: a gated MLP act(x W_gate) ⊙ (x W_up) W_down of width
+ * MoeSpec.dExpert (GPT-OSS: each projection with its bias, and MoeSpec.glu's clamped form)
+ */
 export interface ExpertSpec {
   gate: LinearRef;
   up: LinearRef;
@@ -117,13 +126,19 @@ export interface MoeSpec {
   topK: number;
   /**
    * softmax_topk: softmax over all E logits, then the k largest probabilities (divided by their sum
-   * when normTopK): Mixtral (always), Qwen2/3-MoE and OLMoE (norm_topk_prob)
+   * when normTopK): Mixtral (always), Qwen2/3-MoE and OLMoE (norm_topk_prob); GPT-OSS's softmax
+   * over the k largest logits is the same weights (normTopK true)
    */
   routing: 'softmax_topk';
   normTopK: boolean;
   act: Activation;
   /** each expert's width (Mixtral intermediate_size, the others moe_intermediate_size) */
   dExpert: number;
+  /**
+   * GPT-OSS's clamped SwiGLU in place of act(gate) ⊙ up: g = min(gate, limit), u = clamp(up, ±limit),
+   * (u + 1) ⊙ g·σ(alpha·g)
+   */
+  glu?: { alpha: number; limit: number };
   /** Qwen2-MoE: a dense gated MLP on every token, times sigmoid(x · w_gate) ([1, D]) */
   shared?: { mlp: ExpertSpec; dMlp: number; gate: LinearRef };
 }
@@ -151,7 +166,7 @@ export interface LayerSpec {
 }
 
 export interface RopeScaling {
-  kind: 'llama3' | 'linear' | 'longrope';
+  kind: 'llama3' | 'linear' | 'longrope' | 'yarn';
   /** llama3, linear: the scaling factor (longrope reads its factors and attentionFactor instead) */
   factor: number;
   lowFreqFactor?: number;
@@ -160,8 +175,12 @@ export interface RopeScaling {
   /** longrope: per-frequency divisors of the inverse frequencies, rd/2 each; `long` when a run's positions reach past originalMaxPositionEmbeddings */
   shortFactor?: number[];
   longFactor?: number[];
-  /** longrope: cos and sin are multiplied by it */
+  /** longrope, yarn: cos and sin are multiplied by it */
   attentionFactor?: number;
+  /** yarn: the rotation counts bounding the ramp between interpolated and kept frequencies, and whether its ends are rounded outwards */
+  betaFast?: number;
+  betaSlow?: number;
+  truncate?: boolean;
 }
 
 export interface RotarySpec {

@@ -3,7 +3,8 @@
 // {name: {dtype, shape, data_offsets: [begin, end]}, "__metadata__"?: {...}}, then the raw
 // little-endian bytes). It shares no code with src/.
 
-export type StDtype = 'F32' | 'F16' | 'BF16' | 'F64';
+/** U8: raw bytes (GPT-OSS's MXFP4 blocks and scales), written as given */
+export type StDtype = 'F32' | 'F16' | 'BF16' | 'F64' | 'U8';
 
 export interface StTensor {
   dims: number[];
@@ -11,7 +12,7 @@ export interface StTensor {
   data: Float32Array | Float64Array;
 }
 
-const BYTES: Record<StDtype, number> = { F32: 4, F16: 2, BF16: 2, F64: 8 };
+const BYTES: Record<StDtype, number> = { F32: 4, F16: 2, BF16: 2, F64: 8, U8: 1 };
 
 // ---------------------------------------------------------------- f16 / bf16 conversions
 
@@ -145,6 +146,10 @@ export function encodeSafetensors(
           dv.setUint16(p, f32ToBf16Bits(v), true);
           p += 2;
           break;
+        case 'U8':
+          dv.setUint8(p, v);
+          p += 1;
+          break;
       }
     }
   }
@@ -196,6 +201,10 @@ export function decodeSafetensors(bytes: Uint8Array): ReadResult {
         case 'BF16':
           data[i] = bf16BitsToF32(dv.getUint16(p, true));
           p += 2;
+          break;
+        case 'U8':
+          data[i] = dv.getUint8(p);
+          p += 1;
           break;
       }
     }

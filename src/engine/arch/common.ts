@@ -135,7 +135,7 @@ export function unsupportedConfig(field: string, value: unknown, supported: stri
   );
 }
 
-const ROPE_TYPES = 'llama3, linear, longrope, default (or none)';
+const ROPE_TYPES = 'llama3, linear, longrope, yarn, default (or none)';
 
 /**
  * config.json's rope_scaling (or one layer type's rope_parameters, `field` naming it) as the
@@ -143,7 +143,8 @@ const ROPE_TYPES = 'llama3, linear, longrope, default (or none)';
  * modeling_rope_utils computes them: `_compute_linear_scaling_rope_parameters`,
  * `_compute_llama3_parameters`, `_compute_longrope_parameters` (factor defaults to
  * max_position_embeddings / original_max_position_embeddings; attention_factor to
- * sqrt(1 + ln factor / ln original), 1 when factor ≤ 1). Other types are UNSUPPORTED_CONFIG.
+ * sqrt(1 + ln factor / ln original), 1 when factor ≤ 1), `_compute_yarn_parameters`. Other types
+ * are UNSUPPORTED_CONFIG.
  */
 export function ropeScaling(
   config: Config,
@@ -220,6 +221,26 @@ export function ropeScaling(
       longFactor: factors('long_factor'),
       originalMaxPositionEmbeddings: original,
       attentionFactor,
+    };
+  }
+  if (type === 'yarn') {
+    // `_compute_yarn_parameters`: attention_factor defaults to 0.1 ln(factor) + 1 (1 when factor ≤ 1;
+    // mscale / mscale_all_dim, DeepSeek's, are refused), beta_fast 32, beta_slow 1, truncate true
+    for (const k of ['mscale', 'mscale_all_dim'])
+      if (rs[k] !== undefined && rs[k] !== null) throw unsupportedConfig(`${field}.${k}`, rs[k], 'absent');
+    const factor = numberAt('factor');
+    const original = numberAt('original_max_position_embeddings');
+    const optional = (k: string, fallback: number) => (rs[k] === undefined || rs[k] === null ? fallback : numberAt(k));
+    if (rs.truncate !== undefined && typeof rs.truncate !== 'boolean')
+      throw unsupportedConfig(`${field}.truncate`, rs.truncate, 'true or false');
+    return {
+      kind: 'yarn',
+      factor,
+      originalMaxPositionEmbeddings: original,
+      attentionFactor: optional('attention_factor', factor <= 1 ? 1 : 0.1 * Math.log(factor) + 1),
+      betaFast: optional('beta_fast', 32),
+      betaSlow: optional('beta_slow', 1),
+      truncate: rs.truncate ?? true,
     };
   }
   throw unsupportedConfig(key, type, ROPE_TYPES);

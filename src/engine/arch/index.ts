@@ -17,6 +17,7 @@ import { qwen2Moe } from './qwen2_moe';
 import { qwen3Moe } from './qwen3_moe';
 import { olmoe } from './olmoe';
 import { qwen3_5 } from './qwen3_5';
+import { gptOss } from './gpt_oss';
 
 /**
  * An adapter: config.json + tensor index → ModelSpec. A multimodal family also says which tensors
@@ -46,6 +47,7 @@ const ADAPTERS: Record<string, Adapter> = {
   olmoe,
   qwen3_5_text: qwen3_5,
   qwen3_5,
+  gpt_oss: gptOss,
 };
 
 export const SUPPORTED_MODEL_TYPES = Object.keys(ADAPTERS);

@@ -56,6 +56,8 @@ export interface LlamaLikeOptions {
   defaultTied?: boolean;
   /** a mixture-of-experts MLP in every layer (arch/moe.ts) instead of the dense one */
   moe?: MoeOptions;
+  /** GPT-OSS: a learned sink logit per head in each attention softmax (`self_attn.sinks` [H]) */
+  sinks?: boolean;
 }
 
 const LAYER_TYPES = ['sliding_attention', 'full_attention'];
@@ -172,9 +174,10 @@ export function llamaLike(input: AdapterInput, opts: LlamaLikeOptions): ModelSpe
         scale,
         softcap,
         slidingWindow: slide[l],
+        ...(opts.sinks ? { sinks: { w: need(t, `${p}.self_attn.sinks`, [H]) } } : {}),
       },
       ...(moe
-        ? { moe: moeLayer(t, p, D, moe, opts.moe!, act) }
+        ? { moe: opts.moe!.layer ? opts.moe!.layer(t, p, D, moe) : moeLayer(t, p, D, moe, opts.moe!, act) }
         : { mlp: { kind: 'gated' as const, gate, up: up!, down: linear(t, `${p}.mlp.down_proj`, D, M), act } }),
       parallel: false,
     };

@@ -20,6 +20,8 @@ export interface MoeOptions {
   normTopK: 'always' | 'config';
   /** Qwen2-MoE: a shared expert of shared_expert_intermediate_size with a sigmoid gate */
   shared?: boolean;
+  /** a layer's router and experts from a layout of the adapter's own (GPT-OSS's stacked experts), instead of moeLayer */
+  layer?: (t: TensorIndex, p: string, D: number, m: MoeConfig) => MoeSpec;
 }
 
 export interface MoeConfig {

@@ -473,6 +473,9 @@ export function addBackward(g: OnnxGraph, spec: BackwardSpec): string[] {
       case 'Relu':
         send(0, () => g.o('Mul', [gy, g.o('Cast', [g.o('Greater', [a, c(0)])], { to: 1 })]));
         break;
+      case 'Clip': // 1 where x was not clamped (the bounds included, as torch.clamp's gradient)
+        send(0, () => g.o('Mul', [gy, g.o('Cast', [g.o('Equal', [y, a])], { to: 1 })]));
+        break;
       case 'Softmax': {
         // y ⊙ (g − Σ g⊙y)
         const ax = norm(attr(n, 'axis') ?? -1, rank(y));

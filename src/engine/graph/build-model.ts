@@ -497,6 +497,7 @@ export class ModelGraph {
     if (
       this.fusedKernel('attention') &&
       a.softcap === null &&
+      !a.sinks &&
       !this.hookSet.has(`${b}.hook_attn_scores`) &&
       !this.hookSet.has(`${b}.hook_pattern`)
     ) {
@@ -510,7 +511,7 @@ export class ModelGraph {
       )[0];
       z = g.o('Reshape', [zFlat, g.constI([0, 0, H, Dh])]);
     } else {
-      z = this.attend(b, q, kH, vH, mask, a.scale, a.softcap);
+      z = this.attend(b, q, kH, vH, mask, a.scale, a.softcap, a.sinks?.w);
     }
     // the gated attention's z is the gated value, so that attn_out = Σ_h z_h · W_O[h] still holds
     if (gate) z = g.o('Mul', [z, g.o('Sigmoid', [gate])]);
@@ -529,7 +530,10 @@ export class ModelGraph {
     return this.hook(out, `blocks.${l}.hook_attn_out`);
   }
 
-  /** decomposed attention with its hooks: q [B, T, H, Dh], keys and values [B, H, Tk, Dh] → z [B, T, H, Dh] */
+  /**
+   * decomposed attention with its hooks: q [B, T, H, Dh], keys and values [B, H, Tk, Dh] → z [B, T, H, Dh];
+   * `sinks` (GPT-OSS, [H]): one more softmax column per row, its logit the head's sink, dropped after
+   */
   protected attend(
     b: string,
     q: string,
@@ -538,6 +542,7 @@ export class ModelGraph {
     mask: string,
     scale: number,
     cap: number | null,
+    sinks?: string,
   ): string {
     const { g } = this;
     // scores `b h t dh, b h tk dh -> b h t tk`
@@ -547,7 +552,15 @@ export class ModelGraph {
     ]);
     if (cap !== null) scores = softcap(g, scores, cap);
     scores = this.hook(g.o('Add', [scores, mask]), `${b}.hook_attn_scores`);
-    const pattern = this.hook(g.o('Softmax', [scores], { axis: -1 }), `${b}.hook_pattern`);
+    let probs: string;
+    if (sinks) {
+      // `h -> b h t 1`, concatenated after the key columns, softmax, the sink column sliced off
+      const rows = g.o('Concat', [g.o('Shape', [scores], { start: 0, end: 3 }), g.constI([1])], { axis: 0 });
+      const sink = g.o('Expand', [g.o('Reshape', [this.W(sinks, scores), g.constI([1, this.H, 1, 1])]), rows]);
+      const all = g.o('Softmax', [g.o('Concat', [scores, sink], { axis: 3 })], { axis: -1 });
+      probs = g.o('Slice', [all, g.constI([0]), g.constI([-1]), g.constI([3])]);
+    } else probs = g.o('Softmax', [scores], { axis: -1 });
+    const pattern = this.hook(probs, `${b}.hook_pattern`);
     const zT = g.o('MatMul', [pattern, vH]); // `b h t tk, b h tk dh -> b h t dh`
     return g.o('Transpose', [zT], { perm: [0, 2, 1, 3] });
   }
@@ -724,13 +737,19 @@ export class ModelGraph {
       this.hook(g.o('GatherElements', [w, idx], { axis: -1 }), `${b}.hook_expert_weights`);
     if (this.hookSet.has(`${b}.hook_expert_indices`))
       this.hook(g.o('Cast', [idx], { to: 1 }), `${b}.hook_expert_indices`);
+    const glu = (gate: string, up: string): string => {
+      if (!m.glu) return g.o('Mul', [activation(g, gate, m.act, this.fused), up]);
+      // GPT-OSS: (clamp(up, ±limit) + 1) ⊙ g·σ(alpha·g), g = min(gate, limit)
+      const { alpha, limit } = m.glu;
+      const gc = g.o('Clip', [gate, '', this.c(limit)]);
+      const uc = g.o('Clip', [up, this.c(-limit), this.c(limit)]);
+      return g.o('Mul', [
+        g.o('Add', [uc, this.c(1)]),
+        g.o('Mul', [gc, g.o('Sigmoid', [g.o('Mul', [gc, this.c(alpha)])])]),
+      ]);
+    };
     const gated = (ex: ExpertSpec, M: number) =>
-      this.linear(
-        g.o('Mul', [activation(g, this.linear(xn, ex.gate, D, M), m.act, this.fused), this.linear(xn, ex.up, D, M)]),
-        ex.down,
-        M,
-        D,
-      );
+      this.linear(glu(this.linear(xn, ex.gate, D, M), this.linear(xn, ex.up, D, M)), ex.down, M, D);
     let out = '';
     const add = (y: string) => (out = out ? g.o('Add', [out, y]) : y);
     m.experts.forEach((ex, e) => {

@@ -206,7 +206,7 @@ class EdgeModelGraph extends ModelGraph {
     const qT = this.rope(toBTHD(q)); // [B, T, H, Dh]
     const kH = this.spec.rotary ? toBTHD(this.rope(toBTHD(k))) : k; // [B, H, T, Dh]
     const mask = a.slidingWindow !== null ? this.maskLocal : this.mask;
-    const z = this.attend(`blocks.${l}.attn`, qT, kH, v, mask, a.scale, a.softcap); // [B, T, H, Dh]
+    const z = this.attend(`blocks.${l}.attn`, qT, kH, v, mask, a.scale, a.softcap, a.sinks?.w); // [B, T, H, Dh]
     // per-head results z_h · W_O[h]: out_in `d (h dh) -> h dh d`, in_out `(h dh) d -> h dh d`
     const wo =
       a.o.layout === 'out_in'

@@ -20,6 +20,22 @@ export function inverseFrequencies(r: RotarySpec, seqLen = 1): Float64Array {
     const ext = seqLen > s.originalMaxPositionEmbeddings! ? s.longFactor! : s.shortFactor!;
     return inv.map((f, i) => f / ext[i]);
   }
+  if (s.kind === 'yarn') {
+    // YaRN: dims below `low` keep their frequency, above `high` are divided by factor, a linear ramp between
+    const rd = r.dim;
+    const at = (rotations: number) =>
+      (rd * Math.log(s.originalMaxPositionEmbeddings! / (rotations * 2 * Math.PI))) / (2 * Math.log(r.theta));
+    let low = at(s.betaFast ?? 32);
+    let high = at(s.betaSlow ?? 1);
+    if (s.truncate ?? true) [low, high] = [Math.floor(low), Math.ceil(high)];
+    low = Math.max(low, 0);
+    high = Math.min(high, rd - 1);
+    if (low === high) high += 0.001;
+    return inv.map((f, i) => {
+      const keep = 1 - Math.min(1, Math.max(0, (i - low) / (high - low)));
+      return (f / s.factor) * (1 - keep) + f * keep;
+    });
+  }
   // llama3: long wavelengths slowed by `factor`, short ones kept, the band between interpolated
   const old = s.originalMaxPositionEmbeddings ?? 8192;
   const lowF = s.lowFreqFactor ?? 1;
@@ -38,8 +54,9 @@ export function inverseFrequencies(r: RotarySpec, seqLen = 1): Float64Array {
 export function ropeTables(r: RotarySpec, positions: number[]): { cos: Float32Array; sin: Float32Array } {
   const seqLen = positions.reduce((m, p) => Math.max(m, p), 0) + 1;
   const inv = inverseFrequencies(r, seqLen);
-  // longrope scales cos and sin (HF: `emb.cos() * attention_scaling`)
-  const a = r.scaling?.kind === 'longrope' ? (r.scaling.attentionFactor ?? 1) : 1;
+  // longrope and yarn scale cos and sin (HF: `emb.cos() * attention_scaling`)
+  const k = r.scaling?.kind;
+  const a = k === 'longrope' || k === 'yarn' ? (r.scaling!.attentionFactor ?? 1) : 1;
   const half = r.dim / 2;
   const cos = new Float32Array(positions.length * r.dim);
   const sin = new Float32Array(positions.length * r.dim);
