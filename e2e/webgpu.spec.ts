@@ -102,6 +102,8 @@ test('stories260K on WebGPU: a trace equals the CLI and every hook agrees with W
   console.log(`[e2e] trace on webgpu ${ms} ms; vs CLI (node) max |Δ| head attribution ${d.toExponential(2)}`);
   expect(d).toBeLessThan(1e-4);
   // generation with the KV cache kept on the GPU (present.* as 'gpu-buffer', fed back as past.*)
+  await page.evaluate(() => (globalThis as any).__loupe.models.refreshMemory());
+  const before = await page.evaluate(() => (globalThis as any).__loupe.models.memory.transfers);
   await page.getByTestId('tab-generate').click();
   await page.locator('#p-generate-max_new_tokens').fill('12');
   await page.locator('#p-generate-stop_at_eos').uncheck();
@@ -121,6 +123,9 @@ test('stories260K on WebGPU: a trace equals the CLI and every hook agrees with W
   const moved = await page.evaluate(() => (globalThis as any).__loupe.models.memory.transfers);
   console.log(`[e2e] webgpu transfers after trace + generate: ${JSON.stringify(moved)}`);
   expect(moved.device_outputs).toBeGreaterThanOrEqual(2 * 5 * 10); // 5 layers' keys and values, per step kept
+  // greedy: each of the 12 runs reads back its argmax (one int64), not a row of the logits
+  expect(moved.runs - before.runs).toBe(12);
+  expect(moved.read_bytes - before.read_bytes).toBe(8 * 12);
   expect(moved.device_feeds).toBeGreaterThan(0);
   await agreement(page, 'stories260K');
   await shot(page, 'doctor-webgpu');

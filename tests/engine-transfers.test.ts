@@ -124,14 +124,15 @@ describe('transfers on WebGPU (node), against the bytes each document needs', ()
     );
   });
 
-  it('generate keeps the KV cache on the device: per step the logits of one position come back', async () => {
+  it('generate keeps the KV cache on the device: per step the chosen token comes back (greedy)', async () => {
     const input = { prompt: 'the cat', max_new_tokens: 6, temperature: 0 };
     const r = await counted(gpu, 'generate', input);
     const c = (await getOperation('generate')!.run(cpu, input, {})) as any;
     expect(r.doc.generated_token_ids).toEqual(c.generated_token_ids);
     const steps = r.doc.generated_token_ids.length;
     expect(r.runs).toBe(steps);
-    expect(r.read).toBe(F * V * steps);
+    // the argmax of each step's logits, taken in the graph: one int64 (the logits were V floats a step)
+    expect(r.read).toBe(8 * steps);
     // each layer's keys and values stay on the device, and are fed from there
     expect(r.deviceOutputs).toBe(2 * L * (steps - 1));
     expect(r.deviceFeeds - 2 * L * (steps - 1)).toBe(
@@ -139,6 +140,23 @@ describe('transfers on WebGPU (node), against the bytes each document needs', ()
     );
     // what is written per step: the token, its position, a mask row; never the cache
     expect(r.written / r.runs).toBeLessThan(1024);
+  });
+
+  it('top-k sampling reads back the k largest logits and their ids per step, sampling as from the row', async () => {
+    const input = { prompt: 'the cat', max_new_tokens: 6, temperature: 0.9, top_k: 5, top_p: 0.9, seed: 7 };
+    const r = await counted(gpu, 'generate', input);
+    const c = (await getOperation('generate')!.run(cpu, input, {})) as any;
+    expect(r.doc.generated_token_ids).toEqual(c.generated_token_ids);
+    expect(r.runs).toBe(r.doc.generated_token_ids.length);
+    expect(r.read).toBe((F + 8) * 5 * r.runs);
+  });
+
+  it('sampling over the whole vocabulary (temperature, no top-k) still reads the row', async () => {
+    const input = { prompt: 'the cat', max_new_tokens: 4, temperature: 0.9, seed: 7 };
+    const r = await counted(gpu, 'generate', input);
+    const c = (await getOperation('generate')!.run(cpu, input, {})) as any;
+    expect(r.doc.generated_token_ids).toEqual(c.generated_token_ids);
+    expect(r.read).toBe(F * V * r.runs);
   });
 
   it('attribution_graph: counted, agreeing with node, nothing but shape arithmetic off the device', async () => {

@@ -113,6 +113,52 @@ describe('generation loop', () => {
     expect(a.ids).not.toEqual(c.ids);
   });
 
+  it("a step's next token read in the graph (argmax, top k) is the one its logits row gives, on node and WASM", async () => {
+    const wasm = await loadModelNode(SHARED + '/models/stories260K', { backend: 'wasm' });
+    try {
+      for (const m of [model, wasm]) {
+        // the same model with every run's pick dropped: each step reads its logits row, as before picks
+        const picks: unknown[] = [];
+        const rowOnly = new Proxy(m, {
+          get: (t, k) =>
+            k === 'run'
+              ? (tok: any, o: any = {}) => t.run(tok, { ...o, pick: undefined })
+              : typeof (t as any)[k] === 'function'
+                ? (t as any)[k].bind(t)
+                : (t as any)[k],
+        });
+        const seen = new Proxy(m, {
+          get: (t, k) =>
+            k === 'run'
+              ? (tok: any, o: any = {}) => (picks.push(o.pick), t.run(tok, o))
+              : typeof (t as any)[k] === 'function'
+                ? (t as any)[k].bind(t)
+                : (t as any)[k],
+        });
+        const ids = m.tokenize('Lily and Tim went to the');
+        const cases = [
+          { maxNewTokens: 40 },
+          { maxNewTokens: 30, temperature: 0.9, topK: 40, topP: 0.95, seed: 7 },
+          { maxNewTokens: 30, temperature: 1.3, topK: 3, seed: 5, interventions: [steering(4)] },
+        ];
+        for (const c of cases)
+          for (const rows of [1, 3]) {
+            picks.length = 0;
+            const opts = { ...c, stopAtEos: false, seeds: [1, 2, 3] };
+            const picked = await generateBatch(seen, ids, rows, opts);
+            const fromRows = await generateBatch(rowOnly, ids, rows, opts);
+            expect(picked.rows.map((r) => r.ids)).toEqual(fromRows.rows.map((r) => r.ids));
+            // every run picked in the graph: the argmax when greedy, else the top k
+            expect(picks).toHaveLength(c.maxNewTokens);
+            for (const p of picks)
+              expect(p).toEqual(c.temperature ? { topK: c.topK, logits: false } : { argmax: true, logits: false });
+          }
+      }
+    } finally {
+      await wasm.dispose();
+    }
+  });
+
   it('pickToken: greedy is argmax; top_k = 1 is greedy at any temperature; top_p keeps the nucleus', () => {
     const logits = Float32Array.from([0.1, 2.0, 1.9, -1, 0.5]);
     const u = rng(1);
@@ -130,7 +176,8 @@ describe('generation loop', () => {
     let calls = 0;
     const fake = Object.create(model) as LoadedModel;
     fake.run = async (t, o) => {
-      const r = await model.run(t, o);
+      // the logits row, not the step's argmax (pick), so that the edit below decides the token
+      const r = await model.run(t, { ...o, pick: undefined });
       if (++calls === 4) {
         const V = model.info.d_vocab;
         const T = r.logits.dims[1];

@@ -297,6 +297,13 @@ export interface RunOptions {
    * hook's output buffers would cost memory and time. Same numbers as the full graph.
    */
   lean?: boolean;
+  /**
+   * what of the logits to read back (generation reads a step's next token this way): `argmax`
+   * each logit position's largest logit's id (RunResult.argmax), `topK` the k largest logits and
+   * their ids (RunResult.top), both reduced in the graph; `logits: false` leaves the logits
+   * themselves on the device (RunResult.logits is then [B, P, 0]). Not with grad or lean.
+   */
+  pick?: { argmax?: boolean; topK?: number; logits?: boolean };
   /** use the graph variant with per-head `hook_result` outputs */
   withResult?: boolean;
   /** continue from a KV cache (positions continue from past.length); returns `present` */
@@ -328,8 +335,12 @@ export interface RunOptions {
 }
 
 export interface RunResult {
-  /** [B, T, V], or [B, P, V] for the `logitPositions` asked for */
+  /** [B, T, V], or [B, P, V] for the `logitPositions` asked for; [B, P, 0] with `pick.logits: false` */
   logits: Tensor;
+  /** pick.argmax: [B·P] the id of each position's largest logit (the lowest id on ties) */
+  argmax?: number[];
+  /** pick.topK: [B·P·k] the k largest logits of each position, largest first (ties: lower id first), and their ids */
+  top?: { k: number; logits: Float32Array; ids: number[] };
   hooks: Record<string, Tensor>;
   present?: KVCache;
   /** ∂M/∂hook for `grad.hooks`, shaped like the hooks */

@@ -27,7 +27,14 @@ import type { WeightSet } from './safetensors-types';
 import type { GpuCaps } from './env';
 import { describeModel } from './arch';
 import { materializeDerived } from './mxfp4';
-import { LENS_OUTPUTS, type BuiltGraph, type GraphPlan } from './graph/build-model';
+import {
+  LENS_OUTPUTS,
+  PICK_ARGMAX,
+  PICK_TOP_IDS,
+  PICK_TOP_LOGITS,
+  type BuiltGraph,
+  type GraphPlan,
+} from './graph/build-model';
 import { readoutFor, readoutProducts, READOUT_OUTPUTS, type ReadoutMode } from './readout';
 import { allHookNames, hookInfo, hookShape as shapeOfHook, unknownHookHint } from './graph/hooks';
 import { compileInterventions } from './runtime/interventions';
@@ -665,6 +672,7 @@ class EngineModel implements LoadedModel {
     });
 
     const gradHooks = opts.grad ? this.checkGrad(opts, hookSet, B, logitPosCount(opts, T)) : undefined;
+    const pick = this.checkPick(opts);
     // gradient runs always take a lean forward (only their intervention sites; outputs = the hooks
     // fetched or differentiated): every other site's edit would be computed, and differentiated, for nothing
     const lean: LeanPlan | undefined =
@@ -687,11 +695,12 @@ class EngineModel implements LoadedModel {
       logitPositions: opts.logitPositions,
       sites,
       gradSeed: opts.grad?.seed,
+      topK: pick.topK,
     });
     const presentNames = opts.returnCache
       ? Array.from({ length: this.spec.nLayers }, (_, l) => [`present.${l}.key`, `present.${l}.value`]).flat()
       : [];
-    const fetches = ['logits', ...wanted, ...(gradHooks ?? []).map(gradName), ...presentNames];
+    const fetches = [...pick.fetches, ...wanted, ...(gradHooks ?? []).map(gradName), ...presentNames];
 
     // hooks at some positions only: gathered on the device where the values stay there, else here
     const at = opts.hookPositions;
@@ -710,9 +719,13 @@ class EngineModel implements LoadedModel {
     throwIfAborted(opts.signal);
     const hookAt = (h: string) => (at && !gather ? gatherAt(toTensor(out[h]), axes[h], at) : toTensor(out[h]));
     const result: RunResult = {
-      logits: toTensor(out.logits),
+      logits: out.logits ? toTensor(out.logits) : { dims: [B, logitPosCount(opts, T), 0], data: new Float32Array(0) },
       hooks: Object.fromEntries(wanted.map((h) => [h, hookAt(h)])),
     };
+    const ints = (t: OrtTensorLike) => Array.from(t.data as BigInt64Array, Number);
+    if (pick.argmax) result.argmax = ints(out[PICK_ARGMAX]);
+    if (pick.topK)
+      result.top = { k: pick.topK, logits: out[PICK_TOP_LOGITS].data as Float32Array, ids: ints(out[PICK_TOP_IDS]) };
     if (gradHooks) result.grads = Object.fromEntries(opts.grad!.hooks.map((h) => [h, toTensor(out[gradName(h)])]));
     this.lastHooksBytes = [...Object.values(result.hooks), ...Object.values(result.grads ?? {})].reduce(
       (s, t) => s + t.data.byteLength,
@@ -831,6 +844,26 @@ class EngineModel implements LoadedModel {
         );
     }
     return { kind, wanted, hookSet, shapeOf };
+  }
+
+  /** RunOptions.pick checked: what the run fetches of the logits, and the k of its top k (0: none). */
+  private checkPick(opts: RunOptions): { fetches: string[]; argmax: boolean; topK: number } {
+    const p = opts.pick;
+    if (!p) return { fetches: ['logits'], argmax: false, topK: 0 };
+    if (opts.grad) throw new LoupeError('BAD_INPUT', 'pick does not apply to gradient runs.');
+    const V = this.spec.dVocab;
+    const topK = p.topK ?? 0;
+    if (!Number.isInteger(topK) || topK < 0 || topK > V)
+      throw new LoupeError('BAD_INPUT', `pick.topK must be an integer 1 … ${V}, got ${p.topK}.`);
+    const argmax = !!p.argmax;
+    if (p.logits === false && !argmax && !topK)
+      throw new LoupeError('BAD_INPUT', 'pick.logits is false and nothing else is picked.', 'Ask for argmax or topK.');
+    const fetches = [
+      ...(p.logits === false ? [] : ['logits']),
+      ...(argmax ? [PICK_ARGMAX] : []),
+      ...(topK ? [PICK_TOP_LOGITS, PICK_TOP_IDS] : []),
+    ];
+    return { fetches, argmax, topK };
   }
 
   /** Validate a gradient request; returns the hooks in a canonical order (one graph variant per set). */

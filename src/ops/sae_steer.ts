@@ -241,6 +241,7 @@ export const operation = defineOperation({
     const gen = await generateBatch(steering, ids, chunk.length, {
       ...sampling.options(inp),
       interventions: ivs,
+      promptLogits: true,
       signal: ctx.signal,
       onToken: () => ctx.onProgress?.({ stage: 'generating', done: ++produced, total: totalTokens }),
     });

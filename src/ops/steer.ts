@@ -79,6 +79,7 @@ export const operation = defineOperation({
   const gen = await generateBatch(model, ids, 2, {
     ...sampling.options(inp),
     interventions: [iv],
+    promptLogits: true,
     signal: ctx.signal,
     onToken: ({ row }) => {
       if (row === 1) ctx.onProgress?.({ stage: 'generating', done: ++produced, total: inp.max_new_tokens });

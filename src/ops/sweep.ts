@@ -106,6 +106,7 @@ export const operation = defineOperation({
     const gen = await generateBatch(model, ids, chunk.length, {
       ...sampling.options(inp),
       interventions: ivs,
+      promptLogits: true,
       signal: ctx.signal,
       onToken: ({ step, row }) => {
         if (row === 0)

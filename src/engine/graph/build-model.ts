@@ -175,6 +175,46 @@ function linearOf(
   return g.o('Reshape', [y2, btN(outDim)]);
 }
 
+// ------------------------------------------------------------------ what generation reads of the logits
+
+/** the hooked graph's int64 [] input: k > 0 computes PICK_TOP_* (the k largest logits), 0 (every other run) skips them */
+export const PICK_K = 'pick.k';
+/** int64 [B, P']: the id of each position's largest logit (ONNX ArgMax: the first on ties) */
+export const PICK_ARGMAX = 'pick.argmax';
+/** [B, P', k] float and int64: the k largest logits, largest first (ties: lower id first), and their ids */
+export const PICK_TOP_LOGITS = 'pick.top_logits';
+export const PICK_TOP_IDS = 'pick.top_ids';
+
+/**
+ * What a decoding step reads of the logits, reduced in the graph so that a few bytes leave the
+ * device rather than a vocabulary row: the argmax (greedy) always, since ArgMax runs on every
+ * provider and costs a pass over [B, P', V]; the top k (top-k sampling) in the then-branch of an
+ * If on PICK_K, since onnxruntime-web's JSEP has no TopK kernel and would copy the logits to the
+ * CPU on every run for it (the else-branch gives empty outputs).
+ */
+function addLogitPicks(g: OnnxGraph): void {
+  g.rename(g.o('ArgMax', ['logits'], { axis: -1, keepdims: 0 }), PICK_ARGMAX);
+  g.output(PICK_ARGMAX, 'int64');
+  const k = g.input(PICK_K, 'int64', []);
+  const then = g.body('pkt_');
+  const [v, i] = then.op('TopK', ['logits', then.o('Reshape', [k, then.constI([1])])], { axis: -1, sorted: 1 }, 2);
+  then.output(then.rename(then.o('Identity', [v]), 'pkt_values'));
+  then.output(then.rename(then.o('Identity', [i]), 'pkt_ids'), 'int64');
+  const other = g.body('pke_');
+  const empty = (floats: boolean) =>
+    other.o('ConstantOfShape', [other.constI([0, 0, 0])], {
+      value: { tensor: floats ? { dims: [1], floats: [0] } : { dims: [1], ints: [0] } },
+    });
+  other.output(other.rename(other.o('Identity', [empty(true)]), 'pke_values'));
+  other.output(other.rename(other.o('Identity', [empty(false)]), 'pke_ids'), 'int64');
+  const flag = g.o('Greater', [k, g.constI([0], [])]);
+  const [tv, ti] = g.op('If', [flag], { then_branch: { graph: then }, else_branch: { graph: other } }, 2);
+  g.rename(tv, PICK_TOP_LOGITS);
+  g.output(PICK_TOP_LOGITS);
+  g.rename(ti, PICK_TOP_IDS);
+  g.output(PICK_TOP_IDS, 'int64');
+}
+
 // ------------------------------------------------------------------ the model
 
 export class ModelGraph {
@@ -838,6 +878,7 @@ export class ModelGraph {
     if (spec.finalSoftcap !== null) logits = softcap(g, logits, spec.finalSoftcap);
     g.rename(logits, 'logits');
     g.output('logits');
+    if (this.plan.hooks && !this.plan.grad) addLogitPicks(g);
   }
 
   /** the graph as built so far, encoded */

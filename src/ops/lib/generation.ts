@@ -12,7 +12,7 @@
  *  - `useCache: false` re-runs the whole sequence each step with the interventions unchanged: the
  *    same semantics, used to prove the cached loop right and to measure its speed-up.
  */
-import type { Intervention, KVCache, LoadedModel } from '../../engine/api';
+import type { Intervention, KVCache, LoadedModel, RunOptions, RunResult } from '../../engine/api';
 import { LoupeError, throwIfAborted } from '../../engine/errors';
 import { argmax, rng } from './math';
 import { checkBatch, checkNewTokens, checkTokenCount } from '../../engine/caps';
@@ -40,6 +40,8 @@ export interface GenerateOptions extends SamplingOptions {
   onToken?: (t: { step: number; row: number; id: number }) => void;
   /** default true; false re-runs the full sequence every step (reference / benchmark path) */
   useCache?: boolean;
+  /** return the prompt pass's last-position logits (BatchGenerateResult.promptLogits); default false */
+  promptLogits?: boolean;
 }
 
 export interface GenerateResult {
@@ -57,7 +59,7 @@ export function generationFields(r: GenerateResult) {
 
 export interface BatchGenerateResult {
   rows: GenerateResult[];
-  /** logits at the final prompt position of each row, from the prompt pass (with interventions) */
+  /** with `promptLogits`: logits at the final prompt position of each row, from the prompt pass (with interventions) */
   promptLogits: Float32Array[];
   /** engine runs made (1 prompt pass + steps) */
   runs: number;
@@ -79,13 +81,26 @@ export function pickToken(
   s: SamplingOptions,
   u: () => number,
 ): number {
-  const temperature = s.temperature ?? 0;
-  if (!(temperature > 0)) return argmax(logits, offset, V);
-  let idx = Array.from({ length: V }, (_, i) => i);
+  if (!((s.temperature ?? 0) > 0)) return argmax(logits, offset, V);
+  const idx = Array.from({ length: V }, (_, i) => i);
   idx.sort((a, b) => logits[offset + b] - logits[offset + a] || a - b);
-  if (s.topK && s.topK > 0 && s.topK < V) idx = idx.slice(0, s.topK);
-  const m = logits[offset + idx[0]] / temperature;
-  let probs = idx.map((i) => Math.exp(logits[offset + i] / temperature - m));
+  const k = sampledTopK(s, V);
+  return sampleSorted(k ? idx.slice(0, k) : idx, (i) => logits[offset + i], s, u);
+}
+
+/** the k of top-k sampling where it narrows the vocabulary, else 0 */
+function sampledTopK(s: SamplingOptions, V: number): number {
+  return (s.temperature ?? 0) > 0 && s.topK && s.topK > 0 && s.topK < V ? s.topK : 0;
+}
+
+/**
+ * Sample among candidate ids sorted by logit, largest first (ties: lower id first): the whole
+ * vocabulary, or its top k. Softmax at the temperature over them, then nucleus (top-p) if asked.
+ */
+function sampleSorted(idx: number[], logit: (id: number) => number, s: SamplingOptions, u: () => number): number {
+  const temperature = s.temperature!;
+  const m = logit(idx[0]) / temperature;
+  let probs = idx.map((i) => Math.exp(logit(i) / temperature - m));
   let z = probs.reduce((a, b) => a + b, 0);
   if (s.topP !== undefined && s.topP < 1) {
     let c = 0;
@@ -105,6 +120,29 @@ export function pickToken(
     if (r <= 0) return idx[k];
   }
   return idx[idx.length - 1];
+}
+
+/**
+ * What a step reads back of its logits, reduced in the graph (RunOptions.pick): greedy decoding
+ * the argmax, top-k sampling the k largest logits and their ids; sampling over the whole
+ * vocabulary (temperature without top-k, with or without top-p) needs the row itself.
+ */
+function stepPick(s: SamplingOptions, V: number, logits: boolean): RunOptions['pick'] {
+  if (!((s.temperature ?? 0) > 0)) return { argmax: true, logits };
+  const k = sampledTopK(s, V);
+  return k ? { topK: k, logits } : undefined;
+}
+
+/** Row r's next token from a run's result: its argmax or top k where the run picked them, else its logits row. */
+function chooseToken(res: RunResult, r: number, V: number, s: SamplingOptions, u: () => number): number {
+  if (res.argmax) return res.argmax[r];
+  if (res.top) {
+    const { k, logits, ids } = res.top;
+    const logitOf = new Map(ids.slice(r * k, (r + 1) * k).map((id, j) => [id, logits[r * k + j]]));
+    const idx = [...logitOf.keys()].sort((a, b) => logitOf.get(b)! - logitOf.get(a)! || a - b);
+    return sampleSorted(idx, (id) => logitOf.get(id)!, s, u);
+  }
+  return pickToken(res.logits.data, r * V, V, s, u);
 }
 
 /** which interventions act on the single new token at absolute position `pos` (see the module note) */
@@ -160,17 +198,18 @@ export async function generateBatch(
     // the cache stays on the device where the backend keeps values there (WebGPU in Node)
     returnCache: useCache && maxNew > 1 ? 'device' : false,
     logitPositions: [T - 1],
+    pick: stepPick(opts, V, !!opts.promptLogits),
     signal: opts.signal,
   });
   runs++;
   const promptLogits: Float32Array[] = [];
-  for (let r = 0; r < rows; r++) promptLogits.push(first.logits.data.slice(r * V, (r + 1) * V));
+  if (opts.promptLogits) for (let r = 0; r < rows; r++) promptLogits.push(first.logits.data.slice(r * V, (r + 1) * V));
+  // each step reads back its next token (greedy), its top k (top-k sampling) or its logits row (stepPick)
+  const pick = stepPick(opts, V, false);
 
   let past: KVCache | undefined = first.present;
   try {
-    let logits = first.logits.data;
-    let rowStride = V; // row r's last-position logits start at r * rowStride + lastOffset
-    let lastOffset = 0;
+    let res: RunResult = first;
     for (let step = 0; step < maxNew; step++) {
       const next: number[] = [];
       for (let r = 0; r < rows; r++) {
@@ -178,7 +217,7 @@ export async function generateBatch(
           next.push(out[r][out[r].length - 1]);
           continue;
         }
-        const id = pickToken(logits, r * rowStride + lastOffset, V, opts, gens[r]);
+        const id = chooseToken(res, r, V, opts, gens[r]);
         out[r].push(id);
         next.push(id);
         opts.onToken?.({ step, row: r, id });
@@ -191,28 +230,26 @@ export async function generateBatch(
       throwIfAborted(opts.signal);
       const pos = T + step; // absolute position of the token fed now
       if (useCache) {
-        const res = await model.run(rows > 1 ? next.map((t) => [t]) : [next[0]], {
+        res = await model.run(rows > 1 ? next.map((t) => [t]) : [next[0]], {
           interventions: stepInterventions(ivs, pos),
           past,
           returnCache: step < maxNew - 2 ? 'device' : false,
+          pick,
           signal: opts.signal,
         });
         past?.release?.();
         past = res.present;
-        logits = res.logits.data;
-        rowStride = V;
-        lastOffset = 0;
       } else {
         const seqs = out.map((o) => [...ids, ...o]);
         // rows that stopped early are padded with their last token so every row has the same length
         const len = T + step + 1;
         for (const s of seqs) while (s.length < len) s.push(s[s.length - 1]);
-        const res = await model.run(rows > 1 ? seqs : seqs[0], {
+        res = await model.run(rows > 1 ? seqs : seqs[0], {
           interventions: ivs,
           logitPositions: [len - 1],
+          pick,
           signal: opts.signal,
         });
-        logits = res.logits.data;
       }
       runs++;
     }
