@@ -3,10 +3,21 @@
  * the <input webkitdirectory> fallback, loads as a folder model in the in-page engine, and its
  * trace equals the bundled model's (same bytes, another source) within 1e-6. Shots of the picker.
  */
-import { copyFileSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { appendFileSync, copyFileSync, mkdirSync, mkdtempSync, rmSync, utimesSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { test, expect, openReady, runOp, pageDoc, compareDocs, shotWidthsThemes, PROMPT } from './fixtures';
+import {
+  test,
+  expect,
+  openReady,
+  runOp,
+  pageDoc,
+  compareDocs,
+  shotWidthsThemes,
+  atWidthsAndThemes,
+  shot,
+  PROMPT,
+} from './fixtures';
 
 test('a model folder picked in the page loads, and traces as the bundled model does', async ({ page, site }) => {
   await openReady(page, site.url);
@@ -52,6 +63,77 @@ test('a folder without config.json is refused with a structured error, and the l
     expect(err.code).toBe('MISSING_CONFIG');
     expect(err.message).toContain('folder:half has no config.json');
     expect(await page.evaluate(() => (globalThis as any).__loupe.model?.info.id)).toBe('stories260K');
+  } finally {
+    rmSync(path.dirname(dir), { recursive: true, force: true });
+  }
+});
+
+test("a folder is cached under its files' names, sizes and times: the same folder reopens from the cache, a touched file misses it", async ({
+  page,
+  site,
+}) => {
+  await openReady(page, site.url);
+  const dir = path.join(mkdtempSync(path.join(tmpdir(), 'loupe-folder-')), 'tiny');
+  const pick = async () => {
+    // the model loaded now is marked: the next one is a new load's summary
+    await page.evaluate(() => ((globalThis as any).__loupe.model.seen = true));
+    await page.getByTestId('folder-input').setInputFiles(dir);
+    await page.waitForFunction(
+      () => {
+        const s = (globalThis as any).__loupe;
+        return s.modelStatus === 'ready' && !s.model?.seen && s.model?.ref.id === 'folder:tiny';
+      },
+      null,
+      { timeout: 60_000 },
+    );
+    return page.evaluate(() => {
+      const s = (globalThis as any).__loupe;
+      return {
+        revision: s.model.ref.revision as string,
+        files: s.loadFiles.map((f: { file: string; cached: boolean }) => [f.file, f.cached]) as [string, boolean][],
+        cached: s.cache.filter((c: { endpoint: string }) => c.endpoint === 'folder'),
+      };
+    });
+  };
+  try {
+    mkdirSync(dir);
+    for (const f of ['config.json', 'tokenizer.json', 'tokenizer_config.json', 'model.safetensors'])
+      copyFileSync(path.join('public/models/stories260K', f), path.join(dir, f));
+    await page.getByRole('tab', { name: 'Folder' }).click();
+
+    const first = await pick();
+    console.log(`[e2e] folder first open: ${first.revision}, ${JSON.stringify(first.files)}`);
+    expect(first.revision).toMatch(/^local-[0-9a-f]{16}$/);
+    expect(first.files.filter(([, c]) => c)).toEqual([]);
+    await expect(page.getByTestId('local-folder')).toHaveText('a local folder');
+
+    const again = await pick();
+    console.log(`[e2e] folder reopened: ${again.revision}, ${JSON.stringify(again.files)}`);
+    expect(again.revision).toBe(first.revision);
+    expect(again.files.length).toBeGreaterThan(0);
+    expect(again.files.filter(([, c]) => !c)).toEqual([]);
+    expect(again.cached).toEqual([
+      expect.objectContaining({ id: 'folder:tiny', revision: first.revision, complete: true }),
+    ]);
+    await expect(page.getByTestId('cache-local')).toContainText('a local folder');
+    await page.getByTestId('cache-heading').scrollIntoViewIfNeeded();
+    await atWidthsAndThemes(page, (tag) => shot(page, `model-folder-cached-${tag}`));
+
+    // the same size, another time: the fingerprint moves and every file is read from the folder again
+    const t = new Date(Date.now() + 120_000);
+    utimesSync(path.join(dir, 'config.json'), t, t);
+    const touched = await pick();
+    console.log(`[e2e] folder after touching config.json: ${touched.revision}, ${JSON.stringify(touched.files)}`);
+    expect(touched.revision).not.toBe(first.revision);
+    expect(touched.files.filter(([, c]) => c)).toEqual([]);
+    // the older copy of the same folder is dropped
+    expect(touched.cached.map((c: { revision: string }) => c.revision)).toEqual([touched.revision]);
+
+    // another size (a byte more in the tokenizer's config, still valid JSON): a miss too
+    appendFileSync(path.join(dir, 'tokenizer_config.json'), ' ');
+    const grown = await pick();
+    expect(grown.revision).not.toBe(touched.revision);
+    expect(grown.files.filter(([, c]) => c)).toEqual([]);
   } finally {
     rmSync(path.dirname(dir), { recursive: true, force: true });
   }

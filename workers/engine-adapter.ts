@@ -11,7 +11,7 @@ import type { ModelSource } from '../src/engine/source/types';
 import { HubSource } from '../src/engine/source/hub-source';
 import { UrlSource } from '../src/engine/source/url-source';
 import { resolveModelRef, BUNDLED_MODEL_ID } from '../src/engine/source/ref';
-import { MemorySource } from '../src/engine/source/memory-source';
+import { FolderSource } from '../src/engine/source/folder-source';
 import { IdbCache } from '../src/engine/source/idb-cache';
 import { workerBlobReader } from './blob-reader';
 import { documentCacheOn, type DocumentCache } from '../src/engine/source/document-cache';
@@ -165,9 +165,9 @@ export function planSource(req: LoadRequest['model']): SourcePlan {
     }
     case 'folder':
       if ('files' in r) {
-        // the files are already on this machine: judged and refused as any source's, not copied into the cache
-        const src = new MemorySource(new Map(Object.entries(r.files)), r.name, 'folder');
-        return { source: src, ref: { kind: 'url', id: `folder:${r.name}`, revision: '' }, useCache: false };
+        // judged, refused and cached as a URL model, under a key made from its files' names, sizes and times
+        const src = new FolderSource(r.name, new Map(Object.entries(r.files)));
+        return { source: src, ref: { kind: 'url', id: src.ref.id, revision: src.ref.revision }, useCache: true };
       }
     // falls through: a folder by path is the CLI's
     default:
@@ -211,6 +211,12 @@ export const openModel: OpenModel = async (req, opts) => {
       opts.onProgress(p);
     },
   });
+  // the same folder's older contents (another fingerprint) are not read again: their copy goes
+  if (plan.source instanceof FolderSource) {
+    const { id, revision } = plan.source.ref;
+    for (const m of await listCachedModels().catch(() => []))
+      if (m.endpoint === 'folder' && m.id === id && m.revision !== revision) await deleteCachedModel(m).catch(() => {});
+  }
   return {
     model,
     summary: {
