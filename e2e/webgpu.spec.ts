@@ -31,6 +31,7 @@ import { makeRandomTranscoders } from '../tests/helpers/random-transcoders';
 import { loadModelNode } from '../src/node/load';
 import { createNodeSaeLoaders } from '../src/node/load-sae';
 import { operation as attributionGraph } from '../src/ops/attribution_graph';
+import { getOperation } from '../src/ops/index';
 
 test.describe.configure({ mode: 'serial' });
 
@@ -443,7 +444,7 @@ test('q4 on WebGPU (MatMulNBits in onnxruntime-web): a trace equals the float64 
   }
 });
 
-test("an attribution graph on WebGPU equals Node's, its frozen constants fed from GPU buffers", async ({
+test("an attribution graph and eap edge scores on WebGPU equal Node's, the graph's constants and eap's corrupted outputs kept on the GPU", async ({
   page,
   site,
   hub,
@@ -459,6 +460,8 @@ test("an attribution graph on WebGPU equals Node's, its frozen constants fed fro
       { prompt, transcoder_source: tc.dir },
       { loadTranscoders: createNodeSaeLoaders({ cache: false }).loadTranscoders },
     );
+    const gen = { task: 'induction', n: 2, seed: 3, length: 8 };
+    const nodeEdges: any = await getOperation('edge_attribution')!.run(model, { generate: gen, method: 'eap' });
     await model.dispose();
     hub.addRepo(repo, null);
     for (const f of readdirSync(tc.dir)) hub.addFile(repo, `plt/${f}`, readFileSync(join(tc.dir, f)));
@@ -494,6 +497,24 @@ test("an attribution graph on WebGPU equals Node's, its frozen constants fed fro
     const runs = doc.cost.runs;
     console.log(`[e2e] attribution graph on webgpu: ${runs} backward runs, transfers ${JSON.stringify(after)}`);
     expect(after.device_feeds - before.device_feeds).toBeGreaterThanOrEqual(runs * (6 + 5));
+
+    // eap: the corrupted outputs stay on the GPU (a 'gpu-buffer' output) and feed the gradient run
+    await page.getByTestId('tab-edge_attribution').click();
+    await page.locator('#p-edge_attribution-generate').fill(JSON.stringify(gen));
+    await page.locator('#p-edge_attribution-method').selectOption('eap');
+    await runOp(page, 'edge_attribution', { timeout: 240_000 });
+    const edges = await pageDoc(page, 'edge_attribution');
+    const moved = await page.evaluate(async () => {
+      await (globalThis as any).__loupe.models.refreshMemory();
+      return (globalThis as any).__loupe.models.memory.transfers;
+    });
+    expect(edges.model.backend).toBe('webgpu');
+    expect(edges.edges.map((e: any) => e.name)).toEqual(nodeEdges.edges.map((e: any) => e.name));
+    let d = 0;
+    edges.edges.forEach((e: any, i: number) => (d = Math.max(d, Math.abs(e.score - nodeEdges.edges[i].score))));
+    console.log(`[e2e] eap on webgpu vs Node: max |Δ| score ${d.toExponential(2)}; transfers ${JSON.stringify(moved)}`);
+    expect(d).toBeLessThan(1e-4);
+    expect(moved.device_outputs - after.device_outputs).toBe(1);
   } finally {
     tc.cleanup();
   }

@@ -13,6 +13,9 @@ import { makeRandomModel, type RandomModel } from './reference';
 import { makeRandomTranscoders, type RandomTranscoderSet } from './helpers/random-transcoders';
 import type { LoadedModel } from '../src/engine/api';
 import type { TransferCounts } from '../src/engine/runtime/transfers';
+import { realpathSync } from 'node:fs';
+import path from 'node:path';
+import { SHARED } from './helpers/shared';
 
 const F = 4; // bytes of a float32
 /** ops the profiler saw off the GPU that work on floats (int64 shape arithmetic there is the provider's design) */
@@ -221,5 +224,52 @@ describe('transfers on WebGPU (node), against the bytes each document needs', ()
     } finally {
       tc.cleanup();
     }
+  });
+});
+
+describe('edge_attribution on WebGPU (node): the corrupted outputs stay on the device', () => {
+  let gpu: LoadedModel;
+  let cpu: LoadedModel;
+  beforeAll(async () => {
+    const dir = realpathSync(path.join(SHARED, 'models/induction-gpt2'));
+    gpu = await loadModelNode(dir, { backend: 'webgpu' });
+    cpu = await loadModelNode(dir);
+  }, 120_000);
+  afterAll(async () => {
+    await gpu?.dispose();
+    await cpu?.dispose();
+  });
+
+  it('eap: one corrupted forward and one gradient run per batch; node outputs neither read back nor written', async () => {
+    const input = { generate: { task: 'induction', n: 2, seed: 3, length: 8 }, method: 'eap' };
+    const r = await counted(gpu, 'edge_attribution', input);
+    const c = await counted(cpu, 'edge_attribution', input);
+    const { n_layers: L, n_heads: H, d_model: D, d_vocab: V } = gpu.info;
+    const Nf = 1 + L * (H + 1);
+    const Nb = L * (3 * H + 1) + 1;
+    const B = 2;
+    const T = 16; // BOS, the sequence of 8, then its first 7 again
+    expect(r.doc.edges.length).toBe(110);
+    // the forward and the gradient run: ids, the logit position, positions, the mask, the weights (one
+    // row, then B), the default source of the forward [1, Nf, 1, 1], κ (a GPU scalar on WebGPU); the
+    // gradient run also the gate and the seed, and on node the corrupted outputs as its source
+    const common = 8 * B * T + 8 + 8 * T + F * T * T;
+    const outputs = F * B * Nf * T * D;
+    for (const [x, dev] of [
+      [r, true],
+      [c, false],
+    ] as const) {
+      expect(x.runs).toBe(2);
+      expect(x.written).toBe(
+        2 * common + F * Nf * Nb + F * B * Nf * Nb + 2 * F * Nf + F * B * V + (dev ? 0 : outputs + 2 * F),
+      );
+      expect(x.read).toBe(F * (2 * B * V + B * Nf * Nb) + (dev ? 0 : outputs));
+    }
+    expect(r.deviceOutputs).toBe(1);
+    close(
+      r.doc.edges.map((e: any) => e.score),
+      c.doc.edges.map((e: any) => e.score),
+    );
+    expect(r.doc.m_clean).toBeCloseTo(c.doc.m_clean, 4);
   });
 });

@@ -262,16 +262,29 @@ export interface KVCache {
  * run's output of u) when `subtract`, else d_u = src_u. With grad, ∂M/∂w comes back as `edgeGrad`
  * (d held constant). Not with hooks, interventions, an SAE, a KV cache or hook_result.
  */
+/** a run's output the runtime left on the device (EdgeRun outputs 'device'): fed to a later run as it is */
+export interface DeviceTensor {
+  dims: number[];
+  /** the runtime's tensor */
+  device: unknown;
+  /** frees it; call once it is no longer fed */
+  release(): void;
+}
+
 export interface EdgeRun {
   /** [1 or B, nForward, nBackward]; absent: zeros (every input reads this run's own values) */
   weights?: Tensor;
-  /** [1 or B, nForward, T or 1, d_model or 1] upstream values; absent: zeros */
-  source?: Tensor;
+  /** [1 or B, nForward, T or 1, d_model or 1] upstream values (on the device: an earlier run's edgeOutputsOnDevice); absent: zeros */
+  source?: Tensor | DeviceTensor;
   subtract: boolean;
   /** [1 or B, nForward], gradient runs only: the gradient through a_u is scaled by gate[u] (its value is not); default ones */
   gate?: Tensor;
-  /** return every upstream node's output in this run as `edgeOutputs` [B, nForward, T, d_model] (not with grad) */
-  outputs?: boolean;
+  /**
+   * return every upstream node's output in this run as `edgeOutputs` [B, nForward, T, d_model] (not
+   * with grad); 'device': left on the device as `edgeOutputsOnDevice` where the backend keeps values
+   * there (WebGPU in Node), else as with true
+   */
+  outputs?: boolean | 'device';
 }
 
 export interface RunOptions {
@@ -347,6 +360,8 @@ export interface RunResult {
   grads?: Record<string, Tensor>;
   /** edge runs with `outputs`: [B, nForward, T, d_model] */
   edgeOutputs?: Tensor;
+  /** edge runs with outputs 'device', where the backend keeps values on the device: those outputs, not read back */
+  edgeOutputsOnDevice?: DeviceTensor;
   /** edge runs with grad: ∂M/∂w [B, nForward, nBackward] */
   edgeGrad?: Tensor;
 }

@@ -39,7 +39,7 @@ import { readoutFor, readoutProducts, READOUT_OUTPUTS, type ReadoutMode } from '
 import { allHookNames, hookInfo, hookShape as shapeOfHook, unknownHookHint } from './graph/hooks';
 import { compileInterventions } from './runtime/interventions';
 import { buildFeeds } from './runtime/feeds';
-import { TransferCounter } from './runtime/transfers';
+import { TransferCounter, onDevice } from './runtime/transfers';
 import type { EngineSession, OrtTensorLike, RunKeep, SessionFactory } from './runtime/ort-session';
 import { checkPositions, gatherAt } from './runtime/positions';
 import { ModelTokenizer } from './tokenizer';
@@ -49,7 +49,7 @@ import { readTensorF32, type ReadableWeightSet } from './safetensors';
 import type { ModelFiles } from './source/files';
 import { BUNDLED_MODEL_ID } from './source/ref';
 import { gradName } from './graph/backward';
-import { edgeLayoutOf, EDGE_OUT, EDGE_W } from './graph/edge-graph';
+import { edgeLayoutOf, EDGE_OUT, EDGE_SRC, EDGE_W } from './graph/edge-graph';
 import {
   buildVariant,
   variantFamily,
@@ -764,6 +764,11 @@ class EngineModel implements LoadedModel {
     if (opts.withResult || opts.lean) throw bad('withResult and lean do not apply to the edge variant.');
     if (opts.grad && opts.grad.hooks.length) throw bad('grad.hooks must be empty: the gradient is ∂M/∂w (edgeGrad).');
     if (opts.grad && e.outputs) throw bad('outputs are not returned by gradient runs.');
+    const fits = (dims: readonly number[], want: (number | number[])[]) =>
+      dims.length === want.length &&
+      dims.every((d, i) => (Array.isArray(want[i]) ? (want[i] as number[]).includes(d) : d === want[i]));
+    const refuse = (what: string, dims: readonly number[], want: (number | number[])[]) =>
+      bad(`${what} has shape [${dims}], expected [${want.map((x) => (Array.isArray(x) ? x.join('|') : x))}].`);
     const shaped = (
       t: Tensor | undefined,
       what: string,
@@ -772,19 +777,18 @@ class EngineModel implements LoadedModel {
       fill = 0,
     ): Tensor => {
       if (!t) return { dims: dflt, data: new Float32Array(dflt.reduce((a, b) => a * b, 1)).fill(fill) };
-      const ok =
-        t.dims.length === want.length &&
-        t.dims.every((d, i) => (Array.isArray(want[i]) ? (want[i] as number[]).includes(d) : d === want[i])) &&
-        t.data.length === t.dims.reduce((a, b) => a * b, 1);
-      if (!ok)
-        throw bad(
-          `${what} has shape [${t.dims}], expected [${want.map((x) => (Array.isArray(x) ? x.join('|') : x))}].`,
-        );
+      if (!fits(t.dims, want) || t.data.length !== t.dims.reduce((a, b) => a * b, 1)) throw refuse(what, t.dims, want);
       return t;
     };
     const rowsOf = opts.grad ? [B] : [1, B];
     const w = shaped(e.weights, 'weights', [rowsOf, Nf, Nb], [opts.grad ? B : 1, Nf, Nb]);
-    const src = shaped(e.source, 'source', [[1, B], Nf, [1, T], [1, D]], [1, Nf, 1, 1]);
+    const srcShape = [[1, B], Nf, [1, T], [1, D]];
+    // a source left on the device by an earlier run is fed as it is (below)
+    const dev = e.source && 'device' in e.source ? e.source : undefined;
+    if (dev && !fits(dev.dims, srcShape)) throw refuse('source', dev.dims, srcShape);
+    const src = dev
+      ? { dims: [1, 1, 1, 1], data: new Float32Array(1) } // a placeholder, replaced after buildFeeds
+      : shaped(e.source as Tensor | undefined, 'source', srcShape, [1, Nf, 1, 1]);
     const gate = opts.grad ? shaped(e.gate, 'gate', [[1, B], Nf], [1, Nf], 1) : undefined;
     if (e.gate && !opts.grad) throw bad('gate applies to gradient runs only.');
     const P = logitPosCount(opts, T);
@@ -802,12 +806,24 @@ class EngineModel implements LoadedModel {
       gradSeed: opts.grad?.seed,
       edges: { w, src, self: e.subtract ? 1 : 0, gate },
     });
+    if (dev) feeds[EDGE_SRC] = dev.device as OrtTensorLike;
     const fetches = ['logits', ...(opts.grad ? [gradName(EDGE_W)] : []), ...(e.outputs ? [EDGE_OUT] : [])];
-    const out = await runSession(session, feeds, fetches, 'This may be out of memory; try fewer examples per batch.');
+    const keep = e.outputs === 'device' && session.keepsOnDevice;
+    const out = await runSession(
+      session,
+      feeds,
+      fetches,
+      'This may be out of memory; try fewer examples per batch.',
+      '',
+      keep ? { keep: [EDGE_OUT] } : undefined,
+    );
+    const kept = keep && onDevice(out[EDGE_OUT]) ? out[EDGE_OUT] : undefined;
+    if (opts.signal?.aborted) kept?.dispose?.();
     throwIfAborted(opts.signal);
     const result: RunResult = { logits: toTensor(out.logits), hooks: {} };
     if (opts.grad) result.edgeGrad = toTensor(out[gradName(EDGE_W)]);
-    if (e.outputs) result.edgeOutputs = toTensor(out[EDGE_OUT]);
+    if (kept) result.edgeOutputsOnDevice = { dims: [...kept.dims], device: kept, release: () => kept.dispose?.() };
+    else if (e.outputs) result.edgeOutputs = toTensor(out[EDGE_OUT]);
     this.lastHooksBytes = (result.edgeGrad?.data.byteLength ?? 0) + (result.edgeOutputs?.data.byteLength ?? 0);
     return result;
   }

@@ -21,7 +21,7 @@
  * under f (signed ranking: most negative first), CMD = area of |1 − f| (ranking by |score|).
  */
 import { z } from 'zod';
-import type { LoadedModel } from '../engine/api';
+import type { LoadedModel, RunResult } from '../engine/api';
 import type { Tensor } from '../engine/tensor';
 import { LoupeError, throwIfAborted } from '../engine/errors';
 import { defineOperation } from './types';
@@ -179,8 +179,11 @@ export const edgeAttributionOutput = documentBase('edge_attribution').extend({
 /** per-example state kept between the passes */
 interface Item {
   ex: Example;
-  corr: Float32Array;
+  /** the corrupted run's node outputs, where a later run needs them in JS (eap without evaluation does not) */
+  corr?: Float32Array;
   clean?: Float32Array;
+  /** eap: the pair's scores, from its row of the batch's gradient run */
+  eap?: Float64Array;
   mClean: number;
   mCorr: number;
 }
@@ -251,13 +254,17 @@ export const operation = defineOperation({
   const batches = batchesByLength(ds.examples, input.batch_size);
   const progress = (stage: string, done: number, total: number) => ctx.onProgress?.({ stage, done, total });
   progress('corrupted and clean runs', 0, n);
+  // eap scores each batch in one gradient run fed the corrupted outputs as they are (on the device
+  // where the backend keeps them there); they come back to JS only for the exact method and evaluation
+  const corrInJs = method !== 'eap' || input.evaluate || explicit !== undefined;
   for (const batch of batches) {
     const T = T0(batch[0]);
     const size = Nf * T * D;
     const corr = await run(
       batch.map((e) => e.corrupted),
-      { logitPositions: [T - 1], edges: { subtract: true, outputs: true } },
+      { logitPositions: [T - 1], edges: { subtract: true, outputs: corrInJs ? true : 'device' } },
     );
+    const eap = method === 'eap' ? await eapBatch(batch, corr) : undefined;
     // EAP reads M(clean) off its gradient runs
     const clean =
       method === 'eap'
@@ -269,10 +276,11 @@ export const operation = defineOperation({
     batch.forEach((ex, r) => {
       items.push({
         ex,
-        corr: corr.edgeOutputs!.data.slice(r * size, (r + 1) * size),
+        corr: corrInJs ? corr.edgeOutputs!.data.slice(r * size, (r + 1) * size) : undefined,
         clean: needClean ? clean!.edgeOutputs!.data.slice(r * size, (r + 1) * size) : undefined,
-        mClean: clean ? M(clean.logits, r, ex) : NaN,
+        mClean: eap ? eap.mClean[r] : clean ? M(clean.logits, r, ex) : NaN,
         mCorr: M(corr.logits, r, ex),
+        eap: eap?.scores[r],
       });
     });
     progress('corrupted and clean runs', items.length, n);
@@ -285,7 +293,7 @@ export const operation = defineOperation({
   if (!imported) {
     progress('attributing', 0, n);
     for (const it of items) {
-      perExample.push(await scorePair(it, method as (typeof METHODS)[number]));
+      perExample.push(it.eap ?? (await scorePair(it, method as (typeof METHODS)[number])));
       progress('attributing', perExample.length, n);
     }
   }
@@ -308,6 +316,35 @@ export const operation = defineOperation({
   }
   const adjusted = edgeStats ? adjustFamily(edgeStats) : null;
 
+  /**
+   * eap for a batch of pairs of one length: one gradient run on the clean prompts, each row fed its
+   * pair's corrupted outputs (d_u = a_u(corrupted) − a_u(clean), held constant); row r's ∂M/∂w are
+   * that pair's scores, its logits M(clean)
+   */
+  async function eapBatch(batch: Example[], corr: RunResult): Promise<{ scores: Float64Array[]; mClean: number[] }> {
+    const B = batch.length;
+    const T = T0(batch[0]);
+    const seed = new Float32Array(B * V);
+    batch.forEach((ex, r) => seed.set(metricSeed(V, 1, ex.answer, ex.counterfactual).data, r * V));
+    try {
+      const res = await run(
+        batch.map((e) => e.clean),
+        {
+          logitPositions: [T - 1],
+          edges: { subtract: true, source: corr.edgeOutputsOnDevice ?? corr.edgeOutputs },
+          grad: { hooks: [], seed: { dims: [B, 1, V], data: seed } },
+        },
+      );
+      const gr = res.edgeGrad!.data;
+      return {
+        scores: batch.map((_, r) => Float64Array.from(g.edges, (e) => gr[r * Nf * Nb + e.f * Nb + e.b])),
+        mClean: batch.map((ex, r) => M(res.logits, r, ex)),
+      };
+    } finally {
+      corr.edgeOutputsOnDevice?.release();
+    }
+  }
+
   async function scorePair(it: Item, how: (typeof METHODS)[number]): Promise<Float64Array> {
     const { ex } = it;
     const T = T0(ex);
@@ -324,60 +361,51 @@ export const operation = defineOperation({
         }
         const res = await run(Array(rows).fill(ex.clean), {
           logitPositions: [T - 1],
-          edges: { subtract: true, weights: { dims: [rows, Nf, Nb], data: w }, source: src(it.corr) },
+          edges: { subtract: true, weights: { dims: [rows, Nf, Nb], data: w }, source: src(it.corr!) },
         });
         for (let r = 0; r < rows; r++) out[first + r] = M(res.logits, r, ex) - base;
       }
       return out;
     }
-    // gradient methods: rows of weights, one backward each; the edge's score is Σ_rows grad[u, b] / rows
+    // the EAP-IG methods: rows of weights, one backward each, d = corrupted − clean fed as a fixed
+    // difference; the edge's score is Σ_rows grad[u, b] / rows
     let weights: Float32Array;
     let gate: Float32Array | undefined;
     let rows: number;
-    let source: Tensor;
-    let subtract: boolean;
-    if (how === 'eap') {
-      rows = 1;
-      weights = new Float32Array(Nf * Nb);
-      source = src(it.corr);
-      subtract = true;
+    const corr = it.corr!;
+    const delta = new Float32Array(corr.length);
+    for (let i = 0; i < delta.length; i++) delta[i] = corr[i] - it.clean![i];
+    const source = src(delta);
+    if (how === 'eap_ig_inputs') {
+      // row k: the input's outputs reach every input b as e_clean + (1 − k/m)(e_corr − e_clean)
+      rows = m;
+      weights = new Float32Array(rows * Nf * Nb);
+      for (let k = 0; k < m; k++) weights.fill(1 - k / m, k * Nf * Nb, k * Nf * Nb + Nb);
     } else {
-      const delta = new Float32Array(it.corr.length);
-      for (let i = 0; i < delta.length; i++) delta[i] = it.corr[i] - it.clean![i];
-      source = src(delta);
-      subtract = false;
-      if (how === 'eap_ig_inputs') {
-        // row k: the input's outputs reach every input b as e_clean + (1 − k/m)(e_corr − e_clean)
-        rows = m;
-        weights = new Float32Array(rows * Nf * Nb);
-        for (let k = 0; k < m; k++) weights.fill(1 - k / m, k * Nf * Nb, k * Nf * Nb + Nb);
-      } else {
-        // row (group, k): the group's outputs set to α clean + (1 − α) corrupted, α = k/m, k = 1..m,
-        // as constants (gate 0: no gradient through the group's own computation)
-        const L = model.info.n_layers;
-        const H = model.info.n_heads;
-        const groups: number[][] = [[0]];
-        for (let l = 0; l < L; l++) {
-          const first = 1 + l * (H + 1);
-          groups.push(
-            Array.from({ length: H }, (_, h) => first + h),
-            [first + H],
-          );
-        }
-        rows = groups.length * m;
-        weights = new Float32Array(rows * Nf * Nb);
-        gate = new Float32Array(rows * Nf).fill(1);
-        groups.forEach((grp, gi) => {
-          for (let k = 1; k <= m; k++) {
-            const r = gi * m + (k - 1);
-            for (const f of grp) {
-              gate![r * Nf + f] = 0;
-              for (let b = 0; b < Nb; b++)
-                if (f < prevIndex(g.layout, b)) weights[r * Nf * Nb + f * Nb + b] = 1 - k / m;
-            }
-          }
-        });
+      // row (group, k): the group's outputs set to α clean + (1 − α) corrupted, α = k/m, k = 1..m,
+      // as constants (gate 0: no gradient through the group's own computation)
+      const L = model.info.n_layers;
+      const H = model.info.n_heads;
+      const groups: number[][] = [[0]];
+      for (let l = 0; l < L; l++) {
+        const first = 1 + l * (H + 1);
+        groups.push(
+          Array.from({ length: H }, (_, h) => first + h),
+          [first + H],
+        );
       }
+      rows = groups.length * m;
+      weights = new Float32Array(rows * Nf * Nb);
+      gate = new Float32Array(rows * Nf).fill(1);
+      groups.forEach((grp, gi) => {
+        for (let k = 1; k <= m; k++) {
+          const r = gi * m + (k - 1);
+          for (const f of grp) {
+            gate![r * Nf + f] = 0;
+            for (let b = 0; b < Nb; b++) if (f < prevIndex(g.layout, b)) weights[r * Nf * Nb + f * Nb + b] = 1 - k / m;
+          }
+        }
+      });
     }
     const acc = new Float64Array(Nf * Nb);
     for (let first = 0; first < rows; first += CAPS.maxBatch) {
@@ -385,14 +413,13 @@ export const operation = defineOperation({
       const res = await run(Array(B).fill(ex.clean), {
         logitPositions: [T - 1],
         edges: {
-          subtract,
+          subtract: false,
           source,
           weights: { dims: [B, Nf, Nb], data: weights.subarray(first * Nf * Nb, (first + B) * Nf * Nb) },
           ...(gate ? { gate: { dims: [B, Nf], data: gate.subarray(first * Nf, (first + B) * Nf) } } : {}),
         },
         grad: { hooks: [], seed: metricSeed(V, B, ex.answer, ex.counterfactual) },
       });
-      if (how === 'eap') it.mClean = M(res.logits, 0, ex);
       const gr = res.edgeGrad!.data;
       for (let r = 0; r < B; r++) for (let i = 0; i < Nf * Nb; i++) acc[i] += gr[r * Nf * Nb + i];
     }
@@ -451,7 +478,7 @@ export const operation = defineOperation({
           logitPositions: [T - 1],
           edges: {
             subtract: true,
-            source: { dims: [1, Nf, T, D], data: it.corr },
+            source: { dims: [1, Nf, T, D], data: it.corr! },
             weights: { dims: [B, Nf, Nb], data: w.subarray(first * Nf * Nb, (first + B) * Nf * Nb) },
           },
         });

@@ -13,6 +13,7 @@ import { LoupeError } from '../errors';
 import { gatherAt } from './positions';
 import type { ReadableWeightSet } from '../safetensors';
 import type { GpuCaps } from '../env';
+import { EDGE_OUT } from '../graph/edge-graph';
 
 export interface OrtTensorLike {
   dims: readonly number[];
@@ -139,13 +140,15 @@ function trackedWeb(
  * cache's `present.*` outputs come back as 'gpu-buffer' tensors (session option
  * `preferredOutputLocation` per output; onnxruntime-web binds outputs per run, so a run may fetch
  * any of them), kept for `returnCache: 'device'` and fed back as `past.*`, else read back with
- * `getData`; one-element float feeds (the identity interventions' mul = 1 and add = 0) are GPU
+ * `getData`; the edge variant's `edge::out` likewise (kept for outputs 'device'); one-element float feeds (the identity interventions' mul = 1 and add = 0) are GPU
  * buffers written once per value on onnxruntime's own device. `hookPositions` is sliced here after
  * the read-back (onnxruntime-web reads back only the outputs fetched, so nothing unfetched moves).
  */
-/** the session option that keeps the KV cache's outputs on the GPU */
+/** the session option that keeps the KV cache's outputs and the edge variant's node outputs on the GPU */
 function presentOnGpu(outputs: string[]): Record<string, 'gpu-buffer'> {
-  return Object.fromEntries(outputs.filter((n) => n.startsWith('present.')).map((n) => [n, 'gpu-buffer' as const]));
+  return Object.fromEntries(
+    outputs.filter((n) => n.startsWith('present.') || n === EDGE_OUT).map((n) => [n, 'gpu-buffer' as const]),
+  );
 }
 
 const scalars = new WeakMap<object, Map<number, Promise<OrtTensorLike>>>();
