@@ -140,9 +140,10 @@ function trackedWeb(
  * cache's `present.*` outputs come back as 'gpu-buffer' tensors (session option
  * `preferredOutputLocation` per output; onnxruntime-web binds outputs per run, so a run may fetch
  * any of them), kept for `returnCache: 'device'` and fed back as `past.*`, else read back with
- * `getData`; the edge variant's `edge::out` likewise (kept for outputs 'device'); one-element float feeds (the identity interventions' mul = 1 and add = 0) are GPU
- * buffers written once per value on onnxruntime's own device. `hookPositions` is sliced here after
- * the read-back (onnxruntime-web reads back only the outputs fetched, so nothing unfetched moves).
+ * `getData`; the edge variant's `edge::out` likewise (kept for outputs 'device'); one-element
+ * float feeds (the identity interventions' mul = 1 and add = 0) are GPU buffers written once per
+ * value on onnxruntime's own device. `hookPositions` is sliced here after the read-back
+ * (onnxruntime-web reads back only the outputs fetched, so nothing unfetched moves).
  */
 /** the session option that keeps the KV cache's outputs and the edge variant's node outputs on the GPU */
 function presentOnGpu(outputs: string[]): Record<string, 'gpu-buffer'> {
