@@ -17,7 +17,9 @@
  *    mixture-of-experts layer `blocks.{l}.mlp.hook_router_logits|hook_router_weights` [B,T,E],
  *    `blocks.{l}.mlp.hook_expert_weights|hook_expert_indices` [B,T,k], `blocks.{l}.mlp.experts.{e}.hook_out` [B,T,D]
  *    (weighted), `blocks.{l}.mlp.shared_expert.hook_out`, `blocks.{l}.ln2_post.hook_scale` (post-norms),
- *    `blocks.{l}.hook_mlp_out`, `blocks.{l}.hook_resid_post`,
+ *    `blocks.{l}.hook_mlp_out`, Gemma 4's per-layer input block `blocks.{l}.hook_per_layer_input` [B,T,P],
+ *    `blocks.{l}.per_layer.hook_pre|hook_post` [B,T,P], `blocks.{l}.ln_per_layer.hook_scale`,
+ *    `blocks.{l}.hook_per_layer_out` [B,T,D] (graph/hooks.ts PER_LAYER_HOOKS), `blocks.{l}.hook_resid_post`,
  *    `ln_final.hook_scale` [B,T,1], `logits` [B,T,V]. <!-- /hooks -->
  *  - Values are those of the unprocessed Hugging Face model (no weight folding or centring).
  *  - A hook's returned value is the value AFTER any intervention at that hook (TL semantics).

@@ -177,6 +177,17 @@ export const CATALOG: readonly CatalogEntry[] = [
     ['allenai/OLMo-2-0425-1B', ['olmo-2-1b'], 1.48 * B],
     ['allenai/OLMo-2-1124-7B', ['olmo-2-7b'], 7.3 * B],
   ]),
+  // Gemma 4 (Gemma4ForConditionalGeneration): the model cards' totals, per-layer embedding tables
+  // and the vision (and, E2B/E4B, audio) towers included, which a load never reads. TransformerLens
+  // names not checked here, so Loupe's. (26B-A4B is its MoE block: refused, arch/gemma4.ts.)
+  ...family('gemma4', 'BF16', [
+    ['google/gemma-4-E2B', [], 5.1 * B, ['gemma-4-e2b']],
+    ['google/gemma-4-E2B-it', [], 5.1 * B, ['gemma-4-e2b-it']],
+    ['google/gemma-4-E4B', [], 8.0 * B, ['gemma-4-e4b']],
+    ['google/gemma-4-E4B-it', [], 8.0 * B, ['gemma-4-e4b-it']],
+    ['google/gemma-4-31B', [], 30.7 * B, ['gemma-4-31b']],
+    ['google/gemma-4-31B-it', [], 30.7 * B, ['gemma-4-31b-it']],
+  ]),
   // Qwen3.5 (Qwen3_5ForConditionalGeneration): the model cards' language-model counts; each
   // checkpoint also holds a vision tower, which a load never reads
   ...family('qwen3_5', 'BF16', [

@@ -697,9 +697,12 @@ class EngineModel implements LoadedModel {
       gradSeed: opts.grad?.seed,
       topK: pick.topK,
     });
-    const presentNames = opts.returnCache
-      ? Array.from({ length: this.spec.nLayers }, (_, l) => [`present.${l}.key`, `present.${l}.value`]).flat()
-      : [];
+    // the layers that own a cache (a Gemma 4 KV-sharing layer reads its source layer's)
+    const owners = Array.from({ length: this.spec.nLayers }, (_, l) => l).filter(
+      (l) => this.spec.layers[l].attn?.kvFrom === undefined,
+    );
+    const kvOf = (l: number) => this.spec.layers[l].attn?.kvFrom ?? l;
+    const presentNames = opts.returnCache ? owners.flatMap((l) => [`present.${l}.key`, `present.${l}.value`]) : [];
     const fetches = [...pick.fetches, ...wanted, ...(gradHooks ?? []).map(gradName), ...presentNames];
 
     // hooks at some positions only: gathered on the device where the values stay there, else here
@@ -732,20 +735,23 @@ class EngineModel implements LoadedModel {
       0,
     );
     if (keepCache) {
-      const names = (kind: string) => Array.from({ length: this.spec.nLayers }, (_, l) => out[`present.${l}.${kind}`]);
+      const names = (kind: string) =>
+        Array.from({ length: this.spec.nLayers }, (_, l) => out[`present.${kvOf(l)}.${kind}`]);
       const device = { keys: names('key'), values: names('value'), batch: B };
       result.present = {
         keys: [],
         values: [],
         length: Tk,
         device,
-        release: () => [...device.keys, ...device.values].forEach((t) => t.dispose?.()),
+        release: () => new Set([...device.keys, ...device.values]).forEach((t) => t.dispose?.()),
       };
     } else if (opts.returnCache) {
       const cache: KVCache = { keys: [], values: [], length: Tk };
       for (let l = 0; l < this.spec.nLayers; l++) {
-        cache.keys.push(toTensor(out[`present.${l}.key`]));
-        cache.values.push(toTensor(out[`present.${l}.value`]));
+        // a layer sharing another's keys and values holds that layer's tensors (the same objects, no copy)
+        const from = kvOf(l);
+        cache.keys.push(from === l ? toTensor(out[`present.${l}.key`]) : cache.keys[from]);
+        cache.values.push(from === l ? toTensor(out[`present.${l}.value`]) : cache.values[from]);
       }
       result.present = cache;
     }

@@ -63,6 +63,19 @@ export interface AttentionSpec {
    * (hook_pattern holds the key columns only)
    */
   sinks?: { w: string };
+  /** Gemma 4: this layer's own key/value heads and head width (its full-attention layers differ); absent: the model's */
+  nKvHeads?: number;
+  dHead?: number;
+  /**
+   * Gemma 4: v is RMS-normalised over each head's Dh, without a weight (v_norm), before the cache.
+   * (Its attention_k_eq_v: qkv.v is the very object qkv.k, and v is the key projection before k_norm.)
+   */
+  vNorm?: { eps: number };
+  /**
+   * Gemma 4's KV sharing: this layer attends with layer kvFrom's keys and values (that layer's
+   * present.*, cache included) and computes none of its own; qkv.k and qkv.v are then unused
+   */
+  kvFrom?: number;
 }
 
 /**
@@ -102,6 +115,21 @@ export interface MlpSpec {
   up: LinearRef;
   gate?: LinearRef;
   down: LinearRef;
+  act: Activation;
+  /** Gemma 4's double-wide MLP on its KV-sharing layers: this layer's width; absent: ModelSpec.dMlp */
+  width?: number;
+}
+
+/**
+ * Gemma 4's per-layer input (PLE), in the block after the MLP: x + norm(W_proj (act(W_gate x) ⊙ p_l)),
+ * p_l the layer's slice of ModelSpec.perLayerInput
+ */
+export interface PerLayerSpec {
+  /** per_layer_input_gate [P, D], per_layer_projection [D, P] */
+  gate: LinearRef;
+  proj: LinearRef;
+  /** post_per_layer_input_norm over D */
+  norm: NormSpec;
   act: Activation;
 }
 
@@ -163,6 +191,10 @@ export interface LayerSpec {
   postMlpNorm?: NormSpec;
   /** GPT-NeoX use_parallel_residual: resid_post = resid_pre + attn(ln1(x)) + mlp(ln2(x)) */
   parallel: boolean;
+  /** Gemma 4: the per-layer input's block, added after the MLP */
+  perLayer?: PerLayerSpec;
+  /** Gemma 4: a stored [1] scalar (layer_scalar) the block's output is multiplied by */
+  scalar?: string;
 }
 
 export interface RopeScaling {
@@ -188,6 +220,11 @@ export interface RotarySpec {
   /** number of leading dims of each head that rotate (NeoX rotary_pct < 1 gives a partial rotary) */
   dim: number;
   scaling: RopeScaling | null;
+  /**
+   * Gemma 4's proportional RoPE: only the first `angles` of the dim / 2 frequencies θ^(−2i/dim)
+   * turn, the rest are 0 (those dims pass unrotated); absent: all of them
+   */
+  angles?: number;
 }
 
 export interface ModelSpec {
@@ -220,6 +257,19 @@ export interface ModelSpec {
   lnFinal: NormSpec;
   /** lm_head [V, D] (or the tied embedding), optional bias */
   unembed: { w: string; b?: string };
+  /**
+   * Gemma 4's per-layer inputs [B, T, L, P]: (RMSNorm(W_proj x_embed · projScale) + E_pl[token] ·
+   * embedScale) · inputScale, the token table [V', L·P] and projection [L·P, D] split per layer
+   */
+  perLayerInput?: {
+    embed: string;
+    embedScale: number;
+    projection: LinearRef;
+    projScale: number;
+    norm: NormSpec;
+    inputScale: number;
+    width: number;
+  };
   /** Gemma 2: logits = cap * tanh(logits / cap) */
   finalSoftcap: number | null;
   bosTokenId?: number;
@@ -241,6 +291,26 @@ export function attentionOf(spec: ModelSpec, l: number): AttentionSpec {
     );
   return a;
 }
+
+/** layer l's key/value heads and head width (Gemma 4's differ by layer; other models': the model's) */
+export function headsOf(spec: ModelSpec, l: number): { Hkv: number; Dh: number } {
+  const a = spec.layers[l]?.attn;
+  return { Hkv: a?.nKvHeads ?? spec.nKvHeads, Dh: a?.dHead ?? spec.dHead };
+}
+
+/** whether every attention layer has the model's head geometry, its own K/V and the model's MLP width */
+export const uniformLayers = (spec: ModelSpec): boolean =>
+  spec.layers.every(
+    (l) =>
+      !l.perLayer &&
+      !l.scalar &&
+      l.mlp?.width === undefined &&
+      (!l.attn ||
+        ((l.attn.nKvHeads ?? spec.nKvHeads) === spec.nKvHeads &&
+          (l.attn.dHead ?? spec.dHead) === spec.dHead &&
+          l.attn.kvFrom === undefined &&
+          !l.attn.vNorm)),
+  );
 
 /** whether any layer is a linear-attention layer (the model then carries a recurrent state, not only a KV cache) */
 export const hasLinearAttention = (spec: ModelSpec): boolean => spec.layers.some((l) => l.linearAttn !== undefined);

@@ -10,6 +10,7 @@ import { qwen3 } from './qwen3';
 import { gemma } from './gemma';
 import { gemma2 } from './gemma2';
 import { gemma3 } from './gemma3';
+import { gemma4 } from './gemma4';
 import { phi3 } from './phi3';
 import { olmo2 } from './olmo2';
 import { mixtral } from './mixtral';
@@ -39,6 +40,8 @@ const ADAPTERS: Record<string, Adapter> = {
   gemma2,
   gemma3_text: gemma3,
   gemma3,
+  gemma4_text: gemma4,
+  gemma4,
   phi3,
   olmo2,
   mixtral,

@@ -38,7 +38,9 @@ import type {
   LinearAttnSpec,
   MoeSpec,
   ExpertSpec,
+  PerLayerSpec,
 } from '../spec';
+import { headsOf } from '../spec';
 import type { TensorEntry } from '../safetensors-types';
 import type { SaeGraphSpec } from '../sae';
 import type { WeightPrecision } from '../precision';
@@ -440,8 +442,8 @@ export class ModelGraph {
   // ---- attention
 
   /** rotary, HF rotate_half convention over the first rd dims of each head: x·cos + rotate_half(x)·sin */
-  protected rope(x: string, local = false): string {
-    const { g, spec, Dh } = this;
+  protected rope(x: string, local = false, Dh = this.Dh): string {
+    const { g, spec } = this;
     const r = local ? spec.rotaryLocal : spec.rotary;
     if (!r) return x;
     const rd = r.dim;
@@ -464,11 +466,17 @@ export class ModelGraph {
   }
 
   private attention(l: number, layer: LayerSpec, a: AttentionSpec, xn: string): string {
-    const { g, D, H, Hkv, Dh } = this;
+    const { g, D, H } = this;
+    const { Hkv, Dh } = headsOf(this.spec, l);
     const b = `blocks.${l}.attn`;
     let q: string, k: string, v: string;
     let gate: string | undefined;
-    if (a.qkv.kind === 'separate' && a.outputGate) {
+    if (a.kvFrom !== undefined && a.qkv.kind === 'separate') {
+      // Gemma 4's KV sharing: only the query here; keys and values are layer kvFrom's (below)
+      q = this.norm(g.o('Reshape', [this.linear(xn, a.qkv.q, D, H * Dh), g.constI([0, 0, H, Dh])]), a.qNorm);
+      q = this.hook(this.rope(q, a.localRotary, Dh), `${b}.hook_q`);
+      k = v = '';
+    } else if (a.qkv.kind === 'separate' && a.outputGate) {
       // Qwen3.5: q_proj rows `(h two dh)`, each head's query then its output gate
       const qg = g.o('Reshape', [this.linear(xn, a.qkv.q, D, 2 * H * Dh), g.constI([0, 0, H, 2 * Dh])]);
       [q, gate] = g.op('Split', [qg, g.constI([Dh, Dh])], { axis: 3 }, 2);
@@ -483,11 +491,10 @@ export class ModelGraph {
         full ? this.norm(this.linear(xn, a.qkv.q, D, H * Dh), a.qNorm) : this.linear(xn, a.qkv.q, D, H * Dh),
         H,
       );
-      k = heads(
-        full ? this.norm(this.linear(xn, a.qkv.k, D, Hkv * Dh), a.kNorm) : this.linear(xn, a.qkv.k, D, Hkv * Dh),
-        Hkv,
-      );
-      v = heads(this.linear(xn, a.qkv.v, D, Hkv * Dh), Hkv);
+      const kProj = this.linear(xn, a.qkv.k, D, Hkv * Dh);
+      k = heads(full ? this.norm(kProj, a.kNorm) : kProj, Hkv);
+      // Gemma 4's attention_k_eq_v (v's ref is k's object): v is the key projection (before k_norm and rotary)
+      v = a.qkv.v === a.qkv.k ? heads(kProj, Hkv) : heads(this.linear(xn, a.qkv.v, D, Hkv * Dh), Hkv);
     } else if (a.qkv.kind === 'gpt2_fused') {
       // c_attn Conv1D [D, 3D], columns `(three h dh)`
       [q, k, v] = this.splitHeads(this.linear(xn, a.qkv.qkv, D, 3 * D), [0, 0, 3, H, Dh], 2);
@@ -495,29 +502,40 @@ export class ModelGraph {
       // NeoX query_key_value Linear [3D, D], rows `(h three dh)`
       [q, k, v] = this.splitHeads(this.linear(xn, a.qkv.qkv, D, 3 * D), [0, 0, H, 3, Dh], 3);
     }
-    if (a.qkNormWidth !== 'full') {
-      q = this.norm(q, a.qNorm);
-      k = this.norm(k, a.kNorm);
-    }
-    q = this.hook(this.rope(q, a.localRotary), `${b}.hook_q`);
-    k = this.hook(this.rope(k, a.localRotary), `${b}.hook_k`);
-    v = this.hook(v, `${b}.hook_v`);
+    let kAll: string, vAll: string;
+    if (a.kvFrom !== undefined) {
+      const from = this.kv.get(a.kvFrom);
+      if (!from)
+        throw new Error(`graph: layer ${l} shares the keys and values of layer ${a.kvFrom}, not built before it`);
+      [kAll, vAll] = from;
+    } else {
+      if (a.qkNormWidth !== 'full') {
+        q = this.norm(q, a.qNorm);
+        k = this.norm(k, a.kNorm);
+      }
+      // Gemma 4's v_norm: RMS over each head's Dh, no weight
+      if (a.vNorm) v = g.o('Div', [v, g.o('Sqrt', [g.o('Add', [this.meanSquare(v), this.c(a.vNorm.eps)])])]);
+      q = this.hook(this.rope(q, a.localRotary, Dh), `${b}.hook_q`);
+      k = this.hook(this.rope(k, a.localRotary, Dh), `${b}.hook_k`);
+      v = this.hook(v, `${b}.hook_v`);
 
-    // KV cache: keys/values of earlier positions come in, all keys/values go out (`b t hkv dh -> b hkv t dh`)
-    let kAll = g.o(
-      'Concat',
-      [g.input(`past.${l}.key`, 'float', ['B', Hkv, 'P', Dh]), g.o('Transpose', [k], { perm: [0, 2, 1, 3] })],
-      { axis: 2 },
-    );
-    let vAll = g.o(
-      'Concat',
-      [g.input(`past.${l}.value`, 'float', ['B', Hkv, 'P', Dh]), g.o('Transpose', [v], { perm: [0, 2, 1, 3] })],
-      { axis: 2 },
-    );
-    kAll = g.rename(kAll, `present.${l}.key`);
-    g.output(kAll);
-    vAll = g.rename(vAll, `present.${l}.value`);
-    g.output(vAll);
+      // KV cache: keys/values of earlier positions come in, all keys/values go out (`b t hkv dh -> b hkv t dh`)
+      kAll = g.o(
+        'Concat',
+        [g.input(`past.${l}.key`, 'float', ['B', Hkv, 'P', Dh]), g.o('Transpose', [k], { perm: [0, 2, 1, 3] })],
+        { axis: 2 },
+      );
+      vAll = g.o(
+        'Concat',
+        [g.input(`past.${l}.value`, 'float', ['B', Hkv, 'P', Dh]), g.o('Transpose', [v], { perm: [0, 2, 1, 3] })],
+        { axis: 2 },
+      );
+      kAll = g.rename(kAll, `present.${l}.key`);
+      g.output(kAll);
+      vAll = g.rename(vAll, `present.${l}.value`);
+      g.output(vAll);
+      this.kv.set(l, [kAll, vAll]);
+    }
 
     // grouped-query attention: each kv head serves H/Hkv query heads, `b hkv tk dh -> b (hkv rep) tk dh`
     // (heads 2k, 2k+1 share kv head k for rep 2)
@@ -625,6 +643,13 @@ export class ModelGraph {
     return bias;
   }
   private readonly biasCache = new Map<string, string>();
+  /** each layer's keys and values with the cache's (present.*), for the layers that share them (Gemma 4) */
+  private readonly kv = new Map<number, [string, string]>();
+
+  /** mean of x² over the last axis, kept: [..., 1] */
+  private meanSquare(x: string): string {
+    return this.g.o('ReduceMean', [this.g.o('Mul', [x, x])], { axes: [-1], keepdims: 1 });
+  }
 
   // ---- linear attention (Qwen3.5's gated delta-net)
 
@@ -731,7 +756,7 @@ export class ModelGraph {
     const { g, D } = this;
     const b = `blocks.${l}.mlp`;
     const m = layer.mlp;
-    const M = this.spec.dMlp;
+    const M = m?.width ?? this.spec.dMlp;
     let post: string;
     if (layer.moe) {
       let out = this.moe(b, layer.moe, xn);
@@ -810,7 +835,7 @@ export class ModelGraph {
    * returns the two addends of hook_resid_post, which the caller adds together with the norm
    * that reads the sum (the next block's ln1 or ln_final: see addNorm).
    */
-  private block(l: number, resid: string, xn: string): [string, string] {
+  private block(l: number, resid: string, xn: string): [string, string | undefined] {
     const { g } = this;
     const layer = this.spec.layers[l];
     const attnOut = layer.linearAttn
@@ -827,8 +852,35 @@ export class ModelGraph {
       layer.ln2,
       `blocks.${l}.ln2.hook_scale`,
     );
-    return [mid, this.mlp(l, layer, normed)];
+    const mlpOut = this.mlp(l, layer, normed);
+    if (!layer.perLayer && !layer.scalar) return [mid, mlpOut];
+    // Gemma 4: the per-layer input's block after the MLP, then the whole stream times layer_scalar
+    let x = g.o('Add', [mid, mlpOut]);
+    if (layer.perLayer) x = g.o('Add', [x, this.perLayer(l, layer.perLayer, x)]);
+    if (layer.scalar) x = g.o('Mul', [x, this.W(layer.scalar)]);
+    return [x, undefined];
   }
+
+  /**
+   * Gemma 4's per-layer input block: norm(W_proj (act(W_gate x) ⊙ p_l)), p_l this layer's slice of
+   * the per-layer inputs (embed), x the stream after the MLP
+   */
+  private perLayer(l: number, s: PerLayerSpec, x: string): string {
+    const { g, D } = this;
+    const P = this.spec.perLayerInput!.width;
+    const b = `blocks.${l}`;
+    const input = this.hook(
+      g.o('Gather', [this.perLayerInputs, g.constI([l], [])], { axis: 2 }),
+      `${b}.hook_per_layer_input`,
+    );
+    const pre = this.hook(this.linear(x, s.gate, D, P), `${b}.per_layer.hook_pre`);
+    const post = this.hook(g.o('Mul', [activation(g, pre, s.act, this.fused), input]), `${b}.per_layer.hook_post`);
+    const out = this.norm(this.linear(post, s.proj, P, D), s.norm, `${b}.ln_per_layer.hook_scale`);
+    return this.hook(out, `${b}.hook_per_layer_out`);
+  }
+
+  /** Gemma 4's per-layer inputs [B, T, L, P] (ModelSpec.perLayerInput), set by embed() */
+  private perLayerInputs = '';
 
   // ---- the whole model
 
@@ -858,6 +910,18 @@ export class ModelGraph {
     let x = lookupRows(g, vocabChunks(this.entry(spec.embed.w), this.plan.vocabRows), ids);
     if (spec.embed.scale !== 1) x = g.o('Mul', [x, this.c(spec.embed.scale)]);
     x = this.hook(x, 'hook_embed');
+    const pl = spec.perLayerInput;
+    if (pl) {
+      // Gemma 4's per-layer inputs from the token (its own table, rows of L·P) and the embedding:
+      // (RMSNorm_P(W_proj x · projScale) + E_pl[token] · embedScale) · inputScale, `b t (l p) -> b t l p`
+      const { nLayers: L, dModel: D } = spec;
+      const entry = this.entry(pl.embed);
+      const rows = this.plan.vocabRows && Math.max(1, Math.floor((this.plan.vocabRows * D) / (L * pl.width)));
+      const split = (t: string) => g.o('Reshape', [t, g.constI([0, 0, L, pl.width])]);
+      const tok = g.o('Mul', [split(lookupRows(g, vocabChunks(entry, rows), ids)), this.c(pl.embedScale)]);
+      const proj = g.o('Mul', [split(this.linear(x, pl.projection, D, L * pl.width)), this.c(pl.projScale)]);
+      this.perLayerInputs = g.o('Mul', [g.o('Add', [this.norm(proj, pl.norm), tok]), this.c(pl.inputScale)]);
+    }
     let posB: string | undefined;
     if (spec.posEmbed) {
       const pos = g.gatherRows(this.entry(spec.posEmbed.w), g.input('position_ids', 'int64', ['T'])); // [T, D]

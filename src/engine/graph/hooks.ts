@@ -3,7 +3,7 @@
  * Shapes are batch-first; T is the number of query positions in this run, Tk the number of key
  * positions (past + T).
  */
-import type { ModelSpec } from '../spec';
+import { headsOf, type ModelSpec } from '../spec';
 
 export interface HookInfo {
   name: string;
@@ -33,6 +33,21 @@ export const LINEAR_ATTN_HOOKS = [
   'hook_z',
 ];
 
+/**
+ * Gemma 4's per-layer input block (after the MLP; TransformerLens has none, so these follow its
+ * style): hook_per_layer_input [B, T, P], the layer's per-layer input p_l; per_layer.hook_pre
+ * [B, T, P], W_gate x of the stream after the MLP; per_layer.hook_post [B, T, P], act(pre) ⊙ p_l;
+ * ln_per_layer.hook_scale, its output norm's scale; hook_per_layer_out [B, T, D], the addend.
+ * hook_resid_post is (resid_mid + mlp_out + per_layer_out) · layer_scalar.
+ */
+export const PER_LAYER_HOOKS = [
+  'hook_per_layer_input',
+  'per_layer.hook_pre',
+  'per_layer.hook_post',
+  'ln_per_layer.hook_scale',
+  'hook_per_layer_out',
+];
+
 /** UNKNOWN_HOOK's hint for a name: an attention hook of a linear-attention layer names that layer's own hooks */
 export function unknownHookHint(spec: ModelSpec, name: string, general: string): string {
   const m = /^blocks\.(\d+)\.attn\./.exec(name);
@@ -49,14 +64,10 @@ export function layerHooks(spec: ModelSpec, l: number, withResult: boolean): str
   if (layer.linearAttn) names.push(...LINEAR_ATTN_HOOKS.map((h) => `${b}.linear_attn.${h}`));
   else {
     if (layer.attn?.outputGate) names.push(`${b}.attn.hook_gate`);
-    names.push(
-      `${b}.attn.hook_q`,
-      `${b}.attn.hook_k`,
-      `${b}.attn.hook_v`,
-      `${b}.attn.hook_attn_scores`,
-      `${b}.attn.hook_pattern`,
-      `${b}.attn.hook_z`,
-    );
+    names.push(`${b}.attn.hook_q`);
+    // a layer that shares an earlier layer's keys and values (Gemma 4) has no k or v of its own
+    if (layer.attn?.kvFrom === undefined) names.push(`${b}.attn.hook_k`, `${b}.attn.hook_v`);
+    names.push(`${b}.attn.hook_attn_scores`, `${b}.attn.hook_pattern`, `${b}.attn.hook_z`);
     if (withResult) names.push(`${b}.attn.hook_result`);
   }
   if (layer.postAttnNorm) names.push(`${b}.ln1_post.hook_scale`);
@@ -70,7 +81,9 @@ export function layerHooks(spec: ModelSpec, l: number, withResult: boolean): str
     names.push(`${b}.mlp.hook_post`);
   }
   if (layer.postMlpNorm) names.push(`${b}.ln2_post.hook_scale`);
-  names.push(`${b}.hook_mlp_out`, `${b}.hook_resid_post`);
+  names.push(`${b}.hook_mlp_out`);
+  if (layer.perLayer) names.push(...PER_LAYER_HOOKS.map((h) => `${b}.${h}`));
+  names.push(`${b}.hook_resid_post`);
   return names;
 }
 
@@ -115,7 +128,13 @@ export function hookInfo(name: string): HookInfo {
 
 export function hookShape(spec: ModelSpec, name: string, B: number, T: number, Tk = T): number[] {
   const leaf = name.slice(name.lastIndexOf('.') + 1);
-  const { dModel: D, nHeads: H, nKvHeads: Hkv, dHead: Dh, dMlp: M } = spec;
+  const { dModel: D, nHeads: H } = spec;
+  const layer = /^blocks\.(\d+)\./.exec(name);
+  const l = layer ? Number(layer[1]) : -1;
+  const { Hkv, Dh } = headsOf(spec, l);
+  const M = spec.layers[l]?.mlp?.width ?? spec.dMlp;
+  if (/^blocks\.\d+\.(hook_per_layer_input|per_layer\.hook_(pre|post))$/.test(name))
+    return [B, T, spec.perLayerInput?.width ?? 0];
   const la = /^blocks\.(\d+)\.linear_attn\./.exec(name);
   const s = la ? spec.layers[Number(la[1])]?.linearAttn : undefined;
   if (s) {

@@ -22,6 +22,7 @@ import type { WeightPrecision } from '../budget';
 import { buildLensGraph, buildModelGraph, type BuiltGraph, type GraphPlan } from './build-model';
 import { buildEdgeGraph } from './edge-graph';
 import { addForwardReadout, buildReadoutGraph } from '../readout/graph';
+import { uniformLayers } from '../spec';
 import { buildReplacementForward, buildReplacementGraph } from './replacement';
 import type { TranscoderSpec } from '../transcoder';
 
@@ -116,7 +117,7 @@ export function buildVariant(v: GraphVariant, c: VariantContext): BuiltGraph {
         weights: c.precision,
         vocabRows: c.vocabRows,
         fused: c.fused,
-        ...(c.readoutInForward && variantKey(v) === variantKey(BASE_VARIANT)
+        ...(c.readoutInForward && uniformLayers(c.spec) && variantKey(v) === variantKey(BASE_VARIANT)
           ? { extra: (g) => addForwardReadout(g, c.spec, c.tensors) }
           : {}),
       });

@@ -1,5 +1,5 @@
 /** What a readout input asks for, checked the same way whichever readout runs. */
-import type { ModelSpec } from '../spec';
+import { uniformLayers, type ModelSpec } from '../spec';
 import type { Tensor } from '../tensor';
 import type { WeightProductsInput } from '../api';
 import { LoupeError } from '../errors';
@@ -15,6 +15,15 @@ export function checkReadoutInput(spec: ModelSpec, input: WeightProductsInput): 
       throw new LoupeError('BAD_INPUT', `weightProducts: ${name} must be [${L}, n, ${inner}], got [${t.dims}].`);
     }
   };
+  // the products stack one per layer: Gemma 4's layers differ in head width, MLP width and more
+  if (needsReadoutSession(input) && !uniformLayers(spec))
+    throw new LoupeError(
+      'UNSUPPORTED_OP',
+      `DLA's weight products are not available for this ${spec.family} model: its layers differ in head width, ` +
+        'MLP width, shared keys and values or per-layer inputs.',
+      'Read its hooks (activations, run) instead; trace and attribution need layers of one shape.',
+      { family: spec.family },
+    );
   check('z', input.z, H * Dh);
   check('post', input.post, M);
   check('attnDirs', input.attnDirs, D);

@@ -5,7 +5,7 @@
  */
 import { LoupeError } from '../errors';
 import type { KVCache } from '../api';
-import type { ModelSpec } from '../spec';
+import { headsOf, type ModelSpec } from '../spec';
 import type { Tensor } from '../tensor';
 import { PICK_K, type BuiltGraph } from '../graph/build-model';
 import { mulInput, addInput } from '../graph/hooks';
@@ -51,7 +51,8 @@ function emptyPast(spec: ModelSpec, l: number, B: number): [Tensor, Tensor] {
   const zeros = (dims: number[]): Tensor => ({ dims, data: new Float32Array(dims.reduce((a, d) => a * d, 1)) });
   if (s)
     return [zeros([B, s.convKernel - 1, 2 * s.nKHeads * s.dK + s.nVHeads * s.dV]), zeros([B, s.nVHeads, s.dK, s.dV])];
-  return [zeros([B, spec.nKvHeads, 0, spec.dHead]), zeros([B, spec.nKvHeads, 0, spec.dHead])];
+  const { Hkv, Dh } = headsOf(spec, l);
+  return [zeros([B, Hkv, 0, Dh]), zeros([B, Hkv, 0, Dh])];
 }
 
 export function buildFeeds(
@@ -99,7 +100,9 @@ export function buildFeeds(
   const device = past?.device;
   if (device && device.batch !== B)
     throw new LoupeError('BAD_INPUT', `KV cache batch ${device.batch} does not match batch ${B}.`);
-  for (let l = 0; l < spec.nLayers && graph.inputNames.includes('past.0.key'); l++) {
+  for (let l = 0; l < spec.nLayers; l++) {
+    // (a graph without a cache, or a layer that reads another's keys and values: no past input)
+    if (!graph.inputNames.includes(`past.${l}.key`)) continue;
     if (device) {
       // a cache on the device is fed as it is (runtime/ort-session.ts: a 'gpu-buffer' tensor)
       feeds[`past.${l}.key`] = device.keys[l] as OrtTensorLike;

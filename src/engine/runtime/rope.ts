@@ -12,7 +12,8 @@ import type { RotarySpec } from '../spec';
 export function inverseFrequencies(r: RotarySpec, seqLen = 1): Float64Array {
   const half = r.dim / 2;
   const inv = new Float64Array(half);
-  for (let i = 0; i < half; i++) inv[i] = 1 / Math.pow(r.theta, (2 * i) / r.dim);
+  // proportional RoPE (Gemma 4): frequencies past `angles` are 0, their dims never turn
+  for (let i = 0; i < half; i++) inv[i] = i < (r.angles ?? half) ? 1 / Math.pow(r.theta, (2 * i) / r.dim) : 0;
   const s = r.scaling;
   if (!s) return inv;
   if (s.kind === 'linear') return inv.map((f) => f / s.factor);

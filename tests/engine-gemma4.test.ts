@@ -1,0 +1,202 @@
+/**
+ * Gemma 4's text decoder against the float64 reference of tests/reference/gemma4-64.ts: every hook
+ * and the logits within 1e-4 on onnxruntime-node, WASM and onnxruntime-node's WebGPU provider
+ * (SwiftShader here), for a Gemma4ForCausalLM checkpoint with per-layer inputs, KV sharing of both
+ * layer types and the double-wide MLP, a multimodal bf16 one with attention_k_eq_v (its own key
+ * heads on the full layers) and no per-layer inputs, and one with all of them; a prompt continued
+ * from its cache equals the whole prompt at once; greedy continuations through the KV cache equal
+ * the reference's full re-runs; each feature the reference can leave out moves the logits by more
+ * than the tolerance; bad configs are structured errors naming the field before any weight is read.
+ */
+import { describe, it, expect, beforeAll, afterAll } from 'vitest';
+import { loadModelNode } from '../src/node/load';
+import { checkConfig } from '../src/engine/arch';
+import { LoupeError } from '../src/engine/errors';
+import { generateTokens } from '../src/ops/lib/generation';
+import type { LoadedModel } from '../src/engine/api';
+import { compareHooks, maxAbsDiff } from './reference';
+import {
+  makeGemma4Model,
+  gemma4Forward,
+  gemma4Greedy,
+  GEMMA4_FEATURES,
+  type Gemma4Model,
+  type Gemma4Options,
+} from './reference/gemma4-64';
+
+const TOL = 1e-4;
+
+/** prompt tokens: BOS then ids that are no special token */
+function promptOf(m: Gemma4Model, T: number, seed = 3): number[] {
+  const specials = new Set(Object.values(m.tokenizer.specialIds));
+  const out = [m.bosId];
+  let s = seed;
+  while (out.length < T) {
+    s = (s * 1103515245 + 12345) % 2 ** 31;
+    const t = s % m.text.vocab_size;
+    if (!specials.has(t)) out.push(t);
+  }
+  return out;
+}
+
+const S = 'sliding_attention' as const;
+const F = 'full_attention' as const;
+const CASES: { name: string; options: Gemma4Options; T: number; all?: boolean }[] = [
+  {
+    name: 'causal-lm: per-layer inputs, KV sharing of both types, double-wide MLP',
+    options: { layerTypes: [S, S, F, S, S, F], kvShared: 2, doubleWide: true, nKvHeads: 1 },
+    T: 12,
+  },
+  {
+    name: 'multimodal bf16: attention_k_eq_v, no per-layer inputs, default layer types, untied',
+    options: { multimodal: true, dtype: 'BF16', kEqV: true, globalKvHeads: 1, perLayer: 0, tied: false, seed: 7 },
+    T: 10,
+  },
+  {
+    name: 'all features, 40 tokens',
+    options: {
+      nLayers: 7,
+      layerTypes: [S, F, S, S, F, S, F],
+      kvShared: 3,
+      kEqV: true,
+      doubleWide: true,
+      window: 6,
+      seed: 9,
+    },
+    T: 40,
+    all: true,
+  },
+];
+
+describe.each(CASES)('gemma4 vs float64 reference: $name', ({ options, T, all }) => {
+  let m: Gemma4Model;
+  const models: Partial<Record<'node' | 'wasm' | 'webgpu', LoadedModel>> = {};
+  let tokens: number[];
+  beforeAll(async () => {
+    m = makeGemma4Model(options);
+    tokens = promptOf(m, T);
+    for (const backend of ['node', 'wasm', 'webgpu'] as const)
+      models[backend] = await loadModelNode(m.dir, { backend });
+  });
+  afterAll(async () => {
+    for (const model of Object.values(models)) await model?.dispose();
+    m?.cleanup();
+  });
+
+  it.each(['node', 'wasm', 'webgpu'] as const)('every hook and the logits within 1e-4 (%s)', async (backend) => {
+    const model = models[backend]!;
+    const ref = gemma4Forward(m, tokens);
+    const out = await model.run(tokens, { hooks: 'all' });
+    const names = model.hookNames();
+    expect(names.filter((n) => !(n in ref.hooks))).toEqual([]);
+    expect(Object.keys(ref.hooks).filter((n) => !names.includes(n))).toEqual([]);
+    const cmp = compareHooks(ref.hooks, out.hooks, names, TOL);
+    const bad = cmp.filter((r) => !r.ok);
+    expect(bad, JSON.stringify(bad.slice(0, 5))).toEqual([]);
+    const logits = maxAbsDiff(ref.logits.data, out.logits.data).maxAbs;
+    expect(logits).toBeLessThan(TOL);
+    const worst = Math.max(...cmp.map((r) => r.maxAbs));
+    console.log(
+      `gemma4 ${backend} T=${T}: ${cmp.length} hooks, worst |Δ| ${worst.toExponential(2)}, logits |Δ| ${logits.toExponential(2)}`,
+    );
+  });
+
+  it('a prompt continued from its cache equals the whole prompt at once', async () => {
+    const model = models.node!;
+    const whole = await model.run(tokens);
+    const V = m.text.vocab_size;
+    const cut = Math.floor(T / 2);
+    const head = await model.run(tokens.slice(0, cut), { returnCache: true });
+    const mid = await model.run(tokens.slice(cut, T - 1), { past: head.present!, returnCache: true });
+    const last = await model.run(tokens.slice(T - 1), { past: mid.present! });
+    const joined = new Float32Array(T * V);
+    joined.set(head.logits.data, 0);
+    joined.set(mid.logits.data, cut * V);
+    joined.set(last.logits.data, (T - 1) * V);
+    expect(maxAbsDiff(whole.logits.data, joined).maxAbs).toBeLessThan(TOL);
+    // a layer that shares keys and values holds its source layer's, not a copy
+    const shared = m.text.num_kv_shared_layers;
+    if (shared)
+      expect(head.present!.keys[m.text.num_hidden_layers - 1]).toBe(
+        head.present!.keys[m.text.layer_types.slice(0, m.text.num_hidden_layers - shared).lastIndexOf(F)],
+      );
+  });
+
+  it.each(['node', 'wasm', 'webgpu'] as const)(
+    'greedy continuation through the KV cache equals the reference (%s)',
+    async (backend) => {
+      const n = 8;
+      const want = gemma4Greedy(m, tokens, n);
+      const got = await generateTokens(models[backend]!, tokens, { maxNewTokens: n, temperature: 0, stopAtEos: false });
+      expect(got.ids).toEqual(want);
+    },
+  );
+
+  it('an intervention on a shared layer source reaches the layers that read it, as in the reference', async () => {
+    const l = m.text.layer_types.indexOf(F);
+    const hook = `blocks.${l}.attn.hook_v`;
+    const ref = gemma4Forward(m, tokens, { hook: (name, v) => (name === hook ? v.map((x) => 2 * x) : undefined) });
+    const out = await models.node!.run(tokens, { interventions: [{ hook, op: 'scale', alpha: 2 }] });
+    expect(maxAbsDiff(ref.logits.data, out.logits.data).maxAbs).toBeLessThan(TOL);
+  });
+
+  it.runIf(all)('leaving out each feature moves the logits by more than the tolerance', () => {
+    const base = gemma4Forward(m, tokens).logits.data;
+    const moved: Record<string, number> = {};
+    for (const f of GEMMA4_FEATURES) {
+      moved[f] = maxAbsDiff(gemma4Forward(m, tokens, { drop: [f] }).logits.data, base).maxAbs;
+      expect(moved[f], f).toBeGreaterThan(100 * TOL);
+    }
+    console.log(`gemma4 sensitivity (max |Δ logit|): ${JSON.stringify(moved)}`);
+  });
+});
+
+describe('gemma4 configs Loupe cannot run are refused from config.json alone', () => {
+  const m = makeGemma4Model({ kvShared: 2, layerTypes: [S, S, F, S, S, F] });
+  afterAll(() => m.cleanup());
+  const refused = (patch: Record<string, unknown>) => {
+    try {
+      checkConfig({ ...m.config, ...patch });
+    } catch (e) {
+      expect(e).toBeInstanceOf(LoupeError);
+      return e as LoupeError;
+    }
+    throw new Error('expected a refusal');
+  };
+  it.each([
+    [{ enable_moe_block: true }, 'UNSUPPORTED_CONFIG', 'enable_moe_block'],
+    [{ use_bidirectional_attention: 'all' }, 'UNSUPPORTED_CONFIG', 'use_bidirectional_attention'],
+    [{ num_kv_shared_layers: 6 }, 'BAD_CONFIG', 'num_kv_shared_layers'],
+    [{ num_kv_shared_layers: 1, layer_types: [S, S, S, S, S, F] }, 'BAD_CONFIG', 'num_kv_shared_layers'],
+    [{ num_key_value_heads: 3 }, 'BAD_CONFIG', 'num_key_value_heads'],
+    [{ attention_k_eq_v: true, num_global_key_value_heads: null }, 'BAD_CONFIG', 'num_global_key_value_heads'],
+    [{ layer_types: [S, S, 'chunked_attention', S, S, F] }, 'UNSUPPORTED_CONFIG', 'layer_types[2]'],
+    [{ layer_types: [S, F] }, 'BAD_CONFIG', 'layer_types'],
+    [{ vocab_size_per_layer_input: 10 }, 'UNSUPPORTED_CONFIG', 'vocab_size_per_layer_input'],
+    [
+      {
+        rope_parameters: {
+          sliding_attention: { rope_type: 'yarn', rope_theta: 1e4 },
+          full_attention: { rope_type: 'proportional', rope_theta: 1e6 },
+        },
+      },
+      'UNSUPPORTED_CONFIG',
+      'rope_parameters.sliding_attention.rope_type',
+    ],
+    [
+      { rope_parameters: { sliding_attention: { rope_theta: 1e4 }, full_attention: { rope_theta: 1e6 } } },
+      'UNSUPPORTED_CONFIG',
+      'rope_parameters.full_attention.rope_type',
+    ],
+    [{ hidden_activation: 'swiglu' }, 'UNSUPPORTED_CONFIG', 'swiglu'],
+  ])('%j → %s naming %s', (patch, code, field) => {
+    const e = refused(patch);
+    expect(e.code).toBe(code);
+    expect(JSON.stringify(e.details ?? {}) + e.message).toContain(field);
+  });
+
+  it('a multimodal config without text_config is BAD_CONFIG', () => {
+    const e = refused({ model_type: 'gemma4' });
+    expect(e.code).toBe('BAD_CONFIG');
+  });
+});
