@@ -127,6 +127,67 @@ describe('transfers on WebGPU (node), against the bytes each document needs', ()
     );
   });
 
+  // a logits row reduced on the device (runtime/reduce.ts): the logits at the ids asked for, the
+  // log-normaliser, the argmax (int64) and its logit, and KL from a reference where one is given
+  const row = (ids: number[], kl = false) => F * ids.length + F + 8 + F + (kl ? F : 0);
+  const ids = [5, 10, 20, 30, 40, 50];
+  const T = ids.length;
+
+  it('patch reads back its sources, the last position of two runs, and per variant its metric reduced there', async () => {
+    const input = { prompt: '', token_ids: ids, corrupted_token_ids: [5, 11, 20, 31, 40, 50] };
+    const r = await counted(gpu, 'patch', input);
+    // resid_pre per layer × position, attn_out and mlp_out per layer × position and all positions, heads
+    const variants = L * T + 2 * (L * T + L) + L * H;
+    expect(r.doc.n_variants).toBe(variants);
+    // the clean run: resid_pre, attn_out, mlp_out, hook_z per layer (the patches' sources) and the last
+    // position's logits; the corrupted run: those logits. Before (main at f2e4f1c) both runs read every
+    // position's logits and each variant its whole row: 84,288 bytes here, 15,840 now
+    expect(r.read).toBe(F * (L * T * (3 * D + H * Dh) + 2 * V) + variants * row([0, 0]));
+    expect(r.read).toBe(15_840);
+    const c = (await getOperation('patch')!.run(cpu, input, {})) as any;
+    for (const k of ['resid_pre', 'attn_out', 'mlp_out', 'head_out'])
+      close(
+        r.doc[k].flat().map((x: number | null) => x ?? 0),
+        c[k].flat().map((x: number | null) => x ?? 0),
+      );
+    expect(floatOffDevice(gpu)).toEqual([]);
+  });
+
+  it('ablate and layer_ablation read back the clean row and per variant its effect reduced there', async () => {
+    const input = {
+      prompt: '',
+      token_ids: ids,
+      targets: [
+        { layer: 0, head: 1 },
+        { layer: 1, head: 2 },
+      ],
+    };
+    const r = await counted(gpu, 'ablate', input);
+    // each target, then both: the answer's logit and KL(clean ‖ ablated) per variant. Before: every
+    // position's logits of the clean run and each variant's whole row (10,800 bytes here), 1,272 now
+    expect(r.read).toBe(F * V + 3 * row([0], true));
+    expect(r.read).toBe(1_272);
+    const c = (await getOperation('ablate')!.run(cpu, input, {})) as any;
+    for (const k of ['logit_delta', 'logprob_delta', 'prob_delta', 'kl', 'new_predicted_prob'])
+      close(
+        r.doc.entries.map((e: any) => e[k]),
+        c.entries.map((e: any) => e[k]),
+      );
+    expect(r.doc.entries.map((e: any) => e.new_predicted_token_id)).toEqual(
+      c.entries.map((e: any) => e.new_predicted_token_id),
+    );
+    const la = await counted(gpu, 'layer_ablation', { prompt: '', token_ids: ids });
+    // attn_out and mlp_out of each layer (before: 7,200 + 2L·V·4 = 12,000 bytes here, 1,296 now)
+    expect(la.read).toBe(F * V + 2 * L * row([0], true));
+    const lc = (await getOperation('layer_ablation')!.run(cpu, { prompt: '', token_ids: ids }, {})) as any;
+    for (const k of ['logprob_delta', 'kl'])
+      close(
+        la.doc.entries.map((e: any) => e[k]),
+        lc.entries.map((e: any) => e[k]),
+      );
+    expect(floatOffDevice(gpu)).toEqual([]);
+  });
+
   it('generate keeps the KV cache on the device: per step the chosen token comes back (greedy)', async () => {
     const input = { prompt: 'the cat', max_new_tokens: 6, temperature: 0 };
     const r = await counted(gpu, 'generate', input);

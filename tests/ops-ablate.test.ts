@@ -293,13 +293,15 @@ describe.each(cases)('ablate on $name equals the float64 reference', (c) => {
       ...c.targets.map((t) => ablator.interventions([t as any])),
       ablator.interventions(c.targets as any),
     ];
-    const batched = await runVariants(model, ids, variants, { ctx: {}, maxBatch: 64 });
-    const single = await runVariants(model, ids, variants, { ctx: {}, maxBatch: 1 });
-    const split = await runVariants(model, ids, variants, { ctx: {}, maxBatch: 5 });
+    // every token's logit kept by the reduction: the whole rows compared
+    const reduce = { ids: Array.from({ length: model.info.d_vocab }, (_, i) => i) };
+    const batched = await runVariants(model, ids, variants, { ctx: {}, maxBatch: 64, reduce });
+    const single = await runVariants(model, ids, variants, { ctx: {}, maxBatch: 1, reduce });
+    const split = await runVariants(model, ids, variants, { ctx: {}, maxBatch: 5, reduce });
     let diff = 0;
     for (let v = 0; v < variants.length; v++)
-      for (let k = 0; k < batched[v].length; k++)
-        diff = Math.max(diff, Math.abs(batched[v][k] - single[v][k]), Math.abs(split[v][k] - single[v][k]));
+      for (let k = 0; k < batched[v].at.length; k++)
+        diff = Math.max(diff, Math.abs(batched[v].at[k] - single[v].at[k]), Math.abs(split[v].at[k] - single[v].at[k]));
     expect(diff).toBeLessThan(1e-5);
     log.push(
       `${c.name}: ${variants.length} variants batched vs one at a time: max |Δ logit| = ${diff.toExponential(2)}; via ablate: ${worst.toExponential(2)}`,

@@ -258,6 +258,27 @@ export interface KVCache {
   release?: () => void;
 }
 
+/** what each row of a run's logits is reduced to (RunOptions.reduceLogits) */
+export interface LogitReduce {
+  /** token ids whose logits a row keeps */
+  ids: number[];
+  /** a reference row of log-probabilities [V]: each row's KL(reference ‖ row) is returned too */
+  ref?: Float32Array;
+}
+
+/** one logits row reduced (runtime/reduce.ts); float32 arithmetic on the backend */
+export interface LogitRow {
+  /** the logits at LogitReduce.ids, in order */
+  at: Float32Array;
+  /** log Σ_v exp(logit_v) */
+  logsumexp: number;
+  /** the argmax (first on ties) and its logit */
+  top: number;
+  topLogit: number;
+  /** KL(ref ‖ softmax(row)) in nats, when a ref was given */
+  kl?: number;
+}
+
 /**
  * A run of the edge-patching variant (graph/edge-graph.ts; the layout of its axes is edges.ts):
  * every node input b is the residual stream plus Σ_u w[u, b] · d_u, with d_u = src_u − a_u (this
@@ -346,6 +367,11 @@ export interface RunOptions {
   grad?: { hooks: string[]; seed: Tensor };
   /** run the edge-patching variant (see EdgeRun); with grad, grad.hooks must be empty */
   edges?: EdgeRun;
+  /**
+   * return the logits reduced, one LogitRow per row of [B, P] (`logitRows`), instead of whole: on
+   * the device where the values stay there (runtime/reduce.ts); `logits` is then [B, P, 0]
+   */
+  reduceLogits?: LogitReduce;
   signal?: AbortSignal;
 }
 
@@ -364,6 +390,8 @@ export interface RunResult {
   edgeOutputs?: Tensor;
   /** edge runs with outputs 'device', where the backend keeps values on the device: those outputs, not read back */
   edgeOutputsOnDevice?: DeviceTensor;
+  /** with `reduceLogits`: each logits row reduced, row-major over [B, P] */
+  logitRows?: LogitRow[];
   /** edge runs with grad: ∂M/∂w [B, nForward, nBackward] */
   edgeGrad?: Tensor;
 }

@@ -14,6 +14,8 @@ import type {
   KVCache,
   Intervention,
   LensTop,
+  LogitReduce,
+  LogitRow,
   TokenizeOptions,
   Tensor64,
   WeightProducts,
@@ -40,7 +42,14 @@ import { allHookNames, hookInfo, hookShape as shapeOfHook, unknownHookHint } fro
 import { compileInterventions } from './runtime/interventions';
 import { buildFeeds } from './runtime/feeds';
 import { TransferCounter, onDevice } from './runtime/transfers';
-import type { EngineSession, OrtTensorLike, RunKeep, SessionFactory } from './runtime/ort-session';
+import { logitReduceFeeds, logitReduceFetches, logitReduceGraph, logitReduceKey, logitRows } from './runtime/reduce';
+import {
+  wrapOrtSession,
+  type EngineSession,
+  type OrtTensorLike,
+  type RunKeep,
+  type SessionFactory,
+} from './runtime/ort-session';
 import { checkPositions, gatherAt } from './runtime/positions';
 import { ModelTokenizer } from './tokenizer';
 import { readParam, specTensorNames, storedParam, valueProduct, type ReadTensor } from './params';
@@ -314,6 +323,8 @@ class EngineModel implements LoadedModel {
   private queue: Promise<unknown> = Promise.resolve();
   private lastHooksBytes = 0;
   private readonly transfers = new TransferCounter();
+  /** helper sessions (runtime/reduce.ts) by graph and place */
+  private readonly helpers = new Map<string, Promise<EngineSession>>();
 
   constructor(
     readonly spec: ModelSpec,
@@ -711,24 +722,32 @@ class EngineModel implements LoadedModel {
     const axes = Object.fromEntries(wanted.map((h) => [h, hookInfo(h).posAxis]));
     const gather = at && session.keepsOnDevice ? { positions: at, axes } : undefined;
     const keepCache = opts.returnCache === 'device' && session.keepsOnDevice;
+    const reduce = opts.reduceLogits;
+    if (reduce) this.checkReduce(reduce, pick.fetches);
+    // reduced logits stay where the session keeps its values until the reduction has run
+    const keep = [...(keepCache ? presentNames : []), ...(reduce && session.keepsOnDevice ? ['logits'] : [])];
     const out = await runSession(
       session,
       feeds,
       fetches,
       'This may be out of memory; try a shorter prompt or a smaller batch.',
       '',
-      { gather, keep: keepCache ? presentNames : undefined },
+      { gather, keep: keep.length ? keep : undefined },
     );
     throwIfAborted(opts.signal);
     const hookAt = (h: string) => (at && !gather ? gatherAt(toTensor(out[h]), axes[h], at) : toTensor(out[h]));
     const result: RunResult = {
-      logits: out.logits ? toTensor(out.logits) : { dims: [B, logitPosCount(opts, T), 0], data: new Float32Array(0) },
+      logits:
+        reduce || !out.logits
+          ? { dims: [B, logitPosCount(opts, T), 0], data: new Float32Array(0) }
+          : toTensor(out.logits),
       hooks: Object.fromEntries(wanted.map((h) => [h, hookAt(h)])),
     };
     const ints = (t: OrtTensorLike) => Array.from(t.data as BigInt64Array, Number);
     if (pick.argmax) result.argmax = ints(out[PICK_ARGMAX]);
     if (pick.topK)
       result.top = { k: pick.topK, logits: out[PICK_TOP_LOGITS].data as Float32Array, ids: ints(out[PICK_TOP_IDS]) };
+    if (reduce) result.logitRows = await this.reducedLogits(out.logits, reduce);
     if (gradHooks) result.grads = Object.fromEntries(opts.grad!.hooks.map((h) => [h, toTensor(out[gradName(h)])]));
     this.lastHooksBytes = [...Object.values(result.hooks), ...Object.values(result.grads ?? {})].reduce(
       (s, t) => s + t.data.byteLength,
@@ -756,6 +775,47 @@ class EngineModel implements LoadedModel {
       result.present = cache;
     }
     return result;
+  }
+
+  private checkReduce(r: LogitReduce, fetched: string[]): void {
+    const V = this.spec.dVocab;
+    if (!fetched.includes('logits'))
+      throw new LoupeError('BAD_INPUT', 'reduceLogits needs the logits: not with pick.logits false.');
+    const bad = r.ids.find((i) => !Number.isInteger(i) || i < 0 || i >= V);
+    if (bad !== undefined || r.ids.length === 0)
+      throw new LoupeError('BAD_INPUT', `reduceLogits.ids must be 1 or more token ids in 0 … ${V - 1}.`);
+    if (r.ref && r.ref.length !== V)
+      throw new LoupeError('BAD_INPUT', `reduceLogits.ref must hold ${V} log-probabilities, got ${r.ref.length}.`);
+  }
+
+  /** a run's logits reduced to rows (runtime/reduce.ts) where they are: on the device, or here */
+  private async reducedLogits(logits: OrtTensorLike, r: LogitReduce): Promise<LogitRow[]> {
+    const dev = onDevice(logits);
+    try {
+      const s = await this.helper(`${logitReduceKey(r)}@${dev ? 'device' : 'host'}`, dev, () =>
+        logitReduceGraph(!!r.ref),
+      );
+      const feeds = { logits, ...logitReduceFeeds(this.factory.ort, r) };
+      const out = await runSession(s, feeds, logitReduceFetches(r), 'This may be out of memory.', ' reducing logits');
+      return logitRows(out, r.ids.length);
+    } finally {
+      if (dev) logits.dispose?.();
+    }
+  }
+
+  /** a helper session (a weightless graph), made on first use and kept; its runs are counted */
+  private helper(key: string, dev: boolean, graph: () => Uint8Array): Promise<EngineSession> {
+    let s = this.helpers.get(key);
+    if (!s) {
+      const { ort, helper } = this.factory;
+      s = (async () =>
+        this.transfers.wrap(
+          helper ? await helper(graph(), dev) : wrapOrtSession(await ort.InferenceSession.create(graph())),
+        ))();
+      s.catch(() => this.helpers.delete(key));
+      this.helpers.set(key, s);
+    }
+    return s;
   }
 
   /** A run of the edge-patching variant (api.ts EdgeRun): its inputs checked and shaped, then one session run. */
@@ -1020,6 +1080,8 @@ class EngineModel implements LoadedModel {
 
   async dispose(): Promise<void> {
     for (const s of this.sessions.values()) await (await s).session.release().catch(() => undefined);
+    for (const s of this.helpers.values()) await (await s.catch(() => undefined))?.release().catch(() => undefined);
+    this.helpers.clear();
     this.sessions.clear();
     this.created.clear();
   }

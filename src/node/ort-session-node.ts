@@ -130,6 +130,12 @@ export function nodeSessionFactory(
     backend: gpu ? 'webgpu' : 'node',
     ort,
     ...(gpu ? { gpu, readoutInForward: true, upload: (t: OrtTensorLike) => deviceUpload(ort, t) } : {}),
+    async helper(bytes, onDevice) {
+      const ep = onDevice && gpu ? 'webgpu' : 'cpu';
+      return wrapOrtSession(
+        await ort.InferenceSession.create(bytes, { executionProviders: [ep], logSeverityLevel: 3 }),
+      );
+    },
     async create(graph, weights) {
       const options = base(graph);
       if (gpu) {

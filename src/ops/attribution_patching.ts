@@ -300,13 +300,16 @@ async function atpPair(model: LoadedModel, input: AtpParsed, ctx: OpContext): Pr
       ]),
     ];
     patched = variants.flat();
-    const logits = await runVariants(model, corrupted.ids, variants, {
+    // each variant's logits reduced to the answer's and the counterfactual's (on the device where the values are)
+    const rows = await runVariants(model, corrupted.ids, variants, {
       ctx,
       stage: scope === 'all' ? 'validating every estimate' : 'validating top estimates',
+      reduce: { ids: cfId !== null ? [a, cfId] : [a] },
     });
     runs += Math.ceil(variants.length / CAPS.maxBatch);
-    const base = metricOf(logits[0], a, cfId); // the corrupted run in the same batch
-    const actual = (i: number) => finite(metricOf(logits[i], a, cfId) - base);
+    const m = (i: number) => metricOf(rows[i].at, 0, cfId !== null ? 1 : null);
+    const base = m(0); // the corrupted run in the same batch
+    const actual = (i: number) => finite(m(i) - base);
     const vh = topHeads.map((x, i) => ({ ...x, actual: actual(1 + i) }));
     const vs = topSites.map((x, i) => ({ ...x, actual: actual(1 + topHeads.length + i) }));
     const agree = (xs: { estimate: number; actual: number }[]) => {

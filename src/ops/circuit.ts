@@ -179,7 +179,7 @@ export const operation = defineOperation({
     model,
     clean,
     { tokenId: answer.token_id },
-    { convention: input.convention, signal: ctx.signal },
+    { convention: input.convention, signal: ctx.signal, logitIndex: 0 },
   );
   ctx.onProgress?.({ stage: 'clean run and attribution', done: 1, total: 1 });
 

@@ -21,7 +21,7 @@
  * change reach the receivers through the MLPs as well.
  */
 import { z } from 'zod';
-import type { Intervention, RunResult } from '../engine/api';
+import type { Intervention, LogitReduce, LogitRow, RunResult } from '../engine/api';
 import type { Tensor } from '../engine/tensor';
 import { defineOperation } from './types';
 import { documentBase, documentHead, tokenEntry, interventionList } from '../schema/common';
@@ -276,11 +276,13 @@ async function patchPair(model: LoadedModel, input: PatchParsed, ctx: OpContext)
   const zHooks = path ? Array.from({ length: L }, (_, l) => `blocks.${l}.attn.hook_z`) : [];
   const srcHooks = [...new Set([...hooks, ...zHooks])];
   ctx.onProgress?.({ stage: 'clean and corrupted runs', done: 0, total: 2 });
-  const cleanRun = await model.run(clean.ids, { hooks: noising ? zHooks : srcHooks, signal: ctx.signal });
-  const corrRun = await model.run(corrupted.ids, { hooks: noising ? srcHooks : zHooks, signal: ctx.signal });
+  // the metric is read at the last position: its logits only (row 0)
+  const last = { logitPositions: [T - 1], signal: ctx.signal };
+  const cleanRun = await model.run(clean.ids, { hooks: noising ? zHooks : srcHooks, ...last });
+  const corrRun = await model.run(corrupted.ids, { hooks: noising ? srcHooks : zHooks, ...last });
   ctx.onProgress?.({ stage: 'clean and corrupted runs', done: 2, total: 2 });
-  const cleanLogits = logitsAt(cleanRun, T - 1);
-  const corrLogits = logitsAt(corrRun, T - 1);
+  const cleanLogits = logitsAt(cleanRun, 0);
+  const corrLogits = logitsAt(corrRun, 0);
   const mt = given.tokens(cleanLogits, corrLogits);
   const a = mt.answer;
   const c = mt.counterfactual;
@@ -335,13 +337,15 @@ async function patchPair(model: LoadedModel, input: PatchParsed, ctx: OpContext)
           });
     }
   }
-  const logits = await runVariants(
+  // each variant's logits reduced to the answer's and the counterfactual's (on the device where the values are)
+  const reduce = { ids: [a, c] };
+  const rows = await runVariants(
     model,
     baseIds,
     cells.map((x) => [x.iv]),
-    { ctx, stage: 'patching' },
+    { ctx, stage: 'patching', reduce },
   );
-  const pathLogits = path ? await pathPatch(model, path, baseIds, baseRun, srcRun, ctx) : null;
+  const pathRows = path ? await pathPatch(model, path, baseIds, baseRun, srcRun, reduce, ctx) : null;
 
   const gridOf = (n: number) => Array.from({ length: L }, () => new Array<number>(n).fill(0));
   const out = {
@@ -357,16 +361,16 @@ async function patchPair(model: LoadedModel, input: PatchParsed, ctx: OpContext)
     attn_out_all_pos: scans.has('attn_out') ? new Array<number>(L).fill(0) : null,
     mlp_out_all_pos: scans.has('mlp_out') ? new Array<number>(L).fill(0) : null,
   };
-  const metric = (l: ArrayLike<number>) => finite((ld(l) - ldCorr) / denom);
+  const metric = (r: LogitRow) => finite((r.at[0] - r.at[1] - ldCorr) / denom);
   const pathOut = path
     ? {
         receivers: path.describe,
         grid: Array.from({ length: L }, (_, l) => new Array<number | null>(H).fill(null)),
       }
     : null;
-  path?.senders.forEach((s, i) => (pathOut!.grid[s.layer][s.head] = metric(pathLogits![i])));
+  path?.senders.forEach((s, i) => (pathOut!.grid[s.layer][s.head] = metric(pathRows![i])));
   cells.forEach((cell, i) => {
-    const m = metric(logits[i]);
+    const m = metric(rows[i]);
     if (cell.scan === 'attn_all') out.attn_out_all_pos![cell.layer] = m;
     else if (cell.scan === 'mlp_all') out.mlp_out_all_pos![cell.layer] = m;
     else if (cell.scan === 'expert_out') out.expert_out![cell.layer][cell.index] = m;
@@ -573,7 +577,7 @@ function pathPlan(model: LoadedModel, input: PatchParsed): PathPlan {
 /**
  * Path patching's runs (see the header), batched: per sender, the base prompt with every head's hook_z
  * frozen to the base run's and the sender's from the source run; then, for head receivers, the base
- * prompt with the receivers' values from that run. Returns each sender's logits at the last position.
+ * prompt with the receivers' values from that run. Returns each sender's logits at the last position, reduced.
  */
 async function pathPatch(
   model: LoadedModel,
@@ -581,8 +585,9 @@ async function pathPatch(
   ids: number[],
   base: RunResult,
   src: RunResult,
+  reduce: LogitReduce,
   ctx: OpContext,
-): Promise<Float32Array[]> {
+): Promise<LogitRow[]> {
   const { n_layers: L } = model.info;
   const T = ids.length;
   const freeze = (s: { layer: number; head: number }): Intervention[] => [
@@ -597,7 +602,8 @@ async function pathPatch(
       source: src.hooks[`blocks.${s.layer}.attn.hook_z`],
     },
   ];
-  if (!plan.receivers) return runVariants(model, ids, plan.senders.map(freeze), { ctx, stage: 'path patching' });
+  if (!plan.receivers)
+    return runVariants(model, ids, plan.senders.map(freeze), { ctx, stage: 'path patching', reduce });
   const hooks = [...new Set(plan.receivers.map((r) => r.hook))];
   const received: Record<string, Tensor>[] = [];
   for (let start = 0; start < plan.senders.length; start += CAPS.maxBatch) {
@@ -630,6 +636,6 @@ async function pathPatch(
     received.map((vals) =>
       plan.receivers!.map((r) => ({ hook: r.hook, op: 'patch' as const, head: r.head, source: vals[r.hook] })),
     ),
-    { ctx, stage: 'path patching: receivers' },
+    { ctx, stage: 'path patching: receivers', reduce },
   );
 }

@@ -69,6 +69,11 @@ export interface SessionFactory {
   readoutInForward?: boolean;
   create(graph: BuiltGraph, weights: WeightSet): Promise<EngineSession>;
   /**
+   * a session for a small weightless graph (a reduction, runtime/reduce.ts), its outputs in JS
+   * memory: on the device when `onDevice` (fed values a session kept there), else on the host
+   */
+  helper?(bytes: Uint8Array, onDevice: boolean): Promise<EngineSession>;
+  /**
    * Where values can stay on a device (WebGPU): a float32 tensor copied there once, to be fed to
    * many runs with nothing written again; its owner disposes it. Absent: feeds are written per run.
    */
@@ -342,6 +347,10 @@ export function webSessionFactory(
     backend,
     ort,
     ...(backend === 'webgpu' && gpu ? { gpu } : {}),
+    async helper(bytes, onDevice) {
+      const ep = onDevice && backend === 'webgpu' ? 'webgpu' : 'wasm';
+      return trackedWeb(ort, ep, await ort.InferenceSession.create(bytes, { executionProviders: [ep] }), undefined);
+    },
     ...(backend === 'webgpu' ? { upload: (t: OrtTensorLike) => gpuUpload(ort, t) } : {}),
     async create(graph, weights) {
       const { graphBytes, pieces } = pieceGraph(graph.bytes);

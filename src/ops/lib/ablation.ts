@@ -18,13 +18,13 @@
  * the batch cap allows: each intervention carries `batch: [row]` for its variant's row.
  */
 import { z } from 'zod';
-import type { Intervention, InterventionRecord, LoadedModel, RunResult } from '../../engine/api';
+import type { Intervention, InterventionRecord, LoadedModel, LogitReduce, LogitRow, RunResult } from '../../engine/api';
 import type { Tensor } from '../../engine/tensor';
 import { LoupeError, throwIfAborted } from '../../engine/errors';
 import type { OpContext } from '../types';
 import { CAPS, checkTokenCount, finite } from '../../engine/caps';
 import { promptFields, promptIds, resolveToken, tokenText } from './tokens';
-import { argmax, klDivergence, logSoftmax, rng } from './math';
+import { argmax, logSoftmax, rng } from './math';
 import { runHook } from './dla';
 
 // ------------------------------------------------------------------ caps local to these operations
@@ -376,7 +376,8 @@ export class Ablator {
   /**
    * Run the clean prompt once (fetching `extraHooks` and whatever mean ablation needs), plus the
    * mean-prompt or resample runs, and return the ablator with the clean run.
-   * `hooks` are the hooks the targets will edit (from targetSites).
+   * `hooks` are the hooks the targets will edit (from targetSites). The clean run's logits are
+   * those of the last position only (row 0).
    */
   static async prepare(
     model: LoadedModel,
@@ -391,10 +392,11 @@ export class Ablator {
     const needClean = cfg.method === 'mean' && !cfg.meanPrompts;
     const cleanHooks = [...new Set([...extraHooks, ...(needClean ? siteHooks : [])])];
     throwIfAborted(ctx.signal);
-    const clean = await model.run(ids, { hooks: cleanHooks, signal: ctx.signal });
-    throwIfAborted(ctx.signal);
     const T = ids.length;
-    const cleanLogits = logitsAt(clean, T - 1);
+    // effects are read at the last position: its logits only (the run's logits row 0)
+    const clean = await model.run(ids, { hooks: cleanHooks, logitPositions: [T - 1], signal: ctx.signal });
+    throwIfAborted(ctx.signal);
+    const cleanLogits = logitsAt(clean, 0);
     const answer = answerToken(model, cleanLogits, cfg.answerId);
     const meter = new EffectMeter(model, cleanLogits, answer.token_id);
     const sources = new Map<string, Tensor>();
@@ -451,13 +453,13 @@ export class Ablator {
 
   /** each variant's effect at the last position (a variant: targets ablated together), in batched runs */
   async effects(variants: AblationTarget[][], ctx: OpContext, stage: string): Promise<Effect[]> {
-    const logits = await runVariants(
+    const rows = await runVariants(
       this.model,
       this.ids,
       variants.map((v) => this.interventions(v)),
-      { ctx, stage },
+      { ctx, stage, reduce: this.meter.reduce },
     );
-    return logits.map((l) => this.meter.effect(l));
+    return rows.map((r) => this.meter.effect(r));
   }
 
   /** the clean run's prediction and the answer's clean values, as documents list them */
@@ -527,12 +529,15 @@ export interface RunVariantsOptions {
   position?: number;
   /** progress stage name */
   stage?: string;
+  /** what each variant's logits are reduced to (on the device where the backend keeps values there) */
+  reduce: LogitReduce;
   ctx: OpContext;
 }
 
 /**
  * Run every variant (a list of interventions; [] = clean) on the same tokens, packed into
- * batches of at most maxBatch rows, and return each variant's logits at one position.
+ * batches of at most maxBatch rows, and return each variant's logits at one position reduced
+ * (opts.reduce: the logits at some ids, the normaliser, the argmax, KL from a reference).
  * Cancellation is checked between engine runs (and the signal is passed into each run).
  */
 export async function runVariants(
@@ -540,12 +545,12 @@ export async function runVariants(
   ids: number[],
   variants: Intervention[][],
   opts: RunVariantsOptions,
-): Promise<Float32Array[]> {
+): Promise<LogitRow[]> {
   const maxBatch = Math.max(1, Math.min(opts.maxBatch ?? CAPS.maxBatch, CAPS.maxBatch));
   const T = ids.length;
   const pos = opts.position ?? T - 1;
   const stage = opts.stage ?? 'ablations';
-  const out: Float32Array[] = [];
+  const out: LogitRow[] = [];
   const { ctx } = opts;
   throwIfAborted(ctx.signal);
   ctx.onProgress?.({ stage, done: 0, total: variants.length });
@@ -557,17 +562,17 @@ export async function runVariants(
     chunk.forEach((v, row) => {
       for (const iv of v) interventions.push({ ...iv, batch: [row] });
     });
-    // only the position read is unembedded (logits come back [B, 1, V])
+    // only the position read is unembedded, and its logits reduced where they are (one row per variant)
     const res = await model.run(ids, {
       hooks: [],
       interventions,
       batch: B,
       logitPositions: [pos],
       lean: true,
+      reduceLogits: opts.reduce,
       signal: ctx.signal,
     });
-    const V = res.logits.dims[2];
-    for (let row = 0; row < B; row++) out.push(res.logits.data.slice(row * V, (row + 1) * V));
+    out.push(...res.logitRows!);
     ctx.onProgress?.({ stage, done: Math.min(start + B, variants.length), total: variants.length });
   }
   throwIfAborted(ctx.signal);
@@ -626,6 +631,8 @@ export const effectSchema = z.object(effectFields);
 export class EffectMeter {
   readonly cleanLp: Float64Array;
   readonly clean: TokenStats;
+  /** what an ablated run's logits are reduced to: the target's logit, and KL from the clean log-probs */
+  readonly reduce: LogitReduce;
   constructor(
     readonly model: LoadedModel,
     readonly cleanLogits: Float32Array,
@@ -633,12 +640,14 @@ export class EffectMeter {
   ) {
     this.cleanLp = logSoftmax(cleanLogits);
     this.clean = tokenStats(cleanLogits, tokenId, this.cleanLp);
+    this.reduce = { ids: [tokenId], ref: Float32Array.from(this.cleanLp) };
   }
 
-  effect(ablated: Float32Array): Effect {
-    const lp = logSoftmax(ablated);
-    const a = tokenStats(ablated, this.tokenId, lp);
-    const top = argmax(ablated);
+  /** the effect of an ablation from its logits reduced by `reduce` */
+  effect(ablated: LogitRow): Effect {
+    const logprob = ablated.at[0] - ablated.logsumexp;
+    const a = { logit: finite(ablated.at[0]), logprob: finite(logprob), prob: finite(Math.exp(logprob)) };
+    const top = ablated.top;
     return {
       logit_delta: finite(a.logit - this.clean.logit),
       logprob_delta: finite(a.logprob - this.clean.logprob),
@@ -648,8 +657,8 @@ export class EffectMeter {
       ablated_prob: a.prob,
       new_predicted_token: tokenText(this.model, top),
       new_predicted_token_id: top,
-      new_predicted_prob: finite(Math.exp(lp[top])),
-      kl: finite(Math.max(0, klDivergence(this.cleanLp, lp))),
+      new_predicted_prob: finite(Math.exp(ablated.topLogit - ablated.logsumexp)),
+      kl: finite(Math.max(0, ablated.kl!)),
     };
   }
 }
