@@ -2,8 +2,10 @@
  * The edge-patching variant (src/engine/graph/edge-graph.ts) against the float64 edge reference
  * (tests/reference/edges64.ts, written from EAP-IG's definitions, central differences for
  * gradients), on random-weight models of every family the variant builds (not Gemma 2's post-norm
- * blocks) and on induction-gpt2: the plain forward (w = 0), every node output, a random circuit
- * patched to the corrupted run, ∂M/∂w = EAP's Σ Δ · ∂M/∂x at w = 0, and an EAP-IG-inputs step.
+ * blocks), on the random mixture-of-experts models with each expert a node (not OLMoE, whose q/k
+ * norm over the whole projection the variant refuses) and on induction-gpt2: the plain forward
+ * (w = 0), every node output, a random circuit patched to the corrupted run, and ∂M/∂w = EAP's
+ * Σ Δ · ∂M/∂x at w = 0.
  */
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import { realpathSync } from 'node:fs';
@@ -14,6 +16,7 @@ import type { Tensor } from '../src/engine/tensor';
 import { edgeLayout, forwardHead, forwardMlp, backwardHead, backwardMlp, backwardLogits } from '../src/engine/edges';
 import {
   ALL_FAMILY_CASES,
+  MOE_FAMILY_CASES,
   makeCaseModel,
   caseTokens,
   mulberry32,
@@ -25,20 +28,34 @@ import {
   type EdgeGraph64,
 } from './reference';
 import { SHARED } from './helpers/shared';
+import { edgeGraphOf, edgeShapeOf } from '../src/ops/lib/edge-circuits';
 
-/** forward / backward index of a reference node / input name, from the library's formulas (graph.py), written again here */
-function indexer(L: number, H: number) {
+/**
+ * forward / backward index of a reference node / input name, from the library's formulas (graph.py),
+ * written again here; a mixture-of-experts layer's MLP is E (+1 shared) nodes after the heads and
+ * 2E (+1) inputs after the heads' q, k, v: every expert's <in>, every expert's <router>, shared
+ */
+function indexer(L: number, H: number, E = 0, shared = false) {
+  const F = E ? E + (shared ? 1 : 0) : 1;
+  const I = E ? 2 * E + (shared ? 1 : 0) : 1;
+  const mlp = (rest: string) => {
+    const e = /^\.e(\d+)/.exec(rest);
+    return e ? +e[1] : rest.startsWith('.shared') ? E : 0;
+  };
   const fwd = (n: string) => {
     if (n === 'input') return 0;
     const m = /^a(\d+)\.h(\d+)$/.exec(n);
-    if (m) return 1 + +m[1] * (H + 1) + +m[2];
-    return 1 + +n.slice(1) * (H + 1) + H;
+    if (m) return 1 + +m[1] * (H + F) + +m[2];
+    const x = /^m(\d+)(.*)$/.exec(n)!;
+    return 1 + +x[1] * (H + F) + H + mlp(x[2]);
   };
   const bwd = (n: string) => {
-    if (n === 'logits') return L * (3 * H + 1);
+    if (n === 'logits') return L * (3 * H + I);
     const m = /^a(\d+)\.h(\d+)<([qkv])>$/.exec(n);
-    if (m) return +m[1] * (3 * H + 1) + 'qkv'.indexOf(m[3]) * H + +m[2];
-    return +n.slice(1) * (3 * H + 1) + 3 * H;
+    if (m) return +m[1] * (3 * H + I) + 'qkv'.indexOf(m[3]) * H + +m[2];
+    const x = /^m(\d+)(.*)$/.exec(n)!;
+    const j = x[2].startsWith('.shared') ? 2 * E : mlp(x[2]) + (x[2].endsWith('<router>') ? E : 0);
+    return +x[1] * (3 * H + I) + 3 * H + j;
   };
   return { fwd, bwd };
 }
@@ -70,10 +87,11 @@ function checks(get: () => Subject, tol: { logits: number; grad: number }) {
   let Nf: number, Nb: number;
   beforeAll(() => {
     const { model } = get();
-    const { n_layers: L, n_heads: H, parallel_attn_mlp } = model.info;
-    g = edgeGraph64(L, H, parallel_attn_mlp);
-    idx = indexer(L, H);
-    const lay = edgeLayout(L, H, parallel_attn_mlp);
+    const { n_layers: L, n_heads: H, parallel_attn_mlp, num_experts: E = 0, shared_expert = false } = model.info;
+    const moe = E ? { E, shared: shared_expert } : undefined;
+    g = edgeGraph64(L, H, parallel_attn_mlp, moe);
+    idx = indexer(L, H, E, shared_expert);
+    const lay = edgeLayout(L, H, parallel_attn_mlp, moe && { experts: E, shared: shared_expert });
     Nf = lay.nForward;
     Nb = lay.nBackward;
     // the engine's layout module says what the library's formulas say
@@ -82,6 +100,19 @@ function checks(get: () => Subject, tol: { logits: number; grad: number }) {
     expect(backwardHead(lay, L - 1, 'v', H - 1)).toBe(idx.bwd(`a${L - 1}.h${H - 1}<v>`));
     expect(backwardMlp(lay, 0)).toBe(idx.bwd('m0'));
     expect(backwardLogits(lay)).toBe(idx.bwd('logits'));
+    if (E) {
+      expect(forwardMlp(lay, L - 1, E - 1)).toBe(idx.fwd(`m${L - 1}.e${E - 1}`));
+      expect(backwardMlp(lay, L - 1, E + 1)).toBe(idx.bwd(`m${L - 1}.e1<router>`));
+      expect(backwardMlp(lay, 0, E - 1)).toBe(idx.bwd(`m0.e${E - 1}<in>`));
+      if (shared_expert) {
+        expect(forwardMlp(lay, 0, E)).toBe(idx.fwd('m0.shared'));
+        expect(backwardMlp(lay, 0, 2 * E)).toBe(idx.bwd('m0.shared'));
+      }
+    }
+    // the op's graph (names, order, indices) is the reference's
+    const og = edgeGraphOf(edgeShapeOf(model.info));
+    expect(og.edges.map((e) => e.name)).toEqual(g.edges.map((e) => e.name));
+    for (const e of og.edges) expect([e.f, e.b], e.name).toEqual([idx.fwd(e.upstream), idx.bwd(e.input)]);
   });
 
   const last = (t: Tensor, row = 0) => {
@@ -200,6 +231,38 @@ describe.each(CASES)('edge variant vs float64: $name', (c) => {
     rm?.cleanup();
   });
   checks(() => s, { logits: 1e-4, grad: 1e-4 });
+});
+
+// mixture-of-experts models: each expert a node with its own <in> and <router> inputs (engine/edges.ts)
+const MOE_CASES = MOE_FAMILY_CASES.filter((c) => c.family !== 'olmoe');
+describe.each(MOE_CASES)('edge variant vs float64, experts as nodes: $name', (c) => {
+  let rm: RandomModel;
+  let s: Subject;
+  beforeAll(async () => {
+    rm = makeCaseModel(c);
+    const model = await loadModelNode(rm.dir, { backend: 'node' });
+    const clean = caseTokens(rm, c.seqLen);
+    const corrupted = caseTokens(rm, c.seqLen, 11);
+    s = { model, ref: rm, clean, corrupted, A: 3, Bt: 5 };
+  });
+  afterAll(async () => {
+    await s?.model.dispose();
+    rm?.cleanup();
+  });
+  checks(() => s, { logits: 1e-4, grad: 1e-4 });
+});
+
+it('OLMoE (q/k norm over the whole projection): the edge variant is refused with a structured error', async () => {
+  const rm = makeCaseModel(MOE_FAMILY_CASES.find((c) => c.family === 'olmoe')!);
+  const model = await loadModelNode(rm.dir, { backend: 'node' });
+  try {
+    const run = model.run([1, 2, 3], { edges: { subtract: true, outputs: true } });
+    await expect(run).rejects.toMatchObject({ code: 'UNSUPPORTED_ARCHITECTURE' });
+    await expect(run).rejects.toThrow(/whole projection/);
+  } finally {
+    await model.dispose();
+    rm.cleanup();
+  }
 });
 
 describe('edge variant vs float64: induction-gpt2', () => {

@@ -77,6 +77,7 @@ const MODEL_FIELDS: Record<keyof ModelInfo, 'string' | 'number' | 'number|null' 
   d_mlp: 'number',
   num_experts: 'number',
   experts_per_token: 'number',
+  shared_expert: 'boolean',
   d_vocab: 'number',
   n_ctx: 'number',
   n_params: 'number',

@@ -77,6 +77,8 @@ export interface ModelInfo {
    */
   num_experts?: number;
   experts_per_token?: number;
+  /** Qwen2-MoE: each layer also has a shared expert (blocks.{l}.mlp.shared_expert.hook_out) */
+  shared_expert?: boolean;
   d_vocab: number;
   n_ctx: number;
   n_params: number;

@@ -221,6 +221,7 @@ export async function createModel(parts: ModelParts, factory: SessionFactory): P
     d_head: spec.dHead,
     d_mlp: spec.dMlp,
     ...(spec.nExperts ? { num_experts: spec.nExperts, experts_per_token: spec.topK } : {}),
+    ...(spec.layers[0].moe?.shared ? { shared_expert: true } : {}),
     d_vocab: spec.dVocab,
     n_ctx: spec.nCtx,
     n_params: nParams,

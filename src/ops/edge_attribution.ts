@@ -36,6 +36,7 @@ import {
   areas,
   circuitOfNames,
   edgeGraphOf,
+  edgeShapeOf,
   fromMibGraph,
   mibGraphSchema,
   patchWeights,
@@ -46,7 +47,7 @@ import {
   type EdgeGraph,
   type Ranking,
 } from './lib/edge-circuits';
-import { prevIndex } from '../engine/edges';
+import { forwardHead, forwardMlp, prevIndex } from '../engine/edges';
 
 export const METHODS = ['eap', 'eap_ig_inputs', 'eap_ig_activations', 'exact'] as const;
 /** `exact` above this many edges needs allow_large_exact (its cost: edges × pairs forward rows) */
@@ -194,6 +195,7 @@ export const operation = defineOperation({
   description:
     "Edge attribution patching over a dataset of clean/corrupted pairs, in the EAP-IG library's graph (nodes " +
     "input, a{l}.h{h}, m{l}, logits; edges into each head's q/k/v input, each MLP and logits; " +
+    'a mixture-of-experts MLP is its experts, m{l}.e{e} entered at <in> and <router>, and m{l}.shared; ' +
     "names as 'a0.h1->a1.h3<v>') so results exchange with MIB's tools. Methods: eap, eap_ig_inputs (default, " +
     'm = ig_steps = 5, α = k/m, k = 0..m−1), eap_ig_activations, exact. M = logit[answer] − ' +
     'logit[counterfactual] at the last position; a score estimates ΔM when that edge is patched (an important ' +
@@ -213,7 +215,7 @@ export const operation = defineOperation({
       'Use a model without sandwich norms.',
     );
   const ds = await resolveDataset(model, input);
-  const g = edgeGraphOf(model.info);
+  const g = edgeGraphOf(edgeShapeOf(model.info));
   const E = g.edges.length;
   const imported = input.circuit !== undefined ? fromMibGraph(g, model.info, parseCircuit(input.circuit)) : undefined;
   const explicit = input.circuit_edges ? circuitOfNames(g, input.circuit_edges) : undefined;
@@ -384,16 +386,13 @@ export const operation = defineOperation({
     } else {
       // row (group, k): the group's outputs set to α clean + (1 − α) corrupted, α = k/m, k = 1..m,
       // as constants (gate 0: no gradient through the group's own computation)
-      const L = model.info.n_layers;
-      const H = model.info.n_heads;
+      const lay = g.layout;
       const groups: number[][] = [[0]];
-      for (let l = 0; l < L; l++) {
-        const first = 1 + l * (H + 1);
+      for (let l = 0; l < lay.nLayers; l++)
         groups.push(
-          Array.from({ length: H }, (_, h) => first + h),
-          [first + H],
+          Array.from({ length: lay.nHeads }, (_, h) => forwardHead(lay, l, h)),
+          Array.from({ length: lay.nMlp }, (_, j) => forwardMlp(lay, l, j)),
         );
-      }
       rows = groups.length * m;
       weights = new Float32Array(rows * Nf * Nb);
       gate = new Float32Array(rows * Nf).fill(1);
@@ -508,21 +507,21 @@ export const operation = defineOperation({
   let mib = null;
   if (input.mib_export) {
     const order = ranking(scores, input.mib_export.absolute ? 'abs' : 'signed');
-    mib = toMibGraph(g, model.info, scores, prune(g, new Set(order.slice(0, input.mib_export.top_n))));
+    mib = toMibGraph(
+      g,
+      { ...edgeShapeOf(model.info), d_model: model.info.d_model },
+      scores,
+      prune(g, new Set(order.slice(0, input.mib_export.top_n))),
+    );
   }
   return {
     ...documentHead('edge_attribution', model, model.decode(first.clean), first.clean),
     method,
     ig_steps: method === 'eap_ig_inputs' || method === 'eap_ig_activations' ? m : null,
-    description: describeMethod(method, m, n),
+    description: describeMethod(method, m, n, g.layout.experts > 0),
     metric: 'logit_difference' as const,
     dataset: ds.report,
-    graph_cfg: {
-      n_layers: model.info.n_layers,
-      n_heads: model.info.n_heads,
-      parallel_attn_mlp: model.info.parallel_attn_mlp,
-      d_model: model.info.d_model,
-    },
+    graph_cfg: { ...edgeShapeOf(model.info), d_model: model.info.d_model },
     n_edges: E,
     n_nodes: Nf + 1,
     m_clean: finite(mClean),
@@ -575,7 +574,7 @@ function parseCircuit(c: unknown): unknown {
   }
 }
 
-function describeMethod(method: string, m: number, n: number): string {
+function describeMethod(method: string, m: number, n: number, moe: boolean): string {
   const what: Record<string, string> = {
     eap: 'EAP: score(u→b) = Σ_{pos,d} (a_u(corrupted) − a_u(clean)) · ∂M/∂x_b, the gradient of the clean run (one backward)',
     eap_ig_inputs:
@@ -595,6 +594,10 @@ function describeMethod(method: string, m: number, n: number): string {
     'Nodes: input = hook_embed (positions are the same in both runs), a{l}.h{h} = z_h·W_O[h] without b_O, ' +
     "m{l} = hook_mlp_out; each head's q, k, v input is its own copy of the residual stream before " +
     "ln1 (grouped-query k/v counted per query head, as TransformerLens's ungrouping does). " +
+    (moe
+      ? 'Mixture-of-experts layers: m{l}.e{e} = experts.{e}.hook_out (routing-weighted), its <in> the ' +
+        'stream its MLP reads and <router> the one the router reads to weigh it; m{l}.shared the shared expert. '
+      : '') +
     'Faithfulness (evaluate): a circuit C = the top int(pct·E) edges, pruned; ' +
     'in a clean run every edge not in C delivers its upstream node’s corrupted output; f = (M(C) ' +
     '− M(corrupted)) / (M(clean) − M(corrupted)) with dataset means; CPR = trapezoid area of ' +

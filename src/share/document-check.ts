@@ -21,6 +21,8 @@ const DIMS: Record<string, CapName> = {
   d_mlp: 'maxDMlp',
   d_vocab: 'maxVocab',
   n_ctx: 'maxPositions',
+  num_experts: 'maxExperts',
+  n_experts: 'maxExperts',
 };
 
 type Obj = Record<string, unknown>;

@@ -10,8 +10,14 @@
 // ln2) and `logits` (before ln_final). Edges from every node to every input that reads the
 // residual stream after it (an MLP reads its own layer's heads unless the block is parallel).
 // A forward with `add` computes each input as resid + add(input, outputs so far).
+//
+// A mixture-of-experts layer (Loupe's extension; the library has none): upstream nodes `m{l}.e{e}`
+// (expert e's output times its routing weight, zero at tokens not routed to it) and `m{l}.shared`;
+// expert e's MLP reads input `m{l}.e{e}<in>` and its weight comes from softmax → top-k (→ renormalised)
+// of the router applied to input `m{l}.e{e}<router>`; the shared expert and its sigmoid gate read
+// `m{l}.shared`. Edges into an MoE layer: per upstream node, each expert's <in> then <router>, then shared.
 
-import { describe as archOf, matmul, normalize, applyRotary, type RefModel } from './forward64';
+import { describe as archOf, matmul, normalize, applyRotary, type RefModel, type RefMoe } from './forward64';
 
 export interface EdgeGraph64 {
   /** upstream nodes in residual-stream order */
@@ -20,8 +26,13 @@ export interface EdgeGraph64 {
   edges: { name: string; parent: string; child: string; input: string }[];
 }
 
-/** the library's graph for L layers of H heads (graph.py from_model) */
-export function edgeGraph64(L: number, H: number, parallel: boolean): EdgeGraph64 {
+/** the library's graph for L layers of H heads (graph.py from_model); `moe`: E experts per layer (+ shared) */
+export function edgeGraph64(
+  L: number,
+  H: number,
+  parallel: boolean,
+  moe?: { E: number; shared: boolean },
+): EdgeGraph64 {
   const nodes = ['input'];
   const edges: EdgeGraph64['edges'] = [];
   const add = (parent: string, child: string, qkv?: string) => {
@@ -31,12 +42,22 @@ export function edgeGraph64(L: number, H: number, parallel: boolean): EdgeGraph6
   let stream = ['input'];
   for (let l = 0; l < L; l++) {
     const heads = Array.from({ length: H }, (_, h) => `a${l}.h${h}`);
+    const experts = moe ? Array.from({ length: moe.E }, (_, e) => `m${l}.e${e}`) : [];
+    const mlps = moe ? [...experts, ...(moe.shared ? [`m${l}.shared`] : [])] : [`m${l}`];
+    const intoMlp = (u: string) => {
+      if (!moe) return add(u, `m${l}`);
+      for (const x of experts) {
+        add(u, x, 'in');
+        add(u, x, 'router');
+      }
+      if (moe.shared) add(u, `m${l}.shared`);
+    };
     for (const u of stream) for (const a of heads) for (const x of 'qkv') add(u, a, x);
-    if (parallel) for (const u of stream) add(u, `m${l}`);
+    if (parallel) for (const u of stream) intoMlp(u);
     stream = [...stream, ...heads];
-    if (!parallel) for (const u of stream) add(u, `m${l}`);
-    stream = [...stream, `m${l}`];
-    nodes.push(...heads, `m${l}`);
+    if (!parallel) for (const u of stream) intoMlp(u);
+    stream = [...stream, ...mlps];
+    nodes.push(...heads, ...mlps);
   }
   for (const u of stream) add(u, 'logits');
   return { nodes, edges };
@@ -163,16 +184,20 @@ export function edgeForward64(model: RefModel, tokens: number[], opts: EdgeForwa
     }
     const mid = new Float64Array(T * D);
     for (let x = 0; x < T * D; x++) mid[x] = residPre[x] + attnOut[x];
-    const mlpIn = input(`m${l}`, A.parallel ? residPre : mid);
-    const x2 = normalize(mlpIn, T, D, L.ln2!);
-    const pre = matmul(x2, T, D, L.Win, M, L.bin);
-    const post = new Float64Array(T * M);
-    if (L.gated) {
-      const up = matmul(x2, T, D, L.Wup!, M, L.bup);
-      for (let x = 0; x < T * M; x++) post[x] = A.act(pre[x]) * up[x];
-    } else for (let x = 0; x < T * M; x++) post[x] = A.act(pre[x]);
-    const mlpOut = matmul(post, T, M, L.Wout, D, L.bout);
-    outs.set(`m${l}`, mlpOut);
+    const from = A.parallel ? residPre : mid;
+    let mlpOut: Float64Array;
+    if (L.moe) mlpOut = moe64(L.moe, l, (name) => normalize(input(name, from), T, D, L.ln2!), T, D, A.act, outs);
+    else {
+      const x2 = normalize(input(`m${l}`, from), T, D, L.ln2!);
+      const pre = matmul(x2, T, D, L.Win, M, L.bin);
+      const post = new Float64Array(T * M);
+      if (L.gated) {
+        const up = matmul(x2, T, D, L.Wup!, M, L.bup);
+        for (let x = 0; x < T * M; x++) post[x] = A.act(pre[x]) * up[x];
+      } else for (let x = 0; x < T * M; x++) post[x] = A.act(pre[x]);
+      mlpOut = matmul(post, T, M, L.Wout, D, L.bout);
+      outs.set(`m${l}`, mlpOut);
+    }
     resid = new Float64Array(T * D);
     for (let x = 0; x < T * D; x++) resid[x] = mid[x] + mlpOut[x];
   }
@@ -181,6 +206,62 @@ export function edgeForward64(model: RefModel, tokens: number[], opts: EdgeForwa
   let last = matmul(xf, 1, D, A.WU, V, A.bU);
   if (A.finalSoftcap) last = last.map((x) => A.finalSoftcap! * Math.tanh(x / A.finalSoftcap!));
   return { last, outs };
+}
+
+/**
+ * An MoE layer as nodes (see the header): `xn(input)` is ln2 of that input's stream. Each expert's
+ * weight per token: the router's softmax over E on its <router> copy, kept if among the k largest
+ * (ties to the lower index), divided by the kept sum when renormalising. Returns the layer's output.
+ */
+function moe64(
+  m: RefMoe,
+  l: number,
+  xn: (input: string) => Float64Array,
+  T: number,
+  D: number,
+  act: (v: number) => number,
+  outs: Map<string, Float64Array>,
+): Float64Array {
+  const total = new Float64Array(T * D);
+  const swiglu = (x: Float64Array, Wg: Float64Array, Wu: Float64Array, Wd: Float64Array, n: number) => {
+    const g = matmul(x, T, D, Wg, n, null);
+    const u = matmul(x, T, D, Wu, n, null);
+    for (let i = 0; i < T * n; i++) g[i] = act(g[i]) * u[i];
+    return matmul(g, T, n, Wd, D, null);
+  };
+  const keep = (name: string, y: Float64Array) => {
+    outs.set(name, y);
+    for (let i = 0; i < T * D; i++) total[i] += y[i];
+  };
+  for (let e = 0; e < m.E; e++) {
+    const logits = matmul(xn(`m${l}.e${e}<router>`), T, D, m.router, m.E, null);
+    const y = swiglu(xn(`m${l}.e${e}<in>`), m.experts[e].Wg, m.experts[e].Wu, m.experts[e].Wd, m.M);
+    for (let t = 0; t < T; t++) {
+      const row = Array.from(logits.subarray(t * m.E, (t + 1) * m.E));
+      const mx = Math.max(...row);
+      const z = row.reduce((a, v) => a + Math.exp(v - mx), 0);
+      const p = row.map((v) => Math.exp(v - mx) / z);
+      const top = p
+        .map((_, i) => i)
+        .sort((i, j) => p[j] - p[i] || i - j)
+        .slice(0, m.k);
+      const w = top.includes(e) ? p[e] / (m.renorm ? top.reduce((a, i) => a + p[i], 0) : 1) : 0;
+      for (let d = 0; d < D; d++) y[t * D + d] *= w;
+    }
+    keep(`m${l}.e${e}`, y);
+  }
+  if (m.shared) {
+    const sh = m.shared;
+    const x = xn(`m${l}.shared`);
+    const y = swiglu(x, sh.Wg, sh.Wu, sh.Wd, sh.S);
+    const gate = sh.gate ? matmul(x, T, D, sh.gate, 1, null) : null;
+    for (let t = 0; t < T; t++) {
+      const s = gate ? 1 / (1 + Math.exp(-gate[t])) : 1;
+      for (let d = 0; d < D; d++) y[t * D + d] *= s;
+    }
+    keep(`m${l}.shared`, y);
+  }
+  return total;
 }
 
 export interface Pair64 {

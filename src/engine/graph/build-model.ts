@@ -786,46 +786,70 @@ export class ModelGraph {
    * cost of E/k times the expert compute of a gathered MoE (Mixtral 4×, Qwen3-30B-A3B 16×).
    */
   private moe(b: string, m: MoeSpec, xn: string): string {
+    const { g } = this;
+    const w = this.routing(m, xn, b);
+    let out = '';
+    const add = (y: string) => (out = out ? g.o('Add', [out, y]) : y);
+    m.experts.forEach((ex, e) => {
+      const we = g.o('Slice', [w, g.constI([e]), g.constI([e + 1]), g.constI([-1])]); // [B,T,1]
+      add(this.hook(g.o('Mul', [this.expertMlp(m, ex, m.dExpert, xn), we]), `${b}.experts.${e}.hook_out`));
+    });
+    if (m.shared) add(this.hook(this.sharedExpert(m, xn), `${b}.shared_expert.hook_out`));
+    return out;
+  }
+
+  /**
+   * The dense routing weights [..., E] of the router's input xn [..., D]: softmax of the router
+   * logits, the top k kept (renormalised when normTopK), zero elsewhere; with the MoE's hooks
+   * under `b` (the edge variant gives none: it runs the router on each expert's own copy).
+   */
+  protected routing(m: MoeSpec, xn: string, b?: string): string {
     const { g, D } = this;
     const E = m.experts.length;
-    const logits = this.hook(this.linear(xn, m.router, D, E), `${b}.hook_router_logits`);
+    const hk = (x: string, name: string) => (b ? this.hook(x, `${b}.${name}`) : x);
+    const logits = hk(this.linear(xn, m.router, D, E), 'hook_router_logits');
     const probs = g.o('Softmax', [logits], { axis: -1 });
     const [, idx] = g.op('TopK', [probs, g.constI([m.topK])], { axis: -1, largest: 1, sorted: 1 }, 2);
-    // chosen [B,T,E]: Σ_k onehot(idx_k), `b t k 1 == e -> b t k e -> b t e`
+    // chosen [..., E]: Σ_k onehot(idx_k), `... k 1 == e -> ... k e -> ... e`
     const range = g.constI(Array.from({ length: E }, (_, e) => e));
     const onehot = g.o('Cast', [g.o('Equal', [g.o('Unsqueeze', [idx, g.constI([-1])]), range])], { to: 1 });
-    let w = g.o('Mul', [probs, g.o('ReduceSum', [onehot, g.constI([2])], { keepdims: 0 })]);
+    let w = g.o('Mul', [probs, g.o('ReduceSum', [onehot, g.constI([-2])], { keepdims: 0 })]);
     if (m.normTopK) w = g.o('Div', [w, g.o('ReduceSum', [w, g.constI([-1])], { keepdims: 1 })]);
-    w = this.hook(w, `${b}.hook_router_weights`);
+    w = hk(w, 'hook_router_weights');
     // TransformerLens's [B,T,k] pair, read from the (possibly edited) dense weights
-    if (this.hookSet.has(`${b}.hook_expert_weights`))
+    if (b && this.hookSet.has(`${b}.hook_expert_weights`))
       this.hook(g.o('GatherElements', [w, idx], { axis: -1 }), `${b}.hook_expert_weights`);
-    if (this.hookSet.has(`${b}.hook_expert_indices`))
+    if (b && this.hookSet.has(`${b}.hook_expert_indices`))
       this.hook(g.o('Cast', [idx], { to: 1 }), `${b}.hook_expert_indices`);
-    const glu = (gate: string, up: string): string => {
-      if (!m.glu) return g.o('Mul', [activation(g, gate, m.act, this.fused), up]);
+    return w;
+  }
+
+  /** one expert's gated MLP of x [..., D] (not weighted): down(act(x·gate) ⊙ x·up), or GPT-OSS's clamped form */
+  protected expertMlp(m: MoeSpec, ex: ExpertSpec, M: number, x: string): string {
+    const { g, D } = this;
+    const gate = this.linear(x, ex.gate, D, M);
+    const up = this.linear(x, ex.up, D, M);
+    let h: string;
+    if (!m.glu) h = g.o('Mul', [activation(g, gate, m.act, this.fused), up]);
+    else {
       // GPT-OSS: (clamp(up, ±limit) + 1) ⊙ g·σ(alpha·g), g = min(gate, limit)
       const { alpha, limit } = m.glu;
       const gc = g.o('Clip', [gate, '', this.c(limit)]);
       const uc = g.o('Clip', [up, this.c(-limit), this.c(limit)]);
-      return g.o('Mul', [
+      h = g.o('Mul', [
         g.o('Add', [uc, this.c(1)]),
         g.o('Mul', [gc, g.o('Sigmoid', [g.o('Mul', [gc, this.c(alpha)])])]),
       ]);
-    };
-    const gated = (ex: ExpertSpec, M: number) =>
-      this.linear(glu(this.linear(xn, ex.gate, D, M), this.linear(xn, ex.up, D, M)), ex.down, M, D);
-    let out = '';
-    const add = (y: string) => (out = out ? g.o('Add', [out, y]) : y);
-    m.experts.forEach((ex, e) => {
-      const we = g.o('Slice', [w, g.constI([e]), g.constI([e + 1]), g.constI([2])]); // [B,T,1]
-      add(this.hook(g.o('Mul', [gated(ex, m.dExpert), we]), `${b}.experts.${e}.hook_out`));
-    });
-    if (m.shared) {
-      const sg = g.o('Sigmoid', [this.linear(xn, m.shared.gate, D, 1)]); // [B,T,1]
-      add(this.hook(g.o('Mul', [gated(m.shared.mlp, m.shared.dMlp), sg]), `${b}.shared_expert.hook_out`));
     }
-    return out;
+    return this.linear(h, ex.down, M, D);
+  }
+
+  /** Qwen2-MoE's shared expert of x, times its sigmoid gate */
+  protected sharedExpert(m: MoeSpec, x: string): string {
+    const { g, D } = this;
+    const s = m.shared!;
+    const sg = g.o('Sigmoid', [this.linear(x, s.gate, D, 1)]); // [..., 1]
+    return g.o('Mul', [this.expertMlp(m, s.mlp, s.dMlp, x), sg]);
   }
 
   // ---- one block

@@ -14,7 +14,8 @@
  * Σ_{t,d} src_u · ∂M/∂x_b is the edge's attribution (EAP with src = corrupted − clean).
  *
  * Heads read their own q, k and v inputs [B, 3H, T, D] (ln1 per input, then that head's W_Q, W_K
- * or W_V; grouped-query k/v weights are repeated per query head), so each is patched apart.
+ * or W_V; grouped-query k/v weights are repeated per query head), so each is patched apart; a
+ * mixture-of-experts layer's experts read their own <in> and <router> inputs (edgeMoe).
  *
  * Inputs besides the plain graph's (no KV cache):
  *   edge::w     float [WB, Nf, Nb]     per-edge weights (WB = 1 broadcasts over the batch; B for gradients)
@@ -27,7 +28,7 @@
  * gradient variant grad:edge::w [B, Nf, Nb] (the differences d are constants to the backward pass).
  */
 import { LoupeError } from '../errors';
-import { attentionOf, type ModelSpec, type LayerSpec, type LinearRef } from '../spec';
+import { attentionOf, type ModelSpec, type LayerSpec, type LinearRef, type MoeSpec } from '../spec';
 import type { TensorEntry } from '../safetensors-types';
 import { ModelGraph, type BuiltGraph, type GraphPlan } from './build-model';
 import { addModelBackward } from './backward-model';
@@ -49,10 +50,12 @@ export interface EdgePlan {
 
 /** the edge layout of a model description */
 export function edgeLayoutOf(spec: ModelSpec): EdgeLayout {
+  const moe = spec.layers[0].moe;
   return edgeLayout(
     spec.nLayers,
     spec.nHeads,
     spec.layers.some((l) => l.parallel),
+    moe ? { experts: moe.experts.length, shared: !!moe.shared } : undefined,
   );
 }
 
@@ -184,6 +187,13 @@ class EdgeModelGraph extends ModelGraph {
     const a = attentionOf(this.spec, l);
     if (a.outputGate)
       throw new LoupeError('UNSUPPORTED_OP', `Edge patching does not model layer ${l}'s gated attention output.`);
+    if (a.qkNormWidth === 'full')
+      throw new LoupeError(
+        'UNSUPPORTED_ARCHITECTURE',
+        `${this.spec.family}: edge patching does not model q/k norms over the whole projection (OLMo 2, OLMoE), ` +
+          "where one head's query is normalised together with the other heads'.",
+        'Use ablate, patch or attribution_patching on this model, or a model with per-head or no q/k norms.',
+      );
     const first = forwardHead(layout, l, 0);
     // q, k, v inputs of every head: [B, 3H, T, D]
     const xin = g.o('Add', [
@@ -221,22 +231,47 @@ class EdgeModelGraph extends ModelGraph {
 
     const mlpCol = backwardMlp(layout, l);
     const fm = forwardMlp(layout, l);
-    let mlpIn: string;
-    let base: string;
-    if (layer.parallel) {
-      mlpIn = g.o('Add', [resid, g.o('Squeeze', [this.mix(diffs, first, mlpCol, mlpCol + 1), g.constI([1])])]);
-      base = g.o('Add', [resid, attnOut]);
-      diffs.push(heads);
-    } else {
-      base = g.o('Add', [resid, attnOut]); // resid_mid
-      diffs.push(heads);
-      mlpIn = g.o('Add', [base, g.o('Squeeze', [this.mix(diffs, fm, mlpCol, mlpCol + 1), g.constI([1])])]);
-    }
+    // the MLP's inputs read the block's input (parallel) or resid_mid, which carries the heads
+    const base = g.o('Add', [resid, attnOut]); // resid_mid
+    if (!layer.parallel) diffs.push(heads);
+    const readFrom = layer.parallel ? resid : base;
+    const mixed = this.mix(diffs, layer.parallel ? first : fm, mlpCol, mlpCol + layout.nMlpIn);
+    if (layer.parallel) diffs.push(heads);
+    if (layer.moe) return g.o('Add', [base, this.edgeMoe(layer, layer.moe, readFrom, mixed, diffs, fm)]);
+    const mlpIn = g.o('Add', [readFrom, g.o('Squeeze', [mixed, g.constI([1])])]);
     const mlpOut = this.mlp(l, layer, this.norm(mlpIn, layer.ln2));
     const m4 = g.o('Unsqueeze', [mlpOut, g.constI([1])]);
     diffs.push(this.difference(m4, fm, 1));
     this.outs.push(m4);
     return g.o('Add', [base, this.gated(mlpOut, fm, 1, [0, 1, 1])]);
+  }
+
+  /**
+   * A mixture-of-experts MLP as nodes (edges.ts): expert e computes from its own input <in> and
+   * is weighted by the router run on its own <router> input (its column of the dense routing
+   * weights); the shared expert and its gate read one input. `mixed`: the inputs' corrections
+   * [B, I, T, D]. Returns the MLP's output [B, T, D].
+   */
+  private edgeMoe(layer: LayerSpec, m: MoeSpec, readFrom: string, mixed: string, diffs: string[], fm: number): string {
+    const { g, layout } = this;
+    const E = layout.experts;
+    const F = layout.nMlp;
+    const xin = g.o('Add', [g.o('Unsqueeze', [readFrom, g.constI([1])]), mixed]);
+    const xn = this.norm(xin, layer.ln2); // [B, I, T, D]
+    const copy = (j: number) =>
+      g.o('Squeeze', [g.o('Slice', [xn, g.constI([j]), g.constI([j + 1]), g.constI([1])]), g.constI([1])]);
+    const ys = m.experts.map((ex, e) => {
+      const w = g.o('Slice', [this.routing(m, copy(E + e)), g.constI([e]), g.constI([e + 1]), g.constI([-1])]);
+      return g.o('Mul', [this.expertMlp(m, ex, m.dExpert, copy(e)), w]); // [B, T, D]
+    });
+    if (m.shared) ys.push(this.sharedExpert(m, copy(2 * E)));
+    const y = g.concat(
+      ys.map((t) => g.o('Unsqueeze', [t, g.constI([1])])),
+      1,
+    ); // [B, F, T, D]
+    diffs.push(this.difference(y, fm, F));
+    this.outs.push(y);
+    return g.o('ReduceSum', [this.gated(y, fm, F, [0, F, 1, 1]), g.constI([1])], { keepdims: 0 });
   }
 
   private readonly outs: string[] = [];

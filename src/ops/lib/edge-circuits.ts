@@ -8,7 +8,8 @@
  * Names: nodes `input`, `a{l}.h{h}`, `m{l}`, `logits`; edges `parent->child`, and
  * `parent->a{l}.h{h}<q|k|v>` into a head. Edge order is Graph.from_model's insertion order (per
  * layer: every earlier node into every head's q, k, v; then into the MLP; last into logits), the
- * order to_json writes.
+ * order to_json writes. A mixture-of-experts layer's MLP is its experts (engine/edges.ts): nodes
+ * `m{l}.e{e}` entered at `<in>` and `<router>`, and `m{l}.shared`, in that order.
  */
 import { z } from 'zod';
 import { LoupeError } from '../../engine/errors';
@@ -45,10 +46,47 @@ export interface EdgeGraph {
   nodeInputs: Map<string, number[]>;
 }
 
-export function edgeGraphOf(info: Pick<ModelInfo, 'n_layers' | 'n_heads' | 'parallel_attn_mlp'>): EdgeGraph {
+/** the graph's shape: ModelInfo's fields, or a document's graph_cfg (MIB's cfg plus n_experts, shared_expert) */
+export interface EdgeShape {
+  n_layers: number;
+  n_heads: number;
+  parallel_attn_mlp: boolean;
+  /** mixture-of-experts models: experts per layer (each a node) and Qwen2-MoE's shared expert */
+  n_experts?: number;
+  shared_expert?: boolean;
+}
+
+/** the shape of a model's edge graph from its info */
+export const edgeShapeOf = (
+  info: Pick<ModelInfo, 'n_layers' | 'n_heads' | 'parallel_attn_mlp' | 'num_experts' | 'shared_expert'>,
+): EdgeShape => ({
+  n_layers: info.n_layers,
+  n_heads: info.n_heads,
+  parallel_attn_mlp: info.parallel_attn_mlp,
+  ...(info.num_experts ? { n_experts: info.num_experts, shared_expert: !!info.shared_expert } : {}),
+});
+
+export function edgeGraphOf(info: EdgeShape): EdgeGraph {
   const L = info.n_layers;
   const H = info.n_heads;
-  const layout = edgeLayout(L, H, info.parallel_attn_mlp);
+  const E = info.n_experts ?? 0;
+  const layout = edgeLayout(L, H, info.parallel_attn_mlp, E ? { experts: E, shared: !!info.shared_expert } : undefined);
+  // a layer's MLP nodes and, per node, its inputs (name suffix, backward index)
+  const mlpNodes = (l: number): { name: string; inputs: [string, number][] }[] =>
+    E === 0
+      ? [{ name: `m${l}`, inputs: [['', backwardMlp(layout, l)]] }]
+      : [
+          ...Array.from({ length: E }, (_, e) => ({
+            name: `m${l}.e${e}`,
+            inputs: [
+              ['<in>', backwardMlp(layout, l, e)],
+              ['<router>', backwardMlp(layout, l, E + e)],
+            ] as [string, number][],
+          })),
+          ...(layout.shared
+            ? [{ name: `m${l}.shared`, inputs: [['', backwardMlp(layout, l, 2 * E)]] as [string, number][] }]
+            : []),
+        ];
   const nodes: string[] = new Array(layout.nForward);
   nodes[0] = 'input';
   const fOf = new Map<string, number>([['input', 0]]);
@@ -57,13 +95,15 @@ export function edgeGraphOf(info: Pick<ModelInfo, 'n_layers' | 'n_heads' | 'para
       nodes[forwardHead(layout, l, h)] = `a${l}.h${h}`;
       fOf.set(`a${l}.h${h}`, forwardHead(layout, l, h));
     }
-    nodes[forwardMlp(layout, l)] = `m${l}`;
-    fOf.set(`m${l}`, forwardMlp(layout, l));
+    mlpNodes(l).forEach((m, j) => {
+      nodes[forwardMlp(layout, l, j)] = m.name;
+      fOf.set(m.name, forwardMlp(layout, l, j));
+    });
   }
   const edges: EdgeDef[] = [];
   const nodeInputs = new Map<string, number[]>();
-  const add = (u: string, downstream: string, b: number, qkv?: 'q' | 'k' | 'v') => {
-    const input = qkv ? `${downstream}<${qkv}>` : downstream;
+  const add = (u: string, downstream: string, b: number, suffix = '') => {
+    const input = downstream + suffix;
     edges.push({ name: `${u}->${input}`, upstream: u, downstream, input, f: fOf.get(u)!, b });
   };
   let stream = ['input'];
@@ -74,14 +114,22 @@ export function edgeGraphOf(info: Pick<ModelInfo, 'n_layers' | 'n_heads' | 'para
         heads[h],
         (['q', 'k', 'v'] as const).map((x) => backwardHead(layout, l, x, h)),
       );
-    nodeInputs.set(`m${l}`, [backwardMlp(layout, l)]);
+    const mlps = mlpNodes(l);
+    for (const m of mlps)
+      nodeInputs.set(
+        m.name,
+        m.inputs.map(([, b]) => b),
+      );
+    const intoMlps = (u: string) => {
+      for (const m of mlps) for (const [suffix, b] of m.inputs) add(u, m.name, b, suffix);
+    };
     for (const u of stream)
       for (let h = 0; h < H; h++)
-        for (const x of ['q', 'k', 'v'] as const) add(u, heads[h], backwardHead(layout, l, x, h), x);
-    if (layout.parallel) for (const u of stream) add(u, `m${l}`, backwardMlp(layout, l));
+        for (const x of ['q', 'k', 'v'] as const) add(u, heads[h], backwardHead(layout, l, x, h), `<${x}>`);
+    if (layout.parallel) for (const u of stream) intoMlps(u);
     stream = [...stream, ...heads];
-    if (!layout.parallel) for (const u of stream) add(u, `m${l}`, backwardMlp(layout, l));
-    stream = [...stream, `m${l}`];
+    if (!layout.parallel) for (const u of stream) intoMlps(u);
+    stream = [...stream, ...mlps.map((m) => m.name)];
   }
   nodeInputs.set('logits', [backwardLogits(layout)]);
   for (const u of stream) add(u, 'logits', backwardLogits(layout));
@@ -183,6 +231,9 @@ export const mibGraphSchema = z.object({
     n_heads: z.number().int(),
     parallel_attn_mlp: z.boolean(),
     d_model: z.number().int(),
+    // Loupe's, on mixture-of-experts models only (MIB's files have neither)
+    n_experts: z.number().int().optional(),
+    shared_expert: z.boolean().optional(),
   }),
   nodes: z.record(z.string(), z.object({ in_graph: z.boolean() }).passthrough()),
   edges: z.record(z.string(), z.object({ score: z.number().nullable(), in_graph: z.boolean() })),
@@ -191,7 +242,7 @@ export type MibGraph = z.infer<typeof mibGraphSchema>;
 
 export function toMibGraph(
   g: EdgeGraph,
-  info: Pick<ModelInfo, 'n_layers' | 'n_heads' | 'parallel_attn_mlp' | 'd_model'>,
+  cfg: MibGraph['cfg'],
   scores: ArrayLike<number>,
   inCircuit: Set<number>,
 ): MibGraph {
@@ -208,12 +259,7 @@ export function toMibGraph(
     edges[e.name] = { score: -scores[i] + 0, in_graph: inCircuit.has(i) };
   });
   return {
-    cfg: {
-      n_layers: info.n_layers,
-      n_heads: info.n_heads,
-      parallel_attn_mlp: info.parallel_attn_mlp,
-      d_model: info.d_model,
-    },
+    cfg,
     nodes,
     edges,
   };
@@ -240,7 +286,7 @@ export function fromMibGraph(
       'Give the JSON that EAP-IG’s Graph.to_json (MIB’s circuit format) writes: {cfg, nodes, edges}.',
     );
   const f = r.data;
-  const want = { n_layers: info.n_layers, n_heads: info.n_heads, parallel_attn_mlp: info.parallel_attn_mlp };
+  const want = edgeShapeOf(info);
   for (const [k, v] of Object.entries(want))
     if ((f.cfg as Record<string, unknown>)[k] !== v)
       throw new LoupeError(

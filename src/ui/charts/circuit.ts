@@ -26,6 +26,9 @@ export interface CircuitEdge {
 export interface CircuitOptions {
   layers: number;
   heads: number;
+  /** a mixture-of-experts model's experts per layer (each a node in the MLP's row) and its shared expert */
+  experts?: number;
+  shared?: boolean;
   /** the edges to draw (the circuit) */
   edges: CircuitEdge[];
   label: string;
@@ -39,7 +42,8 @@ export function drawCircuit(svgEl: SVGSVGElement, o: CircuitOptions): void {
   const p = palette();
   const L = o.layers;
   const H = o.heads;
-  const width = Math.min(o.maxWidth ?? 900, Math.max(420, 60 + H * 56));
+  const nMlp = o.experts ? o.experts + (o.shared ? 1 : 0) : 1;
+  const width = Math.min(o.maxWidth ?? 900, Math.max(420, 60 + Math.max(H, nMlp) * 56));
   const rowH = 34;
   const margin = { left: 44, right: 20, top: 26, bottom: 26 };
   const height = margin.top + margin.bottom + (2 * L + 1) * rowH;
@@ -47,12 +51,17 @@ export function drawCircuit(svgEl: SVGSVGElement, o: CircuitOptions): void {
   const yOf = (row: number) => height - margin.bottom - row * rowH; // row 0 = input, 2l+1 = heads of l, 2l+2 = MLP of l
   const headX = (h: number) => margin.left + ((h + 0.5) * inner) / H;
   const mid = margin.left + inner / 2;
+  // a layer's MLP nodes: m{l}, or its experts m{l}.e{e} and m{l}.shared spread along the row
+  const E = o.experts ?? 0;
+  const mlpSuffixes = E ? [...Array.from({ length: E }, (_, e) => `.e${e}`), ...(o.shared ? ['.shared'] : [])] : [''];
+  const mlpX = (j: number) => margin.left + ((j + 0.5) * inner) / nMlp;
   const pos = (node: string): { x: number; y: number } => {
     if (node === 'input') return { x: mid, y: yOf(0) };
     if (node === 'logits') return { x: mid, y: yOf(2 * L + 1) - rowH / 2 };
     const a = /^a(\d+)\.h(\d+)$/.exec(node);
     if (a) return { x: headX(+a[2]), y: yOf(2 * +a[1] + 1) };
-    return { x: mid, y: yOf(2 * +node.slice(1) + 2) };
+    const m = /^m(\d+)(.*)$/.exec(node)!;
+    return { x: mlpX(Math.max(0, mlpSuffixes.indexOf(m[2]))), y: yOf(2 * +m[1] + 2) };
   };
   const qkvDx = { q: -9, k: 0, v: 9 } as const;
 
@@ -87,7 +96,7 @@ export function drawCircuit(svgEl: SVGSVGElement, o: CircuitOptions): void {
   const pathOf = (e: CircuitEdge) => {
     const a = pos(e.upstream);
     const b = pos(e.downstream);
-    const bx = b.x + (e.qkv ? qkvDx[e.qkv] : 0);
+    const bx = b.x + (e.qkv ? qkvDx[e.qkv] : e.name.endsWith('<router>') ? 6 : e.name.endsWith('<in>') ? -6 : 0);
     const by = b.y + 7;
     const my = (a.y + by) / 2;
     return `M${a.x},${a.y - 7} C${a.x},${my} ${bx},${my} ${bx},${by}`;
@@ -131,7 +140,10 @@ export function drawCircuit(svgEl: SVGSVGElement, o: CircuitOptions): void {
 
   const nodes = [
     'input',
-    ...Array.from({ length: L }, (_, l) => [...Array.from({ length: H }, (_, h) => `a${l}.h${h}`), `m${l}`]).flat(),
+    ...Array.from({ length: L }, (_, l) => [
+      ...Array.from({ length: H }, (_, h) => `a${l}.h${h}`),
+      ...mlpSuffixes.map((x) => `m${l}${x}`),
+    ]).flat(),
     'logits',
   ];
   const g = svg.append('g');
