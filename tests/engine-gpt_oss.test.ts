@@ -16,8 +16,10 @@ import { checkConfig, describeModel } from '../src/engine/arch';
 import { LoupeError } from '../src/engine/errors';
 import { judgeEntry, lookupModelName } from '../src/engine/catalog';
 import { generateTokens } from '../src/ops/lib/generation';
+import { operation as trace } from '../src/ops/trace';
+import { schemaErrors, viaJson } from './schema-helpers';
 import type { LoadedModel } from '../src/engine/api';
-import { compareHooks, maxAbsDiff } from './reference';
+import { compareHooks, maxAbsDiff, mulberry32, gaussian } from './reference';
 import {
   makeGptOssModel,
   gptOssForward,
@@ -121,6 +123,99 @@ describe.each(CASES)('gpt_oss vs float64 reference: $name', ({ options, T }) => 
     },
   );
 
+  it('an expert ablated and routing forced (interventions as data) equal the reference doing the same', async () => {
+    const model = models.node!;
+    const E = m.c.num_local_experts;
+    const b = `blocks.${m.c.num_hidden_layers - 1}.mlp`;
+    const ablated = await model.run(tokens, { interventions: [{ hook: `${b}.experts.1.hook_out`, op: 'zero' }] });
+    const want = gptOssForward(m, tokens, {
+      hook: (name, v) => (name === `${b}.experts.1.hook_out` ? v.map(() => 0) : undefined),
+    });
+    expect(maxAbsDiff(want.logits.data, ablated.logits.data).maxAbs).toBeLessThan(TOL);
+    const forced = await model.run(tokens, {
+      interventions: [{ hook: `${b}.hook_router_logits`, op: 'add', neuron: 0, value: [30] }],
+    });
+    const wantForced = gptOssForward(m, tokens, {
+      hook: (name, v) => (name === `${b}.hook_router_logits` ? v.map((x, i) => (i % E === 0 ? x + 30 : x)) : undefined),
+    });
+    expect(maxAbsDiff(wantForced.logits.data, forced.logits.data).maxAbs).toBeLessThan(TOL);
+    expect(maxAbsDiff(wantForced.logits.data, want.logits.data).maxAbs).toBeGreaterThan(100 * TOL);
+  });
+
+  it('trace: a term per head, the attention bias and each expert (its biases inside), each as the reference, summing to the logit', async () => {
+    const model = models.node!;
+    const prompt = model.decode(tokens.slice(1));
+    const doc: any = await trace.run(model, { prompt, convention: 'raw', top_k: 100 } as any, {});
+    expect(schemaErrors('trace', viaJson(doc))).toEqual([]);
+    const ids = doc.tokens.map((t: { id: number }) => t.id);
+    const T2 = ids.length;
+    const ref = gptOssForward(m, ids);
+    const D = m.c.hidden_size;
+    const at = (name: string) => ref.hooks[name].data.subarray((T2 - 1) * (ref.hooks[name].data.length / T2));
+    // raw readout: e = w_norm ⊙ W_U[t] / s at the last position
+    const t = doc.target.token_id;
+    const U = m.tensors['lm_head.weight'].data;
+    const wn = m.tensors['model.norm.weight'].data;
+    const s = at('ln_final.hook_scale')[0];
+    const e = Float64Array.from({ length: D }, (_, d) => (wn[d] * U[t * D + d]) / s);
+    const dot = (x: ArrayLike<number>) => Array.from(x).reduce((a, v, d) => a + v * e[d], 0);
+    const terms = new Map<string, number>(doc.decomposition.terms.map((x: any) => [x.name, x.value]));
+    let worst = 0;
+    for (let l = 0; l < m.c.num_hidden_layers; l++) {
+      for (let x = 0; x < m.c.num_local_experts; x++)
+        worst = Math.max(worst, Math.abs(terms.get(`L${l}.E${x}`)! - dot(at(`blocks.${l}.mlp.experts.${x}.hook_out`))));
+      const res = at(`blocks.${l}.attn.hook_result`);
+      for (let h = 0; h < m.c.num_attention_heads; h++)
+        worst = Math.max(worst, Math.abs(terms.get(`L${l}H${h}`)! - dot(res.subarray(h * D, (h + 1) * D))));
+      const bO = m.tensors[`model.layers.${l}.self_attn.o_proj.bias`].data;
+      worst = Math.max(worst, Math.abs(terms.get(`L${l}.attn.b_O`)! - dot(bO)));
+    }
+    const gap = Math.abs(doc.decomposition.sum - doc.decomposition.target);
+    console.log(
+      `gpt_oss trace T=${T2}: worst term |Δ| ${worst.toExponential(2)}, |sum − target| ${gap.toExponential(2)}`,
+    );
+    expect(worst).toBeLessThan(TOL);
+    expect(gap).toBeLessThan(TOL);
+    expect(doc.top_experts.length).toBeGreaterThan(0);
+  });
+
+  it('∂(logit[A] − logit[B])/∂hook agrees with central differences of the reference (sinks, clamp, routing)', async () => {
+    const model = models.node!;
+    const V = m.c.vocab_size;
+    const [A, Bt] = [3, 5];
+    const seed = { dims: [1, 1, V], data: new Float32Array(V) };
+    seed.data[A] = 1;
+    seed.data[Bt] = -1;
+    const hooks = model
+      .hookNames()
+      .filter((h) => !h.endsWith('hook_expert_weights') && !h.endsWith('hook_expert_indices'));
+    const out = await model.run(tokens, { hooks, logitPositions: [T - 1], grad: { hooks, seed } });
+    const metric = (hook: string, dir: Float64Array, eps: number) => {
+      const L = gptOssForward(m, tokens, {
+        hook: (name, v) => (name === hook ? v.map((x, i) => x + eps * dir[i]) : undefined),
+      }).logits.data;
+      return L[(T - 1) * V + A] - L[(T - 1) * V + Bt];
+    };
+    const rnd = gaussian(mulberry32(99));
+    let worst = { rel: 0, hook: '' };
+    for (const h of hooks) {
+      const gr = out.grads![h];
+      const n = gr.data.length;
+      const d = Float64Array.from({ length: n }, () => rnd());
+      // small steps: a top-k choice near a tie must not flip between the two runs
+      const eps = 1e-6;
+      const fd = (metric(h, d, eps) - metric(h, d, -eps)) / (2 * eps);
+      let ad = 0;
+      for (let i = 0; i < n; i++) if (Number.isFinite(out.hooks[h].data[i])) ad += d[i] * gr.data[i];
+      const rel = Math.abs(ad - fd) / Math.max(Math.abs(fd), 1e-2);
+      if (rel > worst.rel) worst = { rel, hook: h };
+      expect(rel, `${h}: engine ${ad} vs finite difference ${fd}`).toBeLessThan(2e-3);
+    }
+    console.log(
+      `gpt_oss gradients T=${T}: ${hooks.length} hooks, worst relative error ${worst.rel.toExponential(2)} at ${worst.hook}`,
+    );
+  }, 120_000);
+
   it('leaving out each feature moves the logits by more than the tolerance', () => {
     const base = gptOssForward(m, tokens).logits.data;
     const moved: Record<string, number> = {};
@@ -156,7 +251,8 @@ describe('gpt_oss: what Loupe cannot run is refused from config.json and the hea
     [{ quantization_config: { quant_method: 'bitsandbytes' } }, 'UNSUPPORTED_CONFIG', 'quantization_config'],
     [{ rope_scaling: { rope_type: 'yarn', factor: 32 } }, 'BAD_CONFIG', 'original_max_position_embeddings'],
     [{ rope_scaling: { rope_type: 'dynamic', factor: 2 } }, 'UNSUPPORTED_CONFIG', 'rope_scaling.rope_type'],
-    [{ swiglu_limit: -1 }, 'UNSUPPORTED_CONFIG', 'swiglu_limit'],
+    [{ swiglu_limit: 5 }, 'UNSUPPORTED_CONFIG', 'swiglu_limit'],
+    [{ swiglu_alpha: 1 }, 'UNSUPPORTED_CONFIG', 'swiglu_alpha'],
     [{ layer_types: ['sliding_attention'] }, 'BAD_CONFIG', 'layer_types'],
     [
       { layer_types: ['full_attention', 'mamba', 'full_attention', 'full_attention'] },

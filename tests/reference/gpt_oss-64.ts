@@ -327,7 +327,8 @@ export function gptOssForward(
     K = c.num_experts_per_tok,
     V = c.vocab_size;
   const eps = c.rms_norm_eps;
-  const limit = c.swiglu_limit ?? 7;
+  // GptOssExperts: alpha and limit fixed in the module (the config's swiglu_limit is read by the MXFP4 kernels only)
+  const limit = 7;
   const alpha = 1.702;
   const w = (name: string) => m.tensors[name].data;
   const hooks: Record<string, Hook64> = {};
@@ -505,8 +506,8 @@ export function gptOssForward(
     const mlpOut = new Float64Array(T * D);
     for (let e = 0; e < E; e++) {
       let y: F64 = new Float64Array(T * D);
+      // as GptOssExperts in eval: every expert on every token, times its routing weight (zero where not chosen)
       for (let t = 0; t < T; t++) {
-        if (!chosen[t].includes(e)) continue;
         const gated = new Float64Array(M);
         for (let j = 0; j < M; j++) {
           const [gc, uc] = drop.has('gate_up_interleave') ? [j, M + j] : [2 * j, 2 * j + 1];

@@ -9,8 +9,8 @@
  *            them (`topk` then `softmax`), which is the softmax over all E renormalised over the
  *            chosen (spec.ts MoeSpec.routing, normTopK)
  *   experts  stacked, each with its biases: gate_up_proj rows interleave gate (even) and up (odd);
- *            (clamp(up, ±limit) + 1) ⊙ g·σ(alpha·g), g = min(gate, limit) (swiglu_alpha 1.702,
- *            swiglu_limit 7), then down_proj
+ *            (clamp(up, ±limit) + 1) ⊙ g·σ(alpha·g), g = min(gate, limit) (alpha 1.702, limit 7,
+ *            as GptOssExperts fixes them), then down_proj
  * The experts, MXFP4 blocks and scales in the published checkpoints or dense in a dequantised one,
  * become per-expert matrices at load (mxfp4.ts: MXFP4 dequantised to BFloat16, exactly).
  */
@@ -31,6 +31,9 @@ const YARN_DEFAULT = {
   original_max_position_embeddings: 4096,
 };
 
+/** the clamped SwiGLU's constants in modeling_gpt_oss.py's GptOssExperts */
+const SWIGLU = { swiglu_alpha: 1.702, swiglu_limit: 7 };
+
 /** config.json with GptOssConfig's defaults and its rope as `rope_theta` + `rope_scaling` (common.ts ropeScaling reads those) */
 export function gptOssConfig(config: Config): Config {
   const c: Config = { rms_norm_eps: 1e-5, head_dim: 64, sliding_window: 128, ...config };
@@ -43,9 +46,10 @@ export function gptOssConfig(config: Config): Config {
   const { rope_theta: theta, ...scaling } = rp;
   c.rope_theta = typeof theta === 'number' ? theta : typeof c.rope_theta === 'number' ? c.rope_theta : 150_000;
   c.rope_scaling = scaling;
-  for (const k of ['swiglu_alpha', 'swiglu_limit'])
-    if (c[k] !== undefined && !(typeof c[k] === 'number' && Number.isFinite(c[k]) && c[k] > 0))
-      throw unsupportedConfig(k, c[k], 'a positive number');
+  // GptOssExperts fixes alpha 1.702 and limit 7.0 whatever the config says (only the MXFP4 kernel
+  // path reads swiglu_limit): another value would make the two disagree, so it is refused
+  for (const [k, v] of Object.entries(SWIGLU))
+    if (c[k] !== undefined && c[k] !== null && c[k] !== v) throw unsupportedConfig(k, c[k], `${v}`);
   return c;
 }
 
@@ -116,7 +120,7 @@ function expertsOf(t: TensorIndex, p: string, D: number, m: MoeConfig, glu: MoeS
 
 export function gptOss(input: AdapterInput): ModelSpec {
   const c = gptOssConfig(input.config);
-  const glu = { alpha: c.swiglu_alpha ?? 1.702, limit: c.swiglu_limit ?? 7 };
+  const glu = { alpha: SWIGLU.swiglu_alpha, limit: SWIGLU.swiglu_limit };
   return llamaLike(
     { config: c, tensors: input.tensors },
     {

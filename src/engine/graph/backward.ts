@@ -76,6 +76,7 @@ const VJP_OPS = new Set([
   'Sigmoid',
   'Erf',
   'Relu',
+  'Clip',
   'Softmax',
   'MatMul',
   'Gemm',
@@ -565,7 +566,15 @@ export function addBackward(g: OnnxGraph, spec: BackwardSpec): string[] {
         axes.forEach((ax0, i) => {
           const ax = norm(ax0, xs.length);
           const d = xs[ax];
-          if (d < 0) throw unsupported(n, 'Slice along a dynamic axis');
+          if (d < 0) {
+            // a dynamic axis: the pads are still static when the start counts from the front and the
+            // end from the back (GPT-OSS's sink column sliced off the key axis: ends −1)
+            const [st, en] = [starts[i], ends[i]];
+            if (!(st >= 0 && (en < 0 || en >= 2 ** 31 - 1))) throw unsupported(n, 'Slice along a dynamic axis');
+            pads[ax] = st;
+            pads[xs.length + ax] = en < 0 ? -en : 0;
+            return;
+          }
           const st = Math.min(Math.max(starts[i] < 0 ? starts[i] + d : starts[i], 0), d);
           const en = Math.min(Math.max(ends[i] < 0 ? ends[i] + d : ends[i], 0), d);
           pads[ax] = st;
