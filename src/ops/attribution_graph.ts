@@ -18,7 +18,13 @@ import type { LoadedModel, ReplacementTarget, TranscoderInfo } from '../engine/a
 import { CAPS } from '../engine/caps';
 import { softmax } from './lib/math';
 import { inputIds, promptOrIdsFields } from './lib/ablation';
-import { inputReplacement, transcoderBlockSchema, transcoderRefFields } from './lib/transcoders';
+import {
+  inputReplacement,
+  transcoderBlockSchema,
+  transcoderDescriptionsSchema,
+  transcoderLabels,
+  transcoderRefFields,
+} from './lib/transcoders';
 import {
   graphJson,
   graphNode,
@@ -126,6 +132,11 @@ export const graphJsonSchema = z.object({
 export const attributionGraphOutput = documentBase('attribution_graph').extend({
   method: z.string().describe('exactly what was computed'),
   transcoders: transcoderBlockSchema,
+  // default: documents made before the labels (a link, a stored session) still read
+  descriptions: transcoderDescriptionsSchema
+    .nullable()
+    .default(null)
+    .describe("where the feature nodes' clerp labels came from (the set's explanations), null in older documents"),
   graph: graphJsonSchema.describe(
     "The pruned graph in circuit-tracer's and Neuronpedia's JSON (create_graph_files.py), exportable and uploadable as is.",
   ),
@@ -359,6 +370,19 @@ export const operation = defineOperation({
     T,
   });
 
+  // feature labels (circuit-tracer's clerp) from the set's explanations, when it carries them
+  const labels = await transcoderLabels(
+    model,
+    info,
+    { source: input.transcoder_source, path: input.transcoder_path },
+    ctx,
+  );
+  for (const n of graph.nodes)
+    if (n.feature_type === 'cross layer transcoder') {
+      const [layer, feature] = n.node_id.split('_').map(Number);
+      n.clerp = labels.label(layer, feature) ?? '';
+    }
+
   let adjacency: z.input<typeof attributionGraphOutput>['adjacency'] = null;
   if (input.full_adjacency) {
     const entries: [number, number, number][] = [];
@@ -400,6 +424,7 @@ export const operation = defineOperation({
       'patterns and norm scales frozen, MLPs cut except the transcoder skip, error nodes frozen; ' +
       'rows by the frozen backward graph, float32; pruning and scores as graph.py (arithmetic in float64)',
     transcoders: block,
+    descriptions: labels.block,
     graph,
     link_nodes: linkNodes,
     scores,

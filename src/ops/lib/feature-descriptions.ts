@@ -29,6 +29,8 @@ export interface FeatureDescription {
 
 export interface DescriptionSet {
   byFeature: Map<number, FeatureDescription>;
+  /** the same by each record's layer ('' when it names none): a transcoder set's one file covers every layer */
+  byLayer: Map<string, Map<number, FeatureDescription>>;
   format: 'json_array' | 'json_object' | 'jsonl';
   gzip: boolean;
   /** explanation records read (a feature can have several) */
@@ -126,6 +128,7 @@ export function parseDescriptions(data: Uint8Array | string | unknown, where: st
     parsed = recordsOf(data, where);
   }
   const byFeature = new Map<number, FeatureDescription>();
+  const byLayer = new Map<string, Map<number, FeatureDescription>>();
   const models = new Set<string>();
   const layers = new Set<string>();
   parsed.records.forEach((r, i) => {
@@ -138,11 +141,16 @@ export function parseDescriptions(data: Uint8Array | string | unknown, where: st
     if (str(rec.layer)) layers.add(rec.layer as string);
     const description = str(rec.description);
     // an empty description is no description: the feature stays absent rather than labelled ""
-    if (description === null || byFeature.has(index)) return;
-    byFeature.set(index, { description, explanation_model: str(rec.explanationModelName), type: str(rec.typeName) });
+    if (description === null) return;
+    const d = { description, explanation_model: str(rec.explanationModelName), type: str(rec.typeName) };
+    const layer = typeof rec.layer === 'number' ? String(rec.layer) : (str(rec.layer) ?? '');
+    if (!byLayer.has(layer)) byLayer.set(layer, new Map());
+    if (!byLayer.get(layer)!.has(index)) byLayer.get(layer)!.set(index, d);
+    if (!byFeature.has(index)) byFeature.set(index, d);
   });
   return {
     byFeature,
+    byLayer,
     format: parsed.format,
     gzip,
     records: parsed.records.length,

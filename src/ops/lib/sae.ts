@@ -267,6 +267,20 @@ function splitFileSpec(spec: string): { ref: SaeRef; file: string } {
 }
 
 /**
+ * The explanations file in a folder (an SAE's, a transcoder set's or one of its layers'), parsed;
+ * `set` null when there is none. The one place descriptions published beside weights are read.
+ */
+export async function explanationsBeside(
+  ref: SaeRef,
+  load: NonNullable<OpContext['loadSaeFile']>,
+  signal?: AbortSignal,
+): Promise<{ set: DescriptionSet | null; looked_for: string }> {
+  const lookedFor = `${saeIdOf(ref)}/${EXPLANATIONS_FILE}`;
+  const bytes = await load(ref, EXPLANATIONS_FILE, { signal, optional: true });
+  return { set: bytes ? parseDescriptions(bytes, lookedFor) : null, looked_for: lookedFor };
+}
+
+/**
  * The SAE's descriptions: from `given` (inline JSON, or a URL/path read through the surface's
  * loader) or else the explanations file next to the SAE (absent → null). Checked against the SAE
  * (feature range, Neuronpedia id).
@@ -315,11 +329,9 @@ export async function loadDescriptions(
   const load = ctx.loadSaeFile;
   const lookedFor = `${saeIdOf(sae.ref)}/${EXPLANATIONS_FILE}`;
   sae.alongside ??= (async () => {
-    const bytes = await load(sae.ref, EXPLANATIONS_FILE, { signal: ctx.signal, optional: true });
-    if (!bytes) return { set: null, looked_for: lookedFor };
-    const set = parseDescriptions(bytes, lookedFor);
-    check(set, lookedFor);
-    return { set, looked_for: lookedFor };
+    const r = await explanationsBeside(sae.ref, load, ctx.signal);
+    if (r.set) check(r.set, r.looked_for);
+    return r;
   })();
   const p = sae.alongside;
   try {

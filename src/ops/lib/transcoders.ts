@@ -5,7 +5,8 @@
  *    files fetched through the surface's `ctx.loadTranscoders` and judged from their headers first
  *    (TRANSCODER_MISMATCH against the model, TOO_LARGE against the caps) with download progress;
  *  - the document's block describing the set;
- *  - `inputReplacement`: the set an operation's input names and the prompt's local replacement model.
+ *  - `inputReplacement`: the set an operation's input names and the prompt's local replacement model;
+ *  - `transcoderLabels`: the set's feature descriptions, read as an SAE's are (lib/sae.ts).
  */
 import { z } from 'zod';
 import { SharedLoads, assertLoader } from './shared-load';
@@ -14,6 +15,8 @@ import { LoupeError, throwIfAborted } from '../../engine/errors';
 import { transcoderIdOf } from '../../engine/transcoder';
 import type { OpContext, SaeRef } from '../types';
 import { CAPS } from '../../engine/caps';
+import { explanationsBeside } from './sae';
+import { checkDescriptions, type FeatureDescription } from './feature-descriptions';
 
 export const transcoderRefFields = {
   transcoder_source: z
@@ -154,4 +157,87 @@ export function replacementFor(
     if (prepared.get(model)?.rep === rep) prepared.delete(model);
   });
   return rep;
+}
+
+export const transcoderDescriptionsSchema = z.object({
+  looked_for: z
+    .array(z.string())
+    .describe("the explanations.json files looked for: the set's folder's, or each layer folder's ({layer} paths)"),
+  found: z.array(z.string()),
+  count: z.number().int().describe('features (layer, index) with a description'),
+  records: z.number().int().describe('explanation records read'),
+  rule: z.string(),
+});
+
+export interface TranscoderLabels {
+  /** the description of feature `feature` of layer `layer`, or null (never made up) */
+  label(layer: number, feature: number): string | null;
+  block: z.infer<typeof transcoderDescriptionsSchema>;
+}
+
+const LABELS_RULE =
+  "explanations.json in Neuronpedia's export layout beside the set's config.yaml, each record naming its layer " +
+  '("layer": 3, or Neuronpedia\'s "3-…"), or one per layer folder of a {layer} path; features without one get no label';
+
+const labelLoads = new WeakMap<LoadedModel, Map<string, Promise<TranscoderLabels>>>();
+
+/**
+ * The set's feature descriptions, when it carries them (read once per model and set): from the
+ * explanations file beside it, as an SAE's (lib/sae.ts explanationsBeside). Refused (BAD_INPUT)
+ * when a record names no layer, a layer the model lacks or a feature past d_transcoder.
+ */
+export function transcoderLabels(
+  model: LoadedModel,
+  info: TranscoderInfo,
+  ref: SaeRef,
+  ctx: OpContext,
+): Promise<TranscoderLabels> {
+  const byModel = labelLoads.get(model) ?? new Map<string, Promise<TranscoderLabels>>();
+  labelLoads.set(model, byModel);
+  let p = byModel.get(info.id);
+  if (!p) {
+    p = readLabels(info, ref, ctx);
+    byModel.set(info.id, p);
+    p.catch(() => byModel.delete(info.id));
+  }
+  return p;
+}
+
+async function readLabels(info: TranscoderInfo, ref: SaeRef, ctx: OpContext): Promise<TranscoderLabels> {
+  const byLayer = new Map<number, Map<number, FeatureDescription>>();
+  const block = { looked_for: [] as string[], found: [] as string[], count: 0, records: 0, rule: LABELS_RULE };
+  const load = ctx.loadSaeFile;
+  const L = info.n_layers;
+  const folders = ref.path.includes('{layer}')
+    ? Array.from({ length: L }, (_, l) => ({
+        layer: l,
+        ref: { ...ref, path: ref.path.replaceAll('{layer}', String(l)) },
+      }))
+    : [{ layer: null, ref }];
+  for (const f of load ? folders : []) {
+    const { set, looked_for } = await explanationsBeside(f.ref, load!, ctx.signal);
+    block.looked_for.push(looked_for);
+    if (!set) continue;
+    block.found.push(looked_for);
+    block.records += set.records;
+    checkDescriptions(set, { d_sae: info.d_transcoder }, looked_for);
+    if (f.layer !== null) {
+      byLayer.set(f.layer, set.byFeature);
+      continue;
+    }
+    for (const [name, features] of set.byLayer) {
+      const layer = /^\s*(\d+)/.exec(name);
+      if (!layer || Number(layer[1]) >= L)
+        throw new LoupeError(
+          'BAD_INPUT',
+          `Descriptions from ${looked_for}: ${layer ? `layer ${layer[1]} is past the set's ${L} layers` : 'a record names no layer'}.`,
+          'Each record of a transcoder set\'s explanations.json names its layer: "layer": 3, or Neuronpedia\'s "3-…".',
+        );
+      const into = byLayer.get(Number(layer[1])) ?? new Map<number, FeatureDescription>();
+      byLayer.set(Number(layer[1]), into);
+      for (const [k, d] of features) if (!into.has(k)) into.set(k, d);
+    }
+  }
+  for (const m of byLayer.values()) block.count += m.size;
+  return { label: (layer, feature) => byLayer.get(layer)?.get(feature)?.description ?? null, block };
 }
