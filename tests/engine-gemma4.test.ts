@@ -14,6 +14,7 @@ import { checkConfig } from '../src/engine/arch';
 import { LoupeError } from '../src/engine/errors';
 import { generateTokens } from '../src/ops/lib/generation';
 import type { LoadedModel } from '../src/engine/api';
+import { operation as trace } from '../src/ops/trace';
 import { compareHooks, maxAbsDiff } from './reference';
 import {
   makeGemma4Model,
@@ -138,6 +139,17 @@ describe.each(CASES)('gemma4 vs float64 reference: $name', ({ options, T, all })
     const ref = gemma4Forward(m, tokens, { hook: (name, v) => (name === hook ? v.map((x) => 2 * x) : undefined) });
     const out = await models.node!.run(tokens, { interventions: [{ hook, op: 'scale', alpha: 2 }] });
     expect(maxAbsDiff(ref.logits.data, out.logits.data).maxAbs).toBeLessThan(TOL);
+  });
+
+  it('trace (direct logit attribution) is UNSUPPORTED_OP, as are the weight products', async () => {
+    const model = models.node!;
+    const e = await trace.run(model, { prompt: model.decode(tokens.slice(1)) } as any, {}).catch((x) => x);
+    expect(e).toBeInstanceOf(LoupeError);
+    expect(e.code).toBe('UNSUPPORTED_OP');
+    const L = m.text.num_hidden_layers;
+    const z = { dims: [L, 0, model.info.n_heads * model.info.d_head], data: new Float32Array(0) };
+    const p = await model.weightProducts({ z }).catch((x) => x);
+    expect(p.code).toBe('UNSUPPORTED_OP');
   });
 
   it.runIf(all)('leaving out each feature moves the logits by more than the tolerance', () => {

@@ -67,6 +67,38 @@ interface DlaConstants {
 const constants = new WeakMap<LoadedModel, DlaConstants>();
 
 /** layer l is a linear-attention layer (Qwen3.5's gated delta-net): no heads, one term for its whole output */
+/**
+ * DLA stacks one W_O of H·d_head rows and one W_out per layer over a stream that blocks only add
+ * to: a model whose layers differ in head width or MLP width, or add per-layer inputs (Gemma 4),
+ * has no such decomposition here (UNSUPPORTED_OP, before any product is read; the engine's
+ * weight products refuse the rest of Gemma 4, its layer_scalar, the same way)
+ */
+function checkLayersOfOneShape(model: LoadedModel): void {
+  const { n_layers: L, n_heads: H, d_head: Dh, d_mlp: M } = model.info;
+  const names = new Set(model.hookNames());
+  const width = (h: string) =>
+    model
+      .hookShape(h, 1, 1)
+      .slice(2)
+      .reduce((a, b) => a * b, 1);
+  for (let l = 0; l < L; l++) {
+    const z = `blocks.${l}.attn.hook_z`;
+    const post = `blocks.${l}.mlp.hook_post`;
+    if (
+      names.has(`blocks.${l}.hook_per_layer_out`) ||
+      (names.has(z) && width(z) !== H * Dh) ||
+      (names.has(post) && width(post) !== M)
+    )
+      throw new LoupeError(
+        'UNSUPPORTED_OP',
+        `Direct logit attribution is not available for this ${model.info.architecture} model: its layer ${l} differs ` +
+          'from the others in head width or MLP width, or adds a per-layer input.',
+        'Read its hooks (activations, run) or ablate and patch them; trace and attribution need layers of one shape.',
+        { layer: l, architecture: model.info.architecture },
+      );
+  }
+}
+
 export const isLinearLayer = (model: LoadedModel, l: number): boolean =>
   model.hookNames().includes(`blocks.${l}.linear_attn.hook_z`);
 
@@ -354,6 +386,7 @@ export async function decomposeLogit(
 ): Promise<DlaResult> {
   const { n_layers: L, n_heads: H, d_head: Dh, d_model: D, d_mlp: M } = model.info;
   const HD = H * Dh;
+  checkLayersOfOneShape(model);
   const c = constantsOf(model);
   const row = opts.row ?? 0;
   const residPre0 = runHook(run, 'blocks.0.hook_resid_pre');
