@@ -18,26 +18,31 @@ import { join, relative, resolve, sep } from 'node:path';
 
 const ORT_DIST = 'node_modules/onnxruntime-web/dist';
 /**
- * The page's onnxruntime-web build. onnxruntime-web 1.30 has two WebGPU providers: JSEP (ort.min.mjs and the
- * jsep runtime; deprecated since 1.29) and the native one (ort.webgpu.min.mjs and the asyncify runtime:
- * onnxruntime's C++ WebGPU provider compiled to WASM with the CPU one). The page runs on JSEP: on the native
- * provider (LOUPE_ORT_EP=native at build) every WebGPU check of e2e/webgpu.spec.ts agrees with WASM on
- * SwiftShader except BF16 checkpoints, whose session is refused ("Provider type for Cast node … is not set":
- * no provider of that build takes the graph's BF16 → float32 Cast; docs/DESIGN.md). LOUPE_ORT_EP=native falls
- * back to JSEP where this onnxruntime-web has no native build. The other builds are never used.
+ * The page's onnxruntime-web builds (chosen at run time by workers/ort-runtime.ts). onnxruntime-web 1.30 has two
+ * WebGPU providers: the native one (ort.webgpu.min.mjs and the asyncify runtime: onnxruntime's C++ WebGPU provider
+ * compiled to WASM with the CPU one), the page's, and JSEP (ort.min.mjs and the jsep runtime; deprecated since 1.29),
+ * shipped as the fallback a load falls back to when the native build is missing or cannot create its session. The
+ * fallback's runtime is not in the service worker's offline copy: it is fetched only when used. LOUPE_ORT_EP=native
+ * or =jsep ships that build alone (for comparing); the native build is never shipped where this onnxruntime-web has
+ * none. The other builds are never used.
  */
 const NATIVE = { entry: 'ort.webgpu.min.mjs', runtime: 'asyncify' };
 const JSEP = { entry: 'ort.min.mjs', runtime: 'jsep' };
-export const ORT_BUILD =
-  process.env.LOUPE_ORT_EP === 'native' &&
+const hasNative =
   existsSync(join(ORT_DIST, NATIVE.entry)) &&
-  existsSync(join(ORT_DIST, `ort-wasm-simd-threaded.${NATIVE.runtime}.wasm`))
-    ? NATIVE
-    : JSEP;
-const ORT_FILES = readdirSync(ORT_DIST).filter(
-  (f) =>
-    f === `ort-wasm-simd-threaded.${ORT_BUILD.runtime}.mjs` || f === `ort-wasm-simd-threaded.${ORT_BUILD.runtime}.wasm`,
-);
+  existsSync(join(ORT_DIST, `ort-wasm-simd-threaded.${NATIVE.runtime}.wasm`));
+const wanted = process.env.LOUPE_ORT_EP;
+export const ORT_BUILDS = {
+  native: hasNative && wanted !== 'jsep',
+  jsep: wanted !== 'native' || !hasNative,
+};
+const runtimeFiles = (b: { runtime: string }) =>
+  readdirSync(ORT_DIST).filter(
+    (f) => f === `ort-wasm-simd-threaded.${b.runtime}.mjs` || f === `ort-wasm-simd-threaded.${b.runtime}.wasm`,
+  );
+const ORT_FILES = [...(ORT_BUILDS.native ? runtimeFiles(NATIVE) : []), ...(ORT_BUILDS.jsep ? runtimeFiles(JSEP) : [])];
+/** the fallback's runtime, left out of the offline copy */
+const ORT_FALLBACK_FILES = ORT_BUILDS.native && ORT_BUILDS.jsep ? runtimeFiles(JSEP).map((f) => `ort/${f}`) : [];
 
 export const isolationHeaders = {
   'Cross-Origin-Opener-Policy': 'same-origin',
@@ -87,7 +92,7 @@ function serviceWorker(): Plugin {
     },
     async closeBundle() {
       const files = filesIn(outDir)
-        .filter((f) => f !== SW_FILE)
+        .filter((f) => f !== SW_FILE && !ORT_FALLBACK_FILES.includes(f))
         .sort();
       const hash = createHash('sha256');
       for (const f of files) hash.update(`${f}\0`).update(readFileSync(join(outDir, f)));
@@ -116,8 +121,12 @@ export default defineConfig({
     // The non-bundled build of onnxruntime-web (what its "onnxruntime-web-use-extern-wasm" export
     // condition selects): it imports the runtime glue from env.wasm.wasmPaths (our /ort/) instead of
     // embedding it and making Vite emit a second 28 MB copy of the .wasm.
-    alias: [{ find: /^onnxruntime-web$/, replacement: resolve(ORT_DIST, ORT_BUILD.entry) }],
+    alias: [
+      { find: /^onnxruntime-web$/, replacement: resolve(ORT_DIST, JSEP.entry) },
+      { find: /^onnxruntime-web\/webgpu$/, replacement: resolve(ORT_DIST, NATIVE.entry) },
+    ],
   },
+  define: { __LOUPE_ORT_NATIVE__: String(ORT_BUILDS.native), __LOUPE_ORT_JSEP__: String(ORT_BUILDS.jsep) },
   base: './',
   publicDir: 'public',
   worker: { format: 'es' },

@@ -1,5 +1,7 @@
 /**
- * WebGPU in headless Chromium (SwiftShader, a software adapter): stories260K and induction-gpt2
+ * WebGPU in headless Chromium (SwiftShader, a software adapter), on the page's onnxruntime-web build: the native
+ * WebGPU execution provider (every check asserts the model ran there, not on the JSEP fallback, unless the page was
+ * built with LOUPE_ORT_EP=jsep); a load the native build cannot make falls back to JSEP and says so. stories260K and induction-gpt2
  * run on the `webgpu` backend and agree with WASM within 1e-4 on logits and every hook (the
  * Doctor's agreement check), and a trace on WebGPU equals the CLI's; with a forced low tensor
  * limit (?tensor_bytes) the vocabulary is split on WebGPU with the same numbers; Gemma 3, Phi-3/Phi-4-mini and OLMo 2
@@ -50,7 +52,18 @@ async function requireWebGpu(page: Page): Promise<void> {
   }
 }
 
+/** the onnxruntime-web build the page was built to prefer (vite.config.ts ORT_BUILDS) */
+const PREFERRED_ORT = process.env.LOUPE_ORT_EP === 'jsep' ? 'jsep' : 'native';
+
+/** the loaded model runs on the preferred build, not a fallback */
+async function expectPreferredOrt(page: Page, label: string): Promise<void> {
+  const runtime = await page.evaluate(() => (globalThis as any).__loupe.model?.runtime);
+  expect(runtime?.fallback, `${label}: fell back`).toBeUndefined();
+  expect(runtime?.build, label).toBe(PREFERRED_ORT);
+}
+
 async function agreement(page: Page, label: string): Promise<void> {
+  await expectPreferredOrt(page, label);
   if (!(await page.getByTestId('doctor').isVisible())) await page.getByRole('button', { name: 'Doctor' }).click();
   await expect(page.getByTestId('doc-webgpu')).toHaveText('available');
   await page.getByTestId('run-agreement').click();
@@ -69,7 +82,21 @@ async function agreement(page: Page, label: string): Promise<void> {
   expect(Number(hook)).toBeLessThanOrEqual(1e-4);
   expect(top1).toBe('true');
   expect(pass).toBe('true');
+  // the WASM twin was loaded on the same build (a fallback would be logged by the worker)
+  expect(
+    fallbacks.filter((m) => m.includes('could not load')),
+    `${label}: a load fell back`,
+  ).toEqual([]);
 }
+
+/** the worker's fallback notes ('[loupe] … could not load …; loading it on …'), per page */
+const fallbacks: string[] = [];
+test.beforeEach(({ page }) => {
+  fallbacks.length = 0;
+  page.on('console', (m) => {
+    if (m.text().startsWith('[loupe]')) fallbacks.push(m.text());
+  });
+});
 
 test('stories260K on WebGPU: a trace equals the CLI and every hook agrees with WASM', async ({ page, site }) => {
   test.setTimeout(300_000);
@@ -517,5 +544,59 @@ test("an attribution graph and eap edge scores on WebGPU equal Node's, the graph
     expect(moved.device_outputs - after.device_outputs).toBe(1);
   } finally {
     tc.cleanup();
+  }
+});
+
+test('a load the native build cannot make falls back to JSEP, says so in the status bar and the Doctor, and runs exactly', async ({
+  page,
+  site,
+  hub,
+}) => {
+  test.skip(PREFERRED_ORT !== 'native', 'the page was built without the native build');
+  test.setTimeout(300_000);
+  // BF16 kept 16-bit (weights stored, on WASM) is widened at use by a Cast from bfloat16, which the native build
+  // has no kernel for (runtime/pieces.ts); JSEP's build has one
+  const c = ALL_FAMILY_CASES.find((x) => x.name === 'gemma3-text-bf16')!;
+  const rm = makeCaseModel(c);
+  const repo = 'loupe-test/gemma3-bf16-stored';
+  hub.addRepo(repo, rm.dir);
+  try {
+    await openReady(page, site.url);
+    await page.locator('#weights').selectOption('stored');
+    await waitModelReady(page, 120_000);
+    await expectPreferredOrt(page, 'the bundled model (F32) stored');
+    await loadFromHub(page, hub.url, repo);
+    await page.waitForFunction(
+      (id) => (globalThis as any).__loupe.model?.info.id === id && (globalThis as any).__loupe.modelStatus === 'ready',
+      repo,
+      { timeout: 120_000 },
+    );
+    const m = await page.evaluate(() => (globalThis as any).__loupe.model);
+    expect(m.info.backend).toBe('wasm');
+    expect(m.info.weights).toBe('stored');
+    expect(m.runtime.build).toBe('jsep');
+    expect(m.runtime.fallback.from).toBe('native');
+    expect(m.runtime.fallback.message).toMatch(/Cast/);
+    console.log(`[e2e] fallback: ${m.runtime.fallback.code}: ${m.runtime.fallback.message.slice(0, 160)}`);
+    expect(fallbacks.some((t) => t.includes('could not load') && t.includes(repo))).toBe(true);
+    await expect(page.getByTestId('status-backend')).toContainText('JSEP (fallback)');
+    await page.getByRole('button', { name: 'Doctor' }).click();
+    await expect(page.getByTestId('doc-ort')).toContainText('fallback');
+    await page.getByTestId('prompt').fill('the cat sat on the mat');
+    await page.getByTestId('tab-trace').click();
+    await runOp(page, 'trace', { timeout: 120_000 });
+    const doc = await pageDoc(page, 'trace');
+    const ids = doc.tokens.map((t: { id: number }) => t.id);
+    const ref = referenceForward(rm, ids).logits;
+    const V = ref.dims[ref.dims.length - 1];
+    let d = 0;
+    for (const p of doc.top_predictions)
+      d = Math.max(d, Math.abs(p.logit - ref.data[(ids.length - 1) * V + p.token_id]));
+    console.log(
+      `[e2e] gemma3 BF16 stored on JSEP's WASM after the fallback: top logits vs float64 max |Δ| ${d.toExponential(2)}`,
+    );
+    expect(d).toBeLessThan(1e-4);
+  } finally {
+    rm.cleanup();
   }
 });

@@ -1,9 +1,11 @@
 /**
  * The one place the worker touches the engine's loading API: turn a LoadRequest into a model
  * source + cache, resolve the 'auto' backend, point onnxruntime-web at our own copy of its
- * runtime, and list/delete the IndexedDB weight cache.
+ * runtime (the build: ort-runtime.ts, native WebGPU first, JSEP as the fallback), and list/delete
+ * the IndexedDB weight cache.
  */
-import * as ort from 'onnxruntime-web';
+import { ORT_BUILDS, ORT_BUILD_NAMES, ortModule, type OrtBuild } from './ort-runtime';
+import type { OrtModule } from '../src/engine/runtime/ort-session';
 import { loadModelBrowser } from '../src/engine/index';
 import { LoupeError } from '../src/engine/errors';
 import type { Backend } from '../src/engine/api';
@@ -43,9 +45,6 @@ const BASE = pageBase(typeof self.name === 'string' ? self.name : '', import.met
 // before the runtime makes its heap, so the memory report can say how big it is
 watchWasmHeaps();
 
-// The runtime (.mjs glue + .wasm) is copied into the build under ort/ (vite.config.ts): never a CDN.
-ort.env.wasm.wasmPaths = new URL('ort/', BASE).href;
-
 /**
  * WASM threads: under cross-origin isolation every core the browser reports (onnxruntime-web's own
  * default is half of them, at most 4: one thread on a 2-core machine), else 1 (no SharedArrayBuffer).
@@ -56,14 +55,33 @@ export function chooseWasmThreads(isolated: boolean, cores: number, override: nu
   return Math.max(1, Math.min(override ?? cores, 16));
 }
 const named = /wasm_threads=(\d+)/.exec(typeof self.name === 'string' ? self.name : '');
-ort.env.wasm.numThreads = chooseWasmThreads(env.isolated, env.threads, named ? Number(named[1]) : null);
+const WASM_THREADS = chooseWasmThreads(env.isolated, env.threads, named ? Number(named[1]) : null);
+
+/** a build's module as the page runs it: its runtime (.mjs glue + .wasm) from our own ort/ (vite.config.ts), never a CDN */
+const ortOf = (build: OrtBuild): Promise<OrtModule> =>
+  ortModule(build, (ort) => {
+    ort.env.wasm.wasmPaths = new URL('ort/', BASE).href;
+    ort.env.wasm.numThreads = WASM_THREADS;
+  });
 
 /** `tensor_bytes=N` in the worker's name (the page's ?tensor_bytes=N): split the vocabulary tables as if one tensor could take at most N bytes */
 const tensorBytes = /tensor_bytes=(\d+)/.exec(typeof self.name === 'string' ? self.name : '');
 
 export function wasmThreads(): number | null {
-  const n = ort.env.wasm.numThreads;
-  return typeof n === 'number' ? n : null;
+  return WASM_THREADS;
+}
+
+/** the build the last model was loaded on, and why it is not the first choice (the Doctor's line) */
+let lastRuntime: LoadedModelSummary['runtime'] | null = null;
+export function ortRuntime(): string | null {
+  if (!lastRuntime) return null;
+  const f = lastRuntime.fallback;
+  return `${lastRuntime.name}${f ? `: fallback, ${ORT_BUILD_NAMES[f.from]} failed (${f.code}: ${f.message})` : ''}`;
+}
+
+/** A load that failed on one build and may be tried on the next: its runtime or session failed, not the model or the person. */
+export function fallsBack(e: unknown): boolean {
+  return !(e instanceof LoupeError) || e.code === 'RUNTIME_ERROR';
 }
 
 let cache: IdbCache | null = null;
@@ -185,7 +203,63 @@ export const openModel: OpenModel = async (req, opts) => {
   const { backend, reason } = opts.backend
     ? { backend: opts.backend, reason: 'forced' }
     : await resolveBackend(req.backend);
+  // the agreement twin (a forced backend) runs on the loaded model's build first
+  const last = opts.backend ? lastRuntime?.build : undefined;
+  const builds = last ? [last, ...ORT_BUILDS.filter((b) => b !== last)] : ORT_BUILDS;
+  let confirmed = false;
+  // one tally over both builds' attempts: a fallback reads from the cache what the first downloaded
   const files = fileTally();
+  let fallback: NonNullable<LoadedModelSummary['runtime']>['fallback'];
+  for (let i = 0; ; i++) {
+    const build = builds[i];
+    try {
+      const ort = await ortOf(build);
+      const opened = await openOn(
+        ort,
+        req,
+        opts,
+        plan,
+        backend,
+        files,
+        () => confirmed,
+        () => (confirmed = true),
+      );
+      const runtime = { build, name: ORT_BUILD_NAMES[build], ...(fallback ? { fallback } : {}) };
+      if (!opts.backend) lastRuntime = runtime;
+      return {
+        model: opened.model,
+        summary: { ...opened.summary, loadMs: performance.now() - t0, backendReason: reason, runtime },
+      };
+    } catch (e) {
+      if (i + 1 >= builds.length || !fallsBack(e) || opts.signal.aborted) throw e;
+      const err = e instanceof LoupeError ? e : null;
+      fallback = {
+        from: build,
+        code: err?.code ?? 'RUNTIME_ERROR',
+        message: (e as Error).message ?? String(e),
+      };
+      console.warn(
+        `[loupe] ${ORT_BUILD_NAMES[build]} could not load ${plan.ref.id} on ${backend} (${fallback.code}: ` +
+          `${fallback.message}); loading it on ${ORT_BUILD_NAMES[builds[i + 1]]}`,
+      );
+    }
+  }
+};
+
+/** One load on one onnxruntime-web build; `confirmed` skips the download question a failed build already asked. */
+async function openOn(
+  ort: OrtModule,
+  req: LoadRequest,
+  opts: Parameters<OpenModel>[1],
+  plan: SourcePlan,
+  backend: Backend,
+  files: ReturnType<typeof fileTally>,
+  confirmed: () => boolean,
+  confirm: () => void,
+): Promise<{
+  model: Awaited<ReturnType<typeof loadModelBrowser>>;
+  summary: Omit<LoadedModelSummary, 'loadMs' | 'backendReason' | 'runtime'>;
+}> {
   const model = await loadModelBrowser(plan.source, {
     ort,
     baseUrl: BASE.href,
@@ -195,7 +269,7 @@ export const openModel: OpenModel = async (req, opts) => {
     signal: opts.signal,
     cache: plan.useCache ? idb() : undefined,
     confirm:
-      opts.onPreview && backend !== 'node'
+      opts.onPreview && backend !== 'node' && !confirmed()
         ? async (p, j) => {
             const ok = await opts.onPreview!(previewOf(p, j, backend, plan.ref.id));
             if (!ok)
@@ -204,6 +278,7 @@ export const openModel: OpenModel = async (req, opts) => {
                 'The download was declined.',
                 'Load a smaller model, or accept the download to go on.',
               );
+            confirm();
           }
         : undefined,
     onProgress: (p) => {
@@ -223,11 +298,9 @@ export const openModel: OpenModel = async (req, opts) => {
       info: model.info,
       ref: { ...plan.ref, ...(model.info.commit ? { commit: model.info.commit } : {}) },
       ...files.result(),
-      loadMs: performance.now() - t0,
-      backendReason: reason,
     },
   };
-};
+}
 
 export async function listCachedModels(): Promise<CachedModel[]> {
   return cachedModelsOf(await idb().list());

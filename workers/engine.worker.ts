@@ -15,6 +15,7 @@ import {
   listCachedModels,
   deleteCachedModel,
   wasmThreads,
+  ortRuntime,
   saeLoadersFor,
   saeNeedsDownload,
   documentCache,
@@ -37,6 +38,7 @@ Comlink.expose(
         crossOriginIsolated: env.isolated,
         hardwareConcurrency: env.threads,
         wasmThreads: wasmThreads(),
+        ortRuntime: ortRuntime(),
         userAgent: navigator.userAgent,
         gpu: await gpuInfo(),
       };

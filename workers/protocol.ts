@@ -39,6 +39,15 @@ export interface LoadedModelSummary {
   loadMs: number;
   /** why 'auto' picked the backend it did */
   backendReason: string;
+  /**
+   * the page's onnxruntime-web build the model runs on (workers/ort-runtime.ts): the native WebGPU
+   * one, or JSEP with the reason the native one failed; absent where the engine is not onnxruntime-web's
+   */
+  runtime?: {
+    build: 'native' | 'jsep';
+    name: string;
+    fallback?: { from: 'native' | 'jsep'; code: string; message: string };
+  };
 }
 
 /**
@@ -123,6 +132,8 @@ export interface DoctorInfo {
   userAgent: string;
   gpu: GpuInfo;
   backend: string | null;
+  /** the onnxruntime-web build the model runs on, and why when it is the fallback (the page's worker) */
+  ortRuntime?: string | null;
   model: string | null;
   storage: StorageInfo;
   memory: MemoryInfo;
