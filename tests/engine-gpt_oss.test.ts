@@ -19,7 +19,7 @@ import { generateTokens } from '../src/ops/lib/generation';
 import { operation as trace } from '../src/ops/trace';
 import { schemaErrors, viaJson } from './schema-helpers';
 import type { LoadedModel } from '../src/engine/api';
-import { compareHooks, maxAbsDiff, mulberry32, gaussian } from './reference';
+import { compareHooks, maxAbsDiff, mulberry32, gaussian, f32ToF16Bits, f16BitsToF32 } from './reference';
 import {
   makeGptOssModel,
   gptOssForward,
@@ -41,6 +41,40 @@ function promptOf(m: GptOssModel, T: number, seed = 3): number[] {
     if (!specials.has(t)) out.push(t);
   }
   return out;
+}
+
+/**
+ * The q8 scheme (src/engine/q8.ts) from its definition, in float64, on a GPT-OSS reference model:
+ * every matrix but the routers (not the biases) in blocks of 32 inputs (the stacked experts along their input axis,
+ * D of gate_up_proj [E, D, 2M], M of down_proj [E, M, D]), one float16 scale max|w| / 127 per block
+ */
+function q8Of(m: GptOssModel): GptOssModel {
+  const quant = (data: Float64Array, n: number, at: (i: number) => number) => {
+    // the n values at(0…n − 1) of one output: blocks of 32 (or all n)
+    const block = n % 32 === 0 ? 32 : n;
+    for (let b0 = 0; b0 < n; b0 += block) {
+      let mx = 0;
+      for (let i = b0; i < b0 + block; i++) mx = Math.max(mx, Math.abs(data[at(i)]));
+      const sc = f16BitsToF32(f32ToF16Bits(Math.fround(mx / 127)));
+      for (let i = b0; i < b0 + block; i++) {
+        const x = sc > 0 ? data[at(i)] / sc : 0;
+        data[at(i)] = Math.max(-127, Math.min(127, Math.sign(x) * Math.floor(Math.abs(x) + 0.5))) * sc;
+      }
+    }
+  };
+  const tensors: GptOssModel['tensors'] = {};
+  for (const [name, t] of Object.entries(m.tensors)) {
+    const data = Float64Array.from(t.data);
+    if (t.dims.length === 2 && name.endsWith('.weight') && !name.endsWith('.router.weight')) {
+      const [R, C] = t.dims; // [out, in] (embeddings [rows, D]): blocks along C
+      for (let o = 0; o < R; o++) quant(data, C, (i) => o * C + i);
+    } else if (t.dims.length === 3) {
+      const [E, I, O] = t.dims; // stacked experts [E, in, out]: blocks along in
+      for (let e = 0; e < E; e++) for (let o = 0; o < O; o++) quant(data, I, (i) => (e * I + i) * O + o);
+    }
+    tensors[name] = { dims: t.dims, data };
+  }
+  return { ...m, tensors };
 }
 
 const CASES: { name: string; options: GptOssOptions; T: number }[] = [
@@ -215,6 +249,26 @@ describe.each(CASES)('gpt_oss vs float64 reference: $name', ({ options, T }) => 
       `gpt_oss gradients T=${T}: ${hooks.length} hooks, worst relative error ${worst.rel.toExponential(2)} at ${worst.hook}`,
     );
   }, 120_000);
+
+  it('q8 quantises every matrix but the routers (the experts dequantised first) and equals the reference on the q8 weights; q4 runs', async () => {
+    for (const weights of ['q8', 'q4'] as const) {
+      const q = await loadModelNode(m.dir, { weights });
+      try {
+        expect(q.info.weights).toBe(weights);
+        const out = await q.run(tokens);
+        if (weights === 'q4') {
+          expect(out.logits.data.every(Number.isFinite)).toBe(true);
+          continue;
+        }
+        const d = maxAbsDiff(gptOssForward(q8Of(m), tokens).logits.data, out.logits.data).maxAbs;
+        console.log(`gpt_oss q8 T=${T}: logits |Δ| vs the reference on q8 weights ${d.toExponential(2)}`);
+        expect(d).toBeLessThan(TOL);
+        expect(maxAbsDiff(gptOssForward(m, tokens).logits.data, out.logits.data).maxAbs).toBeGreaterThan(10 * TOL);
+      } finally {
+        await q.dispose();
+      }
+    }
+  });
 
   it('leaving out each feature moves the logits by more than the tolerance', () => {
     const base = gptOssForward(m, tokens).logits.data;
