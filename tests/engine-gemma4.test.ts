@@ -16,6 +16,7 @@ import { generateTokens } from '../src/ops/lib/generation';
 import type { LoadedModel } from '../src/engine/api';
 import { operation as trace } from '../src/ops/trace';
 import { compareHooks, maxAbsDiff } from './reference';
+import { q8Reference } from './helpers/q8-reference';
 import {
   makeGemma4Model,
   gemma4Forward,
@@ -151,6 +152,23 @@ describe.each(CASES)('gemma4 vs float64 reference: $name', ({ options, T, all })
     const p = await model.weightProducts({ z }).catch((x) => x);
     expect(p.code).toBe('UNSUPPORTED_OP');
   });
+
+  it.runIf(all).each(['node', 'wasm'] as const)(
+    'q8 weights (the per-layer table and projections too): logits within 1e-4 of the reference on the q8 weights (%s)',
+    async (backend) => {
+      const q = q8Reference({ config: m.config, tensors: m.tensors } as any);
+      const ref = gemma4Forward({ ...m, tensors: q.tensors as Gemma4Model['tensors'] }, tokens).logits.data;
+      const model = await loadModelNode(m.dir, { weights: 'q8', backend });
+      try {
+        expect(model.info.weights).toBe('q8');
+        const d = maxAbsDiff(ref, (await model.run(tokens)).logits.data).maxAbs;
+        console.log(`gemma4 q8 ${backend}: logits |Δ| ${d.toExponential(2)}`);
+        expect(d).toBeLessThan(TOL);
+      } finally {
+        await model.dispose();
+      }
+    },
+  );
 
   it.runIf(all)('leaving out each feature moves the logits by more than the tolerance', () => {
     const base = gemma4Forward(m, tokens).logits.data;

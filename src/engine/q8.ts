@@ -58,6 +58,11 @@ function quantTargets(spec: ModelSpec): Map<string, Target> {
   const lin = (r: LinearRef | undefined) => {
     if (r && !out.has(r.w)) out.set(r.w, { axis: r.layout === 'out_in' ? 1 : 0, linear: true });
   };
+  // Gemma 4's per-layer token table [V', L·P] (E2B: 2.3B of its 5.1B parameters), read by rows as the embedding is
+  if (spec.perLayerInput) {
+    out.set(spec.perLayerInput.embed, { axis: 1, linear: false });
+    lin(spec.perLayerInput.projection);
+  }
   for (const l of spec.layers) {
     if (l.attn) {
       const { qkv, o } = l.attn;
@@ -69,6 +74,8 @@ function quantTargets(spec: ModelSpec): Map<string, Target> {
       lin(o);
     }
     if (l.linearAttn) for (const r of ['qkv', 'z', 'b', 'a', 'out'] as const) lin(l.linearAttn[r]);
+    lin(l.perLayer?.gate);
+    lin(l.perLayer?.proj);
     lin(l.mlp?.up);
     lin(l.mlp?.gate);
     lin(l.mlp?.down);
