@@ -471,7 +471,7 @@ test('q4 on WebGPU (MatMulNBits in onnxruntime-web): a trace equals the float64 
   }
 });
 
-test("an attribution graph and eap edge scores on WebGPU equal Node's, the graph's constants and eap's corrupted outputs kept on the GPU", async ({
+test("an attribution graph and eap / EAP-IG edge scores on WebGPU equal Node's, the graph's constants and the edge runs' outputs kept on the GPU", async ({
   page,
   site,
   hub,
@@ -489,6 +489,8 @@ test("an attribution graph and eap edge scores on WebGPU equal Node's, the graph
     );
     const gen = { task: 'induction', n: 2, seed: 3, length: 8 };
     const nodeEdges: any = await getOperation('edge_attribution')!.run(model, { generate: gen, method: 'eap' });
+    const igInput = { generate: gen, method: 'eap_ig_inputs', ig_steps: 3 };
+    const nodeIg: any = await getOperation('edge_attribution')!.run(model, igInput as any);
     await model.dispose();
     hub.addRepo(repo, null);
     for (const f of readdirSync(tc.dir)) hub.addFile(repo, `plt/${f}`, readFileSync(join(tc.dir, f)));
@@ -542,6 +544,23 @@ test("an attribution graph and eap edge scores on WebGPU equal Node's, the graph
     console.log(`[e2e] eap on webgpu vs Node: max |Δ| score ${d.toExponential(2)}; transfers ${JSON.stringify(moved)}`);
     expect(d).toBeLessThan(1e-4);
     expect(moved.device_outputs - after.device_outputs).toBe(1);
+
+    // EAP-IG (inputs): the corrupted and clean outputs kept, each pair's difference made on the GPU
+    await page.locator('#p-edge_attribution-method').selectOption('eap_ig_inputs');
+    await page.locator('#p-edge_attribution-ig_steps').fill('3');
+    await runOp(page, 'edge_attribution', { timeout: 240_000 });
+    const ig = await pageDoc(page, 'edge_attribution');
+    const movedIg = await page.evaluate(async () => {
+      await (globalThis as any).__loupe.models.refreshMemory();
+      return (globalThis as any).__loupe.models.memory.transfers;
+    });
+    expect(ig.method).toBe('eap_ig_inputs');
+    let dIg = 0;
+    ig.edges.forEach((e: any, i: number) => (dIg = Math.max(dIg, Math.abs(e.score - nodeIg.edges[i].score))));
+    console.log(`[e2e] eap_ig_inputs on webgpu vs Node: max |Δ| score ${dIg.toExponential(2)}`);
+    expect(dIg).toBeLessThan(1e-4);
+    // two forwards' outputs and one difference per pair stay on the GPU
+    expect(movedIg.device_outputs - moved.device_outputs).toBe(2 + 2);
   } finally {
     tc.cleanup();
   }

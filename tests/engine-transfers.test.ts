@@ -333,4 +333,29 @@ describe('edge_attribution on WebGPU (node): the corrupted outputs stay on the d
     );
     expect(r.doc.m_clean).toBeCloseTo(c.doc.m_clean, 4);
   });
+
+  it('eap_ig_inputs: each pair fed its difference corrupted − clean, made on the device', async () => {
+    const m = 5;
+    const input = { generate: { task: 'induction', n: 2, seed: 3, length: 8 }, method: 'eap_ig_inputs', ig_steps: m };
+    const r = await counted(gpu, 'edge_attribution', input);
+    const c = (await getOperation('edge_attribution')!.run(cpu, input as any, {})) as any;
+    const { n_layers: L, n_heads: H, d_vocab: V } = gpu.info;
+    const Nf = 1 + L * (H + 1);
+    const Nb = L * (3 * H + 1) + 1;
+    const B = 2;
+    const T = 16;
+    const common = (rows: number) => 8 * rows * T + 8 + 8 * T + F * T * T;
+    // the corrupted and the clean forward (their outputs kept); per pair the difference (its row index
+    // written) and one gradient run of m rows: weights, gate, seed, the difference fed from the device
+    expect(r.runs).toBe(2 + 2 * B);
+    expect(r.deviceOutputs).toBe(2 + B);
+    expect(r.written).toBe(
+      2 * (common(B) + F * Nf * Nb + F * Nf) + B * 8 + B * (common(m) + F * m * Nf * Nb + F * Nf + F * m * V),
+    );
+    expect(r.read).toBe(2 * F * B * V + B * F * m * (V + Nf * Nb));
+    close(
+      r.doc.edges.map((e: any) => e.score),
+      c.edges.map((e: any) => e.score),
+    );
+  });
 });

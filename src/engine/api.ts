@@ -497,6 +497,11 @@ export interface LoadedModel {
     transcoders: string,
     opts?: { signal?: AbortSignal; onProgress?: (stage: string, done: number, total: number) => void; batch?: number },
   ): Promise<LocalReplacement>;
+  /**
+   * Row `row` (first axis) of a − b, two outputs left on the device (edgeOutputsOnDevice), computed
+   * and kept there: a source of the EAP-IG runs. Only where the backend keeps values on the device.
+   */
+  deviceDifference(a: DeviceTensor, b: DeviceTensor, row: number): Promise<DeviceTensor>;
   /** what the model holds in memory besides the runtime's own (see ModelMemory) */
   memory(): ModelMemory;
   dispose(): Promise<void>;

@@ -5,6 +5,7 @@
  * and runs one task at a time, in order.
  */
 import type {
+  DeviceTensor,
   EdgeRun,
   LoadedModel,
   ModelInfo,
@@ -44,6 +45,7 @@ import { buildFeeds } from './runtime/feeds';
 import { TransferCounter, onDevice } from './runtime/transfers';
 import { logitReduceFeeds, logitReduceFetches, logitReduceGraph, logitReduceKey, logitRows } from './runtime/reduce';
 import {
+  differenceFeeds,
   wrapOrtSession,
   type EngineSession,
   type OrtTensorLike,
@@ -125,6 +127,19 @@ async function runSession(
 }
 
 const toTensor = (t: OrtTensorLike): Tensor => ({ dims: [...t.dims], data: t.data as Float32Array });
+
+/** a tensor the runtime keeps on the device, handed out as a DeviceTensor (released once, however often asked) */
+function deviceTensor(t: OrtTensorLike, dims: number[] = [...t.dims]): DeviceTensor {
+  let live = true;
+  return {
+    dims,
+    device: t,
+    release: () => {
+      if (live) t.dispose?.();
+      live = false;
+    },
+  };
+}
 
 /** Resolve after pending tasks (not just microtasks) have run: setImmediate in Node, a MessageChannel hop elsewhere. */
 function yieldToEventLoop(): Promise<void> {
@@ -515,6 +530,20 @@ class EngineModel implements LoadedModel {
     return { feeds: out, release };
   }
 
+  deviceDifference(a: DeviceTensor, b: DeviceTensor, row: number): Promise<DeviceTensor> {
+    return this.enqueue(async () => {
+      const diff = this.factory.difference;
+      if (!diff)
+        throw new LoupeError('BAD_INPUT', `The ${this.factory.backend} backend keeps no values on the device.`);
+      if (!(Number.isInteger(row) && row >= 0 && row < a.dims[0]) || a.dims.join() !== b.dims.join())
+        throw new LoupeError('BAD_INPUT', `deviceDifference: row ${row} of [${a.dims}] − [${b.dims}].`);
+      const feeds = differenceFeeds(this.factory.ort, a.device as OrtTensorLike, b.device as OrtTensorLike, row);
+      const y = await diff(feeds);
+      this.transfers.record(feeds, { y });
+      return deviceTensor(y, [1, ...a.dims.slice(1)]);
+    });
+  }
+
   saeWeight(id: string, name: 'W_enc' | 'b_enc' | 'W_dec' | 'b_dec' | 'threshold'): Tensor {
     const a = this.sae(id);
     const e = a.spec[name];
@@ -889,7 +918,7 @@ class EngineModel implements LoadedModel {
     throwIfAborted(opts.signal);
     const result: RunResult = { logits: toTensor(out.logits), hooks: {} };
     if (opts.grad) result.edgeGrad = toTensor(out[gradName(EDGE_W)]);
-    if (kept) result.edgeOutputsOnDevice = { dims: [...kept.dims], device: kept, release: () => kept.dispose?.() };
+    if (kept) result.edgeOutputsOnDevice = deviceTensor(kept);
     else if (e.outputs) result.edgeOutputs = toTensor(out[EDGE_OUT]);
     this.lastHooksBytes = (result.edgeGrad?.data.byteLength ?? 0) + (result.edgeOutputs?.data.byteLength ?? 0);
     return result;

@@ -23,7 +23,13 @@ import { readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import * as path from 'node:path';
 import { OnnxGraph } from '../engine/graph/onnx-builder';
-import type { EngineSession, OrtModule, OrtTensorLike, Placement } from '../engine/runtime/ort-session';
+import {
+  differenceGraph,
+  type EngineSession,
+  type OrtModule,
+  type OrtTensorLike,
+  type Placement,
+} from '../engine/runtime/ort-session';
 
 const PROVIDER = 'WebGpuExecutionProvider';
 
@@ -46,6 +52,8 @@ interface DeviceHelpers {
   maker?: Promise<any>;
   /** the session that copies a float32 tensor of any shape to the GPU (deviceUpload) */
   uploader?: Promise<any>;
+  /** the differenceGraph session (deviceDifference) */
+  difference?: Promise<any>;
 }
 const helpersOf = new WeakMap<object, DeviceHelpers>();
 
@@ -148,6 +156,20 @@ export async function deviceUpload(ort: OrtModule, t: OrtTensorLike): Promise<Or
     h.uploader.catch(() => (h.uploader = undefined));
   }
   return (await (await h.uploader).run({ x: t }, ['y'])).y;
+}
+
+/** A run of differenceGraph on tensors on the GPU (differenceFeeds), its output left there; the caller disposes it. */
+export async function deviceDifference(ort: OrtModule, feeds: Record<string, OrtTensorLike>): Promise<OrtTensorLike> {
+  const h = helpers(ort);
+  if (!h.difference) {
+    h.difference = ort.InferenceSession.create(differenceGraph(), {
+      executionProviders: ['webgpu'],
+      preferredOutputLocation: 'gpu-buffer',
+      logSeverityLevel: 3,
+    });
+    h.difference.catch(() => (h.difference = undefined));
+  }
+  return (await (await h.difference).run(feeds, ['y'])).y;
 }
 
 /** the one float of a one-element float32 tensor in JS memory, else undefined */

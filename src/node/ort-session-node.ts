@@ -35,7 +35,7 @@ import { defaultCacheDir } from './dir-cache';
 import type { BuiltGraph } from '../engine/graph/build-model';
 import type { GpuCaps } from '../engine/env';
 import { cachedModelPath, dropEntry, optimizedKey, saveTarget, worthCaching } from './optimized-cache';
-import { deviceSession, deviceSessionOptions, deviceUpload } from './device-session';
+import { deviceDifference, deviceSession, deviceSessionOptions, deviceUpload } from './device-session';
 
 /**
  * Where to assemble the graph: on the same filesystem as the weights, so they can be hard-linked.
@@ -129,7 +129,14 @@ export function nodeSessionFactory(
   return {
     backend: gpu ? 'webgpu' : 'node',
     ort,
-    ...(gpu ? { gpu, readoutInForward: true, upload: (t: OrtTensorLike) => deviceUpload(ort, t) } : {}),
+    ...(gpu
+      ? {
+          gpu,
+          readoutInForward: true,
+          upload: (t: OrtTensorLike) => deviceUpload(ort, t),
+          difference: (feeds: Record<string, OrtTensorLike>) => deviceDifference(ort, feeds),
+        }
+      : {}),
     async helper(bytes, onDevice) {
       const ep = onDevice && gpu ? 'webgpu' : 'cpu';
       return wrapOrtSession(

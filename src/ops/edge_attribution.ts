@@ -21,7 +21,7 @@
  * under f (signed ranking: most negative first), CMD = area of |1 − f| (ranking by |score|).
  */
 import { z } from 'zod';
-import type { LoadedModel, RunResult } from '../engine/api';
+import type { DeviceTensor, LoadedModel, RunResult } from '../engine/api';
 import type { Tensor } from '../engine/tensor';
 import { LoupeError, throwIfAborted } from '../engine/errors';
 import { defineOperation } from './types';
@@ -183,8 +183,8 @@ interface Item {
   /** the corrupted run's node outputs, where a later run needs them in JS (eap without evaluation does not) */
   corr?: Float32Array;
   clean?: Float32Array;
-  /** eap: the pair's scores, from its row of the batch's gradient run */
-  eap?: Float64Array;
+  /** the pair's scores where they were made with its batch's runs (eap; EAP-IG on the device) */
+  scores?: Float64Array;
   mClean: number;
   mCorr: number;
 }
@@ -256,15 +256,17 @@ export const operation = defineOperation({
   const batches = batchesByLength(ds.examples, input.batch_size);
   const progress = (stage: string, done: number, total: number) => ctx.onProgress?.({ stage, done, total });
   progress('corrupted and clean runs', 0, n);
-  // eap scores each batch in one gradient run fed the corrupted outputs as they are (on the device
-  // where the backend keeps them there); they come back to JS only for the exact method and evaluation
-  const corrInJs = method !== 'eap' || input.evaluate || explicit !== undefined;
+  // eap scores each batch in one gradient run fed the corrupted outputs as they are; EAP-IG feeds
+  // each pair's difference corrupted − clean, made on the device where the backend keeps the outputs
+  // there. They come to JS only for the exact method and evaluation.
+  const inJs = method === 'exact' || imported !== undefined || input.evaluate || explicit !== undefined;
+  const outputs = inJs ? true : 'device';
   for (const batch of batches) {
     const T = T0(batch[0]);
     const size = Nf * T * D;
     const corr = await run(
       batch.map((e) => e.corrupted),
-      { logitPositions: [T - 1], edges: { subtract: true, outputs: corrInJs ? true : 'device' } },
+      { logitPositions: [T - 1], edges: { subtract: true, outputs } },
     );
     const eap = method === 'eap' ? await eapBatch(batch, corr) : undefined;
     // EAP reads M(clean) off its gradient runs
@@ -273,18 +275,33 @@ export const operation = defineOperation({
         ? undefined
         : await run(
             batch.map((e) => e.clean),
-            { logitPositions: [T - 1], edges: { subtract: true, outputs: needClean } },
+            { logitPositions: [T - 1], edges: { subtract: true, outputs: needClean ? outputs : false } },
           );
-    batch.forEach((ex, r) => {
-      items.push({
-        ex,
-        corr: corrInJs ? corr.edgeOutputs!.data.slice(r * size, (r + 1) * size) : undefined,
-        clean: needClean ? clean!.edgeOutputs!.data.slice(r * size, (r + 1) * size) : undefined,
-        mClean: eap ? eap.mClean[r] : clean ? M(clean.logits, r, ex) : NaN,
-        mCorr: M(corr.logits, r, ex),
-        eap: eap?.scores[r],
-      });
-    });
+    const onDevice = corr.edgeOutputsOnDevice && clean?.edgeOutputsOnDevice;
+    try {
+      for (const [r, ex] of batch.entries()) {
+        const it: Item = {
+          ex,
+          corr: corr.edgeOutputs?.data.slice(r * size, (r + 1) * size),
+          clean: clean?.edgeOutputs?.data.slice(r * size, (r + 1) * size),
+          mClean: eap ? eap.mClean[r] : clean ? M(clean.logits, r, ex) : NaN,
+          mCorr: M(corr.logits, r, ex),
+          scores: eap?.scores[r],
+        };
+        if (onDevice) {
+          const delta = await model.deviceDifference(corr.edgeOutputsOnDevice!, clean!.edgeOutputsOnDevice!, r);
+          try {
+            it.scores = await scorePair(it, method as (typeof METHODS)[number], delta);
+          } finally {
+            delta.release();
+          }
+        }
+        items.push(it);
+      }
+    } finally {
+      corr.edgeOutputsOnDevice?.release();
+      clean?.edgeOutputsOnDevice?.release();
+    }
     progress('corrupted and clean runs', items.length, n);
   }
   items.sort((a, b) => a.ex.index - b.ex.index);
@@ -295,7 +312,7 @@ export const operation = defineOperation({
   if (!imported) {
     progress('attributing', 0, n);
     for (const it of items) {
-      perExample.push(it.eap ?? (await scorePair(it, method as (typeof METHODS)[number])));
+      perExample.push(it.scores ?? (await scorePair(it, method as (typeof METHODS)[number])));
       progress('attributing', perExample.length, n);
     }
   }
@@ -347,7 +364,8 @@ export const operation = defineOperation({
     }
   }
 
-  async function scorePair(it: Item, how: (typeof METHODS)[number]): Promise<Float64Array> {
+  /** a pair's scores; EAP-IG's difference corrupted − clean is given where it is on the device */
+  async function scorePair(it: Item, how: (typeof METHODS)[number], difference?: DeviceTensor): Promise<Float64Array> {
     const { ex } = it;
     const T = T0(ex);
     const out = new Float64Array(E);
@@ -374,10 +392,7 @@ export const operation = defineOperation({
     let weights: Float32Array;
     let gate: Float32Array | undefined;
     let rows: number;
-    const corr = it.corr!;
-    const delta = new Float32Array(corr.length);
-    for (let i = 0; i < delta.length; i++) delta[i] = corr[i] - it.clean![i];
-    const source = src(delta);
+    const source = difference ?? src(Float32Array.from(it.corr!, (c, i) => c - it.clean![i]));
     if (how === 'eap_ig_inputs') {
       // row k: the input's outputs reach every input b as e_clean + (1 − k/m)(e_corr − e_clean)
       rows = m;

@@ -14,6 +14,7 @@ import { gatherAt } from './positions';
 import type { ReadableWeightSet } from '../safetensors';
 import type { GpuCaps } from '../env';
 import { EDGE_OUT } from '../graph/edge-graph';
+import { OnnxGraph } from '../graph/onnx-builder';
 
 export interface OrtTensorLike {
   dims: readonly number[];
@@ -78,6 +79,27 @@ export interface SessionFactory {
    * many runs with nothing written again; its owner disposes it. Absent: feeds are written per run.
    */
   upload?(t: OrtTensorLike): Promise<OrtTensorLike>;
+  /** Where values stay on a device: a run of differenceGraph there (differenceFeeds), its output kept. */
+  difference?(feeds: Record<string, OrtTensorLike>): Promise<OrtTensorLike>;
+}
+
+/** inputs a, b (float) and at (int64 [1]): y = Gather(a − b, at, axis 0), one row of a difference */
+export function differenceGraph(): Uint8Array {
+  const g = new OnnxGraph(() => '');
+  const d = g.o('Sub', [g.input('a', 'float'), g.input('b', 'float')]);
+  g.rename(g.o('Gather', [d, g.input('at', 'int64', [1])], { axis: 0 }), 'y');
+  g.output('y');
+  return g.encode();
+}
+
+/** the feeds of a differenceGraph run */
+export function differenceFeeds(
+  ort: OrtModule,
+  a: OrtTensorLike,
+  b: OrtTensorLike,
+  row: number,
+): Record<string, OrtTensorLike> {
+  return { a, b, at: new ort.Tensor('int64', BigInt64Array.from([BigInt(row)]), [1]) };
 }
 
 /**
@@ -195,6 +217,22 @@ async function gpuUpload(ort: OrtModule, t: OrtTensorLike): Promise<OrtTensorLik
     dims: t.dims,
     dispose: () => buffer.destroy(),
   }) as OrtTensorLike;
+}
+
+const differences = new WeakMap<object, Promise<any>>();
+
+/** differenceGraph on onnxruntime-web's WebGPU device, its output left there */
+async function gpuDifference(ort: OrtModule, feeds: Record<string, OrtTensorLike>): Promise<OrtTensorLike> {
+  let s = differences.get(ort);
+  if (!s) {
+    s = ort.InferenceSession.create(differenceGraph(), {
+      executionProviders: ['webgpu'],
+      preferredOutputLocation: 'gpu-buffer',
+    });
+    s.catch(() => differences.delete(ort));
+    differences.set(ort, s);
+  }
+  return (await (await s).run(feeds, ['y'])).y;
 }
 
 /** The run of a WebGPU session made with presentOnGpu (see above). */
@@ -351,7 +389,12 @@ export function webSessionFactory(
       const ep = onDevice && backend === 'webgpu' ? 'webgpu' : 'wasm';
       return trackedWeb(ort, ep, await ort.InferenceSession.create(bytes, { executionProviders: [ep] }), undefined);
     },
-    ...(backend === 'webgpu' ? { upload: (t: OrtTensorLike) => gpuUpload(ort, t) } : {}),
+    ...(backend === 'webgpu'
+      ? {
+          upload: (t: OrtTensorLike) => gpuUpload(ort, t),
+          difference: (feeds: Record<string, OrtTensorLike>) => gpuDifference(ort, feeds),
+        }
+      : {}),
     async create(graph, weights) {
       const { graphBytes, pieces } = pieceGraph(graph.bytes);
       const present = backend === 'webgpu' ? presentOnGpu(graph.outputNames) : {};
