@@ -89,9 +89,9 @@ describe('a feature Loupe cannot run is UNSUPPORTED_CONFIG from config.json alon
     [
       'gemma3 multimodal: a rope_scaling type in text_config',
       'gemma3-multimodal-text',
-      (c) => ({ ...c, text_config: { ...c.text_config, rope_scaling: { rope_type: 'yarn', factor: 4 } } }),
+      (c) => ({ ...c, text_config: { ...c.text_config, rope_scaling: { rope_type: 'dynamic', factor: 4 } } }),
       'rope_scaling.rope_type',
-      'yarn',
+      'dynamic',
     ],
     [
       'phi3: a rope_scaling type Phi3Config does not accept',
@@ -103,9 +103,9 @@ describe('a feature Loupe cannot run is UNSUPPORTED_CONFIG from config.json alon
     [
       'olmo2: a rope_scaling type',
       'olmo2-post-norms',
-      (c) => ({ ...c, rope_scaling: { rope_type: 'yarn', factor: 4, original_max_position_embeddings: 64 } }),
+      (c) => ({ ...c, rope_scaling: { rope_type: 'dynamic', factor: 4, original_max_position_embeddings: 64 } }),
       'rope_scaling.rope_type',
-      'yarn',
+      'dynamic',
     ],
   ];
   for (const [label, caseName, patch, field, value] of cases) {
