@@ -595,7 +595,8 @@ test('a load the native build cannot make falls back to JSEP, says so in the sta
     expect(m.info.weights).toBe('stored');
     expect(m.runtime.build).toBe('jsep');
     expect(m.runtime.fallback.from).toBe('native');
-    expect(m.runtime.fallback.message).toMatch(/Cast/);
+    // decided from the headers, before a download or a session on the native build
+    expect(m.runtime.fallback.message).toMatch(/no Cast from bfloat16, and weights stored keep/);
     console.log(`[e2e] fallback: ${m.runtime.fallback.code}: ${m.runtime.fallback.message.slice(0, 160)}`);
     expect(fallbacks.some((t) => t.includes('could not load') && t.includes(repo))).toBe(true);
     await expect(page.getByTestId('status-backend')).toContainText('JSEP (fallback)');
@@ -617,5 +618,40 @@ test('a load the native build cannot make falls back to JSEP, says so in the sta
     expect(d).toBeLessThan(1e-4);
   } finally {
     rm.cleanup();
+  }
+});
+
+test('a page whose native runtime is missing (its .wasm refused) loads on JSEP and says why', async ({
+  browser,
+  site,
+}) => {
+  test.skip(PREFERRED_ORT !== 'native', 'the page was built without the native build');
+  test.setTimeout(180_000);
+  // no service worker: every request of the page and its worker goes through the route below
+  const ctx = await browser.newContext({ serviceWorkers: 'block' });
+  try {
+    let refused = 0;
+    await ctx.route(/\/ort\/ort-wasm-simd-threaded\.asyncify\.wasm$/, (r) => {
+      refused++;
+      return r.abort();
+    });
+    const page = await ctx.newPage();
+    const notes: string[] = [];
+    page.on('console', (m) => notes.push(m.text()));
+    await openReady(page, site.url);
+    const m = await page.evaluate(() => (globalThis as any).__loupe.model);
+    expect(refused).toBeGreaterThan(0);
+    expect(m.runtime.build).toBe('jsep');
+    expect(m.runtime.fallback.from).toBe('native');
+    console.log(
+      `[e2e] native runtime missing: ${m.runtime.fallback.code}: ${m.runtime.fallback.message.slice(0, 160)}`,
+    );
+    expect(notes.some((t) => t.startsWith('[loupe]') && t.includes('could not load'))).toBe(true);
+    await expect(page.getByTestId('status-backend')).toContainText('JSEP (fallback)');
+    await page.getByTestId('prompt').fill(PROMPT);
+    await runOp(page, 'trace');
+    expect((await pageDoc(page, 'trace')).top_predictions.length).toBeGreaterThan(0);
+  } finally {
+    await ctx.close();
   }
 });

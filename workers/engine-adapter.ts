@@ -4,7 +4,7 @@
  * runtime (the build: ort-runtime.ts, native WebGPU first, JSEP as the fallback), and list/delete
  * the IndexedDB weight cache.
  */
-import { ORT_BUILDS, ORT_BUILD_NAMES, ortModule, type OrtBuild } from './ort-runtime';
+import { ORT_BUILDS, ORT_BUILD_NAMES, buildRefuses, ortModule, type OrtBuild } from './ort-runtime';
 import type { OrtModule } from '../src/engine/runtime/ort-session';
 import { loadModelBrowser } from '../src/engine/index';
 import { LoupeError } from '../src/engine/errors';
@@ -215,6 +215,7 @@ export const openModel: OpenModel = async (req, opts) => {
     try {
       const ort = await ortOf(build);
       const opened = await openOn(
+        build,
         ort,
         req,
         opts,
@@ -248,6 +249,7 @@ export const openModel: OpenModel = async (req, opts) => {
 
 /** One load on one onnxruntime-web build; `confirmed` skips the download question a failed build already asked. */
 async function openOn(
+  build: OrtBuild,
   ort: OrtModule,
   req: LoadRequest,
   opts: Parameters<OpenModel>[1],
@@ -268,19 +270,27 @@ async function openOn(
     ...(tensorBytes ? { memory: { tensorBytes: Number(tensorBytes[1]) } } : {}),
     signal: opts.signal,
     cache: plan.useCache ? idb() : undefined,
-    confirm:
-      opts.onPreview && backend !== 'node' && !confirmed()
-        ? async (p, j) => {
-            const ok = await opts.onPreview!(previewOf(p, j, backend, plan.ref.id));
-            if (!ok)
-              throw new LoupeError(
-                'CANCELLED',
-                'The download was declined.',
-                'Load a smaller model, or accept the download to go on.',
-              );
-            confirm();
-          }
-        : undefined,
+    confirm: async (p, j) => {
+      // a load this build cannot run is refused here, before the download (the caller falls back)
+      const refused = j && buildRefuses(build, j.decision);
+      if (refused)
+        throw new LoupeError(
+          'RUNTIME_ERROR',
+          `${refused}.`,
+          ORT_BUILDS.includes('jsep')
+            ? 'It is loaded on JSEP instead.'
+            : 'Load it with weights f32 (widened at load), or on a page built with JSEP.',
+        );
+      if (!opts.onPreview || backend === 'node' || confirmed()) return;
+      const ok = await opts.onPreview(previewOf(p, j, backend, plan.ref.id));
+      if (!ok)
+        throw new LoupeError(
+          'CANCELLED',
+          'The download was declined.',
+          'Load a smaller model, or accept the download to go on.',
+        );
+      confirm();
+    },
     onProgress: (p) => {
       files.note(p);
       opts.onProgress(p);

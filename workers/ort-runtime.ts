@@ -10,6 +10,7 @@
  * `ort=jsep` or `ort=native` in the worker's name (the page's ?ort=) forces one, for comparing.
  */
 import type { OrtModule } from '../src/engine/runtime/ort-session';
+import type { LoadDecision } from '../src/engine/plan';
 
 export type OrtBuild = 'native' | 'jsep';
 
@@ -55,4 +56,19 @@ export function ortModule(build: OrtBuild, setup: (ort: OrtModule) => void): Pro
     modules.set(build, m);
   }
   return m;
+}
+
+/**
+ * Why `build` cannot run a load so decided, known from the decision before any weight byte, or
+ * null. The native build has no Cast from bfloat16 on any provider (runtime/pieces.ts): a BF16
+ * weight kept 16-bit (weights stored, or the unquantised rest at q8/q4) is widened by one in the
+ * graph, so such a load goes to JSEP before it downloads or fills a heap that never shrinks.
+ */
+export function buildRefuses(build: OrtBuild, d: Pick<LoadDecision, 'precision' | 'stats'>): string | null {
+  const bf16 = d.stats.byDtype.BF16 ?? 0;
+  if (build !== 'native' || d.precision === 'f32' || bf16 === 0) return null;
+  return (
+    `${ORT_BUILD_NAMES.native} has no Cast from bfloat16, and weights ${d.precision} keep this model's ` +
+    `${bf16} BF16 parameters 16-bit, widened by such a Cast at use`
+  );
 }
