@@ -15,6 +15,8 @@ import { loadModelFilesNode } from '../src/node/load-files-node';
 import { checkConfig, describeModel } from '../src/engine/arch';
 import { LoupeError } from '../src/engine/errors';
 import { judgeEntry, lookupModelName } from '../src/engine/catalog';
+import { q8EntryBytesToWrite, type Q8Store } from '../src/engine/q8';
+import { EXPERTS_FILE } from '../src/engine/mxfp4';
 import { generateTokens } from '../src/ops/lib/generation';
 import { operation as trace } from '../src/ops/trace';
 import { schemaErrors, viaJson } from './schema-helpers';
@@ -363,6 +365,27 @@ describe('gpt_oss: what Loupe cannot run is refused from config.json and the hea
       'MISSING_TENSOR',
       'model.layers.0.mlp.experts.down_proj_bias',
     ]);
+  });
+});
+
+describe('gpt_oss and the q8 cache', () => {
+  it("a q8 entry's key names the checkpoint files the experts are derived from, not the file built at load", async () => {
+    const m = makeGptOssModel({ mxfp4: true, dtype: 'BF16', rope: 'default' });
+    try {
+      const files = await loadModelFilesNode(m.dir);
+      const tensors = new Map(files.weights.tensors);
+      const spec = describeModel({ config: m.config, tensors });
+      const asked: string[][] = [];
+      const store = {
+        identity: async (f: string[]) => (asked.push(f), JSON.stringify(f)),
+        open: async () => undefined,
+      } as unknown as Q8Store;
+      expect(await q8EntryBytesToWrite(tensors, spec, store)).toBeGreaterThan(0);
+      expect(asked).toEqual([['model.safetensors']]);
+      expect(asked.flat()).not.toContain(EXPERTS_FILE);
+    } finally {
+      m.cleanup();
+    }
   });
 });
 

@@ -52,7 +52,15 @@ export function deriveRows(t: Map<string, TensorEntry>, name: string, r: Derived
   const byteLength = r.count * inputs * DTYPE_BYTES[dtype];
   const at = cursor.get(t) ?? 0;
   cursor.set(t, at + byteLength + ((8 - (byteLength % 8)) % 8));
-  t.set(name, { name, dtype, shape, fileOffset: at, byteLength, file: EXPERTS_FILE, derived: r });
+  t.set(name, {
+    name,
+    dtype,
+    shape,
+    fileOffset: at,
+    byteLength,
+    file: EXPERTS_FILE,
+    derived: { ...r, srcFile: src.file },
+  });
   return name;
 }
 

@@ -553,7 +553,8 @@ async function entryPlan(
   store: Q8Store,
   scheme: QuantScheme,
 ): Promise<{ plan: Q8Plan; name: string }> {
-  const identity = await store.identity([...new Set(items.map((i) => i.src.file))]);
+  // a tensor derived at load (GPT-OSS's experts, mxfp4.ts) is known by the file it is derived from
+  const identity = await store.identity([...new Set(items.map((i) => i.src.derived?.srcFile ?? i.src.file))]);
   const material = JSON.stringify([
     FILES[scheme].format,
     scheme === 'q8' ? Q8_BLOCK : [Q8_BLOCK, Q4_BLOCK],

@@ -31,6 +31,8 @@ export interface DerivedRows {
   start: number;
   step: number;
   count: number;
+  /** the file holding the source (set by deriveRows): a derived tensor's bytes change exactly when that file's do */
+  srcFile?: string;
 }
 
 /** how a q8 tensor (dtype I8, the stored tensor's shape) is laid out (q8.ts has the scheme) */
