@@ -6,7 +6,8 @@
  * Doctor's agreement check), and a trace on WebGPU equals the CLI's; with a forced low tensor
  * limit (?tensor_bytes) the vocabulary is split on WebGPU with the same numbers; Gemma 3, Phi-3/Phi-4-mini and OLMo 2
  * traces equal their float64 references and agree with WASM; at q4 (onnxruntime-web's WebGPU MatMulNBits) a
- * trace equals the float64 reference of q4's scheme written out; an attribution graph on WebGPU equals Node's,
+ * trace equals the float64 reference of q4's scheme written out; the four mixture-of-experts families' traces
+ * equal their float64 references and every hook (router, routing weights, each expert) agrees with WASM; an attribution graph on WebGPU equals Node's,
  * its frozen constants fed from GPU buffers written once. If this Chromium offers no
  * adapter the tests say so loudly and are skipped, never passed (LOUPE_REQUIRE_WEBGPU=1 fails them).
  */
@@ -27,7 +28,7 @@ import {
   PROMPT,
   shotWidthsThemes,
 } from './fixtures';
-import { ALL_FAMILY_CASES, makeCaseModel, referenceForward } from '../tests/reference';
+import { ALL_FAMILY_CASES, MOE_FAMILY_CASES, makeCaseModel, referenceForward } from '../tests/reference';
 import { q4Reference } from '../tests/helpers/q4-reference';
 import { makeRandomTranscoders } from '../tests/helpers/random-transcoders';
 import { loadModelNode } from '../src/node/load';
@@ -408,6 +409,65 @@ test('Gemma 3, Phi-3 / Phi-4-mini (longrope short and long) and OLMo 2 on WebGPU
         d = Math.max(d, Math.abs(p.logit - ref.data[(ids.length - 1) * V + p.token_id]));
       console.log(`[e2e] ${n} on webgpu (${ids.length} tokens): top logits vs float64 max |Δ| ${d.toExponential(2)}`);
       expect(d).toBeLessThan(1e-4);
+      await agreement(page, n);
+    }
+  } finally {
+    for (const { rm } of models) rm.cleanup();
+  }
+});
+
+test('mixture-of-experts models on WebGPU (Mixtral, Qwen3-MoE, Qwen2-MoE with its shared expert, OLMoE): a trace equals the float64 reference and every hook, routing and experts included, agrees with WASM', async ({
+  page,
+  site,
+  hub,
+}) => {
+  test.setTimeout(600_000);
+  const models = MOE_FAMILY_CASES.map((c) => ({ n: c.name, rm: makeCaseModel(c) }));
+  try {
+    await openReady(page, site.url);
+    await requireWebGpu(page);
+    await page.locator('#backend').selectOption('webgpu');
+    await waitModelReady(page, 120_000);
+    for (const { n, rm } of models) {
+      const repo = `loupe-test/${n}`;
+      hub.addRepo(repo, rm.dir);
+      await loadFromHub(page, hub.url, repo);
+      await page.waitForFunction(
+        (id) =>
+          (globalThis as any).__loupe.model?.info.id === id && (globalThis as any).__loupe.modelStatus === 'ready',
+        repo,
+        { timeout: 120_000 },
+      );
+      await page.getByTestId('prompt').fill('abc ab abc');
+      await page.getByTestId('tab-trace').click();
+      await runOp(page, 'trace', { timeout: 120_000 });
+      const doc = await pageDoc(page, 'trace');
+      expect(doc.model.backend).toBe('webgpu');
+      const ids = doc.tokens.map((t: { id: number }) => t.id);
+      const ref = referenceForward(rm, ids).logits;
+      const V = ref.dims[ref.dims.length - 1];
+      let d = 0;
+      for (const p of doc.top_predictions)
+        d = Math.max(d, Math.abs(p.logit - ref.data[(ids.length - 1) * V + p.token_id]));
+      console.log(`[e2e] ${n} on webgpu (${ids.length} tokens): top logits vs float64 max |Δ| ${d.toExponential(2)}`);
+      expect(d).toBeLessThan(1e-4);
+      // each expert's logit attribution (layer × expert) equals the CLI's on onnxruntime-node
+      const cli = JSON.parse(
+        execFileSync(process.execPath, ['bin/loupe.mjs', 'trace', rm.dir, 'abc ab abc', '--json'], {
+          encoding: 'utf8',
+          stdio: ['ignore', 'pipe', 'ignore'],
+        }),
+      );
+      expect(doc.tokens).toEqual(cli.tokens);
+      let de = 0;
+      doc.expert_attribution.forEach((row: number[], l: number) =>
+        row.forEach((v, e) => (de = Math.max(de, Math.abs(v - cli.expert_attribution[l][e])))),
+      );
+      const shape = [doc.expert_attribution.length, doc.expert_attribution[0].length];
+      console.log(`[e2e] ${n} on webgpu: expert attribution ${shape.join('×')} vs CLI max |Δ| ${de.toExponential(2)}`);
+      expect(shape).toEqual([rm.config.num_hidden_layers, rm.config.num_local_experts ?? rm.config.num_experts]);
+      expect(de).toBeLessThan(1e-4);
+      // every hook, the router's and each expert's among them (the check runs hooks: 'all')
       await agreement(page, n);
     }
   } finally {
