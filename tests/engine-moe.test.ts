@@ -89,6 +89,19 @@ describe.each(MOE_FAMILY_CASES)('MoE engine vs float64 reference: $name', (c) =>
     }
   });
 
+  it('hook_expert_indices holds integers (float32, docs/DESIGN.md): exactly the reference top-k, each in [0, E)', async () => {
+    const ref = referenceForward(rm, tokens);
+    const E = model.info.num_experts!;
+    for (let l = 0; l < model.info.n_layers; l++) {
+      const name = `blocks.${l}.mlp.hook_expert_indices`;
+      const got = (await model.run(tokens, { hooks: [name] })).hooks[name];
+      expect(got.dims).toEqual([1, tokens.length, model.info.experts_per_token]);
+      expect(got.data.every((x) => Number.isInteger(x) && x >= 0 && x < E)).toBe(true);
+      expect(Array.from(got.data)).toEqual(Array.from(ref.hooks[name].data));
+      expect(JSON.parse(JSON.stringify(Array.from(got.data))).every(Number.isInteger)).toBe(true);
+    }
+  });
+
   it("WebGPU (onnxruntime-node's WebGPU provider; here SwiftShader): every hook and the logits within 1e-4, and forced routing", async () => {
     const ref = referenceForward(rm, tokens);
     const m = await loadModelNode(rm.dir, { backend: 'webgpu' });
