@@ -142,6 +142,37 @@ describe.each(CASES)('gemma4 vs float64 reference: $name', ({ options, T, all })
     expect(maxAbsDiff(ref.logits.data, out.logits.data).maxAbs).toBeLessThan(TOL);
   });
 
+  it.runIf(all)(
+    'gradients through the graph equal float64 finite differences (hook_embed: per-layer inputs too; a wide hook_z)',
+    async () => {
+      const model = models.node!;
+      const V = m.text.vocab_size;
+      const answer = 5;
+      const wide = `blocks.${m.text.layer_types.indexOf(F)}.attn.hook_z`;
+      const hooks = ['hook_embed', wide];
+      const seed = { dims: [1, 1, V], data: Float32Array.from({ length: V }, (_, v) => (v === answer ? 1 : 0)) };
+      const out = await model.run(tokens, { hooks, logitPositions: [T - 1], grad: { hooks, seed } });
+      const logitOf = (hook: string, i: number, eps: number) => {
+        const r = gemma4Forward(m, tokens, {
+          hook: (name, v) => (name === hook ? v.map((x, j) => (j === i ? x + eps : x)) : undefined),
+        });
+        return r.logits.data[(T - 1) * V + answer];
+      };
+      let worst = 0;
+      for (const hook of hooks) {
+        const g = out.grads![hook];
+        const n = g.data.length;
+        for (const i of [1, Math.floor(n / 3), Math.floor(n / 2) + 7, n - 2]) {
+          const h = 1e-4;
+          const fd = (logitOf(hook, i, h) - logitOf(hook, i, -h)) / (2 * h);
+          worst = Math.max(worst, Math.abs(fd - g.data[i]));
+          expect(Math.abs(fd - g.data[i]), `${hook}[${i}]`).toBeLessThan(1e-3 * Math.max(1, Math.abs(fd)));
+        }
+      }
+      console.log(`gemma4 grad vs finite differences: worst |Δ| ${worst.toExponential(2)}`);
+    },
+  );
+
   it('trace (direct logit attribution) is UNSUPPORTED_OP, as are the weight products', async () => {
     const model = models.node!;
     const e = await trace.run(model, { prompt: model.decode(tokens.slice(1)) } as any, {}).catch((x) => x);

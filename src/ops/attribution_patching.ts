@@ -251,7 +251,9 @@ async function atpPair(model: LoadedModel, input: AtpParsed, ctx: OpContext): Pr
   const sites: z.infer<typeof siteEntry>[] = [];
   const neuronAll: { layer: number; neuron: number; estimate: number }[] = [];
   for (let l = 0; l < L; l++) {
-    const hz = at(`blocks.${l}.attn.hook_z`, (i) => Math.floor(i / Dh) % H, H); // [1, T, H, Dh]
+    // [1, T, H, d_head] with this layer's own head width (Gemma 4's full-attention layers are wider)
+    const dh = cleanRun.hooks[`blocks.${l}.attn.hook_z`].dims[3];
+    const hz = at(`blocks.${l}.attn.hook_z`, (i) => Math.floor(i / dh) % H, H);
     for (let h = 0; h < H; h++) heads.push({ layer: l, head: h, estimate: finite(hz[h]) });
     for (const k of SITE_KINDS) {
       const hook = `blocks.${l}.hook_${k}`;
@@ -259,8 +261,9 @@ async function atpPair(model: LoadedModel, input: AtpParsed, ctx: OpContext): Pr
       for (let p = 0; p < T; p++) sites.push({ hook, layer: l, position: p, estimate: finite(per[p]) });
     }
     if (input.neurons) {
-      const per = at(`blocks.${l}.mlp.hook_post`, (i) => i % M, M);
-      for (let n = 0; n < M; n++) neuronAll.push({ layer: l, neuron: n, estimate: finite(per[n]) });
+      const m = cleanRun.hooks[`blocks.${l}.mlp.hook_post`].dims[2]; // this layer's width (Gemma 4's double-wide MLPs)
+      const per = at(`blocks.${l}.mlp.hook_post`, (i) => i % m, m);
+      for (let n = 0; n < m; n++) neuronAll.push({ layer: l, neuron: n, estimate: finite(per[n]) });
     }
   }
   const experts = E

@@ -894,7 +894,11 @@ export class ModelGraph {
     const P = this.spec.perLayerInput!.width;
     const b = `blocks.${l}`;
     const input = this.hook(
-      g.o('Gather', [this.perLayerInputs, g.constI([l], [])], { axis: 2 }),
+      // `b t l p -> b t p` at l (Slice and Squeeze: the backward pass has both)
+      g.o('Squeeze', [
+        g.o('Slice', [this.perLayerInputs, g.constI([l]), g.constI([l + 1]), g.constI([2])]),
+        g.constI([2]),
+      ]),
       `${b}.hook_per_layer_input`,
     );
     const pre = this.hook(this.linear(x, s.gate, D, P), `${b}.per_layer.hook_pre`);
