@@ -112,10 +112,26 @@ test('stories260K on WebGPU: a trace equals the CLI and every hook agrees with W
     { timeout: 120_000 },
   );
   await expect(page.getByTestId('status-backend')).toContainText('webgpu');
-  await page.getByTestId('prompt').fill(PROMPT);
+  const transfers = async () => {
+    await page.evaluate(() => (globalThis as any).__loupe.models.refreshMemory());
+    return page.evaluate(() => (globalThis as any).__loupe.models.memory.transfers);
+  };
+  // a trace reads back the logits and its hooks at the traced position only, gathered there on the GPU:
+  // V + per layer hook_z, attn_out, mlp_out, mlp.hook_post + resid_pre 0, the last resid_post, ln_final's scale
+  const [V, L, D, HDh, M] = [512, 5, 64, 64, 172];
+  const traceBytes = 4 * (V + L * (HDh + 2 * D + M) + 2 * D + 1);
+  await page.getByTestId('prompt').fill(PROMPT + ' girl named Lily. She liked to play with her toys in the garden');
   await page.getByTestId('tab-trace').click();
+  let t0 = await transfers();
+  await runOp(page, 'trace', { timeout: 120_000 });
+  let t1 = await transfers();
+  expect([t1.runs - t0.runs, t1.read_bytes - t0.read_bytes]).toEqual([1, traceBytes]);
+  await page.getByTestId('prompt').fill(PROMPT);
   await page.locator('#p-trace-top_k').fill('40');
+  t0 = await transfers();
   const ms = await runOp(page, 'trace', { timeout: 120_000 });
+  t1 = await transfers();
+  expect([t1.runs - t0.runs, t1.read_bytes - t0.read_bytes]).toEqual([1, traceBytes]);
   const doc = await page.evaluate(() => (globalThis as any).__loupe.results.trace.doc);
   expect(doc.model.backend).toBe('webgpu');
   const cli = JSON.parse(
@@ -131,8 +147,7 @@ test('stories260K on WebGPU: a trace equals the CLI and every hook agrees with W
   console.log(`[e2e] trace on webgpu ${ms} ms; vs CLI (node) max |Δ| head attribution ${d.toExponential(2)}`);
   expect(d).toBeLessThan(1e-4);
   // generation with the KV cache kept on the GPU (present.* as 'gpu-buffer', fed back as past.*)
-  await page.evaluate(() => (globalThis as any).__loupe.models.refreshMemory());
-  const before = await page.evaluate(() => (globalThis as any).__loupe.models.memory.transfers);
+  const before = await transfers();
   await page.getByTestId('tab-generate').click();
   await page.locator('#p-generate-max_new_tokens').fill('12');
   await page.locator('#p-generate-stop_at_eos').uncheck();
@@ -148,8 +163,7 @@ test('stories260K on WebGPU: a trace equals the CLI and every hook agrees with W
   expect(gen.model.backend).toBe('webgpu');
   expect(gen.generated_token_ids).toEqual(cliGen.generated_token_ids);
   // the cache came back as GPU tensors and went in again from there; identity feeds from GPU buffers
-  await page.evaluate(() => (globalThis as any).__loupe.models.refreshMemory());
-  const moved = await page.evaluate(() => (globalThis as any).__loupe.models.memory.transfers);
+  const moved = await transfers();
   console.log(`[e2e] webgpu transfers after trace + generate: ${JSON.stringify(moved)}`);
   expect(moved.device_outputs).toBeGreaterThanOrEqual(2 * 5 * 10); // 5 layers' keys and values, per step kept
   // greedy: each of the 12 runs reads back its argmax (one int64), not a row of the logits

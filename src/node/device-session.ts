@@ -11,8 +11,8 @@
  *    downloader throws a C string, which ends the process): it is never called. Such a tensor can
  *    be fed to any session on the same device (the provider's default context), with no copy.
  * So each run here keeps every output on the GPU; the fetched ones are read back together in one
- * run of a small session whose outputs are in CPU memory (Identity per tensor, or Gather at the
- * positions asked for: RunOptions.hookPositions; one session per signature, kept), those the
+ * run of a small session whose outputs are in CPU memory (runtime/read-back.ts: Identity per
+ * tensor, or Gather at the positions asked for: RunOptions.hookPositions), those the
  * caller asks to keep stay on the GPU, and the rest are released.
  * One-element float feeds (the identity interventions' mul = 1 and add = 0, the edge variant's
  * flag) are fed from GPU tensors made once per value, so an identity intervention uploads nothing.
@@ -30,6 +30,7 @@ import {
   type OrtTensorLike,
   type Placement,
 } from '../engine/runtime/ort-session';
+import { readBack } from '../engine/runtime/read-back';
 
 const PROVIDER = 'WebGpuExecutionProvider';
 
@@ -44,8 +45,6 @@ export function deviceSessionOptions(): { options: Record<string, unknown>; prof
 let profiled = 0;
 
 interface DeviceHelpers {
-  /** the read-back sessions, by dtype signature ('float,int64,…') */
-  readers: Map<string, Promise<any>>;
   /** one-element float32 GPU tensors, by value */
   scalars: Map<number, Promise<OrtTensorLike>>;
   /** the session that makes them */
@@ -59,59 +58,8 @@ const helpersOf = new WeakMap<object, DeviceHelpers>();
 
 function helpers(ort: OrtModule): DeviceHelpers {
   let h = helpersOf.get(ort);
-  if (!h) helpersOf.set(ort, (h = { readers: new Map(), scalars: new Map() }));
+  if (!h) helpersOf.set(ort, (h = { scalars: new Map() }));
   return h;
-}
-
-const ELEM: Record<string, 'float' | 'int64'> = { float32: 'float', int64: 'int64' };
-
-/** one tensor to read back: its dtype, and the axis it is taken at `at` along (none: whole) */
-interface ReadSpec {
-  type: string;
-  axis?: number;
-}
-
-/** inputs i0…, each copied (or gathered at the positions `at` along its axis) to output o0… in CPU memory */
-function readerGraph(specs: ReadSpec[]): Uint8Array {
-  const g = new OnnxGraph(() => '');
-  const at = specs.some((r) => r.axis !== undefined) ? g.input('at', 'int64', ['P']) : '';
-  specs.forEach((r, i) => {
-    const elem = ELEM[r.type];
-    if (!elem) throw new Error(`no read-back for a ${r.type} tensor`);
-    const x = g.input(`i${i}`, elem);
-    if (r.axis === undefined) g.identity(x, `o${i}`);
-    else g.rename(g.o('Gather', [x, at], { axis: r.axis }), `o${i}`);
-    g.output(`o${i}`, elem);
-  });
-  return g.encode();
-}
-
-/** Read device tensors back in one run: their values (at `positions` where a spec has an axis) in JS memory, in order. */
-async function readBack(
-  ort: OrtModule,
-  tensors: OrtTensorLike[],
-  specs: ReadSpec[],
-  positions?: number[],
-): Promise<OrtTensorLike[]> {
-  if (tensors.length === 0) return [];
-  const key = specs.map((r) => `${r.type}@${r.axis ?? ''}`).join(',');
-  const h = helpers(ort);
-  let s = h.readers.get(key);
-  if (!s) {
-    s = ort.InferenceSession.create(readerGraph(specs), { executionProviders: ['webgpu'], logSeverityLevel: 3 });
-    s.catch(() => h.readers.delete(key));
-    h.readers.set(key, s);
-  }
-  const session = await s;
-  const feeds: Record<string, OrtTensorLike> = {};
-  tensors.forEach((t, i) => (feeds[`i${i}`] = t));
-  if (specs.some((r) => r.axis !== undefined))
-    feeds.at = new ort.Tensor('int64', BigInt64Array.from(positions!, BigInt), [positions!.length]);
-  const out = await session.run(
-    feeds,
-    tensors.map((_, i) => `o${i}`),
-  );
-  return tensors.map((_, i) => out[`o${i}`]);
 }
 
 /** A one-element float32 tensor on the GPU, made once per value and kept for the process. */

@@ -10,10 +10,9 @@ import type { WeightSet } from '../safetensors-types';
 import { precisionSessionOptions } from '../precision';
 import { pieceData, pieceGraph, type Piece } from './pieces';
 import { LoupeError } from '../errors';
-import { gatherAt } from './positions';
+import { readBack } from './read-back';
 import type { ReadableWeightSet } from '../safetensors';
 import type { GpuCaps } from '../env';
-import { EDGE_OUT } from '../graph/edge-graph';
 import { OnnxGraph } from '../graph/onnx-builder';
 
 export interface OrtTensorLike {
@@ -163,21 +162,15 @@ function trackedWeb(
 }
 
 /*
- * onnxruntime-web's WebGPU sessions (the page) with what can stay on the GPU kept there: the KV
- * cache's `present.*` outputs come back as 'gpu-buffer' tensors (session option
- * `preferredOutputLocation` per output; onnxruntime-web binds outputs per run, so a run may fetch
- * any of them), kept for `returnCache: 'device'` and fed back as `past.*`, else read back with
- * `getData`; the edge variant's `edge::out` likewise (kept for outputs 'device'); one-element
- * float feeds (the identity interventions' mul = 1 and add = 0) are GPU buffers written once per
- * value on onnxruntime's own device. `hookPositions` is sliced here after the read-back
- * (onnxruntime-web reads back only the outputs fetched, so nothing unfetched moves).
+ * onnxruntime-web's WebGPU sessions (the page) with what can stay on the GPU kept there: every
+ * output comes back as a 'gpu-buffer' tensor (session option `preferredOutputLocation`;
+ * onnxruntime-web binds outputs per run, so a run fetches only what it asks for): the KV cache's
+ * `present.*` kept for `returnCache: 'device'` and fed back as `past.*`, the edge variant's
+ * `edge::out` kept for outputs 'device'; hooks asked for at some positions (`hookPositions`)
+ * gathered there on the GPU and only those read back (runtime/read-back.ts);
+ * the rest read back whole with `getData`. One-element float feeds (the identity interventions'
+ * mul = 1 and add = 0) are GPU buffers written once per value on onnxruntime's own device.
  */
-/** the session option that keeps the KV cache's outputs and the edge variant's node outputs on the GPU */
-function presentOnGpu(outputs: string[]): Record<string, 'gpu-buffer'> {
-  return Object.fromEntries(
-    outputs.filter((n) => n.startsWith('present.') || n === EDGE_OUT).map((n) => [n, 'gpu-buffer' as const]),
-  );
-}
 
 const scalars = new WeakMap<object, Map<number, Promise<OrtTensorLike>>>();
 
@@ -235,7 +228,7 @@ async function gpuDifference(ort: OrtModule, feeds: Record<string, OrtTensorLike
   return (await (await s).run(feeds, ['y'])).y;
 }
 
-/** The run of a WebGPU session made with presentOnGpu (see above). */
+/** The run of a WebGPU session whose outputs are 'gpu-buffer' (see above). */
 function webDeviceRun(ort: OrtModule, session: any): EngineSession['run'] {
   return async (feeds, fetches, opts = {}) => {
     for (const [k, t] of Object.entries(feeds)) {
@@ -245,14 +238,25 @@ function webDeviceRun(ort: OrtModule, session: any): EngineSession['run'] {
     }
     const out: Record<string, OrtTensorLike> = await session.run(feeds, fetches);
     const keep = new Set(opts.keep ?? []);
+    const onGpu = (n: string) => out[n].location === 'gpu-buffer' && !keep.has(n);
+    const gather = opts.gather;
+    const gathered = gather ? fetches.filter((n) => gather.axes[n] !== undefined && onGpu(n)) : [];
+    if (gathered.length) {
+      const specs = gathered.map((n) => ({ type: out[n].type ?? 'float32', axis: gather!.axes[n] }));
+      const values = await readBack(
+        ort,
+        gathered.map((n) => out[n]),
+        specs,
+        gather!.positions,
+      );
+      gathered.forEach((n, i) => {
+        out[n].dispose?.();
+        out[n] = values[i];
+      });
+    }
     for (const n of fetches) {
       const t = out[n] as any;
-      if (t.location === 'gpu-buffer' && !keep.has(n)) out[n] = new ort.Tensor(t.type, await t.getData(true), t.dims);
-      const axis = opts.gather?.axes[n];
-      if (axis !== undefined) {
-        const g = gatherAt({ dims: [...out[n].dims], data: out[n].data as Float32Array }, axis, opts.gather!.positions);
-        out[n] = new ort.Tensor('float32', g.data, g.dims);
-      }
+      if (onGpu(n)) out[n] = new ort.Tensor(t.type, await t.getData(true), t.dims);
     }
     return out;
   };
@@ -397,11 +401,11 @@ export function webSessionFactory(
       : {}),
     async create(graph, weights) {
       const { graphBytes, pieces } = pieceGraph(graph.bytes);
-      const present = backend === 'webgpu' ? presentOnGpu(graph.outputNames) : {};
       const options = {
         executionProviders: [backend],
         graphOptimizationLevel: 'all',
-        ...(Object.keys(present).length ? { preferredOutputLocation: present } : {}),
+        // WebGPU: every output on the GPU until read (webDeviceRun)
+        ...(backend === 'webgpu' ? { preferredOutputLocation: 'gpu-buffer' } : {}),
         ...graphSessionOptions(graph, extraOptions),
       };
       const scratch: Scratch = { buf: new Uint8Array(0) };
