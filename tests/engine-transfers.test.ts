@@ -346,13 +346,14 @@ describe('edge_attribution on WebGPU (node): the corrupted outputs stay on the d
     const T = 16;
     const common = (rows: number) => 8 * rows * T + 8 + 8 * T + F * T * T;
     // the corrupted and the clean forward (their outputs kept); per pair the difference (its row index
-    // written) and one gradient run of m rows: weights, gate, seed, the difference fed from the device
+    // written) and one gradient run of m rows: weights, gate, seed, the difference fed from the device;
     expect(r.runs).toBe(2 + 2 * B);
     expect(r.deviceOutputs).toBe(2 + B);
     expect(r.written).toBe(
       2 * (common(B) + F * Nf * Nb + F * Nf) + B * 8 + B * (common(m) + F * m * Nf * Nb + F * Nf + F * m * V),
     );
-    expect(r.read).toBe(2 * F * B * V + B * F * m * (V + Nf * Nb));
+    // the logits of each forward, and per pair those of the m rows and ∂M/∂w summed over them on the device
+    expect(r.read).toBe(2 * F * B * V + B * F * (m * V + Nf * Nb));
     close(
       r.doc.edges.map((e: any) => e.score),
       c.edges.map((e: any) => e.score),

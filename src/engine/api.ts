@@ -304,6 +304,8 @@ export interface EdgeRun {
   subtract: boolean;
   /** [1 or B, nForward], gradient runs only: the gradient through a_u is scaled by gate[u] (its value is not); default ones */
   gate?: Tensor;
+  /** gradient runs only: edgeGrad is ∂M/∂w summed over the batch's rows [1, nForward, nBackward], summed on the device */
+  sumRows?: boolean;
   /**
    * return every upstream node's output in this run as `edgeOutputs` [B, nForward, T, d_model] (not
    * with grad); 'device': left on the device as `edgeOutputsOnDevice` where the backend keeps values
@@ -394,7 +396,7 @@ export interface RunResult {
   edgeOutputsOnDevice?: DeviceTensor;
   /** with `reduceLogits`: each logits row reduced, row-major over [B, P] */
   logitRows?: LogitRow[];
-  /** edge runs with grad: ∂M/∂w [B, nForward, nBackward] */
+  /** edge runs with grad: ∂M/∂w [B, nForward, nBackward] ([1, …] summed over the rows with sumRows) */
   edgeGrad?: Tensor;
 }
 

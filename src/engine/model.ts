@@ -60,7 +60,7 @@ import { readTensorF32, type ReadableWeightSet } from './safetensors';
 import type { ModelFiles } from './source/files';
 import { BUNDLED_MODEL_ID } from './source/ref';
 import { gradName } from './graph/backward';
-import { edgeLayoutOf, EDGE_OUT, EDGE_SRC, EDGE_W } from './graph/edge-graph';
+import { edgeLayoutOf, EDGE_GRAD_SUM, EDGE_OUT, EDGE_SRC, EDGE_W } from './graph/edge-graph';
 import {
   buildVariant,
   variantFamily,
@@ -886,7 +886,7 @@ class EngineModel implements LoadedModel {
       ? { dims: [1, 1, 1, 1], data: new Float32Array(1) } // a placeholder, replaced after buildFeeds
       : shaped(e.source as Tensor | undefined, 'source', srcShape, [1, Nf, 1, 1]);
     const gate = opts.grad ? shaped(e.gate, 'gate', [[1, B], Nf], [1, Nf], 1) : undefined;
-    if (e.gate && !opts.grad) throw bad('gate applies to gradient runs only.');
+    if ((e.gate || e.sumRows) && !opts.grad) throw bad('gate and sumRows apply to gradient runs only.');
     const P = logitPosCount(opts, T);
     if (opts.grad) {
       const want = [B, P, this.spec.dVocab];
@@ -903,7 +903,8 @@ class EngineModel implements LoadedModel {
       edges: { w, src, self: e.subtract ? 1 : 0, gate },
     });
     if (dev) feeds[EDGE_SRC] = dev.device as OrtTensorLike;
-    const fetches = ['logits', ...(opts.grad ? [gradName(EDGE_W)] : []), ...(e.outputs ? [EDGE_OUT] : [])];
+    const gradOut = e.sumRows ? EDGE_GRAD_SUM : gradName(EDGE_W);
+    const fetches = ['logits', ...(opts.grad ? [gradOut] : []), ...(e.outputs ? [EDGE_OUT] : [])];
     const keep = e.outputs === 'device' && session.keepsOnDevice;
     const out = await runSession(
       session,
@@ -917,7 +918,7 @@ class EngineModel implements LoadedModel {
     if (opts.signal?.aborted) kept?.dispose?.();
     throwIfAborted(opts.signal);
     const result: RunResult = { logits: toTensor(out.logits), hooks: {} };
-    if (opts.grad) result.edgeGrad = toTensor(out[gradName(EDGE_W)]);
+    if (opts.grad) result.edgeGrad = toTensor(out[gradOut]);
     if (kept) result.edgeOutputsOnDevice = deviceTensor(kept);
     else if (e.outputs) result.edgeOutputs = toTensor(out[EDGE_OUT]);
     this.lastHooksBytes = (result.edgeGrad?.data.byteLength ?? 0) + (result.edgeOutputs?.data.byteLength ?? 0);

@@ -431,11 +431,12 @@ export const operation = defineOperation({
           source,
           weights: { dims: [B, Nf, Nb], data: weights.subarray(first * Nf * Nb, (first + B) * Nf * Nb) },
           ...(gate ? { gate: { dims: [B, Nf], data: gate.subarray(first * Nf, (first + B) * Nf) } } : {}),
+          sumRows: true, // the rows are one pair's: their sum is what is needed
         },
         grad: { hooks: [], seed: metricSeed(V, B, ex.answer, ex.counterfactual) },
       });
       const gr = res.edgeGrad!.data;
-      for (let r = 0; r < B; r++) for (let i = 0; i < Nf * Nb; i++) acc[i] += gr[r * Nf * Nb + i];
+      for (let i = 0; i < Nf * Nb; i++) acc[i] += gr[i];
     }
     g.edges.forEach((e, i) => {
       out[i] = acc[e.f * Nb + e.b] / rows;

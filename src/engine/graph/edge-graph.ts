@@ -25,13 +25,15 @@
  *                                      (its value is kept: a_u' = stop(a_u) + s_u (a_u − stop(a_u)));
  *                                      s = 0 makes u's output a constant, as EAP-IG-activations does
  * Outputs: logits [B, P', V]; the forward variant also edge::out [B, Nf, T, D] (every a_u); the
- * gradient variant grad:edge::w [B, Nf, Nb] (the differences d are constants to the backward pass).
+ * gradient variant grad:edge::w [B, Nf, Nb] (the differences d are constants to the backward pass)
+ * and edge::grad_sum [1, Nf, Nb], its sum over the batch.
  */
 import { LoupeError } from '../errors';
 import { attentionOf, type ModelSpec, type LayerSpec, type LinearRef, type MoeSpec } from '../spec';
 import type { TensorEntry } from '../safetensors-types';
 import { ModelGraph, type BuiltGraph, type GraphPlan } from './build-model';
 import { addModelBackward } from './backward-model';
+import { gradName } from './backward';
 import { edgeLayout, forwardHead, forwardMlp, backwardHead, backwardMlp, type EdgeLayout } from '../edges';
 
 export const EDGE_W = 'edge::w';
@@ -39,6 +41,7 @@ export const EDGE_SRC = 'edge::src';
 export const EDGE_SELF = 'edge::self';
 export const EDGE_GATE = 'edge::gate';
 export const EDGE_OUT = 'edge::out';
+export const EDGE_GRAD_SUM = 'edge::grad_sum';
 
 export interface EdgePlan {
   /** append the backward pass: seed logits::grad, output grad:edge::w */
@@ -303,6 +306,9 @@ class EdgeModelGraph extends ModelGraph {
                 ? [sym.B, Nf]
                 : undefined,
       });
+      // the gradient summed over the batch's rows, for runs whose rows are one pair's (EAP-IG)
+      g.rename(g.o('ReduceSum', [gradName(EDGE_W), g.constI([0])], { keepdims: 1 }), EDGE_GRAD_SUM);
+      g.output(EDGE_GRAD_SUM);
     } else {
       g.identity(g.concat(this.outs, 1), EDGE_OUT);
       g.output(EDGE_OUT);
