@@ -66,6 +66,13 @@ describe('the catalog: TransformerLens names → Hub ids', () => {
     ['phi-3', 'microsoft/Phi-3-mini-4k-instruct'],
     ['phi-3-mini', 'microsoft/Phi-3-mini-4k-instruct'], // †
     ['phi-4', 'microsoft/phi-4'],
+    // mixture of experts (TL 4cd36aa: Mixtral's and OLMoE's aliases; none for Qwen2-MoE or Qwen3-MoE)
+    ['mixtral', 'mistralai/Mixtral-8x7B-v0.1'],
+    ['mixtral-8x7b-instruct', 'mistralai/Mixtral-8x7B-Instruct-v0.1'],
+    ['olmoe', 'allenai/OLMoE-1B-7B-0924'],
+    ['olmoe-1b-7b', 'allenai/OLMoE-1B-7B-0924'], // †
+    ['qwen3-30b-a3b', 'Qwen/Qwen3-30B-A3B'], // †
+    ['qwen1.5-moe-a2.7b', 'Qwen/Qwen1.5-MoE-A2.7B'], // †
   ];
   it.each(NAMES)('%s → %s, in any case (as TL lowercases both sides)', (name, id) => {
     expect(lookupModelName(name)?.entry.id).toBe(id);

@@ -160,12 +160,14 @@ export const CATALOG: readonly CatalogEntry[] = [
     ['mistralai/Mixtral-8x7B-v0.1', ['mixtral', 'mixtral-8x7b'], 46.7 * B],
     ['mistralai/Mixtral-8x7B-Instruct-v0.1', ['mixtral-instruct', 'mixtral-8x7b-instruct'], 46.7 * B],
   ]),
+  // TL at 4cd36aa: OLMoE's alias is `olmoe`; no Qwen2-MoE or Qwen3-MoE checkpoint has an official name or
+  // alias (its bridge's registry lists Qwen3MoeForCausalLM checkpoints by Hub id only), so those names are Loupe's
   ...family('qwen2_moe', 'BF16', [['Qwen/Qwen1.5-MoE-A2.7B', [], 14.3 * B, ['qwen1.5-moe-a2.7b']]]),
   ...family('qwen3_moe', 'BF16', [
     ['Qwen/Qwen3-30B-A3B', [], 30.5 * B, ['qwen3-30b-a3b']],
     ['Qwen/Qwen3-30B-A3B-Base', [], 30.5 * B, ['qwen3-30b-a3b-base']],
   ]),
-  ...family('olmoe', 'BF16', [['allenai/OLMoE-1B-7B-0924', [], 6.92 * B, ['olmoe-1b-7b']]]),
+  ...family('olmoe', 'BF16', [['allenai/OLMoE-1B-7B-0924', ['olmoe'], 6.92 * B, ['olmoe-1b-7b']]]),
   // GPT-OSS (arch/gpt_oss.ts): experts stored as MXFP4 and held as BF16 once dequantised at load, so a
   // load holds about three times what it downloads (model cards' counts; repositories' file sizes)
   { ...family('gpt_oss', 'BF16', [['openai/gpt-oss-20b', [], 20.9 * B, ['gpt-oss-20b']]])[0], storedBytes: 13.8 * B },
