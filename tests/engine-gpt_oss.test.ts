@@ -16,7 +16,8 @@ import { checkConfig, describeModel } from '../src/engine/arch';
 import { LoupeError } from '../src/engine/errors';
 import { judgeEntry, lookupModelName } from '../src/engine/catalog';
 import { q8EntryBytesToWrite, type Q8Store } from '../src/engine/q8';
-import { EXPERTS_FILE } from '../src/engine/mxfp4';
+import { EXPERTS_FILE, materializeDerived } from '../src/engine/mxfp4';
+import { readTensorF32 } from '../src/engine/safetensors';
 import { generateTokens } from '../src/ops/lib/generation';
 import { operation as trace } from '../src/ops/trace';
 import { schemaErrors, viaJson } from './schema-helpers';
@@ -365,6 +366,39 @@ describe('gpt_oss: what Loupe cannot run is refused from config.json and the hea
       'MISSING_TENSOR',
       'model.layers.0.mlp.experts.down_proj_bias',
     ]);
+  });
+});
+
+describe('gpt_oss: the experts made at load', () => {
+  it('are read by range (no buffer of the whole file): any split of a read gives the same bytes, and each matrix is its rows of the dequantised checkpoint', async () => {
+    const m = makeGptOssModel({ mxfp4: true, dtype: 'BF16', rope: 'default' });
+    try {
+      const { loadModelFilesNode: load } = await import('../src/node/load-files-node');
+      const files = await load(m.dir);
+      describeModel({ config: m.config, tensors: files.weights.tensors });
+      materializeDerived(files.weights);
+      expect(files.weights.files.has(EXPERTS_FILE)).toBe(false);
+      const f = files.weights.ranged!.get(EXPERTS_FILE)!;
+      const whole = f.read(0, f.size);
+      const parts = new Uint8Array(f.size);
+      const scratch = new Uint8Array(4096);
+      for (let o = 0, n = 1000; o < f.size; o += n, n = (n * 7) % 5003 || 1) {
+        const k = Math.min(n, f.size - o);
+        parts.set(f.read(o, k, k <= scratch.byteLength ? scratch : undefined), o);
+      }
+      expect(Buffer.compare(Buffer.from(whole), Buffer.from(parts))).toBe(0);
+      // expert 2's up matrix of layer 1: the odd columns of the reference's dequantised gate_up_proj [E, D, 2M]
+      const { hidden_size: D, intermediate_size: M } = m.c;
+      const up = readTensorF32(files.weights, 'model.layers.1.mlp.experts.2.up_proj.weight'); // [M, D]
+      const gu = m.tensors['model.layers.1.mlp.experts.gate_up_proj'].data;
+      let worst = 0;
+      for (let j = 0; j < M; j++)
+        for (let d = 0; d < D; d++)
+          worst = Math.max(worst, Math.abs(up[j * D + d] - gu[(2 * D + d) * 2 * M + 2 * j + 1]));
+      expect(worst).toBe(0);
+    } finally {
+      m.cleanup();
+    }
   });
 });
 

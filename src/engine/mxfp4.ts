@@ -15,8 +15,8 @@
  *
  * The adapter (arch/gpt_oss.ts) names, per expert, a gate, up and down matrix [out, in] and their
  * biases: entries of one file made at load, EXPERTS_FILE, each with the `derived` recipe that
- * fills it (`deriveRows`, from the headers alone). `materializeDerived` builds that file before
- * any session: MXFP4 is dequantised to BFloat16, which holds every value exactly (an FP4 value
+ * fills it (`deriveRows`, from the headers alone). `materializeDerived` makes that file, read by
+ * range, before any session: MXFP4 is dequantised to BFloat16, which holds every value exactly (an FP4 value
  * has at most 2 significant bits; the scales' 2^−127…2^127 are within its exponent range bar the
  * subnormal end); a dense checkpoint's values are copied in their own dtype. The graph then holds
  * them as any stored BFloat16 weight: widened to float32 at load ('f32'), or at use ('stored'),
@@ -114,29 +114,33 @@ function dequantRow(blocks: Uint8Array, scales: Uint8Array, row: number, G: numb
   }
 }
 
-/** Build EXPERTS_FILE from the entries that name it (nothing when none does, or it is built already). */
+/**
+ * EXPERTS_FILE as a RangedFile (WeightSet.ranged) over the entries that name it: a range read is
+ * made then, entry by entry, from the checkpoint's own bytes, so no buffer of the whole file is
+ * ever held (gpt-oss-20b's experts are ~38 GB as BF16; one JS array holds at most 4 GiB). Nothing
+ * when no entry names it, or it is there already.
+ */
 export function materializeDerived(weights: ReadableWeightSet): void {
-  const derived = [...weights.tensors.values()].filter((e) => e.derived && e.file === EXPERTS_FILE);
-  if (derived.length === 0 || weights.files.has(EXPERTS_FILE)) return;
-  const total = derived.reduce((m, e) => Math.max(m, e.fileOffset + e.byteLength), 0);
-  const file = new Uint8Array(total);
+  const derived = [...weights.tensors.values()]
+    .filter((e) => e.derived && e.file === EXPERTS_FILE)
+    .sort((a, b) => a.fileOffset - b.fileOffset);
+  if (derived.length === 0 || weights.files.has(EXPERTS_FILE) || weights.ranged?.has(EXPERTS_FILE)) return;
+  const size = derived.reduce((m, e) => Math.max(m, e.fileOffset + e.byteLength), 0);
   // one expert's source bytes, read once for the entries that share them (gate and up rows of gate_up_proj)
-  const slab = new Map<string, Uint8Array>();
+  let slab: { key: string; bytes: Uint8Array } | undefined;
   const sourceOf = (name: string, expert: number): Uint8Array => {
     const key = `${name}#${expert}`;
-    let bytes = slab.get(key);
-    if (!bytes) {
+    if (slab?.key !== key) {
       const e = weights.tensors.get(name)!;
       const per = e.byteLength / e.shape[0];
-      bytes = readEntryRange(weights, e, expert * per, per).slice();
-      slab.clear();
-      slab.set(key, bytes);
+      slab = { key, bytes: readEntryRange(weights, e, expert * per, per).slice() };
     }
-    return bytes;
+    return slab.bytes;
   };
-  for (const e of derived) {
+  /** one entry's bytes */
+  const make = (e: TensorEntry): Uint8Array => {
     const r = e.derived!;
-    const out = file.subarray(e.fileOffset, e.fileOffset + e.byteLength);
+    const out = new Uint8Array(e.byteLength);
     if (r.kind === 'mxfp4') {
       const G = weights.tensors.get(r.src)!.shape[2];
       const blocks = sourceOf(r.src, r.expert);
@@ -145,25 +149,50 @@ export function materializeDerived(weights: ReadableWeightSet): void {
       const sc = readEntryRange(weights, se, r.expert * per, per);
       const row = new Float32Array(G * 32);
       const bits = new Uint32Array(row.buffer);
-      const dv = new DataView(out.buffer, out.byteOffset, out.byteLength);
+      const dv = new DataView(out.buffer);
       for (let j = 0; j < r.count; j++) {
         dequantRow(blocks, sc, r.start + j * r.step, G, row);
         // exact in BFloat16: its high 16 bits
         for (let i = 0; i < row.length; i++) dv.setUint16((j * row.length + i) * 2, bits[i] >>> 16, true);
       }
-    } else {
-      const src = weights.tensors.get(r.src)!;
-      const b = DTYPE_BYTES[src.dtype];
-      const bytes = sourceOf(r.src, r.expert);
-      const R = src.shape[src.shape.length - 1];
-      const inputs = r.kind === 'dense' ? src.shape[1] : 1;
-      // dense [in, R] → rows [count, in]: element (i, start + j·step) to (j, i); bias [R] → [count]
-      for (let j = 0; j < r.count; j++)
-        for (let i = 0; i < inputs; i++) {
-          const from = (i * R + r.start + j * r.step) * b;
-          out.set(bytes.subarray(from, from + b), (j * inputs + i) * b);
-        }
+      return out;
     }
-  }
-  weights.files.set(EXPERTS_FILE, file);
+    const src = weights.tensors.get(r.src)!;
+    const b = DTYPE_BYTES[src.dtype];
+    const bytes = sourceOf(r.src, r.expert);
+    const R = src.shape[src.shape.length - 1];
+    const inputs = r.kind === 'dense' ? src.shape[1] : 1;
+    // dense [in, R] → rows [count, in]: element (i, start + j·step) to (j, i); bias [R] → [count]
+    for (let j = 0; j < r.count; j++)
+      for (let i = 0; i < inputs; i++) {
+        const from = (i * R + r.start + j * r.step) * b;
+        out.set(bytes.subarray(from, from + b), (j * inputs + i) * b);
+      }
+    return out;
+  };
+  let last: { e: TensorEntry; bytes: Uint8Array } | undefined;
+  const read = (offset: number, length: number, into?: Uint8Array): Uint8Array => {
+    const out = into && into.byteLength >= length ? into.subarray(0, length) : new Uint8Array(length);
+    out.fill(0); // the alignment gaps between entries
+    // the first entry ending after offset (binary search), then every entry starting before the range's end
+    let lo = 0;
+    for (let hi = derived.length; lo < hi;) {
+      const mid = (lo + hi) >> 1;
+      if (derived[mid].fileOffset + derived[mid].byteLength <= offset) lo = mid + 1;
+      else hi = mid;
+    }
+    for (let i = lo; i < derived.length && derived[i].fileOffset < offset + length; i++) {
+      const e = derived[i];
+      if (last?.e !== e) last = { e, bytes: make(e) };
+      const from = Math.max(offset, e.fileOffset);
+      const to = Math.min(offset + length, e.fileOffset + e.byteLength);
+      out.set(last.bytes.subarray(from - e.fileOffset, to - e.fileOffset), from - offset);
+    }
+    return out;
+  };
+  (weights.ranged ??= new Map()).set(EXPERTS_FILE, {
+    size,
+    read,
+    readAsync: async (o: number, n: number) => read(o, n),
+  });
 }
