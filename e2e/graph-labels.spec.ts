@@ -102,6 +102,21 @@ test("a set's explanations label the graph's features: in the node list, its sea
   const bareRow = page.locator(`[data-testid=graph-nodelist] tr[data-node="${bare.node_id}"]`);
   await expect(bareRow.locator('td.label')).toHaveText('no label');
 
+  // hovering the node on the canvas names it too
+  const k = doc.graph.nodes.indexOf(n);
+  const c = page.getByTestId('graph-box');
+  const at = await c.evaluate((box, i) => {
+    const canvas = box.querySelector('canvas') as any;
+    const [x, y] = canvas.graphLayout[i];
+    box.scrollIntoView({ block: 'center', behavior: 'instant' });
+    box.scrollLeft = Math.max(0, x - box.clientWidth / 2);
+    box.scrollTop = Math.max(0, y - box.clientHeight / 2);
+    const r = canvas.getBoundingClientRect();
+    return { x: r.left + x, y: r.top + y };
+  }, k);
+  await page.mouse.move(at.x, at.y);
+  await expect(page.getByTestId('chart-tooltip')).toContainText(n.clerp);
+
   await page.getByTestId('graph-search').fill(topic);
   await row.getByRole('button').click();
   await atWidthsAndThemes(page, async (tag) => {
