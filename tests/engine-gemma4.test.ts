@@ -173,6 +173,30 @@ describe.each(CASES)('gemma4 vs float64 reference: $name', ({ options, T, all })
     },
   );
 
+  it.runIf(all)("TransformerLens's parameters take each layer's own shapes; a KV-sharing layer has no W_K, W_V", () => {
+    const model = models.node!;
+    const { hidden_size: D, num_attention_heads: H, global_head_dim: G, intermediate_size: M } = m.text;
+    const types: string[] = m.text.layer_types;
+    const L = types.length;
+    const full = types.indexOf(F); // a full layer computing its own k (= v: attention_k_eq_v)
+    const shared = L - 1; // the last layer reads an earlier full layer's keys and values
+    const hkv = m.text.num_global_key_value_heads;
+    const stored = (name: string) => m.tensors[`${m.prefix}layers.${name}.weight`].data;
+    // W_Q [H, D, G]: element (h, d, k) is q_proj[h·G + k, d]
+    const wq = model.param(`blocks.${full}.attn.W_Q`);
+    expect(wq.dims).toEqual([H, D, G]);
+    const q = stored(`${full}.self_attn.q_proj`);
+    expect(wq.data[(1 * D + 3) * G + 5]).toBe(q[(1 * G + 5) * D + 3]);
+    const wk = model.param(`blocks.${full}.attn.W_K`);
+    expect(wk.dims).toEqual([hkv, D, G]);
+    expect(Array.from(model.param(`blocks.${full}.attn.W_V`).data)).toEqual(Array.from(wk.data));
+    expect(model.param(`blocks.${full}.attn.W_O`).dims).toEqual([H, G, D]);
+    expect(model.param(`blocks.${shared}.attn.W_Q`).dims).toEqual([H, D, G]);
+    expect(model.param(`blocks.${shared}.mlp.W_in`).dims).toEqual([D, 2 * M]);
+    expect(model.hasParam(`blocks.${shared}.attn.W_K`)).toBe(false);
+    expect(() => model.param(`blocks.${shared}.attn.W_V`)).toThrow(/attends with layer/);
+  });
+
   it('trace (direct logit attribution) is UNSUPPORTED_OP, as are the weight products', async () => {
     const model = models.node!;
     const e = await trace.run(model, { prompt: model.decode(tokens.slice(1)) } as any, {}).catch((x) => x);

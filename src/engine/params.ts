@@ -4,7 +4,15 @@
  * q|k|v columns, GPT-NeoX's per-head [H,3,Dh] rows.
  */
 import { LoupeError } from './errors';
-import { attentionOf, type AttentionSpec, type ModelSpec, type LinearRef, type NormSpec } from './spec';
+import {
+  attentionOf,
+  headsOf,
+  uniformLayers,
+  type AttentionSpec,
+  type ModelSpec,
+  type LinearRef,
+  type NormSpec,
+} from './spec';
 import type { Tensor } from './tensor';
 
 /**
@@ -31,7 +39,9 @@ function qkvColumns(
   a: AttentionSpec,
   which: 0 | 1 | 2,
 ): { ref: LinearRef; nOut: number; first: (h: number) => number } {
-  const { dModel: D, nHeads: H, nKvHeads: Hkv, dHead: Dh } = spec;
+  const { dModel: D, nHeads: H } = spec;
+  // the layer's own key/value heads and head width (Gemma 4's full-attention layers differ)
+  const [Hkv, Dh] = [a.nKvHeads ?? spec.nKvHeads, a.dHead ?? spec.dHead];
   // Qwen3.5's gated q_proj holds per head Dh query rows then Dh gate rows: `(h two dh)`
   if (a.qkv.kind === 'separate' && which === 0 && a.outputGate)
     return { ref: a.qkv.q, nOut: 2 * H * Dh, first: (h) => 2 * h * Dh };
@@ -53,6 +63,11 @@ function qkvColumns(
  */
 export function valueProduct(spec: ModelSpec, read: ReadTensor, x: Float32Array, init: Float64Array): Float64Array {
   const { dModel: D, nKvHeads: Hkv, dHead: Dh, nLayers: L } = spec;
+  if (!uniformLayers(spec))
+    throw new LoupeError(
+      'UNSUPPORTED_OP',
+      `valueProduct stacks one W_V per layer of ${Hkv}·${Dh} outputs; this ${spec.family} model's layers differ.`,
+    );
   const out = Float64Array.from(init);
   for (let l = 0; l < L; l++) {
     const xl = x.subarray(l * D, (l + 1) * D);
@@ -94,7 +109,7 @@ function biasOf(ref: LinearRef | undefined, read: ReadTensor): Float32Array | un
 }
 
 export function readParam(spec: ModelSpec, read: ReadTensor, name: string): Tensor {
-  const { dModel: D, nHeads: H, nKvHeads: Hkv, dHead: Dh, dMlp: M, dVocab: V } = spec;
+  const { dModel: D, nHeads: H, dVocab: V } = spec;
   const unknown = () =>
     new LoupeError(
       'BAD_INPUT',
@@ -137,6 +152,9 @@ export function readParam(spec: ModelSpec, read: ReadTensor, name: string): Tens
   if (!layer) throw unknown();
   const key = m[2];
   const attn = () => attentionOf(spec, l);
+  // this layer's head geometry and MLP width (Gemma 4's differ by layer)
+  const { Hkv, Dh } = headsOf(spec, l);
+  const M = layer.mlp?.width ?? spec.dMlp;
 
   // q/k/v: which rows/cols of which stored tensor hold head h, dim k
   const qkvWeight = (which: 0 | 1 | 2): Tensor => {
@@ -190,6 +208,13 @@ export function readParam(spec: ModelSpec, read: ReadTensor, name: string): Tens
   const qkv = /^attn\.([Wb])_([QKV])$/.exec(key);
   if (qkv) {
     const which = 'QKV'.indexOf(qkv[2]) as 0 | 1 | 2;
+    const from = layer.attn?.kvFrom;
+    if (which > 0 && from !== undefined)
+      throw new LoupeError(
+        'BAD_INPUT',
+        `Layer ${l} has no ${qkv[1]}_${qkv[2]} of its own: it attends with layer ${from}'s keys and values (KV sharing).`,
+        `Read blocks.${from}.attn.${qkv[1]}_${qkv[2]}.`,
+      );
     return qkv[1] === 'W' ? qkvWeight(which) : qkvBias(which);
   }
   if (layer.moe) {
@@ -286,11 +311,11 @@ export function storedParam(spec: ModelSpec, name: string): boolean {
     'ln1_post.w': layer.postAttnNorm?.w,
     'ln2_post.w': layer.postMlpNorm?.w,
     'attn.W_Q': qkvRef(0)?.w,
-    'attn.W_K': qkvRef(1)?.w,
-    'attn.W_V': qkvRef(2)?.w,
+    'attn.W_K': a?.kvFrom === undefined ? qkvRef(1)?.w : undefined,
+    'attn.W_V': a?.kvFrom === undefined ? qkvRef(2)?.w : undefined,
     'attn.b_Q': qkvRef(0)?.b,
-    'attn.b_K': qkvRef(1)?.b,
-    'attn.b_V': qkvRef(2)?.b,
+    'attn.b_K': a?.kvFrom === undefined ? qkvRef(1)?.b : undefined,
+    'attn.b_V': a?.kvFrom === undefined ? qkvRef(2)?.b : undefined,
     'attn.W_O': a?.o.w,
     'attn.b_O': a?.o.b,
     'mlp.W_in': layer.mlp?.up.w,
