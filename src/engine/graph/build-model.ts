@@ -198,17 +198,19 @@ function addLogitPicks(g: OnnxGraph): void {
   g.rename(g.o('ArgMax', ['logits'], { axis: -1, keepdims: 0 }), PICK_ARGMAX);
   g.output(PICK_ARGMAX, 'int64');
   const k = g.input(PICK_K, 'int64', []);
+  // The branches read only outer values: a constant inside a branch is folded by onnxruntime's
+  // optimizer into a subgraph initializer that its saved optimized model repeats (optimized-cache.ts
+  // then cannot load it: "pke_values initializer name is not unique").
+  const k1 = g.o('Reshape', [k, g.constI([1])]);
+  const none = g.o('Slice', ['logits', g.constI([0]), g.constI([0]), g.constI([-1])]); // [B, P', 0]
+  const noIds = g.o('Cast', [none], { to: 7 });
   const then = g.body('pkt_');
-  const [v, i] = then.op('TopK', ['logits', then.o('Reshape', [k, then.constI([1])])], { axis: -1, sorted: 1 }, 2);
+  const [v, i] = then.op('TopK', ['logits', k1], { axis: -1, sorted: 1 }, 2);
   then.output(then.rename(then.o('Identity', [v]), 'pkt_values'));
   then.output(then.rename(then.o('Identity', [i]), 'pkt_ids'), 'int64');
   const other = g.body('pke_');
-  const empty = (floats: boolean) =>
-    other.o('ConstantOfShape', [other.constI([0, 0, 0])], {
-      value: { tensor: floats ? { dims: [1], floats: [0] } : { dims: [1], ints: [0] } },
-    });
-  other.output(other.rename(other.o('Identity', [empty(true)]), 'pke_values'));
-  other.output(other.rename(other.o('Identity', [empty(false)]), 'pke_ids'), 'int64');
+  other.output(other.rename(other.o('Identity', [none]), 'pke_values'));
+  other.output(other.rename(other.o('Identity', [noIds]), 'pke_ids'), 'int64');
   const flag = g.o('Greater', [k, g.constI([0], [])]);
   const [tv, ti] = g.op('If', [flag], { then_branch: { graph: then }, else_branch: { graph: other } }, 2);
   g.rename(tv, PICK_TOP_LOGITS);
