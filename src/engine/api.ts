@@ -306,6 +306,8 @@ export interface EdgeRun {
   gate?: Tensor;
   /** gradient runs only: edgeGrad is ∂M/∂w summed over the batch's rows [1, nForward, nBackward], summed on the device */
   sumRows?: boolean;
+  /** false: the logits are not read back (RunResult.logits is [B, P, 0]), for gradient runs that need only edgeGrad */
+  logits?: boolean;
   /**
    * return every upstream node's output in this run as `edgeOutputs` [B, nForward, T, d_model] (not
    * with grad); 'device': left on the device as `edgeOutputsOnDevice` where the backend keeps values
@@ -380,7 +382,7 @@ export interface RunOptions {
 }
 
 export interface RunResult {
-  /** [B, T, V], or [B, P, V] for the `logitPositions` asked for; [B, P, 0] with `pick.logits: false` */
+  /** [B, T, V], or [B, P, V] for the `logitPositions` asked for; [B, P, 0] with `pick.logits: false` or an edge run's `logits: false` */
   logits: Tensor;
   /** pick.argmax: [B·P] the id of each position's largest logit (the lowest id on ties) */
   argmax?: number[];

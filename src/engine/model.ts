@@ -904,7 +904,11 @@ class EngineModel implements LoadedModel {
     });
     if (dev) feeds[EDGE_SRC] = dev.device as OrtTensorLike;
     const gradOut = e.sumRows ? EDGE_GRAD_SUM : gradName(EDGE_W);
-    const fetches = ['logits', ...(opts.grad ? [gradOut] : []), ...(e.outputs ? [EDGE_OUT] : [])];
+    const fetches = [
+      ...(e.logits === false ? [] : ['logits']),
+      ...(opts.grad ? [gradOut] : []),
+      ...(e.outputs ? [EDGE_OUT] : []),
+    ];
     const keep = e.outputs === 'device' && session.keepsOnDevice;
     const out = await runSession(
       session,
@@ -917,7 +921,8 @@ class EngineModel implements LoadedModel {
     const kept = keep && onDevice(out[EDGE_OUT]) ? out[EDGE_OUT] : undefined;
     if (opts.signal?.aborted) kept?.dispose?.();
     throwIfAborted(opts.signal);
-    const result: RunResult = { logits: toTensor(out.logits), hooks: {} };
+    const logits = out.logits ? toTensor(out.logits) : { dims: [B, P, 0], data: new Float32Array(0) };
+    const result: RunResult = { logits, hooks: {} };
     if (opts.grad) result.edgeGrad = toTensor(out[gradOut]);
     if (kept) result.edgeOutputsOnDevice = deviceTensor(kept);
     else if (e.outputs) result.edgeOutputs = toTensor(out[EDGE_OUT]);

@@ -431,7 +431,8 @@ export const operation = defineOperation({
           source,
           weights: { dims: [B, Nf, Nb], data: weights.subarray(first * Nf * Nb, (first + B) * Nf * Nb) },
           ...(gate ? { gate: { dims: [B, Nf], data: gate.subarray(first * Nf, (first + B) * Nf) } } : {}),
-          sumRows: true, // the rows are one pair's: their sum is what is needed
+          sumRows: true, // the rows are one pair's: their sum is what is needed, and no logits
+          logits: false,
         },
         grad: { hooks: [], seed: metricSeed(V, B, ex.answer, ex.counterfactual) },
       });
