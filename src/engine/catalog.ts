@@ -169,7 +169,8 @@ export const CATALOG: readonly CatalogEntry[] = [
   ]),
   ...family('olmoe', 'BF16', [['allenai/OLMoE-1B-7B-0924', ['olmoe'], 6.92 * B, ['olmoe-1b-7b']]]),
   // GPT-OSS (arch/gpt_oss.ts): experts stored as MXFP4 and held as BF16 once dequantised at load, so a
-  // load holds about three times what it downloads (model cards' counts; repositories' file sizes)
+  // load holds about three times what it downloads (model cards' counts; repositories' file sizes).
+  // TransformerLens's supported_models.py (read at 0c6bfe6) has no GPT-OSS: the short names are Loupe's
   { ...family('gpt_oss', 'BF16', [['openai/gpt-oss-20b', [], 20.9 * B, ['gpt-oss-20b']]])[0], storedBytes: 13.8 * B },
   {
     ...family('gpt_oss', 'BF16', [['openai/gpt-oss-120b', [], 116.8 * B, ['gpt-oss-120b']]])[0],
