@@ -91,21 +91,34 @@ describe('transfers on WebGPU (node), against the bytes each document needs', ()
     expect(floatOffDevice(gpu)).toEqual([]);
   });
 
-  it('activations reads back the hooks it summarises and no other', async () => {
+  it('activations reads back the statistics of the hooks it summarises, and the values it shows', async () => {
     const prompt = 'the cat sat on the mat';
     const r = await counted(gpu, 'activations', { prompt, top_k: 3 });
     const T = r.doc.tokens.length;
-    // per layer resid_pre, resid_mid, resid_post, attn_out, mlp_out [T, D]; mlp_post [T, M]; pattern [H, T, T]; the logits at one position
-    expect(r.read).toBe(F * (L * (5 * T * D + T * M + H * T * T) + V));
+    // per layer resid_pre, resid_mid, resid_post, attn_out, mlp_out, mlp_post and pattern reduced on
+    // the GPU: mean, std, min, max (4 floats), the argmax (int64) and a norm per position; the last
+    // layer's mlp_post whole (the document's values grid; its statistics from it, here); the logits
+    // at one position. Before (main at 36e3e62) every hook came back whole: F·(L·(5·T·D + T·M +
+    // H·T·T) + V) = 35,024 bytes here, 9,044 now
+    expect(r.read).toBe(F * (T * M + V) + (7 * L - 1) * (4 * F + 8 + T * F));
+    expect(r.read).toBe(9_044);
     const c = (await getOperation('activations')!.run(cpu, { prompt, top_k: 3 }, {})) as any;
     close(r.doc.values.grid.flat(), c.values.grid.flat());
+    // the statistics reduced on the GPU (float32) against node's (float64 here)
+    const sites = (doc: any) => doc.layers.flatMap((l: any) => l.sites);
+    for (const k of ['mean', 'std', 'min', 'max'])
+      close(
+        sites(r.doc).map((x: any) => x[k]),
+        sites(c).map((x: any) => x[k]),
+      );
     close(
-      r.doc.layers.flatMap((l: any) => l.sites.map((x: any) => x.mean)),
-      c.layers.flatMap((l: any) => l.sites.map((x: any) => x.mean)),
+      sites(r.doc).flatMap((x: any) => x.norm_per_position),
+      sites(c).flatMap((x: any) => x.norm_per_position),
     );
+    expect(sites(r.doc).map((x: any) => x.argmax)).toEqual(sites(c).map((x: any) => x.argmax));
   });
 
-  it('attribution_patching reads back its hooks and their gradients, nothing else', async () => {
+  it('attribution_patching reads back its estimates: the products are summed on the device', async () => {
     const input = {
       prompt: '',
       token_ids: [5, 10, 20, 30, 40, 50],
@@ -114,16 +127,25 @@ describe('transfers on WebGPU (node), against the bytes each document needs', ()
     };
     const r = await counted(gpu, 'attribution_patching', input);
     const T = input.token_ids.length;
-    const hooks = L * (H * Dh + 3 * D) * T; // hook_z, resid_pre, attn_out, mlp_out
-    // clean run: hooks + logits; the corrupted prediction: logits; corrupted forward + backward: hooks, gradients, logits
-    expect(r.runs).toBe(3);
-    expect(r.read).toBe(F * (3 * hooks + 3 * V));
+    // the clean run's hooks stay on the device (nothing validates, so nothing patches them in); the
+    // corrupted forward + backward keeps its hooks and gradients there and a helper sums
+    // (clean − corrupted) · grad to an estimate per head (hook_z) and per position (resid_pre,
+    // attn_out, mlp_out). Read: three rows of logits (clean, the corrupted prediction, the gradient
+    // run) and the estimates. Before (main at 36e3e62) the hooks came back twice and the gradients
+    // once: F·(3·L·(H·Dh + 3·D)·T + 3·V) = 94,464 bytes here, 3,776 now
+    expect(r.runs).toBe(4);
+    expect(r.read).toBe(F * (3 * V + L * (H + 3 * T)));
+    expect(r.read).toBe(3_776);
     // the backward pass too runs on the GPU (its gradient sums were a Sum, which ran on the CPU)
     expect(floatOffDevice(gpu)).toEqual([]);
     const c = (await getOperation('attribution_patching')!.run(cpu, input, {})) as any;
     close(
       r.doc.heads.map((h: any) => h.estimate),
       c.heads.map((h: any) => h.estimate),
+    );
+    close(
+      r.doc.sites.map((h: any) => h.estimate),
+      c.sites.map((h: any) => h.estimate),
     );
   });
 

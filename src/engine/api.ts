@@ -281,6 +281,26 @@ export interface LogitRow {
   kl?: number;
 }
 
+/** a hook reduced to statistics over every element (RunOptions.hookStats; runtime/reduce.ts) */
+export interface HookStats {
+  shape: number[];
+  mean: number;
+  /** population standard deviation */
+  std: number;
+  min: number;
+  max: number;
+  /** the flat (row-major) index of the first largest element */
+  argmax: number;
+  /** the L2 norm of everything at each position of the hook's position axis */
+  norms: number[];
+}
+
+/** RunOptions.attribution: the values the products are taken against (an earlier run's, here or on the device) and the axis kept per hook */
+export interface AttributionReduce {
+  against: Record<string, Tensor | DeviceTensor>;
+  keep: Record<string, number | null>;
+}
+
 /**
  * A run of the edge-patching variant (graph/edge-graph.ts; the layout of its axes is edges.ts):
  * every node input b is the residual stream plus Σ_u w[u, b] · d_u, with d_u = src_u − a_u (this
@@ -378,6 +398,19 @@ export interface RunOptions {
    * the device where the values stay there (runtime/reduce.ts); `logits` is then [B, P, 0]
    */
   reduceLogits?: LogitReduce;
+  /**
+   * hooks reduced to statistics (`hookStats` of the result), not returned unless also in `hooks`:
+   * on the device in float32 where the values stay there, else in float64 here (runtime/reduce.ts)
+   */
+  hookStats?: string[];
+  /**
+   * attribution patching's products reduced where the values are (runtime/reduce.ts): per hook of
+   * `keep` (each also in grad.hooks), Σ (against − value) · ∂M/∂value over every axis but its `keep`
+   * (null: all) → `attribution`; those hooks and gradients are then not returned unless in `hooks`
+   */
+  attribution?: AttributionReduce;
+  /** the hooks returned stay on the device where the backend keeps values there (`deviceHooks`: release them) */
+  hooksOnDevice?: boolean;
   signal?: AbortSignal;
 }
 
@@ -398,6 +431,12 @@ export interface RunResult {
   edgeOutputsOnDevice?: DeviceTensor;
   /** with `reduceLogits`: each logits row reduced, row-major over [B, P] */
   logitRows?: LogitRow[];
+  /** with `attribution`: per hook the products summed, shaped [hook dim at keep] ([1] for keep null) */
+  attribution?: Record<string, Float32Array | Float64Array>;
+  /** with `hooksOnDevice`, where the backend keeps values on the device: the hooks, not read back */
+  deviceHooks?: Record<string, DeviceTensor>;
+  /** with `hookStats`: each hook's statistics */
+  hookStats?: Record<string, HookStats>;
   /** edge runs with grad: ∂M/∂w [B, nForward, nBackward] ([1, …] summed over the rows with sumRows) */
   edgeGrad?: Tensor;
 }

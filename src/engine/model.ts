@@ -17,6 +17,8 @@ import type {
   LensTop,
   LogitReduce,
   LogitRow,
+  HookStats,
+  AttributionReduce,
   TokenizeOptions,
   Tensor64,
   WeightProducts,
@@ -43,7 +45,21 @@ import { allHookNames, hookInfo, hookShape as shapeOfHook, unknownHookHint } fro
 import { compileInterventions } from './runtime/interventions';
 import { buildFeeds } from './runtime/feeds';
 import { TransferCounter, onDevice } from './runtime/transfers';
-import { logitReduceFeeds, logitReduceFetches, logitReduceGraph, logitReduceKey, logitRows } from './runtime/reduce';
+import {
+  attributionGraph,
+  attributionKey,
+  hostAttribution,
+  hostStats,
+  logitReduceFeeds,
+  logitReduceFetches,
+  logitReduceGraph,
+  logitReduceKey,
+  logitRows,
+  statsFetches,
+  statsGraph,
+  statsKey,
+  statsOf,
+} from './runtime/reduce';
 import {
   differenceFeeds,
   wrapOrtSession,
@@ -704,7 +720,16 @@ class EngineModel implements LoadedModel {
     const B = rows.length;
     const T = rows[0].length;
     const Tk = (opts.past?.length ?? 0) + T;
-    const { kind, wanted, hookSet, shapeOf } = this.hooksFor(opts);
+    // hooks reduced (to statistics, to attribution products) are fetched too; those not asked for
+    // whole are not returned, and stay on the device until reduced where the values stay there
+    const statHooks = [...new Set(opts.hookStats ?? [])];
+    const atpHooks = opts.attribution ? Object.keys(opts.attribution.keep) : [];
+    const reducedHooks = [...new Set([...statHooks, ...atpHooks])];
+    const asked = opts.hooks === 'all' ? 'all' : [...new Set([...(opts.hooks ?? []), ...reducedHooks])];
+    const { kind, wanted: fetched, hookSet, shapeOf } = this.hooksFor({ ...opts, hooks: asked });
+    const whole = opts.hooks === 'all' ? fetched : (opts.hooks ?? []);
+    const statOnly = reducedHooks.filter((h) => !whole.includes(h));
+    const wanted = fetched.filter((h) => !statOnly.includes(h));
     const interventions = opts.interventions ?? [];
     const sites = compileInterventions(interventions, {
       shapeOf: (h) => (hookSet.has(h) ? shapeOf(h, B, T, Tk) : []),
@@ -720,7 +745,7 @@ class EngineModel implements LoadedModel {
       (opts.lean || gradHooks) && !opts.sae && kind === 'base'
         ? {
             sites: [...new Set(interventions.map((i) => i.hook))].sort(),
-            outputs: [...new Set([...wanted, ...(gradHooks ?? [])])].sort(),
+            outputs: [...new Set([...fetched, ...(gradHooks ?? [])])].sort(),
           }
         : undefined;
     const { session, graph } = await this.variant({
@@ -744,7 +769,11 @@ class EngineModel implements LoadedModel {
     );
     const kvOf = (l: number) => this.spec.layers[l].attn?.kvFrom ?? l;
     const presentNames = opts.returnCache ? owners.flatMap((l) => [`present.${l}.key`, `present.${l}.value`]) : [];
-    const fetches = [...pick.fetches, ...wanted, ...(gradHooks ?? []).map(gradName), ...presentNames];
+    if (opts.attribution) this.checkAttribution(opts.attribution, gradHooks);
+    const fetches = [...pick.fetches, ...fetched, ...(gradHooks ?? []).map(gradName), ...presentNames];
+    // gradients only reduced (attribution) are not returned
+    const gradsOut = (opts.grad?.hooks ?? []).filter((h) => !atpHooks.includes(h));
+    const onDev = session.keepsOnDevice ?? false;
 
     // hooks at some positions only: gathered on the device where the values stay there, else here
     const at = opts.hookPositions;
@@ -755,7 +784,12 @@ class EngineModel implements LoadedModel {
     const reduce = opts.reduceLogits;
     if (reduce) this.checkReduce(reduce, pick.fetches);
     // reduced logits stay where the session keeps its values until the reduction has run
-    const keep = [...(keepCache ? presentNames : []), ...(reduce && session.keepsOnDevice ? ['logits'] : [])];
+    const keep = [
+      ...(keepCache ? presentNames : []),
+      ...(reduce && session.keepsOnDevice ? ['logits'] : []),
+      ...(onDev ? [...statOnly, ...statOnly.filter((h) => atpHooks.includes(h)).map(gradName)] : []),
+      ...(onDev && opts.hooksOnDevice ? wanted : []),
+    ];
     const out = await runSession(
       session,
       feeds,
@@ -771,14 +805,20 @@ class EngineModel implements LoadedModel {
         reduce || !out.logits
           ? { dims: [B, logitPosCount(opts, T), 0], data: new Float32Array(0) }
           : toTensor(out.logits),
-      hooks: Object.fromEntries(wanted.map((h) => [h, hookAt(h)])),
+      hooks: onDev && opts.hooksOnDevice ? {} : Object.fromEntries(wanted.map((h) => [h, hookAt(h)])),
     };
+    if (onDev && opts.hooksOnDevice)
+      result.deviceHooks = Object.fromEntries(
+        wanted.map((h) => [h, { dims: [...out[h].dims], device: out[h], release: () => out[h].dispose?.() }]),
+      );
     const ints = (t: OrtTensorLike) => Array.from(t.data as BigInt64Array, Number);
     if (pick.argmax) result.argmax = ints(out[PICK_ARGMAX]);
     if (pick.topK)
       result.top = { k: pick.topK, logits: out[PICK_TOP_LOGITS].data as Float32Array, ids: ints(out[PICK_TOP_IDS]) };
     if (reduce) result.logitRows = await this.reducedLogits(out.logits, reduce);
-    if (gradHooks) result.grads = Object.fromEntries(opts.grad!.hooks.map((h) => [h, toTensor(out[gradName(h)])]));
+    if (opts.attribution) result.attribution = await this.attributionOf(opts.attribution, out);
+    if (statHooks.length) result.hookStats = await this.statsOf(statHooks, out);
+    if (gradHooks) result.grads = Object.fromEntries(gradsOut.map((h) => [h, toTensor(out[gradName(h)])]));
     this.lastHooksBytes = [...Object.values(result.hooks), ...Object.values(result.grads ?? {})].reduce(
       (s, t) => s + t.data.byteLength,
       0,
@@ -831,6 +871,72 @@ class EngineModel implements LoadedModel {
     } finally {
       if (dev) logits.dispose?.();
     }
+  }
+
+  /** hooks' statistics (runtime/reduce.ts): on the device those kept there, in one helper run; here the rest */
+  private async statsOf(hooks: string[], out: Record<string, OrtTensorLike>): Promise<Record<string, HookStats>> {
+    const r: Record<string, HookStats> = {};
+    const dev = hooks.filter((h) => onDevice(out[h]));
+    for (const h of hooks) if (!dev.includes(h)) r[h] = hostStats(toTensor(out[h]), hookInfo(h).posAxis);
+    if (!dev.length) return r;
+    try {
+      const specs = dev.map((h) => ({ rank: out[h].dims.length, posAxis: hookInfo(h).posAxis }));
+      const s = await this.helper(statsKey(specs), true, () => statsGraph(specs));
+      const feeds = Object.fromEntries(dev.map((h, i) => [`x${i}`, out[h]]));
+      const o = await runSession(s, feeds, statsFetches(dev.length), 'This may be out of memory.', ' reducing hooks');
+      dev.forEach((h, i) => (r[h] = statsOf(o, i, out[h].dims)));
+    } finally {
+      for (const h of dev) out[h].dispose?.();
+    }
+    return r;
+  }
+
+  private checkAttribution(a: AttributionReduce, gradHooks: string[] | undefined): void {
+    for (const h of Object.keys(a.keep))
+      if (!gradHooks?.includes(h) || !a.against[h])
+        throw new LoupeError('BAD_INPUT', `attribution: ${h} needs a gradient (grad.hooks) and an \`against\` value.`);
+  }
+
+  /**
+   * Σ (against − value) · ∂M/∂value per hook over every axis but its `keep` (runtime/reduce.ts):
+   * in one helper run on the device where the values are there, else here in float64.
+   */
+  private async attributionOf(
+    a: AttributionReduce,
+    out: Record<string, OrtTensorLike>,
+  ): Promise<Record<string, Float32Array | Float64Array>> {
+    const hooks = Object.keys(a.keep);
+    const r: Record<string, Float32Array | Float64Array> = {};
+    const dev = hooks.filter((h) => onDevice(out[h]));
+    const T = this.factory.ort.Tensor;
+    const host = (x: Tensor | DeviceTensor): Tensor => {
+      if ('data' in x) return x;
+      throw new LoupeError('INTERNAL', 'attribution: a value on the device fed to a host reduction.');
+    };
+    for (const h of hooks)
+      if (!dev.includes(h))
+        r[h] = hostAttribution(host(a.against[h]), toTensor(out[h]), toTensor(out[gradName(h)]), a.keep[h]);
+    if (!dev.length) return r;
+    try {
+      const specs = dev.map((h) => ({ rank: out[h].dims.length, keep: a.keep[h] }));
+      const s = await this.helper(attributionKey(specs), true, () => attributionGraph(specs));
+      const feeds: Record<string, OrtTensorLike> = {};
+      dev.forEach((h, i) => {
+        const c = a.against[h];
+        feeds[`c${i}`] = 'data' in c ? new T('float32', c.data, c.dims) : (c.device as OrtTensorLike);
+        feeds[`v${i}`] = out[h];
+        feeds[`g${i}`] = out[gradName(h)];
+      });
+      const names = dev.map((_, i) => `r${i}`);
+      const o = await runSession(s, feeds, names, 'This may be out of memory.', ' reducing attribution products');
+      dev.forEach((h, i) => (r[h] = o[`r${i}`].data as Float32Array));
+    } finally {
+      for (const h of dev) {
+        out[h].dispose?.();
+        out[gradName(h)].dispose?.();
+      }
+    }
+    return r;
   }
 
   /** a helper session (a weightless graph), made on first use and kept; its runs are counted */

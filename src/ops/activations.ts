@@ -8,6 +8,8 @@
 import { z } from 'zod';
 import { defineOperation } from './types';
 import type { Tensor } from '../engine/tensor';
+import type { HookStats } from '../engine/api';
+import { hostStats } from '../engine/runtime/reduce';
 import { documentBase, documentHead } from '../schema/common';
 import { LoupeError, throwIfAborted } from '../engine/errors';
 import { checkTopK, finite } from '../engine/caps';
@@ -124,109 +126,26 @@ export const activationsOutput = documentBase('activations').extend({
   method: z.string(),
 });
 
-/** statistics of a [1, ...] hook whose position axis is `posAxis` (1, or 2 for [B,H,Tq,Tk] patterns) */
+/** statistics of a [1, ...] hook whose position axis is `posAxis` (1, or 2 for [B,H,Tq,Tk] patterns), float64 */
 export function summarize(t: Tensor, posAxis: number) {
-  const dims = t.dims;
-  const T = dims[posAxis];
-  const x = t.data;
-  const n = x.length;
-  // the row-major layout as [outer, T, inner] around the position axis: one pass over every element
-  // gives the sum, extremes and per-position sums of squares (no index arithmetic per element).
-  // Four elements a step with their own accumulators, so the additions do not wait on each other,
-  // and the extremes kept per row, the argmax found by rescanning only a row that raised the
-  // maximum, rather than one accumulator and a test per element
-  const inner = dims.slice(posAxis + 1).reduce((a, b) => a * b, 1);
-  const outer = n / (T * inner);
-  let s = 0,
-    mn = Infinity,
-    mx = -Infinity,
-    arg = 0;
-  const norms = new Float64Array(T);
-  for (let o = 0, i = 0; o < outer; o++) {
-    for (let p = 0; p < T; p++) {
-      let s0 = 0,
-        s1 = 0,
-        s2 = 0,
-        s3 = 0,
-        q0 = 0,
-        q1 = 0,
-        q2 = 0,
-        q3 = 0;
-      let lo = Infinity,
-        hi = -Infinity;
-      const start = i,
-        end = i + inner;
-      for (const end4 = i + (inner & ~3); i < end4; i += 4) {
-        const v0 = x[i],
-          v1 = x[i + 1],
-          v2 = x[i + 2],
-          v3 = x[i + 3];
-        s0 += v0;
-        s1 += v1;
-        s2 += v2;
-        s3 += v3;
-        q0 += v0 * v0;
-        q1 += v1 * v1;
-        q2 += v2 * v2;
-        q3 += v3 * v3;
-        const a = v0 < v1 ? v0 : v1,
-          b = v2 < v3 ? v2 : v3,
-          m = a < b ? a : b;
-        if (m < lo) lo = m;
-        const c = v0 > v1 ? v0 : v1,
-          d = v2 > v3 ? v2 : v3,
-          M = c > d ? c : d;
-        if (M > hi) hi = M;
-      }
-      for (; i < end; i++) {
-        const v = x[i];
-        s0 += v;
-        q0 += v * v;
-        if (v < lo) lo = v;
-        if (v > hi) hi = v;
-      }
-      s += s0 + s1 + (s2 + s3);
-      norms[p] += q0 + q1 + (q2 + q3);
-      if (lo < mn) mn = lo;
-      // strictly larger than every earlier row's, and the first such element of this row: argmax
-      // is the first largest element
-      if (hi > mx) {
-        mx = hi;
-        for (let j = start; j < end; j++)
-          if (x[j] === hi) {
-            arg = j;
-            break;
-          }
-      }
-    }
-  }
-  const mean = s / n;
-  // the variance from the same pass, Σx²/n − mean², in float64: its relative error is about
-  // n·2⁻⁵³·(1 + mean²/var) at worst, below float32's own unless the values sit on an offset large
-  // against their spread; then (mean² > 1000·var) a second pass around the mean is taken instead
-  let sumSq = 0;
-  for (let p = 0; p < T; p++) sumSq += norms[p];
-  let variance = Math.max(0, sumSq / n - mean * mean);
-  if (mean * mean > 1000 * variance) {
-    let ss = 0;
-    for (let i = 0; i < n; i++) {
-      const d = x[i] - mean;
-      ss += d * d;
-    }
-    variance = ss / n;
-  }
+  return described(hostStats(t, posAxis), posAxis);
+}
+
+/** a hook's statistics (the engine's, runtime/reduce.ts) as the document gives them */
+function described(s: HookStats, posAxis: number) {
+  const dims = s.shape;
   // strides of the row-major layout: position p of axis posAxis
   const strides = dims.map((_, k) => dims.slice(k + 1).reduce((a, b) => a * b, 1));
-  const multi = dims.map((d, k) => Math.floor(arg / strides[k]) % d);
+  const multi = dims.map((d, k) => Math.floor(s.argmax / strides[k]) % d);
   return {
     shape: [...dims],
-    mean: finite(mean),
-    std: finite(Math.sqrt(variance)),
-    min: finite(mn),
-    max: finite(mx),
+    mean: finite(s.mean),
+    std: finite(s.std),
+    min: finite(s.min),
+    max: finite(s.max),
     // drop the batch axis and the position axis from the element index
     argmax: { position: multi[posAxis], index: multi.filter((_, k) => k !== 0 && k !== posAxis) },
-    norm_per_position: Array.from(norms, (v) => finite(Math.sqrt(v))),
+    norm_per_position: s.norms.map(finite),
   };
 }
 
@@ -325,8 +244,16 @@ export const operation = defineOperation({
 
   ctx.onProgress?.({ stage: 'forward pass', done: 0, total: 1 });
   throwIfAborted(ctx.signal);
-  // no logits are shown: unembed one position only (all T would cost up to half a forward more)
-  const run = await model.run(ids, { hooks, logitPositions: [ids.length - 1], signal: ctx.signal });
+  // no logits are shown: unembed one position only (all T would cost up to half a forward more);
+  // the summarised hooks come back as their statistics (reduced on the device where the values are)
+  const summarised = layers.flatMap((l) => present.map((s) => siteHook(s, l)));
+  const whole = hooks.filter((h) => !summarised.includes(h) || h === vHook);
+  const run = await model.run(ids, {
+    hooks: whole,
+    hookStats: summarised,
+    logitPositions: [ids.length - 1],
+    signal: ctx.signal,
+  });
   throwIfAborted(ctx.signal);
   ctx.onProgress?.({ stage: 'forward pass', done: 1, total: 1 });
 
@@ -337,15 +264,15 @@ export const operation = defineOperation({
       sites: present.map((site) => ({
         site,
         hook: siteHook(site, l),
-        ...summarize(run.hooks[siteHook(site, l)], site === 'pattern' ? 2 : 1),
+        ...described(run.hookStats![siteHook(site, l)], site === 'pattern' ? 2 : 1),
       })),
     })),
     values: withValues ? valuesOf(run.hooks[vHook], vLayer, input.values_site, vHook, input.top_k) : null,
     ...(E ? { experts: layers.map((l) => routing(run.hooks, l, E)) } : {}),
     missing_sites: missing,
     method:
-      'Statistics over every element of the hook for this prompt (batch 1, ' +
-      'float64 accumulation); std is the population standard deviation; argmax is the first ' +
+      'Statistics over every element of the hook for this prompt (batch 1, float64 accumulation; ' +
+      'float32 where the values stay on the GPU); std is the population standard deviation; argmax is the first ' +
       'largest element. Patterns are post-softmax attention probabilities [B, H, Tq, Tk]. ' +
       `values: every number of ${vHook} at every position (the unprocessed model's values), ` +
       `and the ${input.top_k} units with the largest |value| at each position.` +

@@ -13,8 +13,7 @@
  * where that is cheap (at most AUTO_ALL_VARIANTS patches), every head and every site, batched.
  */
 import { z } from 'zod';
-import type { Intervention } from '../engine/api';
-import type { Tensor } from '../engine/tensor';
+import type { Intervention, RunResult } from '../engine/api';
 import { defineOperation } from './types';
 import { documentBase, documentHead, tokenEntry, interventionList } from '../schema/common';
 import { LoupeError, throwIfAborted } from '../engine/errors';
@@ -158,22 +157,6 @@ export const attributionPatchingOutput = documentBase('attribution_patching').ex
     ),
 });
 
-/** Σ over a slice of (clean − corrupted) · grad */
-function attribution(
-  clean: Tensor,
-  corr: Tensor,
-  grad: Tensor,
-  indices: (i: number) => number,
-  nOut: number,
-): Float64Array {
-  const out = new Float64Array(nOut);
-  const c = clean.data,
-    k = corr.data,
-    g = grad.data;
-  for (let i = 0; i < g.length; i++) out[indices(i)] += (c[i] - k[i]) * g[i];
-  return out;
-}
-
 export const operation = defineOperation({
   name: 'attribution_patching',
   title: 'Attribution patching',
@@ -207,7 +190,7 @@ async function atpPair(model: LoadedModel, input: AtpParsed, ctx: OpContext): Pr
     hint: 'Change the corrupted prompt so it tokenizes to the same number of tokens.',
   });
   const given = givenMetricTokens(model, input);
-  const { n_layers: L, n_heads: H, d_head: Dh, d_model: D, d_mlp: M, d_vocab: V } = model.info;
+  const { n_layers: L } = model.info;
 
   const hooks: string[] = [];
   for (let l = 0; l < L; l++) {
@@ -217,8 +200,49 @@ async function atpPair(model: LoadedModel, input: AtpParsed, ctx: OpContext): Pr
   const E = model.info.num_experts ?? 0;
   const expertHook = (l: number, e: number) => `blocks.${l}.mlp.experts.${e}.hook_out`;
   for (let l = 0; l < L && E; l++) for (let e = 0; e < E; e++) hooks.push(expertHook(l, e));
+  // the axis each hook's products are summed to: hook_z [1, T, H, Dh] per head, the sites [1, T, D]
+  // per position, mlp.hook_post [1, T, M] per neuron, an expert's output to one number
+  const keep: Record<string, number | null> = Object.fromEntries(
+    hooks.map((h) => [
+      h,
+      h.endsWith('attn.hook_z') || h.endsWith('mlp.hook_post') ? 2 : h.includes('.experts.') ? null : 1,
+    ]),
+  );
+  const validating = input.validate > 0 || input.validate_scope === 'all';
   ctx.onProgress?.({ stage: 'clean forward', done: 0, total: 2 });
-  const cleanRun = await model.run(clean.ids, { hooks, logitPositions: [T - 1], signal: ctx.signal });
+  // the clean values stay on the device (where the backend keeps them there) unless the validation
+  // patches them in, which needs them here
+  const cleanRun = await model.run(clean.ids, {
+    hooks,
+    logitPositions: [T - 1],
+    hooksOnDevice: !validating,
+    signal: ctx.signal,
+  });
+  try {
+    return await atpFrom(model, input, ctx, { clean, corrupted, given, hooks, keep, cleanRun });
+  } finally {
+    for (const t of Object.values(cleanRun.deviceHooks ?? {})) t.release();
+  }
+}
+
+async function atpFrom(
+  model: LoadedModel,
+  input: AtpParsed,
+  ctx: OpContext,
+  p: {
+    clean: ReturnType<typeof inputIds>;
+    corrupted: ReturnType<typeof corruptedIds>;
+    given: ReturnType<typeof givenMetricTokens>;
+    hooks: string[];
+    keep: Record<string, number | null>;
+    cleanRun: RunResult;
+  },
+): Promise<AtpDoc> {
+  const { clean, corrupted, given, hooks, keep, cleanRun } = p;
+  const T = clean.ids.length;
+  const { n_layers: L, n_heads: H, d_vocab: V } = model.info;
+  const E = model.info.num_experts ?? 0;
+  const expertHook = (l: number, e: number) => `blocks.${l}.mlp.experts.${e}.hook_out`;
   let runs = 2;
   // the default counterfactual is the corrupted prediction, which the backward seed needs first
   let corrPrediction: ArrayLike<number> = [];
@@ -233,43 +257,40 @@ async function atpPair(model: LoadedModel, input: AtpParsed, ctx: OpContext): Pr
   const a = mt.answer;
   const cfId = mt.counterfactual;
   ctx.onProgress?.({ stage: 'corrupted forward + backward', done: 1, total: 2 });
+  // Σ (clean − corrupted) · ∂M/∂a reduced where the values are: only the estimates come back
   const corrRun = await model.run(corrupted.ids, {
-    hooks,
     logitPositions: [T - 1],
     grad: { hooks, seed: metricSeed(V, 1, a, cfId) },
+    attribution: { against: cleanRun.deviceHooks ?? cleanRun.hooks, keep },
     signal: ctx.signal,
   });
   ctx.onProgress?.({ stage: 'corrupted forward + backward', done: 2, total: 2 });
   throwIfAborted(ctx.signal);
   const mClean = metricOf(cleanRun.logits.data, a, cfId);
   const mCorr = metricOf(corrRun.logits.data, a, cfId);
-  const grads = corrRun.grads!;
-  const at = (hook: string, idx: (i: number) => number, n: number) =>
-    attribution(cleanRun.hooks[hook], corrRun.hooks[hook], grads[hook], idx, n);
+  const at = (hook: string) => corrRun.attribution![hook];
 
   const heads: z.infer<typeof headEntry>[] = [];
   const sites: z.infer<typeof siteEntry>[] = [];
   const neuronAll: { layer: number; neuron: number; estimate: number }[] = [];
   for (let l = 0; l < L; l++) {
-    // [1, T, H, d_head] with this layer's own head width (Gemma 4's full-attention layers are wider)
-    const dh = cleanRun.hooks[`blocks.${l}.attn.hook_z`].dims[3];
-    const hz = at(`blocks.${l}.attn.hook_z`, (i) => Math.floor(i / dh) % H, H);
+    const hz = at(`blocks.${l}.attn.hook_z`); // [H], whatever this layer's head width (Gemma 4's full-attention layers are wider)
     for (let h = 0; h < H; h++) heads.push({ layer: l, head: h, estimate: finite(hz[h]) });
     for (const k of SITE_KINDS) {
       const hook = `blocks.${l}.hook_${k}`;
-      const per = at(hook, (i) => Math.floor(i / D), T); // [1, T, D]
+      const per = at(hook); // [T]
       for (let p = 0; p < T; p++) sites.push({ hook, layer: l, position: p, estimate: finite(per[p]) });
     }
     if (input.neurons) {
-      const m = cleanRun.hooks[`blocks.${l}.mlp.hook_post`].dims[2]; // this layer's width (Gemma 4's double-wide MLPs)
-      const per = at(`blocks.${l}.mlp.hook_post`, (i) => i % m, m);
-      for (let n = 0; n < m; n++) neuronAll.push({ layer: l, neuron: n, estimate: finite(per[n]) });
+      // this layer's own width (Gemma 4's double-wide MLPs): the reduction keeps the hook's axis
+      const per = at(`blocks.${l}.mlp.hook_post`);
+      for (let n = 0; n < per.length; n++) neuronAll.push({ layer: l, neuron: n, estimate: finite(per[n]) });
     }
   }
   const experts = E
     ? Array.from({ length: L * E }, (_, i) => {
         const [layer, expert] = [Math.floor(i / E), i % E];
-        return { layer, expert, estimate: finite(at(expertHook(layer, expert), () => 0, 1)[0]) };
+        return { layer, expert, estimate: finite(at(expertHook(layer, expert))[0]) };
       })
     : undefined;
   const byMagnitude = <X extends { estimate: number }>(xs: X[]) =>
