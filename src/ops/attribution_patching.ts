@@ -192,6 +192,17 @@ async function atpPair(model: LoadedModel, input: AtpParsed, ctx: OpContext): Pr
   const given = givenMetricTokens(model, input);
   const { n_layers: L } = model.info;
 
+  // Qwen3.5's linear-attention layers have no heads, and their gated delta rule (an ONNX Scan) no gradient rule
+  const known = new Set(model.hookNames());
+  const linear = Array.from({ length: L }, (_, l) => l).filter((l) => known.has(`blocks.${l}.linear_attn.hook_core`));
+  if (linear.length)
+    throw new LoupeError(
+      'UNSUPPORTED_OP',
+      `attribution_patching needs gradients through every layer; layers ${linear.join(', ')} are linear-attention ` +
+        "layers, whose gated delta rule runs as the ONNX op 'Scan', which has no gradient rule.",
+      'Use patch or ablate on this model: they need no gradients.',
+      { op: 'Scan', layers: linear },
+    );
   const hooks: string[] = [];
   for (let l = 0; l < L; l++) {
     hooks.push(`blocks.${l}.attn.hook_z`, ...SITE_KINDS.map((k) => `blocks.${l}.hook_${k}`));

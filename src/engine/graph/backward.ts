@@ -352,11 +352,12 @@ export function addBackward(g: OnnxGraph, spec: BackwardSpec): string[] {
       );
   }
   const active = (t: string) => fromSrc.has(t) && toOut.has(t);
-  // refuse before writing anything: every op on the gradient path needs a rule
-  for (const n of nodes) {
-    if (n.output.some(active) && n.input.some((i) => i !== '' && active(i)) && !VJP_OPS.has(n.opType))
-      throw unsupported(n);
-  }
+  // refuse before writing anything: every op on the gradient path needs a rule; a recurrence (Scan)
+  // is named before the ops feeding it, since it is the one a caller must ask around
+  const missing = nodes.filter(
+    (n) => n.output.some(active) && n.input.some((i) => i !== '' && active(i)) && !VJP_OPS.has(n.opType),
+  );
+  if (missing.length) throw unsupported(missing.find((n) => n.opType === 'Scan') ?? missing[0]);
 
   const contrib = new Map<string, string[]>();
   const addGrad = (t: string, gname: string) => {
@@ -636,9 +637,18 @@ export function addBackward(g: OnnxGraph, spec: BackwardSpec): string[] {
 }
 
 function unsupported(n: Node, what?: string): LoupeError {
+  if (n.opType === 'Scan')
+    return new LoupeError(
+      'UNSUPPORTED_OP',
+      "Gradients through the ONNX op 'Scan' (a recurrence over positions: the gated delta rule of Qwen3.5's " +
+        'linear-attention layers) are not implemented, so no gradient is computed.',
+      'Ask for gradients at hooks after the last linear-attention layer, or use ablate or patch (no gradients).',
+      { op: 'Scan' },
+    );
   return new LoupeError(
     'UNSUPPORTED_OP',
     `Gradients through the ONNX op '${n.opType}'${what ? ` (${what})` : ''} are not implemented, so no gradient is computed.`,
     'Ask for gradients at hooks after this op, or run without gradients.',
+    { op: n.opType },
   );
 }
