@@ -15,6 +15,7 @@ import { loadModelFilesNode } from '../src/node/load-files-node';
 import { checkConfig, describeModel } from '../src/engine/arch';
 import { LoupeError } from '../src/engine/errors';
 import { judgeEntry, lookupModelName } from '../src/engine/catalog';
+import { edgeLayout, forwardHead, forwardMlp } from '../src/engine/edges';
 import { q8EntryBytesToWrite, type Q8Store } from '../src/engine/q8';
 import { EXPERTS_FILE, materializeDerived } from '../src/engine/mxfp4';
 import { readTensorF32 } from '../src/engine/safetensors';
@@ -177,6 +178,31 @@ describe.each(CASES)('gpt_oss vs float64 reference: $name', ({ options, T }) => 
     });
     expect(maxAbsDiff(wantForced.logits.data, forced.logits.data).maxAbs).toBeLessThan(TOL);
     expect(maxAbsDiff(wantForced.logits.data, want.logits.data).maxAbs).toBeGreaterThan(100 * TOL);
+  });
+
+  it('the edge variant at w = 0 is the plain model: logits and every node (head results with the sinks, experts) as the reference', async () => {
+    const model = models.node!;
+    const { num_hidden_layers: L, num_attention_heads: H, num_local_experts: E, hidden_size: D, vocab_size: V } = m.c;
+    const run = await model.run(tokens, { logitPositions: [T - 1], edges: { subtract: true, outputs: true } });
+    const ref = gptOssForward(m, tokens);
+    const lastRef = ref.logits.data.subarray((T - 1) * V, T * V);
+    expect(maxAbsDiff(lastRef, run.logits.data).maxAbs).toBeLessThan(TOL);
+    const lay = edgeLayout(L, H, false, { experts: E, shared: false });
+    const out = (i: number) => run.edgeOutputs!.data.subarray(i * T * D, (i + 1) * T * D);
+    let worst = maxAbsDiff(out(0), ref.hooks['hook_embed'].data).maxAbs;
+    for (let l = 0; l < L; l++) {
+      const res = ref.hooks[`blocks.${l}.attn.hook_result`].data; // [T, H, D]
+      for (let h = 0; h < H; h++) {
+        const want = Float64Array.from({ length: T * D }, (_, i) => res[(Math.floor(i / D) * H + h) * D + (i % D)]);
+        worst = Math.max(worst, maxAbsDiff(out(forwardHead(lay, l, h)), want).maxAbs);
+      }
+      for (let e = 0; e < E; e++)
+        worst = Math.max(
+          worst,
+          maxAbsDiff(out(forwardMlp(lay, l, e)), ref.hooks[`blocks.${l}.mlp.experts.${e}.hook_out`].data).maxAbs,
+        );
+    }
+    expect(worst).toBeLessThan(TOL);
   });
 
   it('trace: a term per head, the attention bias and each expert (its biases inside), each as the reference, summing to the logit', async () => {
