@@ -761,6 +761,7 @@ class EngineModel implements LoadedModel {
       logitPositions: opts.logitPositions,
       sites,
       gradSeed: opts.grad?.seed,
+      argmax: pick.argmax,
       topK: pick.topK,
     });
     // the layers that own a cache (a Gemma 4 KV-sharing layer reads its source layer's)

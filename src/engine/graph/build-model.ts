@@ -179,44 +179,63 @@ function linearOf(
 
 // ------------------------------------------------------------------ what generation reads of the logits
 
-/** the hooked graph's int64 [] input: k > 0 computes PICK_TOP_* (the k largest logits), 0 (every other run) skips them */
+/** the hooked graph's int64 [] inputs: 1 computes PICK_ARGMAX; k > 0 computes PICK_TOP_* (0, every other run: neither) */
+export const PICK_ARGMAX_FLAG = 'pick.argmax';
 export const PICK_K = 'pick.k';
 /** int64 [B, P']: the id of each position's largest logit (ONNX ArgMax: the first on ties) */
-export const PICK_ARGMAX = 'pick.argmax';
+export const PICK_ARGMAX = 'pick.argmax_ids';
 /** [B, P', k] float and int64: the k largest logits, largest first (ties: lower id first), and their ids */
 export const PICK_TOP_LOGITS = 'pick.top_logits';
 export const PICK_TOP_IDS = 'pick.top_ids';
 
 /**
  * What a decoding step reads of the logits, reduced in the graph so that a few bytes leave the
- * device rather than a vocabulary row: the argmax (greedy) always, since ArgMax runs on every
- * provider and costs a pass over [B, P', V]; the top k (top-k sampling) in the then-branch of an
- * If on PICK_K, since onnxruntime-web's JSEP has no TopK kernel and would copy the logits to the
- * CPU on every run for it (the else-branch gives empty outputs).
+ * device rather than a vocabulary row: the argmax (greedy) and the top k (top-k sampling), each in
+ * the then-branch of an If on its own input, so that a run asking for neither computes neither (an
+ * ArgMax over [B, T, V] every forward cost several percent of one on onnxruntime-node's CPU at
+ * T = 128, measured beside a graph without it) and onnxruntime-web's JSEP, which has no TopK kernel, copies the
+ * logits to the CPU for it only on the runs that take it. The else-branches give empty outputs.
  */
 function addLogitPicks(g: OnnxGraph): void {
-  g.rename(g.o('ArgMax', ['logits'], { axis: -1, keepdims: 0 }), PICK_ARGMAX);
-  g.output(PICK_ARGMAX, 'int64');
-  const k = g.input(PICK_K, 'int64', []);
   // The branches read only outer values: a constant inside a branch is folded by onnxruntime's
   // optimizer into a subgraph initializer that its saved optimized model repeats (optimized-cache.ts
   // then cannot load it: "pke_values initializer name is not unique").
-  const k1 = g.o('Reshape', [k, g.constI([1])]);
+  const pick = (flag: string, prefix: string, made: (b: OnnxGraph) => string[], empty: string[], names: string[]) => {
+    const ints = (n: string) => (n === PICK_ARGMAX || n === PICK_TOP_IDS ? 'int64' : 'float');
+    const then = g.body(`${prefix}t_`);
+    made(then).forEach((v, i) => then.output(then.rename(then.o('Identity', [v]), `${prefix}t_${i}`), ints(names[i])));
+    const other = g.body(`${prefix}e_`);
+    empty.forEach((v, i) => other.output(other.rename(other.o('Identity', [v]), `${prefix}e_${i}`), ints(names[i])));
+    const got = g.op('If', [flag], { then_branch: { graph: then }, else_branch: { graph: other } }, names.length);
+    names.forEach((n, i) => {
+      g.rename(got[i], n);
+      g.output(n, ints(n));
+    });
+  };
+  const zero = g.constI([0], []);
   const none = g.o('Slice', ['logits', g.constI([0]), g.constI([0]), g.constI([-1])]); // [B, P', 0]
-  const noIds = g.o('Cast', [none], { to: 7 });
-  const then = g.body('pkt_');
-  const [v, i] = then.op('TopK', ['logits', k1], { axis: -1, sorted: 1 }, 2);
-  then.output(then.rename(then.o('Identity', [v]), 'pkt_values'));
-  then.output(then.rename(then.o('Identity', [i]), 'pkt_ids'), 'int64');
-  const other = g.body('pke_');
-  other.output(other.rename(other.o('Identity', [none]), 'pke_values'));
-  other.output(other.rename(other.o('Identity', [noIds]), 'pke_ids'), 'int64');
-  const flag = g.o('Greater', [k, g.constI([0], [])]);
-  const [tv, ti] = g.op('If', [flag], { then_branch: { graph: then }, else_branch: { graph: other } }, 2);
-  g.rename(tv, PICK_TOP_LOGITS);
-  g.output(PICK_TOP_LOGITS);
-  g.rename(ti, PICK_TOP_IDS);
-  g.output(PICK_TOP_IDS, 'int64');
+  // [B, 0] int64: the first logit of each position, none of them kept
+  const noArgmax = g.o(
+    'Cast',
+    [g.o('Slice', [g.o('Gather', ['logits', zero], { axis: -1 }), g.constI([0]), g.constI([0]), g.constI([-1])])],
+    { to: 7 },
+  );
+  pick(
+    g.o('Greater', [g.input(PICK_ARGMAX_FLAG, 'int64', []), zero]),
+    'pka',
+    (b) => [b.o('ArgMax', ['logits'], { axis: -1, keepdims: 0 })],
+    [noArgmax],
+    [PICK_ARGMAX],
+  );
+  const k = g.input(PICK_K, 'int64', []);
+  const k1 = g.o('Reshape', [k, g.constI([1])]);
+  pick(
+    g.o('Greater', [k, zero]),
+    'pkt',
+    (b) => b.op('TopK', ['logits', k1], { axis: -1, sorted: 1 }, 2),
+    [none, g.o('Cast', [none], { to: 7 })],
+    [PICK_TOP_LOGITS, PICK_TOP_IDS],
+  );
 }
 
 // ------------------------------------------------------------------ the model

@@ -7,7 +7,7 @@ import { LoupeError } from '../errors';
 import type { KVCache } from '../api';
 import { headsOf, type ModelSpec } from '../spec';
 import type { Tensor } from '../tensor';
-import { PICK_K, type BuiltGraph } from '../graph/build-model';
+import { PICK_ARGMAX_FLAG, PICK_K, type BuiltGraph } from '../graph/build-model';
 import { mulInput, addInput } from '../graph/hooks';
 import { GRAD_SEED } from '../graph/backward-model';
 import { EDGE_GATE, EDGE_SELF, EDGE_SRC, EDGE_W } from '../graph/edge-graph';
@@ -32,7 +32,8 @@ export interface FeedRequest {
   edges?: { w: Tensor; src: Tensor; self: number; gate?: Tensor };
   /** the readout products' inputs (readout/graph.ts readoutFeeds), for a graph that has them in its forward */
   readout?: Record<string, OrtTensorLike>;
-  /** the k largest logits to compute at each logit position (RunOptions.pick); 0 or absent: none */
+  /** what of the logits to reduce in the graph (RunOptions.pick): each position's argmax, its k largest (0: none) */
+  argmax?: boolean;
   topK?: number;
 }
 
@@ -125,7 +126,10 @@ export function buildFeeds(
     feeds[addInput(site)] = c ? f32(c.add, c.dims) : f32(zero, [1]);
   }
 
-  if (graph.inputNames.includes(PICK_K)) feeds[PICK_K] = i64([req.topK ?? 0], []);
+  if (graph.inputNames.includes(PICK_K)) {
+    feeds[PICK_ARGMAX_FLAG] = i64([req.argmax ? 1 : 0], []);
+    feeds[PICK_K] = i64([req.topK ?? 0], []);
+  }
   if (graph.inputNames.includes(FORWARD_READOUT_FLAG)) {
     // 0 on a forward: the If skips the products (readout/graph.ts addForwardReadout)
     feeds[FORWARD_READOUT_FLAG] = i64([req.readout ? 1 : 0], []);
