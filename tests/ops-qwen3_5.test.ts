@@ -3,7 +3,8 @@
  * (tests/reference/qwen3_5-64.ts, the delta rule token by token): `ablate` of each linear-attention
  * layer's output (zero and mean over positions) equals the reference with that hook replaced;
  * `steer` at the layer after a linear-attention layer gives the reference's steered next-token
- * log-probabilities and greedy continuation (full re-runs, the edit at every position); and gradients that
+ * log-probabilities and greedy continuation (full re-runs, the edit at every position); gradients at
+ * hooks after the last linear-attention layer equal float64 central differences; and gradients that
  * would pass through the delta rule's recurrence (an ONNX Scan, which the backward builder has no rule
  * for) are UNSUPPORTED_OP naming the Scan, from the engine and from attribution_patching.
  */
@@ -120,6 +121,32 @@ describe('Qwen3.5 linear-attention layers: ablate, steer and gradients vs float6
     expect(worst).toBeLessThan(TOL);
     expect(doc.steered.generated_token_ids).toEqual(ids.slice(prompt.length));
     expect(doc.steered.generated_token_ids).not.toEqual(doc.base.generated_token_ids);
+  });
+
+  it('gradients at hooks after the last linear-attention layer equal float64 central differences', async () => {
+    const after = linear[linear.length - 1] + 1;
+    expect(m.text.layer_types[after]).toBe('full_attention');
+    const T = tokens.length;
+    const [a, b] = [3, 5];
+    const seed = new Float32Array(T * V);
+    seed[(T - 1) * V + a] = 1;
+    seed[(T - 1) * V + b] = -1;
+    for (const name of [`blocks.${after}.hook_resid_pre`, `blocks.${after}.hook_resid_mid`]) {
+      const out = await model.run(tokens, { grad: { hooks: [name], seed: { dims: [1, T, V], data: seed } } });
+      const g = out.grads![name].data;
+      const r = mulberry32(23);
+      const u = Array.from({ length: T * D }, () => r() * 2 - 1);
+      const M = (eps: number) => {
+        const hook = (h: string, v: Float64Array) => (h === name ? v.map((x, i) => x + eps * u[i]) : undefined);
+        const row = lastRow(qwen35Forward(m, tokens, { hook }).logits.data, T);
+        return row[a] - row[b];
+      };
+      const fd = (M(1e-4) - M(-1e-4)) / 2e-4;
+      const got = u.reduce((s, x, i) => s + x * g[i], 0);
+      console.log(`qwen3_5 ∂M/∂${name} · u: engine ${got.toFixed(6)}, float64 central difference ${fd.toFixed(6)}`);
+      expect(Math.abs(fd)).toBeGreaterThan(1e-2);
+      expect(Math.abs(got - fd)).toBeLessThan(TOL * Math.max(1, Math.abs(fd)));
+    }
   });
 
   it('a gradient through the gated delta rule is UNSUPPORTED_OP naming the Scan (engine and attribution_patching)', async () => {

@@ -158,6 +158,7 @@ function inferShapes(
         case 'Relu':
         case 'Identity':
         case 'Exp':
+        case 'Softplus':
         case 'Softmax':
         case 'Clip':
           outs = [{ shape: s0 }];
@@ -288,8 +289,9 @@ function inferShapes(
           outs = [{ shape: broadcast(s0!, ins[1].ints!) }];
           break;
         case 'ReduceMean':
+        case 'ReduceSumSquare':
         case 'ReduceSum': {
-          const axes: number[] = (n.opType === 'ReduceMean' ? attr(n, 'axes') : ins[1]?.ints) ?? s0!.map((_, k) => k);
+          const axes: number[] = (n.opType === 'ReduceSum' ? ins[1]?.ints : attr(n, 'axes')) ?? s0!.map((_, k) => k);
           const ax = axes.map((a) => norm(a, s0!.length));
           const keep = (attr(n, 'keepdims') ?? 1) === 1;
           outs = [
@@ -301,6 +303,30 @@ function inferShapes(
           const ax = norm(attr(n, 'axis') ?? -1, s0!.length);
           const shape = s0!.map((d, i) => (i === ax ? ins[1].ints![0] : d));
           outs = [{ shape }, { shape }];
+          break;
+        }
+        case 'Scan': {
+          // the body's declared dims, its symbols bound from the inputs: states as they are, scan inputs
+          // less their scan axis; scan outputs gain the sequence axis (tensors after a recurrence have shapes)
+          const body = n.attribute.find((a: any) => a.name === 'body').g;
+          const nScan = attr(n, 'num_scan_inputs');
+          const nState = ins.length - nScan;
+          const inAxes: number[] = attr(n, 'scan_input_axes') ?? new Array(nScan).fill(0);
+          const outAxes: number[] = attr(n, 'scan_output_axes') ?? [];
+          const dimsOf = (v: any): (number | string)[] =>
+            (v.type?.tensorType?.shape?.dim ?? []).map((d: any) => (d.dimParam ? d.dimParam : Number(d.dimValue)));
+          const sym = new Map<string, number>();
+          body.input.forEach((v: any, i: number) => {
+            let actual = ins[i].shape!;
+            if (i >= nState) actual = actual.filter((_, k) => k !== norm(inAxes[i - nState], actual.length));
+            dimsOf(v).forEach((d, k) => typeof d === 'string' && sym.set(d, actual[k]));
+          });
+          const seq = ins[nState].shape![norm(inAxes[0], ins[nState].shape!.length)];
+          outs = body.output.map((v: any, j: number) => {
+            const shape = dimsOf(v).map((d) => (typeof d === 'string' ? sym.get(d)! : d));
+            if (j >= nState) shape.splice(norm(outAxes[j - nState] ?? 0, shape.length + 1), 0, seq);
+            return { shape };
+          });
           break;
         }
         default:
