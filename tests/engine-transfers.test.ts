@@ -97,11 +97,11 @@ describe('transfers on WebGPU (node), against the bytes each document needs', ()
     const T = r.doc.tokens.length;
     // per layer resid_pre, resid_mid, resid_post, attn_out, mlp_out, mlp_post and pattern reduced on
     // the GPU: mean, std, min, max (4 floats), the argmax (int64) and a norm per position; the last
-    // layer's mlp_post whole (the document's values grid; its statistics from it, here); the logits
-    // at one position. Before (main at 36e3e62) every hook came back whole: F·(L·(5·T·D + T·M +
-    // H·T·T) + V) = 35,024 bytes here, 9,044 now
-    expect(r.read).toBe(F * (T * M + V) + (7 * L - 1) * (4 * F + 8 + T * F));
-    expect(r.read).toBe(9_044);
+    // layer's mlp_post whole (the document's values grid; its statistics from it, here); of the
+    // logits the argmax only (int64). Before (main at 36e3e62) every hook came back whole, and a
+    // logits row: F·(L·(5·T·D + T·M + H·T·T) + V) = 35,024 bytes here, 7,852 now
+    expect(r.read).toBe(F * T * M + 8 + (7 * L - 1) * (4 * F + 8 + T * F));
+    expect(r.read).toBe(7_852);
     const c = (await getOperation('activations')!.run(cpu, { prompt, top_k: 3 }, {})) as any;
     close(r.doc.values.grid.flat(), c.values.grid.flat());
     // the statistics reduced on the GPU (float32) against node's (float64 here)
@@ -130,12 +130,13 @@ describe('transfers on WebGPU (node), against the bytes each document needs', ()
     // the clean run's hooks stay on the device (nothing validates, so nothing patches them in); the
     // corrupted forward + backward keeps its hooks and gradients there and a helper sums
     // (clean − corrupted) · grad to an estimate per head (hook_z) and per position (resid_pre,
-    // attn_out, mlp_out). Read: three rows of logits (clean, the corrupted prediction, the gradient
-    // run) and the estimates. Before (main at 36e3e62) the hooks came back twice and the gradients
-    // once: F·(3·L·(H·Dh + 3·D)·T + 3·V) = 94,464 bytes here, 3,776 now
-    expect(r.runs).toBe(4);
-    expect(r.read).toBe(F * (3 * V + L * (H + 3 * T)));
-    expect(r.read).toBe(3_776);
+    // attn_out, mlp_out). Read: two rows of logits (clean, the corrupted prediction), the gradient
+    // run's metric (its row reduced to two logits) and the estimates. Before (main at 36e3e62) the
+    // hooks came back twice and the gradients once: F·(3·L·(H·Dh + 3·D)·T + 3·V) = 94,464 bytes
+    // here, 2,600 now
+    expect(r.runs).toBe(5);
+    expect(r.read).toBe(F * (2 * V + L * (H + 3 * T)) + row([0, 0]));
+    expect(r.read).toBe(2_600);
     // the backward pass too runs on the GPU (its gradient sums were a Sum, which ran on the CPU)
     expect(floatOffDevice(gpu)).toEqual([]);
     const c = (await getOperation('attribution_patching')!.run(cpu, input, {})) as any;

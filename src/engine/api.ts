@@ -409,7 +409,7 @@ export interface RunOptions {
    * (null: all) → `attribution`; those hooks and gradients are then not returned unless in `hooks`
    */
   attribution?: AttributionReduce;
-  /** the hooks returned stay on the device where the backend keeps values there (`deviceHooks`: release them) */
+  /** the hooks returned stay on the device where the session keeps them there (`deviceHooks`: release them), else in `hooks` */
   hooksOnDevice?: boolean;
   signal?: AbortSignal;
 }

@@ -806,12 +806,13 @@ class EngineModel implements LoadedModel {
         reduce || !out.logits
           ? { dims: [B, logitPosCount(opts, T), 0], data: new Float32Array(0) }
           : toTensor(out.logits),
-      hooks: onDev && opts.hooksOnDevice ? {} : Object.fromEntries(wanted.map((h) => [h, hookAt(h)])),
+      hooks: {},
     };
-    if (onDev && opts.hooksOnDevice)
-      result.deviceHooks = Object.fromEntries(
-        wanted.map((h) => [h, { dims: [...out[h].dims], device: out[h], release: () => out[h].dispose?.() }]),
-      );
+    // hooksOnDevice: those the session did keep there (the page's WebGPU session hands hooks back in JS)
+    for (const h of wanted)
+      if (opts.hooksOnDevice && onDevice(out[h]))
+        (result.deviceHooks ??= {})[h] = { dims: [...out[h].dims], device: out[h], release: () => out[h].dispose?.() };
+      else result.hooks[h] = hookAt(h);
     const ints = (t: OrtTensorLike) => Array.from(t.data as BigInt64Array, Number);
     if (pick.argmax) result.argmax = ints(out[PICK_ARGMAX]);
     if (pick.topK)

@@ -252,6 +252,8 @@ export const operation = defineOperation({
     hooks: whole,
     hookStats: summarised,
     logitPositions: [ids.length - 1],
+    // the logits stay where they are: the argmax (8 bytes) is the least a run can read of them
+    pick: { argmax: true, logits: false },
     signal: ctx.signal,
   });
   throwIfAborted(ctx.signal);

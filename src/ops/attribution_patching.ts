@@ -272,13 +272,15 @@ async function atpFrom(
   const corrRun = await model.run(corrupted.ids, {
     logitPositions: [T - 1],
     grad: { hooks, seed: metricSeed(V, 1, a, cfId) },
-    attribution: { against: cleanRun.deviceHooks ?? cleanRun.hooks, keep },
+    attribution: { against: { ...cleanRun.hooks, ...cleanRun.deviceHooks }, keep },
+    // M(corrupted) needs the answer's and the counterfactual's logits only
+    reduceLogits: { ids: cfId !== null ? [a, cfId] : [a] },
     signal: ctx.signal,
   });
   ctx.onProgress?.({ stage: 'corrupted forward + backward', done: 2, total: 2 });
   throwIfAborted(ctx.signal);
   const mClean = metricOf(cleanRun.logits.data, a, cfId);
-  const mCorr = metricOf(corrRun.logits.data, a, cfId);
+  const mCorr = metricOf(corrRun.logitRows![0].at, 0, cfId !== null ? 1 : null);
   const at = (hook: string) => corrRun.attribution![hook];
 
   const heads: z.infer<typeof headEntry>[] = [];
