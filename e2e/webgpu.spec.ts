@@ -30,6 +30,7 @@ import {
 } from './fixtures';
 import { ALL_FAMILY_CASES, MOE_FAMILY_CASES, makeCaseModel, referenceForward } from '../tests/reference';
 import { q4Reference } from '../tests/helpers/q4-reference';
+import { makeGemma4Model, gemma4Greedy } from '../tests/reference/gemma4-64';
 import { makeRandomTranscoders } from '../tests/helpers/random-transcoders';
 import { loadModelNode } from '../src/node/load';
 import { createNodeSaeLoaders } from '../src/node/load-sae';
@@ -727,5 +728,57 @@ test('a page whose native runtime is missing (its .wasm refused) loads on JSEP a
     expect((await pageDoc(page, 'trace')).top_predictions.length).toBeGreaterThan(0);
   } finally {
     await ctx.close();
+  }
+});
+
+test('Gemma 4 on WebGPU (per-layer inputs, KV sharing, k_eq_v, wider full-attention heads): greedy generation through the KV cache equals the float64 reference and every hook agrees with WASM', async ({
+  page,
+  site,
+  hub,
+}) => {
+  test.setTimeout(600_000);
+  const [S, F] = ['sliding_attention', 'full_attention'] as const;
+  const models = [
+    {
+      n: 'gemma4-ple-kv-sharing',
+      m: makeGemma4Model({ layerTypes: [S, S, F, S, S, F], kvShared: 2, doubleWide: true, nKvHeads: 1 }),
+    },
+    {
+      n: 'gemma4-multimodal-bf16-k-eq-v',
+      m: makeGemma4Model({ multimodal: true, dtype: 'BF16', kEqV: true, perLayer: 0, tied: false, seed: 7 }),
+    },
+  ];
+  try {
+    await openReady(page, site.url);
+    await requireWebGpu(page);
+    await page.locator('#backend').selectOption('webgpu');
+    await waitModelReady(page, 120_000);
+    for (const { n, m } of models) {
+      const repo = `loupe-test/${n}`;
+      hub.addRepo(repo, m.dir);
+      await loadFromHub(page, hub.url, repo);
+      await page.waitForFunction(
+        (id) =>
+          (globalThis as any).__loupe.model?.info.id === id && (globalThis as any).__loupe.modelStatus === 'ready',
+        repo,
+        { timeout: 120_000 },
+      );
+      await page.getByTestId('prompt').fill('abc ab abc');
+      await page.getByTestId('tab-generate').click();
+      await page.locator('#p-generate-max_new_tokens').fill('6');
+      await page.locator('#p-generate-stop_at_eos').uncheck();
+      await runOp(page, 'generate', { timeout: 120_000 });
+      const doc = await pageDoc(page, 'generate');
+      expect(doc.model.backend).toBe('webgpu');
+      const ids = doc.tokens.map((t: { id: number }) => t.id);
+      const want = gemma4Greedy(m, ids, 6);
+      console.log(
+        `[e2e] ${n} on webgpu: generated ${JSON.stringify(doc.generated_token_ids)}, float64 ${JSON.stringify(want)}`,
+      );
+      expect(doc.generated_token_ids).toEqual(want);
+      await agreement(page, n);
+    }
+  } finally {
+    for (const { m } of models) m.cleanup();
   }
 });
