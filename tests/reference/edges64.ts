@@ -17,7 +17,15 @@
 // of the router applied to input `m{l}.e{e}<router>`; the shared expert and its sigmoid gate read
 // `m{l}.shared`. Edges into an MoE layer: per upstream node, each expert's <in> then <router>, then shared.
 
-import { describe as archOf, matmul, normalize, applyRotary, type RefModel, type RefMoe } from './forward64';
+import {
+  describe as archOf,
+  matmul,
+  normalize,
+  applyRotary,
+  type RefModel,
+  type RefMoe,
+  type RefNorm,
+} from './forward64';
 
 export interface EdgeGraph64 {
   /** upstream nodes in residual-stream order */
@@ -133,13 +141,28 @@ export function edgeForward64(model: RefModel, tokens: number[], opts: EdgeForwa
     const q: Float64Array[] = [];
     const k: Float64Array[] = [];
     const v: Float64Array[] = [];
+    // OLMo 2 / OLMoE (qkFull): the copy's whole projection normalised over all n·Dh, then head h's slice
+    const wholeNormed = (
+      x: Float64Array,
+      W: Float64Array,
+      n: number,
+      b: Float64Array | null,
+      nm: RefNorm,
+      head: number,
+    ) => {
+      const y = normalize(matmul(normalize(x, T, D, L.ln1!), T, D, W, n * Dh, b), T, n * Dh, nm);
+      return Float64Array.from({ length: T * Dh }, (_, i) => y[Math.floor(i / Dh) * n * Dh + head * Dh + (i % Dh)]);
+    };
     for (let h = 0; h < H; h++) {
       const kh = Math.floor(h / rep);
-      let qh = project(input(`a${l}.h${h}<q>`, residPre), L.Wq, H * Dh, L.bq, h);
-      let khv = project(input(`a${l}.h${h}<k>`, residPre), L.Wk, Hkv * Dh, L.bk, kh);
+      const xq = input(`a${l}.h${h}<q>`, residPre);
+      const xk = input(`a${l}.h${h}<k>`, residPre);
+      let qh = L.qkFull && L.qNorm ? wholeNormed(xq, L.Wq, H, L.bq, L.qNorm, h) : project(xq, L.Wq, H * Dh, L.bq, h);
+      let khv =
+        L.qkFull && L.kNorm ? wholeNormed(xk, L.Wk, Hkv, L.bk, L.kNorm, kh) : project(xk, L.Wk, Hkv * Dh, L.bk, kh);
       const vh = project(input(`a${l}.h${h}<v>`, residPre), L.Wv, Hkv * Dh, L.bv, kh);
-      if (L.qNorm) qh = normalize(qh, T, Dh, L.qNorm);
-      if (L.kNorm) khv = normalize(khv, T, Dh, L.kNorm);
+      if (L.qNorm && !L.qkFull) qh = normalize(qh, T, Dh, L.qNorm);
+      if (L.kNorm && !L.qkFull) khv = normalize(khv, T, Dh, L.kNorm);
       if (A.rotDims > 0 && A.rope) {
         const { inv, mult } = A.rope(L.rope, T); // longrope: by the run's length, as referenceForward
         applyRotary(qh, T, 1, Dh, A.rotDims, inv, mult);

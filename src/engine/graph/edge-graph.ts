@@ -29,7 +29,15 @@
  * and edge::grad_sum [1, Nf, Nb], its sum over the batch.
  */
 import { LoupeError } from '../errors';
-import { attentionOf, type ModelSpec, type LayerSpec, type LinearRef, type MoeSpec } from '../spec';
+import {
+  attentionOf,
+  type ModelSpec,
+  type LayerSpec,
+  type LinearRef,
+  type MoeSpec,
+  type NormSpec,
+  type QKVSpec,
+} from '../spec';
 import type { TensorEntry } from '../safetensors-types';
 import { ModelGraph, type BuiltGraph, type GraphPlan } from './build-model';
 import { addModelBackward } from './backward-model';
@@ -183,6 +191,27 @@ class EdgeModelGraph extends ModelGraph {
     return [one(qkv.q, H), one(qkv.k, Hkv), one(qkv.v, Hkv)];
   }
 
+  /**
+   * q or k of every head's own copy x [B, H, T, D] under a norm over the whole projection: the copy's
+   * full projection [B, H, T, n·Dh] normalised, then head h's slice (k: its kv head's) → [B, H, T, Dh]
+   */
+  private fullNormed(x: string, qkv: QKVSpec, which: 'q' | 'k', n: NormSpec): string {
+    const { g, D, H, Hkv, Dh } = this;
+    if (qkv.kind !== 'separate' || qkv[which].rows)
+      throw new LoupeError('UNSUPPORTED_OP', 'Edge patching: a whole-projection q/k norm on a fused projection.');
+    const ref = qkv[which];
+    const heads = which === 'q' ? H : Hkv;
+    const w = ref.layout === 'out_in' ? g.o('Transpose', [this.W(ref.w, x)], { perm: [1, 0] }) : this.W(ref.w, x);
+    let y = g.o('MatMul', [x, w]); // [B, H, T, heads·Dh]
+    if (ref.b) y = g.o('Add', [y, this.W(ref.b)]);
+    y = g.o('Reshape', [this.norm(y, n), g.constI([0, 0, 0, heads, Dh])]);
+    // copy h keeps head floor(h·heads/H): a 0/1 mask [H, 1, heads, 1], summed over the heads axis
+    const mask = Array.from({ length: H * heads }, (_, i) =>
+      i % heads === Math.floor((Math.floor(i / heads) * heads) / H) ? 1 : 0,
+    );
+    return g.o('ReduceSum', [g.o('Mul', [y, g.constF(mask, [H, 1, heads, 1])]), g.constI([3])], { keepdims: 0 });
+  }
+
   /** one block: heads from their own inputs, then the MLP; returns the new residual stream */
   private edgeBlock(l: number, resid: string, diffs: string[]): string {
     const { g, D, H, Dh, layout } = this;
@@ -190,13 +219,6 @@ class EdgeModelGraph extends ModelGraph {
     const a = attentionOf(this.spec, l);
     if (a.outputGate)
       throw new LoupeError('UNSUPPORTED_OP', `Edge patching does not model layer ${l}'s gated attention output.`);
-    if (a.qkNormWidth === 'full')
-      throw new LoupeError(
-        'UNSUPPORTED_ARCHITECTURE',
-        `${this.spec.family}: edge patching does not model q/k norms over the whole projection (OLMo 2, OLMoE), ` +
-          "where one head's query is normalised together with the other heads'.",
-        'Use ablate, patch or attribution_patching on this model, or a model with per-head or no q/k norms.',
-      );
     const first = forwardHead(layout, l, 0);
     // q, k, v inputs of every head: [B, 3H, T, D]
     const xin = g.o('Add', [
@@ -213,9 +235,15 @@ class EdgeModelGraph extends ModelGraph {
     const toBTHD = (t: string) => g.o('Transpose', [t], { perm: [0, 2, 1, 3] });
     let q = proj(xq, pq);
     let k = proj(xk, pk);
+    if (a.qkNormWidth === 'full') {
+      // OLMo 2 / OLMoE normalise the whole projection: each head's copy computes every head's q (k),
+      // normalises them together, and keeps its own head's slice (its kv head's for k)
+      q = this.fullNormed(xq, layer.attn!.qkv, 'q', a.qNorm!);
+      k = this.fullNormed(xk, layer.attn!.qkv, 'k', a.kNorm!);
+    }
     const v = proj(xv, pv); // [B, H, T, Dh]
-    if (a.qNorm) q = this.norm(q, a.qNorm);
-    if (a.kNorm) k = this.norm(k, a.kNorm);
+    if (a.qNorm && a.qkNormWidth !== 'full') q = this.norm(q, a.qNorm);
+    if (a.kNorm && a.qkNormWidth !== 'full') k = this.norm(k, a.kNorm);
     const qT = this.rope(toBTHD(q)); // [B, T, H, Dh]
     const kH = this.spec.rotary ? toBTHD(this.rope(toBTHD(k))) : k; // [B, H, T, Dh]
     const mask = a.slidingWindow !== null ? this.maskLocal : this.mask;
