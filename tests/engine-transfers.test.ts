@@ -69,16 +69,18 @@ describe('transfers on WebGPU (node), against the bytes each document needs', ()
     // the forward: the logits at the position; per layer hook_z, attn_out, mlp_out, mlp.hook_post; resid_pre 0,
     // the last resid_post, ln_final's scale, pos_embed: all at the one position
     const want = F * (V + L * (H * Dh + 2 * D + M) + 2 * D + 1 + D);
-    for (const prompt of ['the cat', 'the cat sat on the mat and then the dog sat on the cat again']) {
+    for (const [i, prompt] of ['the cat', 'the cat sat on the mat and then the dog sat on the cat again'].entries()) {
       const r = await counted(gpu, 'trace', { prompt, top_k: 3 });
+      // the first trace also takes Σ_v W_U[:, v] (the centring's mean, kept for the model) on the device: D floats
+      const sum = i === 0 ? 1 : 0;
       // the forward, then one token through the forward graph taking the readout's If (readout 'forward'):
       // per layer z·W_O [D], and W_O·e [H·Dh], W_out·e [M] for the target's direction e
       expect(gpu.info.readout).toBe('forward');
-      expect(r.runs).toBe(2);
-      expect(r.read).toBe(want + F * L * (D + H * Dh + M));
+      expect(r.runs).toBe(2 + sum);
+      expect(r.read).toBe(want + F * L * (D + H * Dh + M) + sum * F * D);
       expect(r.deviceOutputs).toBe(0);
       // the identity interventions of every site are fed from the device: two per site, in each run
-      expect(r.deviceFeeds).toBe(2 * 2 * gpu.hookNames().filter((h) => !h.endsWith('attn_scores')).length);
+      expect(r.deviceFeeds).toBe(2 * (2 + sum) * gpu.hookNames().filter((h) => !h.endsWith('attn_scores')).length);
       const c = (await getOperation('trace')!.run(cpu, { prompt, top_k: 3 }, {})) as any;
       expect(r.doc.predicted_token_id).toBe(c.predicted_token_id);
       close(r.doc.head_attribution.flat(), c.head_attribution.flat());
@@ -87,6 +89,14 @@ describe('transfers on WebGPU (node), against the bytes each document needs', ()
         c.decomposition.terms.map((t: any) => t.value),
       );
     }
+    // that sum against float64 over W_U [D, V] as TransformerLens orients it
+    const wu = cpu.param('unembed.W_U');
+    const ref = Array.from({ length: D }, (_, d) => {
+      let x = 0;
+      for (let v = 0; v < V; v++) x += wu.data[d * V + v];
+      return x;
+    });
+    close(Array.from((await gpu.weightProducts({ unembedSum: true })).unembedSum.data), ref, 1e-5);
     expect(gpu.memory().transfers!.off_device_nodes).toBeGreaterThan(0);
     expect(floatOffDevice(gpu)).toEqual([]);
   });
@@ -294,14 +304,25 @@ describe('transfers on WebGPU (node), against the bytes each document needs', ()
         ];
         const K = targets.length;
         const runs = Math.ceil(K / 8);
+        // the logit target's mean unembedding: on WebGPU Σ_v W_U[:, v] is one run of the forward's readout
+        // (its traffic measured here on its own), elsewhere a pass in JavaScript
+        const s0 = m.memory().transfers!;
+        await m.weightProducts({ unembedSum: true });
+        const s1 = m.memory().transfers!;
+        const extra = (k: 'runs' | 'written_bytes' | 'read_bytes' | 'device_feeds') =>
+          (s1[k] as number) - (s0[k] as number);
+        expect(extra('runs')).toBe(onDevice ? 1 : 0);
+        expect(extra('read_bytes')).toBe(onDevice ? F * D : 0);
         const before = m.memory().transfers!;
         const rows = await rep.rows(targets);
         const after = m.memory().transfers!;
-        expect(after.runs - before.runs).toBe(runs);
+        expect(after.runs - before.runs).toBe(runs + extra('runs'));
         const seeds = F * K * (D + (L + 1) * T);
-        expect(after.written_bytes - before.written_bytes).toBe(seeds + F * fixed * (onDevice ? 1 : runs));
-        expect(after.read_bytes - before.read_bytes).toBe(F * K * (T + L * T + T * sumP));
-        expect(after.device_feeds - before.device_feeds).toBe(onDevice ? runs * (6 + L) : 0);
+        expect(after.written_bytes - before.written_bytes).toBe(
+          seeds + F * fixed * (onDevice ? 1 : runs) + extra('written_bytes'),
+        );
+        expect(after.read_bytes - before.read_bytes).toBe(F * K * (T + L * T + T * sumP) + extra('read_bytes'));
+        expect(after.device_feeds - before.device_feeds).toBe((onDevice ? runs * (6 + L) : 0) + extra('device_feeds'));
         if (m === gpu) gpuRows = rows;
         else close(Array.from(rows), Array.from(gpuRows!), 1e-3);
       }

@@ -40,7 +40,7 @@ import {
   type BuiltGraph,
   type GraphPlan,
 } from './graph/build-model';
-import { readoutFor, readoutProducts, READOUT_OUTPUTS, type ReadoutMode } from './readout';
+import { readoutFor, readoutProducts, FORWARD_READOUT_OUTPUTS, type ReadoutMode } from './readout';
 import { allHookNames, hookInfo, hookShape as shapeOfHook, unknownHookHint } from './graph/hooks';
 import { compileInterventions } from './runtime/interventions';
 import { buildFeeds } from './runtime/feeds';
@@ -628,7 +628,7 @@ class EngineModel implements LoadedModel {
         forward: async (feeds) => {
           const { session, graph } = await this.variant(BASE_VARIANT);
           const f = buildFeeds(this.factory.ort, this.spec, graph, { rows: [[0]], sites: new Map(), readout: feeds });
-          return runSession(session, f, READOUT_OUTPUTS, 'This may be out of memory.', ' in the readout');
+          return runSession(session, f, FORWARD_READOUT_OUTPUTS, 'This may be out of memory.', ' in the readout');
         },
         tensor: (type, data, dims) => new this.factory.ort.Tensor(type, data, dims),
         noEmpty: this.info.backend === 'webgpu',

@@ -118,7 +118,7 @@ export function buildVariant(v: GraphVariant, c: VariantContext): BuiltGraph {
         vocabRows: c.vocabRows,
         fused: c.fused,
         ...(c.readoutInForward && uniformLayers(c.spec) && variantKey(v) === variantKey(BASE_VARIANT)
-          ? { extra: (g) => addForwardReadout(g, c.spec, c.tensors) }
+          ? { extra: (g) => addForwardReadout(g, c.spec, c.tensors, c.vocabRows) }
           : {}),
       });
   }

@@ -10,7 +10,8 @@
  *   attn_dirs  float [L, K, D]     → attn_dir  [L, K, H·Dh]  rows of W_O_l · e  (K directions per layer)
  *   mlp_dirs   float [L, K', D]    → mlp_dir   [L, K', M]    rows of W_out_l · e
  *
- * The unembedding's products are never in this graph: unembed.ts reads them in JavaScript.
+ * The unembedding's products are not in this graph: unembed.ts reads them in JavaScript, but in the
+ * forward graph (addForwardReadout) the sum of W_U's columns is taken on the device.
  * (W_O, W_out, W_U in TransformerLens orientation: [H·Dh, D], [M, D], [D, V].)
  */
 import { OnnxGraph } from '../graph/onnx-builder';
@@ -22,6 +23,7 @@ import type { WeightProducts, WeightProductsInput } from '../api';
 import type { OrtTensorLike } from '../runtime/ort-session';
 import type { WeightPrecision } from '../precision';
 import { checkReadoutInput } from './input';
+import { vocabChunks } from '../graph/vocab';
 
 export function buildReadoutGraph(
   spec: ModelSpec,
@@ -112,7 +114,12 @@ export const FORWARD_READOUT_FLAG = 'readout';
  * branches; a forward's flag is 0 and the else-branch gives empty outputs, so a forward computes
  * no product and widens no weight for them). Outputs READOUT_OUTPUTS.
  */
-export function addForwardReadout(g: OnnxGraph, spec: ModelSpec, tensors: Map<string, TensorEntry>): void {
+export function addForwardReadout(
+  g: OnnxGraph,
+  spec: ModelSpec,
+  tensors: Map<string, TensorEntry>,
+  vocabRows?: number,
+): void {
   const { nLayers: L, dModel: D, nHeads: H, dHead: Dh, dMlp: M } = spec;
   const inputs = readoutInputs(g, spec, FORWARD_READOUT_PREFIX);
   const flag = g.o('Cast', [g.input(FORWARD_READOUT_FLAG, 'int64', [])], { to: 9 }); // bool
@@ -137,9 +144,30 @@ export function addForwardReadout(g: OnnxGraph, spec: ModelSpec, tensors: Map<st
     g.rename(outs[i], name);
     g.output(name);
   });
+  // Σ_v W_U[:, v] (float32 sums on the device, over the table as the forward holds it), in an If of
+  // its own: asked for once per model (DLA's centring)
+  const table = vocabChunks(tensors.get(spec.unembed.w)!, vocabRows);
+  const sumFlag = g.o('Cast', [g.input(FORWARD_READOUT_PREFIX + UNEMBED_SUM, 'int64', [])], { to: 9 });
+  const sumThen = g.bodyWithWeights('rus_');
+  let sum = '';
+  for (const c of table) {
+    const part = sumThen.o('ReduceSum', [sumThen.weight(c, sum || undefined), sumThen.constI([0])], { keepdims: 0 });
+    sum = sum ? sumThen.o('Add', [sum, part]) : part;
+  }
+  sumThen.output(sumThen.rename(sumThen.o('Identity', [sum]), `rus_${UNEMBED_SUM}`));
+  const sumElse = g.body('rue_');
+  const noSum = sumElse.o('ConstantOfShape', [sumElse.constI([0])], { value: { tensor: { dims: [1], floats: [0] } } });
+  sumElse.output(sumElse.rename(sumElse.o('Identity', [noSum]), `rue_${UNEMBED_SUM}`));
+  const [total] = g.op('If', [sumFlag], { then_branch: { graph: sumThen }, else_branch: { graph: sumElse } }, 1);
+  g.rename(total, UNEMBED_SUM);
+  g.output(UNEMBED_SUM);
 }
 
 export const READOUT_OUTPUTS = ['attn_x', 'mlp_x', 'attn_dir', 'mlp_dir'];
+/** the forward graph's input `readout.unembed_sum` int64 []: 1 → output [D] Σ_v W_U[:, v], 0 → [0] */
+export const UNEMBED_SUM = 'unembed_sum';
+/** what a readout run of the forward graph fetches */
+export const FORWARD_READOUT_OUTPUTS = [...READOUT_OUTPUTS, UNEMBED_SUM];
 type ReadoutOutput = 'attn_x' | 'mlp_x' | 'attn_dir' | 'mlp_dir';
 
 export type MakeTensor = (

@@ -5,21 +5,22 @@
  *   choose.ts   which way W_O's and W_out's products run, decided once per model load
  *   stream.ts   those products streamed from the weight bytes in JavaScript (float64 sums)
  *   graph.ts    the same products as a second onnxruntime session's graph, or in the forward graph's If
- *   unembed.ts  the unembedding's products, always in JavaScript (float64 sums)
+ *   unembed.ts  the unembedding's products in JavaScript (float64 sums); in the forward graph W_U's
+ *               columns and their sum are taken on the device, only the dots with every token here
  *   input.ts    what an input asks for, checked the same way whichever readout runs
  */
 import type { WeightProducts, WeightProductsInput } from '../api';
 import { throwIfAborted } from '../errors';
 import type { EngineSession, OrtTensorLike } from '../runtime/ort-session';
 import type { ReadableWeightSet } from '../safetensors';
-import type { ModelSpec } from '../spec';
+import { uniformLayers, type ModelSpec } from '../spec';
 import type { ReadoutMode } from './choose';
-import { READOUT_OUTPUTS, readoutFeeds, readoutResult, type MakeTensor } from './graph';
+import { READOUT_OUTPUTS, UNEMBED_SUM, readoutFeeds, readoutResult, type MakeTensor } from './graph';
 import { needsReadoutSession } from './input';
 import { streamedReadout } from './stream';
 import { unembedProducts } from './unembed';
 
-export { buildReadoutGraph, READOUT_OUTPUTS } from './graph';
+export { buildReadoutGraph, READOUT_OUTPUTS, FORWARD_READOUT_OUTPUTS } from './graph';
 export { HEAP_ROOM, readoutFor, readoutNames, type ReadoutChoice, type ReadoutMode } from './choose';
 
 export interface ReadoutRun {
@@ -52,9 +53,32 @@ export async function readoutProducts(
   }
   // in the forward graph (WebGPU in Node) the provider takes zero-length inputs
   const feeds = readoutFeeds(spec, input, run.tensor, run.noEmpty && run.mode !== 'forward');
+  if (run.mode === 'forward') return forwardReadout(spec, weights, input, run, feeds);
   const unembed = await unembedProducts(spec, weights, input, pass);
-  const ask = (f: Record<string, OrtTensorLike>) =>
-    run.mode === 'forward' ? run.forward!(f) : run.session().then((s) => s.run(f, READOUT_OUTPUTS));
-  const out = needsReadoutSession(input) ? await ask(feeds) : undefined;
+  const out = needsReadoutSession(input) ? await (await run.session()).run(feeds, READOUT_OUTPUTS) : undefined;
+  return readoutResult(spec, out, input, unembed);
+}
+
+/**
+ * The readout in the forward graph (WebGPU in Node): W_O's and W_out's products and Σ_v W_U[:, v]
+ * (a pass over the whole table, the unembedding's costly product) from one run of its Ifs
+ * (graph.ts addForwardReadout); W_U's columns for a few ids (a read of those rows, no product) and
+ * the dot products with every token (unembedDots, float64 sums) are read in JavaScript.
+ */
+async function forwardReadout(
+  spec: ModelSpec,
+  weights: ReadableWeightSet,
+  input: WeightProductsInput,
+  run: ReadoutRun,
+  feeds: Record<string, OrtTensorLike>,
+): Promise<WeightProducts> {
+  const pass = { signal: run.signal, yieldTurn: run.yieldTurn };
+  // layers of differing shapes have no readout in their forward graph (graph/variants.ts): JavaScript reads W_U
+  const onDevice = uniformLayers(spec) && !!input.unembedSum;
+  const unembed = await unembedProducts(spec, weights, { ...input, unembedSum: input.unembedSum && !onDevice }, pass);
+  if (!needsReadoutSession(input) && !onDevice) return readoutResult(spec, undefined, input, unembed);
+  feeds[UNEMBED_SUM] = run.tensor('int64', BigInt64Array.from([onDevice ? 1n : 0n]), []);
+  const out = await run.forward!(feeds);
+  if (onDevice) unembed.unembedSum = { dims: [spec.dModel], data: out[UNEMBED_SUM].data as Float32Array };
   return readoutResult(spec, out, input, unembed);
 }

@@ -191,6 +191,14 @@ async function unembedTableDots(
   return out;
 }
 
+/** token ids of unembedIds, each in the vocabulary (else BAD_TOKEN_ID) */
+export function checkUnembedIds(spec: ModelSpec, ids: number[]): void {
+  const V = spec.dVocab;
+  for (const id of ids)
+    if (!Number.isInteger(id) || id < 0 || id >= V)
+      throw new LoupeError('BAD_TOKEN_ID', `Token id ${id} is outside the vocabulary (0..${V - 1}).`);
+}
+
 /**
  * The unembedding's products, in JavaScript: unembedRows [I, D] = W_U[:, id] for each id (ids
  * validated: BAD_TOKEN_ID), unembedSum [D] = Σ_v W_U[:, v] (accumulated in float64, the table read
@@ -205,9 +213,7 @@ export async function unembedProducts(
 ): Promise<Pick<WeightProducts, 'unembedRows' | 'unembedSum' | 'unembedDots'>> {
   const { dModel: D, dVocab: V } = spec;
   const ids = input.unembedIds ?? [];
-  for (const id of ids)
-    if (!Number.isInteger(id) || id < 0 || id >= V)
-      throw new LoupeError('BAD_TOKEN_ID', `Token id ${id} is outside the vocabulary (0..${V - 1}).`);
+  checkUnembedIds(spec, ids);
   const x = input.unembedDots;
   if (x && (x.dims.length !== 2 || x.dims[1] !== D || x.data.length !== x.dims[0] * D)) {
     throw new LoupeError('BAD_INPUT', `weightProducts: unembedDots must be [n, ${D}], got [${x.dims}].`);

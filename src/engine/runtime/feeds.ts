@@ -12,7 +12,7 @@ import { mulInput, addInput } from '../graph/hooks';
 import { GRAD_SEED } from '../graph/backward-model';
 import { EDGE_GATE, EDGE_SELF, EDGE_SRC, EDGE_W } from '../graph/edge-graph';
 import { ropeTables } from './rope';
-import { FORWARD_READOUT_FLAG, FORWARD_READOUT_PREFIX } from '../readout/graph';
+import { FORWARD_READOUT_FLAG, FORWARD_READOUT_PREFIX, UNEMBED_SUM } from '../readout/graph';
 import { attentionMask } from './masks';
 import type { SiteFeed } from './interventions';
 import type { OrtModule, OrtTensorLike } from './ort-session';
@@ -137,6 +137,7 @@ export function buildFeeds(
     const widths: Record<string, number> = { z: H * Dh, post: M, attn_dirs: D, mlp_dirs: D };
     for (const [name, w] of Object.entries(widths))
       feeds[FORWARD_READOUT_PREFIX + name] = req.readout?.[name] ?? f32(new Float32Array(0), [L, 0, w]);
+    feeds[FORWARD_READOUT_PREFIX + UNEMBED_SUM] = req.readout?.[UNEMBED_SUM] ?? i64([0], []);
   }
   if (req.gradSeed) feeds[GRAD_SEED] = f32(req.gradSeed.data, req.gradSeed.dims);
   if (req.edges) {
