@@ -6,7 +6,9 @@
  * heads on the full layers) and no per-layer inputs, and one with all of them; a prompt continued
  * from its cache equals the whole prompt at once; greedy continuations through the KV cache equal
  * the reference's full re-runs; each feature the reference can leave out moves the logits by more
- * than the tolerance; bad configs are structured errors naming the field before any weight is read.
+ * than the tolerance; every term of trace equals a float64 decomposition of the reference
+ * (layer_scalar, wide heads and MLPs, per-layer inputs); bad configs are structured errors naming
+ * the field before any weight is read.
  */
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import { loadModelNode } from '../src/node/load';
@@ -15,12 +17,14 @@ import { LoupeError } from '../src/engine/errors';
 import { generateTokens } from '../src/ops/lib/generation';
 import type { LoadedModel } from '../src/engine/api';
 import { operation as trace } from '../src/ops/trace';
+import { decomposeLogit, dlaHookNames } from '../src/ops/lib/dla';
 import { compareHooks, maxAbsDiff } from './reference';
 import { q8Reference } from './helpers/q8-reference';
 import {
   makeGemma4Model,
   gemma4Forward,
   gemma4Greedy,
+  gemma4Dla,
   GEMMA4_FEATURES,
   type Gemma4Model,
   type Gemma4Options,
@@ -197,31 +201,48 @@ describe.each(CASES)('gemma4 vs float64 reference: $name', ({ options, T, all })
     expect(() => model.param(`blocks.${shared}.attn.W_V`)).toThrow(/attends with layer/);
   });
 
-  it('trace (direct logit attribution) is UNSUPPORTED_OP, as are the weight products', async () => {
-    const model = models.node!;
-    const e = await trace.run(model, { prompt: model.decode(tokens.slice(1)) } as any, {}).catch((x) => x);
-    expect(e).toBeInstanceOf(LoupeError);
-    expect(e.code).toBe('UNSUPPORTED_OP');
-    const L = m.text.num_hidden_layers;
-    const z = { dims: [L, 0, model.info.n_heads * model.info.d_head], data: new Float32Array(0) };
-    const p = await model.weightProducts({ z }).catch((x) => x);
-    expect(p.code).toBe('UNSUPPORTED_OP');
-  });
-
-  it.runIf(all).each(['node', 'wasm'] as const)(
-    'q8 weights (the per-layer table and projections too): logits within 1e-4 of the reference on the q8 weights (%s)',
+  it.each(['node', 'wasm', 'webgpu'] as const)(
+    'trace: every head, neuron, per-layer-input and embedding term equals the float64 decomposition (%s)',
     async (backend) => {
-      const q = q8Reference({ config: m.config, tensors: m.tensors } as any);
-      const ref = gemma4Forward({ ...m, tensors: q.tensors as Gemma4Model['tensors'] }, tokens).logits.data;
-      const model = await loadModelNode(m.dir, { weights: 'q8', backend });
-      try {
-        expect(model.info.weights).toBe('q8');
-        const d = maxAbsDiff(ref, (await model.run(tokens)).logits.data).maxAbs;
-        console.log(`gemma4 q8 ${backend}: logits |Δ| ${d.toExponential(2)}`);
-        expect(d).toBeLessThan(TOL);
-      } finally {
-        await model.dispose();
+      const model = models[backend]!;
+      const ref = gemma4Forward(m, tokens);
+      const refDla = gemma4Dla(m, ref.hooks, T - 1, 5);
+      // the reference's terms sum to its own logit (read from its last hook_resid_post)
+      const refSum = [...refDla.terms.values()].reduce((a, v) => a + v, 0);
+      expect(Math.abs(refSum - refDla.logit)).toBeLessThan(1e-9 * Math.max(1, Math.abs(refDla.logit)));
+      const run = await model.run(tokens, { hooks: dlaHookNames(model) });
+      const dla = await decomposeLogit(model, run, { tokenId: 5 }, { convention: 'raw' });
+      const got = new Map(dla.terms.map((t) => [t.name, t.value]));
+      const rel = (a: number, b: number) => Math.abs(a - b) / Math.max(1, Math.abs(b));
+      let worst = 0;
+      for (const [name, want] of refDla.terms) {
+        expect(got.has(name), name).toBe(true);
+        worst = Math.max(worst, rel(got.get(name)!, want));
       }
+      // every term the engine reports is one of the reference's, or a zero bias term
+      for (const [name, v] of got) if (!refDla.terms.has(name)) expect(Math.abs(v), name).toBeLessThan(1e-6);
+      let worstNeuron = 0;
+      refDla.neurons.forEach((row, l) => {
+        expect(dla.neuronAttribution[l].length).toBe(row.length);
+        row.forEach((want, n) => (worstNeuron = Math.max(worstNeuron, rel(dla.neuronAttribution[l][n], want))));
+      });
+      expect(worst).toBeLessThan(TOL);
+      expect(worstNeuron).toBeLessThan(TOL);
+      // the terms sum to the (pre-soft-cap) logit, theirs and the reference's
+      expect(rel(dla.sum, dla.target)).toBeLessThan(TOL);
+      expect(rel(dla.target, refDla.logit)).toBeLessThan(TOL);
+      expect(dla.checks.residual_reconstruction_max_abs).toBeLessThan(TOL);
+      expect(dla.checks.attention_reconstruction_max_abs).toBeLessThan(TOL);
+      // the operation runs end to end, in TransformerLens's convention too
+      const prompt = model.decode(tokens.slice(1));
+      const doc: any = await trace.run(model, { prompt, convention: 'transformer_lens', top_k: 5 } as any, {});
+      expect(doc.top_neurons.length).toBe(5);
+      expect(Math.abs(doc.checks.sum_minus_target)).toBeLessThan(TOL * Math.max(1, Math.abs(doc.decomposition.target)));
+      console.log(
+        `gemma4 trace ${backend} (readout ${model.info.readout}) T=${T}: ${refDla.terms.size} terms, worst rel |Δ| ${worst.toExponential(2)}, ` +
+          `${refDla.neurons.flat().length} neurons ${worstNeuron.toExponential(2)}, ` +
+          `sum − logit ${(dla.sum - dla.target).toExponential(2)}`,
+      );
     },
   );
 

@@ -29,7 +29,7 @@
  *    `blocks.{l}.attn.W_Q|W_K|W_V` [H(or Hkv),D,Dh], `b_Q|b_K|b_V` [H(or Hkv),Dh], `W_O` [H,Dh,D],
  *    `b_O` [D], `blocks.{l}.ln2.w|b`, `blocks.{l}.mlp.W_in|W_gate` [D,M], `b_in` [M], `W_out` [M,D],
  *    `b_out` [D], `ln_final.w|b` [D], `unembed.W_U` [D,V], `unembed.b_U` [V], and with post-norms
- *    `blocks.{l}.ln1_post.w|ln2_post.w` [D]; mixture-of-experts layers (TL's MoE names): the router
+ *    `blocks.{l}.ln1_post.w|ln2_post.w` [D]; `blocks.{l}.layer_scalar` [1] (Gemma 4; 1 elsewhere); mixture-of-experts layers (TL's MoE names): the router
  *    `blocks.{l}.mlp.W_gate` [D,E], each expert's `blocks.{l}.mlp.experts.{e}.W_in|W_gate` [D,M] and
  *    `W_out` [M,D] (Qwen2-MoE's `mlp.shared_expert.*` too), `b_out` zeros. Norm weights are the *effective* multipliers (Gemma's
  *    stored w + 1 is returned as w + 1).

@@ -265,6 +265,8 @@ export function readParam(spec: ModelSpec, read: ReadTensor, name: string): Tens
     case 'mlp.b_out':
       if (layer.mlp) return bias(layer.mlp.down, D);
       break;
+    case 'layer_scalar': // Gemma 4: hook_resid_post is the block's sum times it; 1 where none is stored
+      return { dims: [1], data: layer.scalar ? Float32Array.from(read(layer.scalar)) : Float32Array.of(1) };
   }
   throw unknown();
 }
@@ -323,6 +325,7 @@ export function storedParam(spec: ModelSpec, name: string): boolean {
     'mlp.W_gate': layer.mlp ? layer.mlp.gate?.w : layer.moe?.router.w,
     'mlp.W_out': layer.mlp?.down.w,
     'mlp.b_out': layer.mlp?.down.b,
+    layer_scalar: layer.scalar,
   };
   const ex = /^mlp\.experts\.(\d+)\.(W_in|W_gate|W_out)$/.exec(m[2]);
   const expert = ex ? layer.moe?.experts[Number(ex[1])] : undefined;

@@ -298,6 +298,17 @@ export function headsOf(spec: ModelSpec, l: number): { Hkv: number; Dh: number }
   return { Hkv: a?.nKvHeads ?? spec.nKvHeads, Dh: a?.dHead ?? spec.dHead };
 }
 
+/**
+ * DLA's readout widths: layer l's W_O rows (H·Dh_l) and W_out rows (its MLP width), and the widths
+ * the readout's per-layer stacks are padded to (the largest; Gemma 4's full-attention layers and
+ * double-wide MLPs are wider, every other model's layers are all of the model's widths)
+ */
+export function readoutWidths(spec: ModelSpec): { hd: number[]; m: number[]; HD: number; M: number } {
+  const hd = spec.layers.map((_, l) => spec.nHeads * headsOf(spec, l).Dh);
+  const m = spec.layers.map((l) => l.mlp?.width ?? spec.dMlp);
+  return { hd, m, HD: Math.max(...hd), M: Math.max(...m) };
+}
+
 /** whether every attention layer has the model's head geometry, its own K/V and the model's MLP width */
 export const uniformLayers = (spec: ModelSpec): boolean =>
   spec.layers.every(

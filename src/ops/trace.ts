@@ -168,7 +168,7 @@ export const operation = defineOperation({
     signal: ctx.signal,
   });
 
-  const { n_layers: L, n_heads: H, d_mlp: M } = model.info;
+  const { n_layers: L, n_heads: H } = model.info;
   // a linear-attention layer (Qwen3.5) has no heads: its row is empty, its term L{l}.linear_attn
   const headAt = (i: number) => dla.heads[Math.floor(i / H)][i % H] ?? 0;
   const hasHead = (i: number) => dla.heads[Math.floor(i / H)].length > 0;
@@ -179,9 +179,16 @@ export const operation = defineOperation({
       head: i % H,
       logit_attribution: finite(headAt(i)),
     }));
+  // neuron i of the flattened list: layers' widths may differ (Gemma 4's double-wide MLPs)
+  const first = [0];
+  for (const a of dla.neuronAttribution) first.push(first[first.length - 1] + a.length);
+  const whereNeuron = (i: number): [number, number] => {
+    let l = 0;
+    while (i >= first[l + 1]) l++;
+    return [l, i - first[l]];
+  };
   const neuronAt = (i: number): z.infer<typeof neuron> => {
-    const l = Math.floor(i / M),
-      n = i % M;
+    const [l, n] = whereNeuron(i);
     return {
       layer: l,
       neuron: n,
@@ -200,16 +207,13 @@ export const operation = defineOperation({
       }))
     : undefined;
   // a mixture-of-experts model has no neurons of one MLP: its experts are listed instead
-  const topNeurons = topIndices(
-    ex ? 0 : L * M,
-    (i) => Math.abs(dla.neuronAttribution[Math.floor(i / M)][i % M]),
-    input.top_k,
-  ).map(neuronAt);
-  const topActive = topIndices(
-    ex ? 0 : L * M,
-    (i) => Math.abs(dla.neuronActivation[Math.floor(i / M)][i % M]),
-    input.top_k,
-  ).map(neuronAt);
+  const nNeurons = ex ? 0 : first[L];
+  const neuronValue = (of: ArrayLike<number>[]) => (i: number) => {
+    const [l, n] = whereNeuron(i);
+    return Math.abs(of[l][n]);
+  };
+  const topNeurons = topIndices(nNeurons, neuronValue(dla.neuronAttribution), input.top_k).map(neuronAt);
+  const topActive = topIndices(nNeurons, neuronValue(dla.neuronActivation), input.top_k).map(neuronAt);
   ctx.onProgress?.({ stage: 'attribution', done: 2, total: 2 });
 
   return {

@@ -517,3 +517,101 @@ export function gemma4Greedy(m: Gemma4Model, tokens: number[], n: number): numbe
   }
   return seq.slice(tokens.length);
 }
+
+/**
+ * Direct logit attribution of logit `t` (before the soft-cap) at position `pos`, in float64 from the
+ * forward's hooks and the checkpoint's weights (raw convention). hook_resid_post_l is
+ * (resid_mid_l + mlp_out_l + per_layer_out_l) · layer_scalar_l, so the final stream is
+ * resid_pre_0 · G_0 + Σ_l (attn_out_l + mlp_out_l + per_layer_out_l) · G_l, G_l = Π_{k ≥ l} scalar_k;
+ * with the final norm's scale s frozen, logit_t = Σ_d stream[d] / s · w_norm[d] · U[t, d]. Head h's
+ * term is z_h · W_O[h] through the post-attention norm (its scale frozen), neuron n's post[n] ·
+ * W_down[:, n] through the post-feedforward norm, the per-layer input's its gated projection through
+ * its norm. `logit` is computed from the last hook_resid_post, not from the terms.
+ */
+export function gemma4Dla(
+  m: Gemma4Model,
+  hooks: Record<string, Hook64>,
+  pos: number,
+  t: number,
+): { terms: Map<string, number>; neurons: number[][]; logit: number } {
+  const c = m.text;
+  const pre = m.prefix;
+  const D = c.hidden_size,
+    L = c.num_hidden_layers,
+    H = c.num_attention_heads;
+  const W = (name: string) => Float64Array.from(m.tensors[name].data);
+  const at = (name: string) => {
+    const h = hooks[name];
+    const inner = h.dims.slice(2).reduce((a, b) => a * b, 1);
+    return h.data.subarray(pos * inner, (pos + 1) * inner);
+  };
+  const U = c.tie_word_embeddings ? W(`${pre}embed_tokens.weight`) : W('lm_head.weight');
+  const wf = W(`${pre}norm.weight`);
+  const sf = at('ln_final.hook_scale')[0];
+  const e = Float64Array.from({ length: D }, (_, d) => (wf[d] * U[t * D + d]) / sf);
+  const dot = (a: ArrayLike<number>, b: ArrayLike<number>) => {
+    let s = 0;
+    for (let i = 0; i < D; i++) s += a[i] * b[i];
+    return s;
+  };
+  const G = new Float64Array(L + 1).fill(1);
+  for (let l = L - 1; l >= 0; l--) {
+    const name = `${pre}layers.${l}.layer_scalar`;
+    G[l] = G[l + 1] * (name in m.tensors ? m.tensors[name].data[0] : 1);
+  }
+  /** the readout of a vector that a norm (weight wn, frozen scale s) maps into the stream at layer l */
+  const through = (wn: F64, s: number, l: number) => Float64Array.from(e, (v, d) => (v * wn[d] * G[l]) / s);
+  const terms = new Map<string, number>();
+  const neurons: number[][] = [];
+  terms.set('embed', dot(at('blocks.0.hook_resid_pre'), e) * G[0]);
+  for (let l = 0; l < L; l++) {
+    const p = `${pre}layers.${l}`;
+    const b = `blocks.${l}`;
+    // heads: W_O is o_proj.weight [D, H·d]
+    const z = at(`${b}.attn.hook_z`);
+    const d = z.length / H;
+    const Wo = W(`${p}.self_attn.o_proj.weight`);
+    const ea = through(W(`${p}.post_attention_layernorm.weight`), at(`${b}.ln1_post.hook_scale`)[0], l);
+    for (let h = 0; h < H; h++) {
+      let v = 0;
+      for (let i = 0; i < D; i++) {
+        let o = 0;
+        for (let k = 0; k < d; k++) o += z[h * d + k] * Wo[i * H * d + h * d + k];
+        v += o * ea[i];
+      }
+      terms.set(`L${l}H${h}`, v);
+    }
+    // neurons: W_down is down_proj.weight [D, M]
+    const post = at(`${b}.mlp.hook_post`);
+    const M = post.length;
+    const Wd = W(`${p}.mlp.down_proj.weight`);
+    const em = through(W(`${p}.post_feedforward_layernorm.weight`), at(`${b}.ln2_post.hook_scale`)[0], l);
+    const row: number[] = [];
+    for (let n = 0; n < M; n++) {
+      let v = 0;
+      for (let i = 0; i < D; i++) v += Wd[i * M + n] * em[i];
+      row.push(post[n] * v);
+    }
+    neurons.push(row);
+    terms.set(
+      `L${l}.mlp`,
+      row.reduce((a, v) => a + v, 0),
+    );
+    // the per-layer input: per_layer_projection.weight [D, P] of the gated input, then its norm
+    if (hooks[`${b}.per_layer.hook_post`]) {
+      const gp = at(`${b}.per_layer.hook_post`);
+      const P = gp.length;
+      const Wp = W(`${p}.per_layer_projection.weight`);
+      const ep = through(W(`${p}.post_per_layer_input_norm.weight`), at(`${b}.ln_per_layer.hook_scale`)[0], l);
+      let v = 0;
+      for (let i = 0; i < D; i++) {
+        let o = 0;
+        for (let j = 0; j < P; j++) o += gp[j] * Wp[i * P + j];
+        v += o * ep[i];
+      }
+      terms.set(`L${l}.per_layer`, v);
+    }
+  }
+  const logit = dot(at(`blocks.${L - 1}.hook_resid_post`), e);
+  return { terms, neurons, logit };
+}

@@ -22,7 +22,6 @@ import type { WeightPrecision } from '../budget';
 import { buildLensGraph, buildModelGraph, type BuiltGraph, type GraphPlan } from './build-model';
 import { buildEdgeGraph } from './edge-graph';
 import { addForwardReadout, buildReadoutGraph } from '../readout/graph';
-import { uniformLayers } from '../spec';
 import { buildReplacementForward, buildReplacementGraph } from './replacement';
 import type { TranscoderSpec } from '../transcoder';
 
@@ -117,7 +116,7 @@ export function buildVariant(v: GraphVariant, c: VariantContext): BuiltGraph {
         weights: c.precision,
         vocabRows: c.vocabRows,
         fused: c.fused,
-        ...(c.readoutInForward && uniformLayers(c.spec) && variantKey(v) === variantKey(BASE_VARIANT)
+        ...(c.readoutInForward && variantKey(v) === variantKey(BASE_VARIANT)
           ? { extra: (g) => addForwardReadout(g, c.spec, c.tensors, c.vocabRows) }
           : {}),
       });

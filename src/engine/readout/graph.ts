@@ -16,7 +16,7 @@
  */
 import { OnnxGraph } from '../graph/onnx-builder';
 import type { BuiltGraph } from '../graph/onnx-builder';
-import type { LayerSpec, LinearRef, ModelSpec } from '../spec';
+import { readoutWidths, type LayerSpec, type LinearRef, type ModelSpec } from '../spec';
 import type { TensorEntry } from '../safetensors-types';
 import type { Tensor } from '../tensor';
 import type { WeightProducts, WeightProductsInput } from '../api';
@@ -47,9 +47,10 @@ type ReadoutInputs = Record<'z' | 'post' | 'attn_dirs' | 'mlp_dirs', string>;
 
 /** the products' inputs, named `prefix` + z, post, attn_dirs, mlp_dirs */
 function readoutInputs(g: OnnxGraph, spec: ModelSpec, prefix: string): ReadoutInputs {
-  const { nLayers: L, dModel: D, nHeads: H, dHead: Dh, dMlp: M } = spec;
+  const { nLayers: L, dModel: D } = spec;
+  const { HD, M } = readoutWidths(spec);
   return {
-    z: g.input(`${prefix}z`, 'float', [L, 'N', H * Dh]),
+    z: g.input(`${prefix}z`, 'float', [L, 'N', HD]),
     post: g.input(`${prefix}post`, 'float', [L, 'P', M]),
     attn_dirs: g.input(`${prefix}attn_dirs`, 'float', [L, 'K', D]),
     // its own symbolic length: ORT plans buffer reuse as if inputs sharing a dim_param had equal sizes,
@@ -72,8 +73,13 @@ function readoutNodes(
   };
   /** `after`: the input the weight multiplies (orders the widening of stored weights, see OnnxGraph.weight) */
   const W = (name: string, after?: string) => g.weight(entry(name), after);
-  const { dModel: D, nHeads: H, dHead: Dh, dMlp: M } = spec;
+  const { dModel: D } = spec;
+  const { hd, m, HD, M } = readoutWidths(spec);
   const layerOf = (x: string, l: number) => g.o('Gather', [x, g.constI([l], [])], { axis: 0 });
+  /** a layer narrower than the stack (Gemma 4): its first n columns in, its n columns zero-padded out */
+  const narrow = (x: string, n: number, of: number) =>
+    n === of ? x : g.o('Slice', [x, g.constI([0]), g.constI([n]), g.constI([1])]);
+  const widen = (x: string, n: number, of: number) => (n === of ? x : g.o('Pad', [x, g.constI([0, 0, 0, of - n])]));
   /** x [N, in] → x · W [N, out] (W the TL-orientation [in, out] map) */
   const forward = (x: string, ref: LinearRef) =>
     g.o('Gemm', [x, W(ref.w, x)], ref.layout === 'out_in' ? { transB: 1 } : {});
@@ -93,12 +99,16 @@ function readoutNodes(
     });
   const { z, post, attn_dirs: attnDirs, mlp_dirs: mlpDirs } = inputs;
   return {
-    attn_x: stack((s, l) => (s.attn ? forward(layerOf(z, l), s.attn.o) : zeros(layerOf(z, l), D))),
-    mlp_x: stack((s, l) => (s.mlp ? forward(layerOf(post, l), s.mlp.down) : zeros(layerOf(post, l), D))),
-    attn_dir: stack((s, l) =>
-      s.attn ? backward(layerOf(attnDirs, l), s.attn.o) : zeros(layerOf(attnDirs, l), H * Dh),
+    attn_x: stack((s, l) => (s.attn ? forward(narrow(layerOf(z, l), hd[l], HD), s.attn.o) : zeros(layerOf(z, l), D))),
+    mlp_x: stack((s, l) =>
+      s.mlp ? forward(narrow(layerOf(post, l), m[l], M), s.mlp.down) : zeros(layerOf(post, l), D),
     ),
-    mlp_dir: stack((s, l) => (s.mlp ? backward(layerOf(mlpDirs, l), s.mlp.down) : zeros(layerOf(mlpDirs, l), M))),
+    attn_dir: stack((s, l) =>
+      s.attn ? widen(backward(layerOf(attnDirs, l), s.attn.o), hd[l], HD) : zeros(layerOf(attnDirs, l), HD),
+    ),
+    mlp_dir: stack((s, l) =>
+      s.mlp ? widen(backward(layerOf(mlpDirs, l), s.mlp.down), m[l], M) : zeros(layerOf(mlpDirs, l), M),
+    ),
   };
 }
 
@@ -120,13 +130,14 @@ export function addForwardReadout(
   tensors: Map<string, TensorEntry>,
   vocabRows?: number,
 ): void {
-  const { nLayers: L, dModel: D, nHeads: H, dHead: Dh, dMlp: M } = spec;
+  const { nLayers: L, dModel: D } = spec;
+  const { HD, M } = readoutWidths(spec);
   const inputs = readoutInputs(g, spec, FORWARD_READOUT_PREFIX);
   const flag = g.o('Cast', [g.input(FORWARD_READOUT_FLAG, 'int64', [])], { to: 9 }); // bool
   const then = g.bodyWithWeights('rot_');
   const products = readoutNodes(then, spec, tensors, inputs);
   const other = g.body('roe_');
-  const widths: Record<string, number> = { attn_x: D, mlp_x: D, attn_dir: H * Dh, mlp_dir: M };
+  const widths: Record<string, number> = { attn_x: D, mlp_x: D, attn_dir: HD, mlp_dir: M };
   for (const name of READOUT_OUTPUTS as ReadoutOutput[]) {
     then.output(then.rename(then.o('Identity', [products[name]]), `rot_${name}`));
     const empty = other.o('ConstantOfShape', [other.constI([L, 0, widths[name]])], {
@@ -187,7 +198,8 @@ export function readoutFeeds(
   tensor: MakeTensor,
   noEmpty = false,
 ): Record<string, OrtTensorLike> {
-  const { nLayers: L, dModel: D, nHeads: H, dHead: Dh, dMlp: M } = spec;
+  const { nLayers: L, dModel: D } = spec;
+  const { HD, M } = readoutWidths(spec);
   checkReadoutInput(spec, input);
   const f = (t: Tensor | undefined, inner: number) =>
     t
@@ -196,7 +208,7 @@ export function readoutFeeds(
         ? tensor('float32', new Float32Array(L * inner), [L, 1, inner])
         : tensor('float32', new Float32Array(0), [L, 0, inner]);
   return {
-    z: f(input.z, H * Dh),
+    z: f(input.z, HD),
     post: f(input.post, M),
     attn_dirs: f(input.attnDirs, D),
     mlp_dirs: f(input.mlpDirs, D),
@@ -213,7 +225,8 @@ export function readoutResult(
   input: WeightProductsInput,
   unembed: Pick<WeightProducts, 'unembedRows' | 'unembedSum' | 'unembedDots'>,
 ): WeightProducts {
-  const { nLayers: L, dModel: D, nHeads: H, dHead: Dh, dMlp: M } = spec;
+  const { nLayers: L, dModel: D } = spec;
+  const { HD, M } = readoutWidths(spec);
   const t = (name: string, given: boolean, inner: number): Tensor => {
     if (given && out) return { dims: [...out[name].dims], data: out[name].data as Float32Array };
     return { dims: [L, 0, inner], data: new Float32Array(0) };
@@ -221,7 +234,7 @@ export function readoutResult(
   return {
     attnX: t('attn_x', !!input.z, D),
     mlpX: t('mlp_x', !!input.post, D),
-    attnDir: t('attn_dir', !!input.attnDirs, H * Dh),
+    attnDir: t('attn_dir', !!input.attnDirs, HD),
     mlpDir: t('mlp_dir', !!input.mlpDirs, M),
     ...unembed,
   };

@@ -13,7 +13,7 @@ import type { WeightProducts, WeightProductsInput } from '../api';
 import { throwIfAborted } from '../errors';
 import type { EngineSession, OrtTensorLike } from '../runtime/ort-session';
 import type { ReadableWeightSet } from '../safetensors';
-import { uniformLayers, type ModelSpec } from '../spec';
+import type { ModelSpec } from '../spec';
 import type { ReadoutMode } from './choose';
 import { READOUT_OUTPUTS, UNEMBED_SUM, readoutFeeds, readoutResult, type MakeTensor } from './graph';
 import { needsReadoutSession } from './input';
@@ -73,8 +73,7 @@ async function forwardReadout(
   feeds: Record<string, OrtTensorLike>,
 ): Promise<WeightProducts> {
   const pass = { signal: run.signal, yieldTurn: run.yieldTurn };
-  // layers of differing shapes have no readout in their forward graph (graph/variants.ts): JavaScript reads W_U
-  const onDevice = uniformLayers(spec) && !!input.unembedSum;
+  const onDevice = !!input.unembedSum;
   const unembed = await unembedProducts(spec, weights, { ...input, unembedSum: input.unembedSum && !onDevice }, pass);
   if (!needsReadoutSession(input) && !onDevice) return readoutResult(spec, undefined, input, unembed);
   feeds[UNEMBED_SUM] = run.tensor('int64', BigInt64Array.from([onDevice ? 1n : 0n]), []);

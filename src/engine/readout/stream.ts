@@ -15,7 +15,7 @@
  *   row sums    y[c] = Σ_r u[r] S[r, c]          (x·W on in_out, W·e on out_in)
  * and one pass over S serves every vector of both kinds.
  */
-import type { LinearRef, ModelSpec } from '../spec';
+import { readoutWidths, type LinearRef, type ModelSpec } from '../spec';
 import type { TensorEntry } from '../safetensors-types';
 import type { Tensor } from '../tensor';
 import type { WeightProducts, WeightProductsInput } from '../api';
@@ -152,8 +152,9 @@ export async function streamedReadout(
   yieldTurn?: Yield,
 ): Promise<Pick<WeightProducts, 'attnX' | 'mlpX' | 'attnDir' | 'mlpDir'>> {
   checkReadoutInput(spec, input);
-  const { nLayers: L, dModel: D, nHeads: H, dHead: Dh, dMlp: M } = spec;
-  const HD = H * Dh;
+  const { nLayers: L, dModel: D } = spec;
+  // per-layer widths hd[l], m[l]; the stacks are padded to HD, M (readoutWidths)
+  const { hd, m, HD, M } = readoutWidths(spec);
   const rowsOf = (t: Tensor | undefined) => t?.dims[1] ?? 0;
   const N = rowsOf(input.z),
     P = rowsOf(input.post),
@@ -176,11 +177,17 @@ export async function streamedReadout(
     bwd: { e?: Tensor; k: number; out: Float32Array },
     inDim: number,
     outDim: number,
+    inStride: number,
   ) => {
     if (!fwd.n && !bwd.k) return;
     const e = weights.tensors.get(ref.w);
     if (!e) throw new LoupeError('INTERNAL', `weightProducts: tensor ${ref.w} is not in the weight index.`);
-    const x = fwd.x ? fwd.x.data.subarray(l * fwd.n * inDim, (l + 1) * fwd.n * inDim) : new Float32Array(0);
+    // the layer's rows of the padded stack, each its first inDim values
+    const x = new Float32Array(fwd.x ? fwd.n * inDim : 0);
+    for (let r = 0; fwd.x && r < fwd.n; r++) {
+      const o = (l * fwd.n + r) * inStride;
+      x.set(fwd.x.data.subarray(o, o + inDim), r * inDim);
+    }
     const d = bwd.e ? bwd.e.data.subarray(l * bwd.k * outDim, (l + 1) * bwd.k * outDim) : new Float32Array(0);
     // in_out stores [in, out]: x·W sums rows weighted by x, W·e dots rows with e; out_in the other way round
     const inOut = ref.layout === 'in_out';
@@ -193,16 +200,19 @@ export async function streamedReadout(
       ? streamMatrix(weights, e, d, bwd.k, x, fwd.n, buf, raw)
       : streamMatrix(weights, e, x, fwd.n, d, bwd.k, buf, raw);
     fwd.out.set(inOut ? r.sums : r.dots, l * fwd.n * outDim);
-    bwd.out.set(inOut ? r.dots : r.sums, l * bwd.k * inDim);
+    const back = inOut ? r.dots : r.sums;
+    for (let k = 0; k < bwd.k; k++) bwd.out.set(back.subarray(k * inDim, (k + 1) * inDim), (l * bwd.k + k) * inStride);
   };
   for (let l = 0; l < L; l++) {
     if (yieldTurn) await yieldTurn();
     throwIfAborted(signal);
     const s = spec.layers[l];
     // a linear-attention layer has no W_O: its rows stay zero
-    if (s.attn) layer(s.attn.o, l, { x: input.z, n: N, out: attnX }, { e: input.attnDirs, k: K, out: attnDir }, HD, D);
+    if (s.attn)
+      layer(s.attn.o, l, { x: input.z, n: N, out: attnX }, { e: input.attnDirs, k: K, out: attnDir }, hd[l], D, HD);
     // a mixture-of-experts layer has no one W_out: its rows stay zero
-    if (s.mlp) layer(s.mlp.down, l, { x: input.post, n: P, out: mlpX }, { e: input.mlpDirs, k: Km, out: mlpDir }, M, D);
+    if (s.mlp)
+      layer(s.mlp.down, l, { x: input.post, n: P, out: mlpX }, { e: input.mlpDirs, k: Km, out: mlpDir }, m[l], D, M);
   }
   return {
     attnX: { dims: [L, N, D], data: attnX },

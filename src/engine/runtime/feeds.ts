@@ -5,7 +5,7 @@
  */
 import { LoupeError } from '../errors';
 import type { KVCache } from '../api';
-import { headsOf, type ModelSpec } from '../spec';
+import { headsOf, readoutWidths, type ModelSpec } from '../spec';
 import type { Tensor } from '../tensor';
 import { PICK_ARGMAX_FLAG, PICK_K, type BuiltGraph } from '../graph/build-model';
 import { mulInput, addInput } from '../graph/hooks';
@@ -133,8 +133,9 @@ export function buildFeeds(
   if (graph.inputNames.includes(FORWARD_READOUT_FLAG)) {
     // 0 on a forward: the If skips the products (readout/graph.ts addForwardReadout)
     feeds[FORWARD_READOUT_FLAG] = i64([req.readout ? 1 : 0], []);
-    const { nLayers: L, dModel: D, nHeads: H, dHead: Dh, dMlp: M } = spec;
-    const widths: Record<string, number> = { z: H * Dh, post: M, attn_dirs: D, mlp_dirs: D };
+    const { nLayers: L, dModel: D } = spec;
+    const { HD, M } = readoutWidths(spec); // the stacks' widths: Gemma 4's layers are padded to the widest
+    const widths: Record<string, number> = { z: HD, post: M, attn_dirs: D, mlp_dirs: D };
     for (const [name, w] of Object.entries(widths))
       feeds[FORWARD_READOUT_PREFIX + name] = req.readout?.[name] ?? f32(new Float32Array(0), [L, 0, w]);
     feeds[FORWARD_READOUT_PREFIX + UNEMBED_SUM] = req.readout?.[UNEMBED_SUM] ?? i64([0], []);

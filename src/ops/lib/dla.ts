@@ -67,40 +67,44 @@ interface DlaConstants {
 const constants = new WeakMap<LoadedModel, DlaConstants>();
 
 /** layer l is a linear-attention layer (Qwen3.5's gated delta-net): no heads, one term for its whole output */
-/**
- * DLA stacks one W_O of H·d_head rows and one W_out per layer over a stream that blocks only add
- * to: a model whose layers differ in head width or MLP width, or add per-layer inputs (Gemma 4),
- * has no such decomposition here (UNSUPPORTED_OP, before any product is read; the engine's
- * weight products refuse the rest of Gemma 4, its layer_scalar, the same way)
- */
-function checkLayersOfOneShape(model: LoadedModel): void {
-  const { n_layers: L, n_heads: H, d_head: Dh, d_mlp: M } = model.info;
-  const names = new Set(model.hookNames());
-  const width = (h: string) =>
-    model
-      .hookShape(h, 1, 1)
-      .slice(2)
-      .reduce((a, b) => a * b, 1);
-  for (let l = 0; l < L; l++) {
-    const z = `blocks.${l}.attn.hook_z`;
-    const post = `blocks.${l}.mlp.hook_post`;
-    if (
-      names.has(`blocks.${l}.hook_per_layer_out`) ||
-      (names.has(z) && width(z) !== H * Dh) ||
-      (names.has(post) && width(post) !== M)
-    )
-      throw new LoupeError(
-        'UNSUPPORTED_OP',
-        `Direct logit attribution is not available for this ${model.info.architecture} model: its layer ${l} differs ` +
-          'from the others in head width or MLP width, or adds a per-layer input.',
-        'Read its hooks (activations, run) or ablate and patch them; trace and attribution need layers of one shape.',
-        { layer: l, architecture: model.info.architecture },
-      );
-  }
-}
-
 export const isLinearLayer = (model: LoadedModel, l: number): boolean =>
   model.hookNames().includes(`blocks.${l}.linear_attn.hook_z`);
+
+/**
+ * Each layer's widths as its hooks have them: z's H·Dh_l and post's M_l (Gemma 4's full-attention
+ * layers have wider heads, its double-wide MLPs twice the width; a layer without the hook: the
+ * model's), and the widest, which the readout's per-layer stacks are padded to (readoutWidths)
+ */
+function layerWidths(model: LoadedModel): { hd: number[]; m: number[]; HD: number; M: number } {
+  const { n_layers: L, n_heads: H, d_head: Dh, d_mlp: M } = model.info;
+  const names = new Set(model.hookNames());
+  const width = (h: string, or: number) =>
+    names.has(h)
+      ? model
+          .hookShape(h, 1, 1)
+          .slice(2)
+          .reduce((a, b) => a * b, 1)
+      : or;
+  const hd = Array.from({ length: L }, (_, l) => width(`blocks.${l}.attn.hook_z`, H * Dh));
+  const m = Array.from({ length: L }, (_, l) => width(`blocks.${l}.mlp.hook_post`, M));
+  return { hd, m, HD: Math.max(...hd), M: Math.max(...m) };
+}
+
+/**
+ * g[l] = Π_{k ≥ l} layer_scalar_k: Gemma 4 multiplies the whole residual stream by layer l's scalar
+ * after block l, so what enters the stream at layer l (or, g[0], the embedding) reaches the final
+ * norm times g[l]; all ones for other models
+ */
+function laterScalars(model: LoadedModel): { g: Float64Array; s: Float64Array } {
+  const L = model.info.n_layers;
+  const s = Float64Array.from({ length: L }, (_, l) =>
+    model.hasParam(`blocks.${l}.layer_scalar`) ? model.param(`blocks.${l}.layer_scalar`).data[0] : 1,
+  );
+  const g = new Float64Array(L + 1);
+  g[L] = 1;
+  for (let l = L - 1; l >= 0; l--) g[l] = g[l + 1] * s[l];
+  return { g, s };
+}
 
 function constantsOf(model: LoadedModel): DlaConstants {
   let c = constants.get(model);
@@ -131,6 +135,13 @@ function constantsOf(model: LoadedModel): DlaConstants {
 function foldedValueBias(model: LoadedModel, c: DlaConstants, l: number): Float64Array {
   if (!c.layers[l].bVp) {
     const { n_layers: L, n_heads: H, n_kv_heads: Hkv, d_head: Dh, d_model: D } = model.info;
+    const stored = (k: number) => model.hasParam(`blocks.${k}.ln1.b`) || model.hasParam(`blocks.${k}.attn.b_V`);
+    if (!c.layers.some((_, k) => stored(k))) {
+      // no value bias and no norm bias anywhere (Gemma 4, whose layers differ in width): b_V' = 0
+      const { hd } = layerWidths(model);
+      c.layers.forEach((lc, k) => (lc.bVp = new Float64Array(hd[k])));
+      return c.layers[l].bVp!;
+    }
     const bLn = new Float32Array(L * D),
       bV = new Float64Array(L * Hkv * Dh);
     for (let k = 0; k < L; k++) {
@@ -261,6 +272,7 @@ export function dlaHookNames(model: LoadedModel): string[] {
   for (let l = 0; l < L; l++) {
     if (!isLinearLayer(model, l)) names.push(`blocks.${l}.attn.hook_z`);
     names.push(`blocks.${l}.hook_attn_out`, `blocks.${l}.hook_mlp_out`);
+    if (model.hookNames().includes(`blocks.${l}.hook_per_layer_out`)) names.push(`blocks.${l}.hook_per_layer_out`);
     names.push(...(model.info.num_experts ? expertHooks(model, l) : [`blocks.${l}.mlp.hook_post`]));
   }
   return names;
@@ -384,9 +396,10 @@ export async function decomposeLogit(
   target: DlaTarget,
   opts: DecomposeOptions,
 ): Promise<DlaResult> {
-  const { n_layers: L, n_heads: H, d_head: Dh, d_model: D, d_mlp: M } = model.info;
-  const HD = H * Dh;
-  checkLayersOfOneShape(model);
+  const { n_layers: L, n_heads: H, d_model: D } = model.info;
+  // each layer's widths (hd[l], m[l]) and the stacks' (HD, M): one per model except Gemma 4's
+  const { hd, m: mw, HD, M } = layerWidths(model);
+  const { g: later, s: scalars } = laterScalars(model);
   const c = constantsOf(model);
   const row = opts.row ?? 0;
   const residPre0 = runHook(run, 'blocks.0.hook_resid_pre');
@@ -409,8 +422,10 @@ export async function decomposeLogit(
   for (let l = 0; l < L; l++) {
     // a linear-attention layer's z stays zero: the readout's W_O products skip it
     if (!linear[l]) z.set(slice(runHook(run, `blocks.${l}.attn.hook_z`), row, pos), l * HD);
-    // a mixture-of-experts layer has no one hook_post: its terms are its experts'
-    act.push(E ? new Float32Array(M) : slice(runHook(run, `blocks.${l}.mlp.hook_post`), row, pos)); // [M]
+    // a mixture-of-experts layer has no one hook_post: its terms are its experts'; a narrower layer's zero-padded
+    const a = new Float32Array(M);
+    if (!E) a.set(slice(runHook(run, `blocks.${l}.mlp.hook_post`), row, pos));
+    act.push(a); // [M]
   }
   const experts: DlaResult['experts'] = E ? { attribution: [], weight: [], shared: null } : undefined;
   const postNorms = c.layers.some((lc) => lc.postAttnW || lc.postMlpW);
@@ -424,6 +439,8 @@ export async function decomposeLogit(
     postNorms ? { z: zIn, post: { dims: [L, 1, M], data: concat(act, M) } } : {},
   );
   const e = ro.e;
+  /** the readout of what layer l adds to the stream: e times the later layers' scalars (Gemma 4) */
+  const eOf = (l: number) => (later[l] === 1 ? e : e.map((v) => v * later[l]));
   /** layer l's attention output at the position, Σ_h z_h W_O[h] + b_O, from the call that carried z */
   const attnOut = (p: WeightProducts, l: number) =>
     Float64Array.from(p.attnX.data.subarray(l * D, (l + 1) * D), (v, d) => v + c.layers[l].bO[d]);
@@ -438,12 +455,13 @@ export async function decomposeLogit(
   // embedding scale (Gemma's √d) inside the term whatever hook_embed's convention is
   const r0 = slice(residPre0, row, pos);
   add(r0);
+  const e0 = eOf(0);
   if (model.info.pos_embed) {
-    const pe = dotF(slice(runHook(run, 'hook_pos_embed'), row, pos), e, D);
-    terms.push({ name: 'embed', value: dotF(r0, e, D) - pe });
+    const pe = dotF(slice(runHook(run, 'hook_pos_embed'), row, pos), e0, D);
+    terms.push({ name: 'embed', value: dotF(r0, e0, D) - pe });
     terms.push({ name: 'pos_embed', value: pe });
   } else {
-    terms.push({ name: 'embed', value: dotF(r0, e, D) });
+    terms.push({ name: 'embed', value: dotF(r0, e0, D) });
   }
 
   const eAttn = new Float32Array(L * D);
@@ -451,13 +469,14 @@ export async function decomposeLogit(
   const gains: (Float64Array | null)[] = [];
   for (let l = 0; l < L; l++) {
     const lc = c.layers[l];
-    const pa = lc.postAttnW ? postNormReadout(model, lc.postAttnW, attnOut(outputs, l), e) : null;
+    const el = eOf(l);
+    const pa = lc.postAttnW ? postNormReadout(model, lc.postAttnW, attnOut(outputs, l), el) : null;
     gains.push(pa ? pa.gain : null);
-    eAttn.set(pa ? pa.eL : e, l * D);
+    eAttn.set(pa ? pa.eL : el, l * D);
     if (lc.postMlpW) {
       const xm = Float64Array.from(outputs.mlpX.data.subarray(l * D, (l + 1) * D), (v, d) => v + lc.bOut[d]);
-      eMlp.set(postNormReadout(model, lc.postMlpW, xm, e).eL, l * D);
-    } else eMlp.set(e, l * D);
+      eMlp.set(postNormReadout(model, lc.postMlpW, xm, el).eL, l * D);
+    } else eMlp.set(el, l * D);
   }
   const dirs = await model.weightProducts(
     {
@@ -476,6 +495,8 @@ export async function decomposeLogit(
   for (let l = 0; l < L; l++) {
     const lc = c.layers[l];
     const eL = eAttn.subarray(l * D, (l + 1) * D);
+    const el = eOf(l);
+    const Dh = hd[l] / H; // this layer's head width
     if (linear[l]) {
       // ---- a linear-attention layer: its whole output (out_proj has no bias) is one term
       const out = slice(runHook(run, `blocks.${l}.hook_attn_out`), row, pos);
@@ -484,7 +505,7 @@ export async function decomposeLogit(
       add(out);
     } else {
       // ---- attention: head h's term z_h · (W_O[h] eL); in TL minus b_V'[h] · (W_O[h] eL), which moves into the bias term
-      const woe = dirs.attnDir.data.subarray(l * HD, (l + 1) * HD);
+      const woe = dirs.attnDir.data.subarray(l * HD, l * HD + hd[l]);
       const bVp = tl ? foldedValueBias(model, c, l) : null;
       const headRow: number[] = [];
       let moved = 0;
@@ -513,25 +534,35 @@ export async function decomposeLogit(
       // mixture of experts: hook_mlp_out = Σ_e experts.{e}.hook_out (+ the shared expert's), each its own term
       const b = `blocks.${l}.mlp`;
       const ea = Array.from({ length: E }, (_, x) =>
-        dotF(slice(runHook(run, `${b}.experts.${x}.hook_out`), row, pos), e, D),
+        dotF(slice(runHook(run, `${b}.experts.${x}.hook_out`), row, pos), el, D),
       );
       ea.forEach((v, x) => terms.push({ name: `L${l}.E${x}`, value: v }));
       experts.attribution.push(ea);
       experts.weight.push(Array.from(slice(runHook(run, `${b}.hook_router_weights`), row, pos)));
       const sh = run.hooks[`${b}.shared_expert.hook_out`];
       if (sh) {
-        const v = dotF(slice(sh, row, pos), e, D);
+        const v = dotF(slice(sh, row, pos), el, D);
         terms.push({ name: `L${l}.shared_expert`, value: v });
         (experts.shared ??= []).push(v);
       }
-    } else terms.push({ name: `L${l}.mlp`, value: dotF(mlpOut, e, D) });
+    } else terms.push({ name: `L${l}.mlp`, value: dotF(mlpOut, el, D) });
     add(mlpOut);
-    const woutE = dirs.mlpDir.data.subarray(l * M, (l + 1) * M);
+    const Ml = mw[l]; // this layer's MLP width
+    const woutE = dirs.mlpDir.data.subarray(l * M, l * M + Ml);
     const a = act[l];
-    const na = new Float64Array(M);
-    for (let n = 0; n < M; n++) na[n] = a[n] * woutE[n];
+    const na = new Float64Array(Ml);
+    for (let n = 0; n < Ml; n++) na[n] = a[n] * woutE[n];
     neuronAttribution.push(na);
-    neuronActivation.push(a.slice());
+    neuronActivation.push(a.slice(0, Ml));
+
+    // ---- Gemma 4's per-layer input (its block after the MLP): one term; then the layer's scalar
+    const ple = run.hooks[`blocks.${l}.hook_per_layer_out`];
+    if (ple) {
+      const out = slice(ple, row, pos);
+      terms.push({ name: `L${l}.per_layer`, value: dotF(out, el, D) });
+      add(out);
+    }
+    if (scalars[l] !== 1) for (let d = 0; d < D; d++) resid[d] *= scalars[l];
   }
 
   terms.push({ name: 'ln_final.b', value: ro.lnBiasTerm });
