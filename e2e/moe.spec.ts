@@ -57,9 +57,6 @@ test.beforeAll(async ({ browser, hub }) => {
   page = await context.newPage();
   errors = watchErrors(page);
 });
-// onnxruntime-web logs this warning at console level error for the hooked graph's If (dd5ce03's greedy
-// pick); it is no error of this page's
-const realErrors = () => errors.filter((e) => !e.includes('CanUpdateImplicitInputNameInSubgraphs'));
 test.afterAll(async () => {
   await context?.close();
   rm?.cleanup();
@@ -100,7 +97,7 @@ test('ablate one expert, and forbid or force its routing, from the page’s form
     seen.push(doc.entries[0].logit_delta);
   }
   expect(new Set(seen.map((x) => x.toFixed(5))).size).toBe(3);
-  expect(realErrors()).toEqual([]);
+  expect(errors).toEqual([]);
 });
 
 test('edge_attribution with experts as nodes: the page’s document equals Node’s and the circuit draws the experts', async ({
@@ -139,5 +136,5 @@ test('edge_attribution with experts as nodes: the page’s document equals Node�
   const circuit = page.getByTestId('edge-circuit');
   for (const n of ['m0.e0', 'm0.e7', 'm1.e3']) await expect(circuit.locator(`[data-node="${n}"]`)).toHaveCount(1);
   expect(await circuit.locator('.circuit-edge').count()).toBe(doc.n_edges);
-  expect(realErrors()).toEqual([]);
+  expect(errors).toEqual([]);
 });

@@ -175,7 +175,9 @@ test('the engine killed mid-job: the page says so, falls back to its own engine 
     await expect(page.getByTestId('job')).toBeVisible();
     s.proc.kill('SIGKILL');
     await expect(page.getByTestId('job-error')).toContainText(/went away/i);
-    await expect(page.locator('[data-testid=notice][data-kind=warn]')).toContainText(/back on its own engine/);
+    await expect(
+      page.locator('[data-testid=notice][data-kind=warn]').filter({ hasText: /back on its own engine/ }),
+    ).toHaveCount(1);
     await expect(page.getByTestId('engine-url')).toHaveCount(0);
     await expect(page.getByTestId('prompt')).toHaveValue(PROMPT);
     await expect(page.locator('#p-generate-max_new_tokens')).toHaveValue('480');
@@ -280,7 +282,9 @@ test("two pages on one served engine: B's load tells A at once, A's panel stops 
       null,
       { timeout: 60_000 },
     );
-    await expect(page.locator('[data-testid=notice][data-kind=warn]')).toContainText(/Another page loaded stories260K/);
+    await expect(
+      page.locator('[data-testid=notice][data-kind=warn]').filter({ hasText: /Another page loaded stories260K/ }),
+    ).toHaveCount(1);
     expect(await page.evaluate(() => (globalThis as any).__loupe.model)).toBeNull();
     await page.getByTestId('detach-engine').click();
     await waitModelReady(page);

@@ -253,7 +253,7 @@ test('a crashed worker is replaced and the page keeps its inputs and results', a
     ),
   );
   await expect(page.getByTestId('worker-restarts')).toContainText(`×${before + 1}`);
-  await expect(page.locator('[data-testid=notice][data-kind=warn]')).toContainText('crashed');
+  await expect(page.locator('[data-testid=notice][data-kind=warn]').filter({ hasText: 'crashed' })).toHaveCount(1);
   await expect(page.getByTestId('prompt')).toHaveValue(prompt);
   await expect(page.locator('[data-testid=result][data-op=trace]')).toBeVisible();
   await page.waitForFunction(() => (globalThis as any).__loupe.modelStatus === 'ready');

@@ -197,15 +197,24 @@ export const PICK_TOP_IDS = 'pick.top_ids';
  * logits to the CPU for it only on the runs that take it. The else-branches give empty outputs.
  */
 function addLogitPicks(g: OnnxGraph): void {
-  // The branches read only outer values: a constant inside a branch is folded by onnxruntime's
-  // optimizer into a subgraph initializer that its saved optimized model repeats (optimized-cache.ts
-  // then cannot load it: "pke_values initializer name is not unique").
-  const pick = (flag: string, prefix: string, made: (b: OnnxGraph) => string[], empty: string[], names: string[]) => {
+  // The branches hold no constant of their own (onnxruntime's optimizer folds one into a subgraph
+  // initializer that its saved optimized model repeats: "pke_values initializer name is not unique",
+  // and optimized-cache.ts cannot load it) and read no outer value but logits, the inputs and
+  // initializers (an outer node's output is one the optimizer tries to rename and warns it cannot).
+  const pick = (
+    flag: string,
+    prefix: string,
+    made: (b: OnnxGraph) => string[],
+    empty: (b: OnnxGraph) => string[],
+    names: string[],
+  ) => {
     const ints = (n: string) => (n === PICK_ARGMAX || n === PICK_TOP_IDS ? 'int64' : 'float');
     const then = g.body(`${prefix}t_`);
     made(then).forEach((v, i) => then.output(then.rename(then.o('Identity', [v]), `${prefix}t_${i}`), ints(names[i])));
     const other = g.body(`${prefix}e_`);
-    empty.forEach((v, i) => other.output(other.rename(other.o('Identity', [v]), `${prefix}e_${i}`), ints(names[i])));
+    empty(other).forEach((v, i) =>
+      other.output(other.rename(other.o('Identity', [v]), `${prefix}e_${i}`), ints(names[i])),
+    );
     const got = g.op('If', [flag], { then_branch: { graph: then }, else_branch: { graph: other } }, names.length);
     names.forEach((n, i) => {
       g.rename(got[i], n);
@@ -213,27 +222,25 @@ function addLogitPicks(g: OnnxGraph): void {
     });
   };
   const zero = g.constI([0], []);
-  const none = g.o('Slice', ['logits', g.constI([0]), g.constI([0]), g.constI([-1])]); // [B, P', 0]
-  // [B, 0] int64: the first logit of each position, none of them kept
-  const noArgmax = g.o(
-    'Cast',
-    [g.o('Slice', [g.o('Gather', ['logits', zero], { axis: -1 }), g.constI([0]), g.constI([0]), g.constI([-1])])],
-    { to: 7 },
-  );
+  const [z1, last, one] = [g.constI([0]), g.constI([-1]), g.constI([1])];
+  const none = (b: OnnxGraph) => b.o('Slice', ['logits', z1, z1, last]); // [B, P', 0]
   pick(
     g.o('Greater', [g.input(PICK_ARGMAX_FLAG, 'int64', []), zero]),
     'pka',
     (b) => [b.o('ArgMax', ['logits'], { axis: -1, keepdims: 0 })],
-    [noArgmax],
+    // [B, 0] int64: the first logit of each position, none of them kept
+    (b) => [b.o('Cast', [b.o('Slice', [b.o('Gather', ['logits', zero], { axis: -1 }), z1, z1, last])], { to: 7 })],
     [PICK_ARGMAX],
   );
   const k = g.input(PICK_K, 'int64', []);
-  const k1 = g.o('Reshape', [k, g.constI([1])]);
   pick(
     g.o('Greater', [k, zero]),
     'pkt',
-    (b) => b.op('TopK', ['logits', k1], { axis: -1, sorted: 1 }, 2),
-    [none, g.o('Cast', [none], { to: 7 })],
+    (b) => b.op('TopK', ['logits', b.o('Reshape', [k, one])], { axis: -1, sorted: 1 }, 2),
+    (b) => {
+      const v = none(b);
+      return [v, b.o('Cast', [v], { to: 7 })];
+    },
     [PICK_TOP_LOGITS, PICK_TOP_IDS],
   );
 }
