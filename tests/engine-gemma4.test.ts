@@ -11,7 +11,9 @@
  * the field before any weight is read.
  */
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
-import { loadModelNode } from '../src/node/load';
+import { loadModelNode, nodeFactory } from '../src/node/load';
+import { loadModelFilesNode } from '../src/node/load-files-node';
+import { createModel, modelPartsFrom } from '../src/engine/model';
 import { checkConfig } from '../src/engine/arch';
 import { LoupeError } from '../src/engine/errors';
 import { generateTokens } from '../src/ops/lib/generation';
@@ -76,13 +78,16 @@ const CASES: { name: string; options: Gemma4Options; T: number; all?: boolean }[
 
 describe.each(CASES)('gemma4 vs float64 reference: $name', ({ options, T, all }) => {
   let m: Gemma4Model;
-  const models: Partial<Record<'node' | 'wasm' | 'webgpu', LoadedModel>> = {};
+  // 'stream': onnxruntime-node with DLA's readout streamed from the weight bytes (the others run it in a graph)
+  const models: Partial<Record<'node' | 'wasm' | 'webgpu' | 'stream', LoadedModel>> = {};
   let tokens: number[];
   beforeAll(async () => {
     m = makeGemma4Model(options);
     tokens = promptOf(m, T);
     for (const backend of ['node', 'wasm', 'webgpu'] as const)
       models[backend] = await loadModelNode(m.dir, { backend });
+    const parts = modelPartsFrom(await loadModelFilesNode(m.dir), { bundled: false, id: m.dir });
+    models.stream = await createModel({ ...parts, readout: 'stream' }, await nodeFactory('node'));
   });
   afterAll(async () => {
     for (const model of Object.values(models)) await model?.dispose();
@@ -201,7 +206,7 @@ describe.each(CASES)('gemma4 vs float64 reference: $name', ({ options, T, all })
     expect(() => model.param(`blocks.${shared}.attn.W_V`)).toThrow(/attends with layer/);
   });
 
-  it.each(['node', 'wasm', 'webgpu'] as const)(
+  it.each(['node', 'wasm', 'webgpu', 'stream'] as const)(
     'trace: every head, neuron, per-layer-input and embedding term equals the float64 decomposition (%s)',
     async (backend) => {
       const model = models[backend]!;
