@@ -69,9 +69,11 @@ describe('edge_attribution from the CLI on induction-gpt2 (64 generated pairs, s
   }, 120_000);
 
   it('prints a handful of progress lines, not one per pair per stage', () => {
+    // a line per stage's start and end, and one per 2 s between: how many of those depends on the
+    // machine's load (13 once under CI load); unthrottled it printed about 200
     const n = stderr.split('\n').filter(Boolean).length;
     expect(n).toBeGreaterThanOrEqual(3);
-    expect(n).toBeLessThanOrEqual(12);
+    expect(n).toBeLessThanOrEqual(24);
   });
   it('lists the edges by |score|, largest first, and no token as raw bytes', async () => {
     const rows = [...stdout.matchAll(/^\s*(\d+)\s+(\S+->\S+)\s+(\S+)\s/gm)];
