@@ -19,6 +19,7 @@ import { LoupeError } from '../src/engine/errors';
 import { generateTokens } from '../src/ops/lib/generation';
 import type { LoadedModel } from '../src/engine/api';
 import { operation as trace } from '../src/ops/trace';
+import { operation as circuit } from '../src/ops/circuit';
 import { decomposeLogit, dlaHookNames } from '../src/ops/lib/dla';
 import { compareHooks, maxAbsDiff } from './reference';
 import { q8Reference } from './helpers/q8-reference';
@@ -250,6 +251,34 @@ describe.each(CASES)('gemma4 vs float64 reference: $name', ({ options, T, all })
       );
     },
   );
+
+  it('circuit: each candidate head and neuron, zero-ablated, moves the logit as in the reference', async () => {
+    const model = models.node!;
+    const prompt = model.decode(tokens.slice(1));
+    const input = { prompt, top_k_heads: 4, top_k_neurons: 4, pair_k: 0, ablation: 'zero' } as any;
+    const doc: any = await circuit.run(model, input, {});
+    const V = m.text.vocab_size;
+    const answer = doc.answer.token_id;
+    const ids: number[] = doc.tokens.map((t: { id: number }) => t.id); // the prompt as the tokenizer reads it
+    const n = ids.length;
+    const logitOf = (hook: string, zero: (i: number, dims: number[]) => boolean) =>
+      gemma4Forward(m, ids, {
+        hook: (name, v, dims) => (name === hook ? v.map((x, i) => (zero(i, dims) ? 0 : x)) : undefined),
+      }).logits.data[(n - 1) * V + answer];
+    let worst = 0;
+    for (const h of doc.heads) {
+      // hook_z [1, T, H, d]: head h's slice at every position
+      const want = logitOf(`blocks.${h.layer}.attn.hook_z`, (i, d) => Math.floor(i / d[3]) % d[2] === h.head);
+      worst = Math.max(worst, Math.abs(h.ablated_logit - want));
+    }
+    for (const u of doc.neurons) {
+      const want = logitOf(`blocks.${u.layer}.mlp.hook_post`, (i, d) => i % d[2] === u.neuron);
+      worst = Math.max(worst, Math.abs(u.ablated_logit - want));
+    }
+    expect(doc.heads.length + doc.neurons.length).toBe(8);
+    expect(worst).toBeLessThan(TOL);
+    console.log(`gemma4 circuit T=${n}: 4 heads + 4 neurons ablated, worst |Δ logit| ${worst.toExponential(2)}`);
+  });
 
   it.runIf(all)('leaving out each feature moves the logits by more than the tolerance', () => {
     const base = gemma4Forward(m, tokens).logits.data;

@@ -191,7 +191,8 @@ export const operation = defineOperation({
   const allNeurons: { layer: number; neuron: number; attribution: number; activation: number }[] = [];
   if (kNeurons > 0) {
     for (let l = 0; l < L; l++)
-      for (let n = 0; n < M; n++)
+      for (let n = 0; n < dla.neuronAttribution[l].length; n++)
+        // each layer's own width (Gemma 4's double-wide MLPs)
         allNeurons.push({
           layer: l,
           neuron: n,

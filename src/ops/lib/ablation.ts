@@ -222,7 +222,7 @@ export function targetFields(t: AblationTarget): {
 
 /** the sites a target edits; validates ranges and that the hooks exist in this model */
 export function targetSites(model: LoadedModel, t: AblationTarget): Site[] {
-  const { n_layers: L, n_heads: H, d_mlp: M } = model.info;
+  const { n_layers: L, n_heads: H } = model.info;
   const given = [t.component, t.head, t.neuron, t.expert].filter((x) => x !== undefined).length;
   if (t.route !== undefined && t.expert === undefined)
     throw new LoupeError('BAD_INPUT', `${targetLabel(t)}: route needs an expert.`, 'Add expert: E.');
@@ -249,6 +249,9 @@ export function targetSites(model: LoadedModel, t: AblationTarget): Site[] {
       );
     sites = [{ hook: `${b}.attn.hook_z`, head: t.head }];
   } else if (t.neuron !== undefined) {
+    // the layer's own MLP width, from its hook (Gemma 4's double-wide MLPs are wider than d_mlp)
+    const post = `${b}.mlp.hook_post`;
+    const M = model.hookNames().includes(post) ? model.hookShape(post, 1, 1)[2] : model.info.d_mlp;
     if (t.neuron >= M)
       throw new LoupeError(
         'BAD_INPUT',
