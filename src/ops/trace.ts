@@ -115,7 +115,7 @@ export const operation = defineOperation({
     'Predicted token at a position (default last) and its direct logit attribution (DLA): ' +
     'per attention head (z_h·W_O[h]), per MLP neuron, and the exact decomposition into named ' +
     'terms (embed, pos_embed, L{l}H{h}, L{l}.attn.b_O, L{l}.mlp — in a mixture-of-experts model one term per ' +
-    'expert L{l}.E{e} and L{l}.shared_expert — ln_final.b, unembed.b_U) ' +
+    'expert L{l}.E{e} and L{l}.shared_expert; Gemma 4 adds L{l}.per_layer — ln_final.b, unembed.b_U) ' +
     'whose sum equals the logit (raw), the centred logit (transformer_lens, default) or, ' +
     'with answer + counterfactual, the logit difference. Units: logits. Cost: one forward pass.',
   input: traceInput,

@@ -338,7 +338,7 @@ export interface DlaTerm {
 
 export interface DlaResult {
   convention: Convention;
-  /** every term by name, in forward order: embed, pos_embed, per layer L{l}H{h}…, L{l}.attn.b_O, L{l}.mlp, then ln_final.b, unembed.b_U */
+  /** every term by name, in forward order: embed, pos_embed, per layer L{l}H{h}…, L{l}.attn.b_O, L{l}.mlp (L{l}.per_layer), then ln_final.b, unembed.b_U */
   terms: DlaTerm[];
   sum: number;
   /** the value the terms sum to, read from the model's logits (pre-soft-cap): logit, centred logit or difference */
