@@ -22,6 +22,8 @@ import {
   pageDoc,
   compareDocs,
   watchErrors,
+  shot,
+  atWidthsAndThemes,
 } from './fixtures';
 import { MOE_FAMILY_CASES, makeCaseModel, type RandomModel } from '../tests/reference';
 import { loadModelNode } from '../src/node/load';
@@ -136,5 +138,7 @@ test('edge_attribution with experts as nodes: the pageâ€™s document equals Nodeâ
   const circuit = page.getByTestId('edge-circuit');
   for (const n of ['m0.e0', 'm0.e7', 'm1.e3']) await expect(circuit.locator(`[data-node="${n}"]`)).toHaveCount(1);
   expect(await circuit.locator('.circuit-edge').count()).toBe(doc.n_edges);
+  await circuit.scrollIntoViewIfNeeded();
+  await atWidthsAndThemes(page, (tag) => shot(page, `moe-edge-circuit-${tag}`));
   expect(errors).toEqual([]);
 });
