@@ -125,6 +125,41 @@ export function norm(
   return { kind, w, b, eps, weightOffset };
 }
 
+/**
+ * The text decoder's config of a family whose multimodal checkpoints nest it in text_config
+ * (Gemma 3, Gemma 4, Qwen3.5): text_config under the family's model_type with the token ids and
+ * tying of the outer config (they may sit there only), the config itself otherwise; over the
+ * family's defaults, which an absent field (and, with `skipNull`, a null one) leaves standing.
+ */
+export function nestedTextConfig(
+  config: Config,
+  family: { outer: string; text: string; name: string; cls: string; skipNull?: boolean },
+  defaults: Config,
+): Config {
+  let text: Config = config;
+  if (config.model_type === family.outer) {
+    const tc = config.text_config;
+    if (!tc || typeof tc !== 'object' || Array.isArray(tc))
+      throw new LoupeError(
+        'BAD_CONFIG',
+        `This ${family.name} config.json (model_type ${family.outer}) has no text_config, so its text model cannot be found.`,
+        `A ${family.cls} config nests the language model in text_config.`,
+        { field: 'text_config' },
+      );
+    if (tc.model_type !== undefined && tc.model_type !== family.text)
+      throw unsupportedConfig('text_config.model_type', tc.model_type, family.text);
+    const outer = Object.fromEntries(
+      ['bos_token_id', 'eos_token_id', 'pad_token_id', 'tie_word_embeddings']
+        .filter((k) => k in config)
+        .map((k) => [k, config[k]]),
+    );
+    text = { ...outer, ...tc, model_type: family.outer };
+  }
+  const c: Config = { ...defaults };
+  for (const [k, v] of Object.entries(text)) if (v !== undefined && !(family.skipNull && v === null)) c[k] = v;
+  return c;
+}
+
 /** UNSUPPORTED_CONFIG naming the config.json field and what Loupe supports there */
 export function unsupportedConfig(field: string, value: unknown, supported: string): LoupeError {
   return new LoupeError(

@@ -10,7 +10,7 @@
  */
 import { LoupeError } from '../errors';
 import type { ModelSpec } from '../spec';
-import { type AdapterInput, type Config, unsupportedConfig } from './common';
+import { type AdapterInput, type Config, nestedTextConfig, unsupportedConfig } from './common';
 import { llamaLike } from './llama';
 
 /** Gemma3TextConfig's defaults (configuration_gemma3.py): the multimodal configs leave most of them out */
@@ -45,28 +45,11 @@ const MULTIMODAL_PREFIXES = [
 
 /** the text decoder's config: text_config of a multimodal config, the config itself otherwise, with HF's defaults */
 export function gemma3TextConfig(config: Config): Config {
-  let text: Config = config;
-  if (config.model_type === 'gemma3') {
-    const tc = config.text_config;
-    if (!tc || typeof tc !== 'object' || Array.isArray(tc))
-      throw new LoupeError(
-        'BAD_CONFIG',
-        'This multimodal Gemma 3 config.json (model_type gemma3) has no text_config, so its text model cannot be found.',
-        'A Gemma3ForConditionalGeneration config nests the language model in text_config.',
-        { field: 'text_config' },
-      );
-    if (tc.model_type !== undefined && tc.model_type !== 'gemma3_text')
-      throw unsupportedConfig('text_config.model_type', tc.model_type, 'gemma3_text');
-    // token ids and tying may sit on the outer config only
-    const outer = Object.fromEntries(
-      ['bos_token_id', 'eos_token_id', 'pad_token_id', 'tie_word_embeddings']
-        .filter((k) => k in config)
-        .map((k) => [k, config[k]]),
-    );
-    text = { ...outer, ...tc, model_type: 'gemma3' };
-  }
-  const c: Config = { ...TEXT_DEFAULTS };
-  for (const [k, v] of Object.entries(text)) if (v !== undefined) c[k] = v;
+  const c = nestedTextConfig(
+    config,
+    { outer: 'gemma3', text: 'gemma3_text', name: 'multimodal Gemma 3', cls: 'Gemma3ForConditionalGeneration' },
+    TEXT_DEFAULTS,
+  );
   if (c.use_bidirectional_attention === true)
     throw unsupportedConfig(
       'use_bidirectional_attention',

@@ -31,6 +31,7 @@ import {
   num,
   roundToStoredDtype,
   sizes,
+  nestedTextConfig,
   unsupportedConfig,
 } from './common';
 
@@ -78,27 +79,11 @@ const badConfig = (field: string, message: string) =>
 
 /** the text decoder's config: text_config of a multimodal config, the config itself otherwise, with HF's defaults */
 export function gemma4TextConfig(config: Config): Config {
-  let text: Config = config;
-  if (config.model_type === 'gemma4') {
-    const tc = config.text_config;
-    if (!tc || typeof tc !== 'object' || Array.isArray(tc))
-      throw new LoupeError(
-        'BAD_CONFIG',
-        'This multimodal Gemma 4 config.json (model_type gemma4) has no text_config, so its text model cannot be found.',
-        'A Gemma4ForConditionalGeneration config nests the language model in text_config.',
-        { field: 'text_config' },
-      );
-    if (tc.model_type !== undefined && tc.model_type !== 'gemma4_text')
-      throw unsupportedConfig('text_config.model_type', tc.model_type, 'gemma4_text');
-    const outer = Object.fromEntries(
-      ['bos_token_id', 'eos_token_id', 'pad_token_id', 'tie_word_embeddings']
-        .filter((k) => k in config)
-        .map((k) => [k, config[k]]),
-    );
-    text = { ...outer, ...tc, model_type: 'gemma4' };
-  }
-  const c: Config = { ...TEXT_DEFAULTS };
-  for (const [k, v] of Object.entries(text)) if (v !== undefined) c[k] = v;
+  const c = nestedTextConfig(
+    config,
+    { outer: 'gemma4', text: 'gemma4_text', name: 'multimodal Gemma 4', cls: 'Gemma4ForConditionalGeneration' },
+    TEXT_DEFAULTS,
+  );
   return c;
 }
 

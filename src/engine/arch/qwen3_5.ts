@@ -12,7 +12,18 @@
  */
 import { LoupeError } from '../errors';
 import type { LayerSpec, LinearRef, ModelSpec, NormSpec } from '../spec';
-import { type AdapterInput, type Config, dim, linear, need, norm, num, sizes, unsupportedConfig } from './common';
+import {
+  type AdapterInput,
+  type Config,
+  dim,
+  linear,
+  need,
+  norm,
+  num,
+  sizes,
+  nestedTextConfig,
+  unsupportedConfig,
+} from './common';
 
 /** Qwen3_5TextConfig's defaults (configuration_qwen3_5.py): the multimodal configs may leave some out */
 const TEXT_DEFAULTS: Config = {
@@ -40,28 +51,11 @@ const LAYER_TYPES = ['linear_attention', 'full_attention'];
 
 /** the text decoder's config: text_config of a multimodal config, the config itself otherwise, with HF's defaults */
 export function qwen3_5TextConfig(config: Config): Config {
-  let text: Config = config;
-  if (config.model_type === 'qwen3_5') {
-    const tc = config.text_config;
-    if (!tc || typeof tc !== 'object' || Array.isArray(tc))
-      throw new LoupeError(
-        'BAD_CONFIG',
-        'This Qwen3.5 config.json (model_type qwen3_5) has no text_config, so its text model cannot be found.',
-        'A Qwen3_5ForConditionalGeneration config nests the language model in text_config.',
-        { field: 'text_config' },
-      );
-    if (tc.model_type !== undefined && tc.model_type !== 'qwen3_5_text')
-      throw unsupportedConfig('text_config.model_type', tc.model_type, 'qwen3_5_text');
-    const outer = Object.fromEntries(
-      ['bos_token_id', 'eos_token_id', 'pad_token_id', 'tie_word_embeddings']
-        .filter((k) => k in config)
-        .map((k) => [k, config[k]]),
-    );
-    text = { ...outer, ...tc, model_type: 'qwen3_5' };
-  }
-  const c: Config = { ...TEXT_DEFAULTS };
-  for (const [k, v] of Object.entries(text)) if (v !== undefined && v !== null) c[k] = v;
-  return c;
+  return nestedTextConfig(
+    config,
+    { outer: 'qwen3_5', text: 'qwen3_5_text', name: 'Qwen3.5', cls: 'Qwen3_5ForConditionalGeneration', skipNull: true },
+    TEXT_DEFAULTS,
+  );
 }
 
 export function qwen3_5(input: AdapterInput): ModelSpec {
