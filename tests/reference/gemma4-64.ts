@@ -9,7 +9,7 @@ import { mkdtempSync, writeFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { encodeSafetensors, roundToDtype, type StDtype } from './safetensors-io';
-import { makeTokenizer, type GeneratedTokenizer } from './tokenizer-gen';
+import { makeTokenizer, type GeneratedTokenizer, writeTokenizerFiles } from './tokenizer-gen';
 import { mulberry32, gaussian } from './random-models';
 
 export interface Gemma4Options {
@@ -244,9 +244,7 @@ export function makeGemma4Model(o: Gemma4Options = {}): Gemma4Model {
   const dir = mkdtempSync(join(tmpdir(), 'loupe-ref-gemma4-'));
   writeFileSync(join(dir, 'config.json'), JSON.stringify(config, null, 2));
   writeFileSync(join(dir, 'model.safetensors'), encodeSafetensors(tensors, dtype));
-  writeFileSync(join(dir, 'tokenizer.json'), JSON.stringify(tok.tokenizerJson, null, 2));
-  writeFileSync(join(dir, 'tokenizer_config.json'), JSON.stringify(tok.tokenizerConfig, null, 2));
-  writeFileSync(join(dir, 'special_tokens_map.json'), JSON.stringify(tok.specialTokensMap, null, 2));
+  writeTokenizerFiles(dir, tok);
   return {
     dir,
     config,

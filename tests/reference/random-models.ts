@@ -6,7 +6,7 @@ import { mkdtempSync, mkdirSync, writeFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { encodeSafetensors, roundToDtype, type StDtype } from './safetensors-io';
-import { makeTokenizer, type TokenizerSpec, type GeneratedTokenizer } from './tokenizer-gen';
+import { makeTokenizer, type TokenizerSpec, type GeneratedTokenizer, writeTokenizerFiles } from './tokenizer-gen';
 import type { Family } from './forward64';
 
 export type { Family } from './forward64';
@@ -672,9 +672,7 @@ export function makeRandomModel(family: Family, options: RandomModelOptions = {}
       JSON.stringify({ metadata: { total_size: total * bytesPer }, weight_map: weightMap }, null, 2),
     );
   }
-  writeFileSync(join(dir, 'tokenizer.json'), JSON.stringify(tok.tokenizerJson, null, 2));
-  writeFileSync(join(dir, 'tokenizer_config.json'), JSON.stringify(tok.tokenizerConfig, null, 2));
-  writeFileSync(join(dir, 'special_tokens_map.json'), JSON.stringify(tok.specialTokensMap, null, 2));
+  writeTokenizerFiles(dir, tok);
   writeFileSync(
     join(dir, 'generation_config.json'),
     JSON.stringify({ bos_token_id: bosId, eos_token_id: eosId, transformers_version: '4.46.0' }, null, 2),

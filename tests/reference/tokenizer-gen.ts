@@ -4,6 +4,8 @@
 //    0..255 (id = byte value), then the special tokens, then merge tokens for common words.
 //  - 'char': SentencePiece/Llama style ('▁' for spaces, Prepend + Replace normalizers), the
 //    special tokens first, then single characters, then merge tokens; unknown chars → unk.
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 
 export type TokenizerKind = 'bytelevel' | 'char';
 
@@ -263,4 +265,11 @@ export function makeTokenizer(spec: TokenizerSpec, vocabSize: number): Generated
   if (spec.unk) specialTokensMap.unk_token = spec.unk;
   if (spec.pad) specialTokensMap.pad_token = spec.pad;
   return { tokenizerJson, tokenizerConfig, specialTokensMap, specialIds, vocab };
+}
+
+/** A generated tokenizer's three files, written into a checkpoint folder as HF saves them. */
+export function writeTokenizerFiles(dir: string, tok: GeneratedTokenizer): void {
+  writeFileSync(join(dir, 'tokenizer.json'), JSON.stringify(tok.tokenizerJson, null, 2));
+  writeFileSync(join(dir, 'tokenizer_config.json'), JSON.stringify(tok.tokenizerConfig, null, 2));
+  writeFileSync(join(dir, 'special_tokens_map.json'), JSON.stringify(tok.specialTokensMap, null, 2));
 }
