@@ -138,6 +138,17 @@ test('edge_attribution with experts as nodes: the pageâ€™s document equals Nodeâ
   const circuit = page.getByTestId('edge-circuit');
   for (const n of ['m0.e0', 'm0.e7', 'm1.e3']) await expect(circuit.locator(`[data-node="${n}"]`)).toHaveCount(1);
   expect(await circuit.locator('.circuit-edge').count()).toBe(doc.n_edges);
+  // edges into a router have a line style of their own, and the legend names it
+  const router = page.getByTestId('edge-legend').locator('.item', { hasText: 'into an expert router' }).locator('line');
+  await expect(router).toHaveAttribute('stroke-dasharray', '6 2 1.5 2');
+  await expect(circuit.locator('.circuit-edge[data-edge$="<router>"]').first()).toHaveAttribute(
+    'stroke-dasharray',
+    '6 2 1.5 2',
+  );
+  await expect(circuit.locator('.circuit-edge[data-edge$="<in>"]').first()).not.toHaveAttribute(
+    'stroke-dasharray',
+    /./,
+  );
   await circuit.scrollIntoViewIfNeeded();
   await atWidthsAndThemes(page, (tag) => shot(page, `moe-edge-circuit-${tag}`));
   expect(errors).toEqual([]);

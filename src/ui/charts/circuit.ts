@@ -12,6 +12,11 @@ import { fmt } from './format';
 
 /** how an edge into a head's query, key or value input is dashed (the view's legend draws the same) */
 export const QKV_DASH: Record<string, string | null> = { q: null, k: '5 2', v: '1.5 2', '': null };
+/** how an edge into a mixture-of-experts layer's router (`…<router>`) is dashed: dash-dot, apart from q/k/v */
+export const ROUTER_DASH = '6 2 1.5 2';
+/** the dash pattern of one edge (null: solid) */
+export const edgeDash = (e: { qkv: string | null; name: string }): string | null =>
+  e.qkv ? (QKV_DASH[e.qkv] ?? null) : e.name.endsWith('<router>') ? ROUTER_DASH : null;
 /** the width of the pointer's target along each edge, in px */
 export const HIT_WIDTH = 10;
 
@@ -113,7 +118,7 @@ export function drawCircuit(svgEl: SVGSVGElement, o: CircuitOptions): void {
     .attr('d', pathOf)
     .attr('stroke', (e) => divergingColor(Math.max(-1, Math.min(1, e.score / max)) * 0.85 + Math.sign(e.score) * 0.15))
     .attr('stroke-width', (e) => 0.6 + 5 * (Math.abs(e.score) / max))
-    .attr('stroke-dasharray', (e) => QKV_DASH[e.qkv ?? ''] ?? null)
+    .attr('stroke-dasharray', edgeDash)
     // weak edges fade, in both themes (the diverging scale's middle is near the dark theme's text colour)
     .attr('opacity', (e) => 0.3 + 0.6 * (Math.abs(e.score) / max));
   // what the pointer finds: an invisible stroke HIT_WIDTH wide over each edge (a drawn one can be 0.6 px)
