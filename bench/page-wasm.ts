@@ -13,9 +13,12 @@ import { createReadStream, existsSync, readFileSync, statSync } from 'node:fs';
 import * as path from 'node:path';
 import { chromium } from 'playwright-core';
 import { describeModel } from '../src/engine/arch';
-import { buildModelGraph } from '../src/engine/graph/build-model';
+import { buildModelGraph, type BuiltGraph } from '../src/engine/graph/build-model';
 import { loadModelFilesNode } from '../src/node/load-files-node';
 import type { WeightSet } from '../src/engine/safetensors-types';
+import type { ModelSpec } from '../src/engine/spec';
+import { buildFeeds } from '../src/engine/runtime/feeds';
+import type { OrtModule } from '../src/engine/runtime/ort-session';
 import { ROOT, median } from './lib';
 import { randomIds } from './model-gen';
 
@@ -29,27 +32,49 @@ export interface PageWasmResult {
   n_outputs: number;
 }
 
+/** a feed as it crosses into the page: plain numbers (page.evaluate does not carry a BigInt64Array) */
+export interface WireTensor {
+  type: string;
+  dims: number[];
+  data: number[];
+}
+
+/**
+ * The hooked graph's feeds for these token rows, every hook site at identity, from the engine's one
+ * builder (runtime/feeds.ts buildFeeds), so an input the graph gains is fed here too.
+ */
+export function wireFeeds(spec: ModelSpec, graph: BuiltGraph, rows: number[][]): Record<string, WireTensor> {
+  const Tensor = class {
+    constructor(
+      readonly type: string,
+      readonly data: ArrayLike<number | bigint>,
+      readonly dims: readonly number[],
+    ) {}
+  };
+  const ort = { Tensor, InferenceSession: { create: () => Promise.reject(new Error('feeds only')) } };
+  const feeds = buildFeeds(ort as unknown as OrtModule, spec, graph, { rows, sites: new Map() });
+  return Object.fromEntries(
+    Object.entries(feeds).map(([name, t]) => {
+      const { type, data, dims } = t as InstanceType<typeof Tensor>;
+      return [name, { type, dims: [...dims], data: Array.from(data, Number) }];
+    }),
+  );
+}
+
+/** the page's side of wireFeeds (JS source, run in the harness and by tests/bench-page-feeds in Node) */
+export const FROM_WIRE = `(ort, wire) => Object.fromEntries(Object.entries(wire).map(([name, f]) => [name,
+  new ort.Tensor(f.type, f.type === 'int64' ? BigInt64Array.from(f.data, BigInt) : Float32Array.from(f.data), f.dims)]))`;
+
 const HARNESS = `<!doctype html><meta charset="utf-8"><script type="module">
 import * as ort from '/ort/ort.bundle.min.mjs';
-window.bench = async ({ threads, Ts, reps, warmup, inputs, outputs, sites, nLayers, nKv, dHead, weightFile }) => {
+window.bench = async ({ threads, Ts, reps, warmup, feedsByT, outputs, weightFile }) => {
   ort.env.wasm.numThreads = threads;
   ort.env.wasm.wasmPaths = '/ort/';
   const session = await ort.InferenceSession.create('/graph.onnx', { executionProviders: ['wasm'], graphOptimizationLevel: 'all', externalData: [{ path: weightFile, data: '/' + weightFile }] });
+  const fromWire = ${FROM_WIRE};
   const res = {};
   for (const T of Ts) {
-    const ids = window.ids[T];
-    const feeds = {};
-    feeds.input_ids = new ort.Tensor('int64', BigInt64Array.from(ids.map(BigInt)), [1, T]);
-    if (inputs.includes('position_ids')) feeds.position_ids = new ort.Tensor('int64', BigInt64Array.from(ids.map((_, t) => BigInt(t))), [T]);
-    const mask = new Float32Array(T * T);
-    for (let i = 0; i < T; i++) for (let j = i + 1; j < T; j++) mask[i * T + j] = -Infinity;
-    feeds.attn_mask = new ort.Tensor('float32', mask, [T, T]);
-    feeds.logit_positions = new ort.Tensor('int64', BigInt64Array.from(ids.map((_, t) => BigInt(t))), [T]);
-    for (let l = 0; l < nLayers; l++) {
-      feeds['past.' + l + '.key'] = new ort.Tensor('float32', new Float32Array(0), [1, nKv, 0, dHead]);
-      feeds['past.' + l + '.value'] = new ort.Tensor('float32', new Float32Array(0), [1, nKv, 0, dHead]);
-    }
-    for (const s of sites) { feeds[s + '::mul'] = new ort.Tensor('float32', new Float32Array([1]), [1]); feeds[s + '::add'] = new ort.Tensor('float32', new Float32Array([0]), [1]); }
+    const feeds = fromWire(ort, feedsByT[T]);
     for (let w = 0; w < warmup; w++) await session.run(feeds, outputs);
     const samples = [];
     for (let r = 0; r < reps; r++) { const t0 = performance.now(); await session.run(feeds, outputs); samples.push(performance.now() - t0); }
@@ -125,27 +150,20 @@ export async function pageWasm(dir: string, reps = 5, Ts = [16, 128]): Promise<P
     const hc = await probe.evaluate(() => navigator.hardwareConcurrency);
     await probe.close();
     const outputs = graph.outputNames.filter((n) => !n.startsWith('present.'));
+    const feedsByT = Object.fromEntries(
+      Ts.map((T) => [T, wireFeeds(spec, graph, [randomIds(T, spec.dVocab, 1000 + T)])]),
+    );
     for (const threads of [...new Set([1, hc])]) {
       const page = await browser.newPage();
       await page.goto(`http://127.0.0.1:${port}/`);
       await page.waitForFunction(() => (window as any).ready === true);
-      await page.evaluate(
-        (ids) => {
-          (window as any).ids = ids;
-        },
-        Object.fromEntries(Ts.map((T) => [T, randomIds(T, spec.dVocab, 1000 + T)])),
-      );
       const r = (await page.evaluate((a) => (window as any).bench(a), {
         threads,
         Ts,
         reps,
         warmup: 2,
-        inputs: graph.inputNames,
+        feedsByT,
         outputs,
-        sites: graph.sites,
-        nLayers: spec.nLayers,
-        nKv: spec.nKvHeads,
-        dHead: spec.dHead,
         weightFile,
       })) as { res: Record<string, number[]>; hc: number; isolated: boolean };
       out.hardware_concurrency = r.hc;
