@@ -33,6 +33,11 @@ export interface StoredResult {
 
 export function okResult(document: unknown, extra: { link?: string; result?: StoredResult } = {}): CallToolResult {
   const content: CallToolResult['content'] = [{ type: 'text', text: extra.result?.json ?? JSON.stringify(document) }];
+  // what happened to the job (a GPU device lost and recovered), said beside the document too
+  for (const n of (document as { notices?: unknown })?.notices instanceof Array
+    ? ((document as { notices: unknown[] }).notices.filter((x) => typeof x === 'string') as string[])
+    : [])
+    content.push({ type: 'text', text: `Notice: ${n}` });
   if (extra.link)
     content.push({
       type: 'text',

@@ -146,6 +146,8 @@ async function runOperation(op: AnyOperation, argv: string[], io: Io): Promise<n
         loadTranscoders: sae.loadTranscoders,
       });
       if (!quiet && process.stderr.isTTY) io.stderr('\r\x1b[2K');
+      // what happened to the job (a GPU device lost and recovered): said even when --quiet
+      for (const n of (doc as { notices?: string[] }).notices ?? []) io.stderr(`loupe: notice: ${n}\n`);
       io.stdout(
         json
           ? JSON.stringify(doc) + '\n'

@@ -547,6 +547,11 @@ export interface LoadedModel {
   deviceDifference(a: DeviceTensor, b: DeviceTensor, row: number): Promise<DeviceTensor>;
   /** what the model holds in memory besides the runtime's own (see ModelMemory) */
   memory(): ModelMemory;
+  /**
+   * After a DEVICE_LOST run: every onnxruntime session released and made again on a new device
+   * (runtime/device-lost.ts); DEVICE_LOST where the runtime cannot in this process. Absent: no recovery.
+   */
+  recoverDevice?(): Promise<void>;
   dispose(): Promise<void>;
 }
 
@@ -646,6 +651,8 @@ export interface ModelMemory {
   hooks_bytes: number;
   /** what crossed between JS and the device since load (runtime/transfers.ts) */
   transfers?: TransferCounts;
+  /** GPU device losses this model recovered from, its sessions made again (runtime/device-lost.ts) */
+  device_recoveries?: number;
 }
 
 export interface LoadOptions {

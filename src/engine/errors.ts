@@ -44,6 +44,8 @@ export type ErrorCode =
   | 'TOO_LARGE'
   | 'BACKEND_UNAVAILABLE'
   | 'RUNTIME_ERROR'
+  /** the GPU device was lost during a run, and again after Loupe recreated its sessions (runtime/device-lost.ts) */
+  | 'DEVICE_LOST'
   | 'UNSUPPORTED_OP'
   // operations / surfaces
   | 'BAD_INPUT'

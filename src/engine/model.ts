@@ -68,6 +68,7 @@ import {
   type RunKeep,
   type SessionFactory,
 } from './runtime/ort-session';
+import { guardDevice } from './runtime/device-lost';
 import { checkPositions, gatherAt } from './runtime/positions';
 import { ModelTokenizer } from './tokenizer';
 import { readParam, specTensorNames, storedParam, valueProduct, type ReadTensor } from './params';
@@ -138,6 +139,7 @@ async function runSession(
   try {
     return await session.run(feeds, fetches, opts);
   } catch (e) {
+    if (e instanceof LoupeError && e.code === 'DEVICE_LOST') throw e; // the model recovers (recoverDevice)
     throw new LoupeError('RUNTIME_ERROR', `onnxruntime failed${where}: ${(e as Error).message}`, hint);
   }
 }
@@ -292,7 +294,8 @@ export async function createModel(parts: ModelParts, factory: SessionFactory): P
       inForward: factory.readoutInForward,
     }),
   );
-  const model = new EngineModel(spec, info, tokenizer, sessionParts, factory);
+  // every session guarded: a run on a lost GPU device throws DEVICE_LOST (runtime/device-lost.ts)
+  const model = new EngineModel(spec, info, tokenizer, sessionParts, guardDevice(factory));
   await model.warm();
   return model;
 }
@@ -357,6 +360,8 @@ class EngineModel implements LoadedModel {
   private readonly transfers = new TransferCounter();
   /** helper sessions (runtime/reduce.ts) by graph and place */
   private readonly helpers = new Map<string, Promise<EngineSession>>();
+  /** GPU device losses recovered (recoverDevice) */
+  private deviceRecoveries = 0;
 
   constructor(
     readonly spec: ModelSpec,
@@ -1219,7 +1224,40 @@ class EngineModel implements LoadedModel {
       sessions: this.sessions.size,
       hooks_bytes: this.lastHooksBytes,
       transfers: this.transfers.counts(),
+      ...(this.deviceRecoveries ? { device_recoveries: this.deviceRecoveries } : {}),
     };
+  }
+
+  /**
+   * After DEVICE_LOST: every session and helper released, the factory's values on the device
+   * dropped (so that the runtime makes a new device), and the base session made again on it.
+   * In the queue, after the failed task. DEVICE_LOST again where the runtime cannot (JSEP).
+   */
+  recoverDevice(): Promise<void> {
+    return this.enqueue(async () => {
+      await this.releaseAll();
+      await this.factory.reset?.();
+      await this.variant(BASE_VARIANT);
+      // the runtime kept its lost device (JSEP makes one per module): only a new process recovers
+      if (this.factory.deviceLost?.())
+        throw new LoupeError(
+          'DEVICE_LOST',
+          'The GPU device was lost, and this runtime cannot make a new one in this process.',
+          'Start the engine again (the page restarts its model worker); or use another backend.',
+          { again: false, restart: true },
+        );
+      this.deviceRecoveries++;
+    });
+  }
+
+  private async releaseAll(): Promise<void> {
+    const sessions = [...this.sessions.values()];
+    const helpers = [...this.helpers.values()];
+    this.sessions.clear();
+    this.created.clear();
+    this.helpers.clear();
+    for (const s of sessions) await (await s.catch(() => undefined))?.session.release().catch(() => undefined);
+    for (const s of helpers) await (await s.catch(() => undefined))?.release().catch(() => undefined);
   }
 
   async dispose(): Promise<void> {

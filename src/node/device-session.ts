@@ -30,7 +30,7 @@ import {
   type OrtTensorLike,
   type Placement,
 } from '../engine/runtime/ort-session';
-import { readBack } from '../engine/runtime/read-back';
+import { readBack, resetReaders } from '../engine/runtime/read-back';
 
 const PROVIDER = 'WebGpuExecutionProvider';
 
@@ -62,7 +62,22 @@ function helpers(ort: OrtModule): DeviceHelpers {
   return h;
 }
 
-/** A one-element float32 tensor on the GPU, made once per value and kept for the process. */
+/**
+ * After a device loss: the values and helper sessions kept here disposed and released, so that
+ * none holds the provider's context (its device) and the next session makes a new one.
+ */
+export async function resetDevice(ort: OrtModule): Promise<void> {
+  const h = helpersOf.get(ort);
+  helpersOf.delete(ort);
+  if (h) {
+    for (const t of h.scalars.values()) (await t.catch(() => undefined))?.dispose?.();
+    for (const s of [h.maker, h.uploader, h.difference])
+      await (await s?.catch(() => undefined))?.release?.().catch(() => undefined);
+  }
+  await resetReaders(ort);
+}
+
+/** A one-element float32 tensor on the GPU, made once per value and kept until a device loss (resetDevice). */
 function deviceScalar(ort: OrtModule, v: number): Promise<OrtTensorLike> {
   const h = helpers(ort);
   let t = h.scalars.get(v);

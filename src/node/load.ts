@@ -38,6 +38,11 @@ export interface NodeModelOptions
   source?: ModelSource;
   /** asked once the plan is judged, before any weight byte (`loupe serve`: the page's preview); throw to stop */
   confirm?: (plan: ModelPlan, judgement: ModelJudgement | null) => void | Promise<void>;
+  /**
+   * A test seam: the session factory as the model gets it, wrapped (tests/engine-device-lost.test.ts
+   * makes runs fail as a lost device does). Not set by any surface.
+   */
+  wrapFactory?: (f: SessionFactory) => SessionFactory;
 }
 
 /** `extraOptions`: onnxruntime session options over the defaults (the bench measures them) */
@@ -92,7 +97,8 @@ export async function loadModelNode(spec: string, opts: NodeModelOptions = {}): 
       await opts.confirm?.(plan, j);
     },
   });
-  const factory = await nodeFactory(backend, opts.threads);
+  const made = await nodeFactory(backend, opts.threads);
+  const factory = opts.wrapFactory ? opts.wrapFactory(made) : made;
   const bundled = isBundledSpec(spec);
   // a folder is named as the caller typed it
   const parts = modelPartsFrom(files, {

@@ -35,7 +35,7 @@ import { defaultCacheDir } from './dir-cache';
 import type { BuiltGraph } from '../engine/graph/build-model';
 import type { GpuCaps } from '../engine/env';
 import { cachedModelPath, dropEntry, optimizedKey, saveTarget, worthCaching } from './optimized-cache';
-import { deviceDifference, deviceSession, deviceSessionOptions, deviceUpload } from './device-session';
+import { deviceDifference, deviceSession, deviceSessionOptions, deviceUpload, resetDevice } from './device-session';
 
 /**
  * Where to assemble the graph: on the same filesystem as the weights, so they can be hard-linked.
@@ -135,6 +135,8 @@ export function nodeSessionFactory(
           readoutInForward: true,
           upload: (t: OrtTensorLike) => deviceUpload(ort, t),
           difference: (feeds: Record<string, OrtTensorLike>) => deviceDifference(ort, feeds),
+          // a lost device: the provider's context goes with the last session on it (runtime/device-lost.ts)
+          reset: () => resetDevice(ort),
         }
       : {}),
     async helper(bytes, onDevice) {

@@ -14,6 +14,7 @@ import type { TranscoderFiles, TranscoderLoadOptions } from '../engine/source/tr
 import type { FileProgress } from '../engine/source/types';
 import type { DocumentCache } from '../engine/source/document-cache';
 import { applyChatFormat } from './lib/tokens';
+import { DEVICE_LOST_NOTICE, deviceLostError } from '../engine/runtime/device-lost';
 
 /** Where an SAE lives: a Hub repo (or URL / folder, as for models) and its folder inside it. */
 export interface SaeRef {
@@ -156,6 +157,36 @@ export function parseOperationInput<In extends z.ZodType>(
 }
 
 /**
+ * A GPU device lost during the body (DEVICE_LOST, runtime/device-lost.ts): the model's sessions
+ * made again on a new device and the whole body run once more, since values it kept on the lost
+ * device (a KV cache, hooks) went with it. The document says so (`notices`), and so does a progress
+ * event; a second loss fails with DEVICE_LOST, `again` in its details.
+ */
+async function withDeviceRecovery<T>(
+  model: LoadedModel,
+  ctx: OpContext,
+  run: () => Promise<T>,
+): Promise<{ doc: T; notices: string[] }> {
+  try {
+    return { doc: await run(), notices: [] };
+  } catch (e) {
+    if (!(e instanceof LoupeError) || e.code !== 'DEVICE_LOST' || !model.recoverDevice) throw e;
+    ctx.onProgress?.({
+      stage: 'the GPU device was lost: recreating the sessions and running again',
+      done: 0,
+      total: 1,
+    });
+    await model.recoverDevice();
+    try {
+      return { doc: await run(), notices: [DEVICE_LOST_NOTICE] };
+    } catch (e2) {
+      if (e2 instanceof LoupeError && e2.code === 'DEVICE_LOST') throw deviceLostError(e2.message, true);
+      throw e2;
+    }
+  }
+}
+
+/**
  * The one operation template:
  *
  *   export const operation = defineOperation({ name, title, description, input, output }).implement(
@@ -182,8 +213,12 @@ export function defineOperation<In extends z.ZodType, Out extends z.ZodType>(spe
           // the one place chat format is applied, so every prompt-taking operation gets it alike
           const promptFormat =
             input && typeof input === 'object' ? applyChatFormat(model, input as Record<string, unknown>) : undefined;
-          const body0 = await body(model, input, ctx);
-          const doc = promptFormat ? { ...(body0 as object), prompt_format: promptFormat } : body0;
+          const { doc: body0, notices } = await withDeviceRecovery(model, ctx, () => body(model, input, ctx));
+          const doc = {
+            ...(body0 as object),
+            ...(promptFormat ? { prompt_format: promptFormat } : {}),
+            ...(notices.length ? { notices } : {}),
+          };
           const checked = spec.output.safeParse(doc);
           if (checked.success) return checked.data as z.output<Out>;
           const issues = checked.error.issues.slice(0, 3).map((i) => `${i.path.map(String).join('.')}: ${i.message}`);

@@ -82,6 +82,11 @@ export function documentBase<Op extends string>(operation: Op) {
     prompt: z.string(),
     tokens: z.array(tokenEntry),
     prompt_format: promptFormat.optional(),
+    /** what happened to the job that a reader of its numbers should know (a GPU device lost and recovered) */
+    notices: z
+      .array(z.string())
+      .optional()
+      .describe('what happened during the run that the numbers do not show, e.g. a GPU device lost and recovered'),
   });
 }
 

@@ -10,7 +10,7 @@ import type { WeightSet } from '../safetensors-types';
 import { precisionSessionOptions } from '../precision';
 import { pieceData, pieceGraph, type Piece } from './pieces';
 import { LoupeError } from '../errors';
-import { readBack } from './read-back';
+import { readBack, resetReaders } from './read-back';
 import type { ReadableWeightSet } from '../safetensors';
 import type { GpuCaps } from '../env';
 import { OnnxGraph } from '../graph/onnx-builder';
@@ -80,6 +80,14 @@ export interface SessionFactory {
   upload?(t: OrtTensorLike): Promise<OrtTensorLike>;
   /** Where values stay on a device: a run of differenceGraph there (differenceFeeds), its output kept. */
   difference?(feeds: Record<string, OrtTensorLike>): Promise<OrtTensorLike>;
+  /** WebGPU in the browser: whether the runtime's GPUDevice is lost (its `lost` promise resolved) */
+  deviceLost?(): boolean;
+  /**
+   * After a device loss, once every session the caller holds is released: drop every value and
+   * helper session this factory keeps on the device, so that the next session gets a new device
+   * (runtime/device-lost.ts). A runtime that keeps its device for the process (JSEP) still has it lost.
+   */
+  reset?(): Promise<void>;
 }
 
 /** inputs a, b (float) and at (int64 [1]): y = Gather(a − b, at, axis 0), one row of a difference */
@@ -213,6 +221,35 @@ async function gpuUpload(ort: OrtModule, t: OrtTensorLike): Promise<OrtTensorLik
 }
 
 const differences = new WeakMap<object, Promise<any>>();
+
+/** the runtime's GPUDevice as last seen, and the devices whose `lost` promise resolved, per runtime module */
+const devices = new WeakMap<object, { current?: any; lost: WeakSet<object> }>();
+
+/** note the runtime's device (set anew by the first session on a new one): its loss is watched */
+async function watchDevice(ort: OrtModule): Promise<void> {
+  let w = devices.get(ort);
+  if (!w) devices.set(ort, (w = { lost: new WeakSet() }));
+  const d = await ort.env?.webgpu?.device;
+  if (!d || d === w.current) return;
+  w.current = d;
+  const lost = w.lost;
+  void d.lost?.then(() => lost.add(d));
+}
+
+const deviceLost = (ort: OrtModule): boolean => {
+  const w = devices.get(ort);
+  return !!w?.current && w.lost.has(w.current);
+};
+
+/** after a device loss: what this module keeps on the device dropped (its sessions released), for a new device */
+async function resetWeb(ort: OrtModule): Promise<void> {
+  for (const t of scalars.get(ort)?.values() ?? []) (await t.catch(() => undefined))?.dispose?.();
+  scalars.delete(ort);
+  const d = differences.get(ort);
+  differences.delete(ort);
+  await (await d?.catch(() => undefined))?.release?.().catch(() => undefined);
+  await resetReaders(ort);
+}
 
 /** differenceGraph on onnxruntime-web's WebGPU device, its output left there */
 async function gpuDifference(ort: OrtModule, feeds: Record<string, OrtTensorLike>): Promise<OrtTensorLike> {
@@ -397,6 +434,10 @@ export function webSessionFactory(
       ? {
           upload: (t: OrtTensorLike) => gpuUpload(ort, t),
           difference: (feeds: Record<string, OrtTensorLike>) => gpuDifference(ort, feeds),
+          deviceLost: () => deviceLost(ort),
+          // the native provider makes a new device once no session holds the old one; JSEP never
+          // does (model.ts recoverDevice finds its device still lost: the page restarts the worker)
+          reset: () => resetWeb(ort),
         }
       : {}),
     async create(graph, weights) {
@@ -423,14 +464,17 @@ export function webSessionFactory(
           if (!lazy.some((l) => l?.error)) throw e; // not a read of ours: the session's own error
           return null; // a read failed (e.g. Blobs outside a worker): read the pieces whole below
         });
-        if (made && pieces.every((p, i) => !lazy[i] || lazy[i]!.served >= p.used))
+        if (made && pieces.every((p, i) => !lazy[i] || lazy[i]!.served >= p.used)) {
+          if (backend === 'webgpu') await watchDevice(ort);
           return trackedWeb(ort, backend, made, 'lazy');
+        }
         await made?.release();
       }
       const externalData: { path: string; data: Uint8Array }[] = [];
       for (const p of pieces) externalData.push({ path: p.path, data: await pieceBytes(weights, p) });
       const session = await ort.InferenceSession.create(graphBytes, { ...options, externalData });
       externalData.length = 0; // should the runtime keep the options object, it keeps no piece
+      if (backend === 'webgpu') await watchDevice(ort);
       return trackedWeb(ort, backend, session, 'whole');
     },
   };

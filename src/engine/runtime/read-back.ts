@@ -43,6 +43,13 @@ function readerGraph(specs: ReadSpec[]): Uint8Array {
 
 const readers = new WeakMap<object, Map<string, Promise<any>>>();
 
+/** After a device loss: the reading sessions released, to be made again on the next device (runtime/device-lost.ts). */
+export async function resetReaders(ort: Ort): Promise<void> {
+  const byKey = readers.get(ort);
+  readers.delete(ort);
+  for (const s of byKey?.values() ?? []) await (await s.catch(() => undefined))?.release?.().catch(() => undefined);
+}
+
 /** Device tensors read back in one run: their values (at `positions` where a spec has an axis) in JS memory, in order. */
 export async function readBack<T extends Tensor>(
   ort: Ort,
