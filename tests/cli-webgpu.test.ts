@@ -1,5 +1,5 @@
 /**
- * `loupe trace … --backend webgpu` (onnxruntime-node's WebGPU provider) against the node backend
+ * `loupe trace … --backend webgpu` (onnxruntime-node's WebGPU provider), and logit_lens, against the node backend
  * in-process: on the bundled stories260K spawned as a user would, with no Vulkan variables set, so
  * the process finds its driver itself (here and in CI: Chromium's SwiftShader); on one small random
  * model of each family the float64 reference tests cover through the CLI's main() in this process
@@ -78,23 +78,30 @@ async function inProcess(args: string[]): Promise<{ code: number; stdout: string
   return { code, stdout, stderr };
 }
 
-/** `spawned`: as a user runs it, in a process of its own with no Vulkan variables */
+/**
+ * trace (and logit_lens, reduced in the forward graph's If on WebGPU: build-model.ts addForwardLens)
+ * on WebGPU against node. `spawned`: trace as a user runs it, in a process of its own with no Vulkan variables
+ */
 async function expectAgrees(dir: string, weights?: WeightsMode, spawned = false): Promise<any> {
   const w = weights ? ['--weights', weights] : [];
-  const args = ['trace', dir, PROMPT, '--top-k', String(TOP_K), '--backend', 'webgpu', ...w, '--json'];
-  const r = spawned ? await loupe(args) : await inProcess(args);
-  expect(r.code, r.stderr).toBe(0);
-  const gpu = JSON.parse(r.stdout);
   const model = await loadModelNode(dir, { weights });
   try {
-    const cpu = viaJson(await getOperation('trace')!.run(model, { prompt: PROMPT, top_k: TOP_K }, {})) as any;
-    expect(gpu.model.backend).toBe('webgpu');
-    expect(cpu.model.backend).toBe('node');
-    const diffs: string[] = [];
-    compare({ ...gpu, model: undefined }, { ...cpu, model: undefined }, 'trace', diffs);
-    expect(diffs.slice(0, 5)).toEqual([]);
-    expect(gpu.model.d_vocab).toBe(cpu.model.d_vocab);
-    return gpu;
+    const docs = [];
+    for (const op of ['trace', 'logit_lens']) {
+      const args = [op, dir, PROMPT, '--top-k', String(TOP_K), '--backend', 'webgpu', ...w, '--json'];
+      const r = spawned && op === 'trace' ? await loupe(args) : await inProcess(args);
+      expect(r.code, r.stderr).toBe(0);
+      const gpu = JSON.parse(r.stdout);
+      const cpu = viaJson(await getOperation(op)!.run(model, { prompt: PROMPT, top_k: TOP_K }, {})) as any;
+      expect(gpu.model.backend).toBe('webgpu');
+      expect(cpu.model.backend).toBe('node');
+      const diffs: string[] = [];
+      compare({ ...gpu, model: undefined }, { ...cpu, model: undefined }, op, diffs);
+      expect(diffs.slice(0, 5)).toEqual([]);
+      expect(gpu.model.d_vocab).toBe(cpu.model.d_vocab);
+      docs.push(gpu);
+    }
+    return docs[0];
   } finally {
     await model.dispose();
   }
@@ -103,7 +110,7 @@ async function expectAgrees(dir: string, weights?: WeightsMode, spawned = false)
 /** one case per family: the first of each in the reference tests' list */
 const FAMILIES = ALL_FAMILY_CASES.filter((c, i) => ALL_FAMILY_CASES.findIndex((d) => d.family === c.family) === i);
 
-describe('loupe trace --backend webgpu agrees with node within 1e-4', () => {
+describe('loupe trace and logit_lens --backend webgpu agree with node within 1e-4', () => {
   const made: RandomModel[] = [];
   afterAll(() => made.forEach((m) => m.cleanup()));
 
@@ -186,7 +193,7 @@ describe('loupe mcp --headless --backend webgpu', () => {
     rm?.cleanup();
   });
 
-  it('runs in its engine thread; a buffer limit below the vocabulary table splits it, and trace still agrees', async () => {
+  it('runs in its engine thread; a buffer limit below the vocabulary table splits it, and trace and logit_lens still agree', async () => {
     // 1000 × 288 float32 = 1.15 MB > the 1 MiB limit; the largest other weight, c_attn 288 × 864, is 1.00 MB < 1 MiB
     rm = makeRandomModel('gpt2', { seed: 5, dModel: 288, nLayers: 1, nHeads: 2, dMlp: 512, vocabSize: 1000 });
     const env = bareEnv({ LOUPE_WEBGPU_BUFFER_BYTES: String(1024 ** 2) });
@@ -204,14 +211,17 @@ describe('loupe mcp --headless --backend webgpu', () => {
     expect(info.backend).toBe('webgpu');
     expect(info.vocab_chunks).toBeGreaterThan(1);
     expect(info.vocab_reason).toMatch(/^split into 2 chunks of 500 rows/);
-    const r = await client.callTool({ name: 'trace', arguments: { prompt: PROMPT, top_k: TOP_K } });
-    expect(r.isError).toBeFalsy();
     const model = await loadModelNode(rm.dir);
     try {
-      const cpu = viaJson(await getOperation('trace')!.run(model, { prompt: PROMPT, top_k: TOP_K }, {})) as any;
-      const diffs: string[] = [];
-      compare({ ...(r.structuredContent as any), model: undefined }, { ...cpu, model: undefined }, 'trace', diffs);
-      expect(diffs.slice(0, 5)).toEqual([]);
+      // the logit lens too: its If in the forward graph reads the table in its chunks
+      for (const op of ['trace', 'logit_lens']) {
+        const r = await client.callTool({ name: op, arguments: { prompt: PROMPT, top_k: TOP_K } });
+        expect(r.isError).toBeFalsy();
+        const cpu = viaJson(await getOperation(op)!.run(model, { prompt: PROMPT, top_k: TOP_K }, {})) as any;
+        const diffs: string[] = [];
+        compare({ ...(r.structuredContent as any), model: undefined }, { ...cpu, model: undefined }, op, diffs);
+        expect(diffs.slice(0, 5)).toEqual([]);
+      }
     } finally {
       await model.dispose();
     }

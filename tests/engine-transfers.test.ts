@@ -101,6 +101,46 @@ describe('transfers on WebGPU (node), against the bytes each document needs', ()
     expect(floatOffDevice(gpu)).toEqual([]);
   });
 
+  it('logit_lens reads back its top-k per layer and position, never the streams: reduced in the forward graph', async () => {
+    const prompt = 'the cat sat on the mat and then the dog sat on the cat again';
+    const k = 3;
+    for (const positions of ['all', [0, 4, 9]] as const) {
+      const r = await counted(gpu, 'logit_lens', { prompt, top_k: k, positions });
+      const T = r.doc.tokens.length;
+      const P = positions === 'all' ? T : positions.length;
+      // one forward run whose lens If (build-model.ts addForwardLens) reduces the L + 1 streams at P
+      // positions with the forward's own ln_final and W_U: per stream and position k logits (float)
+      // and ids (int64), the log-normaliser, the final token's logit and rank (floats); per position
+      // the final token (int64). Before, the streams came back whole with a logits row, F·((L+1)·T·D + V),
+      // then went to a lens session (F·(L+1)·P·D written)
+      expect(r.runs).toBe(1);
+      expect(r.read).toBe((L + 1) * P * (k * (F + 8) + 3 * F) + 8 * P);
+      // written: what any forward writes (its ids, positions, masks; the identity interventions are
+      // fed from the device), and the P positions the lens reads
+      const before = gpu.memory().transfers!.written_bytes;
+      await gpu.run(
+        r.doc.tokens.map((t: any) => t.id),
+        { logitPositions: [T - 1], pick: { argmax: true } },
+      );
+      expect(r.written).toBe(gpu.memory().transfers!.written_bytes - before + 8 * P);
+      expect(r.read).toBeLessThan(F * (L + 1) * P * D);
+      const c = (await getOperation('logit_lens')!.run(cpu, { prompt, top_k: k, positions }, {})) as any;
+      expect(r.doc.final_predictions.map((x: any) => x.token_id)).toEqual(
+        c.final_predictions.map((x: any) => x.token_id),
+      );
+      const cells = (doc: any) => doc.layers.flatMap((l: any) => l.positions);
+      expect(cells(r.doc).map((x: any) => x.final_token_rank)).toEqual(cells(c).map((x: any) => x.final_token_rank));
+      expect(cells(r.doc).flatMap((x: any) => x.top.map((t: any) => t.token_id))).toEqual(
+        cells(c).flatMap((x: any) => x.top.map((t: any) => t.token_id)),
+      );
+      close(
+        cells(r.doc).flatMap((x: any) => [x.final_token_prob, ...x.top.flatMap((t: any) => [t.logit, t.prob])]),
+        cells(c).flatMap((x: any) => [x.final_token_prob, ...x.top.flatMap((t: any) => [t.logit, t.prob])]),
+      );
+    }
+    expect(floatOffDevice(gpu)).toEqual([]);
+  });
+
   it('activations reads back the statistics of the hooks it summarises, and the values it shows', async () => {
     const prompt = 'the cat sat on the mat';
     const r = await counted(gpu, 'activations', { prompt, top_k: 3 });

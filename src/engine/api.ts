@@ -411,6 +411,13 @@ export interface RunOptions {
   attribution?: AttributionReduce;
   /** the hooks returned stay on the device where the session keeps them there (`deviceHooks`: release them), else in `hooks` */
   hooksOnDevice?: boolean;
+  /**
+   * the logit lens of this run (`lens`, as lensTop of every resid_pre and the final resid_post at
+   * these positions, k tokens each): in the forward graph where it has one (WebGPU in Node: only
+   * the reduced numbers leave the device), else its streams fetched and reduced in the lens
+   * session. One row; `pick.logits: false` may go with it alone.
+   */
+  lens?: { positions: number[]; k: number };
   signal?: AbortSignal;
 }
 
@@ -435,6 +442,8 @@ export interface RunResult {
   attribution?: Record<string, Float32Array | Float64Array>;
   /** with `hooksOnDevice`, where the backend keeps values on the device: the hooks, not read back */
   deviceHooks?: Record<string, DeviceTensor>;
+  /** with `lens`: the streams' lens reduced, S = n_layers + 1 */
+  lens?: LensTop;
   /** with `hookStats`: each hook's statistics */
   hookStats?: Record<string, HookStats>;
   /** edge runs with grad: ∂M/∂w [B, nForward, nBackward] ([1, …] summed over the rows with sumRows) */

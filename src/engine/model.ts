@@ -33,7 +33,10 @@ import type { GpuCaps } from './env';
 import { describeModel } from './arch';
 import { materializeDerived } from './mxfp4';
 import {
+  FORWARD_LENS_OUTPUTS,
+  LENS_K,
   LENS_OUTPUTS,
+  lensHooks,
   PICK_ARGMAX,
   PICK_TOP_IDS,
   PICK_TOP_LOGITS,
@@ -145,6 +148,21 @@ async function runSession(
 }
 
 const toTensor = (t: OrtTensorLike): Tensor => ({ dims: [...t.dims], data: t.data as Float32Array });
+
+/** a lens's reduced outputs (build-model.ts LENS_OUTPUTS, under `prefix`) as LensTop */
+function lensTopOf(out: Record<string, OrtTensorLike>, k: number, prefix = ''): LensTop {
+  const ints = (t: OrtTensorLike) => Array.from(t.data as BigInt64Array, Number);
+  const f = (n: string) => out[prefix + n].data as Float32Array;
+  return {
+    k,
+    topLogits: f('top_logits'),
+    topIds: ints(out[prefix + 'top_ids']),
+    logSumExp: f('logsumexp'),
+    finalIds: ints(out[prefix + 'final_ids']),
+    finalLogit: f('final_logit'),
+    finalAbove: f('final_above'),
+  };
+}
 
 /** a tensor the runtime keeps on the device, handed out as a DeviceTensor (released once, however often asked) */
 function deviceTensor(t: OrtTensorLike, dims: number[] = [...t.dims]): DeviceTensor {
@@ -604,19 +622,50 @@ class EngineModel implements LoadedModel {
         throw new LoupeError('BAD_INPUT', `lensTop needs residual vectors [S, P, ${D}], got [${resid.dims}].`);
       if (!Number.isInteger(k) || k < 1 || k > this.spec.dVocab)
         throw new LoupeError('BAD_INPUT', `lensTop: k must be 1 … ${this.spec.dVocab}, got ${k}.`);
-      const { session } = await this.variant({ kind: 'lens' });
-      const out = await session.run(this.lensFeeds(resid, k), LENS_OUTPUTS);
-      const ints = (t: OrtTensorLike) => Array.from(t.data as BigInt64Array, Number);
-      return {
-        k,
-        topLogits: out.top_logits.data as Float32Array,
-        topIds: ints(out.top_ids),
-        logSumExp: out.logsumexp.data as Float32Array,
-        finalIds: ints(out.final_ids),
-        finalLogit: out.final_logit.data as Float32Array,
-        finalAbove: out.final_above.data as Float32Array,
-      };
+      return this.lensTopNow(resid, k);
     });
+  }
+
+  private async lensTopNow(resid: Tensor, k: number): Promise<LensTop> {
+    const { session } = await this.variant({ kind: 'lens' });
+    return lensTopOf(await session.run(this.lensFeeds(resid, k), LENS_OUTPUTS), k);
+  }
+
+  /**
+   * RunOptions.lens where the forward graph has no lens (every backend but WebGPU in Node): its
+   * streams, fetched by the run, stacked [L + 1, P, D] and reduced in the lens session; those not
+   * asked for as hooks are dropped from the result
+   */
+  private async lensOfHooks(
+    hooks: Record<string, Tensor>,
+    lens: { positions: number[]; k: number },
+    asked: string[] | 'all',
+  ): Promise<LensTop> {
+    const names = lensHooks(this.spec.nLayers);
+    const D = this.spec.dModel;
+    const P = lens.positions.length;
+    const streams = new Float32Array(names.length * P * D);
+    names.forEach((h, l) =>
+      lens.positions.forEach((p, i) => streams.set(hooks[h].data.subarray(p * D, (p + 1) * D), (l * P + i) * D)),
+    );
+    if (asked !== 'all') for (const h of names) if (!asked.includes(h)) delete hooks[h];
+    return this.lensTopNow({ dims: [names.length, P, D], data: streams }, lens.k);
+  }
+
+  /** RunOptions.lens checked: one row, in range, with no option that changes the graph or the hooks' form */
+  private checkLens(opts: RunOptions, B: number, T: number): { inGraph: boolean } {
+    const { positions, k } = opts.lens!;
+    const clash = (
+      ['grad', 'past', 'returnCache', 'sae', 'withResult', 'lean', 'hookPositions', 'hooksOnDevice'] as const
+    ).filter((o) => opts[o]);
+    if (clash.length) throw new LoupeError('BAD_INPUT', `lens does not apply with ${clash.join(', ')}.`);
+    if (B !== 1) throw new LoupeError('BAD_INPUT', `lens reads one row, got ${B}.`);
+    if (!Number.isInteger(k) || k < 1 || k > this.spec.dVocab)
+      throw new LoupeError('BAD_INPUT', `lens.k must be 1 … ${this.spec.dVocab}, got ${k}.`);
+    checkPositions(positions, T);
+    // in the forward graph's If (readout 'forward'); a run fetching hooks as well takes the host's way
+    const hooks = opts.hooks === 'all' || (opts.hooks?.length ?? 0) > 0;
+    return { inGraph: this.info.readout === 'forward' && !hooks };
   }
 
   private lensFeeds(resid: Tensor, k: number): Record<string, OrtTensorLike> {
@@ -725,12 +774,15 @@ class EngineModel implements LoadedModel {
     const B = rows.length;
     const T = rows[0].length;
     const Tk = (opts.past?.length ?? 0) + T;
+    // the logit lens: in the forward graph where it has the lens's If, else its streams fetched here
+    const lens = opts.lens ? this.checkLens(opts, B, T) : undefined;
+    const lensHost = lens && !lens.inGraph ? lensHooks(this.spec.nLayers) : [];
     // hooks reduced (to statistics, to attribution products) are fetched too; those not asked for
     // whole are not returned, and stay on the device until reduced where the values stay there
     const statHooks = [...new Set(opts.hookStats ?? [])];
     const atpHooks = opts.attribution ? Object.keys(opts.attribution.keep) : [];
     const reducedHooks = [...new Set([...statHooks, ...atpHooks])];
-    const asked = opts.hooks === 'all' ? 'all' : [...new Set([...(opts.hooks ?? []), ...reducedHooks])];
+    const asked = opts.hooks === 'all' ? 'all' : [...new Set([...(opts.hooks ?? []), ...reducedHooks, ...lensHost])];
     const { kind, wanted: fetched, hookSet, shapeOf } = this.hooksFor({ ...opts, hooks: asked });
     const whole = opts.hooks === 'all' ? fetched : (opts.hooks ?? []);
     const statOnly = reducedHooks.filter((h) => !whole.includes(h));
@@ -768,7 +820,10 @@ class EngineModel implements LoadedModel {
       gradSeed: opts.grad?.seed,
       argmax: pick.argmax,
       topK: pick.topK,
+      lens: lens?.inGraph ? opts.lens : undefined,
     });
+    if (lens?.inGraph && !graph.inputNames.includes(LENS_K))
+      throw new LoupeError('INTERNAL', `the ${variantKey(BASE_VARIANT)} graph has no logit lens.`);
     // the layers that own a cache (a Gemma 4 KV-sharing layer reads its source layer's)
     const owners = Array.from({ length: this.spec.nLayers }, (_, l) => l).filter(
       (l) => this.spec.layers[l].attn?.kvFrom === undefined,
@@ -776,7 +831,13 @@ class EngineModel implements LoadedModel {
     const kvOf = (l: number) => this.spec.layers[l].attn?.kvFrom ?? l;
     const presentNames = opts.returnCache ? owners.flatMap((l) => [`present.${l}.key`, `present.${l}.value`]) : [];
     if (opts.attribution) this.checkAttribution(opts.attribution, gradHooks);
-    const fetches = [...pick.fetches, ...fetched, ...(gradHooks ?? []).map(gradName), ...presentNames];
+    const fetches = [
+      ...pick.fetches,
+      ...(lens?.inGraph ? FORWARD_LENS_OUTPUTS : []),
+      ...fetched,
+      ...(gradHooks ?? []).map(gradName),
+      ...presentNames,
+    ];
     // gradients only reduced (attribution) are not returned
     const gradsOut = (opts.grad?.hooks ?? []).filter((h) => !atpHooks.includes(h));
     const onDev = session.keepsOnDevice ?? false;
@@ -826,6 +887,8 @@ class EngineModel implements LoadedModel {
     if (opts.attribution) result.attribution = await this.attributionOf(opts.attribution, out);
     if (statHooks.length) result.hookStats = await this.statsOf(statHooks, out);
     if (gradHooks) result.grads = Object.fromEntries(gradsOut.map((h) => [h, toTensor(out[gradName(h)])]));
+    if (lens?.inGraph) result.lens = lensTopOf(out, opts.lens!.k, 'lens.');
+    else if (lens) result.lens = await this.lensOfHooks(result.hooks, opts.lens!, opts.hooks ?? []);
     this.lastHooksBytes = [...Object.values(result.hooks), ...Object.values(result.grads ?? {})].reduce(
       (s, t) => s + t.data.byteLength,
       0,
@@ -1087,7 +1150,7 @@ class EngineModel implements LoadedModel {
     if (!Number.isInteger(topK) || topK < 0 || topK > V)
       throw new LoupeError('BAD_INPUT', `pick.topK must be an integer 1 … ${V}, got ${p.topK}.`);
     const argmax = !!p.argmax;
-    if (p.logits === false && !argmax && !topK)
+    if (p.logits === false && !argmax && !topK && !opts.lens)
       throw new LoupeError('BAD_INPUT', 'pick.logits is false and nothing else is picked.', 'Ask for argmax or topK.');
     const fetches = [
       ...(p.logits === false ? [] : ['logits']),

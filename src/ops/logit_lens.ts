@@ -10,6 +10,7 @@ import { documentBase, documentHead } from '../schema/common';
 import { LoupeError, throwIfAborted } from '../engine/errors';
 import { checkTopK, checkDocumentSize, finite } from '../engine/caps';
 import { promptFields, promptIds } from './lib/tokens';
+import { lensHooks } from '../engine/graph/build-model';
 
 export const logitLensInput = z.object({
   ...promptFields,
@@ -58,12 +59,13 @@ export const operation = defineOperation({
     "at each position, apply the final norm with the stream's own statistics, the unembedding " +
     'and any final soft-cap; report the top-k tokens (prob) and the probability and rank of ' +
     "the model's final prediction. One forward pass plus one batched unembedding of (n_layers+1)·T " +
-    'residual vectors on the same backend (top-k, normaliser and ranks reduced there).',
+    'residual vectors on the same backend (top-k, normaliser and ranks reduced there; on WebGPU in ' +
+    'Node inside the forward graph, so the streams never leave the GPU).',
   input: logitLensInput,
   output: logitLensOutput,
 }).implement(async (model, input, ctx) => {
   checkTopK(input.top_k);
-  const { n_layers: L, d_model: D, d_vocab: V } = model.info;
+  const { n_layers: L, d_vocab: V } = model.info;
   const ids = promptIds(model, input.prompt, { prependBos: input.prepend_bos });
   const T = ids.length;
   const positions =
@@ -83,27 +85,23 @@ export const operation = defineOperation({
     'Use a smaller top_k or fewer positions.',
   );
 
-  const hooks = [
-    ...Array.from({ length: L }, (_, l) => `blocks.${l}.hook_resid_pre`),
-    `blocks.${L - 1}.hook_resid_post`,
-  ];
+  const hooks = lensHooks(L);
   ctx.onProgress?.({ stage: 'forward pass', done: 0, total: 2 });
   throwIfAborted(ctx.signal);
-  // the model's own logits come from the lens of the final stream (the same norm and unembedding),
-  // so the forward unembeds one position only
-  const run = await model.run(ids, { hooks, logitPositions: [T - 1], signal: ctx.signal });
+  // every (layer, position) stream through ln_final + W_U, reduced to the top-k, the log-normaliser
+  // and the final prediction's logit and rank where the streams are (on the device in the forward
+  // graph on WebGPU in Node; else in the lens session). The model's own prediction is the lens of
+  // the final stream, so no logits are read.
+  const P = positions.length;
+  const run = await model.run(ids, {
+    lens: { positions, k: Math.min(input.top_k, V) },
+    logitPositions: [T - 1],
+    pick: { logits: false },
+    signal: ctx.signal,
+  });
+  const lens = run.lens!;
   throwIfAborted(ctx.signal);
   ctx.onProgress?.({ stage: 'projecting layers', done: 1, total: 2 });
-
-  // every (layer, position) stream in one batch through ln_final + W_U, reduced on the backend to
-  // the top-k, the log-normaliser and the final prediction's logit and rank
-  const P = positions.length;
-  const streams = new Float32Array((L + 1) * P * D);
-  hooks.forEach((hook, l) =>
-    positions.forEach((p, i) => streams.set(run.hooks[hook].data.subarray(p * D, (p + 1) * D), (l * P + i) * D)),
-  );
-  const lens = await model.lensTop({ dims: [L + 1, P, D], data: streams }, Math.min(input.top_k, V), ctx.signal);
-  throwIfAborted(ctx.signal);
   const text = (id: number) => model.tokenStrings([id])[0];
   const k = lens.k;
   const prob = (logit: number, j: number) => finite(Math.exp(logit - lens.logSumExp[j]));

@@ -1057,13 +1057,34 @@ export function buildLensGraph(
   location: (file: string) => string = (f) => f,
   precision: WeightPrecision = 'f32',
   vocabRows?: number,
-  fused = true,
 ): BuiltGraph {
   const g = new OnnxGraph(location, precision);
+  const x = g.input('resid', 'float', ['S', 'P', spec.dModel]);
+  const out = lensNodes(g, spec, tensors, x, g.input('k', 'int64', [1]), vocabRows);
+  g.output(g.rename(out.logits, 'logits'));
+  for (const name of LENS_OUTPUTS) g.output(g.rename(out[name], name), LENS_INT64.has(name) ? 'int64' : 'float');
+  return g.built();
+}
+
+export const LENS_OUTPUTS = ['top_logits', 'top_ids', 'logsumexp', 'final_ids', 'final_logit', 'final_above'];
+const LENS_INT64 = new Set(['top_ids', 'final_ids']);
+
+/**
+ * The lens of residual vectors x [S, P, D]: ln_final with each vector's own statistics, W_U (+ b_U),
+ * the soft-cap, then reduced to the k largest logits, the log-normaliser and the final prediction's
+ * logit and rank (the last stream is the final resid_post: its argmax is the model's prediction).
+ */
+function lensNodes(
+  g: OnnxGraph,
+  spec: ModelSpec,
+  tensors: Map<string, TensorEntry>,
+  x: string,
+  k: string,
+  vocabRows?: number,
+): Record<string, string> {
   const W = (name: string, after?: string) => g.weight(tensors.get(name)!, after);
   const D = spec.dModel;
-  const x = g.input('resid', 'float', ['S', 'P', D]);
-  const xn = g.o('Reshape', [normalize(g, W, x, spec.lnFinal, undefined, fused), g.constI([-1, D])]);
+  const xn = g.o('Reshape', [normalize(g, W, x, spec.lnFinal, undefined, true), g.constI([-1, D])]);
   let flat = unembedRows(
     g,
     vocabChunks(tensors.get(spec.unembed.w)!, vocabRows),
@@ -1072,36 +1093,79 @@ export function buildLensGraph(
   ); // `n d, v d -> n v`
   if (spec.finalSoftcap !== null) flat = softcap(g, flat, spec.finalSoftcap);
   const sp = g.o('Shape', [x], { start: 0, end: 2 });
-  const logits = g.rename(g.o('Reshape', [flat, g.o('Concat', [sp, g.constI([spec.dVocab])], { axis: 0 })]), 'logits');
-  g.output(logits);
-
-  const [topV, topI] = g.op('TopK', [logits, g.input('k', 'int64', [1])], { axis: -1, largest: 1, sorted: 1 }, 2);
-  g.rename(topV, 'top_logits');
-  g.output('top_logits');
-  g.rename(topI, 'top_ids');
-  g.output('top_ids', 'int64');
+  const logits = g.o('Reshape', [flat, g.o('Concat', [sp, g.constI([spec.dVocab])], { axis: 0 })]);
+  const [topV, topI] = g.op('TopK', [logits, k], { axis: -1, largest: 1, sorted: 1 }, 2);
   const max = g.o('ReduceMax', [logits], { axes: [-1], keepdims: 1 });
   const lse = g.o('Add', [
     g.o('Squeeze', [max, g.constI([-1])]),
     g.o('Log', [g.o('ReduceSum', [g.o('Exp', [g.o('Sub', [logits, max])]), g.constI([-1])], { keepdims: 0 })]),
   ]);
-  g.rename(lse, 'logsumexp');
-  g.output('logsumexp');
   // the model's own prediction: the last stream is the final resid_post, so its lens is the model's unembedding
   const last = g.o('Slice', [logits, g.constI([-1]), g.constI([2 ** 31 - 1]), g.constI([0])]); // [1, P, V]
   const fid = g.o('ArgMax', [last], { axis: -1, keepdims: 1 }); // [1, P, 1]
-  g.rename(g.o('Reshape', [fid, g.constI([-1])]), 'final_ids');
-  g.output('final_ids', 'int64');
   const fidAll = g.o('Expand', [fid, g.o('Concat', [sp, g.constI([1])], { axis: 0 })]); // [S, P, 1]
   const flog = g.o('GatherElements', [logits, fidAll], { axis: -1 }); // [S, P, 1]
-  g.rename(g.o('Squeeze', [flog, g.constI([-1])]), 'final_logit');
-  g.output('final_logit');
   const above = g.o('ReduceSum', [g.o('Cast', [g.o('Greater', [logits, flog])], { to: 1 }), g.constI([-1])], {
     keepdims: 0,
   });
-  g.rename(above, 'final_above');
-  g.output('final_above');
-  return g.built();
+  return {
+    logits,
+    top_logits: topV,
+    top_ids: topI,
+    logsumexp: lse,
+    final_ids: g.o('Reshape', [fid, g.constI([-1])]),
+    final_logit: g.o('Squeeze', [flog, g.constI([-1])]),
+    final_above: above,
+  };
 }
 
-export const LENS_OUTPUTS = ['top_logits', 'top_ids', 'logsumexp', 'final_ids', 'final_logit', 'final_above'];
+/** the hooked graph's lens inputs (addForwardLens): int64 [] k (0: no lens, every other run), int64 [P] positions */
+export const LENS_K = 'lens.k';
+export const LENS_POSITIONS = 'lens.positions';
+/** the streams the logit lens reads: every layer's resid_pre, then the final resid_post */
+export const lensHooks = (L: number): string[] => [
+  ...Array.from({ length: L }, (_, l) => `blocks.${l}.hook_resid_pre`),
+  `blocks.${L - 1}.hook_resid_post`,
+];
+/** the forward graph's lens outputs: LENS_OUTPUTS under `lens.` */
+export const FORWARD_LENS_OUTPUTS = LENS_OUTPUTS.map((n) => `lens.${n}`);
+
+/**
+ * The logit lens in the forward graph (WebGPU in Node, beside the readout's If): the then-branch of
+ * an If on LENS_K > 0 gathers the lens streams (lensHooks, graph outputs) at LENS_POSITIONS, stacks
+ * them [L + 1, P, D] and reduces them as lensNodes does, with the forward's own ln_final and W_U
+ * (no second copy in GPU memory; 16-bit or q8 tables widened in the branch). Only the reduced
+ * outputs leave the device, never the streams. A forward's k is 0: the else-branch gives empty ones.
+ */
+export function addForwardLens(
+  g: OnnxGraph,
+  spec: ModelSpec,
+  tensors: Map<string, TensorEntry>,
+  vocabRows?: number,
+): void {
+  const k = g.input(LENS_K, 'int64', []);
+  const positions = g.input(LENS_POSITIONS, 'int64', ['lens_P']);
+  const flag = g.o('Greater', [k, g.constI([0], [])]);
+  const then = g.bodyWithWeights('lnt_');
+  const streams = lensHooks(spec.nLayers).map((h) => then.o('Gather', [h, positions], { axis: 1 })); // [1, P, D]
+  const out = lensNodes(
+    then,
+    spec,
+    tensors,
+    then.concat(streams, 0),
+    then.o('Reshape', [k, then.constI([1])]),
+    vocabRows,
+  );
+  const other = g.body('lne_');
+  const none = other.o('ConstantOfShape', [other.constI([0])], { value: { tensor: { dims: [1], floats: [0] } } });
+  for (const name of LENS_OUTPUTS) {
+    const type = LENS_INT64.has(name) ? 'int64' : 'float';
+    then.output(then.rename(then.o('Identity', [out[name]]), `lnt_${name}`), type);
+    const empty = type === 'int64' ? other.o('Cast', [none], { to: 7 }) : other.o('Identity', [none]);
+    other.output(other.rename(empty, `lne_${name}`), type);
+  }
+  const got = g.op('If', [flag], { then_branch: { graph: then }, else_branch: { graph: other } }, LENS_OUTPUTS.length);
+  LENS_OUTPUTS.forEach((name, i) =>
+    g.output(g.rename(got[i], `lens.${name}`), LENS_INT64.has(name) ? 'int64' : 'float'),
+  );
+}

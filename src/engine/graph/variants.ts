@@ -7,7 +7,8 @@
  *     sae          … with an attached SAE spliced in at its hook
  *     lean         … with only these sites and outputs (batched scans, gradient runs)
  *     grad         … with the backward graph of these hooks (backward.ts)
- *   lens      final norm + unembedding of given residual vectors, top-k reduced (build-model.ts)
+ *   lens      final norm + unembedding of given residual vectors, top-k reduced (build-model.ts); in
+ *             the forward graph instead where the readout is (addForwardLens: the forward's weights)
  *   readout   DLA's W_O and W_out products (readout/graph.ts)
  *   edge      the edge-patching forward, or with `grad` its ∂M/∂w (edge-graph.ts)
  *   replacement  the frozen local replacement model of a transcoder set: its backward (attribution rows)
@@ -19,7 +20,7 @@ import type { ModelSpec } from '../spec';
 import type { TensorEntry } from '../safetensors-types';
 import type { SaeGraphSpec } from '../sae';
 import type { WeightPrecision } from '../budget';
-import { buildLensGraph, buildModelGraph, type BuiltGraph, type GraphPlan } from './build-model';
+import { addForwardLens, buildLensGraph, buildModelGraph, type BuiltGraph, type GraphPlan } from './build-model';
 import { buildEdgeGraph } from './edge-graph';
 import { addForwardReadout, buildReadoutGraph } from '../readout/graph';
 import { buildReplacementForward, buildReplacementGraph } from './replacement';
@@ -80,7 +81,7 @@ export interface VariantContext {
   sae?: SaeGraphSpec;
   /** the attached transcoder set, for the replacement variant */
   transcoders?: TranscoderSpec;
-  /** the base hooked variant also computes the DLA readout products (readout 'forward', choose.ts) */
+  /** the base hooked variant also computes the DLA readout products and the logit lens (readout 'forward', choose.ts) */
   readoutInForward?: boolean;
 }
 
@@ -117,7 +118,12 @@ export function buildVariant(v: GraphVariant, c: VariantContext): BuiltGraph {
         vocabRows: c.vocabRows,
         fused: c.fused,
         ...(c.readoutInForward && variantKey(v) === variantKey(BASE_VARIANT)
-          ? { extra: (g) => addForwardReadout(g, c.spec, c.tensors, c.vocabRows) }
+          ? {
+              extra: (g) => {
+                addForwardReadout(g, c.spec, c.tensors, c.vocabRows);
+                addForwardLens(g, c.spec, c.tensors, c.vocabRows);
+              },
+            }
           : {}),
       });
   }

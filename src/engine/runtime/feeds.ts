@@ -7,7 +7,7 @@ import { LoupeError } from '../errors';
 import type { KVCache } from '../api';
 import { headsOf, readoutWidths, type ModelSpec } from '../spec';
 import type { Tensor } from '../tensor';
-import { PICK_ARGMAX_FLAG, PICK_K, type BuiltGraph } from '../graph/build-model';
+import { LENS_K, LENS_POSITIONS, PICK_ARGMAX_FLAG, PICK_K, type BuiltGraph } from '../graph/build-model';
 import { mulInput, addInput } from '../graph/hooks';
 import { GRAD_SEED } from '../graph/backward-model';
 import { EDGE_GATE, EDGE_SELF, EDGE_SRC, EDGE_W } from '../graph/edge-graph';
@@ -35,6 +35,8 @@ export interface FeedRequest {
   /** what of the logits to reduce in the graph (RunOptions.pick): each position's argmax, its k largest (0: none) */
   argmax?: boolean;
   topK?: number;
+  /** the logit lens in the graph (build-model.ts addForwardLens): the positions read and the k listed */
+  lens?: { positions: number[]; k: number };
 }
 
 /** the sliding-window size of the model's local-attention layers (null: every layer is global) */
@@ -129,6 +131,10 @@ export function buildFeeds(
   if (graph.inputNames.includes(PICK_K)) {
     feeds[PICK_ARGMAX_FLAG] = i64([req.argmax ? 1 : 0], []);
     feeds[PICK_K] = i64([req.topK ?? 0], []);
+  }
+  if (graph.inputNames.includes(LENS_K)) {
+    feeds[LENS_K] = i64([req.lens?.k ?? 0], []); // 0: the If skips the lens
+    feeds[LENS_POSITIONS] = i64(req.lens?.positions ?? [], [req.lens?.positions.length ?? 0]);
   }
   if (graph.inputNames.includes(FORWARD_READOUT_FLAG)) {
     // 0 on a forward: the If skips the products (readout/graph.ts addForwardReadout)
