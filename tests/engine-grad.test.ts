@@ -9,6 +9,7 @@ import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import { loadModelNode } from '../src/node/load';
 import { OnnxGraph } from '../src/engine/graph/onnx-builder';
 import { addBackward } from '../src/engine/graph/backward';
+import { deltaRuleScan } from '../src/engine/graph/delta-rule';
 import type { LoadedModel } from '../src/engine/api';
 import type { Tensor } from '../src/engine/tensor';
 import {
@@ -140,6 +141,53 @@ describe('backward transform: errors', () => {
     }
     expect(err?.code).toBe('UNSUPPORTED_OP');
     expect(err.message).toContain("'Pow'");
+  });
+
+  it("a Scan is differentiated only when it is the gated delta rule's (delta-rule.ts); another body is UNSUPPORTED_OP", () => {
+    const scanGraph = (delta: boolean) => {
+      const g = new OnnxGraph((f) => f);
+      const d = { Hv: 2, Dk: 3, Dv: 4 };
+      const x = g.input('x', 'float', [1, 5, 2, 3]);
+      const ins = [
+        g.input('s0', 'float', [1, 2, 3, 4]),
+        x,
+        x,
+        g.input('v', 'float', [1, 5, 2, 4]),
+        g.input('b', 'float', [1, 5, 2]),
+        g.input('gl', 'float', [1, 5, 2]),
+      ];
+      let out: string;
+      if (delta) out = deltaRuleScan(g, 'la_', d, ins)[1];
+      else {
+        // a running sum of x: a different recurrence
+        const f = g.body('cs_');
+        const [s, xt] = [f.input('cs_s', 'float', [1, 2, 3]), f.input('cs_x', 'float', [1, 2, 3])];
+        const next = f.o('Add', [s, xt]);
+        f.output(next, 'float', [1, 2, 3]);
+        f.output(f.o('Identity', [next]), 'float', [1, 2, 3]);
+        const s0 = g.o('ReduceSum', [ins[0], g.constI([3])], { keepdims: 0 });
+        out = g.op(
+          'Scan',
+          [s0, x],
+          { body: { graph: f }, num_scan_inputs: 1, scan_input_axes: [1], scan_output_axes: [1] },
+          2,
+        )[1];
+      }
+      g.identity(out, 'out');
+      g.output('out');
+      g.input('seed', 'float', delta ? [1, 5, 2, 4] : [1, 5, 2, 3]);
+      return () => addBackward(g, { output: 'out', seed: 'seed', wrt: ['x'], symbols: [{}, {}] });
+    };
+    expect(scanGraph(true)).not.toThrow();
+    let err: any;
+    try {
+      scanGraph(false)();
+    } catch (e) {
+      err = e;
+    }
+    expect(err?.code).toBe('UNSUPPORTED_OP');
+    expect(err.message).toContain("'Scan'");
+    expect(err.details).toEqual({ op: 'Scan' });
   });
 
   it('a hook off the path to the logits (hook_result) is refused, not answered with zeros', async () => {

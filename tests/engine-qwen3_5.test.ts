@@ -5,7 +5,8 @@
  * and onnxruntime-node's WebGPU provider (SwiftShader here), for a Qwen3_5ForCausalLM checkpoint
  * and a multimodal one (text_config, model.language_model.); trace's terms as the reference's;
  * greedy continuations through the KV cache and the recurrent + conv state equal the
- * reference's full re-runs; a prompt continued from its state equals the whole prompt run at
+ * reference's full re-runs; gradients through the delta rule (q, k, v, β, g, its read-out and the
+ * embedding) equal float64 central differences on every backend; a prompt continued from its state equals the whole prompt run at
  * once; each feature the reference can leave out moves the logits by more than the tolerance;
  * bad configs are structured errors before any weight is read.
  */
@@ -17,7 +18,7 @@ import { generateTokens } from '../src/ops/lib/generation';
 import { operation as trace } from '../src/ops/trace';
 import { schemaErrors, viaJson } from './schema-helpers';
 import type { LoadedModel } from '../src/engine/api';
-import { compareHooks, maxAbsDiff } from './reference';
+import { compareHooks, maxAbsDiff, mulberry32 } from './reference';
 import {
   makeQwen35Model,
   qwen35Forward,
@@ -97,6 +98,44 @@ describe.each(CASES)('qwen3_5 vs float64 reference: $name', ({ options, T }) => 
       `qwen3_5 ${backend} T=${T}: ${cmp.length} hooks, worst |Δ| ${worst.toExponential(2)}, logits |Δ| ${logits.toExponential(2)}`,
     );
   });
+
+  it.each(['node', 'wasm', 'webgpu'] as const)(
+    'gradients through the delta rule equal float64 central differences (%s)',
+    async (backend) => {
+      const model = models[backend]!;
+      const V = m.text.vocab_size;
+      const l = m.text.layer_types.indexOf('linear_attention');
+      // M = logit[a] − logit[b] at the last position; each hook of the Scan's inputs, its output, and the embedding
+      const [a, b] = [3, 5];
+      const seed = new Float32Array(T * V);
+      seed[(T - 1) * V + a] = 1;
+      seed[(T - 1) * V + b] = -1;
+      const la = `blocks.${l}.linear_attn`;
+      const names = ['q', 'k', 'v', 'beta', 'decay', 'core'].map((h) => `${la}.hook_${h}`);
+      names.push('blocks.0.hook_resid_pre');
+      const out = await model.run(tokens, { grad: { hooks: names, seed: { dims: [1, T, V], data: seed } } });
+      let worst = 0;
+      const lines: string[] = [];
+      for (const name of names) {
+        const g = out.grads![name].data;
+        const r = mulberry32(name.length * 31 + 7);
+        const u = Array.from({ length: g.length }, () => r() * 2 - 1);
+        const M = (eps: number) => {
+          const hook = (h: string, v: Float64Array) => (h === name ? v.map((x, i) => x + eps * u[i]) : undefined);
+          const row = qwen35Forward(m, tokens, { hook }).logits.data.subarray((T - 1) * V, T * V);
+          return row[a] - row[b];
+        };
+        const fd = (M(1e-6) - M(-1e-6)) / 2e-6;
+        const got = u.reduce((s, x, i) => s + x * g[i], 0);
+        const rel = Math.abs(got - fd) / Math.abs(fd);
+        lines.push(`${name.split('.').pop()} ${got.toFixed(5)} vs ${fd.toFixed(5)} (rel ${rel.toExponential(1)})`);
+        expect(Math.abs(fd), name).toBeGreaterThan(1e-2); // each direction moves M, so the check can fail
+        worst = Math.max(worst, rel);
+      }
+      console.log(`qwen3_5 ${backend} T=${T} ∂M/∂hook · u, engine vs float64: ${lines.join('; ')}`);
+      expect(worst).toBeLessThan(1e-3);
+    },
+  );
 
   it('a prompt continued from its cache and recurrent state equals the whole prompt at once', async () => {
     const model = models.node!;

@@ -192,20 +192,12 @@ async function atpPair(model: LoadedModel, input: AtpParsed, ctx: OpContext): Pr
   const given = givenMetricTokens(model, input);
   const { n_layers: L } = model.info;
 
-  // Qwen3.5's linear-attention layers have no heads, and their gated delta rule (an ONNX Scan) no gradient rule
+  // Qwen3.5's linear-attention layers have no heads: their output is a site (hook_attn_out)
   const known = new Set(model.hookNames());
-  const linear = Array.from({ length: L }, (_, l) => l).filter((l) => known.has(`blocks.${l}.linear_attn.hook_core`));
-  if (linear.length)
-    throw new LoupeError(
-      'UNSUPPORTED_OP',
-      `attribution_patching needs gradients through every layer; layers ${linear.join(', ')} are linear-attention ` +
-        "layers, whose gated delta rule runs as the ONNX op 'Scan', which has no gradient rule.",
-      'Use patch or ablate on this model: they need no gradients.',
-      { op: 'Scan', layers: linear },
-    );
   const hooks: string[] = [];
   for (let l = 0; l < L; l++) {
-    hooks.push(`blocks.${l}.attn.hook_z`, ...SITE_KINDS.map((k) => `blocks.${l}.hook_${k}`));
+    if (known.has(`blocks.${l}.attn.hook_z`)) hooks.push(`blocks.${l}.attn.hook_z`);
+    hooks.push(...SITE_KINDS.map((k) => `blocks.${l}.hook_${k}`));
     if (input.neurons) hooks.push(`blocks.${l}.mlp.hook_post`);
   }
   const E = model.info.num_experts ?? 0;
@@ -287,8 +279,9 @@ async function atpFrom(
   const sites: z.infer<typeof siteEntry>[] = [];
   const neuronAll: { layer: number; neuron: number; estimate: number }[] = [];
   for (let l = 0; l < L; l++) {
-    const hz = at(`blocks.${l}.attn.hook_z`); // [H], whatever this layer's head width (Gemma 4's full-attention layers are wider)
-    for (let h = 0; h < H; h++) heads.push({ layer: l, head: h, estimate: finite(hz[h]) });
+    // [H], whatever this layer's head width (Gemma 4's full-attention layers are wider); none on a linear-attention layer
+    const hz = hooks.includes(`blocks.${l}.attn.hook_z`) ? at(`blocks.${l}.attn.hook_z`) : null;
+    for (let h = 0; hz && h < H; h++) heads.push({ layer: l, head: h, estimate: finite(hz[h]) });
     for (const k of SITE_KINDS) {
       const hook = `blocks.${l}.hook_${k}`;
       const per = at(hook); // [T]
@@ -380,7 +373,8 @@ async function atpFrom(
       "on the corrupted run by the engine's reverse-mode backward graph (one backward pass, float32). " +
       'M = logit[answer] − logit[counterfactual] at the last position, raw logits (answer: ' +
       'the clean prediction unless given; counterfactual: the corrupted prediction unless given, ' +
-      'as in patch and integrated_gradients). Heads: hook_z summed over positions and d_head. ' +
+      'as in patch and integrated_gradients). Heads: hook_z summed over positions and d_head ' +
+      '(a linear-attention layer has none; its output is the site hook_attn_out). ' +
       'Sites: hook_resid_pre / hook_attn_out / hook_mlp_out summed over d_model at one position. ' +
       'An estimate is first-order: it approximates the effect of patching that one activation (denoising: ' +
       'clean into corrupted), M_patched − M_corrupted; the validation block reports the real effect of ' +

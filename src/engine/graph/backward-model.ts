@@ -38,7 +38,11 @@ export function addModelBackward(
     inputDims: (name, declared, ev) => {
       const own = opts.inputDims?.(name, ev, symbols[ev]);
       if (own) return own;
-      if (name.startsWith('past.')) return [symbols[ev].B, declared[1] as number, 0, declared[3] as number];
+      const past = /^past\.(\d+)\./.exec(name);
+      // an empty KV cache; a linear-attention layer's conv and recurrent states keep their declared size
+      if (past && spec.layers[Number(past[1])]?.linearAttn)
+        return declared.map((d) => (typeof d === 'number' ? d : symbols[ev].B));
+      if (past) return [symbols[ev].B, declared[1] as number, 0, declared[3] as number];
       if (name.endsWith('::mul') || name.endsWith('::add')) return [1]; // interventions broadcast into the hook's shape
       return undefined;
     },

@@ -20,6 +20,7 @@
  */
 import { LoupeError } from '../errors';
 import type { OnnxGraph } from './onnx-builder';
+import { deltaRuleBackward, isDeltaRuleScan } from './delta-rule';
 
 type Node = { opType: string; input: string[]; output: string[]; attribute: any[] };
 type Shape = number[];
@@ -91,6 +92,10 @@ const VJP_OPS = new Set([
   'Gather',
   'ReduceMean',
   'ReduceSum',
+  'ReduceSumSquare',
+  'Exp',
+  'Softplus',
+  'Scan', // the gated delta rule's only (delta-rule.ts); any other body is refused where it is met
 ]);
 
 function attr(n: Node, name: string): any {
@@ -383,7 +388,12 @@ export function addBackward(g: OnnxGraph, spec: BackwardSpec): string[] {
   const missing = nodes.filter(
     (n) => n.output.some(active) && n.input.some((i) => i !== '' && active(i)) && !VJP_OPS.has(n.opType),
   );
-  if (missing.length) throw unsupported(missing.find((n) => n.opType === 'Scan') ?? missing[0]);
+  if (missing.length) throw unsupported(missing[0]);
+  const otherScan = nodes.find(
+    (n) =>
+      n.opType === 'Scan' && n.output.some(active) && n.input.some((i) => i !== '' && active(i)) && !isDeltaRuleScan(n),
+  );
+  if (otherScan) throw unsupported(otherScan);
 
   const contrib = new Map<string, string[]>();
   const addGrad = (t: string, gname: string) => {
@@ -483,6 +493,12 @@ export function addBackward(g: OnnxGraph, spec: BackwardSpec): string[] {
       case 'Div':
         send(0, () => unbroadcast(g.o('Div', [gy, b]), y, a));
         send(1, () => unbroadcast(g.o('Neg', [g.o('Div', [g.o('Mul', [gy, y]), b])]), y, b));
+        break;
+      case 'Exp':
+        send(0, () => g.o('Mul', [gy, y]));
+        break;
+      case 'Softplus': // d log(1 + eˣ) = σ(x)
+        send(0, () => g.o('Mul', [gy, g.o('Sigmoid', [a])]));
         break;
       case 'Sqrt': // d√x = 1 / (2√x)
         send(0, () => g.o('Div', [g.o('Mul', [gy, c(0.5)]), y]));
@@ -646,6 +662,21 @@ export function addBackward(g: OnnxGraph, spec: BackwardSpec): string[] {
         );
         break;
       }
+      case 'ReduceSumSquare': {
+        // 2x ⊙ ∂y broadcast back; axes as an attribute (opset < 18)
+        const xs = staticShape(a);
+        const axes: number[] = (attr(n, 'axes') ?? xs.map((_, i) => i)).map((x: number) => norm(x, xs.length));
+        const keep = (attr(n, 'keepdims') ?? 1) === 1;
+        const gyk = keep ? gy : g.o('Unsqueeze', [gy, g.constI(axes.sort((p, q) => p - q))]);
+        send(0, () => g.o('Mul', [g.o('Mul', [a, c(2)]), gyk]));
+        break;
+      }
+      case 'Scan': {
+        // the gated delta rule (inputs S0, q, k, v, β, g): its reverse Scan; the initial state gets no gradient
+        const grads = deltaRuleBackward(g, n, gys[1] ?? zerosLike(n.output[1]), gys[0], `gscan${k}_`);
+        grads.forEach((gr, i) => send(i + 1, () => gr));
+        break;
+      }
       default:
         throw unsupported(n);
     }
@@ -666,9 +697,9 @@ function unsupported(n: Node, what?: string): LoupeError {
   if (n.opType === 'Scan')
     return new LoupeError(
       'UNSUPPORTED_OP',
-      "Gradients through the ONNX op 'Scan' (a recurrence over positions: the gated delta rule of Qwen3.5's " +
-        'linear-attention layers) are not implemented, so no gradient is computed.',
-      'Ask for gradients at hooks after the last linear-attention layer, or use ablate or patch (no gradients).',
+      "Gradients through this ONNX 'Scan' (a recurrence over positions) are not implemented: the backward " +
+        "pass has a rule for the gated delta rule's Scan (Qwen3.5's linear attention) only.",
+      'Ask for gradients at hooks after the recurrence, or use ablate or patch (no gradients).',
       { op: 'Scan' },
     );
   return new LoupeError(

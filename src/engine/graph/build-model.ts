@@ -28,6 +28,7 @@ import { OnnxGraph, type BuiltGraph } from './onnx-builder';
 export type { BuiltGraph };
 import { allHookNames, hookInfo, mulInput, addInput } from './hooks';
 import { addModelBackward } from './backward-model';
+import { deltaRuleScan } from './delta-rule';
 import type {
   ModelSpec,
   LinearRef,
@@ -683,8 +684,8 @@ export class ModelGraph {
 
   /**
    * The gated delta rule (spec.ts LinearAttnSpec) as transformers' torch_recurrent_gated_delta_rule
-   * computes it, one position at a time: a Scan over T whose body updates the state S [B, Hv, Dk, Dv]
-   * (S ← e^g S; S ← S + k (β (v − Sᵀk))ᵀ; o = Sᵀq) from the state the input carries (zeros for a
+   * computes it, one position at a time: a Scan over T (delta-rule.ts, with its backward) whose body updates
+   * the state S [B, Hv, Dk, Dv] (S ← e^g S; S ← S + k (β (v − Sᵀk))ᵀ; o = Sᵀq) from the state the input carries (zeros for a
    * fresh run: exactly HF's zero-padded conv and empty state). T sequential steps of O(Hv·Dk·Dv)
    * each. (The chunked form's closed-form inverse of its triangular system, a product of powers,
    * was tried: without decay its powers overflow float32's precision past a few dozen positions.)
@@ -740,33 +741,14 @@ export class ModelGraph {
             g.constI([0, 0, Hv, Dk]),
           ]);
     const qs = g.o('Mul', [toV(q), this.c(1 / Math.sqrt(Dk))]);
-    // the body: state S, and position t's q, k [B, Hv, Dk], v [B, Hv, Dv], β, g [B, Hv]
-    const f = g.body(`la${l}_`);
-    const [S, qt, kt, vt, bt, gt] = (
-      [
-        ['S', ['B', Hv, Dk, Dv]],
-        ['q', ['B', Hv, Dk]],
-        ['k', ['B', Hv, Dk]],
-        ['v', ['B', Hv, Dv]],
-        ['beta', ['B', Hv]],
-        ['g', ['B', Hv]],
-      ] as const
-    ).map(([n, dims]) => f.input(`la${l}_${n}`, 'float', [...dims]));
-    const col = (t: string) => f.o('Unsqueeze', [t, f.constI([2, 3])]); // `b h -> b h 1 1`
-    const S1 = f.o('Mul', [S, f.o('Exp', [col(gt)])]);
-    const kRow = f.o('Unsqueeze', [kt, f.constI([2])]); // [B, Hv, 1, Dk]
-    const mem = f.o('MatMul', [kRow, S1]); // Sᵀk as a row: [B, Hv, 1, Dv]
-    const delta = f.o('Mul', [f.o('Sub', [f.o('Unsqueeze', [vt, f.constI([2])]), mem]), col(bt)]);
-    const S2 = f.o('Add', [S1, f.o('MatMul', [f.o('Unsqueeze', [kt, f.constI([3])]), delta])]);
-    const o = f.o('Squeeze', [f.o('MatMul', [f.o('Unsqueeze', [qt, f.constI([2])]), S2]), f.constI([2])]);
-    f.output(S2, 'float', ['B', Hv, Dk, Dv]); // (onnxruntime's Scan asks for its body's output shapes)
-    f.output(o, 'float', ['B', Hv, Dv]);
-    const [sT, coreOut] = g.op(
-      'Scan',
-      [g.input(`past.${l}.value`, 'float', ['B', Hv, Dk, Dv]), qs, toV(k), v, beta, decay],
-      { body: { graph: f }, num_scan_inputs: 5, scan_input_axes: [1, 1, 1, 1, 1], scan_output_axes: [1] },
-      2,
-    );
+    const [sT, coreOut] = deltaRuleScan(g, `la${l}_`, { Hv, Dk, Dv }, [
+      g.input(`past.${l}.value`, 'float', ['B', Hv, Dk, Dv]),
+      qs,
+      toV(k),
+      v,
+      beta,
+      decay,
+    ]);
     g.output(g.rename(sT, `present.${l}.value`));
     const core = this.hook(coreOut, `${b}.hook_core`); // [B, T, Hv, Dv]
 
