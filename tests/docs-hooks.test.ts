@@ -43,14 +43,27 @@ const MOE_LAYER = new Proxy({} as Record<string, unknown>, {
           ? { experts: [{}], shared: {} }
           : {},
 });
+/** and a Gemma 4 MoE layer: experts beside a dense gated MLP (MoeSpec.beside) */
+const BESIDE_LAYER = new Proxy({} as Record<string, unknown>, {
+  get: (_, k) =>
+    k === 'parallel'
+      ? false
+      : k === 'mlp'
+        ? { kind: 'gated' }
+        : k === 'moe'
+          ? { experts: [{}], beside: {} }
+          : k === 'linearAttn'
+            ? undefined
+            : {},
+});
 /** and a linear-attention layer (Qwen3.5's gated delta-net: its hooks instead of attention's) */
 const LINEAR_LAYER = new Proxy({} as Record<string, unknown>, {
   get: (_, k) => (k === 'parallel' ? false : k === 'mlp' ? { kind: 'gated' } : k === 'moe' ? undefined : {}),
 });
 const EVERY_HOOK = {
   posEmbed: { w: 'wpe' },
-  nLayers: 3,
-  layers: [EVERY_LAYER, MOE_LAYER, LINEAR_LAYER],
+  nLayers: 4,
+  layers: [EVERY_LAYER, MOE_LAYER, LINEAR_LAYER, BESIDE_LAYER],
 } as unknown as ModelSpec;
 
 /** the engine's hooks as the copies write them: each layer as `blocks.{l}`, expert 0 as `experts.{e}`, and `logits` */
@@ -87,6 +100,7 @@ describe('the hook list has one source', () => {
       'blocks.{l}.ln1_post.hook_scale',
       'blocks.{l}.mlp.hook_pre_linear',
       'blocks.{l}.mlp.experts.{e}.hook_out',
+      'blocks.{l}.ln2_experts.hook_scale',
     ])
       expect(hooks).toContain(h);
     expect(hooks).toContain('blocks.{l}.attn.hook_result');

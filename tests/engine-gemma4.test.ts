@@ -304,7 +304,7 @@ describe('gemma4 configs Loupe cannot run are refused from config.json alone', (
     throw new Error('expected a refusal');
   };
   it.each([
-    [{ enable_moe_block: true }, 'UNSUPPORTED_CONFIG', 'enable_moe_block'],
+    [{ enable_moe_block: true }, 'BAD_CONFIG', 'num_experts'],
     [{ use_bidirectional_attention: 'all' }, 'UNSUPPORTED_CONFIG', 'use_bidirectional_attention'],
     [{ num_kv_shared_layers: 6 }, 'BAD_CONFIG', 'num_kv_shared_layers'],
     [{ num_kv_shared_layers: 1, layer_types: [S, S, S, S, S, F] }, 'BAD_CONFIG', 'num_kv_shared_layers'],

@@ -16,7 +16,9 @@
  *    `blocks.{l}.mlp.hook_pre|hook_pre_linear|hook_post` [B,T,d_mlp] (hook_pre_linear in gated MLPs), or in a
  *    mixture-of-experts layer `blocks.{l}.mlp.hook_router_logits|hook_router_weights` [B,T,E],
  *    `blocks.{l}.mlp.hook_expert_weights|hook_expert_indices` [B,T,k], `blocks.{l}.mlp.experts.{e}.hook_out` [B,T,D]
- *    (weighted), `blocks.{l}.mlp.shared_expert.hook_out`, `blocks.{l}.ln2_post.hook_scale` (post-norms),
+ *    (weighted), `blocks.{l}.mlp.shared_expert.hook_out`, Gemma 4's beside its dense MLP (its hooks kept)
+ *    `blocks.{l}.ln2_post_dense.hook_scale`, `blocks.{l}.ln2_experts.hook_scale`, `blocks.{l}.ln2_post_experts.hook_scale`
+ *    (post_feedforward_layernorm_1, pre_ and post_feedforward_layernorm_2), `blocks.{l}.ln2_post.hook_scale` (post-norms),
  *    `blocks.{l}.hook_mlp_out`, Gemma 4's per-layer input block `blocks.{l}.hook_per_layer_input` [B,T,P],
  *    `blocks.{l}.per_layer.hook_pre|hook_post` [B,T,P], `blocks.{l}.ln_per_layer.hook_scale`,
  *    `blocks.{l}.hook_per_layer_out` [B,T,D] (graph/hooks.ts PER_LAYER_HOOKS), `blocks.{l}.hook_resid_post`,
@@ -31,7 +33,9 @@
  *    `b_out` [D], `ln_final.w|b` [D], `unembed.W_U` [D,V], `unembed.b_U` [V], and with post-norms
  *    `blocks.{l}.ln1_post.w|ln2_post.w` [D]; `blocks.{l}.layer_scalar` [1] (Gemma 4; 1 elsewhere); mixture-of-experts layers (TL's MoE names): the router
  *    `blocks.{l}.mlp.W_gate` [D,E], each expert's `blocks.{l}.mlp.experts.{e}.W_in|W_gate` [D,M] and
- *    `W_out` [M,D] (Qwen2-MoE's `mlp.shared_expert.*` too), `b_out` zeros. Norm weights are the *effective* multipliers (Gemma's
+ *    `W_out` [M,D] (Qwen2-MoE's `mlp.shared_expert.*` too), `b_out` zeros; Gemma 4's experts beside a dense MLP
+ *    (which keeps `mlp.W_in|W_gate|W_out`): the router `mlp.W_router` [D,E], `mlp.router_scale` [D],
+ *    `mlp.per_expert_scale` [E], `ln2_experts.w|ln2_post_dense.w|ln2_post_experts.w` [D]. Norm weights are the *effective* multipliers (Gemma's
  *    stored w + 1 is returned as w + 1).
  *  - `param(name)` answers every name above that the architecture has; a bias the checkpoint
  *    does not store (Llama's b_Q, RMSNorm's b) reads as zeros, so that code can always add it.

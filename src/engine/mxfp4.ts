@@ -1,5 +1,7 @@
 /**
- * GPT-OSS's experts as Loupe's per-expert matrices, the one place their stored layouts are read.
+ * GPT-OSS's and Gemma 4's stacked experts as Loupe's per-expert matrices, the one place their stored
+ * layouts are read (Gemma 4's: `experts.gate_up_proj` [E, 2M, D], `experts.down_proj` [E, D, M],
+ * each expert's rows in torch Linear's [out, in]: kind 'rows', copied as they are).
  *
  * A GPT-OSS checkpoint stores each layer's experts stacked, in one of two forms:
  *   MXFP4 (the published checkpoints, quantization_config.quant_method 'mxfp4'): `{proj}_blocks`
@@ -46,7 +48,8 @@ export function deriveRows(t: Map<string, TensorEntry>, name: string, r: Derived
   const have = t.get(name);
   if (have?.derived) return name;
   const src = t.get(r.src)!;
-  const inputs = r.kind === 'mxfp4' ? src.shape[2] * 32 : r.kind === 'dense' ? src.shape[1] : 1;
+  const inputs =
+    r.kind === 'mxfp4' ? src.shape[2] * 32 : r.kind === 'dense' ? src.shape[1] : r.kind === 'rows' ? src.shape[2] : 1;
   const dtype: SafetensorsDtype = r.kind === 'mxfp4' ? 'BF16' : src.dtype;
   const shape = r.kind === 'bias' ? [r.count] : [r.count, inputs];
   const byteLength = r.count * inputs * DTYPE_BYTES[dtype];
@@ -160,6 +163,13 @@ export function materializeDerived(weights: ReadableWeightSet): void {
     const src = weights.tensors.get(r.src)!;
     const b = DTYPE_BYTES[src.dtype];
     const bytes = sourceOf(r.src, r.expert);
+    if (r.kind === 'rows') {
+      // [R, in] → rows [count, in]: row start + j·step to j, whole
+      const n = src.shape[2] * b;
+      for (let j = 0; j < r.count; j++)
+        out.set(bytes.subarray((r.start + j * r.step) * n, (r.start + j * r.step + 1) * n), j * n);
+      return out;
+    }
     const R = src.shape[src.shape.length - 1];
     const inputs = r.kind === 'dense' ? src.shape[1] : 1;
     // dense [in, R] → rows [count, in]: element (i, start + j·step) to (j, i); bias [R] → [count]

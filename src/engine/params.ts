@@ -226,8 +226,18 @@ export function readParam(spec: ModelSpec, read: ReadTensor, name: string): Tens
     if (expert && ex![3] === 'W_in') return linearInOut(expert.up, D, Me);
     if (expert && ex![3] === 'W_gate') return linearInOut(expert.gate, D, Me);
     if (expert && ex![3] === 'W_out') return linearInOut(expert.down, Me, D);
-    if (key === 'mlp.W_gate') return linearInOut(moe.router, D, moe.experts.length);
-    if (key === 'mlp.b_out') return bias(undefined, D);
+    // Gemma 4's experts beside a dense MLP (whose W_in / W_gate / W_out keep their names): the router is mlp.W_router
+    const bs = moe.beside;
+    if (key === (bs ? 'mlp.W_router' : 'mlp.W_gate')) return linearInOut(moe.router, D, moe.experts.length);
+    if (!bs && key === 'mlp.b_out') return bias(undefined, D);
+    if (bs) {
+      const vector = (name: string, n: number): Tensor => ({ dims: [n], data: Float32Array.from(read(name)) });
+      if (key === 'mlp.router_scale') return vector(bs.routerNorm.w, D);
+      if (key === 'mlp.per_expert_scale') return vector(bs.expertScale, moe.experts.length);
+      if (key === 'ln2_experts.w') return normW(bs.preNorm);
+      if (key === 'ln2_post_dense.w') return normW(bs.denseNorm);
+      if (key === 'ln2_post_experts.w') return normW(bs.postNorm);
+    }
   }
   switch (key) {
     case 'ln1.w':
@@ -326,6 +336,12 @@ export function storedParam(spec: ModelSpec, name: string): boolean {
     'mlp.W_out': layer.mlp?.down.w,
     'mlp.b_out': layer.mlp?.down.b,
     layer_scalar: layer.scalar,
+    'mlp.W_router': layer.moe?.beside && layer.moe.router.w,
+    'mlp.router_scale': layer.moe?.beside?.routerNorm.w,
+    'mlp.per_expert_scale': layer.moe?.beside?.expertScale,
+    'ln2_experts.w': layer.moe?.beside?.preNorm.w,
+    'ln2_post_dense.w': layer.moe?.beside?.denseNorm.w,
+    'ln2_post_experts.w': layer.moe?.beside?.postNorm.w,
   };
   const ex = /^mlp\.experts\.(\d+)\.(W_in|W_gate|W_out)$/.exec(m[2]);
   const expert = ex ? layer.moe?.experts[Number(ex[1])] : undefined;

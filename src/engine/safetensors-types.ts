@@ -23,8 +23,11 @@ export interface TensorEntry {
  * expert `expert` of a stacked source
  */
 export interface DerivedRows {
-  /** mxfp4: blocks + scales; dense: a stacked [E, in, R] matrix (its columns are the rows); bias: [E, R] */
-  kind: 'mxfp4' | 'dense' | 'bias';
+  /**
+   * mxfp4: blocks + scales; dense: a stacked [E, in, R] matrix (its columns are the rows); rows: a
+   * stacked [E, R, in] one (Gemma 4: its rows are the rows); bias: [E, R]
+   */
+  kind: 'mxfp4' | 'dense' | 'rows' | 'bias';
   src: string;
   scales?: string;
   expert: number;

@@ -169,6 +169,21 @@ export interface MoeSpec {
   glu?: { alpha: number; limit: number };
   /** Qwen2-MoE: a dense gated MLP on every token, times sigmoid(x · w_gate) ([1, D]) */
   shared?: { mlp: ExpertSpec; dMlp: number; gate: LinearRef };
+  /**
+   * Gemma 4 (enable_moe_block): the experts run beside the layer's dense MLP (LayerSpec.mlp), both on
+   * hook_resid_mid. The router reads routerNorm(resid_mid) · routerScale (its RMSNorm's weight is the
+   * stored router.scale), the experts preNorm(resid_mid); each chosen weight (after normTopK) is
+   * times expertScale[e] ([E]); the experts' sum goes through postNorm, the dense MLP's output through
+   * denseNorm, and the two add before LayerSpec.postMlpNorm.
+   */
+  beside?: {
+    routerNorm: NormSpec;
+    routerScale: number;
+    expertScale: string;
+    preNorm: NormSpec;
+    postNorm: NormSpec;
+    denseNorm: NormSpec;
+  };
 }
 
 export interface LayerSpec {
@@ -183,7 +198,7 @@ export interface LayerSpec {
    * heads or KV cache; its own hooks and recurrent state instead: graph/hooks.ts, runtime/feeds.ts)
    */
   linearAttn?: LinearAttnSpec;
-  /** the dense MLP; a mixture-of-experts layer has `moe` instead (and this is absent) */
+  /** the dense MLP; a mixture-of-experts layer has `moe` instead (and this is absent, but for MoeSpec.beside) */
   mlp?: MlpSpec;
   moe?: MoeSpec;
   /** norms of the attention / MLP outputs before the residual add: Gemma 2's and 3's sandwich norms, OLMo 2's only norms */

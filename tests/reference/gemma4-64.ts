@@ -1,6 +1,7 @@
 // Gemma 4's text decoder (transformers' modeling_gemma4.py: Gemma4TextModel, Gemma4TextAttention,
 // Gemma4TextDecoderLayer, Gemma4TextRotaryEmbedding and modeling_rope_utils'
-// _compute_proportional_rope_parameters) in float64: random-weight checkpoints in the exact HF
+// _compute_proportional_rope_parameters; with enable_moe_block Gemma4TextRouter and
+// Gemma4TextExperts beside the dense MLP) in float64: random-weight checkpoints in the exact HF
 // layout (Gemma4ForCausalLM, or Gemma4ForConditionalGeneration with text_config and the decoder
 // under model.language_model.) and a forward written from the HF equations, per layer and per head
 // in plain loops. Imports nothing from src/.
@@ -41,6 +42,8 @@ export interface Gemma4Options {
   multimodal?: boolean;
   dtype?: 'F32' | 'BF16';
   maxPositions?: number;
+  /** enable_moe_block: num_experts, top_k_experts, moe_intermediate_size */
+  moe?: { experts: number; topK: number; width: number };
 }
 
 export interface Gemma4Model {
@@ -91,6 +94,24 @@ export const GEMMA4_FEATURES: Gemma4Feature[] = [
   'final_softcap',
   'norm_offset',
   'attention_scale',
+];
+
+/**
+ * What the reference can leave out of the MoE block, one at a time: router_scale (the router reads
+ * its norm without router.scale and D^−½), per_expert_scale, topk_renorm (the chosen probabilities
+ * not renormalised; a factor per token that post_feedforward_layernorm_2 divides out, so only the
+ * routing hooks show it), expert_norm (the experts read the dense MLP's input, pre_feedforward_layernorm
+ * of resid_mid, not pre_feedforward_layernorm_2's), branch_norms (no post_feedforward_layernorm_1
+ * or _2 on the two branches)
+ */
+export type Gemma4MoeFeature = 'router_scale' | 'per_expert_scale' | 'topk_renorm' | 'expert_norm' | 'branch_norms';
+
+/** the features whose absence the logits show */
+export const GEMMA4_MOE_FEATURES: Gemma4MoeFeature[] = [
+  'router_scale',
+  'per_expert_scale',
+  'expert_norm',
+  'branch_norms',
 ];
 
 export function makeGemma4Model(o: Gemma4Options = {}): Gemma4Model {
@@ -165,6 +186,18 @@ export function makeGemma4Model(o: Gemma4Options = {}): Gemma4Model {
     W(`${p}.mlp.up_proj.weight`, [m, D]);
     W(`${p}.mlp.down_proj.weight`, [D, m]);
     normW(`${p}.post_feedforward_layernorm.weight`, D);
+    if (o.moe) {
+      const { experts: E, width: Me } = o.moe;
+      W(`${p}.router.proj.weight`, [E, D]);
+      normW(`${p}.router.scale`, D);
+      put(`${p}.router.per_expert_scale`, [E], normal(0.3, 1));
+      // stacked: gate_up_proj [E, 2M, D] (gate rows, then up), down_proj [E, D, M]
+      put(`${p}.experts.gate_up_proj`, [E, 2 * Me, D], normal(1 / Math.sqrt(D)));
+      put(`${p}.experts.down_proj`, [E, D, Me], normal(1 / Math.sqrt(Me)));
+      normW(`${p}.pre_feedforward_layernorm_2.weight`, D);
+      normW(`${p}.post_feedforward_layernorm_1.weight`, D);
+      normW(`${p}.post_feedforward_layernorm_2.weight`, D);
+    }
     if (P) {
       W(`${p}.per_layer_input_gate.weight`, [P, D]);
       W(`${p}.per_layer_projection.weight`, [D, P]);
@@ -220,7 +253,8 @@ export function makeGemma4Model(o: Gemma4Options = {}): Gemma4Model {
         rope_theta: 1_000_000,
       },
     },
-    enable_moe_block: false,
+    enable_moe_block: !!o.moe,
+    ...(o.moe ? { num_experts: o.moe.experts, top_k_experts: o.moe.topK, moe_intermediate_size: o.moe.width } : {}),
     tie_word_embeddings: tied,
     pad_token_id: tok.specialIds['<pad>'],
     bos_token_id: bosId,
@@ -272,10 +306,10 @@ type F64 = Float64Array<ArrayBufferLike>;
 export function gemma4Forward(
   m: Gemma4Model,
   tokens: number[],
-  opts: { drop?: Gemma4Feature[]; hook?: Hook64Fn } = {},
+  opts: { drop?: (Gemma4Feature | Gemma4MoeFeature)[]; hook?: Hook64Fn } = {},
 ): { logits: Hook64; hooks: Record<string, Hook64> } {
   const c = m.text;
-  const drop = new Set(opts.drop ?? []);
+  const drop = new Set<string>(opts.drop ?? []);
   const T = tokens.length;
   const D = c.hidden_size,
     L = c.num_hidden_layers,
@@ -353,6 +387,79 @@ export function gemma4Forward(
         }
       }
     return y;
+  };
+
+  /**
+   * Gemma4TextDecoderLayer's enable_moe_block branch: post_feedforward_layernorm_1(dense) +
+   * post_feedforward_layernorm_2(Σ_chosen weight · expert(pre_feedforward_layernorm_2(mid))), the
+   * router (Gemma4TextRouter) on mid: RMSNorm without a weight, · router.scale · D^−½, proj, softmax
+   * over all experts, the top k, renormalised, each · per_expert_scale; expert e: down(gelu(gate) ⊙ up)
+   * from the stacked gate_up_proj [E, 2M, D] (rows [0, M) gate, [M, 2M) up) and down_proj [E, D, M]
+   */
+  const moeBlock = (l: number, dense: F64, mid: F64, denseIn: F64): F64 => {
+    const p = `${pre}layers.${l}`;
+    const b = `blocks.${l}`;
+    const { num_experts: NE, top_k_experts: K, moe_intermediate_size: Me } = c;
+    const branchNorms = !drop.has('branch_norms');
+    const d1 = branchNorms
+      ? scaledNorm(dense, `${p}.post_feedforward_layernorm_1.weight`, `${b}.ln2_post_dense.hook_scale`)
+      : dense;
+    const xe0 = scaledNorm(mid, `${p}.pre_feedforward_layernorm_2.weight`, `${b}.ln2_experts.hook_scale`);
+    const xe = drop.has('expert_norm') ? denseIn : xe0;
+    const rs = w(`${p}.router.scale`);
+    const xr = rms(mid, null, D).y.map((v, i) => (drop.has('router_scale') ? v : v * rs[i % D] * D ** -0.5));
+    const logits = hook(`${b}.mlp.hook_router_logits`, lin(xr, w(`${p}.router.proj.weight`), T, D, NE), [1, T, NE]);
+    const pes = w(`${p}.router.per_expert_scale`);
+    const dense0 = new Float64Array(T * NE);
+    const idx: number[][] = [];
+    for (let t = 0; t < T; t++) {
+      const row = logits.subarray(t * NE, (t + 1) * NE);
+      const mx = Math.max(...row);
+      const ex = Array.from(row, (v) => Math.exp(v - mx));
+      const z = ex.reduce((a, v) => a + v, 0);
+      const probs = ex.map((v) => v / z);
+      const order = probs.map((_, e) => e).sort((a, bb) => probs[bb] - probs[a] || a - bb);
+      const top = order.slice(0, K);
+      const sum = top.reduce((a, e) => a + probs[e], 0);
+      for (const e of top)
+        dense0[t * NE + e] =
+          (drop.has('topk_renorm') ? probs[e] : probs[e] / sum) * (drop.has('per_expert_scale') ? 1 : pes[e]);
+      idx.push(top);
+    }
+    const wts = hook(`${b}.mlp.hook_router_weights`, dense0, [1, T, NE]);
+    hook(
+      `${b}.mlp.hook_expert_weights`,
+      Float64Array.from({ length: T * K }, (_, i) => wts[Math.floor(i / K) * NE + idx[Math.floor(i / K)][i % K]]),
+      [1, T, K],
+    );
+    hook(`${b}.mlp.hook_expert_indices`, Float64Array.from(idx.flat()), [1, T, K]);
+    const gu = m.tensors[`${p}.experts.gate_up_proj`].data;
+    const dp = m.tensors[`${p}.experts.down_proj`].data;
+    const sum = new Float64Array(T * D);
+    for (let e = 0; e < NE; e++) {
+      const Wg = Float64Array.from(gu.subarray(e * 2 * Me * D, (e * 2 + 1) * Me * D));
+      const Wu = Float64Array.from(gu.subarray((e * 2 + 1) * Me * D, (e + 1) * 2 * Me * D));
+      const Wd = Float64Array.from(dp.subarray(e * D * Me, (e + 1) * D * Me));
+      const g = lin(xe, Wg, T, D, Me);
+      const u = lin(xe, Wu, T, D, Me);
+      const y = lin(
+        g.map((v, i) => geluTanh(v) * u[i]),
+        Wd,
+        T,
+        Me,
+        D,
+      );
+      const out = hook(
+        `${b}.mlp.experts.${e}.hook_out`,
+        y.map((v, i) => v * wts[Math.floor(i / D) * NE + e]),
+        [1, T, D],
+      );
+      for (let i = 0; i < T * D; i++) sum[i] += out[i];
+    }
+    const d2 = branchNorms
+      ? scaledNorm(sum, `${p}.post_feedforward_layernorm_2.weight`, `${b}.ln2_post_experts.hook_scale`)
+      : sum;
+    return d1.map((v, i) => v + d2[i]);
   };
 
   let x: F64 = new Float64Array(T * D);
@@ -462,7 +569,8 @@ export function gemma4Forward(
       gp.map((g, i) => geluTanh(g) * up[i]),
       [1, T, M],
     );
-    const down = lin(post, w(`${p}.mlp.down_proj.weight`), T, M, D);
+    let down: F64 = lin(post, w(`${p}.mlp.down_proj.weight`), T, M, D);
+    if (c.enable_moe_block) down = moeBlock(l, down, mid, h2);
     const mlpOut = hook(
       `${b}.hook_mlp_out`,
       scaledNorm(down, `${p}.post_feedforward_layernorm.weight`, `${b}.ln2_post.hook_scale`),

@@ -13,12 +13,19 @@
  * is multiplied by its stored layer_scalar. Final logits are soft-capped. `gemma4_text`
  * (Gemma4ForCausalLM) is the decoder under `model.`; `gemma4` (Gemma4ForConditionalGeneration)
  * nests it in text_config with its weights under `model.language_model.`, and its vision and audio
- * towers are never read. The mixture-of-experts block (enable_moe_block, Gemma 4 26B-A4B) is not
- * supported.
+ * towers are never read. With enable_moe_block (26B-A4B) every layer runs num_experts experts of
+ * moe_intermediate_size beside its dense MLP (Gemma4TextDecoderLayer, Gemma4TextRouter):
+ *   router   `router.proj` [E, D] reads RMSNorm(resid_mid) · router.scale [D] · D^−½; softmax over E,
+ *            the top_k_experts largest, renormalised to sum 1, each times router.per_expert_scale[e]
+ *   experts  stacked: `experts.gate_up_proj` [E, 2M, D] (gate rows first, then up: `chunk(2)`),
+ *            `experts.down_proj` [E, D, M], on pre_feedforward_layernorm_2(resid_mid)
+ *   output   post_feedforward_layernorm(post_feedforward_layernorm_1(mlp) +
+ *            post_feedforward_layernorm_2(Σ weight · expert)) (spec.ts MoeSpec.beside)
  */
 import { checkDim } from '../caps';
 import { LoupeError } from '../errors';
-import type { AttentionSpec, LayerSpec, ModelSpec, NormSpec, RotarySpec } from '../spec';
+import { deriveRows } from '../mxfp4';
+import type { AttentionSpec, ExpertSpec, LayerSpec, ModelSpec, MoeSpec, NormSpec, RotarySpec } from '../spec';
 import {
   type AdapterInput,
   type Config,
@@ -99,12 +106,6 @@ export function gemma4(input: AdapterInput): ModelSpec {
   const c = gemma4TextConfig(input.config);
   const t = input.tensors;
   // ---- config.json, all of it before the first tensor
-  if (c.enable_moe_block === true)
-    throw unsupportedConfig(
-      'enable_moe_block',
-      true,
-      'false (the dense Gemma 4 models; the 26B-A4B MoE block is not supported)',
-    );
   if (c.use_bidirectional_attention === 'all')
     throw unsupportedConfig('use_bidirectional_attention', 'all', "null or 'vision' (causal attention over text)");
   const D = dim(c, ['hidden_size'], 'maxDModel');
@@ -163,6 +164,7 @@ export function gemma4(input: AdapterInput): ModelSpec {
     return src;
   });
   const doubleWide = c.use_double_wide_mlp === true;
+  const moe = c.enable_moe_block === true ? moeConfig(c) : undefined;
 
   // rotary: the sliding layers' default RoPE over head_dim; the full layers' proportional RoPE over global_head_dim
   const rp: Config = c.rope_parameters && typeof c.rope_parameters === 'object' ? c.rope_parameters : DEFAULT_ROPE;
@@ -249,6 +251,7 @@ export function gemma4(input: AdapterInput): ModelSpec {
       postMlpNorm: rms(`${p}.post_feedforward_layernorm`),
       parallel: false,
     };
+    if (moe) layer.moe = moeLayer(t, p, D, moe, act, rms);
     if (P)
       layer.perLayer = {
         gate: linear(t, `${p}.per_layer_input_gate`, P, D),
@@ -279,6 +282,7 @@ export function gemma4(input: AdapterInput): ModelSpec {
   return {
     family: 'gemma4',
     ...sizes(c, { L, D, H, Hkv, Dh, M, V, nCtx }),
+    ...(moe ? { nExperts: moe.E, topK: moe.k } : {}),
     norm: 'rmsnorm',
     embed: { w: embedName, scale: roundToStoredDtype(Math.sqrt(D), t.get(embedName)!.dtype) },
     rotary,
@@ -290,6 +294,55 @@ export function gemma4(input: AdapterInput): ModelSpec {
     finalSoftcap: softcap,
     bosTokenId: c.bos_token_id,
     eosTokenId: Array.isArray(c.eos_token_id) ? c.eos_token_id[0] : c.eos_token_id,
+  };
+}
+
+/** enable_moe_block's sizes: num_experts experts of moe_intermediate_size, top_k_experts per token */
+function moeConfig(c: Config): { E: number; k: number; M: number } {
+  const E = dim(c, ['num_experts'], 'maxExperts');
+  const k = dim(c, ['top_k_experts'], 'maxExpertsPerToken');
+  if (k > E) throw badConfig('top_k_experts', `(${k}) is more than num_experts (${E}).`);
+  return { E, k, M: dim(c, ['moe_intermediate_size'], 'maxDMlp') };
+}
+
+/** one layer's router and stacked experts (`p`: the layer's prefix), every shape checked from the headers */
+function moeLayer(
+  t: AdapterInput['tensors'],
+  p: string,
+  D: number,
+  { E, k, M }: { E: number; k: number; M: number },
+  act: MoeSpec['act'],
+  rms: (name: string) => NormSpec,
+): MoeSpec {
+  const gu = need(t, `${p}.experts.gate_up_proj`, [E, 2 * M, D]);
+  const dp = need(t, `${p}.experts.down_proj`, [E, D, M]);
+  const rows = (src: string, name: string, e: number, start: number, count: number) => ({
+    w: deriveRows(t, `${p}.experts.${e}.${name}.weight`, { kind: 'rows', src, expert: e, start, step: 1, count }),
+    layout: 'out_in' as const,
+  });
+  const experts = Array.from({ length: E }, (_, e): ExpertSpec => ({
+    gate: rows(gu, 'gate_proj', e, 0, M),
+    up: rows(gu, 'up_proj', e, M, M),
+    down: rows(dp, 'down_proj', e, 0, D),
+  }));
+  // RMSNorm without a weight, times router.scale: an RMSNorm whose weight is router.scale
+  const routerNorm: NormSpec = { ...rms(`${p}.pre_feedforward_layernorm_2`), w: need(t, `${p}.router.scale`, [D]) };
+  return {
+    router: linear(t, `${p}.router.proj`, E, D),
+    experts,
+    topK: k,
+    routing: 'softmax_topk',
+    normTopK: true,
+    act,
+    dExpert: M,
+    beside: {
+      routerNorm,
+      routerScale: D ** -0.5,
+      expertScale: need(t, `${p}.router.per_expert_scale`, [E]),
+      preNorm: rms(`${p}.pre_feedforward_layernorm_2`),
+      postNorm: rms(`${p}.post_feedforward_layernorm_2`),
+      denseNorm: rms(`${p}.post_feedforward_layernorm_1`),
+    },
   };
 }
 

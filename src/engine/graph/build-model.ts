@@ -762,18 +762,33 @@ export class ModelGraph {
 
   // ---- MLP
 
-  protected mlp(l: number, layer: LayerSpec, xn: string): string {
+  /** the MLP's output (hook_mlp_out) from its input xn; `mid`, hook_resid_mid, is what Gemma 4's experts read */
+  protected mlp(l: number, layer: LayerSpec, xn: string, mid = xn): string {
+    const { g } = this;
+    const b = `blocks.${l}`;
+    const m = layer.moe;
+    let out: string;
+    if (m?.beside) {
+      // Gemma 4: the dense MLP and the experts side by side, each through its own post-norm
+      const s = m.beside;
+      const dense = this.norm(this.denseMlp(l, layer, xn), s.denseNorm, `${b}.ln2_post_dense.hook_scale`);
+      const xr = g.o('Mul', [this.norm(mid, s.routerNorm), this.c(s.routerScale)]);
+      const xe = this.norm(mid, s.preNorm, `${b}.ln2_experts.hook_scale`);
+      const experts = this.norm(this.moe(`${b}.mlp`, m, xe, xr), s.postNorm, `${b}.ln2_post_experts.hook_scale`);
+      out = g.o('Add', [dense, experts]);
+    } else out = m ? this.moe(`${b}.mlp`, m, xn) : this.denseMlp(l, layer, xn);
+    if (layer.postMlpNorm) out = this.norm(out, layer.postMlpNorm, `${b}.ln2_post.hook_scale`);
+    return this.hook(out, `${b}.hook_mlp_out`);
+  }
+
+  /** the dense MLP's output of xn, before any post-norm */
+  private denseMlp(l: number, layer: LayerSpec, xn: string): string {
     const { g, D } = this;
     const b = `blocks.${l}.mlp`;
     const m = layer.mlp;
-    const M = m?.width ?? this.spec.dMlp;
-    let post: string;
-    if (layer.moe) {
-      let out = this.moe(b, layer.moe, xn);
-      if (layer.postMlpNorm) out = this.norm(out, layer.postMlpNorm, `blocks.${l}.ln2_post.hook_scale`);
-      return this.hook(out, `blocks.${l}.hook_mlp_out`);
-    }
     if (!m) throw new Error(`graph: layer ${l} has no MLP`);
+    const M = m.width ?? this.spec.dMlp;
+    let post: string;
     if (m.kind === 'gated') {
       const pre = this.hook(this.linear(xn, m.gate!, D, M), `${b}.hook_pre`);
       const lin = this.hook(this.linear(xn, m.up, D, M), `${b}.hook_pre_linear`);
@@ -782,22 +797,20 @@ export class ModelGraph {
       const pre = this.hook(this.linear(xn, m.up, D, M), `${b}.hook_pre`);
       post = this.hook(activation(g, pre, m.act, this.fused), `${b}.hook_post`);
     }
-    let out = this.linear(post, m.down, M, D);
-    if (layer.postMlpNorm) out = this.norm(out, layer.postMlpNorm, `blocks.${l}.ln2_post.hook_scale`);
-    return this.hook(out, `blocks.${l}.hook_mlp_out`);
+    return this.linear(post, m.down, M, D);
   }
 
   /**
-   * A mixture-of-experts MLP as one graph with data-dependent routing (no rebuild per prompt):
+   * A mixture-of-experts MLP of xn (its router reading xr) as one graph with data-dependent routing (no rebuild per prompt):
    * router logits [B,T,E] → softmax → the top k per token → a dense weight per expert [B,T,E] (the
    * chosen experts' probabilities, renormalised when normTopK; zero elsewhere) → every expert run
    * on every token, its output times its weight, summed. Exact, and simple for the backward pass
    * (the top-k choice is a 0/1 mask, so gradients flow through the chosen probabilities), at the
    * cost of E/k times the expert compute of a gathered MoE (Mixtral 4×, Qwen3-30B-A3B 16×).
    */
-  private moe(b: string, m: MoeSpec, xn: string): string {
+  private moe(b: string, m: MoeSpec, xn: string, xr = xn): string {
     const { g } = this;
-    const w = this.routing(m, xn, b);
+    const w = this.routing(m, xr, b);
     let out = '';
     const add = (y: string) => (out = out ? g.o('Add', [out, y]) : y);
     m.experts.forEach((ex, e) => {
@@ -825,6 +838,7 @@ export class ModelGraph {
     const onehot = g.o('Cast', [g.o('Equal', [g.o('Unsqueeze', [idx, g.constI([-1])]), range])], { to: 1 });
     let w = g.o('Mul', [probs, g.o('ReduceSum', [onehot, g.constI([-2])], { keepdims: 0 })]);
     if (m.normTopK) w = g.o('Div', [w, g.o('ReduceSum', [w, g.constI([-1])], { keepdims: 1 })]);
+    if (m.beside) w = g.o('Mul', [w, this.W(m.beside.expertScale)]); // Gemma 4's per_expert_scale [E]
     w = hk(w, 'hook_router_weights');
     // TransformerLens's [B,T,k] pair, read from the (possibly edited) dense weights
     if (b && this.hookSet.has(`${b}.hook_expert_weights`))
@@ -886,7 +900,7 @@ export class ModelGraph {
       layer.ln2,
       `blocks.${l}.ln2.hook_scale`,
     );
-    const mlpOut = this.mlp(l, layer, normed);
+    const mlpOut = this.mlp(l, layer, normed, mid);
     if (!layer.perLayer && !layer.scalar) return [mid, mlpOut];
     // Gemma 4: the per-layer input's block after the MLP, then the whole stream times layer_scalar
     let x = g.o('Add', [mid, mlpOut]);

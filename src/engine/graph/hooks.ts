@@ -74,12 +74,15 @@ export function layerHooks(spec: ModelSpec, l: number, withResult: boolean): str
   names.push(`${b}.hook_attn_out`);
   if (!layer.parallel) names.push(`${b}.hook_resid_mid`);
   if (layer.ln2) names.push(`${b}.ln2.hook_scale`);
-  if (layer.moe) names.push(...moeHooks(b, layer.moe.experts.length, !!layer.moe.shared));
-  else {
+  if (!layer.moe || layer.moe.beside) {
     names.push(`${b}.mlp.hook_pre`);
     if (layer.mlp?.kind === 'gated') names.push(`${b}.mlp.hook_pre_linear`);
     names.push(`${b}.mlp.hook_post`);
   }
+  // Gemma 4: the dense MLP's post-norm, then the experts' input norm, router, experts and post-norm
+  if (layer.moe?.beside) names.push(`${b}.ln2_post_dense.hook_scale`, `${b}.ln2_experts.hook_scale`);
+  if (layer.moe) names.push(...moeHooks(b, layer.moe.experts.length, !!layer.moe.shared));
+  if (layer.moe?.beside) names.push(`${b}.ln2_post_experts.hook_scale`);
   if (layer.postMlpNorm) names.push(`${b}.ln2_post.hook_scale`);
   names.push(`${b}.hook_mlp_out`);
   if (layer.perLayer) names.push(...PER_LAYER_HOOKS.map((h) => `${b}.${h}`));

@@ -1,0 +1,224 @@
+/**
+ * Gemma 4's mixture-of-experts block (enable_moe_block, the 26B-A4B layout: experts beside the dense
+ * MLP, a normed and scaled router, per_expert_scale) against the float64 reference of
+ * tests/reference/gemma4-64.ts: every hook and the logits within 1e-4 on onnxruntime-node, WASM and
+ * onnxruntime-node's WebGPU provider (SwiftShader here); greedy continuations through the KV cache
+ * equal the reference's full re-runs; an expert ablated, its routing forbidden and forced equal the
+ * reference doing the same; each part of the block the reference can leave out moves the logits past
+ * the tolerance; bad MoE configs and expert tensors are structured errors before any weight byte.
+ */
+import { describe, it, expect, beforeAll, afterAll } from 'vitest';
+import { loadModelNode } from '../src/node/load';
+import { checkConfig } from '../src/engine/arch';
+import { LoupeError } from '../src/engine/errors';
+import { generateTokens } from '../src/ops/lib/generation';
+import type { LoadedModel } from '../src/engine/api';
+import { compareHooks, maxAbsDiff } from './reference';
+import {
+  makeGemma4Model,
+  gemma4Forward,
+  gemma4Greedy,
+  GEMMA4_MOE_FEATURES,
+  type Gemma4Model,
+  type Gemma4Options,
+} from './reference/gemma4-64';
+
+const TOL = 1e-4;
+const S = 'sliding_attention' as const;
+const F = 'full_attention' as const;
+
+/** prompt tokens: BOS then ids that are no special token */
+function promptOf(m: Gemma4Model, T: number, seed = 5): number[] {
+  const specials = new Set(Object.values(m.tokenizer.specialIds));
+  const out = [m.bosId];
+  let s = seed;
+  while (out.length < T) {
+    s = (s * 1103515245 + 12345) % 2 ** 31;
+    const t = s % m.text.vocab_size;
+    if (!specials.has(t)) out.push(t);
+  }
+  return out;
+}
+
+const CASES: { name: string; options: Gemma4Options; T: number }[] = [
+  {
+    name: 'causal-lm: 6 experts, top 2, per-layer inputs',
+    options: { layerTypes: [S, F, S, F], nLayers: 4, moe: { experts: 6, topK: 2, width: 12 }, seed: 11 },
+    T: 14,
+  },
+  {
+    name: 'multimodal bf16: 8 experts, top 3, k_eq_v, KV sharing, no per-layer inputs',
+    options: {
+      multimodal: true,
+      dtype: 'BF16',
+      nLayers: 4,
+      layerTypes: [S, F, S, F],
+      kEqV: true,
+      kvShared: 1,
+      perLayer: 0,
+      moe: { experts: 8, topK: 3, width: 8 },
+      seed: 12,
+    },
+    T: 10,
+  },
+];
+
+describe.each(CASES)('gemma4 MoE vs float64 reference: $name', ({ options, T }) => {
+  let m: Gemma4Model;
+  const models: Partial<Record<'node' | 'wasm' | 'webgpu', LoadedModel>> = {};
+  let tokens: number[];
+  beforeAll(async () => {
+    m = makeGemma4Model(options);
+    tokens = promptOf(m, T);
+    for (const backend of ['node', 'wasm', 'webgpu'] as const)
+      models[backend] = await loadModelNode(m.dir, { backend });
+  });
+  afterAll(async () => {
+    for (const model of Object.values(models)) await model?.dispose();
+    m?.cleanup();
+  });
+
+  it.each(['node', 'wasm', 'webgpu'] as const)('every hook and the logits within 1e-4 (%s)', async (backend) => {
+    const model = models[backend]!;
+    expect(model.info.num_experts).toBe(options.moe!.experts);
+    expect(model.info.experts_per_token).toBe(options.moe!.topK);
+    const ref = gemma4Forward(m, tokens);
+    const out = await model.run(tokens, { hooks: 'all' });
+    const names = model.hookNames();
+    expect(names.filter((n) => !(n in ref.hooks))).toEqual([]);
+    expect(Object.keys(ref.hooks).filter((n) => !names.includes(n))).toEqual([]);
+    expect(names).toContain('blocks.0.mlp.hook_post'); // the dense MLP beside the experts
+    expect(names).toContain(`blocks.1.mlp.experts.${options.moe!.experts - 1}.hook_out`);
+    const cmp = compareHooks(ref.hooks, out.hooks, names, TOL);
+    const bad = cmp.filter((r) => !r.ok);
+    expect(bad, JSON.stringify(bad.slice(0, 5))).toEqual([]);
+    const logits = maxAbsDiff(ref.logits.data, out.logits.data).maxAbs;
+    expect(logits).toBeLessThan(TOL);
+    // the indices are the reference's top k exactly, and routing is not degenerate (several experts used)
+    const idx = out.hooks['blocks.0.mlp.hook_expert_indices'].data;
+    expect(Array.from(idx)).toEqual(Array.from(ref.hooks['blocks.0.mlp.hook_expert_indices'].data));
+    expect(new Set(idx).size).toBeGreaterThan(options.moe!.topK);
+    const worst = Math.max(...cmp.map((r) => r.maxAbs));
+    console.log(
+      `gemma4 MoE ${backend} T=${T}: ${cmp.length} hooks, worst |Δ| ${worst.toExponential(2)}, logits |Δ| ${logits.toExponential(2)}`,
+    );
+  });
+
+  it.each(['node', 'wasm', 'webgpu'] as const)(
+    'greedy continuation through the KV cache equals the reference (%s)',
+    async (backend) => {
+      const n = 6;
+      const want = gemma4Greedy(m, tokens, n);
+      const got = await generateTokens(models[backend]!, tokens, { maxNewTokens: n, temperature: 0, stopAtEos: false });
+      expect(got.ids).toEqual(want);
+    },
+  );
+
+  it('an expert ablated, its routing forbidden and forced (interventions as data) equal the reference doing the same', async () => {
+    const model = models.node!;
+    const E = options.moe!.experts;
+    const b = `blocks.${m.text.num_hidden_layers - 1}.mlp`;
+    const ref0 = gemma4Forward(m, tokens);
+    const w = ref0.hooks[`${b}.hook_router_weights`].data;
+    const load = Array.from({ length: E }, (_, e) => tokens.reduce((a, _t, t) => a + (w[t * E + e] !== 0 ? 1 : 0), 0));
+    const e = load.indexOf(Math.max(...load));
+    const f = (e + 1) % E;
+    type Edit = (name: string, v: Float64Array) => Float64Array | void;
+    const cases: [string, any[], Edit][] = [
+      [
+        'ablate',
+        [{ hook: `${b}.experts.${e}.hook_out`, op: 'zero' }],
+        (name, v) => (name === `${b}.experts.${e}.hook_out` ? v.fill(0) : undefined),
+      ],
+      [
+        'forbid',
+        [{ hook: `${b}.hook_router_logits`, op: 'add', neuron: e, value: [-1e9] }],
+        (name, v) => (name === `${b}.hook_router_logits` ? v.map((x, i) => (i % E === e ? x - 1e9 : x)) : undefined),
+      ],
+      [
+        'force',
+        [{ hook: `${b}.hook_router_logits`, op: 'add', neuron: f, value: [30] }],
+        (name, v) => (name === `${b}.hook_router_logits` ? v.map((x, i) => (i % E === f ? x + 30 : x)) : undefined),
+      ],
+    ];
+    const scale = m.tensors[`${m.prefix}layers.${m.text.num_hidden_layers - 1}.router.per_expert_scale`].data;
+    for (const [label, interventions, hook] of cases) {
+      const ref = gemma4Forward(m, tokens, { hook });
+      const out = await model.run(tokens, { interventions, hooks: [`${b}.hook_router_weights`] });
+      expect(maxAbsDiff(ref.logits.data, out.logits.data).maxAbs, label).toBeLessThan(TOL);
+      expect(maxAbsDiff(ref0.logits.data, out.logits.data).maxAbs, label).toBeGreaterThan(10 * TOL);
+      const rw = out.hooks[`${b}.hook_router_weights`].data;
+      for (let t = 0; t < tokens.length; t++) {
+        if (label === 'forbid') expect(rw[t * E + e]).toBe(0);
+        // forced: its renormalised weight is ~1, times its per_expert_scale
+        if (label === 'force') expect(Math.abs(rw[t * E + f] - scale[f])).toBeLessThan(1e-3);
+      }
+    }
+  });
+
+  // (renormalising the chosen weights is a factor per token that post_feedforward_layernorm_2 divides
+  // out, bar its eps: the logits cannot show it, hook_router_weights does, in the hook comparison)
+  it("parameters: the dense MLP keeps TransformerLens's names, the router is mlp.W_router, each expert's rows of the stacked tensors", () => {
+    const model = models.node!;
+    const { hidden_size: D, intermediate_size: M } = m.text;
+    const { experts: E, width: Me } = options.moe!;
+    const l = 1;
+    const p = `${m.prefix}layers.${l}`;
+    const stored = (name: string) => m.tensors[`${p}.${name}`].data;
+    expect(model.param(`blocks.${l}.mlp.W_gate`).dims).toEqual([D, M]);
+    const router = model.param(`blocks.${l}.mlp.W_router`);
+    expect(router.dims).toEqual([D, E]);
+    expect(router.data[3 * E + 2]).toBe(stored('router.proj.weight')[2 * D + 3]);
+    // expert e's W_gate [D, Me]: (d, j) is gate_up_proj[e, j, d]; W_in: gate_up_proj[e, Me + j, d]; W_out [Me, D]: down_proj[e, d, j]
+    const e = E - 1;
+    const [gu, dp] = [stored('experts.gate_up_proj'), stored('experts.down_proj')];
+    const [wg, wi, wo] = ['W_gate', 'W_in', 'W_out'].map((w) => model.param(`blocks.${l}.mlp.experts.${e}.${w}`));
+    expect([wg.dims, wi.dims, wo.dims]).toEqual([
+      [D, Me],
+      [D, Me],
+      [Me, D],
+    ]);
+    expect(wg.data[5 * Me + 1]).toBe(gu[(e * 2 * Me + 1) * D + 5]);
+    expect(wi.data[5 * Me + 1]).toBe(gu[(e * 2 * Me + Me + 1) * D + 5]);
+    expect(wo.data[1 * D + 5]).toBe(dp[(e * D + 5) * Me + 1]);
+    expect(Array.from(model.param(`blocks.${l}.mlp.per_expert_scale`).data)).toEqual(
+      Array.from(stored('router.per_expert_scale')),
+    );
+    for (const n of ['ln2_experts.w', 'ln2_post_dense.w', 'ln2_post_experts.w', 'mlp.router_scale'])
+      expect(model.hasParam(`blocks.${l}.${n}`), n).toBe(true);
+  });
+
+  it('leaving out each part of the MoE block moves the logits by more than the tolerance', () => {
+    const base = gemma4Forward(m, tokens).logits.data;
+    const moved: Record<string, number> = {};
+    for (const f of GEMMA4_MOE_FEATURES) {
+      moved[f] = maxAbsDiff(gemma4Forward(m, tokens, { drop: [f] }).logits.data, base).maxAbs;
+      expect(moved[f], f).toBeGreaterThan(100 * TOL);
+    }
+    console.log(`gemma4 MoE sensitivity (max |Δ logit|): ${JSON.stringify(moved)}`);
+  });
+});
+
+describe('gemma4 MoE configs and tensors Loupe cannot run are refused before any weight byte', () => {
+  const m = makeGemma4Model({ nLayers: 2, layerTypes: [S, F], moe: { experts: 4, topK: 2, width: 8 } });
+  afterAll(() => m.cleanup());
+  const refused = (patch: Record<string, unknown>) => {
+    try {
+      checkConfig({ ...m.config, ...patch });
+    } catch (e) {
+      expect(e).toBeInstanceOf(LoupeError);
+      return e as LoupeError;
+    }
+    throw new Error('expected a refusal');
+  };
+  it.each([
+    [{ top_k_experts: 5 }, 'BAD_CONFIG', 'top_k_experts'],
+    [{ num_experts: null }, 'BAD_CONFIG', 'num_experts'],
+    [{ moe_intermediate_size: 0 }, 'BAD_CONFIG', 'moe_intermediate_size'],
+    [{ num_experts: 100_000 }, 'BAD_CONFIG', 'num_experts'],
+  ])('%j → %s naming %s', (patch, code, field) => {
+    const e = refused(patch);
+    expect(e.code).toBe(code);
+    expect(JSON.stringify(e.details ?? {}) + e.message).toContain(field);
+  });
+});
