@@ -370,6 +370,84 @@ describe('transfers on WebGPU (node), against the bytes each document needs', ()
       tc.cleanup();
     }
   });
+
+  it('attribution_graph pruned on the device: the influence and the kept edges come back, not the rows', async () => {
+    for (const kind of ['plt', 'clt'] as const) {
+      const tc = makeRandomTranscoders({ kind, nLayers: L, dModel: D, features: 32, skip: kind === 'plt' });
+      try {
+        const loaders = createNodeSaeLoaders({ cache: false });
+        const ctx = { loadTranscoders: loaders.loadTranscoders };
+        const prompt = 'the cat sat on the mat and';
+        const input = { prompt, transcoder_source: tc.dir, slug: 'device', edge_threshold: 0.9 };
+        const r = await counted(gpu, 'attribution_graph', input, ctx);
+        const c = (await getOperation('attribution_graph')!.run(cpu, input as any, ctx)) as any;
+        const g = r.doc.graph,
+          h = c.graph;
+        // the same nodes and links as node's float64 pruning of the rows read back, weights within float32
+        expect(g.nodes.map((n: any) => n.node_id)).toEqual(h.nodes.map((n: any) => n.node_id));
+        expect(g.links.map((l: any) => `${l.source}>${l.target}`)).toEqual(
+          h.links.map((l: any) => `${l.source}>${l.target}`),
+        );
+        close(
+          g.links.map((l: any) => l.weight),
+          h.links.map((l: any) => l.weight),
+          1e-3,
+        );
+        close(
+          g.nodes.map((n: any) => n.influence ?? 0),
+          h.nodes.map((n: any) => n.influence ?? 0),
+          1e-4,
+        );
+        close([r.doc.scores.replacement, r.doc.scores.completeness], [c.scores.replacement, c.scores.completeness]);
+        const rel = (a: number, b: number) => Math.abs(a - b) / Math.max(Math.abs(b), 1e-30);
+        expect(rel(r.doc.pruning.node_score_threshold, c.pruning.node_score_threshold)).toBeLessThan(1e-4);
+        expect(rel(r.doc.pruning.edge_score_threshold, c.pruning.edge_score_threshold)).toBeLessThan(1e-4);
+        // the op reads back less than with the rows read back and pruned in JS (full_adjacency takes that path)
+        const host = await counted(gpu, 'attribution_graph', { ...input, full_adjacency: true }, ctx);
+        expect(host.doc.graph.links).toEqual(h.links.map((l: any) => ({ ...l, weight: expect.any(Number) })));
+        expect(r.read).toBeLessThan(host.read);
+
+        // the engine's part alone: per kept edge an index (int64) and a weight, and per node a few floats
+        const ids = r.doc.tokens.map((t: any) => t.id);
+        const T = ids.length;
+        const rep = await gpu.replacement(ids, gpu.transcoderSets().at(-1)!.id, { batch: 8 });
+        const nAct = rep.features.layer.length;
+        const logits = r.doc.logit_nodes.map((l: any) => ({ token: l.token, prob: l.prob }));
+        await rep.rows(logits.map((l: any) => ({ kind: 'logit', token: l.token }))); // the logit vectors, made once
+        const S = nAct + L * T + T;
+        const nR = nAct + logits.length;
+        const before = gpu.memory().transfers!;
+        const d = await rep.pruneOnDevice!({
+          logits,
+          nodeMask: (inf) => Uint8Array.from({ length: S }, (_, i) => (i >= nAct + L * T || inf[i] > 0 ? 1 : 0)),
+          edgeThreshold: 0.9,
+        });
+        const after = gpu.memory().transfers!;
+        const K = d.edges!.row.length;
+        expect(K).toBeGreaterThan(0);
+        // the influence [S], each row's error mass [nR], two vanishing terms, the threshold, the count
+        expect(after.read_bytes - before.read_bytes).toBe(F * (S + nR + 3) + 8 + 12 * K);
+        // the rows had they come back (the readouts of every row: embedding, errors, padded decoder slots)
+        const P = Array.from({ length: L }, (_, l) => {
+          const n = new Array(T).fill(0);
+          rep.features.layer.forEach((x, i) => (kind === 'plt' ? x === l : x <= l) && n[rep.features.position[i]]++);
+          return Math.max(1, ...n);
+        });
+        const rowBytes = F * nR * (T + L * T + T * P.reduce((a, b) => a + b, 0));
+        expect(after.read_bytes - before.read_bytes).toBeLessThan(rowBytes / 4);
+        expect(Object.keys(rep.stats.off_device_ops!).filter((k) => !k.endsWith(':int64'))).toEqual([]);
+        // the kept edges' weights against the rows read back
+        const rows = await rep.rows([
+          ...Array.from({ length: nAct }, (_, index) => ({ kind: 'feature' as const, index })),
+          ...logits.map((l: any) => ({ kind: 'logit' as const, token: l.token })),
+        ]);
+        for (let k = 0; k < K; k++)
+          expect(Math.abs(d.edges!.weight[k] - rows[d.edges!.row[k] * S + d.edges!.source[k]])).toBeLessThan(1e-5);
+      } finally {
+        tc.cleanup();
+      }
+    }
+  });
 });
 
 describe('edge_attribution on WebGPU (node): the corrupted outputs stay on the device', () => {

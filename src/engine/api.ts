@@ -579,6 +579,33 @@ export interface ReplacementFeatures {
 /** A row of the adjacency: an active feature (its index in ReplacementFeatures) or a logit (vocabulary id) */
 export type ReplacementTarget = { kind: 'feature'; index: number } | { kind: 'logit'; token: number };
 
+/** prune_graph on the device (LocalReplacement.pruneOnDevice): every feature's row, then the logits' */
+export interface DevicePruneRequest {
+  /** the logit rows' tokens and probabilities (the influence's weights) */
+  logits: { token: number; prob: number }[];
+  /** the node mask over the sources from their influence (the caller's node threshold; tokens kept) */
+  nodeMask(influence: Float32Array): Uint8Array;
+  /** prune_graph's edge_threshold (a cumulative fraction) */
+  edgeThreshold: number;
+  signal?: AbortSignal;
+  onRows?: (done: number, total: number) => void;
+}
+
+/** What comes back of the adjacency pruned on the device. Rows: every feature's (index order), then the logits'. */
+export interface DevicePruned {
+  /** compute_influence over the unpruned graph, per source (float32) */
+  influence: Float32Array;
+  /** per row, the normalised |A| on the error columns (compute_graph_scores' completeness) */
+  errorMass: Float32Array;
+  nodeMask: Uint8Array;
+  /** the edge score the edge threshold became */
+  edgeScoreThreshold: number;
+  /** the edges scoring at least that (row, source, A's weight), in no order; null where it is 0 */
+  edges: { row: Int32Array; source: Int32Array; weight: Float32Array } | null;
+  /** every row [rows, sources], read back only where `edges` is null (every entry is kept then) */
+  rows: Float32Array | null;
+}
+
 /**
  * A prompt's local replacement model (engine/replacement.ts). Sources, in circuit-tracer's node
  * order: the active features, then the error nodes (index nFeatures + l·T + p; zero at p = 0),
@@ -594,8 +621,18 @@ export interface LocalReplacement {
   readonly lastLogits: Float32Array;
   /** features + L·T errors + T tokens */
   readonly nSources: number;
-  /** runs of the frozen backward graph so far, the rows they computed, their time, and the time to prepare */
-  readonly stats: { runs: number; rows: number; run_ms: number; setup_ms: number; batch: number };
+  /**
+   * runs of the frozen backward graph so far, the rows they computed, their time, and the time to
+   * prepare; pruneOnDevice's helper sessions' nodes that ran off the device (onnxruntime's profiler, by op:dtype)
+   */
+  readonly stats: {
+    runs: number;
+    rows: number;
+    run_ms: number;
+    setup_ms: number;
+    batch: number;
+    off_device_ops?: Record<string, number>;
+  };
   /** |e_{l,p}| per error node (l·T + p) */
   errorNorms(): Float32Array;
   /**
@@ -606,6 +643,12 @@ export interface LocalReplacement {
     targets: ReplacementTarget[],
     opts?: { signal?: AbortSignal; onRows?: (done: number, total: number) => void },
   ): Promise<Float32Array>;
+  /**
+   * Where the backend keeps values on the device (WebGPU): the rows of every active feature and
+   * of `logits` computed and kept there, the adjacency assembled there and pruned there as far as
+   * its edges (engine/runtime/adjacency.ts); only what the pruned graph needs comes back.
+   */
+  pruneOnDevice?(request: DevicePruneRequest): Promise<DevicePruned>;
   /**
    * circuit-tracer's feature_intervention: set active features (indices into `features`) to new
    * values and return the logits at the last position (after any final soft-cap).

@@ -92,7 +92,12 @@ import {
 import { q8WeightSet, q8ForWebGpu, dequantizeQ8, q4Names, quantFile, type Q8Store } from './q8';
 import { checkTranscodersFor, describeTranscoders, type TranscoderHeaders, type TranscoderInfo } from './transcoder';
 import type { TranscoderFiles } from './source/transcoder-loader';
-import { prepareReplacement, type AttachedTranscoders, type ReplacementOptions } from './replacement';
+import {
+  prepareReplacement,
+  type AttachedTranscoders,
+  type DeviceHelper,
+  type ReplacementOptions,
+} from './replacement';
 import type { LocalReplacement } from './api';
 import { fmtGB, weightBytesAt, RUNTIME_SLACK_BYTES, WASM_HEAP_BYTES, type BudgetLimits } from './budget';
 import type { WeightsMode } from './precision';
@@ -525,18 +530,24 @@ class EngineModel implements LoadedModel {
         unembedVectors: async (ids, signal) => this.weightProducts({ unembedIds: ids, unembedSum: true }, signal),
         unembedDots: async (x, signal) => (await this.weightProducts({ unembedDots: x }, signal)).unembedDots.data,
         upload: (feeds) => this.upload(feeds),
-        runReplacement: (feeds, fetches, forward) =>
+        runReplacement: (feeds, fetches, forward, keep) =>
           this.enqueue(async () => {
             await yieldToEventLoop();
             const { session } = await this.variant({ kind: 'replacement', transcoders: id, forward });
+            if (keep && !session.keepsOnDevice)
+              throw new LoupeError('INTERNAL', 'The frozen backward graph keeps nothing on the device.');
             return runSession(
               session,
               feeds,
               fetches,
               'This may be out of memory; try fewer positions or a smaller batch.',
               ' in the frozen backward graph',
+              keep ? { keep: fetches } : undefined,
             );
           }),
+        ...(this.factory.backend === 'webgpu' && this.factory.helper
+          ? { deviceHelper: (bytes: Uint8Array) => this.deviceHelper(bytes) }
+          : {}),
       },
       tc,
       rows[0],
@@ -1007,6 +1018,24 @@ class EngineModel implements LoadedModel {
       }
     }
     return r;
+  }
+
+  /**
+   * A weightless graph's session on the device, its outputs kept there where asked (`keep`), for
+   * one computation (the caller releases it); its runs are counted and go through the model's queue.
+   */
+  private async deviceHelper(bytes: Uint8Array): Promise<DeviceHelper | undefined> {
+    const s = this.transfers.wrap(await this.factory.helper!(bytes, true, true));
+    if (!s.keepsOnDevice) {
+      await s.release();
+      return undefined;
+    }
+    return {
+      run: (feeds, fetches, keep = []) =>
+        this.enqueue(() => runSession(s, feeds, fetches, 'This may be out of memory.', ' on the device', { keep })),
+      offDevice: () => s.placement?.()?.ops,
+      release: () => s.release(),
+    };
   }
 
   /** a helper session (a weightless graph), made on first use and kept; its runs are counted */

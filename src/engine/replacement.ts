@@ -15,6 +15,8 @@
  * weight read is checked to be finite (BAD_WEIGHTS names the tensor).
  */
 import type {
+  DevicePruned,
+  DevicePruneRequest,
   Intervention,
   LocalReplacement,
   ReplacementFeatures,
@@ -31,6 +33,14 @@ import type { Tensor } from './tensor';
 import type { TranscoderSpec } from './transcoder';
 import { REPLACEMENT_OUTPUTS } from './graph/replacement';
 import type { OrtTensorLike, SessionFactory } from './runtime/ort-session';
+import {
+  edgeScoreGraph,
+  influenceGraph,
+  keptEdgesGraph,
+  readGraph,
+  rowsGraph,
+  type AdjacencyShape,
+} from './runtime/adjacency';
 
 export interface AttachedTranscoders {
   spec: TranscoderSpec;
@@ -48,12 +58,23 @@ export interface ReplacementHost {
     feeds: Record<string, OrtTensorLike>,
     fetches: string[],
     forward?: boolean,
+    keep?: boolean,
   ): Promise<Record<string, OrtTensorLike>>;
+  /** where values stay on the device: a session of a weightless graph there (undefined: they do not) */
+  deviceHelper?(bytes: Uint8Array): Promise<DeviceHelper | undefined>;
   /** feeds copied to the device once for many runs where the backend keeps values there (else as they are) */
   upload(feeds: Record<string, OrtTensorLike>): Promise<{ feeds: Record<string, OrtTensorLike>; release(): void }>;
   /** x_s · W_U for vectors [S, D] (no b_U, no soft-cap), float64 */
   unembedDots(x: Tensor, signal?: AbortSignal): Promise<Float64Array>;
   ort: SessionFactory['ort'];
+}
+
+/** a weightless graph's session on the device: the fetches in `keep` stay there, the rest come back */
+export interface DeviceHelper {
+  run(feeds: Record<string, OrtTensorLike>, fetches: string[], keep?: string[]): Promise<Record<string, OrtTensorLike>>;
+  /** its nodes that ran off the device, by op:dtype, once known */
+  offDevice(): Record<string, number> | undefined;
+  release(): Promise<void>;
 }
 
 /** Rows of target vectors per run (the batch); the readouts' memory grows with it. */
@@ -353,7 +374,7 @@ export async function prepareReplacement(
   for (let l = 0; l < L; l++) encOffset[l + 1] = encOffset[l] + encRows[l].length / D;
   const nSources = nFeat + L * T + T;
   const batch = Math.max(1, opts.batch ?? REPLACEMENT_BATCH);
-  const stats = { runs: 0, rows: 0, run_ms: 0, setup_ms: Date.now() - t0, batch };
+  const stats: LocalReplacement['stats'] = { runs: 0, rows: 0, run_ms: 0, setup_ms: Date.now() - t0, batch };
 
   return {
     transcoders: info,
@@ -459,49 +480,15 @@ export async function prepareReplacement(
       return Float32Array.from(out.logits.data.subarray(0, V));
     },
     async rows(targets: ReplacementTarget[], o = {}) {
-      const need = [
-        ...new Set(targets.filter((t) => t.kind === 'logit').map((t) => (t as { token: number }).token)),
-      ].filter((v) => !logitVec.has(v));
-      if (need.length) {
-        const u = await host.unembedVectors(need, o.signal);
-        const V = spec.dVocab;
-        need.forEach((v, i) => {
-          const row = new Float32Array(D);
-          for (let d = 0; d < D; d++) row[d] = u.unembedRows.data[i * D + d] - u.unembedSum.data[d] / V;
-          logitVec.set(v, row);
-        });
-      }
+      await logitVectors(targets, o.signal);
       const out = new Float32Array(targets.length * nSources);
       // the frozen constants and the decoder vectors are written once per call, then fed from the device
       const dev = await host.upload(fixed);
       try {
         for (let b0 = 0; b0 < targets.length; b0 += batch) {
           throwIfAborted(o.signal);
-          const chunk = targets.slice(b0, b0 + batch);
-          const B = chunk.length;
-          const vec = new Float32Array(B * D);
-          const atT = new Float32Array((L + 1) * B * T);
-          chunk.forEach((t, b) => {
-            if (t.kind === 'logit') {
-              vec.set(logitVec.get(t.token)!, b * D);
-              atT[(L * B + b) * T + (T - 1)] = 1;
-            } else {
-              const s = t.index;
-              if (!(s >= 0 && s < nFeat))
-                throw new LoupeError('BAD_INPUT', `No active feature ${s} (there are ${nFeat}).`);
-              const l = features.layer[s];
-              vec.set(encRows[l].subarray((s - encOffset[l]) * D, (s - encOffset[l] + 1) * D), b * D);
-              atT[(l * B + b) * T + features.position[s]] = 1;
-            }
-          });
-          const t1 = Date.now();
-          const res = await host.runReplacement(
-            { ...dev.feeds, seed_vec: f32(vec, [B, D]), seed_at: f32(atT, [L + 1, B, T, 1]) },
-            REPLACEMENT_OUTPUTS(L),
-          );
-          stats.run_ms += Date.now() - t1;
-          stats.runs++;
-          stats.rows += B;
+          const res = await runBatch(dev.feeds, targets.slice(b0, b0 + batch), false);
+          const B = Math.min(batch, targets.length - b0);
           const emb = res.out_embed.data as Float32Array; // [B, T]
           const err = res.out_err.data as Float32Array; // [B, L, T]
           for (let b = 0; b < B; b++) {
@@ -527,7 +514,165 @@ export async function prepareReplacement(
       }
       return out;
     },
+    ...(host.deviceHelper && nFeat > 0 ? { pruneOnDevice: (r: DevicePruneRequest) => pruneOnDevice(r) } : {}),
   };
+
+  /** the demeaned unembedding of the logit targets not yet made */
+  async function logitVectors(targets: ReplacementTarget[], signal?: AbortSignal) {
+    const need = [
+      ...new Set(targets.filter((t) => t.kind === 'logit').map((t) => (t as { token: number }).token)),
+    ].filter((v) => !logitVec.has(v));
+    if (!need.length) return;
+    const u = await host.unembedVectors(need, signal);
+    const V = spec.dVocab;
+    need.forEach((v, i) => {
+      const row = new Float32Array(D);
+      for (let d = 0; d < D; d++) row[d] = u.unembedRows.data[i * D + d] - u.unembedSum.data[d] / V;
+      logitVec.set(v, row);
+    });
+  }
+
+  /** one run of the frozen backward graph for a batch of targets: its readouts, in JS memory or (keep) on the device */
+  async function runBatch(feeds: Record<string, OrtTensorLike>, chunk: ReplacementTarget[], keep: boolean) {
+    const B = chunk.length;
+    const vec = new Float32Array(B * D);
+    const atT = new Float32Array((L + 1) * B * T);
+    chunk.forEach((t, b) => {
+      if (t.kind === 'logit') {
+        vec.set(logitVec.get(t.token)!, b * D);
+        atT[(L * B + b) * T + (T - 1)] = 1;
+      } else {
+        const s = t.index;
+        if (!(s >= 0 && s < nFeat)) throw new LoupeError('BAD_INPUT', `No active feature ${s} (there are ${nFeat}).`);
+        const l = features.layer[s];
+        vec.set(encRows[l].subarray((s - encOffset[l]) * D, (s - encOffset[l] + 1) * D), b * D);
+        atT[(l * B + b) * T + features.position[s]] = 1;
+      }
+    });
+    const t1 = Date.now();
+    const res = await host.runReplacement(
+      { ...feeds, seed_vec: f32(vec, [B, D]), seed_at: f32(atT, [L + 1, B, T, 1]) },
+      REPLACEMENT_OUTPUTS(L),
+      false,
+      keep,
+    );
+    stats.run_ms += Date.now() - t1;
+    stats.runs++;
+    stats.rows += B;
+    return res;
+  }
+
+  /**
+   * prune_graph on the device (runtime/adjacency.ts): each batch's readouts assembled into rows
+   * there, the rows into R, the influence computed there and read back (S floats) for the
+   * caller's node mask, which goes back (S floats); the edge scores, their threshold and the
+   * edges above it found there; only those edges come back (an index and a weight each).
+   */
+  async function pruneOnDevice(r: DevicePruneRequest): Promise<DevicePruned> {
+    const shape: AdjacencyShape = { L, T, nAct: nFeat, nLog: r.logits.length };
+    const targets: ReplacementTarget[] = [
+      ...Array.from({ length: nFeat }, (_, index): ReplacementTarget => ({ kind: 'feature', index })),
+      ...r.logits.map((l): ReplacementTarget => ({ kind: 'logit', token: l.token })),
+    ];
+    const nR = targets.length;
+    await logitVectors(targets, r.signal);
+    // each feature's decoder readouts: flat indices into [m][T, P_m], padded to J with the zero column
+    const at: number[][] = Array.from({ length: nFeat }, () => []);
+    let offset = 0;
+    slots.forEach(({ s }) => {
+      s.forEach((src, k) => src >= 0 && at[src].push(offset + k));
+      offset += s.length;
+    });
+    const J = Math.max(1, ...at.map((a) => a.length));
+    const flatSlots = new Array<number>(J * nFeat).fill(offset);
+    at.forEach((a, f) => a.forEach((x, j) => (flatSlots[j * nFeat + f] = x)));
+    const made: DeviceHelper[] = [];
+    const kept: OrtTensorLike[] = [];
+    const session = async (bytes: Uint8Array) => {
+      const h = await host.deviceHelper!(bytes);
+      if (!h) throw new LoupeError('INTERNAL', 'A helper session on the device keeps nothing there.');
+      made.push(h);
+      return h;
+    };
+    const dev = await host.upload(fixed);
+    try {
+      const assemble = await session(rowsGraph(shape, flatSlots, J));
+      const rowFeeds: Record<string, OrtTensorLike> = {};
+      let nb = 0;
+      for (let b0 = 0; b0 < nR; b0 += batch) {
+        throwIfAborted(r.signal);
+        const res = await runBatch(dev.feeds, targets.slice(b0, b0 + batch), true);
+        try {
+          const feeds: Record<string, OrtTensorLike> = { emb: res.out_embed, err: res.out_err };
+          for (let m = 0; m < L; m++) feeds[`dec_${m}`] = res[`out_dec_${m}`];
+          const y = await assemble.run(feeds, ['rows'], ['rows']);
+          kept.push(y.rows);
+          rowFeeds[`r${nb++}`] = y.rows;
+        } finally {
+          for (const t of Object.values(res)) t.dispose?.();
+        }
+        r.onRows?.(Math.min(nR, b0 + batch), nR);
+      }
+      const w = new Float32Array(nR);
+      r.logits.forEach((l, i) => (w[nFeat + i] = l.prob));
+      const wT = f32(w, [1, nR]);
+      const inf = await (
+        await session(influenceGraph(shape, nb))
+      ).run({ ...rowFeeds, w: wT }, ['R', 'influence', 'last', 'errors'], ['R']);
+      kept.push(inf.R);
+      for (const k of Object.keys(rowFeeds)) rowFeeds[k].dispose?.();
+      kept.splice(0, nb);
+      const vanished = (x: OrtTensorLike) => {
+        if ((x.data as Float32Array)[0] !== 0)
+          throw new LoupeError('INTERNAL', `The influence's power series had not vanished after ${L + 2} terms.`);
+      };
+      vanished(inf.last);
+      const influence = Float32Array.from(inf.influence.data as Float32Array);
+      const nodeMask = r.nodeMask(influence);
+      throwIfAborted(r.signal);
+      const sc = await (
+        await session(edgeScoreGraph(shape, r.edgeThreshold))
+      ).run(
+        { R: inf.R, w: wT, mask: f32(Float32Array.from(nodeMask), [1, nSources]) },
+        ['order', 'threshold', 'kept', 'last'],
+        ['order'],
+      );
+      kept.push(sc.order);
+      vanished(sc.last);
+      const edgeScoreThreshold = (sc.threshold.data as Float32Array)[0];
+      const base = { influence, errorMass: inf.errors.data as Float32Array, nodeMask, edgeScoreThreshold };
+      if (!(edgeScoreThreshold > 0)) {
+        // every entry is kept (prune_graph's ≥ 0): the rows themselves come back
+        const all = await (await session(readGraph())).run({ x: inf.R }, ['y']);
+        return { ...base, edges: null, rows: all.y.data as Float32Array };
+      }
+      const k = (sc.kept.data as BigInt64Array)[0];
+      const e = await (
+        await session(keptEdgesGraph())
+      ).run({ order: sc.order, R: inf.R, k: new host.ort.Tensor('int64', BigInt64Array.from([k]), [1]) }, [
+        'index',
+        'weight',
+      ]);
+      const index = e.index.data as BigInt64Array;
+      const n = index.length;
+      const row = new Int32Array(n),
+        source = new Int32Array(n);
+      for (let i = 0; i < n; i++) {
+        const x = Number(index[i]);
+        row[i] = Math.floor(x / nSources);
+        source[i] = x % nSources;
+      }
+      return { ...base, edges: { row, source, weight: e.weight.data as Float32Array }, rows: null };
+    } finally {
+      dev.release();
+      for (const t of kept) t.dispose?.();
+      for (const h of made) {
+        const off = (stats.off_device_ops ??= {});
+        for (const [op, n] of Object.entries(h.offDevice() ?? {})) off[op] = (off[op] ?? 0) + n;
+        await h.release().catch(() => undefined);
+      }
+    }
+  }
 }
 
 /** JumpReLU x·[x > θ] (SAELens: relu first), ReLU, TopK(k) x·[x among the k largest], at `positions` (0 elsewhere) */

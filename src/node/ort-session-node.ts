@@ -139,8 +139,13 @@ export function nodeSessionFactory(
           reset: () => resetDevice(ort),
         }
       : {}),
-    async helper(bytes, onDevice) {
+    async helper(bytes, onDevice, keep) {
       const ep = onDevice && gpu ? 'webgpu' : 'cpu';
+      if (keep && gpu) {
+        const device = deviceSessionOptions();
+        const s = await ort.InferenceSession.create(bytes, { executionProviders: [ep], ...device.options });
+        return deviceSession(ort, s, device.profilePrefix);
+      }
       return wrapOrtSession(
         await ort.InferenceSession.create(bytes, { executionProviders: [ep], logSeverityLevel: 3 }),
       );

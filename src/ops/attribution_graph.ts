@@ -26,13 +26,17 @@ import {
   transcoderRefFields,
 } from './lib/transcoders';
 import {
+  errorMass,
+  finishPrune,
   graphJson,
   graphNode,
   graphScores,
+  nodeMaskOf,
   partialInfluences,
   pruneGraph,
   type Adjacency,
   type NodeKind,
+  type PruneResult,
 } from './lib/attribution-graph';
 
 const fraction = (what: string) => z.number().min(0).max(1).describe(what);
@@ -266,83 +270,92 @@ export const operation = defineOperation({
       { max_feature_nodes: fit, active_features: nAct },
     );
   }
-  const widen = (r: Float32Array) => {
-    const out = new Float32Array(total);
-    out.set(r);
-    return out;
-  };
-  const rowsOf = async (targets: ReplacementTarget[], stage: string, done0: number, all: number) => {
-    const flat = await rep.rows(targets, {
-      signal: ctx.signal,
-      onRows: (d) => report(stage, done0 + d, all),
-    });
-    return targets.map((_, k) => widen(flat.subarray(k * S, (k + 1) * S)));
-  };
+  /** every row in JS memory (the CPU and WASM paths, and max_feature_nodes): the adjacency over the selected features */
+  async function adjacencyRows(): Promise<{ A: Adjacency; selected: number[] }> {
+    const widen = (r: Float32Array) => {
+      const out = new Float32Array(total);
+      out.set(r);
+      return out;
+    };
+    const rowsOf = async (targets: ReplacementTarget[], stage: string, done0: number, all: number) => {
+      const flat = await rep.rows(targets, {
+        signal: ctx.signal,
+        onRows: (d) => report(stage, done0 + d, all),
+      });
+      return targets.map((_, k) => widen(flat.subarray(k * S, (k + 1) * S)));
+    };
 
-  // Phase 3: logit rows; Phase 4: feature rows, all or by partial influence
-  const logitRows = await rowsOf(
-    logits.map((l) => ({ kind: 'logit', token: l.token })),
-    'logit rows',
-    0,
-    nLog,
-  );
-  const featRows = new Map<number, Float32Array>();
-  const rowList: Float32Array[] = [...logitRows];
-  const rowNode: number[] = logits.map((_, i) => S + i);
-  const visited = new Uint8Array(nAct);
-  let nVisited = 0;
-  while (nVisited < maxFeat) {
-    throwIfAborted(ctx.signal);
-    let pending: number[];
-    if (maxFeat === nAct) pending = Array.from({ length: nAct }, (_, i) => i);
-    else {
-      report('ranking features by partial influence', nVisited, maxFeat);
-      const inf = partialInfluences(
-        rowList,
-        rowNode,
-        total,
-        logits.map((l) => l.prob),
-      );
-      const rank = Array.from({ length: nAct }, (_, i) => i).sort((a, b) => inf[b] - inf[a] || a - b);
-      const queue = Math.min(input.update_interval * input.batch_size, maxFeat - nVisited);
-      pending = rank.filter((i) => !visited[i]).slice(0, queue);
-    }
-    const rows = await rowsOf(
-      pending.map((index) => ({ kind: 'feature', index })),
-      'feature rows',
-      nVisited,
-      maxFeat,
+    // Phase 3: logit rows; Phase 4: feature rows, all or by partial influence
+    const logitRows = await rowsOf(
+      logits.map((l) => ({ kind: 'logit', token: l.token })),
+      'logit rows',
+      0,
+      nLog,
     );
-    pending.forEach((i, k) => {
-      visited[i] = 1;
-      featRows.set(i, rows[k]);
-      rowList.push(rows[k]);
-      rowNode.push(i);
-    });
-    nVisited += pending.length;
-  }
-  rowList.length = 0;
+    const featRows = new Map<number, Float32Array>();
+    const rowList: Float32Array[] = [...logitRows];
+    const rowNode: number[] = logits.map((_, i) => S + i);
+    const visited = new Uint8Array(nAct);
+    let nVisited = 0;
+    while (nVisited < maxFeat) {
+      throwIfAborted(ctx.signal);
+      let pending: number[];
+      if (maxFeat === nAct) pending = Array.from({ length: nAct }, (_, i) => i);
+      else {
+        report('ranking features by partial influence', nVisited, maxFeat);
+        const inf = partialInfluences(
+          rowList,
+          rowNode,
+          total,
+          logits.map((l) => l.prob),
+        );
+        const rank = Array.from({ length: nAct }, (_, i) => i).sort((a, b) => inf[b] - inf[a] || a - b);
+        const queue = Math.min(input.update_interval * input.batch_size, maxFeat - nVisited);
+        pending = rank.filter((i) => !visited[i]).slice(0, queue);
+      }
+      const rows = await rowsOf(
+        pending.map((index) => ({ kind: 'feature', index })),
+        'feature rows',
+        nVisited,
+        maxFeat,
+      );
+      pending.forEach((i, k) => {
+        visited[i] = 1;
+        featRows.set(i, rows[k]);
+        rowList.push(rows[k]);
+        rowNode.push(i);
+      });
+      nVisited += pending.length;
+    }
+    rowList.length = 0;
 
-  // the graph over the selected features: columns restricted, rows in node order (Phase 5)
-  const selected = Array.from({ length: nAct }, (_, i) => i).filter((i) => visited[i]);
+    // the graph over the selected features: columns restricted, rows in node order (Phase 5)
+    const selected = Array.from({ length: nAct }, (_, i) => i).filter((i) => visited[i]);
+    const nSel = selected.length;
+    const N = nSel + L * T + T + nLog;
+    const cols = Int32Array.from({ length: N }, (_, j) => (j < nSel ? selected[j] : nAct + (j - nSel)));
+    const restrict = (r: Float32Array) => {
+      if (nSel === nAct) return r.subarray(0, N); // every feature kept: the columns are the same
+      const out = new Float32Array(N);
+      for (let j = 0; j < N; j++) out[j] = r[cols[j]];
+      return out;
+    };
+    const A: Adjacency = {
+      N,
+      rows: [
+        ...selected.map((i) => restrict(featRows.get(i)!)),
+        ...Array.from({ length: L * T + T }, () => null),
+        ...logitRows.map(restrict),
+      ],
+    };
+    featRows.clear();
+    return { A, selected };
+  }
+  const device = !!rep.pruneOnDevice && maxFeat === nAct && !input.full_adjacency;
+  const host = device ? null : await adjacencyRows();
+  const selected = host?.selected ?? Array.from({ length: nAct }, (_, i) => i);
   const nSel = selected.length;
   const N = nSel + L * T + T + nLog;
-  const cols = Int32Array.from({ length: N }, (_, j) => (j < nSel ? selected[j] : nAct + (j - nSel)));
-  const restrict = (r: Float32Array) => {
-    if (nSel === nAct) return r.subarray(0, N); // every feature kept: the columns are the same
-    const out = new Float32Array(N);
-    for (let j = 0; j < N; j++) out[j] = r[cols[j]];
-    return out;
-  };
-  const A: Adjacency = {
-    N,
-    rows: [
-      ...selected.map((i) => restrict(featRows.get(i)!)),
-      ...Array.from({ length: L * T + T }, () => null),
-      ...logitRows.map(restrict),
-    ],
-  };
-  featRows.clear();
   const kinds: NodeKind[] = [
     ...selected.map((i): NodeKind => ({
       kind: 'feature',
@@ -355,12 +368,74 @@ export const operation = defineOperation({
     ...ids.map((token, pos): NodeKind => ({ kind: 'token', pos, token })),
     ...logits.map((l, rank): NodeKind => ({ kind: 'logit', token: l.token, text: l.text, prob: l.prob, rank })),
   ];
-  report('pruning', 0, 1);
   const w = new Float64Array(N);
   logits.forEach((l, i) => (w[N - nLog + i] = l.prob));
-  const pr = pruneGraph(A, w, nSel, T, nLog, input.node_threshold, input.edge_threshold, ctx.signal);
-  const scores = graphScores(A, w, nSel, L, T, { sparse: pr.sparse, nodeInfluence: pr.nodeInfluence });
-  const { graph, linkNodes } = graphJson(A, kinds, pr, {
+  let pruned: { pr: PruneResult; A: Adjacency | null; errors: ArrayLike<number> } | null = null;
+  if (device) {
+    // on the device (WebGPU): every feature's row; only the influence and the edges above the threshold come back
+    let nodeThr = 0;
+    let mask: Uint8Array = new Uint8Array(N);
+    const d = await rep.pruneOnDevice!({
+      logits: logits.map((l) => ({ token: l.token, prob: l.prob })),
+      nodeMask: (inf) => {
+        const full = new Float64Array(N);
+        full.set(inf);
+        const m = nodeMaskOf(full, T, nLog, input.node_threshold);
+        nodeThr = m.threshold;
+        mask = m.mask;
+        return mask.subarray(0, S);
+      },
+      edgeThreshold: input.edge_threshold,
+      signal: ctx.signal,
+      onRows: (done, all) => report('rows on the device', done, all),
+    });
+    const node = (r: number) => (r < nAct ? r : S + r - nAct);
+    const errors = new Float64Array(N);
+    d.errorMass.forEach((x, r) => (errors[node(r)] = x));
+    const influence = new Float64Array(N);
+    influence.set(d.influence);
+    if (d.edges) {
+      const e = d.edges;
+      const order = Array.from(e.row, (_, k) => k).sort(
+        (x, y) => node(e.row[x]) - node(e.row[y]) || e.source[x] - e.source[y],
+      );
+      const edges = {
+        target: Int32Array.from(order, (k) => node(e.row[k])),
+        source: Int32Array.from(order, (k) => e.source[k]),
+        weight: Float32Array.from(order, (k) => e.weight[k]),
+      };
+      report('pruning', 0, 1);
+      const pr = finishPrune(influence, mask, edges, { node: nodeThr, edge: d.edgeScoreThreshold }, nAct, T, nLog);
+      pruned = { pr, A: null, errors };
+    } else {
+      // every entry kept (an edge threshold of 0): the rows came back, pruned here
+      const rows = d.rows!;
+      const row = (r: number) => {
+        const out = new Float32Array(N);
+        out.set(rows.subarray(r * S, (r + 1) * S));
+        return out;
+      };
+      const A: Adjacency = {
+        N,
+        rows: [
+          ...Array.from({ length: nAct }, (_, r) => row(r)),
+          ...Array.from({ length: L * T + T }, () => null),
+          ...logits.map((_, i) => row(nAct + i)),
+        ],
+      };
+      report('pruning', 0, 1);
+      const pr = pruneGraph(A, w, nAct, T, nLog, input.node_threshold, input.edge_threshold, ctx.signal);
+      pruned = { pr, A, errors: errorMass(pr.sparse, nAct, L, T) };
+    }
+  } else {
+    const A = host!.A;
+    report('pruning', 0, 1);
+    const pr = pruneGraph(A, w, nSel, T, nLog, input.node_threshold, input.edge_threshold, ctx.signal);
+    pruned = { pr, A, errors: errorMass(pr.sparse, nSel, L, T) };
+  }
+  const { pr, A } = pruned;
+  const scores = graphScores(pr.nodeInfluence, w, pruned.errors, nSel, L, T);
+  const { graph, linkNodes } = graphJson(kinds, pr, {
     slug: input.slug,
     scan: input.scan ?? info.scan,
     promptTokens: ids.map((t) => model.decode([t])),
@@ -384,7 +459,7 @@ export const operation = defineOperation({
     }
 
   let adjacency: z.input<typeof attributionGraphOutput>['adjacency'] = null;
-  if (input.full_adjacency) {
+  if (input.full_adjacency && A) {
     const entries: [number, number, number][] = [];
     A.rows.forEach((r, t) => {
       if (r) for (let s = 0; s < N; s++) if (r[s] !== 0) entries.push([t, s, r[s]]);
@@ -422,7 +497,11 @@ export const operation = defineOperation({
     method:
       "circuit-tracer's attribution (attribute_transformerlens.py) in the local replacement model: " +
       'patterns and norm scales frozen, MLPs cut except the transcoder skip, error nodes frozen; ' +
-      'rows by the frozen backward graph, float32; pruning and scores as graph.py (arithmetic in float64)',
+      'rows by the frozen backward graph, float32; pruning and scores as graph.py ' +
+      (device
+        ? '(on the device: the rows kept there, influence, edge scores and thresholds in float32; the node threshold, ' +
+          "the fixpoint and the scores' sums in float64 here)"
+        : '(arithmetic in float64)'),
     transcoders: block,
     descriptions: labels.block,
     graph,

@@ -70,9 +70,10 @@ export interface SessionFactory {
   create(graph: BuiltGraph, weights: WeightSet): Promise<EngineSession>;
   /**
    * a session for a small weightless graph (a reduction, runtime/reduce.ts), its outputs in JS
-   * memory: on the device when `onDevice` (fed values a session kept there), else on the host
+   * memory: on the device when `onDevice` (fed values a session kept there), else on the host;
+   * with `keep` on a device its outputs can stay there (`RunKeep.keep`, `keepsOnDevice`)
    */
-  helper?(bytes: Uint8Array, onDevice: boolean): Promise<EngineSession>;
+  helper?(bytes: Uint8Array, onDevice: boolean, keep?: boolean): Promise<EngineSession>;
   /**
    * Where values can stay on a device (WebGPU): a float32 tensor copied there once, to be fed to
    * many runs with nothing written again; its owner disposes it. Absent: feeds are written per run.
@@ -426,9 +427,11 @@ export function webSessionFactory(
     backend,
     ort,
     ...(backend === 'webgpu' && gpu ? { gpu } : {}),
-    async helper(bytes, onDevice) {
+    async helper(bytes, onDevice, keep) {
       const ep = onDevice && backend === 'webgpu' ? 'webgpu' : 'wasm';
-      return trackedWeb(ort, ep, await ort.InferenceSession.create(bytes, { executionProviders: [ep] }), undefined);
+      const out = keep && ep === 'webgpu' ? { preferredOutputLocation: 'gpu-buffer' } : {};
+      const s = await ort.InferenceSession.create(bytes, { executionProviders: [ep], ...out });
+      return trackedWeb(ort, ep, s, undefined);
     },
     ...(backend === 'webgpu'
       ? {

@@ -136,22 +136,42 @@ export function partialInfluences(rows: Float32Array[], rowNode: number[], N: nu
   throw new LoupeError('INTERNAL', 'The partial influences did not converge in 128 iterations.');
 }
 
+/** edges as (target, source, A's weight), in row-major order (target, then source) */
+export interface KeptEdges {
+  target: Int32Array;
+  source: Int32Array;
+  weight: Float32Array;
+}
+
 export interface PruneResult {
-  /** |A| as compressed rows (graphScores takes it and nodeInfluence instead of computing them again) */
-  sparse: SparseAbs;
   nodeMask: Uint8Array;
-  /** per target row (null where none kept), 1 where the edge [t, s] is kept */
-  edgeMask: (Uint8Array | null)[];
+  /** the kept edges, in row-major order */
+  edges: KeptEdges;
   cumulativeScores: Float64Array;
   nodeInfluence: Float64Array;
   /** the score thresholds the two cumulative fractions gave */
   thresholds: { node: number; edge: number };
 }
 
+/** prune_graph's node mask: influence ≥ its threshold; tokens and logits (the last nTok + nLog) always kept */
+export function nodeMaskOf(
+  nodeInfluence: ArrayLike<number>,
+  nTok: number,
+  nLog: number,
+  nodeThreshold: number,
+): { mask: Uint8Array; threshold: number } {
+  const N = nodeInfluence.length;
+  const nz = Float64Array.from(nodeInfluence).filter((x) => x !== 0);
+  const threshold = findThreshold(nz, N, nodeThreshold);
+  const mask = Uint8Array.from(nodeInfluence, (x) => (x >= threshold ? 1 : 0));
+  for (let i = N - nLog - nTok; i < N; i++) mask[i] = 1;
+  return { mask, threshold };
+}
+
 /**
  * prune_graph: node influence ≥ its 0.8-threshold (tokens and logits always kept); edge scores
  * Â'·(I' + w) over the pruned matrix ≥ its 0.98-threshold; then features and errors need a kept
- * outgoing edge and features a kept incoming one, to a fixpoint.
+ * outgoing edge and features a kept incoming one, to a fixpoint (finishPrune).
  */
 export function pruneGraph(
   A: Adjacency,
@@ -162,14 +182,11 @@ export function pruneGraph(
   nodeThreshold: number,
   edgeThreshold: number,
   signal?: AbortSignal,
-): PruneResult {
+): PruneResult & { sparse: SparseAbs } {
   const N = A.N;
   const S = sparseAbs(A);
   const nodeInfluence = influence(S, w);
-  const nz = nodeInfluence.filter((x) => x !== 0);
-  const nodeThr = findThreshold(nz, N, nodeThreshold);
-  const nodeMask = Uint8Array.from(nodeInfluence, (x) => (x >= nodeThr ? 1 : 0));
-  for (let i = N - nLog - nTok; i < N; i++) nodeMask[i] = 1;
+  const { mask: nodeMask, threshold: nodeThr } = nodeMaskOf(nodeInfluence, nTok, nLog, nodeThreshold);
   throwIfAborted(signal);
   // edge scores on the matrix with dropped nodes' rows and columns zeroed
   const I2 = influence(S, w, nodeMask);
@@ -189,32 +206,68 @@ export function pruneGraph(
   });
   const edgeThr = findThreshold(scores, N * N, edgeThreshold);
   throwIfAborted(signal);
-  const edgeMask: (Uint8Array | null)[] = A.rows.map((r, t) => {
-    if (!r || scale[t] === 0) return edgeThr <= 0 ? new Uint8Array(N).fill(1) : null;
-    const m = new Uint8Array(N);
-    const c = scale[t];
+  const t: number[] = [],
+    s: number[] = [],
+    wt: number[] = [];
+  A.rows.forEach((r, i) => {
+    if (edgeThr <= 0) {
+      // every entry scores ≥ 0: every edge, zero ones too (as circuit-tracer's mask)
+      for (let j = 0; j < N; j++) (t.push(i), s.push(j), wt.push(r ? r[j] : 0));
+      return;
+    }
+    if (!r || scale[i] === 0) return;
     for (let j = 0; j < N; j++)
-      m[j] = nodeMask[j] && r[j] !== 0 ? (Math.abs(r[j]) * c >= edgeThr ? 1 : 0) : edgeThr <= 0 ? 1 : 0;
-    return m;
+      if (nodeMask[j] && r[j] !== 0 && Math.abs(r[j]) * scale[i] >= edgeThr) (t.push(i), s.push(j), wt.push(r[j]));
   });
+  const edges = { target: Int32Array.from(t), source: Int32Array.from(s), weight: Float32Array.from(wt) };
+  return {
+    sparse: S,
+    ...finishPrune(nodeInfluence, nodeMask, edges, { node: nodeThr, edge: edgeThr }, nFeat, nTok, nLog),
+  };
+}
+
+/**
+ * The rest of prune_graph once the edges at or above the edge threshold are known (row-major):
+ * features and errors without a kept outgoing edge, and features without a kept incoming one,
+ * dropped, their edges with them, to a fixpoint; then the cumulative scores.
+ */
+export function finishPrune(
+  nodeInfluence: Float64Array,
+  nodeMask: Uint8Array,
+  edges: KeptEdges,
+  thresholds: { node: number; edge: number },
+  nFeat: number,
+  nTok: number,
+  nLog: number,
+): PruneResult {
+  const N = nodeInfluence.length;
+  const nE = edges.target.length;
+  const alive = new Uint8Array(nE).fill(1);
   const featOrErr = N - nLog - nTok;
   const step = () => {
-    const out = new Uint8Array(N);
-    for (const m of edgeMask) if (m) for (let j = 0; j < N; j++) if (m[j]) out[j] = 1;
+    const out = new Uint8Array(N),
+      into = new Uint8Array(N);
+    for (let k = 0; k < nE; k++)
+      if (alive[k]) {
+        out[edges.source[k]] = 1;
+        into[edges.target[k]] = 1;
+      }
     for (let j = 0; j < featOrErr; j++) if (!out[j]) nodeMask[j] = 0;
-    for (let t = 0; t < nFeat; t++) if (nodeMask[t] && !edgeMask[t]?.some((x) => x === 1)) nodeMask[t] = 0;
+    for (let t = 0; t < nFeat; t++) if (nodeMask[t] && !into[t]) nodeMask[t] = 0;
   };
   let old = nodeMask.slice();
   step();
   while (nodeMask.some((m, i) => m !== old[i])) {
     old = nodeMask.slice();
-    edgeMask.forEach((m, t) => {
-      if (!m) return;
-      if (!nodeMask[t]) m.fill(0);
-      else for (let j = 0; j < N; j++) if (!nodeMask[j]) m[j] = 0;
-    });
+    for (let k = 0; k < nE; k++) if (!nodeMask[edges.target[k]] || !nodeMask[edges.source[k]]) alive[k] = 0;
     step();
   }
+  const keep = (a: Int32Array | Float32Array) => a.filter((_, k) => alive[k] === 1);
+  const kept = {
+    target: keep(edges.target) as Int32Array,
+    source: keep(edges.source) as Int32Array,
+    weight: keep(edges.weight) as Float32Array,
+  };
   // cumulative scores: the cumulative fraction of influence at each node's rank (descending)
   const order = Array.from({ length: N }, (_, i) => i).sort((a, b) => nodeInfluence[b] - nodeInfluence[a] || a - b);
   let total = 0;
@@ -225,46 +278,42 @@ export function pruneGraph(
     c += nodeInfluence[i];
     cumulativeScores[i] = c / total;
   }
-  return {
-    sparse: S,
-    nodeMask,
-    edgeMask,
-    cumulativeScores,
-    nodeInfluence,
-    thresholds: { node: nodeThr, edge: edgeThr },
-  };
+  return { nodeMask, edges: kept, cumulativeScores, nodeInfluence, thresholds };
+}
+
+/** per node, Â's mass on the error columns [nFeat, nFeat + L·T) (compute_graph_scores) */
+export function errorMass(S: SparseAbs, nFeat: number, L: number, T: number): Float64Array {
+  const sums = rowSums(S, 1e-10);
+  const out = new Float64Array(S.N);
+  for (let n = 0; n < S.N; n++)
+    for (let k = S.rowPtr[n]; k < S.rowPtr[n + 1]; k++)
+      if (S.col[k] >= nFeat && S.col[k] < nFeat + L * T) out[n] += S.val[k] / sums[n];
+  return out;
 }
 
 /**
- * compute_graph_scores on the unpruned graph: replacement = Σ I[tokens] / (Σ I[tokens] + Σ I[errors]);
- * completeness = Σ_n (1 − Σ_{errors} Â[n, ·])(I_n + w_n) / Σ_n (I_n + w_n).
+ * compute_graph_scores on the unpruned graph, from its node influence I and each node's error
+ * mass e: replacement = Σ I[tokens] / (Σ I[tokens] + Σ I[errors]);
+ * completeness = Σ_n (1 − e_n)(I_n + w_n) / Σ_n (I_n + w_n).
  */
 export function graphScores(
-  A: Adjacency,
+  I: ArrayLike<number>,
   w: Float64Array,
+  errors: ArrayLike<number>,
   nFeat: number,
   L: number,
   T: number,
-  known?: { sparse: SparseAbs; nodeInfluence: Float64Array },
 ) {
-  const N = A.N;
-  const S = known?.sparse ?? sparseAbs(A);
-  const I = known?.nodeInfluence ?? influence(S, w);
-  const errStart = nFeat,
-    errEnd = nFeat + L * T,
+  const errEnd = nFeat + L * T,
     tokEnd = errEnd + T;
   let tok = 0,
     err = 0;
   for (let i = errEnd; i < tokEnd; i++) tok += I[i];
-  for (let i = errStart; i < errEnd; i++) err += I[i];
-  const sums = rowSums(S, 1e-10);
+  for (let i = nFeat; i < errEnd; i++) err += I[i];
   let num = 0,
     den = 0;
-  for (let n = 0; n < N; n++) {
-    let e = 0;
-    for (let k = S.rowPtr[n]; k < S.rowPtr[n + 1]; k++)
-      if (S.col[k] >= errStart && S.col[k] < errEnd) e += S.val[k] / sums[n];
-    num += (1 - e) * (I[n] + w[n]);
+  for (let n = 0; n < w.length; n++) {
+    num += (1 - errors[n]) * (I[n] + w[n]);
     den += I[n] + w[n];
   }
   return { replacement: tok / (tok + err), completeness: num / den };
@@ -393,10 +442,9 @@ export function graphNode(k: NodeKind, nLayers: number, T: number, influence: nu
 /**
  * create_nodes + create_used_nodes_and_edges + build_model: the kept nodes in index order (only
  * those with a kept link, plus every embedding and logit node) and the kept links in row-major
- * order of the edge mask (target, then source), each weight the float32 A[target, source].
+ * order (target, then source), each weight the float32 A[target, source].
  */
 export function graphJson(
-  A: Adjacency,
   kinds: NodeKind[],
   pr: PruneResult,
   meta: {
@@ -417,19 +465,18 @@ export function graphJson(
   const links: GraphLink[] = [];
   const ends: [number, number][] = []; // node indices of each link: ids alone can be ambiguous
   const connected = new Set<number>();
-  pr.edgeMask.forEach((m, t) => {
-    if (!m) return;
-    const dst = nodes.get(t);
-    for (let s = 0; s < A.N; s++) {
-      if (!m[s]) continue;
-      const src = nodes.get(s);
-      if (!src || !dst) continue;
-      links.push({ source: src.node_id, target: dst.node_id, weight: A.rows[t] ? A.rows[t]![s] : 0 });
-      ends.push([s, t]);
-      connected.add(s);
-      connected.add(t);
-    }
-  });
+  const { target, source, weight } = pr.edges;
+  for (let k = 0; k < target.length; k++) {
+    const t = target[k],
+      s = source[k];
+    const src = nodes.get(s),
+      dst = nodes.get(t);
+    if (!src || !dst) continue;
+    links.push({ source: src.node_id, target: dst.node_id, weight: weight[k] });
+    ends.push([s, t]);
+    connected.add(s);
+    connected.add(t);
+  }
   // circuit-tracer keeps nodes whose id is on a used link; an id shared by a feature and an error keeps both
   const connectedIds = new Set([...connected].map((i) => nodes.get(i)!.node_id));
   const used = [...nodes.entries()].filter(
