@@ -97,6 +97,29 @@ describe('transfers on WebGPU (node), against the bytes each document needs', ()
       return x;
     });
     close(Array.from((await gpu.weightProducts({ unembedSum: true })).unembedSum.data), ref, 1e-5);
+    // the dots with every token (unembedDots) in the forward graph's If too: one run, S·V floats read back,
+    // W_U neither read in JavaScript nor copied; against float64 over W_U
+    const S = 2;
+    const x = Float64Array.from({ length: S * D }, (_, i) => Math.sin(i * 0.37) + 0.25);
+    const before = gpu.memory().transfers!;
+    const dots = (await gpu.weightProducts({ unembedDots: { dims: [S, D], data: x } })).unembedDots;
+    const after = gpu.memory().transfers!;
+    expect(after.runs - before.runs).toBe(1);
+    expect(after.read_bytes - before.read_bytes).toBe(F * S * V);
+    expect(dots.dims).toEqual([S, V]);
+    const dotsRef = Array.from({ length: S * V }, (_, i) => {
+      const [s, v] = [Math.floor(i / V), i % V];
+      let acc = 0;
+      for (let d = 0; d < D; d++) acc += x[s * D + d] * wu.data[d * V + v];
+      return acc;
+    });
+    close(Array.from(dots.data), dotsRef, 1e-5);
+    // node's (float64 in JavaScript) equal the same reference
+    close(
+      Array.from((await cpu.weightProducts({ unembedDots: { dims: [S, D], data: x } })).unembedDots.data),
+      dotsRef,
+      1e-9,
+    );
     expect(gpu.memory().transfers!.off_device_nodes).toBeGreaterThan(0);
     expect(floatOffDevice(gpu)).toEqual([]);
   });

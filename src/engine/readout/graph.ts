@@ -11,7 +11,8 @@
  *   mlp_dirs   float [L, K', D]    → mlp_dir   [L, K', M]    rows of W_out_l · e
  *
  * The unembedding's products are not in this graph: unembed.ts reads them in JavaScript, but in the
- * forward graph (addForwardReadout) the sum of W_U's columns is taken on the device.
+ * forward graph (addForwardReadout) the sum of W_U's columns and the dots with every token are taken
+ * on the device.
  * (W_O, W_out, W_U in TransformerLens orientation: [H·Dh, D], [M, D], [D, V].)
  */
 import { OnnxGraph } from '../graph/onnx-builder';
@@ -23,7 +24,7 @@ import type { WeightProducts, WeightProductsInput } from '../api';
 import type { OrtTensorLike } from '../runtime/ort-session';
 import type { WeightPrecision } from '../precision';
 import { checkReadoutInput } from './input';
-import { vocabChunks } from '../graph/vocab';
+import { unembedRows, vocabChunks } from '../graph/vocab';
 
 export function buildReadoutGraph(
   spec: ModelSpec,
@@ -172,13 +173,33 @@ export function addForwardReadout(
   const [total] = g.op('If', [sumFlag], { then_branch: { graph: sumThen }, else_branch: { graph: sumElse } }, 1);
   g.rename(total, UNEMBED_SUM);
   g.output(UNEMBED_SUM);
+  // x · W_U [S, V] for S vectors x [S, D] (unembedDots: float32 sums on the device), in an If of its own
+  const x = g.input(FORWARD_READOUT_PREFIX + UNEMBED_X, 'float', ['unembed_S', D]);
+  const dotsFlag = g.o('Cast', [g.input(FORWARD_READOUT_PREFIX + UNEMBED_DOTS, 'int64', [])], { to: 9 });
+  const dotsThen = g.bodyWithWeights('rud_');
+  const dots = unembedRows(dotsThen, table, undefined, x); // `s d, v d -> s v`
+  dotsThen.output(dotsThen.rename(dotsThen.o('Identity', [dots]), `rud_${UNEMBED_DOTS}`));
+  const dotsElse = g.body('rde_');
+  const noDots = dotsElse.o('ConstantOfShape', [dotsElse.constI([0, spec.dVocab])], {
+    value: { tensor: { dims: [1], floats: [0] } },
+  });
+  dotsElse.output(dotsElse.rename(dotsElse.o('Identity', [noDots]), `rde_${UNEMBED_DOTS}`));
+  const [allDots] = g.op('If', [dotsFlag], { then_branch: { graph: dotsThen }, else_branch: { graph: dotsElse } }, 1);
+  g.rename(allDots, UNEMBED_DOTS);
+  g.output(UNEMBED_DOTS);
 }
 
 export const READOUT_OUTPUTS = ['attn_x', 'mlp_x', 'attn_dir', 'mlp_dir'];
 /** the forward graph's input `readout.unembed_sum` int64 []: 1 → output [D] Σ_v W_U[:, v], 0 → [0] */
 export const UNEMBED_SUM = 'unembed_sum';
+/**
+ * the forward graph's inputs `readout.unembed_dots` int64 [] and `readout.unembed_x` float [S, D]:
+ * 1 → output [S, V] x · W_U (no b_U), 0 → [0, V]
+ */
+export const UNEMBED_DOTS = 'unembed_dots';
+export const UNEMBED_X = 'unembed_x';
 /** what a readout run of the forward graph fetches */
-export const FORWARD_READOUT_OUTPUTS = [...READOUT_OUTPUTS, UNEMBED_SUM];
+export const FORWARD_READOUT_OUTPUTS = [...READOUT_OUTPUTS, UNEMBED_SUM, UNEMBED_DOTS];
 type ReadoutOutput = 'attn_x' | 'mlp_x' | 'attn_dir' | 'mlp_dir';
 
 export type MakeTensor = (

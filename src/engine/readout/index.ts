@@ -15,10 +15,18 @@ import type { EngineSession, OrtTensorLike } from '../runtime/ort-session';
 import type { ReadableWeightSet } from '../safetensors';
 import type { ModelSpec } from '../spec';
 import type { ReadoutMode } from './choose';
-import { READOUT_OUTPUTS, UNEMBED_SUM, readoutFeeds, readoutResult, type MakeTensor } from './graph';
+import {
+  READOUT_OUTPUTS,
+  UNEMBED_DOTS,
+  UNEMBED_SUM,
+  UNEMBED_X,
+  readoutFeeds,
+  readoutResult,
+  type MakeTensor,
+} from './graph';
 import { needsReadoutSession } from './input';
 import { streamedReadout } from './stream';
-import { unembedProducts } from './unembed';
+import { checkUnembedDots, unembedProducts } from './unembed';
 
 export { buildReadoutGraph, READOUT_OUTPUTS, FORWARD_READOUT_OUTPUTS } from './graph';
 export { HEAP_ROOM, readoutFor, readoutNames, type ReadoutChoice, type ReadoutMode } from './choose';
@@ -60,10 +68,10 @@ export async function readoutProducts(
 }
 
 /**
- * The readout in the forward graph (WebGPU in Node): W_O's and W_out's products and Σ_v W_U[:, v]
- * (a pass over the whole table, the unembedding's costly product) from one run of its Ifs
- * (graph.ts addForwardReadout); W_U's columns for a few ids (a read of those rows, no product) and
- * the dot products with every token (unembedDots, float64 sums) are read in JavaScript.
+ * The readout in the forward graph (WebGPU in Node): W_O's and W_out's products, Σ_v W_U[:, v] and
+ * the dot products with every token (unembedDots; float32 sums there), each a pass over a whole
+ * table, from one run of its Ifs (graph.ts addForwardReadout); W_U's columns for a few ids (a read of
+ * those rows, no product) are read in JavaScript.
  */
 async function forwardReadout(
   spec: ModelSpec,
@@ -73,11 +81,28 @@ async function forwardReadout(
   feeds: Record<string, OrtTensorLike>,
 ): Promise<WeightProducts> {
   const pass = { signal: run.signal, yieldTurn: run.yieldTurn };
-  const onDevice = !!input.unembedSum;
-  const unembed = await unembedProducts(spec, weights, { ...input, unembedSum: input.unembedSum && !onDevice }, pass);
-  if (!needsReadoutSession(input) && !onDevice) return readoutResult(spec, undefined, input, unembed);
-  feeds[UNEMBED_SUM] = run.tensor('int64', BigInt64Array.from([onDevice ? 1n : 0n]), []);
+  const sumOnDevice = !!input.unembedSum;
+  const x = input.unembedDots;
+  checkUnembedDots(spec, x);
+  const dotsOnDevice = !!x && x.dims[0] > 0;
+  const unembed = await unembedProducts(
+    spec,
+    weights,
+    { ...input, unembedSum: input.unembedSum && !sumOnDevice, unembedDots: dotsOnDevice ? undefined : x },
+    pass,
+  );
+  if (!needsReadoutSession(input) && !sumOnDevice && !dotsOnDevice)
+    return readoutResult(spec, undefined, input, unembed);
+  const flag = (on: boolean) => run.tensor('int64', BigInt64Array.from([on ? 1n : 0n]), []);
+  feeds[UNEMBED_SUM] = flag(sumOnDevice);
+  feeds[UNEMBED_DOTS] = flag(dotsOnDevice);
+  if (dotsOnDevice) feeds[UNEMBED_X] = run.tensor('float32', Float32Array.from(x.data), [...x.dims]);
   const out = await run.forward!(feeds);
-  if (onDevice) unembed.unembedSum = { dims: [spec.dModel], data: out[UNEMBED_SUM].data as Float32Array };
+  if (sumOnDevice) unembed.unembedSum = { dims: [spec.dModel], data: out[UNEMBED_SUM].data as Float32Array };
+  if (dotsOnDevice)
+    unembed.unembedDots = {
+      dims: [x.dims[0], spec.dVocab],
+      data: Float64Array.from(out[UNEMBED_DOTS].data as Float32Array),
+    };
   return readoutResult(spec, out, input, unembed);
 }

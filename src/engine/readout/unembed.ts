@@ -191,6 +191,13 @@ async function unembedTableDots(
   return out;
 }
 
+/** unembedDots' vectors [n, D] (else BAD_INPUT) */
+export function checkUnembedDots(spec: ModelSpec, x: WeightProductsInput['unembedDots']): void {
+  const D = spec.dModel;
+  if (x && (x.dims.length !== 2 || x.dims[1] !== D || x.data.length !== x.dims[0] * D))
+    throw new LoupeError('BAD_INPUT', `weightProducts: unembedDots must be [n, ${D}], got [${x.dims}].`);
+}
+
 /** token ids of unembedIds, each in the vocabulary (else BAD_TOKEN_ID) */
 export function checkUnembedIds(spec: ModelSpec, ids: number[]): void {
   const V = spec.dVocab;
@@ -215,9 +222,7 @@ export async function unembedProducts(
   const ids = input.unembedIds ?? [];
   checkUnembedIds(spec, ids);
   const x = input.unembedDots;
-  if (x && (x.dims.length !== 2 || x.dims[1] !== D || x.data.length !== x.dims[0] * D)) {
-    throw new LoupeError('BAD_INPUT', `weightProducts: unembedDots must be [n, ${D}], got [${x.dims}].`);
-  }
+  checkUnembedDots(spec, x);
   const e = weights.tensors.get(spec.unembed.w)!;
   const rows = new Float32Array(ids.length * D);
   ids.forEach((id, i) => rows.set(matrixRows(weights, e, id, 1), i * D));

@@ -12,7 +12,7 @@ import { mulInput, addInput } from '../graph/hooks';
 import { GRAD_SEED } from '../graph/backward-model';
 import { EDGE_GATE, EDGE_SELF, EDGE_SRC, EDGE_W } from '../graph/edge-graph';
 import { ropeTables } from './rope';
-import { FORWARD_READOUT_FLAG, FORWARD_READOUT_PREFIX, UNEMBED_SUM } from '../readout/graph';
+import { FORWARD_READOUT_FLAG, FORWARD_READOUT_PREFIX, UNEMBED_DOTS, UNEMBED_SUM, UNEMBED_X } from '../readout/graph';
 import { attentionMask } from './masks';
 import type { SiteFeed } from './interventions';
 import type { OrtModule, OrtTensorLike } from './ort-session';
@@ -145,6 +145,8 @@ export function buildFeeds(
     for (const [name, w] of Object.entries(widths))
       feeds[FORWARD_READOUT_PREFIX + name] = req.readout?.[name] ?? f32(new Float32Array(0), [L, 0, w]);
     feeds[FORWARD_READOUT_PREFIX + UNEMBED_SUM] = req.readout?.[UNEMBED_SUM] ?? i64([0], []);
+    feeds[FORWARD_READOUT_PREFIX + UNEMBED_DOTS] = req.readout?.[UNEMBED_DOTS] ?? i64([0], []);
+    feeds[FORWARD_READOUT_PREFIX + UNEMBED_X] = req.readout?.[UNEMBED_X] ?? f32(new Float32Array(0), [0, D]);
   }
   if (req.gradSeed) feeds[GRAD_SEED] = f32(req.gradSeed.data, req.gradSeed.dims);
   if (req.edges) {
