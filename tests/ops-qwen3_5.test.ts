@@ -180,18 +180,40 @@ describe('Qwen3.5 linear-attention layers: ablate, steer and gradients vs float6
     const corrRef = qwen35Forward(m, corrupted);
     // each estimate is Σ Δ·∂M/∂a: the float64 derivative of M along Δ = clean − corrupted at that site
     const eps = 1e-5;
-    let worstFd = 0;
-    const check = (hook: string, mask: (i: number) => boolean, estimate: number) => {
+    const fds: number[] = [];
+    const check = (hook: string, mask: (i: number) => boolean) => {
       const c = cleanRef.hooks[hook].data,
         k = corrRef.hooks[hook].data;
       const along = (e: number) => (v: Float64Array) => v.map((x, i) => (mask(i) ? x + e * (c[i] - k[i]) : x));
-      const fd = (metric(hook, along(eps)) - metric(hook, along(-eps))) / (2 * eps);
-      worstFd = Math.max(worstFd, Math.abs(fd - estimate) / Math.max(1, Math.abs(fd)));
+      fds.push((metric(hook, along(eps)) - metric(hook, along(-eps))) / (2 * eps));
     };
     const { n_heads: H, d_head: Dh } = model.info;
-    for (const h of doc.heads)
-      check(`blocks.${h.layer}.attn.hook_z`, (i) => Math.floor(i / Dh) % H === h.head, h.estimate);
-    for (const x of doc.sites) check(x.hook, (i) => Math.floor(i / D) === x.position, x.estimate);
+    for (const h of doc.heads) check(`blocks.${h.layer}.attn.hook_z`, (i) => Math.floor(i / Dh) % H === h.head);
+    for (const x of doc.sites) check(x.hook, (i) => Math.floor(i / D) === x.position);
+    const worstOf = (d: any) =>
+      Math.max(
+        ...[...d.heads, ...d.sites].map(
+          (x: any, i: number) => Math.abs(x.estimate - fds[i]) / Math.max(1, Math.abs(fds[i])),
+        ),
+      );
+    const worstFd = worstOf(doc);
+    // WASM and WebGPU (SwiftShader; products summed on the device) against the same float64 derivatives
+    const others: string[] = [];
+    for (const backend of ['wasm', 'webgpu'] as const) {
+      const other = await loadModelNode(m.dir, { backend });
+      try {
+        const d: any = await getOperation('attribution_patching')!.run(other, {
+          token_ids: tokens,
+          corrupted_token_ids: corrupted,
+          validate: 0,
+        });
+        const w = worstOf(d);
+        others.push(`${backend} ${w.toExponential(2)}`);
+        expect(w, backend).toBeLessThan(1e-4);
+      } finally {
+        await other.dispose();
+      }
+    }
     // the validation's actual effects: the reference with that site's clean value patched in
     let worstActual = 0;
     const v = doc.validation;
@@ -202,7 +224,7 @@ describe('Qwen3.5 linear-attention layers: ablate, steer and gradients vs float6
         doc.metric.corrupted;
       worstActual = Math.max(worstActual, Math.abs(x.actual - want));
     }
-    // the linear estimate on the sites that matter: same sign, close; ranks agree overall
+    // first order against real patching of a whole token's change: reported only (the next test asserts it)
     const big = v.sites.filter(
       (x: any) => Math.abs(x.actual) > 0.1 * Math.abs(doc.metric.clean - doc.metric.corrupted),
     );
@@ -210,14 +232,14 @@ describe('Qwen3.5 linear-attention layers: ablate, steer and gradients vs float6
     const linearSites = big.filter((x: any) => linear.includes(x.layer) && x.hook.endsWith('attn_out'));
     console.log(
       `qwen3_5 AtP: ${doc.heads.length} heads + ${doc.sites.length} sites, worst |estimate − float64 FD| ` +
-        `${worstFd.toExponential(2)}, worst |actual − reference| ${worstActual.toExponential(2)}; ` +
+        `${worstFd.toExponential(2)} (${others.join(', ')}), worst |actual − reference| ${worstActual.toExponential(2)}; ` +
         `${big.length} sites with |actual| > 10% of the gap (${linearSites.length} linear-attention outputs), ` +
         `worst relative |estimate − actual| ${Math.max(...relErr).toFixed(3)}; ρ sites ${v.rank_correlation.sites.toFixed(3)}, ` +
         `heads ${v.rank_correlation.heads?.toFixed(3)}; sign agreement ${v.sign_agreement.sites}`,
     );
     expect(worstFd).toBeLessThan(1e-4);
     expect(worstActual).toBeLessThan(TOL);
-  }, 120_000);
+  }, 240_000);
 
   it('attribution_patching on a small corruption: every site estimate is close to its actual patching effect', async () => {
     // token c's embedding moved 3% from token t's (rewritten checkpoint): the patches are small, so AtP's
