@@ -13,11 +13,14 @@ import { checkConfig } from '../src/engine/arch';
 import { LoupeError } from '../src/engine/errors';
 import { generateTokens } from '../src/ops/lib/generation';
 import type { LoadedModel } from '../src/engine/api';
+import { operation as trace } from '../src/ops/trace';
+import { decomposeLogit, dlaHookNames } from '../src/ops/lib/dla';
 import { compareHooks, maxAbsDiff } from './reference';
 import {
   makeGemma4Model,
   gemma4Forward,
   gemma4Greedy,
+  gemma4Dla,
   GEMMA4_MOE_FEATURES,
   type Gemma4Model,
   type Gemma4Options,
@@ -158,6 +161,48 @@ describe.each(CASES)('gemma4 MoE vs float64 reference: $name', ({ options, T }) 
 
   // (renormalising the chosen weights is a factor per token that post_feedforward_layernorm_2 divides
   // out, bar its eps: the logits cannot show it, hook_router_weights does, in the hook comparison)
+  it.each(['node', 'wasm', 'webgpu'] as const)(
+    'trace: every head, dense neuron and expert term equals the float64 decomposition (%s)',
+    async (backend) => {
+      const model = models[backend]!;
+      const ref = gemma4Forward(m, tokens);
+      const refDla = gemma4Dla(m, ref.hooks, T - 1, 5);
+      const refSum = [...refDla.terms.values()].reduce((a, v) => a + v, 0);
+      expect(Math.abs(refSum - refDla.logit)).toBeLessThan(1e-9 * Math.max(1, Math.abs(refDla.logit)));
+      const run = await model.run(tokens, { hooks: dlaHookNames(model) });
+      const dla = await decomposeLogit(model, run, { tokenId: 5 }, { convention: 'raw' });
+      const got = new Map(dla.terms.map((t) => [t.name, t.value]));
+      const rel = (a: number, b: number) => Math.abs(a - b) / Math.max(1, Math.abs(b));
+      let worst = 0;
+      for (const [name, want] of refDla.terms) {
+        expect(got.has(name), name).toBe(true);
+        worst = Math.max(worst, rel(got.get(name)!, want));
+      }
+      for (const [name, v] of got) if (!refDla.terms.has(name)) expect(Math.abs(v), name).toBeLessThan(1e-6);
+      expect([...refDla.terms.keys()].filter((k) => /^L\d+\.E\d+$/.test(k)).length).toBe(
+        m.text.num_hidden_layers * options.moe!.experts,
+      );
+      let worstNeuron = 0;
+      refDla.neurons.forEach((row, l) =>
+        row.forEach((want, n) => (worstNeuron = Math.max(worstNeuron, rel(dla.neuronAttribution[l][n], want)))),
+      );
+      expect(worst).toBeLessThan(TOL);
+      expect(worstNeuron).toBeLessThan(TOL);
+      expect(rel(dla.sum, dla.target)).toBeLessThan(TOL);
+      expect(rel(dla.target, refDla.logit)).toBeLessThan(TOL);
+      expect(dla.checks.residual_reconstruction_max_abs).toBeLessThan(TOL);
+      // the operation end to end: experts and the dense MLP's neurons both listed
+      const doc: any = await trace.run(model, { prompt: model.decode(tokens.slice(1)), top_k: 5 } as any, {});
+      expect(doc.top_neurons.length).toBe(5);
+      expect(doc.top_experts.length).toBe(5);
+      expect(Math.abs(doc.checks.sum_minus_target)).toBeLessThan(TOL * Math.max(1, Math.abs(doc.decomposition.target)));
+      console.log(
+        `gemma4 MoE trace ${backend} T=${T}: ${refDla.terms.size} terms, worst rel |Δ| ${worst.toExponential(2)}, ` +
+          `neurons ${worstNeuron.toExponential(2)}, sum − logit ${(dla.sum - dla.target).toExponential(2)}`,
+      );
+    },
+  );
+
   it("parameters: the dense MLP keeps TransformerLens's names, the router is mlp.W_router, each expert's rows of the stacked tensors", () => {
     const model = models.node!;
     const { hidden_size: D, intermediate_size: M } = m.text;

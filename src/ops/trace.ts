@@ -9,7 +9,7 @@ import { documentBase, documentHead } from '../schema/common';
 import { LoupeError, throwIfAborted } from '../engine/errors';
 import { checkTopK, finite } from '../engine/caps';
 import { promptFields, promptIds, resolveToken, tokenText } from './lib/tokens';
-import { CONVENTIONS, decomposeLogit, describeMethod, dlaHookNames, type DlaTarget } from './lib/dla';
+import { CONVENTIONS, besideExperts, decomposeLogit, describeMethod, dlaHookNames, type DlaTarget } from './lib/dla';
 import { logSumExp, topIndices, topK } from './lib/math';
 
 export const traceInput = z.object({
@@ -206,8 +206,8 @@ export const operation = defineOperation({
         logit_attribution: finite(ex.attribution[Math.floor(i / Ne)][i % Ne]),
       }))
     : undefined;
-  // a mixture-of-experts model has no neurons of one MLP: its experts are listed instead
-  const nNeurons = ex ? 0 : first[L];
+  // a mixture-of-experts model has no neurons of one MLP (its experts are listed instead), but for Gemma 4's dense MLP beside them
+  const nNeurons = ex && !besideExperts(model, 0) ? 0 : first[L];
   const neuronValue = (of: ArrayLike<number>[]) => (i: number) => {
     const [l, n] = whereNeuron(i);
     return Math.abs(of[l][n]);

@@ -632,7 +632,8 @@ export function gemma4Greedy(m: Gemma4Model, tokens: number[], n: number): numbe
  * with the final norm's scale s frozen, logit_t = Σ_d stream[d] / s · w_norm[d] · U[t, d]. Head h's
  * term is z_h · W_O[h] through the post-attention norm (its scale frozen), neuron n's post[n] ·
  * W_down[:, n] through the post-feedforward norm, the per-layer input's its gated projection through
- * its norm. `logit` is computed from the last hook_resid_post, not from the terms.
+ * its norm; with MoE, the dense MLP and each expert through their branch norm too. `logit` is
+ * computed from the last hook_resid_post, not from the terms.
  */
 export function gemma4Dla(
   m: Gemma4Model,
@@ -691,7 +692,20 @@ export function gemma4Dla(
     const post = at(`${b}.mlp.hook_post`);
     const M = post.length;
     const Wd = W(`${p}.mlp.down_proj.weight`);
-    const em = through(W(`${p}.post_feedforward_layernorm.weight`), at(`${b}.ln2_post.hook_scale`)[0], l);
+    const em0 = through(W(`${p}.post_feedforward_layernorm.weight`), at(`${b}.ln2_post.hook_scale`)[0], l);
+    // MoE: the dense MLP through post_feedforward_layernorm_1, expert x's weighted output through _2
+    // (each scale frozen) before the layer's post-norm: L{l}.mlp and a term L{l}.E{x} per expert
+    const moe = hooks[`${b}.ln2_post_dense.hook_scale`] !== undefined;
+    const branch = (norm: string, scale: string) => {
+      const wn = W(`${p}.${norm}.weight`);
+      const sc = at(`${b}.${scale}.hook_scale`)[0];
+      return Float64Array.from(em0, (v, d) => (v * wn[d]) / sc);
+    };
+    const em = moe ? branch('post_feedforward_layernorm_1', 'ln2_post_dense') : em0;
+    if (moe) {
+      const ee = branch('post_feedforward_layernorm_2', 'ln2_post_experts');
+      for (let x = 0; x < c.num_experts; x++) terms.set(`L${l}.E${x}`, dot(at(`${b}.mlp.experts.${x}.hook_out`), ee));
+    }
     const row: number[] = [];
     for (let n = 0; n < M; n++) {
       let v = 0;

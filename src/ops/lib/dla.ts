@@ -273,10 +273,15 @@ export function dlaHookNames(model: LoadedModel): string[] {
     if (!isLinearLayer(model, l)) names.push(`blocks.${l}.attn.hook_z`);
     names.push(`blocks.${l}.hook_attn_out`, `blocks.${l}.hook_mlp_out`);
     if (model.hookNames().includes(`blocks.${l}.hook_per_layer_out`)) names.push(`blocks.${l}.hook_per_layer_out`);
-    names.push(...(model.info.num_experts ? expertHooks(model, l) : [`blocks.${l}.mlp.hook_post`]));
+    if (model.info.num_experts) names.push(...expertHooks(model, l));
+    if (!model.info.num_experts || besideExperts(model, l)) names.push(`blocks.${l}.mlp.hook_post`);
   }
   return names;
 }
+
+/** Gemma 4 (enable_moe_block): layer l runs its experts beside a dense MLP, each branch through its own post-norm */
+export const besideExperts = (model: LoadedModel, l: number): boolean =>
+  model.hookNames().includes(`blocks.${l}.ln2_experts.hook_scale`);
 
 /** a mixture-of-experts layer's hooks DLA reads: the routing weights, each expert's (weighted) output, the shared expert's */
 function expertHooks(model: LoadedModel, l: number): string[] {
@@ -419,12 +424,13 @@ export async function decomposeLogit(
   const act: Float32Array[] = [];
   const E = model.info.num_experts ?? 0;
   const linear = Array.from({ length: L }, (_, l) => isLinearLayer(model, l));
+  const beside = Array.from({ length: L }, (_, l) => E > 0 && besideExperts(model, l));
   for (let l = 0; l < L; l++) {
     // a linear-attention layer's z stays zero: the readout's W_O products skip it
     if (!linear[l]) z.set(slice(runHook(run, `blocks.${l}.attn.hook_z`), row, pos), l * HD);
     // a mixture-of-experts layer has no one hook_post: its terms are its experts'; a narrower layer's zero-padded
     const a = new Float32Array(M);
-    if (!E) a.set(slice(runHook(run, `blocks.${l}.mlp.hook_post`), row, pos));
+    if (!E || beside[l]) a.set(slice(runHook(run, `blocks.${l}.mlp.hook_post`), row, pos));
     act.push(a); // [M]
   }
   const experts: DlaResult['experts'] = E ? { attribution: [], weight: [], shared: null } : undefined;
@@ -466,6 +472,10 @@ export async function decomposeLogit(
 
   const eAttn = new Float32Array(L * D);
   const eMlp = new Float32Array(L * D);
+  // Gemma 4's experts beside the dense MLP: the readout of their sum (through post_feedforward_layernorm_2
+  // and _, scales frozen), and the dense MLP's term (through post_feedforward_layernorm_1 and _)
+  const eExperts: (Float64Array | null)[] = [];
+  const denseTerm: number[] = [];
   const gains: (Float64Array | null)[] = [];
   for (let l = 0; l < L; l++) {
     const lc = c.layers[l];
@@ -473,7 +483,29 @@ export async function decomposeLogit(
     const pa = lc.postAttnW ? postNormReadout(model, lc.postAttnW, attnOut(outputs, l), el) : null;
     gains.push(pa ? pa.gain : null);
     eAttn.set(pa ? pa.eL : el, l * D);
-    if (lc.postMlpW) {
+    eExperts.push(null);
+    if (lc.postMlpW && beside[l]) {
+      const xm = Float64Array.from(outputs.mlpX.data.subarray(l * D, (l + 1) * D), (v, d) => v + lc.bOut[d]);
+      const sum = new Float64Array(D);
+      for (let x = 0; x < E; x++) {
+        const y = slice(runHook(run, `blocks.${l}.mlp.experts.${x}.hook_out`), row, pos);
+        for (let d = 0; d < D; d++) sum[d] += y[d];
+      }
+      const g1 = postNormReadout(model, model.param(`blocks.${l}.ln2_post_dense.w`).data, xm, el).gain;
+      const g2 = postNormReadout(model, model.param(`blocks.${l}.ln2_post_experts.w`).data, sum, el).gain;
+      const ePost = postNormReadout(
+        model,
+        lc.postMlpW,
+        Float64Array.from(xm, (v, d) => v * g1[d] + sum[d] * g2[d]),
+        el,
+      ).eL;
+      eMlp.set(
+        ePost.map((v, d) => v * g1[d]),
+        l * D,
+      );
+      eExperts[l] = ePost.map((v, d) => v * g2[d]);
+      denseTerm[l] = xm.reduce((a, v, d) => a + v * g1[d] * ePost[d], 0);
+    } else if (lc.postMlpW) {
       const xm = Float64Array.from(outputs.mlpX.data.subarray(l * D, (l + 1) * D), (v, d) => v + lc.bOut[d]);
       eMlp.set(postNormReadout(model, lc.postMlpW, xm, el).eL, l * D);
     } else eMlp.set(el, l * D);
@@ -533,8 +565,10 @@ export async function decomposeLogit(
     if (experts) {
       // mixture of experts: hook_mlp_out = Σ_e experts.{e}.hook_out (+ the shared expert's), each its own term
       const b = `blocks.${l}.mlp`;
+      if (beside[l]) terms.push({ name: `L${l}.mlp`, value: denseTerm[l] });
+      const ee = eExperts[l] ?? el;
       const ea = Array.from({ length: E }, (_, x) =>
-        dotF(slice(runHook(run, `${b}.experts.${x}.hook_out`), row, pos), el, D),
+        dotF(slice(runHook(run, `${b}.experts.${x}.hook_out`), row, pos), ee, D),
       );
       ea.forEach((v, x) => terms.push({ name: `L${l}.E${x}`, value: v }));
       experts.attribution.push(ea);
@@ -649,7 +683,12 @@ export function describeMethod(model: LoadedModel, convention: Convention, kind:
     'Heads: z_h · W_O[h] (GQA: head h reads kv head h / (n_heads / n_kv_heads)). ' +
       (model.info.num_experts
         ? 'Mixture-of-experts layers: one term per expert, L{l}.E{e} = experts.{e}.hook_out (its output times its ' +
-          'routing weight, 0 where not routed), and L{l}.shared_expert where there is one; they sum to hook_mlp_out.'
+          'routing weight, 0 where not routed), and L{l}.shared_expert where there is one; they sum to hook_mlp_out.' +
+          (besideExperts(model, 0)
+            ? ' Gemma 4: L{l}.mlp is the dense MLP beside the experts (a neuron n contributes hook_post[n] · W_out[n]), ' +
+              'through post_feedforward_layernorm_1 and the layer post-norm; the experts through ' +
+              'post_feedforward_layernorm_2 and the layer post-norm, each scale frozen.'
+            : '')
         : 'MLP terms are the whole hook_mlp_out (bias included); a neuron n contributes hook_post[n] · W_out[n].'),
   );
   if (model.info.post_norms)
