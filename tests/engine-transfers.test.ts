@@ -229,17 +229,18 @@ describe('transfers on WebGPU (node), against the bytes each document needs', ()
   const ids = [5, 10, 20, 30, 40, 50];
   const T = ids.length;
 
-  it('patch reads back its sources, the last position of two runs, and per variant its metric reduced there', async () => {
+  it('patch reads back the last position of two runs and per variant its metric reduced there', async () => {
     const input = { prompt: '', token_ids: ids, corrupted_token_ids: [5, 11, 20, 31, 40, 50] };
     const r = await counted(gpu, 'patch', input);
     // resid_pre per layer × position, attn_out and mlp_out per layer × position and all positions, heads
     const variants = L * T + 2 * (L * T + L) + L * H;
     expect(r.doc.n_variants).toBe(variants);
-    // the clean run: resid_pre, attn_out, mlp_out, hook_z per layer (the patches' sources) and the last
-    // position's logits; the corrupted run: those logits. Before (main at f2e4f1c) both runs read every
-    // position's logits and each variant its whole row: 84,288 bytes here, 15,840 now
-    expect(r.read).toBe(F * (L * T * (3 * D + H * Dh) + 2 * V) + variants * row([0, 0]));
-    expect(r.read).toBe(15_840);
+    // the clean run's resid_pre, attn_out, mlp_out, hook_z per layer (the patches' sources) stay on the
+    // device; of both runs the last position's logits come back. Before (main at f2e4f1c) both runs read
+    // every position's logits and each variant its whole row: 84,288 bytes here; then (main at 6f3c91d)
+    // the sources came back, 15,840; 3,552 now
+    expect(r.read).toBe(F * 2 * V + variants * row([0, 0]));
+    expect(r.read).toBe(3_552);
     const c = (await getOperation('patch')!.run(cpu, input, {})) as any;
     for (const k of ['resid_pre', 'attn_out', 'mlp_out', 'head_out'])
       close(
@@ -282,6 +283,67 @@ describe('transfers on WebGPU (node), against the bytes each document needs', ()
         lc.entries.map((e: any) => e[k]),
       );
     expect(floatOffDevice(gpu)).toEqual([]);
+  });
+
+  it('patch and mean/resample ablation feed their sources from the device: nothing written grows with d_model', async () => {
+    // the same model at twice the width: what is written per batch (the tokens, the masks of what each
+    // row patches: [B, T, 1] per position, [B, 1, H, 1] per head) does not depend on d_model; the
+    // sources are kept on the device (patch) or copied there once per scan (mean, resample).
+    // Before (main at 6f3c91d) each batch wrote every patched site's mul and add whole, [B, T, d_model]:
+    // 1,182,744 bytes for this patch at d_model 64 (20,024 now)
+    const D2 = 2 * D;
+    const rm2 = makeRandomModel('gpt2', { seed: 3, dModel: D2, nLayers: L, nHeads: H, dMlp: M, vocabSize: V });
+    const wide = await loadModelNode(rm2.dir, { backend: 'webgpu' });
+    try {
+      const patch = { prompt: '', token_ids: ids, corrupted_token_ids: [5, 11, 20, 31, 40, 50] };
+      const p1 = await counted(gpu, 'patch', patch);
+      const p2 = await counted(wide, 'patch', patch);
+      expect(p2.written).toBe(p1.written);
+      expect(p2.read).toBe(p1.read);
+      // path patching: every head's hook_z from the base run, one head's from the source (two device
+      // sources on one site, folded in on the device), as node computes it
+      for (const scan of [{}, { path_receivers: [{ layer: 1, head: 0 }] }]) {
+        const input = { ...patch, scans: ['path'], ...scan };
+        const g = (await getOperation('patch')!.run(gpu, input as any, {})) as any;
+        const c = (await getOperation('patch')!.run(cpu, input as any, {})) as any;
+        close(
+          g.path.grid.flat().map((x: number | null) => x ?? 0),
+          c.path.grid.flat().map((x: number | null) => x ?? 0),
+        );
+      }
+      // two heads' hook_z and a neuron's hook_post: their means copied to the device once, [1, T, ...]
+      const targets = [
+        { layer: 0, head: 1 },
+        { layer: 1, head: 2 },
+        { layer: 1, neuron: 3 },
+      ];
+      const mean = { prompt: '', token_ids: ids, method: 'mean', targets };
+      const m1 = await counted(gpu, 'ablate', mean);
+      const m2 = await counted(wide, 'ablate', mean);
+      expect(m2.written - m1.written).toBe(F * T * 2 * (D2 - D));
+      // resample: the other prompt's hooks copied once (a head's hook_z, a resid_pre [1, T, d_model])
+      const resample = { ...mean, method: 'resample', targets: [targets[0], { layer: 1, component: 'resid_pre' }] };
+      const s1 = await counted(gpu, 'ablate', resample);
+      const s2 = await counted(wide, 'ablate', resample);
+      expect(s2.written - s1.written).toBe(F * T * 2 * (D2 - D));
+      for (const [a, b] of [
+        [m1, await getOperation('ablate')!.run(cpu, mean as any, {})],
+        [s1, await getOperation('ablate')!.run(cpu, resample as any, {})],
+      ] as const)
+        for (const k of ['logprob_delta', 'kl'])
+          close(
+            a.doc.entries.map((e: any) => e[k]),
+            (b as any).entries.map((e: any) => e[k]),
+          );
+      // layer_ablation mean: every layer's attn_out and mlp_out, [1, T, d_model] each, copied once
+      const l1 = await counted(gpu, 'layer_ablation', { prompt: '', token_ids: ids, method: 'mean' });
+      const l2 = await counted(wide, 'layer_ablation', { prompt: '', token_ids: ids, method: 'mean' });
+      expect(l2.written - l1.written).toBe(F * T * 2 * L * (D2 - D));
+      expect(floatOffDevice(wide)).toEqual([]);
+    } finally {
+      await wide.dispose();
+      rm2.cleanup();
+    }
   });
 
   it('generate keeps the KV cache on the device: per step the chosen token comes back (greedy)', async () => {

@@ -167,8 +167,8 @@ export interface InterventionSite {
 export interface Intervention extends InterventionSite {
   /** vector for add/set/mean (length = size of the site's last axis, or of the head's slice) */
   value?: number[] | Float32Array;
-  /** patch source */
-  source?: Tensor;
+  /** patch source: in JS memory, or on the device (a run's deviceHooks, LoadedModel.toDevice), fed there to every run */
+  source?: Tensor | DeviceTensor;
   /** batch rows this applies to (when running several variants at once); default every row */
   batch?: number[];
 }
@@ -558,6 +558,11 @@ export interface LoadedModel {
    * and kept there: a source of the EAP-IG runs. Only where the backend keeps values on the device.
    */
   deviceDifference(a: DeviceTensor, b: DeviceTensor, row: number): Promise<DeviceTensor>;
+  /**
+   * t copied to the device once where the backend keeps values there (a patch source fed to many
+   * runs with nothing written again; release it), else t itself
+   */
+  toDevice(t: Tensor): Promise<Tensor | DeviceTensor>;
   /** what the model holds in memory besides the runtime's own (see ModelMemory) */
   memory(): ModelMemory;
   /**

@@ -44,8 +44,8 @@ import {
   type GraphPlan,
 } from './graph/build-model';
 import { readoutFor, readoutProducts, FORWARD_READOUT_OUTPUTS, type ReadoutMode } from './readout';
-import { allHookNames, hookInfo, hookShape as shapeOfHook, unknownHookHint } from './graph/hooks';
-import { compileInterventions } from './runtime/interventions';
+import { addInput, allHookNames, hookInfo, hookShape as shapeOfHook, unknownHookHint } from './graph/hooks';
+import { combineGraph, compileInterventions, type SiteFeed } from './runtime/interventions';
 import { buildFeeds } from './runtime/feeds';
 import { TransferCounter, onDevice } from './runtime/transfers';
 import {
@@ -594,6 +594,51 @@ class EngineModel implements LoadedModel {
     });
   }
 
+  async toDevice(t: Tensor): Promise<Tensor | DeviceTensor> {
+    if (!this.factory.upload) return t;
+    const { feeds } = await this.upload({ x: new this.factory.ort.Tensor('float32', t.data, t.dims) });
+    return deviceTensor(feeds.x);
+  }
+
+  /**
+   * The add of each site with patch sources on the device (interventions.ts), made there: the
+   * source itself where it is all the add is, else a combineGraph run per source. `release` frees
+   * what was made, once the run that feeds them is over.
+   */
+  private async deviceAdds(
+    sites: Map<string, SiteFeed>,
+  ): Promise<{ adds: Map<string, OrtTensorLike>; release(): void }> {
+    const adds = new Map<string, OrtTensorLike>();
+    const made: OrtTensorLike[] = [];
+    const release = () => made.forEach((t) => t.dispose?.());
+    const T = this.factory.ort.Tensor;
+    const f32 = (d: { data: Float32Array; dims: number[] }) => new T('float32', d.data, d.dims);
+    const just = (d: { data: Float32Array }, v: number) => d.data.length === 1 && d.data[0] === v;
+    try {
+      for (const [site, f] of sites) {
+        if (!f.terms.length) continue;
+        let add: OrtTensorLike | null = just(f.add, 0) ? null : f32(f.add);
+        for (const t of f.terms) {
+          const source = t.source.device as OrtTensorLike;
+          if (!add && just(t.coef, 1)) {
+            add = source;
+            continue;
+          }
+          const s = await this.helper('combine@keep', true, combineGraph, true);
+          const feeds = { a: add ?? f32(f.add), c: f32(t.coef), s: source };
+          const y = (await runSession(s, feeds, ['y'], 'This may be out of memory.', ' patching', { keep: ['y'] })).y;
+          made.push(y);
+          add = y;
+        }
+        adds.set(site, add!);
+      }
+    } catch (e) {
+      release();
+      throw e;
+    }
+    return { adds, release };
+  }
+
   saeWeight(id: string, name: 'W_enc' | 'b_enc' | 'W_dec' | 'b_dec' | 'threshold'): Tensor {
     const a = this.sae(id);
     const e = a.spec[name];
@@ -868,6 +913,9 @@ class EngineModel implements LoadedModel {
       ...(onDev ? [...statOnly, ...statOnly.filter((h) => atpHooks.includes(h)).map(gradName)] : []),
       ...(onDev && opts.hooksOnDevice ? wanted : []),
     ];
+    // sites patched from sources on the device: their adds made there
+    const device = await this.deviceAdds(sites);
+    for (const [site, t] of device.adds) feeds[addInput(site)] = t;
     const out = await runSession(
       session,
       feeds,
@@ -875,7 +923,7 @@ class EngineModel implements LoadedModel {
       'This may be out of memory; try a shorter prompt or a smaller batch.',
       '',
       { gather, keep: keep.length ? keep : undefined },
-    );
+    ).finally(device.release);
     throwIfAborted(opts.signal);
     const hookAt = (h: string) => (at && !gather ? gatherAt(toTensor(out[h]), axes[h], at) : toTensor(out[h]));
     const result: RunResult = {
@@ -1039,13 +1087,13 @@ class EngineModel implements LoadedModel {
   }
 
   /** a helper session (a weightless graph), made on first use and kept; its runs are counted */
-  private helper(key: string, dev: boolean, graph: () => Uint8Array): Promise<EngineSession> {
+  private helper(key: string, dev: boolean, graph: () => Uint8Array, keep = false): Promise<EngineSession> {
     let s = this.helpers.get(key);
     if (!s) {
       const { ort, helper } = this.factory;
       s = (async () =>
         this.transfers.wrap(
-          helper ? await helper(graph(), dev) : wrapOrtSession(await ort.InferenceSession.create(graph())),
+          helper ? await helper(graph(), dev, keep) : wrapOrtSession(await ort.InferenceSession.create(graph())),
         ))();
       s.catch(() => this.helpers.delete(key));
       this.helpers.set(key, s);

@@ -21,7 +21,7 @@
  * change reach the receivers through the MLPs as well.
  */
 import { z } from 'zod';
-import type { Intervention, LogitReduce, LogitRow, RunResult } from '../engine/api';
+import type { DeviceTensor, Intervention, LogitReduce, LogitRow, RunResult } from '../engine/api';
 import type { Tensor } from '../engine/tensor';
 import { defineOperation } from './types';
 import { documentBase, documentHead, tokenEntry, interventionList } from '../schema/common';
@@ -278,8 +278,14 @@ async function patchPair(model: LoadedModel, input: PatchParsed, ctx: OpContext)
   ctx.onProgress?.({ stage: 'clean and corrupted runs', done: 0, total: 2 });
   // the metric is read at the last position: its logits only (row 0)
   const last = { logitPositions: [T - 1], signal: ctx.signal };
-  const cleanRun = await model.run(clean.ids, { hooks: noising ? zHooks : srcHooks, ...last });
-  const corrRun = await model.run(corrupted.ids, { hooks: noising ? srcHooks : zHooks, ...last });
+  // the hooks patched in stay on the device where the backend keeps values there, fed to every batch from there
+  const held = { ...last, hooksOnDevice: true };
+  const cleanRun = await model.run(clean.ids, { hooks: noising ? zHooks : srcHooks, ...held });
+  const corrRun = await model.run(corrupted.ids, { hooks: noising ? srcHooks : zHooks, ...held }).catch((e) => {
+    release(cleanRun);
+    throw e;
+  });
+  const releaseBoth = () => [cleanRun, corrRun].forEach(release);
   ctx.onProgress?.({ stage: 'clean and corrupted runs', done: 2, total: 2 });
   const cleanLogits = logitsAt(cleanRun, 0);
   const corrLogits = logitsAt(corrRun, 0);
@@ -291,6 +297,7 @@ async function patchPair(model: LoadedModel, input: PatchParsed, ctx: OpContext)
   const ldCorr = ld(corrLogits);
   const denom = ldClean - ldCorr;
   if (!(Math.abs(denom) > 1e-6)) {
+    releaseBoth();
     throw new LoupeError(
       'BAD_INPUT',
       `The clean and corrupted logit differences are equal (${ldClean.toFixed(6)}), so the normalised metric is undefined.`,
@@ -300,7 +307,7 @@ async function patchPair(model: LoadedModel, input: PatchParsed, ctx: OpContext)
 
   const cells: Cell[] = [];
   const [baseIds, baseRun, srcRun] = noising ? [clean.ids, cleanRun, corrRun] : [corrupted.ids, corrRun, cleanRun];
-  const src = (h: string) => srcRun.hooks[h];
+  const src = (h: string) => hookOf(srcRun, h);
   for (let l = 0; l < L; l++) {
     for (const s of ['resid_pre', 'attn_out', 'mlp_out'] as const) {
       if (!scans.has(s)) continue;
@@ -339,13 +346,18 @@ async function patchPair(model: LoadedModel, input: PatchParsed, ctx: OpContext)
   }
   // each variant's logits reduced to the answer's and the counterfactual's (on the device where the values are)
   const reduce = { ids: [a, c] };
-  const rows = await runVariants(
-    model,
-    baseIds,
-    cells.map((x) => [x.iv]),
-    { ctx, stage: 'patching', reduce },
-  );
-  const pathRows = path ? await pathPatch(model, path, baseIds, baseRun, srcRun, reduce, ctx) : null;
+  let rows: LogitRow[], pathRows: LogitRow[] | null;
+  try {
+    rows = await runVariants(
+      model,
+      baseIds,
+      cells.map((x) => [x.iv]),
+      { ctx, stage: 'patching', reduce },
+    );
+    pathRows = path ? await pathPatch(model, path, baseIds, baseRun, srcRun, reduce, ctx) : null;
+  } finally {
+    releaseBoth();
+  }
 
   const gridOf = (n: number) => Array.from({ length: L }, () => new Array<number>(n).fill(0));
   const out = {
@@ -530,6 +542,10 @@ async function patchDataset(model: LoadedModel, input: PatchParsed, ctx: OpConte
   };
 }
 
+/** a hook of a run, where the run left it (deviceHooks) or in JS memory */
+const hookOf = (run: RunResult, h: string): Tensor | DeviceTensor => run.deviceHooks?.[h] ?? run.hooks[h];
+const release = (run: RunResult) => Object.values(run.deviceHooks ?? {}).forEach((t) => t.release());
+
 interface PathPlan {
   senders: { layer: number; head: number }[];
   /** receiver sites (hook_q/k/v of a head), or null for the logits */
@@ -593,13 +609,13 @@ async function pathPatch(
   const freeze = (s: { layer: number; head: number }): Intervention[] => [
     ...Array.from({ length: L }, (_, l) => {
       const hook = `blocks.${l}.attn.hook_z`;
-      return { hook, op: 'patch' as const, source: base.hooks[hook] };
+      return { hook, op: 'patch' as const, source: hookOf(base, hook) };
     }),
     {
       hook: `blocks.${s.layer}.attn.hook_z`,
       op: 'patch',
       head: s.head,
-      source: src.hooks[`blocks.${s.layer}.attn.hook_z`],
+      source: hookOf(src, `blocks.${s.layer}.attn.hook_z`),
     },
   ];
   if (!plan.receivers)

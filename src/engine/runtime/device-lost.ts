@@ -88,7 +88,10 @@ export function guardDevice(factory: SessionFactory): SessionFactory {
     ...factory,
     create: async (graph, weights) => guarded(await create.call(factory, graph, weights), factory),
     ...(helper
-      ? { helper: async (b: Uint8Array, d: boolean) => guarded(await helper.call(factory, b, d), factory) }
+      ? {
+          helper: async (b: Uint8Array, d: boolean, keep?: boolean) =>
+            guarded(await helper.call(factory, b, d, keep), factory),
+        }
       : {}),
     ...(upload ? { upload: onDevice(upload) } : {}),
     ...(difference ? { difference: onDevice(difference) } : {}),

@@ -124,8 +124,9 @@ export function buildFeeds(
   const zero = new Float32Array([0]);
   for (const site of graph.sites) {
     const c = req.sites.get(site);
-    feeds[mulInput(site)] = c ? f32(c.mul, c.dims) : f32(one, [1]);
-    feeds[addInput(site)] = c ? f32(c.add, c.dims) : f32(zero, [1]);
+    // (a site with sources on the device: its add made there replaces this one, model.ts deviceAdds)
+    feeds[mulInput(site)] = c ? f32(c.mul.data, c.mul.dims) : f32(one, [1]);
+    feeds[addInput(site)] = c ? f32(c.add.data, c.add.dims) : f32(zero, [1]);
   }
 
   if (graph.inputNames.includes(PICK_K)) {

@@ -7,17 +7,77 @@
  * (broadcast over positions and heads), or the full per-position slice (all non-batch,
  * non-position axes, row-major). Patch sources have the hook's shape with batch 1 or B, or no
  * batch axis.
+ *
+ * A patch source on the device (a DeviceTensor) is not read here: the site's add is then
+ * add + Σ_k coef_k ⊙ source_k, made on the device (combineGraph, once per source) from the
+ * coefficients computed here. Each feed is written at the smallest shape that broadcasts to the
+ * hook's (the axes it is constant along kept at 1): a patch at one position of a few batch rows
+ * writes [B, T, 1], not [B, T, d_model], and a whole hook's zero one float.
  */
 import { LoupeError } from '../errors';
-import type { Intervention } from '../api';
+import type { DeviceTensor, Intervention } from '../api';
 import type { Tensor } from '../tensor';
 import { numel } from '../tensor';
 import { hookInfo } from '../graph/hooks';
+import { OnnxGraph } from '../graph/onnx-builder';
+
+/** a dense float32 array with the shape it is fed at */
+export interface Dense {
+  dims: number[];
+  data: Float32Array;
+}
 
 export interface SiteFeed {
+  mul: Dense;
+  add: Dense;
+  /** sources on the device, each weighted by its coefficients: add + Σ coef ⊙ source is the site's add */
+  terms: { coef: Dense; source: DeviceTensor }[];
+}
+
+/** a site's feeds while interventions are applied: dense at the hook's shape */
+interface Building {
   dims: number[];
   mul: Float32Array;
   add: Float32Array;
+  terms: { coef: Float32Array; source: DeviceTensor }[];
+}
+
+/** inputs a, c, s (float, broadcasting): y = a + c ⊙ s, a site's add with one device source folded in */
+export function combineGraph(): Uint8Array {
+  const g = new OnnxGraph(() => '');
+  const cs = g.o('Mul', [g.input('c', 'float'), g.input('s', 'float')]);
+  g.rename(g.o('Add', [g.input('a', 'float'), cs]), 'y');
+  g.output('y');
+  return g.encode();
+}
+
+/** the array at the smallest shape that broadcasts to `dims`: each axis it is constant along becomes 1 */
+export function compact(data: Float32Array, dims: number[]): Dense {
+  let cur = data;
+  const cd = dims.slice();
+  for (let a = 0; a < cd.length; a++) {
+    const n = cd[a];
+    if (n === 1) continue;
+    const outer = cd.slice(0, a).reduce((x, y) => x * y, 1);
+    const inner = cd.slice(a + 1).reduce((x, y) => x * y, 1);
+    let constant = true;
+    for (let o = 0; o < outer && constant; o++) {
+      const base = o * n * inner;
+      for (let k = 1; k < n && constant; k++)
+        for (let j = 0, at = base + k * inner; j < inner; j++)
+          if (cur[at + j] !== cur[base + j]) {
+            constant = false;
+            break;
+          }
+    }
+    if (!constant) continue;
+    const next = new Float32Array(outer * inner);
+    for (let o = 0; o < outer; o++) next.set(cur.subarray(o * n * inner, o * n * inner + inner), o * inner);
+    cur = next;
+    cd[a] = 1;
+  }
+  // one value: fed as a one-element tensor (on WebGPU a device scalar, made once per value)
+  return { dims: cur.length === 1 ? [1] : cd, data: cur };
 }
 
 interface Ctx {
@@ -30,7 +90,7 @@ interface Ctx {
 const bad = (msg: string, hint?: string) => new LoupeError('BAD_INTERVENTION', msg, hint);
 
 export function compileInterventions(list: Intervention[], ctx: Ctx): Map<string, SiteFeed> {
-  const feeds = new Map<string, SiteFeed>();
+  const feeds = new Map<string, Building>();
   for (const iv of list) {
     if (!ctx.isSite(iv.hook)) {
       throw new LoupeError(
@@ -43,15 +103,22 @@ export function compileInterventions(list: Intervention[], ctx: Ctx): Map<string
     let f = feeds.get(iv.hook);
     if (!f) {
       const n = numel(dims);
-      f = { dims, mul: new Float32Array(n).fill(1), add: new Float32Array(n) };
+      f = { dims, mul: new Float32Array(n).fill(1), add: new Float32Array(n), terms: [] };
       feeds.set(iv.hook, f);
     }
     apply(f, iv, ctx);
   }
-  return feeds;
+  const out = new Map<string, SiteFeed>();
+  for (const [hook, f] of feeds)
+    out.set(hook, {
+      mul: compact(f.mul, f.dims),
+      add: compact(f.add, f.dims),
+      terms: f.terms.map((t) => ({ coef: compact(t.coef, f.dims), source: t.source })),
+    });
+  return out;
 }
 
-function apply(f: SiteFeed, iv: Intervention, ctx: Ctx): void {
+function apply(f: Building, iv: Intervention, ctx: Ctx): void {
   const { dims } = f;
   const info = hookInfo(iv.hook);
   const rank = dims.length;
@@ -104,18 +171,26 @@ function apply(f: SiteFeed, iv: Intervention, ctx: Ctx): void {
       if (!Number.isFinite(value[i])) throw bad('value contains a non-finite number.');
   }
   let src: Tensor | undefined;
+  let term: Float32Array | undefined;
   let srcBatch = 1;
   if (iv.op === 'patch') {
-    src = iv.source;
-    if (!src) throw bad(`'patch' on ${iv.hook} needs a source activation.`);
+    const source = iv.source;
+    if (!source) throw bad(`'patch' on ${iv.hook} needs a source activation.`);
     const want = dims.slice(1);
-    const got = src.dims.length === rank ? src.dims.slice(1) : src.dims;
-    srcBatch = src.dims.length === rank ? src.dims[0] : 1;
+    const got = source.dims.length === rank ? source.dims.slice(1) : source.dims;
+    srcBatch = source.dims.length === rank ? source.dims[0] : 1;
     if (got.length !== want.length || got.some((d, i) => d !== want[i]) || (srcBatch !== 1 && srcBatch !== B)) {
       throw bad(
-        `patch source has shape [${src.dims}] but ${iv.hook} has shape [${dims}] in this run.`,
+        `patch source has shape [${source.dims}] but ${iv.hook} has shape [${dims}] in this run.`,
         'Patching needs prompts of equal token length; the source is the same hook from the other run.',
       );
+    }
+    if ('data' in source) src = source;
+    else {
+      // on the device: its coefficients here (one term per source), its values folded in there
+      let t = f.terms.find((x) => x.source.device === source.device);
+      if (!t) f.terms.push((t = { coef: new Float32Array(f.mul.length), source }));
+      term = t.coef;
     }
   }
   if (!['zero', 'scale', 'add', 'set', 'mean', 'patch'].includes(iv.op))
@@ -163,11 +238,13 @@ function apply(f: SiteFeed, iv: Intervention, ctx: Ctx): void {
         }
         case 'patch':
           m = 0;
-          a = src!.data[(srcBatch === 1 ? 0 : b) * perRow + r];
+          a = src ? src.data[(srcBatch === 1 ? 0 : b) * perRow + r] : 0;
           break;
       }
       f.mul[i] *= m;
       f.add[i] = f.add[i] * m + a;
+      for (const t of f.terms) t.coef[i] *= m;
+      if (term) term[i] = 1;
     }
   }
 }

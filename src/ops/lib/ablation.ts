@@ -18,7 +18,15 @@
  * the batch cap allows: each intervention carries `batch: [row]` for its variant's row.
  */
 import { z } from 'zod';
-import type { Intervention, InterventionRecord, LoadedModel, LogitReduce, LogitRow, RunResult } from '../../engine/api';
+import type {
+  DeviceTensor,
+  Intervention,
+  InterventionRecord,
+  LoadedModel,
+  LogitReduce,
+  LogitRow,
+  RunResult,
+} from '../../engine/api';
 import type { Tensor } from '../../engine/tensor';
 import { LoupeError, throwIfAborted } from '../../engine/errors';
 import type { OpContext } from '../types';
@@ -454,15 +462,25 @@ export class Ablator {
     return { ablator: new Ablator(model, ids, cfg, sources, answer, meter), clean };
   }
 
-  /** each variant's effect at the last position (a variant: targets ablated together), in batched runs */
+  /**
+   * each variant's effect at the last position (a variant: targets ablated together), in batched
+   * runs; the mean/resample sources copied to the device once for them where the backend keeps
+   * values there (fed to every batch from there), released after
+   */
   async effects(variants: AblationTarget[][], ctx: OpContext, stage: string): Promise<Effect[]> {
-    const rows = await runVariants(
-      this.model,
-      this.ids,
-      variants.map((v) => this.interventions(v)),
-      { ctx, stage, reduce: this.meter.reduce },
-    );
-    return rows.map((r) => this.meter.effect(r));
+    const sources = new Map<string, Tensor | DeviceTensor>();
+    try {
+      for (const [h, t] of this.sources) sources.set(h, await this.model.toDevice(t));
+      const rows = await runVariants(
+        this.model,
+        this.ids,
+        variants.map((v) => this.interventions(v, sources)),
+        { ctx, stage, reduce: this.meter.reduce },
+      );
+      return rows.map((r) => this.meter.effect(r));
+    } finally {
+      for (const t of sources.values()) if ('release' in t) t.release();
+    }
   }
 
   /** the clean run's prediction and the answer's clean values, as documents list them */
@@ -470,8 +488,11 @@ export class Ablator {
     return cleanBlock(this.model, this.meter);
   }
 
-  /** engine interventions that ablate all `targets` together (one variant, no batch rows yet) */
-  interventions(targets: AblationTarget[]): Intervention[] {
+  /** engine interventions that ablate all `targets` together (one variant, no batch rows yet), patching from `sources` */
+  interventions(
+    targets: AblationTarget[],
+    sources: ReadonlyMap<string, Tensor | DeviceTensor> = this.sources,
+  ): Intervention[] {
     const out: Intervention[] = [];
     for (const t of targets) {
       for (const s of targetSites(this.model, t)) {
@@ -483,7 +504,7 @@ export class Ablator {
         };
         if (s.add !== undefined) out.push({ ...base, op: 'add', value: [s.add] });
         else if (this.cfg.method === 'zero') out.push({ ...base, op: 'zero' });
-        else out.push({ ...base, op: 'patch', source: this.sources.get(s.hook)! });
+        else out.push({ ...base, op: 'patch', source: sources.get(s.hook)! });
       }
     }
     return out;
