@@ -221,7 +221,13 @@ export async function plainSession(
   const spec = describeModel({ config: files.config as Record<string, any>, tensors: weights.tensors });
   const factory = await nodeFactory(backend, threads);
   const t0 = now();
-  const graph = buildModelGraph(spec, weights.tensors, { hooks: false, withResult: false, fused });
+  // as the engine builds it for this backend (GraphPlan.unembedApart)
+  const graph = buildModelGraph(spec, weights.tensors, {
+    hooks: false,
+    withResult: false,
+    fused,
+    unembedApart: factory.unembedApart,
+  });
   const buildMs = now() - t0;
   if (backend === 'wasm') {
     for (const [file, p] of weights.paths) {

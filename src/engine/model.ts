@@ -779,6 +779,7 @@ class EngineModel implements LoadedModel {
           sae: sae?.spec,
           transcoders: tc?.spec,
           readoutInForward: this.info.readout === 'forward',
+          unembedApart: this.factory.unembedApart,
         });
         if (this.factory.backend === 'wasm' && precision !== 'f32') await this.makeRoom(key, graph.weightBytes);
         const made = { graph, session: this.transfers.wrap(await this.factory.create(graph, weights)) };

@@ -138,7 +138,7 @@ export function nodeSessionFactory(
           // a lost device: the provider's context goes with the last session on it (runtime/device-lost.ts)
           reset: () => resetDevice(ort),
         }
-      : {}),
+      : { unembedApart: true }),
     async helper(bytes, onDevice, keep) {
       const ep = onDevice && gpu ? 'webgpu' : 'cpu';
       if (keep && gpu) {

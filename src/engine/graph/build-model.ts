@@ -76,6 +76,14 @@ export interface GraphPlan {
    * they are no faster there, often slower, than what they replace (`npm run bench` compares them).
    */
   fused?: boolean | Partial<FusedKernels>;
+  /**
+   * a tied embedding's unembedding reads the table through an initializer of its own (the same
+   * bytes of the weight file), for float32 tables on a provider that pre-packs a Gemm's constant
+   * weight and then lets go of the initializer (SessionFactory.unembedApart: onnxruntime-node
+   * maps it and unmaps it once packed). Shared, the lookup's Gather kept the whole table mapped
+   * and resident beside its packed copy.
+   */
+  unembedApart?: boolean;
   /** more inputs and outputs on the finished graph (the DLA readout in the forward: readout/graph.ts addForwardReadout) */
   extra?: (g: OnnxGraph) => void;
 }
@@ -338,10 +346,19 @@ export class ModelGraph {
     const { spec, plan } = this;
     return unembedRows(
       this.g,
-      vocabChunks(this.entry(spec.unembed.w), plan.vocabRows),
+      vocabChunks(this.unembedTable(), plan.vocabRows),
       spec.unembed.b ? this.entry(spec.unembed.b) : undefined,
       x,
     );
+  }
+
+  /** W_U; a tied float32 table under a name of its own where the plan asks (GraphPlan.unembedApart) */
+  protected unembedTable(): TensorEntry {
+    const e = this.entry(this.spec.unembed.w);
+    const apart = this.plan.unembedApart && this.spec.unembed.w === this.spec.embed.w;
+    return apart && e.dtype === 'F32' && (this.plan.weights ?? 'f32') === 'f32'
+      ? { ...e, name: `${e.name}#unembed` }
+      : e;
   }
 
   /** fused kernels allowed (see GraphPlan.fused) */

@@ -81,6 +81,8 @@ export interface VariantContext {
   sae?: SaeGraphSpec;
   /** the attached transcoder set, for the replacement variant */
   transcoders?: TranscoderSpec;
+  /** GraphPlan.unembedApart, for the hooked variants */
+  unembedApart?: boolean;
   /** the base hooked variant also computes the DLA readout products and the logit lens (readout 'forward', choose.ts) */
   readoutInForward?: boolean;
 }
@@ -117,6 +119,7 @@ export function buildVariant(v: GraphVariant, c: VariantContext): BuiltGraph {
         weights: c.precision,
         vocabRows: c.vocabRows,
         fused: c.fused,
+        unembedApart: c.unembedApart,
         ...(c.readoutInForward && variantKey(v) === variantKey(BASE_VARIANT)
           ? {
               extra: (g) => {

@@ -67,6 +67,8 @@ export interface SessionFactory {
   gpu?: GpuCaps;
   /** the provider runs an If's branches on the device: DLA's readout can go in the forward graph (readout/choose.ts) */
   readoutInForward?: boolean;
+  /** the provider pre-packs constant Gemm weights and lets go of a packed initializer's bytes (GraphPlan.unembedApart) */
+  unembedApart?: boolean;
   create(graph: BuiltGraph, weights: WeightSet): Promise<EngineSession>;
   /**
    * a session for a small weightless graph (a reduction, runtime/reduce.ts), its outputs in JS
