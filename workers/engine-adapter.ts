@@ -73,6 +73,13 @@ export function wasmThreads(): number | null {
 
 /** the build the last model was loaded on, and why it is not the first choice (the Doctor's line) */
 let lastRuntime: LoadedModelSummary['runtime'] | null = null;
+/**
+ * A test seam (e2e/device-lost.spec.ts): the GPUDevice onnxruntime-web runs the last model on, for
+ * a test to destroy (a device loss); read by Playwright from the worker's global, called by nothing here.
+ */
+(self as any).__loupeGpuDevice = async () =>
+  lastRuntime ? ((await ortOf(lastRuntime.build)).env as any).webgpu?.device : undefined;
+
 export function ortRuntime(): string | null {
   if (!lastRuntime) return null;
   const f = lastRuntime.fallback;

@@ -1378,9 +1378,12 @@ class EngineModel implements LoadedModel {
     return this.enqueue(async () => {
       await this.releaseAll();
       await this.factory.reset?.();
-      await this.variant(BASE_VARIANT);
+      const lost = () => this.factory.deviceLost?.() ?? false;
+      await this.variant(BASE_VARIANT).catch((e) => {
+        if (!lost()) throw e;
+      });
       // the runtime kept its lost device (JSEP makes one per module): only a new process recovers
-      if (this.factory.deviceLost?.())
+      if (lost())
         throw new LoupeError(
           'DEVICE_LOST',
           'The GPU device was lost, and this runtime cannot make a new one in this process.',

@@ -80,7 +80,7 @@ export class AppState {
     });
     this.doctor = new DoctorStore(this.client, this.jobs, notify);
     this.links = new LinkStore(this.forms, notify, () => this.resultStore.byOp[this.forms.op]?.model ?? null);
-    this.runs = new RunStore(this.forms, this.jobs, this.models, this.resultStore);
+    this.runs = new RunStore(this.forms, this.jobs, this.models, this.resultStore, notify);
     const { client, jobs, models, doctor } = this;
     this.attach = new AttachStore({ client, jobs, models, doctor, notify, loadOps: () => this.loadOps() });
     this.resultStore.onNew = (e) => void this.history.record(e);

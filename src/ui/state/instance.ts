@@ -12,12 +12,14 @@ const knobs = ['wasm_threads', 'tensor_bytes']
   .filter(([, v]) => v && /^\d+$/.test(v))
   .map(([k, v]) => ` ${k}=${v}`)
   .join('');
+// `?ort=jsep` or `?ort=native`: that onnxruntime-web build only (workers/ort-runtime.ts), for comparing them
+const ort = /^(jsep|native)$/.exec(query.get('ort') ?? '')?.[1];
 const base = ` base=${encodeURIComponent(new URL(import.meta.env.BASE_URL, document.baseURI).href)}`;
 export const app = new AppState(
   () =>
     new Worker(new URL('../../../workers/engine.worker.ts', import.meta.url), {
       type: 'module',
-      name: `loupe-engine${knobs}${base}`,
+      name: `loupe-engine${knobs}${ort ? ` ort=${ort}` : ''}${base}`,
     }),
 );
 

@@ -71,7 +71,14 @@ export class ModelStore {
     this.loadJob?.cancel();
     this.loading = choice;
     this.status = 'loading';
-    return this.d.exclusive(() => this.doLoad(choice, opts));
+    return (this.lastLoad = this.d.exclusive(() => this.doLoad(choice, opts)));
+  }
+
+  private lastLoad: Promise<boolean> | null = null;
+  /** a new worker, the model loaded there again from the cache (onWorkerRestart): for a lost GPU device JSEP keeps */
+  async restartWorker(reason: string): Promise<boolean> {
+    this.d.client.restart(reason);
+    return (await this.lastLoad) ?? false;
   }
 
   /** load the current model again (after a backend change or a worker restart); false: it failed or there was none */

@@ -3,6 +3,7 @@
  * link or the agent bridge; the result lands in the result store, an error under the form.
  */
 import { LoupeError } from '../../engine/errors';
+import { DEVICE_LOST_NOTICE, deviceLostError } from '../../engine/runtime/device-lost';
 import type { Progress } from '../../ops/types';
 import { errInfo, type ErrorInfo } from './errors';
 import type { FormStore } from './forms.svelte';
@@ -20,6 +21,7 @@ export class RunStore {
     private readonly jobs: JobStore,
     private readonly models: ModelStore,
     private readonly results: ResultStore,
+    private readonly notify?: (kind: 'info' | 'warn' | 'error', text: string, ms?: number) => void,
   ) {
     // an error about inputs that have since been edited is stale (a running job's error is not yet shown)
     forms.onEdit = () => {
@@ -65,8 +67,37 @@ export class RunStore {
     }
   }
 
-  /** Run an operation in the worker, shown in the job bar (with Cancel). Throws LoupeErrors. */
+  /**
+   * Run an operation in the worker, shown in the job bar (with Cancel). Throws LoupeErrors. A GPU
+   * device lost is recovered in the worker where its runtime makes a new device (ops/types.ts);
+   * where it cannot (DEVICE_LOST with `restart`: JSEP), the worker is started again, the model
+   * loaded there from the cache, and the operation run once more. A document's notices are shown.
+   */
   async execute(
+    op: string,
+    input: Record<string, unknown>,
+    opts: { who: 'page' | 'agent'; signal?: AbortSignal; onProgress?: (p: Progress) => void },
+  ): Promise<{ doc: any; ms: number }> {
+    let r: { doc: any; ms: number };
+    try {
+      r = await this.executeOnce(op, input, opts);
+    } catch (e) {
+      if (!(e instanceof LoupeError) || e.code !== 'DEVICE_LOST' || !(e.details as any)?.restart) throw e;
+      const reason = 'the GPU device was lost and this onnxruntime-web build keeps it for the model worker';
+      if (!(await this.models.restartWorker(reason))) throw e;
+      try {
+        r = await this.executeOnce(op, input, opts);
+      } catch (e2) {
+        if (e2 instanceof LoupeError && e2.code === 'DEVICE_LOST') throw deviceLostError(e2.message, true);
+        throw e2;
+      }
+      if (r.doc && typeof r.doc === 'object') r.doc.notices = [...(r.doc.notices ?? []), DEVICE_LOST_NOTICE];
+    }
+    for (const n of r.doc?.notices ?? []) this.notify?.('warn', n, 12000);
+    return r;
+  }
+
+  private async executeOnce(
     op: string,
     input: Record<string, unknown>,
     opts: { who: 'page' | 'agent'; signal?: AbortSignal; onProgress?: (p: Progress) => void },

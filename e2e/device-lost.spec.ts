@@ -1,0 +1,128 @@
+/**
+ * A GPU device lost in the page (SwiftShader's WebGPU adapter in headless Chromium): the test
+ * destroys the GPUDevice onnxruntime-web runs the model on (`device.destroy()` resolves its `lost`
+ * promise, as a driver reset would), through the worker's test seam `__loupeGpuDevice`
+ * (workers/engine-adapter.ts). On the native WebGPU build the worker releases its sessions and makes
+ * them again on a new device; on JSEP (?ort=jsep), which keeps its device for the worker, the page
+ * starts a new worker and loads the model there again. Either way the operation runs once more, its
+ * document equals a run with no loss and carries the notice, and the page shows it.
+ */
+import type { Page, Worker } from '@playwright/test';
+import { test, expect, openReady, runOp, pageDoc, PROMPT } from './fixtures';
+
+test.describe.configure({ mode: 'serial' });
+
+const NOTICE = /GPU device was lost during this run; Loupe recreated its onnxruntime sessions and ran it again/;
+
+/** the model worker (the one with the test seam) */
+async function engineWorker(page: Page): Promise<Worker> {
+  for (const w of page.workers())
+    if (await w.evaluate(() => typeof (self as any).__loupeGpuDevice === 'function').catch(() => false)) return w;
+  throw new Error('no model worker with __loupeGpuDevice');
+}
+
+/** Destroy the model's GPUDevice and wait for its loss; it is kept as `__lostDevice` to tell a new one from it. */
+async function loseDevice(page: Page): Promise<string> {
+  const w = await engineWorker(page);
+  return w.evaluate(async () => {
+    const d = await (self as any).__loupeGpuDevice();
+    if (!d) throw new Error('the model runs on no GPUDevice');
+    (self as any).__lostDevice = d;
+    d.destroy();
+    const info = await d.lost;
+    return String(info.reason);
+  });
+}
+
+async function onWebGpu(page: Page, url: string): Promise<void> {
+  await openReady(page, url);
+  const adapter = await page.evaluate(async () => !!(await (navigator as any).gpu?.requestAdapter()));
+  if (!adapter) {
+    const msg = 'WEBGPU UNAVAILABLE in this Chromium: the device-loss checks did NOT run.';
+    console.error(msg);
+    if (process.env.LOUPE_REQUIRE_WEBGPU === '1') throw new Error(msg);
+    test.skip(true, msg);
+  }
+  await page.locator('#backend').selectOption('webgpu');
+  await page.waitForFunction(
+    () =>
+      (globalThis as any).__loupe.model?.info.backend === 'webgpu' &&
+      (globalThis as any).__loupe.modelStatus === 'ready',
+    null,
+    { timeout: 120_000 },
+  );
+}
+
+/** Run `op` and wait for its new document: a run after a worker restart leaves the job bar empty while the model reloads. */
+async function runNew(page: Page, op: string): Promise<any> {
+  await page.evaluate((o) => ((globalThis as any).__before = (globalThis as any).__loupe.results[o]?.doc), op);
+  await runOp(page, op, { timeout: 180_000 });
+  await page.waitForFunction(
+    (o) => {
+      const a = (globalThis as any).__loupe;
+      return a.results[o]?.doc && a.results[o].doc !== (globalThis as any).__before && !a.jobs?.busy;
+    },
+    op,
+    { timeout: 180_000 },
+  );
+  const err = page.getByTestId('job-error');
+  if (await err.count()) throw new Error(`${op} failed in the page: ${(await err.textContent())?.trim()}`);
+  return pageDoc(page, op);
+}
+
+function maxDiff(a: number[][], b: number[][]): number {
+  let d = 0;
+  a.forEach((row, l) => row.forEach((v, h) => (d = Math.max(d, Math.abs(v - b[l][h])))));
+  return d;
+}
+
+for (const build of ['native', 'jsep'] as const)
+  test(`${build}: a GPU device lost between runs: the trace and generate equal runs with no loss, and say so`, async ({
+    page,
+    site,
+  }) => {
+    test.setTimeout(300_000);
+    await onWebGpu(page, build === 'jsep' ? `${site.url}?ort=jsep` : site.url);
+    const runtime = await page.evaluate(() => (globalThis as any).__loupe.model?.runtime);
+    test.skip(runtime?.build !== build, `the page was built without ${build}`);
+    await page.getByTestId('prompt').fill(PROMPT);
+    await page.getByTestId('tab-trace').click();
+    await runOp(page, 'trace', { timeout: 120_000 });
+    const fresh = await pageDoc(page, 'trace');
+    expect(fresh.notices).toBeUndefined();
+
+    const restarts0 = await page.evaluate(() => (globalThis as any).__loupe.workerRestarts);
+    expect(await loseDevice(page)).toBe('destroyed');
+    const after = await runNew(page, 'trace');
+    expect(after.model.backend).toBe('webgpu');
+    expect(after.notices?.length).toBe(1);
+    expect(after.notices[0]).toMatch(NOTICE);
+    await expect(page.getByTestId('notice').filter({ hasText: NOTICE })).toBeVisible();
+    const d = maxDiff(after.head_attribution, fresh.head_attribution);
+    console.log(`[e2e] ${build}: trace after a device loss vs before, max |Δ| head attribution ${d.toExponential(2)}`);
+    expect(after.predicted_token_id).toBe(fresh.predicted_token_id);
+    expect(d).toBeLessThan(1e-5);
+    // the model now runs on a device that is not the lost one
+    const w = await engineWorker(page);
+    const renewed = await w.evaluate(async () => {
+      const d = await (self as any).__loupeGpuDevice();
+      return !!d && d !== (self as any).__lostDevice;
+    });
+    expect(renewed).toBe(true);
+    // native: recovered in the same worker; JSEP: in a new one (the page restarted it)
+    const restarts = (await page.evaluate(() => (globalThis as any).__loupe.workerRestarts)) - restarts0;
+    expect(restarts).toBe(build === 'native' ? 0 : 1);
+
+    // generate, its KV cache kept on the device: lost between two runs of the same input
+    await page.getByTestId('tab-generate').click();
+    await page.locator('#p-generate-max_new_tokens').fill('8');
+    await page.locator('#p-generate-stop_at_eos').uncheck();
+    await runOp(page, 'generate', { timeout: 120_000 });
+    const gen = await pageDoc(page, 'generate');
+    expect(gen.notices).toBeUndefined();
+    expect(await loseDevice(page)).toBe('destroyed');
+    const gen2 = await runNew(page, 'generate');
+    expect(gen2.notices?.[0]).toMatch(NOTICE);
+    expect(gen2.generated_token_ids).toEqual(gen.generated_token_ids);
+    expect(gen2.generated_token_ids.length).toBe(8);
+  });
