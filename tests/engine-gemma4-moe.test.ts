@@ -4,7 +4,10 @@
  * tests/reference/gemma4-64.ts: every hook and the logits within 1e-4 on onnxruntime-node, WASM and
  * onnxruntime-node's WebGPU provider (SwiftShader here); greedy continuations through the KV cache
  * equal the reference's full re-runs; an expert ablated, its routing forbidden and forced equal the
- * reference doing the same; each part of the block the reference can leave out moves the logits past
+ * reference doing the same (as interventions and through ablate); trace's terms (dense MLP, its
+ * neurons, every expert) equal a float64 decomposition; activations' expert load and router entropy,
+ * patch's expert_out cells and attribution_patching's expert estimates equal the reference (the last
+ * against float64 central differences); each part of the block the reference can leave out moves the logits past
  * the tolerance; bad MoE configs and expert tensors are structured errors before any weight byte.
  */
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
@@ -14,6 +17,11 @@ import { LoupeError } from '../src/engine/errors';
 import { generateTokens } from '../src/ops/lib/generation';
 import type { LoadedModel } from '../src/engine/api';
 import { operation as trace } from '../src/ops/trace';
+import { operation as ablate } from '../src/ops/ablate';
+import { operation as activations } from '../src/ops/activations';
+import { operation as atp } from '../src/ops/attribution_patching';
+import { operation as patch } from '../src/ops/patch';
+import { schemaErrors, viaJson } from './schema-helpers';
 import { decomposeLogit, dlaHookNames } from '../src/ops/lib/dla';
 import { compareHooks, maxAbsDiff } from './reference';
 import {
@@ -202,6 +210,130 @@ describe.each(CASES)('gemma4 MoE vs float64 reference: $name', ({ options, T }) 
       );
     },
   );
+
+  it('ablate an expert (its output; its routing forbidden or forced): the logit deltas equal the reference doing the same', async () => {
+    const model = models.node!;
+    const prompt = model.decode(tokens.slice(1, 9));
+    const l = m.text.num_hidden_layers - 1;
+    const E = options.moe!.experts;
+    const b = `blocks.${l}.mlp`;
+    const doc0: any = await ablate.run(model, { prompt, layer: l, expert: 0 } as any, {});
+    expect(schemaErrors('ablate', viaJson(doc0))).toEqual([]);
+    const ids = doc0.tokens.map((t: { id: number }) => t.id);
+    const V = m.text.vocab_size;
+    const ans = doc0.answer.token_id;
+    const last = (r: { logits: { data: ArrayLike<number> } }) => r.logits.data[(ids.length - 1) * V + ans];
+    const clean = last(gemma4Forward(m, ids));
+    type Edit = (name: string, v: Float64Array) => Float64Array | void;
+    const cases: [Record<string, unknown>, Edit][] = [
+      [{ expert: 1 }, (name, v) => (name === `${b}.experts.1.hook_out` ? v.fill(0) : undefined)],
+      [
+        { expert: 1, route: 'forbid' },
+        (name, v) => (name === `${b}.hook_router_logits` ? v.map((x, i) => (i % E === 1 ? x - 1e9 : x)) : undefined),
+      ],
+      [
+        { expert: 2, route: 'force' },
+        (name, v) => (name === `${b}.hook_router_logits` ? v.map((x, i) => (i % E === 2 ? x + 1e4 : x)) : undefined),
+      ],
+    ];
+    for (const [target, hook] of cases) {
+      const doc: any = await ablate.run(model, { prompt, layer: l, ...target } as any, {});
+      expect(schemaErrors('ablate', viaJson(doc))).toEqual([]);
+      const want = last(gemma4Forward(m, ids, { hook })) - clean;
+      expect(Math.abs(doc.entries[0].logit_delta - want), JSON.stringify(target)).toBeLessThan(TOL);
+    }
+  });
+
+  it("activations: each expert's load and the router's entropy equal the float64 reference's", async () => {
+    const model = models.node!;
+    const doc: any = await activations.run(
+      model,
+      { prompt: model.decode(tokens.slice(1, 9)), sites: ['resid_post'] } as any,
+      {},
+    );
+    expect(schemaErrors('activations', viaJson(doc))).toEqual([]);
+    const ids = doc.tokens.map((t: { id: number }) => t.id);
+    const ref = gemma4Forward(m, ids);
+    const [E, k, n] = [options.moe!.experts, options.moe!.topK, ids.length];
+    expect(doc.experts.length).toBe(m.text.num_hidden_layers);
+    for (const x of doc.experts) {
+      const idx = ref.hooks[`blocks.${x.layer}.mlp.hook_expert_indices`].data;
+      const load = new Array(E).fill(0);
+      for (let i = 0; i < n * k; i++) load[idx[i]] += 1 / n;
+      for (let e = 0; e < E; e++) expect(x.load[e]).toBeCloseTo(load[e], 12);
+      const lg = ref.hooks[`blocks.${x.layer}.mlp.hook_router_logits`].data;
+      for (let p = 0; p < n; p++) {
+        const row = Array.from(lg.subarray(p * E, (p + 1) * E));
+        const mx = Math.max(...row);
+        const z = row.reduce((a, v) => a + Math.exp(v - mx), 0);
+        const h = -row.reduce((a, v) => a + (Math.exp(v - mx) / z) * (v - mx - Math.log(z)), 0);
+        expect(Math.abs(x.entropy_per_position[p] - h)).toBeLessThan(1e-4);
+      }
+    }
+  });
+
+  it("patch (expert_out) and attribution_patching: each expert's cell equals the reference, its estimate float64 central differences", async () => {
+    const model = models.node!;
+    // the prompt after BOS reversed: a corrupted run whose prediction differs in both cases
+    const corrupted = [tokens[0], ...tokens.slice(1).reverse()];
+    const V = m.text.vocab_size;
+    const E = options.moe!.experts;
+    const L = m.text.num_hidden_layers;
+    const pdoc: any = await patch.run(
+      model,
+      { token_ids: tokens, corrupted_token_ids: corrupted, scans: ['expert_out'] } as any,
+      {},
+    );
+    expect(schemaErrors('patch', viaJson(pdoc))).toEqual([]);
+    const [a, cf] = [pdoc.answer.token_id, pdoc.counterfactual.token_id];
+    const ld = (r: { logits: { data: ArrayLike<number> } }) =>
+      r.logits.data[(T - 1) * V + a] - r.logits.data[(T - 1) * V + cf];
+    const clean = gemma4Forward(m, tokens);
+    const corr = gemma4Forward(m, corrupted);
+    const [ldClean, ldCorr] = [ld(clean), ld(corr)];
+    let worstPatch = 0;
+    for (let l = 0; l < L; l++)
+      for (let e = 0; e < E; e++) {
+        const hook = `blocks.${l}.mlp.experts.${e}.hook_out`;
+        const r = gemma4Forward(m, corrupted, {
+          hook: (name) => (name === hook ? Float64Array.from(clean.hooks[hook].data) : undefined),
+        });
+        const want = (ld(r) - ldCorr) / (ldClean - ldCorr);
+        worstPatch = Math.max(worstPatch, Math.abs(pdoc.expert_out[l][e] - want));
+        expect(Math.abs(pdoc.expert_out[l][e] - want), hook).toBeLessThan(1e-3 * Math.max(1, Math.abs(want)));
+      }
+    const adoc: any = await atp.run(
+      model,
+      { token_ids: tokens, corrupted_token_ids: corrupted, validate: 0 } as any,
+      {},
+    );
+    expect(schemaErrors('attribution_patching', viaJson(adoc))).toEqual([]);
+    expect(adoc.experts.length).toBe(L * E);
+    const [a2, cf2] = [adoc.answer.token_id, adoc.counterfactual.token_id];
+    const metric = (hook: string, eps: number) => {
+      const c = clean.hooks[hook].data,
+        k = corr.hooks[hook].data;
+      const r = gemma4Forward(m, corrupted, {
+        hook: (name, v) => (name === hook ? v.map((x, i) => x + eps * (c[i] - k[i])) : undefined),
+      });
+      return r.logits.data[(T - 1) * V + a2] - r.logits.data[(T - 1) * V + cf2];
+    };
+    let checked = 0;
+    let worstAtp = 0;
+    for (const x of adoc.experts) {
+      if (x.estimate === 0) continue;
+      const hook = `blocks.${x.layer}.mlp.experts.${x.expert}.hook_out`;
+      const fd = (metric(hook, 1e-3) - metric(hook, -1e-3)) / 2e-3;
+      worstAtp = Math.max(worstAtp, Math.abs(x.estimate - fd));
+      expect(Math.abs(x.estimate - fd), hook).toBeLessThan(1e-3 * Math.max(1, Math.abs(fd)));
+      checked++;
+    }
+    expect(checked).toBeGreaterThan(options.moe!.topK);
+    console.log(
+      `gemma4 MoE patch expert_out worst |Δ| ${worstPatch.toExponential(2)}; attribution_patching ${checked} experts vs ` +
+        `central differences worst |Δ| ${worstAtp.toExponential(2)}`,
+    );
+  });
 
   it("parameters: the dense MLP keeps TransformerLens's names, the router is mlp.W_router, each expert's rows of the stacked tensors", () => {
     const model = models.node!;
