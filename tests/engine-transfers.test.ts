@@ -592,15 +592,49 @@ describe('edge_attribution on WebGPU (node): the corrupted outputs stay on the d
     const B = 2;
     const T = 16;
     const common = (rows: number) => 8 * rows * T + 8 + 8 * T + F * T * T;
-    // the corrupted and the clean forward (their outputs kept); per pair the difference (its row index
-    // written) and one gradient run of m rows: weights, gate, seed, the difference fed from the device;
+    // the corrupted and the clean forward (their outputs kept); the m rows of weights copied to the
+    // device once (the same for every pair); per pair the difference (its row index written) and one
+    // gradient run of m rows: gate and seed written, the weights and the difference fed from the device.
+    // Before (main at 6f3c91d) each pair's run wrote its weights: B · F·m·Nf·Nb
     expect(r.runs).toBe(2 + 2 * B);
     expect(r.deviceOutputs).toBe(2 + B);
     expect(r.written).toBe(
-      2 * (common(B) + F * Nf * Nb + F * Nf) + B * 8 + B * (common(m) + F * m * Nf * Nb + F * Nf + F * m * V),
+      2 * (common(B) + F * Nf * Nb + F * Nf) + B * 8 + F * m * Nf * Nb + B * (common(m) + F * Nf + F * m * V),
     );
     // the logits of each forward, and per pair ∂M/∂w summed over its m rows on the device (no logits)
     expect(r.read).toBe(2 * F * B * V + B * F * Nf * Nb);
+    close(
+      r.doc.edges.map((e: any) => e.score),
+      c.edges.map((e: any) => e.score),
+    );
+  });
+
+  it('eap_ig_activations: the rows of weights and gates copied to the device once, fed to every pair', async () => {
+    const m = 2;
+    const input = {
+      generate: { task: 'induction', n: 2, seed: 3, length: 8 },
+      method: 'eap_ig_activations',
+      ig_steps: m,
+    };
+    const r = await counted(gpu, 'edge_attribution', input);
+    const c = (await getOperation('edge_attribution')!.run(cpu, input as any, {})) as any;
+    const { n_layers: L, n_heads: H, d_vocab: V } = gpu.info;
+    const Nf = 1 + L * (H + 1);
+    const Nb = L * (3 * H + 1) + 1;
+    const B = 2;
+    const T = 16;
+    const common = (rows: number) => 8 * rows * T + 8 + 8 * T + F * T * T;
+    // a row per (group: the embedding, each layer's heads, each layer's MLP; step), in runs of at most 64
+    const rows = (1 + 2 * L) * m;
+    const runs = Array.from({ length: Math.ceil(rows / 64) }, (_, i) => Math.min(64, rows - 64 * i));
+    // the forwards as for eap_ig_inputs; weights and gates once; per pair and run the tokens and the seed
+    expect(r.written).toBe(
+      2 * (common(B) + F * Nf * Nb + F * Nf) +
+        B * 8 +
+        F * rows * (Nf * Nb + Nf) +
+        B * runs.reduce((s, k) => s + common(k) + F * k * V, 0),
+    );
+    expect(r.read).toBe(2 * F * B * V + B * runs.length * F * Nf * Nb);
     close(
       r.doc.edges.map((e: any) => e.score),
       c.edges.map((e: any) => e.score),

@@ -321,13 +321,13 @@ export interface DeviceTensor {
 }
 
 export interface EdgeRun {
-  /** [1 or B, nForward, nBackward]; absent: zeros (every input reads this run's own values) */
-  weights?: Tensor;
+  /** [1 or B, nForward, nBackward] (here, or on the device: LoadedModel.toDevice); absent: zeros (every input reads this run's own values) */
+  weights?: Tensor | DeviceTensor;
   /** [1 or B, nForward, T or 1, d_model or 1] upstream values (on the device: an earlier run's edgeOutputsOnDevice); absent: zeros */
   source?: Tensor | DeviceTensor;
   subtract: boolean;
   /** [1 or B, nForward], gradient runs only: the gradient through a_u is scaled by gate[u] (its value is not); default ones */
-  gate?: Tensor;
+  gate?: Tensor | DeviceTensor;
   /** gradient runs only: edgeGrad is ∂M/∂w summed over the batch's rows [1, nForward, nBackward], summed on the device */
   sumRows?: boolean;
   /** false: the logits are not read back (RunResult.logits is [B, P, 0]), for gradient runs that need only edgeGrad */

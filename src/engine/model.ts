@@ -80,7 +80,7 @@ import { readTensorF32, type ReadableWeightSet } from './safetensors';
 import type { ModelFiles } from './source/files';
 import { BUNDLED_MODEL_ID } from './source/ref';
 import { gradName } from './graph/backward';
-import { edgeLayoutOf, EDGE_GRAD_SUM, EDGE_OUT, EDGE_SRC, EDGE_W } from './graph/edge-graph';
+import { edgeLayoutOf, EDGE_GATE, EDGE_GRAD_SUM, EDGE_OUT, EDGE_SRC, EDGE_W } from './graph/edge-graph';
 import {
   buildVariant,
   variantFamily,
@@ -1130,16 +1130,28 @@ class EngineModel implements LoadedModel {
       if (!fits(t.dims, want) || t.data.length !== t.dims.reduce((a, b) => a * b, 1)) throw refuse(what, t.dims, want);
       return t;
     };
+    // an input on the device (a source an earlier run left there, weights copied there once) is fed
+    // as it is, after buildFeeds; a placeholder stands in for it until then
+    const onDev: Record<string, DeviceTensor> = {};
+    const placed = (
+      t: Tensor | DeviceTensor | undefined,
+      name: string,
+      what: string,
+      want: (number | number[])[],
+    ): Tensor | undefined => {
+      if (!t || 'data' in t) return t;
+      if (!fits(t.dims, want)) throw refuse(what, t.dims, want);
+      onDev[name] = t;
+      const dims = want.map((x) => (Array.isArray(x) ? x[0] : x));
+      return { dims, data: new Float32Array(dims.reduce((a, b) => a * b, 1)) };
+    };
     const rowsOf = opts.grad ? [B] : [1, B];
-    const w = shaped(e.weights, 'weights', [rowsOf, Nf, Nb], [opts.grad ? B : 1, Nf, Nb]);
+    const wShape = [rowsOf, Nf, Nb];
+    const w = shaped(placed(e.weights, EDGE_W, 'weights', wShape), 'weights', wShape, [opts.grad ? B : 1, Nf, Nb]);
     const srcShape = [[1, B], Nf, [1, T], [1, D]];
-    // a source left on the device by an earlier run is fed as it is (below)
-    const dev = e.source && 'device' in e.source ? e.source : undefined;
-    if (dev && !fits(dev.dims, srcShape)) throw refuse('source', dev.dims, srcShape);
-    const src = dev
-      ? { dims: [1, 1, 1, 1], data: new Float32Array(1) } // a placeholder, replaced after buildFeeds
-      : shaped(e.source as Tensor | undefined, 'source', srcShape, [1, Nf, 1, 1]);
-    const gate = opts.grad ? shaped(e.gate, 'gate', [[1, B], Nf], [1, Nf], 1) : undefined;
+    const src = shaped(placed(e.source, EDGE_SRC, 'source', srcShape), 'source', srcShape, [1, Nf, 1, 1]);
+    const gShape = [[1, B], Nf];
+    const gate = opts.grad ? shaped(placed(e.gate, EDGE_GATE, 'gate', gShape), 'gate', gShape, [1, Nf], 1) : undefined;
     if ((e.gate || e.sumRows) && !opts.grad) throw bad('gate and sumRows apply to gradient runs only.');
     const P = logitPosCount(opts, T);
     if (opts.grad) {
@@ -1156,7 +1168,7 @@ class EngineModel implements LoadedModel {
       gradSeed: opts.grad?.seed,
       edges: { w, src, self: e.subtract ? 1 : 0, gate },
     });
-    if (dev) feeds[EDGE_SRC] = dev.device as OrtTensorLike;
+    for (const [name, t] of Object.entries(onDev)) feeds[name] = t.device as OrtTensorLike;
     const gradOut = e.sumRows ? EDGE_GRAD_SUM : gradName(EDGE_W);
     const fetches = [
       ...(e.logits === false ? [] : ['logits']),

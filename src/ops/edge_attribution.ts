@@ -189,6 +189,15 @@ interface Item {
   mCorr: number;
 }
 
+/** one gradient run's rows of EAP-IG weights [B, Nf, Nb] and gates [B, Nf], here or on the device */
+interface IgBatch {
+  B: number;
+  weights: Tensor | DeviceTensor;
+  gate?: Tensor | DeviceTensor;
+}
+
+const releaseBatch = (b: IgBatch) => [b.weights, b.gate].forEach((t) => t && 'release' in t && t.release());
+
 export const operation = defineOperation({
   name: 'edge_attribution',
   title: 'Edge attribution',
@@ -250,71 +259,77 @@ export const operation = defineOperation({
     logits.data[row * V + ex.answer] - logits.data[row * V + ex.counterfactual];
   const T0 = (ex: Example) => ex.clean.length;
 
+  // EAP-IG's rows of weights, made on first use (igRows)
+  let igBatches: Promise<IgBatch[]> | undefined;
   // ---- pass 1: the corrupted (and, for the IG methods, clean) node outputs of every pair
   const needClean = method === 'eap_ig_inputs' || method === 'eap_ig_activations';
   const items: Item[] = [];
-  const batches = batchesByLength(ds.examples, input.batch_size);
-  const progress = (stage: string, done: number, total: number) => ctx.onProgress?.({ stage, done, total });
-  progress('corrupted and clean runs', 0, n);
-  // eap scores each batch in one gradient run fed the corrupted outputs as they are; EAP-IG feeds
-  // each pair's difference corrupted − clean, made on the device where the backend keeps the outputs
-  // there. They come to JS only for the exact method and evaluation.
-  const inJs = method === 'exact' || imported !== undefined || input.evaluate || explicit !== undefined;
-  const outputs = inJs ? true : 'device';
-  for (const batch of batches) {
-    const T = T0(batch[0]);
-    const size = Nf * T * D;
-    const corr = await run(
-      batch.map((e) => e.corrupted),
-      { logitPositions: [T - 1], edges: { subtract: true, outputs } },
-    );
-    const eap = method === 'eap' ? await eapBatch(batch, corr) : undefined;
-    // EAP reads M(clean) off its gradient runs
-    const clean =
-      method === 'eap'
-        ? undefined
-        : await run(
-            batch.map((e) => e.clean),
-            { logitPositions: [T - 1], edges: { subtract: true, outputs: needClean ? outputs : false } },
-          );
-    const onDevice = corr.edgeOutputsOnDevice && clean?.edgeOutputsOnDevice;
-    try {
-      for (const [r, ex] of batch.entries()) {
-        const it: Item = {
-          ex,
-          corr: corr.edgeOutputs?.data.slice(r * size, (r + 1) * size),
-          clean: clean?.edgeOutputs?.data.slice(r * size, (r + 1) * size),
-          mClean: eap ? eap.mClean[r] : clean ? M(clean.logits, r, ex) : NaN,
-          mCorr: M(corr.logits, r, ex),
-          scores: eap?.scores[r],
-        };
-        if (onDevice) {
-          const delta = await model.deviceDifference(corr.edgeOutputsOnDevice!, clean!.edgeOutputsOnDevice!, r);
-          try {
-            it.scores = await scorePair(it, method as (typeof METHODS)[number], delta);
-          } finally {
-            delta.release();
-          }
-        }
-        items.push(it);
-      }
-    } finally {
-      corr.edgeOutputsOnDevice?.release();
-      clean?.edgeOutputsOnDevice?.release();
-    }
-    progress('corrupted and clean runs', items.length, n);
-  }
-  items.sort((a, b) => a.ex.index - b.ex.index);
-  const mean = (xs: number[]) => xs.reduce((s, x) => s + x, 0) / xs.length;
-
-  // ---- pass 2: scores, per pair
   const perExample: Float64Array[] = [];
-  if (!imported) {
-    progress('attributing', 0, n);
-    for (const it of items) {
-      perExample.push(it.scores ?? (await scorePair(it, method as (typeof METHODS)[number])));
-      progress('attributing', perExample.length, n);
+  const progress = (stage: string, done: number, total: number) => ctx.onProgress?.({ stage, done, total });
+  const mean = (xs: number[]) => xs.reduce((s, x) => s + x, 0) / xs.length;
+  try {
+    const batches = batchesByLength(ds.examples, input.batch_size);
+    progress('corrupted and clean runs', 0, n);
+    // eap scores each batch in one gradient run fed the corrupted outputs as they are; EAP-IG feeds
+    // each pair's difference corrupted − clean, made on the device where the backend keeps the outputs
+    // there. They come to JS only for the exact method and evaluation.
+    const inJs = method === 'exact' || imported !== undefined || input.evaluate || explicit !== undefined;
+    const outputs = inJs ? true : 'device';
+    for (const batch of batches) {
+      const T = T0(batch[0]);
+      const size = Nf * T * D;
+      const corr = await run(
+        batch.map((e) => e.corrupted),
+        { logitPositions: [T - 1], edges: { subtract: true, outputs } },
+      );
+      const eap = method === 'eap' ? await eapBatch(batch, corr) : undefined;
+      // EAP reads M(clean) off its gradient runs
+      const clean =
+        method === 'eap'
+          ? undefined
+          : await run(
+              batch.map((e) => e.clean),
+              { logitPositions: [T - 1], edges: { subtract: true, outputs: needClean ? outputs : false } },
+            );
+      const onDevice = corr.edgeOutputsOnDevice && clean?.edgeOutputsOnDevice;
+      try {
+        for (const [r, ex] of batch.entries()) {
+          const it: Item = {
+            ex,
+            corr: corr.edgeOutputs?.data.slice(r * size, (r + 1) * size),
+            clean: clean?.edgeOutputs?.data.slice(r * size, (r + 1) * size),
+            mClean: eap ? eap.mClean[r] : clean ? M(clean.logits, r, ex) : NaN,
+            mCorr: M(corr.logits, r, ex),
+            scores: eap?.scores[r],
+          };
+          if (onDevice) {
+            const delta = await model.deviceDifference(corr.edgeOutputsOnDevice!, clean!.edgeOutputsOnDevice!, r);
+            try {
+              it.scores = await scorePair(it, method as (typeof METHODS)[number], delta);
+            } finally {
+              delta.release();
+            }
+          }
+          items.push(it);
+        }
+      } finally {
+        corr.edgeOutputsOnDevice?.release();
+        clean?.edgeOutputsOnDevice?.release();
+      }
+      progress('corrupted and clean runs', items.length, n);
     }
+    items.sort((a, b) => a.ex.index - b.ex.index);
+
+    // ---- pass 2: scores, per pair
+    if (!imported) {
+      progress('attributing', 0, n);
+      for (const it of items) {
+        perExample.push(it.scores ?? (await scorePair(it, method as (typeof METHODS)[number])));
+        progress('attributing', perExample.length, n);
+      }
+    }
+  } finally {
+    igBatches?.then((b) => b.forEach(releaseBatch)).catch(() => undefined);
   }
   const mClean = mean(items.map((i) => i.mClean));
   const mCorr = mean(items.map((i) => i.mCorr));
@@ -389,10 +404,41 @@ export const operation = defineOperation({
     }
     // the EAP-IG methods: rows of weights, one backward each, d = corrupted − clean fed as a fixed
     // difference; the edge's score is Σ_rows grad[u, b] / rows
+    const source = difference ?? src(Float32Array.from(it.corr!, (c, i) => c - it.clean![i]));
+    const batches = await (igBatches ??= igRows(how));
+    const rows = batches.reduce((s, x) => s + x.B, 0);
+    const acc = new Float64Array(Nf * Nb);
+    for (const { B, weights, gate } of batches) {
+      const res = await run(Array(B).fill(ex.clean), {
+        logitPositions: [T - 1],
+        edges: {
+          subtract: false,
+          source,
+          weights,
+          ...(gate ? { gate } : {}),
+          sumRows: true, // the rows are one pair's: their sum is what is needed, and no logits
+          logits: false,
+        },
+        grad: { hooks: [], seed: metricSeed(V, B, ex.answer, ex.counterfactual) },
+      });
+      const gr = res.edgeGrad!.data;
+      for (let i = 0; i < Nf * Nb; i++) acc[i] += gr[i];
+    }
+    g.edges.forEach((e, i) => {
+      out[i] = acc[e.f * Nb + e.b] / rows;
+    });
+    return out;
+  }
+
+  /**
+   * The EAP-IG methods' rows of weights (and gates) in batches of at most CAPS.maxBatch: the same for
+   * every pair, so made once per call and, where the backend keeps values on the device, copied there
+   * once and fed to every pair's runs (released after pass 2)
+   */
+  async function igRows(how: (typeof METHODS)[number]): Promise<IgBatch[]> {
     let weights: Float32Array;
     let gate: Float32Array | undefined;
     let rows: number;
-    const source = difference ?? src(Float32Array.from(it.corr!, (c, i) => c - it.clean![i]));
     if (how === 'eap_ig_inputs') {
       // row k: the input's outputs reach every input b as e_clean + (1 − k/m)(e_corr − e_clean)
       rows = m;
@@ -421,27 +467,19 @@ export const operation = defineOperation({
         }
       });
     }
-    const acc = new Float64Array(Nf * Nb);
-    for (let first = 0; first < rows; first += CAPS.maxBatch) {
-      const B = Math.min(CAPS.maxBatch, rows - first);
-      const res = await run(Array(B).fill(ex.clean), {
-        logitPositions: [T - 1],
-        edges: {
-          subtract: false,
-          source,
-          weights: { dims: [B, Nf, Nb], data: weights.subarray(first * Nf * Nb, (first + B) * Nf * Nb) },
-          ...(gate ? { gate: { dims: [B, Nf], data: gate.subarray(first * Nf, (first + B) * Nf) } } : {}),
-          sumRows: true, // the rows are one pair's: their sum is what is needed, and no logits
-          logits: false,
-        },
-        grad: { hooks: [], seed: metricSeed(V, B, ex.answer, ex.counterfactual) },
-      });
-      const gr = res.edgeGrad!.data;
-      for (let i = 0; i < Nf * Nb; i++) acc[i] += gr[i];
+    const out: IgBatch[] = [];
+    try {
+      for (let first = 0; first < rows; first += CAPS.maxBatch) {
+        const B = Math.min(CAPS.maxBatch, rows - first);
+        const w = { dims: [B, Nf, Nb], data: weights.slice(first * Nf * Nb, (first + B) * Nf * Nb) };
+        const batch: IgBatch = { B, weights: await model.toDevice(w) };
+        out.push(batch);
+        if (gate) batch.gate = await model.toDevice({ dims: [B, Nf], data: gate.slice(first * Nf, (first + B) * Nf) });
+      }
+    } catch (e) {
+      out.forEach(releaseBatch);
+      throw e;
     }
-    g.edges.forEach((e, i) => {
-      out[i] = acc[e.f * Nb + e.b] / rows;
-    });
     return out;
   }
 
