@@ -3,7 +3,8 @@
  * WebGPU execution provider (every check asserts the model ran there, not on the JSEP fallback, unless the page was
  * built with LOUPE_ORT_EP=jsep); a load the native build cannot make falls back to JSEP and says so. stories260K and induction-gpt2
  * run on the `webgpu` backend and agree with WASM within 1e-4 on logits and every hook (the
- * Doctor's agreement check), and a trace on WebGPU equals the CLI's; with a forced low tensor
+ * Doctor's agreement check), and a trace on WebGPU equals the CLI's (its readout in the forward graph's Ifs, and
+ * the logit lens there, counted: only the products and the lens's top-k read back); with a forced low tensor
  * limit (?tensor_bytes) the vocabulary is split on WebGPU with the same numbers; Gemma 3, Phi-3/Phi-4-mini and OLMo 2
  * traces equal their float64 references and agree with WASM; at q4 (onnxruntime-web's WebGPU MatMulNBits) a
  * trace equals the float64 reference of q4's scheme written out; the four mixture-of-experts families' traces
@@ -27,6 +28,7 @@ import {
   SHARED_MODELS,
   PROMPT,
   shotWidthsThemes,
+  watchErrors,
 } from './fixtures';
 import { ALL_FAMILY_CASES, MOE_FAMILY_CASES, makeCaseModel, referenceForward } from '../tests/reference';
 import { q4Reference } from '../tests/helpers/q4-reference';
@@ -102,6 +104,7 @@ test.beforeEach(({ page }) => {
 
 test('stories260K on WebGPU: a trace equals the CLI and every hook agrees with WASM', async ({ page, site }) => {
   test.setTimeout(300_000);
+  const errors = watchErrors(page);
   await openReady(page, site.url);
   await requireWebGpu(page);
   await page.locator('#backend').selectOption('webgpu');
@@ -118,21 +121,24 @@ test('stories260K on WebGPU: a trace equals the CLI and every hook agrees with W
     return page.evaluate(() => (globalThis as any).__loupe.models.memory.transfers);
   };
   // a trace reads back the logits and its hooks at the traced position only, gathered there on the GPU:
-  // V + per layer hook_z, attn_out, mlp_out, mlp.hook_post + resid_pre 0, the last resid_post, ln_final's scale
+  // V + per layer hook_z, attn_out, mlp_out, mlp.hook_post + resid_pre 0, the last resid_post, ln_final's scale;
+  // then one token through the forward graph taking the readout's If (readout 'forward', the forward's
+  // weights): per layer z·W_O [D], W_O·e [H·Dh], W_out·e [M]; the first trace also Σ_v W_U[:, v] [D], a run of its own
   const [V, L, D, HDh, M] = [512, 5, 64, 64, 172];
-  const traceBytes = 4 * (V + L * (HDh + 2 * D + M) + 2 * D + 1);
+  const traceBytes = 4 * (V + L * (HDh + 2 * D + M) + 2 * D + 1) + 4 * L * (D + HDh + M);
+  expect(await page.evaluate(() => (globalThis as any).__loupe.model?.info.readout)).toBe('forward');
   await page.getByTestId('prompt').fill(PROMPT + ' girl named Lily. She liked to play with her toys in the garden');
   await page.getByTestId('tab-trace').click();
   let t0 = await transfers();
   await runOp(page, 'trace', { timeout: 120_000 });
   let t1 = await transfers();
-  expect([t1.runs - t0.runs, t1.read_bytes - t0.read_bytes]).toEqual([1, traceBytes]);
+  expect([t1.runs - t0.runs, t1.read_bytes - t0.read_bytes]).toEqual([3, traceBytes + 4 * D]);
   await page.getByTestId('prompt').fill(PROMPT);
   await page.locator('#p-trace-top_k').fill('40');
   t0 = await transfers();
   const ms = await runOp(page, 'trace', { timeout: 120_000 });
   t1 = await transfers();
-  expect([t1.runs - t0.runs, t1.read_bytes - t0.read_bytes]).toEqual([1, traceBytes]);
+  expect([t1.runs - t0.runs, t1.read_bytes - t0.read_bytes]).toEqual([2, traceBytes]);
   const doc = await page.evaluate(() => (globalThis as any).__loupe.results.trace.doc);
   expect(doc.model.backend).toBe('webgpu');
   const cli = JSON.parse(
@@ -171,6 +177,39 @@ test('stories260K on WebGPU: a trace equals the CLI and every hook agrees with W
   expect(moved.runs - before.runs).toBe(12);
   expect(moved.read_bytes - before.read_bytes).toBe(8 * 12);
   expect(moved.device_feeds).toBeGreaterThan(0);
+  // the logit lens in the forward graph's If: one run, only what its document holds read back (per
+  // stream and position the top k logits and ids, the normaliser, the final token's logit and rank; per
+  // position the final token), never the (L+1)·T·D streams; equal to the CLI's on node
+  await page.getByTestId('tab-logit_lens').click();
+  t0 = await transfers();
+  await runOp(page, 'logit_lens', { timeout: 120_000 });
+  t1 = await transfers();
+  const lens = await page.evaluate(() => (globalThis as any).__loupe.results.logit_lens.doc);
+  const [T, k] = [lens.tokens.length, lens.layers[0].positions[0].top.length];
+  expect([t1.runs - t0.runs, t1.read_bytes - t0.read_bytes]).toEqual([1, (L + 1) * T * (12 * k + 12) + 8 * T]);
+  const cliLens = JSON.parse(
+    execFileSync(process.execPath, ['bin/loupe.mjs', 'logit_lens', 'default', PROMPT, '--json'], {
+      encoding: 'utf8',
+      stdio: ['ignore', 'pipe', 'ignore'],
+    }),
+  );
+  const cells = (doc: any) => doc.layers.flatMap((l: any) => l.positions);
+  expect(cells(lens).map((c: any) => c.top.map((t: any) => t.token_id))).toEqual(
+    cells(cliLens).map((c: any) => c.top.map((t: any) => t.token_id)),
+  );
+  let dl = 0;
+  cells(lens).forEach((c: any, i: number) => {
+    const o = cells(cliLens)[i];
+    dl = Math.max(dl, Math.abs(c.final_token_prob - o.final_token_prob));
+    c.top.forEach((t: any, j: number) => (dl = Math.max(dl, Math.abs(t.prob - o.top[j].prob))));
+  });
+  console.log(
+    `[e2e] logit_lens on webgpu: read ${t1.read_bytes - t0.read_bytes} bytes; vs CLI max |Δ| prob ${dl.toExponential(2)}`,
+  );
+  expect(dl).toBeLessThan(1e-4);
+  // the lens's If reads the hooks (graph outputs) from the outer graph: onnxruntime-web's optimizer does
+  // not try to rename them (it logs CanUpdateImplicitInputNameInSubgraphs at error level when it does)
+  expect(errors.filter((e) => e.includes('CanUpdateImplicitInputNameInSubgraphs'))).toEqual([]);
   await agreement(page, 'stories260K');
   await shot(page, 'doctor-webgpu');
 });

@@ -102,7 +102,7 @@ export interface ModelInfo {
   vocab_reason: string;
   /**
    * how DLA's products with W_O and W_out run (readout/choose.ts): streamed from the weight bytes in
-   * JavaScript, a second onnxruntime session, or in the forward graph (WebGPU in Node)
+   * JavaScript, a second onnxruntime session, or in the forward graph (WebGPU)
    */
   readout: 'session' | 'stream' | 'forward';
   /** why that readout */
@@ -417,7 +417,7 @@ export interface RunOptions {
   hooksOnDevice?: boolean;
   /**
    * the logit lens of this run (`lens`, as lensTop of every resid_pre and the final resid_post at
-   * these positions, k tokens each): in the forward graph where it has one (WebGPU in Node: only
+   * these positions, k tokens each): in the forward graph where it has one (WebGPU: only
    * the reduced numbers leave the device), else its streams fetched and reduced in the lens
    * session. One row; `pick.logits: false` may go with it alone.
    */

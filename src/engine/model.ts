@@ -688,7 +688,7 @@ class EngineModel implements LoadedModel {
   }
 
   /**
-   * RunOptions.lens where the forward graph has no lens (every backend but WebGPU in Node): its
+   * RunOptions.lens where the forward graph has no lens (node, WASM): its
    * streams, fetched by the run, stacked [L + 1, P, D] and reduced in the lens session; those not
    * asked for as hooks are dropped from the result
    */

@@ -59,8 +59,8 @@ export const operation = defineOperation({
     "at each position, apply the final norm with the stream's own statistics, the unembedding " +
     'and any final soft-cap; report the top-k tokens (prob) and the probability and rank of ' +
     "the model's final prediction. One forward pass plus one batched unembedding of (n_layers+1)·T " +
-    'residual vectors on the same backend (top-k, normaliser and ranks reduced there; on WebGPU in ' +
-    'Node inside the forward graph, so the streams never leave the GPU).',
+    'residual vectors on the same backend (top-k, normaliser and ranks reduced there; on WebGPU ' +
+    'inside the forward graph, so the streams never leave the GPU).',
   input: logitLensInput,
   output: logitLensOutput,
 }).implement(async (model, input, ctx) => {
@@ -90,7 +90,7 @@ export const operation = defineOperation({
   throwIfAborted(ctx.signal);
   // every (layer, position) stream through ln_final + W_U, reduced to the top-k, the log-normaliser
   // and the final prediction's logit and rank where the streams are (on the device in the forward
-  // graph on WebGPU in Node; else in the lens session). The model's own prediction is the lens of
+  // graph on WebGPU; else in the lens session). The model's own prediction is the lens of
   // the final stream, so no logits are read.
   const P = positions.length;
   const run = await model.run(ids, {

@@ -1144,7 +1144,7 @@ export const lensHooks = (L: number): string[] => [
 export const FORWARD_LENS_OUTPUTS = LENS_OUTPUTS.map((n) => `lens.${n}`);
 
 /**
- * The logit lens in the forward graph (WebGPU in Node, beside the readout's If): the then-branch of
+ * The logit lens in the forward graph (WebGPU, beside the readout's If): the then-branch of
  * an If on LENS_K > 0 gathers the lens streams (lensHooks, graph outputs) at LENS_POSITIONS, stacks
  * them [L + 1, P, D] and reduces them as lensNodes does, with the forward's own ln_final and W_U
  * (no second copy in GPU memory; 16-bit or q8 tables widened in the branch). Only the reduced

@@ -7,9 +7,9 @@
  *  - WASM: every onnxruntime-web session has its own copy of its weights in the one heap (4 GiB
  *    at most, never shrinking): the session while the weights with the second copy (budget.ts
  *    estimateMemory) stay within HEAP_ROOM of the heap, streamed above it.
- *  - WebGPU in Node: in the forward graph itself, behind an If (graph.ts addForwardReadout): the
- *    forward's own weights, no second copy, and a forward computes none of it → 'forward'.
- *  - WebGPU in the page: that copy is in GPU memory, whose size the browser does not tell → stream.
+ *  - WebGPU, in Node and in the page: in the forward graph itself, behind an If (graph.ts
+ *    addForwardReadout): the forward's own weights, no second copy in GPU memory (whose size the
+ *    browser does not tell), and a forward computes none of it → 'forward'.
  *  - onnxruntime-node with weights widened to float32 at load: a second session folds its own
  *    float32 copies of W_O and W_out. As `auto` widens only where float32 fits host memory, the
  *    readout follows the same rule: the session where the weights with that second copy still
@@ -67,7 +67,7 @@ export function readoutFor(
     precision: WeightPrecision;
     memory: BudgetLimits;
     forced?: ReadoutMode;
-    /** the backend runs the forward graph's If on the device (WebGPU in Node) */
+    /** the backend runs the forward graph's If on the device (WebGPU) */
     inForward?: boolean;
   },
 ): ReadoutChoice {

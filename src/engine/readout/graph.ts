@@ -1,6 +1,6 @@
 /**
  * The readout graph: DLA's products with W_O and W_out on the backend, in a second onnxruntime
- * session (or, WebGPU in Node, in the forward graph: addForwardReadout), where choose.ts picks it (each product is a pass over a weight matrix; in ORT they run
+ * session (or, on WebGPU, in the forward graph: addForwardReadout), where choose.ts picks it (each product is a pass over a weight matrix; in ORT they run
  * multi-threaded and vectorised, with the weights in the layout they are stored in, never copied
  * or transposed). Inputs with a zero-length axis cost nothing, so one graph serves every
  * combination:
@@ -119,7 +119,7 @@ export const FORWARD_READOUT_PREFIX = 'readout.';
 export const FORWARD_READOUT_FLAG = 'readout';
 
 /**
- * The readout products in the forward graph (WebGPU in Node, choose.ts 'forward'): onnxruntime's
+ * The readout products in the forward graph (WebGPU, choose.ts 'forward'): onnxruntime's
  * WebGPU provider gives each session its own copy of its weights, so the products use the
  * forward's, in the then-branch of an If on FORWARD_READOUT_FLAG (the provider runs If and its
  * branches; a forward's flag is 0 and the else-branch gives empty outputs, so a forward computes

@@ -59,7 +59,7 @@ export async function readoutProducts(
     const products = await streamedReadout(spec, weights, input, run.signal, run.yieldTurn);
     return { ...products, ...(await unembedProducts(spec, weights, input, pass)) };
   }
-  // in the forward graph (WebGPU in Node) the provider takes zero-length inputs
+  // in the forward graph (WebGPU, Node and the page) the provider takes zero-length inputs
   const feeds = readoutFeeds(spec, input, run.tensor, run.noEmpty && run.mode !== 'forward');
   if (run.mode === 'forward') return forwardReadout(spec, weights, input, run, feeds);
   const unembed = await unembedProducts(spec, weights, input, pass);
@@ -68,7 +68,7 @@ export async function readoutProducts(
 }
 
 /**
- * The readout in the forward graph (WebGPU in Node): W_O's and W_out's products, Σ_v W_U[:, v] and
+ * The readout in the forward graph (WebGPU): W_O's and W_out's products, Σ_v W_U[:, v] and
  * the dot products with every token (unembedDots; float32 sums there), each a pass over a whole
  * table, from one run of its Ifs (graph.ts addForwardReadout); W_U's columns for a few ids (a read of
  * those rows, no product) are read in JavaScript.

@@ -429,6 +429,8 @@ export function webSessionFactory(
     backend,
     ort,
     ...(backend === 'webgpu' && gpu ? { gpu } : {}),
+    // the provider runs If on the GPU: DLA's readout and the logit lens in the forward graph, on its weights
+    ...(backend === 'webgpu' ? { readoutInForward: true } : {}),
     async helper(bytes, onDevice, keep) {
       const ep = onDevice && backend === 'webgpu' ? 'webgpu' : 'wasm';
       const out = keep && ep === 'webgpu' ? { preferredOutputLocation: 'gpu-buffer' } : {};
