@@ -168,6 +168,27 @@ describe('the load decision on the Llama-3.1-8B shape stored as F16', () => {
     expect(e.details).toMatchObject({ bytes: MLP_F32, limit_bytes: 128 * 1024 ** 2, precision: 'stored' });
   });
 
+  it('refused for GPU memory given by the caller, naming it, its source and what would fit (q4, node)', async () => {
+    // buffers pass (1 GiB limits); 16 GB of F16 weights do not fit 8 GB: q8 (8.6 GB) does not either, q4 does
+    const e = await refusal(
+      decideLoad({
+        spec,
+        tensors,
+        backend: 'webgpu',
+        mode: 'stored',
+        gpu: adapter1GiB,
+        memory: { ...memory, gpuBytes: 8e9 },
+        offer: { backends: ['node', 'wasm'] },
+      }),
+    );
+    expect(e.code).toBe('TOO_LARGE');
+    expect(e.message).toMatch(/more than GPU memory \(8\.0 GB, as the caller gave it \(memory\.gpuBytes\)/);
+    expect(e.hint).toContain('--weights q4 on webgpu');
+    expect(e.hint).not.toContain('--weights q8');
+    expect(e.hint).toContain('the node backend');
+    expect(e.details).toMatchObject({ limit_bytes: 8e9, limit_source: expect.stringMatching(/memory\.gpuBytes/) });
+  });
+
   it('a probe that fails refuses, with what the probe found', async () => {
     const gpu: GpuCaps = {
       shaderF16: true,

@@ -200,11 +200,13 @@ export function checkBudget(
   for (const b of offer.backends ?? BACKENDS) {
     if (b !== backend && estimateMemory(w, b, precision, limits).fits) alts.push(`the ${b} backend`);
   }
+  const source = LIMIT_SOURCES[est.limitName] ?? 'the 4 GiB a wasm32 heap can address';
   throw new LoupeError(
     'TOO_LARGE',
     `The model has ${(w.nParams / 1e9).toFixed(2)}B parameters: at ${precision} its weights ` +
       `take ${fmtGB(est.weightBytes)} and it needs about ${fmtGB(est.poolBytes)}, ` +
-      `more than ${est.limitName}${/GiB/.test(est.limitName) ? '' : ` (${fmtGB(est.limitBytes!)})`} on ${backend}.`,
+      `more than ${est.limitName}${/GiB/.test(est.limitName) ? '' : ` (${fmtGB(est.limitBytes!)}, ${source})`} ` +
+      `on ${backend}.`,
     alts.length ? `It would fit with ${alts.join(' or ')}.` : 'Pick a smaller model.',
     {
       n_params: w.nParams,
@@ -213,6 +215,14 @@ export function checkBudget(
       weight_bytes: est.weightBytes,
       needed_bytes: est.poolBytes,
       limit_bytes: est.limitBytes,
+      limit_source: source,
     },
   );
 }
+
+/** where each pool's size comes from, as a refusal says it */
+const LIMIT_SOURCES: Record<string, string> = {
+  'GPU memory':
+    "as the caller gave it (memory.gpuBytes): neither WebGPU nor onnxruntime-node exposes an adapter's memory",
+  'host memory': "the machine's RAM (Node: os.totalmem(); elsewhere as the caller gave it, memory.hostBytes)",
+};
