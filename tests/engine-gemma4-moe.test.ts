@@ -7,7 +7,7 @@
  * reference doing the same (as interventions and through ablate); trace's terms (dense MLP, its
  * neurons, every expert) equal a float64 decomposition; activations' expert load and router entropy,
  * patch's expert_out cells and attribution_patching's expert estimates equal the reference (the last
- * against float64 central differences); each part of the block the reference can leave out moves the logits past
+ * against float64 central differences); edge patching is refused as for dense Gemma 4; each part of the block the reference can leave out moves the logits past
  * the tolerance; bad MoE configs and expert tensors are structured errors before any weight byte.
  */
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
@@ -21,6 +21,7 @@ import { operation as ablate } from '../src/ops/ablate';
 import { operation as activations } from '../src/ops/activations';
 import { operation as atp } from '../src/ops/attribution_patching';
 import { operation as patch } from '../src/ops/patch';
+import { operation as edgeAttribution } from '../src/ops/edge_attribution';
 import { schemaErrors, viaJson } from './schema-helpers';
 import { decomposeLogit, dlaHookNames } from '../src/ops/lib/dla';
 import { compareHooks, maxAbsDiff } from './reference';
@@ -333,6 +334,15 @@ describe.each(CASES)('gemma4 MoE vs float64 reference: $name', ({ options, T }) 
       `gemma4 MoE patch expert_out worst |Δ| ${worstPatch.toExponential(2)}; attribution_patching ${checked} experts vs ` +
         `central differences worst |Δ| ${worstAtp.toExponential(2)}`,
     );
+  });
+
+  it('edge patching stays refused (post-norm blocks, as for the dense Gemma 4): a structured error', async () => {
+    const corrupted = [tokens[0], ...tokens.slice(1).reverse()];
+    const run = edgeAttribution.run(models.node!, { token_ids: tokens, corrupted_token_ids: corrupted } as any, {});
+    await expect(run).rejects.toMatchObject({
+      code: 'UNSUPPORTED_ARCHITECTURE',
+      message: expect.stringContaining('post-norm'),
+    });
   });
 
   it("parameters: the dense MLP keeps TransformerLens's names, the router is mlp.W_router, each expert's rows of the stacked tensors", () => {

@@ -182,12 +182,16 @@ export const CATALOG: readonly CatalogEntry[] = [
   ]),
   // Gemma 4 (Gemma4ForConditionalGeneration): the model cards' totals, per-layer embedding tables
   // and the vision (and, E2B/E4B, audio) towers included, which a load never reads. TransformerLens
-  // names not checked here, so Loupe's. (26B-A4B is its MoE block: refused, arch/gemma4.ts.)
+  // names not checked here, so Loupe's. 26B-A4B (enable_moe_block, 128 experts beside each dense MLP,
+  // arch/gemma4.ts): its card's 25.2B total (3.8B active), as the others not re-read from the checkpoint;
+  // every expert's weights count, and every expert runs on every token, as for the other MoE families.
   ...family('gemma4', 'BF16', [
     ['google/gemma-4-E2B', [], 5.1 * B, ['gemma-4-e2b']],
     ['google/gemma-4-E2B-it', [], 5.1 * B, ['gemma-4-e2b-it']],
     ['google/gemma-4-E4B', [], 8.0 * B, ['gemma-4-e4b']],
     ['google/gemma-4-E4B-it', [], 8.0 * B, ['gemma-4-e4b-it']],
+    ['google/gemma-4-26B-A4B', [], 25.2 * B, ['gemma-4-26b-a4b']],
+    ['google/gemma-4-26B-A4B-it', [], 25.2 * B, ['gemma-4-26b-a4b-it']],
     ['google/gemma-4-31B', [], 30.7 * B, ['gemma-4-31b']],
     ['google/gemma-4-31B-it', [], 30.7 * B, ['gemma-4-31b-it']],
   ]),
