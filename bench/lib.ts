@@ -207,8 +207,9 @@ export const ALL_FUSED: GraphPlan['fused'] = { skipNorm: true, attention: true }
 /**
  * A session over the plain graph (`hooks: false`: no hook outputs, no intervention inputs; with
  * onnxruntime's fused kernels unless `fused` is false), created
- * through the same factory `loadModelNode` uses for this backend. For WASM the weight file's bytes
- * are read into memory as `loadModelNode` does (ORT-web takes external data as buffers).
+ * through the same factory `loadModelNode` uses for this backend, from the same weight set: for WASM
+ * each tensor is read from the file as onnxruntime-web copies it (runtime/ort-session.ts lazyPiece),
+ * as the engine's load does (reading the whole file first left 475 MiB of JS buffers beside the heap).
  */
 export async function plainSession(
   dir: string,
@@ -229,17 +230,9 @@ export async function plainSession(
     unembedApart: factory.unembedApart,
   });
   const buildMs = now() - t0;
-  if (backend === 'wasm') {
-    for (const [file, p] of weights.paths) {
-      if (weights.files.has(file)) continue;
-      const b = readFileSync(p);
-      weights.files.set(file, new Uint8Array(b.buffer, b.byteOffset, b.byteLength)); // a view, not a copy
-    }
-  }
   const t1 = now();
   const session = await factory.create(graph, weights);
   const createMs = now() - t1 + buildMs;
-  if (backend === 'wasm') weights.files.clear(); // ORT-web has copied them into its heap
   const ort = factory.ort;
   const { nLayers, nKvHeads, dHead } = spec;
   const emptyKv = new Float32Array(0);
