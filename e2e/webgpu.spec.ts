@@ -634,6 +634,10 @@ test("an attribution graph and eap / EAP-IG edge scores on WebGPU equal Node's, 
     });
     expect(doc.model.backend).toBe('webgpu');
     expect(doc.graph.nodes.map((n: any) => n.node_id)).toEqual(nodeDoc.graph.nodes.map((n: any) => n.node_id));
+    // pruned on the GPU (the rows kept there): the same links as Node's float64 pruning of the rows
+    expect(doc.method).toContain('on the device');
+    const link = (l: any) => `${l.source}>${l.target}`;
+    expect(doc.graph.links.map(link)).toEqual(nodeDoc.graph.links.map(link));
     expect(Math.abs(doc.scores.replacement - nodeDoc.scores.replacement)).toBeLessThan(1e-4);
     expect(Math.abs(doc.scores.completeness - nodeDoc.scores.completeness)).toBeLessThan(1e-4);
     // each backward run feeds the 6 + L frozen constants from the device

@@ -15,7 +15,10 @@ import { operation } from '../src/ops/attribution_graph';
 import { operation as intervention } from '../src/ops/feature_intervention';
 import type { OpContext } from '../src/ops/types';
 import { useSharedModels } from './helpers/shared-models';
-import type { RefModel } from './reference';
+import { loadModelDir, type RefModel } from './reference';
+import { loadModelNode } from '../src/node/load';
+import { SHARED } from './helpers/shared';
+import * as path from 'node:path';
 import {
   cleanState,
   frozenDifference,
@@ -70,25 +73,27 @@ const TOKENS = {
   stories: [1, 300, 301, 302, 40, 300, 301, 302, 40],
 };
 
+const sets: RandomTranscoderSet[] = [];
+
+/** a random transcoder set calibrated to the model's feature inputs on `tokens` (about 6 active per position) */
+function setFor(ref: RefModel, tokens: number[], kind: 'plt' | 'clt', variant: Variant = {}) {
+  const L = ref.config.n_layer ?? ref.config.num_hidden_layers;
+  const D = ref.config.n_embd ?? ref.config.hidden_size;
+  const opts = { kind, nLayers: L, dModel: D, features: 96, skip: kind === 'plt', ...variant } as const;
+  const probe = makeRandomTranscoders(opts);
+  const calibrate = cleanState(ref, tokens, probe.ref).xin;
+  probe.cleanup();
+  const tc = makeRandomTranscoders({ ...opts, calibrate, l0: 6 });
+  sets.push(tc);
+  return tc;
+}
+
 describe('attribution_graph against the float64 oracle', () => {
   let models: { gpt2: LoadedModel; stories: LoadedModel; gpt2Ref: RefModel; storiesRef: RefModel };
   useSharedModels((m) => (models = m));
   const loaders = createNodeSaeLoaders({ cache: false });
   const ctx: OpContext = { loadTranscoders: loaders.loadTranscoders };
-  const sets: RandomTranscoderSet[] = [];
-  afterAll(() => sets.forEach((s) => s.cleanup()));
-
-  const setFor = (ref: RefModel, tokens: number[], kind: 'plt' | 'clt', variant: Variant = {}) => {
-    const L = ref.config.n_layer ?? ref.config.num_hidden_layers;
-    const D = ref.config.n_embd ?? ref.config.hidden_size;
-    const opts = { kind, nLayers: L, dModel: D, features: 96, skip: kind === 'plt', ...variant } as const;
-    const probe = makeRandomTranscoders(opts);
-    const calibrate = cleanState(ref, tokens, probe.ref).xin;
-    probe.cleanup();
-    const tc = makeRandomTranscoders({ ...opts, calibrate, l0: 6 });
-    sets.push(tc);
-    return tc;
-  };
+  afterAll(() => sets.splice(0).forEach((s) => s.cleanup()));
 
   const cases: [string, 'gpt2' | 'stories', 'plt' | 'clt', Variant][] = [
     ['induction-gpt2', 'gpt2', 'plt', {}],
@@ -329,3 +334,64 @@ function pos(r: RefAttribution, i: number) {
   const a = r.active[i];
   return { layer: a.layer, position: a.pos, feature: a.feature };
 }
+
+// On WebGPU (onnxruntime-node, SwiftShader here): the adjacency rows kept on the device and pruned there
+// (engine/runtime/adjacency.ts, float32), against the same float64 oracle: the node set and links, scores,
+// each link's weight and each node's cumulative influence.
+describe('attribution_graph pruned on WebGPU against the float64 oracle', () => {
+  const models: Partial<Record<'gpt2' | 'stories', LoadedModel>> = {};
+  const refs: Partial<Record<'gpt2' | 'stories', RefModel>> = {};
+  const loaders = createNodeSaeLoaders({ cache: false });
+  const ctx: OpContext = { loadTranscoders: loaders.loadTranscoders };
+  beforeAll(async () => {
+    models.gpt2 = await loadModelNode(path.join(SHARED, 'models/induction-gpt2'), { backend: 'webgpu' });
+    models.stories = await loadModelNode('default', { backend: 'webgpu' });
+    refs.gpt2 = loadModelDir(path.join(SHARED, 'models/induction-gpt2'));
+    refs.stories = loadModelDir(path.join(SHARED, 'models/stories260K'));
+  }, 120_000);
+  afterAll(async () => {
+    await models.gpt2?.dispose();
+    await models.stories?.dispose();
+    sets.splice(0).forEach((s) => s.cleanup());
+  });
+
+  it.each([
+    ['gpt2', 'plt'],
+    ['gpt2', 'clt'],
+    ['stories', 'plt'],
+    ['stories', 'clt'],
+  ] as const)('%s %s: node set, links, weights, influences, scores', async (which, kind) => {
+    const ref = refs[which]!;
+    const tokens = TOKENS[which];
+    const tc = setFor(ref, tokens, kind);
+    const r = referenceAttribution(ref, tokens, tc.ref);
+    const doc = await operation.run(
+      models[which]!,
+      { prompt: '', token_ids: tokens, transcoder_source: tc.dir, slug: `webgpu-${which}-${kind}` },
+      ctx,
+    );
+    expect(doc.model.backend).toBe('webgpu');
+    expect(doc.method).toContain('on the device');
+    const N = r.nodes.length;
+    const want = referenceJson(r);
+    expect(doc.graph.nodes.map((n) => `${KIND[n.feature_type]}:${n.node_id}`)).toEqual(want.nodes);
+    expect(doc.graph.links.map((l) => `${l.source}>${l.target}`)).toEqual(want.links);
+    expect(doc.graph.links.length).toBeGreaterThan(0);
+    expect(Math.abs(doc.scores.replacement - r.scores.replacement)).toBeLessThan(1e-4);
+    expect(Math.abs(doc.scores.completeness - r.scores.completeness)).toBeLessThan(1e-4);
+    const index = new Map(r.nodes.map((n, i) => [`${n.kind}:${n.node_id}`, i]));
+    const byId = new Map(doc.graph.nodes.map((n) => [n.node_id, n]));
+    const seen = new Map<string, number>();
+    for (const n of doc.graph.nodes) seen.set(n.node_id, (seen.get(n.node_id) ?? 0) + 1);
+    for (const l of doc.graph.links.filter((x) => seen.get(x.source) === 1 && seen.get(x.target) === 1)) {
+      const ti = index.get(`${KIND[byId.get(l.target)!.feature_type]}:${l.target}`)!;
+      const si = index.get(`${KIND[byId.get(l.source)!.feature_type]}:${l.source}`)!;
+      expect(Math.abs(l.weight - r.adjacency[ti * N + si])).toBeLessThan(1e-4);
+    }
+    for (const n of doc.graph.nodes) {
+      const i = index.get(`${KIND[n.feature_type]}:${n.node_id}`)!;
+      if (n.feature_type !== 'logit') expect(Math.abs(n.influence! - r.cumulativeScores[i])).toBeLessThan(1e-4);
+    }
+    expect(Math.abs(doc.pruning.edge_score_threshold - r.thresholds.edge) / r.thresholds.edge).toBeLessThan(1e-4);
+  });
+});
