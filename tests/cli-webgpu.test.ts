@@ -4,7 +4,7 @@
  * the process finds its driver itself (here and in CI: Chromium's SwiftShader); on one small random
  * model of each family the float64 reference tests cover through the CLI's main() in this process
  * (its Vulkan set up the same way, once); every number of the document within
- * 1e-4 (q8 and q4 too, and q4 against its scheme's float64 reference; F16 weights at `stored` widened where the adapter has no shader-f16); `loupe mcp --headless --backend webgpu` (its engine thread) with a buffer limit that splits
+ * 1e-4, the logit lens also on Gemma 4, Qwen3.5, gpt-oss and the MoE families (q8 and q4 too, and q4 against its scheme's float64 reference; F16 weights at `stored` widened where the adapter has no shader-f16); `loupe mcp --headless --backend webgpu` (its engine thread) with a buffer limit that splits
  * the vocabulary, still agreeing; a limit too small for a weight (TOO_LARGE naming the limit and what
  * would fit); no adapter (BACKEND_UNAVAILABLE naming what is missing).
  */
@@ -16,6 +16,7 @@ import { loadModelNode } from '../src/node/load';
 import { getOperation } from '../src/ops/index';
 import {
   ALL_FAMILY_CASES,
+  MOE_FAMILY_CASES,
   caseTokens,
   compareHooks,
   makeCaseModel,
@@ -25,6 +26,9 @@ import {
   type RandomModel,
 } from './reference';
 import { q4Reference } from './helpers/q4-reference';
+import { makeGemma4Model } from './reference/gemma4-64';
+import { makeQwen35Model } from './reference/qwen3_5-64';
+import { makeGptOssModel } from './reference/gpt_oss-64';
 import { viaJson } from './schema-helpers';
 import { main } from '../src/cli/main';
 import type { WeightsMode } from '../src/engine/precision';
@@ -164,6 +168,33 @@ describe('loupe trace and logit_lens --backend webgpu agree with node within 1e-
     const rm = makeCaseModel(c);
     made.push(rm);
     await expectAgrees(rm.dir);
+  });
+
+  // the families with float64 references of their own (layers of differing widths, linear attention,
+  // experts): the logit lens in the forward graph's If, in this process, against node
+  const lensCases: [string, () => { dir: string; cleanup(): void }][] = [
+    ['gemma4', () => makeGemma4Model()],
+    ['qwen3_5', () => makeQwen35Model()],
+    ['gpt_oss', () => makeGptOssModel()],
+    ...MOE_FAMILY_CASES.map((c): [string, () => RandomModel] => [c.name, () => makeCaseModel(c)]),
+  ];
+  it.each(lensCases)('%s: logit_lens', async (_name, make) => {
+    const rm = make();
+    const gpu = await loadModelNode(rm.dir, { backend: 'webgpu' });
+    const cpu = await loadModelNode(rm.dir);
+    try {
+      expect(gpu.info.readout).toBe('forward');
+      const input = { prompt: PROMPT, top_k: TOP_K };
+      const g = viaJson(await getOperation('logit_lens')!.run(gpu, input, {})) as any;
+      const c = viaJson(await getOperation('logit_lens')!.run(cpu, input, {})) as any;
+      const diffs: string[] = [];
+      compare({ ...g, model: undefined }, { ...c, model: undefined }, 'logit_lens', diffs);
+      expect(diffs.slice(0, 5)).toEqual([]);
+    } finally {
+      await gpu.dispose();
+      await cpu.dispose();
+      rm.cleanup();
+    }
   });
 
   it('a weight larger than the buffer limit is TOO_LARGE, naming the limit and what would fit', async () => {
