@@ -7,7 +7,7 @@
  * reference doing the same (as interventions and through ablate); trace's terms (dense MLP, its
  * neurons, every expert) equal a float64 decomposition; activations' expert load and router entropy,
  * patch's expert_out cells and attribution_patching's expert estimates equal the reference (the last
- * against float64 central differences); edge patching is refused as for dense Gemma 4; each part of the block the reference can leave out moves the logits past
+ * against float64 central differences); q8 equals the reference on q8's weights; edge patching is refused as for dense Gemma 4; each part of the block the reference can leave out moves the logits past
  * the tolerance; bad MoE configs and expert tensors are structured errors before any weight byte.
  */
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
@@ -25,6 +25,7 @@ import { operation as edgeAttribution } from '../src/ops/edge_attribution';
 import { schemaErrors, viaJson } from './schema-helpers';
 import { decomposeLogit, dlaHookNames } from '../src/ops/lib/dla';
 import { compareHooks, maxAbsDiff } from './reference';
+import { q8Reference } from './helpers/q8-reference';
 import {
   makeGemma4Model,
   gemma4Forward,
@@ -343,6 +344,38 @@ describe.each(CASES)('gemma4 MoE vs float64 reference: $name', ({ options, T }) 
       code: 'UNSUPPORTED_ARCHITECTURE',
       message: expect.stringContaining('post-norm'),
     });
+  });
+
+  it('q8 and q4 weights quantise the experts and the dense MLP (not the router): q8 equals the reference on the q8 weights', async () => {
+    for (const weights of ['q8', 'q4'] as const) {
+      const q = await loadModelNode(m.dir, { weights });
+      try {
+        expect(q.info.weights).toBe(weights);
+        expect(q.info.weight_bytes).toBeLessThan(models.node!.info.weight_bytes / 2);
+        if (weights !== 'q8') continue;
+        // the q8 scheme from its definition on every matrix (a stacked [E, R, in] expert tensor row by row, as
+        // its per-expert matrices) but the routers
+        const flat = Object.fromEntries(
+          Object.entries(m.tensors).map(([n, t]) => [
+            n,
+            { dims: t.dims.length === 3 ? [t.dims[0] * t.dims[1], t.dims[2]] : t.dims, data: t.data },
+          ]),
+        );
+        const qt = q8Reference({ config: m.config, tensors: flat } as any).tensors;
+        const tensors = Object.fromEntries(
+          Object.entries(m.tensors).map(([n, t]) => [
+            n,
+            { dims: t.dims, data: n.endsWith('router.proj.weight') ? t.data : Float32Array.from(qt[n].data) },
+          ]),
+        );
+        const ref = gemma4Forward({ ...m, tensors }, tokens);
+        const out = await q.run(tokens);
+        expect(maxAbsDiff(ref.logits.data, out.logits.data).maxAbs).toBeLessThan(TOL);
+        expect(maxAbsDiff(gemma4Forward(m, tokens).logits.data, out.logits.data).maxAbs).toBeGreaterThan(10 * TOL);
+      } finally {
+        await q.dispose();
+      }
+    }
   });
 
   it("parameters: the dense MLP keeps TransformerLens's names, the router is mlp.W_router, each expert's rows of the stacked tensors", () => {
