@@ -46,8 +46,11 @@ function close(a: number[], b: number[], tol = 1e-4): void {
 
 describe('transfers on WebGPU (node), against the bytes each document needs', () => {
   let rm: RandomModel;
+  let rm2: RandomModel;
   let gpu: LoadedModel;
   let cpu: LoadedModel;
+  /** the same model at twice the width: what is written per batch should not depend on d_model */
+  let wide: LoadedModel;
   const L = 2,
     D = 64,
     H = 4,
@@ -58,11 +61,15 @@ describe('transfers on WebGPU (node), against the bytes each document needs', ()
     rm = makeRandomModel('gpt2', { seed: 3, dModel: D, nLayers: L, nHeads: H, dMlp: M, vocabSize: V });
     gpu = await loadModelNode(rm.dir, { backend: 'webgpu' });
     cpu = await loadModelNode(rm.dir);
+    rm2 = makeRandomModel('gpt2', { seed: 3, dModel: 2 * D, nLayers: L, nHeads: H, dMlp: M, vocabSize: V });
+    wide = await loadModelNode(rm2.dir, { backend: 'webgpu' });
   });
   afterAll(async () => {
     await gpu?.dispose();
     await cpu?.dispose();
+    await wide?.dispose();
     rm?.cleanup();
+    rm2?.cleanup();
   });
 
   it('trace reads back its position only: the same bytes at any prompt length, O(its document)', async () => {
@@ -292,9 +299,7 @@ describe('transfers on WebGPU (node), against the bytes each document needs', ()
     // Before (main at 6f3c91d) each batch wrote every patched site's mul and add whole, [B, T, d_model]:
     // 1,182,744 bytes for this patch at d_model 64 (20,024 now)
     const D2 = 2 * D;
-    const rm2 = makeRandomModel('gpt2', { seed: 3, dModel: D2, nLayers: L, nHeads: H, dMlp: M, vocabSize: V });
-    const wide = await loadModelNode(rm2.dir, { backend: 'webgpu' });
-    try {
+    {
       const patch = { prompt: '', token_ids: ids, corrupted_token_ids: [5, 11, 20, 31, 40, 50] };
       const p1 = await counted(gpu, 'patch', patch);
       const p2 = await counted(wide, 'patch', patch);
@@ -340,10 +345,36 @@ describe('transfers on WebGPU (node), against the bytes each document needs', ()
       const l2 = await counted(wide, 'layer_ablation', { prompt: '', token_ids: ids, method: 'mean' });
       expect(l2.written - l1.written).toBe(F * T * 2 * L * (D2 - D));
       expect(floatOffDevice(wide)).toEqual([]);
-    } finally {
-      await wide.dispose();
-      rm2.cleanup();
     }
+  });
+
+  it('integrated_gradients reduces its steps on the device: the attributions and the metric come back', async () => {
+    const n = 8;
+    for (const input of [
+      { prompt: '', token_ids: ids, corrupted_token_ids: [5, 11, 20, 31, 40, 50], steps: n },
+      { prompt: '', token_ids: ids, steps: n, baseline: 'zero' },
+    ]) {
+      const r = await counted(gpu, 'integrated_gradients', input);
+      const w = await counted(wide, 'integrated_gradients', input);
+      const corrupted = r.doc.baseline === 'corrupted';
+      // the input's logits at the last position (and the corrupted run's); then one batch of the n + 1
+      // steps: per position Σ (x − x') · ∂M/∂x over the steps, and each row's metric logits. Before (main
+      // at 6f3c91d) x and x' came back, and every step's gradient [T, d_model] and logits row: 30,096
+      // bytes for the corrupted baseline here, 2,640 now
+      expect(r.read).toBe(F * ((corrupted ? 2 : 1) * V + T) + (n + 1) * row(corrupted ? [0, 0] : [0]));
+      // x, x' and x − x' stay on the device; per step its α, 1 − α and seed [V] are written, not its
+      // [T, d_model] input (39,640 bytes written before, 12,120 now: the seeds are 10,800 of them)
+      expect(w.written).toBe(r.written);
+      expect(w.read).toBe(r.read);
+      const c = (await getOperation('integrated_gradients')!.run(cpu, input as any, {})) as any;
+      close(
+        r.doc.attributions.map((x: any) => x.attribution),
+        c.attributions.map((x: any) => x.attribution),
+      );
+      for (const k of ['sum', 'metric_input', 'metric_baseline', 'error'])
+        expect(Math.abs(r.doc.completeness[k] - c.completeness[k])).toBeLessThan(1e-4);
+    }
+    expect(floatOffDevice(gpu)).toEqual([]);
   });
 
   it('generate keeps the KV cache on the device: per step the chosen token comes back (greedy)', async () => {

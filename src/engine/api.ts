@@ -167,7 +167,10 @@ export interface InterventionSite {
 export interface Intervention extends InterventionSite {
   /** vector for add/set/mean (length = size of the site's last axis, or of the head's slice) */
   value?: number[] | Float32Array;
-  /** patch source: in JS memory, or on the device (a run's deviceHooks, LoadedModel.toDevice), fed there to every run */
+  /**
+   * patch source, or what `add` adds (x + α·source) instead of a value: a tensor of the hook's shape
+   * in JS memory, or on the device (a run's deviceHooks, LoadedModel.toDevice), fed there to every run
+   */
   source?: Tensor | DeviceTensor;
   /** batch rows this applies to (when running several variants at once); default every row */
   batch?: number[];
@@ -303,6 +306,11 @@ export interface HookStats {
 export interface AttributionReduce {
   against: Record<string, Tensor | DeviceTensor>;
   keep: Record<string, number | null>;
+  /**
+   * false: `against` is the direction itself, Σ against · ∂M/∂value, batch 1 broadcast over the
+   * run's rows (integrated gradients' x − x'); default true, Σ (against − value) · ∂M/∂value
+   */
+  subtract?: boolean;
 }
 
 /**

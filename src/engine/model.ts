@@ -1036,6 +1036,7 @@ class EngineModel implements LoadedModel {
     out: Record<string, OrtTensorLike>,
   ): Promise<Record<string, Float32Array | Float64Array>> {
     const hooks = Object.keys(a.keep);
+    const sub = a.subtract !== false;
     const r: Record<string, Float32Array | Float64Array> = {};
     const dev = hooks.filter((h) => onDevice(out[h]));
     const T = this.factory.ort.Tensor;
@@ -1045,16 +1046,21 @@ class EngineModel implements LoadedModel {
     };
     for (const h of hooks)
       if (!dev.includes(h))
-        r[h] = hostAttribution(host(a.against[h]), toTensor(out[h]), toTensor(out[gradName(h)]), a.keep[h]);
+        r[h] = hostAttribution(
+          host(a.against[h]),
+          sub ? toTensor(out[h]) : null,
+          toTensor(out[gradName(h)]),
+          a.keep[h],
+        );
     if (!dev.length) return r;
     try {
-      const specs = dev.map((h) => ({ rank: out[h].dims.length, keep: a.keep[h] }));
+      const specs = dev.map((h) => ({ rank: out[h].dims.length, keep: a.keep[h], subtract: sub }));
       const s = await this.helper(attributionKey(specs), true, () => attributionGraph(specs));
       const feeds: Record<string, OrtTensorLike> = {};
       dev.forEach((h, i) => {
         const c = a.against[h];
         feeds[`c${i}`] = 'data' in c ? new T('float32', c.data, c.dims) : (c.device as OrtTensorLike);
-        feeds[`v${i}`] = out[h];
+        if (sub) feeds[`v${i}`] = out[h];
         feeds[`g${i}`] = out[gradName(h)];
       });
       const names = dev.map((_, i) => `r${i}`);

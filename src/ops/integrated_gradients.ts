@@ -12,7 +12,8 @@
  * the edited value. Completeness: Σ_pos a[pos] ≈ M(x) − M(x'); the gap is reported.
  */
 import { z } from 'zod';
-import type { Intervention } from '../engine/api';
+import type { DeviceTensor, Intervention, LogitRow, RunResult } from '../engine/api';
+import type { Tensor } from '../engine/tensor';
 import { defineOperation } from './types';
 import { documentBase, documentHead, interventionList, tokenEntry } from '../schema/common';
 import { LoupeError, throwIfAborted } from '../engine/errors';
@@ -141,7 +142,6 @@ type IgDoc = z.input<typeof integratedGradientsOutput>;
 async function igPair(model: LoadedModel, input: IgParsed, ctx: OpContext): Promise<IgDoc> {
   const { ids, prompt } = inputIds(model, input);
   const T = ids.length;
-  const { d_model: D, d_vocab: V } = model.info;
   const given = givenMetricTokens(model, input);
   const corrupted =
     input.corrupted_prompt || input.corrupted_token_ids
@@ -160,85 +160,22 @@ async function igPair(model: LoadedModel, input: IgParsed, ctx: OpContext): Prom
   const baseline: 'zero' | 'corrupted' =
     input.baseline === 'auto' ? (corrupted ? 'corrupted' : 'zero') : input.baseline;
   const n = input.steps;
-
-  // the input x and the prediction (for a default answer); the corrupted run's x and prediction
-  const base = await model.run(ids, { hooks: [HOOK], logitPositions: [T - 1], signal: ctx.signal });
-  const x = base.hooks[HOOK].data; // [1, T, D]
-  const corrRun = corrupted
-    ? await model.run(corrupted.ids, { hooks: [HOOK], logitPositions: [T - 1], signal: ctx.signal })
-    : null;
-  let runs = corrRun ? 2 : 1;
-  let a: number;
-  let cfId: number | null;
-  let refs: { answer: MetricTokens['refs']['answer']; counterfactual: MetricTokens['refs']['counterfactual'] | null };
-  if (corrRun || given.counterfactual !== undefined) {
-    const mt = given.tokens(base.logits.data, corrRun?.logits.data ?? []);
-    a = mt.answer;
-    cfId = mt.counterfactual;
-    refs = mt.refs;
-  } else {
-    a = given.answer ?? argmax(base.logits.data);
-    cfId = null;
-    refs = {
-      answer: {
-        token: tokenText(model, a),
-        token_id: a,
-        source: given.answer !== undefined ? 'answer' : 'clean_prediction',
-      },
-      counterfactual: null,
-    };
-  }
-  const x0 = baseline === 'corrupted' ? corrRun!.hooks[HOOK].data : null; // x' (zero when null)
-
-  // rows α_0 = 0 (baseline), α_1 … α_n; batched forward + backward
+  const { a, cfId, refs, base, corrRun, sums, mInput, mBaseline, runs } = await igSteps(
+    model,
+    ids,
+    corrupted?.ids ?? null,
+    given,
+    baseline,
+    n,
+    ctx,
+  );
   const alphas = Array.from({ length: n + 1 }, (_, k) => k / n);
-  const meanGrad = new Float64Array(T * D);
-  let mInput = NaN,
-    mBaseline = NaN;
-  ctx.onProgress?.({ stage: 'integrated gradients steps', done: 0, total: alphas.length });
-  for (let start = 0; start < alphas.length; start += CAPS.maxBatch) {
-    throwIfAborted(ctx.signal);
-    const chunk = alphas.slice(start, start + CAPS.maxBatch);
-    const B = chunk.length;
-    let interventions: Intervention[];
-    if (x0) {
-      // x' + α·(x − x') for every row, patched in as one batched source
-      const src = new Float32Array(B * T * D);
-      chunk.forEach((alpha, row) => {
-        for (let i = 0; i < T * D; i++) src[row * T * D + i] = x0[i] + alpha * (x[i] - x0[i]);
-      });
-      interventions = [{ hook: HOOK, op: 'patch', positions: 'all', source: { dims: [B, T, D], data: src } }];
-    } else {
-      interventions = chunk.map((alpha, row) => ({ hook: HOOK, op: 'scale', alpha, batch: [row] }));
-    }
-    const res = await model.run(ids, {
-      batch: B,
-      interventions,
-      logitPositions: [T - 1],
-      grad: { hooks: [HOOK], seed: metricSeed(V, B, a, cfId) },
-      signal: ctx.signal,
-    });
-    runs++;
-    const g = res.grads![HOOK].data; // [B, T, D]
-    chunk.forEach((alpha, row) => {
-      const k = start + row;
-      if (k === 0) mBaseline = metricOf(res.logits.data, a, cfId, row * V);
-      if (k === n) mInput = metricOf(res.logits.data, a, cfId, row * V);
-      if (k === 0) return; // the right sum uses k = 1..n
-      for (let i = 0; i < T * D; i++) meanGrad[i] += g[row * T * D + i] / n;
-    });
-    ctx.onProgress?.({
-      stage: 'integrated gradients steps',
-      done: Math.min(start + B, alphas.length),
-      total: alphas.length,
-    });
-  }
   const texts = model.tokenStrings(ids);
-  const attributions = Array.from({ length: T }, (_, p) => {
-    let s = 0;
-    for (let d = 0; d < D; d++) s += (x[p * D + d] - (x0 ? x0[p * D + d] : 0)) * meanGrad[p * D + d];
-    return { position: p, token: texts[p], attribution: finite(s) };
-  });
+  const attributions = Array.from({ length: T }, (_, p) => ({
+    position: p,
+    token: texts[p],
+    attribution: finite(sums[p]),
+  }));
   const sum = attributions.reduce((s, r) => s + r.attribution, 0);
   const mClean = metricOf(base.logits.data, a, cfId);
   const mCorr = corrRun ? metricOf(corrRun.logits.data, a, cfId) : null;
@@ -294,6 +231,116 @@ async function igPair(model: LoadedModel, input: IgParsed, ctx: OpContext): Prom
   };
 }
 
+/**
+ * The runs of one pair: x (and x'), then the steps in batches, each batch's gradients reduced to
+ * Σ over its rows of (x − x') · ∂M/∂x per position where they are (runtime/reduce.ts), its metric
+ * rows to the answer's and counterfactual's logits
+ */
+async function igSteps(
+  model: LoadedModel,
+  ids: number[],
+  corruptedIds: number[] | null,
+  given: ReturnType<typeof givenMetricTokens>,
+  baseline: 'zero' | 'corrupted',
+  n: number,
+  ctx: OpContext,
+) {
+  const T = ids.length;
+  const V = model.info.d_vocab;
+  // the input x and the prediction (for a default answer); the corrupted run's x and prediction. x
+  // and x' stay on the device where the backend keeps values there: the steps are made and reduced there
+  const held = { hooks: [HOOK], logitPositions: [T - 1], hooksOnDevice: true, signal: ctx.signal };
+  const base = await model.run(ids, held);
+  const owned = [base];
+  const hookOf = (r: RunResult): Tensor | DeviceTensor => r.deviceHooks?.[HOOK] ?? r.hooks[HOOK]; // [1, T, D]
+  let along: DeviceTensor | undefined;
+  try {
+    const corrRun = corruptedIds ? await model.run(corruptedIds, held) : null;
+    if (corrRun) owned.push(corrRun);
+    let runs = corrRun ? 2 : 1;
+    let a: number;
+    let cfId: number | null;
+    let refs: {
+      answer: MetricTokens['refs']['answer'];
+      counterfactual: MetricTokens['refs']['counterfactual'] | null;
+    };
+    if (corrRun || given.counterfactual !== undefined) {
+      const mt = given.tokens(base.logits.data, corrRun?.logits.data ?? []);
+      a = mt.answer;
+      cfId = mt.counterfactual;
+      refs = mt.refs;
+    } else {
+      a = given.answer ?? argmax(base.logits.data);
+      cfId = null;
+      refs = {
+        answer: {
+          token: tokenText(model, a),
+          token_id: a,
+          source: given.answer !== undefined ? 'answer' : 'clean_prediction',
+        },
+        counterfactual: null,
+      };
+    }
+    const x = hookOf(base);
+    const x0 = baseline === 'corrupted' ? hookOf(corrRun!) : null; // x' (zero when null)
+    // x − x', the direction every step's gradient is taken along (made where x and x' are)
+    let dir: Tensor | DeviceTensor = x;
+    if (x0 && 'data' in x && 'data' in x0) dir = { dims: x.dims, data: x.data.map((v, i) => v - x0.data[i]) };
+    else if (x0 && !('data' in x) && !('data' in x0)) dir = along = await model.deviceDifference(x, x0, 0);
+
+    // rows α_0 = 0 (baseline), α_1 … α_n; batched forward + backward. Each row's seed is weighted by
+    // the right sum's 1/n (0 for α_0, whose metric alone is read), so Σ over the rows of
+    // (x − x') · ∂M/∂x, reduced where the gradients are, is the attributions' share of the batch
+    const alphas = Array.from({ length: n + 1 }, (_, k) => k / n);
+    const sums = new Float64Array(T);
+    let mInput = NaN,
+      mBaseline = NaN;
+    const metricIds = cfId === null ? [a] : [a, cfId];
+    const metric = (r: LogitRow) => r.at[0] - (cfId !== null ? r.at[1] : 0);
+    ctx.onProgress?.({ stage: 'integrated gradients steps', done: 0, total: alphas.length });
+    for (let start = 0; start < alphas.length; start += CAPS.maxBatch) {
+      throwIfAborted(ctx.signal);
+      const chunk = alphas.slice(start, start + CAPS.maxBatch);
+      const B = chunk.length;
+      // zero baseline: α·x; else α·x + (1 − α)·x' = x' + α·(x − x'), x' added from where it is
+      const interventions: Intervention[] = chunk.flatMap((alpha, row) => [
+        { hook: HOOK, op: 'scale' as const, alpha, batch: [row] },
+        ...(x0 ? [{ hook: HOOK, op: 'add' as const, source: x0, alpha: 1 - alpha, batch: [row] }] : []),
+      ]);
+      const seed = metricSeed(V, B, a, cfId);
+      chunk.forEach((_, row) => {
+        const w = start + row === 0 ? 0 : 1 / n;
+        for (let v = 0; v < V; v++) seed.data[row * V + v] *= w;
+      });
+      const res = await model.run(ids, {
+        batch: B,
+        interventions,
+        logitPositions: [T - 1],
+        grad: { hooks: [HOOK], seed },
+        attribution: { against: { [HOOK]: dir }, keep: { [HOOK]: 1 }, subtract: false },
+        reduceLogits: { ids: metricIds },
+        signal: ctx.signal,
+      });
+      runs++;
+      const part = res.attribution![HOOK]; // [T]
+      for (let p = 0; p < T; p++) sums[p] += part[p];
+      chunk.forEach((_, row) => {
+        const k = start + row;
+        if (k === 0) mBaseline = metric(res.logitRows![row]);
+        if (k === n) mInput = metric(res.logitRows![row]);
+      });
+      ctx.onProgress?.({
+        stage: 'integrated gradients steps',
+        done: Math.min(start + B, alphas.length),
+        total: alphas.length,
+      });
+    }
+    return { a, cfId, refs, base, corrRun, sums, mInput, mBaseline, runs };
+  } finally {
+    along?.release();
+    for (const r of owned) for (const t of Object.values(r.deviceHooks ?? {})) t.release();
+  }
+}
 /**
  * Dataset mode: igPair on every pair's clean prompt (its answer and counterfactual; the corrupted
  * prompt is not used: the baseline is zero), then each position's mean attribution with its

@@ -158,7 +158,9 @@ function apply(f: Building, iv: Intervention, ctx: Ctx): void {
     if (!m) throw bad(`mean for ${iv.hook} was not computed.`);
     value = m.data;
   }
-  if (iv.op === 'add' || iv.op === 'set' || iv.op === 'mean') {
+  // add's source instead of a value: x + α·source, the source shaped as a patch's
+  const withSource = iv.op === 'patch' || (iv.op === 'add' && iv.source !== undefined && value === undefined);
+  if ((iv.op === 'add' && !withSource) || iv.op === 'set' || iv.op === 'mean') {
     if (!value) throw bad(`'${iv.op}' on ${iv.hook} needs a value.`);
     if (value.length === 1) valueMode = 'scalar';
     else if (value.length === last) valueMode = 'last';
@@ -173,7 +175,7 @@ function apply(f: Building, iv: Intervention, ctx: Ctx): void {
   let src: Tensor | undefined;
   let term: Float32Array | undefined;
   let srcBatch = 1;
-  if (iv.op === 'patch') {
+  if (withSource) {
     const source = iv.source;
     if (!source) throw bad(`'patch' on ${iv.hook} needs a source activation.`);
     const want = dims.slice(1);
@@ -223,6 +225,11 @@ function apply(f: Building, iv: Intervention, ctx: Ctx): void {
           m = alpha;
           break;
         case 'add':
+          if (withSource) {
+            a = src ? alpha * src.data[(srcBatch === 1 ? 0 : b) * perRow + r] : 0;
+            break;
+          }
+        // falls through
         case 'set':
         case 'mean': {
           let restIdx = 0;
@@ -244,7 +251,7 @@ function apply(f: Building, iv: Intervention, ctx: Ctx): void {
       f.mul[i] *= m;
       f.add[i] = f.add[i] * m + a;
       for (const t of f.terms) t.coef[i] *= m;
-      if (term) term[i] = 1;
+      if (term) term[i] = iv.op === 'patch' ? 1 : term[i] + alpha;
     }
   }
 }

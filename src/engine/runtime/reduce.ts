@@ -11,7 +11,9 @@
  * difference, the answer's log-prob, KL from the clean run) reads 4·(K + 3) bytes a row instead of 4·V.
  *
  * attribution products (RunOptions.attribution): Σ (against − value) · ∂M/∂value per hook over
- * every axis but one (AtP's estimates per head, per position, per neuron), float64 on the host.
+ * every axis but one (AtP's estimates per head, per position, per neuron), or Σ against · ∂M/∂value
+ * with `against` a fixed direction broadcast over the batch (integrated gradients: x − x' against
+ * each step's gradient, the steps' weights in the seed); float64 on the host.
  *
  * hook statistics (RunOptions.hookStats): each hook → mean, population std, min, max, the first
  * argmax and the L2 norm at each position. On the host in float64 (hostStats, which the CPU
@@ -85,39 +87,47 @@ export function logitRows(out: Record<string, OrtTensorLike>, K: number): LogitR
   }));
 }
 
-/** one hook's attribution products to reduce: its rank and the axis kept (null: none) */
+/** one hook's attribution products to reduce: its rank, the axis kept (null: none), whether the value is subtracted */
 export interface AttributionSpec {
   rank: number;
   keep: number | null;
+  subtract: boolean;
 }
 
 export const attributionKey = (specs: AttributionSpec[]): string =>
-  'atp:' + specs.map((x) => `${x.rank}@${x.keep ?? '-'}`).join(',');
+  'atp:' + specs.map((x) => `${x.rank}@${x.keep ?? '-'}${x.subtract ? '' : '*'}`).join(',');
 
-/** inputs c{i} (against), v{i} (value), g{i} (gradient); r{i} = Σ (c − v) · g over every axis but keep ([1] for none) */
+/**
+ * inputs c{i} (against), v{i} (value; not with subtract false), g{i} (gradient); r{i} = Σ (c − v) · g
+ * (subtract false: Σ c · g, c broadcast over g's batch) over every axis but keep ([1] for none)
+ */
 export function attributionGraph(specs: AttributionSpec[]): Uint8Array {
   const g = new OnnxGraph(() => '');
   specs.forEach((sp, i) => {
     const dims = Array.from({ length: sp.rank }, (_, k) => `d${i}_${k}`);
-    const [c, v, gr] = ['c', 'v', 'g'].map((n) => g.input(`${n}${i}`, 'float', dims));
+    const gr = g.input(`g${i}`, 'float', dims);
+    const c = g.input(`c${i}`, 'float', sp.subtract ? dims : ['c0', ...dims.slice(1)]);
+    const dir = sp.subtract ? g.o('Sub', [c, g.input(`v${i}`, 'float', dims)]) : c;
     const axes = Array.from({ length: sp.rank }, (_, k) => k).filter((k) => k !== sp.keep);
-    const sum = g.o('ReduceSum', [g.o('Mul', [g.o('Sub', [c, v]), gr]), g.constI(axes)], { keepdims: 0 });
+    const sum = g.o('ReduceSum', [g.o('Mul', [dir, gr]), g.constI(axes)], { keepdims: 0 });
     g.rename(sp.keep === null ? g.o('Reshape', [sum, g.constI([1])]) : sum, `r${i}`);
     g.output(`r${i}`);
   });
   return g.encode();
 }
 
-/** The same products in JS memory, in float64. */
-export function hostAttribution(c: Tensor, v: Tensor, g: Tensor, keep: number | null): Float64Array {
-  const dims = v.dims;
+/** The same products in JS memory, in float64 (v null: subtract false, c repeated over g's batch). */
+export function hostAttribution(c: Tensor, v: Tensor | null, g: Tensor, keep: number | null): Float64Array {
+  const dims = g.dims;
   const n = keep === null ? 1 : dims[keep];
   const inner = keep === null ? 1 : dims.slice(keep + 1).reduce((a, b) => a * b, 1);
   const out = new Float64Array(n);
   const cd = c.data,
-    vd = v.data,
-    gd = g.data;
-  for (let i = 0; i < gd.length; i++) out[keep === null ? 0 : Math.floor(i / inner) % n] += (cd[i] - vd[i]) * gd[i];
+    gd = g.data,
+    C = cd.length;
+  const at = (i: number) => (keep === null ? 0 : Math.floor(i / inner) % n);
+  if (v) for (let i = 0; i < gd.length; i++) out[at(i)] += (cd[i] - v.data[i]) * gd[i];
+  else for (let i = 0; i < gd.length; i++) out[at(i)] += cd[i % C] * gd[i];
   return out;
 }
 
