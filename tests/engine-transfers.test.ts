@@ -533,11 +533,11 @@ describe('transfers on WebGPU (node), against the bytes each document needs', ()
         const S = nAct + L * T + T;
         const nR = nAct + logits.length;
         const before = gpu.memory().transfers!;
-        const d = await rep.pruneOnDevice!({
+        const d = (await rep.pruneOnDevice!({
           logits,
           nodeMask: (inf) => Uint8Array.from({ length: S }, (_, i) => (i >= nAct + L * T || inf[i] > 0 ? 1 : 0)),
           edgeThreshold: 0.9,
-        });
+        }))!;
         const after = gpu.memory().transfers!;
         const K = d.edges!.row.length;
         expect(K).toBeGreaterThan(0);

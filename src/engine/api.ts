@@ -659,9 +659,11 @@ export interface LocalReplacement {
   /**
    * Where the backend keeps values on the device (WebGPU): the rows of every active feature and
    * of `logits` computed and kept there, the adjacency assembled there and pruned there as far as
-   * its edges (engine/runtime/adjacency.ts); only what the pruned graph needs comes back.
+   * its edges (engine/runtime/adjacency.ts); only what the pruned graph needs comes back. null,
+   * before any work, where its largest value (the scores' order, 8 bytes an entry) exceeds one
+   * device buffer: then the rows are read back and pruned in JS.
    */
-  pruneOnDevice?(request: DevicePruneRequest): Promise<DevicePruned>;
+  pruneOnDevice?(request: DevicePruneRequest): Promise<DevicePruned | null>;
   /**
    * circuit-tracer's feature_intervention: set active features (indices into `features`) to new
    * values and return the logits at the last position (after any final soft-cap).

@@ -546,7 +546,10 @@ class EngineModel implements LoadedModel {
             );
           }),
         ...(this.factory.backend === 'webgpu' && this.factory.helper
-          ? { deviceHelper: (bytes: Uint8Array) => this.deviceHelper(bytes) }
+          ? {
+              deviceHelper: (bytes: Uint8Array) => this.deviceHelper(bytes),
+              deviceBufferBytes: this.factory.gpu?.maxBufferBytes,
+            }
           : {}),
       },
       tc,

@@ -62,6 +62,8 @@ export interface ReplacementHost {
   ): Promise<Record<string, OrtTensorLike>>;
   /** where values stay on the device: a session of a weightless graph there (undefined: they do not) */
   deviceHelper?(bytes: Uint8Array): Promise<DeviceHelper | undefined>;
+  /** the largest one device buffer (GpuCaps.maxBufferBytes), where known */
+  deviceBufferBytes?: number;
   /** feeds copied to the device once for many runs where the backend keeps values there (else as they are) */
   upload(feeds: Record<string, OrtTensorLike>): Promise<{ feeds: Record<string, OrtTensorLike>; release(): void }>;
   /** x_s · W_U for vectors [S, D] (no b_U, no soft-cap), float64 */
@@ -568,8 +570,9 @@ export async function prepareReplacement(
    * caller's node mask, which goes back (S floats); the edge scores, their threshold and the
    * edges above it found there; only those edges come back (an index and a weight each).
    */
-  async function pruneOnDevice(r: DevicePruneRequest): Promise<DevicePruned> {
+  async function pruneOnDevice(r: DevicePruneRequest): Promise<DevicePruned | null> {
     const shape: AdjacencyShape = { L, T, nAct: nFeat, nLog: r.logits.length };
+    if (8 * (nFeat + r.logits.length) * nSources > (host.deviceBufferBytes ?? Infinity)) return null;
     const targets: ReplacementTarget[] = [
       ...Array.from({ length: nFeat }, (_, index): ReplacementTarget => ({ kind: 'feature', index })),
       ...r.logits.map((l): ReplacementTarget => ({ kind: 'logit', token: l.token })),

@@ -351,7 +351,27 @@ export const operation = defineOperation({
     featRows.clear();
     return { A, selected };
   }
-  const device = !!rep.pruneOnDevice && maxFeat === nAct && !input.full_adjacency;
+  // on the device (WebGPU): every feature's row; only the influence and the edges above the threshold come back
+  let nodeThr = 0;
+  let mask: Uint8Array = new Uint8Array(0);
+  const d =
+    rep.pruneOnDevice && maxFeat === nAct && !input.full_adjacency
+      ? await rep.pruneOnDevice({
+          logits: logits.map((l) => ({ token: l.token, prob: l.prob })),
+          nodeMask: (inf) => {
+            const full = new Float64Array(S + nLog);
+            full.set(inf);
+            const m = nodeMaskOf(full, T, nLog, input.node_threshold);
+            nodeThr = m.threshold;
+            mask = m.mask;
+            return mask.subarray(0, S);
+          },
+          edgeThreshold: input.edge_threshold,
+          signal: ctx.signal,
+          onRows: (done, all) => report('rows on the device', done, all),
+        })
+      : null;
+  const device = d !== null;
   const host = device ? null : await adjacencyRows();
   const selected = host?.selected ?? Array.from({ length: nAct }, (_, i) => i);
   const nSel = selected.length;
@@ -371,24 +391,7 @@ export const operation = defineOperation({
   const w = new Float64Array(N);
   logits.forEach((l, i) => (w[N - nLog + i] = l.prob));
   let pruned: { pr: PruneResult; A: Adjacency | null; errors: ArrayLike<number> } | null = null;
-  if (device) {
-    // on the device (WebGPU): every feature's row; only the influence and the edges above the threshold come back
-    let nodeThr = 0;
-    let mask: Uint8Array = new Uint8Array(N);
-    const d = await rep.pruneOnDevice!({
-      logits: logits.map((l) => ({ token: l.token, prob: l.prob })),
-      nodeMask: (inf) => {
-        const full = new Float64Array(N);
-        full.set(inf);
-        const m = nodeMaskOf(full, T, nLog, input.node_threshold);
-        nodeThr = m.threshold;
-        mask = m.mask;
-        return mask.subarray(0, S);
-      },
-      edgeThreshold: input.edge_threshold,
-      signal: ctx.signal,
-      onRows: (done, all) => report('rows on the device', done, all),
-    });
+  if (d) {
     const node = (r: number) => (r < nAct ? r : S + r - nAct);
     const errors = new Float64Array(N);
     d.errorMass.forEach((x, r) => (errors[node(r)] = x));
