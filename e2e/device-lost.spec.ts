@@ -53,10 +53,14 @@ async function onWebGpu(page: Page, url: string): Promise<void> {
   );
 }
 
-/** Run `op` and wait for its new document: a run after a worker restart leaves the job bar empty while the model reloads. */
-async function runNew(page: Page, op: string): Promise<any> {
+/** Run `op` (`during`: while it runs) and wait for its new document: after a worker restart the job bar is empty while the model reloads. */
+async function runNew(page: Page, op: string, during?: () => Promise<void>): Promise<any> {
   await page.evaluate((o) => ((globalThis as any).__before = (globalThis as any).__loupe.results[o]?.doc), op);
-  await runOp(page, op, { timeout: 180_000 });
+  if (during) {
+    await page.getByTestId(`tab-${op}`).click();
+    await page.getByTestId('run').click();
+    await during();
+  } else await runOp(page, op, { timeout: 180_000 });
   await page.waitForFunction(
     (o) => {
       const a = (globalThis as any).__loupe;
@@ -70,14 +74,8 @@ async function runNew(page: Page, op: string): Promise<any> {
   return pageDoc(page, op);
 }
 
-function maxDiff(a: number[][], b: number[][]): number {
-  let d = 0;
-  a.forEach((row, l) => row.forEach((v, h) => (d = Math.max(d, Math.abs(v - b[l][h])))));
-  return d;
-}
-
 for (const build of ['native', 'jsep'] as const)
-  test(`${build}: a GPU device lost between runs: the trace and generate equal runs with no loss, and say so`, async ({
+  test(`${build}: a GPU device lost between and during runs: trace and generate equal runs with no loss, and say so`, async ({
     page,
     site,
   }) => {
@@ -85,22 +83,32 @@ for (const build of ['native', 'jsep'] as const)
     await onWebGpu(page, build === 'jsep' ? `${site.url}?ort=jsep` : site.url);
     const runtime = await page.evaluate(() => (globalThis as any).__loupe.model?.runtime);
     test.skip(runtime?.build !== build, `the page was built without ${build}`);
+    // JSEP runs activations, not trace: at a344088 trace fails on JSEP before any loss ('[Gemm] rot_n_129 …
+    // invalid shape specified' in the readout, which moved into the forward graph's If there)
+    const op = build === 'native' ? 'trace' : 'activations';
+    const numbers = (doc: any): number[] =>
+      (op === 'trace' ? doc.head_attribution : doc.values.grid).flat().filter((x: unknown) => typeof x === 'number');
     await page.getByTestId('prompt').fill(PROMPT);
-    await page.getByTestId('tab-trace').click();
-    await runOp(page, 'trace', { timeout: 120_000 });
-    const fresh = await pageDoc(page, 'trace');
+    await page.getByTestId(`tab-${op}`).click();
+    await runOp(page, op, { timeout: 120_000 });
+    const fresh = await pageDoc(page, op);
     expect(fresh.notices).toBeUndefined();
 
     const restarts0 = await page.evaluate(() => (globalThis as any).__loupe.workerRestarts);
     expect(await loseDevice(page)).toBe('destroyed');
-    const after = await runNew(page, 'trace');
+    const after = await runNew(page, op);
     expect(after.model.backend).toBe('webgpu');
     expect(after.notices?.length).toBe(1);
     expect(after.notices[0]).toMatch(NOTICE);
     await expect(page.getByTestId('notice').filter({ hasText: NOTICE })).toBeVisible();
-    const d = maxDiff(after.head_attribution, fresh.head_attribution);
-    console.log(`[e2e] ${build}: trace after a device loss vs before, max |Δ| head attribution ${d.toExponential(2)}`);
-    expect(after.predicted_token_id).toBe(fresh.predicted_token_id);
+    const [a, b] = [numbers(after), numbers(fresh)];
+    expect(a.length).toBeGreaterThan(0);
+    expect(a.length).toBe(b.length);
+    const d = Math.max(...a.map((x, i) => Math.abs(x - b[i])));
+    console.log(
+      `[e2e] ${build}: ${op} after a device loss vs before (${a.length} numbers), max |Δ| ${d.toExponential(2)}`,
+    );
+    if (op === 'trace') expect(after.predicted_token_id).toBe(fresh.predicted_token_id);
     expect(d).toBeLessThan(1e-5);
     // the model now runs on a device that is not the lost one
     const w = await engineWorker(page);
@@ -125,4 +133,20 @@ for (const build of ['native', 'jsep'] as const)
     expect(gen2.notices?.[0]).toMatch(NOTICE);
     expect(gen2.generated_token_ids).toEqual(gen.generated_token_ids);
     expect(gen2.generated_token_ids.length).toBe(8);
+
+    // during a run: lost once generate has made a few of its tokens
+    const N = 120;
+    await page.locator('#p-generate-max_new_tokens').fill(String(N));
+    const long = await runNew(page, 'generate');
+    expect(long.generated_token_ids.length).toBe(N);
+    let at = -1;
+    const during = await runNew(page, 'generate', async () => {
+      await page.waitForFunction(() => ((globalThis as any).__loupe.job?.done ?? 0) >= 4, null, { timeout: 60_000 });
+      at = await page.evaluate(() => (globalThis as any).__loupe.job?.done ?? -1);
+      expect(await loseDevice(page)).toBe('destroyed');
+    });
+    console.log(`[e2e] ${build}: device destroyed at generate's step ${at} of ${N}`);
+    expect(at).toBeLessThan(N);
+    expect(during.notices?.[0]).toMatch(NOTICE);
+    expect(during.generated_token_ids).toEqual(long.generated_token_ids);
   });
