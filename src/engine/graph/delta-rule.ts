@@ -116,15 +116,18 @@ export function deltaRuleBackward(
   const d = deltaRuleDims(n);
   const [S0, q, k, v, beta, gl] = n.input;
 
-  // every incoming state S_{t−1}: the same step, emitting its input
+  // every incoming state S_{t−1}: the same step, emitting its input. ∂o rides along unused, so this Scan
+  // waits for the gradient and runs just before its reverse Scan (not with the forward: then every
+  // layer's T states were held at once)
   const fw = g.body(`${prefix}re_`);
-  const [S, kt, vt, bt, gt] = inputs(fw, `${prefix}re_`, d, ['S', 'k', 'v', 'beta', 'g']);
+  const [S, kt, vt, bt, gt] = inputs(fw, `${prefix}re_`, d, ['S', 'k', 'v', 'beta', 'g', 'dO']);
   fw.output(step(fw, S, kt, vt, bt, gt).St, 'float', STATE(d));
   fw.output(fw.o('Identity', [S]), 'float', STATE(d));
   const [, Sprevs] = g.op(
     'Scan',
-    [S0, k, v, beta, gl],
-    { body: { graph: fw }, num_scan_inputs: 4, scan_input_axes: [1, 1, 1, 1], scan_output_axes: [1] },
+    [S0, k, v, beta, gl, dOut],
+    // the states stacked on axis 0 [T, B, Hv, Dk, Dv]: onnxruntime's Scan copies any other axis through a transpose
+    { body: { graph: fw }, num_scan_inputs: 5, scan_input_axes: [1, 1, 1, 1, 1], scan_output_axes: [0] },
     2,
   );
 
@@ -169,7 +172,7 @@ export function deltaRuleBackward(
     {
       body: { graph: bw },
       num_scan_inputs: 7,
-      scan_input_axes: new Array(7).fill(1),
+      scan_input_axes: [0, 1, 1, 1, 1, 1, 1],
       scan_input_directions: new Array(7).fill(1),
       scan_output_axes: new Array(5).fill(1),
       scan_output_directions: new Array(5).fill(1),
