@@ -774,7 +774,7 @@ test('a page whose native runtime is missing (its .wasm refused) loads on JSEP a
   }
 });
 
-test('Gemma 4 on WebGPU (per-layer inputs, KV sharing, k_eq_v, wider full-attention heads): greedy generation through the KV cache equals the float64 reference and every hook agrees with WASM', async ({
+test('Gemma 4 on WebGPU (per-layer inputs, KV sharing, k_eq_v, wider full-attention heads, MoE): greedy generation through the KV cache equals the float64 reference and every hook agrees with WASM', async ({
   page,
   site,
   hub,
@@ -789,6 +789,10 @@ test('Gemma 4 on WebGPU (per-layer inputs, KV sharing, k_eq_v, wider full-attent
     {
       n: 'gemma4-multimodal-bf16-k-eq-v',
       m: makeGemma4Model({ multimodal: true, dtype: 'BF16', kEqV: true, perLayer: 0, tied: false, seed: 7 }),
+    },
+    {
+      n: 'gemma4-moe',
+      m: makeGemma4Model({ layerTypes: [S, F, S, F], nLayers: 4, moe: { experts: 6, topK: 2, width: 12 }, seed: 11 }),
     },
   ];
   try {
