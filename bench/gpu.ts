@@ -1,13 +1,18 @@
 /**
- * `npm run bench:gpu -- [--shapes gpt2-small,llama-3.2-1b,llama-3.1-8b] [--backends webgpu,node] [--Ts 16,128]
- *  [--reps N] [--gen N] [--ops trace,attribution_patching,generate,attribution_graph] [--threads N] [--no-torch]`
+ * `npm run bench:gpu -- [--shapes gpt2-small,llama-3.2-1b,llama-3.1-8b|tiny] [--backends webgpu,node] [--Ts 16,128]
+ *  [--reps N] [--gen N] [--ops trace,logit_lens,attribution_patching,patch,edge_attribution,generate,attribution_graph]
+ *  [--threads N] [--no-torch] [--out FILE]`
  *
  * Loupe on a GPU against Loupe on the CPU and PyTorch on the same GPU, after ../shared/gpu-bench (the
  * reference run on an H200 at 34df48b, 2026-12-04). Per shape (random weights, bench:scale's F16
  * checkpoints; gpt2-small: the engine bench's F32 one), in one process per backend in turn: load; the forward
  * (the bench's plain graph where it runs, the hooked graph fetching nothing, every hook fetched) at each T;
  * trace, attribution_patching, generate (tokens/s) and an attribution graph (a random per-layer transcoder
- * set, bench/transcoder-gen.ts); the final logits' max |Δ| between the backends. PyTorch eager
+ * set, bench/transcoder-gen.ts), the logit lens, activation patching (resid_pre) and edge attribution (eap); the final
+ * logits' max |Δ| between the backends. Beside each time, what crossed between JS and the device in one call
+ * (memory().transfers: session runs, bytes read back and written, nodes placed off the device), so a GPU run says
+ * where its time goes without a profiler. `tiny` (a few-MB random Llama) runs every piece in seconds, even on
+ * SwiftShader: tests/bench-gpu-smoke.test.ts runs it, bench/gpu-session.sh is the payload for a lent GPU. PyTorch eager
  * (bench/torch_gpu.py: plain, TransformerLens-style hooked with the cache on the device) runs where
  * python3 has torch with CUDA, and is skipped with the reason otherwise. Ratios printed: webgpu / node,
  * webgpu / PyTorch.
@@ -18,7 +23,7 @@
  * say nothing of a GPU's, only that the bench works.
  */
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, statfsSync } from 'node:fs';
+import { existsSync, mkdirSync, statfsSync, writeFileSync } from 'node:fs';
 import { cpus, freemem, tmpdir, totalmem } from 'node:os';
 import * as path from 'node:path';
 import { loadModelNode } from '../src/node/load';
@@ -26,7 +31,7 @@ import { getOperation } from '../src/ops/index';
 import { createNodeSaeLoaders } from '../src/node/load-sae';
 import { nodeDocumentCache } from '../src/node/document-cache';
 import { PEAK_FACTOR } from '../src/engine/budget';
-import type { LoadedModel } from '../src/engine/api';
+import type { LoadedModel, TransferCounts } from '../src/engine/api';
 import { ensureBenchModel, GPT2_SMALL, randomIds } from './model-gen';
 import { now, plainSession, timeInterleaved, ROOT, type Timed } from './lib';
 import { SHAPES, generate, type Shape } from './scale';
@@ -48,24 +53,44 @@ const LLAMA_8B: Shape = {
   V: 128256,
   tied: false,
 };
-const ALL = [...SHAPES.filter((s) => s.name === 'gpt2-small' || s.name === 'llama-3.2-1b'), LLAMA_8B];
-
-const argv = process.argv.slice(2);
-const opt = (k: string, d: string) => {
-  const i = argv.indexOf(`--${k}`);
-  return i >= 0 ? argv[i + 1] : d;
+/** a few-MB random Llama (untied unembedding, GQA, rotary): every piece of the bench in seconds, on SwiftShader too */
+export const TINY: Shape = {
+  name: 'tiny',
+  family: 'llama',
+  D: 64,
+  L: 2,
+  H: 4,
+  Hkv: 2,
+  Dh: 16,
+  M: 128,
+  V: 512,
+  tied: false,
 };
-const log = (m: string) => process.stderr.write(`[bench:gpu ${new Date().toISOString().slice(11, 19)}] ${m}\n`);
-const shapes = opt('shapes', ALL.map((s) => s.name).join(',')).split(',');
-const backends = opt('backends', 'webgpu,node').split(',') as ('webgpu' | 'node')[];
-const Ts = opt('Ts', '16,128').split(',').map(Number);
-const reps = Number(opt('reps', '9'));
-const genN = Number(opt('gen', '32'));
-const threads = Number(opt('threads', String(cpus().length)));
-const ops = opt('ops', 'trace,attribution_patching,generate,attribution_graph').split(',');
+const ALL = [...SHAPES.filter((s) => s.name === 'gpt2-small' || s.name === 'llama-3.2-1b'), LLAMA_8B, TINY];
+export const ALL_OPS = [
+  'trace',
+  'logit_lens',
+  'attribution_patching',
+  'patch',
+  'edge_attribution',
+  'generate',
+  'attribution_graph',
+];
+
+export interface GpuBenchOptions {
+  Ts: number[];
+  reps: number;
+  /** tokens `generate` makes */
+  genN: number;
+  threads: number;
+  ops: string[];
+  log: (m: string) => void;
+}
+
 const PROMPT = 'Once upon a time, there was a little girl who liked to play in the park with her friends';
 /** an attribution graph's transcoders: features per layer, active per position, tokens */
-const GRAPH = { features: 2048, l0: 15, tokens: 16 };
+const graphOf = (s: Shape) =>
+  s === TINY ? { features: 64, l0: 4, tokens: 8 } : { features: 2048, l0: 15, tokens: 16 };
 
 const params = (s: Shape) => {
   const layer = 2 * s.D + s.D * s.H * s.Dh * 2 + 2 * s.D * s.Hkv * s.Dh + (s.family === 'gpt2' ? 2 : 3) * s.D * s.M;
@@ -73,14 +98,14 @@ const params = (s: Shape) => {
 };
 
 /** why this machine cannot run `s`, or null: its F16 checkpoint on disk, each backend's peak in memory */
-function cannotHold(s: Shape): string | null {
+function cannotHold(s: Shape, backends: string[]): string | null {
   const n = params(s);
   const disk = statfsSync(tmpdir());
   const free = disk.bavail * disk.bsize;
   if (!existsSync(shapeDir(s)) && n * 2 * 1.1 > free)
     return `its ${(n * 2e-9).toFixed(1)} GB checkpoint does not fit the ${(free / 1e9).toFixed(0)} GB free in ${tmpdir()}`;
   // node widens to float32 when that fits (precision.ts auto); webgpu keeps F16 with shader-f16, else float32
-  const peak = Math.max(...backends.map((b) => n * 4 * PEAK_FACTOR[b]));
+  const peak = Math.max(...backends.map((b) => n * 4 * PEAK_FACTOR[b as 'node']));
   if (peak > totalmem())
     return `its estimated peak (${(peak / 1e9).toFixed(0)} GB at float32) exceeds this machine's ${(totalmem() / 1e9).toFixed(0)} GB`;
   return null;
@@ -88,7 +113,7 @@ function cannotHold(s: Shape): string | null {
 
 const shapeDir = (s: Shape) => path.join(tmpdir(), 'loupe-bench-gpu', s.name);
 
-function ensureShape(s: Shape): string {
+export function ensureShape(s: Shape, log: (m: string) => void): string {
   if (s.name === 'gpt2-small') return ensureBenchModel(GPT2_SMALL, log).dir;
   const dir = shapeDir(s);
   if (!existsSync(path.join(dir, 'model.safetensors'))) {
@@ -100,61 +125,121 @@ function ensureShape(s: Shape): string {
 }
 
 function ensureTranscoders(s: Shape): string {
-  const dir = path.join(tmpdir(), 'loupe-bench-gpu', `${s.name}-plt-${GRAPH.features}`);
+  const g = graphOf(s);
+  const dir = path.join(tmpdir(), 'loupe-bench-gpu', `${s.name}-plt-${g.features}`);
   if (!existsSync(path.join(dir, 'config.yaml')))
-    generateTranscoders({ nLayers: s.L, dModel: s.D, features: GRAPH.features, l0: GRAPH.l0 }, dir);
+    generateTranscoders({ nLayers: s.L, dModel: s.D, features: g.features, l0: g.l0 }, dir);
   return dir;
 }
 
-async function timeMedian(fn: () => Promise<unknown>, n: number): Promise<number> {
-  await fn();
+/** what crossed between JS and the device in one call (memory().transfers' difference); off-device nodes: after it */
+export interface OpTransfers {
+  runs: number;
+  read_bytes: number;
+  written_bytes: number;
+  device_feeds: number;
+  device_outputs: number;
+  off_device_nodes?: number;
+}
+
+function diff(a: TransferCounts | undefined, b: TransferCounts | undefined): OpTransfers | undefined {
+  if (!a || !b) return undefined;
+  return {
+    runs: b.runs - a.runs,
+    read_bytes: b.read_bytes - a.read_bytes,
+    written_bytes: b.written_bytes - a.written_bytes,
+    device_feeds: b.device_feeds - a.device_feeds,
+    device_outputs: b.device_outputs - a.device_outputs,
+    ...(b.off_device_nodes !== undefined ? { off_device_nodes: b.off_device_nodes } : {}),
+  };
+}
+
+/** one call's transfers, then its median time over n more (the first call warms what it builds) */
+async function timeMedian(
+  model: LoadedModel,
+  fn: () => Promise<unknown>,
+  n: number,
+): Promise<{ ms: number; transfers?: OpTransfers; out: unknown }> {
+  const before = model.memory().transfers;
+  const out = await fn();
+  const transfers = diff(before, model.memory().transfers);
   const xs: number[] = [];
   for (let i = 0; i < n; i++) {
     const t = now();
     await fn();
     xs.push(now() - t);
   }
-  return xs.sort((a, b) => a - b)[Math.floor(n / 2)];
+  return { ms: xs.sort((a, b) => a - b)[Math.floor(n / 2)], transfers, out };
 }
 
-interface BackendRun {
+/** '3 runs · 1.2 MB read · 40 kB written · 2 off-device nodes' */
+export function transfersLine(t?: OpTransfers): string {
+  if (!t) return '–';
+  const b = (x: number) =>
+    x >= 1e6 ? `${(x / 1e6).toFixed(1)} MB` : x >= 1e3 ? `${(x / 1e3).toFixed(1)} kB` : `${x} B`;
+  return (
+    `${t.runs} runs · ${b(t.read_bytes)} read · ${b(t.written_bytes)} written` +
+    (t.off_device_nodes !== undefined ? ` · ${t.off_device_nodes} off-device nodes in the live sessions` : '')
+  );
+}
+
+export interface BackendRun {
   load_ms?: number;
   weights?: string;
   plain_error?: string;
   forward: Record<number, Record<string, Timed>>;
+  /** one forward's transfers: nothing fetched, every hook */
+  forward_transfers: Record<number, Record<string, OpTransfers | undefined>>;
   ops: Record<string, number | string>;
+  op_transfers: Record<string, OpTransfers | undefined>;
   gen_tok_s?: number;
   error?: string;
 }
 
-async function runBackend(s: Shape, dir: string, backend: 'webgpu' | 'node', logits: Map<string, Float32Array>) {
-  const r: BackendRun = { forward: {}, ops: {} };
+export async function runBackend(
+  s: Shape,
+  dir: string,
+  backend: 'webgpu' | 'node',
+  logits: Map<string, Float32Array>,
+  o: GpuBenchOptions,
+): Promise<BackendRun> {
+  const { log } = o;
+  const r: BackendRun = { forward: {}, forward_transfers: {}, ops: {}, op_transfers: {} };
   let model: LoadedModel | undefined;
   try {
     const t0 = now();
-    model = await loadModelNode(dir, { backend, threads: backend === 'node' ? threads : undefined });
+    model = await loadModelNode(dir, { backend, threads: backend === 'node' ? o.threads : undefined });
     r.load_ms = Math.round(now() - t0);
     r.weights = model.info.weights;
     log(`${s.name} ${backend}: loaded in ${r.load_ms} ms at ${r.weights}`);
     let plain: Awaited<ReturnType<typeof plainSession>> | undefined = await plainSession(
       dir,
       backend as 'node',
-      backend === 'node' ? threads : undefined,
+      backend === 'node' ? o.threads : undefined,
     );
     try {
       await plain.run(randomIds(4, 100, 1));
     } catch (e) {
-      r.plain_error = (e as Error).message.split('\n')[0]; // the bench's plain graph feeds learned positions only (gpt2)
+      r.plain_error = (e as Error).message.split('\n')[0];
       await plain.release();
       plain = undefined;
     }
     const V = model.info.d_vocab;
-    for (const T of Ts) {
+    const m = model;
+    for (const T of o.Ts) {
       const ids = randomIds(T, Math.min(V, 500), 1000 + T);
-      const lg = (await model.run(ids, { hooks: 'all' })).logits.data as Float32Array;
+      const lg = (await m.run(ids, { hooks: 'all' })).logits.data as Float32Array;
       logits.set(`${backend}:${T}`, lg.slice(lg.length - V));
-      const m = model,
-        p = plain;
+      const p = plain;
+      const one = async (fn: () => Promise<unknown>) => {
+        const before = m.memory().transfers;
+        await fn();
+        return diff(before, m.memory().transfers);
+      };
+      r.forward_transfers[T] = {
+        hooked_none: await one(() => m.run(ids, { hooks: [] })),
+        hooked_all: await one(() => m.run(ids, { hooks: 'all' })),
+      };
       r.forward[T] = await timeInterleaved(
         [
           ...(p ? [{ name: 'plain', fn: () => p.run(ids) }] : []),
@@ -162,12 +247,13 @@ async function runBackend(s: Shape, dir: string, backend: 'webgpu' | 'node', log
           { name: 'hooked_all', fn: () => m.run(ids, { hooks: 'all' }) },
         ],
         1,
-        T > 64 ? Math.max(3, Math.ceil(reps / 2)) : reps,
+        T > 64 ? Math.max(3, Math.ceil(o.reps / 2)) : o.reps,
       );
-      const f = r.forward[T];
+      const f = r.forward[T],
+        ft = r.forward_transfers[T];
       log(
-        `${s.name} ${backend} T=${T}: plain ${f.plain?.median_ms ?? '–'} · nothing fetched ${f.hooked_none.median_ms} · ` +
-          `every hook ${f.hooked_all.median_ms} ms`,
+        `${s.name} ${backend} T=${T}: plain ${f.plain?.median_ms ?? '–'} · nothing fetched ${f.hooked_none.median_ms} ` +
+          `(${transfersLine(ft.hooked_none)}) · every hook ${f.hooked_all.median_ms} ms (${transfersLine(ft.hooked_all)})`,
       );
     }
     await plain?.release();
@@ -178,38 +264,45 @@ async function runBackend(s: Shape, dir: string, backend: 'webgpu' | 'node', log
       loadSaeFile: sae.loadSaeFile,
       loadTranscoders: sae.loadTranscoders,
     };
+    const g = graphOf(s);
+    const pair = (T: number, seed: number) => ({
+      prompt: '',
+      token_ids: randomIds(T, 400, seed),
+      corrupted_token_ids: randomIds(T, 400, seed + 1),
+      answer: '#5',
+      counterfactual: '#7',
+    });
     const inputs: Record<string, () => Record<string, unknown>> = {
       trace: () => ({ prompt: PROMPT }),
-      attribution_patching: () => ({
-        prompt: '',
-        token_ids: randomIds(24, 400, 5),
-        corrupted_token_ids: randomIds(24, 400, 6),
-        answer: '#5',
-        counterfactual: '#7',
-        validate_scope: 'top',
-        validate: 0,
+      logit_lens: () => ({ prompt: PROMPT }),
+      attribution_patching: () => ({ ...pair(24, 5), validate_scope: 'top', validate: 0 }),
+      // one forward per layer and position: a short prompt, the residual stream only
+      patch: () => ({ ...pair(8, 11), scans: ['resid_pre'] }),
+      edge_attribution: () => ({
+        dataset: [0, 1].map((i) => ({
+          clean_token_ids: randomIds(12, 400, 20 + 2 * i),
+          corrupted_token_ids: randomIds(12, 400, 21 + 2 * i),
+          answer: '#5',
+          counterfactual: '#7',
+        })),
+        method: 'eap',
       }),
+      generate: () => ({ prompt: PROMPT, max_new_tokens: o.genN }),
       attribution_graph: () => ({
         prompt: '',
-        token_ids: randomIds(GRAPH.tokens, 400, 9),
+        token_ids: randomIds(g.tokens, 400, 9),
         transcoder_source: ensureTranscoders(s),
       }),
     };
-    for (const name of ops) {
+    for (const name of o.ops) {
       try {
-        if (name === 'generate') {
-          const g = getOperation('generate')!;
-          const ms = await timeMedian(
-            () => g.run(model!, { prompt: PROMPT, max_new_tokens: genN } as any, ctx as any),
-            1,
-          );
-          r.gen_tok_s = genN / (ms / 1000);
-          r.ops.generate = Math.round(ms);
-        } else {
-          const op = getOperation(name)!;
-          r.ops[name] = Math.round(await timeMedian(() => op.run(model!, inputs[name]() as any, ctx as any), 1));
-        }
-        log(`${s.name} ${backend} ${name}: ${r.ops[name]} ms`);
+        const op = getOperation(name);
+        if (!op || !inputs[name]) throw new Error(`unknown operation '${name}' (${ALL_OPS.join(', ')})`);
+        const t = await timeMedian(m, () => op.run(m, inputs[name]() as any, ctx as any), 1);
+        r.ops[name] = Math.round(t.ms);
+        r.op_transfers[name] = t.transfers;
+        if (name === 'generate') r.gen_tok_s = o.genN / (t.ms / 1000);
+        log(`${s.name} ${backend} ${name}: ${r.ops[name]} ms (${transfersLine(t.transfers)})`);
       } catch (e) {
         r.ops[name] = `error: ${(e as Error).message.split('\n')[0].slice(0, 160)}`;
         log(`${s.name} ${backend} ${name}: ${r.ops[name]}`);
@@ -224,8 +317,28 @@ async function runBackend(s: Shape, dir: string, backend: 'webgpu' | 'node', log
   return r;
 }
 
+/** one shape on each backend in turn, and the final logits' max |Δ| between webgpu and node per T */
+export async function runShape(s: Shape, backends: ('webgpu' | 'node')[], o: GpuBenchOptions) {
+  const dir = ensureShape(s, o.log);
+  const logits = new Map<string, Float32Array>();
+  const per: Record<string, BackendRun> = {};
+  for (const b of backends) per[b] = await runBackend(s, dir, b, logits, o);
+  const agree: Record<number, number> = {};
+  for (const T of o.Ts) {
+    const a = logits.get(`webgpu:${T}`),
+      b = logits.get(`node:${T}`);
+    if (a && b) agree[T] = a.reduce((m, x, i) => Math.max(m, Math.abs(x - b[i])), 0);
+  }
+  return { backends: per, agreement_final_logits_maxabs: agree, free_memory_after: freemem() };
+}
 /** PyTorch eager on this machine's GPU (bench/torch_gpu.py), or why not */
-function torchRuns(names: string[]): { runs?: Record<string, any>; gpu?: string; skipped?: string } {
+function torchRuns(
+  names: string[],
+  Ts: number[],
+  argv: string[],
+): { runs?: Record<string, any>; gpu?: string; skipped?: string } {
+  names = names.filter((n) => n !== TINY.name);
+  if (!names.length) return { skipped: 'no shape PyTorch has (bench/torch_gpu.py)' };
   if (argv.includes('--no-torch')) return { skipped: 'asked not to (--no-torch)' };
   const probe = spawnSync('python3', ['-c', 'import torch,sys; print(torch.__version__, torch.cuda.is_available())'], {
     encoding: 'utf8',
@@ -290,6 +403,28 @@ const ratio = (a: number | undefined, b: number | undefined) =>
   a === undefined || b === undefined || !Number.isFinite(a / b) ? '–' : `${(a / b).toFixed(2)}×`;
 
 async function main() {
+  const argv = process.argv.slice(2);
+  const opt = (k: string, d: string) => {
+    const i = argv.indexOf(`--${k}`);
+    return i >= 0 ? argv[i + 1] : d;
+  };
+  const log = (m: string) => process.stderr.write(`[bench:gpu ${new Date().toISOString().slice(11, 19)}] ${m}\n`);
+  const shapes = opt(
+    'shapes',
+    ALL.filter((s) => s !== TINY)
+      .map((s) => s.name)
+      .join(','),
+  ).split(',');
+  const backends = opt('backends', 'webgpu,node').split(',') as ('webgpu' | 'node')[];
+  const o: GpuBenchOptions = {
+    Ts: opt('Ts', '16,128').split(',').map(Number),
+    reps: Number(opt('reps', '9')),
+    genN: Number(opt('gen', '32')),
+    threads: Number(opt('threads', String(cpus().length))),
+    ops: opt('ops', ALL_OPS.join(',')).split(','),
+    log,
+  };
+  const { Ts, ops } = o;
   const record = startResults('gpu', 'Loupe on a GPU: webgpu vs node vs PyTorch (`npm run bench:gpu`)');
   const results: Record<string, any> = {};
   const notes: string[] = [];
@@ -297,26 +432,20 @@ async function main() {
   for (const name of shapes) {
     const s = ALL.find((x) => x.name === name);
     if (!s) throw new Error(`unknown shape '${name}' (${ALL.map((x) => x.name).join(', ')})`);
-    const why = cannotHold(s);
+    const why = cannotHold(s, backends);
     if (why) {
       notes.push(`${name} skipped: ${why}.`);
       log(`${name}: skipped: ${why}`);
     } else run.push(s);
   }
-  for (const s of run) {
-    const dir = ensureShape(s);
-    const logits = new Map<string, Float32Array>();
-    const per: Record<string, BackendRun> = {};
-    for (const b of backends) per[b] = await runBackend(s, dir, b, logits);
-    const agree: Record<number, number> = {};
-    for (const T of Ts) {
-      const a = logits.get(`webgpu:${T}`),
-        b = logits.get(`node:${T}`);
-      if (a && b) agree[T] = a.reduce((m, x, i) => Math.max(m, Math.abs(x - b[i])), 0);
-    }
-    results[s.name] = { backends: per, agreement_final_logits_maxabs: agree, free_memory_after: freemem() };
-  }
-  const torch = run.length ? torchRuns(run.map((s) => s.name)) : { skipped: 'no shape ran' };
+  for (const s of run) results[s.name] = await runShape(s, backends, o);
+  const torch = run.length
+    ? torchRuns(
+        run.map((s) => s.name),
+        Ts,
+        argv,
+      )
+    : { skipped: 'no shape ran' };
   if (torch.skipped) {
     notes.push(`PyTorch skipped: ${torch.skipped}.`);
     log(`PyTorch skipped: ${torch.skipped}`);
@@ -378,15 +507,45 @@ async function main() {
         ...ops.map((o) => (o === 'generate' ? f1(r.gen_tok_s) : String(r.ops[o] ?? '–'))),
       ]);
     }
+  const transfersTable: ResultTable = {
+    head: [
+      'shape',
+      'backend',
+      'what',
+      'ms',
+      'in one call: session runs · bytes read back · written · off-device nodes',
+    ],
+    rows: [],
+  };
+  for (const s of run)
+    for (const b of backends) {
+      const r = (results[s.name].backends as Record<string, BackendRun>)[b];
+      for (const T of Ts)
+        for (const k of ['hooked_none', 'hooked_all'])
+          if (r.forward[T]?.[k])
+            transfersTable.rows.push([
+              s.name,
+              b,
+              `forward T=${T}, ${k === 'hooked_none' ? 'nothing fetched' : 'every hook'}`,
+              f1(r.forward[T][k].median_ms),
+              transfersLine(r.forward_transfers[T]?.[k]),
+            ]);
+      for (const op of ops)
+        transfersTable.rows.push([s.name, b, op, String(r.ops[op] ?? '–'), transfersLine(r.op_transfers[op])]);
+    }
   // a run with no GPU (SwiftShader or no webgpu, and no CUDA for PyTorch) carries the latest GPU table and why there is no newer
   const route = backends.includes('webgpu') ? await webGpuRoute(requireOrtNode<OrtModule>()) : undefined;
   if (route?.vulkan.drivers === 'swiftshader')
     notes.push("webgpu ran on SwiftShader (Vulkan on the CPU): its times say nothing of a GPU's.");
   if (!torch.runs && (!route || route.vulkan.drivers === 'swiftshader')) notes.push(...REFERENCE_H200);
-  process.stdout.write(mdTable(forward) + '\n' + mdTable(opsTable));
+  process.stdout.write(mdTable(forward) + '\n' + mdTable(opsTable) + '\n' + mdTable(transfersTable));
   for (const n of notes) process.stdout.write(`${n}\n`);
-  record.save([forward, opsTable], notes, { results, torch });
+  const out = opt('out', '');
+  if (out) writeFileSync(out, JSON.stringify({ date: new Date().toISOString(), argv, notes, results, torch }, null, 1));
+  // a run of the tiny shape alone measures nothing worth keeping: it is not recorded in bench/results or the docs
+  if (run.some((s) => s !== TINY)) record.save([forward, opsTable, transfersTable], notes, { results, torch });
   setTimeout(() => process.exit(0), 100).unref();
 }
 
-void main();
+// run as a script (npm run bench:gpu), not when a test imports runShape
+if (process.argv[1] && path.resolve(process.argv[1]) === path.resolve(new URL(import.meta.url).pathname)) void main();

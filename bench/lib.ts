@@ -10,6 +10,7 @@ import { describeModel } from '../src/engine/arch';
 import { buildModelGraph, type BuiltGraph, type GraphPlan } from '../src/engine/graph/build-model';
 import type { EngineSession, OrtTensorLike, SessionFactory } from '../src/engine/runtime/ort-session';
 import { attentionMask } from '../src/engine/runtime/masks';
+import { ropeTables } from '../src/engine/runtime/rope';
 import type { ModelSpec } from '../src/engine/spec';
 import type { WeightSet } from '../src/engine/safetensors-types';
 import { loadModelFilesNode } from '../src/node/load-files-node';
@@ -251,6 +252,17 @@ export async function plainSession(
       if (graph.inputNames.includes('position_ids'))
         feeds.position_ids = new ort.Tensor('int64', BigInt64Array.from(ids.map((_, t) => BigInt(t))), [T]);
       feeds.attn_mask = new ort.Tensor('float32', attentionMask(T, 0, null), [T, T]);
+      // rotary models: the tables as the engine feeds them (runtime/feeds.ts), the plain graph's only other inputs
+      const positions = ids.map((_, t) => t);
+      for (const [r, sfx] of [
+        [spec.rotary, ''],
+        [spec.rotaryLocal, '_local'],
+      ] as const)
+        if (r) {
+          const { cos, sin } = ropeTables(r, positions);
+          feeds[`rope_cos${sfx}`] = new ort.Tensor('float32', cos, [T, r.dim]);
+          feeds[`rope_sin${sfx}`] = new ort.Tensor('float32', sin, [T, r.dim]);
+        }
       // every position's logits, as model.run returns by default
       feeds.logit_positions = new ort.Tensor('int64', BigInt64Array.from(ids.map((_, t) => BigInt(t))), [T]);
       for (let l = 0; l < nLayers; l++) {

@@ -225,6 +225,7 @@ function tensors(s: Shape): { name: string; dims: number[]; norm?: boolean }[] {
     t.push({ name: `${p}.mlp.down_proj.weight`, dims: [D, M] });
   }
   t.push({ name: 'model.norm.weight', dims: [D], norm: true });
+  if (!s.tied) t.push({ name: 'lm_head.weight', dims: [V, D] }); // llama-3.1-8b's own unembedding
   return t;
 }
 
