@@ -724,6 +724,11 @@ export interface ModelMemory {
   transfers?: TransferCounts;
   /** GPU device losses this model recovered from, its sessions made again (runtime/device-lost.ts) */
   device_recoveries?: number;
+  /**
+   * the load's memory judgement (budget.ts): the pool that limits this backend, its size (null:
+   * not known) and what loading was judged to need of it; an operation's working memory must fit the rest
+   */
+  budget?: { limit_name: string; limit_bytes: number | null; held_bytes: number };
 }
 
 export interface LoadOptions {

@@ -226,3 +226,10 @@ const LIMIT_SOURCES: Record<string, string> = {
     "as the caller gave it (memory.gpuBytes): neither WebGPU nor onnxruntime-node exposes an adapter's memory",
   'host memory': "the machine's RAM (Node: os.totalmem(); elsewhere as the caller gave it, memory.hostBytes)",
 };
+
+/** a load's judgement as ModelMemory.budget: the limiting pool and what the load was judged to need of it */
+export const budgetOf = (e: MemoryEstimate) => ({
+  limit_name: e.limitName,
+  limit_bytes: e.limitBytes,
+  held_bytes: e.poolBytes,
+});

@@ -99,7 +99,7 @@ import {
   type ReplacementOptions,
 } from './replacement';
 import type { LocalReplacement } from './api';
-import { fmtGB, weightBytesAt, RUNTIME_SLACK_BYTES, WASM_HEAP_BYTES, type BudgetLimits } from './budget';
+import { budgetOf, fmtGB, weightBytesAt, RUNTIME_SLACK_BYTES, WASM_HEAP_BYTES, type BudgetLimits } from './budget';
 import type { WeightsMode } from './precision';
 import { decideLoad, type LoadDecision } from './plan';
 
@@ -318,7 +318,7 @@ export async function createModel(parts: ModelParts, factory: SessionFactory): P
     }),
   );
   // every session guarded: a run on a lost GPU device throws DEVICE_LOST (runtime/device-lost.ts)
-  const model = new EngineModel(spec, info, tokenizer, sessionParts, guardDevice(factory));
+  const model = new EngineModel(spec, info, tokenizer, { ...sessionParts, decision: d }, guardDevice(factory));
   await model.warm();
   return model;
 }
@@ -1387,6 +1387,7 @@ class EngineModel implements LoadedModel {
       hooks_bytes: this.lastHooksBytes,
       transfers: this.transfers.counts(),
       ...(this.deviceRecoveries ? { device_recoveries: this.deviceRecoveries } : {}),
+      ...(this.parts.decision ? { budget: budgetOf(this.parts.decision.estimate) } : {}),
     };
   }
 

@@ -27,6 +27,7 @@ import { LoupeError, throwIfAborted } from '../engine/errors';
 import { defineOperation } from './types';
 import { documentBase, documentHead } from '../schema/common';
 import { CAPS, checkDocumentSize, finite } from '../engine/caps';
+import { fmtGB } from '../engine/budget';
 import { batchesByLength, datasetFields, datasetReport, resolveDataset, type Example } from './lib/dataset';
 import { metricSeed } from './lib/gradients';
 import { adjustFamily, BOOTSTRAP_RESAMPLES, DatasetStats, SIGN_FLIPS, statisticsBlock, statsFields } from './lib/stats';
@@ -48,6 +49,7 @@ import {
   type Ranking,
 } from './lib/edge-circuits';
 import { forwardHead, forwardMlp, prevIndex } from '../engine/edges';
+import { edgeCount, fitEdgeRows, layoutOf } from './lib/edge-memory';
 
 export const METHODS = ['eap', 'eap_ig_inputs', 'eap_ig_activations', 'exact'] as const;
 /** `exact` above this many edges needs allow_large_exact (its cost: edges × pairs forward rows) */
@@ -89,7 +91,13 @@ export const edgeAttributionInput = z.object({
     })
     .optional()
     .describe('Return the scores as MIB’s circuit file (Graph.to_json layout) in mib_graph.'),
-  batch_size: z.number().int().min(1).max(CAPS.maxBatch).default(8).describe('Pairs per batched engine run.'),
+  batch_size: z
+    .number()
+    .int()
+    .min(1)
+    .max(CAPS.maxBatch)
+    .default(8)
+    .describe('Pairs per batched engine run (fewer where the memory budget needs it: a warning says so).'),
 });
 export type EdgeAttributionInput = z.input<typeof edgeAttributionInput>;
 
@@ -224,11 +232,11 @@ export const operation = defineOperation({
       'Use a model without sandwich norms.',
     );
   const ds = await resolveDataset(model, input);
-  const g = edgeGraphOf(edgeShapeOf(model.info));
-  const E = g.edges.length;
-  const imported = input.circuit !== undefined ? fromMibGraph(g, model.info, parseCircuit(input.circuit)) : undefined;
-  const explicit = input.circuit_edges ? circuitOfNames(g, input.circuit_edges) : undefined;
-  const method = imported ? 'imported' : input.method;
+  const shape = edgeShapeOf(model.info);
+  // the edge count, the document's size and the memory judged from the layout, before the edge list is made
+  const layout = layoutOf(shape);
+  const E = edgeCount(layout);
+  const method = input.circuit !== undefined ? 'imported' : input.method;
   if (method === 'exact' && E > EXACT_MAX_EDGES && !input.allow_large_exact)
     throw new LoupeError(
       'TOO_LARGE',
@@ -243,10 +251,48 @@ export const operation = defineOperation({
     'This edge list',
     'Leave per_example off, or give fewer pairs.',
   );
-  const { nForward: Nf, nBackward: Nb } = g.layout;
+  const { nForward: Nf, nBackward: Nb } = layout;
   const D = model.info.d_model;
+  const T0 = (ex: Example) => ex.clean.length;
   const V = model.info.d_vocab;
   const m = input.ig_steps;
+  const needClean = method === 'eap_ig_inputs' || method === 'eap_ig_activations';
+  const nCircuits =
+    (input.evaluate ? 2 * MIB_PCTS.length : 0) + (input.circuit_edges ? 1 : 0) + (input.circuit !== undefined ? 1 : 0);
+  // rows per engine run that fit the memory budget (lib/edge-memory.ts), or TOO_LARGE before any run
+  const fit = fitEdgeRows(
+    model,
+    {
+      layout,
+      nEdges: E,
+      dModel: D,
+      T: ds.examples.reduce((t, ex) => Math.max(t, T0(ex)), 0),
+      pairs: n,
+      gradient: method !== 'exact' && method !== 'imported',
+      weightedForward: method === 'exact' || nCircuits > 0,
+      keptNodes: needClean ? 2 : 1,
+      igRows: method === 'eap_ig_inputs' ? m : method === 'eap_ig_activations' ? (2 * layout.nLayers + 1) * m : 0,
+      circuits: nCircuits,
+    },
+    CAPS.maxBatch,
+  );
+  const batchSize = Math.min(input.batch_size, fit.rows);
+  const chunk = Math.min(CAPS.maxBatch, fit.rows);
+  const chunked = method === 'exact' || needClean || nCircuits > 0;
+  const memoryWarnings =
+    batchSize < input.batch_size || (chunked && chunk < CAPS.maxBatch)
+      ? [
+          `Memory: about ${fmtGB(fit.mem.rowBytes)} per row of a run beside ${fmtGB(fit.mem.fixedBytes)} held ` +
+            `for the call, the ${fmtGB(fit.mem.roomBytes)} ${fit.mem.limitName} hold ${fit.rows} rows per run, so ` +
+            `runs have at most ` +
+            `${fit.rows} rows` +
+            (batchSize < input.batch_size ? ` (batch_size ${input.batch_size} → ${batchSize})` : '') +
+            ': the same scores, more runs.',
+        ]
+      : [];
+  const g = edgeGraphOf(shape);
+  const imported = input.circuit !== undefined ? fromMibGraph(g, model.info, parseCircuit(input.circuit)) : undefined;
+  const explicit = input.circuit_edges ? circuitOfNames(g, input.circuit_edges) : undefined;
   const cost = { forward_rows: 0, gradient_rows: 0, engine_runs: 0 };
   const run = async (tokens: number[][], opts: Parameters<LoadedModel['run']>[1]) => {
     throwIfAborted(ctx.signal);
@@ -257,18 +303,16 @@ export const operation = defineOperation({
   };
   const M = (logits: Tensor, row: number, ex: Example) =>
     logits.data[row * V + ex.answer] - logits.data[row * V + ex.counterfactual];
-  const T0 = (ex: Example) => ex.clean.length;
 
   // EAP-IG's rows of weights, made on first use (igRows)
   let igBatches: Promise<IgBatch[]> | undefined;
   // ---- pass 1: the corrupted (and, for the IG methods, clean) node outputs of every pair
-  const needClean = method === 'eap_ig_inputs' || method === 'eap_ig_activations';
   const items: Item[] = [];
   const perExample: Float64Array[] = [];
   const progress = (stage: string, done: number, total: number) => ctx.onProgress?.({ stage, done, total });
   const mean = (xs: number[]) => xs.reduce((s, x) => s + x, 0) / xs.length;
   try {
-    const batches = batchesByLength(ds.examples, input.batch_size);
+    const batches = batchesByLength(ds.examples, batchSize);
     progress('corrupted and clean runs', 0, n);
     // eap scores each batch in one gradient run fed the corrupted outputs as they are; EAP-IG feeds
     // each pair's difference corrupted − clean, made on the device where the backend keeps the outputs
@@ -387,8 +431,8 @@ export const operation = defineOperation({
     const src = (data: Float32Array): Tensor => ({ dims: [1, Nf, T, D], data });
     if (how === 'exact') {
       const base = it.mClean;
-      for (let first = 0; first < E; first += CAPS.maxBatch) {
-        const rows = Math.min(CAPS.maxBatch, E - first);
+      for (let first = 0; first < E; first += chunk) {
+        const rows = Math.min(chunk, E - first);
         const w = new Float32Array(rows * Nf * Nb);
         for (let r = 0; r < rows; r++) {
           const e = g.edges[first + r];
@@ -431,7 +475,7 @@ export const operation = defineOperation({
   }
 
   /**
-   * The EAP-IG methods' rows of weights (and gates) in batches of at most CAPS.maxBatch: the same for
+   * The EAP-IG methods' rows of weights (and gates) in batches of at most `chunk` rows: the same for
    * every pair, so made once per call and, where the backend keeps values on the device, copied there
    * once and fed to every pair's runs (released after pass 2)
    */
@@ -469,8 +513,8 @@ export const operation = defineOperation({
     }
     const out: IgBatch[] = [];
     try {
-      for (let first = 0; first < rows; first += CAPS.maxBatch) {
-        const B = Math.min(CAPS.maxBatch, rows - first);
+      for (let first = 0; first < rows; first += chunk) {
+        const B = Math.min(chunk, rows - first);
         const w = { dims: [B, Nf, Nb], data: weights.slice(first * Nf * Nb, (first + B) * Nf * Nb) };
         const batch: IgBatch = { B, weights: await model.toDevice(w) };
         out.push(batch);
@@ -526,8 +570,8 @@ export const operation = defineOperation({
     let done = 0;
     for (const it of items) {
       const T = T0(it.ex);
-      for (let first = 0; first < C; first += CAPS.maxBatch) {
-        const B = Math.min(CAPS.maxBatch, C - first);
+      for (let first = 0; first < C; first += chunk) {
+        const B = Math.min(chunk, C - first);
         const res = await run(Array(B).fill(it.ex.clean), {
           logitPositions: [T - 1],
           edges: {
@@ -595,7 +639,7 @@ export const operation = defineOperation({
       ...(input.per_example && !imported ? { per_example: perExample.map((p) => finite(p[i])) } : {}),
     })),
     statistics: stats ? stats.block(E) : null,
-    warnings: gapWarnings(mClean, mCorr),
+    warnings: [...gapWarnings(mClean, mCorr), ...memoryWarnings],
     completeness:
       method === 'eap_ig_inputs'
         ? { input_scores: finite(inputSum), target: finite(mCorr - mClean), error: finite(inputSum - (mCorr - mClean)) }
