@@ -141,3 +141,14 @@ describe('a GPU device lost mid-run (node webgpu)', () => {
     expect(gpu.memory().device_recoveries).toBe(recovered);
   });
 });
+
+describe('the notice on the surfaces that carry a document', () => {
+  it('an MCP tool result says it as text beside the document (and in structuredContent)', async () => {
+    const { okResult } = await import('../src/bridge/results');
+    const doc = { operation: 'trace', notices: [DEVICE_LOST_NOTICE] };
+    const r = okResult(doc);
+    expect(r.content.map((c: any) => c.text)).toContain(`Notice: ${DEVICE_LOST_NOTICE}`);
+    expect((r.structuredContent as any).notices).toEqual([DEVICE_LOST_NOTICE]);
+    expect(okResult({ operation: 'trace' }).content).toHaveLength(1);
+  });
+});
