@@ -377,6 +377,32 @@ describe('transfers on WebGPU (node), against the bytes each document needs', ()
     expect(floatOffDevice(gpu)).toEqual([]);
   });
 
+  it('steer and sweep read back the metrics their documents hold: each row reduced to its targets, controls and KL', async () => {
+    const common = { prompt: 'the cat sat', layer: 1, direction: 'random:4', max_new_tokens: 4, stop_at_eos: false };
+    const tokens = { targets: ['#5', '#7'], controls: ['#9', '#11', '#13'] };
+    const K = 5;
+    for (const [op, input, rows] of [
+      ['steer', { ...common, ...tokens, alpha: 3 }, 2],
+      ['sweep', { ...common, ...tokens, alphas: [-2, 0, 2] }, 3],
+    ] as const) {
+      const r = await counted(gpu, op, input);
+      const c = (await getOperation(op)!.run(cpu, input as any, {})) as any;
+      const T = r.doc.tokens.length;
+      const runs = op === 'steer' ? r.doc.generation.engine_runs : r.doc.engine_runs - 1;
+      // the base run: the last position's logits and the hook's statistics (its norms per position:
+      // resid_norm); then the prompt pass of every row: its argmax and the row reduced to the K token
+      // ids' logits and KL from the base; then per step each row's argmax. Before (main at 6f3c91d)
+      // the base run read every position's logits and the hook [T, d_model], and each row its logits
+      expect(r.read).toBe(F * (V + 4 + T) + 8 + rows * row(new Array(K).fill(0), true) + 8 * rows * runs);
+      const metrics = ['target_logprob_delta', 'control_logprob_delta', 'normalized_effect', 'kl_from_base'];
+      if (op === 'steer') {
+        for (const k of metrics) expect(Math.abs(r.doc[k] - c[k]), k).toBeLessThan(1e-4);
+        expect(r.doc.steered.generated_token_ids).toEqual(c.steered.generated_token_ids);
+      } else for (const k of metrics) close(r.doc.curves[k], c.curves[k]);
+      expect(Math.abs(r.doc.resid_norm - c.resid_norm)).toBeLessThan(1e-4);
+    }
+  });
+
   it('generate keeps the KV cache on the device: per step the chosen token comes back (greedy)', async () => {
     const input = { prompt: 'the cat', max_new_tokens: 6, temperature: 0 };
     const r = await counted(gpu, 'generate', input);

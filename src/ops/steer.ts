@@ -80,14 +80,17 @@ export const operation = defineOperation({
     ...sampling.options(inp),
     interventions: [iv],
     promptLogits: true,
+    promptReduce: setup.reduce,
     signal: ctx.signal,
     onToken: ({ row }) => {
       if (row === 1) ctx.onProgress?.({ stage: 'generating', done: ++produced, total: inp.max_new_tokens });
     },
   });
-  const V = model.info.d_vocab;
-  const steered = logSoftmax(gen.promptLogits[1], 0, V);
-  const m = setup.metrics(steered);
+  // the steered row reduced where it is (greedy, top-k), else read back whole (sampling from the row)
+  const m = gen.promptRows
+    ? setup.metricsOfRow(gen.promptRows[1])
+    : setup.metrics(logSoftmax(gen.promptLogits[1], 0, model.info.d_vocab));
+  const steered = m.steeredLogprobs;
   return {
     ...documentHead('steer', model, inp.prompt, ids),
     ...setup.site,

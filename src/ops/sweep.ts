@@ -107,6 +107,7 @@ export const operation = defineOperation({
       ...sampling.options(inp),
       interventions: ivs,
       promptLogits: true,
+      promptReduce: setup.reduce,
       signal: ctx.signal,
       onToken: ({ step, row }) => {
         if (row === 0)
@@ -119,7 +120,9 @@ export const operation = defineOperation({
     });
     runs += gen.runs;
     chunk.forEach((a, r) => {
-      metrics.push(setup.metrics(logSoftmax(gen.promptLogits[r], 0, V)));
+      // each row reduced where it is (greedy, top-k), else read back whole (sampling from the row)
+      const row = gen.promptRows?.[r];
+      metrics.push(row ? setup.metricsOfRow(row) : setup.metrics(logSoftmax(gen.promptLogits[r], 0, V)));
       generations.push({ alpha: a, ...generationFields(gen.rows[r]) });
     });
     ctx.onProgress?.({ stage: 'sweeping α', done: Math.min(s + per, alphas.length), total: alphas.length });

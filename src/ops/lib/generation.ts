@@ -12,7 +12,15 @@
  *  - `useCache: false` re-runs the whole sequence each step with the interventions unchanged: the
  *    same semantics, used to prove the cached loop right and to measure its speed-up.
  */
-import type { Intervention, KVCache, LoadedModel, RunOptions, RunResult } from '../../engine/api';
+import type {
+  Intervention,
+  KVCache,
+  LoadedModel,
+  LogitReduce,
+  LogitRow,
+  RunOptions,
+  RunResult,
+} from '../../engine/api';
 import { LoupeError, throwIfAborted } from '../../engine/errors';
 import { argmax, rng } from './math';
 import { checkBatch, checkNewTokens, checkTokenCount } from '../../engine/caps';
@@ -42,6 +50,12 @@ export interface GenerateOptions extends SamplingOptions {
   useCache?: boolean;
   /** return the prompt pass's last-position logits (BatchGenerateResult.promptLogits); default false */
   promptLogits?: boolean;
+  /**
+   * with promptLogits: those logits reduced where they are (BatchGenerateResult.promptRows), not
+   * read back, where the first token is picked in the graph (greedy, top-k); sampling from the whole
+   * row reads the row (promptLogits)
+   */
+  promptReduce?: LogitReduce;
 }
 
 export interface GenerateResult {
@@ -61,6 +75,8 @@ export interface BatchGenerateResult {
   rows: GenerateResult[];
   /** with `promptLogits`: logits at the final prompt position of each row, from the prompt pass (with interventions) */
   promptLogits: Float32Array[];
+  /** with `promptReduce`, where it applied: those rows reduced (promptLogits is then empty) */
+  promptRows?: LogitRow[];
   /** engine runs made (1 prompt pass + steps) */
   runs: number;
 }
@@ -192,18 +208,22 @@ export async function generateBatch(
   throwIfAborted(opts.signal);
   const T = ids.length;
   // generation reads only the last position's logits: unembed just that one
+  const firstPick = stepPick(opts, V, !!opts.promptLogits);
+  const reduce = opts.promptLogits && firstPick ? opts.promptReduce : undefined;
   const first = await model.run(ids, {
     interventions: ivs,
     batch: rows > 1 ? rows : undefined,
     // the cache stays on the device where the backend keeps values there (WebGPU in Node)
     returnCache: useCache && maxNew > 1 ? 'device' : false,
     logitPositions: [T - 1],
-    pick: stepPick(opts, V, !!opts.promptLogits),
+    pick: firstPick,
+    ...(reduce ? { reduceLogits: reduce } : {}),
     signal: opts.signal,
   });
   runs++;
   const promptLogits: Float32Array[] = [];
-  if (opts.promptLogits) for (let r = 0; r < rows; r++) promptLogits.push(first.logits.data.slice(r * V, (r + 1) * V));
+  if (opts.promptLogits && !reduce)
+    for (let r = 0; r < rows; r++) promptLogits.push(first.logits.data.slice(r * V, (r + 1) * V));
   // each step reads back its next token (greedy), its top k (top-k sampling) or its logits row (stepPick)
   const pick = stepPick(opts, V, false);
 
@@ -259,6 +279,7 @@ export async function generateBatch(
   return {
     rows: out.map((o, r) => ({ ids: o, text: continuationText(model, ids, o), stop_reason: stop[r] })),
     promptLogits,
+    ...(reduce ? { promptRows: first.logitRows } : {}),
     runs,
   };
 }

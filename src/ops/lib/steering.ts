@@ -15,7 +15,7 @@
  *   kl_from_base          = KL(p_base ‖ p_steered)
  */
 import { z } from 'zod';
-import type { Intervention, LoadedModel } from '../../engine/api';
+import type { Intervention, LoadedModel, LogitReduce, LogitRow } from '../../engine/api';
 import { LoupeError, throwIfAborted } from '../../engine/errors';
 import type { OpContext } from '../types';
 import { CAPS, checkNewTokens } from '../../engine/caps';
@@ -166,6 +166,10 @@ export interface SteeringSetup {
   edit(alpha: number, batch?: number[]): Intervention;
   /** the metrics of steered final-position log-probs against the base run, on the targets and controls */
   metrics(steered: Float64Array): SteeringMetrics;
+  /** what a steered row's logits are reduced to for them (runtime/reduce.ts): the targets' and controls' logits, KL from the base */
+  reduce: LogitReduce;
+  /** the same metrics from a row reduced by `reduce` (steeredLogprobs then holds only the targets' and controls') */
+  metricsOfRow(row: LogitRow): SteeringMetrics;
 }
 
 type SteeringSite = { [K in keyof typeof steeringSiteSchema]: z.infer<(typeof steeringSiteSchema)[K]> };
@@ -251,19 +255,16 @@ export async function prepareSteering(
     onProgress: (done, total) => ctx.onProgress?.({ stage: 'reading direction prompts', done, total }),
   });
   throwIfAborted(ctx.signal);
-  const base = await model.run(ids, { hooks: [hook], signal: ctx.signal });
-  const V = model.info.d_vocab;
   const T = ids.length;
-  const baseLogprobs = logSoftmax(base.logits.data, (T - 1) * V, V);
-  const D = model.info.d_model;
-  const r = base.hooks[hook].data;
+  // the last position's logits, and the hook's norm at each position (reduced where the hook is)
+  const base = await model.run(ids, { hookStats: [hook], logitPositions: [T - 1], signal: ctx.signal });
+  const V = model.info.d_vocab;
+  const baseLogprobs = logSoftmax(base.logits.data, 0, V);
+  const reduce: LogitReduce = { ids: [], ref: Float32Array.from(baseLogprobs) };
+  const norms = base.hookStats![hook].norms;
   const t0 = inp.prepend_bos && T > 1 && model.bosTokenId !== undefined && ids[0] === model.bosTokenId ? 1 : 0;
   let residNorm = 0;
-  for (let t = t0; t < T; t++) {
-    let s = 0;
-    for (let j = 0; j < D; j++) s += r[t * D + j] ** 2;
-    residNorm += Math.sqrt(s) / (T - t0);
-  }
+  for (let t = t0; t < T; t++) residNorm += norms[t] / (T - t0);
 
   const targetsFromDirection = !givenTargets && !dir.positive_ids.length;
   // defaults name only tokens the model can produce and a page can show (lib/vocab.ts)
@@ -300,6 +301,7 @@ export async function prepareSteering(
         `with the targets' mean unembedding; independent of d; ${vocab!.rule}`,
     };
   });
+  reduce.ids = [...targets, ...controls];
   return {
     ids,
     hook,
@@ -320,6 +322,13 @@ export async function prepareSteering(
     },
     edit: (alpha, batch) => steerIntervention(hook, dir.vector, alpha, inp.positions, batch),
     metrics: (steered) => steeringMetrics(baseLogprobs, steered, targets, controls),
+    reduce,
+    metricsOfRow: (row) => {
+      // the targets' and controls' steered log-probs (the rest of the row NaN: never read)
+      const steered = new Float64Array(V).fill(NaN);
+      reduce.ids.forEach((id, k) => (steered[id] = row.at[k] - row.logsumexp));
+      return { ...steeringMetrics(baseLogprobs, steered, targets, controls, true), kl_from_base: Math.max(0, row.kl!) };
+    },
   };
 }
 
@@ -349,6 +358,8 @@ export function steeringMetrics(
   steered: Float64Array,
   targets: number[],
   controls: number[],
+  /** KL is the caller's (a row reduced on the device): not taken over the row */
+  noKl = false,
 ): SteeringMetrics {
   const meanDelta = (ids: number[]) => ids.reduce((a, t) => a + (steered[t] - base[t]), 0) / ids.length;
   const td = meanDelta(targets);
@@ -358,7 +369,7 @@ export function steeringMetrics(
     control_logprob_delta: cd,
     normalized_effect: td - cd,
     relative_change: Math.expm1(td - cd),
-    kl_from_base: Math.max(0, klDivergence(base, steered)),
+    kl_from_base: noKl ? NaN : Math.max(0, klDivergence(base, steered)),
     steeredLogprobs: steered,
   };
 }
