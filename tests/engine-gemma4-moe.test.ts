@@ -7,7 +7,7 @@
  * reference doing the same (as interventions and through ablate); trace's terms (dense MLP, its
  * neurons, every expert) equal a float64 decomposition; activations' expert load and router entropy,
  * patch's expert_out cells and attribution_patching's expert estimates equal the reference (the last
- * against float64 central differences); q8 equals the reference on q8's weights; edge patching is refused as for dense Gemma 4; each part of the block the reference can leave out moves the logits past
+ * against float64 central differences, as are gradients through the router); q8 equals the reference on q8's weights; edge patching is refused as for dense Gemma 4; each part of the block the reference can leave out moves the logits past
  * the tolerance; bad MoE configs and expert tensors are structured errors before any weight byte.
  */
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
@@ -376,6 +376,46 @@ describe.each(CASES)('gemma4 MoE vs float64 reference: $name', ({ options, T }) 
         await q.dispose();
       }
     }
+  });
+
+  it('gradients through the routed block equal float64 central differences (the router logits, the stream it reads)', async () => {
+    const model = models.node!;
+    const V = m.text.vocab_size;
+    const answer = 5;
+    const L = m.text.num_hidden_layers;
+    const hooks = [
+      `blocks.${L - 1}.mlp.hook_router_logits`,
+      'blocks.1.hook_resid_mid',
+      'blocks.0.mlp.experts.1.hook_out',
+    ];
+    const seed = { dims: [1, 1, V], data: Float32Array.from({ length: V }, (_, v) => (v === answer ? 1 : 0)) };
+    const out = await model.run(tokens, { hooks, logitPositions: [T - 1], grad: { hooks, seed } });
+    const logitOf = (hook: string, i: number, eps: number) =>
+      gemma4Forward(m, tokens, {
+        hook: (name, v) => (name === hook ? v.map((x, j) => (j === i ? x + eps : x)) : undefined),
+      }).logits.data[(T - 1) * V + answer];
+    // the router logits reach the last position's logit through its chosen experts only (renormalised
+    // top-k weights do not move with the others' logits): those, and one not chosen (gradient 0)
+    const E = options.moe!.experts;
+    const chosen = gemma4Forward(m, tokens).hooks[`blocks.${L - 1}.mlp.hook_expert_indices`].data;
+    const last = Array.from(chosen.subarray((T - 1) * options.moe!.topK, T * options.moe!.topK));
+    const other = Array.from({ length: E }, (_, e) => e).find((e) => !last.includes(e))!;
+    let worst = 0;
+    for (const hook of hooks) {
+      const g = out.grads![hook];
+      const n = g.data.length;
+      let nonzero = 0;
+      const at =
+        hook === hooks[0] ? [...last, other].map((e) => (T - 1) * E + e) : [1, Math.floor(n / 3), n - 2, n - 5];
+      for (const i of at) {
+        const fd = (logitOf(hook, i, 1e-4) - logitOf(hook, i, -1e-4)) / 2e-4;
+        worst = Math.max(worst, Math.abs(fd - g.data[i]));
+        if (Math.abs(fd) > 1e-6) nonzero++;
+        expect(Math.abs(fd - g.data[i]), `${hook}[${i}]`).toBeLessThan(1e-3 * Math.max(1, Math.abs(fd)));
+      }
+      expect(nonzero, hook).toBeGreaterThan(0);
+    }
+    console.log(`gemma4 MoE grad vs central differences: worst |Δ| ${worst.toExponential(2)}`);
   });
 
   it("parameters: the dense MLP keeps TransformerLens's names, the router is mlp.W_router, each expert's rows of the stacked tensors", () => {
