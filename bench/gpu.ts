@@ -85,6 +85,8 @@ export interface GpuBenchOptions {
   threads: number;
   ops: string[];
   log: (m: string) => void;
+  /** where the shapes and transcoders are written ($TMPDIR/loupe-bench-gpu) */
+  root?: string;
 }
 
 const PROMPT = 'Once upon a time, there was a little girl who liked to play in the park with her friends';
@@ -111,11 +113,12 @@ function cannotHold(s: Shape, backends: string[]): string | null {
   return null;
 }
 
-const shapeDir = (s: Shape) => path.join(tmpdir(), 'loupe-bench-gpu', s.name);
+const ROOT_DIR = path.join(tmpdir(), 'loupe-bench-gpu');
+const shapeDir = (s: Shape, root = ROOT_DIR) => path.join(root, s.name);
 
-export function ensureShape(s: Shape, log: (m: string) => void): string {
+export function ensureShape(s: Shape, log: (m: string) => void, root = ROOT_DIR): string {
   if (s.name === 'gpt2-small') return ensureBenchModel(GPT2_SMALL, log).dir;
-  const dir = shapeDir(s);
+  const dir = shapeDir(s, root);
   if (!existsSync(path.join(dir, 'model.safetensors'))) {
     log(`${s.name}: writing a random F16 checkpoint (${(params(s) * 2e-9).toFixed(1)} GB) in ${dir}`);
     mkdirSync(dir, { recursive: true });
@@ -124,9 +127,9 @@ export function ensureShape(s: Shape, log: (m: string) => void): string {
   return dir;
 }
 
-function ensureTranscoders(s: Shape): string {
+function ensureTranscoders(s: Shape, root = ROOT_DIR): string {
   const g = graphOf(s);
-  const dir = path.join(tmpdir(), 'loupe-bench-gpu', `${s.name}-plt-${g.features}`);
+  const dir = path.join(root, `${s.name}-plt-${g.features}`);
   if (!existsSync(path.join(dir, 'config.yaml')))
     generateTranscoders({ nLayers: s.L, dModel: s.D, features: g.features, l0: g.l0 }, dir);
   return dir;
@@ -291,7 +294,7 @@ export async function runBackend(
       attribution_graph: () => ({
         prompt: '',
         token_ids: randomIds(g.tokens, 400, 9),
-        transcoder_source: ensureTranscoders(s),
+        transcoder_source: ensureTranscoders(s, o.root),
       }),
     };
     for (const name of o.ops) {
@@ -319,7 +322,7 @@ export async function runBackend(
 
 /** one shape on each backend in turn, and the final logits' max |Δ| between webgpu and node per T */
 export async function runShape(s: Shape, backends: ('webgpu' | 'node')[], o: GpuBenchOptions) {
-  const dir = ensureShape(s, o.log);
+  const dir = ensureShape(s, o.log, o.root);
   const logits = new Map<string, Float32Array>();
   const per: Record<string, BackendRun> = {};
   for (const b of backends) per[b] = await runBackend(s, dir, b, logits, o);
