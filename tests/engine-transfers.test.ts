@@ -578,6 +578,31 @@ describe('transfers on WebGPU (node), against the bytes each document needs', ()
         const rowBytes = F * nR * (T + L * T + T * P.reduce((a, b) => a + b, 0));
         expect(after.read_bytes - before.read_bytes).toBeLessThan(rowBytes / 4);
         expect(Object.keys(rep.stats.off_device_ops!).filter((k) => !k.endsWith(':int64'))).toEqual([]);
+        // max_feature_nodes: the partial influence over the rows so far read back per ranking ([S] and its
+        // vanishing term), then the same over the 10 features chosen
+        let asked = false;
+        const b2 = gpu.memory().transfers!;
+        const d10 = (await rep.pruneOnDevice!({
+          logits,
+          maxFeatures: 10,
+          next: async (partial) => {
+            if (asked) return [];
+            asked = true;
+            const inf = await partial();
+            expect(inf.length).toBe(S);
+            return Array.from({ length: nAct }, (_, i) => i)
+              .sort((a, b) => inf[b] - inf[a] || a - b)
+              .slice(0, 10);
+          },
+          nodeMask: (inf) => Uint8Array.from(inf, (x, i) => (i >= 10 + L * T || x > 0 ? 1 : 0)),
+          edgeThreshold: 0.9,
+        }))!;
+        const a2 = gpu.memory().transfers!;
+        expect(d10.selected.length).toBe(10);
+        const S10 = 10 + L * T + T;
+        expect(a2.read_bytes - b2.read_bytes).toBe(
+          F * (S + 1) + F * (S10 + 10 + logits.length + 3) + 8 + 12 * d10.edges!.row.length,
+        );
         // the kept edges' weights against the rows read back
         const rows = await rep.rows([
           ...Array.from({ length: nAct }, (_, index) => ({ kind: 'feature' as const, index })),

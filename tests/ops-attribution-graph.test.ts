@@ -394,4 +394,22 @@ describe('attribution_graph pruned on WebGPU against the float64 oracle', () => 
     }
     expect(Math.abs(doc.pruning.edge_score_threshold - r.thresholds.edge) / r.thresholds.edge).toBeLessThan(1e-4);
   });
+
+  it('max_feature_nodes: the rows chosen by partial influence computed on the device, as circuit-tracer schedules them', async () => {
+    const tokens = TOKENS.stories;
+    const tc = setFor(refs.stories!, tokens, 'plt');
+    const opts = { maxFeatureNodes: 60, batchSize: 8, updateInterval: 2 };
+    const r = referenceAttribution(refs.stories!, tokens, tc.ref, opts);
+    const input = { prompt: '', token_ids: tokens, transcoder_source: tc.dir, batch_size: 8, update_interval: 2 };
+    const doc = await operation.run(models.stories!, { ...input, max_feature_nodes: 60 }, ctx);
+    expect(doc.method).toContain('on the device');
+    expect(doc.selected_features).toBe(60);
+    expect(r.selected).not.toEqual(Array.from({ length: 60 }, (_, i) => i));
+    const want = referenceJson(r);
+    expect(doc.graph.nodes.map((n) => `${KIND[n.feature_type]}:${n.node_id}`)).toEqual(want.nodes);
+    expect(doc.graph.links.map((l) => `${l.source}>${l.target}`)).toEqual(want.links);
+    expect(Math.abs(doc.scores.replacement - r.scores.replacement)).toBeLessThan(1e-4);
+    expect(Math.abs(doc.scores.completeness - r.scores.completeness)).toBeLessThan(1e-4);
+    expect(doc.cost.backward_rows).toBe(60 + r.logits.length);
+  });
 });

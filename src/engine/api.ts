@@ -600,12 +600,25 @@ export interface DevicePruneRequest {
   nodeMask(influence: Float32Array): Uint8Array;
   /** prune_graph's edge_threshold (a cumulative fraction) */
   edgeThreshold: number;
+  /** the most feature rows `next` will ask for (sizes the device's values; default every active feature) */
+  maxFeatures?: number;
+  /**
+   * After the logit rows, and after each set it returns, the next features to compute rows for
+   * (none: done); `partial` gives compute_partial_influences over the rows so far, per source.
+   * Absent: every active feature.
+   */
+  next?(partial: () => Promise<Float32Array>): Promise<number[]>;
   signal?: AbortSignal;
   onRows?: (done: number, total: number) => void;
 }
 
-/** What comes back of the adjacency pruned on the device. Rows: every feature's (index order), then the logits'. */
+/**
+ * What comes back of the adjacency pruned on the device, over the selected features: sources are
+ * [selected, errors, tokens], rows [selected, logits].
+ */
 export interface DevicePruned {
+  /** the features whose rows were computed, ascending: the graph's feature nodes and columns */
+  selected: Int32Array;
   /** compute_influence over the unpruned graph, per source (float32) */
   influence: Float32Array;
   /** per row, the normalised |A| on the error columns (compute_graph_scores' completeness) */

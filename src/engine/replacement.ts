@@ -37,8 +37,10 @@ import {
   edgeScoreGraph,
   influenceGraph,
   keptEdgesGraph,
+  partialGraph,
   readGraph,
   rowsGraph,
+  selectGraph,
   type AdjacencyShape,
 } from './runtime/adjacency';
 
@@ -571,14 +573,14 @@ export async function prepareReplacement(
    * edges above it found there; only those edges come back (an index and a weight each).
    */
   async function pruneOnDevice(r: DevicePruneRequest): Promise<DevicePruned | null> {
-    const shape: AdjacencyShape = { L, T, nAct: nFeat, nLog: r.logits.length };
-    if (8 * (nFeat + r.logits.length) * nSources > (host.deviceBufferBytes ?? Infinity)) return null;
-    const targets: ReplacementTarget[] = [
-      ...Array.from({ length: nFeat }, (_, index): ReplacementTarget => ({ kind: 'feature', index })),
-      ...r.logits.map((l): ReplacementTarget => ({ kind: 'logit', token: l.token })),
-    ];
-    const nR = targets.length;
-    await logitVectors(targets, r.signal);
+    const nLog = r.logits.length;
+    if (8 * (Math.min(nFeat, r.maxFeatures ?? nFeat) + nLog) * nSources > (host.deviceBufferBytes ?? Infinity))
+      return null;
+    const full: AdjacencyShape = { L, T, nAct: nFeat, nLog };
+    await logitVectors(
+      r.logits.map((l): ReplacementTarget => ({ kind: 'logit', token: l.token })),
+      r.signal,
+    );
     // each feature's decoder readouts: flat indices into [m][T, P_m], padded to J with the zero column
     const at: number[][] = Array.from({ length: nFeat }, () => []);
     let offset = 0;
@@ -597,38 +599,85 @@ export async function prepareReplacement(
       made.push(h);
       return h;
     };
+    /** a helper released, the nodes it ran off the device counted */
+    const retire = async (h: DeviceHelper) => {
+      const off = (stats.off_device_ops ??= {});
+      for (const [op, n] of Object.entries(h.offDevice() ?? {})) off[op] = (off[op] ?? 0) + n;
+      await h.release().catch(() => undefined);
+    };
+    const vanished = (x: OrtTensorLike) => {
+      if ((x.data as Float32Array)[0] !== 0)
+        throw new LoupeError('INTERNAL', `The influence's power series had not vanished after ${L + 2} terms.`);
+    };
     const dev = await host.upload(fixed);
     try {
-      const assemble = await session(rowsGraph(shape, flatSlots, J));
-      const rowFeeds: Record<string, OrtTensorLike> = {};
-      let nb = 0;
-      for (let b0 = 0; b0 < nR; b0 += batch) {
-        throwIfAborted(r.signal);
-        const res = await runBatch(dev.feeds, targets.slice(b0, b0 + batch), true);
-        try {
-          const feeds: Record<string, OrtTensorLike> = { emb: res.out_embed, err: res.out_err };
-          for (let m = 0; m < L; m++) feeds[`dec_${m}`] = res[`out_dec_${m}`];
-          const y = await assemble.run(feeds, ['rows'], ['rows']);
-          kept.push(y.rows);
-          rowFeeds[`r${nb++}`] = y.rows;
-        } finally {
-          for (const t of Object.values(res)) t.dispose?.();
+      const assemble = await session(rowsGraph(full, flatSlots, J));
+      const batches: OrtTensorLike[] = [];
+      const rowNode: number[] = []; // each computed row's node: a feature's index, or nSources + i for logit i
+      const feeds = () => Object.fromEntries(batches.map((t, i) => [`r${i}`, t]));
+      const compute = async (targets: ReplacementTarget[]) => {
+        for (let b0 = 0; b0 < targets.length; b0 += batch) {
+          throwIfAborted(r.signal);
+          const res = await runBatch(dev.feeds, targets.slice(b0, b0 + batch), true);
+          try {
+            const f: Record<string, OrtTensorLike> = { emb: res.out_embed, err: res.out_err };
+            for (let m = 0; m < L; m++) f[`dec_${m}`] = res[`out_dec_${m}`];
+            const y = await assemble.run(f, ['rows'], ['rows']);
+            kept.push(y.rows);
+            batches.push(y.rows);
+          } finally {
+            for (const t of Object.values(res)) t.dispose?.();
+          }
         }
-        r.onRows?.(Math.min(nR, b0 + batch), nR);
+        for (const t of targets) rowNode.push(t.kind === 'feature' ? t.index : nSources + rowNode.length);
+      };
+      // the logit rows, then the features the caller picks (all, or by partial influence over the rows so far)
+      await compute(r.logits.map((l): ReplacementTarget => ({ kind: 'logit', token: l.token })));
+      const wN = new Array<number>(nSources + nLog).fill(0);
+      r.logits.forEach((l, i) => (wN[nSources + i] = l.prob));
+      const partial = async () => {
+        const h = await session(partialGraph(full, batches.length, rowNode, wN));
+        const out = await h
+          .run(feeds(), ['influence', 'last'])
+          .finally(() => retire(made.splice(made.indexOf(h), 1)[0]));
+        vanished(out.last);
+        return out.influence.data as Float32Array;
+      };
+      const visited = new Uint8Array(nFeat);
+      for (;;) {
+        const pending = r.next
+          ? await r.next(partial)
+          : rowNode.length === nLog
+            ? Array.from(visited, (_, i) => i)
+            : [];
+        if (!pending.length) break;
+        for (const i of pending)
+          if (!(i >= 0 && i < nFeat) || visited[i])
+            throw new LoupeError('BAD_INPUT', `Feature ${i}: not an active feature, or its row is computed already.`);
+        pending.forEach((i) => (visited[i] = 1));
+        await compute(pending.map((index): ReplacementTarget => ({ kind: 'feature', index })));
+        r.onRows?.(rowNode.length, nLog + (r.maxFeatures ?? nFeat));
       }
+      // the graph over the selected features (node order: features, errors, tokens; rows: features, logits)
+      const selected = Int32Array.from(Array.from(visited, (v, i) => (v ? i : -1)).filter((i) => i >= 0));
+      const nSel = selected.length;
+      const rowOf = new Map(rowNode.map((n, k) => [n, k]));
+      const order = [...Array.from(selected, (f) => rowOf.get(f)!), ...r.logits.map((_, i) => i)];
+      const cols = [...selected, ...Array.from({ length: L * T + T }, (_, k) => nFeat + k)];
+      const shape: AdjacencyShape = { L, T, nAct: nSel, nLog };
+      const Sel = nSel + L * T + T;
+      const picked = await (await session(selectGraph(batches.length, order, cols))).run(feeds(), ['R'], ['R']);
+      kept.push(picked.R);
+      for (const t of batches) t.dispose?.();
+      kept.splice(0, batches.length);
+      const nR = nSel + nLog;
       const w = new Float32Array(nR);
-      r.logits.forEach((l, i) => (w[nFeat + i] = l.prob));
+      r.logits.forEach((l, i) => (w[nSel + i] = l.prob));
       const wT = f32(w, [1, nR]);
       const inf = await (
-        await session(influenceGraph(shape, nb))
-      ).run({ ...rowFeeds, w: wT }, ['R', 'influence', 'last', 'errors'], ['R']);
+        await session(influenceGraph(shape, 1))
+      ).run({ r0: picked.R, w: wT }, ['R', 'influence', 'last', 'errors'], ['R']);
       kept.push(inf.R);
-      for (const k of Object.keys(rowFeeds)) rowFeeds[k].dispose?.();
-      kept.splice(0, nb);
-      const vanished = (x: OrtTensorLike) => {
-        if ((x.data as Float32Array)[0] !== 0)
-          throw new LoupeError('INTERNAL', `The influence's power series had not vanished after ${L + 2} terms.`);
-      };
       vanished(inf.last);
       const influence = Float32Array.from(inf.influence.data as Float32Array);
       const nodeMask = r.nodeMask(influence);
@@ -636,14 +685,14 @@ export async function prepareReplacement(
       const sc = await (
         await session(edgeScoreGraph(shape, r.edgeThreshold))
       ).run(
-        { R: inf.R, w: wT, mask: f32(Float32Array.from(nodeMask), [1, nSources]) },
+        { R: inf.R, w: wT, mask: f32(Float32Array.from(nodeMask), [1, Sel]) },
         ['order', 'threshold', 'kept', 'last'],
         ['order'],
       );
       kept.push(sc.order);
       vanished(sc.last);
       const edgeScoreThreshold = (sc.threshold.data as Float32Array)[0];
-      const base = { influence, errorMass: inf.errors.data as Float32Array, nodeMask, edgeScoreThreshold };
+      const base = { selected, influence, errorMass: inf.errors.data as Float32Array, nodeMask, edgeScoreThreshold };
       if (!(edgeScoreThreshold > 0)) {
         // every entry is kept (prune_graph's ≥ 0): the rows themselves come back
         const all = await (await session(readGraph())).run({ x: inf.R }, ['y']);
@@ -662,18 +711,14 @@ export async function prepareReplacement(
         source = new Int32Array(n);
       for (let i = 0; i < n; i++) {
         const x = Number(index[i]);
-        row[i] = Math.floor(x / nSources);
-        source[i] = x % nSources;
+        row[i] = Math.floor(x / Sel);
+        source[i] = x % Sel;
       }
       return { ...base, edges: { row, source, weight: e.weight.data as Float32Array }, rows: null };
     } finally {
       dev.release();
       for (const t of kept) t.dispose?.();
-      for (const h of made) {
-        const off = (stats.off_device_ops ??= {});
-        for (const [op, n] of Object.entries(h.offDevice() ?? {})) off[op] = (off[op] ?? 0) + n;
-        await h.release().catch(() => undefined);
-      }
+      for (const h of made) await retire(h);
     }
   }
 }

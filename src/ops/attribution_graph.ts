@@ -354,17 +354,38 @@ export const operation = defineOperation({
   // on the device (WebGPU): every feature's row; only the influence and the edges above the threshold come back
   let nodeThr = 0;
   let mask: Uint8Array = new Uint8Array(0);
+  let chosen = 0;
+  const seen = new Uint8Array(nAct);
   const d =
-    rep.pruneOnDevice && maxFeat === nAct && !input.full_adjacency
+    rep.pruneOnDevice && !input.full_adjacency
       ? await rep.pruneOnDevice({
           logits: logits.map((l) => ({ token: l.token, prob: l.prob })),
+          maxFeatures: maxFeat,
+          // circuit-tracer's schedule, as adjacencyRows: every feature, or by partial influence over the rows so far
+          next: async (partial) => {
+            if (chosen >= maxFeat) return [];
+            throwIfAborted(ctx.signal);
+            let pending = Array.from({ length: nAct }, (_, i) => i);
+            if (maxFeat < nAct) {
+              report('ranking features by partial influence', chosen, maxFeat);
+              const inf = await partial();
+              const queue = Math.min(input.update_interval * input.batch_size, maxFeat - chosen);
+              pending = pending
+                .sort((a, b) => inf[b] - inf[a] || a - b)
+                .filter((i) => !seen[i])
+                .slice(0, queue);
+            }
+            pending.forEach((i) => (seen[i] = 1));
+            chosen += pending.length;
+            return pending;
+          },
           nodeMask: (inf) => {
-            const full = new Float64Array(S + nLog);
+            const full = new Float64Array(inf.length + nLog);
             full.set(inf);
             const m = nodeMaskOf(full, T, nLog, input.node_threshold);
             nodeThr = m.threshold;
             mask = m.mask;
-            return mask.subarray(0, S);
+            return mask.subarray(0, inf.length);
           },
           edgeThreshold: input.edge_threshold,
           signal: ctx.signal,
@@ -373,7 +394,7 @@ export const operation = defineOperation({
       : null;
   const device = d !== null;
   const host = device ? null : await adjacencyRows();
-  const selected = host?.selected ?? Array.from({ length: nAct }, (_, i) => i);
+  const selected = host?.selected ?? Array.from(d!.selected);
   const nSel = selected.length;
   const N = nSel + L * T + T + nLog;
   const kinds: NodeKind[] = [
@@ -392,7 +413,8 @@ export const operation = defineOperation({
   logits.forEach((l, i) => (w[N - nLog + i] = l.prob));
   let pruned: { pr: PruneResult; A: Adjacency | null; errors: ArrayLike<number> } | null = null;
   if (d) {
-    const node = (r: number) => (r < nAct ? r : S + r - nAct);
+    const Sel = N - nLog; // the sources over the selected features
+    const node = (r: number) => (r < nSel ? r : Sel + r - nSel);
     const errors = new Float64Array(N);
     d.errorMass.forEach((x, r) => (errors[node(r)] = x));
     const influence = new Float64Array(N);
@@ -408,27 +430,27 @@ export const operation = defineOperation({
         weight: Float32Array.from(order, (k) => e.weight[k]),
       };
       report('pruning', 0, 1);
-      const pr = finishPrune(influence, mask, edges, { node: nodeThr, edge: d.edgeScoreThreshold }, nAct, T, nLog);
+      const pr = finishPrune(influence, mask, edges, { node: nodeThr, edge: d.edgeScoreThreshold }, nSel, T, nLog);
       pruned = { pr, A: null, errors };
     } else {
       // every entry kept (an edge threshold of 0): the rows came back, pruned here
       const rows = d.rows!;
       const row = (r: number) => {
         const out = new Float32Array(N);
-        out.set(rows.subarray(r * S, (r + 1) * S));
+        out.set(rows.subarray(r * Sel, (r + 1) * Sel));
         return out;
       };
       const A: Adjacency = {
         N,
         rows: [
-          ...Array.from({ length: nAct }, (_, r) => row(r)),
+          ...Array.from({ length: nSel }, (_, r) => row(r)),
           ...Array.from({ length: L * T + T }, () => null),
-          ...logits.map((_, i) => row(nAct + i)),
+          ...logits.map((_, i) => row(nSel + i)),
         ],
       };
       report('pruning', 0, 1);
-      const pr = pruneGraph(A, w, nAct, T, nLog, input.node_threshold, input.edge_threshold, ctx.signal);
-      pruned = { pr, A, errors: errorMass(pr.sparse, nAct, L, T) };
+      const pr = pruneGraph(A, w, nSel, T, nLog, input.node_threshold, input.edge_threshold, ctx.signal);
+      pruned = { pr, A, errors: errorMass(pr.sparse, nSel, L, T) };
     }
   } else {
     const A = host!.A;

@@ -167,3 +167,50 @@ export function readGraph(): Uint8Array {
   g.output('y');
   return g.encode();
 }
+
+/**
+ * compute_partial_influences (graph.py) over the rows so far: inputs r0… (each batch's rows
+ * [B_i, S], in the order computed); `rowNode` each row's node (a feature's index, or S + i for
+ * logit i); |rows| normalised with the row sums clamped at 1e-8; the logits' probabilities `w`
+ * pushed through them, unrolled L + 2 times as in influenceGraph. Outputs influence [1, S], last [].
+ */
+export function partialGraph(s: AdjacencyShape, batches: number, rowNode: number[], w: number[]): Uint8Array {
+  const g = new OnnxGraph(() => '');
+  const S = sources(s);
+  const rows = g.concat(
+    Array.from({ length: batches }, (_, i) => g.input(`r${i}`, 'float', [`b${i}`, S])),
+    0,
+  );
+  const abs = g.o('Abs', [rows]);
+  const sums = g.o('Max', [g.o('ReduceSum', [abs, g.constI([1])], { keepdims: 1 }), g.constF([1e-8], [])]);
+  const ahat = g.o('Div', [abs, sums]);
+  const at = g.constI(rowNode);
+  const zeros = g.constF(new Array(s.nLog).fill(0), [1, s.nLog]);
+  let prod = g.constF(w, [1, S + s.nLog]);
+  let sum = '';
+  for (let k = 0; k < s.L + 2; k++) {
+    const u = g.o('MatMul', [g.o('Gather', [prod, at], { axis: 1 }), ahat]);
+    if (k === s.L + 1) g.rename(g.o('ReduceSum', [g.o('Abs', [u]), g.constI([0, 1])], { keepdims: 0 }), 'last');
+    else {
+      sum = sum ? g.o('Add', [sum, u]) : u;
+      prod = g.o('Concat', [u, zeros], { axis: 1 });
+    }
+  }
+  g.rename(sum, 'influence');
+  g.output('influence');
+  g.output('last');
+  return g.encode();
+}
+
+/** inputs r0… (rows in the order computed): R [rows.length, cols.length] = those rows, in that order, at those columns */
+export function selectGraph(batches: number, rows: number[], cols: number[]): Uint8Array {
+  const g = new OnnxGraph(() => '');
+  const all = g.concat(
+    Array.from({ length: batches }, (_, i) => g.input(`r${i}`, 'float', [`b${i}`, 's'])),
+    0,
+  );
+  const picked = g.o('Gather', [all, g.constI(rows)], { axis: 0 });
+  g.rename(g.o('Gather', [picked, g.constI(cols)], { axis: 1 }), 'R');
+  g.output('R');
+  return g.encode();
+}
