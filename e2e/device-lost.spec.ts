@@ -101,6 +101,7 @@ for (const build of ['native', 'jsep'] as const)
     expect(after.notices?.length).toBe(1);
     expect(after.notices[0]).toMatch(NOTICE);
     await expect(page.getByTestId('notice').filter({ hasText: NOTICE })).toBeVisible();
+    await expect(page.getByTestId('device-recoveries')).toHaveText('GPU device lost ×1, recovered');
     const [a, b] = [numbers(after), numbers(fresh)];
     expect(a.length).toBeGreaterThan(0);
     expect(a.length).toBe(b.length);
@@ -149,4 +150,5 @@ for (const build of ['native', 'jsep'] as const)
     expect(at).toBeLessThan(N);
     expect(during.notices?.[0]).toMatch(NOTICE);
     expect(during.generated_token_ids).toEqual(long.generated_token_ids);
+    await expect(page.getByTestId('device-recoveries')).toHaveText('GPU device lost ×3, recovered');
   });

@@ -15,6 +15,8 @@ import type { HistoryEntry } from './history.svelte';
 export class RunStore {
   /** the last page run's error (form validation included), shown under the form */
   error = $state<ErrorInfo | null>(null);
+  /** GPU device losses this page's runs recovered from (the status bar says so) */
+  deviceRecoveries = $state(0);
 
   constructor(
     private readonly forms: FormStore,
@@ -94,6 +96,7 @@ export class RunStore {
       if (r.doc && typeof r.doc === 'object') r.doc.notices = [...(r.doc.notices ?? []), DEVICE_LOST_NOTICE];
     }
     for (const n of r.doc?.notices ?? []) this.notify?.('warn', n, 12000);
+    if (r.doc?.notices?.includes(DEVICE_LOST_NOTICE)) this.deviceRecoveries++;
     return r;
   }
 
