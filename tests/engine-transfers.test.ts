@@ -230,6 +230,25 @@ describe('transfers on WebGPU (node), against the bytes each document needs', ()
     );
   });
 
+  it("attribution_patching validates from the clean hooks on the device: only each variant's metric more", async () => {
+    const input = {
+      prompt: '',
+      token_ids: [5, 10, 20, 30, 40, 50],
+      corrupted_token_ids: [5, 11, 20, 31, 40, 50],
+    };
+    const r0 = await counted(gpu, 'attribution_patching', { ...input, validate: 0 });
+    const r = await counted(gpu, 'attribution_patching', { ...input, validate: 3 });
+    const v = r.doc.validation;
+    // the corrupted run and each validated head and site, reduced to two logits. Before (main at
+    // 6f3c91d) the clean hooks came back to be patched in, and were written with the validation's batch
+    expect(r.read - r0.read).toBe((1 + v.heads.length + v.sites.length) * row([0, 0]));
+    const c = (await getOperation('attribution_patching')!.run(cpu, { ...input, validate: 3 }, {})) as any;
+    close(
+      [...v.heads, ...v.sites].map((x: any) => x.actual),
+      [...c.validation.heads, ...c.validation.sites].map((x: any) => x.actual),
+    );
+  });
+
   // a logits row reduced on the device (runtime/reduce.ts): the logits at the ids asked for, the
   // log-normaliser, the argmax (int64) and its logit, and KL from a reference where one is given
   const row = (ids: number[], kl = false) => F * ids.length + F + 8 + F + (kl ? F : 0);

@@ -211,14 +211,13 @@ async function atpPair(model: LoadedModel, input: AtpParsed, ctx: OpContext): Pr
       h.endsWith('attn.hook_z') || h.endsWith('mlp.hook_post') ? 2 : h.includes('.experts.') ? null : 1,
     ]),
   );
-  const validating = input.validate > 0 || input.validate_scope === 'all';
   ctx.onProgress?.({ stage: 'clean forward', done: 0, total: 2 });
-  // the clean values stay on the device (where the backend keeps them there) unless the validation
-  // patches them in, which needs them here
+  // the clean values stay on the device (where the backend keeps them there): the products are taken
+  // there, and the validation patches them in from there
   const cleanRun = await model.run(clean.ids, {
     hooks,
     logitPositions: [T - 1],
-    hooksOnDevice: !validating,
+    hooksOnDevice: true,
     signal: ctx.signal,
   });
   try {
@@ -274,6 +273,7 @@ async function atpFrom(
   const mClean = metricOf(cleanRun.logits.data, a, cfId);
   const mCorr = metricOf(corrRun.logitRows![0].at, 0, cfId !== null ? 1 : null);
   const at = (hook: string) => corrRun.attribution![hook];
+  const cleanOf = (hook: string) => cleanRun.deviceHooks?.[hook] ?? cleanRun.hooks[hook];
 
   const heads: z.infer<typeof headEntry>[] = [];
   const sites: z.infer<typeof siteEntry>[] = [];
@@ -322,11 +322,11 @@ async function atpFrom(
           op: 'patch',
           head: x.head,
           positions: 'all',
-          source: cleanRun.hooks[`blocks.${x.layer}.attn.hook_z`],
+          source: cleanOf(`blocks.${x.layer}.attn.hook_z`),
         },
       ]),
       ...topSites.map((x): Intervention[] => [
-        { hook: x.hook, op: 'patch', positions: [x.position], source: cleanRun.hooks[x.hook] },
+        { hook: x.hook, op: 'patch', positions: [x.position], source: cleanOf(x.hook) },
       ]),
     ];
     patched = variants.flat();
