@@ -8,6 +8,7 @@ import { documentBase, documentHead } from '../schema/common';
 import { LoupeError, throwIfAborted } from '../engine/errors';
 import { checkDocumentSize, finite } from '../engine/caps';
 import { inputIds, promptOrIdsFields } from './lib/ablation';
+import { isLinearLayer, requireHeads } from './lib/dla';
 
 export const attentionInput = z.object({
   ...promptOrIdsFields,
@@ -54,8 +55,9 @@ export const operation = defineOperation({
   let sel: { layer: number; head: number }[];
   if (input.heads) sel = input.heads;
   else
-    sel = (input.layers ?? Array.from({ length: L }, (_, l) => l)).flatMap((layer) =>
-      Array.from({ length: H }, (_, head) => ({ layer, head })),
+    // by default only layers with heads (Qwen3.5's linear-attention layers have no pattern); named layers must have them
+    sel = (input.layers ?? Array.from({ length: L }, (_, l) => l).filter((l) => !isLinearLayer(model, l))).flatMap(
+      (layer) => Array.from({ length: H }, (_, head) => ({ layer, head })),
     );
   for (const s of sel) {
     if (s.layer >= L || s.head >= H)
@@ -64,6 +66,7 @@ export const operation = defineOperation({
         `L${s.layer}H${s.head} does not exist (the model has ${L} layers × ${H} heads).`,
         `Use layer 0 … ${L - 1} and head 0 … ${H - 1}.`,
       );
+    requireHeads(model, s.layer, 'an attention pattern');
   }
   // one entry per head, in (layer, head) order
   const seen = new Set<string>();

@@ -8,13 +8,15 @@
  *     each layer's candidate heads together, all candidate heads together, all candidate
  *     neurons together — so that redundant heads (small singly, large together, e.g. backup or
  *     duplicated induction heads) show up instead of being called unimportant.
+ * A layer without heads (Qwen3.5's linear attention) is one attention candidate: its output
+ * (hook_attn_out), ranked with the heads by its DLA term and ablated whole.
  */
 import { z } from 'zod';
 import { defineOperation } from './types';
 import { documentBase, documentHead, interventionList } from '../schema/common';
 import { LoupeError } from '../engine/errors';
 import { CAPS, finite } from '../engine/caps';
-import { CONVENTIONS, decomposeLogit, dlaHookNames } from './lib/dla';
+import { CONVENTIONS, decomposeLogit, dlaHookNames, isLinearLayer } from './lib/dla';
 import {
   Ablator,
   effectFields,
@@ -53,7 +55,10 @@ export const circuitInput = z.object({
     .min(0)
     .max(4096)
     .default(12)
-    .describe('Candidate heads: the top k by |direct logit attribution| (capped at n_layers × n_heads).'),
+    .describe(
+      'Candidate heads: the top k by |direct logit attribution| (capped at n_layers × n_heads); ' +
+        "a linear-attention layer's whole output competes as one candidate.",
+    ),
   top_k_neurons: z
     .number()
     .int()
@@ -77,6 +82,7 @@ const member = z.object({
   layer: z.number().int(),
   head: z.number().int().optional(),
   neuron: z.number().int().optional(),
+  component: z.literal('attn_out').optional().describe("a linear-attention layer's whole output"),
 });
 
 /** a candidate ablated singly: its head or neuron, its label, what ranked it, its effect */
@@ -100,6 +106,21 @@ export const circuitOutput = documentBase('circuit').extend({
   neurons: z
     .array(candidate('neuron', { activation: z.number(), attribution: z.number() }))
     .describe('candidate neurons, ranked by |attribution|, each ablated singly'),
+  linear_layers: z
+    .array(
+      z.object({
+        layer: z.number().int(),
+        component: z.literal('attn_out'),
+        label: z.string(),
+        attribution: z.number(),
+        ...effectFields,
+      }),
+    )
+    .optional()
+    .describe(
+      'linear-attention layers (no heads) among the attention candidates: the whole output ' +
+        '(hook_attn_out) ranked with the heads and ablated singly; present only where the model has such layers',
+    ),
   groups: z.array(
     z.object({
       kind: z.enum(['pair', 'layer_heads', 'all_heads', 'all_neurons']),
@@ -149,7 +170,10 @@ export const operation = defineOperation({
 }).implement(async (model, input, ctx) => {
   const { n_layers: L, n_heads: H, d_mlp: M } = model.info;
   const { ids, prompt, answerId } = idsAndAnswer(model, input);
-  const kHeads = Math.min(input.top_k_heads, L * H);
+  // attention candidates: each head of a layer with heads, the whole output of one without (linear attention)
+  const linear = Array.from({ length: L }, (_, l) => isLinearLayer(model, l));
+  const nUnits = linear.reduce((n, lin) => n + (lin ? 1 : H), 0);
+  const kHeads = Math.min(input.top_k_heads, nUnits);
   const kNeurons = Math.min(input.top_k_neurons, L * M);
   const pairK = Math.min(input.pair_k, kHeads);
   if (kHeads + kNeurons === 0)
@@ -162,9 +186,10 @@ export const operation = defineOperation({
   const maxVariants = kHeads + kNeurons + pairK * (pairK - 1) + L + 2;
   checkVariants(maxVariants, 'This circuit search', 'Lower top_k_heads, top_k_neurons or pair_k.');
 
-  // every hook_z and hook_post: DLA reads them, and mean ablation averages them
+  // every hook_z (a linear layer's hook_attn_out) and hook_post: DLA reads them, and mean ablation averages them
   const siteHooks: string[] = [];
-  for (let l = 0; l < L; l++) siteHooks.push(`blocks.${l}.attn.hook_z`, `blocks.${l}.mlp.hook_post`);
+  for (let l = 0; l < L; l++)
+    siteHooks.push(linear[l] ? `blocks.${l}.hook_attn_out` : `blocks.${l}.attn.hook_z`, `blocks.${l}.mlp.hook_post`);
   ctx.onProgress?.({ stage: 'clean run and attribution', done: 0, total: 1 });
   const { ablator, clean } = await Ablator.prepare(
     model,
@@ -184,10 +209,17 @@ export const operation = defineOperation({
   ctx.onProgress?.({ stage: 'clean run and attribution', done: 1, total: 1 });
 
   // ---- candidates by |attribution|
-  const allHeads: { layer: number; head: number; attribution: number }[] = [];
-  for (let l = 0; l < L; l++)
-    for (let h = 0; h < H; h++) allHeads.push({ layer: l, head: h, attribution: dla.heads[l][h] });
-  const heads = byAbsDesc(allHeads, (x) => x.attribution).slice(0, kHeads);
+  type Unit = { layer: number; head?: number; attribution: number };
+  const allUnits: Unit[] = [];
+  const termOf = new Map(dla.terms.map((t) => [t.name, t.value]));
+  for (let l = 0; l < L; l++) {
+    if (linear[l]) allUnits.push({ layer: l, attribution: termOf.get(`L${l}.linear_attn`)! });
+    else for (let h = 0; h < H; h++) allUnits.push({ layer: l, head: h, attribution: dla.heads[l][h] });
+  }
+  const units = byAbsDesc(allUnits, (x) => x.attribution).slice(0, kHeads);
+  const unitTarget = (u: { layer: number; head?: number }): AblationTarget =>
+    u.head === undefined ? { layer: u.layer, component: 'attn_out' } : { layer: u.layer, head: u.head };
+  const heads = units.flatMap((u) => (u.head === undefined ? [] : [{ ...u, head: u.head }]));
   const allNeurons: { layer: number; neuron: number; attribution: number; activation: number }[] = [];
   if (kNeurons > 0) {
     for (let l = 0; l < L; l++)
@@ -204,7 +236,7 @@ export const operation = defineOperation({
 
   // ---- singles, one batched scan
   const singleTargets: AblationTarget[] = [
-    ...heads.map((h) => ({ layer: h.layer, head: h.head })),
+    ...units.map(unitTarget),
     ...neurons.map((n) => ({ layer: n.layer, neuron: n.neuron })),
   ];
   const singleEffects = await ablator.effects(
@@ -221,6 +253,25 @@ export const operation = defineOperation({
     attribution: finite(h.attribution),
     ...singles.get(`L${h.layer}H${h.head}`)!,
   }));
+  const linearRows = units.flatMap((u) =>
+    u.head !== undefined
+      ? []
+      : [
+          {
+            layer: u.layer,
+            component: 'attn_out' as const,
+            label: `L${u.layer}.attn_out`,
+            attribution: finite(u.attribution),
+            ...singles.get(`L${u.layer}.attn_out`)!,
+          },
+        ],
+  );
+  // the attention candidates in rank order: heads and linear-attention layers
+  const unitRows = units.map((u) =>
+    u.head === undefined
+      ? linearRows.find((r) => r.layer === u.layer)!
+      : headRows.find((r) => r.layer === u.layer && r.head === u.head)!,
+  );
   const neuronRows = neurons.map((n) => ({
     layer: n.layer,
     neuron: n.neuron,
@@ -244,16 +295,23 @@ export const operation = defineOperation({
     seen.add(key);
     groups.push({ kind, label: label ?? labelOf(members), members });
   };
-  const headMember = (h: { layer: number; head: number }): Member => ({ layer: h.layer, head: h.head });
-  const topByAttr = headRows.slice(0, pairK);
-  const topByEffect = byAbsDesc(headRows, (x) => x.logprob_delta).slice(0, pairK);
+  const headMember = (h: { layer: number; head?: number }): Member =>
+    h.head === undefined ? { layer: h.layer, component: 'attn_out' } : { layer: h.layer, head: h.head };
+  const topByAttr = unitRows.slice(0, pairK);
+  const topByEffect = byAbsDesc(unitRows, (x) => x.logprob_delta).slice(0, pairK);
   for (const [a, b] of [...pairsOf(topByAttr), ...pairsOf(topByEffect)])
     addGroup('pair', [headMember(a), headMember(b)]);
   for (let l = 0; l < L; l++) {
     const inLayer = headRows.filter((h) => h.layer === l).map(headMember);
     addGroup('layer_heads', inLayer, `L${l} candidate heads (${inLayer.length})`);
   }
-  addGroup('all_heads', headRows.map(headMember), `all ${headRows.length} candidate heads`);
+  addGroup(
+    'all_heads',
+    unitRows.map(headMember),
+    linearRows.length
+      ? `all ${headRows.length} candidate heads and ${linearRows.length} linear-attention layers`
+      : `all ${headRows.length} candidate heads`,
+  );
   addGroup(
     'all_neurons',
     neuronRows.map((n) => ({ layer: n.layer, neuron: n.neuron })),
@@ -294,7 +352,7 @@ export const operation = defineOperation({
         `${f2(g.max_single_abs_logprob_delta)} (sum of singles ${f2(g.sum_of_singles_logprob_delta)}).`,
     );
   }
-  const strongest = byAbsDesc([...headRows, ...neuronRows], (x) => x.logprob_delta).slice(0, 3);
+  const strongest = byAbsDesc([...unitRows, ...neuronRows], (x) => x.logprob_delta).slice(0, 3);
   for (const s of strongest)
     findings.push(
       `Single ${s.label}: attribution ${f2(s.attribution)}, ablation changes log p by ${f2(s.logprob_delta)} nats (logit ${f2(s.logit_delta)}).`,
@@ -304,6 +362,8 @@ export const operation = defineOperation({
 
   const nVariants = singleTargets.length + groups.length;
   const runs = 1 + Math.ceil(singleTargets.length / CAPS.maxBatch) + Math.ceil(groups.length / CAPS.maxBatch);
+  const hasLinear = linear.some(Boolean);
+  const linearNote = hasLinear ? ` and ${linearRows.length} linear-attention layers` : '';
   const how =
     input.ablation === 'zero'
       ? 'zero-ablation'
@@ -311,9 +371,13 @@ export const operation = defineOperation({
   return {
     ...documentHead('circuit', model, prompt, ids),
     method:
-      `Candidates: the top ${heads.length} heads and top ${neurons.length} MLP neurons by |direct logit ` +
+      `Candidates: the top ${heads.length} heads${linearNote} and top ${neurons.length} MLP neurons by |direct logit ` +
       `attribution| (${input.convention} convention) to ${JSON.stringify(answer.token)} at the last position. ` +
       `Causal effect: ${how} of attn.hook_z per head and of mlp.hook_post per neuron, at every position, ` +
+      (hasLinear
+        ? '(a linear-attention layer has no heads: its whole output hook_attn_out is one candidate, ' +
+          'ranked with the heads by its DLA term), '
+        : '') +
       'all downstream layers recomputed (total effect), each candidate singly in batched runs; ' +
       `then groups: pairs among the top ${pairK} heads by |attribution| and the top ${pairK} by |single effect|, ` +
       "each layer's candidate heads together, all candidate heads, all candidate neurons. " +
@@ -326,6 +390,7 @@ export const operation = defineOperation({
     clean: ablator.cleanBlock(),
     heads: headRows,
     neurons: neuronRows,
+    ...(hasLinear ? { linear_layers: linearRows } : {}),
     groups: groupRows,
     findings,
     interventions: ablator.records(singleTargets),

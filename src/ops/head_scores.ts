@@ -22,6 +22,7 @@ import { LoupeError, throwIfAborted } from '../engine/errors';
 import { CAPS, finite } from '../engine/caps';
 import { distinctTokens, promptIds } from './lib/tokens';
 import { rng } from './lib/math';
+import { requireHeads } from './lib/dla';
 
 export const SCORES = ['previous_token', 'induction', 'duplicate_token'] as const;
 export type ScoreName = (typeof SCORES)[number];
@@ -164,6 +165,8 @@ export const operation = defineOperation({
   long: true,
 }).implement(async (model, inp, ctx) => {
   const { n_layers: L, n_heads: H } = model.info;
+  // the scores are a dense layer × head grid: a layer without heads (linear attention) is refused, named
+  for (let l = 0; l < L; l++) requireHeads(model, l, 'a head score');
   const bos = model.bosTokenId;
   const lead = bos !== undefined ? 1 : 0;
   const fit = Math.floor((Math.min(model.info.n_ctx, CAPS.maxTokens) - lead) / 2);

@@ -33,6 +33,7 @@ import { DatasetStats, componentStats, statisticsBlock } from './lib/stats';
 import type { LoadedModel } from '../engine/api';
 import type { OpContext } from './types';
 import { tokenEntries } from './lib/tokens';
+import { isLinearLayer, requireHeads } from './lib/dla';
 import {
   gapWarnings,
   smallGapPairs,
@@ -116,7 +117,8 @@ export const patchOutput = documentBase('patch').extend({
     .array(z.array(z.number().nullable()))
     .nullable()
     .describe(
-      '[layer][head] metric after patching clean attn.hook_z of one head at every position (null: a head not asked for in `heads`)',
+      '[layer][head] metric after patching clean attn.hook_z of one head at every position (null: a head not asked ' +
+        "for in `heads`, or a layer without heads: a linear-attention layer's whole output is attn_out_all_pos)",
     ),
   expert_out: z
     .array(z.array(z.number()))
@@ -229,6 +231,7 @@ async function patchPair(model: LoadedModel, input: PatchParsed, ctx: OpContext)
         `L${h.layer}H${h.head} does not exist (the model has ${L} layers × ${H} heads).`,
         `Use layer 0 … ${L - 1} and head 0 … ${H - 1}.`,
       );
+    requireHeads(model, h.layer, 'the head_out scan');
   }
   if (input.heads && !scans.has('head_out')) {
     throw new LoupeError(
@@ -237,7 +240,9 @@ async function patchPair(model: LoadedModel, input: PatchParsed, ctx: OpContext)
       'Add "head_out" to scans, or leave heads out.',
     );
   }
-  const patchHead = (l: number, h: number) => !input.heads || input.heads.some((x) => x.layer === l && x.head === h);
+  // a linear-attention layer (Qwen3.5) has no heads to patch: null in head_out
+  const patchHead = (l: number, h: number) =>
+    !isLinearLayer(model, l) && (!input.heads || input.heads.some((x) => x.layer === l && x.head === h));
   const path = scans.has('path') ? pathPlan(model, input) : null;
   if (!path && (input.path_receivers || input.path_senders))
     throw new LoupeError(
@@ -252,7 +257,9 @@ async function patchPair(model: LoadedModel, input: PatchParsed, ctx: OpContext)
       `The expert_out scan needs a mixture-of-experts model; ${model.info.architecture} has no experts.`,
       'Leave "expert_out" out of scans.',
     );
-  const nHeads = input.heads ? new Set(input.heads.map((x) => `${x.layer}:${x.head}`)).size : L * H;
+  const nHeads = input.heads
+    ? new Set(input.heads.map((x) => `${x.layer}:${x.head}`)).size
+    : Array.from({ length: L }, (_, l) => l).filter((l) => !isLinearLayer(model, l)).length * H;
   const nVariants =
     (scans.has('resid_pre') ? L * T : 0) +
     (scans.has('attn_out') ? L * T + L : 0) +
@@ -555,6 +562,8 @@ interface PathPlan {
 
 function pathPlan(model: LoadedModel, input: PatchParsed): PathPlan {
   const { n_layers: L, n_heads: H, n_kv_heads: Hkv } = model.info;
+  // path patching freezes every head's output; a linear-attention layer has none (refused, named, not guessed at)
+  for (let l = 0; l < L; l++) requireHeads(model, l, "the path scan (which freezes every head's hook_z)");
   const check = (h: { layer: number; head: number }, what: string) => {
     if (h.layer >= L || h.head >= H)
       throw new LoupeError(

@@ -33,7 +33,7 @@ import type { OpContext } from '../types';
 import { CAPS, checkTokenCount, finite } from '../../engine/caps';
 import { promptFields, promptIds, resolveToken, tokenText } from './tokens';
 import { argmax, logSoftmax, rng } from './math';
-import { runHook } from './dla';
+import { requireHeads, runHook } from './dla';
 
 // ------------------------------------------------------------------ caps local to these operations
 
@@ -255,6 +255,7 @@ export function targetSites(model: LoadedModel, t: AblationTarget): Site[] {
         `head ${t.head} is out of range: the model has ${H} heads per layer.`,
         `Use a head between 0 and ${H - 1}.`,
       );
+    requireHeads(model, t.layer, 'a head to ablate');
     sites = [{ hook: `${b}.attn.hook_z`, head: t.head }];
   } else if (t.neuron !== undefined) {
     // the layer's own MLP width, from its hook (Gemma 4's double-wide MLPs are wider than d_mlp)
