@@ -4,7 +4,8 @@
  * heads, and every single and group effect (zero and mean ablation) equals the float64 reference
  * (tests/reference/qwen3_5-64.ts) with the same activations replaced, written here from the hook
  * names alone; patch's head_out leaves a linear layer's row null (its output is attn_out_all_pos) and
- * equals the reference. Head-level work on a linear-attention layer is a structured UNSUPPORTED_OP naming it.
+ * equals the reference. Head-level work on a linear-attention layer, and edge_attribution (its graph has a node
+ * per head), are a structured UNSUPPORTED_OP naming the layer(s).
  */
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import { rmSync } from 'node:fs';
@@ -204,6 +205,23 @@ describe('circuit on Qwen3.5: linear-attention layers as whole candidates, vs fl
       expect(e.message).toMatch(/Layer \d+ of this .* linear-attention/);
       expect(e.details.layer).toBe(name === 'head_scores' || e.message.includes('path') ? 0 : l);
     }
+    // edge_attribution: refused before any run, naming every linear-attention layer
+    const t0 = Date.now();
+    const e: any = await getOperation('edge_attribution')!
+      .run(model, { generate: { task: 'induction', n: 2, length: 4 }, method: 'eap' })
+      .then(
+        () => null,
+        (x) => x,
+      );
+    expect(e?.code).toBe('UNSUPPORTED_OP');
+    expect(e.message).toBe(
+      `edge_attribution does not model linear-attention layers: layers ${linear.join(', ')} of this ` +
+        'qwen3_5_text model are gated delta-net layers without attention heads, for which the edge graph ' +
+        "(a node per head) has no node; its full-attention layers' gated output is not modelled either.",
+    );
+    expect(e.hint).toMatch(/attribution_patching/);
+    expect(e.details.layers).toEqual(linear);
+    expect(Date.now() - t0).toBeLessThan(1000);
     // by default attention shows the full-attention layers' heads only
     const doc: any = await getOperation('attention')!.run(model, { token_ids: tokens });
     expect(doc.heads.length).toBe(4);

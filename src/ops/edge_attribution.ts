@@ -50,6 +50,7 @@ import {
 } from './lib/edge-circuits';
 import { forwardHead, forwardMlp, prevIndex } from '../engine/edges';
 import { edgeCount, fitEdgeRows, layoutOf } from './lib/edge-memory';
+import { isLinearLayer } from './lib/dla';
 
 export const METHODS = ['eap', 'eap_ig_inputs', 'eap_ig_activations', 'exact'] as const;
 /** `exact` above this many edges needs allow_large_exact (its cost: edges × pairs forward rows) */
@@ -230,6 +231,17 @@ export const operation = defineOperation({
       'UNSUPPORTED_ARCHITECTURE',
       "edge_attribution does not cover post-norm blocks (Gemma 2): a head's output passes through its layer's norm together with the others'.",
       'Use a model without sandwich norms.',
+    );
+  // EAP's graph has a node per head; a linear-attention layer has none (a whole-layer node is not modelled yet)
+  const linear = Array.from({ length: model.info.n_layers }, (_, l) => l).filter((l) => isLinearLayer(model, l));
+  if (linear.length)
+    throw new LoupeError(
+      'UNSUPPORTED_OP',
+      `edge_attribution does not model linear-attention layers: layers ${linear.join(', ')} of this ` +
+        `${model.info.architecture} model are gated delta-net layers without attention heads, for which the edge ` +
+        "graph (a node per head) has no node; its full-attention layers' gated output is not modelled either.",
+      'On this model use attribution_patching (a linear layer’s output is a site), patch, ablate or circuit.',
+      { layers: linear, architecture: model.info.architecture },
     );
   const ds = await resolveDataset(model, input);
   const shape = edgeShapeOf(model.info);
