@@ -8,6 +8,7 @@
 import { describe, it, expect, afterAll, beforeAll } from 'vitest';
 import { loadModelNode } from '../src/node/load';
 import { getOperation } from '../src/ops/index';
+import { runVariants } from '../src/ops/lib/ablation';
 import { createNodeSaeLoaders } from '../src/node/load-sae';
 import { makeRandomModel, type RandomModel } from './reference';
 import { makeRandomTranscoders, type RandomTranscoderSet } from './helpers/random-transcoders';
@@ -309,6 +310,26 @@ describe('transfers on WebGPU (node), against the bytes each document needs', ()
         lc.entries.map((e: any) => e[k]),
       );
     expect(floatOffDevice(gpu)).toEqual([]);
+  });
+
+  it("a scan's reference row (KL from the clean run) is copied to the device once, not with every batch", async () => {
+    const variants = [0, 1, 2, 3].map((h) => [{ hook: 'blocks.0.attn.hook_z', op: 'zero' as const, head: h }]);
+    const ref = new Float32Array(V).fill(-Math.log(V));
+    const written = async (reduce: { ids: number[]; ref?: Float32Array }) => {
+      const before = gpu.memory().transfers!.written_bytes;
+      const rows = await runVariants(gpu, ids, variants, { ctx: {}, maxBatch: 1, reduce });
+      return { bytes: gpu.memory().transfers!.written_bytes - before, rows };
+    };
+    const plain = await written({ ids: [0] });
+    const withRef = await written({ ids: [0], ref });
+    // four batches, the reference [V] written once (before: once per batch, 4·F·V)
+    expect(withRef.bytes - plain.bytes).toBe(F * V);
+    // the same KL as node's, whose helper reads it from JS memory with every run
+    const c = await runVariants(cpu, ids, variants, { ctx: {}, maxBatch: 1, reduce: { ids: [0], ref } });
+    close(
+      withRef.rows.map((r) => r.kl!),
+      c.map((r) => r.kl!),
+    );
   });
 
   it('patch and mean/resample ablation feed their sources from the device: nothing written grows with d_model', async () => {

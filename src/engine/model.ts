@@ -998,12 +998,34 @@ class EngineModel implements LoadedModel {
       const s = await this.helper(`${logitReduceKey(r)}@${dev ? 'device' : 'host'}`, dev, () =>
         logitReduceGraph(!!r.ref),
       );
-      const feeds = { logits, ...logitReduceFeeds(this.factory.ort, r) };
+      const feeds: Record<string, OrtTensorLike> = { logits, ...logitReduceFeeds(this.factory.ort, r) };
+      // a scan's reference row, the same for every batch: copied to the device once
+      if (dev && r.ref && this.factory.upload) feeds.ref = await this.refOnDevice(r.ref, feeds.ref);
       const out = await runSession(s, feeds, logitReduceFetches(r), 'This may be out of memory.', ' reducing logits');
       return logitRows(out, r.ids.length);
     } finally {
       if (dev) logits.dispose?.();
     }
+  }
+
+  /**
+   * The last reference row (LogitReduce.ref) copied to the device, kept while the same array is
+   * given (an array given again is taken to hold the same values): a scan writes it once, not per batch.
+   */
+  private deviceRef?: { ref: Float32Array; tensor: OrtTensorLike };
+
+  private async refOnDevice(ref: Float32Array, t: OrtTensorLike): Promise<OrtTensorLike> {
+    if (this.deviceRef?.ref !== ref) {
+      this.dropRef();
+      this.deviceRef = { ref, tensor: await this.factory.upload!(t) };
+      this.transfers.uploaded(t);
+    }
+    return this.deviceRef.tensor;
+  }
+
+  private dropRef(): void {
+    this.deviceRef?.tensor.dispose?.();
+    this.deviceRef = undefined;
   }
 
   /** hooks' statistics (runtime/reduce.ts): on the device those kept there, in one helper run; here the rest */
@@ -1417,6 +1439,7 @@ class EngineModel implements LoadedModel {
   }
 
   private async releaseAll(): Promise<void> {
+    this.dropRef();
     const sessions = [...this.sessions.values()];
     const helpers = [...this.helpers.values()];
     this.sessions.clear();
@@ -1427,6 +1450,7 @@ class EngineModel implements LoadedModel {
   }
 
   async dispose(): Promise<void> {
+    this.dropRef();
     for (const s of this.sessions.values()) await (await s).session.release().catch(() => undefined);
     for (const s of this.helpers.values()) await (await s.catch(() => undefined))?.release().catch(() => undefined);
     this.helpers.clear();
