@@ -1,7 +1,7 @@
 /**
  * `npm run bench:gpu -- [--shapes gpt2-small,llama-3.2-1b,llama-3.1-8b|tiny] [--backends webgpu,node] [--Ts 16,128]
  *  [--reps N] [--gen N] [--ops trace,logit_lens,attribution_patching,patch,edge_attribution,generate,attribution_graph]
- *  [--threads N] [--no-torch] [--out FILE]`
+ *  [--threads N] [--no-torch | --torch-json FILE] [--out FILE]`
  *
  * Loupe on a GPU against Loupe on the CPU and PyTorch on the same GPU, after ../shared/gpu-bench (the
  * reference run on an H200 at 34df48b, 2026-12-04). Per shape (random weights, bench:scale's F16
@@ -23,7 +23,7 @@
  * say nothing of a GPU's, only that the bench works.
  */
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, statfsSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, statfsSync, writeFileSync } from 'node:fs';
 import { cpus, freemem, tmpdir, totalmem } from 'node:os';
 import * as path from 'node:path';
 import { loadModelNode } from '../src/node/load';
@@ -85,6 +85,8 @@ export interface GpuBenchOptions {
   threads: number;
   ops: string[];
   log: (m: string) => void;
+  /** called with the shape's results so far after each forward and operation (a run cut short keeps them) */
+  progress?: (partial: ShapeRun) => void;
   /** where the shapes and transcoders are written ($TMPDIR/loupe-bench-gpu) */
   root?: string;
 }
@@ -205,9 +207,10 @@ export async function runBackend(
   backend: 'webgpu' | 'node',
   logits: Map<string, Float32Array>,
   o: GpuBenchOptions,
+  r: BackendRun = { forward: {}, forward_transfers: {}, ops: {}, op_transfers: {} },
+  progress: () => void = () => undefined,
 ): Promise<BackendRun> {
   const { log } = o;
-  const r: BackendRun = { forward: {}, forward_transfers: {}, ops: {}, op_transfers: {} };
   let model: LoadedModel | undefined;
   try {
     const t0 = now();
@@ -258,6 +261,7 @@ export async function runBackend(
         `${s.name} ${backend} T=${T}: plain ${f.plain?.median_ms ?? '–'} · nothing fetched ${f.hooked_none.median_ms} ` +
           `(${transfersLine(ft.hooked_none)}) · every hook ${f.hooked_all.median_ms} ms (${transfersLine(ft.hooked_all)})`,
       );
+      progress();
     }
     await plain?.release();
     const sae = createNodeSaeLoaders();
@@ -310,6 +314,7 @@ export async function runBackend(
         r.ops[name] = `error: ${(e as Error).message.split('\n')[0].slice(0, 160)}`;
         log(`${s.name} ${backend} ${name}: ${r.ops[name]}`);
       }
+      progress();
     }
   } catch (e) {
     r.error = (e as Error).message.split('\n')[0];
@@ -321,18 +326,32 @@ export async function runBackend(
 }
 
 /** one shape on each backend in turn, and the final logits' max |Δ| between webgpu and node per T */
-export async function runShape(s: Shape, backends: ('webgpu' | 'node')[], o: GpuBenchOptions) {
+export interface ShapeRun {
+  backends: Record<string, BackendRun>;
+  agreement_final_logits_maxabs: Record<number, number>;
+  free_memory_after?: number;
+}
+
+export async function runShape(s: Shape, backends: ('webgpu' | 'node')[], o: GpuBenchOptions): Promise<ShapeRun> {
   const dir = ensureShape(s, o.log, o.root);
   const logits = new Map<string, Float32Array>();
-  const per: Record<string, BackendRun> = {};
-  for (const b of backends) per[b] = await runBackend(s, dir, b, logits, o);
-  const agree: Record<number, number> = {};
-  for (const T of o.Ts) {
-    const a = logits.get(`webgpu:${T}`),
-      b = logits.get(`node:${T}`);
-    if (a && b) agree[T] = a.reduce((m, x, i) => Math.max(m, Math.abs(x - b[i])), 0);
+  const run: ShapeRun = { backends: {}, agreement_final_logits_maxabs: {} };
+  const agree = () => {
+    for (const T of o.Ts) {
+      const a = logits.get(`webgpu:${T}`),
+        b = logits.get(`node:${T}`);
+      if (a && b) run.agreement_final_logits_maxabs[T] = a.reduce((m, x, i) => Math.max(m, Math.abs(x - b[i])), 0);
+    }
+    o.progress?.(run);
+  };
+  for (const b of backends) {
+    const r: BackendRun = { forward: {}, forward_transfers: {}, ops: {}, op_transfers: {} };
+    run.backends[b] = r;
+    await runBackend(s, dir, b, logits, o, r, agree);
   }
-  return { backends: per, agreement_final_logits_maxabs: agree, free_memory_after: freemem() };
+  agree();
+  run.free_memory_after = freemem();
+  return run;
 }
 /** PyTorch eager on this machine's GPU (bench/torch_gpu.py), or why not */
 function torchRuns(
@@ -343,6 +362,16 @@ function torchRuns(
   names = names.filter((n) => n !== TINY.name);
   if (!names.length) return { skipped: 'no shape PyTorch has (bench/torch_gpu.py)' };
   if (argv.includes('--no-torch')) return { skipped: 'asked not to (--no-torch)' };
+  // --torch-json FILE: bench/torch_gpu.py's output from an earlier step (bench/gpu-session.sh runs it first, bounded)
+  const j = argv.indexOf('--torch-json');
+  if (j >= 0) {
+    try {
+      const t = JSON.parse(readFileSync(argv[j + 1], 'utf8'));
+      return { runs: t.runs, gpu: t.gpu };
+    } catch (e) {
+      return { skipped: `--torch-json ${argv[j + 1]}: ${(e as Error).message.split('\n')[0]}` };
+    }
+  }
   const probe = spawnSync('python3', ['-c', 'import torch,sys; print(torch.__version__, torch.cuda.is_available())'], {
     encoding: 'utf8',
   });
@@ -428,8 +457,13 @@ async function main() {
     log,
   };
   const { Ts, ops } = o;
-  const record = startResults('gpu', 'Loupe on a GPU: webgpu vs node vs PyTorch (`npm run bench:gpu`)');
   const results: Record<string, any> = {};
+  // --out: the raw results so far, rewritten after each forward and operation (not part of the results' name)
+  const out = opt('out', '');
+  if (out) process.argv.splice(process.argv.indexOf('--out'), 2);
+  const dump = (torch?: unknown) =>
+    out && writeFileSync(out, JSON.stringify({ date: new Date().toISOString(), argv, results, torch }, null, 1));
+  const record = startResults('gpu', 'Loupe on a GPU: webgpu vs node vs PyTorch (`npm run bench:gpu`)');
   const notes: string[] = [];
   const run: Shape[] = [];
   for (const name of shapes) {
@@ -441,7 +475,14 @@ async function main() {
       log(`${name}: skipped: ${why}`);
     } else run.push(s);
   }
-  for (const s of run) results[s.name] = await runShape(s, backends, o);
+  for (const s of run)
+    results[s.name] = await runShape(s, backends, {
+      ...o,
+      progress: (partial) => {
+        results[s.name] = partial;
+        dump();
+      },
+    });
   const torch = run.length
     ? torchRuns(
         run.map((s) => s.name),
@@ -543,8 +584,7 @@ async function main() {
   if (!torch.runs && (!route || route.vulkan.drivers === 'swiftshader')) notes.push(...REFERENCE_H200);
   process.stdout.write(mdTable(forward) + '\n' + mdTable(opsTable) + '\n' + mdTable(transfersTable));
   for (const n of notes) process.stdout.write(`${n}\n`);
-  const out = opt('out', '');
-  if (out) writeFileSync(out, JSON.stringify({ date: new Date().toISOString(), argv, notes, results, torch }, null, 1));
+  dump(torch);
   // a run of the tiny shape alone measures nothing worth keeping: it is not recorded in bench/results or the docs
   if (run.some((s) => s !== TINY)) record.save([forward, opsTable, transfersTable], notes, { results, torch });
   setTimeout(() => process.exit(0), 100).unref();

@@ -433,4 +433,10 @@ async function main() {
   record.save([{ head, rows: table }], [], rows);
 }
 
-if (process.argv[1] && import.meta.filename === path.resolve(process.argv[1])) void main();
+// run as a script only (a bundle of bench/gpu.ts holds this module, its import.meta being the bundle's)
+if (
+  process.argv[1] &&
+  import.meta.filename === path.resolve(process.argv[1]) &&
+  /scale\.ts$/.test(import.meta.filename)
+)
+  void main();
