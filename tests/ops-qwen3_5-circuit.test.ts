@@ -193,6 +193,17 @@ describe('circuit on Qwen3.5: linear-attention layers as whole candidates, vs fl
       ['head_scores', { batch: 2 }],
       ['patch', { token_ids: tokens, corrupted_token_ids: tokens, heads: [{ layer: l, head: 0 }] }],
       ['patch', { token_ids: tokens, corrupted_token_ids: tokens, scans: ['path'] }],
+      // before the transcoders are read (the folder does not exist)
+      ['attribution_graph', { prompt: '', token_ids: tokens, transcoder_source: '/nonexistent-transcoders' }],
+      [
+        'feature_intervention',
+        {
+          prompt: '',
+          token_ids: tokens,
+          transcoder_source: '/nonexistent-transcoders',
+          interventions: [{ layer: 0, position: 1, feature: 0, value: 1 }],
+        },
+      ],
     ];
     for (const [name, input] of calls) {
       const e: any = await getOperation(name)!
@@ -203,7 +214,7 @@ describe('circuit on Qwen3.5: linear-attention layers as whole candidates, vs fl
         );
       expect(e?.code, name).toBe('UNSUPPORTED_OP');
       expect(e.message).toMatch(/Layer \d+ of this .* linear-attention/);
-      expect(e.details.layer).toBe(name === 'head_scores' || e.message.includes('path') ? 0 : l);
+      expect(e.details.layer).toBe(/head_scores|patch$|_graph|_intervention/.test(name) && !('heads' in input) ? 0 : l);
     }
     // edge_attribution: refused before any run, naming every linear-attention layer
     const t0 = Date.now();

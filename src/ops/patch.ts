@@ -563,7 +563,13 @@ interface PathPlan {
 function pathPlan(model: LoadedModel, input: PatchParsed): PathPlan {
   const { n_layers: L, n_heads: H, n_kv_heads: Hkv } = model.info;
   // path patching freezes every head's output; a linear-attention layer has none (refused, named, not guessed at)
-  for (let l = 0; l < L; l++) requireHeads(model, l, "the path scan (which freezes every head's hook_z)");
+  for (let l = 0; l < L; l++)
+    requireHeads(
+      model,
+      l,
+      "the path scan (which freezes every head's hook_z)",
+      'Leave "path" out of scans: the other scans run on this model.',
+    );
   const check = (h: { layer: number; head: number }, what: string) => {
     if (h.layer >= L || h.head >= H)
       throw new LoupeError(

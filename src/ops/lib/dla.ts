@@ -71,13 +71,18 @@ export const isLinearLayer = (model: LoadedModel, l: number): boolean =>
   model.hookNames().includes(`blocks.${l}.linear_attn.hook_z`);
 
 /** UNSUPPORTED_OP naming layer l where it is a linear-attention layer (head-level work there has nothing to read) */
-export function requireHeads(model: LoadedModel, l: number, what: string): void {
+export function requireHeads(
+  model: LoadedModel,
+  l: number,
+  what: string,
+  hint = "Choose a full-attention layer's heads, or the layer's whole output (component attn_out).",
+): void {
   if (isLinearLayer(model, l))
     throw new LoupeError(
       'UNSUPPORTED_OP',
       `Layer ${l} of this ${model.info.architecture} model is a linear-attention (gated delta-net) layer: ` +
         `it has no attention heads, so ${what} has none there.`,
-      "Choose a full-attention layer's heads, or the layer's whole output (component attn_out).",
+      hint,
       { layer: l, architecture: model.info.architecture },
     );
 }

@@ -17,6 +17,7 @@ import type { OpContext, SaeRef } from '../types';
 import { CAPS } from '../../engine/caps';
 import { explanationsBeside } from './sae';
 import { checkDescriptions, type FeatureDescription } from './feature-descriptions';
+import { requireHeads } from './dla';
 
 export const transcoderRefFields = {
   transcoder_source: z
@@ -127,6 +128,14 @@ export async function inputReplacement(
   ids: number[],
   ctx: OpContext,
 ): Promise<{ info: TranscoderInfo; rep: LocalReplacement; block: z.infer<typeof transcoderBlockSchema> }> {
+  // the local replacement model freezes every head's attention pattern; a linear-attention layer has none
+  for (let l = 0; l < model.info.n_layers; l++)
+    requireHeads(
+      model,
+      l,
+      "the local replacement model (which freezes every head's attention pattern)",
+      'On this model use attribution_patching, patch or sae_features; transcoders need every layer to have heads.',
+    );
   const ref = { source: input.transcoder_source, path: input.transcoder_path };
   const info = await ensureTranscoders(model, ref, ctx);
   const rep = await replacementFor(model, info, ids, ctx);
