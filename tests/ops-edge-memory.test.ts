@@ -61,6 +61,7 @@ function fakeModel(calls: string[]): LoadedModel {
     deviceDifference: no('deviceDifference'),
     tokenize: no('tokenize'),
     tokenId: () => undefined,
+    hookNames: () => [],
     decode: () => '',
   } as unknown as LoadedModel;
 }

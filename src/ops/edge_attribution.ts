@@ -49,6 +49,7 @@ import {
   type Ranking,
 } from './lib/edge-circuits';
 import { forwardHead, forwardMlp, prevIndex } from '../engine/edges';
+import { EDGE_GAP_HINT, POST_NORM_GAP } from '../engine/graph/edge-graph';
 import { edgeCount, fitEdgeRows, layoutOf } from './lib/edge-memory';
 import { isLinearLayer } from './lib/dla';
 
@@ -226,11 +227,13 @@ export const operation = defineOperation({
   output: edgeAttributionOutput,
   long: true,
 }).implement(async (model, input, ctx) => {
+  // before the dataset is read; the edge variant names every other part it does not model (edgeGaps)
   if (model.info.post_norms)
     throw new LoupeError(
       'UNSUPPORTED_ARCHITECTURE',
-      "edge_attribution does not cover post-norm blocks (Gemma 2): a head's output passes through its layer's norm together with the others'.",
-      'Use a model without sandwich norms.',
+      `edge_attribution does not model this ${model.info.architecture} model's ${POST_NORM_GAP}.`,
+      EDGE_GAP_HINT,
+      { architecture: model.info.architecture },
     );
   // EAP's graph has a node per head; a linear-attention layer has none (a whole-layer node is not modelled yet)
   const linear = Array.from({ length: model.info.n_layers }, (_, l) => l).filter((l) => isLinearLayer(model, l));

@@ -70,6 +70,60 @@ export function edgeLayoutOf(spec: ModelSpec): EdgeLayout {
   );
 }
 
+/** why post-norm blocks have no edge graph (edge_attribution refuses them before reading its dataset) */
+export const POST_NORM_GAP =
+  "post-norm blocks (Gemma 2, 3 and 4, OLMo 2): the heads' summed output passes through the layer's " +
+  "post-attention norm before the residual stream, so no head's output z_h·W_O[h] is what the stream carries of it";
+export const EDGE_GAP_HINT =
+  'Use head- and neuron-level methods on its hooks (attribution_patching, patch, ablate, circuit), which cover this model.';
+
+/**
+ * What the edge graph does not model, each as a reason (empty: it models the whole block). The graph
+ * needs every head and MLP to write its output straight into the residual stream (a node's output
+ * is what the stream carries of it) and every head to read its own q/k/v copy of that stream through
+ * weights of the model's one head shape (headWeights); each feature below breaks one of those.
+ */
+export function edgeGaps(spec: ModelSpec): string[] {
+  const L = spec.layers;
+  const at = (f: (l: LayerSpec) => unknown) => L.flatMap((l, i) => (f(l) ? [i] : []));
+  const list = (ls: number[]) =>
+    ls.length > 4 ? `${ls.slice(0, 4).join(', ')}, … (${ls.length} layers)` : ls.join(', ');
+  const out: string[] = [];
+  const post = at((l) => l.postAttnNorm || l.postMlpNorm);
+  if (post.length) out.push(POST_NORM_GAP);
+  const shape = at(
+    (l) =>
+      l.attn && ((l.attn.dHead ?? spec.dHead) !== spec.dHead || (l.attn.nKvHeads ?? spec.nKvHeads) !== spec.nKvHeads),
+  );
+  if (shape.length)
+    out.push(
+      `layers ${list(shape)} with another head width or number of key/value heads than the model's ` +
+        `(${spec.dHead} wide, ${spec.nKvHeads} KV heads): each head's q/k/v weights are built at one width`,
+    );
+  const shared = at((l) => l.attn?.kvFrom !== undefined);
+  if (shared.length)
+    out.push(`layers ${list(shared)} attend with an earlier layer's keys and values: their heads have no k/v input`);
+  if (at((l) => l.attn?.vNorm).length)
+    out.push("v normalised per head (v_norm), which the edge graph's heads do not apply");
+  if (at((l) => l.perLayer).length) out.push('per-layer inputs added to the stream after each block (not a node)');
+  if (at((l) => l.scalar).length) out.push("each block's output scaled by its layer_scalar");
+  if (at((l) => l.moe?.beside).length) out.push('a dense MLP beside the experts');
+  if (new Set(L.map((l) => l.parallel)).size > 1) out.push('some blocks parallel and some not');
+  return out;
+}
+
+/** UNSUPPORTED_ARCHITECTURE naming every gap of edgeGaps, where there is one */
+export function refuseEdgeGaps(spec: ModelSpec, what: string): void {
+  const gaps = edgeGaps(spec);
+  if (gaps.length)
+    throw new LoupeError(
+      'UNSUPPORTED_ARCHITECTURE',
+      `${what} does not model this ${spec.family} model's ${gaps.join('; ')}.`,
+      EDGE_GAP_HINT,
+      { family: spec.family, gaps },
+    );
+}
+
 class EdgeModelGraph extends ModelGraph {
   private readonly layout: EdgeLayout;
   private readonly stops: string[] = [];
@@ -97,15 +151,7 @@ class EdgeModelGraph extends ModelGraph {
       (f) => f,
     );
     this.layout = edgeLayoutOf(spec);
-    if (spec.layers.some((l) => l.postAttnNorm || l.postMlpNorm))
-      throw new LoupeError(
-        'UNSUPPORTED_ARCHITECTURE',
-        `${spec.family}: edge patching is not built for post-norm blocks (Gemma 2 and 3, ` +
-          "OLMo 2), where a head's output passes through the layer's norm with the others'.",
-        'Use a model without sandwich norms.',
-      );
-    if (new Set(spec.layers.map((l) => l.parallel)).size > 1)
-      throw new LoupeError('UNSUPPORTED_ARCHITECTURE', `${spec.family}: some blocks parallel and some not.`);
+    refuseEdgeGaps(spec, 'Edge patching');
   }
 
   /** d_u for a group of upstream nodes [first, first + n): src's slice − κ · a (a [B, n, T, D]); a constant to the backward pass */
