@@ -106,8 +106,18 @@ else
   T="--torch-json $OUT/torch.json"
   bench llama-3.2-1b $((budget * 130 / 510)) $T --backends webgpu,node --Ts 16,128 --reps 5 --gen 32 \
     --ops trace,logit_lens,generate,attribution_patching,edge_attribution,patch,attribution_graph
-  bench llama-3.1-8b $((budget * 200 / 510)) $T --backends webgpu --Ts 16,128 --reps 3 --gen 16 \
-    --ops trace,logit_lens,generate,attribution_patching,edge_attribution,attribution_graph,patch
+  t8=$SECONDS
+  ops8=trace,logit_lens,generate,attribution_patching,edge_attribution,attribution_graph,patch
+  bench llama-3.1-8b $((budget * 200 / 510)) $T --backends webgpu --Ts 16,128 --reps 3 --gen 16 --ops $ops8
+  # refused at load (the adapter's limits judged wrong: issue 38 item 5): said in the log, then once more with the
+  # override the reference run needed, in what is left of the 8B's bound
+  if grep -q '"error": "[^"]*\(TOO_LARGE\|buffer\|limit\)' "$OUT/gpu-llama-3.1-8b.json" 2>/dev/null; then
+    left=$((budget * 200 / 510 - (SECONDS - t8)))
+    echo "== llama-3.1-8b refused with no variable set; again with LOUPE_WEBGPU_BUFFER_BYTES=1073741824 ($left s)"
+    cp "$OUT/gpu-llama-3.1-8b.json" /tmp/gpu-llama-3.1-8b-refused.json
+    [ "$left" -gt 30 ] && LOUPE_WEBGPU_BUFFER_BYTES=1073741824 bench llama-3.1-8b $left $T --backends webgpu \
+      --Ts 16,128 --reps 3 --gen 16 --ops $ops8
+  fi
   bench gpt2-small $((budget * 90 / 510)) $T --backends webgpu,node --Ts 16,128 --reps 5 --gen 32
   # the results files the finished shapes wrote, for bench/results/ and docs/BENCHMARKS.md here
   for f in bench/results/gpu-*.json; do
