@@ -9,7 +9,8 @@
  * traces equal their float64 references and agree with WASM; at q4 (onnxruntime-web's WebGPU MatMulNBits) a
  * trace equals the float64 reference of q4's scheme written out; the four mixture-of-experts families' traces
  * equal their float64 references and every hook (router, routing weights, each expert) agrees with WASM; an attribution graph on WebGPU equals Node's,
- * its frozen constants fed from GPU buffers written once. If this Chromium offers no
+ * its frozen constants fed from GPU buffers written once; patch, mean ablation and integrated gradients (their
+ * sources and steps on the GPU) equal Node's. If this Chromium offers no
  * adapter the tests say so loudly and are skipped, never passed (LOUPE_REQUIRE_WEBGPU=1 fails them).
  */
 import { execFileSync } from 'node:child_process';
@@ -583,6 +584,86 @@ test('q4 on WebGPU (MatMulNBits in onnxruntime-web): a trace equals the float64 
   } finally {
     rm.cleanup();
   }
+});
+
+test("patch, mean ablation and integrated gradients on WebGPU equal Node's, their sources fed from the GPU", async ({
+  page,
+  site,
+}) => {
+  test.setTimeout(300_000);
+  const prompt = 'Once upon a time, there was a cat';
+  const corrupted = 'Once upon a time, there was a dog';
+  const targets = [
+    { layer: 1, head: 2 },
+    { layer: 3, component: 'mlp_out' },
+  ];
+  const model = await loadModelNode('default');
+  // the two prompts' predictions agree: the metric's tokens given (any two ids whose difference moves)
+  const metric = { answer: '#261', counterfactual: '#286' };
+  const nodePatch: any = await getOperation('patch')!.run(model, {
+    prompt,
+    corrupted_prompt: corrupted,
+    ...metric,
+  } as any);
+  const nodeAblate: any = await getOperation('ablate')!.run(model, { prompt, method: 'mean', targets } as any);
+  const nodeIg: any = await getOperation('integrated_gradients')!.run(model, {
+    prompt,
+    corrupted_prompt: corrupted,
+    ...metric,
+  } as any);
+  await model.dispose();
+  await openReady(page, site.url);
+  await requireWebGpu(page);
+  await page.locator('#backend').selectOption('webgpu');
+  await page.waitForFunction(
+    () =>
+      (globalThis as any).__loupe.model?.info.backend === 'webgpu' &&
+      (globalThis as any).__loupe.modelStatus === 'ready',
+    null,
+    { timeout: 120_000 },
+  );
+  await page.getByTestId('prompt').fill(prompt);
+  const near = (a: number[], b: number[], what: string) => {
+    expect(a.length, what).toBe(b.length);
+    a.forEach((x, i) => expect(Math.abs(x - b[i]), `${what}[${i}]`).toBeLessThan(1e-4));
+  };
+  await page.getByTestId('tab-patch').click();
+  await page.locator('#p-patch-corrupted_prompt').fill(corrupted);
+  await page.locator('#p-patch-answer').fill(metric.answer);
+  await page.locator('#p-patch-counterfactual').fill(metric.counterfactual);
+  await runOp(page, 'patch', { timeout: 240_000 });
+  const patch = await pageDoc(page, 'patch');
+  expect(patch.model.backend).toBe('webgpu');
+  for (const k of ['resid_pre', 'attn_out', 'mlp_out', 'head_out'])
+    near(patch[k].flat(), nodePatch[k].flat(), `patch ${k}`);
+  await page.getByTestId('tab-ablate').click();
+  await page.locator('#p-ablate-method').selectOption('mean');
+  await page.locator('#p-ablate-targets').fill(JSON.stringify(targets));
+  await runOp(page, 'ablate', { timeout: 240_000 });
+  const ablate = await pageDoc(page, 'ablate');
+  for (const k of ['logprob_delta', 'kl'])
+    near(
+      ablate.entries.map((e: any) => e[k]),
+      nodeAblate.entries.map((e: any) => e[k]),
+      `ablate ${k}`,
+    );
+  await page.getByTestId('tab-integrated_gradients').click();
+  await page.locator('#p-integrated_gradients-corrupted_prompt').fill(corrupted);
+  await page.locator('#p-integrated_gradients-answer').fill(metric.answer);
+  await page.locator('#p-integrated_gradients-counterfactual').fill(metric.counterfactual);
+  await runOp(page, 'integrated_gradients', { timeout: 240_000 });
+  const ig = await pageDoc(page, 'integrated_gradients');
+  near(
+    ig.attributions.map((x: any) => x.attribution),
+    nodeIg.attributions.map((x: any) => x.attribution),
+    'integrated_gradients',
+  );
+  const moved = await page.evaluate(async () => {
+    await (globalThis as any).__loupe.models.refreshMemory();
+    return (globalThis as any).__loupe.models.memory.transfers;
+  });
+  console.log(`[e2e] patch, ablate, integrated_gradients on webgpu: transfers ${JSON.stringify(moved)}`);
+  expect(moved.device_feeds).toBeGreaterThan(0);
 });
 
 test("an attribution graph and eap / EAP-IG edge scores on WebGPU equal Node's, the graph's constants and the edge runs' outputs kept on the GPU", async ({
