@@ -5,13 +5,17 @@
  * (tests/reference/qwen3_5-64.ts) with the same activations replaced, written here from the hook
  * names alone; patch's head_out leaves a linear layer's row null (its output is attn_out_all_pos) and
  * equals the reference. Head-level work on a linear-attention layer, and edge_attribution (its graph has a node
- * per head), are a structured UNSUPPORTED_OP naming the layer(s).
+ * per head), are a structured UNSUPPORTED_OP naming the layer(s); every registered operation either runs on
+ * this model or is one of those refusals (never UNKNOWN_HOOK or INTERNAL).
  */
 import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import { rmSync } from 'node:fs';
 import { loadModelNode } from '../src/node/load';
 import type { LoadedModel } from '../src/engine/api';
-import { getOperation } from '../src/ops/index';
+import { getOperation, operations } from '../src/ops/index';
+import { createNodeSaeLoaders } from '../src/node/load-sae';
+import { makeRandomSae } from './helpers/random-sae';
+import { makeRandomTranscoders } from './helpers/random-transcoders';
 import { circuitOutput } from '../src/ops/circuit';
 import { makeQwen35Model, qwen35Forward, type Qwen35Model } from './reference/qwen3_5-64';
 import { refEffect } from './ops-ablate-reference';
@@ -237,5 +241,77 @@ describe('circuit on Qwen3.5: linear-attention layers as whole candidates, vs fl
     const doc: any = await getOperation('attention')!.run(model, { token_ids: tokens });
     expect(doc.heads.length).toBe(4);
     expect(doc.heads.every((h: any) => !linear.includes(h.layer))).toBe(true);
+  });
+
+  it('every operation runs, or refuses with a structured error other than UNKNOWN_HOOK or INTERNAL', async () => {
+    const ids = tokens;
+    const cor = [...ids];
+    cor[2] = ids[3];
+    const P = model.decode(ids.slice(1));
+    const D = m.text.hidden_size;
+    const vec = { kind: 'vector', values: Array(D).fill(0.1) };
+    const pair = { token_ids: ids, corrupted_token_ids: cor, answer: '#3', counterfactual: '#4' };
+    const sae = makeRandomSae({ hook: 'blocks.0.hook_attn_out', dIn: D, dSae: 16 });
+    const tc = makeRandomTranscoders({ kind: 'plt', nLayers: m.text.num_hidden_layers, dModel: D, features: 8 });
+    const loaders = createNodeSaeLoaders({ cache: false });
+    const ctx = { loadSae: loaders.loadSae, loadTranscoders: loaders.loadTranscoders };
+    try {
+      const cap: any = await getOperation('capture')!.run(model, {
+        prompts: ['ab', 'ba', 'abc', 'bca'].map((text, i) => ({ text, label: i % 2 ? 'b' : 'a' })),
+      });
+      const inputs: Record<string, object> = {
+        trace: { prompt: P },
+        activations: { prompt: P },
+        attention: { token_ids: ids },
+        logit_lens: { prompt: P },
+        head_scores: { batch: 2 },
+        composition_scores: {},
+        ablate: { token_ids: ids, layer: linear[0], component: 'attn_out' },
+        circuit: { token_ids: ids },
+        layer_ablation: { token_ids: ids },
+        patch: pair,
+        attribution_patching: pair,
+        integrated_gradients: { ...pair, steps: 4 },
+        edge_attribution: { generate: { task: 'induction', n: 2, length: 4 } },
+        attribution_graph: { prompt: '', token_ids: ids, transcoder_source: tc.dir },
+        feature_intervention: {
+          prompt: '',
+          token_ids: ids,
+          transcoder_source: tc.dir,
+          interventions: [{ layer: 0, position: 1, feature: 0, value: 1 }],
+        },
+        steer: { prompt: P, layer: 1, direction: vec, alpha: 1, max_new_tokens: 2 },
+        sweep: { prompt: P, layer: 1, direction: vec, max_new_tokens: 2 },
+        causality: { prompt: P, layer: 1, direction: vec, targets: ['#3'] },
+        capture: { prompts: [{ text: P, label: 'a' }] },
+        probe: { capture: cap.handle, hook: cap.hooks[0].name ?? cap.hooks[0].hook },
+        generate: { prompt: P, max_new_tokens: 2 },
+        sae_features: { prompt: P, sae_source: sae.dir },
+        feature: { prompt: P, sae_source: sae.dir, feature: 1 },
+        sae_steer: { prompt: P, sae_source: sae.dir, feature: 1, alpha: 2, max_new_tokens: 2 },
+        dashboard: { layer: 0, neuron: 1, corpus: `${P} ${P}` },
+      };
+      expect(Object.keys(inputs).sort()).toEqual(Object.keys(operations).sort());
+      const refused: string[] = [];
+      for (const [name, input] of Object.entries(inputs)) {
+        const e: any = await getOperation(name)!
+          .run(model, input, ctx)
+          .then(
+            () => null,
+            (x) => x,
+          );
+        if (!e) continue;
+        expect(e.code, `${name}: ${e.message}`).toBe('UNSUPPORTED_OP');
+        expect(e.message, name).toMatch(/linear-attention/);
+        refused.push(name);
+      }
+      console.log(`qwen3_5: refused (UNSUPPORTED_OP, named): ${refused.join(', ')}; every other operation ran`);
+      expect(refused.sort()).toEqual(
+        ['attribution_graph', 'composition_scores', 'edge_attribution', 'feature_intervention', 'head_scores'].sort(),
+      );
+    } finally {
+      tc.cleanup();
+      rmSync(sae.dir, { recursive: true, force: true });
+    }
   });
 });
