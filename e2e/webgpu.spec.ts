@@ -21,6 +21,7 @@ import {
   test,
   expect,
   openReady,
+  compareDocs,
   waitModelReady,
   runOp,
   shot,
@@ -849,7 +850,23 @@ test('a page whose native runtime is missing (its .wasm refused) loads on JSEP a
     await expect(page.getByTestId('status-backend')).toContainText('JSEP (fallback)');
     await page.getByTestId('prompt').fill(PROMPT);
     await runOp(page, 'trace');
-    expect((await pageDoc(page, 'trace')).top_predictions.length).toBeGreaterThan(0);
+    const wasm = await pageDoc(page, 'trace');
+    expect(wasm.top_predictions.length).toBeGreaterThan(0);
+    // on JSEP's WebGPU too (its readout streamed in JS: JSEP's Gemm fails inside the forward graph's readout If)
+    await page.locator('#backend').selectOption('webgpu');
+    await page.waitForFunction(
+      () => {
+        const a = (globalThis as any).__loupe;
+        return a.model?.info.backend === 'webgpu' && a.model?.runtime.build === 'jsep' && a.modelStatus === 'ready';
+      },
+      null,
+      { timeout: 120_000 },
+    );
+    await runOp(page, 'trace');
+    const gpu = await pageDoc(page, 'trace');
+    const { bad, max } = compareDocs(gpu, wasm, 1e-4, (p) => p.startsWith('.model') || p === '.notices');
+    console.log(`[e2e] trace on JSEP's WebGPU vs its WASM: max |Δ| ${max.toExponential(2)}`);
+    expect(bad).toEqual([]);
   } finally {
     await ctx.close();
   }

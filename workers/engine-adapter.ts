@@ -273,6 +273,8 @@ async function openOn(
     ort,
     baseUrl: BASE.href,
     backend,
+    // JSEP's Gemm fails inside the forward graph's readout If ("invalid shape specified"): its readout streams
+    readoutInForward: build === 'native',
     weights: req.weights,
     ...(tensorBytes ? { memory: { tensorBytes: Number(tensorBytes[1]) } } : {}),
     signal: opts.signal,

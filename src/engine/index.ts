@@ -34,6 +34,8 @@ export interface BrowserLoadOptions extends LoadOptions {
   token?: string;
   /** asked after the plan is judged and before the download (the page asks a person above 1 GB); throw to stop */
   confirm?: (plan: ModelPlan, judgement: ModelJudgement | null) => void | Promise<void>;
+  /** on WebGPU, DLA's readout and the logit lens in the forward graph's If (default true; JSEP: false) */
+  readoutInForward?: boolean;
 }
 
 /** WebGPU when the browser gives us an adapter, else WASM (transformers.js-style capability check). */
@@ -101,7 +103,10 @@ export async function loadModelBrowser(spec: string | ModelSource, opts: Browser
   const parts = { ...modelPartsFrom(files, { bundled, memory: opts.memory, weightsMode: opts.weights }), q8Store };
 
   try {
-    return await createModel({ ...parts, decision }, webSessionFactory(opts.ort, wanted, gpu));
+    return await createModel(
+      { ...parts, decision },
+      webSessionFactory(opts.ort, wanted, gpu, {}, opts.readoutInForward ?? true),
+    );
   } catch (e) {
     // A WebGPU device can fail at session creation (limits, lost device): fall back to WASM, unless asked explicitly.
     // The load decided for WebGPU does not hold there: createModel decides it for WASM.

@@ -424,13 +424,15 @@ export function webSessionFactory(
   backend: 'webgpu' | 'wasm',
   gpu?: GpuCaps,
   extraOptions: Record<string, any> = {},
+  inForward = true,
 ): SessionFactory {
   return {
     backend,
     ort,
     ...(backend === 'webgpu' && gpu ? { gpu } : {}),
     // the provider runs If on the GPU: DLA's readout and the logit lens in the forward graph, on its weights
-    ...(backend === 'webgpu' ? { readoutInForward: true } : {}),
+    // (`inForward` false: JSEP, whose Gemm fails inside that If with "invalid shape specified")
+    ...(backend === 'webgpu' && inForward ? { readoutInForward: true } : {}),
     async helper(bytes, onDevice, keep) {
       const ep = onDevice && backend === 'webgpu' ? 'webgpu' : 'wasm';
       const out = keep && ep === 'webgpu' ? { preferredOutputLocation: 'gpu-buffer' } : {};
