@@ -347,15 +347,21 @@ describe('transfers on WebGPU (node), against the bytes each document needs', ()
       expect(p2.read).toBe(p1.read);
       // path patching: every head's hook_z from the base run, one head's from the source (two device
       // sources on one site, folded in on the device), as node computes it
+      const reads: number[] = [];
       for (const scan of [{}, { path_receivers: [{ layer: 1, head: 0 }] }]) {
         const input = { ...patch, scans: ['path'], ...scan };
-        const g = (await getOperation('patch')!.run(gpu, input as any, {})) as any;
+        const r = await counted(gpu, 'patch', input);
+        const g = r.doc;
+        reads.push(r.read);
         const c = (await getOperation('patch')!.run(cpu, input as any, {})) as any;
         close(
           g.path.grid.flat().map((x: number | null) => x ?? 0),
           c.path.grid.flat().map((x: number | null) => x ?? 0),
         );
       }
+      // the receivers' values stay on the device between the senders' run and theirs: both scans read
+      // the two runs' last logits and a metric per sender (before, main at 6f3c91d: 8,736 and 31,872 bytes)
+      expect(reads[1]).toBe(reads[0]);
       // two heads' hook_z and a neuron's hook_post: their means copied to the device once, [1, T, ...]
       const targets = [
         { layer: 0, head: 1 },

@@ -636,37 +636,48 @@ async function pathPatch(
   if (!plan.receivers)
     return runVariants(model, ids, plan.senders.map(freeze), { ctx, stage: 'path patching', reduce });
   const hooks = [...new Set(plan.receivers.map((r) => r.hook))];
-  const received: Record<string, Tensor>[] = [];
+  const out: LogitRow[] = [];
   for (let start = 0; start < plan.senders.length; start += CAPS.maxBatch) {
     throwIfAborted(ctx.signal);
     const chunk = plan.senders.slice(start, start + CAPS.maxBatch);
+    const B = chunk.length;
     const interventions = chunk.flatMap((s, row) => freeze(s).map((iv) => ({ ...iv, batch: [row] })));
+    // the receivers' values stay where the run leaves them (on the device where the backend keeps
+    // them there); row r of the next run patches in row r of them
     const r = await model.run(ids, {
       hooks,
       interventions,
-      batch: chunk.length,
+      batch: B,
       logitPositions: [T - 1],
+      hooksOnDevice: true,
+      reduceLogits: reduce, // (its logits are not read: reduced, not brought back whole)
       signal: ctx.signal,
     });
-    ctx.onProgress?.({ stage: 'path patching: senders', done: start + chunk.length, total: plan.senders.length });
-    chunk.forEach((_, row) =>
-      received.push(
-        Object.fromEntries(
-          hooks.map((h) => {
-            const t = r.hooks[h];
-            const n = t.data.length / chunk.length;
-            return [h, { dims: [1, ...t.dims.slice(1)], data: t.data.slice(row * n, (row + 1) * n) }];
-          }),
-        ),
-      ),
-    );
+    try {
+      ctx.onProgress?.({ stage: 'path patching: senders', done: start + B, total: plan.senders.length });
+      const received = chunk.flatMap((_, row) =>
+        plan.receivers!.map((x) => ({
+          hook: x.hook,
+          op: 'patch' as const,
+          head: x.head,
+          source: hookOf(r, x.hook),
+          batch: [row],
+        })),
+      );
+      const res = await model.run(ids, {
+        hooks: [],
+        interventions: received,
+        batch: B,
+        logitPositions: [T - 1],
+        lean: true,
+        reduceLogits: reduce,
+        signal: ctx.signal,
+      });
+      out.push(...res.logitRows!);
+      ctx.onProgress?.({ stage: 'path patching: receivers', done: start + B, total: plan.senders.length });
+    } finally {
+      release(r);
+    }
   }
-  return runVariants(
-    model,
-    ids,
-    received.map((vals) =>
-      plan.receivers!.map((r) => ({ hook: r.hook, op: 'patch' as const, head: r.head, source: vals[r.hook] })),
-    ),
-    { ctx, stage: 'path patching: receivers', reduce },
-  );
+  return out;
 }
