@@ -5,7 +5,6 @@
  * (modeling_qwen3_5.py, its loop transcribed in float64 in delta_rule_torch.py). `tsx bench/delta-rule-torch.ts`;
  * needs Debian's python3-torch under /usr/bin/python3 (LOUPE_PYTHON overrides); exits 3 without torch.
  */
-import ort from 'onnxruntime-node';
 import { spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -13,6 +12,11 @@ import path from 'node:path';
 import { OnnxGraph } from '../src/engine/graph/onnx-builder';
 import { addBackward } from '../src/engine/graph/backward';
 import { deltaRuleScan } from '../src/engine/graph/delta-rule';
+import { requireOrtNode } from '../src/node/ort-node';
+import type { OrtModule } from '../src/engine/runtime/ort-session';
+
+// telemetry off, as every onnxruntime-node load in Loupe (tests/ort-telemetry)
+const ort = requireOrtNode<OrtModule>();
 
 const [B, T, Hv, Dk, Dv] = [2, 17, 3, 8, 5];
 let state = 12345;
