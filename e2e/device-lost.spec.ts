@@ -8,7 +8,7 @@
  * document equals a run with no loss and carries the notice, and the page shows it.
  */
 import type { Page, Worker } from '@playwright/test';
-import { test, expect, openReady, runOp, pageDoc, PROMPT } from './fixtures';
+import { test, expect, openReady, runOp, pageDoc, PROMPT, atWidthsAndThemes, shot } from './fixtures';
 
 test.describe.configure({ mode: 'serial' });
 
@@ -102,6 +102,7 @@ for (const build of ['native', 'jsep'] as const)
     expect(after.notices[0]).toMatch(NOTICE);
     await expect(page.getByTestId('notice').filter({ hasText: NOTICE })).toBeVisible();
     await expect(page.getByTestId('device-recoveries')).toHaveText('GPU device lost ×1, recovered');
+    if (build === 'native') await atWidthsAndThemes(page, (tag) => shot(page, `device-lost-${tag}`));
     const [a, b] = [numbers(after), numbers(fresh)];
     expect(a.length).toBeGreaterThan(0);
     expect(a.length).toBe(b.length);
