@@ -8,7 +8,7 @@
  * document equals a run with no loss and carries the notice, and the page shows it.
  */
 import type { Page, Worker } from '@playwright/test';
-import { test, expect, openReady, runOp, pageDoc, PROMPT, atWidthsAndThemes, shot } from './fixtures';
+import { test, expect, openReady, runOp, pageDoc, PROMPT, atWidthsAndThemes, shot, useBackend } from './fixtures';
 
 test.describe.configure({ mode: 'serial' });
 
@@ -43,14 +43,7 @@ async function onWebGpu(page: Page, url: string): Promise<void> {
     if (process.env.LOUPE_REQUIRE_WEBGPU === '1') throw new Error(msg);
     test.skip(true, msg);
   }
-  await page.locator('#backend').selectOption('webgpu');
-  await page.waitForFunction(
-    () =>
-      (globalThis as any).__loupe.model?.info.backend === 'webgpu' &&
-      (globalThis as any).__loupe.modelStatus === 'ready',
-    null,
-    { timeout: 120_000 },
-  );
+  await useBackend(page, 'webgpu');
 }
 
 /** Run `op` (`during`: while it runs) and wait for its new document: after a worker restart the job bar is empty while the model reloads. */

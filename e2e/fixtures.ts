@@ -73,6 +73,16 @@ export async function waitModelReady(page: Page, timeout = 90_000): Promise<void
   );
 }
 
+/** Choose a backend in the model panel and wait until the model is ready on it. */
+export async function useBackend(page: Page, backend: 'webgpu' | 'wasm', timeout = 120_000): Promise<void> {
+  await page.locator('#backend').selectOption(backend);
+  await page.waitForFunction(
+    (b) => (globalThis as any).__loupe.model?.info.backend === b && (globalThis as any).__loupe.modelStatus === 'ready',
+    backend,
+    { timeout },
+  );
+}
+
 /** Select an operation tab, optionally fill the example, run, wait for its result view. */
 export async function runOp(
   page: Page,

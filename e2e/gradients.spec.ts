@@ -7,7 +7,16 @@
  */
 import { join, resolve } from 'node:path';
 import type { BrowserContext, Page } from '@playwright/test';
-import { test, expect, openReady, loadFromHub, waitModelReady, watchErrors, SHARED_MODELS } from './fixtures';
+import {
+  test,
+  expect,
+  openReady,
+  loadFromHub,
+  waitModelReady,
+  watchErrors,
+  SHARED_MODELS,
+  useBackend,
+} from './fixtures';
 import { loadModelNode } from '../src/node/load';
 import { getOperation } from '../src/ops/index';
 
@@ -129,14 +138,7 @@ test('attribution patching on WebGPU agrees with Node', async () => {
     return gpu ? !!(await gpu.requestAdapter()) : false;
   });
   test.skip(!adapter, 'WEBGPU UNAVAILABLE in this Chromium: the WebGPU gradient check did NOT run');
-  await page.locator('#backend').selectOption('webgpu');
-  await page.waitForFunction(
-    () =>
-      (globalThis as any).__loupe.model?.info.backend === 'webgpu' &&
-      (globalThis as any).__loupe.modelStatus === 'ready',
-    null,
-    { timeout: 120_000 },
-  );
+  await useBackend(page, 'webgpu');
   const pageDoc = await runInPage('attribution_patching', ATP);
   expect(pageDoc.model.backend).toBe('webgpu');
   const model = await loadModelNode(resolve(SHARED_MODELS, 'induction-gpt2'), { backend: 'node' });

@@ -18,6 +18,7 @@ import {
   watchErrors,
   SHARED_MODELS,
   PROMPT,
+  useBackend,
 } from './fixtures';
 
 const SHOTS = process.env.LOUPE_SHOTS_27 ?? '/tmp/loupe-shots-27';
@@ -466,14 +467,7 @@ test('8. a failed backend switch leaves the dropdown on the backend in use; a so
 
   // SwiftShader: WebGPU exists, on a software adapter
   await useBundled();
-  await page.locator('#backend').selectOption('webgpu');
-  await page.waitForFunction(
-    () =>
-      (globalThis as any).__loupe.model?.info.backend === 'webgpu' &&
-      (globalThis as any).__loupe.modelStatus === 'ready',
-    null,
-    { timeout: 120_000 },
-  );
+  await useBackend(page, 'webgpu');
   await page.getByTestId('tab-trace').click();
   await expect(page.getByTestId('slow-backend')).toContainText('software adapter');
   await shots(page, 'slow-backend');

@@ -31,6 +31,7 @@ import {
   PROMPT,
   shotWidthsThemes,
   watchErrors,
+  useBackend,
 } from './fixtures';
 import { ALL_FAMILY_CASES, MOE_FAMILY_CASES, makeCaseModel, referenceForward } from '../tests/reference';
 import { q4Reference } from '../tests/helpers/q4-reference';
@@ -109,14 +110,7 @@ test('stories260K on WebGPU: a trace equals the CLI and every hook agrees with W
   const errors = watchErrors(page);
   await openReady(page, site.url);
   await requireWebGpu(page);
-  await page.locator('#backend').selectOption('webgpu');
-  await page.waitForFunction(
-    () =>
-      (globalThis as any).__loupe.model?.info.backend === 'webgpu' &&
-      (globalThis as any).__loupe.modelStatus === 'ready',
-    null,
-    { timeout: 120_000 },
-  );
+  await useBackend(page, 'webgpu');
   await expect(page.getByTestId('status-backend')).toContainText('webgpu');
   const transfers = async () => {
     await page.evaluate(() => (globalThis as any).__loupe.models.refreshMemory());
@@ -615,14 +609,7 @@ test("patch, mean ablation and integrated gradients on WebGPU equal Node's, thei
   await model.dispose();
   await openReady(page, site.url);
   await requireWebGpu(page);
-  await page.locator('#backend').selectOption('webgpu');
-  await page.waitForFunction(
-    () =>
-      (globalThis as any).__loupe.model?.info.backend === 'webgpu' &&
-      (globalThis as any).__loupe.modelStatus === 'ready',
-    null,
-    { timeout: 120_000 },
-  );
+  await useBackend(page, 'webgpu');
   await page.getByTestId('prompt').fill(prompt);
   const near = (a: number[], b: number[], what: string) => {
     expect(a.length, what).toBe(b.length);
@@ -692,14 +679,7 @@ test("an attribution graph and eap / EAP-IG edge scores on WebGPU equal Node's, 
     for (const f of readdirSync(tc.dir)) hub.addFile(repo, `plt/${f}`, readFileSync(join(tc.dir, f)));
     await openReady(page, site.url);
     await requireWebGpu(page);
-    await page.locator('#backend').selectOption('webgpu');
-    await page.waitForFunction(
-      () =>
-        (globalThis as any).__loupe.model?.info.backend === 'webgpu' &&
-        (globalThis as any).__loupe.modelStatus === 'ready',
-      null,
-      { timeout: 120_000 },
-    );
+    await useBackend(page, 'webgpu');
     await page.getByTestId('prompt').fill(prompt);
     await page.getByTestId('tab-attribution_graph').click();
     await page.locator('#p-attribution_graph-transcoder_source').fill(`${hub.url}/${repo}/resolve/main`);
